@@ -1,0 +1,369 @@
+//! One typed configuration for both baton binaries.
+//!
+//! Layers, later ones winning: built-in defaults, then a YAML file (`--config PATH` or
+//! `BATON_CONFIG`), then environment variables (`BATON_` prefix, `__` between nested keys:
+//! `BATON_LOG__FORMAT=json`). Unknown keys are an error, so a typo never silently falls back to a
+//! default. Every error names the key, the bad value and what is accepted.
+
+mod error;
+mod reference;
+mod values;
+
+use std::path::{Path, PathBuf};
+
+use figment::Figment;
+use figment::providers::{Env, Format, Serialized, Yaml};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+pub use error::{ConfigError, InvalidValue};
+pub use reference::reference_markdown;
+pub use values::{ByteSize, Duration, ListenAddress};
+
+/// Environment variable naming the config file when `--config` is not given.
+pub const CONFIG_FILE_ENV: &str = "BATON_CONFIG";
+/// Prefix of every environment variable that sets a key.
+pub const ENV_PREFIX: &str = "BATON_";
+
+/// The whole configuration of baton-controller and baton-webhook.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Namespace baton operates in: the rollout groups it coordinates, its Lease, its Secret.
+    pub namespace: String,
+    /// DNS suffix of the cluster, used to build pod addresses
+    /// (`<pod>.<service>.<namespace>.svc.<cluster_domain>`) and certificate names.
+    pub cluster_domain: String,
+    /// Logging.
+    pub log: LogConfig,
+    /// The plain-HTTP operations server (`/healthz`, `/ready`, `/metrics`).
+    pub ops: OpsConfig,
+    /// The admission webhook server.
+    pub webhook: WebhookConfig,
+    /// The rollout controller.
+    pub controller: ControllerConfig,
+    /// Calls baton makes to the Kubernetes API server.
+    pub kubernetes: KubernetesConfig,
+    /// Calls baton makes to pods (prepare-downscale and delayed-downscale endpoints).
+    pub pods: PodsConfig,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            namespace: "default".to_owned(),
+            cluster_domain: "cluster.local".to_owned(),
+            log: LogConfig::default(),
+            ops: OpsConfig::default(),
+            webhook: WebhookConfig::default(),
+            controller: ControllerConfig::default(),
+            kubernetes: KubernetesConfig::default(),
+            pods: PodsConfig::default(),
+        }
+    }
+}
+
+/// Logging.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct LogConfig {
+    /// Minimum level (`trace`, `debug`, `info`, `warn`, `error`) or a full tracing filter such
+    /// as `info,baton_controller=debug`.
+    pub level: String,
+    /// `text` for people, `json` for log pipelines.
+    pub format: LogFormat,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        Self {
+            level: "info".to_owned(),
+            format: LogFormat::Text,
+        }
+    }
+}
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// The plain-HTTP operations server.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct OpsConfig {
+    /// Address serving `/healthz`, `/ready` and `/metrics` (the Go operator's port 8001).
+    pub address: ListenAddress,
+}
+
+impl Default for OpsConfig {
+    fn default() -> Self {
+        Self {
+            address: ListenAddress::all_interfaces(8001),
+        }
+    }
+}
+
+/// The admission webhook server.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct WebhookConfig {
+    /// TLS address serving `/admission/no-downscale` and `/admission/prepare-downscale`.
+    pub address: ListenAddress,
+    /// PEM certificate chain served by the webhook (a mounted `kubernetes.io/tls` Secret).
+    pub cert_file: PathBuf,
+    /// PEM private key matching `cert_file`.
+    pub key_file: PathBuf,
+    /// How often the certificate files are compared with what is served, to pick up a renewed
+    /// Secret without a restart.
+    pub cert_reload_interval: Duration,
+    /// Deadline for answering one admission request, including every API and pod call it makes.
+    /// Keep it below the webhook configuration's `timeoutSeconds`.
+    pub request_timeout: Duration,
+    /// Largest AdmissionReview body accepted; larger requests get HTTP 400.
+    pub max_request_bytes: ByteSize,
+}
+
+impl Default for WebhookConfig {
+    fn default() -> Self {
+        Self {
+            address: ListenAddress::all_interfaces(8443),
+            cert_file: PathBuf::from("/var/run/baton/tls/tls.crt"),
+            key_file: PathBuf::from("/var/run/baton/tls/tls.key"),
+            cert_reload_interval: Duration::from_secs(10),
+            request_timeout: Duration::from_secs(9),
+            max_request_bytes: ByteSize(3 * 1024 * 1024),
+        }
+    }
+}
+
+/// The rollout controller.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct ControllerConfig {
+    /// Every group is reconciled at least this often, as a safety net behind the watches.
+    pub resync_interval: Duration,
+    /// Leader election between controller replicas.
+    pub lease: LeaseConfig,
+}
+
+impl Default for ControllerConfig {
+    fn default() -> Self {
+        Self {
+            resync_interval: Duration::from_secs(300),
+            lease: LeaseConfig::default(),
+        }
+    }
+}
+
+/// Leader election on a `coordination.k8s.io/v1` Lease in `namespace`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct LeaseConfig {
+    /// Name of the Lease.
+    pub name: String,
+    /// How long a lease is valid after its last renewal; a standby takes over after this when
+    /// the leader dies without releasing it.
+    pub duration: Duration,
+    /// The leader stops acting when it could not renew for this long; must be shorter than
+    /// `duration` so it stops before anyone else can start.
+    pub renew_deadline: Duration,
+    /// How often the leader renews and standbys try to acquire.
+    pub retry_period: Duration,
+}
+
+impl Default for LeaseConfig {
+    fn default() -> Self {
+        Self {
+            name: "baton-controller".to_owned(),
+            duration: Duration::from_secs(15),
+            renew_deadline: Duration::from_secs(10),
+            retry_period: Duration::from_secs(2),
+        }
+    }
+}
+
+/// Calls to the Kubernetes API server.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct KubernetesConfig {
+    /// Connect timeout for the API server.
+    pub connect_timeout: Duration,
+    /// Bound on a single API call outside watches (lease renewals, deletes, patches).
+    pub request_timeout: Duration,
+}
+
+impl Default for KubernetesConfig {
+    fn default() -> Self {
+        Self {
+            connect_timeout: Duration::from_secs(5),
+            request_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Calls to pods.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct PodsConfig {
+    /// How a pod is reached: `dns` (`<pod>.<service>.<namespace>.svc.<cluster_domain>`, needs
+    /// the StatefulSet's headless Service) or `ip` (the pod's `status.podIP`).
+    pub address_by: PodAddressing,
+    /// Connect timeout of one call to a pod.
+    pub connect_timeout: Duration,
+    /// Timeout of one whole call to a pod.
+    pub request_timeout: Duration,
+    /// How many pods are called at once.
+    pub max_concurrent_calls: usize,
+}
+
+impl Default for PodsConfig {
+    fn default() -> Self {
+        Self {
+            address_by: PodAddressing::Dns,
+            connect_timeout: Duration::from_secs(2),
+            request_timeout: Duration::from_secs(5),
+            max_concurrent_calls: 16,
+        }
+    }
+}
+
+/// How pods are addressed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum PodAddressing {
+    /// The pod's cluster DNS name through the StatefulSet's governing Service.
+    Dns,
+    /// The pod's IP address.
+    Ip,
+}
+
+impl Config {
+    /// Loads defaults, then `file` (if any), then `BATON_*` variables from the process
+    /// environment, and validates the result.
+    pub fn load(file: Option<&Path>) -> Result<Self, ConfigError> {
+        Self::from_figment(Self::figment(file, Env::prefixed(ENV_PREFIX)))
+    }
+
+    /// The layered sources, exposed so tests can substitute the environment.
+    pub fn figment(file: Option<&Path>, env: Env) -> Figment {
+        let mut figment = Figment::from(Serialized::defaults(Config::default()));
+        if let Some(file) = file {
+            figment = figment.merge(Yaml::file_exact(file));
+        }
+        figment.merge(env.split("__").ignore(&["config"]))
+    }
+
+    /// Extracts and validates a configuration from already layered sources.
+    pub fn from_figment(figment: Figment) -> Result<Self, ConfigError> {
+        let config: Config = figment.extract().map_err(ConfigError::from_figment)?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Checks what types alone cannot: every problem is reported, not only the first.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let mut problems = Vec::new();
+        let mut check = |ok: bool, key: &str, value: String, expected: &str| {
+            if !ok {
+                problems.push(InvalidValue::new(key, value, expected));
+            }
+        };
+        check(
+            is_dns_label(&self.namespace),
+            "namespace",
+            self.namespace.clone(),
+            "a Kubernetes namespace name (lowercase letters, digits and '-', at most 63)",
+        );
+        check(
+            !self.cluster_domain.is_empty()
+                && self.cluster_domain.split('.').all(is_dns_label),
+            "cluster_domain",
+            self.cluster_domain.clone(),
+            "a DNS domain such as cluster.local",
+        );
+        check(
+            values::is_log_filter(&self.log.level),
+            "log.level",
+            self.log.level.clone(),
+            "trace, debug, info, warn, error, or a filter such as info,baton_controller=debug",
+        );
+        let positive = |key: &str, value: Duration, check: &mut dyn FnMut(bool, &str, String, &str)| {
+            check(!value.is_zero(), key, value.to_string(), "a duration above zero, e.g. 30s");
+        };
+        positive("webhook.cert_reload_interval", self.webhook.cert_reload_interval, &mut check);
+        positive("webhook.request_timeout", self.webhook.request_timeout, &mut check);
+        positive("controller.resync_interval", self.controller.resync_interval, &mut check);
+        positive("controller.lease.duration", self.controller.lease.duration, &mut check);
+        positive("controller.lease.retry_period", self.controller.lease.retry_period, &mut check);
+        positive("kubernetes.connect_timeout", self.kubernetes.connect_timeout, &mut check);
+        positive("kubernetes.request_timeout", self.kubernetes.request_timeout, &mut check);
+        positive("pods.connect_timeout", self.pods.connect_timeout, &mut check);
+        positive("pods.request_timeout", self.pods.request_timeout, &mut check);
+        let lease = &self.controller.lease;
+        check(
+            !lease.renew_deadline.is_zero() && lease.renew_deadline < lease.duration,
+            "controller.lease.renew_deadline",
+            lease.renew_deadline.to_string(),
+            &format!(
+                "a duration above zero and below controller.lease.duration ({})",
+                lease.duration
+            ),
+        );
+        check(
+            lease.retry_period < lease.renew_deadline,
+            "controller.lease.retry_period",
+            lease.retry_period.to_string(),
+            &format!(
+                "a duration below controller.lease.renew_deadline ({})",
+                lease.renew_deadline
+            ),
+        );
+        check(
+            is_dns_subdomain(&lease.name),
+            "controller.lease.name",
+            lease.name.clone(),
+            "a Kubernetes object name",
+        );
+        check(
+            self.webhook.max_request_bytes.0 >= 1024,
+            "webhook.max_request_bytes",
+            self.webhook.max_request_bytes.to_string(),
+            "at least 1KiB",
+        );
+        check(
+            self.pods.max_concurrent_calls > 0,
+            "pods.max_concurrent_calls",
+            self.pods.max_concurrent_calls.to_string(),
+            "a whole number above zero",
+        );
+        ConfigError::from_problems(problems)
+    }
+
+    /// The effective configuration as YAML, in the format the config file accepts.
+    pub fn to_yaml(&self) -> String {
+        serde_yaml::to_string(self).expect("the configuration always serializes")
+    }
+}
+
+fn is_dns_label(value: &str) -> bool {
+    !value.is_empty()
+        && value.len() <= 63
+        && value
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !value.starts_with('-')
+        && !value.ends_with('-')
+}
+
+fn is_dns_subdomain(value: &str) -> bool {
+    value.len() <= 253 && value.split('.').all(is_dns_label)
+}
+
+#[cfg(test)]
+mod tests;

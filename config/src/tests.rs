@@ -1,0 +1,197 @@
+use std::path::Path;
+
+use figment::Jail;
+
+use super::*;
+
+fn load_in(jail: &Jail, file: Option<&Path>) -> Result<Config, ConfigError> {
+    let _ = jail;
+    Config::load(file)
+}
+
+#[test]
+fn defaults_match_the_go_operator_ports_and_are_valid() {
+    let config = Config::default();
+    config.validate().expect("defaults are valid");
+    assert_eq!(config.ops.address.to_string(), "0.0.0.0:8001");
+    assert_eq!(config.webhook.address.to_string(), "0.0.0.0:8443");
+    assert_eq!(config.cluster_domain, "cluster.local");
+    assert_eq!(config.pods.address_by, PodAddressing::Dns);
+    assert_eq!(config.webhook.request_timeout, Duration::from_secs(9));
+}
+
+#[test]
+fn environment_overrides_file_overrides_defaults() {
+    Jail::expect_with(|jail| {
+        jail.create_file(
+            "baton.yaml",
+            "namespace: from-file\nlog:\n  format: json\n  level: debug\ncontroller:\n  resync_interval: 90s\n",
+        )?;
+        jail.set_env("BATON_NAMESPACE", "from-env");
+        jail.set_env("BATON_PODS__ADDRESS_BY", "ip");
+        let config = load_in(jail, Some(Path::new("baton.yaml"))).expect("loads");
+        assert_eq!(config.namespace, "from-env");
+        assert_eq!(config.log.format, LogFormat::Json);
+        assert_eq!(config.log.level, "debug");
+        assert_eq!(config.controller.resync_interval, Duration::from_secs(90));
+        assert_eq!(config.pods.address_by, PodAddressing::Ip);
+        Ok(())
+    });
+}
+
+#[test]
+fn the_config_file_path_variable_is_not_taken_for_a_key() {
+    Jail::expect_with(|jail| {
+        jail.create_file("baton.yaml", "namespace: ns-a\n")?;
+        jail.set_env("BATON_CONFIG", "baton.yaml");
+        let config = load_in(jail, Some(Path::new("baton.yaml"))).expect("BATON_CONFIG is not a key");
+        assert_eq!(config.namespace, "ns-a");
+        Ok(())
+    });
+}
+
+#[test]
+fn a_bad_enum_value_names_the_key_the_value_and_the_variable() {
+    Jail::expect_with(|jail| {
+        jail.set_env("BATON_LOG__FORMAT", "xml");
+        let message = load_in(jail, None).unwrap_err().to_string();
+        assert!(!message.contains('\n'), "one line: {message}");
+        assert!(message.contains("log.format"), "{message}");
+        assert!(message.contains("xml"), "{message}");
+        assert!(message.contains("text") && message.contains("json"), "{message}");
+        assert!(message.contains("BATON_LOG__FORMAT"), "{message}");
+        Ok(())
+    });
+}
+
+#[test]
+fn a_bad_duration_names_the_key_and_the_value() {
+    Jail::expect_with(|jail| {
+        jail.set_env("BATON_CONTROLLER__RESYNC_INTERVAL", "soon");
+        let message = load_in(jail, None).unwrap_err().to_string();
+        assert!(message.contains("controller.resync_interval"), "{message}");
+        assert!(message.contains("\"soon\""), "{message}");
+        assert!(message.contains("30s"), "says what is accepted: {message}");
+        Ok(())
+    });
+}
+
+#[test]
+fn a_bad_address_in_the_file_names_the_key_the_value_and_the_file() {
+    Jail::expect_with(|jail| {
+        jail.create_file("baton.yaml", "ops:\n  address: localhost-8001\n")?;
+        let message = load_in(jail, Some(Path::new("baton.yaml"))).unwrap_err().to_string();
+        assert!(message.contains("ops.address"), "{message}");
+        assert!(message.contains("localhost-8001"), "{message}");
+        assert!(message.contains("baton.yaml"), "{message}");
+        Ok(())
+    });
+}
+
+#[test]
+fn unknown_keys_are_rejected_in_files_and_environment() {
+    Jail::expect_with(|jail| {
+        jail.create_file("baton.yaml", "log:\n  formt: json\n")?;
+        let message = load_in(jail, Some(Path::new("baton.yaml"))).unwrap_err().to_string();
+        assert!(message.contains("log.formt"), "{message}");
+        assert!(message.contains("unknown key"), "{message}");
+        Ok(())
+    });
+    Jail::expect_with(|jail| {
+        jail.set_env("BATON_NAMESPACES", "x");
+        let error = load_in(jail, None).unwrap_err();
+        assert_eq!(error.keys(), vec!["namespaces".to_owned()], "{error}");
+        Ok(())
+    });
+}
+
+#[test]
+fn a_missing_config_file_is_an_error_naming_it() {
+    Jail::expect_with(|jail| {
+        let message = load_in(jail, Some(Path::new("nowhere.yaml"))).unwrap_err().to_string();
+        assert!(message.contains("nowhere.yaml"), "{message}");
+        Ok(())
+    });
+}
+
+#[test]
+fn semantic_checks_report_every_problem_with_its_key() {
+    let mut config = Config::default();
+    config.namespace = "Not_A_Namespace".into();
+    config.controller.lease.renew_deadline = Duration::from_secs(20);
+    config.pods.request_timeout = Duration::from_secs(0);
+    config.log.level = "baton=loud".into();
+    let error = config.validate().unwrap_err();
+    assert_eq!(
+        error.keys(),
+        vec![
+            "namespace",
+            "log.level",
+            "pods.request_timeout",
+            "controller.lease.renew_deadline",
+        ],
+        "{error}"
+    );
+    assert!(error.to_string().contains("Not_A_Namespace"));
+}
+
+#[test]
+fn log_filters_accept_levels_and_directives() {
+    for good in ["info", "WARN", "info,baton_controller=debug", "kube=off", "baton_webhook"] {
+        assert!(values::is_log_filter(good), "{good}");
+    }
+    for bad in ["", "info,=debug", "x=loud", "a b"] {
+        assert!(!values::is_log_filter(bad), "{bad}");
+    }
+}
+
+#[test]
+fn printed_configuration_loads_back_to_the_same_value() {
+    Jail::expect_with(|jail| {
+        let mut config = Config::default();
+        config.namespace = "roundtrip".into();
+        config.controller.lease.duration = Duration::from_millis(15_500);
+        config.webhook.max_request_bytes = ByteSize(512 * 1024);
+        jail.create_file("printed.yaml", &config.to_yaml())?;
+        let loaded = load_in(jail, Some(Path::new("printed.yaml"))).expect("loads");
+        assert_eq!(loaded, config);
+        Ok(())
+    });
+}
+
+#[test]
+fn byte_sizes_parse_units() {
+    assert_eq!("3MiB".parse::<ByteSize>(), Ok(ByteSize(3 << 20)));
+    assert_eq!("4096".parse::<ByteSize>(), Ok(ByteSize(4096)));
+    assert!("3MB".parse::<ByteSize>().is_err());
+    assert_eq!(ByteSize(3 << 20).to_string(), "3MiB");
+}
+
+#[test]
+fn the_reference_documents_every_key_and_is_current() {
+    let generated = reference_markdown();
+    for key in [
+        "namespace",
+        "cluster_domain",
+        "log.level",
+        "log.format",
+        "ops.address",
+        "webhook.address",
+        "controller.resync_interval",
+        "controller.lease.duration",
+        "pods.address_by",
+        "pods.request_timeout",
+    ] {
+        assert!(generated.contains(&format!("| `{key}` |")), "missing {key}");
+    }
+    assert!(!generated.contains("|  |"), "a key without documentation:\n{generated}");
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/configuration.md");
+    if std::env::var_os("UPDATE_CONFIG_REFERENCE").is_some() {
+        std::fs::write(&path, &generated).expect("write docs/configuration.md");
+    }
+    let committed = std::fs::read_to_string(&path).unwrap_or_default();
+    assert_eq!(
+        committed, generated,
+        "docs/configuration.md is stale: run UPDATE_CONFIG_REFERENCE=1 cargo test -p baton-config"
+    );
+}

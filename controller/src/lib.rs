@@ -1,0 +1,4 @@
+//! baton-controller as a library: the pure rollout planner and the thin Kubernetes layer
+//! around it. The binary in `main.rs` only wires them together.
+
+pub mod rollout;

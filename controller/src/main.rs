@@ -1,0 +1,57 @@
+//! baton-controller: the leader-elected controller that rolls StatefulSets of a rollout group
+//! zone by zone.
+
+use std::process::ExitCode;
+
+use baton_config::Config;
+use baton_shared::cli::{ConfigArgs, Startup};
+use baton_shared::ops_server::{OpsServer, Readiness};
+use clap::Parser;
+
+#[derive(Debug, Parser)]
+#[command(name = "baton-controller", version, about = "Zone-by-zone rollouts for StatefulSets")]
+struct Cli {
+    #[command(flatten)]
+    config: ConfigArgs,
+}
+
+fn main() -> ExitCode {
+    baton_shared::crypto::install_default_provider();
+    let cli = Cli::parse();
+    let config = match cli.config.startup() {
+        Ok(Startup::Run(config)) => config,
+        Ok(Startup::Print(text)) => {
+            print!("{text}");
+            return ExitCode::SUCCESS;
+        }
+        Err(error) => {
+            eprintln!("baton-controller: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    baton_shared::telemetry::init(&config.log);
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("baton-controller: starting the async runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(*config)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            tracing::error!(error = format!("{error:#}"), "baton-controller stopped");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(config: Config) -> anyhow::Result<()> {
+    let shutdown = baton_shared::shutdown::on_signal()?;
+    let registry = prometheus::Registry::new();
+    let readiness = Readiness::default();
+    let ops = OpsServer::bind(config.ops.address.0, registry, readiness)?;
+    tracing::info!(address = %ops.local_addr(), namespace = %config.namespace, "ops server listening");
+    ops.run(shutdown).await?;
+    Ok(())
+}

@@ -1,0 +1,1 @@
+//! Group rollouts: a pure planner and the Kubernetes calls that carry out its actions.

@@ -1,0 +1,10 @@
+//! What both baton binaries need: annotation keys and their parsing, Kubernetes helpers, the
+//! operations server, TLS and process plumbing.
+
+pub mod annotations;
+pub mod cli;
+pub mod crypto;
+pub mod kube_client;
+pub mod ops_server;
+pub mod shutdown;
+pub mod telemetry;

@@ -1,0 +1,140 @@
+//! The plain-HTTP operations server: `/healthz` (the process answers), `/ready` (caches
+//! synced, or for the webhook: serving and not draining) and `/metrics` (the registry the
+//! binary passes in; no global registry).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use actix_web::dev::ServerHandle;
+use actix_web::{App, HttpResponse, HttpServer, web};
+use prometheus::{Encoder, Registry, TextEncoder};
+use tokio_util::sync::CancellationToken;
+
+/// Whether the process is ready to serve; shared between the ops server and the code that
+/// knows (cache sync, shutdown).
+#[derive(Debug, Clone, Default)]
+pub struct Readiness(Arc<AtomicBool>);
+
+impl Readiness {
+    pub fn set(&self, ready: bool) {
+        self.0.store(ready, Ordering::SeqCst);
+    }
+    pub fn is_ready(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+#[derive(Debug, Clone)]
+struct OpsState {
+    registry: Registry,
+    readiness: Readiness,
+}
+
+/// A bound, not yet running, operations server.
+pub struct OpsServer {
+    server: actix_web::dev::Server,
+    local_addr: SocketAddr,
+}
+
+impl std::fmt::Debug for OpsServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OpsServer").field("local_addr", &self.local_addr).finish()
+    }
+}
+
+impl OpsServer {
+    /// Binds `address` (port 0 picks a free port, see [`OpsServer::local_addr`]).
+    pub fn bind(address: SocketAddr, registry: Registry, readiness: Readiness) -> std::io::Result<Self> {
+        let state = web::Data::new(OpsState { registry, readiness });
+        let http = HttpServer::new(move || {
+            App::new()
+                .app_data(state.clone())
+                .route("/healthz", web::get().to(healthz))
+                .route("/ready", web::get().to(ready))
+                .route("/metrics", web::get().to(metrics))
+        })
+        .workers(1)
+        .disable_signals()
+        .shutdown_timeout(5)
+        .bind(address)?;
+        let local_addr = http.addrs().first().copied().unwrap_or(address);
+        Ok(Self {
+            server: http.run(),
+            local_addr,
+        })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// Serves until `shutdown` is cancelled.
+    pub async fn run(self, shutdown: CancellationToken) -> std::io::Result<()> {
+        let handle: ServerHandle = self.server.handle();
+        let stopper = tokio::spawn(async move {
+            shutdown.cancelled().await;
+            handle.stop(true).await;
+        });
+        let result = self.server.await;
+        stopper.abort();
+        result
+    }
+}
+
+async fn healthz() -> HttpResponse {
+    HttpResponse::Ok().body("ok\n")
+}
+
+async fn ready(state: web::Data<OpsState>) -> HttpResponse {
+    if state.readiness.is_ready() {
+        HttpResponse::Ok().body("ready\n")
+    } else {
+        HttpResponse::ServiceUnavailable().body("not ready\n")
+    }
+}
+
+async fn metrics(state: web::Data<OpsState>) -> HttpResponse {
+    let encoder = TextEncoder::new();
+    let mut body = Vec::new();
+    match encoder.encode(&state.registry.gather(), &mut body) {
+        Ok(()) => HttpResponse::Ok()
+            .content_type(encoder.format_type())
+            .body(body),
+        Err(error) => HttpResponse::InternalServerError().body(format!("encoding metrics: {error}\n")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn serves_health_readiness_and_the_given_registry() {
+        let registry = Registry::new();
+        let counter = prometheus::IntCounter::new("baton_test_total", "a test counter").unwrap();
+        registry.register(Box::new(counter.clone())).unwrap();
+        counter.inc_by(3);
+        let readiness = Readiness::default();
+        let server = OpsServer::bind("127.0.0.1:0".parse().unwrap(), registry, readiness.clone()).unwrap();
+        let base = format!("http://{}", server.local_addr());
+        let shutdown = CancellationToken::new();
+        let running = tokio::spawn(server.run(shutdown.clone()));
+        let http = reqwest::Client::new();
+
+        let status = |path: &'static str| {
+            let http = http.clone();
+            let url = format!("{base}{path}");
+            async move { http.get(url).send().await.unwrap().status().as_u16() }
+        };
+        assert_eq!(status("/healthz").await, 200);
+        assert_eq!(status("/ready").await, 503, "not ready until told");
+        readiness.set(true);
+        assert_eq!(status("/ready").await, 200);
+        let metrics = http.get(format!("{base}/metrics")).send().await.unwrap().text().await.unwrap();
+        assert!(metrics.contains("baton_test_total 3"), "{metrics}");
+
+        shutdown.cancel();
+        running.await.unwrap().unwrap();
+    }
+}
