@@ -6,5 +6,6 @@ pub mod cli;
 pub mod crypto;
 pub mod kube_client;
 pub mod ops_server;
+pub mod pod_client;
 pub mod shutdown;
 pub mod telemetry;

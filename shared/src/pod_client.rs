@@ -1,0 +1,492 @@
+//! Calls baton makes to pods: addressing a pod (cluster DNS name or pod IP) and an HTTP client
+//! whose every call is bounded and measured in
+//! `rollout_operator_pod_http_client_request_duration_seconds{path,method,status_code}`.
+//!
+//! Used by the webhook (prepare-downscale) and the controller (delayed downscale).
+
+use std::fmt;
+use std::net::IpAddr;
+use std::time::{Duration, Instant};
+
+use baton_config::{PodAddressing, PodsConfig};
+use futures::{StreamExt, TryStreamExt};
+use prometheus::{HistogramOpts, HistogramVec, Registry};
+
+/// Name of the pod HTTP client histogram (compat.md: dashboards use it).
+pub const POD_CLIENT_DURATION_METRIC: &str =
+    "rollout_operator_pod_http_client_request_duration_seconds";
+
+/// Largest response body kept from a pod; pods answer with a small JSON document at most.
+const MAX_BODY_BYTES: usize = 64 * 1024;
+
+/// What is needed to address one pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodRef<'a> {
+    pub name: &'a str,
+    pub namespace: &'a str,
+    /// The StatefulSet's governing Service (`spec.serviceName`), for DNS addressing.
+    pub service_name: &'a str,
+    /// `status.podIP`, for IP addressing.
+    pub pod_ip: Option<&'a str>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PodAddressError {
+    #[error("pod {pod} cannot be addressed by DNS name: its StatefulSet has no spec.serviceName")]
+    NoServiceName { pod: String },
+    #[error("pod {pod} cannot be addressed by IP: it has no status.podIP yet")]
+    NoPodIp { pod: String },
+    #[error("pod {pod} has an invalid status.podIP {ip:?}")]
+    InvalidPodIp { pod: String, ip: String },
+}
+
+/// The host part of a URL reaching `pod`: `<pod>.<service>.<namespace>.svc.<cluster_domain>`
+/// or its IP (IPv6 in brackets).
+pub fn pod_host(
+    addressing: PodAddressing,
+    cluster_domain: &str,
+    pod: &PodRef<'_>,
+) -> Result<String, PodAddressError> {
+    match addressing {
+        PodAddressing::Dns => {
+            if pod.service_name.is_empty() {
+                return Err(PodAddressError::NoServiceName {
+                    pod: pod.name.to_owned(),
+                });
+            }
+            Ok(format!(
+                "{}.{}.{}.svc.{}",
+                pod.name, pod.service_name, pod.namespace, cluster_domain
+            ))
+        }
+        PodAddressing::Ip => {
+            let ip =
+                pod.pod_ip
+                    .filter(|ip| !ip.is_empty())
+                    .ok_or_else(|| PodAddressError::NoPodIp {
+                        pod: pod.name.to_owned(),
+                    })?;
+            match ip.parse::<IpAddr>() {
+                Ok(IpAddr::V4(v4)) => Ok(v4.to_string()),
+                Ok(IpAddr::V6(v6)) => Ok(format!("[{v6}]")),
+                Err(_) => Err(PodAddressError::InvalidPodIp {
+                    pod: pod.name.to_owned(),
+                    ip: ip.to_owned(),
+                }),
+            }
+        }
+    }
+}
+
+/// `http://<host>:<port>/<path>`. The path annotation is written with or without its leading
+/// slash by users of the Go operator (`ingester/prepare-shutdown`); both mean the same.
+pub fn pod_url(host: &str, port: &str, path: &str) -> String {
+    format!("http://{host}:{port}/{}", path.trim_start_matches('/'))
+}
+
+/// The two calls the prepare endpoints understand.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PodMethod {
+    /// Prepare for shutdown.
+    Post,
+    /// Undo a preparation.
+    Delete,
+}
+
+impl PodMethod {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PodMethod::Post => "POST",
+            PodMethod::Delete => "DELETE",
+        }
+    }
+}
+
+impl fmt::Display for PodMethod {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One pod endpoint to call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodEndpoint {
+    pub pod: String,
+    pub url: String,
+}
+
+/// Why a call to a pod failed.
+#[derive(Debug, thiserror::Error)]
+pub enum PodCallError {
+    #[error("{method} {url} (pod {pod}): {source}")]
+    Transport {
+        pod: String,
+        method: PodMethod,
+        url: String,
+        #[source]
+        source: reqwest::Error,
+    },
+    #[error("{method} {url} (pod {pod}) did not answer within {timeout:?}")]
+    TimedOut {
+        pod: String,
+        method: PodMethod,
+        url: String,
+        timeout: Duration,
+    },
+    #[error("{method} {url} (pod {pod}) answered HTTP {status}: {body}")]
+    Status {
+        pod: String,
+        method: PodMethod,
+        url: String,
+        status: u16,
+        body: String,
+    },
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum PodClientError {
+    #[error("building the pod HTTP client: {0}")]
+    Build(#[from] reqwest::Error),
+    #[error("registering {POD_CLIENT_DURATION_METRIC}: {0}")]
+    Metrics(#[from] prometheus::Error),
+}
+
+/// HTTP client for pods: connect and whole-call timeouts from `pods.*`, no proxy (pods are
+/// reached inside the cluster), bounded concurrency for fan-outs.
+#[derive(Debug, Clone)]
+pub struct PodHttpClient {
+    http: reqwest::Client,
+    duration: HistogramVec,
+    request_timeout: Duration,
+    max_concurrent_calls: usize,
+}
+
+impl PodHttpClient {
+    /// Builds the client and registers its histogram in `registry`.
+    pub fn new(config: &PodsConfig, registry: &Registry) -> Result<Self, PodClientError> {
+        let duration = HistogramVec::new(
+            HistogramOpts::new(
+                POD_CLIENT_DURATION_METRIC,
+                "Time spent on HTTP calls to pods (prepare-downscale and delayed downscale).",
+            ),
+            &["path", "method", "status_code"],
+        )?;
+        registry.register(Box::new(duration.clone()))?;
+        let http = reqwest::Client::builder()
+            .connect_timeout(config.connect_timeout.get())
+            .timeout(config.request_timeout.get())
+            .no_proxy()
+            .build()?;
+        Ok(Self {
+            http,
+            duration,
+            request_timeout: config.request_timeout.get(),
+            max_concurrent_calls: config.max_concurrent_calls.max(1),
+        })
+    }
+
+    /// Calls one endpoint; a 2xx answer returns its body (at most 64 KiB), anything else is an
+    /// error naming the pod, the URL and what went wrong.
+    pub async fn call(
+        &self,
+        method: PodMethod,
+        endpoint: &PodEndpoint,
+    ) -> Result<Vec<u8>, PodCallError> {
+        let path = url_path(&endpoint.url).to_owned();
+        let started = Instant::now();
+        let request = match method {
+            PodMethod::Post => self.http.post(&endpoint.url),
+            PodMethod::Delete => self.http.delete(&endpoint.url),
+        }
+        .header("Content-Type", "application/json");
+        let outcome = async {
+            let mut response = request.send().await?;
+            let status = response.status().as_u16();
+            let mut body = Vec::new();
+            while let Some(chunk) = response.chunk().await? {
+                let room = MAX_BODY_BYTES.saturating_sub(body.len());
+                body.extend_from_slice(&chunk[..chunk.len().min(room)]);
+            }
+            Ok::<_, reqwest::Error>((status, body))
+        }
+        .await;
+        let status_label = match &outcome {
+            Ok((status, _)) => status.to_string(),
+            Err(error) if error.is_timeout() => "timeout".to_owned(),
+            Err(_) => "error".to_owned(),
+        };
+        self.duration
+            .with_label_values(&[path.as_str(), method.as_str(), status_label.as_str()])
+            .observe(started.elapsed().as_secs_f64());
+        let (status, body) = outcome.map_err(|source| {
+            if source.is_timeout() {
+                PodCallError::TimedOut {
+                    pod: endpoint.pod.clone(),
+                    method,
+                    url: endpoint.url.clone(),
+                    timeout: self.request_timeout,
+                }
+            } else {
+                PodCallError::Transport {
+                    pod: endpoint.pod.clone(),
+                    method,
+                    url: endpoint.url.clone(),
+                    source,
+                }
+            }
+        })?;
+        if !(200..300).contains(&status) {
+            return Err(PodCallError::Status {
+                pod: endpoint.pod.clone(),
+                method,
+                url: endpoint.url.clone(),
+                status,
+                body: String::from_utf8_lossy(&body).chars().take(256).collect(),
+            });
+        }
+        tracing::debug!(pod = %endpoint.pod, %method, url = %endpoint.url, status, "pod call succeeded");
+        Ok(body)
+    }
+
+    /// Calls every endpoint, in the given order, at most `pods.max_concurrent_calls` at once, and
+    /// stops at the first failure (calls in flight are cancelled, none is started after it).
+    pub async fn call_all(
+        &self,
+        method: PodMethod,
+        endpoints: &[PodEndpoint],
+    ) -> Result<(), PodCallError> {
+        futures::stream::iter(endpoints)
+            .map(|endpoint| self.call(method, endpoint))
+            .buffer_unordered(self.max_concurrent_calls)
+            .try_for_each(|_| async { Ok(()) })
+            .await
+    }
+
+    /// Calls every endpoint whatever happens to the others, and returns the failures. Used to
+    /// undo: each pod must be told even when another one cannot be reached.
+    pub async fn call_each(
+        &self,
+        method: PodMethod,
+        endpoints: &[PodEndpoint],
+    ) -> Vec<PodCallError> {
+        futures::stream::iter(endpoints)
+            .map(|endpoint| self.call(method, endpoint))
+            .buffer_unordered(self.max_concurrent_calls)
+            .filter_map(|result| async move { result.err() })
+            .collect()
+            .await
+    }
+}
+
+/// The path of an `http://host:port/path` URL, for the metric label (no query string).
+fn url_path(url: &str) -> &str {
+    let after_scheme = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let path = after_scheme
+        .find('/')
+        .map_or("/", |index| &after_scheme[index..]);
+    path.split(['?', '#']).next().unwrap_or(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod<'a>(service_name: &'a str, pod_ip: Option<&'a str>) -> PodRef<'a> {
+        PodRef {
+            name: "ingester-zone-a-4",
+            namespace: "mimir",
+            service_name,
+            pod_ip,
+        }
+    }
+
+    #[test]
+    fn addresses_pods_by_dns_name_or_ip() {
+        let cases: &[(PodAddressing, PodRef<'_>, Result<&str, PodAddressError>)] = &[
+            (
+                PodAddressing::Dns,
+                pod("ingester-zone-a", None),
+                Ok("ingester-zone-a-4.ingester-zone-a.mimir.svc.cluster.local"),
+            ),
+            (
+                PodAddressing::Dns,
+                pod("", Some("10.0.0.1")),
+                Err(PodAddressError::NoServiceName {
+                    pod: "ingester-zone-a-4".into(),
+                }),
+            ),
+            (
+                PodAddressing::Ip,
+                pod("", Some("127.0.3.4")),
+                Ok("127.0.3.4"),
+            ),
+            (
+                PodAddressing::Ip,
+                pod("svc", Some("fd00::1")),
+                Ok("[fd00::1]"),
+            ),
+            (
+                PodAddressing::Ip,
+                pod("svc", None),
+                Err(PodAddressError::NoPodIp {
+                    pod: "ingester-zone-a-4".into(),
+                }),
+            ),
+            (
+                PodAddressing::Ip,
+                pod("svc", Some("")),
+                Err(PodAddressError::NoPodIp {
+                    pod: "ingester-zone-a-4".into(),
+                }),
+            ),
+            (
+                PodAddressing::Ip,
+                pod("svc", Some("not-an-ip")),
+                Err(PodAddressError::InvalidPodIp {
+                    pod: "ingester-zone-a-4".into(),
+                    ip: "not-an-ip".into(),
+                }),
+            ),
+        ];
+        for (addressing, pod, expected) in cases {
+            let got = pod_host(*addressing, "cluster.local", pod);
+            assert_eq!(
+                got.as_deref().map_err(Clone::clone),
+                expected.clone(),
+                "{addressing:?} {pod:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn urls_accept_paths_with_or_without_a_leading_slash() {
+        assert_eq!(pod_url("h", "80", "a/b"), "http://h:80/a/b");
+        assert_eq!(pod_url("h", "80", "/a/b"), "http://h:80/a/b");
+        assert_eq!(pod_url("[::1]", "8080", ""), "http://[::1]:8080/");
+    }
+
+    #[test]
+    fn metric_path_is_the_url_path() {
+        assert_eq!(url_path("http://h:80/a/b?x=1"), "/a/b");
+        assert_eq!(url_path("http://h:80"), "/");
+        assert_eq!(url_path("http://[::1]:80/p#f"), "/p");
+    }
+
+    /// A one-route HTTP server on a free loopback port answering `status` to every request and
+    /// recording the methods it saw.
+    async fn pod_server(
+        status: u16,
+    ) -> (
+        String,
+        std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+        actix_web::dev::ServerHandle,
+    ) {
+        use actix_web::{App, HttpRequest, HttpResponse, HttpServer, web};
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let recorded = seen.clone();
+        let server = HttpServer::new(move || {
+            let recorded = recorded.clone();
+            App::new().default_service(web::to(move |request: HttpRequest| {
+                let recorded = recorded.clone();
+                async move {
+                    recorded.lock().unwrap().push(format!(
+                        "{} {}",
+                        request.method(),
+                        request.path()
+                    ));
+                    HttpResponse::build(actix_web::http::StatusCode::from_u16(status).unwrap())
+                        .body(r#"{"timestamp": 1700000000}"#)
+                }
+            }))
+        })
+        .workers(1)
+        .disable_signals()
+        .bind("127.0.0.1:0")
+        .unwrap();
+        let address = server.addrs()[0];
+        let server = server.run();
+        let handle = server.handle();
+        tokio::spawn(server);
+        (format!("127.0.0.1:{}", address.port()), seen, handle)
+    }
+
+    fn client(registry: &Registry) -> PodHttpClient {
+        crate::crypto::install_default_provider();
+        PodHttpClient::new(&PodsConfig::default(), registry).unwrap()
+    }
+
+    #[tokio::test]
+    async fn successful_calls_return_the_body_and_are_measured() {
+        let registry = Registry::new();
+        let client = client(&registry);
+        let (address, seen, handle) = pod_server(200).await;
+        let endpoint = PodEndpoint {
+            pod: "p-0".into(),
+            url: format!("http://{address}/ingester/prepare-shutdown"),
+        };
+        let body = client.call(PodMethod::Post, &endpoint).await.unwrap();
+        assert_eq!(body, br#"{"timestamp": 1700000000}"#);
+        assert_eq!(
+            *seen.lock().unwrap(),
+            vec!["POST /ingester/prepare-shutdown".to_owned()]
+        );
+        let families = registry.gather();
+        let family = families
+            .iter()
+            .find(|family| family.name() == POD_CLIENT_DURATION_METRIC)
+            .unwrap();
+        let labels: Vec<(String, String)> = family.get_metric()[0]
+            .get_label()
+            .iter()
+            .map(|label| (label.name().to_owned(), label.value().to_owned()))
+            .collect();
+        assert_eq!(
+            labels,
+            vec![
+                ("method".to_owned(), "POST".to_owned()),
+                ("path".to_owned(), "/ingester/prepare-shutdown".to_owned()),
+                ("status_code".to_owned(), "200".to_owned()),
+            ]
+        );
+        handle.stop(false).await;
+    }
+
+    #[tokio::test]
+    async fn failures_name_the_pod_and_what_went_wrong() {
+        let registry = Registry::new();
+        let client = client(&registry);
+        let (address, _, handle) = pod_server(500).await;
+        let failing = PodEndpoint {
+            pod: "p-1".into(),
+            url: format!("http://{address}/x"),
+        };
+        let error = client
+            .call(PodMethod::Delete, &failing)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("DELETE") && error.contains("p-1") && error.contains("HTTP 500"),
+            "{error}"
+        );
+
+        // A port nobody listens on: bind one, learn it, close it.
+        let closed = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        let unreachable = PodEndpoint {
+            pod: "p-2".into(),
+            url: format!("http://{closed}/x"),
+        };
+        let failures = client
+            .call_each(PodMethod::Delete, &[failing, unreachable])
+            .await;
+        assert_eq!(
+            failures.len(),
+            2,
+            "every endpoint is called and every failure reported"
+        );
+        handle.stop(false).await;
+    }
+}
