@@ -13,7 +13,8 @@ pub const DOWNSCALE_LEADER_ANNOTATION: &str = "grafana.com/rollout-downscale-lea
 pub const UPSCALE_ONLY_WHEN_LEADER_READY_ANNOTATION: &str =
     "grafana.com/rollout-upscale-only-when-leader-ready";
 /// Label: minimum time between downscales of two zones of a group (Go duration syntax).
-pub const MIN_TIME_BETWEEN_ZONES_DOWNSCALE_LABEL: &str = "grafana.com/min-time-between-zones-downscale";
+pub const MIN_TIME_BETWEEN_ZONES_DOWNSCALE_LABEL: &str =
+    "grafana.com/min-time-between-zones-downscale";
 /// Annotation: RFC 3339 time of the last approved downscale.
 pub const LAST_DOWNSCALE_ANNOTATION: &str = "grafana.com/last-downscale";
 /// Label `"true"`: opts in to the prepare-downscale webhook.
@@ -25,8 +26,10 @@ pub const PREPARE_DOWNSCALE_PORT_ANNOTATION: &str = "grafana.com/prepare-downsca
 /// Label `"true"`: downscales are denied.
 pub const NO_DOWNSCALE_LABEL: &str = "grafana.com/no-downscale";
 /// Annotations naming the reference resource replicas are mirrored from.
-pub const MIRROR_REPLICAS_NAME_ANNOTATION: &str = "grafana.com/rollout-mirror-replicas-from-resource-name";
-pub const MIRROR_REPLICAS_KIND_ANNOTATION: &str = "grafana.com/rollout-mirror-replicas-from-resource-kind";
+pub const MIRROR_REPLICAS_NAME_ANNOTATION: &str =
+    "grafana.com/rollout-mirror-replicas-from-resource-name";
+pub const MIRROR_REPLICAS_KIND_ANNOTATION: &str =
+    "grafana.com/rollout-mirror-replicas-from-resource-kind";
 pub const MIRROR_REPLICAS_API_VERSION_ANNOTATION: &str =
     "grafana.com/rollout-mirror-replicas-from-resource-api-version";
 pub const MIRROR_REPLICAS_WRITE_BACK_ANNOTATION: &str =
@@ -43,3 +46,7 @@ pub const INJECT_CA_LABEL: &str = "grafana.com/inject-rollout-operator-ca";
 pub const INJECT_CA_NAMESPACE_LABEL: &str = "grafana.com/namespace";
 /// Pod label set by the StatefulSet controller: the revision a pod was created from.
 pub const CONTROLLER_REVISION_HASH_LABEL: &str = "controller-revision-hash";
+
+pub mod rollout;
+
+pub use rollout::{InvalidAnnotation, Parsed, max_unavailable, paused};
