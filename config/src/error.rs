@@ -96,7 +96,10 @@ fn describe(error: &figment::Error) -> String {
             );
         }
         Kind::UnknownVariant(actual, expected) => {
-            format!("{actual:?} is not accepted; expected one of: {}", expected.join(", "))
+            format!(
+                "{actual:?} is not accepted; expected one of: {}",
+                expected.join(", ")
+            )
         }
         Kind::InvalidType(actual, expected) => format!("got {actual}, expected {expected}"),
         Kind::InvalidValue(actual, expected) => format!("{actual} is not {expected}"),
@@ -110,7 +113,11 @@ fn origin(error: &figment::Error, key: &str) -> String {
         return String::new();
     };
     if metadata.name.contains("environment") {
-        let variable = format!("{}{}", crate::ENV_PREFIX, key.replace('.', "__").to_uppercase());
+        let variable = format!(
+            "{}{}",
+            crate::ENV_PREFIX,
+            key.replace('.', "__").to_uppercase()
+        );
         return format!(" (from environment variable {variable})");
     }
     match &metadata.source {

@@ -281,8 +281,7 @@ impl Config {
             "a Kubernetes namespace name (lowercase letters, digits and '-', at most 63)",
         );
         check(
-            !self.cluster_domain.is_empty()
-                && self.cluster_domain.split('.').all(is_dns_label),
+            !self.cluster_domain.is_empty() && self.cluster_domain.split('.').all(is_dns_label),
             "cluster_domain",
             self.cluster_domain.clone(),
             "a DNS domain such as cluster.local",
@@ -293,18 +292,60 @@ impl Config {
             self.log.level.clone(),
             "trace, debug, info, warn, error, or a filter such as info,baton_controller=debug",
         );
-        let positive = |key: &str, value: Duration, check: &mut dyn FnMut(bool, &str, String, &str)| {
-            check(!value.is_zero(), key, value.to_string(), "a duration above zero, e.g. 30s");
-        };
-        positive("webhook.cert_reload_interval", self.webhook.cert_reload_interval, &mut check);
-        positive("webhook.request_timeout", self.webhook.request_timeout, &mut check);
-        positive("controller.resync_interval", self.controller.resync_interval, &mut check);
-        positive("controller.lease.duration", self.controller.lease.duration, &mut check);
-        positive("controller.lease.retry_period", self.controller.lease.retry_period, &mut check);
-        positive("kubernetes.connect_timeout", self.kubernetes.connect_timeout, &mut check);
-        positive("kubernetes.request_timeout", self.kubernetes.request_timeout, &mut check);
-        positive("pods.connect_timeout", self.pods.connect_timeout, &mut check);
-        positive("pods.request_timeout", self.pods.request_timeout, &mut check);
+        let positive =
+            |key: &str, value: Duration, check: &mut dyn FnMut(bool, &str, String, &str)| {
+                check(
+                    !value.is_zero(),
+                    key,
+                    value.to_string(),
+                    "a duration above zero, e.g. 30s",
+                );
+            };
+        positive(
+            "webhook.cert_reload_interval",
+            self.webhook.cert_reload_interval,
+            &mut check,
+        );
+        positive(
+            "webhook.request_timeout",
+            self.webhook.request_timeout,
+            &mut check,
+        );
+        positive(
+            "controller.resync_interval",
+            self.controller.resync_interval,
+            &mut check,
+        );
+        positive(
+            "controller.lease.duration",
+            self.controller.lease.duration,
+            &mut check,
+        );
+        positive(
+            "controller.lease.retry_period",
+            self.controller.lease.retry_period,
+            &mut check,
+        );
+        positive(
+            "kubernetes.connect_timeout",
+            self.kubernetes.connect_timeout,
+            &mut check,
+        );
+        positive(
+            "kubernetes.request_timeout",
+            self.kubernetes.request_timeout,
+            &mut check,
+        );
+        positive(
+            "pods.connect_timeout",
+            self.pods.connect_timeout,
+            &mut check,
+        );
+        positive(
+            "pods.request_timeout",
+            self.pods.request_timeout,
+            &mut check,
+        );
         let lease = &self.controller.lease;
         check(
             !lease.renew_deadline.is_zero() && lease.renew_deadline < lease.duration,

@@ -98,7 +98,10 @@ fn resolve<'a>(node: &'a Value, definitions: &'a Map<String, Value>) -> &'a Valu
 
 fn choices(node: &Value) -> Vec<String> {
     if let Some(values) = node.get("enum").and_then(Value::as_array) {
-        return values.iter().map(|v| format!("`{}`", v.as_str().unwrap_or_default())).collect();
+        return values
+            .iter()
+            .map(|v| format!("`{}`", v.as_str().unwrap_or_default()))
+            .collect();
     }
     node.get("oneOf")
         .and_then(Value::as_array)

@@ -44,7 +44,8 @@ fn the_config_file_path_variable_is_not_taken_for_a_key() {
     Jail::expect_with(|jail| {
         jail.create_file("baton.yaml", "namespace: ns-a\n")?;
         jail.set_env("BATON_CONFIG", "baton.yaml");
-        let config = load_in(jail, Some(Path::new("baton.yaml"))).expect("BATON_CONFIG is not a key");
+        let config =
+            load_in(jail, Some(Path::new("baton.yaml"))).expect("BATON_CONFIG is not a key");
         assert_eq!(config.namespace, "ns-a");
         Ok(())
     });
@@ -58,7 +59,10 @@ fn a_bad_enum_value_names_the_key_the_value_and_the_variable() {
         assert!(!message.contains('\n'), "one line: {message}");
         assert!(message.contains("log.format"), "{message}");
         assert!(message.contains("xml"), "{message}");
-        assert!(message.contains("text") && message.contains("json"), "{message}");
+        assert!(
+            message.contains("text") && message.contains("json"),
+            "{message}"
+        );
         assert!(message.contains("BATON_LOG__FORMAT"), "{message}");
         Ok(())
     });
@@ -80,7 +84,9 @@ fn a_bad_duration_names_the_key_and_the_value() {
 fn a_bad_address_in_the_file_names_the_key_the_value_and_the_file() {
     Jail::expect_with(|jail| {
         jail.create_file("baton.yaml", "ops:\n  address: localhost-8001\n")?;
-        let message = load_in(jail, Some(Path::new("baton.yaml"))).unwrap_err().to_string();
+        let message = load_in(jail, Some(Path::new("baton.yaml")))
+            .unwrap_err()
+            .to_string();
         assert!(message.contains("ops.address"), "{message}");
         assert!(message.contains("localhost-8001"), "{message}");
         assert!(message.contains("baton.yaml"), "{message}");
@@ -92,7 +98,9 @@ fn a_bad_address_in_the_file_names_the_key_the_value_and_the_file() {
 fn unknown_keys_are_rejected_in_files_and_environment() {
     Jail::expect_with(|jail| {
         jail.create_file("baton.yaml", "log:\n  formt: json\n")?;
-        let message = load_in(jail, Some(Path::new("baton.yaml"))).unwrap_err().to_string();
+        let message = load_in(jail, Some(Path::new("baton.yaml")))
+            .unwrap_err()
+            .to_string();
         assert!(message.contains("log.formt"), "{message}");
         assert!(message.contains("unknown key"), "{message}");
         Ok(())
@@ -108,7 +116,9 @@ fn unknown_keys_are_rejected_in_files_and_environment() {
 #[test]
 fn a_missing_config_file_is_an_error_naming_it() {
     Jail::expect_with(|jail| {
-        let message = load_in(jail, Some(Path::new("nowhere.yaml"))).unwrap_err().to_string();
+        let message = load_in(jail, Some(Path::new("nowhere.yaml")))
+            .unwrap_err()
+            .to_string();
         assert!(message.contains("nowhere.yaml"), "{message}");
         Ok(())
     });
@@ -137,7 +147,13 @@ fn semantic_checks_report_every_problem_with_its_key() {
 
 #[test]
 fn log_filters_accept_levels_and_directives() {
-    for good in ["info", "WARN", "info,baton_controller=debug", "kube=off", "baton_webhook"] {
+    for good in [
+        "info",
+        "WARN",
+        "info,baton_controller=debug",
+        "kube=off",
+        "baton_webhook",
+    ] {
         assert!(values::is_log_filter(good), "{good}");
     }
     for bad in ["", "info,=debug", "x=loud", "a b"] {
@@ -184,7 +200,10 @@ fn the_reference_documents_every_key_and_is_current() {
     ] {
         assert!(generated.contains(&format!("| `{key}` |")), "missing {key}");
     }
-    assert!(!generated.contains("|  |"), "a key without documentation:\n{generated}");
+    assert!(
+        !generated.contains("|  |"),
+        "a key without documentation:\n{generated}"
+    );
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/configuration.md");
     if std::env::var_os("UPDATE_CONFIG_REFERENCE").is_some() {
         std::fs::write(&path, &generated).expect("write docs/configuration.md");

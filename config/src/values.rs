@@ -104,9 +104,9 @@ impl FromStr for ByteSize {
         let s = s.trim();
         let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
         let (digits, unit) = s.split_at(split);
-        let number: u64 = digits
-            .parse()
-            .map_err(|_| "expected a number of bytes, optionally with KiB, MiB or GiB".to_owned())?;
+        let number: u64 = digits.parse().map_err(|_| {
+            "expected a number of bytes, optionally with KiB, MiB or GiB".to_owned()
+        })?;
         let multiplier = match unit.trim() {
             "" | "B" => 1,
             "KiB" => 1 << 10,
@@ -174,7 +174,11 @@ macro_rules! string_value {
 }
 
 string_value!(Duration, "a duration", "\"30s\", \"5m\", \"1h30m\"");
-string_value!(ListenAddress, "a listen address", "\"0.0.0.0:8443\" or \"[::]:8443\"");
+string_value!(
+    ListenAddress,
+    "a listen address",
+    "\"0.0.0.0:8443\" or \"[::]:8443\""
+);
 string_value!(ByteSize, "a size in bytes", "\"3MiB\"");
 
 const LEVELS: [&str; 6] = ["trace", "debug", "info", "warn", "error", "off"];
@@ -189,8 +193,10 @@ pub(crate) fn is_log_filter(filter: &str) -> bool {
                 .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':' || c == '-')
     };
     !filter.trim().is_empty()
-        && filter.split(',').all(|directive| match directive.trim().split_once('=') {
-            Some((target, level)) => is_target(target) && is_level(level),
-            None => is_level(directive.trim()) || is_target(directive.trim()),
-        })
+        && filter
+            .split(',')
+            .all(|directive| match directive.trim().split_once('=') {
+                Some((target, level)) => is_target(target) && is_level(level),
+                None => is_level(directive.trim()) || is_target(directive.trim()),
+            })
 }

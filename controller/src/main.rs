@@ -9,7 +9,11 @@ use baton_shared::ops_server::{OpsServer, Readiness};
 use clap::Parser;
 
 #[derive(Debug, Parser)]
-#[command(name = "baton-controller", version, about = "Zone-by-zone rollouts for StatefulSets")]
+#[command(
+    name = "baton-controller",
+    version,
+    about = "Zone-by-zone rollouts for StatefulSets"
+)]
 struct Cli {
     #[command(flatten)]
     config: ConfigArgs,

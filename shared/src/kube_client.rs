@@ -38,8 +38,10 @@ pub async fn bounded<T>(
     what: impl Into<String>,
     call: impl Future<Output = T>,
 ) -> Result<T, TimedOut> {
-    tokio::time::timeout(timeout, call).await.map_err(|_| TimedOut {
-        what: what.into(),
-        timeout,
-    })
+    tokio::time::timeout(timeout, call)
+        .await
+        .map_err(|_| TimedOut {
+            what: what.into(),
+            timeout,
+        })
 }

@@ -39,14 +39,23 @@ pub struct OpsServer {
 
 impl std::fmt::Debug for OpsServer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("OpsServer").field("local_addr", &self.local_addr).finish()
+        f.debug_struct("OpsServer")
+            .field("local_addr", &self.local_addr)
+            .finish()
     }
 }
 
 impl OpsServer {
     /// Binds `address` (port 0 picks a free port, see [`OpsServer::local_addr`]).
-    pub fn bind(address: SocketAddr, registry: Registry, readiness: Readiness) -> std::io::Result<Self> {
-        let state = web::Data::new(OpsState { registry, readiness });
+    pub fn bind(
+        address: SocketAddr,
+        registry: Registry,
+        readiness: Readiness,
+    ) -> std::io::Result<Self> {
+        let state = web::Data::new(OpsState {
+            registry,
+            readiness,
+        });
         let http = HttpServer::new(move || {
             App::new()
                 .app_data(state.clone())
@@ -101,7 +110,9 @@ async fn metrics(state: web::Data<OpsState>) -> HttpResponse {
         Ok(()) => HttpResponse::Ok()
             .content_type(encoder.format_type())
             .body(body),
-        Err(error) => HttpResponse::InternalServerError().body(format!("encoding metrics: {error}\n")),
+        Err(error) => {
+            HttpResponse::InternalServerError().body(format!("encoding metrics: {error}\n"))
+        }
     }
 }
 
@@ -116,7 +127,8 @@ mod tests {
         registry.register(Box::new(counter.clone())).unwrap();
         counter.inc_by(3);
         let readiness = Readiness::default();
-        let server = OpsServer::bind("127.0.0.1:0".parse().unwrap(), registry, readiness.clone()).unwrap();
+        let server =
+            OpsServer::bind("127.0.0.1:0".parse().unwrap(), registry, readiness.clone()).unwrap();
         let base = format!("http://{}", server.local_addr());
         let shutdown = CancellationToken::new();
         let running = tokio::spawn(server.run(shutdown.clone()));
@@ -131,7 +143,14 @@ mod tests {
         assert_eq!(status("/ready").await, 503, "not ready until told");
         readiness.set(true);
         assert_eq!(status("/ready").await, 200);
-        let metrics = http.get(format!("{base}/metrics")).send().await.unwrap().text().await.unwrap();
+        let metrics = http
+            .get(format!("{base}/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
         assert!(metrics.contains("baton_test_total 3"), "{metrics}");
 
         shutdown.cancel();

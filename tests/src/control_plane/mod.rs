@@ -1,0 +1,144 @@
+//! The control plane tests run against: started once per test process (the
+//! `baton-control-plane` binary, stopped when the process exits), or an existing cluster named
+//! by `E2E_KUBECONFIG`.
+
+pub mod supervisor;
+
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::{Mutex, OnceLock};
+
+use anyhow::{Context, anyhow};
+pub use supervisor::Handshake;
+
+use crate::process::workspace_binary;
+
+/// Environment variable naming the kubeconfig of an existing cluster (kind, k3d…) to use
+/// instead of starting a local control plane.
+pub const EXISTING_CLUSTER_ENV: &str = "E2E_KUBECONFIG";
+
+/// A running Kubernetes control plane shared by the tests of one process.
+#[derive(Debug)]
+pub struct ControlPlane {
+    handshake: Handshake,
+    local: bool,
+    /// Kept open for the life of the process: the supervisor stops when it closes.
+    _supervisor: Option<Mutex<(Child, ChildStdin)>>,
+}
+
+static SHARED: OnceLock<ControlPlane> = OnceLock::new();
+
+impl ControlPlane {
+    /// The control plane of this test process, started on first use.
+    ///
+    /// Clients are made per call, never cached here: each `#[tokio::test]` has its own runtime
+    /// and a client outliving its runtime breaks.
+    pub async fn shared() -> &'static ControlPlane {
+        if let Some(existing) = SHARED.get() {
+            return existing;
+        }
+        tokio::task::spawn_blocking(|| {
+            SHARED.get_or_init(|| match Self::start() {
+                Ok(control_plane) => control_plane,
+                Err(error) => panic!("starting the test control plane: {error:#}"),
+            })
+        })
+        .await
+        .expect("starting the control plane panicked")
+    }
+
+    fn start() -> anyhow::Result<Self> {
+        if let Some(kubeconfig) = std::env::var_os(EXISTING_CLUSTER_ENV) {
+            return Ok(Self::existing(PathBuf::from(kubeconfig)));
+        }
+        let binary = workspace_binary("baton-control-plane")?;
+        let mut child = Command::new(&binary)
+            .arg("--until-stdin-closes")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .with_context(|| format!("starting {}", binary.display()))?;
+        let stdin = child.stdin.take().expect("stdin is piped");
+        let stdout = child.stdout.take().expect("stdout is piped");
+        let mut line = String::new();
+        std::io::BufReader::new(stdout).read_line(&mut line)?;
+        if line.trim().is_empty() {
+            let status = child.wait()?;
+            return Err(anyhow!(
+                "baton-control-plane exited ({status}) before it was ready; see its error above"
+            ));
+        }
+        let handshake: Handshake = serde_json::from_str(&line)
+            .with_context(|| format!("reading the control plane's handshake {line:?}"))?;
+        Ok(Self {
+            handshake,
+            local: true,
+            _supervisor: Some(Mutex::new((child, stdin))),
+        })
+    }
+
+    fn existing(kubeconfig: PathBuf) -> Self {
+        Self {
+            handshake: Handshake {
+                server: String::new(),
+                kubeconfig,
+                restricted_kubeconfig: PathBuf::new(),
+                service_account_kubeconfigs: Default::default(),
+                ca_file: PathBuf::new(),
+                dir: PathBuf::new(),
+            },
+            local: false,
+            _supervisor: None,
+        }
+    }
+
+    /// Whether this is the local control plane (whose restricted identities exist).
+    pub fn is_local(&self) -> bool {
+        self.local
+    }
+
+    /// Kubeconfig of a cluster admin: pass it as `KUBECONFIG` to spawned binaries.
+    pub fn kubeconfig_path(&self) -> &Path {
+        &self.handshake.kubeconfig
+    }
+
+    /// Everything the control plane told about itself.
+    pub fn handshake(&self) -> &Handshake {
+        &self.handshake
+    }
+
+    /// A cluster-admin client.
+    pub async fn admin_client(&self) -> kube::Client {
+        supervisor::client_from(&self.handshake.kubeconfig)
+            .await
+            .expect("a client for the admin kubeconfig")
+    }
+
+    /// Kubeconfig of a user with no RBAC bindings at all.
+    pub fn restricted_kubeconfig(&self) -> anyhow::Result<&Path> {
+        self.require_local()?;
+        Ok(&self.handshake.restricted_kubeconfig)
+    }
+
+    /// Kubeconfig authenticating as `system:serviceaccount:<namespace>:<name>`.
+    pub fn service_account_kubeconfig(&self, namespace: &str, name: &str) -> anyhow::Result<&Path> {
+        self.require_local()?;
+        self.handshake
+            .service_account_kubeconfigs
+            .get(&format!("{namespace}/{name}"))
+            .map(PathBuf::as_path)
+            .ok_or_else(|| anyhow!("the control plane has no token for {namespace}/{name}"))
+    }
+
+    fn require_local(&self) -> anyhow::Result<()> {
+        if self.local {
+            Ok(())
+        } else {
+            Err(anyhow!(
+                "this needs the local control plane's token file; unset {EXISTING_CLUSTER_ENV}"
+            ))
+        }
+    }
+}

@@ -1,0 +1,472 @@
+//! Starts etcd, kube-apiserver and kube-controller-manager on free loopback ports and keeps
+//! them running until told to stop. Runs inside the `baton-control-plane` binary so that the
+//! processes it starts die with it: every child is started through `setpriv --pdeathsig KILL`,
+//! and the binary stops when its parent (a test process) closes its stdin.
+
+use std::collections::BTreeMap;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use base64::Engine;
+use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair, KeyUsagePurpose};
+use serde::{Deserialize, Serialize};
+use tokio::io::AsyncReadExt;
+use tokio::process::{Child, Command};
+
+/// Kubernetes version built by `tests/control-plane/install.sh` (Debian's source package).
+pub const KUBERNETES_VERSION: &str = "1.20.2";
+
+/// The service accounts baton's manifests define; the token file maps a token to each so RBAC
+/// tests can act as them.
+pub const SERVICE_ACCOUNTS: [(&str, &str); 2] = [
+    ("baton-system", "baton-controller"),
+    ("baton-system", "baton-webhook"),
+];
+
+/// The binaries the control plane runs.
+#[derive(Debug, Clone)]
+pub struct Assets {
+    pub etcd: PathBuf,
+    pub kube_apiserver: PathBuf,
+    pub kube_controller_manager: PathBuf,
+}
+
+impl Assets {
+    /// `KUBEBUILDER_ASSETS` (envtest's convention), else the cache `install.sh` fills.
+    pub fn locate() -> anyhow::Result<Self> {
+        let dir = match std::env::var_os("KUBEBUILDER_ASSETS") {
+            Some(dir) => PathBuf::from(dir),
+            None => cache_dir().join(format!("kubernetes-{KUBERNETES_VERSION}/bin")),
+        };
+        let assets = Self {
+            etcd: dir.join("etcd"),
+            kube_apiserver: dir.join("kube-apiserver"),
+            kube_controller_manager: dir.join("kube-controller-manager"),
+        };
+        for binary in [
+            &assets.etcd,
+            &assets.kube_apiserver,
+            &assets.kube_controller_manager,
+        ] {
+            if !binary.is_file() {
+                bail!(
+                    "{} not found: run tests/control-plane/install.sh (builds it once) or set KUBEBUILDER_ASSETS",
+                    binary.display()
+                );
+            }
+        }
+        Ok(assets)
+    }
+}
+
+fn cache_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("E2E_CACHE_DIR") {
+        return PathBuf::from(dir);
+    }
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache")))
+        .unwrap_or_else(|| PathBuf::from("/tmp"));
+    base.join("baton")
+}
+
+/// What the supervisor prints (one JSON line on stdout) once the API server is ready.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Handshake {
+    /// `https://127.0.0.1:<port>`.
+    pub server: String,
+    /// Kubeconfig of a cluster admin (`system:masters`).
+    pub kubeconfig: PathBuf,
+    /// Kubeconfig of user `restricted`, who has no RBAC bindings.
+    pub restricted_kubeconfig: PathBuf,
+    /// Kubeconfig per service account in [`SERVICE_ACCOUNTS`], keyed `namespace/name`.
+    pub service_account_kubeconfigs: BTreeMap<String, PathBuf>,
+    /// PEM of the CA that signed the API server's certificate.
+    pub ca_file: PathBuf,
+    /// Folder holding everything above; removed on exit.
+    pub dir: PathBuf,
+}
+
+/// How the supervisor is asked to stop.
+#[derive(Debug, Clone, Copy)]
+pub enum StopWhen {
+    /// SIGINT or SIGTERM (the demo).
+    Signal,
+    /// Stdin closes, or a signal (tests: the parent process exiting closes the pipe).
+    StdinClosesOrSignal,
+}
+
+/// Runs the control plane until asked to stop; prints the [`Handshake`] when ready.
+pub async fn run(assets: Assets, stop_when: StopWhen) -> anyhow::Result<()> {
+    let dir = tempfile::Builder::new()
+        .prefix("baton-control-plane-")
+        .tempdir_in(scratch_root())
+        .context("creating the control plane's folder")?;
+    let root = dir.path().to_path_buf();
+    let outcome = run_in(&assets, stop_when, &root).await;
+    if outcome.is_err() {
+        // Keep the logs of a failure for whoever reads the error.
+        let kept = dir.keep();
+        eprintln!("control plane logs kept in {}", kept.display());
+    }
+    outcome
+}
+
+async fn run_in(assets: &Assets, stop_when: StopWhen, root: &Path) -> anyhow::Result<()> {
+    let root = root.to_path_buf();
+    let started = Instant::now();
+
+    let etcd_client = free_port()?;
+    let etcd_peer = free_port()?;
+    let api_port = free_port()?;
+    let server = format!("https://127.0.0.1:{api_port}");
+
+    let pki = Pki::generate(&root)?;
+    let tokens = Tokens::write(&root)?;
+
+    let mut etcd = spawn(
+        &assets.etcd,
+        &[
+            format!("--data-dir={}", root.join("etcd").display()),
+            "--name=baton".into(),
+            format!("--listen-client-urls=http://127.0.0.1:{etcd_client}"),
+            format!("--advertise-client-urls=http://127.0.0.1:{etcd_client}"),
+            format!("--listen-peer-urls=http://127.0.0.1:{etcd_peer}"),
+            format!("--initial-advertise-peer-urls=http://127.0.0.1:{etcd_peer}"),
+            format!("--initial-cluster=baton=http://127.0.0.1:{etcd_peer}"),
+            "--log-level=warn".into(),
+        ],
+        &root.join("etcd.log"),
+    )?;
+    let mut apiserver = spawn(
+        &assets.kube_apiserver,
+        &[
+            format!("--etcd-servers=http://127.0.0.1:{etcd_client}"),
+            "--bind-address=127.0.0.1".into(),
+            "--advertise-address=127.0.0.1".into(),
+            format!("--secure-port={api_port}"),
+            "--insecure-port=0".into(),
+            format!("--cert-dir={}", root.join("apiserver-certs").display()),
+            format!("--tls-cert-file={}", pki.serving_cert.display()),
+            format!("--tls-private-key-file={}", pki.serving_key.display()),
+            format!("--token-auth-file={}", tokens.file.display()),
+            "--authorization-mode=RBAC".into(),
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
+            format!(
+                "--service-account-key-file={}",
+                pki.service_account_public_key.display()
+            ),
+            format!(
+                "--service-account-signing-key-file={}",
+                pki.service_account_key.display()
+            ),
+            "--service-cluster-ip-range=10.0.0.0/24".into(),
+            "--disable-admission-plugins=ServiceAccount".into(),
+            "--allow-privileged=true".into(),
+            "--v=1".into(),
+        ],
+        &root.join("kube-apiserver.log"),
+    )?;
+
+    let ca_data = std::fs::read(&pki.ca_cert)?;
+    let kubeconfig = write_kubeconfig(&root, "admin", &server, &ca_data, &tokens.admin)?;
+    let restricted_kubeconfig =
+        write_kubeconfig(&root, "restricted", &server, &ca_data, &tokens.restricted)?;
+    let mut service_account_kubeconfigs = BTreeMap::new();
+    for ((namespace, name), token) in SERVICE_ACCOUNTS.iter().zip(&tokens.service_accounts) {
+        let path = write_kubeconfig(
+            &root,
+            &format!("sa-{namespace}-{name}"),
+            &server,
+            &ca_data,
+            token,
+        )?;
+        service_account_kubeconfigs.insert(format!("{namespace}/{name}"), path);
+    }
+
+    wait_ready(
+        &kubeconfig,
+        &mut [("etcd", &mut etcd), ("kube-apiserver", &mut apiserver)],
+        &root,
+    )
+    .await?;
+
+    let mut controller_manager = spawn(
+        &assets.kube_controller_manager,
+        &[
+            format!("--kubeconfig={}", kubeconfig.display()),
+            "--leader-elect=false".into(),
+            "--controllers=statefulset,replicaset,deployment,garbagecollector,namespace".into(),
+            "--port=0".into(),
+            "--secure-port=0".into(),
+            "--concurrent-statefulset-syncs=10".into(),
+            "--v=1".into(),
+        ],
+        &root.join("kube-controller-manager.log"),
+    )?;
+
+    let handshake = Handshake {
+        server,
+        kubeconfig,
+        restricted_kubeconfig,
+        service_account_kubeconfigs,
+        ca_file: pki.ca_cert.clone(),
+        dir: root.clone(),
+    };
+    println!("{}", serde_json::to_string(&handshake)?);
+    eprintln!(
+        "control plane (Kubernetes {KUBERNETES_VERSION}) ready in {:.1}s at {}; logs in {}",
+        started.elapsed().as_secs_f64(),
+        handshake.server,
+        root.display()
+    );
+
+    let outcome = wait_for_stop(
+        stop_when,
+        &mut etcd,
+        &mut apiserver,
+        &mut controller_manager,
+    )
+    .await;
+    for child in [&mut controller_manager, &mut apiserver, &mut etcd] {
+        let _ = child.start_kill();
+        let _ = child.wait().await;
+    }
+    outcome
+}
+
+async fn wait_for_stop(
+    stop_when: StopWhen,
+    etcd: &mut Child,
+    apiserver: &mut Child,
+    controller_manager: &mut Child,
+) -> anyhow::Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut terminate = signal(SignalKind::terminate())?;
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    let stdin_closed = async {
+        match stop_when {
+            StopWhen::Signal => std::future::pending::<()>().await,
+            StopWhen::StdinClosesOrSignal => {
+                let mut stdin = tokio::io::stdin();
+                let mut buffer = [0u8; 64];
+                while matches!(stdin.read(&mut buffer).await, Ok(n) if n > 0) {}
+            }
+        }
+    };
+    tokio::select! {
+        _ = terminate.recv() => Ok(()),
+        _ = interrupt.recv() => Ok(()),
+        _ = stdin_closed => Ok(()),
+        status = etcd.wait() => bail!("etcd exited: {status:?}"),
+        status = apiserver.wait() => bail!("kube-apiserver exited: {status:?}"),
+        status = controller_manager.wait() => bail!("kube-controller-manager exited: {status:?}"),
+    }
+}
+
+/// `/dev/shm` keeps etcd's fsyncs off the disk when it exists.
+fn scratch_root() -> PathBuf {
+    let shm = Path::new("/dev/shm");
+    if shm.is_dir() {
+        shm.to_path_buf()
+    } else {
+        std::env::temp_dir()
+    }
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    let listener = TcpListener::bind("127.0.0.1:0").context("finding a free loopback port")?;
+    Ok(listener.local_addr()?.port())
+}
+
+fn spawn(binary: &Path, args: &[String], log: &Path) -> anyhow::Result<Child> {
+    let log_file = std::fs::File::create(log)?;
+    Command::new("setpriv")
+        .arg("--pdeathsig")
+        .arg("KILL")
+        .arg("--")
+        .arg(binary)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(log_file.try_clone()?)
+        .stderr(log_file)
+        .kill_on_drop(true)
+        .spawn()
+        .with_context(|| {
+            format!(
+                "starting {} (needs setpriv from util-linux)",
+                binary.display()
+            )
+        })
+}
+
+async fn wait_ready(
+    kubeconfig: &Path,
+    children: &mut [(&str, &mut Child)],
+    root: &Path,
+) -> anyhow::Result<()> {
+    let client = client_from(kubeconfig).await?;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        for (name, child) in children.iter_mut() {
+            if let Some(status) = child.try_wait()? {
+                let log = root.join(format!("{name}.log"));
+                bail!(
+                    "{name} exited during startup ({status}); last lines of {}:\n{}",
+                    log.display(),
+                    tail(&log, 15)
+                );
+            }
+        }
+        let request = http::Request::get("/readyz").body(Vec::new())?;
+        if let Ok(Ok(body)) =
+            tokio::time::timeout(Duration::from_secs(2), client.request_text(request)).await
+            && body.trim() == "ok"
+        {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "kube-apiserver not ready after 120s; logs in {}",
+                root.display()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn tail(path: &Path, lines: usize) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+/// A client for a kubeconfig file (not the environment's).
+pub async fn client_from(kubeconfig: &Path) -> anyhow::Result<kube::Client> {
+    let config = kube::Config::from_custom_kubeconfig(
+        kube::config::Kubeconfig::read_from(kubeconfig)?,
+        &kube::config::KubeConfigOptions::default(),
+    )
+    .await?;
+    Ok(kube::Client::try_from(config)?)
+}
+
+struct Pki {
+    ca_cert: PathBuf,
+    serving_cert: PathBuf,
+    serving_key: PathBuf,
+    service_account_key: PathBuf,
+    service_account_public_key: PathBuf,
+}
+
+impl Pki {
+    fn generate(root: &Path) -> anyhow::Result<Self> {
+        let pki = root.join("pki");
+        std::fs::create_dir_all(&pki)?;
+        let ca_key = KeyPair::generate()?;
+        let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
+        ca_params
+            .distinguished_name
+            .push(DnType::CommonName, "baton test control plane CA");
+        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+        let ca = ca_params.self_signed(&ca_key)?;
+        let issuer = rcgen::Issuer::new(ca_params, ca_key);
+
+        let serving_key = KeyPair::generate()?;
+        let mut serving_params = CertificateParams::new(vec![
+            "localhost".to_owned(),
+            "127.0.0.1".to_owned(),
+            "10.0.0.1".to_owned(),
+            "kubernetes".to_owned(),
+            "kubernetes.default".to_owned(),
+            "kubernetes.default.svc".to_owned(),
+            "kubernetes.default.svc.cluster.local".to_owned(),
+        ])?;
+        serving_params
+            .distinguished_name
+            .push(DnType::CommonName, "kube-apiserver");
+        let serving = serving_params.signed_by(&serving_key, &issuer)?;
+
+        let service_account_key = KeyPair::generate()?;
+        let paths = Self {
+            ca_cert: pki.join("ca.crt"),
+            serving_cert: pki.join("apiserver.crt"),
+            serving_key: pki.join("apiserver.key"),
+            service_account_key: pki.join("service-account.key"),
+            service_account_public_key: pki.join("service-account.pub"),
+        };
+        std::fs::write(&paths.ca_cert, ca.pem())?;
+        std::fs::write(&paths.serving_cert, serving.pem())?;
+        std::fs::write(&paths.serving_key, serving_key.serialize_pem())?;
+        std::fs::write(
+            &paths.service_account_key,
+            service_account_key.serialize_pem(),
+        )?;
+        std::fs::write(
+            &paths.service_account_public_key,
+            service_account_key.public_key_pem(),
+        )?;
+        Ok(paths)
+    }
+}
+
+struct Tokens {
+    file: PathBuf,
+    admin: String,
+    restricted: String,
+    service_accounts: Vec<String>,
+}
+
+impl Tokens {
+    fn write(root: &Path) -> anyhow::Result<Self> {
+        let admin = random_token()?;
+        let restricted = random_token()?;
+        let mut lines = vec![
+            format!("{admin},admin,admin,\"system:masters,system:authenticated\""),
+            format!("{restricted},restricted,restricted,\"system:authenticated\""),
+        ];
+        let mut service_accounts = Vec::new();
+        for (namespace, name) in SERVICE_ACCOUNTS {
+            let token = random_token()?;
+            let user = format!("system:serviceaccount:{namespace}:{name}");
+            lines.push(format!(
+                "{token},{user},{user},\"system:serviceaccounts,system:serviceaccounts:{namespace},system:authenticated\""
+            ));
+            service_accounts.push(token);
+        }
+        let file = root.join("tokens.csv");
+        std::fs::write(&file, lines.join("\n") + "\n")?;
+        Ok(Self {
+            file,
+            admin,
+            restricted,
+            service_accounts,
+        })
+    }
+}
+
+fn random_token() -> anyhow::Result<String> {
+    let mut bytes = [0u8; 24];
+    std::io::Read::read_exact(&mut std::fs::File::open("/dev/urandom")?, &mut bytes)?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+fn write_kubeconfig(
+    root: &Path,
+    user: &str,
+    server: &str,
+    ca_pem: &[u8],
+    token: &str,
+) -> anyhow::Result<PathBuf> {
+    let ca = base64::engine::general_purpose::STANDARD.encode(ca_pem);
+    let text = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: baton-test\n  cluster:\n    server: {server}\n    certificate-authority-data: {ca}\nusers:\n- name: {user}\n  user:\n    token: {token}\ncontexts:\n- name: {user}@baton-test\n  context:\n    cluster: baton-test\n    user: {user}\n    namespace: default\ncurrent-context: {user}@baton-test\n"
+    );
+    let path = root.join(format!("{user}.kubeconfig"));
+    std::fs::write(&path, text)?;
+    Ok(path)
+}

@@ -1,0 +1,135 @@
+//! Named builders for the objects tests create.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use serde_json::json;
+
+/// The image every fixture pod runs; the tag is the "version" tests roll out.
+pub const IMAGE: &str = "baton.test/app";
+
+/// A StatefulSet as the Go operator's users write them: one per zone, labelled with its group,
+/// `OnDelete`, `Parallel` pod management (as Mimir ingesters use).
+#[derive(Debug, Clone)]
+pub struct StatefulSetFixture {
+    name: String,
+    replicas: i32,
+    version: String,
+    labels: BTreeMap<String, String>,
+    annotations: BTreeMap<String, String>,
+    strategy: &'static str,
+    pod_management: &'static str,
+}
+
+impl StatefulSetFixture {
+    pub fn new(name: &str) -> Self {
+        Self {
+            name: name.to_owned(),
+            replicas: 3,
+            version: "v1".to_owned(),
+            labels: BTreeMap::new(),
+            annotations: BTreeMap::new(),
+            strategy: "OnDelete",
+            pod_management: "Parallel",
+        }
+    }
+
+    /// Member of rollout group `group` (`rollout-group` label).
+    pub fn group(self, group: &str) -> Self {
+        self.label("rollout-group", group)
+    }
+
+    pub fn replicas(mut self, replicas: i32) -> Self {
+        self.replicas = replicas;
+        self
+    }
+
+    /// The image tag of its pod template.
+    pub fn version(mut self, version: &str) -> Self {
+        self.version = version.to_owned();
+        self
+    }
+
+    pub fn label(mut self, key: &str, value: &str) -> Self {
+        self.labels.insert(key.to_owned(), value.to_owned());
+        self
+    }
+
+    pub fn annotation(mut self, key: &str, value: &str) -> Self {
+        self.annotations.insert(key.to_owned(), value.to_owned());
+        self
+    }
+
+    pub fn rolling_update(mut self) -> Self {
+        self.strategy = "RollingUpdate";
+        self
+    }
+
+    pub fn ordered_ready(mut self) -> Self {
+        self.pod_management = "OrderedReady";
+        self
+    }
+
+    pub fn build(&self) -> StatefulSet {
+        serde_json::from_value(json!({
+            "apiVersion": "apps/v1",
+            "kind": "StatefulSet",
+            "metadata": {
+                "name": self.name,
+                "labels": self.labels,
+                "annotations": self.annotations,
+            },
+            "spec": {
+                "replicas": self.replicas,
+                "serviceName": self.name,
+                "podManagementPolicy": self.pod_management,
+                "updateStrategy": {"type": self.strategy},
+                "selector": {"matchLabels": {"app.kubernetes.io/instance": self.name}},
+                "template": {
+                    "metadata": {"labels": {"app.kubernetes.io/instance": self.name, "name": self.name}},
+                    "spec": {
+                        "containers": [{"name": "app", "image": format!("{IMAGE}:{}", self.version)}],
+                        "terminationGracePeriodSeconds": 0,
+                    },
+                },
+            },
+        }))
+        .expect("a valid StatefulSet")
+    }
+
+    /// Creates it in `namespace`.
+    pub async fn create(&self, client: &kube::Client, namespace: &str) -> StatefulSet {
+        Api::<StatefulSet>::namespaced(client.clone(), namespace)
+            .create(&PostParams::default(), &self.build())
+            .await
+            .unwrap_or_else(|error| panic!("creating StatefulSet {}: {error}", self.name))
+    }
+}
+
+/// One StatefulSet per zone (`<group>-zone-a`, `-zone-b`, …), all in `group`.
+pub fn rollout_group(group: &str, zones: &[&str], replicas: i32) -> Vec<StatefulSetFixture> {
+    zones
+        .iter()
+        .map(|zone| {
+            StatefulSetFixture::new(&format!("{group}-zone-{zone}"))
+                .group(group)
+                .replicas(replicas)
+        })
+        .collect()
+}
+
+/// Changes the pod template's image tag: a new update revision, as a deploy would.
+pub async fn set_version(client: &kube::Client, namespace: &str, statefulset: &str, version: &str) {
+    let patch = json!({"spec": {"template": {"spec": {"containers": [
+        {"name": "app", "image": format!("{IMAGE}:{version}")}
+    ]}}}});
+    Api::<StatefulSet>::namespaced(client.clone(), namespace)
+        .patch(
+            statefulset,
+            &PatchParams::default(),
+            &Patch::Strategic(patch),
+        )
+        .await
+        .unwrap_or_else(|error| panic!("changing the template of {statefulset}: {error}"));
+}

@@ -1,0 +1,16 @@
+//! End-to-end test support for baton: a real local Kubernetes control plane, a pod simulator
+//! standing in for the kubelet, fixtures and process helpers. Nothing here mocks what the API
+//! server can do for real.
+
+pub mod control_plane;
+pub mod fixtures;
+pub mod namespace;
+pub mod pod_simulator;
+pub mod process;
+pub mod wait;
+
+pub use control_plane::ControlPlane;
+pub use namespace::TestNamespace;
+pub use pod_simulator::{PodEvent, PodSimulator, PodTransition, SimulatorOptions};
+pub use process::BatonProcess;
+pub use wait::wait_until;

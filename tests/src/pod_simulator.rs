@@ -1,0 +1,311 @@
+//! Stands in for the kubelet: there is none in the test control plane, so pods would stay
+//! Pending forever. Watches the pods of one namespace and, after a delay, marks each new pod
+//! Running and Ready with a loopback IP of its own (`127.x.y.z`, so a test server can listen
+//! "on the pod"). Tests can hold pods NotReady and read a timeline of what every pod did, as
+//! seen through the API server's watch.
+
+use std::collections::{HashMap, HashSet};
+use std::net::Ipv4Addr;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::watcher;
+use serde_json::json;
+use tokio::task::JoinSet;
+
+/// How the simulated kubelet behaves.
+#[derive(Debug, Clone)]
+pub struct SimulatorOptions {
+    /// Time from a pod's creation to Running + Ready.
+    pub ready_after: Duration,
+}
+
+impl Default for SimulatorOptions {
+    fn default() -> Self {
+        Self {
+            ready_after: Duration::from_millis(200),
+        }
+    }
+}
+
+/// What happened to a pod, in the order the watch delivered it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PodEvent {
+    Created,
+    Ready,
+    NotReady,
+    Terminating,
+    Deleted,
+}
+
+/// One entry of the timeline.
+#[derive(Debug, Clone)]
+pub struct PodTransition {
+    pub at: Instant,
+    pub pod: String,
+    pub uid: String,
+    /// Name of the StatefulSet that controls the pod, if any.
+    pub statefulset: Option<String>,
+    /// The pod's `controller-revision-hash`.
+    pub revision: Option<String>,
+    pub event: PodEvent,
+}
+
+#[derive(Debug)]
+struct Shared {
+    api: Api<Pod>,
+    options: SimulatorOptions,
+    held: Mutex<HashSet<String>>,
+    timeline: Mutex<Vec<PodTransition>>,
+    ips: Mutex<HashMap<String, Ipv4Addr>>,
+}
+
+/// A running simulator; stops when dropped.
+#[derive(Debug)]
+pub struct PodSimulator {
+    shared: Arc<Shared>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl PodSimulator {
+    /// Starts watching the pods of `namespace`.
+    pub async fn start(client: kube::Client, namespace: &str, options: SimulatorOptions) -> Self {
+        let shared = Arc::new(Shared {
+            api: Api::namespaced(client, namespace),
+            options,
+            held: Mutex::default(),
+            timeline: Mutex::default(),
+            ips: Mutex::default(),
+        });
+        let task = tokio::spawn(run(shared.clone()));
+        Self { shared, task }
+    }
+
+    /// The loopback IP this pod gets (the same for every incarnation of a pod name).
+    pub fn pod_ip(&self, pod: &str) -> Ipv4Addr {
+        self.shared.ip_for(pod)
+    }
+
+    /// Keeps `pod` (and any pod recreated with its name) NotReady until [`release`]d; a pod
+    /// that is Ready now goes NotReady at once.
+    ///
+    /// [`release`]: PodSimulator::release
+    pub async fn hold_not_ready(&self, pod: &str) {
+        self.shared.held.lock().unwrap().insert(pod.to_owned());
+        if let Ok(current) = self.shared.api.get(pod).await
+            && is_ready(&current)
+        {
+            self.shared.set_ready(&current, false).await;
+        }
+    }
+
+    /// Lets `pod` become Ready again (after the usual delay).
+    pub async fn release(&self, pod: &str) {
+        self.shared.held.lock().unwrap().remove(pod);
+        if let Ok(current) = self.shared.api.get(pod).await
+            && !is_ready(&current)
+            && current.metadata.deletion_timestamp.is_none()
+        {
+            tokio::time::sleep(self.shared.options.ready_after).await;
+            self.shared.set_ready(&current, true).await;
+        }
+    }
+
+    /// Every transition seen so far.
+    pub fn timeline(&self) -> Vec<PodTransition> {
+        self.shared.timeline.lock().unwrap().clone()
+    }
+}
+
+impl Drop for PodSimulator {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Per pod uid: what the simulator last saw.
+#[derive(Debug, Default)]
+struct Seen {
+    ready: bool,
+    terminating: bool,
+    scheduled: bool,
+}
+
+async fn run(shared: Arc<Shared>) {
+    let mut seen: HashMap<String, Seen> = HashMap::new();
+    let mut becoming_ready: JoinSet<()> = JoinSet::new();
+    let mut events = watcher(shared.api.clone(), watcher::Config::default()).boxed();
+    loop {
+        tokio::select! {
+            event = events.next() => match event {
+                Some(Ok(watcher::Event::Apply(pod) | watcher::Event::InitApply(pod))) => {
+                    observe(&shared, &mut seen, &mut becoming_ready, pod);
+                }
+                Some(Ok(watcher::Event::Delete(pod))) => {
+                    if let Some(uid) = pod.metadata.uid.clone() {
+                        seen.remove(&uid);
+                        shared.record(&pod, PodEvent::Deleted);
+                    }
+                }
+                Some(Ok(_)) => {}
+                Some(Err(error)) => tracing::debug!(%error, "pod simulator watch error; retrying"),
+                None => return,
+            },
+            Some(_) = becoming_ready.join_next(), if !becoming_ready.is_empty() => {}
+        }
+    }
+}
+
+fn observe(
+    shared: &Arc<Shared>,
+    seen: &mut HashMap<String, Seen>,
+    tasks: &mut JoinSet<()>,
+    pod: Pod,
+) {
+    let Some(uid) = pod.metadata.uid.clone() else {
+        return;
+    };
+    let name = pod.metadata.name.clone().unwrap_or_default();
+    let state = seen.entry(uid).or_insert_with(|| {
+        shared.record(&pod, PodEvent::Created);
+        Seen::default()
+    });
+    let ready = is_ready(&pod);
+    if ready != state.ready {
+        state.ready = ready;
+        shared.record(
+            &pod,
+            if ready {
+                PodEvent::Ready
+            } else {
+                PodEvent::NotReady
+            },
+        );
+    }
+    if pod.metadata.deletion_timestamp.is_some() {
+        if !state.terminating {
+            state.terminating = true;
+            shared.record(&pod, PodEvent::Terminating);
+        }
+        return;
+    }
+    let held = shared.held.lock().unwrap().contains(&name);
+    if !ready && !state.scheduled && !held {
+        state.scheduled = true;
+        let shared = shared.clone();
+        tasks.spawn(async move {
+            tokio::time::sleep(shared.options.ready_after).await;
+            if !shared.held.lock().unwrap().contains(&name) {
+                shared.set_ready(&pod, true).await;
+            }
+        });
+    }
+}
+
+fn is_ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|status| status.conditions.as_ref())
+        .is_some_and(|conditions| {
+            conditions
+                .iter()
+                .any(|condition| condition.type_ == "Ready" && condition.status == "True")
+        })
+}
+
+static NEXT_IP: AtomicU32 = AtomicU32::new(0);
+
+impl Shared {
+    fn ip_for(&self, pod: &str) -> Ipv4Addr {
+        *self
+            .ips
+            .lock()
+            .unwrap()
+            .entry(pod.to_owned())
+            .or_insert_with(|| {
+                // The second octet comes from the process id so that test processes running at the
+                // same time do not hand out the same addresses.
+                let n = NEXT_IP.fetch_add(1, Ordering::Relaxed);
+                let process = (std::process::id() % 240) as u8 + 10;
+                Ipv4Addr::new(127, process, (n / 250) as u8, (n % 250) as u8 + 1)
+            })
+    }
+
+    fn record(&self, pod: &Pod, event: PodEvent) {
+        let owner = pod
+            .metadata
+            .owner_references
+            .as_ref()
+            .and_then(|owners| owners.iter().find(|owner| owner.controller == Some(true)))
+            .filter(|owner| owner.kind == "StatefulSet")
+            .map(|owner| owner.name.clone());
+        self.timeline.lock().unwrap().push(PodTransition {
+            at: Instant::now(),
+            pod: pod.metadata.name.clone().unwrap_or_default(),
+            uid: pod.metadata.uid.clone().unwrap_or_default(),
+            statefulset: owner,
+            revision: pod
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|labels| labels.get("controller-revision-hash").cloned()),
+            event,
+        });
+    }
+
+    /// Writes the status a kubelet would: Running, the pod's IP, and Ready true or false. The
+    /// uid in the patch is a precondition: a recreated pod of the same name is left alone.
+    async fn set_ready(&self, pod: &Pod, ready: bool) {
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let now = jiff::Timestamp::now().to_string();
+        let flag = if ready { "True" } else { "False" };
+        let ip = self.ip_for(&name).to_string();
+        let containers: Vec<_> = pod
+            .spec
+            .as_ref()
+            .map(|spec| spec.containers.iter().collect())
+            .unwrap_or_default();
+        let container_statuses: Vec<_> = containers
+            .iter()
+            .map(|container| {
+                json!({
+                    "name": container.name,
+                    "image": container.image,
+                    "imageID": "",
+                    "ready": ready,
+                    "started": true,
+                    "restartCount": 0,
+                    "state": {"running": {"startedAt": now}},
+                })
+            })
+            .collect();
+        let patch = json!({
+            "metadata": {"uid": pod.metadata.uid},
+            "status": {
+                "phase": "Running",
+                "hostIP": "127.0.0.1",
+                "podIP": ip,
+                "podIPs": [{"ip": ip}],
+                "startTime": now,
+                "conditions": [
+                    {"type": "PodScheduled", "status": "True", "lastTransitionTime": now},
+                    {"type": "Initialized", "status": "True", "lastTransitionTime": now},
+                    {"type": "ContainersReady", "status": flag, "lastTransitionTime": now},
+                    {"type": "Ready", "status": flag, "lastTransitionTime": now},
+                ],
+                "containerStatuses": container_statuses,
+            }
+        });
+        if let Err(error) = self
+            .api
+            .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            tracing::debug!(pod = %name, %error, "pod simulator could not update status (pod gone?)");
+        }
+    }
+}

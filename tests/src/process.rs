@@ -1,0 +1,166 @@
+//! Workspace binaries started by tests: built once per test process so a test never runs a
+//! stale binary, stopped when dropped, their output kept in a file and shown when a test fails.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Mutex;
+
+use anyhow::{Context, bail};
+use tokio::process::{Child, Command};
+
+static BUILT: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+/// The package of each binary tests start.
+fn package_of(binary: &str) -> &str {
+    match binary {
+        "baton-control-plane" => "baton-e2e",
+        other => other,
+    }
+}
+
+/// The path of a binary of this workspace, after `cargo build -p <package> --bin <name>` (a
+/// no-op when nothing changed) has run once for it in this process.
+pub fn workspace_binary(name: &str) -> anyhow::Result<PathBuf> {
+    let profile_dir = profile_dir()?;
+    let mut built = BUILT
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    if !built.iter().any(|done| done == name) {
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let mut command = std::process::Command::new(cargo);
+        command
+            .args(["build", "--quiet", "-p", package_of(name), "--bin", name])
+            .current_dir(env!("CARGO_MANIFEST_DIR"));
+        if profile_dir
+            .file_name()
+            .is_some_and(|name| name == "release")
+        {
+            command.arg("--release");
+        }
+        let status = command
+            .status()
+            .with_context(|| format!("running cargo build for {name}"))?;
+        if !status.success() {
+            bail!(
+                "cargo build -p {} --bin {name} failed ({status})",
+                package_of(name)
+            );
+        }
+        built.push(name.to_owned());
+    }
+    let binary = profile_dir.join(name);
+    if !binary.is_file() {
+        bail!(
+            "{} does not exist after building the workspace",
+            binary.display()
+        );
+    }
+    Ok(binary)
+}
+
+/// `target/<profile>`, found from the running test binary (`target/<profile>/deps/<test>`).
+fn profile_dir() -> anyhow::Result<PathBuf> {
+    let exe = std::env::current_exe()?;
+    let deps = exe.parent().context("test binary has no folder")?;
+    let profile = if deps.file_name().is_some_and(|name| name == "deps") {
+        deps.parent().context("deps has no parent")?
+    } else {
+        deps
+    };
+    Ok(profile.to_path_buf())
+}
+
+/// A running baton binary (or any workspace binary) owned by a test.
+#[derive(Debug)]
+pub struct BatonProcess {
+    name: String,
+    child: Child,
+    log: PathBuf,
+    _log_dir: tempfile::TempDir,
+}
+
+impl BatonProcess {
+    /// Starts workspace binary `name` with `KUBECONFIG` set to `kubeconfig` and the given
+    /// environment (typically `BATON_*` configuration keys).
+    pub async fn spawn(
+        name: &str,
+        kubeconfig: &Path,
+        env: &[(&str, &str)],
+    ) -> anyhow::Result<Self> {
+        let binary = tokio::task::spawn_blocking({
+            let name = name.to_owned();
+            move || workspace_binary(&name)
+        })
+        .await??;
+        let log_dir = tempfile::tempdir()?;
+        let log = log_dir.path().join(format!("{name}.log"));
+        let log_file = std::fs::File::create(&log)?;
+        let mut command = Command::new(&binary);
+        command
+            .env("KUBECONFIG", kubeconfig)
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null())
+            .stdout(log_file.try_clone()?)
+            .stderr(log_file)
+            .kill_on_drop(true);
+        for (key, value) in env {
+            command.env(key, value);
+        }
+        let child = command
+            .spawn()
+            .with_context(|| format!("starting {}", binary.display()))?;
+        Ok(Self {
+            name: name.to_owned(),
+            child,
+            log,
+            _log_dir: log_dir,
+        })
+    }
+
+    /// Everything the process wrote so far.
+    pub fn output(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// The process id, for signals.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.id()
+    }
+
+    /// Sends a signal (`"TERM"`, `"KILL"`, …) with `kill(1)`.
+    pub fn signal(&self, signal: &str) -> anyhow::Result<()> {
+        let pid = self.pid().context("process already reaped")?;
+        let status = std::process::Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(pid.to_string())
+            .status()?;
+        if !status.success() {
+            bail!("kill -{signal} {pid} failed");
+        }
+        Ok(())
+    }
+
+    /// Waits for the process to exit and returns its exit code (None when killed by a signal).
+    pub async fn wait(&mut self) -> anyhow::Result<Option<i32>> {
+        Ok(self.child.wait().await?.code())
+    }
+
+    /// Whether it exited already.
+    pub fn has_exited(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(Some(_)))
+    }
+}
+
+impl Drop for BatonProcess {
+    fn drop(&mut self) {
+        let _ = self.child.start_kill();
+        if std::thread::panicking() {
+            eprintln!(
+                "----- output of {} -----\n{}\n----- end of {} -----",
+                self.name,
+                self.output(),
+                self.name
+            );
+        }
+    }
+}
