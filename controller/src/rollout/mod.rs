@@ -1,1 +1,12 @@
 //! Group rollouts: a pure planner and the Kubernetes calls that carry out its actions.
+//!
+//! The controller builds a [`GroupSnapshot`] per group from its caches
+//! ([`GroupSnapshot::from_kubernetes`]), calls [`plan()`] and carries out [`Plan::actions`].
+
+pub mod plan;
+pub mod snapshot;
+
+pub use plan::{Action, Plan, Progress, WaitReason, Warning, plan};
+pub use snapshot::{
+    GroupSnapshot, PodPhase, PodSnapshot, StatefulSetSnapshot, UpdateStrategy, selector_matches,
+};

@@ -1,0 +1,583 @@
+//! The rollout planner: from a snapshot of one group, what to do next and, if nothing can be
+//! done, why. A pure function, so that every rule of compat.md's "Rollout algorithm" can be
+//! unit tested and the guarantees users rely on can be checked by simulation.
+//!
+//! The walk, in short (compat.md, with baton's changes):
+//! 1. a member that is not `OnDelete` → the whole group is left alone;
+//! 2. more than one not-ready member → wait; exactly one → it goes first;
+//! 3. walk the members in order: delete the lowest-ordinal pods not at the update revision, at
+//!    most `max-unavailable - not-ready` of them; stop at a member that had deletions or is not
+//!    ready; mark a finished member's currentRevision; paused members are treated as done.
+
+use std::cmp::Reverse;
+use std::fmt;
+
+use baton_shared::annotations::{InvalidAnnotation, max_unavailable, paused};
+use jiff::{SignedDuration, Timestamp};
+
+use super::snapshot::{
+    GroupSnapshot, PodPhase, PodSnapshot, StatefulSetSnapshot, UpdateStrategy, natural_cmp,
+    pod_ordinal,
+};
+
+/// What the controller should do for a group now, and what to tell people about it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plan {
+    /// Carry out in order. Deletions, if any, all belong to one StatefulSet.
+    pub actions: Vec<Action>,
+    /// Why the group cannot go further right now (None while pods are being deleted, or once
+    /// the group is done).
+    pub waiting: Option<WaitReason>,
+    /// Bad annotation values, to report as Kubernetes Events.
+    pub warnings: Vec<Warning>,
+    /// One entry per StatefulSet, in name order.
+    pub progress: Vec<Progress>,
+    /// When a pod that is Ready but not yet for `minReadySeconds` becomes available: the
+    /// group may progress then without any watch event, so the controller should requeue.
+    pub recheck_after: Option<Timestamp>,
+}
+
+impl Plan {
+    /// The pods this plan deletes.
+    pub fn deletions(&self) -> impl Iterator<Item = &Action> {
+        self.actions
+            .iter()
+            .filter(|action| matches!(action, Action::DeletePod { .. }))
+    }
+}
+
+/// One change to make in the cluster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// Delete a pod so that the StatefulSet controller recreates it at the update revision.
+    /// `uid` is meant for a delete precondition: never delete a newer pod of the same name.
+    DeletePod {
+        statefulset: String,
+        pod: String,
+        uid: String,
+    },
+    /// Set status.currentRevision: with `OnDelete` nobody else does it once a rollout is done.
+    SetCurrentRevision {
+        statefulset: String,
+        revision: String,
+    },
+}
+
+impl fmt::Display for Action {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::DeletePod {
+                statefulset, pod, ..
+            } => write!(formatter, "delete pod {pod} of {statefulset}"),
+            Self::SetCurrentRevision {
+                statefulset,
+                revision,
+            } => write!(
+                formatter,
+                "set the current revision of {statefulset} to {revision}"
+            ),
+        }
+    }
+}
+
+/// Why a group is not progressing; `Display` explains it to a person, [`WaitReason::kind`]
+/// names it for metrics and Event reasons.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WaitReason {
+    /// A member is not `OnDelete`: zone-by-zone rollouts cannot be guaranteed.
+    NonOnDeleteMember {
+        statefulset: String,
+        strategy: UpdateStrategy,
+    },
+    /// Several members are not ready: rolling any of them could take out two zones.
+    MultipleNotReady { statefulsets: Vec<String> },
+    /// Fewer pods exist than spec.replicas asks for (being created, or cannot be: quota).
+    MissingPods {
+        statefulset: String,
+        present: u32,
+        expected: u32,
+    },
+    /// Some pods are not running, not ready or terminating.
+    NotReady { statefulset: String, pods: u32 },
+    /// Every unavailable pod is Ready, just not yet for minReadySeconds.
+    MinReadySeconds {
+        statefulset: String,
+        pods: u32,
+        min_ready_seconds: u32,
+    },
+    /// More pods exist than spec.replicas asks for: a scale-down is under way.
+    ExtraPods {
+        statefulset: String,
+        present: u32,
+        expected: u32,
+    },
+    /// The pods look fine but the StatefulSet's status does not agree (yet).
+    StatusNotReady {
+        statefulset: String,
+        replicas: u32,
+        ready_replicas: u32,
+        expected: u32,
+    },
+    /// Pods need an update but as many as allowed are already unavailable.
+    MaxUnavailable {
+        statefulset: String,
+        not_ready: u32,
+        max_unavailable: u32,
+    },
+    /// The Kubernetes controller has not computed the StatefulSet's revisions yet.
+    NoUpdateRevision { statefulset: String },
+    /// Everything else is done; these paused StatefulSets still have pods to update.
+    Paused { statefulsets: Vec<String> },
+}
+
+impl WaitReason {
+    /// A short, stable identifier (CamelCase, like Kubernetes Event reasons) for metrics
+    /// labels and Events. Never change one: dashboards and alerts match on them.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::NonOnDeleteMember { .. } => "NonOnDeleteMember",
+            Self::MultipleNotReady { .. } => "MultipleNotReady",
+            Self::MissingPods { .. } => "MissingPods",
+            Self::NotReady { .. } => "NotReady",
+            Self::MinReadySeconds { .. } => "MinReadySeconds",
+            Self::ExtraPods { .. } => "ExtraPods",
+            Self::StatusNotReady { .. } => "StatusNotReady",
+            Self::MaxUnavailable { .. } => "MaxUnavailable",
+            Self::NoUpdateRevision { .. } => "NoUpdateRevision",
+            Self::Paused { .. } => "Paused",
+        }
+    }
+
+    /// The StatefulSet the group waits for, when it is one.
+    pub fn statefulset(&self) -> Option<&str> {
+        match self {
+            Self::NonOnDeleteMember { statefulset, .. }
+            | Self::MissingPods { statefulset, .. }
+            | Self::NotReady { statefulset, .. }
+            | Self::MinReadySeconds { statefulset, .. }
+            | Self::ExtraPods { statefulset, .. }
+            | Self::StatusNotReady { statefulset, .. }
+            | Self::MaxUnavailable { statefulset, .. }
+            | Self::NoUpdateRevision { statefulset } => Some(statefulset),
+            Self::MultipleNotReady { .. } | Self::Paused { .. } => None,
+        }
+    }
+}
+
+fn plural(count: u32, singular: &str, plural: &str) -> String {
+    if count == 1 {
+        format!("{count} {singular}")
+    } else {
+        format!("{count} {plural}")
+    }
+}
+
+impl fmt::Display for WaitReason {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::NonOnDeleteMember {
+                statefulset,
+                strategy,
+            } => write!(formatter, "{statefulset} uses {strategy}, group skipped"),
+            Self::MultipleNotReady { statefulsets } => write!(
+                formatter,
+                "{} are not ready: {}",
+                plural(
+                    u32::try_from(statefulsets.len()).unwrap_or(u32::MAX),
+                    "StatefulSet",
+                    "StatefulSets"
+                ),
+                statefulsets.join(", ")
+            ),
+            Self::MissingPods {
+                statefulset,
+                present,
+                expected,
+            } => write!(
+                formatter,
+                "{statefulset} has {present} of {expected} pods ({} missing)",
+                expected.saturating_sub(*present)
+            ),
+            Self::NotReady { statefulset, pods } => write!(
+                formatter,
+                "zone {statefulset} has {}",
+                plural(*pods, "not-ready pod", "not-ready pods")
+            ),
+            Self::MinReadySeconds {
+                statefulset,
+                pods,
+                min_ready_seconds,
+            } => write!(
+                formatter,
+                "zone {statefulset} has {} Ready for less than minReadySeconds ({min_ready_seconds}s)",
+                plural(*pods, "pod", "pods")
+            ),
+            Self::ExtraPods {
+                statefulset,
+                present,
+                expected,
+            } => write!(
+                formatter,
+                "{statefulset} has {present} pods for {expected} replicas (scaling down)"
+            ),
+            Self::StatusNotReady {
+                statefulset,
+                replicas,
+                ready_replicas,
+                expected,
+            } => write!(
+                formatter,
+                "{statefulset} status reports {ready_replicas} ready of {replicas} replicas \
+                 ({expected} wanted)"
+            ),
+            Self::MaxUnavailable {
+                statefulset,
+                not_ready,
+                max_unavailable,
+            } => write!(
+                formatter,
+                "max-unavailable reached in {statefulset} ({not_ready}/{max_unavailable})"
+            ),
+            Self::NoUpdateRevision { statefulset } => {
+                write!(formatter, "{statefulset} has no updateRevision yet")
+            }
+            Self::Paused { statefulsets } => write!(
+                formatter,
+                "rollout paused with pods left to update in {}",
+                statefulsets.join(", ")
+            ),
+        }
+    }
+}
+
+/// Something a person should fix; it never stops the rollout (a safe default is used).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Warning {
+    InvalidAnnotation {
+        statefulset: String,
+        problem: InvalidAnnotation,
+    },
+}
+
+impl Warning {
+    /// A short, stable identifier for the Kubernetes Event reason.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::InvalidAnnotation { .. } => "InvalidAnnotation",
+        }
+    }
+
+    /// The StatefulSet the Event should be attached to.
+    pub fn statefulset(&self) -> &str {
+        match self {
+            Self::InvalidAnnotation { statefulset, .. } => statefulset,
+        }
+    }
+}
+
+impl fmt::Display for Warning {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::InvalidAnnotation {
+                statefulset,
+                problem,
+            } => write!(formatter, "StatefulSet {statefulset}: {problem}"),
+        }
+    }
+}
+
+/// How far one StatefulSet's rollout is, for a gauge.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Progress {
+    pub statefulset: String,
+    /// Pods (of spec.replicas) at the update revision and not terminating.
+    pub updated: u32,
+    /// spec.replicas.
+    pub total: u32,
+    /// Pods (of spec.replicas) available: running, ready (for minReadySeconds), not terminating.
+    pub ready: u32,
+    /// Every pod is at the update revision and available, and none is missing or extra.
+    pub done: bool,
+}
+
+/// Plans the next step of a group's rollout. Pure: the same snapshot and `now` give the same
+/// plan. `now` only serves spec.minReadySeconds (see [`Plan::recheck_after`]).
+pub fn plan(group: &GroupSnapshot, now: Timestamp) -> Plan {
+    let members: Vec<Member<'_>> = group
+        .statefulsets
+        .iter()
+        .map(|statefulset| Member::assess(statefulset, now))
+        .collect();
+    let mut plan = Plan {
+        actions: Vec::new(),
+        waiting: None,
+        warnings: members
+            .iter()
+            .flat_map(|member| member.warnings.iter().cloned())
+            .collect(),
+        progress: members.iter().map(Member::progress).collect(),
+        recheck_after: members
+            .iter()
+            .filter_map(|member| member.available_at)
+            .min(),
+    };
+    plan.waiting = walk(&members, &mut plan.actions);
+    plan
+}
+
+/// Walks the members (compat.md steps 1 to 6), pushing actions; returns why it stopped.
+fn walk(members: &[Member<'_>], actions: &mut Vec<Action>) -> Option<WaitReason> {
+    if let Some(member) = members
+        .iter()
+        .find(|member| member.statefulset.update_strategy != UpdateStrategy::OnDelete)
+    {
+        return Some(WaitReason::NonOnDeleteMember {
+            statefulset: member.statefulset.name.clone(),
+            strategy: member.statefulset.update_strategy.clone(),
+        });
+    }
+
+    let not_ready: Vec<&Member<'_>> = members
+        .iter()
+        .filter(|member| member.unreadiness.is_some())
+        .collect();
+    if not_ready.len() > 1 {
+        return Some(WaitReason::MultipleNotReady {
+            statefulsets: not_ready
+                .iter()
+                .map(|member| member.statefulset.name.clone())
+                .collect(),
+        });
+    }
+    // The one not-ready member goes first: no other member may roll before it is ready.
+    let mut order: Vec<&Member<'_>> = members.iter().collect();
+    order.sort_by_key(|member| Reverse(member.unreadiness.is_some()));
+
+    let mut paused_with_updates = Vec::new();
+    for member in order {
+        let statefulset = member.statefulset;
+        if member.paused {
+            // Paused means "no deletions here, move on", never "ignore its unavailability".
+            if let Some(reason) = &member.unreadiness {
+                return Some(reason.clone());
+            }
+            if !member.to_update.is_empty() {
+                paused_with_updates.push(statefulset.name.clone());
+            }
+            continue;
+        }
+        let Some(update_revision) = &statefulset.update_revision else {
+            return Some(WaitReason::NoUpdateRevision {
+                statefulset: statefulset.name.clone(),
+            });
+        };
+        if !member.to_update.is_empty() {
+            let budget = member.max_unavailable.saturating_sub(member.not_ready);
+            // Terminating pods already count as not ready and are on their way out.
+            let deletions: Vec<Action> = member
+                .to_update
+                .iter()
+                .filter(|pod| !pod.terminating)
+                .take(usize::try_from(budget).unwrap_or(usize::MAX))
+                .map(|pod| Action::DeletePod {
+                    statefulset: statefulset.name.clone(),
+                    pod: pod.name.clone(),
+                    uid: pod.uid.clone(),
+                })
+                .collect();
+            if !deletions.is_empty() {
+                actions.extend(deletions);
+                return None;
+            }
+            if budget == 0 {
+                return Some(WaitReason::MaxUnavailable {
+                    statefulset: statefulset.name.clone(),
+                    not_ready: member.not_ready,
+                    max_unavailable: member.max_unavailable,
+                });
+            }
+            // Every pod left to update is terminating, so the member cannot be ready.
+        }
+        if let Some(reason) = &member.unreadiness {
+            return Some(reason.clone());
+        }
+        if member.to_update.is_empty()
+            && statefulset.current_revision.as_ref() != Some(update_revision)
+        {
+            actions.push(Action::SetCurrentRevision {
+                statefulset: statefulset.name.clone(),
+                revision: update_revision.clone(),
+            });
+        }
+    }
+    if paused_with_updates.is_empty() {
+        None
+    } else {
+        Some(WaitReason::Paused {
+            statefulsets: paused_with_updates,
+        })
+    }
+}
+
+/// One StatefulSet, assessed once per plan.
+struct Member<'a> {
+    statefulset: &'a StatefulSetSnapshot,
+    max_unavailable: u32,
+    paused: bool,
+    warnings: Vec<Warning>,
+    /// Pods not at the update revision, lowest ordinal first (empty without update revision).
+    to_update: Vec<&'a PodSnapshot>,
+    /// How many pods count against max-unavailable: the worst of what the pods and the
+    /// status say, missing pods included.
+    not_ready: u32,
+    /// Why the StatefulSet is not ready (None when it is).
+    unreadiness: Option<WaitReason>,
+    /// Pods in range at the update revision and not terminating.
+    updated: u32,
+    /// Pods in range that are available.
+    available: u32,
+    /// When the first Ready-but-too-young pod becomes available.
+    available_at: Option<Timestamp>,
+}
+
+/// Whether a pod can be counted on.
+enum Availability {
+    Available,
+    /// Ready, but not yet for minReadySeconds: available from then on.
+    From(Timestamp),
+    Unavailable,
+}
+
+fn availability(pod: &PodSnapshot, min_ready_seconds: u32, now: Timestamp) -> Availability {
+    if pod.terminating || pod.phase != PodPhase::Running || !pod.ready {
+        return Availability::Unavailable;
+    }
+    let Some(since) = pod.ready_since.filter(|_| min_ready_seconds > 0) else {
+        return Availability::Available;
+    };
+    match since.checked_add(SignedDuration::from_secs(i64::from(min_ready_seconds))) {
+        Ok(from) if from > now => Availability::From(from),
+        _ => Availability::Available,
+    }
+}
+
+impl<'a> Member<'a> {
+    fn assess(statefulset: &'a StatefulSetSnapshot, now: Timestamp) -> Self {
+        let expected = statefulset.spec_replicas;
+        let max_unavailable = max_unavailable(&statefulset.annotations, expected);
+        let paused = paused(&statefulset.annotations);
+        let warnings = [max_unavailable.warning, paused.warning]
+            .into_iter()
+            .flatten()
+            .map(|problem| Warning::InvalidAnnotation {
+                statefulset: statefulset.name.clone(),
+                problem,
+            })
+            .collect();
+
+        let update_revision = statefulset.update_revision.as_deref();
+        let mut to_update = Vec::new();
+        let (mut in_range, mut extra, mut unavailable, mut too_young) = (0u32, 0u32, 0u32, 0u32);
+        let (mut updated, mut available) = (0u32, 0u32);
+        let mut available_at: Option<Timestamp> = None;
+        for pod in &statefulset.pods {
+            let wanted = pod_ordinal(&statefulset.name, &pod.name)
+                .and_then(|ordinal| ordinal.checked_sub(statefulset.ordinals_start))
+                .is_some_and(|index| index < expected);
+            let is_available = match availability(pod, statefulset.min_ready_seconds, now) {
+                Availability::Available => true,
+                Availability::From(from) => {
+                    too_young += 1;
+                    available_at = Some(available_at.map_or(from, |earliest| earliest.min(from)));
+                    false
+                }
+                Availability::Unavailable => false,
+            };
+            if !is_available {
+                unavailable += 1;
+            }
+            let at_update_revision =
+                update_revision.is_some() && pod.revision.as_deref() == update_revision;
+            if update_revision.is_some() && !at_update_revision {
+                to_update.push(pod);
+            }
+            if wanted {
+                in_range += 1;
+                available += u32::from(is_available);
+                updated += u32::from(at_update_revision && !pod.terminating);
+            } else {
+                extra += 1;
+            }
+        }
+        to_update.sort_by(|a, b| natural_cmp(&a.name, &b.name));
+
+        let missing = expected.saturating_sub(in_range);
+        let ready_replicas = statefulset.ready_replicas;
+        let not_ready = (unavailable.saturating_add(missing))
+            .max(statefulset.status_replicas.saturating_sub(ready_replicas))
+            .max(expected.saturating_sub(ready_replicas));
+        let name = || statefulset.name.clone();
+        let unreadiness = if missing > 0 {
+            Some(WaitReason::MissingPods {
+                statefulset: name(),
+                present: in_range,
+                expected,
+            })
+        } else if unavailable > 0 && unavailable == too_young {
+            Some(WaitReason::MinReadySeconds {
+                statefulset: name(),
+                pods: too_young,
+                min_ready_seconds: statefulset.min_ready_seconds,
+            })
+        } else if unavailable > 0 {
+            Some(WaitReason::NotReady {
+                statefulset: name(),
+                pods: unavailable,
+            })
+        } else if extra > 0 {
+            Some(WaitReason::ExtraPods {
+                statefulset: name(),
+                present: in_range + extra,
+                expected,
+            })
+        } else if statefulset.status_replicas != ready_replicas || ready_replicas != expected {
+            Some(WaitReason::StatusNotReady {
+                statefulset: name(),
+                replicas: statefulset.status_replicas,
+                ready_replicas,
+                expected,
+            })
+        } else {
+            None
+        };
+
+        Self {
+            statefulset,
+            max_unavailable: max_unavailable.value,
+            paused: paused.value,
+            warnings,
+            to_update,
+            not_ready,
+            unreadiness,
+            updated,
+            available,
+            available_at,
+        }
+    }
+
+    fn progress(&self) -> Progress {
+        Progress {
+            statefulset: self.statefulset.name.clone(),
+            updated: self.updated,
+            total: self.statefulset.spec_replicas,
+            ready: self.available,
+            done: self.statefulset.update_revision.is_some()
+                && self.to_update.is_empty()
+                && self.unreadiness.is_none(),
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "plan_tests.rs"]
+mod tests;

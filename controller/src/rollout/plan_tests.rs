@@ -1,0 +1,1071 @@
+//! Scenarios for the planner: one rule or edge of compat.md's rollout algorithm each.
+
+use std::collections::BTreeMap;
+
+use baton_shared::annotations::{
+    InvalidAnnotation, MAX_UNAVAILABLE_ANNOTATION, ROLLOUT_PAUSED_ANNOTATION,
+};
+use jiff::{SignedDuration, Timestamp};
+
+use super::*;
+use crate::rollout::snapshot::{GroupSnapshot, PodPhase, PodSnapshot, StatefulSetSnapshot};
+
+const OLD: &str = "rev-1";
+const NEW: &str = "rev-2";
+
+fn now() -> Timestamp {
+    Timestamp::from_second(1_700_000_000).expect("valid time")
+}
+
+/// A StatefulSet under construction: starts settled (every pod Running, Ready, at `rev-1`,
+/// currentRevision == updateRevision == `rev-1`); its status follows its pods, like the
+/// Kubernetes controller's, unless set by hand.
+struct Zone {
+    statefulset: StatefulSetSnapshot,
+    status: Option<(u32, u32)>,
+}
+
+fn zone(name: &str, replicas: u32) -> Zone {
+    let pods = (0..replicas)
+        .map(|ordinal| PodSnapshot {
+            name: format!("{name}-{ordinal}"),
+            uid: format!("uid-{name}-{ordinal}"),
+            revision: Some(OLD.to_owned()),
+            phase: PodPhase::Running,
+            ready: true,
+            ready_since: Some(now() - SignedDuration::from_hours(1)),
+            terminating: false,
+        })
+        .collect();
+    Zone {
+        statefulset: StatefulSetSnapshot {
+            name: name.to_owned(),
+            uid: format!("uid-{name}"),
+            spec_replicas: replicas,
+            ordinals_start: 0,
+            min_ready_seconds: 0,
+            status_replicas: 0,
+            ready_replicas: 0,
+            current_revision: Some(OLD.to_owned()),
+            update_revision: Some(OLD.to_owned()),
+            update_strategy: UpdateStrategy::OnDelete,
+            annotations: BTreeMap::new(),
+            pods,
+        },
+        status: None,
+    }
+}
+
+impl Zone {
+    fn pod(&mut self, ordinal: u32) -> &mut PodSnapshot {
+        let name = format!("{}-{ordinal}", self.statefulset.name);
+        self.statefulset
+            .pods
+            .iter_mut()
+            .find(|pod| pod.name == name)
+            .unwrap_or_else(|| panic!("no pod {name}"))
+    }
+
+    fn each_pod(mut self, ordinals: &[u32], change: impl Fn(&mut PodSnapshot)) -> Self {
+        for &ordinal in ordinals {
+            change(self.pod(ordinal));
+        }
+        self
+    }
+
+    /// The pod template changed: updateRevision is `rev-2`, every pod still runs `rev-1`.
+    fn template_changed(mut self) -> Self {
+        self.statefulset.update_revision = Some(NEW.to_owned());
+        self
+    }
+
+    /// These pods already run the update revision.
+    fn updated(self, ordinals: &[u32]) -> Self {
+        let revision = self.statefulset.update_revision.clone();
+        self.each_pod(ordinals, |pod| pod.revision = revision.clone())
+    }
+
+    /// Every pod runs the update revision.
+    fn all_updated(self) -> Self {
+        let ordinals: Vec<u32> = (0..self.statefulset.spec_replicas).collect();
+        self.updated(&ordinals)
+    }
+
+    fn revision_label(self, ordinal: u32, revision: Option<&str>) -> Self {
+        self.each_pod(&[ordinal], |pod| pod.revision = revision.map(str::to_owned))
+    }
+
+    fn current_revision(mut self, revision: &str) -> Self {
+        self.statefulset.current_revision = Some(revision.to_owned());
+        self
+    }
+
+    fn no_update_revision(mut self) -> Self {
+        self.statefulset.update_revision = None;
+        self.statefulset.current_revision = None;
+        self
+    }
+
+    fn not_ready(self, ordinals: &[u32]) -> Self {
+        self.each_pod(ordinals, |pod| {
+            pod.ready = false;
+            pod.ready_since = None;
+        })
+    }
+
+    fn phase(self, ordinals: &[u32], phase: PodPhase) -> Self {
+        self.each_pod(ordinals, |pod| pod.phase = phase)
+    }
+
+    /// Deleted but still there (and, as often, still reported Ready).
+    fn terminating(self, ordinals: &[u32]) -> Self {
+        self.each_pod(ordinals, |pod| pod.terminating = true)
+    }
+
+    fn missing(mut self, ordinals: &[u32]) -> Self {
+        let names: Vec<String> = ordinals
+            .iter()
+            .map(|ordinal| format!("{}-{ordinal}", self.statefulset.name))
+            .collect();
+        self.statefulset
+            .pods
+            .retain(|pod| !names.contains(&pod.name));
+        self
+    }
+
+    fn spec_replicas(mut self, replicas: u32) -> Self {
+        self.statefulset.spec_replicas = replicas;
+        self
+    }
+
+    fn ready_for(self, ordinal: u32, seconds: i64) -> Self {
+        self.each_pod(&[ordinal], |pod| {
+            pod.ready_since = Some(now() - SignedDuration::from_secs(seconds));
+        })
+    }
+
+    fn min_ready_seconds(mut self, seconds: u32) -> Self {
+        self.statefulset.min_ready_seconds = seconds;
+        self
+    }
+
+    fn annotation(mut self, key: &str, value: &str) -> Self {
+        self.statefulset
+            .annotations
+            .insert(key.to_owned(), value.to_owned());
+        self
+    }
+
+    fn max_unavailable(self, value: &str) -> Self {
+        self.annotation(MAX_UNAVAILABLE_ANNOTATION, value)
+    }
+
+    fn paused(self) -> Self {
+        self.annotation(ROLLOUT_PAUSED_ANNOTATION, "true")
+    }
+
+    fn strategy(mut self, strategy: UpdateStrategy) -> Self {
+        self.statefulset.update_strategy = strategy;
+        self
+    }
+
+    /// status.replicas and status.readyReplicas as reported, whatever the pods say.
+    fn status(mut self, replicas: u32, ready_replicas: u32) -> Self {
+        self.status = Some((replicas, ready_replicas));
+        self
+    }
+
+    fn build(self) -> StatefulSetSnapshot {
+        let mut statefulset = self.statefulset;
+        let pods = &statefulset.pods;
+        let (replicas, ready) = self.status.unwrap_or_else(|| {
+            // Like the StatefulSet controller: terminating pods still count while Ready.
+            let ready = pods
+                .iter()
+                .filter(|pod| pod.phase == PodPhase::Running && pod.ready)
+                .count();
+            (count(pods.len()), count(ready))
+        });
+        statefulset.status_replicas = replicas;
+        statefulset.ready_replicas = ready;
+        statefulset
+    }
+}
+
+fn count(value: usize) -> u32 {
+    u32::try_from(value).expect("small test counts")
+}
+
+fn group(zones: impl IntoIterator<Item = Zone>) -> GroupSnapshot {
+    let mut statefulsets: Vec<StatefulSetSnapshot> = zones.into_iter().map(Zone::build).collect();
+    statefulsets.sort_by(|a, b| a.name.cmp(&b.name));
+    GroupSnapshot {
+        name: "ingester".to_owned(),
+        statefulsets,
+    }
+}
+
+/// Three zones of three pods after a template change: nothing updated yet.
+fn fresh_rollout() -> [Zone; 3] {
+    ["ingester-zone-a", "ingester-zone-b", "ingester-zone-c"]
+        .map(|name| zone(name, 3).template_changed())
+}
+
+fn deleted(plan: &Plan) -> Vec<&str> {
+    plan.actions
+        .iter()
+        .filter_map(|action| match action {
+            Action::DeletePod { pod, .. } => Some(pod.as_str()),
+            Action::SetCurrentRevision { .. } => None,
+        })
+        .collect()
+}
+
+fn revisions_set(plan: &Plan) -> Vec<(&str, &str)> {
+    plan.actions
+        .iter()
+        .filter_map(|action| match action {
+            Action::SetCurrentRevision {
+                statefulset,
+                revision,
+            } => Some((statefulset.as_str(), revision.as_str())),
+            Action::DeletePod { .. } => None,
+        })
+        .collect()
+}
+
+fn waiting(plan: &Plan) -> String {
+    plan.waiting
+        .as_ref()
+        .map(ToString::to_string)
+        .unwrap_or_default()
+}
+
+fn progress_of<'a>(plan: &'a Plan, statefulset: &str) -> &'a Progress {
+    plan.progress
+        .iter()
+        .find(|progress| progress.statefulset == statefulset)
+        .unwrap_or_else(|| panic!("no progress for {statefulset}"))
+}
+
+// --- Settled groups ---
+
+#[test]
+fn settled_group_needs_nothing() {
+    let plan = plan(
+        &group([zone("ingester-zone-a", 3), zone("ingester-zone-b", 3)]),
+        now(),
+    );
+    assert_eq!(plan.actions, []);
+    assert_eq!(plan.waiting, None);
+    assert_eq!(plan.warnings, []);
+    assert_eq!(plan.recheck_after, None);
+    assert!(plan.progress.iter().all(|progress| progress.done));
+}
+
+#[test]
+fn empty_group_needs_nothing() {
+    let plan = plan(&group([]), now());
+    assert_eq!(
+        plan,
+        Plan {
+            actions: vec![],
+            waiting: None,
+            warnings: vec![],
+            progress: vec![],
+            recheck_after: None,
+        }
+    );
+}
+
+// --- Which pods, how many ---
+
+#[test]
+fn template_change_deletes_the_lowest_ordinal_of_the_first_zone_only() {
+    let plan = plan(&group(fresh_rollout()), now());
+    assert_eq!(
+        plan.actions,
+        [Action::DeletePod {
+            statefulset: "ingester-zone-a".to_owned(),
+            pod: "ingester-zone-a-0".to_owned(),
+            uid: "uid-ingester-zone-a-0".to_owned(),
+        }]
+    );
+    assert_eq!(plan.waiting, None);
+}
+
+#[test]
+fn max_unavailable_two_deletes_two_pods() {
+    let [a, b, c] = fresh_rollout();
+    let plan = plan(&group([a.max_unavailable("2"), b, c]), now());
+    assert_eq!(deleted(&plan), ["ingester-zone-a-0", "ingester-zone-a-1"]);
+}
+
+#[test]
+fn max_unavailable_two_with_one_pod_already_not_ready_deletes_one() {
+    let [a, b, c] = fresh_rollout();
+    let a = a.max_unavailable("2").updated(&[0]).not_ready(&[0]);
+    let plan = plan(&group([a, b, c]), now());
+    assert_eq!(deleted(&plan), ["ingester-zone-a-1"]);
+}
+
+#[test]
+fn max_unavailable_reached_waits_and_says_so() {
+    let [a, b, c] = fresh_rollout();
+    let a = a.updated(&[0]).not_ready(&[0]);
+    let plan = plan(&group([a, b, c]), now());
+    assert_eq!(plan.actions, []);
+    assert_eq!(
+        plan.waiting,
+        Some(WaitReason::MaxUnavailable {
+            statefulset: "ingester-zone-a".to_owned(),
+            not_ready: 1,
+            max_unavailable: 1,
+        })
+    );
+    assert_eq!(
+        waiting(&plan),
+        "max-unavailable reached in ingester-zone-a (1/1)"
+    );
+}
+
+#[test]
+fn never_deletes_more_than_are_left_to_update() {
+    let a = zone("ingester-zone-a", 4)
+        .template_changed()
+        .updated(&[0, 1, 2])
+        .max_unavailable("3");
+    assert_eq!(deleted(&plan(&group([a]), now())), ["ingester-zone-a-3"]);
+}
+
+#[test]
+fn pods_are_taken_in_natural_ordinal_order() {
+    let a = || {
+        zone("ingester-zone-a", 12)
+            .template_changed()
+            .all_updated()
+            .revision_label(10, Some(OLD))
+            .revision_label(2, Some(OLD))
+            .revision_label(11, Some(OLD))
+    };
+    assert_eq!(deleted(&plan(&group([a()]), now())), ["ingester-zone-a-2"]);
+    assert_eq!(
+        deleted(&plan(&group([a().max_unavailable("2")]), now())),
+        ["ingester-zone-a-2", "ingester-zone-a-10"]
+    );
+}
+
+#[test]
+fn percentage_max_unavailable_scales_with_spec_replicas() {
+    let a = zone("ingester-zone-a", 4)
+        .template_changed()
+        .max_unavailable("50%");
+    assert_eq!(
+        deleted(&plan(&group([a]), now())),
+        ["ingester-zone-a-0", "ingester-zone-a-1"]
+    );
+    let small = zone("ingester-zone-a", 3)
+        .template_changed()
+        .max_unavailable("10%");
+    assert_eq!(
+        deleted(&plan(&group([small]), now())),
+        ["ingester-zone-a-0"]
+    );
+}
+
+#[test]
+fn percentage_of_zero_replicas_is_one_and_the_empty_zone_is_done() {
+    let empty = zone("ingester-zone-a", 0)
+        .template_changed()
+        .max_unavailable("50%");
+    let b = zone("ingester-zone-b", 2).template_changed();
+    let plan = plan(&group([empty, b]), now());
+    assert_eq!(plan.warnings, []);
+    assert_eq!(revisions_set(&plan), [("ingester-zone-a", NEW)]);
+    assert_eq!(deleted(&plan), ["ingester-zone-b-0"]);
+}
+
+#[test]
+fn pod_without_revision_label_needs_an_update() {
+    let a = zone("ingester-zone-a", 2)
+        .template_changed()
+        .all_updated()
+        .revision_label(1, None);
+    assert_eq!(deleted(&plan(&group([a]), now())), ["ingester-zone-a-1"]);
+}
+
+// --- Terminating pods ---
+
+#[test]
+fn terminating_pod_counts_as_not_ready_and_is_not_deleted_again() {
+    // Still reported Ready by the status, as happens while a pod shuts down.
+    let a = zone("ingester-zone-a", 3)
+        .template_changed()
+        .max_unavailable("2")
+        .terminating(&[0]);
+    let plan = plan(&group([a]), now());
+    assert_eq!(deleted(&plan), ["ingester-zone-a-1"]);
+}
+
+#[test]
+fn terminating_pod_uses_up_max_unavailable_of_one() {
+    let [a, b, c] = fresh_rollout();
+    let plan = plan(&group([a.terminating(&[0]), b, c]), now());
+    assert_eq!(plan.actions, []);
+    assert_eq!(
+        waiting(&plan),
+        "max-unavailable reached in ingester-zone-a (1/1)"
+    );
+}
+
+#[test]
+fn only_terminating_pods_left_to_update_means_waiting_for_them() {
+    let a = zone("ingester-zone-a", 3)
+        .template_changed()
+        .updated(&[1, 2])
+        .max_unavailable("2")
+        .terminating(&[0]);
+    let plan = plan(
+        &group([a, zone("ingester-zone-b", 3).template_changed()]),
+        now(),
+    );
+    assert_eq!(plan.actions, []);
+    assert_eq!(waiting(&plan), "zone ingester-zone-a has 1 not-ready pod");
+}
+
+// --- Zone by zone ---
+
+#[test]
+fn finished_zone_gets_its_current_revision_and_the_next_zone_starts() {
+    let [a, b, c] = fresh_rollout();
+    let plan = plan(&group([a.all_updated(), b, c]), now());
+    assert_eq!(
+        plan.actions,
+        [
+            Action::SetCurrentRevision {
+                statefulset: "ingester-zone-a".to_owned(),
+                revision: NEW.to_owned(),
+            },
+            Action::DeletePod {
+                statefulset: "ingester-zone-b".to_owned(),
+                pod: "ingester-zone-b-0".to_owned(),
+                uid: "uid-ingester-zone-b-0".to_owned(),
+            },
+        ]
+    );
+}
+
+#[test]
+fn updated_zone_with_a_pod_not_yet_ready_holds_the_group() {
+    let [a, b, c] = fresh_rollout();
+    let a = a.all_updated().not_ready(&[2]);
+    let plan = plan(&group([a, b, c]), now());
+    assert_eq!(plan.actions, []);
+    assert_eq!(
+        plan.waiting,
+        Some(WaitReason::NotReady {
+            statefulset: "ingester-zone-a".to_owned(),
+            pods: 1,
+        })
+    );
+}
+
+#[test]
+fn the_one_not_ready_zone_goes_first() {
+    let [a, b, c] = fresh_rollout();
+    let b = b.max_unavailable("2").not_ready(&[2]);
+    let plan = plan(&group([a, b, c]), now());
+    assert_eq!(deleted(&plan), ["ingester-zone-b-0"]);
+}
+
+#[test]
+fn the_one_not_ready_zone_at_max_unavailable_blocks_the_others() {
+    let [a, b, c] = fresh_rollout();
+    let plan = plan(&group([a, b.not_ready(&[1]), c]), now());
+    assert_eq!(plan.actions, []);
+    assert_eq!(
+        waiting(&plan),
+        "max-unavailable reached in ingester-zone-b (1/1)"
+    );
+}
+
+#[test]
+fn two_not_ready_zones_wait() {
+    let [a, b, c] = fresh_rollout();
+    let plan = plan(
+        &group([a.not_ready(&[0]), b.phase(&[1], PodPhase::Pending), c]),
+        now(),
+    );
+    assert_eq!(plan.actions, []);
+    assert_eq!(
+        plan.waiting,
+        Some(WaitReason::MultipleNotReady {
+            statefulsets: vec!["ingester-zone-a".to_owned(), "ingester-zone-b".to_owned()],
+        })
+    );
+    assert_eq!(
+        waiting(&plan),
+        "2 StatefulSets are not ready: ingester-zone-a, ingester-zone-b"
+    );
+}
+
+#[test]
+fn not_running_pods_are_not_ready() {
+    for phase in [
+        PodPhase::Pending,
+        PodPhase::Failed,
+        PodPhase::Succeeded,
+        PodPhase::Unknown,
+    ] {
+        let a = zone("ingester-zone-a", 2).template_changed().all_updated();
+        let a = a.phase(&[1], phase);
+        let plan = plan(&group([a]), now());
+        assert_eq!(plan.actions, [], "{phase:?}");
+        assert_eq!(waiting(&plan), "zone ingester-zone-a has 1 not-ready pod");
+    }
+}
+
+#[test]
+fn rollback_updates_pods_even_when_current_equals_update_revision() {
+    // The template went back to rev-1 before zone-a's rollout to rev-2 finished.
+    let a = zone("ingester-zone-a", 3)
+        .revision_label(0, Some(NEW))
+        .revision_label(1, Some(NEW));
+    let plan = plan(&group([a, zone("ingester-zone-b", 3)]), now());
+    assert_eq!(deleted(&plan), ["ingester-zone-a-0"]);
+    assert_eq!(revisions_set(&plan), []);
+}
+
+#[test]
+fn group_of_one_statefulset_rolls_and_finishes() {
+    let rolling = zone("ingester-zone-a", 2).template_changed().updated(&[0]);
+    assert_eq!(
+        deleted(&plan(&group([rolling]), now())),
+        ["ingester-zone-a-1"]
+    );
+
+    let finished = zone("ingester-zone-a", 2).template_changed().all_updated();
+    let plan = plan(&group([finished]), now());
+    assert_eq!(revisions_set(&plan), [("ingester-zone-a", NEW)]);
+    assert_eq!(plan.waiting, None);
+}
+
+#[test]
+fn current_revision_already_set_is_left_alone() {
+    let a = zone("ingester-zone-a", 2)
+        .template_changed()
+        .all_updated()
+        .current_revision(NEW);
+    assert_eq!(plan(&group([a]), now()).actions, []);
+}
+
+// --- baton: missing pods, status, scaling ---
+
+#[test]
+fn missing_pods_block_the_group() {
+    let a = zone("ingester-zone-a", 5).all_updated().missing(&[3, 4]);
+    let b = zone("ingester-zone-b", 5).template_changed();
+    let plan = plan(&group([a, b]), now());
+    assert_eq!(plan.actions, []);
+    assert_eq!(
+        plan.waiting,
+        Some(WaitReason::MissingPods {
+            statefulset: "ingester-zone-a".to_owned(),
+            present: 3,
+            expected: 5,
+        })
+    );
+    assert_eq!(
+        waiting(&plan),
+        "ingester-zone-a has 3 of 5 pods (2 missing)"
+    );
+}
+
+#[test]
+fn missing_pods_count_against_max_unavailable() {
+    let a = || zone("ingester-zone-a", 4).template_changed().missing(&[3]);
+    let at_limit = plan(&group([a()]), now());
+    assert_eq!(at_limit.actions, []);
+    assert_eq!(
+        waiting(&at_limit),
+        "max-unavailable reached in ingester-zone-a (1/1)"
+    );
+    assert_eq!(
+        deleted(&plan(&group([a().max_unavailable("2")]), now())),
+        ["ingester-zone-a-0"]
+    );
+}
+
+#[test]
+fn status_disagreeing_with_the_pods_counts_as_not_ready() {
+    let a = || zone("ingester-zone-a", 3).template_changed();
+    let b = || zone("ingester-zone-b", 3).template_changed();
+    let plan_lagging = plan(&group([a().all_updated().status(3, 2), b()]), now());
+    assert_eq!(plan_lagging.actions, []);
+    assert_eq!(
+        plan_lagging.waiting.as_ref().map(WaitReason::kind),
+        Some("StatusNotReady")
+    );
+    // The status view counts against max-unavailable too.
+    let plan_limited = plan(&group([a().status(3, 2), b()]), now());
+    assert_eq!(plan_limited.actions, []);
+    assert_eq!(
+        waiting(&plan_limited),
+        "max-unavailable reached in ingester-zone-a (1/1)"
+    );
+    // spec.replicas is compared as well: pods that could not be created (quota).
+    let plan_quota = plan(&group([a().all_updated().status(2, 2), b()]), now());
+    assert_eq!(plan_quota.actions, []);
+    assert_eq!(
+        waiting(&plan_quota),
+        "ingester-zone-a status reports 2 ready of 2 replicas (3 wanted)"
+    );
+}
+
+#[test]
+fn scale_down_in_progress_holds_the_group() {
+    let a = zone("ingester-zone-a", 3).all_updated().spec_replicas(2);
+    let plan = plan(
+        &group([a, zone("ingester-zone-b", 3).template_changed()]),
+        now(),
+    );
+    assert_eq!(plan.actions, []);
+    assert_eq!(
+        waiting(&plan),
+        "ingester-zone-a has 3 pods for 2 replicas (scaling down)"
+    );
+}
+
+// --- Paused ---
+
+#[test]
+fn paused_zone_is_treated_as_done_and_the_group_moves_on() {
+    let [a, b, c] = fresh_rollout();
+    let plan = plan(&group([a.paused(), b, c]), now());
+    assert_eq!(deleted(&plan), ["ingester-zone-b-0"]);
+    assert_eq!(plan.warnings, []);
+}
+
+#[test]
+fn paused_zone_that_is_not_ready_still_holds_the_group() {
+    let [a, b, c] = fresh_rollout();
+    let plan = plan(&group([a.paused().not_ready(&[1]), b, c]), now());
+    assert_eq!(plan.actions, []);
+    assert_eq!(waiting(&plan), "zone ingester-zone-a has 1 not-ready pod");
+}
+
+#[test]
+fn paused_zone_with_pods_left_is_reported_once_the_rest_is_done() {
+    let a = zone("ingester-zone-a", 2).template_changed().paused();
+    let b = zone("ingester-zone-b", 2)
+        .template_changed()
+        .all_updated()
+        .current_revision(NEW);
+    let plan = plan(&group([a, b]), now());
+    assert_eq!(plan.actions, []);
+    assert_eq!(
+        plan.waiting,
+        Some(WaitReason::Paused {
+            statefulsets: vec!["ingester-zone-a".to_owned()],
+        })
+    );
+    assert_eq!(
+        waiting(&plan),
+        "rollout paused with pods left to update in ingester-zone-a"
+    );
+    assert!(!progress_of(&plan, "ingester-zone-a").done);
+}
+
+#[test]
+fn paused_zone_gets_no_current_revision_either() {
+    let a = zone("ingester-zone-a", 2)
+        .template_changed()
+        .all_updated()
+        .paused();
+    let plan = plan(&group([a]), now());
+    assert_eq!(plan.actions, []);
+    assert_eq!(plan.waiting, None);
+}
+
+// --- Strategy ---
+
+#[test]
+fn a_member_that_is_not_on_delete_leaves_the_whole_group_untouched() {
+    let [a, b, c] = fresh_rollout();
+    let a = a.all_updated();
+    let plan = plan(
+        &group([a, b, c.strategy(UpdateStrategy::RollingUpdate)]),
+        now(),
+    );
+    assert_eq!(plan.actions, []);
+    assert_eq!(
+        waiting(&plan),
+        "ingester-zone-c uses RollingUpdate, group skipped"
+    );
+    assert_eq!(
+        plan.waiting.as_ref().map(WaitReason::kind),
+        Some("NonOnDeleteMember")
+    );
+    assert_eq!(plan.progress.len(), 3);
+}
+
+#[test]
+fn unknown_update_strategy_is_not_on_delete() {
+    let a = zone("ingester-zone-a", 1)
+        .template_changed()
+        .strategy(UpdateStrategy::Other("Canary".to_owned()));
+    let plan = plan(&group([a]), now());
+    assert_eq!(plan.actions, []);
+    assert_eq!(waiting(&plan), "ingester-zone-a uses Canary, group skipped");
+}
+
+// --- Missing updateRevision; members coming and going ---
+
+#[test]
+fn missing_update_revision_waits_with_a_reason() {
+    let a = zone("ingester-zone-a", 2).no_update_revision();
+    let plan = plan(
+        &group([a, zone("ingester-zone-b", 2).template_changed()]),
+        now(),
+    );
+    assert_eq!(plan.actions, []);
+    assert_eq!(waiting(&plan), "ingester-zone-a has no updateRevision yet");
+    assert!(!progress_of(&plan, "ingester-zone-a").done);
+}
+
+#[test]
+fn missing_update_revision_further_down_does_not_stop_earlier_zones() {
+    let a = zone("ingester-zone-a", 2).template_changed();
+    let plan = plan(
+        &group([a, zone("ingester-zone-b", 2).no_update_revision()]),
+        now(),
+    );
+    assert_eq!(deleted(&plan), ["ingester-zone-a-0"]);
+}
+
+#[test]
+fn statefulsets_added_and_removed_between_calls() {
+    // zone-a is mid-rollout: its first pod is being recreated.
+    let rolling_a = || {
+        zone("ingester-zone-a", 3)
+            .template_changed()
+            .updated(&[0])
+            .phase(&[0], PodPhase::Pending)
+            .not_ready(&[0])
+    };
+    let b = || zone("ingester-zone-b", 3).template_changed();
+    // A brand-new zone: no revision yet, no pod yet.
+    let new_c = || {
+        zone("ingester-zone-c", 3)
+            .no_update_revision()
+            .missing(&[0, 1, 2])
+    };
+
+    let before = plan(&group([rolling_a(), b()]), now());
+    assert_eq!(
+        waiting(&before),
+        "max-unavailable reached in ingester-zone-a (1/1)"
+    );
+
+    let b_removed = plan(&group([rolling_a()]), now());
+    assert_eq!(b_removed.actions, []);
+
+    let c_added = plan(&group([rolling_a(), b(), new_c()]), now());
+    assert_eq!(c_added.actions, []);
+    assert_eq!(
+        waiting(&c_added),
+        "2 StatefulSets are not ready: ingester-zone-a, ingester-zone-c"
+    );
+
+    let a_removed = plan(&group([b(), new_c()]), now());
+    assert_eq!(a_removed.actions, []);
+    assert_eq!(
+        waiting(&a_removed),
+        "ingester-zone-c has no updateRevision yet"
+    );
+}
+
+// --- minReadySeconds ---
+
+#[test]
+fn pod_ready_for_less_than_min_ready_seconds_is_not_available_yet() {
+    let a = || {
+        zone("ingester-zone-a", 2)
+            .template_changed()
+            .updated(&[0])
+            .ready_for(0, 5)
+            .min_ready_seconds(30)
+    };
+    let early = plan(&group([a()]), now());
+    assert_eq!(early.actions, []);
+    assert_eq!(
+        early.waiting,
+        Some(WaitReason::MaxUnavailable {
+            statefulset: "ingester-zone-a".to_owned(),
+            not_ready: 1,
+            max_unavailable: 1,
+        })
+    );
+    let available_at = now() + SignedDuration::from_secs(25);
+    assert_eq!(early.recheck_after, Some(available_at));
+
+    let later = plan(&group([a()]), available_at);
+    assert_eq!(deleted(&later), ["ingester-zone-a-1"]);
+    assert_eq!(later.recheck_after, None);
+}
+
+#[test]
+fn zone_waiting_only_for_min_ready_seconds_says_so() {
+    let a = zone("ingester-zone-a", 2)
+        .template_changed()
+        .all_updated()
+        .ready_for(1, 3)
+        .min_ready_seconds(10);
+    let plan = plan(
+        &group([a, zone("ingester-zone-b", 2).template_changed()]),
+        now(),
+    );
+    assert_eq!(plan.actions, []);
+    assert_eq!(
+        waiting(&plan),
+        "zone ingester-zone-a has 1 pod Ready for less than minReadySeconds (10s)"
+    );
+    assert_eq!(
+        plan.recheck_after,
+        Some(now() + SignedDuration::from_secs(7))
+    );
+}
+
+#[test]
+fn min_ready_seconds_without_transition_time_trusts_the_ready_condition() {
+    let a = zone("ingester-zone-a", 2)
+        .template_changed()
+        .min_ready_seconds(30)
+        .each_pod(&[0, 1], |pod| pod.ready_since = None);
+    assert_eq!(deleted(&plan(&group([a]), now())), ["ingester-zone-a-0"]);
+}
+
+// --- Warnings ---
+
+#[test]
+fn bad_annotations_warn_and_fall_back_to_safe_defaults() {
+    let a = zone("ingester-zone-a", 3)
+        .template_changed()
+        .max_unavailable("lots")
+        .annotation(ROLLOUT_PAUSED_ANNOTATION, "yes");
+    let plan = plan(&group([a]), now());
+    // Not paused, max-unavailable 1.
+    assert_eq!(deleted(&plan), ["ingester-zone-a-0"]);
+    assert_eq!(
+        plan.warnings,
+        [
+            Warning::InvalidAnnotation {
+                statefulset: "ingester-zone-a".to_owned(),
+                problem: InvalidAnnotation {
+                    key: MAX_UNAVAILABLE_ANNOTATION,
+                    value: "lots".to_owned(),
+                    accepted: "a positive integer or a percentage from 1% to 100%",
+                    fallback: "1".to_owned(),
+                },
+            },
+            Warning::InvalidAnnotation {
+                statefulset: "ingester-zone-a".to_owned(),
+                problem: InvalidAnnotation {
+                    key: ROLLOUT_PAUSED_ANNOTATION,
+                    value: "yes".to_owned(),
+                    accepted: "\"true\" to pause, \"false\" or nothing otherwise",
+                    fallback: "not paused".to_owned(),
+                },
+            },
+        ]
+    );
+    assert_eq!(plan.warnings[0].kind(), "InvalidAnnotation");
+    assert_eq!(plan.warnings[0].statefulset(), "ingester-zone-a");
+    assert_eq!(
+        plan.warnings[0].to_string(),
+        "StatefulSet ingester-zone-a: annotation rollout-max-unavailable has the invalid value \
+         \"lots\" (accepted: a positive integer or a percentage from 1% to 100%); using 1"
+    );
+}
+
+#[test]
+fn warnings_are_reported_even_when_the_group_is_skipped() {
+    let a = zone("ingester-zone-a", 3).max_unavailable("0");
+    let b = zone("ingester-zone-b", 3).strategy(UpdateStrategy::RollingUpdate);
+    let plan = plan(&group([a, b]), now());
+    assert_eq!(plan.actions, []);
+    assert_eq!(plan.warnings.len(), 1);
+}
+
+// --- Progress ---
+
+#[test]
+fn progress_counts_updated_and_ready_pods_per_statefulset() {
+    let a = zone("ingester-zone-a", 4)
+        .template_changed()
+        .updated(&[0, 1])
+        .not_ready(&[1])
+        .terminating(&[2]);
+    let b = zone("ingester-zone-b", 2).template_changed().all_updated();
+    let plan = plan(&group([a, b]), now());
+    assert_eq!(
+        plan.progress,
+        [
+            Progress {
+                statefulset: "ingester-zone-a".to_owned(),
+                updated: 2,
+                total: 4,
+                ready: 2,
+                done: false,
+            },
+            Progress {
+                statefulset: "ingester-zone-b".to_owned(),
+                updated: 2,
+                total: 2,
+                ready: 2,
+                done: true,
+            },
+        ]
+    );
+}
+
+// --- Messages ---
+
+#[test]
+fn every_wait_reason_explains_itself_and_has_a_stable_kind() {
+    let name = || "ingester-zone-a".to_owned();
+    let table = [
+        (
+            WaitReason::NonOnDeleteMember {
+                statefulset: name(),
+                strategy: UpdateStrategy::RollingUpdate,
+            },
+            "NonOnDeleteMember",
+            "ingester-zone-a uses RollingUpdate, group skipped",
+        ),
+        (
+            WaitReason::MultipleNotReady {
+                statefulsets: vec!["a".to_owned(), "b".to_owned()],
+            },
+            "MultipleNotReady",
+            "2 StatefulSets are not ready: a, b",
+        ),
+        (
+            WaitReason::MissingPods {
+                statefulset: name(),
+                present: 3,
+                expected: 5,
+            },
+            "MissingPods",
+            "ingester-zone-a has 3 of 5 pods (2 missing)",
+        ),
+        (
+            WaitReason::NotReady {
+                statefulset: "ingester-zone-b".to_owned(),
+                pods: 2,
+            },
+            "NotReady",
+            "zone ingester-zone-b has 2 not-ready pods",
+        ),
+        (
+            WaitReason::MinReadySeconds {
+                statefulset: name(),
+                pods: 2,
+                min_ready_seconds: 30,
+            },
+            "MinReadySeconds",
+            "zone ingester-zone-a has 2 pods Ready for less than minReadySeconds (30s)",
+        ),
+        (
+            WaitReason::ExtraPods {
+                statefulset: name(),
+                present: 4,
+                expected: 3,
+            },
+            "ExtraPods",
+            "ingester-zone-a has 4 pods for 3 replicas (scaling down)",
+        ),
+        (
+            WaitReason::StatusNotReady {
+                statefulset: name(),
+                replicas: 3,
+                ready_replicas: 2,
+                expected: 3,
+            },
+            "StatusNotReady",
+            "ingester-zone-a status reports 2 ready of 3 replicas (3 wanted)",
+        ),
+        (
+            WaitReason::MaxUnavailable {
+                statefulset: name(),
+                not_ready: 1,
+                max_unavailable: 1,
+            },
+            "MaxUnavailable",
+            "max-unavailable reached in ingester-zone-a (1/1)",
+        ),
+        (
+            WaitReason::NoUpdateRevision {
+                statefulset: name(),
+            },
+            "NoUpdateRevision",
+            "ingester-zone-a has no updateRevision yet",
+        ),
+        (
+            WaitReason::Paused {
+                statefulsets: vec![name(), "ingester-zone-b".to_owned()],
+            },
+            "Paused",
+            "rollout paused with pods left to update in ingester-zone-a, ingester-zone-b",
+        ),
+    ];
+    for (reason, kind, message) in table {
+        assert_eq!(reason.kind(), kind);
+        assert_eq!(reason.to_string(), message);
+    }
+}
+
+#[test]
+fn wait_reason_names_the_statefulset_it_waits_for() {
+    let missing = WaitReason::NoUpdateRevision {
+        statefulset: "ingester-zone-a".to_owned(),
+    };
+    assert_eq!(missing.statefulset(), Some("ingester-zone-a"));
+    let several = WaitReason::MultipleNotReady {
+        statefulsets: vec!["a".to_owned(), "b".to_owned()],
+    };
+    assert_eq!(several.statefulset(), None);
+}
+
+#[test]
+fn actions_explain_themselves() {
+    let delete = Action::DeletePod {
+        statefulset: "ingester-zone-a".to_owned(),
+        pod: "ingester-zone-a-0".to_owned(),
+        uid: "u".to_owned(),
+    };
+    let mark = Action::SetCurrentRevision {
+        statefulset: "ingester-zone-a".to_owned(),
+        revision: NEW.to_owned(),
+    };
+    assert_eq!(
+        delete.to_string(),
+        "delete pod ingester-zone-a-0 of ingester-zone-a"
+    );
+    assert_eq!(
+        mark.to_string(),
+        "set the current revision of ingester-zone-a to rev-2"
+    );
+}
+
+#[test]
+fn one_pod_message_is_singular() {
+    let reason = WaitReason::NotReady {
+        statefulset: "ingester-zone-b".to_owned(),
+        pods: 1,
+    };
+    assert_eq!(
+        reason.to_string(),
+        "zone ingester-zone-b has 1 not-ready pod"
+    );
+}
