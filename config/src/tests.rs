@@ -1,13 +1,11 @@
+// figment's Jail fixes the closures' error type to figment::Error, which clippy finds large.
+#![allow(clippy::result_large_err)]
+
 use std::path::Path;
 
 use figment::Jail;
 
 use super::*;
-
-fn load_in(jail: &Jail, file: Option<&Path>) -> Result<Config, ConfigError> {
-    let _ = jail;
-    Config::load(file)
-}
 
 #[test]
 fn defaults_match_the_go_operator_ports_and_are_valid() {
@@ -29,7 +27,7 @@ fn environment_overrides_file_overrides_defaults() {
         )?;
         jail.set_env("BATON_NAMESPACE", "from-env");
         jail.set_env("BATON_PODS__ADDRESS_BY", "ip");
-        let config = load_in(jail, Some(Path::new("baton.yaml"))).expect("loads");
+        let config = Config::load(Some(Path::new("baton.yaml"))).expect("loads");
         assert_eq!(config.namespace, "from-env");
         assert_eq!(config.log.format, LogFormat::Json);
         assert_eq!(config.log.level, "debug");
@@ -45,7 +43,7 @@ fn the_config_file_path_variable_is_not_taken_for_a_key() {
         jail.create_file("baton.yaml", "namespace: ns-a\n")?;
         jail.set_env("BATON_CONFIG", "baton.yaml");
         let config =
-            load_in(jail, Some(Path::new("baton.yaml"))).expect("BATON_CONFIG is not a key");
+            Config::load(Some(Path::new("baton.yaml"))).expect("BATON_CONFIG is not a key");
         assert_eq!(config.namespace, "ns-a");
         Ok(())
     });
@@ -55,7 +53,7 @@ fn the_config_file_path_variable_is_not_taken_for_a_key() {
 fn a_bad_enum_value_names_the_key_the_value_and_the_variable() {
     Jail::expect_with(|jail| {
         jail.set_env("BATON_LOG__FORMAT", "xml");
-        let message = load_in(jail, None).unwrap_err().to_string();
+        let message = Config::load(None).unwrap_err().to_string();
         assert!(!message.contains('\n'), "one line: {message}");
         assert!(message.contains("log.format"), "{message}");
         assert!(message.contains("xml"), "{message}");
@@ -72,7 +70,7 @@ fn a_bad_enum_value_names_the_key_the_value_and_the_variable() {
 fn a_bad_duration_names_the_key_and_the_value() {
     Jail::expect_with(|jail| {
         jail.set_env("BATON_CONTROLLER__RESYNC_INTERVAL", "soon");
-        let message = load_in(jail, None).unwrap_err().to_string();
+        let message = Config::load(None).unwrap_err().to_string();
         assert!(message.contains("controller.resync_interval"), "{message}");
         assert!(message.contains("\"soon\""), "{message}");
         assert!(message.contains("30s"), "says what is accepted: {message}");
@@ -84,7 +82,7 @@ fn a_bad_duration_names_the_key_and_the_value() {
 fn a_bad_address_in_the_file_names_the_key_the_value_and_the_file() {
     Jail::expect_with(|jail| {
         jail.create_file("baton.yaml", "ops:\n  address: localhost-8001\n")?;
-        let message = load_in(jail, Some(Path::new("baton.yaml")))
+        let message = Config::load(Some(Path::new("baton.yaml")))
             .unwrap_err()
             .to_string();
         assert!(message.contains("ops.address"), "{message}");
@@ -98,7 +96,7 @@ fn a_bad_address_in_the_file_names_the_key_the_value_and_the_file() {
 fn unknown_keys_are_rejected_in_files_and_environment() {
     Jail::expect_with(|jail| {
         jail.create_file("baton.yaml", "log:\n  formt: json\n")?;
-        let message = load_in(jail, Some(Path::new("baton.yaml")))
+        let message = Config::load(Some(Path::new("baton.yaml")))
             .unwrap_err()
             .to_string();
         assert!(message.contains("log.formt"), "{message}");
@@ -107,7 +105,7 @@ fn unknown_keys_are_rejected_in_files_and_environment() {
     });
     Jail::expect_with(|jail| {
         jail.set_env("BATON_NAMESPACES", "x");
-        let error = load_in(jail, None).unwrap_err();
+        let error = Config::load(None).unwrap_err();
         assert_eq!(error.keys(), vec!["namespaces".to_owned()], "{error}");
         Ok(())
     });
@@ -115,8 +113,8 @@ fn unknown_keys_are_rejected_in_files_and_environment() {
 
 #[test]
 fn a_missing_config_file_is_an_error_naming_it() {
-    Jail::expect_with(|jail| {
-        let message = load_in(jail, Some(Path::new("nowhere.yaml")))
+    Jail::expect_with(|_jail| {
+        let message = Config::load(Some(Path::new("nowhere.yaml")))
             .unwrap_err()
             .to_string();
         assert!(message.contains("nowhere.yaml"), "{message}");
@@ -126,8 +124,10 @@ fn a_missing_config_file_is_an_error_naming_it() {
 
 #[test]
 fn semantic_checks_report_every_problem_with_its_key() {
-    let mut config = Config::default();
-    config.namespace = "Not_A_Namespace".into();
+    let mut config = Config {
+        namespace: "Not_A_Namespace".into(),
+        ..Config::default()
+    };
     config.controller.lease.renew_deadline = Duration::from_secs(20);
     config.pods.request_timeout = Duration::from_secs(0);
     config.log.level = "baton=loud".into();
@@ -164,12 +164,14 @@ fn log_filters_accept_levels_and_directives() {
 #[test]
 fn printed_configuration_loads_back_to_the_same_value() {
     Jail::expect_with(|jail| {
-        let mut config = Config::default();
-        config.namespace = "roundtrip".into();
+        let mut config = Config {
+            namespace: "roundtrip".into(),
+            ..Config::default()
+        };
         config.controller.lease.duration = Duration::from_millis(15_500);
         config.webhook.max_request_bytes = ByteSize(512 * 1024);
         jail.create_file("printed.yaml", &config.to_yaml())?;
-        let loaded = load_in(jail, Some(Path::new("printed.yaml"))).expect("loads");
+        let loaded = Config::load(Some(Path::new("printed.yaml"))).expect("loads");
         assert_eq!(loaded, config);
         Ok(())
     });

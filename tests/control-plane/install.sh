@@ -39,7 +39,10 @@ apt_install() {
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
 }
 
-apt_install etcd-server
+# etcd runs the control plane's storage; kubectl (kubernetes-client) is for people and the
+# deploy tests; util-linux's setpriv ties the control plane's processes to their supervisor.
+apt_install etcd-server util-linux
+command -v kubectl >/dev/null || apt_install kubernetes-client
 
 if [[ -x "$BIN_DIR/kube-apiserver" && -x "$BIN_DIR/kube-controller-manager" ]]; then
   ln -sf "$(command -v etcd)" "$BIN_DIR/etcd"

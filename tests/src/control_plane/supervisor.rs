@@ -216,7 +216,13 @@ async fn run_in(assets: &Assets, stop_when: StopWhen, root: &Path) -> anyhow::Re
         ca_file: pki.ca_cert.clone(),
         dir: root.clone(),
     };
-    println!("{}", serde_json::to_string(&handshake)?);
+    match stop_when {
+        StopWhen::StdinClosesOrSignal => println!("{}", serde_json::to_string(&handshake)?),
+        StopWhen::Signal => println!(
+            "\nA local Kubernetes {KUBERNETES_VERSION} control plane is running (no kubelet: pods stay Pending).\n\n  export KUBECONFIG={}\n  kubectl get namespaces\n\nPress Ctrl-C to stop it; everything it wrote is removed.\n",
+            handshake.kubeconfig.display()
+        ),
+    }
     eprintln!(
         "control plane (Kubernetes {KUBERNETES_VERSION}) ready in {:.1}s at {}; logs in {}",
         started.elapsed().as_secs_f64(),

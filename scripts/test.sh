@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# The whole test suite: unit tests, the planner simulation, and end-to-end tests against a real
+# local Kubernetes control plane (built once and cached; see tests/control-plane/install.sh).
+# Extra arguments go to `cargo test`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+KUBEBUILDER_ASSETS="$(tests/control-plane/install.sh)"
+export KUBEBUILDER_ASSETS
+cargo test --workspace "$@"
