@@ -255,8 +255,13 @@ impl PodHttpClient {
         method: PodMethod,
         endpoints: &[PodEndpoint],
     ) -> Result<(), PodCallError> {
-        futures::stream::iter(endpoints)
+        // Futures collected first: a closure inside the stream would make the future not
+        // provably Send for every lifetime, and callers spawn it.
+        let calls: Vec<_> = endpoints
+            .iter()
             .map(|endpoint| self.call(method, endpoint))
+            .collect();
+        futures::stream::iter(calls)
             .buffer_unordered(self.max_concurrent_calls)
             .try_for_each(|_| async { Ok(()) })
             .await
@@ -269,8 +274,11 @@ impl PodHttpClient {
         method: PodMethod,
         endpoints: &[PodEndpoint],
     ) -> Vec<PodCallError> {
-        futures::stream::iter(endpoints)
+        let calls: Vec<_> = endpoints
+            .iter()
             .map(|endpoint| self.call(method, endpoint))
+            .collect();
+        futures::stream::iter(calls)
             .buffer_unordered(self.max_concurrent_calls)
             .filter_map(|result| async move { result.err() })
             .collect()

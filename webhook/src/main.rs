@@ -1,15 +1,30 @@
-//! baton-webhook: the stateless admission service that guards
-//! downscales (no-downscale, prepare-downscale).
+//! baton-webhook: the stateless admission service that guards downscales (no-downscale,
+//! prepare-downscale). This file only wires the library's pieces together.
 
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
 
+use anyhow::Context;
 use baton_config::Config;
 use baton_shared::cli::{ConfigArgs, Startup};
 use baton_shared::ops_server::{OpsServer, Readiness};
+use baton_shared::pod_client::PodHttpClient;
+use baton_webhook::admission::prepare_downscale::flow::PrepareDownscale;
+use baton_webhook::metrics::WebhookMetrics;
+use baton_webhook::parents::ParentCache;
+use baton_webhook::server::{WebhookServer, WebhookState};
+use baton_webhook::tls_reload::{CertFiles, ReloadingCert};
 use clap::Parser;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
 
 #[derive(Debug, Parser)]
-#[command(name = "baton-webhook", version, about = "Admission webhooks guarding StatefulSet downscales")]
+#[command(
+    name = "baton-webhook",
+    version,
+    about = "Admission webhooks guarding StatefulSet downscales"
+)]
 struct Cli {
     #[command(flatten)]
     config: ConfigArgs,
@@ -50,8 +65,147 @@ async fn run(config: Config) -> anyhow::Result<()> {
     let shutdown = baton_shared::shutdown::on_signal()?;
     let registry = prometheus::Registry::new();
     let readiness = Readiness::default();
-    let ops = OpsServer::bind(config.ops.address.0, registry, readiness)?;
-    tracing::info!(address = %ops.local_addr(), namespace = %config.namespace, "ops server listening");
-    ops.run(shutdown).await?;
-    Ok(())
+
+    // The certificate first: without it nothing can be served, and the error names the file.
+    let cert = Arc::new(
+        ReloadingCert::load(CertFiles {
+            cert: config.webhook.cert_file.clone(),
+            key: config.webhook.key_file.clone(),
+        })
+        .context("loading the webhook's serving certificate")?,
+    );
+    let client = baton_shared::kube_client::client(&config.kubernetes).await?;
+    let metrics = WebhookMetrics::register(&registry)?;
+    let pods = PodHttpClient::new(&config.pods, &registry)?;
+    let (parents, fill_parents) = ParentCache::new(
+        client.clone(),
+        &config.namespace,
+        Some(metrics.parent_lookups.clone()),
+    );
+    let prepare = PrepareDownscale::new(client, pods, &config);
+    let state = actix_web::web::Data::new(WebhookState::new(
+        parents.clone(),
+        prepare,
+        metrics,
+        &config.webhook,
+    ));
+
+    // In-flight requests end by their deadline; give them that long, plus a little.
+    let drain = config.webhook.request_timeout.get() + Duration::from_secs(1);
+    let webhook = WebhookServer::bind(
+        config.webhook.address.0,
+        cert.server_config(),
+        state.clone(),
+        drain,
+    )
+    .with_context(|| format!("binding webhook.address {}", config.webhook.address))?;
+    let ops = OpsServer::bind(config.ops.address.0, registry, readiness.clone())
+        .with_context(|| format!("binding ops.address {}", config.ops.address))?;
+    tracing::info!(
+        webhook = %webhook.local_addr(), ops = %ops.local_addr(), namespace = %config.namespace,
+        "baton-webhook listening"
+    );
+
+    // Every task below is critical: if one ends (or panics) before shutdown, the process ends.
+    let serving = CancellationToken::new();
+    let background = CancellationToken::new();
+    let mut critical: JoinSet<anyhow::Result<&'static str>> = JoinSet::new();
+    critical.spawn({
+        let serving = serving.clone();
+        async move {
+            webhook.run(serving).await.context("webhook server")?;
+            Ok("webhook server")
+        }
+    });
+    critical.spawn({
+        let background = background.clone();
+        async move {
+            ops.run(background).await.context("ops server")?;
+            Ok("ops server")
+        }
+    });
+    critical.spawn({
+        let background = background.clone();
+        async move {
+            tokio::select! {
+                _ = fill_parents => anyhow::bail!("the parent caches stopped watching"),
+                _ = background.cancelled() => Ok("parent caches"),
+            }
+        }
+    });
+    critical.spawn(
+        cert.clone()
+            .watch(
+                config.webhook.cert_reload_interval.get(),
+                background.clone(),
+            )
+            .then_ok("certificate reloader"),
+    );
+    critical.spawn({
+        let readiness = readiness.clone();
+        let serving = serving.clone();
+        async move {
+            tokio::select! {
+                _ = parents.wait_synced() => {
+                    if !serving.is_cancelled() {
+                        readiness.set(true);
+                        tracing::info!("caches synced; ready");
+                    }
+                }
+                _ = serving.cancelled() => {}
+            }
+            // Stays until shutdown, so that ending here is not taken for a failure.
+            serving.cancelled().await;
+            Ok("readiness")
+        }
+    });
+
+    let failure = tokio::select! {
+        _ = shutdown.cancelled() => None,
+        ended = critical.join_next() => Some(match ended {
+            Some(Ok(Ok(task))) => anyhow::anyhow!("{task} ended unexpectedly"),
+            Some(Ok(Err(error))) => error,
+            Some(Err(join_error)) => anyhow::anyhow!("a critical task failed: {join_error}"),
+            None => anyhow::anyhow!("no task left"),
+        }),
+    };
+
+    // Not ready → drain in-flight requests and prepare-downscale flows (bounded) → exit.
+    readiness.set(false);
+    tracing::info!("not ready; draining in-flight requests");
+    serving.cancel();
+    let drained = tokio::time::timeout(drain + Duration::from_secs(1), async {
+        while let Some(ended) = critical.join_next().await {
+            if let Ok(Ok("webhook server")) = ended {
+                break;
+            }
+        }
+    })
+    .await
+    .is_ok();
+    let flows_done = state.drain(drain).await;
+    if !drained || !flows_done {
+        tracing::warn!("shutdown deadline passed with requests still in flight");
+    }
+    background.cancel();
+    critical.shutdown().await;
+    match failure {
+        Some(error) => Err(error),
+        None => {
+            tracing::info!("stopped");
+            Ok(())
+        }
+    }
 }
+
+/// Turns a task that returns nothing into one that names itself when it ends.
+trait ThenOk: Future<Output = ()> + Sized {
+    fn then_ok(self, name: &'static str) -> impl Future<Output = anyhow::Result<&'static str>> {
+        async move {
+            self.await;
+            Ok(name)
+        }
+    }
+}
+
+impl<F: Future<Output = ()>> ThenOk for F {}

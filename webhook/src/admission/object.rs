@@ -1,0 +1,355 @@
+//! The few fields of a workload object (StatefulSet, Deployment, ReplicaSet) or of its `Scale`
+//! that the webhooks read, decoded straight from the review's raw JSON without building the
+//! whole typed object: this is the hot path of no-downscale.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::fmt;
+
+use serde::Deserialize;
+
+use super::decision::Decision;
+use super::review::AdmissionRequest;
+
+/// Kinds the webhooks understand.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WorkloadKind {
+    StatefulSet,
+    Deployment,
+    ReplicaSet,
+    /// The `/scale` subresource: it carries replicas but not the parent's labels.
+    Scale,
+}
+
+/// The resources whose `/scale` the webhooks judge: the parent of a `Scale`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ParentKind {
+    StatefulSet,
+    Deployment,
+    ReplicaSet,
+}
+
+impl ParentKind {
+    /// From `request.resource.resource`.
+    pub fn from_resource(resource: &str) -> Option<Self> {
+        match resource {
+            "statefulsets" => Some(Self::StatefulSet),
+            "deployments" => Some(Self::Deployment),
+            "replicasets" => Some(Self::ReplicaSet),
+            _ => None,
+        }
+    }
+    pub fn resource(self) -> &'static str {
+        match self {
+            Self::StatefulSet => "statefulsets",
+            Self::Deployment => "deployments",
+            Self::ReplicaSet => "replicasets",
+        }
+    }
+}
+
+/// A workload object as far as the webhooks care.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Workload<'a> {
+    pub kind: WorkloadKind,
+    /// `spec.replicas`; `None` when absent or null (a `Scale` always has a number, 0 if absent).
+    pub replicas: Option<i32>,
+    pub labels: HashMap<Cow<'a, str>, Cow<'a, str>>,
+}
+
+impl Workload<'_> {
+    pub fn label(&self, key: &str) -> Option<&str> {
+        self.labels.get(key).map(|value| value.as_ref())
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RawWorkload<'a> {
+    #[serde(default, borrow)]
+    api_version: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    kind: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    metadata: Option<RawMetadata<'a>>,
+    #[serde(default)]
+    spec: Option<RawSpec>,
+}
+
+#[derive(Deserialize)]
+struct RawMetadata<'a> {
+    #[serde(default, borrow)]
+    labels: Option<HashMap<Cow<'a, str>, Cow<'a, str>>>,
+}
+
+#[derive(Deserialize)]
+struct RawSpec {
+    #[serde(default)]
+    replicas: Option<i32>,
+}
+
+/// Why an object could not be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ObjectError {
+    #[error("{0}")]
+    Malformed(String),
+    #[error("unsupported type {api_version}/{kind}")]
+    Unsupported { api_version: String, kind: String },
+}
+
+/// Decodes the fields of a StatefulSet, Deployment, ReplicaSet or Scale, in any of the API
+/// groups the API server may send them in (`apps`, `extensions`, `autoscaling`).
+pub fn decode_workload(json: &str) -> Result<Workload<'_>, ObjectError> {
+    let raw: RawWorkload<'_> =
+        serde_json::from_str(json).map_err(|error| ObjectError::Malformed(error.to_string()))?;
+    let api_version = raw.api_version.as_deref().unwrap_or("");
+    let kind_name = raw.kind.as_deref().unwrap_or("");
+    let group = api_version.split_once('/').map_or("", |(group, _)| group);
+    let kind = match (group, kind_name) {
+        ("apps" | "extensions", "StatefulSet") => WorkloadKind::StatefulSet,
+        ("apps" | "extensions", "Deployment") => WorkloadKind::Deployment,
+        ("apps" | "extensions", "ReplicaSet") => WorkloadKind::ReplicaSet,
+        ("autoscaling" | "apps" | "extensions", "Scale") => WorkloadKind::Scale,
+        _ => {
+            return Err(ObjectError::Unsupported {
+                api_version: api_version.to_owned(),
+                kind: kind_name.to_owned(),
+            });
+        }
+    };
+    let replicas = raw.spec.and_then(|spec| spec.replicas);
+    Ok(Workload {
+        kind,
+        replicas: if kind == WorkloadKind::Scale {
+            Some(replicas.unwrap_or(0))
+        } else {
+            replicas
+        },
+        labels: raw
+            .metadata
+            .and_then(|metadata| metadata.labels)
+            .unwrap_or_default(),
+    })
+}
+
+/// A decrease of replicas, with what the messages name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Downscale {
+    /// `request.resource.resource`, e.g. `statefulsets` (also for `/scale`).
+    pub resource: String,
+    pub name: String,
+    pub namespace: String,
+    pub from: i32,
+    pub to: i32,
+}
+
+impl fmt::Display for Downscale {
+    /// The subject of every message, as the Go operator words it.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "downscale of {}/{} in {} from {} to {} replicas",
+            self.resource, self.name, self.namespace, self.from, self.to
+        )
+    }
+}
+
+/// The old and new object of an UPDATE, decoded, when the change is a downscale; otherwise
+/// the decision that ends the review. Both webhooks start here.
+pub fn downscale_of<'a>(
+    request: &'a AdmissionRequest<'a>,
+) -> Result<(Downscale, Workload<'a>), Decision> {
+    if request.operation != "UPDATE" {
+        return Err(Decision::allow());
+    }
+    let decode = |which: &str, json: Option<&'a str>| {
+        let json = json.ok_or_else(|| {
+            Decision::allow_on_error(format!(
+                "can't decode {which} object, allowing the change, err: it is missing"
+            ))
+        })?;
+        decode_workload(json).map_err(|error| {
+            Decision::allow_on_error(format!(
+                "can't decode {which} object, allowing the change, err: {error}"
+            ))
+        })
+    };
+    let old = decode("old", request.old_object())?;
+    let new = decode("new", request.object())?;
+    match (old.replicas, new.replicas) {
+        (None, None) => Err(Decision::allow()),
+        (None, Some(_)) | (Some(_), None) => Err(Decision::allow_with_warning(
+            "old/new replicas is nil, allowing the change",
+        )),
+        (Some(from), Some(to)) if from <= to => Err(Decision::allow()),
+        (Some(from), Some(to)) => Ok((
+            Downscale {
+                resource: request.resource.resource.to_string(),
+                name: request.name.to_string(),
+                namespace: request.namespace().to_owned(),
+                from,
+                to,
+            },
+            old,
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decodes_the_kinds_the_api_server_sends() {
+        let cases: &[(&str, Result<(WorkloadKind, Option<i32>), &str>)] = &[
+            (
+                r#"{"apiVersion":"apps/v1","kind":"StatefulSet","metadata":{"labels":{"a":"b"}},"spec":{"replicas":3}}"#,
+                Ok((WorkloadKind::StatefulSet, Some(3))),
+            ),
+            (
+                r#"{"apiVersion":"apps/v1","kind":"Deployment","spec":{"replicas":null}}"#,
+                Ok((WorkloadKind::Deployment, None)),
+            ),
+            (
+                r#"{"apiVersion":"extensions/v1beta1","kind":"ReplicaSet","spec":{}}"#,
+                Ok((WorkloadKind::ReplicaSet, None)),
+            ),
+            (
+                r#"{"apiVersion":"apps/v1beta2","kind":"StatefulSet"}"#,
+                Ok((WorkloadKind::StatefulSet, None)),
+            ),
+            (
+                r#"{"apiVersion":"autoscaling/v1","kind":"Scale","spec":{"replicas":2}}"#,
+                Ok((WorkloadKind::Scale, Some(2))),
+            ),
+            (
+                r#"{"apiVersion":"autoscaling/v1","kind":"Scale","spec":{}}"#,
+                Ok((WorkloadKind::Scale, Some(0))),
+            ),
+            (
+                r#"{"apiVersion":"v1","kind":"Pod"}"#,
+                Err("unsupported type v1/Pod"),
+            ),
+            (
+                r#"{"kind":"StatefulSet"}"#,
+                Err("unsupported type /StatefulSet"),
+            ),
+            (
+                r#"{"apiVersion":"apps/v1","kind":"StatefulSet","spec":{"replicas":"3"}}"#,
+                Err("invalid type"),
+            ),
+            (
+                r#"{"apiVersion":"apps/v1","kind":"StatefulSet","spec":{"replicas":2147483648}}"#,
+                Err("invalid value"),
+            ),
+            (
+                r#"{"apiVersion":"apps/v1","kind":"StatefulSet","metadata":{"labels":{"a":1}}}"#,
+                Err("invalid type"),
+            ),
+            ("[]", Err("unsupported type /")),
+            ("7", Err("invalid type")),
+        ];
+        for (json, expected) in cases {
+            let got = decode_workload(json).map(|workload| (workload.kind, workload.replicas));
+            match (got, expected) {
+                (Ok(got), Ok(expected)) => assert_eq!(got, *expected, "{json}"),
+                (Err(error), Err(expected)) => {
+                    assert!(error.to_string().contains(expected), "{json}: {error}")
+                }
+                (got, expected) => panic!("{json}: got {got:?}, expected {expected:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn null_labels_are_no_labels() {
+        let workload = decode_workload(
+            r#"{"apiVersion":"apps/v1","kind":"StatefulSet","metadata":{"labels":null}}"#,
+        )
+        .unwrap();
+        assert!(workload.labels.is_empty());
+        let workload = decode_workload(
+            r#"{"apiVersion":"apps/v1","kind":"StatefulSet","metadata":{"labels":{"k":"v\"w"}}}"#,
+        )
+        .unwrap();
+        assert_eq!(workload.label("k"), Some("v\"w"));
+    }
+
+    fn request_json(operation: &str, old: Option<i32>, new: Option<i32>) -> String {
+        let object = |replicas: Option<i32>| serde_json::json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "spec": {"replicas": replicas}});
+        serde_json::json!({
+            "uid": "u", "name": "web", "namespace": "ns", "operation": operation,
+            "resource": {"group": "apps", "version": "v1", "resource": "statefulsets"},
+            "object": object(new), "oldObject": object(old)
+        })
+        .to_string()
+    }
+
+    #[test]
+    fn only_decreases_of_replicas_are_downscales() {
+        let warned = Decision::allow_with_warning("old/new replicas is nil, allowing the change");
+        let cases = [
+            ("UPDATE", Some(5), Some(3), None),
+            ("UPDATE", Some(3), Some(5), Some(Decision::allow())),
+            ("UPDATE", Some(3), Some(3), Some(Decision::allow())),
+            ("UPDATE", None, None, Some(Decision::allow())),
+            ("UPDATE", None, Some(3), Some(warned.clone())),
+            ("UPDATE", Some(3), None, Some(warned)),
+            ("UPDATE", Some(1), Some(0), None),
+            ("UPDATE", Some(0), Some(-1), None),
+            ("CREATE", Some(5), Some(3), Some(Decision::allow())),
+            ("DELETE", Some(5), Some(3), Some(Decision::allow())),
+        ];
+        for (operation, old, new, expected) in cases {
+            let json = request_json(operation, old, new);
+            let request: AdmissionRequest<'_> = serde_json::from_str(&json).unwrap();
+            match (downscale_of(&request), expected) {
+                (Ok((downscale, _)), None) => {
+                    assert_eq!((downscale.from, downscale.to), (old.unwrap(), new.unwrap()));
+                    assert_eq!(
+                        downscale.to_string(),
+                        format!(
+                            "downscale of statefulsets/web in ns from {} to {} replicas",
+                            old.unwrap(),
+                            new.unwrap()
+                        )
+                    );
+                }
+                (Err(decision), Some(expected)) => {
+                    assert_eq!(decision, expected, "{operation} {old:?} -> {new:?}")
+                }
+                (got, expected) => {
+                    panic!("{operation} {old:?} -> {new:?}: got {got:?}, expected {expected:?}")
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn undecodable_objects_are_allowed_with_a_warning() {
+        let cases = [
+            (
+                r#"{"uid":"u","operation":"UPDATE","object":{"apiVersion":"apps/v1","kind":"StatefulSet"}}"#,
+                "old object",
+            ),
+            (
+                r#"{"uid":"u","operation":"UPDATE","oldObject":{"apiVersion":"v1","kind":"Pod"},"object":{}}"#,
+                "can't decode old object, allowing the change, err: unsupported type v1/Pod",
+            ),
+            (
+                r#"{"uid":"u","operation":"UPDATE","oldObject":{"apiVersion":"apps/v1","kind":"StatefulSet"},"object":7}"#,
+                "can't decode new object",
+            ),
+        ];
+        for (json, expected) in cases {
+            let request: AdmissionRequest<'_> = serde_json::from_str(json).unwrap();
+            let decision = downscale_of(&request).unwrap_err();
+            assert!(decision.allowed);
+            assert_eq!(
+                decision.outcome,
+                super::super::decision::Outcome::AllowedOnError
+            );
+            assert!(decision.warnings[0].contains(expected), "{decision}");
+        }
+    }
+}

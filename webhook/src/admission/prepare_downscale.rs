@@ -1,0 +1,347 @@
+//! prepare-downscale (mutating, no patch): before a labelled StatefulSet loses pods, every
+//! pod going away is told to prepare (POST), and in a rollout group only one zone may be
+//! downscaled per min-time.
+//!
+//! The decisions are pure functions of what was read; `flow.rs` does the reading, the
+//! claiming (see `ledger.rs`) and the pod calls.
+
+use std::collections::HashMap;
+
+use baton_config::PodAddressing;
+use baton_shared::annotations::{
+    LAST_DOWNSCALE_ANNOTATION, MIN_TIME_BETWEEN_ZONES_DOWNSCALE_LABEL, PREPARE_DOWNSCALE_LABEL,
+    PREPARE_DOWNSCALE_PATH_ANNOTATION, PREPARE_DOWNSCALE_PORT_ANNOTATION, ROLLOUT_GROUP_LABEL,
+};
+use baton_shared::pod_client::{PodEndpoint, PodRef, pod_host, pod_url};
+use jiff::{SignedDuration, Timestamp};
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::Pod;
+
+use super::decision::Decision;
+use super::go_duration;
+use super::ledger::Ledger;
+use super::object::{Downscale, WorkloadKind, downscale_of};
+use super::review::AdmissionRequest;
+
+/// The label value that opts a StatefulSet in.
+pub const PREPARE_DOWNSCALE_VALUE: &str = "true";
+
+/// A downscale that needs the StatefulSet's preparation, owned so it can outlive the request
+/// body (the flow finishes its undo even if the caller goes away).
+#[derive(Debug, Clone)]
+pub struct PrepareRequest {
+    pub uid: String,
+    pub downscale: Downscale,
+    pub statefulset: StatefulSetSource,
+}
+
+/// Where the StatefulSet's labels and annotations come from.
+#[derive(Debug, Clone)]
+pub enum StatefulSetSource {
+    /// The review's old object was the StatefulSet.
+    Inline(Box<StatefulSet>),
+    /// A `/scale` review: read it from the API.
+    Fetch,
+}
+
+/// Judges what the review alone tells: dry runs, non-downscales and unsupported kinds end here.
+pub fn assess(request: &AdmissionRequest<'_>) -> Result<PrepareRequest, Decision> {
+    if request.is_dry_run() {
+        return Err(Decision::allow());
+    }
+    let (downscale, old) = downscale_of(request)?;
+    let statefulset = match old.kind {
+        WorkloadKind::StatefulSet => {
+            let json = request.old_object().unwrap_or("null");
+            let statefulset: StatefulSet = serde_json::from_str(json).map_err(|error| {
+                Decision::allow_on_error(format!(
+                    "can't decode old object, allowing the change, err: {error}"
+                ))
+            })?;
+            StatefulSetSource::Inline(Box::new(statefulset))
+        }
+        WorkloadKind::Scale if downscale.resource == "statefulsets" => StatefulSetSource::Fetch,
+        WorkloadKind::Scale => {
+            return Err(Decision::allow_on_error(format!(
+                "unsupported resource {}, allowing the change",
+                downscale.resource
+            )));
+        }
+        WorkloadKind::Deployment | WorkloadKind::ReplicaSet => {
+            return Err(Decision::allow_on_error(format!(
+                "unsupported type {:?}, allowing the change",
+                old.kind
+            )));
+        }
+    };
+    Ok(PrepareRequest {
+        uid: request.uid.to_string(),
+        downscale,
+        statefulset,
+    })
+}
+
+/// What the pods going away need to be told, from the StatefulSet's annotations.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    pub port: String,
+    pub path: String,
+    pub service_name: String,
+    /// The rollout group, when the StatefulSet is in one.
+    pub group: Option<String>,
+}
+
+/// A StatefulSet not labelled for preparation is allowed; a labelled one needs the port and
+/// path annotations and `spec.serviceName`.
+pub fn check_statefulset(
+    downscale: &Downscale,
+    statefulset: &StatefulSet,
+) -> Result<Target, Decision> {
+    let labels = statefulset.metadata.labels.as_ref();
+    let label = |key: &str| {
+        labels
+            .and_then(|labels| labels.get(key))
+            .map(String::as_str)
+    };
+    if label(PREPARE_DOWNSCALE_LABEL) != Some(PREPARE_DOWNSCALE_VALUE) {
+        return Err(Decision::allow());
+    }
+    let annotation = |key: &str| {
+        statefulset
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|annotations| annotations.get(key))
+            .map(String::as_str)
+            .unwrap_or("")
+    };
+    let port = annotation(PREPARE_DOWNSCALE_PORT_ANNOTATION);
+    if port.is_empty() {
+        return Err(Decision::deny(format!(
+            "{downscale} is not allowed because the {PREPARE_DOWNSCALE_PORT_ANNOTATION} annotation is not set or empty."
+        )));
+    }
+    let path = annotation(PREPARE_DOWNSCALE_PATH_ANNOTATION);
+    if path.is_empty() {
+        return Err(Decision::deny(format!(
+            "{downscale} is not allowed because the {PREPARE_DOWNSCALE_PATH_ANNOTATION} annotation is not set or empty."
+        )));
+    }
+    let service_name = statefulset
+        .spec
+        .as_ref()
+        .and_then(|spec| spec.service_name.as_deref())
+        .unwrap_or("");
+    if service_name.is_empty() {
+        return Err(Decision::deny(format!(
+            "{downscale} is not allowed because the serviceName is not set or empty."
+        )));
+    }
+    Ok(Target {
+        port: port.to_owned(),
+        path: path.to_owned(),
+        service_name: service_name.to_owned(),
+        group: label(ROLLOUT_GROUP_LABEL)
+            .filter(|group| !group.is_empty())
+            .map(str::to_owned),
+    })
+}
+
+/// Denies when another StatefulSet of the group was downscaled less than its min-time ago.
+/// Its last downscale is the later of the ledger's entry and its `last-downscale` annotation
+/// (written by earlier baton versions or by the Go operator). When several block, the one with
+/// the longest wait left is named, so the time left is when the downscale can succeed.
+pub fn judge_min_time(
+    downscale: &Downscale,
+    members: &[StatefulSet],
+    ledger: &Ledger,
+    now: Timestamp,
+) -> Result<(), Decision> {
+    let mut blocking: Option<(String, Timestamp, i64, SignedDuration)> = None;
+    for member in members {
+        let name = member.metadata.name.as_deref().unwrap_or("");
+        if name == downscale.name {
+            continue;
+        }
+        let unreadable = |why: String| {
+            Decision::deny(format!(
+                "{downscale} is not allowed because parsing downscale annotations failed: {why}"
+            ))
+        };
+        let annotated = match member
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|annotations| annotations.get(LAST_DOWNSCALE_ANNOTATION))
+        {
+            None => None,
+            Some(text) => Some(text.parse::<Timestamp>().map_err(|error| {
+                unreadable(format!(
+                    "can't parse {LAST_DOWNSCALE_ANNOTATION} annotation of {name}: {text:?}: {error}"
+                ))
+            })?),
+        };
+        let recorded = ledger
+            .last_downscale(name)
+            .map_err(|why| unreadable(format!("the group's downscale ledger: {why}")))?;
+        let Some(last) = annotated.max(recorded) else {
+            continue;
+        };
+        let Some(min_time) = member
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|labels| labels.get(MIN_TIME_BETWEEN_ZONES_DOWNSCALE_LABEL))
+        else {
+            continue;
+        };
+        let wait = go_duration::parse(min_time).map_err(|error| {
+            unreadable(format!(
+                "can't parse {MIN_TIME_BETWEEN_ZONES_DOWNSCALE_LABEL} label of {name}: {error}"
+            ))
+        })?;
+        let left = SignedDuration::from_nanos(wait) - now.duration_since(last);
+        if left > SignedDuration::ZERO && blocking.as_ref().is_none_or(|(.., most)| left > *most) {
+            blocking = Some((name.to_owned(), last, wait, left));
+        }
+    }
+    match blocking {
+        None => Ok(()),
+        Some((name, last, wait, left)) => {
+            // Whole seconds, rounded up: "0s left" would read as "allowed now".
+            let left_seconds = left.as_secs() + i64::from(left.subsec_nanos() > 0);
+            Err(Decision::deny(format!(
+                "{downscale} is not allowed because statefulset {name} was downscaled at {} and is labelled to wait {} between zone downscales ({} left)",
+                last.strftime("%Y-%m-%d %H:%M:%S +0000 UTC"),
+                go_duration::format(wait),
+                go_duration::format(left_seconds.saturating_mul(1_000_000_000)),
+            )))
+        }
+    }
+}
+
+/// How ready another StatefulSet of the group is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemberReadiness {
+    pub name: String,
+    pub replicas: i32,
+    pub updated_replicas: i32,
+    pub ready_pods: i32,
+}
+
+impl MemberReadiness {
+    /// Counts the pods of `statefulset` (controller owner reference to it) that are Running,
+    /// Ready and not terminating, among `pods`.
+    pub fn of(statefulset: &StatefulSet, pods: &[Pod]) -> Self {
+        let uid = statefulset.metadata.uid.as_deref();
+        let ready_pods = pods
+            .iter()
+            .filter(|pod| {
+                pod.metadata
+                    .owner_references
+                    .as_ref()
+                    .is_some_and(|owners| {
+                        owners.iter().any(|owner| {
+                            owner.controller == Some(true) && Some(owner.uid.as_str()) == uid
+                        })
+                    })
+            })
+            .filter(|pod| pod.metadata.deletion_timestamp.is_none() && is_running_and_ready(pod))
+            .count();
+        let status = statefulset.status.as_ref();
+        Self {
+            name: statefulset.metadata.name.clone().unwrap_or_default(),
+            replicas: status.map_or(0, |status| status.replicas),
+            updated_replicas: status
+                .and_then(|status| status.updated_replicas)
+                .unwrap_or(0),
+            ready_pods: i32::try_from(ready_pods).unwrap_or(i32::MAX),
+        }
+    }
+}
+
+fn is_running_and_ready(pod: &Pod) -> bool {
+    let Some(status) = pod.status.as_ref() else {
+        return false;
+    };
+    status.phase.as_deref() == Some("Running")
+        && status.conditions.as_ref().is_some_and(|conditions| {
+            conditions
+                .iter()
+                .any(|condition| condition.type_ == "Ready" && condition.status == "True")
+        })
+}
+
+/// Denies while another StatefulSet of the group has pods not ready or not updated: downscaling
+/// a second zone during a rollout or an outage of the first loses data.
+pub fn judge_readiness(downscale: &Downscale, members: &[MemberReadiness]) -> Result<(), Decision> {
+    for member in members
+        .iter()
+        .filter(|member| member.name != downscale.name)
+    {
+        if member.replicas != member.ready_pods || member.updated_replicas != member.ready_pods {
+            return Err(Decision::deny(format!(
+                "{downscale} is not allowed because statefulset {} has {} non-updated replicas and {} non-ready replicas",
+                member.name,
+                member.replicas - member.updated_replicas,
+                member.replicas - member.ready_pods
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Names of the pods going away, highest ordinal first (the order the StatefulSet controller
+/// removes them in).
+pub fn pods_going_away(downscale: &Downscale) -> Vec<String> {
+    (downscale.to.max(0)..downscale.from)
+        .rev()
+        .map(|ordinal| format!("{}-{ordinal}", downscale.name))
+        .collect()
+}
+
+/// The prepare endpoint of each pod going away, highest ordinal first. `pod_ips` (name → IP)
+/// is only read when pods are addressed by IP.
+pub fn endpoints(
+    downscale: &Downscale,
+    target: &Target,
+    addressing: PodAddressing,
+    cluster_domain: &str,
+    pod_ips: &HashMap<String, String>,
+) -> Result<Vec<PodEndpoint>, Decision> {
+    pods_going_away(downscale)
+        .into_iter()
+        .map(|pod| {
+            let reference = PodRef {
+                name: &pod,
+                namespace: &downscale.namespace,
+                service_name: &target.service_name,
+                pod_ip: pod_ips.get(&pod).map(String::as_str),
+            };
+            let host = pod_host(addressing, cluster_domain, &reference).map_err(|error| {
+                Decision::deny(format!("{downscale} is not allowed because {error}"))
+            })?;
+            let url = pod_url(&host, &target.port, &target.path);
+            Ok(PodEndpoint { pod, url })
+        })
+        .collect()
+}
+
+/// Denial after a pod failed to prepare (the others were told to undo).
+pub fn pods_failed(downscale: &Downscale, error: &dyn std::fmt::Display) -> Decision {
+    Decision::deny(format!(
+        "{downscale} is not allowed because one or more pods failed to prepare for shutdown: {error}"
+    ))
+}
+
+/// The approval.
+pub fn allowed(downscale: &Downscale) -> Decision {
+    Decision::allow_with_message(format!(
+        "{downscale} is allowed -- all pods successfully prepared for shutdown."
+    ))
+}
+
+pub mod flow;
+
+#[cfg(test)]
+mod tests;

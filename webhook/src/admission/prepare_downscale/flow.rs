@@ -1,0 +1,407 @@
+//! The steps of prepare-downscale that talk to the API server and to pods:
+//! read the StatefulSet and its group → judge min-time on the group's ledger → check the other
+//! zones are ready → claim the downscale in the ledger (conditional write; on 409 re-read and
+//! judge again) → POST to the pods going away → write `last-downscale` on the StatefulSet.
+//! A failure after the claim DELETEs to every pod and releases the claim.
+//!
+//! Everything runs under the request's deadline; part of it is kept back for the undo so a
+//! slow pod cannot leave other pods prepared and the claim held.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use baton_config::{Config, PodAddressing};
+use baton_shared::annotations::{LAST_DOWNSCALE_ANNOTATION, ROLLOUT_GROUP_LABEL};
+use baton_shared::pod_client::{PodEndpoint, PodHttpClient, PodMethod};
+use jiff::Timestamp;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use kube::api::{ListParams, Patch, PatchParams};
+use kube::core::Selector;
+use kube::{Api, Client};
+use tokio::time::Instant;
+
+use super::{
+    MemberReadiness, PrepareRequest, StatefulSetSource, Target, allowed, check_statefulset,
+    endpoints, judge_min_time, judge_readiness, pods_failed,
+};
+use crate::admission::decision::Decision;
+use crate::admission::ledger::{self, Entry, Ledger, Written};
+use crate::admission::object::Downscale;
+
+/// How often a claim is retried after losing a race before giving up (each retry means another
+/// replica wrote the ledger in between: a handful is plenty).
+const MAX_CLAIM_ATTEMPTS: usize = 8;
+/// Field manager of baton's writes.
+const FIELD_MANAGER: &str = "baton-webhook";
+
+/// What prepare-downscale needs to act; cheap to clone.
+#[derive(Clone)]
+pub struct PrepareDownscale {
+    client: Client,
+    pods: PodHttpClient,
+    addressing: PodAddressing,
+    cluster_domain: String,
+    request_timeout: Duration,
+    undo_reserve: Duration,
+}
+
+impl std::fmt::Debug for PrepareDownscale {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PrepareDownscale")
+            .field("addressing", &self.addressing)
+            .field("cluster_domain", &self.cluster_domain)
+            .field("request_timeout", &self.request_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PrepareDownscale {
+    pub fn new(client: Client, pods: PodHttpClient, config: &Config) -> Self {
+        let request_timeout = config.webhook.request_timeout.get();
+        Self {
+            client,
+            pods,
+            addressing: config.pods.address_by,
+            cluster_domain: config.cluster_domain.clone(),
+            request_timeout,
+            undo_reserve: config.pods.request_timeout.get().min(request_timeout / 3),
+        }
+    }
+
+    /// Runs the whole flow for one request and returns the answer.
+    pub async fn run(&self, request: PrepareRequest) -> Decision {
+        let deadline = Instant::now() + self.request_timeout;
+        let forward = Deadline(deadline - self.undo_reserve);
+        let undo = Deadline(deadline);
+        let downscale = &request.downscale;
+
+        let statefulset = match request.statefulset {
+            StatefulSetSource::Inline(statefulset) => *statefulset,
+            StatefulSetSource::Fetch => {
+                let api: Api<StatefulSet> =
+                    Api::namespaced(self.client.clone(), &downscale.namespace);
+                match forward.run(api.get(&downscale.name)).await {
+                    Ok(statefulset) => statefulset,
+                    Err(error) => {
+                        return Decision::allow_on_error(format!(
+                            "can't get statefulsets/{} in namespace {}, allowing the change: {error}",
+                            downscale.name, downscale.namespace
+                        ));
+                    }
+                }
+            }
+        };
+        let target = match check_statefulset(downscale, &statefulset) {
+            Ok(target) => target,
+            Err(decision) => return decision,
+        };
+
+        let claim = match &target.group {
+            None => None,
+            Some(group) => match self.claim(&request.uid, downscale, group, &forward).await {
+                Ok(claim) => Some(claim),
+                Err(decision) => return decision,
+            },
+        };
+
+        let outcome = self
+            .prepare(downscale, &statefulset, &target, &forward)
+            .await;
+        let (decision, prepared) = match outcome {
+            Ok(()) => return allowed(downscale),
+            Err(failure) => failure,
+        };
+        // Undo, within what is left of the whole deadline.
+        if !prepared.is_empty() {
+            let failures = match undo
+                .run(async {
+                    Ok::<_, kube::Error>(self.pods.call_each(PodMethod::Delete, &prepared).await)
+                })
+                .await
+            {
+                Ok(failures) => failures
+                    .into_iter()
+                    .map(|error| error.to_string())
+                    .collect(),
+                Err(error) => vec![error.to_string()],
+            };
+            for failure in failures {
+                tracing::warn!(name = %downscale.name, error = %failure, "undoing a pod's preparation failed");
+            }
+        }
+        if let Some(claim) = claim
+            && let Err(error) = self
+                .release(&request.uid, &claim, &downscale.name, &undo)
+                .await
+        {
+            tracing::error!(name = %downscale.name, ledger = %claim.name, %error, "releasing the downscale claim failed; the group waits its min-time");
+        }
+        decision
+    }
+
+    /// Judges min-time and readiness, then records the downscale in the group's ledger with a
+    /// conditional write, judging again whenever another replica wrote first.
+    async fn claim(
+        &self,
+        uid: &str,
+        downscale: &Downscale,
+        group: &str,
+        deadline: &Deadline,
+    ) -> Result<Claim, Decision> {
+        let deny_on = |what: &str, error: &dyn std::fmt::Display| {
+            tracing::warn!(name = %downscale.name, %group, %error, "{what} failed");
+            Decision::deny(format!(
+                "{downscale} is not allowed because {what} failed: {error}"
+            ))
+        };
+        let statefulsets: Api<StatefulSet> =
+            Api::namespaced(self.client.clone(), &downscale.namespace);
+        let members = deadline
+            .run(
+                statefulsets
+                    .list(&ListParams::default().labels(&format!("{ROLLOUT_GROUP_LABEL}={group}"))),
+            )
+            .await
+            .map_err(|error| deny_on("finding other statefulsets", &error))?
+            .items;
+
+        let ledgers: Api<ConfigMap> = Api::namespaced(self.client.clone(), &downscale.namespace);
+        let name = ledger::ledger_name(group);
+        let mut current = deadline
+            .run(ledger::read(&ledgers, &name))
+            .await
+            .map_err(|error| deny_on("reading the group's downscale ledger", &error))?;
+        judge_min_time(downscale, &members, &current, Timestamp::now())?;
+
+        let mut readiness = Vec::new();
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &downscale.namespace);
+        for member in members
+            .iter()
+            .filter(|member| member.metadata.name.as_deref() != Some(&downscale.name))
+        {
+            let owned = deadline
+                .run(list_pods(&pods, member))
+                .await
+                .map_err(|error| {
+                    deny_on(
+                        "checking whether StatefulSets have non-updated replicas",
+                        &error,
+                    )
+                })?;
+            readiness.push(MemberReadiness::of(member, &owned));
+        }
+        judge_readiness(downscale, &readiness)?;
+
+        for attempt in 1..=MAX_CLAIM_ATTEMPTS {
+            let previous = current.entry(&downscale.name).ok().flatten();
+            let claimed =
+                current.with_entry(&downscale.name, Some(&Entry::new(Timestamp::now(), uid)));
+            match deadline
+                .run(ledger::write(&ledgers, &name, group, &claimed))
+                .await
+            {
+                Ok(Written::Done(_)) => {
+                    tracing::info!(name = %downscale.name, %group, ledger = %name, attempt, "downscale claimed");
+                    return Ok(Claim {
+                        name,
+                        namespace: downscale.namespace.clone(),
+                        group: group.to_owned(),
+                        previous,
+                    });
+                }
+                Ok(Written::Conflict) => {
+                    tracing::debug!(name = %downscale.name, %group, attempt, "ledger changed meanwhile; judging again");
+                    current = deadline
+                        .run(ledger::read(&ledgers, &name))
+                        .await
+                        .map_err(|error| deny_on("reading the group's downscale ledger", &error))?;
+                    judge_min_time(downscale, &members, &current, Timestamp::now())?;
+                }
+                Err(error) => {
+                    return Err(deny_on(
+                        "recording the downscale in the group's ledger",
+                        &error,
+                    ));
+                }
+            }
+        }
+        Err(Decision::deny(format!(
+            "{downscale} is not allowed because the group's downscale ledger {name} kept changing; retry"
+        )))
+    }
+
+    /// Tells the pods going away, then writes `last-downscale`. On failure, returns the denial
+    /// and the pods that may have been told (to undo).
+    async fn prepare(
+        &self,
+        downscale: &Downscale,
+        statefulset: &StatefulSet,
+        target: &Target,
+        deadline: &Deadline,
+    ) -> Result<(), (Decision, Vec<PodEndpoint>)> {
+        let pod_ips = match self.addressing {
+            PodAddressing::Dns => HashMap::new(),
+            PodAddressing::Ip => {
+                let pods: Api<Pod> = Api::namespaced(self.client.clone(), &downscale.namespace);
+                match deadline.run(list_pods(&pods, statefulset)).await {
+                    Ok(owned) => owned
+                        .into_iter()
+                        .filter_map(|pod| Some((pod.metadata.name?, pod.status?.pod_ip?)))
+                        .collect(),
+                    Err(error) => {
+                        return Err((
+                            Decision::deny(format!(
+                                "{downscale} is not allowed because listing its pods failed: {error}"
+                            )),
+                            Vec::new(),
+                        ));
+                    }
+                }
+            }
+        };
+        let endpoints = endpoints(
+            downscale,
+            target,
+            self.addressing,
+            &self.cluster_domain,
+            &pod_ips,
+        )
+        .map_err(|decision| (decision, Vec::new()))?;
+
+        if let Err(error) = deadline
+            .run(async {
+                self.pods
+                    .call_all(PodMethod::Post, &endpoints)
+                    .await
+                    .map_err(FlowError::Pod)
+            })
+            .await
+        {
+            tracing::warn!(name = %downscale.name, %error, "a pod failed to prepare for shutdown; undoing");
+            return Err((pods_failed(downscale, &error), endpoints));
+        }
+
+        let statefulsets: Api<StatefulSet> =
+            Api::namespaced(self.client.clone(), &downscale.namespace);
+        // Whole seconds, as the Go operator writes it: a retried admission in the same second
+        // then patches nothing, so the API server's own retry of the update converges.
+        let now = Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
+        let patch =
+            serde_json::json!({"metadata": {"annotations": {LAST_DOWNSCALE_ANNOTATION: now}}});
+        let params = PatchParams {
+            field_manager: Some(FIELD_MANAGER.to_owned()),
+            ..PatchParams::default()
+        };
+        if let Err(error) = deadline
+            .run(statefulsets.patch(&downscale.name, &params, &Patch::Merge(&patch)))
+            .await
+        {
+            tracing::warn!(name = %downscale.name, %error, "writing last-downscale failed; undoing");
+            return Err((
+                Decision::deny(format!(
+                    "{downscale} is not allowed because adding an annotation to the statefulset failed: {error}"
+                )),
+                endpoints,
+            ));
+        }
+        tracing::info!(name = %downscale.name, namespace = %downscale.namespace, from = downscale.from, to = downscale.to, "downscale prepared");
+        Ok(())
+    }
+
+    /// Puts back the entry the claim replaced, if the claim is still ours.
+    async fn release(
+        &self,
+        uid: &str,
+        claim: &Claim,
+        statefulset: &str,
+        deadline: &Deadline,
+    ) -> Result<(), FlowError> {
+        let ledgers: Api<ConfigMap> = Api::namespaced(self.client.clone(), &claim.namespace);
+        for _ in 0..MAX_CLAIM_ATTEMPTS {
+            let current: Ledger = deadline.run(ledger::read(&ledgers, &claim.name)).await?;
+            match current.entry(statefulset) {
+                Ok(Some(entry)) if entry.request == uid => {}
+                _ => return Ok(()),
+            }
+            let restored = current.with_entry(statefulset, claim.previous.as_ref());
+            if let Written::Done(_) = deadline
+                .run(ledger::write(
+                    &ledgers,
+                    &claim.name,
+                    &claim.group,
+                    &restored,
+                ))
+                .await?
+            {
+                tracing::info!(name = %statefulset, ledger = %claim.name, "downscale claim released");
+                return Ok(());
+            }
+        }
+        Err(FlowError::KeptChanging)
+    }
+}
+
+/// A claim held in a group's ledger, and what it replaced.
+#[derive(Debug, Clone)]
+struct Claim {
+    name: String,
+    namespace: String,
+    group: String,
+    previous: Option<Entry>,
+}
+
+/// The point in time by which a group of steps must be done.
+#[derive(Debug, Clone, Copy)]
+struct Deadline(Instant);
+
+#[derive(Debug, thiserror::Error)]
+enum FlowError {
+    #[error("{0}")]
+    Api(#[from] kube::Error),
+    #[error("{0}")]
+    Pod(baton_shared::pod_client::PodCallError),
+    #[error("the request deadline passed")]
+    TimedOut,
+    #[error("the ledger kept changing")]
+    KeptChanging,
+}
+
+impl Deadline {
+    async fn run<T, E: Into<FlowError>>(
+        &self,
+        step: impl Future<Output = Result<T, E>>,
+    ) -> Result<T, FlowError> {
+        match tokio::time::timeout_at(self.0, step).await {
+            Ok(result) => result.map_err(Into::into),
+            Err(_) => Err(FlowError::TimedOut),
+        }
+    }
+}
+
+/// Pods of `statefulset`: matching its selector and controlled by it (baton does not rely on the
+/// `name` label the Go operator needed).
+async fn list_pods(pods: &Api<Pod>, statefulset: &StatefulSet) -> Result<Vec<Pod>, kube::Error> {
+    let selector = statefulset
+        .spec
+        .as_ref()
+        .and_then(|spec| Selector::try_from(spec.selector.clone()).ok())
+        .map(|selector| selector.to_string())
+        .unwrap_or_default();
+    let uid = statefulset.metadata.uid.as_deref();
+    let listed = pods.list(&ListParams::default().labels(&selector)).await?;
+    Ok(listed
+        .items
+        .into_iter()
+        .filter(|pod| {
+            pod.metadata
+                .owner_references
+                .as_ref()
+                .is_some_and(|owners| {
+                    owners.iter().any(|owner| {
+                        owner.controller == Some(true) && Some(owner.uid.as_str()) == uid
+                    })
+                })
+        })
+        .collect())
+}

@@ -1,0 +1,551 @@
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::{StatefulSetSpec, StatefulSetStatus};
+use k8s_openapi::api::core::v1::{PodCondition, PodStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
+use serde_json::{Value, json};
+
+use super::*;
+use crate::admission::decision::Outcome;
+use crate::admission::ledger::Entry;
+
+fn downscale(name: &str, from: i32, to: i32) -> Downscale {
+    Downscale {
+        resource: "statefulsets".into(),
+        name: name.into(),
+        namespace: "mimir".into(),
+        from,
+        to,
+    }
+}
+
+fn statefulset(
+    name: &str,
+    labels: &[(&str, &str)],
+    annotations: &[(&str, &str)],
+    service: Option<&str>,
+) -> StatefulSet {
+    let map = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    };
+    StatefulSet {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            uid: Some(format!("uid-{name}")),
+            labels: Some(map(labels)),
+            annotations: Some(map(annotations)),
+            ..ObjectMeta::default()
+        },
+        spec: Some(StatefulSetSpec {
+            service_name: service.map(str::to_owned),
+            ..StatefulSetSpec::default()
+        }),
+        status: None,
+    }
+}
+
+const PREPARED: &[(&str, &str)] = &[
+    (
+        PREPARE_DOWNSCALE_PATH_ANNOTATION,
+        "ingester/prepare-shutdown",
+    ),
+    (PREPARE_DOWNSCALE_PORT_ANNOTATION, "8080"),
+];
+
+#[test]
+fn assess_lets_through_what_needs_no_preparation() {
+    let sts = |replicas: Value| {
+        json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "ingester-zone-a"},
+               "spec": {"replicas": replicas, "serviceName": "ingester"}})
+    };
+    let scale = |replicas: i32| json!({"apiVersion": "autoscaling/v1", "kind": "Scale", "spec": {"replicas": replicas}});
+    let deployment = |replicas: i32| json!({"apiVersion": "apps/v1", "kind": "Deployment", "spec": {"replicas": replicas}});
+    let request = |resource: &str, old: Value, new: Value, dry_run: bool| {
+        json!({"uid": "u", "name": "ingester-zone-a", "namespace": "mimir", "operation": "UPDATE",
+               "resource": {"group": "apps", "version": "v1", "resource": resource},
+               "object": new, "oldObject": old, "dryRun": dry_run})
+        .to_string()
+    };
+    enum Expect {
+        Allowed,
+        Warned,
+        Inline,
+        Fetch,
+    }
+    let cases = [
+        (
+            request("statefulsets", sts(json!(5)), sts(json!(3)), true),
+            Expect::Allowed,
+        ),
+        (
+            request("statefulsets", sts(json!(3)), sts(json!(5)), false),
+            Expect::Allowed,
+        ),
+        (
+            request("statefulsets", sts(json!(3)), sts(json!(3)), false),
+            Expect::Allowed,
+        ),
+        (
+            request("statefulsets", sts(json!(null)), sts(json!(3)), false),
+            Expect::Allowed,
+        ),
+        (
+            request("statefulsets", sts(json!(5)), sts(json!(3)), false),
+            Expect::Inline,
+        ),
+        (
+            request("statefulsets", scale(5), scale(3), false),
+            Expect::Fetch,
+        ),
+        (
+            request("statefulsets", scale(5), scale(3), true),
+            Expect::Allowed,
+        ),
+        (
+            request("deployments", scale(5), scale(3), false),
+            Expect::Warned,
+        ),
+        (
+            request("deployments", deployment(5), deployment(3), false),
+            Expect::Warned,
+        ),
+        (
+            request(
+                "statefulsets",
+                json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "spec": {"replicas": 5, "serviceName": 7}}),
+                sts(json!(3)),
+                false,
+            ),
+            Expect::Warned,
+        ),
+    ];
+    for (json, expected) in cases {
+        let request: AdmissionRequest<'_> = serde_json::from_str(&json).unwrap();
+        let result = assess(&request);
+        match (result, expected) {
+            (Err(decision), Expect::Allowed) => {
+                assert!(decision.allowed, "{json}");
+                assert_ne!(decision.outcome, Outcome::Denied);
+            }
+            (Err(decision), Expect::Warned) => {
+                assert!(decision.allowed, "{json}");
+                assert_eq!(decision.outcome, Outcome::AllowedOnError, "{json}");
+            }
+            (Ok(prepare), Expect::Inline) => {
+                assert!(matches!(prepare.statefulset, StatefulSetSource::Inline(_)));
+                assert_eq!(prepare.downscale, downscale("ingester-zone-a", 5, 3));
+                assert_eq!(prepare.uid, "u");
+            }
+            (Ok(prepare), Expect::Fetch) => {
+                assert!(matches!(prepare.statefulset, StatefulSetSource::Fetch))
+            }
+            (other, _) => panic!("{json}: unexpected {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn labelled_statefulsets_need_port_path_and_service() {
+    let d = downscale("ingester-zone-a", 5, 3);
+    let subject = "downscale of statefulsets/ingester-zone-a in mimir from 5 to 3 replicas is not allowed because";
+    let labelled = [(PREPARE_DOWNSCALE_LABEL, "true")];
+    let cases: Vec<(StatefulSet, Result<Target, Decision>)> = vec![
+        (
+            statefulset("s", &[], PREPARED, Some("svc")),
+            Err(Decision::allow()),
+        ),
+        (
+            statefulset(
+                "s",
+                &[(PREPARE_DOWNSCALE_LABEL, "false")],
+                PREPARED,
+                Some("svc"),
+            ),
+            Err(Decision::allow()),
+        ),
+        (
+            statefulset(
+                "s",
+                &labelled,
+                &[(PREPARE_DOWNSCALE_PATH_ANNOTATION, "p")],
+                Some("svc"),
+            ),
+            Err(Decision::deny(format!(
+                "{subject} the grafana.com/prepare-downscale-http-port annotation is not set or empty."
+            ))),
+        ),
+        (
+            statefulset(
+                "s",
+                &labelled,
+                &[
+                    (PREPARE_DOWNSCALE_PORT_ANNOTATION, "80"),
+                    (PREPARE_DOWNSCALE_PATH_ANNOTATION, ""),
+                ],
+                Some("svc"),
+            ),
+            Err(Decision::deny(format!(
+                "{subject} the grafana.com/prepare-downscale-http-path annotation is not set or empty."
+            ))),
+        ),
+        (
+            statefulset("s", &labelled, PREPARED, None),
+            Err(Decision::deny(format!(
+                "{subject} the serviceName is not set or empty."
+            ))),
+        ),
+        (
+            statefulset("s", &labelled, PREPARED, Some("ingester")),
+            Ok(Target {
+                port: "8080".into(),
+                path: "ingester/prepare-shutdown".into(),
+                service_name: "ingester".into(),
+                group: None,
+            }),
+        ),
+        (
+            statefulset(
+                "s",
+                &[
+                    (PREPARE_DOWNSCALE_LABEL, "true"),
+                    (ROLLOUT_GROUP_LABEL, "ingester"),
+                ],
+                PREPARED,
+                Some("i"),
+            ),
+            Ok(Target {
+                port: "8080".into(),
+                path: "ingester/prepare-shutdown".into(),
+                service_name: "i".into(),
+                group: Some("ingester".into()),
+            }),
+        ),
+    ];
+    for (sts, expected) in cases {
+        assert_eq!(check_statefulset(&d, &sts), expected, "{:?}", sts.metadata);
+    }
+}
+
+fn member(name: &str, min_time: Option<&str>, last_downscale: Option<&str>) -> StatefulSet {
+    let mut labels = vec![(ROLLOUT_GROUP_LABEL, "ingester")];
+    if let Some(min_time) = min_time {
+        labels.push((MIN_TIME_BETWEEN_ZONES_DOWNSCALE_LABEL, min_time));
+    }
+    let annotations: Vec<(&str, &str)> = last_downscale
+        .map(|at| vec![(LAST_DOWNSCALE_ANNOTATION, at)])
+        .unwrap_or_default();
+    statefulset(name, &labels, &annotations, Some("svc"))
+}
+
+#[test]
+fn min_time_between_zones() {
+    let now: Timestamp = "2026-11-21T12:00:00Z".parse().unwrap();
+    let at = |text: &str| -> Timestamp { text.parse().unwrap() };
+    let d = downscale("zone-b", 5, 3);
+    let subject =
+        "downscale of statefulsets/zone-b in mimir from 5 to 3 replicas is not allowed because";
+    let empty = Ledger::default();
+    let ledger_with = |zone: &str, when: &str| {
+        Ledger::default().with_entry(zone, Some(&Entry::new(at(when), "u")))
+    };
+    let cases: Vec<(&str, Vec<StatefulSet>, Ledger, Result<(), String>)> = vec![
+        (
+            "no other zone",
+            vec![member("zone-b", Some("1h"), Some("2026-11-21T11:59:00Z"))],
+            empty.clone(),
+            Ok(()),
+        ),
+        (
+            "never downscaled",
+            vec![member("zone-a", Some("1h"), None)],
+            empty.clone(),
+            Ok(()),
+        ),
+        (
+            "long ago",
+            vec![member("zone-a", Some("1h"), Some("2026-11-21T10:00:00Z"))],
+            empty.clone(),
+            Ok(()),
+        ),
+        (
+            "exactly min-time ago",
+            vec![member("zone-a", Some("1h"), Some("2026-11-21T11:00:00Z"))],
+            empty.clone(),
+            Ok(()),
+        ),
+        (
+            "no min-time label",
+            vec![member("zone-a", None, Some("2026-11-21T11:59:59Z"))],
+            empty.clone(),
+            Ok(()),
+        ),
+        (
+            "annotation within min-time",
+            vec![member("zone-a", Some("1h"), Some("2026-11-21T11:30:00Z"))],
+            empty.clone(),
+            Err(format!(
+                "{subject} statefulset zone-a was downscaled at 2026-11-21 11:30:00 +0000 UTC and is labelled to wait 1h0m0s between zone downscales (30m0s left)"
+            )),
+        ),
+        (
+            "ledger within min-time",
+            vec![member("zone-a", Some("1h"), None)],
+            ledger_with("zone-a", "2026-11-21T11:59:58.5Z"),
+            Err(format!(
+                "{subject} statefulset zone-a was downscaled at 2026-11-21 11:59:58 +0000 UTC and is labelled to wait 1h0m0s between zone downscales (59m59s left)"
+            )),
+        ),
+        (
+            "the later of ledger and annotation counts",
+            vec![member("zone-a", Some("1h"), Some("2026-11-21T10:00:00Z"))],
+            ledger_with("zone-a", "2026-11-21T11:50:00Z"),
+            Err(format!(
+                "{subject} statefulset zone-a was downscaled at 2026-11-21 11:50:00 +0000 UTC and is labelled to wait 1h0m0s between zone downscales (50m0s left)"
+            )),
+        ),
+        (
+            "the longest wait is named",
+            vec![
+                member("zone-a", Some("30m"), Some("2026-11-21T11:50:00Z")),
+                member("zone-c", Some("2h"), Some("2026-11-21T11:00:00Z")),
+            ],
+            empty.clone(),
+            Err(format!(
+                "{subject} statefulset zone-c was downscaled at 2026-11-21 11:00:00 +0000 UTC and is labelled to wait 2h0m0s between zone downscales (1h0m0s left)"
+            )),
+        ),
+        (
+            "own entry is ignored",
+            vec![member("zone-b", Some("1h"), None)],
+            ledger_with("zone-b", "2026-11-21T11:59:00Z"),
+            Ok(()),
+        ),
+        (
+            "bad annotation",
+            vec![member("zone-a", Some("1h"), Some("yesterday"))],
+            empty.clone(),
+            Err(format!(
+                "{subject} parsing downscale annotations failed: can't parse grafana.com/last-downscale annotation of zone-a"
+            )),
+        ),
+        (
+            "bad min-time",
+            vec![member(
+                "zone-a",
+                Some("1 hour"),
+                Some("2026-11-21T11:30:00Z"),
+            )],
+            empty.clone(),
+            Err(format!(
+                "{subject} parsing downscale annotations failed: can't parse grafana.com/min-time-between-zones-downscale label of zone-a"
+            )),
+        ),
+        (
+            "bad ledger entry",
+            vec![member("zone-a", Some("1h"), None)],
+            {
+                let mut ledger = Ledger::default();
+                ledger.data.insert("zone-a".into(), "garbage".into());
+                ledger
+            },
+            Err(format!(
+                "{subject} parsing downscale annotations failed: the group's downscale ledger: entry \"zone-a\""
+            )),
+        ),
+    ];
+    for (case, members, ledger, expected) in cases {
+        let got = judge_min_time(&d, &members, &ledger, now);
+        match (got, expected) {
+            (Ok(()), Ok(())) => {}
+            (Err(decision), Err(expected)) => {
+                assert!(!decision.allowed, "{case}");
+                let message = decision.message.unwrap();
+                assert!(
+                    message.starts_with(&expected),
+                    "{case}:\n got {message}\nwant {expected}"
+                );
+            }
+            (got, expected) => panic!("{case}: got {got:?}, expected {expected:?}"),
+        }
+    }
+}
+
+fn pod(owner: &str, phase: &str, ready: &str, terminating: bool) -> Pod {
+    Pod {
+        metadata: ObjectMeta {
+            owner_references: Some(vec![OwnerReference {
+                uid: format!("uid-{owner}"),
+                controller: Some(true),
+                ..OwnerReference::default()
+            }]),
+            deletion_timestamp: terminating.then(|| Time(Timestamp::UNIX_EPOCH)),
+            ..ObjectMeta::default()
+        },
+        spec: None,
+        status: Some(PodStatus {
+            phase: Some(phase.into()),
+            conditions: Some(vec![PodCondition {
+                type_: "Ready".into(),
+                status: ready.into(),
+                ..PodCondition::default()
+            }]),
+            ..PodStatus::default()
+        }),
+    }
+}
+
+#[test]
+fn readiness_counts_only_ready_running_owned_pods() {
+    let mut sts = member("zone-a", None, None);
+    sts.status = Some(StatefulSetStatus {
+        replicas: 3,
+        updated_replicas: Some(3),
+        ..StatefulSetStatus::default()
+    });
+    let pods = vec![
+        pod("zone-a", "Running", "True", false),
+        pod("zone-a", "Running", "True", false),
+        pod("zone-a", "Running", "False", false),
+        pod("zone-a", "Pending", "True", false),
+        pod("zone-a", "Running", "True", true),
+        pod("zone-x", "Running", "True", false),
+    ];
+    assert_eq!(
+        MemberReadiness::of(&sts, &pods),
+        MemberReadiness {
+            name: "zone-a".into(),
+            replicas: 3,
+            updated_replicas: 3,
+            ready_pods: 2
+        }
+    );
+}
+
+#[test]
+fn other_zones_must_be_ready_and_updated() {
+    let d = downscale("zone-b", 5, 3);
+    let ready = |name: &str, replicas, updated, ready| MemberReadiness {
+        name: name.into(),
+        replicas,
+        updated_replicas: updated,
+        ready_pods: ready,
+    };
+    let cases = [
+        (vec![ready("zone-a", 3, 3, 3)], None),
+        (
+            vec![ready("zone-b", 5, 2, 1), ready("zone-a", 3, 3, 3)],
+            None,
+        ),
+        (
+            vec![ready("zone-a", 3, 3, 2)],
+            Some("statefulset zone-a has 0 non-updated replicas and 1 non-ready replicas"),
+        ),
+        (
+            vec![ready("zone-a", 3, 1, 3)],
+            Some("statefulset zone-a has 2 non-updated replicas and 0 non-ready replicas"),
+        ),
+        (
+            vec![ready("zone-a", 3, 3, 3), ready("zone-c", 0, 0, 1)],
+            Some("statefulset zone-c has 0 non-updated replicas and -1 non-ready replicas"),
+        ),
+    ];
+    for (members, expected) in cases {
+        match (judge_readiness(&d, &members), expected) {
+            (Ok(()), None) => {}
+            (Err(decision), Some(expected)) => {
+                assert_eq!(
+                    decision.message.unwrap(),
+                    format!(
+                        "downscale of statefulsets/zone-b in mimir from 5 to 3 replicas is not allowed because {expected}"
+                    )
+                );
+            }
+            (got, expected) => panic!("{members:?}: got {got:?}, expected {expected:?}"),
+        }
+    }
+}
+
+#[test]
+fn endpoints_of_the_pods_going_away_highest_first() {
+    let target = Target {
+        port: "8080".into(),
+        path: "/ingester/prepare-shutdown".into(),
+        service_name: "ingester".into(),
+        group: None,
+    };
+    let d = downscale("ingester-zone-a", 5, 3);
+    assert_eq!(
+        pods_going_away(&d),
+        vec!["ingester-zone-a-4", "ingester-zone-a-3"]
+    );
+    assert_eq!(pods_going_away(&downscale("x", 1, 0)), vec!["x-0"]);
+    assert_eq!(pods_going_away(&downscale("x", 2, -3)), vec!["x-1", "x-0"]);
+
+    let by_dns = endpoints(
+        &d,
+        &target,
+        PodAddressing::Dns,
+        "cluster.local",
+        &HashMap::new(),
+    )
+    .unwrap();
+    assert_eq!(
+        by_dns,
+        vec![
+            PodEndpoint {
+                pod: "ingester-zone-a-4".into(),
+                url: "http://ingester-zone-a-4.ingester.mimir.svc.cluster.local:8080/ingester/prepare-shutdown".into()
+            },
+            PodEndpoint {
+                pod: "ingester-zone-a-3".into(),
+                url: "http://ingester-zone-a-3.ingester.mimir.svc.cluster.local:8080/ingester/prepare-shutdown".into()
+            },
+        ]
+    );
+    let ips = HashMap::from([
+        ("ingester-zone-a-4".to_owned(), "127.0.1.4".to_owned()),
+        ("ingester-zone-a-3".to_owned(), "127.0.1.3".to_owned()),
+    ]);
+    let by_ip = endpoints(&d, &target, PodAddressing::Ip, "cluster.local", &ips).unwrap();
+    assert_eq!(
+        by_ip[0].url,
+        "http://127.0.1.4:8080/ingester/prepare-shutdown"
+    );
+    assert_eq!(
+        by_ip[1].url,
+        "http://127.0.1.3:8080/ingester/prepare-shutdown"
+    );
+
+    let missing = endpoints(
+        &d,
+        &target,
+        PodAddressing::Ip,
+        "cluster.local",
+        &HashMap::new(),
+    )
+    .unwrap_err();
+    assert!(!missing.allowed);
+    assert!(
+        missing.message.unwrap().ends_with(
+            "pod ingester-zone-a-4 cannot be addressed by IP: it has no status.podIP yet"
+        )
+    );
+}
+
+#[test]
+fn outcome_messages() {
+    let d = downscale("s", 2, 1);
+    assert_eq!(
+        allowed(&d).message.unwrap(),
+        "downscale of statefulsets/s in mimir from 2 to 1 replicas is allowed -- all pods successfully prepared for shutdown."
+    );
+    let failed = pods_failed(&d, &"POST http://x (pod s-1) answered HTTP 500");
+    assert!(!failed.allowed);
+    assert_eq!(
+        failed.message.unwrap(),
+        "downscale of statefulsets/s in mimir from 2 to 1 replicas is not allowed because one or more pods failed to prepare for shutdown: POST http://x (pod s-1) answered HTTP 500"
+    );
+}

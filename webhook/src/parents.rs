@@ -1,0 +1,228 @@
+//! Labels of the parent of a `/scale` request (StatefulSet, Deployment, ReplicaSet), from
+//! metadata-only reflector caches of the watched namespace: no API call per request (the Go
+//! operator's one rate-limited GET per request collapsed at 6 req/s). A namespace outside the
+//! cache, or an object the cache has not seen yet, is read from the API under the request's
+//! deadline.
+
+use std::fmt::Debug;
+use std::future::Future;
+
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
+use kube::api::PartialObjectMeta;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, Resource};
+use prometheus::IntCounterVec;
+use serde::de::DeserializeOwned;
+
+use crate::admission::object::ParentKind;
+
+/// Where a parent's labels were found, for `baton_webhook_parent_lookups_total{source}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    Cache,
+    Api,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LookupError {
+    #[error("{resource}/{name} in namespace {namespace} does not exist")]
+    NotFound {
+        resource: &'static str,
+        namespace: String,
+        name: String,
+    },
+    #[error("reading {resource}/{name} in namespace {namespace}: {source}")]
+    Api {
+        resource: &'static str,
+        namespace: String,
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+}
+
+type Meta<K> = PartialObjectMeta<K>;
+
+/// The caches and the client for misses. Cheap to clone.
+#[derive(Clone)]
+pub struct ParentCache {
+    namespace: String,
+    client: Client,
+    statefulsets: Store<Meta<StatefulSet>>,
+    deployments: Store<Meta<Deployment>>,
+    replicasets: Store<Meta<ReplicaSet>>,
+    lookups: Option<IntCounterVec>,
+}
+
+impl std::fmt::Debug for ParentCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ParentCache")
+            .field("namespace", &self.namespace)
+            .field("statefulsets", &self.statefulsets.len())
+            .field("deployments", &self.deployments.len())
+            .field("replicasets", &self.replicasets.len())
+            .finish()
+    }
+}
+
+impl ParentCache {
+    /// The caches of `namespace` and the future that fills them. The future runs until the
+    /// process stops (watch errors are retried with backoff) and must be polled for the caches
+    /// to be filled: the caller runs it as a critical task.
+    pub fn new(
+        client: Client,
+        namespace: &str,
+        lookups: Option<IntCounterVec>,
+    ) -> (Self, impl Future<Output = ()> + Send + 'static) {
+        let (statefulsets, fill_statefulsets) = reflect::<StatefulSet>(client.clone(), namespace);
+        let (deployments, fill_deployments) = reflect::<Deployment>(client.clone(), namespace);
+        let (replicasets, fill_replicasets) = reflect::<ReplicaSet>(client.clone(), namespace);
+        let cache = Self {
+            namespace: namespace.to_owned(),
+            client,
+            statefulsets,
+            deployments,
+            replicasets,
+            lookups,
+        };
+        let fill = async move {
+            futures::join!(fill_statefulsets, fill_deployments, fill_replicasets);
+        };
+        (cache, fill)
+    }
+
+    /// Resolves once every cache holds the namespace's first full listing.
+    pub async fn wait_synced(&self) {
+        // The writers live in the fill future; if it is gone, the process is stopping anyway.
+        let _ = self.statefulsets.wait_until_ready().await;
+        let _ = self.deployments.wait_until_ready().await;
+        let _ = self.replicasets.wait_until_ready().await;
+    }
+
+    /// The value of label `key` on the parent, `None` when it has no such label.
+    pub async fn label(
+        &self,
+        kind: ParentKind,
+        namespace: &str,
+        name: &str,
+        key: &str,
+    ) -> Result<Option<String>, LookupError> {
+        if namespace == self.namespace {
+            let cached = match kind {
+                ParentKind::StatefulSet => cached_label(&self.statefulsets, namespace, name, key),
+                ParentKind::Deployment => cached_label(&self.deployments, namespace, name, key),
+                ParentKind::ReplicaSet => cached_label(&self.replicasets, namespace, name, key),
+            };
+            if let Some(value) = cached {
+                self.count(Source::Cache);
+                return Ok(value);
+            }
+        }
+        self.count(Source::Api);
+        let fetched = match kind {
+            ParentKind::StatefulSet => self.fetch::<StatefulSet>(namespace, name).await,
+            ParentKind::Deployment => self.fetch::<Deployment>(namespace, name).await,
+            ParentKind::ReplicaSet => self.fetch::<ReplicaSet>(namespace, name).await,
+        };
+        let api_error = |source| LookupError::Api {
+            resource: kind.resource(),
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+            source,
+        };
+        match fetched.map_err(api_error)? {
+            Some(labels) => Ok(labels.and_then(|mut labels| labels.remove(key))),
+            None => Err(LookupError::NotFound {
+                resource: kind.resource(),
+                namespace: namespace.to_owned(),
+                name: name.to_owned(),
+            }),
+        }
+    }
+
+    async fn fetch<K>(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<Option<std::collections::BTreeMap<String, String>>>, kube::Error>
+    where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+            + Clone
+            + DeserializeOwned
+            + Debug,
+    {
+        let api: Api<K> = Api::namespaced(self.client.clone(), namespace);
+        Ok(api
+            .get_metadata_opt(name)
+            .await?
+            .map(|meta| meta.metadata.labels))
+    }
+
+    fn count(&self, source: Source) {
+        if let Some(lookups) = &self.lookups {
+            let label = match source {
+                Source::Cache => "cache",
+                Source::Api => "api",
+            };
+            lookups.with_label_values(&[label]).inc();
+        }
+    }
+}
+
+/// `Some(label value or None)` when the object is cached, `None` when it is not.
+fn cached_label<K>(
+    store: &Store<Meta<K>>,
+    namespace: &str,
+    name: &str,
+    key: &str,
+) -> Option<Option<String>>
+where
+    K: Resource<DynamicType = ()> + Clone,
+{
+    let object = store.get(&ObjectRef::new(name).within(namespace))?;
+    Some(
+        object
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|labels| labels.get(key).cloned()),
+    )
+}
+
+fn reflect<K>(
+    client: Client,
+    namespace: &str,
+) -> (Store<Meta<K>>, impl Future<Output = ()> + Send + 'static)
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let (reader, writer) = reflector::store::<Meta<K>>();
+    let api: Api<Meta<K>> = Api::namespaced(client, namespace);
+    let namespace = namespace.to_owned();
+    let stream = watcher(api, watcher::Config::default())
+        .default_backoff()
+        // Only labels are read: drop what can be large.
+        .modify(|object: &mut Meta<K>| {
+            object.metadata.managed_fields = None;
+            object.metadata.annotations = None;
+        });
+    let fill = async move {
+        reflector::reflector(writer, stream)
+            .for_each(|event| {
+                if let Err(error) = event {
+                    tracing::warn!(kind = %K::kind(&()), %namespace, %error, "watch failed; retrying");
+                }
+                futures::future::ready(())
+            })
+            .await;
+    };
+    (reader, fill)
+}

@@ -1,0 +1,365 @@
+//! The TLS admission server. Handlers are thin: check the request, decode the review, call the
+//! decision, encode the answer in the review's version. Anything that is not an answerable
+//! review is HTTP 400 with a message saying what is wrong.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use actix_web::http::header::{CONTENT_LENGTH, CONTENT_TYPE};
+use actix_web::web::{self, BytesMut};
+use actix_web::{HttpRequest, HttpResponse, HttpServer};
+use baton_config::WebhookConfig;
+use baton_shared::annotations::NO_DOWNSCALE_LABEL;
+use futures::StreamExt;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::admission::no_downscale::{self, Assessment};
+use crate::admission::prepare_downscale::{self, flow::PrepareDownscale};
+use crate::admission::review::{self, AdmissionRequest, Review};
+use crate::admission::{Decision, Outcome};
+use crate::metrics::{WebhookMetrics, route_label};
+use crate::parents::ParentCache;
+
+/// Path of the no-downscale webhook.
+pub const NO_DOWNSCALE_PATH: &str = "/admission/no-downscale";
+/// Path of the prepare-downscale webhook.
+pub const PREPARE_DOWNSCALE_PATH: &str = "/admission/prepare-downscale";
+
+/// The two webhooks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Webhook {
+    NoDownscale,
+    PrepareDownscale,
+}
+
+impl Webhook {
+    pub fn name(self) -> &'static str {
+        match self {
+            Webhook::NoDownscale => "no-downscale",
+            Webhook::PrepareDownscale => "prepare-downscale",
+        }
+    }
+    fn path(self) -> &'static str {
+        match self {
+            Webhook::NoDownscale => NO_DOWNSCALE_PATH,
+            Webhook::PrepareDownscale => PREPARE_DOWNSCALE_PATH,
+        }
+    }
+}
+
+/// What the handlers share. Holds no decision state: any replica can answer any request.
+#[derive(Debug)]
+pub struct WebhookState {
+    parents: ParentCache,
+    prepare: PrepareDownscale,
+    metrics: WebhookMetrics,
+    max_request_bytes: usize,
+    request_timeout: Duration,
+    /// prepare-downscale flows run here, on the main runtime, so their undo finishes even if
+    /// the caller hangs up; shutdown waits for them.
+    tasks: TaskTracker,
+    runtime: tokio::runtime::Handle,
+}
+
+impl WebhookState {
+    /// Must be called inside the runtime prepare-downscale flows should run on.
+    pub fn new(
+        parents: ParentCache,
+        prepare: PrepareDownscale,
+        metrics: WebhookMetrics,
+        config: &WebhookConfig,
+    ) -> Self {
+        Self {
+            parents,
+            prepare,
+            metrics,
+            max_request_bytes: usize::try_from(config.max_request_bytes.0).unwrap_or(usize::MAX),
+            request_timeout: config.request_timeout.get(),
+            tasks: TaskTracker::new(),
+            runtime: tokio::runtime::Handle::current(),
+        }
+    }
+
+    /// Waits (at most `timeout`) for running prepare-downscale flows; true when none is left.
+    pub async fn drain(&self, timeout: Duration) -> bool {
+        self.tasks.close();
+        tokio::time::timeout(timeout, self.tasks.wait())
+            .await
+            .is_ok()
+    }
+
+    fn count(&self, webhook: Webhook, result: &str) {
+        self.metrics
+            .decisions
+            .with_label_values(&[webhook.name(), result])
+            .inc();
+    }
+
+    fn observe(&self, path: &str, method: &str, started: Instant, response: &HttpResponse) {
+        let status = response.status();
+        self.metrics
+            .request_duration
+            .with_label_values(&[method, route_label(path), status.as_str(), "false"])
+            .observe(started.elapsed().as_secs_f64());
+    }
+}
+
+/// Registers the webhook routes; used by the server and by in-process tests.
+pub fn routes(state: web::Data<WebhookState>) -> impl FnOnce(&mut web::ServiceConfig) {
+    move |config| {
+        config
+            .app_data(state)
+            .route(NO_DOWNSCALE_PATH, web::post().to(no_downscale))
+            .route(PREPARE_DOWNSCALE_PATH, web::post().to(prepare_downscale))
+            .default_service(web::to(not_found));
+    }
+}
+
+async fn no_downscale(
+    request: HttpRequest,
+    payload: web::Payload,
+    state: web::Data<WebhookState>,
+) -> HttpResponse {
+    admit(Webhook::NoDownscale, request, payload, state).await
+}
+
+async fn prepare_downscale(
+    request: HttpRequest,
+    payload: web::Payload,
+    state: web::Data<WebhookState>,
+) -> HttpResponse {
+    admit(Webhook::PrepareDownscale, request, payload, state).await
+}
+
+async fn not_found(request: HttpRequest, state: web::Data<WebhookState>) -> HttpResponse {
+    let started = Instant::now();
+    let known = [NO_DOWNSCALE_PATH, PREPARE_DOWNSCALE_PATH].contains(&request.path());
+    let response = if known {
+        HttpResponse::MethodNotAllowed().body("admission reviews are POSTed\n")
+    } else {
+        HttpResponse::NotFound().body(format!(
+            "no such path {:?}; the webhooks are {NO_DOWNSCALE_PATH} and {PREPARE_DOWNSCALE_PATH}\n",
+            request.path()
+        ))
+    };
+    state.observe(
+        request.path(),
+        request.method().as_str(),
+        started,
+        &response,
+    );
+    response
+}
+
+async fn admit(
+    webhook: Webhook,
+    request: HttpRequest,
+    payload: web::Payload,
+    state: web::Data<WebhookState>,
+) -> HttpResponse {
+    let started = Instant::now();
+    let response = match read_body(&request, payload, state.max_request_bytes).await {
+        Err(problem) => bad_request(&state, webhook, problem),
+        Ok(body) => match review::decode(&body) {
+            Err(error) => bad_request(&state, webhook, error.to_string()),
+            Ok(review) => {
+                let decision = match webhook {
+                    Webhook::NoDownscale => judge_no_downscale(&state, &review.request).await,
+                    Webhook::PrepareDownscale => {
+                        judge_prepare_downscale(&state, &review.request).await
+                    }
+                };
+                answer(&state, webhook, &review, &decision)
+            }
+        },
+    };
+    state.observe(webhook.path(), "POST", started, &response);
+    response
+}
+
+/// no-downscale, under the request deadline; running out of time allows with a warning.
+async fn judge_no_downscale(state: &WebhookState, request: &AdmissionRequest<'_>) -> Decision {
+    let judged = async {
+        match no_downscale::assess(request) {
+            Assessment::Decided(decision) => decision,
+            Assessment::NeedsParentLabels { downscale, parent } => {
+                match state
+                    .parents
+                    .label(
+                        parent,
+                        &downscale.namespace,
+                        &downscale.name,
+                        NO_DOWNSCALE_LABEL,
+                    )
+                    .await
+                {
+                    Ok(label) => no_downscale::judge(&downscale, label.as_deref()),
+                    Err(error) => no_downscale::parent_unavailable(&downscale, &error),
+                }
+            }
+        }
+    };
+    tokio::time::timeout(state.request_timeout, judged)
+        .await
+        .unwrap_or_else(|_| {
+            Decision::allow_on_error(format!(
+                "no decision within webhook.request_timeout ({:?}), allowing the change",
+                state.request_timeout
+            ))
+        })
+}
+
+/// prepare-downscale: what the review alone decides is answered here; the rest runs as a
+/// tracked task that ends by its own deadline.
+async fn judge_prepare_downscale(state: &WebhookState, request: &AdmissionRequest<'_>) -> Decision {
+    let prepare = match prepare_downscale::assess(request) {
+        Ok(prepare) => prepare,
+        Err(decision) => return decision,
+    };
+    let flow = state.prepare.clone();
+    let task = state
+        .tasks
+        .spawn_on(async move { flow.run(prepare).await }, &state.runtime);
+    match task.await {
+        Ok(decision) => decision,
+        Err(error) => {
+            tracing::error!(%error, "the prepare-downscale flow failed");
+            Decision::deny(format!(
+                "the downscale could not be prepared: internal error: {error}"
+            ))
+        }
+    }
+}
+
+fn answer(
+    state: &WebhookState,
+    webhook: Webhook,
+    review: &Review<'_>,
+    decision: &Decision,
+) -> HttpResponse {
+    state.count(webhook, decision.outcome.label());
+    let request = &review.request;
+    match decision.outcome {
+        Outcome::Allowed => tracing::debug!(
+            webhook = webhook.name(), uid = %request.uid, namespace = request.namespace(), name = %request.name,
+            resource = %request.resource.resource, sub_resource = request.sub_resource(), dry_run = request.is_dry_run(),
+            "allowed"
+        ),
+        Outcome::Denied => tracing::info!(
+            webhook = webhook.name(), uid = %request.uid, namespace = request.namespace(), name = %request.name,
+            dry_run = request.is_dry_run(), message = decision.message.as_deref().unwrap_or(""), "denied"
+        ),
+        Outcome::AllowedOnError => tracing::warn!(
+            webhook = webhook.name(), uid = %request.uid, namespace = request.namespace(), name = %request.name,
+            warnings = ?decision.warnings, "allowed without a full judgement"
+        ),
+    }
+    HttpResponse::Ok()
+        .content_type("application/json")
+        .body(review::encode(review.version, &request.uid, decision))
+}
+
+fn bad_request(state: &WebhookState, webhook: Webhook, problem: String) -> HttpResponse {
+    state.count(webhook, "bad_request");
+    tracing::warn!(webhook = webhook.name(), %problem, "rejected a request that is not an answerable AdmissionReview");
+    HttpResponse::BadRequest()
+        .content_type("text/plain; charset=utf-8")
+        .body(problem + "\n")
+}
+
+/// The body, if the request is JSON and not larger than `limit`.
+async fn read_body(
+    request: &HttpRequest,
+    mut payload: web::Payload,
+    limit: usize,
+) -> Result<BytesMut, String> {
+    let content_type = request
+        .headers()
+        .get(CONTENT_TYPE)
+        .map(|value| value.to_str().unwrap_or("<not text>"));
+    let essence = content_type
+        .unwrap_or("")
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim();
+    if !essence.eq_ignore_ascii_case("application/json") {
+        return Err(match content_type {
+            Some(content_type) => format!(
+                "wrong content type {content_type:?}: AdmissionReviews are application/json"
+            ),
+            None => "no content type: AdmissionReviews are application/json".to_owned(),
+        });
+    }
+    let too_large =
+        || format!("the request body is larger than webhook.max_request_bytes ({limit} bytes)");
+    let declared = request
+        .headers()
+        .get(CONTENT_LENGTH)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.parse::<usize>().ok());
+    if declared.is_some_and(|length| length > limit) {
+        return Err(too_large());
+    }
+    let mut body = BytesMut::with_capacity(declared.unwrap_or(0));
+    while let Some(chunk) = payload.next().await {
+        let chunk = chunk.map_err(|error| format!("reading the request body: {error}"))?;
+        if body.len() + chunk.len() > limit {
+            return Err(too_large());
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
+/// The bound, not yet running, TLS server.
+pub struct WebhookServer {
+    server: actix_web::dev::Server,
+    local_addr: SocketAddr,
+}
+
+impl std::fmt::Debug for WebhookServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WebhookServer")
+            .field("local_addr", &self.local_addr)
+            .finish()
+    }
+}
+
+impl WebhookServer {
+    /// Binds `address` (port 0 picks a free one). In-flight requests get `drain` to finish
+    /// when the server stops.
+    pub fn bind(
+        address: SocketAddr,
+        tls: rustls::ServerConfig,
+        state: web::Data<WebhookState>,
+        drain: Duration,
+    ) -> std::io::Result<Self> {
+        let listener = std::net::TcpListener::bind(address)?;
+        let local_addr = listener.local_addr()?;
+        let server =
+            HttpServer::new(move || actix_web::App::new().configure(routes(state.clone())))
+                .disable_signals()
+                .shutdown_timeout(drain.as_secs().max(1))
+                .listen_rustls_0_23(listener, tls)?
+                .run();
+        Ok(Self { server, local_addr })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// Serves until `shutdown`, then stops accepting and drains in-flight requests.
+    pub async fn run(self, shutdown: CancellationToken) -> std::io::Result<()> {
+        let handle = self.server.handle();
+        let stopper = tokio::spawn(async move {
+            shutdown.cancelled().await;
+            handle.stop(true).await;
+        });
+        let result = self.server.await;
+        stopper.abort();
+        result
+    }
+}
