@@ -201,7 +201,8 @@ mod tests {
 
     #[test]
     fn decodes_the_kinds_the_api_server_sends() {
-        let cases: &[(&str, Result<(WorkloadKind, Option<i32>), &str>)] = &[
+        type Expected = Result<(WorkloadKind, Option<i32>), &'static str>;
+        let cases: &[(&str, Expected)] = &[
             (
                 r#"{"apiVersion":"apps/v1","kind":"StatefulSet","metadata":{"labels":{"a":"b"}},"spec":{"replicas":3}}"#,
                 Ok((WorkloadKind::StatefulSet, Some(3))),

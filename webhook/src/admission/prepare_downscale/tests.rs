@@ -251,7 +251,8 @@ fn min_time_between_zones() {
     let ledger_with = |zone: &str, when: &str| {
         Ledger::default().with_entry(zone, Some(&Entry::new(at(when), "u")))
     };
-    let cases: Vec<(&str, Vec<StatefulSet>, Ledger, Result<(), String>)> = vec![
+    type Case = (&'static str, Vec<StatefulSet>, Ledger, Result<(), String>);
+    let cases: Vec<Case> = vec![
         (
             "no other zone",
             vec![member("zone-b", Some("1h"), Some("2026-11-21T11:59:00Z"))],
@@ -381,7 +382,7 @@ fn pod(owner: &str, phase: &str, ready: &str, terminating: bool) -> Pod {
                 controller: Some(true),
                 ..OwnerReference::default()
             }]),
-            deletion_timestamp: terminating.then(|| Time(Timestamp::UNIX_EPOCH)),
+            deletion_timestamp: terminating.then_some(Time(Timestamp::UNIX_EPOCH)),
             ..ObjectMeta::default()
         },
         spec: None,

@@ -1,0 +1,405 @@
+//! The HTTP layer in process: what is not an answerable review gets HTTP 400 saying why,
+//! answers come back in the request's version, and the TLS server reloads its certificate.
+
+mod common;
+
+use std::time::Duration;
+
+use actix_web::http::StatusCode;
+use actix_web::{App, test};
+use baton_config::{ByteSize, Config};
+use baton_webhook::server::{NO_DOWNSCALE_PATH, PREPARE_DOWNSCALE_PATH, WebhookServer, routes};
+use baton_webhook::tls_reload::{CertFiles, ReloadingCert};
+use common::{DENIED, labelled_downscale, review, scale, state, workload};
+use serde_json::{Value, json};
+
+fn config() -> Config {
+    let mut config = Config::default();
+    config.webhook.max_request_bytes = ByteSize(4096);
+    config.webhook.request_timeout = baton_config::Duration::from_secs(2);
+    config
+}
+
+/// POSTs `body` with `content_type` to `path`; returns the status and body text.
+async fn post(path: &str, content_type: Option<&str>, body: Vec<u8>) -> (StatusCode, String) {
+    let (state, _) = state(&config());
+    let app = test::init_service(App::new().configure(routes(state))).await;
+    let mut request = test::TestRequest::post().uri(path).set_payload(body);
+    if let Some(content_type) = content_type {
+        request = request.insert_header(("content-type", content_type));
+    }
+    let response = test::call_service(&app, request.to_request()).await;
+    let status = response.status();
+    let body = test::read_body(response).await;
+    (status, String::from_utf8_lossy(&body).into_owned())
+}
+
+#[actix_web::test]
+async fn what_is_not_an_answerable_review_is_a_400_saying_why() {
+    let good = serde_json::to_vec(&labelled_downscale("admission.k8s.io/v1")).unwrap();
+    let cases: Vec<(Option<&str>, Vec<u8>, &str)> = vec![
+        (
+            Some("text/plain"),
+            good.clone(),
+            "wrong content type \"text/plain\"",
+        ),
+        (None, good.clone(), "no content type"),
+        (
+            Some("application/json"),
+            b"{not json".to_vec(),
+            "the request body is not JSON",
+        ),
+        (
+            Some("application/json"),
+            Vec::new(),
+            "the request body is not JSON",
+        ),
+        (
+            Some("application/json"),
+            b"[1]".to_vec(),
+            "not an AdmissionReview",
+        ),
+        (
+            Some("application/json"),
+            br#"{"apiVersion":"apps/v1","kind":"StatefulSet"}"#.to_vec(),
+            "not an AdmissionReview: apiVersion \"apps/v1\" and kind \"StatefulSet\"",
+        ),
+        (
+            Some("application/json"),
+            br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}"#.to_vec(),
+            "it has no request",
+        ),
+        (
+            Some("application/json"),
+            serde_json::to_vec(
+                &json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                                       "request": {"uid": "u", "padding": "x".repeat(5000)}}),
+            )
+            .unwrap(),
+            "larger than webhook.max_request_bytes (4096 bytes)",
+        ),
+    ];
+    for path in [NO_DOWNSCALE_PATH, PREPARE_DOWNSCALE_PATH] {
+        for (content_type, body, expected) in &cases {
+            let (status, text) = post(path, *content_type, body.clone()).await;
+            assert_eq!(
+                status,
+                StatusCode::BAD_REQUEST,
+                "{path} {content_type:?}: {text}"
+            );
+            assert!(
+                text.contains(expected),
+                "{path}: {text:?} should say {expected:?}"
+            );
+        }
+    }
+}
+
+#[actix_web::test]
+async fn answers_in_the_version_it_was_asked_in() {
+    for api_version in ["admission.k8s.io/v1", "admission.k8s.io/v1beta1"] {
+        let body = serde_json::to_vec(&labelled_downscale(api_version)).unwrap();
+        let (status, text) = post(
+            NO_DOWNSCALE_PATH,
+            Some("application/json; charset=utf-8"),
+            body,
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK, "{text}");
+        let answer: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(
+            answer,
+            json!({
+                "apiVersion": api_version,
+                "kind": "AdmissionReview",
+                "response": {
+                    "uid": "3b4c1f3e-7f0e-4c55-9d5c-1a2b3c4d5e6f",
+                    "allowed": false,
+                    "status": {"message": DENIED, "code": 403}
+                }
+            })
+        );
+    }
+}
+
+#[actix_web::test]
+async fn a_scale_whose_parent_cannot_be_read_is_allowed_with_a_warning() {
+    let body = serde_json::to_vec(&review(
+        "admission.k8s.io/v1",
+        "statefulsets",
+        Some("scale"),
+        scale(5),
+        scale(3),
+        false,
+    ))
+    .unwrap();
+    let (status, text) = post(NO_DOWNSCALE_PATH, Some("application/json"), body).await;
+    assert_eq!(status, StatusCode::OK);
+    let answer: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(answer["response"]["allowed"], json!(true), "{answer}");
+    let warning = answer["response"]["warnings"][0].as_str().unwrap();
+    assert!(
+        warning.starts_with("can't get statefulsets/ingester-zone-a in namespace mimir, allowing the change: reading statefulsets/ingester-zone-a"),
+        "{warning}"
+    );
+}
+
+#[actix_web::test]
+async fn prepare_downscale_answers_what_needs_no_preparation_without_the_api() {
+    let unlabelled = workload("StatefulSet", json!(5), json!({}));
+    let cases = [
+        // Dry runs never prepare pods.
+        (
+            review(
+                "admission.k8s.io/v1",
+                "statefulsets",
+                Some("scale"),
+                scale(5),
+                scale(3),
+                true,
+            ),
+            true,
+            false,
+        ),
+        // Not opted in.
+        (
+            review(
+                "admission.k8s.io/v1",
+                "statefulsets",
+                None,
+                unlabelled.clone(),
+                workload("StatefulSet", json!(3), json!({})),
+                false,
+            ),
+            true,
+            false,
+        ),
+        // Upscale.
+        (
+            review(
+                "admission.k8s.io/v1beta1",
+                "statefulsets",
+                Some("scale"),
+                scale(3),
+                scale(5),
+                false,
+            ),
+            true,
+            false,
+        ),
+        // Deployments are not prepared: allowed, with a warning.
+        (
+            review(
+                "admission.k8s.io/v1",
+                "deployments",
+                None,
+                workload("Deployment", json!(5), json!({})),
+                workload("Deployment", json!(3), json!({})),
+                false,
+            ),
+            true,
+            true,
+        ),
+        // Labelled but without the port annotation: denied.
+        (
+            review(
+                "admission.k8s.io/v1",
+                "statefulsets",
+                None,
+                workload(
+                    "StatefulSet",
+                    json!(5),
+                    json!({"grafana.com/prepare-downscale": "true"}),
+                ),
+                workload(
+                    "StatefulSet",
+                    json!(3),
+                    json!({"grafana.com/prepare-downscale": "true"}),
+                ),
+                false,
+            ),
+            false,
+            false,
+        ),
+    ];
+    for (review, allowed, warned) in cases {
+        let (status, text) = post(
+            PREPARE_DOWNSCALE_PATH,
+            Some("application/json"),
+            serde_json::to_vec(&review).unwrap(),
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK, "{text}");
+        let answer: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(answer["apiVersion"], review["apiVersion"]);
+        assert_eq!(answer["response"]["allowed"], json!(allowed), "{answer}");
+        assert_eq!(
+            answer["response"]["warnings"].is_array(),
+            warned,
+            "{answer}"
+        );
+        if !allowed {
+            assert_eq!(
+                answer["response"]["status"]["message"],
+                json!(
+                    "downscale of statefulsets/ingester-zone-a in mimir from 5 to 3 replicas is not allowed because the grafana.com/prepare-downscale-http-port annotation is not set or empty."
+                )
+            );
+        }
+    }
+}
+
+#[actix_web::test]
+async fn other_methods_and_paths_are_refused_and_everything_is_measured() {
+    let (state, registry) = state(&config());
+    let app = test::init_service(App::new().configure(routes(state))).await;
+    let get = test::call_service(
+        &app,
+        test::TestRequest::get().uri(NO_DOWNSCALE_PATH).to_request(),
+    )
+    .await;
+    assert_eq!(get.status(), StatusCode::METHOD_NOT_ALLOWED);
+    let other =
+        test::call_service(&app, test::TestRequest::post().uri("/mutate").to_request()).await;
+    assert_eq!(other.status(), StatusCode::NOT_FOUND);
+    let denied = test::TestRequest::post()
+        .uri(NO_DOWNSCALE_PATH)
+        .insert_header(("content-type", "application/json"))
+        .set_payload(serde_json::to_vec(&labelled_downscale("admission.k8s.io/v1")).unwrap())
+        .to_request();
+    assert_eq!(
+        test::call_service(&app, denied).await.status(),
+        StatusCode::OK
+    );
+    let bad = test::TestRequest::post()
+        .uri(NO_DOWNSCALE_PATH)
+        .insert_header(("content-type", "application/json"))
+        .set_payload("nope")
+        .to_request();
+    assert_eq!(
+        test::call_service(&app, bad).await.status(),
+        StatusCode::BAD_REQUEST
+    );
+
+    let mut text = Vec::new();
+    prometheus::Encoder::encode(
+        &prometheus::TextEncoder::new(),
+        &registry.gather(),
+        &mut text,
+    )
+    .unwrap();
+    let text = String::from_utf8(text).unwrap();
+    for expected in [
+        r#"baton_admission_decisions_total{result="denied",webhook="no-downscale"} 1"#,
+        r#"baton_admission_decisions_total{result="bad_request",webhook="no-downscale"} 1"#,
+        r#"rollout_operator_request_duration_seconds_count{method="POST",route="admission_no_downscale",status_code="200",ws="false"} 1"#,
+        r#"rollout_operator_request_duration_seconds_count{method="POST",route="admission_no_downscale",status_code="400",ws="false"} 1"#,
+        r#"rollout_operator_request_duration_seconds_count{method="GET",route="admission_no_downscale",status_code="405",ws="false"} 1"#,
+        r#"rollout_operator_request_duration_seconds_count{method="POST",route="other",status_code="404",ws="false"} 1"#,
+    ] {
+        assert!(text.contains(expected), "missing {expected}\n{text}");
+    }
+}
+
+fn issue(name: &str) -> (String, String) {
+    let rcgen::CertifiedKey { cert, signing_key } =
+        rcgen::generate_simple_self_signed(vec![name.to_owned()]).unwrap();
+    (cert.pem(), signing_key.serialize_pem())
+}
+
+/// A client that trusts only `ca_pem` and reaches `name` at `address`.
+fn client_trusting(ca_pem: &str, name: &str, address: std::net::SocketAddr) -> reqwest::Client {
+    reqwest::Client::builder()
+        .tls_certs_only([reqwest::Certificate::from_pem(ca_pem.as_bytes()).unwrap()])
+        .resolve(name, address)
+        .no_proxy()
+        .pool_max_idle_per_host(0)
+        .build()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn the_tls_server_picks_up_a_renewed_certificate_without_a_restart() {
+    baton_shared::crypto::install_default_provider();
+    let dir = tempfile::tempdir().unwrap();
+    let (cert_a, key_a) = issue("webhook.test");
+    std::fs::write(dir.path().join("tls.crt"), &cert_a).unwrap();
+    std::fs::write(dir.path().join("tls.key"), &key_a).unwrap();
+    let cert = std::sync::Arc::new(
+        ReloadingCert::load(CertFiles {
+            cert: dir.path().join("tls.crt"),
+            key: dir.path().join("tls.key"),
+        })
+        .unwrap(),
+    );
+    let (state, _) = state(&config());
+    let server = WebhookServer::bind(
+        "127.0.0.1:0".parse().unwrap(),
+        cert.server_config(),
+        state,
+        Duration::from_secs(1),
+    )
+    .unwrap();
+    let address = server.local_addr();
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let serving = tokio::spawn(server.run(shutdown.clone()));
+    let reloading = tokio::spawn(
+        cert.clone()
+            .watch(Duration::from_millis(50), shutdown.clone()),
+    );
+
+    let url = format!("https://webhook.test:{}{NO_DOWNSCALE_PATH}", address.port());
+    let body = serde_json::to_vec(&labelled_downscale("admission.k8s.io/v1")).unwrap();
+    let ask = |client: reqwest::Client| {
+        let (url, body) = (url.clone(), body.clone());
+        async move {
+            client
+                .post(url)
+                .header("content-type", "application/json")
+                .body(body)
+                .send()
+                .await
+        }
+    };
+    let answer: Value = ask(client_trusting(&cert_a, "webhook.test", address))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(answer["response"]["status"]["message"], json!(DENIED));
+
+    // The Secret is renewed: kubelet swaps the files under the running process.
+    let (cert_b, key_b) = issue("webhook.test");
+    let staging = dir.path().join("staging");
+    std::fs::create_dir(&staging).unwrap();
+    std::fs::write(staging.join("tls.crt"), &cert_b).unwrap();
+    std::fs::write(staging.join("tls.key"), &key_b).unwrap();
+    std::fs::rename(staging.join("tls.key"), dir.path().join("tls.key")).unwrap();
+    std::fs::rename(staging.join("tls.crt"), dir.path().join("tls.crt")).unwrap();
+
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        if ask(client_trusting(&cert_b, "webhook.test", address))
+            .await
+            .is_ok()
+        {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the renewed certificate was never served"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        ask(client_trusting(&cert_a, "webhook.test", address))
+            .await
+            .is_err(),
+        "the old certificate is no longer served"
+    );
+
+    shutdown.cancel();
+    serving.await.unwrap().unwrap();
+    reloading.await.unwrap();
+}
