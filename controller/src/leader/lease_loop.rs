@@ -1,0 +1,383 @@
+//! The thin I/O loop around the pure decisions: read, decide, write conditionally, sleep.
+
+use std::time::Instant;
+
+use baton_shared::kube_client::{TimedOut, bounded};
+use jiff::Timestamp;
+use k8s_openapi::api::coordination::v1::Lease;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, error, info, warn};
+
+use super::decide::{
+    Decision, LostReason, Observation, decide, leader_outcome, next_look, observe,
+};
+use super::record::{claimed, holder_of, record_of, released};
+use super::status::{EndReason, Span, Status};
+use super::store::{LeaseStore, StoreError};
+use super::{LeaderElector, LeadershipLost};
+
+/// How many conditional writes a release tries before giving up to a changing Lease.
+const RELEASE_ATTEMPTS: usize = 3;
+
+pub(super) async fn run<S: LeaseStore>(
+    elector: LeaderElector<S>,
+    shutdown: CancellationToken,
+) -> Result<(), LeadershipLost> {
+    info!(
+        identity = %elector.identity,
+        namespace = elector.store.namespace(),
+        lease = elector.store.name(),
+        duration = ?elector.timing.duration,
+        renew_deadline = ?elector.timing.renew_deadline,
+        "campaigning for leadership"
+    );
+    Campaign {
+        elector,
+        shutdown,
+        observation: Observation::Unknown,
+        lease: None,
+        own_write_is_latest: false,
+        write_uncertain: false,
+        leading: None,
+        standing_by_for: None,
+    }
+    .run()
+    .await
+}
+
+/// The leadership currently held.
+#[derive(Debug, Clone, Copy)]
+struct Leading {
+    since: Instant,
+    until: Instant,
+}
+
+/// A lease call that did not succeed.
+#[derive(Debug, thiserror::Error)]
+enum CallError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    TimedOut(#[from] TimedOut),
+    #[error("interrupted by shutdown")]
+    Shutdown,
+}
+
+struct Campaign<S: LeaseStore> {
+    elector: LeaderElector<S>,
+    shutdown: CancellationToken,
+    observation: Observation,
+    /// The Lease as last read or written: the base (and resourceVersion) of the next write.
+    lease: Option<Lease>,
+    /// `lease` is what our own last write returned, so the next renewal needs no read.
+    own_write_is_latest: bool,
+    /// A write may have been applied without us hearing back (timeout, shutdown).
+    write_uncertain: bool,
+    leading: Option<Leading>,
+    /// The holder last logged while standing by, to log changes only.
+    standing_by_for: Option<Option<String>>,
+}
+
+impl<S: LeaseStore> Campaign<S> {
+    async fn run(mut self) -> Result<(), LeadershipLost> {
+        loop {
+            if self.shutdown.is_cancelled() {
+                self.shut_down().await;
+                return Ok(());
+            }
+            if self
+                .leading
+                .is_some_and(|leading| Instant::now() >= leading.until)
+            {
+                return Err(self.lose(LostReason::RenewDeadline(
+                    self.elector.timing.renew_deadline,
+                )));
+            }
+            if !self.own_write_is_latest {
+                match self.call("reading", self.elector.store.get()).await {
+                    Ok(lease) => {
+                        let record = lease.as_ref().map(record_of);
+                        self.observation = observe(&self.observation, record, Instant::now());
+                        self.lease = lease;
+                    }
+                    Err(CallError::Shutdown) => continue,
+                    Err(error) => {
+                        self.call_failed(&error);
+                        self.pause().await;
+                        continue;
+                    }
+                }
+            }
+            self.own_write_is_latest = false;
+
+            let now = Instant::now();
+            let decision = decide(
+                &self.observation,
+                &self.elector.identity,
+                now,
+                &self.elector.timing,
+            );
+            if self.leading.is_some()
+                && let Err(reason) = leader_outcome(&decision)
+            {
+                return Err(self.lose(reason));
+            }
+            match decision {
+                Decision::Read => {}
+                Decision::Wait { holder, free_at } => {
+                    if self.standing_by_for.as_ref() != Some(&holder) {
+                        info!(
+                            identity = %self.elector.identity,
+                            holder = holder.as_deref().unwrap_or("<no lease yet>"),
+                            "standing by: the lease is held by another replica or was just seen missing"
+                        );
+                        self.standing_by_for = Some(holder);
+                    }
+                    self.sleep_until(next_look(now, free_at, &self.elector.timing))
+                        .await;
+                }
+                Decision::Create | Decision::Renew | Decision::Acquire(_) => {
+                    self.write(decision).await?;
+                }
+            }
+        }
+    }
+
+    /// Creates, renews or takes over the Lease with one conditional write.
+    async fn write(&mut self, decision: Decision) -> Result<(), LeadershipLost> {
+        let store = &self.elector.store;
+        let base = match decision {
+            Decision::Create => None,
+            _ => self.lease.as_ref(),
+        };
+        let desired = claimed(
+            base,
+            store.namespace(),
+            store.name(),
+            &self.elector.identity,
+            Timestamp::now(),
+            self.elector.timing.duration_seconds(),
+        );
+        let sent = Instant::now();
+        let result = match decision {
+            Decision::Create => self.call("creating", store.create(&desired)).await,
+            _ => self.call("replacing", store.replace(&desired)).await,
+        };
+        match result {
+            Ok(written) => {
+                let now = Instant::now();
+                if self.leading.is_some_and(|leading| now >= leading.until) {
+                    return Err(self.lose(LostReason::RenewDeadline(
+                        self.elector.timing.renew_deadline,
+                    )));
+                }
+                self.observation = observe(&self.observation, Some(record_of(&written)), now);
+                self.lease = Some(written);
+                self.own_write_is_latest = true;
+                self.write_uncertain = false;
+                let until = self.elector.timing.leading_until(sent);
+                if now < until {
+                    self.lead(sent, until, &decision);
+                } else {
+                    warn!(
+                        identity = %self.elector.identity,
+                        took = ?now - sent,
+                        "the lease write succeeded too late to act on it; trying again"
+                    );
+                }
+                self.sleep_until(sent + self.elector.timing.retry_period)
+                    .await;
+            }
+            Err(CallError::Store(
+                error @ (StoreError::Conflict { .. } | StoreError::NotFound { .. }),
+            )) => {
+                debug!(identity = %self.elector.identity, %error, "lease changed under us; reading it again");
+            }
+            Err(CallError::Shutdown) => self.write_uncertain = true,
+            Err(error) => {
+                self.write_uncertain = true;
+                self.call_failed(&error);
+                self.pause().await;
+            }
+        }
+        Ok(())
+    }
+
+    /// Records a successful write: leadership starts, or its deadline moves on.
+    fn lead(&mut self, sent: Instant, until: Instant, decision: &Decision) {
+        if let Some(leading) = &mut self.leading {
+            leading.until = until;
+            let since = leading.since;
+            self.elector.status.send_replace(Status::Leader {
+                since,
+                renewed: sent,
+                until,
+            });
+            return;
+        }
+        let mut since = sent;
+        // The start is taken under the channel's write lock: no reader can see `Leader` before it.
+        self.elector.status.send_modify(|status| {
+            since = Instant::now();
+            *status = Status::Leader {
+                since,
+                renewed: sent,
+                until,
+            };
+        });
+        self.leading = Some(Leading { since, until });
+        self.standing_by_for = None;
+        if let Some(metrics) = &self.elector.metrics {
+            metrics.leader.set(1);
+        }
+        let transitions = self
+            .lease
+            .as_ref()
+            .and_then(|lease| lease.spec.as_ref()?.lease_transitions);
+        info!(
+            identity = %self.elector.identity,
+            lease = self.elector.store.name(),
+            how = ?decision,
+            transitions,
+            "became leader"
+        );
+    }
+
+    /// Ends the leadership for good, publishing when it was held.
+    fn end(&mut self, reason: EndReason) -> Option<Span> {
+        let leading = self.leading.take();
+        let mut led = None;
+        // The end is taken under the write lock: no reader answers `true` after it.
+        self.elector.status.send_modify(|status| {
+            led = leading.map(|leading| Span {
+                from: leading.since,
+                to: Instant::now().min(leading.until),
+            });
+            *status = Status::Ended { reason, led };
+        });
+        if let Some(metrics) = &self.elector.metrics {
+            metrics.leader.set(0);
+        }
+        led
+    }
+
+    fn lose(&mut self, reason: LostReason) -> LeadershipLost {
+        let led = self.end(EndReason::Lost(reason.clone()));
+        error!(
+            identity = %self.elector.identity,
+            lease = self.elector.store.name(),
+            %reason,
+            led_for = ?led.map(|span| span.to - span.from),
+            "lost the leadership: every action stops now"
+        );
+        LeadershipLost {
+            namespace: self.elector.store.namespace().to_owned(),
+            name: self.elector.store.name().to_owned(),
+            identity: self.elector.identity.clone(),
+            reason,
+        }
+    }
+
+    /// Stops acting first, then releases a Lease we may hold so a standby takes over at once.
+    async fn shut_down(&mut self) {
+        let led = self.end(EndReason::Shutdown);
+        let me = self.elector.identity.as_str();
+        let maybe_holding = led.is_some()
+            || self.write_uncertain
+            || self.lease.as_ref().and_then(holder_of) == Some(me);
+        if !maybe_holding {
+            info!(identity = %me, "stopped standing by");
+            return;
+        }
+        let timeout = self.elector.request_timeout;
+        match bounded(timeout, "releasing the lease", self.release()).await {
+            Ok(Ok(true)) => info!(identity = %me, "released the lease for a standby"),
+            Ok(Ok(false)) => info!(identity = %me, "stopped; the lease was not ours to release"),
+            Ok(Err(error)) => {
+                warn!(identity = %me, %error, "could not release the lease; a standby takes over when it expires");
+            }
+            Err(error) => {
+                warn!(identity = %me, %error, "could not release the lease; a standby takes over when it expires");
+            }
+        }
+    }
+
+    /// Clears the holder with a conditional write, re-reading on conflicts. `Ok(false)` when the
+    /// Lease is not (or no longer) ours.
+    async fn release(&self) -> Result<bool, StoreError> {
+        let me = self.elector.identity.as_str();
+        let store = &self.elector.store;
+        let mut known = self
+            .lease
+            .clone()
+            .filter(|lease| holder_of(lease) == Some(me));
+        for _ in 0..RELEASE_ATTEMPTS {
+            let lease = match known.take() {
+                Some(lease) => lease,
+                None => match store.get().await? {
+                    Some(lease) if holder_of(&lease) == Some(me) => lease,
+                    _ => return Ok(false),
+                },
+            };
+            match store.replace(&released(&lease, Timestamp::now())).await {
+                Ok(_) => return Ok(true),
+                Err(StoreError::Conflict { .. }) => {}
+                Err(error) => return Err(error),
+            }
+        }
+        Ok(false)
+    }
+
+    /// One lease call, bounded by the request timeout and, while leading, by the renew deadline;
+    /// shutdown interrupts it.
+    async fn call<T>(
+        &self,
+        action: &'static str,
+        call: impl Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, CallError> {
+        let mut timeout = self.elector.request_timeout;
+        if let Some(leading) = &self.leading {
+            timeout = timeout.min(leading.until.saturating_duration_since(Instant::now()));
+        }
+        let what = format!(
+            "{action} lease {}/{}",
+            self.elector.store.namespace(),
+            self.elector.store.name()
+        );
+        tokio::select! {
+            biased;
+            () = self.shutdown.cancelled() => Err(CallError::Shutdown),
+            result = bounded(timeout, what, call) => Ok(result??),
+        }
+    }
+
+    fn call_failed(&self, error: &CallError) {
+        if let Some(metrics) = &self.elector.metrics {
+            metrics.call_errors.inc();
+        }
+        warn!(
+            identity = %self.elector.identity,
+            leading = self.leading.is_some(),
+            %error,
+            "lease call failed; trying again"
+        );
+    }
+
+    /// Waits a retry period (never past the renew deadline) or until shutdown.
+    async fn pause(&self) {
+        self.sleep_until(Instant::now() + self.elector.timing.retry_period)
+            .await;
+    }
+
+    /// Sleeps until `at`, waking early at the renew deadline or on shutdown.
+    async fn sleep_until(&self, at: Instant) {
+        let at = match &self.leading {
+            Some(leading) => at.min(leading.until),
+            None => at,
+        };
+        tokio::select! {
+            () = self.shutdown.cancelled() => {}
+            () = tokio::time::sleep_until(tokio::time::Instant::from_std(at)) => {}
+        }
+    }
+}

@@ -1,0 +1,140 @@
+//! The three calls leader election makes, behind a trait so tests can delay them or break them
+//! on purpose (the fencing test checks it catches unconditional writes).
+
+use std::future::Future;
+
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::api::{Api, PostParams};
+
+/// Reads and conditionally writes one Lease. Implementations do not bound their calls: the
+/// elector puts its own deadline around each.
+pub trait LeaseStore: Send + Sync + 'static {
+    /// Namespace of the Lease.
+    fn namespace(&self) -> &str;
+    /// Name of the Lease.
+    fn name(&self) -> &str;
+    /// The Lease, `None` when it does not exist. Must be a consistent (quorum) read.
+    fn get(&self) -> impl Future<Output = Result<Option<Lease>, StoreError>> + Send;
+    /// Creates the Lease; [`StoreError::Conflict`] when it already exists.
+    fn create(&self, lease: &Lease) -> impl Future<Output = Result<Lease, StoreError>> + Send;
+    /// Replaces the Lease only if it is still at `lease.metadata.resourceVersion`:
+    /// [`StoreError::Conflict`] when it changed, [`StoreError::NotFound`] when it is gone.
+    fn replace(&self, lease: &Lease) -> impl Future<Output = Result<Lease, StoreError>> + Send;
+}
+
+/// A Lease call that failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// Someone wrote the Lease since we read it (409), or created it before us.
+    #[error("lease {namespace}/{name} changed since it was read ({action} got 409 Conflict)")]
+    Conflict {
+        namespace: String,
+        name: String,
+        action: &'static str,
+    },
+    /// The Lease does not exist (any more).
+    #[error("lease {namespace}/{name} does not exist ({action} got 404)")]
+    NotFound {
+        namespace: String,
+        name: String,
+        action: &'static str,
+    },
+    /// A replace without a resourceVersion would overwrite whatever is there: never sent.
+    #[error("refusing to replace lease {namespace}/{name} without a resourceVersion precondition")]
+    Unconditional { namespace: String, name: String },
+    /// Anything else the API server or the connection said.
+    #[error("{action} lease {namespace}/{name}: {source}")]
+    Api {
+        namespace: String,
+        name: String,
+        action: &'static str,
+        #[source]
+        source: kube::Error,
+    },
+}
+
+/// The Lease on the Kubernetes API.
+#[derive(Clone)]
+pub struct KubeLeaseStore {
+    api: Api<Lease>,
+    namespace: String,
+    name: String,
+}
+
+impl KubeLeaseStore {
+    pub fn new(client: kube::Client, namespace: &str, name: &str) -> Self {
+        Self {
+            api: Api::namespaced(client, namespace),
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+        }
+    }
+
+    fn error(&self, action: &'static str, error: kube::Error) -> StoreError {
+        let (namespace, name) = (self.namespace.clone(), self.name.clone());
+        match &error {
+            kube::Error::Api(status) if status.is_conflict() || status.is_already_exists() => {
+                StoreError::Conflict {
+                    namespace,
+                    name,
+                    action,
+                }
+            }
+            kube::Error::Api(status) if status.is_not_found() => StoreError::NotFound {
+                namespace,
+                name,
+                action,
+            },
+            _ => StoreError::Api {
+                namespace,
+                name,
+                action,
+                source: error,
+            },
+        }
+    }
+}
+
+impl LeaseStore for KubeLeaseStore {
+    fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    async fn get(&self) -> Result<Option<Lease>, StoreError> {
+        // No resourceVersion parameter: served from etcd with a quorum read, never from the
+        // watch cache, so a standby cannot see a version older than a renewal already acked.
+        self.api
+            .get_opt(&self.name)
+            .await
+            .map_err(|error| self.error("reading", error))
+    }
+
+    async fn create(&self, lease: &Lease) -> Result<Lease, StoreError> {
+        self.api
+            .create(&PostParams::default(), lease)
+            .await
+            .map_err(|error| self.error("creating", error))
+    }
+
+    async fn replace(&self, lease: &Lease) -> Result<Lease, StoreError> {
+        if lease
+            .metadata
+            .resource_version
+            .as_deref()
+            .is_none_or(str::is_empty)
+        {
+            return Err(StoreError::Unconditional {
+                namespace: self.namespace.clone(),
+                name: self.name.clone(),
+            });
+        }
+        self.api
+            .replace(&self.name, &PostParams::default(), lease)
+            .await
+            .map_err(|error| self.error("replacing", error))
+    }
+}
