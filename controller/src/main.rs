@@ -3,9 +3,7 @@
 
 use std::process::ExitCode;
 
-use baton_config::Config;
 use baton_shared::cli::{ConfigArgs, Startup};
-use baton_shared::ops_server::{OpsServer, Readiness};
 use clap::Parser;
 
 #[derive(Debug, Parser)]
@@ -41,21 +39,15 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(*config)) {
+    let result = runtime.block_on(async {
+        let shutdown = baton_shared::shutdown::on_signal()?;
+        baton_controller::app::run(*config, shutdown).await
+    });
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             tracing::error!(error = format!("{error:#}"), "baton-controller stopped");
             ExitCode::FAILURE
         }
     }
-}
-
-async fn run(config: Config) -> anyhow::Result<()> {
-    let shutdown = baton_shared::shutdown::on_signal()?;
-    let registry = prometheus::Registry::new();
-    let readiness = Readiness::default();
-    let ops = OpsServer::bind(config.ops.address.0, registry, readiness)?;
-    tracing::info!(address = %ops.local_addr(), namespace = %config.namespace, "ops server listening");
-    ops.run(shutdown).await?;
-    Ok(())
 }

@@ -3,11 +3,14 @@
 //! server can do for real.
 
 pub mod control_plane;
+pub mod controller_support;
 pub mod fixtures;
 pub mod namespace;
 pub mod pod_simulator;
 pub mod process;
+pub mod timeline;
 pub mod wait;
+pub mod webhook_support;
 
 pub use control_plane::ControlPlane;
 pub use namespace::TestNamespace;

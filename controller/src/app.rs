@@ -1,0 +1,235 @@
+//! Wires the controller together: caches, leader election, the group queue, the ops server.
+//! Every task is critical: if one ends or panics, the process shuts down and exits non-zero
+//! (Kubernetes restarts it) rather than running with a part missing.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, anyhow};
+use baton_config::Config;
+use baton_shared::ops_server::{OpsServer, Readiness};
+use prometheus::Registry;
+use tokio::sync::mpsc::UnboundedSender;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::cache::{self, Caches};
+use crate::explain::Explainer;
+use crate::leader::{LeaderElector, LeaderMetrics, Leadership, unique_identity};
+use crate::metrics::ControllerMetrics;
+use crate::queue;
+use crate::rollout::pending::PendingDeletions;
+use crate::rollout::reconcile::RolloutReconciler;
+
+/// How long tasks get to finish after shutdown starts (the Lease release is one of them).
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+/// Groups reconciled at the same time.
+const MAX_CONCURRENT_GROUPS: usize = 8;
+/// An unchanged explanation is published again as an Event after this long.
+const EVENT_REPEAT_AFTER: Duration = Duration::from_secs(600);
+
+/// Runs the controller until `shutdown` is cancelled or a task fails.
+pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let client = baton_shared::kube_client::client(&config.kubernetes).await?;
+    let registry = Registry::new();
+    let metrics = ControllerMetrics::register(&registry)?;
+    let readiness = Readiness::default();
+    let ops = OpsServer::bind(config.ops.address.0, registry.clone(), readiness.clone())
+        .with_context(|| format!("binding the ops server to {}", config.ops.address))?;
+    tracing::info!(address = %ops.local_addr(), namespace = %config.namespace, "ops server listening");
+
+    let identity = unique_identity();
+    let elector = LeaderElector::new(
+        client.clone(),
+        &config.namespace,
+        &config.controller.lease,
+        identity.clone(),
+        config.kubernetes.request_timeout.get(),
+    )
+    .with_metrics(LeaderMetrics::register(&registry)?);
+    let leadership = elector.leadership();
+    tracing::info!(identity = %identity, lease = %config.controller.lease.name, "campaigning for the lease");
+
+    let (touched, touched_groups) = tokio::sync::mpsc::unbounded_channel();
+    let (caches, watches) = cache::start(client.clone(), &config.namespace, touched.clone());
+    let reconciler = Arc::new(RolloutReconciler {
+        namespace: config.namespace.clone(),
+        client: client.clone(),
+        caches: caches.clone(),
+        metrics,
+        explainer: Explainer::new(client.clone(), identity, EVENT_REPEAT_AFTER),
+        may_act: {
+            let leadership = leadership.clone();
+            Arc::new(move || leadership.is_leader())
+        },
+        request_timeout: config.kubernetes.request_timeout.get(),
+        pending: PendingDeletions::default(),
+    });
+
+    let mut tasks: JoinSet<anyhow::Result<&'static str>> = JoinSet::new();
+    tasks.spawn({
+        let shutdown = shutdown.clone();
+        async move {
+            ops.run(shutdown).await.context("ops server")?;
+            Ok("ops server")
+        }
+    });
+    tasks.spawn({
+        let shutdown = shutdown.clone();
+        async move {
+            tokio::select! {
+                () = watches => Ok("watches"),
+                () = shutdown.cancelled() => Ok("watches"),
+            }
+        }
+    });
+    tasks.spawn(mark_ready_when_synced(
+        caches.clone(),
+        readiness.clone(),
+        shutdown.clone(),
+    ));
+    tasks.spawn(resync(
+        caches.clone(),
+        touched.clone(),
+        config.controller.resync_interval.get(),
+        shutdown.clone(),
+    ));
+    tasks.spawn(reconcile_all_on_leadership(
+        caches.clone(),
+        leadership.clone(),
+        touched,
+        shutdown.clone(),
+    ));
+    tasks.spawn({
+        let shutdown = shutdown.clone();
+        async move {
+            elector.run(shutdown).await?;
+            Ok("leader election")
+        }
+    });
+    tasks.spawn({
+        let shutdown = shutdown.clone();
+        async move {
+            queue::run(
+                touched_groups,
+                MAX_CONCURRENT_GROUPS,
+                move |group| {
+                    let reconciler = reconciler.clone();
+                    async move { reconciler.reconcile(&group).await }
+                },
+                shutdown,
+            )
+            .await;
+            Ok("group queue")
+        }
+    });
+
+    let outcome = supervise(tasks, &shutdown).await;
+    readiness.set(false);
+    outcome
+}
+
+/// Waits for every task. The first one to end, unless shutting down, is a failure: it cancels
+/// the rest. A task that panicked is a failure too.
+async fn supervise(
+    mut tasks: JoinSet<anyhow::Result<&'static str>>,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<()> {
+    let mut outcome = Ok(());
+    let grace = async {
+        shutdown.cancelled().await;
+        tokio::time::sleep(SHUTDOWN_GRACE).await;
+    };
+    tokio::pin!(grace);
+    loop {
+        tokio::select! {
+            joined = tasks.join_next() => {
+                let Some(joined) = joined else { break };
+                let failure = match joined {
+                    Ok(Ok(name)) if !shutdown.is_cancelled() => Some(anyhow!("{name} stopped unexpectedly")),
+                    Ok(Ok(_)) => None,
+                    Ok(Err(error)) => Some(error),
+                    Err(error) if error.is_panic() => Some(anyhow!("a task panicked: {error}")),
+                    Err(error) => Some(anyhow!("a task was cancelled: {error}")),
+                };
+                if let Some(failure) = failure {
+                    tracing::error!(error = format!("{failure:#}"), "stopping");
+                    if outcome.is_ok() {
+                        outcome = Err(failure);
+                    }
+                    shutdown.cancel();
+                }
+            }
+            () = &mut grace => {
+                tracing::warn!(remaining = tasks.len(), "tasks did not stop in time; aborting them");
+                tasks.abort_all();
+                while tasks.join_next().await.is_some() {}
+                break;
+            }
+        }
+    }
+    outcome
+}
+
+async fn mark_ready_when_synced(
+    caches: Caches,
+    readiness: Readiness,
+    shutdown: CancellationToken,
+) -> anyhow::Result<&'static str> {
+    tokio::select! {
+        synced = caches.synced() => {
+            synced.map_err(|_| anyhow!("the caches' writers were dropped before they synced"))?;
+            tracing::info!(?caches, "caches synced");
+            readiness.set(true);
+        }
+        () = shutdown.cancelled() => {}
+    }
+    // Readiness stays until shutdown: finishing early is not a failure.
+    shutdown.cancelled().await;
+    Ok("readiness")
+}
+
+/// The safety net behind the watches: every group, every `interval`.
+async fn resync(
+    caches: Caches,
+    touched: UnboundedSender<String>,
+    interval: Duration,
+    shutdown: CancellationToken,
+) -> anyhow::Result<&'static str> {
+    let mut ticker = tokio::time::interval(interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    ticker.tick().await;
+    loop {
+        tokio::select! {
+            _ = ticker.tick() => {
+                for group in caches.groups() {
+                    let _ = touched.send(group);
+                }
+            }
+            () = shutdown.cancelled() => return Ok("resync"),
+        }
+    }
+}
+
+/// A new leader looks at every group at once instead of waiting for the next change.
+async fn reconcile_all_on_leadership(
+    caches: Caches,
+    leadership: Leadership,
+    touched: UnboundedSender<String>,
+    shutdown: CancellationToken,
+) -> anyhow::Result<&'static str> {
+    tokio::select! {
+        acquired = leadership.acquired() => {
+            if acquired.is_ok() {
+                let _ = caches.synced().await;
+                tracing::info!("leading: reconciling every group");
+                for group in caches.groups() {
+                    let _ = touched.send(group);
+                }
+            }
+        }
+        () = shutdown.cancelled() => {}
+    }
+    shutdown.cancelled().await;
+    Ok("leadership watch")
+}

@@ -1,0 +1,278 @@
+//! Reconciles one rollout group: snapshot from the caches, plan, explain, act. Everything it
+//! decides comes from the pure planner; this layer only reads caches and calls the API.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::Pod;
+use kube::Resource;
+use kube::api::Api;
+
+use super::execute::{self, ExecuteError, Outcome};
+use super::pending::PendingDeletions;
+use super::{Action, GroupSnapshot, Plan, WaitReason, plan};
+use crate::cache::Caches;
+use crate::explain::{Explainer, Explanation, Severity};
+use crate::metrics::ControllerMetrics;
+use crate::queue::Requeue;
+
+/// Whether this replica may act right now (the leader election's answer).
+pub type MayAct = Arc<dyn Fn() -> bool + Send + Sync>;
+
+/// After a failed reconcile, try again this soon.
+const RETRY_AFTER: Duration = Duration::from_secs(2);
+
+/// Everything a group reconcile needs; shared by all groups.
+pub struct RolloutReconciler {
+    pub namespace: String,
+    pub client: kube::Client,
+    pub caches: Caches,
+    pub metrics: ControllerMetrics,
+    pub explainer: Explainer,
+    pub may_act: MayAct,
+    pub request_timeout: Duration,
+    pub pending: PendingDeletions,
+}
+
+impl std::fmt::Debug for RolloutReconciler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RolloutReconciler")
+            .field("namespace", &self.namespace)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RolloutReconciler {
+    /// One pass over `group`. Standbys return at once: only the leader plans and acts.
+    pub async fn reconcile(&self, group: &str) -> Requeue {
+        if !(self.may_act)() {
+            return Requeue::Never;
+        }
+        let started = Instant::now();
+        let labels = [group];
+        self.metrics.reconciles.with_label_values(&labels).inc();
+        let result = self.reconcile_inner(group).await;
+        self.metrics
+            .reconcile_duration
+            .with_label_values(&labels)
+            .observe(started.elapsed().as_secs_f64());
+        match result {
+            Ok(requeue) => {
+                let now = jiff::Timestamp::now().as_millisecond() as f64 / 1000.0;
+                self.metrics
+                    .last_successful_reconcile
+                    .with_label_values(&labels)
+                    .set(now);
+                requeue
+            }
+            Err(error) => {
+                self.metrics
+                    .reconciles_failed
+                    .with_label_values(&labels)
+                    .inc();
+                tracing::warn!(rollout_group = group, error = %error, kind = error.kind(), "reconcile failed");
+                Requeue::After(RETRY_AFTER)
+            }
+        }
+    }
+
+    async fn reconcile_inner(&self, group: &str) -> Result<Requeue, ExecuteError> {
+        let members = self.caches.group_members(group);
+        if members.is_empty() {
+            self.metrics
+                .group_waiting
+                .with_label_values(&[group])
+                .set(0);
+            return Ok(Requeue::Never);
+        }
+        let pods = self.caches.pods.state();
+        let mut snapshot = GroupSnapshot::from_kubernetes(
+            group,
+            members.iter().map(Arc::as_ref),
+            pods.iter().map(Arc::as_ref),
+        );
+        self.pending.apply(&mut snapshot, Instant::now());
+        let plan = plan(&snapshot, jiff::Timestamp::now());
+        self.record_progress(group, &plan);
+        self.explain(group, &members, &plan).await;
+        self.act(group, &members, &plan).await?;
+        Ok(match plan.recheck_after {
+            Some(at) => {
+                let wait = at.duration_since(jiff::Timestamp::now());
+                Requeue::After(
+                    Duration::try_from(wait)
+                        .unwrap_or_default()
+                        .max(Duration::from_millis(10)),
+                )
+            }
+            None => Requeue::Never,
+        })
+    }
+
+    fn record_progress(&self, group: &str, plan: &Plan) {
+        for progress in &plan.progress {
+            let labels = [group, progress.statefulset.as_str()];
+            self.metrics
+                .pods_total
+                .with_label_values(&labels)
+                .set(progress.total.into());
+            self.metrics
+                .pods_updated
+                .with_label_values(&labels)
+                .set(progress.updated.into());
+            self.metrics
+                .pods_ready
+                .with_label_values(&labels)
+                .set(progress.ready.into());
+        }
+        let waiting = plan.waiting.is_some() && rollout_pending(plan);
+        self.metrics
+            .group_waiting
+            .with_label_values(&[group])
+            .set(i64::from(waiting));
+    }
+
+    async fn explain(&self, group: &str, members: &[Arc<StatefulSet>], plan: &Plan) {
+        for warning in &plan.warnings {
+            if let Some(statefulset) = find(members, warning.statefulset()) {
+                let explanation = Explanation {
+                    severity: Severity::Warning,
+                    reason: warning.kind().to_owned(),
+                    action: "Validate".to_owned(),
+                    note: warning.to_string(),
+                };
+                self.explainer
+                    .tell(&statefulset.object_ref(&()), explanation)
+                    .await;
+            }
+        }
+        let Some(waiting) = &plan.waiting else {
+            return;
+        };
+        let blocking = matches!(
+            waiting,
+            WaitReason::NonOnDeleteMember { .. } | WaitReason::NoUpdateRevision { .. }
+        );
+        if !blocking && !rollout_pending(plan) {
+            return;
+        }
+        let subject = waiting
+            .statefulset()
+            .map(str::to_owned)
+            .or_else(|| match waiting {
+                WaitReason::MultipleNotReady { statefulsets }
+                | WaitReason::Paused { statefulsets } => statefulsets.first().cloned(),
+                _ => None,
+            });
+        let Some(statefulset) = subject.as_deref().and_then(|name| find(members, name)) else {
+            return;
+        };
+        let explanation = Explanation {
+            severity: if blocking {
+                Severity::Warning
+            } else {
+                Severity::Normal
+            },
+            reason: waiting.kind().to_owned(),
+            action: "Wait".to_owned(),
+            note: format!("rollout group {group} waits: {waiting}"),
+        };
+        self.explainer
+            .tell(&statefulset.object_ref(&()), explanation)
+            .await;
+    }
+
+    async fn act(
+        &self,
+        group: &str,
+        members: &[Arc<StatefulSet>],
+        plan: &Plan,
+    ) -> Result<(), ExecuteError> {
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &self.namespace);
+        let statefulsets: Api<StatefulSet> = Api::namespaced(self.client.clone(), &self.namespace);
+        for action in &plan.actions {
+            // The lease may have been lost while planning: check right before every call.
+            if !(self.may_act)() {
+                return Ok(());
+            }
+            match action {
+                Action::DeletePod {
+                    statefulset,
+                    pod,
+                    uid,
+                } => {
+                    let outcome =
+                        execute::delete_pod(&pods, pod, uid, self.request_timeout).await?;
+                    if outcome == Outcome::Done {
+                        self.pending.record(group, uid, Instant::now());
+                        self.metrics
+                            .pod_deletions
+                            .with_label_values(&[group, statefulset.as_str()])
+                            .inc();
+                    }
+                    if let Some(owner) = find(members, statefulset) {
+                        let progress = plan.progress.iter().find(|p| &p.statefulset == statefulset);
+                        let note = match progress {
+                            Some(progress) => format!(
+                                "deleted pod {pod} to roll it to the update revision ({} of {} pods updated)",
+                                progress.updated, progress.total
+                            ),
+                            None => format!("deleted pod {pod} to roll it to the update revision"),
+                        };
+                        let explanation = Explanation {
+                            severity: Severity::Normal,
+                            reason: "RolloutPodDeleted".to_owned(),
+                            action: "DeletePod".to_owned(),
+                            note,
+                        };
+                        self.explainer
+                            .tell(&owner.object_ref(&()), explanation)
+                            .await;
+                    }
+                }
+                Action::SetCurrentRevision {
+                    statefulset,
+                    revision,
+                } => {
+                    let Some(cached) = find(members, statefulset) else {
+                        continue;
+                    };
+                    let outcome = execute::set_current_revision(
+                        &statefulsets,
+                        cached,
+                        revision,
+                        self.request_timeout,
+                    )
+                    .await?;
+                    if outcome == Outcome::Done {
+                        let explanation = Explanation {
+                            severity: Severity::Normal,
+                            reason: "RolloutComplete".to_owned(),
+                            action: "UpdateStatus".to_owned(),
+                            note: format!("every pod of {statefulset} runs revision {revision}"),
+                        };
+                        self.explainer
+                            .tell(&cached.object_ref(&()), explanation)
+                            .await;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Some StatefulSet of the group still has pods to update.
+fn rollout_pending(plan: &Plan) -> bool {
+    plan.progress
+        .iter()
+        .any(|progress| progress.updated < progress.total)
+}
+
+fn find<'a>(members: &'a [Arc<StatefulSet>], name: &str) -> Option<&'a StatefulSet> {
+    members
+        .iter()
+        .map(Arc::as_ref)
+        .find(|statefulset| statefulset.metadata.name.as_deref() == Some(name))
+}

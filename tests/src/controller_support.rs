@@ -1,0 +1,208 @@
+//! Running `baton-controller` against the test control plane, and reading what it did.
+
+use std::collections::BTreeMap;
+use std::net::TcpListener;
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{Api, ListParams};
+
+use crate::control_plane::ControlPlane;
+use crate::process::BatonProcess;
+use crate::wait::wait_until;
+
+/// A free loopback address for a process's ops server.
+pub fn free_address() -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("a free port");
+    listener.local_addr().expect("bound").to_string()
+}
+
+/// A running controller and the address of its ops server.
+#[derive(Debug)]
+pub struct Controller {
+    pub process: BatonProcess,
+    pub ops_address: String,
+}
+
+impl Controller {
+    /// Starts baton-controller for `namespace` with short lease timings (tests must not wait
+    /// 15 s for a takeover) plus `extra` configuration.
+    pub async fn start(
+        control_plane: &ControlPlane,
+        namespace: &str,
+        extra: &[(&str, &str)],
+    ) -> Self {
+        let ops_address = free_address();
+        let mut env = vec![
+            ("BATON_NAMESPACE", namespace),
+            ("BATON_OPS__ADDRESS", ops_address.as_str()),
+            ("BATON_LOG__LEVEL", "info,baton_controller=debug"),
+            ("BATON_CONTROLLER__LEASE__DURATION", "3s"),
+            ("BATON_CONTROLLER__LEASE__RENEW_DEADLINE", "2s"),
+            ("BATON_CONTROLLER__LEASE__RETRY_PERIOD", "500ms"),
+        ];
+        env.extend_from_slice(extra);
+        let process =
+            BatonProcess::spawn("baton-controller", control_plane.kubeconfig_path(), &env)
+                .await
+                .expect("baton-controller starts");
+        let controller = Self {
+            process,
+            ops_address,
+        };
+        controller.wait_ready().await;
+        controller
+    }
+
+    /// Waits until `/ready` answers 200 (caches synced).
+    pub async fn wait_ready(&self) {
+        let url = format!("http://{}/ready", self.ops_address);
+        wait_until(Duration::from_secs(30), "baton-controller is ready", || {
+            let url = url.clone();
+            async move { http_status(&url).await == Some(200) }
+        })
+        .await;
+    }
+
+    /// The text of `/metrics`.
+    pub async fn metrics(&self) -> String {
+        http_get(&format!("http://{}/metrics", self.ops_address))
+            .await
+            .unwrap_or_default()
+    }
+}
+
+async fn http_status(url: &str) -> Option<u16> {
+    http_request(url).await.map(|(status, _)| status)
+}
+
+async fn http_get(url: &str) -> Option<String> {
+    http_request(url).await.map(|(_, body)| body)
+}
+
+/// A minimal HTTP/1.0 GET on loopback, enough for the ops server.
+async fn http_request(url: &str) -> Option<(u16, String)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let rest = url.strip_prefix("http://")?;
+    let (host, path) = rest.split_once('/').map(|(h, p)| (h, format!("/{p}")))?;
+    let mut stream =
+        tokio::time::timeout(Duration::from_secs(2), tokio::net::TcpStream::connect(host))
+            .await
+            .ok()?
+            .ok()?;
+    let request = format!("GET {path} HTTP/1.0\r\nHost: {host}\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.ok()?;
+    let mut response = String::new();
+    tokio::time::timeout(Duration::from_secs(5), stream.read_to_string(&mut response))
+        .await
+        .ok()?
+        .ok()?;
+    let status = response.split_whitespace().nth(1)?.parse().ok()?;
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, body)| body.to_owned())
+        .unwrap_or_default();
+    Some((status, body))
+}
+
+/// Where a StatefulSet's rollout stands, read from the API server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RolloutState {
+    pub update_revision: String,
+    pub current_revision: String,
+    /// Pod name → its `controller-revision-hash`.
+    pub pod_revisions: BTreeMap<String, String>,
+    pub ready_replicas: i32,
+    pub replicas: i32,
+}
+
+impl RolloutState {
+    /// Every pod runs the update revision, all are ready, and currentRevision caught up.
+    pub fn is_complete(&self) -> bool {
+        !self.update_revision.is_empty()
+            && self.current_revision == self.update_revision
+            && self.pod_revisions.len() as i32 == self.replicas
+            && self
+                .pod_revisions
+                .values()
+                .all(|revision| *revision == self.update_revision)
+            && self.ready_replicas == self.replicas
+    }
+
+    /// Pods at the update revision.
+    pub fn updated(&self) -> usize {
+        self.pod_revisions
+            .values()
+            .filter(|revision| **revision == self.update_revision)
+            .count()
+    }
+}
+
+/// Reads the rollout state of `statefulset`.
+pub async fn rollout_state(
+    client: &kube::Client,
+    namespace: &str,
+    statefulset: &str,
+) -> RolloutState {
+    let sts = Api::<StatefulSet>::namespaced(client.clone(), namespace)
+        .get(statefulset)
+        .await
+        .unwrap_or_else(|error| panic!("reading {statefulset}: {error}"));
+    let status = sts.status.unwrap_or_default();
+    let pods = Api::<Pod>::namespaced(client.clone(), namespace)
+        .list(&ListParams::default().labels(&format!("app.kubernetes.io/instance={statefulset}")))
+        .await
+        .expect("listing pods");
+    RolloutState {
+        update_revision: status.update_revision.unwrap_or_default(),
+        current_revision: status.current_revision.unwrap_or_default(),
+        pod_revisions: pods
+            .items
+            .into_iter()
+            .filter(|pod| pod.metadata.deletion_timestamp.is_none())
+            .map(|pod| {
+                let revision = pod
+                    .metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|labels| labels.get("controller-revision-hash").cloned())
+                    .unwrap_or_default();
+                (pod.metadata.name.unwrap_or_default(), revision)
+            })
+            .collect(),
+        ready_replicas: status.ready_replicas.unwrap_or(0),
+        replicas: sts.spec.and_then(|spec| spec.replicas).unwrap_or(1),
+    }
+}
+
+/// Events (events.k8s.io/v1) about `object` in `namespace`, as (reason, note).
+pub async fn events_about(
+    client: &kube::Client,
+    namespace: &str,
+    object: &str,
+) -> Vec<(String, String)> {
+    Api::<Event>::namespaced(client.clone(), namespace)
+        .list(&ListParams::default())
+        .await
+        .map(|list| {
+            list.items
+                .into_iter()
+                .filter(|event| {
+                    event
+                        .regarding
+                        .as_ref()
+                        .and_then(|regarding| regarding.name.as_deref())
+                        == Some(object)
+                })
+                .map(|event| {
+                    (
+                        event.reason.unwrap_or_default(),
+                        event.note.unwrap_or_default(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}

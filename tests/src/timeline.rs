@@ -1,0 +1,230 @@
+//! Checks the rollout guarantees of compat.md against the pod timeline the simulator recorded:
+//! a replay of every pod transition, as the API server's watch delivered them.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Instant;
+
+use crate::pod_simulator::{PodEvent, PodTransition};
+
+/// One StatefulSet of the group under test.
+#[derive(Debug, Clone)]
+pub struct Zone {
+    pub statefulset: String,
+    pub replicas: u32,
+    pub max_unavailable: u32,
+}
+
+impl Zone {
+    pub fn new(statefulset: &str, replicas: u32, max_unavailable: u32) -> Self {
+        Self {
+            statefulset: statefulset.to_owned(),
+            replicas,
+            max_unavailable,
+        }
+    }
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+struct PodState {
+    ready: bool,
+    terminating: bool,
+}
+
+/// Replays `timeline` and checks, at every transition at or after `from` (when every zone was
+/// Ready and baton alone could make pods unavailable):
+/// - at most one zone has unavailable pods at a time;
+/// - a zone never has more than its max-unavailable pods unavailable;
+/// - a pod is deleted only while every other zone is fully available.
+///
+/// Unavailable = missing against replicas, not ready, or terminating.
+pub fn check_rollout_guarantees(
+    timeline: &[PodTransition],
+    zones: &[Zone],
+    from: Instant,
+) -> Result<(), String> {
+    let mut pods: HashMap<String, (String, PodState)> = HashMap::new();
+    let unavailable = |pods: &HashMap<String, (String, PodState)>| -> BTreeMap<String, u32> {
+        zones
+            .iter()
+            .map(|zone| {
+                let available = pods
+                    .values()
+                    .filter(|(owner, state)| {
+                        *owner == zone.statefulset && state.ready && !state.terminating
+                    })
+                    .count() as u32;
+                (
+                    zone.statefulset.clone(),
+                    zone.replicas.saturating_sub(available),
+                )
+            })
+            .collect()
+    };
+    for (index, transition) in timeline.iter().enumerate() {
+        let Some(owner) = transition.statefulset.clone() else {
+            continue;
+        };
+        if !zones.iter().any(|zone| zone.statefulset == owner) {
+            continue;
+        }
+        let checking = transition.at >= from;
+        let leaving = match transition.event {
+            PodEvent::Terminating => true,
+            PodEvent::Deleted => !pods
+                .get(&transition.uid)
+                .is_some_and(|(_, state)| state.terminating),
+            _ => false,
+        };
+        if checking && leaving {
+            let before = unavailable(&pods);
+            if let Some((zone, count)) = before
+                .iter()
+                .find(|(zone, count)| **zone != owner && **count > 0)
+            {
+                return Err(format!(
+                    "transition {index}: pod {} of {owner} was deleted while {zone} had {count} unavailable pods",
+                    transition.pod
+                ));
+            }
+        }
+        match transition.event {
+            PodEvent::Created => {
+                pods.insert(transition.uid.clone(), (owner.clone(), PodState::default()));
+            }
+            PodEvent::Ready | PodEvent::NotReady | PodEvent::Terminating => {
+                if let Some((_, state)) = pods.get_mut(&transition.uid) {
+                    match transition.event {
+                        PodEvent::Ready => state.ready = true,
+                        PodEvent::NotReady => state.ready = false,
+                        _ => state.terminating = true,
+                    }
+                }
+            }
+            PodEvent::Deleted => {
+                pods.remove(&transition.uid);
+            }
+        }
+        if !checking {
+            continue;
+        }
+        let after = unavailable(&pods);
+        let degraded: Vec<_> = after.iter().filter(|(_, count)| **count > 0).collect();
+        if degraded.len() > 1 {
+            return Err(format!(
+                "transition {index} ({:?} {}): several zones unavailable at once: {degraded:?}",
+                transition.event, transition.pod
+            ));
+        }
+        for zone in zones {
+            let count = after[&zone.statefulset];
+            if count > zone.max_unavailable {
+                return Err(format!(
+                    "transition {index} ({:?} {}): {} has {count} unavailable pods, max-unavailable is {}",
+                    transition.event, transition.pod, zone.statefulset, zone.max_unavailable
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    struct Recorder {
+        start: Instant,
+        timeline: Vec<PodTransition>,
+    }
+
+    impl Recorder {
+        fn new() -> Self {
+            Self {
+                start: Instant::now(),
+                timeline: Vec::new(),
+            }
+        }
+        fn push(&mut self, statefulset: &str, pod: &str, uid: &str, event: PodEvent) {
+            let at = self.start + Duration::from_millis(self.timeline.len() as u64 + 1);
+            self.timeline.push(PodTransition {
+                at,
+                pod: pod.to_owned(),
+                uid: uid.to_owned(),
+                statefulset: Some(statefulset.to_owned()),
+                revision: None,
+                event,
+            });
+        }
+        fn ready_pod(&mut self, statefulset: &str, ordinal: u32, uid: &str) {
+            let pod = format!("{statefulset}-{ordinal}");
+            self.push(statefulset, &pod, uid, PodEvent::Created);
+            self.push(statefulset, &pod, uid, PodEvent::Ready);
+        }
+    }
+
+    fn two_zones() -> (Recorder, Vec<Zone>) {
+        let mut recorder = Recorder::new();
+        for zone in ["a", "b"] {
+            for ordinal in 0..2 {
+                recorder.ready_pod(&format!("z-{zone}"), ordinal, &format!("{zone}{ordinal}"));
+            }
+        }
+        (
+            recorder,
+            vec![Zone::new("z-a", 2, 1), Zone::new("z-b", 2, 1)],
+        )
+    }
+
+    #[test]
+    fn a_zone_by_zone_rollout_passes() {
+        let (mut r, zones) = two_zones();
+        let from = r.timeline.last().unwrap().at + Duration::from_micros(1);
+        for zone in ["a", "b"] {
+            for ordinal in 0..2 {
+                let sts = format!("z-{zone}");
+                r.push(
+                    &sts,
+                    &format!("{sts}-{ordinal}"),
+                    &format!("{zone}{ordinal}"),
+                    PodEvent::Deleted,
+                );
+                r.ready_pod(&sts, ordinal, &format!("{zone}{ordinal}-new"));
+            }
+        }
+        check_rollout_guarantees(&r.timeline, &zones, from).unwrap();
+    }
+
+    #[test]
+    fn two_zones_down_at_once_is_caught() {
+        let (mut r, zones) = two_zones();
+        let from = r.timeline.last().unwrap().at + Duration::from_micros(1);
+        r.push("z-a", "z-a-0", "a0", PodEvent::Deleted);
+        r.push("z-b", "z-b-0", "b0", PodEvent::Deleted);
+        let error = check_rollout_guarantees(&r.timeline, &zones, from).unwrap_err();
+        assert!(error.contains("while z-a had 1 unavailable"), "{error}");
+    }
+
+    #[test]
+    fn exceeding_max_unavailable_is_caught() {
+        let (mut r, zones) = two_zones();
+        let from = r.timeline.last().unwrap().at + Duration::from_micros(1);
+        r.push("z-a", "z-a-0", "a0", PodEvent::Deleted);
+        r.push("z-a", "z-a-1", "a1", PodEvent::Deleted);
+        let error = check_rollout_guarantees(&r.timeline, &zones, from).unwrap_err();
+        assert!(error.contains("max-unavailable is 1"), "{error}");
+    }
+
+    #[test]
+    fn transitions_before_the_check_starts_only_build_state() {
+        let mut r = Recorder::new();
+        r.push("z-a", "z-a-0", "a0", PodEvent::Created);
+        r.push("z-b", "z-b-0", "b0", PodEvent::Created);
+        r.push("z-a", "z-a-0", "a0", PodEvent::Ready);
+        r.push("z-b", "z-b-0", "b0", PodEvent::Ready);
+        let from = r.timeline.last().unwrap().at + Duration::from_millis(1);
+        let zones = [Zone::new("z-a", 1, 1), Zone::new("z-b", 1, 1)];
+        check_rollout_guarantees(&r.timeline, &zones, from).unwrap();
+    }
+}

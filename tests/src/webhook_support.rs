@@ -1,0 +1,365 @@
+//! What the webhook end-to-end tests need beyond the common support: a test CA and a serving
+//! certificate for 127.0.0.1, baton-webhook replicas started as processes, webhook
+//! configurations scoped to one test namespace, and HTTP servers standing in for pods'
+//! prepare-shutdown endpoints.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::Context;
+use base64::Engine;
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+};
+use kube::api::{Api, DeleteParams, PostParams};
+use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair, KeyUsagePurpose};
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+use crate::control_plane::ControlPlane;
+use crate::process::BatonProcess;
+use crate::wait::wait_until;
+
+/// A CA of the test and a serving certificate it signed for `127.0.0.1`.
+#[derive(Debug, Clone)]
+pub struct TestTls {
+    pub ca_pem: String,
+    pub cert_pem: String,
+    pub key_pem: String,
+}
+
+impl TestTls {
+    pub fn generate() -> anyhow::Result<Self> {
+        let ca_key = KeyPair::generate()?;
+        let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
+        ca_params
+            .distinguished_name
+            .push(DnType::CommonName, "baton webhook e2e CA");
+        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+        let ca = ca_params.self_signed(&ca_key)?;
+        let issuer = rcgen::Issuer::new(ca_params, ca_key);
+        let key = KeyPair::generate()?;
+        let mut params = CertificateParams::new(vec!["127.0.0.1".to_owned()])?;
+        params
+            .distinguished_name
+            .push(DnType::CommonName, "baton-webhook");
+        let cert = params.signed_by(&key, &issuer)?;
+        Ok(Self {
+            ca_pem: ca.pem(),
+            cert_pem: cert.pem(),
+            key_pem: key.serialize_pem(),
+        })
+    }
+
+    /// The CA as a webhook configuration's `caBundle` (base64 of the PEM).
+    pub fn ca_bundle(&self) -> String {
+        base64::engine::general_purpose::STANDARD.encode(&self.ca_pem)
+    }
+
+    /// An HTTPS client trusting only this CA.
+    pub fn client(&self) -> anyhow::Result<reqwest::Client> {
+        baton_shared::crypto::install_default_provider();
+        Ok(reqwest::Client::builder()
+            .tls_certs_only([reqwest::Certificate::from_pem(self.ca_pem.as_bytes())?])
+            .no_proxy()
+            .build()?)
+    }
+}
+
+/// A free TCP port on 127.0.0.1 (bound, read, released).
+pub fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+/// One baton-webhook process.
+#[derive(Debug)]
+pub struct WebhookReplica {
+    pub process: BatonProcess,
+    pub port: u16,
+    pub ops_port: u16,
+    _files: tempfile::TempDir,
+}
+
+impl WebhookReplica {
+    /// Starts baton-webhook watching `namespace`, serving `tls` on a free port, pods addressed
+    /// by IP (the pod simulator's loopback IPs), and waits until `/ready` answers 200.
+    pub async fn start(
+        control_plane: &ControlPlane,
+        tls: &TestTls,
+        namespace: &str,
+    ) -> anyhow::Result<Self> {
+        let files = tempfile::tempdir()?;
+        let cert = files.path().join("tls.crt");
+        let key = files.path().join("tls.key");
+        std::fs::write(&cert, &tls.cert_pem)?;
+        std::fs::write(&key, &tls.key_pem)?;
+        let port = free_port()?;
+        let ops_port = free_port()?;
+        let address = format!("127.0.0.1:{port}");
+        let ops_address = format!("127.0.0.1:{ops_port}");
+        let process = BatonProcess::spawn(
+            "baton-webhook",
+            control_plane.kubeconfig_path(),
+            &[
+                ("BATON_NAMESPACE", namespace),
+                ("BATON_WEBHOOK__ADDRESS", &address),
+                ("BATON_OPS__ADDRESS", &ops_address),
+                ("BATON_WEBHOOK__CERT_FILE", path_str(&cert)?),
+                ("BATON_WEBHOOK__KEY_FILE", path_str(&key)?),
+                ("BATON_PODS__ADDRESS_BY", "ip"),
+                ("BATON_LOG__LEVEL", "info,baton_webhook=debug"),
+            ],
+        )
+        .await?;
+        let replica = Self {
+            process,
+            port,
+            ops_port,
+            _files: files,
+        };
+        let ready = format!("http://127.0.0.1:{ops_port}/ready");
+        let http = reqwest::Client::builder().no_proxy().build()?;
+        wait_until(
+            Duration::from_secs(60),
+            "baton-webhook answers /ready",
+            || async {
+                http.get(&ready)
+                    .send()
+                    .await
+                    .is_ok_and(|response| response.status().is_success())
+            },
+        )
+        .await;
+        Ok(replica)
+    }
+
+    /// `https://127.0.0.1:<port><path>`.
+    pub fn url(&self, path: &str) -> String {
+        format!("https://127.0.0.1:{}{path}", self.port)
+    }
+}
+
+fn path_str(path: &Path) -> anyhow::Result<&str> {
+    path.to_str().context("temporary paths are UTF-8")
+}
+
+/// Webhook configurations for one test namespace, deleted when dropped.
+#[derive(Debug)]
+pub struct WebhookConfigurations {
+    name: String,
+    kubeconfig: std::path::PathBuf,
+}
+
+/// Resources no-downscale guards: the three workloads and their `/scale`.
+const NO_DOWNSCALE_RESOURCES: &[&str] = &[
+    "statefulsets",
+    "statefulsets/scale",
+    "deployments",
+    "deployments/scale",
+    "replicasets",
+    "replicasets/scale",
+];
+
+impl WebhookConfigurations {
+    /// Registers no-downscale (validating) and prepare-downscale (mutating) for `namespace`
+    /// only (namespaceSelector on `kubernetes.io/metadata.name`), calling `replica`.
+    pub async fn register(
+        control_plane: &ControlPlane,
+        namespace: &str,
+        tls: &TestTls,
+        replica: &WebhookReplica,
+    ) -> anyhow::Result<Self> {
+        let client = control_plane.admin_client().await;
+        let name = format!("baton-e2e-{namespace}");
+        let selector = json!({"matchLabels": {"kubernetes.io/metadata.name": namespace}});
+        let validating: ValidatingWebhookConfiguration = serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "webhooks": [{
+                "name": "no-downscale.baton.test",
+                "clientConfig": {"url": replica.url("/admission/no-downscale"), "caBundle": tls.ca_bundle()},
+                "rules": [{"apiGroups": ["apps"], "apiVersions": ["v1"], "operations": ["UPDATE"],
+                           "resources": NO_DOWNSCALE_RESOURCES, "scope": "Namespaced"}],
+                "namespaceSelector": selector,
+                "admissionReviewVersions": ["v1", "v1beta1"],
+                "sideEffects": "None",
+                "failurePolicy": "Fail",
+                "timeoutSeconds": 10,
+            }],
+        }))?;
+        let mutating: MutatingWebhookConfiguration = serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "webhooks": [{
+                "name": "prepare-downscale.baton.test",
+                "clientConfig": {"url": replica.url("/admission/prepare-downscale"), "caBundle": tls.ca_bundle()},
+                "rules": [{"apiGroups": ["apps"], "apiVersions": ["v1"], "operations": ["UPDATE"],
+                           "resources": ["statefulsets", "statefulsets/scale"], "scope": "Namespaced"}],
+                "namespaceSelector": selector,
+                "admissionReviewVersions": ["v1"],
+                "sideEffects": "NoneOnDryRun",
+                "failurePolicy": "Fail",
+                "timeoutSeconds": 10,
+                "reinvocationPolicy": "Never",
+            }],
+        }))?;
+        Api::<ValidatingWebhookConfiguration>::all(client.clone())
+            .create(&PostParams::default(), &validating)
+            .await?;
+        Api::<MutatingWebhookConfiguration>::all(client)
+            .create(&PostParams::default(), &mutating)
+            .await?;
+        Ok(Self {
+            name,
+            kubeconfig: control_plane.kubeconfig_path().to_path_buf(),
+        })
+    }
+}
+
+impl Drop for WebhookConfigurations {
+    fn drop(&mut self) {
+        // As TestNamespace: the test's runtime may be gone, delete from a thread of our own.
+        let name = self.name.clone();
+        let kubeconfig = self.kubeconfig.clone();
+        let deleting = std::thread::spawn(move || {
+            let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
+                return;
+            };
+            runtime.block_on(async {
+                if let Ok(client) = crate::control_plane::supervisor::client_from(&kubeconfig).await
+                {
+                    let _ = Api::<ValidatingWebhookConfiguration>::all(client.clone())
+                        .delete(&name, &DeleteParams::default())
+                        .await;
+                    let _ = Api::<MutatingWebhookConfiguration>::all(client)
+                        .delete(&name, &DeleteParams::default())
+                        .await;
+                }
+            });
+        });
+        let _ = deleting.join();
+    }
+}
+
+/// A request a pod endpoint received: `"POST /path"`.
+pub type Call = String;
+
+/// An HTTP server on a pod's IP standing in for its prepare-shutdown endpoint: answers every
+/// request with the status it is told to, and records what it received. A minimal HTTP/1.1
+/// responder (one request per connection) is all the webhook's client needs.
+#[derive(Debug)]
+pub struct PodEndpoint {
+    pub address: SocketAddr,
+    calls: Arc<Mutex<Vec<Call>>>,
+    status: Arc<Mutex<HashMap<String, u16>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl PodEndpoint {
+    /// Listens on `ip:port`, answering 200 until told otherwise.
+    pub async fn start(ip: Ipv4Addr, port: u16) -> anyhow::Result<Self> {
+        let listener = TcpListener::bind((IpAddr::V4(ip), port))
+            .await
+            .with_context(|| format!("binding {ip}:{port}"))?;
+        let address = listener.local_addr()?;
+        let calls: Arc<Mutex<Vec<Call>>> = Arc::default();
+        let status: Arc<Mutex<HashMap<String, u16>>> = Arc::default();
+        let task = tokio::spawn({
+            let (calls, status) = (calls.clone(), status.clone());
+            async move {
+                while let Ok((mut stream, _)) = listener.accept().await {
+                    let (calls, status) = (calls.clone(), status.clone());
+                    tokio::spawn(async move {
+                        let Some((method, path)) = read_request(&mut stream).await else {
+                            return;
+                        };
+                        let code = status.lock().unwrap().get(&method).copied().unwrap_or(200);
+                        calls.lock().unwrap().push(format!("{method} {path}"));
+                        let body = r#"{"timestamp": 0}"#;
+                        let response = format!(
+                            "HTTP/1.1 {code} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                            body.len()
+                        );
+                        let _ = stream.write_all(response.as_bytes()).await;
+                        let _ = stream.shutdown().await;
+                    });
+                }
+            }
+        });
+        Ok(Self {
+            address,
+            calls,
+            status,
+            task,
+        })
+    }
+
+    /// Answers requests with `method` (`"POST"`, `"DELETE"`) with `code` from now on.
+    pub fn answer(&self, method: &str, code: u16) {
+        self.status.lock().unwrap().insert(method.to_owned(), code);
+    }
+
+    /// Everything received so far.
+    pub fn calls(&self) -> Vec<Call> {
+        self.calls.lock().unwrap().clone()
+    }
+
+    pub fn clear(&self) {
+        self.calls.lock().unwrap().clear();
+    }
+}
+
+impl Drop for PodEndpoint {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Reads one request's head and body; returns its method and path.
+async fn read_request(stream: &mut tokio::net::TcpStream) -> Option<(String, String)> {
+    let mut buffer = Vec::new();
+    let mut chunk = [0u8; 4096];
+    let head_end = loop {
+        if let Some(end) = buffer.windows(4).position(|window| window == b"\r\n\r\n") {
+            break end + 4;
+        }
+        if buffer.len() > 64 * 1024 {
+            return None;
+        }
+        let read = stream.read(&mut chunk).await.ok()?;
+        if read == 0 {
+            return None;
+        }
+        buffer.extend_from_slice(&chunk[..read]);
+    };
+    let head = String::from_utf8_lossy(&buffer[..head_end]).into_owned();
+    let mut words = head.split_whitespace();
+    let method = words.next()?.to_owned();
+    let path = words.next()?.to_owned();
+    let length = head
+        .lines()
+        .find_map(|line| {
+            let (name, value) = line.split_once(':')?;
+            name.trim()
+                .eq_ignore_ascii_case("content-length")
+                .then(|| value.trim().parse::<usize>().ok())?
+        })
+        .unwrap_or(0);
+    let mut body = buffer.len() - head_end;
+    while body < length {
+        let read = stream.read(&mut chunk).await.ok()?;
+        if read == 0 {
+            break;
+        }
+        body += read;
+    }
+    Some((method, path))
+}

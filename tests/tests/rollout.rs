@@ -1,0 +1,242 @@
+//! Zone-by-zone rollouts by baton-controller on the real control plane, each a scenario:
+//! given a rollout group, when its template changes, then baton rolls it one zone at a time.
+
+use std::time::{Duration, Instant};
+
+use baton_e2e::controller_support::{Controller, events_about, rollout_state};
+use baton_e2e::fixtures::{StatefulSetFixture, rollout_group, set_version};
+use baton_e2e::timeline::{Zone, check_rollout_guarantees};
+use baton_e2e::{ControlPlane, PodSimulator, SimulatorOptions, TestNamespace, wait_until};
+
+const TIMEOUT: Duration = Duration::from_secs(90);
+
+/// A namespace with the pod simulator and a running controller.
+struct Scene {
+    namespace: TestNamespace,
+    simulator: PodSimulator,
+    _controller: Controller,
+}
+
+impl Scene {
+    async fn new(prefix: &str) -> Self {
+        let control_plane = ControlPlane::shared().await;
+        let namespace = TestNamespace::create(control_plane, prefix).await;
+        let simulator = PodSimulator::start(
+            namespace.client(),
+            namespace.name(),
+            SimulatorOptions::default(),
+        )
+        .await;
+        let controller = Controller::start(control_plane, namespace.name(), &[]).await;
+        Self {
+            namespace,
+            simulator,
+            _controller: controller,
+        }
+    }
+
+    async fn create(&self, statefulsets: &[StatefulSetFixture]) -> Vec<String> {
+        let mut names = Vec::new();
+        for fixture in statefulsets {
+            let created = fixture
+                .create(&self.namespace.client(), self.namespace.name())
+                .await;
+            names.push(created.metadata.name.unwrap_or_default());
+        }
+        for name in &names {
+            self.wait_ready(name).await;
+        }
+        names
+    }
+
+    async fn wait_ready(&self, name: &str) {
+        wait_until(TIMEOUT, &format!("{name} is ready"), || async {
+            let state = rollout_state(&self.namespace.client(), self.namespace.name(), name).await;
+            state.ready_replicas == state.replicas
+                && state.pod_revisions.len() as i32 == state.replicas
+        })
+        .await;
+    }
+
+    /// Changes the image of every StatefulSet; returns when the StatefulSet controller has
+    /// computed the new update revision of each.
+    async fn roll_out(&self, names: &[String], version: &str) {
+        for name in names {
+            let before = rollout_state(&self.namespace.client(), self.namespace.name(), name).await;
+            set_version(
+                &self.namespace.client(),
+                self.namespace.name(),
+                name,
+                version,
+            )
+            .await;
+            wait_until(
+                TIMEOUT,
+                &format!("{name} has a new update revision"),
+                || async {
+                    let now =
+                        rollout_state(&self.namespace.client(), self.namespace.name(), name).await;
+                    now.update_revision != before.update_revision
+                },
+            )
+            .await;
+        }
+    }
+
+    async fn wait_complete(&self, names: &[String]) {
+        for name in names {
+            wait_until(
+                TIMEOUT,
+                &format!("the rollout of {name} completes"),
+                || async {
+                    rollout_state(&self.namespace.client(), self.namespace.name(), name)
+                        .await
+                        .is_complete()
+                },
+            )
+            .await;
+        }
+    }
+
+    async fn updated_pods(&self, name: &str) -> usize {
+        rollout_state(&self.namespace.client(), self.namespace.name(), name)
+            .await
+            .updated()
+    }
+
+    async fn wait_event(&self, object: &str, reason: &str, note_contains: &str) {
+        wait_until(
+            TIMEOUT,
+            &format!("an Event {reason} on {object} says {note_contains:?}"),
+            || async {
+                events_about(&self.namespace.client(), self.namespace.name(), object)
+                    .await
+                    .iter()
+                    .any(|(r, note)| r == reason && note.contains(note_contains))
+            },
+        )
+        .await;
+    }
+}
+
+async fn three_zones_roll_one_at_a_time(max_unavailable: &str, expected_max: u32) {
+    // Given a ready group of 3 zones × 5 pods with this max-unavailable
+    let scene = Scene::new("rollout").await;
+    let fixtures: Vec<_> = rollout_group("ingester", &["a", "b", "c"], 5)
+        .into_iter()
+        .map(|fixture| fixture.annotation("rollout-max-unavailable", max_unavailable))
+        .collect();
+    let names = scene.create(&fixtures).await;
+
+    // When the template of every zone changes
+    let from = Instant::now();
+    scene.roll_out(&names, "v2").await;
+
+    // Then every zone completes, and the timeline shows the guarantees held at every moment
+    scene.wait_complete(&names).await;
+    let zones: Vec<Zone> = names
+        .iter()
+        .map(|name| Zone::new(name, 5, expected_max))
+        .collect();
+    check_rollout_guarantees(&scene.simulator.timeline(), &zones, from).unwrap();
+    scene
+        .wait_event(
+            "ingester-zone-c",
+            "RolloutComplete",
+            "every pod of ingester-zone-c runs revision",
+        )
+        .await;
+}
+
+#[tokio::test]
+async fn three_zones_roll_one_pod_at_a_time_with_max_unavailable_1() {
+    three_zones_roll_one_at_a_time("1", 1).await;
+}
+
+#[tokio::test]
+async fn three_zones_roll_two_pods_at_a_time_with_max_unavailable_2() {
+    three_zones_roll_one_at_a_time("2", 2).await;
+}
+
+#[tokio::test]
+async fn three_zones_roll_with_max_unavailable_50_percent() {
+    // 50% of 5 replicas is 2 pods.
+    three_zones_roll_one_at_a_time("50%", 2).await;
+}
+
+#[tokio::test]
+async fn a_not_ready_pod_in_zone_b_holds_zone_a_until_it_is_ready() {
+    // Given a ready group of 3 zones × 3 pods, and one pod of zone b that stops being ready
+    let scene = Scene::new("hold").await;
+    let names = scene
+        .create(&rollout_group("ingester", &["a", "b", "c"], 3))
+        .await;
+    scene.simulator.hold_not_ready("ingester-zone-b-1").await;
+
+    // When the template changes
+    scene.roll_out(&names, "v2").await;
+
+    // Then baton says zone b is at its max-unavailable and leaves zones a and c alone
+    scene
+        .wait_event(
+            "ingester-zone-b",
+            "MaxUnavailable",
+            "max-unavailable reached in ingester-zone-b (1/1)",
+        )
+        .await;
+    assert_eq!(scene.updated_pods("ingester-zone-a").await, 0);
+    assert_eq!(scene.updated_pods("ingester-zone-c").await, 0);
+
+    // And once the pod is ready again the whole group rolls out
+    scene.simulator.release("ingester-zone-b-1").await;
+    scene.wait_complete(&names).await;
+}
+
+#[tokio::test]
+async fn a_group_with_a_rolling_update_member_is_skipped_and_other_groups_proceed() {
+    // Given a group whose zone b uses RollingUpdate, and a healthy second group
+    let scene = Scene::new("skip").await;
+    let mut skipped = rollout_group("ingester", &["a", "b"], 2);
+    skipped[1] = skipped[1].clone().rolling_update();
+    let skipped = scene.create(&skipped).await;
+    let healthy = scene.create(&rollout_group("store", &["a", "b"], 2)).await;
+
+    // When both groups get a new template
+    scene.roll_out(&[skipped[0].clone()], "v2").await;
+    scene.roll_out(&healthy, "v2").await;
+
+    // Then the healthy group completes, an Event says why the other is skipped, and its
+    // OnDelete zone was never touched
+    scene.wait_complete(&healthy).await;
+    scene
+        .wait_event(
+            "ingester-zone-b",
+            "NonOnDeleteMember",
+            "ingester-zone-b uses RollingUpdate, group skipped",
+        )
+        .await;
+    assert_eq!(scene.updated_pods("ingester-zone-a").await, 0);
+}
+
+#[tokio::test]
+async fn a_paused_zone_waits_while_the_others_finish() {
+    // Given a group whose zone b is paused
+    let scene = Scene::new("paused").await;
+    let mut fixtures = rollout_group("ingester", &["a", "b", "c"], 2);
+    fixtures[1] = fixtures[1]
+        .clone()
+        .annotation("grafana.com/rollout-paused", "true");
+    let names = scene.create(&fixtures).await;
+
+    // When the template of every zone changes
+    scene.roll_out(&names, "v2").await;
+
+    // Then zones a and c complete, zone b keeps its pods, and baton says so
+    scene
+        .wait_complete(&[names[0].clone(), names[2].clone()])
+        .await;
+    scene
+        .wait_event("ingester-zone-b", "Paused", "ingester-zone-b")
+        .await;
+    assert_eq!(scene.updated_pods("ingester-zone-b").await, 0);
+}
