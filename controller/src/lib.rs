@@ -1,5 +1,10 @@
 //! baton-controller as a library: the pure rollout planner and the thin Kubernetes layer
 //! around it. The binary in `main.rs` only wires them together.
 
+pub mod app;
+pub mod cache;
+pub mod explain;
 pub mod leader;
+pub mod metrics;
+pub mod queue;
 pub mod rollout;

@@ -10,3 +10,7 @@ pub use plan::{Action, Plan, Progress, WaitReason, Warning, plan};
 pub use snapshot::{
     GroupSnapshot, PodPhase, PodSnapshot, StatefulSetSnapshot, UpdateStrategy, selector_matches,
 };
+
+pub mod execute;
+pub mod pending;
+pub mod reconcile;
