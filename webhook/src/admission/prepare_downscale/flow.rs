@@ -293,7 +293,15 @@ impl PrepareDownscale {
             field_manager: Some(FIELD_MANAGER.to_owned()),
             ..PatchParams::default()
         };
-        if let Err(error) = deadline
+        let recorded = statefulset
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|annotations| annotations.get(LAST_DOWNSCALE_ANNOTATION));
+        if recorded == Some(&now) {
+            // The API server re-ran admission after our own write in this second: done already.
+            tracing::debug!(name = %downscale.name, "last-downscale already recorded");
+        } else if let Err(error) = deadline
             .run(statefulsets.patch(&downscale.name, &params, &Patch::Merge(&patch)))
             .await
         {

@@ -1,0 +1,742 @@
+//! baton-webhook on the real control plane: the API server calls the webhooks (configured with
+//! `clientConfig.url` to 127.0.0.1 and the test CA), pods are simulated with loopback IPs and
+//! their prepare-shutdown endpoints are test servers listening on those IPs.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use baton_e2e::fixtures::StatefulSetFixture;
+use baton_e2e::webhook_support::{
+    PodEndpoint, TestTls, WebhookConfigurations, WebhookReplica, free_port,
+};
+use baton_e2e::{ControlPlane, PodSimulator, SimulatorOptions, TestNamespace, wait_until};
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::Api;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+
+const TIMEOUT: Duration = Duration::from_secs(60);
+const NO_DOWNSCALE: &str = "grafana.com/no-downscale";
+const PREPARE: &str = "grafana.com/prepare-downscale";
+const PREPARE_PATH: &str = "grafana.com/prepare-downscale-http-path";
+const PREPARE_PORT: &str = "grafana.com/prepare-downscale-http-port";
+const MIN_TIME: &str = "grafana.com/min-time-between-zones-downscale";
+const LAST_DOWNSCALE: &str = "grafana.com/last-downscale";
+const SHUTDOWN_PATH: &str = "ingester/prepare-shutdown";
+
+/// A test namespace with one webhook replica registered for it.
+struct Setup {
+    namespace: TestNamespace,
+    replica: WebhookReplica,
+    _configurations: WebhookConfigurations,
+}
+
+impl Setup {
+    async fn new(prefix: &str) -> Self {
+        let control_plane = ControlPlane::shared().await;
+        let namespace = TestNamespace::create(control_plane, prefix).await;
+        let tls = TestTls::generate().unwrap();
+        let replica = WebhookReplica::start(control_plane, &tls, namespace.name())
+            .await
+            .unwrap();
+        let configurations =
+            WebhookConfigurations::register(control_plane, namespace.name(), &tls, &replica)
+                .await
+                .unwrap();
+        let setup = Self {
+            namespace,
+            replica,
+            _configurations: configurations,
+        };
+        setup.wait_for_webhooks().await;
+        setup
+    }
+
+    fn ns(&self) -> &str {
+        self.namespace.name()
+    }
+
+    /// The API server picks configurations up asynchronously: probe until both webhooks judge.
+    async fn wait_for_webhooks(&self) {
+        let client = self.namespace.client();
+        StatefulSetFixture::new("probe-no-downscale")
+            .replicas(1)
+            .label(NO_DOWNSCALE, "true")
+            .create(&client, self.ns())
+            .await;
+        StatefulSetFixture::new("probe-prepare")
+            .replicas(1)
+            .label(PREPARE, "true")
+            .create(&client, self.ns())
+            .await;
+        let statefulsets = self.namespace.api::<StatefulSet>();
+        wait_until(
+            TIMEOUT,
+            "both webhooks are called by the API server",
+            || {
+                let statefulsets = statefulsets.clone();
+                async move {
+                    let validating = scale(&statefulsets, "probe-no-downscale", 0, true)
+                        .await
+                        .is_err_and(|error| error.contains("no-downscale.baton.test"));
+                    // Not dry-run: prepare-downscale lets dry runs through. Without the port
+                    // annotation it denies; if it is not called yet the probe scales to 0 and back.
+                    let mutating = match scale(&statefulsets, "probe-prepare", 0, false).await {
+                        Err(error) => error.contains("prepare-downscale.baton.test"),
+                        Ok(()) => {
+                            let _ = scale(&statefulsets, "probe-prepare", 1, false).await;
+                            false
+                        }
+                    };
+                    validating && mutating
+                }
+            },
+        )
+        .await;
+    }
+}
+
+/// Sets replicas through the `/scale` subresource; a denial is returned as its message.
+async fn scale(
+    api: &Api<StatefulSet>,
+    name: &str,
+    replicas: i32,
+    dry_run: bool,
+) -> Result<(), String> {
+    let params = if dry_run {
+        PatchParams::default().dry_run()
+    } else {
+        PatchParams::default()
+    };
+    api.patch_scale(
+        name,
+        &params,
+        &Patch::Merge(json!({"spec": {"replicas": replicas}})),
+    )
+    .await
+    .map(|_| ())
+    .map_err(denial)
+}
+
+/// Sets `spec.replicas` with a patch of the object itself.
+async fn patch_replicas<K>(
+    api: &Api<K>,
+    name: &str,
+    replicas: i32,
+    dry_run: bool,
+) -> Result<(), String>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let params = if dry_run {
+        PatchParams::default().dry_run()
+    } else {
+        PatchParams::default()
+    };
+    api.patch(
+        name,
+        &params,
+        &Patch::Merge(json!({"spec": {"replicas": replicas}})),
+    )
+    .await
+    .map(|_| ())
+    .map_err(denial)
+}
+
+fn denial(error: kube::Error) -> String {
+    match error {
+        kube::Error::Api(status) => status.message,
+        other => panic!("expected an admission denial, got {other}"),
+    }
+}
+
+fn denied_by_no_downscale(resource: &str, name: &str, ns: &str, from: i32, to: i32) -> String {
+    format!(
+        "admission webhook \"no-downscale.baton.test\" denied the request: downscale of {resource}/{name} in {ns} from {from} to {to} replicas is not allowed because it has the label 'grafana.com/no-downscale=true'"
+    )
+}
+
+async fn spec_replicas(api: &Api<StatefulSet>, name: &str) -> i32 {
+    api.get(name)
+        .await
+        .unwrap()
+        .spec
+        .and_then(|spec| spec.replicas)
+        .unwrap()
+}
+
+async fn annotations(api: &Api<StatefulSet>, name: &str) -> BTreeMap<String, String> {
+    api.get(name)
+        .await
+        .unwrap()
+        .metadata
+        .annotations
+        .unwrap_or_default()
+}
+
+async fn wait_ready(api: &Api<StatefulSet>, name: &str, replicas: i32) {
+    wait_until(
+        TIMEOUT,
+        &format!("{name} has {replicas} ready replicas"),
+        || async {
+            api.get(name)
+                .await
+                .ok()
+                .and_then(|sts| sts.status)
+                .is_some_and(|status| {
+                    status.ready_replicas == Some(replicas)
+                        && status.updated_replicas == Some(replicas)
+                        && status.replicas == replicas
+                })
+        },
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn no_downscale_denies_scaling_a_labelled_statefulset_down() {
+    // Given a StatefulSet labelled grafana.com/no-downscale=true and an unlabelled one
+    let setup = Setup::new("wh-nodown").await;
+    let ns = setup.ns();
+    let client = setup.namespace.client();
+    StatefulSetFixture::new("ingester-zone-a")
+        .replicas(3)
+        .label(NO_DOWNSCALE, "true")
+        .create(&client, ns)
+        .await;
+    StatefulSetFixture::new("querier")
+        .replicas(3)
+        .create(&client, ns)
+        .await;
+    let statefulsets = setup.namespace.api::<StatefulSet>();
+
+    // When it is scaled down through /scale, Then it is denied with the Go operator's message
+    assert_eq!(
+        scale(&statefulsets, "ingester-zone-a", 1, false).await,
+        Err(denied_by_no_downscale(
+            "statefulsets",
+            "ingester-zone-a",
+            ns,
+            3,
+            1
+        ))
+    );
+    // When it is scaled down with a patch of its spec, Then it is denied too
+    assert_eq!(
+        patch_replicas(&statefulsets, "ingester-zone-a", 2, false).await,
+        Err(denied_by_no_downscale(
+            "statefulsets",
+            "ingester-zone-a",
+            ns,
+            3,
+            2
+        ))
+    );
+    // When the downscale is only a dry run, Then it is judged like a real one
+    assert_eq!(
+        scale(&statefulsets, "ingester-zone-a", 0, true).await,
+        Err(denied_by_no_downscale(
+            "statefulsets",
+            "ingester-zone-a",
+            ns,
+            3,
+            0
+        ))
+    );
+    assert_eq!(
+        patch_replicas(&statefulsets, "ingester-zone-a", 2, true).await,
+        Err(denied_by_no_downscale(
+            "statefulsets",
+            "ingester-zone-a",
+            ns,
+            3,
+            2
+        ))
+    );
+    assert_eq!(spec_replicas(&statefulsets, "ingester-zone-a").await, 3);
+
+    // When it is scaled up, Then that is allowed
+    scale(&statefulsets, "ingester-zone-a", 4, false)
+        .await
+        .unwrap();
+    patch_replicas(&statefulsets, "ingester-zone-a", 5, false)
+        .await
+        .unwrap();
+    assert_eq!(spec_replicas(&statefulsets, "ingester-zone-a").await, 5);
+
+    // When an unlabelled StatefulSet is scaled down, Then that is allowed
+    scale(&statefulsets, "querier", 1, false).await.unwrap();
+    patch_replicas(&statefulsets, "querier", 0, false)
+        .await
+        .unwrap();
+    assert_eq!(spec_replicas(&statefulsets, "querier").await, 0);
+
+    // And the /scale parents came from the cache, not one API call per request
+    let metrics = reqwest::get(format!(
+        "http://127.0.0.1:{}/metrics",
+        setup.replica.ops_port
+    ))
+    .await
+    .unwrap()
+    .text()
+    .await
+    .unwrap();
+    assert!(
+        metrics.contains(r#"baton_webhook_parent_lookups_total{source="cache"}"#),
+        "{metrics}"
+    );
+    assert!(
+        metrics
+            .contains(r#"baton_admission_decisions_total{result="denied",webhook="no-downscale"}"#)
+    );
+}
+
+#[tokio::test]
+async fn no_downscale_guards_deployments_and_replicasets_too() {
+    // Given a labelled Deployment and a labelled ReplicaSet
+    let setup = Setup::new("wh-nodown-deploy").await;
+    let ns = setup.ns();
+    let template = json!({
+        "metadata": {"labels": {"app": "gateway"}},
+        "spec": {"containers": [{"name": "app", "image": "baton.test/app:v1"}]}
+    });
+    let deployment: Deployment = serde_json::from_value(json!({
+        "metadata": {"name": "gateway", "labels": {NO_DOWNSCALE: "true"}},
+        "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "gateway"}}, "template": template}
+    }))
+    .unwrap();
+    let replicaset: ReplicaSet = serde_json::from_value(json!({
+        "metadata": {"name": "cache", "labels": {NO_DOWNSCALE: "true"}},
+        "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "cache"}},
+                 "template": {"metadata": {"labels": {"app": "cache"}},
+                              "spec": {"containers": [{"name": "app", "image": "baton.test/app:v1"}]}}}
+    }))
+    .unwrap();
+    let deployments = setup.namespace.api::<Deployment>();
+    let replicasets = setup.namespace.api::<ReplicaSet>();
+    deployments
+        .create(&PostParams::default(), &deployment)
+        .await
+        .unwrap();
+    replicasets
+        .create(&PostParams::default(), &replicaset)
+        .await
+        .unwrap();
+
+    // When each is scaled down through its spec or its /scale, Then it is denied
+    assert_eq!(
+        patch_replicas(&deployments, "gateway", 1, false).await,
+        Err(denied_by_no_downscale("deployments", "gateway", ns, 3, 1))
+    );
+    let scale_down = Patch::Merge(json!({"spec": {"replicas": 2}}));
+    assert_eq!(
+        deployments
+            .patch_scale("gateway", &PatchParams::default(), &scale_down)
+            .await
+            .map(|_| ())
+            .map_err(denial),
+        Err(denied_by_no_downscale("deployments", "gateway", ns, 3, 2))
+    );
+    assert_eq!(
+        patch_replicas(&replicasets, "cache", 0, false).await,
+        Err(denied_by_no_downscale("replicasets", "cache", ns, 3, 0))
+    );
+    assert_eq!(
+        replicasets
+            .patch_scale("cache", &PatchParams::default().dry_run(), &scale_down)
+            .await
+            .map(|_| ())
+            .map_err(denial),
+        Err(denied_by_no_downscale("replicasets", "cache", ns, 3, 2))
+    );
+
+    // When they are scaled up, Then that is allowed
+    patch_replicas(&deployments, "gateway", 4, false)
+        .await
+        .unwrap();
+    let scale_up = Patch::Merge(json!({"spec": {"replicas": 5}}));
+    replicasets
+        .patch_scale("cache", &PatchParams::default(), &scale_up)
+        .await
+        .unwrap();
+    let replicas = |spec: Option<i32>| spec.unwrap_or_default();
+    assert_eq!(
+        replicas(
+            deployments
+                .get("gateway")
+                .await
+                .unwrap()
+                .spec
+                .unwrap()
+                .replicas
+        ),
+        4
+    );
+    assert_eq!(
+        replicas(
+            replicasets
+                .get("cache")
+                .await
+                .unwrap()
+                .spec
+                .unwrap()
+                .replicas
+        ),
+        5
+    );
+}
+
+/// A zone of a rollout group opted in to prepare-downscale, its pods' endpoints on `port`.
+fn prepared_zone(name: &str, group: &str, replicas: i32, port: u16) -> StatefulSetFixture {
+    StatefulSetFixture::new(name)
+        .group(group)
+        .replicas(replicas)
+        .label(PREPARE, "true")
+        .label(MIN_TIME, "1h")
+        .annotation(PREPARE_PATH, SHUTDOWN_PATH)
+        .annotation(PREPARE_PORT, &port.to_string())
+}
+
+/// Test servers on the loopback IPs of `pods`.
+async fn endpoints(
+    simulator: &PodSimulator,
+    pods: &[&str],
+    port: u16,
+) -> BTreeMap<String, PodEndpoint> {
+    let mut endpoints = BTreeMap::new();
+    for pod in pods {
+        let endpoint = PodEndpoint::start(simulator.pod_ip(pod), port)
+            .await
+            .unwrap();
+        endpoints.insert((*pod).to_owned(), endpoint);
+    }
+    endpoints
+}
+
+async fn ledger(setup: &Setup, group: &str) -> BTreeMap<String, String> {
+    setup
+        .namespace
+        .api::<ConfigMap>()
+        .get_opt(&format!("baton-downscale-{group}"))
+        .await
+        .unwrap()
+        .and_then(|config_map| config_map.data)
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn prepare_downscale_tells_the_pods_going_away_and_records_the_downscale() {
+    // Given zone a (5 replicas) and zone b of group "ingester", opted in, all pods ready,
+    // and each pod's prepare-shutdown endpoint listening on its IP
+    let setup = Setup::new("wh-prepare").await;
+    let ns = setup.ns();
+    let client = setup.namespace.client();
+    let simulator = PodSimulator::start(client.clone(), ns, SimulatorOptions::default()).await;
+    let port = free_port().unwrap();
+    prepared_zone("ingester-zone-a", "ingester", 5, port)
+        .create(&client, ns)
+        .await;
+    prepared_zone("ingester-zone-b", "ingester", 2, port)
+        .create(&client, ns)
+        .await;
+    let statefulsets = setup.namespace.api::<StatefulSet>();
+    wait_ready(&statefulsets, "ingester-zone-a", 5).await;
+    wait_ready(&statefulsets, "ingester-zone-b", 2).await;
+    let pods: Vec<String> = (0..5).map(|i| format!("ingester-zone-a-{i}")).collect();
+    let names: Vec<&str> = pods.iter().map(String::as_str).collect();
+    let endpoints = endpoints(&simulator, &names, port).await;
+
+    // When zone a is scaled from 5 to 3
+    scale(&statefulsets, "ingester-zone-a", 3, false)
+        .await
+        .unwrap();
+
+    // Then pods 4 and 3 were told to prepare (and never to undo), and no other pod was called.
+    // (The API server re-runs admission when its write conflicts with the annotation the webhook
+    // just wrote, so a pod may be told twice: preparing is idempotent.)
+    let post = format!("POST /{SHUTDOWN_PATH}");
+    for going in ["ingester-zone-a-4", "ingester-zone-a-3"] {
+        let calls = endpoints[going].calls();
+        assert!(
+            !calls.is_empty() && calls.iter().all(|call| *call == post),
+            "{going}: {calls:?}"
+        );
+    }
+    for kept in 0..3 {
+        assert_eq!(
+            endpoints[&format!("ingester-zone-a-{kept}")].calls(),
+            Vec::<String>::new()
+        );
+    }
+    // And the downscale went through and was recorded on the StatefulSet and in the ledger
+    assert_eq!(spec_replicas(&statefulsets, "ingester-zone-a").await, 3);
+    let recorded = annotations(&statefulsets, "ingester-zone-a").await;
+    let at: jiff::Timestamp = recorded[LAST_DOWNSCALE].parse().unwrap();
+    assert!(jiff::Timestamp::now().duration_since(at) < jiff::SignedDuration::from_secs(120));
+    let ledger = ledger(&setup, "ingester").await;
+    let entry: Value = serde_json::from_str(&ledger["ingester-zone-a"]).unwrap();
+    assert!(entry["lastDownscale"].is_string(), "{entry}");
+}
+
+#[tokio::test]
+async fn a_pod_failing_to_prepare_undoes_everything_and_denies() {
+    // Given zone a (5 replicas) whose pod 3 cannot prepare for shutdown
+    let setup = Setup::new("wh-prepare-fail").await;
+    let ns = setup.ns();
+    let client = setup.namespace.client();
+    let simulator = PodSimulator::start(client.clone(), ns, SimulatorOptions::default()).await;
+    let port = free_port().unwrap();
+    prepared_zone("ingester-zone-a", "ingester", 5, port)
+        .create(&client, ns)
+        .await;
+    prepared_zone("ingester-zone-b", "ingester", 1, port)
+        .create(&client, ns)
+        .await;
+    let statefulsets = setup.namespace.api::<StatefulSet>();
+    wait_ready(&statefulsets, "ingester-zone-a", 5).await;
+    wait_ready(&statefulsets, "ingester-zone-b", 1).await;
+    let endpoints = endpoints(
+        &simulator,
+        &["ingester-zone-a-4", "ingester-zone-a-3"],
+        port,
+    )
+    .await;
+    endpoints["ingester-zone-a-3"].answer("POST", 500);
+
+    // When zone a is scaled from 5 to 3
+    let denied = scale(&statefulsets, "ingester-zone-a", 3, false)
+        .await
+        .unwrap_err();
+
+    // Then it is denied because a pod failed to prepare
+    assert!(
+        denied.starts_with(&format!(
+            "admission webhook \"prepare-downscale.baton.test\" denied the request: downscale of statefulsets/ingester-zone-a in {ns} from 5 to 3 replicas is not allowed because one or more pods failed to prepare for shutdown"
+        )),
+        "{denied}"
+    );
+    // And every pod going away was told to undo
+    let delete = format!("DELETE /{SHUTDOWN_PATH}");
+    for pod in ["ingester-zone-a-4", "ingester-zone-a-3"] {
+        assert!(
+            endpoints[pod].calls().contains(&delete),
+            "{pod}: {:?}",
+            endpoints[pod].calls()
+        );
+    }
+    // And nothing was recorded: no annotation, no claim left in the ledger, replicas unchanged
+    assert!(
+        !annotations(&statefulsets, "ingester-zone-a")
+            .await
+            .contains_key(LAST_DOWNSCALE)
+    );
+    assert!(
+        !ledger(&setup, "ingester")
+            .await
+            .contains_key("ingester-zone-a")
+    );
+    assert_eq!(spec_replicas(&statefulsets, "ingester-zone-a").await, 5);
+}
+
+#[tokio::test]
+async fn a_second_zone_within_min_time_is_denied_naming_the_zone_and_the_time_left() {
+    // Given two zones labelled to wait 1h between zone downscales, all pods ready
+    let setup = Setup::new("wh-min-time").await;
+    let ns = setup.ns();
+    let client = setup.namespace.client();
+    let simulator = PodSimulator::start(client.clone(), ns, SimulatorOptions::default()).await;
+    let port = free_port().unwrap();
+    prepared_zone("ingester-zone-a", "ingester", 2, port)
+        .create(&client, ns)
+        .await;
+    prepared_zone("ingester-zone-b", "ingester", 2, port)
+        .create(&client, ns)
+        .await;
+    let statefulsets = setup.namespace.api::<StatefulSet>();
+    wait_ready(&statefulsets, "ingester-zone-a", 2).await;
+    wait_ready(&statefulsets, "ingester-zone-b", 2).await;
+    let endpoints = endpoints(
+        &simulator,
+        &["ingester-zone-a-1", "ingester-zone-b-1"],
+        port,
+    )
+    .await;
+
+    // When zone a is downscaled, Then that is allowed
+    scale(&statefulsets, "ingester-zone-a", 1, false)
+        .await
+        .unwrap();
+
+    // When zone b is downscaled right after, Then it is denied, naming zone a and the time left
+    let denied = patch_replicas(&statefulsets, "ingester-zone-b", 1, false)
+        .await
+        .unwrap_err();
+    let expected = format!(
+        "admission webhook \"prepare-downscale.baton.test\" denied the request: downscale of statefulsets/ingester-zone-b in {ns} from 2 to 1 replicas is not allowed because statefulset ingester-zone-a was downscaled at "
+    );
+    assert!(denied.starts_with(&expected), "{denied}");
+    // (time left is rounded up to whole seconds: at most the full hour, at least 59 minutes)
+    let left = denied
+        .rsplit_once(" between zone downscales (")
+        .and_then(|(before, left)| {
+            before
+                .ends_with("and is labelled to wait 1h0m0s")
+                .then(|| left.strip_suffix(" left)"))?
+        })
+        .unwrap_or_else(|| panic!("{denied}"));
+    assert!(
+        left == "1h0m0s" || (left.starts_with("59m") && left.ends_with('s')),
+        "{left}"
+    );
+    // And zone b's pod was never told to prepare
+    assert_eq!(endpoints["ingester-zone-b-1"].calls(), Vec::<String>::new());
+    assert_eq!(spec_replicas(&statefulsets, "ingester-zone-b").await, 2);
+}
+
+/// The AdmissionReview the API server sends for `kubectl scale` of a StatefulSet.
+fn scale_review(uid: &str, ns: &str, name: &str, from: i32, to: i32) -> Value {
+    let scale = |replicas: i32| {
+        json!({"apiVersion": "autoscaling/v1", "kind": "Scale",
+               "metadata": {"name": name, "namespace": ns}, "spec": {"replicas": replicas}})
+    };
+    json!({
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": uid,
+            "kind": {"group": "autoscaling", "version": "v1", "kind": "Scale"},
+            "resource": {"group": "apps", "version": "v1", "resource": "statefulsets"},
+            "subResource": "scale",
+            "name": name,
+            "namespace": ns,
+            "operation": "UPDATE",
+            "userInfo": {"username": "e2e"},
+            "object": scale(to),
+            "oldObject": scale(from),
+            "dryRun": false
+        }
+    })
+}
+
+#[tokio::test]
+async fn racing_zone_downscales_through_different_replicas_approve_exactly_one() {
+    // Given three webhook replicas (three processes sharing nothing but the API server) and
+    // two zones of one group, labelled to wait 1h between zone downscales
+    let control_plane = ControlPlane::shared().await;
+    let namespace = TestNamespace::create(control_plane, "wh-race").await;
+    let ns = namespace.name();
+    let client = namespace.client();
+    let tls = TestTls::generate().unwrap();
+    let mut replicas = Vec::new();
+    for _ in 0..3 {
+        replicas.push(
+            WebhookReplica::start(control_plane, &tls, ns)
+                .await
+                .unwrap(),
+        );
+    }
+    let simulator = PodSimulator::start(client.clone(), ns, SimulatorOptions::default()).await;
+    let port = free_port().unwrap();
+    prepared_zone("ingester-zone-a", "ingester", 2, port)
+        .create(&client, ns)
+        .await;
+    prepared_zone("ingester-zone-b", "ingester", 2, port)
+        .create(&client, ns)
+        .await;
+    let statefulsets = namespace.api::<StatefulSet>();
+    wait_ready(&statefulsets, "ingester-zone-a", 2).await;
+    wait_ready(&statefulsets, "ingester-zone-b", 2).await;
+    let _endpoints = endpoints(
+        &simulator,
+        &["ingester-zone-a-1", "ingester-zone-b-1"],
+        port,
+    )
+    .await;
+    let https = tls.client().unwrap();
+    let ledgers = namespace.api::<ConfigMap>();
+    let zones = ["ingester-zone-a", "ingester-zone-b"];
+
+    for round in 0..100 {
+        // When both zones' downscales reach two different replicas at the same moment
+        let send = |replica: &WebhookReplica, zone: &str| {
+            let request = https
+                .post(replica.url("/admission/prepare-downscale"))
+                .json(&scale_review(
+                    &format!("race-{round}-{zone}"),
+                    ns,
+                    zone,
+                    2,
+                    1,
+                ));
+            async move {
+                let answer: Value = request.send().await.unwrap().json().await.unwrap();
+                answer["response"].clone()
+            }
+        };
+        let (first, second) = tokio::join!(
+            send(&replicas[round % 3], zones[0]),
+            send(&replicas[(round + 1) % 3], zones[1])
+        );
+
+        // Then exactly one is approved, and the other is denied naming the winner
+        let approved: Vec<&str> = [(&first, zones[0]), (&second, zones[1])]
+            .iter()
+            .filter(|(answer, _)| answer["allowed"] == json!(true))
+            .map(|(_, zone)| *zone)
+            .collect();
+        assert_eq!(approved.len(), 1, "round {round}: {first}\n{second}");
+        let winner = approved[0];
+        let loser = if std::ptr::eq(winner, zones[0]) {
+            &second
+        } else {
+            &first
+        };
+        let message = loser["status"]["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains(&format!("because statefulset {winner} was downscaled at")),
+            "round {round}: {message}"
+        );
+
+        // Reset for the next round: alternately delete the ledger (the next claims race to
+        // create it) and clear the winner's entry (they race to replace it).
+        let name = "baton-downscale-ingester";
+        if round % 2 == 0 {
+            ledgers
+                .delete(name, &DeleteParams::default())
+                .await
+                .unwrap();
+        } else {
+            ledgers
+                .patch(
+                    name,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"data": {winner: null}})),
+                )
+                .await
+                .unwrap();
+        }
+        statefulsets
+            .patch(
+                winner,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"annotations": {LAST_DOWNSCALE: null}}})),
+            )
+            .await
+            .unwrap();
+    }
+
+    // And the replicas really raced: some claims lost a conditional write and were judged again
+    let retried: usize = replicas
+        .iter()
+        .map(|replica| {
+            replica
+                .process
+                .output()
+                .matches("ledger changed meanwhile")
+                .count()
+        })
+        .sum();
+    assert!(retried > 0, "no round exercised the compare-and-swap");
+    println!("{retried} of 100 rounds had a claim lose the conditional write and be judged again");
+}
