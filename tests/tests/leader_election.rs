@@ -1,0 +1,829 @@
+//! Leader election on the real API server: one leader among candidates, fast handover on release,
+//! handover only after the lease duration when the leader dies, and the fencing test — a minute
+//! of candidates stopped, killed and restarted at random with delayed API calls, where no two
+//! candidates ever report `is_leader()` at the same moment.
+//!
+//! The fencing check is shown to bite: the same chaos with the Lease written by unconditional
+//! merge patches (what `kube-leader-election` does) finds two leaders at once.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use baton_controller::leader::{
+    EndReason, KubeLeaseStore, LeaderElector, Leadership, LeadershipLost, LeaseStore, LeaseTiming,
+    LostReason, Span, Status, StoreError,
+};
+use baton_e2e::{ControlPlane, TestNamespace, wait_until};
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+const LEASE: &str = "baton-controller";
+
+/// Short durations for the chaos: many handovers per minute.
+const FAST: LeaseTiming = LeaseTiming {
+    duration: Duration::from_secs(2),
+    renew_deadline: Duration::from_millis(1500),
+    retry_period: Duration::from_millis(300),
+};
+
+/// A longer lease for the handover tests, so "well under the duration" has room on a busy
+/// machine.
+const HANDOVER: LeaseTiming = LeaseTiming {
+    duration: Duration::from_secs(4),
+    renew_deadline: Duration::from_secs(3),
+    retry_period: Duration::from_millis(300),
+};
+
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(1);
+const WAIT: Duration = Duration::from_secs(30);
+
+fn init_logs() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Scenarios
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exactly_one_of_three_candidates_leads_and_the_others_stand_by() {
+    init_logs();
+    let control_plane = ControlPlane::shared().await;
+    let namespace = TestNamespace::create(control_plane, "leader-one").await;
+    let candidates: Vec<Candidate> = (0..3)
+        .map(|i| Candidate::start(&namespace, FAST, format!("candidate-{i}"), Faults::none()))
+        .collect();
+
+    // Nobody leads before the Lease has been seen missing for a whole duration, then one does.
+    wait_until(WAIT, "one candidate leads", || async {
+        leaders(&candidates).len() == 1
+    })
+    .await;
+    let leader = leaders(&candidates)[0];
+
+    // And for three lease durations that stays so: same leader, the others standing by.
+    let watch_until = Instant::now() + FAST.duration * 3;
+    while Instant::now() < watch_until {
+        assert_eq!(leaders(&candidates), [leader], "exactly one leader");
+        for (i, candidate) in candidates.iter().enumerate() {
+            if i != leader {
+                assert_eq!(candidate.leadership.status(), Status::Standby);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let lease = lease_spec(&namespace).await;
+    assert_eq!(
+        lease.holder_identity.as_deref(),
+        Some(candidates[leader].identity.as_str())
+    );
+    assert_eq!(lease.lease_duration_seconds, Some(2));
+    assert!(lease.renew_time.is_some() && lease.acquire_time.is_some());
+    for candidate in candidates {
+        candidate.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_releasing_on_shutdown_hands_over_well_under_the_lease_duration() {
+    init_logs();
+    let control_plane = ControlPlane::shared().await;
+    let namespace = TestNamespace::create(control_plane, "leader-release").await;
+    let mut candidates: Vec<Candidate> = (0..3)
+        .map(|i| {
+            Candidate::start(
+                &namespace,
+                HANDOVER,
+                format!("candidate-{i}"),
+                Faults::none(),
+            )
+        })
+        .collect();
+    wait_until(WAIT, "one candidate leads", || async {
+        leaders(&candidates).len() == 1
+    })
+    .await;
+    let leader = candidates.remove(leaders(&candidates)[0]);
+
+    // When the leader is shut down (SIGTERM), it stops acting, then releases the Lease
+    let stopped = leader.stop().await;
+    assert!(stopped.result.is_ok(), "{:?}", stopped.result);
+    let Status::Ended {
+        reason: EndReason::Shutdown,
+        led: Some(old),
+    } = stopped.status
+    else {
+        panic!("unexpected final status {:?}", stopped.status);
+    };
+    assert_eq!(lease_spec(&namespace).await.holder_identity, None);
+
+    // Then a standby leads soon after: well under the lease duration, and not before
+    wait_until(WAIT, "a standby leads", || async {
+        leaders(&candidates).len() == 1
+    })
+    .await;
+    let new = candidates[leaders(&candidates)[0]].leadership.status();
+    let Some(new) = new.led() else {
+        panic!("the new leader has no span: {new:?}")
+    };
+    let gap = new.from - old.to;
+    eprintln!("handover after release took {gap:?}");
+    assert!(
+        new.from >= old.to,
+        "the new leader started before the old one stopped"
+    );
+    assert!(
+        gap < HANDOVER.duration / 2,
+        "handover after a release took {gap:?}, not well under the lease duration {:?}",
+        HANDOVER.duration
+    );
+    for candidate in candidates {
+        candidate.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_leader_is_replaced_only_after_the_lease_duration() {
+    init_logs();
+    let control_plane = ControlPlane::shared().await;
+    let namespace = TestNamespace::create(control_plane, "leader-kill").await;
+    let mut candidates: Vec<Candidate> = (0..3)
+        .map(|i| {
+            Candidate::start(
+                &namespace,
+                HANDOVER,
+                format!("candidate-{i}"),
+                Faults::none(),
+            )
+        })
+        .collect();
+    wait_until(WAIT, "one candidate leads", || async {
+        leaders(&candidates).len() == 1
+    })
+    .await;
+    let leader = candidates.remove(leaders(&candidates)[0]);
+    let lost = tokio::spawn({
+        let leadership = leader.leadership.clone();
+        async move { leadership.lost().await }
+    });
+
+    // When the leader is killed (its task aborted: no release)
+    let killed_at = Instant::now();
+    let killed = leader.kill().await;
+    let Status::Leader { renewed, until, .. } = killed.status else {
+        panic!("the killed leader was leading: {:?}", killed.status);
+    };
+    // An in-process observer learns at once that this elector can no longer lead.
+    assert_eq!(lost.await.unwrap(), LostReason::ElectorGone);
+
+    // Then a standby leads, but only a whole lease duration after the last renewal was sent
+    wait_until(WAIT, "a standby leads", || async {
+        leaders(&candidates).len() == 1
+    })
+    .await;
+    let Some(new) = candidates[leaders(&candidates)[0]]
+        .leadership
+        .status()
+        .led()
+    else {
+        panic!("the new leader has no span");
+    };
+    let since_renewal = new.from - renewed;
+    eprintln!(
+        "takeover {since_renewal:?} after the last renewal, {:?} after the kill",
+        new.from - killed_at
+    );
+    assert!(
+        since_renewal >= HANDOVER.duration,
+        "took over {since_renewal:?} after the last renewal, before the lease duration {:?}",
+        HANDOVER.duration
+    );
+    assert!(
+        new.from >= until,
+        "the new leader started before the killed one's deadline"
+    );
+    for candidate in candidates {
+        candidate.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_that_cannot_renew_stops_at_its_renew_deadline_before_anyone_takes_over() {
+    init_logs();
+    let control_plane = ControlPlane::shared().await;
+    let namespace = TestNamespace::create(control_plane, "leader-stall").await;
+    let stalls: Vec<Faults> = (0..2).map(|_| Faults::none()).collect();
+    let mut candidates: Vec<Candidate> = stalls
+        .iter()
+        .enumerate()
+        .map(|(i, faults)| {
+            Candidate::start(&namespace, FAST, format!("candidate-{i}"), faults.clone())
+        })
+        .collect();
+    wait_until(WAIT, "one candidate leads", || async {
+        leaders(&candidates).len() == 1
+    })
+    .await;
+    let index = leaders(&candidates)[0];
+
+    // When every API call of the leader hangs (a partitioned node)
+    stalls[index].stalled.store(true, Ordering::SeqCst);
+    let leader = candidates.remove(index);
+    let reason = tokio::time::timeout(WAIT, leader.leadership.lost())
+        .await
+        .expect("the stalled leader gives up");
+
+    // Then it stops acting exactly at its renew deadline, and its run ends with an error
+    assert_eq!(reason, LostReason::RenewDeadline(FAST.renew_deadline));
+    assert!(!leader.leadership.is_leader());
+    let stopped = leader.stop().await;
+    assert!(matches!(
+        stopped.result,
+        Err(LeadershipLost {
+            reason: LostReason::RenewDeadline(_),
+            ..
+        })
+    ));
+    let old = stopped.status.led().expect("it led");
+
+    // And the standby takes over only after that
+    wait_until(WAIT, "the standby leads", || async {
+        leaders(&candidates).len() == 1
+    })
+    .await;
+    let new = candidates[0].leadership.status().led().expect("it leads");
+    eprintln!(
+        "stalled leader stopped {:?} before the standby started",
+        new.from - old.to
+    );
+    assert!(new.from >= old.to + (FAST.duration - FAST.renew_deadline));
+    for candidate in candidates {
+        candidate.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_whose_lease_is_taken_stops_at_once() {
+    init_logs();
+    let control_plane = ControlPlane::shared().await;
+    let namespace = TestNamespace::create(control_plane, "leader-taken").await;
+    let leader = Candidate::start(&namespace, FAST, "candidate".to_owned(), Faults::none());
+    tokio::time::timeout(WAIT, leader.leadership.acquired())
+        .await
+        .expect("it leads in time")
+        .expect("it leads");
+
+    // When someone else writes its name into the Lease
+    let api: Api<Lease> = namespace.api();
+    let mut lease = api.get(LEASE).await.unwrap();
+    lease.spec.as_mut().unwrap().holder_identity = Some("intruder".to_owned());
+    api.replace(LEASE, &PostParams::default(), &lease)
+        .await
+        .unwrap();
+
+    // Then the leader notices at its next renewal and ends
+    let reason = tokio::time::timeout(WAIT, leader.leadership.lost())
+        .await
+        .expect("the leader notices");
+    assert_eq!(reason, LostReason::TakenBy("intruder".to_owned()));
+    assert!(!leader.leadership.is_leader());
+    let stopped = leader.stop().await;
+    assert!(stopped.result.is_err());
+}
+
+/// THE fencing test.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn under_a_minute_of_chaos_there_is_never_more_than_one_leader() {
+    init_logs();
+    let control_plane = ControlPlane::shared().await;
+    let namespace = TestNamespace::create(control_plane, "leader-chaos").await;
+    let report = chaos(
+        &namespace,
+        Writes::Conditional,
+        Duration::from_secs(60),
+        false,
+    )
+    .await;
+    report.print("conditional writes");
+
+    assert!(
+        report.sampled_doubles.is_empty(),
+        "two candidates answered is_leader() == true at once: {:#?}",
+        report.sampled_doubles
+    );
+    let overlaps = report.overlaps();
+    assert!(
+        overlaps.is_empty(),
+        "leadership spans overlap: {overlaps:#?}"
+    );
+    // Not vacuous: leadership changed hands many times, through every path.
+    assert!(
+        report.spans().len() >= 8,
+        "too few leaderships: {:#?}",
+        report.ends
+    );
+    assert!(report.count("released") >= 2, "{:#?}", report.ends);
+    assert!(report.count("killed") >= 2, "{:#?}", report.ends);
+}
+
+/// The fencing test's check finds two leaders when the writes are not conditional.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_fencing_check_catches_unconditional_writes() {
+    init_logs();
+    let control_plane = ControlPlane::shared().await;
+    let namespace = TestNamespace::create(control_plane, "leader-naive").await;
+    let report = chaos(
+        &namespace,
+        Writes::Unconditional,
+        Duration::from_secs(60),
+        true,
+    )
+    .await;
+    report.print("unconditional writes");
+    assert!(
+        !report.sampled_doubles.is_empty() && !report.overlaps().is_empty(),
+        "unconditional writes went unnoticed: {:#?}",
+        report.ends
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// The chaos
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Writes {
+    /// baton's store: replace conditional on resourceVersion.
+    Conditional,
+    /// Merge patches without a resourceVersion: the last writer wins.
+    Unconditional,
+}
+
+/// How one candidate's leadership ended.
+#[derive(Debug)]
+struct End {
+    identity: String,
+    how: String,
+    led: Option<Span>,
+}
+
+#[derive(Debug)]
+struct ChaosReport {
+    seed: u64,
+    ends: Vec<End>,
+    /// Moments when the sampler saw several candidates answer `is_leader() == true`.
+    sampled_doubles: Vec<Vec<String>>,
+    samples: u64,
+}
+
+impl ChaosReport {
+    fn spans(&self) -> Vec<(&str, Span)> {
+        self.ends
+            .iter()
+            .filter_map(|end| Some((end.identity.as_str(), end.led?)))
+            .collect()
+    }
+
+    fn overlaps(&self) -> Vec<(String, String, Duration)> {
+        let spans = self.spans();
+        let mut overlaps = Vec::new();
+        for (i, (a, span_a)) in spans.iter().enumerate() {
+            for (b, span_b) in &spans[i + 1..] {
+                if span_a.overlaps(span_b) {
+                    let shared = span_a.to.min(span_b.to) - span_a.from.max(span_b.from);
+                    overlaps.push(((*a).to_owned(), (*b).to_owned(), shared));
+                }
+            }
+        }
+        overlaps
+    }
+
+    fn count(&self, how: &str) -> usize {
+        self.ends
+            .iter()
+            .filter(|end| end.led.is_some() && end.how.starts_with(how))
+            .count()
+    }
+
+    fn print(&self, title: &str) {
+        let mut hows: Vec<&str> = self
+            .ends
+            .iter()
+            .filter(|end| end.led.is_some())
+            .map(|end| end.how.as_str())
+            .collect();
+        hows.sort_unstable();
+        eprintln!(
+            "chaos with {title} (seed {}): {} candidates, {} leaderships ({hows:?}), {} samples, {} double-leader samples, {} overlapping spans",
+            self.seed,
+            self.ends.len(),
+            self.spans().len(),
+            self.samples,
+            self.sampled_doubles.len(),
+            self.overlaps().len(),
+        );
+    }
+}
+
+/// Four candidate slots for `run_for`: at random moments the leader or a random candidate is
+/// shut down (releases), killed (aborted, no release) or left alone; empty slots are refilled
+/// like Kubernetes restarting a container. Half the candidates get delayed API calls. A sampler
+/// checks every 2 ms that at most one candidate answers `is_leader()`.
+async fn chaos(
+    namespace: &TestNamespace,
+    writes: Writes,
+    run_for: Duration,
+    stop_at_first_double: bool,
+) -> ChaosReport {
+    let seed = std::env::var("LEADER_CHAOS_SEED")
+        .ok()
+        .and_then(|seed| seed.parse().ok())
+        .unwrap_or_else(seed_from_time);
+    eprintln!("chaos seed {seed} (set LEADER_CHAOS_SEED to replay the same choices)");
+    let rng = Rng::new(seed);
+    let watched: Arc<Mutex<Vec<(String, Leadership)>>> = Arc::default();
+    let doubles: Arc<Mutex<Vec<Vec<String>>>> = Arc::default();
+    let sampling = CancellationToken::new();
+    let sampler = tokio::spawn({
+        let (watched, doubles, sampling) = (watched.clone(), doubles.clone(), sampling.clone());
+        async move {
+            let mut samples = 0u64;
+            while !sampling.is_cancelled() {
+                let leading: Vec<String> = watched
+                    .lock()
+                    .unwrap()
+                    .iter()
+                    .filter(|(_, leadership)| leadership.is_leader())
+                    .map(|(identity, _)| identity.clone())
+                    .collect();
+                samples += 1;
+                if leading.len() > 1 {
+                    doubles.lock().unwrap().push(leading);
+                }
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            samples
+        }
+    });
+
+    let mut started = 0usize;
+    let mut start = |rng: &Rng| {
+        started += 1;
+        let faults = if rng.chance(0.5) {
+            Faults::delayed(rng.fork())
+        } else {
+            Faults::none()
+        };
+        let candidate = Candidate::start_with(
+            namespace,
+            FAST,
+            format!(
+                "c{started}{}",
+                if faults.is_delayed() { "-slow" } else { "" }
+            ),
+            faults,
+            writes,
+        );
+        watched
+            .lock()
+            .unwrap()
+            .push((candidate.identity.clone(), candidate.leadership.clone()));
+        candidate
+    };
+    let mut slots: Vec<Option<Candidate>> = (0..4).map(|_| Some(start(&rng))).collect();
+    let mut ends = Vec::new();
+    let until = Instant::now() + run_for;
+    while Instant::now() < until {
+        if stop_at_first_double && !doubles.lock().unwrap().is_empty() {
+            break;
+        }
+        tokio::time::sleep(rng.between(Duration::from_millis(100), Duration::from_millis(900)))
+            .await;
+        // Candidates that lost their leadership have ended: Kubernetes would restart them.
+        for slot in &mut slots {
+            if slot
+                .as_ref()
+                .is_some_and(|candidate| candidate.task.is_finished())
+            {
+                let ended = slot.take().unwrap().stop().await;
+                ends.push(ended.end("lost"));
+            }
+        }
+        let leader = slots.iter().position(|slot| {
+            slot.as_ref()
+                .is_some_and(|candidate| candidate.leadership.is_leader())
+        });
+        let target = match leader {
+            Some(leader) if rng.chance(0.6) => leader,
+            _ => rng.below(slots.len() as u64) as usize,
+        };
+        if let Some(candidate) = slots[target].take() {
+            match rng.below(10) {
+                0..=3 => ends.push(candidate.stop().await.end("released")),
+                4..=7 => ends.push(candidate.kill().await.end("killed")),
+                _ => slots[target] = Some(candidate),
+            }
+        }
+        for slot in &mut slots {
+            if slot.is_none() && rng.chance(0.5) {
+                *slot = Some(start(&rng));
+            }
+        }
+    }
+    for candidate in slots.into_iter().flatten() {
+        ends.push(
+            candidate
+                .stop()
+                .await
+                .end("running at the end, then released"),
+        );
+    }
+    sampling.cancel();
+    let samples = sampler.await.unwrap();
+    let sampled_doubles = std::mem::take(&mut *doubles.lock().unwrap());
+    ChaosReport {
+        seed,
+        ends,
+        sampled_doubles,
+        samples,
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Candidates
+
+struct Candidate {
+    identity: String,
+    leadership: Leadership,
+    shutdown: CancellationToken,
+    task: JoinHandle<Result<(), LeadershipLost>>,
+}
+
+/// A candidate after its task ended.
+struct Stopped {
+    identity: String,
+    result: Result<(), LeadershipLost>,
+    status: Status,
+}
+
+impl Stopped {
+    fn end(self, how: &str) -> End {
+        let how = match &self.result {
+            Err(lost) => format!("lost: {}", lost.reason),
+            Ok(()) => how.to_owned(),
+        };
+        End {
+            identity: self.identity,
+            how,
+            led: self.status.led(),
+        }
+    }
+}
+
+impl Candidate {
+    fn start(namespace: &TestNamespace, timing: LeaseTiming, name: String, faults: Faults) -> Self {
+        Self::start_with(namespace, timing, name, faults, Writes::Conditional)
+    }
+
+    fn start_with(
+        namespace: &TestNamespace,
+        timing: LeaseTiming,
+        name: String,
+        faults: Faults,
+        writes: Writes,
+    ) -> Self {
+        let store = TestStore {
+            kube: KubeLeaseStore::new(namespace.client(), namespace.name(), LEASE),
+            api: namespace.api(),
+            writes,
+            faults,
+        };
+        // Names are unique within a test, and each test has its own namespace.
+        let identity = name;
+        let elector = LeaderElector::with_store(store, timing, identity.clone(), REQUEST_TIMEOUT);
+        let leadership = elector.leadership();
+        let shutdown = CancellationToken::new();
+        let task = tokio::spawn(elector.run(shutdown.clone()));
+        Self {
+            identity,
+            leadership,
+            shutdown,
+            task,
+        }
+    }
+
+    /// Shuts it down as SIGTERM would and waits for it to end (releasing a held Lease).
+    async fn stop(self) -> Stopped {
+        self.shutdown.cancel();
+        let result = self.task.await.expect("the elector task does not panic");
+        Stopped {
+            identity: self.identity,
+            result,
+            status: self.leadership.status(),
+        }
+    }
+
+    /// Ends it without any release, as `kill -9` would.
+    async fn kill(self) -> Stopped {
+        self.task.abort();
+        let result = match self.task.await {
+            Ok(result) => result,
+            Err(error) if error.is_cancelled() => Ok(()),
+            Err(error) => panic!("the elector task panicked: {error}"),
+        };
+        Stopped {
+            identity: self.identity,
+            result,
+            status: self.leadership.status(),
+        }
+    }
+}
+
+fn leaders(candidates: &[Candidate]) -> Vec<usize> {
+    candidates
+        .iter()
+        .enumerate()
+        .filter(|(_, candidate)| candidate.leadership.is_leader())
+        .map(|(i, _)| i)
+        .collect()
+}
+
+async fn lease_spec(namespace: &TestNamespace) -> LeaseSpec {
+    namespace
+        .api::<Lease>()
+        .get(LEASE)
+        .await
+        .unwrap()
+        .spec
+        .unwrap_or_default()
+}
+
+// ---------------------------------------------------------------------------------------------
+// The store under test, with injected faults
+
+/// Faults injected into one candidate's API calls.
+#[derive(Clone)]
+struct Faults {
+    /// Random delays before the request and after the answer, as a slow API server or network
+    /// would cause. A delay after the answer means the write was applied but the candidate may
+    /// time out first, not knowing.
+    delays: Option<Rng>,
+    /// Every call hangs: a partitioned node.
+    stalled: Arc<AtomicBool>,
+}
+
+impl Faults {
+    fn none() -> Self {
+        Self {
+            delays: None,
+            stalled: Arc::default(),
+        }
+    }
+
+    fn delayed(rng: Rng) -> Self {
+        Self {
+            delays: Some(rng),
+            stalled: Arc::default(),
+        }
+    }
+
+    fn is_delayed(&self) -> bool {
+        self.delays.is_some()
+    }
+
+    async fn before(&self, write: bool) {
+        if self.stalled.load(Ordering::SeqCst) {
+            std::future::pending::<()>().await;
+        }
+        let Some(rng) = &self.delays else { return };
+        let delay = match (write, rng.below(100)) {
+            // Writes are often late: the window where a naive candidate overwrites others.
+            (true, 0..=49) => rng.between(Duration::ZERO, Duration::from_millis(600)),
+            (_, 0..=89) => rng.between(Duration::ZERO, Duration::from_millis(40)),
+            _ => rng.between(Duration::from_millis(200), Duration::from_millis(1500)),
+        };
+        tokio::time::sleep(delay).await;
+    }
+
+    async fn after(&self) {
+        let Some(rng) = &self.delays else { return };
+        if rng.chance(0.3) {
+            tokio::time::sleep(rng.between(Duration::ZERO, Duration::from_millis(400))).await;
+        }
+    }
+}
+
+struct TestStore {
+    kube: KubeLeaseStore,
+    api: Api<Lease>,
+    writes: Writes,
+    faults: Faults,
+}
+
+impl LeaseStore for TestStore {
+    fn namespace(&self) -> &str {
+        self.kube.namespace()
+    }
+
+    fn name(&self) -> &str {
+        self.kube.name()
+    }
+
+    async fn get(&self) -> Result<Option<Lease>, StoreError> {
+        self.faults.before(false).await;
+        let result = self.kube.get().await;
+        self.faults.after().await;
+        result
+    }
+
+    async fn create(&self, lease: &Lease) -> Result<Lease, StoreError> {
+        self.faults.before(true).await;
+        let result = self.kube.create(lease).await;
+        self.faults.after().await;
+        result
+    }
+
+    async fn replace(&self, lease: &Lease) -> Result<Lease, StoreError> {
+        self.faults.before(true).await;
+        let result = match self.writes {
+            Writes::Conditional => self.kube.replace(lease).await,
+            Writes::Unconditional => self.merge_patch(lease).await,
+        };
+        self.faults.after().await;
+        result
+    }
+}
+
+impl TestStore {
+    /// What `kube-leader-election` 0.44 does: a merge patch of the spec, no resourceVersion.
+    async fn merge_patch(&self, lease: &Lease) -> Result<Lease, StoreError> {
+        let spec = lease.spec.clone().unwrap_or_default();
+        let patch = serde_json::json!({
+            "spec": {
+                "holderIdentity": spec.holder_identity,
+                "leaseDurationSeconds": spec.lease_duration_seconds,
+                "acquireTime": spec.acquire_time,
+                "renewTime": spec.renew_time,
+                "leaseTransitions": spec.lease_transitions,
+            }
+        });
+        self.api
+            .patch(LEASE, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(|source| StoreError::Api {
+                namespace: self.kube.namespace().to_owned(),
+                name: LEASE.to_owned(),
+                action: "merge-patching",
+                source,
+            })
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Randomness: a seeded xorshift, shareable, so a failing run can be replayed.
+
+#[derive(Clone)]
+struct Rng(Arc<Mutex<u64>>);
+
+impl Rng {
+    fn new(seed: u64) -> Self {
+        Self(Arc::new(Mutex::new(seed.max(1))))
+    }
+
+    fn next(&self) -> u64 {
+        let mut state = self.0.lock().unwrap();
+        *state ^= *state << 13;
+        *state ^= *state >> 7;
+        *state ^= *state << 17;
+        *state
+    }
+
+    /// An independent generator seeded from this one.
+    fn fork(&self) -> Rng {
+        Rng::new(self.next())
+    }
+
+    fn below(&self, bound: u64) -> u64 {
+        self.next() % bound.max(1)
+    }
+
+    fn chance(&self, probability: f64) -> bool {
+        (self.below(1_000_000) as f64) < probability * 1_000_000.0
+    }
+
+    fn between(&self, low: Duration, high: Duration) -> Duration {
+        let span = (high - low).as_micros() as u64;
+        low + Duration::from_micros(self.below(span + 1))
+    }
+}
+
+fn seed_from_time() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_nanos() as u64
+}
