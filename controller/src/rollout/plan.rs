@@ -9,7 +9,7 @@
 //!    most `max-unavailable - not-ready` of them; stop at a member that had deletions or is not
 //!    ready; mark a finished member's currentRevision; paused members are treated as done.
 
-use std::cmp::Reverse;
+use std::cmp::{Ordering, Reverse};
 use std::fmt;
 
 use baton_shared::annotations::{InvalidAnnotation, max_unavailable, paused};
@@ -377,6 +377,7 @@ fn walk(members: &[Member<'_>], actions: &mut Vec<Action>) -> Option<WaitReason>
             let deletions: Vec<Action> = member
                 .to_update
                 .iter()
+                .map(|&(_, pod)| pod)
                 .filter(|pod| !pod.terminating)
                 .take(usize::try_from(budget).unwrap_or(usize::MAX))
                 .map(|pod| Action::DeletePod {
@@ -425,8 +426,9 @@ struct Member<'a> {
     max_unavailable: u32,
     paused: bool,
     warnings: Vec<Warning>,
-    /// Pods not at the update revision, lowest ordinal first (empty without update revision).
-    to_update: Vec<&'a PodSnapshot>,
+    /// Pods not at the update revision with their ordinals, lowest ordinal first (empty
+    /// without update revision).
+    to_update: Vec<(Option<u32>, &'a PodSnapshot)>,
     /// How many pods count against max-unavailable: the worst of what the pods and the
     /// status say, missing pods included.
     not_ready: u32,
@@ -466,14 +468,19 @@ impl<'a> Member<'a> {
         let expected = statefulset.spec_replicas;
         let max_unavailable = max_unavailable(&statefulset.annotations, expected);
         let paused = paused(&statefulset.annotations);
-        let warnings = [max_unavailable.warning, paused.warning]
-            .into_iter()
-            .flatten()
-            .map(|problem| Warning::InvalidAnnotation {
+        let mut warnings = Vec::new();
+        let mut warn = |problem| {
+            warnings.push(Warning::InvalidAnnotation {
                 statefulset: statefulset.name.clone(),
                 problem,
-            })
-            .collect();
+            });
+        };
+        if let Some(problem) = max_unavailable.warning {
+            warn(problem);
+        }
+        if let Some(problem) = paused.warning {
+            warn(problem);
+        }
 
         let update_revision = statefulset.update_revision.as_deref();
         let mut to_update = Vec::new();
@@ -481,7 +488,8 @@ impl<'a> Member<'a> {
         let (mut updated, mut available) = (0u32, 0u32);
         let mut available_at: Option<Timestamp> = None;
         for pod in &statefulset.pods {
-            let wanted = pod_ordinal(&statefulset.name, &pod.name)
+            let ordinal = pod_ordinal(&statefulset.name, &pod.name);
+            let wanted = ordinal
                 .and_then(|ordinal| ordinal.checked_sub(statefulset.ordinals_start))
                 .is_some_and(|index| index < expected);
             let is_available = match availability(pod, statefulset.min_ready_seconds, now) {
@@ -499,7 +507,7 @@ impl<'a> Member<'a> {
             let at_update_revision =
                 update_revision.is_some() && pod.revision.as_deref() == update_revision;
             if update_revision.is_some() && !at_update_revision {
-                to_update.push(pod);
+                to_update.push((ordinal, pod));
             }
             if wanted {
                 in_range += 1;
@@ -509,7 +517,15 @@ impl<'a> Member<'a> {
                 extra += 1;
             }
         }
-        to_update.sort_by(|a, b| natural_cmp(&a.name, &b.name));
+        to_update.sort_by(
+            |(ordinal_a, a), (ordinal_b, b)| match (ordinal_a, ordinal_b) {
+                (Some(ordinal_a), Some(ordinal_b)) => ordinal_a.cmp(ordinal_b),
+                // Names that are not `<statefulset>-<ordinal>` (never seen in practice) go last.
+                (Some(_), None) => Ordering::Less,
+                (None, Some(_)) => Ordering::Greater,
+                (None, None) => natural_cmp(&a.name, &b.name),
+            },
+        );
 
         let missing = expected.saturating_sub(in_range);
         let ready_replicas = statefulset.ready_replicas;

@@ -294,10 +294,13 @@ fn requirement_matches(requirement: &LabelSelectorRequirement, value: Option<&St
 /// The ordinal of a StatefulSet's pod, from its name `<statefulset>-<ordinal>`.
 pub fn pod_ordinal(statefulset: &str, pod: &str) -> Option<u32> {
     let digits = pod.strip_prefix(statefulset)?.strip_prefix('-')?;
-    if digits.is_empty() || !digits.bytes().all(|byte| byte.is_ascii_digit()) {
+    if digits.is_empty() {
         return None;
     }
-    digits.parse().ok()
+    digits.bytes().try_fold(0u32, |value, byte| {
+        let digit = byte.checked_sub(b'0').filter(|digit| *digit < 10)?;
+        value.checked_mul(10)?.checked_add(u32::from(digit))
+    })
 }
 
 /// Compares names the way people read them: runs of digits by value, so `x-2` sorts before
@@ -790,6 +793,14 @@ mod tests {
         assert_eq!(pod_ordinal("ingester-zone-a", "ingester-zone-a-+1"), None);
         assert_eq!(pod_ordinal("ingester-zone-a", "ingester-zone-a"), None);
         assert_eq!(pod_ordinal("ingester-zone-a", "ingester-zone-a-1x"), None);
+        assert_eq!(
+            pod_ordinal("ingester-zone-a", "ingester-zone-a-4294967295"),
+            Some(u32::MAX)
+        );
+        assert_eq!(
+            pod_ordinal("ingester-zone-a", "ingester-zone-a-4294967296"),
+            None
+        );
     }
 
     #[test]

@@ -1,0 +1,1417 @@
+//! Simulation proof of the rollout planner: compat.md's guarantees, checked at every step of
+//! many random scenarios.
+//!
+//! A deterministic simulator plays the Kubernetes side (the StatefulSet controller and the
+//! kubelet) around the planner: deleted pods terminate and are recreated at the update revision
+//! after random delays, start, and become Ready; meanwhile chaos strikes (pods fail readiness
+//! or get evicted, templates change and roll back mid-rollout, replicas change, rollouts are
+//! paused and resumed, members switch away from `OnDelete` and back, StatefulSets join and leave
+//! the group, statuses lag). The planner's actions are carried out like the controller would.
+//!
+//! Checked at every step:
+//! - (a) never two StatefulSets of a group with pods made unavailable by baton at once;
+//! - (b) baton never deletes a pod while another StatefulSet of the group is not fully ready;
+//! - (c) baton never takes a StatefulSet past its max-unavailable;
+//! - (d) a group with a member that is not `OnDelete` is never touched;
+//! - (e) once chaos stops, every rollout completes within a bounded number of steps, after
+//!   which the planner has nothing left to do;
+//!
+//! plus: baton never deletes a terminating, a paused or an up-to-date pod, never uses a stale
+//! uid, and only marks a StatefulSet's current revision once its pods are all updated and ready.
+//!
+//! Environment (plain `cargo test` runs 100,000 scenarios, seeds 0..100000):
+//! - `SIM_SCENARIOS=N` runs N scenarios; `SIM_FIRST_SEED=S` starts at seed S;
+//! - `SIM_SEED=S` replays exactly scenario S and prints its trace (add `-- --nocapture`).
+
+use std::collections::BTreeMap;
+use std::fmt::{self, Write as _};
+use std::ops::Range;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+use baton_controller::rollout::{
+    Action, GroupSnapshot, Plan, PodPhase, PodSnapshot, StatefulSetSnapshot, UpdateStrategy, plan,
+};
+use baton_shared::annotations::{MAX_UNAVAILABLE_ANNOTATION, ROLLOUT_PAUSED_ANNOTATION};
+use jiff::{SignedDuration, Timestamp};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+const DEFAULT_SCENARIOS: u64 = 100_000;
+/// How far a broken planner may get before the checker must have caught it.
+const BROKEN_PLANNER_SCENARIOS: u64 = 3_000;
+
+type Planner = dyn Fn(&GroupSnapshot, Timestamp) -> Plan + Sync;
+
+// ---------------------------------------------------------------------------------------------
+// Properties and violations
+// ---------------------------------------------------------------------------------------------
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Property {
+    OneZoneAtATime,
+    OthersFullyReady,
+    MaxUnavailable,
+    NonOnDeleteUntouched,
+    Liveness,
+    NoTerminatingDeleted,
+    NoPausedDeleted,
+    NoUpToDateDeleted,
+    KnownPodsOnly,
+    CurrentRevisionWhenDone,
+    QuietWhenDone,
+}
+
+impl fmt::Display for Property {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        formatter.write_str(match self {
+            Self::OneZoneAtATime => "(a) one StatefulSet of a group made unavailable at a time",
+            Self::OthersFullyReady => "(b) deletions only while every other member is ready",
+            Self::MaxUnavailable => "(c) max-unavailable never exceeded because of baton",
+            Self::NonOnDeleteUntouched => "(d) a group with a non-OnDelete member is untouched",
+            Self::Liveness => "(e) every rollout completes once chaos stops",
+            Self::NoTerminatingDeleted => "terminating pods are never deleted again",
+            Self::NoPausedDeleted => "pods of paused StatefulSets are never deleted",
+            Self::NoUpToDateDeleted => "pods at the update revision are never deleted",
+            Self::KnownPodsOnly => "actions name existing objects with their current uid",
+            Self::CurrentRevisionWhenDone => "currentRevision is set only once a rollout is done",
+            Self::QuietWhenDone => "a finished group gets no more actions",
+        })
+    }
+}
+
+#[derive(Debug)]
+struct Violation {
+    seed: u64,
+    step: u64,
+    property: Property,
+    details: String,
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            formatter,
+            "rollout simulation: property {} violated in scenario seed {} at step {}:\n{}\n\
+             replay with: SIM_SEED={} cargo test -p baton-controller --test rollout_simulation \
+             -- --nocapture",
+            self.property, self.seed, self.step, self.details, self.seed
+        )
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The simulated world
+// ---------------------------------------------------------------------------------------------
+
+fn instant(step: u64) -> Timestamp {
+    let step = i64::try_from(step).expect("few steps");
+    Timestamp::from_second(1_700_000_000 + step).expect("valid time")
+}
+
+/// The max-unavailable annotation as the scenario wrote it; the checker derives the limit on
+/// its own rather than trusting the parser under test.
+#[derive(Debug, Clone, Copy)]
+enum Budget {
+    Absent,
+    Count(u32),
+    Percent(u32),
+    Invalid(&'static str),
+}
+
+impl Budget {
+    fn random(rng: &mut ChaCha8Rng) -> Self {
+        match rng.random_range(0..20) {
+            0..=7 => Self::Absent,
+            8..=10 => Self::Count(rng.random_range(1..=3)),
+            11..=14 => Self::Percent([10, 34, 50, 100][rng.random_range(0..4)]),
+            _ => Self::Invalid(["0", "-1", "abc", "150%", "", " 2", "0%"][rng.random_range(0..7)]),
+        }
+    }
+
+    fn annotation(self) -> Option<String> {
+        match self {
+            Self::Absent => None,
+            Self::Count(count) => Some(count.to_string()),
+            Self::Percent(percent) => Some(format!("{percent}%")),
+            Self::Invalid(raw) => Some(raw.to_owned()),
+        }
+    }
+
+    fn limit(self, replicas: u32) -> u32 {
+        match self {
+            Self::Absent | Self::Invalid(_) => 1,
+            Self::Count(count) => count,
+            Self::Percent(percent) => (percent * replicas / 100).max(1),
+        }
+    }
+}
+
+/// The simulator's private side of a pod: when things happen to it.
+#[derive(Debug, Clone)]
+struct PodLife {
+    ordinal: u32,
+    running_at: u64,
+    ready_at: u64,
+    /// Chaos: readiness fails until then.
+    failing_until: u64,
+    /// Terminating: the pod disappears at that step.
+    gone_at: Option<u64>,
+}
+
+/// The simulator's private side of a StatefulSet. `pods[i]` belongs to the snapshot's `pods[i]`.
+#[derive(Debug, Clone)]
+struct MemberLife {
+    budget: Budget,
+    pods: Vec<PodLife>,
+    /// Missing ordinals and the step at which the StatefulSet controller recreates them.
+    create_at: Vec<(u32, u64)>,
+    /// Chaos (quota): no pod can be created before this step.
+    blocked_until: u64,
+    /// Ordinals made unavailable by baton's deletions, until available again.
+    baton_pending: Vec<u32>,
+    /// A brand-new StatefulSet gets its revisions at this step.
+    revision_known_at: u64,
+    stale_status: bool,
+}
+
+struct Simulation<'p> {
+    seed: u64,
+    rng: ChaCha8Rng,
+    step: u64,
+    chaos_steps: u64,
+    group: GroupSnapshot,
+    members: Vec<MemberLife>,
+    next_id: u64,
+    planner: &'p Planner,
+    trace: Trace,
+    stats: Stats,
+}
+
+/// The story of one scenario, kept only when replaying it.
+struct Trace {
+    lines: Option<Vec<String>>,
+}
+
+impl Trace {
+    fn note(&mut self, step: u64, line: impl FnOnce() -> String) {
+        if let Some(lines) = self.lines.as_mut() {
+            lines.push(format!("step {step:>3}: {}", line()));
+        }
+    }
+}
+
+/// What the scenarios exercised, to show the properties were not checked in a vacuum.
+#[derive(Debug, Default, Clone)]
+struct Stats {
+    scenarios: u64,
+    steps: u64,
+    deletions: u64,
+    current_revisions_set: u64,
+    longest_convergence: u64,
+    waits: BTreeMap<&'static str, u64>,
+}
+
+impl Stats {
+    fn merge(&mut self, other: &Self) {
+        self.scenarios += other.scenarios;
+        self.steps += other.steps;
+        self.deletions += other.deletions;
+        self.current_revisions_set += other.current_revisions_set;
+        self.longest_convergence = self.longest_convergence.max(other.longest_convergence);
+        for (kind, count) in &other.waits {
+            *self.waits.entry(kind).or_default() += count;
+        }
+    }
+}
+
+fn is_available(pod: &PodSnapshot, min_ready_seconds: u32, now: Timestamp) -> bool {
+    pod.phase == PodPhase::Running
+        && pod.ready
+        && !pod.terminating
+        && (min_ready_seconds == 0
+            || pod.ready_since.is_none_or(|since| {
+                since + SignedDuration::from_secs(i64::from(min_ready_seconds)) <= now
+            }))
+}
+
+fn wanted(statefulset: &StatefulSetSnapshot, ordinal: u32) -> bool {
+    ordinal >= statefulset.ordinals_start
+        && ordinal - statefulset.ordinals_start < statefulset.spec_replicas
+}
+
+/// Wanted ordinals without an available pod: missing, starting, not ready or terminating.
+fn unavailable(statefulset: &StatefulSetSnapshot, life: &MemberLife, now: Timestamp) -> u32 {
+    let available = statefulset
+        .pods
+        .iter()
+        .zip(&life.pods)
+        .filter(|(pod, pod_life)| {
+            wanted(statefulset, pod_life.ordinal)
+                && is_available(pod, statefulset.min_ready_seconds, now)
+        })
+        .count();
+    statefulset.spec_replicas - u32::try_from(available).expect("few pods")
+}
+
+fn fully_ready(statefulset: &StatefulSetSnapshot, life: &MemberLife, now: Timestamp) -> bool {
+    unavailable(statefulset, life, now) == 0
+        && life
+            .pods
+            .iter()
+            .all(|pod_life| wanted(statefulset, pod_life.ordinal))
+}
+
+fn rollout_done(statefulset: &StatefulSetSnapshot, life: &MemberLife, now: Timestamp) -> bool {
+    fully_ready(statefulset, life, now)
+        && statefulset.update_revision.is_some()
+        && statefulset
+            .pods
+            .iter()
+            .all(|pod| pod.revision == statefulset.update_revision)
+}
+
+fn is_paused(statefulset: &StatefulSetSnapshot) -> bool {
+    statefulset
+        .annotations
+        .get(ROLLOUT_PAUSED_ANNOTATION)
+        .is_some_and(|value| value == "true")
+}
+
+impl<'p> Simulation<'p> {
+    fn new(seed: u64, planner: &'p Planner, traced: bool) -> Self {
+        let mut simulation = Self {
+            seed,
+            rng: ChaCha8Rng::seed_from_u64(seed),
+            step: 0,
+            chaos_steps: 0,
+            group: GroupSnapshot {
+                name: "ingester".to_owned(),
+                statefulsets: Vec::new(),
+            },
+            members: Vec::new(),
+            next_id: 0,
+            planner,
+            trace: Trace {
+                lines: traced.then(Vec::new),
+            },
+            stats: Stats {
+                scenarios: 1,
+                ..Stats::default()
+            },
+        };
+        simulation.chaos_steps = simulation.rng.random_range(3..=20);
+        let size = [1, 2, 2, 3, 3, 3, 3, 3, 4, 4][simulation.rng.random_range(0..10)];
+        for index in 0..size {
+            simulation.add_member(index, true);
+        }
+        // Most scenarios start with a template change of the whole group, like a deployment.
+        if simulation.rng.random_bool(0.7) {
+            for index in 0..simulation.group.statefulsets.len() {
+                simulation.change_template(index);
+            }
+        }
+        simulation.trace.note(simulation.step, || {
+            format!("start: {}", describe(&simulation.group))
+        });
+        simulation
+    }
+
+    fn new_id(&mut self, prefix: &str) -> String {
+        self.next_id += 1;
+        format!("{prefix}{}", self.next_id)
+    }
+
+    /// Adds `zone-<letter>` to the group: settled at scenario start (sometimes mid-rollout),
+    /// brand new (no revision, no pod) when it joins later.
+    fn add_member(&mut self, index: usize, at_start: bool) {
+        let name = format!(
+            "ingester-zone-{}",
+            char::from(b'a' + u8::try_from(index).expect("few zones"))
+        );
+        if self
+            .group
+            .statefulsets
+            .iter()
+            .any(|member| member.name == name)
+        {
+            return;
+        }
+        let rng = &mut self.rng;
+        let replicas = if rng.random_bool(0.05) {
+            rng.random_range(8..=12)
+        } else {
+            rng.random_range(0..=4)
+        };
+        let min_ready_seconds = if rng.random_bool(0.15) {
+            rng.random_range(1..=3)
+        } else {
+            0
+        };
+        let ordinals_start = u32::from(rng.random_bool(0.05));
+        let budget = Budget::random(rng);
+        let mut annotations = BTreeMap::new();
+        if let Some(value) = budget.annotation() {
+            annotations.insert(MAX_UNAVAILABLE_ANNOTATION.to_owned(), value);
+        }
+        if rng.random_bool(0.1) {
+            annotations.insert(ROLLOUT_PAUSED_ANNOTATION.to_owned(), "true".to_owned());
+        }
+        let update_strategy = if rng.random_bool(0.05) {
+            UpdateStrategy::RollingUpdate
+        } else {
+            UpdateStrategy::OnDelete
+        };
+        let revision_known_at = if at_start {
+            0
+        } else {
+            self.step + rng.random_range(1..=3)
+        };
+        let statefulset = StatefulSetSnapshot {
+            uid: self.new_id("sts-"),
+            name: name.clone(),
+            spec_replicas: replicas,
+            ordinals_start,
+            min_ready_seconds,
+            status_replicas: 0,
+            ready_replicas: 0,
+            current_revision: None,
+            update_revision: None,
+            update_strategy,
+            annotations,
+            pods: Vec::new(),
+        };
+        let life = MemberLife {
+            budget,
+            pods: Vec::new(),
+            create_at: Vec::new(),
+            blocked_until: 0,
+            baton_pending: Vec::new(),
+            revision_known_at,
+            stale_status: false,
+        };
+        let position = self
+            .group
+            .statefulsets
+            .partition_point(|member| member.name < name);
+        self.group.statefulsets.insert(position, statefulset);
+        self.members.insert(position, life);
+        if at_start {
+            self.settle(position);
+        } else {
+            self.trace
+                .note(self.step, || format!("chaos: {name} joins the group"));
+        }
+    }
+
+    /// Gives a member its revision and every pod, ready long ago; sometimes mid-rollout.
+    fn settle(&mut self, index: usize) {
+        let revision = self.new_id("r");
+        let newer = self.new_id("r");
+        let mid_rollout = self.rng.random_bool(0.3);
+        let statefulset = &mut self.group.statefulsets[index];
+        statefulset.current_revision = Some(revision.clone());
+        statefulset.update_revision = Some(if mid_rollout {
+            newer.clone()
+        } else {
+            revision.clone()
+        });
+        let start = statefulset.ordinals_start;
+        for ordinal in start..start + statefulset.spec_replicas {
+            let pod_revision = if mid_rollout && self.rng.random_bool(0.5) {
+                &newer
+            } else {
+                &revision
+            };
+            let ready = !mid_rollout || self.rng.random_bool(0.8);
+            self.next_id += 1;
+            statefulset.pods.push(PodSnapshot {
+                name: format!("{}-{ordinal}", statefulset.name),
+                uid: format!("pod-{}", self.next_id),
+                revision: Some(pod_revision.clone()),
+                phase: PodPhase::Running,
+                ready,
+                ready_since: ready.then(|| instant(0) - SignedDuration::from_hours(1)),
+                terminating: false,
+            });
+            self.members[index].pods.push(PodLife {
+                ordinal,
+                running_at: 0,
+                ready_at: if ready {
+                    0
+                } else {
+                    self.rng.random_range(1..=4)
+                },
+                failing_until: 0,
+                gone_at: None,
+            });
+        }
+        refresh_status(statefulset);
+    }
+
+    // --- chaos -------------------------------------------------------------------------------
+
+    fn random_member(&mut self) -> Option<usize> {
+        let count = self.group.statefulsets.len();
+        (count > 0).then(|| self.rng.random_range(0..count))
+    }
+
+    fn random_pod(&mut self, member: usize) -> Option<usize> {
+        let count = self.members[member].pods.len();
+        (count > 0).then(|| self.rng.random_range(0..count))
+    }
+
+    /// At most one chaos event per step (one draw keeps the debug-build RNG cost low).
+    fn chaos(&mut self) {
+        let roll = self.rng.random_range(0..100);
+        if roll >= 55 {
+            return;
+        }
+        let Some(member) = self.random_member() else {
+            return;
+        };
+        let name = &self.group.statefulsets[member].name;
+        match roll {
+            0..15 => {
+                let Some(pod) = self.random_pod(member) else {
+                    return;
+                };
+                let until = self.step + self.rng.random_range(1..=6);
+                self.members[member].pods[pod].failing_until = until;
+                self.trace.note(self.step, || {
+                    let pod = &self.group.statefulsets[member].pods[pod].name;
+                    format!("chaos: {pod} fails readiness until step {until}")
+                });
+            }
+            15..19 => {
+                let Some(pod) = self.random_pod(member) else {
+                    return;
+                };
+                if !self.group.statefulsets[member].pods[pod].terminating {
+                    self.terminate(member, pod);
+                    self.trace.note(self.step, || {
+                        let pod = &self.group.statefulsets[member].pods[pod].name;
+                        format!("chaos: {pod} evicted")
+                    });
+                }
+            }
+            19..24 => self.change_template(member),
+            24..27 => {
+                for member in 0..self.group.statefulsets.len() {
+                    self.change_template(member);
+                }
+            }
+            27..30 => {
+                self.trace
+                    .note(self.step, || format!("chaos: {name} rolled back"));
+                let statefulset = &mut self.group.statefulsets[member];
+                if statefulset.current_revision.is_some() {
+                    statefulset.update_revision = statefulset.current_revision.clone();
+                }
+            }
+            30..33 => {
+                let replicas = if self.rng.random_bool(0.05) {
+                    self.rng.random_range(8..=12)
+                } else {
+                    self.rng.random_range(0..=4)
+                };
+                self.trace
+                    .note(self.step, || format!("chaos: {name} scaled to {replicas}"));
+                self.group.statefulsets[member].spec_replicas = replicas;
+            }
+            33..36 => {
+                let value = ["true", "false", "yes"][self.rng.random_range(0..3)];
+                self.trace
+                    .note(self.step, || format!("chaos: {name} paused={value}"));
+                let annotations = &mut self.group.statefulsets[member].annotations;
+                annotations.insert(ROLLOUT_PAUSED_ANNOTATION.to_owned(), value.to_owned());
+            }
+            36..38 => {
+                let strategy = match self.rng.random_range(0..4) {
+                    0 => UpdateStrategy::RollingUpdate,
+                    1 => UpdateStrategy::Other("Canary".to_owned()),
+                    _ => UpdateStrategy::OnDelete,
+                };
+                self.trace
+                    .note(self.step, || format!("chaos: {name} now uses {strategy}"));
+                self.group.statefulsets[member].update_strategy = strategy;
+            }
+            38..40 => {
+                let budget = Budget::random(&mut self.rng);
+                self.set_budget(member, budget);
+            }
+            40..43 => {
+                let until = self.step + self.rng.random_range(2..=8);
+                self.trace.note(self.step, || {
+                    format!("chaos: {name} cannot create pods until step {until} (quota)")
+                });
+                self.members[member].blocked_until = until;
+            }
+            43 => {
+                let index = self.rng.random_range(0..5);
+                self.add_member(index, false);
+            }
+            44 if self.group.statefulsets.len() > 1 => {
+                self.trace
+                    .note(self.step, || format!("chaos: {name} leaves the group"));
+                self.group.statefulsets.remove(member);
+                self.members.remove(member);
+            }
+            45..55 => self.members[member].stale_status = true,
+            _ => {}
+        }
+    }
+
+    fn change_template(&mut self, member: usize) {
+        if self.group.statefulsets[member].update_revision.is_none() {
+            return;
+        }
+        let revision = self.new_id("r");
+        self.trace.note(self.step, || {
+            format!(
+                "template of {} changed to {revision}",
+                self.group.statefulsets[member].name
+            )
+        });
+        self.group.statefulsets[member].update_revision = Some(revision);
+    }
+
+    fn set_budget(&mut self, member: usize, budget: Budget) {
+        self.members[member].budget = budget;
+        let annotations = &mut self.group.statefulsets[member].annotations;
+        match budget.annotation() {
+            Some(value) => annotations.insert(MAX_UNAVAILABLE_ANNOTATION.to_owned(), value),
+            None => annotations.remove(MAX_UNAVAILABLE_ANNOTATION),
+        };
+        self.trace.note(self.step, || {
+            format!(
+                "{} max-unavailable now {budget:?}",
+                self.group.statefulsets[member].name
+            )
+        });
+    }
+
+    /// Chaos stops: no more failures, template changes or strategy switches; statuses catch up.
+    fn end_chaos(&mut self) {
+        for statefulset in &mut self.group.statefulsets {
+            statefulset.update_strategy = UpdateStrategy::OnDelete;
+        }
+        for life in &mut self.members {
+            life.stale_status = false;
+        }
+        self.trace.note(self.step, || "chaos stops".to_owned());
+    }
+
+    // --- Kubernetes ---------------------------------------------------------------------------
+
+    fn terminate(&mut self, member: usize, pod: usize) {
+        let gone_at = self.step + self.rng.random_range(0..=1);
+        self.group.statefulsets[member].pods[pod].terminating = true;
+        self.members[member].pods[pod].gone_at = Some(gone_at);
+    }
+
+    /// One step of the StatefulSet controller and the kubelets.
+    fn kubernetes(&mut self) {
+        let step = self.step;
+        let now = instant(step);
+        for member in 0..self.group.statefulsets.len() {
+            let statefulset = &mut self.group.statefulsets[member];
+            let life = &mut self.members[member];
+
+            // A brand-new StatefulSet gets its revisions.
+            if statefulset.update_revision.is_none() && step >= life.revision_known_at {
+                self.next_id += 1;
+                let revision = format!("r{}", self.next_id);
+                statefulset.current_revision = Some(revision.clone());
+                statefulset.update_revision = Some(revision);
+            }
+
+            // Terminated pods disappear.
+            for index in (0..life.pods.len()).rev() {
+                if life.pods[index]
+                    .gone_at
+                    .is_some_and(|gone_at| gone_at <= step)
+                {
+                    life.pods.swap_remove(index);
+                    statefulset.pods.swap_remove(index);
+                }
+            }
+
+            // Scale-down: pods outside the wanted ordinals go, highest first, one at a time,
+            // when the StatefulSet controller gets to it.
+            let unwanted = |index: &usize| !wanted(statefulset, life.pods[*index].ordinal);
+            if !(0..life.pods.len())
+                .filter(unwanted)
+                .any(|index| statefulset.pods[index].terminating)
+                && let Some(index) = (0..life.pods.len())
+                    .filter(unwanted)
+                    .max_by_key(|&index| life.pods[index].ordinal)
+                && self.rng.random_bool(0.5)
+            {
+                statefulset.pods[index].terminating = true;
+                life.pods[index].gone_at = Some(step + self.rng.random_range(0..=1));
+            }
+
+            // RollingUpdate: Kubernetes rolls the pods itself, highest ordinal first.
+            if statefulset.update_strategy == UpdateStrategy::RollingUpdate
+                && fully_ready(statefulset, life, now)
+            {
+                let outdated = (0..life.pods.len())
+                    .filter(|&index| {
+                        statefulset.pods[index].revision != statefulset.update_revision
+                    })
+                    .max_by_key(|&index| life.pods[index].ordinal);
+                match outdated {
+                    Some(index) => {
+                        statefulset.pods[index].terminating = true;
+                        life.pods[index].gone_at = Some(step + self.rng.random_range(0..=1));
+                    }
+                    None => statefulset.current_revision = statefulset.update_revision.clone(),
+                }
+            }
+
+            // Missing pods are (re)created at the update revision after a short delay.
+            life.create_at
+                .retain(|&(ordinal, _)| wanted(statefulset, ordinal));
+            let start = statefulset.ordinals_start;
+            for ordinal in start..start + statefulset.spec_replicas {
+                if life.pods.iter().any(|pod| pod.ordinal == ordinal) {
+                    continue;
+                }
+                let Some(position) = life.create_at.iter().position(|&(o, _)| o == ordinal) else {
+                    life.create_at
+                        .push((ordinal, step + self.rng.random_range(0..=1)));
+                    continue;
+                };
+                let (_, at) = life.create_at[position];
+                if at > step || step < life.blocked_until {
+                    continue;
+                }
+                let Some(revision) = statefulset.update_revision.clone() else {
+                    continue;
+                };
+                life.create_at.swap_remove(position);
+                self.next_id += 1;
+                statefulset.pods.push(PodSnapshot {
+                    name: format!("{}-{ordinal}", statefulset.name),
+                    uid: format!("pod-{}", self.next_id),
+                    revision: Some(revision),
+                    phase: PodPhase::Pending,
+                    ready: false,
+                    ready_since: None,
+                    terminating: false,
+                });
+                let running_at = step + self.rng.random_range(0..=1);
+                life.pods.push(PodLife {
+                    ordinal,
+                    running_at,
+                    ready_at: running_at + self.rng.random_range(0..=2),
+                    failing_until: 0,
+                    gone_at: None,
+                });
+            }
+
+            // Pods start and become ready; terminating pods keep whatever readiness they had.
+            for (pod, pod_life) in statefulset.pods.iter_mut().zip(&life.pods) {
+                if pod.terminating {
+                    continue;
+                }
+                let running = step >= pod_life.running_at;
+                pod.phase = if running {
+                    PodPhase::Running
+                } else {
+                    PodPhase::Pending
+                };
+                let ready = running && step >= pod_life.ready_at && step >= pod_life.failing_until;
+                if ready && !pod.ready {
+                    pod.ready_since = Some(now);
+                } else if !ready {
+                    pod.ready_since = None;
+                }
+                pod.ready = ready;
+            }
+
+            // Baton's pending slots end once available again, or once no longer wanted.
+            let min_ready_seconds = statefulset.min_ready_seconds;
+            let pods = &statefulset.pods;
+            let lives = &life.pods;
+            life.baton_pending.retain(|&ordinal| {
+                wanted(statefulset, ordinal)
+                    && !lives.iter().zip(pods).any(|(pod_life, pod)| {
+                        pod_life.ordinal == ordinal && is_available(pod, min_ready_seconds, now)
+                    })
+            });
+
+            if !life.stale_status {
+                refresh_status(statefulset);
+            }
+            life.stale_status = false;
+        }
+    }
+
+    // --- baton --------------------------------------------------------------------------------
+
+    fn violation(&self, property: Property, details: String) -> Violation {
+        let mut details = details;
+        let _ = write!(details, "\n  group: {}", describe(&self.group));
+        Violation {
+            seed: self.seed,
+            step: self.step,
+            property,
+            details,
+        }
+    }
+
+    fn locate(&self, statefulset: &str, pod: &str) -> Option<(usize, usize)> {
+        let member = self
+            .group
+            .statefulsets
+            .iter()
+            .position(|member| member.name == statefulset)?;
+        let index = self.group.statefulsets[member]
+            .pods
+            .iter()
+            .position(|candidate| candidate.name == pod)?;
+        Some((member, index))
+    }
+
+    /// Plans, checks the plan against the world as it is, carries it out, checks again.
+    fn baton(&mut self) -> Result<(), Violation> {
+        let now = instant(self.step);
+        let plan = (self.planner)(&self.group, now);
+        if let Some(reason) = &plan.waiting {
+            *self.stats.waits.entry(reason.kind()).or_default() += 1;
+        }
+        self.trace.note(self.step, || {
+            let actions: Vec<String> = plan.actions.iter().map(ToString::to_string).collect();
+            let waiting = plan
+                .waiting
+                .as_ref()
+                .map(ToString::to_string)
+                .unwrap_or_default();
+            format!("plan: [{}] waiting: {waiting}", actions.join("; "))
+        });
+
+        // (d)
+        if let Some(member) = self
+            .group
+            .statefulsets
+            .iter()
+            .find(|member| member.update_strategy != UpdateStrategy::OnDelete)
+            && !plan.actions.is_empty()
+        {
+            return Err(self.violation(
+                Property::NonOnDeleteUntouched,
+                format!(
+                    "{} uses {} but the plan has actions {:?}",
+                    member.name, member.update_strategy, plan.actions
+                ),
+            ));
+        }
+
+        // Deletions: each must name a live, outdated, unpaused pod by its current uid.
+        let mut targets: Vec<(usize, usize)> = Vec::new();
+        for action in &plan.actions {
+            let Action::DeletePod {
+                statefulset,
+                pod,
+                uid,
+            } = action
+            else {
+                continue;
+            };
+            let Some((member, index)) = self.locate(statefulset, pod) else {
+                return Err(self.violation(
+                    Property::KnownPodsOnly,
+                    format!("no pod {pod} in {statefulset}"),
+                ));
+            };
+            let members = &self.group.statefulsets;
+            let target = &members[member].pods[index];
+            if &target.uid != uid {
+                return Err(self.violation(
+                    Property::KnownPodsOnly,
+                    format!("{pod} has uid {}, plan says {uid}", target.uid),
+                ));
+            }
+            if target.terminating {
+                return Err(self.violation(
+                    Property::NoTerminatingDeleted,
+                    format!("{pod} is already terminating"),
+                ));
+            }
+            if is_paused(&members[member]) {
+                return Err(self.violation(
+                    Property::NoPausedDeleted,
+                    format!("{statefulset} is paused, {pod} deleted"),
+                ));
+            }
+            if target.revision == members[member].update_revision {
+                return Err(self.violation(
+                    Property::NoUpToDateDeleted,
+                    format!("{pod} already runs the update revision"),
+                ));
+            }
+            targets.push((member, index));
+        }
+        let mut rolling: Vec<usize> = targets.iter().map(|&(member, _)| member).collect();
+        rolling.dedup();
+        if rolling.len() > 1 {
+            return Err(self.violation(
+                Property::OneZoneAtATime,
+                format!(
+                    "one plan deletes pods of several StatefulSets: {:?}",
+                    plan.actions
+                ),
+            ));
+        }
+        // (b)
+        if let Some(&member) = rolling.first() {
+            for (other, statefulset) in self.group.statefulsets.iter().enumerate() {
+                if other != member && !fully_ready(statefulset, &self.members[other], now) {
+                    return Err(self.violation(
+                        Property::OthersFullyReady,
+                        format!(
+                            "deletes in {} while {} is not fully ready",
+                            self.group.statefulsets[member].name, statefulset.name
+                        ),
+                    ));
+                }
+            }
+        }
+        for &(member, index) in &targets {
+            self.terminate(member, index);
+            let ordinal = self.members[member].pods[index].ordinal;
+            let pending = &mut self.members[member].baton_pending;
+            if wanted(&self.group.statefulsets[member], ordinal) && !pending.contains(&ordinal) {
+                pending.push(ordinal);
+            }
+            self.stats.deletions += 1;
+        }
+        // (c)
+        if let Some(&member) = rolling.first() {
+            let statefulset = &self.group.statefulsets[member];
+            let life = &self.members[member];
+            let limit = life.budget.limit(statefulset.spec_replicas);
+            let unavailable = unavailable(statefulset, life, now);
+            if unavailable > limit {
+                return Err(self.violation(
+                    Property::MaxUnavailable,
+                    format!("{} has {unavailable} unavailable pods after baton's deletions, max-unavailable {limit}", statefulset.name),
+                ));
+            }
+        }
+
+        for action in &plan.actions {
+            let Action::SetCurrentRevision {
+                statefulset,
+                revision,
+            } = action
+            else {
+                continue;
+            };
+            let Some(member) = self
+                .group
+                .statefulsets
+                .iter()
+                .position(|member| &member.name == statefulset)
+            else {
+                return Err(self.violation(
+                    Property::KnownPodsOnly,
+                    format!("no StatefulSet {statefulset}"),
+                ));
+            };
+            let target = &self.group.statefulsets[member];
+            if target.update_revision.as_ref() != Some(revision)
+                || !rollout_done(target, &self.members[member], now)
+            {
+                return Err(self.violation(
+                    Property::CurrentRevisionWhenDone,
+                    format!(
+                        "{statefulset} marked at {revision} before its rollout to {:?} is done",
+                        target.update_revision
+                    ),
+                ));
+            }
+            self.group.statefulsets[member].current_revision = Some(revision.clone());
+            self.stats.current_revisions_set += 1;
+        }
+
+        // (a)
+        let made_unavailable: Vec<&str> = self
+            .group
+            .statefulsets
+            .iter()
+            .zip(&self.members)
+            .filter(|(_, life)| !life.baton_pending.is_empty())
+            .map(|(statefulset, _)| statefulset.name.as_str())
+            .collect();
+        if made_unavailable.len() > 1 {
+            return Err(self.violation(
+                Property::OneZoneAtATime,
+                format!(
+                    "baton made pods unavailable in several StatefulSets: {made_unavailable:?}"
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Every rollout baton may carry out is finished: all pods updated and ready, current
+    /// revisions marked (paused StatefulSets only need to be ready).
+    fn converged(&self, now: Timestamp) -> bool {
+        self.group
+            .statefulsets
+            .iter()
+            .zip(&self.members)
+            .all(|(statefulset, life)| {
+                if is_paused(statefulset) {
+                    fully_ready(statefulset, life, now)
+                } else {
+                    rollout_done(statefulset, life, now)
+                        && statefulset.current_revision == statefulset.update_revision
+                }
+            })
+    }
+
+    fn run(&mut self) -> Result<Stats, Violation> {
+        let mut deadline = u64::MAX;
+        let mut chaos_ended_at = 0;
+        loop {
+            if self.step == self.chaos_steps {
+                self.end_chaos();
+                chaos_ended_at = self.step;
+                let pods: u64 = self
+                    .group
+                    .statefulsets
+                    .iter()
+                    .map(|statefulset| {
+                        u64::from(
+                            statefulset
+                                .spec_replicas
+                                .max(u32::try_from(statefulset.pods.len()).expect("few pods")),
+                        ) + 1
+                    })
+                    .sum();
+                deadline = self.step + 40 + 16 * pods;
+            }
+            if self.step < self.chaos_steps {
+                self.chaos();
+            }
+            self.kubernetes();
+            self.baton()?;
+            self.stats.steps += 1;
+            let now = instant(self.step);
+            if self.step >= self.chaos_steps && self.converged(now) {
+                let quiet = (self.planner)(&self.group, now);
+                if !quiet.actions.is_empty() {
+                    return Err(self.violation(
+                        Property::QuietWhenDone,
+                        format!("finished, yet the plan is {:?}", quiet.actions),
+                    ));
+                }
+                self.stats.longest_convergence = self.step - chaos_ended_at;
+                self.trace.note(self.step, || "converged".to_owned());
+                return Ok(std::mem::take(&mut self.stats));
+            }
+            if self.step >= deadline {
+                return Err(self.violation(
+                    Property::Liveness,
+                    format!(
+                        "not finished {} steps after chaos stopped",
+                        self.step - chaos_ended_at
+                    ),
+                ));
+            }
+            self.step += 1;
+        }
+    }
+}
+
+fn refresh_status(statefulset: &mut StatefulSetSnapshot) {
+    // Like the StatefulSet controller: a terminating pod counts as ready while it says so.
+    let ready = statefulset
+        .pods
+        .iter()
+        .filter(|pod| pod.phase == PodPhase::Running && pod.ready)
+        .count();
+    statefulset.status_replicas = u32::try_from(statefulset.pods.len()).expect("few pods");
+    statefulset.ready_replicas = u32::try_from(ready).expect("few pods");
+}
+
+/// One line per StatefulSet, for traces and violation reports.
+fn describe(group: &GroupSnapshot) -> String {
+    let mut text = String::new();
+    for statefulset in &group.statefulsets {
+        let _ = write!(
+            text,
+            "\n    {} [{} replicas, status {}/{} ready, current {:?}, update {:?}, {}, {:?}, minReady {}s]:",
+            statefulset.name,
+            statefulset.spec_replicas,
+            statefulset.ready_replicas,
+            statefulset.status_replicas,
+            statefulset.current_revision,
+            statefulset.update_revision,
+            statefulset.update_strategy,
+            statefulset.annotations,
+            statefulset.min_ready_seconds,
+        );
+        let mut pods: Vec<&PodSnapshot> = statefulset.pods.iter().collect();
+        pods.sort_by(|a, b| a.name.cmp(&b.name));
+        for pod in pods {
+            let _ = write!(
+                text,
+                " {}({},{:?}{}{})",
+                pod.name,
+                pod.revision.as_deref().unwrap_or("-"),
+                pod.phase,
+                if pod.ready { ",ready" } else { "" },
+                if pod.terminating { ",terminating" } else { "" },
+            );
+        }
+    }
+    text
+}
+
+// ---------------------------------------------------------------------------------------------
+// Running many scenarios
+// ---------------------------------------------------------------------------------------------
+
+/// Runs the scenarios of `seeds` on all cores until one violates a property `wanted` accepts
+/// (other violations end their scenario only); of those found, the lowest seed wins.
+fn run_scenarios(
+    planner: &Planner,
+    seeds: Range<u64>,
+    wanted: &(dyn Fn(Property) -> bool + Sync),
+) -> Result<Stats, Violation> {
+    let threads = std::thread::available_parallelism()
+        .map_or(2, |count| count.get())
+        .min(8);
+    let threads = u64::try_from(threads).expect("few threads");
+    let stop = AtomicBool::new(false);
+    let outcome: Mutex<(Stats, Option<Violation>)> = Mutex::new((Stats::default(), None));
+    std::thread::scope(|scope| {
+        for thread in 0..threads {
+            let (seeds, stop, outcome) = (seeds.clone(), &stop, &outcome);
+            scope.spawn(move || {
+                let mut stats = Stats::default();
+                let mut found = None;
+                for seed in seeds
+                    .skip(usize::try_from(thread).expect("few threads"))
+                    .step_by(usize::try_from(threads).expect("few threads"))
+                {
+                    if stop.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    match Simulation::new(seed, planner, false).run() {
+                        Ok(scenario) => stats.merge(&scenario),
+                        Err(violation) if !wanted(violation.property) => stats.scenarios += 1,
+                        Err(violation) => {
+                            stop.store(true, Ordering::Relaxed);
+                            found = Some(violation);
+                            break;
+                        }
+                    }
+                }
+                let mut outcome = outcome.lock().expect("no thread panics while holding it");
+                outcome.0.merge(&stats);
+                if let Some(violation) = found
+                    && outcome
+                        .1
+                        .as_ref()
+                        .is_none_or(|best| violation.seed < best.seed)
+                {
+                    outcome.1 = Some(violation);
+                }
+            });
+        }
+    });
+    let (stats, violation) = outcome.into_inner().expect("no thread panicked");
+    match violation {
+        Some(violation) => Err(violation),
+        None => Ok(stats),
+    }
+}
+
+fn env_u64(name: &str) -> Option<u64> {
+    let value = std::env::var(name).ok()?;
+    Some(
+        value
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("{name}={value:?} is not a number")),
+    )
+}
+
+fn real_planner(group: &GroupSnapshot, now: Timestamp) -> Plan {
+    plan(group, now)
+}
+
+#[test]
+fn planner_keeps_compat_guarantees_in_random_scenarios() {
+    if let Some(seed) = env_u64("SIM_SEED") {
+        let (result, trace) = replay(seed, &real_planner);
+        println!("{}", trace.join("\n"));
+        if let Err(violation) = result {
+            panic!("{violation}");
+        }
+        return;
+    }
+    let first = env_u64("SIM_FIRST_SEED").unwrap_or(0);
+    let count = env_u64("SIM_SCENARIOS").unwrap_or(DEFAULT_SCENARIOS);
+    let started = Instant::now();
+    let stats = match run_scenarios(&real_planner, first..first + count, &|_| true) {
+        Ok(stats) => stats,
+        Err(violation) => panic!("{violation}"),
+    };
+    println!(
+        "{} scenarios, {} steps, {} pod deletions, {} current revisions set, longest convergence {} steps, in {:.1?}; waits: {:?}",
+        stats.scenarios,
+        stats.steps,
+        stats.deletions,
+        stats.current_revisions_set,
+        stats.longest_convergence,
+        started.elapsed(),
+        stats.waits
+    );
+    assert_eq!(stats.scenarios, count);
+    if count >= 10_000 {
+        // Not vacuous: the scenarios drove real rollouts into every situation the planner
+        // knows how to wait in.
+        assert!(stats.deletions > count, "{stats:?}");
+        assert!(stats.current_revisions_set > count / 2, "{stats:?}");
+        for kind in [
+            "NonOnDeleteMember",
+            "MultipleNotReady",
+            "MissingPods",
+            "NotReady",
+            "MinReadySeconds",
+            "ExtraPods",
+            "StatusNotReady",
+            "MaxUnavailable",
+            "NoUpdateRevision",
+            "Paused",
+        ] {
+            assert!(
+                stats.waits.get(kind).copied().unwrap_or(0) > 0,
+                "never waited for {kind}: {stats:?}"
+            );
+        }
+    }
+}
+
+/// Runs one scenario and returns its trace too.
+fn replay(seed: u64, planner: &Planner) -> (Result<Stats, Violation>, Vec<String>) {
+    let mut simulation = Simulation::new(seed, planner, true);
+    let result = simulation.run();
+    (result, simulation.trace.lines.take().unwrap_or_default())
+}
+
+#[test]
+fn replaying_a_seed_gives_the_same_scenario() {
+    for seed in [7, 1234, 99_999] {
+        let (first, first_trace) = replay(seed, &real_planner);
+        let (second, second_trace) = replay(seed, &real_planner);
+        assert!(first.is_ok() && second.is_ok());
+        assert!(first_trace.len() > 3, "{first_trace:?}");
+        assert_eq!(first_trace, second_trace);
+    }
+    let (_, other_trace) = replay(8, &real_planner);
+    assert_ne!(replay(7, &real_planner).1, other_trace);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The checker is not vacuous: deliberately broken planners get caught
+// ---------------------------------------------------------------------------------------------
+
+fn assert_caught(planner: &Planner, property: Property) {
+    match run_scenarios(planner, 0..BROKEN_PLANNER_SCENARIOS, &|found| {
+        found == property
+    }) {
+        Ok(stats) => panic!(
+            "a broken planner ran {} scenarios without violating {property}: it is not really checked",
+            stats.scenarios
+        ),
+        Err(violation) => {
+            assert_eq!(violation.property, property, "{violation}");
+            let report = violation.to_string();
+            assert!(
+                report.contains(&format!("seed {}", violation.seed)),
+                "{report}"
+            );
+            assert!(
+                report.contains(&format!("at step {}", violation.step)),
+                "{report}"
+            );
+            assert!(
+                report.contains(&format!("SIM_SEED={}", violation.seed)),
+                "{report}"
+            );
+            // Replaying the reported seed reproduces the violation at the same step.
+            let (replayed, trace) = replay(violation.seed, planner);
+            let replayed = replayed.expect_err("the replay must fail like the original");
+            assert_eq!(
+                (replayed.property, replayed.step),
+                (property, violation.step)
+            );
+            assert!(!trace.is_empty());
+        }
+    }
+}
+
+fn with_each_statefulset(
+    group: &GroupSnapshot,
+    change: impl Fn(&mut StatefulSetSnapshot),
+) -> GroupSnapshot {
+    let mut changed = group.clone();
+    changed.statefulsets.iter_mut().for_each(change);
+    changed
+}
+
+#[test]
+fn checker_catches_a_planner_that_ignores_max_unavailable() {
+    assert_caught(
+        &|group: &GroupSnapshot, now| {
+            let everything = with_each_statefulset(group, |statefulset| {
+                statefulset
+                    .annotations
+                    .insert(MAX_UNAVAILABLE_ANNOTATION.to_owned(), "100%".to_owned());
+            });
+            plan(&everything, now)
+        },
+        Property::MaxUnavailable,
+    );
+}
+
+#[test]
+fn checker_catches_a_planner_that_rolls_two_zones_at_once() {
+    assert_caught(
+        &|group: &GroupSnapshot, now| {
+            let mut greedy = plan(group, now);
+            let Some(Action::DeletePod { statefulset, .. }) = greedy.deletions().next().cloned()
+            else {
+                return greedy;
+            };
+            let other_outdated_pod = group
+                .statefulsets
+                .iter()
+                .filter(|other| other.name != statefulset)
+                .find_map(|other| {
+                    let pod = other
+                        .pods
+                        .iter()
+                        .find(|pod| !pod.terminating && pod.revision != other.update_revision)?;
+                    Some(Action::DeletePod {
+                        statefulset: other.name.clone(),
+                        pod: pod.name.clone(),
+                        uid: pod.uid.clone(),
+                    })
+                });
+            greedy.actions.extend(other_outdated_pod);
+            greedy
+        },
+        Property::OneZoneAtATime,
+    );
+}
+
+#[test]
+fn checker_catches_a_planner_blind_to_other_zones() {
+    assert_caught(
+        &|group: &GroupSnapshot, now| {
+            // Plans each StatefulSet as if it were alone in its group.
+            for statefulset in &group.statefulsets {
+                let alone = GroupSnapshot {
+                    name: group.name.clone(),
+                    statefulsets: vec![statefulset.clone()],
+                };
+                let plan = plan(&alone, now);
+                if plan.deletions().next().is_some() {
+                    return plan;
+                }
+            }
+            plan(group, now)
+        },
+        Property::OthersFullyReady,
+    );
+}
+
+#[test]
+fn checker_catches_a_planner_that_ignores_the_update_strategy() {
+    assert_caught(
+        &|group: &GroupSnapshot, now| {
+            let all_on_delete = with_each_statefulset(group, |statefulset| {
+                statefulset.update_strategy = UpdateStrategy::OnDelete;
+            });
+            plan(&all_on_delete, now)
+        },
+        Property::NonOnDeleteUntouched,
+    );
+}
+
+#[test]
+fn checker_catches_a_planner_that_never_finishes() {
+    assert_caught(
+        &|group: &GroupSnapshot, now| {
+            let mut plan = plan(group, now);
+            plan.actions
+                .retain(|action| !matches!(action, Action::SetCurrentRevision { .. }));
+            plan
+        },
+        Property::Liveness,
+    );
+}
+
+#[test]
+fn checker_catches_a_planner_that_deletes_terminating_pods() {
+    assert_caught(
+        &|group: &GroupSnapshot, now| {
+            let nothing_terminating = with_each_statefulset(group, |statefulset| {
+                statefulset
+                    .pods
+                    .iter_mut()
+                    .for_each(|pod| pod.terminating = false);
+            });
+            plan(&nothing_terminating, now)
+        },
+        Property::NoTerminatingDeleted,
+    );
+}
+
+#[test]
+fn checker_catches_a_planner_that_ignores_pauses() {
+    assert_caught(
+        &|group: &GroupSnapshot, now| {
+            let unpaused = with_each_statefulset(group, |statefulset| {
+                statefulset.annotations.remove(ROLLOUT_PAUSED_ANNOTATION);
+            });
+            plan(&unpaused, now)
+        },
+        Property::NoPausedDeleted,
+    );
+}
+
+#[test]
+fn checker_catches_a_planner_that_marks_revisions_early() {
+    assert_caught(
+        &|group: &GroupSnapshot, now| {
+            let mut eager = plan(group, now);
+            for statefulset in &group.statefulsets {
+                if let Some(revision) = &statefulset.update_revision
+                    && statefulset.current_revision.as_ref() != Some(revision)
+                    && statefulset
+                        .pods
+                        .iter()
+                        .any(|pod| pod.revision.as_ref() != Some(revision))
+                {
+                    eager.actions.push(Action::SetCurrentRevision {
+                        statefulset: statefulset.name.clone(),
+                        revision: revision.clone(),
+                    });
+                }
+            }
+            eager
+        },
+        Property::CurrentRevisionWhenDone,
+    );
+}
