@@ -118,13 +118,13 @@ pub struct PodEndpoint {
 /// Why a call to a pod failed.
 #[derive(Debug, thiserror::Error)]
 pub enum PodCallError {
-    #[error("{method} {url} (pod {pod}): {source}")]
+    #[error("{method} {url} (pod {pod}): {}", error_chain(.error))]
     Transport {
         pod: String,
         method: PodMethod,
         url: String,
-        #[source]
-        source: reqwest::Error,
+        /// In the message already, so not also a `source` (chains would print it twice).
+        error: reqwest::Error,
     },
     #[error("{method} {url} (pod {pod}) did not answer within {timeout:?}")]
     TimedOut {
@@ -231,7 +231,7 @@ impl PodHttpClient {
                     pod: endpoint.pod.clone(),
                     method,
                     url: endpoint.url.clone(),
-                    source,
+                    error: source,
                 }
             }
         })?;
@@ -284,6 +284,22 @@ impl PodHttpClient {
             .collect()
             .await
     }
+}
+
+/// An error and its causes, `outer: inner: root` (reqwest keeps the root cause, such as
+/// "Connection refused", out of its own message).
+pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(inner) = cause {
+        let inner_text = inner.to_string();
+        if !text.contains(&inner_text) {
+            text.push_str(": ");
+            text.push_str(&inner_text);
+        }
+        cause = inner.source();
+    }
+    text
 }
 
 /// The path of an `http://host:port/path` URL, for the metric label (no query string).

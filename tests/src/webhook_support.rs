@@ -95,6 +95,16 @@ impl WebhookReplica {
         tls: &TestTls,
         namespace: &str,
     ) -> anyhow::Result<Self> {
+        Self::start_with(control_plane, tls, namespace, &[]).await
+    }
+
+    /// As [`WebhookReplica::start`], with more configuration (`BATON_*` keys).
+    pub async fn start_with(
+        control_plane: &ControlPlane,
+        tls: &TestTls,
+        namespace: &str,
+        extra_env: &[(&str, &str)],
+    ) -> anyhow::Result<Self> {
         let files = tempfile::tempdir()?;
         let cert = files.path().join("tls.crt");
         let key = files.path().join("tls.key");
@@ -104,20 +114,18 @@ impl WebhookReplica {
         let ops_port = free_port()?;
         let address = format!("127.0.0.1:{port}");
         let ops_address = format!("127.0.0.1:{ops_port}");
-        let process = BatonProcess::spawn(
-            "baton-webhook",
-            control_plane.kubeconfig_path(),
-            &[
-                ("BATON_NAMESPACE", namespace),
-                ("BATON_WEBHOOK__ADDRESS", &address),
-                ("BATON_OPS__ADDRESS", &ops_address),
-                ("BATON_WEBHOOK__CERT_FILE", path_str(&cert)?),
-                ("BATON_WEBHOOK__KEY_FILE", path_str(&key)?),
-                ("BATON_PODS__ADDRESS_BY", "ip"),
-                ("BATON_LOG__LEVEL", "info,baton_webhook=debug"),
-            ],
-        )
-        .await?;
+        let mut env = vec![
+            ("BATON_NAMESPACE", namespace),
+            ("BATON_WEBHOOK__ADDRESS", address.as_str()),
+            ("BATON_OPS__ADDRESS", ops_address.as_str()),
+            ("BATON_WEBHOOK__CERT_FILE", path_str(&cert)?),
+            ("BATON_WEBHOOK__KEY_FILE", path_str(&key)?),
+            ("BATON_PODS__ADDRESS_BY", "ip"),
+            ("BATON_LOG__LEVEL", "info,baton_webhook=debug"),
+        ];
+        env.extend_from_slice(extra_env);
+        let process =
+            BatonProcess::spawn("baton-webhook", control_plane.kubeconfig_path(), &env).await?;
         let replica = Self {
             process,
             port,
@@ -143,6 +151,19 @@ impl WebhookReplica {
     /// `https://127.0.0.1:<port><path>`.
     pub fn url(&self, path: &str) -> String {
         format!("https://127.0.0.1:{}{path}", self.port)
+    }
+
+    /// The HTTP status of `/ready` (`None` when the ops server does not answer).
+    pub async fn ready_status(&self) -> Option<u16> {
+        reqwest::Client::builder()
+            .no_proxy()
+            .build()
+            .ok()?
+            .get(format!("http://127.0.0.1:{}/ready", self.ops_port))
+            .send()
+            .await
+            .ok()
+            .map(|response| response.status().as_u16())
     }
 }
 
@@ -253,15 +274,21 @@ impl Drop for WebhookConfigurations {
 pub type Call = String;
 
 /// An HTTP server on a pod's IP standing in for its prepare-shutdown endpoint: answers every
-/// request with the status it is told to, and records what it received. A minimal HTTP/1.1
-/// responder (one request per connection) is all the webhook's client needs.
+/// request with the status it is told to (or, for [`HANG`], never), and records what it
+/// received. A minimal HTTP/1.1 responder (one request per connection) is all the webhook's
+/// client needs.
 #[derive(Debug)]
 pub struct PodEndpoint {
     pub address: SocketAddr,
     calls: Arc<Mutex<Vec<Call>>>,
     status: Arc<Mutex<HashMap<String, u16>>>,
     task: tokio::task::JoinHandle<()>,
+    stopped: tokio_util::sync::CancellationToken,
 }
+
+/// A status for [`PodEndpoint::answer`]: accept the request and never answer it (until the
+/// endpoint is dropped), like a pod that hangs.
+pub const HANG: u16 = 0;
 
 impl PodEndpoint {
     /// Listens on `ip:port`, answering 200 until told otherwise.
@@ -272,17 +299,22 @@ impl PodEndpoint {
         let address = listener.local_addr()?;
         let calls: Arc<Mutex<Vec<Call>>> = Arc::default();
         let status: Arc<Mutex<HashMap<String, u16>>> = Arc::default();
+        let stopped = tokio_util::sync::CancellationToken::new();
         let task = tokio::spawn({
-            let (calls, status) = (calls.clone(), status.clone());
+            let (calls, status, stopped) = (calls.clone(), status.clone(), stopped.clone());
             async move {
                 while let Ok((mut stream, _)) = listener.accept().await {
-                    let (calls, status) = (calls.clone(), status.clone());
+                    let (calls, status, stopped) = (calls.clone(), status.clone(), stopped.clone());
                     tokio::spawn(async move {
                         let Some((method, path)) = read_request(&mut stream).await else {
                             return;
                         };
                         let code = status.lock().unwrap().get(&method).copied().unwrap_or(200);
                         calls.lock().unwrap().push(format!("{method} {path}"));
+                        if code == HANG {
+                            stopped.cancelled().await;
+                            return;
+                        }
                         let body = r#"{"timestamp": 0}"#;
                         let response = format!(
                             "HTTP/1.1 {code} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
@@ -299,6 +331,7 @@ impl PodEndpoint {
             calls,
             status,
             task,
+            stopped,
         })
     }
 
@@ -319,6 +352,7 @@ impl PodEndpoint {
 
 impl Drop for PodEndpoint {
     fn drop(&mut self) {
+        self.stopped.cancel();
         self.task.abort();
     }
 }

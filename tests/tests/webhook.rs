@@ -7,9 +7,11 @@ use std::time::Duration;
 
 use baton_e2e::fixtures::StatefulSetFixture;
 use baton_e2e::webhook_support::{
-    PodEndpoint, TestTls, WebhookConfigurations, WebhookReplica, free_port,
+    HANG, PodEndpoint, TestTls, WebhookConfigurations, WebhookReplica, free_port,
 };
-use baton_e2e::{ControlPlane, PodSimulator, SimulatorOptions, TestNamespace, wait_until};
+use baton_e2e::{
+    BatonProcess, ControlPlane, PodSimulator, SimulatorOptions, TestNamespace, wait_until,
+};
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
@@ -738,5 +740,116 @@ async fn racing_zone_downscales_through_different_replicas_approve_exactly_one()
         })
         .sum();
     assert!(retried > 0, "no round exercised the compare-and-swap");
-    println!("{retried} of 100 rounds had a claim lose the conditional write and be judged again");
+    println!("over 100 rounds, {retried} claims lost a conditional write and were judged again");
+}
+
+#[tokio::test]
+async fn a_missing_or_bad_certificate_stops_startup_naming_the_file() {
+    let control_plane = ControlPlane::shared().await;
+    let files = tempfile::tempdir().unwrap();
+    let garbage = files.path().join("tls.crt");
+    std::fs::write(&garbage, "not a certificate").unwrap();
+    std::fs::write(files.path().join("tls.key"), "not a key either").unwrap();
+    let missing = files.path().join("missing.crt");
+    for (cert, expected) in [
+        (&missing, format!("reading {}", missing.display())),
+        (
+            &garbage,
+            format!("{} holds no PEM certificate", garbage.display()),
+        ),
+    ] {
+        // Given certificate files that cannot be used
+        let cert = cert.to_str().unwrap();
+        let key = files.path().join("tls.key");
+        // When baton-webhook starts
+        let mut process = BatonProcess::spawn(
+            "baton-webhook",
+            control_plane.kubeconfig_path(),
+            &[
+                ("BATON_WEBHOOK__CERT_FILE", cert),
+                ("BATON_WEBHOOK__KEY_FILE", key.to_str().unwrap()),
+                ("BATON_WEBHOOK__ADDRESS", "127.0.0.1:0"),
+                ("BATON_OPS__ADDRESS", "127.0.0.1:0"),
+            ],
+        )
+        .await
+        .unwrap();
+        // Then it exits with an error naming the file
+        let code = tokio::time::timeout(TIMEOUT, process.wait())
+            .await
+            .expect("baton-webhook exits")
+            .unwrap();
+        assert_ne!(code, Some(0));
+        let output = process.output();
+        assert!(output.contains(&expected), "{output}");
+    }
+}
+
+#[tokio::test]
+async fn sigterm_turns_unready_answers_the_request_in_flight_and_exits_cleanly() {
+    // Given a webhook replica and a zone whose pod 1 hangs when told to prepare
+    let control_plane = ControlPlane::shared().await;
+    let namespace = TestNamespace::create(control_plane, "wh-shutdown").await;
+    let ns = namespace.name();
+    let client = namespace.client();
+    let tls = TestTls::generate().unwrap();
+    let mut replica = WebhookReplica::start_with(
+        control_plane,
+        &tls,
+        ns,
+        &[("BATON_PODS__REQUEST_TIMEOUT", "3s")],
+    )
+    .await
+    .unwrap();
+    let simulator = PodSimulator::start(client.clone(), ns, SimulatorOptions::default()).await;
+    let port = free_port().unwrap();
+    prepared_zone("ingester-zone-a", "ingester", 2, port)
+        .create(&client, ns)
+        .await;
+    let statefulsets = namespace.api::<StatefulSet>();
+    wait_ready(&statefulsets, "ingester-zone-a", 2).await;
+    let endpoints = endpoints(&simulator, &["ingester-zone-a-1"], port).await;
+    endpoints["ingester-zone-a-1"].answer("POST", HANG);
+
+    // When a downscale is in flight
+    let request = tls
+        .client()
+        .unwrap()
+        .post(replica.url("/admission/prepare-downscale"))
+        .json(&scale_review("in-flight", ns, "ingester-zone-a", 2, 1));
+    let in_flight = tokio::spawn(async move {
+        let answer: Value = request.send().await.unwrap().json().await.unwrap();
+        answer["response"].clone()
+    });
+    wait_until(TIMEOUT, "the pod was called", || async {
+        !endpoints["ingester-zone-a-1"].calls().is_empty()
+    })
+    .await;
+    // And the process is told to stop
+    replica.process.signal("TERM").unwrap();
+
+    // Then it reports not ready at once
+    wait_until(TIMEOUT, "/ready answers 503", || async {
+        replica.ready_status().await == Some(503)
+    })
+    .await;
+    // And the request in flight still gets its answer: denied, the pod did not prepare in time
+    let answer = in_flight.await.unwrap();
+    assert_eq!(answer["allowed"], json!(false), "{answer}");
+    let message = answer["status"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("failed to prepare for shutdown"),
+        "{message}"
+    );
+    assert!(
+        endpoints["ingester-zone-a-1"]
+            .calls()
+            .contains(&format!("DELETE /{SHUTDOWN_PATH}"))
+    );
+    // And the process exits cleanly
+    let code = tokio::time::timeout(TIMEOUT, replica.process.wait())
+        .await
+        .expect("baton-webhook exits after draining")
+        .unwrap();
+    assert_eq!(code, Some(0), "{}", replica.process.output());
 }

@@ -33,13 +33,13 @@ pub enum LookupError {
         namespace: String,
         name: String,
     },
-    #[error("reading {resource}/{name} in namespace {namespace}: {source}")]
+    #[error("reading {resource}/{name} in namespace {namespace}: {}", baton_shared::pod_client::error_chain(.error))]
     Api {
         resource: &'static str,
         namespace: String,
         name: String,
-        #[source]
-        source: kube::Error,
+        /// In the message already, so not also a `source` (chains would print it twice).
+        error: kube::Error,
     },
 }
 
@@ -126,11 +126,11 @@ impl ParentCache {
             ParentKind::Deployment => self.fetch::<Deployment>(namespace, name).await,
             ParentKind::ReplicaSet => self.fetch::<ReplicaSet>(namespace, name).await,
         };
-        let api_error = |source| LookupError::Api {
+        let api_error = |error| LookupError::Api {
             resource: kind.resource(),
             namespace: namespace.to_owned(),
             name: name.to_owned(),
-            source,
+            error,
         };
         match fetched.map_err(api_error)? {
             Some(labels) => Ok(labels.and_then(|mut labels| labels.remove(key))),

@@ -18,11 +18,11 @@ use tokio_util::sync::CancellationToken;
 /// Why a certificate could not be loaded; names the file at fault.
 #[derive(Debug, thiserror::Error)]
 pub enum CertError {
-    #[error("reading {path}: {source}")]
+    #[error("reading {path}: {error}")]
     Read {
         path: PathBuf,
-        #[source]
-        source: std::io::Error,
+        /// In the message already, so not also a `source` (chains would print it twice).
+        error: std::io::Error,
     },
     #[error("{path} holds no PEM certificate")]
     NoCertificate { path: PathBuf },
@@ -55,9 +55,9 @@ struct FileBytes {
 impl CertFiles {
     fn read(&self) -> Result<FileBytes, CertError> {
         let read = |path: &Path| {
-            std::fs::read(path).map_err(|source| CertError::Read {
+            std::fs::read(path).map_err(|error| CertError::Read {
                 path: path.to_owned(),
-                source,
+                error,
             })
         };
         Ok(FileBytes {

@@ -365,7 +365,7 @@ struct Deadline(Instant);
 
 #[derive(Debug, thiserror::Error)]
 enum FlowError {
-    #[error("{0}")]
+    #[error("{}", baton_shared::pod_client::error_chain(.0))]
     Api(#[from] kube::Error),
     #[error("{0}")]
     Pod(baton_shared::pod_client::PodCallError),
