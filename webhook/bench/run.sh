@@ -51,8 +51,8 @@ wait_for() { # wait_for SECONDS DESCRIPTION COMMAND...
 log "starting the control plane"
 target/release/baton-control-plane >"$WORK/handshake" 2>"$WORK/control-plane.log" &
 PIDS+=($!)
-wait_for 120 "the control plane's handshake" test -s "$WORK/handshake"
-KUBECONFIG=$(sed -n 's/.*"kubeconfig":"\([^"]*\)".*/\1/p' "$WORK/handshake")
+wait_for 120 "the control plane" grep -q 'export KUBECONFIG=' "$WORK/handshake"
+KUBECONFIG=$(sed -n 's/^ *export KUBECONFIG=//p' "$WORK/handshake")
 export KUBECONFIG
 
 kubectl create namespace "$NAMESPACE" >/dev/null

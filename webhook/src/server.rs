@@ -246,6 +246,14 @@ fn answer(
             resource = %request.resource.resource, sub_resource = request.sub_resource(), dry_run = request.is_dry_run(),
             "allowed"
         ),
+        // no-downscale is a cheap guard that may be hammered (an autoscaler retrying): one log
+        // line per denial would cost more than the decision. Its denials are counted in
+        // baton_admission_decisions_total and returned to the client (and the API server's
+        // audit log); prepare-downscale's are rare and acted upon, so they are logged.
+        Outcome::Denied if webhook == Webhook::NoDownscale => tracing::debug!(
+            webhook = webhook.name(), uid = %request.uid, namespace = request.namespace(), name = %request.name,
+            dry_run = request.is_dry_run(), message = decision.message.as_deref().unwrap_or(""), "denied"
+        ),
         Outcome::Denied => tracing::info!(
             webhook = webhook.name(), uid = %request.uid, namespace = request.namespace(), name = %request.name,
             dry_run = request.is_dry_run(), message = decision.message.as_deref().unwrap_or(""), "denied"

@@ -118,10 +118,10 @@ struct Envelope<'a> {
     #[serde(default, borrow)]
     kind: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
-    request: Option<&'a RawValue>,
+    request: Option<AdmissionRequest<'a>>,
 }
 
-/// Decodes a review from a request body.
+/// Decodes a review from a request body, in one pass (the objects stay raw).
 pub fn decode(body: &[u8]) -> Result<Review<'_>, ReviewError> {
     let envelope: Envelope<'_> =
         serde_json::from_slice(body).map_err(|error| match error.classify() {
@@ -140,12 +140,9 @@ pub fn decode(body: &[u8]) -> Result<Review<'_>, ReviewError> {
             )));
         }
     };
-    let raw_request = envelope
+    let request = envelope
         .request
-        .filter(|raw| raw.get().trim() != "null")
         .ok_or_else(|| ReviewError::NotAReview("it has no request".to_owned()))?;
-    let request: AdmissionRequest<'_> = serde_json::from_str(raw_request.get())
-        .map_err(|error| ReviewError::NotAReview(format!("its request is malformed: {error}")))?;
     if request.uid.is_empty() {
         return Err(ReviewError::NotAReview("its request has no uid".to_owned()));
     }
@@ -281,7 +278,7 @@ mod tests {
             ),
             (
                 br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{}}"#,
-                "request is malformed",
+                "missing field `uid`",
             ),
             (
                 br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":""}}"#,
@@ -289,11 +286,11 @@ mod tests {
             ),
             (
                 br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":7}}"#,
-                "request is malformed",
+                "not an AdmissionReview: invalid type: integer `7`",
             ),
             (
                 br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u","dryRun":"yes"}}"#,
-                "request is malformed",
+                "invalid type: string \"yes\", expected a boolean",
             ),
             (br#"{"apiVersion":1}"#, "not an AdmissionReview"),
         ];
