@@ -329,6 +329,11 @@ async fn under_a_minute_of_chaos_there_is_never_more_than_one_leader() {
     );
     assert!(report.count("released") >= 2, "{:#?}", report.ends);
     assert!(report.count("killed") >= 2, "{:#?}", report.ends);
+    assert!(
+        report.count("lost: no renewal") >= 1,
+        "no leader was partitioned: {:#?}",
+        report.ends
+    );
 }
 
 /// The fencing test's check finds two leaders when the writes are not conditional.
@@ -363,6 +368,29 @@ enum Writes {
     Unconditional,
 }
 
+/// What the chaos does to a candidate.
+#[derive(Debug, Clone, Copy)]
+enum Action {
+    /// Shut down as on SIGTERM: stops acting, releases the Lease.
+    Release,
+    /// Aborted as by `kill -9`: no release.
+    Kill,
+    /// Every API call hangs from now on (only done to a leader).
+    Partition,
+    Nothing,
+}
+
+impl Action {
+    fn random(rng: &Rng) -> Self {
+        match rng.below(10) {
+            0..=3 => Action::Release,
+            4..=6 => Action::Kill,
+            7 => Action::Partition,
+            _ => Action::Nothing,
+        }
+    }
+}
+
 /// How one candidate's leadership ended.
 #[derive(Debug)]
 struct End {
@@ -378,6 +406,7 @@ struct ChaosReport {
     /// Moments when the sampler saw several candidates answer `is_leader() == true`.
     sampled_doubles: Vec<Vec<String>>,
     samples: u64,
+    ran_for: Duration,
 }
 
 impl ChaosReport {
@@ -418,8 +447,9 @@ impl ChaosReport {
             .collect();
         hows.sort_unstable();
         eprintln!(
-            "chaos with {title} (seed {}): {} candidates, {} leaderships ({hows:?}), {} samples, {} double-leader samples, {} overlapping spans",
+            "chaos with {title} (seed {}) for {:?}: {} candidates, {} leaderships ({hows:?}), {} samples, {} double-leader samples, {} overlapping spans",
             self.seed,
+            self.ran_for,
             self.ends.len(),
             self.spans().len(),
             self.samples,
@@ -430,7 +460,7 @@ impl ChaosReport {
 }
 
 /// Four candidate slots for `run_for`: at random moments the leader or a random candidate is
-/// shut down (releases), killed (aborted, no release) or left alone; empty slots are refilled
+/// shut down (releases), killed (aborted, no release), partitioned (its calls hang) or left alone; empty slots are refilled
 /// like Kubernetes restarting a container. Half the candidates get delayed API calls. A sampler
 /// checks every 2 ms that at most one candidate answers `is_leader()`.
 async fn chaos(
@@ -496,7 +526,9 @@ async fn chaos(
     };
     let mut slots: Vec<Option<Candidate>> = (0..4).map(|_| Some(start(&rng))).collect();
     let mut ends = Vec::new();
-    let until = Instant::now() + run_for;
+    let mut scripted = vec![Action::Partition, Action::Kill, Action::Release];
+    let began = Instant::now();
+    let until = began + run_for;
     while Instant::now() < until {
         if stop_at_first_double && !doubles.lock().unwrap().is_empty() {
             break;
@@ -513,19 +545,36 @@ async fn chaos(
                 ends.push(ended.end("lost"));
             }
         }
-        let leader = slots.iter().position(|slot| {
+        // A partitioned candidate is left alone until it gives up by itself.
+        let partitioned = |slot: &Option<Candidate>| {
             slot.as_ref()
-                .is_some_and(|candidate| candidate.leadership.is_leader())
-        });
-        let target = match leader {
-            Some(leader) if rng.chance(0.6) => leader,
-            _ => rng.below(slots.len() as u64) as usize,
+                .is_some_and(|candidate| candidate.stalled.load(Ordering::SeqCst))
         };
+        let leader = slots.iter().position(|slot| {
+            !partitioned(slot)
+                && slot
+                    .as_ref()
+                    .is_some_and(|candidate| candidate.leadership.is_leader())
+        });
+        let (target, action) = match leader {
+            // Every kind of leader failure happens at least once, whatever the seed.
+            Some(leader) if !scripted.is_empty() => (leader, scripted.pop().unwrap()),
+            Some(leader) if rng.chance(0.6) => (leader, Action::random(&rng)),
+            _ => (rng.below(slots.len() as u64) as usize, Action::random(&rng)),
+        };
+        if partitioned(&slots[target]) {
+            continue;
+        }
         if let Some(candidate) = slots[target].take() {
-            match rng.below(10) {
-                0..=3 => ends.push(candidate.stop().await.end("released")),
-                4..=7 => ends.push(candidate.kill().await.end("killed")),
-                _ => slots[target] = Some(candidate),
+            match action {
+                Action::Release => ends.push(candidate.stop().await.end("released")),
+                Action::Kill => ends.push(candidate.kill().await.end("killed")),
+                Action::Partition if candidate.leadership.is_leader() => {
+                    // Its calls hang: it must give up by itself at its renew deadline.
+                    candidate.stalled.store(true, Ordering::SeqCst);
+                    slots[target] = Some(candidate);
+                }
+                Action::Partition | Action::Nothing => slots[target] = Some(candidate),
             }
         }
         for slot in &mut slots {
@@ -550,6 +599,7 @@ async fn chaos(
         ends,
         sampled_doubles,
         samples,
+        ran_for: began.elapsed(),
     }
 }
 
@@ -561,6 +611,8 @@ struct Candidate {
     leadership: Leadership,
     shutdown: CancellationToken,
     task: JoinHandle<Result<(), LeadershipLost>>,
+    /// Set: every API call of this candidate hangs from now on.
+    stalled: Arc<AtomicBool>,
 }
 
 /// A candidate after its task ended.
@@ -596,6 +648,7 @@ impl Candidate {
         faults: Faults,
         writes: Writes,
     ) -> Self {
+        let stalled = faults.stalled.clone();
         let store = TestStore {
             kube: KubeLeaseStore::new(namespace.client(), namespace.name(), LEASE),
             api: namespace.api(),
@@ -613,6 +666,7 @@ impl Candidate {
             leadership,
             shutdown,
             task,
+            stalled,
         }
     }
 
@@ -702,9 +756,11 @@ impl Faults {
         let Some(rng) = &self.delays else { return };
         let delay = match (write, rng.below(100)) {
             // Writes are often late: the window where a naive candidate overwrites others.
-            (true, 0..=49) => rng.between(Duration::ZERO, Duration::from_millis(600)),
-            (_, 0..=89) => rng.between(Duration::ZERO, Duration::from_millis(40)),
-            _ => rng.between(Duration::from_millis(200), Duration::from_millis(1500)),
+            (true, 0..=44) => rng.between(Duration::ZERO, Duration::from_millis(600)),
+            // Sometimes too late for the renew deadline: the leader must give up in time.
+            (true, 85..) => rng.between(Duration::from_millis(800), Duration::from_millis(2000)),
+            (false, 90..) => rng.between(Duration::from_millis(200), Duration::from_millis(1500)),
+            _ => rng.between(Duration::ZERO, Duration::from_millis(40)),
         };
         tokio::time::sleep(delay).await;
     }
