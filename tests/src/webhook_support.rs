@@ -189,8 +189,9 @@ const NO_DOWNSCALE_RESOURCES: &[&str] = &[
 ];
 
 impl WebhookConfigurations {
-    /// Registers no-downscale (validating) and prepare-downscale (mutating) for `namespace`
-    /// only (namespaceSelector on `kubernetes.io/metadata.name`), calling `replica`.
+    /// Registers no-downscale (validating, reviews in v1beta1) and prepare-downscale (mutating,
+    /// reviews in v1) for `namespace` only (namespaceSelector on `kubernetes.io/metadata.name`),
+    /// calling `replica`.
     pub async fn register(
         control_plane: &ControlPlane,
         namespace: &str,
@@ -208,7 +209,9 @@ impl WebhookConfigurations {
                 "rules": [{"apiGroups": ["apps"], "apiVersions": ["v1"], "operations": ["UPDATE"],
                            "resources": NO_DOWNSCALE_RESOURCES, "scope": "Namespaced"}],
                 "namespaceSelector": selector,
-                "admissionReviewVersions": ["v1", "v1beta1"],
+                // The API server sends the first version it knows: v1beta1 here, v1 for
+                // prepare-downscale, so both codecs are exercised by the real API server.
+                "admissionReviewVersions": ["v1beta1", "v1"],
                 "sideEffects": "None",
                 "failurePolicy": "Fail",
                 "timeoutSeconds": 10,

@@ -292,6 +292,12 @@ async fn no_downscale_denies_scaling_a_labelled_statefulset_down() {
         metrics
             .contains(r#"baton_admission_decisions_total{result="denied",webhook="no-downscale"}"#)
     );
+    // And the API server asked in v1beta1 (the configuration lists it first) and took the answer
+    let output = setup.replica.process.output();
+    assert!(
+        output.contains(r#"webhook="no-downscale" api_version="admission.k8s.io/v1beta1""#),
+        "{output}"
+    );
 }
 
 #[tokio::test]
@@ -703,7 +709,7 @@ async fn racing_zone_downscales_through_different_replicas_approve_exactly_one()
         // Reset for the next round: alternately delete the ledger (the next claims race to
         // create it) and clear the winner's entry (they race to replace it).
         let name = "baton-downscale-ingester";
-        if round % 2 == 0 {
+        if round.is_multiple_of(2) {
             ledgers
                 .delete(name, &DeleteParams::default())
                 .await

@@ -242,7 +242,7 @@ fn answer(
     let request = &review.request;
     match decision.outcome {
         Outcome::Allowed => tracing::debug!(
-            webhook = webhook.name(), uid = %request.uid, namespace = request.namespace(), name = %request.name,
+            webhook = webhook.name(), api_version = review.version.api_version(), uid = %request.uid, namespace = request.namespace(), name = %request.name,
             resource = %request.resource.resource, sub_resource = request.sub_resource(), dry_run = request.is_dry_run(),
             "allowed"
         ),
@@ -251,15 +251,15 @@ fn answer(
         // baton_admission_decisions_total and returned to the client (and the API server's
         // audit log); prepare-downscale's are rare and acted upon, so they are logged.
         Outcome::Denied if webhook == Webhook::NoDownscale => tracing::debug!(
-            webhook = webhook.name(), uid = %request.uid, namespace = request.namespace(), name = %request.name,
+            webhook = webhook.name(), api_version = review.version.api_version(), uid = %request.uid, namespace = request.namespace(), name = %request.name,
             dry_run = request.is_dry_run(), message = decision.message.as_deref().unwrap_or(""), "denied"
         ),
         Outcome::Denied => tracing::info!(
-            webhook = webhook.name(), uid = %request.uid, namespace = request.namespace(), name = %request.name,
+            webhook = webhook.name(), api_version = review.version.api_version(), uid = %request.uid, namespace = request.namespace(), name = %request.name,
             dry_run = request.is_dry_run(), message = decision.message.as_deref().unwrap_or(""), "denied"
         ),
         Outcome::AllowedOnError => tracing::warn!(
-            webhook = webhook.name(), uid = %request.uid, namespace = request.namespace(), name = %request.name,
+            webhook = webhook.name(), api_version = review.version.api_version(), uid = %request.uid, namespace = request.namespace(), name = %request.name,
             warnings = ?decision.warnings, "allowed without a full judgement"
         ),
     }
