@@ -133,14 +133,14 @@ async fn run(config: Config) -> anyhow::Result<()> {
             }
         }
     });
-    critical.spawn(
-        cert.clone()
-            .watch(
-                config.webhook.cert_reload_interval.get(),
-                background.clone(),
-            )
-            .then_ok("certificate reloader"),
-    );
+    critical.spawn({
+        let (cert, background) = (cert.clone(), background.clone());
+        let interval = config.webhook.cert_reload_interval.get();
+        async move {
+            cert.watch(interval, background).await;
+            Ok("certificate reloader")
+        }
+    });
     critical.spawn({
         let readiness = readiness.clone();
         let serving = serving.clone();
@@ -197,15 +197,3 @@ async fn run(config: Config) -> anyhow::Result<()> {
         }
     }
 }
-
-/// Turns a task that returns nothing into one that names itself when it ends.
-trait ThenOk: Future<Output = ()> + Sized {
-    fn then_ok(self, name: &'static str) -> impl Future<Output = anyhow::Result<&'static str>> {
-        async move {
-            self.await;
-            Ok(name)
-        }
-    }
-}
-
-impl<F: Future<Output = ()>> ThenOk for F {}
