@@ -10,6 +10,7 @@ use baton_config::Config;
 use baton_shared::ops_server::{OpsServer, Readiness};
 use prometheus::Registry;
 use tokio::sync::mpsc::UnboundedSender;
+use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
@@ -52,15 +53,20 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
 
     let (touched, touched_groups) = tokio::sync::mpsc::unbounded_channel();
     let (caches, watches) = cache::start(client.clone(), &config.namespace, touched.clone());
+    // Exactly one task awaits the caches' sync and broadcasts it: kube's store readiness wakes
+    // only one of several concurrent waiters.
+    let (synced_sender, synced) = watch::channel(false);
     let reconciler = Arc::new(RolloutReconciler {
         namespace: config.namespace.clone(),
         client: client.clone(),
         caches: caches.clone(),
         metrics,
         explainer: Explainer::new(client.clone(), identity, EVENT_REPEAT_AFTER),
+        // Acting on half-filled caches could miss a not-ready zone: lead AND be synced.
         may_act: {
             let leadership = leadership.clone();
-            Arc::new(move || leadership.is_leader())
+            let synced = synced.clone();
+            Arc::new(move || *synced.borrow() && leadership.is_leader())
         },
         request_timeout: config.kubernetes.request_timeout.get(),
         pending: PendingDeletions::default(),
@@ -85,6 +91,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
     });
     tasks.spawn(mark_ready_when_synced(
         caches.clone(),
+        synced_sender,
         readiness.clone(),
         shutdown.clone(),
     ));
@@ -96,6 +103,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
     ));
     tasks.spawn(reconcile_all_on_leadership(
         caches.clone(),
+        synced,
         leadership.clone(),
         touched,
         shutdown.clone(),
@@ -173,6 +181,7 @@ async fn supervise(
 
 async fn mark_ready_when_synced(
     caches: Caches,
+    synced_sender: watch::Sender<bool>,
     readiness: Readiness,
     shutdown: CancellationToken,
 ) -> anyhow::Result<&'static str> {
@@ -180,6 +189,7 @@ async fn mark_ready_when_synced(
         synced = caches.synced() => {
             synced.map_err(|_| anyhow!("the caches' writers were dropped before they synced"))?;
             tracing::info!(?caches, "caches synced");
+            synced_sender.send_replace(true);
             readiness.set(true);
         }
         () = shutdown.cancelled() => {}
@@ -214,14 +224,14 @@ async fn resync(
 /// A new leader looks at every group at once instead of waiting for the next change.
 async fn reconcile_all_on_leadership(
     caches: Caches,
+    mut synced: watch::Receiver<bool>,
     leadership: Leadership,
     touched: UnboundedSender<String>,
     shutdown: CancellationToken,
 ) -> anyhow::Result<&'static str> {
     tokio::select! {
         acquired = leadership.acquired() => {
-            if acquired.is_ok() {
-                let _ = caches.synced().await;
+            if acquired.is_ok() && synced.wait_for(|synced| *synced).await.is_ok() {
                 tracing::info!("leading: reconciling every group");
                 for group in caches.groups() {
                     let _ = touched.send(group);

@@ -97,26 +97,21 @@ impl Explainer {
     /// published for the same object and reason less than `repeat_after` ago.
     pub async fn tell(&self, object: &ObjectReference, explanation: Explanation) {
         let name = object.name.as_deref().unwrap_or_default();
-        match explanation.severity {
-            Severity::Normal => tracing::info!(
-                object = name,
-                reason = %explanation.reason,
-                "{}",
-                explanation.note
-            ),
-            Severity::Warning => tracing::warn!(
-                object = name,
-                reason = %explanation.reason,
-                "{}",
-                explanation.note
-            ),
-        }
         let key = Self::key(object, &explanation);
         if !self
             .repeats
             .admit(key.clone(), &explanation.note, Instant::now())
         {
+            tracing::debug!(object = name, reason = %explanation.reason, "{}", explanation.note);
             return;
+        }
+        match explanation.severity {
+            Severity::Normal => {
+                tracing::info!(object = name, reason = %explanation.reason, "{}", explanation.note)
+            }
+            Severity::Warning => {
+                tracing::warn!(object = name, reason = %explanation.reason, "{}", explanation.note)
+            }
         }
         let event = Event {
             type_: match explanation.severity {
@@ -151,11 +146,12 @@ fn truncate(note: &str, max: usize) -> String {
     if note.len() <= max {
         return note.to_owned();
     }
-    let mut end = max;
+    let ellipsis = '…';
+    let mut end = max - ellipsis.len_utf8();
     while !note.is_char_boundary(end) {
         end -= 1;
     }
-    format!("{}…", &note[..end.saturating_sub(3)])
+    format!("{}{ellipsis}", &note[..end])
 }
 
 #[cfg(test)]

@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::net::TcpListener;
+use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
@@ -11,12 +12,19 @@ use kube::api::{Api, ListParams};
 
 use crate::control_plane::ControlPlane;
 use crate::process::BatonProcess;
-use crate::wait::wait_until;
 
-/// A free loopback address for a process's ops server.
+/// A free loopback address for a process's server. Ports come from below the kernel's
+/// ephemeral range (32768 and up), so an outgoing connection cannot take one between the check
+/// here and the process binding it; each test process starts at its own offset.
 pub fn free_address() -> String {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("a free port");
-    listener.local_addr().expect("bound").to_string()
+    static NEXT: AtomicU16 = AtomicU16::new(0);
+    let base = 20_000 + (std::process::id() % 120) as u16 * 100;
+    loop {
+        let port = base + NEXT.fetch_add(1, Ordering::Relaxed) % 100;
+        if let Ok(listener) = TcpListener::bind(("127.0.0.1", port)) {
+            return listener.local_addr().expect("bound").to_string();
+        }
+    }
 }
 
 /// A running controller and the address of its ops server.
@@ -48,7 +56,7 @@ impl Controller {
             BatonProcess::spawn("baton-controller", control_plane.kubeconfig_path(), &env)
                 .await
                 .expect("baton-controller starts");
-        let controller = Self {
+        let mut controller = Self {
             process,
             ops_address,
         };
@@ -56,14 +64,25 @@ impl Controller {
         controller
     }
 
-    /// Waits until `/ready` answers 200 (caches synced).
-    pub async fn wait_ready(&self) {
+    /// Waits until `/ready` answers 200 (caches synced); fails at once if the process exits.
+    pub async fn wait_ready(&mut self) {
         let url = format!("http://{}/ready", self.ops_address);
-        wait_until(Duration::from_secs(30), "baton-controller is ready", || {
-            let url = url.clone();
-            async move { http_status(&url).await == Some(200) }
-        })
-        .await;
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            if http_status(&url).await == Some(200) {
+                return;
+            }
+            assert!(
+                !self.process.has_exited(),
+                "baton-controller exited before it was ready:\n{}",
+                self.process.output()
+            );
+            assert!(
+                std::time::Instant::now() < deadline,
+                "baton-controller not ready after 60s"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 
     /// The text of `/metrics`.
@@ -71,6 +90,14 @@ impl Controller {
         http_get(&format!("http://{}/metrics", self.ops_address))
             .await
             .unwrap_or_default()
+    }
+
+    /// Whether it reports holding the lease (`baton_leader 1`); false when it does not answer.
+    pub async fn is_leader(&self) -> bool {
+        self.metrics()
+            .await
+            .lines()
+            .any(|line| line.trim() == "baton_leader 1")
     }
 }
 
@@ -175,6 +202,21 @@ pub async fn rollout_state(
         ready_replicas: status.ready_replicas.unwrap_or(0),
         replicas: sts.spec.and_then(|spec| spec.replicas).unwrap_or(1),
     }
+}
+
+/// The reporting instances (controller identities) of the Events with `reason` in `namespace`.
+pub async fn event_reporters(client: &kube::Client, namespace: &str, reason: &str) -> Vec<String> {
+    Api::<Event>::namespaced(client.clone(), namespace)
+        .list(&ListParams::default())
+        .await
+        .map(|list| {
+            list.items
+                .into_iter()
+                .filter(|event| event.reason.as_deref() == Some(reason))
+                .filter_map(|event| event.reporting_instance)
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// Events (events.k8s.io/v1) about `object` in `namespace`, as (reason, note).

@@ -300,12 +300,25 @@ impl Shared {
                 "containerStatuses": container_statuses,
             }
         });
-        if let Err(error) = self
-            .api
-            .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-        {
-            tracing::debug!(pod = %name, %error, "pod simulator could not update status (pod gone?)");
+        // A kubelet keeps reporting until it gets through; only a pod that is gone (404) or
+        // was replaced (409: the uid precondition) ends the attempts.
+        for attempt in 0..20u64 {
+            let params = PatchParams::default();
+            let merge = Patch::Merge(&patch);
+            let call = self.api.patch_status(&name, &params, &merge);
+            match tokio::time::timeout(Duration::from_secs(5), call).await {
+                Ok(Ok(_)) => return,
+                Ok(Err(kube::Error::Api(status))) if status.code == 404 || status.code == 409 => {
+                    return;
+                }
+                Ok(Err(error)) => {
+                    tracing::debug!(pod = %name, %error, attempt, "pod simulator could not update status; retrying")
+                }
+                Err(_) => {
+                    tracing::debug!(pod = %name, attempt, "pod status update timed out; retrying")
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100 * (attempt + 1))).await;
         }
     }
 }
