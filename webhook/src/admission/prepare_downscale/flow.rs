@@ -112,8 +112,12 @@ impl PrepareDownscale {
             Ok(()) => return allowed(downscale),
             Err(failure) => failure,
         };
-        // Undo, within what is left of the whole deadline.
-        if !prepared.is_empty() {
+        // Undo, within what is left of the whole deadline: the pods and the claim at the same
+        // time, so a hanging pod cannot keep the claim held.
+        let undo_pods = async {
+            if prepared.is_empty() {
+                return;
+            }
             let failures = match undo
                 .run(async {
                     Ok::<_, kube::Error>(self.pods.call_each(PodMethod::Delete, &prepared).await)
@@ -129,14 +133,17 @@ impl PrepareDownscale {
             for failure in failures {
                 tracing::warn!(name = %downscale.name, error = %failure, "undoing a pod's preparation failed");
             }
-        }
-        if let Some(claim) = claim
-            && let Err(error) = self
-                .release(&request.uid, &claim, &downscale.name, &undo)
-                .await
-        {
-            tracing::error!(name = %downscale.name, ledger = %claim.name, %error, "releasing the downscale claim failed; the group waits its min-time");
-        }
+        };
+        let release_claim = async {
+            if let Some(claim) = &claim
+                && let Err(error) = self
+                    .release(&request.uid, claim, &downscale.name, &undo)
+                    .await
+            {
+                tracing::error!(name = %downscale.name, ledger = %claim.name, %error, "releasing the downscale claim failed; the group waits its min-time");
+            }
+        };
+        tokio::join!(undo_pods, release_claim);
         decision
     }
 
