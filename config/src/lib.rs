@@ -46,6 +46,9 @@ pub struct Config {
     pub kubernetes: KubernetesConfig,
     /// Calls baton makes to pods (prepare-downscale and delayed-downscale endpoints).
     pub pods: PodsConfig,
+    /// The webhook's TLS certificate: issued and renewed by the leader controller, its CA
+    /// injected into labelled webhook configurations.
+    pub certificates: CertificatesConfig,
 }
 
 impl Default for Config {
@@ -59,6 +62,7 @@ impl Default for Config {
             controller: ControllerConfig::default(),
             kubernetes: KubernetesConfig::default(),
             pods: PodsConfig::default(),
+            certificates: CertificatesConfig::default(),
         }
     }
 }
@@ -243,6 +247,61 @@ pub enum PodAddressing {
     Ip,
 }
 
+/// The webhook's certificate, kept by the leader controller in one `kubernetes.io/tls` Secret
+/// (`tls.crt`, `tls.key`, `ca.crt`, plus `ca.key` so the CA can sign renewals).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct CertificatesConfig {
+    /// Issue and renew the CA and serving certificate. Off when something else (cert-manager)
+    /// writes the Secret; the webhook then just serves the mounted files.
+    pub generate: bool,
+    /// Set `caBundle` on webhook configurations labelled
+    /// `grafana.com/inject-rollout-operator-ca=true` and `grafana.com/namespace=<namespace>`,
+    /// from the Secret's `ca.crt`.
+    pub inject_ca_bundle: bool,
+    /// Name of the Secret in `namespace` holding the certificate.
+    pub secret_name: String,
+    /// Name of the webhook's Service: the certificate is valid for `<service>`,
+    /// `<service>.<ns>`, `<service>.<ns>.svc` and `<service>.<ns>.svc.<cluster_domain>`.
+    pub service_name: String,
+    /// Namespace of the webhook's Service; empty means `namespace`.
+    pub service_namespace: String,
+    /// More DNS names the serving certificate is valid for.
+    pub extra_dns_names: Vec<String>,
+    /// IP addresses the serving certificate is valid for (e.g. `127.0.0.1` for a local test).
+    pub extra_ips: Vec<std::net::IpAddr>,
+    /// Validity of a new CA.
+    pub ca_lifetime: Duration,
+    /// Validity of a new serving certificate (never beyond its CA's).
+    pub serving_lifetime: Duration,
+    /// A certificate is renewed when less than this fraction of its life is left; for the CA
+    /// that starts a rotation with overlap.
+    pub renew_before_fraction: f64,
+    /// During a CA rotation: how long the new CA is published in every `caBundle` before the
+    /// serving certificate switches to it, and how long the old CA stays after the switch.
+    /// Covers the time kubelet takes to update a mounted Secret.
+    pub ca_overlap: Duration,
+}
+
+impl Default for CertificatesConfig {
+    fn default() -> Self {
+        Self {
+            generate: true,
+            inject_ca_bundle: true,
+            secret_name: "baton-webhook-tls".to_owned(),
+            service_name: "baton-webhook".to_owned(),
+            service_namespace: String::new(),
+            extra_dns_names: Vec::new(),
+            extra_ips: Vec::new(),
+            // humantime's year (365.25 days), so it prints as `1year`.
+            ca_lifetime: Duration::from_secs(31_557_600),
+            serving_lifetime: Duration::from_secs(90 * 24 * 3600),
+            renew_before_fraction: 1.0 / 3.0,
+            ca_overlap: Duration::from_secs(5 * 60),
+        }
+    }
+}
+
 impl Config {
     /// Loads defaults, then `file` (if any), then `BATON_*` variables from the process
     /// environment, and validates the result.
@@ -383,12 +442,79 @@ impl Config {
             self.pods.max_concurrent_calls.to_string(),
             "a whole number above zero",
         );
+        self.certificates.validate(&mut check);
         ConfigError::from_problems(problems)
     }
 
     /// The effective configuration as YAML, in the format the config file accepts.
     pub fn to_yaml(&self) -> String {
         serde_yaml::to_string(self).expect("the configuration always serializes")
+    }
+}
+
+impl CertificatesConfig {
+    fn validate(&self, check: &mut dyn FnMut(bool, &str, String, &str)) {
+        check(
+            is_dns_subdomain(&self.secret_name),
+            "certificates.secret_name",
+            self.secret_name.clone(),
+            "a Kubernetes object name",
+        );
+        check(
+            is_dns_label(&self.service_name),
+            "certificates.service_name",
+            self.service_name.clone(),
+            "a Service name (lowercase letters, digits and '-', at most 63)",
+        );
+        check(
+            self.service_namespace.is_empty() || is_dns_label(&self.service_namespace),
+            "certificates.service_namespace",
+            self.service_namespace.clone(),
+            "empty (same as namespace) or a Kubernetes namespace name",
+        );
+        for name in &self.extra_dns_names {
+            let wildcard = name.strip_prefix("*.").unwrap_or(name);
+            check(
+                !wildcard.is_empty() && is_dns_subdomain(wildcard),
+                "certificates.extra_dns_names",
+                name.clone(),
+                "DNS names such as webhook.example.com",
+            );
+        }
+        let fraction = self.renew_before_fraction;
+        check(
+            fraction > 0.0 && fraction < 0.5,
+            "certificates.renew_before_fraction",
+            fraction.to_string(),
+            "a number above 0 and below 0.5, e.g. 0.33",
+        );
+        check(
+            !self.serving_lifetime.is_zero() && self.serving_lifetime <= self.ca_lifetime,
+            "certificates.serving_lifetime",
+            self.serving_lifetime.to_string(),
+            &format!(
+                "a duration above zero, at most certificates.ca_lifetime ({})",
+                self.ca_lifetime
+            ),
+        );
+        // Rotation publishes the new CA for one overlap, then keeps the old one for another:
+        // both must fit in the CA's renewal window.
+        let window = self.ca_lifetime.get().mul_f64(fraction.clamp(0.0, 1.0));
+        check(
+            !self.ca_overlap.is_zero() && self.ca_overlap.get() * 2 < window,
+            "certificates.ca_overlap",
+            self.ca_overlap.to_string(),
+            &format!(
+                "a duration above zero and below half of ca_lifetime × renew_before_fraction ({})",
+                Duration(window / 2)
+            ),
+        );
+        check(
+            !self.ca_lifetime.is_zero(),
+            "certificates.ca_lifetime",
+            self.ca_lifetime.to_string(),
+            "a duration above zero, e.g. 365d",
+        );
     }
 }
 

@@ -216,3 +216,52 @@ fn the_reference_documents_every_key_and_is_current() {
         "docs/configuration.md is stale: run UPDATE_CONFIG_REFERENCE=1 cargo test -p baton-config"
     );
 }
+
+#[test]
+fn certificate_lists_and_lifetimes_come_from_the_environment() {
+    Jail::expect_with(|jail| {
+        jail.set_env("BATON_CERTIFICATES__EXTRA_IPS", "[127.0.0.1, \"::1\"]");
+        jail.set_env(
+            "BATON_CERTIFICATES__EXTRA_DNS_NAMES",
+            "[webhook.example.com]",
+        );
+        jail.set_env("BATON_CERTIFICATES__CA_LIFETIME", "30s");
+        jail.set_env("BATON_CERTIFICATES__SERVING_LIFETIME", "12s");
+        jail.set_env("BATON_CERTIFICATES__CA_OVERLAP", "2s");
+        jail.set_env("BATON_CERTIFICATES__GENERATE", "false");
+        let config = Config::load(None).expect("loads");
+        let certificates = &config.certificates;
+        assert_eq!(
+            certificates.extra_ips,
+            vec![
+                "127.0.0.1".parse::<std::net::IpAddr>().unwrap(),
+                "::1".parse().unwrap()
+            ]
+        );
+        assert_eq!(certificates.extra_dns_names, vec!["webhook.example.com"]);
+        assert_eq!(certificates.serving_lifetime, Duration::from_secs(12));
+        assert!(!certificates.generate);
+        assert!(certificates.inject_ca_bundle);
+        Ok(())
+    });
+}
+
+#[test]
+fn bad_certificate_settings_name_the_key_and_the_value() {
+    let mut config = Config::default();
+    config.certificates.renew_before_fraction = 0.9;
+    config.certificates.serving_lifetime = Duration::from_secs(400 * 24 * 3600);
+    config.certificates.extra_dns_names = vec!["Not A Name".to_owned()];
+    config.certificates.ca_overlap = Duration::from_secs(365 * 24 * 3600);
+    let message = config.validate().unwrap_err().to_string();
+    for expected in [
+        "certificates.renew_before_fraction",
+        "0.9",
+        "certificates.serving_lifetime",
+        "certificates.extra_dns_names",
+        "Not A Name",
+        "certificates.ca_overlap",
+    ] {
+        assert!(message.contains(expected), "{expected} in {message}");
+    }
+}
