@@ -48,5 +48,6 @@ pub const INJECT_CA_NAMESPACE_LABEL: &str = "grafana.com/namespace";
 pub const CONTROLLER_REVISION_HASH_LABEL: &str = "controller-revision-hash";
 
 pub mod rollout;
+pub mod scaling;
 
 pub use rollout::{InvalidAnnotation, Parsed, max_unavailable, paused};

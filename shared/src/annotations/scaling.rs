@@ -1,0 +1,546 @@
+//! Parsing of the labels and annotations that steer scaling (leader/follower zones, replica
+//! mirroring from a reference resource, delayed downscale).
+//!
+//! Scaling removes pods, so a bad value never falls back to something that could scale: the
+//! parse fails with an [`InvalidAnnotation`] and the controller holds that StatefulSet's
+//! scaling and tells why in an Event. The one exception is `grafana.com/rollout-force-replicas`,
+//! which the Go operator ignores when invalid (scaling then follows the leader or reference).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use super::rollout::{InvalidAnnotation, Parsed};
+use super::{
+    DELAYED_DOWNSCALE_ANNOTATION, DOWNSCALE_LEADER_ANNOTATION, FORCE_REPLICAS_ANNOTATION,
+    MIN_TIME_BETWEEN_ZONES_DOWNSCALE_LABEL, MIRROR_REPLICAS_API_VERSION_ANNOTATION,
+    MIRROR_REPLICAS_KIND_ANNOTATION, MIRROR_REPLICAS_NAME_ANNOTATION,
+    MIRROR_REPLICAS_WRITE_BACK_ANNOTATION, PREPARE_DELAYED_DOWNSCALE_URL_ANNOTATION,
+    UPSCALE_ONLY_WHEN_LEADER_READY_ANNOTATION,
+};
+use crate::go_duration;
+
+/// What `grafana.com/rollout-force-replicas` accepts.
+pub const FORCE_REPLICAS_ACCEPTED: &str = "an integer >= 0";
+/// What `"true"`/`"false"` switches accept.
+pub const BOOLEAN_ACCEPTED: &str = "\"true\" or \"false\"";
+/// What the min-time label accepts.
+pub const MIN_TIME_ACCEPTED: &str = "a Go duration such as 12h, 30m or 1h30m (a label)";
+/// What the delayed-downscale annotation accepts.
+pub const DELAYED_DOWNSCALE_ACCEPTED: &str =
+    "a Prometheus duration such as 1h, 2d or 1w; 0 disables; never negative";
+/// What the delayed-downscale URL annotation accepts.
+pub const DELAYED_DOWNSCALE_URL_ACCEPTED: &str =
+    "an http:// or https:// URL (its host is replaced by each pod's address)";
+/// What the mirroring annotations need together.
+pub const MIRROR_ACCEPTED: &str = "both the -name and the -kind annotations (non-empty)";
+
+/// Fallback named in warnings of settings whose failure holds scaling.
+const HOLD: &str = "no scaling of this StatefulSet until fixed";
+
+/// The StatefulSet this one follows (`grafana.com/rollout-downscale-leader`); empty = none.
+pub fn downscale_leader(annotations: &BTreeMap<String, String>) -> Option<&str> {
+    annotations
+        .get(DOWNSCALE_LEADER_ANNOTATION)
+        .map(String::as_str)
+        .filter(|leader| !leader.is_empty())
+}
+
+/// `grafana.com/rollout-upscale-only-when-leader-ready`: only `"true"` turns it on, as in the
+/// Go operator; other values than `"false"`/empty warn (the author most likely wanted it on).
+pub fn upscale_only_when_leader_ready(annotations: &BTreeMap<String, String>) -> Parsed<bool> {
+    switch(
+        annotations,
+        UPSCALE_ONLY_WHEN_LEADER_READY_ANNOTATION,
+        false,
+    )
+}
+
+/// `grafana.com/rollout-force-replicas`: replicas overriding the leader's or the reference's.
+/// Invalid values are ignored (with a warning), like the Go operator does.
+pub fn force_replicas(annotations: &BTreeMap<String, String>) -> Parsed<Option<i32>> {
+    let Some(raw) = annotations.get(FORCE_REPLICAS_ANNOTATION) else {
+        return Parsed {
+            value: None,
+            warning: None,
+        };
+    };
+    match raw.parse::<i32>() {
+        Ok(replicas) if replicas >= 0 => Parsed {
+            value: Some(replicas),
+            warning: None,
+        },
+        _ => Parsed {
+            value: None,
+            warning: Some(InvalidAnnotation {
+                key: FORCE_REPLICAS_ANNOTATION,
+                value: raw.clone(),
+                accepted: FORCE_REPLICAS_ACCEPTED,
+                fallback: "ignored: the leader's or the reference's replicas".to_owned(),
+            }),
+        },
+    }
+}
+
+/// The `grafana.com/min-time-between-zones-downscale` label (Go duration syntax); `None` when
+/// absent.
+pub fn min_time_between_zones_downscale(
+    labels: &BTreeMap<String, String>,
+) -> Result<Option<Duration>, InvalidAnnotation> {
+    let Some(raw) = labels.get(MIN_TIME_BETWEEN_ZONES_DOWNSCALE_LABEL) else {
+        return Ok(None);
+    };
+    let invalid = || InvalidAnnotation {
+        key: MIN_TIME_BETWEEN_ZONES_DOWNSCALE_LABEL,
+        value: raw.clone(),
+        accepted: MIN_TIME_ACCEPTED,
+        fallback: "no downscale of this StatefulSet until fixed".to_owned(),
+    };
+    let nanos = go_duration::parse(raw).map_err(|_| invalid())?;
+    let nanos = u64::try_from(nanos).map_err(|_| invalid())?;
+    Ok(Some(Duration::from_nanos(nanos)))
+}
+
+/// The reference resource a StatefulSet mirrors its replicas from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MirrorReference {
+    pub name: String,
+    pub kind: String,
+    /// `group/version`, or `version` for the core group (`v1` when the annotation is empty).
+    pub api_version: String,
+    /// Whether the reference's `status.replicas` is written back.
+    pub write_back: bool,
+}
+
+/// The `grafana.com/rollout-mirror-replicas-from-resource-*` annotations. `Ok(None)` when none
+/// is set. An invalid `-write-back` value warns and keeps writing back (the Go default).
+pub fn mirror_reference(
+    annotations: &BTreeMap<String, String>,
+) -> Result<Option<Parsed<MirrorReference>>, InvalidAnnotation> {
+    let get = |key: &str| {
+        annotations
+            .get(key)
+            .map(String::as_str)
+            .filter(|value| !value.is_empty())
+    };
+    let name = get(MIRROR_REPLICAS_NAME_ANNOTATION);
+    let kind = get(MIRROR_REPLICAS_KIND_ANNOTATION);
+    let (name, kind) = match (name, kind) {
+        (None, None) => return Ok(None),
+        (Some(name), Some(kind)) => (name, kind),
+        (None, Some(kind)) => {
+            return Err(InvalidAnnotation {
+                key: MIRROR_REPLICAS_NAME_ANNOTATION,
+                value: String::new(),
+                accepted: MIRROR_ACCEPTED,
+                fallback: format!("{HOLD} (the -kind annotation says {kind})"),
+            });
+        }
+        (Some(name), None) => {
+            return Err(InvalidAnnotation {
+                key: MIRROR_REPLICAS_KIND_ANNOTATION,
+                value: String::new(),
+                accepted: MIRROR_ACCEPTED,
+                fallback: format!("{HOLD} (the -name annotation says {name})"),
+            });
+        }
+    };
+    let write_back = switch(annotations, MIRROR_REPLICAS_WRITE_BACK_ANNOTATION, true);
+    Ok(Some(Parsed {
+        value: MirrorReference {
+            name: name.to_owned(),
+            kind: kind.to_owned(),
+            api_version: get(MIRROR_REPLICAS_API_VERSION_ANNOTATION)
+                .unwrap_or("v1")
+                .to_owned(),
+            write_back: write_back.value,
+        },
+        warning: write_back.warning,
+    }))
+}
+
+/// Delayed-downscale settings of a StatefulSet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DelayedDownscale {
+    /// How long every pod going away must have been prepared.
+    pub delay: Duration,
+    /// The prepare URL as written; [`DelayedDownscale::url_for_host`] puts a pod's address in.
+    pub url: reqwest::Url,
+}
+
+impl DelayedDownscale {
+    /// The prepare URL with its host replaced by `host` (a DNS name, an IPv4 address or a
+    /// bracketed IPv6 address); scheme, port, path and query are kept.
+    pub fn url_for_host(&self, host: &str) -> Result<String, String> {
+        let mut url = self.url.clone();
+        url.set_host(Some(host))
+            .map_err(|error| format!("cannot put host {host:?} into {}: {error}", self.url))?;
+        Ok(url.to_string())
+    }
+}
+
+/// `grafana.com/rollout-delayed-downscale` and `grafana.com/rollout-prepare-delayed-downscale-url`.
+/// `Ok(None)` when the delay is absent or 0 (disabled). A delay without a valid URL is an error.
+pub fn delayed_downscale(
+    annotations: &BTreeMap<String, String>,
+) -> Result<Option<DelayedDownscale>, InvalidAnnotation> {
+    let Some(raw) = annotations.get(DELAYED_DOWNSCALE_ANNOTATION) else {
+        return Ok(None);
+    };
+    let delay = prometheus_duration(raw).map_err(|_| InvalidAnnotation {
+        key: DELAYED_DOWNSCALE_ANNOTATION,
+        value: raw.clone(),
+        accepted: DELAYED_DOWNSCALE_ACCEPTED,
+        fallback: HOLD.to_owned(),
+    })?;
+    if delay.is_zero() {
+        return Ok(None);
+    }
+    let raw_url = annotations
+        .get(PREPARE_DELAYED_DOWNSCALE_URL_ANNOTATION)
+        .cloned()
+        .unwrap_or_default();
+    let invalid_url = || InvalidAnnotation {
+        key: PREPARE_DELAYED_DOWNSCALE_URL_ANNOTATION,
+        value: raw_url.clone(),
+        accepted: DELAYED_DOWNSCALE_URL_ACCEPTED,
+        fallback: HOLD.to_owned(),
+    };
+    let url = reqwest::Url::parse(&raw_url).map_err(|_| invalid_url())?;
+    if !matches!(url.scheme(), "http" | "https") || url.host().is_none() {
+        return Err(invalid_url());
+    }
+    Ok(Some(DelayedDownscale { delay, url }))
+}
+
+/// Prometheus' `model.ParseDuration`: `0`, or units in the order y w d h m s ms, each at most
+/// once, with integer amounts (`1h30m`, `2d`, `1w`). A year is 365 days. No sign is accepted.
+pub fn prometheus_duration(text: &str) -> Result<Duration, String> {
+    const UNITS: [(&str, u64); 7] = [
+        ("y", 365 * 24 * 3600 * 1000),
+        ("w", 7 * 24 * 3600 * 1000),
+        ("d", 24 * 3600 * 1000),
+        ("h", 3600 * 1000),
+        ("m", 60 * 1000),
+        ("s", 1000),
+        ("ms", 1),
+    ];
+    let invalid = || format!("not a valid duration string: {text:?}");
+    if text == "0" {
+        return Ok(Duration::ZERO);
+    }
+    if text.is_empty() {
+        return Err(invalid());
+    }
+    let mut rest = text;
+    let mut next_unit = 0;
+    let mut millis: u64 = 0;
+    while !rest.is_empty() {
+        let digits = rest
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        if digits == 0 {
+            return Err(invalid());
+        }
+        let amount: u64 = rest[..digits].parse().map_err(|_| invalid())?;
+        let after = &rest[digits..];
+        let unit_len = after
+            .find(|c: char| c.is_ascii_digit())
+            .unwrap_or(after.len());
+        let unit = &after[..unit_len];
+        let position = UNITS[next_unit..]
+            .iter()
+            .position(|(name, _)| *name == unit)
+            .ok_or_else(invalid)?;
+        let scale = UNITS[next_unit + position].1;
+        next_unit += position + 1;
+        millis = amount
+            .checked_mul(scale)
+            .and_then(|value| millis.checked_add(value))
+            .ok_or_else(invalid)?;
+        rest = &after[unit_len..];
+    }
+    Ok(Duration::from_millis(millis))
+}
+
+/// A `"true"`/`"false"` annotation with a default for absent or empty values.
+fn switch(
+    annotations: &BTreeMap<String, String>,
+    key: &'static str,
+    default: bool,
+) -> Parsed<bool> {
+    match annotations.get(key).map(String::as_str) {
+        None | Some("") => Parsed {
+            value: default,
+            warning: None,
+        },
+        Some("true") => Parsed {
+            value: true,
+            warning: None,
+        },
+        Some("false") => Parsed {
+            value: false,
+            warning: None,
+        },
+        Some(other) => Parsed {
+            value: default,
+            warning: Some(InvalidAnnotation {
+                key,
+                value: other.to_owned(),
+                accepted: BOOLEAN_ACCEPTED,
+                fallback: default.to_string(),
+            }),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn annotated(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(key, value)| ((*key).to_owned(), (*value).to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn leader_is_the_annotation_value_and_empty_means_none() {
+        assert_eq!(
+            downscale_leader(&annotated(&[(DOWNSCALE_LEADER_ANNOTATION, "zone-a")])),
+            Some("zone-a")
+        );
+        assert_eq!(
+            downscale_leader(&annotated(&[(DOWNSCALE_LEADER_ANNOTATION, "")])),
+            None
+        );
+        assert_eq!(downscale_leader(&BTreeMap::new()), None);
+    }
+
+    #[test]
+    fn upscale_only_when_leader_ready_bad_values_warn_and_stay_off() {
+        assert!(
+            upscale_only_when_leader_ready(&annotated(&[(
+                UPSCALE_ONLY_WHEN_LEADER_READY_ANNOTATION,
+                "true"
+            )]))
+            .value
+        );
+        for raw in ["yes", "True", "1"] {
+            let parsed = upscale_only_when_leader_ready(&annotated(&[(
+                UPSCALE_ONLY_WHEN_LEADER_READY_ANNOTATION,
+                raw,
+            )]));
+            assert!(!parsed.value, "{raw:?}");
+            assert_eq!(parsed.warning.expect("warns").value, raw);
+        }
+    }
+
+    #[test]
+    fn force_replicas_takes_non_negative_integers() {
+        for (raw, expected) in [("0", 0), ("5", 5), ("+3", 3)] {
+            let parsed = force_replicas(&annotated(&[(FORCE_REPLICAS_ANNOTATION, raw)]));
+            assert_eq!(parsed.value, Some(expected), "{raw:?}");
+            assert_eq!(parsed.warning, None, "{raw:?}");
+        }
+        assert_eq!(force_replicas(&BTreeMap::new()).value, None);
+    }
+
+    #[test]
+    fn force_replicas_bad_values_are_ignored_with_a_warning() {
+        for raw in ["-1", "", "two", "1.5", " 3", "99999999999"] {
+            let parsed = force_replicas(&annotated(&[(FORCE_REPLICAS_ANNOTATION, raw)]));
+            assert_eq!(parsed.value, None, "{raw:?}");
+            let warning = parsed.warning.expect("a bad value warns");
+            assert_eq!(warning.key, FORCE_REPLICAS_ANNOTATION);
+            assert_eq!(warning.value, raw);
+        }
+    }
+
+    #[test]
+    fn min_time_uses_go_syntax() {
+        let label = |raw: &str| {
+            min_time_between_zones_downscale(&annotated(&[(
+                MIN_TIME_BETWEEN_ZONES_DOWNSCALE_LABEL,
+                raw,
+            )]))
+        };
+        assert_eq!(label("12h"), Ok(Some(Duration::from_secs(12 * 3600))));
+        assert_eq!(label("1h30m"), Ok(Some(Duration::from_secs(5400))));
+        assert_eq!(label("5s"), Ok(Some(Duration::from_secs(5))));
+        assert_eq!(label("0"), Ok(Some(Duration::ZERO)));
+        assert_eq!(min_time_between_zones_downscale(&BTreeMap::new()), Ok(None));
+    }
+
+    #[test]
+    fn min_time_bad_values_are_errors() {
+        for raw in ["12", "1d", "-1h", "abc", "", "h"] {
+            let error = min_time_between_zones_downscale(&annotated(&[(
+                MIN_TIME_BETWEEN_ZONES_DOWNSCALE_LABEL,
+                raw,
+            )]))
+            .expect_err(raw);
+            assert_eq!(error.key, MIN_TIME_BETWEEN_ZONES_DOWNSCALE_LABEL);
+            assert_eq!(error.value, raw);
+        }
+    }
+
+    #[test]
+    fn mirror_reference_needs_name_and_kind() {
+        assert_eq!(mirror_reference(&BTreeMap::new()), Ok(None));
+        let parsed = mirror_reference(&annotated(&[
+            (MIRROR_REPLICAS_NAME_ANNOTATION, "ingester"),
+            (MIRROR_REPLICAS_KIND_ANNOTATION, "ReplicaTemplate"),
+            (
+                MIRROR_REPLICAS_API_VERSION_ANNOTATION,
+                "rollout-operator.grafana.com/v1",
+            ),
+        ]))
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            parsed.value,
+            MirrorReference {
+                name: "ingester".into(),
+                kind: "ReplicaTemplate".into(),
+                api_version: "rollout-operator.grafana.com/v1".into(),
+                write_back: true,
+            }
+        );
+        let core = mirror_reference(&annotated(&[
+            (MIRROR_REPLICAS_NAME_ANNOTATION, "rc"),
+            (MIRROR_REPLICAS_KIND_ANNOTATION, "ReplicationController"),
+            (MIRROR_REPLICAS_WRITE_BACK_ANNOTATION, "false"),
+        ]))
+        .unwrap()
+        .unwrap();
+        assert_eq!(core.value.api_version, "v1");
+        assert!(!core.value.write_back);
+    }
+
+    #[test]
+    fn mirror_reference_missing_name_or_kind_is_an_error() {
+        let no_kind = mirror_reference(&annotated(&[(MIRROR_REPLICAS_NAME_ANNOTATION, "x")]));
+        assert_eq!(no_kind.unwrap_err().key, MIRROR_REPLICAS_KIND_ANNOTATION);
+        let no_name = mirror_reference(&annotated(&[
+            (MIRROR_REPLICAS_KIND_ANNOTATION, "ReplicaTemplate"),
+            (MIRROR_REPLICAS_NAME_ANNOTATION, ""),
+        ]));
+        assert_eq!(no_name.unwrap_err().key, MIRROR_REPLICAS_NAME_ANNOTATION);
+    }
+
+    #[test]
+    fn mirror_write_back_bad_value_warns_and_writes_back() {
+        let parsed = mirror_reference(&annotated(&[
+            (MIRROR_REPLICAS_NAME_ANNOTATION, "x"),
+            (MIRROR_REPLICAS_KIND_ANNOTATION, "ReplicaTemplate"),
+            (MIRROR_REPLICAS_WRITE_BACK_ANNOTATION, "no"),
+        ]))
+        .unwrap()
+        .unwrap();
+        assert!(parsed.value.write_back);
+        assert_eq!(
+            parsed.warning.unwrap().key,
+            MIRROR_REPLICAS_WRITE_BACK_ANNOTATION
+        );
+    }
+
+    #[test]
+    fn prometheus_durations() {
+        let cases = [
+            ("0", 0),
+            ("1h", 3_600_000),
+            ("2d", 172_800_000),
+            ("1w", 604_800_000),
+            ("1y", 31_536_000_000),
+            ("1h30m", 5_400_000),
+            ("5s", 5_000),
+            ("100ms", 100),
+            ("1m1s1ms", 61_001),
+            ("0s", 0),
+        ];
+        for (raw, millis) in cases {
+            assert_eq!(
+                prometheus_duration(raw),
+                Ok(Duration::from_millis(millis)),
+                "{raw:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn prometheus_duration_rejects_what_prometheus_rejects() {
+        for raw in [
+            "", "-1h", "+1h", "1", "1.5h", "h", "1m1h", "1h1h", "1 h", "1H", "1us", "1h ", "abc",
+        ] {
+            assert!(prometheus_duration(raw).is_err(), "{raw:?}");
+        }
+    }
+
+    #[test]
+    fn delayed_downscale_disabled_when_absent_or_zero() {
+        assert_eq!(delayed_downscale(&BTreeMap::new()), Ok(None));
+        assert_eq!(
+            delayed_downscale(&annotated(&[(DELAYED_DOWNSCALE_ANNOTATION, "0")])),
+            Ok(None)
+        );
+    }
+
+    #[test]
+    fn delayed_downscale_with_url_replaces_the_host_only() {
+        let parsed = delayed_downscale(&annotated(&[
+            (DELAYED_DOWNSCALE_ANNOTATION, "1h"),
+            (
+                PREPARE_DELAYED_DOWNSCALE_URL_ANNOTATION,
+                "http://example:8080/ingester/prepare-delayed-downscale?x=1",
+            ),
+        ]))
+        .unwrap()
+        .unwrap();
+        assert_eq!(parsed.delay, Duration::from_secs(3600));
+        assert_eq!(
+            parsed.url_for_host("127.0.3.4").unwrap(),
+            "http://127.0.3.4:8080/ingester/prepare-delayed-downscale?x=1"
+        );
+        assert_eq!(
+            parsed
+                .url_for_host("ingester-zone-a-1.ingester-zone-a.ns.svc.cluster.local")
+                .unwrap(),
+            "http://ingester-zone-a-1.ingester-zone-a.ns.svc.cluster.local:8080/ingester/prepare-delayed-downscale?x=1"
+        );
+    }
+
+    #[test]
+    fn delayed_downscale_bad_delay_is_an_error() {
+        for raw in ["-1h", "1.5h", "soon", ""] {
+            let error = delayed_downscale(&annotated(&[
+                (DELAYED_DOWNSCALE_ANNOTATION, raw),
+                (PREPARE_DELAYED_DOWNSCALE_URL_ANNOTATION, "http://x/p"),
+            ]))
+            .expect_err(raw);
+            assert_eq!(error.key, DELAYED_DOWNSCALE_ANNOTATION);
+            assert_eq!(error.value, raw);
+        }
+    }
+
+    #[test]
+    fn delayed_downscale_bad_or_missing_url_is_an_error() {
+        for url in [
+            None,
+            Some(""),
+            Some("not a url"),
+            Some("ftp://x/p"),
+            Some("/path"),
+        ] {
+            let mut pairs = vec![(DELAYED_DOWNSCALE_ANNOTATION, "1h")];
+            if let Some(url) = url {
+                pairs.push((PREPARE_DELAYED_DOWNSCALE_URL_ANNOTATION, url));
+            }
+            let error = delayed_downscale(&annotated(&pairs)).expect_err("bad url");
+            assert_eq!(
+                error.key, PREPARE_DELAYED_DOWNSCALE_URL_ANNOTATION,
+                "{url:?}"
+            );
+        }
+    }
+}
