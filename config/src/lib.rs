@@ -152,6 +152,9 @@ impl Default for WebhookConfig {
 pub struct ControllerConfig {
     /// Every group is reconciled at least this often, as a safety net behind the watches.
     pub resync_interval: Duration,
+    /// Groups that mirror replicas from a reference resource are re-read this often: changes of
+    /// the reference (e.g. by an HPA) produce no event baton watches.
+    pub scaling_poll_interval: Duration,
     /// Leader election between controller replicas.
     pub lease: LeaseConfig,
 }
@@ -160,6 +163,7 @@ impl Default for ControllerConfig {
     fn default() -> Self {
         Self {
             resync_interval: Duration::from_secs(300),
+            scaling_poll_interval: Duration::from_secs(5),
             lease: LeaseConfig::default(),
         }
     }
@@ -373,6 +377,11 @@ impl Config {
         positive(
             "controller.resync_interval",
             self.controller.resync_interval,
+            &mut check,
+        );
+        positive(
+            "controller.scaling_poll_interval",
+            self.controller.scaling_poll_interval,
             &mut check,
         );
         positive(
