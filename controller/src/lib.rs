@@ -3,6 +3,7 @@
 
 pub mod app;
 pub mod cache;
+pub mod certificates;
 pub mod explain;
 pub mod leader;
 pub mod metrics;
