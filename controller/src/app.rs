@@ -70,6 +70,8 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
         },
         request_timeout: config.kubernetes.request_timeout.get(),
         pending: PendingDeletions::default(),
+        scaling: crate::scaling::Scaler::new(client.clone(), &config, &registry)
+            .context("building the scaler")?,
     });
 
     let mut tasks: JoinSet<anyhow::Result<&'static str>> = JoinSet::new();

@@ -9,3 +9,4 @@ pub mod leader;
 pub mod metrics;
 pub mod queue;
 pub mod rollout;
+pub mod scaling;

@@ -33,6 +33,8 @@ pub struct RolloutReconciler {
     pub may_act: MayAct,
     pub request_timeout: Duration,
     pub pending: PendingDeletions,
+    /// Scales the group before it rolls (as the Go operator does).
+    pub scaling: crate::scaling::Scaler,
 }
 
 impl std::fmt::Debug for RolloutReconciler {
@@ -87,6 +89,14 @@ impl RolloutReconciler {
             return Ok(Requeue::Never);
         }
         let pods = self.caches.pods.state();
+        let scaling = self
+            .scaling
+            .reconcile(group, &members, &pods, &self.explainer, &self.may_act)
+            .await;
+        if scaling.scaled {
+            // The watch event of the change brings the group back with fresh objects.
+            return Ok(scaling.requeue);
+        }
         let mut snapshot = GroupSnapshot::from_kubernetes(
             group,
             members.iter().map(Arc::as_ref),
@@ -97,7 +107,7 @@ impl RolloutReconciler {
         self.record_progress(group, &plan);
         self.explain(group, &members, &plan).await;
         self.act(group, &members, &plan).await?;
-        Ok(match plan.recheck_after {
+        let rollout = match plan.recheck_after {
             Some(at) => {
                 let wait = at.duration_since(jiff::Timestamp::now());
                 Requeue::After(
@@ -107,7 +117,8 @@ impl RolloutReconciler {
                 )
             }
             None => Requeue::Never,
-        })
+        };
+        Ok(crate::scaling::sooner(rollout, scaling.requeue))
     }
 
     fn record_progress(&self, group: &str, plan: &Plan) {

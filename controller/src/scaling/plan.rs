@@ -1,0 +1,452 @@
+//! The pure scaling planner: a group snapshot (StatefulSets with their parsed scaling settings
+//! and, for mirroring members, the reference's scale as read just before) and the time → the
+//! one replica change to make this pass, what to tell the reference and the pods, and a
+//! sentence for every decision and every reason to hold one back.
+//!
+//! Like the Go operator, leader/follower scaling runs first and at most one StatefulSet changes
+//! per pass, so zones step one at a time and every decision is made on fresh objects.
+
+use std::time::Duration;
+
+use baton_shared::annotations::InvalidAnnotation;
+use baton_shared::annotations::scaling::{DelayedDownscale, MirrorReference};
+use baton_shared::go_duration;
+use jiff::Timestamp;
+
+/// The scaling-relevant view of one rollout group, StatefulSets sorted by name.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScalingSnapshot {
+    pub group: String,
+    pub members: Vec<Member>,
+}
+
+/// One StatefulSet of the group.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Member {
+    pub name: String,
+    /// `spec.replicas` (1 when unset, as Kubernetes defaults it).
+    pub replicas: i32,
+    /// `status.readyReplicas`.
+    pub ready_replicas: i32,
+    /// The StatefulSet it follows (`grafana.com/rollout-downscale-leader`).
+    pub leader: Option<String>,
+    pub upscale_only_when_leader_ready: bool,
+    /// A valid `grafana.com/rollout-force-replicas`.
+    pub force_replicas: Option<i32>,
+    /// The min-time label; `Ok(None)` when absent.
+    pub min_time_between_downscale: Result<Option<Duration>, InvalidAnnotation>,
+    /// `grafana.com/last-downscale`; `Err` holds the unparsable text.
+    pub last_downscale: Result<Option<Timestamp>, String>,
+    /// Mirroring settings and the reference's scale, when configured.
+    pub mirror: Result<Option<Mirror>, InvalidAnnotation>,
+    /// Delayed-downscale settings; `Ok(None)` when disabled.
+    pub delayed_downscale: Result<Option<DelayedDownscale>, InvalidAnnotation>,
+    /// Bad values that were ignored (the StatefulSet still scales).
+    pub warnings: Vec<InvalidAnnotation>,
+}
+
+/// A mirroring member's reference and what reading its scale gave.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Mirror {
+    pub reference: MirrorReference,
+    /// The reference's scale, or why it could not be read.
+    pub scale: Result<ReferenceScale, String>,
+}
+
+/// The reference's `scale` subresource.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReferenceScale {
+    pub spec_replicas: i32,
+    pub status_replicas: Option<i32>,
+}
+
+/// Something to do, in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// Patch the StatefulSet's `/scale` to `to` replicas (the admission webhooks judge it).
+    SetReplicas {
+        statefulset: String,
+        from: i32,
+        to: i32,
+    },
+    /// Set the reference's `status.replicas` to `replicas`.
+    WriteBack { statefulset: String, replicas: i32 },
+    /// DELETE to the delayed-downscale URL of pods `[0, keep)`; failures are only logged.
+    CancelDelayedDownscale { statefulset: String, keep: i32 },
+    /// DELETE to `[0, to)`, POST to `[to, from)`, then scale down as far as the pods' answers
+    /// allow ([`super::delayed_downscale::decide`]).
+    DelayedDownscale {
+        statefulset: String,
+        from: i32,
+        to: i32,
+    },
+}
+
+impl Action {
+    /// Whether this action changes a StatefulSet's replicas (the pass ends after it).
+    pub fn scales(&self) -> bool {
+        matches!(
+            self,
+            Action::SetReplicas { .. } | Action::DelayedDownscale { .. }
+        )
+    }
+}
+
+/// How a finding is published.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FindingKind {
+    /// A replica change decided this pass.
+    Scale,
+    /// A change that is wanted but held back for an expected reason.
+    Hold,
+    /// A configuration or reference problem someone must fix.
+    Problem,
+}
+
+/// One sentence about one StatefulSet: a decision or a reason to hold it back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finding {
+    pub statefulset: String,
+    pub kind: FindingKind,
+    /// CamelCase Event reason.
+    pub reason: &'static str,
+    pub note: String,
+}
+
+/// What to do about a group's replicas this pass.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ScalingPlan {
+    pub actions: Vec<Action>,
+    pub findings: Vec<Finding>,
+    /// A held downscale becomes possible at this time: look again then.
+    pub recheck_at: Option<Timestamp>,
+    /// The group mirrors a reference resource: its changes are not watched, poll.
+    pub poll: bool,
+}
+
+impl ScalingPlan {
+    fn find(&mut self, statefulset: &str, kind: FindingKind, reason: &'static str, note: String) {
+        self.findings.push(Finding {
+            statefulset: statefulset.to_owned(),
+            kind,
+            reason,
+            note,
+        });
+    }
+
+    fn recheck(&mut self, at: Timestamp) {
+        self.recheck_at = Some(self.recheck_at.map_or(at, |current| current.min(at)));
+    }
+
+    /// Whether a replica change was planned.
+    pub fn scales(&self) -> bool {
+        self.actions.iter().any(Action::scales)
+    }
+}
+
+/// Event reasons.
+pub mod reasons {
+    pub const SCALE_UP: &str = "ScalingUp";
+    pub const SCALE_DOWN: &str = "ScalingDown";
+    pub const HELD: &str = "ScalingHeld";
+    pub const INVALID: &str = "ScalingInvalidSetting";
+    pub const LEADER_NOT_FOUND: &str = "ScalingLeaderNotFound";
+    pub const REFERENCE_UNAVAILABLE: &str = "ScalingReferenceUnavailable";
+    pub const DENIED: &str = "ScalingDenied";
+    pub const DELAYED_DOWNSCALE_WAITING: &str = "DelayedDownscaleWaiting";
+    pub const DELAYED_DOWNSCALE_FAILED: &str = "DelayedDownscaleFailed";
+}
+
+/// Plans the group's scaling at `now`.
+pub fn plan(snapshot: &ScalingSnapshot, now: Timestamp) -> ScalingPlan {
+    let mut plan = ScalingPlan::default();
+    for member in &snapshot.members {
+        for warning in &member.warnings {
+            plan.find(
+                &member.name,
+                FindingKind::Problem,
+                reasons::INVALID,
+                warning.to_string(),
+            );
+        }
+    }
+    plan.poll = snapshot
+        .members
+        .iter()
+        .any(|member| matches!(member.mirror, Ok(Some(_))));
+    for member in &snapshot.members {
+        if follow_leader(snapshot, member, now, &mut plan) {
+            return plan;
+        }
+    }
+    for member in &snapshot.members {
+        if mirror(member, &mut plan) {
+            return plan;
+        }
+    }
+    plan
+}
+
+/// Leader/follower rule for `member`; true when it planned a change (the pass ends).
+fn follow_leader(
+    snapshot: &ScalingSnapshot,
+    member: &Member,
+    now: Timestamp,
+    plan: &mut ScalingPlan,
+) -> bool {
+    let Some(leader_name) = member.leader.as_deref() else {
+        return false;
+    };
+    let name = member.name.as_str();
+    let Some(leader) = snapshot.members.iter().find(|m| m.name == leader_name) else {
+        plan.find(
+            name,
+            FindingKind::Problem,
+            reasons::LEADER_NOT_FOUND,
+            format!(
+                "{name} does not scale: its leader {leader_name} is not a StatefulSet of rollout group {}",
+                snapshot.group
+            ),
+        );
+        return false;
+    };
+    let (target, source) = match member.force_replicas {
+        Some(forced) => (forced, format!("force-replicas is {forced}")),
+        None => (
+            leader.replicas,
+            format!("its leader {leader_name} has {} replicas", leader.replicas),
+        ),
+    };
+    let current = member.replicas;
+    if target > current {
+        let leader_ready = leader.ready_replicas == leader.replicas;
+        if member.upscale_only_when_leader_ready && member.force_replicas.is_none() && !leader_ready
+        {
+            plan.find(
+                name,
+                FindingKind::Hold,
+                reasons::HELD,
+                format!(
+                    "{name} stays at {current}: {source} but only {} are ready, and it scales up only when its leader is ready",
+                    leader.ready_replicas
+                ),
+            );
+            return false;
+        }
+        plan.find(
+            name,
+            FindingKind::Scale,
+            reasons::SCALE_UP,
+            format!("{name} scales up from {current} to {target}: {source}"),
+        );
+        plan.actions.push(Action::SetReplicas {
+            statefulset: name.to_owned(),
+            from: current,
+            to: target,
+        });
+        return true;
+    }
+    if target == current {
+        return false;
+    }
+    let min_time = match &member.min_time_between_downscale {
+        Ok(Some(min_time)) => *min_time,
+        Ok(None) => {
+            plan.find(
+                name,
+                FindingKind::Problem,
+                reasons::INVALID,
+                format!(
+                    "{name} stays at {current} ({source}): it has no {} label, which a follower needs to scale down",
+                    baton_shared::annotations::MIN_TIME_BETWEEN_ZONES_DOWNSCALE_LABEL
+                ),
+            );
+            return false;
+        }
+        Err(invalid) => {
+            plan.find(
+                name,
+                FindingKind::Problem,
+                reasons::INVALID,
+                invalid.to_string(),
+            );
+            return false;
+        }
+    };
+    let mut newest: Option<(Timestamp, &str)> = None;
+    for other in snapshot.members.iter().filter(|other| other.name != name) {
+        match &other.last_downscale {
+            Ok(Some(at)) if newest.is_none_or(|(newest, _)| *at > newest) => {
+                newest = Some((*at, other.name.as_str()));
+            }
+            Ok(_) => {}
+            Err(text) => {
+                plan.find(
+                    name,
+                    FindingKind::Problem,
+                    reasons::INVALID,
+                    format!(
+                        "{name} stays at {current} ({source}): {} of {} is not an RFC 3339 time: {text:?}",
+                        baton_shared::annotations::LAST_DOWNSCALE_ANNOTATION,
+                        other.name
+                    ),
+                );
+                return false;
+            }
+        }
+    }
+    if let Some((at, zone)) = newest {
+        let allowed_at = at
+            .checked_add(
+                jiff::SignedDuration::try_from(min_time).unwrap_or(jiff::SignedDuration::MAX),
+            )
+            .unwrap_or(Timestamp::MAX);
+        if now < allowed_at {
+            let ago = now.duration_since(at);
+            plan.find(
+                name,
+                FindingKind::Hold,
+                reasons::HELD,
+                format!(
+                    "{name} stays at {current} ({source}): {zone} was downscaled at {at} ({} ago), min time {}; not before {allowed_at}",
+                    go_duration::format(i64::try_from(ago.as_nanos()).unwrap_or(i64::MAX).max(0) / 1_000_000_000 * 1_000_000_000),
+                    go_duration::format(i64::try_from(min_time.as_nanos()).unwrap_or(i64::MAX)),
+                ),
+            );
+            plan.recheck(allowed_at);
+            return false;
+        }
+    }
+    plan.find(
+        name,
+        FindingKind::Scale,
+        reasons::SCALE_DOWN,
+        format!("{name} scales down from {current} to {target}: {source}"),
+    );
+    plan.actions.push(Action::SetReplicas {
+        statefulset: name.to_owned(),
+        from: current,
+        to: target,
+    });
+    true
+}
+
+/// Mirroring rule for `member`; true when it planned a change (the pass ends).
+fn mirror(member: &Member, plan: &mut ScalingPlan) -> bool {
+    let name = member.name.as_str();
+    let mirror = match &member.mirror {
+        Ok(Some(mirror)) => mirror,
+        Ok(None) => return false,
+        Err(invalid) => {
+            plan.find(
+                name,
+                FindingKind::Problem,
+                reasons::INVALID,
+                invalid.to_string(),
+            );
+            return false;
+        }
+    };
+    let reference = &mirror.reference;
+    let described = format!(
+        "{} {} ({})",
+        reference.kind, reference.name, reference.api_version
+    );
+    let scale = match &mirror.scale {
+        Ok(scale) => *scale,
+        Err(error) => {
+            plan.find(
+                name,
+                FindingKind::Problem,
+                reasons::REFERENCE_UNAVAILABLE,
+                format!("{name} does not scale: cannot read the scale of {described}: {error}"),
+            );
+            return false;
+        }
+    };
+    let delayed = match &member.delayed_downscale {
+        Ok(delayed) => delayed.as_ref(),
+        Err(invalid) => {
+            plan.find(
+                name,
+                FindingKind::Problem,
+                reasons::INVALID,
+                invalid.to_string(),
+            );
+            return false;
+        }
+    };
+    let current = member.replicas;
+    let (target, source) = match member.force_replicas {
+        Some(forced) => (forced, format!("force-replicas is {forced}")),
+        None => (
+            scale.spec_replicas,
+            format!("{described} wants {} replicas", scale.spec_replicas),
+        ),
+    };
+    let write_back = |plan: &mut ScalingPlan, replicas: i32| {
+        if reference.write_back && scale.status_replicas != Some(replicas) {
+            plan.actions.push(Action::WriteBack {
+                statefulset: name.to_owned(),
+                replicas,
+            });
+        }
+    };
+    if target == current {
+        write_back(plan, current);
+        if delayed.is_some() {
+            plan.actions.push(Action::CancelDelayedDownscale {
+                statefulset: name.to_owned(),
+                keep: current,
+            });
+        }
+        return false;
+    }
+    if target > current {
+        plan.find(
+            name,
+            FindingKind::Scale,
+            reasons::SCALE_UP,
+            format!("{name} scales up from {current} to {target}: {source}"),
+        );
+        if delayed.is_some() {
+            plan.actions.push(Action::CancelDelayedDownscale {
+                statefulset: name.to_owned(),
+                keep: target,
+            });
+        }
+        plan.actions.push(Action::SetReplicas {
+            statefulset: name.to_owned(),
+            from: current,
+            to: target,
+        });
+        write_back(plan, target);
+        return true;
+    }
+    if delayed.is_some() {
+        // The executor reports the outcome: it depends on the pods' answers.
+        plan.actions.push(Action::DelayedDownscale {
+            statefulset: name.to_owned(),
+            from: current,
+            to: target,
+        });
+        return true;
+    }
+    plan.find(
+        name,
+        FindingKind::Scale,
+        reasons::SCALE_DOWN,
+        format!("{name} scales down from {current} to {target}: {source}"),
+    );
+    plan.actions.push(Action::SetReplicas {
+        statefulset: name.to_owned(),
+        from: current,
+        to: target,
+    });
+    write_back(plan, target);
+    true
+}
+
+#[cfg(test)]
+#[path = "plan_tests.rs"]
+mod tests;
