@@ -111,6 +111,31 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
         shutdown.clone(),
     ));
     tasks.spawn({
+        let certificates = crate::certificates::Settings {
+            config: config.certificates.clone(),
+            namespace: config.namespace.clone(),
+            cluster_domain: config.cluster_domain.clone(),
+        };
+        let explainer = Explainer::new(
+            client.clone(),
+            elector.identity().to_owned(),
+            EVENT_REPEAT_AFTER,
+        );
+        let (client, leadership, registry) = (client.clone(), leadership.clone(), registry.clone());
+        let shutdown = shutdown.clone();
+        async move {
+            let certificates = crate::certificates::run(
+                client,
+                certificates,
+                leadership,
+                explainer,
+                &registry,
+                shutdown,
+            );
+            certificates.await.context("certificates")
+        }
+    });
+    tasks.spawn({
         let shutdown = shutdown.clone();
         async move {
             elector.run(shutdown).await?;

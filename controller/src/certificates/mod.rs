@@ -1,5 +1,173 @@
 //! The webhook's certificate: issued, renewed and rotated by the leader controller into one
 //! Secret, and its CA injected into labelled webhook configurations.
+//!
+//! The decisions are pure ([`plan`]); what is here only reads, writes and waits. One watch on
+//! the Secret feeds both the issuer and the injector through a `tokio::sync::watch` channel,
+//! so neither waits on a kube store's readiness.
 
-pub mod plan;
+mod inject;
+mod issue;
 pub mod pki;
+pub mod plan;
+
+use std::time::Duration;
+
+use baton_config::CertificatesConfig;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::Api;
+use kube::runtime::{WatchStreamExt, watcher};
+use prometheus::{GaugeVec, IntCounterVec, Opts, Registry};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use crate::explain::Explainer;
+use crate::leader::Leadership;
+
+/// What the certificate tasks need from the configuration.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub config: CertificatesConfig,
+    /// Where the Secret lives and whose webhook configurations are injected.
+    pub namespace: String,
+    pub cluster_domain: String,
+}
+
+/// Certificate metrics.
+#[derive(Debug, Clone)]
+pub struct CertificateMetrics {
+    /// `notAfter` of the serving certificate and of the newest CA.
+    expiry: GaugeVec,
+    /// Writes of the Secret, by planned action.
+    secret_writes: IntCounterVec,
+    /// `caBundle` writes to webhook configurations, by kind.
+    injections: IntCounterVec,
+}
+
+impl CertificateMetrics {
+    pub fn register(registry: &Registry) -> Result<Self, prometheus::Error> {
+        let expiry = GaugeVec::new(
+            Opts::new(
+                "baton_certificate_expiry_timestamp_seconds",
+                "When the webhook's serving certificate or newest CA expires (Unix seconds).",
+            ),
+            &["kind"],
+        )?;
+        let secret_writes = IntCounterVec::new(
+            Opts::new(
+                "baton_certificate_secret_writes_total",
+                "Writes of the certificate Secret, by action.",
+            ),
+            &["action"],
+        )?;
+        let injections = IntCounterVec::new(
+            Opts::new(
+                "baton_ca_bundle_injections_total",
+                "Webhook configurations whose caBundle baton updated, by kind.",
+            ),
+            &["kind"],
+        )?;
+        registry.register(Box::new(expiry.clone()))?;
+        registry.register(Box::new(secret_writes.clone()))?;
+        registry.register(Box::new(injections.clone()))?;
+        Ok(Self {
+            expiry,
+            secret_writes,
+            injections,
+        })
+    }
+}
+
+/// Runs issuance and injection, as configured, until `shutdown`. Failures to read or write
+/// are logged and retried; nothing here stops the controller.
+pub async fn run(
+    client: kube::Client,
+    settings: Settings,
+    leadership: Leadership,
+    explainer: Explainer,
+    registry: &Registry,
+    shutdown: CancellationToken,
+) -> anyhow::Result<&'static str> {
+    let metrics = CertificateMetrics::register(registry)?;
+    let config = &settings.config;
+    if !config.generate && !config.inject_ca_bundle {
+        tracing::info!("certificates are brought by the deployment: not issuing, not injecting");
+        shutdown.cancelled().await;
+        return Ok("certificates");
+    }
+    tracing::info!(
+        secret = %config.secret_name,
+        generate = config.generate,
+        inject_ca_bundle = config.inject_ca_bundle,
+        "managing the webhook certificate"
+    );
+    let (secret_sender, secret) = watch::channel(None);
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &settings.namespace);
+    let watching = watch_secret(secrets.clone(), config.secret_name.clone(), secret_sender);
+    let issuing = async {
+        if config.generate {
+            issue::run(
+                secrets.clone(),
+                &settings,
+                secret.clone(),
+                &leadership,
+                &explainer,
+                &metrics,
+            )
+            .await;
+        } else {
+            std::future::pending::<()>().await;
+        }
+    };
+    let injecting = async {
+        if config.inject_ca_bundle {
+            inject::run(
+                client.clone(),
+                &settings.namespace,
+                secret.clone(),
+                &leadership,
+                &metrics,
+            )
+            .await;
+        } else {
+            std::future::pending::<()>().await;
+        }
+    };
+    tokio::select! {
+        () = watching => anyhow::bail!("the certificate Secret's watch ended"),
+        () = issuing => anyhow::bail!("certificate issuance ended"),
+        () = injecting => anyhow::bail!("CA injection ended"),
+        () = shutdown.cancelled() => Ok("certificates"),
+    }
+}
+
+/// Keeps `sender` holding the Secret as the API server has it (`None` when absent).
+async fn watch_secret(secrets: Api<Secret>, name: String, sender: watch::Sender<Option<Secret>>) {
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let mut events = watcher(secrets, config).default_backoff().boxed();
+    let mut listing: Option<Secret> = None;
+    while let Some(event) = events.next().await {
+        match event {
+            Ok(watcher::Event::Apply(secret)) => {
+                sender.send_replace(Some(secret));
+            }
+            Ok(watcher::Event::Delete(_)) => {
+                sender.send_replace(None);
+            }
+            Ok(watcher::Event::Init) => listing = None,
+            Ok(watcher::Event::InitApply(secret)) => listing = Some(secret),
+            Ok(watcher::Event::InitDone) => {
+                sender.send_replace(listing.take());
+            }
+            Err(error) => tracing::warn!(%error, secret = %name, "watching the certificate Secret"),
+        }
+    }
+}
+
+/// How long to sleep before the next look: never negative, and at most `cap` so a clock jump
+/// or a missed event is caught up with.
+fn until(next: Option<time::OffsetDateTime>, cap: Duration) -> Duration {
+    let Some(next) = next else { return cap };
+    let left = next - time::OffsetDateTime::now_utc();
+    Duration::try_from(left).unwrap_or(Duration::ZERO).min(cap)
+}

@@ -58,8 +58,14 @@ impl Material {
                 .into_bytes()
         };
         BTreeMap::from([
-            (TLS_CRT.to_owned(), self.serving.cert_pem.clone().into_bytes()),
-            (TLS_KEY.to_owned(), self.serving.key_pem.clone().into_bytes()),
+            (
+                TLS_CRT.to_owned(),
+                self.serving.cert_pem.clone().into_bytes(),
+            ),
+            (
+                TLS_KEY.to_owned(),
+                self.serving.key_pem.clone().into_bytes(),
+            ),
             (CA_CRT.to_owned(), join(|pair| &pair.cert_pem)),
             (CA_KEY.to_owned(), join(|pair| &pair.key_pem)),
         ])
@@ -103,7 +109,10 @@ fn parse_usable(data: &BTreeMap<String, Vec<u8>>) -> Result<(Certificates, Mater
     let mut ca_pairs = Vec::new();
     let mut parsed_cas = Vec::new();
     for (index, (cert, key)) in ca_certs.iter().zip(&ca_keys).enumerate() {
-        let x509 = parse_x509(&cert.contents, &format!("CA certificate {index} in {CA_CRT}"))?;
+        let x509 = parse_x509(
+            &cert.contents,
+            &format!("CA certificate {index} in {CA_CRT}"),
+        )?;
         matching_key(&x509, &key.contents, &format!("key {index} in {CA_KEY}"))?;
         cas.push(CaInfo {
             not_before: x509.validity().not_before.to_datetime(),
@@ -162,7 +171,11 @@ fn parse_x509<'a>(der: &'a [u8], what: &str) -> Result<X509Certificate<'a>, Stri
         .map_err(|error| format!("{what} is not an X.509 certificate: {error}"))
 }
 
-fn matching_key(certificate: &X509Certificate<'_>, key_der: &[u8], what: &str) -> Result<(), String> {
+fn matching_key(
+    certificate: &X509Certificate<'_>,
+    key_der: &[u8],
+    what: &str,
+) -> Result<(), String> {
     let key = KeyPair::try_from(key_der)
         .map_err(|error| format!("{what} is not a usable private key: {error}"))?;
     if key.subject_public_key_info() != certificate.public_key().raw {
@@ -211,10 +224,7 @@ fn to_pem(label: &str, der: &[u8]) -> String {
 
 /// A new self-signed CA valid from `now` for `lifetime`.
 pub fn new_ca(now: OffsetDateTime, lifetime: time::Duration) -> Result<Pair, IssueError> {
-    let rcgen = |source| IssueError::Rcgen {
-        what: "CA",
-        source,
-    };
+    let rcgen = |source| IssueError::Rcgen { what: "CA", source };
     let key = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256).map_err(rcgen)?;
     let mut params = CertificateParams::new(Vec::<String>::new()).map_err(rcgen)?;
     // A distinct name per CA, so the old and the new one are told apart during a rotation.
@@ -261,7 +271,12 @@ pub fn new_serving(
         .chain(names.ips.iter().map(IpAddr::to_string))
         .collect();
     let mut params = CertificateParams::new(sans).map_err(rcgen)?;
-    let common_name = names.dns.iter().next().cloned().unwrap_or_else(|| "baton-webhook".into());
+    let common_name = names
+        .dns
+        .iter()
+        .next()
+        .cloned()
+        .unwrap_or_else(|| "baton-webhook".into());
     params
         .distinguished_name
         .push(DnType::CommonName, common_name);

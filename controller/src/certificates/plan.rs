@@ -49,7 +49,9 @@ pub struct Certificates {
 pub enum ParsedSecret {
     Usable(Certificates),
     /// Unparseable, incomplete, or parts that do not belong together.
-    Garbage { problem: String },
+    Garbage {
+        problem: String,
+    },
 }
 
 /// What the configuration asks for.

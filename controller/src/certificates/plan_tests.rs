@@ -136,10 +136,7 @@ fn an_extra_ip_counts_as_a_name_change() {
 #[test]
 fn the_ca_starts_rotating_when_a_third_of_its_life_is_left() {
     // A serving certificate issued late enough not to be due itself.
-    let secret = usable(
-        vec![ca(T0, 360)],
-        serving(T0 + Duration::days(200), 90, 0),
-    );
+    let secret = usable(vec![ca(T0, 360)], serving(T0 + Duration::days(200), 90, 0));
     let before = plan(&secret, T0 + Duration::days(239));
     assert_eq!(before.action, Action::Keep);
     assert_eq!(before.next_look, Some(T0 + Duration::days(240)));
@@ -274,7 +271,9 @@ fn three_years_of_renewals_never_leave_a_gap() {
         let parsed = secret.clone().map(ParsedSecret::Usable);
         let plan = plan_certificates(parsed.as_ref(), &wanted, now);
         if plan.action == Action::Keep {
-            let next = plan.next_look.expect("a kept secret says when to look again");
+            let next = plan
+                .next_look
+                .expect("a kept secret says when to look again");
             assert!(next > now, "next look {next} is in the future of {now}");
             now = next;
             continue;
@@ -294,8 +293,15 @@ fn three_years_of_renewals_never_leave_a_gap() {
             // unless it had been replaced at least one overlap ago.
             let still_trusted = after.cas.contains(old_signer)
                 || now >= before.serving.not_before + wanted.ca_overlap;
-            assert!(still_trusted, "{:?} at {now} drops a CA in use", plan.action);
-            assert!(before.serving.not_after > now, "serving expired before {now}");
+            assert!(
+                still_trusted,
+                "{:?} at {now} drops a CA in use",
+                plan.action
+            );
+            assert!(
+                before.serving.not_after > now,
+                "serving expired before {now}"
+            );
         }
         if let Some(before) = &before {
             let old_signer = &before.cas[before.serving.signed_by];
@@ -311,5 +317,8 @@ fn three_years_of_renewals_never_leave_a_gap() {
         }
         secret = Some(after);
     }
-    assert!(rotations >= 2, "the CA rotated {rotations} times in three years");
+    assert!(
+        rotations >= 2,
+        "the CA rotated {rotations} times in three years"
+    );
 }

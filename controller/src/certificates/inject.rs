@@ -1,0 +1,256 @@
+//! CA injection: every webhook of every Validating- and MutatingWebhookConfiguration labelled
+//! `grafana.com/inject-rollout-operator-ca=true` and `grafana.com/namespace=<namespace>` gets
+//! the Secret's `ca.crt` as its `caBundle`. Only configurations that differ are written, each
+//! conditioned on the resourceVersion seen, so the write's own watch event finds nothing to do.
+
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::ByteString;
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+};
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, PostParams};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Resource, ResourceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tokio::sync::{Notify, watch};
+
+use super::CertificateMetrics;
+use super::pki::CA_CRT;
+use crate::leader::Leadership;
+
+pub const INJECT_LABEL: &str = "grafana.com/inject-rollout-operator-ca";
+pub const NAMESPACE_LABEL: &str = "grafana.com/namespace";
+/// Safety net behind the watches.
+const RESYNC: Duration = Duration::from_secs(60);
+
+/// A webhook configuration kind, seen through its webhooks' `caBundle`s.
+trait Injectable:
+    Resource<DynamicType = ()>
+    + Clone
+    + std::fmt::Debug
+    + Serialize
+    + DeserializeOwned
+    + Send
+    + Sync
+    + 'static
+{
+    const KIND: &'static str;
+    fn bundles(&self) -> Vec<Option<&ByteString>>;
+    fn set_bundles(&mut self, bundle: &ByteString);
+}
+
+impl Injectable for ValidatingWebhookConfiguration {
+    const KIND: &'static str = "ValidatingWebhookConfiguration";
+    fn bundles(&self) -> Vec<Option<&ByteString>> {
+        let webhooks = self.webhooks.iter().flatten();
+        webhooks
+            .map(|webhook| webhook.client_config.ca_bundle.as_ref())
+            .collect()
+    }
+    fn set_bundles(&mut self, bundle: &ByteString) {
+        for webhook in self.webhooks.iter_mut().flatten() {
+            webhook.client_config.ca_bundle = Some(bundle.clone());
+        }
+    }
+}
+
+impl Injectable for MutatingWebhookConfiguration {
+    const KIND: &'static str = "MutatingWebhookConfiguration";
+    fn bundles(&self) -> Vec<Option<&ByteString>> {
+        let webhooks = self.webhooks.iter().flatten();
+        webhooks
+            .map(|webhook| webhook.client_config.ca_bundle.as_ref())
+            .collect()
+    }
+    fn set_bundles(&mut self, bundle: &ByteString) {
+        for webhook in self.webhooks.iter_mut().flatten() {
+            webhook.client_config.ca_bundle = Some(bundle.clone());
+        }
+    }
+}
+
+/// Whether `config` needs `bundle` written.
+fn differs<K: Injectable>(config: &K, bundle: &ByteString) -> bool {
+    config
+        .bundles()
+        .iter()
+        .any(|current| *current != Some(bundle))
+}
+
+/// The CA bundle to inject from the Secret: `ca.crt` if it holds at least one certificate.
+fn bundle_of(secret: Option<&Secret>) -> Option<ByteString> {
+    let bytes = secret?.data.as_ref()?.get(CA_CRT)?;
+    let certificates = x509_parser::pem::Pem::iter_from_buffer(&bytes.0)
+        .filter_map(Result::ok)
+        .filter(|pem| pem.label == "CERTIFICATE" && pem.parse_x509().is_ok())
+        .count();
+    (certificates > 0).then(|| bytes.clone())
+}
+
+pub(super) async fn run(
+    client: kube::Client,
+    namespace: &str,
+    mut secret: watch::Receiver<Option<Secret>>,
+    leadership: &Leadership,
+    metrics: &CertificateMetrics,
+) {
+    let selector = format!("{INJECT_LABEL}=true,{NAMESPACE_LABEL}={namespace}");
+    let changed = Notify::new();
+    let (validating, validating_watch) =
+        reflect::<ValidatingWebhookConfiguration>(&client, &selector, &changed);
+    let (mutating, mutating_watch) =
+        reflect::<MutatingWebhookConfiguration>(&client, &selector, &changed);
+    let injecting = async {
+        let acquired = leadership.acquired();
+        tokio::pin!(acquired);
+        let mut waiting_for_leadership = true;
+        loop {
+            tokio::select! {
+                () = changed.notified() => {}
+                result = secret.changed() => {
+                    if result.is_err() {
+                        return;
+                    }
+                }
+                _ = &mut acquired, if waiting_for_leadership => waiting_for_leadership = false,
+                () = tokio::time::sleep(RESYNC) => {}
+            }
+            let Some(bundle) = bundle_of(secret.borrow_and_update().as_ref()) else {
+                continue;
+            };
+            inject(&client, &validating, &bundle, leadership, metrics).await;
+            inject(&client, &mutating, &bundle, leadership, metrics).await;
+        }
+    };
+    tokio::select! {
+        () = validating_watch => tracing::error!("the ValidatingWebhookConfiguration watch ended"),
+        () = mutating_watch => tracing::error!("the MutatingWebhookConfiguration watch ended"),
+        () = injecting => {}
+    }
+}
+
+/// A reflector of the labelled configurations of kind `K`, notifying `changed` on every event.
+fn reflect<'a, K: Injectable>(
+    client: &kube::Client,
+    selector: &str,
+    changed: &'a Notify,
+) -> (Store<K>, impl Future<Output = ()> + 'a) {
+    let (store, writer) = reflector::store();
+    let api: Api<K> = Api::all(client.clone());
+    let stream = reflector::reflector(
+        writer,
+        watcher(api, watcher::Config::default().labels(selector)),
+    )
+    .default_backoff();
+    let driving = async move {
+        let mut stream = stream.boxed();
+        while let Some(event) = stream.next().await {
+            match event {
+                // Every event, including the end of a relist, may mean a caBundle to restore.
+                Ok(_) => changed.notify_one(),
+                Err(error) => {
+                    tracing::warn!(%error, kind = K::KIND, "watching webhook configurations")
+                }
+            }
+        }
+    };
+    (store, driving)
+}
+
+/// Writes `bundle` into every configuration in `store` that differs, if this replica leads.
+async fn inject<K: Injectable>(
+    client: &kube::Client,
+    store: &Store<K>,
+    bundle: &ByteString,
+    leadership: &Leadership,
+    metrics: &CertificateMetrics,
+) {
+    let api: Api<K> = Api::all(client.clone());
+    for config in store.state() {
+        if !differs(config.as_ref(), bundle) {
+            continue;
+        }
+        if !leadership.is_leader() {
+            return;
+        }
+        let name = config.name_any();
+        // `replace` sends the resourceVersion seen: a concurrent change wins, and its watch
+        // event brings this loop back with the new state.
+        let mut updated = config.as_ref().clone();
+        updated.set_bundles(bundle);
+        match api.replace(&name, &PostParams::default(), &updated).await {
+            Ok(_) => {
+                metrics.injections.with_label_values(&[K::KIND]).inc();
+                tracing::info!(kind = K::KIND, name, "caBundle injected");
+            }
+            Err(kube::Error::Api(status)) if status.code == 409 => {
+                tracing::debug!(
+                    kind = K::KIND,
+                    name,
+                    "changed meanwhile; the watch brings it back"
+                );
+            }
+            Err(error) => tracing::warn!(kind = K::KIND, name, %error, "injecting the caBundle"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn validating(bundles: &[Option<&str>]) -> ValidatingWebhookConfiguration {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "v"},
+            "webhooks": bundles.iter().enumerate().map(|(index, bundle)| {
+                let mut client_config = serde_json::json!({"url": "https://127.0.0.1/x"});
+                if let Some(bundle) = bundle {
+                    client_config["caBundle"] = serde_json::Value::String((*bundle).to_owned());
+                }
+                serde_json::json!({
+                    "name": format!("w{index}.baton.test"),
+                    "clientConfig": client_config,
+                    "admissionReviewVersions": ["v1"],
+                    "sideEffects": "None",
+                })
+            }).collect::<Vec<_>>(),
+        }))
+        .expect("a valid configuration")
+    }
+
+    #[test]
+    fn a_configuration_differs_when_any_webhook_lacks_the_bundle() {
+        let bundle = ByteString(b"CA".to_vec());
+        // "Q0E=" is base64 of "CA".
+        assert!(!differs(
+            &validating(&[Some("Q0E="), Some("Q0E=")]),
+            &bundle
+        ));
+        assert!(differs(&validating(&[Some("Q0E="), None]), &bundle));
+        assert!(differs(&validating(&[Some("T0xE")]), &bundle));
+        let mut fixed = validating(&[None, Some("T0xE")]);
+        fixed.set_bundles(&bundle);
+        assert!(!differs(&fixed, &bundle));
+    }
+
+    #[test]
+    fn only_a_ca_crt_holding_a_certificate_is_injected() {
+        let secret = |ca: &[u8]| Secret {
+            data: Some([(CA_CRT.to_owned(), ByteString(ca.to_vec()))].into()),
+            ..Secret::default()
+        };
+        assert_eq!(bundle_of(None), None);
+        assert_eq!(bundle_of(Some(&secret(b"garbage"))), None);
+        let now = time::OffsetDateTime::now_utc();
+        let ca = super::super::pki::new_ca(now, time::Duration::hours(1)).expect("issues");
+        assert_eq!(
+            bundle_of(Some(&secret(ca.cert_pem.as_bytes()))),
+            Some(ByteString(ca.cert_pem.into_bytes()))
+        );
+    }
+}

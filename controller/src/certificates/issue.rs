@@ -1,0 +1,342 @@
+//! The issuer loop: reads the Secret, asks the planner, makes the one write it says, and
+//! sleeps until the Secret changes or the next renewal is due. Writes are conditioned on the
+//! resourceVersion read, so two controllers that both believe they lead cannot both win.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::{ObjectReference, Secret};
+use kube::api::{Api, DeleteParams, ObjectMeta, PostParams, Preconditions};
+use kube::{Resource, ResourceExt};
+use time::OffsetDateTime;
+use tokio::sync::watch;
+
+use super::pki::{self, Material, Pair};
+use super::plan::{Action, CertificatePlan, Names, ParsedSecret, Wanted, plan_certificates};
+use super::{CertificateMetrics, Settings, until};
+use crate::explain::{Explainer, Explanation, Severity};
+use crate::leader::Leadership;
+
+const SECRET_TYPE: &str = "kubernetes.io/tls";
+/// Longest sleep between looks, whatever the planner says.
+const MAX_SLEEP: Duration = Duration::from_secs(600);
+/// Wait after a failed API call before trying again.
+const RETRY_AFTER: Duration = Duration::from_secs(2);
+
+/// Why one round could not finish.
+#[derive(Debug, thiserror::Error)]
+enum RoundError {
+    #[error("reading Secret {name}: {source}")]
+    Read { name: String, source: kube::Error },
+    #[error("writing Secret {name}: {source}")]
+    Write { name: String, source: kube::Error },
+    #[error("issuing for Secret {name}: {source}")]
+    Issue {
+        name: String,
+        source: pki::IssueError,
+    },
+}
+
+/// What one round did.
+enum Round {
+    /// Nothing to write; look again at this time.
+    Kept(Option<OffsetDateTime>),
+    /// Wrote, lost a race, or is not the leader: look again soon.
+    Again,
+    NotLeader,
+}
+
+pub(super) async fn run(
+    secrets: Api<Secret>,
+    settings: &Settings,
+    mut secret_changed: watch::Receiver<Option<Secret>>,
+    leadership: &Leadership,
+    explainer: &Explainer,
+    metrics: &CertificateMetrics,
+) {
+    let config = &settings.config;
+    let service_namespace = if config.service_namespace.is_empty() {
+        &settings.namespace
+    } else {
+        &config.service_namespace
+    };
+    let wanted = Wanted {
+        names: pki::wanted_names(
+            &config.service_name,
+            service_namespace,
+            &settings.cluster_domain,
+            &config.extra_dns_names,
+            &config.extra_ips,
+        ),
+        ca_lifetime: lifetime(config.ca_lifetime.get()),
+        serving_lifetime: lifetime(config.serving_lifetime.get()),
+        renew_before_fraction: config.renew_before_fraction,
+        ca_overlap: lifetime(config.ca_overlap.get()),
+    };
+    let name = config.secret_name.as_str();
+    let acquired = leadership.acquired();
+    tokio::pin!(acquired);
+    let mut waiting_for_leadership = true;
+    let mut sleep = Duration::ZERO;
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(sleep) => {}
+            changed = secret_changed.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+            }
+            _ = &mut acquired, if waiting_for_leadership => waiting_for_leadership = false,
+        }
+        sleep = match round(&secrets, name, &wanted, leadership, explainer, metrics).await {
+            Ok(Round::Kept(next)) => until(next, MAX_SLEEP),
+            Ok(Round::Again) => Duration::ZERO,
+            Ok(Round::NotLeader) => MAX_SLEEP,
+            Err(error) => {
+                tracing::warn!(error = %error, "certificate round failed; retrying");
+                RETRY_AFTER
+            }
+        };
+    }
+}
+
+async fn round(
+    secrets: &Api<Secret>,
+    name: &str,
+    wanted: &Wanted,
+    leadership: &Leadership,
+    explainer: &Explainer,
+    metrics: &CertificateMetrics,
+) -> Result<Round, RoundError> {
+    if !leadership.is_leader() {
+        return Ok(Round::NotLeader);
+    }
+    // Read from the API server, not the watch: the write must be conditioned on the latest.
+    let existing = secrets
+        .get_opt(name)
+        .await
+        .map_err(|source| RoundError::Read {
+            name: name.to_owned(),
+            source,
+        })?;
+    let data: BTreeMap<String, Vec<u8>> = existing
+        .as_ref()
+        .and_then(|secret| secret.data.clone())
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(key, value)| (key, value.0))
+        .collect();
+    let (parsed, material) = match &existing {
+        Some(_) => {
+            let (parsed, material) = pki::parse(&data);
+            (Some(parsed), material)
+        }
+        None => (None, None),
+    };
+    if let Some(ParsedSecret::Usable(certificates)) = &parsed {
+        let newest = certificates.cas.iter().map(|ca| ca.not_after).max();
+        metrics
+            .expiry
+            .with_label_values(&["serving"])
+            .set(certificates.serving.not_after.unix_timestamp() as f64);
+        if let Some(newest) = newest {
+            metrics
+                .expiry
+                .with_label_values(&["ca"])
+                .set(newest.unix_timestamp() as f64);
+        }
+    }
+    let now = OffsetDateTime::now_utc();
+    let CertificatePlan { action, next_look } = plan_certificates(parsed.as_ref(), wanted, now);
+    if action == Action::Keep {
+        tracing::debug!(secret = name, ?next_look, "certificate current");
+        return Ok(Round::Kept(next_look));
+    }
+    let issue_error = |source| RoundError::Issue {
+        name: name.to_owned(),
+        source,
+    };
+    let fresh = |now| -> Result<Material, pki::IssueError> {
+        let ca = pki::new_ca(now, wanted.ca_lifetime)?;
+        let serving = pki::new_serving(
+            &ca,
+            now + wanted.ca_lifetime,
+            &wanted.names,
+            now,
+            wanted.serving_lifetime,
+        )?;
+        Ok(Material {
+            cas: vec![ca],
+            serving,
+        })
+    };
+    let next = match (&action, material, &parsed) {
+        (Action::Create | Action::Regenerate { .. }, _, _) => fresh(now).map_err(issue_error)?,
+        (
+            Action::IssueServing { signer, .. },
+            Some(mut material),
+            Some(ParsedSecret::Usable(certificates)),
+        ) => {
+            material.serving = serving_from(
+                &material.cas[*signer],
+                certificates.cas[*signer].not_after,
+                &wanted.names,
+                now,
+                wanted.serving_lifetime,
+            )
+            .map_err(issue_error)?;
+            material
+        }
+        (Action::StartCaRotation, Some(mut material), _) => {
+            material
+                .cas
+                .push(pki::new_ca(now, wanted.ca_lifetime).map_err(issue_error)?);
+            material
+        }
+        (
+            Action::FinishCaRotation,
+            Some(mut material),
+            Some(ParsedSecret::Usable(certificates)),
+        ) => {
+            let newest = certificates.serving.signed_by;
+            material.cas = vec![material.cas.swap_remove(newest)];
+            material
+        }
+        // A usable parse always comes with its material.
+        _ => fresh(now).map_err(issue_error)?,
+    };
+    // Last check before writing: leadership may have ended while issuing.
+    if !leadership.is_leader() {
+        return Ok(Round::NotLeader);
+    }
+    let written = write(secrets, name, existing.as_ref(), next.to_data()).await;
+    let written = match written {
+        Ok(secret) => secret,
+        Err(kube::Error::Api(status)) if status.code == 409 => {
+            tracing::info!(
+                secret = name,
+                "the Secret changed meanwhile; reading it again"
+            );
+            return Ok(Round::Again);
+        }
+        Err(source) => {
+            return Err(RoundError::Write {
+                name: name.to_owned(),
+                source,
+            });
+        }
+    };
+    let label = action_label(&action);
+    metrics.secret_writes.with_label_values(&[label]).inc();
+    tracing::info!(
+        secret = name,
+        action = label,
+        ?action,
+        "certificate Secret written"
+    );
+    if let Action::Regenerate { problem } = &action {
+        let object = secret_reference(existing.as_ref().unwrap_or(&written));
+        explainer
+            .tell(
+                &object,
+                Explanation {
+                    severity: Severity::Warning,
+                    reason: "CertificateRegenerated".to_owned(),
+                    action: "RegenerateCertificate".to_owned(),
+                    note: format!(
+                        "Secret {name} held an unusable certificate ({problem}); issued a new CA and serving certificate"
+                    ),
+                },
+            )
+            .await;
+    }
+    Ok(Round::Again)
+}
+
+fn serving_from(
+    ca: &Pair,
+    ca_not_after: OffsetDateTime,
+    names: &Names,
+    now: OffsetDateTime,
+    lifetime: time::Duration,
+) -> Result<Pair, pki::IssueError> {
+    pki::new_serving(ca, ca_not_after, names, now, lifetime)
+}
+
+/// Creates the Secret, or replaces it conditioned on the resourceVersion read. A Secret of
+/// another type (the type is immutable) is deleted, conditioned likewise, and created again.
+async fn write(
+    secrets: &Api<Secret>,
+    name: &str,
+    existing: Option<&Secret>,
+    data: BTreeMap<String, Vec<u8>>,
+) -> Result<Secret, kube::Error> {
+    let data = Some(
+        data.into_iter()
+            .map(|(key, value)| (key, ByteString(value)))
+            .collect(),
+    );
+    match existing {
+        Some(existing) if existing.type_.as_deref() == Some(SECRET_TYPE) => {
+            let mut secret = existing.clone();
+            secret.data = data;
+            secret.string_data = None;
+            secrets.replace(name, &PostParams::default(), &secret).await
+        }
+        Some(existing) => {
+            tracing::warn!(secret = name, r#type = ?existing.type_, "replacing a Secret of the wrong type");
+            let preconditions = Preconditions {
+                resource_version: existing.resource_version(),
+                uid: existing.uid(),
+            };
+            secrets
+                .delete(name, &DeleteParams::default().preconditions(preconditions))
+                .await?;
+            create(secrets, name, data).await
+        }
+        None => create(secrets, name, data).await,
+    }
+}
+
+async fn create(
+    secrets: &Api<Secret>,
+    name: &str,
+    data: Option<BTreeMap<String, ByteString>>,
+) -> Result<Secret, kube::Error> {
+    let secret = Secret {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            labels: Some(BTreeMap::from([(
+                "app.kubernetes.io/managed-by".to_owned(),
+                "baton".to_owned(),
+            )])),
+            ..ObjectMeta::default()
+        },
+        type_: Some(SECRET_TYPE.to_owned()),
+        data,
+        ..Secret::default()
+    };
+    secrets.create(&PostParams::default(), &secret).await
+}
+
+fn secret_reference(secret: &Secret) -> ObjectReference {
+    let mut reference = secret.object_ref(&());
+    reference.resource_version = None;
+    reference
+}
+
+fn action_label(action: &Action) -> &'static str {
+    match action {
+        Action::Keep => "keep",
+        Action::Create => "create",
+        Action::Regenerate { .. } => "regenerate",
+        Action::IssueServing { .. } => "issue_serving",
+        Action::StartCaRotation => "start_ca_rotation",
+        Action::FinishCaRotation => "finish_ca_rotation",
+    }
+}
+
+fn lifetime(duration: Duration) -> time::Duration {
+    time::Duration::try_from(duration).unwrap_or(time::Duration::MAX)
+}
