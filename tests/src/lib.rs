@@ -2,12 +2,14 @@
 //! standing in for the kubelet, fixtures and process helpers. Nothing here mocks what the API
 //! server can do for real.
 
+pub mod certificate_support;
 pub mod control_plane;
 pub mod controller_support;
 pub mod fixtures;
 pub mod namespace;
 pub mod pod_simulator;
 pub mod process;
+pub mod scaling_support;
 pub mod timeline;
 pub mod wait;
 pub mod webhook_support;
