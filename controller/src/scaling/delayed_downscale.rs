@@ -119,12 +119,15 @@ mod tests {
             .collect()
     }
 
+    /// A pod's answer in a test row: its timestamp or an error.
+    type Answer = (i32, Result<i64, &'static str>);
+
     #[test]
     fn decides_from_the_highest_ordinal_down() {
         let hour = Duration::from_secs(3600);
         let old = NOW - 3600;
         let young = NOW - 60;
-        let cases: &[(&str, i32, i32, Vec<(i32, Result<i64, &str>)>, Decision)] = &[
+        let cases: &[(&str, i32, i32, Vec<Answer>, Decision)] = &[
             (
                 "all going pods are old enough: full downscale",
                 5,
