@@ -9,6 +9,7 @@ pub mod fixtures;
 pub mod namespace;
 pub mod pod_simulator;
 pub mod process;
+pub mod scaling_support;
 pub mod timeline;
 pub mod wait;
 pub mod webhook_support;

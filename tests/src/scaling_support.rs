@@ -1,0 +1,253 @@
+//! What the scaling end-to-end tests need: the ReplicaTemplate CRD (applied from
+//! `deploy/crds/replica-template.yaml`, as users apply it), reference resources with a scale
+//! subresource, and HTTP servers on pods' IPs standing in for their delayed-downscale prepare
+//! endpoints.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::Context;
+use k8s_openapi::api::core::v1::ReplicationController;
+use kube::api::{Api, GroupVersionKind, Patch, PatchParams};
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+use crate::control_plane::ControlPlane;
+use crate::wait::wait_until;
+
+/// `apiVersion` of ReplicaTemplates.
+pub const REPLICA_TEMPLATE_API_VERSION: &str = "rollout-operator.grafana.com/v1";
+/// Kind of ReplicaTemplates.
+pub const REPLICA_TEMPLATE_KIND: &str = "ReplicaTemplate";
+
+/// Applies `deploy/crds/replica-template.yaml` with kubectl (idempotent: tests share the
+/// control plane) and waits until the API server serves ReplicaTemplates.
+pub async fn install_replica_template_crd(control_plane: &ControlPlane) -> anyhow::Result<()> {
+    let manifest =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/crds/replica-template.yaml");
+    let output = tokio::process::Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(control_plane.kubeconfig_path())
+        .args(["apply", "-f"])
+        .arg(&manifest)
+        .output()
+        .await
+        .context("running kubectl apply")?;
+    anyhow::ensure!(
+        output.status.success(),
+        "kubectl apply -f {} failed: {}",
+        manifest.display(),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let client = control_plane.admin_client().await;
+    let gvk = GroupVersionKind::gvk("rollout-operator.grafana.com", "v1", REPLICA_TEMPLATE_KIND);
+    // Discovery, not a list of ReplicaTemplates: see [`ReferenceControllers`] for why no
+    // custom resource is ever read or written here.
+    wait_until(
+        Duration::from_secs(30),
+        "discovery serves ReplicaTemplates with a scale subresource",
+        || async {
+            kube::discovery::pinned_kind(&client, &gvk)
+                .await
+                .is_ok_and(|(_, capabilities)| {
+                    capabilities
+                        .subresources
+                        .iter()
+                        .any(|(subresource, _)| subresource.plural == "scale")
+                })
+        },
+    )
+    .await;
+    Ok(())
+}
+
+/// ReplicationControllers used as reference resources: a built-in kind with scale and status
+/// subresources (api-version `v1`, the core group) that no controller of the test control plane
+/// manages, so `status.replicas` is only what baton writes back.
+///
+/// Why not ReplicaTemplates: the test control plane's Kubernetes 1.20 API server is built with
+/// a Go release its vendored json-iterator/reflect2 does not support, and it crashes (SIGSEGV in
+/// `mapiterinit`) on the first write of any custom resource. Baton itself is kind-agnostic (it
+/// resolves the kind through discovery), and the CRD is still applied and resolved by the tests.
+#[derive(Clone)]
+pub struct ReferenceControllers {
+    api: Api<ReplicationController>,
+}
+
+impl ReferenceControllers {
+    pub fn new(client: kube::Client, namespace: &str) -> Self {
+        Self {
+            api: Api::namespaced(client, namespace),
+        }
+    }
+
+    /// Creates `name` with `spec.replicas` (its template is never run: no controller runs it).
+    pub async fn create(&self, name: &str, replicas: i32) {
+        let object: ReplicationController = serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "spec": {
+                "replicas": replicas,
+                "selector": {"baton.test/reference": name},
+                "template": {
+                    "metadata": {"labels": {"baton.test/reference": name}},
+                    "spec": {"containers": [{"name": "app", "image": "baton.test/none"}]},
+                },
+            },
+        }))
+        .expect("a valid ReplicationController");
+        self.api
+            .create(&Default::default(), &object)
+            .await
+            .unwrap_or_else(|error| panic!("creating ReplicationController {name}: {error}"));
+    }
+
+    /// Sets `spec.replicas` through the scale subresource, as an HPA would.
+    pub async fn scale(&self, name: &str, replicas: i32) {
+        self.api
+            .patch_scale(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"replicas": replicas}})),
+            )
+            .await
+            .unwrap_or_else(|error| panic!("scaling ReplicationController {name}: {error}"));
+    }
+
+    /// `status.replicas` as the scale subresource reports it.
+    pub async fn status_replicas(&self, name: &str) -> Option<i32> {
+        let scale = self.api.get_scale(name).await.ok()?;
+        scale.status.map(|status| status.replicas)
+    }
+}
+
+/// A delayed-downscale prepare endpoint on a pod's IP: answers POST with the configured status
+/// and body (`{"timestamp": N}` unless told otherwise), DELETE with 200, and records every
+/// request as `"POST /path"`.
+#[derive(Debug)]
+pub struct PrepareEndpoint {
+    pub address: SocketAddr,
+    calls: Arc<Mutex<Vec<String>>>,
+    post_answer: Arc<Mutex<(u16, String)>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl PrepareEndpoint {
+    /// Listens on `ip:port`, answering POST with `{"timestamp": <now>}`.
+    pub async fn start(ip: Ipv4Addr, port: u16) -> anyhow::Result<Self> {
+        let listener = TcpListener::bind((IpAddr::V4(ip), port))
+            .await
+            .with_context(|| format!("binding {ip}:{port}"))?;
+        let address = listener.local_addr()?;
+        let calls: Arc<Mutex<Vec<String>>> = Arc::default();
+        let now = jiff::Timestamp::now().as_second();
+        let post_answer = Arc::new(Mutex::new((200, format!("{{\"timestamp\": {now}}}"))));
+        let task = tokio::spawn({
+            let (calls, post_answer) = (calls.clone(), post_answer.clone());
+            async move {
+                while let Ok((mut stream, _)) = listener.accept().await {
+                    let (calls, post_answer) = (calls.clone(), post_answer.clone());
+                    tokio::spawn(async move {
+                        let Some((method, path)) = read_head(&mut stream).await else {
+                            return;
+                        };
+                        calls.lock().unwrap().push(format!("{method} {path}"));
+                        let (code, body) = if method == "POST" {
+                            post_answer.lock().unwrap().clone()
+                        } else {
+                            (200, String::new())
+                        };
+                        let response = format!(
+                            "HTTP/1.1 {code} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                            body.len()
+                        );
+                        let _ = stream.write_all(response.as_bytes()).await;
+                        let _ = stream.shutdown().await;
+                    });
+                }
+            }
+        });
+        Ok(Self {
+            address,
+            calls,
+            post_answer,
+            task,
+        })
+    }
+
+    /// Answers POST with `{"timestamp": <unix seconds>}` from now on.
+    pub fn prepared_at(&self, unix_seconds: i64) {
+        *self.post_answer.lock().unwrap() = (200, format!("{{\"timestamp\": {unix_seconds}}}"));
+    }
+
+    /// Answers POST with `status` and `body` from now on.
+    pub fn answer_post(&self, status: u16, body: &str) {
+        *self.post_answer.lock().unwrap() = (status, body.to_owned());
+    }
+
+    /// Every request received so far.
+    pub fn calls(&self) -> Vec<String> {
+        self.calls.lock().unwrap().clone()
+    }
+
+    /// How many requests with `method` were received.
+    pub fn count(&self, method: &str) -> usize {
+        self.calls()
+            .iter()
+            .filter(|call| call.starts_with(&format!("{method} ")))
+            .count()
+    }
+
+    pub fn clear(&self) {
+        self.calls.lock().unwrap().clear();
+    }
+}
+
+impl Drop for PrepareEndpoint {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Reads a request's head (and drains a small body); returns its method and path.
+async fn read_head(stream: &mut tokio::net::TcpStream) -> Option<(String, String)> {
+    let mut buffer = Vec::new();
+    let mut chunk = [0u8; 4096];
+    let head_end = loop {
+        if let Some(end) = buffer.windows(4).position(|window| window == b"\r\n\r\n") {
+            break end + 4;
+        }
+        if buffer.len() > 64 * 1024 {
+            return None;
+        }
+        let read = stream.read(&mut chunk).await.ok()?;
+        if read == 0 {
+            return None;
+        }
+        buffer.extend_from_slice(&chunk[..read]);
+    };
+    let head = String::from_utf8_lossy(&buffer[..head_end]).into_owned();
+    let mut words = head.split_whitespace();
+    let method = words.next()?.to_owned();
+    let path = words.next()?.to_owned();
+    let length = head
+        .lines()
+        .find_map(|line| {
+            let (name, value) = line.split_once(':')?;
+            name.trim()
+                .eq_ignore_ascii_case("content-length")
+                .then(|| value.trim().parse::<usize>().ok())?
+        })
+        .unwrap_or(0);
+    let mut body = buffer.len() - head_end;
+    while body < length {
+        let read = stream.read(&mut chunk).await.ok()?;
+        if read == 0 {
+            break;
+        }
+        body += read;
+    }
+    Some((method, path))
+}

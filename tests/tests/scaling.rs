@@ -1,0 +1,480 @@
+//! Scaling by baton-controller on the real control plane: replicas mirrored from a reference
+//! resource through its scale subresource, delayed downscale negotiated with test
+//! servers on the pods' IPs, leader/follower zones with the prepare-downscale webhook in the
+//! loop, and bad inputs that must only produce Events.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use baton_e2e::controller_support::{Controller, events_about};
+use baton_e2e::fixtures::StatefulSetFixture;
+use baton_e2e::scaling_support::{
+    PrepareEndpoint, REPLICA_TEMPLATE_API_VERSION, REPLICA_TEMPLATE_KIND, ReferenceControllers,
+    install_replica_template_crd,
+};
+use baton_e2e::webhook_support::{
+    PodEndpoint, TestTls, WebhookConfigurations, WebhookReplica, free_port,
+};
+use baton_e2e::{ControlPlane, PodSimulator, SimulatorOptions, TestNamespace, wait_until};
+use k8s_openapi::api::apps::v1::StatefulSet;
+use kube::Api;
+use kube::api::{Patch, PatchParams};
+use serde_json::json;
+
+const TIMEOUT: Duration = Duration::from_secs(60);
+const MIRROR_NAME: &str = "grafana.com/rollout-mirror-replicas-from-resource-name";
+const MIRROR_KIND: &str = "grafana.com/rollout-mirror-replicas-from-resource-kind";
+const MIRROR_API_VERSION: &str = "grafana.com/rollout-mirror-replicas-from-resource-api-version";
+const DELAYED: &str = "grafana.com/rollout-delayed-downscale";
+const DELAYED_URL: &str = "grafana.com/rollout-prepare-delayed-downscale-url";
+const LEADER: &str = "grafana.com/rollout-downscale-leader";
+const MIN_TIME: &str = "grafana.com/min-time-between-zones-downscale";
+const PREPARE: &str = "grafana.com/prepare-downscale";
+const PREPARE_PATH: &str = "grafana.com/prepare-downscale-http-path";
+const PREPARE_PORT: &str = "grafana.com/prepare-downscale-http-port";
+
+/// A namespace with the pod simulator and a controller addressing pods by IP.
+struct Scene {
+    namespace: TestNamespace,
+    simulator: PodSimulator,
+    controller: Controller,
+    templates: ReferenceControllers,
+}
+
+impl Scene {
+    async fn new(prefix: &str) -> Self {
+        let control_plane = ControlPlane::shared().await;
+        install_replica_template_crd(control_plane).await.unwrap();
+        let namespace = TestNamespace::create(control_plane, prefix).await;
+        let simulator = PodSimulator::start(
+            namespace.client(),
+            namespace.name(),
+            SimulatorOptions::default(),
+        )
+        .await;
+        let controller = Controller::start(
+            control_plane,
+            namespace.name(),
+            &[
+                ("BATON_PODS__ADDRESS_BY", "ip"),
+                ("BATON_CONTROLLER__SCALING_POLL_INTERVAL", "300ms"),
+            ],
+        )
+        .await;
+        let templates = ReferenceControllers::new(namespace.client(), namespace.name());
+        Self {
+            namespace,
+            simulator,
+            controller,
+            templates,
+        }
+    }
+
+    fn statefulsets(&self) -> Api<StatefulSet> {
+        self.namespace.api()
+    }
+
+    async fn replicas(&self, name: &str) -> i32 {
+        spec_replicas(&self.statefulsets(), name).await
+    }
+
+    async fn wait_replicas(&self, name: &str, replicas: i32) {
+        wait_until(
+            TIMEOUT,
+            &format!("{name} has spec.replicas {replicas}"),
+            || async { self.replicas(name).await == replicas },
+        )
+        .await;
+    }
+
+    async fn wait_status_replicas(&self, template: &str, replicas: i32) {
+        wait_until(
+            TIMEOUT,
+            &format!("reference {template} has status.replicas {replicas}"),
+            || async { self.templates.status_replicas(template).await == Some(replicas) },
+        )
+        .await;
+    }
+
+    async fn wait_event(&self, object: &str, reason: &str, note_contains: &str) {
+        wait_event(&self.namespace, object, reason, note_contains).await;
+    }
+}
+
+async fn wait_event(namespace: &TestNamespace, object: &str, reason: &str, note_contains: &str) {
+    wait_until(
+        TIMEOUT,
+        &format!("an Event {reason} on {object} says {note_contains:?}"),
+        || async {
+            events_about(&namespace.client(), namespace.name(), object)
+                .await
+                .iter()
+                .any(|(r, note)| r == reason && note.contains(note_contains))
+        },
+    )
+    .await;
+}
+
+async fn spec_replicas(api: &Api<StatefulSet>, name: &str) -> i32 {
+    api.get(name)
+        .await
+        .unwrap()
+        .spec
+        .and_then(|spec| spec.replicas)
+        .unwrap()
+}
+
+/// A StatefulSet mirroring the ReplicationController `reference` (core group: no api-version
+/// annotation, as users of core kinds write it).
+fn mirroring(name: &str, group: &str, replicas: i32, reference: &str) -> StatefulSetFixture {
+    StatefulSetFixture::new(name)
+        .group(group)
+        .replicas(replicas)
+        .annotation(MIRROR_NAME, reference)
+        .annotation(MIRROR_KIND, "ReplicationController")
+}
+
+#[tokio::test]
+async fn a_statefulset_follows_its_reference_resource_and_writes_status_back() {
+    // Given a reference resource (a ReplicationController, see ReferenceControllers for why
+    // not a ReplicaTemplate) with 2 replicas and a StatefulSet mirroring it
+    let scene = Scene::new("scaling-mirror").await;
+    scene.templates.create("ingester", 2).await;
+    mirroring("ingester-zone-a", "ingester", 2, "ingester")
+        .create(&scene.namespace.client(), scene.namespace.name())
+        .await;
+    // Then baton writes the StatefulSet's replicas back to the reference's status
+    scene.wait_status_replicas("ingester", 2).await;
+
+    // When an autoscaler scales the template up, the StatefulSet follows, status written back
+    scene.templates.scale("ingester", 4).await;
+    scene.wait_replicas("ingester-zone-a", 4).await;
+    scene.wait_status_replicas("ingester", 4).await;
+    scene
+        .wait_event(
+            "ingester-zone-a",
+            "ScalingUp",
+            "ingester-zone-a scales up from 2 to 4: ReplicationController ingester (v1) wants 4 replicas",
+        )
+        .await;
+
+    // And down again (no delayed downscale configured: at once)
+    scene.templates.scale("ingester", 1).await;
+    scene.wait_replicas("ingester-zone-a", 1).await;
+    scene.wait_status_replicas("ingester", 1).await;
+}
+
+#[tokio::test]
+async fn delayed_downscale_waits_for_the_pods_and_cancels_when_scaled_back_up() {
+    // Given a StatefulSet of 3 mirroring a template, with a 1h delayed downscale, and a prepare
+    // endpoint on each pod's IP
+    let scene = Scene::new("scaling-delayed").await;
+    let port = free_port().unwrap();
+    let mut endpoints = HashMap::new();
+    for ordinal in 0..3 {
+        let pod = format!("delayed-zone-a-{ordinal}");
+        let endpoint = PrepareEndpoint::start(scene.simulator.pod_ip(&pod), port)
+            .await
+            .unwrap();
+        endpoints.insert(ordinal, endpoint);
+    }
+    scene.templates.create("delayed", 3).await;
+    mirroring("delayed-zone-a", "delayed", 3, "delayed")
+        .annotation(DELAYED, "1h")
+        .annotation(
+            DELAYED_URL,
+            &format!("http://pod:{port}/prepare-delayed-downscale"),
+        )
+        .create(&scene.namespace.client(), scene.namespace.name())
+        .await;
+    scene.wait_status_replicas("delayed", 3).await;
+    let now = jiff::Timestamp::now().as_second();
+
+    // When the template wants 1 while every pod has only just prepared
+    scene.templates.scale("delayed", 1).await;
+    // Then pods 1 and 2 are asked to prepare, pod 0 is told to cancel, and nothing goes yet
+    scene
+        .wait_event(
+            "delayed-zone-a",
+            "DelayedDownscaleWaiting",
+            "delayed-zone-a stays at 3 (wanted 1): delayed downscale of 1h",
+        )
+        .await;
+    assert!(endpoints[&1].count("POST") > 0 && endpoints[&2].count("POST") > 0);
+    assert!(endpoints[&0].count("DELETE") > 0);
+    assert_eq!(
+        endpoints[&0].count("POST"),
+        0,
+        "pod 0 stays: never prepared"
+    );
+    assert_eq!(scene.replicas("delayed-zone-a").await, 3);
+
+    // When only the highest pod prepared more than the delay ago
+    endpoints[&2].prepared_at(now - 2 * 3600);
+    // Then a partial downscale removes only it
+    scene.wait_replicas("delayed-zone-a", 2).await;
+    scene.wait_status_replicas("delayed", 2).await;
+    scene
+        .wait_event(
+            "delayed-zone-a",
+            "ScalingDown",
+            "delayed-zone-a scales down from 3 to 2 (of the wanted 1",
+        )
+        .await;
+    assert_eq!(scene.replicas("delayed-zone-a").await, 2);
+
+    // When the template is scaled back up to the current replicas
+    endpoints[&1].clear();
+    scene.templates.scale("delayed", 2).await;
+    // Then pod 1's preparation is cancelled with DELETE and it stays
+    wait_until(TIMEOUT, "pod 1 receives DELETE", || async {
+        endpoints[&1].count("DELETE") > 0
+    })
+    .await;
+    assert_eq!(scene.replicas("delayed-zone-a").await, 2);
+    assert!(
+        endpoints[&1]
+            .calls()
+            .iter()
+            .all(|call| call == "DELETE /prepare-delayed-downscale"),
+        "{:?}",
+        endpoints[&1].calls()
+    );
+}
+
+#[tokio::test]
+async fn a_follower_zone_scales_up_at_once_and_down_only_after_min_time() {
+    // Given the webhook registered for the namespace, and zones a and b (b follows a), both
+    // opted in to prepare-downscale with a 5s min time between zone downscales
+    let control_plane = ControlPlane::shared().await;
+    let scene = Scene::new("scaling-leader").await;
+    let tls = TestTls::generate().unwrap();
+    let replica = WebhookReplica::start(control_plane, &tls, scene.namespace.name())
+        .await
+        .unwrap();
+    let _configurations =
+        WebhookConfigurations::register(control_plane, scene.namespace.name(), &tls, &replica)
+            .await
+            .unwrap();
+    let port = free_port().unwrap();
+    let mut pod_endpoints = Vec::new();
+    for zone in ["a", "b"] {
+        for ordinal in 0..3 {
+            let pod = format!("ingester-zone-{zone}-{ordinal}");
+            pod_endpoints.push(
+                PodEndpoint::start(scene.simulator.pod_ip(&pod), port)
+                    .await
+                    .unwrap(),
+            );
+        }
+    }
+    let zone = |name: &str| {
+        StatefulSetFixture::new(name)
+            .group("ingester")
+            .replicas(2)
+            .label(MIN_TIME, "5s")
+            .label(PREPARE, "true")
+            .annotation(PREPARE_PATH, "ingester/prepare-shutdown")
+            .annotation(PREPARE_PORT, &port.to_string())
+    };
+    let client = scene.namespace.client();
+    let ns = scene.namespace.name();
+    zone("ingester-zone-a").create(&client, ns).await;
+    zone("ingester-zone-b")
+        .annotation(LEADER, "ingester-zone-a")
+        .create(&client, ns)
+        .await;
+    let statefulsets = scene.statefulsets();
+    wait_ready(&statefulsets, "ingester-zone-a", 2).await;
+    wait_ready(&statefulsets, "ingester-zone-b", 2).await;
+
+    // When zone a is scaled up, zone b follows at once
+    scale(&statefulsets, "ingester-zone-a", 3).await.unwrap();
+    scene.wait_replicas("ingester-zone-b", 3).await;
+    wait_ready(&statefulsets, "ingester-zone-a", 3).await;
+    wait_ready(&statefulsets, "ingester-zone-b", 3).await;
+
+    // When zone a is scaled down (the webhook approves it and records last-downscale on a)
+    let wait_for_webhook = Instant::now() + TIMEOUT;
+    let downscaled_at = loop {
+        // The API server picks the webhook configurations up asynchronously.
+        match scale(&statefulsets, "ingester-zone-a", 2).await {
+            Ok(()) => break Instant::now(),
+            Err(error) => {
+                assert!(
+                    Instant::now() < wait_for_webhook,
+                    "scaling zone a down: {error}"
+                );
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    };
+    wait_until(
+        TIMEOUT,
+        "the webhook records last-downscale on zone a",
+        || async {
+            statefulsets
+                .get("ingester-zone-a")
+                .await
+                .ok()
+                .and_then(|sts| sts.metadata.annotations)
+                .is_some_and(|annotations| annotations.contains_key("grafana.com/last-downscale"))
+        },
+    )
+    .await;
+    // Then zone b holds, saying why
+    scene
+        .wait_event(
+            "ingester-zone-b",
+            "ScalingHeld",
+            "ingester-zone-b stays at 3 (its leader ingester-zone-a has 2 replicas): ingester-zone-a was downscaled at",
+        )
+        .await;
+    assert_eq!(scene.replicas("ingester-zone-b").await, 3);
+    // And follows only once the min time has passed (last-downscale has second precision)
+    scene.wait_replicas("ingester-zone-b", 2).await;
+    let waited = downscaled_at.elapsed();
+    assert!(
+        waited >= Duration::from_secs(4),
+        "zone b was downscaled {waited:?} after zone a"
+    );
+    scene
+        .wait_event(
+            "ingester-zone-b",
+            "ScalingDown",
+            "ingester-zone-b scales down from 3 to 2",
+        )
+        .await;
+    drop(replica);
+}
+
+#[tokio::test]
+async fn bad_inputs_only_produce_events() {
+    // Given StatefulSets with every kind of bad scaling input, each in its own group
+    let scene = Scene::new("scaling-bad").await;
+    let port = free_port().unwrap();
+    let garbage = PrepareEndpoint::start(scene.simulator.pod_ip("bad-answer-1"), port)
+        .await
+        .unwrap();
+    garbage.answer_post(200, "prepared, probably");
+    scene.templates.create("one", 1).await;
+    let client = scene.namespace.client();
+    let ns = scene.namespace.name();
+    StatefulSetFixture::new("unknown-kind")
+        .group("unknown-kind")
+        .replicas(2)
+        .annotation(MIRROR_NAME, "x")
+        .annotation(MIRROR_KIND, "NoSuchKind")
+        .annotation(MIRROR_API_VERSION, "example.com/v1")
+        .create(&client, ns)
+        .await;
+    // A ReplicaTemplate: discovery resolves the kind (the CRD is installed), no such object.
+    StatefulSetFixture::new("missing-reference")
+        .group("missing-reference")
+        .replicas(2)
+        .annotation(MIRROR_NAME, "does-not-exist")
+        .annotation(MIRROR_KIND, REPLICA_TEMPLATE_KIND)
+        .annotation(MIRROR_API_VERSION, REPLICA_TEMPLATE_API_VERSION)
+        .create(&client, ns)
+        .await;
+    mirroring("bad-duration", "bad-duration", 2, "one")
+        .annotation(DELAYED, "-1h")
+        .annotation(DELAYED_URL, &format!("http://pod:{port}/prepare"))
+        .create(&client, ns)
+        .await;
+    mirroring("bad-answer", "bad-answer", 2, "one")
+        .annotation(DELAYED, "1h")
+        .annotation(DELAYED_URL, &format!("http://pod:{port}/prepare"))
+        .create(&client, ns)
+        .await;
+    StatefulSetFixture::new("lost-follower")
+        .group("lost-follower")
+        .replicas(2)
+        .annotation(LEADER, "ghost")
+        .create(&client, ns)
+        .await;
+
+    // Then each gets a warning Event naming the problem
+    scene
+        .wait_event(
+            "unknown-kind",
+            "ScalingReferenceUnavailable",
+            "cannot read the scale of NoSuchKind x (example.com/v1)",
+        )
+        .await;
+    scene
+        .wait_event(
+            "missing-reference",
+            "ScalingReferenceUnavailable",
+            "cannot read the scale of ReplicaTemplate does-not-exist",
+        )
+        .await;
+    scene
+        .wait_event(
+            "bad-duration",
+            "ScalingInvalidSetting",
+            "grafana.com/rollout-delayed-downscale has the invalid value \"-1h\"",
+        )
+        .await;
+    scene
+        .wait_event(
+            "bad-answer",
+            "DelayedDownscaleFailed",
+            "bad-answer-1: expected JSON {\"timestamp\": <unix seconds>}, got \"prepared, probably\"",
+        )
+        .await;
+    scene
+        .wait_event(
+            "lost-follower",
+            "ScalingLeaderNotFound",
+            "its leader ghost is not a StatefulSet of rollout group lost-follower",
+        )
+        .await;
+
+    // And nothing was scaled, and the controller keeps running and answering
+    for name in [
+        "unknown-kind",
+        "missing-reference",
+        "bad-duration",
+        "bad-answer",
+        "lost-follower",
+    ] {
+        assert_eq!(scene.replicas(name).await, 2, "{name}");
+    }
+    let mut controller = scene.controller;
+    assert!(
+        !controller.process.has_exited(),
+        "{}",
+        controller.process.output()
+    );
+    controller.wait_ready().await;
+}
+
+/// Scales through the `/scale` subresource; a denial is returned as its message.
+async fn scale(api: &Api<StatefulSet>, name: &str, replicas: i32) -> Result<(), String> {
+    api.patch_scale(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"replicas": replicas}})),
+    )
+    .await
+    .map(|_| ())
+    .map_err(|error| error.to_string())
+}
+
+async fn wait_ready(api: &Api<StatefulSet>, name: &str, replicas: i32) {
+    wait_until(
+        TIMEOUT,
+        &format!("{name} has {replicas} ready replicas"),
+        || async {
+            api.get(name)
+                .await
+                .ok()
+                .and_then(|sts| sts.status)
+                .is_some_and(|status| {
+                    status.ready_replicas == Some(replicas) && status.replicas == replicas
+                })
+        },
+    )
+    .await;
+}
