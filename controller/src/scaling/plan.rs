@@ -302,14 +302,14 @@ fn follow_leader(
             )
             .unwrap_or(Timestamp::MAX);
         if now < allowed_at {
-            let ago = now.duration_since(at);
+            // Absolute times only: the note must not change from one pass to the next, or
+            // the Event would be published again on every pass.
             plan.find(
                 name,
                 FindingKind::Hold,
                 reasons::HELD,
                 format!(
-                    "{name} stays at {current} ({source}): {zone} was downscaled at {at} ({} ago), min time {}; not before {allowed_at}",
-                    go_duration::format(i64::try_from(ago.as_nanos()).unwrap_or(i64::MAX).max(0) / 1_000_000_000 * 1_000_000_000),
+                    "{name} stays at {current} ({source}): {zone} was downscaled at {at}, min time {}; not before {allowed_at}",
                     go_duration::format(i64::try_from(min_time.as_nanos()).unwrap_or(i64::MAX)),
                 ),
             );
