@@ -7,7 +7,7 @@ use std::future::Future;
 use baton_shared::annotations::ROLLOUT_GROUP_LABEL;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{ContainerStatus, Pod, PodCondition, PodStatus};
 use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -145,20 +145,103 @@ pub fn start(
     (caches, drive)
 }
 
-/// Drops what baton never reads from cached pods (managed fields, most of the spec), which is
-/// most of a pod's memory.
+/// Keeps only what baton reads from a pod (identity, labels, owners, deletion, phase,
+/// readiness, IP): the rest (spec, most of the status, managed fields) is most of a pod's memory,
+/// and the namespace may hold thousands of pods.
 fn slim_pod(pod: &mut Pod) {
     pod.managed_fields_mut().clear();
     pod.annotations_mut().clear();
-    if let Some(spec) = pod.spec.as_mut() {
-        spec.volumes = None;
-        spec.init_containers = None;
-        for container in &mut spec.containers {
-            container.env = None;
-            container.env_from = None;
-            container.volume_mounts = None;
-            container.args = None;
-            container.command = None;
-        }
+    pod.spec = None;
+    if let Some(status) = pod.status.as_mut() {
+        let kept = PodStatus {
+            phase: status.phase.take(),
+            pod_ip: status.pod_ip.take(),
+            conditions: status.conditions.take().map(|conditions| {
+                conditions
+                    .into_iter()
+                    .filter(|condition| condition.type_ == "Ready")
+                    .map(|condition| PodCondition {
+                        message: None,
+                        reason: None,
+                        last_probe_time: None,
+                        ..condition
+                    })
+                    .collect()
+            }),
+            container_statuses: status.container_statuses.take().map(|containers| {
+                containers
+                    .into_iter()
+                    .map(|container| ContainerStatus {
+                        name: container.name,
+                        ready: container.ready,
+                        ..ContainerStatus::default()
+                    })
+                    .collect()
+            }),
+            ..PodStatus::default()
+        };
+        *status = kept;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rollout::PodSnapshot;
+
+    fn full_pod() -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {
+                "name": "ingester-zone-a-0",
+                "uid": "uid-0",
+                "labels": {"controller-revision-hash": "ingester-zone-a-abc", "name": "ingester-zone-a"},
+                "annotations": {"big": "x".repeat(4096)},
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "ingester-zone-a", "uid": "sts", "controller": true}],
+                "deletionTimestamp": "2026-01-01T00:00:00Z",
+            },
+            "spec": {"containers": [{"name": "app", "image": "app:v1", "env": [{"name": "A", "value": "b"}]}]},
+            "status": {
+                "phase": "Running",
+                "podIP": "10.0.0.7",
+                "hostIP": "10.1.0.1",
+                "conditions": [
+                    {"type": "Initialized", "status": "True"},
+                    {"type": "Ready", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z", "message": "m"},
+                ],
+                "containerStatuses": [{"name": "app", "ready": true, "image": "app:v1", "imageID": "sha", "restartCount": 3}],
+            },
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_slimmed_pod_gives_the_planner_the_same_snapshot() {
+        let pod = full_pod();
+        let mut slim = pod.clone();
+        slim_pod(&mut slim);
+        assert_eq!(
+            PodSnapshot::from_kubernetes(&slim),
+            PodSnapshot::from_kubernetes(&pod)
+        );
+        assert_eq!(controlling_statefulset(&slim), Some("ingester-zone-a"));
+        assert_eq!(
+            slim.status.as_ref().and_then(|s| s.pod_ip.as_deref()),
+            Some("10.0.0.7")
+        );
+        assert!(
+            slim.spec.is_none()
+                && slim
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .is_none_or(|a| a.is_empty())
+        );
+        let size = |pod: &Pod| serde_json::to_vec(pod).unwrap().len();
+        assert!(
+            size(&slim) * 4 < size(&pod),
+            "{} vs {}",
+            size(&slim),
+            size(&pod)
+        );
     }
 }

@@ -42,6 +42,15 @@ impl Controller {
         namespace: &str,
         extra: &[(&str, &str)],
     ) -> Self {
+        Self::start_as(control_plane.kubeconfig_path(), namespace, extra).await
+    }
+
+    /// As [`Controller::start`], authenticating with `kubeconfig` (e.g. a service account's).
+    pub async fn start_as(
+        kubeconfig: &std::path::Path,
+        namespace: &str,
+        extra: &[(&str, &str)],
+    ) -> Self {
         let ops_address = free_address();
         let mut env = vec![
             ("BATON_NAMESPACE", namespace),
@@ -52,10 +61,9 @@ impl Controller {
             ("BATON_CONTROLLER__LEASE__RETRY_PERIOD", "500ms"),
         ];
         env.extend_from_slice(extra);
-        let process =
-            BatonProcess::spawn("baton-controller", control_plane.kubeconfig_path(), &env)
-                .await
-                .expect("baton-controller starts");
+        let process = BatonProcess::spawn("baton-controller", kubeconfig, &env)
+            .await
+            .expect("baton-controller starts");
         let mut controller = Self {
             process,
             ops_address,

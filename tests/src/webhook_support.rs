@@ -105,6 +105,16 @@ impl WebhookReplica {
         namespace: &str,
         extra_env: &[(&str, &str)],
     ) -> anyhow::Result<Self> {
+        Self::start_as(control_plane.kubeconfig_path(), tls, namespace, extra_env).await
+    }
+
+    /// As [`WebhookReplica::start_with`], authenticating with `kubeconfig`.
+    pub async fn start_as(
+        kubeconfig: &Path,
+        tls: &TestTls,
+        namespace: &str,
+        extra_env: &[(&str, &str)],
+    ) -> anyhow::Result<Self> {
         let files = tempfile::tempdir()?;
         let cert = files.path().join("tls.crt");
         let key = files.path().join("tls.key");
@@ -124,8 +134,7 @@ impl WebhookReplica {
             ("BATON_LOG__LEVEL", "info,baton_webhook=debug"),
         ];
         env.extend_from_slice(extra_env);
-        let process =
-            BatonProcess::spawn("baton-webhook", control_plane.kubeconfig_path(), &env).await?;
+        let process = BatonProcess::spawn("baton-webhook", kubeconfig, &env).await?;
         let replica = Self {
             process,
             port,

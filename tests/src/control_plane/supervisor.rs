@@ -203,6 +203,9 @@ async fn run_in(assets: &Assets, stop_when: StopWhen, root: &Path) -> anyhow::Re
             "--port=0".into(),
             "--secure-port=0".into(),
             "--concurrent-statefulset-syncs=10".into(),
+            // The default 20 QPS would take minutes to create the pods of a large benchmark.
+            "--kube-api-qps=500".into(),
+            "--kube-api-burst=1000".into(),
             "--v=1".into(),
         ],
         &root.join("kube-controller-manager.log"),

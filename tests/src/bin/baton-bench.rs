@@ -1,0 +1,181 @@
+//! Benchmarks of baton-controller on the local control plane (figures in docs/benchmarks.md):
+//!
+//! - `rollout`: a 3 zones × 10 pods rollout with pods Ready 200 ms after creation: reaction time
+//!   (a pod becomes Ready → baton deletes the next one) p50/p99, and wall time against the
+//!   30 × 200 ms a perfect operator needs.
+//! - `rss`: resident memory of the controller watching 100 groups × 3 StatefulSets × 30 pods.
+
+use std::time::{Duration, Instant};
+
+use anyhow::bail;
+use baton_e2e::controller_support::{Controller, rollout_state};
+use baton_e2e::fixtures::{rollout_group, set_version};
+use baton_e2e::{ControlPlane, PodEvent, PodSimulator, SimulatorOptions, TestNamespace};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ListParams};
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    baton_shared::crypto::install_default_provider();
+    let which = std::env::args().nth(1).unwrap_or_default();
+    let control_plane = ControlPlane::shared().await;
+    match which.as_str() {
+        "rollout" => rollout(control_plane).await,
+        "rss" => rss(control_plane).await,
+        other => bail!("usage: baton-bench rollout|rss (got {other:?})"),
+    }
+}
+
+async fn rollout(control_plane: &ControlPlane) -> anyhow::Result<()> {
+    const READY_AFTER: Duration = Duration::from_millis(200);
+    let namespace = TestNamespace::create(control_plane, "bench-rollout").await;
+    let options = SimulatorOptions {
+        ready_after: READY_AFTER,
+    };
+    let simulator = PodSimulator::start(namespace.client(), namespace.name(), options).await;
+    let _controller = Controller::start(control_plane, namespace.name(), &[("BATON_LOG__LEVEL", "warn")]).await;
+    let client = namespace.client();
+    let mut names = Vec::new();
+    for fixture in rollout_group("ingester", &["a", "b", "c"], 10) {
+        names.push(fixture.create(&client, namespace.name()).await.metadata.name.unwrap_or_default());
+    }
+    wait(Duration::from_secs(120), || async {
+        let mut ready = true;
+        for name in &names {
+            let state = rollout_state(&client, namespace.name(), name).await;
+            ready &= state.ready_replicas == 10 && state.pod_revisions.len() == 10;
+        }
+        ready
+    })
+    .await?;
+    // Let the controller win its lease before the clock starts.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+
+    let started = Instant::now();
+    for name in &names {
+        set_version(&client, namespace.name(), name, "v2").await;
+    }
+    wait(Duration::from_secs(300), || async {
+        let mut complete = true;
+        for name in &names {
+            complete &= rollout_state(&client, namespace.name(), name).await.is_complete();
+        }
+        complete
+    })
+    .await?;
+
+    let timeline: Vec<_> = simulator.timeline().into_iter().filter(|t| t.at >= started).collect();
+    let last_ready = timeline
+        .iter()
+        .filter(|t| t.event == PodEvent::Ready)
+        .map(|t| t.at)
+        .max()
+        .unwrap_or(started);
+    let wall = last_ready.duration_since(started);
+    let mut reactions = Vec::new();
+    for (index, transition) in timeline.iter().enumerate() {
+        if transition.event != PodEvent::Deleted {
+            continue;
+        }
+        let enabling = timeline[..index].iter().rev().find(|t| t.event == PodEvent::Ready);
+        if let Some(ready) = enabling {
+            reactions.push(transition.at.duration_since(ready.at));
+        }
+    }
+    reactions.sort();
+    let ideal = READY_AFTER * 30;
+    println!("rollout of 3 zones x 10 pods, pods Ready {READY_AFTER:?} after creation");
+    println!(
+        "reaction (pod Ready -> next pod deleted, as seen by a watch), n={}: p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
+        reactions.len(),
+        percentile(&reactions, 0.50),
+        percentile(&reactions, 0.99),
+        percentile(&reactions, 1.0)
+    );
+    println!(
+        "wall time: {:.2} s = {:.2} x the ideal {:.1} s",
+        wall.as_secs_f64(),
+        wall.as_secs_f64() / ideal.as_secs_f64(),
+        ideal.as_secs_f64()
+    );
+    Ok(())
+}
+
+fn percentile(sorted: &[Duration], quantile: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let index = ((sorted.len() as f64 * quantile).ceil() as usize).clamp(1, sorted.len()) - 1;
+    sorted[index].as_secs_f64() * 1000.0
+}
+
+async fn rss(control_plane: &ControlPlane) -> anyhow::Result<()> {
+    const GROUPS: usize = 100;
+    const PODS: i32 = 30;
+    let namespace = TestNamespace::create(control_plane, "bench-rss").await;
+    let client = namespace.client();
+    let zones = ["a", "b", "c"];
+    for group in 0..GROUPS {
+        for fixture in rollout_group(&format!("g{group:03}"), &zones, PODS) {
+            fixture.create(&client, namespace.name()).await;
+        }
+    }
+    let expected = GROUPS * zones.len() * PODS as usize;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace.name());
+    let creating = Instant::now();
+    wait(Duration::from_secs(900), || async {
+        pods.list(&ListParams::default().limit(1))
+            .await
+            .ok()
+            .and_then(|list| list.metadata.remaining_item_count)
+            .map(|remaining| remaining as usize + 1)
+            .unwrap_or(0)
+            >= expected
+    })
+    .await?;
+    println!("{expected} pods created in {:.0} s", creating.elapsed().as_secs_f64());
+
+    let controller = Controller::start(control_plane, namespace.name(), &[("BATON_LOG__LEVEL", "warn")]).await;
+    let rss_synced = rss_kib(&controller)?;
+    wait(Duration::from_secs(120), || async {
+        let metrics = controller.metrics().await;
+        metrics
+            .lines()
+            .filter(|line| line.starts_with("rollout_operator_group_reconciles_total{"))
+            .count()
+            >= GROUPS
+    })
+    .await?;
+    let rss_reconciled = rss_kib(&controller)?;
+    println!(
+        "controller RSS watching {GROUPS} groups x 3 StatefulSets x {PODS} pods: {:.1} MiB after cache sync, {:.1} MiB after reconciling every group",
+        rss_synced as f64 / 1024.0,
+        rss_reconciled as f64 / 1024.0
+    );
+    Ok(())
+}
+
+fn rss_kib(controller: &Controller) -> anyhow::Result<u64> {
+    let pid = controller.process.pid().ok_or_else(|| anyhow::anyhow!("controller exited"))?;
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|value| value.split_whitespace().next()?.parse().ok())
+        .ok_or_else(|| anyhow::anyhow!("no VmRSS in /proc/{pid}/status"))
+}
+
+async fn wait<F, Fut>(timeout: Duration, mut condition: F) -> anyhow::Result<()>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = Instant::now() + timeout;
+    while !condition().await {
+        if Instant::now() > deadline {
+            bail!("timed out after {timeout:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Ok(())
+}

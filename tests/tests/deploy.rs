@@ -1,0 +1,294 @@
+//! What a platform team applies: the manifests of `deploy/` pass the real API server's
+//! validation, and both binaries work with exactly the permissions those manifests grant.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+use baton_e2e::controller_support::{Controller, event_reporters, rollout_state};
+use baton_e2e::fixtures::{StatefulSetFixture, rollout_group, set_version};
+use baton_e2e::rbac_support::{Binary, SERVICE_ACCOUNT_NAMESPACE, bind_deploy_roles};
+use baton_e2e::webhook_support::{TestTls, WebhookConfigurations, WebhookReplica};
+use baton_e2e::{ControlPlane, PodSimulator, SimulatorOptions, TestNamespace, wait_until};
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{Namespace, Secret};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use serde_json::json;
+
+const TIMEOUT: Duration = Duration::from_secs(90);
+
+fn deploy_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy")
+}
+
+fn kubectl(control_plane: &ControlPlane, args: &[&str]) -> (bool, String) {
+    let output = Command::new("kubectl")
+        .args(args)
+        .env("KUBECONFIG", control_plane.kubeconfig_path())
+        .output()
+        .expect("kubectl runs (tests/control-plane/install.sh installs it)");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    (output.status.success(), text)
+}
+
+#[tokio::test]
+async fn the_manifests_pass_a_server_side_dry_run() {
+    // Given the namespace the base installs into
+    let control_plane = ControlPlane::shared().await;
+    let client = control_plane.admin_client().await;
+    let namespace: Namespace = serde_json::from_value(json!({"metadata": {
+        "name": SERVICE_ACCOUNT_NAMESPACE,
+        "labels": {"kubernetes.io/metadata.name": SERVICE_ACCOUNT_NAMESPACE},
+    }}))
+    .unwrap();
+    let _ = Api::<Namespace>::all(client)
+        .create(&PostParams::default(), &namespace)
+        .await;
+
+    // When the whole of deploy/ is applied as a server-side dry run (the overlay for 1.20,
+    // which only lowers the PodDisruptionBudget's API version)
+    let overlay = deploy_dir().join("overlays/kubernetes-1.20");
+    let (ok, output) = kubectl(
+        control_plane,
+        &["apply", "--dry-run=server", "-k", overlay.to_str().unwrap()],
+    );
+
+    // Then the API server accepts every object
+    assert!(ok, "kubectl apply --dry-run=server failed:\n{output}");
+    for object in [
+        "serviceaccount/baton-controller",
+        "serviceaccount/baton-webhook",
+        "role.rbac.authorization.k8s.io/baton-controller",
+        "role.rbac.authorization.k8s.io/baton-webhook",
+        "clusterrole.rbac.authorization.k8s.io/baton-controller-webhook-ca",
+        "configmap/baton-config",
+        "service/baton-webhook",
+        "deployment.apps/baton-controller",
+        "deployment.apps/baton-webhook",
+        "poddisruptionbudget.policy/baton-webhook",
+        "validatingwebhookconfiguration.admissionregistration.k8s.io/baton-no-downscale",
+        "mutatingwebhookconfiguration.admissionregistration.k8s.io/baton-prepare-downscale",
+        "customresourcedefinition.apiextensions.k8s.io/replicatemplates.rollout-operator.grafana.com",
+    ] {
+        assert!(output.contains(object), "{object} missing from:\n{output}");
+    }
+    // And the base (policy/v1, for current clusters) renders the same objects
+    let (ok, rendered) = kubectl(
+        control_plane,
+        &["kustomize", deploy_dir().to_str().unwrap()],
+    );
+    assert!(ok, "{rendered}");
+    assert_eq!(
+        rendered.matches("\nkind: ").count() + usize::from(rendered.starts_with("kind: ")),
+        16
+    );
+}
+
+#[tokio::test]
+async fn the_controller_rolls_out_with_only_the_permissions_of_its_role() {
+    // Given a namespace where the controller's service account has exactly deploy/'s roles
+    let control_plane = ControlPlane::shared().await;
+    let namespace = TestNamespace::create(control_plane, "rbac-controller").await;
+    bind_deploy_roles(&namespace.client(), namespace.name(), Binary::Controller)
+        .await
+        .unwrap();
+    let _simulator = PodSimulator::start(
+        namespace.client(),
+        namespace.name(),
+        SimulatorOptions::default(),
+    )
+    .await;
+    let kubeconfig = control_plane
+        .service_account_kubeconfig(
+            SERVICE_ACCOUNT_NAMESPACE,
+            Binary::Controller.service_account(),
+        )
+        .unwrap();
+    let controller = Controller::start_as(kubeconfig, namespace.name(), &[]).await;
+    let mut names = Vec::new();
+    for fixture in rollout_group("rbac", &["a", "b"], 2) {
+        names.push(
+            fixture
+                .create(&namespace.client(), namespace.name())
+                .await
+                .metadata
+                .name
+                .unwrap(),
+        );
+    }
+    for name in &names {
+        wait_until(TIMEOUT, &format!("{name} is ready"), || async {
+            rollout_state(&namespace.client(), namespace.name(), name)
+                .await
+                .ready_replicas
+                == 2
+        })
+        .await;
+    }
+
+    // When a new version is rolled out
+    for name in &names {
+        set_version(&namespace.client(), namespace.name(), name, "v2").await;
+    }
+
+    // Then the rollout completes (watches, pod deletions, status updates, the lease), baton
+    // explains itself (Events) and issues the webhook's certificate Secret, all without a
+    // permission error
+    for name in &names {
+        wait_until(
+            TIMEOUT,
+            &format!("the rollout of {name} completes"),
+            || async {
+                rollout_state(&namespace.client(), namespace.name(), name)
+                    .await
+                    .is_complete()
+            },
+        )
+        .await;
+    }
+    assert!(
+        !event_reporters(&namespace.client(), namespace.name(), "RolloutPodDeleted")
+            .await
+            .is_empty()
+    );
+    wait_until(TIMEOUT, "the certificate Secret is issued", || async {
+        namespace
+            .api::<Secret>()
+            .get("baton-webhook-tls")
+            .await
+            .is_ok_and(|secret| {
+                secret.data.is_some_and(|data| {
+                    ["tls.crt", "tls.key", "ca.crt"]
+                        .iter()
+                        .all(|key| data.contains_key(*key))
+                })
+            })
+    })
+    .await;
+    let output = controller.process.output();
+    assert!(
+        !output.contains("forbidden"),
+        "a call was refused:\n{output}"
+    );
+}
+
+#[tokio::test]
+async fn the_webhook_judges_with_only_the_permissions_of_its_role() {
+    // Given a namespace where the webhook's service account has exactly deploy/'s roles, and a
+    // webhook replica running as that account
+    let control_plane = ControlPlane::shared().await;
+    let namespace = TestNamespace::create(control_plane, "rbac-webhook").await;
+    bind_deploy_roles(&namespace.client(), namespace.name(), Binary::Webhook)
+        .await
+        .unwrap();
+    let kubeconfig = control_plane
+        .service_account_kubeconfig(SERVICE_ACCOUNT_NAMESPACE, Binary::Webhook.service_account())
+        .unwrap();
+    let tls = TestTls::generate().unwrap();
+    let replica = WebhookReplica::start_as(kubeconfig, &tls, namespace.name(), &[])
+        .await
+        .unwrap();
+    let _configurations =
+        WebhookConfigurations::register(control_plane, namespace.name(), &tls, &replica)
+            .await
+            .unwrap();
+    StatefulSetFixture::new("guarded")
+        .replicas(2)
+        .label("grafana.com/no-downscale", "true")
+        .create(&namespace.client(), namespace.name())
+        .await;
+    let statefulsets = namespace.api::<StatefulSet>();
+
+    // When it is scaled down through /scale (the parent's labels come from the webhook's watch)
+    // Then the downscale is denied with the no-downscale message
+    wait_until(TIMEOUT, "the downscale through /scale is denied", || {
+        let statefulsets = statefulsets.clone();
+        async move {
+            statefulsets
+                .patch_scale(
+                    "guarded",
+                    &PatchParams::default().dry_run(),
+                    &Patch::Merge(json!({"spec": {"replicas": 1}})),
+                )
+                .await
+                .is_err_and(|error| error.to_string().contains("grafana.com/no-downscale"))
+        }
+    })
+    .await;
+    let output = replica.process.output();
+    assert!(
+        !output.contains("forbidden"),
+        "a call was refused:\n{output}"
+    );
+}
+
+#[tokio::test]
+async fn actions_outside_the_roles_are_refused() {
+    // Given the controller's and the webhook's service accounts with deploy/'s roles
+    let control_plane = ControlPlane::shared().await;
+    let namespace = TestNamespace::create(control_plane, "rbac-refused").await;
+    bind_deploy_roles(&namespace.client(), namespace.name(), Binary::Controller)
+        .await
+        .unwrap();
+    bind_deploy_roles(&namespace.client(), namespace.name(), Binary::Webhook)
+        .await
+        .unwrap();
+    StatefulSetFixture::new("precious")
+        .replicas(1)
+        .create(&namespace.client(), namespace.name())
+        .await;
+    let as_account = |binary: Binary| async move {
+        let path = control_plane
+            .service_account_kubeconfig(SERVICE_ACCOUNT_NAMESPACE, binary.service_account())
+            .unwrap();
+        baton_e2e::control_plane::supervisor::client_from(path)
+            .await
+            .unwrap()
+    };
+    let controller = as_account(Binary::Controller).await;
+    let webhook = as_account(Binary::Webhook).await;
+    let forbidden = |result: Result<(), kube::Error>| matches!(result, Err(kube::Error::Api(status)) if status.code == 403);
+
+    // Then neither may delete a StatefulSet, read other Secrets, or the webhook delete pods
+    let delete_statefulset = |client: kube::Client| {
+        let namespace = namespace.name().to_owned();
+        async move {
+            Api::<StatefulSet>::namespaced(client, &namespace)
+                .delete("precious", &DeleteParams::default())
+                .await
+                .map(|_| ())
+        }
+    };
+    assert!(
+        forbidden(delete_statefulset(controller.clone()).await),
+        "the controller deleted a StatefulSet"
+    );
+    assert!(
+        forbidden(delete_statefulset(webhook.clone()).await),
+        "the webhook deleted a StatefulSet"
+    );
+    let list_secrets = Api::<Secret>::namespaced(controller.clone(), namespace.name())
+        .list(&ListParams::default())
+        .await
+        .map(|_| ());
+    assert!(
+        forbidden(list_secrets),
+        "the controller listed every Secret"
+    );
+    let delete_pods = Api::<k8s_openapi::api::core::v1::Pod>::namespaced(webhook, namespace.name())
+        .delete_collection(&DeleteParams::default(), &ListParams::default())
+        .await
+        .map(|_| ());
+    assert!(forbidden(delete_pods), "the webhook deleted pods");
+    // While what the roles grant works
+    assert!(
+        Api::<StatefulSet>::namespaced(controller, namespace.name())
+            .get("precious")
+            .await
+            .is_ok()
+    );
+}
