@@ -9,6 +9,7 @@ pub mod fixtures;
 pub mod namespace;
 pub mod pod_simulator;
 pub mod process;
+pub mod rbac_support;
 pub mod scaling_support;
 pub mod timeline;
 pub mod wait;
