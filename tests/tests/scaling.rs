@@ -32,6 +32,7 @@ const MIN_TIME: &str = "grafana.com/min-time-between-zones-downscale";
 const PREPARE: &str = "grafana.com/prepare-downscale";
 const PREPARE_PATH: &str = "grafana.com/prepare-downscale-http-path";
 const PREPARE_PORT: &str = "grafana.com/prepare-downscale-http-port";
+const NO_DOWNSCALE: &str = "grafana.com/no-downscale";
 
 /// A namespace with the pod simulator and a controller addressing pods by IP.
 struct Scene {
@@ -243,7 +244,7 @@ async fn delayed_downscale_waits_for_the_pods_and_cancels_when_scaled_back_up() 
 }
 
 #[tokio::test]
-async fn a_follower_zone_scales_up_at_once_and_down_only_after_min_time() {
+async fn a_follower_zone_scales_up_at_once_and_down_only_after_min_time_and_denials_hold() {
     // Given the webhook registered for the namespace, and zones a and b (b follows a), both
     // opted in to prepare-downscale with a 5s min time between zone downscales
     let control_plane = ControlPlane::shared().await;
@@ -345,6 +346,33 @@ async fn a_follower_zone_scales_up_at_once_and_down_only_after_min_time() {
             "ingester-zone-b scales down from 3 to 2",
         )
         .await;
+
+    // Given a follower whose downscales the no-downscale webhook denies
+    StatefulSetFixture::new("guarded-zone-a")
+        .group("guarded")
+        .replicas(2)
+        .create(&client, ns)
+        .await;
+    StatefulSetFixture::new("guarded-zone-b")
+        .group("guarded")
+        .replicas(2)
+        .label(MIN_TIME, "0s")
+        .label(NO_DOWNSCALE, "true")
+        .annotation(LEADER, "guarded-zone-a")
+        .create(&client, ns)
+        .await;
+    wait_ready(&statefulsets, "guarded-zone-a", 2).await;
+    // When its leader goes down
+    scale(&statefulsets, "guarded-zone-a", 1).await.unwrap();
+    // Then the denial is told as an Event and the follower keeps its replicas
+    scene
+        .wait_event(
+            "guarded-zone-b",
+            "ScalingDenied",
+            "guarded-zone-b stays at 2: scaling it to 1 failed: admission webhook \"no-downscale.baton.test\" denied the request",
+        )
+        .await;
+    assert_eq!(scene.replicas("guarded-zone-b").await, 2);
     drop(replica);
 }
 
