@@ -31,8 +31,8 @@ const EVENT_REPEAT_AFTER: Duration = Duration::from_secs(600);
 
 /// Runs the controller until `shutdown` is cancelled or a task fails.
 pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<()> {
-    let client = baton_shared::kube_client::client(&config.kubernetes).await?;
     let registry = Registry::new();
+    let client = baton_shared::kube_client::client(&config.kubernetes, &registry).await?;
     let metrics = ControllerMetrics::register(&registry)?;
     let readiness = Readiness::default();
     let ops = OpsServer::bind(config.ops.address.0, registry.clone(), readiness.clone())

@@ -1,9 +1,13 @@
-//! The Kubernetes client both binaries use.
+//! The Kubernetes client both binaries use, instrumented with the Go operator's
+//! `rollout_operator_kubernetes_api_client_request_duration_seconds` histogram.
 
 use std::future::Future;
-use std::time::Duration;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
 
 use baton_config::KubernetesConfig;
+use prometheus::{HistogramOpts, HistogramVec, Registry};
 
 #[derive(Debug, thiserror::Error)]
 pub enum KubeClientError {
@@ -13,14 +17,23 @@ pub enum KubeClientError {
     Infer(#[from] kube::config::InferConfigError),
     #[error("building the Kubernetes client: {0}")]
     Build(#[from] kube::Error),
+    #[error("registering the API client metric: {0}")]
+    Metric(#[from] prometheus::Error),
 }
 
 /// A client configured as kubectl would be (`KUBECONFIG`, then `~/.kube/config`), else from the
-/// in-cluster service account.
-pub async fn client(config: &KubernetesConfig) -> Result<kube::Client, KubeClientError> {
+/// in-cluster service account; every request is timed into `registry`.
+pub async fn client(
+    config: &KubernetesConfig,
+    registry: &Registry,
+) -> Result<kube::Client, KubeClientError> {
     let mut kube_config = kube::Config::infer().await?;
     kube_config.connect_timeout = Some(config.connect_timeout.get());
-    Ok(kube::Client::try_from(kube_config)?)
+    let layer = RequestDurationLayer::register(registry)?;
+    let client = kube::client::ClientBuilder::try_from(kube_config)?
+        .with_layer(&layer)
+        .build();
+    Ok(client)
 }
 
 /// An API call that did not answer in time.
@@ -44,4 +57,137 @@ pub async fn bounded<T>(
             what: what.into(),
             timeout,
         })
+}
+
+/// Times every request of the client (until its response headers: a watch counts its start).
+#[derive(Debug, Clone)]
+pub struct RequestDurationLayer {
+    histogram: HistogramVec,
+}
+
+impl RequestDurationLayer {
+    pub fn register(registry: &Registry) -> prometheus::Result<Self> {
+        let histogram = HistogramVec::new(
+            HistogramOpts::new(
+                "rollout_operator_kubernetes_api_client_request_duration_seconds",
+                "Time spent doing Kubernetes API requests.",
+            ),
+            &["path", "method", "status_code"],
+        )?;
+        registry.register(Box::new(histogram.clone()))?;
+        Ok(Self { histogram })
+    }
+}
+
+impl<S> tower::Layer<S> for RequestDurationLayer {
+    type Service = RequestDuration<S>;
+    fn layer(&self, inner: S) -> Self::Service {
+        RequestDuration {
+            inner,
+            histogram: self.histogram.clone(),
+        }
+    }
+}
+
+/// The service [`RequestDurationLayer`] wraps around the client's stack.
+#[derive(Debug, Clone)]
+pub struct RequestDuration<S> {
+    inner: S,
+    histogram: HistogramVec,
+}
+
+impl<S, B, R> tower::Service<http::Request<B>> for RequestDuration<S>
+where
+    S: tower::Service<http::Request<B>, Response = http::Response<R>>,
+    S::Future: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        let path = route_of(request.uri().path());
+        let method = request.method().to_string();
+        let histogram = self.histogram.clone();
+        let started = Instant::now();
+        let response = self.inner.call(request);
+        Box::pin(async move {
+            let response = response.await;
+            let status = match &response {
+                Ok(response) => response.status().as_u16().to_string(),
+                Err(_) => "error".to_owned(),
+            };
+            histogram
+                .with_label_values(&[path.as_str(), method.as_str(), status.as_str()])
+                .observe(started.elapsed().as_secs_f64());
+            response
+        })
+    }
+}
+
+/// The request path with namespaces and object names replaced by placeholders, so the metric
+/// has one series per kind of call, not per pod:
+/// `/api/v1/namespaces/{namespace}/pods/{name}`.
+pub fn route_of(path: &str) -> String {
+    let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    // /api/v1/... or /apis/<group>/<version>/...
+    let prefix = match segments.first() {
+        Some(&"api") => 2,
+        Some(&"apis") => 3,
+        _ => return path.to_owned(),
+    };
+    let mut route: Vec<String> = segments
+        .iter()
+        .take(prefix)
+        .map(|s| (*s).to_owned())
+        .collect();
+    let mut rest = &segments[prefix.min(segments.len())..];
+    if rest.first() == Some(&"namespaces") && rest.len() >= 2 {
+        route.push("namespaces".to_owned());
+        route.push("{namespace}".to_owned());
+        rest = &rest[2..];
+    }
+    if let Some((resource, after)) = rest.split_first() {
+        route.push((*resource).to_owned());
+        if let Some((_, subresources)) = after.split_first() {
+            route.push("{name}".to_owned());
+            route.extend(subresources.iter().map(|s| (*s).to_owned()));
+        }
+    }
+    format!("/{}", route.join("/"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::route_of;
+
+    #[test]
+    fn routes_hide_namespaces_and_names() {
+        for (path, route) in [
+            (
+                "/api/v1/namespaces/prod/pods/ingester-zone-a-0",
+                "/api/v1/namespaces/{namespace}/pods/{name}",
+            ),
+            (
+                "/api/v1/namespaces/prod/pods",
+                "/api/v1/namespaces/{namespace}/pods",
+            ),
+            (
+                "/apis/apps/v1/namespaces/prod/statefulsets/ingester-zone-a/status",
+                "/apis/apps/v1/namespaces/{namespace}/statefulsets/{name}/status",
+            ),
+            (
+                "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/no-downscale",
+                "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/{name}",
+            ),
+            ("/api/v1/namespaces/prod", "/api/v1/namespaces/{namespace}"),
+            ("/readyz", "/readyz"),
+        ] {
+            assert_eq!(route_of(path), route, "{path}");
+        }
+    }
 }

@@ -14,7 +14,7 @@ const TIMEOUT: Duration = Duration::from_secs(90);
 struct Scene {
     namespace: TestNamespace,
     simulator: PodSimulator,
-    _controller: Controller,
+    controller: Controller,
 }
 
 impl Scene {
@@ -31,7 +31,7 @@ impl Scene {
         Self {
             namespace,
             simulator,
-            _controller: controller,
+            controller,
         }
     }
 
@@ -146,6 +146,23 @@ async fn three_zones_roll_one_at_a_time(max_unavailable: &str, expected_max: u32
             "every pod of ingester-zone-c runs revision",
         )
         .await;
+
+    // And the metrics dashboards use are there, with baton's progress gauges
+    let metrics = scene.controller.metrics().await;
+    for series in [
+        "rollout_operator_group_reconciles_total{rollout_group=\"ingester\"}",
+        "rollout_operator_group_reconcile_duration_seconds_bucket{rollout_group=\"ingester\"",
+        "rollout_operator_last_successful_group_reconcile_timestamp_seconds{rollout_group=\"ingester\"}",
+        "rollout_operator_kubernetes_api_client_request_duration_seconds_bucket{method=\"DELETE\",path=\"/api/v1/namespaces/{namespace}/pods/{name}\"",
+        "baton_rollout_pods_updated{rollout_group=\"ingester\",statefulset=\"ingester-zone-a\"} 5",
+        "baton_rollout_group_waiting{rollout_group=\"ingester\"} 0",
+        "baton_leader 1",
+    ] {
+        assert!(
+            metrics.contains(series),
+            "{series} missing from /metrics:\n{metrics}"
+        );
+    }
 }
 
 #[tokio::test]

@@ -74,7 +74,7 @@ async fn run(config: Config) -> anyhow::Result<()> {
         })
         .context("loading the webhook's serving certificate")?,
     );
-    let client = baton_shared::kube_client::client(&config.kubernetes).await?;
+    let client = baton_shared::kube_client::client(&config.kubernetes, &registry).await?;
     let metrics = WebhookMetrics::register(&registry)?;
     let pods = PodHttpClient::new(&config.pods, &registry)?;
     let (parents, fill_parents) = ParentCache::new(
