@@ -1,0 +1,20 @@
+# Both baton binaries in one minimal image: the Deployments pick one with `command`.
+#   docker build -t baton:latest .
+FROM rust:1.95-bookworm AS build
+WORKDIR /src
+COPY . .
+RUN cargo build --release --locked -p baton-controller -p baton-webhook \
+ && cp target/release/baton-controller target/release/baton-webhook /usr/local/bin/
+
+# Debian slim rather than distroless: the webhook's preStop hook needs /bin/sleep.
+FROM debian:bookworm-slim
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends ca-certificates \
+ && rm -rf /var/lib/apt/lists/* \
+ && groupadd --gid 65532 baton \
+ && useradd --uid 65532 --gid 65532 --no-create-home --shell /usr/sbin/nologin baton
+COPY --from=build /usr/local/bin/baton-controller /usr/local/bin/baton-webhook /usr/local/bin/
+USER 65532:65532
+EXPOSE 8001 8443
+ENTRYPOINT []
+CMD ["/usr/local/bin/baton-controller"]
