@@ -4,7 +4,7 @@
 //! loop, and bad inputs that must only produce Events.
 
 use std::collections::HashMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use baton_e2e::controller_support::{Controller, events_about};
 use baton_e2e::fixtures::StatefulSetFixture;
@@ -225,10 +225,16 @@ async fn delayed_downscale_waits_for_the_pods_and_cancels_when_scaled_back_up() 
     assert_eq!(scene.replicas("delayed-zone-a").await, 2);
 
     // When the template is scaled back up to the current replicas
-    endpoints[&1].clear();
     scene.templates.scale("delayed", 2).await;
-    // Then pod 1's preparation is cancelled with DELETE and it stays
+    // Then pod 1's preparation is cancelled with DELETE and it stays. Passes of a group never
+    // overlap, so once a DELETE arrived every later pass sees the new count: from then on pod 1
+    // is only told to cancel, never asked to prepare.
     wait_until(TIMEOUT, "pod 1 receives DELETE", || async {
+        endpoints[&1].count("DELETE") > 0
+    })
+    .await;
+    endpoints[&1].clear();
+    wait_until(TIMEOUT, "pod 1 receives DELETE again", || async {
         endpoints[&1].count("DELETE") > 0
     })
     .await;
@@ -286,6 +292,7 @@ async fn a_follower_zone_scales_up_at_once_and_down_only_after_min_time_and_deni
         .create(&client, ns)
         .await;
     let statefulsets = scene.statefulsets();
+    wait_for_webhooks(&scene).await;
     wait_ready(&statefulsets, "ingester-zone-a", 2).await;
     wait_ready(&statefulsets, "ingester-zone-b", 2).await;
 
@@ -296,33 +303,10 @@ async fn a_follower_zone_scales_up_at_once_and_down_only_after_min_time_and_deni
     wait_ready(&statefulsets, "ingester-zone-b", 3).await;
 
     // When zone a is scaled down (the webhook approves it and records last-downscale on a)
-    let wait_for_webhook = Instant::now() + TIMEOUT;
-    let downscaled_at = loop {
-        // The API server picks the webhook configurations up asynchronously.
-        match scale(&statefulsets, "ingester-zone-a", 2).await {
-            Ok(()) => break Instant::now(),
-            Err(error) => {
-                assert!(
-                    Instant::now() < wait_for_webhook,
-                    "scaling zone a down: {error}"
-                );
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-        }
-    };
-    wait_until(
-        TIMEOUT,
-        "the webhook records last-downscale on zone a",
-        || async {
-            statefulsets
-                .get("ingester-zone-a")
-                .await
-                .ok()
-                .and_then(|sts| sts.metadata.annotations)
-                .is_some_and(|annotations| annotations.contains_key("grafana.com/last-downscale"))
-        },
-    )
-    .await;
+    scale(&statefulsets, "ingester-zone-a", 2).await.unwrap();
+    let zone_a_downscaled = last_downscale(&statefulsets, "ingester-zone-a")
+        .await
+        .expect("the prepare-downscale webhook records last-downscale on zone a");
     // Then zone b holds, saying why
     scene
         .wait_event(
@@ -332,12 +316,16 @@ async fn a_follower_zone_scales_up_at_once_and_down_only_after_min_time_and_deni
         )
         .await;
     assert_eq!(scene.replicas("ingester-zone-b").await, 3);
-    // And follows only once the min time has passed (last-downscale has second precision)
+    // And follows only once the min time has passed: the webhook records zone b's downscale
+    // (both times in whole seconds of the same clock) at least 5s after zone a's
     scene.wait_replicas("ingester-zone-b", 2).await;
-    let waited = downscaled_at.elapsed();
+    let zone_b_downscaled = last_downscale(&statefulsets, "ingester-zone-b")
+        .await
+        .expect("the prepare-downscale webhook records last-downscale on zone b");
+    let gap = zone_b_downscaled.duration_since(zone_a_downscaled);
     assert!(
-        waited >= Duration::from_secs(4),
-        "zone b was downscaled {waited:?} after zone a"
+        gap >= jiff::SignedDuration::from_secs(5),
+        "zone b was downscaled {gap:#} after zone a"
     );
     scene
         .wait_event(
@@ -476,6 +464,63 @@ async fn bad_inputs_only_produce_events() {
         controller.process.output()
     );
     controller.wait_ready().await;
+}
+
+/// The API server picks webhook configurations up asynchronously: probe (with StatefulSets in
+/// no rollout group) until both webhooks judge.
+async fn wait_for_webhooks(scene: &Scene) {
+    let client = scene.namespace.client();
+    let ns = scene.namespace.name();
+    StatefulSetFixture::new("probe-no-downscale")
+        .replicas(1)
+        .label(NO_DOWNSCALE, "true")
+        .create(&client, ns)
+        .await;
+    // Opted in to prepare-downscale without the port annotation: every real downscale is denied.
+    StatefulSetFixture::new("probe-prepare")
+        .replicas(1)
+        .label(PREPARE, "true")
+        .create(&client, ns)
+        .await;
+    let statefulsets = scene.statefulsets();
+    wait_until(
+        TIMEOUT,
+        "both webhooks are called by the API server",
+        || {
+            let statefulsets = statefulsets.clone();
+            async move {
+                let validating = statefulsets
+                    .patch_scale(
+                        "probe-no-downscale",
+                        &PatchParams::default().dry_run(),
+                        &Patch::Merge(json!({"spec": {"replicas": 0}})),
+                    )
+                    .await
+                    .is_err_and(|error| error.to_string().contains("no-downscale.baton.test"));
+                let mutating = match scale(&statefulsets, "probe-prepare", 0).await {
+                    Err(error) => error.contains("prepare-downscale.baton.test"),
+                    Ok(()) => {
+                        let _ = scale(&statefulsets, "probe-prepare", 1).await;
+                        false
+                    }
+                };
+                validating && mutating
+            }
+        },
+    )
+    .await;
+}
+
+/// `grafana.com/last-downscale` of `name`.
+async fn last_downscale(api: &Api<StatefulSet>, name: &str) -> Option<jiff::Timestamp> {
+    api.get(name)
+        .await
+        .ok()?
+        .metadata
+        .annotations?
+        .get("grafana.com/last-downscale")?
+        .parse()
+        .ok()
 }
 
 /// Scales through the `/scale` subresource; a denial is returned as its message.
