@@ -250,7 +250,11 @@ async fn leaders_killed_and_restarted_for_a_minute_never_break_the_rollout_guara
         let mut leaving = controllers.remove(leader);
         leaving
             .process
-            .signal(if round % 2 == 0 { "KILL" } else { "TERM" })
+            .signal(if round.is_multiple_of(2) {
+                "KILL"
+            } else {
+                "TERM"
+            })
             .unwrap();
         let _ = leaving.process.wait().await;
         controllers.push(Controller::start(control_plane, namespace.name(), &short_lease).await);

@@ -33,11 +33,23 @@ async fn rollout(control_plane: &ControlPlane) -> anyhow::Result<()> {
         ready_after: READY_AFTER,
     };
     let simulator = PodSimulator::start(namespace.client(), namespace.name(), options).await;
-    let _controller = Controller::start(control_plane, namespace.name(), &[("BATON_LOG__LEVEL", "warn")]).await;
+    let _controller = Controller::start(
+        control_plane,
+        namespace.name(),
+        &[("BATON_LOG__LEVEL", "warn")],
+    )
+    .await;
     let client = namespace.client();
     let mut names = Vec::new();
     for fixture in rollout_group("ingester", &["a", "b", "c"], 10) {
-        names.push(fixture.create(&client, namespace.name()).await.metadata.name.unwrap_or_default());
+        names.push(
+            fixture
+                .create(&client, namespace.name())
+                .await
+                .metadata
+                .name
+                .unwrap_or_default(),
+        );
     }
     wait(Duration::from_secs(120), || async {
         let mut ready = true;
@@ -58,13 +70,19 @@ async fn rollout(control_plane: &ControlPlane) -> anyhow::Result<()> {
     wait(Duration::from_secs(300), || async {
         let mut complete = true;
         for name in &names {
-            complete &= rollout_state(&client, namespace.name(), name).await.is_complete();
+            complete &= rollout_state(&client, namespace.name(), name)
+                .await
+                .is_complete();
         }
         complete
     })
     .await?;
 
-    let timeline: Vec<_> = simulator.timeline().into_iter().filter(|t| t.at >= started).collect();
+    let timeline: Vec<_> = simulator
+        .timeline()
+        .into_iter()
+        .filter(|t| t.at >= started)
+        .collect();
     let last_ready = timeline
         .iter()
         .filter(|t| t.event == PodEvent::Ready)
@@ -77,7 +95,10 @@ async fn rollout(control_plane: &ControlPlane) -> anyhow::Result<()> {
         if transition.event != PodEvent::Deleted {
             continue;
         }
-        let enabling = timeline[..index].iter().rev().find(|t| t.event == PodEvent::Ready);
+        let enabling = timeline[..index]
+            .iter()
+            .rev()
+            .find(|t| t.event == PodEvent::Ready);
         if let Some(ready) = enabling {
             reactions.push(transition.at.duration_since(ready.at));
         }
@@ -133,9 +154,17 @@ async fn rss(control_plane: &ControlPlane) -> anyhow::Result<()> {
             >= expected
     })
     .await?;
-    println!("{expected} pods created in {:.0} s", creating.elapsed().as_secs_f64());
+    println!(
+        "{expected} pods created in {:.0} s",
+        creating.elapsed().as_secs_f64()
+    );
 
-    let controller = Controller::start(control_plane, namespace.name(), &[("BATON_LOG__LEVEL", "warn")]).await;
+    let controller = Controller::start(
+        control_plane,
+        namespace.name(),
+        &[("BATON_LOG__LEVEL", "warn")],
+    )
+    .await;
     let rss_synced = rss_kib(&controller)?;
     wait(Duration::from_secs(120), || async {
         let metrics = controller.metrics().await;
@@ -156,7 +185,10 @@ async fn rss(control_plane: &ControlPlane) -> anyhow::Result<()> {
 }
 
 fn rss_kib(controller: &Controller) -> anyhow::Result<u64> {
-    let pid = controller.process.pid().ok_or_else(|| anyhow::anyhow!("controller exited"))?;
+    let pid = controller
+        .process
+        .pid()
+        .ok_or_else(|| anyhow::anyhow!("controller exited"))?;
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
     status
         .lines()
