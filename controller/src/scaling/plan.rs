@@ -30,6 +30,8 @@ pub struct Member {
     pub ready_replicas: i32,
     /// The StatefulSet it follows (`grafana.com/rollout-downscale-leader`).
     pub leader: Option<String>,
+    /// Scale up only once the leader's ready replicas equal its spec. Not applied to a forced
+    /// count: force-replicas is a person's explicit order, not the leader's.
     pub upscale_only_when_leader_ready: bool,
     /// A valid `grafana.com/rollout-force-replicas`.
     pub force_replicas: Option<i32>,
