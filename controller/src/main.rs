@@ -3,7 +3,7 @@
 
 use std::process::ExitCode;
 
-use baton_shared::cli::{ConfigArgs, Startup};
+use baton_shared::cli::ConfigArgs;
 use clap::Parser;
 
 #[derive(Debug, Parser)]
@@ -20,34 +20,8 @@ struct Cli {
 fn main() -> ExitCode {
     baton_shared::crypto::install_default_provider();
     let cli = Cli::parse();
-    let config = match cli.config.startup() {
-        Ok(Startup::Run(config)) => config,
-        Ok(Startup::Print(text)) => {
-            print!("{text}");
-            return ExitCode::SUCCESS;
-        }
-        Err(error) => {
-            eprintln!("baton-controller: {error}");
-            return ExitCode::from(2);
-        }
-    };
-    baton_shared::telemetry::init(&config.log);
-    let runtime = match tokio::runtime::Runtime::new() {
-        Ok(runtime) => runtime,
-        Err(error) => {
-            eprintln!("baton-controller: starting the async runtime: {error}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let result = runtime.block_on(async {
+    baton_shared::cli::run_binary("baton-controller", &cli.config, |config| async move {
         let shutdown = baton_shared::shutdown::on_signal()?;
-        baton_controller::app::run(*config, shutdown).await
-    });
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(error) => {
-            tracing::error!(error = format!("{error:#}"), "baton-controller stopped");
-            ExitCode::FAILURE
-        }
-    }
+        baton_controller::app::run(config, shutdown).await
+    })
 }

@@ -38,3 +38,40 @@ impl ConfigArgs {
         Ok(Startup::Run(Box::new(config)))
     }
 }
+
+/// The life of a baton binary after its arguments are parsed: print what was asked for, or
+/// load the configuration, set up logging and the runtime, and run `run` to the end. Exit codes:
+/// 0 on a clean stop, 2 for a bad configuration (the message names the key), 1 when `run` fails.
+pub fn run_binary<F, Fut>(name: &str, args: &ConfigArgs, run: F) -> std::process::ExitCode
+where
+    F: FnOnce(Config) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<()>>,
+{
+    use std::process::ExitCode;
+    let config = match args.startup() {
+        Ok(Startup::Run(config)) => config,
+        Ok(Startup::Print(text)) => {
+            print!("{text}");
+            return ExitCode::SUCCESS;
+        }
+        Err(error) => {
+            eprintln!("{name}: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    crate::telemetry::init(&config.log);
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("{name}: starting the async runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(*config)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            tracing::error!(error = format!("{error:#}"), "{name} stopped");
+            ExitCode::FAILURE
+        }
+    }
+}

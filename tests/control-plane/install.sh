@@ -18,8 +18,13 @@ if [[ -n "${KUBEBUILDER_ASSETS:-}" ]]; then
 fi
 
 K8S_VERSION="${E2E_K8S_VERSION:-1.20.2}"
+# The build's own revision: bump it when the build changes so caches are rebuilt.
+# reflect2: Kubernetes 1.20 vendors modern-go/reflect2 1.0.1, which crashes the API server on
+# the first custom-resource write when compiled with Go >= 1.18 (Debian ships 1.19); 1.0.2
+# from Debian's golang-github-modern-go-reflect2-dev replaces it.
+BUILD="$K8S_VERSION+reflect2-1.0.2"
 CACHE_ROOT="${E2E_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/baton}"
-BIN_DIR="$CACHE_ROOT/kubernetes-$K8S_VERSION/bin"
+BIN_DIR="$CACHE_ROOT/kubernetes-$BUILD/bin"
 
 SUDO=""
 if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
@@ -51,7 +56,7 @@ if [[ -x "$BIN_DIR/kube-apiserver" && -x "$BIN_DIR/kube-controller-manager" ]]; 
 fi
 
 log "building kube-apiserver and kube-controller-manager $K8S_VERSION (once; about 5 minutes on 2 cores)"
-apt_install dpkg-dev golang-go rsync make
+apt_install dpkg-dev golang-go rsync make golang-github-modern-go-reflect2-dev
 
 sources_file=/etc/apt/sources.list.d/baton-deb-src.sources
 if ! grep -rqs '^Types:.*deb-src' /etc/apt/sources.list.d/ && ! grep -qs '^deb-src' /etc/apt/sources.list; then
@@ -67,7 +72,7 @@ SRC
   $SUDO apt-get update -qq >&2
 fi
 
-WORK="$CACHE_ROOT/kubernetes-$K8S_VERSION/build"
+WORK="$CACHE_ROOT/kubernetes-$BUILD/build"
 rm -rf "$WORK"
 mkdir -p "$WORK"
 cd "$WORK"
@@ -75,6 +80,14 @@ log "fetching Debian's kubernetes source package"
 apt-get source -qq "kubernetes=$K8S_VERSION*" >&2 || apt-get source -qq kubernetes >&2
 SRC_DIR=$(find "$WORK" -maxdepth 1 -mindepth 1 -type d -name 'kubernetes-*' | head -n1)
 [[ -n "$SRC_DIR" ]] || { log "apt-get source produced no kubernetes-* folder"; exit 1; }
+
+log "replacing the vendored modern-go/reflect2 with Debian's 1.0.2"
+vendored="$SRC_DIR/vendor/github.com/modern-go/reflect2"
+[[ -d "$vendored" ]] || { log "no vendored reflect2 at $vendored"; exit 1; }
+rm -rf "$vendored"
+mkdir -p "$vendored"
+cp -r /usr/share/gocode/src/github.com/modern-go/reflect2/. "$vendored/"
+rm -f "$vendored"/*_test.go
 
 mkdir -p "$WORK/.go/src/k8s.io"
 ln -sfn "$SRC_DIR" "$WORK/.go/src/k8s.io/kubernetes"

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use baton_config::Config;
-use baton_shared::cli::{ConfigArgs, Startup};
+use baton_shared::cli::ConfigArgs;
 use baton_shared::ops_server::{OpsServer, Readiness};
 use baton_shared::pod_client::PodHttpClient;
 use baton_webhook::admission::prepare_downscale::flow::PrepareDownscale;
@@ -33,32 +33,7 @@ struct Cli {
 fn main() -> ExitCode {
     baton_shared::crypto::install_default_provider();
     let cli = Cli::parse();
-    let config = match cli.config.startup() {
-        Ok(Startup::Run(config)) => config,
-        Ok(Startup::Print(text)) => {
-            print!("{text}");
-            return ExitCode::SUCCESS;
-        }
-        Err(error) => {
-            eprintln!("baton-webhook: {error}");
-            return ExitCode::from(2);
-        }
-    };
-    baton_shared::telemetry::init(&config.log);
-    let runtime = match tokio::runtime::Runtime::new() {
-        Ok(runtime) => runtime,
-        Err(error) => {
-            eprintln!("baton-webhook: starting the async runtime: {error}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match runtime.block_on(run(*config)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(error) => {
-            tracing::error!(error = format!("{error:#}"), "baton-webhook stopped");
-            ExitCode::FAILURE
-        }
-    }
+    baton_shared::cli::run_binary("baton-webhook", &cli.config, run)
 }
 
 async fn run(config: Config) -> anyhow::Result<()> {

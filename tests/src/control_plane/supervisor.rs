@@ -18,6 +18,8 @@ use tokio::process::{Child, Command};
 
 /// Kubernetes version built by `tests/control-plane/install.sh` (Debian's source package).
 pub const KUBERNETES_VERSION: &str = "1.20.2";
+/// The build of it that `install.sh` caches (its `BUILD`): the version plus what was patched.
+pub const KUBERNETES_BUILD: &str = "1.20.2+reflect2-1.0.2";
 
 /// The service accounts baton's manifests define; the token file maps a token to each so RBAC
 /// tests can act as them.
@@ -39,7 +41,7 @@ impl Assets {
     pub fn locate() -> anyhow::Result<Self> {
         let dir = match std::env::var_os("KUBEBUILDER_ASSETS") {
             Some(dir) => PathBuf::from(dir),
-            None => cache_dir().join(format!("kubernetes-{KUBERNETES_VERSION}/bin")),
+            None => cache_dir().join(format!("kubernetes-{KUBERNETES_BUILD}/bin")),
         };
         let assets = Self {
             etcd: dir.join("etcd"),
