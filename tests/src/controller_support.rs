@@ -256,3 +256,48 @@ pub async fn events_about(
         })
         .unwrap_or_default()
 }
+
+/// How long the group helpers below wait for a condition.
+pub const GROUP_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Waits until every StatefulSet in `names` has all its pods, all Ready.
+pub async fn wait_group_ready(client: &kube::Client, namespace: &str, names: &[String]) {
+    for name in names {
+        crate::wait_until(GROUP_TIMEOUT, &format!("{name} is ready"), || async {
+            let state = rollout_state(client, namespace, name).await;
+            state.ready_replicas == state.replicas
+                && state.pod_revisions.len() as i32 == state.replicas
+        })
+        .await;
+    }
+}
+
+/// Deploys `version` to every StatefulSet in `names`; returns once the StatefulSet controller
+/// has computed each one's new update revision.
+pub async fn roll_out(client: &kube::Client, namespace: &str, names: &[String], version: &str) {
+    for name in names {
+        let before = rollout_state(client, namespace, name).await;
+        crate::fixtures::set_version(client, namespace, name, version).await;
+        crate::wait_until(
+            GROUP_TIMEOUT,
+            &format!("{name} has a new update revision"),
+            || async {
+                rollout_state(client, namespace, name).await.update_revision
+                    != before.update_revision
+            },
+        )
+        .await;
+    }
+}
+
+/// Waits until the rollout of every StatefulSet in `names` is complete.
+pub async fn wait_rollout_complete(client: &kube::Client, namespace: &str, names: &[String]) {
+    for name in names {
+        crate::wait_until(
+            GROUP_TIMEOUT,
+            &format!("the rollout of {name} completes"),
+            || async { rollout_state(client, namespace, name).await.is_complete() },
+        )
+        .await;
+    }
+}

@@ -9,8 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::Context;
-use k8s_openapi::api::core::v1::ReplicationController;
-use kube::api::{Api, GroupVersionKind, Patch, PatchParams};
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
@@ -64,44 +63,37 @@ pub async fn install_replica_template_crd(control_plane: &ControlPlane) -> anyho
     Ok(())
 }
 
-/// ReplicationControllers used as reference resources: a built-in kind with scale and status
-/// subresources (api-version `v1`, the core group) that no controller of the test control plane
-/// manages, so `status.replicas` is only what baton writes back.
-///
-/// Why not ReplicaTemplates: the test control plane's Kubernetes 1.20 API server is built with
-/// a Go release its vendored json-iterator/reflect2 does not support, and it crashes (SIGSEGV in
-/// `mapiterinit`) on the first write of any custom resource. Baton itself is kind-agnostic (it
-/// resolves the kind through discovery), and the CRD is still applied and resolved by the tests.
+/// ReplicaTemplates (the CRD of `deploy/crds/replica-template.yaml`) used as reference
+/// resources: a custom kind with scale and status subresources that no controller manages, so
+/// `status.replicas` is only what baton writes back.
 #[derive(Clone)]
-pub struct ReferenceControllers {
-    api: Api<ReplicationController>,
+pub struct ReplicaTemplates {
+    api: Api<DynamicObject>,
 }
 
-impl ReferenceControllers {
+impl ReplicaTemplates {
     pub fn new(client: kube::Client, namespace: &str) -> Self {
+        let kind =
+            GroupVersionKind::gvk("rollout-operator.grafana.com", "v1", REPLICA_TEMPLATE_KIND);
+        let resource = ApiResource::from_gvk_with_plural(&kind, "replicatemplates");
         Self {
-            api: Api::namespaced(client, namespace),
+            api: Api::namespaced_with(client, namespace, &resource),
         }
     }
 
-    /// Creates `name` with `spec.replicas` (its template is never run: no controller runs it).
+    /// Creates `name` with `spec.replicas`.
     pub async fn create(&self, name: &str, replicas: i32) {
-        let object: ReplicationController = serde_json::from_value(json!({
+        let object: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": REPLICA_TEMPLATE_API_VERSION,
+            "kind": REPLICA_TEMPLATE_KIND,
             "metadata": {"name": name},
-            "spec": {
-                "replicas": replicas,
-                "selector": {"baton.test/reference": name},
-                "template": {
-                    "metadata": {"labels": {"baton.test/reference": name}},
-                    "spec": {"containers": [{"name": "app", "image": "baton.test/none"}]},
-                },
-            },
+            "spec": {"replicas": replicas},
         }))
-        .expect("a valid ReplicationController");
+        .expect("a valid ReplicaTemplate");
         self.api
             .create(&Default::default(), &object)
             .await
-            .unwrap_or_else(|error| panic!("creating ReplicationController {name}: {error}"));
+            .unwrap_or_else(|error| panic!("creating ReplicaTemplate {name}: {error}"));
     }
 
     /// Sets `spec.replicas` through the scale subresource, as an HPA would.
@@ -113,7 +105,7 @@ impl ReferenceControllers {
                 &Patch::Merge(json!({"spec": {"replicas": replicas}})),
             )
             .await
-            .unwrap_or_else(|error| panic!("scaling ReplicationController {name}: {error}"));
+            .unwrap_or_else(|error| panic!("scaling ReplicaTemplate {name}: {error}"));
     }
 
     /// `status.replicas` as the scale subresource reports it.

@@ -3,8 +3,10 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use baton_e2e::controller_support::{Controller, event_reporters, rollout_state};
-use baton_e2e::fixtures::{rollout_group, set_version};
+use baton_e2e::controller_support::{
+    Controller, event_reporters, roll_out, wait_group_ready, wait_rollout_complete,
+};
+use baton_e2e::fixtures::rollout_group;
 use baton_e2e::timeline::{Zone, check_rollout_guarantees};
 use baton_e2e::{ControlPlane, PodSimulator, SimulatorOptions, TestNamespace, wait_until};
 
@@ -13,57 +15,13 @@ const TIMEOUT: Duration = Duration::from_secs(120);
 const LEASE_DURATION: Duration = Duration::from_secs(3);
 const RETRY_PERIOD: Duration = Duration::from_millis(500);
 
-async fn wait_ready_group(namespace: &TestNamespace, names: &[String]) {
-    for name in names {
-        wait_until(TIMEOUT, &format!("{name} is ready"), || async {
-            let state = rollout_state(&namespace.client(), namespace.name(), name).await;
-            state.ready_replicas == state.replicas
-                && state.pod_revisions.len() as i32 == state.replicas
-        })
-        .await;
-    }
-}
-
-async fn start_rollout(namespace: &TestNamespace, names: &[String], version: &str) {
-    for name in names {
-        let before = rollout_state(&namespace.client(), namespace.name(), name).await;
-        set_version(&namespace.client(), namespace.name(), name, version).await;
-        wait_until(
-            TIMEOUT,
-            &format!("{name} has a new update revision"),
-            || async {
-                rollout_state(&namespace.client(), namespace.name(), name)
-                    .await
-                    .update_revision
-                    != before.update_revision
-            },
-        )
-        .await;
-    }
-}
-
-async fn wait_complete(namespace: &TestNamespace, names: &[String]) {
-    for name in names {
-        wait_until(
-            TIMEOUT,
-            &format!("the rollout of {name} completes"),
-            || async {
-                rollout_state(&namespace.client(), namespace.name(), name)
-                    .await
-                    .is_complete()
-            },
-        )
-        .await;
-    }
-}
-
 async fn create_group(namespace: &TestNamespace, zones: &[&str], replicas: i32) -> Vec<String> {
     let mut names = Vec::new();
     for fixture in rollout_group("ingester", zones, replicas) {
         let created = fixture.create(&namespace.client(), namespace.name()).await;
         names.push(created.metadata.name.unwrap_or_default());
     }
-    wait_ready_group(namespace, &names).await;
+    wait_group_ready(&namespace.client(), namespace.name(), &names).await;
     names
 }
 
@@ -120,7 +78,7 @@ async fn only_the_leader_acts_and_sigterm_hands_over_at_once() {
     };
 
     // When a rollout starts and the leader gets SIGTERM once it has deleted a pod
-    start_rollout(&namespace, &names, "v2").await;
+    roll_out(&namespace.client(), namespace.name(), &names, "v2").await;
     wait_until(TIMEOUT, "the leader deleted a pod", || async {
         !event_reporters(&namespace.client(), namespace.name(), "RolloutPodDeleted")
             .await
@@ -152,7 +110,7 @@ async fn only_the_leader_acts_and_sigterm_hands_over_at_once() {
         takeover < LEASE_DURATION,
         "the released lease was taken over in {takeover:?}, not after expiry"
     );
-    wait_complete(&namespace, &names).await;
+    wait_rollout_complete(&namespace.client(), namespace.name(), &names).await;
     let reporters_after: BTreeSet<String> =
         event_reporters(&namespace.client(), namespace.name(), "RolloutPodDeleted")
             .await
@@ -185,7 +143,7 @@ async fn a_killed_leader_is_replaced_only_after_its_lease_expires() {
     };
 
     // When a rollout starts and the leader is killed with SIGKILL (no release)
-    start_rollout(&namespace, &names, "v2").await;
+    roll_out(&namespace.client(), namespace.name(), &names, "v2").await;
     wait_until(TIMEOUT, "the leader deleted a pod", || async {
         !event_reporters(&namespace.client(), namespace.name(), "RolloutPodDeleted")
             .await
@@ -203,7 +161,7 @@ async fn a_killed_leader_is_replaced_only_after_its_lease_expires() {
         takeover + RETRY_PERIOD >= LEASE_DURATION,
         "took over after {takeover:?}: before the lease ({LEASE_DURATION:?}) could have expired"
     );
-    wait_complete(&namespace, &names).await;
+    wait_rollout_complete(&namespace.client(), namespace.name(), &names).await;
 }
 
 #[tokio::test]
@@ -241,7 +199,13 @@ async fn leaders_killed_and_restarted_for_a_minute_never_break_the_rollout_guara
             &short_lease,
         )
         .await;
-        start_rollout(&namespace, &names, &format!("v{version}")).await;
+        roll_out(
+            &namespace.client(),
+            namespace.name(),
+            &names,
+            &format!("v{version}"),
+        )
+        .await;
         version += 1;
         let refs: Vec<&Controller> = controllers.iter().collect();
         let leader = the_leader(&refs).await;
@@ -271,7 +235,7 @@ async fn leaders_killed_and_restarted_for_a_minute_never_break_the_rollout_guara
 
     // Then the last rollout completes and, at every moment, at most one zone was unavailable
     // and never more than one pod of it: two controllers acting at once would break that
-    wait_complete(&namespace, &names).await;
+    wait_rollout_complete(&namespace.client(), namespace.name(), &names).await;
     check_rollout_guarantees(&simulator.timeline(), &zones, from).unwrap();
     assert!(round >= 5, "the leader changed {round} times");
 }

@@ -5,8 +5,10 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-use baton_e2e::controller_support::{Controller, event_reporters, rollout_state};
-use baton_e2e::fixtures::{StatefulSetFixture, rollout_group, set_version};
+use baton_e2e::controller_support::{
+    Controller, event_reporters, roll_out, wait_group_ready, wait_rollout_complete,
+};
+use baton_e2e::fixtures::{StatefulSetFixture, rollout_group};
 use baton_e2e::rbac_support::{Binary, SERVICE_ACCOUNT_NAMESPACE, bind_deploy_roles};
 use baton_e2e::webhook_support::{TestTls, WebhookConfigurations, WebhookReplica};
 use baton_e2e::{ControlPlane, PodSimulator, SimulatorOptions, TestNamespace, wait_until};
@@ -120,36 +122,15 @@ async fn the_controller_rolls_out_with_only_the_permissions_of_its_role() {
                 .unwrap(),
         );
     }
-    for name in &names {
-        wait_until(TIMEOUT, &format!("{name} is ready"), || async {
-            rollout_state(&namespace.client(), namespace.name(), name)
-                .await
-                .ready_replicas
-                == 2
-        })
-        .await;
-    }
+    wait_group_ready(&namespace.client(), namespace.name(), &names).await;
 
     // When a new version is rolled out
-    for name in &names {
-        set_version(&namespace.client(), namespace.name(), name, "v2").await;
-    }
+    roll_out(&namespace.client(), namespace.name(), &names, "v2").await;
 
     // Then the rollout completes (watches, pod deletions, status updates, the lease), baton
     // explains itself (Events) and issues the webhook's certificate Secret, all without a
     // permission error
-    for name in &names {
-        wait_until(
-            TIMEOUT,
-            &format!("the rollout of {name} completes"),
-            || async {
-                rollout_state(&namespace.client(), namespace.name(), name)
-                    .await
-                    .is_complete()
-            },
-        )
-        .await;
-    }
+    wait_rollout_complete(&namespace.client(), namespace.name(), &names).await;
     assert!(
         !event_reporters(&namespace.client(), namespace.name(), "RolloutPodDeleted")
             .await

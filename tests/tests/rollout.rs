@@ -3,8 +3,10 @@
 
 use std::time::{Duration, Instant};
 
-use baton_e2e::controller_support::{Controller, events_about, rollout_state};
-use baton_e2e::fixtures::{StatefulSetFixture, rollout_group, set_version};
+use baton_e2e::controller_support::{
+    Controller, events_about, roll_out, rollout_state, wait_group_ready, wait_rollout_complete,
+};
+use baton_e2e::fixtures::{StatefulSetFixture, rollout_group};
 use baton_e2e::timeline::{Zone, check_rollout_guarantees};
 use baton_e2e::{ControlPlane, PodSimulator, SimulatorOptions, TestNamespace, wait_until};
 
@@ -43,59 +45,24 @@ impl Scene {
                 .await;
             names.push(created.metadata.name.unwrap_or_default());
         }
-        for name in &names {
-            self.wait_ready(name).await;
-        }
+        wait_group_ready(&self.namespace.client(), self.namespace.name(), &names).await;
         names
-    }
-
-    async fn wait_ready(&self, name: &str) {
-        wait_until(TIMEOUT, &format!("{name} is ready"), || async {
-            let state = rollout_state(&self.namespace.client(), self.namespace.name(), name).await;
-            state.ready_replicas == state.replicas
-                && state.pod_revisions.len() as i32 == state.replicas
-        })
-        .await;
     }
 
     /// Changes the image of every StatefulSet; returns when the StatefulSet controller has
     /// computed the new update revision of each.
     async fn roll_out(&self, names: &[String], version: &str) {
-        for name in names {
-            let before = rollout_state(&self.namespace.client(), self.namespace.name(), name).await;
-            set_version(
-                &self.namespace.client(),
-                self.namespace.name(),
-                name,
-                version,
-            )
-            .await;
-            wait_until(
-                TIMEOUT,
-                &format!("{name} has a new update revision"),
-                || async {
-                    let now =
-                        rollout_state(&self.namespace.client(), self.namespace.name(), name).await;
-                    now.update_revision != before.update_revision
-                },
-            )
-            .await;
-        }
+        roll_out(
+            &self.namespace.client(),
+            self.namespace.name(),
+            names,
+            version,
+        )
+        .await;
     }
 
     async fn wait_complete(&self, names: &[String]) {
-        for name in names {
-            wait_until(
-                TIMEOUT,
-                &format!("the rollout of {name} completes"),
-                || async {
-                    rollout_state(&self.namespace.client(), self.namespace.name(), name)
-                        .await
-                        .is_complete()
-                },
-            )
-            .await;
-        }
+        wait_rollout_complete(&self.namespace.client(), self.namespace.name(), names).await;
     }
 
     async fn updated_pods(&self, name: &str) -> usize {

@@ -9,7 +9,7 @@ use std::time::Duration;
 use baton_e2e::controller_support::{Controller, events_about};
 use baton_e2e::fixtures::StatefulSetFixture;
 use baton_e2e::scaling_support::{
-    PrepareEndpoint, REPLICA_TEMPLATE_API_VERSION, REPLICA_TEMPLATE_KIND, ReferenceControllers,
+    PrepareEndpoint, REPLICA_TEMPLATE_API_VERSION, REPLICA_TEMPLATE_KIND, ReplicaTemplates,
     install_replica_template_crd,
 };
 use baton_e2e::webhook_support::{
@@ -39,7 +39,7 @@ struct Scene {
     namespace: TestNamespace,
     simulator: PodSimulator,
     controller: Controller,
-    templates: ReferenceControllers,
+    templates: ReplicaTemplates,
 }
 
 impl Scene {
@@ -62,7 +62,7 @@ impl Scene {
             ],
         )
         .await;
-        let templates = ReferenceControllers::new(namespace.client(), namespace.name());
+        let templates = ReplicaTemplates::new(namespace.client(), namespace.name());
         Self {
             namespace,
             simulator,
@@ -125,20 +125,20 @@ async fn spec_replicas(api: &Api<StatefulSet>, name: &str) -> i32 {
         .unwrap()
 }
 
-/// A StatefulSet mirroring the ReplicationController `reference` (core group: no api-version
-/// annotation, as users of core kinds write it).
+/// A StatefulSet mirroring the ReplicaTemplate `reference`.
 fn mirroring(name: &str, group: &str, replicas: i32, reference: &str) -> StatefulSetFixture {
     StatefulSetFixture::new(name)
         .group(group)
         .replicas(replicas)
         .annotation(MIRROR_NAME, reference)
-        .annotation(MIRROR_KIND, "ReplicationController")
+        .annotation(MIRROR_KIND, REPLICA_TEMPLATE_KIND)
+        .annotation(MIRROR_API_VERSION, REPLICA_TEMPLATE_API_VERSION)
 }
 
 #[tokio::test]
 async fn a_statefulset_follows_its_reference_resource_and_writes_status_back() {
-    // Given a reference resource (a ReplicationController, see ReferenceControllers for why
-    // not a ReplicaTemplate) with 2 replicas and a StatefulSet mirroring it
+    // Given a reference resource (a ReplicaTemplate, the CRD of deploy/crds) with 2 replicas
+    // and a StatefulSet mirroring it
     let scene = Scene::new("scaling-mirror").await;
     scene.templates.create("ingester", 2).await;
     mirroring("ingester-zone-a", "ingester", 2, "ingester")
@@ -155,7 +155,7 @@ async fn a_statefulset_follows_its_reference_resource_and_writes_status_back() {
         .wait_event(
             "ingester-zone-a",
             "ScalingUp",
-            "ingester-zone-a scales up from 2 to 4: ReplicationController ingester (v1) wants 4 replicas",
+            "ingester-zone-a scales up from 2 to 4: ReplicaTemplate ingester (rollout-operator.grafana.com/v1) wants 4 replicas",
         )
         .await;
 
@@ -225,10 +225,12 @@ async fn delayed_downscale_waits_for_the_pods_and_cancels_when_scaled_back_up() 
     assert_eq!(scene.replicas("delayed-zone-a").await, 2);
 
     // When the template is scaled back up to the current replicas
+    // (forget pod 1's earlier calls: while the template said 3 it was told to cancel too)
+    endpoints[&1].clear();
     scene.templates.scale("delayed", 2).await;
-    // Then pod 1's preparation is cancelled with DELETE and it stays. Passes of a group never
-    // overlap, so once a DELETE arrived every later pass sees the new count: from then on pod 1
-    // is only told to cancel, never asked to prepare.
+    // Then pod 1's preparation is cancelled with DELETE and it stays. While the template wants
+    // 1, pod 1 only gets POSTs; passes of a group never overlap, so once a DELETE arrived every
+    // later pass sees the new count: from then on pod 1 is only told to cancel.
     wait_until(TIMEOUT, "pod 1 receives DELETE", || async {
         endpoints[&1].count("DELETE") > 0
     })
