@@ -10,8 +10,17 @@ use baton_e2e::controller_support::{
 };
 use baton_e2e::fixtures::{StatefulSetFixture, rollout_group};
 use baton_e2e::rbac_support::{Binary, SERVICE_ACCOUNT_NAMESPACE, bind_deploy_roles};
+use baton_e2e::scaling_support::{
+    REPLICA_TEMPLATE_API_VERSION, REPLICA_TEMPLATE_KIND, ReplicaTemplates,
+    install_replica_template_crd,
+};
 use baton_e2e::webhook_support::{TestTls, WebhookConfigurations, WebhookReplica};
 use baton_e2e::{ControlPlane, PodSimulator, SimulatorOptions, TestNamespace, wait_until};
+use baton_shared::annotations::{
+    MIRROR_REPLICAS_API_VERSION_ANNOTATION as MIRROR_API_VERSION_ANNOTATION,
+    MIRROR_REPLICAS_KIND_ANNOTATION as MIRROR_KIND_ANNOTATION,
+    MIRROR_REPLICAS_NAME_ANNOTATION as MIRROR_NAME_ANNOTATION,
+};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -110,7 +119,13 @@ async fn the_controller_rolls_out_with_only_the_permissions_of_its_role() {
             Binary::Controller.service_account(),
         )
         .unwrap();
-    let controller = Controller::start_as(kubeconfig, namespace.name(), &[]).await;
+    install_replica_template_crd(control_plane).await.unwrap();
+    let controller = Controller::start_as(
+        kubeconfig,
+        namespace.name(),
+        &[("BATON_CONTROLLER__SCALING_POLL_INTERVAL", "300ms")],
+    )
+    .await;
     let mut names = Vec::new();
     for fixture in rollout_group("rbac", &["a", "b"], 2) {
         names.push(
@@ -149,6 +164,33 @@ async fn the_controller_rolls_out_with_only_the_permissions_of_its_role() {
                 })
             })
     })
+    .await;
+
+    // And it mirrors replicas from a ReplicaTemplate (discovery, the reference's scale and
+    // status, the StatefulSet's scale)
+    let templates = ReplicaTemplates::new(namespace.client(), namespace.name());
+    templates.create("rbac-reference", 2).await;
+    StatefulSetFixture::new("rbac-mirror")
+        .group("rbac-mirror")
+        .replicas(1)
+        .annotation(MIRROR_NAME_ANNOTATION, "rbac-reference")
+        .annotation(MIRROR_KIND_ANNOTATION, REPLICA_TEMPLATE_KIND)
+        .annotation(MIRROR_API_VERSION_ANNOTATION, REPLICA_TEMPLATE_API_VERSION)
+        .create(&namespace.client(), namespace.name())
+        .await;
+    wait_until(
+        TIMEOUT,
+        "the mirror follows its ReplicaTemplate and writes status back",
+        || async {
+            let replicas = namespace
+                .api::<StatefulSet>()
+                .get("rbac-mirror")
+                .await
+                .ok()
+                .and_then(|sts| sts.spec?.replicas);
+            replicas == Some(2) && templates.status_replicas("rbac-reference").await == Some(2)
+        },
+    )
     .await;
     let output = controller.process.output();
     assert!(
