@@ -128,22 +128,30 @@ impl Drop for PodSimulator {
 }
 
 /// Per pod uid: what the simulator last saw.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Seen {
+    pod: Pod,
     ready: bool,
     terminating: bool,
-    scheduled: bool,
 }
+
+/// How often pods that should be Ready but are not are looked at again: like a kubelet's sync,
+/// this catches a status write that failed or an event that was missed.
+const RESYNC: Duration = Duration::from_millis(500);
 
 async fn run(shared: Arc<Shared>) {
     let mut seen: HashMap<String, Seen> = HashMap::new();
-    let mut becoming_ready: JoinSet<()> = JoinSet::new();
+    let mut in_flight: HashSet<String> = HashSet::new();
+    let mut becoming_ready: JoinSet<String> = JoinSet::new();
     let mut events = watcher(shared.api.clone(), watcher::Config::default()).boxed();
+    let mut resync = tokio::time::interval(RESYNC);
     loop {
         tokio::select! {
             event = events.next() => match event {
                 Some(Ok(watcher::Event::Apply(pod) | watcher::Event::InitApply(pod))) => {
-                    observe(&shared, &mut seen, &mut becoming_ready, pod);
+                    if let Some(uid) = observe(&shared, &mut seen, pod) {
+                        make_ready(&shared, &seen, &mut in_flight, &mut becoming_ready, &uid);
+                    }
                 }
                 Some(Ok(watcher::Event::Delete(pod))) => {
                     if let Some(uid) = pod.metadata.uid.clone() {
@@ -155,24 +163,31 @@ async fn run(shared: Arc<Shared>) {
                 Some(Err(error)) => tracing::debug!(%error, "pod simulator watch error; retrying"),
                 None => return,
             },
-            Some(_) = becoming_ready.join_next(), if !becoming_ready.is_empty() => {}
+            Some(done) = becoming_ready.join_next(), if !becoming_ready.is_empty() => {
+                if let Ok(uid) = done {
+                    in_flight.remove(&uid);
+                }
+            }
+            _ = resync.tick() => {
+                let uids: Vec<String> = seen.keys().cloned().collect();
+                for uid in uids {
+                    make_ready(&shared, &seen, &mut in_flight, &mut becoming_ready, &uid);
+                }
+            }
         }
     }
 }
 
-fn observe(
-    shared: &Arc<Shared>,
-    seen: &mut HashMap<String, Seen>,
-    tasks: &mut JoinSet<()>,
-    pod: Pod,
-) {
-    let Some(uid) = pod.metadata.uid.clone() else {
-        return;
-    };
-    let name = pod.metadata.name.clone().unwrap_or_default();
-    let state = seen.entry(uid).or_insert_with(|| {
+/// Records what changed about `pod`; returns its uid.
+fn observe(shared: &Arc<Shared>, seen: &mut HashMap<String, Seen>, pod: Pod) -> Option<String> {
+    let uid = pod.metadata.uid.clone()?;
+    let state = seen.entry(uid.clone()).or_insert_with(|| {
         shared.record(&pod, PodEvent::Created);
-        Seen::default()
+        Seen {
+            pod: pod.clone(),
+            ready: false,
+            terminating: false,
+        }
     });
     let ready = is_ready(&pod);
     if ready != state.ready {
@@ -186,24 +201,42 @@ fn observe(
             },
         );
     }
-    if pod.metadata.deletion_timestamp.is_some() {
-        if !state.terminating {
-            state.terminating = true;
-            shared.record(&pod, PodEvent::Terminating);
-        }
+    if pod.metadata.deletion_timestamp.is_some() && !state.terminating {
+        state.terminating = true;
+        shared.record(&pod, PodEvent::Terminating);
+    }
+    state.pod = pod;
+    Some(uid)
+}
+
+/// Starts making the pod Ready after the configured delay, unless it is Ready, going away,
+/// held, or already on its way.
+fn make_ready(
+    shared: &Arc<Shared>,
+    seen: &HashMap<String, Seen>,
+    in_flight: &mut HashSet<String>,
+    tasks: &mut JoinSet<String>,
+    uid: &str,
+) {
+    let Some(state) = seen.get(uid) else {
+        return;
+    };
+    let name = state.pod.metadata.name.clone().unwrap_or_default();
+    let held = shared.held.lock().unwrap().contains(&name);
+    if state.ready || state.terminating || held || in_flight.contains(uid) {
         return;
     }
-    let held = shared.held.lock().unwrap().contains(&name);
-    if !ready && !state.scheduled && !held {
-        state.scheduled = true;
-        let shared = shared.clone();
-        tasks.spawn(async move {
-            tokio::time::sleep(shared.options.ready_after).await;
-            if !shared.held.lock().unwrap().contains(&name) {
-                shared.set_ready(&pod, true).await;
-            }
-        });
-    }
+    in_flight.insert(uid.to_owned());
+    let shared = shared.clone();
+    let pod = state.pod.clone();
+    let uid = uid.to_owned();
+    tasks.spawn(async move {
+        tokio::time::sleep(shared.options.ready_after).await;
+        if !shared.held.lock().unwrap().contains(&name) {
+            shared.set_ready(&pod, true).await;
+        }
+        uid
+    });
 }
 
 fn is_ready(pod: &Pod) -> bool {

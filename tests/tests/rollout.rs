@@ -224,3 +224,27 @@ async fn a_paused_zone_waits_while_the_others_finish() {
         .await;
     assert_eq!(scene.updated_pods("ingester-zone-b").await, 0);
 }
+
+#[tokio::test]
+async fn a_bad_max_unavailable_falls_back_to_one_pod_with_a_warning_event() {
+    // Given a group whose max-unavailable annotation is not a number
+    let scene = Scene::new("bad-annotation").await;
+    let fixtures: Vec<_> = rollout_group("ingester", &["a", "b"], 3)
+        .into_iter()
+        .map(|fixture| fixture.annotation("rollout-max-unavailable", "lots"))
+        .collect();
+    let names = scene.create(&fixtures).await;
+
+    // When the template changes
+    let from = Instant::now();
+    scene.roll_out(&names, "v2").await;
+
+    // Then baton warns about the value, rolls one pod at a time (the documented default) and
+    // completes
+    scene.wait_complete(&names).await;
+    scene
+        .wait_event("ingester-zone-a", "InvalidAnnotation", "\"lots\"")
+        .await;
+    let zones: Vec<Zone> = names.iter().map(|name| Zone::new(name, 3, 1)).collect();
+    check_rollout_guarantees(&scene.simulator.timeline(), &zones, from).unwrap();
+}
