@@ -33,7 +33,7 @@ async fn rollout(control_plane: &ControlPlane) -> anyhow::Result<()> {
         ready_after: READY_AFTER,
     };
     let simulator = PodSimulator::start(namespace.client(), namespace.name(), options).await;
-    let _controller = Controller::start(
+    let controller = Controller::start(
         control_plane,
         namespace.name(),
         &[("BATON_LOG__LEVEL", "warn")],
@@ -60,8 +60,8 @@ async fn rollout(control_plane: &ControlPlane) -> anyhow::Result<()> {
         ready
     })
     .await?;
-    // Let the controller win its lease before the clock starts.
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    // The clock starts once the controller leads.
+    wait(Duration::from_secs(60), || controller.is_leader()).await?;
 
     let started = Instant::now();
     for name in &names {
