@@ -110,36 +110,23 @@ impl Controller {
 }
 
 async fn http_status(url: &str) -> Option<u16> {
-    http_request(url).await.map(|(status, _)| status)
+    let response = ops_client().get(url).send().await.ok()?;
+    Some(response.status().as_u16())
 }
 
 async fn http_get(url: &str) -> Option<String> {
-    http_request(url).await.map(|(_, body)| body)
+    ops_client().get(url).send().await.ok()?.text().await.ok()
 }
 
-/// A minimal HTTP/1.0 GET on loopback, enough for the ops server.
-async fn http_request(url: &str) -> Option<(u16, String)> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let rest = url.strip_prefix("http://")?;
-    let (host, path) = rest.split_once('/').map(|(h, p)| (h, format!("/{p}")))?;
-    let mut stream =
-        tokio::time::timeout(Duration::from_secs(2), tokio::net::TcpStream::connect(host))
-            .await
-            .ok()?
-            .ok()?;
-    let request = format!("GET {path} HTTP/1.0\r\nHost: {host}\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.ok()?;
-    let mut response = String::new();
-    tokio::time::timeout(Duration::from_secs(5), stream.read_to_string(&mut response))
-        .await
-        .ok()?
-        .ok()?;
-    let status = response.split_whitespace().nth(1)?.parse().ok()?;
-    let body = response
-        .split_once("\r\n\r\n")
-        .map(|(_, body)| body.to_owned())
-        .unwrap_or_default();
-    Some((status, body))
+/// A plain-HTTP client for the ops server: no proxy, short timeout.
+fn ops_client() -> reqwest::Client {
+    // reqwest sets up rustls even for plain HTTP, and needs the process's provider for that.
+    baton_shared::crypto::install_default_provider();
+    reqwest::Client::builder()
+        .no_proxy()
+        .timeout(Duration::from_secs(5))
+        .build()
+        .expect("a plain HTTP client")
 }
 
 /// Where a StatefulSet's rollout stands, read from the API server.

@@ -6,6 +6,7 @@ pub mod certificate_support;
 pub mod control_plane;
 pub mod controller_support;
 pub mod fixtures;
+pub mod http_support;
 pub mod namespace;
 pub mod pod_simulator;
 pub mod process;

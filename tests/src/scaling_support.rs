@@ -11,7 +11,7 @@ use std::time::Duration;
 use anyhow::Context;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
 use serde_json::json;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
 
 use crate::control_plane::ControlPlane;
@@ -142,7 +142,9 @@ impl PrepareEndpoint {
                 while let Ok((mut stream, _)) = listener.accept().await {
                     let (calls, post_answer) = (calls.clone(), post_answer.clone());
                     tokio::spawn(async move {
-                        let Some((method, path)) = read_head(&mut stream).await else {
+                        let Some((method, path)) =
+                            crate::http_support::read_request(&mut stream).await
+                        else {
                             return;
                         };
                         calls.lock().unwrap().push(format!("{method} {path}"));
@@ -201,45 +203,4 @@ impl Drop for PrepareEndpoint {
     fn drop(&mut self) {
         self.task.abort();
     }
-}
-
-/// Reads a request's head (and drains a small body); returns its method and path.
-async fn read_head(stream: &mut tokio::net::TcpStream) -> Option<(String, String)> {
-    let mut buffer = Vec::new();
-    let mut chunk = [0u8; 4096];
-    let head_end = loop {
-        if let Some(end) = buffer.windows(4).position(|window| window == b"\r\n\r\n") {
-            break end + 4;
-        }
-        if buffer.len() > 64 * 1024 {
-            return None;
-        }
-        let read = stream.read(&mut chunk).await.ok()?;
-        if read == 0 {
-            return None;
-        }
-        buffer.extend_from_slice(&chunk[..read]);
-    };
-    let head = String::from_utf8_lossy(&buffer[..head_end]).into_owned();
-    let mut words = head.split_whitespace();
-    let method = words.next()?.to_owned();
-    let path = words.next()?.to_owned();
-    let length = head
-        .lines()
-        .find_map(|line| {
-            let (name, value) = line.split_once(':')?;
-            name.trim()
-                .eq_ignore_ascii_case("content-length")
-                .then(|| value.trim().parse::<usize>().ok())?
-        })
-        .unwrap_or(0);
-    let mut body = buffer.len() - head_end;
-    while body < length {
-        let read = stream.read(&mut chunk).await.ok()?;
-        if read == 0 {
-            break;
-        }
-        body += read;
-    }
-    Some((method, path))
 }

@@ -17,7 +17,7 @@ use k8s_openapi::api::admissionregistration::v1::{
 use kube::api::{Api, DeleteParams, PostParams};
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair, KeyUsagePurpose};
 use serde_json::json;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
 
 use crate::control_plane::ControlPlane;
@@ -318,7 +318,9 @@ impl PodEndpoint {
                 while let Ok((mut stream, _)) = listener.accept().await {
                     let (calls, status, stopped) = (calls.clone(), status.clone(), stopped.clone());
                     tokio::spawn(async move {
-                        let Some((method, path)) = read_request(&mut stream).await else {
+                        let Some((method, path)) =
+                            crate::http_support::read_request(&mut stream).await
+                        else {
                             return;
                         };
                         let code = status.lock().unwrap().get(&method).copied().unwrap_or(200);
@@ -367,45 +369,4 @@ impl Drop for PodEndpoint {
         self.stopped.cancel();
         self.task.abort();
     }
-}
-
-/// Reads one request's head and body; returns its method and path.
-async fn read_request(stream: &mut tokio::net::TcpStream) -> Option<(String, String)> {
-    let mut buffer = Vec::new();
-    let mut chunk = [0u8; 4096];
-    let head_end = loop {
-        if let Some(end) = buffer.windows(4).position(|window| window == b"\r\n\r\n") {
-            break end + 4;
-        }
-        if buffer.len() > 64 * 1024 {
-            return None;
-        }
-        let read = stream.read(&mut chunk).await.ok()?;
-        if read == 0 {
-            return None;
-        }
-        buffer.extend_from_slice(&chunk[..read]);
-    };
-    let head = String::from_utf8_lossy(&buffer[..head_end]).into_owned();
-    let mut words = head.split_whitespace();
-    let method = words.next()?.to_owned();
-    let path = words.next()?.to_owned();
-    let length = head
-        .lines()
-        .find_map(|line| {
-            let (name, value) = line.split_once(':')?;
-            name.trim()
-                .eq_ignore_ascii_case("content-length")
-                .then(|| value.trim().parse::<usize>().ok())?
-        })
-        .unwrap_or(0);
-    let mut body = buffer.len() - head_end;
-    while body < length {
-        let read = stream.read(&mut chunk).await.ok()?;
-        if read == 0 {
-            break;
-        }
-        body += read;
-    }
-    Some((method, path))
 }
