@@ -92,3 +92,33 @@ fn print_config_shows_the_layers_merged_and_loads_back() {
         assert_eq!(reprinted, printed);
     }
 }
+
+#[test]
+fn the_config_file_shipped_in_deploy_is_accepted_by_both_binaries() {
+    // Given the config.yaml of deploy/'s ConfigMap, as the Deployments mount it
+    let manifest =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/base/config.yaml");
+    let config_map: serde_json::Value =
+        serde_yaml::from_str(&std::fs::read_to_string(manifest).unwrap()).unwrap();
+    let directory = tempfile::tempdir().unwrap();
+    let file = directory.path().join("config.yaml");
+    std::fs::write(
+        &file,
+        config_map["data"]["config.yaml"]
+            .as_str()
+            .expect("data.config.yaml"),
+    )
+    .unwrap();
+    for binary in BINARIES {
+        // When the binary loads it (BATON_NAMESPACE comes from the pod, as in the Deployments)
+        let (code, printed, stderr) = run(
+            binary,
+            &["--config", file.to_str().unwrap(), "--print-config"],
+            &[("BATON_NAMESPACE", "ingesters")],
+        );
+        // Then it is valid and means what it says
+        assert_eq!(code, Some(0), "{binary}: {stderr}");
+        assert!(printed.contains("format: json"), "{printed}");
+        assert!(printed.contains("namespace: ingesters"), "{printed}");
+    }
+}
