@@ -7,7 +7,6 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use anyhow::Context;
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, DeleteParams, PostParams};
@@ -17,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 use crate::control_plane::ControlPlane;
 use crate::process::BatonProcess;
 use crate::wait::wait_until;
-use crate::webhook_support::free_port;
+use crate::webhook_support::WebhookReplica;
 
 pub const INJECT_LABEL: &str = "grafana.com/inject-rollout-operator-ca";
 pub const NAMESPACE_LABEL: &str = "grafana.com/namespace";
@@ -154,37 +153,15 @@ pub async fn start_webhook(
     kubelet: &Kubelet,
     extra_env: &[(&str, &str)],
 ) -> anyhow::Result<(BatonProcess, u16)> {
-    let port = free_port()?;
-    let ops_port = free_port()?;
-    let address = format!("127.0.0.1:{port}");
-    let ops_address = format!("127.0.0.1:{ops_port}");
-    let cert = kubelet.cert.to_str().context("UTF-8 path")?;
-    let key = kubelet.key.to_str().context("UTF-8 path")?;
-    let mut env = vec![
-        ("BATON_NAMESPACE", namespace),
-        ("BATON_WEBHOOK__ADDRESS", address.as_str()),
-        ("BATON_OPS__ADDRESS", ops_address.as_str()),
-        ("BATON_WEBHOOK__CERT_FILE", cert),
-        ("BATON_WEBHOOK__KEY_FILE", key),
-        ("BATON_PODS__ADDRESS_BY", "ip"),
-    ];
-    env.extend_from_slice(extra_env);
-    let process =
-        BatonProcess::spawn("baton-webhook", control_plane.kubeconfig_path(), &env).await?;
-    let ready = format!("http://127.0.0.1:{ops_port}/ready");
-    let http = reqwest::Client::builder().no_proxy().build()?;
-    wait_until(
-        Duration::from_secs(60),
-        "baton-webhook is ready",
-        || async {
-            http.get(&ready)
-                .send()
-                .await
-                .is_ok_and(|response| response.status().is_success())
-        },
+    let replica = WebhookReplica::serving_files(
+        control_plane.kubeconfig_path(),
+        &kubelet.cert,
+        &kubelet.key,
+        namespace,
+        extra_env,
     )
-    .await;
-    Ok((process, port))
+    .await?;
+    Ok((replica.process, replica.port))
 }
 
 /// A no-downscale ValidatingWebhookConfiguration for `namespace`'s StatefulSets calling

@@ -84,7 +84,8 @@ pub struct WebhookReplica {
     pub process: BatonProcess,
     pub port: u16,
     pub ops_port: u16,
-    _files: tempfile::TempDir,
+    /// The certificate files this replica serves, when it wrote them itself.
+    _files: Option<tempfile::TempDir>,
 }
 
 impl WebhookReplica {
@@ -120,6 +121,22 @@ impl WebhookReplica {
         let key = files.path().join("tls.key");
         std::fs::write(&cert, &tls.cert_pem)?;
         std::fs::write(&key, &tls.key_pem)?;
+        let mut replica =
+            Self::serving_files(kubeconfig, &cert, &key, namespace, extra_env).await?;
+        replica._files = Some(files);
+        Ok(replica)
+    }
+
+    /// Starts baton-webhook serving the certificate files `cert` and `key` (which the caller
+    /// may keep changing, as kubelet does with a mounted Secret) on a free port, pods addressed
+    /// by IP, and waits until `/ready` answers 200.
+    pub async fn serving_files(
+        kubeconfig: &Path,
+        cert: &Path,
+        key: &Path,
+        namespace: &str,
+        extra_env: &[(&str, &str)],
+    ) -> anyhow::Result<Self> {
         let port = free_port()?;
         let ops_port = free_port()?;
         let address = format!("127.0.0.1:{port}");
@@ -128,8 +145,8 @@ impl WebhookReplica {
             ("BATON_NAMESPACE", namespace),
             ("BATON_WEBHOOK__ADDRESS", address.as_str()),
             ("BATON_OPS__ADDRESS", ops_address.as_str()),
-            ("BATON_WEBHOOK__CERT_FILE", path_str(&cert)?),
-            ("BATON_WEBHOOK__KEY_FILE", path_str(&key)?),
+            ("BATON_WEBHOOK__CERT_FILE", path_str(cert)?),
+            ("BATON_WEBHOOK__KEY_FILE", path_str(key)?),
             ("BATON_PODS__ADDRESS_BY", "ip"),
             ("BATON_LOG__LEVEL", "info,baton_webhook=debug"),
         ];
@@ -139,7 +156,7 @@ impl WebhookReplica {
             process,
             port,
             ops_port,
-            _files: files,
+            _files: None,
         };
         let ready = format!("http://127.0.0.1:{ops_port}/ready");
         let http = reqwest::Client::builder().no_proxy().build()?;
