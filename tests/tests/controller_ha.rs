@@ -58,33 +58,60 @@ async fn restart_exited(
     }
 }
 
+/// Two controller replicas over a group of 4-pod zones whose rollout the leader has started.
+struct TwoReplicas {
+    namespace: TestNamespace,
+    _simulator: PodSimulator,
+    names: Vec<String>,
+    leading: Controller,
+    standby: Controller,
+}
+
+impl TwoReplicas {
+    async fn mid_rollout(prefix: &str, zones: &[&str]) -> Self {
+        let control_plane = ControlPlane::shared().await;
+        let namespace = TestNamespace::create(control_plane, prefix).await;
+        let options = SimulatorOptions {
+            ready_after: Duration::from_millis(400),
+        };
+        let simulator = PodSimulator::start(namespace.client(), namespace.name(), options).await;
+        let first = Controller::start(control_plane, namespace.name(), &[]).await;
+        let second = Controller::start(control_plane, namespace.name(), &[]).await;
+        let names = create_group(&namespace, zones, 4).await;
+        let leader = the_leader(&[&first, &second]).await;
+        let (leading, standby) = if leader == 0 {
+            (first, second)
+        } else {
+            (second, first)
+        };
+        roll_out(&namespace.client(), namespace.name(), &names, "v2").await;
+        wait_until(TIMEOUT, "the leader deleted a pod", || async {
+            !event_reporters(&namespace.client(), namespace.name(), "RolloutPodDeleted")
+                .await
+                .is_empty()
+        })
+        .await;
+        Self {
+            namespace,
+            _simulator: simulator,
+            names,
+            leading,
+            standby,
+        }
+    }
+}
+
 #[tokio::test]
 async fn only_the_leader_acts_and_sigterm_hands_over_at_once() {
-    // Given two controller replicas and a ready group
-    let control_plane = ControlPlane::shared().await;
-    let namespace = TestNamespace::create(control_plane, "ha-term").await;
-    let options = SimulatorOptions {
-        ready_after: Duration::from_millis(400),
-    };
-    let _simulator = PodSimulator::start(namespace.client(), namespace.name(), options).await;
-    let first = Controller::start(control_plane, namespace.name(), &[]).await;
-    let second = Controller::start(control_plane, namespace.name(), &[]).await;
-    let names = create_group(&namespace, &["a", "b", "c"], 4).await;
-    let leader = the_leader(&[&first, &second]).await;
-    let (mut leading, standby) = if leader == 0 {
-        (first, second)
-    } else {
-        (second, first)
-    };
-
-    // When a rollout starts and the leader gets SIGTERM once it has deleted a pod
-    roll_out(&namespace.client(), namespace.name(), &names, "v2").await;
-    wait_until(TIMEOUT, "the leader deleted a pod", || async {
-        !event_reporters(&namespace.client(), namespace.name(), "RolloutPodDeleted")
-            .await
-            .is_empty()
-    })
-    .await;
+    // Given two controller replicas and a ready group, mid-rollout
+    // When the leader gets SIGTERM once it has deleted a pod
+    let TwoReplicas {
+        namespace,
+        names,
+        mut leading,
+        standby,
+        _simulator,
+    } = TwoReplicas::mid_rollout("ha-term", &["a", "b", "c"]).await;
     let reporters_before: BTreeSet<String> =
         event_reporters(&namespace.client(), namespace.name(), "RolloutPodDeleted")
             .await
@@ -125,31 +152,15 @@ async fn only_the_leader_acts_and_sigterm_hands_over_at_once() {
 
 #[tokio::test]
 async fn a_killed_leader_is_replaced_only_after_its_lease_expires() {
-    // Given two controller replicas and a ready group
-    let control_plane = ControlPlane::shared().await;
-    let namespace = TestNamespace::create(control_plane, "ha-kill").await;
-    let options = SimulatorOptions {
-        ready_after: Duration::from_millis(400),
-    };
-    let _simulator = PodSimulator::start(namespace.client(), namespace.name(), options).await;
-    let first = Controller::start(control_plane, namespace.name(), &[]).await;
-    let second = Controller::start(control_plane, namespace.name(), &[]).await;
-    let names = create_group(&namespace, &["a", "b"], 4).await;
-    let leader = the_leader(&[&first, &second]).await;
-    let (mut leading, standby) = if leader == 0 {
-        (first, second)
-    } else {
-        (second, first)
-    };
-
-    // When a rollout starts and the leader is killed with SIGKILL (no release)
-    roll_out(&namespace.client(), namespace.name(), &names, "v2").await;
-    wait_until(TIMEOUT, "the leader deleted a pod", || async {
-        !event_reporters(&namespace.client(), namespace.name(), "RolloutPodDeleted")
-            .await
-            .is_empty()
-    })
-    .await;
+    // Given two controller replicas and a ready group, mid-rollout
+    // When the leader is killed with SIGKILL (no release)
+    let TwoReplicas {
+        namespace,
+        names,
+        mut leading,
+        standby,
+        _simulator,
+    } = TwoReplicas::mid_rollout("ha-kill", &["a", "b"]).await;
     leading.process.signal("KILL").unwrap();
     let killed = Instant::now();
     let _ = leading.process.wait().await;
