@@ -22,15 +22,26 @@ pub const REPLICA_TEMPLATE_API_VERSION: &str = "rollout-operator.grafana.com/v1"
 /// Kind of ReplicaTemplates.
 pub const REPLICA_TEMPLATE_KIND: &str = "ReplicaTemplate";
 
-/// Applies `deploy/crds/replica-template.yaml` with kubectl (idempotent: tests share the
-/// control plane) and waits until the API server serves ReplicaTemplates.
+/// Applies `deploy/crds/replica-template.yaml` with kubectl and waits until the API server
+/// serves ReplicaTemplates. Once per test process: the tests of a binary run concurrently on
+/// one control plane, and concurrent `kubectl apply` of one new object race each other
+/// (both see it missing, the second create fails with AlreadyExists).
 pub async fn install_replica_template_crd(control_plane: &ControlPlane) -> anyhow::Result<()> {
+    static INSTALLED: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
+    INSTALLED
+        .get_or_try_init(|| apply_replica_template_crd(control_plane))
+        .await
+        .map(|_| ())
+}
+
+async fn apply_replica_template_crd(control_plane: &ControlPlane) -> anyhow::Result<()> {
     let manifest =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/crds/replica-template.yaml");
+    // Server-side apply: idempotent even against another process applying the same manifest.
     let output = tokio::process::Command::new("kubectl")
         .arg("--kubeconfig")
         .arg(control_plane.kubeconfig_path())
-        .args(["apply", "-f"])
+        .args(["apply", "--server-side", "--force-conflicts", "-f"])
         .arg(&manifest)
         .output()
         .await
