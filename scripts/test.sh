@@ -7,4 +7,5 @@ cd "$(dirname "$0")/.."
 
 KUBEBUILDER_ASSETS="$(tests/control-plane/install.sh)"
 export KUBEBUILDER_ASSETS
-cargo test --workspace "$@"
+# --no-fail-fast: every failing test binary is reported, not only the first.
+cargo test --workspace --no-fail-fast "$@"
