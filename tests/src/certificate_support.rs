@@ -31,6 +31,49 @@ pub fn secret_text(secret: &Secret, key: &str) -> String {
         .unwrap_or_default()
 }
 
+/// The DNS names (subjectAltName) of the first certificate in `pem`.
+pub fn dns_names(pem: &str) -> anyhow::Result<BTreeSet<String>> {
+    use x509_parser::extensions::GeneralName;
+    let (_, pem) = x509_parser::pem::parse_x509_pem(pem.as_bytes())
+        .map_err(|error| anyhow::anyhow!("not a PEM certificate: {error}"))?;
+    let certificate = pem
+        .parse_x509()
+        .map_err(|error| anyhow::anyhow!("not an X.509 certificate: {error}"))?;
+    let names = certificate
+        .subject_alternative_name()
+        .map_err(|error| anyhow::anyhow!("bad subjectAltName: {error}"))?
+        .map(|san| {
+            san.value
+                .general_names
+                .iter()
+                .filter_map(|name| match name {
+                    GeneralName::DNSName(dns) => Some((*dns).to_owned()),
+                    _ => None,
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    Ok(names)
+}
+
+/// Waits until the controller has issued the certificate Secret `name`, and returns it.
+pub async fn wait_issued(secrets: &Api<Secret>, name: &str) -> Secret {
+    wait_until(
+        Duration::from_secs(20),
+        "the certificate Secret is issued",
+        || async {
+            secrets
+                .get_opt(name)
+                .await
+                .ok()
+                .flatten()
+                .is_some_and(|secret| !secret_text(&secret, "tls.crt").is_empty())
+        },
+    )
+    .await;
+    secrets.get(name).await.expect("the issued Secret")
+}
+
 /// Copies `tls.crt` and `tls.key` of a Secret to files every 100 ms, each replaced atomically,
 /// as kubelet updates a mounted Secret. Remembers every distinct certificate and CA bundle.
 #[derive(Debug)]

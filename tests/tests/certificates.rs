@@ -4,8 +4,10 @@
 
 use std::time::{Duration, Instant};
 
-use baton_e2e::certificate_support::{GuardConfiguration, Kubelet, secret_text, start_webhook};
-use baton_e2e::controller_support::Controller;
+use baton_e2e::certificate_support::{
+    GuardConfiguration, Kubelet, dns_names, secret_text, start_webhook, wait_issued,
+};
+use baton_e2e::controller_support::{Controller, events_about};
 use baton_e2e::fixtures::StatefulSetFixture;
 use baton_e2e::{ControlPlane, TestNamespace, wait_until};
 use k8s_openapi::ByteString;
@@ -253,16 +255,7 @@ async fn a_garbage_secret_is_regenerated_with_a_warning_event() {
     let ns = TestNamespace::create(control_plane, "cert-garbage").await;
     let _controller = Controller::start(control_plane, ns.name(), &[]).await;
     let secrets = ns.api::<Secret>();
-    wait_until(Duration::from_secs(20), "the Secret is issued", || async {
-        secrets
-            .get_opt(SECRET)
-            .await
-            .ok()
-            .flatten()
-            .is_some_and(|secret| !secret_text(&secret, "tls.crt").is_empty())
-    })
-    .await;
-    let issued = secrets.get(SECRET).await.unwrap();
+    let issued = wait_issued(&secrets, SECRET).await;
 
     // When someone writes garbage into the certificate
     secrets
@@ -309,4 +302,64 @@ async fn a_garbage_secret_is_regenerated_with_a_warning_event() {
         },
     )
     .await;
+}
+
+#[tokio::test]
+async fn renaming_the_service_reissues_the_certificate_under_the_same_ca() {
+    let control_plane = ControlPlane::shared().await;
+    let ns = TestNamespace::create(control_plane, "cert-rename").await;
+    // Given a certificate issued for the Service baton-webhook
+    let mut controller = Controller::start(control_plane, ns.name(), &[LOCAL_IP]).await;
+    let secrets = ns.api::<Secret>();
+    let issued = wait_issued(&secrets, SECRET).await;
+    let old_name = format!("baton-webhook.{}.svc", ns.name());
+    let new_name = format!("ingester-guard.{}.svc", ns.name());
+    let names = dns_names(&secret_text(&issued, "tls.crt")).unwrap();
+    assert!(names.contains(&old_name), "{names:?}");
+
+    // When baton restarts configured for the Service renamed to ingester-guard
+    controller.process.signal("TERM").unwrap();
+    controller.process.wait().await.unwrap();
+    let _controller = Controller::start(
+        control_plane,
+        ns.name(),
+        &[
+            LOCAL_IP,
+            ("BATON_CERTIFICATES__SERVICE_NAME", "ingester-guard"),
+        ],
+    )
+    .await;
+
+    // Then the serving certificate is reissued for the new names, with nobody deleting the
+    // Secret (the Go operator's users had to)
+    wait_until(
+        Duration::from_secs(20),
+        "the certificate names the renamed Service",
+        || async {
+            let secret = secrets.get(SECRET).await.unwrap();
+            dns_names(&secret_text(&secret, "tls.crt"))
+                .is_ok_and(|names| names.contains(&new_name) && !names.contains(&old_name))
+        },
+    )
+    .await;
+    let reissued = secrets.get(SECRET).await.unwrap();
+    assert_eq!(
+        reissued.metadata.uid, issued.metadata.uid,
+        "the same Secret"
+    );
+    // And signed by the same CA, so no webhook configuration needs a new caBundle
+    assert_eq!(
+        secret_text(&reissued, "ca.crt"),
+        secret_text(&issued, "ca.crt")
+    );
+    // And an Event on the Secret says why it changed
+    let events = events_about(&ns.client(), ns.name(), SECRET).await;
+    assert!(
+        events
+            .iter()
+            .any(|(reason, note)| reason == "CertificateReissued"
+                && note.contains(&old_name)
+                && note.contains(&new_name)),
+        "{events:?}"
+    );
 }

@@ -13,7 +13,9 @@ use time::OffsetDateTime;
 use tokio::sync::watch;
 
 use super::pki::{self, Material, Pair};
-use super::plan::{Action, CertificatePlan, Names, ParsedSecret, Wanted, plan_certificates};
+use super::plan::{
+    Action, CertificatePlan, IssueReason, Names, ParsedSecret, Wanted, plan_certificates,
+};
 use super::{CertificateMetrics, Settings, until};
 use crate::explain::{Explainer, Explanation, Severity};
 use crate::leader::Leadership;
@@ -235,23 +237,48 @@ async fn round(
         ?action,
         "certificate Secret written"
     );
-    if let Action::Regenerate { problem } = &action {
+    if let Some(explanation) = explain_write(name, &action, parsed.as_ref(), wanted) {
         let object = secret_reference(existing.as_ref().unwrap_or(&written));
-        explainer
-            .tell(
-                &object,
-                Explanation {
-                    severity: Severity::Warning,
-                    reason: "CertificateRegenerated".to_owned(),
-                    action: "RegenerateCertificate".to_owned(),
-                    note: format!(
-                        "Secret {name} held an unusable certificate ({problem}); issued a new CA and serving certificate"
-                    ),
-                },
-            )
-            .await;
+        explainer.tell(&object, explanation).await;
     }
     Ok(Round::Again)
+}
+
+/// The Event a write deserves: starting over (a warning: someone's Secret was unusable) and a
+/// reissue for new names (the answer to "why did the certificate change?" after a Service
+/// rename). Routine renewals and CA rotation steps are only logged and counted.
+fn explain_write(
+    name: &str,
+    action: &Action,
+    parsed: Option<&ParsedSecret>,
+    wanted: &Wanted,
+) -> Option<Explanation> {
+    match (action, parsed) {
+        (Action::Regenerate { problem }, _) => Some(Explanation {
+            severity: Severity::Warning,
+            reason: "CertificateRegenerated".to_owned(),
+            action: "RegenerateCertificate".to_owned(),
+            note: format!(
+                "Secret {name} held an unusable certificate ({problem}); issued a new CA and serving certificate"
+            ),
+        }),
+        (
+            Action::IssueServing {
+                reason: IssueReason::NamesChanged,
+                ..
+            },
+            Some(ParsedSecret::Usable(certificates)),
+        ) => Some(Explanation {
+            severity: Severity::Normal,
+            reason: "CertificateReissued".to_owned(),
+            action: "IssueCertificate".to_owned(),
+            note: format!(
+                "Secret {name}: the serving certificate named {}; reissued it for {}, signed by the same CA",
+                certificates.serving.names, wanted.names
+            ),
+        }),
+        _ => None,
+    }
 }
 
 fn serving_from(
@@ -339,4 +366,105 @@ fn action_label(action: &Action) -> &'static str {
 
 fn lifetime(duration: Duration) -> time::Duration {
     time::Duration::try_from(duration).unwrap_or(time::Duration::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use time::macros::datetime;
+
+    use super::super::plan::{CaInfo, Certificates, ServingInfo};
+    use super::*;
+
+    const T0: OffsetDateTime = datetime!(2026-01-01 00:00 UTC);
+
+    fn names(dns: &[&str], ips: &[&str]) -> Names {
+        Names {
+            dns: dns.iter().map(|name| (*name).to_owned()).collect(),
+            ips: ips.iter().map(|ip| ip.parse().unwrap()).collect(),
+        }
+    }
+
+    fn wanted(names: Names) -> Wanted {
+        Wanted {
+            names,
+            ca_lifetime: time::Duration::days(360),
+            serving_lifetime: time::Duration::days(90),
+            renew_before_fraction: 1.0 / 3.0,
+            ca_overlap: time::Duration::minutes(5),
+        }
+    }
+
+    fn issued_for(names: Names) -> ParsedSecret {
+        ParsedSecret::Usable(Certificates {
+            cas: vec![CaInfo {
+                not_before: T0,
+                not_after: T0 + time::Duration::days(360),
+            }],
+            serving: ServingInfo {
+                not_before: T0,
+                not_after: T0 + time::Duration::days(90),
+                names,
+                signed_by: 0,
+            },
+        })
+    }
+
+    #[test]
+    fn a_reissue_for_new_names_says_which_names_it_had_and_has() {
+        let old = names(&["baton-webhook", "baton-webhook.ns"], &["127.0.0.1"]);
+        let new = names(&["guard", "guard.ns"], &["127.0.0.1"]);
+        let action = Action::IssueServing {
+            signer: 0,
+            reason: IssueReason::NamesChanged,
+        };
+        let explanation =
+            explain_write("tls", &action, Some(&issued_for(old)), &wanted(new)).unwrap();
+        assert_eq!(explanation.severity, Severity::Normal);
+        assert_eq!(explanation.reason, "CertificateReissued");
+        assert_eq!(
+            explanation.note,
+            "Secret tls: the serving certificate named baton-webhook, baton-webhook.ns, 127.0.0.1; \
+             reissued it for guard, guard.ns, 127.0.0.1, signed by the same CA"
+        );
+    }
+
+    #[test]
+    fn regenerating_an_unusable_secret_is_a_warning_naming_the_problem() {
+        let action = Action::Regenerate {
+            problem: "tls.crt is not PEM".to_owned(),
+        };
+        let explanation = explain_write("tls", &action, None, &wanted(names(&["a"], &[]))).unwrap();
+        assert_eq!(explanation.severity, Severity::Warning);
+        assert_eq!(explanation.reason, "CertificateRegenerated");
+        assert!(
+            explanation.note.contains("tls.crt is not PEM"),
+            "{}",
+            explanation.note
+        );
+    }
+
+    #[test]
+    fn routine_writes_are_not_events() {
+        let current = issued_for(names(&["a"], &[]));
+        let wanted = wanted(names(&["a"], &[]));
+        for action in [
+            Action::Create,
+            Action::StartCaRotation,
+            Action::FinishCaRotation,
+            Action::IssueServing {
+                signer: 0,
+                reason: IssueReason::Renewal,
+            },
+            Action::IssueServing {
+                signer: 0,
+                reason: IssueReason::SwitchToNewCa,
+            },
+        ] {
+            assert_eq!(
+                explain_write("tls", &action, Some(&current), &wanted),
+                None,
+                "{action:?}"
+            );
+        }
+    }
 }

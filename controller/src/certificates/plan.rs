@@ -19,6 +19,16 @@ pub struct Names {
     pub ips: BTreeSet<IpAddr>,
 }
 
+/// `a.example, b.example, 127.0.0.1`: DNS names, then IPs, each sorted.
+impl std::fmt::Display for Names {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let dns = self.dns.iter().cloned();
+        let ips = self.ips.iter().map(|ip| ip.to_string());
+        let all: Vec<String> = dns.chain(ips).collect();
+        f.write_str(&all.join(", "))
+    }
+}
+
 /// One CA found in the Secret.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CaInfo {
