@@ -14,6 +14,7 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use crate::control_plane::ControlPlane;
+use crate::control_plane::supervisor::clean_up_from_drop;
 use crate::process::BatonProcess;
 use crate::wait::wait_until;
 use crate::webhook_support::WebhookReplica;
@@ -276,24 +277,12 @@ impl GuardConfiguration {
 impl Drop for GuardConfiguration {
     fn drop(&mut self) {
         // The webhook is gone with the test: a leftover Fail-policy configuration would
-        // block nothing else (namespaced), but delete it anyway, from a thread of our own.
-        let (kubeconfig, name) = (self.kubeconfig.clone(), self.name.clone());
-        let _ = std::thread::spawn(move || {
-            let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            else {
-                return;
-            };
-            runtime.block_on(async {
-                if let Ok(client) = crate::control_plane::supervisor::client_from(&kubeconfig).await
-                {
-                    let _ = Api::<ValidatingWebhookConfiguration>::all(client)
-                        .delete(&name, &DeleteParams::default())
-                        .await;
-                }
-            });
-        })
-        .join();
+        // block nothing else (namespaced), but delete it anyway.
+        let name = self.name.clone();
+        clean_up_from_drop(self.kubeconfig.clone(), |client| async move {
+            let _ = Api::<ValidatingWebhookConfiguration>::all(client)
+                .delete(&name, &DeleteParams::default())
+                .await;
+        });
     }
 }

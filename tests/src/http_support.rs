@@ -1,6 +1,135 @@
-//! The server side of the small HTTP endpoints tests put "on a pod" (its loopback IP).
+//! The small HTTP endpoints tests put "on a pod" (its loopback IP), standing in for the pods'
+//! prepare-shutdown (webhook) and prepare-delayed-downscale (controller) endpoints.
 
-use tokio::io::AsyncReadExt;
+use std::collections::HashMap;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::{Arc, Mutex};
+
+use anyhow::Context;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+/// A request an endpoint received: `"POST /path"`.
+pub type Call = String;
+
+/// A status for [`PodEndpoint::answer`]: accept the request and never answer it (until the
+/// endpoint is dropped), like a pod that hangs.
+pub const HANG: u16 = 0;
+
+/// An HTTP server on a pod's IP: answers each method with the status and body it is told to
+/// (by default 200 and `{"timestamp": <when it started>}`, a pod that has just prepared), and
+/// records every request. One request per connection is all baton's pod client needs.
+#[derive(Debug)]
+pub struct PodEndpoint {
+    pub address: SocketAddr,
+    calls: Arc<Mutex<Vec<Call>>>,
+    answers: Arc<Mutex<HashMap<String, (u16, String)>>>,
+    started_at: i64,
+    task: tokio::task::JoinHandle<()>,
+    stopped: CancellationToken,
+}
+
+impl PodEndpoint {
+    /// Listens on `ip:port`.
+    pub async fn start(ip: Ipv4Addr, port: u16) -> anyhow::Result<Self> {
+        let listener = TcpListener::bind((IpAddr::V4(ip), port))
+            .await
+            .with_context(|| format!("binding {ip}:{port}"))?;
+        let address = listener.local_addr()?;
+        let started_at = jiff::Timestamp::now().as_second();
+        let calls: Arc<Mutex<Vec<Call>>> = Arc::default();
+        let answers: Arc<Mutex<HashMap<String, (u16, String)>>> = Arc::default();
+        let stopped = CancellationToken::new();
+        let task = tokio::spawn({
+            let (calls, answers, stopped) = (calls.clone(), answers.clone(), stopped.clone());
+            async move {
+                while let Ok((mut stream, _)) = listener.accept().await {
+                    let (calls, answers, stopped) =
+                        (calls.clone(), answers.clone(), stopped.clone());
+                    tokio::spawn(async move {
+                        let Some((method, path)) = read_request(&mut stream).await else {
+                            return;
+                        };
+                        let (code, body) = answers
+                            .lock()
+                            .unwrap()
+                            .get(&method)
+                            .cloned()
+                            .unwrap_or_else(|| (200, timestamp_body(started_at)));
+                        calls.lock().unwrap().push(format!("{method} {path}"));
+                        if code == HANG {
+                            stopped.cancelled().await;
+                            return;
+                        }
+                        let response = format!(
+                            "HTTP/1.1 {code} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                            body.len()
+                        );
+                        let _ = stream.write_all(response.as_bytes()).await;
+                        let _ = stream.shutdown().await;
+                    });
+                }
+            }
+        });
+        Ok(Self {
+            address,
+            calls,
+            answers,
+            started_at,
+            task,
+            stopped,
+        })
+    }
+
+    /// Answers requests with `method` (`"POST"`, `"DELETE"`) with `code` (or [`HANG`]) from now
+    /// on, with the default body.
+    pub fn answer(&self, method: &str, code: u16) {
+        self.answer_with(method, code, &timestamp_body(self.started_at));
+    }
+
+    /// Answers requests with `method` with `code` and `body` from now on.
+    pub fn answer_with(&self, method: &str, code: u16, body: &str) {
+        self.answers
+            .lock()
+            .unwrap()
+            .insert(method.to_owned(), (code, body.to_owned()));
+    }
+
+    /// Answers POST as a pod that prepared at `unix_seconds`.
+    pub fn prepared_at(&self, unix_seconds: i64) {
+        self.answer_with("POST", 200, &timestamp_body(unix_seconds));
+    }
+
+    /// Everything received so far.
+    pub fn calls(&self) -> Vec<Call> {
+        self.calls.lock().unwrap().clone()
+    }
+
+    /// How many requests with `method` were received.
+    pub fn count(&self, method: &str) -> usize {
+        let prefix = format!("{method} ");
+        self.calls()
+            .iter()
+            .filter(|call| call.starts_with(&prefix))
+            .count()
+    }
+
+    pub fn clear(&self) {
+        self.calls.lock().unwrap().clear();
+    }
+}
+
+impl Drop for PodEndpoint {
+    fn drop(&mut self) {
+        self.stopped.cancel();
+        self.task.abort();
+    }
+}
+
+fn timestamp_body(unix_seconds: i64) -> String {
+    format!("{{\"timestamp\": {unix_seconds}}}")
+}
 
 /// Reads one request's head and drains its body (by `Content-Length`); returns its method and
 /// path. `None` when the peer closes early or sends more than 64 KiB of head.

@@ -4,6 +4,7 @@ use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, DeleteParams, PostParams};
 
 use crate::control_plane::ControlPlane;
+use crate::control_plane::supervisor::clean_up_from_drop;
 
 /// A namespace owned by one test.
 pub struct TestNamespace {
@@ -57,26 +58,12 @@ impl TestNamespace {
 
 impl Drop for TestNamespace {
     fn drop(&mut self) {
-        // The test's runtime may be shutting down: delete from a thread with a runtime of its own.
         let name = self.name.clone();
-        let kubeconfig = self.kubeconfig.clone();
-        let deleting = std::thread::spawn(move || {
-            let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            else {
-                return;
-            };
-            runtime.block_on(async {
-                if let Ok(client) = crate::control_plane::supervisor::client_from(&kubeconfig).await
-                {
-                    let _ = Api::<Namespace>::all(client)
-                        .delete(&name, &DeleteParams::background())
-                        .await;
-                }
-            });
+        clean_up_from_drop(self.kubeconfig.clone(), |client| async move {
+            let _ = Api::<Namespace>::all(client)
+                .delete(&name, &DeleteParams::background())
+                .await;
         });
-        let _ = deleting.join();
     }
 }
 

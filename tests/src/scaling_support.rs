@@ -1,18 +1,13 @@
 //! What the scaling end-to-end tests need: the ReplicaTemplate CRD (applied from
-//! `deploy/crds/replica-template.yaml`, as users apply it), reference resources with a scale
-//! subresource, and HTTP servers on pods' IPs standing in for their delayed-downscale prepare
-//! endpoints.
+//! `deploy/crds/replica-template.yaml`, as users apply it) and reference resources with a scale
+//! subresource.
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::Path;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::Context;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
 use serde_json::json;
-use tokio::io::AsyncWriteExt;
-use tokio::net::TcpListener;
 
 use crate::control_plane::ControlPlane;
 use crate::wait::wait_until;
@@ -123,95 +118,5 @@ impl ReplicaTemplates {
     pub async fn status_replicas(&self, name: &str) -> Option<i32> {
         let scale = self.api.get_scale(name).await.ok()?;
         scale.status.map(|status| status.replicas)
-    }
-}
-
-/// A delayed-downscale prepare endpoint on a pod's IP: answers POST with the configured status
-/// and body (`{"timestamp": N}` unless told otherwise), DELETE with 200, and records every
-/// request as `"POST /path"`.
-#[derive(Debug)]
-pub struct PrepareEndpoint {
-    pub address: SocketAddr,
-    calls: Arc<Mutex<Vec<String>>>,
-    post_answer: Arc<Mutex<(u16, String)>>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl PrepareEndpoint {
-    /// Listens on `ip:port`, answering POST with `{"timestamp": <now>}`.
-    pub async fn start(ip: Ipv4Addr, port: u16) -> anyhow::Result<Self> {
-        let listener = TcpListener::bind((IpAddr::V4(ip), port))
-            .await
-            .with_context(|| format!("binding {ip}:{port}"))?;
-        let address = listener.local_addr()?;
-        let calls: Arc<Mutex<Vec<String>>> = Arc::default();
-        let now = jiff::Timestamp::now().as_second();
-        let post_answer = Arc::new(Mutex::new((200, format!("{{\"timestamp\": {now}}}"))));
-        let task = tokio::spawn({
-            let (calls, post_answer) = (calls.clone(), post_answer.clone());
-            async move {
-                while let Ok((mut stream, _)) = listener.accept().await {
-                    let (calls, post_answer) = (calls.clone(), post_answer.clone());
-                    tokio::spawn(async move {
-                        let Some((method, path)) =
-                            crate::http_support::read_request(&mut stream).await
-                        else {
-                            return;
-                        };
-                        calls.lock().unwrap().push(format!("{method} {path}"));
-                        let (code, body) = if method == "POST" {
-                            post_answer.lock().unwrap().clone()
-                        } else {
-                            (200, String::new())
-                        };
-                        let response = format!(
-                            "HTTP/1.1 {code} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                            body.len()
-                        );
-                        let _ = stream.write_all(response.as_bytes()).await;
-                        let _ = stream.shutdown().await;
-                    });
-                }
-            }
-        });
-        Ok(Self {
-            address,
-            calls,
-            post_answer,
-            task,
-        })
-    }
-
-    /// Answers POST with `{"timestamp": <unix seconds>}` from now on.
-    pub fn prepared_at(&self, unix_seconds: i64) {
-        *self.post_answer.lock().unwrap() = (200, format!("{{\"timestamp\": {unix_seconds}}}"));
-    }
-
-    /// Answers POST with `status` and `body` from now on.
-    pub fn answer_post(&self, status: u16, body: &str) {
-        *self.post_answer.lock().unwrap() = (status, body.to_owned());
-    }
-
-    /// Every request received so far.
-    pub fn calls(&self) -> Vec<String> {
-        self.calls.lock().unwrap().clone()
-    }
-
-    /// How many requests with `method` were received.
-    pub fn count(&self, method: &str) -> usize {
-        self.calls()
-            .iter()
-            .filter(|call| call.starts_with(&format!("{method} ")))
-            .count()
-    }
-
-    pub fn clear(&self) {
-        self.calls.lock().unwrap().clear();
-    }
-}
-
-impl Drop for PrepareEndpoint {
-    fn drop(&mut self) {
-        self.task.abort();
     }
 }

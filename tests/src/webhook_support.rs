@@ -1,12 +1,8 @@
 //! What the webhook end-to-end tests need beyond the common support: a test CA and a serving
 //! certificate for 127.0.0.1, baton-webhook replicas started as processes, webhook
-//! configurations scoped to one test namespace, and HTTP servers standing in for pods'
-//! prepare-shutdown endpoints.
+//! configurations scoped to one test namespace.
 
-use std::collections::HashMap;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::Path;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::Context;
@@ -17,10 +13,9 @@ use k8s_openapi::api::admissionregistration::v1::{
 use kube::api::{Api, DeleteParams, PostParams};
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair, KeyUsagePurpose};
 use serde_json::json;
-use tokio::io::AsyncWriteExt;
-use tokio::net::TcpListener;
 
 use crate::control_plane::ControlPlane;
+use crate::control_plane::supervisor::clean_up_from_drop;
 use crate::process::BatonProcess;
 use crate::wait::wait_until;
 
@@ -273,117 +268,14 @@ impl WebhookConfigurations {
 
 impl Drop for WebhookConfigurations {
     fn drop(&mut self) {
-        // As TestNamespace: the test's runtime may be gone, delete from a thread of our own.
         let name = self.name.clone();
-        let kubeconfig = self.kubeconfig.clone();
-        let deleting = std::thread::spawn(move || {
-            let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            else {
-                return;
-            };
-            runtime.block_on(async {
-                if let Ok(client) = crate::control_plane::supervisor::client_from(&kubeconfig).await
-                {
-                    let _ = Api::<ValidatingWebhookConfiguration>::all(client.clone())
-                        .delete(&name, &DeleteParams::default())
-                        .await;
-                    let _ = Api::<MutatingWebhookConfiguration>::all(client)
-                        .delete(&name, &DeleteParams::default())
-                        .await;
-                }
-            });
+        clean_up_from_drop(self.kubeconfig.clone(), |client| async move {
+            let _ = Api::<ValidatingWebhookConfiguration>::all(client.clone())
+                .delete(&name, &DeleteParams::default())
+                .await;
+            let _ = Api::<MutatingWebhookConfiguration>::all(client)
+                .delete(&name, &DeleteParams::default())
+                .await;
         });
-        let _ = deleting.join();
-    }
-}
-
-/// A request a pod endpoint received: `"POST /path"`.
-pub type Call = String;
-
-/// An HTTP server on a pod's IP standing in for its prepare-shutdown endpoint: answers every
-/// request with the status it is told to (or, for [`HANG`], never), and records what it
-/// received. A minimal HTTP/1.1 responder (one request per connection) is all the webhook's
-/// client needs.
-#[derive(Debug)]
-pub struct PodEndpoint {
-    pub address: SocketAddr,
-    calls: Arc<Mutex<Vec<Call>>>,
-    status: Arc<Mutex<HashMap<String, u16>>>,
-    task: tokio::task::JoinHandle<()>,
-    stopped: tokio_util::sync::CancellationToken,
-}
-
-/// A status for [`PodEndpoint::answer`]: accept the request and never answer it (until the
-/// endpoint is dropped), like a pod that hangs.
-pub const HANG: u16 = 0;
-
-impl PodEndpoint {
-    /// Listens on `ip:port`, answering 200 until told otherwise.
-    pub async fn start(ip: Ipv4Addr, port: u16) -> anyhow::Result<Self> {
-        let listener = TcpListener::bind((IpAddr::V4(ip), port))
-            .await
-            .with_context(|| format!("binding {ip}:{port}"))?;
-        let address = listener.local_addr()?;
-        let calls: Arc<Mutex<Vec<Call>>> = Arc::default();
-        let status: Arc<Mutex<HashMap<String, u16>>> = Arc::default();
-        let stopped = tokio_util::sync::CancellationToken::new();
-        let task = tokio::spawn({
-            let (calls, status, stopped) = (calls.clone(), status.clone(), stopped.clone());
-            async move {
-                while let Ok((mut stream, _)) = listener.accept().await {
-                    let (calls, status, stopped) = (calls.clone(), status.clone(), stopped.clone());
-                    tokio::spawn(async move {
-                        let Some((method, path)) =
-                            crate::http_support::read_request(&mut stream).await
-                        else {
-                            return;
-                        };
-                        let code = status.lock().unwrap().get(&method).copied().unwrap_or(200);
-                        calls.lock().unwrap().push(format!("{method} {path}"));
-                        if code == HANG {
-                            stopped.cancelled().await;
-                            return;
-                        }
-                        let body = r#"{"timestamp": 0}"#;
-                        let response = format!(
-                            "HTTP/1.1 {code} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                            body.len()
-                        );
-                        let _ = stream.write_all(response.as_bytes()).await;
-                        let _ = stream.shutdown().await;
-                    });
-                }
-            }
-        });
-        Ok(Self {
-            address,
-            calls,
-            status,
-            task,
-            stopped,
-        })
-    }
-
-    /// Answers requests with `method` (`"POST"`, `"DELETE"`) with `code` from now on.
-    pub fn answer(&self, method: &str, code: u16) {
-        self.status.lock().unwrap().insert(method.to_owned(), code);
-    }
-
-    /// Everything received so far.
-    pub fn calls(&self) -> Vec<Call> {
-        self.calls.lock().unwrap().clone()
-    }
-
-    pub fn clear(&self) {
-        self.calls.lock().unwrap().clear();
-    }
-}
-
-impl Drop for PodEndpoint {
-    fn drop(&mut self) {
-        self.stopped.cancel();
-        self.task.abort();
     }
 }

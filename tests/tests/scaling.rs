@@ -8,13 +8,12 @@ use std::time::Duration;
 
 use baton_e2e::controller_support::{Controller, events_about};
 use baton_e2e::fixtures::StatefulSetFixture;
+use baton_e2e::http_support::PodEndpoint;
 use baton_e2e::scaling_support::{
-    PrepareEndpoint, REPLICA_TEMPLATE_API_VERSION, REPLICA_TEMPLATE_KIND, ReplicaTemplates,
+    REPLICA_TEMPLATE_API_VERSION, REPLICA_TEMPLATE_KIND, ReplicaTemplates,
     install_replica_template_crd,
 };
-use baton_e2e::webhook_support::{
-    PodEndpoint, TestTls, WebhookConfigurations, WebhookReplica, free_port,
-};
+use baton_e2e::webhook_support::{TestTls, WebhookConfigurations, WebhookReplica, free_port};
 use baton_e2e::{ControlPlane, PodSimulator, SimulatorOptions, TestNamespace, wait_until};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use kube::Api;
@@ -174,7 +173,7 @@ async fn delayed_downscale_waits_for_the_pods_and_cancels_when_scaled_back_up() 
     let mut endpoints = HashMap::new();
     for ordinal in 0..3 {
         let pod = format!("delayed-zone-a-{ordinal}");
-        let endpoint = PrepareEndpoint::start(scene.simulator.pod_ip(&pod), port)
+        let endpoint = PodEndpoint::start(scene.simulator.pod_ip(&pod), port)
             .await
             .unwrap();
         endpoints.insert(ordinal, endpoint);
@@ -371,10 +370,10 @@ async fn bad_inputs_only_produce_events() {
     // Given StatefulSets with every kind of bad scaling input, each in its own group
     let scene = Scene::new("scaling-bad").await;
     let port = free_port().unwrap();
-    let garbage = PrepareEndpoint::start(scene.simulator.pod_ip("bad-answer-1"), port)
+    let garbage = PodEndpoint::start(scene.simulator.pod_ip("bad-answer-1"), port)
         .await
         .unwrap();
-    garbage.answer_post(200, "prepared, probably");
+    garbage.answer_with("POST", 200, "prepared, probably");
     scene.templates.create("one", 1).await;
     let client = scene.namespace.client();
     let ns = scene.namespace.name();

@@ -6,9 +6,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use baton_e2e::fixtures::StatefulSetFixture;
-use baton_e2e::webhook_support::{
-    HANG, PodEndpoint, TestTls, WebhookConfigurations, WebhookReplica, free_port,
-};
+use baton_e2e::http_support::{HANG, PodEndpoint};
+use baton_e2e::webhook_support::{TestTls, WebhookConfigurations, WebhookReplica, free_port};
 use baton_e2e::{
     BatonProcess, ControlPlane, PodSimulator, SimulatorOptions, TestNamespace, wait_until,
 };

@@ -355,6 +355,30 @@ fn tail(path: &Path, lines: usize) -> String {
     all[all.len().saturating_sub(lines)..].join("\n")
 }
 
+/// Runs `cleanup` with a client for `kubeconfig` on a thread with a runtime of its own, and
+/// waits for it: for `Drop` impls, which may run while the test's runtime is shutting down and
+/// can await nothing on it. Best effort: a failure to connect skips the cleanup.
+pub fn clean_up_from_drop<F, Fut>(kubeconfig: PathBuf, cleanup: F)
+where
+    F: FnOnce(kube::Client) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()>,
+{
+    let cleaning = std::thread::spawn(move || {
+        let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        else {
+            return;
+        };
+        runtime.block_on(async {
+            if let Ok(client) = client_from(&kubeconfig).await {
+                cleanup(client).await;
+            }
+        });
+    });
+    let _ = cleaning.join();
+}
+
 /// A client for a kubeconfig file (not the environment's).
 pub async fn client_from(kubeconfig: &Path) -> anyhow::Result<kube::Client> {
     let config = kube::Config::from_custom_kubeconfig(
