@@ -136,6 +136,36 @@ impl ScalingPlan {
         });
     }
 
+    /// A setting whose value was not taken; the error says which and what is accepted.
+    fn invalid(&mut self, statefulset: &str, invalid: &InvalidAnnotation) {
+        self.find(
+            statefulset,
+            FindingKind::Problem,
+            reasons::INVALID,
+            invalid.to_string(),
+        );
+    }
+
+    /// Plans `statefulset`'s change from `current` to `target` replicas; `source` says why.
+    fn set_replicas(&mut self, statefulset: &str, current: i32, target: i32, source: &str) {
+        let (reason, direction) = if target > current {
+            (reasons::SCALE_UP, "up")
+        } else {
+            (reasons::SCALE_DOWN, "down")
+        };
+        self.find(
+            statefulset,
+            FindingKind::Scale,
+            reason,
+            format!("{statefulset} scales {direction} from {current} to {target}: {source}"),
+        );
+        self.actions.push(Action::SetReplicas {
+            statefulset: statefulset.to_owned(),
+            from: current,
+            to: target,
+        });
+    }
+
     fn recheck(&mut self, at: Timestamp) {
         self.recheck_at = Some(self.recheck_at.map_or(at, |current| current.min(at)));
     }
@@ -164,12 +194,7 @@ pub fn plan(snapshot: &ScalingSnapshot, now: Timestamp) -> ScalingPlan {
     let mut plan = ScalingPlan::default();
     for member in &snapshot.members {
         for warning in &member.warnings {
-            plan.find(
-                &member.name,
-                FindingKind::Problem,
-                reasons::INVALID,
-                warning.to_string(),
-            );
+            plan.invalid(&member.name, warning);
         }
     }
     plan.poll = snapshot
@@ -235,17 +260,7 @@ fn follow_leader(
             );
             return false;
         }
-        plan.find(
-            name,
-            FindingKind::Scale,
-            reasons::SCALE_UP,
-            format!("{name} scales up from {current} to {target}: {source}"),
-        );
-        plan.actions.push(Action::SetReplicas {
-            statefulset: name.to_owned(),
-            from: current,
-            to: target,
-        });
+        plan.set_replicas(name, current, target, &source);
         return true;
     }
     if target == current {
@@ -266,12 +281,7 @@ fn follow_leader(
             return false;
         }
         Err(invalid) => {
-            plan.find(
-                name,
-                FindingKind::Problem,
-                reasons::INVALID,
-                invalid.to_string(),
-            );
+            plan.invalid(name, invalid);
             return false;
         }
     };
@@ -319,17 +329,7 @@ fn follow_leader(
             return false;
         }
     }
-    plan.find(
-        name,
-        FindingKind::Scale,
-        reasons::SCALE_DOWN,
-        format!("{name} scales down from {current} to {target}: {source}"),
-    );
-    plan.actions.push(Action::SetReplicas {
-        statefulset: name.to_owned(),
-        from: current,
-        to: target,
-    });
+    plan.set_replicas(name, current, target, &source);
     true
 }
 
@@ -340,12 +340,7 @@ fn mirror(member: &Member, plan: &mut ScalingPlan) -> bool {
         Ok(Some(mirror)) => mirror,
         Ok(None) => return false,
         Err(invalid) => {
-            plan.find(
-                name,
-                FindingKind::Problem,
-                reasons::INVALID,
-                invalid.to_string(),
-            );
+            plan.invalid(name, invalid);
             return false;
         }
     };
@@ -369,12 +364,7 @@ fn mirror(member: &Member, plan: &mut ScalingPlan) -> bool {
     let delayed = match &member.delayed_downscale {
         Ok(delayed) => delayed.as_ref(),
         Err(invalid) => {
-            plan.find(
-                name,
-                FindingKind::Problem,
-                reasons::INVALID,
-                invalid.to_string(),
-            );
+            plan.invalid(name, invalid);
             return false;
         }
     };
@@ -405,23 +395,13 @@ fn mirror(member: &Member, plan: &mut ScalingPlan) -> bool {
         return false;
     }
     if target > current {
-        plan.find(
-            name,
-            FindingKind::Scale,
-            reasons::SCALE_UP,
-            format!("{name} scales up from {current} to {target}: {source}"),
-        );
         if delayed.is_some() {
             plan.actions.push(Action::CancelDelayedDownscale {
                 statefulset: name.to_owned(),
                 keep: target,
             });
         }
-        plan.actions.push(Action::SetReplicas {
-            statefulset: name.to_owned(),
-            from: current,
-            to: target,
-        });
+        plan.set_replicas(name, current, target, &source);
         write_back(plan, target);
         return true;
     }
@@ -434,17 +414,7 @@ fn mirror(member: &Member, plan: &mut ScalingPlan) -> bool {
         });
         return true;
     }
-    plan.find(
-        name,
-        FindingKind::Scale,
-        reasons::SCALE_DOWN,
-        format!("{name} scales down from {current} to {target}: {source}"),
-    );
-    plan.actions.push(Action::SetReplicas {
-        statefulset: name.to_owned(),
-        from: current,
-        to: target,
-    });
+    plan.set_replicas(name, current, target, &source);
     write_back(plan, target);
     true
 }
