@@ -8,7 +8,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::admissionregistration::v1::{
-    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration, WebhookClientConfig,
 };
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, PostParams};
@@ -28,9 +28,10 @@ pub const NAMESPACE_LABEL: &str = "grafana.com/namespace";
 /// Safety net behind the watches.
 const RESYNC: Duration = Duration::from_secs(60);
 
-/// A webhook configuration kind, seen through its webhooks' `caBundle`s.
+/// A webhook configuration kind, seen through its webhooks' `clientConfig`s.
 trait Injectable:
-    Resource<DynamicType = ()>
+    k8s_openapi::Resource
+    + Resource<DynamicType = ()>
     + Clone
     + std::fmt::Debug
     + Serialize
@@ -39,47 +40,42 @@ trait Injectable:
     + Sync
     + 'static
 {
-    const KIND: &'static str;
-    fn bundles(&self) -> Vec<Option<&ByteString>>;
-    fn set_bundles(&mut self, bundle: &ByteString);
+    fn client_configs(&self) -> impl Iterator<Item = &WebhookClientConfig>;
+    fn client_configs_mut(&mut self) -> impl Iterator<Item = &mut WebhookClientConfig>;
 }
 
-impl Injectable for ValidatingWebhookConfiguration {
-    const KIND: &'static str = "ValidatingWebhookConfiguration";
-    fn bundles(&self) -> Vec<Option<&ByteString>> {
-        let webhooks = self.webhooks.iter().flatten();
-        webhooks
-            .map(|webhook| webhook.client_config.ca_bundle.as_ref())
-            .collect()
-    }
-    fn set_bundles(&mut self, bundle: &ByteString) {
-        for webhook in self.webhooks.iter_mut().flatten() {
-            webhook.client_config.ca_bundle = Some(bundle.clone());
+/// Validating and mutating webhooks are distinct types with the same `client_config` field,
+/// which only a macro can reach in both.
+macro_rules! injectable {
+    ($kind:ty) => {
+        impl Injectable for $kind {
+            fn client_configs(&self) -> impl Iterator<Item = &WebhookClientConfig> {
+                let webhooks = self.webhooks.iter().flatten();
+                webhooks.map(|webhook| &webhook.client_config)
+            }
+            fn client_configs_mut(&mut self) -> impl Iterator<Item = &mut WebhookClientConfig> {
+                let webhooks = self.webhooks.iter_mut().flatten();
+                webhooks.map(|webhook| &mut webhook.client_config)
+            }
         }
-    }
+    };
 }
 
-impl Injectable for MutatingWebhookConfiguration {
-    const KIND: &'static str = "MutatingWebhookConfiguration";
-    fn bundles(&self) -> Vec<Option<&ByteString>> {
-        let webhooks = self.webhooks.iter().flatten();
-        webhooks
-            .map(|webhook| webhook.client_config.ca_bundle.as_ref())
-            .collect()
-    }
-    fn set_bundles(&mut self, bundle: &ByteString) {
-        for webhook in self.webhooks.iter_mut().flatten() {
-            webhook.client_config.ca_bundle = Some(bundle.clone());
-        }
-    }
-}
+injectable!(ValidatingWebhookConfiguration);
+injectable!(MutatingWebhookConfiguration);
 
 /// Whether `config` needs `bundle` written.
 fn differs<K: Injectable>(config: &K, bundle: &ByteString) -> bool {
     config
-        .bundles()
-        .iter()
-        .any(|current| *current != Some(bundle))
+        .client_configs()
+        .any(|client| client.ca_bundle.as_ref() != Some(bundle))
+}
+
+/// Sets `bundle` as every webhook's `caBundle`.
+fn set_bundle<K: Injectable>(config: &mut K, bundle: &ByteString) {
+    for client in config.client_configs_mut() {
+        client.ca_bundle = Some(bundle.clone());
+    }
 }
 
 /// The CA bundle to inject from the Secret: `ca.crt` if it holds at least one certificate.
@@ -182,7 +178,7 @@ async fn inject<K: Injectable>(
         // `replace` sends the resourceVersion seen: a concurrent change wins, and its watch
         // event brings this loop back with the new state.
         let mut updated = config.as_ref().clone();
-        updated.set_bundles(bundle);
+        set_bundle(&mut updated, bundle);
         match api.replace(&name, &PostParams::default(), &updated).await {
             Ok(_) => {
                 metrics.injections.with_label_values(&[K::KIND]).inc();
@@ -234,7 +230,7 @@ mod tests {
         assert!(differs(&validating(&[Some("Q0E="), None]), &bundle));
         assert!(differs(&validating(&[Some("T0xE")]), &bundle));
         let mut fixed = validating(&[None, Some("T0xE")]);
-        fixed.set_bundles(&bundle);
+        set_bundle(&mut fixed, &bundle);
         assert!(!differs(&fixed, &bundle));
     }
 
