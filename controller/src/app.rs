@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::{Context, anyhow};
 use baton_config::Config;
-use baton_shared::ops_server::{OpsServer, Readiness};
+use baton_shared::ops_server::{self, Readiness};
 use prometheus::Registry;
 use tokio::sync::mpsc::UnboundedSender;
 use tokio::sync::watch;
@@ -35,7 +35,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
     let client = baton_shared::kube_client::client(&config.kubernetes, &registry).await?;
     let metrics = ControllerMetrics::register(&registry)?;
     let readiness = Readiness::default();
-    let ops = OpsServer::bind(config.ops.address.0, registry.clone(), readiness.clone())
+    let ops = ops_server::bind(config.ops.address.0, registry.clone(), readiness.clone())
         .with_context(|| format!("binding the ops server to {}", config.ops.address))?;
     tracing::info!(address = %ops.local_addr(), namespace = %config.namespace, "ops server listening");
 

@@ -6,10 +6,10 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use actix_web::dev::ServerHandle;
 use actix_web::{App, HttpResponse, HttpServer, web};
 use prometheus::{Encoder, Registry, TextEncoder};
-use tokio_util::sync::CancellationToken;
+
+use crate::http_server::BoundServer;
 
 /// Whether the process is ready to serve; shared between the ops server and the code that
 /// knows (cache sync, shutdown).
@@ -31,64 +31,30 @@ struct OpsState {
     readiness: Readiness,
 }
 
-/// A bound, not yet running, operations server.
-pub struct OpsServer {
-    server: actix_web::dev::Server,
-    local_addr: SocketAddr,
-}
-
-impl std::fmt::Debug for OpsServer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("OpsServer")
-            .field("local_addr", &self.local_addr)
-            .finish()
-    }
-}
-
-impl OpsServer {
-    /// Binds `address` (port 0 picks a free port, see [`OpsServer::local_addr`]).
-    pub fn bind(
-        address: SocketAddr,
-        registry: Registry,
-        readiness: Readiness,
-    ) -> std::io::Result<Self> {
-        let state = web::Data::new(OpsState {
-            registry,
-            readiness,
-        });
-        let http = HttpServer::new(move || {
-            App::new()
-                .app_data(state.clone())
-                .route("/healthz", web::get().to(healthz))
-                .route("/ready", web::get().to(ready))
-                .route("/metrics", web::get().to(metrics))
-        })
-        .workers(1)
-        .disable_signals()
-        .shutdown_timeout(5)
-        .bind(address)?;
-        let local_addr = http.addrs().first().copied().unwrap_or(address);
-        Ok(Self {
-            server: http.run(),
-            local_addr,
-        })
-    }
-
-    pub fn local_addr(&self) -> SocketAddr {
-        self.local_addr
-    }
-
-    /// Serves until `shutdown` is cancelled.
-    pub async fn run(self, shutdown: CancellationToken) -> std::io::Result<()> {
-        let handle: ServerHandle = self.server.handle();
-        let stopper = tokio::spawn(async move {
-            shutdown.cancelled().await;
-            handle.stop(true).await;
-        });
-        let result = self.server.await;
-        stopper.abort();
-        result
-    }
+/// Binds the operations server to `address` (port 0 picks a free port, see
+/// [`BoundServer::local_addr`]).
+pub fn bind(
+    address: SocketAddr,
+    registry: Registry,
+    readiness: Readiness,
+) -> std::io::Result<BoundServer> {
+    let state = web::Data::new(OpsState {
+        registry,
+        readiness,
+    });
+    let http = HttpServer::new(move || {
+        App::new()
+            .app_data(state.clone())
+            .route("/healthz", web::get().to(healthz))
+            .route("/ready", web::get().to(ready))
+            .route("/metrics", web::get().to(metrics))
+    })
+    .workers(1)
+    .disable_signals()
+    .shutdown_timeout(5)
+    .bind(address)?;
+    let local_addr = http.addrs().first().copied().unwrap_or(address);
+    Ok(BoundServer::new(http.run(), local_addr))
 }
 
 async fn healthz() -> HttpResponse {
@@ -118,6 +84,8 @@ async fn metrics(state: web::Data<OpsState>) -> HttpResponse {
 
 #[cfg(test)]
 mod tests {
+    use tokio_util::sync::CancellationToken;
+
     use super::*;
 
     #[tokio::test]
@@ -127,8 +95,7 @@ mod tests {
         registry.register(Box::new(counter.clone())).unwrap();
         counter.inc_by(3);
         let readiness = Readiness::default();
-        let server =
-            OpsServer::bind("127.0.0.1:0".parse().unwrap(), registry, readiness.clone()).unwrap();
+        let server = bind("127.0.0.1:0".parse().unwrap(), registry, readiness.clone()).unwrap();
         let base = format!("http://{}", server.local_addr());
         let shutdown = CancellationToken::new();
         let running = tokio::spawn(server.run(shutdown.clone()));

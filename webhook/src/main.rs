@@ -8,12 +8,12 @@ use std::time::Duration;
 use anyhow::Context;
 use baton_config::Config;
 use baton_shared::cli::ConfigArgs;
-use baton_shared::ops_server::{OpsServer, Readiness};
+use baton_shared::ops_server::{self, Readiness};
 use baton_shared::pod_client::PodHttpClient;
 use baton_webhook::admission::prepare_downscale::flow::PrepareDownscale;
 use baton_webhook::metrics::WebhookMetrics;
 use baton_webhook::parents::ParentCache;
-use baton_webhook::server::{WebhookServer, WebhookState};
+use baton_webhook::server::{self, WebhookState};
 use baton_webhook::tls_reload::{CertFiles, ReloadingCert};
 use clap::Parser;
 use tokio::task::JoinSet;
@@ -67,14 +67,14 @@ async fn run(config: Config) -> anyhow::Result<()> {
 
     // In-flight requests end by their deadline; give them that long, plus a little.
     let drain = config.webhook.request_timeout.get() + Duration::from_secs(1);
-    let webhook = WebhookServer::bind(
+    let webhook = server::bind(
         config.webhook.address.0,
         cert.server_config(),
         state.clone(),
         drain,
     )
     .with_context(|| format!("binding webhook.address {}", config.webhook.address))?;
-    let ops = OpsServer::bind(config.ops.address.0, registry, readiness.clone())
+    let ops = ops_server::bind(config.ops.address.0, registry, readiness.clone())
         .with_context(|| format!("binding ops.address {}", config.ops.address))?;
     tracing::info!(
         webhook = %webhook.local_addr(), ops = %ops.local_addr(), namespace = %config.namespace,

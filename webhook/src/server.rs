@@ -10,8 +10,8 @@ use actix_web::web::{self, BytesMut};
 use actix_web::{HttpRequest, HttpResponse, HttpServer};
 use baton_config::WebhookConfig;
 use baton_shared::annotations::NO_DOWNSCALE_LABEL;
+use baton_shared::http_server::BoundServer;
 use futures::StreamExt;
-use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::admission::no_downscale::{self, Assessment};
@@ -110,26 +110,19 @@ pub fn routes(state: web::Data<WebhookState>) -> impl FnOnce(&mut web::ServiceCo
     move |config| {
         config
             .app_data(state)
-            .route(NO_DOWNSCALE_PATH, web::post().to(no_downscale))
-            .route(PREPARE_DOWNSCALE_PATH, web::post().to(prepare_downscale))
+            .route(NO_DOWNSCALE_PATH, admission(Webhook::NoDownscale))
+            .route(PREPARE_DOWNSCALE_PATH, admission(Webhook::PrepareDownscale))
             .default_service(web::to(not_found));
     }
 }
 
-async fn no_downscale(
-    request: HttpRequest,
-    payload: web::Payload,
-    state: web::Data<WebhookState>,
-) -> HttpResponse {
-    admit(Webhook::NoDownscale, request, payload, state).await
-}
-
-async fn prepare_downscale(
-    request: HttpRequest,
-    payload: web::Payload,
-    state: web::Data<WebhookState>,
-) -> HttpResponse {
-    admit(Webhook::PrepareDownscale, request, payload, state).await
+/// The POST route answering `webhook`'s reviews.
+fn admission(webhook: Webhook) -> actix_web::Route {
+    web::post().to(
+        move |request: HttpRequest, payload: web::Payload, state: web::Data<WebhookState>| {
+            admit(webhook, request, payload, state)
+        },
+    )
 }
 
 async fn not_found(request: HttpRequest, state: web::Data<WebhookState>) -> HttpResponse {
@@ -321,53 +314,20 @@ async fn read_body(
     Ok(body)
 }
 
-/// The bound, not yet running, TLS server.
-pub struct WebhookServer {
-    server: actix_web::dev::Server,
-    local_addr: SocketAddr,
-}
-
-impl std::fmt::Debug for WebhookServer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("WebhookServer")
-            .field("local_addr", &self.local_addr)
-            .finish()
-    }
-}
-
-impl WebhookServer {
-    /// Binds `address` (port 0 picks a free one). In-flight requests get `drain` to finish
-    /// when the server stops.
-    pub fn bind(
-        address: SocketAddr,
-        tls: rustls::ServerConfig,
-        state: web::Data<WebhookState>,
-        drain: Duration,
-    ) -> std::io::Result<Self> {
-        let listener = std::net::TcpListener::bind(address)?;
-        let local_addr = listener.local_addr()?;
-        let server =
-            HttpServer::new(move || actix_web::App::new().configure(routes(state.clone())))
-                .disable_signals()
-                .shutdown_timeout(drain.as_secs().max(1))
-                .listen_rustls_0_23(listener, tls)?
-                .run();
-        Ok(Self { server, local_addr })
-    }
-
-    pub fn local_addr(&self) -> SocketAddr {
-        self.local_addr
-    }
-
-    /// Serves until `shutdown`, then stops accepting and drains in-flight requests.
-    pub async fn run(self, shutdown: CancellationToken) -> std::io::Result<()> {
-        let handle = self.server.handle();
-        let stopper = tokio::spawn(async move {
-            shutdown.cancelled().await;
-            handle.stop(true).await;
-        });
-        let result = self.server.await;
-        stopper.abort();
-        result
-    }
+/// Binds the TLS server to `address` (port 0 picks a free one). In-flight requests get
+/// `drain` to finish when the server stops.
+pub fn bind(
+    address: SocketAddr,
+    tls: rustls::ServerConfig,
+    state: web::Data<WebhookState>,
+    drain: Duration,
+) -> std::io::Result<BoundServer> {
+    let listener = std::net::TcpListener::bind(address)?;
+    let local_addr = listener.local_addr()?;
+    let server = HttpServer::new(move || actix_web::App::new().configure(routes(state.clone())))
+        .disable_signals()
+        .shutdown_timeout(drain.as_secs().max(1))
+        .listen_rustls_0_23(listener, tls)?
+        .run();
+    Ok(BoundServer::new(server, local_addr))
 }

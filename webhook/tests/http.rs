@@ -8,7 +8,7 @@ use std::time::Duration;
 use actix_web::http::StatusCode;
 use actix_web::{App, test};
 use baton_config::{ByteSize, Config};
-use baton_webhook::server::{NO_DOWNSCALE_PATH, PREPARE_DOWNSCALE_PATH, WebhookServer, routes};
+use baton_webhook::server::{self, NO_DOWNSCALE_PATH, PREPARE_DOWNSCALE_PATH, routes};
 use baton_webhook::tls_reload::{CertFiles, ReloadingCert};
 use common::{DENIED, labelled_downscale, review, scale, state, workload};
 use serde_json::{Value, json};
@@ -333,7 +333,7 @@ async fn the_tls_server_picks_up_a_renewed_certificate_without_a_restart() {
         .unwrap(),
     );
     let (state, _) = state(&config());
-    let server = WebhookServer::bind(
+    let server = server::bind(
         "127.0.0.1:0".parse().unwrap(),
         cert.server_config(),
         state,
