@@ -9,7 +9,7 @@ use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use baton_config::{PodAddressing, PodsConfig};
-use futures::{StreamExt, TryStreamExt};
+use futures::{Stream, StreamExt, TryStreamExt};
 use prometheus::{HistogramOpts, HistogramVec, Registry};
 
 /// Name of the pod HTTP client histogram (compat.md: dashboards use it).
@@ -255,14 +255,7 @@ impl PodHttpClient {
         method: PodMethod,
         endpoints: &[PodEndpoint],
     ) -> Result<(), PodCallError> {
-        // Futures collected first: a closure inside the stream would make the future not
-        // provably Send for every lifetime, and callers spawn it.
-        let calls: Vec<_> = endpoints
-            .iter()
-            .map(|endpoint| self.call(method, endpoint))
-            .collect();
-        futures::stream::iter(calls)
-            .buffer_unordered(self.max_concurrent_calls)
+        self.calls(method, endpoints)
             .try_for_each(|_| async { Ok(()) })
             .await
     }
@@ -274,15 +267,26 @@ impl PodHttpClient {
         method: PodMethod,
         endpoints: &[PodEndpoint],
     ) -> Vec<PodCallError> {
+        self.calls(method, endpoints)
+            .filter_map(|result| async move { result.err() })
+            .collect()
+            .await
+    }
+
+    /// The calls to `endpoints`, at most `pods.max_concurrent_calls` in flight, in the order
+    /// they finish.
+    fn calls<'a>(
+        &'a self,
+        method: PodMethod,
+        endpoints: &'a [PodEndpoint],
+    ) -> impl Stream<Item = Result<Vec<u8>, PodCallError>> + Send + 'a {
+        // Futures collected first: a closure inside the stream would make the future not
+        // provably Send for every lifetime, and callers spawn it.
         let calls: Vec<_> = endpoints
             .iter()
             .map(|endpoint| self.call(method, endpoint))
             .collect();
-        futures::stream::iter(calls)
-            .buffer_unordered(self.max_concurrent_calls)
-            .filter_map(|result| async move { result.err() })
-            .collect()
-            .await
+        futures::stream::iter(calls).buffer_unordered(self.max_concurrent_calls)
     }
 }
 

@@ -233,19 +233,9 @@ impl MemberReadiness {
     /// Counts the pods of `statefulset` (controller owner reference to it) that are Running,
     /// Ready and not terminating, among `pods`.
     pub fn of(statefulset: &StatefulSet, pods: &[Pod]) -> Self {
-        let uid = statefulset.metadata.uid.as_deref();
         let ready_pods = pods
             .iter()
-            .filter(|pod| {
-                pod.metadata
-                    .owner_references
-                    .as_ref()
-                    .is_some_and(|owners| {
-                        owners.iter().any(|owner| {
-                            owner.controller == Some(true) && Some(owner.uid.as_str()) == uid
-                        })
-                    })
-            })
+            .filter(|pod| is_controlled_by(pod, statefulset))
             .filter(|pod| pod.metadata.deletion_timestamp.is_none() && is_running_and_ready(pod))
             .count();
         let status = statefulset.status.as_ref();
@@ -258,6 +248,13 @@ impl MemberReadiness {
             ready_pods: i32::try_from(ready_pods).unwrap_or(i32::MAX),
         }
     }
+}
+
+/// Whether `pod`'s controller (owner reference with `controller: true`) is `statefulset`.
+fn is_controlled_by(pod: &Pod, statefulset: &StatefulSet) -> bool {
+    let uid = statefulset.metadata.uid.as_deref();
+    let mut owners = pod.metadata.owner_references.iter().flatten();
+    owners.any(|owner| owner.controller == Some(true) && Some(owner.uid.as_str()) == uid)
 }
 
 fn is_running_and_ready(pod: &Pod) -> bool {

@@ -23,7 +23,7 @@ use tokio::time::Instant;
 
 use super::{
     MemberReadiness, PrepareRequest, StatefulSetSource, Target, allowed, check_statefulset,
-    endpoints, judge_min_time, judge_readiness, pods_failed,
+    endpoints, is_controlled_by, judge_min_time, judge_readiness, pods_failed,
 };
 use crate::admission::decision::Decision;
 use crate::admission::ledger::{self, Entry, Ledger, Written};
@@ -403,20 +403,10 @@ async fn list_pods(pods: &Api<Pod>, statefulset: &StatefulSet) -> Result<Vec<Pod
         .and_then(|spec| Selector::try_from(spec.selector.clone()).ok())
         .map(|selector| selector.to_string())
         .unwrap_or_default();
-    let uid = statefulset.metadata.uid.as_deref();
     let listed = pods.list(&ListParams::default().labels(&selector)).await?;
     Ok(listed
         .items
         .into_iter()
-        .filter(|pod| {
-            pod.metadata
-                .owner_references
-                .as_ref()
-                .is_some_and(|owners| {
-                    owners.iter().any(|owner| {
-                        owner.controller == Some(true) && Some(owner.uid.as_str()) == uid
-                    })
-                })
-        })
+        .filter(|pod| is_controlled_by(pod, statefulset))
         .collect())
 }
