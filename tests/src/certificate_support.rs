@@ -15,12 +15,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::control_plane::ControlPlane;
 use crate::control_plane::supervisor::clean_up_from_drop;
+use crate::keys::{INJECT_CA, INJECT_CA_NAMESPACE};
 use crate::process::BatonProcess;
 use crate::wait::wait_until;
 use crate::webhook_support::WebhookReplica;
-
-pub const INJECT_LABEL: &str = "grafana.com/inject-rollout-operator-ca";
-pub const NAMESPACE_LABEL: &str = "grafana.com/namespace";
 
 /// One key of a Secret as text (empty when absent).
 pub fn secret_text(secret: &Secret, key: &str) -> String {
@@ -227,9 +225,9 @@ impl GuardConfiguration {
         labelled: bool,
     ) -> anyhow::Result<Self> {
         let labels = if labelled {
-            json!({INJECT_LABEL: "true", NAMESPACE_LABEL: namespace})
+            json!({INJECT_CA: "true", INJECT_CA_NAMESPACE: namespace})
         } else {
-            json!({NAMESPACE_LABEL: namespace})
+            json!({INJECT_CA_NAMESPACE: namespace})
         };
         let configuration: ValidatingWebhookConfiguration = serde_json::from_value(json!({
             "metadata": {"name": name, "labels": labels},

@@ -7,6 +7,7 @@ pub mod control_plane;
 pub mod controller_support;
 pub mod fixtures;
 pub mod http_support;
+pub mod keys;
 pub mod namespace;
 pub mod pod_simulator;
 pub mod process;

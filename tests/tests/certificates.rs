@@ -9,6 +9,7 @@ use baton_e2e::certificate_support::{
 };
 use baton_e2e::controller_support::{Controller, events_about};
 use baton_e2e::fixtures::StatefulSetFixture;
+use baton_e2e::keys::NO_DOWNSCALE;
 use baton_e2e::{ControlPlane, TestNamespace, wait_until};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::StatefulSet;
@@ -39,13 +40,13 @@ async fn dry_run_scale(api: &Api<StatefulSet>, name: &str, replicas: i32) -> Res
 /// The webhook judged the downscale (rather than the API server failing to call it).
 fn judged_by_the_webhook(outcome: &Result<(), String>) -> bool {
     matches!(outcome, Err(message)
-        if message.contains("denied the request") && message.contains("grafana.com/no-downscale"))
+        if message.contains("denied the request") && message.contains(NO_DOWNSCALE))
 }
 
 async fn guarded_statefulset(ns: &TestNamespace) -> Api<StatefulSet> {
     StatefulSetFixture::new("guarded")
         .replicas(3)
-        .label("grafana.com/no-downscale", "true")
+        .label(NO_DOWNSCALE, "true")
         .create(&ns.client(), ns.name())
         .await;
     ns.api::<StatefulSet>()

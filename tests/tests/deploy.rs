@@ -9,6 +9,7 @@ use baton_e2e::controller_support::{
     Controller, event_reporters, roll_out, wait_group_ready, wait_rollout_complete,
 };
 use baton_e2e::fixtures::{StatefulSetFixture, rollout_group};
+use baton_e2e::keys::{MIRROR_API_VERSION, MIRROR_KIND, MIRROR_NAME, NO_DOWNSCALE};
 use baton_e2e::rbac_support::{Binary, SERVICE_ACCOUNT_NAMESPACE, bind_deploy_roles};
 use baton_e2e::scaling_support::{
     REPLICA_TEMPLATE_API_VERSION, REPLICA_TEMPLATE_KIND, ReplicaTemplates,
@@ -16,11 +17,6 @@ use baton_e2e::scaling_support::{
 };
 use baton_e2e::webhook_support::{TestTls, WebhookConfigurations, WebhookReplica};
 use baton_e2e::{ControlPlane, PodSimulator, SimulatorOptions, TestNamespace, wait_until};
-use baton_shared::annotations::{
-    MIRROR_REPLICAS_API_VERSION_ANNOTATION as MIRROR_API_VERSION_ANNOTATION,
-    MIRROR_REPLICAS_KIND_ANNOTATION as MIRROR_KIND_ANNOTATION,
-    MIRROR_REPLICAS_NAME_ANNOTATION as MIRROR_NAME_ANNOTATION,
-};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -173,9 +169,9 @@ async fn the_controller_rolls_out_with_only_the_permissions_of_its_role() {
     StatefulSetFixture::new("rbac-mirror")
         .group("rbac-mirror")
         .replicas(1)
-        .annotation(MIRROR_NAME_ANNOTATION, "rbac-reference")
-        .annotation(MIRROR_KIND_ANNOTATION, REPLICA_TEMPLATE_KIND)
-        .annotation(MIRROR_API_VERSION_ANNOTATION, REPLICA_TEMPLATE_API_VERSION)
+        .annotation(MIRROR_NAME, "rbac-reference")
+        .annotation(MIRROR_KIND, REPLICA_TEMPLATE_KIND)
+        .annotation(MIRROR_API_VERSION, REPLICA_TEMPLATE_API_VERSION)
         .create(&namespace.client(), namespace.name())
         .await;
     wait_until(
@@ -221,7 +217,7 @@ async fn the_webhook_judges_with_only_the_permissions_of_its_role() {
             .unwrap();
     StatefulSetFixture::new("guarded")
         .replicas(2)
-        .label("grafana.com/no-downscale", "true")
+        .label(NO_DOWNSCALE, "true")
         .create(&namespace.client(), namespace.name())
         .await;
     let statefulsets = namespace.api::<StatefulSet>();
@@ -238,7 +234,7 @@ async fn the_webhook_judges_with_only_the_permissions_of_its_role() {
                     &Patch::Merge(json!({"spec": {"replicas": 1}})),
                 )
                 .await
-                .is_err_and(|error| error.to_string().contains("grafana.com/no-downscale"))
+                .is_err_and(|error| error.to_string().contains(NO_DOWNSCALE))
         }
     })
     .await;

@@ -9,6 +9,11 @@ use std::time::Duration;
 use baton_e2e::controller_support::{Controller, events_about};
 use baton_e2e::fixtures::StatefulSetFixture;
 use baton_e2e::http_support::PodEndpoint;
+use baton_e2e::keys::{
+    DELAYED_DOWNSCALE, DELAYED_DOWNSCALE_URL, DOWNSCALE_LEADER, MIN_TIME_BETWEEN_ZONES_DOWNSCALE,
+    MIRROR_API_VERSION, MIRROR_KIND, MIRROR_NAME, NO_DOWNSCALE, PREPARE_DOWNSCALE,
+    PREPARE_DOWNSCALE_PATH, PREPARE_DOWNSCALE_PORT,
+};
 use baton_e2e::scaling_support::{
     REPLICA_TEMPLATE_API_VERSION, REPLICA_TEMPLATE_KIND, ReplicaTemplates,
     install_replica_template_crd,
@@ -21,17 +26,6 @@ use kube::api::{Patch, PatchParams};
 use serde_json::json;
 
 const TIMEOUT: Duration = Duration::from_secs(60);
-const MIRROR_NAME: &str = "grafana.com/rollout-mirror-replicas-from-resource-name";
-const MIRROR_KIND: &str = "grafana.com/rollout-mirror-replicas-from-resource-kind";
-const MIRROR_API_VERSION: &str = "grafana.com/rollout-mirror-replicas-from-resource-api-version";
-const DELAYED: &str = "grafana.com/rollout-delayed-downscale";
-const DELAYED_URL: &str = "grafana.com/rollout-prepare-delayed-downscale-url";
-const LEADER: &str = "grafana.com/rollout-downscale-leader";
-const MIN_TIME: &str = "grafana.com/min-time-between-zones-downscale";
-const PREPARE: &str = "grafana.com/prepare-downscale";
-const PREPARE_PATH: &str = "grafana.com/prepare-downscale-http-path";
-const PREPARE_PORT: &str = "grafana.com/prepare-downscale-http-port";
-const NO_DOWNSCALE: &str = "grafana.com/no-downscale";
 
 /// A namespace with the pod simulator and a controller addressing pods by IP.
 struct Scene {
@@ -180,9 +174,9 @@ async fn delayed_downscale_waits_for_the_pods_and_cancels_when_scaled_back_up() 
     }
     scene.templates.create("delayed", 3).await;
     mirroring("delayed-zone-a", "delayed", 3, "delayed")
-        .annotation(DELAYED, "1h")
+        .annotation(DELAYED_DOWNSCALE, "1h")
         .annotation(
-            DELAYED_URL,
+            DELAYED_DOWNSCALE_URL,
             &format!("http://pod:{port}/prepare-delayed-downscale"),
         )
         .create(&scene.namespace.client(), scene.namespace.name())
@@ -280,16 +274,16 @@ async fn a_follower_zone_scales_up_at_once_and_down_only_after_min_time_and_deni
         StatefulSetFixture::new(name)
             .group("ingester")
             .replicas(2)
-            .label(MIN_TIME, "5s")
-            .label(PREPARE, "true")
-            .annotation(PREPARE_PATH, "ingester/prepare-shutdown")
-            .annotation(PREPARE_PORT, &port.to_string())
+            .label(MIN_TIME_BETWEEN_ZONES_DOWNSCALE, "5s")
+            .label(PREPARE_DOWNSCALE, "true")
+            .annotation(PREPARE_DOWNSCALE_PATH, "ingester/prepare-shutdown")
+            .annotation(PREPARE_DOWNSCALE_PORT, &port.to_string())
     };
     let client = scene.namespace.client();
     let ns = scene.namespace.name();
     zone("ingester-zone-a").create(&client, ns).await;
     zone("ingester-zone-b")
-        .annotation(LEADER, "ingester-zone-a")
+        .annotation(DOWNSCALE_LEADER, "ingester-zone-a")
         .create(&client, ns)
         .await;
     let statefulsets = scene.statefulsets();
@@ -345,9 +339,9 @@ async fn a_follower_zone_scales_up_at_once_and_down_only_after_min_time_and_deni
     StatefulSetFixture::new("guarded-zone-b")
         .group("guarded")
         .replicas(2)
-        .label(MIN_TIME, "0s")
+        .label(MIN_TIME_BETWEEN_ZONES_DOWNSCALE, "0s")
         .label(NO_DOWNSCALE, "true")
-        .annotation(LEADER, "guarded-zone-a")
+        .annotation(DOWNSCALE_LEADER, "guarded-zone-a")
         .create(&client, ns)
         .await;
     wait_ready(&statefulsets, "guarded-zone-a", 2).await;
@@ -395,19 +389,19 @@ async fn bad_inputs_only_produce_events() {
         .create(&client, ns)
         .await;
     mirroring("bad-duration", "bad-duration", 2, "one")
-        .annotation(DELAYED, "-1h")
-        .annotation(DELAYED_URL, &format!("http://pod:{port}/prepare"))
+        .annotation(DELAYED_DOWNSCALE, "-1h")
+        .annotation(DELAYED_DOWNSCALE_URL, &format!("http://pod:{port}/prepare"))
         .create(&client, ns)
         .await;
     mirroring("bad-answer", "bad-answer", 2, "one")
-        .annotation(DELAYED, "1h")
-        .annotation(DELAYED_URL, &format!("http://pod:{port}/prepare"))
+        .annotation(DELAYED_DOWNSCALE, "1h")
+        .annotation(DELAYED_DOWNSCALE_URL, &format!("http://pod:{port}/prepare"))
         .create(&client, ns)
         .await;
     StatefulSetFixture::new("lost-follower")
         .group("lost-follower")
         .replicas(2)
-        .annotation(LEADER, "ghost")
+        .annotation(DOWNSCALE_LEADER, "ghost")
         .create(&client, ns)
         .await;
 
@@ -480,7 +474,7 @@ async fn wait_for_webhooks(scene: &Scene) {
     // Opted in to prepare-downscale without the port annotation: every real downscale is denied.
     StatefulSetFixture::new("probe-prepare")
         .replicas(1)
-        .label(PREPARE, "true")
+        .label(PREPARE_DOWNSCALE, "true")
         .create(&client, ns)
         .await;
     let statefulsets = scene.statefulsets();

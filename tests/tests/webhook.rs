@@ -7,6 +7,10 @@ use std::time::Duration;
 
 use baton_e2e::fixtures::StatefulSetFixture;
 use baton_e2e::http_support::{HANG, PodEndpoint};
+use baton_e2e::keys::{
+    LAST_DOWNSCALE, MIN_TIME_BETWEEN_ZONES_DOWNSCALE, NO_DOWNSCALE, PREPARE_DOWNSCALE,
+    PREPARE_DOWNSCALE_PATH, PREPARE_DOWNSCALE_PORT,
+};
 use baton_e2e::webhook_support::{TestTls, WebhookConfigurations, WebhookReplica, free_port};
 use baton_e2e::{
     BatonProcess, ControlPlane, PodSimulator, SimulatorOptions, TestNamespace, wait_until,
@@ -18,12 +22,6 @@ use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
-const NO_DOWNSCALE: &str = "grafana.com/no-downscale";
-const PREPARE: &str = "grafana.com/prepare-downscale";
-const PREPARE_PATH: &str = "grafana.com/prepare-downscale-http-path";
-const PREPARE_PORT: &str = "grafana.com/prepare-downscale-http-port";
-const MIN_TIME: &str = "grafana.com/min-time-between-zones-downscale";
-const LAST_DOWNSCALE: &str = "grafana.com/last-downscale";
 const SHUTDOWN_PATH: &str = "ingester/prepare-shutdown";
 
 /// A test namespace with one webhook replica registered for it.
@@ -68,7 +66,7 @@ impl Setup {
             .await;
         StatefulSetFixture::new("probe-prepare")
             .replicas(1)
-            .label(PREPARE, "true")
+            .label(PREPARE_DOWNSCALE, "true")
             .create(&client, self.ns())
             .await;
         let statefulsets = self.namespace.api::<StatefulSet>();
@@ -399,10 +397,10 @@ fn prepared_zone(name: &str, group: &str, replicas: i32, port: u16) -> StatefulS
     StatefulSetFixture::new(name)
         .group(group)
         .replicas(replicas)
-        .label(PREPARE, "true")
-        .label(MIN_TIME, "1h")
-        .annotation(PREPARE_PATH, SHUTDOWN_PATH)
-        .annotation(PREPARE_PORT, &port.to_string())
+        .label(PREPARE_DOWNSCALE, "true")
+        .label(MIN_TIME_BETWEEN_ZONES_DOWNSCALE, "1h")
+        .annotation(PREPARE_DOWNSCALE_PATH, SHUTDOWN_PATH)
+        .annotation(PREPARE_DOWNSCALE_PORT, &port.to_string())
 }
 
 /// Test servers on the loopback IPs of `pods`.
