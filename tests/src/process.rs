@@ -31,6 +31,14 @@ pub fn workspace_binary(name: &str) -> anyhow::Result<PathBuf> {
         command
             .args(["build", "--quiet", "-p", package_of(name), "--bin", name])
             .current_dir(env!("CARGO_MANIFEST_DIR"));
+        // Not the variables cargo sets for this test process: build scripts watching them
+        // (ring's watches CARGO_MANIFEST_DIR) would rebuild half the dependency tree here, and
+        // again in the next plain `cargo build`.
+        for (variable, _) in std::env::vars_os() {
+            if variable.to_str().is_some_and(is_set_by_cargo_for_the_test) {
+                command.env_remove(variable);
+            }
+        }
         if profile_dir
             .file_name()
             .is_some_and(|name| name == "release")
@@ -56,6 +64,24 @@ pub fn workspace_binary(name: &str) -> anyhow::Result<PathBuf> {
         );
     }
     Ok(binary)
+}
+
+/// Environment variables cargo sets for a test process (not the user's CARGO_HOME,
+/// CARGO_TARGET_DIR, CARGO_BUILD_* and the like).
+fn is_set_by_cargo_for_the_test(variable: &str) -> bool {
+    const EXACT: [&str; 8] = [
+        "CARGO_MANIFEST_DIR",
+        "CARGO_MANIFEST_PATH",
+        "CARGO_CRATE_NAME",
+        "CARGO_BIN_NAME",
+        "CARGO_PRIMARY_PACKAGE",
+        "CARGO_TARGET_TMPDIR",
+        "CARGO_RUSTC_CURRENT_DIR",
+        "OUT_DIR",
+    ];
+    EXACT.contains(&variable)
+        || variable.starts_with("CARGO_PKG_")
+        || variable.starts_with("CARGO_BIN_EXE_")
 }
 
 /// `target/<profile>`, found from the running test binary (`target/<profile>/deps/<test>`).

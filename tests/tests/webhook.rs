@@ -419,6 +419,41 @@ async fn endpoints(
     endpoints
 }
 
+/// Zones of group "ingester" opted in to prepare-downscale (1h between zones), all pods
+/// ready, with a test endpoint on the IP of each of `endpoint_pods`.
+struct PreparedZones {
+    statefulsets: Api<StatefulSet>,
+    endpoints: BTreeMap<String, PodEndpoint>,
+    _simulator: PodSimulator,
+}
+
+impl PreparedZones {
+    async fn create(
+        namespace: &TestNamespace,
+        zones: &[(&str, i32)],
+        endpoint_pods: &[&str],
+    ) -> Self {
+        let (client, ns) = (namespace.client(), namespace.name());
+        let simulator = PodSimulator::start(client.clone(), ns, SimulatorOptions::default()).await;
+        let port = free_port().unwrap();
+        for (zone, replicas) in zones {
+            prepared_zone(zone, "ingester", *replicas, port)
+                .create(&client, ns)
+                .await;
+        }
+        let statefulsets = namespace.api::<StatefulSet>();
+        for (zone, replicas) in zones {
+            wait_ready(&statefulsets, zone, *replicas).await;
+        }
+        let endpoints = endpoints(&simulator, endpoint_pods, port).await;
+        Self {
+            statefulsets,
+            endpoints,
+            _simulator: simulator,
+        }
+    }
+}
+
 async fn ledger(setup: &Setup, group: &str) -> BTreeMap<String, String> {
     setup
         .namespace
@@ -435,22 +470,18 @@ async fn prepare_downscale_tells_the_pods_going_away_and_records_the_downscale()
     // Given zone a (5 replicas) and zone b of group "ingester", opted in, all pods ready,
     // and each pod's prepare-shutdown endpoint listening on its IP
     let setup = Setup::new("wh-prepare").await;
-    let ns = setup.ns();
-    let client = setup.namespace.client();
-    let simulator = PodSimulator::start(client.clone(), ns, SimulatorOptions::default()).await;
-    let port = free_port().unwrap();
-    prepared_zone("ingester-zone-a", "ingester", 5, port)
-        .create(&client, ns)
-        .await;
-    prepared_zone("ingester-zone-b", "ingester", 2, port)
-        .create(&client, ns)
-        .await;
-    let statefulsets = setup.namespace.api::<StatefulSet>();
-    wait_ready(&statefulsets, "ingester-zone-a", 5).await;
-    wait_ready(&statefulsets, "ingester-zone-b", 2).await;
     let pods: Vec<String> = (0..5).map(|i| format!("ingester-zone-a-{i}")).collect();
     let names: Vec<&str> = pods.iter().map(String::as_str).collect();
-    let endpoints = endpoints(&simulator, &names, port).await;
+    let PreparedZones {
+        statefulsets,
+        endpoints,
+        ..
+    } = PreparedZones::create(
+        &setup.namespace,
+        &[("ingester-zone-a", 5), ("ingester-zone-b", 2)],
+        &names,
+    )
+    .await;
 
     // When zone a is scaled from 5 to 3
     scale(&statefulsets, "ingester-zone-a", 3, false)
@@ -489,22 +520,14 @@ async fn a_pod_failing_to_prepare_undoes_everything_and_denies() {
     // Given zone a (5 replicas) whose pod 3 cannot prepare for shutdown
     let setup = Setup::new("wh-prepare-fail").await;
     let ns = setup.ns();
-    let client = setup.namespace.client();
-    let simulator = PodSimulator::start(client.clone(), ns, SimulatorOptions::default()).await;
-    let port = free_port().unwrap();
-    prepared_zone("ingester-zone-a", "ingester", 5, port)
-        .create(&client, ns)
-        .await;
-    prepared_zone("ingester-zone-b", "ingester", 1, port)
-        .create(&client, ns)
-        .await;
-    let statefulsets = setup.namespace.api::<StatefulSet>();
-    wait_ready(&statefulsets, "ingester-zone-a", 5).await;
-    wait_ready(&statefulsets, "ingester-zone-b", 1).await;
-    let endpoints = endpoints(
-        &simulator,
+    let PreparedZones {
+        statefulsets,
+        endpoints,
+        ..
+    } = PreparedZones::create(
+        &setup.namespace,
+        &[("ingester-zone-a", 5), ("ingester-zone-b", 1)],
         &["ingester-zone-a-4", "ingester-zone-a-3"],
-        port,
     )
     .await;
     endpoints["ingester-zone-a-3"].answer("POST", 500);
@@ -549,22 +572,14 @@ async fn a_second_zone_within_min_time_is_denied_naming_the_zone_and_the_time_le
     // Given two zones labelled to wait 1h between zone downscales, all pods ready
     let setup = Setup::new("wh-min-time").await;
     let ns = setup.ns();
-    let client = setup.namespace.client();
-    let simulator = PodSimulator::start(client.clone(), ns, SimulatorOptions::default()).await;
-    let port = free_port().unwrap();
-    prepared_zone("ingester-zone-a", "ingester", 2, port)
-        .create(&client, ns)
-        .await;
-    prepared_zone("ingester-zone-b", "ingester", 2, port)
-        .create(&client, ns)
-        .await;
-    let statefulsets = setup.namespace.api::<StatefulSet>();
-    wait_ready(&statefulsets, "ingester-zone-a", 2).await;
-    wait_ready(&statefulsets, "ingester-zone-b", 2).await;
-    let endpoints = endpoints(
-        &simulator,
+    let PreparedZones {
+        statefulsets,
+        endpoints,
+        ..
+    } = PreparedZones::create(
+        &setup.namespace,
+        &[("ingester-zone-a", 2), ("ingester-zone-b", 2)],
         &["ingester-zone-a-1", "ingester-zone-b-1"],
-        port,
     )
     .await;
 
@@ -631,7 +646,6 @@ async fn racing_zone_downscales_through_different_replicas_approve_exactly_one()
     let control_plane = ControlPlane::shared().await;
     let namespace = TestNamespace::create(control_plane, "wh-race").await;
     let ns = namespace.name();
-    let client = namespace.client();
     let tls = TestTls::generate().unwrap();
     let mut replicas = Vec::new();
     for _ in 0..3 {
@@ -641,23 +655,13 @@ async fn racing_zone_downscales_through_different_replicas_approve_exactly_one()
                 .unwrap(),
         );
     }
-    let simulator = PodSimulator::start(client.clone(), ns, SimulatorOptions::default()).await;
-    let port = free_port().unwrap();
-    prepared_zone("ingester-zone-a", "ingester", 2, port)
-        .create(&client, ns)
-        .await;
-    prepared_zone("ingester-zone-b", "ingester", 2, port)
-        .create(&client, ns)
-        .await;
-    let statefulsets = namespace.api::<StatefulSet>();
-    wait_ready(&statefulsets, "ingester-zone-a", 2).await;
-    wait_ready(&statefulsets, "ingester-zone-b", 2).await;
-    let _endpoints = endpoints(
-        &simulator,
+    let zones = PreparedZones::create(
+        &namespace,
+        &[("ingester-zone-a", 2), ("ingester-zone-b", 2)],
         &["ingester-zone-a-1", "ingester-zone-b-1"],
-        port,
     )
     .await;
+    let statefulsets = &zones.statefulsets;
     let https = tls.client().unwrap();
     let ledgers = namespace.api::<ConfigMap>();
     let zones = ["ingester-zone-a", "ingester-zone-b"];
@@ -794,7 +798,6 @@ async fn sigterm_turns_unready_answers_the_request_in_flight_and_exits_cleanly()
     let control_plane = ControlPlane::shared().await;
     let namespace = TestNamespace::create(control_plane, "wh-shutdown").await;
     let ns = namespace.name();
-    let client = namespace.client();
     let tls = TestTls::generate().unwrap();
     let mut replica = WebhookReplica::start_with(
         control_plane,
@@ -804,14 +807,12 @@ async fn sigterm_turns_unready_answers_the_request_in_flight_and_exits_cleanly()
     )
     .await
     .unwrap();
-    let simulator = PodSimulator::start(client.clone(), ns, SimulatorOptions::default()).await;
-    let port = free_port().unwrap();
-    prepared_zone("ingester-zone-a", "ingester", 2, port)
-        .create(&client, ns)
-        .await;
-    let statefulsets = namespace.api::<StatefulSet>();
-    wait_ready(&statefulsets, "ingester-zone-a", 2).await;
-    let endpoints = endpoints(&simulator, &["ingester-zone-a-1"], port).await;
+    let PreparedZones { endpoints, .. } = PreparedZones::create(
+        &namespace,
+        &[("ingester-zone-a", 2)],
+        &["ingester-zone-a-1"],
+    )
+    .await;
     endpoints["ingester-zone-a-1"].answer("POST", HANG);
 
     // When a downscale is in flight
