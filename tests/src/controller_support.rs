@@ -277,14 +277,79 @@ pub async fn roll_out(client: &kube::Client, namespace: &str, names: &[String], 
     }
 }
 
-/// Waits until the rollout of every StatefulSet in `names` is complete.
+/// Waits until the rollout of every StatefulSet in `names` is complete; on timeout the panic
+/// shows every StatefulSet and pod of the namespace, to tell a stuck controller from a stuck
+/// pod.
 pub async fn wait_rollout_complete(client: &kube::Client, namespace: &str, names: &[String]) {
     for name in names {
-        crate::wait_until(
-            GROUP_TIMEOUT,
-            &format!("the rollout of {name} completes"),
-            || async { rollout_state(client, namespace, name).await.is_complete() },
-        )
-        .await;
+        let deadline = std::time::Instant::now() + GROUP_TIMEOUT;
+        while !rollout_state(client, namespace, name).await.is_complete() {
+            if std::time::Instant::now() >= deadline {
+                panic!(
+                    "timed out after {GROUP_TIMEOUT:?} waiting until the rollout of {name} completes\n{}",
+                    describe_namespace(client, namespace).await
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
+}
+
+/// One line per StatefulSet (replicas, ready, revisions) and per pod (uid, revision, phase,
+/// readiness, deletion), as the API server has them.
+pub async fn describe_namespace(client: &kube::Client, namespace: &str) -> String {
+    let mut lines = Vec::new();
+    let statefulsets = Api::<StatefulSet>::namespaced(client.clone(), namespace)
+        .list(&ListParams::default())
+        .await
+        .map(|list| list.items)
+        .unwrap_or_default();
+    for sts in statefulsets {
+        let status = sts.status.unwrap_or_default();
+        lines.push(format!(
+            "statefulset {} replicas={} ready={} current={} update={}",
+            sts.metadata.name.unwrap_or_default(),
+            sts.spec.and_then(|spec| spec.replicas).unwrap_or(1),
+            status.ready_replicas.unwrap_or(0),
+            status.current_revision.unwrap_or_default(),
+            status.update_revision.unwrap_or_default(),
+        ));
+    }
+    let mut pods = Api::<Pod>::namespaced(client.clone(), namespace)
+        .list(&ListParams::default())
+        .await
+        .map(|list| list.items)
+        .unwrap_or_default();
+    pods.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    for pod in pods {
+        let status = pod.status.unwrap_or_default();
+        let ready = status
+            .conditions
+            .unwrap_or_default()
+            .into_iter()
+            .find(|condition| condition.type_ == "Ready")
+            .map(|condition| condition.status)
+            .unwrap_or_else(|| "-".to_owned());
+        let labels = pod.metadata.labels.unwrap_or_default();
+        lines.push(format!(
+            "pod {} uid={} revision={} phase={} ready={} created={}{}",
+            pod.metadata.name.unwrap_or_default(),
+            pod.metadata.uid.unwrap_or_default(),
+            labels
+                .get("controller-revision-hash")
+                .map_or("-", String::as_str),
+            status.phase.unwrap_or_else(|| "-".to_owned()),
+            ready,
+            pod.metadata
+                .creation_timestamp
+                .map(|time| time.0.to_string())
+                .unwrap_or_default(),
+            if pod.metadata.deletion_timestamp.is_some() {
+                " deleting"
+            } else {
+                ""
+            },
+        ));
+    }
+    lines.join("\n")
 }
