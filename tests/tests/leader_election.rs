@@ -94,21 +94,7 @@ async fn a_leader_releasing_on_shutdown_hands_over_well_under_the_lease_duration
     init_logs();
     let control_plane = ControlPlane::shared().await;
     let namespace = TestNamespace::create(control_plane, "leader-release").await;
-    let mut candidates: Vec<Candidate> = (0..3)
-        .map(|i| {
-            Candidate::start(
-                &namespace,
-                HANDOVER,
-                format!("candidate-{i}"),
-                Faults::none(),
-            )
-        })
-        .collect();
-    wait_until(WAIT, "one candidate leads", || async {
-        leaders(&candidates).len() == 1
-    })
-    .await;
-    let leader = candidates.remove(leaders(&candidates)[0]);
+    let (leader, candidates) = three_candidates_one_leading(&namespace, HANDOVER).await;
     let leader_identity = leader.identity.clone();
 
     // When the leader is shut down (SIGTERM), it stops acting, then releases the Lease
@@ -161,21 +147,7 @@ async fn a_killed_leader_is_replaced_only_after_the_lease_duration() {
     init_logs();
     let control_plane = ControlPlane::shared().await;
     let namespace = TestNamespace::create(control_plane, "leader-kill").await;
-    let mut candidates: Vec<Candidate> = (0..3)
-        .map(|i| {
-            Candidate::start(
-                &namespace,
-                HANDOVER,
-                format!("candidate-{i}"),
-                Faults::none(),
-            )
-        })
-        .collect();
-    wait_until(WAIT, "one candidate leads", || async {
-        leaders(&candidates).len() == 1
-    })
-    .await;
-    let leader = candidates.remove(leaders(&candidates)[0]);
+    let (leader, candidates) = three_candidates_one_leading(&namespace, HANDOVER).await;
     let lost = tokio::spawn({
         let leadership = leader.leadership.clone();
         async move { leadership.lost().await }
@@ -704,6 +676,22 @@ impl Candidate {
             status: self.leadership.status(),
         }
     }
+}
+
+/// Given three candidates with `timing`: waits until one leads; returns it and the standbys.
+async fn three_candidates_one_leading(
+    namespace: &TestNamespace,
+    timing: LeaseTiming,
+) -> (Candidate, Vec<Candidate>) {
+    let mut candidates: Vec<Candidate> = (0..3)
+        .map(|i| Candidate::start(namespace, timing, format!("candidate-{i}"), Faults::none()))
+        .collect();
+    wait_until(WAIT, "one candidate leads", || async {
+        leaders(&candidates).len() == 1
+    })
+    .await;
+    let leader = candidates.remove(leaders(&candidates)[0]);
+    (leader, candidates)
 }
 
 fn leaders(candidates: &[Candidate]) -> Vec<usize> {
