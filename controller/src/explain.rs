@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use baton_shared::kube_client::bounded;
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 
@@ -34,6 +35,9 @@ pub struct Explanation {
 pub struct Explainer {
     recorder: Recorder,
     repeats: RepeatFilter,
+    /// Bounds each publish: reconciles await it, and an unanswered call would otherwise hold
+    /// its group forever (kube's client has no read timeout).
+    publish_timeout: Duration,
 }
 
 impl std::fmt::Debug for Explainer {
@@ -79,7 +83,12 @@ impl RepeatFilter {
 }
 
 impl Explainer {
-    pub fn new(client: kube::Client, instance: String, repeat_after: Duration) -> Self {
+    pub fn new(
+        client: kube::Client,
+        instance: String,
+        repeat_after: Duration,
+        publish_timeout: Duration,
+    ) -> Self {
         let reporter = Reporter {
             controller: "baton-controller".into(),
             instance: Some(instance),
@@ -90,6 +99,7 @@ impl Explainer {
                 repeat_after,
                 published: Mutex::default(),
             },
+            publish_timeout,
         }
     }
 
@@ -123,10 +133,19 @@ impl Explainer {
             action: explanation.action.clone(),
             secondary: None,
         };
-        if let Err(error) = self.recorder.publish(&event, object).await {
-            tracing::warn!(object = name, %error, "could not publish an Event");
-            self.repeats.forget(&key);
-        }
+        let published = bounded(
+            self.publish_timeout,
+            "publishing an Event",
+            self.recorder.publish(&event, object),
+        )
+        .await;
+        let error = match published {
+            Ok(Ok(())) => return,
+            Ok(Err(error)) => error.to_string(),
+            Err(timed_out) => timed_out.to_string(),
+        };
+        tracing::warn!(object = name, %error, "could not publish an Event");
+        self.repeats.forget(&key);
     }
 
     fn key(object: &ObjectReference, explanation: &Explanation) -> (String, String) {
