@@ -61,7 +61,12 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
         client: client.clone(),
         caches: caches.clone(),
         metrics,
-        explainer: Explainer::new(client.clone(), identity, EVENT_REPEAT_AFTER),
+        explainer: Explainer::new(
+            client.clone(),
+            identity,
+            EVENT_REPEAT_AFTER,
+            config.kubernetes.request_timeout.get(),
+        ),
         // Acting on half-filled caches could miss a not-ready zone: lead AND be synced.
         may_act: {
             let leadership = leadership.clone();
@@ -115,11 +120,13 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
             config: config.certificates.clone(),
             namespace: config.namespace.clone(),
             cluster_domain: config.cluster_domain.clone(),
+            request_timeout: config.kubernetes.request_timeout.get(),
         };
         let explainer = Explainer::new(
             client.clone(),
             elector.identity().to_owned(),
             EVENT_REPEAT_AFTER,
+            config.kubernetes.request_timeout.get(),
         );
         let (client, leadership, registry) = (client.clone(), leadership.clone(), registry.clone());
         let shutdown = shutdown.clone();

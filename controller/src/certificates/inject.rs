@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use baton_shared::kube_client::bounded;
 use futures::StreamExt;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::admissionregistration::v1::{
@@ -91,6 +92,7 @@ fn bundle_of(secret: Option<&Secret>) -> Option<ByteString> {
 pub(super) async fn run(
     client: kube::Client,
     namespace: &str,
+    request_timeout: Duration,
     mut secret: watch::Receiver<Option<Secret>>,
     leadership: &Leadership,
     metrics: &CertificateMetrics,
@@ -119,8 +121,14 @@ pub(super) async fn run(
             let Some(bundle) = bundle_of(secret.borrow_and_update().as_ref()) else {
                 continue;
             };
-            inject(&client, &validating, &bundle, leadership, metrics).await;
-            inject(&client, &mutating, &bundle, leadership, metrics).await;
+            let writer = Writer {
+                client: &client,
+                request_timeout,
+                leadership,
+                metrics,
+            };
+            writer.inject(&validating, &bundle).await;
+            writer.inject(&mutating, &bundle).await;
         }
     };
     tokio::select! {
@@ -158,40 +166,58 @@ fn reflect<'a, K: Injectable>(
     (store, driving)
 }
 
-/// Writes `bundle` into every configuration in `store` that differs, if this replica leads.
-async fn inject<K: Injectable>(
-    client: &kube::Client,
-    store: &Store<K>,
-    bundle: &ByteString,
-    leadership: &Leadership,
-    metrics: &CertificateMetrics,
-) {
-    let api: Api<K> = Api::all(client.clone());
-    for config in store.state() {
-        if !differs(config.as_ref(), bundle) {
-            continue;
-        }
-        if !leadership.is_leader() {
-            return;
-        }
-        let name = config.name_any();
-        // `replace` sends the resourceVersion seen: a concurrent change wins, and its watch
-        // event brings this loop back with the new state.
-        let mut updated = config.as_ref().clone();
-        set_bundle(&mut updated, bundle);
-        match api.replace(&name, &PostParams::default(), &updated).await {
-            Ok(_) => {
-                metrics.injections.with_label_values(&[K::KIND]).inc();
-                tracing::info!(kind = K::KIND, name, "caBundle injected");
+/// What writing caBundles needs.
+struct Writer<'a> {
+    client: &'a kube::Client,
+    request_timeout: Duration,
+    leadership: &'a Leadership,
+    metrics: &'a CertificateMetrics,
+}
+
+impl Writer<'_> {
+    /// Writes `bundle` into every configuration in `store` that differs, if this replica leads.
+    async fn inject<K: Injectable>(&self, store: &Store<K>, bundle: &ByteString) {
+        let api: Api<K> = Api::all(self.client.clone());
+        for config in store.state() {
+            if !differs(config.as_ref(), bundle) {
+                continue;
             }
-            Err(kube::Error::Api(status)) if status.code == 409 => {
-                tracing::debug!(
-                    kind = K::KIND,
-                    name,
-                    "changed meanwhile; the watch brings it back"
-                );
+            if !self.leadership.is_leader() {
+                return;
             }
-            Err(error) => tracing::warn!(kind = K::KIND, name, %error, "injecting the caBundle"),
+            let name = config.name_any();
+            // `replace` sends the resourceVersion seen: a concurrent change wins, and its watch
+            // event brings this loop back with the new state.
+            let mut updated = config.as_ref().clone();
+            set_bundle(&mut updated, bundle);
+            let params = PostParams::default();
+            let replace = api.replace(&name, &params, &updated);
+            match bounded(
+                self.request_timeout,
+                "replacing a webhook configuration",
+                replace,
+            )
+            .await
+            {
+                Ok(Ok(_)) => {
+                    self.metrics.injections.with_label_values(&[K::KIND]).inc();
+                    tracing::info!(kind = K::KIND, name, "caBundle injected");
+                }
+                Ok(Err(kube::Error::Api(status))) if status.code == 409 => {
+                    tracing::debug!(
+                        kind = K::KIND,
+                        name,
+                        "changed meanwhile; the watch brings it back"
+                    );
+                }
+                Ok(Err(error)) => {
+                    tracing::warn!(kind = K::KIND, name, %error, "injecting the caBundle")
+                }
+                // The resync brings it back.
+                Err(timed_out) => {
+                    tracing::warn!(kind = K::KIND, name, error = %timed_out, "injecting the caBundle")
+                }
+            }
         }
     }
 }

@@ -17,6 +17,8 @@ use super::plan::{
     Action, CertificatePlan, IssueReason, Names, ParsedSecret, Wanted, plan_certificates,
 };
 use super::{CertificateMetrics, Settings, until};
+use baton_shared::kube_client::{TimedOut, bounded};
+
 use crate::explain::{Explainer, Explanation, Severity};
 use crate::leader::Leadership;
 
@@ -38,6 +40,8 @@ enum RoundError {
         name: String,
         source: pki::IssueError,
     },
+    #[error(transparent)]
+    TimedOut(#[from] TimedOut),
 }
 
 /// What one round did.
@@ -91,7 +95,16 @@ pub(super) async fn run(
             }
             _ = &mut acquired, if waiting_for_leadership => waiting_for_leadership = false,
         }
-        sleep = match round(&secrets, name, &wanted, leadership, explainer, metrics).await {
+        let round = round(
+            &secrets,
+            name,
+            &wanted,
+            settings.request_timeout,
+            leadership,
+            explainer,
+            metrics,
+        );
+        sleep = match round.await {
             Ok(Round::Kept(next)) => until(next, MAX_SLEEP),
             Ok(Round::Again) => Duration::ZERO,
             Ok(Round::NotLeader) => MAX_SLEEP,
@@ -107,6 +120,7 @@ async fn round(
     secrets: &Api<Secret>,
     name: &str,
     wanted: &Wanted,
+    request_timeout: Duration,
     leadership: &Leadership,
     explainer: &Explainer,
     metrics: &CertificateMetrics,
@@ -115,13 +129,16 @@ async fn round(
         return Ok(Round::NotLeader);
     }
     // Read from the API server, not the watch: the write must be conditioned on the latest.
-    let existing = secrets
-        .get_opt(name)
-        .await
-        .map_err(|source| RoundError::Read {
-            name: name.to_owned(),
-            source,
-        })?;
+    let existing = bounded(
+        request_timeout,
+        "reading the certificate Secret",
+        secrets.get_opt(name),
+    )
+    .await?
+    .map_err(|source| RoundError::Read {
+        name: name.to_owned(),
+        source,
+    })?;
     let data: BTreeMap<String, Vec<u8>> = existing
         .as_ref()
         .and_then(|secret| secret.data.clone())
@@ -212,7 +229,12 @@ async fn round(
     if !leadership.is_leader() {
         return Ok(Round::NotLeader);
     }
-    let written = write(secrets, name, existing.as_ref(), next.to_data()).await;
+    let written = bounded(
+        request_timeout,
+        "writing the certificate Secret",
+        write(secrets, name, existing.as_ref(), next.to_data()),
+    )
+    .await?;
     let written = match written {
         Ok(secret) => secret,
         Err(kube::Error::Api(status)) if status.code == 409 => {

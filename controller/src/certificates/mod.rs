@@ -31,6 +31,9 @@ pub struct Settings {
     /// Where the Secret lives and whose webhook configurations are injected.
     pub namespace: String,
     pub cluster_domain: String,
+    /// Bounds every API call (kube's client has no read timeout): a hung call must not stop
+    /// renewals or injection for good.
+    pub request_timeout: Duration,
 }
 
 /// Certificate metrics.
@@ -124,6 +127,7 @@ pub async fn run(
             inject::run(
                 client.clone(),
                 &settings.namespace,
+                settings.request_timeout,
                 secret.clone(),
                 &leadership,
                 &metrics,
