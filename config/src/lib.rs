@@ -202,7 +202,8 @@ impl Default for LeaseConfig {
 pub struct KubernetesConfig {
     /// Connect timeout for the API server.
     pub connect_timeout: Duration,
-    /// Bound on a single API call outside watches (lease renewals, deletes, patches).
+    /// Bound on a single API call outside watches (lease renewals, pod deletions, status and
+    /// scale writes, Events, the certificate Secret and caBundles).
     pub request_timeout: Duration,
 }
 
