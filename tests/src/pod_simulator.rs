@@ -1,8 +1,10 @@
 //! Stands in for the kubelet: there is none in the test control plane, so pods would stay
 //! Pending forever. Watches the pods of one namespace and, after a delay, marks each new pod
 //! Running and Ready with a loopback IP of its own (`127.x.y.z`, so a test server can listen
-//! "on the pod"). Tests can hold pods NotReady and read a timeline of what every pod did, as
-//! seen through the API server's watch.
+//! "on the pod"). Like a kubelet it also finishes the deletion of a terminating pod, which
+//! matters when a deleting client died mid-request: the API server then leaves the pod with a
+//! deletionTimestamp and nothing else would ever remove it. Tests can hold pods NotReady and
+//! read a timeline of what every pod did, as seen through the API server's watch.
 
 use std::collections::{HashMap, HashSet};
 use std::net::Ipv4Addr;
@@ -12,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::watcher;
 use serde_json::json;
 use tokio::task::JoinSet;
@@ -150,7 +152,7 @@ async fn run(shared: Arc<Shared>) {
             event = events.next() => match event {
                 Some(Ok(watcher::Event::Apply(pod) | watcher::Event::InitApply(pod))) => {
                     if let Some(uid) = observe(&shared, &mut seen, pod) {
-                        make_ready(&shared, &seen, &mut in_flight, &mut becoming_ready, &uid);
+                        act(&shared, &seen, &mut in_flight, &mut becoming_ready, &uid);
                     }
                 }
                 Some(Ok(watcher::Event::Delete(pod))) => {
@@ -171,7 +173,7 @@ async fn run(shared: Arc<Shared>) {
             _ = resync.tick() => {
                 let uids: Vec<String> = seen.keys().cloned().collect();
                 for uid in uids {
-                    make_ready(&shared, &seen, &mut in_flight, &mut becoming_ready, &uid);
+                    act(&shared, &seen, &mut in_flight, &mut becoming_ready, &uid);
                 }
             }
         }
@@ -209,9 +211,9 @@ fn observe(shared: &Arc<Shared>, seen: &mut HashMap<String, Seen>, pod: Pod) -> 
     Some(uid)
 }
 
-/// Starts making the pod Ready after the configured delay, unless it is Ready, going away,
-/// held, or already on its way.
-fn make_ready(
+/// What a kubelet would do next for the pod, unless something is already on its way: remove
+/// it if it is terminating, else make it Ready after the configured delay (unless held).
+fn act(
     shared: &Arc<Shared>,
     seen: &HashMap<String, Seen>,
     in_flight: &mut HashSet<String>,
@@ -221,15 +223,26 @@ fn make_ready(
     let Some(state) = seen.get(uid) else {
         return;
     };
-    let name = state.pod.metadata.name.clone().unwrap_or_default();
-    let held = shared.held.lock().unwrap().contains(&name);
-    if state.ready || state.terminating || held || in_flight.contains(uid) {
+    if in_flight.contains(uid) {
         return;
     }
-    in_flight.insert(uid.to_owned());
+    let name = state.pod.metadata.name.clone().unwrap_or_default();
     let shared = shared.clone();
     let pod = state.pod.clone();
     let uid = uid.to_owned();
+    if state.terminating {
+        in_flight.insert(uid.clone());
+        tasks.spawn(async move {
+            shared.remove(&pod).await;
+            uid
+        });
+        return;
+    }
+    let held = shared.held.lock().unwrap().contains(&name);
+    if state.ready || held {
+        return;
+    }
+    in_flight.insert(uid.clone());
     tasks.spawn(async move {
         tokio::time::sleep(shared.options.ready_after).await;
         if !shared.held.lock().unwrap().contains(&name) {
@@ -290,6 +303,23 @@ impl Shared {
         });
     }
 
+    /// Removes a terminating pod for good, as a kubelet does once its containers stopped (they
+    /// stop at once here): grace period 0, conditioned on the uid so that a recreated pod of
+    /// the same name is left alone.
+    async fn remove(&self, pod: &Pod) {
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let params = DeleteParams {
+            grace_period_seconds: Some(0),
+            preconditions: Some(Preconditions {
+                uid: pod.metadata.uid.clone(),
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
+        self.until_through(&name, "delete", || self.api.delete(&name, &params))
+            .await;
+    }
+
     /// Writes the status a kubelet would: Running, the pod's IP, and Ready true or false. The
     /// uid in the patch is a precondition: a recreated pod of the same name is left alone.
     async fn set_ready(&self, pod: &Pod, ready: bool) {
@@ -333,23 +363,31 @@ impl Shared {
                 "containerStatuses": container_statuses,
             }
         });
-        // A kubelet keeps reporting until it gets through; only a pod that is gone (404) or
-        // was replaced (409: the uid precondition) ends the attempts.
+        let params = PatchParams::default();
+        let merge = Patch::Merge(&patch);
+        self.until_through(&name, "status update", || {
+            self.api.patch_status(&name, &params, &merge)
+        })
+        .await;
+    }
+
+    /// Repeats `call` until it gets through, as a kubelet keeps reporting; only a pod that is
+    /// gone (404) or was replaced (409: the uid precondition) ends the attempts early.
+    async fn until_through<T, F, Fut>(&self, pod: &str, what: &str, call: F)
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Result<T, kube::Error>>,
+    {
         for attempt in 0..20u64 {
-            let params = PatchParams::default();
-            let merge = Patch::Merge(&patch);
-            let call = self.api.patch_status(&name, &params, &merge);
-            match tokio::time::timeout(Duration::from_secs(5), call).await {
+            match tokio::time::timeout(Duration::from_secs(5), call()).await {
                 Ok(Ok(_)) => return,
                 Ok(Err(kube::Error::Api(status))) if status.code == 404 || status.code == 409 => {
                     return;
                 }
                 Ok(Err(error)) => {
-                    tracing::debug!(pod = %name, %error, attempt, "pod simulator could not update status; retrying")
+                    tracing::debug!(pod, %error, attempt, "pod simulator {what} failed; retrying")
                 }
-                Err(_) => {
-                    tracing::debug!(pod = %name, attempt, "pod status update timed out; retrying")
-                }
+                Err(_) => tracing::debug!(pod, attempt, "pod simulator {what} timed out; retrying"),
             }
             tokio::time::sleep(Duration::from_millis(100 * (attempt + 1))).await;
         }

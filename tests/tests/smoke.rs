@@ -10,7 +10,8 @@ use baton_e2e::{
 };
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{DeleteParams, ListParams};
+use kube::api::{DeleteParams, ListParams, PostParams};
+use serde_json::json;
 
 const TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -164,6 +165,56 @@ async fn a_deleted_pod_of_an_on_delete_statefulset_comes_back_at_the_update_revi
         deleted_then_created,
         [PodEvent::Created, PodEvent::Deleted, PodEvent::Created]
     );
+}
+
+#[tokio::test]
+async fn a_terminating_pod_is_removed_as_a_kubelet_would() {
+    // Given a Ready pod bound to a node, with a 30 s termination grace period
+    let control_plane = ControlPlane::shared().await;
+    let namespace = TestNamespace::create(control_plane, "smoke-terminating").await;
+    let _simulator = PodSimulator::start(
+        namespace.client(),
+        namespace.name(),
+        SimulatorOptions::default(),
+    )
+    .await;
+    let pods = namespace.api::<Pod>();
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "bound"},
+        "spec": {
+            "nodeName": "node-1",
+            "terminationGracePeriodSeconds": 30,
+            "containers": [{"name": "main", "image": "example.com/main:v1"}],
+        },
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    wait_until(TIMEOUT, "the pod is Running", || async {
+        pods.get("bound")
+            .await
+            .unwrap()
+            .status
+            .and_then(|status| status.phase)
+            .as_deref()
+            == Some("Running")
+    })
+    .await;
+
+    // When it is deleted: the API server only marks it, its kubelet has to finish
+    pods.delete("bound", &DeleteParams::default())
+        .await
+        .unwrap();
+    let marked = pods.get_opt("bound").await.unwrap();
+    assert!(
+        marked.is_none_or(|pod| pod.metadata.deletion_timestamp.is_some()),
+        "a deleted pod is marked or gone"
+    );
+
+    // Then the simulator removes it, long before the grace period would end
+    wait_until(Duration::from_secs(10), "the pod is removed", || async {
+        pods.get_opt("bound").await.unwrap().is_none()
+    })
+    .await;
 }
 
 async fn revision_of(namespace: &TestNamespace, pod: &str) -> String {
