@@ -58,7 +58,7 @@ pub fn dns_names(pem: &str) -> anyhow::Result<BTreeSet<String>> {
 /// Waits until the controller has issued the certificate Secret `name`, and returns it.
 pub async fn wait_issued(secrets: &Api<Secret>, name: &str) -> Secret {
     wait_until(
-        Duration::from_secs(20),
+        Duration::from_secs(30),
         "the certificate Secret is issued",
         || async {
             secrets
@@ -91,22 +91,7 @@ impl Kubelet {
         let dir = tempfile::tempdir()?;
         let cert = dir.path().join("tls.crt");
         let key = dir.path().join("tls.key");
-        wait_until(
-            Duration::from_secs(30),
-            "the certificate Secret exists",
-            || {
-                let secrets = secrets.clone();
-                async move {
-                    secrets
-                        .get_opt(name)
-                        .await
-                        .ok()
-                        .flatten()
-                        .is_some_and(|secret| !secret_text(&secret, "tls.crt").is_empty())
-                }
-            },
-        )
-        .await;
+        wait_issued(&secrets, name).await;
         let kubelet = Self {
             cert,
             key,

@@ -1,6 +1,6 @@
 //! Running `baton-controller` against the test control plane, and reading what it did.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::TcpListener;
 use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::Duration;
@@ -137,6 +137,7 @@ pub struct RolloutState {
     /// Pod name → its `controller-revision-hash`.
     pub pod_revisions: BTreeMap<String, String>,
     pub ready_replicas: i32,
+    pub updated_replicas: i32,
     pub replicas: i32,
 }
 
@@ -195,64 +196,71 @@ pub async fn rollout_state(
             })
             .collect(),
         ready_replicas: status.ready_replicas.unwrap_or(0),
+        updated_replicas: status.updated_replicas.unwrap_or(0),
         replicas: sts.spec.and_then(|spec| spec.replicas).unwrap_or(1),
     }
 }
 
-/// The reporting instances (controller identities) of the Events with `reason` in `namespace`.
-pub async fn event_reporters(client: &kube::Client, namespace: &str, reason: &str) -> Vec<String> {
+/// The Events (events.k8s.io/v1) of `namespace`; none when they cannot be listed.
+async fn events(client: &kube::Client, namespace: &str) -> Vec<Event> {
     Api::<Event>::namespaced(client.clone(), namespace)
         .list(&ListParams::default())
         .await
-        .map(|list| {
-            list.items
-                .into_iter()
-                .filter(|event| event.reason.as_deref() == Some(reason))
-                .filter_map(|event| event.reporting_instance)
-                .collect()
-        })
+        .map(|list| list.items)
         .unwrap_or_default()
 }
 
-/// Events (events.k8s.io/v1) about `object` in `namespace`, as (reason, note).
+/// The distinct reporting instances (controller identities) of the Events with `reason`.
+pub async fn event_reporters(
+    client: &kube::Client,
+    namespace: &str,
+    reason: &str,
+) -> BTreeSet<String> {
+    events(client, namespace)
+        .await
+        .into_iter()
+        .filter(|event| event.reason.as_deref() == Some(reason))
+        .filter_map(|event| event.reporting_instance)
+        .collect()
+}
+
+/// The Events about `object`, as (reason, note).
 pub async fn events_about(
     client: &kube::Client,
     namespace: &str,
     object: &str,
 ) -> Vec<(String, String)> {
-    Api::<Event>::namespaced(client.clone(), namespace)
-        .list(&ListParams::default())
+    events(client, namespace)
         .await
-        .map(|list| {
-            list.items
-                .into_iter()
-                .filter(|event| {
-                    event
-                        .regarding
-                        .as_ref()
-                        .and_then(|regarding| regarding.name.as_deref())
-                        == Some(object)
-                })
-                .map(|event| {
-                    (
-                        event.reason.unwrap_or_default(),
-                        event.note.unwrap_or_default(),
-                    )
-                })
-                .collect()
+        .into_iter()
+        .filter(|event| {
+            event
+                .regarding
+                .as_ref()
+                .and_then(|regarding| regarding.name.as_deref())
+                == Some(object)
         })
-        .unwrap_or_default()
+        .map(|event| {
+            (
+                event.reason.unwrap_or_default(),
+                event.note.unwrap_or_default(),
+            )
+        })
+        .collect()
 }
 
 /// How long the group helpers below wait for a condition.
 pub const GROUP_TIMEOUT: Duration = Duration::from_secs(120);
 
-/// Waits until every StatefulSet in `names` has all its pods, all Ready.
-pub async fn wait_group_ready(client: &kube::Client, namespace: &str, names: &[String]) {
+/// Waits until every StatefulSet in `names` has all its pods, all Ready and updated, as its
+/// status reports.
+pub async fn wait_group_ready<S: AsRef<str>>(client: &kube::Client, namespace: &str, names: &[S]) {
     for name in names {
+        let name = name.as_ref();
         crate::wait_until(GROUP_TIMEOUT, &format!("{name} is ready"), || async {
             let state = rollout_state(client, namespace, name).await;
             state.ready_replicas == state.replicas
+                && state.updated_replicas == state.replicas
                 && state.pod_revisions.len() as i32 == state.replicas
         })
         .await;

@@ -1,6 +1,5 @@
 //! Several baton-controller replicas: exactly one acts, and the rollout survives losing it.
 
-use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use baton_e2e::controller_support::{
@@ -112,11 +111,8 @@ async fn only_the_leader_acts_and_sigterm_hands_over_at_once() {
         standby,
         _simulator,
     } = TwoReplicas::mid_rollout("ha-term", &["a", "b", "c"]).await;
-    let reporters_before: BTreeSet<String> =
-        event_reporters(&namespace.client(), namespace.name(), "RolloutPodDeleted")
-            .await
-            .into_iter()
-            .collect();
+    let reporters_before =
+        event_reporters(&namespace.client(), namespace.name(), "RolloutPodDeleted").await;
     assert_eq!(
         reporters_before.len(),
         1,
@@ -138,11 +134,8 @@ async fn only_the_leader_acts_and_sigterm_hands_over_at_once() {
         "the released lease was taken over in {takeover:?}, not after expiry"
     );
     wait_rollout_complete(&namespace.client(), namespace.name(), &names).await;
-    let reporters_after: BTreeSet<String> =
-        event_reporters(&namespace.client(), namespace.name(), "RolloutPodDeleted")
-            .await
-            .into_iter()
-            .collect();
+    let reporters_after =
+        event_reporters(&namespace.client(), namespace.name(), "RolloutPodDeleted").await;
     assert_eq!(
         reporters_after.len(),
         2,

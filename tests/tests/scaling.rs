@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use baton_e2e::controller_support::{Controller, events_about};
+use baton_e2e::controller_support::{Controller, events_about, wait_group_ready};
 use baton_e2e::fixtures::StatefulSetFixture;
 use baton_e2e::http_support::PodEndpoint;
 use baton_e2e::keys::{
@@ -288,14 +288,12 @@ async fn a_follower_zone_scales_up_at_once_and_down_only_after_min_time_and_deni
         .await;
     let statefulsets = scene.statefulsets();
     wait_for_webhooks(&scene).await;
-    wait_ready(&statefulsets, "ingester-zone-a", 2).await;
-    wait_ready(&statefulsets, "ingester-zone-b", 2).await;
+    wait_group_ready(&client, ns, &["ingester-zone-a", "ingester-zone-b"]).await;
 
     // When zone a is scaled up, zone b follows at once
     scale(&statefulsets, "ingester-zone-a", 3).await.unwrap();
     scene.wait_replicas("ingester-zone-b", 3).await;
-    wait_ready(&statefulsets, "ingester-zone-a", 3).await;
-    wait_ready(&statefulsets, "ingester-zone-b", 3).await;
+    wait_group_ready(&client, ns, &["ingester-zone-a", "ingester-zone-b"]).await;
 
     // When zone a is scaled down (the webhook approves it and records last-downscale on a)
     scale(&statefulsets, "ingester-zone-a", 2).await.unwrap();
@@ -344,7 +342,7 @@ async fn a_follower_zone_scales_up_at_once_and_down_only_after_min_time_and_deni
         .annotation(DOWNSCALE_LEADER, "guarded-zone-a")
         .create(&client, ns)
         .await;
-    wait_ready(&statefulsets, "guarded-zone-a", 2).await;
+    wait_group_ready(&client, ns, &["guarded-zone-a"]).await;
     // When its leader goes down
     scale(&statefulsets, "guarded-zone-a", 1).await.unwrap();
     // Then the denial is told as an Event and the follower keeps its replicas
@@ -528,21 +526,4 @@ async fn scale(api: &Api<StatefulSet>, name: &str, replicas: i32) -> Result<(), 
     .await
     .map(|_| ())
     .map_err(|error| error.to_string())
-}
-
-async fn wait_ready(api: &Api<StatefulSet>, name: &str, replicas: i32) {
-    wait_until(
-        TIMEOUT,
-        &format!("{name} has {replicas} ready replicas"),
-        || async {
-            api.get(name)
-                .await
-                .ok()
-                .and_then(|sts| sts.status)
-                .is_some_and(|status| {
-                    status.ready_replicas == Some(replicas) && status.replicas == replicas
-                })
-        },
-    )
-    .await;
 }

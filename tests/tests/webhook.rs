@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use baton_e2e::controller_support::wait_group_ready;
 use baton_e2e::fixtures::StatefulSetFixture;
 use baton_e2e::http_support::{HANG, PodEndpoint};
 use baton_e2e::keys::{
@@ -172,25 +173,6 @@ async fn annotations(api: &Api<StatefulSet>, name: &str) -> BTreeMap<String, Str
         .metadata
         .annotations
         .unwrap_or_default()
-}
-
-async fn wait_ready(api: &Api<StatefulSet>, name: &str, replicas: i32) {
-    wait_until(
-        TIMEOUT,
-        &format!("{name} has {replicas} ready replicas"),
-        || async {
-            api.get(name)
-                .await
-                .ok()
-                .and_then(|sts| sts.status)
-                .is_some_and(|status| {
-                    status.ready_replicas == Some(replicas)
-                        && status.updated_replicas == Some(replicas)
-                        && status.replicas == replicas
-                })
-        },
-    )
-    .await;
 }
 
 #[tokio::test]
@@ -441,10 +423,9 @@ impl PreparedZones {
                 .create(&client, ns)
                 .await;
         }
+        let names: Vec<&str> = zones.iter().map(|(zone, _)| *zone).collect();
+        wait_group_ready(&client, ns, &names).await;
         let statefulsets = namespace.api::<StatefulSet>();
-        for (zone, replicas) in zones {
-            wait_ready(&statefulsets, zone, *replicas).await;
-        }
         let endpoints = endpoints(&simulator, endpoint_pods, port).await;
         Self {
             statefulsets,
