@@ -131,6 +131,13 @@ pub struct WebhookConfig {
     pub request_timeout: Duration,
     /// Largest AdmissionReview body accepted; larger requests get HTTP 400.
     pub max_request_bytes: ByteSize,
+    /// On SIGTERM the webhook first reports not ready and keeps serving this long, each answer
+    /// asking its client to close the connection, so that the Service's endpoints (or any load
+    /// balancer checking `/ready`) drop the replica before it stops accepting; then idle
+    /// connections are closed and in-flight requests get up to `request_timeout` to finish.
+    /// `0s` stops at once (only sensible with a `preStop` sleep doing the same). Keep the pod's
+    /// `terminationGracePeriodSeconds` above `shutdown_delay` + `request_timeout` + a few seconds.
+    pub shutdown_delay: Duration,
 }
 
 impl Default for WebhookConfig {
@@ -142,6 +149,7 @@ impl Default for WebhookConfig {
             cert_reload_interval: Duration::from_secs(10),
             request_timeout: Duration::from_secs(9),
             max_request_bytes: ByteSize(3 * 1024 * 1024),
+            shutdown_delay: Duration::from_secs(5),
         }
     }
 }

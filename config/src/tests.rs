@@ -79,6 +79,24 @@ fn a_bad_duration_names_the_key_and_the_value() {
 }
 
 #[test]
+fn the_webhook_shutdown_delay_defaults_to_five_seconds_and_may_be_zero() {
+    assert_eq!(
+        Config::default().webhook.shutdown_delay,
+        Duration::from_secs(5)
+    );
+    Jail::expect_with(|jail| {
+        jail.set_env("BATON_WEBHOOK__SHUTDOWN_DELAY", "0s");
+        let config = Config::load(None).expect("0s stops at once, as with a preStop sleep");
+        assert_eq!(config.webhook.shutdown_delay, Duration::from_secs(0));
+        jail.set_env("BATON_WEBHOOK__SHUTDOWN_DELAY", "a while");
+        let message = Config::load(None).unwrap_err().to_string();
+        assert!(message.contains("webhook.shutdown_delay"), "{message}");
+        assert!(message.contains("\"a while\""), "{message}");
+        Ok(())
+    });
+}
+
+#[test]
 fn a_bad_address_in_the_file_names_the_key_the_value_and_the_file() {
     Jail::expect_with(|jail| {
         jail.create_file("baton.yaml", "ops:\n  address: localhost-8001\n")?;
