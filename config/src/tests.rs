@@ -283,3 +283,28 @@ fn bad_certificate_settings_name_the_key_and_the_value() {
         assert!(message.contains(expected), "{expected} in {message}");
     }
 }
+
+#[test]
+fn durations_print_in_the_largest_exact_unit_and_parse_back() {
+    for (duration, printed) in [
+        (Duration::from_secs(90 * 24 * 3600), "90d"),
+        (Duration::from_secs(5400), "90m"),
+        (Duration::from_secs(3600), "1h"),
+        (Duration::from_secs(31_557_600), "1year"),
+        (Duration::from_millis(1500), "1500ms"),
+        (Duration::from_secs(0), "0s"),
+        (Duration(std::time::Duration::from_nanos(1_000_001)), "1000001ns"),
+    ] {
+        assert_eq!(duration.to_string(), printed);
+        assert_eq!(printed.parse::<Duration>(), Ok(duration), "{printed} parses back");
+    }
+}
+
+#[test]
+fn print_config_shows_the_default_serving_lifetime_as_days() {
+    let printed = serde_yaml::to_string(&Config::default()).unwrap();
+    assert!(
+        printed.contains("serving_lifetime: 90d"),
+        "a 90-day lifetime printed as humantime's calendar split:\n{printed}"
+    );
+}

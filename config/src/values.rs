@@ -34,12 +34,34 @@ impl From<Duration> for std::time::Duration {
     }
 }
 
+/// Printed as one amount of one unit, as a person would write it: humantime's own word when it
+/// needs only one (`1year`), else the largest unit that divides it exactly (`90d`, `90m`,
+/// `1500ms`); either parses back to the same value. humantime alone splits by its calendar
+/// units: 90 days would print as `2months 29days 2h 52m 48s`.
 impl fmt::Display for Duration {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.0.is_zero() {
+        const UNITS: [(&str, u128); 7] = [
+            ("d", 86_400_000_000_000),
+            ("h", 3_600_000_000_000),
+            ("m", 60_000_000_000),
+            ("s", 1_000_000_000),
+            ("ms", 1_000_000),
+            ("us", 1_000),
+            ("ns", 1),
+        ];
+        let nanos = self.0.as_nanos();
+        if nanos == 0 {
             return f.write_str("0s");
         }
-        write!(f, "{}", humantime::format_duration(self.0))
+        let human = humantime::format_duration(self.0).to_string();
+        if !human.contains(' ') {
+            return f.write_str(&human);
+        }
+        let (unit, size) = UNITS
+            .iter()
+            .find(|(_, size)| nanos % size == 0)
+            .expect("every duration is a whole number of nanoseconds");
+        write!(f, "{}{unit}", nanos / size)
     }
 }
 
@@ -50,6 +72,7 @@ impl FromStr for Duration {
         if trimmed == "0" {
             return Ok(Self(std::time::Duration::ZERO));
         }
+        // humantime: the syntax people write (`30s`, `1h30m`, `90d`, `250ms`).
         humantime::parse_duration(trimmed)
             .map(Self)
             .map_err(|err| format!("{err}"))
