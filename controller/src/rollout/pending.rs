@@ -55,6 +55,14 @@ impl PendingDeletions {
         }
     }
 
+    /// Whether the deletion of the pod with `uid` in `group` is recorded and not yet seen.
+    #[cfg(test)]
+    pub fn contains(&self, group: &str, uid: &str) -> bool {
+        self.lock()
+            .get(group)
+            .is_some_and(|pending| pending.contains_key(uid))
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, HashMap<String, Instant>>> {
         self.by_group
             .lock()
@@ -95,6 +103,7 @@ mod tests {
                         ready: true,
                         ready_since: None,
                         terminating: *terminating,
+                        container_state: None,
                     })
                     .collect(),
             }],

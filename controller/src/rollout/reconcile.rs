@@ -213,10 +213,16 @@ impl RolloutReconciler {
                     pod,
                     uid,
                 } => {
-                    let outcome =
-                        execute::delete_pod(&pods, pod, uid, self.request_timeout).await?;
+                    let outcome = execute::delete_pod(
+                        &pods,
+                        &self.pending,
+                        group,
+                        pod,
+                        uid,
+                        self.request_timeout,
+                    )
+                    .await?;
                     if outcome == Outcome::Done {
-                        self.pending.record(group, uid, Instant::now());
                         self.metrics
                             .pod_deletions
                             .with_label_values(&[group, statefulset.as_str()])
