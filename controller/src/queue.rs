@@ -1,31 +1,165 @@
 //! The work queue of rollout groups: a group is reconciled as soon as something about it
 //! changes, never twice at the same time, and a burst of changes while it runs becomes one more
 //! run, not one run per change.
+//!
+//! Timers follow the same rule: each group has at most ONE pending timer (one
+//! [`DelayQueue`] entry per group, as kubert's requeue does), and a new request for a later
+//! time never adds a second one, so a burst of N events that each ask "again in 5 s" schedules
+//! one run, not N. A reconcile that failed comes back after a per-group exponential backoff
+//! ([`Backoff`]) that a successful run resets.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::future::Future;
 use std::time::Duration;
 
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::task::JoinSet;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tokio_util::time::{DelayQueue, delay_queue};
 
 /// What a reconcile asks of the queue when it is done.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Requeue {
     /// Nothing: the next watch event or resync brings the group back.
     Never,
-    /// Run again after this long even if nothing changes (a timer-driven condition, or a
-    /// retry after an error).
+    /// Run again after this long even if nothing changes (a timer-driven condition).
     After(Duration),
+    /// The run failed: run again after the group's next backoff step.
+    Failed,
+}
+
+impl Requeue {
+    /// Run again at `at` (wall clock, as the planners' deadlines are), at least 10 ms from now.
+    pub fn at(at: jiff::Timestamp) -> Requeue {
+        let wait = at.duration_since(jiff::Timestamp::now());
+        Requeue::After(
+            Duration::try_from(wait)
+                .unwrap_or_default()
+                .max(Duration::from_millis(10)),
+        )
+    }
+
+    /// The more urgent of two requests: a failure first (it must be retried), then the shorter
+    /// timer; `Never` only when both say so.
+    pub fn sooner(self, other: Requeue) -> Requeue {
+        match (self, other) {
+            (Requeue::Failed, _) | (_, Requeue::Failed) => Requeue::Failed,
+            (Requeue::Never, other) | (other, Requeue::Never) => other,
+            (Requeue::After(a), Requeue::After(b)) => Requeue::After(a.min(b)),
+        }
+    }
+}
+
+/// Per-group retry delays after failed reconciles: `initial`, doubling up to `max`, back to
+/// `initial` after a run that did not fail.
+#[derive(Debug, Clone)]
+pub struct Backoff {
+    initial: Duration,
+    max: Duration,
+    failures: HashMap<String, u32>,
+}
+
+impl Backoff {
+    pub fn new(initial: Duration, max: Duration) -> Self {
+        Self {
+            initial,
+            max,
+            failures: HashMap::new(),
+        }
+    }
+
+    /// Records a failed run of `group` and returns how long to wait before the next one.
+    fn failed(&mut self, group: &str) -> Duration {
+        let failures = self.failures.entry(group.to_owned()).or_default();
+        let delay = self
+            .initial
+            .saturating_mul(2u32.saturating_pow(*failures))
+            .min(self.max);
+        *failures = failures.saturating_add(1);
+        delay
+    }
+
+    /// Records a run of `group` that did not fail.
+    fn succeeded(&mut self, group: &str) {
+        self.failures.remove(group);
+    }
+}
+
+impl Default for Backoff {
+    /// 500 ms, 1 s, 2 s, … up to a minute.
+    fn default() -> Self {
+        Self::new(Duration::from_millis(500), Duration::from_secs(60))
+    }
+}
+
+/// At most one timer per group; a request for a time later than the one pending is dropped.
+#[derive(Default)]
+struct Timers {
+    queue: DelayQueue<String>,
+    keys: HashMap<String, (delay_queue::Key, Instant)>,
+}
+
+impl Timers {
+    fn schedule(&mut self, group: String, delay: Duration) {
+        let at = Instant::now() + delay;
+        match self.keys.get_mut(&group) {
+            Some((_, pending)) if *pending <= at => {}
+            Some((key, pending)) => {
+                self.queue.reset_at(key, at);
+                *pending = at;
+            }
+            None => {
+                let key = self.queue.insert_at(group.clone(), at);
+                self.keys.insert(group, (key, at));
+            }
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    /// The next group whose time has come (pending forever while there is none).
+    async fn next(&mut self) -> String {
+        match std::future::poll_fn(|context| self.queue.poll_expired(context)).await {
+            Some(expired) => {
+                let group = expired.into_inner();
+                self.keys.remove(&group);
+                group
+            }
+            None => std::future::pending().await,
+        }
+    }
 }
 
 /// Runs `reconcile` for every group received on `requests` until `shutdown`. At most
 /// `max_concurrent` groups run at once. A panic in a reconcile is re-raised here, so it ends the
 /// process instead of silently stopping that group.
 pub async fn run<F, Fut>(
+    requests: UnboundedReceiver<String>,
+    max_concurrent: usize,
+    reconcile: F,
+    shutdown: CancellationToken,
+) where
+    F: Fn(String) -> Fut,
+    Fut: Future<Output = Requeue> + Send + 'static,
+{
+    run_with_backoff(
+        requests,
+        max_concurrent,
+        Backoff::default(),
+        reconcile,
+        shutdown,
+    )
+    .await
+}
+
+/// [`run`] with its own failure [`Backoff`].
+pub async fn run_with_backoff<F, Fut>(
     mut requests: UnboundedReceiver<String>,
     max_concurrent: usize,
+    mut backoff: Backoff,
     reconcile: F,
     shutdown: CancellationToken,
 ) where
@@ -34,7 +168,7 @@ pub async fn run<F, Fut>(
 {
     let mut state = QueueState::new(max_concurrent.max(1));
     let mut running: JoinSet<(String, Requeue)> = JoinSet::new();
-    let mut timers: JoinSet<String> = JoinSet::new();
+    let mut timers = Timers::default();
     loop {
         for group in state.startable() {
             let work = reconcile(group.clone());
@@ -53,14 +187,19 @@ pub async fn run<F, Fut>(
                     Err(_) => continue,
                 };
                 state.finished(&group);
-                if let Requeue::After(delay) = requeue {
-                    timers.spawn(async move {
-                        tokio::time::sleep(delay).await;
-                        group
-                    });
+                match requeue {
+                    Requeue::Never => backoff.succeeded(&group),
+                    Requeue::After(delay) => {
+                        backoff.succeeded(&group);
+                        timers.schedule(group, delay);
+                    }
+                    Requeue::Failed => {
+                        let delay = backoff.failed(&group);
+                        timers.schedule(group, delay);
+                    }
                 }
             }
-            Some(Ok(group)) = timers.join_next(), if !timers.is_empty() => state.request(group),
+            group = timers.next(), if timers.len() > 0 => state.request(group),
         }
     }
     running.shutdown().await;
@@ -233,6 +372,105 @@ mod tests {
         shutdown.cancel();
         queue.await.unwrap();
         drop(first_sender);
+    }
+
+    #[test]
+    fn sooner_prefers_a_failure_then_the_shorter_timer() {
+        let (short, long) = (
+            Requeue::After(Duration::from_secs(1)),
+            Requeue::After(Duration::from_secs(5)),
+        );
+        assert_eq!(short.sooner(long), short);
+        assert_eq!(long.sooner(short), short);
+        assert_eq!(Requeue::Never.sooner(long), long);
+        assert_eq!(long.sooner(Requeue::Failed), Requeue::Failed);
+        assert_eq!(Requeue::Never.sooner(Requeue::Never), Requeue::Never);
+    }
+
+    #[test]
+    fn backoff_doubles_per_group_up_to_the_cap_and_resets_on_success() {
+        let mut backoff = Backoff::new(Duration::from_millis(500), Duration::from_secs(3));
+        let delays: Vec<_> = (0..5).map(|_| backoff.failed("a")).collect();
+        assert_eq!(
+            delays,
+            [500, 1000, 2000, 3000, 3000].map(Duration::from_millis)
+        );
+        assert_eq!(backoff.failed("b"), Duration::from_millis(500), "per group");
+        backoff.succeeded("a");
+        assert_eq!(backoff.failed("a"), Duration::from_millis(500));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_group_has_one_timer_however_many_requeues_ask_for_one() {
+        let mut timers = Timers::default();
+        for _ in 0..100 {
+            timers.schedule("mirror".into(), Duration::from_secs(5));
+        }
+        timers.schedule("mirror".into(), Duration::from_secs(2));
+        timers.schedule("mirror".into(), Duration::from_secs(9));
+        timers.schedule("other".into(), Duration::from_secs(3));
+        assert_eq!(timers.len(), 2, "one entry per group");
+        let started = Instant::now();
+        assert_eq!(timers.next().await, "mirror");
+        assert_eq!(
+            started.elapsed(),
+            Duration::from_secs(2),
+            "the soonest request wins"
+        );
+        assert_eq!(timers.next().await, "other");
+        assert_eq!(
+            timers.len(),
+            0,
+            "nothing left: the later mirror requests were merged"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_burst_of_requeues_becomes_one_more_run_and_failures_back_off() {
+        let runs = Arc::new(AtomicUsize::new(0));
+        let (sender, receiver) = tokio::sync::mpsc::unbounded_channel();
+        let shutdown = CancellationToken::new();
+        let queue = tokio::spawn(run_with_backoff(
+            receiver,
+            4,
+            Backoff::new(Duration::from_secs(1), Duration::from_secs(60)),
+            {
+                let runs = runs.clone();
+                move |group: String| {
+                    let runs = runs.clone();
+                    async move {
+                        runs.fetch_add(1, Ordering::SeqCst);
+                        if group == "failing" {
+                            Requeue::Failed
+                        } else {
+                            tokio::time::sleep(Duration::from_millis(10)).await;
+                            Requeue::After(Duration::from_secs(5))
+                        }
+                    }
+                }
+            },
+            shutdown.clone(),
+        ));
+        // Given a group whose every run asks to come back in 5 s, and ten events 100 ms apart
+        // (each one a run of its own, each asking for a timer)
+        for _ in 0..10 {
+            sender.send("mirror".to_owned()).unwrap();
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert_eq!(runs.load(Ordering::SeqCst), 10);
+        // When the time of the first timer comes, and until the last one asked for
+        tokio::time::sleep(Duration::from_millis(4_950)).await;
+        // Then one timer-driven run happened, not ten (the later requests merged into it)
+        assert_eq!(runs.load(Ordering::SeqCst), 11);
+
+        // And a failing group is retried after 1, 2, 4, 8 s: 5 runs in 15.5 s, not 8 (fixed 2 s)
+        runs.store(0, Ordering::SeqCst);
+        sender.send("failing".to_owned()).unwrap();
+        tokio::time::sleep(Duration::from_millis(15_500)).await;
+        // (mirror goes on once every 5 s: 3 runs in those 15.5 s)
+        assert_eq!(runs.load(Ordering::SeqCst), 5 + 3);
+        shutdown.cancel();
+        queue.await.unwrap();
     }
 
     #[tokio::test]

@@ -20,9 +20,6 @@ use crate::queue::Requeue;
 /// Whether this replica may act right now (the leader election's answer).
 pub type MayAct = Arc<dyn Fn() -> bool + Send + Sync>;
 
-/// After a failed reconcile, try again this soon.
-const RETRY_AFTER: Duration = Duration::from_secs(2);
-
 /// Everything a group reconcile needs; shared by all groups.
 pub struct RolloutReconciler {
     pub namespace: String,
@@ -74,7 +71,7 @@ impl RolloutReconciler {
                     .with_label_values(&labels)
                     .inc();
                 tracing::warn!(rollout_group = group, error = %error, kind = error.kind(), "reconcile failed");
-                Requeue::After(RETRY_AFTER)
+                Requeue::Failed
             }
         }
     }
@@ -118,7 +115,7 @@ impl RolloutReconciler {
             }
             None => Requeue::Never,
         };
-        Ok(crate::scaling::sooner(rollout, scaling.requeue))
+        Ok(rollout.sooner(scaling.requeue))
     }
 
     fn record_progress(&self, group: &str, plan: &Plan) {

@@ -40,14 +40,6 @@ pub struct ScalingOutcome {
     pub requeue: Requeue,
 }
 
-/// The sooner of two requeue hints.
-pub fn sooner(a: Requeue, b: Requeue) -> Requeue {
-    match (a, b) {
-        (Requeue::Never, other) | (other, Requeue::Never) => other,
-        (Requeue::After(a), Requeue::After(b)) => Requeue::After(a.min(b)),
-    }
-}
-
 /// Why a Kubernetes call of the executor failed.
 #[derive(Debug, thiserror::Error)]
 enum CallError {
@@ -135,7 +127,7 @@ impl Scaler {
             Requeue::Never
         };
         if let Some(at) = plan.recheck_at {
-            requeue = sooner(requeue, after(at));
+            requeue = requeue.sooner(Requeue::at(at));
         }
         for finding in plan
             .findings
@@ -153,7 +145,7 @@ impl Scaler {
         let (scaled, hint) = pass.act(&plan, may_act).await;
         ScalingOutcome {
             scaled,
-            requeue: sooner(requeue, hint),
+            requeue: requeue.sooner(hint),
         }
     }
 
@@ -321,7 +313,7 @@ impl Pass<'_> {
                             }
                         }
                         SetOutcome::Stale => {
-                            requeue = sooner(requeue, Requeue::After(Duration::from_millis(200)));
+                            requeue = requeue.sooner(Requeue::After(Duration::from_millis(200)));
                             break;
                         }
                         SetOutcome::Failed(error) => {
@@ -333,7 +325,7 @@ impl Pass<'_> {
                                 format!("{statefulset} stays at {from}: scaling it to {to} failed: {error}"),
                             )
                             .await;
-                            requeue = sooner(requeue, Requeue::After(self.scaler.poll_interval));
+                            requeue = requeue.sooner(Requeue::After(self.scaler.poll_interval));
                             break;
                         }
                     }
@@ -352,7 +344,7 @@ impl Pass<'_> {
                 } => {
                     let (done, hint) = self.delayed_downscale(statefulset, *from, *to).await;
                     scaled |= done;
-                    requeue = sooner(requeue, hint);
+                    requeue = requeue.sooner(hint);
                 }
             }
         }
@@ -585,7 +577,7 @@ impl Pass<'_> {
                     format!("{name} stays at {from} (wanted {to}): delayed downscale of {delay_text}; {name}-{} may go at {until}", from - 1),
                 )
                 .await;
-                (false, after(until))
+                (false, Requeue::at(until))
             }
             Decision::Blocked { failures } => {
                 let detail: Vec<String> = failures
@@ -630,15 +622,6 @@ fn is_conflict(error: &PodCallError) -> bool {
 }
 
 /// A requeue at `at` (at least 10 ms from now).
-fn after(at: Timestamp) -> Requeue {
-    let wait = at.duration_since(Timestamp::now());
-    Requeue::After(
-        Duration::try_from(wait)
-            .unwrap_or_default()
-            .max(Duration::from_millis(10)),
-    )
-}
-
 /// A duration the way people write the annotation (`1h`, `90s`).
 fn humanize(duration: Duration) -> String {
     humantime_like(duration.as_secs())
@@ -661,20 +644,6 @@ fn humantime_like(mut seconds: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_sooner_requeue_wins() {
-        let second = Duration::from_secs(1);
-        assert_eq!(sooner(Requeue::Never, Requeue::Never), Requeue::Never);
-        assert_eq!(
-            sooner(Requeue::Never, Requeue::After(second)),
-            Requeue::After(second)
-        );
-        assert_eq!(
-            sooner(Requeue::After(second * 5), Requeue::After(second)),
-            Requeue::After(second)
-        );
-    }
 
     #[test]
     fn durations_read_like_annotations() {

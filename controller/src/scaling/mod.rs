@@ -7,5 +7,5 @@ pub mod execute;
 pub mod plan;
 pub mod snapshot;
 
-pub use execute::{Scaler, ScalingOutcome, sooner};
+pub use execute::{Scaler, ScalingOutcome};
 pub use plan::{Action, Finding, FindingKind, ScalingPlan, ScalingSnapshot, plan};
