@@ -8,6 +8,7 @@ use std::time::Duration;
 use anyhow::Context;
 use baton_config::Config;
 use baton_shared::cli::ConfigArgs;
+use baton_shared::http_server::{self, Draining};
 use baton_shared::ops_server::{self, Readiness};
 use baton_shared::pod_client::PodHttpClient;
 use baton_webhook::admission::prepare_downscale::flow::PrepareDownscale;
@@ -40,6 +41,7 @@ async fn run(config: Config) -> anyhow::Result<()> {
     let shutdown = baton_shared::shutdown::on_signal()?;
     let registry = prometheus::Registry::new();
     let readiness = Readiness::default();
+    let draining = Draining::default();
 
     // The certificate first: without it nothing can be served, and the error names the file.
     let cert = Arc::new(
@@ -71,6 +73,7 @@ async fn run(config: Config) -> anyhow::Result<()> {
         config.webhook.address.0,
         cert.server_config(),
         state.clone(),
+        draining.clone(),
         drain,
     )
     .with_context(|| format!("binding webhook.address {}", config.webhook.address))?;
@@ -117,13 +120,17 @@ async fn run(config: Config) -> anyhow::Result<()> {
         }
     });
     critical.spawn({
-        let readiness = readiness.clone();
+        let (readiness, draining) = (readiness.clone(), draining.clone());
         let serving = serving.clone();
         async move {
             tokio::select! {
                 _ = parents.wait_synced() => {
-                    if !serving.is_cancelled() {
-                        readiness.set(true);
+                    readiness.set(true);
+                    // `leave` starts draining before it turns unready: if it began meanwhile,
+                    // this sees it and takes readiness back.
+                    if draining.is_draining() {
+                        readiness.set(false);
+                    } else {
                         tracing::info!("caches synced; ready");
                     }
                 }
@@ -145,20 +152,29 @@ async fn run(config: Config) -> anyhow::Result<()> {
         }),
     };
 
-    // Not ready → drain in-flight requests and prepare-downscale flows (bounded) → exit.
-    readiness.set(false);
-    tracing::info!("not ready; draining in-flight requests");
-    serving.cancel();
-    let drained = tokio::time::timeout(drain + Duration::from_secs(1), async {
+    // Not ready, every answer closing its connection → keep serving for webhook.shutdown_delay
+    // while the Service's endpoints drop this replica → stop accepting, close idle connections,
+    // finish in-flight requests and prepare-downscale flows (bounded) → exit. A failing process
+    // stops at once.
+    let delay = match failure {
+        None => config.webhook.shutdown_delay.get(),
+        Some(_) => Duration::ZERO,
+    };
+    tracing::info!(
+        delay = ?delay,
+        "not ready; serving on, answers closing their connections, until webhook.shutdown_delay has passed"
+    );
+    http_server::leave(&readiness, &draining, tokio::time::sleep(delay), &serving).await;
+    tracing::info!("stopped accepting; finishing in-flight requests");
+    let server_ended = tokio::time::timeout(drain + Duration::from_secs(1), async {
         while let Some(ended) = critical.join_next().await {
             if let Ok(Ok("webhook server")) = ended {
                 break;
             }
         }
-    })
-    .await
-    .is_ok();
-    let flows_done = state.drain(drain).await;
+    });
+    let (server_ended, flows_done) = tokio::join!(server_ended, state.drain(drain));
+    let drained = server_ended.is_ok();
     if !drained || !flows_done {
         tracing::warn!("shutdown deadline passed with requests still in flight");
     }

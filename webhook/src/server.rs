@@ -6,11 +6,12 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use actix_web::http::header::{CONTENT_LENGTH, CONTENT_TYPE};
+use actix_web::middleware::from_fn;
 use actix_web::web::{self, BytesMut};
 use actix_web::{HttpRequest, HttpResponse, HttpServer};
 use baton_config::WebhookConfig;
 use baton_shared::annotations::NO_DOWNSCALE_LABEL;
-use baton_shared::http_server::BoundServer;
+use baton_shared::http_server::{BoundServer, Draining, close_connections_when_draining};
 use futures::StreamExt;
 use tokio_util::task::TaskTracker;
 
@@ -314,20 +315,31 @@ async fn read_body(
     Ok(body)
 }
 
-/// Binds the TLS server to `address` (port 0 picks a free one). In-flight requests get
-/// `drain` to finish when the server stops.
+/// Binds the TLS server to `address` (port 0 picks a free one). Once `draining`, every answer
+/// closes its connection; in-flight requests get `drain` to finish when the server stops.
+///
+/// HTTP/1.1 only (actix-web is built without its `http2` feature, so ALPN offers only
+/// `http/1.1`): a leaving replica moves its clients away one connection at a time with
+/// `Connection: close`, which needs no GOAWAY support, and the API server's connection pool
+/// spreads its calls over the replicas instead of multiplexing them all on one connection.
 pub fn bind(
     address: SocketAddr,
     tls: rustls::ServerConfig,
     state: web::Data<WebhookState>,
+    draining: Draining,
     drain: Duration,
 ) -> std::io::Result<BoundServer> {
     let listener = std::net::TcpListener::bind(address)?;
     let local_addr = listener.local_addr()?;
-    let server = HttpServer::new(move || actix_web::App::new().configure(routes(state.clone())))
-        .disable_signals()
-        .shutdown_timeout(drain.as_secs().max(1))
-        .listen_rustls_0_23(listener, tls)?
-        .run();
+    let server = HttpServer::new(move || {
+        actix_web::App::new()
+            .app_data(draining.clone())
+            .wrap(from_fn(close_connections_when_draining))
+            .configure(routes(state.clone()))
+    })
+    .disable_signals()
+    .shutdown_timeout(drain.as_secs().max(1))
+    .listen_rustls_0_23(listener, tls)?
+    .run();
     Ok(BoundServer::new(server, local_addr))
 }

@@ -1,5 +1,6 @@
 //! The HTTP layer in process: what is not an answerable review gets HTTP 400 saying why,
-//! answers come back in the request's version, and the TLS server reloads its certificate.
+//! answers come back in the request's version, the TLS server reloads its certificate, speaks
+//! HTTP/1.1 and, once draining, closes each connection after its answer.
 
 mod common;
 
@@ -8,6 +9,7 @@ use std::time::Duration;
 use actix_web::http::StatusCode;
 use actix_web::{App, test};
 use baton_config::{ByteSize, Config};
+use baton_shared::http_server::Draining;
 use baton_webhook::server::{self, NO_DOWNSCALE_PATH, PREPARE_DOWNSCALE_PATH, routes};
 use baton_webhook::tls_reload::{CertFiles, ReloadingCert};
 use common::{DENIED, labelled_downscale, review, scale, state, workload};
@@ -337,6 +339,7 @@ async fn the_tls_server_picks_up_a_renewed_certificate_without_a_restart() {
         "127.0.0.1:0".parse().unwrap(),
         cert.server_config(),
         state,
+        Draining::default(),
         Duration::from_secs(1),
     )
     .unwrap();
@@ -402,4 +405,68 @@ async fn the_tls_server_picks_up_a_renewed_certificate_without_a_restart() {
     shutdown.cancel();
     serving.await.unwrap().unwrap();
     reloading.await.unwrap();
+}
+
+#[tokio::test]
+async fn the_tls_server_speaks_http1_and_once_draining_closes_each_connection_after_answering() {
+    // Given the TLS server and a client offering HTTP/2 and HTTP/1.1 (as the API server does)
+    baton_shared::crypto::install_default_provider();
+    let dir = tempfile::tempdir().unwrap();
+    let (cert_pem, key_pem) = issue("webhook.test");
+    std::fs::write(dir.path().join("tls.crt"), &cert_pem).unwrap();
+    std::fs::write(dir.path().join("tls.key"), &key_pem).unwrap();
+    let cert = std::sync::Arc::new(
+        ReloadingCert::load(CertFiles {
+            cert: dir.path().join("tls.crt"),
+            key: dir.path().join("tls.key"),
+        })
+        .unwrap(),
+    );
+    let (state, _) = state(&config());
+    let draining = Draining::default();
+    let server = server::bind(
+        "127.0.0.1:0".parse().unwrap(),
+        cert.server_config(),
+        state,
+        draining.clone(),
+        Duration::from_secs(1),
+    )
+    .unwrap();
+    let address = server.local_addr();
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let serving = tokio::spawn(server.run(shutdown.clone()));
+    let client = reqwest::Client::builder()
+        .tls_certs_only([reqwest::Certificate::from_pem(cert_pem.as_bytes()).unwrap()])
+        .resolve("webhook.test", address)
+        .no_proxy()
+        .build()
+        .unwrap();
+    let url = format!("https://webhook.test:{}{NO_DOWNSCALE_PATH}", address.port());
+    let body = serde_json::to_vec(&labelled_downscale("admission.k8s.io/v1")).unwrap();
+    let ask = || {
+        client
+            .post(&url)
+            .header("content-type", "application/json")
+            .body(body.clone())
+            .send()
+    };
+
+    // When it answers while serving normally
+    let answer = ask().await.unwrap();
+    // Then HTTP/1.1 was negotiated and the connection is kept alive
+    assert_eq!(answer.version(), reqwest::Version::HTTP_11);
+    assert_eq!(answer.headers().get("connection"), None);
+    assert_eq!(answer.status(), 200);
+
+    // When it drains
+    draining.start();
+    let answer = ask().await.unwrap();
+    // Then it still answers, and asks the client to close the connection
+    assert_eq!(answer.status(), 200);
+    assert_eq!(answer.headers()["connection"], "close");
+    let review: Value = answer.json().await.unwrap();
+    assert_eq!(review["response"]["status"]["message"], json!(DENIED));
+
+    shutdown.cancel();
+    serving.await.unwrap().unwrap();
 }
