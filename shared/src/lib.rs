@@ -9,5 +9,7 @@ pub mod http_server;
 pub mod kube_client;
 pub mod ops_server;
 pub mod pod_client;
+pub mod pods;
 pub mod shutdown;
+pub mod statefulset;
 pub mod telemetry;

@@ -13,6 +13,8 @@ use baton_shared::annotations::{
     PREPARE_DOWNSCALE_PATH_ANNOTATION, PREPARE_DOWNSCALE_PORT_ANNOTATION, ROLLOUT_GROUP_LABEL,
 };
 use baton_shared::pod_client::{PodEndpoint, PodRef, pod_host, pod_url};
+use baton_shared::pods::{PodReadiness, is_controlled_by};
+use baton_shared::statefulset::{PodNames, StatefulSetState};
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
@@ -89,6 +91,8 @@ pub struct Target {
     pub service_name: String,
     /// The rollout group, when the StatefulSet is in one.
     pub group: Option<String>,
+    /// `spec.ordinals.start`: the pods going away are named from it.
+    pub ordinals_start: i32,
 }
 
 /// A StatefulSet not labelled for preparation is allowed; a labelled one needs the port and
@@ -144,6 +148,7 @@ pub fn check_statefulset(
         group: label(ROLLOUT_GROUP_LABEL)
             .filter(|group| !group.is_empty())
             .map(str::to_owned),
+        ordinals_start: StatefulSetState::of(statefulset).ordinals_start,
     })
 }
 
@@ -230,43 +235,28 @@ pub struct MemberReadiness {
 }
 
 impl MemberReadiness {
-    /// Counts the pods of `statefulset` (controller owner reference to it) that are Running,
-    /// Ready and not terminating, among `pods`.
-    pub fn of(statefulset: &StatefulSet, pods: &[Pod]) -> Self {
+    /// Counts the pods of `statefulset` among `pods` that are available at `now` by the rule
+    /// the rollout planner counts with ([`PodReadiness::availability`]: Running, Ready with
+    /// every container, not terminating, Ready for `minReadySeconds`).
+    ///
+    /// **baton:** the Go operator counted Running pods with the Ready condition, ignoring
+    /// container readiness and minReadySeconds, so it could let a zone be downscaled while
+    /// another zone's pods were not yet available.
+    pub fn of(statefulset: &StatefulSet, pods: &[Pod], now: Timestamp) -> Self {
+        let state = StatefulSetState::of(statefulset);
+        let min_ready_seconds = state.min_ready_seconds.unsigned_abs();
         let ready_pods = pods
             .iter()
             .filter(|pod| is_controlled_by(pod, statefulset))
-            .filter(|pod| pod.metadata.deletion_timestamp.is_none() && is_running_and_ready(pod))
+            .filter(|pod| PodReadiness::of(pod).is_available(min_ready_seconds, now))
             .count();
-        let status = statefulset.status.as_ref();
         Self {
-            name: statefulset.metadata.name.clone().unwrap_or_default(),
-            replicas: status.map_or(0, |status| status.replicas),
-            updated_replicas: status
-                .and_then(|status| status.updated_replicas)
-                .unwrap_or(0),
+            name: state.name,
+            replicas: state.status_replicas,
+            updated_replicas: state.updated_replicas,
             ready_pods: i32::try_from(ready_pods).unwrap_or(i32::MAX),
         }
     }
-}
-
-/// Whether `pod`'s controller (owner reference with `controller: true`) is `statefulset`.
-fn is_controlled_by(pod: &Pod, statefulset: &StatefulSet) -> bool {
-    let uid = statefulset.metadata.uid.as_deref();
-    let mut owners = pod.metadata.owner_references.iter().flatten();
-    owners.any(|owner| owner.controller == Some(true) && Some(owner.uid.as_str()) == uid)
-}
-
-fn is_running_and_ready(pod: &Pod) -> bool {
-    let Some(status) = pod.status.as_ref() else {
-        return false;
-    };
-    status.phase.as_deref() == Some("Running")
-        && status.conditions.as_ref().is_some_and(|conditions| {
-            conditions
-                .iter()
-                .any(|condition| condition.type_ == "Ready" && condition.status == "True")
-        })
 }
 
 /// Denies while another StatefulSet of the group has pods not ready or not updated: downscaling
@@ -288,15 +278,6 @@ pub fn judge_readiness(downscale: &Downscale, members: &[MemberReadiness]) -> Re
     Ok(())
 }
 
-/// Names of the pods going away, highest ordinal first (the order the StatefulSet controller
-/// removes them in).
-pub fn pods_going_away(downscale: &Downscale) -> Vec<String> {
-    (downscale.to.max(0)..downscale.from)
-        .rev()
-        .map(|ordinal| format!("{}-{ordinal}", downscale.name))
-        .collect()
-}
-
 /// The prepare endpoint of each pod going away, highest ordinal first. `pod_ips` (name → IP)
 /// is only read when pods are addressed by IP.
 pub fn endpoints(
@@ -306,7 +287,8 @@ pub fn endpoints(
     cluster_domain: &str,
     pod_ips: &HashMap<String, String>,
 ) -> Result<Vec<PodEndpoint>, Decision> {
-    pods_going_away(downscale)
+    PodNames::new(&downscale.name, target.ordinals_start)
+        .removed_by_downscale(downscale.from, downscale.to)
         .into_iter()
         .map(|pod| {
             let reference = PodRef {

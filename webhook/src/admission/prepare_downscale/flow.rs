@@ -13,6 +13,7 @@ use std::time::Duration;
 use baton_config::{Config, PodAddressing};
 use baton_shared::annotations::{LAST_DOWNSCALE_ANNOTATION, ROLLOUT_GROUP_LABEL};
 use baton_shared::pod_client::{PodEndpoint, PodHttpClient, PodMethod};
+use baton_shared::pods::is_controlled_by;
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
@@ -23,7 +24,7 @@ use tokio::time::Instant;
 
 use super::{
     MemberReadiness, PrepareRequest, StatefulSetSource, Target, allowed, check_statefulset,
-    endpoints, is_controlled_by, judge_min_time, judge_readiness, pods_failed,
+    endpoints, judge_min_time, judge_readiness, pods_failed,
 };
 use crate::admission::decision::Decision;
 use crate::admission::ledger::{self, Entry, Ledger, Written};
@@ -196,7 +197,7 @@ impl PrepareDownscale {
                         &error,
                     )
                 })?;
-            readiness.push(MemberReadiness::of(member, &owned));
+            readiness.push(MemberReadiness::of(member, &owned, Timestamp::now()));
         }
         judge_readiness(downscale, &readiness)?;
 

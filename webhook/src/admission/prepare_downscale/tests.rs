@@ -1,7 +1,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::{StatefulSetSpec, StatefulSetStatus};
-use k8s_openapi::api::core::v1::{PodCondition, PodStatus};
+use k8s_openapi::api::core::v1::{ContainerStatus, PodCondition, PodStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use serde_json::{Value, json};
 
@@ -204,6 +204,7 @@ fn labelled_statefulsets_need_port_path_and_service() {
                 path: "ingester/prepare-shutdown".into(),
                 service_name: "ingester".into(),
                 group: None,
+                ordinals_start: 0,
             }),
         ),
         (
@@ -221,6 +222,7 @@ fn labelled_statefulsets_need_port_path_and_service() {
                 path: "ingester/prepare-shutdown".into(),
                 service_name: "i".into(),
                 group: Some("ingester".into()),
+                ordinals_start: 0,
             }),
         ),
     ];
@@ -374,9 +376,12 @@ fn min_time_between_zones() {
     }
 }
 
+/// A pod of `owner` (whose selector is [`statefulset`]'s: none, so `member` gets one) with
+/// one container, Ready since `READY_AT` when `ready` is "True".
 fn pod(owner: &str, phase: &str, ready: &str, terminating: bool) -> Pod {
     Pod {
         metadata: ObjectMeta {
+            labels: Some(BTreeMap::from([("zone".to_owned(), owner.to_owned())])),
             owner_references: Some(vec![OwnerReference {
                 uid: format!("uid-{owner}"),
                 controller: Some(true),
@@ -391,21 +396,59 @@ fn pod(owner: &str, phase: &str, ready: &str, terminating: bool) -> Pod {
             conditions: Some(vec![PodCondition {
                 type_: "Ready".into(),
                 status: ready.into(),
+                last_transition_time: Some(Time(at(READY_AT))),
                 ..PodCondition::default()
+            }]),
+            container_statuses: Some(vec![ContainerStatus {
+                name: "main".into(),
+                ready: ready == "True",
+                ..ContainerStatus::default()
             }]),
             ..PodStatus::default()
         }),
     }
 }
 
-#[test]
-fn readiness_counts_only_ready_running_owned_pods() {
-    let mut sts = member("zone-a", None, None);
+const READY_AT: i64 = 1_700_000_000;
+
+fn at(second: i64) -> Timestamp {
+    Timestamp::from_second(second).unwrap()
+}
+
+/// `member` with a selector matching [`pod`]'s labels and the given status and minReadySeconds.
+fn zone(name: &str, replicas: i32, updated: i32, min_ready_seconds: Option<i32>) -> StatefulSet {
+    let mut sts = member(name, None, None);
+    if let Some(spec) = sts.spec.as_mut() {
+        spec.selector.match_labels = Some(BTreeMap::from([("zone".to_owned(), name.to_owned())]));
+        spec.min_ready_seconds = min_ready_seconds;
+    }
     sts.status = Some(StatefulSetStatus {
-        replicas: 3,
-        updated_replicas: Some(3),
+        replicas,
+        updated_replicas: Some(updated),
         ..StatefulSetStatus::default()
     });
+    sts
+}
+
+#[test]
+fn readiness_counts_the_owned_pods_the_planner_counts_as_available() {
+    let sts = zone("zone-a", 3, 3, None);
+    let container_not_ready = {
+        let mut pod = pod("zone-a", "Running", "True", false);
+        if let Some(status) = pod.status.as_mut() {
+            status.container_statuses = Some(vec![ContainerStatus {
+                name: "main".into(),
+                ready: false,
+                ..ContainerStatus::default()
+            }]);
+        }
+        pod
+    };
+    let relabelled = {
+        let mut pod = pod("zone-a", "Running", "True", false);
+        pod.metadata.labels = None;
+        pod
+    };
     let pods = vec![
         pod("zone-a", "Running", "True", false),
         pod("zone-a", "Running", "True", false),
@@ -413,15 +456,37 @@ fn readiness_counts_only_ready_running_owned_pods() {
         pod("zone-a", "Pending", "True", false),
         pod("zone-a", "Running", "True", true),
         pod("zone-x", "Running", "True", false),
+        // The Go operator counted these two; the planner does not.
+        container_not_ready,
+        // Owned, but its StatefulSet's selector no longer matches it.
+        relabelled,
     ];
     assert_eq!(
-        MemberReadiness::of(&sts, &pods),
+        MemberReadiness::of(&sts, &pods, at(READY_AT + 60)),
         MemberReadiness {
             name: "zone-a".into(),
             replicas: 3,
             updated_replicas: 3,
             ready_pods: 2
         }
+    );
+}
+
+#[test]
+fn readiness_waits_for_min_ready_seconds() {
+    let sts = zone("zone-a", 2, 2, Some(30));
+    let pods = vec![
+        pod("zone-a", "Running", "True", false),
+        pod("zone-a", "Running", "True", false),
+    ];
+    let ready_pods = |now| MemberReadiness::of(&sts, &pods, now).ready_pods;
+    assert_eq!(ready_pods(at(READY_AT + 29)), 0, "Ready for less than 30s");
+    assert_eq!(ready_pods(at(READY_AT + 30)), 2);
+    let d = downscale("zone-b", 5, 3);
+    let young = [MemberReadiness::of(&sts, &pods, at(READY_AT + 10))];
+    assert_eq!(
+        judge_readiness(&d, &young).unwrap_err().message.unwrap(),
+        "downscale of statefulsets/zone-b in mimir from 5 to 3 replicas is not allowed because statefulset zone-a has 0 non-updated replicas and 2 non-ready replicas"
     );
 }
 
@@ -476,14 +541,9 @@ fn endpoints_of_the_pods_going_away_highest_first() {
         path: "/ingester/prepare-shutdown".into(),
         service_name: "ingester".into(),
         group: None,
+        ordinals_start: 0,
     };
     let d = downscale("ingester-zone-a", 5, 3);
-    assert_eq!(
-        pods_going_away(&d),
-        vec!["ingester-zone-a-4", "ingester-zone-a-3"]
-    );
-    assert_eq!(pods_going_away(&downscale("x", 1, 0)), vec!["x-0"]);
-    assert_eq!(pods_going_away(&downscale("x", 2, -3)), vec!["x-1", "x-0"]);
 
     let by_dns = endpoints(
         &d,
@@ -533,6 +593,70 @@ fn endpoints_of_the_pods_going_away_highest_first() {
         missing.message.unwrap().ends_with(
             "pod ingester-zone-a-4 cannot be addressed by IP: it has no status.podIP yet"
         )
+    );
+}
+
+#[test]
+fn pods_going_away_are_named_from_the_ordinals_start() {
+    let mut sts = statefulset(
+        "ingester-zone-a",
+        &[(PREPARE_DOWNSCALE_LABEL, "true")],
+        PREPARED,
+        Some("ingester"),
+    );
+    if let Some(spec) = sts.spec.as_mut() {
+        spec.ordinals = Some(k8s_openapi::api::apps::v1::StatefulSetOrdinals { start: Some(3) });
+    }
+    // Five pods, ordinals 3..=7: going to three removes 7 and 6.
+    let d = downscale("ingester-zone-a", 5, 3);
+    let target = check_statefulset(&d, &sts).unwrap();
+    assert_eq!(target.ordinals_start, 3);
+    let by_dns = endpoints(
+        &d,
+        &target,
+        PodAddressing::Dns,
+        "cluster.local",
+        &HashMap::new(),
+    )
+    .unwrap();
+    assert_eq!(
+        by_dns,
+        vec![
+            PodEndpoint {
+                pod: "ingester-zone-a-7".into(),
+                url: "http://ingester-zone-a-7.ingester.mimir.svc.cluster.local:8080/ingester/prepare-shutdown".into()
+            },
+            PodEndpoint {
+                pod: "ingester-zone-a-6".into(),
+                url: "http://ingester-zone-a-6.ingester.mimir.svc.cluster.local:8080/ingester/prepare-shutdown".into()
+            },
+        ]
+    );
+    let ips = HashMap::from([
+        ("ingester-zone-a-3".to_owned(), "127.0.1.3".to_owned()),
+        ("ingester-zone-a-6".to_owned(), "127.0.1.6".to_owned()),
+        ("ingester-zone-a-7".to_owned(), "127.0.1.7".to_owned()),
+    ]);
+    let by_ip = endpoints(&d, &target, PodAddressing::Ip, "cluster.local", &ips).unwrap();
+    let urls: Vec<&str> = by_ip.iter().map(|endpoint| endpoint.url.as_str()).collect();
+    assert_eq!(
+        urls,
+        [
+            "http://127.0.1.7:8080/ingester/prepare-shutdown",
+            "http://127.0.1.6:8080/ingester/prepare-shutdown"
+        ]
+    );
+    let to_zero = endpoints(
+        &downscale("ingester-zone-a", 1, 0),
+        &target,
+        PodAddressing::Ip,
+        "cluster.local",
+        &ips,
+    )
+    .unwrap();
+    assert_eq!(
+        to_zero[0].pod, "ingester-zone-a-3",
+        "the first pod is ordinal 3"
     );
 }
 
