@@ -19,6 +19,7 @@ use baton_e2e::webhook_support::{TestTls, WebhookConfigurations, WebhookReplica}
 use baton_e2e::{ControlPlane, PodSimulator, SimulatorOptions, TestNamespace, wait_until};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
+use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
@@ -67,6 +68,7 @@ async fn the_manifests_pass_a_server_side_dry_run() {
     // Then the API server accepts every object
     assert!(ok, "kubectl apply --dry-run=server failed:\n{output}");
     for object in [
+        "namespace/baton-system",
         "serviceaccount/baton-controller",
         "serviceaccount/baton-webhook",
         "role.rbac.authorization.k8s.io/baton-controller",
@@ -91,8 +93,99 @@ async fn the_manifests_pass_a_server_side_dry_run() {
     assert!(ok, "{rendered}");
     assert_eq!(
         rendered.matches("\nkind: ").count() + usize::from(rendered.starts_with("kind: ")),
-        16
+        17
     );
+}
+
+/// The overlay docs/operations.md gives for installing into another namespace, as written there
+/// (so the documentation cannot drift from what works), aimed at `namespace` and at deploy/ from
+/// `overlay_dir`.
+fn documented_namespace_overlay(namespace: &str, deploy_from_overlay: &str) -> String {
+    let operations = std::fs::read_to_string(deploy_dir().join("../docs/operations.md")).unwrap();
+    let start = operations
+        .find("# my-overlay/kustomization.yaml")
+        .expect("docs/operations.md shows the namespace overlay");
+    let overlay = &operations[start..];
+    let overlay = &overlay[..overlay.find("```").unwrap()];
+    assert!(overlay.contains("ingesters") && overlay.contains("../deploy "));
+    overlay
+        .replace("ingesters", namespace)
+        .replace("../deploy ", &format!("{deploy_from_overlay} "))
+}
+
+#[tokio::test]
+async fn deploy_installs_for_real_into_a_namespace_that_does_not_exist_yet() {
+    // Given a namespace name nobody has created, and the documented overlay for it
+    let control_plane = ControlPlane::shared().await;
+    let client = control_plane.admin_client().await;
+    let namespace = format!("baton-install-{}", std::process::id());
+    let namespaces = Api::<Namespace>::all(client.clone());
+    assert!(namespaces.get_opt(&namespace).await.unwrap().is_none());
+    // kustomize refuses absolute resource paths: the overlay lives under target/.
+    let overlay_dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(&namespace);
+    std::fs::create_dir_all(&overlay_dir).unwrap();
+    let deploy_from_overlay = pathdiff::diff_paths(
+        deploy_dir()
+            .join("overlays/kubernetes-1.20")
+            .canonicalize()
+            .unwrap(),
+        overlay_dir.canonicalize().unwrap(),
+    )
+    .unwrap();
+    std::fs::write(
+        overlay_dir.join("kustomization.yaml"),
+        documented_namespace_overlay(&namespace, deploy_from_overlay.to_str().unwrap()),
+    )
+    .unwrap();
+
+    // When it is applied for real (on top of the 1.20 overlay, as this control plane is 1.20)
+    let (ok, output) = kubectl(
+        control_plane,
+        &["apply", "-k", overlay_dir.to_str().unwrap()],
+    );
+
+    // Then the namespace and everything in it is created, nothing refers to baton-system
+    assert!(ok, "kubectl apply -k failed:\n{output}");
+    let created = namespaces.get(&namespace).await.unwrap();
+    assert_eq!(
+        created.labels()["kubernetes.io/metadata.name"],
+        namespace,
+        "the webhooks' namespaceSelector needs this label"
+    );
+    let deployments =
+        Api::<k8s_openapi::api::apps::v1::Deployment>::namespaced(client.clone(), &namespace)
+            .list(&ListParams::default())
+            .await
+            .unwrap();
+    let mut names: Vec<_> = deployments.iter().map(|d| d.name_any()).collect();
+    names.sort();
+    assert_eq!(names, ["baton-controller", "baton-webhook"]);
+    let (ok, rendered) = kubectl(control_plane, &["kustomize", overlay_dir.to_str().unwrap()]);
+    assert!(ok, "{rendered}");
+    assert!(
+        !rendered.contains("baton-system"),
+        "an overlay object still names baton-system:\n{rendered}"
+    );
+    let configuration = Api::<
+        k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration,
+    >::all(client.clone())
+    .get("baton-no-downscale")
+    .await
+    .unwrap();
+    assert_eq!(configuration.labels()["grafana.com/namespace"], namespace);
+
+    // Clean-up: the namespace and the cluster-scoped objects (the CRD stays: other scenarios use it)
+    for kind in [
+        "validatingwebhookconfiguration/baton-no-downscale",
+        "mutatingwebhookconfiguration/baton-prepare-downscale",
+        "clusterrolebinding/baton-controller-webhook-ca",
+    ] {
+        kubectl(control_plane, &["delete", "--wait=false", kind]);
+    }
+    namespaces
+        .delete(&namespace, &DeleteParams::default())
+        .await
+        .unwrap();
 }
 
 #[tokio::test]
