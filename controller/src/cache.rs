@@ -66,12 +66,7 @@ pub fn group_of(statefulset: &StatefulSet) -> Option<&str> {
 }
 
 /// The name of the StatefulSet controlling a pod, from its controller owner reference.
-pub fn controlling_statefulset(pod: &Pod) -> Option<&str> {
-    pod.owner_references()
-        .iter()
-        .find(|owner| owner.controller == Some(true) && owner.kind == "StatefulSet")
-        .map(|owner| owner.name.as_str())
-}
+pub use baton_shared::pods::controlling_statefulset;
 
 /// Starts the reflectors of `namespace`. The returned future drives both watches until it is
 /// dropped, sending the group touched by each event on `touched`.

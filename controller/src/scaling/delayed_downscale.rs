@@ -1,14 +1,24 @@
 //! Delayed downscale: which pods may go, from their answers to the prepare call (pure).
 //!
-//! The contract (compat.md): every pod in `[to, from)` is POSTed and must answer 2xx with
-//! `{"timestamp": <unix seconds>}` (when it started preparing). Any failure blocks the
+//! The contract (compat.md): every pod at an index in `[to, from)` is POSTed and must answer
+//! 2xx with `{"timestamp": <unix seconds>}` (when it started preparing). Any failure blocks the
 //! downscale. Then, from the highest ordinal down, pods prepared at least `delay` ago may go;
-//! the first one that is not stops the count (a partial downscale is allowed).
+//! the first one that is not stops the count (a partial downscale is allowed). Indexes count
+//! from the first pod; its ordinal is `spec.ordinals.start` ([`PodNames`] names them).
 
 use std::collections::BTreeMap;
+use std::ops::Range;
+use std::sync::Arc;
 use std::time::Duration;
 
+use baton_config::PodAddressing;
+use baton_shared::annotations::scaling::DelayedDownscale;
+use baton_shared::pod_client::{PodEndpoint, PodRef, pod_host};
+use baton_shared::pods::is_controlled_by;
+use baton_shared::statefulset::{PodNames, StatefulSetState};
 use jiff::Timestamp;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::Pod;
 
 /// The body a pod answers to POST.
 #[derive(Debug, serde::Deserialize)]
@@ -37,6 +47,53 @@ pub fn parse_answer(body: &[u8]) -> Result<Timestamp, String> {
         .map_err(|error| format!("timestamp {} is out of range: {error}", answer.timestamp))
 }
 
+/// The delayed-downscale endpoint of `statefulset`'s pod at each index in `indexes`, or why it
+/// cannot be reached. A pod's IP (for [`PodAddressing::Ip`]) is read from the one of `pods`
+/// that `statefulset` controls.
+pub fn endpoints(
+    statefulset: &StatefulSet,
+    pods: &[Arc<Pod>],
+    settings: &DelayedDownscale,
+    indexes: Range<i32>,
+    addressing: PodAddressing,
+    cluster_domain: &str,
+    namespace: &str,
+) -> Vec<(i32, Result<PodEndpoint, String>)> {
+    let state = StatefulSetState::of(statefulset);
+    let names = state.pod_names();
+    let service_name = statefulset
+        .spec
+        .as_ref()
+        .and_then(|spec| spec.service_name.as_deref())
+        .unwrap_or_default();
+    indexes
+        .map(|index| {
+            let pod_name = names.at(index);
+            let pod = pods.iter().find(|pod| {
+                pod.metadata.name.as_deref() == Some(pod_name.as_str())
+                    && is_controlled_by(pod, statefulset)
+            });
+            let pod_ip = pod
+                .and_then(|pod| pod.status.as_ref())
+                .and_then(|status| status.pod_ip.as_deref());
+            let reference = PodRef {
+                name: &pod_name,
+                namespace,
+                service_name,
+                pod_ip,
+            };
+            let endpoint = pod_host(addressing, cluster_domain, &reference)
+                .map_err(|error| error.to_string())
+                .and_then(|host| settings.url_for_host(&host))
+                .map(|url| PodEndpoint {
+                    pod: pod_name.clone(),
+                    url,
+                });
+            (index, endpoint)
+        })
+        .collect()
+}
+
 /// What the pods' answers allow.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decision {
@@ -49,9 +106,10 @@ pub enum Decision {
 }
 
 /// Decides a delayed downscale from `from` to `to` replicas at `now`, given each going pod's
-/// answer keyed by ordinal (`[to, from)`; a missing ordinal is a failure).
+/// answer keyed by index (`[to, from)`; a missing index is a failure). `names` names the pods
+/// of the failures.
 pub fn decide(
-    statefulset: &str,
+    names: PodNames<'_>,
     from: i32,
     to: i32,
     delay: Duration,
@@ -59,17 +117,14 @@ pub fn decide(
     now: Timestamp,
 ) -> Decision {
     let mut failures = BTreeMap::new();
-    for ordinal in to..from {
-        match answers.get(&ordinal) {
+    for index in to..from {
+        match answers.get(&index) {
             Some(Ok(_)) => {}
             Some(Err(error)) => {
-                failures.insert(format!("{statefulset}-{ordinal}"), error.clone());
+                failures.insert(names.at(index), error.clone());
             }
             None => {
-                failures.insert(
-                    format!("{statefulset}-{ordinal}"),
-                    "was not asked to prepare".to_owned(),
-                );
+                failures.insert(names.at(index), "was not asked to prepare".to_owned());
             }
         }
     }
@@ -77,9 +132,9 @@ pub fn decide(
         return Decision::Blocked { failures };
     }
     let delay = jiff::SignedDuration::try_from(delay).unwrap_or(jiff::SignedDuration::MAX);
-    let ready_at = |ordinal: i32| -> Timestamp {
+    let ready_at = |index: i32| -> Timestamp {
         let prepared = answers
-            .get(&ordinal)
+            .get(&index)
             .and_then(|answer| answer.as_ref().ok())
             .copied()
             .unwrap_or(Timestamp::MAX);
@@ -169,29 +224,48 @@ mod tests {
             ),
         ];
         for (name, from, to, pairs, expected) in cases {
-            let got = decide("sts", *from, *to, hour, &answers(pairs), at(NOW));
+            let got = decide(
+                PodNames::new("sts", 0),
+                *from,
+                *to,
+                hour,
+                &answers(pairs),
+                at(NOW),
+            );
             assert_eq!(&got, expected, "{name}");
         }
     }
 
     #[test]
     fn any_failure_or_missing_answer_blocks() {
-        let got = decide(
-            "sts",
-            4,
-            1,
-            Duration::from_secs(60),
-            &answers(&[(1, Ok(NOW - 3600)), (3, Err("HTTP 500"))]),
-            at(NOW),
-        );
+        let blocked = |names| {
+            decide(
+                names,
+                4,
+                1,
+                Duration::from_secs(60),
+                &answers(&[(1, Ok(NOW - 3600)), (3, Err("HTTP 500"))]),
+                at(NOW),
+            )
+        };
         assert_eq!(
-            got,
+            blocked(PodNames::new("sts", 0)),
             Decision::Blocked {
                 failures: BTreeMap::from([
                     ("sts-2".to_owned(), "was not asked to prepare".to_owned()),
                     ("sts-3".to_owned(), "HTTP 500".to_owned()),
                 ])
             }
+        );
+        assert_eq!(
+            blocked(PodNames::new("sts", 3)),
+            Decision::Blocked {
+                failures: BTreeMap::from([
+                    ("sts-5".to_owned(), "was not asked to prepare".to_owned()),
+                    ("sts-6".to_owned(), "HTTP 500".to_owned()),
+                ])
+            },
+            "with ordinals from 3, indexes 2 and 3 are pods 5 and 6"
         );
     }
 
@@ -218,5 +292,114 @@ mod tests {
                 String::from_utf8_lossy(bad)
             );
         }
+    }
+
+    #[test]
+    fn endpoints_name_pods_from_the_ordinals_start() {
+        use baton_shared::annotations::{
+            DELAYED_DOWNSCALE_ANNOTATION, PREPARE_DELAYED_DOWNSCALE_URL_ANNOTATION,
+        };
+        use k8s_openapi::api::apps::v1::{StatefulSetOrdinals, StatefulSetSpec};
+        use k8s_openapi::api::core::v1::PodStatus;
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
+            LabelSelector, ObjectMeta, OwnerReference,
+        };
+
+        let zone = BTreeMap::from([("zone".to_owned(), "a".to_owned())]);
+        let statefulset = StatefulSet {
+            metadata: ObjectMeta {
+                name: Some("ingester-zone-a".into()),
+                namespace: Some("mimir".into()),
+                uid: Some("uid-a".into()),
+                ..ObjectMeta::default()
+            },
+            spec: Some(StatefulSetSpec {
+                replicas: Some(5),
+                ordinals: Some(StatefulSetOrdinals { start: Some(3) }),
+                service_name: Some("ingester".into()),
+                selector: LabelSelector {
+                    match_labels: Some(zone.clone()),
+                    match_expressions: None,
+                },
+                ..StatefulSetSpec::default()
+            }),
+            status: None,
+        };
+        let pod = |ordinal: i32, owner_uid: &str| {
+            Arc::new(Pod {
+                metadata: ObjectMeta {
+                    name: Some(format!("ingester-zone-a-{ordinal}")),
+                    namespace: Some("mimir".into()),
+                    labels: Some(zone.clone()),
+                    owner_references: Some(vec![OwnerReference {
+                        kind: "StatefulSet".into(),
+                        name: "ingester-zone-a".into(),
+                        uid: owner_uid.into(),
+                        controller: Some(true),
+                        ..OwnerReference::default()
+                    }]),
+                    ..ObjectMeta::default()
+                },
+                spec: None,
+                status: Some(PodStatus {
+                    pod_ip: Some(format!("10.0.0.{ordinal}")),
+                    ..PodStatus::default()
+                }),
+            })
+        };
+        // Ordinals 3..=7; pod 6 is a namesake owned by an older StatefulSet of that name.
+        let pods: Vec<Arc<Pod>> = vec![pod(3, "uid-a"), pod(6, "uid-old"), pod(7, "uid-a")];
+        let settings = baton_shared::annotations::scaling::delayed_downscale(&BTreeMap::from([
+            (DELAYED_DOWNSCALE_ANNOTATION.to_owned(), "1h".to_owned()),
+            (
+                PREPARE_DELAYED_DOWNSCALE_URL_ANNOTATION.to_owned(),
+                "http://pod:8080/prepare".to_owned(),
+            ),
+        ]))
+        .expect("valid settings")
+        .expect("enabled");
+        let urls = |addressing| -> Vec<(i32, Result<String, String>)> {
+            endpoints(
+                &statefulset,
+                &pods,
+                &settings,
+                3..5,
+                addressing,
+                "cluster.local",
+                "mimir",
+            )
+            .into_iter()
+            .map(|(index, endpoint)| (index, endpoint.map(|endpoint| endpoint.url)))
+            .collect()
+        };
+        assert_eq!(
+            urls(PodAddressing::Dns),
+            [
+                (
+                    3,
+                    Ok(
+                        "http://ingester-zone-a-6.ingester.mimir.svc.cluster.local:8080/prepare"
+                            .to_owned()
+                    )
+                ),
+                (
+                    4,
+                    Ok(
+                        "http://ingester-zone-a-7.ingester.mimir.svc.cluster.local:8080/prepare"
+                            .to_owned()
+                    )
+                ),
+            ]
+        );
+        assert_eq!(
+            urls(PodAddressing::Ip),
+            [
+                (
+                    3,
+                    Err("pod ingester-zone-a-6 cannot be addressed by IP: it has no status.podIP yet".to_owned())
+                ),
+                (4, Ok("http://10.0.0.7:8080/prepare".to_owned())),
+            ]
+        );
     }
 }

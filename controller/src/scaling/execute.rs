@@ -10,8 +10,9 @@ use baton_config::{Config, PodAddressing};
 use baton_shared::annotations::scaling::{DelayedDownscale, MirrorReference};
 use baton_shared::kube_client::bounded;
 use baton_shared::pod_client::{
-    PodCallError, PodClientError, PodEndpoint, PodHttpClient, PodMethod, PodRef, pod_host,
+    PodCallError, PodClientError, PodEndpoint, PodHttpClient, PodMethod,
 };
+use baton_shared::statefulset::StatefulSetState;
 use futures::StreamExt;
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::StatefulSet;
@@ -22,12 +23,11 @@ use kube::{Resource, ResourceExt};
 use prometheus::Registry;
 use serde_json::json;
 
-use super::delayed_downscale::{Decision, decide, parse_answer};
+use super::delayed_downscale::{self, Decision, decide, parse_answer};
 use super::plan::{
     Action, Finding, FindingKind, Member, ReferenceScale, ScalingPlan, ScalingSnapshot, plan,
     reasons,
 };
-use crate::cache::controlling_statefulset;
 use crate::explain::{Explainer, Explanation, Severity};
 use crate::queue::Requeue;
 use crate::rollout::reconcile::MayAct;
@@ -431,50 +431,22 @@ impl Pass<'_> {
         self.member(name)?.delayed_downscale.as_ref().ok()?.as_ref()
     }
 
-    /// The delayed-downscale endpoint of each pod with an ordinal in `ordinals`.
+    /// The delayed-downscale endpoint of each pod at an index in `indexes`.
     fn endpoints(
         &self,
         statefulset: &StatefulSet,
         settings: &DelayedDownscale,
-        ordinals: std::ops::Range<i32>,
+        indexes: std::ops::Range<i32>,
     ) -> Vec<(i32, Result<PodEndpoint, String>)> {
-        let name = statefulset.name_any();
-        let spec = statefulset.spec.as_ref();
-        let service_name = spec
-            .and_then(|spec| spec.service_name.as_deref())
-            .unwrap_or_default();
-        let start = spec
-            .and_then(|spec| spec.ordinals.as_ref()?.start)
-            .unwrap_or(0);
-        ordinals
-            .map(|index| {
-                let pod_name = format!("{name}-{}", start + index);
-                let pod = self.pods.iter().find(|pod| {
-                    pod.metadata.name.as_deref() == Some(pod_name.as_str())
-                        && controlling_statefulset(pod) == Some(name.as_str())
-                });
-                let pod_ip = pod
-                    .and_then(|pod| pod.status.as_ref())
-                    .and_then(|status| status.pod_ip.as_deref());
-                let endpoint = pod_host(
-                    self.scaler.addressing,
-                    &self.scaler.cluster_domain,
-                    &PodRef {
-                        name: &pod_name,
-                        namespace: &self.scaler.namespace,
-                        service_name,
-                        pod_ip,
-                    },
-                )
-                .map_err(|error| error.to_string())
-                .and_then(|host| settings.url_for_host(&host))
-                .map(|url| PodEndpoint {
-                    pod: pod_name.clone(),
-                    url,
-                });
-                (index, endpoint)
-            })
-            .collect()
+        delayed_downscale::endpoints(
+            statefulset,
+            self.pods,
+            settings,
+            indexes,
+            self.scaler.addressing,
+            &self.scaler.cluster_domain,
+            &self.scaler.namespace,
+        )
     }
 
     /// DELETE to pods `[0, keep)`: they stay, so any preparation is cancelled. Failures are
@@ -534,7 +506,9 @@ impl Pass<'_> {
             .await;
         let now = Timestamp::now();
         let delay_text = humanize(settings.delay);
-        match decide(name, from, to, settings.delay, &answers, now) {
+        let state = StatefulSetState::of(statefulset);
+        let names = state.pod_names();
+        match decide(names, from, to, settings.delay, &answers, now) {
             Decision::ScaleTo { replicas } => match self.set_replicas(name, replicas).await {
                 SetOutcome::Done => {
                     let partial = if replicas > to {
@@ -574,7 +548,7 @@ impl Pass<'_> {
                     Severity::Normal,
                     reasons::DELAYED_DOWNSCALE_WAITING,
                     "Wait",
-                    format!("{name} stays at {from} (wanted {to}): delayed downscale of {delay_text}; {name}-{} may go at {until}", from - 1),
+                    format!("{name} stays at {from} (wanted {to}): delayed downscale of {delay_text}; {} may go at {until}", names.at(from - 1)),
                 )
                 .await;
                 (false, Requeue::at(until))

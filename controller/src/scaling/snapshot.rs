@@ -6,6 +6,7 @@ use baton_shared::annotations::scaling::{
     mirror_reference, upscale_only_when_leader_ready,
 };
 use baton_shared::annotations::{InvalidAnnotation, LAST_DOWNSCALE_ANNOTATION};
+use baton_shared::statefulset::StatefulSetState;
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::StatefulSet;
 
@@ -58,18 +59,11 @@ impl Member {
                 .map(Some)
                 .map_err(|_| text.clone()),
         };
+        let state = StatefulSetState::of(statefulset);
         Self {
-            name: statefulset.metadata.name.clone().unwrap_or_default(),
-            replicas: statefulset
-                .spec
-                .as_ref()
-                .and_then(|spec| spec.replicas)
-                .unwrap_or(1),
-            ready_replicas: statefulset
-                .status
-                .as_ref()
-                .and_then(|status| status.ready_replicas)
-                .unwrap_or(0),
+            name: state.name,
+            replicas: state.replicas,
+            ready_replicas: state.ready_replicas,
             leader: downscale_leader(annotations).map(str::to_owned),
             upscale_only_when_leader_ready: only_when_ready.value,
             force_replicas: forced.value,
