@@ -1,5 +1,12 @@
 //! The controller's metrics: the Go operator's names (dashboards and alerts use them) plus
 //! baton's own, all on a registry passed in.
+//!
+//! Per-StatefulSet series exist only while the StatefulSet is a member of its group: one that
+//! leaves the group (label changed, deleted) has its series removed, so a dashboard never shows
+//! a zone frozen at its last value and the registry does not grow with every name ever seen.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
 
 use prometheus::{
     GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry,
@@ -17,6 +24,16 @@ pub struct ControllerMetrics {
     pub pods_ready: IntGaugeVec,
     pub group_waiting: IntGaugeVec,
     pub pod_deletions: IntCounterVec,
+    /// The StatefulSets each group's per-StatefulSet series were last recorded for.
+    members: Arc<Mutex<HashMap<String, BTreeSet<String>>>>,
+}
+
+/// One StatefulSet's pod counts, as the planner reports them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PodCounts {
+    pub total: u32,
+    pub updated: u32,
+    pub ready: u32,
 }
 
 impl ControllerMetrics {
@@ -90,6 +107,7 @@ impl ControllerMetrics {
                 ),
                 statefulset,
             )?,
+            members: Arc::default(),
         };
         registry.register(Box::new(metrics.reconciles.clone()))?;
         registry.register(Box::new(metrics.reconciles_failed.clone()))?;
@@ -101,5 +119,135 @@ impl ControllerMetrics {
         registry.register(Box::new(metrics.group_waiting.clone()))?;
         registry.register(Box::new(metrics.pod_deletions.clone()))?;
         Ok(metrics)
+    }
+}
+
+impl ControllerMetrics {
+    /// Sets the pod gauges of `group`'s members and whether it waits, and removes the series of
+    /// StatefulSets recorded for the group before that are no longer among `members`.
+    pub fn record_group<'a>(
+        &self,
+        group: &str,
+        members: impl IntoIterator<Item = (&'a str, PodCounts)>,
+        waiting: bool,
+    ) {
+        let mut now = BTreeSet::new();
+        for (statefulset, counts) in members {
+            let labels = [group, statefulset];
+            self.pods_total
+                .with_label_values(&labels)
+                .set(counts.total.into());
+            self.pods_updated
+                .with_label_values(&labels)
+                .set(counts.updated.into());
+            self.pods_ready
+                .with_label_values(&labels)
+                .set(counts.ready.into());
+            now.insert(statefulset.to_owned());
+        }
+        self.group_waiting
+            .with_label_values(&[group])
+            .set(i64::from(waiting));
+        let before = self
+            .lock_members()
+            .insert(group.to_owned(), now.clone())
+            .unwrap_or_default();
+        for gone in before.difference(&now) {
+            self.remove_statefulset(group, gone);
+        }
+    }
+
+    /// `group` has no member left: every series of it and of its StatefulSets goes.
+    pub fn forget_group(&self, group: &str) {
+        let before = self.lock_members().remove(group).unwrap_or_default();
+        for gone in &before {
+            self.remove_statefulset(group, gone);
+        }
+        let _ = self.group_waiting.remove_label_values(&[group]);
+    }
+
+    fn remove_statefulset(&self, group: &str, statefulset: &str) {
+        let labels = [group, statefulset];
+        // A series that was never created is not an error worth reporting.
+        let _ = self.pods_total.remove_label_values(&labels);
+        let _ = self.pods_updated.remove_label_values(&labels);
+        let _ = self.pods_ready.remove_label_values(&labels);
+        let _ = self.pod_deletions.remove_label_values(&labels);
+    }
+
+    fn lock_members(&self) -> std::sync::MutexGuard<'_, HashMap<String, BTreeSet<String>>> {
+        self.members
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn series(registry: &Registry) -> Vec<String> {
+        let mut series = Vec::new();
+        for family in registry.gather() {
+            for metric in family.get_metric() {
+                let labels: Vec<_> = metric
+                    .get_label()
+                    .iter()
+                    .map(|label| format!("{}={}", label.name(), label.value()))
+                    .collect();
+                series.push(format!("{}{{{}}}", family.name(), labels.join(",")));
+            }
+        }
+        series
+    }
+
+    const COUNTS: PodCounts = PodCounts {
+        total: 3,
+        updated: 1,
+        ready: 3,
+    };
+
+    #[test]
+    fn a_statefulset_that_left_its_group_loses_its_series() {
+        let registry = Registry::new();
+        let metrics = ControllerMetrics::register(&registry).unwrap();
+        metrics.record_group("ingester", [("zone-a", COUNTS), ("zone-b", COUNTS)], false);
+        metrics
+            .pod_deletions
+            .with_label_values(&["ingester", "zone-b"])
+            .inc();
+        assert!(series(&registry).iter().any(|s| s.contains("statefulset=zone-b")));
+
+        metrics.record_group("ingester", [("zone-a", COUNTS)], true);
+
+        let now = series(&registry);
+        assert!(
+            !now.iter().any(|s| s.contains("statefulset=zone-b")),
+            "zone-b left the group but still has series: {now:?}"
+        );
+        assert_eq!(
+            now.iter()
+                .filter(|s| s.contains("statefulset=zone-a"))
+                .count(),
+            3,
+            "zone-a keeps its three gauges: {now:?}"
+        );
+    }
+
+    #[test]
+    fn a_group_without_members_loses_every_series() {
+        let registry = Registry::new();
+        let metrics = ControllerMetrics::register(&registry).unwrap();
+        metrics.record_group("ingester", [("zone-a", COUNTS)], true);
+        metrics.record_group("other", [("other-a", COUNTS)], false);
+
+        metrics.forget_group("ingester");
+
+        let now = series(&registry);
+        assert!(
+            !now.iter().any(|s| s.contains("rollout_group=ingester")),
+            "{now:?}"
+        );
+        assert!(now.iter().any(|s| s.contains("rollout_group=other")), "{now:?}");
     }
 }

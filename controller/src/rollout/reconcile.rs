@@ -14,7 +14,7 @@ use super::pending::PendingDeletions;
 use super::{Action, GroupSnapshot, Plan, WaitReason, plan};
 use crate::cache::Caches;
 use crate::explain::{Explainer, Explanation, Severity};
-use crate::metrics::ControllerMetrics;
+use crate::metrics::{ControllerMetrics, PodCounts};
 use crate::queue::Requeue;
 
 /// Whether this replica may act right now (the leader election's answer).
@@ -79,10 +79,7 @@ impl RolloutReconciler {
     async fn reconcile_inner(&self, group: &str) -> Result<Requeue, ExecuteError> {
         let members = self.caches.group_members(group);
         if members.is_empty() {
-            self.metrics
-                .group_waiting
-                .with_label_values(&[group])
-                .set(0);
+            self.metrics.forget_group(group);
             return Ok(Requeue::Never);
         }
         let pods = self.caches.pods.state();
@@ -104,41 +101,21 @@ impl RolloutReconciler {
         self.record_progress(group, &plan);
         self.explain(group, &members, &plan).await;
         self.act(group, &members, &plan).await?;
-        let rollout = match plan.recheck_after {
-            Some(at) => {
-                let wait = at.duration_since(jiff::Timestamp::now());
-                Requeue::After(
-                    Duration::try_from(wait)
-                        .unwrap_or_default()
-                        .max(Duration::from_millis(10)),
-                )
-            }
-            None => Requeue::Never,
-        };
+        let rollout = plan.recheck_after.map_or(Requeue::Never, Requeue::at);
         Ok(rollout.sooner(scaling.requeue))
     }
 
     fn record_progress(&self, group: &str, plan: &Plan) {
-        for progress in &plan.progress {
-            let labels = [group, progress.statefulset.as_str()];
-            self.metrics
-                .pods_total
-                .with_label_values(&labels)
-                .set(progress.total.into());
-            self.metrics
-                .pods_updated
-                .with_label_values(&labels)
-                .set(progress.updated.into());
-            self.metrics
-                .pods_ready
-                .with_label_values(&labels)
-                .set(progress.ready.into());
-        }
+        let counts = plan.progress.iter().map(|progress| {
+            let counts = PodCounts {
+                total: progress.total,
+                updated: progress.updated,
+                ready: progress.ready,
+            };
+            (progress.statefulset.as_str(), counts)
+        });
         let waiting = plan.waiting.is_some() && rollout_pending(plan);
-        self.metrics
-            .group_waiting
-            .with_label_values(&[group])
-            .set(i64::from(waiting));
+        self.metrics.record_group(group, counts, waiting);
     }
 
     async fn explain(&self, group: &str, members: &[Arc<StatefulSet>], plan: &Plan) {
