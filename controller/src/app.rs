@@ -1,6 +1,15 @@
 //! Wires the controller together: caches, leader election, the group queue, the ops server.
 //! Every task is critical: if one ends or panics, the process shuts down and exits non-zero
 //! (Kubernetes restarts it) rather than running with a part missing.
+//!
+//! Nothing here ends because the API server is unreachable: the watches retry with backoff
+//! (their caches keep the last state), a lost Lease ends a leadership term and the elector
+//! campaigns again, and certificate and Event calls are retried. Exiting is for bugs only.
+//!
+//! Readiness (`/ready`) turns true once the caches have synced and stays true through an API
+//! server outage: nothing routes traffic to the controller, and flapping it would only stall a
+//! rollout of baton itself during a control-plane upgrade. Whether this replica acts is the
+//! `baton_leader` metric.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,11 +25,11 @@ use tokio_util::sync::CancellationToken;
 
 use crate::cache::{self, Caches};
 use crate::explain::Explainer;
-use crate::leader::{LeaderElector, LeaderMetrics, Leadership, unique_identity};
+use crate::leader::{LeaderElector, LeaderMetrics, Leadership, Term, unique_identity};
 use crate::metrics::ControllerMetrics;
 use crate::queue;
 use crate::rollout::pending::PendingDeletions;
-use crate::rollout::reconcile::RolloutReconciler;
+use crate::rollout::reconcile::{MayAct, RolloutReconciler};
 
 /// How long tasks get to finish after shutdown starts (the Lease release is one of them).
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
@@ -67,11 +76,20 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
             EVENT_REPEAT_AFTER,
             config.kubernetes.request_timeout.get(),
         ),
-        // Acting on half-filled caches could miss a not-ready zone: lead AND be synced.
-        may_act: {
+        // Acting on half-filled caches could miss a not-ready zone: lead AND be synced. A
+        // reconcile acts only within the term it started in.
+        may_start: {
             let leadership = leadership.clone();
             let synced = synced.clone();
-            Arc::new(move || *synced.borrow() && leadership.is_leader())
+            Arc::new(move || {
+                if !*synced.borrow() {
+                    return None;
+                }
+                let term = leadership.term()?;
+                let leadership = leadership.clone();
+                let may_act: MayAct = Arc::new(move || leadership.is_leader_in(term));
+                Some(may_act)
+            })
         },
         request_timeout: config.kubernetes.request_timeout.get(),
         pending: PendingDeletions::default(),
@@ -145,7 +163,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
     tasks.spawn({
         let shutdown = shutdown.clone();
         async move {
-            elector.run(shutdown).await?;
+            elector.run(shutdown).await;
             Ok("leader election")
         }
     });
@@ -255,7 +273,9 @@ async fn resync(
     }
 }
 
-/// A new leader looks at every group at once instead of waiting for the next change.
+/// At the start of every term the leader looks at every group at once instead of waiting for
+/// the next change: a term regained after an outage finds groups whose reconciles stopped (or
+/// were never requeued) while it was not leading.
 async fn reconcile_all_on_leadership(
     caches: Caches,
     mut synced: watch::Receiver<bool>,
@@ -263,16 +283,22 @@ async fn reconcile_all_on_leadership(
     touched: UnboundedSender<String>,
     shutdown: CancellationToken,
 ) -> anyhow::Result<&'static str> {
-    tokio::select! {
-        acquired = leadership.acquired() => {
-            if acquired.is_ok() && synced.wait_for(|synced| *synced).await.is_ok() {
-                tracing::info!("leading: reconciling every group");
+    let mut last: Option<Term> = None;
+    loop {
+        tokio::select! {
+            acquired = leadership.acquired_after(last) => {
+                let Ok(term) = acquired else { break };
+                last = Some(term);
+                if synced.wait_for(|synced| *synced).await.is_err() {
+                    break;
+                }
+                tracing::info!(term = term.0, "leading: reconciling every group");
                 for group in caches.groups() {
                     let _ = touched.send(group);
                 }
             }
+            () = shutdown.cancelled() => break,
         }
-        () = shutdown.cancelled() => {}
     }
     shutdown.cancelled().await;
     Ok("leadership watch")

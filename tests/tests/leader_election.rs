@@ -1,6 +1,7 @@
 //! Leader election on the real API server: one leader among candidates, fast handover on release,
-//! handover only after the lease duration when the leader dies, and the fencing test — a minute
-//! of candidates stopped, killed and restarted at random with delayed API calls, where no two
+//! handover only after the lease duration when the leader dies, a lost term followed by a new
+//! one in the same elector, and the fencing test — a minute of candidates stopped, killed,
+//! partitioned (and healed) and restarted at random with delayed API calls, where no two
 //! candidates ever report `is_leader()` at the same moment.
 //!
 //! The fencing check is shown to bite: the same chaos with the Lease written by unconditional
@@ -11,8 +12,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use baton_controller::leader::{
-    EndReason, KubeLeaseStore, LeaderElector, Leadership, LeadershipLost, LeaseStore, LeaseTiming,
-    LostReason, Span, Status, StoreError,
+    EndReason, KubeLeaseStore, LeaderElector, Leadership, LeaseStore, LeaseTiming, LostReason,
+    Phase, Span, Status, StoreError, Term,
 };
 use baton_e2e::{ControlPlane, TestNamespace, wait_until};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
@@ -59,7 +60,7 @@ async fn exactly_one_of_three_candidates_leads_and_the_others_stand_by() {
         .map(|i| Candidate::start(&namespace, FAST, format!("candidate-{i}"), Faults::none()))
         .collect();
 
-    // Nobody leads before the Lease has been seen missing for a whole duration, then one does.
+    // There is no Lease yet: the first create wins, the others get AlreadyExists.
     wait_until(WAIT, "one candidate leads", || async {
         leaders(&candidates).len() == 1
     })
@@ -72,7 +73,7 @@ async fn exactly_one_of_three_candidates_leads_and_the_others_stand_by() {
         assert_eq!(leaders(&candidates), [leader], "exactly one leader");
         for (i, candidate) in candidates.iter().enumerate() {
             if i != leader {
-                assert_eq!(candidate.leadership.status(), Status::Standby);
+                assert_eq!(candidate.leadership.status().phase, Phase::Standby);
             }
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -99,14 +100,13 @@ async fn a_leader_releasing_on_shutdown_hands_over_well_under_the_lease_duration
 
     // When the leader is shut down (SIGTERM), it stops acting, then releases the Lease
     let stopped = leader.stop().await;
-    assert!(stopped.result.is_ok(), "{:?}", stopped.result);
-    let Status::Ended {
-        reason: EndReason::Shutdown,
-        led: Some(old),
-    } = stopped.status
+    let (Phase::Ended(EndReason::Shutdown), Some(last)) =
+        (&stopped.status.phase, stopped.status.past.last())
     else {
         panic!("unexpected final status {:?}", stopped.status);
     };
+    assert_eq!(last.end, EndReason::Shutdown);
+    let old = last.led;
     // Released: the old leader no longer holds it (a standby may already have taken it).
     let holder = lease_spec(&namespace).await.holder_identity;
     assert!(
@@ -123,7 +123,7 @@ async fn a_leader_releasing_on_shutdown_hands_over_well_under_the_lease_duration
     })
     .await;
     let new = candidates[leaders(&candidates)[0]].leadership.status();
-    let Some(new) = new.led() else {
+    let Some(&new) = new.led().last() else {
         panic!("the new leader has no span: {new:?}")
     };
     let gap = new.from - old.to;
@@ -148,29 +148,34 @@ async fn a_killed_leader_is_replaced_only_after_the_lease_duration() {
     let control_plane = ControlPlane::shared().await;
     let namespace = TestNamespace::create(control_plane, "leader-kill").await;
     let (leader, candidates) = three_candidates_one_leading(&namespace, HANDOVER).await;
-    let lost = tokio::spawn({
+    let term = leader.leadership.term().expect("it leads");
+    let ended = tokio::spawn({
         let leadership = leader.leadership.clone();
-        async move { leadership.lost().await }
+        async move { leadership.term_ended(term).await }
     });
 
     // When the leader is killed (its task aborted: no release)
     let killed_at = Instant::now();
     let killed = leader.kill().await;
-    let Status::Leader { renewed, until, .. } = killed.status else {
+    let Phase::Leader { renewed, until, .. } = killed.status.phase else {
         panic!("the killed leader was leading: {:?}", killed.status);
     };
     // An in-process observer learns at once that this elector can no longer lead.
-    assert_eq!(lost.await.unwrap(), LostReason::ElectorGone);
+    assert_eq!(
+        ended.await.unwrap(),
+        EndReason::Lost(LostReason::ElectorGone)
+    );
 
     // Then a standby leads, but only a whole lease duration after the last renewal was sent
     wait_until(WAIT, "a standby leads", || async {
         leaders(&candidates).len() == 1
     })
     .await;
-    let Some(new) = candidates[leaders(&candidates)[0]]
+    let Some(&new) = candidates[leaders(&candidates)[0]]
         .leadership
         .status()
         .led()
+        .last()
     else {
         panic!("the new leader has no span");
     };
@@ -194,7 +199,7 @@ async fn a_killed_leader_is_replaced_only_after_the_lease_duration() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_leader_that_cannot_renew_stops_at_its_renew_deadline_before_anyone_takes_over() {
+async fn a_leader_that_cannot_renew_stops_at_its_renew_deadline_and_campaigns_again() {
     init_logs();
     let control_plane = ControlPlane::shared().await;
     let namespace = TestNamespace::create(control_plane, "leader-stall").await;
@@ -215,37 +220,57 @@ async fn a_leader_that_cannot_renew_stops_at_its_renew_deadline_before_anyone_ta
     // When every API call of the leader hangs (a partitioned node)
     stalls[index].stalled.store(true, Ordering::SeqCst);
     let leader = candidates.remove(index);
-    let reason = tokio::time::timeout(WAIT, leader.leadership.lost())
+    let term = leader.leadership.term().expect("it leads");
+    let reason = tokio::time::timeout(WAIT, leader.leadership.term_ended(term))
         .await
         .expect("the stalled leader gives up");
 
-    // Then it stops acting exactly at its renew deadline, and its run ends with an error
-    assert_eq!(reason, LostReason::RenewDeadline(FAST.renew_deadline));
+    // Then it stops acting exactly at its renew deadline, and keeps campaigning
+    assert_eq!(
+        reason,
+        EndReason::Lost(LostReason::RenewDeadline(FAST.renew_deadline))
+    );
     assert!(!leader.leadership.is_leader());
-    let stopped = leader.stop().await;
-    assert!(matches!(
-        stopped.result,
-        Err(LeadershipLost {
-            reason: LostReason::RenewDeadline(_),
-            ..
-        })
-    ));
-    let old = stopped.status.led().expect("it led");
+    assert!(
+        !leader.task.is_finished(),
+        "the elector goes on campaigning"
+    );
+    let old = leader.leadership.status().past[0].led;
 
     // And the standby takes over only after that
     wait_until(WAIT, "the standby leads", || async {
         leaders(&candidates).len() == 1
     })
     .await;
-    let new = candidates[0].leadership.status().led().expect("it leads");
+    let new = *candidates[0]
+        .leadership
+        .status()
+        .led()
+        .last()
+        .expect("it leads");
     eprintln!(
         "stalled leader stopped {:?} before the standby started",
         new.from - old.to
     );
     assert!(new.from >= old.to + (FAST.duration - FAST.renew_deadline));
+
+    // And when its partition heals and the standby shuts down (releasing), the old leader
+    // leads again: a new term of the same elector
+    stalls[index].stalled.store(false, Ordering::SeqCst);
     for candidate in candidates {
         candidate.stop().await;
     }
+    let again = tokio::time::timeout(WAIT, leader.leadership.acquired_after(Some(term)))
+        .await
+        .expect("the old leader leads again in time");
+    assert_eq!(again, Ok(Term(term.0 + 1)));
+    let spans = leader.leadership.status().led();
+    assert_eq!(spans.len(), 2);
+    assert!(
+        spans[1].from >= new.to,
+        "its new term starts after the standby's"
+    );
+    leader.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -254,27 +279,101 @@ async fn a_leader_whose_lease_is_taken_stops_at_once() {
     let control_plane = ControlPlane::shared().await;
     let namespace = TestNamespace::create(control_plane, "leader-taken").await;
     let leader = Candidate::start(&namespace, FAST, "candidate".to_owned(), Faults::none());
-    tokio::time::timeout(WAIT, leader.leadership.acquired())
+    let term = tokio::time::timeout(WAIT, leader.leadership.acquired())
         .await
         .expect("it leads in time")
         .expect("it leads");
 
-    // When someone else writes its name into the Lease
+    // When someone else writes its name into the Lease (and then never renews it)
     let api: Api<Lease> = namespace.api();
     let mut lease = api.get(LEASE).await.unwrap();
     lease.spec.as_mut().unwrap().holder_identity = Some("intruder".to_owned());
+    let intruded = Instant::now();
     api.replace(LEASE, &PostParams::default(), &lease)
         .await
         .unwrap();
 
-    // Then the leader notices at its next renewal and ends
-    let reason = tokio::time::timeout(WAIT, leader.leadership.lost())
+    // Then the leader notices at its next renewal and stops acting
+    let reason = tokio::time::timeout(WAIT, leader.leadership.term_ended(term))
         .await
         .expect("the leader notices");
-    assert_eq!(reason, LostReason::TakenBy("intruder".to_owned()));
-    assert!(!leader.leadership.is_leader());
-    let stopped = leader.stop().await;
-    assert!(stopped.result.is_err());
+    assert_eq!(
+        reason,
+        EndReason::Lost(LostReason::TakenBy("intruder".to_owned()))
+    );
+    assert!(!leader.leadership.is_leader_in(term));
+
+    // And, campaigning again, it takes the Lease back in a new term only once the intruder's
+    // lease has gone unrenewed for its whole duration
+    let again = tokio::time::timeout(WAIT, leader.leadership.acquired_after(Some(term)))
+        .await
+        .expect("it leads again in time");
+    assert_eq!(again, Ok(Term(term.0 + 1)));
+    let new = *leader.leadership.status().led().last().unwrap();
+    assert!(
+        new.from >= intruded + FAST.duration,
+        "took the intruder's lease back {:?} after the intrusion, before its duration {:?}",
+        new.from - intruded,
+        FAST.duration
+    );
+    assert!(
+        !leader.leadership.is_leader_in(term),
+        "the old term stays over"
+    );
+    leader.stop().await;
+}
+
+/// A fresh install (no Lease object yet) leads at once: the create is atomic, so there is
+/// nothing to wait for. A replica restarted under a new identity still waits out the lease its
+/// predecessor left behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fresh_lease_is_created_and_led_at_once_and_a_new_identity_waits_out_the_old_one() {
+    init_logs();
+    let control_plane = ControlPlane::shared().await;
+    let namespace = TestNamespace::create(control_plane, "leader-fresh").await;
+    assert!(
+        namespace
+            .api::<Lease>()
+            .get_opt(LEASE)
+            .await
+            .unwrap()
+            .is_none()
+    );
+
+    // Given no Lease, when a candidate starts with a long lease
+    let started = Instant::now();
+    let first = Candidate::start(&namespace, HANDOVER, "first".to_owned(), Faults::none());
+
+    // Then it leads well before a lease duration
+    tokio::time::timeout(HANDOVER.duration / 2, first.leadership.acquired())
+        .await
+        .expect("a fresh install leads well before the lease duration")
+        .expect("it leads");
+    eprintln!("fresh install led after {:?}", started.elapsed());
+
+    // When it is killed and restarted under a new identity (no release)
+    let killed = first.kill().await;
+    let Phase::Leader { renewed, .. } = killed.status.phase else {
+        panic!("it was leading: {:?}", killed.status);
+    };
+    let second = Candidate::start(&namespace, HANDOVER, "second".to_owned(), Faults::none());
+
+    // Then the new identity leads only a whole lease duration after the last renewal
+    tokio::time::timeout(WAIT, second.leadership.acquired())
+        .await
+        .expect("the new identity leads in time")
+        .expect("it leads");
+    let new = *second.leadership.status().led().last().unwrap();
+    eprintln!(
+        "new identity led {:?} after the last renewal",
+        new.from - renewed
+    );
+    assert!(
+        new.from >= renewed + HANDOVER.duration,
+        "the new identity led {:?} after its predecessor's last renewal, before the lease duration",
+        new.from - renewed
+    );
+    second.stop().await;
 }
 
 /// THE fencing test.
@@ -372,7 +471,7 @@ impl Action {
     }
 }
 
-/// How one candidate's leadership ended.
+/// How one term of one candidate ended.
 #[derive(Debug)]
 struct End {
     identity: String,
@@ -441,7 +540,8 @@ impl ChaosReport {
 }
 
 /// Four candidate slots for `run_for`: at random moments the leader or a random candidate is
-/// shut down (releases), killed (aborted, no release), partitioned (its calls hang) or left alone; empty slots are refilled
+/// shut down (releases), killed (aborted, no release), partitioned (its calls hang until it has
+/// given up its term, then it heals and campaigns again) or left alone; empty slots are refilled
 /// like Kubernetes restarting a container. Half the candidates get delayed API calls. A sampler
 /// checks every 2 ms that at most one candidate answers `is_leader()`.
 async fn chaos(
@@ -516,17 +616,14 @@ async fn chaos(
         }
         tokio::time::sleep(rng.between(Duration::from_millis(100), Duration::from_millis(900)))
             .await;
-        // Candidates that lost their leadership have ended: Kubernetes would restart them.
-        for slot in &mut slots {
-            if slot
-                .as_ref()
-                .is_some_and(|candidate| candidate.task.is_finished())
-            {
-                let ended = slot.take().unwrap().stop().await;
-                ends.push(ended.end("lost"));
+        // A partitioned candidate that gave up its term is healed: it campaigns again (losing
+        // a term does not end an elector).
+        for candidate in slots.iter().flatten() {
+            if candidate.stalled.load(Ordering::SeqCst) && !candidate.leadership.is_leader() {
+                candidate.stalled.store(false, Ordering::SeqCst);
             }
         }
-        // A partitioned candidate is left alone until it gives up by itself.
+        // A partitioned leader is left alone until it gives up by itself.
         let partitioned = |slot: &Option<Candidate>| {
             slot.as_ref()
                 .is_some_and(|candidate| candidate.stalled.load(Ordering::SeqCst))
@@ -548,8 +645,8 @@ async fn chaos(
         }
         if let Some(candidate) = slots[target].take() {
             match action {
-                Action::Release => ends.push(candidate.stop().await.end("released")),
-                Action::Kill => ends.push(candidate.kill().await.end("killed")),
+                Action::Release => ends.extend(candidate.stop().await.ends("released")),
+                Action::Kill => ends.extend(candidate.kill().await.ends("killed")),
                 Action::Partition if candidate.leadership.is_leader() => {
                     // Its calls hang: it must give up by itself at its renew deadline.
                     candidate.stalled.store(true, Ordering::SeqCst);
@@ -565,11 +662,11 @@ async fn chaos(
         }
     }
     for candidate in slots.into_iter().flatten() {
-        ends.push(
+        ends.extend(
             candidate
                 .stop()
                 .await
-                .end("running at the end, then released"),
+                .ends("running at the end, then released"),
         );
     }
     sampling.cancel();
@@ -591,7 +688,7 @@ struct Candidate {
     identity: String,
     leadership: Leadership,
     shutdown: CancellationToken,
-    task: JoinHandle<Result<(), LeadershipLost>>,
+    task: JoinHandle<()>,
     /// Set: every API call of this candidate hangs from now on.
     stalled: Arc<AtomicBool>,
 }
@@ -599,21 +696,45 @@ struct Candidate {
 /// A candidate after its task ended.
 struct Stopped {
     identity: String,
-    result: Result<(), LeadershipLost>,
     status: Status,
 }
 
 impl Stopped {
-    fn end(self, how: &str) -> End {
-        let how = match &self.result {
-            Err(lost) => format!("lost: {}", lost.reason),
-            Ok(()) => how.to_owned(),
-        };
-        End {
-            identity: self.identity,
-            how,
-            led: self.status.led(),
+    /// One end per term it led (terms lost along the way say why; the last one ended `how`),
+    /// or a single end without a span if it never led.
+    fn ends(self, how: &str) -> Vec<End> {
+        let mut ends: Vec<End> = self
+            .status
+            .past
+            .iter()
+            .map(|past| End {
+                identity: self.identity.clone(),
+                how: match &past.end {
+                    EndReason::Lost(reason) => format!("lost: {reason}"),
+                    EndReason::Shutdown => how.to_owned(),
+                },
+                led: Some(past.led),
+            })
+            .collect();
+        // Killed while leading: the term never ended by itself; it counts up to its deadline.
+        if let Phase::Leader { since, until, .. } = self.status.phase {
+            ends.push(End {
+                identity: self.identity.clone(),
+                how: how.to_owned(),
+                led: Some(Span {
+                    from: since,
+                    to: until,
+                }),
+            });
         }
+        if ends.is_empty() {
+            ends.push(End {
+                identity: self.identity,
+                how: how.to_owned(),
+                led: None,
+            });
+        }
+        ends
     }
 }
 
@@ -654,10 +775,9 @@ impl Candidate {
     /// Shuts it down as SIGTERM would and waits for it to end (releasing a held Lease).
     async fn stop(self) -> Stopped {
         self.shutdown.cancel();
-        let result = self.task.await.expect("the elector task does not panic");
+        self.task.await.expect("the elector task does not panic");
         Stopped {
             identity: self.identity,
-            result,
             status: self.leadership.status(),
         }
     }
@@ -665,14 +785,13 @@ impl Candidate {
     /// Ends it without any release, as `kill -9` would.
     async fn kill(self) -> Stopped {
         self.task.abort();
-        let result = match self.task.await {
-            Ok(result) => result,
-            Err(error) if error.is_cancelled() => Ok(()),
+        match self.task.await {
+            Ok(()) => {}
+            Err(error) if error.is_cancelled() => {}
             Err(error) => panic!("the elector task panicked: {error}"),
-        };
+        }
         Stopped {
             identity: self.identity,
-            result,
             status: self.leadership.status(),
         }
     }

@@ -22,7 +22,7 @@ use tokio::sync::{Notify, watch};
 
 use super::CertificateMetrics;
 use super::pki::CA_CRT;
-use crate::leader::Leadership;
+use crate::leader::{Leadership, Term};
 
 pub const INJECT_LABEL: &str = "grafana.com/inject-rollout-operator-ca";
 pub const NAMESPACE_LABEL: &str = "grafana.com/namespace";
@@ -104,9 +104,9 @@ pub(super) async fn run(
     let (mutating, mutating_watch) =
         reflect::<MutatingWebhookConfiguration>(&client, &selector, &changed);
     let injecting = async {
-        let acquired = leadership.acquired();
-        tokio::pin!(acquired);
-        let mut waiting_for_leadership = true;
+        // Every new term injects at once (the first, and each one after an outage).
+        let mut last_term: Option<Term> = None;
+        let mut elector_running = true;
         loop {
             tokio::select! {
                 () = changed.notified() => {}
@@ -115,16 +115,23 @@ pub(super) async fn run(
                         return;
                     }
                 }
-                _ = &mut acquired, if waiting_for_leadership => waiting_for_leadership = false,
+                acquired = leadership.acquired_after(last_term), if elector_running => match acquired {
+                    Ok(term) => last_term = Some(term),
+                    Err(_) => elector_running = false,
+                },
                 () = tokio::time::sleep(RESYNC) => {}
             }
             let Some(bundle) = bundle_of(secret.borrow_and_update().as_ref()) else {
+                continue;
+            };
+            let Some(term) = leadership.term() else {
                 continue;
             };
             let writer = Writer {
                 client: &client,
                 request_timeout,
                 leadership,
+                term,
                 metrics,
             };
             writer.inject(&validating, &bundle).await;
@@ -171,6 +178,8 @@ struct Writer<'a> {
     client: &'a kube::Client,
     request_timeout: Duration,
     leadership: &'a Leadership,
+    /// The term the writes belong to: they stop when it ends.
+    term: Term,
     metrics: &'a CertificateMetrics,
 }
 
@@ -182,7 +191,7 @@ impl Writer<'_> {
             if !differs(config.as_ref(), bundle) {
                 continue;
             }
-            if !self.leadership.is_leader() {
+            if !self.leadership.is_leader_in(self.term) {
                 return;
             }
             let name = config.name_any();

@@ -20,7 +20,7 @@ use super::{CertificateMetrics, Settings, until};
 use baton_shared::kube_client::{TimedOut, bounded};
 
 use crate::explain::{Explainer, Explanation, Severity};
-use crate::leader::Leadership;
+use crate::leader::{Leadership, Term};
 
 const SECRET_TYPE: &str = "kubernetes.io/tls";
 /// Longest sleep between looks, whatever the planner says.
@@ -81,9 +81,9 @@ pub(super) async fn run(
         ca_overlap: lifetime(config.ca_overlap.get()),
     };
     let name = config.secret_name.as_str();
-    let acquired = leadership.acquired();
-    tokio::pin!(acquired);
-    let mut waiting_for_leadership = true;
+    // Every new term starts a round at once (the first, and each one after an outage).
+    let mut last_term: Option<Term> = None;
+    let mut elector_running = true;
     let mut sleep = Duration::ZERO;
     loop {
         tokio::select! {
@@ -93,7 +93,10 @@ pub(super) async fn run(
                     return;
                 }
             }
-            _ = &mut acquired, if waiting_for_leadership => waiting_for_leadership = false,
+            acquired = leadership.acquired_after(last_term), if elector_running => match acquired {
+                Ok(term) => last_term = Some(term),
+                Err(_) => elector_running = false,
+            },
         }
         let round = round(
             &secrets,
@@ -125,9 +128,9 @@ async fn round(
     explainer: &Explainer,
     metrics: &CertificateMetrics,
 ) -> Result<Round, RoundError> {
-    if !leadership.is_leader() {
+    let Some(term) = leadership.term() else {
         return Ok(Round::NotLeader);
-    }
+    };
     // Read from the API server, not the watch: the write must be conditioned on the latest.
     let existing = bounded(
         request_timeout,
@@ -225,8 +228,9 @@ async fn round(
         // A usable parse always comes with its material.
         _ => fresh(now).map_err(issue_error)?,
     };
-    // Last check before writing: leadership may have ended while issuing.
-    if !leadership.is_leader() {
+    // Last check before writing: the term may have ended while issuing (a later term of this
+    // replica does not count: it reads again).
+    if !leadership.is_leader_in(term) {
         return Ok(Round::NotLeader);
     }
     let written = bounded(

@@ -65,8 +65,12 @@ pub struct LeaseRecord {
 pub enum Observation {
     /// Not read yet.
     Unknown,
-    /// The Lease did not exist at every read since `since`.
-    Absent { since: Instant },
+    /// The Lease did not exist at every read since `since`. `last_holder` is who held it when
+    /// this candidate last saw it, `None` if it never saw it held (a fresh install).
+    Absent {
+        since: Instant,
+        last_holder: Option<String>,
+    },
     /// The Lease had this version at every read since `since` (our monotonic clock).
     Present { record: LeaseRecord, since: Instant },
 }
@@ -75,8 +79,15 @@ pub enum Observation {
 /// continued absence) is kept, anything new starts now.
 pub fn observe(previous: &Observation, read: Option<LeaseRecord>, now: Instant) -> Observation {
     match (previous, read) {
-        (Observation::Absent { since }, None) => Observation::Absent { since: *since },
-        (_, None) => Observation::Absent { since: now },
+        (absent @ Observation::Absent { .. }, None) => absent.clone(),
+        (Observation::Present { record, .. }, None) => Observation::Absent {
+            since: now,
+            last_holder: record.holder.clone(),
+        },
+        (Observation::Unknown, None) => Observation::Absent {
+            since: now,
+            last_holder: None,
+        },
         (Observation::Present { record, since }, Some(read))
             if record.resource_version == read.resource_version =>
         {
@@ -106,7 +117,8 @@ pub enum AcquireReason {
 pub enum Decision {
     /// Nothing known yet: read the Lease.
     Read,
-    /// The Lease has been absent for a whole lease duration: create it, holding it.
+    /// The Lease does not exist and nobody else can still be acting on it: create it, holding
+    /// it (the API server lets only one create succeed).
     Create,
     /// The Lease is ours: renew it, conditional on the version we know.
     Renew,
@@ -122,23 +134,34 @@ pub enum Decision {
 
 /// The election rule.
 ///
-/// An absent Lease is only created after a lease duration of observed absence: a deleted Lease
-/// looks exactly like one never created, and its last holder may still be acting for up to its
-/// renew deadline. The one-time cost is a lease duration on a fresh install.
+/// An absent Lease is created at once, as client-go does: the create is atomic (the loser gets
+/// AlreadyExists), so a fresh install leads without waiting. Only a Lease this candidate saw
+/// held by *another* replica and then gone waits a lease duration of observed absence: that
+/// holder may still be acting for up to its renew deadline. (A candidate that never saw the
+/// Lease cannot tell a deleted one from one never created: deleting the Lease under a running
+/// leader can give two leaders until that leader's next renewal finds it gone, as in client-go.)
+///
+/// A Lease that names this candidate is renewed whether or not it is leading now: after an
+/// outage longer than the renew deadline, the replica whose name is still in the Lease resumes
+/// at its first successful read, with a write conditional on the version it holds. Nobody else
+/// can have led meanwhile without changing that version.
 pub fn decide(observation: &Observation, me: &str, now: Instant, timing: &LeaseTiming) -> Decision {
     match observation {
         Observation::Unknown => Decision::Read,
-        Observation::Absent { since } => {
-            let free_at = *since + timing.duration;
-            if now >= free_at {
-                Decision::Create
-            } else {
-                Decision::Wait {
-                    holder: None,
-                    free_at,
+        Observation::Absent { since, last_holder } => match last_holder.as_deref() {
+            Some(holder) if holder != me => {
+                let free_at = *since + timing.duration;
+                if now >= free_at {
+                    Decision::Create
+                } else {
+                    Decision::Wait {
+                        holder: None,
+                        free_at,
+                    }
                 }
             }
-        }
+            _ => Decision::Create,
+        },
         Observation::Present { record, since } => match record.holder.as_deref() {
             Some(holder) if holder == me => Decision::Renew,
             None => Decision::Acquire(AcquireReason::Released),

@@ -32,6 +32,10 @@ fn decide_table() {
         record: record("1", holder, duration),
         since: t0,
     };
+    let absent = |last_holder: Option<&str>| Observation::Absent {
+        since: t0,
+        last_holder: last_holder.map(str::to_owned),
+    };
     let cases: Vec<(&str, Observation, Duration, Decision)> = vec![
         (
             "nothing read yet",
@@ -40,8 +44,29 @@ fn decide_table() {
             Decision::Read,
         ),
         (
-            "just seen absent: wait a duration",
-            Observation::Absent { since: t0 },
+            "a fresh install (never seen): create at once",
+            absent(None),
+            ms(0),
+            Decision::Create,
+        ),
+        (
+            "seen released, then gone: create at once",
+            Observation::Absent {
+                since: t0,
+                last_holder: None,
+            },
+            ms(0),
+            Decision::Create,
+        ),
+        (
+            "seen held by me, then gone: create at once (I stopped acting when I saw it gone)",
+            absent(Some(ME)),
+            ms(0),
+            Decision::Create,
+        ),
+        (
+            "seen held by another, just gone: wait a duration, it may still act",
+            absent(Some(OTHER)),
             ms(0),
             Decision::Wait {
                 holder: None,
@@ -49,8 +74,8 @@ fn decide_table() {
             },
         ),
         (
-            "absent for just under a duration",
-            Observation::Absent { since: t0 },
+            "seen held by another, gone for just under a duration",
+            absent(Some(OTHER)),
             ms(1999),
             Decision::Wait {
                 holder: None,
@@ -58,8 +83,8 @@ fn decide_table() {
             },
         ),
         (
-            "absent for a whole duration: create",
-            Observation::Absent { since: t0 },
+            "seen held by another, gone for a whole duration: create",
+            absent(Some(OTHER)),
             ms(2000),
             Decision::Create,
         ),
@@ -165,25 +190,37 @@ fn observe_table() {
     let v2 = record("2", Some(OTHER), Some(2));
     let cases: Vec<(&str, Observation, Option<LeaseRecord>, Observation)> = vec![
         (
-            "first read, absent",
+            "first read, absent: never seen held",
             Observation::Unknown,
             None,
-            Observation::Absent { since: now },
+            Observation::Absent {
+                since: now,
+                last_holder: None,
+            },
         ),
         (
-            "still absent keeps its since",
-            Observation::Absent { since: t0 },
+            "still absent keeps its since and last holder",
+            Observation::Absent {
+                since: t0,
+                last_holder: Some(OTHER.to_owned()),
+            },
             None,
-            Observation::Absent { since: t0 },
+            Observation::Absent {
+                since: t0,
+                last_holder: Some(OTHER.to_owned()),
+            },
         ),
         (
-            "gone: absent from now",
+            "gone: absent from now, remembering who held it",
             Observation::Present {
                 record: v1.clone(),
                 since: t0,
             },
             None,
-            Observation::Absent { since: now },
+            Observation::Absent {
+                since: now,
+                last_holder: Some(OTHER.to_owned()),
+            },
         ),
         (
             "first read, present",
@@ -196,7 +233,10 @@ fn observe_table() {
         ),
         (
             "created after absence",
-            Observation::Absent { since: t0 },
+            Observation::Absent {
+                since: t0,
+                last_holder: None,
+            },
             Some(v1.clone()),
             Observation::Present {
                 record: v1.clone(),
@@ -344,4 +384,119 @@ fn a_standby_takes_over_only_after_the_leaders_deadline() {
             "latency {latency:?}: takeover is not needlessly late"
         );
     }
+}
+
+/// A replica restarted with a new identity (or any newcomer) finds the old holder's Lease: it
+/// waits the holder's whole duration from its own first read, however old `renewTime` looks.
+#[test]
+fn a_newcomer_waits_out_another_identitys_lease_from_its_first_read() {
+    let t0 = Instant::now();
+    let old = record("41", Some("me-old-identity"), Some(2));
+    let observation = observe(&Observation::Unknown, Some(old.clone()), t0);
+    assert_eq!(
+        decide(&observation, ME, t0, &timing()),
+        Decision::Wait {
+            holder: Some("me-old-identity".to_owned()),
+            free_at: t0 + ms(2000),
+        }
+    );
+    let later = observe(&observation, Some(old), t0 + ms(1999));
+    assert!(matches!(
+        decide(&later, ME, t0 + ms(1999), &timing()),
+        Decision::Wait { .. }
+    ));
+    assert_eq!(
+        decide(&later, ME, t0 + ms(2000), &timing()),
+        Decision::Acquire(AcquireReason::Expired {
+            holder: "me-old-identity".to_owned()
+        })
+    );
+}
+
+/// Losing a term is not the end: a leader cut off from the API server stops at its renew
+/// deadline, keeps campaigning, and when the API server returns renews its own Lease at its
+/// first successful read (resuming within a retry period); a standby that saw the same version
+/// before the outage may race it for the Lease, but only because that version went unchanged
+/// for a whole duration; whoever's conditional write lands first leads.
+#[test]
+fn after_an_outage_the_holder_resumes_at_its_first_read_and_never_overlaps() {
+    let timing = timing();
+    let t0 = Instant::now();
+    let held = record("7", Some(ME), Some(2));
+    // The leader's last successful renewal was sent at t0; then the API server goes away for
+    // 15 s: every call fails, so nothing is observed.
+    let leader_until = timing.leading_until(t0);
+    let mut leader = observe(&Observation::Unknown, Some(held.clone()), t0);
+    let mut standby = observe(
+        &Observation::Unknown,
+        Some(record("7", Some(ME), Some(2))),
+        t0 + ms(100),
+    );
+    assert!(
+        leader_until < t0 + ms(15_000),
+        "the outage outlasts the term"
+    );
+    assert_eq!(
+        leader_outcome(&decide(&leader, ME, t0 + ms(1499), &timing)),
+        Ok(()),
+        "the term lasts until the renew deadline"
+    );
+
+    // The API server is back: both read the unchanged Lease.
+    let back = t0 + ms(15_000);
+    leader = observe(&leader, Some(held.clone()), back);
+    standby = observe(&standby, Some(held), back);
+    assert_eq!(
+        decide(&leader, ME, back, &timing),
+        Decision::Renew,
+        "the holder campaigns again and resumes at its first read"
+    );
+    assert_eq!(
+        decide(&standby, OTHER, back, &timing),
+        Decision::Acquire(AcquireReason::Expired {
+            holder: ME.to_owned()
+        }),
+        "the version went unchanged for a whole duration: the standby may race for it"
+    );
+    // Whoever wins writes a new version: the loser then waits a full duration from it.
+    let renewed = record("8", Some(ME), Some(2));
+    standby = observe(&standby, Some(renewed), back + ms(10));
+    assert_eq!(
+        decide(&standby, OTHER, back + ms(10), &timing),
+        Decision::Wait {
+            holder: Some(ME.to_owned()),
+            free_at: back + ms(10) + ms(2000),
+        }
+    );
+    // And the new term starts after the old one ended: no overlap.
+    assert!(back > leader_until);
+}
+
+/// A leader that sees its Lease deleted stops (its term is lost), then, having stopped, may
+/// create it again at once; a standby that saw it held waits a whole duration.
+#[test]
+fn a_deleted_lease_ends_the_term_and_its_holder_may_recreate_it() {
+    let t0 = Instant::now();
+    let mine = observe(
+        &Observation::Unknown,
+        Some(record("3", Some(ME), Some(2))),
+        t0,
+    );
+    let gone = observe(&mine, None, t0 + ms(300));
+    let decision = decide(&gone, ME, t0 + ms(300), &timing());
+    assert_eq!(leader_outcome(&decision), Err(LostReason::Deleted));
+    assert_eq!(decision, Decision::Create, "as a candidate again: create");
+    let theirs = observe(
+        &Observation::Unknown,
+        Some(record("3", Some(ME), Some(2))),
+        t0,
+    );
+    let gone = observe(&theirs, None, t0 + ms(300));
+    assert_eq!(
+        decide(&gone, OTHER, t0 + ms(300), &timing()),
+        Decision::Wait {
+            holder: None,
+            free_at: t0 + ms(2300),
+        }
+    );
 }

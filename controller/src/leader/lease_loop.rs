@@ -1,4 +1,5 @@
 //! The thin I/O loop around the pure decisions: read, decide, write conditionally, sleep.
+//! Losing the Lease ends the term, not the loop: it goes back to campaigning until shutdown.
 
 use std::time::Instant;
 
@@ -8,21 +9,18 @@ use k8s_openapi::api::coordination::v1::Lease;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
+use super::LeaderElector;
 use super::decide::{
     Decision, LostReason, Observation, decide, leader_outcome, next_look, observe,
 };
 use super::record::{claimed, holder_of, record_of, released};
-use super::status::{EndReason, Span, Status};
+use super::status::{EndReason, Phase, Span, Term};
 use super::store::{LeaseStore, StoreError};
-use super::{LeaderElector, LeadershipLost};
 
 /// How many conditional writes a release tries before giving up to a changing Lease.
 const RELEASE_ATTEMPTS: usize = 3;
 
-pub(super) async fn run<S: LeaseStore>(
-    elector: LeaderElector<S>,
-    shutdown: CancellationToken,
-) -> Result<(), LeadershipLost> {
+pub(super) async fn run<S: LeaseStore>(elector: LeaderElector<S>, shutdown: CancellationToken) {
     info!(
         identity = %elector.identity,
         namespace = elector.store.namespace(),
@@ -39,6 +37,7 @@ pub(super) async fn run<S: LeaseStore>(
         own_write_is_latest: false,
         write_uncertain: false,
         leading: None,
+        terms: 0,
         standing_by_for: None,
     }
     .run()
@@ -48,6 +47,7 @@ pub(super) async fn run<S: LeaseStore>(
 /// The leadership currently held.
 #[derive(Debug, Clone, Copy)]
 struct Leading {
+    term: Term,
     since: Instant,
     until: Instant,
 }
@@ -74,24 +74,26 @@ struct Campaign<S: LeaseStore> {
     /// A write may have been applied without us hearing back (timeout, shutdown).
     write_uncertain: bool,
     leading: Option<Leading>,
+    /// Terms led so far: the next one is numbered one more.
+    terms: u64,
     /// The holder last logged while standing by, to log changes only.
     standing_by_for: Option<Option<String>>,
 }
 
 impl<S: LeaseStore> Campaign<S> {
-    async fn run(mut self) -> Result<(), LeadershipLost> {
+    async fn run(mut self) {
         loop {
             if self.shutdown.is_cancelled() {
                 self.shut_down().await;
-                return Ok(());
+                return;
             }
             if self
                 .leading
                 .is_some_and(|leading| Instant::now() >= leading.until)
             {
-                return Err(self.lose(LostReason::RenewDeadline(
+                self.lose(LostReason::RenewDeadline(
                     self.elector.timing.renew_deadline,
-                )));
+                ));
             }
             if !self.own_write_is_latest {
                 match self.call("reading", self.elector.store.get()).await {
@@ -120,7 +122,9 @@ impl<S: LeaseStore> Campaign<S> {
             if self.leading.is_some()
                 && let Err(reason) = leader_outcome(&decision)
             {
-                return Err(self.lose(reason));
+                // Stop acting first; the next round decides afresh as a candidate.
+                self.lose(reason);
+                continue;
             }
             match decision {
                 Decision::Read => {}
@@ -128,8 +132,8 @@ impl<S: LeaseStore> Campaign<S> {
                     if self.standing_by_for.as_ref() != Some(&holder) {
                         info!(
                             identity = %self.elector.identity,
-                            holder = holder.as_deref().unwrap_or("<no lease yet>"),
-                            "standing by: the lease is held by another replica or was just seen missing"
+                            holder = holder.as_deref().unwrap_or("<lease deleted>"),
+                            "standing by: the lease is held by another replica, or its last holder may still be acting"
                         );
                         self.standing_by_for = Some(holder);
                     }
@@ -137,14 +141,14 @@ impl<S: LeaseStore> Campaign<S> {
                         .await;
                 }
                 Decision::Create | Decision::Renew | Decision::Acquire(_) => {
-                    self.write(decision).await?;
+                    self.write(decision).await;
                 }
             }
         }
     }
 
     /// Creates, renews or takes over the Lease with one conditional write.
-    async fn write(&mut self, decision: Decision) -> Result<(), LeadershipLost> {
+    async fn write(&mut self, decision: Decision) {
         let store = &self.elector.store;
         let base = match decision {
             Decision::Create => None,
@@ -167,9 +171,11 @@ impl<S: LeaseStore> Campaign<S> {
             Ok(written) => {
                 let now = Instant::now();
                 if self.leading.is_some_and(|leading| now >= leading.until) {
-                    return Err(self.lose(LostReason::RenewDeadline(
+                    // Too late for this term; the next round may start a new one.
+                    self.lose(LostReason::RenewDeadline(
                         self.elector.timing.renew_deadline,
-                    )));
+                    ));
+                    return;
                 }
                 self.observation = observe(&self.observation, Some(record_of(&written)), now);
                 self.lease = Some(written);
@@ -200,35 +206,41 @@ impl<S: LeaseStore> Campaign<S> {
                 self.pause().await;
             }
         }
-        Ok(())
     }
 
-    /// Records a successful write: leadership starts, or its deadline moves on.
+    /// Records a successful write: a new term starts, or the current one's deadline moves on.
     fn lead(&mut self, sent: Instant, until: Instant, decision: &Decision) {
         if let Some(leading) = &mut self.leading {
             leading.until = until;
-            let since = leading.since;
-            self.elector.status.send_replace(Status::Leader {
-                since,
-                renewed: sent,
-                until,
+            let (term, since) = (leading.term, leading.since);
+            self.elector.status.send_modify(|status| {
+                status.phase = Phase::Leader {
+                    term,
+                    since,
+                    renewed: sent,
+                    until,
+                };
             });
             return;
         }
+        self.terms += 1;
+        let term = Term(self.terms);
         let mut since = sent;
         // The start is taken under the channel's write lock: no reader can see `Leader` before it.
         self.elector.status.send_modify(|status| {
             since = Instant::now();
-            *status = Status::Leader {
+            status.phase = Phase::Leader {
+                term,
                 since,
                 renewed: sent,
                 until,
             };
         });
-        self.leading = Some(Leading { since, until });
+        self.leading = Some(Leading { term, since, until });
         self.standing_by_for = None;
         if let Some(metrics) = &self.elector.metrics {
             metrics.leader.set(1);
+            metrics.terms.inc();
         }
         let transitions = self
             .lease
@@ -239,21 +251,18 @@ impl<S: LeaseStore> Campaign<S> {
             lease = self.elector.store.name(),
             how = ?decision,
             transitions,
+            term = term.0,
             "became leader"
         );
     }
 
-    /// Ends the leadership for good, publishing when it was held.
-    fn end(&mut self, reason: EndReason) -> Option<Span> {
-        let leading = self.leading.take();
+    /// Ends the current term (if any) and moves to `phase`, publishing when it was led.
+    fn end(&mut self, reason: EndReason, phase: Phase) -> Option<Span> {
+        self.leading = None;
         let mut led = None;
         // The end is taken under the write lock: no reader answers `true` after it.
         self.elector.status.send_modify(|status| {
-            led = leading.map(|leading| Span {
-                from: leading.since,
-                to: Instant::now().min(leading.until),
-            });
-            *status = Status::Ended { reason, led };
+            led = status.end_term(reason, Instant::now(), phase);
         });
         if let Some(metrics) = &self.elector.metrics {
             metrics.leader.set(0);
@@ -261,26 +270,26 @@ impl<S: LeaseStore> Campaign<S> {
         led
     }
 
-    fn lose(&mut self, reason: LostReason) -> LeadershipLost {
-        let led = self.end(EndReason::Lost(reason.clone()));
+    /// Ends the term: every action stops now. The elector stays a candidate, and the next write
+    /// is preceded by a fresh read.
+    fn lose(&mut self, reason: LostReason) {
+        let term = self.leading.map(|leading| leading.term);
+        let led = self.end(EndReason::Lost(reason.clone()), Phase::Standby);
+        self.own_write_is_latest = false;
+        self.standing_by_for = None;
         error!(
             identity = %self.elector.identity,
             lease = self.elector.store.name(),
             %reason,
+            term = term.map(|term| term.0),
             led_for = ?led.map(|span| span.to - span.from),
-            "lost the leadership: every action stops now"
+            "lost the leadership: every action stops now; campaigning again"
         );
-        LeadershipLost {
-            namespace: self.elector.store.namespace().to_owned(),
-            name: self.elector.store.name().to_owned(),
-            identity: self.elector.identity.clone(),
-            reason,
-        }
     }
 
     /// Stops acting first, then releases a Lease we may hold so a standby takes over at once.
     async fn shut_down(&mut self) {
-        let led = self.end(EndReason::Shutdown);
+        let led = self.end(EndReason::Shutdown, Phase::Ended(EndReason::Shutdown));
         let me = self.elector.identity.as_str();
         let maybe_holding = led.is_some()
             || self.write_uncertain

@@ -1,5 +1,6 @@
 //! Leader election on a `coordination.k8s.io/v1` Lease, with fencing: at every moment at most one
-//! baton-controller replica answers [`Leadership::is_leader`] with `true`.
+//! baton-controller replica answers [`Leadership::is_leader`] with `true`, and work started in
+//! one [`Term`] never goes on in a later one ([`Leadership::is_leader_in`]).
 //!
 //! # Why our own module
 //! - `kube-leader-election` 0.44 depends on kube 4 (we use kube 5: its client cannot be passed
@@ -17,10 +18,18 @@
 //! # The rules (as client-go's, with the clock argument made explicit)
 //! - A standby takes over an unreleased Lease only after seeing the same resourceVersion for a
 //!   whole `leaseDurationSeconds` on its own monotonic clock; a released one (no holder) at once.
+//! - A missing Lease is created at once (the create is atomic: the loser gets AlreadyExists), so
+//!   a fresh install leads without waiting; only a Lease seen held by another replica and then
+//!   gone waits a lease duration, as that holder may still be acting.
 //! - The leader's right to act ends `renew_deadline` after it *sent* its last successful write.
 //!   That write was applied after it was sent, so any standby saw its version even later and
 //!   waits a full duration from there; `renew_deadline < duration` makes the leader stop first.
-//! - Losing the Lease is final: the elector ends and the process is expected to exit.
+//! - Losing the Lease ends the *term*, not the elector: every action stops at once (the same
+//!   fencing as above), the caches and watches stay, and the elector campaigns again. When the
+//!   API server comes back after an outage, the replica still named in the Lease renews it at its
+//!   first successful read (a write conditional on the version it holds, so nobody can have led
+//!   meanwhile) and starts a new term; otherwise the usual takeover rules apply. Only a bug (a
+//!   panicked task) ends the process.
 //! - On shutdown the leader stops acting first, then releases the Lease (a conditional write
 //!   clearing the holder) so a standby takes over at its next look.
 //!
@@ -44,18 +53,8 @@ pub use decide::{
     AcquireReason, Decision, LeaseRecord, LeaseTiming, LostReason, Observation, decide,
     leader_outcome, next_look, observe,
 };
-pub use status::{EndReason, Leadership, Span, Status};
+pub use status::{EndReason, Leadership, PAST_TERMS_KEPT, PastTerm, Phase, Span, Status, Term};
 pub use store::{KubeLeaseStore, LeaseStore, StoreError};
-
-/// Why [`LeaderElector::run`] returned an error: the caller must stop acting and exit non-zero.
-#[derive(Debug, thiserror::Error)]
-#[error("{identity} lost the leadership of lease {namespace}/{name}: {reason}")]
-pub struct LeadershipLost {
-    pub namespace: String,
-    pub name: String,
-    pub identity: String,
-    pub reason: LostReason,
-}
 
 /// A unique identity for this process: the pod name (`HOSTNAME`) and a random suffix, so a
 /// restarted container never mistakes its predecessor's Lease for its own.
@@ -82,24 +81,32 @@ pub fn unique_identity() -> String {
 #[derive(Debug, Clone)]
 pub struct LeaderMetrics {
     leader: IntGauge,
+    terms: IntCounter,
     call_errors: IntCounter,
 }
 
 impl LeaderMetrics {
-    /// Registers `baton_leader` (1 while leading) and `baton_lease_call_errors_total`.
+    /// Registers `baton_leader` (1 while leading), `baton_leader_terms_total` and
+    /// `baton_lease_call_errors_total`.
     pub fn register(registry: &Registry) -> Result<Self, prometheus::Error> {
         let leader = IntGauge::new(
             "baton_leader",
             "1 while this replica holds the rollout Lease and may act, else 0.",
+        )?;
+        let terms = IntCounter::new(
+            "baton_leader_terms_total",
+            "Terms of leadership this replica started (one more each time it wins the Lease).",
         )?;
         let call_errors = IntCounter::new(
             "baton_lease_call_errors_total",
             "Lease reads and writes that failed or timed out (409 conflicts excluded).",
         )?;
         registry.register(Box::new(leader.clone()))?;
+        registry.register(Box::new(terms.clone()))?;
         registry.register(Box::new(call_errors.clone()))?;
         Ok(Self {
             leader,
+            terms,
             call_errors,
         })
     }
@@ -147,7 +154,7 @@ impl<S: LeaseStore> LeaderElector<S> {
             identity: identity.into(),
             timing,
             request_timeout,
-            status: watch::Sender::new(Status::Standby),
+            status: watch::Sender::new(Status::standby()),
             metrics: None,
         }
     }
@@ -169,9 +176,9 @@ impl<S: LeaseStore> LeaderElector<S> {
         Leadership::new(self.status.subscribe())
     }
 
-    /// Campaigns, then leads, until `shutdown` (returns `Ok` after releasing a held Lease) or
-    /// until leadership is lost (returns `Err`: stop acting, exit non-zero).
-    pub async fn run(self, shutdown: CancellationToken) -> Result<(), LeadershipLost> {
+    /// Campaigns, leads, and campaigns again after a lost term, until `shutdown` (returns
+    /// after releasing a held Lease). Returns at no other time.
+    pub async fn run(self, shutdown: CancellationToken) {
         lease_loop::run(self, shutdown).await
     }
 }

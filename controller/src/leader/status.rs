@@ -1,11 +1,22 @@
 //! What the elector tells the rest of the process: a [`Leadership`] handle answering "may I act
-//! right now?" without waiting, and events to await.
+//! right now, and in which term?" without waiting, and events to await.
+//!
+//! # Terms
+//! An elector that loses the Lease does not end: it campaigns again and may lead again later.
+//! Each stretch of leadership is a numbered [`Term`] (1, 2, … per elector). Work that started
+//! under one term checks [`Leadership::is_leader_in`] with *that* term before every write, so a
+//! reconcile planned before an outage cannot carry on after the same replica wins the Lease
+//! back: it stops, and the new term starts from a fresh read.
 
 use std::time::Instant;
 
 use tokio::sync::watch;
 
 use super::decide::LostReason;
+
+/// How many ended terms a [`Status`] remembers (the oldest are dropped first). A term only ends
+/// by an outage, a takeover or a shutdown, so this is hours of history in the worst case.
+pub const PAST_TERMS_KEPT: usize = 32;
 
 /// A stretch of monotonic time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -21,51 +32,131 @@ impl Span {
     }
 }
 
-/// Where an elector stands.
+/// The number of one stretch of leadership of one elector: 1 for its first, then one more each
+/// time it wins the Lease again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Term(pub u64);
+
+impl std::fmt::Display for Term {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "term {}", self.0)
+    }
+}
+
+/// A term that is over: when it was led and why it ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Status {
-    /// Not leading (yet): someone else holds the Lease, or it is not known yet.
+pub struct PastTerm {
+    pub term: Term,
+    pub led: Span,
+    pub end: EndReason,
+}
+
+/// Where an elector stands now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Phase {
+    /// Campaigning: someone else holds the Lease, it is not known yet, or the API server cannot
+    /// be reached.
     Standby,
-    /// Leading since `since`. `renewed` is when the last successful write was sent; the
-    /// leadership is void from `until` on unless a later renewal moves it.
+    /// Leading in `term` since `since`. `renewed` is when the last successful write was sent;
+    /// the leadership is void from `until` on unless a later renewal moves it.
     Leader {
+        term: Term,
         since: Instant,
         renewed: Instant,
         until: Instant,
     },
-    /// Done for good; `led` is when it was leader, if it was.
-    Ended {
-        reason: EndReason,
-        led: Option<Span>,
-    },
+    /// Done for good (shut down, or the elector task is gone).
+    Ended(EndReason),
 }
 
-/// Why an elector ended.
+/// Where an elector stands, and the terms it led before.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Status {
+    pub phase: Phase,
+    /// Ended terms, oldest first (at most [`PAST_TERMS_KEPT`]).
+    pub past: Vec<PastTerm>,
+}
+
+/// Why a term (or the elector) ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum EndReason {
     /// Asked to stop; a held Lease was released.
     Shutdown,
-    /// Leadership was lost (or could not be kept): the caller must stop acting.
+    /// Leadership was lost (or could not be kept): every action stops; the elector campaigns
+    /// again.
     Lost(LostReason),
 }
 
 impl Status {
-    /// Whether this status lets its holder act at `now`.
-    pub fn is_leader_at(&self, now: Instant) -> bool {
-        matches!(self, Status::Leader { until, .. } if now < *until)
+    /// A new elector's status.
+    pub fn standby() -> Self {
+        Self {
+            phase: Phase::Standby,
+            past: Vec::new(),
+        }
     }
 
-    /// The span during which this elector has answered, or can still answer, `is_leader() ==
-    /// true` (an upper bound while it leads: a renewal may extend it).
-    pub fn led(&self) -> Option<Span> {
-        match self {
-            Status::Standby => None,
-            Status::Leader { since, until, .. } => Some(Span {
-                from: *since,
-                to: *until,
-            }),
-            Status::Ended { led, .. } => *led,
+    /// Whether this status lets its holder act at `now`.
+    pub fn is_leader_at(&self, now: Instant) -> bool {
+        matches!(self.phase, Phase::Leader { until, .. } if now < until)
+    }
+
+    /// The term led now (by the status; [`Leadership::term`] also checks the deadline).
+    pub fn term(&self) -> Option<Term> {
+        match self.phase {
+            Phase::Leader { term, .. } => Some(term),
+            _ => None,
         }
+    }
+
+    /// The last term this elector started, ended or not.
+    pub fn latest_term(&self) -> Option<Term> {
+        self.term()
+            .or_else(|| self.past.last().map(|past| past.term))
+    }
+
+    /// Every span during which this elector answered, or can still answer, `is_leader() ==
+    /// true`, oldest first (the current one is an upper bound: a renewal may extend it).
+    pub fn led(&self) -> Vec<Span> {
+        let mut spans: Vec<Span> = self.past.iter().map(|past| past.led).collect();
+        if let Phase::Leader { since, until, .. } = self.phase {
+            spans.push(Span {
+                from: since,
+                to: until,
+            });
+        }
+        spans
+    }
+
+    /// How `term` ended, if it did and is still remembered.
+    pub fn end_of(&self, term: Term) -> Option<&EndReason> {
+        self.past
+            .iter()
+            .find(|past| past.term == term)
+            .map(|past| &past.end)
+    }
+
+    /// Records the end of the current term (if leading) and moves to `phase`; returns the span
+    /// that was led.
+    pub(super) fn end_term(&mut self, end: EndReason, now: Instant, phase: Phase) -> Option<Span> {
+        let ended = match self.phase {
+            Phase::Leader {
+                term, since, until, ..
+            } => {
+                let led = Span {
+                    from: since,
+                    to: now.min(until),
+                };
+                if self.past.len() >= PAST_TERMS_KEPT {
+                    self.past.remove(0);
+                }
+                self.past.push(PastTerm { term, led, end });
+                Some(led)
+            }
+            _ => None,
+        };
+        self.phase = phase;
+        ended
     }
 }
 
@@ -83,10 +174,26 @@ impl Leadership {
     /// May the caller act right now? Checks the renew deadline itself, so the answer turns
     /// false on time even if the elector task is stuck, and at once if that task is gone.
     pub fn is_leader(&self) -> bool {
+        self.term().is_some()
+    }
+
+    /// The term this replica leads in right now, `None` when it may not act.
+    pub fn term(&self) -> Option<Term> {
         if self.status.has_changed().is_err() {
-            return false;
+            return None;
         }
-        self.status.borrow().is_leader_at(Instant::now())
+        let status = self.status.borrow();
+        if status.is_leader_at(Instant::now()) {
+            status.term()
+        } else {
+            None
+        }
+    }
+
+    /// May work started in `term` go on? Only while that same term lasts: once it ended, a
+    /// later term of this replica does not count.
+    pub fn is_leader_in(&self, term: Term) -> bool {
+        self.term() == Some(term)
     }
 
     /// The current status.
@@ -95,37 +202,50 @@ impl Leadership {
     }
 
     /// Waits until this elector leads; `Err` with the final status if it ended first.
-    pub async fn acquired(&self) -> Result<(), Status> {
+    pub async fn acquired(&self) -> Result<Term, Status> {
+        self.acquired_after(None).await
+    }
+
+    /// Waits until this elector leads in a term after `after` (any term for `None`): how a task
+    /// learns that leadership was (re)gained. `Err` with the final status if it ended first.
+    pub async fn acquired_after(&self, after: Option<Term>) -> Result<Term, Status> {
         let mut status = self.status.clone();
         let outcome = status
-            .wait_for(|status| !matches!(status, Status::Standby))
+            .wait_for(|status| match &status.phase {
+                Phase::Leader { term, .. } => Some(*term) > after,
+                Phase::Ended(_) => true,
+                Phase::Standby => false,
+            })
             .await
             .map(|status| status.clone());
         match outcome {
-            Ok(Status::Leader { .. }) => Ok(()),
+            Ok(Status {
+                phase: Phase::Leader { term, .. },
+                ..
+            }) => Ok(term),
             Ok(ended) => Err(ended),
-            Err(_) => Err(Status::Ended {
-                reason: EndReason::Lost(LostReason::ElectorGone),
-                led: None,
+            Err(_) => Err(Status {
+                phase: Phase::Ended(EndReason::Lost(LostReason::ElectorGone)),
+                past: Vec::new(),
             }),
         }
     }
 
-    /// Resolves when this elector can no longer lead, other than by an orderly shutdown: it
-    /// lost the Lease, or its task ended or was aborted. Never resolves after a shutdown.
-    pub async fn lost(&self) -> LostReason {
+    /// Resolves when `term` (one this elector leads or led) is over, with why; at once for a
+    /// term that is not the current one.
+    pub async fn term_ended(&self, term: Term) -> EndReason {
         let mut status = self.status.clone();
         let ended = status
-            .wait_for(|status| matches!(status, Status::Ended { .. }))
+            .wait_for(|status| status.term() != Some(term))
             .await
             .map(|status| status.clone());
         match ended {
-            Ok(Status::Ended {
-                reason: EndReason::Lost(reason),
-                ..
-            }) => reason,
-            Ok(_) => std::future::pending().await,
-            Err(_) => LostReason::ElectorGone,
+            Ok(status) => match (status.end_of(term), &status.phase) {
+                (Some(end), _) => end.clone(),
+                (None, Phase::Ended(end)) => end.clone(),
+                (None, _) => EndReason::Lost(LostReason::ElectorGone),
+            },
+            Err(_) => EndReason::Lost(LostReason::ElectorGone),
         }
     }
 }
@@ -136,49 +256,122 @@ mod tests {
 
     use super::*;
 
+    fn leading(term: u64, since: Instant, until: Instant) -> Status {
+        Status {
+            phase: Phase::Leader {
+                term: Term(term),
+                since,
+                renewed: since,
+                until,
+            },
+            past: Vec::new(),
+        }
+    }
+
     #[test]
     fn is_leader_turns_false_at_the_deadline_by_itself() {
         let now = Instant::now();
-        let leader = Status::Leader {
-            since: now,
-            renewed: now,
-            until: now + Duration::from_millis(10),
-        };
+        let leader = leading(1, now, now + Duration::from_millis(10));
         assert!(leader.is_leader_at(now));
         assert!(leader.is_leader_at(now + Duration::from_millis(9)));
         assert!(!leader.is_leader_at(now + Duration::from_millis(10)));
-        assert!(!Status::Standby.is_leader_at(now));
+        assert!(!Status::standby().is_leader_at(now));
     }
 
     #[tokio::test]
-    async fn a_gone_elector_is_not_leader_and_counts_as_lost() {
+    async fn a_gone_elector_is_not_leader_and_its_term_ended() {
         let now = Instant::now();
-        let (sender, receiver) = watch::channel(Status::Leader {
-            since: now,
-            renewed: now,
-            until: now + Duration::from_secs(60),
-        });
+        let (sender, receiver) = watch::channel(leading(1, now, now + Duration::from_secs(60)));
         let leadership = Leadership::new(receiver);
         assert!(leadership.is_leader());
+        assert_eq!(leadership.term(), Some(Term(1)));
         drop(sender);
         assert!(!leadership.is_leader());
-        assert_eq!(leadership.lost().await, LostReason::ElectorGone);
+        assert!(!leadership.is_leader_in(Term(1)));
+        assert_eq!(
+            leadership.term_ended(Term(1)).await,
+            EndReason::Lost(LostReason::ElectorGone)
+        );
     }
 
     #[tokio::test]
-    async fn lost_reports_the_reason_and_acquired_the_end() {
-        let (sender, receiver) = watch::channel(Status::Standby);
+    async fn work_of_a_lost_term_stays_stopped_when_the_next_term_starts() {
+        let now = Instant::now();
+        let far = now + Duration::from_secs(60);
+        let (sender, receiver) = watch::channel(leading(1, now, far));
         let leadership = Leadership::new(receiver);
-        let waiting = tokio::spawn({
+        let first = leadership.acquired().await.unwrap();
+        assert_eq!(first, Term(1));
+        let ended = tokio::spawn({
             let leadership = leadership.clone();
-            async move { leadership.lost().await }
+            async move { leadership.term_ended(first).await }
         });
-        sender.send_replace(Status::Ended {
-            reason: EndReason::Lost(LostReason::Deleted),
-            led: None,
+        let regained = tokio::spawn({
+            let leadership = leadership.clone();
+            async move { leadership.acquired_after(Some(first)).await }
         });
-        assert_eq!(waiting.await.unwrap(), LostReason::Deleted);
+
+        // The term is lost (the API server went away), then won back.
+        sender.send_modify(|status| {
+            status.end_term(
+                EndReason::Lost(LostReason::RenewDeadline(Duration::from_secs(2))),
+                Instant::now(),
+                Phase::Standby,
+            );
+        });
+        assert!(!leadership.is_leader_in(first));
+        sender.send_modify(|status| {
+            status.phase = Phase::Leader {
+                term: Term(2),
+                since: Instant::now(),
+                renewed: Instant::now(),
+                until: far,
+            }
+        });
+
+        assert_eq!(
+            ended.await.unwrap(),
+            EndReason::Lost(LostReason::RenewDeadline(Duration::from_secs(2)))
+        );
+        assert_eq!(regained.await.unwrap(), Ok(Term(2)));
+        assert!(leadership.is_leader());
+        assert!(
+            !leadership.is_leader_in(first),
+            "term 1's work stays stopped"
+        );
+        assert!(leadership.is_leader_in(Term(2)));
+        let status = leadership.status();
+        assert_eq!(status.led().len(), 2);
+        assert_eq!(status.latest_term(), Some(Term(2)));
+    }
+
+    #[tokio::test]
+    async fn acquired_reports_the_end_of_the_elector() {
+        let (sender, receiver) = watch::channel(Status::standby());
+        let leadership = Leadership::new(receiver);
+        sender.send_replace(Status {
+            phase: Phase::Ended(EndReason::Shutdown),
+            past: Vec::new(),
+        });
         assert!(leadership.acquired().await.is_err());
+    }
+
+    #[test]
+    fn only_the_most_recent_terms_are_remembered() {
+        let now = Instant::now();
+        let mut status = Status::standby();
+        for term in 1..=(PAST_TERMS_KEPT as u64 + 5) {
+            status.phase = Phase::Leader {
+                term: Term(term),
+                since: now,
+                renewed: now,
+                until: now + Duration::from_secs(1),
+            };
+            status.end_term(EndReason::Shutdown, now, Phase::Standby);
+        }
+        assert_eq!(status.past.len(), PAST_TERMS_KEPT);
+        assert_eq!(status.past[0].term, Term(6));
+        assert_eq!(status.latest_term(), Some(Term(PAST_TERMS_KEPT as u64 + 5)));
     }
 
     #[test]

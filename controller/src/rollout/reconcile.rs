@@ -11,14 +11,20 @@ use kube::api::Api;
 
 use super::execute::{self, ExecuteError, Outcome};
 use super::pending::PendingDeletions;
-use super::{Action, GroupSnapshot, Plan, WaitReason, plan};
+use super::{Action, GroupSnapshot, Plan, WaitReason, plan, replacement_note};
 use crate::cache::Caches;
 use crate::explain::{Explainer, Explanation, Severity};
 use crate::metrics::{ControllerMetrics, PodCounts};
 use crate::queue::Requeue;
 
-/// Whether this replica may act right now (the leader election's answer).
+/// Whether this reconcile may still act right now: true only while the leadership term it
+/// started in lasts.
 pub type MayAct = Arc<dyn Fn() -> bool + Send + Sync>;
+
+/// Opens one reconcile's right to act: `None` when this replica may not act now, else a
+/// [`MayAct`] bound to the current leadership term, so a reconcile planned before a lost term
+/// can never act in a later one; the next term starts from a fresh snapshot.
+pub type MayStart = Arc<dyn Fn() -> Option<MayAct> + Send + Sync>;
 
 /// Everything a group reconcile needs; shared by all groups.
 pub struct RolloutReconciler {
@@ -27,7 +33,7 @@ pub struct RolloutReconciler {
     pub caches: Caches,
     pub metrics: ControllerMetrics,
     pub explainer: Explainer,
-    pub may_act: MayAct,
+    pub may_start: MayStart,
     pub request_timeout: Duration,
     pub pending: PendingDeletions,
     /// Scales the group before it rolls (as the Go operator does).
@@ -45,13 +51,13 @@ impl std::fmt::Debug for RolloutReconciler {
 impl RolloutReconciler {
     /// One pass over `group`. Standbys return at once: only the leader plans and acts.
     pub async fn reconcile(&self, group: &str) -> Requeue {
-        if !(self.may_act)() {
+        let Some(may_act) = (self.may_start)() else {
             return Requeue::Never;
-        }
+        };
         let started = Instant::now();
         let labels = [group];
         self.metrics.reconciles.with_label_values(&labels).inc();
-        let result = self.reconcile_inner(group).await;
+        let result = self.reconcile_inner(group, &may_act).await;
         self.metrics
             .reconcile_duration
             .with_label_values(&labels)
@@ -76,7 +82,11 @@ impl RolloutReconciler {
         }
     }
 
-    async fn reconcile_inner(&self, group: &str) -> Result<Requeue, ExecuteError> {
+    async fn reconcile_inner(
+        &self,
+        group: &str,
+        may_act: &MayAct,
+    ) -> Result<Requeue, ExecuteError> {
         let members = self.caches.group_members(group);
         if members.is_empty() {
             self.metrics.forget_group(group);
@@ -85,7 +95,7 @@ impl RolloutReconciler {
         let pods = self.caches.pods.state();
         let scaling = self
             .scaling
-            .reconcile(group, &members, &pods, &self.explainer, &self.may_act)
+            .reconcile(group, &members, &pods, &self.explainer, may_act)
             .await;
         if scaling.scaled {
             // The watch event of the change brings the group back with fresh objects.
@@ -100,7 +110,7 @@ impl RolloutReconciler {
         let plan = plan(&snapshot, jiff::Timestamp::now());
         self.record_progress(group, &plan);
         self.explain(group, &members, &plan).await;
-        self.act(group, &members, &plan).await?;
+        self.act(group, &members, &plan, may_act).await?;
         let rollout = plan.recheck_after.map_or(Requeue::Never, Requeue::at);
         Ok(rollout.sooner(scaling.requeue))
     }
@@ -173,12 +183,13 @@ impl RolloutReconciler {
         group: &str,
         members: &[Arc<StatefulSet>],
         plan: &Plan,
+        may_act: &MayAct,
     ) -> Result<(), ExecuteError> {
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), &self.namespace);
         let statefulsets: Api<StatefulSet> = Api::namespaced(self.client.clone(), &self.namespace);
         for action in &plan.actions {
-            // The lease may have been lost while planning: check right before every call.
-            if !(self.may_act)() {
+            // The term may have ended while planning: check right before every call.
+            if !may_act() {
                 return Ok(());
             }
             match action {
@@ -186,6 +197,7 @@ impl RolloutReconciler {
                     statefulset,
                     pod,
                     uid,
+                    unavailable,
                 } => {
                     let outcome = execute::delete_pod(
                         &pods,
@@ -204,16 +216,23 @@ impl RolloutReconciler {
                     }
                     if let Some(owner) = find(members, statefulset) {
                         let progress = plan.progress.iter().find(|p| &p.statefulset == statefulset);
-                        let note = match progress {
-                            Some(progress) => format!(
+                        let note = match (unavailable, progress) {
+                            (Some(why), _) => replacement_note(pod, why),
+                            (None, Some(progress)) => format!(
                                 "deleted pod {pod} to roll it to the update revision ({} of {} pods updated)",
                                 progress.updated, progress.total
                             ),
-                            None => format!("deleted pod {pod} to roll it to the update revision"),
+                            (None, None) => {
+                                format!("deleted pod {pod} to roll it to the update revision")
+                            }
+                        };
+                        let reason = match unavailable {
+                            Some(_) => "UnavailablePodReplaced",
+                            None => "RolloutPodDeleted",
                         };
                         let explanation = Explanation {
                             severity: Severity::Normal,
-                            reason: "RolloutPodDeleted".to_owned(),
+                            reason: reason.to_owned(),
                             action: "DeletePod".to_owned(),
                             note,
                         };
