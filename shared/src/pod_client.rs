@@ -187,6 +187,7 @@ impl PodHttpClient {
 
     /// Calls one endpoint; a 2xx answer returns its body (at most 64 KiB), anything else is an
     /// error naming the pod, the URL and what went wrong.
+    #[tracing::instrument(skip_all, fields(pod = %endpoint.pod, method = method.as_str()))]
     pub async fn call(
         &self,
         method: PodMethod,

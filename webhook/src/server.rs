@@ -172,7 +172,9 @@ async fn admit(
     response
 }
 
-/// no-downscale, under the request deadline; running out of time allows with a warning.
+/// no-downscale, under the request deadline; running out of time allows with a warning. The
+/// span is at debug level: this is the hot path, and an enabled span costs on every request.
+#[tracing::instrument(level = "debug", skip_all, fields(uid = %request.uid, name = %request.name))]
 async fn judge_no_downscale(state: &WebhookState, request: &AdmissionRequest<'_>) -> Decision {
     let judged = async {
         match no_downscale::assess(request) {

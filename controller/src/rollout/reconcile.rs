@@ -49,7 +49,9 @@ impl std::fmt::Debug for RolloutReconciler {
 }
 
 impl RolloutReconciler {
-    /// One pass over `group`. Standbys return at once: only the leader plans and acts.
+    /// One pass over `group`. Standbys return at once: only the leader plans and acts. Every log
+    /// line of the pass, scaling's included, carries the group through this span.
+    #[tracing::instrument(skip_all, fields(rollout_group = group))]
     pub async fn reconcile(&self, group: &str) -> Requeue {
         let Some(may_act) = (self.may_start)() else {
             return Requeue::Never;

@@ -71,6 +71,12 @@ impl PrepareDownscale {
     }
 
     /// Runs the whole flow for one request and returns the answer.
+    #[tracing::instrument(skip_all, fields(
+        uid = %request.uid,
+        statefulset = %request.downscale.name,
+        from = request.downscale.from,
+        to = request.downscale.to,
+    ))]
     pub async fn run(&self, request: PrepareRequest) -> Decision {
         let deadline = Instant::now() + self.request_timeout;
         let forward = Deadline(deadline - self.undo_reserve);
