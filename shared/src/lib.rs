@@ -13,3 +13,4 @@ pub mod pods;
 pub mod shutdown;
 pub mod statefulset;
 pub mod telemetry;
+pub mod zpdb;

@@ -1,0 +1,539 @@
+//! The eviction decision: a pure function of a snapshot (the pod, the namespace's budgets,
+//! StatefulSets and pods, `now`, the evictions recently allowed) to allowed/denied with a reason
+//! a person can act on. The webhook answers `/admission/pod-eviction` with it; nothing here
+//! calls the API.
+//!
+//! The rules (the Go operator's, see docs/compatibility.md):
+//! - a pod that is not Running, or already terminating, may go: it serves nothing;
+//! - no budget selects the pod → allowed; more than one → denied, naming them;
+//! - the pod's owner must be one of the StatefulSets the budget selects, and there must be at
+//!   least two of them (the zones);
+//! - zone mode: denied while another zone has an unavailable or missing pod, or while this
+//!   zone already has max-unavailable unavailable pods (the pod itself not counted);
+//! - partition mode: only the pods of the evicted pod's partition count, across every zone; a
+//!   zone without a pod of that partition counts as one missing.
+//!
+//! A pod is unavailable when it is not available by the rule the rollout planner counts with
+//! ([`PodReadiness::availability`], the StatefulSet's minReadySeconds), when it has been Ready
+//! for less than the budget's crossZoneEvictionDelay, or when its eviction was allowed recently
+//! (the [`RecentlyAllowed`] record: allowed, but the cache does not show it terminating yet).
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use jiff::{SignedDuration, Timestamp};
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::Pod;
+
+use super::spec::{Budget, Observed};
+use crate::pods::{Availability, NotAvailable, PodPhase, PodReadiness, is_controlled_by};
+use crate::statefulset::StatefulSetState;
+
+/// Evictions allowed but not yet visible as terminating: pod name → when it was allowed. An
+/// entry counts until the pod shows up terminating or `expiry` has passed (the API server may
+/// still refuse an eviction the webhook allowed, e.g. for a PodDisruptionBudget).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RecentlyAllowed {
+    pub pods: BTreeMap<String, Timestamp>,
+}
+
+impl RecentlyAllowed {
+    /// When `pod`'s eviction was allowed, if that is less than `expiry` before `now`.
+    pub fn allowed_at(
+        &self,
+        pod: &str,
+        now: Timestamp,
+        expiry: SignedDuration,
+    ) -> Option<Timestamp> {
+        self.pods
+            .get(pod)
+            .copied()
+            .filter(|at| at.checked_add(expiry).is_ok_and(|until| until > now))
+    }
+}
+
+/// Everything the decision reads.
+#[derive(Debug, Clone, Copy)]
+pub struct EvictionSnapshot<'a> {
+    /// The pod to evict.
+    pub pod: &'a Pod,
+    /// The budgets of the pod's namespace, parsed.
+    pub budgets: &'a [Observed],
+    /// The StatefulSets of the pod's namespace.
+    pub statefulsets: &'a [&'a StatefulSet],
+    /// The pods of the pod's namespace (the evicted one among them or not).
+    pub pods: &'a [&'a Pod],
+    pub now: Timestamp,
+    pub recently_allowed: &'a RecentlyAllowed,
+    /// How long a [`RecentlyAllowed`] entry counts.
+    pub record_expiry: SignedDuration,
+}
+
+/// Why a pod is counted as unavailable.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unavailable {
+    Terminating,
+    Phase(PodPhase),
+    NotReady,
+    /// Ready, but not for long enough (minReadySeconds or crossZoneEvictionDelay) until then.
+    ReadyTooRecently(Timestamp),
+    /// Ready, but when it turned Ready is unknown, so crossZoneEvictionDelay cannot have passed.
+    ReadySinceUnknown,
+    /// Its eviction was allowed at this time and it is not terminating yet.
+    EvictionAllowed(Timestamp),
+}
+
+impl fmt::Display for Unavailable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Unavailable::Terminating => f.write_str("terminating"),
+            Unavailable::Phase(phase) => write!(f, "{phase:?}"),
+            Unavailable::NotReady => f.write_str("not ready"),
+            Unavailable::ReadyTooRecently(until) => {
+                write!(f, "ready too recently, counts from {until}")
+            }
+            Unavailable::ReadySinceUnknown => f.write_str("ready since an unknown time"),
+            Unavailable::EvictionAllowed(at) => write!(f, "eviction allowed at {at}"),
+        }
+    }
+}
+
+/// What the decision found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    Allowed {
+        reason: AllowReason,
+        message: String,
+    },
+    Denied {
+        reason: DenyReason,
+        message: String,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AllowReason {
+    PodNotRunning,
+    PodTerminating,
+    NoBudget,
+    BudgetMet,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DenyReason {
+    MultipleBudgets,
+    InvalidBudget,
+    OwnerNotSelected,
+    TooFewStatefulSets,
+    PartitionUnknown,
+    OtherZoneUnavailable,
+    ZoneAtMaxUnavailable,
+    PartitionAtMaxUnavailable,
+}
+
+impl AllowReason {
+    /// The `reason` label of `rollout_operator_zpdb_eviction_requests_total`.
+    pub fn label(self) -> &'static str {
+        match self {
+            AllowReason::PodNotRunning => "pod_not_running",
+            AllowReason::PodTerminating => "pod_terminating",
+            AllowReason::NoBudget => "no_zpdb",
+            AllowReason::BudgetMet => "zpdb_met",
+        }
+    }
+}
+
+impl DenyReason {
+    pub fn label(self) -> &'static str {
+        match self {
+            DenyReason::MultipleBudgets => "multiple_zpdbs",
+            DenyReason::InvalidBudget => "invalid_zpdb",
+            DenyReason::OwnerNotSelected => "owner_not_selected",
+            DenyReason::TooFewStatefulSets => "too_few_statefulsets",
+            DenyReason::PartitionUnknown => "partition_unknown",
+            DenyReason::OtherZoneUnavailable => "other_zone_unavailable",
+            DenyReason::ZoneAtMaxUnavailable => "zone_at_max_unavailable",
+            DenyReason::PartitionAtMaxUnavailable => "partition_at_max_unavailable",
+        }
+    }
+}
+
+impl Verdict {
+    pub fn is_allowed(&self) -> bool {
+        matches!(self, Verdict::Allowed { .. })
+    }
+    pub fn message(&self) -> &str {
+        match self {
+            Verdict::Allowed { message, .. } | Verdict::Denied { message, .. } => message,
+        }
+    }
+    /// The `reason` label of `rollout_operator_zpdb_eviction_requests_total`.
+    pub fn reason_label(&self) -> &'static str {
+        match self {
+            Verdict::Allowed { reason, .. } => reason.label(),
+            Verdict::Denied { reason, .. } => reason.label(),
+        }
+    }
+    /// The budget that judged, when one did and allowed: its record must take the pod.
+    pub fn judged_by_budget(&self) -> bool {
+        matches!(
+            self,
+            Verdict::Allowed {
+                reason: AllowReason::BudgetMet,
+                ..
+            }
+        )
+    }
+}
+
+fn allowed(reason: AllowReason, message: String) -> Verdict {
+    Verdict::Allowed { reason, message }
+}
+fn denied(reason: DenyReason, message: String) -> Verdict {
+    Verdict::Denied { reason, message }
+}
+
+/// The budget that selects `pod`, if exactly one does (None: no budget; Err: the denial).
+pub fn selecting_budget<'b>(
+    pod: &Pod,
+    budgets: &'b [Observed],
+) -> Result<Option<&'b Budget>, Verdict> {
+    let name = pod.metadata.name.as_deref().unwrap_or("");
+    let labels = pod.metadata.labels.as_ref();
+    let selecting: Vec<&Observed> = budgets
+        .iter()
+        .filter(|budget| match budget {
+            Ok(budget) => budget.selects(labels),
+            Err(invalid) => invalid.selects(labels),
+        })
+        .collect();
+    match selecting.as_slice() {
+        [] => Ok(None),
+        [Ok(budget)] => Ok(Some(budget)),
+        [Err(invalid)] => Err(denied(
+            DenyReason::InvalidBudget,
+            format!("pod {name} cannot be evicted: it is selected by {invalid}; fix the budget"),
+        )),
+        several => {
+            let names: Vec<&str> = several
+                .iter()
+                .map(|budget| match budget {
+                    Ok(budget) => budget.name.as_str(),
+                    Err(invalid) => invalid.name.as_str(),
+                })
+                .collect();
+            Err(denied(
+                DenyReason::MultipleBudgets,
+                format!(
+                    "pod {name} cannot be evicted: {} ZoneAwarePodDisruptionBudgets select it ({}); exactly one may",
+                    names.len(),
+                    names.join(", ")
+                ),
+            ))
+        }
+    }
+}
+
+/// Decides whether the snapshot's pod may be evicted now.
+pub fn decide(snapshot: &EvictionSnapshot<'_>) -> Verdict {
+    let pod = snapshot.pod;
+    let name = pod.metadata.name.as_deref().unwrap_or("");
+    let readiness = PodReadiness::of(pod);
+    if readiness.terminating {
+        return allowed(
+            AllowReason::PodTerminating,
+            format!("pod {name} is already terminating"),
+        );
+    }
+    if readiness.phase != PodPhase::Running {
+        return allowed(
+            AllowReason::PodNotRunning,
+            format!("pod {name} is not running ({:?})", readiness.phase),
+        );
+    }
+    let budget = match selecting_budget(pod, snapshot.budgets) {
+        Err(verdict) => return verdict,
+        Ok(None) => {
+            return allowed(
+                AllowReason::NoBudget,
+                format!("no ZoneAwarePodDisruptionBudget selects pod {name}"),
+            );
+        }
+        Ok(Some(budget)) => budget,
+    };
+    let mut zones: Vec<&StatefulSet> = snapshot
+        .statefulsets
+        .iter()
+        .copied()
+        .filter(|statefulset| statefulset.metadata.namespace == pod.metadata.namespace)
+        .filter(|statefulset| budget.selects(statefulset.metadata.labels.as_ref()))
+        .collect();
+    zones.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    let zone_names = || {
+        zones
+            .iter()
+            .map(|zone| zone.metadata.name.as_deref().unwrap_or(""))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let Some(own) = zones
+        .iter()
+        .copied()
+        .find(|zone| is_controlled_by(pod, zone))
+    else {
+        let owner = crate::pods::controlling_statefulset(pod)
+            .map(|owner| format!("its owner StatefulSet {owner} is"))
+            .unwrap_or_else(|| "it is not owned by a StatefulSet, which".to_owned());
+        return denied(
+            DenyReason::OwnerNotSelected,
+            format!(
+                "pod {name} cannot be evicted: it is selected by ZoneAwarePodDisruptionBudget {}, but {owner} not among the StatefulSets the budget selects ([{}]); make the budget's selector match the StatefulSets' labels",
+                budget.name,
+                zone_names()
+            ),
+        );
+    };
+    if zones.len() < 2 {
+        return denied(
+            DenyReason::TooFewStatefulSets,
+            format!(
+                "pod {name} cannot be evicted: ZoneAwarePodDisruptionBudget {} selects {} StatefulSet{} ([{}]); it needs one per zone, at least two",
+                budget.name,
+                zones.len(),
+                if zones.len() == 1 { "" } else { "s" },
+                zone_names()
+            ),
+        );
+    }
+    let judge = Judge {
+        snapshot,
+        budget,
+        evicted: name,
+    };
+    match &budget.partition {
+        None => judge.zone_mode(own, &zones),
+        Some(partition) => match partition.of(name) {
+            Some(partition_name) => judge.partition_mode(partition_name, &zones),
+            None => denied(
+                DenyReason::PartitionUnknown,
+                format!(
+                    "pod {name} cannot be evicted: its name does not match podNamePartitionRegex {:?} (group {}) of ZoneAwarePodDisruptionBudget {}, so its partition is unknown",
+                    partition.regex.as_str(),
+                    partition.group,
+                    budget.name
+                ),
+            ),
+        },
+    }
+}
+
+/// The unavailable and missing pods of one zone, as counted.
+#[derive(Debug, Default)]
+struct ZoneCount {
+    unavailable: Vec<(String, Unavailable)>,
+    missing: u32,
+}
+
+impl ZoneCount {
+    fn total(&self) -> u32 {
+        u32::try_from(self.unavailable.len())
+            .unwrap_or(u32::MAX)
+            .saturating_add(self.missing)
+    }
+    fn describe(&self) -> String {
+        let mut parts: Vec<String> = self
+            .unavailable
+            .iter()
+            .take(5)
+            .map(|(pod, why)| format!("{pod} {why}"))
+            .collect();
+        if self.unavailable.len() > 5 {
+            parts.push(format!("and {} more", self.unavailable.len() - 5));
+        }
+        if self.missing > 0 {
+            parts.push(format!("{} missing", self.missing));
+        }
+        parts.join(", ")
+    }
+}
+
+struct Judge<'s, 'a> {
+    snapshot: &'s EvictionSnapshot<'a>,
+    budget: &'s Budget,
+    evicted: &'s str,
+}
+
+impl Judge<'_, '_> {
+    /// Why `pod` of `zone` counts as unavailable, if it does.
+    fn unavailable(&self, pod: &Pod, min_ready_seconds: u32) -> Option<Unavailable> {
+        let now = self.snapshot.now;
+        let readiness = PodReadiness::of(pod);
+        match readiness.availability(min_ready_seconds, now) {
+            Availability::Unavailable(NotAvailable::Terminating) => {
+                return Some(Unavailable::Terminating);
+            }
+            Availability::Unavailable(NotAvailable::Phase(phase)) => {
+                return Some(Unavailable::Phase(phase));
+            }
+            Availability::Unavailable(NotAvailable::NotReady) => {
+                return Some(Unavailable::NotReady);
+            }
+            Availability::From(from) => return Some(Unavailable::ReadyTooRecently(from)),
+            Availability::Available => {}
+        }
+        if let Some(delay) = self
+            .budget
+            .cross_zone_eviction_delay
+            .filter(|delay| !delay.is_zero())
+        {
+            match readiness.ready_since {
+                None => return Some(Unavailable::ReadySinceUnknown),
+                Some(since) => match since.checked_add(delay) {
+                    Ok(until) if until > now => return Some(Unavailable::ReadyTooRecently(until)),
+                    _ => {}
+                },
+            }
+        }
+        let name = pod.metadata.name.as_deref().unwrap_or("");
+        self.snapshot
+            .recently_allowed
+            .allowed_at(name, now, self.snapshot.record_expiry)
+            .map(Unavailable::EvictionAllowed)
+    }
+
+    /// The pods of `zone` other than the evicted one, with `keep` choosing which count.
+    fn count(&self, zone: &StatefulSet, keep: impl Fn(&str) -> bool) -> (ZoneCount, u32) {
+        let state = StatefulSetState::of(zone);
+        let min_ready_seconds = state.min_ready_seconds.unsigned_abs();
+        let mut count = ZoneCount::default();
+        let mut present = 0u32;
+        for pod in self.snapshot.pods.iter().copied() {
+            let name = pod.metadata.name.as_deref().unwrap_or("");
+            if !keep(name) || !is_controlled_by(pod, zone) {
+                continue;
+            }
+            present += 1;
+            if name == self.evicted {
+                continue;
+            }
+            if let Some(why) = self.unavailable(pod, min_ready_seconds) {
+                count.unavailable.push((name.to_owned(), why));
+            }
+        }
+        (count, present)
+    }
+
+    fn zone_mode(&self, own: &StatefulSet, zones: &[&StatefulSet]) -> Verdict {
+        let budget = &self.budget.name;
+        let evicted = self.evicted;
+        for zone in zones
+            .iter()
+            .copied()
+            .filter(|zone| zone.metadata.uid != own.metadata.uid)
+        {
+            let (mut count, present) = self.count(zone, |_| true);
+            let replicas = StatefulSetState::of(zone).replicas.unsigned_abs();
+            count.missing = replicas.saturating_sub(present);
+            if count.total() > 0 {
+                return denied(
+                    DenyReason::OtherZoneUnavailable,
+                    format!(
+                        "pod {evicted} cannot be evicted: ZoneAwarePodDisruptionBudget {budget} allows evictions in one zone at a time, and StatefulSet {} has {} unavailable pod{} ({}); retry once it is available again",
+                        zone.metadata.name.as_deref().unwrap_or(""),
+                        count.total(),
+                        plural(count.total()),
+                        count.describe()
+                    ),
+                );
+            }
+        }
+        let state = StatefulSetState::of(own);
+        let (mut count, present) = self.count(own, |_| true);
+        count.missing = state.replicas.unsigned_abs().saturating_sub(present);
+        let max = self.budget.max_unavailable.of(state.replicas);
+        let after = count.total().saturating_add(1);
+        if after > max {
+            let already = if count.total() == 0 {
+                String::new()
+            } else {
+                format!(
+                    " and it already has {} ({})",
+                    count.total(),
+                    count.describe()
+                )
+            };
+            return denied(
+                DenyReason::ZoneAtMaxUnavailable,
+                format!(
+                    "pod {evicted} cannot be evicted: ZoneAwarePodDisruptionBudget {budget} allows {max} unavailable pod{} in StatefulSet {} ({}){already}; retry once a pod is available again",
+                    plural(max),
+                    state.name,
+                    self.budget.max_unavailable,
+                ),
+            );
+        }
+        allowed(
+            AllowReason::BudgetMet,
+            format!(
+                "ZoneAwarePodDisruptionBudget {budget} met: StatefulSet {} will have {after} of {max} allowed unavailable pods, the other zones none",
+                state.name
+            ),
+        )
+    }
+
+    fn partition_mode(&self, partition_name: &str, zones: &[&StatefulSet]) -> Verdict {
+        let Some(partition) = &self.budget.partition else {
+            unreachable!("partition_mode is only called for a budget with a partition")
+        };
+        let budget = &self.budget.name;
+        let evicted = self.evicted;
+        let same = |pod: &str| partition.of(pod) == Some(partition_name);
+        let mut total = 0u32;
+        let mut described = Vec::new();
+        for zone in zones.iter().copied() {
+            let (mut count, present) = self.count(zone, same);
+            if present == 0 {
+                count.missing = 1;
+            }
+            if count.total() > 0 {
+                total = total.saturating_add(count.total());
+                described.push(format!(
+                    "{}: {}",
+                    zone.metadata.name.as_deref().unwrap_or(""),
+                    count.describe()
+                ));
+            }
+        }
+        let max = self.budget.max_unavailable.of(0);
+        if total >= max {
+            let state = if described.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    " and {total} already {} ({})",
+                    if total == 1 { "is" } else { "are" },
+                    described.join("; ")
+                )
+            };
+            return denied(
+                DenyReason::PartitionAtMaxUnavailable,
+                format!(
+                    "pod {evicted} cannot be evicted: ZoneAwarePodDisruptionBudget {budget} allows {max} unavailable pod{} of partition {partition_name} across the zones{state}; retry once they are available again",
+                    plural(max)
+                ),
+            );
+        }
+        allowed(
+            AllowReason::BudgetMet,
+            format!(
+                "ZoneAwarePodDisruptionBudget {budget} met for partition {partition_name}: {} of {max} allowed unavailable across {} zones",
+                total + 1,
+                zones.len()
+            ),
+        )
+    }
+}
+
+fn plural(count: u32) -> &'static str {
+    if count == 1 { "" } else { "s" }
+}
