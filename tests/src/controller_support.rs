@@ -102,10 +102,19 @@ impl Controller {
 
     /// Whether it reports holding the lease (`baton_leader 1`); false when it does not answer.
     pub async fn is_leader(&self) -> bool {
-        self.metrics()
-            .await
-            .lines()
-            .any(|line| line.trim() == "baton_leader 1")
+        self.metric("baton_leader").await == Some(1.0)
+    }
+
+    /// The value of an unlabelled metric, `None` when absent or the server does not answer.
+    pub async fn metric(&self, name: &str) -> Option<f64> {
+        self.metrics().await.lines().find_map(|line| {
+            let (key, value) = line.trim().split_once(' ')?;
+            if key == name {
+                value.parse().ok()
+            } else {
+                None
+            }
+        })
     }
 }
 

@@ -3,8 +3,10 @@
 //! Running and Ready with a loopback IP of its own (`127.x.y.z`, so a test server can listen
 //! "on the pod"). Like a kubelet it also finishes the deletion of a terminating pod, which
 //! matters when a deleting client died mid-request: the API server then leaves the pod with a
-//! deletionTimestamp and nothing else would ever remove it. Tests can hold pods NotReady and
-//! read a timeline of what every pod did, as seen through the API server's watch.
+//! deletionTimestamp and nothing else would ever remove it. Tests can hold pods NotReady, make
+//! a pod or a whole version crash-loop (Ready False, its container waiting in
+//! `CrashLoopBackOff`, as a kubelet reports it), and read a timeline of what every pod did, as
+//! seen through the API server's watch.
 
 use std::collections::{HashMap, HashSet};
 use std::net::Ipv4Addr;
@@ -15,7 +17,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::json;
 use tokio::task::JoinSet;
 
@@ -62,6 +64,10 @@ struct Shared {
     api: Api<Pod>,
     options: SimulatorOptions,
     held: Mutex<HashSet<String>>,
+    /// Uids of pods that crash-loop (that one pod only, not its replacement).
+    crash_looping: Mutex<HashSet<String>>,
+    /// Image tags whose pods crash-loop: a broken version.
+    broken_versions: Mutex<HashSet<String>>,
     timeline: Mutex<Vec<PodTransition>>,
     ips: Mutex<HashMap<String, Ipv4Addr>>,
 }
@@ -80,6 +86,8 @@ impl PodSimulator {
             api: Api::namespaced(client, namespace),
             options,
             held: Mutex::default(),
+            crash_looping: Mutex::default(),
+            broken_versions: Mutex::default(),
             timeline: Mutex::default(),
             ips: Mutex::default(),
         });
@@ -117,6 +125,30 @@ impl PodSimulator {
         }
     }
 
+    /// Makes the pod now named `pod` crash-loop from now on (its replacement, a new pod of the
+    /// same name, is healthy): Ready False, its containers waiting in `CrashLoopBackOff`.
+    pub async fn crash_loop(&self, pod: &str) {
+        let current = self
+            .shared
+            .api
+            .get(pod)
+            .await
+            .unwrap_or_else(|error| panic!("pod simulator: cannot read pod {pod}: {error}"));
+        let uid = current.metadata.uid.clone().unwrap_or_default();
+        self.shared.crash_looping.lock().unwrap().insert(uid);
+        self.shared.set_health(&current, Health::CrashLooping).await;
+    }
+
+    /// Every pod running the image tag `version` (a fixture's version) crash-loops: a broken
+    /// release. Pods created before are affected on their next status update.
+    pub fn break_version(&self, version: &str) {
+        self.shared
+            .broken_versions
+            .lock()
+            .unwrap()
+            .insert(version.to_owned());
+    }
+
     /// Every transition seen so far.
     pub fn timeline(&self) -> Vec<PodTransition> {
         self.shared.timeline.lock().unwrap().clone()
@@ -145,7 +177,11 @@ async fn run(shared: Arc<Shared>) {
     let mut seen: HashMap<String, Seen> = HashMap::new();
     let mut in_flight: HashSet<String> = HashSet::new();
     let mut becoming_ready: JoinSet<String> = JoinSet::new();
-    let mut events = watcher(shared.api.clone(), watcher::Config::default()).boxed();
+    // Backoff: while the API server is down (an outage scenario) errors come at once, and
+    // retrying without a pause would spin.
+    let mut events = watcher(shared.api.clone(), watcher::Config::default())
+        .default_backoff()
+        .boxed();
     let mut resync = tokio::time::interval(RESYNC);
     loop {
         tokio::select! {
@@ -238,6 +274,18 @@ fn act(
         });
         return;
     }
+    if shared.crash_loops(&pod) {
+        if is_crash_looping(&pod) {
+            return;
+        }
+        in_flight.insert(uid.clone());
+        tasks.spawn(async move {
+            tokio::time::sleep(shared.options.ready_after).await;
+            shared.set_health(&pod, Health::CrashLooping).await;
+            uid
+        });
+        return;
+    }
     let held = shared.held.lock().unwrap().contains(&name);
     if state.ready || held {
         return;
@@ -250,6 +298,32 @@ fn act(
         }
         uid
     });
+}
+
+/// What the simulated kubelet reports about a pod's containers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Health {
+    Ready,
+    NotReady,
+    /// Running, restarting its container over and over: Ready False, waiting in
+    /// `CrashLoopBackOff` with the last run terminated in `Error`.
+    CrashLooping,
+}
+
+fn is_crash_looping(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|status| status.container_statuses.as_ref())
+        .is_some_and(|containers| {
+            containers.iter().any(|container| {
+                container
+                    .state
+                    .as_ref()
+                    .and_then(|state| state.waiting.as_ref())
+                    .and_then(|waiting| waiting.reason.as_deref())
+                    == Some("CrashLoopBackOff")
+            })
+        })
 }
 
 fn is_ready(pod: &Pod) -> bool {
@@ -320,11 +394,41 @@ impl Shared {
             .await;
     }
 
-    /// Writes the status a kubelet would: Running, the pod's IP, and Ready true or false. The
-    /// uid in the patch is a precondition: a recreated pod of the same name is left alone.
+    /// Whether `pod` is one that crash-loops: by uid, or because it runs a broken version.
+    fn crash_loops(&self, pod: &Pod) -> bool {
+        let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+        if self.crash_looping.lock().unwrap().contains(uid) {
+            return true;
+        }
+        let broken = self.broken_versions.lock().unwrap();
+        pod.spec
+            .iter()
+            .flat_map(|spec| &spec.containers)
+            .any(|container| {
+                container
+                    .image
+                    .as_deref()
+                    .and_then(|image| image.rsplit_once(':'))
+                    .is_some_and(|(_, tag)| broken.contains(tag))
+            })
+    }
+
     async fn set_ready(&self, pod: &Pod, ready: bool) {
+        let health = if ready {
+            Health::Ready
+        } else {
+            Health::NotReady
+        };
+        self.set_health(pod, health).await;
+    }
+
+    /// Writes the status a kubelet would: Running, the pod's IP, Ready true or false and the
+    /// containers' states. The uid in the patch is a precondition: a recreated pod of the same
+    /// name is left alone.
+    async fn set_health(&self, pod: &Pod, health: Health) {
         let name = pod.metadata.name.clone().unwrap_or_default();
         let now = jiff::Timestamp::now().to_string();
+        let ready = health == Health::Ready;
         let flag = if ready { "True" } else { "False" };
         let ip = self.ip_for(&name).to_string();
         let containers: Vec<_> = pod
@@ -335,14 +439,30 @@ impl Shared {
         let container_statuses: Vec<_> = containers
             .iter()
             .map(|container| {
+                let (state, last_state, restarts) = match health {
+                    Health::CrashLooping => (
+                        json!({"waiting": {
+                            "reason": "CrashLoopBackOff",
+                            "message": format!("back-off 10s restarting failed container={} pod={name}", container.name),
+                        }}),
+                        json!({"terminated": {
+                            "exitCode": 1, "reason": "Error", "startedAt": now, "finishedAt": now,
+                        }}),
+                        3,
+                    ),
+                    Health::Ready | Health::NotReady => {
+                        (json!({"running": {"startedAt": now}}), json!({}), 0)
+                    }
+                };
                 json!({
                     "name": container.name,
                     "image": container.image,
                     "imageID": "",
                     "ready": ready,
-                    "started": true,
-                    "restartCount": 0,
-                    "state": {"running": {"startedAt": now}},
+                    "started": health != Health::CrashLooping,
+                    "restartCount": restarts,
+                    "state": state,
+                    "lastState": last_state,
                 })
             })
             .collect();

@@ -1,11 +1,15 @@
 //! Several baton-controller replicas: exactly one acts, and the rollout survives losing it.
+//! One replica outlives an API server outage mid-rollout; a fresh install leads at once.
 
 use std::time::{Duration, Instant};
 
+use std::collections::BTreeMap;
+
 use baton_e2e::controller_support::{
-    Controller, event_reporters, roll_out, wait_group_ready, wait_rollout_complete,
+    Controller, event_reporters, roll_out, rollout_state, wait_group_ready, wait_rollout_complete,
 };
 use baton_e2e::fixtures::rollout_group;
+use baton_e2e::pod_simulator::PodEvent;
 use baton_e2e::timeline::{Zone, check_rollout_guarantees};
 use baton_e2e::{ControlPlane, PodSimulator, SimulatorOptions, TestNamespace, wait_until};
 
@@ -42,8 +46,8 @@ async fn the_leader(controllers: &[&Controller]) -> usize {
     unreachable!("a leader was seen just before")
 }
 
-/// Does what Kubernetes does for a controller that exited (a lost lease exits non-zero): start
-/// a new one.
+/// Does what Kubernetes does for a controller that exited (a crash: a lost lease no longer
+/// exits): start a new one.
 async fn restart_exited(
     controllers: &mut Vec<Controller>,
     control_plane: &ControlPlane,
@@ -242,4 +246,155 @@ async fn leaders_killed_and_restarted_for_a_minute_never_break_the_rollout_guara
     wait_rollout_complete(&namespace.client(), namespace.name(), &names).await;
     check_rollout_guarantees(&simulator.timeline(), &zones, from).unwrap();
     assert!(round >= 5, "the leader changed {round} times");
+}
+
+#[tokio::test]
+async fn a_controller_outlives_a_15s_api_server_outage_mid_rollout_and_finishes_it() {
+    // Given a control plane of its own, one controller and a ready group of 3 zones × 3 pods,
+    // whose rollout the controller has started
+    let control_plane = ControlPlane::dedicated().await;
+    let namespace = TestNamespace::create(&control_plane, "ha-outage").await;
+    let options = SimulatorOptions {
+        ready_after: Duration::from_millis(300),
+    };
+    let simulator = PodSimulator::start(namespace.client(), namespace.name(), options).await;
+    let mut controller = Controller::start(&control_plane, namespace.name(), &[]).await;
+    let pid = controller.process.pid();
+    let names = create_group(&namespace, &["a", "b", "c"], 3).await;
+    let zones: Vec<Zone> = names.iter().map(|name| Zone::new(name, 3, 1)).collect();
+    wait_until(TIMEOUT, "the controller leads", || controller.is_leader()).await;
+    let mut old_revisions = BTreeMap::new();
+    for name in &names {
+        let state = rollout_state(&namespace.client(), namespace.name(), name).await;
+        old_revisions.insert(name.clone(), state.update_revision);
+    }
+    let from = Instant::now();
+    roll_out(&namespace.client(), namespace.name(), &names, "v2").await;
+    wait_until(TIMEOUT, "the controller deleted a pod", || async {
+        !event_reporters(&namespace.client(), namespace.name(), "RolloutPodDeleted")
+            .await
+            .is_empty()
+    })
+    .await;
+
+    // When the API server is down for 15 s
+    control_plane.stop_apiserver().await.unwrap();
+    let stopped = Instant::now();
+    wait_until(TIMEOUT, "the controller stops leading", || async {
+        controller.metric("baton_leader").await == Some(0.0)
+    })
+    .await;
+    let stopped_leading = stopped.elapsed();
+    assert!(
+        controller.metric("baton_leader_terms_total").await == Some(1.0),
+        "one term so far"
+    );
+    // The outage's length is the scenario's input, not a wait for a condition.
+    tokio::time::sleep_until((stopped + OUTAGE).into()).await;
+    control_plane.start_apiserver().await.unwrap();
+    let back = Instant::now();
+
+    // Then the same process leads again, in a second term
+    wait_until(TIMEOUT, "the controller leads again", || {
+        controller.is_leader()
+    })
+    .await;
+    eprintln!(
+        "stopped leading {stopped_leading:?} into the outage; leads again {:?} after the API server was back",
+        back.elapsed()
+    );
+    assert!(
+        !controller.process.has_exited(),
+        "{}",
+        controller.process.output()
+    );
+    assert_eq!(controller.process.pid(), pid, "the same process");
+    assert_eq!(
+        controller.metric("baton_leader_terms_total").await,
+        Some(2.0),
+        "it lost its term in the outage and won a new one"
+    );
+
+    // And the rollout completes with every guarantee kept and each old pod deleted exactly once
+    wait_rollout_complete(&namespace.client(), namespace.name(), &names).await;
+    let timeline = simulator.timeline();
+    check_rollout_guarantees(&timeline, &zones, from).unwrap();
+    let deleted: Vec<_> = timeline
+        .iter()
+        .filter(|transition| transition.at >= from && transition.event == PodEvent::Terminating)
+        .collect();
+    for transition in &deleted {
+        let owner = transition.statefulset.clone().unwrap_or_default();
+        assert_eq!(
+            transition.revision.as_ref(),
+            old_revisions.get(&owner),
+            "only old pods are deleted: {} of {owner}",
+            transition.pod
+        );
+    }
+    let mut uids: Vec<&str> = deleted.iter().map(|t| t.uid.as_str()).collect();
+    uids.sort_unstable();
+    uids.dedup();
+    assert_eq!(
+        (deleted.len(), uids.len()),
+        (9, 9),
+        "each of the 9 old pods was deleted once: {deleted:#?}"
+    );
+    let output = controller.process.output();
+    assert!(
+        output.contains("lost the leadership: every action stops now; campaigning again"),
+        "{output}"
+    );
+}
+
+/// How long the API server is down in the outage scenario.
+const OUTAGE: Duration = Duration::from_secs(15);
+
+#[tokio::test]
+async fn a_fresh_install_leads_at_once_and_a_restarted_replica_waits_out_the_old_lease() {
+    // Given a namespace without a Lease and production-like lease timings
+    let control_plane = ControlPlane::shared().await;
+    let namespace = TestNamespace::create(control_plane, "ha-fresh").await;
+    let lease = [
+        ("BATON_CONTROLLER__LEASE__DURATION", "8s"),
+        ("BATON_CONTROLLER__LEASE__RENEW_DEADLINE", "6s"),
+        ("BATON_CONTROLLER__LEASE__RETRY_PERIOD", "1s"),
+    ];
+    let duration = Duration::from_secs(8);
+
+    // When a controller starts (its binary built beforehand: the build is not the start)
+    tokio::task::spawn_blocking(|| baton_e2e::process::workspace_binary("baton-controller"))
+        .await
+        .unwrap()
+        .unwrap();
+    let started = Instant::now();
+    let mut first = Controller::start(control_plane, namespace.name(), &lease).await;
+
+    // Then it leads well before a lease duration (no wait for a Lease nobody ever held)
+    wait_until(duration / 2, "the fresh install leads", || {
+        first.is_leader()
+    })
+    .await;
+    eprintln!(
+        "a fresh install led {:?} after it was started",
+        started.elapsed()
+    );
+    let output = first.process.output();
+    assert!(!output.contains("standing by"), "{output}");
+
+    // When it is killed (no release) and a replica with a new identity starts at once
+    first.process.signal("KILL").unwrap();
+    let killed = Instant::now();
+    let _ = first.process.wait().await;
+    let second = Controller::start(control_plane, namespace.name(), &lease).await;
+
+    // Then the new replica stands by until the old lease expired, then leads
+    wait_until(TIMEOUT, "the new replica leads", || second.is_leader()).await;
+    let takeover = killed.elapsed();
+    eprintln!("the new identity led {takeover:?} after the kill");
+    assert!(
+        takeover + Duration::from_secs(1) >= duration,
+        "the new identity led {takeover:?} after the kill, before the old lease ({duration:?}) could expire"
+    );
+    assert!(second.process.output().contains("standing by"));
 }

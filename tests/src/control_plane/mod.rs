@@ -4,13 +4,13 @@
 
 pub mod supervisor;
 
-use std::io::BufRead;
+use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::{Mutex, OnceLock};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::sync::{Arc, Mutex, OnceLock};
 
-use anyhow::{Context, anyhow};
-pub use supervisor::Handshake;
+use anyhow::{Context, anyhow, bail};
+pub use supervisor::{Handshake, SupervisorCommand};
 
 use crate::process::workspace_binary;
 
@@ -23,8 +23,19 @@ pub const EXISTING_CLUSTER_ENV: &str = "E2E_KUBECONFIG";
 pub struct ControlPlane {
     handshake: Handshake,
     local: bool,
-    /// Kept open for the life of the process: the supervisor stops when it closes.
-    _supervisor: Option<Mutex<(Child, ChildStdin)>>,
+    /// Only a control plane of its own may have its API server stopped: the shared one serves
+    /// every test of the process at once.
+    dedicated: bool,
+    /// Its stdin is kept open for the life of the control plane (the supervisor stops when it
+    /// closes); commands are written there and answered on its stdout.
+    supervisor: Option<Arc<Mutex<Supervisor>>>,
+}
+
+#[derive(Debug)]
+struct Supervisor {
+    _child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
 }
 
 static SHARED: OnceLock<ControlPlane> = OnceLock::new();
@@ -39,7 +50,7 @@ impl ControlPlane {
             return existing;
         }
         tokio::task::spawn_blocking(|| {
-            SHARED.get_or_init(|| match Self::start() {
+            SHARED.get_or_init(|| match Self::start(false) {
                 Ok(control_plane) => control_plane,
                 Err(error) => panic!("starting the test control plane: {error:#}"),
             })
@@ -48,8 +59,20 @@ impl ControlPlane {
         .expect("starting the control plane panicked")
     }
 
-    fn start() -> anyhow::Result<Self> {
-        if let Some(kubeconfig) = std::env::var_os(EXISTING_CLUSTER_ENV) {
+    /// A control plane for the calling test alone, stopped when dropped: for a test that stops
+    /// its API server ([`stop_apiserver`](Self::stop_apiserver)). Needs the local control plane.
+    pub async fn dedicated() -> ControlPlane {
+        if std::env::var_os(EXISTING_CLUSTER_ENV).is_some() {
+            panic!("a dedicated control plane is started locally; unset {EXISTING_CLUSTER_ENV}");
+        }
+        tokio::task::spawn_blocking(|| Self::start(true))
+            .await
+            .expect("starting the control plane panicked")
+            .unwrap_or_else(|error| panic!("starting a dedicated control plane: {error:#}"))
+    }
+
+    fn start(dedicated: bool) -> anyhow::Result<Self> {
+        if !dedicated && let Some(kubeconfig) = std::env::var_os(EXISTING_CLUSTER_ENV) {
             return Ok(Self::existing(PathBuf::from(kubeconfig)));
         }
         let binary = workspace_binary("baton-control-plane")?;
@@ -61,9 +84,9 @@ impl ControlPlane {
             .spawn()
             .with_context(|| format!("starting {}", binary.display()))?;
         let stdin = child.stdin.take().expect("stdin is piped");
-        let stdout = child.stdout.take().expect("stdout is piped");
+        let mut stdout = BufReader::new(child.stdout.take().expect("stdout is piped"));
         let mut line = String::new();
-        std::io::BufReader::new(stdout).read_line(&mut line)?;
+        stdout.read_line(&mut line)?;
         if line.trim().is_empty() {
             let status = child.wait()?;
             return Err(anyhow!(
@@ -75,8 +98,52 @@ impl ControlPlane {
         Ok(Self {
             handshake,
             local: true,
-            _supervisor: Some(Mutex::new((child, stdin))),
+            dedicated,
+            supervisor: Some(Arc::new(Mutex::new(Supervisor {
+                _child: child,
+                stdin,
+                stdout,
+            }))),
         })
+    }
+
+    /// Kills kube-apiserver (etcd and kube-controller-manager keep running): every client gets
+    /// connection errors until [`start_apiserver`](Self::start_apiserver). Dedicated only.
+    pub async fn stop_apiserver(&self) -> anyhow::Result<()> {
+        self.command(SupervisorCommand::StopApiserver).await
+    }
+
+    /// Starts kube-apiserver again with the same flags, port, certificates and etcd; returns
+    /// once it answers `/readyz`. Dedicated only.
+    pub async fn start_apiserver(&self) -> anyhow::Result<()> {
+        self.command(SupervisorCommand::StartApiserver).await
+    }
+
+    async fn command(&self, command: SupervisorCommand) -> anyhow::Result<()> {
+        let Some(supervisor) = self.supervisor.clone().filter(|_| self.dedicated) else {
+            bail!(
+                "{} needs a dedicated local control plane (ControlPlane::dedicated)",
+                command.line()
+            );
+        };
+        let answer = tokio::task::spawn_blocking(move || -> anyhow::Result<String> {
+            let mut supervisor = supervisor
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            writeln!(supervisor.stdin, "{}", command.line())?;
+            supervisor.stdin.flush()?;
+            let mut answer = String::new();
+            supervisor.stdout.read_line(&mut answer)?;
+            Ok(answer)
+        })
+        .await
+        .context("the control plane command panicked")?
+        .with_context(|| format!("sending {} to the control plane", command.line()))?;
+        match answer.trim() {
+            "ok" => Ok(()),
+            "" => bail!("the control plane exited during {}", command.line()),
+            error => bail!("{}: {error}", command.line()),
+        }
     }
 
     fn existing(kubeconfig: PathBuf) -> Self {
@@ -90,7 +157,8 @@ impl ControlPlane {
                 dir: PathBuf::new(),
             },
             local: false,
-            _supervisor: None,
+            dedicated: false,
+            supervisor: None,
         }
     }
 

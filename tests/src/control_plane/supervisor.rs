@@ -2,6 +2,10 @@
 //! them running until told to stop. Runs inside the `baton-control-plane` binary so that the
 //! processes it starts die with it: every child is started through `setpriv --pdeathsig KILL`,
 //! and the binary stops when its parent (a test process) closes its stdin.
+//!
+//! Its parent can also send [`Command`]s, one per line on stdin, each answered by one line on
+//! stdout (`ok` or `error: …`): stopping kube-apiserver (an outage, as during a control-plane
+//! upgrade) and starting it again with the same flags, port, certificates and etcd.
 
 use std::collections::BTreeMap;
 use std::net::TcpListener;
@@ -13,7 +17,7 @@ use anyhow::{Context, bail};
 use base64::Engine;
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair, KeyUsagePurpose};
 use serde::{Deserialize, Serialize};
-use tokio::io::AsyncReadExt;
+use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
 /// Kubernetes version built by `tests/control-plane/install.sh` (Debian's source package).
@@ -92,6 +96,31 @@ pub struct Handshake {
     pub dir: PathBuf,
 }
 
+/// What a parent can ask of a running supervisor, one per line on its stdin.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SupervisorCommand {
+    /// Kill kube-apiserver and wait until it is gone (etcd and the rest keep running).
+    StopApiserver,
+    /// Start kube-apiserver again, exactly as before, and wait until it is ready.
+    StartApiserver,
+}
+
+impl SupervisorCommand {
+    /// The line sent for this command.
+    pub fn line(self) -> &'static str {
+        match self {
+            SupervisorCommand::StopApiserver => "stop-apiserver",
+            SupervisorCommand::StartApiserver => "start-apiserver",
+        }
+    }
+
+    fn parse(line: &str) -> Option<Self> {
+        [Self::StopApiserver, Self::StartApiserver]
+            .into_iter()
+            .find(|command| command.line() == line.trim())
+    }
+}
+
 /// How the supervisor is asked to stop.
 #[derive(Debug, Clone, Copy)]
 pub enum StopWhen {
@@ -143,35 +172,33 @@ async fn run_in(assets: &Assets, stop_when: StopWhen, root: &Path) -> anyhow::Re
         ],
         &root.join("etcd.log"),
     )?;
-    let mut apiserver = spawn(
-        &assets.kube_apiserver,
-        &[
-            format!("--etcd-servers=http://127.0.0.1:{etcd_client}"),
-            "--bind-address=127.0.0.1".into(),
-            "--advertise-address=127.0.0.1".into(),
-            format!("--secure-port={api_port}"),
-            "--insecure-port=0".into(),
-            format!("--cert-dir={}", root.join("apiserver-certs").display()),
-            format!("--tls-cert-file={}", pki.serving_cert.display()),
-            format!("--tls-private-key-file={}", pki.serving_key.display()),
-            format!("--token-auth-file={}", tokens.file.display()),
-            "--authorization-mode=RBAC".into(),
-            "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
-            format!(
-                "--service-account-key-file={}",
-                pki.service_account_public_key.display()
-            ),
-            format!(
-                "--service-account-signing-key-file={}",
-                pki.service_account_key.display()
-            ),
-            "--service-cluster-ip-range=10.0.0.0/24".into(),
-            "--disable-admission-plugins=ServiceAccount".into(),
-            "--allow-privileged=true".into(),
-            "--v=1".into(),
-        ],
-        &root.join("kube-apiserver.log"),
-    )?;
+    let apiserver_args = [
+        format!("--etcd-servers=http://127.0.0.1:{etcd_client}"),
+        "--bind-address=127.0.0.1".into(),
+        "--advertise-address=127.0.0.1".into(),
+        format!("--secure-port={api_port}"),
+        "--insecure-port=0".into(),
+        format!("--cert-dir={}", root.join("apiserver-certs").display()),
+        format!("--tls-cert-file={}", pki.serving_cert.display()),
+        format!("--tls-private-key-file={}", pki.serving_key.display()),
+        format!("--token-auth-file={}", tokens.file.display()),
+        "--authorization-mode=RBAC".into(),
+        "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
+        format!(
+            "--service-account-key-file={}",
+            pki.service_account_public_key.display()
+        ),
+        format!(
+            "--service-account-signing-key-file={}",
+            pki.service_account_key.display()
+        ),
+        "--service-cluster-ip-range=10.0.0.0/24".into(),
+        "--disable-admission-plugins=ServiceAccount".into(),
+        "--allow-privileged=true".into(),
+        "--v=1".into(),
+    ];
+    let apiserver_log = root.join("kube-apiserver.log");
+    let mut apiserver = spawn(&assets.kube_apiserver, &apiserver_args, &apiserver_log)?;
 
     let ca_data = std::fs::read(&pki.ca_cert)?;
     let kubeconfig = write_kubeconfig(&root, "admin", &server, &ca_data, &tokens.admin)?;
@@ -196,7 +223,7 @@ async fn run_in(assets: &Assets, stop_when: StopWhen, root: &Path) -> anyhow::Re
     )
     .await?;
 
-    let mut controller_manager = spawn(
+    let controller_manager = spawn(
         &assets.kube_controller_manager,
         &[
             format!("--kubeconfig={}", kubeconfig.display()),
@@ -235,46 +262,121 @@ async fn run_in(assets: &Assets, stop_when: StopWhen, root: &Path) -> anyhow::Re
         root.display()
     );
 
-    let outcome = wait_for_stop(
-        stop_when,
-        &mut etcd,
-        &mut apiserver,
-        &mut controller_manager,
-    )
-    .await;
-    for child in [&mut controller_manager, &mut apiserver, &mut etcd] {
-        let _ = child.start_kill();
-        let _ = child.wait().await;
-    }
+    let mut running = Running {
+        etcd,
+        apiserver: Some(apiserver),
+        controller_manager,
+        kube_apiserver: assets.kube_apiserver.clone(),
+        apiserver_args: apiserver_args.to_vec(),
+        apiserver_log,
+        kubeconfig: handshake.kubeconfig.clone(),
+        root: root.clone(),
+    };
+    let outcome = running.serve(stop_when).await;
+    running.kill_all().await;
     outcome
 }
 
-async fn wait_for_stop(
-    stop_when: StopWhen,
-    etcd: &mut Child,
-    apiserver: &mut Child,
-    controller_manager: &mut Child,
-) -> anyhow::Result<()> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut terminate = signal(SignalKind::terminate())?;
-    let mut interrupt = signal(SignalKind::interrupt())?;
-    let stdin_closed = async {
-        match stop_when {
-            StopWhen::Signal => std::future::pending::<()>().await,
-            StopWhen::StdinClosesOrSignal => {
-                let mut stdin = tokio::io::stdin();
-                let mut buffer = [0u8; 64];
-                while matches!(stdin.read(&mut buffer).await, Ok(n) if n > 0) {}
+/// The running processes, and what it takes to start kube-apiserver again.
+struct Running {
+    etcd: Child,
+    /// `None` while stopped on command.
+    apiserver: Option<Child>,
+    controller_manager: Child,
+    kube_apiserver: PathBuf,
+    apiserver_args: Vec<String>,
+    apiserver_log: PathBuf,
+    kubeconfig: PathBuf,
+    root: PathBuf,
+}
+
+impl Running {
+    /// Serves commands until asked to stop; fails when a process exits unexpectedly.
+    async fn serve(&mut self, stop_when: StopWhen) -> anyhow::Result<()> {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut terminate = signal(SignalKind::terminate())?;
+        let mut interrupt = signal(SignalKind::interrupt())?;
+        let mut commands = match stop_when {
+            StopWhen::Signal => None,
+            StopWhen::StdinClosesOrSignal => Some(BufReader::new(tokio::io::stdin()).lines()),
+        };
+        loop {
+            let next_line = async {
+                match commands.as_mut() {
+                    Some(lines) => lines.next_line().await,
+                    None => std::future::pending().await,
+                }
+            };
+            let apiserver_exited = async {
+                match self.apiserver.as_mut() {
+                    Some(apiserver) => apiserver.wait().await,
+                    None => std::future::pending().await,
+                }
+            };
+            let line = tokio::select! {
+                _ = terminate.recv() => return Ok(()),
+                _ = interrupt.recv() => return Ok(()),
+                line = next_line => line,
+                status = self.etcd.wait() => bail!("etcd exited: {status:?}"),
+                status = apiserver_exited => bail!("kube-apiserver exited: {status:?}"),
+                status = self.controller_manager.wait() => bail!("kube-controller-manager exited: {status:?}"),
+            };
+            // Stdin closed (or unreadable): the parent is gone.
+            let Ok(Some(line)) = line else { return Ok(()) };
+            let answer = match SupervisorCommand::parse(&line) {
+                Some(command) => match self.run_command(command).await {
+                    Ok(()) => "ok".to_owned(),
+                    Err(error) => format!("error: {error:#}"),
+                },
+                None => format!("error: unknown command {:?}", line.trim()),
+            };
+            eprintln!("control plane: {} -> {answer}", line.trim());
+            println!("{answer}");
+        }
+    }
+
+    /// Stops everything, dependents first.
+    async fn kill_all(&mut self) {
+        let children = [
+            Some(&mut self.controller_manager),
+            self.apiserver.as_mut(),
+            Some(&mut self.etcd),
+        ];
+        for child in children.into_iter().flatten() {
+            let _ = child.start_kill();
+            let _ = child.wait().await;
+        }
+    }
+
+    async fn run_command(&mut self, command: SupervisorCommand) -> anyhow::Result<()> {
+        match command {
+            SupervisorCommand::StopApiserver => {
+                let Some(mut apiserver) = self.apiserver.take() else {
+                    bail!("kube-apiserver is already stopped");
+                };
+                apiserver.start_kill()?;
+                apiserver.wait().await?;
+                Ok(())
+            }
+            SupervisorCommand::StartApiserver => {
+                if self.apiserver.is_some() {
+                    bail!("kube-apiserver is already running");
+                }
+                let mut apiserver = spawn(
+                    &self.kube_apiserver,
+                    &self.apiserver_args,
+                    &self.apiserver_log,
+                )?;
+                let ready = wait_ready(
+                    &self.kubeconfig,
+                    &mut [("etcd", &mut self.etcd), ("kube-apiserver", &mut apiserver)],
+                    &self.root,
+                )
+                .await;
+                self.apiserver = Some(apiserver);
+                ready
             }
         }
-    };
-    tokio::select! {
-        _ = terminate.recv() => Ok(()),
-        _ = interrupt.recv() => Ok(()),
-        _ = stdin_closed => Ok(()),
-        status = etcd.wait() => bail!("etcd exited: {status:?}"),
-        status = apiserver.wait() => bail!("kube-apiserver exited: {status:?}"),
-        status = controller_manager.wait() => bail!("kube-controller-manager exited: {status:?}"),
     }
 }
 
@@ -293,8 +395,12 @@ fn free_port() -> anyhow::Result<u16> {
     Ok(listener.local_addr()?.port())
 }
 
+/// Starts `binary` with `args`, appending its output to `log` (a restart keeps the earlier run's).
 fn spawn(binary: &Path, args: &[String], log: &Path) -> anyhow::Result<Child> {
-    let log_file = std::fs::File::create(log)?;
+    let log_file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)?;
     Command::new("setpriv")
         .arg("--pdeathsig")
         .arg("KILL")
