@@ -13,11 +13,10 @@ use std::cmp::{Ordering, Reverse};
 use std::fmt;
 
 use baton_shared::annotations::{InvalidAnnotation, max_unavailable, paused};
-use jiff::{SignedDuration, Timestamp};
+use jiff::Timestamp;
 
 use super::snapshot::{
-    GroupSnapshot, PodPhase, PodSnapshot, StatefulSetSnapshot, UpdateStrategy, natural_cmp,
-    pod_ordinal,
+    GroupSnapshot, PodSnapshot, StatefulSetSnapshot, UpdateStrategy, natural_cmp, pod_ordinal,
 };
 
 /// What the controller should do for a group now, and what to tell people about it.
@@ -450,16 +449,14 @@ enum Availability {
     Unavailable,
 }
 
+/// The shared rule ([`baton_shared::pods::PodReadiness::availability`], by which
+/// prepare-downscale judges the other zones too).
 fn availability(pod: &PodSnapshot, min_ready_seconds: u32, now: Timestamp) -> Availability {
-    if pod.terminating || pod.phase != PodPhase::Running || !pod.ready {
-        return Availability::Unavailable;
-    }
-    let Some(since) = pod.ready_since.filter(|_| min_ready_seconds > 0) else {
-        return Availability::Available;
-    };
-    match since.checked_add(SignedDuration::from_secs(i64::from(min_ready_seconds))) {
-        Ok(from) if from > now => Availability::From(from),
-        _ => Availability::Available,
+    use baton_shared::pods::Availability as Rule;
+    match pod.readiness().availability(min_ready_seconds, now) {
+        Rule::Available => Availability::Available,
+        Rule::From(from) => Availability::From(from),
+        Rule::Unavailable(_) => Availability::Unavailable,
     }
 }
 

@@ -7,10 +7,13 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use baton_shared::annotations::CONTROLLER_REVISION_HASH_LABEL;
+pub use baton_shared::pods::{PodPhase, selector_matches};
+use baton_shared::pods::{PodReadiness, is_controlled_by};
+use baton_shared::statefulset::StatefulSetState;
+pub use baton_shared::statefulset::pod_ordinal;
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
 
 /// One rollout group: the StatefulSets sharing a `rollout-group` label value, sorted by name.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -87,29 +90,6 @@ pub struct PodSnapshot {
     pub terminating: bool,
 }
 
-/// status.phase of a pod.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PodPhase {
-    Pending,
-    Running,
-    Succeeded,
-    Failed,
-    Unknown,
-}
-
-impl PodPhase {
-    /// Reads status.phase; anything missing or unknown is `Unknown`.
-    pub fn from_phase(phase: Option<&str>) -> Self {
-        match phase {
-            Some("Pending") => Self::Pending,
-            Some("Running") => Self::Running,
-            Some("Succeeded") => Self::Succeeded,
-            Some("Failed") => Self::Failed,
-            _ => Self::Unknown,
-        }
-    }
-}
-
 impl GroupSnapshot {
     /// Builds the snapshot of a group from cached Kubernetes objects.
     ///
@@ -129,7 +109,7 @@ impl GroupSnapshot {
         for pod in pods {
             let owner = statefulsets
                 .iter()
-                .position(|statefulset| controls(statefulset, pod));
+                .position(|statefulset| is_controlled_by(pod, statefulset));
             if let Some(index) = owner {
                 snapshots[index]
                     .pods
@@ -157,7 +137,7 @@ impl StatefulSetSnapshot {
         let mut snapshot = Self::without_pods(statefulset);
         snapshot.pods = pods
             .into_iter()
-            .filter(|pod| controls(statefulset, pod))
+            .filter(|pod| is_controlled_by(pod, statefulset))
             .map(PodSnapshot::from_kubernetes)
             .collect();
         snapshot.pods.sort_by(|a, b| natural_cmp(&a.name, &b.name));
@@ -165,25 +145,22 @@ impl StatefulSetSnapshot {
     }
 
     fn without_pods(statefulset: &StatefulSet) -> Self {
-        let metadata = &statefulset.metadata;
+        let state = StatefulSetState::of(statefulset);
         let spec = statefulset.spec.as_ref();
-        let status = statefulset.status.as_ref();
-        let count = |value: Option<i32>| value.map_or(0, |value| value.max(0).unsigned_abs());
-        let revision = |value: Option<&String>| value.filter(|value| !value.is_empty()).cloned();
         Self {
-            name: metadata.name.clone().unwrap_or_default(),
-            uid: metadata.uid.clone().unwrap_or_default(),
-            spec_replicas: count(Some(spec.and_then(|spec| spec.replicas).unwrap_or(1))),
-            ordinals_start: count(spec.and_then(|spec| spec.ordinals.as_ref()?.start)),
-            min_ready_seconds: count(spec.and_then(|spec| spec.min_ready_seconds)),
-            status_replicas: count(status.map(|status| status.replicas)),
-            ready_replicas: count(status.and_then(|status| status.ready_replicas)),
-            current_revision: revision(status.and_then(|status| status.current_revision.as_ref())),
-            update_revision: revision(status.and_then(|status| status.update_revision.as_ref())),
+            name: state.name,
+            uid: state.uid,
+            spec_replicas: state.replicas.unsigned_abs(),
+            ordinals_start: state.ordinals_start.unsigned_abs(),
+            min_ready_seconds: state.min_ready_seconds.unsigned_abs(),
+            status_replicas: state.status_replicas.unsigned_abs(),
+            ready_replicas: state.ready_replicas.unsigned_abs(),
+            current_revision: state.current_revision,
+            update_revision: state.update_revision,
             update_strategy: UpdateStrategy::from_type(
                 spec.and_then(|spec| spec.update_strategy.as_ref()?.type_.as_deref()),
             ),
-            annotations: metadata.annotations.clone().unwrap_or_default(),
+            annotations: statefulset.metadata.annotations.clone().unwrap_or_default(),
             pods: Vec::new(),
         }
     }
@@ -193,19 +170,7 @@ impl PodSnapshot {
     /// Reads the parts of a pod the planner needs.
     pub fn from_kubernetes(pod: &Pod) -> Self {
         let metadata = &pod.metadata;
-        let status = pod.status.as_ref();
-        let ready_condition = status
-            .and_then(|status| status.conditions.as_ref())
-            .and_then(|conditions| {
-                conditions
-                    .iter()
-                    .find(|condition| condition.type_ == "Ready")
-            });
-        let condition_ready = ready_condition.is_some_and(|condition| condition.status == "True");
-        let containers_ready = status
-            .and_then(|status| status.container_statuses.as_ref())
-            .is_none_or(|containers| containers.iter().all(|container| container.ready));
-        let ready = condition_ready && containers_ready;
+        let readiness = PodReadiness::of(pod);
         Self {
             name: metadata.name.clone().unwrap_or_default(),
             uid: metadata.uid.clone().unwrap_or_default(),
@@ -214,93 +179,22 @@ impl PodSnapshot {
                 .as_ref()
                 .and_then(|labels| labels.get(CONTROLLER_REVISION_HASH_LABEL))
                 .cloned(),
-            phase: PodPhase::from_phase(status.and_then(|status| status.phase.as_deref())),
-            ready,
-            ready_since: ready_condition
-                .filter(|_| ready)
-                .and_then(|condition| condition.last_transition_time.as_ref())
-                .map(|time| time.0),
-            terminating: metadata.deletion_timestamp.is_some(),
+            phase: readiness.phase,
+            ready: readiness.ready,
+            ready_since: readiness.ready_since,
+            terminating: readiness.terminating,
         }
     }
-}
 
-/// Whether `statefulset` controls `pod`: same namespace, the pod names the StatefulSet (by uid)
-/// as its controller, and the StatefulSet's selector matches the pod's labels.
-fn controls(statefulset: &StatefulSet, pod: &Pod) -> bool {
-    let Some(uid) = statefulset
-        .metadata
-        .uid
-        .as_deref()
-        .filter(|uid| !uid.is_empty())
-    else {
-        return false;
-    };
-    if pod.metadata.namespace != statefulset.metadata.namespace {
-        return false;
+    /// What decides whether the pod is available ([`PodReadiness::availability`]).
+    pub fn readiness(&self) -> PodReadiness {
+        PodReadiness {
+            phase: self.phase,
+            ready: self.ready,
+            ready_since: self.ready_since,
+            terminating: self.terminating,
+        }
     }
-    let owned = pod
-        .metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .any(|owner| owner.controller == Some(true) && owner.uid == uid);
-    let Some(spec) = statefulset.spec.as_ref() else {
-        return false;
-    };
-    owned && selector_matches(&spec.selector, pod.metadata.labels.as_ref())
-}
-
-/// Whether a label selector (matchLabels AND matchExpressions) matches a set of labels.
-///
-/// An empty selector matches nothing: the API forbids it on StatefulSets, and a rollout that
-/// took every pod of the namespace for its own would delete pods it has no business with.
-/// An unknown operator also matches nothing, for the same reason.
-pub fn selector_matches(
-    selector: &LabelSelector,
-    labels: Option<&BTreeMap<String, String>>,
-) -> bool {
-    let match_labels = selector.match_labels.as_ref().filter(|map| !map.is_empty());
-    let match_expressions = selector
-        .match_expressions
-        .as_ref()
-        .filter(|expressions| !expressions.is_empty());
-    if match_labels.is_none() && match_expressions.is_none() {
-        return false;
-    }
-    let label = |key: &str| labels.and_then(|labels| labels.get(key));
-    let labels_match = match_labels
-        .into_iter()
-        .flatten()
-        .all(|(key, value)| label(key) == Some(value));
-    labels_match
-        && match_expressions
-            .into_iter()
-            .flatten()
-            .all(|requirement| requirement_matches(requirement, label(&requirement.key)))
-}
-
-fn requirement_matches(requirement: &LabelSelectorRequirement, value: Option<&String>) -> bool {
-    let values = requirement.values.as_deref().unwrap_or_default();
-    match requirement.operator.as_str() {
-        "In" => value.is_some_and(|value| values.contains(value)),
-        "NotIn" => value.is_none_or(|value| !values.contains(value)),
-        "Exists" => value.is_some(),
-        "DoesNotExist" => value.is_none(),
-        _ => false,
-    }
-}
-
-/// The ordinal of a StatefulSet's pod, from its name `<statefulset>-<ordinal>`.
-pub fn pod_ordinal(statefulset: &str, pod: &str) -> Option<u32> {
-    let digits = pod.strip_prefix(statefulset)?.strip_prefix('-')?;
-    if digits.is_empty() {
-        return None;
-    }
-    digits.bytes().try_fold(0u32, |value, byte| {
-        let digit = byte.checked_sub(b'0').filter(|digit| *digit < 10)?;
-        value.checked_mul(10)?.checked_add(u32::from(digit))
-    })
 }
 
 /// Compares names the way people read them: runs of digits by value, so `x-2` sorts before
@@ -361,7 +255,9 @@ mod tests {
         StatefulSetOrdinals, StatefulSetSpec, StatefulSetStatus, StatefulSetUpdateStrategy,
     };
     use k8s_openapi::api::core::v1::{ContainerStatus, PodCondition, PodStatus};
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
+        LabelSelector, LabelSelectorRequirement, ObjectMeta, OwnerReference, Time,
+    };
 
     const NAMESPACE: &str = "mimir";
 
@@ -473,96 +369,6 @@ mod tests {
 
     fn pod_names(snapshot: &StatefulSetSnapshot) -> Vec<&str> {
         snapshot.pods.iter().map(|pod| pod.name.as_str()).collect()
-    }
-
-    #[test]
-    fn selector_match_labels_must_all_match() {
-        let by_app = selector(&[("app", "ingester"), ("zone", "a")], vec![]);
-        assert!(selector_matches(
-            &by_app,
-            Some(&labels(&[("app", "ingester"), ("zone", "a"), ("x", "y")]))
-        ));
-        assert!(!selector_matches(
-            &by_app,
-            Some(&labels(&[("app", "ingester"), ("zone", "b")]))
-        ));
-        assert!(!selector_matches(
-            &by_app,
-            Some(&labels(&[("app", "ingester")]))
-        ));
-        assert!(!selector_matches(&by_app, None));
-    }
-
-    #[test]
-    fn selector_in_and_not_in() {
-        let zone_in = selector(&[], vec![requirement("zone", "In", &["a", "b"])]);
-        assert!(selector_matches(&zone_in, Some(&labels(&[("zone", "b")]))));
-        assert!(!selector_matches(&zone_in, Some(&labels(&[("zone", "c")]))));
-        assert!(!selector_matches(&zone_in, Some(&labels(&[]))));
-
-        let zone_not_in = selector(&[], vec![requirement("zone", "NotIn", &["a", "b"])]);
-        assert!(selector_matches(
-            &zone_not_in,
-            Some(&labels(&[("zone", "c")]))
-        ));
-        assert!(!selector_matches(
-            &zone_not_in,
-            Some(&labels(&[("zone", "a")]))
-        ));
-        // Like Kubernetes: a missing label is "not in" any set.
-        assert!(selector_matches(&zone_not_in, Some(&labels(&[]))));
-        assert!(selector_matches(&zone_not_in, None));
-    }
-
-    #[test]
-    fn selector_exists_and_does_not_exist() {
-        let has_zone = selector(&[], vec![requirement("zone", "Exists", &[])]);
-        assert!(selector_matches(&has_zone, Some(&labels(&[("zone", "")]))));
-        assert!(!selector_matches(&has_zone, Some(&labels(&[("app", "x")]))));
-
-        let no_canary = selector(&[], vec![requirement("canary", "DoesNotExist", &[])]);
-        assert!(selector_matches(&no_canary, Some(&labels(&[("app", "x")]))));
-        assert!(selector_matches(&no_canary, None));
-        assert!(!selector_matches(
-            &no_canary,
-            Some(&labels(&[("canary", "true")]))
-        ));
-    }
-
-    #[test]
-    fn selector_labels_and_expressions_are_and_ed() {
-        let both = selector(
-            &[("app", "ingester")],
-            vec![
-                requirement("zone", "In", &["a"]),
-                requirement("canary", "DoesNotExist", &[]),
-            ],
-        );
-        assert!(selector_matches(
-            &both,
-            Some(&labels(&[("app", "ingester"), ("zone", "a")]))
-        ));
-        assert!(!selector_matches(
-            &both,
-            Some(&labels(&[
-                ("app", "ingester"),
-                ("zone", "a"),
-                ("canary", "1")
-            ]))
-        ));
-        assert!(!selector_matches(
-            &both,
-            Some(&labels(&[("app", "other"), ("zone", "a")]))
-        ));
-    }
-
-    #[test]
-    fn empty_selector_and_unknown_operator_match_nothing() {
-        let labels = labels(&[("app", "ingester")]);
-        assert!(!selector_matches(&LabelSelector::default(), Some(&labels)));
-        assert!(!selector_matches(&selector(&[], vec![]), Some(&labels)));
-        let greater_than = selector(&[], vec![requirement("app", "Gt", &["1"])]);
-        assert!(!selector_matches(&greater_than, Some(&labels)));
     }
 
     #[test]
@@ -778,28 +584,6 @@ mod tests {
             StatefulSetSnapshot::from_kubernetes(&no_uid, [&orphan_claim])
                 .pods
                 .is_empty()
-        );
-    }
-
-    #[test]
-    fn pod_ordinals_come_from_the_name_suffix() {
-        assert_eq!(pod_ordinal("ingester-zone-a", "ingester-zone-a-0"), Some(0));
-        assert_eq!(
-            pod_ordinal("ingester-zone-a", "ingester-zone-a-12"),
-            Some(12)
-        );
-        assert_eq!(pod_ordinal("ingester-zone-a", "ingester-zone-ab-1"), None);
-        assert_eq!(pod_ordinal("ingester-zone-a", "ingester-zone-a-"), None);
-        assert_eq!(pod_ordinal("ingester-zone-a", "ingester-zone-a-+1"), None);
-        assert_eq!(pod_ordinal("ingester-zone-a", "ingester-zone-a"), None);
-        assert_eq!(pod_ordinal("ingester-zone-a", "ingester-zone-a-1x"), None);
-        assert_eq!(
-            pod_ordinal("ingester-zone-a", "ingester-zone-a-4294967295"),
-            Some(u32::MAX)
-        );
-        assert_eq!(
-            pod_ordinal("ingester-zone-a", "ingester-zone-a-4294967296"),
-            None
         );
     }
 
