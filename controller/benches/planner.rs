@@ -31,6 +31,7 @@ fn statefulset(name: &str, updated: u32, not_ready: u32) -> StatefulSetSnapshot 
                 ready,
                 ready_since: ready.then(|| now() - SignedDuration::from_mins(5)),
                 terminating: false,
+                container_state: None,
             }
         })
         .collect();

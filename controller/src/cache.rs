@@ -7,7 +7,10 @@ use std::future::Future;
 use baton_shared::annotations::ROLLOUT_GROUP_LABEL;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{ContainerStatus, Pod, PodCondition, PodStatus};
+use k8s_openapi::api::core::v1::{
+    ContainerState, ContainerStateTerminated, ContainerStateWaiting, ContainerStatus, Pod,
+    PodCondition, PodStatus,
+};
 use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -163,20 +166,36 @@ fn slim_pod(pod: &mut Pod) {
                     })
                     .collect()
             }),
-            container_statuses: status.container_statuses.take().map(|containers| {
-                containers
-                    .into_iter()
-                    .map(|container| ContainerStatus {
-                        name: container.name,
-                        ready: container.ready,
-                        ..ContainerStatus::default()
-                    })
-                    .collect()
-            }),
+            init_container_statuses: status.init_container_statuses.take().map(slim_containers),
+            container_statuses: status.container_statuses.take().map(slim_containers),
             ..PodStatus::default()
         };
         *status = kept;
     }
+}
+
+/// Keeps a container's name, readiness and the reason it waits or terminated (for the Event
+/// that says why a pod is unavailable); messages, images and timestamps go.
+fn slim_containers(containers: Vec<ContainerStatus>) -> Vec<ContainerStatus> {
+    containers
+        .into_iter()
+        .map(|container| ContainerStatus {
+            name: container.name,
+            ready: container.ready,
+            state: container.state.map(|state| ContainerState {
+                waiting: state.waiting.map(|waiting| ContainerStateWaiting {
+                    reason: waiting.reason,
+                    message: None,
+                }),
+                terminated: state.terminated.map(|terminated| ContainerStateTerminated {
+                    reason: terminated.reason,
+                    ..ContainerStateTerminated::default()
+                }),
+                running: None,
+            }),
+            ..ContainerStatus::default()
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -207,6 +226,41 @@ mod tests {
             },
         }))
         .unwrap()
+    }
+
+    /// Not ready: an init container done, the app crash-looping, a sidecar that terminated.
+    fn crash_looping_pod() -> Pod {
+        let mut pod = full_pod();
+        pod.status = Some(serde_json::from_value(serde_json::json!({
+            "phase": "Running",
+            "conditions": [{"type": "Ready", "status": "False", "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+            "initContainerStatuses": [{"name": "init", "ready": true, "image": "i", "imageID": "", "restartCount": 0,
+                "state": {"terminated": {"exitCode": 0, "reason": "Completed", "message": "m", "startedAt": "2026-01-01T00:00:00Z", "finishedAt": "2026-01-01T00:00:00Z"}}}],
+            "containerStatuses": [
+                {"name": "app", "ready": false, "image": "app:v1", "imageID": "sha", "restartCount": 7,
+                    "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 5m0s restarting failed container=app pod=ingester-zone-a-0"}},
+                    "lastState": {"terminated": {"exitCode": 1, "reason": "Error", "startedAt": "2026-01-01T00:00:00Z", "finishedAt": "2026-01-01T00:00:00Z"}}},
+                {"name": "sidecar", "ready": false, "image": "s", "imageID": "", "restartCount": 0,
+                    "state": {"terminated": {"exitCode": 137, "reason": "OOMKilled", "startedAt": "2026-01-01T00:00:00Z", "finishedAt": "2026-01-01T00:00:00Z"}}},
+            ],
+        })).unwrap());
+        pod
+    }
+
+    #[test]
+    fn a_slimmed_pod_keeps_why_its_containers_are_not_ready() {
+        let pod = crash_looping_pod();
+        let mut slim = pod.clone();
+        slim_pod(&mut slim);
+        let snapshot = PodSnapshot::from_kubernetes(&slim);
+        assert_eq!(snapshot, PodSnapshot::from_kubernetes(&pod));
+        assert_eq!(
+            snapshot.container_state.as_deref(),
+            Some("CrashLoopBackOff")
+        );
+        let kept = serde_json::to_string(&slim.status).unwrap();
+        assert!(!kept.contains("back-off 5m0s"), "{kept}");
+        assert!(!kept.contains("lastState"), "{kept}");
     }
 
     #[test]

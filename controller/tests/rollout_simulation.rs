@@ -6,15 +6,23 @@
 //! after random delays, start, and become Ready; meanwhile chaos strikes (pods fail readiness
 //! or get evicted, templates change and roll back mid-rollout, replicas change, rollouts are
 //! paused and resumed, members switch away from `OnDelete` and back, StatefulSets join and leave
-//! the group, statuses lag). The planner's actions are carried out like the controller would.
+//! the group, statuses lag). Some pods are broken: an old pod crash-loops (or cannot pull its
+//! image) until it is replaced, and some template changes are broken versions whose pods never
+//! become ready until a fixed version is deployed (always by the end of chaos: the rollout of
+//! a fix is the one that must complete). The planner's actions are carried out like the
+//! controller would.
 //!
 //! Checked at every step:
 //! - (a) never two StatefulSets of a group with pods made unavailable by baton at once;
 //! - (b) baton never deletes a pod while another StatefulSet of the group is not fully ready;
-//! - (c) baton never takes a StatefulSet past its max-unavailable;
+//! - (c) baton never takes a StatefulSet past its max-unavailable, and where it was already
+//!   past it (pods down on their own), its deletions never raise the count of unavailable pods;
 //! - (d) a group with a member that is not `OnDelete` is never touched;
 //! - (e) once chaos stops, every rollout completes within a bounded number of steps, after
-//!   which the planner has nothing left to do;
+//!   which the planner has nothing left to do — crash-looping old pods included;
+//! - (f) a deletion the planner says costs no availability (a free replacement) is of a pod
+//!   already unavailable, by the checker's own definition: replacing it cannot raise the number
+//!   of unavailable pods;
 //!
 //! plus: baton never deletes a terminating, a paused or an up-to-date pod, never uses a stale
 //! uid, and only marks a StatefulSet's current revision once its pods are all updated and ready.
@@ -30,8 +38,10 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
+use baton_controller::rollout::snapshot::pod_ordinal;
 use baton_controller::rollout::{
-    Action, GroupSnapshot, Plan, PodPhase, PodSnapshot, StatefulSetSnapshot, UpdateStrategy, plan,
+    Action, GroupSnapshot, Plan, PodPhase, PodSnapshot, StatefulSetSnapshot, Unavailable,
+    UpdateStrategy, WaitReason, plan,
 };
 use baton_shared::annotations::{MAX_UNAVAILABLE_ANNOTATION, ROLLOUT_PAUSED_ANNOTATION};
 use jiff::{SignedDuration, Timestamp};
@@ -61,6 +71,7 @@ enum Property {
     KnownPodsOnly,
     CurrentRevisionWhenDone,
     QuietWhenDone,
+    FreeReplacementCostsNothing,
 }
 
 impl fmt::Display for Property {
@@ -77,6 +88,9 @@ impl fmt::Display for Property {
             Self::KnownPodsOnly => "actions name existing objects with their current uid",
             Self::CurrentRevisionWhenDone => "currentRevision is set only once a rollout is done",
             Self::QuietWhenDone => "a finished group gets no more actions",
+            Self::FreeReplacementCostsNothing => {
+                "(f) a free replacement deletes only a pod that is already unavailable"
+            }
         })
     }
 }
@@ -158,6 +172,9 @@ struct PodLife {
     failing_until: u64,
     /// Terminating: the pod disappears at that step.
     gone_at: Option<u64>,
+    /// Broken: never becomes ready, for this container reason, until deleted (or healed when
+    /// chaos stops, if nothing would replace it). `ImagePullBackOff` pods stay Pending.
+    stuck: Option<&'static str>,
 }
 
 /// The simulator's private side of a StatefulSet. `pods[i]` belongs to the snapshot's `pods[i]`.
@@ -183,6 +200,8 @@ struct Simulation<'p> {
     chaos_steps: u64,
     group: GroupSnapshot,
     members: Vec<MemberLife>,
+    /// Revisions whose pods never become ready (a broken version).
+    broken: Vec<(String, &'static str)>,
     next_id: u64,
     planner: &'p Planner,
     trace: Trace,
@@ -208,6 +227,10 @@ struct Stats {
     scenarios: u64,
     steps: u64,
     deletions: u64,
+    /// Deletions of pods already unavailable, and of those, the ones made while the member was
+    /// at or past its max-unavailable (the Go operator would have waited forever).
+    free_replacements: u64,
+    free_past_budget: u64,
     current_revisions_set: u64,
     longest_convergence: u64,
     waits: BTreeMap<&'static str, u64>,
@@ -218,6 +241,8 @@ impl Stats {
         self.scenarios += other.scenarios;
         self.steps += other.steps;
         self.deletions += other.deletions;
+        self.free_replacements += other.free_replacements;
+        self.free_past_budget += other.free_past_budget;
         self.current_revisions_set += other.current_revisions_set;
         self.longest_convergence = self.longest_convergence.max(other.longest_convergence);
         for (kind, count) in &other.waits {
@@ -291,6 +316,7 @@ impl<'p> Simulation<'p> {
                 statefulsets: Vec::new(),
             },
             members: Vec::new(),
+            broken: Vec::new(),
             next_id: 0,
             planner,
             trace: Trace {
@@ -424,7 +450,8 @@ impl<'p> Simulation<'p> {
             } else {
                 &revision
             };
-            let ready = !mid_rollout || self.rng.random_bool(0.8);
+            let stuck = self.rng.random_bool(0.06).then_some("CrashLoopBackOff");
+            let ready = stuck.is_none() && (!mid_rollout || self.rng.random_bool(0.8));
             self.next_id += 1;
             statefulset.pods.push(PodSnapshot {
                 name: format!("{}-{ordinal}", statefulset.name),
@@ -434,6 +461,7 @@ impl<'p> Simulation<'p> {
                 ready,
                 ready_since: ready.then(|| instant(0) - SignedDuration::from_hours(1)),
                 terminating: false,
+                container_state: stuck.map(str::to_owned),
             });
             self.members[index].pods.push(PodLife {
                 ordinal,
@@ -445,6 +473,7 @@ impl<'p> Simulation<'p> {
                 },
                 failing_until: 0,
                 gone_at: None,
+                stuck,
             });
         }
         refresh_status(statefulset);
@@ -465,7 +494,7 @@ impl<'p> Simulation<'p> {
     /// At most one chaos event per step (one draw keeps the debug-build RNG cost low).
     fn chaos(&mut self) {
         let roll = self.rng.random_range(0..100);
-        if roll >= 55 {
+        if roll >= 60 {
             return;
         }
         let Some(member) = self.random_member() else {
@@ -559,6 +588,18 @@ impl<'p> Simulation<'p> {
                 self.members.remove(member);
             }
             45..55 => self.members[member].stale_status = true,
+            55..58 => {
+                let Some(pod) = self.random_pod(member) else {
+                    return;
+                };
+                let reason = ["CrashLoopBackOff", "ImagePullBackOff"][self.rng.random_range(0..2)];
+                self.members[member].pods[pod].stuck = Some(reason);
+                self.trace.note(self.step, || {
+                    let pod = &self.group.statefulsets[member].pods[pod].name;
+                    format!("chaos: {pod} is broken ({reason})")
+                });
+            }
+            58..60 => self.change_template_to_broken(member),
             _ => {}
         }
     }
@@ -577,6 +618,18 @@ impl<'p> Simulation<'p> {
         self.group.statefulsets[member].update_revision = Some(revision);
     }
 
+    /// A template change to a version whose pods never become ready.
+    fn change_template_to_broken(&mut self, member: usize) {
+        self.change_template(member);
+        if let Some(revision) = self.group.statefulsets[member].update_revision.clone() {
+            let reason = ["CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull"]
+                [self.rng.random_range(0..3)];
+            self.trace
+                .note(self.step, || format!("{revision} is broken ({reason})"));
+            self.broken.push((revision, reason));
+        }
+    }
+
     fn set_budget(&mut self, member: usize, budget: Budget) {
         self.members[member].budget = budget;
         let annotations = &mut self.group.statefulsets[member].annotations;
@@ -593,14 +646,35 @@ impl<'p> Simulation<'p> {
     }
 
     /// Chaos stops: no more failures, template changes or strategy switches; statuses catch up.
+    /// A broken update revision gets its fix deployed; broken pods that no rollout would
+    /// replace (at the update revision, or paused) are fixed by hand. Broken pods at an old
+    /// revision stay broken: replacing them is the planner's job.
     fn end_chaos(&mut self) {
-        for statefulset in &mut self.group.statefulsets {
-            statefulset.update_strategy = UpdateStrategy::OnDelete;
+        for member in 0..self.group.statefulsets.len() {
+            let update = self.group.statefulsets[member].update_revision.clone();
+            if self.broken_reason(update.as_deref()).is_some() {
+                self.change_template(member);
+            }
         }
-        for life in &mut self.members {
+        for (statefulset, life) in self.group.statefulsets.iter_mut().zip(&mut self.members) {
+            statefulset.update_strategy = UpdateStrategy::OnDelete;
             life.stale_status = false;
+            let paused = is_paused(statefulset);
+            for (pod, pod_life) in statefulset.pods.iter().zip(&mut life.pods) {
+                if paused || pod.revision == statefulset.update_revision {
+                    pod_life.stuck = None;
+                }
+            }
         }
         self.trace.note(self.step, || "chaos stops".to_owned());
+    }
+
+    fn broken_reason(&self, revision: Option<&str>) -> Option<&'static str> {
+        let revision = revision?;
+        self.broken
+            .iter()
+            .find(|(broken, _)| broken == revision)
+            .map(|&(_, reason)| reason)
     }
 
     // --- Kubernetes ---------------------------------------------------------------------------
@@ -691,6 +765,11 @@ impl<'p> Simulation<'p> {
                 let Some(revision) = statefulset.update_revision.clone() else {
                     continue;
                 };
+                let stuck = self
+                    .broken
+                    .iter()
+                    .find(|(broken, _)| *broken == revision)
+                    .map(|&(_, reason)| reason);
                 life.create_at.swap_remove(position);
                 self.next_id += 1;
                 statefulset.pods.push(PodSnapshot {
@@ -701,6 +780,7 @@ impl<'p> Simulation<'p> {
                     ready: false,
                     ready_since: None,
                     terminating: false,
+                    container_state: None,
                 });
                 let running_at = step + self.rng.random_range(0..=1);
                 life.pods.push(PodLife {
@@ -709,6 +789,7 @@ impl<'p> Simulation<'p> {
                     ready_at: running_at + self.rng.random_range(0..=2),
                     failing_until: 0,
                     gone_at: None,
+                    stuck,
                 });
             }
 
@@ -717,13 +798,20 @@ impl<'p> Simulation<'p> {
                 if pod.terminating {
                     continue;
                 }
-                let running = step >= pod_life.running_at;
+                // A pod that cannot pull its image never starts; a crash-looping one runs but
+                // never becomes ready.
+                let running = step >= pod_life.running_at
+                    && !matches!(pod_life.stuck, Some("ImagePullBackOff" | "ErrImagePull"));
                 pod.phase = if running {
                     PodPhase::Running
                 } else {
                     PodPhase::Pending
                 };
-                let ready = running && step >= pod_life.ready_at && step >= pod_life.failing_until;
+                pod.container_state = pod_life.stuck.map(str::to_owned);
+                let ready = running
+                    && pod_life.stuck.is_none()
+                    && step >= pod_life.ready_at
+                    && step >= pod_life.failing_until;
                 if ready && !pod.ready {
                     pod.ready_since = Some(now);
                 } else if !ready {
@@ -817,6 +905,7 @@ impl<'p> Simulation<'p> {
                 statefulset,
                 pod,
                 uid,
+                unavailable: free,
             } = action
             else {
                 continue;
@@ -853,52 +942,145 @@ impl<'p> Simulation<'p> {
                     format!("{pod} already runs the update revision"),
                 ));
             }
+            // (f)
+            if let Some(why) = free {
+                let ordinal = self.members[member].pods[index].ordinal;
+                if is_available(target, members[member].min_ready_seconds, now)
+                    || !wanted(&members[member], ordinal)
+                {
+                    return Err(self.violation(
+                        Property::FreeReplacementCostsNothing,
+                        format!(
+                            "{pod} deleted as costing no availability ({why}), yet it is {}",
+                            if wanted(&members[member], ordinal) {
+                                "available"
+                            } else {
+                                "beyond spec.replicas: nothing replaces it"
+                            }
+                        ),
+                    ));
+                }
+                self.stats.free_replacements += 1;
+            }
             targets.push((member, index));
         }
-        let mut rolling: Vec<usize> = targets.iter().map(|&(member, _)| member).collect();
+        // Which deletions take an available pod (by the checker's own definition): those make
+        // pods unavailable; the others replace pods that were down already.
+        let takes_available: Vec<bool> = targets
+            .iter()
+            .map(|&(member, index)| {
+                let statefulset = &self.group.statefulsets[member];
+                is_available(&statefulset.pods[index], statefulset.min_ready_seconds, now)
+            })
+            .collect();
+        let mut rolling: Vec<usize> = targets
+            .iter()
+            .zip(&takes_available)
+            .filter(|(_, available)| **available)
+            .map(|(&(member, _), _)| member)
+            .collect();
         rolling.dedup();
         if rolling.len() > 1 {
             return Err(self.violation(
                 Property::OneZoneAtATime,
                 format!(
-                    "one plan deletes pods of several StatefulSets: {:?}",
+                    "one plan deletes available pods of several StatefulSets: {:?}",
                     plan.actions
                 ),
             ));
         }
-        // (b)
-        if let Some(&member) = rolling.first() {
-            for (other, statefulset) in self.group.statefulsets.iter().enumerate() {
-                if other != member && !fully_ready(statefulset, &self.members[other], now) {
-                    return Err(self.violation(
-                        Property::OthersFullyReady,
-                        format!(
-                            "deletes in {} while {} is not fully ready",
-                            self.group.statefulsets[member].name, statefulset.name
-                        ),
-                    ));
-                }
+        // (b): available pods only while every other member is fully ready; pods already down
+        // also while other members are down, but never while a new pod is unproven (a pod at
+        // an update revision not available) anywhere in the group.
+        let unproven = self.group.statefulsets.iter().find_map(|statefulset| {
+            statefulset
+                .pods
+                .iter()
+                .find(|pod| {
+                    pod.revision == statefulset.update_revision
+                        && !is_available(pod, statefulset.min_ready_seconds, now)
+                })
+                .map(|pod| pod.name.clone())
+        });
+        for (&(member, index), &available) in targets.iter().zip(&takes_available) {
+            let not_ready = self
+                .group
+                .statefulsets
+                .iter()
+                .zip(&self.members)
+                .enumerate()
+                .find(|&(other, (statefulset, life))| {
+                    other != member && !fully_ready(statefulset, life, now)
+                })
+                .map(|(_, (statefulset, _))| statefulset.name.clone());
+            let Some(not_ready) = not_ready else {
+                continue;
+            };
+            if available || unproven.is_some() {
+                let statefulset = &self.group.statefulsets[member];
+                return Err(self.violation(
+                    Property::OthersFullyReady,
+                    format!(
+                        "deletes {} {} of {} while {not_ready} is not fully ready{}",
+                        if available {
+                            "available"
+                        } else {
+                            "unavailable"
+                        },
+                        statefulset.pods[index].name,
+                        statefulset.name,
+                        unproven
+                            .as_ref()
+                            .map(|pod| format!(" and the new pod {pod} is unproven"))
+                            .unwrap_or_default()
+                    ),
+                ));
             }
         }
-        for &(member, index) in &targets {
+        // The unavailable pods of each member with deletions, before them, for (c).
+        let mut touched: Vec<usize> = targets.iter().map(|&(member, _)| member).collect();
+        touched.sort_unstable();
+        touched.dedup();
+        let before: Vec<(usize, u32, u32)> = touched
+            .iter()
+            .map(|&member| {
+                let statefulset = &self.group.statefulsets[member];
+                let life = &self.members[member];
+                let limit = life.budget.limit(statefulset.spec_replicas);
+                (member, unavailable(statefulset, life, now), limit)
+            })
+            .collect();
+        for &(member, before, limit) in &before {
+            if before >= limit {
+                let count = targets.iter().filter(|&&(m, _)| m == member).count();
+                self.stats.free_past_budget += u64::try_from(count).expect("few pods");
+            }
+        }
+        for (&(member, index), &available) in targets.iter().zip(&takes_available) {
             self.terminate(member, index);
             let ordinal = self.members[member].pods[index].ordinal;
             let pending = &mut self.members[member].baton_pending;
-            if wanted(&self.group.statefulsets[member], ordinal) && !pending.contains(&ordinal) {
+            if available
+                && wanted(&self.group.statefulsets[member], ordinal)
+                && !pending.contains(&ordinal)
+            {
                 pending.push(ordinal);
             }
             self.stats.deletions += 1;
         }
-        // (c)
-        if let Some(&member) = rolling.first() {
+        // (c): within max-unavailable, or, where pods were down on their own past it, no more
+        // down than before (replacing unavailable pods only).
+        for &(member, before, limit) in &before {
             let statefulset = &self.group.statefulsets[member];
-            let life = &self.members[member];
-            let limit = life.budget.limit(statefulset.spec_replicas);
-            let unavailable = unavailable(statefulset, life, now);
-            if unavailable > limit {
+            let after = unavailable(statefulset, &self.members[member], now);
+            if after > limit.max(before) {
                 return Err(self.violation(
                     Property::MaxUnavailable,
-                    format!("{} has {unavailable} unavailable pods after baton's deletions, max-unavailable {limit}", statefulset.name),
+                    format!(
+                        "{} has {after} unavailable pods after baton's deletions ({before} before), \
+                         max-unavailable {limit}",
+                        statefulset.name
+                    ),
                 ));
             }
         }
@@ -1062,12 +1244,16 @@ fn describe(group: &GroupSnapshot) -> String {
         for pod in pods {
             let _ = write!(
                 text,
-                " {}({},{:?}{}{})",
+                " {}({},{:?}{}{}{})",
                 pod.name,
                 pod.revision.as_deref().unwrap_or("-"),
                 pod.phase,
                 if pod.ready { ",ready" } else { "" },
                 if pod.terminating { ",terminating" } else { "" },
+                pod.container_state
+                    .as_deref()
+                    .map(|state| format!(",{state}"))
+                    .unwrap_or_default(),
             );
         }
     }
@@ -1166,10 +1352,12 @@ fn planner_keeps_compat_guarantees_in_random_scenarios() {
         Err(violation) => panic!("{violation}"),
     };
     println!(
-        "{} scenarios, {} steps, {} pod deletions, {} current revisions set, longest convergence {} steps, in {:.1?}; waits: {:?}",
+        "{} scenarios, {} steps, {} pod deletions ({} free replacements, {} past max-unavailable), {} current revisions set, longest convergence {} steps, in {:.1?}; waits: {:?}",
         stats.scenarios,
         stats.steps,
         stats.deletions,
+        stats.free_replacements,
+        stats.free_past_budget,
         stats.current_revisions_set,
         stats.longest_convergence,
         started.elapsed(),
@@ -1180,6 +1368,9 @@ fn planner_keeps_compat_guarantees_in_random_scenarios() {
         // Not vacuous: the scenarios drove real rollouts into every situation the planner
         // knows how to wait in.
         assert!(stats.deletions > count, "{stats:?}");
+        // Broken pods were replaced, many where the budget was spent (the Go operator's hang).
+        assert!(stats.free_replacements > count / 20, "{stats:?}");
+        assert!(stats.free_past_budget > count / 50, "{stats:?}");
         assert!(stats.current_revisions_set > count / 2, "{stats:?}");
         for kind in [
             "NonOnDeleteMember",
@@ -1306,6 +1497,7 @@ fn checker_catches_a_planner_that_rolls_two_zones_at_once() {
                         statefulset: other.name.clone(),
                         pod: pod.name.clone(),
                         uid: pod.uid.clone(),
+                        unavailable: None,
                     })
                 });
             greedy.actions.extend(other_outdated_pod);
@@ -1413,5 +1605,140 @@ fn checker_catches_a_planner_that_marks_revisions_early() {
             eager
         },
         Property::CurrentRevisionWhenDone,
+    );
+}
+
+// --- Free replacement of unavailable outdated pods ---
+
+/// The deletion of an outdated, not terminating pod, as a broken planner would plan it.
+fn delete(statefulset: &StatefulSetSnapshot, pod: &PodSnapshot, free: bool) -> Action {
+    Action::DeletePod {
+        statefulset: statefulset.name.clone(),
+        pod: pod.name.clone(),
+        uid: pod.uid.clone(),
+        unavailable: free.then_some(Unavailable::NotReady),
+    }
+}
+
+fn deletes(plan: &Plan, pod: &PodSnapshot) -> bool {
+    plan.deletions()
+        .any(|action| matches!(action, Action::DeletePod { uid, .. } if *uid == pod.uid))
+}
+
+/// Outdated pods of `statefulset` a planner could delete: not terminating, not yet in `plan`.
+fn candidates<'a>(
+    statefulset: &'a StatefulSetSnapshot,
+    plan: &Plan,
+) -> impl Iterator<Item = &'a PodSnapshot> {
+    statefulset.pods.iter().filter(move |pod| {
+        !pod.terminating && pod.revision != statefulset.update_revision && !deletes(plan, pod)
+    })
+}
+
+#[test]
+fn checker_catches_a_planner_that_never_replaces_unavailable_pods() {
+    // The Go operator's behaviour (its issue #339): a crash-looping old pod holds the group.
+    assert_caught(
+        &|group: &GroupSnapshot, now| {
+            let mut waiting = plan(group, now);
+            waiting.actions.retain(|action| {
+                !matches!(
+                    action,
+                    Action::DeletePod {
+                        unavailable: Some(_),
+                        ..
+                    }
+                )
+            });
+            waiting
+        },
+        Property::Liveness,
+    );
+}
+
+#[test]
+fn checker_catches_a_planner_that_deletes_available_pods_for_free() {
+    assert_caught(
+        &|group: &GroupSnapshot, now| {
+            // Judges a whole degraded zone down: every outdated pod of a member with an
+            // unavailable pod looks not ready to it.
+            let degraded = with_each_statefulset(group, |statefulset| {
+                let min_ready_seconds = statefulset.min_ready_seconds;
+                if statefulset
+                    .pods
+                    .iter()
+                    .any(|pod| !is_available(pod, min_ready_seconds, now))
+                {
+                    let update_revision = statefulset.update_revision.clone();
+                    for pod in &mut statefulset.pods {
+                        if pod.revision != update_revision {
+                            pod.ready = false;
+                        }
+                    }
+                }
+            });
+            plan(&degraded, now)
+        },
+        Property::FreeReplacementCostsNothing,
+    );
+}
+
+#[test]
+fn checker_catches_a_planner_whose_free_replacements_give_budget_back() {
+    assert_caught(
+        &|group: &GroupSnapshot, now| {
+            // Counts a replaced pod's place as free again: one more available pod per free
+            // replacement.
+            let mut greedy = plan(group, now);
+            let mut extra = Vec::new();
+            for statefulset in &group.statefulsets {
+                let free = greedy
+                    .deletions()
+                    .filter(|action| {
+                        matches!(action, Action::DeletePod { statefulset: name, unavailable: Some(_), .. } if *name == statefulset.name)
+                    })
+                    .count();
+                let min_ready_seconds = statefulset.min_ready_seconds;
+                extra.extend(
+                    candidates(statefulset, &greedy)
+                        .filter(|pod| is_available(pod, min_ready_seconds, now))
+                        .take(free)
+                        .map(|pod| delete(statefulset, pod, false)),
+                );
+            }
+            greedy.actions.extend(extra);
+            greedy
+        },
+        Property::MaxUnavailable,
+    );
+}
+
+#[test]
+fn checker_catches_a_planner_that_spreads_an_unproven_version() {
+    assert_caught(
+        &|group: &GroupSnapshot, now| {
+            // Replaces down pods in every not-ready zone, even while a new pod is not ready.
+            let mut eager = plan(group, now);
+            if eager.actions.is_empty()
+                && eager.waiting.as_ref().map(WaitReason::kind) == Some("MultipleNotReady")
+            {
+                let mut free = Vec::new();
+                for statefulset in &group.statefulsets {
+                    let min_ready_seconds = statefulset.min_ready_seconds;
+                    free.extend(
+                        candidates(statefulset, &eager)
+                            .filter(|pod| !is_available(pod, min_ready_seconds, now))
+                            .filter(|pod| {
+                                pod_ordinal(&statefulset.name, &pod.name)
+                                    .is_some_and(|ordinal| wanted(statefulset, ordinal))
+                            })
+                            .map(|pod| delete(statefulset, pod, true)),
+                    );
+                }
+                eager.actions.extend(free);
+            }
+            eager
+        },
+        Property::OthersFullyReady,
     );
 }

@@ -6,7 +6,10 @@
 pub mod plan;
 pub mod snapshot;
 
-pub use plan::{Action, Plan, Progress, WaitReason, Warning, plan};
+pub use plan::{
+    Action, Plan, Progress, Unavailable, UnavailablePod, WaitReason, Warning, plan,
+    replacement_note,
+};
 pub use snapshot::{
     GroupSnapshot, PodPhase, PodSnapshot, StatefulSetSnapshot, UpdateStrategy, selector_matches,
 };

@@ -8,6 +8,26 @@
 //! 3. walk the members in order: delete the lowest-ordinal pods not at the update revision, at
 //!    most `max-unavailable - not-ready` of them; stop at a member that had deletions or is not
 //!    ready; mark a finished member's currentRevision; paused members are treated as done.
+//!
+//! **Free replacements** (baton; the Go operator waited forever, its issue #339): in the member
+//! the walk works on, an outdated pod that is *already unavailable* (by [`availability`], the
+//! same rule that counts unavailable pods: not Running, not Ready, Ready for less than
+//! minReadySeconds; a terminating pod is not deleted again) is deleted first and outside the
+//! budget. Its replacement is unavailable until it becomes ready, so the count of unavailable
+//! pods does not rise; a rollout that fixes a crash-looping pod can then complete. It does not
+//! free budget either: the budget for available pods is still `max-unavailable - not-ready`,
+//! the unavailable pod included, since its replacement counts until it is ready.
+//!
+//! Where: an unavailable pod makes its member not ready, so free replacements are in
+//! not-ready members. With one not-ready member, it is the one the walk works on (it goes
+//! first). With several (`MultipleNotReady`), each one's unavailable outdated pods are replaced
+//! too, but only while no pod at an update revision is unavailable anywhere in the group:
+//! while a new pod is starting or failing, the new version is unproven and must not spread to
+//! other zones, and a pod down only *transiently* elsewhere is not restarted while a zone is
+//! down because of baton. Without that exception, a broken version crash-looping in several
+//! zones would hold its own fix forever. Available pods never move while another member is not
+//! ready. Paused members get none (hands off), and pods outside spec.replicas are not
+//! "replaced" (nothing recreates them), so they follow the budget.
 
 use std::cmp::{Ordering, Reverse};
 use std::fmt;
@@ -16,7 +36,8 @@ use baton_shared::annotations::{InvalidAnnotation, max_unavailable, paused};
 use jiff::Timestamp;
 
 use super::snapshot::{
-    GroupSnapshot, PodSnapshot, StatefulSetSnapshot, UpdateStrategy, natural_cmp, pod_ordinal,
+    GroupSnapshot, PodPhase, PodSnapshot, StatefulSetSnapshot, UpdateStrategy, natural_cmp,
+    pod_ordinal,
 };
 
 /// What the controller should do for a group now, and what to tell people about it.
@@ -54,6 +75,10 @@ pub enum Action {
         statefulset: String,
         pod: String,
         uid: String,
+        /// `Some(why)`: the pod is already unavailable, so replacing it costs no availability
+        /// and no max-unavailable budget (a free replacement). `None`: it is available and
+        /// takes one pod of the budget.
+        unavailable: Option<Unavailable>,
     },
     /// Set status.currentRevision: with `OnDelete` nobody else does it once a rollout is done.
     SetCurrentRevision {
@@ -66,14 +91,92 @@ impl fmt::Display for Action {
     fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::DeletePod {
-                statefulset, pod, ..
+                statefulset,
+                pod,
+                unavailable: None,
+                ..
             } => write!(formatter, "delete pod {pod} of {statefulset}"),
+            Self::DeletePod {
+                statefulset,
+                pod,
+                unavailable: Some(why),
+                ..
+            } => write!(
+                formatter,
+                "delete pod {pod} of {statefulset} ({why}, costs no availability)"
+            ),
             Self::SetCurrentRevision {
                 statefulset,
                 revision,
             } => write!(
                 formatter,
                 "set the current revision of {statefulset} to {revision}"
+            ),
+        }
+    }
+}
+
+/// The Event note of a free replacement: which pod, why it was unavailable, and that it
+/// costs nothing.
+pub fn replacement_note(pod: &str, why: &Unavailable) -> String {
+    format!("replacing {pod}: {why} at the old revision, costs no availability")
+}
+
+/// Why a pod does not count as available, as far as Kubernetes says; for messages.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unavailable {
+    /// metadata.deletionTimestamp is set.
+    Terminating,
+    /// A container is not ready and the kubelet says why (`CrashLoopBackOff`,
+    /// `ImagePullBackOff`, `ErrImagePull`, `OOMKilled`, …).
+    Container(String),
+    /// status.phase is not Running, and no container says why.
+    Phase(PodPhase),
+    /// Running but not Ready, and no container says why (a failing readiness probe).
+    NotReady,
+    /// Ready, but for less than spec.minReadySeconds.
+    ReadyTooRecently,
+}
+
+impl fmt::Display for Unavailable {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Terminating => formatter.write_str("terminating"),
+            Self::Container(reason) => formatter.write_str(reason),
+            Self::Phase(phase) => write!(formatter, "{phase:?}"),
+            Self::NotReady => formatter.write_str("not ready"),
+            Self::ReadyTooRecently => formatter.write_str("Ready for less than minReadySeconds"),
+        }
+    }
+}
+
+/// The pod a waiting group waits for, named so that a person can look at it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnavailablePod {
+    pub pod: String,
+    /// At the StatefulSet's update revision: the new version itself does not become ready.
+    pub updated: bool,
+    pub why: Unavailable,
+}
+
+impl fmt::Display for UnavailablePod {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let pod = &self.pod;
+        let revision = if self.updated { "new" } else { "old" };
+        match &self.why {
+            Unavailable::Terminating => {
+                write!(
+                    formatter,
+                    "waiting for {pod} ({revision} revision) to terminate"
+                )
+            }
+            Unavailable::ReadyTooRecently => write!(
+                formatter,
+                "waiting for {pod} ({revision} revision) to be Ready for minReadySeconds"
+            ),
+            why => write!(
+                formatter,
+                "waiting for {pod} ({revision} revision) to become ready: {why}"
             ),
         }
     }
@@ -96,8 +199,13 @@ pub enum WaitReason {
         present: u32,
         expected: u32,
     },
-    /// Some pods are not running, not ready or terminating.
-    NotReady { statefulset: String, pods: u32 },
+    /// Some pods are not running, not ready or terminating; `waiting_for` names one (a pod
+    /// at the update revision first).
+    NotReady {
+        statefulset: String,
+        pods: u32,
+        waiting_for: Option<UnavailablePod>,
+    },
     /// Every unavailable pod is Ready, just not yet for minReadySeconds.
     MinReadySeconds {
         statefulset: String,
@@ -117,11 +225,13 @@ pub enum WaitReason {
         ready_replicas: u32,
         expected: u32,
     },
-    /// Pods need an update but as many as allowed are already unavailable.
+    /// Pods need an update but as many as allowed are already unavailable; `waiting_for`
+    /// names one of them (a pod at the update revision first).
     MaxUnavailable {
         statefulset: String,
         not_ready: u32,
         max_unavailable: u32,
+        waiting_for: Option<UnavailablePod>,
     },
     /// The Kubernetes controller has not computed the StatefulSet's revisions yet.
     NoUpdateRevision { statefulset: String },
@@ -197,11 +307,18 @@ impl fmt::Display for WaitReason {
                 "{statefulset} has {present} of {expected} pods ({} missing)",
                 expected.saturating_sub(*present)
             ),
-            Self::NotReady { statefulset, pods } => write!(
-                formatter,
-                "zone {statefulset} has {}",
-                plural(*pods, "not-ready pod", "not-ready pods")
-            ),
+            Self::NotReady {
+                statefulset,
+                pods,
+                waiting_for,
+            } => {
+                write!(
+                    formatter,
+                    "zone {statefulset} has {}",
+                    plural(*pods, "not-ready pod", "not-ready pods")
+                )?;
+                waiting_for_suffix(formatter, waiting_for.as_ref())
+            }
             Self::MinReadySeconds {
                 statefulset,
                 pods,
@@ -233,10 +350,14 @@ impl fmt::Display for WaitReason {
                 statefulset,
                 not_ready,
                 max_unavailable,
-            } => write!(
-                formatter,
-                "max-unavailable reached in {statefulset} ({not_ready}/{max_unavailable})"
-            ),
+                waiting_for,
+            } => {
+                write!(
+                    formatter,
+                    "max-unavailable reached in {statefulset} ({not_ready}/{max_unavailable})"
+                )?;
+                waiting_for_suffix(formatter, waiting_for.as_ref())
+            }
             Self::NoUpdateRevision { statefulset } => {
                 write!(formatter, "{statefulset} has no updateRevision yet")
             }
@@ -246,6 +367,16 @@ impl fmt::Display for WaitReason {
                 statefulsets.join(", ")
             ),
         }
+    }
+}
+
+fn waiting_for_suffix(
+    formatter: &mut fmt::Formatter<'_>,
+    waiting_for: Option<&UnavailablePod>,
+) -> fmt::Result {
+    match waiting_for {
+        Some(pod) => write!(formatter, "; {pod}"),
+        None => Ok(()),
     }
 }
 
@@ -341,6 +472,21 @@ fn walk(members: &[Member<'_>], actions: &mut Vec<Action>) -> Option<WaitReason>
         .filter(|member| member.unreadiness.is_some())
         .collect();
     if not_ready.len() > 1 {
+        // Every not-ready member is down on its own, unless a new pod is still unproven
+        // somewhere: then wait for it, as before. Otherwise waiting may never end (a broken
+        // version crash-looping in several zones), and replacing pods that are down costs
+        // nothing (module header).
+        if !members.iter().any(|member| member.unproven) {
+            let free: Vec<Action> = not_ready
+                .iter()
+                .filter(|member| !member.paused)
+                .flat_map(|member| member.free_replacements())
+                .collect();
+            if !free.is_empty() {
+                actions.extend(free);
+                return None;
+            }
+        }
         return Some(WaitReason::MultipleNotReady {
             statefulsets: not_ready
                 .iter()
@@ -371,20 +517,21 @@ fn walk(members: &[Member<'_>], actions: &mut Vec<Action>) -> Option<WaitReason>
             });
         };
         if !member.to_update.is_empty() {
+            // The budget counts every unavailable pod, free replacements included: their
+            // replacements are unavailable too until ready.
             let budget = member.max_unavailable.saturating_sub(member.not_ready);
+            // Already unavailable: replaced first, at no cost (see the module header).
+            let free = member.free_replacements();
             // Terminating pods already count as not ready and are on their way out.
-            let deletions: Vec<Action> = member
+            let budgeted = member
                 .to_update
                 .iter()
-                .map(|&(_, pod)| pod)
-                .filter(|pod| !pod.terminating)
-                .take(usize::try_from(budget).unwrap_or(usize::MAX))
-                .map(|pod| Action::DeletePod {
-                    statefulset: statefulset.name.clone(),
-                    pod: pod.name.clone(),
-                    uid: pod.uid.clone(),
+                .filter(|outdated| {
+                    !outdated.pod.terminating && outdated.free_replacement().is_none()
                 })
-                .collect();
+                .take(usize::try_from(budget).unwrap_or(usize::MAX))
+                .map(|outdated| member.delete(outdated, None));
+            let deletions: Vec<Action> = free.chain(budgeted).collect();
             if !deletions.is_empty() {
                 actions.extend(deletions);
                 return None;
@@ -394,6 +541,7 @@ fn walk(members: &[Member<'_>], actions: &mut Vec<Action>) -> Option<WaitReason>
                     statefulset: statefulset.name.clone(),
                     not_ready: member.not_ready,
                     max_unavailable: member.max_unavailable,
+                    waiting_for: member.waiting_for.clone(),
                 });
             }
             // Every pod left to update is terminating, so the member cannot be ready.
@@ -425,9 +573,12 @@ struct Member<'a> {
     max_unavailable: u32,
     paused: bool,
     warnings: Vec<Warning>,
-    /// Pods not at the update revision with their ordinals, lowest ordinal first (empty
-    /// without update revision).
-    to_update: Vec<(Option<u32>, &'a PodSnapshot)>,
+    /// Pods not at the update revision, lowest ordinal first (empty without update revision).
+    to_update: Vec<Outdated<'a>>,
+    /// The unavailable pod to name when the member holds the group.
+    waiting_for: Option<UnavailablePod>,
+    /// A pod at the update revision is unavailable: a new pod not (yet) proven ready.
+    unproven: bool,
     /// How many pods count against max-unavailable: the worst of what the pods and the
     /// status say, missing pods included.
     not_ready: u32,
@@ -441,22 +592,66 @@ struct Member<'a> {
     available_at: Option<Timestamp>,
 }
 
-/// Whether a pod can be counted on.
+/// Which unavailable pod a wait names: not terminating first, then at the update revision
+/// (the new version failing is what a person must look at), then the lowest ordinal.
+type NamingOrder = (bool, bool, Option<u32>);
+
+/// A pod not at the update revision.
+struct Outdated<'a> {
+    ordinal: Option<u32>,
+    pod: &'a PodSnapshot,
+    /// Its ordinal is one of spec.replicas': the StatefulSet controller recreates it.
+    wanted: bool,
+    /// Why it is unavailable (None: available).
+    unavailable: Option<Unavailable>,
+}
+
+impl Outdated<'_> {
+    /// Why replacing this pod costs nothing, if it does: it is already unavailable, not
+    /// terminating (that one is on its way out), and will be recreated.
+    fn free_replacement(&self) -> Option<Unavailable> {
+        self.unavailable
+            .clone()
+            .filter(|why| self.wanted && *why != Unavailable::Terminating)
+    }
+}
+
+/// Whether a pod can be counted on. The one rule for "unavailable": counting unavailable
+/// pods, free replacements and messages all use it.
 enum Availability {
     Available,
     /// Ready, but not yet for minReadySeconds: available from then on.
     From(Timestamp),
-    Unavailable,
+    Unavailable(Unavailable),
+}
+
+impl Availability {
+    fn unavailable(&self) -> Option<Unavailable> {
+        match self {
+            Self::Available => None,
+            Self::From(_) => Some(Unavailable::ReadyTooRecently),
+            Self::Unavailable(why) => Some(why.clone()),
+        }
+    }
 }
 
 /// The shared rule ([`baton_shared::pods::PodReadiness::availability`], by which
-/// prepare-downscale judges the other zones too).
+/// prepare-downscale judges the other zones too), with the container's reason when it has one.
 fn availability(pod: &PodSnapshot, min_ready_seconds: u32, now: Timestamp) -> Availability {
-    use baton_shared::pods::Availability as Rule;
+    use baton_shared::pods::{Availability as Rule, NotAvailable};
+    let container = || pod.container_state.clone().map(Unavailable::Container);
     match pod.readiness().availability(min_ready_seconds, now) {
         Rule::Available => Availability::Available,
         Rule::From(from) => Availability::From(from),
-        Rule::Unavailable(_) => Availability::Unavailable,
+        Rule::Unavailable(NotAvailable::Terminating) => {
+            Availability::Unavailable(Unavailable::Terminating)
+        }
+        Rule::Unavailable(NotAvailable::Phase(phase)) => {
+            Availability::Unavailable(container().unwrap_or(Unavailable::Phase(phase)))
+        }
+        Rule::Unavailable(NotAvailable::NotReady) => {
+            Availability::Unavailable(container().unwrap_or(Unavailable::NotReady))
+        }
     }
 }
 
@@ -484,27 +679,48 @@ impl<'a> Member<'a> {
         let (mut in_range, mut extra, mut unavailable, mut too_young) = (0u32, 0u32, 0u32, 0u32);
         let (mut updated, mut available) = (0u32, 0u32);
         let mut available_at: Option<Timestamp> = None;
+        let mut unproven = false;
+        // Keyed by (terminating, not at the update revision, ordinal): the first is named.
+        let mut waiting_for: Option<(NamingOrder, UnavailablePod)> = None;
         for pod in &statefulset.pods {
             let ordinal = pod_ordinal(&statefulset.name, &pod.name);
             let wanted = ordinal
                 .and_then(|ordinal| ordinal.checked_sub(statefulset.ordinals_start))
                 .is_some_and(|index| index < expected);
-            let is_available = match availability(pod, statefulset.min_ready_seconds, now) {
-                Availability::Available => true,
-                Availability::From(from) => {
-                    too_young += 1;
-                    available_at = Some(available_at.map_or(from, |earliest| earliest.min(from)));
-                    false
-                }
-                Availability::Unavailable => false,
-            };
-            if !is_available {
-                unavailable += 1;
+            let availability = availability(pod, statefulset.min_ready_seconds, now);
+            if let Availability::From(from) = availability {
+                too_young += 1;
+                available_at = Some(available_at.map_or(from, |earliest| earliest.min(from)));
             }
+            let why = availability.unavailable();
+            let is_available = why.is_none();
             let at_update_revision =
                 update_revision.is_some() && pod.revision.as_deref() == update_revision;
+            unproven |= at_update_revision && !is_available;
+            if let Some(why) = &why {
+                unavailable += 1;
+                // Unknown ordinals sort last (None < Some would put them first).
+                let key = (
+                    pod.terminating,
+                    !at_update_revision,
+                    ordinal.or(Some(u32::MAX)),
+                );
+                if waiting_for.as_ref().is_none_or(|(first, _)| key < *first) {
+                    let named = UnavailablePod {
+                        pod: pod.name.clone(),
+                        updated: at_update_revision,
+                        why: why.clone(),
+                    };
+                    waiting_for = Some((key, named));
+                }
+            }
             if update_revision.is_some() && !at_update_revision {
-                to_update.push((ordinal, pod));
+                to_update.push(Outdated {
+                    ordinal,
+                    pod,
+                    wanted,
+                    unavailable: why,
+                });
             }
             if wanted {
                 in_range += 1;
@@ -514,15 +730,14 @@ impl<'a> Member<'a> {
                 extra += 1;
             }
         }
-        to_update.sort_by(
-            |(ordinal_a, a), (ordinal_b, b)| match (ordinal_a, ordinal_b) {
-                (Some(ordinal_a), Some(ordinal_b)) => ordinal_a.cmp(ordinal_b),
-                // Names that are not `<statefulset>-<ordinal>` (never seen in practice) go last.
-                (Some(_), None) => Ordering::Less,
-                (None, Some(_)) => Ordering::Greater,
-                (None, None) => natural_cmp(&a.name, &b.name),
-            },
-        );
+        to_update.sort_by(|a, b| match (a.ordinal, b.ordinal) {
+            (Some(ordinal_a), Some(ordinal_b)) => ordinal_a.cmp(&ordinal_b),
+            // Names that are not `<statefulset>-<ordinal>` (never seen in practice) go last.
+            (Some(_), None) => Ordering::Less,
+            (None, Some(_)) => Ordering::Greater,
+            (None, None) => natural_cmp(&a.pod.name, &b.pod.name),
+        });
+        let waiting_for = waiting_for.map(|(_, pod)| pod);
 
         let missing = expected.saturating_sub(in_range);
         let ready_replicas = statefulset.ready_replicas;
@@ -546,6 +761,7 @@ impl<'a> Member<'a> {
             Some(WaitReason::NotReady {
                 statefulset: name(),
                 pods: unavailable,
+                waiting_for: waiting_for.clone(),
             })
         } else if extra > 0 {
             Some(WaitReason::ExtraPods {
@@ -570,12 +786,31 @@ impl<'a> Member<'a> {
             paused: paused.value,
             warnings,
             to_update,
+            waiting_for,
+            unproven,
             not_ready,
             unreadiness,
             updated,
             available,
             available_at,
         }
+    }
+
+    fn delete(&self, outdated: &Outdated<'_>, unavailable: Option<Unavailable>) -> Action {
+        Action::DeletePod {
+            statefulset: self.statefulset.name.clone(),
+            pod: outdated.pod.name.clone(),
+            uid: outdated.pod.uid.clone(),
+            unavailable,
+        }
+    }
+
+    /// Deletions of the outdated pods that are already unavailable, lowest ordinal first.
+    fn free_replacements(&self) -> impl Iterator<Item = Action> + '_ {
+        self.to_update.iter().filter_map(|outdated| {
+            let why = outdated.free_replacement()?;
+            Some(self.delete(outdated, Some(why)))
+        })
     }
 
     fn progress(&self) -> Progress {

@@ -35,6 +35,7 @@ fn zone(name: &str, replicas: u32) -> Zone {
             ready: true,
             ready_since: Some(now() - SignedDuration::from_hours(1)),
             terminating: false,
+            container_state: None,
         })
         .collect();
     Zone {
@@ -111,6 +112,22 @@ impl Zone {
             pod.ready = false;
             pod.ready_since = None;
         })
+    }
+
+    /// Running, not ready, a container waiting in CrashLoopBackOff.
+    fn crash_looping(self, ordinals: &[u32]) -> Self {
+        self.not_ready(ordinals).each_pod(ordinals, |pod| {
+            pod.container_state = Some("CrashLoopBackOff".to_owned());
+        })
+    }
+
+    /// Pending, its image cannot be pulled.
+    fn image_pull_failing(self, ordinals: &[u32]) -> Self {
+        self.not_ready(ordinals)
+            .phase(ordinals, PodPhase::Pending)
+            .each_pod(ordinals, |pod| {
+                pod.container_state = Some("ImagePullBackOff".to_owned());
+            })
     }
 
     fn phase(self, ordinals: &[u32], phase: PodPhase) -> Self {
@@ -241,6 +258,32 @@ fn waiting(plan: &Plan) -> String {
         .unwrap_or_default()
 }
 
+/// The deletions of a plan with why each is free (None: it takes budget).
+fn deletions(plan: &Plan) -> Vec<(&str, Option<Unavailable>)> {
+    plan.actions
+        .iter()
+        .filter_map(|action| match action {
+            Action::DeletePod {
+                pod, unavailable, ..
+            } => Some((pod.as_str(), unavailable.clone())),
+            Action::SetCurrentRevision { .. } => None,
+        })
+        .collect()
+}
+
+fn crash_loop() -> Option<Unavailable> {
+    Some(Unavailable::Container("CrashLoopBackOff".to_owned()))
+}
+
+/// The pod a wait reason names.
+fn named(pod: &str, updated: bool, why: Unavailable) -> Option<UnavailablePod> {
+    Some(UnavailablePod {
+        pod: pod.to_owned(),
+        updated,
+        why,
+    })
+}
+
 fn progress_of<'a>(plan: &'a Plan, statefulset: &str) -> &'a Progress {
     plan.progress
         .iter()
@@ -289,6 +332,7 @@ fn template_change_deletes_the_lowest_ordinal_of_the_first_zone_only() {
             statefulset: "ingester-zone-a".to_owned(),
             pod: "ingester-zone-a-0".to_owned(),
             uid: "uid-ingester-zone-a-0".to_owned(),
+            unavailable: None,
         }]
     );
     assert_eq!(plan.waiting, None);
@@ -321,11 +365,13 @@ fn max_unavailable_reached_waits_and_says_so() {
             statefulset: "ingester-zone-a".to_owned(),
             not_ready: 1,
             max_unavailable: 1,
+            waiting_for: named("ingester-zone-a-0", true, Unavailable::NotReady),
         })
     );
     assert_eq!(
         waiting(&plan),
-        "max-unavailable reached in ingester-zone-a (1/1)"
+        "max-unavailable reached in ingester-zone-a (1/1); \
+         waiting for ingester-zone-a-0 (new revision) to become ready: not ready"
     );
 }
 
@@ -414,7 +460,8 @@ fn terminating_pod_uses_up_max_unavailable_of_one() {
     assert_eq!(plan.actions, []);
     assert_eq!(
         waiting(&plan),
-        "max-unavailable reached in ingester-zone-a (1/1)"
+        "max-unavailable reached in ingester-zone-a (1/1); \
+         waiting for ingester-zone-a-0 (old revision) to terminate"
     );
 }
 
@@ -430,7 +477,299 @@ fn only_terminating_pods_left_to_update_means_waiting_for_them() {
         now(),
     );
     assert_eq!(plan.actions, []);
-    assert_eq!(waiting(&plan), "zone ingester-zone-a has 1 not-ready pod");
+    assert_eq!(
+        waiting(&plan),
+        "zone ingester-zone-a has 1 not-ready pod; \
+         waiting for ingester-zone-a-0 (old revision) to terminate"
+    );
+}
+
+// --- Free replacement of unavailable outdated pods (baton; Go operator issue #339) ---
+
+#[test]
+fn crash_looping_old_pod_of_the_not_ready_zone_is_replaced_at_no_cost() {
+    // Given 3 zones (max-unavailable 1) where the old pod ingester-zone-b-2 crash-loops
+    fn b_with(change: impl FnOnce(Zone) -> Zone) -> Zone {
+        change(zone("ingester-zone-b", 3).template_changed())
+    }
+    let [a, _, c] = fresh_rollout();
+    // When the fixed version is deployed
+    let first = plan(&group([a, b_with(|b| b.crash_looping(&[2])), c]), now());
+    // Then the crash-looping pod is replaced, although the budget is spent, and nothing else
+    assert_eq!(deletions(&first), [("ingester-zone-b-2", crash_loop())]);
+    assert_eq!(first.waiting, None);
+    assert_eq!(
+        first.actions[0].to_string(),
+        "delete pod ingester-zone-b-2 of ingester-zone-b (CrashLoopBackOff, costs no availability)"
+    );
+
+    // While it terminates, zone b still has one pod down: nobody else goes
+    let [a, _, c] = fresh_rollout();
+    let terminating = plan(
+        &group([a, b_with(|b| b.crash_looping(&[2]).terminating(&[2])), c]),
+        now(),
+    );
+    assert_eq!(terminating.actions, []);
+    assert_eq!(
+        waiting(&terminating),
+        "max-unavailable reached in ingester-zone-b (1/1); \
+         waiting for ingester-zone-b-2 (old revision) to terminate"
+    );
+
+    // Once recreated at the fixed revision and ready, the rollout goes on with the budget
+    let [a, _, c] = fresh_rollout();
+    let fixed = plan(&group([a, b_with(|b| b.updated(&[2])), c]), now());
+    assert_eq!(deletions(&fixed), [("ingester-zone-a-0", None)]);
+}
+
+#[test]
+fn unavailable_old_pods_of_the_zone_being_rolled_go_first_and_outside_the_budget() {
+    let a = || {
+        zone("ingester-zone-a", 4)
+            .template_changed()
+            .updated(&[0])
+            .crash_looping(&[3])
+    };
+    let b = || zone("ingester-zone-b", 4).template_changed();
+    // max-unavailable 1 is spent by ingester-zone-a-3 itself: it alone is replaced.
+    let spent = plan(&group([a(), b()]), now());
+    assert_eq!(deletions(&spent), [("ingester-zone-a-3", crash_loop())]);
+    // max-unavailable 2: it goes first, then one available pod, not two: its replacement
+    // will be unavailable too until ready, so it does not give its place in the budget back.
+    let two = plan(&group([a().max_unavailable("2"), b()]), now());
+    assert_eq!(
+        deletions(&two),
+        [
+            ("ingester-zone-a-3", crash_loop()),
+            ("ingester-zone-a-1", None)
+        ]
+    );
+}
+
+#[test]
+fn several_unavailable_old_pods_are_all_replaced_and_no_available_one() {
+    let b = zone("ingester-zone-b", 5)
+        .template_changed()
+        .crash_looping(&[0, 3])
+        .image_pull_failing(&[4]);
+    let plan = plan(
+        &group([zone("ingester-zone-a", 5).template_changed(), b]),
+        now(),
+    );
+    // Three pods down for max-unavailable 1: replacing them keeps three down, no more.
+    assert_eq!(
+        deletions(&plan),
+        [
+            ("ingester-zone-b-0", crash_loop()),
+            ("ingester-zone-b-3", crash_loop()),
+            (
+                "ingester-zone-b-4",
+                Some(Unavailable::Container("ImagePullBackOff".to_owned()))
+            ),
+        ]
+    );
+}
+
+#[test]
+fn pending_failed_and_not_ready_old_pods_are_replaced_saying_why() {
+    let cases = [
+        (
+            zone("ingester-zone-a", 3).phase(&[1], PodPhase::Pending),
+            Unavailable::Phase(PodPhase::Pending),
+            "replacing ingester-zone-a-1: Pending at the old revision, costs no availability",
+        ),
+        (
+            zone("ingester-zone-a", 3).phase(&[1], PodPhase::Failed),
+            Unavailable::Phase(PodPhase::Failed),
+            "replacing ingester-zone-a-1: Failed at the old revision, costs no availability",
+        ),
+        (
+            zone("ingester-zone-a", 3).image_pull_failing(&[1]),
+            Unavailable::Container("ImagePullBackOff".to_owned()),
+            "replacing ingester-zone-a-1: ImagePullBackOff at the old revision, costs no availability",
+        ),
+        (
+            zone("ingester-zone-a", 3).not_ready(&[1]),
+            Unavailable::NotReady,
+            "replacing ingester-zone-a-1: not ready at the old revision, costs no availability",
+        ),
+        (
+            zone("ingester-zone-a", 3).crash_looping(&[1]),
+            Unavailable::Container("CrashLoopBackOff".to_owned()),
+            "replacing ingester-zone-a-1: CrashLoopBackOff at the old revision, costs no availability",
+        ),
+    ];
+    for (a, why, note) in cases {
+        let plan = plan(&group([a.template_changed()]), now());
+        assert_eq!(
+            deletions(&plan),
+            [("ingester-zone-a-1", Some(why.clone()))],
+            "{why}"
+        );
+        assert_eq!(replacement_note("ingester-zone-a-1", &why), note);
+    }
+}
+
+#[test]
+fn old_pod_ready_for_less_than_min_ready_seconds_is_replaced_at_no_cost() {
+    // Restarted a moment ago: it does not count as available yet, by the same rule.
+    let a = zone("ingester-zone-a", 3)
+        .template_changed()
+        .min_ready_seconds(60)
+        .ready_for(2, 10);
+    let plan = plan(&group([a]), now());
+    assert_eq!(
+        deletions(&plan),
+        [("ingester-zone-a-2", Some(Unavailable::ReadyTooRecently))]
+    );
+}
+
+#[test]
+fn no_free_replacement_in_a_second_not_ready_zone() {
+    // Zone a is mid-rollout (its new pod is starting) when b's old pod starts crash-looping:
+    // b's pod would cost nothing, but the new revision does not reach a second zone before the
+    // first is ready with it, and a transiently down pod is not restarted while another zone
+    // is down. The group waits as before.
+    let [a, b, c] = fresh_rollout();
+    let a = a
+        .updated(&[0])
+        .phase(&[0], PodPhase::Pending)
+        .not_ready(&[0]);
+    let plan = plan(&group([a, b.crash_looping(&[2]), c]), now());
+    assert_eq!(plan.actions, []);
+    assert_eq!(
+        waiting(&plan),
+        "2 StatefulSets are not ready: ingester-zone-a, ingester-zone-b"
+    );
+}
+
+#[test]
+fn a_broken_version_down_in_several_zones_is_replaced_in_each() {
+    // The old version crash-loops in zones a and c (it broke after it was rolled out), no new
+    // pod is in flight: waiting would never end, and replacing them costs nothing.
+    let a = || {
+        zone("ingester-zone-a", 3)
+            .template_changed()
+            .crash_looping(&[1])
+    };
+    let [_, b, c] = fresh_rollout();
+    let c = c.crash_looping(&[0, 2]).max_unavailable("2");
+    let plan_fix = plan(&group([a(), b, c]), now());
+    assert_eq!(
+        deletions(&plan_fix),
+        [
+            ("ingester-zone-a-1", crash_loop()),
+            ("ingester-zone-c-0", crash_loop()),
+            ("ingester-zone-c-2", crash_loop()),
+        ]
+    );
+    // No available pod moves, in any zone: that still waits for the zones to be ready.
+    assert!(plan_fix.actions.iter().all(|action| matches!(
+        action,
+        Action::DeletePod {
+            unavailable: Some(_),
+            ..
+        }
+    )));
+
+    // Once the replacements run the new version and are starting, nothing more moves until
+    // they are ready: a new version unproven in one zone does not spread.
+    let [_, b, c] = fresh_rollout();
+    let starting = plan(
+        &group([a().updated(&[1]).not_ready(&[1]), b, c.crash_looping(&[0])]),
+        now(),
+    );
+    assert_eq!(starting.actions, []);
+    assert_eq!(
+        starting.waiting.as_ref().map(WaitReason::kind),
+        Some("MultipleNotReady")
+    );
+}
+
+#[test]
+fn no_free_replacement_in_a_paused_zone() {
+    let [a, b, c] = fresh_rollout();
+    let plan = plan(&group([a, b.paused().crash_looping(&[1]), c]), now());
+    assert_eq!(plan.actions, []);
+    assert_eq!(
+        waiting(&plan),
+        "zone ingester-zone-b has 1 not-ready pod; \
+         waiting for ingester-zone-b-1 (old revision) to become ready: CrashLoopBackOff"
+    );
+}
+
+#[test]
+fn terminating_or_unwanted_unavailable_old_pods_are_not_replaced_for_free() {
+    // Terminating: on its way out already.
+    let terminating = zone("ingester-zone-a", 3)
+        .template_changed()
+        .crash_looping(&[1])
+        .terminating(&[1]);
+    let plan_terminating = plan(&group([terminating]), now());
+    assert_eq!(plan_terminating.actions, []);
+    // Beyond spec.replicas (a scale-down under way): nothing would recreate it, so deleting it
+    // is no replacement; it follows the budget like any other pod (here: 2 - 1 down = 1, which
+    // the lowest ordinal takes).
+    let scaling_down = zone("ingester-zone-a", 3)
+        .template_changed()
+        .spec_replicas(2)
+        .max_unavailable("2")
+        .crash_looping(&[2]);
+    let plan_scaling = plan(&group([scaling_down]), now());
+    assert_eq!(deletions(&plan_scaling), [("ingester-zone-a-0", None)]);
+}
+
+#[test]
+fn a_new_revision_pod_that_never_becomes_ready_halts_the_group_and_is_named() {
+    // The new version itself crash-loops in zone a.
+    let [a, b, c] = fresh_rollout();
+    let plan_rolling = plan(&group([a.updated(&[0]).crash_looping(&[0]), b, c]), now());
+    assert_eq!(plan_rolling.actions, []);
+    assert_eq!(
+        plan_rolling.waiting,
+        Some(WaitReason::MaxUnavailable {
+            statefulset: "ingester-zone-a".to_owned(),
+            not_ready: 1,
+            max_unavailable: 1,
+            waiting_for: named("ingester-zone-a-0", true, crash_loop().unwrap()),
+        })
+    );
+    assert_eq!(
+        waiting(&plan_rolling),
+        "max-unavailable reached in ingester-zone-a (1/1); \
+         waiting for ingester-zone-a-0 (new revision) to become ready: CrashLoopBackOff"
+    );
+    // Every pod of zone a updated, the last one crash-looping: zones b and c wait.
+    let [a, b, c] = fresh_rollout();
+    let plan_done = plan(&group([a.all_updated().crash_looping(&[2]), b, c]), now());
+    assert_eq!(plan_done.actions, []);
+    assert_eq!(
+        waiting(&plan_done),
+        "zone ingester-zone-a has 1 not-ready pod; \
+         waiting for ingester-zone-a-2 (new revision) to become ready: CrashLoopBackOff"
+    );
+}
+
+#[test]
+fn the_pod_named_is_a_new_revision_one_first_then_the_lowest_ordinal() {
+    let a = zone("ingester-zone-a", 5)
+        .template_changed()
+        .updated(&[3, 4])
+        .crash_looping(&[0])
+        .terminating(&[0])
+        .not_ready(&[1])
+        .terminating(&[1])
+        .image_pull_failing(&[4])
+        .not_ready(&[3]);
+    let plan = plan(&group([a]), now());
+    assert_eq!(
+        plan.waiting
+            .as_ref()
+            .map(ToString::to_string)
+            .unwrap_or_default(),
+        "max-unavailable reached in ingester-zone-a (4/1); \
+         waiting for ingester-zone-a-3 (new revision) to become ready: not ready"
+    );
 }
 
 // --- Zone by zone ---
@@ -450,6 +789,7 @@ fn finished_zone_gets_its_current_revision_and_the_next_zone_starts() {
                 statefulset: "ingester-zone-b".to_owned(),
                 pod: "ingester-zone-b-0".to_owned(),
                 uid: "uid-ingester-zone-b-0".to_owned(),
+                unavailable: None,
             },
         ]
     );
@@ -466,6 +806,7 @@ fn updated_zone_with_a_pod_not_yet_ready_holds_the_group() {
         Some(WaitReason::NotReady {
             statefulset: "ingester-zone-a".to_owned(),
             pods: 1,
+            waiting_for: named("ingester-zone-a-2", true, Unavailable::NotReady),
         })
     );
 }
@@ -473,7 +814,7 @@ fn updated_zone_with_a_pod_not_yet_ready_holds_the_group() {
 #[test]
 fn the_one_not_ready_zone_goes_first() {
     let [a, b, c] = fresh_rollout();
-    let b = b.max_unavailable("2").not_ready(&[2]);
+    let b = b.max_unavailable("2").updated(&[2]).not_ready(&[2]);
     let plan = plan(&group([a, b, c]), now());
     assert_eq!(deleted(&plan), ["ingester-zone-b-0"]);
 }
@@ -481,19 +822,25 @@ fn the_one_not_ready_zone_goes_first() {
 #[test]
 fn the_one_not_ready_zone_at_max_unavailable_blocks_the_others() {
     let [a, b, c] = fresh_rollout();
-    let plan = plan(&group([a, b.not_ready(&[1]), c]), now());
+    let plan = plan(&group([a, b.updated(&[1]).not_ready(&[1]), c]), now());
     assert_eq!(plan.actions, []);
     assert_eq!(
         waiting(&plan),
-        "max-unavailable reached in ingester-zone-b (1/1)"
+        "max-unavailable reached in ingester-zone-b (1/1); \
+         waiting for ingester-zone-b-1 (new revision) to become ready: not ready"
     );
 }
 
 #[test]
 fn two_not_ready_zones_wait() {
+    // Zone a's new pod is starting; zone b's is Pending.
     let [a, b, c] = fresh_rollout();
     let plan = plan(
-        &group([a.not_ready(&[0]), b.phase(&[1], PodPhase::Pending), c]),
+        &group([
+            a.updated(&[0]).not_ready(&[0]),
+            b.updated(&[1]).phase(&[1], PodPhase::Pending),
+            c,
+        ]),
         now(),
     );
     assert_eq!(plan.actions, []);
@@ -521,7 +868,13 @@ fn not_running_pods_are_not_ready() {
         let a = a.phase(&[1], phase);
         let plan = plan(&group([a]), now());
         assert_eq!(plan.actions, [], "{phase:?}");
-        assert_eq!(waiting(&plan), "zone ingester-zone-a has 1 not-ready pod");
+        assert_eq!(
+            waiting(&plan),
+            format!(
+                "zone ingester-zone-a has 1 not-ready pod; \
+                 waiting for ingester-zone-a-1 (new revision) to become ready: {phase:?}"
+            )
+        );
     }
 }
 
@@ -651,7 +1004,11 @@ fn paused_zone_that_is_not_ready_still_holds_the_group() {
     let [a, b, c] = fresh_rollout();
     let plan = plan(&group([a.paused().not_ready(&[1]), b, c]), now());
     assert_eq!(plan.actions, []);
-    assert_eq!(waiting(&plan), "zone ingester-zone-a has 1 not-ready pod");
+    assert_eq!(
+        waiting(&plan),
+        "zone ingester-zone-a has 1 not-ready pod; \
+         waiting for ingester-zone-a-1 (old revision) to become ready: not ready"
+    );
 }
 
 #[test]
@@ -764,7 +1121,8 @@ fn statefulsets_added_and_removed_between_calls() {
     let before = plan(&group([rolling_a(), b()]), now());
     assert_eq!(
         waiting(&before),
-        "max-unavailable reached in ingester-zone-a (1/1)"
+        "max-unavailable reached in ingester-zone-a (1/1); \
+         waiting for ingester-zone-a-0 (new revision) to become ready: Pending"
     );
 
     let b_removed = plan(&group([rolling_a()]), now());
@@ -804,7 +1162,13 @@ fn pod_ready_for_less_than_min_ready_seconds_is_not_available_yet() {
             statefulset: "ingester-zone-a".to_owned(),
             not_ready: 1,
             max_unavailable: 1,
+            waiting_for: named("ingester-zone-a-0", true, Unavailable::ReadyTooRecently),
         })
+    );
+    assert_eq!(
+        waiting(&early),
+        "max-unavailable reached in ingester-zone-a (1/1); \
+         waiting for ingester-zone-a-0 (new revision) to be Ready for minReadySeconds"
     );
     let available_at = now() + SignedDuration::from_secs(25);
     assert_eq!(early.recheck_after, Some(available_at));
@@ -963,9 +1327,24 @@ fn every_wait_reason_explains_itself_and_has_a_stable_kind() {
             WaitReason::NotReady {
                 statefulset: "ingester-zone-b".to_owned(),
                 pods: 2,
+                waiting_for: None,
             },
             "NotReady",
             "zone ingester-zone-b has 2 not-ready pods",
+        ),
+        (
+            WaitReason::NotReady {
+                statefulset: "ingester-zone-b".to_owned(),
+                pods: 2,
+                waiting_for: named(
+                    "ingester-zone-b-3",
+                    true,
+                    Unavailable::Container("CrashLoopBackOff".to_owned()),
+                ),
+            },
+            "NotReady",
+            "zone ingester-zone-b has 2 not-ready pods; \
+             waiting for ingester-zone-b-3 (new revision) to become ready: CrashLoopBackOff",
         ),
         (
             WaitReason::MinReadySeconds {
@@ -1000,9 +1379,21 @@ fn every_wait_reason_explains_itself_and_has_a_stable_kind() {
                 statefulset: name(),
                 not_ready: 1,
                 max_unavailable: 1,
+                waiting_for: None,
             },
             "MaxUnavailable",
             "max-unavailable reached in ingester-zone-a (1/1)",
+        ),
+        (
+            WaitReason::MaxUnavailable {
+                statefulset: name(),
+                not_ready: 2,
+                max_unavailable: 1,
+                waiting_for: named("ingester-zone-a-4", false, Unavailable::Terminating),
+            },
+            "MaxUnavailable",
+            "max-unavailable reached in ingester-zone-a (2/1); \
+             waiting for ingester-zone-a-4 (old revision) to terminate",
         ),
         (
             WaitReason::NoUpdateRevision {
@@ -1043,6 +1434,7 @@ fn actions_explain_themselves() {
         statefulset: "ingester-zone-a".to_owned(),
         pod: "ingester-zone-a-0".to_owned(),
         uid: "u".to_owned(),
+        unavailable: None,
     };
     let mark = Action::SetCurrentRevision {
         statefulset: "ingester-zone-a".to_owned(),
@@ -1063,6 +1455,7 @@ fn one_pod_message_is_singular() {
     let reason = WaitReason::NotReady {
         statefulset: "ingester-zone-b".to_owned(),
         pods: 1,
+        waiting_for: None,
     };
     assert_eq!(
         reason.to_string(),

@@ -13,7 +13,7 @@ use baton_shared::statefulset::StatefulSetState;
 pub use baton_shared::statefulset::pod_ordinal;
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, PodStatus};
 
 /// One rollout group: the StatefulSets sharing a `rollout-group` label value, sorted by name.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -88,6 +88,11 @@ pub struct PodSnapshot {
     pub ready_since: Option<Timestamp>,
     /// metadata.deletionTimestamp is set: the pod is going away and must not be deleted again.
     pub terminating: bool,
+    /// Why a container of the pod is not ready, as the kubelet reports it: the waiting reason
+    /// (`CrashLoopBackOff`, `ImagePullBackOff`, `ErrImagePull`, …) or terminated reason
+    /// (`Error`, `OOMKilled`, …) of the first container that is not ready, init containers
+    /// first. Only for messages: whether the pod is available never depends on it.
+    pub container_state: Option<String>,
 }
 
 impl GroupSnapshot {
@@ -170,6 +175,7 @@ impl PodSnapshot {
     /// Reads the parts of a pod the planner needs.
     pub fn from_kubernetes(pod: &Pod) -> Self {
         let metadata = &pod.metadata;
+        let status = pod.status.as_ref();
         let readiness = PodReadiness::of(pod);
         Self {
             name: metadata.name.clone().unwrap_or_default(),
@@ -183,6 +189,7 @@ impl PodSnapshot {
             ready: readiness.ready,
             ready_since: readiness.ready_since,
             terminating: readiness.terminating,
+            container_state: status.and_then(container_state),
         }
     }
 
@@ -195,6 +202,26 @@ impl PodSnapshot {
             terminating: self.terminating,
         }
     }
+}
+
+/// The reason the first container that is not ready gives for it (init containers first).
+fn container_state(status: &PodStatus) -> Option<String> {
+    let init = status.init_container_statuses.iter().flatten();
+    let main = status.container_statuses.iter().flatten();
+    init.chain(main)
+        .filter(|container| !container.ready)
+        .find_map(|container| {
+            let state = container.state.as_ref()?;
+            let waiting = state
+                .waiting
+                .as_ref()
+                .and_then(|waiting| waiting.reason.as_ref());
+            let terminated = || state.terminated.as_ref()?.reason.as_ref();
+            waiting
+                .or_else(terminated)
+                .filter(|reason| !reason.is_empty())
+        })
+        .cloned()
 }
 
 /// Compares names the way people read them: runs of digits by value, so `x-2` sorts before
@@ -254,7 +281,10 @@ mod tests {
     use k8s_openapi::api::apps::v1::{
         StatefulSetOrdinals, StatefulSetSpec, StatefulSetStatus, StatefulSetUpdateStrategy,
     };
-    use k8s_openapi::api::core::v1::{ContainerStatus, PodCondition, PodStatus};
+    use k8s_openapi::api::core::v1::{
+        ContainerState, ContainerStateTerminated, ContainerStateWaiting, ContainerStatus,
+        PodCondition, PodStatus,
+    };
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
         LabelSelector, LabelSelectorRequirement, ObjectMeta, OwnerReference, Time,
     };
@@ -467,6 +497,7 @@ mod tests {
                 ready: true,
                 ready_since: Some(Timestamp::from_second(1_700_000_000).expect("valid time")),
                 terminating: false,
+                container_state: None,
             }
         );
 
@@ -504,6 +535,67 @@ mod tests {
         };
         let snapshot = PodSnapshot::from_kubernetes(&no_status);
         assert_eq!((snapshot.phase, snapshot.ready), (PodPhase::Unknown, false));
+    }
+
+    #[test]
+    fn container_state_names_why_the_first_unready_container_is_not_running() {
+        let waiting = |name: &str, ready: bool, reason: &str| ContainerStatus {
+            name: name.to_owned(),
+            ready,
+            state: Some(ContainerState {
+                waiting: Some(ContainerStateWaiting {
+                    reason: Some(reason.to_owned()),
+                    message: Some("back-off 5m0s restarting failed container".to_owned()),
+                }),
+                ..ContainerState::default()
+            }),
+            ..ContainerStatus::default()
+        };
+        let terminated = |name: &str, reason: &str| ContainerStatus {
+            name: name.to_owned(),
+            state: Some(ContainerState {
+                terminated: Some(ContainerStateTerminated {
+                    reason: Some(reason.to_owned()),
+                    ..ContainerStateTerminated::default()
+                }),
+                ..ContainerState::default()
+            }),
+            ..ContainerStatus::default()
+        };
+        let state_of = |change: &dyn Fn(&mut PodStatus)| {
+            PodSnapshot::from_kubernetes(&with_status(pod("p-0", "uid", &[]), change))
+                .container_state
+        };
+        assert_eq!(state_of(&|_| {}), None, "every container ready");
+        assert_eq!(
+            state_of(&|status| {
+                status.container_statuses = Some(vec![
+                    waiting("sidecar", true, "Ignored"),
+                    waiting("app", false, "CrashLoopBackOff"),
+                ])
+            }),
+            Some("CrashLoopBackOff".to_owned())
+        );
+        assert_eq!(
+            state_of(&|status| {
+                status.phase = Some("Pending".to_owned());
+                status.init_container_statuses =
+                    Some(vec![waiting("init", false, "ImagePullBackOff")]);
+                status.container_statuses = Some(vec![waiting("app", false, "PodInitializing")]);
+            }),
+            Some("ImagePullBackOff".to_owned())
+        );
+        assert_eq!(
+            state_of(
+                &|status| status.container_statuses = Some(vec![terminated("app", "OOMKilled")])
+            ),
+            Some("OOMKilled".to_owned())
+        );
+        assert_eq!(
+            state_of(&|status| status.container_statuses = Some(vec![waiting("app", false, "")])),
+            None,
+            "an empty reason says nothing"
+        );
     }
 
     #[test]
