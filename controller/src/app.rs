@@ -6,6 +6,11 @@
 //! (their caches keep the last state), a lost Lease ends a leadership term and the elector
 //! campaigns again, and certificate and Event calls are retried. Exiting is for bugs only.
 //!
+//! What survives a term: the caches (state, not decisions) and the pending deletions (facts:
+//! deletes this replica sent, which keep a new term from deleting again a pod a lagging cache
+//! still shows Ready). What does not: every reconcile and certificate round is bound to the term
+//! it started in and stops when it ends; each new term re-reads and re-plans every group.
+//!
 //! Readiness (`/ready`) turns true once the caches have synced and stays true through an API
 //! server outage: nothing routes traffic to the controller, and flapping it would only stall a
 //! rollout of baton itself during a control-plane upgrade. Whether this replica acts is the
