@@ -5,6 +5,7 @@ pub mod app;
 pub mod cache;
 pub mod certificates;
 pub mod explain;
+pub mod gates;
 pub mod leader;
 pub mod metrics;
 pub mod queue;

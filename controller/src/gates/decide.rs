@@ -1,0 +1,399 @@
+//! The gate decision: the group's plan as the gates allow it, why the rest waits, and what
+//! gate state to store. Pure: the same snapshot, stored state and `now` give the same decision.
+//!
+//! The rules, in order:
+//! 1. a member carries `baton.dev/halted` → no deletion anywhere (`Halted`), until a person
+//!    removes the annotation;
+//! 2. no member carries a gate key → the planner's plan as is, nothing stored (compat.md);
+//! 3. a gate key is invalid → no deletion (`InvalidGate`; see [`super::keys`] for why);
+//! 4. a zone is *cleared* for the update revision it rolls to once its gate passed. While a
+//!    cleared zone is unfinished (not updated and available, and not paused), the planner
+//!    plans with every zone that is not cleared **paused**: the zone that started finishes
+//!    before another starts, whatever order the planner would otherwise pick (it moves to a
+//!    not-ready zone first, and replaces an unavailable old pod there for free). Pausing is
+//!    an input the planner honours with all its guarantees, so the gate never adds a deletion
+//!    the planner did not make for some valid snapshot; a not-ready zone that is not cleared
+//!    blocks, as in the Go operator (`ZoneUnfinished`);
+//! 5. otherwise the zone the planner deletes in next is gated: the first zone of a rollout
+//!    (no zone cleared yet for its current revision) is cleared at once — it is the canary;
+//!    a later one waits for the soak after the finished zones (`Soak`), whose start and the
+//!    zones it follows are stored on the waiting zone, so a new leader honours the rest of it
+//!    (and a zone finishing meanwhile starts it again). Only that one zone is cleared;
+//! 6. once every member is finished, the stored state is removed: the next rollout starts
+//!    afresh.
+
+use std::collections::BTreeSet;
+use std::fmt;
+
+use baton_shared::annotations::{ROLLOUT_PAUSED_ANNOTATION, paused};
+use jiff::{SignedDuration, Timestamp};
+
+use super::keys::{self, GateConfig, GateWarning, STATE_ANNOTATION, format_duration};
+use super::state::{GateState, ZoneState};
+use crate::rollout::{Action, GroupSnapshot, Plan, plan};
+
+/// Why deletions of the plan wait; `Display` explains it, [`GateWait::kind`] names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GateWait {
+    /// `statefulset` carries `baton.dev/halted`; `why` is its value.
+    Halted { statefulset: String, why: String },
+    /// A gate key cannot be read.
+    InvalidGate {
+        statefulset: String,
+        key: &'static str,
+        value: String,
+    },
+    /// `zone` is next, but `unfinished`, already rolling, is not finished.
+    ZoneUnfinished { zone: String, unfinished: String },
+    /// `zone` is next and soaks until `until` after the zones before it finished.
+    Soak {
+        zone: String,
+        after: Vec<String>,
+        remaining: SignedDuration,
+        until: Timestamp,
+    },
+}
+
+impl GateWait {
+    /// A short, stable identifier (CamelCase, like Event reasons) for metrics labels and
+    /// Events. Never change one: dashboards and alerts match on them.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Halted { .. } => "Halted",
+            Self::InvalidGate { .. } => "InvalidGate",
+            Self::ZoneUnfinished { .. } => "ZoneUnfinished",
+            Self::Soak { .. } => "Soak",
+        }
+    }
+
+    /// The StatefulSet the wait is about.
+    pub fn statefulset(&self) -> &str {
+        match self {
+            Self::Halted { statefulset, .. } | Self::InvalidGate { statefulset, .. } => statefulset,
+            Self::ZoneUnfinished { zone, .. } | Self::Soak { zone, .. } => zone,
+        }
+    }
+}
+
+impl fmt::Display for GateWait {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Halted { statefulset, why } => write!(
+                formatter,
+                "halted at {statefulset}: {why}; resume with \
+                 kubectl annotate statefulset {statefulset} {}-",
+                keys::HALTED_ANNOTATION
+            ),
+            Self::InvalidGate {
+                statefulset,
+                key,
+                value,
+            } => write!(
+                formatter,
+                "annotation {key} of {statefulset} has the invalid value {value:?}; {}",
+                keys::HOLDING
+            ),
+            Self::ZoneUnfinished { zone, unfinished } => write!(
+                formatter,
+                "{zone} starts only once {unfinished} is updated and available"
+            ),
+            Self::Soak {
+                zone,
+                after,
+                remaining,
+                ..
+            } => write!(
+                formatter,
+                "soaking after {}: {zone} starts in {}",
+                after.join(", "),
+                format_duration(*remaining)
+            ),
+        }
+    }
+}
+
+/// One annotation to set (`Some`) or remove (`None`) on a member, by the leader, with the
+/// resourceVersion it read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AnnotationWrite {
+    pub statefulset: String,
+    pub key: &'static str,
+    pub value: Option<String>,
+}
+
+/// Whether the plan's deletions may go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Every deletion of the plan may go.
+    Proceed,
+    /// Only the deletions in `pass` may go (possibly none); the others wait for `wait`.
+    Hold {
+        wait: GateWait,
+        pass: BTreeSet<String>,
+    },
+}
+
+/// What the gate decided for one plan.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GateDecision {
+    pub verdict: Verdict,
+    /// Store these before acting; if they fail, act on nothing (the next pass retries).
+    /// Writing them is what makes the gate survive a failover.
+    pub writes: Vec<AnnotationWrite>,
+    pub warnings: Vec<GateWarning>,
+    /// When the decision changes without any watch event (a soak ends).
+    pub recheck_after: Option<Timestamp>,
+}
+
+impl GateDecision {
+    fn proceed() -> Self {
+        Self {
+            verdict: Verdict::Proceed,
+            writes: Vec::new(),
+            warnings: Vec::new(),
+            recheck_after: None,
+        }
+    }
+
+    fn hold(wait: GateWait, pass: BTreeSet<String>) -> Self {
+        Self {
+            verdict: Verdict::Hold { wait, pass },
+            ..Self::proceed()
+        }
+    }
+
+    /// Why (some) deletions wait, if they do.
+    pub fn wait(&self) -> Option<&GateWait> {
+        match &self.verdict {
+            Verdict::Proceed => None,
+            Verdict::Hold { wait, .. } => Some(wait),
+        }
+    }
+
+    /// The plan as gated: deletions the gate holds are taken out (nothing is added); the
+    /// plan's recheck time becomes the earlier of both.
+    fn apply(self, mut plan: Plan) -> (Plan, Self) {
+        if let Verdict::Hold { pass, .. } = &self.verdict {
+            plan.actions.retain(|action| match action {
+                Action::DeletePod { statefulset, .. } => pass.contains(statefulset),
+                Action::SetCurrentRevision { .. } => true,
+            });
+        }
+        plan.recheck_after = match (plan.recheck_after, self.recheck_after) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        (plan, self)
+    }
+}
+
+/// Plans the group and gates the plan (see the module header): the plan to carry out, and the
+/// decision (why deletions wait, what to store first, warnings).
+pub fn decide(group: &GroupSnapshot, now: Timestamp) -> (Plan, GateDecision) {
+    let (config, mut warnings) = keys::read(group);
+    let (state, state_warnings) = GateState::read(group);
+    warnings.extend(state_warnings);
+    let (plan, mut decision) = decide_with(group, &config, &state, now);
+    decision.warnings = warnings;
+    (plan, decision)
+}
+
+/// [`decide`] from an already read configuration and state (warnings left to the caller).
+pub fn decide_with(
+    group: &GroupSnapshot,
+    config: &GateConfig,
+    state: &GateState,
+    now: Timestamp,
+) -> (Plan, GateDecision) {
+    let full = plan(group, now);
+    if let Some((statefulset, why)) = state.halted.first() {
+        let wait = GateWait::Halted {
+            statefulset: statefulset.clone(),
+            why: why.clone(),
+        };
+        return GateDecision::hold(wait, BTreeSet::new()).apply(full);
+    }
+    if !config.enabled {
+        let decision = forget_when_complete(group, &full, state);
+        return (full, decision);
+    }
+    if let Some(invalid) = &config.invalid {
+        let wait = GateWait::InvalidGate {
+            statefulset: invalid.statefulset.clone(),
+            key: invalid.key,
+            value: invalid.value.clone(),
+        };
+        return GateDecision::hold(wait, BTreeSet::new()).apply(full);
+    }
+    let finished = |name: &str| {
+        let done = full
+            .progress
+            .iter()
+            .any(|progress| progress.statefulset == name && progress.done);
+        let is_paused = group
+            .statefulsets
+            .iter()
+            .any(|member| member.name == name && paused(&member.annotations).value);
+        done || is_paused
+    };
+    let cleared: Vec<&str> = state
+        .zones
+        .iter()
+        .filter(|(_, zone)| zone.cleared_at.is_some())
+        .map(|(name, _)| name.as_str())
+        .collect();
+    if let Some(rolling) = cleared.iter().copied().find(|name| !finished(name)) {
+        return finish_first(group, &full, rolling, state, now);
+    }
+    let Some(next) = deleted_in(group, &full).into_iter().next() else {
+        let decision = forget_when_complete(group, &full, state);
+        return (full, decision);
+    };
+    let Some(revision) = group
+        .statefulsets
+        .iter()
+        .find(|member| member.name == next)
+        .and_then(|member| member.update_revision.clone())
+    else {
+        // The planner deletes only with an update revision: cannot happen.
+        return (full, GateDecision::proceed());
+    };
+    let mut zone = state
+        .zones
+        .get(&next)
+        .cloned()
+        .unwrap_or_else(|| ZoneState::new(&revision));
+    let write = |zone: &ZoneState| AnnotationWrite {
+        statefulset: next.clone(),
+        key: STATE_ANNOTATION,
+        value: Some(zone.to_annotation()),
+    };
+    let before: Vec<String> = cleared
+        .iter()
+        .filter(|name| **name != next)
+        .map(|name| (*name).to_owned())
+        .collect();
+    let pass = BTreeSet::from([next.clone()]);
+    if let (Some(soak), false) = (config.soak, before.is_empty()) {
+        let mut writes = Vec::new();
+        let started = match zone.soak_started_at {
+            Some(started) if zone.soak_after == before => started,
+            _ => {
+                zone.soak_started_at = Some(now);
+                zone.soak_after.clone_from(&before);
+                writes.push(write(&zone));
+                now
+            }
+        };
+        let until = started.saturating_add(soak).unwrap_or(Timestamp::MAX);
+        if now < until {
+            let wait = GateWait::Soak {
+                zone: next.clone(),
+                after: before,
+                remaining: until.duration_since(now),
+                until,
+            };
+            let mut decision = GateDecision::hold(wait, BTreeSet::new());
+            decision.writes = writes;
+            decision.recheck_after = Some(until);
+            return decision.apply(full);
+        }
+    }
+    // The gate passed: the zone is cleared, and only its deletions go.
+    zone.cleared_at = Some(now);
+    let held = deleted_in(group, &full)
+        .into_iter()
+        .find(|name| *name != next);
+    let mut decision = match held {
+        None => GateDecision::proceed(),
+        Some(held) => GateDecision::hold(
+            GateWait::ZoneUnfinished {
+                zone: held,
+                unfinished: next.clone(),
+            },
+            pass,
+        ),
+    };
+    decision.writes.push(write(&zone));
+    decision.apply(full)
+}
+
+/// `rolling` is cleared and unfinished: plan with every zone that is not cleared paused, so
+/// that it finishes first (rule 4).
+fn finish_first(
+    group: &GroupSnapshot,
+    full: &Plan,
+    rolling: &str,
+    state: &GateState,
+    now: Timestamp,
+) -> (Plan, GateDecision) {
+    let mut view = group.clone();
+    for member in &mut view.statefulsets {
+        if !state.cleared(&member.name) {
+            member
+                .annotations
+                .insert(ROLLOUT_PAUSED_ANNOTATION.to_owned(), "true".to_owned());
+        }
+    }
+    let mut viewed = plan(&view, now);
+    // The view's own warnings are the group's (pausing adds none), its wait may say "paused"
+    // where the truth is "gated": report the planner's view of the group as it is.
+    viewed.warnings.clone_from(&full.warnings);
+    // Held: what the planner would delete were it not for the gate, while the view deletes
+    // nothing (when the rolling zone progresses, nothing is said to wait).
+    let allowed = deleted_in(group, &viewed);
+    let held = if allowed.is_empty() {
+        deleted_in(group, full).into_iter().next()
+    } else {
+        None
+    };
+    let decision = match held {
+        None => GateDecision::proceed(),
+        Some(held) => GateDecision::hold(
+            GateWait::ZoneUnfinished {
+                zone: held,
+                unfinished: rolling.to_owned(),
+            },
+            allowed.into_iter().collect(),
+        ),
+    };
+    (viewed, decision)
+}
+
+/// The zones `plan` deletes in, in member order.
+fn deleted_in(group: &GroupSnapshot, plan: &Plan) -> Vec<String> {
+    group
+        .statefulsets
+        .iter()
+        .map(|member| &member.name)
+        .filter(|name| {
+            plan.deletions().any(|action| {
+                matches!(action, Action::DeletePod { statefulset, .. } if statefulset == *name)
+            })
+        })
+        .cloned()
+        .collect()
+}
+
+/// Nothing to delete: once every member is finished, forget the stored state.
+fn forget_when_complete(group: &GroupSnapshot, plan: &Plan, state: &GateState) -> GateDecision {
+    let mut decision = GateDecision::proceed();
+    let complete = !plan.progress.is_empty() && plan.progress.iter().all(|progress| progress.done);
+    if complete {
+        decision.writes = group
+            .statefulsets
+            .iter()
+            .filter(|member| state.stored.contains(&member.name))
+            .map(|member| AnnotationWrite {
+                statefulset: member.name.clone(),
+                key: STATE_ANNOTATION,
+                value: None,
+            })
+            .collect();
+    }
+    decision
+}
+
+#[cfg(test)]
+#[path = "decide_tests.rs"]
+mod tests;

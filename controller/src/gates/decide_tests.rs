@@ -1,0 +1,514 @@
+//! Scenarios for the gate decision, each composed with the real planner: given a group and
+//! its stored gate state, what the gate lets through, what it stores and why it waits.
+
+use std::collections::BTreeMap;
+
+use baton_shared::annotations::ROLLOUT_PAUSED_ANNOTATION;
+use jiff::{SignedDuration, Timestamp};
+
+use super::*;
+use crate::gates::keys::{HALTED_ANNOTATION, SOAK_ANNOTATION};
+use crate::rollout::{PodPhase, PodSnapshot, StatefulSetSnapshot, UpdateStrategy, plan};
+
+fn now() -> Timestamp {
+    Timestamp::from_second(1_700_000_000).expect("valid time")
+}
+
+fn secs(seconds: i64) -> SignedDuration {
+    SignedDuration::from_secs(seconds)
+}
+
+fn new_revision(name: &str) -> String {
+    format!("{name}-new")
+}
+
+/// A ready StatefulSet rolling to `<name>-new`, whose first `updated` pods are already there.
+fn zone(name: &str, replicas: u32, updated: u32) -> StatefulSetSnapshot {
+    let old = format!("{name}-old");
+    let new = new_revision(name);
+    let pods = (0..replicas)
+        .map(|ordinal| PodSnapshot {
+            name: format!("{name}-{ordinal}"),
+            uid: format!("uid-{name}-{ordinal}"),
+            revision: Some(if ordinal < updated { &new } else { &old }.clone()),
+            phase: PodPhase::Running,
+            ready: true,
+            ready_since: Some(now() - SignedDuration::from_hours(1)),
+            terminating: false,
+            container_state: None,
+        })
+        .collect();
+    StatefulSetSnapshot {
+        name: name.to_owned(),
+        uid: format!("uid-{name}"),
+        spec_replicas: replicas,
+        ordinals_start: 0,
+        min_ready_seconds: 0,
+        status_replicas: replicas,
+        ready_replicas: replicas,
+        current_revision: Some(old),
+        update_revision: Some(new),
+        update_strategy: UpdateStrategy::OnDelete,
+        annotations: BTreeMap::new(),
+        pods,
+    }
+}
+
+fn annotated(mut statefulset: StatefulSetSnapshot, key: &str, value: &str) -> StatefulSetSnapshot {
+    statefulset
+        .annotations
+        .insert(key.to_owned(), value.to_owned());
+    statefulset
+}
+
+fn soaked(statefulset: StatefulSetSnapshot, soak: &str) -> StatefulSetSnapshot {
+    annotated(statefulset, SOAK_ANNOTATION, soak)
+}
+
+/// Stores a gate state for the zone's current update revision.
+fn with_state(
+    statefulset: StatefulSetSnapshot,
+    soak_started_at: Option<Timestamp>,
+    cleared_at: Option<Timestamp>,
+) -> StatefulSetSnapshot {
+    let state = ZoneState {
+        revision: new_revision(&statefulset.name),
+        soak_started_at,
+        soak_after: soak_started_at
+            .map(|_| vec!["a".to_owned()])
+            .unwrap_or_default(),
+        cleared_at,
+    };
+    annotated(statefulset, STATE_ANNOTATION, &state.to_annotation())
+}
+
+fn cleared(statefulset: StatefulSetSnapshot) -> StatefulSetSnapshot {
+    with_state(statefulset, None, Some(now() - secs(60)))
+}
+
+/// Pod `ordinal` crash-loops (not ready), so its StatefulSet is not ready.
+fn crash_looping(mut statefulset: StatefulSetSnapshot, ordinal: usize) -> StatefulSetSnapshot {
+    let pod = &mut statefulset.pods[ordinal];
+    pod.ready = false;
+    pod.ready_since = None;
+    pod.container_state = Some("CrashLoopBackOff".to_owned());
+    statefulset.ready_replicas -= 1;
+    statefulset
+}
+
+fn group(members: Vec<StatefulSetSnapshot>) -> GroupSnapshot {
+    GroupSnapshot {
+        name: "ingester".to_owned(),
+        statefulsets: members,
+    }
+}
+
+/// The planner's plan alone, the gated plan, and the decision.
+fn gate(group: &GroupSnapshot, at: Timestamp) -> (Plan, Plan, GateDecision) {
+    let (gated, decision) = decide(group, at);
+    (plan(group, at), gated, decision)
+}
+
+fn deleted_zones(plan: &Plan) -> Vec<String> {
+    let mut zones: Vec<String> = plan
+        .deletions()
+        .map(|action| match action {
+            Action::DeletePod { statefulset, .. } => statefulset.clone(),
+            Action::SetCurrentRevision { .. } => unreachable!("deletions only"),
+        })
+        .collect();
+    zones.dedup();
+    zones
+}
+
+fn state_written(decision: &GateDecision, statefulset: &str) -> ZoneState {
+    let write = decision
+        .writes
+        .iter()
+        .find(|write| write.statefulset == statefulset && write.key == STATE_ANNOTATION)
+        .unwrap_or_else(|| panic!("no state written on {statefulset}: {decision:?}"));
+    ZoneState::from_annotation(write.value.as_deref().expect("set, not removed"))
+        .expect("baton writes readable state")
+}
+
+#[test]
+fn a_group_without_gate_keys_rolls_exactly_as_planned_and_stores_nothing() {
+    let group = group(vec![zone("a", 3, 0), zone("b", 3, 0)]);
+    let (planned, gated, decision) = gate(&group, now());
+    assert_eq!(decision, GateDecision::proceed());
+    assert_eq!(gated.clone(), planned);
+    assert_eq!(deleted_zones(&planned), ["a"]);
+}
+
+#[test]
+fn the_first_zone_of_a_rollout_is_the_canary_and_is_cleared_at_once() {
+    let group = group(vec![soaked(zone("a", 3, 0), "5s"), zone("b", 3, 0)]);
+    let (_, gated, decision) = gate(&group, now());
+    assert_eq!(decision.verdict, Verdict::Proceed);
+    assert_eq!(
+        state_written(&decision, "a"),
+        ZoneState {
+            revision: new_revision("a"),
+            soak_started_at: None,
+            soak_after: Vec::new(),
+            cleared_at: Some(now()),
+        }
+    );
+    assert_eq!(deleted_zones(&gated), ["a"]);
+}
+
+#[test]
+fn a_cleared_zone_keeps_rolling_without_new_writes() {
+    let group = group(vec![
+        cleared(soaked(zone("a", 3, 1), "5s")),
+        zone("b", 3, 0),
+    ]);
+    let (_, gated, decision) = gate(&group, now());
+    assert_eq!(decision, GateDecision::proceed());
+    assert_eq!(deleted_zones(&gated), ["a"]);
+}
+
+#[test]
+fn the_next_zone_waits_the_whole_soak_and_its_start_is_stored() {
+    let group = group(vec![
+        cleared(soaked(zone("a", 3, 3), "5s")),
+        zone("b", 3, 0),
+    ]);
+    let (planned, gated, decision) = gate(&group, now());
+    assert_eq!(
+        deleted_zones(&planned),
+        ["b"],
+        "the planner alone would go on"
+    );
+    let wait = decision.wait().expect("held");
+    assert_eq!(
+        wait,
+        &GateWait::Soak {
+            zone: "b".to_owned(),
+            after: vec!["a".to_owned()],
+            remaining: secs(5),
+            until: now() + secs(5),
+        }
+    );
+    assert_eq!(wait.kind(), "Soak");
+    assert_eq!(wait.to_string(), "soaking after a: b starts in 5s");
+    assert_eq!(state_written(&decision, "b").soak_started_at, Some(now()));
+    assert_eq!(state_written(&decision, "b").cleared_at, None);
+    assert_eq!(decision.recheck_after, Some(now() + secs(5)));
+    assert!(deleted_zones(&gated).is_empty());
+    assert_eq!(gated.recheck_after, Some(now() + secs(5)));
+}
+
+#[test]
+fn a_stored_soak_start_is_honoured_without_restarting_it() {
+    // As a new leader sees it after a failover 3 s into the soak.
+    let group = group(vec![
+        cleared(soaked(zone("a", 3, 3), "5s")),
+        with_state(zone("b", 3, 0), Some(now() - secs(3)), None),
+    ]);
+    let (_, _, decision) = gate(&group, now());
+    assert!(
+        matches!(decision.wait(), Some(GateWait::Soak { remaining, .. }) if *remaining == secs(2)),
+        "{decision:?}"
+    );
+    assert!(decision.writes.is_empty(), "the stored start is kept");
+    assert_eq!(decision.recheck_after, Some(now() + secs(2)));
+}
+
+#[test]
+fn once_the_soak_is_over_the_next_zone_is_cleared_and_rolls() {
+    let started = now() - secs(5);
+    let group = group(vec![
+        cleared(soaked(zone("a", 3, 3), "5s")),
+        with_state(zone("b", 3, 0), Some(started), None),
+        zone("c", 3, 0),
+    ]);
+    let (_, gated, decision) = gate(&group, now());
+    assert_eq!(decision.verdict, Verdict::Proceed);
+    assert_eq!(
+        state_written(&decision, "b"),
+        ZoneState {
+            revision: new_revision("b"),
+            soak_started_at: Some(started),
+            soak_after: vec!["a".to_owned()],
+            cleared_at: Some(now()),
+        }
+    );
+    assert_eq!(deleted_zones(&gated), ["b"]);
+}
+
+#[test]
+fn the_soak_after_the_second_zone_counts_from_when_the_third_first_waited() {
+    let group = group(vec![
+        cleared(soaked(zone("a", 2, 2), "10s")),
+        cleared(zone("b", 2, 2)),
+        zone("c", 2, 0),
+    ]);
+    let (_, _, decision) = gate(&group, now());
+    assert!(
+        matches!(decision.wait(), Some(GateWait::Soak { zone, after, remaining, .. })
+            if zone == "c" && after == &["a", "b"] && *remaining == secs(10)),
+        "{decision:?}"
+    );
+}
+
+#[test]
+fn without_a_soak_the_next_zone_is_cleared_as_soon_as_the_previous_finished() {
+    let group = group(vec![cleared(soaked(zone("a", 3, 3), "0")), zone("b", 3, 0)]);
+    let (_, gated, decision) = gate(&group, now());
+    assert_eq!(decision.verdict, Verdict::Proceed);
+    assert_eq!(state_written(&decision, "b").cleared_at, Some(now()));
+    assert_eq!(deleted_zones(&gated), ["b"]);
+}
+
+#[test]
+fn a_not_ready_later_zone_gets_no_free_replacement_before_the_rolling_zone_finished() {
+    let group = group(vec![
+        cleared(soaked(zone("a", 3, 1), "5s")),
+        zone("b", 3, 0),
+        crash_looping(zone("c", 3, 0), 2),
+    ]);
+    let (planned, gated, decision) = gate(&group, now());
+    assert_eq!(
+        deleted_zones(&planned),
+        ["c"],
+        "the planner replaces c-2 for free"
+    );
+    let wait = decision.wait().expect("held");
+    assert_eq!(
+        wait,
+        &GateWait::ZoneUnfinished {
+            zone: "c".to_owned(),
+            unfinished: "a".to_owned(),
+        }
+    );
+    assert_eq!(wait.kind(), "ZoneUnfinished");
+    assert!(decision.writes.is_empty());
+    assert!(deleted_zones(&gated).is_empty());
+}
+
+#[test]
+fn a_paused_zone_counts_as_finished_as_the_planner_moves_past_it() {
+    let group = group(vec![
+        cleared(annotated(
+            soaked(zone("a", 3, 1), "5s"),
+            ROLLOUT_PAUSED_ANNOTATION,
+            "true",
+        )),
+        zone("b", 3, 0),
+    ]);
+    let (planned, _, decision) = gate(&group, now());
+    assert_eq!(deleted_zones(&planned), ["b"]);
+    assert_eq!(decision.wait().map(GateWait::kind), Some("Soak"));
+}
+
+#[test]
+fn of_several_zones_the_planner_replaces_in_only_the_first_is_cleared() {
+    // Two zones crash-loop at the old revision: the planner replaces in both at once.
+    let group = group(vec![
+        soaked(crash_looping(zone("a", 2, 0), 0), "5s"),
+        crash_looping(zone("b", 2, 0), 1),
+    ]);
+    let (planned, gated, decision) = gate(&group, now());
+    assert_eq!(deleted_zones(&planned), ["a", "b"]);
+    assert_eq!(
+        decision.wait(),
+        Some(&GateWait::ZoneUnfinished {
+            zone: "b".to_owned(),
+            unfinished: "a".to_owned(),
+        })
+    );
+    assert_eq!(state_written(&decision, "a").cleared_at, Some(now()));
+    assert_eq!(deleted_zones(&gated), ["a"]);
+}
+
+#[test]
+fn a_halted_group_deletes_nothing_even_without_other_gate_keys() {
+    for members in [
+        vec![
+            annotated(zone("a", 3, 1), HALTED_ANNOTATION, "error rate 0.4"),
+            zone("b", 3, 0),
+        ],
+        vec![
+            cleared(soaked(zone("a", 3, 1), "5s")),
+            annotated(zone("b", 3, 0), HALTED_ANNOTATION, "error rate 0.4"),
+        ],
+    ] {
+        let group = group(members);
+        let (planned, gated, decision) = gate(&group, now());
+        assert!(!deleted_zones(&planned).is_empty());
+        let wait = decision.wait().expect("held");
+        assert_eq!(wait.kind(), "Halted");
+        let text = wait.to_string();
+        assert!(text.contains("error rate 0.4"), "{text}");
+        assert!(
+            text.contains(&format!(
+                "kubectl annotate statefulset {} baton.dev/halted-",
+                wait.statefulset()
+            )),
+            "{text}"
+        );
+        assert!(decision.writes.is_empty());
+        assert!(deleted_zones(&gated).is_empty());
+    }
+}
+
+#[test]
+fn resuming_a_halted_group_goes_back_through_the_gate() {
+    let halted = group(vec![
+        cleared(soaked(zone("a", 3, 3), "5s")),
+        annotated(zone("b", 3, 0), HALTED_ANNOTATION, "hook failed"),
+    ]);
+    assert_eq!(
+        gate(&halted, now()).2.wait().map(GateWait::kind),
+        Some("Halted")
+    );
+    let mut resumed = halted.clone();
+    resumed.statefulsets[1]
+        .annotations
+        .remove(HALTED_ANNOTATION);
+    assert_eq!(
+        gate(&resumed, now()).2.wait().map(GateWait::kind),
+        Some("Soak")
+    );
+}
+
+#[test]
+fn an_invalid_gate_key_holds_every_deletion_and_names_key_and_value() {
+    let group = group(vec![
+        soaked(zone("a", 3, 0), "ten seconds"),
+        zone("b", 3, 0),
+    ]);
+    let (_, gated, decision) = gate(&group, now());
+    let wait = decision.wait().expect("held");
+    assert_eq!(wait.kind(), "InvalidGate");
+    assert_eq!(
+        wait.to_string(),
+        "annotation baton.dev/soak of a has the invalid value \"ten seconds\"; \
+         holding the group until it is fixed"
+    );
+    assert_eq!(decision.warnings.len(), 1);
+    assert!(deleted_zones(&gated).is_empty());
+}
+
+#[test]
+fn a_state_of_an_earlier_revision_does_not_clear_a_zone() {
+    let mut stale = ZoneState::new("a-older");
+    stale.cleared_at = Some(now() - secs(600));
+    let group = group(vec![
+        soaked(zone("a", 3, 3), "5s"),
+        annotated(zone("b", 3, 0), STATE_ANNOTATION, &stale.to_annotation()),
+    ]);
+    // a is done but was never cleared for this revision: b is this rollout's first zone.
+    let (_, _, decision) = gate(&group, now());
+    assert_eq!(decision.verdict, Verdict::Proceed);
+    assert_eq!(state_written(&decision, "b").revision, new_revision("b"));
+}
+
+#[test]
+fn a_complete_rollout_forgets_its_gate_state() {
+    let mut done = group(vec![
+        cleared(soaked(zone("a", 2, 2), "5s")),
+        cleared(zone("b", 2, 2)),
+        zone("c", 2, 2),
+    ]);
+    for member in &mut done.statefulsets {
+        member.current_revision = member.update_revision.clone();
+    }
+    let (planned, _, decision) = gate(&done, now());
+    assert!(planned.actions.is_empty());
+    assert_eq!(
+        decision.writes,
+        ["a", "b"]
+            .map(|name| AnnotationWrite {
+                statefulset: name.to_owned(),
+                key: STATE_ANNOTATION,
+                value: None,
+            })
+            .to_vec()
+    );
+}
+
+#[test]
+fn a_rollout_in_progress_keeps_its_state_while_nothing_is_deleted() {
+    // Zone b has a pod not ready: the planner waits, the gate must not forget.
+    let group = group(vec![
+        cleared(soaked(zone("a", 2, 2), "5s")),
+        cleared(crash_looping(zone("b", 2, 2), 0)),
+    ]);
+    let (planned, _, decision) = gate(&group, now());
+    assert!(planned.deletions().next().is_none());
+    assert_eq!(decision, GateDecision::proceed());
+}
+
+#[test]
+fn applying_a_hold_keeps_revision_marks_and_the_earlier_recheck() {
+    let mut planned = Plan {
+        actions: vec![
+            Action::SetCurrentRevision {
+                statefulset: "a".to_owned(),
+                revision: "a-new".to_owned(),
+            },
+            Action::DeletePod {
+                statefulset: "b".to_owned(),
+                pod: "b-0".to_owned(),
+                uid: "uid".to_owned(),
+                unavailable: None,
+            },
+        ],
+        waiting: None,
+        warnings: Vec::new(),
+        progress: Vec::new(),
+        recheck_after: Some(now() + secs(9)),
+    };
+    let mut decision = GateDecision::hold(
+        GateWait::ZoneUnfinished {
+            zone: "b".to_owned(),
+            unfinished: "a".to_owned(),
+        },
+        BTreeSet::new(),
+    );
+    decision.recheck_after = Some(now() + secs(3));
+    let (gated, _) = decision.clone().apply(planned.clone());
+    assert_eq!(gated.actions, planned.actions[..1]);
+    assert_eq!(gated.recheck_after, Some(now() + secs(3)));
+    planned.recheck_after = Some(now() + secs(1));
+    assert_eq!(
+        decision.apply(planned).0.recheck_after,
+        Some(now() + secs(1))
+    );
+}
+
+#[test]
+fn the_zone_that_started_finishes_first_whatever_order_the_planner_would_pick() {
+    // b started first (its pod crashed and was replaced); the planner alone would now go
+    // back to a, by name.
+    let group = group(vec![
+        soaked(zone("a", 3, 0), "5s"),
+        cleared(zone("b", 3, 1)),
+        zone("c", 3, 0),
+    ]);
+    let (planned, gated, decision) = gate(&group, now());
+    assert_eq!(deleted_zones(&planned), ["a"]);
+    assert_eq!(deleted_zones(&gated), ["b"]);
+    assert_eq!(decision, GateDecision::proceed());
+}
+
+#[test]
+fn a_zone_finishing_during_a_soak_starts_it_again() {
+    // b's soak followed a; since then c (not ready, so first) was cleared and finished.
+    let group = group(vec![
+        cleared(soaked(zone("a", 2, 2), "5s")),
+        with_state(zone("b", 2, 0), Some(now() - secs(60)), None),
+        cleared(zone("c", 2, 2)),
+    ]);
+    let (_, _, decision) = gate(&group, now());
+    assert!(
+        matches!(decision.wait(), Some(GateWait::Soak { remaining, after, .. })
+            if *remaining == secs(5) && after == &["a", "c"]),
+        "{decision:?}"
+    );
+    let stored = state_written(&decision, "b");
+    assert_eq!(stored.soak_started_at, Some(now()));
+    assert_eq!(stored.soak_after, ["a", "c"]);
+}

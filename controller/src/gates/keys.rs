@@ -1,0 +1,315 @@
+//! baton's own annotations for gates, and their parsing.
+//!
+//! One prefix, `baton.dev/`, for every key baton owns (the keys shared with the Go operator
+//! keep theirs; see `baton_shared::annotations`). Any member of a group may carry a gate key:
+//! a group is one rollout, so its gates are the group's.
+//!
+//! A bad value **holds the group** (no deletion anywhere) until it is fixed, with a Warning
+//! naming key, value and StatefulSet. Why not roll as if the key were absent: whoever wrote
+//! `baton.dev/soak: 10 minutes` asked for a soak; rolling every zone without one is the very
+//! outcome the key exists to prevent, and it cannot be undone. Holding costs time only, and
+//! fixing the annotation resumes the rollout by itself (no person needs to resume it).
+
+use std::fmt;
+
+use baton_shared::annotations::InvalidAnnotation;
+use baton_shared::go_duration;
+use jiff::SignedDuration;
+
+use crate::rollout::GroupSnapshot;
+
+/// Annotation: how long to wait after a zone is fully updated and available before the next
+/// zone starts (Go duration syntax: `30s`, `5m`, `1h30m`; `0` for none).
+pub const SOAK_ANNOTATION: &str = "baton.dev/soak";
+/// Annotation: the group is halted; no pod of any member is deleted while any member carries
+/// it. baton sets it (the value says why); a person removes it to resume.
+pub const HALTED_ANNOTATION: &str = "baton.dev/halted";
+/// Annotation written by baton only: the gate state of one zone (JSON, see
+/// [`super::ZoneState`]).
+pub const STATE_ANNOTATION: &str = "baton.dev/gate-state";
+
+/// What [`SOAK_ANNOTATION`] accepts, as told to the person who wrote something else.
+pub const SOAK_ACCEPTED: &str = "a duration such as 30s, 5m or 1h30m (0 for no soak)";
+/// What baton does while a gate key is invalid.
+pub const HOLDING: &str = "holding the group until it is fixed";
+
+/// The group's gates, read from its members' annotations.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GateConfig {
+    /// The soak between zones; `None` without one (or `0`).
+    pub soak: Option<SignedDuration>,
+    /// Some member carries a gate key (valid or not): the gate keeps its state.
+    pub enabled: bool,
+    /// The first invalid gate key, if any: the group is held (module header).
+    pub invalid: Option<InvalidKey>,
+}
+
+/// A gate key whose value could not be read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InvalidKey {
+    pub statefulset: String,
+    pub key: &'static str,
+    pub value: String,
+}
+
+/// Something a person should fix about the gates; each becomes a Warning Event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GateWarning {
+    /// A gate key with a value baton cannot read (the group is held meanwhile).
+    InvalidAnnotation {
+        statefulset: String,
+        problem: InvalidAnnotation,
+    },
+    /// Members disagree on the soak: the longest is used.
+    ConflictingSoak {
+        /// (StatefulSet, value as written), in member order.
+        values: Vec<(String, String)>,
+        used: String,
+    },
+    /// baton's own state annotation could not be read: the zone's state starts afresh (a
+    /// soak restarts from zero, a cleared zone is gated again — never the other way round).
+    UnreadableState {
+        statefulset: String,
+        value: String,
+        error: String,
+    },
+}
+
+impl GateWarning {
+    /// A short, stable identifier for the Event reason.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::InvalidAnnotation { .. } => "InvalidAnnotation",
+            Self::ConflictingSoak { .. } => "ConflictingSoak",
+            Self::UnreadableState { .. } => "UnreadableGateState",
+        }
+    }
+
+    /// The StatefulSet the Event is about.
+    pub fn statefulset(&self) -> Option<&str> {
+        match self {
+            Self::InvalidAnnotation { statefulset, .. }
+            | Self::UnreadableState { statefulset, .. } => Some(statefulset),
+            Self::ConflictingSoak { values, .. } => values.first().map(|(name, _)| name.as_str()),
+        }
+    }
+}
+
+impl fmt::Display for GateWarning {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::InvalidAnnotation {
+                statefulset,
+                problem,
+            } => write!(formatter, "StatefulSet {statefulset}: {problem}"),
+            Self::ConflictingSoak { values, used } => {
+                let listed: Vec<String> = values
+                    .iter()
+                    .map(|(name, value)| format!("{name}={value:?}"))
+                    .collect();
+                write!(
+                    formatter,
+                    "members disagree on {SOAK_ANNOTATION} ({}); using the longest, {used}",
+                    listed.join(", ")
+                )
+            }
+            Self::UnreadableState {
+                statefulset,
+                value,
+                error,
+            } => write!(
+                formatter,
+                "StatefulSet {statefulset}: annotation {STATE_ANNOTATION} has the unreadable \
+                 value {value:?} ({error}); the zone's gate starts afresh"
+            ),
+        }
+    }
+}
+
+/// Reads the group's gate keys. Pure.
+pub fn read(group: &GroupSnapshot) -> (GateConfig, Vec<GateWarning>) {
+    let mut config = GateConfig::default();
+    let mut warnings = Vec::new();
+    let mut soaks: Vec<(String, String, SignedDuration)> = Vec::new();
+    for statefulset in &group.statefulsets {
+        let Some(raw) = statefulset.annotations.get(SOAK_ANNOTATION) else {
+            continue;
+        };
+        config.enabled = true;
+        match parse_soak(raw) {
+            Some(soak) => soaks.push((statefulset.name.clone(), raw.clone(), soak)),
+            None => {
+                warnings.push(GateWarning::InvalidAnnotation {
+                    statefulset: statefulset.name.clone(),
+                    problem: InvalidAnnotation {
+                        key: SOAK_ANNOTATION,
+                        value: raw.clone(),
+                        accepted: SOAK_ACCEPTED,
+                        fallback: HOLDING.to_owned(),
+                    },
+                });
+                config.invalid.get_or_insert_with(|| InvalidKey {
+                    statefulset: statefulset.name.clone(),
+                    key: SOAK_ANNOTATION,
+                    value: raw.clone(),
+                });
+            }
+        }
+    }
+    let longest = soaks.iter().map(|(_, _, soak)| *soak).max();
+    if soaks.iter().any(|(_, _, soak)| Some(*soak) != longest) {
+        warnings.push(GateWarning::ConflictingSoak {
+            values: soaks
+                .iter()
+                .map(|(name, raw, _)| (name.clone(), raw.clone()))
+                .collect(),
+            used: longest.map(format_duration).unwrap_or_default(),
+        });
+    }
+    config.soak = longest.filter(|soak| !soak.is_zero());
+    (config, warnings)
+}
+
+/// Go duration syntax (what users of the Go operator write for its min-time label), not
+/// negative.
+fn parse_soak(raw: &str) -> Option<SignedDuration> {
+    let nanos = go_duration::parse(raw.trim()).ok()?;
+    (nanos >= 0).then(|| SignedDuration::from_nanos(nanos))
+}
+
+/// A duration as people read it (`5s`, `1m30s`), rounded down to milliseconds.
+pub fn format_duration(duration: SignedDuration) -> String {
+    let nanos = i64::try_from(duration.as_millis()).unwrap_or(i64::MAX / 1_000_000) * 1_000_000;
+    go_duration::format(nanos)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::rollout::{StatefulSetSnapshot, UpdateStrategy};
+
+    fn member(name: &str, annotations: &[(&str, &str)]) -> StatefulSetSnapshot {
+        StatefulSetSnapshot {
+            name: name.to_owned(),
+            uid: format!("uid-{name}"),
+            spec_replicas: 1,
+            ordinals_start: 0,
+            min_ready_seconds: 0,
+            status_replicas: 1,
+            ready_replicas: 1,
+            current_revision: None,
+            update_revision: None,
+            update_strategy: UpdateStrategy::OnDelete,
+            annotations: annotations
+                .iter()
+                .map(|(key, value)| ((*key).to_owned(), (*value).to_owned()))
+                .collect::<BTreeMap<_, _>>(),
+            pods: Vec::new(),
+        }
+    }
+
+    fn group(members: Vec<StatefulSetSnapshot>) -> GroupSnapshot {
+        GroupSnapshot {
+            name: "ingester".to_owned(),
+            statefulsets: members,
+        }
+    }
+
+    #[test]
+    fn a_group_without_gate_keys_has_no_gates() {
+        let (config, warnings) = read(&group(vec![member("a", &[]), member("b", &[])]));
+        assert_eq!(config, GateConfig::default());
+        assert!(warnings.is_empty());
+    }
+
+    #[test]
+    fn soak_is_read_from_any_member_in_go_syntax() {
+        for (raw, seconds) in [("5s", 5), ("1m30s", 90), ("1.5h", 5400), (" 10s ", 10)] {
+            let (config, warnings) = read(&group(vec![
+                member("a", &[]),
+                member("b", &[(SOAK_ANNOTATION, raw)]),
+            ]));
+            assert_eq!(
+                config.soak,
+                Some(SignedDuration::from_secs(seconds)),
+                "{raw}"
+            );
+            assert!(config.enabled && config.invalid.is_none(), "{raw}");
+            assert!(warnings.is_empty(), "{raw}");
+        }
+    }
+
+    #[test]
+    fn a_zero_soak_enables_the_gate_without_a_soak() {
+        let (config, warnings) = read(&group(vec![member("a", &[(SOAK_ANNOTATION, "0")])]));
+        assert_eq!(config.soak, None);
+        assert!(config.enabled);
+        assert!(warnings.is_empty());
+    }
+
+    #[test]
+    fn an_invalid_soak_holds_the_group_and_names_key_value_and_statefulset() {
+        for raw in ["10 minutes", "5", "-5s", "", "1d", "soon"] {
+            let (config, warnings) =
+                read(&group(vec![member("zone-b", &[(SOAK_ANNOTATION, raw)])]));
+            assert_eq!(
+                config.invalid,
+                Some(InvalidKey {
+                    statefulset: "zone-b".to_owned(),
+                    key: SOAK_ANNOTATION,
+                    value: raw.to_owned(),
+                }),
+                "{raw:?}"
+            );
+            let [warning] = warnings.as_slice() else {
+                panic!("one warning for {raw:?}: {warnings:?}");
+            };
+            let text = warning.to_string();
+            assert!(text.contains("zone-b"), "{text}");
+            assert!(text.contains(SOAK_ANNOTATION), "{text}");
+            assert!(text.contains(&format!("{raw:?}")), "{text}");
+            assert!(text.contains(HOLDING), "{text}");
+            assert_eq!(warning.kind(), "InvalidAnnotation");
+        }
+    }
+
+    #[test]
+    fn conflicting_soaks_warn_and_the_longest_wins() {
+        let (config, warnings) = read(&group(vec![
+            member("a", &[(SOAK_ANNOTATION, "30s")]),
+            member("b", &[(SOAK_ANNOTATION, "2m")]),
+            member("c", &[]),
+        ]));
+        assert_eq!(config.soak, Some(SignedDuration::from_secs(120)));
+        let [warning] = warnings.as_slice() else {
+            panic!("one warning: {warnings:?}");
+        };
+        assert_eq!(warning.kind(), "ConflictingSoak");
+        assert_eq!(warning.statefulset(), Some("a"));
+        let text = warning.to_string();
+        assert!(
+            text.contains(r#"a="30s""#) && text.contains(r#"b="2m""#),
+            "{text}"
+        );
+        assert!(text.ends_with("using the longest, 2m0s"), "{text}");
+    }
+
+    #[test]
+    fn equal_soaks_written_differently_do_not_conflict() {
+        let (config, warnings) = read(&group(vec![
+            member("a", &[(SOAK_ANNOTATION, "60s")]),
+            member("b", &[(SOAK_ANNOTATION, "1m")]),
+        ]));
+        assert_eq!(config.soak, Some(SignedDuration::from_secs(60)));
+        assert!(warnings.is_empty());
+    }
+
+    #[test]
+    fn durations_print_like_go() {
+        assert_eq!(format_duration(SignedDuration::from_secs(5)), "5s");
+        assert_eq!(format_duration(SignedDuration::from_millis(1500)), "1.5s");
+        assert_eq!(format_duration(SignedDuration::from_secs(90)), "1m30s");
+    }
+}

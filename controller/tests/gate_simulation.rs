@@ -1,0 +1,527 @@
+//! Simulation proof of the rollout gates: the real planner composed with the real gate
+//! decision, in random scenarios, checked at every step.
+//!
+//! The simulator plays Kubernetes (deleted pods terminate and come back at the update
+//! revision, then become Ready after random delays) and the controller (plan, gate, store the
+//! gate's writes on the StatefulSets, act) around a group with a random soak (sometimes
+//! conflicting values on two members). Meanwhile chaos strikes: pods fail readiness for a
+//! while (old pods too, so the planner wants free replacements in later zones), a person (or
+//! a failing check) halts the group and later resumes it, the gate's state write loses a
+//! resourceVersion conflict (the controller then acts on nothing), and the leader fails over
+//! (the gate keeps nothing in memory: the new leader reads what the old one stored).
+//!
+//! Checked at every step, by the checker's own bookkeeping (never the gate's state):
+//! - (a) a zone's first deletion comes only once every zone that started before it has been
+//!   completely updated and available, and at least the soak after it completed;
+//! - (b) a halted group deletes nothing;
+//! - (c) once chaos stops (and halts are lifted), the rollout completes within a bounded
+//!   number of steps.
+//!
+//! This is not `rollout_simulation.rs`: that one proves the planner under much richer chaos;
+//! this one keeps the cluster simple and varies what the gate sees. Environment: plain
+//! `cargo test` runs 4,000 scenarios; `SIM_SCENARIOS=N`, `SIM_SEED=S` (replay and print one).
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use baton_controller::gates::{self, GateDecision, HALTED_ANNOTATION, SOAK_ANNOTATION};
+use baton_controller::rollout::{
+    Action, GroupSnapshot, Plan, PodPhase, PodSnapshot, StatefulSetSnapshot, UpdateStrategy,
+};
+use baton_shared::annotations::MAX_UNAVAILABLE_ANNOTATION;
+use jiff::Timestamp;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+const DEFAULT_SCENARIOS: u64 = 4_000;
+/// How far a broken gate may get before the checker must have caught it.
+const BROKEN_GATE_SCENARIOS: u64 = 2_000;
+
+type Gate = dyn Fn(&GroupSnapshot, Timestamp) -> (Plan, GateDecision);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Property {
+    ZoneBeforeSoak,
+    HaltedGroupDeleted,
+    NeverCompletes,
+}
+
+#[derive(Debug)]
+struct Violation {
+    seed: u64,
+    step: u64,
+    property: Property,
+    detail: String,
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            formatter,
+            "seed {} step {}: {:?}: {} (replay: SIM_SEED={} cargo test -p baton-controller \
+             --test gate_simulation -- --nocapture)",
+            self.seed, self.step, self.property, self.detail, self.seed
+        )
+    }
+}
+
+fn instant(step: u64) -> Timestamp {
+    let step = i64::try_from(step).expect("few steps");
+    Timestamp::from_second(1_700_000_000 + step).expect("valid time")
+}
+
+/// The simulator's side of a pod.
+#[derive(Debug, Clone)]
+struct PodLife {
+    /// Becomes Ready at this step (unless failing).
+    ready_at: u64,
+    /// Chaos: not ready until this step.
+    failing_until: u64,
+    /// Terminating: recreated at the update revision at this step.
+    gone_at: Option<u64>,
+}
+
+#[derive(Debug, Default, Clone)]
+struct Stats {
+    deletions: u64,
+    held: BTreeMap<&'static str, u64>,
+    halts: u64,
+    longest_rollout: u64,
+}
+
+struct Simulation<'g> {
+    seed: u64,
+    rng: ChaCha8Rng,
+    step: u64,
+    chaos_steps: u64,
+    group: GroupSnapshot,
+    /// `lives[zone][ordinal]`.
+    lives: Vec<Vec<PodLife>>,
+    /// The longest soak written, in steps (seconds): what the checker enforces.
+    soak: u64,
+    /// Checker: zones in the order of their first deletion, and when each completed.
+    started: Vec<usize>,
+    completed_at: Vec<Option<u64>>,
+    gate: &'g Gate,
+    trace: Option<Vec<String>>,
+    stats: Stats,
+}
+
+impl<'g> Simulation<'g> {
+    fn new(seed: u64, gate: &'g Gate, traced: bool) -> Self {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let zones = rng.random_range(2..=4_usize);
+        let soaks: Vec<u64> = (0..zones)
+            .map(|_| [0, 0, 1, 2, 3, 5, 8][rng.random_range(0..7)])
+            .collect();
+        let mut statefulsets = Vec::new();
+        let mut lives = Vec::new();
+        let mut soak = 0;
+        for (index, zone_soak) in soaks.iter().enumerate() {
+            let name = format!("ingester-zone-{}", char::from(b'a' + index as u8));
+            let replicas = rng.random_range(1..=4_u32);
+            let mut annotations = BTreeMap::new();
+            // The soak on the first member, sometimes a (conflicting) one on others too.
+            if index == 0 || rng.random_bool(0.2) {
+                annotations.insert(SOAK_ANNOTATION.to_owned(), format!("{zone_soak}s"));
+                soak = soak.max(*zone_soak);
+            }
+            if rng.random_bool(0.4) {
+                annotations.insert(
+                    MAX_UNAVAILABLE_ANNOTATION.to_owned(),
+                    rng.random_range(1..=3_u32).to_string(),
+                );
+            }
+            let pods = (0..replicas)
+                .map(|ordinal| PodSnapshot {
+                    name: format!("{name}-{ordinal}"),
+                    uid: format!("{name}-{ordinal}-0"),
+                    revision: Some(format!("{name}-old")),
+                    phase: PodPhase::Running,
+                    ready: true,
+                    ready_since: Some(instant(0)),
+                    terminating: false,
+                    container_state: None,
+                })
+                .collect();
+            statefulsets.push(StatefulSetSnapshot {
+                uid: format!("uid-{name}"),
+                spec_replicas: replicas,
+                ordinals_start: 0,
+                min_ready_seconds: 0,
+                status_replicas: replicas,
+                ready_replicas: replicas,
+                current_revision: Some(format!("{name}-old")),
+                // The whole group's template changed: the rollout to check.
+                update_revision: Some(format!("{name}-new")),
+                update_strategy: UpdateStrategy::OnDelete,
+                annotations,
+                pods,
+                name,
+            });
+            lives.push(
+                (0..replicas)
+                    .map(|_| PodLife {
+                        ready_at: 0,
+                        failing_until: 0,
+                        gone_at: None,
+                    })
+                    .collect(),
+            );
+        }
+        let chaos_steps = rng.random_range(5..=60);
+        Self {
+            seed,
+            rng,
+            step: 0,
+            chaos_steps,
+            group: GroupSnapshot {
+                name: "ingester".to_owned(),
+                statefulsets,
+            },
+            lives,
+            soak,
+            started: Vec::new(),
+            completed_at: vec![None; zones],
+            gate,
+            trace: traced.then(Vec::new),
+            stats: Stats::default(),
+        }
+    }
+
+    fn note(&mut self, line: impl FnOnce() -> String) {
+        if let Some(trace) = self.trace.as_mut() {
+            trace.push(format!("step {:>3}: {}", self.step, line()));
+        }
+    }
+
+    fn violation(&self, property: Property, detail: String) -> Violation {
+        Violation {
+            seed: self.seed,
+            step: self.step,
+            property,
+            detail,
+        }
+    }
+
+    fn chaos(&self) -> bool {
+        self.step < self.chaos_steps
+    }
+
+    /// Kubernetes' side of one step: terminated pods come back at the update revision, pods
+    /// become ready; chaos fails readiness and halts or resumes the group.
+    fn kubernetes(&mut self) {
+        let step = self.step;
+        let chaos = self.chaos();
+        for (zone, statefulset) in self.group.statefulsets.iter_mut().enumerate() {
+            for (ordinal, pod) in statefulset.pods.iter_mut().enumerate() {
+                let life = &mut self.lives[zone][ordinal];
+                if life.gone_at.is_some_and(|gone| gone <= step) {
+                    life.gone_at = None;
+                    life.ready_at = step + self.rng.random_range(1..=3);
+                    pod.revision = statefulset.update_revision.clone();
+                    pod.uid = format!("{}-{step}", pod.name);
+                    pod.terminating = false;
+                    pod.phase = PodPhase::Pending;
+                }
+                if chaos && life.gone_at.is_none() && self.rng.random_bool(0.02) {
+                    life.failing_until = step + self.rng.random_range(1..=6);
+                }
+                if !chaos {
+                    life.failing_until = 0;
+                }
+                if life.gone_at.is_none() && life.ready_at <= step {
+                    pod.phase = PodPhase::Running;
+                }
+                let ready = pod.phase == PodPhase::Running
+                    && !pod.terminating
+                    && life.failing_until <= step;
+                if ready && !pod.ready {
+                    pod.ready_since = Some(instant(step));
+                }
+                pod.ready = ready;
+                if !ready {
+                    pod.ready_since = None;
+                }
+            }
+            let ready = statefulset.pods.iter().filter(|pod| pod.ready).count();
+            statefulset.ready_replicas = u32::try_from(ready).expect("few pods");
+            statefulset.status_replicas = statefulset.spec_replicas;
+        }
+        let halted = self
+            .group
+            .statefulsets
+            .iter()
+            .position(|member| member.annotations.contains_key(HALTED_ANNOTATION));
+        match halted {
+            Some(zone) if !chaos || self.rng.random_bool(0.15) => {
+                self.group.statefulsets[zone]
+                    .annotations
+                    .remove(HALTED_ANNOTATION);
+                self.note(|| format!("a person resumes (zone {zone})"));
+            }
+            None if chaos && self.rng.random_bool(0.04) => {
+                let zone = self.rng.random_range(0..self.group.statefulsets.len());
+                self.group.statefulsets[zone]
+                    .annotations
+                    .insert(HALTED_ANNOTATION.to_owned(), "error rate 0.3".to_owned());
+                self.stats.halts += 1;
+                self.note(|| format!("halted at zone {zone}"));
+            }
+            _ => {}
+        }
+    }
+
+    fn zone_complete(&self, zone: usize) -> bool {
+        let statefulset = &self.group.statefulsets[zone];
+        statefulset.pods.iter().all(|pod| {
+            pod.revision == statefulset.update_revision
+                && pod.ready
+                && !pod.terminating
+                && pod.phase == PodPhase::Running
+        })
+    }
+
+    fn rollout_complete(&self) -> bool {
+        (0..self.group.statefulsets.len()).all(|zone| {
+            self.zone_complete(zone)
+                && self.group.statefulsets[zone].current_revision
+                    == self.group.statefulsets[zone].update_revision
+        })
+    }
+
+    /// The controller's side of one step, checked.
+    fn controller(&mut self) -> Result<(), Violation> {
+        let now = instant(self.step);
+        let (gated, decision) = (self.gate)(&self.group, now);
+        if let Some(wait) = decision.wait() {
+            *self.stats.held.entry(wait.kind()).or_default() += 1;
+            self.note(|| format!("gate holds: {wait}"));
+        }
+        if !decision.writes.is_empty() && self.chaos() && self.rng.random_bool(0.1) {
+            self.note(|| "the gate state write conflicts: nothing done".to_owned());
+            return Ok(());
+        }
+        for write in &decision.writes {
+            let member = self
+                .group
+                .statefulsets
+                .iter_mut()
+                .find(|member| member.name == write.statefulset)
+                .expect("the gate writes on members");
+            match &write.value {
+                Some(value) => member
+                    .annotations
+                    .insert(write.key.to_owned(), value.clone()),
+                None => member.annotations.remove(write.key),
+            };
+        }
+        let halted = self
+            .group
+            .statefulsets
+            .iter()
+            .any(|member| member.annotations.contains_key(HALTED_ANNOTATION));
+        for action in &gated.actions {
+            match action {
+                Action::DeletePod {
+                    statefulset, pod, ..
+                } => {
+                    let zone = self
+                        .group
+                        .statefulsets
+                        .iter()
+                        .position(|member| &member.name == statefulset)
+                        .expect("planned on members");
+                    if halted {
+                        return Err(self.violation(
+                            Property::HaltedGroupDeleted,
+                            format!("deleted {pod} while the group is halted"),
+                        ));
+                    }
+                    self.check_zone_start(zone, pod)?;
+                    let ordinal = self.group.statefulsets[zone]
+                        .pods
+                        .iter()
+                        .position(|candidate| &candidate.name == pod)
+                        .expect("planned on existing pods");
+                    let target = &mut self.group.statefulsets[zone].pods[ordinal];
+                    target.terminating = true;
+                    target.ready = false;
+                    self.lives[zone][ordinal].gone_at = Some(self.step + 1);
+                    self.stats.deletions += 1;
+                    self.note(|| format!("delete {pod}"));
+                }
+                Action::SetCurrentRevision {
+                    statefulset,
+                    revision,
+                } => {
+                    let member = self
+                        .group
+                        .statefulsets
+                        .iter_mut()
+                        .find(|member| &member.name == statefulset)
+                        .expect("planned on members");
+                    member.current_revision = Some(revision.clone());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Property (a), on a deletion in `zone`.
+    fn check_zone_start(&mut self, zone: usize, pod: &str) -> Result<(), Violation> {
+        if self.started.contains(&zone) {
+            return Ok(());
+        }
+        for &before in &self.started {
+            let name = &self.group.statefulsets[before].name;
+            match self.completed_at[before] {
+                None => {
+                    return Err(self.violation(
+                        Property::ZoneBeforeSoak,
+                        format!("deleted {pod} while {name}, started before, is not complete"),
+                    ));
+                }
+                Some(completed) if self.step < completed + self.soak => {
+                    return Err(self.violation(
+                        Property::ZoneBeforeSoak,
+                        format!(
+                            "deleted {pod} {}s after {name} completed (soak {}s)",
+                            self.step - completed,
+                            self.soak
+                        ),
+                    ));
+                }
+                Some(_) => {}
+            }
+        }
+        self.started.push(zone);
+        Ok(())
+    }
+
+    fn run(&mut self) -> Result<Stats, Violation> {
+        let deadline_after_chaos = 40 + 12 * 16;
+        loop {
+            self.kubernetes();
+            for zone in 0..self.group.statefulsets.len() {
+                if self.completed_at[zone].is_none() && self.zone_complete(zone) {
+                    self.completed_at[zone] = Some(self.step);
+                }
+            }
+            self.controller()?;
+            if !self.chaos() && self.rollout_complete() {
+                self.stats.longest_rollout = self.step;
+                return Ok(self.stats.clone());
+            }
+            if self.step > self.chaos_steps + deadline_after_chaos {
+                return Err(self.violation(
+                    Property::NeverCompletes,
+                    format!("not complete {deadline_after_chaos} steps after chaos stopped"),
+                ));
+            }
+            self.step += 1;
+        }
+    }
+}
+
+fn real_gate(group: &GroupSnapshot, now: Timestamp) -> (Plan, GateDecision) {
+    gates::decide(group, now)
+}
+
+fn env_u64(name: &str) -> Option<u64> {
+    let value = std::env::var(name).ok()?;
+    Some(
+        value
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("{name}={value:?} is not a number")),
+    )
+}
+
+fn run_scenarios(gate: &Gate, count: u64) -> Result<Stats, Violation> {
+    let mut total = Stats::default();
+    for seed in 0..count {
+        let stats = Simulation::new(seed, gate, false).run()?;
+        total.deletions += stats.deletions;
+        total.halts += stats.halts;
+        total.longest_rollout = total.longest_rollout.max(stats.longest_rollout);
+        for (kind, count) in stats.held {
+            *total.held.entry(kind).or_default() += count;
+        }
+    }
+    Ok(total)
+}
+
+#[test]
+fn gates_hold_zones_for_the_soak_and_halted_groups_in_random_scenarios() {
+    if let Some(seed) = env_u64("SIM_SEED") {
+        let mut simulation = Simulation::new(seed, &real_gate, true);
+        let result = simulation.run();
+        println!("{}", simulation.trace.take().unwrap_or_default().join("\n"));
+        if let Err(violation) = result {
+            panic!("{violation}");
+        }
+        return;
+    }
+    let count = env_u64("SIM_SCENARIOS").unwrap_or(DEFAULT_SCENARIOS);
+    let stats = run_scenarios(&real_gate, count).unwrap_or_else(|violation| panic!("{violation}"));
+    println!("{count} scenarios: {stats:?}");
+    if count >= 1_000 {
+        // Not vacuous: rollouts happened, and the gate held for every reason it knows.
+        assert!(stats.deletions > count, "{stats:?}");
+        assert!(stats.halts > count / 10, "{stats:?}");
+        for kind in ["Soak", "Halted", "ZoneUnfinished"] {
+            assert!(
+                stats.held.get(kind).copied().unwrap_or(0) > 0,
+                "never held for {kind}: {stats:?}"
+            );
+        }
+    }
+}
+
+/// The checker must catch `gate`, breaking `property`, within the first scenarios.
+fn assert_caught(gate: &Gate, property: Property) {
+    match run_scenarios(gate, BROKEN_GATE_SCENARIOS) {
+        Ok(stats) => panic!("the checker missed a broken gate ({property:?}): {stats:?}"),
+        Err(violation) => assert_eq!(violation.property, property, "{violation}"),
+    }
+}
+
+/// A copy of the group without `key` on any member.
+fn without(group: &GroupSnapshot, key: &str) -> GroupSnapshot {
+    let mut group = group.clone();
+    for member in &mut group.statefulsets {
+        member.annotations.remove(key);
+    }
+    group
+}
+
+#[test]
+fn checker_catches_a_gate_that_ignores_the_soak() {
+    assert_caught(
+        &|group, now| gates::decide(&without(group, SOAK_ANNOTATION), now),
+        Property::ZoneBeforeSoak,
+    );
+}
+
+#[test]
+fn checker_catches_a_gate_that_ignores_a_halt() {
+    assert_caught(
+        &|group, now| gates::decide(&without(group, HALTED_ANNOTATION), now),
+        Property::HaltedGroupDeleted,
+    );
+}
+
+#[test]
+fn checker_catches_a_gate_that_keeps_no_state() {
+    // Like a leader that kept the gate state in memory only, and failed over at every pass:
+    // no zone is ever remembered as cleared, so each looks like the first, and none soaks.
+    assert_caught(
+        &|group, now| {
+            let (plan, mut decision) = gates::decide(group, now);
+            decision.writes.clear();
+            (plan, decision)
+        },
+        Property::ZoneBeforeSoak,
+    );
+}
