@@ -81,7 +81,10 @@ async fn the_manifests_pass_a_server_side_dry_run() {
         "poddisruptionbudget.policy/baton-webhook",
         "validatingwebhookconfiguration.admissionregistration.k8s.io/baton-no-downscale",
         "mutatingwebhookconfiguration.admissionregistration.k8s.io/baton-prepare-downscale",
+        "validatingwebhookconfiguration.admissionregistration.k8s.io/baton-pod-eviction",
+        "validatingwebhookconfiguration.admissionregistration.k8s.io/baton-zpdb-validation",
         "customresourcedefinition.apiextensions.k8s.io/replicatemplates.rollout-operator.grafana.com",
+        "customresourcedefinition.apiextensions.k8s.io/zoneawarepoddisruptionbudgets.rollout-operator.grafana.com",
     ] {
         assert!(output.contains(object), "{object} missing from:\n{output}");
     }
@@ -93,7 +96,7 @@ async fn the_manifests_pass_a_server_side_dry_run() {
     assert!(ok, "{rendered}");
     assert_eq!(
         rendered.matches("\nkind: ").count() + usize::from(rendered.starts_with("kind: ")),
-        17
+        20
     );
 }
 
@@ -178,6 +181,8 @@ async fn deploy_installs_for_real_into_a_namespace_that_does_not_exist_yet() {
     for kind in [
         "validatingwebhookconfiguration/baton-no-downscale",
         "mutatingwebhookconfiguration/baton-prepare-downscale",
+        "validatingwebhookconfiguration/baton-pod-eviction",
+        "validatingwebhookconfiguration/baton-zpdb-validation",
         "clusterrolebinding/baton-controller-webhook-ca",
     ] {
         kubectl(control_plane, &["delete", "--wait=false", kind]);

@@ -3,6 +3,7 @@
 //! the pieces directly.
 
 pub mod admission;
+pub mod evictions;
 pub mod metrics;
 pub mod parents;
 pub mod server;

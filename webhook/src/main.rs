@@ -12,6 +12,7 @@ use baton_shared::http_server::{self, Draining};
 use baton_shared::ops_server::{self, Readiness};
 use baton_shared::pod_client::PodHttpClient;
 use baton_webhook::admission::prepare_downscale::flow::PrepareDownscale;
+use baton_webhook::evictions::{Evictions, ZpdbMetrics};
 use baton_webhook::metrics::WebhookMetrics;
 use baton_webhook::parents::ParentCache;
 use baton_webhook::server::{self, WebhookState};
@@ -59,13 +60,17 @@ async fn run(config: Config) -> anyhow::Result<()> {
         &config.namespace,
         Some(metrics.parent_lookups.clone()),
     );
+    let (evictions, fill_evictions) = Evictions::new(
+        client.clone(),
+        &config.namespace,
+        ZpdbMetrics::register(&registry)?,
+    );
+    let evictions = Arc::new(evictions);
     let prepare = PrepareDownscale::new(client, pods, &config);
-    let state = actix_web::web::Data::new(WebhookState::new(
-        parents.clone(),
-        prepare,
-        metrics,
-        &config.webhook,
-    ));
+    let state = actix_web::web::Data::new(
+        WebhookState::new(parents.clone(), prepare, metrics, &config.webhook)
+            .with_evictions(evictions.clone()),
+    );
 
     // In-flight requests end by their deadline; give them that long, plus a little.
     let drain = config.webhook.request_timeout.get() + Duration::from_secs(1);
@@ -112,6 +117,15 @@ async fn run(config: Config) -> anyhow::Result<()> {
         }
     });
     critical.spawn({
+        let background = background.clone();
+        async move {
+            tokio::select! {
+                _ = fill_evictions => anyhow::bail!("the eviction caches stopped watching"),
+                _ = background.cancelled() => Ok("eviction caches"),
+            }
+        }
+    });
+    critical.spawn({
         let (cert, background) = (cert.clone(), background.clone());
         let interval = config.webhook.cert_reload_interval.get();
         async move {
@@ -124,7 +138,7 @@ async fn run(config: Config) -> anyhow::Result<()> {
         let serving = serving.clone();
         async move {
             tokio::select! {
-                _ = parents.wait_synced() => {
+                _ = async { futures::join!(parents.wait_synced(), evictions.wait_synced()) } => {
                     readiness.set(true);
                     // `leave` starts draining before it turns unready: if it began meanwhile,
                     // this sees it and takes readiness back.

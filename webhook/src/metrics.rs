@@ -58,6 +58,8 @@ pub fn route_label(path: &str) -> &'static str {
     match path {
         "/admission/no-downscale" => "admission_no_downscale",
         "/admission/prepare-downscale" => "admission_prepare_downscale",
+        "/admission/pod-eviction" => "admission_pod_eviction",
+        "/admission/zpdb-validation" => "admission_zpdb_validation",
         _ => "other",
     }
 }

@@ -3,6 +3,7 @@
 //! review is HTTP 400 with a message saying what is wrong.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use actix_web::http::header::{CONTENT_LENGTH, CONTENT_TYPE};
@@ -18,7 +19,9 @@ use tokio_util::task::TaskTracker;
 use crate::admission::no_downscale::{self, Assessment};
 use crate::admission::prepare_downscale::{self, flow::PrepareDownscale};
 use crate::admission::review::{self, AdmissionRequest, Review};
+use crate::admission::zpdb;
 use crate::admission::{Decision, Outcome};
+use crate::evictions::Evictions;
 use crate::metrics::{WebhookMetrics, route_label};
 use crate::parents::ParentCache;
 
@@ -26,12 +29,18 @@ use crate::parents::ParentCache;
 pub const NO_DOWNSCALE_PATH: &str = "/admission/no-downscale";
 /// Path of the prepare-downscale webhook.
 pub const PREPARE_DOWNSCALE_PATH: &str = "/admission/prepare-downscale";
+/// Path of the zone-aware disruption budgets' eviction webhook (the Go operator's).
+pub const POD_EVICTION_PATH: &str = "/admission/pod-eviction";
+/// Path of the ZoneAwarePodDisruptionBudget validation webhook (the Go operator's).
+pub const ZPDB_VALIDATION_PATH: &str = "/admission/zpdb-validation";
 
-/// The two webhooks.
+/// The webhooks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Webhook {
     NoDownscale,
     PrepareDownscale,
+    PodEviction,
+    ZpdbValidation,
 }
 
 impl Webhook {
@@ -39,12 +48,16 @@ impl Webhook {
         match self {
             Webhook::NoDownscale => "no-downscale",
             Webhook::PrepareDownscale => "prepare-downscale",
+            Webhook::PodEviction => "pod-eviction",
+            Webhook::ZpdbValidation => "zpdb-validation",
         }
     }
     fn path(self) -> &'static str {
         match self {
             Webhook::NoDownscale => NO_DOWNSCALE_PATH,
             Webhook::PrepareDownscale => PREPARE_DOWNSCALE_PATH,
+            Webhook::PodEviction => POD_EVICTION_PATH,
+            Webhook::ZpdbValidation => ZPDB_VALIDATION_PATH,
         }
     }
 }
@@ -61,6 +74,9 @@ pub struct WebhookState {
     /// the caller hangs up; shutdown waits for them.
     tasks: TaskTracker,
     runtime: tokio::runtime::Handle,
+    /// The zone-aware disruption budgets' caches; without them evictions are allowed with a
+    /// warning (and budgets validated against no namespace are refused).
+    evictions: Option<Arc<Evictions>>,
 }
 
 impl WebhookState {
@@ -79,6 +95,15 @@ impl WebhookState {
             request_timeout: config.request_timeout.get(),
             tasks: TaskTracker::new(),
             runtime: tokio::runtime::Handle::current(),
+            evictions: None,
+        }
+    }
+
+    /// Judges evictions and validates budgets with `evictions`.
+    pub fn with_evictions(self, evictions: Arc<Evictions>) -> Self {
+        Self {
+            evictions: Some(evictions),
+            ..self
         }
     }
 
@@ -113,6 +138,8 @@ pub fn routes(state: web::Data<WebhookState>) -> impl FnOnce(&mut web::ServiceCo
             .app_data(state)
             .route(NO_DOWNSCALE_PATH, admission(Webhook::NoDownscale))
             .route(PREPARE_DOWNSCALE_PATH, admission(Webhook::PrepareDownscale))
+            .route(POD_EVICTION_PATH, admission(Webhook::PodEviction))
+            .route(ZPDB_VALIDATION_PATH, admission(Webhook::ZpdbValidation))
             .default_service(web::to(not_found));
     }
 }
@@ -128,12 +155,18 @@ fn admission(webhook: Webhook) -> actix_web::Route {
 
 async fn not_found(request: HttpRequest, state: web::Data<WebhookState>) -> HttpResponse {
     let started = Instant::now();
-    let known = [NO_DOWNSCALE_PATH, PREPARE_DOWNSCALE_PATH].contains(&request.path());
+    let known = [
+        NO_DOWNSCALE_PATH,
+        PREPARE_DOWNSCALE_PATH,
+        POD_EVICTION_PATH,
+        ZPDB_VALIDATION_PATH,
+    ]
+    .contains(&request.path());
     let response = if known {
         HttpResponse::MethodNotAllowed().body("admission reviews are POSTed\n")
     } else {
         HttpResponse::NotFound().body(format!(
-            "no such path {:?}; the webhooks are {NO_DOWNSCALE_PATH} and {PREPARE_DOWNSCALE_PATH}\n",
+            "no such path {:?}; the webhooks are {NO_DOWNSCALE_PATH}, {PREPARE_DOWNSCALE_PATH}, {POD_EVICTION_PATH} and {ZPDB_VALIDATION_PATH}\n",
             request.path()
         ))
     };
@@ -163,6 +196,8 @@ async fn admit(
                     Webhook::PrepareDownscale => {
                         judge_prepare_downscale(&state, &review.request).await
                     }
+                    Webhook::PodEviction => judge_pod_eviction(&state, &review.request).await,
+                    Webhook::ZpdbValidation => judge_zpdb(&state, &review.request),
                 };
                 answer(&state, webhook, &review, &decision)
             }
@@ -170,6 +205,38 @@ async fn admit(
     };
     state.observe(webhook.path(), "POST", started, &response);
     response
+}
+
+/// pod-eviction, under the request deadline; running out of time refuses for now (429), as
+/// the eviction may be one a budget forbids.
+async fn judge_pod_eviction(state: &WebhookState, request: &AdmissionRequest<'_>) -> Decision {
+    let eviction = match zpdb::assess_eviction(request) {
+        Ok(eviction) => eviction,
+        Err(decision) => return decision,
+    };
+    let Some(evictions) = &state.evictions else {
+        return Decision::allow_on_error(
+            "zone-aware disruption budgets are not being watched; allowing the eviction",
+        );
+    };
+    tokio::time::timeout(state.request_timeout, evictions.judge(&eviction))
+        .await
+        .unwrap_or_else(|_| {
+            Decision::deny_for_now(format!(
+                "pod {} cannot be evicted now: no decision within webhook.request_timeout ({:?}); retry",
+                eviction.pod, state.request_timeout
+            ))
+        })
+}
+
+/// zpdb-validation: a pure function of the review.
+fn judge_zpdb(state: &WebhookState, request: &AdmissionRequest<'_>) -> Decision {
+    match &state.evictions {
+        Some(evictions) => zpdb::validate(request, evictions.namespace()),
+        None => Decision::allow_on_error(
+            "zone-aware disruption budgets are not being watched; allowing the change",
+        ),
+    }
 }
 
 /// no-downscale, under the request deadline; running out of time allows with a warning. The

@@ -29,26 +29,45 @@ use super::spec::{Budget, Observed};
 use crate::pods::{Availability, NotAvailable, PodPhase, PodReadiness, is_controlled_by};
 use crate::statefulset::StatefulSetState;
 
-/// Evictions allowed but not yet visible as terminating: pod name → when it was allowed. An
-/// entry counts until the pod shows up terminating or `expiry` has passed (the API server may
-/// still refuse an eviction the webhook allowed, e.g. for a PodDisruptionBudget).
+/// Evictions allowed but not yet visible as terminating: pod name → when it was allowed (and
+/// the pod's uid). An entry counts until `expiry` has passed — the API server may still refuse
+/// an eviction the webhook allowed, e.g. for a PodDisruptionBudget — or until the pod of that
+/// name is another one (recreated, new uid). A terminating or gone pod counts as unavailable
+/// anyway, so entries need not be removed when the cache shows it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RecentlyAllowed {
-    pub pods: BTreeMap<String, Timestamp>,
+    pub pods: BTreeMap<String, AllowedEviction>,
+}
+
+/// One allowed eviction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AllowedEviction {
+    pub at: Timestamp,
+    /// The evicted pod's uid, when known.
+    pub uid: Option<String>,
 }
 
 impl RecentlyAllowed {
-    /// When `pod`'s eviction was allowed, if that is less than `expiry` before `now`.
+    /// When `pod`'s eviction was allowed, if that is less than `expiry` before `now` and was
+    /// about this very pod.
     pub fn allowed_at(
         &self,
-        pod: &str,
+        pod: &Pod,
         now: Timestamp,
         expiry: SignedDuration,
     ) -> Option<Timestamp> {
-        self.pods
-            .get(pod)
-            .copied()
-            .filter(|at| at.checked_add(expiry).is_ok_and(|until| until > now))
+        let entry = self.pods.get(pod.metadata.name.as_deref()?)?;
+        let same_pod = match (&entry.uid, &pod.metadata.uid) {
+            (Some(recorded), Some(uid)) => recorded == uid,
+            _ => true,
+        };
+        let fresh = entry.at.checked_add(expiry).is_ok_and(|until| until > now);
+        (same_pod && fresh).then_some(entry.at)
+    }
+
+    /// Whether the entry is past `expiry` and can be dropped.
+    pub fn is_expired(entry: &AllowedEviction, now: Timestamp, expiry: SignedDuration) -> bool {
+        entry.at.checked_add(expiry).is_ok_and(|until| until <= now)
     }
 }
 
@@ -58,7 +77,7 @@ pub struct EvictionSnapshot<'a> {
     /// The pod to evict.
     pub pod: &'a Pod,
     /// The budgets of the pod's namespace, parsed.
-    pub budgets: &'a [Observed],
+    pub budgets: &'a [&'a Observed],
     /// The StatefulSets of the pod's namespace.
     pub statefulsets: &'a [&'a StatefulSet],
     /// The pods of the pod's namespace (the evicted one among them or not).
@@ -196,12 +215,13 @@ fn denied(reason: DenyReason, message: String) -> Verdict {
 /// The budget that selects `pod`, if exactly one does (None: no budget; Err: the denial).
 pub fn selecting_budget<'b>(
     pod: &Pod,
-    budgets: &'b [Observed],
+    budgets: &[&'b Observed],
 ) -> Result<Option<&'b Budget>, Verdict> {
     let name = pod.metadata.name.as_deref().unwrap_or("");
     let labels = pod.metadata.labels.as_ref();
     let selecting: Vec<&Observed> = budgets
         .iter()
+        .copied()
         .filter(|budget| match budget {
             Ok(budget) => budget.selects(labels),
             Err(invalid) => invalid.selects(labels),
@@ -394,10 +414,9 @@ impl Judge<'_, '_> {
                 },
             }
         }
-        let name = pod.metadata.name.as_deref().unwrap_or("");
         self.snapshot
             .recently_allowed
-            .allowed_at(name, now, self.snapshot.record_expiry)
+            .allowed_at(pod, now, self.snapshot.record_expiry)
             .map(Unavailable::EvictionAllowed)
     }
 

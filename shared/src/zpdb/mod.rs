@@ -9,7 +9,8 @@ pub mod decide;
 pub mod spec;
 
 pub use decide::{
-    AllowReason, DenyReason, EvictionSnapshot, RecentlyAllowed, Unavailable, Verdict, decide,
+    AllowReason, AllowedEviction, DenyReason, EvictionSnapshot, RecentlyAllowed, Unavailable,
+    Verdict, decide,
 };
 pub use spec::{
     Budget, FieldError, InvalidBudget, MaxUnavailable, Observed, Partition,

@@ -180,7 +180,8 @@ impl World {
     }
 
     fn decide(&self, name: &str) -> Verdict {
-        let budgets: Vec<Observed> = self.budgets.iter().map(Budget::parse).collect();
+        let parsed: Vec<Observed> = self.budgets.iter().map(Budget::parse).collect();
+        let budgets: Vec<&Observed> = parsed.iter().collect();
         let statefulsets: Vec<&StatefulSet> = self.statefulsets.iter().collect();
         let pods: Vec<&Pod> = self.pods.iter().collect();
         let evicted = &self.pods[self.index(name)];
@@ -319,7 +320,10 @@ fn zone_mode() {
                 let mut world = World::new(3, ingester_spec());
                 world.recently_allowed.pods.insert(
                     "ingester-zone-b-0".into(),
-                    now() - SignedDuration::from_secs(5),
+                    AllowedEviction {
+                        at: now() - SignedDuration::from_secs(5),
+                        uid: None,
+                    },
                 );
                 world
             },
@@ -333,7 +337,10 @@ fn zone_mode() {
                 let mut world = World::new(3, ingester_spec());
                 world.recently_allowed.pods.insert(
                     "ingester-zone-b-0".into(),
-                    now() - SignedDuration::from_secs(61),
+                    AllowedEviction {
+                        at: now() - SignedDuration::from_secs(61),
+                        uid: None,
+                    },
                 );
                 world
             },
@@ -345,10 +352,13 @@ fn zone_mode() {
             "a retried eviction of the recorded pod itself is allowed again",
             {
                 let mut world = World::new(3, ingester_spec());
-                world
-                    .recently_allowed
-                    .pods
-                    .insert("ingester-zone-a-0".into(), now());
+                world.recently_allowed.pods.insert(
+                    "ingester-zone-a-0".into(),
+                    AllowedEviction {
+                        at: now(),
+                        uid: None,
+                    },
+                );
                 world
             },
             "ingester-zone-a-0",
@@ -953,7 +963,15 @@ fn simulate(
                 .iter()
                 .zip(sims)
                 .filter(|(_, sim)| **sim == Sim::Allowed)
-                .map(|(name, _)| (name.clone(), now()))
+                .map(|(name, _)| {
+                    (
+                        name.clone(),
+                        AllowedEviction {
+                            at: now(),
+                            uid: None,
+                        },
+                    )
+                })
                 .collect();
         };
         match *step {
@@ -1022,4 +1040,25 @@ fn the_simulation_can_fail() {
         ..partition_spec()
     };
     assert!(simulate(4, loose, true, &[Step::Evict(0), Step::Evict(4)]).is_err());
+}
+
+#[test]
+fn a_record_of_a_pod_since_recreated_counts_no_more() {
+    let mut world = World::new(3, ingester_spec());
+    let index = world.index("ingester-zone-b-0");
+    world.pods[index].metadata.uid = Some("new-uid".into());
+    let entry = |uid: &str| AllowedEviction {
+        at: now(),
+        uid: Some(uid.into()),
+    };
+    world
+        .recently_allowed
+        .pods
+        .insert("ingester-zone-b-0".into(), entry("old-uid"));
+    assert!(world.decide("ingester-zone-a-0").is_allowed());
+    world
+        .recently_allowed
+        .pods
+        .insert("ingester-zone-b-0".into(), entry("new-uid"));
+    assert!(!world.decide("ingester-zone-a-0").is_allowed());
 }

@@ -11,6 +11,8 @@ pub struct Decision {
     /// Warnings the API server passes on to the client (kubectl prints them).
     pub warnings: Vec<String>,
     pub outcome: Outcome,
+    /// The HTTP code of a denial's status: 403 unless set (429 for "retry later").
+    pub code: Option<u16>,
 }
 
 /// How a decision is counted in `baton_admission_decisions_total{result}`.
@@ -40,6 +42,7 @@ impl Decision {
             message: None,
             warnings: Vec::new(),
             outcome: Outcome::Allowed,
+            code: None,
         }
     }
     pub fn allow_with_message(message: impl Into<String>) -> Self {
@@ -69,6 +72,15 @@ impl Decision {
             message: Some(message.into()),
             warnings: Vec::new(),
             outcome: Outcome::Denied,
+            code: None,
+        }
+    }
+    /// Denied for now, with HTTP 429: the client is to retry later (a drain retries evictions
+    /// answered 429, as for a PodDisruptionBudget).
+    pub fn deny_for_now(message: impl Into<String>) -> Self {
+        Self {
+            code: Some(429),
+            ..Self::deny(message)
         }
     }
 }

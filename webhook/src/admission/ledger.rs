@@ -161,8 +161,19 @@ pub async fn write(
     group: &str,
     ledger: &Ledger,
 ) -> Result<Written, Error> {
+    write_labelled(api, name, (ROLLOUT_GROUP_LABEL, group), ledger).await
+}
+
+/// [`write`] for any ledger: labelled managed-by baton and with `label` (what it belongs to).
+/// The zone-aware disruption budgets' eviction records use it too.
+pub async fn write_labelled(
+    api: &Api<ConfigMap>,
+    name: &str,
+    label: (&str, &str),
+    ledger: &Ledger,
+) -> Result<Written, Error> {
     let mut labels = BTreeMap::from([(MANAGED_BY_LABEL.to_owned(), "baton".to_owned())]);
-    labels.insert(ROLLOUT_GROUP_LABEL.to_owned(), group.to_owned());
+    labels.insert(label.0.to_owned(), label.1.to_owned());
     let config_map = ConfigMap {
         metadata: ObjectMeta {
             name: Some(name.to_owned()),

@@ -8,5 +8,6 @@ pub mod no_downscale;
 pub mod object;
 pub mod prepare_downscale;
 pub mod review;
+pub mod zpdb;
 
 pub use decision::{Decision, Outcome};

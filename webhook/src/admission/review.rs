@@ -186,7 +186,7 @@ pub fn encode(version: ReviewVersion, uid: &str, decision: &Decision) -> Vec<u8>
                 message,
                 // Without a code the API server answers the client 403 for a denial anyway;
                 // saying it keeps the intent explicit.
-                code: (!decision.allowed).then_some(403),
+                code: (!decision.allowed).then_some(decision.code.unwrap_or(403)),
             }),
             warnings: &decision.warnings,
         },

@@ -1,0 +1,486 @@
+//! `/admission/pod-eviction` at run time: the watch caches the decision reads (pods,
+//! StatefulSets and budgets of the watched namespace, slimmed to what the decision needs) and
+//! the claim of an allowed eviction in the budget's record (see `admission::zpdb`).
+//!
+//! No API read per request: a pod the cache has not seen yet is read once (counted in
+//! `baton_webhook_zpdb_api_reads_total`), and a budget's record is read only when this
+//! replica does not know it yet or lost a write to another replica (409). Within a replica,
+//! evictions under one budget are judged one at a time, so they do not conflict with each
+//! other; across replicas the resourceVersion-conditioned write decides.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+
+use baton_shared::zpdb::{
+    Budget, EvictionSnapshot, Observed, RecentlyAllowed, Verdict, ZoneAwarePodDisruptionBudget,
+    decide, decide::selecting_budget,
+};
+use futures::StreamExt;
+use jiff::Timestamp;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, PodTemplateSpec};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, Resource};
+use prometheus::{IntCounter, IntCounterVec, IntGauge, Opts, Registry};
+use serde::de::DeserializeOwned;
+
+use crate::admission::Decision;
+use crate::admission::ledger::{self, Ledger, Written};
+use crate::admission::zpdb::{self as admission, EvictionRequest, RECORD_EXPIRY, RECORD_LABEL};
+
+/// Evictions judged, by reason and status (the Go operator's name and labels).
+pub const EVICTION_REQUESTS_METRIC: &str = "rollout_operator_zpdb_eviction_requests_total";
+/// Evictions being judged right now.
+pub const INFLIGHT_METRIC: &str = "rollout_operator_zpdb_inflight_eviction_requests";
+/// Budget versions parsed, by result (`valid`, `invalid`).
+pub const CONFIGURATIONS_METRIC: &str = "rollout_operator_zpdb_configurations_observed_total";
+/// API reads made to judge an eviction (a pod not cached yet, a record not known or stale).
+pub const API_READS_METRIC: &str = "baton_webhook_zpdb_api_reads_total";
+
+/// How often a claim is retried after losing to another replica before the eviction is refused
+/// for now (the drain retries it).
+const CLAIM_ATTEMPTS: usize = 8;
+
+#[derive(Debug, Clone)]
+pub struct ZpdbMetrics {
+    pub eviction_requests: IntCounterVec,
+    pub inflight: IntGauge,
+    pub configurations: IntCounterVec,
+    /// `{what}`: `pod` or `record`.
+    pub api_reads: IntCounterVec,
+}
+
+impl ZpdbMetrics {
+    pub fn register(registry: &Registry) -> Result<Self, prometheus::Error> {
+        let eviction_requests = IntCounterVec::new(
+            Opts::new(
+                EVICTION_REQUESTS_METRIC,
+                "Number of zpdb eviction requests.",
+            ),
+            &["reason", "status"],
+        )?;
+        let inflight = IntGauge::new(
+            INFLIGHT_METRIC,
+            "Number of zpdb eviction requests which are currently in-flight.",
+        )?;
+        let configurations = IntCounterVec::new(
+            Opts::new(
+                CONFIGURATIONS_METRIC,
+                "Number of zpdb configurations observed by the configuration controller.",
+            ),
+            &["result"],
+        )?;
+        let api_reads = IntCounterVec::new(
+            Opts::new(
+                API_READS_METRIC,
+                "API reads made to judge evictions, by what was read (pod, record).",
+            ),
+            &["what"],
+        )?;
+        registry.register(Box::new(eviction_requests.clone()))?;
+        registry.register(Box::new(inflight.clone()))?;
+        registry.register(Box::new(configurations.clone()))?;
+        registry.register(Box::new(api_reads.clone()))?;
+        Ok(Self {
+            eviction_requests,
+            inflight,
+            configurations,
+            api_reads,
+        })
+    }
+
+    fn api_read(&self, what: &str) -> IntCounter {
+        self.api_reads.with_label_values(&[what])
+    }
+}
+
+/// The caches, the parsed budgets and the known records. Cheap to share behind an `Arc`.
+pub struct Evictions {
+    namespace: String,
+    client: Client,
+    pods: Store<Pod>,
+    statefulsets: Store<StatefulSet>,
+    budgets: Store<ZoneAwarePodDisruptionBudget>,
+    /// Budget uid → (resourceVersion, parsed): a budget is parsed once per version.
+    parsed: Mutex<HashMap<String, (String, Arc<Observed>)>>,
+    /// Budget name → its record as this replica last read or wrote it.
+    records: Mutex<HashMap<String, Ledger>>,
+    /// Budget name → the lock that makes this replica judge its evictions one at a time.
+    locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    metrics: ZpdbMetrics,
+}
+
+impl std::fmt::Debug for Evictions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Evictions")
+            .field("namespace", &self.namespace)
+            .field("pods", &self.pods.len())
+            .field("statefulsets", &self.statefulsets.len())
+            .field("budgets", &self.budgets.len())
+            .finish()
+    }
+}
+
+impl Evictions {
+    /// The caches of `namespace` and the future that fills them (run it as a critical task).
+    pub fn new(
+        client: Client,
+        namespace: &str,
+        metrics: ZpdbMetrics,
+    ) -> (Self, impl Future<Output = ()> + Send + 'static) {
+        let (pods, fill_pods) = reflect(client.clone(), namespace, slim_pod);
+        let (statefulsets, fill_statefulsets) =
+            reflect(client.clone(), namespace, slim_statefulset);
+        let (budgets, fill_budgets) = reflect(
+            client.clone(),
+            namespace,
+            |zpdb: &mut ZoneAwarePodDisruptionBudget| {
+                zpdb.metadata.managed_fields = None;
+                zpdb.metadata.annotations = None;
+            },
+        );
+        let evictions = Self {
+            namespace: namespace.to_owned(),
+            client,
+            pods,
+            statefulsets,
+            budgets,
+            parsed: Mutex::default(),
+            records: Mutex::default(),
+            locks: Mutex::default(),
+            metrics,
+        };
+        let fill = async move {
+            futures::join!(fill_pods, fill_statefulsets, fill_budgets);
+        };
+        (evictions, fill)
+    }
+
+    /// The namespace whose budgets are judged.
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    /// Resolves once the pod and StatefulSet caches hold their first full listing. Not the
+    /// budgets': without the CRD their watch never lists, and the other webhooks must still
+    /// serve; evictions are refused for now until it has (see [`Self::synced`]).
+    pub async fn wait_synced(&self) {
+        let _ = self.pods.wait_until_ready().await;
+        let _ = self.statefulsets.wait_until_ready().await;
+    }
+
+    /// Whether every cache holds its first full listing.
+    fn synced(&self) -> bool {
+        use futures::FutureExt;
+        self.pods.wait_until_ready().now_or_never().is_some()
+            && self
+                .statefulsets
+                .wait_until_ready()
+                .now_or_never()
+                .is_some()
+            && self.budgets.wait_until_ready().now_or_never().is_some()
+    }
+
+    /// Judges one eviction: the decision on the caches, then, when a budget allowed it, the
+    /// claim in the budget's record. Counted in the eviction metrics.
+    pub async fn judge(&self, request: &EvictionRequest) -> Decision {
+        self.metrics.inflight.inc();
+        let (decision, reason) = self.judge_uncounted(request).await;
+        self.metrics.inflight.dec();
+        let status = if decision.allowed {
+            "allowed"
+        } else {
+            "denied"
+        };
+        self.metrics
+            .eviction_requests
+            .with_label_values(&[reason, status])
+            .inc();
+        decision
+    }
+
+    async fn judge_uncounted(&self, request: &EvictionRequest) -> (Decision, &'static str) {
+        if request.namespace != self.namespace {
+            return (
+                Decision::allow_with_message(format!(
+                    "namespace {} is not the one baton-webhook watches ({}); no ZoneAwarePodDisruptionBudget applies",
+                    request.namespace, self.namespace
+                )),
+                "namespace_not_watched",
+            );
+        }
+        if !self.synced() {
+            return (
+                Decision::deny_for_now(format!(
+                    "pod {} cannot be evicted yet: this baton-webhook replica has not listed the pods, StatefulSets and ZoneAwarePodDisruptionBudgets of namespace {} yet (is the CRD zoneawarepoddisruptionbudgets.rollout-operator.grafana.com installed?); retry",
+                    request.pod, self.namespace
+                )),
+                "not_synced",
+            );
+        }
+        let pod = match self.pod(request).await {
+            Ok(Some(pod)) => pod,
+            Ok(None) => {
+                return (
+                    Decision::allow_with_message(format!("pod {} does not exist", request.pod)),
+                    "pod_not_found",
+                );
+            }
+            Err(error) => {
+                return (
+                    Decision::deny_for_now(format!(
+                        "pod {} cannot be evicted now: reading it failed: {}",
+                        request.pod,
+                        baton_shared::pod_client::error_chain(&error)
+                    )),
+                    "api_error",
+                );
+            }
+        };
+        let budgets = self.observed_budgets();
+        let budget_refs: Vec<&Observed> = budgets.iter().map(Arc::as_ref).collect();
+        let verdict = self.decide(&pod, &budget_refs, &RecentlyAllowed::default());
+        if !verdict.judged_by_budget() {
+            // Allowed before any budget counted, or denied even without the record (which
+            // only adds unavailable pods): final.
+            return (admission::answer(&verdict), verdict.reason_label());
+        }
+        let Ok(Some(budget)) = selecting_budget(&pod, &budget_refs) else {
+            unreachable!("a verdict judged by a budget has exactly one valid selecting budget")
+        };
+        self.claim(request, &pod, budget, &budget_refs).await
+    }
+
+    /// Decides against the budget's record and, if allowed, writes the eviction into it.
+    async fn claim(
+        &self,
+        request: &EvictionRequest,
+        pod: &Pod,
+        budget: &Budget,
+        budgets: &[&Observed],
+    ) -> (Decision, &'static str) {
+        let lock = self.lock(&budget.name);
+        let _judging = lock.lock().await;
+        let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), &self.namespace);
+        let name = admission::record_name(&budget.name);
+        let mut known = self
+            .records
+            .lock()
+            .expect("records lock")
+            .get(&budget.name)
+            .cloned();
+        for _ in 0..CLAIM_ATTEMPTS {
+            let record = match known.take() {
+                Some(record) => record,
+                None => {
+                    self.metrics.api_read("record").inc();
+                    match ledger::read(&api, &name).await {
+                        Ok(record) => record,
+                        Err(error) => return self.record_failed(request, budget, &name, &error),
+                    }
+                }
+            };
+            self.remember(&budget.name, &record);
+            let verdict = self.decide(pod, budgets, &admission::recently_allowed(&record));
+            if !verdict.is_allowed() || request.dry_run {
+                return (admission::answer(&verdict), verdict.reason_label());
+            }
+            let claimed = admission::with_eviction(
+                &record,
+                &request.pod,
+                pod.metadata.uid.as_deref(),
+                &request.uid,
+                Timestamp::now(),
+            );
+            match ledger::write_labelled(&api, &name, (RECORD_LABEL, &budget.name), &claimed).await
+            {
+                Ok(Written::Done(written)) => {
+                    self.remember(&budget.name, &written);
+                    return (admission::answer(&verdict), verdict.reason_label());
+                }
+                // Another replica wrote first: read the record again and judge again.
+                Ok(Written::Conflict) => {}
+                Err(error) => return self.record_failed(request, budget, &name, &error),
+            }
+        }
+        (
+            Decision::deny_for_now(format!(
+                "pod {} cannot be evicted now: record {name} changed under {CLAIM_ATTEMPTS} attempts to claim the eviction; retry",
+                request.pod
+            )),
+            "record_contended",
+        )
+    }
+
+    fn record_failed(
+        &self,
+        request: &EvictionRequest,
+        budget: &Budget,
+        name: &str,
+        error: &kube::Error,
+    ) -> (Decision, &'static str) {
+        self.records
+            .lock()
+            .expect("records lock")
+            .remove(&budget.name);
+        (
+            Decision::deny_for_now(format!(
+                "pod {} cannot be evicted now: the eviction could not be recorded in ConfigMap {name}: {}",
+                request.pod,
+                baton_shared::pod_client::error_chain(error)
+            )),
+            "api_error",
+        )
+    }
+
+    fn remember(&self, budget: &str, record: &Ledger) {
+        self.records
+            .lock()
+            .expect("records lock")
+            .insert(budget.to_owned(), record.clone());
+    }
+
+    fn lock(&self, budget: &str) -> Arc<tokio::sync::Mutex<()>> {
+        self.locks
+            .lock()
+            .expect("locks lock")
+            .entry(budget.to_owned())
+            .or_default()
+            .clone()
+    }
+
+    fn decide(&self, pod: &Pod, budgets: &[&Observed], record: &RecentlyAllowed) -> Verdict {
+        let statefulsets = self.statefulsets.state();
+        let pods = self.pods.state();
+        let statefulsets: Vec<&StatefulSet> = statefulsets.iter().map(Arc::as_ref).collect();
+        let pods: Vec<&Pod> = pods.iter().map(Arc::as_ref).collect();
+        decide(&EvictionSnapshot {
+            pod,
+            budgets,
+            statefulsets: &statefulsets,
+            pods: &pods,
+            now: Timestamp::now(),
+            recently_allowed: record,
+            record_expiry: RECORD_EXPIRY,
+        })
+    }
+
+    /// The pod from the cache, or from the API when the cache has not seen it yet.
+    async fn pod(&self, request: &EvictionRequest) -> Result<Option<Arc<Pod>>, kube::Error> {
+        if let Some(pod) = self
+            .pods
+            .get(&ObjectRef::new(&request.pod).within(&request.namespace))
+        {
+            return Ok(Some(pod));
+        }
+        self.metrics.api_read("pod").inc();
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), &request.namespace);
+        Ok(api.get_opt(&request.pod).await?.map(Arc::new))
+    }
+
+    /// Every budget of the namespace, parsed once per resourceVersion.
+    fn observed_budgets(&self) -> Vec<Arc<Observed>> {
+        let budgets = self.budgets.state();
+        let mut parsed = self.parsed.lock().expect("parsed lock");
+        let observed: Vec<Arc<Observed>> = budgets
+            .iter()
+            .map(|zpdb| {
+                let uid = zpdb.metadata.uid.clone().unwrap_or_default();
+                let version = zpdb.metadata.resource_version.clone().unwrap_or_default();
+                match parsed.get(&uid) {
+                    Some((seen, observed)) if *seen == version => observed.clone(),
+                    _ => {
+                        let observed = Arc::new(Budget::parse(zpdb));
+                        let result = if observed.is_ok() { "valid" } else { "invalid" };
+                        self.metrics.configurations.with_label_values(&[result]).inc();
+                        if let Err(invalid) = observed.as_ref() {
+                            tracing::warn!(budget = %invalid.name, problem = %invalid, "invalid ZoneAwarePodDisruptionBudget; evictions of the pods it selects are refused");
+                        }
+                        parsed.insert(uid, (version, observed.clone()));
+                        observed
+                    }
+                }
+            })
+            .collect();
+        if parsed.len() > 2 * budgets.len() + 16 {
+            let live: std::collections::HashSet<String> = budgets
+                .iter()
+                .filter_map(|zpdb| zpdb.metadata.uid.clone())
+                .collect();
+            parsed.retain(|uid, _| live.contains(uid));
+        }
+        observed
+    }
+}
+
+/// Drops what the decision never reads: a pod keeps its identity, labels, owners, deletion
+/// mark, phase, Ready condition and container readiness.
+fn slim_pod(pod: &mut Pod) {
+    pod.metadata.managed_fields = None;
+    pod.metadata.annotations = None;
+    pod.spec = None;
+    if let Some(status) = pod.status.as_mut() {
+        if let Some(conditions) = status.conditions.as_mut() {
+            conditions.retain(|condition| condition.type_ == "Ready");
+            for condition in conditions.iter_mut() {
+                condition.message = None;
+                condition.reason = None;
+            }
+        }
+        for container in status.container_statuses.iter_mut().flatten() {
+            container.state = None;
+            container.last_state = None;
+            container.image = String::new();
+            container.image_id = String::new();
+        }
+        status.init_container_statuses = None;
+        status.ephemeral_container_statuses = None;
+        status.pod_ips = None;
+        status.message = None;
+    }
+}
+
+/// A StatefulSet keeps its identity, labels, replicas, selector, minReadySeconds and ordinals.
+fn slim_statefulset(statefulset: &mut StatefulSet) {
+    statefulset.metadata.managed_fields = None;
+    statefulset.metadata.annotations = None;
+    if let Some(spec) = statefulset.spec.as_mut() {
+        spec.template = PodTemplateSpec::default();
+        spec.volume_claim_templates = None;
+    }
+}
+
+fn reflect<K>(
+    client: Client,
+    namespace: &str,
+    slim: fn(&mut K),
+) -> (Store<K>, impl Future<Output = ()> + Send + 'static)
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let (reader, writer) = reflector::store::<K>();
+    let api: Api<K> = Api::namespaced(client, namespace);
+    let namespace = namespace.to_owned();
+    let stream = watcher(api, watcher::Config::default())
+        .default_backoff()
+        .modify(slim);
+    let fill = async move {
+        reflector::reflector(writer, stream)
+            .for_each(|event| {
+                if let Err(error) = event {
+                    tracing::warn!(kind = %K::kind(&()), %namespace, %error, "watch failed; retrying");
+                }
+                futures::future::ready(())
+            })
+            .await;
+    };
+    (reader, fill)
+}
