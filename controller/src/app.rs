@@ -70,17 +70,19 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
     // Exactly one task awaits the caches' sync and broadcasts it: kube's store readiness wakes
     // only one of several concurrent waiters.
     let (synced_sender, synced) = watch::channel(false);
+    // One explainer for every feature; its publisher is the one task that writes Events.
+    let (explainer, event_publisher) = Explainer::new(
+        client.clone(),
+        identity,
+        EVENT_REPEAT_AFTER,
+        config.kubernetes.request_timeout.get(),
+    );
     let reconciler = Arc::new(RolloutReconciler {
         namespace: config.namespace.clone(),
         client: client.clone(),
         caches: caches.clone(),
         metrics,
-        explainer: Explainer::new(
-            client.clone(),
-            identity,
-            EVENT_REPEAT_AFTER,
-            config.kubernetes.request_timeout.get(),
-        ),
+        explainer: explainer.clone(),
         // Acting on half-filled caches could miss a not-ready zone: lead AND be synced. A
         // reconcile acts only within the term it started in.
         may_start: {
@@ -103,6 +105,13 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
     });
 
     let mut tasks: JoinSet<anyhow::Result<&'static str>> = JoinSet::new();
+    tasks.spawn({
+        let shutdown = shutdown.clone();
+        async move {
+            event_publisher.run(shutdown).await;
+            Ok("event publisher")
+        }
+    });
     tasks.spawn({
         let shutdown = shutdown.clone();
         async move {
@@ -145,12 +154,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
             cluster_domain: config.cluster_domain.clone(),
             request_timeout: config.kubernetes.request_timeout.get(),
         };
-        let explainer = Explainer::new(
-            client.clone(),
-            elector.identity().to_owned(),
-            EVENT_REPEAT_AFTER,
-            config.kubernetes.request_timeout.get(),
-        );
+        let explainer = explainer.clone();
         let (client, leadership, registry) = (client.clone(), leadership.clone(), registry.clone());
         let shutdown = shutdown.clone();
         async move {

@@ -1,14 +1,30 @@
 //! Telling people what baton does and why it waits: Kubernetes Events on the StatefulSets
 //! concerned, and a structured log line for each. An explanation that has not changed is not
 //! repeated on every reconcile, only after `repeat_after`.
+//!
+//! Events are off the critical path: [`Explainer::tell`] logs, filters and queues, and one
+//! [`EventPublisher`] task writes the Events, each call bounded by the request timeout. A
+//! reconcile never waits on the API server to explain itself; when the bounded queue is full
+//! (the API server is slow or down) an Event is dropped, logged, and let through again next time.
+//!
+//! kube's `Recorder` folds every Event with the same object, reason and action into one series
+//! and keeps its first note (its cache key leaves the note out), so "waiting for pod 3" would
+//! hide "waiting for pod 4" for minutes. The publisher therefore keeps one recorder per
+//! (object, reason) and replaces it when the note changes: the same note again is a series on
+//! the same Event, a new note is a new Event.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use baton_shared::kube_client::bounded;
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+/// Events waiting for the publisher, at most. A reconcile of a few groups produces a handful.
+pub const EVENT_QUEUE_CAPACITY: usize = 256;
 
 /// How important an explanation is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,13 +47,12 @@ pub struct Explanation {
     pub note: String,
 }
 
-/// Publishes explanations as Events, skipping repeats.
+/// Logs explanations and queues them for the [`EventPublisher`], skipping repeats. Cheap to
+/// clone: clones share the queue and the repeat filter.
+#[derive(Clone)]
 pub struct Explainer {
-    recorder: Recorder,
-    repeats: RepeatFilter,
-    /// Bounds each publish: reconciles await it, and an unanswered call would otherwise hold
-    /// its group forever (kube's client has no read timeout).
-    publish_timeout: Duration,
+    repeats: Arc<RepeatFilter>,
+    queue: mpsc::Sender<Outgoing>,
 }
 
 impl std::fmt::Debug for Explainer {
@@ -48,20 +63,33 @@ impl std::fmt::Debug for Explainer {
     }
 }
 
+/// One Event to write.
+struct Outgoing {
+    key: RepeatKey,
+    object: ObjectReference,
+    event: Event,
+}
+
+/// (object uid or name, reason)
+type RepeatKey = (String, String);
+
 /// Remembers, per (object, reason), the last note published and when.
 #[derive(Debug)]
 struct RepeatFilter {
     repeat_after: Duration,
-    published: Mutex<HashMap<(String, String), (String, Instant)>>,
+    published: Mutex<HashMap<RepeatKey, (String, Instant)>>,
+    /// When entries older than `repeat_after` were last dropped.
+    pruned: Mutex<Option<Instant>>,
 }
 
 impl RepeatFilter {
     /// Whether `note` should be published now; if so it is remembered as published.
-    fn admit(&self, key: (String, String), note: &str, now: Instant) -> bool {
+    fn admit(&self, key: RepeatKey, note: &str, now: Instant) -> bool {
         let mut published = self
             .published
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
+        self.prune(&mut published, now);
         let repeat = published
             .get(&key)
             .is_some_and(|(last, at)| last == note && now.duration_since(*at) < self.repeat_after);
@@ -72,8 +100,36 @@ impl RepeatFilter {
         true
     }
 
+    /// Entries older than `repeat_after` would be admitted anyway: dropping them, at most once
+    /// per `repeat_after`, forgets objects and groups that are gone.
+    fn prune(&self, published: &mut HashMap<RepeatKey, (String, Instant)>, now: Instant) {
+        let mut pruned = self
+            .pruned
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if pruned.is_some_and(|at| now.duration_since(at) < self.repeat_after) {
+            return;
+        }
+        published.retain(|_, (_, at)| now.duration_since(*at) < self.repeat_after);
+        *pruned = Some(now);
+    }
+
+    fn knows(&self, key: &RepeatKey) -> bool {
+        self.published
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .contains_key(key)
+    }
+
+    fn len(&self) -> usize {
+        self.published
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .len()
+    }
+
     /// Publishing failed: let the next attempt through.
-    fn forget(&self, key: &(String, String)) {
+    fn forget(&self, key: &RepeatKey) {
         let mut published = self
             .published
             .lock()
@@ -83,28 +139,42 @@ impl RepeatFilter {
 }
 
 impl Explainer {
+    /// An explainer for `instance` (this replica), and the publisher task that writes its Events:
+    /// run it ([`EventPublisher::run`]) beside the reconciles.
     pub fn new(
         client: kube::Client,
         instance: String,
         repeat_after: Duration,
         publish_timeout: Duration,
-    ) -> Self {
-        let reporter = Reporter {
-            controller: "baton-controller".into(),
-            instance: Some(instance),
-        };
-        Self {
-            recorder: Recorder::new(client, reporter),
-            repeats: RepeatFilter {
-                repeat_after,
-                published: Mutex::default(),
+    ) -> (Self, EventPublisher) {
+        let (explainer, queued) = Self::with_queue(repeat_after, EVENT_QUEUE_CAPACITY);
+        let publisher = EventPublisher {
+            client,
+            reporter: Reporter {
+                controller: "baton-controller".into(),
+                instance: Some(instance),
             },
+            queued,
+            repeats: explainer.repeats.clone(),
             publish_timeout,
-        }
+            recorders: HashMap::new(),
+        };
+        (explainer, publisher)
     }
 
-    /// Logs the explanation and publishes it as an Event on `object`, unless the same note was
-    /// published for the same object and reason less than `repeat_after` ago.
+    fn with_queue(repeat_after: Duration, capacity: usize) -> (Self, mpsc::Receiver<Outgoing>) {
+        let (queue, queued) = mpsc::channel(capacity);
+        let repeats = Arc::new(RepeatFilter {
+            repeat_after,
+            published: Mutex::default(),
+            pruned: Mutex::default(),
+        });
+        (Self { repeats, queue }, queued)
+    }
+
+    /// Logs the explanation and queues it as an Event on `object`, unless the same note was
+    /// published for the same object and reason less than `repeat_after` ago. Never waits on
+    /// the API server (async only so that callers need not change when that is true).
     pub async fn tell(&self, object: &ObjectReference, explanation: Explanation) {
         let name = object.name.as_deref().unwrap_or_default();
         let key = Self::key(object, &explanation);
@@ -128,27 +198,31 @@ impl Explainer {
                 Severity::Normal => EventType::Normal,
                 Severity::Warning => EventType::Warning,
             },
-            reason: explanation.reason.clone(),
+            reason: explanation.reason,
             note: Some(truncate(&explanation.note, 1000)),
-            action: explanation.action.clone(),
+            action: explanation.action,
             secondary: None,
         };
-        let published = bounded(
-            self.publish_timeout,
-            "publishing an Event",
-            self.recorder.publish(&event, object),
-        )
-        .await;
-        let error = match published {
-            Ok(Ok(())) => return,
-            Ok(Err(error)) => error.to_string(),
-            Err(timed_out) => timed_out.to_string(),
+        let outgoing = Outgoing {
+            key,
+            object: object.clone(),
+            event,
         };
-        tracing::warn!(object = name, %error, "could not publish an Event");
-        self.repeats.forget(&key);
+        if let Err(error) = self.queue.try_send(outgoing) {
+            let outgoing = match error {
+                mpsc::error::TrySendError::Full(outgoing)
+                | mpsc::error::TrySendError::Closed(outgoing) => outgoing,
+            };
+            tracing::warn!(
+                object = name,
+                reason = %outgoing.event.reason,
+                "the Event queue is full (the API server is slow or unreachable): this Event is dropped and sent again on the next reconcile"
+            );
+            self.repeats.forget(&outgoing.key);
+        }
     }
 
-    fn key(object: &ObjectReference, explanation: &Explanation) -> (String, String) {
+    fn key(object: &ObjectReference, explanation: &Explanation) -> RepeatKey {
         (
             object
                 .uid
@@ -157,6 +231,71 @@ impl Explainer {
                 .unwrap_or_default(),
             explanation.reason.clone(),
         )
+    }
+}
+
+/// The one task that writes Events, in the order they were told.
+pub struct EventPublisher {
+    client: kube::Client,
+    reporter: Reporter,
+    queued: mpsc::Receiver<Outgoing>,
+    repeats: Arc<RepeatFilter>,
+    /// Bounds each write: the API server may not answer, and kube's client has no read timeout.
+    publish_timeout: Duration,
+    /// Per (object, reason): the note of the Event its recorder carries, and the recorder.
+    recorders: HashMap<RepeatKey, (String, Recorder)>,
+}
+
+impl EventPublisher {
+    /// Writes queued Events until `shutdown`.
+    pub async fn run(mut self, shutdown: CancellationToken) {
+        loop {
+            let outgoing = tokio::select! {
+                () = shutdown.cancelled() => return,
+                outgoing = self.queued.recv() => match outgoing {
+                    Some(outgoing) => outgoing,
+                    None => return,
+                },
+            };
+            self.publish(outgoing).await;
+        }
+    }
+
+    async fn publish(&mut self, outgoing: Outgoing) {
+        let note = outgoing.event.note.clone().unwrap_or_default();
+        let recorder = self.recorder(&outgoing.key, note);
+        let published = bounded(
+            self.publish_timeout,
+            "publishing an Event",
+            recorder.publish(&outgoing.event, &outgoing.object),
+        )
+        .await;
+        let error = match published {
+            Ok(Ok(())) => return,
+            Ok(Err(error)) => error.to_string(),
+            Err(timed_out) => timed_out.to_string(),
+        };
+        let name = outgoing.object.name.as_deref().unwrap_or_default();
+        tracing::warn!(object = name, %error, "could not publish an Event");
+        self.repeats.forget(&outgoing.key);
+    }
+
+    /// The recorder for this object and reason: the same one while the note stays the same (a
+    /// repeat becomes a series), a new one when it changes (a new Event). Recorders of objects
+    /// the repeat filter has forgotten go too.
+    fn recorder(&mut self, key: &RepeatKey, note: String) -> Recorder {
+        if self.recorders.len() > 2 * self.repeats.len().max(64) {
+            let repeats = &self.repeats;
+            self.recorders.retain(|key, _| repeats.knows(key));
+        }
+        match self.recorders.get(key) {
+            Some((current, recorder)) if *current == note => recorder.clone(),
+            _ => {
+                let recorder = Recorder::new(self.client.clone(), self.reporter.clone());
+                self.recorders.insert(key.clone(), (note, recorder.clone()));
+                recorder
+            }
+        }
     }
 }
 
@@ -181,6 +320,7 @@ mod tests {
         RepeatFilter {
             repeat_after: Duration::from_secs(600),
             published: Mutex::default(),
+            pruned: Mutex::default(),
         }
     }
 
@@ -229,5 +369,69 @@ mod tests {
         let cut = truncate(&note, 1000);
         assert!(cut.len() <= 1000);
         assert!(cut.ends_with('…'));
+    }
+
+    #[test]
+    fn entries_of_objects_gone_for_longer_than_repeat_after_are_forgotten() {
+        let filter = filter();
+        let start = Instant::now();
+        for group in 0..100 {
+            assert!(filter.admit(key(&format!("group-{group}")), "note", start));
+        }
+        assert_eq!(filter.len(), 100);
+        let later = start + Duration::from_secs(601);
+        assert!(filter.admit(key("still-here"), "note", later));
+        assert_eq!(filter.len(), 1, "the hundred silent entries were dropped");
+    }
+
+    fn reference(name: &str) -> ObjectReference {
+        ObjectReference {
+            name: Some(name.to_owned()),
+            uid: Some(format!("uid-{name}")),
+            ..ObjectReference::default()
+        }
+    }
+
+    fn waiting(note: &str) -> Explanation {
+        Explanation {
+            severity: Severity::Normal,
+            reason: "RolloutWaiting".into(),
+            action: "Rollout".into(),
+            note: note.into(),
+        }
+    }
+
+    #[tokio::test]
+    async fn telling_never_waits_and_a_full_queue_drops_without_losing_the_next_attempt() {
+        // Given an explainer whose queue holds two Events and whose publisher does not run
+        let (explainer, mut queued) = Explainer::with_queue(Duration::from_secs(600), 2);
+
+        // When five different notes are told
+        let zone_b = reference("zone-b");
+        for pod in 0..5 {
+            let told = explainer.tell(&zone_b, waiting(&format!("waiting for pod {pod}")));
+            tokio::time::timeout(Duration::from_millis(100), told)
+                .await
+                .expect("tell does not wait for the publisher");
+        }
+
+        // Then two are queued, in order, and the rest were dropped
+        assert_eq!(
+            queued.recv().await.unwrap().event.note.unwrap(),
+            "waiting for pod 0"
+        );
+        assert_eq!(
+            queued.recv().await.unwrap().event.note.unwrap(),
+            "waiting for pod 1"
+        );
+        assert!(queued.try_recv().is_err());
+        // And a dropped note is told again next time, not filtered as a repeat
+        explainer
+            .tell(&reference("zone-b"), waiting("waiting for pod 4"))
+            .await;
+        assert_eq!(
+            queued.recv().await.unwrap().event.note.unwrap(),
+            "waiting for pod 4"
+        );
     }
 }
