@@ -59,7 +59,7 @@ impl fmt::Display for Duration {
         }
         let (unit, size) = UNITS
             .iter()
-            .find(|(_, size)| nanos % size == 0)
+            .find(|(_, size)| nanos.is_multiple_of(*size))
             .expect("every duration is a whole number of nanoseconds");
         write!(f, "{}{unit}", nanos / size)
     }
