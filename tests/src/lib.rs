@@ -8,6 +8,7 @@ pub mod controller_support;
 pub mod fixtures;
 pub mod http_support;
 pub mod keys;
+pub mod load_balancer;
 pub mod namespace;
 pub mod pod_simulator;
 pub mod process;

@@ -118,23 +118,34 @@ impl BatonProcess {
             move || workspace_binary(&name)
         })
         .await??;
+        let mut command = Command::new(&binary);
+        command.env("KUBECONFIG", kubeconfig).env("NO_COLOR", "1");
+        for (key, value) in env {
+            command.env(key, value);
+        }
+        Self::start(name, command)
+    }
+
+    /// Starts `program`, which is not part of the workspace (e.g. haproxy), with `args`; its
+    /// output is kept and shown as a baton binary's is.
+    pub fn spawn_program(name: &str, program: &Path, args: &[&str]) -> anyhow::Result<Self> {
+        let mut command = Command::new(program);
+        command.args(args);
+        Self::start(name, command)
+    }
+
+    fn start(name: &str, mut command: Command) -> anyhow::Result<Self> {
         let log_dir = tempfile::tempdir()?;
         let log = log_dir.path().join(format!("{name}.log"));
         let log_file = std::fs::File::create(&log)?;
-        let mut command = Command::new(&binary);
         command
-            .env("KUBECONFIG", kubeconfig)
-            .env("NO_COLOR", "1")
             .stdin(Stdio::null())
             .stdout(log_file.try_clone()?)
             .stderr(log_file)
             .kill_on_drop(true);
-        for (key, value) in env {
-            command.env(key, value);
-        }
         let child = command
             .spawn()
-            .with_context(|| format!("starting {}", binary.display()))?;
+            .with_context(|| format!("starting {}", command.as_std().get_program().display()))?;
         Ok(Self {
             name: name.to_owned(),
             child,

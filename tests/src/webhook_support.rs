@@ -1,8 +1,9 @@
 //! What the webhook end-to-end tests need beyond the common support: a test CA and a serving
-//! certificate for 127.0.0.1, baton-webhook replicas started as processes, webhook
-//! configurations scoped to one test namespace.
+//! certificate for 127.0.0.1, baton-webhook replicas started (and restarted) as processes,
+//! webhook configurations scoped to one test namespace calling a replica or a load balancer,
+//! and a probe that waits until the API server calls them.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Context;
@@ -10,12 +11,16 @@ use base64::Engine;
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
 };
-use kube::api::{Api, DeleteParams, PostParams};
+use k8s_openapi::api::apps::v1::StatefulSet;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair, KeyUsagePurpose};
 use serde_json::json;
 
 use crate::control_plane::ControlPlane;
 use crate::control_plane::supervisor::clean_up_from_drop;
+use crate::fixtures::StatefulSetFixture;
+use crate::keys::{NO_DOWNSCALE, PREPARE_DOWNSCALE};
+use crate::namespace::TestNamespace;
 use crate::process::BatonProcess;
 use crate::wait::wait_until;
 
@@ -79,8 +84,20 @@ pub struct WebhookReplica {
     pub process: BatonProcess,
     pub port: u16,
     pub ops_port: u16,
+    /// How it was started, to start it again the same way.
+    launch: Launch,
     /// The certificate files this replica serves, when it wrote them itself.
     _files: Option<tempfile::TempDir>,
+}
+
+/// Everything a replica is started with but its ports.
+#[derive(Debug, Clone)]
+struct Launch {
+    kubeconfig: PathBuf,
+    cert: PathBuf,
+    key: PathBuf,
+    namespace: String,
+    extra_env: Vec<(String, String)>,
 }
 
 impl WebhookReplica {
@@ -132,41 +149,51 @@ impl WebhookReplica {
         namespace: &str,
         extra_env: &[(&str, &str)],
     ) -> anyhow::Result<Self> {
-        let port = free_port()?;
-        let ops_port = free_port()?;
-        let address = format!("127.0.0.1:{port}");
-        let ops_address = format!("127.0.0.1:{ops_port}");
-        let mut env = vec![
-            ("BATON_NAMESPACE", namespace),
-            ("BATON_WEBHOOK__ADDRESS", address.as_str()),
-            ("BATON_OPS__ADDRESS", ops_address.as_str()),
-            ("BATON_WEBHOOK__CERT_FILE", path_str(cert)?),
-            ("BATON_WEBHOOK__KEY_FILE", path_str(key)?),
-            ("BATON_PODS__ADDRESS_BY", "ip"),
-            ("BATON_LOG__LEVEL", "info,baton_webhook=debug"),
-        ];
-        env.extend_from_slice(extra_env);
-        let process = BatonProcess::spawn("baton-webhook", kubeconfig, &env).await?;
+        let launch = Launch {
+            kubeconfig: kubeconfig.to_path_buf(),
+            cert: cert.to_path_buf(),
+            key: key.to_path_buf(),
+            namespace: namespace.to_owned(),
+            extra_env: extra_env
+                .iter()
+                .map(|(key, value)| ((*key).to_owned(), (*value).to_owned()))
+                .collect(),
+        };
+        let (port, ops_port) = (free_port()?, free_port()?);
+        let process = launch.spawn(port, ops_port).await?;
         let replica = Self {
             process,
             port,
             ops_port,
+            launch,
             _files: None,
         };
-        let ready = format!("http://127.0.0.1:{ops_port}/ready");
-        let http = reqwest::Client::builder().no_proxy().build()?;
+        replica.wait_ready().await;
+        Ok(replica)
+    }
+
+    /// Stops the replica as Kubernetes does, with SIGTERM, waits (at most `timeout`) until it
+    /// has exited, and starts it again on the same ports with the same configuration, waiting
+    /// until `/ready` answers 200. Returns the exit code of the stopped process.
+    pub async fn restart(&mut self, timeout: Duration) -> anyhow::Result<Option<i32>> {
+        self.process.signal("TERM")?;
+        let code = tokio::time::timeout(timeout, self.process.wait())
+            .await
+            .with_context(|| {
+                format!("baton-webhook on port {} exits after SIGTERM", self.port)
+            })??;
+        self.process = self.launch.spawn(self.port, self.ops_port).await?;
+        self.wait_ready().await;
+        Ok(code)
+    }
+
+    async fn wait_ready(&self) {
         wait_until(
             Duration::from_secs(60),
             "baton-webhook answers /ready",
-            || async {
-                http.get(&ready)
-                    .send()
-                    .await
-                    .is_ok_and(|response| response.status().is_success())
-            },
+            || async { self.ready_status().await == Some(200) },
         )
         .await;
-        Ok(replica)
     }
 
     /// `https://127.0.0.1:<port><path>`.
@@ -185,6 +212,28 @@ impl WebhookReplica {
             .await
             .ok()
             .map(|response| response.status().as_u16())
+    }
+}
+
+impl Launch {
+    async fn spawn(&self, port: u16, ops_port: u16) -> anyhow::Result<BatonProcess> {
+        let address = format!("127.0.0.1:{port}");
+        let ops_address = format!("127.0.0.1:{ops_port}");
+        let mut env = vec![
+            ("BATON_NAMESPACE", self.namespace.as_str()),
+            ("BATON_WEBHOOK__ADDRESS", address.as_str()),
+            ("BATON_OPS__ADDRESS", ops_address.as_str()),
+            ("BATON_WEBHOOK__CERT_FILE", path_str(&self.cert)?),
+            ("BATON_WEBHOOK__KEY_FILE", path_str(&self.key)?),
+            ("BATON_PODS__ADDRESS_BY", "ip"),
+            ("BATON_LOG__LEVEL", "info,baton_webhook=debug"),
+        ];
+        env.extend(
+            self.extra_env
+                .iter()
+                .map(|(key, value)| (key.as_str(), value.as_str())),
+        );
+        BatonProcess::spawn("baton-webhook", &self.kubeconfig, &env).await
     }
 }
 
@@ -219,6 +268,17 @@ impl WebhookConfigurations {
         tls: &TestTls,
         replica: &WebhookReplica,
     ) -> anyhow::Result<Self> {
+        Self::register_at(control_plane, namespace, tls, &replica.url("")).await
+    }
+
+    /// As [`WebhookConfigurations::register`], calling the webhooks at `base` (such as
+    /// `https://127.0.0.1:<port>`: a load balancer in front of several replicas).
+    pub async fn register_at(
+        control_plane: &ControlPlane,
+        namespace: &str,
+        tls: &TestTls,
+        base: &str,
+    ) -> anyhow::Result<Self> {
         let client = control_plane.admin_client().await;
         let name = format!("baton-e2e-{namespace}");
         let selector = json!({"matchLabels": {"kubernetes.io/metadata.name": namespace}});
@@ -226,7 +286,7 @@ impl WebhookConfigurations {
             "metadata": {"name": name},
             "webhooks": [{
                 "name": "no-downscale.baton.test",
-                "clientConfig": {"url": replica.url("/admission/no-downscale"), "caBundle": tls.ca_bundle()},
+                "clientConfig": {"url": format!("{base}/admission/no-downscale"), "caBundle": tls.ca_bundle()},
                 "rules": [{"apiGroups": ["apps"], "apiVersions": ["v1"], "operations": ["UPDATE"],
                            "resources": NO_DOWNSCALE_RESOURCES, "scope": "Namespaced"}],
                 "namespaceSelector": selector,
@@ -242,7 +302,7 @@ impl WebhookConfigurations {
             "metadata": {"name": name},
             "webhooks": [{
                 "name": "prepare-downscale.baton.test",
-                "clientConfig": {"url": replica.url("/admission/prepare-downscale"), "caBundle": tls.ca_bundle()},
+                "clientConfig": {"url": format!("{base}/admission/prepare-downscale"), "caBundle": tls.ca_bundle()},
                 "rules": [{"apiGroups": ["apps"], "apiVersions": ["v1"], "operations": ["UPDATE"],
                            "resources": ["statefulsets", "statefulsets/scale"], "scope": "Namespaced"}],
                 "namespaceSelector": selector,
@@ -277,5 +337,80 @@ impl Drop for WebhookConfigurations {
                 .delete(&name, &DeleteParams::default())
                 .await;
         });
+    }
+}
+
+/// The API server picks webhook configurations up asynchronously: probes (two StatefulSets it
+/// creates in `namespace`) until both webhooks judge.
+pub async fn wait_for_webhooks(namespace: &TestNamespace) {
+    let client = namespace.client();
+    StatefulSetFixture::new("probe-no-downscale")
+        .replicas(1)
+        .label(NO_DOWNSCALE, "true")
+        .create(&client, namespace.name())
+        .await;
+    StatefulSetFixture::new("probe-prepare")
+        .replicas(1)
+        .label(PREPARE_DOWNSCALE, "true")
+        .create(&client, namespace.name())
+        .await;
+    let statefulsets = namespace.api::<StatefulSet>();
+    wait_until(
+        Duration::from_secs(60),
+        "both webhooks are called by the API server",
+        || {
+            let statefulsets = statefulsets.clone();
+            async move {
+                let validating = scale(&statefulsets, "probe-no-downscale", 0, true)
+                    .await
+                    .is_err_and(|error| error.contains("no-downscale.baton.test"));
+                // Not dry-run: prepare-downscale lets dry runs through. Without the port
+                // annotation it denies; if it is not called yet the probe scales to 0 and back.
+                let mutating = match scale(&statefulsets, "probe-prepare", 0, false).await {
+                    Err(error) => error.contains("prepare-downscale.baton.test"),
+                    Ok(()) => {
+                        let _ = scale(&statefulsets, "probe-prepare", 1, false).await;
+                        false
+                    }
+                };
+                validating && mutating
+            }
+        },
+    )
+    .await;
+}
+
+/// Sets replicas through the `/scale` subresource; a denial is returned as its message.
+pub async fn scale(
+    api: &Api<StatefulSet>,
+    name: &str,
+    replicas: i32,
+    dry_run: bool,
+) -> Result<(), String> {
+    let (params, patch) = replicas_patch(replicas, dry_run);
+    api.patch_scale(name, &params, &patch)
+        .await
+        .map(|_| ())
+        .map_err(denial)
+}
+
+/// The parameters and merge patch setting `spec.replicas` (of an object or its `/scale`).
+pub fn replicas_patch(replicas: i32, dry_run: bool) -> (PatchParams, Patch<serde_json::Value>) {
+    let params = if dry_run {
+        PatchParams::default().dry_run()
+    } else {
+        PatchParams::default()
+    };
+    (
+        params,
+        Patch::Merge(json!({"spec": {"replicas": replicas}})),
+    )
+}
+
+/// The message of an API error (an admission denial); panics on any other error.
+pub fn denial(error: kube::Error) -> String {
+    match error {
+        kube::Error::Api(status) => status.message,
+        other => panic!("expected an admission denial, got {other}"),
     }
 }

@@ -12,7 +12,10 @@ use baton_e2e::keys::{
     LAST_DOWNSCALE, MIN_TIME_BETWEEN_ZONES_DOWNSCALE, NO_DOWNSCALE, PREPARE_DOWNSCALE,
     PREPARE_DOWNSCALE_PATH, PREPARE_DOWNSCALE_PORT,
 };
-use baton_e2e::webhook_support::{TestTls, WebhookConfigurations, WebhookReplica, free_port};
+use baton_e2e::webhook_support::{
+    TestTls, WebhookConfigurations, WebhookReplica, denial, free_port, replicas_patch, scale,
+    wait_for_webhooks,
+};
 use baton_e2e::{
     BatonProcess, ControlPlane, PodSimulator, SimulatorOptions, TestNamespace, wait_until,
 };
@@ -49,74 +52,13 @@ impl Setup {
             replica,
             _configurations: configurations,
         };
-        setup.wait_for_webhooks().await;
+        wait_for_webhooks(&setup.namespace).await;
         setup
     }
 
     fn ns(&self) -> &str {
         self.namespace.name()
     }
-
-    /// The API server picks configurations up asynchronously: probe until both webhooks judge.
-    async fn wait_for_webhooks(&self) {
-        let client = self.namespace.client();
-        StatefulSetFixture::new("probe-no-downscale")
-            .replicas(1)
-            .label(NO_DOWNSCALE, "true")
-            .create(&client, self.ns())
-            .await;
-        StatefulSetFixture::new("probe-prepare")
-            .replicas(1)
-            .label(PREPARE_DOWNSCALE, "true")
-            .create(&client, self.ns())
-            .await;
-        let statefulsets = self.namespace.api::<StatefulSet>();
-        wait_until(
-            TIMEOUT,
-            "both webhooks are called by the API server",
-            || {
-                let statefulsets = statefulsets.clone();
-                async move {
-                    let validating = scale(&statefulsets, "probe-no-downscale", 0, true)
-                        .await
-                        .is_err_and(|error| error.contains("no-downscale.baton.test"));
-                    // Not dry-run: prepare-downscale lets dry runs through. Without the port
-                    // annotation it denies; if it is not called yet the probe scales to 0 and back.
-                    let mutating = match scale(&statefulsets, "probe-prepare", 0, false).await {
-                        Err(error) => error.contains("prepare-downscale.baton.test"),
-                        Ok(()) => {
-                            let _ = scale(&statefulsets, "probe-prepare", 1, false).await;
-                            false
-                        }
-                    };
-                    validating && mutating
-                }
-            },
-        )
-        .await;
-    }
-}
-
-/// Sets replicas through the `/scale` subresource; a denial is returned as its message.
-async fn scale(
-    api: &Api<StatefulSet>,
-    name: &str,
-    replicas: i32,
-    dry_run: bool,
-) -> Result<(), String> {
-    let params = if dry_run {
-        PatchParams::default().dry_run()
-    } else {
-        PatchParams::default()
-    };
-    api.patch_scale(
-        name,
-        &params,
-        &Patch::Merge(json!({"spec": {"replicas": replicas}})),
-    )
-    .await
-    .map(|_| ())
-    .map_err(denial)
 }
 
 /// Sets `spec.replicas` with a patch of the object itself.
@@ -129,26 +71,11 @@ async fn patch_replicas<K>(
 where
     K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
-    let params = if dry_run {
-        PatchParams::default().dry_run()
-    } else {
-        PatchParams::default()
-    };
-    api.patch(
-        name,
-        &params,
-        &Patch::Merge(json!({"spec": {"replicas": replicas}})),
-    )
-    .await
-    .map(|_| ())
-    .map_err(denial)
-}
-
-fn denial(error: kube::Error) -> String {
-    match error {
-        kube::Error::Api(status) => status.message,
-        other => panic!("expected an admission denial, got {other}"),
-    }
+    let (params, patch) = replicas_patch(replicas, dry_run);
+    api.patch(name, &params, &patch)
+        .await
+        .map(|_| ())
+        .map_err(denial)
 }
 
 fn denied_by_no_downscale(resource: &str, name: &str, ns: &str, from: i32, to: i32) -> String {
@@ -784,7 +711,10 @@ async fn sigterm_turns_unready_answers_the_request_in_flight_and_exits_cleanly()
         control_plane,
         &tls,
         ns,
-        &[("BATON_PODS__REQUEST_TIMEOUT", "3s")],
+        &[
+            ("BATON_PODS__REQUEST_TIMEOUT", "3s"),
+            ("BATON_WEBHOOK__SHUTDOWN_DELAY", "1s"),
+        ],
     )
     .await
     .unwrap();
@@ -837,4 +767,57 @@ async fn sigterm_turns_unready_answers_the_request_in_flight_and_exits_cleanly()
         .expect("baton-webhook exits after draining")
         .unwrap();
     assert_eq!(code, Some(0), "{}", replica.process.output());
+}
+
+#[tokio::test]
+async fn during_the_shutdown_delay_requests_are_answered_closing_their_connection_and_a_second_sigterm_exits_at_once()
+ {
+    // Given a webhook replica that keeps serving for ten minutes after SIGTERM
+    let control_plane = ControlPlane::shared().await;
+    let namespace = TestNamespace::create(control_plane, "wh-second-signal").await;
+    let ns = namespace.name();
+    let tls = TestTls::generate().unwrap();
+    let mut replica = WebhookReplica::start_with(
+        control_plane,
+        &tls,
+        ns,
+        &[("BATON_WEBHOOK__SHUTDOWN_DELAY", "10m")],
+    )
+    .await
+    .unwrap();
+
+    // When it is told to stop
+    replica.process.signal("TERM").unwrap();
+    // Then it reports not ready at once
+    wait_until(TIMEOUT, "/ready answers 503", || async {
+        replica.ready_status().await == Some(503)
+    })
+    .await;
+    // And still answers a review, asking the client to close the connection
+    let answer = tls
+        .client()
+        .unwrap()
+        .post(replica.url("/admission/no-downscale"))
+        .json(&scale_review("during-delay", ns, "ingester-zone-a", 1, 2))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 200);
+    assert_eq!(answer.headers()["connection"], "close");
+    let review: Value = answer.json().await.unwrap();
+    assert_eq!(review["response"]["allowed"], json!(true), "{review}");
+
+    // When it is told again
+    replica.process.signal("TERM").unwrap();
+    // Then it exits at once, without finishing the graceful stop
+    let code = tokio::time::timeout(TIMEOUT, replica.process.wait())
+        .await
+        .expect("a second SIGTERM ends baton-webhook long before its shutdown delay")
+        .unwrap();
+    assert_eq!(code, Some(1), "{}", replica.process.output());
+    assert!(
+        replica.process.output().contains("second signal"),
+        "{}",
+        replica.process.output()
+    );
 }
