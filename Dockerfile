@@ -6,7 +6,8 @@ COPY . .
 RUN cargo build --release --locked -p baton-controller -p baton-webhook \
  && cp target/release/baton-controller target/release/baton-webhook /usr/local/bin/
 
-# Debian slim rather than distroless: the webhook's preStop hook needs /bin/sleep.
+# Debian slim: a shell for debugging in the pod (no hook needs one: the webhook's shutdown delay
+# is in-process, see docs/operations.md).
 FROM debian:bookworm-slim
 RUN apt-get update \
  && apt-get install -y --no-install-recommends ca-certificates \
