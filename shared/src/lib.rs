@@ -4,7 +4,7 @@
 pub mod annotations;
 pub mod cli;
 pub mod crypto;
-pub mod go_duration;
+pub mod duration;
 pub mod http_server;
 pub mod kube_client;
 pub mod ops_server;

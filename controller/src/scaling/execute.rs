@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use baton_config::{Config, PodAddressing};
 use baton_shared::annotations::scaling::{DelayedDownscale, MirrorReference};
+use baton_shared::duration::prometheus as prometheus_duration;
 use baton_shared::kube_client::bounded;
 use baton_shared::pod_client::{
     PodCallError, PodClientError, PodEndpoint, PodHttpClient, PodMethod,
@@ -505,7 +506,7 @@ impl Pass<'_> {
             .collect()
             .await;
         let now = Timestamp::now();
-        let delay_text = humanize(settings.delay);
+        let delay_text = prometheus_duration::format(settings.delay);
         let state = StatefulSetState::of(statefulset);
         let names = state.pod_names();
         match decide(names, from, to, settings.delay, &answers, now) {
@@ -593,38 +594,4 @@ fn is_conflict(error: &PodCallError) -> bool {
             ..
         }
     )
-}
-
-/// A requeue at `at` (at least 10 ms from now).
-/// A duration the way people write the annotation (`1h`, `90s`).
-fn humanize(duration: Duration) -> String {
-    humantime_like(duration.as_secs())
-}
-
-fn humantime_like(mut seconds: u64) -> String {
-    if seconds == 0 {
-        return "0s".to_owned();
-    }
-    let mut text = String::new();
-    for (unit, size) in [("d", 86_400), ("h", 3_600), ("m", 60), ("s", 1)] {
-        if seconds >= size {
-            text.push_str(&format!("{}{unit}", seconds / size));
-            seconds %= size;
-        }
-    }
-    text
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn durations_read_like_annotations() {
-        assert_eq!(humantime_like(0), "0s");
-        assert_eq!(humantime_like(5), "5s");
-        assert_eq!(humantime_like(3600), "1h");
-        assert_eq!(humantime_like(5400), "1h30m");
-        assert_eq!(humantime_like(2 * 86_400 + 1), "2d1s");
-    }
 }

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use baton_shared::annotations::InvalidAnnotation;
 use baton_shared::annotations::scaling::{DelayedDownscale, MirrorReference};
-use baton_shared::go_duration;
+use baton_shared::duration::go as go_duration;
 use jiff::Timestamp;
 
 /// The scaling-relevant view of one rollout group, StatefulSets sorted by name.

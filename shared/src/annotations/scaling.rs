@@ -17,7 +17,7 @@ use super::{
     MIRROR_REPLICAS_WRITE_BACK_ANNOTATION, PREPARE_DELAYED_DOWNSCALE_URL_ANNOTATION,
     UPSCALE_ONLY_WHEN_LEADER_READY_ANNOTATION,
 };
-use crate::go_duration;
+use crate::duration::{go as go_duration, prometheus};
 
 /// What `grafana.com/rollout-force-replicas` accepts.
 pub const FORCE_REPLICAS_ACCEPTED: &str = "an integer >= 0";
@@ -186,7 +186,7 @@ pub fn delayed_downscale(
     let Some(raw) = annotations.get(DELAYED_DOWNSCALE_ANNOTATION) else {
         return Ok(None);
     };
-    let delay = prometheus_duration(raw).map_err(|_| InvalidAnnotation {
+    let delay = prometheus::parse(raw).map_err(|_| InvalidAnnotation {
         key: DELAYED_DOWNSCALE_ANNOTATION,
         value: raw.clone(),
         accepted: DELAYED_DOWNSCALE_ACCEPTED,
@@ -210,56 +210,6 @@ pub fn delayed_downscale(
         return Err(invalid_url());
     }
     Ok(Some(DelayedDownscale { delay, url }))
-}
-
-/// Prometheus' `model.ParseDuration`: `0`, or units in the order y w d h m s ms, each at most
-/// once, with integer amounts (`1h30m`, `2d`, `1w`). A year is 365 days. No sign is accepted.
-pub fn prometheus_duration(text: &str) -> Result<Duration, String> {
-    const UNITS: [(&str, u64); 7] = [
-        ("y", 365 * 24 * 3600 * 1000),
-        ("w", 7 * 24 * 3600 * 1000),
-        ("d", 24 * 3600 * 1000),
-        ("h", 3600 * 1000),
-        ("m", 60 * 1000),
-        ("s", 1000),
-        ("ms", 1),
-    ];
-    let invalid = || format!("not a valid duration string: {text:?}");
-    if text == "0" {
-        return Ok(Duration::ZERO);
-    }
-    if text.is_empty() {
-        return Err(invalid());
-    }
-    let mut rest = text;
-    let mut next_unit = 0;
-    let mut millis: u64 = 0;
-    while !rest.is_empty() {
-        let digits = rest
-            .find(|c: char| !c.is_ascii_digit())
-            .unwrap_or(rest.len());
-        if digits == 0 {
-            return Err(invalid());
-        }
-        let amount: u64 = rest[..digits].parse().map_err(|_| invalid())?;
-        let after = &rest[digits..];
-        let unit_len = after
-            .find(|c: char| c.is_ascii_digit())
-            .unwrap_or(after.len());
-        let unit = &after[..unit_len];
-        let position = UNITS[next_unit..]
-            .iter()
-            .position(|(name, _)| *name == unit)
-            .ok_or_else(invalid)?;
-        let scale = UNITS[next_unit + position].1;
-        next_unit += position + 1;
-        millis = amount
-            .checked_mul(scale)
-            .and_then(|value| millis.checked_add(value))
-            .ok_or_else(invalid)?;
-        rest = &after[unit_len..];
-    }
-    Ok(Duration::from_millis(millis))
 }
 
 /// A `"true"`/`"false"` annotation with a default for absent or empty values.
@@ -443,38 +393,6 @@ mod tests {
             parsed.warning.unwrap().key,
             MIRROR_REPLICAS_WRITE_BACK_ANNOTATION
         );
-    }
-
-    #[test]
-    fn prometheus_durations() {
-        let cases = [
-            ("0", 0),
-            ("1h", 3_600_000),
-            ("2d", 172_800_000),
-            ("1w", 604_800_000),
-            ("1y", 31_536_000_000),
-            ("1h30m", 5_400_000),
-            ("5s", 5_000),
-            ("100ms", 100),
-            ("1m1s1ms", 61_001),
-            ("0s", 0),
-        ];
-        for (raw, millis) in cases {
-            assert_eq!(
-                prometheus_duration(raw),
-                Ok(Duration::from_millis(millis)),
-                "{raw:?}"
-            );
-        }
-    }
-
-    #[test]
-    fn prometheus_duration_rejects_what_prometheus_rejects() {
-        for raw in [
-            "", "-1h", "+1h", "1", "1.5h", "h", "1m1h", "1h1h", "1 h", "1H", "1us", "1h ", "abc",
-        ] {
-            assert!(prometheus_duration(raw).is_err(), "{raw:?}");
-        }
     }
 
     #[test]

@@ -2,7 +2,6 @@
 //! handlers in `server.rs` only decode, call and encode.
 
 pub mod decision;
-pub mod go_duration;
 pub mod ledger;
 pub mod no_downscale;
 pub mod object;

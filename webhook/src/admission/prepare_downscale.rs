@@ -20,10 +20,10 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
 
 use super::decision::Decision;
-use super::go_duration;
 use super::ledger::Ledger;
 use super::object::{Downscale, WorkloadKind, downscale_of};
 use super::review::AdmissionRequest;
+use baton_shared::duration::go as go_duration;
 
 /// The label value that opts a StatefulSet in.
 pub const PREPARE_DOWNSCALE_VALUE: &str = "true";
