@@ -1,4 +1,4 @@
-//! Simulation proof of the rollout planner: compat.md's guarantees, checked at every step of
+//! Simulation proof of the rollout planner: the guarantees of docs/compatibility.md, checked at every step of
 //! many random scenarios.
 //!
 //! A deterministic simulator plays the Kubernetes side (the StatefulSet controller and the

@@ -12,7 +12,7 @@ use baton_config::{PodAddressing, PodsConfig};
 use futures::{Stream, StreamExt, TryStreamExt};
 use prometheus::{HistogramOpts, HistogramVec, Registry};
 
-/// Name of the pod HTTP client histogram (compat.md: dashboards use it).
+/// Name of the pod HTTP client histogram (docs/compatibility.md: dashboards use it).
 pub const POD_CLIENT_DURATION_METRIC: &str =
     "rollout_operator_pod_http_client_request_duration_seconds";
 

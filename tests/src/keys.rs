@@ -1,5 +1,5 @@
 //! The labels and annotations of the contract with users of Grafana's rollout-operator
-//! (`compat.md`), spelled out here rather than imported from baton-shared: a key changed by
+//! (`docs/compatibility.md`), spelled out here rather than imported from baton-shared: a key changed by
 //! mistake in baton then fails the end-to-end tests instead of changing with them.
 
 pub const NO_DOWNSCALE: &str = "grafana.com/no-downscale";

@@ -1,6 +1,6 @@
 //! Delayed downscale: which pods may go, from their answers to the prepare call (pure).
 //!
-//! The contract (compat.md): every pod at an index in `[to, from)` is POSTed and must answer
+//! The contract (docs/compatibility.md): every pod at an index in `[to, from)` is POSTed and must answer
 //! 2xx with `{"timestamp": <unix seconds>}` (when it started preparing). Any failure blocks the
 //! downscale. Then, from the highest ordinal down, pods prepared at least `delay` ago may go;
 //! the first one that is not stops the count (a partial downscale is allowed). Indexes count

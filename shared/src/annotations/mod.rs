@@ -1,4 +1,4 @@
-//! Labels and annotations baton shares with Grafana's rollout-operator (see compat.md).
+//! Labels and annotations baton shares with Grafana's rollout-operator (see docs/compatibility.md).
 //! The keys are the contract with existing users: never rename one.
 
 /// Label selecting a StatefulSet into a rollout group; its value names the group.
