@@ -8,7 +8,9 @@ use baton_e2e::controller_support::{
 };
 use baton_e2e::fixtures::{StatefulSetFixture, rollout_group};
 use baton_e2e::timeline::{Zone, check_rollout_guarantees};
-use baton_e2e::{ControlPlane, PodSimulator, SimulatorOptions, TestNamespace, wait_until};
+use baton_e2e::{
+    ControlPlane, PodEvent, PodSimulator, SimulatorOptions, TestNamespace, wait_until,
+};
 
 const TIMEOUT: Duration = Duration::from_secs(90);
 
@@ -69,6 +71,17 @@ impl Scene {
         rollout_state(&self.namespace.client(), self.namespace.name(), name)
             .await
             .updated()
+    }
+
+    /// Waits until the simulator's timeline shows `pod` going not ready.
+    async fn wait_not_ready(&self, pod: &str) {
+        wait_until(TIMEOUT, &format!("{pod} is not ready"), || async {
+            self.simulator
+                .timeline()
+                .iter()
+                .any(|transition| transition.pod == pod && transition.event == PodEvent::NotReady)
+        })
+        .await;
     }
 
     async fn wait_event(&self, object: &str, reason: &str, note_contains: &str) {
@@ -160,12 +173,15 @@ async fn a_not_ready_pod_in_zone_b_holds_zone_a_until_it_is_ready() {
     // When the template changes
     scene.roll_out(&names, "v2").await;
 
-    // Then baton says zone b is at its max-unavailable and leaves zones a and c alone
+    // Then baton replaces that pod at no cost (it was down already); its replacement is held
+    // not ready too, so baton says zone b is at its max-unavailable and leaves zones a and c
+    // alone
     scene
         .wait_event(
             "ingester-zone-b",
             "MaxUnavailable",
-            "max-unavailable reached in ingester-zone-b (1/1)",
+            "max-unavailable reached in ingester-zone-b (1/1); \
+             waiting for ingester-zone-b-1 (new revision) to become ready",
         )
         .await;
     assert_eq!(scene.updated_pods("ingester-zone-a").await, 0);
@@ -244,6 +260,79 @@ async fn a_bad_max_unavailable_falls_back_to_one_pod_with_a_warning_event() {
     scene.wait_complete(&names).await;
     scene
         .wait_event("ingester-zone-a", "InvalidAnnotation", "\"lots\"")
+        .await;
+    let zones: Vec<Zone> = names.iter().map(|name| Zone::new(name, 3, 1)).collect();
+    check_rollout_guarantees(&scene.simulator.timeline(), &zones, from).unwrap();
+}
+
+#[tokio::test]
+async fn a_crash_looping_old_pod_is_replaced_at_no_cost_and_the_rollout_completes() {
+    // Given a ready group of 3 zones × 3 pods (max-unavailable 1) where the old pod
+    // ingester-zone-b-2 crash-loops, which spends zone b's whole budget
+    let scene = Scene::new("crashloop-old").await;
+    let names = scene
+        .create(&rollout_group("ingester", &["a", "b", "c"], 3))
+        .await;
+    scene.simulator.crash_loop("ingester-zone-b-2").await;
+    scene.wait_not_ready("ingester-zone-b-2").await;
+
+    // When the fixed version is deployed
+    let from = Instant::now();
+    scene.roll_out(&names, "v2").await;
+
+    // Then baton replaces the crash-looping pod first, says so, and the rollout completes with
+    // never more than one zone and one pod per zone down
+    scene.wait_complete(&names).await;
+    scene
+        .wait_event(
+            "ingester-zone-b",
+            "UnavailablePodReplaced",
+            "replacing ingester-zone-b-2: CrashLoopBackOff at the old revision, \
+             costs no availability",
+        )
+        .await;
+    let zones: Vec<Zone> = names.iter().map(|name| Zone::new(name, 3, 1)).collect();
+    check_rollout_guarantees(&scene.simulator.timeline(), &zones, from).unwrap();
+}
+
+#[tokio::test]
+async fn a_new_version_that_crash_loops_halts_the_group_until_its_fix_rolls_out() {
+    // Given a ready group of 3 zones × 3 pods, and a version v2 whose pods crash-loop
+    let scene = Scene::new("crashloop-new").await;
+    let names = scene
+        .create(&rollout_group("ingester", &["a", "b", "c"], 3))
+        .await;
+    scene.simulator.break_version("v2");
+
+    // When v2 is rolled out
+    let from = Instant::now();
+    scene.roll_out(&names, "v2").await;
+
+    // Then its first pod crash-loops and the group halts, naming the pod and its state
+    scene
+        .wait_event(
+            "ingester-zone-a",
+            "MaxUnavailable",
+            "max-unavailable reached in ingester-zone-a (1/1); \
+             waiting for ingester-zone-a-0 (new revision) to become ready: CrashLoopBackOff",
+        )
+        .await;
+    assert_eq!(scene.updated_pods("ingester-zone-a").await, 1);
+    assert_eq!(scene.updated_pods("ingester-zone-b").await, 0);
+    assert_eq!(scene.updated_pods("ingester-zone-c").await, 0);
+
+    // When the fix v3 is rolled out
+    scene.roll_out(&names, "v3").await;
+
+    // Then the crash-looping v2 pod is replaced at no cost and every zone completes
+    scene.wait_complete(&names).await;
+    scene
+        .wait_event(
+            "ingester-zone-a",
+            "UnavailablePodReplaced",
+            "replacing ingester-zone-a-0: CrashLoopBackOff at the old revision, \
+             costs no availability",
+        )
         .await;
     let zones: Vec<Zone> = names.iter().map(|name| Zone::new(name, 3, 1)).collect();
     check_rollout_guarantees(&scene.simulator.timeline(), &zones, from).unwrap();

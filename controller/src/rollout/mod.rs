@@ -7,7 +7,7 @@ pub mod plan;
 pub mod snapshot;
 
 pub use plan::{
-    Action, Plan, Progress, Unavailable, UnavailablePod, WaitReason, Warning, plan,
+    Action, Plan, PodRevision, Progress, Unavailable, UnavailablePod, WaitReason, Warning, plan,
     replacement_note,
 };
 pub use snapshot::{

@@ -154,29 +154,40 @@ impl fmt::Display for Unavailable {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UnavailablePod {
     pub pod: String,
-    /// At the StatefulSet's update revision: the new version itself does not become ready.
-    pub updated: bool,
+    pub revision: PodRevision,
     pub why: Unavailable,
+}
+
+/// Where a pod stands in its StatefulSet's rollout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PodRevision {
+    /// Not at the update revision: to be replaced.
+    Old,
+    /// At the update revision, which differs from the current one: the new version itself.
+    New,
+    /// At the update revision, which is also the current one: no rollout for this pod.
+    Current,
 }
 
 impl fmt::Display for UnavailablePod {
     fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
         let pod = &self.pod;
-        let revision = if self.updated { "new" } else { "old" };
+        let revision = match self.revision {
+            PodRevision::Old => " (old revision)",
+            PodRevision::New => " (new revision)",
+            PodRevision::Current => "",
+        };
         match &self.why {
             Unavailable::Terminating => {
-                write!(
-                    formatter,
-                    "waiting for {pod} ({revision} revision) to terminate"
-                )
+                write!(formatter, "waiting for {pod}{revision} to terminate")
             }
             Unavailable::ReadyTooRecently => write!(
                 formatter,
-                "waiting for {pod} ({revision} revision) to be Ready for minReadySeconds"
+                "waiting for {pod}{revision} to be Ready for minReadySeconds"
             ),
             why => write!(
                 formatter,
-                "waiting for {pod} ({revision} revision) to become ready: {why}"
+                "waiting for {pod}{revision} to become ready: {why}"
             ),
         }
     }
@@ -708,7 +719,13 @@ impl<'a> Member<'a> {
                 if waiting_for.as_ref().is_none_or(|(first, _)| key < *first) {
                     let named = UnavailablePod {
                         pod: pod.name.clone(),
-                        updated: at_update_revision,
+                        revision: if !at_update_revision {
+                            PodRevision::Old
+                        } else if statefulset.current_revision.as_deref() == update_revision {
+                            PodRevision::Current
+                        } else {
+                            PodRevision::New
+                        },
                         why: why.clone(),
                     };
                     waiting_for = Some((key, named));

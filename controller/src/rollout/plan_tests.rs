@@ -279,7 +279,11 @@ fn crash_loop() -> Option<Unavailable> {
 fn named(pod: &str, updated: bool, why: Unavailable) -> Option<UnavailablePod> {
     Some(UnavailablePod {
         pod: pod.to_owned(),
-        updated,
+        revision: if updated {
+            PodRevision::New
+        } else {
+            PodRevision::Old
+        },
         why,
     })
 }
@@ -747,6 +751,18 @@ fn a_new_revision_pod_that_never_becomes_ready_halts_the_group_and_is_named() {
         waiting(&plan_done),
         "zone ingester-zone-a has 1 not-ready pod; \
          waiting for ingester-zone-a-2 (new revision) to become ready: CrashLoopBackOff"
+    );
+}
+
+#[test]
+fn without_a_rollout_the_pod_named_has_no_revision_label() {
+    let a = zone("ingester-zone-a", 3).crash_looping(&[1]);
+    let plan = plan(&group([a]), now());
+    assert_eq!(plan.actions, []);
+    assert_eq!(
+        waiting(&plan),
+        "zone ingester-zone-a has 1 not-ready pod; \
+         waiting for ingester-zone-a-1 to become ready: CrashLoopBackOff"
     );
 }
 
