@@ -24,6 +24,8 @@ pub struct ControllerMetrics {
     pub pods_ready: IntGaugeVec,
     pub group_waiting: IntGaugeVec,
     pub pod_deletions: IntCounterVec,
+    /// What rollout gates hold groups for (issue 12).
+    pub gates: crate::gates::metrics::GateMetrics,
     /// The StatefulSets each group's per-StatefulSet series were last recorded for.
     members: Arc<Mutex<HashMap<String, BTreeSet<String>>>>,
 }
@@ -107,6 +109,7 @@ impl ControllerMetrics {
                 ),
                 statefulset,
             )?,
+            gates: crate::gates::metrics::GateMetrics::register(registry)?,
             members: Arc::default(),
         };
         registry.register(Box::new(metrics.reconciles.clone()))?;
@@ -164,6 +167,7 @@ impl ControllerMetrics {
             self.remove_statefulset(group, gone);
         }
         let _ = self.group_waiting.remove_label_values(&[group]);
+        self.gates.forget(group);
     }
 
     fn remove_statefulset(&self, group: &str, statefulset: &str) {
@@ -216,7 +220,11 @@ mod tests {
             .pod_deletions
             .with_label_values(&["ingester", "zone-b"])
             .inc();
-        assert!(series(&registry).iter().any(|s| s.contains("statefulset=zone-b")));
+        assert!(
+            series(&registry)
+                .iter()
+                .any(|s| s.contains("statefulset=zone-b"))
+        );
 
         metrics.record_group("ingester", [("zone-a", COUNTS)], true);
 
@@ -248,6 +256,9 @@ mod tests {
             !now.iter().any(|s| s.contains("rollout_group=ingester")),
             "{now:?}"
         );
-        assert!(now.iter().any(|s| s.contains("rollout_group=other")), "{now:?}");
+        assert!(
+            now.iter().any(|s| s.contains("rollout_group=other")),
+            "{now:?}"
+        );
     }
 }

@@ -128,6 +128,87 @@ pub fn check_rollout_guarantees(
     Ok(())
 }
 
+/// When one zone's rollout started and completed, as the timeline shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ZoneWindow {
+    /// Its first pod leaving (terminating, or deleted) at or after `from`.
+    pub started: Option<Instant>,
+    /// The first moment at or after `from` when `replicas` of its pods created after `from`
+    /// are Ready and none is terminating: every pod replaced and available.
+    pub completed: Option<Instant>,
+}
+
+/// Each zone's [`ZoneWindow`] from `from` on (the zones' template changes): to check what
+/// happens *between* zones, e.g. a soak.
+pub fn zone_windows(
+    timeline: &[PodTransition],
+    zones: &[Zone],
+    from: Instant,
+) -> BTreeMap<String, ZoneWindow> {
+    let mut windows: BTreeMap<String, ZoneWindow> = zones
+        .iter()
+        .map(|zone| {
+            let window = ZoneWindow {
+                started: None,
+                completed: None,
+            };
+            (zone.statefulset.clone(), window)
+        })
+        .collect();
+    // uid → (zone, created after `from`, state)
+    let mut pods: HashMap<String, (String, bool, PodState)> = HashMap::new();
+    for transition in timeline {
+        let Some(owner) = transition.statefulset.clone() else {
+            continue;
+        };
+        let Some(zone) = zones.iter().find(|zone| zone.statefulset == owner) else {
+            continue;
+        };
+        let after = transition.at >= from;
+        match transition.event {
+            PodEvent::Created => {
+                pods.insert(
+                    transition.uid.clone(),
+                    (owner.clone(), after, PodState::default()),
+                );
+            }
+            PodEvent::Ready => set(&mut pods, &transition.uid, |state| state.ready = true),
+            PodEvent::NotReady => set(&mut pods, &transition.uid, |state| state.ready = false),
+            PodEvent::Terminating => {
+                set(&mut pods, &transition.uid, |state| state.terminating = true);
+            }
+            PodEvent::Deleted => {
+                pods.remove(&transition.uid);
+            }
+        }
+        let window = windows.get_mut(&owner).expect("one window per zone");
+        let leaving = matches!(transition.event, PodEvent::Terminating | PodEvent::Deleted);
+        if after && leaving && window.started.is_none() {
+            window.started = Some(transition.at);
+        }
+        let replaced = pods
+            .values()
+            .filter(|(pod_zone, new, state)| {
+                *pod_zone == owner && *new && state.ready && !state.terminating
+            })
+            .count();
+        if after && window.completed.is_none() && replaced as u32 >= zone.replicas {
+            window.completed = Some(transition.at);
+        }
+    }
+    windows
+}
+
+fn set(
+    pods: &mut HashMap<String, (String, bool, PodState)>,
+    uid: &str,
+    change: impl FnOnce(&mut PodState),
+) {
+    if let Some((_, _, state)) = pods.get_mut(uid) {
+        change(state);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
@@ -226,5 +307,42 @@ mod tests {
         let from = r.timeline.last().unwrap().at + Duration::from_millis(1);
         let zones = [Zone::new("z-a", 1, 1), Zone::new("z-b", 1, 1)];
         check_rollout_guarantees(&r.timeline, &zones, from).unwrap();
+    }
+
+    #[test]
+    fn zone_windows_show_when_each_zone_started_and_completed() {
+        let (mut r, zones) = two_zones();
+        let from = r.timeline.last().unwrap().at + Duration::from_micros(1);
+        for zone in ["a", "b"] {
+            for ordinal in 0..2 {
+                let sts = format!("z-{zone}");
+                let pod = format!("{sts}-{ordinal}");
+                r.push(
+                    &sts,
+                    &pod,
+                    &format!("{zone}{ordinal}"),
+                    PodEvent::Terminating,
+                );
+                r.push(&sts, &pod, &format!("{zone}{ordinal}"), PodEvent::Deleted);
+                r.ready_pod(&sts, ordinal, &format!("{zone}{ordinal}-new"));
+            }
+        }
+        let at = |index: usize| r.timeline[index].at;
+        let windows = zone_windows(&r.timeline, &zones, from);
+        // 8 transitions of set-up, then 4 per pod: terminating, deleted, created, ready.
+        assert_eq!(
+            windows["z-a"],
+            ZoneWindow {
+                started: Some(at(8)),
+                completed: Some(at(15)),
+            }
+        );
+        assert_eq!(
+            windows["z-b"],
+            ZoneWindow {
+                started: Some(at(16)),
+                completed: Some(at(23)),
+            }
+        );
     }
 }

@@ -13,7 +13,7 @@
 use std::fmt;
 
 use baton_shared::annotations::InvalidAnnotation;
-use baton_shared::go_duration;
+use baton_shared::duration::go as go_duration;
 use jiff::SignedDuration;
 
 use crate::rollout::GroupSnapshot;

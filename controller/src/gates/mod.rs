@@ -20,7 +20,10 @@
 
 pub mod decide;
 pub mod keys;
+pub mod metrics;
+pub mod report;
 pub mod state;
+pub mod store;
 
 pub use decide::{AnnotationWrite, GateDecision, GateWait, Verdict, decide, decide_with};
 pub use keys::{GateConfig, GateWarning, HALTED_ANNOTATION, SOAK_ANNOTATION, STATE_ANNOTATION};

@@ -80,6 +80,9 @@ pub enum ExecuteError {
     },
     #[error(transparent)]
     TimedOut(#[from] TimedOut),
+    /// The rollout gate's state could not be stored (issue 12): nothing was acted on.
+    #[error(transparent)]
+    GateState(#[from] crate::gates::store::StoreError),
 }
 
 impl ExecuteError {
@@ -89,6 +92,7 @@ impl ExecuteError {
             Self::DeletePod { .. } => "delete_pod",
             Self::UpdateStatus { .. } => "update_status",
             Self::TimedOut(_) => "timeout",
+            Self::GateState(_) => "gate_state",
         }
     }
 }

@@ -11,9 +11,10 @@ use kube::api::Api;
 
 use super::execute::{self, ExecuteError, Outcome};
 use super::pending::PendingDeletions;
-use super::{Action, GroupSnapshot, Plan, WaitReason, plan, replacement_note};
+use super::{Action, GroupSnapshot, Plan, WaitReason, replacement_note};
 use crate::cache::Caches;
 use crate::explain::{Explainer, Explanation, Severity};
+use crate::gates::{self, store};
 use crate::metrics::{ControllerMetrics, PodCounts};
 use crate::queue::Requeue;
 
@@ -109,15 +110,31 @@ impl RolloutReconciler {
             pods.iter().map(Arc::as_ref),
         );
         self.pending.apply(&mut snapshot, Instant::now());
-        let plan = plan(&snapshot, jiff::Timestamp::now());
-        self.record_progress(group, &plan);
+        // The planner's plan as the rollout gates allow it (issue 12; a group without gate
+        // keys gets the plan unchanged).
+        let (plan, gate) = gates::decide(&snapshot, jiff::Timestamp::now());
+        self.record_progress(group, &plan, gate.wait().is_some());
+        self.metrics.gates.record(group, gate.wait());
         self.explain(group, &members, &plan).await;
+        gates::report::explain(&self.explainer, group, &members, &gate).await;
+        if !gate.writes.is_empty() {
+            // Stored before acting, by this term's leader only: a failover keeps the gate.
+            if !may_act() {
+                return Ok(Requeue::Never);
+            }
+            let api: Api<StatefulSet> = Api::namespaced(self.client.clone(), &self.namespace);
+            let read: Vec<&StatefulSet> = members.iter().map(Arc::as_ref).collect();
+            let stored = store::store(&api, &read, &gate.writes, self.request_timeout).await?;
+            if stored == store::Stored::Stale {
+                return Ok(scaling.requeue);
+            }
+        }
         self.act(group, &members, &plan, may_act).await?;
         let rollout = plan.recheck_after.map_or(Requeue::Never, Requeue::at);
         Ok(rollout.sooner(scaling.requeue))
     }
 
-    fn record_progress(&self, group: &str, plan: &Plan) {
+    fn record_progress(&self, group: &str, plan: &Plan, gated: bool) {
         let counts = plan.progress.iter().map(|progress| {
             let counts = PodCounts {
                 total: progress.total,
@@ -126,7 +143,7 @@ impl RolloutReconciler {
             };
             (progress.statefulset.as_str(), counts)
         });
-        let waiting = plan.waiting.is_some() && rollout_pending(plan);
+        let waiting = (plan.waiting.is_some() || gated) && rollout_pending(plan);
         self.metrics.record_group(group, counts, waiting);
     }
 

@@ -1,0 +1,132 @@
+//! Stores the gate's annotation writes on the StatefulSets: one JSON merge patch per
+//! StatefulSet, carrying the resourceVersion the decision was made from, so that a write based
+//! on a stale read (another leader's, or before a person resumed the group) fails with 409
+//! instead of overwriting. Thin: [`patch_body`] is the pure part.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use baton_shared::kube_client::{TimedOut, bounded};
+use k8s_openapi::api::apps::v1::StatefulSet;
+use kube::api::{Api, Patch, PatchParams};
+use serde_json::{Map, Value, json};
+
+use super::AnnotationWrite;
+
+/// What storing the gate state came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stored {
+    /// Every write is in the cluster: the decision may be acted on.
+    Done,
+    /// A StatefulSet changed (or went away) since it was read: act on nothing; its watch event
+    /// brings the group back with the fresh object.
+    Stale,
+}
+
+/// Why storing the gate state failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("storing the gate state on StatefulSet {statefulset}: {source}")]
+    Patch {
+        statefulset: String,
+        source: kube::Error,
+    },
+    #[error(transparent)]
+    TimedOut(#[from] TimedOut),
+}
+
+/// The merge patch for the writes on one StatefulSet read at `resource_version`: `null`
+/// removes an annotation.
+pub fn patch_body<'a>(
+    resource_version: Option<&str>,
+    writes: impl IntoIterator<Item = &'a AnnotationWrite>,
+) -> Value {
+    let annotations: Map<String, Value> = writes
+        .into_iter()
+        .map(|write| {
+            let value = write.value.clone().map_or(Value::Null, Value::String);
+            (write.key.to_owned(), value)
+        })
+        .collect();
+    json!({
+        "metadata": {
+            "resourceVersion": resource_version,
+            "annotations": annotations,
+        }
+    })
+}
+
+/// Writes `writes`, each StatefulSet as read in `members`, in one patch per StatefulSet.
+pub async fn store(
+    api: &Api<StatefulSet>,
+    members: &[&StatefulSet],
+    writes: &[AnnotationWrite],
+    timeout: Duration,
+) -> Result<Stored, StoreError> {
+    let mut by_statefulset: BTreeMap<&str, Vec<&AnnotationWrite>> = BTreeMap::new();
+    for write in writes {
+        by_statefulset
+            .entry(write.statefulset.as_str())
+            .or_default()
+            .push(write);
+    }
+    let params = PatchParams::default();
+    for (name, writes) in by_statefulset {
+        let Some(read) = members
+            .iter()
+            .find(|member| member.metadata.name.as_deref() == Some(name))
+        else {
+            return Ok(Stored::Stale);
+        };
+        let body = patch_body(read.metadata.resource_version.as_deref(), writes);
+        let patch = Patch::Merge(&body);
+        let call = api.patch(name, &params, &patch);
+        match bounded(timeout, format!("storing the gate state on {name}"), call).await? {
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.code == 409 || status.code == 404 => {
+                return Ok(Stored::Stale);
+            }
+            Err(source) => {
+                return Err(StoreError::Patch {
+                    statefulset: name.to_owned(),
+                    source,
+                });
+            }
+        }
+    }
+    Ok(Stored::Done)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gates::{HALTED_ANNOTATION, STATE_ANNOTATION};
+
+    #[test]
+    fn the_patch_sets_and_removes_annotations_at_the_read_resource_version() {
+        let writes = [
+            AnnotationWrite {
+                statefulset: "a".to_owned(),
+                key: STATE_ANNOTATION,
+                value: Some(r#"{"revision":"r"}"#.to_owned()),
+            },
+            AnnotationWrite {
+                statefulset: "a".to_owned(),
+                key: HALTED_ANNOTATION,
+                value: None,
+            },
+        ];
+        assert_eq!(
+            patch_body(Some("42"), &writes),
+            json!({
+                "metadata": {
+                    "resourceVersion": "42",
+                    "annotations": {
+                        "baton.dev/gate-state": "{\"revision\":\"r\"}",
+                        "baton.dev/halted": null,
+                    }
+                }
+            })
+        );
+    }
+}

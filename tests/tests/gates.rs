@@ -1,0 +1,307 @@
+//! Rollout gates (issue 12) on the real control plane, each a scenario: given a rollout group
+//! with gate annotations, when its template changes, then baton holds zones as the gates say.
+
+use std::time::{Duration, Instant};
+
+use baton_controller::gates::{HALTED_ANNOTATION, SOAK_ANNOTATION, STATE_ANNOTATION, ZoneState};
+use baton_e2e::controller_support::{
+    Controller, events_about, roll_out, rollout_state, wait_group_ready, wait_rollout_complete,
+};
+use baton_e2e::fixtures::{StatefulSetFixture, rollout_group};
+use baton_e2e::timeline::{Zone, ZoneWindow, check_rollout_guarantees, zone_windows};
+use baton_e2e::{ControlPlane, PodSimulator, SimulatorOptions, TestNamespace, wait_until};
+use k8s_openapi::api::apps::v1::StatefulSet;
+use kube::api::{Patch, PatchParams};
+use serde_json::json;
+
+const TIMEOUT: Duration = Duration::from_secs(90);
+const ZONES: [&str; 3] = ["a", "b", "c"];
+const REPLICAS: u32 = 2;
+
+/// A namespace with the pod simulator and a running controller.
+struct Scene {
+    control_plane: &'static ControlPlane,
+    namespace: TestNamespace,
+    simulator: PodSimulator,
+    controller: Controller,
+}
+
+impl Scene {
+    async fn new(prefix: &str) -> Self {
+        let control_plane = ControlPlane::shared().await;
+        let namespace = TestNamespace::create(control_plane, prefix).await;
+        let simulator = PodSimulator::start(
+            namespace.client(),
+            namespace.name(),
+            SimulatorOptions::default(),
+        )
+        .await;
+        let controller = Controller::start(control_plane, namespace.name(), &[]).await;
+        Self {
+            control_plane,
+            namespace,
+            simulator,
+            controller,
+        }
+    }
+
+    /// Creates the group of [`ZONES`], `annotate` deciding each zone's annotations; returns
+    /// the StatefulSets' names once every pod is ready.
+    async fn create(
+        &self,
+        annotate: impl Fn(&str, StatefulSetFixture) -> StatefulSetFixture,
+    ) -> Vec<String> {
+        let client = self.namespace.client();
+        let mut names = Vec::new();
+        for (zone, fixture) in ZONES
+            .iter()
+            .zip(rollout_group("ingester", &ZONES, REPLICAS as i32))
+        {
+            let created = annotate(zone, fixture)
+                .create(&client, self.namespace.name())
+                .await;
+            names.push(created.metadata.name.unwrap_or_default());
+        }
+        wait_group_ready(&client, self.namespace.name(), &names).await;
+        names
+    }
+
+    async fn roll_out(&self, names: &[String]) -> Instant {
+        let from = Instant::now();
+        roll_out(&self.namespace.client(), self.namespace.name(), names, "v2").await;
+        from
+    }
+
+    async fn wait_complete(&self, names: &[String]) {
+        wait_rollout_complete(&self.namespace.client(), self.namespace.name(), names).await;
+    }
+
+    async fn updated_pods(&self, name: &str) -> usize {
+        rollout_state(&self.namespace.client(), self.namespace.name(), name)
+            .await
+            .updated()
+    }
+
+    async fn annotations(&self, name: &str) -> std::collections::BTreeMap<String, String> {
+        let statefulset: StatefulSet = self
+            .namespace
+            .api::<StatefulSet>()
+            .get(name)
+            .await
+            .expect("the StatefulSet exists");
+        statefulset.metadata.annotations.unwrap_or_default()
+    }
+
+    /// Sets (`Some`) or removes (`None`) an annotation, as a person with kubectl would.
+    async fn annotate(&self, name: &str, key: &str, value: Option<&str>) {
+        let patch = json!({ "metadata": { "annotations": { key: value } } });
+        self.namespace
+            .api::<StatefulSet>()
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .expect("annotating the StatefulSet");
+    }
+
+    async fn wait_event(&self, object: &str, reason: &str, note_contains: &str) {
+        wait_until(
+            TIMEOUT,
+            &format!("an Event {reason} on {object} says {note_contains:?}"),
+            || async {
+                events_about(&self.namespace.client(), self.namespace.name(), object)
+                    .await
+                    .iter()
+                    .any(|(r, note)| r == reason && note.contains(note_contains))
+            },
+        )
+        .await;
+    }
+
+    fn windows(&self, names: &[String], from: Instant) -> Vec<(String, ZoneWindow)> {
+        let zones: Vec<Zone> = names
+            .iter()
+            .map(|name| Zone::new(name, REPLICAS, 1))
+            .collect();
+        let timeline = self.simulator.timeline();
+        check_rollout_guarantees(&timeline, &zones, from).unwrap();
+        let mut windows: Vec<(String, ZoneWindow)> =
+            zone_windows(&timeline, &zones, from).into_iter().collect();
+        windows.sort_by_key(|(_, window)| window.started);
+        windows
+    }
+}
+
+/// Checks that each zone started at least `soak` after the one before it completed.
+fn assert_soaked(windows: &[(String, ZoneWindow)], soak: Duration) {
+    for pair in windows.windows(2) {
+        let [(before, previous), (next, window)] = pair else {
+            unreachable!("pairs");
+        };
+        let completed = previous.completed.expect("every zone completed");
+        let started = window.started.expect("every zone started");
+        assert!(
+            started >= completed + soak,
+            "{next} started {:?} after {before} completed; the soak is {soak:?}",
+            started.saturating_duration_since(completed)
+        );
+    }
+}
+
+#[tokio::test]
+async fn with_a_5s_soak_each_zone_starts_5s_after_the_previous_one_completed() {
+    // Given a ready group of 3 zones with a 5 s soak on zone a
+    let scene = Scene::new("soak").await;
+    let names = scene
+        .create(|zone, fixture| match zone {
+            "a" => fixture.annotation(SOAK_ANNOTATION, "5s"),
+            _ => fixture,
+        })
+        .await;
+
+    // When the template of every zone changes
+    let from = scene.roll_out(&names).await;
+
+    // Then zone b waits for the soak, and baton says so
+    scene
+        .wait_event(
+            "ingester-zone-b",
+            "Soak",
+            "soaking after ingester-zone-a: ingester-zone-b starts in",
+        )
+        .await;
+
+    // And every zone completes, each starting at least 5 s after the previous completed,
+    // with compat.md's guarantees held throughout
+    scene.wait_complete(&names).await;
+    let windows = scene.windows(&names, from);
+    let order: Vec<&str> = windows.iter().map(|(name, _)| name.as_str()).collect();
+    assert_eq!(
+        order,
+        ["ingester-zone-a", "ingester-zone-b", "ingester-zone-c"]
+    );
+    assert_soaked(&windows, Duration::from_secs(5));
+
+    // And once complete, the gate state is gone from every StatefulSet
+    for name in &names {
+        wait_until(TIMEOUT, &format!("{name} loses its gate state"), || async {
+            !scene.annotations(name).await.contains_key(STATE_ANNOTATION)
+        })
+        .await;
+    }
+    let metrics = scene.controller.metrics().await;
+    assert!(
+        metrics
+            .contains("baton_rollout_gate_holding{reason=\"Soak\",rollout_group=\"ingester\"} 0")
+            || metrics.contains(
+                "baton_rollout_gate_holding{rollout_group=\"ingester\",reason=\"Soak\"} 0"
+            ),
+        "{metrics}"
+    );
+}
+
+#[tokio::test]
+async fn a_halted_group_deletes_nothing_until_a_person_resumes_it() {
+    // Given a ready group with a soak, halted on zone b before the rollout
+    let scene = Scene::new("halt").await;
+    let names = scene
+        .create(|zone, fixture| match zone {
+            "a" => fixture.annotation(SOAK_ANNOTATION, "1s"),
+            "b" => fixture.annotation(HALTED_ANNOTATION, "error rate 0.3 in ingester-zone-b"),
+            _ => fixture,
+        })
+        .await;
+
+    // When the template changes
+    scene.roll_out(&names).await;
+
+    // Then baton warns that the group is halted, naming the zone, why, and how to resume
+    scene
+        .wait_event(
+            "ingester-zone-b",
+            "Halted",
+            "halted at ingester-zone-b: error rate 0.3 in ingester-zone-b; resume with \
+             kubectl annotate statefulset ingester-zone-b baton.dev/halted-",
+        )
+        .await;
+    wait_until(TIMEOUT, "the halt shows in the metrics", || async {
+        scene
+            .controller
+            .metrics()
+            .await
+            .contains("baton_rollout_group_halted{rollout_group=\"ingester\"} 1")
+    })
+    .await;
+    // and no pod was deleted in any zone
+    for name in &names {
+        assert_eq!(scene.updated_pods(name).await, 0, "{name}");
+    }
+    assert!(
+        scene
+            .simulator
+            .timeline()
+            .iter()
+            .all(|transition| !matches!(
+                transition.event,
+                baton_e2e::PodEvent::Terminating | baton_e2e::PodEvent::Deleted
+            )),
+        "a halted group deleted a pod"
+    );
+
+    // When a person resumes it, as documented
+    scene
+        .annotate("ingester-zone-b", HALTED_ANNOTATION, None)
+        .await;
+
+    // Then the rollout completes
+    scene.wait_complete(&names).await;
+}
+
+#[tokio::test]
+async fn a_new_leader_honours_the_rest_of_a_soak() {
+    // Given a ready group with a 15 s soak
+    let soak = Duration::from_secs(15);
+    let mut scene = Scene::new("soak-failover").await;
+    let names = scene
+        .create(|zone, fixture| match zone {
+            "a" => fixture.annotation(SOAK_ANNOTATION, "15s"),
+            _ => fixture,
+        })
+        .await;
+
+    // When the template changes, and zone a completed and the soak before zone b is 5 s old
+    let from = scene.roll_out(&names).await;
+    wait_until(TIMEOUT, "the soak before zone b is 5 s old", || async {
+        let annotations = scene.annotations("ingester-zone-b").await;
+        let started = annotations
+            .get(STATE_ANNOTATION)
+            .and_then(|value| ZoneState::from_annotation(value).ok())
+            .and_then(|state| state.soak_started_at);
+        started.is_some_and(|started| {
+            jiff::Timestamp::now().duration_since(started) >= jiff::SignedDuration::from_secs(5)
+        })
+    })
+    .await;
+    // the leader dies and another takes over
+    scene
+        .controller
+        .process
+        .signal("KILL")
+        .expect("kill the leader");
+    let killed = Instant::now();
+    scene.controller = Controller::start(scene.control_plane, scene.namespace.name(), &[]).await;
+
+    // Then zone b starts once the soak is over, counted from when it began: not earlier
+    // (skipped) and not a whole soak after the failover (restarted)
+    scene.wait_complete(&names).await;
+    let windows = scene.windows(&names, from);
+    assert_soaked(&windows, soak);
+    let (_, zone_b) = windows
+        .iter()
+        .find(|(name, _)| name == "ingester-zone-b")
+        .expect("zone b");
+    let started = zone_b.started.expect("zone b started");
+    assert!(
+        started < killed + soak,
+        "zone b started {:?} after the failover: the soak was restarted",
+        started.saturating_duration_since(killed)
+    );
+}
