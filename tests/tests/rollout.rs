@@ -73,6 +73,24 @@ impl Scene {
             .updated()
     }
 
+    /// Then: the rollout of `names` (3 pods each, max-unavailable 1) completes, an Event on
+    /// the pod's StatefulSet says the crash-looping `pod` was replaced at no cost, and the
+    /// timeline since `from` never had two zones, or two pods of a zone, down.
+    async fn completes_replacing_crash_looping(&self, names: &[String], pod: &str, from: Instant) {
+        self.wait_complete(names).await;
+        let statefulset = pod.rsplit_once('-').map_or(pod, |(name, _)| name);
+        self.wait_event(
+            statefulset,
+            "UnavailablePodReplaced",
+            &format!(
+                "replacing {pod}: CrashLoopBackOff at the old revision, costs no availability"
+            ),
+        )
+        .await;
+        let zones: Vec<Zone> = names.iter().map(|name| Zone::new(name, 3, 1)).collect();
+        check_rollout_guarantees(&self.simulator.timeline(), &zones, from).unwrap();
+    }
+
     /// Waits until the simulator's timeline shows `pod` going not ready.
     async fn wait_not_ready(&self, pod: &str) {
         wait_until(TIMEOUT, &format!("{pod} is not ready"), || async {
@@ -282,17 +300,9 @@ async fn a_crash_looping_old_pod_is_replaced_at_no_cost_and_the_rollout_complete
 
     // Then baton replaces the crash-looping pod first, says so, and the rollout completes with
     // never more than one zone and one pod per zone down
-    scene.wait_complete(&names).await;
     scene
-        .wait_event(
-            "ingester-zone-b",
-            "UnavailablePodReplaced",
-            "replacing ingester-zone-b-2: CrashLoopBackOff at the old revision, \
-             costs no availability",
-        )
+        .completes_replacing_crash_looping(&names, "ingester-zone-b-2", from)
         .await;
-    let zones: Vec<Zone> = names.iter().map(|name| Zone::new(name, 3, 1)).collect();
-    check_rollout_guarantees(&scene.simulator.timeline(), &zones, from).unwrap();
 }
 
 #[tokio::test]
@@ -325,15 +335,7 @@ async fn a_new_version_that_crash_loops_halts_the_group_until_its_fix_rolls_out(
     scene.roll_out(&names, "v3").await;
 
     // Then the crash-looping v2 pod is replaced at no cost and every zone completes
-    scene.wait_complete(&names).await;
     scene
-        .wait_event(
-            "ingester-zone-a",
-            "UnavailablePodReplaced",
-            "replacing ingester-zone-a-0: CrashLoopBackOff at the old revision, \
-             costs no availability",
-        )
+        .completes_replacing_crash_looping(&names, "ingester-zone-a-0", from)
         .await;
-    let zones: Vec<Zone> = names.iter().map(|name| Zone::new(name, 3, 1)).collect();
-    check_rollout_guarantees(&scene.simulator.timeline(), &zones, from).unwrap();
 }
