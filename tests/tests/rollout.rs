@@ -339,3 +339,47 @@ async fn a_new_version_that_crash_loops_halts_the_group_until_its_fix_rolls_out(
         .completes_replacing_crash_looping(&names, "ingester-zone-a-0", from)
         .await;
 }
+
+#[tokio::test]
+async fn a_version_crash_looping_in_two_zones_is_replaced_in_both_and_the_fix_completes() {
+    // Given a ready group of 3 zones × 3 pods where an old pod crash-loops in zone a and in
+    // zone c: two zones down, no rollout in flight
+    let scene = Scene::new("crashloop-two").await;
+    let names = scene
+        .create(&rollout_group("ingester", &["a", "b", "c"], 3))
+        .await;
+    for pod in ["ingester-zone-a-1", "ingester-zone-c-0"] {
+        scene.simulator.crash_loop(pod).await;
+        scene.wait_not_ready(pod).await;
+    }
+
+    // When the fixed version is deployed
+    let from = Instant::now();
+    scene.roll_out(&names, "v2").await;
+
+    // Then the rollout completes, and the first pods baton deleted were the two crash-looping
+    // ones: no available pod moved while two zones were down
+    scene.wait_complete(&names).await;
+    for (statefulset, pod) in [
+        ("ingester-zone-a", "ingester-zone-a-1"),
+        ("ingester-zone-c", "ingester-zone-c-0"),
+    ] {
+        scene
+            .wait_event(
+                statefulset,
+                "UnavailablePodReplaced",
+                &format!("replacing {pod}: CrashLoopBackOff"),
+            )
+            .await;
+    }
+    let mut first_deleted: Vec<String> = scene
+        .simulator
+        .timeline()
+        .into_iter()
+        .filter(|transition| transition.at >= from && transition.event == PodEvent::Terminating)
+        .map(|transition| transition.pod)
+        .take(2)
+        .collect();
+    first_deleted.sort();
+    assert_eq!(first_deleted, ["ingester-zone-a-1", "ingester-zone-c-0"]);
+}
