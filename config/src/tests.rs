@@ -293,10 +293,17 @@ fn durations_print_in_the_largest_exact_unit_and_parse_back() {
         (Duration::from_secs(31_557_600), "1year"),
         (Duration::from_millis(1500), "1500ms"),
         (Duration::from_secs(0), "0s"),
-        (Duration(std::time::Duration::from_nanos(1_000_001)), "1000001ns"),
+        (
+            Duration(std::time::Duration::from_nanos(1_000_001)),
+            "1000001ns",
+        ),
     ] {
         assert_eq!(duration.to_string(), printed);
-        assert_eq!(printed.parse::<Duration>(), Ok(duration), "{printed} parses back");
+        assert_eq!(
+            printed.parse::<Duration>(),
+            Ok(duration),
+            "{printed} parses back"
+        );
     }
 }
 
