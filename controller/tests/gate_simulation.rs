@@ -4,7 +4,7 @@
 //! The simulator plays Kubernetes (deleted pods terminate and come back at the update
 //! revision, then become Ready after random delays) and the controller (plan, gate, store the
 //! gate's writes on the StatefulSets, act) around a group with a random soak (sometimes
-//! conflicting values on two members). Meanwhile chaos strikes: pods fail readiness for a
+//! conflicting values on two members) and, in half the scenarios, a health check. Meanwhile chaos strikes: pods fail readiness for a
 //! while (old pods too, so the planner wants free replacements in later zones), a person (or
 //! a failing check) halts the group and later resumes it, the gate's state write loses a
 //! resourceVersion conflict (the controller then acts on nothing), and the leader fails over
@@ -14,35 +14,47 @@
 //! - (a) a zone's first deletion comes only once every zone that started before it has been
 //!   completely updated and available, and at least the soak after it completed;
 //! - (b) a halted group deletes nothing;
+//! - (d) with a health check (half the scenarios; random passes, failures and inconclusive
+//!   runs during chaos, failures halting the group), no step is taken before the check passed
+//!   `successThreshold` times in a row, counting only runs `initialDelay` after the last step;
 //! - (c) once chaos stops (and halts are lifted), the rollout completes within a bounded
 //!   number of steps.
 //!
 //! This is not `rollout_simulation.rs`: that one proves the planner under much richer chaos;
 //! this one keeps the cluster simple and varies what the gate sees. Environment: plain
-//! `cargo test` runs 4,000 scenarios; `SIM_SCENARIOS=N`, `SIM_SEED=S` (replay and print one).
+//! `cargo test` runs 2,000 scenarios; `SIM_SCENARIOS=N`, `SIM_SEED=S` (replay and print one).
 
 use std::collections::BTreeMap;
 use std::fmt;
 
-use baton_controller::gates::{self, GateDecision, HALTED_ANNOTATION, SOAK_ANNOTATION};
+use baton_controller::gates::checks::{self, CheckOutcome, CheckPolicy, CheckRun, CheckState};
+use baton_controller::gates::{
+    self, GateDecision, HALTED_ANNOTATION, HEALTH_CHECK_ANNOTATION, SOAK_ANNOTATION,
+};
 use baton_controller::rollout::{
     Action, GroupSnapshot, Plan, PodPhase, PodSnapshot, StatefulSetSnapshot, UpdateStrategy,
 };
 use baton_shared::annotations::MAX_UNAVAILABLE_ANNOTATION;
-use jiff::Timestamp;
+use jiff::{SignedDuration, Timestamp};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-const DEFAULT_SCENARIOS: u64 = 4_000;
+const DEFAULT_SCENARIOS: u64 = 2_000;
 /// How far a broken gate may get before the checker must have caught it.
 const BROKEN_GATE_SCENARIOS: u64 = 2_000;
 
-type Gate = dyn Fn(&GroupSnapshot, Timestamp) -> (Plan, GateDecision);
+type Gate = dyn Fn(
+    &GroupSnapshot,
+    Option<&CheckPolicy>,
+    Option<&CheckRun>,
+    Timestamp,
+) -> (Plan, GateDecision);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Property {
     ZoneBeforeSoak,
     HaltedGroupDeleted,
+    StepBeforeCheck,
     NeverCompletes,
 }
 
@@ -103,6 +115,12 @@ struct Simulation<'g> {
     started: Vec<usize>,
     completed_at: Vec<Option<u64>>,
     gate: &'g Gate,
+    /// The group's health check, if it has one.
+    policy: Option<CheckPolicy>,
+    /// Checker: passes in a row (of runs at least the initial delay after the last step)
+    /// since the last step, by the checker's own count.
+    settled_passes: u32,
+    last_step: Option<u64>,
     trace: Option<Vec<String>>,
     stats: Stats,
 }
@@ -169,6 +187,18 @@ impl<'g> Simulation<'g> {
                     .collect(),
             );
         }
+        let policy = rng.random_bool(0.5).then(|| CheckPolicy {
+            name: "errors".to_owned(),
+            interval: SignedDuration::from_secs(rng.random_range(1..=3)),
+            initial_delay: SignedDuration::from_secs(rng.random_range(0..=4)),
+            success_threshold: rng.random_range(1..=3),
+            failure_threshold: rng.random_range(1..=3),
+        });
+        if policy.is_some() {
+            statefulsets[0]
+                .annotations
+                .insert(HEALTH_CHECK_ANNOTATION.to_owned(), "errors".to_owned());
+        }
         let chaos_steps = rng.random_range(5..=60);
         Self {
             seed,
@@ -184,6 +214,9 @@ impl<'g> Simulation<'g> {
             started: Vec::new(),
             completed_at: vec![None; zones],
             gate,
+            policy,
+            settled_passes: 0,
+            last_step: None,
             trace: traced.then(Vec::new),
             stats: Stats::default(),
         }
@@ -293,7 +326,8 @@ impl<'g> Simulation<'g> {
     /// The controller's side of one step, checked.
     fn controller(&mut self) -> Result<(), Violation> {
         let now = instant(self.step);
-        let (gated, decision) = (self.gate)(&self.group, now);
+        let run = self.check_run(now);
+        let (gated, decision) = (self.gate)(&self.group, self.policy.as_ref(), run.as_ref(), now);
         if let Some(wait) = decision.wait() {
             *self.stats.held.entry(wait.kind()).or_default() += 1;
             self.note(|| format!("gate holds: {wait}"));
@@ -301,6 +335,9 @@ impl<'g> Simulation<'g> {
         if !decision.writes.is_empty() && self.chaos() && self.rng.random_bool(0.1) {
             self.note(|| "the gate state write conflicts: nothing done".to_owned());
             return Ok(());
+        }
+        if let Some(run) = &run {
+            self.count(run);
         }
         for write in &decision.writes {
             let member = self
@@ -339,6 +376,7 @@ impl<'g> Simulation<'g> {
                         ));
                     }
                     self.check_zone_start(zone, pod)?;
+                    self.check_health(pod)?;
                     let ordinal = self.group.statefulsets[zone]
                         .pods
                         .iter()
@@ -364,6 +402,65 @@ impl<'g> Simulation<'g> {
                     member.current_revision = Some(revision.clone());
                 }
             }
+        }
+        if gated.deletions().next().is_some() {
+            self.last_step = Some(self.step);
+            self.settled_passes = 0;
+        }
+        Ok(())
+    }
+
+    /// A run of the health check when one is due, with a random outcome during chaos (a
+    /// failing or unreachable Prometheus) and passing after.
+    fn check_run(&mut self, now: Timestamp) -> Option<CheckRun> {
+        let policy = self.policy.as_ref()?;
+        let (state, _) = CheckState::read(&self.group);
+        if !state.due(policy, now) {
+            return None;
+        }
+        let outcome = match self.rng.random_range(0..10) {
+            _ if !self.chaos() => CheckOutcome::Pass,
+            0 => CheckOutcome::Fail {
+                query: "errors".to_owned(),
+                value: "0.3".to_owned(),
+            },
+            1 => CheckOutcome::Inconclusive {
+                why: "connection refused".to_owned(),
+            },
+            _ => CheckOutcome::Pass,
+        };
+        self.note(|| format!("check run: {outcome}"));
+        Some(CheckRun { at: now, outcome })
+    }
+
+    /// The checker's own count of passes in a row since the last step.
+    fn count(&mut self, run: &CheckRun) {
+        let Some(policy) = &self.policy else {
+            return;
+        };
+        let delay = u64::try_from(policy.initial_delay.as_secs()).expect("small");
+        match run.outcome {
+            CheckOutcome::Pass if self.last_step.is_none_or(|step| self.step >= step + delay) => {
+                self.settled_passes += 1;
+            }
+            CheckOutcome::Pass => {}
+            _ => self.settled_passes = 0,
+        }
+    }
+
+    /// Property (d), on a deletion.
+    fn check_health(&self, pod: &str) -> Result<(), Violation> {
+        let Some(policy) = &self.policy else {
+            return Ok(());
+        };
+        if self.settled_passes < policy.success_threshold {
+            return Err(self.violation(
+                Property::StepBeforeCheck,
+                format!(
+                    "deleted {pod} after {} passes in a row (needs {})",
+                    self.settled_passes, policy.success_threshold
+                ),
+            ));
         }
         Ok(())
     }
@@ -424,8 +521,17 @@ impl<'g> Simulation<'g> {
     }
 }
 
-fn real_gate(group: &GroupSnapshot, now: Timestamp) -> (Plan, GateDecision) {
-    gates::decide(group, now)
+fn real_gate(
+    group: &GroupSnapshot,
+    policy: Option<&CheckPolicy>,
+    run: Option<&CheckRun>,
+    now: Timestamp,
+) -> (Plan, GateDecision) {
+    let gated = gates::decide(group, now);
+    match policy {
+        Some(policy) => checks::apply(group, policy, run, gated, now),
+        None => gated,
+    }
 }
 
 fn env_u64(name: &str) -> Option<u64> {
@@ -470,7 +576,7 @@ fn gates_hold_zones_for_the_soak_and_halted_groups_in_random_scenarios() {
         // Not vacuous: rollouts happened, and the gate held for every reason it knows.
         assert!(stats.deletions > count, "{stats:?}");
         assert!(stats.halts > count / 10, "{stats:?}");
-        for kind in ["Soak", "Halted", "ZoneUnfinished"] {
+        for kind in ["Soak", "Halted", "ZoneUnfinished", "HealthCheck"] {
             assert!(
                 stats.held.get(kind).copied().unwrap_or(0) > 0,
                 "never held for {kind}: {stats:?}"
@@ -499,7 +605,7 @@ fn without(group: &GroupSnapshot, key: &str) -> GroupSnapshot {
 #[test]
 fn checker_catches_a_gate_that_ignores_the_soak() {
     assert_caught(
-        &|group, now| gates::decide(&without(group, SOAK_ANNOTATION), now),
+        &|group, policy, run, now| real_gate(&without(group, SOAK_ANNOTATION), policy, run, now),
         Property::ZoneBeforeSoak,
     );
 }
@@ -507,7 +613,7 @@ fn checker_catches_a_gate_that_ignores_the_soak() {
 #[test]
 fn checker_catches_a_gate_that_ignores_a_halt() {
     assert_caught(
-        &|group, now| gates::decide(&without(group, HALTED_ANNOTATION), now),
+        &|group, policy, run, now| real_gate(&without(group, HALTED_ANNOTATION), policy, run, now),
         Property::HaltedGroupDeleted,
     );
 }
@@ -517,11 +623,19 @@ fn checker_catches_a_gate_that_keeps_no_state() {
     // Like a leader that kept the gate state in memory only, and failed over at every pass:
     // no zone is ever remembered as cleared, so each looks like the first, and none soaks.
     assert_caught(
-        &|group, now| {
-            let (plan, mut decision) = gates::decide(group, now);
+        &|group, policy, run, now| {
+            let (plan, mut decision) = real_gate(group, policy, run, now);
             decision.writes.clear();
             (plan, decision)
         },
         Property::ZoneBeforeSoak,
+    );
+}
+
+#[test]
+fn checker_catches_a_gate_that_ignores_the_health_check() {
+    assert_caught(
+        &|group, _policy, _run, now| gates::decide(group, now),
+        Property::StepBeforeCheck,
     );
 }

@@ -45,6 +45,15 @@ pub enum GateWait {
     },
     /// `zone` is next, but `unfinished`, already rolling, is not finished.
     ZoneUnfinished { zone: String, unfinished: String },
+    /// Deletions in `zone` wait for the health check `check` to pass `needed` times in a row
+    /// (it has `passes`); `last` is its last outcome.
+    HealthCheck {
+        zone: String,
+        check: String,
+        passes: u32,
+        needed: u32,
+        last: Option<String>,
+    },
     /// `zone` is next and soaks until `until` after the zones before it finished.
     Soak {
         zone: String,
@@ -63,6 +72,7 @@ impl GateWait {
             Self::InvalidGate { .. } => "InvalidGate",
             Self::ZoneUnfinished { .. } => "ZoneUnfinished",
             Self::Soak { .. } => "Soak",
+            Self::HealthCheck { .. } => "HealthCheck",
         }
     }
 
@@ -70,7 +80,9 @@ impl GateWait {
     pub fn statefulset(&self) -> &str {
         match self {
             Self::Halted { statefulset, .. } | Self::InvalidGate { statefulset, .. } => statefulset,
-            Self::ZoneUnfinished { zone, .. } | Self::Soak { zone, .. } => zone,
+            Self::ZoneUnfinished { zone, .. }
+            | Self::Soak { zone, .. }
+            | Self::HealthCheck { zone, .. } => zone,
         }
     }
 }
@@ -97,6 +109,22 @@ impl fmt::Display for GateWait {
                 formatter,
                 "{zone} starts only once {unfinished} is updated and available"
             ),
+            Self::HealthCheck {
+                zone,
+                check,
+                passes,
+                needed,
+                last,
+            } => {
+                write!(
+                    formatter,
+                    "{zone} waits for health check {check}: {passes} of {needed} passes in a row"
+                )?;
+                match last {
+                    Some(last) => write!(formatter, "; last run {last}"),
+                    None => Ok(()),
+                }
+            }
             Self::Soak {
                 zone,
                 after,
@@ -396,4 +424,4 @@ fn forget_when_complete(group: &GroupSnapshot, plan: &Plan, state: &GateState) -
 
 #[cfg(test)]
 #[path = "decide_tests.rs"]
-mod tests;
+pub(crate) mod tests;

@@ -10,20 +10,20 @@ use super::*;
 use crate::gates::keys::{HALTED_ANNOTATION, SOAK_ANNOTATION};
 use crate::rollout::{PodPhase, PodSnapshot, StatefulSetSnapshot, UpdateStrategy, plan};
 
-fn now() -> Timestamp {
+pub(crate) fn now() -> Timestamp {
     Timestamp::from_second(1_700_000_000).expect("valid time")
 }
 
-fn secs(seconds: i64) -> SignedDuration {
+pub(crate) fn secs(seconds: i64) -> SignedDuration {
     SignedDuration::from_secs(seconds)
 }
 
-fn new_revision(name: &str) -> String {
+pub(crate) fn new_revision(name: &str) -> String {
     format!("{name}-new")
 }
 
 /// A ready StatefulSet rolling to `<name>-new`, whose first `updated` pods are already there.
-fn zone(name: &str, replicas: u32, updated: u32) -> StatefulSetSnapshot {
+pub(crate) fn zone(name: &str, replicas: u32, updated: u32) -> StatefulSetSnapshot {
     let old = format!("{name}-old");
     let new = new_revision(name);
     let pods = (0..replicas)
@@ -54,19 +54,23 @@ fn zone(name: &str, replicas: u32, updated: u32) -> StatefulSetSnapshot {
     }
 }
 
-fn annotated(mut statefulset: StatefulSetSnapshot, key: &str, value: &str) -> StatefulSetSnapshot {
+pub(crate) fn annotated(
+    mut statefulset: StatefulSetSnapshot,
+    key: &str,
+    value: &str,
+) -> StatefulSetSnapshot {
     statefulset
         .annotations
         .insert(key.to_owned(), value.to_owned());
     statefulset
 }
 
-fn soaked(statefulset: StatefulSetSnapshot, soak: &str) -> StatefulSetSnapshot {
+pub(crate) fn soaked(statefulset: StatefulSetSnapshot, soak: &str) -> StatefulSetSnapshot {
     annotated(statefulset, SOAK_ANNOTATION, soak)
 }
 
 /// Stores a gate state for the zone's current update revision.
-fn with_state(
+pub(crate) fn with_state(
     statefulset: StatefulSetSnapshot,
     soak_started_at: Option<Timestamp>,
     cleared_at: Option<Timestamp>,
@@ -82,12 +86,15 @@ fn with_state(
     annotated(statefulset, STATE_ANNOTATION, &state.to_annotation())
 }
 
-fn cleared(statefulset: StatefulSetSnapshot) -> StatefulSetSnapshot {
+pub(crate) fn cleared(statefulset: StatefulSetSnapshot) -> StatefulSetSnapshot {
     with_state(statefulset, None, Some(now() - secs(60)))
 }
 
 /// Pod `ordinal` crash-loops (not ready), so its StatefulSet is not ready.
-fn crash_looping(mut statefulset: StatefulSetSnapshot, ordinal: usize) -> StatefulSetSnapshot {
+pub(crate) fn crash_looping(
+    mut statefulset: StatefulSetSnapshot,
+    ordinal: usize,
+) -> StatefulSetSnapshot {
     let pod = &mut statefulset.pods[ordinal];
     pod.ready = false;
     pod.ready_since = None;
@@ -96,7 +103,7 @@ fn crash_looping(mut statefulset: StatefulSetSnapshot, ordinal: usize) -> Statef
     statefulset
 }
 
-fn group(members: Vec<StatefulSetSnapshot>) -> GroupSnapshot {
+pub(crate) fn group(members: Vec<StatefulSetSnapshot>) -> GroupSnapshot {
     GroupSnapshot {
         name: "ingester".to_owned(),
         statefulsets: members,
@@ -109,7 +116,7 @@ fn gate(group: &GroupSnapshot, at: Timestamp) -> (Plan, Plan, GateDecision) {
     (plan(group, at), gated, decision)
 }
 
-fn deleted_zones(plan: &Plan) -> Vec<String> {
+pub(crate) fn deleted_zones(plan: &Plan) -> Vec<String> {
     let mut zones: Vec<String> = plan
         .deletions()
         .map(|action| match action {

@@ -28,6 +28,15 @@ pub const HALTED_ANNOTATION: &str = "baton.dev/halted";
 /// [`super::ZoneState`]).
 pub const STATE_ANNOTATION: &str = "baton.dev/gate-state";
 
+/// Annotation: the name of the `RolloutHealthCheck` (same namespace) that gates every step.
+pub const HEALTH_CHECK_ANNOTATION: &str = "baton.dev/health-check";
+/// Annotation written by baton only, on the group's first member: the health check's counts
+/// (JSON, see [`super::checks::CheckState`]).
+pub const CHECK_STATE_ANNOTATION: &str = "baton.dev/check-state";
+/// What [`HEALTH_CHECK_ANNOTATION`] accepts.
+pub const HEALTH_CHECK_ACCEPTED: &str =
+    "the name of a RolloutHealthCheck: lower-case letters, digits, '-' and '.'";
+
 /// What [`SOAK_ANNOTATION`] accepts, as told to the person who wrote something else.
 pub const SOAK_ACCEPTED: &str = "a duration such as 30s, 5m or 1h30m (0 for no soak)";
 /// What baton does while a gate key is invalid.
@@ -38,6 +47,8 @@ pub const HOLDING: &str = "holding the group until it is fixed";
 pub struct GateConfig {
     /// The soak between zones; `None` without one (or `0`).
     pub soak: Option<SignedDuration>,
+    /// The `RolloutHealthCheck` named by a member (the first one, by member order).
+    pub health_check: Option<String>,
     /// Some member carries a gate key (valid or not): the gate keeps its state.
     pub enabled: bool,
     /// The first invalid gate key, if any: the group is held (module header).
@@ -156,6 +167,30 @@ pub fn read(group: &GroupSnapshot) -> (GateConfig, Vec<GateWarning>) {
             }
         }
     }
+    for statefulset in &group.statefulsets {
+        let Some(raw) = statefulset.annotations.get(HEALTH_CHECK_ANNOTATION) else {
+            continue;
+        };
+        config.enabled = true;
+        if is_object_name(raw) {
+            config.health_check.get_or_insert_with(|| raw.clone());
+            continue;
+        }
+        warnings.push(GateWarning::InvalidAnnotation {
+            statefulset: statefulset.name.clone(),
+            problem: InvalidAnnotation {
+                key: HEALTH_CHECK_ANNOTATION,
+                value: raw.clone(),
+                accepted: HEALTH_CHECK_ACCEPTED,
+                fallback: HOLDING.to_owned(),
+            },
+        });
+        config.invalid.get_or_insert_with(|| InvalidKey {
+            statefulset: statefulset.name.clone(),
+            key: HEALTH_CHECK_ANNOTATION,
+            value: raw.clone(),
+        });
+    }
     let longest = soaks.iter().map(|(_, _, soak)| *soak).max();
     if soaks.iter().any(|(_, _, soak)| Some(*soak) != longest) {
         warnings.push(GateWarning::ConflictingSoak {
@@ -168,6 +203,17 @@ pub fn read(group: &GroupSnapshot) -> (GateConfig, Vec<GateWarning>) {
     }
     config.soak = longest.filter(|soak| !soak.is_zero());
     (config, warnings)
+}
+
+/// A Kubernetes object name (DNS-1123 subdomain).
+fn is_object_name(raw: &str) -> bool {
+    !raw.is_empty()
+        && raw.len() <= 253
+        && raw.bytes().all(|byte| {
+            byte.is_ascii_lowercase() || byte.is_ascii_digit() || byte == b'-' || byte == b'.'
+        })
+        && raw.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && raw.ends_with(|c: char| c.is_ascii_alphanumeric())
 }
 
 /// Go duration syntax (what users of the Go operator write for its min-time label), not

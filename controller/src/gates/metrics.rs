@@ -5,7 +5,13 @@ use prometheus::{IntGaugeVec, Opts, Registry};
 use super::GateWait;
 
 /// Every [`GateWait::kind`], so that a group's series for the other kinds read 0.
-const KINDS: [&str; 4] = ["Halted", "InvalidGate", "ZoneUnfinished", "Soak"];
+const KINDS: [&str; 5] = [
+    "Halted",
+    "InvalidGate",
+    "ZoneUnfinished",
+    "Soak",
+    "HealthCheck",
+];
 
 #[derive(Debug, Clone)]
 pub struct GateMetrics {
@@ -22,7 +28,7 @@ impl GateMetrics {
                 Opts::new(
                     "baton_rollout_gate_holding",
                     "1 when the group's rollout gate holds pod deletions for this reason \
-                     (Soak, ZoneUnfinished, Halted, InvalidGate), else 0.",
+                     (Soak, ZoneUnfinished, HealthCheck, Halted, InvalidGate), else 0.",
                 ),
                 &["rollout_group", "reason"],
             )?,

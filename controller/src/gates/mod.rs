@@ -18,6 +18,7 @@
 //! without this module (compat.md). The one exception is [`keys::HALTED_ANNOTATION`], which a
 //! person may set on any group to stop it.
 
+pub mod checks;
 pub mod decide;
 pub mod keys;
 pub mod metrics;
@@ -26,5 +27,8 @@ pub mod state;
 pub mod store;
 
 pub use decide::{AnnotationWrite, GateDecision, GateWait, Verdict, decide, decide_with};
-pub use keys::{GateConfig, GateWarning, HALTED_ANNOTATION, SOAK_ANNOTATION, STATE_ANNOTATION};
+pub use keys::{
+    CHECK_STATE_ANNOTATION, GateConfig, GateWarning, HALTED_ANNOTATION, HEALTH_CHECK_ANNOTATION,
+    SOAK_ANNOTATION, STATE_ANNOTATION,
+};
 pub use state::{GateState, ZoneState};

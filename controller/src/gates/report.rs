@@ -42,7 +42,9 @@ pub async fn explain(
     };
     let severity = match wait {
         GateWait::Halted { .. } | GateWait::InvalidGate { .. } => Severity::Warning,
-        GateWait::Soak { .. } | GateWait::ZoneUnfinished { .. } => Severity::Normal,
+        GateWait::Soak { .. } | GateWait::ZoneUnfinished { .. } | GateWait::HealthCheck { .. } => {
+            Severity::Normal
+        }
     };
     let explanation = Explanation {
         severity,

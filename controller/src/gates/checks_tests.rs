@@ -1,0 +1,261 @@
+//! Scenarios for the health-check gate, composed with the real planner and gate decision.
+
+use super::*;
+use crate::gates::decide::tests::{annotated, cleared, deleted_zones, group, now, secs, zone};
+use crate::gates::{HEALTH_CHECK_ANNOTATION, decide};
+
+fn policy() -> CheckPolicy {
+    CheckPolicy {
+        name: "errors".to_owned(),
+        interval: secs(10),
+        initial_delay: secs(30),
+        success_threshold: 2,
+        failure_threshold: 3,
+    }
+}
+
+fn checked(
+    statefulset: crate::rollout::StatefulSetSnapshot,
+) -> crate::rollout::StatefulSetSnapshot {
+    annotated(statefulset, HEALTH_CHECK_ANNOTATION, "errors")
+}
+
+fn with_checks(
+    statefulset: crate::rollout::StatefulSetSnapshot,
+    state: &CheckState,
+) -> crate::rollout::StatefulSetSnapshot {
+    annotated(
+        checked(statefulset),
+        CHECK_STATE_ANNOTATION,
+        &state.to_annotation(),
+    )
+}
+
+fn run(outcome: CheckOutcome) -> CheckRun {
+    CheckRun { at: now(), outcome }
+}
+
+fn fail() -> CheckOutcome {
+    CheckOutcome::Fail {
+        query: "sum(rate(errors[1m]))".to_owned(),
+        value: "0.3".to_owned(),
+    }
+}
+
+fn gate(group: &GroupSnapshot, run: Option<&CheckRun>) -> (Plan, GateDecision) {
+    apply(group, &policy(), run, decide(group, now()), now())
+}
+
+fn stored(decision: &GateDecision) -> CheckState {
+    let write = decision
+        .writes
+        .iter()
+        .find(|write| write.key == CHECK_STATE_ANNOTATION)
+        .unwrap_or_else(|| panic!("no check state written: {decision:?}"));
+    serde_json::from_str(write.value.as_deref().expect("set")).expect("readable")
+}
+
+fn state(passes: u32, failures: u32) -> CheckState {
+    CheckState {
+        passes,
+        failures,
+        last_run: Some((now() - secs(10)).to_string()),
+        last_step: Some((now() - secs(600)).to_string()),
+        last_outcome: Some("passed".to_owned()),
+    }
+}
+
+#[test]
+fn a_step_waits_for_consecutive_passes_then_goes_and_resets_the_count() {
+    let one = group(vec![
+        with_checks(zone("a", 3, 0), &state(0, 0)),
+        zone("b", 3, 0),
+    ]);
+    let (gated, decision) = gate(&one, Some(&run(CheckOutcome::Pass)));
+    assert!(deleted_zones(&gated).is_empty());
+    let wait = decision.wait().expect("held");
+    assert_eq!(wait.kind(), "HealthCheck");
+    assert_eq!(
+        wait.to_string(),
+        "a waits for health check errors: 1 of 2 passes in a row; last run passed"
+    );
+    assert_eq!(stored(&decision).passes, 1);
+    assert_eq!(decision.recheck_after, Some(now() + secs(10)));
+
+    let two = group(vec![
+        with_checks(zone("a", 3, 0), &state(1, 0)),
+        zone("b", 3, 0),
+    ]);
+    let (gated, decision) = gate(&two, Some(&run(CheckOutcome::Pass)));
+    assert_eq!(deleted_zones(&gated), ["a"]);
+    let after = stored(&decision);
+    assert_eq!(after.passes, 0, "the step resets the count");
+    assert_eq!(after.last_step, Some(now().to_string()));
+}
+
+#[test]
+fn passes_within_the_initial_delay_after_a_step_do_not_count() {
+    let mut recent = state(0, 0);
+    recent.last_step = Some((now() - secs(20)).to_string());
+    let group = group(vec![
+        with_checks(cleared(zone("a", 3, 1)), &recent),
+        zone("b", 3, 0),
+    ]);
+    let (gated, decision) = gate(&group, Some(&run(CheckOutcome::Pass)));
+    assert!(deleted_zones(&gated).is_empty());
+    assert_eq!(stored(&decision).passes, 0);
+}
+
+#[test]
+fn an_inconclusive_run_passes_nothing_and_halts_nothing() {
+    let group = group(vec![
+        with_checks(zone("a", 3, 0), &state(1, 2)),
+        zone("b", 3, 0),
+    ]);
+    let outcome = CheckOutcome::Inconclusive {
+        why: "connection refused".to_owned(),
+    };
+    let (gated, decision) = gate(&group, Some(&run(outcome)));
+    assert!(deleted_zones(&gated).is_empty());
+    assert_eq!(decision.wait().map(GateWait::kind), Some("HealthCheck"));
+    let after = stored(&decision);
+    assert_eq!((after.passes, after.failures), (0, 2));
+    assert!(
+        decision
+            .wait()
+            .expect("held")
+            .to_string()
+            .ends_with("last run inconclusive: connection refused"),
+        "{decision:?}"
+    );
+}
+
+#[test]
+fn consecutive_failures_halt_the_group_naming_check_query_value_and_zone() {
+    let group = group(vec![
+        with_checks(cleared(zone("a", 3, 1)), &state(0, 2)),
+        zone("b", 3, 0),
+    ]);
+    let (gated, decision) = gate(&group, Some(&run(fail())));
+    assert!(deleted_zones(&gated).is_empty());
+    let why = "health check errors failed 3 times in a row while a rolled: \
+               query `sum(rate(errors[1m]))` returned 0.3";
+    assert_eq!(
+        decision.wait(),
+        Some(&GateWait::Halted {
+            statefulset: "a".to_owned(),
+            why: why.to_owned(),
+        })
+    );
+    assert!(decision.writes.contains(&AnnotationWrite {
+        statefulset: "a".to_owned(),
+        key: HALTED_ANNOTATION,
+        value: Some(why.to_owned()),
+    }));
+    let after = stored(&decision);
+    assert_eq!(
+        (after.passes, after.failures),
+        (0, 0),
+        "resuming re-runs the gate"
+    );
+}
+
+#[test]
+fn fewer_failures_than_the_threshold_only_count() {
+    let group = group(vec![
+        with_checks(zone("a", 3, 0), &state(1, 0)),
+        zone("b", 3, 0),
+    ]);
+    let (_, decision) = gate(&group, Some(&run(fail())));
+    assert_eq!(decision.wait().map(GateWait::kind), Some("HealthCheck"));
+    assert_eq!(
+        (stored(&decision).passes, stored(&decision).failures),
+        (0, 1)
+    );
+}
+
+#[test]
+fn a_halted_group_counts_no_runs_and_starts_from_zero_when_resumed() {
+    let group = group(vec![
+        annotated(
+            with_checks(zone("a", 3, 0), &state(0, 0)),
+            HALTED_ANNOTATION,
+            "by hand",
+        ),
+        zone("b", 3, 0),
+    ]);
+    let (_, decision) = gate(&group, Some(&run(CheckOutcome::Pass)));
+    assert_eq!(decision.wait().map(GateWait::kind), Some("Halted"));
+    let after = stored(&decision);
+    assert_eq!((after.passes, after.failures), (0, 0));
+    assert_eq!(after.last_run, Some(now().to_string()));
+}
+
+#[test]
+fn runs_are_due_every_interval_from_the_stored_last_run() {
+    let stored = state(0, 0);
+    assert!(!stored.due(&policy(), now() - secs(1)));
+    assert!(stored.due(&policy(), now()));
+    assert!(CheckState::default().due(&policy(), now()));
+}
+
+#[test]
+fn without_a_run_due_the_state_is_not_rewritten() {
+    let group = group(vec![
+        with_checks(zone("a", 3, 0), &state(2, 0)),
+        zone("b", 3, 0),
+    ]);
+    let (gated, decision) = gate(&group, None);
+    // Two passes stored: the step goes (and that is written), nothing else.
+    assert_eq!(deleted_zones(&gated), ["a"]);
+    assert_eq!(stored(&decision).passes, 0);
+}
+
+#[test]
+fn a_complete_rollout_forgets_the_check_state() {
+    let mut done = group(vec![
+        with_checks(cleared(zone("a", 2, 2)), &state(1, 0)),
+        cleared(zone("b", 2, 2)),
+    ]);
+    for member in &mut done.statefulsets {
+        member.current_revision = member.update_revision.clone();
+    }
+    let (_, decision) = gate(&done, None);
+    assert!(decision.writes.contains(&AnnotationWrite {
+        statefulset: "a".to_owned(),
+        key: CHECK_STATE_ANNOTATION,
+        value: None,
+    }));
+}
+
+#[test]
+fn an_unreadable_check_state_starts_afresh_with_a_warning() {
+    let group = group(vec![
+        annotated(
+            checked(zone("a", 3, 0)),
+            CHECK_STATE_ANNOTATION,
+            "{\"lastRun\":\"soon\"}",
+        ),
+        zone("b", 3, 0),
+    ]);
+    let (_, decision) = gate(&group, None);
+    assert!(
+        decision
+            .warnings
+            .iter()
+            .any(|warning| warning.kind() == "UnreadableGateState"),
+        "{decision:?}"
+    );
+    assert_eq!(decision.wait().map(GateWait::kind), Some("HealthCheck"));
+}
+
+#[test]
+fn an_invalid_check_name_holds_the_group() {
+    let group = group(vec![
+        annotated(zone("a", 3, 0), HEALTH_CHECK_ANNOTATION, "Errors!"),
+        zone("b", 3, 0),
+    ]);
+    let (gated, decision) = gate(&group, None);
+    assert!(deleted_zones(&gated).is_empty());
+    assert_eq!(decision.wait().map(GateWait::kind), Some("InvalidGate"));
+}
