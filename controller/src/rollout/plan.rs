@@ -4,16 +4,16 @@
 //!
 //! The walk, in short (compat.md, with baton's changes):
 //! 1. a member that is not `OnDelete` → the whole group is left alone;
-//! 2. more than one not-ready member → wait; exactly one → it goes first;
+//! 2. more than one not-ready member → wait (free replacements aside, below); exactly one → it
+//!    goes first;
 //! 3. walk the members in order: delete the lowest-ordinal pods not at the update revision, at
 //!    most `max-unavailable - not-ready` of them; stop at a member that had deletions or is not
 //!    ready; mark a finished member's currentRevision; paused members are treated as done.
 //!
-//! **Free replacements** (baton; the Go operator waited forever, its issue #339): in the member
-//! the walk works on, an outdated pod that is *already unavailable* (by [`availability`], the
-//! same rule that counts unavailable pods: not Running, not Ready, Ready for less than
-//! minReadySeconds; a terminating pod is not deleted again) is deleted first and outside the
-//! budget. Its replacement is unavailable until it becomes ready, so the count of unavailable
+//! **Free replacements** (baton; the Go operator waited forever, its issue #339): an outdated
+//! pod that is *already unavailable* (by [`availability`], the same rule that counts
+//! unavailable pods: not Running, not Ready, Ready for less than minReadySeconds; a terminating
+//! pod is not deleted again) is deleted first and outside the budget. Its replacement is unavailable until it becomes ready, so the count of unavailable
 //! pods does not rise; a rollout that fixes a crash-looping pod can then complete. It does not
 //! free budget either: the budget for available pods is still `max-unavailable - not-ready`,
 //! the unavailable pod included, since its replacement counts until it is ready.
