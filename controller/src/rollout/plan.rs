@@ -11,7 +11,7 @@
 //!    ready; mark a finished member's currentRevision; paused members are treated as done.
 //!
 //! **Free replacements** (baton; the Go operator waited forever, its issue #339): an outdated
-//! pod that is *already unavailable* (by [`availability`], the same rule that counts
+//! pod that is *already unavailable* (by `availability`, the same rule that counts
 //! unavailable pods: not Running, not Ready, Ready for less than minReadySeconds; a terminating
 //! pod is not deleted again) is deleted first and outside the budget. Its replacement is unavailable until it becomes ready, so the count of unavailable
 //! pods does not rise; a rollout that fixes a crash-looping pod can then complete. It does not
