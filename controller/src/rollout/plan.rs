@@ -13,10 +13,11 @@
 //! **Free replacements** (baton; the Go operator waited forever, its issue #339): an outdated
 //! pod that is *already unavailable* (by `availability`, the same rule that counts
 //! unavailable pods: not Running, not Ready, Ready for less than minReadySeconds; a terminating
-//! pod is not deleted again) is deleted first and outside the budget. Its replacement is unavailable until it becomes ready, so the count of unavailable
-//! pods does not rise; a rollout that fixes a crash-looping pod can then complete. It does not
-//! free budget either: the budget for available pods is still `max-unavailable - not-ready`,
-//! the unavailable pod included, since its replacement counts until it is ready.
+//! pod is not deleted again) is deleted first and outside the budget. Its replacement is
+//! unavailable until it becomes ready, so the count of unavailable pods does not rise; a
+//! rollout that fixes a crash-looping pod can then complete. It does not free budget either:
+//! the budget for available pods is still `max-unavailable - not-ready`, the unavailable pod
+//! included, since its replacement counts until it is ready.
 //!
 //! Where: an unavailable pod makes its member not ready, so free replacements are in
 //! not-ready members. With one not-ready member, it is the one the walk works on (it goes
