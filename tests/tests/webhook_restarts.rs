@@ -1,8 +1,8 @@
 //! Webhook replicas restarted under load fail no admission. Three baton-webhook replicas behind
 //! haproxy (the stand-in for their Service: TCP passthrough, `/ready` checked every 200 ms), the
 //! API server calling them with `failurePolicy: Fail`, four writers updating a StatefulSet
-//! through the API server, and the replicas restarted one after another, as a rolling update
-//! does. Every failed update would be a user's `kubectl scale` or deploy that errors.
+//! through the API server, and the replicas restarted one after another about every 2.5 s, as
+//! a rolling update does. Every failed update would be a user's `kubectl scale` or deploy that errors.
 //!
 //! `E2E_WEBHOOK_SHUTDOWN_DELAY` overrides the replicas' `webhook.shutdown_delay` (default here:
 //! 2s, enough for haproxy's two failed checks); docs/benchmarks.md compares it with `0s`.
@@ -27,6 +27,7 @@ use tokio_util::sync::CancellationToken;
 const REPLICAS: usize = 3;
 const WRITERS: usize = 4;
 const RESTARTS: usize = 12;
+const RESTART_EVERY: Duration = Duration::from_millis(2500);
 const TARGET: &str = "written-under-restarts";
 
 /// What the writers did: successful updates and the message of every failed one.
@@ -115,10 +116,14 @@ async fn rolling_restarts_of_the_webhook_replicas_under_load_fail_no_admission()
         })
         .collect();
 
-    // When the replicas are restarted one after another, each once back in the rotation before
-    // the next goes
+    // When the replicas are restarted one after another, one every 2.5 s at most, each once
+    // back in the rotation before the next goes (a schedule of the load, not a wait: with a
+    // zero shutdown delay a restart takes well under 2.5 s)
     let started = Instant::now();
+    let mut schedule = tokio::time::interval(RESTART_EVERY);
+    schedule.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     for restart in 0..RESTARTS {
+        schedule.tick().await;
         let index = restart % REPLICAS;
         let written_before = tally.written.load(Ordering::SeqCst);
         let code = replicas[index]
