@@ -1694,8 +1694,13 @@ fn checker_catches_a_planner_whose_free_replacements_give_budget_back() {
             for statefulset in &group.statefulsets {
                 let free = greedy
                     .deletions()
-                    .filter(|action| {
-                        matches!(action, Action::DeletePod { statefulset: name, unavailable: Some(_), .. } if *name == statefulset.name)
+                    .filter(|action| match action {
+                        Action::DeletePod {
+                            statefulset: name,
+                            unavailable,
+                            ..
+                        } => *name == statefulset.name && unavailable.is_some(),
+                        Action::SetCurrentRevision { .. } => false,
                     })
                     .count();
                 let min_ready_seconds = statefulset.min_ready_seconds;
