@@ -72,14 +72,12 @@ async fn rolling_restarts_of_the_webhook_replicas_under_load_fail_no_admission()
         ("BATON_WEBHOOK__SHUTDOWN_DELAY", delay.as_str()),
         ("BATON_LOG__LEVEL", "info"),
     ];
-    let mut replicas = Vec::new();
-    for _ in 0..REPLICAS {
-        replicas.push(
-            WebhookReplica::start_with(control_plane, &tls, namespace.name(), &env)
-                .await
-                .unwrap(),
-        );
-    }
+    let mut replicas = futures::future::try_join_all(
+        (0..REPLICAS)
+            .map(|_| WebhookReplica::start_with(control_plane, &tls, namespace.name(), &env)),
+    )
+    .await
+    .unwrap();
     let backends: Vec<Backend> = replicas
         .iter()
         .map(|replica| Backend {
