@@ -47,8 +47,9 @@ apt_install() {
 # etcd runs the control plane's storage; kubectl (kubernetes-client) is for people and the
 # deploy tests; util-linux's setpriv ties the control plane's processes to their supervisor;
 # haproxy stands in for the webhook's Service in the rolling-restart scenario (health-checking
-# /ready as a readinessProbe does).
-apt_install etcd-server util-linux haproxy
+# /ready as a readinessProbe does); prometheus is the real Prometheus the rollout-gate health
+# checks query (the tests start it on loopback, scraping values they serve).
+apt_install etcd-server util-linux haproxy prometheus
 command -v kubectl >/dev/null || apt_install kubernetes-client
 
 if [[ -x "$BIN_DIR/kube-apiserver" && -x "$BIN_DIR/kube-controller-manager" ]]; then

@@ -12,6 +12,7 @@ pub mod load_balancer;
 pub mod namespace;
 pub mod pod_simulator;
 pub mod process;
+pub mod prometheus_support;
 pub mod rbac_support;
 pub mod scaling_support;
 pub mod timeline;

@@ -3,15 +3,21 @@
 
 use std::time::{Duration, Instant};
 
-use baton_controller::gates::{HALTED_ANNOTATION, SOAK_ANNOTATION, STATE_ANNOTATION, ZoneState};
+use baton_controller::gates::{
+    CHECK_STATE_ANNOTATION, HALTED_ANNOTATION, HEALTH_CHECK_ANNOTATION, SOAK_ANNOTATION,
+    STATE_ANNOTATION, ZoneState, health,
+};
 use baton_e2e::controller_support::{
     Controller, events_about, roll_out, rollout_state, wait_group_ready, wait_rollout_complete,
 };
 use baton_e2e::fixtures::{StatefulSetFixture, rollout_group};
+use baton_e2e::prometheus_support::{Metrics, Prometheus, install_health_check_crd};
 use baton_e2e::timeline::{Zone, ZoneWindow, check_rollout_guarantees, zone_windows};
-use baton_e2e::{ControlPlane, PodSimulator, SimulatorOptions, TestNamespace, wait_until};
+use baton_e2e::{
+    ControlPlane, PodEvent, PodSimulator, SimulatorOptions, TestNamespace, wait_until,
+};
 use k8s_openapi::api::apps::v1::StatefulSet;
-use kube::api::{Patch, PatchParams};
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 const TIMEOUT: Duration = Duration::from_secs(90);
@@ -241,7 +247,7 @@ async fn a_halted_group_deletes_nothing_until_a_person_resumes_it() {
             .iter()
             .all(|transition| !matches!(
                 transition.event,
-                baton_e2e::PodEvent::Terminating | baton_e2e::PodEvent::Deleted
+                PodEvent::Terminating | PodEvent::Deleted
             )),
         "a halted group deleted a pod"
     );
@@ -304,4 +310,212 @@ async fn a_new_leader_honours_the_rest_of_a_soak() {
         "zone b started {:?} after the failover: the soak was restarted",
         started.saturating_duration_since(killed)
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Health checks against a real Prometheus
+// ---------------------------------------------------------------------------------------------
+
+const ERROR_RATIO: &str = "test_error_ratio";
+
+/// A real Prometheus scraping a metric the test sets, a RolloutHealthCheck `errors` on it
+/// (`test_error_ratio < 0.1`, every second, one pass per step, one failure halts), and a ready
+/// group of 3 zones opted in.
+struct CheckedScene {
+    scene: Scene,
+    metrics: Metrics,
+    prometheus: Prometheus,
+    names: Vec<String>,
+}
+
+impl CheckedScene {
+    async fn new(prefix: &str) -> Self {
+        let metrics = Metrics::start().await;
+        metrics.set(ERROR_RATIO, 0.0);
+        let prometheus = Prometheus::start(metrics.address()).await;
+        prometheus.wait_value(ERROR_RATIO, 0.0).await;
+        let scene = Scene::new(prefix).await;
+        install_health_check_crd(&scene.namespace.client()).await;
+        let check = json!({
+            "apiVersion": "baton.dev/v1alpha1",
+            "kind": "RolloutHealthCheck",
+            "metadata": {"name": "errors"},
+            "spec": {
+                "prometheus": {"address": prometheus.url(), "timeout": "2s"},
+                "queries": [{
+                    "name": "error-ratio",
+                    "query": ERROR_RATIO,
+                    "threshold": {"operator": "<", "value": 0.1},
+                }],
+                "interval": "1s",
+                "successThreshold": 1,
+                "failureThreshold": 1,
+            },
+        });
+        let object: DynamicObject = serde_json::from_value(check).expect("a RolloutHealthCheck");
+        let api: Api<DynamicObject> = Api::namespaced_with(
+            scene.namespace.client(),
+            scene.namespace.name(),
+            &health::api_resource(),
+        );
+        api.create(&PostParams::default(), &object)
+            .await
+            .expect("creating the RolloutHealthCheck");
+        let names = scene
+            .create(|zone, fixture| match zone {
+                "a" => fixture.annotation(HEALTH_CHECK_ANNOTATION, "errors"),
+                _ => fixture,
+            })
+            .await;
+        Self {
+            scene,
+            metrics,
+            prometheus,
+            names,
+        }
+    }
+
+    /// Waits until a pod of `zone` left after `from`: the zone is rolling.
+    async fn wait_rolling(&self, zone: &str, from: Instant) {
+        wait_until(TIMEOUT, &format!("{zone} rolls"), || async {
+            !self.deletions_in(zone, from).is_empty()
+        })
+        .await;
+    }
+
+    /// Pods of `zone` that started terminating (or were deleted) after `from`.
+    fn deletions_in(&self, zone: &str, from: Instant) -> Vec<String> {
+        self.scene
+            .simulator
+            .timeline()
+            .iter()
+            .filter(|transition| {
+                transition.at >= from
+                    && transition.statefulset.as_deref() == Some(zone)
+                    && matches!(transition.event, PodEvent::Terminating | PodEvent::Deleted)
+            })
+            .map(|transition| transition.pod.clone())
+            .collect()
+    }
+
+    /// The last check run stored on the group's first member.
+    async fn last_run(&self) -> Option<(String, String)> {
+        let annotations = self.scene.annotations(&self.names[0]).await;
+        let state: serde_json::Value =
+            serde_json::from_str(annotations.get(CHECK_STATE_ANNOTATION)?).ok()?;
+        Some((
+            state["lastRun"].as_str()?.to_owned(),
+            state["lastOutcome"].as_str()?.to_owned(),
+        ))
+    }
+
+    async fn halted(&self) -> Vec<String> {
+        let mut halted = Vec::new();
+        for name in &self.names {
+            if self
+                .scene
+                .annotations(name)
+                .await
+                .contains_key(HALTED_ANNOTATION)
+            {
+                halted.push(name.clone());
+            }
+        }
+        halted
+    }
+}
+
+#[tokio::test]
+async fn a_health_check_failing_while_zone_b_rolls_halts_before_zone_c_and_resuming_completes() {
+    // Given a group gated by a health check that passes
+    let checked = CheckedScene::new("health-halt").await;
+    let scene = &checked.scene;
+
+    // When the template changes, and the error ratio rises while zone b rolls
+    let from = scene.roll_out(&checked.names).await;
+    checked.wait_rolling("ingester-zone-b", from).await;
+    checked.metrics.set(ERROR_RATIO, 0.5);
+
+    // Then the group is halted, with a Warning Event naming the query, its value and the zone
+    wait_until(TIMEOUT, "the group is halted", || async {
+        !checked.halted().await.is_empty()
+    })
+    .await;
+    let halted = checked.halted().await;
+    let zone = &halted[0];
+    scene
+        .wait_event(
+            zone,
+            "Halted",
+            &format!("query `{ERROR_RATIO}` returned 0.5 (must be < 0.1)"),
+        )
+        .await;
+    scene
+        .wait_event(zone, "Halted", &format!("while {zone} rolled"))
+        .await;
+    // and no pod of zone c was deleted
+    assert_eq!(
+        checked.deletions_in("ingester-zone-c", from),
+        Vec::<String>::new()
+    );
+    assert_eq!(scene.updated_pods("ingester-zone-c").await, 0);
+
+    // When the metric recovers and a person resumes the group
+    checked.metrics.set(ERROR_RATIO, 0.0);
+    checked.prometheus.wait_value(ERROR_RATIO, 0.0).await;
+    scene.annotate(zone, HALTED_ANNOTATION, None).await;
+
+    // Then the rollout completes
+    scene.wait_complete(&checked.names).await;
+}
+
+#[tokio::test]
+async fn a_stopped_prometheus_passes_nothing_and_halts_nothing_and_the_rollout_continues_when_it_is_back()
+ {
+    // Given a group gated by a health check whose one failure would halt it
+    let mut checked = CheckedScene::new("health-down").await;
+
+    // When the template changes, and Prometheus stops while zone b rolls
+    let from = checked.scene.roll_out(&checked.names).await;
+    checked.wait_rolling("ingester-zone-b", from).await;
+    checked.prometheus.stop().await;
+
+    // Then the runs are inconclusive
+    wait_until(TIMEOUT, "an inconclusive run", || async {
+        checked
+            .last_run()
+            .await
+            .is_some_and(|(_, outcome)| outcome.starts_with("inconclusive"))
+    })
+    .await;
+    let fence = Instant::now();
+    let (first, _) = checked.last_run().await.expect("a run");
+    // and two runs later no pod was deleted since, and nothing is halted
+    for run in 0..2 {
+        let seen = checked.last_run().await.expect("a run").0;
+        wait_until(
+            TIMEOUT,
+            &format!("inconclusive run {}", run + 2),
+            || async {
+                checked.last_run().await.is_some_and(|(at, outcome)| {
+                    at != seen && at != first && outcome.starts_with("inconclusive")
+                })
+            },
+        )
+        .await;
+    }
+    for zone in ["ingester-zone-a", "ingester-zone-b", "ingester-zone-c"] {
+        assert_eq!(
+            checked.deletions_in(zone, fence),
+            Vec::<String>::new(),
+            "{zone}"
+        );
+    }
+    assert_eq!(checked.halted().await, Vec::<String>::new());
+
+    // When Prometheus is back
+    checked.prometheus.restart().await;
+
+    // Then the rollout completes
+    checked.scene.wait_complete(&checked.names).await;
 }

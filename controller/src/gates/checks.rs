@@ -287,10 +287,12 @@ fn halt(
             Action::SetCurrentRevision { .. } => None,
         })
         .or_else(|| {
-            // The zone rolling: the first one with pods updated but not done.
-            plan.progress
+            // The zone rolling (pods updated, not done), else the next to roll.
+            let progress = &plan.progress;
+            progress
                 .iter()
                 .find(|progress| !progress.done && progress.updated > 0)
+                .or_else(|| progress.iter().find(|progress| !progress.done))
                 .map(|progress| progress.statefulset.clone())
         })
         .unwrap_or_else(|| group.statefulsets[0].name.clone());

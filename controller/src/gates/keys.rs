@@ -77,6 +77,9 @@ pub enum GateWarning {
         values: Vec<(String, String)>,
         used: String,
     },
+    /// The `RolloutHealthCheck` a member names cannot be read or used: every step waits
+    /// (the check is inconclusive) until it is fixed.
+    UnusableHealthCheck { statefulset: String, why: String },
     /// baton's own state annotation could not be read: the zone's state starts afresh (a
     /// soak restarts from zero, a cleared zone is gated again — never the other way round).
     UnreadableState {
@@ -93,6 +96,7 @@ impl GateWarning {
             Self::InvalidAnnotation { .. } => "InvalidAnnotation",
             Self::ConflictingSoak { .. } => "ConflictingSoak",
             Self::UnreadableState { .. } => "UnreadableGateState",
+            Self::UnusableHealthCheck { .. } => "UnusableHealthCheck",
         }
     }
 
@@ -100,7 +104,8 @@ impl GateWarning {
     pub fn statefulset(&self) -> Option<&str> {
         match self {
             Self::InvalidAnnotation { statefulset, .. }
-            | Self::UnreadableState { statefulset, .. } => Some(statefulset),
+            | Self::UnreadableState { statefulset, .. }
+            | Self::UnusableHealthCheck { statefulset, .. } => Some(statefulset),
             Self::ConflictingSoak { values, .. } => values.first().map(|(name, _)| name.as_str()),
         }
     }
@@ -124,6 +129,11 @@ impl fmt::Display for GateWarning {
                     listed.join(", ")
                 )
             }
+            Self::UnusableHealthCheck { statefulset, why } => write!(
+                formatter,
+                "StatefulSet {statefulset}: {HEALTH_CHECK_ANNOTATION}: {why}; every step waits \
+                 until it is fixed"
+            ),
             Self::UnreadableState {
                 statefulset,
                 value,

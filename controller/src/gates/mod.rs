@@ -20,8 +20,10 @@
 
 pub mod checks;
 pub mod decide;
+pub mod health;
 pub mod keys;
 pub mod metrics;
+pub mod prometheus;
 pub mod report;
 pub mod state;
 pub mod store;

@@ -112,7 +112,9 @@ impl RolloutReconciler {
         self.pending.apply(&mut snapshot, Instant::now());
         // The planner's plan as the rollout gates allow it (issue 12; a group without gate
         // keys gets the plan unchanged).
-        let (plan, gate) = gates::decide(&snapshot, jiff::Timestamp::now());
+        let now = jiff::Timestamp::now();
+        let (plan, gate) =
+            gates::health::evaluate(&self.client, &self.namespace, &snapshot, now).await;
         self.record_progress(group, &plan, gate.wait().is_some());
         self.metrics.gates.record(group, gate.wait());
         self.explain(group, &members, &plan).await;
