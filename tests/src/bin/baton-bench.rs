@@ -4,11 +4,13 @@
 //!   (a pod becomes Ready → baton deletes the next one) p50/p99, and wall time against the
 //!   30 × 200 ms a perfect operator needs.
 //! - `rss`: resident memory of the controller watching 100 groups × 3 StatefulSets × 30 pods.
+//! - `start`: a fresh install (no Lease yet) started in a namespace whose group already waits
+//!   for a rollout: process start → first pod deleted, over several runs.
 
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
-use baton_e2e::controller_support::{Controller, rollout_state};
+use baton_e2e::controller_support::{Controller, roll_out, rollout_state, wait_group_ready};
 use baton_e2e::fixtures::{rollout_group, set_version};
 use baton_e2e::{ControlPlane, PodEvent, PodSimulator, SimulatorOptions, TestNamespace};
 use k8s_openapi::api::core::v1::Pod;
@@ -22,7 +24,8 @@ async fn main() -> anyhow::Result<()> {
     match which.as_str() {
         "rollout" => rollout(control_plane).await,
         "rss" => rss(control_plane).await,
-        other => bail!("usage: baton-bench rollout|rss (got {other:?})"),
+        "start" => start(control_plane).await,
+        other => bail!("usage: baton-bench rollout|rss|start (got {other:?})"),
     }
 }
 
@@ -118,6 +121,74 @@ async fn rollout(control_plane: &ControlPlane) -> anyhow::Result<()> {
         wall.as_secs_f64(),
         wall.as_secs_f64() / ideal.as_secs_f64(),
         ideal.as_secs_f64()
+    );
+    Ok(())
+}
+
+/// Start → first pod deleted: each run is a new namespace (no Lease) with a ready group of
+/// 3 zones × 3 pods already at a new update revision; the clock starts when the controller
+/// process is spawned (its binary built beforehand) with the production lease timings, and
+/// stops when the pod simulator's watch sees the first pod terminating.
+async fn start(control_plane: &ControlPlane) -> anyhow::Result<()> {
+    const RUNS: usize = 7;
+    let production_lease = [
+        ("BATON_LOG__LEVEL", "warn"),
+        ("BATON_CONTROLLER__LEASE__DURATION", "15s"),
+        ("BATON_CONTROLLER__LEASE__RENEW_DEADLINE", "10s"),
+        ("BATON_CONTROLLER__LEASE__RETRY_PERIOD", "2s"),
+    ];
+    tokio::task::spawn_blocking(|| baton_e2e::process::workspace_binary("baton-controller"))
+        .await??;
+    let mut firsts = Vec::new();
+    let mut readies = Vec::new();
+    for run in 0..RUNS {
+        let namespace = TestNamespace::create(control_plane, "bench-start").await;
+        let client = namespace.client();
+        let simulator = PodSimulator::start(
+            client.clone(),
+            namespace.name(),
+            SimulatorOptions::default(),
+        )
+        .await;
+        let mut names = Vec::new();
+        for fixture in rollout_group("ingester", &["a", "b", "c"], 3) {
+            let created = fixture.create(&client, namespace.name()).await;
+            names.push(created.metadata.name.unwrap_or_default());
+        }
+        wait_group_ready(&client, namespace.name(), &names).await;
+        roll_out(&client, namespace.name(), &names, "v2").await;
+
+        let started = Instant::now();
+        let controller =
+            Controller::start(control_plane, namespace.name(), &production_lease).await;
+        let ready = started.elapsed();
+        let deleted = || {
+            simulator
+                .timeline()
+                .into_iter()
+                .find(|t| t.at >= started && t.event == PodEvent::Terminating)
+        };
+        wait(Duration::from_secs(60), || async { deleted().is_some() }).await?;
+        let first = deleted()
+            .map(|t| t.at.duration_since(started))
+            .unwrap_or_default();
+        println!(
+            "run {run}: ready (caches synced) after {:.0} ms, first pod deleted after {:.0} ms",
+            ready.as_secs_f64() * 1000.0,
+            first.as_secs_f64() * 1000.0
+        );
+        firsts.push(first);
+        readies.push(ready);
+        drop(controller);
+    }
+    firsts.sort();
+    readies.sort();
+    println!(
+        "start -> first pod deleted, fresh install (no Lease), lease duration 15 s, n={RUNS}: min {:.0} ms, median {:.0} ms, max {:.0} ms (ready: median {:.0} ms)",
+        percentile(&firsts, 0.0),
+        percentile(&firsts, 0.5),
+        percentile(&firsts, 1.0),
+        percentile(&readies, 0.5),
     );
     Ok(())
 }
