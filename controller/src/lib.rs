@@ -1,5 +1,31 @@
-//! baton-controller as a library: the pure rollout planner and the thin Kubernetes layer
-//! around it. The binary in `main.rs` only wires them together.
+//! baton-controller as a library: pure decisions and the thin Kubernetes layer around them.
+//! The binary in `main.rs` only calls [`app::run`].
+//!
+//! # Module map
+//!
+//! | module | owns |
+//! |---|---|
+//! | [`app`] | wiring: the caches, the election, the queue, the Event publisher, the ops server; every task critical |
+//! | [`leader`] | the Lease: terms, fencing, campaigning again after a lost term (pure [`leader::decide()`]) |
+//! | [`cache`] | watch-fed reflector caches of group StatefulSets and (slimmed) pods; routes each change to its group |
+//! | [`queue`] | the per-group work queue: coalescing, one run per group at a time, one timer per group, backoff |
+//! | [`rollout`] | the rollout planner ([`rollout::plan()`], pure), its snapshot, the executor of its deletions, pending deletions, the group reconcile |
+//! | [`gates`] | soak, halt/resume and health checks composed after the planner ([`gates::decide()`], pure), their stored state, the Prometheus client |
+//! | [`scaling`] | leader/follower zones, replica mirroring, delayed downscale: a pure plan and its executor |
+//! | [`certificates`] | the webhook's certificate and CA bundle injection (pure [`certificates::plan`]) |
+//! | [`explain`] | Events and log lines saying what baton does and why it waits, off the critical path |
+//! | [`metrics`] | the Go operator's metric names and baton's own |
+//!
+//! # From a watch event to an action
+//!
+//! A watch event updates a [`cache`] and names the group it concerns → the [`queue`] runs that
+//! group's reconcile (never two at once for a group) → [`rollout::reconcile`] takes one snapshot
+//! of the group from the caches, lets [`scaling`] act first (a replica change ends the pass: its
+//! watch event brings the group back), then plans the rollout, lets the [`gates`] hold or halt,
+//! tells why through [`explain`] and carries out the deletions — only while this replica leads
+//! in the term the pass started in ([`leader`]), and only with caches synced. What is still
+//! pending (a deletion the cache has not shown yet, a soak, a minReadySeconds) comes back
+//! through the queue's timer for the group.
 
 pub mod app;
 pub mod cache;

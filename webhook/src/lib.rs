@@ -1,6 +1,27 @@
 //! baton-webhook as a library: the pure admission decisions, the thin Kubernetes and HTTP
 //! layers around them. The binary in `main.rs` only wires them together; tests and benches use
 //! the pieces directly.
+//!
+//! # Module map
+//!
+//! | module | owns |
+//! |---|---|
+//! | [`server`] | the TLS server: routes, request limits, decoding a review and encoding its answer (handlers only map) |
+//! | [`admission`] | the decisions: no-downscale, prepare-downscale (with its flow and the per-group ledger), the zone-aware disruption budget webhooks; review decoding |
+//! | [`parents`] | metadata watch caches answering a `/scale` request's parent labels without an API call |
+//! | [`evictions`] | the watch caches of pods, StatefulSets and budgets behind `/admission/pod-eviction`, and claiming an eviction in the budget's record |
+//! | [`tls_reload`] | the serving certificate, reloaded when its files change |
+//! | [`metrics`] | the webhook's metrics |
+//!
+//! # From a request to an answer
+//!
+//! The API server POSTs an AdmissionReview → [`server`] checks and decodes it
+//! ([`admission::review`]) → the decision function of its path judges it from the review and
+//! the watch caches ([`parents`], [`evictions`]); prepare-downscale also calls the pods going
+//! away and records the downscale in the group's ledger, and an allowed eviction is claimed in
+//! the budget's record, both with resourceVersion-conditioned writes so that replicas never
+//! approve together what only one may → the answer goes back in the review's version. Shutdown
+//! turns `/ready` false first and keeps serving for `webhook.shutdown_delay`.
 
 pub mod admission;
 pub mod evictions;
