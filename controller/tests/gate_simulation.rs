@@ -14,6 +14,8 @@
 //! - (a) a zone's first deletion comes only once every zone that started before it has been
 //!   completely updated and available, and at least the soak after it completed;
 //! - (b) a halted group deletes nothing;
+//! - (e) with a ramp (30% of scenarios), a zone's step comes only once it is fully available
+//!   and takes at most 1, 2, 4, … pods;
 //! - (d) with a health check (half the scenarios; random passes, failures and inconclusive
 //!   runs during chaos, failures halting the group), no step is taken before the check passed
 //!   `successThreshold` times in a row, counting only runs `initialDelay` after the last step;
@@ -29,7 +31,8 @@ use std::fmt;
 
 use baton_controller::gates::checks::{self, CheckOutcome, CheckPolicy, CheckRun, CheckState};
 use baton_controller::gates::{
-    self, GateDecision, HALTED_ANNOTATION, HEALTH_CHECK_ANNOTATION, SOAK_ANNOTATION,
+    self, GateDecision, HALTED_ANNOTATION, HEALTH_CHECK_ANNOTATION, RAMP_ANNOTATION,
+    SOAK_ANNOTATION,
 };
 use baton_controller::rollout::{
     Action, GroupSnapshot, Plan, PodPhase, PodSnapshot, StatefulSetSnapshot, UpdateStrategy,
@@ -55,6 +58,7 @@ enum Property {
     ZoneBeforeSoak,
     HaltedGroupDeleted,
     StepBeforeCheck,
+    RampSkipped,
     NeverCompletes,
 }
 
@@ -117,6 +121,8 @@ struct Simulation<'g> {
     gate: &'g Gate,
     /// The group's health check, if it has one.
     policy: Option<CheckPolicy>,
+    /// Zones ramp 1, 2, 4, … pods.
+    ramp: bool,
     /// Checker: passes in a row (of runs at least the initial delay after the last step)
     /// since the last step, by the checker's own count.
     settled_passes: u32,
@@ -194,6 +200,12 @@ impl<'g> Simulation<'g> {
             success_threshold: rng.random_range(1..=3),
             failure_threshold: rng.random_range(1..=3),
         });
+        let ramp = rng.random_bool(0.3);
+        if ramp {
+            statefulsets[0]
+                .annotations
+                .insert(RAMP_ANNOTATION.to_owned(), "exponential".to_owned());
+        }
         if policy.is_some() {
             statefulsets[0]
                 .annotations
@@ -215,6 +227,7 @@ impl<'g> Simulation<'g> {
             completed_at: vec![None; zones],
             gate,
             policy,
+            ramp,
             settled_passes: 0,
             last_step: None,
             trace: traced.then(Vec::new),
@@ -358,6 +371,7 @@ impl<'g> Simulation<'g> {
             .statefulsets
             .iter()
             .any(|member| member.annotations.contains_key(HALTED_ANNOTATION));
+        self.check_ramp(&gated)?;
         for action in &gated.actions {
             match action {
                 Action::DeletePod {
@@ -446,6 +460,51 @@ impl<'g> Simulation<'g> {
             CheckOutcome::Pass => {}
             _ => self.settled_passes = 0,
         }
+    }
+
+    /// Property (e): with a ramp, a zone's step comes only once the zone is fully available,
+    /// and takes at most the ramp's next size (1, 2, 4, …), by the checker's own count.
+    fn check_ramp(&self, gated: &Plan) -> Result<(), Violation> {
+        if !self.ramp {
+            return Ok(());
+        }
+        for (zone, statefulset) in self.group.statefulsets.iter().enumerate() {
+            let deleted = gated
+                .deletions()
+                .filter(|action| {
+                    matches!(action, Action::DeletePod { statefulset: name, .. } if *name == statefulset.name)
+                })
+                .count();
+            if deleted == 0 {
+                continue;
+            }
+            let available = statefulset.pods.len() == statefulset.spec_replicas as usize
+                && statefulset
+                    .pods
+                    .iter()
+                    .all(|pod| pod.ready && !pod.terminating && pod.phase == PodPhase::Running);
+            let updated = statefulset
+                .pods
+                .iter()
+                .filter(|pod| pod.revision == statefulset.update_revision)
+                .count();
+            // Steps 1, 2, 4, …: after k steps 2^k - 1 pods are updated.
+            let mut target = 1;
+            while target <= updated {
+                target = target * 2 + 1;
+            }
+            let size = target - updated;
+            if !available || deleted > size {
+                return Err(self.violation(
+                    Property::RampSkipped,
+                    format!(
+                        "deleted {deleted} pods of zone {zone} ({updated} updated, available: \
+                         {available}); the ramp allows {size} once the zone is available"
+                    ),
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// Property (d), on a deletion.
@@ -637,5 +696,13 @@ fn checker_catches_a_gate_that_ignores_the_health_check() {
     assert_caught(
         &|group, _policy, _run, now| gates::decide(group, now),
         Property::StepBeforeCheck,
+    );
+}
+
+#[test]
+fn checker_catches_a_gate_that_ignores_the_ramp() {
+    assert_caught(
+        &|group, policy, run, now| real_gate(&without(group, RAMP_ANNOTATION), policy, run, now),
+        Property::RampSkipped,
     );
 }

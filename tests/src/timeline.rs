@@ -199,6 +199,46 @@ pub fn zone_windows(
     windows
 }
 
+/// The sizes of `zone`'s deletion batches from `from` on: a batch starts with a pod leaving
+/// (terminating, or deleted) while every one of the zone's replicas is Ready, and takes every
+/// pod leaving until that is true again. A ramp of 1, 2, 4 reads `[1, 2, 4]`. (The watch
+/// delivers a pod's Ready before a later deletion baton decided on seeing it.)
+pub fn deletion_batches(timeline: &[PodTransition], zone: &Zone, from: Instant) -> Vec<usize> {
+    let mut batches: Vec<usize> = Vec::new();
+    // uid → state, for the zone's pods
+    let mut pods: HashMap<&str, PodState> = HashMap::new();
+    let mut leaving: std::collections::HashSet<&str> = std::collections::HashSet::new();
+    for transition in timeline {
+        if transition.statefulset.as_deref() != Some(zone.statefulset.as_str()) {
+            continue;
+        }
+        let uid = transition.uid.as_str();
+        let available = pods
+            .values()
+            .filter(|state| state.ready && !state.terminating)
+            .count() as u32;
+        let leaves = matches!(transition.event, PodEvent::Terminating | PodEvent::Deleted);
+        if transition.at >= from && leaves && leaving.insert(uid) {
+            if available >= zone.replicas || batches.is_empty() {
+                batches.push(0);
+            }
+            *batches.last_mut().expect("a batch is open") += 1;
+        }
+        match transition.event {
+            PodEvent::Created => {
+                pods.insert(uid, PodState::default());
+            }
+            PodEvent::Ready => pods.entry(uid).or_default().ready = true,
+            PodEvent::NotReady => pods.entry(uid).or_default().ready = false,
+            PodEvent::Terminating => pods.entry(uid).or_default().terminating = true,
+            PodEvent::Deleted => {
+                pods.remove(uid);
+            }
+        }
+    }
+    batches
+}
+
 fn set(
     pods: &mut HashMap<String, (String, bool, PodState)>,
     uid: &str,
@@ -343,6 +383,36 @@ mod tests {
                 started: Some(at(16)),
                 completed: Some(at(23)),
             }
+        );
+    }
+
+    #[test]
+    fn deletion_batches_start_when_the_zone_is_fully_ready() {
+        let mut r = Recorder::new();
+        for ordinal in 0..4 {
+            r.ready_pod("z-a", ordinal, &format!("a{ordinal}"));
+        }
+        let from = r.timeline.last().unwrap().at + Duration::from_micros(1);
+        r.push("z-a", "z-a-0", "a0", PodEvent::Terminating);
+        r.push("z-a", "z-a-0", "a0", PodEvent::Deleted);
+        r.ready_pod("z-a", 0, "a0-new");
+        r.push("z-a", "z-a-1", "a1", PodEvent::Terminating);
+        r.push("z-a", "z-a-2", "a2", PodEvent::Terminating);
+        r.push("z-a", "z-a-1", "a1", PodEvent::Deleted);
+        // a replacement is ready before the batch's last pod goes: still one batch
+        r.ready_pod("z-a", 1, "a1-new");
+        r.push("z-a", "z-a-3", "a3", PodEvent::Terminating);
+        for ordinal in [2, 3] {
+            let pod = format!("z-a-{ordinal}");
+            r.push("z-a", &pod, &format!("a{ordinal}"), PodEvent::Deleted);
+            r.ready_pod("z-a", ordinal, &format!("a{ordinal}-new"));
+        }
+        let zone = Zone::new("z-a", 4, 3);
+        assert_eq!(deletion_batches(&r.timeline, &zone, from), vec![1, 3]);
+        let other = Zone::new("z-b", 4, 3);
+        assert_eq!(
+            deletion_batches(&r.timeline, &other, from),
+            Vec::<usize>::new()
         );
     }
 }

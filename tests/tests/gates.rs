@@ -4,15 +4,17 @@
 use std::time::{Duration, Instant};
 
 use baton_controller::gates::{
-    CHECK_STATE_ANNOTATION, HALTED_ANNOTATION, HEALTH_CHECK_ANNOTATION, SOAK_ANNOTATION,
-    STATE_ANNOTATION, ZoneState, health,
+    CHECK_STATE_ANNOTATION, HALTED_ANNOTATION, HEALTH_CHECK_ANNOTATION, RAMP_ANNOTATION,
+    SOAK_ANNOTATION, STATE_ANNOTATION, ZoneState, health,
 };
 use baton_e2e::controller_support::{
     Controller, events_about, roll_out, rollout_state, wait_group_ready, wait_rollout_complete,
 };
 use baton_e2e::fixtures::{StatefulSetFixture, rollout_group};
 use baton_e2e::prometheus_support::{Metrics, Prometheus, install_health_check_crd};
-use baton_e2e::timeline::{Zone, ZoneWindow, check_rollout_guarantees, zone_windows};
+use baton_e2e::timeline::{
+    Zone, ZoneWindow, check_rollout_guarantees, deletion_batches, zone_windows,
+};
 use baton_e2e::{
     ControlPlane, PodEvent, PodSimulator, SimulatorOptions, TestNamespace, wait_until,
 };
@@ -518,4 +520,33 @@ async fn a_stopped_prometheus_passes_nothing_and_halts_nothing_and_the_rollout_c
 
     // Then the rollout completes
     checked.scene.wait_complete(&checked.names).await;
+}
+
+#[tokio::test]
+async fn a_ramp_rolls_each_zone_1_then_2_then_4_pods_with_max_unavailable_4() {
+    // Given a ready group of 2 zones × 7 pods, max-unavailable 4, with an exponential ramp
+    let scene = Scene::new("ramp").await;
+    let client = scene.namespace.client();
+    let mut names = Vec::new();
+    for fixture in rollout_group("ingester", &["a", "b"], 7) {
+        let fixture = fixture
+            .annotation("rollout-max-unavailable", "4")
+            .annotation(RAMP_ANNOTATION, "exponential");
+        let created = fixture.create(&client, scene.namespace.name()).await;
+        names.push(created.metadata.name.unwrap_or_default());
+    }
+    wait_group_ready(&client, scene.namespace.name(), &names).await;
+
+    // When the template changes
+    let from = scene.roll_out(&names).await;
+
+    // Then each zone rolls in steps of 1, 2 and 4 pods, with compat.md's guarantees held
+    scene.wait_complete(&names).await;
+    let timeline = scene.simulator.timeline();
+    let zones: Vec<Zone> = names.iter().map(|name| Zone::new(name, 7, 4)).collect();
+    check_rollout_guarantees(&timeline, &zones, from).unwrap();
+    for zone in &zones {
+        let batches = deletion_batches(&timeline, zone, from);
+        assert_eq!(batches, vec![1, 2, 4], "{}", zone.statefulset);
+    }
 }

@@ -25,7 +25,7 @@
 use std::collections::BTreeSet;
 use std::fmt;
 
-use baton_shared::annotations::{ROLLOUT_PAUSED_ANNOTATION, paused};
+use baton_shared::annotations::{ROLLOUT_PAUSED_ANNOTATION, max_unavailable, paused};
 use jiff::{SignedDuration, Timestamp};
 
 use super::keys::{self, GateConfig, GateWarning, STATE_ANNOTATION, format_duration};
@@ -54,6 +54,12 @@ pub enum GateWait {
         needed: u32,
         last: Option<String>,
     },
+    /// `zone` ramps: its last step is not available yet (`updated` of `total` pods updated).
+    Ramp {
+        zone: String,
+        updated: u32,
+        total: u32,
+    },
     /// `zone` is next and soaks until `until` after the zones before it finished.
     Soak {
         zone: String,
@@ -73,6 +79,7 @@ impl GateWait {
             Self::ZoneUnfinished { .. } => "ZoneUnfinished",
             Self::Soak { .. } => "Soak",
             Self::HealthCheck { .. } => "HealthCheck",
+            Self::Ramp { .. } => "Ramp",
         }
     }
 
@@ -82,7 +89,8 @@ impl GateWait {
             Self::Halted { statefulset, .. } | Self::InvalidGate { statefulset, .. } => statefulset,
             Self::ZoneUnfinished { zone, .. }
             | Self::Soak { zone, .. }
-            | Self::HealthCheck { zone, .. } => zone,
+            | Self::HealthCheck { zone, .. }
+            | Self::Ramp { zone, .. } => zone,
         }
     }
 }
@@ -108,6 +116,14 @@ impl fmt::Display for GateWait {
             Self::ZoneUnfinished { zone, unfinished } => write!(
                 formatter,
                 "{zone} starts only once {unfinished} is updated and available"
+            ),
+            Self::Ramp {
+                zone,
+                updated,
+                total,
+            } => write!(
+                formatter,
+                "{zone} ramps: its last step must be available first ({updated} of {total} pods updated)"
             ),
             Self::HealthCheck {
                 zone,
@@ -226,8 +242,90 @@ pub fn decide(group: &GroupSnapshot, now: Timestamp) -> (Plan, GateDecision) {
     (plan, decision)
 }
 
+/// The ramp inside a zone (`baton.dev/ramp: exponential`): steps of 1, 2, 4, … pods, each only
+/// once the previous one is available, each capped by what the planner allows (its
+/// max-unavailable). Stateless — the step follows from the pods already updated (after `n`
+/// steps, 2^n - 1), so a new leader continues where the last one was. Only ever takes
+/// deletions away.
+fn ramp(
+    group: &GroupSnapshot,
+    (mut plan, mut decision): (Plan, GateDecision),
+) -> (Plan, GateDecision) {
+    let Some(zone) = deleted_in(group, &plan).into_iter().next() else {
+        return (plan, decision);
+    };
+    let Some(progress) = plan
+        .progress
+        .iter()
+        .find(|progress| progress.statefulset == zone)
+        .cloned()
+    else {
+        return (plan, decision);
+    };
+    let mut size = 1u32;
+    while size.saturating_sub(1) <= progress.updated && size < u32::MAX / 2 {
+        size *= 2;
+    }
+    // The next cumulative target is size - 1 (1, 3, 7, 15, …): this step takes the rest of it,
+    // capped by max-unavailable and the pods left.
+    let max_unavailable = group
+        .statefulsets
+        .iter()
+        .find(|member| member.name == zone)
+        .map_or(1, |member| {
+            max_unavailable(&member.annotations, member.spec_replicas).value
+        });
+    let step = (size - 1)
+        .saturating_sub(progress.updated)
+        .min(max_unavailable)
+        .min(progress.total.saturating_sub(progress.updated))
+        .max(1);
+    // A step goes whole, once the zone is available and the planner allows all of it (its
+    // budget is short while the StatefulSet's status lags the pods).
+    let offered = u32::try_from(plan.deletions().count()).unwrap_or(u32::MAX);
+    let available = progress.ready >= progress.total && offered >= step;
+    let mut kept = 0u32;
+    plan.actions.retain(|action| match action {
+        Action::DeletePod { .. } if !available => false,
+        Action::DeletePod { .. } => {
+            kept += 1;
+            kept <= step
+        }
+        Action::SetCurrentRevision { .. } => true,
+    });
+    if !available && decision.wait().is_none() {
+        decision.verdict = Verdict::Hold {
+            wait: GateWait::Ramp {
+                zone,
+                updated: progress.updated,
+                total: progress.total,
+            },
+            pass: BTreeSet::new(),
+        };
+    }
+    (plan, decision)
+}
+
 /// [`decide`] from an already read configuration and state (warnings left to the caller).
 pub fn decide_with(
+    group: &GroupSnapshot,
+    config: &GateConfig,
+    state: &GateState,
+    now: Timestamp,
+) -> (Plan, GateDecision) {
+    let gated = gate_zones(group, config, state, now);
+    let stopped = matches!(
+        gated.1.wait(),
+        Some(GateWait::Halted { .. } | GateWait::InvalidGate { .. })
+    );
+    if config.ramp && !stopped {
+        return ramp(group, gated);
+    }
+    gated
+}
+
+/// Rules 1 to 5 and 7 of the module header: halts, zone order, soaks.
+fn gate_zones(
     group: &GroupSnapshot,
     config: &GateConfig,
     state: &GateState,

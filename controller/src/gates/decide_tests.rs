@@ -519,3 +519,53 @@ fn a_zone_finishing_during_a_soak_starts_it_again() {
     assert_eq!(stored.soak_started_at, Some(now()));
     assert_eq!(stored.soak_after, ["a", "c"]);
 }
+
+fn ramped(statefulset: StatefulSetSnapshot) -> StatefulSetSnapshot {
+    annotated(
+        annotated(statefulset, crate::gates::RAMP_ANNOTATION, "exponential"),
+        MAX_UNAVAILABLE,
+        "4",
+    )
+}
+
+const MAX_UNAVAILABLE: &str = baton_shared::annotations::MAX_UNAVAILABLE_ANNOTATION;
+
+#[test]
+fn a_ramp_takes_1_then_2_then_4_pods_capped_by_max_unavailable() {
+    for (updated, expected) in [(0, 1), (1, 2), (3, 4), (7, 4), (2, 1)] {
+        let group = group(vec![ramped(zone("a", 12, updated)), zone("b", 3, 0)]);
+        let (planned, gated, decision) = gate(&group, now());
+        assert_eq!(planned.deletions().count(), 4, "the planner alone takes 4");
+        assert_eq!(gated.deletions().count(), expected, "{updated} updated");
+        assert_eq!(decision.wait(), None, "{updated} updated");
+    }
+}
+
+#[test]
+fn a_ramp_step_waits_until_the_previous_one_is_available() {
+    let mut group = group(vec![ramped(cleared(zone("a", 7, 1))), zone("b", 3, 0)]);
+    let pod = &mut group.statefulsets[0].pods[0];
+    pod.ready = false;
+    pod.ready_since = None;
+    group.statefulsets[0].ready_replicas -= 1;
+    let (planned, gated, decision) = gate(&group, now());
+    assert!(planned.deletions().count() > 0);
+    assert!(deleted_zones(&gated).is_empty());
+    let wait = decision.wait().expect("held");
+    assert_eq!(wait.kind(), "Ramp");
+    assert_eq!(
+        wait.to_string(),
+        "a ramps: its last step must be available first (1 of 7 pods updated)"
+    );
+}
+
+#[test]
+fn an_invalid_ramp_holds_the_group() {
+    let group = group(vec![
+        annotated(zone("a", 3, 0), crate::gates::RAMP_ANNOTATION, "linear"),
+        zone("b", 3, 0),
+    ]);
+    let (_, gated, decision) = gate(&group, now());
+    assert!(deleted_zones(&gated).is_empty());
+    assert_eq!(decision.wait().map(GateWait::kind), Some("InvalidGate"));
+}

@@ -37,6 +37,12 @@ pub const CHECK_STATE_ANNOTATION: &str = "baton.dev/check-state";
 pub const HEALTH_CHECK_ACCEPTED: &str =
     "the name of a RolloutHealthCheck: lower-case letters, digits, '-' and '.'";
 
+/// Annotation: `exponential` ramps each zone in steps of 1, 2, 4, … pods (capped by
+/// max-unavailable), each step gated; `none` (or absent) does not.
+pub const RAMP_ANNOTATION: &str = "baton.dev/ramp";
+/// What [`RAMP_ANNOTATION`] accepts.
+pub const RAMP_ACCEPTED: &str = "exponential, or none";
+
 /// What [`SOAK_ANNOTATION`] accepts, as told to the person who wrote something else.
 pub const SOAK_ACCEPTED: &str = "a duration such as 30s, 5m or 1h30m (0 for no soak)";
 /// What baton does while a gate key is invalid.
@@ -47,6 +53,8 @@ pub const HOLDING: &str = "holding the group until it is fixed";
 pub struct GateConfig {
     /// The soak between zones; `None` without one (or `0`).
     pub soak: Option<SignedDuration>,
+    /// Some member asks for an exponential ramp inside each zone.
+    pub ramp: bool,
     /// The `RolloutHealthCheck` named by a member (the first one, by member order).
     pub health_check: Option<String>,
     /// Some member carries a gate key (valid or not): the gate keeps its state.
@@ -200,6 +208,37 @@ pub fn read(group: &GroupSnapshot) -> (GateConfig, Vec<GateWarning>) {
             key: HEALTH_CHECK_ANNOTATION,
             value: raw.clone(),
         });
+    }
+    for statefulset in &group.statefulsets {
+        match statefulset
+            .annotations
+            .get(RAMP_ANNOTATION)
+            .map(String::as_str)
+        {
+            None => {}
+            Some("none") => config.enabled = true,
+            Some("exponential") => {
+                config.enabled = true;
+                config.ramp = true;
+            }
+            Some(raw) => {
+                config.enabled = true;
+                warnings.push(GateWarning::InvalidAnnotation {
+                    statefulset: statefulset.name.clone(),
+                    problem: InvalidAnnotation {
+                        key: RAMP_ANNOTATION,
+                        value: raw.to_owned(),
+                        accepted: RAMP_ACCEPTED,
+                        fallback: HOLDING.to_owned(),
+                    },
+                });
+                config.invalid.get_or_insert_with(|| InvalidKey {
+                    statefulset: statefulset.name.clone(),
+                    key: RAMP_ANNOTATION,
+                    value: raw.to_owned(),
+                });
+            }
+        }
     }
     let longest = soaks.iter().map(|(_, _, soak)| *soak).max();
     if soaks.iter().any(|(_, _, soak)| Some(*soak) != longest) {

@@ -28,7 +28,7 @@ impl GateMetrics {
                 Opts::new(
                     "baton_rollout_gate_holding",
                     "1 when the group's rollout gate holds pod deletions for this reason \
-                     (Soak, ZoneUnfinished, HealthCheck, Halted, InvalidGate), else 0.",
+                     (Soak, ZoneUnfinished, HealthCheck, Ramp, Halted, InvalidGate), else 0.",
                 ),
                 &["rollout_group", "reason"],
             )?,

@@ -31,6 +31,6 @@ pub mod store;
 pub use decide::{AnnotationWrite, GateDecision, GateWait, Verdict, decide, decide_with};
 pub use keys::{
     CHECK_STATE_ANNOTATION, GateConfig, GateWarning, HALTED_ANNOTATION, HEALTH_CHECK_ANNOTATION,
-    SOAK_ANNOTATION, STATE_ANNOTATION,
+    RAMP_ANNOTATION, SOAK_ANNOTATION, STATE_ANNOTATION,
 };
 pub use state::{GateState, ZoneState};

@@ -42,9 +42,10 @@ pub async fn explain(
     };
     let severity = match wait {
         GateWait::Halted { .. } | GateWait::InvalidGate { .. } => Severity::Warning,
-        GateWait::Soak { .. } | GateWait::ZoneUnfinished { .. } | GateWait::HealthCheck { .. } => {
-            Severity::Normal
-        }
+        GateWait::Soak { .. }
+        | GateWait::ZoneUnfinished { .. }
+        | GateWait::HealthCheck { .. }
+        | GateWait::Ramp { .. } => Severity::Normal,
     };
     let explanation = Explanation {
         severity,
