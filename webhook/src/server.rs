@@ -384,6 +384,9 @@ async fn read_body(
     Ok(body)
 }
 
+/// Longer than any client's idle timeout (the API server's is 90 s), so clients close first.
+const IDLE_CONNECTION_TIMEOUT: Duration = Duration::from_secs(120);
+
 /// Binds the TLS server to `address` (port 0 picks a free one). Once `draining`, every answer
 /// closes its connection; in-flight requests get `drain` to finish when the server stops.
 ///
@@ -407,6 +410,11 @@ pub fn bind(
             .configure(routes(state.clone()))
     })
     .disable_signals()
+    // Idle connections are closed by the client, not by us: the API server keeps them for up
+    // to 90 s, and a request it sends just as the server closes an idle connection (actix's
+    // default: after 5 s) fails with EOF, a failed admission. A stopping replica closes them
+    // itself (graceful stop), after the shutdown delay.
+    .keep_alive(IDLE_CONNECTION_TIMEOUT)
     .shutdown_timeout(drain.as_secs().max(1))
     .listen_rustls_0_23(listener, tls)?
     .run();
