@@ -9,6 +9,7 @@ use anyhow::Context;
 use baton_e2e::controller_support::{Controller, RolloutState, rollout_state};
 use baton_e2e::fixtures::{rollout_group, set_version};
 use baton_e2e::{ControlPlane, PodSimulator, SimulatorOptions};
+use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, ListParams, PostParams};
@@ -16,6 +17,11 @@ use kube::api::{Api, ListParams, PostParams};
 const NAMESPACE: &str = "baton-demo";
 const ZONES: [&str; 3] = ["a", "b", "c"];
 const REPLICAS: i32 = 5;
+/// The soak between zones (docs/gates.md), on zone a: long enough to watch it count down.
+const SOAK_SECONDS: i64 = 10;
+/// baton's gate keys (docs/gates.md).
+const SOAK_ANNOTATION: &str = "baton.dev/soak";
+const STATE_ANNOTATION: &str = "baton.dev/gate-state";
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
@@ -49,7 +55,8 @@ async fn main() -> anyhow::Result<()> {
         Controller::start(control_plane, NAMESPACE, &[("BATON_LOG__LEVEL", "info")]).await;
 
     println!(
-        "Creating rollout group `ingester`: {} zones × {REPLICAS} pods, OnDelete, max-unavailable 1 (zone c: 2)…",
+        "Creating rollout group `ingester`: {} zones × {REPLICAS} pods, OnDelete, max-unavailable 1 (zone c: 2), \
+         a {SOAK_SECONDS}s soak between zones (baton.dev/soak)…",
         ZONES.len()
     );
     let names: Vec<String> = ZONES
@@ -57,10 +64,12 @@ async fn main() -> anyhow::Result<()> {
         .map(|zone| format!("ingester-zone-{zone}"))
         .collect();
     for fixture in rollout_group("ingester", &ZONES, REPLICAS) {
-        let fixture = if fixture.build().metadata.name.as_deref() == Some("ingester-zone-c") {
-            fixture.annotation("rollout-max-unavailable", "2")
-        } else {
-            fixture
+        let fixture = match fixture.build().metadata.name.as_deref() {
+            Some("ingester-zone-a") => {
+                fixture.annotation(SOAK_ANNOTATION, &format!("{SOAK_SECONDS}s"))
+            }
+            Some("ingester-zone-c") => fixture.annotation("rollout-max-unavailable", "2"),
+            _ => fixture,
         };
         fixture.create(&client, NAMESPACE).await;
     }
@@ -90,7 +99,8 @@ async fn main() -> anyhow::Result<()> {
         }
         let states = states(&client, &names).await;
         let complete = states.iter().all(RolloutState::is_complete);
-        let mut frame = render(&names, &states, &events(&client).await);
+        let gates = gates(&client, &names).await;
+        let mut frame = render(&names, &states, &gates, &events(&client).await);
         if complete {
             frame.push_str(&instructions(&kubeconfig));
         }
@@ -120,21 +130,85 @@ async fn states(client: &kube::Client, names: &[String]) -> Vec<RolloutState> {
     states
 }
 
-fn render(names: &[String], states: &[RolloutState], events: &[String]) -> String {
+/// What the gate stored for a zone (baton.dev/gate-state), for its current update revision.
+#[derive(Debug, Default)]
+struct Gate {
+    soak_started_at: Option<jiff::Timestamp>,
+    soak_after: Vec<String>,
+    cleared_at: Option<jiff::Timestamp>,
+}
+
+async fn gates(client: &kube::Client, names: &[String]) -> Vec<Option<Gate>> {
+    let api: Api<StatefulSet> = Api::namespaced(client.clone(), NAMESPACE);
+    let mut gates = Vec::new();
+    for name in names {
+        let statefulset = api.get(name).await.ok();
+        let gate = statefulset.and_then(|statefulset| {
+            let revision = statefulset.status?.update_revision?;
+            let raw = statefulset.metadata.annotations?.remove(STATE_ANNOTATION)?;
+            let state: serde_json::Value = serde_json::from_str(&raw).ok()?;
+            if state["revision"].as_str() != Some(revision.as_str()) {
+                return None;
+            }
+            let time = |field: &str| state[field].as_str()?.parse().ok();
+            Some(Gate {
+                soak_started_at: time("soakStartedAt"),
+                soak_after: state["soakAfter"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|zone| zone.as_str().map(str::to_owned))
+                    .collect(),
+                cleared_at: time("clearedAt"),
+            })
+        });
+        gates.push(gate);
+    }
+    gates
+}
+
+/// What the gate says about a zone: a soak counting down, or the gate it passed.
+fn gate_status(gate: Option<&Gate>) -> Option<String> {
+    let gate = gate?;
+    let started = gate.soak_started_at?;
+    match gate.cleared_at {
+        None => {
+            let waited = jiff::Timestamp::now().duration_since(started).as_secs();
+            Some(format!(
+                "soaking after {}: starts in {}s",
+                gate.soak_after.join(", "),
+                (SOAK_SECONDS - waited).max(0)
+            ))
+        }
+        Some(cleared) => Some(format!(
+            "gate passed after a {}s soak",
+            cleared.duration_since(started).as_secs()
+        )),
+    }
+}
+
+fn render(
+    names: &[String],
+    states: &[RolloutState],
+    gates: &[Option<Gate>],
+    events: &[String],
+) -> String {
     let mut out =
         String::from("baton demo: rollout group `ingester` (one StatefulSet per zone)\n\n");
-    for (name, state) in names.iter().zip(states) {
+    for ((name, state), gate) in names.iter().zip(states).zip(gates) {
         let updated = state.updated();
         let total = state.replicas.max(0) as usize;
         let bar: String = (0..total)
             .map(|i| if i < updated { '█' } else { '░' })
             .collect();
-        let status = if state.is_complete() {
-            "done".to_owned()
-        } else if updated == 0 {
-            "waiting for its turn".to_owned()
-        } else {
-            "rolling".to_owned()
+        let gate = gate_status(gate.as_ref());
+        let status = match (state.is_complete(), updated, gate) {
+            (true, _, Some(gate)) => format!("done ({gate})"),
+            (true, _, None) => "done".to_owned(),
+            (false, 0, Some(gate)) => gate,
+            (false, 0, None) => "waiting for its turn".to_owned(),
+            (false, _, Some(gate)) => format!("rolling ({gate})"),
+            (false, _, None) => "rolling".to_owned(),
         };
         out.push_str(&format!(
             "  {name:<18} {bar}  {updated}/{total} updated, {}/{total} ready  {status}\n",
@@ -187,6 +261,8 @@ fn instructions(kubeconfig: &str) -> String {
          \x20 kubectl -n {NAMESPACE} get statefulsets,pods\n\
          \x20 kubectl -n {NAMESPACE} set image statefulset/ingester-zone-a app=baton.test/app:v3   # a new rollout of zone a\n\
          \x20 kubectl -n {NAMESPACE} annotate statefulset ingester-zone-b grafana.com/rollout-paused=true\n\
+         \x20 kubectl -n {NAMESPACE} annotate statefulset ingester-zone-b baton.dev/halted=stopped-by-hand   # halt the group\n\
+         \x20 kubectl -n {NAMESPACE} annotate statefulset ingester-zone-b baton.dev/halted-                  # and resume it\n\
          \x20 kubectl -n {NAMESPACE} get events --sort-by=.eventTime\n\n\
          This view keeps updating. Ctrl-C stops everything.\n"
     )
