@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::future::Future;
 
 use baton_shared::annotations::ROLLOUT_GROUP_LABEL;
+use baton_shared::kube_client::watch_backoff;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{
@@ -89,7 +90,7 @@ pub fn start(
         Api::<StatefulSet>::namespaced(client.clone(), namespace),
         watcher::Config::default().labels(ROLLOUT_GROUP_LABEL),
     )
-    .default_backoff()
+    .backoff(watch_backoff())
     .modify(|statefulset: &mut StatefulSet| statefulset.managed_fields_mut().clear())
     .reflect(statefulset_writer)
     .touched_objects();
@@ -98,7 +99,7 @@ pub fn start(
         Api::<Pod>::namespaced(client, namespace),
         watcher::Config::default(),
     )
-    .default_backoff()
+    .backoff(watch_backoff())
     .modify(slim_pod)
     .reflect(pod_writer)
     .touched_objects();

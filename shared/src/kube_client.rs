@@ -7,6 +7,8 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use baton_config::KubernetesConfig;
+use kube::runtime::utils::ResetTimerBackoff;
+use kube::runtime::watcher::ExponentialBackoff;
 use prometheus::{HistogramOpts, HistogramVec, Registry};
 
 #[derive(Debug, thiserror::Error)]
@@ -189,5 +191,39 @@ mod tests {
         ] {
             assert_eq!(route_of(path), route, "{path}");
         }
+    }
+}
+
+/// How baton's watches retry after an error, such as an API server outage: 250 ms doubling up
+/// to 2 s, plus a random jitter of up to as much again, back to 250 ms after two minutes without
+/// error, and never giving up (an ended backoff would end the watch). kube's default goes up to
+/// 30 s, which after a 15 s outage left the caches stale (and the rollout waiting, though the
+/// controller led again) for up to half a minute after the API server was back.
+pub fn watch_backoff() -> ResetTimerBackoff<ExponentialBackoff> {
+    let exponential = backon::ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(250))
+        .with_max_delay(Duration::from_secs(2))
+        .with_jitter()
+        .without_max_times();
+    ResetTimerBackoff::new(exponential.into(), Duration::from_secs(120))
+}
+
+#[cfg(test)]
+mod watch_backoff_tests {
+    use super::*;
+
+    #[test]
+    fn watch_backoff_never_gives_up_and_never_waits_more_than_four_seconds() {
+        let delays: Vec<Duration> = watch_backoff().take(100).collect();
+        assert_eq!(
+            delays.len(),
+            100,
+            "it never ends: an ended backoff ends the watch"
+        );
+        assert!(delays[0] < Duration::from_millis(600), "{:?}", delays[0]);
+        assert!(
+            delays.iter().all(|delay| *delay <= Duration::from_secs(4)),
+            "{delays:?}"
+        );
     }
 }

@@ -178,9 +178,10 @@ async fn run(shared: Arc<Shared>) {
     let mut in_flight: HashSet<String> = HashSet::new();
     let mut becoming_ready: JoinSet<String> = JoinSet::new();
     // Backoff: while the API server is down (an outage scenario) errors come at once, and
-    // retrying without a pause would spin.
+    // retrying without a pause would spin. The controller's (at most 2 s apart), not kube's
+    // default (up to 30 s): a kubelet that stays away long after an outage would stall rollouts.
     let mut events = watcher(shared.api.clone(), watcher::Config::default())
-        .default_backoff()
+        .backoff(baton_shared::kube_client::watch_backoff())
         .boxed();
     let mut resync = tokio::time::interval(RESYNC);
     loop {

@@ -157,7 +157,7 @@ fn reflect<'a, K: Injectable>(
         writer,
         watcher(api, watcher::Config::default().labels(selector)),
     )
-    .default_backoff();
+    .backoff(baton_shared::kube_client::watch_backoff());
     let driving = async move {
         let mut stream = stream.boxed();
         while let Some(event) = stream.next().await {

@@ -148,7 +148,9 @@ pub async fn run(
 /// Keeps `sender` holding the Secret as the API server has it (`None` when absent).
 async fn watch_secret(secrets: Api<Secret>, name: String, sender: watch::Sender<Option<Secret>>) {
     let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
-    let mut events = watcher(secrets, config).default_backoff().boxed();
+    let mut events = watcher(secrets, config)
+        .backoff(baton_shared::kube_client::watch_backoff())
+        .boxed();
     let mut listing: Option<Secret> = None;
     while let Some(event) = events.next().await {
         match event {
