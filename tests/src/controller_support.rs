@@ -276,6 +276,23 @@ pub async fn wait_group_ready<S: AsRef<str>>(client: &kube::Client, namespace: &
     }
 }
 
+/// Creates the rollout group `ingester` with a StatefulSet of `replicas` pods per zone (named
+/// `ingester-zone-<zone>`) and waits until every pod is Ready; returns the StatefulSets' names.
+pub async fn create_ready_group(
+    client: &kube::Client,
+    namespace: &str,
+    zones: &[&str],
+    replicas: i32,
+) -> Vec<String> {
+    let mut names = Vec::new();
+    for fixture in crate::fixtures::rollout_group("ingester", zones, replicas) {
+        let created = fixture.create(client, namespace).await;
+        names.push(created.metadata.name.unwrap_or_default());
+    }
+    wait_group_ready(client, namespace, &names).await;
+    names
+}
+
 /// Deploys `version` to every StatefulSet in `names`; returns once the StatefulSet controller
 /// has computed each one's new update revision.
 pub async fn roll_out(client: &kube::Client, namespace: &str, names: &[String], version: &str) {

@@ -6,9 +6,8 @@ use std::time::{Duration, Instant};
 use std::collections::BTreeMap;
 
 use baton_e2e::controller_support::{
-    Controller, event_reporters, roll_out, rollout_state, wait_group_ready, wait_rollout_complete,
+    Controller, create_ready_group, event_reporters, roll_out, rollout_state, wait_rollout_complete,
 };
-use baton_e2e::fixtures::rollout_group;
 use baton_e2e::pod_simulator::PodEvent;
 use baton_e2e::timeline::{Zone, check_rollout_guarantees};
 use baton_e2e::{ControlPlane, PodSimulator, SimulatorOptions, TestNamespace, wait_until};
@@ -19,13 +18,7 @@ const LEASE_DURATION: Duration = Duration::from_secs(3);
 const RETRY_PERIOD: Duration = Duration::from_millis(500);
 
 async fn create_group(namespace: &TestNamespace, zones: &[&str], replicas: i32) -> Vec<String> {
-    let mut names = Vec::new();
-    for fixture in rollout_group("ingester", zones, replicas) {
-        let created = fixture.create(&namespace.client(), namespace.name()).await;
-        names.push(created.metadata.name.unwrap_or_default());
-    }
-    wait_group_ready(&namespace.client(), namespace.name(), &names).await;
-    names
+    create_ready_group(&namespace.client(), namespace.name(), zones, replicas).await
 }
 
 /// Waits until exactly one of `controllers` reports leading and returns its index.

@@ -10,7 +10,7 @@
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
-use baton_e2e::controller_support::{Controller, roll_out, rollout_state, wait_group_ready};
+use baton_e2e::controller_support::{Controller, create_ready_group, roll_out, rollout_state};
 use baton_e2e::fixtures::{rollout_group, set_version};
 use baton_e2e::{ControlPlane, PodEvent, PodSimulator, SimulatorOptions, TestNamespace};
 use k8s_openapi::api::core::v1::Pod;
@@ -150,12 +150,7 @@ async fn start(control_plane: &ControlPlane) -> anyhow::Result<()> {
             SimulatorOptions::default(),
         )
         .await;
-        let mut names = Vec::new();
-        for fixture in rollout_group("ingester", &["a", "b", "c"], 3) {
-            let created = fixture.create(&client, namespace.name()).await;
-            names.push(created.metadata.name.unwrap_or_default());
-        }
-        wait_group_ready(&client, namespace.name(), &names).await;
+        let names = create_ready_group(&client, namespace.name(), &["a", "b", "c"], 3).await;
         roll_out(&client, namespace.name(), &names, "v2").await;
 
         let started = Instant::now();
