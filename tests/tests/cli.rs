@@ -74,8 +74,8 @@ fn print_config_shows_the_layers_merged_and_loads_back() {
             "environment wins: {printed}"
         );
         assert!(
-            printed.contains("resync_interval: 1m 30s"),
-            "file over defaults: {printed}"
+            printed.contains("resync_interval: 90s"),
+            "file over defaults, printed as written: {printed}"
         );
         let reprinted_file = directory.path().join("printed.yaml");
         std::fs::write(&reprinted_file, &printed).unwrap();
