@@ -134,6 +134,14 @@ fn timestamp_body(unix_seconds: i64) -> String {
 /// Reads one request's head and drains its body (by `Content-Length`); returns its method and
 /// path. `None` when the peer closes early or sends more than 64 KiB of head.
 pub async fn read_request(stream: &mut tokio::net::TcpStream) -> Option<(String, String)> {
+    let (method, path, _) = read_request_with_body(stream).await?;
+    Some((method, path))
+}
+
+/// As [`read_request`], and returns the body too.
+pub async fn read_request_with_body(
+    stream: &mut tokio::net::TcpStream,
+) -> Option<(String, String, Vec<u8>)> {
     let mut buffer = Vec::new();
     let mut chunk = [0u8; 4096];
     let head_end = loop {
@@ -162,13 +170,13 @@ pub async fn read_request(stream: &mut tokio::net::TcpStream) -> Option<(String,
                 .then(|| value.trim().parse::<usize>().ok())?
         })
         .unwrap_or(0);
-    let mut body = buffer.len() - head_end;
-    while body < length {
+    let mut body = buffer[head_end..].to_vec();
+    while body.len() < length {
         let read = stream.read(&mut chunk).await.ok()?;
         if read == 0 {
             break;
         }
-        body += read;
+        body.extend_from_slice(&chunk[..read]);
     }
-    Some((method, path))
+    Some((method, path, body))
 }

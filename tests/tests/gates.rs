@@ -4,8 +4,8 @@
 use std::time::{Duration, Instant};
 
 use baton_controller::gates::{
-    CHECK_STATE_ANNOTATION, HALTED_ANNOTATION, HEALTH_CHECK_ANNOTATION, RAMP_ANNOTATION,
-    SOAK_ANNOTATION, STATE_ANNOTATION, ZoneState, health,
+    CHECK_STATE_ANNOTATION, HALTED_ANNOTATION, HEALTH_CHECK_ANNOTATION, HOOK_ANNOTATION,
+    RAMP_ANNOTATION, SOAK_ANNOTATION, STATE_ANNOTATION, ZoneState, health,
 };
 use baton_e2e::controller_support::{
     Controller, events_about, roll_out, rollout_state, wait_group_ready, wait_rollout_complete,
@@ -548,5 +548,162 @@ async fn a_ramp_rolls_each_zone_1_then_2_then_4_pods_with_max_unavailable_4() {
     for zone in &zones {
         let batches = deletion_batches(&timeline, zone, from);
         assert_eq!(batches, vec![1, 2, 4], "{}", zone.statefulset);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Hooks
+// ---------------------------------------------------------------------------------------------
+
+/// An HTTP endpoint on loopback standing in for a rollout hook: records every request's JSON
+/// body and answers with the status it is told.
+struct HookServer {
+    url: String,
+    calls: std::sync::Arc<std::sync::Mutex<Vec<serde_json::Value>>>,
+    _task: tokio::task::JoinHandle<()>,
+}
+
+impl HookServer {
+    async fn start(status: u16) -> Self {
+        use tokio::io::AsyncWriteExt;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("a loopback port");
+        let url = format!("http://{}/rollout", listener.local_addr().expect("bound"));
+        let calls = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let recorded = calls.clone();
+        let task = tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let recorded = recorded.clone();
+                tokio::spawn(async move {
+                    let Some((_, _, body)) =
+                        baton_e2e::http_support::read_request_with_body(&mut stream).await
+                    else {
+                        return;
+                    };
+                    let call = serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null);
+                    recorded.lock().expect("not poisoned").push(call);
+                    let answer = format!(
+                        "HTTP/1.1 {status} X\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                    );
+                    let _ = stream.write_all(answer.as_bytes()).await;
+                });
+            }
+        });
+        Self {
+            url,
+            calls,
+            _task: task,
+        }
+    }
+
+    fn calls(&self) -> Vec<serde_json::Value> {
+        self.calls.lock().expect("not poisoned").clone()
+    }
+}
+
+#[tokio::test]
+async fn hooks_are_called_before_and_after_each_zone_in_order_with_the_documented_body() {
+    // Given a ready group whose hook answers 200
+    let hook = HookServer::start(200).await;
+    let scene = Scene::new("hooks").await;
+    let names = scene
+        .create(|zone, fixture| match zone {
+            "a" => fixture.annotation(HOOK_ANNOTATION, &hook.url),
+            _ => fixture,
+        })
+        .await;
+    let before: Vec<String> = {
+        let mut revisions = Vec::new();
+        for name in &names {
+            revisions.push(
+                rollout_state(&scene.namespace.client(), scene.namespace.name(), name)
+                    .await
+                    .update_revision,
+            );
+        }
+        revisions
+    };
+
+    // When the template changes
+    scene.roll_out(&names).await;
+
+    // Then the rollout completes, and the hook was called before and after each zone, in order
+    scene.wait_complete(&names).await;
+    wait_until(TIMEOUT, "the last zone's AfterZone hook call", || async {
+        hook.calls()
+            .last()
+            .is_some_and(|call| call["zone"] == "ingester-zone-c" && call["phase"] == "AfterZone")
+    })
+    .await;
+    let calls = hook.calls();
+    let seen: Vec<(String, String)> = calls
+        .iter()
+        .map(|call| {
+            (
+                call["zone"].as_str().unwrap_or_default().to_owned(),
+                call["phase"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect();
+    let expected: Vec<(String, String)> = names
+        .iter()
+        .flat_map(|name| {
+            [
+                (name.clone(), "BeforeZone".to_owned()),
+                (name.clone(), "AfterZone".to_owned()),
+            ]
+        })
+        .collect();
+    assert_eq!(seen, expected);
+    // with the documented body
+    for (call, (name, old)) in calls.iter().step_by(2).zip(names.iter().zip(&before)) {
+        let new = rollout_state(&scene.namespace.client(), scene.namespace.name(), name)
+            .await
+            .update_revision;
+        assert_eq!(
+            *call,
+            json!({
+                "group": "ingester",
+                "namespace": scene.namespace.name(),
+                "zone": name,
+                "phase": "BeforeZone",
+                "fromRevision": old,
+                "toRevision": new,
+            })
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_failing_hook_is_retried_and_then_halts_the_group() {
+    // Given a ready group whose hook answers 500
+    let hook = HookServer::start(500).await;
+    let scene = Scene::new("hook-fails").await;
+    let names = scene
+        .create(|zone, fixture| match zone {
+            "a" => fixture.annotation(HOOK_ANNOTATION, &hook.url),
+            _ => fixture,
+        })
+        .await;
+
+    // When the template changes
+    scene.roll_out(&names).await;
+
+    // Then the hook is tried 5 times, and the group halts naming the hook and its answer
+    scene
+        .wait_event(
+            "ingester-zone-a",
+            "Halted",
+            &format!(
+                "hook BeforeZone of ingester-zone-a ({}) failed 5 times: HTTP 500",
+                hook.url
+            ),
+        )
+        .await;
+    assert_eq!(hook.calls().len(), 5);
+    // and no pod was deleted
+    for name in &names {
+        assert_eq!(scene.updated_pods(name).await, 0, "{name}");
     }
 }

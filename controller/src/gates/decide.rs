@@ -54,6 +54,13 @@ pub enum GateWait {
         needed: u32,
         last: Option<String>,
     },
+    /// `zone` waits for its hook of `phase` to answer 2xx (`attempts` failed so far).
+    Hook {
+        zone: String,
+        phase: String,
+        attempts: u32,
+        last: Option<String>,
+    },
     /// `zone` ramps: its last step is not available yet (`updated` of `total` pods updated).
     Ramp {
         zone: String,
@@ -80,6 +87,7 @@ impl GateWait {
             Self::Soak { .. } => "Soak",
             Self::HealthCheck { .. } => "HealthCheck",
             Self::Ramp { .. } => "Ramp",
+            Self::Hook { .. } => "Hook",
         }
     }
 
@@ -90,7 +98,8 @@ impl GateWait {
             Self::ZoneUnfinished { zone, .. }
             | Self::Soak { zone, .. }
             | Self::HealthCheck { zone, .. }
-            | Self::Ramp { zone, .. } => zone,
+            | Self::Ramp { zone, .. }
+            | Self::Hook { zone, .. } => zone,
         }
     }
 }
@@ -117,6 +126,20 @@ impl fmt::Display for GateWait {
                 formatter,
                 "{zone} starts only once {unfinished} is updated and available"
             ),
+            Self::Hook {
+                zone,
+                phase,
+                attempts,
+                last,
+            } => {
+                write!(formatter, "{zone} waits for its {phase} hook")?;
+                match last {
+                    Some(last) if *attempts > 0 => {
+                        write!(formatter, " ({attempts} failed so far, last: {last})")
+                    }
+                    _ => Ok(()),
+                }
+            }
             Self::Ramp {
                 zone,
                 updated,
@@ -187,6 +210,8 @@ pub struct GateDecision {
     pub warnings: Vec<GateWarning>,
     /// When the decision changes without any watch event (a soak ends).
     pub recheck_after: Option<Timestamp>,
+    /// A hook call to make now; its answer gives more writes ([`super::hooks::record`]).
+    pub hook: Option<super::hooks::HookCall>,
 }
 
 impl GateDecision {
@@ -196,6 +221,7 @@ impl GateDecision {
             writes: Vec::new(),
             warnings: Vec::new(),
             recheck_after: None,
+            hook: None,
         }
     }
 

@@ -14,7 +14,7 @@ use serde::Deserialize;
 use super::checks::{self, CheckOutcome, CheckPolicy, CheckRun, CheckState};
 use super::keys::{self, GateWarning, HEALTH_CHECK_ANNOTATION};
 use super::prometheus::{Auth, PrometheusClient, Tls};
-use super::{GateDecision, GateWait, decide};
+use super::{GateDecision, GateWait, decide, hooks};
 use crate::rollout::{GroupSnapshot, Plan};
 
 /// The CRD's API group, version and kind.
@@ -362,9 +362,30 @@ pub async fn evaluate(
     group: &GroupSnapshot,
     now: Timestamp,
 ) -> (Plan, GateDecision) {
-    let gated = decide(group, now);
     let (config, _) = keys::read(group);
-    let Some(name) = config.health_check.filter(|_| config.invalid.is_none()) else {
+    let checked = check(client, namespace, group, &config, now).await;
+    let Some(url) = config.hook.clone().filter(|_| config.invalid.is_none()) else {
+        return checked;
+    };
+    let (plan, mut decision, call) = hooks::apply(group, &url, checked, now);
+    decision.hook = call;
+    (plan, decision)
+}
+
+/// [`decide`], then the health check if the group names one.
+async fn check(
+    client: &kube::Client,
+    namespace: &str,
+    group: &GroupSnapshot,
+    config: &keys::GateConfig,
+    now: Timestamp,
+) -> (Plan, GateDecision) {
+    let gated = decide(group, now);
+    let Some(name) = config
+        .health_check
+        .clone()
+        .filter(|_| config.invalid.is_none())
+    else {
         return gated;
     };
     let halted = matches!(gated.1.wait(), Some(GateWait::Halted { .. }));

@@ -37,6 +37,14 @@ pub const CHECK_STATE_ANNOTATION: &str = "baton.dev/check-state";
 pub const HEALTH_CHECK_ACCEPTED: &str =
     "the name of a RolloutHealthCheck: lower-case letters, digits, '-' and '.'";
 
+/// Annotation: the URL baton POSTs to before each zone starts and after it completes.
+pub const HOOK_ANNOTATION: &str = "baton.dev/hook";
+/// Annotation written by baton only: the state of a zone's hooks (JSON, see
+/// [`super::hooks::ZoneHooks`]).
+pub const HOOK_STATE_ANNOTATION: &str = "baton.dev/hook-state";
+/// What [`HOOK_ANNOTATION`] accepts.
+pub const HOOK_ACCEPTED: &str = "an http:// or https:// URL";
+
 /// Annotation: `exponential` ramps each zone in steps of 1, 2, 4, … pods (capped by
 /// max-unavailable), each step gated; `none` (or absent) does not.
 pub const RAMP_ANNOTATION: &str = "baton.dev/ramp";
@@ -53,6 +61,8 @@ pub const HOLDING: &str = "holding the group until it is fixed";
 pub struct GateConfig {
     /// The soak between zones; `None` without one (or `0`).
     pub soak: Option<SignedDuration>,
+    /// The hook URL named by a member (the first one, by member order).
+    pub hook: Option<String>,
     /// Some member asks for an exponential ramp inside each zone.
     pub ramp: bool,
     /// The `RolloutHealthCheck` named by a member (the first one, by member order).
@@ -239,6 +249,31 @@ pub fn read(group: &GroupSnapshot) -> (GateConfig, Vec<GateWarning>) {
                 });
             }
         }
+    }
+    for statefulset in &group.statefulsets {
+        let Some(raw) = statefulset.annotations.get(HOOK_ANNOTATION) else {
+            continue;
+        };
+        config.enabled = true;
+        let url = raw.trim();
+        if (url.starts_with("http://") || url.starts_with("https://")) && url.len() > 8 {
+            config.hook.get_or_insert_with(|| url.to_owned());
+            continue;
+        }
+        warnings.push(GateWarning::InvalidAnnotation {
+            statefulset: statefulset.name.clone(),
+            problem: InvalidAnnotation {
+                key: HOOK_ANNOTATION,
+                value: raw.clone(),
+                accepted: HOOK_ACCEPTED,
+                fallback: HOLDING.to_owned(),
+            },
+        });
+        config.invalid.get_or_insert_with(|| InvalidKey {
+            statefulset: statefulset.name.clone(),
+            key: HOOK_ANNOTATION,
+            value: raw.clone(),
+        });
     }
     let longest = soaks.iter().map(|(_, _, soak)| *soak).max();
     if soaks.iter().any(|(_, _, soak)| Some(*soak) != longest) {

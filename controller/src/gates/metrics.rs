@@ -5,12 +5,14 @@ use prometheus::{IntGaugeVec, Opts, Registry};
 use super::GateWait;
 
 /// Every [`GateWait::kind`], so that a group's series for the other kinds read 0.
-const KINDS: [&str; 5] = [
+const KINDS: [&str; 7] = [
     "Halted",
     "InvalidGate",
     "ZoneUnfinished",
     "Soak",
     "HealthCheck",
+    "Ramp",
+    "Hook",
 ];
 
 #[derive(Debug, Clone)]
@@ -28,7 +30,7 @@ impl GateMetrics {
                 Opts::new(
                     "baton_rollout_gate_holding",
                     "1 when the group's rollout gate holds pod deletions for this reason \
-                     (Soak, ZoneUnfinished, HealthCheck, Ramp, Halted, InvalidGate), else 0.",
+                     (Soak, ZoneUnfinished, HealthCheck, Ramp, Hook, Halted, InvalidGate), else 0.",
                 ),
                 &["rollout_group", "reason"],
             )?,

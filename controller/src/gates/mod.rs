@@ -21,6 +21,7 @@
 pub mod checks;
 pub mod decide;
 pub mod health;
+pub mod hooks;
 pub mod keys;
 pub mod metrics;
 pub mod prometheus;
@@ -31,6 +32,6 @@ pub mod store;
 pub use decide::{AnnotationWrite, GateDecision, GateWait, Verdict, decide, decide_with};
 pub use keys::{
     CHECK_STATE_ANNOTATION, GateConfig, GateWarning, HALTED_ANNOTATION, HEALTH_CHECK_ANNOTATION,
-    RAMP_ANNOTATION, SOAK_ANNOTATION, STATE_ANNOTATION,
+    HOOK_ANNOTATION, HOOK_STATE_ANNOTATION, RAMP_ANNOTATION, SOAK_ANNOTATION, STATE_ANNOTATION,
 };
 pub use state::{GateState, ZoneState};

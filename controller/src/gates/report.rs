@@ -45,7 +45,8 @@ pub async fn explain(
         GateWait::Soak { .. }
         | GateWait::ZoneUnfinished { .. }
         | GateWait::HealthCheck { .. }
-        | GateWait::Ramp { .. } => Severity::Normal,
+        | GateWait::Ramp { .. }
+        | GateWait::Hook { .. } => Severity::Normal,
     };
     let explanation = Explanation {
         severity,

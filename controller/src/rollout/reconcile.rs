@@ -113,8 +113,16 @@ impl RolloutReconciler {
         // The planner's plan as the rollout gates allow it (issue 12; a group without gate
         // keys gets the plan unchanged).
         let now = jiff::Timestamp::now();
-        let (plan, gate) =
+        let (plan, mut gate) =
             gates::health::evaluate(&self.client, &self.namespace, &snapshot, now).await;
+        if let Some(call) = gate.hook.clone()
+            && may_act()
+        {
+            let timeout = self.request_timeout;
+            let answer = gates::hooks::post(&call, group, &self.namespace, timeout).await;
+            gate.writes
+                .extend(gates::hooks::record(&snapshot, &call, answer, now));
+        }
         self.record_progress(group, &plan, gate.wait().is_some());
         self.metrics.gates.record(group, gate.wait());
         self.explain(group, &members, &plan).await;

@@ -1,0 +1,285 @@
+//! Rollout hooks (issue 12, after the OAM rollout design's webhooks): an HTTP POST before each
+//! zone starts and after it completes. A 2xx answer lets the rollout proceed; anything else is
+//! retried with exponential backoff and, after [`ATTEMPTS`] failures, halts the group.
+//!
+//! Pure and composed after the zone gate like the health check: [`apply`] holds what waits for
+//! a hook and says which call is due; the I/O layer makes it ([`post`]) and [`record`] turns
+//! the answer into the state to store. The state of each zone's two hooks lives in
+//! `baton.dev/hook-state` on that zone, for its update revision, so a new leader neither calls
+//! a hook twice after a success nor forgets the attempts.
+
+use std::time::Duration;
+
+use jiff::{SignedDuration, Timestamp};
+use serde::{Deserialize, Serialize};
+
+use super::decide::{AnnotationWrite, GateDecision, GateWait, Verdict};
+use super::keys::{HALTED_ANNOTATION, HOOK_STATE_ANNOTATION, STATE_ANNOTATION};
+use super::state::GateState;
+use crate::rollout::{Action, GroupSnapshot, Plan};
+
+/// Failed attempts after which the group halts.
+pub const ATTEMPTS: u32 = 5;
+
+/// When in a zone's rollout a hook is called.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Phase {
+    BeforeZone,
+    AfterZone,
+}
+
+/// A hook call to make now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HookCall {
+    pub url: String,
+    pub zone: String,
+    pub phase: Phase,
+    pub from_revision: Option<String>,
+    pub to_revision: String,
+}
+
+/// One hook's state.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HookState {
+    #[serde(default)]
+    pub done: bool,
+    #[serde(default)]
+    pub attempts: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_at: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last: Option<String>,
+}
+
+/// A zone's hooks for one update revision.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ZoneHooks {
+    pub revision: String,
+    #[serde(default)]
+    pub before: HookState,
+    #[serde(default)]
+    pub after: HookState,
+}
+
+impl ZoneHooks {
+    fn read(group: &GroupSnapshot, zone: &str) -> Self {
+        let member = group.statefulsets.iter().find(|member| member.name == zone);
+        let revision = member
+            .and_then(|member| member.update_revision.clone())
+            .unwrap_or_default();
+        member
+            .and_then(|member| member.annotations.get(HOOK_STATE_ANNOTATION))
+            .and_then(|raw| serde_json::from_str::<Self>(raw).ok())
+            .filter(|hooks| hooks.revision == revision)
+            .unwrap_or(Self {
+                revision,
+                ..Self::default()
+            })
+    }
+
+    fn phase(&self, phase: Phase) -> &HookState {
+        match phase {
+            Phase::BeforeZone => &self.before,
+            Phase::AfterZone => &self.after,
+        }
+    }
+
+    fn phase_mut(&mut self, phase: Phase) -> &mut HookState {
+        match phase {
+            Phase::BeforeZone => &mut self.before,
+            Phase::AfterZone => &mut self.after,
+        }
+    }
+}
+
+impl HookState {
+    fn retry_at(&self) -> Option<Timestamp> {
+        self.retry_at.as_deref().and_then(|at| at.parse().ok())
+    }
+}
+
+/// Holds what waits for a hook and names the call due now (see the module header).
+pub fn apply(
+    group: &GroupSnapshot,
+    url: &str,
+    (mut plan, mut decision): (Plan, GateDecision),
+    now: Timestamp,
+) -> (Plan, GateDecision, Option<HookCall>) {
+    if matches!(
+        decision.wait(),
+        Some(GateWait::Halted { .. } | GateWait::InvalidGate { .. })
+    ) {
+        return (plan, decision, None);
+    }
+    let (state, _) = GateState::read(group);
+    let done = |name: &str| {
+        plan.progress
+            .iter()
+            .any(|progress| progress.statefulset == name && progress.done)
+    };
+    // After a zone completes: its after-hook, before anything else happens.
+    let after = state
+        .zones
+        .iter()
+        .filter(|(name, zone)| zone.cleared_at.is_some() && done(name))
+        .map(|(name, _)| name.clone())
+        .find(|name| !ZoneHooks::read(group, name).after.done);
+    // Before a zone starts: its before-hook, instead of clearing it.
+    let starting = plan.deletions().find_map(|action| match action {
+        Action::DeletePod { statefulset, .. } if !state.cleared(statefulset) => {
+            Some(statefulset.clone())
+        }
+        _ => None,
+    });
+    let (zone, phase) = match (after, starting) {
+        (Some(zone), _) => (zone, Phase::AfterZone),
+        (None, Some(zone)) if !ZoneHooks::read(group, &zone).before.done => {
+            (zone, Phase::BeforeZone)
+        }
+        _ => {
+            // Nothing pending: once the rollout's state is forgotten, so are the hooks'.
+            let forgetting = decision
+                .writes
+                .iter()
+                .any(|write| write.key == STATE_ANNOTATION && write.value.is_none());
+            if forgetting {
+                let carriers = group
+                    .statefulsets
+                    .iter()
+                    .filter(|member| member.annotations.contains_key(HOOK_STATE_ANNOTATION));
+                let removals: Vec<AnnotationWrite> = carriers
+                    .map(|member| AnnotationWrite {
+                        statefulset: member.name.clone(),
+                        key: HOOK_STATE_ANNOTATION,
+                        value: None,
+                    })
+                    .collect();
+                decision.writes.extend(removals);
+            }
+            return (plan, decision, None);
+        }
+    };
+    let hooks = ZoneHooks::read(group, &zone);
+    let hook = hooks.phase(phase);
+    plan.actions
+        .retain(|action| matches!(action, Action::SetCurrentRevision { .. }));
+    // Nothing is cleared, soaked nor forgotten while a hook is pending: a zone cleared now
+    // would start later without its own before-hook.
+    decision
+        .writes
+        .retain(|write| write.key != STATE_ANNOTATION);
+    decision.verdict = Verdict::Hold {
+        wait: GateWait::Hook {
+            zone: zone.clone(),
+            phase: format!("{phase:?}"),
+            attempts: hook.attempts,
+            last: hook.last.clone(),
+        },
+        pass: Default::default(),
+    };
+    let retry_at = hook.retry_at();
+    if let Some(at) = retry_at.filter(|at| *at > now) {
+        decision.recheck_after = Some(decision.recheck_after.map_or(at, |other| other.min(at)));
+        plan.recheck_after = Some(plan.recheck_after.map_or(at, |other| other.min(at)));
+        return (plan, decision, None);
+    }
+    let member = group.statefulsets.iter().find(|member| member.name == zone);
+    let call = HookCall {
+        url: url.to_owned(),
+        zone,
+        phase,
+        from_revision: member.and_then(|member| member.current_revision.clone()),
+        to_revision: hooks.revision.clone(),
+    };
+    (plan, decision, Some(call))
+}
+
+/// The state to store after `call` was answered with `answer` (an HTTP status, or why there
+/// was none): done on 2xx; otherwise one more attempt, retried after 1 s, 2 s, 4 s, … (at most
+/// a minute), and past [`ATTEMPTS`] a halt naming the hook, the zone and the last answer.
+pub fn record(
+    group: &GroupSnapshot,
+    call: &HookCall,
+    answer: Result<u16, String>,
+    now: Timestamp,
+) -> Vec<AnnotationWrite> {
+    let mut hooks = ZoneHooks::read(group, &call.zone);
+    let hook = hooks.phase_mut(call.phase);
+    let mut writes = Vec::new();
+    match answer {
+        Ok(status) if (200..300).contains(&status) => {
+            hook.done = true;
+            hook.retry_at = None;
+            hook.last = Some(format!("HTTP {status}"));
+        }
+        answer => {
+            hook.attempts += 1;
+            let last = match answer {
+                Ok(status) => format!("HTTP {status}"),
+                Err(why) => why,
+            };
+            let backoff = SignedDuration::from_secs(1 << (hook.attempts - 1).min(6))
+                .min(SignedDuration::from_secs(60));
+            hook.retry_at = Some(now.saturating_add(backoff).unwrap_or(now).to_string());
+            hook.last = Some(last.clone());
+            if hook.attempts >= ATTEMPTS {
+                let why = format!(
+                    "hook {:?} of {} ({}) failed {} times: {last}",
+                    call.phase, call.zone, call.url, hook.attempts
+                );
+                hook.attempts = 0;
+                hook.retry_at = None;
+                writes.push(AnnotationWrite {
+                    statefulset: call.zone.clone(),
+                    key: HALTED_ANNOTATION,
+                    value: Some(why),
+                });
+            }
+        }
+    }
+    writes.push(AnnotationWrite {
+        statefulset: call.zone.clone(),
+        key: HOOK_STATE_ANNOTATION,
+        value: Some(serde_json::to_string(&hooks).expect("plain data serialises")),
+    });
+    writes
+}
+
+/// The JSON body of a call (documented in docs/gates.md).
+pub fn body(call: &HookCall, group: &str, namespace: &str) -> serde_json::Value {
+    serde_json::json!({
+        "group": group,
+        "namespace": namespace,
+        "zone": call.zone,
+        "phase": call.phase,
+        "fromRevision": call.from_revision,
+        "toRevision": call.to_revision,
+    })
+}
+
+/// POSTs the call; the HTTP status, or why there is none.
+pub async fn post(
+    call: &HookCall,
+    group: &str,
+    namespace: &str,
+    timeout: Duration,
+) -> Result<u16, String> {
+    baton_shared::crypto::install_default_provider();
+    let client = reqwest::Client::builder()
+        .timeout(timeout)
+        .build()
+        .map_err(|error| error.to_string())?;
+    client
+        .post(&call.url)
+        .json(&body(call, group, namespace))
+        .send()
+        .await
+        .map(|response| response.status().as_u16())
+        .map_err(|error| format!("calling {}: {error}", call.url))
+}
+
+#[cfg(test)]
+#[path = "hooks_tests.rs"]
+mod tests;

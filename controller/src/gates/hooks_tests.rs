@@ -1,0 +1,176 @@
+//! Scenarios for rollout hooks, composed with the real planner and zone gate.
+
+use super::*;
+use crate::gates::decide::tests::{annotated, cleared, deleted_zones, group, now, secs, zone};
+use crate::gates::{HOOK_ANNOTATION, decide};
+
+const URL: &str = "http://hooks.example/rollout";
+
+fn hooked(statefulset: crate::rollout::StatefulSetSnapshot) -> crate::rollout::StatefulSetSnapshot {
+    annotated(statefulset, HOOK_ANNOTATION, URL)
+}
+
+fn with_hooks(
+    statefulset: crate::rollout::StatefulSetSnapshot,
+    before: HookState,
+    after: HookState,
+) -> crate::rollout::StatefulSetSnapshot {
+    let hooks = ZoneHooks {
+        revision: format!("{}-new", statefulset.name),
+        before,
+        after,
+    };
+    let value = serde_json::to_string(&hooks).expect("serialises");
+    annotated(statefulset, HOOK_STATE_ANNOTATION, &value)
+}
+
+fn done() -> HookState {
+    HookState {
+        done: true,
+        ..HookState::default()
+    }
+}
+
+fn gate(group: &GroupSnapshot) -> (Plan, GateDecision, Option<HookCall>) {
+    apply(group, URL, decide(group, now()), now())
+}
+
+#[test]
+fn the_first_zone_starts_only_after_its_before_hook_answered() {
+    let group = group(vec![hooked(zone("a", 3, 0)), zone("b", 3, 0)]);
+    let (gated, decision, call) = gate(&group);
+    assert!(deleted_zones(&gated).is_empty());
+    assert_eq!(decision.wait().map(GateWait::kind), Some("Hook"));
+    assert!(
+        decision.writes.is_empty(),
+        "a is not cleared yet: {decision:?}"
+    );
+    let call = call.expect("the before hook is due");
+    assert_eq!((call.zone.as_str(), call.phase), ("a", Phase::BeforeZone));
+    assert_eq!(
+        body(&call, "ingester", "prod"),
+        serde_json::json!({
+            "group": "ingester", "namespace": "prod", "zone": "a", "phase": "BeforeZone",
+            "fromRevision": "a-old", "toRevision": "a-new",
+        })
+    );
+
+    let answered = record(&group, &call, Ok(204), now());
+    let mut after = group.clone();
+    for write in answered {
+        after.statefulsets[0]
+            .annotations
+            .insert(write.key.to_owned(), write.value.expect("set"));
+    }
+    let (gated, _, call) = gate(&after);
+    assert_eq!(deleted_zones(&gated), ["a"]);
+    assert_eq!(call, None, "a hook that answered is not called again");
+}
+
+#[test]
+fn a_completed_zone_calls_its_after_hook_before_anything_else() {
+    let group = group(vec![
+        with_hooks(
+            hooked(cleared(zone("a", 2, 2))),
+            done(),
+            HookState::default(),
+        ),
+        zone("b", 2, 0),
+    ]);
+    let (gated, decision, call) = gate(&group);
+    assert!(deleted_zones(&gated).is_empty());
+    assert_eq!(
+        decision.wait().expect("held").to_string(),
+        "a waits for its AfterZone hook"
+    );
+    let call = call.expect("due");
+    assert_eq!((call.zone.as_str(), call.phase), ("a", Phase::AfterZone));
+    // The zone gate alone would clear b now; b must wait for its own before-hook.
+    let (_, zones_only) = decide(&group, now());
+    assert!(
+        zones_only
+            .writes
+            .iter()
+            .any(|write| write.statefulset == "b")
+    );
+    assert!(
+        decision
+            .writes
+            .iter()
+            .all(|write| write.key != STATE_ANNOTATION),
+        "{decision:?}"
+    );
+}
+
+#[test]
+fn failures_are_retried_with_backoff_and_halt_past_the_limit() {
+    let group = group(vec![hooked(zone("a", 3, 0)), zone("b", 3, 0)]);
+    let (_, _, call) = gate(&group);
+    let call = call.expect("due");
+    let mut state = group.clone();
+    for attempt in 1..=ATTEMPTS {
+        let writes = record(&state, &call, Ok(503), now());
+        let halted = writes.iter().find(|write| write.key == HALTED_ANNOTATION);
+        if attempt < ATTEMPTS {
+            assert!(halted.is_none(), "attempt {attempt}");
+        } else {
+            let why = halted.expect("halted").value.clone().expect("set");
+            assert_eq!(
+                why,
+                format!("hook BeforeZone of a ({URL}) failed {ATTEMPTS} times: HTTP 503")
+            );
+        }
+        for write in writes {
+            state.statefulsets[0]
+                .annotations
+                .insert(write.key.to_owned(), write.value.expect("set"));
+        }
+        if attempt == 1 {
+            // Retried after a second, not before.
+            let (_, decision, call) = gate(&state);
+            assert_eq!(call, None);
+            assert_eq!(decision.recheck_after, Some(now() + secs(1)));
+            assert!(
+                decision
+                    .wait()
+                    .expect("held")
+                    .to_string()
+                    .ends_with("(1 failed so far, last: HTTP 503)")
+            );
+        }
+    }
+}
+
+#[test]
+fn the_rollout_state_is_kept_until_the_last_after_hook_answered() {
+    let mut complete = group(vec![
+        with_hooks(hooked(cleared(zone("a", 2, 2))), done(), done()),
+        with_hooks(cleared(zone("b", 2, 2)), done(), HookState::default()),
+    ]);
+    for member in &mut complete.statefulsets {
+        member.current_revision = member.update_revision.clone();
+    }
+    let (_, decision, call) = gate(&complete);
+    assert_eq!(call.map(|call| call.zone), Some("b".to_owned()));
+    assert!(
+        decision.writes.is_empty(),
+        "nothing forgotten yet: {decision:?}"
+    );
+
+    complete.statefulsets[1] = with_hooks(cleared(zone("b", 2, 2)), done(), done());
+    complete.statefulsets[1].current_revision = complete.statefulsets[1].update_revision.clone();
+    let (_, decision, call) = gate(&complete);
+    assert_eq!(call, None);
+    for name in ["a", "b"] {
+        for key in [STATE_ANNOTATION, HOOK_STATE_ANNOTATION] {
+            assert!(
+                decision.writes.contains(&AnnotationWrite {
+                    statefulset: name.to_owned(),
+                    key,
+                    value: None,
+                }),
+                "{name} {key}: {decision:?}"
+            );
+        }
+    }
+}
