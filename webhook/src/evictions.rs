@@ -272,18 +272,24 @@ impl Evictions {
             .get(&budget.name)
             .cloned();
         for _ in 0..CLAIM_ATTEMPTS {
-            let record = match known.take() {
-                Some(record) => record,
+            // The copy this replica knows may be stale: good enough to allow (the write is
+            // conditioned on it), not to deny (every denial here rests on the record's entries,
+            // as the decision without them allowed): a denial is confirmed on a fresh read.
+            let (record, fresh) = match known.take() {
+                Some(record) => (record, false),
                 None => {
                     self.metrics.api_read("record").inc();
                     match ledger::read(&api, &name).await {
-                        Ok(record) => record,
+                        Ok(record) => (record, true),
                         Err(error) => return self.record_failed(request, budget, &name, &error),
                     }
                 }
             };
             self.remember(&budget.name, &record);
             let verdict = self.decide(pod, budgets, &admission::recently_allowed(&record));
+            if !verdict.is_allowed() && !fresh {
+                continue;
+            }
             if !verdict.is_allowed() || request.dry_run {
                 return (admission::answer(&verdict), verdict.reason_label());
             }

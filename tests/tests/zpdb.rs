@@ -1,0 +1,734 @@
+//! Zone-aware pod disruption budgets on the real control plane: the API server calls
+//! baton-webhook's `/admission/pod-eviction` and `/admission/zpdb-validation` (configured by
+//! `clientConfig.url`), drains are real Eviction API calls (policy/v1beta1, as Kubernetes 1.20
+//! takes them), the StatefulSet controller recreates evicted pods and the pod simulator holds
+//! them not ready until the scenario lets them recover.
+
+use std::time::Duration;
+
+use baton_e2e::control_plane::supervisor::clean_up_from_drop;
+use baton_e2e::controller_support::wait_group_ready;
+use baton_e2e::fixtures::StatefulSetFixture;
+use baton_e2e::webhook_support::{TestTls, WebhookReplica};
+use baton_e2e::{
+    ControlPlane, PodEvent, PodSimulator, SimulatorOptions, TestNamespace, wait_until,
+};
+use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, PostParams};
+use serde_json::{Value, json};
+
+const TIMEOUT: Duration = Duration::from_secs(60);
+const GROUP: &str = "ingester";
+const ZONES: [&str; 3] = ["a", "b", "c"];
+
+/// Applies `deploy/crds/zone-aware-pod-disruption-budget.yaml` as users do, once per test
+/// process, and waits until the API server serves the resource.
+async fn install_crd(control_plane: &ControlPlane) {
+    static INSTALLED: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
+    INSTALLED
+        .get_or_init(|| async {
+            let manifest = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../deploy/crds/zone-aware-pod-disruption-budget.yaml");
+            let output = tokio::process::Command::new("kubectl")
+                .arg("--kubeconfig")
+                .arg(control_plane.kubeconfig_path())
+                .args(["apply", "--server-side", "--force-conflicts", "-f"])
+                .arg(&manifest)
+                .output()
+                .await
+                .expect("running kubectl apply");
+            assert!(
+                output.status.success(),
+                "kubectl apply -f {} failed: {}",
+                manifest.display(),
+                String::from_utf8_lossy(&output.stderr)
+            );
+            let client = control_plane.admin_client().await;
+            let gvk = GroupVersionKind::gvk(
+                "rollout-operator.grafana.com",
+                "v1",
+                "ZoneAwarePodDisruptionBudget",
+            );
+            wait_until(
+                TIMEOUT,
+                "discovery serves ZoneAwarePodDisruptionBudgets",
+                || async { kube::discovery::pinned_kind(&client, &gvk).await.is_ok() },
+            )
+            .await;
+        })
+        .await;
+}
+
+fn zpdb_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk(
+            "rollout-operator.grafana.com",
+            "v1",
+            "ZoneAwarePodDisruptionBudget",
+        ),
+        "zoneawarepoddisruptionbudgets",
+    )
+}
+
+/// `ingester-zone-<zone>`.
+fn statefulset(zone: &str) -> String {
+    format!("{GROUP}-zone-{zone}")
+}
+
+/// Pod `ordinal` of `zone`.
+fn pod(zone: &str, ordinal: u32) -> String {
+    format!("{}-{ordinal}", statefulset(zone))
+}
+
+/// A namespace with one StatefulSet per zone (`rollout-group: ingester` on the StatefulSets
+/// and their pods, as budgets select both), all pods ready, and baton-webhook replicas, each
+/// registered by its own configuration (so the API server asks every replica about every
+/// eviction: all must allow it).
+struct Zones {
+    namespace: TestNamespace,
+    simulator: PodSimulator,
+    replicas: Vec<WebhookReplica>,
+    tls: TestTls,
+    /// The drain's client: kube's retries of 429 answers are off, so a refusal is seen.
+    evictor: kube::Client,
+    _configurations: Vec<Configuration>,
+}
+
+impl Zones {
+    async fn new(prefix: &str, sizes: &[i32], replicas: usize) -> Self {
+        let control_plane = ControlPlane::shared().await;
+        install_crd(control_plane).await;
+        let namespace = TestNamespace::create(control_plane, prefix).await;
+        let client = namespace.client();
+        let simulator = PodSimulator::start(
+            client.clone(),
+            namespace.name(),
+            SimulatorOptions::default(),
+        )
+        .await;
+        let mut names = Vec::new();
+        for (zone, size) in ZONES.iter().zip(sizes) {
+            let mut object = StatefulSetFixture::new(&statefulset(zone))
+                .group(GROUP)
+                .replicas(*size)
+                .build();
+            let template = object
+                .spec
+                .as_mut()
+                .unwrap()
+                .template
+                .metadata
+                .as_mut()
+                .unwrap();
+            template
+                .labels
+                .get_or_insert_default()
+                .insert("rollout-group".into(), GROUP.into());
+            Api::<StatefulSet>::namespaced(client.clone(), namespace.name())
+                .create(&PostParams::default(), &object)
+                .await
+                .unwrap();
+            names.push(statefulset(zone));
+        }
+        wait_group_ready(&client, namespace.name(), &names).await;
+        let tls = TestTls::generate().unwrap();
+        let mut started = Vec::new();
+        let mut configurations = Vec::new();
+        for index in 0..replicas {
+            let replica = WebhookReplica::start(control_plane, &tls, namespace.name())
+                .await
+                .unwrap();
+            configurations.push(
+                Configuration::register(control_plane, namespace.name(), index, &tls, &replica)
+                    .await,
+            );
+            started.push(replica);
+        }
+        let zones = Self {
+            namespace,
+            simulator,
+            replicas: started,
+            tls,
+            evictor: client_without_retries(control_plane).await,
+            _configurations: configurations,
+        };
+        zones.wait_for_webhooks().await;
+        zones
+    }
+
+    fn ns(&self) -> &str {
+        self.namespace.name()
+    }
+
+    fn budgets(&self) -> Api<DynamicObject> {
+        Api::namespaced_with(self.namespace.client(), self.ns(), &zpdb_resource())
+    }
+
+    /// Creates the budget `spec` selecting the group.
+    async fn create_budget(&self, name: &str, mut spec: Value) {
+        spec["selector"] = json!({"matchLabels": {"rollout-group": GROUP}});
+        self.budgets()
+            .create(&PostParams::default(), &budget(name, spec))
+            .await
+            .unwrap_or_else(|error| panic!("creating budget {name}: {error}"));
+        // Every replica's cache has it once a dry-run review is judged by it.
+        for replica in &self.replicas {
+            wait_until(
+                TIMEOUT,
+                "the replica judges with the new budget",
+                || async {
+                    let (_, message) = self.review(replica, &pod("a", 0), true).await;
+                    message.contains(name)
+                },
+            )
+            .await;
+        }
+    }
+
+    /// The API server picks configurations up asynchronously: probes with a budget the
+    /// validation refuses until every replica has judged one.
+    async fn wait_for_webhooks(&self) {
+        wait_until(TIMEOUT, "every replica is called by the API server", || async {
+            let bad = budget(
+                "probe",
+                json!({"selector": {"matchLabels": {"a": "b"}}, "podNamePartitionRegex": "no-group"}),
+            );
+            let _ = self
+                .budgets()
+                .create(&PostParams { dry_run: true, ..PostParams::default() }, &bad)
+                .await;
+            let mut all = true;
+            for replica in &self.replicas {
+                all &= metrics(replica).await.contains("webhook=\"zpdb-validation\"");
+            }
+            all
+        })
+        .await;
+    }
+
+    /// Evicts `pod` through the API server (policy/v1beta1 Eviction): Ok, or the refusal's
+    /// HTTP code and message.
+    async fn evict(&self, pod: &str) -> Result<(), (u16, String)> {
+        evict(&self.evictor, self.ns(), pod).await
+    }
+
+    /// Sends an eviction review of `pod` straight to `replica` (as the API server would):
+    /// whether it was allowed, and its message.
+    async fn review(&self, replica: &WebhookReplica, pod: &str, dry_run: bool) -> (bool, String) {
+        let uid = format!("e2e-{}", rand_uid());
+        let review = json!({
+            "apiVersion": "admission.k8s.io/v1beta1",
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": uid,
+                "kind": {"group": "policy", "version": "v1beta1", "kind": "Eviction"},
+                "resource": {"group": "", "version": "v1", "resource": "pods"},
+                "subResource": "eviction",
+                "name": pod,
+                "namespace": self.ns(),
+                "operation": "CREATE",
+                "userInfo": {"username": "e2e"},
+                "object": {"apiVersion": "policy/v1beta1", "kind": "Eviction",
+                           "metadata": {"name": pod, "namespace": self.ns()}},
+                "dryRun": dry_run,
+            }
+        });
+        let answer: Value = self
+            .tls
+            .client()
+            .unwrap()
+            .post(replica.url("/admission/pod-eviction"))
+            .json(&review)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let response = &answer["response"];
+        assert_eq!(response["uid"], uid);
+        (
+            response["allowed"] == true,
+            response["status"]["message"]
+                .as_str()
+                .unwrap_or("")
+                .to_owned(),
+        )
+    }
+
+    /// Evicts `pod`, expecting it to be allowed, and keeps the pod that replaces it not ready.
+    async fn evict_and_hold(&self, pod: &str) {
+        self.evict(pod)
+            .await
+            .unwrap_or_else(|(code, message)| panic!("evicting {pod}: {code} {message}"));
+        self.simulator.hold_not_ready(pod).await;
+    }
+
+    /// Expects the eviction of `pod` to be refused with 429 and a message holding `words`.
+    async fn refused(&self, pod: &str, words: &[&str]) {
+        match self.evict(pod).await {
+            Ok(()) => panic!("the eviction of {pod} was allowed"),
+            Err((code, message)) => {
+                assert_eq!(code, 429, "{message}");
+                for word in words {
+                    assert!(message.contains(word), "{word:?} not in {message:?}");
+                }
+            }
+        }
+    }
+
+    async fn release(&self, pods: &[String]) {
+        for pod in pods {
+            self.simulator.release(pod).await;
+        }
+        let api = self.namespace.api::<Pod>();
+        for pod in pods {
+            wait_until(TIMEOUT, &format!("{pod} is ready again"), || async {
+                api.get(pod).await.is_ok_and(|pod| is_ready(&pod))
+            })
+            .await;
+        }
+    }
+}
+
+fn budget(name: &str, spec: Value) -> DynamicObject {
+    serde_json::from_value(json!({
+        "apiVersion": "rollout-operator.grafana.com/v1",
+        "kind": "ZoneAwarePodDisruptionBudget",
+        "metadata": {"name": name},
+        "spec": spec,
+    }))
+    .unwrap()
+}
+
+/// An admin client that does not retry 429 answers (kube's default client retries them, with
+/// backoff, up to 15 times: a refused eviction would look like a hang).
+async fn client_without_retries(control_plane: &ControlPlane) -> kube::Client {
+    let kubeconfig = kube::config::Kubeconfig::read_from(control_plane.kubeconfig_path()).unwrap();
+    let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .unwrap();
+    config.default_retry = false;
+    kube::Client::try_from(config).unwrap()
+}
+
+fn is_ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|status| status.conditions.as_ref())
+        .is_some_and(|conditions| {
+            conditions
+                .iter()
+                .any(|condition| condition.type_ == "Ready" && condition.status == "True")
+        })
+}
+
+fn rand_uid() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    format!(
+        "{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+async fn metrics(replica: &WebhookReplica) -> String {
+    let Ok(response) = reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .unwrap()
+        .get(format!("http://127.0.0.1:{}/metrics", replica.ops_port))
+        .send()
+        .await
+    else {
+        return String::new();
+    };
+    response.text().await.unwrap_or_default()
+}
+
+async fn evict(client: &kube::Client, namespace: &str, pod: &str) -> Result<(), (u16, String)> {
+    let body = json!({
+        "apiVersion": "policy/v1beta1",
+        "kind": "Eviction",
+        "metadata": {"name": pod, "namespace": namespace},
+    });
+    let request = http::Request::post(format!(
+        "/api/v1/namespaces/{namespace}/pods/{pod}/eviction"
+    ))
+    .header(http::header::CONTENT_TYPE, "application/json")
+    .body(serde_json::to_vec(&body).unwrap())
+    .unwrap();
+    match client.request::<Value>(request).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) => Err((status.code, status.message)),
+        Err(error) => panic!("evicting {pod}: {error}"),
+    }
+}
+
+/// One replica's webhook configuration (both ZPDB webhooks) for one namespace; deleted when
+/// dropped.
+struct Configuration {
+    name: String,
+    kubeconfig: std::path::PathBuf,
+}
+
+impl Configuration {
+    async fn register(
+        control_plane: &ControlPlane,
+        namespace: &str,
+        index: usize,
+        tls: &TestTls,
+        replica: &WebhookReplica,
+    ) -> Self {
+        let client = control_plane.admin_client().await;
+        let name = format!("baton-e2e-zpdb-{namespace}-{index}");
+        let selector = json!({"matchLabels": {"kubernetes.io/metadata.name": namespace}});
+        let configuration: ValidatingWebhookConfiguration = serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "webhooks": [{
+                "name": format!("pod-eviction-{index}.baton.test"),
+                "clientConfig": {"url": replica.url("/admission/pod-eviction"), "caBundle": tls.ca_bundle()},
+                "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
+                           "resources": ["pods/eviction"], "scope": "Namespaced"}],
+                "namespaceSelector": selector,
+                "admissionReviewVersions": ["v1beta1", "v1"],
+                "sideEffects": "NoneOnDryRun",
+                "failurePolicy": "Fail",
+                "timeoutSeconds": 10,
+            }, {
+                "name": format!("zpdb-validation-{index}.baton.test"),
+                "clientConfig": {"url": replica.url("/admission/zpdb-validation"), "caBundle": tls.ca_bundle()},
+                "rules": [{"apiGroups": ["rollout-operator.grafana.com"], "apiVersions": ["v1"],
+                           "operations": ["CREATE", "UPDATE"],
+                           "resources": ["zoneawarepoddisruptionbudgets"], "scope": "Namespaced"}],
+                "namespaceSelector": selector,
+                "admissionReviewVersions": ["v1"],
+                "sideEffects": "None",
+                "failurePolicy": "Fail",
+                "timeoutSeconds": 10,
+            }],
+        }))
+        .unwrap();
+        Api::<ValidatingWebhookConfiguration>::all(client.clone())
+            .create(&PostParams::default(), &configuration)
+            .await
+            .unwrap();
+        Self {
+            name,
+            kubeconfig: control_plane.kubeconfig_path().to_path_buf(),
+        }
+    }
+}
+
+impl Drop for Configuration {
+    fn drop(&mut self) {
+        let name = self.name.clone();
+        clean_up_from_drop(self.kubeconfig.clone(), |client| async move {
+            let _ = Api::<ValidatingWebhookConfiguration>::all(client)
+                .delete(&name, &DeleteParams::default())
+                .await;
+        });
+    }
+}
+
+#[tokio::test]
+async fn a_drain_takes_one_zone_up_to_max_unavailable_and_the_next_zone_only_once_it_is_ready() {
+    // Given three zones of 3 ready pods and a budget allowing 2 unavailable pods per zone
+    let zones = Zones::new("zpdb-drain", &[3, 3, 3], 1).await;
+    zones
+        .create_budget("ingester", json!({"maxUnavailable": 2}))
+        .await;
+
+    // When a drain evicts zone a's pods (which stay not ready once replaced)
+    zones.evict_and_hold(&pod("a", 0)).await;
+    zones.evict_and_hold(&pod("a", 1)).await;
+
+    // Then a third pod of zone a is refused: the zone is at its max
+    zones
+        .refused(
+            &pod("a", 2),
+            &["allows 2 unavailable pods in StatefulSet ingester-zone-a"],
+        )
+        .await;
+    // And every pod of another zone is refused while zone a is not ready, naming it
+    for other in [pod("b", 0), pod("c", 2)] {
+        zones
+            .refused(
+                &other,
+                &["StatefulSet ingester-zone-a has 2 unavailable pods"],
+            )
+            .await;
+    }
+
+    // When zone a recovers
+    let recovered = [pod("a", 0), pod("a", 1)];
+    zones.release(&recovered).await;
+
+    // Then the drain can go on in zone b
+    let next = pod("b", 0);
+    wait_until(TIMEOUT, "the eviction in zone b is allowed", || async {
+        zones.evict(&next).await.is_ok()
+    })
+    .await;
+    // And, by the pods' own timeline, zone b lost a pod only after zone a's were ready again
+    let timeline = zones.simulator.timeline();
+    let b_gone = timeline
+        .iter()
+        .find(|entry| {
+            entry.pod == next && [PodEvent::Terminating, PodEvent::Deleted].contains(&entry.event)
+        })
+        .expect("zone b's pod went")
+        .at;
+    for pod in &recovered {
+        let ready_again = timeline
+            .iter()
+            .filter(|entry| entry.pod == *pod && entry.event == PodEvent::Ready)
+            .map(|entry| entry.at)
+            .max()
+            .unwrap();
+        assert!(
+            ready_again < b_gone,
+            "{pod} was not ready again before {next} went"
+        );
+    }
+}
+
+#[tokio::test]
+async fn partition_mode_lets_a_partition_go_in_one_zone_only() {
+    // Given three zones of 2 pods, partitioned by ordinal
+    let zones = Zones::new("zpdb-partition", &[2, 2, 2], 1).await;
+    zones
+        .create_budget(
+            "ingester-partitions",
+            json!({"podNamePartitionRegex": "ingester-zone-[a-z]-([0-9]+)"}),
+        )
+        .await;
+
+    // When partition 0 goes in zone a
+    zones.evict_and_hold(&pod("a", 0)).await;
+
+    // Then partition 0 is refused in the other zones, naming the partition
+    zones
+        .refused(&pod("b", 0), &["partition 0", "ingester-zone-a"])
+        .await;
+    // But partition 1 may go in another zone
+    zones.evict_and_hold(&pod("b", 1)).await;
+    // And then not in a third one
+    zones.refused(&pod("c", 1), &["partition 1"]).await;
+    zones.refused(&pod("c", 0), &["partition 0"]).await;
+
+    // When they recover, partition 0 may go in zone c
+    zones.release(&[pod("a", 0), pod("b", 1)]).await;
+    wait_until(TIMEOUT, "partition 0 may go in zone c", || async {
+        zones.evict(&pod("c", 0)).await.is_ok()
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn the_cross_zone_eviction_delay_holds_a_freshly_ready_zone() {
+    // Given partitioned zones and a budget holding a partition for 10 s after it is ready
+    let zones = Zones::new("zpdb-delay", &[2, 2, 2], 1).await;
+    zones
+        .create_budget(
+            "ingester-delay",
+            json!({"podNamePartitionRegex": "ingester-zone-[a-z]-([0-9]+)", "crossZoneEvictionDelay": "10s"}),
+        )
+        .await;
+    // Every pod has been ready for more than the delay before the drain starts
+    wait_until(TIMEOUT, "the first eviction is allowed", || async {
+        zones.review(&zones.replicas[0], &pod("a", 0), true).await.0
+    })
+    .await;
+
+    // When partition 0 goes in zone a and comes back ready
+    zones.evict_and_hold(&pod("a", 0)).await;
+    zones.release(&[pod("a", 0)]).await;
+
+    // Then partition 0 may not go in zone b yet: the replacement is ready too recently
+    zones
+        .refused(&pod("b", 0), &["ingester-zone-a-0 ready too recently"])
+        .await;
+
+    // And once the delay has passed it may
+    wait_until(
+        Duration::from_secs(30),
+        "partition 0 may go in zone b",
+        || async { zones.evict(&pod("b", 0)).await.is_ok() },
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn bad_budgets_are_refused_by_the_crd_schema_and_by_the_validation_webhook() {
+    let zones = Zones::new("zpdb-validation", &[1, 1, 1], 1).await;
+    let create = |spec: Value| {
+        let budgets = zones.budgets();
+        async move {
+            budgets
+                .create(&PostParams::default(), &budget("bad", spec))
+                .await
+                .map(|_| ())
+                .map_err(|error| error.to_string())
+        }
+    };
+    let selector = json!({"matchLabels": {"rollout-group": GROUP}});
+
+    // The schema refuses types, ranges, required and exclusive fields
+    let schema_cases = [
+        (
+            json!({"maxUnavailable": 1}),
+            "spec.selector: Required value",
+        ),
+        (
+            json!({"selector": selector, "maxUnavailable": -1}),
+            "spec.maxUnavailable",
+        ),
+        (
+            json!({"selector": selector, "maxUnavailable": "one"}),
+            "spec.maxUnavailable",
+        ),
+        (
+            json!({"selector": selector, "maxUnavailablePercentage": 101}),
+            "spec.maxUnavailablePercentage",
+        ),
+        (
+            json!({"selector": selector, "maxUnavailable": 1, "maxUnavailablePercentage": 5}),
+            "spec",
+        ),
+        (
+            json!({"selector": selector, "podNamePartitionRegex": "x-([0-9]+)", "podNameRegexGroup": 0}),
+            "spec.podNameRegexGroup",
+        ),
+        (
+            json!({"selector": selector, "podNamePartitionRegex": "x-([0-9]+)", "crossZoneEvictionDelay": "5 minutes"}),
+            "spec.crossZoneEvictionDelay",
+        ),
+        (
+            json!({"selector": selector, "crossZoneEvictionDelay": "5m"}),
+            "spec",
+        ),
+    ];
+    for (spec, words) in schema_cases {
+        let error = create(spec.clone()).await.expect_err(&spec.to_string());
+        assert!(error.contains(words), "{spec}: {error}");
+        assert!(
+            !error.contains("baton.test"),
+            "{spec}: the schema refuses it before the webhook: {error}"
+        );
+    }
+
+    // The webhook refuses what a schema cannot judge, naming the field
+    let webhook_cases = [
+        (
+            json!({"selector": selector, "podNamePartitionRegex": "x-([0-9]+"}),
+            "spec.podNamePartitionRegex: \"x-([0-9]+\" is not a valid regular expression",
+        ),
+        (
+            json!({"selector": selector, "podNamePartitionRegex": "x-[0-9]+"}),
+            "spec.podNamePartitionRegex: \"x-[0-9]+\" has no capture group",
+        ),
+        (
+            json!({"selector": selector, "podNamePartitionRegex": "x-([0-9]+)", "podNameRegexGroup": 2}),
+            "spec.podNameRegexGroup: is 2, out of range",
+        ),
+        (
+            json!({"selector": {"matchLabels": {}}}),
+            "spec.selector: must have matchLabels or matchExpressions",
+        ),
+    ];
+    for (spec, words) in webhook_cases {
+        let error = create(spec.clone()).await.expect_err(&spec.to_string());
+        assert!(
+            error.contains("zpdb-validation-0.baton.test") && error.contains(words),
+            "{spec}: {error}"
+        );
+    }
+
+    // And a good budget is accepted, then an update making it bad is refused
+    create(json!({"selector": selector, "maxUnavailable": 1}))
+        .await
+        .unwrap();
+    let mut bad = zones.budgets().get("bad").await.unwrap();
+    bad.data["spec"]["podNamePartitionRegex"] = json!("(a)(b)");
+    let error = zones
+        .budgets()
+        .replace("bad", &PostParams::default(), &bad)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("spec.podNameRegexGroup: must be set"),
+        "{error}"
+    );
+}
+
+#[tokio::test]
+async fn two_replicas_allow_exactly_one_of_two_simultaneous_evictions_in_two_zones_100_times() {
+    // Given two replicas and a budget allowing one unavailable pod
+    let zones = Zones::new("zpdb-race", &[3, 3, 3], 2).await;
+    zones.create_budget("ingester", json!({})).await;
+    let records = zones.namespace.api::<ConfigMap>();
+
+    for round in 0..100u32 {
+        // When evictions of pods in zones a and b reach the two replicas at the same instant
+        let ordinal = round % 3;
+        let (a, b) = (pod("a", ordinal), pod("b", ordinal));
+        let ((a_allowed, a_message), (b_allowed, b_message)) = futures::join!(
+            zones.review(&zones.replicas[0], &a, false),
+            zones.review(&zones.replicas[1], &b, false),
+        );
+
+        // Then exactly one is allowed
+        assert!(
+            a_allowed != b_allowed,
+            "round {round}: {a} allowed {a_allowed} ({a_message}), {b} allowed {b_allowed} ({b_message})"
+        );
+        // The evictions are not carried out: forget them, as their expiry would
+        let mut record = records.get("baton-zpdb-ingester").await.unwrap();
+        record.data = None;
+        records
+            .replace("baton-zpdb-ingester", &PostParams::default(), &record)
+            .await
+            .unwrap();
+    }
+}
+
+#[tokio::test]
+async fn twenty_concurrent_evictions_in_one_zone_with_max_unavailable_2_evict_exactly_2() {
+    // Given a zone of 20 ready pods, two replicas, and a budget allowing 2 unavailable pods
+    let mut zones = Zones::new("zpdb-burst", &[20, 1, 1], 2).await;
+    zones
+        .create_budget("ingester", json!({"maxUnavailable": 2}))
+        .await;
+    // A kubelet that takes an hour to start a pod: the evicted ones stay unavailable
+    zones.simulator = PodSimulator::start(
+        zones.namespace.client(),
+        zones.ns(),
+        SimulatorOptions {
+            ready_after: Duration::from_secs(3600),
+        },
+    )
+    .await;
+
+    // When a drain evicts all 20 at once through the API server
+    let results =
+        futures::future::join_all((0..20).map(|ordinal| zones.evict_owned(pod("a", ordinal))))
+            .await;
+
+    // Then exactly 2 are evicted and the others refused with 429
+    let allowed = results.iter().filter(|result| result.is_ok()).count();
+    assert_eq!(allowed, 2, "{results:#?}");
+    for refused in results.iter().filter_map(|result| result.as_ref().err()) {
+        assert_eq!(refused.0, 429, "{refused:?}");
+    }
+}
+
+impl Zones {
+    async fn evict_owned(&self, pod: String) -> Result<(), (u16, String)> {
+        self.evict(&pod).await
+    }
+}
