@@ -22,10 +22,10 @@ use std::time::Duration;
 use anyhow::{Context, anyhow};
 use baton_config::Config;
 use baton_shared::ops_server::{self, Readiness};
+use baton_shared::supervisor::Supervisor;
 use prometheus::Registry;
 use tokio::sync::mpsc::UnboundedSender;
 use tokio::sync::watch;
-use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::cache::{self, Caches};
@@ -104,50 +104,57 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
             .context("building the scaler")?,
     });
 
-    let mut tasks: JoinSet<anyhow::Result<&'static str>> = JoinSet::new();
-    tasks.spawn({
+    let mut tasks: Supervisor<Task> = Supervisor::default();
+    tasks.spawn(Task::EventPublisher, {
         let shutdown = shutdown.clone();
         async move {
             event_publisher.run(shutdown).await;
-            Ok("event publisher")
+            Ok(())
         }
     });
-    tasks.spawn({
+    tasks.spawn(Task::OpsServer, {
         let shutdown = shutdown.clone();
-        async move {
-            ops.run(shutdown).await.context("ops server")?;
-            Ok("ops server")
-        }
+        async move { ops.run(shutdown).await.map_err(anyhow::Error::from) }
     });
-    tasks.spawn({
+    tasks.spawn(Task::Watches, {
         let shutdown = shutdown.clone();
         async move {
             tokio::select! {
-                () = watches => Ok("watches"),
-                () = shutdown.cancelled() => Ok("watches"),
+                () = watches => {}
+                () = shutdown.cancelled() => {}
             }
+            Ok(())
         }
     });
-    tasks.spawn(mark_ready_when_synced(
-        caches.clone(),
-        synced_sender,
-        readiness.clone(),
-        shutdown.clone(),
-    ));
-    tasks.spawn(resync(
-        caches.clone(),
-        touched.clone(),
-        config.controller.resync_interval.get(),
-        shutdown.clone(),
-    ));
-    tasks.spawn(reconcile_all_on_leadership(
-        caches.clone(),
-        synced,
-        leadership.clone(),
-        touched,
-        shutdown.clone(),
-    ));
-    tasks.spawn({
+    tasks.spawn(
+        Task::Readiness,
+        mark_ready_when_synced(
+            caches.clone(),
+            synced_sender,
+            readiness.clone(),
+            shutdown.clone(),
+        ),
+    );
+    tasks.spawn(
+        Task::Resync,
+        resync(
+            caches.clone(),
+            touched.clone(),
+            config.controller.resync_interval.get(),
+            shutdown.clone(),
+        ),
+    );
+    tasks.spawn(
+        Task::LeadershipWatch,
+        reconcile_all_on_leadership(
+            caches.clone(),
+            synced,
+            leadership.clone(),
+            touched,
+            shutdown.clone(),
+        ),
+    );
+    tasks.spawn(Task::Certificates, {
         let certificates = crate::certificates::Settings {
             config: config.certificates.clone(),
             namespace: config.namespace.clone(),
@@ -166,17 +173,17 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
                 &registry,
                 shutdown,
             );
-            certificates.await.context("certificates")
+            certificates.await
         }
     });
-    tasks.spawn({
+    tasks.spawn(Task::LeaderElection, {
         let shutdown = shutdown.clone();
         async move {
             elector.run(shutdown).await;
-            Ok("leader election")
+            Ok(())
         }
     });
-    tasks.spawn({
+    tasks.spawn(Task::GroupQueue, {
         let shutdown = shutdown.clone();
         async move {
             queue::run(
@@ -189,55 +196,53 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
                 shutdown,
             )
             .await;
-            Ok("group queue")
+            Ok(())
         }
     });
 
-    let outcome = supervise(tasks, &shutdown).await;
+    // The first task to end before shutdown is a failure: everything stops, the process exits
+    // non-zero. Otherwise the tasks get SHUTDOWN_GRACE (the Lease release is one of them).
+    let failure = tasks.until_failure(&shutdown).await;
+    if let Some(failure) = &failure {
+        tracing::error!(error = format!("{failure:#}"), "stopping");
+        shutdown.cancel();
+    }
     readiness.set(false);
-    outcome
+    let late = tasks.stop(SHUTDOWN_GRACE).await;
+    match failure.or(late) {
+        Some(failure) => Err(failure),
+        None => Ok(()),
+    }
 }
 
-/// Waits for every task. The first one to end, unless shutting down, is a failure: it cancels
-/// the rest. A task that panicked is a failure too.
-async fn supervise(
-    mut tasks: JoinSet<anyhow::Result<&'static str>>,
-    shutdown: &CancellationToken,
-) -> anyhow::Result<()> {
-    let mut outcome = Ok(());
-    let grace = async {
-        shutdown.cancelled().await;
-        tokio::time::sleep(SHUTDOWN_GRACE).await;
-    };
-    tokio::pin!(grace);
-    loop {
-        tokio::select! {
-            joined = tasks.join_next() => {
-                let Some(joined) = joined else { break };
-                let failure = match joined {
-                    Ok(Ok(name)) if !shutdown.is_cancelled() => Some(anyhow!("{name} stopped unexpectedly")),
-                    Ok(Ok(_)) => None,
-                    Ok(Err(error)) => Some(error),
-                    Err(error) if error.is_panic() => Some(anyhow!("a task panicked: {error}")),
-                    Err(error) => Some(anyhow!("a task was cancelled: {error}")),
-                };
-                if let Some(failure) = failure {
-                    tracing::error!(error = format!("{failure:#}"), "stopping");
-                    if outcome.is_ok() {
-                        outcome = Err(failure);
-                    }
-                    shutdown.cancel();
-                }
-            }
-            () = &mut grace => {
-                tracing::warn!(remaining = tasks.len(), "tasks did not stop in time; aborting them");
-                tasks.abort_all();
-                while tasks.join_next().await.is_some() {}
-                break;
-            }
-        }
+/// The controller's critical tasks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Task {
+    EventPublisher,
+    OpsServer,
+    Watches,
+    Readiness,
+    Resync,
+    LeadershipWatch,
+    Certificates,
+    LeaderElection,
+    GroupQueue,
+}
+
+impl std::fmt::Display for Task {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Task::EventPublisher => "event publisher",
+            Task::OpsServer => "ops server",
+            Task::Watches => "watches",
+            Task::Readiness => "readiness",
+            Task::Resync => "resync",
+            Task::LeadershipWatch => "leadership watch",
+            Task::Certificates => "certificates",
+            Task::LeaderElection => "leader election",
+            Task::GroupQueue => "group queue",
+        })
     }
-    outcome
 }
 
 async fn mark_ready_when_synced(
@@ -245,7 +250,7 @@ async fn mark_ready_when_synced(
     synced_sender: watch::Sender<bool>,
     readiness: Readiness,
     shutdown: CancellationToken,
-) -> anyhow::Result<&'static str> {
+) -> anyhow::Result<()> {
     tokio::select! {
         synced = caches.synced() => {
             synced.map_err(|_| anyhow!("the caches' writers were dropped before they synced"))?;
@@ -257,7 +262,7 @@ async fn mark_ready_when_synced(
     }
     // Readiness stays until shutdown: finishing early is not a failure.
     shutdown.cancelled().await;
-    Ok("readiness")
+    Ok(())
 }
 
 /// The safety net behind the watches: every group, every `interval`.
@@ -266,7 +271,7 @@ async fn resync(
     touched: UnboundedSender<String>,
     interval: Duration,
     shutdown: CancellationToken,
-) -> anyhow::Result<&'static str> {
+) -> anyhow::Result<()> {
     let mut ticker = tokio::time::interval(interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     ticker.tick().await;
@@ -277,7 +282,7 @@ async fn resync(
                     let _ = touched.send(group);
                 }
             }
-            () = shutdown.cancelled() => return Ok("resync"),
+            () = shutdown.cancelled() => return Ok(()),
         }
     }
 }
@@ -291,7 +296,7 @@ async fn reconcile_all_on_leadership(
     leadership: Leadership,
     touched: UnboundedSender<String>,
     shutdown: CancellationToken,
-) -> anyhow::Result<&'static str> {
+) -> anyhow::Result<()> {
     let mut last: Option<Term> = None;
     loop {
         tokio::select! {
@@ -310,5 +315,5 @@ async fn reconcile_all_on_leadership(
         }
     }
     shutdown.cancelled().await;
-    Ok("leadership watch")
+    Ok(())
 }

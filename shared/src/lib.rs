@@ -12,5 +12,6 @@ pub mod pod_client;
 pub mod pods;
 pub mod shutdown;
 pub mod statefulset;
+pub mod supervisor;
 pub mod telemetry;
 pub mod zpdb;

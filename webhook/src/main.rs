@@ -11,6 +11,7 @@ use baton_shared::cli::ConfigArgs;
 use baton_shared::http_server::{self, Draining};
 use baton_shared::ops_server::{self, Readiness};
 use baton_shared::pod_client::PodHttpClient;
+use baton_shared::supervisor::Supervisor;
 use baton_webhook::admission::prepare_downscale::flow::PrepareDownscale;
 use baton_webhook::evictions::{Evictions, ZpdbMetrics};
 use baton_webhook::metrics::WebhookMetrics;
@@ -18,7 +19,6 @@ use baton_webhook::parents::ParentCache;
 use baton_webhook::server::{self, WebhookState};
 use baton_webhook::tls_reload::{CertFiles, ReloadingCert};
 use clap::Parser;
-use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 #[derive(Debug, Parser)]
@@ -92,48 +92,42 @@ async fn run(config: Config) -> anyhow::Result<()> {
     // Every task below is critical: if one ends (or panics) before shutdown, the process ends.
     let serving = CancellationToken::new();
     let background = CancellationToken::new();
-    let mut critical: JoinSet<anyhow::Result<&'static str>> = JoinSet::new();
-    critical.spawn({
+    let mut critical: Supervisor<Task> = Supervisor::default();
+    critical.spawn(Task::WebhookServer, {
         let serving = serving.clone();
-        async move {
-            webhook.run(serving).await.context("webhook server")?;
-            Ok("webhook server")
-        }
+        async move { webhook.run(serving).await.map_err(anyhow::Error::from) }
     });
-    critical.spawn({
+    critical.spawn(Task::OpsServer, {
         let background = background.clone();
-        async move {
-            ops.run(background).await.context("ops server")?;
-            Ok("ops server")
-        }
+        async move { ops.run(background).await.map_err(anyhow::Error::from) }
     });
-    critical.spawn({
+    critical.spawn(Task::ParentCaches, {
         let background = background.clone();
         async move {
             tokio::select! {
-                _ = fill_parents => anyhow::bail!("the parent caches stopped watching"),
-                _ = background.cancelled() => Ok("parent caches"),
+                _ = fill_parents => anyhow::bail!("stopped watching"),
+                _ = background.cancelled() => Ok(()),
             }
         }
     });
-    critical.spawn({
+    critical.spawn(Task::EvictionCaches, {
         let background = background.clone();
         async move {
             tokio::select! {
-                _ = fill_evictions => anyhow::bail!("the eviction caches stopped watching"),
-                _ = background.cancelled() => Ok("eviction caches"),
+                _ = fill_evictions => anyhow::bail!("stopped watching"),
+                _ = background.cancelled() => Ok(()),
             }
         }
     });
-    critical.spawn({
+    critical.spawn(Task::CertificateReloader, {
         let (cert, background) = (cert.clone(), background.clone());
         let interval = config.webhook.cert_reload_interval.get();
         async move {
             cert.watch(interval, background).await;
-            Ok("certificate reloader")
+            Ok(())
         }
     });
-    critical.spawn({
+    critical.spawn(Task::Readiness, {
         let (readiness, draining) = (readiness.clone(), draining.clone());
         let serving = serving.clone();
         async move {
@@ -152,19 +146,11 @@ async fn run(config: Config) -> anyhow::Result<()> {
             }
             // Stays until shutdown, so that ending here is not taken for a failure.
             serving.cancelled().await;
-            Ok("readiness")
+            Ok(())
         }
     });
 
-    let failure = tokio::select! {
-        _ = shutdown.cancelled() => None,
-        ended = critical.join_next() => Some(match ended {
-            Some(Ok(Ok(task))) => anyhow::anyhow!("{task} ended unexpectedly"),
-            Some(Ok(Err(error))) => error,
-            Some(Err(join_error)) => anyhow::anyhow!("a critical task failed: {join_error}"),
-            None => anyhow::anyhow!("no task left"),
-        }),
-    };
+    let failure = critical.until_failure(&shutdown).await;
 
     // Not ready, every answer closing its connection → keep serving for webhook.shutdown_delay
     // while the Service's endpoints drop this replica → stop accepting, close idle connections,
@@ -180,25 +166,45 @@ async fn run(config: Config) -> anyhow::Result<()> {
     );
     http_server::leave(&readiness, &draining, tokio::time::sleep(delay), &serving).await;
     tracing::info!("stopped accepting; finishing in-flight requests");
-    let server_ended = tokio::time::timeout(drain + Duration::from_secs(1), async {
-        while let Some(ended) = critical.join_next().await {
-            if let Ok(Ok("webhook server")) = ended {
-                break;
-            }
-        }
-    });
-    let (server_ended, flows_done) = tokio::join!(server_ended, state.drain(drain));
-    let drained = server_ended.is_ok();
+    let server_ended = critical.wait_for(Task::WebhookServer, drain + Duration::from_secs(1));
+    let (drained, flows_done) = tokio::join!(server_ended, state.drain(drain));
     if !drained || !flows_done {
         tracing::warn!("shutdown deadline passed with requests still in flight");
     }
     background.cancel();
-    critical.shutdown().await;
-    match failure {
+    let late = critical.stop(BACKGROUND_GRACE).await;
+    match failure.or(late) {
         Some(error) => Err(error),
         None => {
             tracing::info!("stopped");
             Ok(())
         }
+    }
+}
+
+/// How long the background tasks (caches, reloader, ops server) get to stop once told.
+const BACKGROUND_GRACE: Duration = Duration::from_secs(2);
+
+/// The webhook's critical tasks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Task {
+    WebhookServer,
+    OpsServer,
+    ParentCaches,
+    EvictionCaches,
+    CertificateReloader,
+    Readiness,
+}
+
+impl std::fmt::Display for Task {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Task::WebhookServer => "webhook server",
+            Task::OpsServer => "ops server",
+            Task::ParentCaches => "parent caches",
+            Task::EvictionCaches => "eviction caches",
+            Task::CertificateReloader => "certificate reloader",
+            Task::Readiness => "readiness",
+        })
     }
 }

@@ -90,13 +90,13 @@ pub async fn run(
     explainer: Explainer,
     registry: &Registry,
     shutdown: CancellationToken,
-) -> anyhow::Result<&'static str> {
+) -> anyhow::Result<()> {
     let metrics = CertificateMetrics::register(registry)?;
     let config = &settings.config;
     if !config.generate && !config.inject_ca_bundle {
         tracing::info!("certificates are brought by the deployment: not issuing, not injecting");
         shutdown.cancelled().await;
-        return Ok("certificates");
+        return Ok(());
     }
     tracing::info!(
         secret = %config.secret_name,
@@ -141,7 +141,7 @@ pub async fn run(
         () = watching => anyhow::bail!("the certificate Secret's watch ended"),
         () = issuing => anyhow::bail!("certificate issuance ended"),
         () = injecting => anyhow::bail!("CA injection ended"),
-        () = shutdown.cancelled() => Ok("certificates"),
+        () = shutdown.cancelled() => Ok(()),
     }
 }
 
