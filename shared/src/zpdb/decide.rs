@@ -256,6 +256,22 @@ pub fn selecting_budget<'b>(
 
 /// Decides whether the snapshot's pod may be evicted now.
 pub fn decide(snapshot: &EvictionSnapshot<'_>) -> Verdict {
+    decide_with(snapshot, None)
+}
+
+/// The same decision for a rollout that is about to delete the pod: the other zones must be
+/// available as for an eviction (a drain and a rollout never take out two zones together), but
+/// within the pod's zone the rollout's own max-unavailable applies instead of the budget's.
+/// So a budget of `maxUnavailable: 0`, which refuses every eviction, does not block rollouts
+/// forever (the Go operator's issues #324 and #351).
+pub fn decide_rollout_deletion(
+    snapshot: &EvictionSnapshot<'_>,
+    rollout_max_unavailable: u32,
+) -> Verdict {
+    decide_with(snapshot, Some(rollout_max_unavailable))
+}
+
+fn decide_with(snapshot: &EvictionSnapshot<'_>, rollout_max_unavailable: Option<u32>) -> Verdict {
     let pod = snapshot.pod;
     let name = pod.metadata.name.as_deref().unwrap_or("");
     let readiness = PodReadiness::of(pod);
@@ -329,6 +345,7 @@ pub fn decide(snapshot: &EvictionSnapshot<'_>) -> Verdict {
         snapshot,
         budget,
         evicted: name,
+        rollout_max_unavailable,
     };
     match &budget.partition {
         None => judge.zone_mode(own, &zones),
@@ -381,6 +398,8 @@ struct Judge<'s, 'a> {
     snapshot: &'s EvictionSnapshot<'a>,
     budget: &'s Budget,
     evicted: &'s str,
+    /// A rollout's deletion: its own max-unavailable replaces the budget's.
+    rollout_max_unavailable: Option<u32>,
 }
 
 impl Judge<'_, '_> {
@@ -469,7 +488,9 @@ impl Judge<'_, '_> {
         let state = StatefulSetState::of(own);
         let (mut count, present) = self.count(own, |_| true);
         count.missing = state.replicas.unsigned_abs().saturating_sub(present);
-        let max = self.budget.max_unavailable.of(state.replicas);
+        let max = self
+            .rollout_max_unavailable
+            .unwrap_or_else(|| self.budget.max_unavailable.of(state.replicas));
         let after = count.total().saturating_add(1);
         if after > max {
             let already = if count.total() == 0 {
@@ -523,7 +544,9 @@ impl Judge<'_, '_> {
                 ));
             }
         }
-        let max = self.budget.max_unavailable.of(0);
+        let max = self
+            .rollout_max_unavailable
+            .unwrap_or_else(|| self.budget.max_unavailable.of(0));
         if total >= max {
             let state = if described.is_empty() {
                 String::new()

@@ -10,7 +10,7 @@ pub mod spec;
 
 pub use decide::{
     AllowReason, AllowedEviction, DenyReason, EvictionSnapshot, RecentlyAllowed, Unavailable,
-    Verdict, decide,
+    Verdict, decide, decide_rollout_deletion,
 };
 pub use spec::{
     Budget, FieldError, InvalidBudget, MaxUnavailable, Observed, Partition,

@@ -180,12 +180,21 @@ impl World {
     }
 
     fn decide(&self, name: &str) -> Verdict {
+        self.decide_as(name, None)
+    }
+
+    /// As a rollout about to delete the pod, with its own max-unavailable.
+    fn decide_rollout(&self, name: &str, max_unavailable: u32) -> Verdict {
+        self.decide_as(name, Some(max_unavailable))
+    }
+
+    fn decide_as(&self, name: &str, rollout_max_unavailable: Option<u32>) -> Verdict {
         let parsed: Vec<Observed> = self.budgets.iter().map(Budget::parse).collect();
         let budgets: Vec<&Observed> = parsed.iter().collect();
         let statefulsets: Vec<&StatefulSet> = self.statefulsets.iter().collect();
         let pods: Vec<&Pod> = self.pods.iter().collect();
         let evicted = &self.pods[self.index(name)];
-        decide(&EvictionSnapshot {
+        let snapshot = EvictionSnapshot {
             pod: evicted,
             budgets: &budgets,
             statefulsets: &statefulsets,
@@ -193,7 +202,11 @@ impl World {
             now: now(),
             recently_allowed: &self.recently_allowed,
             record_expiry: EXPIRY,
-        })
+        };
+        match rollout_max_unavailable {
+            None => decide(&snapshot),
+            Some(max) => decide_rollout_deletion(&snapshot, max),
+        }
     }
 }
 
@@ -905,6 +918,8 @@ enum Step {
     Recreate(usize),
     /// A recreated pod turns ready.
     Ready(usize),
+    /// A rollout (max-unavailable 1) deletes the pod, if the decision lets it.
+    RolloutDelete(usize),
 }
 
 fn steps(pods: usize) -> impl Strategy<Value = Vec<Step>> {
@@ -914,6 +929,7 @@ fn steps(pods: usize) -> impl Strategy<Value = Vec<Step>> {
             1 => (0..pods).prop_map(Step::Apply),
             1 => (0..pods).prop_map(Step::Recreate),
             1 => (0..pods).prop_map(Step::Ready),
+            1 => (0..pods).prop_map(Step::RolloutDelete),
         ],
         1..80,
     )
@@ -979,6 +995,14 @@ fn simulate(
                 rebuild(&mut world, &sims);
                 if world.decide(&names[index]).is_allowed() {
                     sims[index] = Sim::Allowed;
+                }
+            }
+            Step::RolloutDelete(index)
+                if sims[index] == Sim::Ready || sims[index] == Sim::NotReady =>
+            {
+                rebuild(&mut world, &sims);
+                if world.decide_rollout(&names[index], 1).is_allowed() {
+                    sims[index] = Sim::Gone;
                 }
             }
             Step::Apply(index) if sims[index] == Sim::Allowed => sims[index] = Sim::Gone,
@@ -1061,4 +1085,77 @@ fn a_record_of_a_pod_since_recreated_counts_no_more() {
         .pods
         .insert("ingester-zone-b-0".into(), entry("new-uid"));
     assert!(!world.decide("ingester-zone-a-0").is_allowed());
+}
+
+#[test]
+fn a_rollout_deletion_is_held_to_the_other_zones_and_to_its_own_max_unavailable() {
+    let zero = ZpdbSpec {
+        max_unavailable: Some(0),
+        ..ingester_spec()
+    };
+    // A budget of 0 refuses every eviction, but not a rollout's deletion (Go operator #324).
+    let world = World::new(3, zero.clone());
+    assert_eq!(
+        world.decide("ingester-zone-a-0").reason_label(),
+        "zone_at_max_unavailable"
+    );
+    assert_eq!(
+        world.decide_rollout("ingester-zone-a-0", 1).reason_label(),
+        "zpdb_met"
+    );
+    // The rollout's own max-unavailable holds within the zone.
+    let one_down = World::new(3, zero.clone()).set("ingester-zone-a-1", State::NotReady);
+    assert_eq!(
+        one_down
+            .decide_rollout("ingester-zone-a-0", 1)
+            .reason_label(),
+        "zone_at_max_unavailable"
+    );
+    assert_eq!(
+        one_down
+            .decide_rollout("ingester-zone-a-0", 2)
+            .reason_label(),
+        "zpdb_met"
+    );
+    // And a drain's eviction in another zone, not yet visible as terminating, holds it.
+    let mut drained = World::new(3, ingester_spec());
+    drained.recently_allowed.pods.insert(
+        "ingester-zone-b-2".into(),
+        AllowedEviction {
+            at: now(),
+            uid: None,
+        },
+    );
+    let verdict = drained.decide_rollout("ingester-zone-a-0", 1);
+    assert_eq!(
+        verdict.reason_label(),
+        "other_zone_unavailable",
+        "{verdict:?}"
+    );
+    assert!(
+        verdict
+            .message()
+            .contains("ingester-zone-b-2 eviction allowed")
+    );
+    // Partition mode: the rollout's max counts across the partition's zones.
+    let partitioned = World::new(
+        3,
+        ZpdbSpec {
+            max_unavailable: Some(0),
+            ..partition_spec()
+        },
+    )
+    .set("ingester-zone-b-1", State::NotReady);
+    assert_eq!(
+        partitioned
+            .decide_rollout("ingester-zone-a-0", 1)
+            .reason_label(),
+        "zpdb_met"
+    );
+    assert_eq!(
+        partitioned
+            .decide_rollout("ingester-zone-a-1", 1)
+            .reason_label(),
+        "partition_at_max_unavailable"
+    );
 }
