@@ -476,7 +476,7 @@ where
     let api: Api<K> = Api::namespaced(client, namespace);
     let namespace = namespace.to_owned();
     let stream = watcher(api, watcher::Config::default())
-        .default_backoff()
+        .backoff(baton_shared::kube_client::watch_backoff())
         .modify(slim);
     let fill = async move {
         reflector::reflector(writer, stream)

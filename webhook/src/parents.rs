@@ -208,7 +208,7 @@ where
     let api: Api<Meta<K>> = Api::namespaced(client, namespace);
     let namespace = namespace.to_owned();
     let stream = watcher(api, watcher::Config::default())
-        .default_backoff()
+        .backoff(baton_shared::kube_client::watch_backoff())
         // Only labels are read: drop what can be large.
         .modify(|object: &mut Meta<K>| {
             object.metadata.managed_fields = None;
