@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use baton_shared::duration::go as go_duration;
+use baton_shared::kube_client::bounded;
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
@@ -249,6 +250,7 @@ pub fn combine(outcomes: Vec<CheckOutcome>) -> CheckOutcome {
 /// which never halts) and the reason, for a Warning.
 pub async fn run(
     client: &kube::Client,
+    request_timeout: Duration,
     namespace: &str,
     name: &str,
     state: &CheckState,
@@ -271,9 +273,11 @@ pub async fn run(
         (policy, run, Some(why))
     };
     let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &api_resource());
-    let object = match api.get(name).await {
-        Ok(object) => object,
-        Err(error) => return unusable(format!("reading {KIND} {name}: {error}")),
+    let reading = format!("reading {KIND} {name}");
+    let object = match bounded(request_timeout, reading.clone(), api.get(name)).await {
+        Ok(Ok(object)) => object,
+        Ok(Err(error)) => return unusable(format!("{reading}: {error}")),
+        Err(timed_out) => return unusable(timed_out.to_string()),
     };
     let spec: Spec = match serde_json::from_value(object.data["spec"].clone()) {
         Ok(spec) => spec,
@@ -286,7 +290,7 @@ pub async fn run(
     if !state.due(&policy, now) {
         return (policy, None, None);
     }
-    let prometheus = match connect(client, namespace, &spec).await {
+    let prometheus = match connect(client, request_timeout, namespace, &spec).await {
         Ok(prometheus) => prometheus,
         Err(why) => {
             let outcome = CheckOutcome::Inconclusive {
@@ -313,6 +317,7 @@ pub async fn run(
 
 async fn connect(
     client: &kube::Client,
+    request_timeout: Duration,
     namespace: &str,
     spec: &Spec,
 ) -> Result<PrometheusClient, String> {
@@ -320,10 +325,11 @@ async fn connect(
     let read = |name: String, key: String| {
         let secrets = secrets.clone();
         async move {
-            let secret = secrets
-                .get(&name)
+            let reading = format!("reading Secret {name}");
+            let secret = bounded(request_timeout, reading.clone(), secrets.get(&name))
                 .await
-                .map_err(|error| format!("reading Secret {name}: {error}"))?;
+                .map_err(|timed_out| timed_out.to_string())?
+                .map_err(|error| format!("{reading}: {error}"))?;
             let bytes = secret
                 .data
                 .and_then(|mut data| data.remove(&key))
@@ -358,12 +364,13 @@ async fn connect(
 /// queries; none while the group is halted or has nothing left to roll.
 pub async fn evaluate(
     client: &kube::Client,
+    request_timeout: Duration,
     namespace: &str,
     group: &GroupSnapshot,
     now: Timestamp,
 ) -> (Plan, GateDecision) {
     let (config, _) = keys::read(group);
-    let checked = check(client, namespace, group, &config, now).await;
+    let checked = check(client, request_timeout, namespace, group, &config, now).await;
     let Some(url) = config.hook.clone().filter(|_| config.invalid.is_none()) else {
         return checked;
     };
@@ -372,9 +379,11 @@ pub async fn evaluate(
     (plan, decision)
 }
 
-/// [`decide`], then the health check if the group names one.
+/// [`decide`], then the health check if the group names one. Kubernetes reads are bounded
+/// by `request_timeout`, each query by the check's own timeout.
 async fn check(
     client: &kube::Client,
+    request_timeout: Duration,
     namespace: &str,
     group: &GroupSnapshot,
     config: &keys::GateConfig,
@@ -420,7 +429,16 @@ async fn check(
         ("revision", revision),
     ]);
     let (state, _) = CheckState::read(group);
-    let (policy, run, problem) = run(client, namespace, &name, &state, &variables, now).await;
+    let (policy, run, problem) = run(
+        client,
+        request_timeout,
+        namespace,
+        &name,
+        &state,
+        &variables,
+        now,
+    )
+    .await;
     let (plan, mut decision) = checks::apply(group, &policy, run.as_ref(), gated, now);
     if let Some(why) = problem {
         let carrier = group

@@ -247,6 +247,27 @@ pub fn record(
     writes
 }
 
+/// Whether `call` is still due on `fresh`, the zone's StatefulSet as just read: the cache the
+/// decision came from may not show a call another pass has just made and recorded.
+pub fn still_due(
+    fresh: &k8s_openapi::api::apps::v1::StatefulSet,
+    call: &HookCall,
+    now: Timestamp,
+) -> bool {
+    let stored = fresh
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|annotations| annotations.get(HOOK_STATE_ANNOTATION))
+        .and_then(|raw| serde_json::from_str::<ZoneHooks>(raw).ok())
+        .filter(|hooks| hooks.revision == call.to_revision);
+    let Some(hooks) = stored else {
+        return true;
+    };
+    let hook = hooks.phase(call.phase);
+    !hook.done && hook.retry_at().is_none_or(|at| at <= now)
+}
+
 /// The JSON body of a call (documented in docs/gates.md).
 pub fn body(call: &HookCall, group: &str, namespace: &str) -> serde_json::Value {
     serde_json::json!({

@@ -170,110 +170,59 @@ pub fn read(group: &GroupSnapshot) -> (GateConfig, Vec<GateWarning>) {
     let mut config = GateConfig::default();
     let mut warnings = Vec::new();
     let mut soaks: Vec<(String, String, SignedDuration)> = Vec::new();
-    for statefulset in &group.statefulsets {
-        let Some(raw) = statefulset.annotations.get(SOAK_ANNOTATION) else {
-            continue;
-        };
-        config.enabled = true;
-        match parse_soak(raw) {
-            Some(soak) => soaks.push((statefulset.name.clone(), raw.clone(), soak)),
-            None => {
-                warnings.push(GateWarning::InvalidAnnotation {
-                    statefulset: statefulset.name.clone(),
-                    problem: InvalidAnnotation {
-                        key: SOAK_ANNOTATION,
-                        value: raw.clone(),
-                        accepted: SOAK_ACCEPTED,
-                        fallback: HOLDING.to_owned(),
-                    },
-                });
-                config.invalid.get_or_insert_with(|| InvalidKey {
-                    statefulset: statefulset.name.clone(),
-                    key: SOAK_ANNOTATION,
-                    value: raw.clone(),
-                });
-            }
-        }
-    }
-    for statefulset in &group.statefulsets {
-        let Some(raw) = statefulset.annotations.get(HEALTH_CHECK_ANNOTATION) else {
-            continue;
-        };
-        config.enabled = true;
-        if is_object_name(raw) {
-            config.health_check.get_or_insert_with(|| raw.clone());
-            continue;
-        }
+    // A gate key whose value cannot be read: a Warning, and the group is held.
+    let mut reject = |config: &mut GateConfig, statefulset: &str, key, raw: &str, accepted| {
         warnings.push(GateWarning::InvalidAnnotation {
-            statefulset: statefulset.name.clone(),
+            statefulset: statefulset.to_owned(),
             problem: InvalidAnnotation {
-                key: HEALTH_CHECK_ANNOTATION,
-                value: raw.clone(),
-                accepted: HEALTH_CHECK_ACCEPTED,
+                key,
+                value: raw.to_owned(),
+                accepted,
                 fallback: HOLDING.to_owned(),
             },
         });
         config.invalid.get_or_insert_with(|| InvalidKey {
-            statefulset: statefulset.name.clone(),
-            key: HEALTH_CHECK_ANNOTATION,
-            value: raw.clone(),
+            statefulset: statefulset.to_owned(),
+            key,
+            value: raw.to_owned(),
         });
-    }
+    };
     for statefulset in &group.statefulsets {
-        match statefulset
-            .annotations
-            .get(RAMP_ANNOTATION)
-            .map(String::as_str)
-        {
-            None => {}
-            Some("none") => config.enabled = true,
-            Some("exponential") => {
-                config.enabled = true;
-                config.ramp = true;
-            }
-            Some(raw) => {
-                config.enabled = true;
-                warnings.push(GateWarning::InvalidAnnotation {
-                    statefulset: statefulset.name.clone(),
-                    problem: InvalidAnnotation {
-                        key: RAMP_ANNOTATION,
-                        value: raw.to_owned(),
-                        accepted: RAMP_ACCEPTED,
-                        fallback: HOLDING.to_owned(),
-                    },
-                });
-                config.invalid.get_or_insert_with(|| InvalidKey {
-                    statefulset: statefulset.name.clone(),
-                    key: RAMP_ANNOTATION,
-                    value: raw.to_owned(),
-                });
+        let name = statefulset.name.as_str();
+        let annotation = |key: &str| statefulset.annotations.get(key).map(String::as_str);
+        if let Some(raw) = annotation(SOAK_ANNOTATION) {
+            config.enabled = true;
+            match parse_soak(raw) {
+                Some(soak) => soaks.push((name.to_owned(), raw.to_owned(), soak)),
+                None => reject(&mut config, name, SOAK_ANNOTATION, raw, SOAK_ACCEPTED),
             }
         }
-    }
-    for statefulset in &group.statefulsets {
-        let Some(raw) = statefulset.annotations.get(HOOK_ANNOTATION) else {
-            continue;
-        };
-        config.enabled = true;
-        let url = raw.trim();
-        if (url.starts_with("http://") || url.starts_with("https://")) && url.len() > 8 {
-            config.hook.get_or_insert_with(|| url.to_owned());
-            continue;
+        if let Some(raw) = annotation(HEALTH_CHECK_ANNOTATION) {
+            config.enabled = true;
+            if is_object_name(raw) {
+                config.health_check.get_or_insert_with(|| raw.to_owned());
+            } else {
+                let accepted = HEALTH_CHECK_ACCEPTED;
+                reject(&mut config, name, HEALTH_CHECK_ANNOTATION, raw, accepted);
+            }
         }
-        warnings.push(GateWarning::InvalidAnnotation {
-            statefulset: statefulset.name.clone(),
-            problem: InvalidAnnotation {
-                key: HOOK_ANNOTATION,
-                value: raw.clone(),
-                accepted: HOOK_ACCEPTED,
-                fallback: HOLDING.to_owned(),
-            },
-        });
-        config.invalid.get_or_insert_with(|| InvalidKey {
-            statefulset: statefulset.name.clone(),
-            key: HOOK_ANNOTATION,
-            value: raw.clone(),
-        });
+        if let Some(raw) = annotation(RAMP_ANNOTATION) {
+            config.enabled = true;
+            match raw {
+                "none" => {}
+                "exponential" => config.ramp = true,
+                raw => reject(&mut config, name, RAMP_ANNOTATION, raw, RAMP_ACCEPTED),
+            }
+        }
+        if let Some(raw) = annotation(HOOK_ANNOTATION) {
+            config.enabled = true;
+            let url = raw.trim();
+            if (url.starts_with("http://") || url.starts_with("https://")) && url.len() > 8 {
+                config.hook.get_or_insert_with(|| url.to_owned());
+            } else {
+                reject(&mut config, name, HOOK_ANNOTATION, raw, HOOK_ACCEPTED);
+            }
+        }
     }
     let longest = soaks.iter().map(|(_, _, soak)| *soak).max();
     if soaks.iter().any(|(_, _, soak)| Some(*soak) != longest) {

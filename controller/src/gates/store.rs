@@ -48,18 +48,40 @@ pub fn patch_body<'a>(
             (write.key.to_owned(), value)
         })
         .collect();
-    json!({
-        "metadata": {
-            "resourceVersion": resource_version,
-            "annotations": annotations,
-        }
-    })
+    match resource_version {
+        Some(resource_version) => json!({
+            "metadata": {
+                "resourceVersion": resource_version,
+                "annotations": annotations,
+            }
+        }),
+        None => json!({ "metadata": { "annotations": annotations } }),
+    }
 }
 
 /// Writes `writes`, each StatefulSet as read in `members`, in one patch per StatefulSet.
 pub async fn store(
     api: &Api<StatefulSet>,
     members: &[&StatefulSet],
+    writes: &[AnnotationWrite],
+    timeout: Duration,
+) -> Result<Stored, StoreError> {
+    store_at(api, Some(members), writes, timeout).await
+}
+
+/// Writes facts that must not be lost to a concurrent change, whatever was read: what a hook
+/// answered (it was called; calling it again because the record lost a race would be worse).
+pub async fn store_unconditionally(
+    api: &Api<StatefulSet>,
+    writes: &[AnnotationWrite],
+    timeout: Duration,
+) -> Result<Stored, StoreError> {
+    store_at(api, None, writes, timeout).await
+}
+
+async fn store_at(
+    api: &Api<StatefulSet>,
+    members: Option<&[&StatefulSet]>,
     writes: &[AnnotationWrite],
     timeout: Duration,
 ) -> Result<Stored, StoreError> {
@@ -72,13 +94,19 @@ pub async fn store(
     }
     let params = PatchParams::default();
     for (name, writes) in by_statefulset {
-        let Some(read) = members
-            .iter()
-            .find(|member| member.metadata.name.as_deref() == Some(name))
-        else {
-            return Ok(Stored::Stale);
+        let resource_version = match members {
+            None => None,
+            Some(members) => {
+                let Some(read) = members
+                    .iter()
+                    .find(|member| member.metadata.name.as_deref() == Some(name))
+                else {
+                    return Ok(Stored::Stale);
+                };
+                read.metadata.resource_version.as_deref()
+            }
         };
-        let body = patch_body(read.metadata.resource_version.as_deref(), writes);
+        let body = patch_body(resource_version, writes);
         let patch = Patch::Merge(&body);
         let call = api.patch(name, &params, &patch);
         match bounded(timeout, format!("storing the gate state on {name}"), call).await? {
@@ -127,6 +155,10 @@ mod tests {
                     }
                 }
             })
+        );
+        assert_eq!(
+            patch_body(None, &writes[1..]),
+            json!({ "metadata": { "annotations": { "baton.dev/halted": null } } })
         );
     }
 }

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use baton_shared::kube_client::bounded;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Resource;
@@ -113,15 +114,31 @@ impl RolloutReconciler {
         // The planner's plan as the rollout gates allow it (issue 12; a group without gate
         // keys gets the plan unchanged).
         let now = jiff::Timestamp::now();
-        let (plan, mut gate) =
-            gates::health::evaluate(&self.client, &self.namespace, &snapshot, now).await;
+        let (plan, gate) = gates::health::evaluate(
+            &self.client,
+            self.request_timeout,
+            &self.namespace,
+            &snapshot,
+            now,
+        )
+        .await;
         if let Some(call) = gate.hook.clone()
             && may_act()
         {
+            // What the hook answered is stored whatever changed meanwhile: a record lost to a
+            // resourceVersion race would call it again.
+            // Called only if still due on a fresh read (the cache may lag a call just made).
             let timeout = self.request_timeout;
-            let answer = gates::hooks::post(&call, group, &self.namespace, timeout).await;
-            gate.writes
-                .extend(gates::hooks::record(&snapshot, &call, answer, now));
+            let api: Api<StatefulSet> = Api::namespaced(self.client.clone(), &self.namespace);
+            let reading = format!("reading {} before its hook", call.zone);
+            let fresh = bounded(timeout, reading, api.get(&call.zone)).await;
+            if let Ok(Ok(fresh)) = fresh
+                && gates::hooks::still_due(&fresh, &call, now)
+            {
+                let answer = gates::hooks::post(&call, group, &self.namespace, timeout).await;
+                let recorded = gates::hooks::record(&snapshot, &call, answer, now);
+                store::store_unconditionally(&api, &recorded, timeout).await?;
+            }
         }
         self.record_progress(group, &plan, gate.wait().is_some());
         self.metrics.gates.record(group, gate.wait());
