@@ -85,6 +85,7 @@ async fn the_manifests_pass_a_server_side_dry_run() {
         "validatingwebhookconfiguration.admissionregistration.k8s.io/baton-zpdb-validation",
         "customresourcedefinition.apiextensions.k8s.io/replicatemplates.rollout-operator.grafana.com",
         "customresourcedefinition.apiextensions.k8s.io/zoneawarepoddisruptionbudgets.rollout-operator.grafana.com",
+        "customresourcedefinition.apiextensions.k8s.io/rollouthealthchecks.baton.dev",
     ] {
         assert!(output.contains(object), "{object} missing from:\n{output}");
     }
@@ -96,7 +97,7 @@ async fn the_manifests_pass_a_server_side_dry_run() {
     assert!(ok, "{rendered}");
     assert_eq!(
         rendered.matches("\nkind: ").count() + usize::from(rendered.starts_with("kind: ")),
-        20
+        21
     );
 }
 
