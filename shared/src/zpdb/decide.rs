@@ -445,9 +445,10 @@ impl Judge<'_, '_> {
         let min_ready_seconds = state.min_ready_seconds.unsigned_abs();
         let mut count = ZoneCount::default();
         let mut present = 0u32;
+        let controls = Controls::of(zone);
         for pod in self.snapshot.pods.iter().copied() {
             let name = pod.metadata.name.as_deref().unwrap_or("");
-            if !keep(name) || !is_controlled_by(pod, zone) {
+            if !controls.pod(pod) || !keep(name) {
                 continue;
             }
             present += 1;
@@ -573,6 +574,60 @@ impl Judge<'_, '_> {
                 zones.len()
             ),
         )
+    }
+}
+
+/// [`is_controlled_by`] with the StatefulSet's selector parsed once, not once per pod: the
+/// decision asks it of every pod for every zone (a parse per owned pod cost most of a
+/// decision). Same rule: same namespace, the StatefulSet (by uid) as the pod's controller, and
+/// its selector matching the pod's labels (an empty or invalid selector matches nothing).
+pub(crate) struct Controls<'z> {
+    statefulset: &'z StatefulSet,
+    uid: Option<&'z str>,
+    selector: Option<kube::core::Selector>,
+}
+
+impl<'z> Controls<'z> {
+    pub(crate) fn of(statefulset: &'z StatefulSet) -> Self {
+        let selector = statefulset
+            .spec
+            .as_ref()
+            .map(|spec| &spec.selector)
+            .filter(|selector| {
+                selector
+                    .match_labels
+                    .as_ref()
+                    .is_some_and(|m| !m.is_empty())
+                    || selector
+                        .match_expressions
+                        .as_ref()
+                        .is_some_and(|m| !m.is_empty())
+            })
+            .and_then(|selector| kube::core::Selector::try_from(selector.clone()).ok());
+        Self {
+            statefulset,
+            uid: statefulset
+                .metadata
+                .uid
+                .as_deref()
+                .filter(|uid| !uid.is_empty()),
+            selector,
+        }
+    }
+
+    pub(crate) fn pod(&self, pod: &Pod) -> bool {
+        use kube::core::SelectorExt;
+        let (Some(uid), Some(selector)) = (self.uid, &self.selector) else {
+            return false;
+        };
+        pod.metadata.namespace == self.statefulset.metadata.namespace
+            && pod
+                .metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .any(|owner| owner.controller == Some(true) && owner.uid == uid)
+            && selector.matches(pod.metadata.labels.as_ref().unwrap_or(&BTreeMap::new()))
     }
 }
 

@@ -1159,3 +1159,27 @@ fn a_rollout_deletion_is_held_to_the_other_zones_and_to_its_own_max_unavailable(
         "partition_at_max_unavailable"
     );
 }
+
+#[test]
+fn controls_is_is_controlled_by_with_the_selector_parsed_once() {
+    let mut world = World::new(2, ingester_spec());
+    // A pod whose labels its owner's selector does not match, and one in another namespace.
+    world.pods[0].metadata.labels = Some(labels(&[("zone", "elsewhere")]));
+    world.pods[1].metadata.namespace = Some("loki".into());
+    let mut no_selector = statefulset("ingester-zone-c", 2);
+    no_selector.spec.as_mut().unwrap().selector = LabelSelector::default();
+    let mut statefulsets = world.statefulsets.clone();
+    statefulsets.push(no_selector);
+    for statefulset in &statefulsets {
+        let controls = super::decide::Controls::of(statefulset);
+        for pod in &world.pods {
+            assert_eq!(
+                controls.pod(pod),
+                crate::pods::is_controlled_by(pod, statefulset),
+                "{:?} of {:?}",
+                pod.metadata.name,
+                statefulset.metadata.name
+            );
+        }
+    }
+}
