@@ -142,10 +142,18 @@ async fn deploy_installs_for_real_into_a_namespace_that_does_not_exist_yet() {
     )
     .unwrap();
 
-    // When it is applied for real (on top of the 1.20 overlay, as this control plane is 1.20)
+    // When it is applied for real (on top of the 1.20 overlay, as this control plane is 1.20).
+    // Server-side: other scenarios of this process install the same CRDs at the same moment,
+    // and a client-side apply (read, then create) loses that race with AlreadyExists.
     let (ok, output) = kubectl(
         control_plane,
-        &["apply", "-k", overlay_dir.to_str().unwrap()],
+        &[
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            "-k",
+            overlay_dir.to_str().unwrap(),
+        ],
     );
 
     // Then the namespace and everything in it is created, nothing refers to baton-system
