@@ -27,6 +27,36 @@ pub fn free_address() -> String {
     }
 }
 
+/// A namespace of its own with the pod simulator and a running controller: the setting of the
+/// controller scenarios. Each scenario file wraps it with the steps it needs.
+pub struct ControlledNamespace {
+    pub control_plane: &'static ControlPlane,
+    pub namespace: crate::TestNamespace,
+    pub simulator: crate::PodSimulator,
+    pub controller: Controller,
+}
+
+impl ControlledNamespace {
+    /// A namespace `<prefix>-<random>` on the shared control plane, simulated and controlled.
+    pub async fn start(prefix: &str) -> Self {
+        let control_plane = ControlPlane::shared().await;
+        let namespace = crate::TestNamespace::create(control_plane, prefix).await;
+        let simulator = crate::PodSimulator::start(
+            namespace.client(),
+            namespace.name(),
+            crate::SimulatorOptions::default(),
+        )
+        .await;
+        let controller = Controller::start(control_plane, namespace.name(), &[]).await;
+        Self {
+            control_plane,
+            namespace,
+            simulator,
+            controller,
+        }
+    }
+}
+
 /// A running controller and the address of its ops server.
 #[derive(Debug)]
 pub struct Controller {

@@ -8,16 +8,15 @@ use baton_controller::gates::{
     RAMP_ANNOTATION, SOAK_ANNOTATION, STATE_ANNOTATION, ZoneState, health,
 };
 use baton_e2e::controller_support::{
-    Controller, events_about, roll_out, rollout_state, wait_group_ready, wait_rollout_complete,
+    ControlledNamespace, Controller, events_about, roll_out, rollout_state, wait_group_ready,
+    wait_rollout_complete,
 };
 use baton_e2e::fixtures::{StatefulSetFixture, rollout_group};
 use baton_e2e::prometheus_support::{Metrics, Prometheus, install_health_check_crd};
 use baton_e2e::timeline::{
     Zone, ZoneWindow, check_rollout_guarantees, deletion_batches, zone_windows,
 };
-use baton_e2e::{
-    ControlPlane, PodEvent, PodSimulator, SimulatorOptions, TestNamespace, wait_until,
-};
+use baton_e2e::{PodEvent, wait_until};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::json;
@@ -26,31 +25,25 @@ const TIMEOUT: Duration = Duration::from_secs(90);
 const ZONES: [&str; 3] = ["a", "b", "c"];
 const REPLICAS: u32 = 2;
 
-/// A namespace with the pod simulator and a running controller.
-struct Scene {
-    control_plane: &'static ControlPlane,
-    namespace: TestNamespace,
-    simulator: PodSimulator,
-    controller: Controller,
+/// The scenarios' namespace, with the steps they share.
+struct Scene(ControlledNamespace);
+
+impl std::ops::Deref for Scene {
+    type Target = ControlledNamespace;
+    fn deref(&self) -> &ControlledNamespace {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Scene {
+    fn deref_mut(&mut self) -> &mut ControlledNamespace {
+        &mut self.0
+    }
 }
 
 impl Scene {
     async fn new(prefix: &str) -> Self {
-        let control_plane = ControlPlane::shared().await;
-        let namespace = TestNamespace::create(control_plane, prefix).await;
-        let simulator = PodSimulator::start(
-            namespace.client(),
-            namespace.name(),
-            SimulatorOptions::default(),
-        )
-        .await;
-        let controller = Controller::start(control_plane, namespace.name(), &[]).await;
-        Self {
-            control_plane,
-            namespace,
-            simulator,
-            controller,
-        }
+        Self(ControlledNamespace::start(prefix).await)
     }
 
     /// Creates the group of [`ZONES`], `annotate` deciding each zone's annotations; returns

@@ -4,39 +4,34 @@
 use std::time::{Duration, Instant};
 
 use baton_e2e::controller_support::{
-    Controller, events_about, roll_out, rollout_state, wait_group_ready, wait_rollout_complete,
+    ControlledNamespace, events_about, roll_out, rollout_state, wait_group_ready,
+    wait_rollout_complete,
 };
 use baton_e2e::fixtures::{StatefulSetFixture, rollout_group};
 use baton_e2e::timeline::{Zone, check_rollout_guarantees};
-use baton_e2e::{
-    ControlPlane, PodEvent, PodSimulator, SimulatorOptions, TestNamespace, wait_until,
-};
+use baton_e2e::{PodEvent, wait_until};
 
 const TIMEOUT: Duration = Duration::from_secs(90);
 
-/// A namespace with the pod simulator and a running controller.
-struct Scene {
-    namespace: TestNamespace,
-    simulator: PodSimulator,
-    controller: Controller,
+/// The scenarios' namespace, with the steps they share.
+struct Scene(ControlledNamespace);
+
+impl std::ops::Deref for Scene {
+    type Target = ControlledNamespace;
+    fn deref(&self) -> &ControlledNamespace {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Scene {
+    fn deref_mut(&mut self) -> &mut ControlledNamespace {
+        &mut self.0
+    }
 }
 
 impl Scene {
     async fn new(prefix: &str) -> Self {
-        let control_plane = ControlPlane::shared().await;
-        let namespace = TestNamespace::create(control_plane, prefix).await;
-        let simulator = PodSimulator::start(
-            namespace.client(),
-            namespace.name(),
-            SimulatorOptions::default(),
-        )
-        .await;
-        let controller = Controller::start(control_plane, namespace.name(), &[]).await;
-        Self {
-            namespace,
-            simulator,
-            controller,
-        }
+        Self(ControlledNamespace::start(prefix).await)
     }
 
     async fn create(&self, statefulsets: &[StatefulSetFixture]) -> Vec<String> {
