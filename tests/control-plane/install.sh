@@ -48,8 +48,10 @@ apt_install() {
 # deploy tests; util-linux's setpriv ties the control plane's processes to their supervisor;
 # haproxy stands in for the webhook's Service in the rolling-restart scenario (health-checking
 # /ready as a readinessProbe does); prometheus is the real Prometheus the rollout-gate health
-# checks query (the tests start it on loopback, scraping values they serve).
-apt_install etcd-server util-linux haproxy prometheus
+# checks query (the tests start it on loopback, scraping values they serve; promtool checks the
+# alerting rules); chromium, headless, is the browser that looks at the status page; wrk drives
+# the eviction-webhook benchmark.
+apt_install etcd-server util-linux haproxy prometheus chromium wrk
 command -v kubectl >/dev/null || apt_install kubernetes-client
 
 if [[ -x "$BIN_DIR/kube-apiserver" && -x "$BIN_DIR/kube-controller-manager" ]]; then
