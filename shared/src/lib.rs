@@ -7,6 +7,7 @@ pub mod crypto;
 pub mod duration;
 pub mod http_server;
 pub mod kube_client;
+pub mod ledger;
 pub mod ops_server;
 pub mod pod_client;
 pub mod pods;

@@ -6,6 +6,7 @@
 //! Pure: nothing here calls the API.
 
 pub mod decide;
+pub mod record;
 pub mod spec;
 
 pub use decide::{

@@ -1,0 +1,135 @@
+//! A budget's eviction record: ONE ConfigMap per budget (`baton-zpdb-<budget>`, see
+//! [`record_name`]) mapping each pod whose eviction (or rollout deletion) was just allowed to
+//! when and by which request. Whoever lets a pod of the budget go claims it here by a write
+//! conditioned on the record's resourceVersion ([`crate::ledger::write_labelled`]): the
+//! webhook's replicas for evictions and the rollout controller for its deletions. So the
+//! judgements of all of them serialise on one object, and two of them cannot both let go pods
+//! the budget allows only one of. The decision reads the record's fresh entries as
+//! [`RecentlyAllowed`].
+
+use jiff::{SignedDuration, Timestamp};
+use serde::{Deserialize, Serialize};
+
+use super::{AllowedEviction, RecentlyAllowed};
+use crate::ledger::Ledger;
+
+/// Label on a record naming its budget.
+pub const RECORD_LABEL: &str = "rollout-operator.grafana.com/zpdb";
+/// Prefix of record ConfigMap names.
+pub const RECORD_PREFIX: &str = "baton-zpdb-";
+/// How long an allowed eviction counts as unavailable when the pod does not go (the API
+/// server refused the eviction after the webhook allowed it, e.g. for a PodDisruptionBudget).
+pub const RECORD_EXPIRY: SignedDuration = SignedDuration::from_secs(30);
+
+/// The record ConfigMap of `budget` (budget names are object names, valid here too).
+pub fn record_name(budget: &str) -> String {
+    format!("{RECORD_PREFIX}{budget}")
+}
+
+/// One entry of a record, as stored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RecordEntry {
+    /// RFC 3339.
+    pub allowed_at: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<String>,
+    /// The admission request that allowed it.
+    pub request: String,
+}
+
+/// The record's entries; unreadable ones are skipped (and dropped on the next write), as an
+/// entry is only ever a reason to wait.
+pub fn recently_allowed(ledger: &Ledger) -> RecentlyAllowed {
+    let pods = ledger
+        .data
+        .iter()
+        .filter_map(|(pod, raw)| {
+            let entry: RecordEntry = serde_json::from_str(raw).ok()?;
+            let at = entry.allowed_at.parse::<Timestamp>().ok()?;
+            Some((pod.clone(), AllowedEviction { at, uid: entry.uid }))
+        })
+        .collect();
+    RecentlyAllowed { pods }
+}
+
+/// The record with `pod`'s eviction added at `now` and every expired or unreadable entry
+/// dropped.
+pub fn with_eviction(
+    ledger: &Ledger,
+    pod: &str,
+    uid: Option<&str>,
+    request: &str,
+    now: Timestamp,
+) -> Ledger {
+    let current = recently_allowed(ledger);
+    let mut data: std::collections::BTreeMap<String, String> = ledger
+        .data
+        .iter()
+        .filter(|(name, _)| {
+            current
+                .pods
+                .get(*name)
+                .is_some_and(|entry| !RecentlyAllowed::is_expired(entry, now, RECORD_EXPIRY))
+        })
+        .map(|(name, raw)| (name.clone(), raw.clone()))
+        .collect();
+    let entry = RecordEntry {
+        allowed_at: now.to_string(),
+        uid: uid.map(str::to_owned),
+        request: request.to_owned(),
+    };
+    data.insert(
+        pod.to_owned(),
+        serde_json::to_string(&entry).unwrap_or_default(),
+    );
+    Ledger {
+        resource_version: ledger.resource_version.clone(),
+        data,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_keep_fresh_entries_only() {
+        let now: Timestamp = "2026-11-23T04:00:00Z".parse().unwrap();
+        let ledger = with_eviction(
+            &Ledger::default(),
+            "a-0",
+            Some("uid-a0"),
+            "r1",
+            now - SignedDuration::from_secs(29),
+        );
+        let ledger = with_eviction(
+            &ledger,
+            "b-0",
+            None,
+            "r2",
+            now - SignedDuration::from_secs(5),
+        );
+        let mut ledger = with_eviction(&ledger, "c-0", None, "r3", now);
+        assert_eq!(
+            ledger.data.keys().collect::<Vec<_>>(),
+            ["a-0", "b-0", "c-0"]
+        );
+        ledger.data.insert("junk".into(), "yesterday".into());
+        let read = recently_allowed(&ledger);
+        assert_eq!(read.pods.len(), 3, "unreadable entries are skipped");
+        assert_eq!(read.pods["a-0"].uid.as_deref(), Some("uid-a0"));
+        let next = with_eviction(
+            &ledger,
+            "d-0",
+            None,
+            "r4",
+            now + SignedDuration::from_secs(2),
+        );
+        assert_eq!(
+            next.data.keys().collect::<Vec<_>>(),
+            ["b-0", "c-0", "d-0"],
+            "a-0 expired (30 s), junk dropped"
+        );
+    }
+}
