@@ -30,11 +30,13 @@ use tokio_util::sync::CancellationToken;
 
 use crate::cache::{self, Caches};
 use crate::explain::Explainer;
+use crate::group::GroupReconciler;
+use crate::leader::MayAct;
 use crate::leader::{LeaderElector, LeaderMetrics, Leadership, Term, unique_identity};
 use crate::metrics::ControllerMetrics;
 use crate::queue;
 use crate::rollout::pending::PendingDeletions;
-use crate::rollout::reconcile::{MayAct, RolloutReconciler};
+use crate::rollout::reconcile::Rollouts;
 
 /// How long tasks get to finish after shutdown starts (the Lease release is one of them).
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
@@ -77,11 +79,9 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
         EVENT_REPEAT_AFTER,
         config.kubernetes.request_timeout.get(),
     );
-    let reconciler = Arc::new(RolloutReconciler {
-        namespace: config.namespace.clone(),
-        client: client.clone(),
+    let reconciler = Arc::new(GroupReconciler {
         caches: caches.clone(),
-        metrics,
+        metrics: metrics.clone(),
         explainer: explainer.clone(),
         // Acting on half-filled caches could miss a not-ready zone: lead AND be synced. A
         // reconcile acts only within the term it started in.
@@ -98,9 +98,15 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
                 Some(may_act)
             })
         },
-        request_timeout: config.kubernetes.request_timeout.get(),
-        pending: PendingDeletions::default(),
-        scaling: crate::scaling::Scaler::new(client.clone(), &config, &registry)
+        rollouts: Rollouts {
+            namespace: config.namespace.clone(),
+            client: client.clone(),
+            metrics,
+            explainer: explainer.clone(),
+            request_timeout: config.kubernetes.request_timeout.get(),
+            pending: PendingDeletions::default(),
+        },
+        scaler: crate::scaling::Scaler::new(client.clone(), &config, &registry)
             .context("building the scaler")?,
     });
 

@@ -8,6 +8,7 @@
 //! | [`app`] | wiring: the caches, the election, the queue, the Event publisher, the ops server; every task critical |
 //! | [`leader`] | the Lease: terms, fencing, campaigning again after a lost term (pure [`leader::decide()`]) |
 //! | [`cache`] | watch-fed reflector caches of group StatefulSets and (slimmed) pods; routes each change to its group |
+//! | [`group`] | the reconcile of one group: one snapshot, scaling and the rollout run beside each other over it |
 //! | [`queue`] | the per-group work queue: coalescing, one run per group at a time, one timer per group, backoff |
 //! | [`rollout`] | the rollout planner ([`rollout::plan()`], pure), its snapshot, the executor of its deletions, pending deletions, the group reconcile |
 //! | [`gates`] | soak, halt/resume and health checks composed after the planner ([`gates::decide()`], pure), their stored state, the Prometheus client |
@@ -19,10 +20,10 @@
 //! # From a watch event to an action
 //!
 //! A watch event updates a [`cache`] and names the group it concerns → the [`queue`] runs that
-//! group's reconcile (never two at once for a group) → [`rollout::reconcile`] takes one snapshot
-//! of the group from the caches, lets [`scaling`] act first (a replica change ends the pass: its
-//! watch event brings the group back), then plans the rollout, lets the [`gates`] hold or halt,
-//! tells why through [`explain`] and carries out the deletions — only while this replica leads
+//! group's reconcile (never two at once for a group) → [`group`] takes one snapshot of the group
+//! from the caches and runs two siblings over it, neither waiting on the other's I/O:
+//! [`scaling`] (replicas) and the rollout ([`rollout::reconcile`]: plan, let the [`gates`] hold
+//! or halt, tell why through [`explain`], carry out the deletions) — only while this replica leads
 //! in the term the pass started in ([`leader`]), and only with caches synced. What is still
 //! pending (a deletion the cache has not shown yet, a soak, a minReadySeconds) comes back
 //! through the queue's timer for the group.
@@ -32,6 +33,7 @@ pub mod cache;
 pub mod certificates;
 pub mod explain;
 pub mod gates;
+pub mod group;
 pub mod leader;
 pub mod metrics;
 pub mod queue;

@@ -1,5 +1,6 @@
-//! Reconciles one rollout group: snapshot from the caches, plan, explain, act. Everything it
-//! decides comes from the pure planner; this layer only reads caches and calls the API.
+//! The rollout side of a group's reconcile: from the group's snapshot, plan, let the gates hold,
+//! explain, act. Everything it decides comes from the pure planner and the pure gate decision;
+//! this layer only calls the API (and Prometheus, and hooks) around them.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -13,98 +14,41 @@ use kube::api::Api;
 use super::execute::{self, ExecuteError, Outcome};
 use super::pending::PendingDeletions;
 use super::{Action, GroupSnapshot, Plan, WaitReason, replacement_note};
-use crate::cache::Caches;
 use crate::explain::{Explainer, Explanation, Severity};
 use crate::gates::{self, store};
+use crate::leader::MayAct;
 use crate::metrics::{ControllerMetrics, PodCounts};
 use crate::queue::Requeue;
 
-/// Whether this reconcile may still act right now: true only while the leadership term it
-/// started in lasts.
-pub type MayAct = Arc<dyn Fn() -> bool + Send + Sync>;
-
-/// Opens one reconcile's right to act: `None` when this replica may not act now, else a
-/// [`MayAct`] bound to the current leadership term, so a reconcile planned before a lost term
-/// can never act in a later one; the next term starts from a fresh snapshot.
-pub type MayStart = Arc<dyn Fn() -> Option<MayAct> + Send + Sync>;
-
-/// Everything a group reconcile needs; shared by all groups.
-pub struct RolloutReconciler {
+/// The rollout side of every group's reconcile (scaling is its sibling: see
+/// [`crate::group`]); shared by all groups.
+pub struct Rollouts {
     pub namespace: String,
     pub client: kube::Client,
-    pub caches: Caches,
     pub metrics: ControllerMetrics,
     pub explainer: Explainer,
-    pub may_start: MayStart,
     pub request_timeout: Duration,
     pub pending: PendingDeletions,
-    /// Scales the group before it rolls (as the Go operator does).
-    pub scaling: crate::scaling::Scaler,
 }
 
-impl std::fmt::Debug for RolloutReconciler {
+impl std::fmt::Debug for Rollouts {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RolloutReconciler")
+        f.debug_struct("Rollouts")
             .field("namespace", &self.namespace)
             .finish_non_exhaustive()
     }
 }
 
-impl RolloutReconciler {
-    /// One pass over `group`. Standbys return at once: only the leader plans and acts. Every log
-    /// line of the pass, scaling's included, carries the group through this span.
-    #[tracing::instrument(skip_all, fields(rollout_group = group))]
-    pub async fn reconcile(&self, group: &str) -> Requeue {
-        let Some(may_act) = (self.may_start)() else {
-            return Requeue::Never;
-        };
-        let started = Instant::now();
-        let labels = [group];
-        self.metrics.reconciles.with_label_values(&labels).inc();
-        let result = self.reconcile_inner(group, &may_act).await;
-        self.metrics
-            .reconcile_duration
-            .with_label_values(&labels)
-            .observe(started.elapsed().as_secs_f64());
-        match result {
-            Ok(requeue) => {
-                let now = jiff::Timestamp::now().as_millisecond() as f64 / 1000.0;
-                self.metrics
-                    .last_successful_reconcile
-                    .with_label_values(&labels)
-                    .set(now);
-                requeue
-            }
-            Err(error) => {
-                self.metrics
-                    .reconciles_failed
-                    .with_label_values(&labels)
-                    .inc();
-                tracing::warn!(rollout_group = group, error = %error, kind = error.kind(), "reconcile failed");
-                Requeue::Failed
-            }
-        }
-    }
-
-    async fn reconcile_inner(
+impl Rollouts {
+    /// One rollout pass over `group`, on the snapshot its reconcile read: plan, gate, explain,
+    /// act. Returns when the group wants to come back.
+    pub async fn reconcile(
         &self,
         group: &str,
+        members: &[Arc<StatefulSet>],
+        pods: &[Arc<Pod>],
         may_act: &MayAct,
     ) -> Result<Requeue, ExecuteError> {
-        let members = self.caches.group_members(group);
-        if members.is_empty() {
-            self.metrics.forget_group(group);
-            return Ok(Requeue::Never);
-        }
-        let pods = self.caches.pods.state();
-        let scaling = self
-            .scaling
-            .reconcile(group, &members, &pods, &self.explainer, may_act)
-            .await;
-        if scaling.scaled {
-            // The watch event of the change brings the group back with fresh objects.
-            return Ok(scaling.requeue);
-        }
         let mut snapshot = GroupSnapshot::from_kubernetes(
             group,
             members.iter().map(Arc::as_ref),
@@ -142,8 +86,8 @@ impl RolloutReconciler {
         }
         self.record_progress(group, &plan, gate.wait().is_some());
         self.metrics.gates.record(group, gate.wait());
-        self.explain(group, &members, &plan).await;
-        gates::report::explain(&self.explainer, group, &members, &gate).await;
+        self.explain(group, members, &plan).await;
+        gates::report::explain(&self.explainer, group, members, &gate).await;
         if !gate.writes.is_empty() {
             // Stored before acting, by this term's leader only: a failover keeps the gate.
             if !may_act() {
@@ -153,12 +97,12 @@ impl RolloutReconciler {
             let read: Vec<&StatefulSet> = members.iter().map(Arc::as_ref).collect();
             let stored = store::store(&api, &read, &gate.writes, self.request_timeout).await?;
             if stored == store::Stored::Stale {
-                return Ok(scaling.requeue);
+                // The stored objects' watch events bring the group back.
+                return Ok(Requeue::Never);
             }
         }
-        self.act(group, &members, &plan, may_act).await?;
-        let rollout = plan.recheck_after.map_or(Requeue::Never, Requeue::at);
-        Ok(rollout.sooner(scaling.requeue))
+        self.act(group, members, &plan, may_act).await?;
+        Ok(plan.recheck_after.map_or(Requeue::Never, Requeue::at))
     }
 
     fn record_progress(&self, group: &str, plan: &Plan, gated: bool) {

@@ -1,28 +1,29 @@
-//! Builds a [`ScalingSnapshot`] from cached StatefulSets, without I/O. The references' scales
-//! are read afterwards by the executor and filled into [`Mirror::scale`].
+//! Builds a [`ScalingSnapshot`] from cached StatefulSets and the scales the executor read from
+//! their references beforehand: the snapshot is whole when built, never patched after I/O.
 
 use baton_shared::annotations::scaling::{
-    delayed_downscale, downscale_leader, force_replicas, min_time_between_zones_downscale,
-    mirror_reference, upscale_only_when_leader_ready,
+    MirrorReference, delayed_downscale, downscale_leader, force_replicas,
+    min_time_between_zones_downscale, mirror_reference, upscale_only_when_leader_ready,
 };
 use baton_shared::annotations::{InvalidAnnotation, LAST_DOWNSCALE_ANNOTATION};
 use baton_shared::statefulset::StatefulSetState;
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::StatefulSet;
 
-use super::plan::{Member, Mirror, ScalingSnapshot};
+use super::plan::{Member, Mirror, ReferenceScale, ScalingSnapshot};
 
-/// What [`Mirror::scale`] holds until the executor read the reference.
-pub const NOT_READ: &str = "not read yet";
+/// Each reference read for a group, and its scale or why it could not be read.
+pub type ReferenceScales = Vec<(MirrorReference, Result<ReferenceScale, String>)>;
 
 impl ScalingSnapshot {
     pub fn from_kubernetes<'a>(
         group: &str,
         statefulsets: impl IntoIterator<Item = &'a StatefulSet>,
+        scales: &ReferenceScales,
     ) -> Self {
         let mut members: Vec<Member> = statefulsets
             .into_iter()
-            .map(Member::from_kubernetes)
+            .map(|statefulset| Member::from_kubernetes(statefulset, scales))
             .collect();
         members.sort_by(|a, b| a.name.cmp(&b.name));
         Self {
@@ -33,8 +34,9 @@ impl ScalingSnapshot {
 }
 
 impl Member {
-    /// Reads a StatefulSet's replicas and scaling settings.
-    pub fn from_kubernetes(statefulset: &StatefulSet) -> Self {
+    /// Reads a StatefulSet's replicas and scaling settings, with its reference's scale from
+    /// `scales`.
+    pub fn from_kubernetes(statefulset: &StatefulSet, scales: &ReferenceScales) -> Self {
         let empty = Default::default();
         let annotations = statefulset.metadata.annotations.as_ref().unwrap_or(&empty);
         let labels = statefulset.metadata.labels.as_ref().unwrap_or(&empty);
@@ -46,9 +48,16 @@ impl Member {
         let mirror = mirror_reference(annotations).map(|parsed| {
             parsed.map(|parsed| {
                 warnings.extend(parsed.warning);
+                let scale = scales
+                    .iter()
+                    .find(|(read, _)| *read == parsed.value)
+                    .map_or_else(
+                        || Err("the reference was not read".to_owned()),
+                        |(_, scale)| scale.clone(),
+                    );
                 Mirror {
                     reference: parsed.value,
-                    scale: Err(NOT_READ.to_owned()),
+                    scale,
                 }
             })
         });

@@ -1,0 +1,252 @@
+//! The thin I/O around the scaling planner, split by responsibility:
+//! - here: one scaling pass of a group (read the references, build the snapshot whole, plan,
+//!   explain, act) and the StatefulSet's `/scale` call;
+//! - [`references`]: the reference resources (kind discovery, reading their scale, writing
+//!   `status.replicas` back);
+//! - [`delayed`]: delayed downscale carried out (the pods' prepare/cancel endpoints, then the
+//!   scale as far down as their answers allow);
+//! - [`wording`]: how every outcome is told (Events and log lines).
+//!
+//! A pass runs beside the group's rollout, never before it: neither waits on the other's I/O
+//! (an unreachable reference holds scaling only).
+
+mod delayed;
+mod references;
+mod wording;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use baton_config::{Config, PodAddressing};
+use baton_shared::kube_client::bounded;
+use baton_shared::pod_client::{PodClientError, PodHttpClient};
+use jiff::Timestamp;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use kube::api::{Api, ApiResource, Patch, PatchParams};
+use prometheus::Registry;
+use serde_json::json;
+
+use super::plan::{Action, FindingKind, Member, ScalingPlan, ScalingSnapshot, plan};
+use crate::explain::Explainer;
+use crate::leader::MayAct;
+use crate::queue::Requeue;
+
+/// Why a Kubernetes call of the executor failed.
+#[derive(Debug, thiserror::Error)]
+enum CallError {
+    #[error("{0}")]
+    Kube(#[from] kube::Error),
+    #[error(transparent)]
+    TimedOut(#[from] baton_shared::kube_client::TimedOut),
+    #[error("{0}")]
+    Unsupported(String),
+}
+
+/// Scales the StatefulSets of groups; shared by all groups.
+pub struct Scaler {
+    client: kube::Client,
+    namespace: String,
+    pods: PodHttpClient,
+    addressing: PodAddressing,
+    cluster_domain: String,
+    max_concurrent_calls: usize,
+    poll_interval: Duration,
+    request_timeout: Duration,
+    /// `(apiVersion, kind)` → resource, for kinds found with a scale subresource.
+    discovered: Mutex<HashMap<(String, String), ApiResource>>,
+}
+
+impl std::fmt::Debug for Scaler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Scaler")
+            .field("namespace", &self.namespace)
+            .field("poll_interval", &self.poll_interval)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Scaler {
+    /// Builds the scaler; registers the pod HTTP client's histogram in `registry`.
+    pub fn new(
+        client: kube::Client,
+        config: &Config,
+        registry: &Registry,
+    ) -> Result<Self, PodClientError> {
+        Ok(Self {
+            client,
+            namespace: config.namespace.clone(),
+            pods: PodHttpClient::new(&config.pods, registry)?,
+            addressing: config.pods.address_by,
+            cluster_domain: config.cluster_domain.clone(),
+            max_concurrent_calls: config.pods.max_concurrent_calls.max(1),
+            poll_interval: config.controller.scaling_poll_interval.get(),
+            request_timeout: config.kubernetes.request_timeout.get(),
+            discovered: Mutex::default(),
+        })
+    }
+
+    /// One scaling pass over a group: read the references, build the snapshot whole, plan,
+    /// explain, act. Returns when the group wants to come back.
+    pub async fn reconcile(
+        &self,
+        group: &str,
+        members: &[Arc<StatefulSet>],
+        pods: &[Arc<Pod>],
+        explainer: &Explainer,
+        may_act: &MayAct,
+    ) -> Requeue {
+        let scales = self.read_references(members).await;
+        let snapshot =
+            ScalingSnapshot::from_kubernetes(group, members.iter().map(Arc::as_ref), &scales);
+        let now = Timestamp::now();
+        let plan = plan(&snapshot, now);
+        let pass = Pass {
+            scaler: self,
+            members,
+            pods,
+            explainer,
+            snapshot: &snapshot,
+        };
+        let mut requeue = if plan.poll {
+            Requeue::After(self.poll_interval)
+        } else {
+            Requeue::Never
+        };
+        if let Some(at) = plan.recheck_at {
+            requeue = requeue.sooner(Requeue::at(at));
+        }
+        for finding in plan
+            .findings
+            .iter()
+            .filter(|f| f.kind != FindingKind::Scale)
+        {
+            pass.tell(finding).await;
+        }
+        if !may_act() {
+            return requeue;
+        }
+        requeue.sooner(pass.act(&plan, may_act).await)
+    }
+}
+
+/// Everything one pass over one group needs.
+struct Pass<'a> {
+    scaler: &'a Scaler,
+    members: &'a [Arc<StatefulSet>],
+    pods: &'a [Arc<Pod>],
+    explainer: &'a Explainer,
+    snapshot: &'a ScalingSnapshot,
+}
+
+impl Pass<'_> {
+    fn statefulset(&self, name: &str) -> Option<&StatefulSet> {
+        self.members
+            .iter()
+            .map(Arc::as_ref)
+            .find(|statefulset| statefulset.metadata.name.as_deref() == Some(name))
+    }
+
+    fn member(&self, name: &str) -> Option<&Member> {
+        self.snapshot
+            .members
+            .iter()
+            .find(|member| member.name == name)
+    }
+
+    /// Carries out the plan; returns a requeue hint. A replica change needs none: its watch
+    /// event brings the group back.
+    async fn act(&self, plan: &ScalingPlan, may_act: &MayAct) -> Requeue {
+        let mut requeue = Requeue::Never;
+        for action in &plan.actions {
+            // The lease may have been lost meanwhile: check right before every call.
+            if !may_act() {
+                break;
+            }
+            match action {
+                Action::SetReplicas {
+                    statefulset,
+                    from,
+                    to,
+                } => {
+                    let finding = plan
+                        .findings
+                        .iter()
+                        .find(|f| f.kind == FindingKind::Scale && &f.statefulset == statefulset);
+                    match self.set_replicas(statefulset, *to).await {
+                        SetOutcome::Done => {
+                            if let Some(finding) = finding {
+                                self.tell(finding).await;
+                            }
+                        }
+                        SetOutcome::Stale => {
+                            requeue = requeue.sooner(Requeue::After(Duration::from_millis(200)));
+                            break;
+                        }
+                        SetOutcome::Failed(error) => {
+                            self.tell_scale_failed(statefulset, *from, *to, &error)
+                                .await;
+                            requeue = requeue.sooner(Requeue::After(self.scaler.poll_interval));
+                            break;
+                        }
+                    }
+                }
+                Action::WriteBack {
+                    statefulset,
+                    replicas,
+                } => self.write_back(statefulset, *replicas).await,
+                Action::CancelDelayedDownscale { statefulset, keep } => {
+                    self.cancel_delayed_downscale(statefulset, *keep).await;
+                }
+                Action::DelayedDownscale {
+                    statefulset,
+                    from,
+                    to,
+                } => {
+                    let hint = self.delayed_downscale(statefulset, *from, *to).await;
+                    requeue = requeue.sooner(hint);
+                }
+            }
+        }
+        requeue
+    }
+
+    async fn set_replicas(&self, name: &str, replicas: i32) -> SetOutcome {
+        let Some(cached) = self.statefulset(name) else {
+            return SetOutcome::Stale;
+        };
+        let api: Api<StatefulSet> =
+            Api::namespaced(self.scaler.client.clone(), &self.scaler.namespace);
+        // Conditioned on the cached version: a decision is never applied to a newer object.
+        let patch = json!({
+            "metadata": {"resourceVersion": cached.resource_version()},
+            "spec": {"replicas": replicas},
+        });
+        let result = bounded(
+            self.scaler.request_timeout,
+            format!("scaling {name}"),
+            api.patch_scale(name, &PatchParams::default(), &Patch::Merge(&patch)),
+        )
+        .await;
+        match result {
+            Ok(Ok(_)) => SetOutcome::Done,
+            Ok(Err(kube::Error::Api(status))) if status.code == 409 => {
+                tracing::debug!(statefulset = name, "scale conflict: the cache is behind");
+                SetOutcome::Stale
+            }
+            Ok(Err(kube::Error::Api(status))) => SetOutcome::Failed(status.message),
+            Ok(Err(error)) => SetOutcome::Failed(error.to_string()),
+            Err(timed_out) => SetOutcome::Failed(timed_out.to_string()),
+        }
+    }
+}
+
+enum SetOutcome {
+    Done,
+    /// The cached StatefulSet is outdated (or gone): the next pass decides again.
+    Stale,
+    /// Denied (e.g. by an admission webhook) or failed: why.
+    Failed(String),
+}
