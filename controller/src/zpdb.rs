@@ -1,0 +1,449 @@
+//! Zone-aware pod disruption budgets as the rollout controller consults them before it deletes
+//! a pod (issue 13): a drain and a rollout at the same time must never together exceed a budget.
+//!
+//! - **The decision** is the webhook's own, [`decide_rollout_deletion`]: the other zones must
+//!   be available as for an eviction, and within the pod's zone the rollout's max-unavailable
+//!   applies instead of the budget's, so a budget of `maxUnavailable: 0` (which refuses every
+//!   eviction) never blocks a rollout (the Go operator's #324 and #351). [`judge`] is that
+//!   decision on the caches, pure and unit-tested.
+//! - **Race-free with the webhook.** An allowed deletion is claimed in the budget's record
+//!   (`baton-zpdb-<budget>`, [`baton_shared::zpdb::record`]) by the same resourceVersion-checked
+//!   write the webhook replicas claim evictions with, after judging on a fresh read of it (its
+//!   recent claims count as unavailable pods). Controller and webhook therefore serialise on
+//!   one object: of a drain's eviction and a rollout's deletion judged at the same instant,
+//!   one write wins and the other is judged again against it. The controller reads the record
+//!   fresh each time (it deletes rarely; the webhook keeps a copy because it answers drains).
+//! - **Free replacements** (a pod that is already unavailable, deleted so the StatefulSet
+//!   recreates it) are never consulted: deleting them takes no availability away, and holding
+//!   them would keep a broken zone broken while a drain waits on it.
+//! - **The cache** of the namespace's budgets is fed by a watch and parsed once per change. It
+//!   tolerates a missing CRD: then there are no budgets (logged once at info) and the watch is
+//!   retried with [`watch_backoff`], so installing the CRD later is picked up. Until the first
+//!   listing (or the API's answer that the CRD is not installed) rollout deletions wait: a
+//!   controller just started must not delete past a budget it has not read yet.
+//!
+//! Which StatefulSets count: those of the controller's cache, i.e. every StatefulSet with a
+//! `rollout-group` label. A budget selects a rollout group's zones in practice; a StatefulSet
+//! it selects without that label is not seen here (its pods' unavailability does not hold a
+//! rollout, though the webhook still guards evictions of it).
+//!
+//! Which group a budget's change concerns: every group with a StatefulSet the budget (before
+//! or after the change) selects. A budget's pods are those groups' pods, whose changes the pod
+//! watch already routes to them; the record is not watched, so a rollout held by a claim comes
+//! back after [`RECHECK_AFTER`].
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use baton_shared::annotations::max_unavailable;
+use baton_shared::kube_client::{bounded, watch_backoff};
+use baton_shared::ledger::{self, Ledger, Written};
+use baton_shared::pod_client::error_chain;
+use baton_shared::zpdb::decide::selecting_budget;
+use baton_shared::zpdb::record::{
+    RECORD_EXPIRY, RECORD_LABEL, recently_allowed, record_name, with_eviction,
+};
+use baton_shared::zpdb::{
+    Budget, EvictionSnapshot, Observed, RecentlyAllowed, Verdict, ZoneAwarePodDisruptionBudget,
+    decide_rollout_deletion,
+};
+use futures::StreamExt;
+use jiff::Timestamp;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use kube::api::Api;
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::{WatchStreamExt, watcher};
+use tokio::sync::mpsc::UnboundedSender;
+
+use crate::cache::{Caches, group_of};
+
+/// A rollout held by a budget comes back after this long even if nothing it watches changes
+/// (the record's claims expire, and pods of StatefulSets outside the groups are not watched).
+pub const RECHECK_AFTER: Duration = Duration::from_secs(2);
+/// How often a claim lost to a concurrent writer (a webhook replica) is judged again before
+/// the deletion waits for the next pass.
+const CLAIM_ATTEMPTS: usize = 8;
+/// The Event reason of a rollout deletion a budget holds.
+pub const WAIT_REASON: &str = "ZoneAwareBudgetWaits";
+
+/// What the controller knows of the namespace's budgets.
+#[derive(Debug, Clone, Default)]
+pub enum Known {
+    /// Not listed yet: deletions wait.
+    #[default]
+    NotListed,
+    /// The CRD is not installed: there are no budgets.
+    NotInstalled,
+    /// Budget name → the budget, parsed.
+    Listed(BTreeMap<String, Arc<Observed>>),
+}
+
+/// A rollout deletion about to happen.
+#[derive(Debug, Clone, Copy)]
+pub struct Deletion<'a> {
+    pub statefulset: &'a str,
+    pub pod: &'a str,
+    /// The planner's free replacement of an already unavailable pod: never held.
+    pub free_replacement: bool,
+}
+
+/// What [`judge`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Judgement {
+    /// Delete: no budget holds it (none selects the pod, or it is not running, or free).
+    Go,
+    /// A budget allows it: claim it in the budget's record, then delete.
+    Claim { budget: String },
+    /// Wait, for this reason (a person can act on it).
+    Wait(String),
+}
+
+/// What the rollout may do with one deletion.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Permit {
+    Go,
+    /// Skip this pass's remaining deletions; the message says why.
+    Wait(String),
+}
+
+/// The caches [`judge`] reads, at one instant.
+#[derive(Debug, Clone, Copy)]
+pub struct View<'a> {
+    pub namespace: &'a str,
+    pub known: &'a Known,
+    pub statefulsets: &'a [&'a StatefulSet],
+    pub pods: &'a [&'a Pod],
+    pub now: Timestamp,
+}
+
+/// Judges one rollout deletion on the caches and the record's recent claims. Pure.
+pub fn judge(view: &View<'_>, deletion: &Deletion<'_>, claims: &RecentlyAllowed) -> Judgement {
+    if deletion.free_replacement {
+        return Judgement::Go;
+    }
+    let budgets: Vec<&Observed> = match view.known {
+        Known::NotListed => {
+            return Judgement::Wait(format!(
+                "the rollout waits to delete pod {}: the ZoneAwarePodDisruptionBudgets of namespace {} are not listed yet",
+                deletion.pod, view.namespace
+            ));
+        }
+        Known::NotInstalled => return Judgement::Go,
+        Known::Listed(budgets) => budgets.values().map(Arc::as_ref).collect(),
+    };
+    let Some(pod) = view
+        .pods
+        .iter()
+        .copied()
+        .find(|pod| pod.metadata.name.as_deref() == Some(deletion.pod))
+    else {
+        // Gone already: the delete finds nothing to take.
+        return Judgement::Go;
+    };
+    let statefulset = view
+        .statefulsets
+        .iter()
+        .copied()
+        .find(|statefulset| statefulset.metadata.name.as_deref() == Some(deletion.statefulset));
+    let rollout_max_unavailable = statefulset.map_or(1, |statefulset| {
+        let replicas = statefulset
+            .spec
+            .as_ref()
+            .and_then(|spec| spec.replicas)
+            .unwrap_or(1);
+        let annotations = statefulset.metadata.annotations.clone().unwrap_or_default();
+        max_unavailable(&annotations, replicas.unsigned_abs()).value
+    });
+    let snapshot = EvictionSnapshot {
+        pod,
+        budgets: &budgets,
+        statefulsets: view.statefulsets,
+        pods: view.pods,
+        now: view.now,
+        recently_allowed: claims,
+        record_expiry: RECORD_EXPIRY,
+    };
+    let verdict = decide_rollout_deletion(&snapshot, rollout_max_unavailable);
+    match verdict {
+        Verdict::Denied { message, .. } => Judgement::Wait(format!(
+            "the rollout waits to delete pod {}: {message}",
+            deletion.pod
+        )),
+        allowed if allowed.judged_by_budget() => match selecting_budget(pod, &budgets) {
+            Ok(Some(budget)) => Judgement::Claim {
+                budget: budget.name.clone(),
+            },
+            _ => {
+                unreachable!("a verdict judged by a budget has exactly one valid selecting budget")
+            }
+        },
+        Verdict::Allowed { .. } => Judgement::Go,
+    }
+}
+
+/// The budgets' cache and the consult the rollout calls before each deletion.
+#[derive(Clone)]
+pub struct ZoneBudgets {
+    namespace: String,
+    client: kube::Client,
+    caches: Caches,
+    known: Arc<RwLock<Known>>,
+    request_timeout: Duration,
+}
+
+impl std::fmt::Debug for ZoneBudgets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ZoneBudgets")
+            .field("namespace", &self.namespace)
+            .field("known", &*self.known.read().expect("budgets lock"))
+            .finish_non_exhaustive()
+    }
+}
+
+impl ZoneBudgets {
+    /// The budgets of `namespace` and the future that watches them (run it as a task), sending
+    /// on `touched` the groups each change concerns.
+    pub fn start(
+        client: kube::Client,
+        namespace: &str,
+        caches: Caches,
+        touched: UnboundedSender<String>,
+        request_timeout: Duration,
+    ) -> (Self, impl Future<Output = ()> + Send + 'static) {
+        let known = Arc::new(RwLock::new(Known::NotListed));
+        let budgets = Self {
+            namespace: namespace.to_owned(),
+            client: client.clone(),
+            caches: caches.clone(),
+            known: known.clone(),
+            request_timeout,
+        };
+        let api: Api<ZoneAwarePodDisruptionBudget> = Api::namespaced(client, namespace);
+        let watch = watch(api, known, caches, touched);
+        (budgets, watch)
+    }
+
+    /// What the cache knows now.
+    pub fn known(&self) -> Known {
+        self.known.read().expect("budgets lock").clone()
+    }
+
+    /// Judges `deletion` by `group`'s rollout and, when a budget allows it, claims it in the
+    /// budget's record. Never fails: what went wrong is the reason to wait.
+    pub async fn before_deletion(&self, group: &str, deletion: &Deletion<'_>) -> Permit {
+        let first = self.judge(deletion, &RecentlyAllowed::default());
+        let budget = match first {
+            Judgement::Go => return Permit::Go,
+            Judgement::Wait(why) => return Permit::Wait(why),
+            Judgement::Claim { budget } => budget,
+        };
+        let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), &self.namespace);
+        let name = record_name(&budget);
+        let failed = |step: &str, error: String| {
+            Permit::Wait(format!(
+                "the rollout waits to delete pod {}: {step} ConfigMap {name} (the record of ZoneAwarePodDisruptionBudget {budget}) failed: {error}",
+                deletion.pod
+            ))
+        };
+        for _ in 0..CLAIM_ATTEMPTS {
+            let reading = format!("reading ConfigMap {name}");
+            let record: Ledger =
+                match bounded(self.request_timeout, reading, ledger::read(&api, &name)).await {
+                    Ok(Ok(record)) => record,
+                    Ok(Err(error)) => return failed("reading", error_chain(&error)),
+                    Err(timed_out) => return failed("reading", timed_out.to_string()),
+                };
+            // Judged again on the caches as they are now, with the record's claims.
+            let claimed = match self.judge(deletion, &recently_allowed(&record)) {
+                Judgement::Go => return Permit::Go,
+                Judgement::Wait(why) => return Permit::Wait(why),
+                Judgement::Claim { .. } => {
+                    let uid = self.pod_uid(deletion.pod);
+                    let request = format!("baton-controller rollout of group {group}");
+                    with_eviction(
+                        &record,
+                        deletion.pod,
+                        uid.as_deref(),
+                        &request,
+                        Timestamp::now(),
+                    )
+                }
+            };
+            let writing = format!("writing ConfigMap {name}");
+            let write = ledger::write_labelled(&api, &name, (RECORD_LABEL, &budget), &claimed);
+            match bounded(self.request_timeout, writing, write).await {
+                Ok(Ok(Written::Done(_))) => return Permit::Go,
+                // A webhook replica (or another claim) wrote first: judge again against it.
+                Ok(Ok(Written::Conflict)) => {}
+                Ok(Err(error)) => return failed("writing", error_chain(&error)),
+                Err(timed_out) => return failed("writing", timed_out.to_string()),
+            }
+        }
+        Permit::Wait(format!(
+            "the rollout waits to delete pod {}: ConfigMap {name} changed under {CLAIM_ATTEMPTS} attempts to claim the deletion",
+            deletion.pod
+        ))
+    }
+
+    fn judge(&self, deletion: &Deletion<'_>, claims: &RecentlyAllowed) -> Judgement {
+        let known = self.known();
+        let statefulsets = self.caches.statefulsets.state();
+        let pods = self.caches.pods.state();
+        let statefulsets: Vec<&StatefulSet> = statefulsets.iter().map(Arc::as_ref).collect();
+        let pods: Vec<&Pod> = pods.iter().map(Arc::as_ref).collect();
+        let view = View {
+            namespace: &self.namespace,
+            known: &known,
+            statefulsets: &statefulsets,
+            pods: &pods,
+            now: Timestamp::now(),
+        };
+        judge(&view, deletion, claims)
+    }
+
+    fn pod_uid(&self, pod: &str) -> Option<String> {
+        self.caches
+            .pods
+            .get(&ObjectRef::new(pod).within(&self.namespace))
+            .and_then(|pod| pod.metadata.uid.clone())
+    }
+}
+
+/// Feeds `known` from the budgets' watch: each budget parsed once per change, a missing CRD
+/// logged once and retried.
+async fn watch(
+    api: Api<ZoneAwarePodDisruptionBudget>,
+    known: Arc<RwLock<Known>>,
+    caches: Caches,
+    touched: UnboundedSender<String>,
+) {
+    let mut listing: BTreeMap<String, Arc<Observed>> = BTreeMap::new();
+    let mut said_not_installed = false;
+    let events = watcher(api, watcher::Config::default())
+        .backoff(watch_backoff())
+        .modify(|zpdb: &mut ZoneAwarePodDisruptionBudget| {
+            zpdb.metadata.managed_fields = None;
+        });
+    futures::pin_mut!(events);
+    while let Some(event) = events.next().await {
+        let changed: Vec<Arc<Observed>> = match event {
+            Ok(watcher::Event::Init) => {
+                listing.clear();
+                continue;
+            }
+            Ok(watcher::Event::InitApply(zpdb)) => {
+                listing.insert(zpdb.name().to_owned(), parse(&zpdb));
+                continue;
+            }
+            Ok(watcher::Event::InitDone) => {
+                said_not_installed = false;
+                tracing::info!(
+                    budgets = listing.len(),
+                    "ZoneAwarePodDisruptionBudgets listed"
+                );
+                let mut changed: Vec<Arc<Observed>> = listing.values().cloned().collect();
+                let listed = Known::Listed(std::mem::take(&mut listing));
+                let previous =
+                    std::mem::replace(&mut *known.write().expect("budgets lock"), listed);
+                changed.extend(listed_budgets(&previous));
+                changed
+            }
+            Ok(watcher::Event::Apply(zpdb)) => {
+                let parsed = parse(&zpdb);
+                let previous = with_listed(&known, |budgets| {
+                    budgets.insert(zpdb.name().to_owned(), parsed.clone())
+                });
+                previous.into_iter().flatten().chain([parsed]).collect()
+            }
+            Ok(watcher::Event::Delete(zpdb)) => {
+                with_listed(&known, |budgets| budgets.remove(zpdb.name()))
+                    .into_iter()
+                    .flatten()
+                    .collect()
+            }
+            Err(error) if crd_missing(&error) => {
+                if !said_not_installed {
+                    tracing::info!(
+                        "the ZoneAwarePodDisruptionBudget CRD is not installed: rollouts consult no budgets (watching for it)"
+                    );
+                    said_not_installed = true;
+                }
+                let previous = std::mem::replace(
+                    &mut *known.write().expect("budgets lock"),
+                    Known::NotInstalled,
+                );
+                listed_budgets(&previous)
+            }
+            Err(error) => {
+                tracing::warn!(%error, "ZoneAwarePodDisruptionBudget watch error; retrying");
+                continue;
+            }
+        };
+        for group in groups_selected(&caches, &changed) {
+            let _ = touched.send(group);
+        }
+    }
+}
+
+fn parse(zpdb: &ZoneAwarePodDisruptionBudget) -> Arc<Observed> {
+    let parsed = Budget::parse(zpdb);
+    if let Err(invalid) = &parsed {
+        tracing::warn!(budget = %invalid.name, problem = %invalid, "invalid ZoneAwarePodDisruptionBudget; rollout deletions of the pods it selects wait");
+    }
+    Arc::new(parsed)
+}
+
+/// Changes the listed budgets (nothing before the first listing: it replaces them all).
+fn with_listed<T>(
+    known: &RwLock<Known>,
+    change: impl FnOnce(&mut BTreeMap<String, Arc<Observed>>) -> T,
+) -> Option<T> {
+    match &mut *known.write().expect("budgets lock") {
+        Known::Listed(budgets) => Some(change(budgets)),
+        _ => None,
+    }
+}
+
+fn listed_budgets(known: &Known) -> Vec<Arc<Observed>> {
+    match known {
+        Known::Listed(budgets) => budgets.values().cloned().collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// The groups with a StatefulSet one of `budgets` selects.
+fn groups_selected(caches: &Caches, budgets: &[Arc<Observed>]) -> BTreeSet<String> {
+    if budgets.is_empty() {
+        return BTreeSet::new();
+    }
+    caches
+        .statefulsets
+        .state()
+        .iter()
+        .filter(|statefulset| {
+            let labels = statefulset.metadata.labels.as_ref();
+            budgets.iter().any(|budget| match budget.as_ref() {
+                Ok(budget) => budget.selects(labels),
+                Err(invalid) => invalid.selects(labels),
+            })
+        })
+        .filter_map(|statefulset| group_of(statefulset).map(str::to_owned))
+        .collect()
+}
+
+/// The API's answer that the resource does not exist (the CRD is not installed).
+fn crd_missing(error: &watcher::Error) -> bool {
+    match error {
+        watcher::Error::InitialListFailed(kube::Error::Api(status))
+        | watcher::Error::WatchStartFailed(kube::Error::Api(status))
+        | watcher::Error::WatchFailed(kube::Error::Api(status)) => status.code == 404,
+        watcher::Error::WatchError(status) => status.code == 404,
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests;

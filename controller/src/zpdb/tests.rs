@@ -1,0 +1,345 @@
+//! The decision adapter on hand-made caches: what the rollout may delete with and without a
+//! budget, with the record's claims, and the cases it must never hold (free replacements, a
+//! namespace without the CRD, a budget of maxUnavailable 0).
+
+use std::collections::BTreeMap;
+
+use baton_shared::annotations::MAX_UNAVAILABLE_ANNOTATION;
+use baton_shared::zpdb::{AllowedEviction, ZpdbSpec};
+use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec};
+use k8s_openapi::api::core::v1::{Pod, PodCondition, PodStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
+    LabelSelector, ObjectMeta, OwnerReference, Time,
+};
+
+use super::*;
+
+const NS: &str = "mimir";
+const ZONES: [&str; 3] = ["ingester-zone-a", "ingester-zone-b", "ingester-zone-c"];
+
+fn now() -> Timestamp {
+    Timestamp::from_second(1_800_000_000).unwrap()
+}
+
+fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+fn statefulset(name: &str, replicas: i32, max_unavailable: Option<&str>) -> StatefulSet {
+    StatefulSet {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            namespace: Some(NS.to_owned()),
+            uid: Some(format!("uid-{name}")),
+            labels: Some(labels(&[("rollout-group", "ingester"), ("zone", name)])),
+            annotations: max_unavailable
+                .map(|value| labels(&[(MAX_UNAVAILABLE_ANNOTATION, value)])),
+            ..ObjectMeta::default()
+        },
+        spec: Some(StatefulSetSpec {
+            replicas: Some(replicas),
+            selector: LabelSelector {
+                match_labels: Some(labels(&[("zone", name)])),
+                match_expressions: None,
+            },
+            ..StatefulSetSpec::default()
+        }),
+        status: None,
+    }
+}
+
+fn pod(statefulset: &str, ordinal: u32, ready: bool) -> Pod {
+    Pod {
+        metadata: ObjectMeta {
+            name: Some(format!("{statefulset}-{ordinal}")),
+            namespace: Some(NS.to_owned()),
+            uid: Some(format!("uid-{statefulset}-{ordinal}")),
+            labels: Some(labels(&[
+                ("rollout-group", "ingester"),
+                ("zone", statefulset),
+            ])),
+            owner_references: Some(vec![OwnerReference {
+                api_version: "apps/v1".into(),
+                kind: "StatefulSet".into(),
+                name: statefulset.to_owned(),
+                uid: format!("uid-{statefulset}"),
+                controller: Some(true),
+                ..OwnerReference::default()
+            }]),
+            ..ObjectMeta::default()
+        },
+        spec: None,
+        status: Some(PodStatus {
+            phase: Some("Running".into()),
+            conditions: Some(vec![PodCondition {
+                type_: "Ready".into(),
+                status: if ready { "True" } else { "False" }.into(),
+                last_transition_time: Some(Time(now() - jiff::SignedDuration::from_hours(1))),
+                ..PodCondition::default()
+            }]),
+            ..PodStatus::default()
+        }),
+    }
+}
+
+fn budget(name: &str, max_unavailable: Option<i64>) -> (String, Arc<Observed>) {
+    let spec = ZpdbSpec {
+        selector: Some(LabelSelector {
+            match_labels: Some(labels(&[("rollout-group", "ingester")])),
+            match_expressions: None,
+        }),
+        max_unavailable,
+        ..ZpdbSpec::default()
+    };
+    let zpdb = ZoneAwarePodDisruptionBudget::new(name, NS, spec);
+    (name.to_owned(), Arc::new(Budget::parse(&zpdb)))
+}
+
+/// Three zones of 3 ready pods (`not_ready` names the exceptions) and `known`.
+struct Cluster {
+    statefulsets: Vec<StatefulSet>,
+    pods: Vec<Pod>,
+    known: Known,
+}
+
+impl Cluster {
+    fn new(known: Known, not_ready: &[&str]) -> Self {
+        let statefulsets = ZONES
+            .iter()
+            .map(|zone| statefulset(zone, 3, None))
+            .collect();
+        let pods = ZONES
+            .iter()
+            .flat_map(|zone| (0..3).map(move |ordinal| pod(zone, ordinal, true)))
+            .map(|mut pod| {
+                let name = pod.metadata.name.clone().unwrap();
+                if not_ready.contains(&name.as_str()) {
+                    pod = pod_named(&name, false);
+                }
+                pod
+            })
+            .collect();
+        Self {
+            statefulsets,
+            pods,
+            known,
+        }
+    }
+
+    fn judge(&self, statefulset: &str, pod: &str, claims: &RecentlyAllowed) -> Judgement {
+        let statefulsets: Vec<&StatefulSet> = self.statefulsets.iter().collect();
+        let pods: Vec<&Pod> = self.pods.iter().collect();
+        let view = View {
+            namespace: NS,
+            known: &self.known,
+            statefulsets: &statefulsets,
+            pods: &pods,
+            now: now(),
+        };
+        let deletion = Deletion {
+            statefulset,
+            pod,
+            free_replacement: false,
+        };
+        judge(&view, &deletion, claims)
+    }
+}
+
+fn pod_named(name: &str, ready: bool) -> Pod {
+    let (statefulset, ordinal) = name.rsplit_once('-').unwrap();
+    pod(statefulset, ordinal.parse().unwrap(), ready)
+}
+
+fn listed(budgets: &[(String, Arc<Observed>)]) -> Known {
+    Known::Listed(budgets.iter().cloned().collect())
+}
+
+fn waits(judgement: &Judgement, words: &[&str]) {
+    let Judgement::Wait(message) = judgement else {
+        panic!("expected a wait, got {judgement:?}");
+    };
+    for word in words {
+        assert!(message.contains(word), "{word:?} not in {message:?}");
+    }
+}
+
+fn claim(budget: &str) -> Judgement {
+    Judgement::Claim {
+        budget: budget.to_owned(),
+    }
+}
+
+const A0: &str = "ingester-zone-a-0";
+const A: &str = "ingester-zone-a";
+const NONE: &RecentlyAllowed = &RecentlyAllowed {
+    pods: BTreeMap::new(),
+};
+
+#[test]
+fn a_budget_met_is_claimed_in_its_record() {
+    let cluster = Cluster::new(listed(&[budget("ingester", None)]), &[]);
+    assert_eq!(cluster.judge(A, A0, NONE), claim("ingester"));
+}
+
+#[test]
+fn without_a_budget_or_the_crd_the_rollout_deletes_unconsulted() {
+    for known in [Known::NotInstalled, Known::Listed(BTreeMap::new())] {
+        let cluster = Cluster::new(known, &["ingester-zone-b-1"]);
+        assert_eq!(cluster.judge(A, A0, NONE), Judgement::Go);
+    }
+}
+
+#[test]
+fn before_the_budgets_are_listed_the_rollout_waits() {
+    let cluster = Cluster::new(Known::NotListed, &[]);
+    waits(
+        &cluster.judge(A, A0, NONE),
+        &[A0, "not listed yet", "namespace mimir"],
+    );
+}
+
+#[test]
+fn another_zone_unavailable_holds_the_deletion_naming_it() {
+    let cluster = Cluster::new(listed(&[budget("ingester", None)]), &["ingester-zone-b-1"]);
+    waits(
+        &cluster.judge(A, A0, NONE),
+        &[
+            "the rollout waits to delete pod ingester-zone-a-0",
+            "ZoneAwarePodDisruptionBudget ingester",
+            "ingester-zone-b has 1 unavailable pod",
+            "ingester-zone-b-1 not ready",
+        ],
+    );
+}
+
+#[test]
+fn an_eviction_just_claimed_in_another_zone_holds_the_deletion() {
+    // A drain's eviction the webhook allowed, not visible as terminating in the cache yet
+    let cluster = Cluster::new(listed(&[budget("ingester", None)]), &[]);
+    let claims = RecentlyAllowed {
+        pods: BTreeMap::from([(
+            "ingester-zone-c-2".to_owned(),
+            AllowedEviction {
+                at: now() - jiff::SignedDuration::from_secs(1),
+                uid: Some("uid-ingester-zone-c-2".into()),
+            },
+        )]),
+    };
+    waits(
+        &cluster.judge(A, A0, &claims),
+        &["ingester-zone-c-2 eviction allowed at"],
+    );
+    // The same claim in the pod's own zone counts against the rollout's max-unavailable (1)
+    let own = RecentlyAllowed {
+        pods: BTreeMap::from([(
+            "ingester-zone-a-2".to_owned(),
+            AllowedEviction {
+                at: now(),
+                uid: None,
+            },
+        )]),
+    };
+    waits(
+        &cluster.judge(A, A0, &own),
+        &["allows 1 unavailable pod in StatefulSet ingester-zone-a"],
+    );
+    // An expired claim no longer counts
+    let expired = RecentlyAllowed {
+        pods: BTreeMap::from([(
+            "ingester-zone-c-2".to_owned(),
+            AllowedEviction {
+                at: now() - RECORD_EXPIRY,
+                uid: None,
+            },
+        )]),
+    };
+    assert_eq!(cluster.judge(A, A0, &expired), claim("ingester"));
+}
+
+#[test]
+fn a_budget_of_max_unavailable_0_does_not_block_the_rollout() {
+    // The Go operator's #324/#351: the rollout's own max-unavailable applies in its zone
+    let cluster = Cluster::new(listed(&[budget("strict", Some(0))]), &[]);
+    assert_eq!(cluster.judge(A, A0, NONE), claim("strict"));
+    // But the other zones are still held
+    let cluster = Cluster::new(listed(&[budget("strict", Some(0))]), &["ingester-zone-c-0"]);
+    waits(&cluster.judge(A, A0, NONE), &["ingester-zone-c"]);
+}
+
+#[test]
+fn within_the_zone_the_rollouts_max_unavailable_applies() {
+    // Zone a already has a pod not ready: with the default max-unavailable 1 the rollout waits
+    let mut cluster = Cluster::new(
+        listed(&[budget("ingester", Some(5))]),
+        &["ingester-zone-a-1"],
+    );
+    waits(
+        &cluster.judge(A, A0, NONE),
+        &["allows 1 unavailable pod in StatefulSet ingester-zone-a"],
+    );
+    // With rollout-max-unavailable 2 on the StatefulSet it may go
+    cluster.statefulsets[0] = statefulset(A, 3, Some("2"));
+    assert_eq!(cluster.judge(A, A0, NONE), claim("ingester"));
+}
+
+#[test]
+fn free_replacements_are_never_held() {
+    // Not listed, another zone down, a claim elsewhere: a pod already unavailable still goes
+    for known in [Known::NotListed, listed(&[budget("ingester", None)])] {
+        let cluster = Cluster::new(known, &[A0, "ingester-zone-b-0"]);
+        let statefulsets: Vec<&StatefulSet> = cluster.statefulsets.iter().collect();
+        let pods: Vec<&Pod> = cluster.pods.iter().collect();
+        let view = View {
+            namespace: NS,
+            known: &cluster.known,
+            statefulsets: &statefulsets,
+            pods: &pods,
+            now: now(),
+        };
+        let free = Deletion {
+            statefulset: A,
+            pod: A0,
+            free_replacement: true,
+        };
+        assert_eq!(judge(&view, &free, NONE), Judgement::Go);
+        let paid = Deletion {
+            free_replacement: false,
+            ..free
+        };
+        assert!(matches!(judge(&view, &paid, NONE), Judgement::Wait(_)));
+    }
+}
+
+#[test]
+fn an_invalid_budget_holds_the_pods_it_selects_naming_it() {
+    let zpdb = ZoneAwarePodDisruptionBudget::new(
+        "broken",
+        NS,
+        ZpdbSpec {
+            selector: Some(LabelSelector {
+                match_labels: Some(labels(&[("rollout-group", "ingester")])),
+                match_expressions: None,
+            }),
+            pod_name_partition_regex: Some("no-group".into()),
+            ..ZpdbSpec::default()
+        },
+    );
+    let known = Known::Listed(BTreeMap::from([(
+        "broken".to_owned(),
+        Arc::new(Budget::parse(&zpdb)),
+    )]));
+    let cluster = Cluster::new(known, &[]);
+    waits(
+        &cluster.judge(A, A0, NONE),
+        &["ZoneAwarePodDisruptionBudget broken is invalid"],
+    );
+}
+
+#[test]
+fn a_pod_gone_from_the_cache_is_not_held() {
+    let cluster = Cluster::new(listed(&[budget("ingester", None)]), &[]);
+    assert_eq!(cluster.judge(A, "ingester-zone-a-9", NONE), Judgement::Go);
+}
