@@ -79,6 +79,11 @@ impl RequestDurationLayer {
         registry.register(Box::new(histogram.clone()))?;
         Ok(Self { histogram })
     }
+
+    /// The histogram it registered (tests read its name: dashboards query it).
+    pub fn histogram(&self) -> &HistogramVec {
+        &self.histogram
+    }
 }
 
 impl<S> tower::Layer<S> for RequestDurationLayer {

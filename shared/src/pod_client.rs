@@ -185,6 +185,11 @@ impl PodHttpClient {
         })
     }
 
+    /// The histogram it registered (tests read its name: dashboards query it).
+    pub fn duration_histogram(&self) -> &HistogramVec {
+        &self.duration
+    }
+
     /// Calls one endpoint; a 2xx answer returns its body (at most 64 KiB), anything else is an
     /// error naming the pod, the URL and what went wrong.
     #[tracing::instrument(skip_all, fields(pod = %endpoint.pod, method = method.as_str()))]

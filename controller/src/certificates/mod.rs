@@ -40,11 +40,11 @@ pub struct Settings {
 #[derive(Debug, Clone)]
 pub struct CertificateMetrics {
     /// `notAfter` of the serving certificate and of the newest CA.
-    expiry: GaugeVec,
+    pub expiry: GaugeVec,
     /// Writes of the Secret, by planned action.
-    secret_writes: IntCounterVec,
+    pub secret_writes: IntCounterVec,
     /// `caBundle` writes to webhook configurations, by kind.
-    injections: IntCounterVec,
+    pub injections: IntCounterVec,
 }
 
 impl CertificateMetrics {

@@ -1,0 +1,422 @@
+//! The monitoring baton ships in `deploy/monitoring/`: Prometheus accepts the alerting rules,
+//! their unit tests pass, and every metric the dashboard and the rules query is one baton
+//! exports. The exported names are read from the binaries' real metric sets, registered as
+//! `controller/src/app.rs` and `webhook/src/main.rs` register them, so a renamed or removed
+//! metric fails here instead of leaving a dashboard panel empty or an alert silent.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use baton_config::PodsConfig;
+use baton_controller::certificates::CertificateMetrics;
+use baton_controller::leader::LeaderMetrics;
+use baton_controller::metrics::ControllerMetrics;
+use baton_shared::kube_client::RequestDurationLayer;
+use baton_shared::pod_client::PodHttpClient;
+use baton_webhook::evictions::ZpdbMetrics;
+use baton_webhook::metrics::WebhookMetrics;
+use prometheus::Registry;
+use prometheus::core::Collector;
+use prometheus::proto::MetricType;
+use promql_parser::parser::{self, Expr};
+use promql_parser::util::{ExprVisitor, walk_expr};
+use serde_json::Value;
+
+fn monitoring_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy/monitoring")
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_else(|error| panic!("reading {path:?}: {error}"))
+}
+
+// ---------------------------------------------------------------------------------------------
+// What baton exports
+
+/// The names a query can use for one metric family: a histogram's series are `_bucket`,
+/// `_sum` and `_count`.
+fn series_names(name: &str, kind: MetricType) -> Vec<String> {
+    match kind {
+        MetricType::HISTOGRAM => ["_bucket", "_sum", "_count"]
+            .iter()
+            .map(|suffix| format!("{name}{suffix}"))
+            .collect(),
+        MetricType::SUMMARY => vec![
+            name.to_owned(),
+            format!("{name}_sum"),
+            format!("{name}_count"),
+        ],
+        _ => vec![name.to_owned()],
+    }
+}
+
+/// The series names of `registry` and of `vectors`: `gather()` shows every plain metric but
+/// leaves out a vector without series, so each vector is read from its `desc()` (its type
+/// from `collect()`, which names the family even when it is empty).
+fn exported_by(registry: &Registry, vectors: &[&dyn Collector]) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    for family in registry.gather() {
+        names.extend(series_names(family.name(), family.get_field_type()));
+    }
+    for vector in vectors {
+        let families = vector.collect();
+        for desc in vector.desc() {
+            let kind = families
+                .iter()
+                .find(|family| family.name() == desc.fq_name)
+                .map_or(MetricType::UNTYPED, |family| family.get_field_type());
+            names.extend(series_names(&desc.fq_name, kind));
+        }
+    }
+    names
+}
+
+/// Every series name either binary exports, from their metric sets registered as each
+/// binary registers them (one registry per binary, so a name clash fails here too).
+fn exported_metrics() -> BTreeSet<String> {
+    baton_shared::crypto::install_default_provider();
+    let pods_config = PodsConfig::default();
+
+    let controller = Registry::new();
+    let api = RequestDurationLayer::register(&controller).expect("API client histogram");
+    let rollout = ControllerMetrics::register(&controller).expect("rollout metrics");
+    LeaderMetrics::register(&controller).expect("leader metrics");
+    let pods = PodHttpClient::new(&pods_config, &controller).expect("pod client");
+    let certificates = CertificateMetrics::register(&controller).expect("certificate metrics");
+    let mut names = exported_by(
+        &controller,
+        &[
+            api.histogram(),
+            pods.duration_histogram(),
+            &rollout.reconciles,
+            &rollout.reconciles_failed,
+            &rollout.reconcile_duration,
+            &rollout.last_successful_reconcile,
+            &rollout.pods_total,
+            &rollout.pods_updated,
+            &rollout.pods_ready,
+            &rollout.group_waiting,
+            &rollout.pod_deletions,
+            &rollout.gates.holding,
+            &rollout.gates.halted,
+            &certificates.expiry,
+            &certificates.secret_writes,
+            &certificates.injections,
+        ],
+    );
+
+    let webhook = Registry::new();
+    let api = RequestDurationLayer::register(&webhook).expect("API client histogram");
+    let admission = WebhookMetrics::register(&webhook).expect("webhook metrics");
+    let pods = PodHttpClient::new(&pods_config, &webhook).expect("pod client");
+    let zpdb = ZpdbMetrics::register(&webhook).expect("zpdb metrics");
+    names.extend(exported_by(
+        &webhook,
+        &[
+            api.histogram(),
+            pods.duration_histogram(),
+            &admission.request_duration,
+            &admission.decisions,
+            &admission.parent_lookups,
+            &zpdb.eviction_requests,
+            &zpdb.configurations,
+            &zpdb.api_reads,
+        ],
+    ));
+    names
+}
+
+// ---------------------------------------------------------------------------------------------
+// What the dashboard and the rules query
+
+/// One PromQL expression and where it comes from (named in every failure).
+#[derive(Debug, Clone)]
+struct Query {
+    origin: String,
+    expr: String,
+}
+
+/// Grafana's variables replaced by values PromQL parses: `$__rate_interval` and its kin by a
+/// duration, any other (`$namespace`, `${rollout_group}`) by a regex that matches anything.
+fn without_grafana_variables(expr: &str) -> String {
+    let mut out = String::with_capacity(expr.len());
+    let mut rest = expr;
+    while let Some(at) = rest.find('$') {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + 1..];
+        let (name, consumed) = match after.strip_prefix('{') {
+            Some(braced) => {
+                let end = braced.find('}').unwrap_or(braced.len());
+                (&braced[..end], end + 2)
+            }
+            None => {
+                let end = after
+                    .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                    .unwrap_or(after.len());
+                (&after[..end], end)
+            }
+        };
+        out.push_str(if name.starts_with("__") { "5m" } else { ".*" });
+        rest = &after[consumed.min(after.len())..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Every query of a Grafana dashboard: each panel's targets (rows' panels too) and each
+/// query variable's selector (`label_values(<selector>, <label>)`).
+fn dashboard_queries(dashboard: &Value) -> Vec<Query> {
+    fn panels<'a>(list: &'a Value, out: &mut Vec<&'a Value>) {
+        for panel in list.as_array().into_iter().flatten() {
+            out.push(panel);
+            if let Some(nested) = panel.get("panels") {
+                panels(nested, out);
+            }
+        }
+    }
+    let mut all = Vec::new();
+    panels(&dashboard["panels"], &mut all);
+    let mut queries = Vec::new();
+    for panel in all {
+        let title = panel["title"].as_str().unwrap_or("(untitled)");
+        for target in panel["targets"].as_array().into_iter().flatten() {
+            if let Some(expr) = target["expr"].as_str() {
+                let ref_id = target["refId"].as_str().unwrap_or("?");
+                queries.push(Query {
+                    origin: format!("dashboard panel {title:?} query {ref_id}"),
+                    expr: expr.to_owned(),
+                });
+            }
+        }
+    }
+    for variable in dashboard["templating"]["list"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        let query = variable["query"]
+            .get("query")
+            .unwrap_or(&variable["query"])
+            .as_str()
+            .unwrap_or("");
+        if let Some(arguments) = query
+            .strip_prefix("label_values(")
+            .and_then(|inner| inner.strip_suffix(')'))
+        {
+            let selector = arguments.rsplit_once(',').map_or(arguments, |(s, _)| s);
+            queries.push(Query {
+                origin: format!("dashboard variable {}", variable["name"]),
+                expr: selector.trim().to_owned(),
+            });
+        }
+    }
+    queries
+}
+
+/// Every `expr` of a Prometheus rules file.
+fn rule_queries(rules: &str) -> Vec<Query> {
+    let rules: serde_yaml::Value = serde_yaml::from_str(rules).expect("the rules file is YAML");
+    let mut queries = Vec::new();
+    for group in rules["groups"].as_sequence().into_iter().flatten() {
+        for rule in group["rules"].as_sequence().into_iter().flatten() {
+            let name = rule["alert"].as_str().or(rule["record"].as_str());
+            let expr = rule["expr"].as_str().expect("every rule has an expr");
+            queries.push(Query {
+                origin: format!("rule {}", name.unwrap_or("(unnamed)")),
+                expr: expr.to_owned(),
+            });
+        }
+    }
+    queries
+}
+
+/// The metric names an expression selects (`foo{…}`, `foo[5m]`, `{__name__="foo"}`).
+fn metric_names(expr: &str) -> Result<BTreeSet<String>, String> {
+    struct Names(BTreeSet<String>);
+    impl ExprVisitor for Names {
+        type Error = std::convert::Infallible;
+        fn pre_visit(&mut self, expr: &Expr) -> Result<bool, Self::Error> {
+            let selector = match expr {
+                Expr::VectorSelector(selector) => selector,
+                Expr::MatrixSelector(matrix) => &matrix.vs,
+                _ => return Ok(true),
+            };
+            self.0.extend(selector.name.clone());
+            for matcher in &selector.matchers.matchers {
+                if matcher.name == "__name__" {
+                    self.0.insert(matcher.value.clone());
+                }
+            }
+            Ok(true)
+        }
+    }
+    let parsed = parser::parse(&without_grafana_variables(expr))?;
+    let mut names = Names(BTreeSet::new());
+    let Ok(_) = walk_expr(&mut names, &parsed);
+    Ok(names.0)
+}
+
+/// What is wrong with `queries` against `exported`: an expression that does not parse, or
+/// one that selects a metric baton does not export. Empty when all is well.
+fn unknown_metrics(queries: &[Query], exported: &BTreeSet<String>) -> Vec<String> {
+    let mut problems = Vec::new();
+    for query in queries {
+        match metric_names(&query.expr) {
+            Err(error) => problems.push(format!(
+                "{}: does not parse ({error}): {}",
+                query.origin, query.expr
+            )),
+            Ok(names) if names.is_empty() => problems.push(format!(
+                "{}: selects no metric at all: {}",
+                query.origin, query.expr
+            )),
+            Ok(names) => {
+                for name in names.difference(exported) {
+                    problems.push(format!(
+                        "{}: {name} is not a metric baton exports",
+                        query.origin
+                    ));
+                }
+            }
+        }
+    }
+    problems
+}
+
+fn dashboard() -> Value {
+    let path = monitoring_dir().join("dashboard.json");
+    serde_json::from_str(&read(&path)).unwrap_or_else(|error| panic!("{path:?}: {error}"))
+}
+
+fn alerts() -> String {
+    read(&monitoring_dir().join("alerts.yaml"))
+}
+
+/// Runs promtool in `deploy/monitoring/` and returns its output, failing with it.
+fn promtool(args: &[&str]) -> String {
+    let output = Command::new("promtool")
+        .args(args)
+        .current_dir(monitoring_dir())
+        .output()
+        .expect("promtool runs (Debian's prometheus; tests/control-plane/install.sh installs it)");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        output.status.success(),
+        "promtool {} failed:\n{text}",
+        args.join(" ")
+    );
+    text
+}
+
+// ---------------------------------------------------------------------------------------------
+// Scenarios
+
+#[test]
+fn prometheus_accepts_the_alerting_rules() {
+    // Given the rules file as shipped; when Prometheus' own checker loads it
+    let output = promtool(&["check", "rules", "alerts.yaml"]);
+    // then every rule is valid, and there are rules
+    let rules = rule_queries(&alerts()).len();
+    assert!(rules >= 5, "only {rules} rules in alerts.yaml");
+    assert!(
+        output.contains(&format!("{rules} rules found")),
+        "promtool found a different number of rules than alerts.yaml has ({rules}):\n{output}"
+    );
+}
+
+#[test]
+fn the_alerts_fire_when_their_unit_tests_say() {
+    // Given series for a waiting group (with a standby's stale gauge), a lost leader, a
+    // certificate not renewed and failing reconciles; when promtool evaluates the rules over them
+    let output = promtool(&["test", "rules", "alerts_test.yaml"]);
+    // then each alert fires exactly when and with the labels and text its test expects
+    assert!(output.contains("SUCCESS"), "{output}");
+}
+
+#[test]
+fn every_metric_the_dashboard_and_the_alerts_query_is_one_baton_exports() {
+    // Given what both binaries export, the dashboard's queries and the rules'
+    let exported = exported_metrics();
+    let mut queries = dashboard_queries(&dashboard());
+    let from_dashboard = queries.len();
+    queries.extend(rule_queries(&alerts()));
+    assert!(
+        from_dashboard >= 20,
+        "only {from_dashboard} queries found in the dashboard: is its layout still read right?"
+    );
+
+    // When each is parsed for the metrics it selects
+    let problems = unknown_metrics(&queries, &exported);
+
+    // Then each names only exported metrics
+    assert!(
+        problems.is_empty(),
+        "{}\n\nbaton exports: {exported:#?}",
+        problems.join("\n")
+    );
+}
+
+#[test]
+fn a_misspelled_metric_in_the_dashboard_is_caught() {
+    // Given the real dashboard with one metric name misspelled in one panel
+    let exported = exported_metrics();
+    let text = read(&monitoring_dir().join("dashboard.json"));
+    let misspelled = text.replacen("baton_rollout_pods_ready{", "baton_rollout_pod_ready{", 1);
+    assert_ne!(text, misspelled, "the dashboard shows ready pods");
+    let dashboard: Value = serde_json::from_str(&misspelled).unwrap();
+
+    // When it is checked
+    let problems = unknown_metrics(&dashboard_queries(&dashboard), &exported);
+
+    // Then exactly that name, in that panel, is reported
+    assert_eq!(problems.len(), 1, "{problems:#?}");
+    assert!(
+        problems[0].contains("baton_rollout_pod_ready is not a metric baton exports")
+            && problems[0].contains("Pods updated and ready"),
+        "{problems:#?}"
+    );
+}
+
+#[test]
+fn the_checker_reports_unknown_names_unparsable_queries_and_histogram_suffixes() {
+    let exported = exported_metrics();
+    let query = |expr: &str| Query {
+        origin: "test".to_owned(),
+        expr: expr.to_owned(),
+    };
+    let problems = |expr: &str| unknown_metrics(&[query(expr)], &exported);
+
+    // Names in selectors, ranges, by-clauses, functions and Grafana variables are told apart
+    assert_eq!(
+        problems(
+            r#"sum by (rollout_group) (rate(rollout_operator_group_reconciles_total{namespace=~"$namespace"}[$__rate_interval])) > 0 and on (job) baton_leader == 1"#
+        ),
+        Vec::<String>::new()
+    );
+    // A histogram is queried through its series, never its bare name
+    assert!(
+        problems(r#"histogram_quantile(0.99, rate(rollout_operator_request_duration_seconds_bucket[5m]))"#)
+            .is_empty()
+    );
+    assert_eq!(
+        problems("rate(rollout_operator_request_duration_seconds[5m])").len(),
+        1
+    );
+    // A misspelled name, also one given as __name__, is reported by name
+    assert_eq!(
+        problems("rate(rollout_operator_group_reconciles_totl[5m])"),
+        vec!["test: rollout_operator_group_reconciles_totl is not a metric baton exports"]
+    );
+    assert_eq!(
+        problems(r#"{__name__="baton_leaders"}"#),
+        vec!["test: baton_leaders is not a metric baton exports"]
+    );
+    // A query that does not parse, or selects nothing, is a problem too
+    assert!(problems("sum(baton_leader")[0].contains("does not parse"));
+    assert!(problems("vector(1)")[0].contains("selects no metric"));
+}
