@@ -1,0 +1,267 @@
+//! `kubectl baton`: see where baton's rollouts stand, wait for one to finish, see what the
+//! controller would do next, pause and resume a zone — from the user's kubeconfig, with no
+//! port-forward: the plugin computes what the controller computes, with the controller's own
+//! planner and gates ([`view`]), from the StatefulSets and pods it reads ([`access`]).
+//!
+//! Layout: [`access`] is the only I/O; [`view`], [`render`], [`wait::verdict`] and the
+//! annotation changes of [`pause`] are pure and unit tested; e2e tests run this binary against
+//! the local control plane (tests/tests/plugin.rs). Exit codes are in [`exit`].
+
+mod access;
+mod pause;
+mod render;
+mod view;
+mod wait;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use baton_controller::rollout::GroupSnapshot;
+use baton_shared::annotations::ROLLOUT_GROUP_LABEL;
+use clap::{Parser, Subcommand};
+use kube::ResourceExt;
+
+use crate::access::{Access, AccessError, Target};
+use crate::view::StatusDocument;
+
+/// Exit codes (docs/plugin.md lists them): a pipeline can tell a failed rollout from a slow
+/// one, and both from a mistake.
+pub mod exit {
+    /// Done: for `wait`, the rollout is complete.
+    pub const SUCCESS: i32 = 0;
+    /// An error: no such group, no permission, the API server unreachable…
+    pub const ERROR: i32 = 1;
+    /// The command line is wrong (clap's own code).
+    pub const USAGE: i32 = 2;
+    /// `wait`: the timeout passed first.
+    pub const TIMEOUT: i32 = 3;
+    /// `wait`: the group is halted (`baton.dev/halted`) and waits for a person.
+    pub const HALTED: i32 = 4;
+    /// `wait`: baton skips the group (a member is not OnDelete), so it never completes.
+    pub const SKIPPED: i32 = 5;
+}
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "kubectl-baton",
+    bin_name = "kubectl baton",
+    version,
+    about = "See, wait for, plan, pause and resume baton's zone-by-zone rollouts"
+)]
+struct Cli {
+    /// The kubeconfig file (default: KUBECONFIG, else ~/.kube/config).
+    #[arg(long, global = true, value_name = "FILE")]
+    kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context (default: its current context).
+    #[arg(long, global = true, value_name = "NAME")]
+    context: Option<String>,
+    /// The namespace (default: the context's, else `default`).
+    #[arg(short = 'n', long, global = true, value_name = "NAMESPACE")]
+    namespace: Option<String>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// The rollout groups of the namespace (or one), their zones, and why each waits.
+    Status {
+        /// Only this rollout group (the value of the `rollout-group` label).
+        group: Option<String>,
+        /// Output format.
+        #[arg(short = 'o', long, value_enum, default_value = "table")]
+        output: render::Format,
+    },
+    /// Wait until every zone of GROUP runs its update revision and is ready.
+    ///
+    /// Exit codes: 0 complete, 1 error, 3 timed out, 4 halted, 5 skipped (a member is not
+    /// OnDelete). Progress bars on a terminal, a line per change otherwise.
+    Wait {
+        group: String,
+        /// How long to wait: a duration such as 90s, 30m or 1h30m (0: look once).
+        #[arg(long, default_value = "30m", value_parser = parse_timeout)]
+        timeout: Timeout,
+    },
+    /// What the controller would do next in GROUP and why (a dry run: changes nothing).
+    Plan { group: String },
+    /// Pause the rollout of a zone (StatefulSet): set grafana.com/rollout-paused.
+    Pause {
+        /// The StatefulSet.
+        zone: String,
+    },
+    /// Resume a zone: remove grafana.com/rollout-paused and baton.dev/halted.
+    Resume {
+        /// The StatefulSet.
+        zone: String,
+    },
+}
+
+/// `--timeout` as written (for messages) and as a duration.
+#[derive(Debug, Clone)]
+struct Timeout {
+    text: String,
+    duration: Duration,
+}
+
+fn parse_timeout(text: &str) -> Result<Timeout, String> {
+    let accepted = "expected a duration such as 90s, 30m or 1h30m";
+    let nanos = baton_shared::duration::go::parse(text.trim())
+        .map_err(|error| format!("{error}: {accepted}"))?;
+    let nanos = u64::try_from(nanos).map_err(|_| format!("{text:?} is negative: {accepted}"))?;
+    Ok(Timeout {
+        text: text.trim().to_owned(),
+        duration: Duration::from_nanos(nanos),
+    })
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    baton_shared::crypto::install_default_provider();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    let code = match runtime.block_on(run(cli)) {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("error: {error}");
+            exit::ERROR
+        }
+    };
+    ExitCode::from(u8::try_from(code).unwrap_or(1))
+}
+
+async fn run(cli: Cli) -> Result<i32, AccessError> {
+    let target = Target {
+        kubeconfig: cli.kubeconfig,
+        context: cli.context,
+        namespace: cli.namespace,
+    };
+    let access = Access::connect(&target).await?;
+    match cli.command {
+        Command::Status { group, output } => {
+            let document = status(&access, group.as_deref()).await?;
+            print!("{}", render::status(&document, output));
+            Ok(exit::SUCCESS)
+        }
+        Command::Wait { group, timeout } => {
+            let outcome = wait::run(&access, &group, timeout.duration, &timeout.text).await?;
+            if outcome.code == exit::SUCCESS {
+                println!("{}", outcome.message);
+            } else {
+                eprintln!("{}", outcome.message);
+            }
+            Ok(outcome.code)
+        }
+        Command::Plan { group } => {
+            let members = access.group_members(&group).await?;
+            let pods = access.pods().await?;
+            let snapshot = GroupSnapshot::from_kubernetes(&group, &members, &pods);
+            let (plan, gate) = view::decide(&snapshot, jiff::Timestamp::now());
+            print!("{}", render::plan(&access.namespace, &group, &plan, &gate));
+            Ok(exit::SUCCESS)
+        }
+        Command::Pause { zone } => {
+            print!(
+                "{}",
+                pause::run(&access, &zone, pause::Command::Pause).await?
+            );
+            Ok(exit::SUCCESS)
+        }
+        Command::Resume { zone } => {
+            print!(
+                "{}",
+                pause::run(&access, &zone, pause::Command::Resume).await?
+            );
+            Ok(exit::SUCCESS)
+        }
+    }
+}
+
+/// The view of every group of the namespace, or of `only` (an error if it does not exist).
+async fn status(access: &Access, only: Option<&str>) -> Result<StatusDocument, AccessError> {
+    let statefulsets = match only {
+        Some(group) => access.group_members(group).await?,
+        None => access.grouped_statefulsets().await?,
+    };
+    let pods = access.pods().await?;
+    let mut groups: BTreeMap<String, Vec<&k8s_openapi::api::apps::v1::StatefulSet>> =
+        BTreeMap::new();
+    for statefulset in &statefulsets {
+        if let Some(group) = statefulset.labels().get(ROLLOUT_GROUP_LABEL) {
+            groups.entry(group.clone()).or_default().push(statefulset);
+        }
+    }
+    let now = jiff::Timestamp::now();
+    let views = groups
+        .into_iter()
+        .map(|(name, members)| {
+            let snapshot = GroupSnapshot::from_kubernetes(name, members, &pods);
+            let (plan, gate) = view::decide(&snapshot, now);
+            view::view(&snapshot, &plan, &gate)
+        })
+        .collect();
+    Ok(StatusDocument {
+        namespace: access.namespace.clone(),
+        generated_at: now.to_string(),
+        groups: views,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn timeouts_are_go_durations_and_bad_ones_say_what_is_accepted() {
+        assert_eq!(
+            parse_timeout("1h30m").unwrap().duration,
+            Duration::from_secs(5400)
+        );
+        assert_eq!(parse_timeout("0").unwrap().duration, Duration::ZERO);
+        for bad in ["soon", "10", "-5s"] {
+            let error = parse_timeout(bad).unwrap_err();
+            assert!(error.contains("30m"), "{error}");
+        }
+        let error = Cli::try_parse_from(["kubectl-baton", "wait", "g", "--timeout", "soon"])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("--timeout") && error.contains("\"soon\""),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn namespace_and_context_are_global_like_kubectls() {
+        let cli = Cli::try_parse_from([
+            "kubectl-baton",
+            "status",
+            "-n",
+            "mimir",
+            "--context",
+            "prod",
+            "-o",
+            "json",
+        ])
+        .unwrap();
+        assert_eq!(cli.namespace.as_deref(), Some("mimir"));
+        assert_eq!(cli.context.as_deref(), Some("prod"));
+        assert!(matches!(
+            cli.command,
+            Command::Status {
+                output: render::Format::Json,
+                ..
+            }
+        ));
+    }
+}

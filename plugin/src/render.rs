@@ -1,0 +1,303 @@
+//! Text for people and documents for programs: pure functions from a view (or a plan) to a
+//! string, so every output is unit tested without a cluster. Tables are laid out the way
+//! kubectl lays out its own (Go's text/tabwriter, here its port `tabwriter`).
+
+use std::io::Write;
+
+use baton_controller::gates::GateDecision;
+use baton_controller::rollout::{Action, Plan};
+use tabwriter::TabWriter;
+
+use crate::view::{GroupView, StatusDocument, ZoneView};
+
+/// `-o` of `status`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    Table,
+    Json,
+    Yaml,
+}
+
+/// The `status` output.
+pub fn status(document: &StatusDocument, format: Format) -> String {
+    match format {
+        Format::Table => status_table(&document.groups),
+        Format::Json => {
+            let mut text =
+                serde_json::to_string_pretty(document).expect("a document of strings and numbers");
+            text.push('\n');
+            text
+        }
+        Format::Yaml => serde_yaml::to_string(document).expect("a document of strings and numbers"),
+    }
+}
+
+/// One row per zone, then one line per group saying why it waits.
+pub fn status_table(groups: &[GroupView]) -> String {
+    let mut table = TabWriter::new(Vec::new()).padding(3);
+    let _ = writeln!(table, "GROUP\tZONE\tPHASE\tUPDATED\tREADY\tREVISION");
+    for group in groups {
+        for zone in &group.zones {
+            let _ = writeln!(
+                table,
+                "{}\t{}\t{}\t{}/{}\t{}/{}\t{}",
+                group.name,
+                zone.statefulset,
+                zone.phase.as_str(),
+                zone.updated,
+                zone.total,
+                zone.ready,
+                zone.total,
+                revisions(zone)
+            );
+        }
+    }
+    let mut text = finish(table);
+    if !groups.is_empty() {
+        text.push('\n');
+    }
+    for group in groups {
+        text.push_str(&group_line(group));
+        text.push('\n');
+    }
+    text
+}
+
+/// `ingester: rolling; waits (NotReady): …`, or `ingester: complete`.
+pub fn group_line(group: &GroupView) -> String {
+    match &group.waiting {
+        Some(waiting) => format!(
+            "{}: {}; waits ({}): {}",
+            group.name,
+            group.phase.as_str(),
+            waiting.kind,
+            waiting.message
+        ),
+        None => format!("{}: {}", group.name, group.phase.as_str()),
+    }
+}
+
+/// One zone in a line, for `wait` off a terminal and for its progress bars' messages.
+pub fn zone_line(zone: &ZoneView) -> String {
+    format!(
+        "{} {}: {}/{} updated, {}/{} ready",
+        zone.statefulset,
+        zone.phase.as_str(),
+        zone.updated,
+        zone.total,
+        zone.ready,
+        zone.total
+    )
+}
+
+/// `old → new` while they differ, else the one revision.
+fn revisions(zone: &ZoneView) -> String {
+    match (&zone.current_revision, &zone.update_revision) {
+        (Some(current), Some(update)) if current != update => format!("{current} → {update}"),
+        (_, Some(update)) => update.clone(),
+        (Some(current), None) => current.clone(),
+        (None, None) => "-".to_owned(),
+    }
+}
+
+fn finish(table: TabWriter<Vec<u8>>) -> String {
+    let bytes = table.into_inner().expect("writing to memory does not fail");
+    String::from_utf8(bytes).expect("tabwriter keeps UTF-8")
+}
+
+/// The `plan` output: what the controller would do now and why the rest waits.
+pub fn plan(namespace: &str, group: &str, plan: &Plan, gate: &GateDecision) -> String {
+    let mut text = format!(
+        "Rollout group {group} in namespace {namespace} (a dry run: nothing was changed)\n"
+    );
+    if plan.actions.is_empty() {
+        text.push_str("\nNext: nothing to do now.\n");
+    } else {
+        text.push_str("\nNext, in order:\n");
+        for action in &plan.actions {
+            let why = match action {
+                Action::DeletePod {
+                    unavailable: None, ..
+                } => " — to roll it to the update revision",
+                Action::DeletePod { .. } => "",
+                Action::SetCurrentRevision { .. } => " — every pod of it is updated",
+            };
+            text.push_str(&format!("  {action}{why}\n"));
+        }
+    }
+    let mut waits = Vec::new();
+    if let Some(wait) = gate.wait() {
+        waits.push(format!("  gate ({}): {wait}", wait.kind()));
+    }
+    if let Some(wait) = &plan.waiting {
+        waits.push(format!("  planner ({}): {wait}", wait.kind()));
+    }
+    if !waits.is_empty() {
+        text.push_str("\nWaits:\n");
+        text.push_str(&waits.join("\n"));
+        text.push('\n');
+    }
+    if let Some(at) = plan.recheck_after.filter(|_| plan.actions.is_empty()) {
+        text.push_str(&format!(
+            "\nLooks again at {at} (minReadySeconds or a soak ends).\n"
+        ));
+    }
+    let warnings: Vec<String> = plan
+        .warnings
+        .iter()
+        .map(ToString::to_string)
+        .chain(gate.warnings.iter().map(ToString::to_string))
+        .collect();
+    if !warnings.is_empty() {
+        text.push_str("\nWarnings:\n");
+        for warning in warnings {
+            text.push_str(&format!("  {warning}\n"));
+        }
+    }
+    let mut progress = TabWriter::new(Vec::new()).padding(3);
+    let _ = writeln!(progress, "ZONE\tUPDATED\tREADY\tDONE");
+    for zone in &plan.progress {
+        let _ = writeln!(
+            progress,
+            "{}\t{}/{}\t{}/{}\t{}",
+            zone.statefulset,
+            zone.updated,
+            zone.total,
+            zone.ready,
+            zone.total,
+            if zone.done { "yes" } else { "no" }
+        );
+    }
+    text.push('\n');
+    text.push_str(&finish(progress));
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use baton_shared::annotations::ROLLOUT_PAUSED_ANNOTATION;
+
+    use super::*;
+    use crate::view::tests::{group, view_of, zone};
+    use crate::view::{Phase, decide};
+
+    fn document(groups: Vec<GroupView>) -> StatusDocument {
+        StatusDocument {
+            namespace: "mimir".to_owned(),
+            generated_at: "2026-11-23T06:00:00Z".to_owned(),
+            groups,
+        }
+    }
+
+    #[test]
+    fn the_table_has_a_row_per_zone_aligned_and_a_line_per_group() {
+        let mut b = zone("ingester-zone-b", 3, 1);
+        b.pods[0].ready = false;
+        b.ready_replicas = 2;
+        let view = view_of(&group(vec![
+            zone("ingester-zone-a", 3, 3),
+            b,
+            zone("ingester-zone-c", 3, 0),
+        ]));
+        let text = status_table(&[view]);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines[..4],
+            [
+                "GROUP      ZONE              PHASE      UPDATED   READY   REVISION",
+                "ingester   ingester-zone-a   complete   3/3       3/3     new",
+                "ingester   ingester-zone-b   rolling    1/3       2/3     old → new",
+                "ingester   ingester-zone-c   waiting    0/3       3/3     old → new",
+            ]
+        );
+        assert_eq!(lines[4], "");
+        assert!(
+            lines[5].starts_with(
+                "ingester: rolling; waits (MaxUnavailable): max-unavailable reached in ingester-zone-b (1/1); waiting for ingester-zone-b-0 (new revision)"
+            ),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn json_and_yaml_carry_phases_counts_and_the_wait() {
+        let mut b = zone("b", 2, 0);
+        b.annotations
+            .insert(ROLLOUT_PAUSED_ANNOTATION.to_owned(), "true".to_owned());
+        let document = document(vec![view_of(&group(vec![zone("a", 2, 2), b]))]);
+        let json: serde_json::Value =
+            serde_json::from_str(&status(&document, Format::Json)).unwrap();
+        assert_eq!(json["namespace"], "mimir");
+        let ingester = &json["groups"][0];
+        assert_eq!(ingester["phase"], "paused");
+        assert_eq!(ingester["waiting"]["kind"], "Paused");
+        assert_eq!(ingester["zones"][1]["statefulset"], "b");
+        assert_eq!(ingester["zones"][1]["updated"], 0);
+        assert_eq!(ingester["zones"][1]["updateRevision"], "new");
+        assert_eq!(ingester["zones"][1]["paused"], true);
+        let yaml: serde_json::Value =
+            serde_yaml::from_str(&status(&document, Format::Yaml)).unwrap();
+        assert_eq!(yaml, json, "the same document either way");
+    }
+
+    #[test]
+    fn a_complete_group_says_so_without_a_wait() {
+        let view = view_of(&group(vec![zone("a", 1, 1)]));
+        assert_eq!(view.phase, Phase::Complete);
+        assert_eq!(group_line(&view), "ingester: complete");
+        assert_eq!(
+            zone_line(&view.zones[0]),
+            "a complete: 1/1 updated, 1/1 ready"
+        );
+    }
+
+    #[test]
+    fn no_groups_is_only_the_header() {
+        assert_eq!(
+            status_table(&[]),
+            "GROUP   ZONE   PHASE   UPDATED   READY   REVISION\n"
+        );
+    }
+
+    #[test]
+    fn the_plan_names_the_next_deletions_and_why_the_rest_waits() {
+        let snapshot = group(vec![zone("a", 2, 0), zone("b", 2, 0)]);
+        let (planned, gate) = decide(&snapshot, jiff::Timestamp::UNIX_EPOCH);
+        let text = plan("mimir", "ingester", &planned, &gate);
+        assert!(
+            text.starts_with("Rollout group ingester in namespace mimir (a dry run"),
+            "{text}"
+        );
+        assert!(
+            text.contains("  delete pod a-0 of a — to roll it to the update revision\n"),
+            "{text}"
+        );
+        assert!(!text.contains("b-0"), "one zone at a time: {text}");
+        assert!(text.contains("\na      0/2       2/2     no\n"), "{text}");
+
+        let mut paused = zone("b", 2, 0);
+        paused
+            .annotations
+            .insert(ROLLOUT_PAUSED_ANNOTATION.to_owned(), "true".to_owned());
+        let snapshot = group(vec![zone("a", 2, 2), paused]);
+        let (planned, gate) = decide(&snapshot, jiff::Timestamp::UNIX_EPOCH);
+        let text = plan("mimir", "ingester", &planned, &gate);
+        assert!(text.contains("Next: nothing to do now."), "{text}");
+        assert!(
+            text.contains("planner (Paused): rollout paused with pods left to update in b"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn the_plan_shows_invalid_annotations_as_warnings() {
+        let mut a = zone("a", 2, 0);
+        a.annotations
+            .insert("rollout-max-unavailable".to_owned(), "lots".to_owned());
+        let snapshot = group(vec![a]);
+        let (planned, gate) = decide(&snapshot, jiff::Timestamp::UNIX_EPOCH);
+        let text = plan("mimir", "ingester", &planned, &gate);
+        assert!(text.contains("Warnings:\n  StatefulSet a: "), "{text}");
+        assert!(text.contains("\"lots\""), "{text}");
+    }
+}

@@ -1,0 +1,342 @@
+//! `wait GROUP`: follows a group until its rollout is complete, and says so with its exit code
+//! (what a deploy pipeline calls, since `kubectl rollout status` does not work for OnDelete
+//! StatefulSets).
+//!
+//! Whether to stop is a pure [`verdict`] of the group's view. The group is read once (so a
+//! missing group or permission fails at once, naming it), then followed by watches on its
+//! StatefulSets and the namespace's pods, recomputing the view after every change, and once a
+//! second for what changes with time alone (minReadySeconds, a soak).
+
+use std::io::IsTerminal;
+use std::time::Duration;
+
+use futures::StreamExt;
+use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::Api;
+use kube::runtime::{WatchStreamExt, reflector, watcher};
+
+use baton_controller::rollout::GroupSnapshot;
+use baton_shared::kube_client::watch_backoff;
+
+use crate::access::{Access, AccessError, group_selector};
+use crate::exit;
+use crate::render;
+use crate::view::{self, GroupView, Phase};
+
+/// Whether waiting is over, from the group's view.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Every zone runs the update revision and every pod is available.
+    Complete,
+    /// Nothing moves until a person resumes; the message says who and why.
+    Halted(String),
+    /// baton leaves the group alone (a member is not OnDelete); the message names it.
+    Skipped(String),
+    /// Still rolling or waiting.
+    Pending,
+}
+
+/// Pure: stop when the group is complete, halted or skipped.
+pub fn verdict(view: &GroupView) -> Verdict {
+    let message = || {
+        view.waiting
+            .as_ref()
+            .map_or_else(String::new, |waiting| waiting.message.clone())
+    };
+    match view.phase {
+        Phase::Complete => Verdict::Complete,
+        Phase::Halted => Verdict::Halted(message()),
+        Phase::Skipped => Verdict::Skipped(message()),
+        Phase::Rolling | Phase::Waiting | Phase::Paused => Verdict::Pending,
+    }
+}
+
+/// How `wait` ended: its exit code and the line to print.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outcome {
+    pub code: i32,
+    pub message: String,
+}
+
+/// The outcome of a view that is final, None while it is pending.
+pub fn outcome(view: &GroupView) -> Option<Outcome> {
+    let group = &view.name;
+    match verdict(view) {
+        Verdict::Complete => Some(Outcome {
+            code: exit::SUCCESS,
+            message: format!(
+                "rollout group {group} is complete: every zone runs its update revision and every pod is ready"
+            ),
+        }),
+        Verdict::Halted(why) => Some(Outcome {
+            code: exit::HALTED,
+            message: format!("rollout group {group} is halted: {why}"),
+        }),
+        Verdict::Skipped(why) => Some(Outcome {
+            code: exit::SKIPPED,
+            message: format!("rollout group {group} is skipped by baton: {why}"),
+        }),
+        Verdict::Pending => None,
+    }
+}
+
+/// The outcome once `timeout` passed with the group still at `view`.
+pub fn timed_out(view: &GroupView, timeout: &str) -> Outcome {
+    let why = view.waiting.as_ref().map_or_else(String::new, |waiting| {
+        format!("; waits ({}): {}", waiting.kind, waiting.message)
+    });
+    Outcome {
+        code: exit::TIMEOUT,
+        message: format!(
+            "timed out after {timeout} waiting for rollout group {}: {}{why}",
+            view.name,
+            view.phase.as_str()
+        ),
+    }
+}
+
+/// Waits for `group`; returns how it ended.
+pub async fn run(
+    access: &Access,
+    group: &str,
+    timeout: Duration,
+    timeout_text: &str,
+) -> Result<Outcome, AccessError> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    let selector = group_selector(group)?;
+    let members = access.group_members(group).await?;
+    let pods = access.pods().await?;
+    let mut display = Display::new();
+    let mut current = compute(group, &members, &pods);
+    display.show(&current);
+    if let Some(outcome) = outcome(&current) {
+        display.finish();
+        return Ok(outcome);
+    }
+
+    let (statefulset_store, statefulset_writer) = reflector::store();
+    let (pod_store, pod_writer) = reflector::store();
+    let statefulsets = watcher(
+        Api::<StatefulSet>::namespaced(access.client.clone(), &access.namespace),
+        watcher::Config::default().labels(&selector),
+    )
+    .backoff(watch_backoff())
+    .reflect(statefulset_writer)
+    .touched_objects()
+    .map(|_| ());
+    let pods = watcher(
+        Api::<Pod>::namespaced(access.client.clone(), &access.namespace),
+        watcher::Config::default(),
+    )
+    .backoff(watch_backoff())
+    .reflect(pod_writer)
+    .touched_objects()
+    .map(|_| ());
+    let mut changes = std::pin::pin!(futures::stream::select(statefulsets, pods));
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep_until(deadline) => {
+                display.finish();
+                return Ok(timed_out(&current, timeout_text));
+            }
+            _ = changes.next() => {}
+            _ = tick.tick() => {}
+        }
+        if statefulset_store.wait_until_ready().await.is_err()
+            || pod_store.wait_until_ready().await.is_err()
+        {
+            continue;
+        }
+        let members: Vec<StatefulSet> = statefulset_store
+            .state()
+            .iter()
+            .map(|member| member.as_ref().clone())
+            .collect();
+        if members.is_empty() {
+            display.finish();
+            return Err(AccessError::NoSuchGroup {
+                group: group.to_owned(),
+                namespace: access.namespace.clone(),
+            });
+        }
+        let pods = pod_store.state();
+        current = compute(group, &members, pods.iter().map(AsRef::as_ref));
+        display.show(&current);
+        if let Some(outcome) = outcome(&current) {
+            display.finish();
+            return Ok(outcome);
+        }
+    }
+}
+
+fn compute<'a>(
+    group: &str,
+    members: &'a [StatefulSet],
+    pods: impl IntoIterator<Item = &'a Pod>,
+) -> GroupView {
+    let snapshot = GroupSnapshot::from_kubernetes(group, members, pods);
+    let (plan, gate) = view::decide(&snapshot, jiff::Timestamp::now());
+    view::view(&snapshot, &plan, &gate)
+}
+
+/// Progress bars on a terminal, else a line whenever something changed.
+enum Display {
+    Bars {
+        multi: MultiProgress,
+        zones: Vec<(String, ProgressBar)>,
+        group: ProgressBar,
+    },
+    Lines {
+        last: Vec<String>,
+    },
+}
+
+impl Display {
+    fn new() -> Self {
+        if std::io::stderr().is_terminal() {
+            let multi = MultiProgress::new();
+            let group = multi.add(ProgressBar::new_spinner());
+            group.enable_steady_tick(Duration::from_millis(120));
+            Self::Bars {
+                multi,
+                zones: Vec::new(),
+                group,
+            }
+        } else {
+            Self::Lines { last: Vec::new() }
+        }
+    }
+
+    fn show(&mut self, view: &GroupView) {
+        match self {
+            Self::Bars {
+                multi,
+                zones,
+                group,
+            } => {
+                let style = ProgressStyle::with_template(
+                    "{prefix:>24} [{bar:30.green/white}] {pos}/{len} updated  {msg}",
+                )
+                .expect("a valid template")
+                .progress_chars("=> ");
+                for zone in &view.zones {
+                    let bar = match zones.iter().find(|(name, _)| *name == zone.statefulset) {
+                        Some((_, bar)) => bar.clone(),
+                        None => {
+                            let bar = multi.insert_before(group, ProgressBar::new(0));
+                            bar.set_style(style.clone());
+                            bar.set_prefix(zone.statefulset.clone());
+                            zones.push((zone.statefulset.clone(), bar.clone()));
+                            bar
+                        }
+                    };
+                    bar.set_length(u64::from(zone.total));
+                    bar.set_position(u64::from(zone.updated));
+                    bar.set_message(format!(
+                        "{}/{} ready  {}",
+                        zone.ready,
+                        zone.total,
+                        zone.phase.as_str()
+                    ));
+                }
+                group.set_message(render::group_line(view));
+            }
+            Self::Lines { last } => {
+                let lines: Vec<String> = view
+                    .zones
+                    .iter()
+                    .map(render::zone_line)
+                    .chain(std::iter::once(render::group_line(view)))
+                    .collect();
+                for line in &lines {
+                    if !last.contains(line) {
+                        println!("{line}");
+                    }
+                }
+                *last = lines;
+            }
+        }
+    }
+
+    fn finish(&mut self) {
+        if let Self::Bars { zones, group, .. } = self {
+            for (_, bar) in zones.iter() {
+                bar.abandon();
+            }
+            group.finish_and_clear();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use baton_controller::gates::HALTED_ANNOTATION;
+    use baton_controller::rollout::UpdateStrategy;
+    use baton_shared::annotations::ROLLOUT_PAUSED_ANNOTATION;
+
+    use super::*;
+    use crate::view::tests::{group, view_of, zone};
+
+    #[test]
+    fn complete_exits_zero() {
+        let view = view_of(&group(vec![zone("a", 2, 2), zone("b", 2, 2)]));
+        let done = outcome(&view).expect("final");
+        assert_eq!(done.code, 0);
+        assert!(
+            done.message.contains("ingester is complete"),
+            "{}",
+            done.message
+        );
+    }
+
+    #[test]
+    fn rolling_and_paused_groups_keep_waiting() {
+        let rolling = view_of(&group(vec![zone("a", 2, 1), zone("b", 2, 0)]));
+        assert_eq!(verdict(&rolling), Verdict::Pending);
+        let mut b = zone("b", 2, 0);
+        b.annotations
+            .insert(ROLLOUT_PAUSED_ANNOTATION.to_owned(), "true".to_owned());
+        // A person may resume a paused zone: not final.
+        let paused = view_of(&group(vec![zone("a", 2, 2), b]));
+        assert_eq!(outcome(&paused), None);
+        let timed_out = timed_out(&paused, "5s");
+        assert_eq!(timed_out.code, exit::TIMEOUT);
+        assert_eq!(
+            timed_out.message,
+            "timed out after 5s waiting for rollout group ingester: paused; waits (Paused): \
+             rollout paused with pods left to update in b"
+        );
+    }
+
+    #[test]
+    fn halted_and_skipped_groups_stop_with_their_own_codes_and_reasons() {
+        let mut b = zone("b", 2, 0);
+        b.annotations
+            .insert(HALTED_ANNOTATION.to_owned(), "hook answered 500".to_owned());
+        let halted = outcome(&view_of(&group(vec![zone("a", 2, 0), b]))).expect("final");
+        assert_eq!(halted.code, exit::HALTED);
+        assert!(
+            halted.message.contains("hook answered 500"),
+            "{}",
+            halted.message
+        );
+        assert!(
+            halted.message.contains("kubectl annotate statefulset b"),
+            "{}",
+            halted.message
+        );
+
+        let mut b = zone("b", 2, 0);
+        b.update_strategy = UpdateStrategy::RollingUpdate;
+        let skipped = outcome(&view_of(&group(vec![zone("a", 2, 0), b]))).expect("final");
+        assert_eq!(skipped.code, exit::SKIPPED);
+        assert!(
+            skipped.message.contains("b uses RollingUpdate"),
+            "{}",
+            skipped.message
+        );
+    }
+}
