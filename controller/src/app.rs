@@ -69,6 +69,14 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
 
     let (touched, touched_groups) = tokio::sync::mpsc::unbounded_channel();
     let (caches, watches) = cache::start(client.clone(), &config.namespace, touched.clone());
+    // The zone-aware disruption budgets rollout deletions consult (none without the CRD).
+    let (budgets, budget_watch) = crate::zpdb::ZoneBudgets::start(
+        client.clone(),
+        &config.namespace,
+        caches.clone(),
+        touched.clone(),
+        config.kubernetes.request_timeout.get(),
+    );
     // Exactly one task awaits the caches' sync and broadcasts it: kube's store readiness wakes
     // only one of several concurrent waiters.
     let (synced_sender, synced) = watch::channel(false);
@@ -105,6 +113,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
             explainer: explainer.clone(),
             request_timeout: config.kubernetes.request_timeout.get(),
             pending: PendingDeletions::default(),
+            budgets,
         },
         scaler: crate::scaling::Scaler::new(client.clone(), &config, &registry)
             .context("building the scaler")?,
@@ -127,6 +136,16 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
         async move {
             tokio::select! {
                 () = watches => {}
+                () = shutdown.cancelled() => {}
+            }
+            Ok(())
+        }
+    });
+    tasks.spawn(Task::BudgetWatch, {
+        let shutdown = shutdown.clone();
+        async move {
+            tokio::select! {
+                () = budget_watch => {}
                 () = shutdown.cancelled() => {}
             }
             Ok(())
@@ -227,6 +246,7 @@ enum Task {
     EventPublisher,
     OpsServer,
     Watches,
+    BudgetWatch,
     Readiness,
     Resync,
     LeadershipWatch,
@@ -241,6 +261,7 @@ impl std::fmt::Display for Task {
             Task::EventPublisher => "event publisher",
             Task::OpsServer => "ops server",
             Task::Watches => "watches",
+            Task::BudgetWatch => "zone-aware budget watch",
             Task::Readiness => "readiness",
             Task::Resync => "resync",
             Task::LeadershipWatch => "leadership watch",

@@ -226,6 +226,24 @@ impl ZoneBudgets {
         (budgets, watch)
     }
 
+    /// Budgets that stay as `known`, with no watch: for tests of the reconcile that are not
+    /// about budgets (`Known::NotInstalled`: every deletion goes unconsulted).
+    pub fn fixed(
+        client: kube::Client,
+        namespace: &str,
+        caches: Caches,
+        known: Known,
+        request_timeout: Duration,
+    ) -> Self {
+        Self {
+            namespace: namespace.to_owned(),
+            client,
+            caches,
+            known: Arc::new(RwLock::new(known)),
+            request_timeout,
+        }
+    }
+
     /// What the cache knows now.
     pub fn known(&self) -> Known {
         self.known.read().expect("budgets lock").clone()

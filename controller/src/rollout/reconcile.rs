@@ -29,6 +29,8 @@ pub struct Rollouts {
     pub explainer: Explainer,
     pub request_timeout: Duration,
     pub pending: PendingDeletions,
+    /// Consulted before every deletion that takes availability away (issue 13).
+    pub budgets: crate::zpdb::ZoneBudgets,
 }
 
 impl std::fmt::Debug for Rollouts {
@@ -101,8 +103,11 @@ impl Rollouts {
                 return Ok(Requeue::Never);
             }
         }
-        self.act(group, members, &plan, may_act).await?;
-        Ok(plan.recheck_after.map_or(Requeue::Never, Requeue::at))
+        let held = self.act(group, members, &plan, may_act).await?;
+        Ok(plan
+            .recheck_after
+            .map_or(Requeue::Never, Requeue::at)
+            .sooner(held))
     }
 
     fn record_progress(&self, group: &str, plan: &Plan, gated: bool) {
@@ -174,13 +179,15 @@ impl Rollouts {
         members: &[Arc<StatefulSet>],
         plan: &Plan,
         may_act: &MayAct,
-    ) -> Result<(), ExecuteError> {
+    ) -> Result<Requeue, ExecuteError> {
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), &self.namespace);
         let statefulsets: Api<StatefulSet> = Api::namespaced(self.client.clone(), &self.namespace);
+        // Set once a zone-aware budget holds a deletion: the pass deletes nothing more.
+        let mut held = Requeue::Never;
         for action in &plan.actions {
             // The term may have ended while planning: check right before every call.
             if !may_act() {
-                return Ok(());
+                return Ok(held);
             }
             match action {
                 Action::DeletePod {
@@ -189,6 +196,30 @@ impl Rollouts {
                     uid,
                     unavailable,
                 } => {
+                    if held != Requeue::Never {
+                        continue;
+                    }
+                    let deletion = crate::zpdb::Deletion {
+                        statefulset,
+                        pod,
+                        free_replacement: unavailable.is_some(),
+                    };
+                    let permit = self.budgets.before_deletion(group, &deletion).await;
+                    if let crate::zpdb::Permit::Wait(note) = permit {
+                        held = Requeue::After(crate::zpdb::RECHECK_AFTER);
+                        if let Some(owner) = find(members, statefulset) {
+                            let explanation = Explanation {
+                                severity: Severity::Normal,
+                                reason: crate::zpdb::WAIT_REASON.to_owned(),
+                                action: "Wait".to_owned(),
+                                note,
+                            };
+                            self.explainer
+                                .tell(&owner.object_ref(&()), explanation)
+                                .await;
+                        }
+                        continue;
+                    }
                     let outcome = execute::delete_pod(
                         &pods,
                         &self.pending,
@@ -259,7 +290,7 @@ impl Rollouts {
                 }
             }
         }
-        Ok(())
+        Ok(held)
     }
 }
 
