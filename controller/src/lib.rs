@@ -16,6 +16,7 @@
 //! | [`certificates`] | the webhook's certificate and CA bundle injection (pure [`certificates::plan`]) |
 //! | [`explain`] | Events and log lines saying what baton does and why it waits, off the critical path |
 //! | [`metrics`] | the Go operator's metric names and baton's own |
+//! | [`status`] | the status page and its JSON: each group's view (pure [`status::view`]), the leader's history |
 //! | [`zpdb`] | the zone-aware disruption budgets a rollout deletion consults: their watch-fed cache, the decision on the caches ([`zpdb::judge`], pure), the claim in the budget's record |
 //!
 //! # From a watch event to an action
@@ -40,4 +41,5 @@ pub mod metrics;
 pub mod queue;
 pub mod rollout;
 pub mod scaling;
+pub mod status;
 pub mod zpdb;

@@ -1,0 +1,154 @@
+//! The leader's memory for the status page: per group, since when it has waited for the same
+//! kind of reason and the last actions it took. The caches say where a group stands, not since
+//! when nor what was done; this is the small rest, kept in memory (a new leader starts afresh:
+//! its first reconcile of each group records the wait from then on).
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+
+use jiff::Timestamp;
+
+use super::model::ActionRecord;
+use super::view::{History, ObservedWait};
+
+/// Actions kept per group.
+pub const ACTIONS_KEPT: usize = 10;
+
+/// Per-group history shared by the reconciler (writes) and the ops server (reads). Cheap to
+/// clone: clones share one board.
+#[derive(Debug, Clone, Default)]
+pub struct StatusBoard {
+    groups: Arc<Mutex<HashMap<String, Entry>>>,
+}
+
+#[derive(Debug, Default)]
+struct Entry {
+    waiting: Option<ObservedWait>,
+    /// Newest first.
+    actions: VecDeque<ActionRecord>,
+}
+
+impl StatusBoard {
+    /// Records why `group` waits after a reconcile, or that it does not (`None`). Call it once
+    /// per reconcile pass of the leader, after planning and gating, with the wait the pass
+    /// reports — the gate's [`GateWait`](crate::gates::GateWait) if it holds the group, else
+    /// the planner's [`WaitReason`](crate::rollout::WaitReason) — as `(wait.kind(),
+    /// wait.to_string())`.
+    ///
+    /// The wait's `since` is the first `now` this `kind` was observed in a row: a new message
+    /// of the same kind (another pod named, a soak counting down) keeps it, another kind or
+    /// `None` starts afresh.
+    pub fn observe(&self, group: &str, waiting: Option<(&'static str, String)>, now: Timestamp) {
+        let mut groups = self.lock();
+        let entry = groups.entry(group.to_owned()).or_default();
+        entry.waiting = waiting.map(|(kind, message)| {
+            let since = match &entry.waiting {
+                Some(previous) if previous.kind == kind => previous.since,
+                _ => now,
+            };
+            ObservedWait {
+                kind,
+                message,
+                since,
+            }
+        });
+    }
+
+    /// Records an action the leader took for `group` (a pod deleted, a revision set), right
+    /// after the call succeeded; the last [`ACTIONS_KEPT`] are kept.
+    pub fn record_action(&self, group: &str, action: ActionRecord) {
+        let mut groups = self.lock();
+        let actions = &mut groups.entry(group.to_owned()).or_default().actions;
+        actions.push_front(action);
+        actions.truncate(ACTIONS_KEPT);
+    }
+
+    /// Forgets `group` (its last StatefulSet is gone).
+    pub fn forget(&self, group: &str) {
+        self.lock().remove(group);
+    }
+
+    /// What was recorded about `group`, if anything.
+    pub fn history(&self, group: &str) -> Option<History> {
+        let groups = self.lock();
+        let entry = groups.get(group)?;
+        Some(History {
+            waiting: entry.waiting.clone(),
+            actions: entry.actions.iter().cloned().collect(),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Entry>> {
+        // A panic while holding the lock leaves plain data behind: still fine to read.
+        self.groups
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use jiff::SignedDuration;
+
+    use super::*;
+
+    fn at(minutes: i64) -> Timestamp {
+        Timestamp::from_second(1_700_000_000).expect("valid time")
+            + SignedDuration::from_mins(minutes)
+    }
+
+    fn deleted(pod: &str, minutes: i64) -> ActionRecord {
+        ActionRecord {
+            at: at(minutes),
+            action: "DeletePod".to_owned(),
+            statefulset: "b".to_owned(),
+            pod: Some(pod.to_owned()),
+            note: format!("deleted pod {pod}"),
+        }
+    }
+
+    #[test]
+    fn a_wait_of_the_same_kind_keeps_its_start_another_kind_restarts_it() {
+        let board = StatusBoard::default();
+        board.observe("g", Some(("NotReady", "b-0 not ready".to_owned())), at(0));
+        board.observe("g", Some(("NotReady", "b-1 not ready".to_owned())), at(3));
+        let waiting = board.history("g").and_then(|h| h.waiting).expect("waits");
+        assert_eq!((waiting.kind, waiting.since), ("NotReady", at(0)));
+        assert_eq!(waiting.message, "b-1 not ready", "the latest message");
+
+        board.observe("g", Some(("Soak", "soaking".to_owned())), at(5));
+        let waiting = board.history("g").and_then(|h| h.waiting).expect("waits");
+        assert_eq!((waiting.kind, waiting.since), ("Soak", at(5)));
+
+        board.observe("g", None, at(6));
+        board.observe("g", Some(("Soak", "soaking".to_owned())), at(7));
+        let waiting = board.history("g").and_then(|h| h.waiting).expect("waits");
+        assert_eq!(waiting.since, at(7), "an interruption starts afresh");
+    }
+
+    #[test]
+    fn keeps_the_last_ten_actions_newest_first_per_group_until_forgotten() {
+        let board = StatusBoard::default();
+        for minute in 0..12 {
+            board.record_action("g", deleted(&format!("b-{minute}"), minute));
+        }
+        board.record_action("other", deleted("x-0", 0));
+        let actions = board.history("g").expect("recorded").actions;
+        assert_eq!(actions.len(), ACTIONS_KEPT);
+        assert_eq!(actions[0].pod.as_deref(), Some("b-11"));
+        assert_eq!(actions[9].pod.as_deref(), Some("b-2"));
+
+        board.forget("g");
+        assert_eq!(board.history("g"), None);
+        assert!(board.history("other").is_some(), "other groups stay");
+    }
+
+    #[test]
+    fn clones_share_one_board() {
+        let board = StatusBoard::default();
+        board
+            .clone()
+            .observe("g", Some(("Paused", "paused".to_owned())), at(0));
+        assert!(board.history("g").and_then(|h| h.waiting).is_some());
+    }
+}

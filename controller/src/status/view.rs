@@ -1,0 +1,233 @@
+//! The status of one group, computed: a pure function from the group's snapshot, the plan and
+//! gate decision made from it, and what the leader recorded ([`History`]) to a
+//! [`GroupStatus`]. The page, the JSON and `kubectl baton` all call it, so they agree with each
+//! other and with what the controller does: the planner and the gates decide, this only names.
+//!
+//! Phases, of a zone (first rule that holds):
+//! 1. its group is skipped (a member is not `OnDelete`) → `skipped`, unless complete;
+//! 2. its group is halted → `halted`, unless complete;
+//! 3. every pod updated and available → `complete`;
+//! 4. `grafana.com/rollout-paused` → `paused`;
+//! 5. it has a rollout (pods left to update, or its current revision is not the update
+//!    revision yet) and the plan deletes in it, some of its pods are updated already, or the
+//!    planner waits on its pods → `rolling`;
+//! 6. otherwise → `waiting` (not its turn, or a pod down outside any rollout).
+//!
+//! Of a group: `skipped`, `halted`, `complete` as above; `paused` when the planner waits only
+//! for paused zones; `rolling` when pods are being replaced or the wait is for a rolling zone's
+//! own pods; `waiting` otherwise (a gate holds it, several zones are not ready, …).
+
+use jiff::Timestamp;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::Pod;
+
+use super::model::{ActionRecord, GroupStatus, Phase, Waiting, ZoneStatus};
+use crate::gates::{self, GateDecision, GateWait};
+use crate::rollout::{Action, GroupSnapshot, Plan, WaitReason};
+
+/// `GateWait::HealthCheck`'s kind: a wait only the leader can see (its queries).
+const HEALTH_CHECK: &str = "HealthCheck";
+
+/// What the leader's reconciles recorded about a group (see `StatusBoard`): what it computes
+/// at request time cannot tell since when a group waits, nor what was done.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct History {
+    /// The wait the last reconcile saw, and since when that kind of wait has lasted.
+    pub waiting: Option<ObservedWait>,
+    /// The latest actions, newest first.
+    pub actions: Vec<ActionRecord>,
+}
+
+/// A wait as the leader saw it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObservedWait {
+    pub kind: &'static str,
+    pub message: String,
+    pub since: Timestamp,
+}
+
+/// Plans and gates `snapshot` as the leader would without I/O ([`gates::decide`], and the
+/// hook gate, which only reads stored state), then [`group_status`]. A health check needs
+/// queries: its wait is known from the leader's `history` only.
+pub fn compute(snapshot: &GroupSnapshot, history: Option<&History>, now: Timestamp) -> GroupStatus {
+    let (config, _) = gates::keys::read(snapshot);
+    let mut decided = gates::decide(snapshot, now);
+    if let Some(url) = config.hook.filter(|_| config.invalid.is_none()) {
+        let (plan, decision, _) = gates::hooks::apply(snapshot, &url, decided, now);
+        decided = (plan, decision);
+    }
+    group_status(snapshot, &decided.0, &decided.1, history)
+}
+
+/// Every group among `statefulsets` (by their `rollout-group` label), by name, each computed
+/// with [`compute`]; `pods` may be every pod of the namespace. `history` gives a group's
+/// recorded history, if any.
+pub fn groups<'a>(
+    statefulsets: &[&'a StatefulSet],
+    pods: &[&'a Pod],
+    history: impl Fn(&str) -> Option<History>,
+    now: Timestamp,
+) -> Vec<GroupStatus> {
+    let mut names: Vec<&str> = statefulsets
+        .iter()
+        .filter_map(|statefulset| crate::cache::group_of(statefulset))
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    names
+        .into_iter()
+        .map(|name| {
+            let members = statefulsets
+                .iter()
+                .copied()
+                .filter(|statefulset| crate::cache::group_of(statefulset) == Some(name));
+            let snapshot = GroupSnapshot::from_kubernetes(name, members, pods.iter().copied());
+            compute(&snapshot, history(name).as_ref(), now)
+        })
+        .collect()
+}
+
+/// The status of one group from its snapshot, the (gated) plan and gate decision made from it,
+/// and the leader's history (see the module header for the phases).
+pub fn group_status(
+    snapshot: &GroupSnapshot,
+    plan: &Plan,
+    gate: &GateDecision,
+    history: Option<&History>,
+) -> GroupStatus {
+    let skipped = matches!(plan.waiting, Some(WaitReason::NonOnDeleteMember { .. }));
+    let halted = matches!(
+        gate.wait(),
+        Some(GateWait::Halted { .. } | GateWait::InvalidGate { .. })
+    );
+    let waiting = waiting(plan, gate, history);
+    // The StatefulSet whose own pods the planner waits for (readiness, not a gate).
+    let waited_on = match (&plan.waiting, gate.wait()) {
+        (
+            Some(
+                reason @ (WaitReason::NotReady { .. }
+                | WaitReason::MinReadySeconds { .. }
+                | WaitReason::MissingPods { .. }
+                | WaitReason::StatusNotReady { .. }
+                | WaitReason::MaxUnavailable { .. }),
+            ),
+            None,
+        ) => reason.statefulset(),
+        _ => None,
+    };
+    let zones: Vec<ZoneStatus> = snapshot
+        .statefulsets
+        .iter()
+        .map(|member| {
+            let progress = plan
+                .progress
+                .iter()
+                .find(|progress| progress.statefulset == member.name);
+            let (updated, ready, total, done) = progress.map_or(
+                (0, 0, member.spec_replicas, false),
+                |progress| (progress.updated, progress.ready, progress.total, progress.done),
+            );
+            let paused = baton_shared::annotations::paused(&member.annotations).value;
+            let has_rollout = member.update_revision.is_some()
+                && (updated < total || member.current_revision != member.update_revision);
+            let deleting = plan.deletions().any(|action| {
+                matches!(action, Action::DeletePod { statefulset, .. } if *statefulset == member.name)
+            });
+            let phase = if skipped && !done {
+                Phase::Skipped
+            } else if halted && !done {
+                Phase::Halted
+            } else if done {
+                Phase::Complete
+            } else if paused {
+                Phase::Paused
+            } else if has_rollout
+                && (deleting || updated > 0 || waited_on == Some(member.name.as_str()))
+            {
+                Phase::Rolling
+            } else {
+                Phase::Waiting
+            };
+            ZoneStatus {
+                statefulset: member.name.clone(),
+                phase,
+                updated,
+                ready,
+                total,
+                current_revision: member.current_revision.clone(),
+                update_revision: member.update_revision.clone(),
+                paused,
+            }
+        })
+        .collect();
+
+    let complete = !zones.is_empty() && zones.iter().all(|zone| zone.phase == Phase::Complete);
+    let health_checking = waiting
+        .as_ref()
+        .is_some_and(|waiting| waiting.kind == HEALTH_CHECK);
+    let phase = if skipped {
+        Phase::Skipped
+    } else if halted {
+        Phase::Halted
+    } else if complete {
+        Phase::Complete
+    } else if gate.wait().is_none()
+        && !health_checking
+        && matches!(plan.waiting, Some(WaitReason::Paused { .. }))
+    {
+        Phase::Paused
+    } else if gate.wait().is_none()
+        && !health_checking
+        && (plan.waiting.is_none()
+            || waited_on.is_some_and(|name| {
+                zones
+                    .iter()
+                    .any(|zone| zone.statefulset == name && zone.phase == Phase::Rolling)
+            }))
+    {
+        Phase::Rolling
+    } else {
+        Phase::Waiting
+    };
+    GroupStatus {
+        name: snapshot.name.clone(),
+        phase,
+        zones,
+        waiting: if phase == Phase::Complete {
+            None
+        } else {
+            waiting
+        },
+        last_actions: history
+            .map(|history| history.actions.clone())
+            .unwrap_or_default(),
+    }
+}
+
+/// Why the group waits: the gate's wait before the planner's (a held group waits for the
+/// gate whatever the pods do). `since` comes from the leader's history when it saw the same
+/// kind of wait. A health check's wait needs queries the request does not make: the
+/// leader's last one stands unless another gate holds.
+fn waiting(plan: &Plan, gate: &GateDecision, history: Option<&History>) -> Option<Waiting> {
+    let observed = history.and_then(|history| history.waiting.as_ref());
+    let leader_checking =
+        observed.filter(|observed| observed.kind == HEALTH_CHECK && gate.wait().is_none());
+    let (kind, message) = match (leader_checking, gate.wait(), &plan.waiting) {
+        (Some(observed), _, _) => (observed.kind, observed.message.clone()),
+        (None, Some(wait), _) => (wait.kind(), wait.to_string()),
+        (None, None, Some(reason)) => (reason.kind(), reason.to_string()),
+        (None, None, None) => return None,
+    };
+    let since = observed
+        .filter(|observed| observed.kind == kind)
+        .map(|observed| observed.since);
+    Some(Waiting {
+        kind: kind.to_owned(),
+        message,
+        since,
+    })
+}
+
+#[cfg(test)]
+#[path = "view_tests.rs"]
+mod tests;
