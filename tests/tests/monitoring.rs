@@ -12,10 +12,12 @@ use baton_config::PodsConfig;
 use baton_controller::certificates::CertificateMetrics;
 use baton_controller::leader::LeaderMetrics;
 use baton_controller::metrics::ControllerMetrics;
+use baton_e2e::{ControlPlane, TestNamespace};
 use baton_shared::kube_client::RequestDurationLayer;
 use baton_shared::pod_client::PodHttpClient;
 use baton_webhook::evictions::ZpdbMetrics;
 use baton_webhook::metrics::WebhookMetrics;
+use k8s_openapi::api::core::v1::ConfigMap;
 use prometheus::Registry;
 use prometheus::core::Collector;
 use prometheus::proto::MetricType;
@@ -293,13 +295,15 @@ fn alerts() -> String {
     read(&monitoring_dir().join("alerts.yaml"))
 }
 
-/// Runs promtool in `deploy/monitoring/` and returns its output, failing with it.
-fn promtool(args: &[&str]) -> String {
-    let output = Command::new("promtool")
+/// Runs `program` in `dir` and returns its output, failing with it (and its arguments).
+fn run(dir: &Path, program: &str, args: &[&str]) -> String {
+    let output = Command::new(program)
         .args(args)
-        .current_dir(monitoring_dir())
+        .current_dir(dir)
         .output()
-        .expect("promtool runs (Debian's prometheus; tests/control-plane/install.sh installs it)");
+        .unwrap_or_else(|error| {
+            panic!("{program} runs (tests/control-plane/install.sh installs it): {error}")
+        });
     let text = format!(
         "{}{}",
         String::from_utf8_lossy(&output.stdout),
@@ -307,10 +311,15 @@ fn promtool(args: &[&str]) -> String {
     );
     assert!(
         output.status.success(),
-        "promtool {} failed:\n{text}",
+        "{program} {} failed:\n{text}",
         args.join(" ")
     );
     text
+}
+
+/// promtool (Debian's prometheus) in `deploy/monitoring/`.
+fn promtool(args: &[&str]) -> String {
+    run(&monitoring_dir(), "promtool", args)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -419,4 +428,83 @@ fn the_checker_reports_unknown_names_unparsable_queries_and_histogram_suffixes()
     // A query that does not parse, or selects nothing, is a problem too
     assert!(problems("sum(baton_leader")[0].contains("does not parse"));
     assert!(problems("vector(1)")[0].contains("selects no metric"));
+}
+
+#[tokio::test]
+async fn the_monitoring_kustomization_applies_on_a_bare_cluster() {
+    // Given a cluster with no monitoring CRDs (no Prometheus Operator) and a namespace
+    let control_plane = ControlPlane::shared().await;
+    let ns = TestNamespace::create(control_plane, "monitoring").await;
+    let kubeconfig = control_plane.kubeconfig_path().to_str().unwrap().to_owned();
+
+    // When deploy/monitoring is applied as docs/alerts.md says
+    let output = run(
+        &monitoring_dir(),
+        "kubectl",
+        &[
+            "--kubeconfig",
+            &kubeconfig,
+            "apply",
+            "-k",
+            ".",
+            "-n",
+            ns.name(),
+        ],
+    );
+
+    // Then Grafana's sidecar finds the dashboard and Prometheus the rules, as the files have them
+    let config_maps = ns.api::<ConfigMap>();
+    let dashboard = config_maps
+        .get("baton-grafana-dashboard")
+        .await
+        .unwrap_or_else(|error| panic!("{error}; kubectl said:\n{output}"));
+    assert_eq!(
+        dashboard
+            .metadata
+            .labels
+            .unwrap_or_default()
+            .get("grafana_dashboard"),
+        Some(&"1".to_owned())
+    );
+    let data = dashboard.data.unwrap_or_default();
+    assert_eq!(
+        data.get("baton.json"),
+        Some(&read(&monitoring_dir().join("dashboard.json")))
+    );
+    let rules = config_maps.get("baton-prometheus-rules").await.unwrap();
+    assert_eq!(
+        rules.data.unwrap_or_default().get("baton-alerts.yaml"),
+        Some(&alerts())
+    );
+}
+
+#[test]
+fn the_prometheus_rule_docs_alerts_md_makes_carries_the_rules_file() {
+    // Given the command docs/alerts.md gives for the Prometheus Operator (the block after its
+    // `prometheus-rule` marker), without its final `| kubectl apply …`
+    let docs = read(&monitoring_dir().join("../../docs/alerts.md"));
+    let block = docs
+        .split_once("<!-- prometheus-rule -->")
+        .and_then(|(_, after)| after.split_once("```sh\n"))
+        .and_then(|(_, after)| after.split_once("```"))
+        .map(|(block, _)| block)
+        .expect("docs/alerts.md has a sh block after <!-- prometheus-rule -->");
+    let (make, apply) = block
+        .rsplit_once("| kubectl apply")
+        .expect("the block ends by piping into kubectl apply");
+    assert!(apply.contains("-f -"), "{block}");
+
+    // When it runs from the repository's root
+    let repository = monitoring_dir().join("../..");
+    let rendered = run(&repository, "sh", &["-c", make]);
+
+    // Then it is a PrometheusRule whose spec is exactly the plain rules file
+    let rule: serde_yaml::Value = serde_yaml::from_str(&rendered).expect("YAML");
+    assert_eq!(
+        rule["apiVersion"].as_str(),
+        Some("monitoring.coreos.com/v1")
+    );
+    assert_eq!(rule["kind"].as_str(), Some("PrometheusRule"));
+    let plain: serde_yaml::Value = serde_yaml::from_str(&alerts()).unwrap();
+    assert_eq!(rule["spec"], plain);
 }
