@@ -95,3 +95,7 @@ impl GroupReconciler {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "group_tests.rs"]
+mod tests;
