@@ -92,8 +92,10 @@ async fn an_unreachable_reference_holds_scaling_but_not_the_rollout() {
     baton_shared::crypto::install_default_provider();
     let (service, handle) = mock::pair::<Request<Body>, Response<Body>>();
     let client = kube::Client::new(service, NAMESPACE);
-    let mut config = Config::default();
-    config.namespace = NAMESPACE.to_owned();
+    let mut config = Config {
+        namespace: NAMESPACE.to_owned(),
+        ..Config::default()
+    };
     config.kubernetes.request_timeout = baton_config::Duration(Duration::from_secs(600));
     let registry = Registry::new();
     let metrics = ControllerMetrics::register(&registry).expect("metrics");
