@@ -1,6 +1,7 @@
 //! The plain-HTTP operations server: `/healthz` (the process answers), `/ready` (caches
 //! synced, or for the webhook: serving and not draining) and `/metrics` (the registry the
-//! binary passes in; no global registry).
+//! binary passes in; no global registry). A binary may mount routes of its own
+//! ([`bind_with_routes`]: the controller's status page).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -38,6 +39,17 @@ pub fn bind(
     registry: Registry,
     readiness: Readiness,
 ) -> std::io::Result<BoundServer> {
+    bind_with_routes(address, registry, readiness, |_| {})
+}
+
+/// [`bind`], with the routes `routes` adds mounted beside the standard ones (it is called
+/// once per worker, like an actix `App` factory).
+pub fn bind_with_routes(
+    address: SocketAddr,
+    registry: Registry,
+    readiness: Readiness,
+    routes: impl Fn(&mut web::ServiceConfig) + Clone + Send + 'static,
+) -> std::io::Result<BoundServer> {
     let state = web::Data::new(OpsState {
         registry,
         readiness,
@@ -48,6 +60,7 @@ pub fn bind(
             .route("/healthz", web::get().to(healthz))
             .route("/ready", web::get().to(ready))
             .route("/metrics", web::get().to(metrics))
+            .configure(routes.clone())
     })
     .workers(1)
     .disable_signals()
@@ -90,6 +103,7 @@ mod tests {
 
     #[tokio::test]
     async fn serves_health_readiness_and_the_given_registry() {
+        crate::crypto::install_default_provider();
         let registry = Registry::new();
         let counter = prometheus::IntCounter::new("baton_test_total", "a test counter").unwrap();
         registry.register(Box::new(counter.clone())).unwrap();
@@ -120,6 +134,34 @@ mod tests {
             .unwrap();
         assert!(metrics.contains("baton_test_total 3"), "{metrics}");
 
+        shutdown.cancel();
+        running.await.unwrap().unwrap();
+    }
+
+    #[tokio::test]
+    async fn serves_the_routes_a_binary_adds_beside_the_standard_ones() {
+        crate::crypto::install_default_provider();
+        let server = bind_with_routes(
+            "127.0.0.1:0".parse().unwrap(),
+            Registry::new(),
+            Readiness::default(),
+            |routes| {
+                routes.route(
+                    "/extra",
+                    web::get().to(|| async { HttpResponse::Ok().body("extra\n") }),
+                );
+            },
+        )
+        .unwrap();
+        let base = format!("http://{}", server.local_addr());
+        let shutdown = CancellationToken::new();
+        let running = tokio::spawn(server.run(shutdown.clone()));
+        let get = |path: &str| reqwest::get(format!("{base}{path}"));
+        let extra = get("/extra").await.unwrap();
+        assert_eq!(extra.status().as_u16(), 200);
+        assert_eq!(extra.text().await.unwrap(), "extra\n");
+        assert_eq!(get("/healthz").await.unwrap().status().as_u16(), 200);
+        assert_eq!(get("/missing").await.unwrap().status().as_u16(), 404);
         shutdown.cancel();
         running.await.unwrap().unwrap();
     }

@@ -15,6 +15,7 @@
 //! - [`routes`]: the two routes on the ops server, the only I/O (the caches, the Lease).
 
 pub mod board;
+pub mod html;
 pub mod model;
 pub mod view;
 
