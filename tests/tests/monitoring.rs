@@ -4,7 +4,7 @@
 //! `controller/src/app.rs` and `webhook/src/main.rs` register them, so a renamed or removed
 //! metric fails here instead of leaving a dashboard panel empty or an alert silent.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -36,30 +36,54 @@ fn read(path: &Path) -> String {
 // ---------------------------------------------------------------------------------------------
 // What baton exports
 
-/// The names a query can use for one metric family: a histogram's series are `_bucket`,
-/// `_sum` and `_count`.
-fn series_names(name: &str, kind: MetricType) -> Vec<String> {
+/// What baton exports: each series name a query can select and the labels its series carry.
+type Exported = BTreeMap<String, BTreeSet<String>>;
+
+/// Labels the scrape adds to every series: `job` and `instance`, and `namespace`, which
+/// docs/alerts.md asks the scrape config to copy from the pod.
+const TARGET_LABELS: [&str; 3] = ["job", "instance", "namespace"];
+
+/// The series of one metric family as a query selects them: a histogram's are `_bucket`
+/// (with `le`), `_sum` and `_count`.
+fn add_family(exported: &mut Exported, name: &str, kind: MetricType, labels: &BTreeSet<String>) {
+    let mut add = |series: String, extra: Option<&str>| {
+        let mut labels = labels.clone();
+        labels.extend(extra.map(str::to_owned));
+        exported.entry(series).or_default().extend(labels);
+    };
     match kind {
-        MetricType::HISTOGRAM => ["_bucket", "_sum", "_count"]
-            .iter()
-            .map(|suffix| format!("{name}{suffix}"))
-            .collect(),
-        MetricType::SUMMARY => vec![
-            name.to_owned(),
-            format!("{name}_sum"),
-            format!("{name}_count"),
-        ],
-        _ => vec![name.to_owned()],
+        MetricType::HISTOGRAM => {
+            add(format!("{name}_bucket"), Some("le"));
+            add(format!("{name}_sum"), None);
+            add(format!("{name}_count"), None);
+        }
+        MetricType::SUMMARY => {
+            add(name.to_owned(), Some("quantile"));
+            add(format!("{name}_sum"), None);
+            add(format!("{name}_count"), None);
+        }
+        _ => add(name.to_owned(), None),
     }
 }
 
-/// The series names of `registry` and of `vectors`: `gather()` shows every plain metric but
-/// leaves out a vector without series, so each vector is read from its `desc()` (its type
-/// from `collect()`, which names the family even when it is empty).
-fn exported_by(registry: &Registry, vectors: &[&dyn Collector]) -> BTreeSet<String> {
-    let mut names = BTreeSet::new();
+/// The series of `registry` and of `vectors`: `gather()` shows every plain metric but leaves
+/// out a vector without series, so each vector is read from its `desc()` (name and labels; its
+/// type from `collect()`, which names the family even when it is empty).
+fn exported_by(registry: &Registry, vectors: &[&dyn Collector]) -> Exported {
+    let mut exported = Exported::new();
     for family in registry.gather() {
-        names.extend(series_names(family.name(), family.get_field_type()));
+        let labels = family
+            .get_metric()
+            .iter()
+            .flat_map(|metric| metric.get_label())
+            .map(|label| label.name().to_owned())
+            .collect();
+        add_family(
+            &mut exported,
+            family.name(),
+            family.get_field_type(),
+            &labels,
+        );
     }
     for vector in vectors {
         let families = vector.collect();
@@ -68,15 +92,25 @@ fn exported_by(registry: &Registry, vectors: &[&dyn Collector]) -> BTreeSet<Stri
                 .iter()
                 .find(|family| family.name() == desc.fq_name)
                 .map_or(MetricType::UNTYPED, |family| family.get_field_type());
-            names.extend(series_names(&desc.fq_name, kind));
+            let labels = desc
+                .variable_labels
+                .iter()
+                .cloned()
+                .chain(
+                    desc.const_label_pairs
+                        .iter()
+                        .map(|pair| pair.name().to_owned()),
+                )
+                .collect();
+            add_family(&mut exported, &desc.fq_name, kind, &labels);
         }
     }
-    names
+    exported
 }
 
 /// Every series name either binary exports, from their metric sets registered as each
 /// binary registers them (one registry per binary, so a name clash fails here too).
-fn exported_metrics() -> BTreeSet<String> {
+fn exported_metrics() -> Exported {
     baton_shared::crypto::install_default_provider();
     let pods_config = PodsConfig::default();
 
@@ -233,53 +267,113 @@ fn rule_queries(rules: &str) -> Vec<Query> {
     queries
 }
 
-/// The metric names an expression selects (`foo{…}`, `foo[5m]`, `{__name__="foo"}`).
-fn metric_names(expr: &str) -> Result<BTreeSet<String>, String> {
-    struct Names(BTreeSet<String>);
-    impl ExprVisitor for Names {
-        type Error = std::convert::Infallible;
-        fn pre_visit(&mut self, expr: &Expr) -> Result<bool, Self::Error> {
-            let selector = match expr {
-                Expr::VectorSelector(selector) => selector,
-                Expr::MatrixSelector(matrix) => &matrix.vs,
-                _ => return Ok(true),
-            };
-            self.0.extend(selector.name.clone());
-            for matcher in &selector.matchers.matchers {
-                if matcher.name == "__name__" {
-                    self.0.insert(matcher.value.clone());
-                }
-            }
-            Ok(true)
-        }
-    }
-    let parsed = parser::parse(&without_grafana_variables(expr))?;
-    let mut names = Names(BTreeSet::new());
-    let Ok(_) = walk_expr(&mut names, &parsed);
-    Ok(names.0)
+/// What an expression reads: the metrics it selects (`foo{…}`, `foo[5m]`,
+/// `{__name__="foo"}`) with the labels their matchers use, and the labels it groups or matches
+/// by (`by`, `without`, `on`, `ignoring`, `group_left`, `group_right`).
+#[derive(Debug, Default)]
+struct Selected {
+    metrics: BTreeMap<String, BTreeSet<String>>,
+    grouping: BTreeSet<String>,
 }
 
-/// What is wrong with `queries` against `exported`: an expression that does not parse, or
-/// one that selects a metric baton does not export. Empty when all is well.
-fn unknown_metrics(queries: &[Query], exported: &BTreeSet<String>) -> Vec<String> {
+impl ExprVisitor for Selected {
+    type Error = std::convert::Infallible;
+    fn pre_visit(&mut self, expr: &Expr) -> Result<bool, Self::Error> {
+        let selector = match expr {
+            Expr::VectorSelector(selector) => selector,
+            Expr::MatrixSelector(matrix) => &matrix.vs,
+            Expr::Aggregate(aggregate) => {
+                if let Some(modifier) = &aggregate.modifier {
+                    self.grouping
+                        .extend(modifier.labels().labels.iter().cloned());
+                }
+                return Ok(true);
+            }
+            Expr::Binary(binary) => {
+                if let Some(modifier) = &binary.modifier {
+                    if let Some(matching) = &modifier.matching {
+                        self.grouping
+                            .extend(matching.labels().labels.iter().cloned());
+                    }
+                    if let Some(include) = modifier.card.labels() {
+                        self.grouping.extend(include.labels.iter().cloned());
+                    }
+                }
+                return Ok(true);
+            }
+            _ => return Ok(true),
+        };
+        let by_name = selector
+            .matchers
+            .matchers
+            .iter()
+            .filter(|matcher| matcher.name == "__name__")
+            .map(|matcher| matcher.value.clone());
+        let names: Vec<String> = selector.name.clone().into_iter().chain(by_name).collect();
+        let labels = selector
+            .matchers
+            .matchers
+            .iter()
+            .filter(|matcher| matcher.name != "__name__")
+            .map(|matcher| matcher.name.clone());
+        let labels: BTreeSet<String> = labels.collect();
+        for name in names {
+            self.metrics.entry(name).or_default().extend(labels.clone());
+        }
+        Ok(true)
+    }
+}
+
+fn selected(expr: &str) -> Result<Selected, String> {
+    let parsed = parser::parse(&without_grafana_variables(expr))?;
+    let mut selected = Selected::default();
+    let Ok(_) = walk_expr(&mut selected, &parsed);
+    Ok(selected)
+}
+
+/// What is wrong with `queries` against `exported`: an expression that does not parse, selects
+/// no metric, selects one baton does not export, matches on a label that metric does not have,
+/// or groups by a label none of its metrics has. Empty when all is well.
+fn unknown_metrics(queries: &[Query], exported: &Exported) -> Vec<String> {
     let mut problems = Vec::new();
     for query in queries {
-        match metric_names(&query.expr) {
-            Err(error) => problems.push(format!(
-                "{}: does not parse ({error}): {}",
-                query.origin, query.expr
-            )),
-            Ok(names) if names.is_empty() => problems.push(format!(
-                "{}: selects no metric at all: {}",
-                query.origin, query.expr
-            )),
-            Ok(names) => {
-                for name in names.difference(exported) {
+        let origin = &query.origin;
+        let selected = match selected(&query.expr) {
+            Ok(selected) => selected,
+            Err(error) => {
+                problems.push(format!(
+                    "{origin}: does not parse ({error}): {}",
+                    query.expr
+                ));
+                continue;
+            }
+        };
+        if selected.metrics.is_empty() {
+            problems.push(format!(
+                "{origin}: selects no metric at all: {}",
+                query.expr
+            ));
+        }
+        let mut any_label: BTreeSet<&str> = TARGET_LABELS.into_iter().collect();
+        for (name, matched) in &selected.metrics {
+            let Some(labels) = exported.get(name) else {
+                problems.push(format!("{origin}: {name} is not a metric baton exports"));
+                continue;
+            };
+            any_label.extend(labels.iter().map(String::as_str));
+            for label in matched {
+                if !labels.contains(label) && !TARGET_LABELS.contains(&label.as_str()) {
                     problems.push(format!(
-                        "{}: {name} is not a metric baton exports",
-                        query.origin
+                        "{origin}: {name} has no label {label} (it has {labels:?})"
                     ));
                 }
+            }
+        }
+        for label in &selected.grouping {
+            if !any_label.contains(label.as_str()) {
+                problems.push(format!(
+                    "{origin}: groups by {label}, which none of its metrics has"
+                ));
             }
         }
     }
@@ -424,6 +518,22 @@ fn the_checker_reports_unknown_names_unparsable_queries_and_histogram_suffixes()
     assert_eq!(
         problems(r#"{__name__="baton_leaders"}"#),
         vec!["test: baton_leaders is not a metric baton exports"]
+    );
+    // So is a label a matcher or a grouping names that the metrics do not have
+    assert_eq!(
+        problems(r#"rate(baton_admission_decisions_total{reslt="denied"}[5m])"#),
+        vec![
+            r#"test: baton_admission_decisions_total has no label reslt (it has {"result", "webhook"})"#
+        ]
+    );
+    assert_eq!(
+        problems("max by (namespace, rollout_grup) (baton_rollout_group_waiting)"),
+        vec!["test: groups by rollout_grup, which none of its metrics has"]
+    );
+    assert!(problems("histogram_quantile(0.9, sum by (le) (rate(rollout_operator_group_reconcile_duration_seconds_bucket[5m])))").is_empty());
+    assert_eq!(
+        problems("sum by (le) (rollout_operator_group_reconcile_duration_seconds_count)"),
+        vec!["test: groups by le, which none of its metrics has"]
     );
     // A query that does not parse, or selects nothing, is a problem too
     assert!(problems("sum(baton_leader")[0].contains("does not parse"));
