@@ -4,11 +4,14 @@
 //! takes them), the StatefulSet controller recreates evicted pods and the pod simulator holds
 //! them not ready until the scenario lets them recover.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use baton_e2e::control_plane::supervisor::clean_up_from_drop;
-use baton_e2e::controller_support::wait_group_ready;
+use baton_e2e::controller_support::{
+    Controller, events_about, roll_out, wait_group_ready, wait_rollout_complete,
+};
 use baton_e2e::fixtures::StatefulSetFixture;
+use baton_e2e::timeline::{Zone, check_rollout_guarantees};
 use baton_e2e::webhook_support::{TestTls, WebhookReplica};
 use baton_e2e::{
     ControlPlane, PodEvent, PodSimulator, SimulatorOptions, TestNamespace, wait_until,
@@ -731,4 +734,221 @@ impl Zones {
     async fn evict_owned(&self, pod: String) -> Result<(), (u16, String)> {
         self.evict(&pod).await
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The rollout controller consults the same budgets before it deletes (issue 13): a controller
+// runs beside the webhook replicas, and the pods' timeline is replayed.
+
+/// Starts baton-controller for the zones' namespace.
+async fn start_controller(zones: &Zones) -> Controller {
+    Controller::start(ControlPlane::shared().await, zones.ns(), &[]).await
+}
+
+fn group_names() -> Vec<String> {
+    ZONES.iter().map(|zone| statefulset(zone)).collect()
+}
+
+/// What a drain of one pod went through.
+#[derive(Debug)]
+struct Drained {
+    pod: String,
+    /// 429 answers before the eviction went through (or the pod was replaced meanwhile).
+    refusals: u32,
+    /// Whether this drain's own eviction took the pod (not the rollout replacing it first).
+    evicted: bool,
+}
+
+impl Zones {
+    /// Evicts `pod` as `kubectl drain` does: POST the eviction, and on 429 try again (here
+    /// every 100 ms) until it is allowed, or the pod of that uid is gone (the rollout replaced
+    /// it meanwhile: nothing left to drain).
+    async fn drain(&self, pod: String) -> Drained {
+        let pods = self.namespace.api::<Pod>();
+        let uid = pods.get(&pod).await.unwrap().metadata.uid;
+        let mut refusals = 0;
+        let deadline = std::time::Instant::now() + Duration::from_secs(120);
+        loop {
+            match self.evict(&pod).await {
+                Ok(()) => {
+                    return Drained {
+                        pod,
+                        refusals,
+                        evicted: true,
+                    };
+                }
+                Err((429, _)) => refusals += 1,
+                Err((404, _)) => {}
+                Err((code, message)) => panic!("draining {pod}: {code} {message}"),
+            }
+            let current = pods.get_opt(&pod).await.unwrap();
+            if current.is_none_or(|current| current.metadata.uid != uid) {
+                return Drained {
+                    pod,
+                    refusals,
+                    evicted: false,
+                };
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "draining {pod}: still refused after 120 s ({refusals} refusals)"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_rollout_and_a_drain_at_the_same_time_never_exceed_the_budget() {
+    // Given three zones of 3 ready pods, a budget of maxUnavailable 1, two webhook replicas
+    // and the controller (the rollout's own max-unavailable is 1 too)
+    let zones = Zones::new("zpdb-rollout-drain", &[3, 3, 3], 2).await;
+    zones
+        .create_budget("ingester", json!({"maxUnavailable": 1}))
+        .await;
+    let _controller = start_controller(&zones).await;
+    let names = group_names();
+    let client = zones.namespace.client();
+
+    // When a rollout starts and, at the same moment, a drain evicts two pods of every zone
+    let from = Instant::now();
+    let drained = [
+        pod("b", 0),
+        pod("c", 1),
+        pod("a", 2),
+        pod("c", 0),
+        pod("a", 1),
+        pod("b", 2),
+    ];
+    let drain = futures::future::join_all(drained.iter().map(|pod| zones.drain(pod.clone())));
+    let ((), drains) = futures::join!(roll_out(&client, zones.ns(), &names, "v2"), drain);
+
+    // Then the rollout completes and the drain ends, the drain having been refused for a while
+    wait_rollout_complete(&client, zones.ns(), &names).await;
+    let refusals: u32 = drains.iter().map(|drained| drained.refusals).sum();
+    let summary: Vec<String> = drains
+        .iter()
+        .map(|drained| {
+            format!(
+                "{}: {} refusals, {}",
+                drained.pod,
+                drained.refusals,
+                if drained.evicted {
+                    "evicted"
+                } else {
+                    "replaced by the rollout"
+                }
+            )
+        })
+        .collect();
+    assert!(refusals > 0, "the drain was never refused: {summary:#?}");
+    assert!(
+        drains.iter().any(|drained| drained.evicted),
+        "the rollout replaced every drained pod before the drain could: {summary:#?}"
+    );
+    // And the pods' timeline never shows two zones unavailable at once, nor a zone with more
+    // unavailable pods than the budget, nor a pod leaving while another zone was unavailable
+    let budget: Vec<Zone> = names.iter().map(|name| Zone::new(name, 3, 1)).collect();
+    check_rollout_guarantees(&zones.simulator.timeline(), &budget, from)
+        .unwrap_or_else(|violation| panic!("{violation}\ndrains: {summary:#?}"));
+}
+
+#[tokio::test]
+async fn a_budget_of_max_unavailable_0_refuses_evictions_but_not_the_rollout() {
+    // Given a group whose budget allows no eviction at all, and the controller
+    let zones = Zones::new("zpdb-rollout-zero", &[2, 2, 2], 1).await;
+    zones
+        .create_budget("ingester", json!({"maxUnavailable": 0}))
+        .await;
+    let _controller = start_controller(&zones).await;
+    let names = group_names();
+    let client = zones.namespace.client();
+    // A drain is refused
+    zones
+        .refused(&pod("a", 0), &["allows 0 unavailable pods"])
+        .await;
+
+    // When a new version is rolled out
+    let from = Instant::now();
+    roll_out(&client, zones.ns(), &names, "v2").await;
+
+    // Then the rollout completes (the Go operator's #324/#351 blocked it forever), one pod at
+    // a time, one zone at a time
+    wait_rollout_complete(&client, zones.ns(), &names).await;
+    let guarantees: Vec<Zone> = names.iter().map(|name| Zone::new(name, 2, 1)).collect();
+    check_rollout_guarantees(&zones.simulator.timeline(), &guarantees, from).unwrap();
+}
+
+#[tokio::test]
+async fn an_eviction_claimed_in_the_budgets_record_holds_the_rollout_until_it_is_gone() {
+    // Given a group with a budget and the controller, and in the budget's record an eviction
+    // of zone b's pod a webhook replica just allowed (the API server has not carried it out)
+    let zones = Zones::new("zpdb-rollout-claim", &[2, 2, 2], 1).await;
+    zones.create_budget("ingester", json!({})).await;
+    let _controller = start_controller(&zones).await;
+    let names = group_names();
+    let client = zones.namespace.client();
+    let claimed = pod("b", 0);
+    let uid = zones
+        .namespace
+        .api::<Pod>()
+        .get(&claimed)
+        .await
+        .unwrap()
+        .metadata
+        .uid;
+    let entry =
+        json!({"allowedAt": jiff::Timestamp::now().to_string(), "uid": uid, "request": "e2e"});
+    let record: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "baton-zpdb-ingester"},
+        "data": {claimed.clone(): entry.to_string()},
+    }))
+    .unwrap();
+    let records = zones.namespace.api::<ConfigMap>();
+    records
+        .create(&PostParams::default(), &record)
+        .await
+        .unwrap();
+
+    // When a new version is rolled out
+    let from = Instant::now();
+    roll_out(&client, zones.ns(), &names, "v2").await;
+
+    // Then the controller waits, naming the budget and the claimed pod, and deletes nothing
+    wait_until(
+        TIMEOUT,
+        "the controller says the budget holds it",
+        || async {
+            for zone in ZONES {
+                let events = events_about(&client, zones.ns(), &statefulset(zone)).await;
+                if events.iter().any(|(reason, note)| {
+                    reason == "ZoneAwareBudgetWaits"
+                        && note.contains("ZoneAwarePodDisruptionBudget ingester")
+                        && note.contains(&format!("{claimed} eviction allowed at"))
+                }) {
+                    return true;
+                }
+            }
+            false
+        },
+    )
+    .await;
+    let left = zones
+        .simulator
+        .timeline()
+        .into_iter()
+        .filter(|entry| entry.at >= from)
+        .find(|entry| [PodEvent::Terminating, PodEvent::Deleted].contains(&entry.event));
+    assert!(left.is_none(), "a pod went while the claim held: {left:?}");
+
+    // When the claim is gone (as its expiry would drop it)
+    let mut record = records.get("baton-zpdb-ingester").await.unwrap();
+    record.data = None;
+    records
+        .replace("baton-zpdb-ingester", &PostParams::default(), &record)
+        .await
+        .unwrap();
+
+    // Then the rollout completes
+    wait_rollout_complete(&client, zones.ns(), &names).await;
 }
