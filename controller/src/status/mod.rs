@@ -17,6 +17,7 @@
 pub mod board;
 pub mod html;
 pub mod model;
+pub mod routes;
 pub mod view;
 
 pub use board::StatusBoard;
@@ -24,4 +25,5 @@ pub use model::{
     API_VERSION, ActionRecord, GroupStatus, KIND, Phase, Replica, Role, RolloutStatus, Waiting,
     ZoneStatus,
 };
+pub use routes::{StatusError, StatusRoutes};
 pub use view::{History, ObservedWait, compute, group_status, groups};

@@ -1,0 +1,168 @@
+//! `GET /ui/status` and `GET /api/v1/status` (optional `?group=NAME`) on the ops server: the
+//! thin I/O around [`view`](super::view). Each request reads this replica's caches and, on the
+//! leader, its [`StatusBoard`]; a standby reads the Lease to name the leader (one bounded GET
+//! per request: the page is for people, a few requests a minute).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix_web::{HttpResponse, web};
+use baton_shared::kube_client::bounded;
+use baton_shared::ops_server::Readiness;
+use jiff::Timestamp;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::Api;
+use serde::Deserialize;
+
+use super::board::StatusBoard;
+use super::model::{Replica, Role, RolloutStatus};
+use super::{html, view};
+use crate::cache::{Caches, group_of};
+use crate::leader::Leadership;
+
+/// What the status routes read. Build one per process and mount it with [`StatusRoutes::mount`].
+#[derive(Clone)]
+pub struct StatusRoutes {
+    pub namespace: String,
+    /// This replica's identity in the Lease.
+    pub identity: String,
+    pub caches: Caches,
+    /// The caches have synced (before that, a view would miss pods and zones).
+    pub readiness: Readiness,
+    pub board: StatusBoard,
+    pub leadership: Leadership,
+    /// The Lease of the election, read by a standby to name the leader.
+    pub lease: Api<Lease>,
+    pub lease_name: String,
+    pub request_timeout: Duration,
+}
+
+impl std::fmt::Debug for StatusRoutes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StatusRoutes")
+            .field("namespace", &self.namespace)
+            .field("identity", &self.identity)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why a request has no status to show.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum StatusError {
+    #[error("the caches have not synced yet: try again in a few seconds")]
+    NotSynced,
+    #[error(
+        "no rollout group {group:?} in namespace {namespace} (no StatefulSet labelled rollout-group={group})"
+    )]
+    NoSuchGroup { group: String, namespace: String },
+}
+
+#[derive(Debug, Deserialize)]
+struct Query {
+    group: Option<String>,
+}
+
+impl StatusRoutes {
+    /// Mounts the two routes (for [`baton_shared::ops_server::bind_with_routes`]).
+    pub fn mount(self) -> impl Fn(&mut web::ServiceConfig) + Clone + Send + 'static {
+        let routes = web::Data::new(Arc::new(self));
+        move |config: &mut web::ServiceConfig| {
+            config
+                .app_data(routes.clone())
+                .route("/ui/status", web::get().to(page))
+                .route("/api/v1/status", web::get().to(json));
+        }
+    }
+
+    /// The document for every group, or for `group` only.
+    pub async fn document(&self, group: Option<&str>) -> Result<RolloutStatus, StatusError> {
+        if !self.readiness.is_ready() {
+            return Err(StatusError::NotSynced);
+        }
+        let now = Timestamp::now();
+        // Only the term's leader has a history worth showing: a former leader's is stale.
+        let leading = self.leadership.is_leader();
+        let statefulsets = self.caches.statefulsets.state();
+        let members: Vec<&StatefulSet> = statefulsets
+            .iter()
+            .map(Arc::as_ref)
+            .filter(|statefulset| group.is_none() || group_of(statefulset) == group)
+            .collect();
+        if let (Some(group), true) = (group, members.is_empty()) {
+            return Err(StatusError::NoSuchGroup {
+                group: group.to_owned(),
+                namespace: self.namespace.clone(),
+            });
+        }
+        let pods = self.caches.pods.state();
+        let pods: Vec<&Pod> = pods.iter().map(Arc::as_ref).collect();
+        let history = |name: &str| leading.then(|| self.board.history(name)).flatten();
+        let groups = view::groups(&members, &pods, history, now);
+        let (role, leader) = if leading {
+            (Role::Leader, Some(self.identity.clone()))
+        } else {
+            (Role::Standby, self.lease_holder().await)
+        };
+        let replica = Replica {
+            identity: self.identity.clone(),
+            role,
+        };
+        Ok(RolloutStatus::new(
+            self.namespace.clone(),
+            now,
+            replica,
+            leader,
+            groups,
+        ))
+    }
+
+    /// The Lease's holder, or `None` when it has none or cannot be read now (logged).
+    async fn lease_holder(&self) -> Option<String> {
+        let what = format!("reading the Lease {}", self.lease_name);
+        match bounded(self.request_timeout, what, self.lease.get(&self.lease_name)).await {
+            Ok(Ok(lease)) => lease
+                .spec
+                .and_then(|spec| spec.holder_identity)
+                .filter(|holder| !holder.is_empty()),
+            Ok(Err(error)) => {
+                tracing::debug!(error = %error, lease = %self.lease_name, "status page: reading the Lease failed");
+                None
+            }
+            Err(timed_out) => {
+                tracing::debug!(error = %timed_out, "status page: reading the Lease timed out");
+                None
+            }
+        }
+    }
+}
+
+async fn page(routes: web::Data<Arc<StatusRoutes>>, query: web::Query<Query>) -> HttpResponse {
+    match routes.document(query.group.as_deref()).await {
+        Ok(document) => HttpResponse::Ok()
+            .content_type("text/html; charset=utf-8")
+            .insert_header(("Cache-Control", "no-store"))
+            .body(html::page(&document)),
+        Err(error) => failure(&error),
+    }
+}
+
+async fn json(routes: web::Data<Arc<StatusRoutes>>, query: web::Query<Query>) -> HttpResponse {
+    match routes.document(query.group.as_deref()).await {
+        Ok(document) => HttpResponse::Ok()
+            .insert_header(("Cache-Control", "no-store"))
+            .json(document),
+        Err(error) => failure(&error),
+    }
+}
+
+fn failure(error: &StatusError) -> HttpResponse {
+    let mut response = match error {
+        StatusError::NotSynced => HttpResponse::ServiceUnavailable(),
+        StatusError::NoSuchGroup { .. } => HttpResponse::NotFound(),
+    };
+    response
+        .content_type("text/plain; charset=utf-8")
+        .body(format!("{error}\n"))
+}
