@@ -51,9 +51,6 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
     let client = baton_shared::kube_client::client(&config.kubernetes, &registry).await?;
     let metrics = ControllerMetrics::register(&registry)?;
     let readiness = Readiness::default();
-    let ops = ops_server::bind(config.ops.address.0, registry.clone(), readiness.clone())
-        .with_context(|| format!("binding the ops server to {}", config.ops.address))?;
-    tracing::info!(address = %ops.local_addr(), namespace = %config.namespace, "ops server listening");
 
     let identity = unique_identity();
     let elector = LeaderElector::new(
@@ -83,10 +80,32 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
     // One explainer for every feature; its publisher is the one task that writes Events.
     let (explainer, event_publisher) = Explainer::new(
         client.clone(),
-        identity,
+        identity.clone(),
         EVENT_REPEAT_AFTER,
         config.kubernetes.request_timeout.get(),
     );
+    // What the leader's reconciles remember for the status page (the ops server reads it).
+    let status_board = crate::status::StatusBoard::default();
+    // The ops server, with the status page: every replica serves it from its own caches.
+    let status_routes = crate::status::StatusRoutes {
+        namespace: config.namespace.clone(),
+        identity,
+        caches: caches.clone(),
+        readiness: readiness.clone(),
+        board: status_board.clone(),
+        leadership: leadership.clone(),
+        lease: kube::Api::namespaced(client.clone(), &config.namespace),
+        lease_name: config.controller.lease.name.clone(),
+        request_timeout: config.kubernetes.request_timeout.get(),
+    };
+    let ops = ops_server::bind_with_routes(
+        config.ops.address.0,
+        registry.clone(),
+        readiness.clone(),
+        status_routes.mount(),
+    )
+    .with_context(|| format!("binding the ops server to {}", config.ops.address))?;
+    tracing::info!(address = %ops.local_addr(), namespace = %config.namespace, "ops server listening");
     let reconciler = Arc::new(GroupReconciler {
         caches: caches.clone(),
         metrics: metrics.clone(),
