@@ -133,6 +133,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
             request_timeout: config.kubernetes.request_timeout.get(),
             pending: PendingDeletions::default(),
             budgets,
+            status: status_board.clone(),
         },
         scaler: crate::scaling::Scaler::new(client.clone(), &config, &registry)
             .context("building the scaler")?,

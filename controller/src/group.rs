@@ -60,6 +60,7 @@ impl GroupReconciler {
         let members = self.caches.group_members(group);
         if members.is_empty() {
             self.metrics.forget_group(group);
+            self.rollouts.status.forget(group);
             return Requeue::Never;
         }
         let pods = self.caches.pods.state();

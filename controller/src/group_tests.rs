@@ -26,6 +26,7 @@ use crate::metrics::ControllerMetrics;
 use crate::rollout::pending::PendingDeletions;
 use crate::rollout::reconcile::Rollouts;
 use crate::scaling::Scaler;
+use crate::status::StatusBoard;
 use crate::zpdb::{Known, ZoneBudgets};
 
 const NAMESPACE: &str = "mimir";
@@ -126,6 +127,7 @@ async fn an_unreachable_reference_holds_scaling_but_not_the_rollout() {
             request_timeout: Duration::from_secs(600),
             pending: PendingDeletions::default(),
             budgets,
+            status: StatusBoard::default(),
         },
         scaler: Scaler::new(client, &config, &registry).expect("a scaler"),
     };

@@ -19,6 +19,8 @@ use crate::gates::{self, store};
 use crate::leader::MayAct;
 use crate::metrics::{ControllerMetrics, PodCounts};
 use crate::queue::Requeue;
+use crate::status::StatusBoard;
+use crate::status::model::ActionRecord;
 
 /// The rollout side of every group's reconcile (scaling is its sibling: see
 /// [`crate::group`]); shared by all groups.
@@ -31,6 +33,8 @@ pub struct Rollouts {
     pub pending: PendingDeletions,
     /// Consulted before every deletion that takes availability away (issue 13).
     pub budgets: crate::zpdb::ZoneBudgets,
+    /// The leader's history for the status page: why each group waits since when, what it did.
+    pub status: StatusBoard,
 }
 
 impl std::fmt::Debug for Rollouts {
@@ -104,10 +108,26 @@ impl Rollouts {
             }
         }
         let held = self.act(group, members, &plan, may_act).await?;
-        Ok(plan
-            .recheck_after
-            .map_or(Requeue::Never, Requeue::at)
-            .sooner(held))
+        // What the status page says the group waits for, and since when: the budget that held a
+        // deletion, else the gate, else the planner.
+        let waiting = match &held {
+            Some(note) => Some((crate::zpdb::WAIT_REASON, note.clone())),
+            None => gate
+                .wait()
+                .map(|wait| (wait.kind(), wait.to_string()))
+                .or_else(|| {
+                    plan.waiting
+                        .as_ref()
+                        .map(|wait| (wait.kind(), wait.to_string()))
+                }),
+        };
+        self.status.observe(group, waiting, now);
+        let recheck = plan.recheck_after.map_or(Requeue::Never, Requeue::at);
+        Ok(match held {
+            // The budget's record of claims is not watched: look again soon.
+            Some(_) => recheck.sooner(Requeue::After(crate::zpdb::RECHECK_AFTER)),
+            None => recheck,
+        })
     }
 
     fn record_progress(&self, group: &str, plan: &Plan, gated: bool) {
@@ -173,21 +193,21 @@ impl Rollouts {
             .await;
     }
 
+    /// Carries out the plan's actions in order, while this term lasts. Returns the zone-aware
+    /// budget's reason when one held a deletion (the pass then deletes nothing more).
     async fn act(
         &self,
         group: &str,
         members: &[Arc<StatefulSet>],
         plan: &Plan,
         may_act: &MayAct,
-    ) -> Result<Requeue, ExecuteError> {
+    ) -> Result<Option<String>, ExecuteError> {
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), &self.namespace);
         let statefulsets: Api<StatefulSet> = Api::namespaced(self.client.clone(), &self.namespace);
-        // Set once a zone-aware budget holds a deletion: the pass deletes nothing more.
-        let mut held = Requeue::Never;
         for action in &plan.actions {
             // The term may have ended while planning: check right before every call.
             if !may_act() {
-                return Ok(held);
+                return Ok(None);
             }
             match action {
                 Action::DeletePod {
@@ -196,9 +216,6 @@ impl Rollouts {
                     uid,
                     unavailable,
                 } => {
-                    if held != Requeue::Never {
-                        continue;
-                    }
                     let deletion = crate::zpdb::Deletion {
                         statefulset,
                         pod,
@@ -206,19 +223,9 @@ impl Rollouts {
                     };
                     let permit = self.budgets.before_deletion(group, &deletion).await;
                     if let crate::zpdb::Permit::Wait(note) = permit {
-                        held = Requeue::After(crate::zpdb::RECHECK_AFTER);
-                        if let Some(owner) = find(members, statefulset) {
-                            let explanation = Explanation {
-                                severity: Severity::Normal,
-                                reason: crate::zpdb::WAIT_REASON.to_owned(),
-                                action: "Wait".to_owned(),
-                                note,
-                            };
-                            self.explainer
-                                .tell(&owner.object_ref(&()), explanation)
-                                .await;
-                        }
-                        continue;
+                        let said = Said::new(crate::zpdb::WAIT_REASON, "Wait", note.clone());
+                        self.announce(group, members, statefulset, None, said).await;
+                        return Ok(Some(note));
                     }
                     let outcome = execute::delete_pod(
                         &pods,
@@ -229,38 +236,31 @@ impl Rollouts {
                         self.request_timeout,
                     )
                     .await?;
-                    if outcome == Outcome::Done {
-                        self.metrics
-                            .pod_deletions
-                            .with_label_values(&[group, statefulset.as_str()])
-                            .inc();
+                    if outcome != Outcome::Done {
+                        continue;
                     }
-                    if let Some(owner) = find(members, statefulset) {
-                        let progress = plan.progress.iter().find(|p| &p.statefulset == statefulset);
-                        let note = match (unavailable, progress) {
-                            (Some(why), _) => replacement_note(pod, why),
-                            (None, Some(progress)) => format!(
-                                "deleted pod {pod} to roll it to the update revision ({} of {} pods updated)",
-                                progress.updated, progress.total
-                            ),
-                            (None, None) => {
-                                format!("deleted pod {pod} to roll it to the update revision")
-                            }
-                        };
-                        let reason = match unavailable {
-                            Some(_) => "UnavailablePodReplaced",
-                            None => "RolloutPodDeleted",
-                        };
-                        let explanation = Explanation {
-                            severity: Severity::Normal,
-                            reason: reason.to_owned(),
-                            action: "DeletePod".to_owned(),
-                            note,
-                        };
-                        self.explainer
-                            .tell(&owner.object_ref(&()), explanation)
-                            .await;
-                    }
+                    self.metrics
+                        .pod_deletions
+                        .with_label_values(&[group, statefulset.as_str()])
+                        .inc();
+                    let progress = plan.progress.iter().find(|p| &p.statefulset == statefulset);
+                    let note = match (unavailable, progress) {
+                        (Some(why), _) => replacement_note(pod, why),
+                        (None, Some(progress)) => format!(
+                            "deleted pod {pod} to roll it to the update revision ({} of {} pods updated)",
+                            progress.updated, progress.total
+                        ),
+                        (None, None) => {
+                            format!("deleted pod {pod} to roll it to the update revision")
+                        }
+                    };
+                    let reason = match unavailable {
+                        Some(_) => "UnavailablePodReplaced",
+                        None => "RolloutPodDeleted",
+                    };
+                    let said = Said::new(reason, "DeletePod", note);
+                    self.announce(group, members, statefulset, Some(pod), said)
+                        .await;
                 }
                 Action::SetCurrentRevision {
                     statefulset,
@@ -277,20 +277,66 @@ impl Rollouts {
                     )
                     .await?;
                     if outcome == Outcome::Done {
-                        let explanation = Explanation {
-                            severity: Severity::Normal,
-                            reason: "RolloutComplete".to_owned(),
-                            action: "UpdateStatus".to_owned(),
-                            note: format!("every pod of {statefulset} runs revision {revision}"),
-                        };
-                        self.explainer
-                            .tell(&cached.object_ref(&()), explanation)
-                            .await;
+                        let note = format!("every pod of {statefulset} runs revision {revision}");
+                        let said = Said::new("RolloutComplete", "UpdateStatus", note);
+                        self.announce(group, members, statefulset, None, said).await;
                     }
                 }
             }
         }
-        Ok(held)
+        Ok(None)
+    }
+
+    /// Tells what the pass did or why it stopped: an Event on the StatefulSet, and for an action
+    /// taken, a line in the status page's history.
+    async fn announce(
+        &self,
+        group: &str,
+        members: &[Arc<StatefulSet>],
+        statefulset: &str,
+        pod: Option<&str>,
+        said: Said,
+    ) {
+        if said.action != "Wait" {
+            self.status.record_action(
+                group,
+                ActionRecord {
+                    at: jiff::Timestamp::now(),
+                    action: said.action.to_owned(),
+                    statefulset: statefulset.to_owned(),
+                    pod: pod.map(str::to_owned),
+                    note: said.note.clone(),
+                },
+            );
+        }
+        if let Some(owner) = find(members, statefulset) {
+            let explanation = Explanation {
+                severity: Severity::Normal,
+                reason: said.reason.to_owned(),
+                action: said.action.to_owned(),
+                note: said.note,
+            };
+            self.explainer
+                .tell(&owner.object_ref(&()), explanation)
+                .await;
+        }
+    }
+}
+
+/// What a pass says about one of its steps: the Event's reason and action, and the sentence.
+struct Said {
+    reason: &'static str,
+    action: &'static str,
+    note: String,
+}
+
+impl Said {
+    fn new(reason: &'static str, action: &'static str, note: String) -> Self {
+        Self {
+            reason,
+            action,
+            note,
+        }
     }
 }
 
