@@ -12,6 +12,8 @@ use baton_config::PodsConfig;
 use baton_controller::certificates::CertificateMetrics;
 use baton_controller::leader::LeaderMetrics;
 use baton_controller::metrics::ControllerMetrics;
+use baton_e2e::controller_support::{ControlledNamespace, create_ready_group, roll_out};
+use baton_e2e::prometheus_support::Prometheus;
 use baton_e2e::{ControlPlane, TestNamespace};
 use baton_shared::kube_client::RequestDurationLayer;
 use baton_shared::pod_client::PodHttpClient;
@@ -617,4 +619,92 @@ fn the_prometheus_rule_docs_alerts_md_makes_carries_the_rules_file() {
     assert_eq!(rule["kind"].as_str(), Some("PrometheusRule"));
     let plain: serde_yaml::Value = serde_yaml::from_str(&alerts()).unwrap();
     assert_eq!(rule["spec"], plain);
+}
+
+/// The query of the dashboard panel titled `title` (its first), as Grafana sends it with every
+/// variable at "All" and a one-minute rate interval.
+fn panel_query(dashboard: &Value, title: &str) -> String {
+    let expr = dashboard["panels"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|panel| panel["title"] == title)
+        .and_then(|panel| panel["targets"][0]["expr"].as_str())
+        .unwrap_or_else(|| panic!("the dashboard has a panel {title:?} with a query"));
+    expr.replace("$__rate_interval", "1m")
+        .replace("$namespace", ".*")
+        .replace("$rollout_group", ".*")
+}
+
+/// The expression of the alert named `alert` in alerts.yaml.
+fn alert_expr(alert: &str) -> String {
+    let rules: serde_yaml::Value = serde_yaml::from_str(&alerts()).unwrap();
+    rules["groups"]
+        .as_sequence()
+        .into_iter()
+        .flatten()
+        .flat_map(|group| group["rules"].as_sequence().into_iter().flatten())
+        .find(|rule| rule["alert"].as_str() == Some(alert))
+        .and_then(|rule| rule["expr"].as_str())
+        .unwrap_or_else(|| panic!("alerts.yaml has an alert {alert}"))
+        .to_owned()
+}
+
+#[tokio::test]
+async fn the_dashboard_and_the_waiting_alert_read_a_live_stuck_rollout() {
+    // Given a ready group of 3 zones under a controller that a real Prometheus scrapes
+    let scene = ControlledNamespace::start("monitoring-live").await;
+    let client = scene.namespace.client();
+    let ns = scene.namespace.name();
+    let names = create_ready_group(&client, ns, &["a", "b", "c"], 2).await;
+    let target = scene
+        .controller
+        .ops_address
+        .parse()
+        .expect("a socket address");
+    let prometheus = Prometheus::start(target).await;
+    let dashboard = dashboard();
+
+    // When a version whose pods crash-loop is rolled out, so the group waits on zone a
+    scene.simulator.break_version("v2");
+    roll_out(&client, ns, &names, "v2").await;
+
+    // Then the waiting alert's expression names the group (its `for:` aside) ...
+    let waiting = alert_expr("BatonRolloutGroupWaiting");
+    prometheus
+        .wait_value(&format!("count({waiting})"), 1.0)
+        .await;
+    prometheus
+        .wait_value(
+            &format!(
+                r#"count(({waiting}) and on (rollout_group) baton_rollout_group_waiting{{rollout_group="ingester"}})"#
+            ),
+            1.0,
+        )
+        .await;
+    // ... and the dashboard shows one leader, one group of three zones, waiting, with zone a
+    // partly updated and zones b and c not at all
+    for (title, value) in [
+        ("Leaders", 1.0),
+        ("Rollout groups", 1.0),
+        ("Zones", 3.0),
+        ("Groups waiting", 1.0),
+        ("Groups halted", 0.0),
+    ] {
+        prometheus
+            .wait_value(&panel_query(&dashboard, title), value)
+            .await;
+    }
+    let progress = panel_query(&dashboard, "Zone progress (updated / total)");
+    prometheus
+        .wait_value(
+            &format!(
+                r#"({progress}) and on (statefulset) baton_rollout_pods{{statefulset="ingester-zone-a"}}"#
+            ),
+            0.5,
+        )
+        .await;
+    prometheus
+        .wait_value(&format!("count(({progress}) == 0)"), 2.0)
+        .await;
 }
