@@ -1,30 +1,31 @@
 //! `kubectl baton`: see where baton's rollouts stand, wait for one to finish, see what the
 //! controller would do next, pause and resume a zone — from the user's kubeconfig, with no
 //! port-forward: the plugin computes what the controller computes, with the controller's own
-//! planner and gates ([`view`]), from the StatefulSets and pods it reads ([`access`]).
+//! code (the status page's view, `baton_controller::status`, over the planner and the gates),
+//! from the StatefulSets and pods it reads ([`access`]). So the plugin and the page say the same.
 //!
-//! Layout: [`access`] is the only I/O; [`view`], [`render`], [`wait::verdict`] and the
-//! annotation changes of [`pause`] are pure and unit tested; e2e tests run this binary against
-//! the local control plane (tests/tests/plugin.rs). Exit codes are in [`exit`].
+//! Layout: [`access`] is the only I/O; [`render`], [`wait::verdict`] and the annotation
+//! changes of [`pause`] are pure and unit tested; e2e tests run this binary against the local
+//! control plane (tests/tests/plugin.rs). Exit codes are in [`exit`].
 
 mod access;
+#[cfg(test)]
+mod fixtures;
 mod pause;
 mod render;
-mod view;
 mod wait;
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use baton_controller::rollout::GroupSnapshot;
-use baton_shared::annotations::ROLLOUT_GROUP_LABEL;
 use clap::{Parser, Subcommand};
-use kube::ResourceExt;
+
+use baton_controller::gates;
+use baton_controller::status::{self, Replica, Role, RolloutStatus};
 
 use crate::access::{Access, AccessError, Target};
-use crate::view::StatusDocument;
 
 /// Exit codes (docs/plugin.md lists them): a pipeline can tell a failed rollout from a slow
 /// one, and both from a mistake.
@@ -159,7 +160,7 @@ async fn run(cli: Cli) -> Result<i32, AccessError> {
             let members = access.group_members(&group).await?;
             let pods = access.pods().await?;
             let snapshot = GroupSnapshot::from_kubernetes(&group, &members, &pods);
-            let (plan, gate) = view::decide(&snapshot, jiff::Timestamp::now());
+            let (plan, gate) = gates::decide(&snapshot, jiff::Timestamp::now());
             print!("{}", render::plan(&access.namespace, &group, &plan, &gate));
             Ok(exit::SUCCESS)
         }
@@ -180,34 +181,33 @@ async fn run(cli: Cli) -> Result<i32, AccessError> {
     }
 }
 
-/// The view of every group of the namespace, or of `only` (an error if it does not exist).
-async fn status(access: &Access, only: Option<&str>) -> Result<StatusDocument, AccessError> {
+/// The status document of every group of the namespace, or of `only` (an error if it does not
+/// exist): the controller's own view, without the leader's history (since when a group waits,
+/// its last actions), which only the leader has.
+async fn status(access: &Access, only: Option<&str>) -> Result<RolloutStatus, AccessError> {
     let statefulsets = match only {
         Some(group) => access.group_members(group).await?,
         None => access.grouped_statefulsets().await?,
     };
     let pods = access.pods().await?;
-    let mut groups: BTreeMap<String, Vec<&k8s_openapi::api::apps::v1::StatefulSet>> =
-        BTreeMap::new();
-    for statefulset in &statefulsets {
-        if let Some(group) = statefulset.labels().get(ROLLOUT_GROUP_LABEL) {
-            groups.entry(group.clone()).or_default().push(statefulset);
-        }
-    }
     let now = jiff::Timestamp::now();
-    let views = groups
-        .into_iter()
-        .map(|(name, members)| {
-            let snapshot = GroupSnapshot::from_kubernetes(name, members, &pods);
-            let (plan, gate) = view::decide(&snapshot, now);
-            view::view(&snapshot, &plan, &gate)
-        })
-        .collect();
-    Ok(StatusDocument {
-        namespace: access.namespace.clone(),
-        generated_at: now.to_string(),
-        groups: views,
-    })
+    let groups = status::groups(
+        &statefulsets.iter().collect::<Vec<_>>(),
+        &pods.iter().collect::<Vec<_>>(),
+        |_| None,
+        now,
+    );
+    let replica = Replica {
+        identity: "kubectl-baton".to_owned(),
+        role: Role::Standby,
+    };
+    Ok(RolloutStatus::new(
+        access.namespace.clone(),
+        now,
+        replica,
+        None,
+        groups,
+    ))
 }
 
 #[cfg(test)]

@@ -6,9 +6,8 @@ use std::io::Write;
 
 use baton_controller::gates::GateDecision;
 use baton_controller::rollout::{Action, Plan};
+use baton_controller::status::{GroupStatus, RolloutStatus, ZoneStatus};
 use tabwriter::TabWriter;
-
-use crate::view::{GroupView, StatusDocument, ZoneView};
 
 /// `-o` of `status`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -18,8 +17,8 @@ pub enum Format {
     Yaml,
 }
 
-/// The `status` output.
-pub fn status(document: &StatusDocument, format: Format) -> String {
+/// The `status` output: the controller's status document (docs/status.md), as a table or as is.
+pub fn status(document: &RolloutStatus, format: Format) -> String {
     match format {
         Format::Table => status_table(&document.groups),
         Format::Json => {
@@ -33,7 +32,7 @@ pub fn status(document: &StatusDocument, format: Format) -> String {
 }
 
 /// One row per zone, then one line per group saying why it waits.
-pub fn status_table(groups: &[GroupView]) -> String {
+pub fn status_table(groups: &[GroupStatus]) -> String {
     let mut table = TabWriter::new(Vec::new()).padding(3);
     let _ = writeln!(table, "GROUP\tZONE\tPHASE\tUPDATED\tREADY\tREVISION");
     for group in groups {
@@ -64,7 +63,7 @@ pub fn status_table(groups: &[GroupView]) -> String {
 }
 
 /// `ingester: rolling; waits (NotReady): …`, or `ingester: complete`.
-pub fn group_line(group: &GroupView) -> String {
+pub fn group_line(group: &GroupStatus) -> String {
     match &group.waiting {
         Some(waiting) => format!(
             "{}: {}; waits ({}): {}",
@@ -78,7 +77,7 @@ pub fn group_line(group: &GroupView) -> String {
 }
 
 /// One zone in a line, for `wait` off a terminal and for its progress bars' messages.
-pub fn zone_line(zone: &ZoneView) -> String {
+pub fn zone_line(zone: &ZoneStatus) -> String {
     format!(
         "{} {}: {}/{} updated, {}/{} ready",
         zone.statefulset,
@@ -91,7 +90,7 @@ pub fn zone_line(zone: &ZoneView) -> String {
 }
 
 /// `old → new` while they differ, else the one revision.
-fn revisions(zone: &ZoneView) -> String {
+fn revisions(zone: &ZoneStatus) -> String {
     match (&zone.current_revision, &zone.update_revision) {
         (Some(current), Some(update)) if current != update => format!("{current} → {update}"),
         (_, Some(update)) => update.clone(),
@@ -175,18 +174,24 @@ pub fn plan(namespace: &str, group: &str, plan: &Plan, gate: &GateDecision) -> S
 
 #[cfg(test)]
 mod tests {
+    use baton_controller::gates;
+    use baton_controller::status::{Phase, Replica, Role};
     use baton_shared::annotations::ROLLOUT_PAUSED_ANNOTATION;
 
     use super::*;
-    use crate::view::tests::{group, view_of, zone};
-    use crate::view::{Phase, decide};
+    use crate::fixtures::{annotated, group, status_of, zone};
 
-    fn document(groups: Vec<GroupView>) -> StatusDocument {
-        StatusDocument {
-            namespace: "mimir".to_owned(),
-            generated_at: "2026-11-23T06:00:00Z".to_owned(),
+    fn document(groups: Vec<GroupStatus>) -> RolloutStatus {
+        RolloutStatus::new(
+            "mimir",
+            jiff::Timestamp::UNIX_EPOCH,
+            Replica {
+                identity: "kubectl-baton".to_owned(),
+                role: Role::Standby,
+            },
+            None,
             groups,
-        }
+        )
     }
 
     #[test]
@@ -194,7 +199,7 @@ mod tests {
         let mut b = zone("ingester-zone-b", 3, 1);
         b.pods[0].ready = false;
         b.ready_replicas = 2;
-        let view = view_of(&group(vec![
+        let view = status_of(&group(vec![
             zone("ingester-zone-a", 3, 3),
             b,
             zone("ingester-zone-c", 3, 0),
@@ -212,21 +217,19 @@ mod tests {
         );
         assert_eq!(lines[4], "");
         assert!(
-            lines[5].starts_with(
-                "ingester: rolling; waits (MaxUnavailable): max-unavailable reached in ingester-zone-b (1/1); waiting for ingester-zone-b-0 (new revision)"
-            ),
+            lines[5].starts_with("ingester: rolling; waits (MaxUnavailable): max-unavailable reached in ingester-zone-b (1/1); waiting for ingester-zone-b-0 (new revision)"),
             "{text}"
         );
     }
 
     #[test]
-    fn json_and_yaml_carry_phases_counts_and_the_wait() {
-        let mut b = zone("b", 2, 0);
-        b.annotations
-            .insert(ROLLOUT_PAUSED_ANNOTATION.to_owned(), "true".to_owned());
-        let document = document(vec![view_of(&group(vec![zone("a", 2, 2), b]))]);
+    fn json_and_yaml_are_the_controllers_status_document() {
+        let b = annotated(zone("b", 2, 0), ROLLOUT_PAUSED_ANNOTATION, "true");
+        let document = document(vec![status_of(&group(vec![zone("a", 2, 2), b]))]);
         let json: serde_json::Value =
             serde_json::from_str(&status(&document, Format::Json)).unwrap();
+        assert_eq!(json["apiVersion"], "baton.dev/v1alpha1");
+        assert_eq!(json["kind"], "RolloutStatus");
         assert_eq!(json["namespace"], "mimir");
         let ingester = &json["groups"][0];
         assert_eq!(ingester["phase"], "paused");
@@ -238,11 +241,13 @@ mod tests {
         let yaml: serde_json::Value =
             serde_yaml::from_str(&status(&document, Format::Yaml)).unwrap();
         assert_eq!(yaml, json, "the same document either way");
+        let back: RolloutStatus = serde_json::from_value(json).unwrap();
+        assert_eq!(back, document, "it reads back as the controller's model");
     }
 
     #[test]
     fn a_complete_group_says_so_without_a_wait() {
-        let view = view_of(&group(vec![zone("a", 1, 1)]));
+        let view = status_of(&group(vec![zone("a", 1, 1)]));
         assert_eq!(view.phase, Phase::Complete);
         assert_eq!(group_line(&view), "ingester: complete");
         assert_eq!(
@@ -262,7 +267,7 @@ mod tests {
     #[test]
     fn the_plan_names_the_next_deletions_and_why_the_rest_waits() {
         let snapshot = group(vec![zone("a", 2, 0), zone("b", 2, 0)]);
-        let (planned, gate) = decide(&snapshot, jiff::Timestamp::UNIX_EPOCH);
+        let (planned, gate) = gates::decide(&snapshot, jiff::Timestamp::UNIX_EPOCH);
         let text = plan("mimir", "ingester", &planned, &gate);
         assert!(
             text.starts_with("Rollout group ingester in namespace mimir (a dry run"),
@@ -275,12 +280,9 @@ mod tests {
         assert!(!text.contains("b-0"), "one zone at a time: {text}");
         assert!(text.contains("\na      0/2       2/2     no\n"), "{text}");
 
-        let mut paused = zone("b", 2, 0);
-        paused
-            .annotations
-            .insert(ROLLOUT_PAUSED_ANNOTATION.to_owned(), "true".to_owned());
+        let paused = annotated(zone("b", 2, 0), ROLLOUT_PAUSED_ANNOTATION, "true");
         let snapshot = group(vec![zone("a", 2, 2), paused]);
-        let (planned, gate) = decide(&snapshot, jiff::Timestamp::UNIX_EPOCH);
+        let (planned, gate) = gates::decide(&snapshot, jiff::Timestamp::UNIX_EPOCH);
         let text = plan("mimir", "ingester", &planned, &gate);
         assert!(text.contains("Next: nothing to do now."), "{text}");
         assert!(
@@ -291,11 +293,9 @@ mod tests {
 
     #[test]
     fn the_plan_shows_invalid_annotations_as_warnings() {
-        let mut a = zone("a", 2, 0);
-        a.annotations
-            .insert("rollout-max-unavailable".to_owned(), "lots".to_owned());
+        let a = annotated(zone("a", 2, 0), "rollout-max-unavailable", "lots");
         let snapshot = group(vec![a]);
-        let (planned, gate) = decide(&snapshot, jiff::Timestamp::UNIX_EPOCH);
+        let (planned, gate) = gates::decide(&snapshot, jiff::Timestamp::UNIX_EPOCH);
         let text = plan("mimir", "ingester", &planned, &gate);
         assert!(text.contains("Warnings:\n  StatefulSet a: "), "{text}");
         assert!(text.contains("\"lots\""), "{text}");

@@ -18,19 +18,20 @@ use kube::api::Api;
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 
 use baton_controller::rollout::GroupSnapshot;
+use baton_controller::status::{self, GroupStatus, Phase};
 use baton_shared::kube_client::watch_backoff;
 
 use crate::access::{Access, AccessError, group_selector};
 use crate::exit;
 use crate::render;
-use crate::view::{self, GroupView, Phase};
 
 /// Whether waiting is over, from the group's view.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {
     /// Every zone runs the update revision and every pod is available.
     Complete,
-    /// Nothing moves until a person resumes; the message says who and why.
+    /// Nothing moves until a person acts (`baton.dev/halted`, or a gate key that cannot be
+    /// read); the message says what and why.
     Halted(String),
     /// baton leaves the group alone (a member is not OnDelete); the message names it.
     Skipped(String),
@@ -39,7 +40,7 @@ pub enum Verdict {
 }
 
 /// Pure: stop when the group is complete, halted or skipped.
-pub fn verdict(view: &GroupView) -> Verdict {
+pub fn verdict(view: &GroupStatus) -> Verdict {
     let message = || {
         view.waiting
             .as_ref()
@@ -61,7 +62,7 @@ pub struct Outcome {
 }
 
 /// The outcome of a view that is final, None while it is pending.
-pub fn outcome(view: &GroupView) -> Option<Outcome> {
+pub fn outcome(view: &GroupStatus) -> Option<Outcome> {
     let group = &view.name;
     match verdict(view) {
         Verdict::Complete => Some(Outcome {
@@ -83,7 +84,7 @@ pub fn outcome(view: &GroupView) -> Option<Outcome> {
 }
 
 /// The outcome once `timeout` passed with the group still at `view`.
-pub fn timed_out(view: &GroupView, timeout: &str) -> Outcome {
+pub fn timed_out(view: &GroupStatus, timeout: &str) -> Outcome {
     let why = view.waiting.as_ref().map_or_else(String::new, |waiting| {
         format!("; waits ({}): {}", waiting.kind, waiting.message)
     });
@@ -176,10 +177,9 @@ fn compute<'a>(
     group: &str,
     members: &'a [StatefulSet],
     pods: impl IntoIterator<Item = &'a Pod>,
-) -> GroupView {
+) -> GroupStatus {
     let snapshot = GroupSnapshot::from_kubernetes(group, members, pods);
-    let (plan, gate) = view::decide(&snapshot, jiff::Timestamp::now());
-    view::view(&snapshot, &plan, &gate)
+    status::compute(&snapshot, None, jiff::Timestamp::now())
 }
 
 /// Progress bars on a terminal, else a line whenever something changed.
@@ -210,7 +210,7 @@ impl Display {
         }
     }
 
-    fn show(&mut self, view: &GroupView) {
+    fn show(&mut self, view: &GroupStatus) {
         match self {
             Self::Bars {
                 multi,
@@ -278,11 +278,11 @@ mod tests {
     use baton_shared::annotations::ROLLOUT_PAUSED_ANNOTATION;
 
     use super::*;
-    use crate::view::tests::{group, view_of, zone};
+    use crate::fixtures::{group, status_of, zone};
 
     #[test]
     fn complete_exits_zero() {
-        let view = view_of(&group(vec![zone("a", 2, 2), zone("b", 2, 2)]));
+        let view = status_of(&group(vec![zone("a", 2, 2), zone("b", 2, 2)]));
         let done = outcome(&view).expect("final");
         assert_eq!(done.code, 0);
         assert!(
@@ -294,13 +294,13 @@ mod tests {
 
     #[test]
     fn rolling_and_paused_groups_keep_waiting() {
-        let rolling = view_of(&group(vec![zone("a", 2, 1), zone("b", 2, 0)]));
+        let rolling = status_of(&group(vec![zone("a", 2, 1), zone("b", 2, 0)]));
         assert_eq!(verdict(&rolling), Verdict::Pending);
         let mut b = zone("b", 2, 0);
         b.annotations
             .insert(ROLLOUT_PAUSED_ANNOTATION.to_owned(), "true".to_owned());
         // A person may resume a paused zone: not final.
-        let paused = view_of(&group(vec![zone("a", 2, 2), b]));
+        let paused = status_of(&group(vec![zone("a", 2, 2), b]));
         assert_eq!(outcome(&paused), None);
         let timed_out = timed_out(&paused, "5s");
         assert_eq!(timed_out.code, exit::TIMEOUT);
@@ -316,7 +316,7 @@ mod tests {
         let mut b = zone("b", 2, 0);
         b.annotations
             .insert(HALTED_ANNOTATION.to_owned(), "hook answered 500".to_owned());
-        let halted = outcome(&view_of(&group(vec![zone("a", 2, 0), b]))).expect("final");
+        let halted = outcome(&status_of(&group(vec![zone("a", 2, 0), b]))).expect("final");
         assert_eq!(halted.code, exit::HALTED);
         assert!(
             halted.message.contains("hook answered 500"),
@@ -331,7 +331,7 @@ mod tests {
 
         let mut b = zone("b", 2, 0);
         b.update_strategy = UpdateStrategy::RollingUpdate;
-        let skipped = outcome(&view_of(&group(vec![zone("a", 2, 0), b]))).expect("final");
+        let skipped = outcome(&status_of(&group(vec![zone("a", 2, 0), b]))).expect("final");
         assert_eq!(skipped.code, exit::SKIPPED);
         assert!(
             skipped.message.contains("b uses RollingUpdate"),
