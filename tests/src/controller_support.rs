@@ -123,6 +123,14 @@ impl Controller {
         }
     }
 
+    /// `GET path` on the ops server: the status code and body; `None` when it does not answer.
+    pub async fn ops_get(&self, path: &str) -> Option<(u16, String)> {
+        let url = format!("http://{}{path}", self.ops_address);
+        let response = ops_client().get(url).send().await.ok()?;
+        let status = response.status().as_u16();
+        Some((status, response.text().await.ok()?))
+    }
+
     /// The text of `/metrics`.
     pub async fn metrics(&self) -> String {
         http_get(&format!("http://{}/metrics", self.ops_address))

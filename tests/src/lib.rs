@@ -2,6 +2,7 @@
 //! standing in for the kubelet, fixtures and process helpers. Nothing here mocks what the API
 //! server can do for real.
 
+pub mod browser;
 pub mod certificate_support;
 pub mod control_plane;
 pub mod controller_support;

@@ -27,8 +27,7 @@ table { border-collapse: collapse; width: 100%; }
 th, td { text-align: left; padding: .3em .6em; border-bottom: 1px solid #eaeef2; vertical-align: middle; }
 th { font-size: 12px; color: #57606a; font-weight: 600; }
 .bar { position: relative; width: 220px; height: 12px; background: #eaeef2; border-radius: 6px; overflow: hidden; }
-.bar .ready { position: absolute; height: 100%; background: #8ddb8c; }
-.bar .updated { position: absolute; height: 50%; top: 25%; background: #1a7f37; }
+.bar .fill { height: 100%; border-radius: 6px; }
 .counts { font-size: 12px; color: #57606a; }
 .rev { font-family: ui-monospace, monospace; font-size: 12px; }
 ul.actions { margin: .4em 0 0; padding-left: 1.2em; font-size: 13px; }
@@ -121,6 +120,7 @@ fn group_section(group: &GroupStatus, now: Timestamp) -> Markup {
 }
 
 fn zone_row(zone: &ZoneStatus) -> Markup {
+    // The bar is the share of pods updated, in the zone's phase colour.
     let percent = |count: u32| {
         if zone.total == 0 {
             100
@@ -135,8 +135,7 @@ fn zone_row(zone: &ZoneStatus) -> Markup {
             td { (badge(zone.phase)) @if zone.paused && zone.phase != Phase::Paused { " (paused)" } }
             td {
                 div.bar title={ (zone.updated) " of " (zone.total) " updated" } {
-                    div.ready style={ "width:" (percent(zone.ready)) "%" } {}
-                    div.updated style={ "width:" (percent(zone.updated)) "%" } {}
+                    div class={ "fill " (zone.phase.as_str()) } style={ "width:" (percent(zone.updated)) "%" } {}
                 }
             }
             td.counts { (zone.updated) " / " (zone.ready) " / " (zone.total) }

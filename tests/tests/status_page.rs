@@ -1,0 +1,203 @@
+//! The status page (issue 14) on a real controller, control plane and browser: given a group
+//! mid-rollout, the page and its JSON say where each zone stands and why the group waits.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use baton_controller::status::{Phase, Role, RolloutStatus};
+use baton_e2e::browser::Chromium;
+use baton_e2e::controller_support::{
+    ControlledNamespace, Controller, roll_out, rollout_state, wait_rollout_complete,
+};
+use baton_e2e::fixtures::rollout_group;
+use baton_e2e::wait_until;
+
+const TIMEOUT: Duration = Duration::from_secs(90);
+const ZONES: [&str; 3] = ["ingester-zone-a", "ingester-zone-b", "ingester-zone-c"];
+
+/// A 3-zone group (3 pods each) mid-rollout: zone a rolled to v2 and complete, then b and c
+/// told to roll to v3, a version whose pods crash-loop — so b's first new pod never becomes
+/// ready, b holds the group and c waits its turn.
+async fn group_mid_rollout() -> ControlledNamespace {
+    let scene = ControlledNamespace::start("status").await;
+    let (client, namespace) = (scene.namespace.client(), scene.namespace.name().to_owned());
+    for fixture in rollout_group("ingester", &["a", "b", "c"], 3) {
+        fixture.create(&client, &namespace).await;
+    }
+    let names: Vec<String> = ZONES.iter().map(|zone| zone.to_string()).collect();
+    wait_rollout_complete(&client, &namespace, &names).await;
+    roll_out(&client, &namespace, &names[..1], "v2").await;
+    wait_rollout_complete(&client, &namespace, &names[..1]).await;
+    scene.simulator.break_version("v3");
+    roll_out(&client, &namespace, &names[1..], "v3").await;
+    wait_until(TIMEOUT, "a pod of zone b runs v3", || async {
+        rollout_state(&client, &namespace, ZONES[1]).await.updated() == 1
+    })
+    .await;
+    scene
+}
+
+/// The JSON document, once it parses.
+async fn status(controller: &Controller, query: &str) -> Option<RolloutStatus> {
+    let (code, body) = controller
+        .ops_get(&format!("/api/v1/status{query}"))
+        .await?;
+    (code == 200).then(|| serde_json::from_str(&body).expect("a RolloutStatus document"))
+}
+
+fn phases(status: &RolloutStatus) -> Vec<(String, Phase)> {
+    status
+        .groups
+        .iter()
+        .flat_map(|group| &group.zones)
+        .map(|zone| (zone.statefulset.clone(), zone.phase))
+        .collect()
+}
+
+fn expected_phases() -> Vec<(String, Phase)> {
+    vec![
+        (ZONES[0].to_owned(), Phase::Complete),
+        (ZONES[1].to_owned(), Phase::Rolling),
+        (ZONES[2].to_owned(), Phase::Waiting),
+    ]
+}
+
+/// Waits until the JSON shows a complete, b rolling, c waiting (the controller's view and the
+/// cluster converge within a reconcile).
+async fn wait_mid_rollout_status(controller: &Controller) -> RolloutStatus {
+    wait_until(
+        TIMEOUT,
+        "the status shows a complete, b rolling, c waiting",
+        || async {
+            status(controller, "")
+                .await
+                .is_some_and(|status| phases(&status) == expected_phases())
+        },
+    )
+    .await;
+    status(controller, "").await.expect("answered just now")
+}
+
+#[tokio::test]
+async fn the_page_in_a_browser_shows_each_zone_of_a_group_mid_rollout() {
+    // Given a 3-zone group mid-rollout: a complete, b rolling a crash-looping version, c next
+    let scene = group_mid_rollout().await;
+    wait_mid_rollout_status(&scene.controller).await;
+
+    // When the page is loaded in headless Chromium
+    let chromium = Chromium::installed();
+    let url = format!("http://{}/ui/status", scene.controller.ops_address);
+    let dom = chromium
+        .dump_dom(&url)
+        .await
+        .expect("chromium loads the page");
+
+    // Then the DOM has each zone in its state, the group's wait in words, and the leader
+    for (zone, phase) in [
+        (ZONES[0], "complete"),
+        (ZONES[1], "rolling"),
+        (ZONES[2], "waiting"),
+    ] {
+        let row = format!(r#"data-zone="{zone}" data-phase="{phase}""#);
+        assert!(dom.contains(&row), "no row {row} in the DOM:\n{dom}");
+    }
+    assert!(
+        dom.contains("ingester-zone-b-0 (new revision) to become ready: CrashLoopBackOff"),
+        "the wait in words:\n{dom}"
+    );
+    assert!(dom.contains("(MaxUnavailable)"), "the wait's kind:\n{dom}");
+    assert!(dom.contains("— the leader."), "this replica leads:\n{dom}");
+
+    // And a screenshot is kept for people to look at
+    let screenshot = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/status-page.png");
+    chromium
+        .screenshot(&url, &screenshot, (1280, 900))
+        .await
+        .expect("chromium saves a screenshot");
+    let size = std::fs::metadata(&screenshot)
+        .expect("screenshot written")
+        .len();
+    assert!(
+        size > 10_000,
+        "a screenshot of a page, not a blank ({size} bytes)"
+    );
+}
+
+#[tokio::test]
+async fn the_json_status_is_versioned_names_the_wait_and_a_standby_names_the_leader() {
+    // Given a 3-zone group mid-rollout
+    let scene = group_mid_rollout().await;
+
+    // When the leader's /api/v1/status is read
+    let status = wait_mid_rollout_status(&scene.controller).await;
+
+    // Then it is a versioned document in camelCase, from the leader, with the group's wait
+    assert_eq!(status.api_version, "baton.dev/v1alpha1");
+    assert_eq!(status.kind, "RolloutStatus");
+    assert_eq!(status.namespace, scene.namespace.name());
+    assert_eq!(status.replica.role, Role::Leader);
+    assert_eq!(status.leader.as_ref(), Some(&status.replica.identity));
+    let group = &status.groups[0];
+    assert_eq!(
+        (group.name.as_str(), group.phase),
+        ("ingester", Phase::Rolling)
+    );
+    let waiting = group
+        .waiting
+        .as_ref()
+        .expect("the group waits for b's new pod");
+    assert_eq!(waiting.kind, "MaxUnavailable");
+    assert!(
+        waiting.message.contains("CrashLoopBackOff"),
+        "{}",
+        waiting.message
+    );
+    let b = &group.zones[1];
+    assert_eq!((b.updated, b.ready, b.total), (1, 2, 3));
+    assert_ne!(b.current_revision, b.update_revision);
+    let (_, raw) = scene
+        .controller
+        .ops_get("/api/v1/status")
+        .await
+        .expect("answers");
+    let raw: serde_json::Value = serde_json::from_str(&raw).expect("JSON");
+    assert!(raw["generatedAt"].is_string(), "{raw}");
+    assert!(raw["groups"][0]["lastActions"].is_array(), "{raw}");
+    assert_eq!(
+        raw["groups"][0]["zones"][1]["updateRevision"],
+        b.update_revision.as_deref().unwrap()
+    );
+
+    // And ?group= selects one group, naming an unknown one in a 404
+    let selected = self::status(&scene.controller, "?group=ingester")
+        .await
+        .expect("the group");
+    assert_eq!(selected.groups.len(), 1);
+    let (code, body) = scene
+        .controller
+        .ops_get("/api/v1/status?group=nope")
+        .await
+        .expect("answers");
+    assert_eq!(code, 404);
+    assert!(
+        body.contains(r#"no rollout group "nope" in namespace"#),
+        "{body}"
+    );
+
+    // When a second replica starts, it stands by
+    let standby = Controller::start(scene.control_plane, scene.namespace.name(), &[]).await;
+
+    // Then its page says it is a standby, names the leader, and shows the same zones
+    let leader = status.replica.identity.clone();
+    wait_until(TIMEOUT, "the standby names the leader", || async {
+        self::status(&standby, "").await.is_some_and(|status| {
+            status.replica.role == Role::Standby
+                && status.leader.as_ref() == Some(&leader)
+                && phases(&status) == expected_phases()
+        })
+    })
+    .await;
+    let (_, page) = standby.ops_get("/ui/status").await.expect("answers");
+    assert!(page.contains("is a standby; the leader is"), "{page}");
+    assert!(page.contains(&leader), "{page}");
+}
