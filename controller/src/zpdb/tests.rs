@@ -215,48 +215,40 @@ fn another_zone_unavailable_holds_the_deletion_naming_it() {
     );
 }
 
+/// The record's claim of `pod`'s eviction, `ago` before now.
+fn claimed(pod: &str, ago: jiff::SignedDuration) -> RecentlyAllowed {
+    RecentlyAllowed {
+        pods: BTreeMap::from([(
+            pod.to_owned(),
+            AllowedEviction {
+                at: now() - ago,
+                uid: Some(format!("uid-{pod}")),
+            },
+        )]),
+    }
+}
+
 #[test]
 fn an_eviction_just_claimed_in_another_zone_holds_the_deletion() {
     // A drain's eviction the webhook allowed, not visible as terminating in the cache yet
     let cluster = Cluster::new(listed(&[budget("ingester", None)]), &[]);
-    let claims = RecentlyAllowed {
-        pods: BTreeMap::from([(
-            "ingester-zone-c-2".to_owned(),
-            AllowedEviction {
-                at: now() - jiff::SignedDuration::from_secs(1),
-                uid: Some("uid-ingester-zone-c-2".into()),
-            },
-        )]),
-    };
+    let second = jiff::SignedDuration::from_secs(1);
     waits(
-        &cluster.judge(A, A0, &claims),
+        &cluster.judge(A, A0, &claimed("ingester-zone-c-2", second)),
         &["ingester-zone-c-2 eviction allowed at"],
     );
     // The same claim in the pod's own zone counts against the rollout's max-unavailable (1)
-    let own = RecentlyAllowed {
-        pods: BTreeMap::from([(
-            "ingester-zone-a-2".to_owned(),
-            AllowedEviction {
-                at: now(),
-                uid: None,
-            },
-        )]),
-    };
     waits(
-        &cluster.judge(A, A0, &own),
+        &cluster.judge(A, A0, &claimed("ingester-zone-a-2", second)),
         &["allows 1 unavailable pod in StatefulSet ingester-zone-a"],
     );
     // An expired claim no longer counts
-    let expired = RecentlyAllowed {
-        pods: BTreeMap::from([(
-            "ingester-zone-c-2".to_owned(),
-            AllowedEviction {
-                at: now() - RECORD_EXPIRY,
-                uid: None,
-            },
-        )]),
-    };
+    let expired = claimed("ingester-zone-c-2", RECORD_EXPIRY);
     assert_eq!(cluster.judge(A, A0, &expired), claim("ingester"));
+    // Nor one about an earlier pod of that name (the drained pod's replacement)
+    let mut earlier = claimed("ingester-zone-c-2", second);
+    earlier.pods.get_mut("ingester-zone-c-2").unwrap().uid = Some("uid-before".into());
+    assert_eq!(cluster.judge(A, A0, &earlier), claim("ingester"));
 }
 
 #[test]
