@@ -101,7 +101,8 @@ pub enum LogFormat {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct OpsConfig {
-    /// Address serving `/healthz`, `/ready` and `/metrics` (the Go operator's port 8001).
+    /// Address serving `/healthz`, `/ready` and `/metrics` (the Go operator's port 8001); the
+    /// controller's also serves its status page, `/ui/status` and `/api/v1/status`.
     pub address: ListenAddress,
 }
 
