@@ -740,13 +740,27 @@ impl Zones {
 // The rollout controller consults the same budgets before it deletes (issue 13): a controller
 // runs beside the webhook replicas, and the pods' timeline is replayed.
 
-/// Starts baton-controller for the zones' namespace.
-async fn start_controller(zones: &Zones) -> Controller {
-    Controller::start(ControlPlane::shared().await, zones.ns(), &[]).await
+/// [`Zones`] with the budget `ingester` of `spec` and baton-controller running.
+struct Controlled {
+    zones: Zones,
+    _controller: Controller,
+    /// The group's StatefulSets.
+    names: Vec<String>,
+    client: kube::Client,
 }
 
-fn group_names() -> Vec<String> {
-    ZONES.iter().map(|zone| statefulset(zone)).collect()
+impl Controlled {
+    async fn new(prefix: &str, sizes: &[i32], replicas: usize, spec: Value) -> Self {
+        let zones = Zones::new(prefix, sizes, replicas).await;
+        zones.create_budget("ingester", spec).await;
+        let controller = Controller::start(ControlPlane::shared().await, zones.ns(), &[]).await;
+        Self {
+            client: zones.namespace.client(),
+            names: ZONES.iter().map(|zone| statefulset(zone)).collect(),
+            zones,
+            _controller: controller,
+        }
+    }
 }
 
 /// What a drain of one pod went through.
@@ -802,13 +816,19 @@ impl Zones {
 async fn a_rollout_and_a_drain_at_the_same_time_never_exceed_the_budget() {
     // Given three zones of 3 ready pods, a budget of maxUnavailable 1, two webhook replicas
     // and the controller (the rollout's own max-unavailable is 1 too)
-    let zones = Zones::new("zpdb-rollout-drain", &[3, 3, 3], 2).await;
-    zones
-        .create_budget("ingester", json!({"maxUnavailable": 1}))
-        .await;
-    let _controller = start_controller(&zones).await;
-    let names = group_names();
-    let client = zones.namespace.client();
+    // (`_controller` bound: the controller runs until the scenario ends)
+    let Controlled {
+        zones,
+        _controller,
+        names,
+        client,
+    } = Controlled::new(
+        "zpdb-rollout-drain",
+        &[3, 3, 3],
+        2,
+        json!({"maxUnavailable": 1}),
+    )
+    .await;
 
     // When a rollout starts and, at the same moment, a drain evicts two pods of every zone
     let from = Instant::now();
@@ -856,13 +876,19 @@ async fn a_rollout_and_a_drain_at_the_same_time_never_exceed_the_budget() {
 #[tokio::test]
 async fn a_budget_of_max_unavailable_0_refuses_evictions_but_not_the_rollout() {
     // Given a group whose budget allows no eviction at all, and the controller
-    let zones = Zones::new("zpdb-rollout-zero", &[2, 2, 2], 1).await;
-    zones
-        .create_budget("ingester", json!({"maxUnavailable": 0}))
-        .await;
-    let _controller = start_controller(&zones).await;
-    let names = group_names();
-    let client = zones.namespace.client();
+    // (`_controller` bound: the controller runs until the scenario ends)
+    let Controlled {
+        zones,
+        _controller,
+        names,
+        client,
+    } = Controlled::new(
+        "zpdb-rollout-zero",
+        &[2, 2, 2],
+        1,
+        json!({"maxUnavailable": 0}),
+    )
+    .await;
     // A drain is refused
     zones
         .refused(&pod("a", 0), &["allows 0 unavailable pods"])
@@ -883,11 +909,13 @@ async fn a_budget_of_max_unavailable_0_refuses_evictions_but_not_the_rollout() {
 async fn an_eviction_claimed_in_the_budgets_record_holds_the_rollout_until_it_is_gone() {
     // Given a group with a budget and the controller, and in the budget's record an eviction
     // of zone b's pod a webhook replica just allowed (the API server has not carried it out)
-    let zones = Zones::new("zpdb-rollout-claim", &[2, 2, 2], 1).await;
-    zones.create_budget("ingester", json!({})).await;
-    let _controller = start_controller(&zones).await;
-    let names = group_names();
-    let client = zones.namespace.client();
+    // (`_controller` bound: the controller runs until the scenario ends)
+    let Controlled {
+        zones,
+        _controller,
+        names,
+        client,
+    } = Controlled::new("zpdb-rollout-claim", &[2, 2, 2], 1, json!({})).await;
     let claimed = pod("b", 0);
     let uid = zones
         .namespace
