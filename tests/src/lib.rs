@@ -6,6 +6,7 @@ pub mod browser;
 pub mod certificate_support;
 pub mod control_plane;
 pub mod controller_support;
+pub mod crds;
 pub mod fixtures;
 pub mod http_support;
 pub mod keys;
@@ -19,6 +20,7 @@ pub mod scaling_support;
 pub mod timeline;
 pub mod wait;
 pub mod webhook_support;
+pub mod zpdb_support;
 
 pub use control_plane::ControlPlane;
 pub use namespace::TestNamespace;

@@ -96,6 +96,19 @@ fn profile_dir() -> anyhow::Result<PathBuf> {
     Ok(profile.to_path_buf())
 }
 
+/// A program installed on the machine (tests/control-plane/install.sh installs them): its path
+/// on PATH; panics naming it when it is missing.
+pub fn which(program: &str) -> PathBuf {
+    std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|path| std::env::split_paths(&path).collect::<Vec<_>>())
+        .map(|dir| dir.join(program))
+        .find(|candidate| candidate.is_file())
+        .unwrap_or_else(|| {
+            panic!("{program} not found: run tests/control-plane/install.sh (Debian's {program})")
+        })
+}
+
 /// A running baton binary (or any workspace binary) owned by a test.
 #[derive(Debug)]
 pub struct BatonProcess {

@@ -3,15 +3,12 @@
 //! the RolloutHealthCheck CRD, applied from deploy/crds/ as shipped.
 
 use std::net::{Ipv4Addr, SocketAddr};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
-
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, PostParams};
 
 use crate::controller_support::free_address;
 use crate::http_support::PodEndpoint;
-use crate::process::BatonProcess;
+use crate::process::{BatonProcess, which};
 use crate::wait_until;
 
 const TIMEOUT: Duration = Duration::from_secs(60);
@@ -136,43 +133,8 @@ impl Prometheus {
     }
 }
 
-fn which(program: &str) -> PathBuf {
-    std::env::var_os("PATH")
-        .into_iter()
-        .flat_map(|path| std::env::split_paths(&path).collect::<Vec<_>>())
-        .map(|dir| dir.join(program))
-        .find(|candidate| candidate.is_file())
-        .unwrap_or_else(|| {
-            panic!("{program} not found: run tests/control-plane/install.sh (Debian's {program})")
-        })
-}
-
 /// Applies the RolloutHealthCheck CRD from deploy/crds/ (once per control plane) and waits
 /// until it is served.
 pub async fn install_health_check_crd(client: &kube::Client) {
-    let path =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/crds/rollout-health-check.yaml");
-    let text = std::fs::read_to_string(&path).expect("the CRD manifest");
-    let crd: CustomResourceDefinition = serde_yaml::from_str(&text).expect("a CRD");
-    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
-    match api.create(&PostParams::default(), &crd).await {
-        Ok(_) => {}
-        Err(kube::Error::Api(status)) if status.code == 409 => {}
-        Err(error) => panic!("creating the RolloutHealthCheck CRD: {error}"),
-    }
-    let name = crd.metadata.name.clone().unwrap_or_default();
-    wait_until(
-        TIMEOUT,
-        "the RolloutHealthCheck CRD is established",
-        || async {
-            api.get(&name).await.is_ok_and(|crd| {
-                crd.status
-                    .and_then(|status| status.conditions)
-                    .unwrap_or_default()
-                    .iter()
-                    .any(|condition| condition.type_ == "Established" && condition.status == "True")
-            })
-        },
-    )
-    .await;
+    crate::crds::install(client, crate::crds::ROLLOUT_HEALTH_CHECK).await;
 }
