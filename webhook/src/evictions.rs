@@ -10,11 +10,13 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
 
 use baton_shared::zpdb::{
     Budget, EvictionSnapshot, Observed, RecentlyAllowed, Verdict, ZoneAwarePodDisruptionBudget,
-    decide, decide::selecting_budget,
+    decide,
+    decide::{selecting_budget, zones},
 };
 use futures::StreamExt;
 use jiff::Timestamp;
@@ -38,6 +40,8 @@ pub const INFLIGHT_METRIC: &str = "rollout_operator_zpdb_inflight_eviction_reque
 pub const CONFIGURATIONS_METRIC: &str = "rollout_operator_zpdb_configurations_observed_total";
 /// API reads made to judge an eviction (a pod not cached yet, a record not known or stale).
 pub const API_READS_METRIC: &str = "baton_webhook_zpdb_api_reads_total";
+/// API writes made to judge an eviction: the claims of allowed evictions in budgets' records.
+pub const API_WRITES_METRIC: &str = "baton_webhook_zpdb_api_writes_total";
 
 /// How often a claim is retried after losing to another replica before the eviction is refused
 /// for now (the drain retries it).
@@ -50,6 +54,8 @@ pub struct ZpdbMetrics {
     pub configurations: IntCounterVec,
     /// `{what}`: `pod` or `record`.
     pub api_reads: IntCounterVec,
+    /// `{what}`: `record`.
+    pub api_writes: IntCounterVec,
 }
 
 impl ZpdbMetrics {
@@ -82,12 +88,21 @@ impl ZpdbMetrics {
         registry.register(Box::new(eviction_requests.clone()))?;
         registry.register(Box::new(inflight.clone()))?;
         registry.register(Box::new(configurations.clone()))?;
+        let api_writes = IntCounterVec::new(
+            Opts::new(
+                API_WRITES_METRIC,
+                "API writes made to judge evictions, by what was written (record).",
+            ),
+            &["what"],
+        )?;
         registry.register(Box::new(api_reads.clone()))?;
+        registry.register(Box::new(api_writes.clone()))?;
         Ok(Self {
             eviction_requests,
             inflight,
             configurations,
             api_reads,
+            api_writes,
         })
     }
 
@@ -101,6 +116,10 @@ pub struct Evictions {
     namespace: String,
     client: Client,
     pods: Store<Pod>,
+    /// Changes the pod watch applied to `pods` so far.
+    pod_changes: Arc<AtomicU64>,
+    /// `pods` by controller, as of a number of changes.
+    pod_index: RwLock<Arc<PodIndex>>,
     statefulsets: Store<StatefulSet>,
     budgets: Store<ZoneAwarePodDisruptionBudget>,
     /// Budget uid → (resourceVersion, parsed): a budget is parsed once per version.
@@ -130,9 +149,15 @@ impl Evictions {
         namespace: &str,
         metrics: ZpdbMetrics,
     ) -> (Self, impl Future<Output = ()> + Send + 'static) {
-        let (pods, fill_pods) = reflect(client.clone(), namespace, slim_pod);
+        let pod_changes = Arc::new(AtomicU64::new(1));
+        let (pods, fill_pods) = reflect(
+            client.clone(),
+            namespace,
+            slim_pod,
+            Some(pod_changes.clone()),
+        );
         let (statefulsets, fill_statefulsets) =
-            reflect(client.clone(), namespace, slim_statefulset);
+            reflect(client.clone(), namespace, slim_statefulset, None);
         let (budgets, fill_budgets) = reflect(
             client.clone(),
             namespace,
@@ -140,11 +165,14 @@ impl Evictions {
                 zpdb.metadata.managed_fields = None;
                 zpdb.metadata.annotations = None;
             },
+            None,
         );
         let evictions = Self {
             namespace: namespace.to_owned(),
             client,
             pods,
+            pod_changes,
+            pod_index: RwLock::default(),
             statefulsets,
             budgets,
             parsed: Mutex::default(),
@@ -300,6 +328,7 @@ impl Evictions {
                 &request.uid,
                 Timestamp::now(),
             );
+            self.metrics.api_writes.with_label_values(&["record"]).inc();
             match ledger::write_labelled(&api, &name, (RECORD_LABEL, &budget.name), &claimed).await
             {
                 Ok(Written::Done(written)) => {
@@ -357,11 +386,21 @@ impl Evictions {
             .clone()
     }
 
+    /// The decision on the caches: only the pods of the zones the selecting budget judges
+    /// with are passed (the only ones it counts), from the index, not a copy of the cache.
     fn decide(&self, pod: &Pod, budgets: &[&Observed], record: &RecentlyAllowed) -> Verdict {
         let statefulsets = self.statefulsets.state();
-        let pods = self.pods.state();
         let statefulsets: Vec<&StatefulSet> = statefulsets.iter().map(Arc::as_ref).collect();
-        let pods: Vec<&Pod> = pods.iter().map(Arc::as_ref).collect();
+        let index = self.pod_index();
+        let pods: Vec<&Pod> = match selecting_budget(pod, budgets) {
+            Ok(Some(budget)) => zones(budget, pod, &statefulsets)
+                .into_iter()
+                .flat_map(|zone| index.controlled_by(zone))
+                .map(Arc::as_ref)
+                .collect(),
+            // Decided before any pod is counted.
+            Ok(None) | Err(_) => Vec::new(),
+        };
         decide(&EvictionSnapshot {
             pod,
             budgets,
@@ -371,6 +410,24 @@ impl Evictions {
             recently_allowed: record,
             record_expiry: RECORD_EXPIRY,
         })
+    }
+
+    /// The pod index as of the latest change the pod watch applied: rebuilt (one pass over
+    /// the cache) by the first decision after a change, shared by the others.
+    fn pod_index(&self) -> Arc<PodIndex> {
+        let changes = self.pod_changes.load(Ordering::Acquire);
+        {
+            let index = self.pod_index.read().expect("pod index lock");
+            if index.changes == changes {
+                return index.clone();
+            }
+        }
+        let fresh = Arc::new(PodIndex::of(&self.pods.state(), changes));
+        let mut index = self.pod_index.write().expect("pod index lock");
+        if index.changes < changes {
+            *index = fresh.clone();
+        }
+        fresh
     }
 
     /// The pod from the cache, or from the API when the cache has not seen it yet.
@@ -421,6 +478,51 @@ impl Evictions {
     }
 }
 
+/// The cached pods by the uid of their controller. Decisions count the pods of a budget's
+/// StatefulSets only; with the index they neither scan the namespace's other pods nor copy the
+/// cache (`Store::state` clones an `Arc` per pod, and request threads contend on those
+/// counters).
+#[derive(Debug, Default)]
+struct PodIndex {
+    /// The pod watch's change count this index reflects (0: none yet).
+    changes: u64,
+    by_controller: HashMap<String, Vec<Arc<Pod>>>,
+}
+
+impl PodIndex {
+    fn of(pods: &[Arc<Pod>], changes: u64) -> Self {
+        let mut by_controller: HashMap<String, Vec<Arc<Pod>>> = HashMap::new();
+        for pod in pods {
+            let controller = pod
+                .metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .find(|owner| owner.controller == Some(true));
+            if let Some(controller) = controller {
+                by_controller
+                    .entry(controller.uid.clone())
+                    .or_default()
+                    .push(pod.clone());
+            }
+        }
+        Self {
+            changes,
+            by_controller,
+        }
+    }
+
+    /// The pods `statefulset` is the controller of (by uid; the decision checks its selector).
+    fn controlled_by(&self, statefulset: &StatefulSet) -> &[Arc<Pod>] {
+        statefulset
+            .metadata
+            .uid
+            .as_ref()
+            .and_then(|uid| self.by_controller.get(uid))
+            .map_or(&[], Vec::as_slice)
+    }
+}
+
 /// Drops what the decision never reads: a pod keeps its identity, labels, owners, deletion
 /// mark, phase, Ready condition and container readiness.
 fn slim_pod(pod: &mut Pod) {
@@ -458,10 +560,13 @@ fn slim_statefulset(statefulset: &mut StatefulSet) {
     }
 }
 
+/// A watch cache of `namespace`'s `K`s, slimmed by `slim`; `changes`, if given, counts the
+/// changes applied to the cache.
 fn reflect<K>(
     client: Client,
     namespace: &str,
     slim: fn(&mut K),
+    changes: Option<Arc<AtomicU64>>,
 ) -> (Store<K>, impl Future<Output = ()> + Send + 'static)
 where
     K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
@@ -481,8 +586,16 @@ where
     let fill = async move {
         reflector::reflector(writer, stream)
             .for_each(|event| {
-                if let Err(error) = event {
-                    tracing::warn!(kind = %K::kind(&()), %namespace, %error, "watch failed; retrying");
+                match event {
+                    // The reflector has applied it to the store.
+                    Ok(_) => {
+                        if let Some(changes) = &changes {
+                            changes.fetch_add(1, Ordering::Release);
+                        }
+                    }
+                    Err(error) => {
+                        tracing::warn!(kind = %K::kind(&()), %namespace, %error, "watch failed; retrying");
+                    }
                 }
                 futures::future::ready(())
             })

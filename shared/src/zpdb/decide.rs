@@ -254,6 +254,37 @@ pub fn selecting_budget<'b>(
     }
 }
 
+/// The zones `budget` judges `pod` with: the StatefulSets of the pod's namespace it selects, by
+/// name. Only pods these StatefulSets control count, so a caller that indexes its pods by
+/// owner may pass just theirs as [`EvictionSnapshot::pods`].
+pub fn zones<'s>(
+    budget: &Budget,
+    pod: &Pod,
+    statefulsets: &[&'s StatefulSet],
+) -> Vec<&'s StatefulSet> {
+    let mut zones: Vec<&StatefulSet> = statefulsets
+        .iter()
+        .copied()
+        .filter(|statefulset| statefulset.metadata.namespace == pod.metadata.namespace)
+        .filter(|statefulset| budget.selects(statefulset.metadata.labels.as_ref()))
+        .collect();
+    zones.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    zones
+}
+
+/// The pods each zone controls ([`Controls`]), in one pass over `pods`: a pod has one
+/// controller, so it belongs to one zone at most.
+fn pods_by_zone<'p>(zones: &[&StatefulSet], pods: &[&'p Pod]) -> Vec<Vec<&'p Pod>> {
+    let controls: Vec<Controls<'_>> = zones.iter().map(|zone| Controls::of(zone)).collect();
+    let mut by_zone = vec![Vec::new(); zones.len()];
+    for pod in pods.iter().copied() {
+        if let Some(zone) = controls.iter().position(|controls| controls.pod(pod)) {
+            by_zone[zone].push(pod);
+        }
+    }
+    by_zone
+}
+
 /// Decides whether the snapshot's pod may be evicted now.
 pub fn decide(snapshot: &EvictionSnapshot<'_>) -> Verdict {
     decide_with(snapshot, None)
@@ -297,14 +328,7 @@ fn decide_with(snapshot: &EvictionSnapshot<'_>, rollout_max_unavailable: Option<
         }
         Ok(Some(budget)) => budget,
     };
-    let mut zones: Vec<&StatefulSet> = snapshot
-        .statefulsets
-        .iter()
-        .copied()
-        .filter(|statefulset| statefulset.metadata.namespace == pod.metadata.namespace)
-        .filter(|statefulset| budget.selects(statefulset.metadata.labels.as_ref()))
-        .collect();
-    zones.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    let zones = zones(budget, pod, snapshot.statefulsets);
     let zone_names = || {
         zones
             .iter()
@@ -312,11 +336,7 @@ fn decide_with(snapshot: &EvictionSnapshot<'_>, rollout_max_unavailable: Option<
             .collect::<Vec<_>>()
             .join(", ")
     };
-    let Some(own) = zones
-        .iter()
-        .copied()
-        .find(|zone| is_controlled_by(pod, zone))
-    else {
+    let Some(own) = zones.iter().position(|zone| is_controlled_by(pod, zone)) else {
         let owner = crate::pods::controlling_statefulset(pod)
             .map(|owner| format!("its owner StatefulSet {owner} is"))
             .unwrap_or_else(|| "it is not owned by a StatefulSet, which".to_owned());
@@ -346,6 +366,7 @@ fn decide_with(snapshot: &EvictionSnapshot<'_>, rollout_max_unavailable: Option<
         budget,
         evicted: name,
         rollout_max_unavailable,
+        pods: pods_by_zone(&zones, snapshot.pods),
     };
     match &budget.partition {
         None => judge.zone_mode(own, &zones),
@@ -400,6 +421,8 @@ struct Judge<'s, 'a> {
     evicted: &'s str,
     /// A rollout's deletion: its own max-unavailable replaces the budget's.
     rollout_max_unavailable: Option<u32>,
+    /// The pods each zone controls, in the order of the zones.
+    pods: Vec<Vec<&'a Pod>>,
 }
 
 impl Judge<'_, '_> {
@@ -439,16 +462,21 @@ impl Judge<'_, '_> {
             .map(Unavailable::EvictionAllowed)
     }
 
-    /// The pods of `zone` other than the evicted one, with `keep` choosing which count.
-    fn count(&self, zone: &StatefulSet, keep: impl Fn(&str) -> bool) -> (ZoneCount, u32) {
-        let state = StatefulSetState::of(zone);
+    /// The pods of zone `index` of `zones` other than the evicted one, with `keep` choosing
+    /// which count.
+    fn count(
+        &self,
+        zones: &[&StatefulSet],
+        index: usize,
+        keep: impl Fn(&str) -> bool,
+    ) -> (ZoneCount, u32) {
+        let state = StatefulSetState::of(zones[index]);
         let min_ready_seconds = state.min_ready_seconds.unsigned_abs();
         let mut count = ZoneCount::default();
         let mut present = 0u32;
-        let controls = Controls::of(zone);
-        for pod in self.snapshot.pods.iter().copied() {
+        for pod in self.pods[index].iter().copied() {
             let name = pod.metadata.name.as_deref().unwrap_or("");
-            if !controls.pod(pod) || !keep(name) {
+            if !keep(name) {
                 continue;
             }
             present += 1;
@@ -462,15 +490,17 @@ impl Judge<'_, '_> {
         (count, present)
     }
 
-    fn zone_mode(&self, own: &StatefulSet, zones: &[&StatefulSet]) -> Verdict {
+    /// `own`: the evicted pod's zone, an index of `zones`.
+    fn zone_mode(&self, own: usize, zones: &[&StatefulSet]) -> Verdict {
         let budget = &self.budget.name;
         let evicted = self.evicted;
-        for zone in zones
+        for (index, zone) in zones
             .iter()
             .copied()
-            .filter(|zone| zone.metadata.uid != own.metadata.uid)
+            .enumerate()
+            .filter(|(index, _)| *index != own)
         {
-            let (mut count, present) = self.count(zone, |_| true);
+            let (mut count, present) = self.count(zones, index, |_| true);
             let replicas = StatefulSetState::of(zone).replicas.unsigned_abs();
             count.missing = replicas.saturating_sub(present);
             if count.total() > 0 {
@@ -486,8 +516,8 @@ impl Judge<'_, '_> {
                 );
             }
         }
-        let state = StatefulSetState::of(own);
-        let (mut count, present) = self.count(own, |_| true);
+        let state = StatefulSetState::of(zones[own]);
+        let (mut count, present) = self.count(zones, own, |_| true);
         count.missing = state.replicas.unsigned_abs().saturating_sub(present);
         let max = self
             .rollout_max_unavailable
@@ -531,8 +561,8 @@ impl Judge<'_, '_> {
         let same = |pod: &str| partition.of(pod) == Some(partition_name);
         let mut total = 0u32;
         let mut described = Vec::new();
-        for zone in zones.iter().copied() {
-            let (mut count, present) = self.count(zone, same);
+        for (index, zone) in zones.iter().copied().enumerate() {
+            let (mut count, present) = self.count(zones, index, same);
             if present == 0 {
                 count.missing = 1;
             }
