@@ -10,7 +10,7 @@
 use std::io::IsTerminal;
 use std::time::Duration;
 
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
@@ -146,8 +146,11 @@ pub async fn run(
             _ = changes.next() => {}
             _ = tick.tick() => {}
         }
-        if statefulset_store.wait_until_ready().await.is_err()
-            || pod_store.wait_until_ready().await.is_err()
+        // Until both watches listed everything, the stores hold part of the group: keep the
+        // last view (never await readiness here: only polling `changes` fills the stores).
+        let ready = |ready: Option<Result<(), _>>| matches!(ready, Some(Ok(())));
+        if !ready(statefulset_store.wait_until_ready().now_or_never())
+            || !ready(pod_store.wait_until_ready().now_or_never())
         {
             continue;
         }

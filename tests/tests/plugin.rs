@@ -1,0 +1,396 @@
+//! `kubectl baton` (the kubectl-baton binary) against the real control plane, as a person or a
+//! deploy pipeline runs it: given a rollout group that baton-controller rolls, the plugin shows
+//! where it stands, waits for it with documented exit codes, pauses and resumes a zone; and every
+//! mistake is an error naming the object.
+
+use std::path::Path;
+use std::time::Duration;
+
+use baton_e2e::controller_support::{
+    ControlledNamespace, create_ready_group, roll_out, rollout_state, wait_rollout_complete,
+};
+use baton_e2e::fixtures::StatefulSetFixture;
+use baton_e2e::process::workspace_binary;
+use baton_e2e::{ControlPlane, TestNamespace};
+use k8s_openapi::api::apps::v1::StatefulSet;
+
+const PAUSED: &str = "grafana.com/rollout-paused";
+const HALTED: &str = "baton.dev/halted";
+
+/// What one run of the plugin gave.
+#[derive(Debug)]
+struct Run {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+impl Run {
+    /// Panics with everything the run printed unless it exited with `code`.
+    fn exited(&self, code: i32) -> &Self {
+        assert_eq!(self.code, Some(code), "{self:#?}");
+        self
+    }
+
+    /// Panics unless stdout contains every one of `expected`.
+    fn says(&self, expected: &[&str]) -> &Self {
+        for text in expected {
+            assert!(
+                self.stdout.contains(text),
+                "stdout lacks {text:?}: {self:#?}"
+            );
+        }
+        self
+    }
+
+    /// Panics unless stderr contains every one of `expected`.
+    fn complains(&self, expected: &[&str]) -> &Self {
+        for text in expected {
+            assert!(
+                self.stderr.contains(text),
+                "stderr lacks {text:?}: {self:#?}"
+            );
+        }
+        self
+    }
+}
+
+/// Runs `kubectl-baton args…` with `KUBECONFIG=kubeconfig`, off a terminal (as in a pipeline).
+async fn kubectl_baton(kubeconfig: &Path, args: &[&str]) -> Run {
+    let binary = tokio::task::spawn_blocking(|| workspace_binary("kubectl-baton"))
+        .await
+        .expect("the build task")
+        .expect("kubectl-baton builds");
+    let run = tokio::process::Command::new(binary)
+        .args(args)
+        .env("KUBECONFIG", kubeconfig)
+        .env("NO_COLOR", "1")
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    // No command here waits longer than its own --timeout (2 minutes at most).
+    let output = tokio::time::timeout(Duration::from_secs(180), run)
+        .await
+        .unwrap_or_else(|_| panic!("kubectl-baton {args:?} still running after 180s"))
+        .expect("kubectl-baton runs");
+    Run {
+        code: output.status.code(),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}
+
+/// A namespace and its admin kubeconfig, to run the plugin in.
+struct Plugin<'a> {
+    kubeconfig: &'a Path,
+    namespace: &'a str,
+}
+
+impl Plugin<'_> {
+    /// `kubectl baton <args> -n <namespace>`.
+    async fn run(&self, args: &[&str]) -> Run {
+        let mut all = args.to_vec();
+        all.extend(["-n", self.namespace]);
+        kubectl_baton(self.kubeconfig, &all).await
+    }
+
+    async fn annotation(
+        &self,
+        client: &kube::Client,
+        statefulset: &str,
+        key: &str,
+    ) -> Option<String> {
+        let api = kube::Api::<StatefulSet>::namespaced(client.clone(), self.namespace);
+        let read = api.get(statefulset).await.expect("reading the StatefulSet");
+        read.metadata
+            .annotations
+            .unwrap_or_default()
+            .get(key)
+            .cloned()
+    }
+}
+
+#[tokio::test]
+async fn a_pipeline_follows_a_rollout_with_status_plan_pause_wait_and_resume() {
+    // Given a 3-zone group, rolled by baton-controller, with its last zone paused
+    let scene = ControlledNamespace::start("plugin").await;
+    let client = scene.namespace.client();
+    let namespace = scene.namespace.name();
+    let plugin = Plugin {
+        kubeconfig: scene.control_plane.kubeconfig_path(),
+        namespace,
+    };
+    let names = create_ready_group(&client, namespace, &["a", "b", "c"], 2).await;
+    plugin
+        .run(&["pause", "ingester-zone-c"])
+        .await
+        .exited(0)
+        .says(&["statefulset/ingester-zone-c: grafana.com/rollout-paused set to \"true\""]);
+    assert_eq!(
+        plugin
+            .annotation(&client, "ingester-zone-c", PAUSED)
+            .await
+            .as_deref(),
+        Some("true")
+    );
+    plugin
+        .run(&["pause", "ingester-zone-c"])
+        .await
+        .exited(0)
+        .says(&["is already paused: nothing changed"]);
+
+    // When a new version is deployed
+    roll_out(&client, namespace, &names, "v2").await;
+
+    // Then zones a and b roll, and `wait` times out with zone c paused: exit 3 naming the pause
+    wait_rollout_complete(&client, namespace, &names[..2]).await;
+    plugin
+        .run(&["wait", "ingester", "--timeout", "2s"])
+        .await
+        .exited(3)
+        .complains(&[
+            "timed out after 2s waiting for rollout group ingester: paused",
+            "waits (Paused): rollout paused with pods left to update in ingester-zone-c",
+        ]);
+    // and status and plan say the group waits for zone c
+    let status = plugin.run(&["status"]).await;
+    status.exited(0).says(&[
+        "GROUP      ZONE              PHASE      UPDATED   READY   REVISION",
+        "ingester: paused; waits (Paused): rollout paused with pods left to update in ingester-zone-c",
+    ]);
+    let rows: Vec<Vec<&str>> = status
+        .stdout
+        .lines()
+        .skip(1)
+        .take(3)
+        .map(|line| line.split_whitespace().collect())
+        .collect();
+    assert_eq!(
+        rows.iter()
+            .map(|row| (row[1], row[2], row[3]))
+            .collect::<Vec<_>>(),
+        [
+            ("ingester-zone-a", "complete", "2/2"),
+            ("ingester-zone-b", "complete", "2/2"),
+            ("ingester-zone-c", "paused", "0/2"),
+        ],
+        "{status:#?}"
+    );
+    let json = plugin.run(&["status", "ingester", "-o", "json"]).await;
+    let document: serde_json::Value =
+        serde_json::from_str(&json.exited(0).stdout).expect("status -o json is JSON");
+    assert_eq!(
+        document["apiVersion"], "baton.dev/v1alpha1",
+        "the status page's document"
+    );
+    assert_eq!(document["namespace"], namespace);
+    assert_eq!(document["groups"][0]["phase"], "paused");
+    assert_eq!(document["groups"][0]["zones"][2]["paused"], true);
+    let yaml = plugin.run(&["status", "-o", "yaml"]).await;
+    let from_yaml: serde_json::Value =
+        serde_yaml::from_str(&yaml.exited(0).stdout).expect("status -o yaml is YAML");
+    assert_eq!(from_yaml["groups"], document["groups"]);
+    plugin.run(&["plan", "ingester"]).await.exited(0).says(&[
+        "(a dry run: nothing was changed)",
+        "Next: nothing to do now.",
+        "planner (Paused): rollout paused with pods left to update in ingester-zone-c",
+    ]);
+    assert_eq!(
+        rollout_state(&client, namespace, "ingester-zone-c")
+            .await
+            .updated(),
+        0,
+        "plan deleted nothing"
+    );
+
+    // When zone c is resumed
+    plugin
+        .run(&["resume", "ingester-zone-c"])
+        .await
+        .exited(0)
+        .says(&["statefulset/ingester-zone-c: grafana.com/rollout-paused removed (was \"true\")"]);
+    assert_eq!(
+        plugin.annotation(&client, "ingester-zone-c", PAUSED).await,
+        None
+    );
+
+    // Then `wait` follows it to the end and exits 0 once every pod runs the new revision
+    let waited = plugin.run(&["wait", "ingester", "--timeout", "2m"]).await;
+    waited
+        .exited(0)
+        .says(&["rollout group ingester is complete", "ingester-zone-c"]);
+    let zone_c = rollout_state(&client, namespace, "ingester-zone-c").await;
+    assert_eq!(zone_c.updated(), 2, "{waited:#?}");
+    assert_eq!(zone_c.ready_replicas, 2, "{waited:#?}");
+    assert!(
+        waited.stdout.contains("ingester-zone-c rolling")
+            || waited.stdout.contains("ingester-zone-c waiting"),
+        "a line per change while it rolled: {waited:#?}"
+    );
+}
+
+#[tokio::test]
+async fn wait_stops_at_once_on_a_halted_or_skipped_group_and_resume_lifts_the_halt() {
+    let control_plane = ControlPlane::shared().await;
+    let namespace = TestNamespace::create(control_plane, "plugin-stop").await;
+    let client = namespace.client();
+    let plugin = Plugin {
+        kubeconfig: control_plane.kubeconfig_path(),
+        namespace: namespace.name(),
+    };
+    // Given a group halted by a gate, and a group with a RollingUpdate member
+    StatefulSetFixture::new("halted-zone-a")
+        .group("halted")
+        .replicas(1)
+        .create(&client, namespace.name())
+        .await;
+    StatefulSetFixture::new("halted-zone-b")
+        .group("halted")
+        .replicas(1)
+        .annotation(HALTED, "hook answered 500")
+        .create(&client, namespace.name())
+        .await;
+    StatefulSetFixture::new("skipped-zone-a")
+        .group("skipped")
+        .replicas(1)
+        .create(&client, namespace.name())
+        .await;
+    StatefulSetFixture::new("skipped-zone-b")
+        .group("skipped")
+        .replicas(1)
+        .rolling_update()
+        .create(&client, namespace.name())
+        .await;
+
+    // Then wait exits 4 and 5 with the reason, without waiting for the timeout
+    let started = std::time::Instant::now();
+    plugin
+        .run(&["wait", "halted", "--timeout", "10m"])
+        .await
+        .exited(4)
+        .complains(&["rollout group halted is halted", "hook answered 500"]);
+    plugin
+        .run(&["wait", "skipped", "--timeout", "10m"])
+        .await
+        .exited(5)
+        .complains(&["skipped-zone-b uses RollingUpdate, group skipped"]);
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "neither waited for its timeout"
+    );
+    plugin.run(&["status"]).await.exited(0).says(&[
+        "halted: halted; waits (Halted)",
+        "skipped: skipped; waits (NonOnDeleteMember)",
+    ]);
+
+    // When the halted zone is resumed, the halt is gone
+    plugin
+        .run(&["resume", "halted-zone-b"])
+        .await
+        .exited(0)
+        .says(&["statefulset/halted-zone-b: baton.dev/halted removed (was \"hook answered 500\")"]);
+    assert_eq!(
+        plugin.annotation(&client, "halted-zone-b", HALTED).await,
+        None
+    );
+    let status = plugin.run(&["status", "halted"]).await;
+    assert!(
+        !status.exited(0).stdout.contains("halted: halted"),
+        "{status:#?}"
+    );
+}
+
+#[tokio::test]
+async fn every_mistake_is_an_error_naming_the_object() {
+    let control_plane = ControlPlane::shared().await;
+    let namespace = TestNamespace::create(control_plane, "plugin-errors").await;
+    let name = namespace.name();
+    let plugin = Plugin {
+        kubeconfig: control_plane.kubeconfig_path(),
+        namespace: name,
+    };
+    StatefulSetFixture::new("loner")
+        .replicas(0)
+        .create(&namespace.client(), name)
+        .await;
+
+    for command in [
+        &["status", "nope"][..],
+        &["wait", "nope"],
+        &["plan", "nope"],
+    ] {
+        plugin.run(command).await.exited(1).complains(&[&format!(
+            "no rollout group nope in namespace {name}: no StatefulSet there has the label rollout-group=nope"
+        )]);
+    }
+    plugin
+        .run(&["status", "a,b"])
+        .await
+        .exited(1)
+        .complains(&["\"a,b\" is not a valid rollout group name"]);
+    plugin
+        .run(&["pause", "loner"])
+        .await
+        .exited(1)
+        .complains(&[&format!(
+            "StatefulSet loner in namespace {name} is not in a rollout group: it has no rollout-group label"
+        )]);
+    plugin
+        .run(&["resume", "ghost"])
+        .await
+        .exited(1)
+        .complains(&[&format!("no StatefulSet ghost in namespace {name}")]);
+    plugin
+        .run(&["wait", "g", "--timeout", "soon"])
+        .await
+        .exited(2)
+        .complains(&["--timeout", "\"soon\"", "30m"]);
+
+    // A user without RBAC bindings is told which permission is missing
+    let restricted = control_plane
+        .restricted_kubeconfig()
+        .expect("the local control plane has a restricted user");
+    kubectl_baton(restricted, &["status", "-n", name])
+        .await
+        .exited(1)
+        .complains(&[&format!(
+            "no permission to list statefulsets in namespace {name}"
+        )]);
+
+    // --context and the context's namespace are honoured, as kubectl does
+    let directory = tempfile::tempdir().unwrap();
+    let kubeconfig = directory.path().join("two-contexts.kubeconfig");
+    let mut config: serde_yaml::Value =
+        serde_yaml::from_str(&std::fs::read_to_string(control_plane.kubeconfig_path()).unwrap())
+            .unwrap();
+    let admin_context = config["contexts"][0].clone();
+    let mut here = admin_context.clone();
+    here["name"] = "here".into();
+    here["context"]["namespace"] = name.into();
+    let mut nowhere = admin_context;
+    nowhere["name"] = "nowhere".into();
+    nowhere["context"]["namespace"] = "no-such-namespace".into();
+    config["contexts"] = serde_yaml::Value::Sequence(vec![here, nowhere]);
+    config["current-context"] = "nowhere".into();
+    std::fs::write(&kubeconfig, serde_yaml::to_string(&config).unwrap()).unwrap();
+    kubectl_baton(&kubeconfig, &["status", "nope"])
+        .await
+        .exited(1)
+        .complains(&["no rollout group nope in namespace no-such-namespace"]);
+    kubectl_baton(
+        Path::new("/nonexistent"),
+        &[
+            "--kubeconfig",
+            kubeconfig.to_str().unwrap(),
+            "--context",
+            "here",
+            "pause",
+            "loner",
+        ],
+    )
+    .await
+    .exited(1)
+    .complains(&[&format!(
+        "StatefulSet loner in namespace {name} is not in a rollout group"
+    )]);
+}
