@@ -23,11 +23,17 @@ pub struct ControllerMetrics {
     pub pods_updated: IntGaugeVec,
     pub pods_ready: IntGaugeVec,
     pub group_waiting: IntGaugeVec,
+    /// `{rollout_group, reason}`: 1 for the planner's reason the group waits now
+    /// ([`WaitReason::kind`](crate::rollout::plan::WaitReason::kind)); one series per waiting
+    /// group at most, none for a group that does not wait.
+    pub waiting_reason: IntGaugeVec,
     pub pod_deletions: IntCounterVec,
     /// What rollout gates hold groups for (issue 12).
     pub gates: crate::gates::metrics::GateMetrics,
     /// The StatefulSets each group's per-StatefulSet series were last recorded for.
     members: Arc<Mutex<HashMap<String, BTreeSet<String>>>>,
+    /// The reason each waiting group's `waiting_reason` series was last recorded for.
+    reasons: Arc<Mutex<HashMap<String, &'static str>>>,
 }
 
 /// One StatefulSet's pod counts, as the planner reports them.
@@ -102,6 +108,13 @@ impl ControllerMetrics {
                 ),
                 group,
             )?,
+            waiting_reason: IntGaugeVec::new(
+                Opts::new(
+                    "baton_rollout_group_waiting_reason",
+                    "1 for the reason a rollout group cannot make progress now (NotReady, MaxUnavailable, Paused, ...); no series while it can.",
+                ),
+                &["rollout_group", "reason"],
+            )?,
             pod_deletions: IntCounterVec::new(
                 Opts::new(
                     "baton_rollout_pod_deletions_total",
@@ -111,6 +124,7 @@ impl ControllerMetrics {
             )?,
             gates: crate::gates::metrics::GateMetrics::register(registry)?,
             members: Arc::default(),
+            reasons: Arc::default(),
         };
         registry.register(Box::new(metrics.reconciles.clone()))?;
         registry.register(Box::new(metrics.reconciles_failed.clone()))?;
@@ -120,6 +134,7 @@ impl ControllerMetrics {
         registry.register(Box::new(metrics.pods_updated.clone()))?;
         registry.register(Box::new(metrics.pods_ready.clone()))?;
         registry.register(Box::new(metrics.group_waiting.clone()))?;
+        registry.register(Box::new(metrics.waiting_reason.clone()))?;
         registry.register(Box::new(metrics.pod_deletions.clone()))?;
         Ok(metrics)
     }
@@ -160,12 +175,36 @@ impl ControllerMetrics {
         }
     }
 
+    /// Records why `group` waits now (a [`WaitReason::kind`](crate::rollout::plan::WaitReason::kind);
+    /// `None`: it does not), removing the series of the reason it waited for before.
+    pub fn record_wait_reason(&self, group: &str, reason: Option<&'static str>) {
+        let before = {
+            let mut reasons = self
+                .reasons
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            match reason {
+                Some(reason) => reasons.insert(group.to_owned(), reason),
+                None => reasons.remove(group),
+            }
+        };
+        if let Some(before) = before.filter(|before| Some(*before) != reason) {
+            let _ = self.waiting_reason.remove_label_values(&[group, before]);
+        }
+        if let Some(reason) = reason {
+            self.waiting_reason
+                .with_label_values(&[group, reason])
+                .set(1);
+        }
+    }
+
     /// `group` has no member left: every series of it and of its StatefulSets goes.
     pub fn forget_group(&self, group: &str) {
         let before = self.lock_members().remove(group).unwrap_or_default();
         for gone in &before {
             self.remove_statefulset(group, gone);
         }
+        self.record_wait_reason(group, None);
         let _ = self.group_waiting.remove_label_values(&[group]);
         self.gates.forget(group);
     }
@@ -240,6 +279,33 @@ mod tests {
             3,
             "zone-a keeps its three gauges: {now:?}"
         );
+    }
+
+    #[test]
+    fn a_group_has_one_waiting_reason_series_while_it_waits() {
+        let registry = Registry::new();
+        let metrics = ControllerMetrics::register(&registry).unwrap();
+        let reasons = |registry: &Registry| -> Vec<String> {
+            series(registry)
+                .into_iter()
+                .filter(|s| s.starts_with("baton_rollout_group_waiting_reason"))
+                .collect()
+        };
+
+        metrics.record_wait_reason("ingester", Some("NotReady"));
+        metrics.record_wait_reason("ingester", Some("MaxUnavailable"));
+        metrics.record_wait_reason("other", Some("Paused"));
+        assert_eq!(
+            reasons(&registry),
+            [
+                "baton_rollout_group_waiting_reason{reason=MaxUnavailable,rollout_group=ingester}",
+                "baton_rollout_group_waiting_reason{reason=Paused,rollout_group=other}",
+            ]
+        );
+
+        metrics.record_wait_reason("ingester", None);
+        metrics.forget_group("other");
+        assert_eq!(reasons(&registry), Vec::<String>::new());
     }
 
     #[test]

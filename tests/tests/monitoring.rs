@@ -135,6 +135,7 @@ fn exported_metrics() -> Exported {
             &rollout.pods_updated,
             &rollout.pods_ready,
             &rollout.group_waiting,
+            &rollout.waiting_reason,
             &rollout.pod_deletions,
             &rollout.gates.holding,
             &rollout.gates.halted,
