@@ -33,25 +33,20 @@ pub fn status(document: &RolloutStatus, format: Format) -> String {
 
 /// One row per zone, then one line per group saying why it waits.
 pub fn status_table(groups: &[GroupStatus]) -> String {
-    let mut table = TabWriter::new(Vec::new()).padding(3);
-    let _ = writeln!(table, "GROUP\tZONE\tPHASE\tUPDATED\tREADY\tREVISION");
-    for group in groups {
-        for zone in &group.zones {
-            let _ = writeln!(
-                table,
-                "{}\t{}\t{}\t{}/{}\t{}/{}\t{}",
-                group.name,
-                zone.statefulset,
-                zone.phase.as_str(),
-                zone.updated,
-                zone.total,
-                zone.ready,
-                zone.total,
-                revisions(zone)
-            );
-        }
-    }
-    let mut text = finish(table);
+    let header = ["GROUP", "ZONE", "PHASE", "UPDATED", "READY", "REVISION"].map(String::from);
+    let rows = groups.iter().flat_map(|group| {
+        group.zones.iter().map(|zone| {
+            vec![
+                group.name.clone(),
+                zone.statefulset.clone(),
+                zone.phase.as_str().to_owned(),
+                format!("{}/{}", zone.updated, zone.total),
+                format!("{}/{}", zone.ready, zone.total),
+                revisions(zone),
+            ]
+        })
+    });
+    let mut text = table(std::iter::once(header.to_vec()).chain(rows));
     if !groups.is_empty() {
         text.push('\n');
     }
@@ -99,7 +94,12 @@ fn revisions(zone: &ZoneStatus) -> String {
     }
 }
 
-fn finish(table: TabWriter<Vec<u8>>) -> String {
+/// Rows of cells in aligned columns, three spaces apart, as kubectl prints them.
+fn table(rows: impl IntoIterator<Item = Vec<String>>) -> String {
+    let mut table = TabWriter::new(Vec::new()).padding(3);
+    for row in rows {
+        let _ = writeln!(table, "{}", row.join("\t"));
+    }
     let bytes = table.into_inner().expect("writing to memory does not fail");
     String::from_utf8(bytes).expect("tabwriter keeps UTF-8")
 }
@@ -153,22 +153,17 @@ pub fn plan(namespace: &str, group: &str, plan: &Plan, gate: &GateDecision) -> S
             text.push_str(&format!("  {warning}\n"));
         }
     }
-    let mut progress = TabWriter::new(Vec::new()).padding(3);
-    let _ = writeln!(progress, "ZONE\tUPDATED\tREADY\tDONE");
-    for zone in &plan.progress {
-        let _ = writeln!(
-            progress,
-            "{}\t{}/{}\t{}/{}\t{}",
-            zone.statefulset,
-            zone.updated,
-            zone.total,
-            zone.ready,
-            zone.total,
-            if zone.done { "yes" } else { "no" }
-        );
-    }
+    let header = ["ZONE", "UPDATED", "READY", "DONE"].map(String::from);
+    let rows = plan.progress.iter().map(|zone| {
+        vec![
+            zone.statefulset.clone(),
+            format!("{}/{}", zone.updated, zone.total),
+            format!("{}/{}", zone.ready, zone.total),
+            if zone.done { "yes" } else { "no" }.to_owned(),
+        ]
+    });
     text.push('\n');
-    text.push_str(&finish(progress));
+    text.push_str(&table(std::iter::once(header.to_vec()).chain(rows)));
     text
 }
 
