@@ -68,11 +68,20 @@ fn add_family(exported: &mut Exported, name: &str, kind: MetricType, labels: &BT
     }
 }
 
-/// The series of `registry` and of `vectors`: `gather()` shows every plain metric but leaves
+/// A metric family baton exports: its type and the labels of its series.
+#[derive(Debug, Clone, PartialEq)]
+struct Family {
+    kind: MetricType,
+    labels: BTreeSet<String>,
+}
+
+type Families = BTreeMap<String, Family>;
+
+/// The families of `registry` and of `vectors`: `gather()` shows every plain metric but leaves
 /// out a vector without series, so each vector is read from its `desc()` (name and labels; its
 /// type from `collect()`, which names the family even when it is empty).
-fn exported_by(registry: &Registry, vectors: &[&dyn Collector]) -> Exported {
-    let mut exported = Exported::new();
+fn families_of(registry: &Registry, vectors: &[&dyn Collector]) -> Families {
+    let mut families = Families::new();
     for family in registry.gather() {
         let labels = family
             .get_metric()
@@ -80,17 +89,13 @@ fn exported_by(registry: &Registry, vectors: &[&dyn Collector]) -> Exported {
             .flat_map(|metric| metric.get_label())
             .map(|label| label.name().to_owned())
             .collect();
-        add_family(
-            &mut exported,
-            family.name(),
-            family.get_field_type(),
-            &labels,
-        );
+        let kind = family.get_field_type();
+        families.insert(family.name().to_owned(), Family { kind, labels });
     }
     for vector in vectors {
-        let families = vector.collect();
+        let collected = vector.collect();
         for desc in vector.desc() {
-            let kind = families
+            let kind = collected
                 .iter()
                 .find(|family| family.name() == desc.fq_name)
                 .map_or(MetricType::UNTYPED, |family| family.get_field_type());
@@ -104,15 +109,16 @@ fn exported_by(registry: &Registry, vectors: &[&dyn Collector]) -> Exported {
                         .map(|pair| pair.name().to_owned()),
                 )
                 .collect();
-            add_family(&mut exported, &desc.fq_name, kind, &labels);
+            families.insert(desc.fq_name.clone(), Family { kind, labels });
         }
     }
-    exported
+    families
 }
 
-/// Every series name either binary exports, from their metric sets registered as each
-/// binary registers them (one registry per binary, so a name clash fails here too).
-fn exported_metrics() -> Exported {
+/// Every metric family either binary exports, from their metric sets registered as each
+/// binary registers them (one registry per binary, so a name clash fails here too). A family
+/// both export (the API and pod client histograms) must be the same in both.
+fn exported_families() -> Families {
     baton_shared::crypto::install_default_provider();
     let pods_config = PodsConfig::default();
 
@@ -122,7 +128,7 @@ fn exported_metrics() -> Exported {
     LeaderMetrics::register(&controller).expect("leader metrics");
     let pods = PodHttpClient::new(&pods_config, &controller).expect("pod client");
     let certificates = CertificateMetrics::register(&controller).expect("certificate metrics");
-    let mut names = exported_by(
+    let mut families = families_of(
         &controller,
         &[
             api.histogram(),
@@ -150,7 +156,7 @@ fn exported_metrics() -> Exported {
     let admission = WebhookMetrics::register(&webhook).expect("webhook metrics");
     let pods = PodHttpClient::new(&pods_config, &webhook).expect("pod client");
     let zpdb = ZpdbMetrics::register(&webhook).expect("zpdb metrics");
-    names.extend(exported_by(
+    let from_webhook = families_of(
         &webhook,
         &[
             api.histogram(),
@@ -162,8 +168,23 @@ fn exported_metrics() -> Exported {
             &zpdb.configurations,
             &zpdb.api_reads,
         ],
-    ));
-    names
+    );
+    for (name, family) in from_webhook {
+        if let Some(other) = families.get(&name) {
+            assert_eq!(other, &family, "{name} differs between the binaries");
+        }
+        families.insert(name, family);
+    }
+    families
+}
+
+/// Every series name either binary exports and the labels its series carry.
+fn exported_metrics() -> Exported {
+    let mut exported = Exported::new();
+    for (name, family) in exported_families() {
+        add_family(&mut exported, &name, family.kind, &family.labels);
+    }
+    exported
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -708,4 +729,64 @@ async fn the_dashboard_and_the_waiting_alert_read_a_live_stuck_rollout() {
     prometheus
         .wait_value(&format!("count(({progress}) == 0)"), 2.0)
         .await;
+}
+
+fn type_name(kind: MetricType) -> &'static str {
+    match kind {
+        MetricType::COUNTER => "counter",
+        MetricType::GAUGE => "gauge",
+        MetricType::HISTOGRAM => "histogram",
+        MetricType::SUMMARY => "summary",
+        MetricType::UNTYPED => "untyped",
+    }
+}
+
+#[test]
+fn every_exported_metric_is_documented_with_its_type_and_labels() {
+    // Given the table of docs/alerts.md's "Metrics" section: | `name` | type | `labels` | … |
+    let docs = read(&monitoring_dir().join("../../docs/alerts.md"));
+    let section = docs
+        .split_once("\n## Metrics\n")
+        .map(|(_, after)| after.split("\n## ").next().unwrap_or(after))
+        .expect("docs/alerts.md has a Metrics section");
+    let mut documented = BTreeMap::new();
+    for row in section.lines().filter(|line| line.starts_with("| `")) {
+        let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+        let name = cells[1].trim_matches('`').to_owned();
+        let labels: BTreeSet<String> = cells[3]
+            .split(',')
+            .map(|label| label.trim().trim_matches('`').to_owned())
+            .filter(|label| !label.is_empty() && label != "—")
+            .collect();
+        documented.insert(name, (cells[2].to_owned(), labels));
+    }
+
+    // When it is compared with what the binaries export
+    let exported: BTreeMap<String, (String, BTreeSet<String>)> = exported_families()
+        .into_iter()
+        .map(|(name, family)| (name, (type_name(family.kind).to_owned(), family.labels)))
+        .collect();
+
+    // Then each metric is there once, with its type and labels, and nothing else is
+    let mut problems = Vec::new();
+    for (name, (kind, labels)) in &exported {
+        match documented.get(name) {
+            None => problems.push(format!("{name} ({kind}, {labels:?}) is not documented")),
+            Some(row) if row != &(kind.clone(), labels.clone()) => problems.push(format!(
+                "{name} is documented as {row:?} but is ({kind}, {labels:?})"
+            )),
+            Some(_) => {}
+        }
+    }
+    for name in documented
+        .keys()
+        .filter(|name| !exported.contains_key(*name))
+    {
+        problems.push(format!("{name} is documented but not exported"));
+    }
+    assert!(
+        problems.is_empty(),
+        "docs/alerts.md, Metrics:\n{}",
+        problems.join("\n")
+    );
 }
