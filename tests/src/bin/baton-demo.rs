@@ -88,6 +88,10 @@ async fn main() -> anyhow::Result<()> {
     }
 
     let kubeconfig = control_plane.kubeconfig_path().display().to_string();
+    let status_page = format!(
+        "\nIn a browser: http://{}/ui/status (the controller's status page; JSON at /api/v1/status)\n",
+        controller.ops_address
+    );
     let terminal = std::io::stdout().is_terminal();
     let mut announced = false;
     let mut last_frame = String::new();
@@ -101,6 +105,7 @@ async fn main() -> anyhow::Result<()> {
         let complete = states.iter().all(RolloutState::is_complete);
         let gates = gates(&client, &names).await;
         let mut frame = render(&names, &states, &gates, &events(&client).await);
+        frame.push_str(&status_page);
         if complete {
             frame.push_str(&instructions(&kubeconfig));
         }
