@@ -11,6 +11,7 @@ use baton_e2e::controller_support::{
     Controller, events_about, roll_out, wait_group_ready, wait_rollout_complete,
 };
 use baton_e2e::fixtures::StatefulSetFixture;
+use baton_e2e::rbac_support::{Binary, SERVICE_ACCOUNT_NAMESPACE, bind_deploy_roles};
 use baton_e2e::timeline::{Zone, check_rollout_guarantees};
 use baton_e2e::webhook_support::{TestTls, WebhookReplica};
 use baton_e2e::{
@@ -749,11 +750,34 @@ struct Controlled {
     client: kube::Client,
 }
 
+/// What baton-controller runs as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RunAs {
+    Admin,
+    /// Its service account with exactly deploy/'s roles (least privilege).
+    DeployRoles,
+}
+
 impl Controlled {
-    async fn new(prefix: &str, sizes: &[i32], replicas: usize, spec: Value) -> Self {
+    async fn new(prefix: &str, sizes: &[i32], replicas: usize, spec: Value, run_as: RunAs) -> Self {
         let zones = Zones::new(prefix, sizes, replicas).await;
         zones.create_budget("ingester", spec).await;
-        let controller = Controller::start(ControlPlane::shared().await, zones.ns(), &[]).await;
+        let control_plane = ControlPlane::shared().await;
+        let controller = match run_as {
+            RunAs::Admin => Controller::start(control_plane, zones.ns(), &[]).await,
+            RunAs::DeployRoles => {
+                bind_deploy_roles(&zones.namespace.client(), zones.ns(), Binary::Controller)
+                    .await
+                    .unwrap();
+                let kubeconfig = control_plane
+                    .service_account_kubeconfig(
+                        SERVICE_ACCOUNT_NAMESPACE,
+                        Binary::Controller.service_account(),
+                    )
+                    .unwrap();
+                Controller::start_as(kubeconfig, zones.ns(), &[]).await
+            }
+        };
         Self {
             client: zones.namespace.client(),
             names: ZONES.iter().map(|zone| statefulset(zone)).collect(),
@@ -827,6 +851,7 @@ async fn a_rollout_and_a_drain_at_the_same_time_never_exceed_the_budget() {
         &[3, 3, 3],
         2,
         json!({"maxUnavailable": 1}),
+        RunAs::Admin,
     )
     .await;
 
@@ -875,7 +900,8 @@ async fn a_rollout_and_a_drain_at_the_same_time_never_exceed_the_budget() {
 
 #[tokio::test]
 async fn a_budget_of_max_unavailable_0_refuses_evictions_but_not_the_rollout() {
-    // Given a group whose budget allows no eviction at all, and the controller
+    // Given a group whose budget allows no eviction at all, and the controller with only the
+    // permissions of deploy/'s roles
     // (`_controller` bound: the controller runs until the scenario ends)
     let Controlled {
         zones,
@@ -887,6 +913,7 @@ async fn a_budget_of_max_unavailable_0_refuses_evictions_but_not_the_rollout() {
         &[2, 2, 2],
         1,
         json!({"maxUnavailable": 0}),
+        RunAs::DeployRoles,
     )
     .await;
     // A drain is refused
@@ -903,6 +930,27 @@ async fn a_budget_of_max_unavailable_0_refuses_evictions_but_not_the_rollout() {
     wait_rollout_complete(&client, zones.ns(), &names).await;
     let guarantees: Vec<Zone> = names.iter().map(|name| Zone::new(name, 2, 1)).collect();
     check_rollout_guarantees(&zones.simulator.timeline(), &guarantees, from).unwrap();
+    // And the rollout claimed its deletions in the budget's record, deploy/'s roles enough for
+    // it (the budgets' watch, the record's writes)
+    let record = zones
+        .namespace
+        .api::<ConfigMap>()
+        .get("baton-zpdb-ingester")
+        .await
+        .unwrap();
+    assert!(
+        record
+            .data
+            .unwrap_or_default()
+            .values()
+            .any(|entry| entry.contains("baton-controller rollout of group ingester")),
+        "no claim by the rollout in the record"
+    );
+    let output = _controller.process.output();
+    assert!(
+        !output.contains("forbidden"),
+        "a call was refused:\n{output}"
+    );
 }
 
 #[tokio::test]
@@ -915,7 +963,7 @@ async fn an_eviction_claimed_in_the_budgets_record_holds_the_rollout_until_it_is
         _controller,
         names,
         client,
-    } = Controlled::new("zpdb-rollout-claim", &[2, 2, 2], 1, json!({})).await;
+    } = Controlled::new("zpdb-rollout-claim", &[2, 2, 2], 1, json!({}), RunAs::Admin).await;
     let claimed = pod("b", 0);
     let uid = zones
         .namespace
