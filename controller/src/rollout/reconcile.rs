@@ -121,6 +121,10 @@ impl Rollouts {
                         .map(|wait| (wait.kind(), wait.to_string()))
                 }),
         };
+        // The metric names the reason only while the group has pods to roll.
+        let reason = waiting.as_ref().map(|(kind, _)| *kind);
+        self.metrics
+            .record_wait_reason(group, reason.filter(|_| rollout_pending(&plan)));
         self.status.observe(group, waiting, now);
         let recheck = plan.recheck_after.map_or(Requeue::Never, Requeue::at);
         Ok(match held {
