@@ -128,8 +128,22 @@ async fn the_json_status_is_versioned_names_the_wait_and_a_standby_names_the_lea
     // Given a 3-zone group mid-rollout
     let scene = group_mid_rollout().await;
 
-    // When the leader's /api/v1/status is read
-    let status = wait_mid_rollout_status(&scene.controller).await;
+    // When the leader's /api/v1/status is read, once its reconcile recorded the wait
+    wait_mid_rollout_status(&scene.controller).await;
+    wait_until(
+        TIMEOUT,
+        "the leader records since when the group waits",
+        || async {
+            status(&scene.controller, "").await.is_some_and(|status| {
+                status.groups[0]
+                    .waiting
+                    .as_ref()
+                    .is_some_and(|waiting| waiting.since.is_some())
+            })
+        },
+    )
+    .await;
+    let status = self::status(&scene.controller, "").await.expect("answers");
 
     // Then it is a versioned document in camelCase, from the leader, with the group's wait
     assert_eq!(status.api_version, "baton.dev/v1alpha1");
@@ -152,6 +166,20 @@ async fn the_json_status_is_versioned_names_the_wait_and_a_standby_names_the_lea
         "{}",
         waiting.message
     );
+    assert!(waiting.since.expect("recorded") <= status.generated_at);
+    let deleted: Vec<Option<&str>> = group
+        .last_actions
+        .iter()
+        .filter(|action| action.action == "DeletePod")
+        .map(|action| action.pod.as_deref())
+        .collect();
+    assert_eq!(
+        deleted.first(),
+        Some(&Some("ingester-zone-b-0")),
+        "the latest deletion first: {:?}",
+        group.last_actions
+    );
+    assert!(deleted.contains(&Some("ingester-zone-a-0")), "{deleted:?}");
     let b = &group.zones[1];
     assert_eq!((b.updated, b.ready, b.total), (1, 2, 3));
     assert_ne!(b.current_revision, b.update_revision);
