@@ -70,11 +70,11 @@ const CLAIM_ATTEMPTS: usize = 8;
 pub const WAIT_REASON: &str = "ZoneAwareBudgetWaits";
 
 /// What the controller knows of the namespace's budgets.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub enum Known {
-    /// Not listed yet: deletions wait.
-    #[default]
-    NotListed,
+    /// Not listed yet: deletions wait, naming the watch's last error if there was one (e.g. a
+    /// role without `list` on the budgets).
+    NotListed { error: Option<String> },
     /// The CRD is not installed: there are no budgets.
     NotInstalled,
     /// Budget name → the budget, parsed.
@@ -125,9 +125,13 @@ pub fn judge(view: &View<'_>, deletion: &Deletion<'_>, claims: &RecentlyAllowed)
         return Judgement::Go;
     }
     let budgets: Vec<&Observed> = match view.known {
-        Known::NotListed => {
+        Known::NotListed { error } => {
+            let error = error
+                .as_deref()
+                .map(|error| format!(" (listing them failed: {error})"))
+                .unwrap_or_default();
             return Judgement::Wait(format!(
-                "the rollout waits to delete pod {}: the ZoneAwarePodDisruptionBudgets of namespace {} are not listed yet",
+                "the rollout waits to delete pod {}: the ZoneAwarePodDisruptionBudgets of namespace {} are not listed yet{error}",
                 deletion.pod, view.namespace
             ));
         }
@@ -213,7 +217,7 @@ impl ZoneBudgets {
         touched: UnboundedSender<String>,
         request_timeout: Duration,
     ) -> (Self, impl Future<Output = ()> + Send + 'static) {
-        let known = Arc::new(RwLock::new(Known::NotListed));
+        let known = Arc::new(RwLock::new(Known::NotListed { error: None }));
         let budgets = Self {
             namespace: namespace.to_owned(),
             client: client.clone(),
@@ -397,6 +401,10 @@ async fn watch(
             }
             Err(error) => {
                 tracing::warn!(%error, "ZoneAwarePodDisruptionBudget watch error; retrying");
+                if let Known::NotListed { error: last } = &mut *known.write().expect("budgets lock")
+                {
+                    *last = Some(error.to_string());
+                }
                 continue;
             }
         };

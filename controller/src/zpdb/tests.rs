@@ -194,10 +194,20 @@ fn without_a_budget_or_the_crd_the_rollout_deletes_unconsulted() {
 
 #[test]
 fn before_the_budgets_are_listed_the_rollout_waits() {
-    let cluster = Cluster::new(Known::NotListed, &[]);
+    let cluster = Cluster::new(Known::NotListed { error: None }, &[]);
     waits(
         &cluster.judge(A, A0, NONE),
         &[A0, "not listed yet", "namespace mimir"],
+    );
+    // Naming why, when the listing failed
+    let forbidden = "zoneawarepoddisruptionbudgets.rollout-operator.grafana.com is forbidden";
+    let error = Some(forbidden.to_owned());
+    let cluster = Cluster::new(Known::NotListed { error }, &[]);
+    waits(
+        &cluster.judge(A, A0, NONE),
+        &[&format!(
+            "not listed yet (listing them failed: {forbidden})"
+        )],
     );
 }
 
@@ -280,7 +290,8 @@ fn within_the_zone_the_rollouts_max_unavailable_applies() {
 #[test]
 fn free_replacements_are_never_held() {
     // Not listed, another zone down, a claim elsewhere: a pod already unavailable still goes
-    for known in [Known::NotListed, listed(&[budget("ingester", None)])] {
+    let not_listed = Known::NotListed { error: None };
+    for known in [not_listed, listed(&[budget("ingester", None)])] {
         let cluster = Cluster::new(known, &[A0, "ingester-zone-b-0"]);
         let statefulsets: Vec<&StatefulSet> = cluster.statefulsets.iter().collect();
         let pods: Vec<&Pod> = cluster.pods.iter().collect();
