@@ -141,6 +141,41 @@ impl ControllerMetrics {
 }
 
 impl ControllerMetrics {
+    /// Every collector of the set (the gates' included), for reading their names and labels
+    /// (the monitoring test checks the dashboard against them). The pattern names every field:
+    /// a new metric does not compile until it is listed here.
+    pub fn collectors(&self) -> Vec<&dyn prometheus::core::Collector> {
+        let Self {
+            reconciles,
+            reconciles_failed,
+            reconcile_duration,
+            last_successful_reconcile,
+            pods_total,
+            pods_updated,
+            pods_ready,
+            group_waiting,
+            waiting_reason,
+            pod_deletions,
+            gates: crate::gates::metrics::GateMetrics { holding, halted },
+            members: _,
+            reasons: _,
+        } = self;
+        vec![
+            reconciles,
+            reconciles_failed,
+            reconcile_duration,
+            last_successful_reconcile,
+            pods_total,
+            pods_updated,
+            pods_ready,
+            group_waiting,
+            waiting_reason,
+            pod_deletions,
+            holding,
+            halted,
+        ]
+    }
+
     /// Sets the pod gauges of `group`'s members and whether it waits, and removes the series of
     /// StatefulSets recorded for the group before that are no longer among `members`.
     pub fn record_group<'a>(
