@@ -80,6 +80,34 @@ async fn kubectl_baton(kubeconfig: &Path, args: &[&str]) -> Run {
     }
 }
 
+/// Runs `kubectl-baton args…` on a terminal (a pseudo-terminal from util-linux's `script`), as
+/// a person at a shell does; the output is the terminal's.
+async fn kubectl_baton_on_a_terminal(kubeconfig: &Path, args: &[&str]) -> Run {
+    let binary = tokio::task::spawn_blocking(|| workspace_binary("kubectl-baton"))
+        .await
+        .expect("the build task")
+        .expect("kubectl-baton builds");
+    let mut line = format!("'{}'", binary.display());
+    for arg in args {
+        line.push_str(&format!(" '{arg}'"));
+    }
+    let run = tokio::process::Command::new("script")
+        .args(["--quiet", "--return", "--command", &line, "/dev/null"])
+        .env("KUBECONFIG", kubeconfig)
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    let output = tokio::time::timeout(Duration::from_secs(180), run)
+        .await
+        .unwrap_or_else(|_| panic!("kubectl-baton {args:?} still running after 180s"))
+        .expect("script runs");
+    Run {
+        code: output.status.code(),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}
+
 /// A namespace and its admin kubeconfig, to run the plugin in.
 struct Plugin<'a> {
     kubeconfig: &'a Path,
@@ -227,6 +255,17 @@ async fn a_pipeline_follows_a_rollout_with_status_plan_pause_wait_and_resume() {
             || waited.stdout.contains("ingester-zone-c waiting"),
         "a line per change while it rolled: {waited:#?}"
     );
+    // and on a terminal it draws a progress bar per zone
+    let on_a_terminal = kubectl_baton_on_a_terminal(
+        plugin.kubeconfig,
+        &["wait", "ingester", "-n", namespace, "--timeout", "1m"],
+    )
+    .await;
+    on_a_terminal.exited(0).says(&[
+        "rollout group ingester is complete",
+        "ingester-zone-c [",
+        "2/2 updated",
+    ]);
 }
 
 #[tokio::test]
