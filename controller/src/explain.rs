@@ -64,10 +64,21 @@ impl std::fmt::Debug for Explainer {
 }
 
 /// One Event to write.
-struct Outgoing {
+pub(crate) struct Outgoing {
     key: RepeatKey,
     object: ObjectReference,
     event: Event,
+}
+
+#[cfg(test)]
+impl Outgoing {
+    /// The queued Event's reason and note.
+    pub(crate) fn reason_and_note(&self) -> (&str, &str) {
+        (
+            self.event.reason.as_str(),
+            self.event.note.as_deref().unwrap_or_default(),
+        )
+    }
 }
 
 /// (object uid or name, reason)
@@ -162,7 +173,12 @@ impl Explainer {
         (explainer, publisher)
     }
 
-    fn with_queue(repeat_after: Duration, capacity: usize) -> (Self, mpsc::Receiver<Outgoing>) {
+    /// An explainer over a queue of `capacity` whose receiving end is returned: the publisher's
+    /// (tests read it directly).
+    pub(crate) fn with_queue(
+        repeat_after: Duration,
+        capacity: usize,
+    ) -> (Self, mpsc::Receiver<Outgoing>) {
         let (queue, queued) = mpsc::channel(capacity);
         let repeats = Arc::new(RepeatFilter {
             repeat_after,

@@ -250,3 +250,6 @@ enum SetOutcome {
     /// Denied (e.g. by an admission webhook) or failed: why.
     Failed(String),
 }
+
+#[cfg(test)]
+mod tests;
