@@ -240,7 +240,12 @@ impl ControllerMetrics {
             self.remove_statefulset(group, gone);
         }
         self.record_wait_reason(group, None);
-        let _ = self.group_waiting.remove_label_values(&[group]);
+        let labels = [group];
+        let _ = self.group_waiting.remove_label_values(&labels);
+        let _ = self.reconciles.remove_label_values(&labels);
+        let _ = self.reconciles_failed.remove_label_values(&labels);
+        let _ = self.reconcile_duration.remove_label_values(&labels);
+        let _ = self.last_successful_reconcile.remove_label_values(&labels);
         self.gates.forget(group);
     }
 
@@ -347,6 +352,18 @@ mod tests {
     fn a_group_without_members_loses_every_series() {
         let registry = Registry::new();
         let metrics = ControllerMetrics::register(&registry).unwrap();
+        for group in ["ingester", "other"] {
+            metrics.reconciles.with_label_values(&[group]).inc();
+            metrics.reconciles_failed.with_label_values(&[group]).inc();
+            metrics
+                .reconcile_duration
+                .with_label_values(&[group])
+                .observe(0.1);
+            metrics
+                .last_successful_reconcile
+                .with_label_values(&[group])
+                .set(1.0);
+        }
         metrics.record_group("ingester", [("zone-a", COUNTS)], true);
         metrics.record_group("other", [("other-a", COUNTS)], false);
 
