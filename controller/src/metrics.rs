@@ -23,9 +23,10 @@ pub struct ControllerMetrics {
     pub pods_updated: IntGaugeVec,
     pub pods_ready: IntGaugeVec,
     pub group_waiting: IntGaugeVec,
-    /// `{rollout_group, reason}`: 1 for the planner's reason the group waits now
-    /// ([`WaitReason::kind`](crate::rollout::plan::WaitReason::kind)); one series per waiting
-    /// group at most, none for a group that does not wait.
+    /// `{rollout_group, reason}`: 1 for the reason the group waits now, as the status page
+    /// says it (a zone-aware budget's, a gate's [`GateWait::kind`](crate::gates::GateWait::kind),
+    /// else the planner's [`WaitReason::kind`](crate::rollout::plan::WaitReason::kind)); one
+    /// series per waiting group at most, none for a group that does not wait.
     pub waiting_reason: IntGaugeVec,
     pub pod_deletions: IntCounterVec,
     /// What rollout gates hold groups for (issue 12).
