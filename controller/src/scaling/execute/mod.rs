@@ -1,11 +1,11 @@
 //! The thin I/O around the scaling planner, split by responsibility:
 //! - here: one scaling pass of a group (read the references, build the snapshot whole, plan,
 //!   explain, act) and the StatefulSet's `/scale` call;
-//! - [`references`]: the reference resources (kind discovery, reading their scale, writing
+//! - `references`: the reference resources (kind discovery, reading their scale, writing
 //!   `status.replicas` back);
-//! - [`delayed`]: delayed downscale carried out (the pods' prepare/cancel endpoints, then the
+//! - `delayed`: delayed downscale carried out (the pods' prepare/cancel endpoints, then the
 //!   scale as far down as their answers allow);
-//! - [`wording`]: how every outcome is told (Events and log lines).
+//! - `wording`: how every outcome is told (Events and log lines).
 //!
 //! A pass runs beside the group's rollout, never before it: neither waits on the other's I/O
 //! (an unreachable reference holds scaling only).
