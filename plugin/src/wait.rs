@@ -14,6 +14,7 @@ use futures::{FutureExt, StreamExt};
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 
@@ -124,6 +125,7 @@ pub async fn run(
         watcher::Config::default().labels(&selector),
     )
     .backoff(watch_backoff())
+    .modify(|statefulset| statefulset.managed_fields_mut().clear())
     .reflect(statefulset_writer)
     .touched_objects()
     .map(|_| ());
@@ -132,6 +134,7 @@ pub async fn run(
         watcher::Config::default(),
     )
     .backoff(watch_backoff())
+    .modify(|pod| pod.managed_fields_mut().clear())
     .reflect(pod_writer)
     .touched_objects()
     .map(|_| ());
@@ -154,11 +157,7 @@ pub async fn run(
         {
             continue;
         }
-        let members: Vec<StatefulSet> = statefulset_store
-            .state()
-            .iter()
-            .map(|member| member.as_ref().clone())
-            .collect();
+        let members = statefulset_store.state();
         if members.is_empty() {
             display.finish();
             return Err(AccessError::NoSuchGroup {
@@ -167,7 +166,11 @@ pub async fn run(
             });
         }
         let pods = pod_store.state();
-        current = compute(group, &members, pods.iter().map(AsRef::as_ref));
+        current = compute(
+            group,
+            members.iter().map(AsRef::as_ref),
+            pods.iter().map(AsRef::as_ref),
+        );
         display.show(&current);
         if let Some(outcome) = outcome(&current) {
             display.finish();
@@ -178,7 +181,7 @@ pub async fn run(
 
 fn compute<'a>(
     group: &str,
-    members: &'a [StatefulSet],
+    members: impl IntoIterator<Item = &'a StatefulSet>,
     pods: impl IntoIterator<Item = &'a Pod>,
 ) -> GroupStatus {
     let snapshot = GroupSnapshot::from_kubernetes(group, members, pods);
