@@ -6,5 +6,5 @@ cd "$(dirname "$0")/.."
 
 KUBEBUILDER_ASSETS="$(tests/control-plane/install.sh)"
 export KUBEBUILDER_ASSETS
-cargo build --quiet -p baton-e2e --bin baton-demo --bin baton-control-plane -p baton-controller --bin baton-controller
+cargo build --quiet -p baton-e2e --bin baton-demo --bin baton-control-plane -p baton-controller --bin baton-controller -p kubectl-baton --bin kubectl-baton
 exec target/debug/baton-demo "$@"
