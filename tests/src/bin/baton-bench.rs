@@ -3,7 +3,8 @@
 //! - `rollout`: a 3 zones × 10 pods rollout with pods Ready 200 ms after creation: reaction time
 //!   (a pod becomes Ready → baton deletes the next one) p50/p99, and wall time against the
 //!   30 × 200 ms a perfect operator needs.
-//! - `rss`: resident memory of the controller watching 100 groups × 3 StatefulSets × 30 pods.
+//! - `rss`: resident memory (VmRSS, and its peak VmHWM) of the controller watching 100 groups ×
+//!   3 StatefulSets × 30 pods, then of the webhook idle on the same namespace.
 //! - `start`: a fresh install (no Lease yet) started in a namespace whose group already waits
 //!   for a rollout: process start → first pod deleted, over several runs.
 
@@ -12,6 +13,7 @@ use std::time::{Duration, Instant};
 use anyhow::bail;
 use baton_e2e::controller_support::{Controller, create_ready_group, roll_out, rollout_state};
 use baton_e2e::fixtures::{rollout_group, set_version};
+use baton_e2e::webhook_support::{TestTls, WebhookReplica};
 use baton_e2e::{ControlPlane, PodEvent, PodSimulator, SimulatorOptions, TestNamespace};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
@@ -225,42 +227,134 @@ async fn rss(control_plane: &ControlPlane) -> anyhow::Result<()> {
         creating.elapsed().as_secs_f64()
     );
 
-    let controller = Controller::start(
-        control_plane,
-        namespace.name(),
-        &[("BATON_LOG__LEVEL", "warn")],
-    )
-    .await;
-    let rss_synced = rss_kib(&controller)?;
+    // Each variant (a set of extra environment variables, e.g. an allocator preloaded or
+    // MALLOC_ARENA_MAX) is measured on the same pods; none given: the binaries as shipped.
+    let variants: Vec<String> = match std::env::args().skip(2).collect::<Vec<_>>() {
+        variants if variants.is_empty() => vec![String::new()],
+        variants => variants,
+    };
+    for variant in &variants {
+        let mut env = vec![("BATON_LOG__LEVEL", "warn")];
+        for setting in variant.split_whitespace() {
+            let (key, value) = setting.split_once('=').ok_or_else(|| {
+                anyhow::anyhow!("variant {variant:?}: {setting:?} is not KEY=VALUE")
+            })?;
+            env.push((key, value));
+        }
+        let label = if variant.is_empty() {
+            "as shipped"
+        } else {
+            variant.as_str()
+        };
+        println!("-- {label}");
+        measure(control_plane, namespace.name(), &env, GROUPS).await?;
+    }
+    Ok(())
+}
+
+/// The controller's memory once its caches synced and once it reconciled every group, then
+/// (the controller stopped) the webhook's on the same namespace: once ready (its caches synced)
+/// and once idle (its RSS settled).
+async fn measure(
+    control_plane: &ControlPlane,
+    namespace: &str,
+    env: &[(&str, &str)],
+    groups: usize,
+) -> anyhow::Result<()> {
+    let controller = Controller::start(control_plane, namespace, env).await;
+    let controller_pid = pid(controller.process.pid())?;
+    let synced = Memory::of(controller_pid)?;
     wait(Duration::from_secs(120), || async {
         let metrics = controller.metrics().await;
         metrics
             .lines()
             .filter(|line| line.starts_with("rollout_operator_group_reconciles_total{"))
             .count()
-            >= GROUPS
+            >= groups
     })
     .await?;
-    let rss_reconciled = rss_kib(&controller)?;
+    let reconciled = Memory::of(controller_pid)?;
     println!(
-        "controller RSS watching {GROUPS} groups x 3 StatefulSets x {PODS} pods: {:.1} MiB after cache sync, {:.1} MiB after reconciling every group",
-        rss_synced as f64 / 1024.0,
-        rss_reconciled as f64 / 1024.0
+        "controller: RSS {synced} after cache sync, RSS {reconciled} after reconciling every group"
     );
+    drop(controller);
+
+    let tls = TestTls::generate()?;
+    let webhook = WebhookReplica::start_with(control_plane, &tls, namespace, env).await?;
+    let webhook_pid = pid(webhook.process.pid())?;
+    let ready = Memory::of(webhook_pid)?;
+    let idle = settled(webhook_pid).await?;
+    println!("webhook: RSS {ready} when ready (caches synced), RSS {idle} idle");
     Ok(())
 }
 
-fn rss_kib(controller: &Controller) -> anyhow::Result<u64> {
-    let pid = controller
-        .process
-        .pid()
-        .ok_or_else(|| anyhow::anyhow!("controller exited"))?;
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix("VmRSS:"))
-        .and_then(|value| value.split_whitespace().next()?.parse().ok())
-        .ok_or_else(|| anyhow::anyhow!("no VmRSS in /proc/{pid}/status"))
+fn pid(pid: Option<u32>) -> anyhow::Result<u32> {
+    pid.ok_or_else(|| anyhow::anyhow!("the process under measurement exited"))
+}
+
+/// A process's resident memory now (VmRSS: anonymous memory, the heap, and file pages, its
+/// code) and at its peak (VmHWM), from /proc.
+struct Memory {
+    rss_kib: u64,
+    anon_kib: u64,
+    file_kib: u64,
+    peak_kib: u64,
+}
+
+impl Memory {
+    fn of(pid: u32) -> anyhow::Result<Self> {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+        let field = |name: &str| {
+            status
+                .lines()
+                .find_map(|line| line.strip_prefix(name))
+                .and_then(|value| value.split_whitespace().next()?.parse().ok())
+                .ok_or_else(|| anyhow::anyhow!("no {name} in /proc/{pid}/status"))
+        };
+        Ok(Self {
+            rss_kib: field("VmRSS:")?,
+            anon_kib: field("RssAnon:")?,
+            file_kib: field("RssFile:")?,
+            peak_kib: field("VmHWM:")?,
+        })
+    }
+}
+
+impl std::fmt::Display for Memory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mib = |kib: u64| kib as f64 / 1024.0;
+        write!(
+            f,
+            "{:.1} MiB (anon {:.1}, file {:.1}; peak {:.1})",
+            mib(self.rss_kib),
+            mib(self.anon_kib),
+            mib(self.file_kib),
+            mib(self.peak_kib)
+        )
+    }
+}
+
+/// The memory of `pid` once its RSS has not changed for 2 s (sampled every 100 ms; at most
+/// 60 s).
+async fn settled(pid: u32) -> anyhow::Result<Memory> {
+    const STILL: Duration = Duration::from_secs(2);
+    let mut last = Memory::of(pid)?;
+    let mut since = Instant::now();
+    wait(Duration::from_secs(60), || {
+        let now = Memory::of(pid);
+        let still = match now {
+            Ok(now) if now.rss_kib == last.rss_kib => since.elapsed() >= STILL,
+            Ok(now) => {
+                last = now;
+                since = Instant::now();
+                false
+            }
+            Err(_) => true,
+        };
+        async move { still }
+    })
+    .await?;
+    Memory::of(pid)
 }
 
 async fn wait<F, Fut>(timeout: Duration, mut condition: F) -> anyhow::Result<()>
