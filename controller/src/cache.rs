@@ -8,10 +8,7 @@ use baton_shared::annotations::ROLLOUT_GROUP_LABEL;
 use baton_shared::kube_client::watch_backoff;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{
-    ContainerState, ContainerStateTerminated, ContainerStateWaiting, ContainerStatus, Pod,
-    PodCondition, PodStatus,
-};
+use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -100,7 +97,8 @@ pub fn start(
         watcher::Config::default(),
     )
     .backoff(watch_backoff())
-    .modify(slim_pod)
+    // Pods are most of the controller's memory: only what baton reads is kept.
+    .modify(baton_shared::pods::slim)
     .reflect(pod_writer)
     .touched_objects();
 
@@ -144,65 +142,11 @@ pub fn start(
     (caches, drive)
 }
 
-/// Keeps only what baton reads from a pod (identity, labels, owners, deletion, phase,
-/// readiness, IP): the rest (spec, most of the status, managed fields) is most of a pod's memory,
-/// and the namespace may hold thousands of pods.
-fn slim_pod(pod: &mut Pod) {
-    pod.managed_fields_mut().clear();
-    pod.annotations_mut().clear();
-    pod.spec = None;
-    if let Some(status) = pod.status.as_mut() {
-        let kept = PodStatus {
-            phase: status.phase.take(),
-            pod_ip: status.pod_ip.take(),
-            conditions: status.conditions.take().map(|conditions| {
-                conditions
-                    .into_iter()
-                    .filter(|condition| condition.type_ == "Ready")
-                    .map(|condition| PodCondition {
-                        message: None,
-                        reason: None,
-                        last_probe_time: None,
-                        ..condition
-                    })
-                    .collect()
-            }),
-            init_container_statuses: status.init_container_statuses.take().map(slim_containers),
-            container_statuses: status.container_statuses.take().map(slim_containers),
-            ..PodStatus::default()
-        };
-        *status = kept;
-    }
-}
-
-/// Keeps a container's name, readiness and the reason it waits or terminated (for the Event
-/// that says why a pod is unavailable); messages, images and timestamps go.
-fn slim_containers(containers: Vec<ContainerStatus>) -> Vec<ContainerStatus> {
-    containers
-        .into_iter()
-        .map(|container| ContainerStatus {
-            name: container.name,
-            ready: container.ready,
-            state: container.state.map(|state| ContainerState {
-                waiting: state.waiting.map(|waiting| ContainerStateWaiting {
-                    reason: waiting.reason,
-                    message: None,
-                }),
-                terminated: state.terminated.map(|terminated| ContainerStateTerminated {
-                    reason: terminated.reason,
-                    ..ContainerStateTerminated::default()
-                }),
-                running: None,
-            }),
-            ..ContainerStatus::default()
-        })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::rollout::PodSnapshot;
+    use baton_shared::pods::slim as slim_pod;
 
     fn full_pod() -> Pod {
         serde_json::from_value(serde_json::json!({
@@ -265,6 +209,39 @@ mod tests {
     }
 
     #[test]
+    fn a_slimmed_pod_keeps_its_ownership_and_only_its_controller() {
+        let statefulset: StatefulSet = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "ingester-zone-a", "namespace": "ns", "uid": "sts"},
+            "spec": {
+                "selector": {"matchLabels": {"name": "ingester-zone-a"}},
+                "serviceName": "ingester",
+                "template": {},
+            },
+        }))
+        .unwrap();
+        let mut pod = full_pod();
+        pod.metadata.namespace = Some("ns".to_owned());
+        pod.metadata.owner_references.get_or_insert_default().push(
+            serde_json::from_value(serde_json::json!(
+                {"apiVersion": "v1", "kind": "ConfigMap", "name": "other", "uid": "cm"}
+            ))
+            .unwrap(),
+        );
+        let mut slim = pod.clone();
+        slim_pod(&mut slim);
+        assert!(baton_shared::pods::is_controlled_by(&pod, &statefulset));
+        assert!(baton_shared::pods::is_controlled_by(&slim, &statefulset));
+        let owners: Vec<&str> = slim
+            .metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .map(|owner| owner.name.as_str())
+            .collect();
+        assert_eq!(owners, ["ingester-zone-a"]);
+    }
+
+    #[test]
     fn a_slimmed_pod_gives_the_planner_the_same_snapshot() {
         let pod = full_pod();
         let mut slim = pod.clone();
@@ -278,14 +255,9 @@ mod tests {
             slim.status.as_ref().and_then(|s| s.pod_ip.as_deref()),
             Some("10.0.0.7")
         );
-        assert!(
-            slim.spec.is_none()
-                && slim
-                    .metadata
-                    .annotations
-                    .as_ref()
-                    .is_none_or(|a| a.is_empty())
-        );
+        assert!(slim.spec.is_none() && slim.metadata.annotations.is_none());
+        assert_eq!(slim.metadata.resource_version, None);
+        assert_eq!(slim.metadata.generate_name, None);
         let size = |pod: &Pod| serde_json::to_vec(pod).unwrap().len();
         assert!(
             size(&slim) * 4 < size(&pod),

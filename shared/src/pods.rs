@@ -9,8 +9,11 @@ use std::collections::BTreeMap;
 
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use k8s_openapi::api::core::v1::{
+    ContainerState, ContainerStateTerminated, ContainerStateWaiting, ContainerStatus, Pod,
+    PodCondition, PodStatus,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use kube::core::{Selector, SelectorExt};
 
 /// status.phase of a pod.
@@ -185,6 +188,90 @@ pub fn selector_matches(
         Ok(selector) => selector.matches(labels.unwrap_or(&BTreeMap::new())),
         Err(_) => false,
     }
+}
+
+/// Drops from a cached pod what neither binary reads, keeping what the functions above and the
+/// planner read: identity (name, namespace, uid), labels (a StatefulSet's selector may read any
+/// of them), the controller owner reference, the deletion mark, phase, IP, the Ready condition,
+/// and whether each container is ready, with the reason one that is not waits or terminated
+/// (for messages). The spec, the rest of the status, annotations, managed fields and the
+/// metadata nothing reads (resourceVersion, generateName, selfLink, timestamps, finalizers) go:
+/// pods are most of each binary's memory, and a namespace may hold thousands.
+pub fn slim(pod: &mut Pod) {
+    let metadata = std::mem::take(&mut pod.metadata);
+    pod.metadata = ObjectMeta {
+        name: metadata.name,
+        namespace: metadata.namespace,
+        uid: metadata.uid,
+        labels: metadata.labels,
+        deletion_timestamp: metadata.deletion_timestamp,
+        owner_references: metadata.owner_references.map(|owners| {
+            owners
+                .into_iter()
+                .filter(|owner| owner.controller == Some(true))
+                .map(|owner| OwnerReference {
+                    api_version: String::new(),
+                    block_owner_deletion: None,
+                    ..owner
+                })
+                .collect()
+        }),
+        ..ObjectMeta::default()
+    };
+    pod.spec = None;
+    pod.status = pod.status.take().map(|status| PodStatus {
+        phase: status.phase,
+        pod_ip: status.pod_ip,
+        conditions: status.conditions.map(|conditions| {
+            conditions
+                .into_iter()
+                .filter(|condition| condition.type_ == "Ready")
+                .map(|condition| PodCondition {
+                    message: None,
+                    reason: None,
+                    last_probe_time: None,
+                    ..condition
+                })
+                .collect()
+        }),
+        // An init container that is ready says nothing anyone reads.
+        init_container_statuses: status.init_container_statuses.map(|containers| {
+            slim_containers(
+                containers
+                    .into_iter()
+                    .filter(|container| !container.ready)
+                    .collect(),
+            )
+        }),
+        container_statuses: status.container_statuses.map(slim_containers),
+        ..PodStatus::default()
+    });
+}
+
+/// Keeps a container's readiness and, while it is not ready, the reason it waits or terminated;
+/// names, messages, images and timestamps go.
+fn slim_containers(containers: Vec<ContainerStatus>) -> Vec<ContainerStatus> {
+    containers
+        .into_iter()
+        .map(|container| ContainerStatus {
+            ready: container.ready,
+            state: container
+                .state
+                .filter(|_| !container.ready)
+                .map(|state| ContainerState {
+                    waiting: state.waiting.map(|waiting| ContainerStateWaiting {
+                        reason: waiting.reason,
+                        message: None,
+                    }),
+                    terminated: state.terminated.map(|terminated| ContainerStateTerminated {
+                        reason: terminated.reason,
+                        ..ContainerStateTerminated::default()
+                    }),
+                    running: None,
+                }),
+            ..ContainerStatus::default()
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -153,7 +153,7 @@ impl Evictions {
         let (pods, fill_pods) = reflect(
             client.clone(),
             namespace,
-            slim_pod,
+            baton_shared::pods::slim,
             Some(pod_changes.clone()),
         );
         let (statefulsets, fill_statefulsets) =
@@ -520,33 +520,6 @@ impl PodIndex {
             .as_ref()
             .and_then(|uid| self.by_controller.get(uid))
             .map_or(&[], Vec::as_slice)
-    }
-}
-
-/// Drops what the decision never reads: a pod keeps its identity, labels, owners, deletion
-/// mark, phase, Ready condition and container readiness.
-fn slim_pod(pod: &mut Pod) {
-    pod.metadata.managed_fields = None;
-    pod.metadata.annotations = None;
-    pod.spec = None;
-    if let Some(status) = pod.status.as_mut() {
-        if let Some(conditions) = status.conditions.as_mut() {
-            conditions.retain(|condition| condition.type_ == "Ready");
-            for condition in conditions.iter_mut() {
-                condition.message = None;
-                condition.reason = None;
-            }
-        }
-        for container in status.container_statuses.iter_mut().flatten() {
-            container.state = None;
-            container.last_state = None;
-            container.image = String::new();
-            container.image_id = String::new();
-        }
-        status.init_container_statuses = None;
-        status.ephemeral_container_statuses = None;
-        status.pod_ips = None;
-        status.message = None;
     }
 }
 
