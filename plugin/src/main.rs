@@ -160,7 +160,8 @@ async fn run(cli: Cli) -> Result<i32, AccessError> {
             let members = access.group_members(&group).await?;
             let pods = access.pods().await?;
             let snapshot = GroupSnapshot::from_kubernetes(&group, &members, &pods);
-            let (plan, gate) = gates::decide(&snapshot, jiff::Timestamp::now());
+            let now = jiff::Timestamp::now();
+            let (plan, gate) = gates::health::evaluate_without_queries(&snapshot, now);
             print!("{}", render::plan(&access.namespace, &group, &plan, &gate));
             Ok(exit::SUCCESS)
         }

@@ -359,6 +359,19 @@ async fn connect(
         .map_err(|error| error.to_string())
 }
 
+/// Plans and gates `group` as the leader would, without I/O: [`decide`], then the hook gate
+/// (it reads only stored state). A health check needs queries: it is left out — its wait is
+/// known from the leader only. What the status page and `kubectl baton plan` show.
+pub fn evaluate_without_queries(group: &GroupSnapshot, now: Timestamp) -> (Plan, GateDecision) {
+    let (config, _) = keys::read(group);
+    let decided = decide(group, now);
+    let Some(url) = config.hook.filter(|_| config.invalid.is_none()) else {
+        return decided;
+    };
+    let (plan, decision, _) = hooks::apply(group, &url, decided, now);
+    (plan, decision)
+}
+
 /// Plans and gates `group` (see [`decide`]), and with a health check named, runs it when due
 /// and applies it ([`checks::apply`]). The only I/O: reading the check and its Secrets, and the
 /// queries; none while the group is halted or has nothing left to roll.

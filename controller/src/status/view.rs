@@ -46,17 +46,12 @@ pub struct ObservedWait {
     pub since: Timestamp,
 }
 
-/// Plans and gates `snapshot` as the leader would without I/O ([`gates::decide`], and the
-/// hook gate, which only reads stored state), then [`group_status`]. A health check needs
+/// Plans and gates `snapshot` as the leader would without I/O
+/// ([`gates::health::evaluate_without_queries`]), then [`group_status`]. A health check needs
 /// queries: its wait is known from the leader's `history` only.
 pub fn compute(snapshot: &GroupSnapshot, history: Option<&History>, now: Timestamp) -> GroupStatus {
-    let (config, _) = gates::keys::read(snapshot);
-    let mut decided = gates::decide(snapshot, now);
-    if let Some(url) = config.hook.filter(|_| config.invalid.is_none()) {
-        let (plan, decision, _) = gates::hooks::apply(snapshot, &url, decided, now);
-        decided = (plan, decision);
-    }
-    group_status(snapshot, &decided.0, &decided.1, history)
+    let (plan, decision) = gates::health::evaluate_without_queries(snapshot, now);
+    group_status(snapshot, &plan, &decision, history)
 }
 
 /// Every group among `statefulsets` (by their `rollout-group` label), by name, each computed
