@@ -359,7 +359,7 @@ async fn connect(
         .map_err(|error| error.to_string())
 }
 
-/// Plans and gates `group` as the leader would, without I/O: [`decide`], then the hook gate
+/// Plans and gates `group` as the leader would, without I/O: [`decide()`], then the hook gate
 /// (it reads only stored state). A health check needs queries: it is left out — its wait is
 /// known from the leader only. What the status page and `kubectl baton plan` show.
 pub fn evaluate_without_queries(group: &GroupSnapshot, now: Timestamp) -> (Plan, GateDecision) {
@@ -372,7 +372,7 @@ pub fn evaluate_without_queries(group: &GroupSnapshot, now: Timestamp) -> (Plan,
     (plan, decision)
 }
 
-/// Plans and gates `group` (see [`decide`]), and with a health check named, runs it when due
+/// Plans and gates `group` (see [`decide()`]), and with a health check named, runs it when due
 /// and applies it ([`checks::apply`]). The only I/O: reading the check and its Secrets, and the
 /// queries; none while the group is halted or has nothing left to roll.
 pub async fn evaluate(

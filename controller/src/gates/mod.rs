@@ -4,7 +4,7 @@
 //! Why a separate module: the planner ([`crate::rollout::plan()`]) decides *which* pods may go
 //! by availability alone; a gate decides *whether they may go now*. Composing two pure
 //! functions keeps both small and testable, and the planner's guarantees untouched: a gate can
-//! only take deletions away from a plan, never add one ([`GateDecision::apply`]).
+//! only take deletions away from a plan, never add one (`GateDecision::apply`).
 //!
 //! - [`keys`]: baton's own annotations (prefix `baton.dev/`, never `grafana.com/`), parsed
 //!   with errors that name key and value.

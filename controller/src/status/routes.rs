@@ -1,5 +1,5 @@
 //! `GET /ui/status` and `GET /api/v1/status` (optional `?group=NAME`) on the ops server: the
-//! thin I/O around [`view`](super::view). Each request reads this replica's caches and, on the
+//! thin I/O around [`super::view`]. Each request reads this replica's caches and, on the
 //! leader, its [`StatusBoard`]; a standby reads the Lease to name the leader (one bounded GET
 //! per request: the page is for people, a few requests a minute).
 
