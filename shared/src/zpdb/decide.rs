@@ -272,14 +272,33 @@ pub fn zones<'s>(
     zones
 }
 
-/// The pods each zone controls ([`Controls`]), in one pass over `pods`: a pod has one
-/// controller, so it belongs to one zone at most.
+/// The pods each zone is the controller of (by uid; [`Controls`] checks the rest when a zone
+/// is counted, so a denial at the first zone does not check the others' pods), in one pass
+/// over `pods`: a pod has one controller, so it belongs to one zone at most. The zone of the
+/// previous pod is tried first (callers that index pods by owner pass them zone by zone).
 fn pods_by_zone<'p>(zones: &[&StatefulSet], pods: &[&'p Pod]) -> Vec<Vec<&'p Pod>> {
-    let controls: Vec<Controls<'_>> = zones.iter().map(|zone| Controls::of(zone)).collect();
+    let uids: Vec<Option<&str>> = zones
+        .iter()
+        .map(|zone| zone.metadata.uid.as_deref().filter(|uid| !uid.is_empty()))
+        .collect();
     let mut by_zone = vec![Vec::new(); zones.len()];
+    let mut last = 0;
     for pod in pods.iter().copied() {
-        if let Some(zone) = controls.iter().position(|controls| controls.pod(pod)) {
+        let zone = pod
+            .metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .filter(|owner| owner.controller == Some(true))
+            .find_map(|controller| {
+                let is = |zone: &usize| uids[*zone] == Some(controller.uid.as_str());
+                Some(last)
+                    .filter(|last| *last < uids.len() && is(last))
+                    .or_else(|| (0..uids.len()).find(is))
+            });
+        if let Some(zone) = zone {
             by_zone[zone].push(pod);
+            last = zone;
         }
     }
     by_zone
@@ -474,9 +493,10 @@ impl Judge<'_, '_> {
         let min_ready_seconds = state.min_ready_seconds.unsigned_abs();
         let mut count = ZoneCount::default();
         let mut present = 0u32;
+        let controls = Controls::of(zones[index]);
         for pod in self.pods[index].iter().copied() {
             let name = pod.metadata.name.as_deref().unwrap_or("");
-            if !keep(name) {
+            if !controls.pod(pod) || !keep(name) {
                 continue;
             }
             present += 1;
@@ -650,13 +670,13 @@ impl<'z> Controls<'z> {
         let (Some(uid), Some(selector)) = (self.uid, &self.selector) else {
             return false;
         };
-        pod.metadata.namespace == self.statefulset.metadata.namespace
-            && pod
-                .metadata
-                .owner_references
-                .iter()
-                .flatten()
-                .any(|owner| owner.controller == Some(true) && owner.uid == uid)
+        // The uid first: it tells the zones apart.
+        pod.metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .any(|owner| owner.controller == Some(true) && owner.uid == uid)
+            && pod.metadata.namespace == self.statefulset.metadata.namespace
             && selector.matches(pod.metadata.labels.as_ref().unwrap_or(&BTreeMap::new()))
     }
 }
