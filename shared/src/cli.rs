@@ -56,6 +56,24 @@ fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
     builder.enable_all().build()
 }
 
+/// A baton binary's whole `main`: the one TLS crypto provider installed before anything else,
+/// the shared command line (`--config`, `--print-config`, `--print-config-reference`, `--help`,
+/// `--version`) parsed, then [`run_binary`].
+pub fn main<F, Fut>(name: &'static str, about: &'static str, run: F) -> std::process::ExitCode
+where
+    F: FnOnce(Config) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<()>>,
+{
+    use clap::{Args, FromArgMatches};
+    crate::crypto::install_default_provider();
+    let command = clap::Command::new(name)
+        .version(env!("CARGO_PKG_VERSION"))
+        .about(about);
+    let matches = ConfigArgs::augment_args(command).get_matches();
+    let args = ConfigArgs::from_arg_matches(&matches).unwrap_or_else(|error| error.exit());
+    run_binary(name, &args, run)
+}
+
 /// The life of a baton binary after its arguments are parsed: print what was asked for, or
 /// load the configuration, set up logging and the runtime, and run `run` to the end. Exit codes:
 /// 0 on a clean stop, 2 for a bad configuration (the message names the key), 1 when `run` fails.

@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use anyhow::Context;
 use baton_config::Config;
-use baton_shared::cli::ConfigArgs;
 use baton_shared::http_server::{self, Draining};
 use baton_shared::ops_server::{self, Readiness};
 use baton_shared::pod_client::PodHttpClient;
@@ -18,24 +17,14 @@ use baton_webhook::metrics::WebhookMetrics;
 use baton_webhook::parents::ParentCache;
 use baton_webhook::server::{self, WebhookState};
 use baton_webhook::tls_reload::{CertFiles, ReloadingCert};
-use clap::Parser;
 use tokio_util::sync::CancellationToken;
 
-#[derive(Debug, Parser)]
-#[command(
-    name = "baton-webhook",
-    version,
-    about = "Admission webhooks guarding StatefulSet downscales"
-)]
-struct Cli {
-    #[command(flatten)]
-    config: ConfigArgs,
-}
-
 fn main() -> ExitCode {
-    baton_shared::crypto::install_default_provider();
-    let cli = Cli::parse();
-    baton_shared::cli::run_binary("baton-webhook", &cli.config, run)
+    baton_shared::cli::main(
+        "baton-webhook",
+        "Admission webhooks guarding StatefulSet downscales and pod evictions",
+        run,
+    )
 }
 
 async fn run(config: Config) -> anyhow::Result<()> {
