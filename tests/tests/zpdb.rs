@@ -10,71 +10,24 @@ use baton_e2e::control_plane::supervisor::clean_up_from_drop;
 use baton_e2e::controller_support::{
     Controller, events_about, roll_out, wait_group_ready, wait_rollout_complete,
 };
+use baton_e2e::crds;
 use baton_e2e::fixtures::StatefulSetFixture;
 use baton_e2e::rbac_support::{Binary, SERVICE_ACCOUNT_NAMESPACE, bind_deploy_roles};
 use baton_e2e::timeline::{Zone, check_rollout_guarantees};
 use baton_e2e::webhook_support::{TestTls, WebhookReplica};
+use baton_e2e::zpdb_support::{answer_of, budget, eviction_review, zpdb_resource};
 use baton_e2e::{
     ControlPlane, PodEvent, PodSimulator, SimulatorOptions, TestNamespace, wait_until,
 };
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
-use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, PostParams};
+use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
 use serde_json::{Value, json};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
 const GROUP: &str = "ingester";
 const ZONES: [&str; 3] = ["a", "b", "c"];
-
-/// Applies `deploy/crds/zone-aware-pod-disruption-budget.yaml` as users do, once per test
-/// process, and waits until the API server serves the resource.
-async fn install_crd(control_plane: &ControlPlane) {
-    static INSTALLED: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
-    INSTALLED
-        .get_or_init(|| async {
-            let manifest = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("../deploy/crds/zone-aware-pod-disruption-budget.yaml");
-            let output = tokio::process::Command::new("kubectl")
-                .arg("--kubeconfig")
-                .arg(control_plane.kubeconfig_path())
-                .args(["apply", "--server-side", "--force-conflicts", "-f"])
-                .arg(&manifest)
-                .output()
-                .await
-                .expect("running kubectl apply");
-            assert!(
-                output.status.success(),
-                "kubectl apply -f {} failed: {}",
-                manifest.display(),
-                String::from_utf8_lossy(&output.stderr)
-            );
-            let client = control_plane.admin_client().await;
-            let gvk = GroupVersionKind::gvk(
-                "rollout-operator.grafana.com",
-                "v1",
-                "ZoneAwarePodDisruptionBudget",
-            );
-            wait_until(
-                TIMEOUT,
-                "discovery serves ZoneAwarePodDisruptionBudgets",
-                || async { kube::discovery::pinned_kind(&client, &gvk).await.is_ok() },
-            )
-            .await;
-        })
-        .await;
-}
-
-fn zpdb_resource() -> ApiResource {
-    ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk(
-            "rollout-operator.grafana.com",
-            "v1",
-            "ZoneAwarePodDisruptionBudget",
-        ),
-        "zoneawarepoddisruptionbudgets",
-    )
-}
 
 /// `ingester-zone-<zone>`.
 fn statefulset(zone: &str) -> String {
@@ -103,7 +56,8 @@ struct Zones {
 impl Zones {
     async fn new(prefix: &str, sizes: &[i32], replicas: usize) -> Self {
         let control_plane = ControlPlane::shared().await;
-        install_crd(control_plane).await;
+        let admin = control_plane.admin_client().await;
+        crds::install(&admin, crds::ZONE_AWARE_POD_DISRUPTION_BUDGET).await;
         let namespace = TestNamespace::create(control_plane, prefix).await;
         let client = namespace.client();
         let simulator = PodSimulator::start(
@@ -222,23 +176,7 @@ impl Zones {
     /// whether it was allowed, and its message.
     async fn review(&self, replica: &WebhookReplica, pod: &str, dry_run: bool) -> (bool, String) {
         let uid = format!("e2e-{}", rand_uid());
-        let review = json!({
-            "apiVersion": "admission.k8s.io/v1beta1",
-            "kind": "AdmissionReview",
-            "request": {
-                "uid": uid,
-                "kind": {"group": "policy", "version": "v1beta1", "kind": "Eviction"},
-                "resource": {"group": "", "version": "v1", "resource": "pods"},
-                "subResource": "eviction",
-                "name": pod,
-                "namespace": self.ns(),
-                "operation": "CREATE",
-                "userInfo": {"username": "e2e"},
-                "object": {"apiVersion": "policy/v1beta1", "kind": "Eviction",
-                           "metadata": {"name": pod, "namespace": self.ns()}},
-                "dryRun": dry_run,
-            }
-        });
+        let review = eviction_review(self.ns(), pod, &uid, dry_run);
         let answer: Value = self
             .tls
             .client()
@@ -251,15 +189,8 @@ impl Zones {
             .json()
             .await
             .unwrap();
-        let response = &answer["response"];
-        assert_eq!(response["uid"], uid);
-        (
-            response["allowed"] == true,
-            response["status"]["message"]
-                .as_str()
-                .unwrap_or("")
-                .to_owned(),
-        )
+        assert_eq!(answer["response"]["uid"], uid);
+        answer_of(&answer)
     }
 
     /// Evicts `pod`, expecting it to be allowed, and keeps the pod that replaces it not ready.
@@ -295,16 +226,6 @@ impl Zones {
             .await;
         }
     }
-}
-
-fn budget(name: &str, spec: Value) -> DynamicObject {
-    serde_json::from_value(json!({
-        "apiVersion": "rollout-operator.grafana.com/v1",
-        "kind": "ZoneAwarePodDisruptionBudget",
-        "metadata": {"name": name},
-        "spec": spec,
-    }))
-    .unwrap()
 }
 
 /// An admin client that does not retry 429 answers (kube's default client retries them, with
