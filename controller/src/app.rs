@@ -94,9 +94,6 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
         readiness: readiness.clone(),
         board: status_board.clone(),
         leadership: leadership.clone(),
-        lease: kube::Api::namespaced(client.clone(), &config.namespace),
-        lease_name: config.controller.lease.name.clone(),
-        request_timeout: config.kubernetes.request_timeout.get(),
     };
     let ops = ops_server::bind_with_routes(
         config.ops.address.0,

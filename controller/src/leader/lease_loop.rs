@@ -135,6 +135,9 @@ impl<S: LeaseStore> Campaign<S> {
                             holder = holder.as_deref().unwrap_or("<lease deleted>"),
                             "standing by: the lease is held by another replica, or its last holder may still be acting"
                         );
+                        self.elector.status.send_modify(|status| {
+                            status.seen_holder.clone_from(&holder);
+                        });
                         self.standing_by_for = Some(holder);
                     }
                     self.sleep_until(next_look(now, free_at, &self.elector.timing))

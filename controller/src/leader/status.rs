@@ -75,6 +75,9 @@ pub struct Status {
     pub phase: Phase,
     /// Ended terms, oldest first (at most [`PAST_TERMS_KEPT`]).
     pub past: Vec<PastTerm>,
+    /// The Lease's holder as a standby last read it (`None`: none seen, or the Lease was
+    /// released or deleted): who leads, for the status page, without a read of its own.
+    pub seen_holder: Option<String>,
 }
 
 /// Why a term (or the elector) ended.
@@ -93,6 +96,7 @@ impl Status {
         Self {
             phase: Phase::Standby,
             past: Vec::new(),
+            seen_holder: None,
         }
     }
 
@@ -196,6 +200,11 @@ impl Leadership {
         self.term() == Some(term)
     }
 
+    /// The Lease's holder as this replica last read it while standing by.
+    pub fn seen_holder(&self) -> Option<String> {
+        self.status.borrow().seen_holder.clone()
+    }
+
     /// The current status.
     pub fn status(&self) -> Status {
         self.status.borrow().clone()
@@ -227,6 +236,7 @@ impl Leadership {
             Err(_) => Err(Status {
                 phase: Phase::Ended(EndReason::Lost(LostReason::ElectorGone)),
                 past: Vec::new(),
+                seen_holder: None,
             }),
         }
     }
@@ -265,6 +275,7 @@ mod tests {
                 until,
             },
             past: Vec::new(),
+            seen_holder: None,
         }
     }
 
@@ -352,6 +363,7 @@ mod tests {
         sender.send_replace(Status {
             phase: Phase::Ended(EndReason::Shutdown),
             past: Vec::new(),
+            seen_holder: None,
         });
         assert!(leadership.acquired().await.is_err());
     }

@@ -1,19 +1,15 @@
 //! `GET /ui/status` and `GET /api/v1/status` (optional `?group=NAME`) on the ops server: the
 //! thin I/O around [`super::view`]. Each request reads this replica's caches and, on the
-//! leader, its [`StatusBoard`]; a standby reads the Lease to name the leader (one bounded GET
-//! per request: the page is for people, a few requests a minute).
+//! leader, its [`StatusBoard`]; a standby names the leader its elector last saw in the Lease
+//! (no API call per request).
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use actix_web::{HttpResponse, web};
-use baton_shared::kube_client::bounded;
 use baton_shared::ops_server::Readiness;
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::Api;
 use serde::Deserialize;
 
 use super::board::StatusBoard;
@@ -33,10 +29,6 @@ pub struct StatusRoutes {
     pub readiness: Readiness,
     pub board: StatusBoard,
     pub leadership: Leadership,
-    /// The Lease of the election, read by a standby to name the leader.
-    pub lease: Api<Lease>,
-    pub lease_name: String,
-    pub request_timeout: Duration,
 }
 
 impl std::fmt::Debug for StatusRoutes {
@@ -103,7 +95,7 @@ impl StatusRoutes {
         let (role, leader) = if leading {
             (Role::Leader, Some(self.identity.clone()))
         } else {
-            (Role::Standby, self.lease_holder().await)
+            (Role::Standby, self.leadership.seen_holder())
         };
         let replica = Replica {
             identity: self.identity.clone(),
@@ -116,25 +108,6 @@ impl StatusRoutes {
             leader,
             groups,
         ))
-    }
-
-    /// The Lease's holder, or `None` when it has none or cannot be read now (logged).
-    async fn lease_holder(&self) -> Option<String> {
-        let what = format!("reading the Lease {}", self.lease_name);
-        match bounded(self.request_timeout, what, self.lease.get(&self.lease_name)).await {
-            Ok(Ok(lease)) => lease
-                .spec
-                .and_then(|spec| spec.holder_identity)
-                .filter(|holder| !holder.is_empty()),
-            Ok(Err(error)) => {
-                tracing::debug!(error = %error, lease = %self.lease_name, "status page: reading the Lease failed");
-                None
-            }
-            Err(timed_out) => {
-                tracing::debug!(error = %timed_out, "status page: reading the Lease timed out");
-                None
-            }
-        }
     }
 }
 
