@@ -9,7 +9,7 @@ use anyhow::Context;
 use baton_e2e::controller_support::{Controller, rollout_state};
 use baton_e2e::fixtures::{rollout_group, set_version};
 use baton_e2e::process::workspace_binary;
-use baton_e2e::{ControlPlane, PodSimulator, SimulatorOptions};
+use baton_e2e::{ControlPlane, PodSimulator, SimulatorOptions, wait_until};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, PostParams};
 
@@ -72,9 +72,11 @@ async fn main() -> anyhow::Result<()> {
         fixture.create(&client, NAMESPACE).await;
     }
     for name in &names {
-        while rollout_state(&client, NAMESPACE, name).await.ready_replicas != REPLICAS {
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        let ready = format!("{name} has {REPLICAS} ready pods");
+        wait_until(Duration::from_secs(120), &ready, || async {
+            rollout_state(&client, NAMESPACE, name).await.ready_replicas == REPLICAS
+        })
+        .await;
     }
     println!(
         "All zones are ready. Deploying version v2 to every zone: baton now rolls them one at a time.\n"
