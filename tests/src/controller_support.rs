@@ -41,12 +41,7 @@ impl ControlledNamespace {
     pub async fn start(prefix: &str) -> Self {
         let control_plane = ControlPlane::shared().await;
         let namespace = crate::TestNamespace::create(control_plane, prefix).await;
-        let simulator = crate::PodSimulator::start(
-            namespace.client(),
-            namespace.name(),
-            crate::SimulatorOptions::default(),
-        )
-        .await;
+        let simulator = crate::PodSimulator::for_namespace(&namespace).await;
         let controller = Controller::start(control_plane, namespace.name(), &[]).await;
         Self {
             control_plane,

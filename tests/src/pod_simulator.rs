@@ -81,6 +81,16 @@ pub struct PodSimulator {
 
 impl PodSimulator {
     /// Starts watching the pods of `namespace`.
+    /// The simulator of a test namespace, with the default options.
+    pub async fn for_namespace(namespace: &crate::TestNamespace) -> Self {
+        Self::start(
+            namespace.client(),
+            namespace.name(),
+            SimulatorOptions::default(),
+        )
+        .await
+    }
+
     pub async fn start(client: kube::Client, namespace: &str, options: SimulatorOptions) -> Self {
         let shared = Arc::new(Shared {
             api: Api::namespaced(client, namespace),

@@ -16,7 +16,7 @@ use baton_e2e::scaling_support::{
     install_replica_template_crd,
 };
 use baton_e2e::webhook_support::{TestTls, WebhookConfigurations, WebhookReplica};
-use baton_e2e::{ControlPlane, PodSimulator, SimulatorOptions, TestNamespace, wait_until};
+use baton_e2e::{ControlPlane, PodSimulator, TestNamespace, wait_until};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::ResourceExt;
@@ -210,12 +210,7 @@ async fn the_controller_rolls_out_with_only_the_permissions_of_its_role() {
     bind_deploy_roles(&namespace.client(), namespace.name(), Binary::Controller)
         .await
         .unwrap();
-    let _simulator = PodSimulator::start(
-        namespace.client(),
-        namespace.name(),
-        SimulatorOptions::default(),
-    )
-    .await;
+    let _simulator = PodSimulator::for_namespace(&namespace).await;
     let kubeconfig = control_plane
         .service_account_kubeconfig(
             SERVICE_ACCOUNT_NAMESPACE,

@@ -19,7 +19,7 @@ use baton_e2e::scaling_support::{
     install_replica_template_crd,
 };
 use baton_e2e::webhook_support::{TestTls, WebhookConfigurations, WebhookReplica, free_port};
-use baton_e2e::{ControlPlane, PodSimulator, SimulatorOptions, TestNamespace, wait_until};
+use baton_e2e::{ControlPlane, PodSimulator, TestNamespace, wait_until};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
@@ -40,12 +40,7 @@ impl Scene {
         let control_plane = ControlPlane::shared().await;
         install_replica_template_crd(control_plane).await.unwrap();
         let namespace = TestNamespace::create(control_plane, prefix).await;
-        let simulator = PodSimulator::start(
-            namespace.client(),
-            namespace.name(),
-            SimulatorOptions::default(),
-        )
-        .await;
+        let simulator = PodSimulator::for_namespace(&namespace).await;
         let controller = Controller::start(
             control_plane,
             namespace.name(),

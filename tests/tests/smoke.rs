@@ -5,9 +5,7 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use baton_e2e::fixtures::{StatefulSetFixture, set_version};
-use baton_e2e::{
-    ControlPlane, PodEvent, PodSimulator, SimulatorOptions, TestNamespace, wait_until,
-};
+use baton_e2e::{ControlPlane, PodEvent, PodSimulator, TestNamespace, wait_until};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DeleteParams, ListParams, PostParams};
@@ -28,12 +26,7 @@ async fn statefulset_pods_become_ready_through_the_simulator() {
     // Given a namespace with the pod simulator running
     let control_plane = ControlPlane::shared().await;
     let namespace = TestNamespace::create(control_plane, "smoke").await;
-    let simulator = PodSimulator::start(
-        namespace.client(),
-        namespace.name(),
-        SimulatorOptions::default(),
-    )
-    .await;
+    let simulator = PodSimulator::for_namespace(&namespace).await;
 
     // When a StatefulSet of 3 replicas is created
     StatefulSetFixture::new("app-zone-a")
@@ -111,12 +104,7 @@ async fn a_deleted_pod_of_an_on_delete_statefulset_comes_back_at_the_update_revi
     // Given a Ready OnDelete StatefulSet at version v1
     let control_plane = ControlPlane::shared().await;
     let namespace = TestNamespace::create(control_plane, "smoke-revision").await;
-    let simulator = PodSimulator::start(
-        namespace.client(),
-        namespace.name(),
-        SimulatorOptions::default(),
-    )
-    .await;
+    let simulator = PodSimulator::for_namespace(&namespace).await;
     StatefulSetFixture::new("db-zone-a")
         .replicas(2)
         .create(&namespace.client(), namespace.name())
@@ -172,12 +160,7 @@ async fn a_terminating_pod_is_removed_as_a_kubelet_would() {
     // Given a Ready pod bound to a node, with a 30 s termination grace period
     let control_plane = ControlPlane::shared().await;
     let namespace = TestNamespace::create(control_plane, "smoke-terminating").await;
-    let _simulator = PodSimulator::start(
-        namespace.client(),
-        namespace.name(),
-        SimulatorOptions::default(),
-    )
-    .await;
+    let _simulator = PodSimulator::for_namespace(&namespace).await;
     let pods = namespace.api::<Pod>();
     let pod: Pod = serde_json::from_value(json!({
         "metadata": {"name": "bound"},

@@ -60,12 +60,7 @@ impl Zones {
         crds::install(&admin, crds::ZONE_AWARE_POD_DISRUPTION_BUDGET).await;
         let namespace = TestNamespace::create(control_plane, prefix).await;
         let client = namespace.client();
-        let simulator = PodSimulator::start(
-            client.clone(),
-            namespace.name(),
-            SimulatorOptions::default(),
-        )
-        .await;
+        let simulator = PodSimulator::for_namespace(&namespace).await;
         let mut names = Vec::new();
         for (zone, size) in ZONES.iter().zip(sizes) {
             let mut object = StatefulSetFixture::new(&statefulset(zone))

@@ -146,12 +146,7 @@ async fn start(control_plane: &ControlPlane) -> anyhow::Result<()> {
     for run in 0..RUNS {
         let namespace = TestNamespace::create(control_plane, "bench-start").await;
         let client = namespace.client();
-        let simulator = PodSimulator::start(
-            client.clone(),
-            namespace.name(),
-            SimulatorOptions::default(),
-        )
-        .await;
+        let simulator = PodSimulator::for_namespace(&namespace).await;
         let names = create_ready_group(&client, namespace.name(), &["a", "b", "c"], 3).await;
         roll_out(&client, namespace.name(), &names, "v2").await;
 

@@ -28,7 +28,7 @@ use baton_e2e::crds;
 use baton_e2e::fixtures::StatefulSetFixture;
 use baton_e2e::webhook_support::{TestTls, WebhookReplica};
 use baton_e2e::zpdb_support::{answer_of, budget, eviction_review, zpdb_resource};
-use baton_e2e::{ControlPlane, PodSimulator, SimulatorOptions, TestNamespace, wait_until};
+use baton_e2e::{ControlPlane, PodSimulator, TestNamespace, wait_until};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use kube::api::{Api, DynamicObject, PostParams};
 use serde_json::json;
@@ -161,12 +161,7 @@ impl Scene {
         crds::install(&admin, crds::ZONE_AWARE_POD_DISRUPTION_BUDGET).await;
         let namespace = TestNamespace::create(control_plane, "bench-zpdb").await;
         let client = namespace.client();
-        let simulator = PodSimulator::start(
-            client.clone(),
-            namespace.name(),
-            SimulatorOptions::default(),
-        )
-        .await;
+        let simulator = PodSimulator::for_namespace(&namespace).await;
         let statefulsets: Api<StatefulSet> = namespace.api();
         let mut names = Vec::new();
         for zone in ZONES {
