@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use baton_shared::pods::PodReadiness;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
@@ -117,7 +118,7 @@ impl PodSimulator {
     pub async fn hold_not_ready(&self, pod: &str) {
         self.shared.held.lock().unwrap().insert(pod.to_owned());
         if let Ok(current) = self.shared.api.get(pod).await
-            && is_ready(&current)
+            && PodReadiness::of(&current).ready
         {
             self.shared.set_ready(&current, false).await;
         }
@@ -127,7 +128,7 @@ impl PodSimulator {
     pub async fn release(&self, pod: &str) {
         self.shared.held.lock().unwrap().remove(pod);
         if let Ok(current) = self.shared.api.get(pod).await
-            && !is_ready(&current)
+            && !PodReadiness::of(&current).ready
             && current.metadata.deletion_timestamp.is_none()
         {
             tokio::time::sleep(self.shared.options.ready_after).await;
@@ -238,7 +239,7 @@ fn observe(shared: &Arc<Shared>, seen: &mut HashMap<String, Seen>, pod: Pod) -> 
             terminating: false,
         }
     });
-    let ready = is_ready(&pod);
+    let ready = PodReadiness::of(&pod).ready;
     if ready != state.ready {
         state.ready = ready;
         shared.record(
@@ -334,17 +335,6 @@ fn is_crash_looping(pod: &Pod) -> bool {
                     .and_then(|waiting| waiting.reason.as_deref())
                     == Some("CrashLoopBackOff")
             })
-        })
-}
-
-fn is_ready(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|status| status.conditions.as_ref())
-        .is_some_and(|conditions| {
-            conditions
-                .iter()
-                .any(|condition| condition.type_ == "Ready" && condition.status == "True")
         })
 }
 

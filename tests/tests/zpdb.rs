@@ -19,6 +19,7 @@ use baton_e2e::zpdb_support::{answer_of, budget, eviction_review, zpdb_resource}
 use baton_e2e::{
     ControlPlane, PodEvent, PodSimulator, SimulatorOptions, TestNamespace, wait_until,
 };
+use baton_shared::pods::PodReadiness;
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
@@ -216,7 +217,9 @@ impl Zones {
         let api = self.namespace.api::<Pod>();
         for pod in pods {
             wait_until(TIMEOUT, &format!("{pod} is ready again"), || async {
-                api.get(pod).await.is_ok_and(|pod| is_ready(&pod))
+                api.get(pod)
+                    .await
+                    .is_ok_and(|pod| PodReadiness::of(&pod).ready)
             })
             .await;
         }
@@ -232,17 +235,6 @@ async fn client_without_retries(control_plane: &ControlPlane) -> kube::Client {
         .unwrap();
     config.default_retry = false;
     kube::Client::try_from(config).unwrap()
-}
-
-fn is_ready(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|status| status.conditions.as_ref())
-        .is_some_and(|conditions| {
-            conditions
-                .iter()
-                .any(|condition| condition.type_ == "Ready" && condition.status == "True")
-        })
 }
 
 fn rand_uid() -> String {
