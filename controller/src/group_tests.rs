@@ -8,6 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use baton_config::Config;
+use baton_shared::pod_cache::PodCache;
+use baton_shared::pods::CachedPod;
 use http::{Method, Request, Response, StatusCode};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
@@ -77,13 +79,16 @@ fn zone(zone: &str) -> (StatefulSet, Pod) {
 
 fn group_caches() -> Caches {
     let (statefulsets, mut statefulset_writer) = reflector::store();
-    let (pods, mut pod_writer) = reflector::store();
+    let mut pods = Vec::new();
     for name in ["a", "b", "c"] {
         let (statefulset, pod) = zone(name);
         statefulset_writer.apply_watcher_event(&Event::Apply(statefulset));
-        pod_writer.apply_watcher_event(&Event::Apply(pod));
+        pods.push(CachedPod::of(&pod));
     }
-    Caches { statefulsets, pods }
+    Caches {
+        statefulsets,
+        pods: PodCache::of_pods(pods),
+    }
 }
 
 #[tokio::test]

@@ -41,6 +41,7 @@ use baton_shared::annotations::max_unavailable;
 use baton_shared::kube_client::{bounded, watch_backoff};
 use baton_shared::ledger::{self, Ledger, Written};
 use baton_shared::pod_client::error_chain;
+use baton_shared::pods::{CachedPod, PodsByStatefulSet};
 use baton_shared::zpdb::decide::selecting_budget;
 use baton_shared::zpdb::record::{
     RECORD_EXPIRY, RECORD_LABEL, recently_allowed, record_name, with_eviction,
@@ -52,9 +53,8 @@ use baton_shared::zpdb::{
 use futures::StreamExt;
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::Api;
-use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{WatchStreamExt, watcher};
 use tokio::sync::mpsc::UnboundedSender;
 
@@ -115,7 +115,7 @@ pub struct View<'a> {
     pub namespace: &'a str,
     pub known: &'a Known,
     pub statefulsets: &'a [&'a StatefulSet],
-    pub pods: &'a [&'a Pod],
+    pub pods: &'a [Arc<CachedPod>],
     pub now: Timestamp,
 }
 
@@ -138,12 +138,7 @@ pub fn judge(view: &View<'_>, deletion: &Deletion<'_>, claims: &RecentlyAllowed)
         Known::NotInstalled => return Judgement::Go,
         Known::Listed(budgets) => budgets.values().map(Arc::as_ref).collect(),
     };
-    let Some(pod) = view
-        .pods
-        .iter()
-        .copied()
-        .find(|pod| pod.metadata.name.as_deref() == Some(deletion.pod))
-    else {
+    let Some(pod) = view.pods.iter().find(|pod| pod.name == deletion.pod) else {
         // Gone already: the delete finds nothing to take.
         return Judgement::Go;
     };
@@ -161,11 +156,12 @@ pub fn judge(view: &View<'_>, deletion: &Deletion<'_>, claims: &RecentlyAllowed)
         let annotations = statefulset.metadata.annotations.clone().unwrap_or_default();
         max_unavailable(&annotations, replicas.unsigned_abs()).value
     });
+    let pods = PodsByStatefulSet::of(view.statefulsets.iter().copied(), view.pods);
     let snapshot = EvictionSnapshot {
         pod,
         budgets: &budgets,
         statefulsets: view.statefulsets,
-        pods: view.pods,
+        pods: &pods,
         now: view.now,
         recently_allowed: claims,
         record_expiry: RECORD_EXPIRY,
@@ -315,7 +311,6 @@ impl ZoneBudgets {
         let statefulsets = self.caches.statefulsets.state();
         let pods = self.caches.pods.state();
         let statefulsets: Vec<&StatefulSet> = statefulsets.iter().map(Arc::as_ref).collect();
-        let pods: Vec<&Pod> = pods.iter().map(Arc::as_ref).collect();
         let view = View {
             namespace: &self.namespace,
             known: &known,
@@ -329,8 +324,9 @@ impl ZoneBudgets {
     fn pod_uid(&self, pod: &str) -> Option<String> {
         self.caches
             .pods
-            .get(&ObjectRef::new(pod).within(&self.namespace))
-            .and_then(|pod| pod.metadata.uid.clone())
+            .get(pod)
+            .map(|pod| pod.uid.clone())
+            .filter(|uid| !uid.is_empty())
     }
 }
 

@@ -6,6 +6,7 @@
 use std::path::PathBuf;
 
 use baton_shared::annotations::ROLLOUT_GROUP_LABEL;
+use baton_shared::pods::CachedPod;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, Patch, PatchParams};
@@ -135,12 +136,12 @@ impl Access {
 
     /// Every pod of the namespace (each StatefulSet keeps its own, see
     /// `GroupSnapshot::from_kubernetes`).
-    pub async fn pods(&self) -> Result<Vec<Pod>, AccessError> {
+    pub async fn pods(&self) -> Result<Vec<CachedPod>, AccessError> {
         let listed = Api::<Pod>::namespaced(self.client.clone(), &self.namespace)
             .list(&ListParams::default())
             .await
             .map_err(|error| self.failed("list", "pods", error))?;
-        Ok(listed.items)
+        Ok(listed.items.iter().map(CachedPod::of).collect())
     }
 
     /// StatefulSet `name`, which must be in a rollout group; returns it and its group.

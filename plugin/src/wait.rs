@@ -10,10 +10,11 @@
 use std::io::IsTerminal;
 use std::time::Duration;
 
+use baton_shared::pod_cache;
+use baton_shared::pods::CachedPod;
 use futures::{FutureExt, StreamExt};
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::{WatchStreamExt, reflector, watcher};
@@ -119,7 +120,11 @@ pub async fn run(
     }
 
     let (statefulset_store, statefulset_writer) = reflector::store();
-    let (pod_store, pod_writer) = reflector::store();
+    let (pod_cache, pods) = pod_cache::watch(
+        access.client.clone(),
+        &access.namespace,
+        watcher::Config::default(),
+    );
     let statefulsets = watcher(
         Api::<StatefulSet>::namespaced(access.client.clone(), &access.namespace),
         watcher::Config::default().labels(&selector),
@@ -129,15 +134,7 @@ pub async fn run(
     .reflect(statefulset_writer)
     .touched_objects()
     .map(|_| ());
-    let pods = watcher(
-        Api::<Pod>::namespaced(access.client.clone(), &access.namespace),
-        watcher::Config::default(),
-    )
-    .backoff(watch_backoff())
-    .modify(|pod| pod.managed_fields_mut().clear())
-    .reflect(pod_writer)
-    .touched_objects()
-    .map(|_| ());
+    let pods = pods.map(|_| ());
     let mut changes = std::pin::pin!(futures::stream::select(statefulsets, pods));
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     loop {
@@ -152,9 +149,7 @@ pub async fn run(
         // Until both watches listed everything, the stores hold part of the group: keep the
         // last view (never await readiness here: only polling `changes` fills the stores).
         let ready = |ready: Option<Result<(), _>>| matches!(ready, Some(Ok(())));
-        if !ready(statefulset_store.wait_until_ready().now_or_never())
-            || !ready(pod_store.wait_until_ready().now_or_never())
-        {
+        if !ready(statefulset_store.wait_until_ready().now_or_never()) || !pod_cache.is_ready() {
             continue;
         }
         let members = statefulset_store.state();
@@ -165,7 +160,7 @@ pub async fn run(
                 namespace: access.namespace.clone(),
             });
         }
-        let pods = pod_store.state();
+        let pods = pod_cache.state();
         current = compute(
             group,
             members.iter().map(AsRef::as_ref),
@@ -182,7 +177,7 @@ pub async fn run(
 fn compute<'a>(
     group: &str,
     members: impl IntoIterator<Item = &'a StatefulSet>,
-    pods: impl IntoIterator<Item = &'a Pod>,
+    pods: impl IntoIterator<Item = &'a CachedPod>,
 ) -> GroupStatus {
     let snapshot = GroupSnapshot::from_kubernetes(group, members, pods);
     status::compute(&snapshot, None, jiff::Timestamp::now())

@@ -9,6 +9,7 @@ pub mod http_server;
 pub mod kube_client;
 pub mod ledger;
 pub mod ops_server;
+pub mod pod_cache;
 pub mod pod_client;
 pub mod pods;
 pub mod shutdown;

@@ -5,15 +5,13 @@
 //!
 //! Pure functions of the objects; nothing here calls the API.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{
-    ContainerState, ContainerStateTerminated, ContainerStateWaiting, ContainerStatus, Pod,
-    PodCondition, PodStatus,
-};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
+use k8s_openapi::api::core::v1::{Pod, PodStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::core::{Selector, SelectorExt};
 
 /// status.phase of a pod.
@@ -128,40 +126,110 @@ impl PodReadiness {
 /// as its controller, and the StatefulSet's selector matches the pod's labels.
 ///
 /// **baton:** the Go operator found pods by a `name` label instead, which users had to add.
-pub fn is_controlled_by(pod: &Pod, statefulset: &StatefulSet) -> bool {
-    let Some(uid) = statefulset
-        .metadata
-        .uid
-        .as_deref()
-        .filter(|uid| !uid.is_empty())
-    else {
-        return false;
-    };
-    if pod.metadata.namespace != statefulset.metadata.namespace {
-        return false;
-    }
-    let owned = pod
-        .metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .any(|owner| owner.controller == Some(true) && owner.uid == uid);
-    owned
-        && statefulset
+pub fn is_controlled_by(pod: &CachedPod, statefulset: &StatefulSet) -> bool {
+    Controls::of(statefulset).pod(pod)
+}
+
+/// [`is_controlled_by`] for one StatefulSet and many pods: its selector parsed once, not once
+/// per pod (a parse per owned pod cost most of an eviction decision).
+struct Controls<'z> {
+    namespace: Option<&'z str>,
+    uid: Option<&'z str>,
+    /// None: empty or invalid, which matches nothing (see [`selector_matches`]).
+    selector: Option<Selector>,
+}
+
+impl<'z> Controls<'z> {
+    fn of(statefulset: &'z StatefulSet) -> Self {
+        let selector = statefulset
             .spec
             .as_ref()
-            .is_some_and(|spec| selector_matches(&spec.selector, pod.metadata.labels.as_ref()))
+            .map(|spec| &spec.selector)
+            .filter(|selector| !is_empty(selector))
+            .and_then(|selector| Selector::try_from(selector.clone()).ok());
+        Self {
+            namespace: statefulset.metadata.namespace.as_deref(),
+            uid: statefulset
+                .metadata
+                .uid
+                .as_deref()
+                .filter(|uid| !uid.is_empty()),
+            selector,
+        }
+    }
+
+    fn pod(&self, pod: &CachedPod) -> bool {
+        let (Some(uid), Some(selector)) = (self.uid, &self.selector) else {
+            return false;
+        };
+        // The uid first: it tells the StatefulSets apart.
+        pod.controller
+            .as_ref()
+            .is_some_and(|controller| controller.uid == uid)
+            && self.namespace.unwrap_or_default() == pod.namespace
+            && selector.matches(&pod.labels)
+    }
+}
+
+/// The pods of a namespace by the StatefulSet that controls them ([`is_controlled_by`], judged
+/// once per pod when built). The eviction decision counts the pods of a budget's zones from it,
+/// so a decision neither scans the namespace's other pods nor judges ownership again.
+#[derive(Debug, Default)]
+pub struct PodsByStatefulSet {
+    /// StatefulSet uid → its pods, in ordinal order (shorter names first, then by name: the
+    /// pods of one StatefulSet differ only in their ordinal).
+    by_uid: HashMap<String, Vec<Arc<CachedPod>>>,
+}
+
+impl PodsByStatefulSet {
+    pub fn of<'a>(
+        statefulsets: impl IntoIterator<Item = &'a StatefulSet>,
+        pods: impl IntoIterator<Item = &'a Arc<CachedPod>>,
+    ) -> Self {
+        let controls: HashMap<&str, Controls<'_>> = statefulsets
+            .into_iter()
+            .map(Controls::of)
+            .filter_map(|controls| Some((controls.uid?, controls)))
+            .collect();
+        let mut by_uid: HashMap<String, Vec<Arc<CachedPod>>> = HashMap::new();
+        for pod in pods {
+            let Some(controller) = pod.controller.as_ref() else {
+                continue;
+            };
+            if controls
+                .get(controller.uid.as_str())
+                .is_some_and(|controls| controls.pod(pod))
+            {
+                by_uid
+                    .entry(controller.uid.clone())
+                    .or_default()
+                    .push(pod.clone());
+            }
+        }
+        for pods in by_uid.values_mut() {
+            pods.sort_by(|a, b| (a.name.len(), &a.name).cmp(&(b.name.len(), &b.name)));
+        }
+        Self { by_uid }
+    }
+
+    /// The pods `statefulset` controls.
+    pub fn of_statefulset(&self, statefulset: &StatefulSet) -> &[Arc<CachedPod>] {
+        statefulset
+            .metadata
+            .uid
+            .as_ref()
+            .and_then(|uid| self.by_uid.get(uid))
+            .map_or(&[], Vec::as_slice)
+    }
 }
 
 /// The name of the StatefulSet a pod's controller owner reference names. Only to route a pod's
 /// change to its StatefulSet before that is looked up; [`is_controlled_by`] decides ownership.
-pub fn controlling_statefulset(pod: &Pod) -> Option<&str> {
-    pod.metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .find(|owner| owner.controller == Some(true) && owner.kind == "StatefulSet")
-        .map(|owner| owner.name.as_str())
+pub fn controlling_statefulset(pod: &CachedPod) -> Option<&str> {
+    pod.controller
+        .as_ref()
+        .filter(|controller| controller.statefulset)
+        .map(|controller| controller.name.as_str())
 }
 
 /// Whether a label selector (matchLabels AND matchExpressions) matches a set of labels.
@@ -173,15 +241,7 @@ pub fn selector_matches(
     selector: &LabelSelector,
     labels: Option<&BTreeMap<String, String>>,
 ) -> bool {
-    let empty = selector
-        .match_labels
-        .as_ref()
-        .is_none_or(BTreeMap::is_empty)
-        && selector
-            .match_expressions
-            .as_ref()
-            .is_none_or(Vec::is_empty);
-    if empty {
+    if is_empty(selector) {
         return false;
     }
     match Selector::try_from(selector.clone()) {
@@ -190,88 +250,106 @@ pub fn selector_matches(
     }
 }
 
-/// Drops from a cached pod what neither binary reads, keeping what the functions above and the
-/// planner read: identity (name, namespace, uid), labels (a StatefulSet's selector may read any
-/// of them), the controller owner reference, the deletion mark, phase, IP, the Ready condition,
-/// and whether each container is ready, with the reason one that is not waits or terminated
-/// (for messages). The spec, the rest of the status, annotations, managed fields and the
-/// metadata nothing reads (resourceVersion, generateName, selfLink, timestamps, finalizers) go:
-/// pods are most of each binary's memory, and a namespace may hold thousands.
-pub fn slim(pod: &mut Pod) {
-    let metadata = std::mem::take(&mut pod.metadata);
-    pod.metadata = ObjectMeta {
-        name: metadata.name,
-        namespace: metadata.namespace,
-        uid: metadata.uid,
-        labels: metadata.labels,
-        deletion_timestamp: metadata.deletion_timestamp,
-        owner_references: metadata.owner_references.map(|owners| {
-            owners
-                .into_iter()
-                .filter(|owner| owner.controller == Some(true))
-                .map(|owner| OwnerReference {
-                    api_version: String::new(),
-                    block_owner_deletion: None,
-                    ..owner
-                })
-                .collect()
-        }),
-        ..ObjectMeta::default()
-    };
-    pod.spec = None;
-    pod.status = pod.status.take().map(|status| PodStatus {
-        phase: status.phase,
-        pod_ip: status.pod_ip,
-        conditions: status.conditions.map(|conditions| {
-            conditions
-                .into_iter()
-                .filter(|condition| condition.type_ == "Ready")
-                .map(|condition| PodCondition {
-                    message: None,
-                    reason: None,
-                    last_probe_time: None,
-                    ..condition
-                })
-                .collect()
-        }),
-        // An init container that is ready says nothing anyone reads.
-        init_container_statuses: status.init_container_statuses.map(|containers| {
-            slim_containers(
-                containers
-                    .into_iter()
-                    .filter(|container| !container.ready)
-                    .collect(),
-            )
-        }),
-        container_statuses: status.container_statuses.map(slim_containers),
-        ..PodStatus::default()
-    });
+fn is_empty(selector: &LabelSelector) -> bool {
+    selector
+        .match_labels
+        .as_ref()
+        .is_none_or(BTreeMap::is_empty)
+        && selector
+            .match_expressions
+            .as_ref()
+            .is_none_or(Vec::is_empty)
 }
 
-/// Keeps a container's readiness and, while it is not ready, the reason it waits or terminated;
-/// names, messages, images and timestamps go.
-fn slim_containers(containers: Vec<ContainerStatus>) -> Vec<ContainerStatus> {
-    containers
-        .into_iter()
-        .map(|container| ContainerStatus {
-            ready: container.ready,
-            state: container
-                .state
-                .filter(|_| !container.ready)
-                .map(|state| ContainerState {
-                    waiting: state.waiting.map(|waiting| ContainerStateWaiting {
-                        reason: waiting.reason,
-                        message: None,
-                    }),
-                    terminated: state.terminated.map(|terminated| ContainerStateTerminated {
-                        reason: terminated.reason,
-                        ..ContainerStateTerminated::default()
-                    }),
-                    running: None,
+/// A pod as both binaries keep it: what the functions above, the planner, scaling, the
+/// eviction decision and the status page read, and nothing else. Pods are most of each binary's
+/// memory (a namespace may hold thousands): k8s-openapi's `Pod` is 2,176 bytes before any of its
+/// strings, its spec inline even when dropped, where this is about a tenth of that.
+///
+/// Built once per watch event by [`CachedPod::of`], so readiness is read once per change, not
+/// once per decision that counts the pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CachedPod {
+    pub name: String,
+    pub namespace: String,
+    pub uid: String,
+    /// Every label: a StatefulSet's or a budget's selector may read any of them.
+    pub labels: BTreeMap<String, String>,
+    /// The owner reference marked as the controller.
+    pub controller: Option<PodController>,
+    pub readiness: PodReadiness,
+    /// status.podIP, when assigned.
+    pub ip: Option<String>,
+    /// Why the first container that is not ready is not (init containers first): its waiting or
+    /// terminated reason, for the messages that say why a pod is unavailable.
+    pub container_state: Option<String>,
+}
+
+/// The controller owner reference of a pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodController {
+    pub name: String,
+    pub uid: String,
+    /// The owner is of kind StatefulSet.
+    pub statefulset: bool,
+}
+
+impl CachedPod {
+    /// Reads what baton keeps of a pod.
+    pub fn of(pod: &Pod) -> Self {
+        let metadata = &pod.metadata;
+        let status = pod.status.as_ref();
+        Self {
+            name: metadata.name.clone().unwrap_or_default(),
+            namespace: metadata.namespace.clone().unwrap_or_default(),
+            uid: metadata.uid.clone().unwrap_or_default(),
+            labels: metadata.labels.clone().unwrap_or_default(),
+            controller: metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .find(|owner| owner.controller == Some(true))
+                .map(|owner| PodController {
+                    name: owner.name.clone(),
+                    uid: owner.uid.clone(),
+                    statefulset: owner.kind == "StatefulSet",
                 }),
-            ..ContainerStatus::default()
+            readiness: PodReadiness::of(pod),
+            ip: status.and_then(|status| status.pod_ip.clone()),
+            container_state: status.and_then(container_state),
+        }
+    }
+
+    /// The value of label `key`.
+    pub fn label(&self, key: &str) -> Option<&str> {
+        self.labels.get(key).map(String::as_str)
+    }
+}
+
+impl From<&Pod> for CachedPod {
+    fn from(pod: &Pod) -> Self {
+        Self::of(pod)
+    }
+}
+
+/// The reason the first container that is not ready gives for it (init containers first).
+fn container_state(status: &PodStatus) -> Option<String> {
+    let init = status.init_container_statuses.iter().flatten();
+    let main = status.container_statuses.iter().flatten();
+    init.chain(main)
+        .filter(|container| !container.ready)
+        .find_map(|container| {
+            let state = container.state.as_ref()?;
+            let waiting = state
+                .waiting
+                .as_ref()
+                .and_then(|waiting| waiting.reason.as_ref());
+            let terminated = || state.terminated.as_ref()?.reason.as_ref();
+            waiting
+                .or_else(terminated)
+                .filter(|reason| !reason.is_empty())
         })
-        .collect()
+        .cloned()
 }
 
 #[cfg(test)]
@@ -452,8 +530,12 @@ mod tests {
     fn a_pod_is_controlled_by_the_statefulset_it_names_and_whose_selector_matches_it() {
         let zone_a = statefulset("uid-a", selector(&[("zone", "a")], vec![]));
         let owned = pod("uid-a", &[("zone", "a")]);
-        assert!(is_controlled_by(&owned, &zone_a));
-        assert_eq!(controlling_statefulset(&owned), Some("ingester-zone-a"));
+        let cached = |pod: &Pod| CachedPod::of(pod);
+        assert!(is_controlled_by(&cached(&owned), &zone_a));
+        assert_eq!(
+            controlling_statefulset(&cached(&owned)),
+            Some("ingester-zone-a")
+        );
 
         let relabelled = pod("uid-a", &[("zone", "x")]);
         let other_owner = pod("uid-other", &[("zone", "a")]);
@@ -477,14 +559,17 @@ mod tests {
             ("another namespace", &elsewhere),
             ("no owner", &orphan),
         ] {
-            assert!(!is_controlled_by(pod, &zone_a), "{why}");
+            assert!(!is_controlled_by(&cached(pod), &zone_a), "{why}");
         }
-        assert_eq!(controlling_statefulset(&not_controller), None);
-        assert_eq!(controlling_statefulset(&orphan), None);
+        assert_eq!(controlling_statefulset(&cached(&not_controller)), None);
+        assert_eq!(controlling_statefulset(&cached(&orphan)), None);
 
         let mut no_uid = zone_a.clone();
         no_uid.metadata.uid = None;
-        assert!(!is_controlled_by(&pod("", &[("zone", "a")]), &no_uid));
+        assert!(!is_controlled_by(
+            &cached(&pod("", &[("zone", "a")])),
+            &no_uid
+        ));
     }
 
     #[test]
@@ -579,5 +664,101 @@ mod tests {
                 "{unavailable:?}"
             );
         }
+    }
+
+    /// A pod as the API returns it, with what no binary reads: annotations, a spec, other
+    /// conditions, container details, a second owner that is not its controller.
+    fn full_pod() -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {
+                "name": "ingester-zone-a-0",
+                "namespace": NAMESPACE,
+                "uid": "uid-0",
+                "labels": {"controller-revision-hash": "ingester-zone-a-abc", "zone": "a"},
+                "annotations": {"big": "x".repeat(4096)},
+                "ownerReferences": [
+                    {"apiVersion": "v1", "kind": "ConfigMap", "name": "other", "uid": "cm"},
+                    {"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "ingester-zone-a", "uid": "uid-a", "controller": true},
+                ],
+            },
+            "spec": {"containers": [{"name": "app", "image": "app:v1"}]},
+            "status": {
+                "phase": "Running",
+                "podIP": "10.0.0.7",
+                "conditions": [
+                    {"type": "Initialized", "status": "True"},
+                    {"type": "Ready", "status": "False", "lastTransitionTime": "2026-01-01T00:00:00Z"},
+                ],
+                "initContainerStatuses": [{"name": "init", "ready": true, "image": "i", "imageID": "", "restartCount": 0,
+                    "state": {"terminated": {"exitCode": 0, "reason": "Completed", "startedAt": "2026-01-01T00:00:00Z", "finishedAt": "2026-01-01T00:00:00Z"}}}],
+                "containerStatuses": [
+                    {"name": "app", "ready": false, "image": "app:v1", "imageID": "sha", "restartCount": 7,
+                        "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 5m0s"}}},
+                    {"name": "sidecar", "ready": false, "image": "s", "imageID": "", "restartCount": 0,
+                        "state": {"terminated": {"exitCode": 137, "reason": "OOMKilled", "startedAt": "2026-01-01T00:00:00Z", "finishedAt": "2026-01-01T00:00:00Z"}}},
+                ],
+            },
+        }))
+        .expect("a valid pod")
+    }
+
+    #[test]
+    fn a_cached_pod_keeps_identity_labels_its_controller_readiness_and_address() {
+        let pod = full_pod();
+        let cached = CachedPod::of(&pod);
+        assert_eq!(
+            (
+                cached.name.as_str(),
+                cached.namespace.as_str(),
+                cached.uid.as_str()
+            ),
+            ("ingester-zone-a-0", NAMESPACE, "uid-0")
+        );
+        assert_eq!(cached.label("zone"), Some("a"));
+        assert_eq!(
+            cached.controller,
+            Some(PodController {
+                name: "ingester-zone-a".to_owned(),
+                uid: "uid-a".to_owned(),
+                statefulset: true,
+            })
+        );
+        assert_eq!(cached.readiness, PodReadiness::of(&pod));
+        assert_eq!(cached.ip.as_deref(), Some("10.0.0.7"));
+        let zone_a = statefulset("uid-a", selector(&[("zone", "a")], vec![]));
+        assert!(is_controlled_by(&cached, &zone_a));
+    }
+
+    #[test]
+    fn a_cached_pod_says_why_its_first_unready_container_is_not_ready() {
+        let mut pod = full_pod();
+        // The init container is done; the app container's reason comes first.
+        assert_eq!(
+            CachedPod::of(&pod).container_state.as_deref(),
+            Some("CrashLoopBackOff")
+        );
+        if let Some(containers) = pod
+            .status
+            .as_mut()
+            .and_then(|status| status.container_statuses.as_mut())
+        {
+            containers.remove(0);
+        }
+        assert_eq!(
+            CachedPod::of(&pod).container_state.as_deref(),
+            Some("OOMKilled")
+        );
+        let ready = super::tests::pod("uid-a", &[]);
+        assert_eq!(CachedPod::of(&ready).container_state, None);
+    }
+
+    #[test]
+    fn a_cached_pod_is_a_fraction_of_the_pod_it_comes_from() {
+        let inline = std::mem::size_of::<CachedPod>();
+        assert!(
+            inline * 8 < std::mem::size_of::<Pod>(),
+            "CachedPod {inline} bytes, Pod {}",
+            std::mem::size_of::<Pod>()
+        );
     }
 }

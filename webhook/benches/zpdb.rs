@@ -2,6 +2,7 @@
 //! 100 pods, one budget, in zone and partition mode, allowed and denied. The snapshot is what
 //! the webhook's watch caches hold (slimmed pods). `cargo bench -p baton-webhook --bench zpdb`.
 
+use baton_shared::pods::{CachedPod, PodsByStatefulSet};
 use baton_shared::zpdb::{
     Budget, EvictionSnapshot, Observed, RecentlyAllowed, ZoneAwarePodDisruptionBudget, decide,
 };
@@ -10,6 +11,7 @@ use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::json;
+use std::sync::Arc;
 
 const ZONES: [&str; 3] = ["ingester-zone-a", "ingester-zone-b", "ingester-zone-c"];
 const REPLICAS: u32 = 100;
@@ -78,13 +80,17 @@ fn bench(c: &mut Criterion) {
         ("partition mode, allowed", &partition_mode, &healthy, true),
     ];
     for (name, observed, pods, expected) in cases {
-        let pod_refs: Vec<&Pod> = pods.iter().collect();
+        let cached: Vec<Arc<CachedPod>> = pods
+            .iter()
+            .map(|pod| Arc::new(CachedPod::of(pod)))
+            .collect();
+        let index = PodsByStatefulSet::of(statefulsets.iter(), &cached);
         let budgets = [observed];
         let snapshot = EvictionSnapshot {
-            pod: &pods[0],
+            pod: &cached[0],
             budgets: &budgets,
             statefulsets: &statefulset_refs,
-            pods: &pod_refs,
+            pods: &index,
             now,
             recently_allowed: &record,
             record_expiry: SignedDuration::from_secs(30),

@@ -2,6 +2,10 @@
 //! StatefulSets and budgets of the watched namespace, slimmed to what the decision needs) and
 //! the claim of an allowed eviction in the budget's record (see `admission::zpdb`).
 //!
+//! The pods are watched from the first budget on: until a namespace has one, every eviction is
+//! allowed without looking at its pod, and a webhook in a namespace of thousands of pods that
+//! uses no budget holds none of them.
+//!
 //! No API read per request: a pod the cache has not seen yet is read once (counted in
 //! `baton_webhook_zpdb_api_reads_total`), and a budget's record is read only when this
 //! replica does not know it yet or lost a write to another replica (409). Within a replica,
@@ -13,16 +17,17 @@ use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
+use baton_shared::pod_cache::{self, PodCache};
+use baton_shared::pods::{CachedPod, PodsByStatefulSet};
 use baton_shared::zpdb::{
-    Budget, EvictionSnapshot, Observed, RecentlyAllowed, Verdict, ZoneAwarePodDisruptionBudget,
-    decide,
-    decide::{selecting_budget, zones},
+    AllowReason, Budget, EvictionSnapshot, Observed, RecentlyAllowed, Verdict,
+    ZoneAwarePodDisruptionBudget, decide, decide::selecting_budget,
 };
 use futures::StreamExt;
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, PodTemplateSpec};
-use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource};
 use prometheus::{IntCounter, IntCounterVec, IntGauge, Opts, Registry};
@@ -42,6 +47,11 @@ pub const CONFIGURATIONS_METRIC: &str = "rollout_operator_zpdb_configurations_ob
 pub const API_READS_METRIC: &str = "baton_webhook_zpdb_api_reads_total";
 /// API writes made to judge an eviction: the claims of allowed evictions in budgets' records.
 pub const API_WRITES_METRIC: &str = "baton_webhook_zpdb_api_writes_total";
+
+/// How long an eviction waits for the pods to be listed when the first budget of the namespace
+/// just started their watch (a listing takes well under a second; the API server's call to the
+/// webhook times out after 10 s).
+const POD_LIST_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// How often a claim is retried after losing to another replica before the eviction is refused
 /// for now (the drain retries it).
@@ -115,12 +125,14 @@ impl ZpdbMetrics {
 pub struct Evictions {
     namespace: String,
     client: Client,
-    pods: Store<Pod>,
-    /// Changes the pod watch applied to `pods` so far.
-    pod_changes: Arc<AtomicU64>,
-    /// `pods` by controller, as of a number of changes.
+    /// Filled from the first budget on (`pods_wanted`).
+    pods: PodCache,
+    pods_wanted: tokio::sync::watch::Receiver<bool>,
+    /// `pods` by StatefulSet, as of a number of changes of both.
     pod_index: RwLock<Arc<PodIndex>>,
     statefulsets: Store<StatefulSet>,
+    /// Changes the StatefulSet watch applied so far.
+    statefulset_changes: Arc<AtomicU64>,
     budgets: Store<ZoneAwarePodDisruptionBudget>,
     /// Budget uid → (resourceVersion, parsed): a budget is parsed once per version.
     parsed: Mutex<HashMap<String, (String, Arc<Observed>)>>,
@@ -149,15 +161,13 @@ impl Evictions {
         namespace: &str,
         metrics: ZpdbMetrics,
     ) -> (Self, impl Future<Output = ()> + Send + 'static) {
-        let pod_changes = Arc::new(AtomicU64::new(1));
-        let (pods, fill_pods) = reflect(
-            client.clone(),
-            namespace,
-            baton_shared::pods::slim,
-            Some(pod_changes.clone()),
-        );
+        let statefulset_changes = Arc::new(AtomicU64::new(0));
+        let counted = statefulset_changes.clone();
         let (statefulsets, fill_statefulsets) =
-            reflect(client.clone(), namespace, slim_statefulset, None);
+            reflect(client.clone(), namespace, slim_statefulset, move |_| {
+                counted.fetch_add(1, Ordering::Release);
+            });
+        let (wanted, pods_wanted) = tokio::sync::watch::channel(false);
         let (budgets, fill_budgets) = reflect(
             client.clone(),
             namespace,
@@ -165,15 +175,40 @@ impl Evictions {
                 zpdb.metadata.managed_fields = None;
                 zpdb.metadata.annotations = None;
             },
-            None,
+            move |budgets| {
+                if !budgets.is_empty() && !*wanted.borrow() {
+                    tracing::info!("a ZoneAwarePodDisruptionBudget exists: watching pods");
+                    wanted.send_replace(true);
+                }
+            },
         );
+        let (pods, pod_events) =
+            pod_cache::watch(client.clone(), namespace, watcher::Config::default());
+        let fill_pods = {
+            let mut wanted = pods_wanted.clone();
+            let namespace = namespace.to_owned();
+            async move {
+                if wanted.wait_for(|wanted| *wanted).await.is_err() {
+                    return;
+                }
+                pod_events
+                    .for_each(|event| {
+                        if let Err(error) = event {
+                            tracing::warn!(%namespace, %error, "pod watch failed; retrying");
+                        }
+                        futures::future::ready(())
+                    })
+                    .await;
+            }
+        };
         let evictions = Self {
             namespace: namespace.to_owned(),
             client,
             pods,
-            pod_changes,
+            pods_wanted,
             pod_index: RwLock::default(),
             statefulsets,
+            statefulset_changes,
             budgets,
             parsed: Mutex::default(),
             records: Mutex::default(),
@@ -191,24 +226,36 @@ impl Evictions {
         &self.namespace
     }
 
-    /// Resolves once the pod and StatefulSet caches hold their first full listing. Not the
-    /// budgets': without the CRD their watch never lists, and the other webhooks must still
-    /// serve; evictions are refused for now until it has (see [`Self::synced`]).
+    /// Resolves once the StatefulSet cache holds its first full listing, and the pod cache too
+    /// if the pods are watched by then. Not the budgets': without the CRD their watch never
+    /// lists, and the other webhooks must still serve; evictions are refused for now until it
+    /// has (see [`Self::synced`]).
     pub async fn wait_synced(&self) {
-        let _ = self.pods.wait_until_ready().await;
         let _ = self.statefulsets.wait_until_ready().await;
+        if *self.pods_wanted.borrow() {
+            let _ = self.pods.wait_until_ready().await;
+        }
     }
 
-    /// Whether every cache holds its first full listing.
-    fn synced(&self) -> bool {
+    /// Whether every cache the decision needs holds its first full listing. The pods are
+    /// needed once a budget exists; the first budget starts their watch, so an eviction right
+    /// after it waits up to [`POD_LIST_WAIT`] for their listing rather than being refused.
+    async fn synced(&self) -> bool {
         use futures::FutureExt;
-        self.pods.wait_until_ready().now_or_never().is_some()
-            && self
-                .statefulsets
-                .wait_until_ready()
-                .now_or_never()
-                .is_some()
-            && self.budgets.wait_until_ready().now_or_never().is_some()
+        let listed = self
+            .statefulsets
+            .wait_until_ready()
+            .now_or_never()
+            .is_some()
+            && self.budgets.wait_until_ready().now_or_never().is_some();
+        if !listed {
+            return false;
+        }
+        self.budgets.is_empty()
+            || self.pods.is_ready()
+            || tokio::time::timeout(POD_LIST_WAIT, self.pods.wait_until_ready())
+                .await
+                .is_ok_and(|ready| ready.is_ok())
     }
 
     /// Judges one eviction: the decision on the caches, then, when a budget allowed it, the
@@ -239,13 +286,23 @@ impl Evictions {
                 "namespace_not_watched",
             );
         }
-        if !self.synced() {
+        if !self.synced().await {
             return (
                 Decision::deny_for_now(format!(
                     "pod {} cannot be evicted yet: this baton-webhook replica has not listed the pods, StatefulSets and ZoneAwarePodDisruptionBudgets of namespace {} yet (is the CRD zoneawarepoddisruptionbudgets.rollout-operator.grafana.com installed?); retry",
                     request.pod, self.namespace
                 )),
                 "not_synced",
+            );
+        }
+        if self.budgets.is_empty() {
+            // No pod is read: with no budget, whatever its state, it may go.
+            return (
+                Decision::allow_with_message(format!(
+                    "no ZoneAwarePodDisruptionBudget in namespace {} selects pod {}",
+                    self.namespace, request.pod
+                )),
+                AllowReason::NoBudget.label(),
             );
         }
         let pod = match self.pod(request).await {
@@ -285,7 +342,7 @@ impl Evictions {
     async fn claim(
         &self,
         request: &EvictionRequest,
-        pod: &Pod,
+        pod: &CachedPod,
         budget: &Budget,
         budgets: &[&Observed],
     ) -> (Decision, &'static str) {
@@ -324,7 +381,7 @@ impl Evictions {
             let claimed = admission::with_eviction(
                 &record,
                 &request.pod,
-                pod.metadata.uid.as_deref(),
+                Some(pod.uid.as_str()).filter(|uid| !uid.is_empty()),
                 &request.uid,
                 Timestamp::now(),
             );
@@ -386,61 +443,58 @@ impl Evictions {
             .clone()
     }
 
-    /// The decision on the caches: only the pods of the zones the selecting budget judges
-    /// with are passed (the only ones it counts), from the index, not a copy of the cache.
-    fn decide(&self, pod: &Pod, budgets: &[&Observed], record: &RecentlyAllowed) -> Verdict {
-        let statefulsets = self.statefulsets.state();
-        let statefulsets: Vec<&StatefulSet> = statefulsets.iter().map(Arc::as_ref).collect();
+    /// The decision on the caches, with the pods from the index, not a copy of the cache.
+    fn decide(&self, pod: &CachedPod, budgets: &[&Observed], record: &RecentlyAllowed) -> Verdict {
         let index = self.pod_index();
-        let pods: Vec<&Pod> = match selecting_budget(pod, budgets) {
-            Ok(Some(budget)) => zones(budget, pod, &statefulsets)
-                .into_iter()
-                .flat_map(|zone| index.controlled_by(zone))
-                .map(Arc::as_ref)
-                .collect(),
-            // Decided before any pod is counted.
-            Ok(None) | Err(_) => Vec::new(),
-        };
+        let statefulsets: Vec<&StatefulSet> = index.statefulsets.iter().map(Arc::as_ref).collect();
         decide(&EvictionSnapshot {
             pod,
             budgets,
             statefulsets: &statefulsets,
-            pods: &pods,
+            pods: &index.pods,
             now: Timestamp::now(),
             recently_allowed: record,
             record_expiry: RECORD_EXPIRY,
         })
     }
 
-    /// The pod index as of the latest change the pod watch applied: rebuilt (one pass over
-    /// the cache) by the first decision after a change, shared by the others.
+    /// The pod index as of the latest changes the pod and StatefulSet watches applied: rebuilt
+    /// (one pass over the cache) by the first decision after a change, shared by the others.
     fn pod_index(&self) -> Arc<PodIndex> {
-        let changes = self.pod_changes.load(Ordering::Acquire);
+        let changes = (
+            self.pods.changes(),
+            self.statefulset_changes.load(Ordering::Acquire),
+        );
         {
             let index = self.pod_index.read().expect("pod index lock");
-            if index.changes == changes {
+            if index.changes == Some(changes) {
                 return index.clone();
             }
         }
-        let fresh = Arc::new(PodIndex::of(&self.pods.state(), changes));
+        let statefulsets = self.statefulsets.state();
+        let fresh = Arc::new(PodIndex {
+            changes: Some(changes),
+            pods: PodsByStatefulSet::of(statefulsets.iter().map(Arc::as_ref), &self.pods.state()),
+            statefulsets,
+        });
         let mut index = self.pod_index.write().expect("pod index lock");
-        if index.changes < changes {
+        if index.changes.is_none_or(|built| built < changes) {
             *index = fresh.clone();
         }
         fresh
     }
 
     /// The pod from the cache, or from the API when the cache has not seen it yet.
-    async fn pod(&self, request: &EvictionRequest) -> Result<Option<Arc<Pod>>, kube::Error> {
-        if let Some(pod) = self
-            .pods
-            .get(&ObjectRef::new(&request.pod).within(&request.namespace))
-        {
+    async fn pod(&self, request: &EvictionRequest) -> Result<Option<Arc<CachedPod>>, kube::Error> {
+        if let Some(pod) = self.pods.get(&request.pod) {
             return Ok(Some(pod));
         }
         self.metrics.api_read("pod").inc();
         let api: Api<Pod> = Api::namespaced(self.client.clone(), &request.namespace);
-        Ok(api.get_opt(&request.pod).await?.map(Arc::new))
+        Ok(api
+            .get_opt(&request.pod)
+            .await?
+            .map(|pod| Arc::new(CachedPod::of(&pod))))
     }
 
     /// Every budget of the namespace, parsed once per resourceVersion.
@@ -478,49 +532,16 @@ impl Evictions {
     }
 }
 
-/// The cached pods by the uid of their controller. Decisions count the pods of a budget's
-/// StatefulSets only; with the index they neither scan the namespace's other pods nor copy the
-/// cache (`Store::state` clones an `Arc` per pod, and request threads contend on those
-/// counters).
+/// The StatefulSets and the pods by StatefulSet, as of the watches' change counts. Decisions
+/// read the pods of a budget's StatefulSets from it: they neither scan the namespace's other
+/// pods, nor judge ownership again, nor copy the cache (`Store::state` clones an `Arc` per
+/// object, and request threads contend on those counters).
 #[derive(Debug, Default)]
 struct PodIndex {
-    /// The pod watch's change count this index reflects (0: none yet).
-    changes: u64,
-    by_controller: HashMap<String, Vec<Arc<Pod>>>,
-}
-
-impl PodIndex {
-    fn of(pods: &[Arc<Pod>], changes: u64) -> Self {
-        let mut by_controller: HashMap<String, Vec<Arc<Pod>>> = HashMap::new();
-        for pod in pods {
-            let controller = pod
-                .metadata
-                .owner_references
-                .iter()
-                .flatten()
-                .find(|owner| owner.controller == Some(true));
-            if let Some(controller) = controller {
-                by_controller
-                    .entry(controller.uid.clone())
-                    .or_default()
-                    .push(pod.clone());
-            }
-        }
-        Self {
-            changes,
-            by_controller,
-        }
-    }
-
-    /// The pods `statefulset` is the controller of (by uid; the decision checks its selector).
-    fn controlled_by(&self, statefulset: &StatefulSet) -> &[Arc<Pod>] {
-        statefulset
-            .metadata
-            .uid
-            .as_ref()
-            .and_then(|uid| self.by_controller.get(uid))
-            .map_or(&[], Vec::as_slice)
-    }
+    /// (pod changes, StatefulSet changes) this index reflects (None: not built yet).
+    changes: Option<(u64, u64)>,
+    statefulsets: Vec<Arc<StatefulSet>>,
+    pods: PodsByStatefulSet,
 }
 
 /// A StatefulSet keeps its identity, labels, replicas, selector, minReadySeconds and ordinals.
@@ -533,13 +554,13 @@ fn slim_statefulset(statefulset: &mut StatefulSet) {
     }
 }
 
-/// A watch cache of `namespace`'s `K`s, slimmed by `slim`; `changes`, if given, counts the
-/// changes applied to the cache.
+/// A watch cache of `namespace`'s `K`s, slimmed by `slim`; `changed` is called with the cache
+/// after each change applied to it.
 fn reflect<K>(
     client: Client,
     namespace: &str,
     slim: fn(&mut K),
-    changes: Option<Arc<AtomicU64>>,
+    changed: impl Fn(&Store<K>) + Send + Sync + 'static,
 ) -> (Store<K>, impl Future<Output = ()> + Send + 'static)
 where
     K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
@@ -553,6 +574,7 @@ where
     let (reader, writer) = reflector::store::<K>();
     let api: Api<K> = Api::namespaced(client, namespace);
     let namespace = namespace.to_owned();
+    let store = reader.clone();
     let stream = watcher(api, watcher::Config::default())
         .backoff(baton_shared::kube_client::watch_backoff())
         .modify(slim);
@@ -561,11 +583,7 @@ where
             .for_each(|event| {
                 match event {
                     // The reflector has applied it to the store.
-                    Ok(_) => {
-                        if let Some(changes) = &changes {
-                            changes.fetch_add(1, Ordering::Release);
-                        }
-                    }
+                    Ok(_) => changed(&store),
                     Err(error) => {
                         tracing::warn!(kind = %K::kind(&()), %namespace, %error, "watch failed; retrying");
                     }

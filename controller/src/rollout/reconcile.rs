@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use baton_shared::kube_client::bounded;
+use baton_shared::pods::CachedPod;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Resource;
@@ -52,7 +53,7 @@ impl Rollouts {
         &self,
         group: &str,
         members: &[Arc<StatefulSet>],
-        pods: &[Arc<Pod>],
+        pods: &[Arc<CachedPod>],
         may_act: &MayAct,
     ) -> Result<Requeue, ExecuteError> {
         let mut snapshot = GroupSnapshot::from_kubernetes(

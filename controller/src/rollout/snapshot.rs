@@ -7,13 +7,12 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use baton_shared::annotations::CONTROLLER_REVISION_HASH_LABEL;
+use baton_shared::pods::{CachedPod, PodReadiness, is_controlled_by};
 pub use baton_shared::pods::{PodPhase, selector_matches};
-use baton_shared::pods::{PodReadiness, is_controlled_by};
 use baton_shared::statefulset::StatefulSetState;
 pub use baton_shared::statefulset::pod_ordinal;
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{Pod, PodStatus};
 
 /// One rollout group: the StatefulSets sharing a `rollout-group` label value, sorted by name.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -104,7 +103,7 @@ impl GroupSnapshot {
     pub fn from_kubernetes<'a>(
         name: impl Into<String>,
         statefulsets: impl IntoIterator<Item = &'a StatefulSet>,
-        pods: impl IntoIterator<Item = &'a Pod>,
+        pods: impl IntoIterator<Item = &'a CachedPod>,
     ) -> Self {
         let statefulsets: Vec<&StatefulSet> = statefulsets.into_iter().collect();
         let mut snapshots: Vec<StatefulSetSnapshot> = statefulsets
@@ -137,7 +136,7 @@ impl StatefulSetSnapshot {
     /// [`GroupSnapshot::from_kubernetes`] for how its own are found).
     pub fn from_kubernetes<'a>(
         statefulset: &StatefulSet,
-        pods: impl IntoIterator<Item = &'a Pod>,
+        pods: impl IntoIterator<Item = &'a CachedPod>,
     ) -> Self {
         let mut snapshot = Self::without_pods(statefulset);
         snapshot.pods = pods
@@ -173,23 +172,17 @@ impl StatefulSetSnapshot {
 
 impl PodSnapshot {
     /// Reads the parts of a pod the planner needs.
-    pub fn from_kubernetes(pod: &Pod) -> Self {
-        let metadata = &pod.metadata;
-        let status = pod.status.as_ref();
-        let readiness = PodReadiness::of(pod);
+    pub fn from_kubernetes(pod: &CachedPod) -> Self {
+        let readiness = pod.readiness;
         Self {
-            name: metadata.name.clone().unwrap_or_default(),
-            uid: metadata.uid.clone().unwrap_or_default(),
-            revision: metadata
-                .labels
-                .as_ref()
-                .and_then(|labels| labels.get(CONTROLLER_REVISION_HASH_LABEL))
-                .cloned(),
+            name: pod.name.clone(),
+            uid: pod.uid.clone(),
+            revision: pod.label(CONTROLLER_REVISION_HASH_LABEL).map(str::to_owned),
             phase: readiness.phase,
             ready: readiness.ready,
             ready_since: readiness.ready_since,
             terminating: readiness.terminating,
-            container_state: status.and_then(container_state),
+            container_state: pod.container_state.clone(),
         }
     }
 
@@ -202,26 +195,6 @@ impl PodSnapshot {
             terminating: self.terminating,
         }
     }
-}
-
-/// The reason the first container that is not ready gives for it (init containers first).
-fn container_state(status: &PodStatus) -> Option<String> {
-    let init = status.init_container_statuses.iter().flatten();
-    let main = status.container_statuses.iter().flatten();
-    init.chain(main)
-        .filter(|container| !container.ready)
-        .find_map(|container| {
-            let state = container.state.as_ref()?;
-            let waiting = state
-                .waiting
-                .as_ref()
-                .and_then(|waiting| waiting.reason.as_ref());
-            let terminated = || state.terminated.as_ref()?.reason.as_ref();
-            waiting
-                .or_else(terminated)
-                .filter(|reason| !reason.is_empty())
-        })
-        .cloned()
 }
 
 /// Compares names the way people read them: runs of digits by value, so `x-2` sorts before
@@ -282,12 +255,17 @@ mod tests {
         StatefulSetOrdinals, StatefulSetSpec, StatefulSetStatus, StatefulSetUpdateStrategy,
     };
     use k8s_openapi::api::core::v1::{
-        ContainerState, ContainerStateTerminated, ContainerStateWaiting, ContainerStatus,
+        ContainerState, ContainerStateTerminated, ContainerStateWaiting, ContainerStatus, Pod,
         PodCondition, PodStatus,
     };
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
         LabelSelector, LabelSelectorRequirement, ObjectMeta, OwnerReference, Time,
     };
+
+    /// The planner's view of a pod as the API returns it.
+    fn snap(pod: &Pod) -> PodSnapshot {
+        PodSnapshot::from_kubernetes(&CachedPod::of(pod))
+    }
 
     const NAMESPACE: &str = "mimir";
 
@@ -486,7 +464,7 @@ mod tests {
             "uid-a",
             &[("app", "a"), (CONTROLLER_REVISION_HASH_LABEL, "rev-new")],
         );
-        let snapshot = PodSnapshot::from_kubernetes(&ready);
+        let snapshot = snap(&ready);
         assert_eq!(
             snapshot,
             PodSnapshot {
@@ -503,7 +481,7 @@ mod tests {
 
         let mut terminating = ready.clone();
         terminating.metadata.deletion_timestamp = Some(Time(Timestamp::UNIX_EPOCH));
-        assert!(PodSnapshot::from_kubernetes(&terminating).terminating);
+        assert!(snap(&terminating).terminating);
     }
 
     #[test]
@@ -519,21 +497,18 @@ mod tests {
         let pending = with_status(base.clone(), |status| {
             status.phase = Some("Pending".to_owned())
         });
-        assert!(PodSnapshot::from_kubernetes(&base).ready);
+        assert!(snap(&base).ready);
         for not_ready in [&container_not_ready, &condition_false, &no_condition] {
-            let snapshot = PodSnapshot::from_kubernetes(not_ready);
+            let snapshot = snap(not_ready);
             assert!(!snapshot.ready, "{not_ready:?}");
             assert_eq!(snapshot.ready_since, None);
         }
-        assert_eq!(
-            PodSnapshot::from_kubernetes(&pending).phase,
-            PodPhase::Pending
-        );
+        assert_eq!(snap(&pending).phase, PodPhase::Pending);
         let no_status = Pod {
             status: None,
             ..base
         };
-        let snapshot = PodSnapshot::from_kubernetes(&no_status);
+        let snapshot = snap(&no_status);
         assert_eq!((snapshot.phase, snapshot.ready), (PodPhase::Unknown, false));
     }
 
@@ -563,8 +538,7 @@ mod tests {
             ..ContainerStatus::default()
         };
         let state_of = |change: &dyn Fn(&mut PodStatus)| {
-            PodSnapshot::from_kubernetes(&with_status(pod("p-0", "uid", &[]), change))
-                .container_state
+            snap(&with_status(pod("p-0", "uid", &[]), change)).container_state
         };
         assert_eq!(state_of(&|_| {}), None, "every container ready");
         assert_eq!(
@@ -651,6 +625,7 @@ mod tests {
             orphan,
         ];
 
+        let pods: Vec<CachedPod> = pods.iter().map(CachedPod::of).collect();
         let group = GroupSnapshot::from_kubernetes("ingester", [&zone_b, &zone_a], &pods);
 
         assert_eq!(group.name, "ingester");
@@ -673,7 +648,7 @@ mod tests {
         no_uid.metadata.uid = None;
         let orphan_claim = pod("x-0", "", &[("app", "x")]);
         assert!(
-            StatefulSetSnapshot::from_kubernetes(&no_uid, [&orphan_claim])
+            StatefulSetSnapshot::from_kubernetes(&no_uid, [&CachedPod::of(&orphan_claim)])
                 .pods
                 .is_empty()
         );

@@ -14,11 +14,11 @@ use std::time::Duration;
 use baton_config::PodAddressing;
 use baton_shared::annotations::scaling::DelayedDownscale;
 use baton_shared::pod_client::{PodEndpoint, PodRef, pod_host};
+use baton_shared::pods::CachedPod;
 use baton_shared::pods::is_controlled_by;
 use baton_shared::statefulset::{PodNames, StatefulSetState};
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::Pod;
 
 /// The body a pod answers to POST.
 #[derive(Debug, serde::Deserialize)]
@@ -52,7 +52,7 @@ pub fn parse_answer(body: &[u8]) -> Result<Timestamp, String> {
 /// that `statefulset` controls.
 pub fn endpoints(
     statefulset: &StatefulSet,
-    pods: &[Arc<Pod>],
+    pods: &[Arc<CachedPod>],
     settings: &DelayedDownscale,
     indexes: Range<i32>,
     addressing: PodAddressing,
@@ -69,13 +69,10 @@ pub fn endpoints(
     indexes
         .map(|index| {
             let pod_name = names.at(index);
-            let pod = pods.iter().find(|pod| {
-                pod.metadata.name.as_deref() == Some(pod_name.as_str())
-                    && is_controlled_by(pod, statefulset)
-            });
-            let pod_ip = pod
-                .and_then(|pod| pod.status.as_ref())
-                .and_then(|status| status.pod_ip.as_deref());
+            let pod = pods
+                .iter()
+                .find(|pod| pod.name == pod_name && is_controlled_by(pod, statefulset));
+            let pod_ip = pod.and_then(|pod| pod.ip.as_deref());
             let reference = PodRef {
                 name: &pod_name,
                 namespace,
@@ -300,7 +297,7 @@ mod tests {
             DELAYED_DOWNSCALE_ANNOTATION, PREPARE_DELAYED_DOWNSCALE_URL_ANNOTATION,
         };
         use k8s_openapi::api::apps::v1::{StatefulSetOrdinals, StatefulSetSpec};
-        use k8s_openapi::api::core::v1::PodStatus;
+        use k8s_openapi::api::core::v1::{Pod, PodStatus};
         use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
             LabelSelector, ObjectMeta, OwnerReference,
         };
@@ -326,7 +323,7 @@ mod tests {
             status: None,
         };
         let pod = |ordinal: i32, owner_uid: &str| {
-            Arc::new(Pod {
+            Arc::new(CachedPod::of(&Pod {
                 metadata: ObjectMeta {
                     name: Some(format!("ingester-zone-a-{ordinal}")),
                     namespace: Some("mimir".into()),
@@ -345,10 +342,10 @@ mod tests {
                     pod_ip: Some(format!("10.0.0.{ordinal}")),
                     ..PodStatus::default()
                 }),
-            })
+            }))
         };
         // Ordinals 3..=7; pod 6 is a namesake owned by an older StatefulSet of that name.
-        let pods: Vec<Arc<Pod>> = vec![pod(3, "uid-a"), pod(6, "uid-old"), pod(7, "uid-a")];
+        let pods: Vec<Arc<CachedPod>> = vec![pod(3, "uid-a"), pod(6, "uid-old"), pod(7, "uid-a")];
         let settings = baton_shared::annotations::scaling::delayed_downscale(&BTreeMap::from([
             (DELAYED_DOWNSCALE_ANNOTATION.to_owned(), "1h".to_owned()),
             (

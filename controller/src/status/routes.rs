@@ -7,9 +7,9 @@ use std::sync::Arc;
 
 use actix_web::{HttpResponse, web};
 use baton_shared::ops_server::Readiness;
+use baton_shared::pods::CachedPod;
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::Pod;
 use serde::Deserialize;
 
 use super::board::StatusBoard;
@@ -89,7 +89,7 @@ impl StatusRoutes {
             });
         }
         let pods = self.caches.pods.state();
-        let pods: Vec<&Pod> = pods.iter().map(Arc::as_ref).collect();
+        let pods: Vec<&CachedPod> = pods.iter().map(Arc::as_ref).collect();
         let history = |name: &str| leading.then(|| self.board.history(name)).flatten();
         let groups = view::groups(&members, &pods, history, now);
         let (role, leader) = if leading {

@@ -17,9 +17,9 @@
 //! for paused zones; `rolling` when pods are being replaced or the wait is for a rolling zone's
 //! own pods; `waiting` otherwise (a gate holds it, several zones are not ready, …).
 
+use baton_shared::pods::CachedPod;
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::Pod;
 
 use super::model::{ActionRecord, GroupStatus, Phase, Waiting, ZoneStatus};
 use crate::gates::{self, GateDecision, GateWait};
@@ -59,7 +59,7 @@ pub fn compute(snapshot: &GroupSnapshot, history: Option<&History>, now: Timesta
 /// recorded history, if any.
 pub fn groups<'a>(
     statefulsets: &[&'a StatefulSet],
-    pods: &[&'a Pod],
+    pods: &[&'a CachedPod],
     history: impl Fn(&str) -> Option<History>,
     now: Timestamp,
 ) -> Vec<GroupStatus> {

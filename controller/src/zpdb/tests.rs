@@ -3,8 +3,10 @@
 //! namespace without the CRD, a budget of maxUnavailable 0).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use baton_shared::annotations::MAX_UNAVAILABLE_ANNOTATION;
+use baton_shared::pods::CachedPod;
 use baton_shared::zpdb::{AllowedEviction, ZpdbSpec};
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec};
 use k8s_openapi::api::core::v1::{Pod, PodCondition, PodStatus};
@@ -131,7 +133,11 @@ impl Cluster {
 
     fn judge(&self, statefulset: &str, pod: &str, claims: &RecentlyAllowed) -> Judgement {
         let statefulsets: Vec<&StatefulSet> = self.statefulsets.iter().collect();
-        let pods: Vec<&Pod> = self.pods.iter().collect();
+        let pods: Vec<Arc<CachedPod>> = self
+            .pods
+            .iter()
+            .map(|pod| Arc::new(CachedPod::of(pod)))
+            .collect();
         let view = View {
             namespace: NS,
             known: &self.known,
@@ -294,7 +300,11 @@ fn free_replacements_are_never_held() {
     for known in [not_listed, listed(&[budget("ingester", None)])] {
         let cluster = Cluster::new(known, &[A0, "ingester-zone-b-0"]);
         let statefulsets: Vec<&StatefulSet> = cluster.statefulsets.iter().collect();
-        let pods: Vec<&Pod> = cluster.pods.iter().collect();
+        let pods: Vec<Arc<CachedPod>> = cluster
+            .pods
+            .iter()
+            .map(|pod| Arc::new(CachedPod::of(pod)))
+            .collect();
         let view = View {
             namespace: NS,
             known: &cluster.known,

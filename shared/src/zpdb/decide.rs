@@ -23,10 +23,11 @@ use std::fmt;
 
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::Pod;
 
 use super::spec::{Budget, Observed};
-use crate::pods::{Availability, NotAvailable, PodPhase, PodReadiness, is_controlled_by};
+use crate::pods::{
+    Availability, CachedPod, NotAvailable, PodPhase, PodsByStatefulSet, is_controlled_by,
+};
 use crate::statefulset::StatefulSetState;
 
 /// Evictions allowed but not yet visible as terminating: pod name → when it was allowed (and
@@ -52,13 +53,16 @@ impl RecentlyAllowed {
     /// about this very pod.
     pub fn allowed_at(
         &self,
-        pod: &Pod,
+        pod: &CachedPod,
         now: Timestamp,
         expiry: SignedDuration,
     ) -> Option<Timestamp> {
-        let entry = self.pods.get(pod.metadata.name.as_deref()?)?;
-        let same_pod = match (&entry.uid, &pod.metadata.uid) {
-            (Some(recorded), Some(uid)) => recorded == uid,
+        if self.pods.is_empty() {
+            return None;
+        }
+        let entry = self.pods.get(&pod.name)?;
+        let same_pod = match &entry.uid {
+            Some(recorded) if !pod.uid.is_empty() => *recorded == pod.uid,
             _ => true,
         };
         let fresh = entry.at.checked_add(expiry).is_ok_and(|until| until > now);
@@ -75,13 +79,14 @@ impl RecentlyAllowed {
 #[derive(Debug, Clone, Copy)]
 pub struct EvictionSnapshot<'a> {
     /// The pod to evict.
-    pub pod: &'a Pod,
+    pub pod: &'a CachedPod,
     /// The budgets of the pod's namespace, parsed.
     pub budgets: &'a [&'a Observed],
     /// The StatefulSets of the pod's namespace.
     pub statefulsets: &'a [&'a StatefulSet],
-    /// The pods of the pod's namespace (the evicted one among them or not).
-    pub pods: &'a [&'a Pod],
+    /// The pods of the pod's namespace by their StatefulSet (the evicted one among them or
+    /// not). Only the pods of the budget's StatefulSets are read.
+    pub pods: &'a PodsByStatefulSet,
     pub now: Timestamp,
     pub recently_allowed: &'a RecentlyAllowed,
     /// How long a [`RecentlyAllowed`] entry counts.
@@ -214,11 +219,11 @@ fn denied(reason: DenyReason, message: String) -> Verdict {
 
 /// The budget that selects `pod`, if exactly one does (None: no budget; Err: the denial).
 pub fn selecting_budget<'b>(
-    pod: &Pod,
+    pod: &CachedPod,
     budgets: &[&'b Observed],
 ) -> Result<Option<&'b Budget>, Verdict> {
-    let name = pod.metadata.name.as_deref().unwrap_or("");
-    let labels = pod.metadata.labels.as_ref();
+    let name = pod.name.as_str();
+    let labels = Some(&pod.labels);
     let selecting: Vec<&Observed> = budgets
         .iter()
         .copied()
@@ -255,53 +260,27 @@ pub fn selecting_budget<'b>(
 }
 
 /// The zones `budget` judges `pod` with: the StatefulSets of the pod's namespace it selects, by
-/// name. Only pods these StatefulSets control count, so a caller that indexes its pods by
-/// owner may pass just theirs as [`EvictionSnapshot::pods`].
-pub fn zones<'s>(
+/// name. Only pods these StatefulSets control count.
+fn zones<'s>(
     budget: &Budget,
-    pod: &Pod,
+    pod: &CachedPod,
     statefulsets: &[&'s StatefulSet],
 ) -> Vec<&'s StatefulSet> {
     let mut zones: Vec<&StatefulSet> = statefulsets
         .iter()
         .copied()
-        .filter(|statefulset| statefulset.metadata.namespace == pod.metadata.namespace)
+        .filter(|statefulset| {
+            statefulset
+                .metadata
+                .namespace
+                .as_deref()
+                .unwrap_or_default()
+                == pod.namespace
+        })
         .filter(|statefulset| budget.selects(statefulset.metadata.labels.as_ref()))
         .collect();
     zones.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
     zones
-}
-
-/// The pods each zone is the controller of (by uid; [`Controls`] checks the rest when a zone
-/// is counted, so a denial at the first zone does not check the others' pods), in one pass
-/// over `pods`: a pod has one controller, so it belongs to one zone at most. The zone of the
-/// previous pod is tried first (callers that index pods by owner pass them zone by zone).
-fn pods_by_zone<'p>(zones: &[&StatefulSet], pods: &[&'p Pod]) -> Vec<Vec<&'p Pod>> {
-    let uids: Vec<Option<&str>> = zones
-        .iter()
-        .map(|zone| zone.metadata.uid.as_deref().filter(|uid| !uid.is_empty()))
-        .collect();
-    let mut by_zone = vec![Vec::new(); zones.len()];
-    let mut last = 0;
-    for pod in pods.iter().copied() {
-        let zone = pod
-            .metadata
-            .owner_references
-            .iter()
-            .flatten()
-            .filter(|owner| owner.controller == Some(true))
-            .find_map(|controller| {
-                let is = |zone: &usize| uids[*zone] == Some(controller.uid.as_str());
-                Some(last)
-                    .filter(|last| *last < uids.len() && is(last))
-                    .or_else(|| (0..uids.len()).find(is))
-            });
-        if let Some(zone) = zone {
-            by_zone[zone].push(pod);
-            last = zone;
-        }
-    }
-    by_zone
 }
 
 /// Decides whether the snapshot's pod may be evicted now.
@@ -323,8 +302,8 @@ pub fn decide_rollout_deletion(
 
 fn decide_with(snapshot: &EvictionSnapshot<'_>, rollout_max_unavailable: Option<u32>) -> Verdict {
     let pod = snapshot.pod;
-    let name = pod.metadata.name.as_deref().unwrap_or("");
-    let readiness = PodReadiness::of(pod);
+    let name = pod.name.as_str();
+    let readiness = pod.readiness;
     if readiness.terminating {
         return allowed(
             AllowReason::PodTerminating,
@@ -385,7 +364,6 @@ fn decide_with(snapshot: &EvictionSnapshot<'_>, rollout_max_unavailable: Option<
         budget,
         evicted: name,
         rollout_max_unavailable,
-        pods: pods_by_zone(&zones, snapshot.pods),
     };
     match &budget.partition {
         None => judge.zone_mode(own, &zones),
@@ -440,15 +418,13 @@ struct Judge<'s, 'a> {
     evicted: &'s str,
     /// A rollout's deletion: its own max-unavailable replaces the budget's.
     rollout_max_unavailable: Option<u32>,
-    /// The pods each zone controls, in the order of the zones.
-    pods: Vec<Vec<&'a Pod>>,
 }
 
 impl Judge<'_, '_> {
     /// Why `pod` of `zone` counts as unavailable, if it does.
-    fn unavailable(&self, pod: &Pod, min_ready_seconds: u32) -> Option<Unavailable> {
+    fn unavailable(&self, pod: &CachedPod, min_ready_seconds: u32) -> Option<Unavailable> {
         let now = self.snapshot.now;
-        let readiness = PodReadiness::of(pod);
+        let readiness = pod.readiness;
         match readiness.availability(min_ready_seconds, now) {
             Availability::Unavailable(NotAvailable::Terminating) => {
                 return Some(Unavailable::Terminating);
@@ -493,10 +469,9 @@ impl Judge<'_, '_> {
         let min_ready_seconds = state.min_ready_seconds.unsigned_abs();
         let mut count = ZoneCount::default();
         let mut present = 0u32;
-        let controls = Controls::of(zones[index]);
-        for pod in self.pods[index].iter().copied() {
-            let name = pod.metadata.name.as_deref().unwrap_or("");
-            if !controls.pod(pod) || !keep(name) {
+        for pod in self.snapshot.pods.of_statefulset(zones[index]) {
+            let name = pod.name.as_str();
+            if !keep(name) {
                 continue;
             }
             present += 1;
@@ -624,60 +599,6 @@ impl Judge<'_, '_> {
                 zones.len()
             ),
         )
-    }
-}
-
-/// [`is_controlled_by`] with the StatefulSet's selector parsed once, not once per pod: the
-/// decision asks it of every pod for every zone (a parse per owned pod cost most of a
-/// decision). Same rule: same namespace, the StatefulSet (by uid) as the pod's controller, and
-/// its selector matching the pod's labels (an empty or invalid selector matches nothing).
-pub(crate) struct Controls<'z> {
-    statefulset: &'z StatefulSet,
-    uid: Option<&'z str>,
-    selector: Option<kube::core::Selector>,
-}
-
-impl<'z> Controls<'z> {
-    pub(crate) fn of(statefulset: &'z StatefulSet) -> Self {
-        let selector = statefulset
-            .spec
-            .as_ref()
-            .map(|spec| &spec.selector)
-            .filter(|selector| {
-                selector
-                    .match_labels
-                    .as_ref()
-                    .is_some_and(|m| !m.is_empty())
-                    || selector
-                        .match_expressions
-                        .as_ref()
-                        .is_some_and(|m| !m.is_empty())
-            })
-            .and_then(|selector| kube::core::Selector::try_from(selector.clone()).ok());
-        Self {
-            statefulset,
-            uid: statefulset
-                .metadata
-                .uid
-                .as_deref()
-                .filter(|uid| !uid.is_empty()),
-            selector,
-        }
-    }
-
-    pub(crate) fn pod(&self, pod: &Pod) -> bool {
-        use kube::core::SelectorExt;
-        let (Some(uid), Some(selector)) = (self.uid, &self.selector) else {
-            return false;
-        };
-        // The uid first: it tells the zones apart.
-        pod.metadata
-            .owner_references
-            .iter()
-            .flatten()
-            .any(|owner| owner.controller == Some(true) && owner.uid == uid)
-            && pod.metadata.namespace == self.statefulset.metadata.namespace
-            && selector.matches(pod.metadata.labels.as_ref().unwrap_or(&BTreeMap::new()))
     }
 }
 

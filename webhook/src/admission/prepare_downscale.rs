@@ -13,11 +13,10 @@ use baton_shared::annotations::{
     PREPARE_DOWNSCALE_PATH_ANNOTATION, PREPARE_DOWNSCALE_PORT_ANNOTATION, ROLLOUT_GROUP_LABEL,
 };
 use baton_shared::pod_client::{PodEndpoint, PodRef, pod_host, pod_url};
-use baton_shared::pods::{PodReadiness, is_controlled_by};
+use baton_shared::pods::{CachedPod, is_controlled_by};
 use baton_shared::statefulset::{PodNames, StatefulSetState};
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::Pod;
 
 use super::decision::Decision;
 use super::ledger::Ledger;
@@ -242,13 +241,13 @@ impl MemberReadiness {
     /// **baton:** the Go operator counted Running pods with the Ready condition, ignoring
     /// container readiness and minReadySeconds, so it could let a zone be downscaled while
     /// another zone's pods were not yet available.
-    pub fn of(statefulset: &StatefulSet, pods: &[Pod], now: Timestamp) -> Self {
+    pub fn of(statefulset: &StatefulSet, pods: &[CachedPod], now: Timestamp) -> Self {
         let state = StatefulSetState::of(statefulset);
         let min_ready_seconds = state.min_ready_seconds.unsigned_abs();
         let ready_pods = pods
             .iter()
             .filter(|pod| is_controlled_by(pod, statefulset))
-            .filter(|pod| PodReadiness::of(pod).is_available(min_ready_seconds, now))
+            .filter(|pod| pod.readiness.is_available(min_ready_seconds, now))
             .count();
         Self {
             name: state.name,

@@ -21,9 +21,9 @@ use std::time::Duration;
 use baton_config::{Config, PodAddressing};
 use baton_shared::kube_client::bounded;
 use baton_shared::pod_client::{PodClientError, PodHttpClient};
+use baton_shared::pods::CachedPod;
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::{Api, ApiResource, Patch, PatchParams};
 use prometheus::Registry;
@@ -94,7 +94,7 @@ impl Scaler {
         &self,
         group: &str,
         members: &[Arc<StatefulSet>],
-        pods: &[Arc<Pod>],
+        pods: &[Arc<CachedPod>],
         explainer: &Explainer,
         may_act: &MayAct,
     ) -> Requeue {
@@ -136,7 +136,7 @@ impl Scaler {
 struct Pass<'a> {
     scaler: &'a Scaler,
     members: &'a [Arc<StatefulSet>],
-    pods: &'a [Arc<Pod>],
+    pods: &'a [Arc<CachedPod>],
     explainer: &'a Explainer,
     snapshot: &'a ScalingSnapshot,
 }

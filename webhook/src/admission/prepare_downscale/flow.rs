@@ -13,7 +13,7 @@ use std::time::Duration;
 use baton_config::{Config, PodAddressing};
 use baton_shared::annotations::{LAST_DOWNSCALE_ANNOTATION, ROLLOUT_GROUP_LABEL};
 use baton_shared::pod_client::{PodEndpoint, PodHttpClient, PodMethod};
-use baton_shared::pods::is_controlled_by;
+use baton_shared::pods::{CachedPod, is_controlled_by};
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
@@ -261,7 +261,7 @@ impl PrepareDownscale {
                 match deadline.run(list_pods(&pods, statefulset)).await {
                     Ok(owned) => owned
                         .into_iter()
-                        .filter_map(|pod| Some((pod.metadata.name?, pod.status?.pod_ip?)))
+                        .filter_map(|pod| Some((pod.name, pod.ip?)))
                         .collect(),
                     Err(error) => {
                         return Err((
@@ -403,7 +403,10 @@ impl Deadline {
 
 /// Pods of `statefulset`: matching its selector and controlled by it (baton does not rely on the
 /// `name` label the Go operator needed).
-async fn list_pods(pods: &Api<Pod>, statefulset: &StatefulSet) -> Result<Vec<Pod>, kube::Error> {
+async fn list_pods(
+    pods: &Api<Pod>,
+    statefulset: &StatefulSet,
+) -> Result<Vec<CachedPod>, kube::Error> {
     let selector = statefulset
         .spec
         .as_ref()
@@ -413,7 +416,8 @@ async fn list_pods(pods: &Api<Pod>, statefulset: &StatefulSet) -> Result<Vec<Pod
     let listed = pods.list(&ListParams::default().labels(&selector)).await?;
     Ok(listed
         .items
-        .into_iter()
+        .iter()
+        .map(CachedPod::of)
         .filter(|pod| is_controlled_by(pod, statefulset))
         .collect())
 }

@@ -1,7 +1,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::{StatefulSetSpec, StatefulSetStatus};
-use k8s_openapi::api::core::v1::{ContainerStatus, PodCondition, PodStatus};
+use k8s_openapi::api::core::v1::{ContainerStatus, Pod, PodCondition, PodStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use serde_json::{Value, json};
 
@@ -411,6 +411,10 @@ fn pod(owner: &str, phase: &str, ready: &str, terminating: bool) -> Pod {
 
 const READY_AT: i64 = 1_700_000_000;
 
+fn cached(pods: &[Pod]) -> Vec<baton_shared::pods::CachedPod> {
+    pods.iter().map(baton_shared::pods::CachedPod::of).collect()
+}
+
 fn at(second: i64) -> Timestamp {
     Timestamp::from_second(second).unwrap()
 }
@@ -462,7 +466,7 @@ fn readiness_counts_the_owned_pods_the_planner_counts_as_available() {
         relabelled,
     ];
     assert_eq!(
-        MemberReadiness::of(&sts, &pods, at(READY_AT + 60)),
+        MemberReadiness::of(&sts, &cached(&pods), at(READY_AT + 60)),
         MemberReadiness {
             name: "zone-a".into(),
             replicas: 3,
@@ -479,11 +483,11 @@ fn readiness_waits_for_min_ready_seconds() {
         pod("zone-a", "Running", "True", false),
         pod("zone-a", "Running", "True", false),
     ];
-    let ready_pods = |now| MemberReadiness::of(&sts, &pods, now).ready_pods;
+    let ready_pods = |now| MemberReadiness::of(&sts, &cached(&pods), now).ready_pods;
     assert_eq!(ready_pods(at(READY_AT + 29)), 0, "Ready for less than 30s");
     assert_eq!(ready_pods(at(READY_AT + 30)), 2);
     let d = downscale("zone-b", 5, 3);
-    let young = [MemberReadiness::of(&sts, &pods, at(READY_AT + 10))];
+    let young = [MemberReadiness::of(&sts, &cached(&pods), at(READY_AT + 10))];
     assert_eq!(
         judge_readiness(&d, &young).unwrap_err().message.unwrap(),
         "downscale of statefulsets/zone-b in mimir from 5 to 3 replicas is not allowed because statefulset zone-a has 0 non-updated replicas and 2 non-ready replicas"
