@@ -53,18 +53,14 @@ pub struct WatchStopped;
 impl PodCache {
     /// A cache that holds `pods`, listed, and watches nothing: for tests of what reads one.
     pub fn of_pods(pods: impl IntoIterator<Item = CachedPod>) -> Self {
-        let pods = pods
+        let (cache, writer) = empty();
+        *writer.write() = pods
             .into_iter()
             .map(|pod| (pod.name.clone(), Arc::new(pod)))
             .collect();
-        let (_, ready) = watch::channel(true);
-        Self {
-            shared: Arc::new(Shared {
-                pods: RwLock::new(pods),
-                changes: AtomicU64::new(1),
-            }),
-            ready,
-        }
+        writer.changed();
+        writer.ready.send_replace(true);
+        cache
     }
 
     /// The pod named `name`, if the cache has it.
@@ -109,6 +105,25 @@ impl PodCache {
         // Writers never panic while holding the lock (inserts and swaps only).
         self.shared.pods.read().expect("pod cache lock")
     }
+}
+
+/// An empty cache, not listed yet, and the writer that fills it.
+fn empty() -> (PodCache, Writer) {
+    let shared = Arc::new(Shared {
+        pods: RwLock::default(),
+        changes: AtomicU64::new(0),
+    });
+    let (ready_sender, ready) = watch::channel(false);
+    let cache = PodCache {
+        shared: shared.clone(),
+        ready,
+    };
+    let writer = Writer {
+        shared,
+        ready: ready_sender,
+        buffer: None,
+    };
+    (cache, writer)
 }
 
 /// The writing side: applies the watcher's events.
@@ -179,20 +194,7 @@ pub fn watch(
     PodCache,
     impl Stream<Item = Result<Arc<CachedPod>, watcher::Error>> + Send + 'static,
 ) {
-    let shared = Arc::new(Shared {
-        pods: RwLock::default(),
-        changes: AtomicU64::new(0),
-    });
-    let (ready_sender, ready) = watch::channel(false);
-    let cache = PodCache {
-        shared: shared.clone(),
-        ready,
-    };
-    let mut writer = Writer {
-        shared,
-        ready: ready_sender,
-        buffer: None,
-    };
+    let (cache, mut writer) = empty();
     let events = watcher(Api::<Pod>::namespaced(client, namespace), config)
         .backoff(crate::kube_client::watch_backoff())
         .filter_map(move |event| {
@@ -224,25 +226,6 @@ mod tests {
         }
     }
 
-    fn cache() -> (PodCache, Writer) {
-        let shared = Arc::new(Shared {
-            pods: RwLock::default(),
-            changes: AtomicU64::new(0),
-        });
-        let (sender, ready) = watch::channel(false);
-        (
-            PodCache {
-                shared: shared.clone(),
-                ready,
-            },
-            Writer {
-                shared,
-                ready: sender,
-                buffer: None,
-            },
-        )
-    }
-
     fn names(cache: &PodCache) -> Vec<String> {
         let mut names: Vec<String> = cache.state().iter().map(|pod| pod.name.clone()).collect();
         names.sort();
@@ -251,7 +234,7 @@ mod tests {
 
     #[test]
     fn a_list_is_swapped_in_whole_and_makes_the_cache_ready() {
-        let (cache, mut writer) = cache();
+        let (cache, mut writer) = empty();
         writer.apply(watcher::Event::Init);
         writer.apply(watcher::Event::InitApply(pod("a", "Running")));
         writer.apply(watcher::Event::InitApply(pod("b", "Pending")));
@@ -268,7 +251,7 @@ mod tests {
 
     #[test]
     fn changes_apply_and_count_and_a_relist_drops_what_is_gone() {
-        let (cache, mut writer) = cache();
+        let (cache, mut writer) = empty();
         writer.apply(watcher::Event::Init);
         writer.apply(watcher::Event::InitApply(pod("a", "Pending")));
         writer.apply(watcher::Event::InitApply(pod("b", "Running")));
@@ -297,7 +280,7 @@ mod tests {
 
     #[tokio::test]
     async fn waiting_for_the_list_fails_once_the_watch_is_gone() {
-        let (cache, writer) = cache();
+        let (cache, writer) = empty();
         drop(writer);
         assert!(cache.wait_until_ready().await.is_err());
     }
