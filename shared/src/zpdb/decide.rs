@@ -57,9 +57,6 @@ impl RecentlyAllowed {
         now: Timestamp,
         expiry: SignedDuration,
     ) -> Option<Timestamp> {
-        if self.pods.is_empty() {
-            return None;
-        }
         let entry = self.pods.get(&pod.name)?;
         let same_pod = match &entry.uid {
             Some(recorded) if !pod.uid.is_empty() => *recorded == pod.uid,
