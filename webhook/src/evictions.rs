@@ -14,7 +14,6 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use baton_shared::pod_cache::{self, PodCache};
@@ -26,7 +25,7 @@ use baton_shared::zpdb::{
 use futures::StreamExt;
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, PodTemplateSpec};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource};
@@ -36,6 +35,7 @@ use serde::de::DeserializeOwned;
 use crate::admission::Decision;
 use crate::admission::ledger::{self, Ledger, Written};
 use crate::admission::zpdb::{self as admission, EvictionRequest, RECORD_EXPIRY, RECORD_LABEL};
+use crate::statefulsets::{CachedStatefulSet, StatefulSetCache};
 
 /// Evictions judged, by reason and status (the Go operator's name and labels).
 pub const EVICTION_REQUESTS_METRIC: &str = "rollout_operator_zpdb_eviction_requests_total";
@@ -130,9 +130,8 @@ pub struct Evictions {
     pods_wanted: tokio::sync::watch::Receiver<bool>,
     /// `pods` by StatefulSet, as of a number of changes of both.
     pod_index: RwLock<Arc<PodIndex>>,
-    statefulsets: Store<StatefulSet>,
-    /// Changes the StatefulSet watch applied so far.
-    statefulset_changes: Arc<AtomicU64>,
+    /// Shared with the `/scale` parents: one watch of the namespace's StatefulSets.
+    statefulsets: StatefulSetCache,
     budgets: Store<ZoneAwarePodDisruptionBudget>,
     /// Budget uid → (resourceVersion, parsed): a budget is parsed once per version.
     parsed: Mutex<HashMap<String, (String, Arc<Observed>)>>,
@@ -155,18 +154,14 @@ impl std::fmt::Debug for Evictions {
 }
 
 impl Evictions {
-    /// The caches of `namespace` and the future that fills them (run it as a critical task).
+    /// The caches of `namespace` and the future that fills those of budgets and pods (run it
+    /// as a critical task; `statefulsets` is filled by its own watch).
     pub fn new(
         client: Client,
         namespace: &str,
+        statefulsets: StatefulSetCache,
         metrics: ZpdbMetrics,
     ) -> (Self, impl Future<Output = ()> + Send + 'static) {
-        let statefulset_changes = Arc::new(AtomicU64::new(0));
-        let counted = statefulset_changes.clone();
-        let (statefulsets, fill_statefulsets) =
-            reflect(client.clone(), namespace, slim_statefulset, move |_| {
-                counted.fetch_add(1, Ordering::Release);
-            });
         let (wanted, pods_wanted) = tokio::sync::watch::channel(false);
         let (budgets, fill_budgets) = reflect(
             client.clone(),
@@ -208,7 +203,6 @@ impl Evictions {
             pods_wanted,
             pod_index: RwLock::default(),
             statefulsets,
-            statefulset_changes,
             budgets,
             parsed: Mutex::default(),
             records: Mutex::default(),
@@ -216,7 +210,7 @@ impl Evictions {
             metrics,
         };
         let fill = async move {
-            futures::join!(fill_pods, fill_statefulsets, fill_budgets);
+            futures::join!(fill_pods, fill_budgets);
         };
         (evictions, fill)
     }
@@ -231,7 +225,7 @@ impl Evictions {
     /// lists, and the other webhooks must still serve; evictions are refused for now until it
     /// has (see [`Self::synced`]).
     pub async fn wait_synced(&self) {
-        let _ = self.statefulsets.wait_until_ready().await;
+        self.statefulsets.wait_synced().await;
         if *self.pods_wanted.borrow() {
             let _ = self.pods.wait_until_ready().await;
         }
@@ -242,11 +236,7 @@ impl Evictions {
     /// after it waits up to [`POD_LIST_WAIT`] for their listing rather than being refused.
     async fn synced(&self) -> bool {
         use futures::FutureExt;
-        let listed = self
-            .statefulsets
-            .wait_until_ready()
-            .now_or_never()
-            .is_some()
+        let listed = self.statefulsets.is_synced()
             && self.budgets.wait_until_ready().now_or_never().is_some();
         if !listed {
             return false;
@@ -446,7 +436,7 @@ impl Evictions {
     /// The decision on the caches, with the pods from the index, not a copy of the cache.
     fn decide(&self, pod: &CachedPod, budgets: &[&Observed], record: &RecentlyAllowed) -> Verdict {
         let index = self.pod_index();
-        let statefulsets: Vec<&StatefulSet> = index.statefulsets.iter().map(Arc::as_ref).collect();
+        let statefulsets: Vec<&StatefulSet> = index.statefulsets.iter().map(|s| &s.0).collect();
         decide(&EvictionSnapshot {
             pod,
             budgets,
@@ -461,10 +451,7 @@ impl Evictions {
     /// The pod index as of the latest changes the pod and StatefulSet watches applied: rebuilt
     /// (one pass over the cache) by the first decision after a change, shared by the others.
     fn pod_index(&self) -> Arc<PodIndex> {
-        let changes = (
-            self.pods.changes(),
-            self.statefulset_changes.load(Ordering::Acquire),
-        );
+        let changes = (self.pods.changes(), self.statefulsets.changes());
         {
             let index = self.pod_index.read().expect("pod index lock");
             if index.changes == Some(changes) {
@@ -474,7 +461,7 @@ impl Evictions {
         let statefulsets = self.statefulsets.state();
         let fresh = Arc::new(PodIndex {
             changes: Some(changes),
-            pods: PodsByStatefulSet::of(statefulsets.iter().map(Arc::as_ref), &self.pods.state()),
+            pods: PodsByStatefulSet::of(statefulsets.iter().map(|s| &s.0), &self.pods.state()),
             statefulsets,
         });
         let mut index = self.pod_index.write().expect("pod index lock");
@@ -540,18 +527,8 @@ impl Evictions {
 struct PodIndex {
     /// (pod changes, StatefulSet changes) this index reflects (None: not built yet).
     changes: Option<(u64, u64)>,
-    statefulsets: Vec<Arc<StatefulSet>>,
+    statefulsets: Vec<Arc<CachedStatefulSet>>,
     pods: PodsByStatefulSet,
-}
-
-/// A StatefulSet keeps its identity, labels, replicas, selector, minReadySeconds and ordinals.
-fn slim_statefulset(statefulset: &mut StatefulSet) {
-    statefulset.metadata.managed_fields = None;
-    statefulset.metadata.annotations = None;
-    if let Some(spec) = statefulset.spec.as_mut() {
-        spec.template = PodTemplateSpec::default();
-        spec.volume_claim_templates = None;
-    }
 }
 
 /// A watch cache of `namespace`'s `K`s, slimmed by `slim`; `changed` is called with the cache

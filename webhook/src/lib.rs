@@ -8,8 +8,9 @@
 //! |---|---|
 //! | [`server`] | the TLS server: routes, request limits, decoding a review and encoding its answer (handlers only map) |
 //! | [`admission`] | the decisions: no-downscale, prepare-downscale (with its flow and the per-group ledger), the zone-aware disruption budget webhooks; review decoding |
-//! | [`parents`] | metadata watch caches answering a `/scale` request's parent labels without an API call |
-//! | [`evictions`] | the watch caches of StatefulSets, budgets and (from the first budget on) pods behind `/admission/pod-eviction`, the pods by StatefulSet the decision counts, and claiming an eviction in the budget's record |
+//! | [`statefulsets`] | the one watch of the namespace's StatefulSets, decoded slim, that [`parents`] and [`evictions`] both read |
+//! | [`parents`] | watch caches answering a `/scale` request's parent labels without an API call |
+//! | [`evictions`] | the watch caches of budgets and (from the first budget on) pods behind `/admission/pod-eviction`, the pods by StatefulSet the decision counts, and claiming an eviction in the budget's record |
 //! | [`tls_reload`] | the serving certificate, reloaded when its files change |
 //! | [`metrics`] | the webhook's metrics |
 //!
@@ -28,4 +29,5 @@ pub mod evictions;
 pub mod metrics;
 pub mod parents;
 pub mod server;
+pub mod statefulsets;
 pub mod tls_reload;

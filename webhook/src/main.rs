@@ -16,6 +16,7 @@ use baton_webhook::evictions::{Evictions, ZpdbMetrics};
 use baton_webhook::metrics::WebhookMetrics;
 use baton_webhook::parents::ParentCache;
 use baton_webhook::server::{self, WebhookState};
+use baton_webhook::statefulsets;
 use baton_webhook::tls_reload::{CertFiles, ReloadingCert};
 use tokio_util::sync::CancellationToken;
 
@@ -44,14 +45,17 @@ async fn run(config: Config) -> anyhow::Result<()> {
     let client = baton_shared::kube_client::client(&config.kubernetes, &registry).await?;
     let metrics = WebhookMetrics::register(&registry)?;
     let pods = PodHttpClient::new(&config.pods, &registry)?;
+    let (statefulsets, fill_statefulsets) = statefulsets::watch(client.clone(), &config.namespace);
     let (parents, fill_parents) = ParentCache::new(
         client.clone(),
         &config.namespace,
+        statefulsets.clone(),
         Some(metrics.parent_lookups.clone()),
     );
     let (evictions, fill_evictions) = Evictions::new(
         client.clone(),
         &config.namespace,
+        statefulsets,
         ZpdbMetrics::register(&registry)?,
     );
     let evictions = Arc::new(evictions);
@@ -89,6 +93,15 @@ async fn run(config: Config) -> anyhow::Result<()> {
     critical.spawn(Task::OpsServer, {
         let background = background.clone();
         async move { ops.run(background).await.map_err(anyhow::Error::from) }
+    });
+    critical.spawn(Task::StatefulSetCache, {
+        let background = background.clone();
+        async move {
+            tokio::select! {
+                _ = fill_statefulsets => anyhow::bail!("stopped watching"),
+                _ = background.cancelled() => Ok(()),
+            }
+        }
     });
     critical.spawn(Task::ParentCaches, {
         let background = background.clone();
@@ -179,6 +192,7 @@ const BACKGROUND_GRACE: Duration = Duration::from_secs(2);
 enum Task {
     WebhookServer,
     OpsServer,
+    StatefulSetCache,
     ParentCaches,
     EvictionCaches,
     CertificateReloader,
@@ -190,6 +204,7 @@ impl std::fmt::Display for Task {
         f.write_str(match self {
             Task::WebhookServer => "webhook server",
             Task::OpsServer => "ops server",
+            Task::StatefulSetCache => "StatefulSet cache",
             Task::ParentCaches => "parent caches",
             Task::EvictionCaches => "eviction caches",
             Task::CertificateReloader => "certificate reloader",

@@ -1,5 +1,6 @@
 //! Labels of the parent of a `/scale` request (StatefulSet, Deployment, ReplicaSet), from
-//! metadata-only reflector caches of the watched namespace: no API call per request (the Go
+//! watch caches of the watched namespace (the StatefulSets' shared with the eviction decisions,
+//! metadata-only ones for Deployments and ReplicaSets): no API call per request (the Go
 //! operator's one rate-limited GET per request collapsed at 6 req/s). A namespace outside the
 //! cache, or an object the cache has not seen yet, is read from the API under the request's
 //! deadline.
@@ -9,6 +10,7 @@ use std::future::Future;
 
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::PartialObjectMeta;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -17,6 +19,7 @@ use prometheus::IntCounterVec;
 use serde::de::DeserializeOwned;
 
 use crate::admission::object::ParentKind;
+use crate::statefulsets::StatefulSetCache;
 
 /// Where a parent's labels were found, for `baton_webhook_parent_lookups_total{source}`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,7 +53,7 @@ type Meta<K> = PartialObjectMeta<K>;
 pub struct ParentCache {
     namespace: String,
     client: Client,
-    statefulsets: Store<Meta<StatefulSet>>,
+    statefulsets: StatefulSetCache,
     deployments: Store<Meta<Deployment>>,
     replicasets: Store<Meta<ReplicaSet>>,
     lookups: Option<IntCounterVec>,
@@ -68,15 +71,16 @@ impl std::fmt::Debug for ParentCache {
 }
 
 impl ParentCache {
-    /// The caches of `namespace` and the future that fills them. The future runs until the
+    /// The caches of `namespace` and the future that fills those of Deployments and
+    /// ReplicaSets (`statefulsets` is filled by its own watch). The future runs until the
     /// process stops (watch errors are retried with backoff) and must be polled for the caches
     /// to be filled: the caller runs it as a critical task.
     pub fn new(
         client: Client,
         namespace: &str,
+        statefulsets: StatefulSetCache,
         lookups: Option<IntCounterVec>,
     ) -> (Self, impl Future<Output = ()> + Send + 'static) {
-        let (statefulsets, fill_statefulsets) = reflect::<StatefulSet>(client.clone(), namespace);
         let (deployments, fill_deployments) = reflect::<Deployment>(client.clone(), namespace);
         let (replicasets, fill_replicasets) = reflect::<ReplicaSet>(client.clone(), namespace);
         let cache = Self {
@@ -88,7 +92,7 @@ impl ParentCache {
             lookups,
         };
         let fill = async move {
-            futures::join!(fill_statefulsets, fill_deployments, fill_replicasets);
+            futures::join!(fill_deployments, fill_replicasets);
         };
         (cache, fill)
     }
@@ -96,7 +100,7 @@ impl ParentCache {
     /// Resolves once every cache holds the namespace's first full listing.
     pub async fn wait_synced(&self) {
         // The writers live in the fill future; if it is gone, the process is stopping anyway.
-        let _ = self.statefulsets.wait_until_ready().await;
+        self.statefulsets.wait_synced().await;
         let _ = self.deployments.wait_until_ready().await;
         let _ = self.replicasets.wait_until_ready().await;
     }
@@ -111,7 +115,10 @@ impl ParentCache {
     ) -> Result<Option<String>, LookupError> {
         if namespace == self.namespace {
             let cached = match kind {
-                ParentKind::StatefulSet => cached_label(&self.statefulsets, namespace, name, key),
+                ParentKind::StatefulSet => self
+                    .statefulsets
+                    .get(namespace, name)
+                    .map(|statefulset| label_of(&statefulset.0.metadata, key)),
                 ParentKind::Deployment => cached_label(&self.deployments, namespace, name, key),
                 ParentKind::ReplicaSet => cached_label(&self.replicasets, namespace, name, key),
             };
@@ -182,13 +189,14 @@ where
     K: Resource<DynamicType = ()> + Clone,
 {
     let object = store.get(&ObjectRef::new(name).within(namespace))?;
-    Some(
-        object
-            .metadata
-            .labels
-            .as_ref()
-            .and_then(|labels| labels.get(key).cloned()),
-    )
+    Some(label_of(&object.metadata, key))
+}
+
+fn label_of(metadata: &ObjectMeta, key: &str) -> Option<String> {
+    metadata
+        .labels
+        .as_ref()
+        .and_then(|labels| labels.get(key).cloned())
 }
 
 fn reflect<K>(

@@ -11,6 +11,7 @@ use baton_webhook::admission::prepare_downscale::flow::PrepareDownscale;
 use baton_webhook::metrics::WebhookMetrics;
 use baton_webhook::parents::ParentCache;
 use baton_webhook::server::WebhookState;
+use baton_webhook::statefulsets::StatefulSetCache;
 use prometheus::Registry;
 use serde_json::{Value, json};
 
@@ -32,6 +33,7 @@ pub fn state(config: &Config) -> (web::Data<WebhookState>, Registry) {
     let (parents, _never_filled) = ParentCache::new(
         client.clone(),
         &config.namespace,
+        StatefulSetCache::unfilled(),
         Some(metrics.parent_lookups.clone()),
     );
     let prepare = PrepareDownscale::new(client, pods, config);
