@@ -17,7 +17,8 @@ use baton_e2e::timeline::{Zone, check_rollout_guarantees};
 use baton_e2e::webhook_support::{TestTls, WebhookReplica};
 use baton_e2e::zpdb_support::{answer_of, budget, eviction_review, zpdb_resource};
 use baton_e2e::{
-    ControlPlane, PodEvent, PodSimulator, SimulatorOptions, TestNamespace, wait_until,
+    ControlPlane, PodEvent, PodSimulator, PodTransition, SimulatorOptions, TestNamespace,
+    wait_until,
 };
 use baton_shared::pods::PodReadiness;
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
@@ -386,14 +387,16 @@ async fn a_drain_takes_one_zone_up_to_max_unavailable_and_the_next_zone_only_onc
     })
     .await;
     // And, by the pods' own timeline, zone b lost a pod only after zone a's were ready again
+    // (the simulator's watch sees the eviction's deletion shortly after the eviction returns)
+    let gone = |entry: &&PodTransition| {
+        entry.pod == next && [PodEvent::Terminating, PodEvent::Deleted].contains(&entry.event)
+    };
+    wait_until(TIMEOUT, "the simulator sees zone b's pod go", || async {
+        zones.simulator.timeline().iter().any(|entry| gone(&entry))
+    })
+    .await;
     let timeline = zones.simulator.timeline();
-    let b_gone = timeline
-        .iter()
-        .find(|entry| {
-            entry.pod == next && [PodEvent::Terminating, PodEvent::Deleted].contains(&entry.event)
-        })
-        .expect("zone b's pod went")
-        .at;
+    let b_gone = timeline.iter().find(gone).expect("zone b's pod went").at;
     for pod in &recovered {
         let ready_again = timeline
             .iter()
