@@ -206,7 +206,7 @@ string_value!(ByteSize, "a size in bytes", "\"3MiB\"");
 
 const LEVELS: [&str; 6] = ["trace", "debug", "info", "warn", "error", "off"];
 
-/// Accepts what `tracing_subscriber::EnvFilter` accepts for plain directives:
+/// Accepts what `tracing_subscriber::filter::Targets` accepts (baton's log filter):
 /// `level`, `target` or `target=level`, separated by commas.
 pub(crate) fn is_log_filter(filter: &str) -> bool {
     let is_level = |s: &str| LEVELS.contains(&s.to_ascii_lowercase().as_str());

@@ -42,9 +42,16 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(1);
 const WAIT: Duration = Duration::from_secs(30);
 
 fn init_logs() {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .with_test_writer()
+    // RUST_LOG as `level` / `target=level` directives; nothing logged without it.
+    let filter: tracing_subscriber::filter::Targets = std::env::var("RUST_LOG")
+        .ok()
+        .and_then(|directives| directives.parse().ok())
+        .unwrap_or_default();
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    let _ = tracing_subscriber::registry()
+        .with(filter)
+        .with(tracing_subscriber::fmt::layer().with_test_writer())
         .try_init();
 }
 
