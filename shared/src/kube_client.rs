@@ -7,7 +7,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use baton_config::KubernetesConfig;
-use kube::runtime::utils::ResetTimerBackoff;
+use kube::runtime::utils::{Backoff, ResetTimerBackoff};
 use kube::runtime::watcher::ExponentialBackoff;
 use prometheus::{HistogramOpts, HistogramVec, Registry};
 
@@ -204,13 +204,36 @@ mod tests {
 /// error, and never giving up (an ended backoff would end the watch). kube's default goes up to
 /// 30 s, which after a 15 s outage left the caches stale (and the rollout waiting, though the
 /// controller led again) for up to half a minute after the API server was back.
-pub fn watch_backoff() -> ResetTimerBackoff<ExponentialBackoff> {
+pub fn watch_backoff() -> WatchBackoff {
     let exponential = backon::ExponentialBuilder::default()
         .with_min_delay(Duration::from_millis(250))
         .with_max_delay(Duration::from_secs(2))
         .with_jitter()
         .without_max_times();
-    ResetTimerBackoff::new(exponential.into(), Duration::from_secs(120))
+    WatchBackoff(ResetTimerBackoff::new(
+        exponential.into(),
+        Duration::from_secs(120),
+    ))
+}
+
+/// [`watch_backoff`]'s backoff, which only time resets. kube's `StreamBackoff` resets its
+/// backoff on every item that is not an error, and a watcher yields one (`Init`) each time it
+/// starts listing again, before the list is even sent: a list that kept failing (a CRD not
+/// installed, a permission missing) was retried every 250-500 ms, a warning each time, for as
+/// long as it failed.
+pub struct WatchBackoff(ResetTimerBackoff<ExponentialBackoff>);
+
+impl Iterator for WatchBackoff {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        self.0.next()
+    }
+}
+
+impl Backoff for WatchBackoff {
+    /// Not on an item: only two minutes without a retry reset it (see [`watch_backoff`]).
+    fn reset(&mut self) {}
 }
 
 #[cfg(test)]
@@ -229,6 +252,24 @@ mod watch_backoff_tests {
         assert!(
             delays.iter().all(|delay| *delay <= Duration::from_secs(4)),
             "{delays:?}"
+        );
+    }
+
+    #[test]
+    fn a_watch_that_keeps_failing_backs_off_though_each_restart_yields_an_item() {
+        // As kube's StreamBackoff drives it when a list keeps failing: an error (a delay
+        // taken), then the watcher's `Init` item on restarting (a reset), again and again.
+        let mut backoff = watch_backoff();
+        let delays: Vec<Duration> = (0..6)
+            .map(|_| {
+                let delay = backoff.next().expect("never ends");
+                backoff.reset();
+                delay
+            })
+            .collect();
+        assert!(
+            delays[4..].iter().all(|delay| *delay >= Duration::from_secs(2)),
+            "the delay grew to its 2 s maximum: {delays:?}"
         );
     }
 }
