@@ -268,7 +268,9 @@ mod watch_backoff_tests {
             })
             .collect();
         assert!(
-            delays[4..].iter().all(|delay| *delay >= Duration::from_secs(2)),
+            delays[4..]
+                .iter()
+                .all(|delay| *delay >= Duration::from_secs(2)),
             "the delay grew to its 2 s maximum: {delays:?}"
         );
     }
