@@ -94,33 +94,18 @@ async fn run(config: Config) -> anyhow::Result<()> {
         let background = background.clone();
         async move { ops.run(background).await.map_err(anyhow::Error::from) }
     });
-    critical.spawn(Task::StatefulSetCache, {
-        let background = background.clone();
-        async move {
-            tokio::select! {
-                _ = fill_statefulsets => anyhow::bail!("stopped watching"),
-                _ = background.cancelled() => Ok(()),
-            }
-        }
-    });
-    critical.spawn(Task::ParentCaches, {
-        let background = background.clone();
-        async move {
-            tokio::select! {
-                _ = fill_parents => anyhow::bail!("stopped watching"),
-                _ = background.cancelled() => Ok(()),
-            }
-        }
-    });
-    critical.spawn(Task::EvictionCaches, {
-        let background = background.clone();
-        async move {
-            tokio::select! {
-                _ = fill_evictions => anyhow::bail!("stopped watching"),
-                _ = background.cancelled() => Ok(()),
-            }
-        }
-    });
+    critical.spawn(
+        Task::StatefulSetCache,
+        watching(fill_statefulsets, background.clone()),
+    );
+    critical.spawn(
+        Task::ParentCaches,
+        watching(fill_parents, background.clone()),
+    );
+    critical.spawn(
+        Task::EvictionCaches,
+        watching(fill_evictions, background.clone()),
+    );
     critical.spawn(Task::CertificateReloader, {
         let (cert, background) = (cert.clone(), background.clone());
         let interval = config.webhook.cert_reload_interval.get();
@@ -186,6 +171,17 @@ async fn run(config: Config) -> anyhow::Result<()> {
 
 /// How long the background tasks (caches, reloader, ops server) get to stop once told.
 const BACKGROUND_GRACE: Duration = Duration::from_secs(2);
+
+/// A cache's fill, as a critical task: it runs until shutdown; ending before is a failure.
+async fn watching(
+    fill: impl std::future::Future<Output = ()>,
+    background: CancellationToken,
+) -> anyhow::Result<()> {
+    tokio::select! {
+        _ = fill => anyhow::bail!("stopped watching"),
+        _ = background.cancelled() => Ok(()),
+    }
+}
 
 /// The webhook's critical tasks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
