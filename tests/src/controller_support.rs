@@ -12,6 +12,7 @@ use kube::api::{Api, ListParams};
 
 use crate::control_plane::ControlPlane;
 use crate::process::BatonProcess;
+use crate::wait_until;
 
 /// A free loopback address for a process's server. Ports come from below the kernel's
 /// ephemeral range (32768 and up), so an outgoing connection cannot take one between the check
@@ -289,6 +290,31 @@ pub async fn events_about(
             )
         })
         .collect()
+}
+
+/// Waits until an Event about `object` has `reason` and a note containing every one of
+/// `note_contains`. Events are published off the reconcile's path, so they may land after the
+/// change they explain: scenarios wait for them rather than read them once.
+pub async fn wait_event(
+    client: &kube::Client,
+    namespace: &str,
+    object: &str,
+    reason: &str,
+    note_contains: &[&str],
+) {
+    wait_until(
+        GROUP_TIMEOUT,
+        &format!("an Event {reason} on {object} says {note_contains:?}"),
+        || async {
+            events_about(client, namespace, object)
+                .await
+                .iter()
+                .any(|(r, note)| {
+                    r == reason && note_contains.iter().all(|part| note.contains(part))
+                })
+        },
+    )
+    .await;
 }
 
 /// How long the group helpers below wait for a condition.

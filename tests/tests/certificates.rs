@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use baton_e2e::certificate_support::{
     GuardConfiguration, Kubelet, dns_names, secret_text, start_webhook, wait_issued,
 };
-use baton_e2e::controller_support::{Controller, events_about};
+use baton_e2e::controller_support::{Controller, wait_event};
 use baton_e2e::fixtures::StatefulSetFixture;
 use baton_e2e::keys::NO_DOWNSCALE;
 use baton_e2e::{ControlPlane, TestNamespace, wait_until};
@@ -354,13 +354,12 @@ async fn renaming_the_service_reissues_the_certificate_under_the_same_ca() {
         secret_text(&issued, "ca.crt")
     );
     // And an Event on the Secret says why it changed
-    let events = events_about(&ns.client(), ns.name(), SECRET).await;
-    assert!(
-        events
-            .iter()
-            .any(|(reason, note)| reason == "CertificateReissued"
-                && note.contains(&old_name)
-                && note.contains(&new_name)),
-        "{events:?}"
-    );
+    wait_event(
+        &ns.client(),
+        ns.name(),
+        SECRET,
+        "CertificateReissued",
+        &[&old_name, &new_name],
+    )
+    .await;
 }

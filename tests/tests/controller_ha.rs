@@ -131,6 +131,14 @@ async fn only_the_leader_acts_and_sigterm_hands_over_at_once() {
         "the released lease was taken over in {takeover:?}, not after expiry"
     );
     wait_rollout_complete(&namespace.client(), namespace.name(), &names).await;
+    // (Events are published off the reconcile's path: wait for the standby's to land)
+    wait_until(TIMEOUT, "the standby's deletions are reported", || async {
+        event_reporters(&namespace.client(), namespace.name(), "RolloutPodDeleted")
+            .await
+            .len()
+            >= 2
+    })
+    .await;
     let reporters_after =
         event_reporters(&namespace.client(), namespace.name(), "RolloutPodDeleted").await;
     assert_eq!(

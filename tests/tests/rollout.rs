@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use baton_e2e::controller_support::{
-    ControlledNamespace, events_about, roll_out, rollout_state, wait_group_ready,
+    ControlledNamespace, roll_out, rollout_state, wait_event, wait_group_ready,
     wait_rollout_complete,
 };
 use baton_e2e::fixtures::{StatefulSetFixture, rollout_group};
@@ -98,17 +98,8 @@ impl Scene {
     }
 
     async fn wait_event(&self, object: &str, reason: &str, note_contains: &str) {
-        wait_until(
-            TIMEOUT,
-            &format!("an Event {reason} on {object} says {note_contains:?}"),
-            || async {
-                events_about(&self.namespace.client(), self.namespace.name(), object)
-                    .await
-                    .iter()
-                    .any(|(r, note)| r == reason && note.contains(note_contains))
-            },
-        )
-        .await;
+        let (client, namespace) = (self.namespace.client(), self.namespace.name());
+        wait_event(&client, namespace, object, reason, &[note_contains]).await;
     }
 }
 

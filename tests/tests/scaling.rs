@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use baton_e2e::controller_support::{Controller, events_about, wait_group_ready};
+use baton_e2e::controller_support::{Controller, wait_event, wait_group_ready};
 use baton_e2e::fixtures::StatefulSetFixture;
 use baton_e2e::http_support::PodEndpoint;
 use baton_e2e::keys::{
@@ -86,22 +86,9 @@ impl Scene {
     }
 
     async fn wait_event(&self, object: &str, reason: &str, note_contains: &str) {
-        wait_event(&self.namespace, object, reason, note_contains).await;
+        let (client, namespace) = (self.namespace.client(), self.namespace.name());
+        wait_event(&client, namespace, object, reason, &[note_contains]).await;
     }
-}
-
-async fn wait_event(namespace: &TestNamespace, object: &str, reason: &str, note_contains: &str) {
-    wait_until(
-        TIMEOUT,
-        &format!("an Event {reason} on {object} says {note_contains:?}"),
-        || async {
-            events_about(&namespace.client(), namespace.name(), object)
-                .await
-                .iter()
-                .any(|(r, note)| r == reason && note.contains(note_contains))
-        },
-    )
-    .await;
 }
 
 async fn spec_replicas(api: &Api<StatefulSet>, name: &str) -> i32 {
