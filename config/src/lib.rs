@@ -12,9 +12,10 @@ mod values;
 use std::path::{Path, PathBuf};
 
 use figment::Figment;
-use figment::providers::{Env, Format, Serialized, Yaml};
+use figment::providers::{Env, Format, Serialized};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+use serde_saphyr::figment::Yaml;
 
 pub use error::{ConfigError, InvalidValue};
 pub use reference::reference_markdown;
@@ -467,7 +468,7 @@ impl Config {
 
     /// The effective configuration as YAML, in the format the config file accepts.
     pub fn to_yaml(&self) -> String {
-        serde_yaml::to_string(self).expect("the configuration always serializes")
+        serde_saphyr::to_string(self).expect("the configuration always serializes")
     }
 }
 

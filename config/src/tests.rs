@@ -309,7 +309,7 @@ fn durations_print_in_the_largest_exact_unit_and_parse_back() {
 
 #[test]
 fn print_config_shows_the_default_serving_lifetime_as_days() {
-    let printed = serde_yaml::to_string(&Config::default()).unwrap();
+    let printed = serde_saphyr::to_string(&Config::default()).unwrap();
     assert!(
         printed.contains("serving_lifetime: 90d"),
         "a 90-day lifetime printed as humantime's calendar split:\n{printed}"

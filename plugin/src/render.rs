@@ -27,7 +27,9 @@ pub fn status(document: &RolloutStatus, format: Format) -> String {
             text.push('\n');
             text
         }
-        Format::Yaml => serde_yaml::to_string(document).expect("a document of strings and numbers"),
+        Format::Yaml => {
+            serde_saphyr::to_string(document).expect("a document of strings and numbers")
+        }
     }
 }
 
@@ -234,7 +236,7 @@ mod tests {
         assert_eq!(ingester["zones"][1]["updateRevision"], "new");
         assert_eq!(ingester["zones"][1]["paused"], true);
         let yaml: serde_json::Value =
-            serde_yaml::from_str(&status(&document, Format::Yaml)).unwrap();
+            serde_saphyr::from_str(&status(&document, Format::Yaml)).unwrap();
         assert_eq!(yaml, json, "the same document either way");
         let back: RolloutStatus = serde_json::from_value(json).unwrap();
         assert_eq!(back, document, "it reads back as the controller's model");

@@ -25,7 +25,7 @@ pub async fn install(client: &kube::Client, manifest: &str) {
         .join(manifest);
     let text = std::fs::read_to_string(&path)
         .unwrap_or_else(|error| panic!("reading {}: {error}", path.display()));
-    let crd: CustomResourceDefinition = serde_yaml::from_str(&text)
+    let crd: CustomResourceDefinition = serde_saphyr::from_str(&text)
         .unwrap_or_else(|error| panic!("{} is not a CRD: {error}", path.display()));
     let name = crd.metadata.name.clone().unwrap_or_default();
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());

@@ -6,7 +6,6 @@ use std::path::PathBuf;
 use anyhow::{Context, bail};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use kube::api::{Api, PostParams};
-use serde::Deserialize;
 
 /// The namespace the control plane's token file puts baton's service accounts in.
 pub const SERVICE_ACCOUNT_NAMESPACE: &str = "baton-system";
@@ -49,8 +48,7 @@ pub async fn bind_deploy_roles(
     let text =
         std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
     let mut bound = 0;
-    for document in serde_yaml::Deserializer::from_str(&text) {
-        let mut value = serde_json::Value::deserialize(document)?;
+    for mut value in serde_saphyr::from_multiple::<serde_json::Value>(&text)? {
         let kind = value["kind"].as_str().unwrap_or_default().to_owned();
         match kind.as_str() {
             "ServiceAccount" => continue,

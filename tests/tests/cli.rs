@@ -99,7 +99,7 @@ fn the_config_file_shipped_in_deploy_is_accepted_by_both_binaries() {
     let manifest =
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/base/config.yaml");
     let config_map: serde_json::Value =
-        serde_yaml::from_str(&std::fs::read_to_string(manifest).unwrap()).unwrap();
+        serde_saphyr::from_str(&std::fs::read_to_string(manifest).unwrap()).unwrap();
     let directory = tempfile::tempdir().unwrap();
     let file = directory.path().join("config.yaml");
     std::fs::write(

@@ -284,10 +284,10 @@ fn dashboard_queries(dashboard: &Value) -> Vec<Query> {
 
 /// Every `expr` of a Prometheus rules file.
 fn rule_queries(rules: &str) -> Vec<Query> {
-    let rules: serde_yaml::Value = serde_yaml::from_str(rules).expect("the rules file is YAML");
+    let rules: serde_json::Value = serde_saphyr::from_str(rules).expect("the rules file is YAML");
     let mut queries = Vec::new();
-    for group in rules["groups"].as_sequence().into_iter().flatten() {
-        for rule in group["rules"].as_sequence().into_iter().flatten() {
+    for group in rules["groups"].as_array().into_iter().flatten() {
+        for rule in group["rules"].as_array().into_iter().flatten() {
             let name = rule["alert"].as_str().or(rule["record"].as_str());
             let expr = rule["expr"].as_str().expect("every rule has an expr");
             queries.push(Query {
@@ -641,13 +641,13 @@ fn the_prometheus_rule_docs_alerts_md_makes_carries_the_rules_file() {
     let rendered = run(&repository, "sh", &["-c", make]);
 
     // Then it is a PrometheusRule whose spec is exactly the plain rules file
-    let rule: serde_yaml::Value = serde_yaml::from_str(&rendered).expect("YAML");
+    let rule: serde_json::Value = serde_saphyr::from_str(&rendered).expect("YAML");
     assert_eq!(
         rule["apiVersion"].as_str(),
         Some("monitoring.coreos.com/v1")
     );
     assert_eq!(rule["kind"].as_str(), Some("PrometheusRule"));
-    let plain: serde_yaml::Value = serde_yaml::from_str(&alerts()).unwrap();
+    let plain: serde_json::Value = serde_saphyr::from_str(&alerts()).unwrap();
     assert_eq!(rule["spec"], plain);
 }
 
@@ -668,12 +668,12 @@ fn panel_query(dashboard: &Value, title: &str) -> String {
 
 /// The expression of the alert named `alert` in alerts.yaml.
 fn alert_expr(alert: &str) -> String {
-    let rules: serde_yaml::Value = serde_yaml::from_str(&alerts()).unwrap();
+    let rules: serde_json::Value = serde_saphyr::from_str(&alerts()).unwrap();
     rules["groups"]
-        .as_sequence()
+        .as_array()
         .into_iter()
         .flatten()
-        .flat_map(|group| group["rules"].as_sequence().into_iter().flatten())
+        .flat_map(|group| group["rules"].as_array().into_iter().flatten())
         .find(|rule| rule["alert"].as_str() == Some(alert))
         .and_then(|rule| rule["expr"].as_str())
         .unwrap_or_else(|| panic!("alerts.yaml has an alert {alert}"))

@@ -216,7 +216,7 @@ async fn a_pipeline_follows_a_rollout_with_status_plan_pause_wait_and_resume() {
     assert_eq!(document["groups"][0]["zones"][2]["paused"], true);
     let yaml = plugin.run(&["status", "-o", "yaml"]).await;
     let from_yaml: serde_json::Value =
-        serde_yaml::from_str(&yaml.exited(0).stdout).expect("status -o yaml is YAML");
+        serde_saphyr::from_str(&yaml.exited(0).stdout).expect("status -o yaml is YAML");
     assert_eq!(from_yaml["groups"], document["groups"]);
     plugin.run(&["plan", "ingester"]).await.exited(0).says(&[
         "(a dry run: nothing was changed)",
@@ -399,8 +399,8 @@ async fn every_mistake_is_an_error_naming_the_object() {
     // --context and the context's namespace are honoured, as kubectl does
     let directory = tempfile::tempdir().unwrap();
     let kubeconfig = directory.path().join("two-contexts.kubeconfig");
-    let mut config: serde_yaml::Value =
-        serde_yaml::from_str(&std::fs::read_to_string(control_plane.kubeconfig_path()).unwrap())
+    let mut config: serde_json::Value =
+        serde_saphyr::from_str(&std::fs::read_to_string(control_plane.kubeconfig_path()).unwrap())
             .unwrap();
     let admin_context = config["contexts"][0].clone();
     let mut here = admin_context.clone();
@@ -409,9 +409,9 @@ async fn every_mistake_is_an_error_naming_the_object() {
     let mut nowhere = admin_context;
     nowhere["name"] = "nowhere".into();
     nowhere["context"]["namespace"] = "no-such-namespace".into();
-    config["contexts"] = serde_yaml::Value::Sequence(vec![here, nowhere]);
+    config["contexts"] = serde_json::Value::Array(vec![here, nowhere]);
     config["current-context"] = "nowhere".into();
-    std::fs::write(&kubeconfig, serde_yaml::to_string(&config).unwrap()).unwrap();
+    std::fs::write(&kubeconfig, serde_saphyr::to_string(&config).unwrap()).unwrap();
     kubectl_baton(&kubeconfig, &["status", "nope"])
         .await
         .exited(1)
