@@ -26,16 +26,16 @@ use futures::StreamExt;
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
-use kube::runtime::reflector::{self, Store};
-use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Client, Resource};
+use kube::runtime::reflector::Store;
+use kube::runtime::watcher;
+use kube::{Api, Client};
 use prometheus::{IntCounter, IntCounterVec, IntGauge, Opts, Registry};
-use serde::de::DeserializeOwned;
 
 use crate::admission::Decision;
 use crate::admission::ledger::{self, Ledger, Written};
 use crate::admission::zpdb::{self as admission, EvictionRequest, RECORD_EXPIRY, RECORD_LABEL};
 use crate::statefulsets::{CachedStatefulSet, StatefulSetCache};
+use crate::watch::reflect;
 
 /// Evictions judged, by reason and status (the Go operator's name and labels).
 pub const EVICTION_REQUESTS_METRIC: &str = "rollout_operator_zpdb_eviction_requests_total";
@@ -529,45 +529,4 @@ struct PodIndex {
     changes: Option<(u64, u64)>,
     statefulsets: Vec<Arc<CachedStatefulSet>>,
     pods: PodsByStatefulSet,
-}
-
-/// A watch cache of `namespace`'s `K`s, slimmed by `slim`; `changed` is called with the cache
-/// after each change applied to it.
-fn reflect<K>(
-    client: Client,
-    namespace: &str,
-    slim: fn(&mut K),
-    changed: impl Fn(&Store<K>) + Send + Sync + 'static,
-) -> (Store<K>, impl Future<Output = ()> + Send + 'static)
-where
-    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
-        + Clone
-        + DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
-{
-    let (reader, writer) = reflector::store::<K>();
-    let api: Api<K> = Api::namespaced(client, namespace);
-    let namespace = namespace.to_owned();
-    let store = reader.clone();
-    let stream = watcher(api, watcher::Config::default())
-        .backoff(baton_shared::kube_client::watch_backoff())
-        .modify(slim);
-    let fill = async move {
-        reflector::reflector(writer, stream)
-            .for_each(|event| {
-                match event {
-                    // The reflector has applied it to the store.
-                    Ok(_) => changed(&store),
-                    Err(error) => {
-                        tracing::warn!(kind = %K::kind(&()), %namespace, %error, "watch failed; retrying");
-                    }
-                }
-                futures::future::ready(())
-            })
-            .await;
-    };
-    (reader, fill)
 }

@@ -8,18 +8,17 @@
 use std::fmt::Debug;
 use std::future::Future;
 
-use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::PartialObjectMeta;
-use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client, Resource};
 use prometheus::IntCounterVec;
 use serde::de::DeserializeOwned;
 
 use crate::admission::object::ParentKind;
 use crate::statefulsets::StatefulSetCache;
+use crate::watch::reflect;
 
 /// Where a parent's labels were found, for `baton_webhook_parent_lookups_total{source}`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,8 +80,10 @@ impl ParentCache {
         statefulsets: StatefulSetCache,
         lookups: Option<IntCounterVec>,
     ) -> (Self, impl Future<Output = ()> + Send + 'static) {
-        let (deployments, fill_deployments) = reflect::<Deployment>(client.clone(), namespace);
-        let (replicasets, fill_replicasets) = reflect::<ReplicaSet>(client.clone(), namespace);
+        let (deployments, fill_deployments) =
+            reflect(client.clone(), namespace, labels_only::<Deployment>, |_| {});
+        let (replicasets, fill_replicasets) =
+            reflect(client.clone(), namespace, labels_only::<ReplicaSet>, |_| {});
         let cache = Self {
             namespace: namespace.to_owned(),
             client,
@@ -199,38 +200,8 @@ fn label_of(metadata: &ObjectMeta, key: &str) -> Option<String> {
         .and_then(|labels| labels.get(key).cloned())
 }
 
-fn reflect<K>(
-    client: Client,
-    namespace: &str,
-) -> (Store<Meta<K>>, impl Future<Output = ()> + Send + 'static)
-where
-    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
-        + Clone
-        + DeserializeOwned
-        + Debug
-        + Send
-        + Sync
-        + 'static,
-{
-    let (reader, writer) = reflector::store::<Meta<K>>();
-    let api: Api<Meta<K>> = Api::namespaced(client, namespace);
-    let namespace = namespace.to_owned();
-    let stream = watcher(api, watcher::Config::default())
-        .backoff(baton_shared::kube_client::watch_backoff())
-        // Only labels are read: drop what can be large.
-        .modify(|object: &mut Meta<K>| {
-            object.metadata.managed_fields = None;
-            object.metadata.annotations = None;
-        });
-    let fill = async move {
-        reflector::reflector(writer, stream)
-            .for_each(|event| {
-                if let Err(error) = event {
-                    tracing::warn!(kind = %K::kind(&()), %namespace, %error, "watch failed; retrying");
-                }
-                futures::future::ready(())
-            })
-            .await;
-    };
-    (reader, fill)
+/// Deployments and ReplicaSets are watched for their labels alone: drop what can be large.
+fn labels_only<K>(object: &mut Meta<K>) {
+    object.metadata.managed_fields = None;
+    object.metadata.annotations = None;
 }

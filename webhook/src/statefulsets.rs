@@ -14,7 +14,6 @@ use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{
     StatefulSet, StatefulSetOrdinals, StatefulSetPersistentVolumeClaimRetentionPolicy,
     StatefulSetSpec, StatefulSetStatus, StatefulSetUpdateStrategy,
@@ -24,8 +23,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
 };
 use kube::Client;
 use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, watcher};
 use serde::{Deserialize, Deserializer};
+
+use crate::watch::reflect;
 
 /// A StatefulSet as the webhook caches it: `k8s-openapi`'s type, with what [`Wire`] skips left
 /// empty. A type of its own so that the watch decodes it slim (the API's lists and events
@@ -212,34 +212,18 @@ pub fn watch(
     client: Client,
     namespace: &str,
 ) -> (StatefulSetCache, impl Future<Output = ()> + Send + 'static) {
-    let (store, writer) = reflector::store::<CachedStatefulSet>();
-    let cache = StatefulSetCache {
-        store,
-        changes: Arc::default(),
-    };
-    let changes = cache.changes.clone();
-    let namespace = namespace.to_owned();
-    let stream = watcher(
-        kube::Api::<CachedStatefulSet>::namespaced(client, &namespace),
-        watcher::Config::default(),
-    )
-    .backoff(baton_shared::kube_client::watch_backoff());
-    let fill = async move {
-        reflector::reflector(writer, stream)
-            .for_each(|event| {
-                match event {
-                    // The reflector has applied it to the store.
-                    Ok(_) => {
-                        changes.fetch_add(1, Ordering::Release);
-                    }
-                    Err(error) => {
-                        tracing::warn!(%namespace, %error, "StatefulSet watch failed; retrying");
-                    }
-                }
-                futures::future::ready(())
-            })
-            .await;
-    };
+    let changes = Arc::new(AtomicU64::new(0));
+    let counter = changes.clone();
+    // Nothing to slim: the decoding already skipped what is not kept.
+    let (store, fill) = reflect(
+        client,
+        namespace,
+        |_: &mut CachedStatefulSet| {},
+        move |_| {
+            counter.fetch_add(1, Ordering::Release);
+        },
+    );
+    let cache = StatefulSetCache { store, changes };
     (cache, fill)
 }
 
