@@ -1,4 +1,4 @@
-//! Checks the rollout guarantees of compat.md against the pod timeline the simulator recorded:
+//! Checks the rollout guarantees of docs/compatibility.md against the pod timeline the simulator recorded:
 //! a replay of every pod transition, as the API server's watch delivered them.
 
 use std::collections::{BTreeMap, HashMap};

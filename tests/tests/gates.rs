@@ -162,7 +162,7 @@ async fn with_a_5s_soak_each_zone_starts_5s_after_the_previous_one_completed() {
         .await;
 
     // And every zone completes, each starting at least 5 s after the previous completed,
-    // with compat.md's guarantees held throughout
+    // with docs/compatibility.md's guarantees held throughout
     scene.wait_complete(&names).await;
     let windows = scene.windows(&names, from);
     let order: Vec<&str> = windows.iter().map(|(name, _)| name.as_str()).collect();
@@ -524,7 +524,7 @@ async fn a_ramp_rolls_each_zone_1_then_2_then_4_pods_with_max_unavailable_4() {
     // When the template changes
     let from = scene.roll_out(&names).await;
 
-    // Then each zone rolls in steps of 1, 2 and 4 pods, with compat.md's guarantees held
+    // Then each zone rolls in steps of 1, 2 and 4 pods, with docs/compatibility.md's guarantees held
     scene.wait_complete(&names).await;
     let timeline = scene.simulator.timeline();
     let zones: Vec<Zone> = names.iter().map(|name| Zone::new(name, 7, 4)).collect();

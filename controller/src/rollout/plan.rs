@@ -1,8 +1,8 @@
 //! The rollout planner: from a snapshot of one group, what to do next and, if nothing can be
-//! done, why. A pure function, so that every rule of compat.md's "Rollout algorithm" can be
+//! done, why. A pure function, so that every rule of docs/compatibility.md's "Rollout algorithm" can be
 //! unit tested and the guarantees users rely on can be checked by simulation.
 //!
-//! The walk, in short (compat.md, with baton's changes):
+//! The walk, in short (docs/compatibility.md, with baton's changes):
 //! 1. a member that is not `OnDelete` → the whole group is left alone;
 //! 2. more than one not-ready member → wait (free replacements aside, below); exactly one → it
 //!    goes first;
@@ -467,7 +467,7 @@ pub fn plan(group: &GroupSnapshot, now: Timestamp) -> Plan {
     plan
 }
 
-/// Walks the members (compat.md steps 1 to 6), pushing actions; returns why it stopped.
+/// Walks the members (docs/compatibility.md steps 1 to 6), pushing actions; returns why it stopped.
 fn walk(members: &[Member<'_>], actions: &mut Vec<Action>) -> Option<WaitReason> {
     if let Some(member) = members
         .iter()

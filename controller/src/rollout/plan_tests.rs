@@ -1,4 +1,4 @@
-//! Scenarios for the planner: one rule or edge of compat.md's rollout algorithm each.
+//! Scenarios for the planner: one rule or edge of docs/compatibility.md's rollout algorithm each.
 
 use std::collections::BTreeMap;
 
