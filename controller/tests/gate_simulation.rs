@@ -39,8 +39,8 @@ use baton_controller::rollout::{
 };
 use baton_shared::annotations::MAX_UNAVAILABLE_ANNOTATION;
 use jiff::{SignedDuration, Timestamp};
-use rand::{Rng, SeedableRng};
-use rand_chacha::ChaCha8Rng;
+use rand::rngs::ChaCha8Rng;
+use rand::{RngExt, SeedableRng};
 
 const DEFAULT_SCENARIOS: u64 = 2_000;
 /// How far a broken gate may get before the checker must have caught it.

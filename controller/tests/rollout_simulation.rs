@@ -45,8 +45,8 @@ use baton_controller::rollout::{
 };
 use baton_shared::annotations::{MAX_UNAVAILABLE_ANNOTATION, ROLLOUT_PAUSED_ANNOTATION};
 use jiff::{SignedDuration, Timestamp};
-use rand::{Rng, SeedableRng};
-use rand_chacha::ChaCha8Rng;
+use rand::rngs::ChaCha8Rng;
+use rand::{RngExt, SeedableRng};
 
 const DEFAULT_SCENARIOS: u64 = 100_000;
 /// How far a broken planner may get before the checker must have caught it.
