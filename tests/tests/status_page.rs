@@ -67,11 +67,16 @@ fn expected_phases() -> Vec<(String, Phase)> {
 async fn wait_mid_rollout_status(controller: &Controller) -> RolloutStatus {
     wait_until(
         TIMEOUT,
-        "the status shows a complete, b rolling, c waiting",
+        "the status shows a complete, b rolling, c waiting, b's new pod crash-looping",
         || async {
-            status(controller, "")
-                .await
-                .is_some_and(|status| phases(&status) == expected_phases())
+            // (b's new pod is Pending before it crash-loops: wait for the state that stays)
+            status(controller, "").await.is_some_and(|status| {
+                phases(&status) == expected_phases()
+                    && status.groups[0]
+                        .waiting
+                        .as_ref()
+                        .is_some_and(|waiting| waiting.message.contains("CrashLoopBackOff"))
+            })
         },
     )
     .await;
