@@ -12,6 +12,7 @@ pub mod ops_server;
 pub mod pod_cache;
 pub mod pod_client;
 pub mod pods;
+pub mod reflect;
 pub mod shutdown;
 pub mod statefulset;
 pub mod supervisor;

@@ -18,6 +18,7 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use baton_shared::pod_cache::{self, PodCache};
 use baton_shared::pods::{CachedPod, PodsByStatefulSet};
+use baton_shared::reflect::reflect;
 use baton_shared::zpdb::{
     AllowReason, Budget, EvictionSnapshot, Observed, RecentlyAllowed, Verdict,
     ZoneAwarePodDisruptionBudget, decide, decide::selecting_budget,
@@ -35,7 +36,6 @@ use crate::admission::Decision;
 use crate::admission::ledger::{self, Ledger, Written};
 use crate::admission::zpdb::{self as admission, EvictionRequest, RECORD_EXPIRY, RECORD_LABEL};
 use crate::statefulsets::{CachedStatefulSet, StatefulSetCache};
-use crate::watch::reflect;
 
 /// Evictions judged, by reason and status (the Go operator's name and labels).
 pub const EVICTION_REQUESTS_METRIC: &str = "rollout_operator_zpdb_eviction_requests_total";
@@ -164,8 +164,8 @@ impl Evictions {
     ) -> (Self, impl Future<Output = ()> + Send + 'static) {
         let (wanted, pods_wanted) = tokio::sync::watch::channel(false);
         let (budgets, fill_budgets) = reflect(
-            client.clone(),
-            namespace,
+            Api::namespaced(client.clone(), namespace),
+            watcher::Config::default(),
             |zpdb: &mut ZoneAwarePodDisruptionBudget| {
                 zpdb.metadata.managed_fields = None;
                 zpdb.metadata.annotations = None;

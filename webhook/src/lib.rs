@@ -13,7 +13,6 @@
 //! | [`evictions`] | the watch caches of budgets and (from the first budget on) pods behind `/admission/pod-eviction`, the pods by StatefulSet the decision counts, and claiming an eviction in the budget's record |
 //! | [`tls_reload`] | the serving certificate, reloaded when its files change |
 //! | [`metrics`] | the webhook's metrics |
-//! | [`watch`] | how each of those caches is filled: one namespace's watch of a kind, slimmed and reflected |
 //!
 //! # From a request to an answer
 //!
@@ -32,4 +31,3 @@ pub mod parents;
 pub mod server;
 pub mod statefulsets;
 pub mod tls_reload;
-pub mod watch;

@@ -8,17 +8,18 @@
 use std::fmt::Debug;
 use std::future::Future;
 
+use baton_shared::reflect::reflect;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::PartialObjectMeta;
 use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
 use kube::{Api, Client, Resource};
 use prometheus::IntCounterVec;
 use serde::de::DeserializeOwned;
 
 use crate::admission::object::ParentKind;
 use crate::statefulsets::StatefulSetCache;
-use crate::watch::reflect;
 
 /// Where a parent's labels were found, for `baton_webhook_parent_lookups_total{source}`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -80,10 +81,18 @@ impl ParentCache {
         statefulsets: StatefulSetCache,
         lookups: Option<IntCounterVec>,
     ) -> (Self, impl Future<Output = ()> + Send + 'static) {
-        let (deployments, fill_deployments) =
-            reflect(client.clone(), namespace, labels_only::<Deployment>, |_| {});
-        let (replicasets, fill_replicasets) =
-            reflect(client.clone(), namespace, labels_only::<ReplicaSet>, |_| {});
+        let (deployments, fill_deployments) = reflect(
+            Api::namespaced(client.clone(), namespace),
+            watcher::Config::default(),
+            labels_only::<Deployment>,
+            |_| {},
+        );
+        let (replicasets, fill_replicasets) = reflect(
+            Api::namespaced(client.clone(), namespace),
+            watcher::Config::default(),
+            labels_only::<ReplicaSet>,
+            |_| {},
+        );
         let cache = Self {
             namespace: namespace.to_owned(),
             client,

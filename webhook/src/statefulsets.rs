@@ -14,6 +14,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use baton_shared::reflect::reflect;
 use k8s_openapi::api::apps::v1::{
     StatefulSet, StatefulSetOrdinals, StatefulSetPersistentVolumeClaimRetentionPolicy,
     StatefulSetSpec, StatefulSetStatus, StatefulSetUpdateStrategy,
@@ -24,8 +25,6 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
 use kube::Client;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use serde::{Deserialize, Deserializer};
-
-use crate::watch::reflect;
 
 /// A StatefulSet as the webhook caches it: `k8s-openapi`'s type, with what [`Wire`] skips left
 /// empty. A type of its own so that the watch decodes it slim (the API's lists and events
@@ -216,8 +215,8 @@ pub fn watch(
     let counter = changes.clone();
     // Nothing to slim: the decoding already skipped what is not kept.
     let (store, fill) = reflect(
-        client,
-        namespace,
+        kube::Api::namespaced(client, namespace),
+        kube::runtime::watcher::Config::default(),
         |_: &mut CachedStatefulSet| {},
         move |_| {
             counter.fetch_add(1, Ordering::Release);

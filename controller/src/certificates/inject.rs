@@ -6,15 +6,15 @@
 use std::time::Duration;
 
 use baton_shared::kube_client::bounded;
-use futures::StreamExt;
+use baton_shared::reflect::reflect;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration, WebhookClientConfig,
 };
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, PostParams};
-use kube::runtime::reflector::{self, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::reflector::Store;
+use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -99,10 +99,19 @@ pub(super) async fn run(
 ) {
     let selector = format!("{INJECT_LABEL}=true,{NAMESPACE_LABEL}={namespace}");
     let changed = Notify::new();
-    let (validating, validating_watch) =
-        reflect::<ValidatingWebhookConfiguration>(&client, &selector, &changed);
-    let (mutating, mutating_watch) =
-        reflect::<MutatingWebhookConfiguration>(&client, &selector, &changed);
+    // Every event, including the end of a relist, may mean a caBundle to restore.
+    let (validating, validating_watch) = reflect(
+        Api::<ValidatingWebhookConfiguration>::all(client.clone()),
+        watcher::Config::default().labels(&selector),
+        |_| {},
+        |_| changed.notify_one(),
+    );
+    let (mutating, mutating_watch) = reflect(
+        Api::<MutatingWebhookConfiguration>::all(client.clone()),
+        watcher::Config::default().labels(&selector),
+        |_| {},
+        |_| changed.notify_one(),
+    );
     let injecting = async {
         // Every new term injects at once (the first, and each one after an outage).
         let mut last_term: Option<Term> = None;
@@ -143,34 +152,6 @@ pub(super) async fn run(
         () = mutating_watch => tracing::error!("the MutatingWebhookConfiguration watch ended"),
         () = injecting => {}
     }
-}
-
-/// A reflector of the labelled configurations of kind `K`, notifying `changed` on every event.
-fn reflect<'a, K: Injectable>(
-    client: &kube::Client,
-    selector: &str,
-    changed: &'a Notify,
-) -> (Store<K>, impl Future<Output = ()> + 'a) {
-    let (store, writer) = reflector::store();
-    let api: Api<K> = Api::all(client.clone());
-    let stream = reflector::reflector(
-        writer,
-        watcher(api, watcher::Config::default().labels(selector)),
-    )
-    .backoff(baton_shared::kube_client::watch_backoff());
-    let driving = async move {
-        let mut stream = stream.boxed();
-        while let Some(event) = stream.next().await {
-            match event {
-                // Every event, including the end of a relist, may mean a caBundle to restore.
-                Ok(_) => changed.notify_one(),
-                Err(error) => {
-                    tracing::warn!(%error, kind = K::KIND, "watching webhook configurations")
-                }
-            }
-        }
-    };
-    (store, driving)
 }
 
 /// What writing caBundles needs.
