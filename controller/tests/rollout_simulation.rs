@@ -1,5 +1,5 @@
-//! Simulation proof of the rollout planner: the guarantees of docs/compatibility.md, checked at every step of
-//! many random scenarios.
+//! Simulation proof of the rollout planner: the guarantees of docs/compatibility.md, checked at
+//! every step of many random scenarios.
 //!
 //! A deterministic simulator plays the Kubernetes side (the StatefulSet controller and the
 //! kubelet) around the planner: deleted pods terminate and are recreated at the update revision

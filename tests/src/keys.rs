@@ -1,6 +1,6 @@
 //! The labels and annotations of the contract with users of Grafana's rollout-operator
-//! (`docs/compatibility.md`), spelled out here rather than imported from baton-shared: a key changed by
-//! mistake in baton then fails the end-to-end tests instead of changing with them.
+//! (`docs/compatibility.md`), spelled out here rather than imported from baton-shared: a key
+//! changed by mistake in baton then fails the end-to-end tests instead of changing with them.
 
 pub const NO_DOWNSCALE: &str = "grafana.com/no-downscale";
 pub const PREPARE_DOWNSCALE: &str = "grafana.com/prepare-downscale";

@@ -1,5 +1,5 @@
-//! Checks the rollout guarantees of docs/compatibility.md against the pod timeline the simulator recorded:
-//! a replay of every pod transition, as the API server's watch delivered them.
+//! Checks the rollout guarantees of docs/compatibility.md against the pod timeline the simulator
+//! recorded: a replay of every pod transition, as the API server's watch delivered them.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Instant;

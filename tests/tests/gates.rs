@@ -524,7 +524,8 @@ async fn a_ramp_rolls_each_zone_1_then_2_then_4_pods_with_max_unavailable_4() {
     // When the template changes
     let from = scene.roll_out(&names).await;
 
-    // Then each zone rolls in steps of 1, 2 and 4 pods, with docs/compatibility.md's guarantees held
+    // Then each zone rolls in steps of 1, 2 and 4 pods, with docs/compatibility.md's guarantees
+    // held
     scene.wait_complete(&names).await;
     let timeline = scene.simulator.timeline();
     let zones: Vec<Zone> = names.iter().map(|name| Zone::new(name, 7, 4)).collect();

@@ -4,7 +4,8 @@
 //! The rules, in order:
 //! 1. a member carries `baton.dev/halted` → no deletion anywhere (`Halted`), until a person
 //!    removes the annotation;
-//! 2. no member carries a gate key → the planner's plan as is, nothing stored (docs/compatibility.md);
+//! 2. no member carries a gate key → the planner's plan as is, nothing stored
+//!    (docs/compatibility.md);
 //! 3. a gate key is invalid → no deletion (`InvalidGate`; see [`super::keys`] for why);
 //! 4. a zone is *cleared* for the update revision it rolls to once its gate passed. While a
 //!    cleared zone is unfinished (not updated and available, and not paused), the planner

@@ -15,8 +15,8 @@
 //!   `now`.
 //!
 //! All of it is opt-in: a group none of whose members carries a gate key rolls exactly as
-//! without this module (docs/compatibility.md). The one exception is [`keys::HALTED_ANNOTATION`], which a
-//! person may set on any group to stop it.
+//! without this module (docs/compatibility.md). The one exception is
+//! [`keys::HALTED_ANNOTATION`], which a person may set on any group to stop it.
 
 pub mod checks;
 pub mod decide;

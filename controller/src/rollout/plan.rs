@@ -1,6 +1,6 @@
 //! The rollout planner: from a snapshot of one group, what to do next and, if nothing can be
-//! done, why. A pure function, so that every rule of docs/compatibility.md's "Rollout algorithm" can be
-//! unit tested and the guarantees users rely on can be checked by simulation.
+//! done, why. A pure function, so that every rule of docs/compatibility.md's "Rollout algorithm"
+//! can be unit tested and the guarantees users rely on can be checked by simulation.
 //!
 //! The walk, in short (docs/compatibility.md, with baton's changes):
 //! 1. a member that is not `OnDelete` → the whole group is left alone;

@@ -1,10 +1,10 @@
 //! Delayed downscale: which pods may go, from their answers to the prepare call (pure).
 //!
-//! The contract (docs/compatibility.md): every pod at an index in `[to, from)` is POSTed and must answer
-//! 2xx with `{"timestamp": <unix seconds>}` (when it started preparing). Any failure blocks the
-//! downscale. Then, from the highest ordinal down, pods prepared at least `delay` ago may go;
-//! the first one that is not stops the count (a partial downscale is allowed). Indexes count
-//! from the first pod; its ordinal is `spec.ordinals.start` ([`PodNames`] names them).
+//! The contract (docs/compatibility.md): every pod at an index in `[to, from)` is POSTed and must
+//! answer 2xx with `{"timestamp": <unix seconds>}` (when it started preparing). Any failure
+//! blocks the downscale. Then, from the highest ordinal down, pods prepared at least `delay` ago
+//! may go; the first one that is not stops the count (a partial downscale is allowed). Indexes
+//! count from the first pod; its ordinal is `spec.ordinals.start` ([`PodNames`] names them).
 
 use std::collections::BTreeMap;
 use std::ops::Range;
