@@ -50,6 +50,8 @@ pub struct Config {
     /// The webhook's TLS certificate: issued and renewed by the leader controller, its CA
     /// injected into labelled webhook configurations.
     pub certificates: CertificatesConfig,
+    /// The records of approved downscales that min-time is judged on.
+    pub downscale: DownscaleConfig,
 }
 
 impl Default for Config {
@@ -64,6 +66,33 @@ impl Default for Config {
             kubernetes: KubernetesConfig::default(),
             pods: PodsConfig::default(),
             certificates: CertificatesConfig::default(),
+            downscale: DownscaleConfig::default(),
+        }
+    }
+}
+
+/// Records of approved downscales. baton's own ledger (`baton-downscale-<group>`) is the source
+/// of truth; the Go operator's zone tracker is read beside it and kept up to date, so a switch
+/// either way loses no history.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct DownscaleConfig {
+    /// Name of the Go operator's zone tracker ConfigMap (its `-zone-tracker.config-map-name`),
+    /// in each group's namespace: one more record of each StatefulSet's last downscale, which
+    /// the controller updates after every downscale it sees happen.
+    pub zone_tracker_config_map: String,
+    /// How long an update that prepare-downscale approved may take to land. Past it, a
+    /// StatefulSet whose spec is unchanged did not downscale (a conflict, another webhook's
+    /// denial, a timeout): the approval stops holding other zones and its pods are told to
+    /// cancel. At least the API server's `--request-timeout` (60s by default).
+    pub claim_grace: Duration,
+}
+
+impl Default for DownscaleConfig {
+    fn default() -> Self {
+        Self {
+            zone_tracker_config_map: "rollout-operator-zone-tracker".to_owned(),
+            claim_grace: Duration::from_secs(60),
         }
     }
 }
@@ -461,6 +490,17 @@ impl Config {
             "pods.max_concurrent_calls",
             self.pods.max_concurrent_calls.to_string(),
             "a whole number above zero",
+        );
+        positive(
+            "downscale.claim_grace",
+            self.downscale.claim_grace,
+            &mut check,
+        );
+        check(
+            is_dns_subdomain(&self.downscale.zone_tracker_config_map),
+            "downscale.zone_tracker_config_map",
+            self.downscale.zone_tracker_config_map.clone(),
+            "a Kubernetes object name",
         );
         self.certificates.validate(&mut check);
         ConfigError::from_problems(problems)

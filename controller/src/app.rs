@@ -65,7 +65,12 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
     tracing::info!(identity = %identity, lease = %config.controller.lease.name, "campaigning for the lease");
 
     let (touched, touched_groups) = tokio::sync::mpsc::unbounded_channel();
-    let (caches, watches) = cache::start(client.clone(), &config.namespace, touched.clone());
+    let (caches, watches) = cache::start(
+        client.clone(),
+        &config.namespace,
+        &config.downscale.zone_tracker_config_map,
+        touched.clone(),
+    );
     // The zone-aware disruption budgets rollout deletions consult (none without the CRD).
     let (budgets, budget_watch) = crate::zpdb::ZoneBudgets::start(
         client.clone(),

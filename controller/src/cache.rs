@@ -5,10 +5,13 @@ use std::collections::HashMap;
 use std::future::Future;
 
 use baton_shared::annotations::ROLLOUT_GROUP_LABEL;
+use baton_shared::downscale_history::ZoneTracker;
 use baton_shared::kube_client::watch_backoff;
+use baton_shared::ledger::{self, Ledger, MANAGED_BY_LABEL};
 use baton_shared::pod_cache::{self, PodCache};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::ConfigMap;
 use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -20,6 +23,10 @@ use tokio::sync::mpsc::UnboundedSender;
 pub struct Caches {
     pub statefulsets: Store<StatefulSet>,
     pub pods: PodCache,
+    /// The groups' downscale ledgers.
+    pub ledgers: Store<ConfigMap>,
+    /// The Go operator's zone tracker (at most one ConfigMap).
+    pub zone_tracker: Store<ConfigMap>,
 }
 
 impl std::fmt::Debug for Caches {
@@ -32,9 +39,11 @@ impl std::fmt::Debug for Caches {
 }
 
 impl Caches {
-    /// Waits until both caches hold a complete initial list.
+    /// Waits until every cache holds a complete initial list.
     pub async fn synced(&self) -> Result<(), anyhow::Error> {
         self.statefulsets.wait_until_ready().await?;
+        self.ledgers.wait_until_ready().await?;
+        self.zone_tracker.wait_until_ready().await?;
         Ok(self.pods.wait_until_ready().await?)
     }
 
@@ -44,18 +53,38 @@ impl Caches {
             .state_filter(|statefulset| group_of(statefulset) == Some(group))
     }
 
+    /// What the group's downscale ledger and the zone tracker say now.
+    pub fn downscale_records(&self, group: &str) -> (Ledger, ZoneTracker) {
+        let name = ledger::ledger_name(group);
+        let ledger = self
+            .ledgers
+            .find(|config_map| config_map.metadata.name.as_deref() == Some(&name))
+            .map(|config_map| Ledger::from_config_map(config_map.as_ref().clone()))
+            .unwrap_or_default();
+        let tracker = self
+            .zone_tracker
+            .state()
+            .first()
+            .map(|config_map| ZoneTracker::from_config_map(config_map.as_ref().clone()))
+            .unwrap_or_default();
+        (ledger, tracker)
+    }
+
     /// Every group name the cache knows.
     pub fn groups(&self) -> Vec<String> {
-        let mut groups: Vec<String> = self
-            .statefulsets
-            .state()
-            .iter()
-            .filter_map(|statefulset| group_of(statefulset).map(str::to_owned))
-            .collect();
-        groups.sort();
-        groups.dedup();
-        groups
+        groups_of(&self.statefulsets)
     }
+}
+
+fn groups_of(statefulsets: &Store<StatefulSet>) -> Vec<String> {
+    let mut groups: Vec<String> = statefulsets
+        .state()
+        .iter()
+        .filter_map(|statefulset| group_of(statefulset).map(str::to_owned))
+        .collect();
+    groups.sort();
+    groups.dedup();
+    groups
 }
 
 /// The rollout group a StatefulSet belongs to.
@@ -69,20 +98,49 @@ pub fn group_of(statefulset: &StatefulSet) -> Option<&str> {
 /// The name of the StatefulSet controlling a pod, from its controller owner reference.
 pub use baton_shared::pods::controlling_statefulset;
 
-/// Starts the reflectors of `namespace`. The returned future drives both watches until it is
-/// dropped, sending the group touched by each event on `touched`.
+/// Starts the reflectors of `namespace`. The returned future drives the watches until it is
+/// dropped, sending the group touched by each event on `touched`. `zone_tracker` names the Go
+/// operator's zone tracker ConfigMap.
 pub fn start(
     client: kube::Client,
     namespace: &str,
+    zone_tracker: &str,
     touched: UnboundedSender<String>,
 ) -> (Caches, impl Future<Output = ()> + Send + 'static) {
     let (statefulset_store, statefulset_writer) = reflector::store();
     // Pods are most of the controller's memory: only what baton reads is kept.
     let (pod_cache, pods) = pod_cache::watch(client.clone(), namespace, watcher::Config::default());
+    let (ledger_store, ledger_writer) = reflector::store();
+    let (tracker_store, tracker_writer) = reflector::store();
     let caches = Caches {
         statefulsets: statefulset_store.clone(),
         pods: pod_cache,
+        ledgers: ledger_store,
+        zone_tracker: tracker_store,
     };
+
+    // The ledgers by their labels, the tracker by its name: each into its own store (one
+    // store's relist replaces all it holds).
+    let config_maps = Api::<ConfigMap>::namespaced(client.clone(), namespace);
+    let slim = |config_map: &mut ConfigMap| config_map.managed_fields_mut().clear();
+    let ledgers = watcher(
+        config_maps.clone(),
+        watcher::Config::default()
+            .labels(&format!("{MANAGED_BY_LABEL}=baton,{ROLLOUT_GROUP_LABEL}")),
+    )
+    .backoff(watch_backoff())
+    .modify(slim)
+    .reflect(ledger_writer)
+    .touched_objects();
+    let tracker = watcher(
+        config_maps,
+        watcher::Config::default().fields(&format!("metadata.name={zone_tracker}")),
+    )
+    .backoff(watch_backoff())
+    .modify(slim)
+    .reflect(tracker_writer)
+    .touched_objects();
+    let records = futures::stream::select(ledgers, tracker);
 
     let statefulsets = watcher(
         Api::<StatefulSet>::namespaced(client.clone(), namespace),
@@ -95,6 +153,8 @@ pub fn start(
 
     let namespace = namespace.to_owned();
     let statefulset_touched = touched.clone();
+    let records_touched = touched.clone();
+    let records_statefulsets = statefulset_store.clone();
     let drive = async move {
         let mut last_group: HashMap<String, String> = HashMap::new();
         let statefulset_events = statefulsets
@@ -128,7 +188,24 @@ pub fn start(
                 }
                 async {}
             });
-        futures::future::join(statefulset_events, pod_events).await;
+        // A ledger concerns its group; the tracker every group (it changes once per downscale).
+        let record_events = records
+            .inspect_err(|error| tracing::warn!(%error, "ConfigMap watch error; retrying"))
+            .filter_map(|result| async { result.ok() })
+            .for_each(|config_map| {
+                match config_map.labels().get(ROLLOUT_GROUP_LABEL) {
+                    Some(group) => {
+                        let _ = records_touched.send(group.clone());
+                    }
+                    None => {
+                        for group in groups_of(&records_statefulsets) {
+                            let _ = records_touched.send(group);
+                        }
+                    }
+                }
+                async {}
+            });
+        futures::future::join3(statefulset_events, pod_events, record_events).await;
     };
     (caches, drive)
 }

@@ -64,12 +64,19 @@ impl GroupReconciler {
             return Requeue::Never;
         }
         let pods = self.caches.pods.state();
+        let (ledger, tracker) = self.caches.downscale_records(group);
         let started = Instant::now();
         let labels = [group];
         self.metrics.reconciles.with_label_values(&labels).inc();
         let (scaling, rollout) = tokio::join!(
-            self.scaler
-                .reconcile(group, &members, &pods, &self.explainer, &may_act),
+            self.scaler.reconcile(
+                group,
+                &members,
+                &pods,
+                (&ledger, &tracker),
+                &self.explainer,
+                &may_act
+            ),
             self.rollouts.reconcile(group, &members, &pods, &may_act),
         );
         self.metrics

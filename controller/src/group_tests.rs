@@ -85,9 +85,13 @@ fn group_caches() -> Caches {
         statefulset_writer.apply_watcher_event(&Event::Apply(statefulset));
         pods.push(CachedPod::of(&pod));
     }
+    let (ledgers, _) = reflector::store();
+    let (zone_tracker, _) = reflector::store();
     Caches {
         statefulsets,
         pods: PodCache::of_pods(pods),
+        ledgers,
+        zone_tracker,
     }
 }
 

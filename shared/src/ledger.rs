@@ -13,8 +13,10 @@
 
 use std::collections::BTreeMap;
 
+use std::time::Duration;
+
 use crate::annotations::ROLLOUT_GROUP_LABEL;
-use jiff::Timestamp;
+use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{ObjectMeta, PostParams};
 use kube::{Api, Error};
@@ -56,6 +58,14 @@ pub fn ledger_name(group: &str) -> String {
 }
 
 /// One StatefulSet's last approved downscale.
+///
+/// An entry written by prepare-downscale is a *claim*: the webhook approved the downscale, but
+/// the API server may still fail the update after admission (a conflict, another webhook's
+/// denial, a timeout). So a claim says what it approved (`fromReplicas` → `toReplicas` on the
+/// StatefulSet at `generation`) and which time it replaced; [`Entry::judge`] tells from the
+/// StatefulSet as it is now whether the downscale happened, and the controller confirms it
+/// (clearing `pending`) or voids it. Entries without these fields (earlier baton versions)
+/// are confirmed downscales.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Entry {
@@ -63,15 +73,161 @@ pub struct Entry {
     pub last_downscale: String,
     /// UID of the admission request that claimed it, so an undo removes only its own claim.
     pub request: String,
+    /// Approved, not yet seen to have happened.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub pending: bool,
+    /// `spec.replicas` the downscale was judged on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from_replicas: Option<i32>,
+    /// `spec.replicas` it approved.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to_replicas: Option<i32>,
+    /// `metadata.generation` of the StatefulSet it was judged on: while the StatefulSet still
+    /// has it, its spec has not changed since, so the downscale has not happened.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generation: Option<i64>,
+    /// The last downscale before this claim (RFC 3339), which counts again if it is voided.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous: Option<String>,
+}
+
+/// Whether a claimed downscale happened, judged on the StatefulSet as it is now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClaimState {
+    /// Confirmed, or the StatefulSet's spec changed since the claim: it counts.
+    Happened,
+    /// The update may still be in the API server's hands: it counts until `until`.
+    InFlight { until: Timestamp },
+    /// The StatefulSet's spec is unchanged long after the approval: the update failed after
+    /// admission. It does not count; the pods told to prepare must be told to cancel.
+    DidNotHappen,
 }
 
 impl Entry {
+    /// A confirmed downscale (what earlier versions wrote, and what tests seed).
     pub fn new(at: Timestamp, request: &str) -> Self {
         Self {
             last_downscale: at.to_string(),
             request: request.to_owned(),
+            pending: false,
+            from_replicas: None,
+            to_replicas: None,
+            generation: None,
+            previous: None,
         }
     }
+
+    /// A claim approved at `at` by `request` for `from` → `to` replicas on the StatefulSet at
+    /// `generation`, replacing the last downscale `previous`.
+    pub fn claim(
+        at: Timestamp,
+        request: &str,
+        (from, to): (i32, i32),
+        generation: i64,
+        previous: Option<Timestamp>,
+    ) -> Self {
+        Self {
+            pending: true,
+            from_replicas: Some(from),
+            to_replicas: Some(to),
+            generation: Some(generation),
+            previous: previous.map(|at| at.to_string()),
+            ..Self::new(at, request)
+        }
+    }
+
+    /// This entry, confirmed.
+    pub fn confirmed(&self) -> Self {
+        Self {
+            pending: false,
+            ..self.clone()
+        }
+    }
+
+    /// When the downscale was approved; an unreadable time is an error naming it.
+    pub fn at(&self) -> Result<Timestamp, String> {
+        parse_time(&self.last_downscale)
+    }
+
+    /// Whether the downscale happened, given the StatefulSet's `generation` now. A claim is
+    /// given `grace` (at least the API server's request timeout) to land.
+    pub fn judge(&self, generation: Option<i64>, now: Timestamp, grace: Duration) -> ClaimState {
+        let (true, Some(claimed), Ok(at)) = (self.pending, self.generation, self.at()) else {
+            return ClaimState::Happened;
+        };
+        if generation != Some(claimed) {
+            return ClaimState::Happened;
+        }
+        let until = at
+            .checked_add(SignedDuration::try_from(grace).unwrap_or(SignedDuration::MAX))
+            .unwrap_or(Timestamp::MAX);
+        if now < until {
+            ClaimState::InFlight { until }
+        } else {
+            ClaimState::DidNotHappen
+        }
+    }
+
+    /// What a new claim replacing this entry keeps as the last downscale before it: this
+    /// entry's time if it happened; if it did not, or is still in flight (the same update
+    /// admitted again, or a competing update of the same StatefulSet: at most one lands, and
+    /// if it does the generation moves and the new claim counts), the one this entry replaced.
+    pub fn history(
+        &self,
+        generation: Option<i64>,
+        now: Timestamp,
+        grace: Duration,
+    ) -> Option<Timestamp> {
+        match self.judge(generation, now, grace) {
+            ClaimState::Happened => self.at().ok(),
+            ClaimState::InFlight { .. } | ClaimState::DidNotHappen => self
+                .previous
+                .as_deref()
+                .and_then(|text| parse_time(text).ok()),
+        }
+    }
+
+    /// Whether this entry is a claim of the same downscale (`from` → `to` on `generation`)
+    /// made less than half of `grace` ago: its pods were told to prepare and nobody has told
+    /// them to cancel yet (the controller voids a claim only after the whole grace). The API
+    /// server runs admission again when its cached copy of the object was stale; the pods are
+    /// then not told twice.
+    pub fn prepared_the_same(
+        &self,
+        (from, to): (i32, i32),
+        generation: Option<i64>,
+        now: Timestamp,
+        grace: Duration,
+    ) -> bool {
+        let young = self.at().is_ok_and(|at| {
+            now.duration_since(at) < SignedDuration::try_from(grace / 2).unwrap_or_default()
+        });
+        self.pending
+            && young
+            && self.from_replicas == Some(from)
+            && self.to_replicas == Some(to)
+            && generation.is_some()
+            && self.generation == generation
+    }
+
+    /// The last downscale this entry stands for now: its own time unless it did not happen,
+    /// then the one it replaced.
+    pub fn effective(
+        &self,
+        generation: Option<i64>,
+        now: Timestamp,
+        grace: Duration,
+    ) -> Result<Option<Timestamp>, String> {
+        match self.judge(generation, now, grace) {
+            ClaimState::Happened | ClaimState::InFlight { .. } => self.at().map(Some),
+            ClaimState::DidNotHappen => self.previous.as_deref().map(parse_time).transpose(),
+        }
+    }
+}
+
+fn parse_time(text: &str) -> Result<Timestamp, String> {
+    text.parse::<Timestamp>()
+        .map_err(|error| format!("invalid time {text:?}: {error}"))
 }
 
 /// A ledger as read: its data and the version a conditional write must name.
@@ -100,20 +256,20 @@ impl Ledger {
         })
     }
 
-    /// When `statefulset` was last downscaled according to the ledger.
-    pub fn last_downscale(&self, statefulset: &str) -> Result<Option<Timestamp>, String> {
+    /// When `statefulset` was last downscaled according to the ledger, judged on its
+    /// `generation` now (see [`Entry::effective`]).
+    pub fn last_downscale(
+        &self,
+        statefulset: &str,
+        generation: Option<i64>,
+        now: Timestamp,
+        grace: Duration,
+    ) -> Result<Option<Timestamp>, String> {
         match self.entry(statefulset)? {
             None => Ok(None),
             Some(entry) => entry
-                .last_downscale
-                .parse::<Timestamp>()
-                .map(Some)
-                .map_err(|error| {
-                    format!(
-                        "entry {statefulset:?} has an invalid time {:?}: {error}",
-                        entry.last_downscale
-                    )
-                }),
+                .effective(generation, now, grace)
+                .map_err(|error| format!("entry {statefulset:?} has an {error}")),
         }
     }
 
@@ -237,8 +393,15 @@ mod tests {
     fn entries_round_trip_and_bad_ones_are_named() {
         let at: Timestamp = "2026-11-21T05:14:45.5Z".parse().unwrap();
         let ledger = Ledger::default().with_entry("zone-a", Some(&Entry::new(at, "uid-1")));
-        assert_eq!(ledger.last_downscale("zone-a"), Ok(Some(at)));
-        assert_eq!(ledger.last_downscale("zone-b"), Ok(None));
+        let grace = Duration::from_secs(60);
+        assert_eq!(
+            ledger.last_downscale("zone-a", Some(1), at, grace),
+            Ok(Some(at))
+        );
+        assert_eq!(
+            ledger.last_downscale("zone-b", Some(1), at, grace),
+            Ok(None)
+        );
         assert_eq!(ledger.entry("zone-a").unwrap().unwrap().request, "uid-1");
         assert_eq!(ledger.with_entry("zone-a", None).data.len(), 0);
 
@@ -251,12 +414,91 @@ mod tests {
         assert!(broken.entry("zone-a").unwrap_err().contains("zone-a"));
         assert!(
             broken
-                .last_downscale("zone-b")
+                .last_downscale("zone-b", None, at, grace)
                 .unwrap_err()
                 .contains("invalid time \"yesterday\"")
+        );
+        assert!(
+            broken
+                .last_downscale("zone-a", None, at, grace)
+                .unwrap_err()
+                .contains("zone-a")
         );
         // Writing one entry keeps the others as they were.
         let rewritten = broken.with_entry("zone-c", Some(&Entry::new(at, "u")));
         assert_eq!(rewritten.data["zone-a"], "yesterday");
+    }
+
+    /// Earlier versions wrote `{"lastDownscale","request"}` only: such an entry is a confirmed
+    /// downscale, and a confirmed claim is written back in that shape plus its details.
+    #[test]
+    fn entries_of_earlier_versions_are_confirmed_downscales() {
+        let old: Entry =
+            serde_json::from_str(r#"{"lastDownscale":"2026-11-21T05:14:45Z","request":"u"}"#)
+                .unwrap();
+        assert!(!old.pending);
+        let now: Timestamp = "2026-11-21T05:14:46Z".parse().unwrap();
+        assert_eq!(
+            old.judge(Some(7), now, Duration::from_secs(60)),
+            ClaimState::Happened
+        );
+        let claim = Entry::claim(now, "u2", (3, 2), 7, Some(old.at().unwrap()));
+        let text = serde_json::to_string(&claim).unwrap();
+        assert!(text.contains(r#""pending":true"#), "{text}");
+        let confirmed = serde_json::to_string(&claim.confirmed()).unwrap();
+        assert!(!confirmed.contains("pending"), "{confirmed}");
+        assert_eq!(serde_json::from_str::<Entry>(&text).unwrap(), claim);
+    }
+
+    /// A claim counts while its update may still land, stops counting once the StatefulSet's
+    /// spec is unchanged past the grace (the one it replaced counts again), and counts for good
+    /// once the spec changed.
+    #[test]
+    fn a_claim_counts_until_its_statefulset_shows_it_did_not_happen() {
+        let earlier: Timestamp = "2026-11-21T00:00:00Z".parse().unwrap();
+        let at: Timestamp = "2026-11-21T05:00:00Z".parse().unwrap();
+        let grace = Duration::from_secs(60);
+        let claim = Entry::claim(at, "u", (3, 2), 7, Some(earlier));
+        let later = |seconds: i64| at + jiff::SignedDuration::from_secs(seconds);
+
+        assert_eq!(
+            claim.judge(Some(7), later(59), grace),
+            ClaimState::InFlight { until: later(60) }
+        );
+        assert_eq!(claim.effective(Some(7), later(59), grace), Ok(Some(at)));
+        assert_eq!(
+            claim.judge(Some(7), later(60), grace),
+            ClaimState::DidNotHappen
+        );
+        assert_eq!(
+            claim.effective(Some(7), later(60), grace),
+            Ok(Some(earlier))
+        );
+        assert_eq!(claim.judge(Some(8), later(1), grace), ClaimState::Happened);
+        assert_eq!(claim.effective(Some(8), later(600), grace), Ok(Some(at)));
+        // A first claim that did not happen leaves no downscale at all.
+        let first = Entry::claim(at, "u", (3, 2), 7, None);
+        assert_eq!(first.effective(Some(7), later(60), grace), Ok(None));
+        // A claim replacing this one keeps what this one replaced while it is in flight or
+        // did not happen, and this one once it happened.
+        assert_eq!(claim.history(Some(7), later(1), grace), Some(earlier));
+        assert_eq!(claim.history(Some(7), later(60), grace), Some(earlier));
+        assert_eq!(claim.history(Some(8), later(1), grace), Some(at));
+        // The same downscale admitted again soon after was prepared already; another one, an
+        // older one or one on another generation was not.
+        assert!(claim.prepared_the_same((3, 2), Some(7), later(29), grace));
+        assert!(!claim.prepared_the_same((3, 2), Some(7), later(30), grace));
+        assert!(!claim.prepared_the_same((3, 1), Some(7), later(1), grace));
+        assert!(!claim.prepared_the_same((3, 2), Some(8), later(1), grace));
+        assert!(
+            !claim
+                .confirmed()
+                .prepared_the_same((3, 2), Some(7), later(1), grace)
+        );
+        // A confirmed claim is history whatever the generation.
+        assert_eq!(
+            claim.confirmed().judge(Some(7), later(600), grace),
+            ClaimState::Happened
+        );
     }
 }

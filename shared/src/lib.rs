@@ -4,6 +4,7 @@
 pub mod annotations;
 pub mod cli;
 pub mod crypto;
+pub mod downscale_history;
 pub mod duration;
 pub mod http_server;
 pub mod kube_client;

@@ -132,7 +132,7 @@ pub fn is_controlled_by(pod: &CachedPod, statefulset: &StatefulSet) -> bool {
 
 /// [`is_controlled_by`] for one StatefulSet and many pods: its selector parsed once, not once
 /// per pod (a parse per owned pod cost most of an eviction decision).
-struct Controls<'z> {
+pub(crate) struct Controls<'z> {
     namespace: Option<&'z str>,
     uid: Option<&'z str>,
     /// None: empty or invalid, which matches nothing (see [`selector_matches`]).
@@ -140,7 +140,7 @@ struct Controls<'z> {
 }
 
 impl<'z> Controls<'z> {
-    fn of(statefulset: &'z StatefulSet) -> Self {
+    pub(crate) fn of(statefulset: &'z StatefulSet) -> Self {
         let selector = statefulset
             .spec
             .as_ref()
@@ -158,7 +158,7 @@ impl<'z> Controls<'z> {
         }
     }
 
-    fn pod(&self, pod: &CachedPod) -> bool {
+    pub(crate) fn pod(&self, pod: &CachedPod) -> bool {
         let (Some(uid), Some(selector)) = (self.uid, &self.selector) else {
             return false;
         };

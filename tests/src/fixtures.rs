@@ -17,6 +17,8 @@ pub struct StatefulSetFixture {
     replicas: i32,
     version: String,
     labels: BTreeMap<String, String>,
+    /// Labels of its pods besides the selector's.
+    pod_labels: BTreeMap<String, String>,
     annotations: BTreeMap<String, String>,
     strategy: &'static str,
     pod_management: &'static str,
@@ -29,6 +31,7 @@ impl StatefulSetFixture {
             replicas: 3,
             version: "v1".to_owned(),
             labels: BTreeMap::new(),
+            pod_labels: BTreeMap::new(),
             annotations: BTreeMap::new(),
             strategy: "OnDelete",
             pod_management: "Parallel",
@@ -38,6 +41,12 @@ impl StatefulSetFixture {
     /// Member of rollout group `group` (`rollout-group` label).
     pub fn group(self, group: &str) -> Self {
         self.label("rollout-group", group)
+    }
+
+    /// A label on its pods as well as its own (a budget's selector reads both).
+    pub fn pod_label(mut self, key: &str, value: &str) -> Self {
+        self.pod_labels.insert(key.to_owned(), value.to_owned());
+        self.label(key, value)
     }
 
     pub fn replicas(mut self, replicas: i32) -> Self {
@@ -87,7 +96,7 @@ impl StatefulSetFixture {
                 "updateStrategy": {"type": self.strategy},
                 "selector": {"matchLabels": {"app.kubernetes.io/instance": self.name}},
                 "template": {
-                    "metadata": {"labels": {"app.kubernetes.io/instance": self.name, "name": self.name}},
+                    "metadata": {"labels": self.template_labels()},
                     "spec": {
                         "containers": [{"name": "app", "image": format!("{IMAGE}:{}", self.version)}],
                         "terminationGracePeriodSeconds": 0,
@@ -96,6 +105,13 @@ impl StatefulSetFixture {
             },
         }))
         .expect("a valid StatefulSet")
+    }
+
+    fn template_labels(&self) -> BTreeMap<String, String> {
+        let mut labels = self.pod_labels.clone();
+        labels.insert("app.kubernetes.io/instance".into(), self.name.clone());
+        labels.insert("name".into(), self.name.clone());
+        labels
     }
 
     /// Creates it in `namespace`.

@@ -19,7 +19,7 @@ use serde_json::json;
 use crate::control_plane::ControlPlane;
 use crate::control_plane::supervisor::clean_up_from_drop;
 use crate::fixtures::StatefulSetFixture;
-use crate::keys::{NO_DOWNSCALE, PREPARE_DOWNSCALE};
+use crate::keys::{INJECT_CA, INJECT_CA_NAMESPACE, NO_DOWNSCALE, PREPARE_DOWNSCALE};
 use crate::namespace::TestNamespace;
 use crate::process::BatonProcess;
 use crate::wait::wait_until;
@@ -279,30 +279,75 @@ impl WebhookConfigurations {
         tls: &TestTls,
         base: &str,
     ) -> anyhow::Result<Self> {
+        Self::create(control_plane, namespace, base, Trust::Ca(tls.ca_bundle())).await
+    }
+
+    /// The configurations a Go operator deployment leaves: labelled for CA injection
+    /// (`grafana.com/inject-rollout-operator-ca`, `grafana.com/namespace`) and without a
+    /// caBundle (the Go operator's CA is gone with it), plus pod-eviction for the zone-aware
+    /// budgets. baton's controller injects its CA.
+    pub async fn register_for_injection(
+        control_plane: &ControlPlane,
+        namespace: &str,
+        base: &str,
+    ) -> anyhow::Result<Self> {
+        Self::create(control_plane, namespace, base, Trust::Injected).await
+    }
+
+    async fn create(
+        control_plane: &ControlPlane,
+        namespace: &str,
+        base: &str,
+        trust: Trust,
+    ) -> anyhow::Result<Self> {
         let client = control_plane.admin_client().await;
         let name = format!("baton-e2e-{namespace}");
         let selector = json!({"matchLabels": {"kubernetes.io/metadata.name": namespace}});
-        let validating: ValidatingWebhookConfiguration = serde_json::from_value(json!({
-            "metadata": {"name": name},
-            "webhooks": [{
-                "name": "no-downscale.baton.test",
-                "clientConfig": {"url": format!("{base}/admission/no-downscale"), "caBundle": tls.ca_bundle()},
-                "rules": [{"apiGroups": ["apps"], "apiVersions": ["v1"], "operations": ["UPDATE"],
-                           "resources": NO_DOWNSCALE_RESOURCES, "scope": "Namespaced"}],
+        let client_config = |path: &str| match &trust {
+            Trust::Ca(bundle) => json!({"url": format!("{base}{path}"), "caBundle": bundle}),
+            Trust::Injected => json!({"url": format!("{base}{path}")}),
+        };
+        let labels = match &trust {
+            Trust::Ca(_) => json!({}),
+            Trust::Injected => {
+                json!({INJECT_CA: "true", INJECT_CA_NAMESPACE: namespace})
+            }
+        };
+        let mut validating_webhooks = vec![json!({
+            "name": "no-downscale.baton.test",
+            "clientConfig": client_config("/admission/no-downscale"),
+            "rules": [{"apiGroups": ["apps"], "apiVersions": ["v1"], "operations": ["UPDATE"],
+                       "resources": NO_DOWNSCALE_RESOURCES, "scope": "Namespaced"}],
+            "namespaceSelector": selector,
+            // The API server sends the first version it knows: v1beta1 here, v1 for
+            // prepare-downscale, so both codecs are exercised by the real API server.
+            "admissionReviewVersions": ["v1beta1", "v1"],
+            "sideEffects": "None",
+            "failurePolicy": "Fail",
+            "timeoutSeconds": 10,
+        })];
+        if matches!(trust, Trust::Injected) {
+            validating_webhooks.push(json!({
+                "name": "pod-eviction.baton.test",
+                "clientConfig": client_config("/admission/pod-eviction"),
+                "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
+                           "resources": ["pods/eviction"], "scope": "Namespaced"}],
                 "namespaceSelector": selector,
-                // The API server sends the first version it knows: v1beta1 here, v1 for
-                // prepare-downscale, so both codecs are exercised by the real API server.
-                "admissionReviewVersions": ["v1beta1", "v1"],
-                "sideEffects": "None",
+                "admissionReviewVersions": ["v1"],
+                "sideEffects": "NoneOnDryRun",
                 "failurePolicy": "Fail",
                 "timeoutSeconds": 10,
-            }],
+            }));
+        }
+        let validating: ValidatingWebhookConfiguration = serde_json::from_value(json!({
+            "metadata": {"name": name, "labels": labels},
+            "webhooks": validating_webhooks,
         }))?;
         let mutating: MutatingWebhookConfiguration = serde_json::from_value(json!({
-            "metadata": {"name": name},
+            "metadata": {"name": name, "labels": labels},
             "webhooks": [{
                 "name": "prepare-downscale.baton.test",
-                "clientConfig": {"url": format!("{base}/admission/prepare-downscale"), "caBundle": tls.ca_bundle()},
+                "clientConfig": client_config("/admission/prepare-downscale"),
                 "rules": [{"apiGroups": ["apps"], "apiVersions": ["v1"], "operations": ["UPDATE"],
                            "resources": ["statefulsets", "statefulsets/scale"], "scope": "Namespaced"}],
                 "namespaceSelector": selector,
@@ -324,6 +369,14 @@ impl WebhookConfigurations {
             kubeconfig: control_plane.kubeconfig_path().to_path_buf(),
         })
     }
+}
+
+/// How the API server comes to trust the test webhook's certificate.
+enum Trust {
+    /// The caBundle is set at creation.
+    Ca(String),
+    /// The configurations are labelled for baton's controller to inject it.
+    Injected,
 }
 
 impl Drop for WebhookConfigurations {

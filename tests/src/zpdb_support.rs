@@ -61,3 +61,37 @@ pub fn answer_of(review: &Value) -> (bool, String) {
             .to_owned(),
     )
 }
+
+/// Evicts `pod` through the API server (policy/v1beta1 Eviction, as `kubectl drain` does on
+/// Kubernetes 1.20): Ok, or the refusal's status code and message.
+pub async fn evict(client: &kube::Client, namespace: &str, pod: &str) -> Result<(), (u16, String)> {
+    let body = json!({
+        "apiVersion": "policy/v1beta1",
+        "kind": "Eviction",
+        "metadata": {"name": pod, "namespace": namespace},
+    });
+    let request = http::Request::post(format!(
+        "/api/v1/namespaces/{namespace}/pods/{pod}/eviction"
+    ))
+    .header(http::header::CONTENT_TYPE, "application/json")
+    .body(serde_json::to_vec(&body).expect("JSON"))
+    .expect("a request");
+    match client.request::<Value>(request).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) => Err((status.code, status.message)),
+        Err(error) => panic!("evicting {pod}: {error}"),
+    }
+}
+
+/// A drain's client: the administrator's, without kube's retries of 429 answers (its default
+/// client retries them, with backoff, up to 15 times: a refused eviction would look like a
+/// hang).
+pub async fn client_without_retries(control_plane: &crate::ControlPlane) -> kube::Client {
+    let kubeconfig = kube::config::Kubeconfig::read_from(control_plane.kubeconfig_path())
+        .expect("the control plane's kubeconfig");
+    let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .expect("a client configuration");
+    config.default_retry = false;
+    kube::Client::try_from(config).expect("a client")
+}

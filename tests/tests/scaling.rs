@@ -277,11 +277,10 @@ async fn a_follower_zone_scales_up_at_once_and_down_only_after_min_time_and_deni
     scene.wait_replicas("ingester-zone-b", 3).await;
     wait_group_ready(&client, ns, &["ingester-zone-a", "ingester-zone-b"]).await;
 
-    // When zone a is scaled down (the webhook approves it and records last-downscale on a)
+    // When zone a is scaled down (the webhook approves it, and the controller records
+    // last-downscale on a once it has happened)
     scale(&statefulsets, "ingester-zone-a", 2).await.unwrap();
-    let zone_a_downscaled = last_downscale(&statefulsets, "ingester-zone-a")
-        .await
-        .expect("the prepare-downscale webhook records last-downscale on zone a");
+    let zone_a_downscaled = wait_last_downscale(&statefulsets, "ingester-zone-a").await;
     // Then zone b holds, saying why
     scene
         .wait_event(
@@ -294,9 +293,7 @@ async fn a_follower_zone_scales_up_at_once_and_down_only_after_min_time_and_deni
     // And follows only once the min time has passed: the webhook records zone b's downscale
     // (both times in whole seconds of the same clock) at least 5s after zone a's
     scene.wait_replicas("ingester-zone-b", 2).await;
-    let zone_b_downscaled = last_downscale(&statefulsets, "ingester-zone-b")
-        .await
-        .expect("the prepare-downscale webhook records last-downscale on zone b");
+    let zone_b_downscaled = wait_last_downscale(&statefulsets, "ingester-zone-b").await;
     let gap = zone_b_downscaled.duration_since(zone_a_downscaled);
     assert!(
         gap >= jiff::SignedDuration::from_secs(5),
@@ -487,6 +484,17 @@ async fn wait_for_webhooks(scene: &Scene) {
 }
 
 /// `grafana.com/last-downscale` of `name`.
+/// Waits until the controller has recorded `name`'s downscale in its last-downscale annotation.
+async fn wait_last_downscale(api: &Api<StatefulSet>, name: &str) -> jiff::Timestamp {
+    wait_until(
+        TIMEOUT,
+        &format!("{name} carries last-downscale"),
+        || async { last_downscale(api, name).await.is_some() },
+    )
+    .await;
+    last_downscale(api, name).await.expect("waited for")
+}
+
 async fn last_downscale(api: &Api<StatefulSet>, name: &str) -> Option<jiff::Timestamp> {
     api.get(name)
         .await

@@ -15,7 +15,9 @@ use baton_e2e::fixtures::StatefulSetFixture;
 use baton_e2e::rbac_support::{Binary, SERVICE_ACCOUNT_NAMESPACE, bind_deploy_roles};
 use baton_e2e::timeline::{Zone, check_rollout_guarantees};
 use baton_e2e::webhook_support::{TestTls, WebhookReplica};
-use baton_e2e::zpdb_support::{answer_of, budget, eviction_review, zpdb_resource};
+use baton_e2e::zpdb_support::{
+    answer_of, budget, client_without_retries, evict, eviction_review, zpdb_resource,
+};
 use baton_e2e::{
     ControlPlane, PodEvent, PodSimulator, PodTransition, SimulatorOptions, TestNamespace,
     wait_until,
@@ -227,17 +229,6 @@ impl Zones {
     }
 }
 
-/// An admin client that does not retry 429 answers (kube's default client retries them, with
-/// backoff, up to 15 times: a refused eviction would look like a hang).
-async fn client_without_retries(control_plane: &ControlPlane) -> kube::Client {
-    let kubeconfig = kube::config::Kubeconfig::read_from(control_plane.kubeconfig_path()).unwrap();
-    let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-        .await
-        .unwrap();
-    config.default_retry = false;
-    kube::Client::try_from(config).unwrap()
-}
-
 fn rand_uid() -> String {
     use std::sync::atomic::{AtomicU64, Ordering};
     static NEXT: AtomicU64 = AtomicU64::new(0);
@@ -260,25 +251,6 @@ async fn metrics(replica: &WebhookReplica) -> String {
         return String::new();
     };
     response.text().await.unwrap_or_default()
-}
-
-async fn evict(client: &kube::Client, namespace: &str, pod: &str) -> Result<(), (u16, String)> {
-    let body = json!({
-        "apiVersion": "policy/v1beta1",
-        "kind": "Eviction",
-        "metadata": {"name": pod, "namespace": namespace},
-    });
-    let request = http::Request::post(format!(
-        "/api/v1/namespaces/{namespace}/pods/{pod}/eviction"
-    ))
-    .header(http::header::CONTENT_TYPE, "application/json")
-    .body(serde_json::to_vec(&body).unwrap())
-    .unwrap();
-    match client.request::<Value>(request).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(status)) => Err((status.code, status.message)),
-        Err(error) => panic!("evicting {pod}: {error}"),
-    }
 }
 
 /// One replica's webhook configuration (both ZPDB webhooks) for one namespace; deleted when

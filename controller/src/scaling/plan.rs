@@ -35,9 +35,10 @@ pub struct Member {
     pub upscale_only_when_leader_ready: bool,
     /// A valid `grafana.com/rollout-force-replicas`.
     pub force_replicas: Option<i32>,
-    /// The min-time label; `Ok(None)` when absent.
+    /// The min-time annotation (or label); `Ok(None)` when absent.
     pub min_time_between_downscale: Result<Option<Duration>, InvalidAnnotation>,
-    /// `grafana.com/last-downscale`; `Err` holds the unparsable text.
+    /// The newest of the downscale records (`baton_shared::downscale_history`); `Err` says
+    /// which record cannot be read.
     pub last_downscale: Result<Option<Timestamp>, String>,
     /// Mirroring settings and the reference's scale, when configured.
     pub mirror: Result<Option<Mirror>, InvalidAnnotation>,
@@ -298,8 +299,7 @@ fn follow_leader(
                     FindingKind::Problem,
                     reasons::INVALID,
                     format!(
-                        "{name} stays at {current} ({source}): {} of {} is not an RFC 3339 time: {text:?}",
-                        baton_shared::annotations::LAST_DOWNSCALE_ANNOTATION,
+                        "{name} stays at {current} ({source}): the last downscale of {} cannot be read: {text}",
                         other.name
                     ),
                 );

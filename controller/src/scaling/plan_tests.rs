@@ -248,7 +248,10 @@ fn cases() -> Vec<Case> {
             name: "an unparsable last-downscale of another zone holds the downscale",
             members: vec![
                 Member {
-                    last_downscale: Err("yesterday".into()),
+                    last_downscale: Err(
+                        "can't parse grafana.com/last-downscale annotation of a: \"yesterday\""
+                            .into(),
+                    ),
                     ..member("a", 5)
                 },
                 follower("b", 10, "a"),

@@ -1,11 +1,12 @@
 //! Builds a [`ScalingSnapshot`] from cached StatefulSets and the scales the executor read from
 //! their references beforehand: the snapshot is whole when built, never patched after I/O.
 
+use baton_shared::annotations::InvalidAnnotation;
 use baton_shared::annotations::scaling::{
     MirrorReference, delayed_downscale, downscale_leader, force_replicas,
     min_time_between_zones_downscale, mirror_reference, upscale_only_when_leader_ready,
 };
-use baton_shared::annotations::{InvalidAnnotation, LAST_DOWNSCALE_ANNOTATION};
+use baton_shared::downscale_history::{Records, last_downscale};
 use baton_shared::statefulset::StatefulSetState;
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::StatefulSet;
@@ -16,14 +17,17 @@ use super::plan::{Member, Mirror, ReferenceScale, ScalingSnapshot};
 pub type ReferenceScales = Vec<(MirrorReference, Result<ReferenceScale, String>)>;
 
 impl ScalingSnapshot {
+    /// `records` and `now` say when each member was last downscaled (min-time).
     pub fn from_kubernetes<'a>(
         group: &str,
         statefulsets: impl IntoIterator<Item = &'a StatefulSet>,
         scales: &ReferenceScales,
+        records: Records<'_>,
+        now: Timestamp,
     ) -> Self {
         let mut members: Vec<Member> = statefulsets
             .into_iter()
-            .map(|statefulset| Member::from_kubernetes(statefulset, scales))
+            .map(|statefulset| Member::from_kubernetes(statefulset, scales, records, now))
             .collect();
         members.sort_by(|a, b| a.name.cmp(&b.name));
         Self {
@@ -35,8 +39,13 @@ impl ScalingSnapshot {
 
 impl Member {
     /// Reads a StatefulSet's replicas and scaling settings, with its reference's scale from
-    /// `scales`.
-    pub fn from_kubernetes(statefulset: &StatefulSet, scales: &ReferenceScales) -> Self {
+    /// `scales` and its last downscale from `records`.
+    pub fn from_kubernetes(
+        statefulset: &StatefulSet,
+        scales: &ReferenceScales,
+        records: Records<'_>,
+        now: Timestamp,
+    ) -> Self {
         let empty = Default::default();
         let annotations = statefulset.metadata.annotations.as_ref().unwrap_or(&empty);
         let labels = statefulset.metadata.labels.as_ref().unwrap_or(&empty);
@@ -61,13 +70,12 @@ impl Member {
                 }
             })
         });
-        let last_downscale = match annotations.get(LAST_DOWNSCALE_ANNOTATION) {
-            None => Ok(None),
-            Some(text) => text
-                .parse::<Timestamp>()
-                .map(Some)
-                .map_err(|_| text.clone()),
-        };
+        let last_downscale =
+            last_downscale(statefulset, records, now).map(|last| last.map(|last| last.at));
+        let min_time = min_time_between_zones_downscale(labels, annotations).map(|parsed| {
+            warnings.extend(parsed.warning);
+            parsed.value
+        });
         let state = StatefulSetState::of(statefulset);
         Self {
             name: state.name,
@@ -76,7 +84,7 @@ impl Member {
             leader: downscale_leader(annotations).map(str::to_owned),
             upscale_only_when_leader_ready: only_when_ready.value,
             force_replicas: forced.value,
-            min_time_between_downscale: min_time_between_zones_downscale(labels),
+            min_time_between_downscale: min_time,
             last_downscale,
             mirror,
             delayed_downscale: delayed_downscale(annotations),

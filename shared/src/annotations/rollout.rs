@@ -21,7 +21,7 @@ pub struct Parsed<T> {
 }
 
 impl<T> Parsed<T> {
-    fn valid(value: T) -> Self {
+    pub(crate) fn valid(value: T) -> Self {
         Self {
             value,
             warning: None,

@@ -23,8 +23,11 @@ use crate::duration::{go as go_duration, prometheus};
 pub const FORCE_REPLICAS_ACCEPTED: &str = "an integer >= 0";
 /// What `"true"`/`"false"` switches accept.
 pub const BOOLEAN_ACCEPTED: &str = "\"true\" or \"false\"";
-/// What the min-time label accepts.
-pub const MIN_TIME_ACCEPTED: &str = "a Go duration such as 12h, 30m or 1h30m (a label)";
+/// What the min-time annotation (or label) accepts.
+pub const MIN_TIME_ACCEPTED: &str = "a Go duration such as 12h, 30m or 1h30m";
+/// What the min-time label may hold beside the annotation.
+pub const MIN_TIME_LABEL_ACCEPTED: &str =
+    "as a label beside the annotation of the same name, the same time (the annotation wins)";
 /// What the delayed-downscale annotation accepts.
 pub const DELAYED_DOWNSCALE_ACCEPTED: &str =
     "a Prometheus duration such as 1h, 2d or 1w; 0 disables; never negative";
@@ -81,23 +84,47 @@ pub fn force_replicas(annotations: &BTreeMap<String, String>) -> Parsed<Option<i
     }
 }
 
-/// The `grafana.com/min-time-between-zones-downscale` label (Go duration syntax); `None` when
-/// absent.
+/// `grafana.com/min-time-between-zones-downscale`, as an annotation or a label (Go duration
+/// syntax); `None` when neither is set. The Go operator moved it from a label to an annotation
+/// and still reads the label: both are read here, and when both are set and mean different
+/// times the annotation wins and the label is warned about. An invalid value of the one used is
+/// an error (no downscale until fixed).
 pub fn min_time_between_zones_downscale(
     labels: &BTreeMap<String, String>,
-) -> Result<Option<Duration>, InvalidAnnotation> {
-    let Some(raw) = labels.get(MIN_TIME_BETWEEN_ZONES_DOWNSCALE_LABEL) else {
-        return Ok(None);
+    annotations: &BTreeMap<String, String>,
+) -> Result<Parsed<Option<Duration>>, InvalidAnnotation> {
+    let key = MIN_TIME_BETWEEN_ZONES_DOWNSCALE_LABEL;
+    let parse = |raw: &String| {
+        go_duration::parse(raw)
+            .ok()
+            .and_then(|nanos| u64::try_from(nanos).ok())
+            .map(Duration::from_nanos)
+            .ok_or_else(|| InvalidAnnotation {
+                key,
+                value: raw.clone(),
+                accepted: MIN_TIME_ACCEPTED,
+                fallback: "no downscale of this StatefulSet until fixed".to_owned(),
+            })
     };
-    let invalid = || InvalidAnnotation {
-        key: MIN_TIME_BETWEEN_ZONES_DOWNSCALE_LABEL,
-        value: raw.clone(),
-        accepted: MIN_TIME_ACCEPTED,
-        fallback: "no downscale of this StatefulSet until fixed".to_owned(),
-    };
-    let nanos = go_duration::parse(raw).map_err(|_| invalid())?;
-    let nanos = u64::try_from(nanos).map_err(|_| invalid())?;
-    Ok(Some(Duration::from_nanos(nanos)))
+    match (annotations.get(key), labels.get(key)) {
+        (None, None) => Ok(Parsed::valid(None)),
+        (None, Some(label)) => Ok(Parsed::valid(Some(parse(label)?))),
+        (Some(annotation), label) => {
+            let value = parse(annotation)?;
+            let warning = label
+                .filter(|label| parse(label).ok() != Some(value))
+                .map(|label| InvalidAnnotation {
+                    key,
+                    value: label.clone(),
+                    accepted: MIN_TIME_LABEL_ACCEPTED,
+                    fallback: format!("the annotation's {annotation:?}"),
+                });
+            Ok(Parsed {
+                value: Some(value),
+                warning,
+            })
+        }
+    }
 }
 
 /// The reference resource a StatefulSet mirrors its replicas from.
@@ -308,30 +335,65 @@ mod tests {
     }
 
     #[test]
-    fn min_time_uses_go_syntax() {
-        let label = |raw: &str| {
-            min_time_between_zones_downscale(&annotated(&[(
-                MIN_TIME_BETWEEN_ZONES_DOWNSCALE_LABEL,
-                raw,
-            )]))
-        };
-        assert_eq!(label("12h"), Ok(Some(Duration::from_secs(12 * 3600))));
-        assert_eq!(label("1h30m"), Ok(Some(Duration::from_secs(5400))));
-        assert_eq!(label("5s"), Ok(Some(Duration::from_secs(5))));
-        assert_eq!(label("0"), Ok(Some(Duration::ZERO)));
-        assert_eq!(min_time_between_zones_downscale(&BTreeMap::new()), Ok(None));
+    fn min_time_uses_go_syntax_as_a_label_or_an_annotation() {
+        let empty = BTreeMap::new();
+        for (labels, annotations) in [(true, false), (false, true), (true, true)] {
+            let read = |raw: &str| {
+                let set = annotated(&[(MIN_TIME_BETWEEN_ZONES_DOWNSCALE_LABEL, raw)]);
+                let parsed = min_time_between_zones_downscale(
+                    if labels { &set } else { &empty },
+                    if annotations { &set } else { &empty },
+                )?;
+                assert_eq!(parsed.warning, None, "the same value twice is no conflict");
+                Ok::<_, InvalidAnnotation>(parsed.value)
+            };
+            assert_eq!(read("12h"), Ok(Some(Duration::from_secs(12 * 3600))));
+            assert_eq!(read("1h30m"), Ok(Some(Duration::from_secs(5400))));
+            assert_eq!(read("5s"), Ok(Some(Duration::from_secs(5))));
+            assert_eq!(read("0"), Ok(Some(Duration::ZERO)));
+        }
+        assert_eq!(
+            min_time_between_zones_downscale(&empty, &empty),
+            Ok(Parsed::valid(None))
+        );
+    }
+
+    /// The annotation wins over a label that means another time, which is warned about; "60m"
+    /// and "1h" mean the same and are no conflict.
+    #[test]
+    fn min_time_annotation_wins_over_a_different_label() {
+        let label = annotated(&[(MIN_TIME_BETWEEN_ZONES_DOWNSCALE_LABEL, "5m")]);
+        let annotation = annotated(&[(MIN_TIME_BETWEEN_ZONES_DOWNSCALE_LABEL, "12h")]);
+        let parsed = min_time_between_zones_downscale(&label, &annotation).unwrap();
+        assert_eq!(parsed.value, Some(Duration::from_secs(12 * 3600)));
+        let warning = parsed.warning.expect("a different label warns");
+        assert_eq!(warning.value, "5m");
+        assert!(
+            warning.to_string().contains("the annotation's \"12h\""),
+            "{warning}"
+        );
+
+        let same = annotated(&[(MIN_TIME_BETWEEN_ZONES_DOWNSCALE_LABEL, "720m")]);
+        let parsed = min_time_between_zones_downscale(&same, &annotation).unwrap();
+        assert_eq!(parsed.warning, None);
+        // A broken label beside a good annotation only warns; a broken annotation holds.
+        let broken = annotated(&[(MIN_TIME_BETWEEN_ZONES_DOWNSCALE_LABEL, "soon")]);
+        let parsed = min_time_between_zones_downscale(&broken, &annotation).unwrap();
+        assert_eq!(parsed.value, Some(Duration::from_secs(12 * 3600)));
+        assert!(parsed.warning.is_some());
+        assert!(min_time_between_zones_downscale(&label, &broken).is_err());
     }
 
     #[test]
     fn min_time_bad_values_are_errors() {
+        let empty = BTreeMap::new();
         for raw in ["12", "1d", "-1h", "abc", "", "h"] {
-            let error = min_time_between_zones_downscale(&annotated(&[(
-                MIN_TIME_BETWEEN_ZONES_DOWNSCALE_LABEL,
-                raw,
-            )]))
-            .expect_err(raw);
-            assert_eq!(error.key, MIN_TIME_BETWEEN_ZONES_DOWNSCALE_LABEL);
-            assert_eq!(error.value, raw);
+            let set = annotated(&[(MIN_TIME_BETWEEN_ZONES_DOWNSCALE_LABEL, raw)]);
+            for (labels, annotations) in [(&set, &empty), (&empty, &set)] {
+                let error = min_time_between_zones_downscale(labels, annotations).expect_err(raw);
+                assert_eq!(error.key, MIN_TIME_BETWEEN_ZONES_DOWNSCALE_LABEL);
+                assert_eq!(error.value, raw);
+            }
         }
     }
 

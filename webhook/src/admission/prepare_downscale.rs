@@ -8,10 +8,12 @@
 use std::collections::HashMap;
 
 use baton_config::PodAddressing;
+use baton_shared::annotations::scaling::min_time_between_zones_downscale;
 use baton_shared::annotations::{
-    LAST_DOWNSCALE_ANNOTATION, MIN_TIME_BETWEEN_ZONES_DOWNSCALE_LABEL, PREPARE_DOWNSCALE_LABEL,
-    PREPARE_DOWNSCALE_PATH_ANNOTATION, PREPARE_DOWNSCALE_PORT_ANNOTATION, ROLLOUT_GROUP_LABEL,
+    PREPARE_DOWNSCALE_LABEL, PREPARE_DOWNSCALE_PATH_ANNOTATION, PREPARE_DOWNSCALE_PORT_ANNOTATION,
+    ROLLOUT_GROUP_LABEL,
 };
+use baton_shared::downscale_history::{LastDownscale, Records, last_downscale};
 use baton_shared::pod_client::{PodEndpoint, PodRef, pod_host, pod_url};
 use baton_shared::pods::{CachedPod, is_controlled_by};
 use baton_shared::statefulset::{PodNames, StatefulSetState};
@@ -19,7 +21,6 @@ use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::apps::v1::StatefulSet;
 
 use super::decision::Decision;
-use super::ledger::Ledger;
 use super::object::{Downscale, WorkloadKind, downscale_of};
 use super::review::AdmissionRequest;
 use baton_shared::duration::go as go_duration;
@@ -152,16 +153,18 @@ pub fn check_statefulset(
 }
 
 /// Denies when another StatefulSet of the group was downscaled less than its min-time ago.
-/// Its last downscale is the later of the ledger's entry and its `last-downscale` annotation
-/// (written by earlier baton versions or by the Go operator). When several block, the one with
-/// the longest wait left is named, so the time left is when the downscale can succeed.
+/// Its last downscale is the newest of what baton's ledger, the Go operator's zone tracker and
+/// the `last-downscale` annotation say ([`last_downscale`]); a ledger claim whose update never
+/// landed no longer counts. When several block, the one with the longest wait left is named,
+/// so the time left is when the downscale can succeed.
 pub fn judge_min_time(
     downscale: &Downscale,
     members: &[StatefulSet],
-    ledger: &Ledger,
+    records: Records<'_>,
     now: Timestamp,
 ) -> Result<(), Decision> {
-    let mut blocking: Option<(String, Timestamp, i64, SignedDuration)> = None;
+    let empty = std::collections::BTreeMap::new();
+    let mut blocking: Option<(String, LastDownscale, i64, SignedDuration)> = None;
     for member in members {
         let name = member.metadata.name.as_deref().unwrap_or("");
         if name == downscale.name {
@@ -172,39 +175,23 @@ pub fn judge_min_time(
                 "{downscale} is not allowed because parsing downscale annotations failed: {why}"
             ))
         };
-        let annotated = match member
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|annotations| annotations.get(LAST_DOWNSCALE_ANNOTATION))
-        {
-            None => None,
-            Some(text) => Some(text.parse::<Timestamp>().map_err(|error| {
+        let Some(last) = last_downscale(member, records, now).map_err(unreadable)? else {
+            continue;
+        };
+        let labels = member.metadata.labels.as_ref().unwrap_or(&empty);
+        let annotations = member.metadata.annotations.as_ref().unwrap_or(&empty);
+        let min_time =
+            min_time_between_zones_downscale(labels, annotations).map_err(|invalid| {
                 unreadable(format!(
-                    "can't parse {LAST_DOWNSCALE_ANNOTATION} annotation of {name}: {text:?}: {error}"
+                    "can't parse {} of {name}: {:?} is not {}",
+                    invalid.key, invalid.value, invalid.accepted
                 ))
-            })?),
-        };
-        let recorded = ledger
-            .last_downscale(name)
-            .map_err(|why| unreadable(format!("the group's downscale ledger: {why}")))?;
-        let Some(last) = annotated.max(recorded) else {
+            })?;
+        let Some(wait) = min_time.value else {
             continue;
         };
-        let Some(min_time) = member
-            .metadata
-            .labels
-            .as_ref()
-            .and_then(|labels| labels.get(MIN_TIME_BETWEEN_ZONES_DOWNSCALE_LABEL))
-        else {
-            continue;
-        };
-        let wait = go_duration::parse(min_time).map_err(|error| {
-            unreadable(format!(
-                "can't parse {MIN_TIME_BETWEEN_ZONES_DOWNSCALE_LABEL} label of {name}: {error}"
-            ))
-        })?;
-        let left = SignedDuration::from_nanos(wait) - now.duration_since(last);
+        let wait = i64::try_from(wait.as_nanos()).unwrap_or(i64::MAX);
+        let left = SignedDuration::from_nanos(wait) - now.duration_since(last.at);
         if left > SignedDuration::ZERO && blocking.as_ref().is_none_or(|(.., most)| left > *most) {
             blocking = Some((name.to_owned(), last, wait, left));
         }
@@ -215,8 +202,8 @@ pub fn judge_min_time(
             // Whole seconds, rounded up: "0s left" would read as "allowed now".
             let left_seconds = left.as_secs() + i64::from(left.subsec_nanos() > 0);
             Err(Decision::deny(format!(
-                "{downscale} is not allowed because statefulset {name} was downscaled at {} and is labelled to wait {} between zone downscales ({} left)",
-                last.strftime("%Y-%m-%d %H:%M:%S +0000 UTC"),
+                "{downscale} is not allowed because {} and is labelled to wait {} between zone downscales ({} left)",
+                last.describe(&name),
                 go_duration::format(wait),
                 go_duration::format(left_seconds.saturating_mul(1_000_000_000)),
             )))

@@ -5,11 +5,14 @@
 //!   `status.replicas` back);
 //! - `delayed`: delayed downscale carried out (the pods' prepare/cancel endpoints, then the
 //!   scale as far down as their answers allow);
+//! - `claims`: downscales prepare-downscale approved, confirmed into the Go operator's records
+//!   once they happened, voided (pods told to cancel) when they never did;
 //! - `wording`: how every outcome is told (Events and log lines).
 //!
 //! A pass runs beside the group's rollout, never before it: neither waits on the other's I/O
 //! (an unreachable reference holds scaling only).
 
+mod claims;
 mod delayed;
 mod references;
 mod wording;
@@ -19,7 +22,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use baton_config::{Config, PodAddressing};
+use baton_shared::downscale_history::{Records, ZoneTracker};
 use baton_shared::kube_client::bounded;
+use baton_shared::ledger::Ledger;
 use baton_shared::pod_client::{PodClientError, PodHttpClient};
 use baton_shared::pods::CachedPod;
 use jiff::Timestamp;
@@ -55,6 +60,10 @@ pub struct Scaler {
     max_concurrent_calls: usize,
     poll_interval: Duration,
     request_timeout: Duration,
+    /// The Go operator's zone tracker ConfigMap.
+    zone_tracker: String,
+    /// How long an approved downscale may take to land.
+    claim_grace: Duration,
     /// `(apiVersion, kind)` → resource, for kinds found with a scale subresource.
     discovered: Mutex<HashMap<(String, String), ApiResource>>,
 }
@@ -84,24 +93,38 @@ impl Scaler {
             max_concurrent_calls: config.pods.max_concurrent_calls.max(1),
             poll_interval: config.controller.scaling_poll_interval.get(),
             request_timeout: config.kubernetes.request_timeout.get(),
+            zone_tracker: config.downscale.zone_tracker_config_map.clone(),
+            claim_grace: config.downscale.claim_grace.get(),
             discovered: Mutex::default(),
         })
     }
 
     /// One scaling pass over a group: read the references, build the snapshot whole, plan,
-    /// explain, act. Returns when the group wants to come back.
+    /// explain, act, and follow up the downscales prepare-downscale approved (`records`: the
+    /// group's ledger and the zone tracker). Returns when the group wants to come back.
     pub async fn reconcile(
         &self,
         group: &str,
         members: &[Arc<StatefulSet>],
         pods: &[Arc<CachedPod>],
+        records: (&Ledger, &ZoneTracker),
         explainer: &Explainer,
         may_act: &MayAct,
     ) -> Requeue {
         let scales = self.read_references(members).await;
-        let snapshot =
-            ScalingSnapshot::from_kubernetes(group, members.iter().map(Arc::as_ref), &scales);
         let now = Timestamp::now();
+        let history = Records {
+            ledger: records.0,
+            tracker: records.1,
+            claim_grace: self.claim_grace,
+        };
+        let snapshot = ScalingSnapshot::from_kubernetes(
+            group,
+            members.iter().map(Arc::as_ref),
+            &scales,
+            history,
+            now,
+        );
         let plan = plan(&snapshot, now);
         let pass = Pass {
             scaler: self,
@@ -125,10 +148,14 @@ impl Scaler {
         {
             pass.tell(finding).await;
         }
+        for malformed in records.1.malformed() {
+            tracing::warn!(tracker = %self.zone_tracker, key = %malformed.key, value = %malformed.value, "{malformed}; counted as a downscale now");
+        }
         if !may_act() {
             return requeue;
         }
-        requeue.sooner(pass.act(&plan, may_act).await)
+        let requeue = requeue.sooner(pass.act(&plan, may_act).await);
+        requeue.sooner(pass.follow_up_claims(group, records, now, may_act).await)
     }
 }
 

@@ -89,8 +89,16 @@ async fn follower_scaled_up_answered(
         send.send_response(answer(code));
         serde_json::from_slice::<serde_json::Value>(&body).expect("JSON")
     };
+    let (ledger, tracker) = Default::default();
     let (requeue, patch) = tokio::join!(
-        scaler.reconcile("ingester", &members, &[], &explainer, &may_act),
+        scaler.reconcile(
+            "ingester",
+            &members,
+            &[],
+            (&ledger, &tracker),
+            &explainer,
+            &may_act
+        ),
         api_server
     );
     let mut told = Vec::new();

@@ -1,8 +1,14 @@
 //! The steps of prepare-downscale that talk to the API server and to pods:
-//! read the StatefulSet and its group → judge min-time on the group's ledger → check the other
-//! zones are ready → claim the downscale in the ledger (conditional write; on 409 re-read and
-//! judge again) → POST to the pods going away → write `last-downscale` on the StatefulSet.
+//! read the StatefulSet and its group → judge min-time on the group's ledger and the Go
+//! operator's zone tracker → check the other zones are ready → claim the downscale in the
+//! ledger (conditional write; on 409 re-read and judge again) → POST to the pods going away.
 //! A failure after the claim DELETEs to every pod and releases the claim.
+//!
+//! The StatefulSet being admitted is never written from here: the API server is still admitting
+//! an update of it, which any write would fail with a conflict (an HPA's GET-then-PUT would be
+//! refused on every try). The claim is the record; the controller copies it into the
+//! `last-downscale` annotation and the zone tracker once it sees the update land, and voids it
+//! (pods told to cancel) when the update never lands.
 //!
 //! Everything runs under the request's deadline; part of it is kept back for the undo so a
 //! slow pod cannot leave other pods prepared and the claim held.
@@ -11,13 +17,14 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use baton_config::{Config, PodAddressing};
-use baton_shared::annotations::{LAST_DOWNSCALE_ANNOTATION, ROLLOUT_GROUP_LABEL};
+use baton_shared::annotations::ROLLOUT_GROUP_LABEL;
+use baton_shared::downscale_history::{self, Records};
 use baton_shared::pod_client::{PodEndpoint, PodHttpClient, PodMethod};
 use baton_shared::pods::{CachedPod, is_controlled_by};
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
-use kube::api::{ListParams, Patch, PatchParams};
+use kube::api::ListParams;
 use kube::core::Selector;
 use kube::{Api, Client};
 use tokio::time::Instant;
@@ -33,8 +40,6 @@ use crate::admission::object::Downscale;
 /// How often a claim is retried after losing a race before giving up (each retry means another
 /// replica wrote the ledger in between: a handful is plenty).
 const MAX_CLAIM_ATTEMPTS: usize = 8;
-/// Field manager of baton's writes.
-const FIELD_MANAGER: &str = "baton-webhook";
 
 /// What prepare-downscale needs to act; cheap to clone.
 #[derive(Clone)]
@@ -45,6 +50,8 @@ pub struct PrepareDownscale {
     cluster_domain: String,
     request_timeout: Duration,
     undo_reserve: Duration,
+    zone_tracker: String,
+    claim_grace: Duration,
 }
 
 impl std::fmt::Debug for PrepareDownscale {
@@ -67,6 +74,8 @@ impl PrepareDownscale {
             cluster_domain: config.cluster_domain.clone(),
             request_timeout,
             undo_reserve: config.pods.request_timeout.get().min(request_timeout / 3),
+            zone_tracker: config.downscale.zone_tracker_config_map.clone(),
+            claim_grace: config.downscale.claim_grace.get(),
         }
     }
 
@@ -106,12 +115,19 @@ impl PrepareDownscale {
 
         let claim = match &target.group {
             None => None,
-            Some(group) => match self.claim(&request.uid, downscale, group, &forward).await {
+            Some(group) => match self
+                .claim(&request.uid, downscale, &statefulset, group, &forward)
+                .await
+            {
                 Ok(claim) => Some(claim),
                 Err(decision) => return decision,
             },
         };
 
+        if claim.as_ref().is_some_and(|claim| claim.prepared) {
+            tracing::info!(name = %downscale.name, "the same downscale was prepared moments ago (the API server admits it again); its pods are not told twice");
+            return allowed(downscale);
+        }
         let outcome = self
             .prepare(downscale, &statefulset, &target, &forward)
             .await;
@@ -160,6 +176,7 @@ impl PrepareDownscale {
         &self,
         uid: &str,
         downscale: &Downscale,
+        statefulset: &StatefulSet,
         group: &str,
         deadline: &Deadline,
     ) -> Result<Claim, Decision> {
@@ -182,11 +199,33 @@ impl PrepareDownscale {
 
         let ledgers: Api<ConfigMap> = Api::namespaced(self.client.clone(), &downscale.namespace);
         let name = ledger::ledger_name(group);
-        let mut current = deadline
-            .run(ledger::read(&ledgers, &name))
-            .await
-            .map_err(|error| deny_on("reading the group's downscale ledger", &error))?;
-        judge_min_time(downscale, &members, &current, Timestamp::now())?;
+        let (current, tracker) = tokio::join!(
+            deadline.run(ledger::read(&ledgers, &name)),
+            deadline.run(downscale_history::read_tracker(
+                &ledgers,
+                &self.zone_tracker
+            )),
+        );
+        let mut current =
+            current.map_err(|error| deny_on("reading the group's downscale ledger", &error))?;
+        let tracker = tracker.map_err(|error| {
+            deny_on(
+                &format!("reading the zone tracker {}", self.zone_tracker),
+                &error,
+            )
+        })?;
+        for malformed in tracker.malformed() {
+            tracing::warn!(tracker = %self.zone_tracker, key = %malformed.key, value = %malformed.value, "{malformed}; counted as a downscale now");
+        }
+        let judge = |ledger: &Ledger| {
+            let records = Records {
+                ledger,
+                tracker: &tracker,
+                claim_grace: self.claim_grace,
+            };
+            judge_min_time(downscale, &members, records, Timestamp::now())
+        };
+        judge(&current)?;
 
         let mut readiness = Vec::new();
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), &downscale.namespace);
@@ -207,10 +246,30 @@ impl PrepareDownscale {
         }
         judge_readiness(downscale, &readiness)?;
 
+        let generation = statefulset.metadata.generation.unwrap_or_default();
         for attempt in 1..=MAX_CLAIM_ATTEMPTS {
+            let now = Timestamp::now();
             let previous = current.entry(&downscale.name).ok().flatten();
-            let claimed =
-                current.with_entry(&downscale.name, Some(&Entry::new(Timestamp::now(), uid)));
+            // What a void of this claim puts back: the last downscale before it.
+            let replaced = previous.as_ref().and_then(|entry| {
+                entry.history(statefulset.metadata.generation, now, self.claim_grace)
+            });
+            let prepared = previous.as_ref().is_some_and(|entry| {
+                entry.prepared_the_same(
+                    (downscale.from, downscale.to),
+                    statefulset.metadata.generation,
+                    now,
+                    self.claim_grace,
+                )
+            });
+            let entry = Entry::claim(
+                now,
+                uid,
+                (downscale.from, downscale.to),
+                generation,
+                replaced,
+            );
+            let claimed = current.with_entry(&downscale.name, Some(&entry));
             match deadline
                 .run(ledger::write(&ledgers, &name, group, &claimed))
                 .await
@@ -222,6 +281,7 @@ impl PrepareDownscale {
                         namespace: downscale.namespace.clone(),
                         group: group.to_owned(),
                         previous,
+                        prepared,
                     });
                 }
                 Ok(Written::Conflict) => {
@@ -230,7 +290,7 @@ impl PrepareDownscale {
                         .run(ledger::read(&ledgers, &name))
                         .await
                         .map_err(|error| deny_on("reading the group's downscale ledger", &error))?;
-                    judge_min_time(downscale, &members, &current, Timestamp::now())?;
+                    judge(&current)?;
                 }
                 Err(error) => {
                     return Err(deny_on(
@@ -245,8 +305,8 @@ impl PrepareDownscale {
         )))
     }
 
-    /// Tells the pods going away, then writes `last-downscale`. On failure, returns the denial
-    /// and the pods that may have been told (to undo).
+    /// Tells the pods going away. On failure, returns the denial and the pods that may have been
+    /// told (to undo).
     async fn prepare(
         &self,
         downscale: &Downscale,
@@ -296,37 +356,6 @@ impl PrepareDownscale {
             return Err((pods_failed(downscale, &error), endpoints));
         }
 
-        let statefulsets: Api<StatefulSet> =
-            Api::namespaced(self.client.clone(), &downscale.namespace);
-        // Whole seconds, as the Go operator writes it: a retried admission in the same second
-        // then patches nothing, so the API server's own retry of the update converges.
-        let now = Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
-        let patch =
-            serde_json::json!({"metadata": {"annotations": {LAST_DOWNSCALE_ANNOTATION: now}}});
-        let params = PatchParams {
-            field_manager: Some(FIELD_MANAGER.to_owned()),
-            ..PatchParams::default()
-        };
-        let recorded = statefulset
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|annotations| annotations.get(LAST_DOWNSCALE_ANNOTATION));
-        if recorded == Some(&now) {
-            // The API server re-ran admission after our own write in this second: done already.
-            tracing::debug!(name = %downscale.name, "last-downscale already recorded");
-        } else if let Err(error) = deadline
-            .run(statefulsets.patch(&downscale.name, &params, &Patch::Merge(&patch)))
-            .await
-        {
-            tracing::warn!(name = %downscale.name, %error, "writing last-downscale failed; undoing");
-            return Err((
-                Decision::deny(format!(
-                    "{downscale} is not allowed because adding an annotation to the statefulset failed: {error}"
-                )),
-                endpoints,
-            ));
-        }
         tracing::info!(name = %downscale.name, namespace = %downscale.namespace, from = downscale.from, to = downscale.to, "downscale prepared");
         Ok(())
     }
@@ -371,6 +400,8 @@ struct Claim {
     namespace: String,
     group: String,
     previous: Option<Entry>,
+    /// It replaced a claim of the same downscale whose pods were told to prepare moments ago.
+    prepared: bool,
 }
 
 /// The point in time by which a group of steps must be done.

@@ -7,7 +7,11 @@ use serde_json::{Value, json};
 
 use super::*;
 use crate::admission::decision::Outcome;
-use crate::admission::ledger::Entry;
+use crate::admission::ledger::{Entry, Ledger};
+use baton_shared::annotations::{
+    LAST_DOWNSCALE_ANNOTATION, MIN_TIME_BETWEEN_ZONES_DOWNSCALE_LABEL,
+};
+use baton_shared::downscale_history::ZoneTracker;
 
 fn downscale(name: &str, from: i32, to: i32) -> Downscale {
     Downscale {
@@ -231,6 +235,101 @@ fn labelled_statefulsets_need_port_path_and_service() {
     }
 }
 
+/// The records a Go v0.38 deployment leaves (the zone tracker, min-time as an annotation) and
+/// the claims of downscales still landing or that never landed.
+#[test]
+fn min_time_between_zones_from_the_tracker_and_from_claims() {
+    let now: Timestamp = "2026-11-21T12:00:00Z".parse().unwrap();
+    let d = downscale("zone-b", 5, 3);
+    let subject =
+        "downscale of statefulsets/zone-b in mimir from 5 to 3 replicas is not allowed because";
+    let tracked = |entries: &[(&str, &str)]| ZoneTracker {
+        resource_version: Some("1".into()),
+        data: entries
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect(),
+    };
+    let annotated_min_time = |generation: i64| {
+        let mut zone_a = statefulset(
+            "zone-a",
+            &[(ROLLOUT_GROUP_LABEL, "ingester")],
+            &[(MIN_TIME_BETWEEN_ZONES_DOWNSCALE_LABEL, "12h")],
+            Some("svc"),
+        );
+        zone_a.metadata.generation = Some(generation);
+        zone_a
+    };
+    let claimed_at = |seconds_ago: i64| {
+        Ledger::default().with_entry(
+            "zone-a",
+            Some(&Entry::claim(
+                now - jiff::SignedDuration::from_secs(seconds_ago),
+                "u",
+                (3, 2),
+                4,
+                None,
+            )),
+        )
+    };
+    let five_minutes_ago = r#"{"lastDownscaled":"2026-11-21T11:55:00Z"}"#;
+    type Case = (&'static str, i64, Ledger, ZoneTracker, Result<(), String>);
+    let cases: Vec<Case> = vec![
+        (
+            "the Go operator's tracker, min-time as an annotation",
+            4,
+            Ledger::default(),
+            tracked(&[("zone-a", five_minutes_ago)]),
+            Err(format!(
+                "{subject} statefulset zone-a was downscaled at 2026-11-21 11:55:00 +0000 UTC and is labelled to wait 12h0m0s between zone downscales (11h55m0s left)"
+            )),
+        ),
+        (
+            "a malformed tracker entry holds",
+            4,
+            Ledger::default(),
+            tracked(&[("zone-a", "last tuesday")]),
+            Err(format!(
+                "{subject} statefulset zone-a counts as downscaled at 2026-11-21 12:00:00 +0000 UTC: the zone tracker's entry \"zone-a\" is \"last tuesday\""
+            )),
+        ),
+        (
+            "a claim still landing holds",
+            4,
+            claimed_at(30),
+            ZoneTracker::default(),
+            Err(format!(
+                "{subject} statefulset zone-a was downscaled at 2026-11-21 11:59:30"
+            )),
+        ),
+        (
+            "a claim that landed holds",
+            5,
+            claimed_at(120),
+            ZoneTracker::default(),
+            Err(format!(
+                "{subject} statefulset zone-a was downscaled at 2026-11-21 11:58:00"
+            )),
+        ),
+        (
+            "a claim that never landed does not",
+            4,
+            claimed_at(120),
+            ZoneTracker::default(),
+            Ok(()),
+        ),
+    ];
+    for (case, generation, ledger, tracker, expected) in cases {
+        let records = Records {
+            ledger: &ledger,
+            tracker: &tracker,
+            claim_grace: GRACE,
+        };
+        let members = [annotated_min_time(generation)];
+        expect_min_time(case, judge_min_time(&d, &members, records, now), expected);
+    }
+}
+
 fn member(name: &str, min_time: Option<&str>, last_downscale: Option<&str>) -> StatefulSet {
     let mut labels = vec![(ROLLOUT_GROUP_LABEL, "ingester")];
     if let Some(min_time) = min_time {
@@ -343,7 +442,7 @@ fn min_time_between_zones() {
             )],
             empty.clone(),
             Err(format!(
-                "{subject} parsing downscale annotations failed: can't parse grafana.com/min-time-between-zones-downscale label of zone-a"
+                "{subject} parsing downscale annotations failed: can't parse grafana.com/min-time-between-zones-downscale of zone-a: \"1 hour\""
             )),
         ),
         (
@@ -360,7 +459,19 @@ fn min_time_between_zones() {
         ),
     ];
     for (case, members, ledger, expected) in cases {
-        let got = judge_min_time(&d, &members, &ledger, now);
+        let records = Records {
+            ledger: &ledger,
+            tracker: &ZoneTracker::default(),
+            claim_grace: GRACE,
+        };
+        expect_min_time(case, judge_min_time(&d, &members, records, now), expected);
+    }
+}
+
+const GRACE: std::time::Duration = std::time::Duration::from_secs(60);
+
+fn expect_min_time(case: &str, got: Result<(), Decision>, expected: Result<(), String>) {
+    {
         match (got, expected) {
             (Ok(()), Ok(())) => {}
             (Err(decision), Err(expected)) => {
