@@ -81,15 +81,6 @@ impl<'a> PodNames<'a> {
             i64::from(self.start) + i64::from(index)
         )
     }
-
-    /// The pods a downscale from `from` to `to` replicas removes, highest ordinal first (the
-    /// order the StatefulSet controller removes them in). A negative `to` counts as 0.
-    pub fn removed_by_downscale(&self, from: i32, to: i32) -> Vec<String> {
-        (to.max(0)..from)
-            .rev()
-            .map(|index| self.at(index))
-            .collect()
-    }
 }
 
 /// The ordinal of a StatefulSet's pod, from its name `<statefulset>-<ordinal>`.
@@ -202,24 +193,10 @@ mod tests {
     fn pods_are_named_from_the_ordinals_start() {
         let from_zero = PodNames::new("ingester-zone-a", 0);
         assert_eq!(from_zero.at(0), "ingester-zone-a-0");
-        assert_eq!(
-            from_zero.removed_by_downscale(5, 3),
-            ["ingester-zone-a-4", "ingester-zone-a-3"]
-        );
 
         let from_three = PodNames::new("ingester-zone-a", 3);
         assert_eq!(from_three.at(0), "ingester-zone-a-3");
         assert_eq!(from_three.at(4), "ingester-zone-a-7");
-        assert_eq!(
-            from_three.removed_by_downscale(5, 3),
-            ["ingester-zone-a-7", "ingester-zone-a-6"]
-        );
-        assert_eq!(from_three.removed_by_downscale(1, 0), ["ingester-zone-a-3"]);
-        assert_eq!(
-            from_three.removed_by_downscale(2, -3),
-            ["ingester-zone-a-4", "ingester-zone-a-3"]
-        );
-        assert!(from_three.removed_by_downscale(3, 3).is_empty());
         assert_eq!(PodNames::new("x", i32::MAX).at(1), "x-2147483648");
     }
 

@@ -183,7 +183,7 @@ async fn a_namespace_the_go_operator_v0_38_leaves_keeps_its_downscale_history_an
         .await
         .unwrap();
     let replica = WebhookReplica::serving_files(
-        &kubeconfig(Binary::Webhook),
+        kubeconfig(Binary::Webhook),
         &kubelet.cert,
         &kubelet.key,
         ns,

@@ -434,6 +434,48 @@ async fn prepare_downscale_tells_the_pods_going_away_and_records_the_downscale()
 }
 
 #[tokio::test]
+async fn a_statefulset_labelled_both_no_downscale_and_prepare_downscale_prepares_no_pod() {
+    // Given zone a of a group opted in to prepare-downscale and also labelled no-downscale
+    let setup = Setup::new("wh-both").await;
+    let ns = setup.ns();
+    let PreparedZones {
+        statefulsets,
+        endpoints,
+        ..
+    } = PreparedZones::create(
+        &setup.namespace,
+        &[("ingester-zone-a", 3), ("ingester-zone-b", 1)],
+        &["ingester-zone-a-2"],
+    )
+    .await;
+    statefulsets
+        .patch(
+            "ingester-zone-a",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {NO_DOWNSCALE: "true"}}})),
+        )
+        .await
+        .unwrap();
+
+    // When it is scaled down
+    let denied = scale(&statefulsets, "ingester-zone-a", 2, false)
+        .await
+        .unwrap_err();
+
+    // Then the mutating webhook, which runs first, refuses it as no-downscale would
+    let expected = denied_by_no_downscale("statefulsets", "ingester-zone-a", ns, 3, 2);
+    let (_, reason) = expected.split_once("denied the request: ").unwrap();
+    assert_eq!(
+        denied,
+        format!("admission webhook \"prepare-downscale.baton.test\" denied the request: {reason}")
+    );
+    // And no pod was told to prepare, nothing was claimed, and the replicas are unchanged
+    assert_eq!(endpoints["ingester-zone-a-2"].calls(), Vec::<String>::new());
+    assert!(ledger(&setup, "ingester").await.is_empty());
+    assert_eq!(spec_replicas(&statefulsets, "ingester-zone-a").await, 3);
+}
+
+#[tokio::test]
 async fn a_pod_failing_to_prepare_undoes_everything_and_denies() {
     // Given zone a (5 replicas) whose pod 3 cannot prepare for shutdown
     let setup = Setup::new("wh-prepare-fail").await;

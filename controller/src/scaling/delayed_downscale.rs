@@ -16,7 +16,7 @@ use baton_shared::annotations::scaling::DelayedDownscale;
 use baton_shared::pod_client::{PodEndpoint, PodRef, pod_host};
 use baton_shared::pods::CachedPod;
 use baton_shared::pods::is_controlled_by;
-use baton_shared::statefulset::{PodNames, StatefulSetState};
+use baton_shared::statefulset::{PodNames, StatefulSetState, pod_ordinal};
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::StatefulSet;
 
@@ -47,9 +47,10 @@ pub fn parse_answer(body: &[u8]) -> Result<Timestamp, String> {
         .map_err(|error| format!("timestamp {} is out of range: {error}", answer.timestamp))
 }
 
-/// The delayed-downscale endpoint of `statefulset`'s pod at each index in `indexes`, or why it
-/// cannot be reached. A pod's IP (for [`PodAddressing::Ip`]) is read from the one of `pods`
-/// that `statefulset` controls.
+/// The delayed-downscale endpoint of each of `statefulset`'s pods whose index is in `indexes`,
+/// or why it cannot be reached, in index order. Only pods that exist (in `pods`, controlled by
+/// `statefulset`) are named: a range comes from replica counts anyone editing the StatefulSet
+/// writes (2147483647 would be two billion names), the pods are what is really there.
 pub fn endpoints(
     statefulset: &StatefulSet,
     pods: &[Arc<CachedPod>],
@@ -60,36 +61,42 @@ pub fn endpoints(
     namespace: &str,
 ) -> Vec<(i32, Result<PodEndpoint, String>)> {
     let state = StatefulSetState::of(statefulset);
-    let names = state.pod_names();
     let service_name = statefulset
         .spec
         .as_ref()
         .and_then(|spec| spec.service_name.as_deref())
         .unwrap_or_default();
-    indexes
-        .map(|index| {
-            let pod_name = names.at(index);
-            let pod = pods
-                .iter()
-                .find(|pod| pod.name == pod_name && is_controlled_by(pod, statefulset));
-            let pod_ip = pod.and_then(|pod| pod.ip.as_deref());
+    let mut found: Vec<(i32, Result<PodEndpoint, String>)> = pods
+        .iter()
+        .filter(|pod| is_controlled_by(pod, statefulset))
+        .filter_map(|pod| {
+            let ordinal = i64::from(pod_ordinal(&state.name, &pod.name)?);
+            let index = i32::try_from(ordinal - i64::from(state.ordinals_start)).ok()?;
+            indexes.contains(&index).then_some((index, pod))
+        })
+        .map(|(index, pod)| {
             let reference = PodRef {
-                name: &pod_name,
+                name: &pod.name,
                 namespace,
                 service_name,
-                pod_ip,
+                pod_ip: pod.ip.as_deref(),
             };
             let endpoint = pod_host(addressing, cluster_domain, &reference)
                 .map_err(|error| error.to_string())
                 .and_then(|host| settings.url_for_host(&host))
                 .map(|url| PodEndpoint {
-                    pod: pod_name.clone(),
+                    pod: pod.name.clone(),
                     url,
                 });
             (index, endpoint)
         })
-        .collect()
+        .collect();
+    found.sort_by_key(|(index, _)| *index);
+    found
 }
+
+/// How many pods without an answer a blocked downscale names.
+const NAMED_MISSING: usize = 10;
 
 /// What the pods' answers allow.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -113,16 +120,31 @@ pub fn decide(
     answers: &BTreeMap<i32, Result<Timestamp, String>>,
     now: Timestamp,
 ) -> Decision {
-    let mut failures = BTreeMap::new();
-    for index in to..from {
-        match answers.get(&index) {
-            Some(Ok(_)) => {}
-            Some(Err(error)) => {
-                failures.insert(names.at(index), error.clone());
-            }
-            None => {
-                failures.insert(names.at(index), "was not asked to prepare".to_owned());
-            }
+    let mut failures: BTreeMap<String, String> = answers
+        .iter()
+        .filter(|(index, _)| (to..from).contains(*index))
+        .filter_map(|(index, answer)| Some((names.at(*index), answer.as_ref().err()?.clone())))
+        .collect();
+    // Pods without an answer were not there to ask. The range may be huge (replicas are
+    // anyone's to write): a few are named, the rest counted.
+    let asked = answers
+        .keys()
+        .filter(|index| (to..from).contains(*index))
+        .count();
+    let missing = (i64::from(from) - i64::from(to)).max(0) - i64::try_from(asked).unwrap_or(0);
+    if missing > 0 {
+        for index in (to..from)
+            .filter(|index| !answers.contains_key(index))
+            .take(NAMED_MISSING)
+        {
+            failures.insert(names.at(index), "was not asked to prepare".to_owned());
+        }
+        let unnamed = missing - i64::try_from(NAMED_MISSING).unwrap_or(i64::MAX);
+        if unnamed > 0 {
+            failures.insert(
+                format!("{unnamed} more pods"),
+                "were not asked to prepare (they do not exist)".to_owned(),
+            );
         }
     }
     if !failures.is_empty() {
@@ -369,34 +391,60 @@ mod tests {
             .map(|(index, endpoint)| (index, endpoint.map(|endpoint| endpoint.url)))
             .collect()
         };
+        // Pod 6 is not this StatefulSet's: it is not called, whatever the addressing (the
+        // decision then says it was not asked); pod 7 is index 4.
         assert_eq!(
             urls(PodAddressing::Dns),
-            [
-                (
-                    3,
-                    Ok(
-                        "http://ingester-zone-a-6.ingester.mimir.svc.cluster.local:8080/prepare"
-                            .to_owned()
-                    )
-                ),
-                (
-                    4,
-                    Ok(
-                        "http://ingester-zone-a-7.ingester.mimir.svc.cluster.local:8080/prepare"
-                            .to_owned()
-                    )
-                ),
-            ]
+            [(
+                4,
+                Ok(
+                    "http://ingester-zone-a-7.ingester.mimir.svc.cluster.local:8080/prepare"
+                        .to_owned()
+                )
+            )]
         );
         assert_eq!(
             urls(PodAddressing::Ip),
-            [
-                (
-                    3,
-                    Err("pod ingester-zone-a-6 cannot be addressed by IP: it has no status.podIP yet".to_owned())
-                ),
-                (4, Ok("http://10.0.0.7:8080/prepare".to_owned())),
-            ]
+            [(4, Ok("http://10.0.0.7:8080/prepare".to_owned()))]
         );
+        // A range as large as a replica count allows names only the pods that exist.
+        let all = endpoints(
+            &statefulset,
+            &pods,
+            &settings,
+            0..i32::MAX,
+            PodAddressing::Dns,
+            "cluster.local",
+            "mimir",
+        );
+        assert_eq!(
+            all.iter().map(|(index, _)| *index).collect::<Vec<_>>(),
+            [0, 4]
+        );
+    }
+
+    /// A downscale from a replica count nobody could create pods for is blocked naming a few
+    /// of the missing pods and counting the rest, in time and memory bounded by the answers.
+    #[test]
+    fn a_huge_range_of_missing_pods_is_blocked_and_counted() {
+        let names = PodNames::new("ingester-zone-a", 0);
+        let answered = answers(&[(2, Ok(NOW - 7200))]);
+        let decision = decide(
+            names,
+            i32::MAX,
+            2,
+            Duration::from_secs(3600),
+            &answered,
+            at(NOW),
+        );
+        let Decision::Blocked { failures } = decision else {
+            panic!("{decision:?}");
+        };
+        assert_eq!(failures.len(), NAMED_MISSING + 1);
+        assert_eq!(
+            failures[&format!("{} more pods", i64::from(i32::MAX) - 3 - 10)],
+            "were not asked to prepare (they do not exist)"
+        );
+        assert_eq!(failures["ingester-zone-a-3"], "was not asked to prepare");
     }
 }

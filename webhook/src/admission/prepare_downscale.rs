@@ -5,22 +5,23 @@
 //! The decisions are pure functions of what was read; `flow.rs` does the reading, the
 //! claiming (see `ledger.rs`) and the pod calls.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 
 use baton_config::PodAddressing;
 use baton_shared::annotations::scaling::min_time_between_zones_downscale;
 use baton_shared::annotations::{
-    PREPARE_DOWNSCALE_LABEL, PREPARE_DOWNSCALE_PATH_ANNOTATION, PREPARE_DOWNSCALE_PORT_ANNOTATION,
-    ROLLOUT_GROUP_LABEL,
+    NO_DOWNSCALE_LABEL, PREPARE_DOWNSCALE_LABEL, PREPARE_DOWNSCALE_PATH_ANNOTATION,
+    PREPARE_DOWNSCALE_PORT_ANNOTATION, ROLLOUT_GROUP_LABEL,
 };
 use baton_shared::downscale_history::{LastDownscale, Records, last_downscale};
 use baton_shared::pod_client::{PodEndpoint, PodRef, pod_host, pod_url};
 use baton_shared::pods::{CachedPod, is_controlled_by};
-use baton_shared::statefulset::{PodNames, StatefulSetState};
+use baton_shared::statefulset::{StatefulSetState, pod_ordinal};
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::apps::v1::StatefulSet;
 
 use super::decision::Decision;
+use super::no_downscale::{self, NO_DOWNSCALE_VALUE};
 use super::object::{Downscale, WorkloadKind, downscale_of};
 use super::review::AdmissionRequest;
 use baton_shared::duration::go as go_duration;
@@ -109,6 +110,11 @@ pub fn check_statefulset(
     };
     if label(PREPARE_DOWNSCALE_LABEL) != Some(PREPARE_DOWNSCALE_VALUE) {
         return Err(Decision::allow());
+    }
+    // The validating no-downscale webhook runs after this mutating one: judged here first, a
+    // downscale it would refuse prepares no pod and claims nothing.
+    if label(NO_DOWNSCALE_LABEL) == Some(NO_DOWNSCALE_VALUE) {
+        return Err(no_downscale::judge(downscale, Some(NO_DOWNSCALE_VALUE)));
     }
     let annotation = |key: &str| {
         statefulset
@@ -264,30 +270,46 @@ pub fn judge_readiness(downscale: &Downscale, members: &[MemberReadiness]) -> Re
     Ok(())
 }
 
-/// The prepare endpoint of each pod going away, highest ordinal first. `pod_ips` (name → IP)
-/// is only read when pods are addressed by IP.
+/// The prepare endpoint of each pod going away, highest ordinal first: the pods of `existing`
+/// (the StatefulSet's pods, name → IP if assigned) whose index is in `to..from`. Chosen among
+/// the pods that exist, not named from the replica counts: those are anyone's to write (a
+/// downscale from 2147483647 would be two billion names), and a pod that does not exist has
+/// nothing to prepare.
 pub fn endpoints(
     downscale: &Downscale,
     target: &Target,
     addressing: PodAddressing,
     cluster_domain: &str,
-    pod_ips: &HashMap<String, String>,
+    existing: &BTreeMap<String, Option<String>>,
 ) -> Result<Vec<PodEndpoint>, Decision> {
-    PodNames::new(&downscale.name, target.ordinals_start)
-        .removed_by_downscale(downscale.from, downscale.to)
+    let start = i64::from(target.ordinals_start.max(0));
+    let mut going: Vec<(i64, &String, Option<&str>)> = existing
+        .iter()
+        .filter_map(|(pod, ip)| {
+            let index = i64::from(pod_ordinal(&downscale.name, pod)?) - start;
+            (i64::from(downscale.to.max(0))..i64::from(downscale.from))
+                .contains(&index)
+                .then_some((index, pod, ip.as_deref()))
+        })
+        .collect();
+    going.sort_by_key(|(index, ..)| std::cmp::Reverse(*index));
+    going
         .into_iter()
-        .map(|pod| {
+        .map(|(_, pod, pod_ip)| {
             let reference = PodRef {
-                name: &pod,
+                name: pod,
                 namespace: &downscale.namespace,
                 service_name: &target.service_name,
-                pod_ip: pod_ips.get(&pod).map(String::as_str),
+                pod_ip,
             };
             let host = pod_host(addressing, cluster_domain, &reference).map_err(|error| {
                 Decision::deny(format!("{downscale} is not allowed because {error}"))
             })?;
             let url = pod_url(&host, &target.port, &target.path);
-            Ok(PodEndpoint { pod, url })
+            Ok(PodEndpoint {
+                pod: pod.clone(),
+                url,
+            })
         })
         .collect()
 }

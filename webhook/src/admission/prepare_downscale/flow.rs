@@ -13,7 +13,7 @@
 //! Everything runs under the request's deadline; part of it is kept back for the undo so a
 //! slow pod cannot leave other pods prepared and the claim held.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use baton_config::{Config, PodAddressing};
@@ -314,32 +314,26 @@ impl PrepareDownscale {
         target: &Target,
         deadline: &Deadline,
     ) -> Result<(), (Decision, Vec<PodEndpoint>)> {
-        let pod_ips = match self.addressing {
-            PodAddressing::Dns => HashMap::new(),
-            PodAddressing::Ip => {
-                let pods: Api<Pod> = Api::namespaced(self.client.clone(), &downscale.namespace);
-                match deadline.run(list_pods(&pods, statefulset)).await {
-                    Ok(owned) => owned
-                        .into_iter()
-                        .filter_map(|pod| Some((pod.name, pod.ip?)))
-                        .collect(),
-                    Err(error) => {
-                        return Err((
-                            Decision::deny(format!(
-                                "{downscale} is not allowed because listing its pods failed: {error}"
-                            )),
-                            Vec::new(),
-                        ));
-                    }
+        // The pods that exist: only they are told (see `endpoints`).
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &downscale.namespace);
+        let existing: BTreeMap<String, Option<String>> =
+            match deadline.run(list_pods(&pods, statefulset)).await {
+                Ok(owned) => owned.into_iter().map(|pod| (pod.name, pod.ip)).collect(),
+                Err(error) => {
+                    return Err((
+                        Decision::deny(format!(
+                            "{downscale} is not allowed because listing its pods failed: {error}"
+                        )),
+                        Vec::new(),
+                    ));
                 }
-            }
-        };
+            };
         let endpoints = endpoints(
             downscale,
             target,
             self.addressing,
             &self.cluster_domain,
-            &pod_ips,
+            &existing,
         )
         .map_err(|decision| (decision, Vec::new()))?;
 

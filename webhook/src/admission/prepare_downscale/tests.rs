@@ -171,6 +171,21 @@ fn labelled_statefulsets_need_port_path_and_service() {
             Err(Decision::allow()),
         ),
         (
+            // no-downscale is judged before anything is prepared or claimed
+            statefulset(
+                "s",
+                &[
+                    (PREPARE_DOWNSCALE_LABEL, "true"),
+                    (baton_shared::annotations::NO_DOWNSCALE_LABEL, "true"),
+                ],
+                PREPARED,
+                Some("svc"),
+            ),
+            Err(Decision::deny(format!(
+                "{subject} it has the label 'grafana.com/no-downscale=true'"
+            ))),
+        ),
+        (
             statefulset(
                 "s",
                 &labelled,
@@ -649,6 +664,13 @@ fn other_zones_must_be_ready_and_updated() {
     }
 }
 
+/// The StatefulSet's pods as listed: name → IP.
+fn existing(pods: &[(&str, Option<&str>)]) -> BTreeMap<String, Option<String>> {
+    pods.iter()
+        .map(|(pod, ip)| ((*pod).to_owned(), ip.map(str::to_owned)))
+        .collect()
+}
+
 #[test]
 fn endpoints_of_the_pods_going_away_highest_first() {
     let target = Target {
@@ -659,15 +681,13 @@ fn endpoints_of_the_pods_going_away_highest_first() {
         ordinals_start: 0,
     };
     let d = downscale("ingester-zone-a", 5, 3);
+    let pods = existing(&[
+        ("ingester-zone-a-0", Some("127.0.1.0")),
+        ("ingester-zone-a-3", Some("127.0.1.3")),
+        ("ingester-zone-a-4", Some("127.0.1.4")),
+    ]);
 
-    let by_dns = endpoints(
-        &d,
-        &target,
-        PodAddressing::Dns,
-        "cluster.local",
-        &HashMap::new(),
-    )
-    .unwrap();
+    let by_dns = endpoints(&d, &target, PodAddressing::Dns, "cluster.local", &pods).unwrap();
     assert_eq!(
         by_dns,
         vec![
@@ -681,11 +701,7 @@ fn endpoints_of_the_pods_going_away_highest_first() {
             },
         ]
     );
-    let ips = HashMap::from([
-        ("ingester-zone-a-4".to_owned(), "127.0.1.4".to_owned()),
-        ("ingester-zone-a-3".to_owned(), "127.0.1.3".to_owned()),
-    ]);
-    let by_ip = endpoints(&d, &target, PodAddressing::Ip, "cluster.local", &ips).unwrap();
+    let by_ip = endpoints(&d, &target, PodAddressing::Ip, "cluster.local", &pods).unwrap();
     assert_eq!(
         by_ip[0].url,
         "http://127.0.1.4:8080/ingester/prepare-shutdown"
@@ -695,20 +711,37 @@ fn endpoints_of_the_pods_going_away_highest_first() {
         "http://127.0.1.3:8080/ingester/prepare-shutdown"
     );
 
-    let missing = endpoints(
-        &d,
-        &target,
-        PodAddressing::Ip,
-        "cluster.local",
-        &HashMap::new(),
-    )
-    .unwrap_err();
+    let no_ip = existing(&[("ingester-zone-a-4", None), ("ingester-zone-a-3", None)]);
+    let missing = endpoints(&d, &target, PodAddressing::Ip, "cluster.local", &no_ip).unwrap_err();
     assert!(!missing.allowed);
     assert!(
         missing.message.unwrap().ends_with(
             "pod ingester-zone-a-4 cannot be addressed by IP: it has no status.podIP yet"
         )
     );
+    // A pod that does not exist has nothing to prepare; names that are not the StatefulSet's
+    // pods' are not called
+    let gone = existing(&[("ingester-zone-a-4", None), ("ingester-zone-a-4x", None)]);
+    let named = endpoints(&d, &target, PodAddressing::Dns, "cluster.local", &gone).unwrap();
+    assert_eq!(named.len(), 1);
+    assert_eq!(named[0].pod, "ingester-zone-a-4");
+}
+
+/// A downscale from a replica count as large as anyone may write costs what the pods cost.
+#[test]
+fn a_downscale_from_a_huge_replica_count_calls_only_the_pods_that_exist() {
+    let target = Target {
+        port: "8080".into(),
+        path: "p".into(),
+        service_name: "ingester".into(),
+        group: None,
+        ordinals_start: 0,
+    };
+    let d = downscale("ingester-zone-a", i32::MAX, 0);
+    let pods = existing(&[("ingester-zone-a-0", None), ("ingester-zone-a-1", None)]);
+    let named = endpoints(&d, &target, PodAddressing::Dns, "cluster.local", &pods).unwrap();
+    let names: Vec<&str> = named.iter().map(|endpoint| endpoint.pod.as_str()).collect();
+    assert_eq!(names, ["ingester-zone-a-1", "ingester-zone-a-0"]);
 }
 
 #[test]
@@ -726,14 +759,12 @@ fn pods_going_away_are_named_from_the_ordinals_start() {
     let d = downscale("ingester-zone-a", 5, 3);
     let target = check_statefulset(&d, &sts).unwrap();
     assert_eq!(target.ordinals_start, 3);
-    let by_dns = endpoints(
-        &d,
-        &target,
-        PodAddressing::Dns,
-        "cluster.local",
-        &HashMap::new(),
-    )
-    .unwrap();
+    let ips = existing(&[
+        ("ingester-zone-a-3", Some("127.0.1.3")),
+        ("ingester-zone-a-6", Some("127.0.1.6")),
+        ("ingester-zone-a-7", Some("127.0.1.7")),
+    ]);
+    let by_dns = endpoints(&d, &target, PodAddressing::Dns, "cluster.local", &ips).unwrap();
     assert_eq!(
         by_dns,
         vec![
@@ -747,11 +778,6 @@ fn pods_going_away_are_named_from_the_ordinals_start() {
             },
         ]
     );
-    let ips = HashMap::from([
-        ("ingester-zone-a-3".to_owned(), "127.0.1.3".to_owned()),
-        ("ingester-zone-a-6".to_owned(), "127.0.1.6".to_owned()),
-        ("ingester-zone-a-7".to_owned(), "127.0.1.7".to_owned()),
-    ]);
     let by_ip = endpoints(&d, &target, PodAddressing::Ip, "cluster.local", &ips).unwrap();
     let urls: Vec<&str> = by_ip.iter().map(|endpoint| endpoint.url.as_str()).collect();
     assert_eq!(
