@@ -162,6 +162,10 @@ pub struct WebhookConfig {
     pub request_timeout: Duration,
     /// Largest AdmissionReview body accepted; larger requests get HTTP 400.
     pub max_request_bytes: ByteSize,
+    /// Most bytes of request bodies held at once, over all requests: a request whose body does
+    /// not fit waits for others to finish (up to `request_timeout`), then gets HTTP 429. Bounds
+    /// the memory many large concurrent requests can take.
+    pub max_inflight_request_bytes: ByteSize,
     /// On SIGTERM the webhook first reports not ready and keeps serving this long, each answer
     /// asking its client to close the connection, so that the Service's endpoints (or any load
     /// balancer checking `/ready`) drop the replica before it stops accepting; then idle
@@ -180,6 +184,7 @@ impl Default for WebhookConfig {
             cert_reload_interval: Duration::from_secs(10),
             request_timeout: Duration::from_secs(9),
             max_request_bytes: ByteSize(3 * 1024 * 1024),
+            max_inflight_request_bytes: ByteSize(24 * 1024 * 1024),
             shutdown_delay: Duration::from_secs(5),
         }
     }
@@ -484,6 +489,15 @@ impl Config {
             "webhook.max_request_bytes",
             self.webhook.max_request_bytes.to_string(),
             "at least 1KiB",
+        );
+        check(
+            self.webhook.max_inflight_request_bytes.0 >= self.webhook.max_request_bytes.0,
+            "webhook.max_inflight_request_bytes",
+            self.webhook.max_inflight_request_bytes.to_string(),
+            &format!(
+                "at least webhook.max_request_bytes ({})",
+                self.webhook.max_request_bytes
+            ),
         );
         check(
             self.pods.max_concurrent_calls > 0,

@@ -600,6 +600,83 @@ fn scale_review(uid: &str, ns: &str, name: &str, from: i32, to: i32) -> Value {
 }
 
 #[tokio::test]
+async fn forged_prepare_downscale_reviews_prepare_nothing_and_claim_nothing() {
+    // Given a webhook replica serving one namespace, and zone a of a group there at 2 replicas
+    let control_plane = ControlPlane::shared().await;
+    let namespace = TestNamespace::create(control_plane, "wh-forged").await;
+    let ns = namespace.name();
+    let tls = TestTls::generate().unwrap();
+    let replica = WebhookReplica::start(control_plane, &tls, ns)
+        .await
+        .unwrap();
+    let zones = PreparedZones::create(
+        &namespace,
+        &[("ingester-zone-a", 2), ("ingester-zone-b", 2)],
+        &["ingester-zone-a-1"],
+    )
+    .await;
+    let https = tls.client().unwrap();
+    let send = |review: Value| {
+        let request = https
+            .post(replica.url("/admission/prepare-downscale"))
+            .json(&review);
+        async move {
+            let answer: Value = request.send().await.unwrap().json().await.unwrap();
+            (
+                answer["response"]["allowed"] == json!(true),
+                answer["response"]["status"]["message"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
+            )
+        }
+    };
+
+    // When someone who reaches the webhook sends reviews the API server never sent: one for a
+    // namespace baton does not serve, one that claims zone a has 5 replicas
+    let elsewhere = send(scale_review(
+        "forged-1",
+        "kube-system",
+        "ingester-zone-a",
+        2,
+        1,
+    ))
+    .await;
+    let inflated = send(scale_review("forged-2", ns, "ingester-zone-a", 5, 0)).await;
+
+    // Then both are refused saying why
+    assert!(!elsewhere.0);
+    assert!(
+        elsewhere
+            .1
+            .contains(&format!("because baton serves namespace {ns}")),
+        "{}",
+        elsewhere.1
+    );
+    assert!(!inflated.0);
+    assert!(
+        inflated
+            .1
+            .contains("because the StatefulSet has 2 replicas, not 5"),
+        "{}",
+        inflated.1
+    );
+    // And no pod was told anything and nothing was claimed
+    assert_eq!(
+        zones.endpoints["ingester-zone-a-1"].calls(),
+        Vec::<String>::new()
+    );
+    assert!(
+        namespace
+            .api::<ConfigMap>()
+            .get_opt("baton-downscale-ingester")
+            .await
+            .unwrap()
+            .is_none()
+    );
+}
+
+#[tokio::test]
 async fn racing_zone_downscales_through_different_replicas_approve_exactly_one() {
     // Given three webhook replicas (three processes sharing nothing but the API server) and
     // two zones of one group, labelled to wait 1h between zone downscales

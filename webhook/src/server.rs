@@ -14,6 +14,7 @@ use baton_config::WebhookConfig;
 use baton_shared::annotations::NO_DOWNSCALE_LABEL;
 use baton_shared::http_server::{BoundServer, Draining, close_connections_when_draining};
 use futures::StreamExt;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::task::TaskTracker;
 
 use crate::admission::no_downscale::{self, Assessment};
@@ -69,6 +70,8 @@ pub struct WebhookState {
     prepare: PrepareDownscale,
     metrics: WebhookMetrics,
     max_request_bytes: usize,
+    /// Body bytes that may be held at once, in KiB permits (see [`read_body`]).
+    body_budget: Arc<Semaphore>,
     request_timeout: Duration,
     /// prepare-downscale flows run here, on the main runtime, so their undo finishes even if
     /// the caller hangs up; shutdown waits for them.
@@ -92,6 +95,11 @@ impl WebhookState {
             prepare,
             metrics,
             max_request_bytes: usize::try_from(config.max_request_bytes.0).unwrap_or(usize::MAX),
+            body_budget: Arc::new(Semaphore::new(
+                usize::try_from(config.max_inflight_request_bytes.0.div_ceil(1024))
+                    .unwrap_or(Semaphore::MAX_PERMITS)
+                    .min(Semaphore::MAX_PERMITS),
+            )),
             request_timeout: config.request_timeout.get(),
             tasks: TaskTracker::new(),
             runtime: tokio::runtime::Handle::current(),
@@ -186,6 +194,15 @@ async fn admit(
     state: web::Data<WebhookState>,
 ) -> HttpResponse {
     let started = Instant::now();
+    // The body's share of the budget is held until the answer is built.
+    let permit = match body_permit(&request, &state).await {
+        Ok(permit) => permit,
+        Err(response) => {
+            state.count(webhook, "throttled");
+            state.observe(webhook.path(), "POST", started, &response);
+            return response;
+        }
+    };
     let response = match read_body(&request, payload, state.max_request_bytes).await {
         Err(problem) => bad_request(&state, webhook, problem),
         Ok(body) => match review::decode(&body) {
@@ -203,8 +220,38 @@ async fn admit(
             }
         },
     };
+    drop(permit);
     state.observe(webhook.path(), "POST", started, &response);
     response
+}
+
+/// A share of the body budget for `request`: its declared length, or the largest body allowed
+/// when it declares none (it may send up to that). Waits up to the request deadline for
+/// others to finish; then answers 429, which the API server treats as a failed call (the
+/// configuration's failurePolicy decides).
+async fn body_permit(
+    request: &HttpRequest,
+    state: &WebhookState,
+) -> Result<OwnedSemaphorePermit, HttpResponse> {
+    let declared = request
+        .headers()
+        .get(CONTENT_LENGTH)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.parse::<usize>().ok())
+        .unwrap_or(state.max_request_bytes)
+        .min(state.max_request_bytes);
+    let kib = u32::try_from(declared.div_ceil(1024).max(1)).unwrap_or(u32::MAX);
+    match tokio::time::timeout(
+        state.request_timeout,
+        state.body_budget.clone().acquire_many_owned(kib),
+    )
+    .await
+    {
+        Ok(Ok(permit)) => Ok(permit),
+        _ => Err(HttpResponse::TooManyRequests().body(
+            "too many request bodies in flight (webhook.max_inflight_request_bytes); retry\n",
+        )),
+    }
 }
 
 /// pod-eviction, under the request deadline; running out of time refuses for now (429), as

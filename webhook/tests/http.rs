@@ -251,6 +251,65 @@ async fn prepare_downscale_answers_what_needs_no_preparation_without_the_api() {
     }
 }
 
+/// Many large bodies at once cannot take more memory than the budget: a request whose body
+/// does not fit waits, and is refused with 429 when none is freed in time; once the holder is
+/// done, requests are served again.
+#[actix_web::test]
+async fn request_bodies_in_flight_are_bounded_by_the_byte_budget() {
+    let mut config = config();
+    config.webhook.max_inflight_request_bytes = ByteSize(4096);
+    config.webhook.request_timeout = baton_config::Duration::from_millis(300);
+    let (state, _) = state(&config);
+    let app = test::init_service(App::new().configure(routes(state))).await;
+    // A client that declares a 4 KiB body and sends it slowly holds the whole budget.
+    let (sender, body) = futures::channel::mpsc::unbounded::<
+        Result<actix_web::web::Bytes, actix_web::error::PayloadError>,
+    >();
+    let held = test::TestRequest::post()
+        .uri(NO_DOWNSCALE_PATH)
+        .insert_header(("content-type", "application/json"))
+        .insert_header(("content-length", "4096"))
+        .to_request();
+    type Stream = std::pin::Pin<
+        Box<
+            dyn futures::Stream<
+                    Item = Result<actix_web::web::Bytes, actix_web::error::PayloadError>,
+                >,
+        >,
+    >;
+    let (held, _) = held.replace_payload(actix_web::dev::Payload::from(Box::pin(body) as Stream));
+    let holder = actix_web::dev::Service::call(&app, held);
+    let small = || {
+        test::TestRequest::post()
+            .uri(NO_DOWNSCALE_PATH)
+            .insert_header(("content-type", "application/json"))
+            .set_payload(serde_json::to_vec(&labelled_downscale("admission.k8s.io/v1")).unwrap())
+            .to_request()
+    };
+    // (join! polls in order: the holder takes the budget before the small request asks)
+    let (holder, refused, ()) = futures::join!(holder, test::call_service(&app, small()), async {
+        // The body comes in only after the other request was answered.
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        let _ = sender.unbounded_send(Ok(actix_web::web::Bytes::from_static(b"{}")));
+        drop(sender);
+    });
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    let text = String::from_utf8_lossy(&test::read_body(refused).await).into_owned();
+    assert!(
+        text.contains("webhook.max_inflight_request_bytes"),
+        "{text}"
+    );
+    assert_eq!(
+        holder.map(|r| r.status()).ok(),
+        Some(StatusCode::BAD_REQUEST)
+    );
+    // The budget is whole again.
+    assert_eq!(
+        test::call_service(&app, small()).await.status(),
+        StatusCode::OK
+    );
+}
+
 #[actix_web::test]
 async fn other_methods_and_paths_are_refused_and_everything_is_measured() {
     let (state, registry) = state(&config());

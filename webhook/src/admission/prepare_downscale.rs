@@ -30,21 +30,12 @@ use baton_shared::duration::go as go_duration;
 pub const PREPARE_DOWNSCALE_VALUE: &str = "true";
 
 /// A downscale that needs the StatefulSet's preparation, owned so it can outlive the request
-/// body (the flow finishes its undo even if the caller goes away).
+/// body (the flow finishes its undo even if the caller goes away). The StatefulSet itself is
+/// read from the API by the flow: a review's copy is only what its sender says.
 #[derive(Debug, Clone)]
 pub struct PrepareRequest {
     pub uid: String,
     pub downscale: Downscale,
-    pub statefulset: StatefulSetSource,
-}
-
-/// Where the StatefulSet's labels and annotations come from.
-#[derive(Debug, Clone)]
-pub enum StatefulSetSource {
-    /// The review's old object was the StatefulSet.
-    Inline(Box<StatefulSet>),
-    /// A `/scale` review: read it from the API.
-    Fetch,
 }
 
 /// Judges what the review alone tells: dry runs, non-downscales and unsupported kinds end here.
@@ -53,17 +44,16 @@ pub fn assess(request: &AdmissionRequest<'_>) -> Result<PrepareRequest, Decision
         return Err(Decision::allow());
     }
     let (downscale, old) = downscale_of(request)?;
-    let statefulset = match old.kind {
+    match old.kind {
         WorkloadKind::StatefulSet => {
             let json = request.old_object().unwrap_or("null");
-            let statefulset: StatefulSet = serde_json::from_str(json).map_err(|error| {
+            serde_json::from_str::<StatefulSet>(json).map_err(|error| {
                 Decision::allow_on_error(format!(
                     "can't decode old object, allowing the change, err: {error}"
                 ))
             })?;
-            StatefulSetSource::Inline(Box::new(statefulset))
         }
-        WorkloadKind::Scale if downscale.resource == "statefulsets" => StatefulSetSource::Fetch,
+        WorkloadKind::Scale if downscale.resource == "statefulsets" => {}
         WorkloadKind::Scale => {
             return Err(Decision::allow_on_error(format!(
                 "unsupported resource {}, allowing the change",
@@ -76,11 +66,10 @@ pub fn assess(request: &AdmissionRequest<'_>) -> Result<PrepareRequest, Decision
                 old.kind
             )));
         }
-    };
+    }
     Ok(PrepareRequest {
         uid: request.uid.to_string(),
         downscale,
-        statefulset,
     })
 }
 
@@ -318,6 +307,24 @@ pub fn endpoints(
 pub fn pods_failed(downscale: &Downscale, error: &dyn std::fmt::Display) -> Decision {
     Decision::deny(format!(
         "{downscale} is not allowed because one or more pods failed to prepare for shutdown: {error}"
+    ))
+}
+
+/// Denial of a review for a namespace this replica does not serve: only the API server sends
+/// reviews, for the namespaces its webhook configuration selects; anything else is a
+/// misconfiguration or a forgery, and preparing would call pods baton does not look after.
+pub fn foreign_namespace(downscale: &Downscale, served: &str) -> Decision {
+    Decision::deny(format!(
+        "{downscale} is not allowed because baton serves namespace {served}: the webhook configuration's namespaceSelector must select only it"
+    ))
+}
+
+/// Denial of a review whose replicas are not the StatefulSet's as stored: stale (the update
+/// would fail anyway) or forged.
+pub fn not_as_stored(downscale: &Downscale, stored: i32) -> Decision {
+    Decision::deny(format!(
+        "{downscale} is not allowed because the StatefulSet has {stored} replicas, not {}: the request does not describe it as it is; retry",
+        downscale.from
     ))
 }
 

@@ -21,6 +21,7 @@ use baton_shared::annotations::ROLLOUT_GROUP_LABEL;
 use baton_shared::downscale_history::{self, Records};
 use baton_shared::pod_client::{PodEndpoint, PodHttpClient, PodMethod};
 use baton_shared::pods::{CachedPod, is_controlled_by};
+use baton_shared::statefulset::StatefulSetState;
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
@@ -30,8 +31,8 @@ use kube::{Api, Client};
 use tokio::time::Instant;
 
 use super::{
-    MemberReadiness, PrepareRequest, StatefulSetSource, Target, allowed, check_statefulset,
-    endpoints, judge_min_time, judge_readiness, pods_failed,
+    MemberReadiness, PrepareRequest, Target, allowed, check_statefulset, endpoints,
+    foreign_namespace, judge_min_time, judge_readiness, not_as_stored, pods_failed,
 };
 use crate::admission::decision::Decision;
 use crate::admission::ledger::{self, Entry, Ledger, Written};
@@ -52,6 +53,8 @@ pub struct PrepareDownscale {
     undo_reserve: Duration,
     zone_tracker: String,
     claim_grace: Duration,
+    /// The namespace this replica serves.
+    namespace: String,
 }
 
 impl std::fmt::Debug for PrepareDownscale {
@@ -76,6 +79,7 @@ impl PrepareDownscale {
             undo_reserve: config.pods.request_timeout.get().min(request_timeout / 3),
             zone_tracker: config.downscale.zone_tracker_config_map.clone(),
             claim_grace: config.downscale.claim_grace.get(),
+            namespace: config.namespace.clone(),
         }
     }
 
@@ -92,22 +96,25 @@ impl PrepareDownscale {
         let undo = Deadline(deadline);
         let downscale = &request.downscale;
 
-        let statefulset = match request.statefulset {
-            StatefulSetSource::Inline(statefulset) => *statefulset,
-            StatefulSetSource::Fetch => {
-                let api: Api<StatefulSet> =
-                    Api::namespaced(self.client.clone(), &downscale.namespace);
-                match forward.run(api.get(&downscale.name)).await {
-                    Ok(statefulset) => statefulset,
-                    Err(error) => {
-                        return Decision::allow_on_error(format!(
-                            "can't get statefulsets/{} in namespace {}, allowing the change: {error}",
-                            downscale.name, downscale.namespace
-                        ));
-                    }
-                }
+        if downscale.namespace != self.namespace {
+            return foreign_namespace(downscale, &self.namespace);
+        }
+        // Judged on the StatefulSet as stored, whatever the review says of it; it cannot be
+        // judged without it (failurePolicy Fail: refused, never let through unprepared).
+        let api: Api<StatefulSet> = Api::namespaced(self.client.clone(), &downscale.namespace);
+        let statefulset = match forward.run(api.get(&downscale.name)).await {
+            Ok(statefulset) => statefulset,
+            Err(error) => {
+                return Decision::deny(format!(
+                    "{downscale} is not allowed because reading statefulsets/{} in namespace {} failed: {error}",
+                    downscale.name, downscale.namespace
+                ));
             }
         };
+        let stored = StatefulSetState::of(&statefulset).replicas;
+        if stored != downscale.from {
+            return not_as_stored(downscale, stored);
+        }
         let target = match check_statefulset(downscale, &statefulset) {
             Ok(target) => target,
             Err(decision) => return decision,

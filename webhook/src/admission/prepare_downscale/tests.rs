@@ -138,13 +138,9 @@ fn assess_lets_through_what_needs_no_preparation() {
                 assert!(decision.allowed, "{json}");
                 assert_eq!(decision.outcome, Outcome::AllowedOnError, "{json}");
             }
-            (Ok(prepare), Expect::Inline) => {
-                assert!(matches!(prepare.statefulset, StatefulSetSource::Inline(_)));
+            (Ok(prepare), Expect::Inline | Expect::Fetch) => {
                 assert_eq!(prepare.downscale, downscale("ingester-zone-a", 5, 3));
                 assert_eq!(prepare.uid, "u");
-            }
-            (Ok(prepare), Expect::Fetch) => {
-                assert!(matches!(prepare.statefulset, StatefulSetSource::Fetch))
             }
             (other, _) => panic!("{json}: unexpected {other:?}"),
         }
