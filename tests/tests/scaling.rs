@@ -408,7 +408,7 @@ async fn bad_inputs_only_produce_events() {
         .wait_event(
             "bad-answer",
             "DelayedDownscaleFailed",
-            "bad-answer-1: expected JSON {\"timestamp\": <unix seconds>}, got \"prepared, probably\"",
+            "bad-answer-1: expected JSON {\"timestamp\": <unix seconds>}, got 18 bytes that are not (",
         )
         .await;
     scene
@@ -436,6 +436,69 @@ async fn bad_inputs_only_produce_events() {
         controller.process.output()
     );
     controller.wait_ready().await;
+}
+
+#[tokio::test]
+async fn a_replica_count_anyone_can_write_cannot_make_the_leader_grow_or_scale_without_end() {
+    // Given a follower zone with a delayed downscale, and a running controller
+    let scene = Scene::new("scaling-huge").await;
+    let (client, ns) = (scene.namespace.client(), scene.namespace.name());
+    StatefulSetFixture::new("huge-zone-a")
+        .group("huge")
+        .replicas(2)
+        .create(&client, ns)
+        .await;
+    StatefulSetFixture::new("huge-zone-b")
+        .group("huge")
+        .replicas(2)
+        .annotation(DOWNSCALE_LEADER, "huge-zone-a")
+        .annotation(DELAYED_DOWNSCALE, "1h")
+        .annotation(DELAYED_DOWNSCALE_URL, "http://pod:8080/prepare")
+        .create(&client, ns)
+        .await;
+    wait_group_ready(&client, ns, &["huge-zone-a", "huge-zone-b"]).await;
+    let pid = scene.controller.process.pid().expect("the controller runs");
+    let before = resident_kib(pid);
+
+    // When someone who may edit it forces the follower to 2147483647 replicas
+    scene
+        .statefulsets()
+        .patch(
+            "huge-zone-b",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"metadata": {"annotations": {"grafana.com/rollout-force-replicas": "2147483647"}}}),
+            ),
+        )
+        .await
+        .unwrap();
+
+    // Then it is held at its replicas with a Warning saying why
+    scene
+        .wait_event(
+            "huge-zone-b",
+            "ScalingInvalidSetting",
+            "huge-zone-b stays at 2: force-replicas is 2147483647, more than the 100000 replicas baton ever sets",
+        )
+        .await;
+    assert_eq!(scene.replicas("huge-zone-b").await, 2);
+    // And the controller did not build anything of that size (two billion pod names would be
+    // tens of GiB; a few MiB of noise is allowed)
+    let after = resident_kib(pid);
+    assert!(
+        after < before + 16 * 1024,
+        "the controller grew from {before} KiB to {after} KiB"
+    );
+}
+
+/// The resident memory of process `pid`, in KiB (`VmRSS` of /proc/<pid>/status).
+fn resident_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|value| value.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS in /proc/<pid>/status")
 }
 
 /// The API server picks webhook configurations up asynchronously: probe (with StatefulSets in

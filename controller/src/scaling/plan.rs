@@ -215,6 +215,34 @@ pub fn plan(snapshot: &ScalingSnapshot, now: Timestamp) -> ScalingPlan {
     plan
 }
 
+/// The most replicas baton ever gives a StatefulSet by itself. Targets come from annotations
+/// and reference resources that anyone editing them writes; past this, a target is a mistake
+/// (`rollout-force-replicas: "2147483647"`), not a plan, and the StatefulSet controller would
+/// create pods without end. A cluster holds at most 150,000 pods.
+pub const MAX_REPLICAS: i32 = 100_000;
+
+/// Holds `name` at `current` when `target` is a scale-up past [`MAX_REPLICAS`], saying why.
+fn beyond_ceiling(
+    plan: &mut ScalingPlan,
+    name: &str,
+    current: i32,
+    target: i32,
+    source: &str,
+) -> bool {
+    if target <= current || target <= MAX_REPLICAS {
+        return false;
+    }
+    plan.find(
+        name,
+        FindingKind::Problem,
+        reasons::INVALID,
+        format!(
+            "{name} stays at {current}: {source}, more than the {MAX_REPLICAS} replicas baton ever sets"
+        ),
+    );
+    true
+}
+
 /// Leader/follower rule for `member`; true when it planned a change (the pass ends).
 fn follow_leader(
     snapshot: &ScalingSnapshot,
@@ -246,6 +274,9 @@ fn follow_leader(
         ),
     };
     let current = member.replicas;
+    if beyond_ceiling(plan, name, current, target, &source) {
+        return false;
+    }
     if target > current {
         let leader_ready = leader.ready_replicas == leader.replicas;
         if member.upscale_only_when_leader_ready && member.force_replicas.is_none() && !leader_ready
@@ -376,6 +407,9 @@ fn mirror(member: &Member, plan: &mut ScalingPlan) -> bool {
             format!("{described} wants {} replicas", scale.spec_replicas),
         ),
     };
+    if beyond_ceiling(plan, name, current, target, &source) {
+        return false;
+    }
     let write_back = |plan: &mut ScalingPlan, replicas: i32| {
         if reference.write_back && scale.status_replicas != Some(replicas) {
             plan.actions.push(Action::WriteBack {

@@ -260,6 +260,40 @@ fn cases() -> Vec<Case> {
             findings: vec![("b", Problem, reasons::INVALID, "\"yesterday\"")],
         },
         Case {
+            name: "a forced count past the ceiling holds, saying why",
+            members: vec![
+                member("a", 5),
+                Member {
+                    force_replicas: Some(i32::MAX),
+                    ..follower("b", 5, "a")
+                },
+            ],
+            actions: vec![],
+            findings: vec![(
+                "b",
+                Problem,
+                reasons::INVALID,
+                "b stays at 5: force-replicas is 2147483647, more than the 100000 replicas baton ever sets",
+            )],
+        },
+        Case {
+            name: "a reference asking past the ceiling holds, saying why",
+            members: vec![mirroring("m", 3, 1_000_000, Some(3))],
+            actions: vec![],
+            findings: vec![(
+                "m",
+                Problem,
+                reasons::INVALID,
+                "more than the 100000 replicas",
+            )],
+        },
+        Case {
+            name: "a leader at the ceiling is followed",
+            members: vec![member("a", MAX_REPLICAS), follower("b", 5, "a")],
+            actions: vec![set("b", 5, MAX_REPLICAS)],
+            findings: vec![("b", Scale, reasons::SCALE_UP, "from 5 to 100000")],
+        },
+        Case {
             name: "a missing leader warns and the group keeps going",
             members: vec![follower("b", 3, "zone-x"), follower("c", 1, "b")],
             actions: vec![set("c", 1, 3)],
