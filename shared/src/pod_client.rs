@@ -78,10 +78,26 @@ pub fn pod_host(
     }
 }
 
-/// `http://<host>:<port>/<path>`. The path annotation is written with or without its leading
-/// slash by users of the Go operator (`ingester/prepare-shutdown`); both mean the same.
-pub fn pod_url(host: &str, port: &str, path: &str) -> String {
-    format!("http://{host}:{port}/{}", path.trim_start_matches('/'))
+/// `http://<host>:<port>/<path>`, built with the URL type so that nothing in the path can
+/// change where the call goes (the port is a number; a `?`, `#` or `@` in the path is only
+/// path). The path annotation is written with or without its leading slash by users of the Go
+/// operator (`ingester/prepare-shutdown`); both mean the same.
+pub fn pod_url(host: &str, port: u16, path: &str) -> Result<String, String> {
+    let mut url = reqwest::Url::parse(&format!("http://{host}/"))
+        .map_err(|error| format!("{host:?} is not a host: {error}"))?;
+    url.set_port(Some(port))
+        .map_err(|()| format!("cannot set port {port} on {url}"))?;
+    url.set_path(&format!("/{}", path.trim_start_matches('/')));
+    Ok(url.to_string())
+}
+
+/// The value of a port annotation as a port number, or what is wrong with it.
+pub fn parse_port(value: &str) -> Result<u16, String> {
+    value
+        .parse::<u16>()
+        .ok()
+        .filter(|port| *port > 0)
+        .ok_or_else(|| format!("{value:?} is not a port number (1-65535)"))
 }
 
 /// The two calls the prepare endpoints understand.
@@ -133,13 +149,14 @@ pub enum PodCallError {
         url: String,
         timeout: Duration,
     },
-    #[error("{method} {url} (pod {pod}) answered HTTP {status}: {body}")]
+    /// The body is not repeated: messages end up in denials and Events, which must not make
+    /// baton a way to read what some port of a pod answers.
+    #[error("{method} {url} (pod {pod}) answered HTTP {status}")]
     Status {
         pod: String,
         method: PodMethod,
         url: String,
         status: u16,
-        body: String,
     },
 }
 
@@ -172,9 +189,11 @@ impl PodHttpClient {
             &["path", "method", "status_code"],
         )?;
         registry.register(Box::new(duration.clone()))?;
+        // No redirects: a pod's answer must not send baton's call anywhere else.
         let http = reqwest::Client::builder()
             .connect_timeout(config.connect_timeout.get())
             .timeout(config.request_timeout.get())
+            .redirect(reqwest::redirect::Policy::none())
             .no_proxy()
             .build()?;
         Ok(Self {
@@ -247,7 +266,6 @@ impl PodHttpClient {
                 method,
                 url: endpoint.url.clone(),
                 status,
-                body: String::from_utf8_lossy(&body).chars().take(256).collect(),
             });
         }
         tracing::debug!(pod = %endpoint.pod, %method, url = %endpoint.url, status, "pod call succeeded");
@@ -394,9 +412,22 @@ mod tests {
 
     #[test]
     fn urls_accept_paths_with_or_without_a_leading_slash() {
-        assert_eq!(pod_url("h", "80", "a/b"), "http://h:80/a/b");
-        assert_eq!(pod_url("h", "80", "/a/b"), "http://h:80/a/b");
-        assert_eq!(pod_url("[::1]", "8080", ""), "http://[::1]:8080/");
+        // (80 is http's own port: the URL leaves it out, the call goes to it)
+        assert_eq!(pod_url("h", 80, "a/b").unwrap(), "http://h/a/b");
+        assert_eq!(pod_url("h", 8080, "/a/b").unwrap(), "http://h:8080/a/b");
+        assert_eq!(pod_url("[::1]", 8080, "").unwrap(), "http://[::1]:8080/");
+        // Nothing in the path reaches the host, the port or the query.
+        let url = pod_url("pod", 8080, "x@evil.example:1/?q#f").unwrap();
+        let parsed = reqwest::Url::parse(&url).unwrap();
+        assert_eq!(
+            (parsed.host_str(), parsed.port(), parsed.query()),
+            (Some("pod"), Some(8080), None),
+            "{url}"
+        );
+        assert_eq!(parse_port("8080"), Ok(8080));
+        for bad in ["8080@evil.example", "0", "65536", "-1", "", "80 "] {
+            assert!(parse_port(bad).is_err(), "{bad:?}");
+        }
     }
 
     #[test]

@@ -14,7 +14,7 @@ use baton_shared::annotations::{
     PREPARE_DOWNSCALE_PORT_ANNOTATION, ROLLOUT_GROUP_LABEL,
 };
 use baton_shared::downscale_history::{LastDownscale, Records, last_downscale};
-use baton_shared::pod_client::{PodEndpoint, PodRef, pod_host, pod_url};
+use baton_shared::pod_client::{PodEndpoint, PodRef, parse_port, pod_host, pod_url};
 use baton_shared::pods::{CachedPod, is_controlled_by};
 use baton_shared::statefulset::{StatefulSetState, pod_ordinal};
 use jiff::{SignedDuration, Timestamp};
@@ -76,7 +76,7 @@ pub fn assess(request: &AdmissionRequest<'_>) -> Result<PrepareRequest, Decision
 /// What the pods going away need to be told, from the StatefulSet's annotations.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Target {
-    pub port: String,
+    pub port: u16,
     pub path: String,
     pub service_name: String,
     /// The rollout group, when the StatefulSet is in one.
@@ -120,6 +120,12 @@ pub fn check_statefulset(
             "{downscale} is not allowed because the {PREPARE_DOWNSCALE_PORT_ANNOTATION} annotation is not set or empty."
         )));
     }
+    // A number, never pasted into the URL as written: "8080@evil.example" would move the host.
+    let port = parse_port(port).map_err(|why| {
+        Decision::deny(format!(
+            "{downscale} is not allowed because the {PREPARE_DOWNSCALE_PORT_ANNOTATION} annotation is {why}."
+        ))
+    })?;
     let path = annotation(PREPARE_DOWNSCALE_PATH_ANNOTATION);
     if path.is_empty() {
         return Err(Decision::deny(format!(
@@ -137,7 +143,7 @@ pub fn check_statefulset(
         )));
     }
     Ok(Target {
-        port: port.to_owned(),
+        port,
         path: path.to_owned(),
         service_name: service_name.to_owned(),
         group: label(ROLLOUT_GROUP_LABEL)
@@ -294,7 +300,9 @@ pub fn endpoints(
             let host = pod_host(addressing, cluster_domain, &reference).map_err(|error| {
                 Decision::deny(format!("{downscale} is not allowed because {error}"))
             })?;
-            let url = pod_url(&host, &target.port, &target.path);
+            let url = pod_url(&host, target.port, &target.path).map_err(|error| {
+                Decision::deny(format!("{downscale} is not allowed because {error}"))
+            })?;
             Ok(PodEndpoint {
                 pod: pod.clone(),
                 url,

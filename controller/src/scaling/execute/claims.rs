@@ -21,7 +21,7 @@ use baton_shared::downscale_history::{
 };
 use baton_shared::kube_client::bounded;
 use baton_shared::ledger::{self, Entry, Ledger, Written};
-use baton_shared::pod_client::{PodEndpoint, PodMethod, PodRef, pod_host, pod_url};
+use baton_shared::pod_client::{PodEndpoint, PodMethod, PodRef, parse_port, pod_host, pod_url};
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -222,8 +222,8 @@ impl Pass<'_> {
                 .and_then(|annotations| annotations.get(key))
                 .filter(|value| !value.is_empty())
         };
-        let (Some(port), Some(path)) = (
-            annotation(PREPARE_DOWNSCALE_PORT_ANNOTATION),
+        let (Some(Ok(port)), Some(path)) = (
+            annotation(PREPARE_DOWNSCALE_PORT_ANNOTATION).map(|port| parse_port(port)),
             annotation(PREPARE_DOWNSCALE_PATH_ANNOTATION),
         ) else {
             return Vec::new();
@@ -244,10 +244,13 @@ impl Pass<'_> {
                         service_name,
                         pod_ip: pod.ip.as_deref(),
                     };
-                    match pod_host(scaler.addressing, &scaler.cluster_domain, &reference) {
-                        Ok(host) => Some(PodEndpoint {
+                    let url = pod_host(scaler.addressing, &scaler.cluster_domain, &reference)
+                        .map_err(|error| error.to_string())
+                        .and_then(|host| pod_url(&host, port, path));
+                    match url {
+                        Ok(url) => Some(PodEndpoint {
                             pod: pod.name.clone(),
-                            url: pod_url(&host, port, path),
+                            url,
                         }),
                         Err(error) => {
                             tracing::warn!(%error, "cannot tell a pod to cancel its preparation");

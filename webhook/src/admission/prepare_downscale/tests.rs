@@ -193,6 +193,21 @@ fn labelled_statefulsets_need_port_path_and_service() {
             ))),
         ),
         (
+            // a port that would move the host if pasted into the URL
+            statefulset(
+                "s",
+                &labelled,
+                &[
+                    (PREPARE_DOWNSCALE_PORT_ANNOTATION, "8080@evil.example"),
+                    (PREPARE_DOWNSCALE_PATH_ANNOTATION, "p"),
+                ],
+                Some("svc"),
+            ),
+            Err(Decision::deny(format!(
+                "{subject} the grafana.com/prepare-downscale-http-port annotation is \"8080@evil.example\" is not a port number (1-65535)."
+            ))),
+        ),
+        (
             statefulset(
                 "s",
                 &labelled,
@@ -215,7 +230,7 @@ fn labelled_statefulsets_need_port_path_and_service() {
         (
             statefulset("s", &labelled, PREPARED, Some("ingester")),
             Ok(Target {
-                port: "8080".into(),
+                port: 8080,
                 path: "ingester/prepare-shutdown".into(),
                 service_name: "ingester".into(),
                 group: None,
@@ -233,7 +248,7 @@ fn labelled_statefulsets_need_port_path_and_service() {
                 Some("i"),
             ),
             Ok(Target {
-                port: "8080".into(),
+                port: 8080,
                 path: "ingester/prepare-shutdown".into(),
                 service_name: "i".into(),
                 group: Some("ingester".into()),
@@ -670,7 +685,7 @@ fn existing(pods: &[(&str, Option<&str>)]) -> BTreeMap<String, Option<String>> {
 #[test]
 fn endpoints_of_the_pods_going_away_highest_first() {
     let target = Target {
-        port: "8080".into(),
+        port: 8080,
         path: "/ingester/prepare-shutdown".into(),
         service_name: "ingester".into(),
         group: None,
@@ -727,7 +742,7 @@ fn endpoints_of_the_pods_going_away_highest_first() {
 #[test]
 fn a_downscale_from_a_huge_replica_count_calls_only_the_pods_that_exist() {
     let target = Target {
-        port: "8080".into(),
+        port: 8080,
         path: "p".into(),
         service_name: "ingester".into(),
         group: None,
