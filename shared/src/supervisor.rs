@@ -43,6 +43,10 @@ impl<T: Copy + Eq + fmt::Display> Supervisor<T> {
     /// (`Some`, naming the task). The caller decides how to stop; nothing is cancelled here.
     pub async fn until_failure(&mut self, shutdown: &CancellationToken) -> Option<anyhow::Error> {
         tokio::select! {
+            // Shutdown first: once it is cancelled, tasks end because of it (the group queue
+            // the moment its senders go), and a random pick would call that a failure (exit 1
+            // on a clean SIGTERM).
+            biased;
             () = shutdown.cancelled() => None,
             ended = self.tasks.join_next_with_id() => Some(match ended {
                 Some(ended) => {
@@ -175,6 +179,21 @@ mod tests {
         assert_eq!(failure.to_string(), "cache stopped unexpectedly");
         shutdown.cancel();
         assert!(supervisor.stop(Duration::from_secs(1)).await.is_none());
+    }
+
+    /// A task that ends because of the shutdown is no failure, however the two are polled
+    /// (the unbiased select picked the task about half of the time).
+    #[tokio::test]
+    async fn a_task_ending_with_the_shutdown_is_not_a_failure() {
+        for _ in 0..200 {
+            let shutdown = CancellationToken::new();
+            let mut supervisor = Supervisor::default();
+            supervisor.spawn(Task::Cache, until(&shutdown));
+            shutdown.cancel();
+            tokio::task::yield_now().await;
+            tokio::task::yield_now().await;
+            assert!(supervisor.until_failure(&shutdown).await.is_none());
+        }
     }
 
     #[tokio::test]
