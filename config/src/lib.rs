@@ -162,6 +162,11 @@ pub struct WebhookConfig {
     pub request_timeout: Duration,
     /// Largest AdmissionReview body accepted; larger requests get HTTP 400.
     pub max_request_bytes: ByteSize,
+    /// What to answer when a change cannot be judged (a failed or timed-out read, an object
+    /// that does not decode). `false` (the default): refuse it, as the webhook configurations'
+    /// `failurePolicy: Fail` asks, saying why. `true`: allow it with a warning, as the Go
+    /// operator does.
+    pub allow_on_error: bool,
     /// Most bytes of request bodies held at once, over all requests: a request whose body does
     /// not fit waits for others to finish (up to `request_timeout`), then gets HTTP 429. Bounds
     /// the memory many large concurrent requests can take.
@@ -184,6 +189,7 @@ impl Default for WebhookConfig {
             cert_reload_interval: Duration::from_secs(10),
             request_timeout: Duration::from_secs(9),
             max_request_bytes: ByteSize(3 * 1024 * 1024),
+            allow_on_error: false,
             max_inflight_request_bytes: ByteSize(24 * 1024 * 1024),
             shutdown_delay: Duration::from_secs(5),
         }

@@ -70,6 +70,8 @@ pub struct WebhookState {
     prepare: PrepareDownscale,
     metrics: WebhookMetrics,
     max_request_bytes: usize,
+    /// `webhook.allow_on_error`: a change that could not be judged is allowed (else refused).
+    allow_on_error: bool,
     /// Body bytes that may be held at once, in KiB permits (see [`read_body`]).
     body_budget: Arc<Semaphore>,
     request_timeout: Duration,
@@ -95,6 +97,7 @@ impl WebhookState {
             prepare,
             metrics,
             max_request_bytes: usize::try_from(config.max_request_bytes.0).unwrap_or(usize::MAX),
+            allow_on_error: config.allow_on_error,
             body_budget: Arc::new(Semaphore::new(
                 usize::try_from(config.max_inflight_request_bytes.0.div_ceil(1024))
                     .unwrap_or(Semaphore::MAX_PERMITS)
@@ -121,6 +124,22 @@ impl WebhookState {
         tokio::time::timeout(timeout, self.tasks.wait())
             .await
             .is_ok()
+    }
+
+    /// A change that could not be judged is refused, saying why, unless `allow_on_error`
+    /// restores the Go operator's allow-with-a-warning.
+    fn unless_judged(&self, decision: Decision) -> Decision {
+        if decision.outcome != Outcome::AllowedOnError || self.allow_on_error {
+            return decision;
+        }
+        // The warnings were worded for an allow; the refusal says the same without it.
+        let why = decision
+            .warnings
+            .join("; ")
+            .replace(", allowing the change", "");
+        Decision::deny(format!(
+            "the change could not be judged, so it is refused (webhook.allow_on_error: true allows it instead): {why}"
+        ))
     }
 
     fn count(&self, webhook: Webhook, result: &str) {
@@ -216,6 +235,7 @@ async fn admit(
                     Webhook::PodEviction => judge_pod_eviction(&state, &review.request).await,
                     Webhook::ZpdbValidation => judge_zpdb(&state, &review.request),
                 };
+                let decision = state.unless_judged(decision);
                 answer(&state, webhook, &review, &decision)
             }
         },

@@ -16,7 +16,10 @@ use common::{DENIED, labelled_downscale, review, scale, state, workload};
 use serde_json::{Value, json};
 
 fn config() -> Config {
-    let mut config = Config::default();
+    let mut config = Config {
+        namespace: "mimir".into(),
+        ..Config::default()
+    };
     config.webhook.max_request_bytes = ByteSize(4096);
     config.webhook.request_timeout = baton_config::Duration::from_secs(2);
     config
@@ -24,7 +27,17 @@ fn config() -> Config {
 
 /// POSTs `body` with `content_type` to `path`; returns the status and body text.
 async fn post(path: &str, content_type: Option<&str>, body: Vec<u8>) -> (StatusCode, String) {
-    let (state, _) = state(&config());
+    post_with(&config(), path, content_type, body).await
+}
+
+/// [`post`] to a webhook configured with `config`.
+async fn post_with(
+    config: &Config,
+    path: &str,
+    content_type: Option<&str>,
+    body: Vec<u8>,
+) -> (StatusCode, String) {
+    let (state, _) = state(config);
     let app = test::init_service(App::new().configure(routes(state))).await;
     let mut request = test::TestRequest::post().uri(path).set_payload(body);
     if let Some(content_type) = content_type {
@@ -124,8 +137,10 @@ async fn answers_in_the_version_it_was_asked_in() {
     }
 }
 
+/// A change that cannot be judged is refused, as `failurePolicy: Fail` asks, saying why; the
+/// Go operator's allow-with-a-warning is a setting.
 #[actix_web::test]
-async fn a_scale_whose_parent_cannot_be_read_is_allowed_with_a_warning() {
+async fn a_scale_whose_parent_cannot_be_read_is_refused_unless_allowed_on_error() {
     let body = serde_json::to_vec(&review(
         "admission.k8s.io/v1",
         "statefulsets",
@@ -135,7 +150,25 @@ async fn a_scale_whose_parent_cannot_be_read_is_allowed_with_a_warning() {
         false,
     ))
     .unwrap();
-    let (status, text) = post(NO_DOWNSCALE_PATH, Some("application/json"), body).await;
+    let (status, text) = post(NO_DOWNSCALE_PATH, Some("application/json"), body.clone()).await;
+    assert_eq!(status, StatusCode::OK);
+    let answer: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(answer["response"]["allowed"], json!(false), "{answer}");
+    let message = answer["response"]["status"]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("the change could not be judged, so it is refused (webhook.allow_on_error: true allows it instead): can't get statefulsets/ingester-zone-a in namespace mimir: reading statefulsets/ingester-zone-a"),
+        "{message}"
+    );
+
+    let mut compatible = config();
+    compatible.webhook.allow_on_error = true;
+    let (status, text) = post_with(
+        &compatible,
+        NO_DOWNSCALE_PATH,
+        Some("application/json"),
+        body,
+    )
+    .await;
     assert_eq!(status, StatusCode::OK);
     let answer: Value = serde_json::from_str(&text).unwrap();
     assert_eq!(answer["response"]["allowed"], json!(true), "{answer}");

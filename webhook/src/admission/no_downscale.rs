@@ -36,7 +36,8 @@ pub fn assess(request: &AdmissionRequest<'_>) -> Assessment {
         }
         WorkloadKind::Scale => match ParentKind::from_resource(&downscale.resource) {
             Some(parent) => Assessment::NeedsParentLabels { downscale, parent },
-            None => Assessment::Decided(Decision::allow_on_error(format!(
+            // Not an error: a /scale of a kind no-downscale does not guard.
+            None => Assessment::Decided(Decision::allow_with_warning(format!(
                 "unsupported resource {}, allowing the change",
                 downscale.resource
             ))),
@@ -214,8 +215,9 @@ mod tests {
         let Assessment::Decided(decision) = assess_json(&json) else {
             panic!("decided")
         };
+        // Not an error (refused under webhook.allow_on_error: false): allowed, with a warning.
         assert!(decision.allowed);
-        assert_eq!(decision.outcome, Outcome::AllowedOnError);
+        assert_eq!(decision.outcome, Outcome::Allowed);
         assert_eq!(
             decision.warnings,
             vec!["unsupported resource widgets, allowing the change".to_owned()]

@@ -47,21 +47,27 @@ pub fn assess(request: &AdmissionRequest<'_>) -> Result<PrepareRequest, Decision
     match old.kind {
         WorkloadKind::StatefulSet => {
             let json = request.old_object().unwrap_or("null");
-            serde_json::from_str::<StatefulSet>(json).map_err(|error| {
+            let statefulset = serde_json::from_str::<StatefulSet>(json).map_err(|error| {
                 Decision::allow_on_error(format!(
                     "can't decode old object, allowing the change, err: {error}"
                 ))
             })?;
+            // Not opted in: allowed with no side effect, whoever sent the review. An opted-in
+            // one is judged on the StatefulSet as stored (the flow reads it).
+            // What the review's copy already refuses (a missing port annotation) is refused
+            // without a read; neither has a side effect.
+            check_statefulset(&downscale, &statefulset)?;
         }
         WorkloadKind::Scale if downscale.resource == "statefulsets" => {}
+        // Not errors: prepare-downscale is for StatefulSets only.
         WorkloadKind::Scale => {
-            return Err(Decision::allow_on_error(format!(
+            return Err(Decision::allow_with_warning(format!(
                 "unsupported resource {}, allowing the change",
                 downscale.resource
             )));
         }
         WorkloadKind::Deployment | WorkloadKind::ReplicaSet => {
-            return Err(Decision::allow_on_error(format!(
+            return Err(Decision::allow_with_warning(format!(
                 "unsupported type {:?}, allowing the change",
                 old.kind
             )));

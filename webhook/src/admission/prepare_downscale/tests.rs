@@ -62,6 +62,13 @@ const PREPARED: &[(&str, &str)] = &[
 #[test]
 fn assess_lets_through_what_needs_no_preparation() {
     let sts = |replicas: Value| {
+        json!({"apiVersion": "apps/v1", "kind": "StatefulSet",
+               "metadata": {"name": "ingester-zone-a", "labels": {PREPARE_DOWNSCALE_LABEL: "true"},
+                            "annotations": {PREPARE_DOWNSCALE_PORT_ANNOTATION: "8080",
+                                            PREPARE_DOWNSCALE_PATH_ANNOTATION: "p"}},
+               "spec": {"replicas": replicas, "serviceName": "ingester"}})
+    };
+    let unlabelled = |replicas: Value| {
         json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "ingester-zone-a"},
                "spec": {"replicas": replicas, "serviceName": "ingester"}})
     };
@@ -78,10 +85,21 @@ fn assess_lets_through_what_needs_no_preparation() {
         Warned,
         Inline,
         Fetch,
+        Unsupported,
     }
     let cases = [
         (
             request("statefulsets", sts(json!(5)), sts(json!(3)), true),
+            Expect::Allowed,
+        ),
+        // Not opted in: no side effect, so the review's own copy is enough to allow it.
+        (
+            request(
+                "statefulsets",
+                unlabelled(json!(5)),
+                unlabelled(json!(3)),
+                false,
+            ),
             Expect::Allowed,
         ),
         (
@@ -110,11 +128,11 @@ fn assess_lets_through_what_needs_no_preparation() {
         ),
         (
             request("deployments", scale(5), scale(3), false),
-            Expect::Warned,
+            Expect::Unsupported,
         ),
         (
             request("deployments", deployment(5), deployment(3), false),
-            Expect::Warned,
+            Expect::Unsupported,
         ),
         (
             request(
@@ -137,6 +155,12 @@ fn assess_lets_through_what_needs_no_preparation() {
             (Err(decision), Expect::Warned) => {
                 assert!(decision.allowed, "{json}");
                 assert_eq!(decision.outcome, Outcome::AllowedOnError, "{json}");
+            }
+            // Not StatefulSets: no error, nothing to prepare
+            (Err(decision), Expect::Unsupported) => {
+                assert!(decision.allowed, "{json}");
+                assert_eq!(decision.outcome, Outcome::Allowed, "{json}");
+                assert_eq!(decision.warnings.len(), 1, "{json}");
             }
             (Ok(prepare), Expect::Inline | Expect::Fetch) => {
                 assert_eq!(prepare.downscale, downscale("ingester-zone-a", 5, 3));
