@@ -174,6 +174,8 @@ pub enum PodClientError {
 pub struct PodHttpClient {
     http: reqwest::Client,
     duration: HistogramVec,
+    /// The `path` label values used so far (see [`PathLabels`]).
+    paths: std::sync::Arc<PathLabels>,
     request_timeout: Duration,
     max_concurrent_calls: usize,
 }
@@ -199,6 +201,7 @@ impl PodHttpClient {
         Ok(Self {
             http,
             duration,
+            paths: std::sync::Arc::default(),
             request_timeout: config.request_timeout.get(),
             max_concurrent_calls: config.max_concurrent_calls.max(1),
         })
@@ -217,7 +220,7 @@ impl PodHttpClient {
         method: PodMethod,
         endpoint: &PodEndpoint,
     ) -> Result<Vec<u8>, PodCallError> {
-        let path = url_path(&endpoint.url).to_owned();
+        let path = self.paths.label(url_path(&endpoint.url));
         let started = Instant::now();
         let request = match method {
             PodMethod::Post => self.http.post(&endpoint.url),
@@ -331,6 +334,33 @@ pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
 }
 
 /// The path of an `http://host:port/path` URL, for the metric label (no query string).
+/// The `path` label of the pod client's histogram. Paths come from annotations anyone editing
+/// a StatefulSet writes, so each new one would be a new series: the first
+/// [`MAX_PATH_LABELS`] are kept as they are (real deployments use one or two), later ones are
+/// counted as `other`.
+#[derive(Debug, Default)]
+struct PathLabels(std::sync::Mutex<std::collections::HashSet<String>>);
+
+/// How many distinct `path` label values the pod client's histogram takes.
+const MAX_PATH_LABELS: usize = 16;
+
+impl PathLabels {
+    fn label(&self, path: &str) -> String {
+        let mut seen = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if seen.contains(path) {
+            return path.to_owned();
+        }
+        if seen.len() < MAX_PATH_LABELS {
+            seen.insert(path.to_owned());
+            return path.to_owned();
+        }
+        "other".to_owned()
+    }
+}
+
 fn url_path(url: &str) -> &str {
     let after_scheme = url.split_once("://").map_or(url, |(_, rest)| rest);
     let path = after_scheme
@@ -408,6 +438,17 @@ mod tests {
                 "{addressing:?} {pod:?}"
             );
         }
+    }
+
+    #[test]
+    fn path_labels_are_bounded() {
+        let labels = PathLabels::default();
+        for index in 0..MAX_PATH_LABELS {
+            assert_eq!(labels.label(&format!("/p{index}")), format!("/p{index}"));
+        }
+        assert_eq!(labels.label("/p0"), "/p0", "a known path keeps its label");
+        assert_eq!(labels.label("/one-more"), "other");
+        assert_eq!(labels.label("/and-another"), "other");
     }
 
     #[test]

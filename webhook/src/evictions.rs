@@ -515,7 +515,28 @@ impl Evictions {
                 .collect();
             parsed.retain(|uid, _| live.contains(uid));
         }
+        drop(parsed);
+        self.forget_deleted_budgets(&budgets);
         observed
+    }
+
+    /// Budget names are anyone's to create and delete: what is kept per budget name (its
+    /// record as last read, its lock) goes with the budget, so those maps stay as large as the
+    /// budgets that exist. A lock still held by a decision in flight is kept until next time.
+    fn forget_deleted_budgets(&self, budgets: &[Arc<ZoneAwarePodDisruptionBudget>]) {
+        let bound = 2 * budgets.len() + 16;
+        let over = |len: usize| len > bound;
+        let mut records = self.records.lock().expect("records lock");
+        let mut locks = self.locks.lock().expect("locks lock");
+        if !over(records.len()) && !over(locks.len()) {
+            return;
+        }
+        let live: std::collections::HashSet<&str> = budgets
+            .iter()
+            .filter_map(|zpdb| zpdb.metadata.name.as_deref())
+            .collect();
+        records.retain(|name, _| live.contains(name.as_str()));
+        locks.retain(|name, lock| live.contains(name.as_str()) || Arc::strong_count(lock) > 1);
     }
 }
 
@@ -529,4 +550,34 @@ struct PodIndex {
     changes: Option<(u64, u64)>,
     statefulsets: Vec<Arc<CachedStatefulSet>>,
     pods: PodsByStatefulSet,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Budgets come and go by name; what is kept per name goes with them.
+    #[tokio::test]
+    async fn what_is_kept_per_budget_name_goes_with_the_budget() {
+        baton_shared::crypto::install_default_provider();
+        let config = kube::Config::new("http://127.0.0.1:9".parse().expect("a URL"));
+        let client = Client::try_from(config).expect("a client");
+        let metrics = ZpdbMetrics::register(&Registry::new()).expect("metrics");
+        let (evictions, _never_filled) =
+            Evictions::new(client, "mimir", StatefulSetCache::unfilled(), metrics);
+        // Given records and locks of 100 budgets created and deleted since
+        for index in 0..100 {
+            let name = format!("gone-{index}");
+            evictions.remember(&name, &Ledger::default());
+            drop(evictions.lock(&name));
+        }
+        let held = evictions.lock("gone-0");
+        // When the budgets are looked at (no budget exists any more)
+        assert!(evictions.observed_budgets().is_empty());
+        // Then only the lock a decision still holds is kept
+        assert!(evictions.records.lock().unwrap().is_empty());
+        let locks = evictions.locks.lock().unwrap();
+        assert_eq!(locks.keys().collect::<Vec<_>>(), ["gone-0"]);
+        drop(held);
+    }
 }
