@@ -27,7 +27,7 @@ use kube::{Api, Error};
 use serde::{Deserialize, Serialize};
 
 use crate::annotations::LAST_DOWNSCALE_ANNOTATION;
-use crate::ledger::{Entry, Ledger};
+use crate::ledger::{Entry, Ledger, MAX_CLOCK_SKEW};
 use crate::pods::{CachedPod, Controls};
 use crate::statefulset::{StatefulSetState, pod_ordinal};
 
@@ -144,8 +144,9 @@ pub struct Records<'a> {
 
 /// When `statefulset` was last downscaled: the newest of its ledger entry (as judged on its
 /// generation now), its tracker entry and its `grafana.com/last-downscale` annotation. An
-/// unreadable ledger entry or annotation is an error naming it (min-time cannot be judged); a
-/// malformed tracker entry counts as a downscale `now` ([`Source::MalformedTracker`]).
+/// unreadable ledger entry or annotation is an error naming it (min-time cannot be judged), and
+/// so is a time further ahead than [`MAX_CLOCK_SKEW`]; a malformed tracker entry counts as a
+/// downscale `now` ([`Source::MalformedTracker`]).
 pub fn last_downscale(
     statefulset: &StatefulSet,
     records: Records<'_>,
@@ -193,6 +194,24 @@ pub fn last_downscale(
             source: Source::Annotation,
         }),
     ];
+    if let Some(future) = candidates
+        .iter()
+        .flatten()
+        .find(|candidate| candidate.at > now + MAX_CLOCK_SKEW)
+    {
+        let record = match &future.source {
+            Source::Ledger => "the group's downscale ledger",
+            Source::ZoneTracker | Source::MalformedTracker(_) => "the zone tracker",
+            Source::Annotation => LAST_DOWNSCALE_ANNOTATION,
+        };
+        return Err(format!(
+            "{record} says {name} was downscaled at {}, more than {} after now ({now}): unreadable; correct or remove it",
+            future.at,
+            crate::duration::go::format(
+                i64::try_from(MAX_CLOCK_SKEW.as_nanos()).unwrap_or(i64::MAX)
+            ),
+        ));
+    }
     // The newest; on a tie the first (the ledger, then the tracker).
     Ok(candidates
         .into_iter()

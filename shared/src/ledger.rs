@@ -22,6 +22,11 @@ use kube::api::{ObjectMeta, PostParams};
 use kube::{Api, Error};
 use serde::{Deserialize, Serialize};
 
+/// How far ahead of this replica's clock a recorded time may be and still be believed: clocks
+/// of replicas differ by seconds. A time further ahead (`2099-01-01`, written by anyone who may
+/// edit the ConfigMap) is unreadable, and said so, rather than a wait until then.
+pub const MAX_CLOCK_SKEW: SignedDuration = SignedDuration::from_mins(5);
+
 /// Prefix of ledger ConfigMap names.
 pub const LEDGER_PREFIX: &str = "baton-downscale-";
 /// Label on ledgers, so people can find them.

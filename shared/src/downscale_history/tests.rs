@@ -243,3 +243,49 @@ fn pending_claims_are_confirmed_voided_or_rechecked_from_the_statefulset() {
     let a = last_downscale(&members[0], records, late).unwrap().unwrap();
     assert_eq!((a.at, a.source), (at, Source::Ledger));
 }
+
+/// A time far in the future (anyone who may edit the records can write 2099) holds nothing
+/// silently until then: it is unreadable, naming the record; within clock skew it counts.
+#[test]
+fn a_time_beyond_clock_skew_is_unreadable_naming_its_record() {
+    let now = t("2026-11-24T12:00:00Z");
+    let future = "2099-01-01T00:00:00Z";
+    let ledger = Ledger::default().with_entry("zone-a", Some(&Entry::new(t(future), "u")));
+    let tracked = tracker(&[("zone-a", &format!(r#"{{"lastDownscaled":"{future}"}}"#))]);
+    let empty = Ledger::default();
+    let none = ZoneTracker::default();
+    let cases = [
+        (
+            &ledger,
+            &none,
+            None,
+            "the group's downscale ledger says zone-a",
+        ),
+        (&empty, &tracked, None, "the zone tracker says zone-a"),
+        (
+            &empty,
+            &none,
+            Some(future),
+            "grafana.com/last-downscale says zone-a",
+        ),
+    ];
+    for (ledger, tracker, annotation, named) in cases {
+        let records = Records {
+            ledger,
+            tracker,
+            claim_grace: GRACE,
+        };
+        let error =
+            last_downscale(&statefulset("zone-a", 1, annotation), records, now).unwrap_err();
+        assert!(error.starts_with(named), "{error}");
+        assert!(error.contains("unreadable"), "{error}");
+    }
+    let soon = "2026-11-24T12:04:00Z";
+    let records = Records {
+        ledger: &empty,
+        tracker: &none,
+        claim_grace: GRACE,
+    };
+    let last = last_downscale(&statefulset("zone-a", 1, Some(soon)), records, now);
+    assert_eq!(last.unwrap().unwrap().at, t(soon));
+}

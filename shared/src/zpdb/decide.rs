@@ -63,12 +63,20 @@ impl RecentlyAllowed {
             _ => true,
         };
         let fresh = entry.at.checked_add(expiry).is_ok_and(|until| until > now);
-        (same_pod && fresh).then_some(entry.at)
+        (same_pod && fresh && !Self::from_the_future(entry, now)).then_some(entry.at)
     }
 
-    /// Whether the entry is past `expiry` and can be dropped.
+    /// Whether the entry is past `expiry`, or further ahead than clocks differ (anyone who
+    /// may edit the record can write 2099: that must not hold the budget until then), and can
+    /// be dropped.
     pub fn is_expired(entry: &AllowedEviction, now: Timestamp, expiry: SignedDuration) -> bool {
         entry.at.checked_add(expiry).is_ok_and(|until| until <= now)
+            || Self::from_the_future(entry, now)
+    }
+
+    fn from_the_future(entry: &AllowedEviction, now: Timestamp) -> bool {
+        now.checked_add(crate::ledger::MAX_CLOCK_SKEW)
+            .is_ok_and(|latest| entry.at > latest)
     }
 }
 

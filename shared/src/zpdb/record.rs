@@ -132,4 +132,39 @@ mod tests {
             "a-0 expired (30 s), junk dropped"
         );
     }
+
+    /// An entry dated far ahead (anyone who may edit the ConfigMap can write 2099) makes no
+    /// pod count as evicted and is dropped by the next write.
+    #[test]
+    fn entries_from_the_future_hold_nothing_and_are_dropped() {
+        let now: Timestamp = "2026-11-23T04:00:00Z".parse().unwrap();
+        let forged = with_eviction(
+            &Ledger::default(),
+            "a-0",
+            None,
+            "forged",
+            "2099-01-01T00:00:00Z".parse().unwrap(),
+        );
+        let pod = crate::pods::CachedPod::of(&k8s_openapi::api::core::v1::Pod {
+            metadata: kube::api::ObjectMeta {
+                name: Some("a-0".into()),
+                ..kube::api::ObjectMeta::default()
+            },
+            ..k8s_openapi::api::core::v1::Pod::default()
+        });
+        let read = recently_allowed(&forged);
+        assert_eq!(read.allowed_at(&pod, now, RECORD_EXPIRY), None);
+        let next = with_eviction(&forged, "b-0", None, "r", now);
+        assert_eq!(next.data.keys().collect::<Vec<_>>(), ["b-0"]);
+        // Within clock skew an entry still counts.
+        let skewed = with_eviction(
+            &Ledger::default(),
+            "a-0",
+            None,
+            "r",
+            now + SignedDuration::from_secs(60),
+        );
+        let read = recently_allowed(&skewed);
+        assert!(read.allowed_at(&pod, now, RECORD_EXPIRY).is_some());
+    }
 }
