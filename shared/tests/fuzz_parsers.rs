@@ -1,0 +1,257 @@
+//! Every parser of what a namespace user writes, fed generated input: the annotation and label
+//! values of the contract, both duration syntaxes, the downscale ledger and the Go operator's
+//! zone tracker, the eviction records, and zone-aware budget specs with their regex. Inputs are
+//! arbitrary strings and mutations of the corpus in `tests/corpus/` (values users write and
+//! values attackers would). Nothing may panic; what parses keeps its invariants.
+//!
+//! `FUZZ_CASES=N` runs N cases per target instead of the default (the figures of a long run are
+//! in docs/security.md).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use baton_shared::annotations::rollout::{max_unavailable, paused};
+use baton_shared::annotations::scaling::{
+    delayed_downscale, force_replicas, min_time_between_zones_downscale, mirror_reference,
+    upscale_only_when_leader_ready,
+};
+use baton_shared::annotations::{
+    DELAYED_DOWNSCALE_ANNOTATION, FORCE_REPLICAS_ANNOTATION, LAST_DOWNSCALE_ANNOTATION,
+    MAX_UNAVAILABLE_ANNOTATION, MIN_TIME_BETWEEN_ZONES_DOWNSCALE_LABEL,
+    MIRROR_REPLICAS_KIND_ANNOTATION, MIRROR_REPLICAS_NAME_ANNOTATION,
+    PREPARE_DELAYED_DOWNSCALE_URL_ANNOTATION, ROLLOUT_PAUSED_ANNOTATION,
+    UPSCALE_ONLY_WHEN_LEADER_READY_ANNOTATION,
+};
+use baton_shared::downscale_history::{Records, ZoneTracker, follow_up_claims, last_downscale};
+use baton_shared::duration::{go, prometheus};
+use baton_shared::ledger::{Ledger, MAX_CLOCK_SKEW};
+use baton_shared::zpdb::record::{recently_allowed, with_eviction};
+use baton_shared::zpdb::spec::{Budget, ZoneAwarePodDisruptionBudget};
+use jiff::Timestamp;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use proptest::prelude::*;
+use proptest::test_runner::{Config as RunnerConfig, TestRunner};
+use serde_json::{Value, json};
+
+const ANNOTATION_VALUES: &str = include_str!("corpus/annotation-values.txt");
+const RECORD_VALUES: &str = include_str!("corpus/record-values.txt");
+const BUDGET_SPECS: &str = include_str!("corpus/budget-specs.json");
+
+fn runner(default_cases: u32) -> TestRunner {
+    let cases = std::env::var("FUZZ_CASES")
+        .ok()
+        .and_then(|cases| cases.parse().ok())
+        .unwrap_or(default_cases);
+    TestRunner::new(RunnerConfig {
+        cases,
+        failure_persistence: None,
+        ..RunnerConfig::default()
+    })
+}
+
+fn corpus(text: &'static str) -> Vec<&'static str> {
+    text.split('\n').collect()
+}
+
+/// A corpus entry with a few characters inserted, replaced or removed, or an arbitrary string.
+fn value_from(corpus: Vec<&'static str>) -> impl Strategy<Value = String> {
+    let edits = prop::collection::vec((any::<prop::sample::Index>(), 0u8..3, any::<char>()), 0..4);
+    let mutated = (prop::sample::select(corpus), edits).prop_map(|(seed, edits)| {
+        let mut chars: Vec<char> = seed.chars().collect();
+        for (at, op, c) in edits {
+            let position = at.index(chars.len() + 1);
+            match op {
+                0 => chars.insert(position, c),
+                1 if position < chars.len() => chars[position] = c,
+                _ if position < chars.len() => {
+                    chars.remove(position);
+                }
+                _ => {}
+            }
+        }
+        chars.into_iter().collect::<String>()
+    });
+    prop_oneof![4 => mutated, 1 => any::<String>()]
+}
+
+fn one(key: &str, value: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([(key.to_owned(), value.to_owned())])
+}
+
+#[test]
+fn annotation_values_never_panic_and_what_parses_keeps_its_bounds() {
+    runner(2000)
+        .run(
+            &(value_from(corpus(ANNOTATION_VALUES)), any::<u32>()),
+            |(value, replicas)| {
+                let parsed = max_unavailable(&one(MAX_UNAVAILABLE_ANNOTATION, &value), replicas);
+                prop_assert!(parsed.value >= 1);
+                paused(&one(ROLLOUT_PAUSED_ANNOTATION, &value));
+                upscale_only_when_leader_ready(&one(
+                    UPSCALE_ONLY_WHEN_LEADER_READY_ANNOTATION,
+                    &value,
+                ));
+                if let Some(forced) = force_replicas(&one(FORCE_REPLICAS_ANNOTATION, &value)).value
+                {
+                    prop_assert!(forced >= 0);
+                }
+                let min_time = one(MIN_TIME_BETWEEN_ZONES_DOWNSCALE_LABEL, &value);
+                let empty = BTreeMap::new();
+                for (labels, annotations) in [(&min_time, &empty), (&empty, &min_time)] {
+                    if let Ok(parsed) = min_time_between_zones_downscale(labels, annotations)
+                        && let Some(wait) = parsed.value
+                    {
+                        let nanos = i64::try_from(wait.as_nanos()).unwrap_or(i64::MAX);
+                        prop_assert_eq!(go::parse(&go::format(nanos)), Ok(nanos));
+                    }
+                }
+                let mut delayed = one(DELAYED_DOWNSCALE_ANNOTATION, &value);
+                delayed.insert(
+                    PREPARE_DELAYED_DOWNSCALE_URL_ANNOTATION.to_owned(),
+                    value.clone(),
+                );
+                if let Ok(Some(settings)) = delayed_downscale(&delayed) {
+                    prop_assert!(!settings.delay.is_zero());
+                    let _ = settings.url_for_host("pod.svc");
+                }
+                let mut mirror = one(MIRROR_REPLICAS_NAME_ANNOTATION, &value);
+                mirror.insert(MIRROR_REPLICAS_KIND_ANNOTATION.to_owned(), value.clone());
+                let _ = mirror_reference(&mirror);
+                Ok(())
+            },
+        )
+        .unwrap();
+}
+
+#[test]
+fn durations_in_both_syntaxes_round_trip_what_parses() {
+    runner(2000)
+        .run(&value_from(corpus(ANNOTATION_VALUES)), |text| {
+            if let Ok(nanos) = go::parse(&text) {
+                prop_assert_eq!(go::parse(&go::format(nanos)), Ok(nanos));
+            }
+            if let Ok(duration) = prometheus::parse(&text) {
+                prop_assert_eq!(
+                    prometheus::parse(&prometheus::format(duration)),
+                    Ok(duration)
+                );
+            }
+            Ok(())
+        })
+        .unwrap();
+}
+
+/// A StatefulSet named `zone-a` at `generation`, with `annotation` as its last-downscale.
+fn member(generation: i64, annotation: &str) -> StatefulSet {
+    serde_json::from_value(json!({
+        "metadata": {"name": "zone-a", "generation": generation,
+                     "annotations": {LAST_DOWNSCALE_ANNOTATION: annotation}},
+    }))
+    .expect("a StatefulSet")
+}
+
+#[test]
+fn downscale_records_never_panic_and_never_date_a_downscale_in_the_future() {
+    let now: Timestamp = "2026-11-24T12:00:00Z".parse().unwrap();
+    let record = || value_from(corpus(RECORD_VALUES));
+    runner(2000)
+        .run(
+            &(
+                record(),
+                record(),
+                value_from(corpus(ANNOTATION_VALUES)),
+                any::<i64>(),
+                0u64..120,
+            ),
+            |(ledger_value, tracker_value, annotation, generation, grace)| {
+                let ledger = Ledger {
+                    resource_version: Some("1".into()),
+                    data: one("zone-a", &ledger_value),
+                };
+                let tracker = ZoneTracker {
+                    resource_version: Some("1".into()),
+                    data: one("zone-a", &tracker_value),
+                };
+                let records = Records {
+                    ledger: &ledger,
+                    tracker: &tracker,
+                    claim_grace: Duration::from_secs(grace),
+                };
+                let statefulset = member(generation, &annotation);
+                if let Ok(Some(last)) = last_downscale(&statefulset, records, now) {
+                    prop_assert!(last.at <= now + MAX_CLOCK_SKEW);
+                }
+                let _ = tracker.malformed();
+                let _ = follow_up_claims(&ledger, [&statefulset], now, Duration::from_secs(grace));
+                Ok(())
+            },
+        )
+        .unwrap();
+}
+
+#[test]
+fn eviction_records_never_panic_and_a_write_keeps_only_readable_entries() {
+    let now: Timestamp = "2026-11-24T12:00:00Z".parse().unwrap();
+    runner(2000)
+        .run(
+            &prop::collection::btree_map("[a-c]-[0-2]", value_from(corpus(RECORD_VALUES)), 0..6),
+            |data| {
+                let ledger = Ledger {
+                    resource_version: Some("1".into()),
+                    data,
+                };
+                let _ = recently_allowed(&ledger);
+                let written = with_eviction(&ledger, "z-9", None, "r", now);
+                prop_assert!(written.data.contains_key("z-9"));
+                let read = recently_allowed(&written);
+                prop_assert_eq!(read.pods.len(), written.data.len());
+                Ok(())
+            },
+        )
+        .unwrap();
+}
+
+/// A JSON value shaped like a budget spec, with arbitrary values where users write them.
+fn budget_spec() -> impl Strategy<Value = Value> {
+    let seeds: Vec<Value> = serde_json::from_str(BUDGET_SPECS).expect("the corpus is JSON");
+    let text = || value_from(corpus(ANNOTATION_VALUES));
+    let number = prop_oneof![any::<i64>().prop_map(|n| json!(n)), Just(json!(null))];
+    (
+        prop::sample::select(seeds),
+        text(),
+        text(),
+        number.clone(),
+        number,
+        0u8..6,
+    )
+        .prop_map(|(mut spec, regex, delay, max, group, which)| {
+            match which {
+                0 => spec["podNamePartitionRegex"] = json!(regex),
+                1 => spec["crossZoneEvictionDelay"] = json!(delay),
+                2 => spec["maxUnavailable"] = max,
+                3 => spec["podNameRegexGroup"] = group,
+                4 => spec["maxUnavailablePercentage"] = max,
+                _ => {}
+            }
+            spec
+        })
+}
+
+#[test]
+fn budget_specs_never_panic() {
+    runner(1000)
+        .run(&budget_spec(), |spec| {
+            let object = json!({
+                "apiVersion": "rollout-operator.grafana.com/v1",
+                "kind": "ZoneAwarePodDisruptionBudget",
+                "metadata": {"name": "b", "uid": "u"},
+                "spec": spec,
+            });
+            // What does not even decode is refused by the API's schema and the watch.
+            if let Ok(budget) = serde_json::from_value::<ZoneAwarePodDisruptionBudget>(object) {
+                let _ = Budget::parse(&budget);
+            }
+            Ok(())
+        })
+        .unwrap();
+}
