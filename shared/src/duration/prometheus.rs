@@ -54,19 +54,24 @@ pub fn parse(text: &str) -> Result<Duration, String> {
     Ok(Duration::from_millis(millis))
 }
 
-/// Prints `duration` as the annotation would be written: whole seconds, largest units first
-/// (`0s`, `90s` as `1m30s`, `1h30m`, `2d1s`); [`parse`] reads it back.
+/// Prints `duration` as the annotation would be written: largest units first, milliseconds
+/// last (`0s`, `90s` as `1m30s`, `1h30m`, `2d1s`, `720ms`); [`parse`] reads it back (to the
+/// millisecond, the syntax's resolution).
 pub fn format(duration: Duration) -> String {
-    let mut seconds = duration.as_secs();
-    if seconds == 0 {
+    let millis = duration.as_millis();
+    if millis == 0 {
         return "0s".to_owned();
     }
+    let mut seconds = millis / 1000;
     let mut text = String::new();
     for (unit, size) in [("d", 86_400), ("h", 3_600), ("m", 60), ("s", 1)] {
         if seconds >= size {
             text.push_str(&format!("{}{unit}", seconds / size));
             seconds %= size;
         }
+    }
+    if millis % 1000 > 0 {
+        text.push_str(&format!("{}ms", millis % 1000));
     }
     text
 }
@@ -114,6 +119,11 @@ mod tests {
         ] {
             assert_eq!(format(Duration::from_secs(seconds)), text);
             assert_eq!(parse(text), Ok(Duration::from_secs(seconds)));
+        }
+        // Milliseconds are the syntax's resolution: kept (a 720ms delay printed as "0s" before).
+        for (millis, text) in [(720, "720ms"), (61_001, "1m1s1ms"), (86_400_500, "1d500ms")] {
+            assert_eq!(format(Duration::from_millis(millis)), text);
+            assert_eq!(parse(text), Ok(Duration::from_millis(millis)));
         }
     }
 }
