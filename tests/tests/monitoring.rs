@@ -134,6 +134,7 @@ fn exported_families() -> Families {
         expiry,
         secret_writes,
         injections,
+        failure_policy,
     } = &certificates;
     let mut collectors = rollout.collectors();
     collectors.extend([
@@ -142,6 +143,7 @@ fn exported_families() -> Families {
         expiry,
         secret_writes,
         injections,
+        failure_policy,
     ]);
     let mut families = families_of(&controller, &collectors);
 
@@ -152,6 +154,9 @@ fn exported_families() -> Families {
     let zpdb = ZpdbMetrics::register(&webhook).expect("zpdb metrics");
     let WebhookMetrics {
         request_duration,
+        inflight: inflight_requests,
+        request_bytes,
+        response_bytes,
         decisions,
         parent_lookups,
     } = &admission;
@@ -168,6 +173,9 @@ fn exported_families() -> Families {
             api.histogram(),
             pods.duration_histogram(),
             request_duration,
+            inflight_requests,
+            request_bytes,
+            response_bytes,
             decisions,
             parent_lookups,
             eviction_requests,

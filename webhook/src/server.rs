@@ -149,12 +149,50 @@ impl WebhookState {
             .inc();
     }
 
-    fn observe(&self, path: &str, method: &str, started: Instant, response: &HttpResponse) {
-        let status = response.status();
+    /// Counts a request as in flight until the returned guard is dropped.
+    fn in_flight(&self, path: &str, method: &str) -> InFlight {
+        let gauge = self
+            .metrics
+            .inflight
+            .with_label_values(&[method, route_label(path)]);
+        gauge.inc();
+        InFlight(gauge)
+    }
+
+    fn observe(
+        &self,
+        path: &str,
+        method: &str,
+        started: Instant,
+        request_bytes: usize,
+        response: &HttpResponse,
+    ) {
+        let (status, route) = (response.status(), route_label(path));
         self.metrics
             .request_duration
-            .with_label_values(&[method, route_label(path), status.as_str(), "false"])
+            .with_label_values(&[method, route, status.as_str(), "false"])
             .observe(started.elapsed().as_secs_f64());
+        self.metrics
+            .request_bytes
+            .with_label_values(&[method, route])
+            .observe(request_bytes as f64);
+        let sent = match actix_web::body::MessageBody::size(response.body()) {
+            actix_web::body::BodySize::Sized(bytes) => bytes,
+            actix_web::body::BodySize::None | actix_web::body::BodySize::Stream => 0,
+        };
+        self.metrics
+            .response_bytes
+            .with_label_values(&[method, route])
+            .observe(sent as f64);
+    }
+}
+
+/// A request counted in `rollout_operator_inflight_requests` until dropped.
+struct InFlight(prometheus::IntGauge);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.dec();
     }
 }
 
@@ -182,6 +220,7 @@ fn admission(webhook: Webhook) -> actix_web::Route {
 
 async fn not_found(request: HttpRequest, state: web::Data<WebhookState>) -> HttpResponse {
     let started = Instant::now();
+    let _in_flight = state.in_flight(request.path(), request.method().as_str());
     let known = [
         NO_DOWNSCALE_PATH,
         PREPARE_DOWNSCALE_PATH,
@@ -201,6 +240,7 @@ async fn not_found(request: HttpRequest, state: web::Data<WebhookState>) -> Http
         request.path(),
         request.method().as_str(),
         started,
+        0,
         &response,
     );
     response
@@ -213,16 +253,19 @@ async fn admit(
     state: web::Data<WebhookState>,
 ) -> HttpResponse {
     let started = Instant::now();
+    let _in_flight = state.in_flight(webhook.path(), "POST");
     // The body's share of the budget is held until the answer is built.
     let permit = match body_permit(&request, &state).await {
         Ok(permit) => permit,
         Err(response) => {
             state.count(webhook, "throttled");
-            state.observe(webhook.path(), "POST", started, &response);
+            state.observe(webhook.path(), "POST", started, 0, &response);
             return response;
         }
     };
-    let response = match read_body(&request, payload, state.max_request_bytes).await {
+    let body = read_body(&request, payload, state.max_request_bytes).await;
+    let received = body.as_ref().map_or(0, |body| body.len());
+    let response = match body {
         Err(problem) => bad_request(&state, webhook, problem),
         Ok(body) => match review::decode(&body) {
             Err(error) => bad_request(&state, webhook, error.to_string()),
@@ -241,7 +284,7 @@ async fn admit(
         },
     };
     drop(permit);
-    state.observe(webhook.path(), "POST", started, &response);
+    state.observe(webhook.path(), "POST", started, received, &response);
     response
 }
 

@@ -390,6 +390,13 @@ async fn other_methods_and_paths_are_refused_and_everything_is_measured() {
         r#"rollout_operator_request_duration_seconds_count{method="POST",route="admission_no_downscale",status_code="400",ws="false"} 1"#,
         r#"rollout_operator_request_duration_seconds_count{method="GET",route="admission_no_downscale",status_code="405",ws="false"} 1"#,
         r#"rollout_operator_request_duration_seconds_count{method="POST",route="other",status_code="404",ws="false"} 1"#,
+        // The Go operator's request middleware metrics: bodies received and sent, requests in
+        // flight (none any more)
+        r#"rollout_operator_request_message_bytes_count{method="POST",route="admission_no_downscale"} 2"#,
+        r#"rollout_operator_request_message_bytes_bucket{method="POST",route="admission_no_downscale",le="1048576"} 2"#,
+        r#"rollout_operator_response_message_bytes_count{method="POST",route="admission_no_downscale"} 2"#,
+        r#"rollout_operator_response_message_bytes_count{method="GET",route="admission_no_downscale"} 1"#,
+        r#"rollout_operator_inflight_requests{method="POST",route="admission_no_downscale"} 0"#,
     ] {
         assert!(text.contains(expected), "missing {expected}\n{text}");
     }

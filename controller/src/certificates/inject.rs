@@ -89,6 +89,38 @@ fn bundle_of(secret: Option<&Secret>) -> Option<ByteString> {
     (certificates > 0).then(|| bytes.clone())
 }
 
+/// Sets `kube_validating_webhook_failure_policy` from the labelled configurations: for each
+/// webhook, 1 under the policy it has (`Fail` when unset, the API's default) and 0 under the
+/// other, as the Go operator does (its `IncorrectWebhookConfigurationFailurePolicy` alert reads
+/// it). Series of configurations gone since are dropped.
+fn record_failure_policies(
+    gauge: &prometheus::GaugeVec,
+    validating: &Store<ValidatingWebhookConfiguration>,
+    mutating: &Store<MutatingWebhookConfiguration>,
+) {
+    gauge.reset();
+    let validating = validating.state();
+    let mutating = mutating.state();
+    let webhooks = validating
+        .iter()
+        .flat_map(|config| config.webhooks.iter().flatten())
+        .map(|webhook| ("ValidatingWebhook", &webhook.name, &webhook.failure_policy))
+        .chain(
+            mutating
+                .iter()
+                .flat_map(|config| config.webhooks.iter().flatten())
+                .map(|webhook| ("MutatingWebhook", &webhook.name, &webhook.failure_policy)),
+        );
+    for (kind, name, policy) in webhooks {
+        let policy = policy.as_deref().unwrap_or("Fail");
+        for each in ["Fail", "Ignore"] {
+            gauge
+                .with_label_values(&[kind, name.as_str(), each])
+                .set(if each == policy { 1.0 } else { 0.0 });
+        }
+    }
+}
+
 pub(super) async fn run(
     client: kube::Client,
     namespace: &str,
@@ -130,6 +162,8 @@ pub(super) async fn run(
                 },
                 () = tokio::time::sleep(RESYNC) => {}
             }
+            // Every replica exports them (any may be scraped), leading or not.
+            record_failure_policies(&metrics.failure_policy, &validating, &mutating);
             let Some(bundle) = bundle_of(secret.borrow_and_update().as_ref()) else {
                 continue;
             };

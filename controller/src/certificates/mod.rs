@@ -45,6 +45,9 @@ pub struct CertificateMetrics {
     pub secret_writes: IntCounterVec,
     /// `caBundle` writes to webhook configurations, by kind.
     pub injections: IntCounterVec,
+    /// The failurePolicy of each webhook of the labelled configurations, as the Go operator
+    /// exports it: `{type, webhook, policy}`, 1 for the policy set and 0 for the other.
+    pub failure_policy: GaugeVec,
 }
 
 impl CertificateMetrics {
@@ -70,6 +73,14 @@ impl CertificateMetrics {
             ),
             &["kind"],
         )?;
+        let failure_policy = GaugeVec::new(
+            Opts::new(
+                "kube_validating_webhook_failure_policy",
+                "FailurePolicy setting of Kubernetes ValidatingWebhooks and MutatingWebhooks",
+            ),
+            &["type", "webhook", "policy"],
+        )?;
+        registry.register(Box::new(failure_policy.clone()))?;
         registry.register(Box::new(expiry.clone()))?;
         registry.register(Box::new(secret_writes.clone()))?;
         registry.register(Box::new(injections.clone()))?;
@@ -77,6 +88,7 @@ impl CertificateMetrics {
             expiry,
             secret_writes,
             injections,
+            failure_policy,
         })
     }
 }
