@@ -192,6 +192,8 @@ impl PodSnapshot {
             phase: self.phase,
             ready: self.ready,
             ready_since: self.ready_since,
+            // Only the zone-aware budgets read it; the planner counts from the condition.
+            annotated_ready_since: None,
             terminating: self.terminating,
         }
     }

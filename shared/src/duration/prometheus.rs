@@ -70,7 +70,7 @@ pub fn format(duration: Duration) -> String {
             seconds %= size;
         }
     }
-    if millis % 1000 > 0 {
+    if !millis.is_multiple_of(1000) {
         text.push_str(&format!("{}ms", millis % 1000));
     }
     text

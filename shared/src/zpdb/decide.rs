@@ -448,7 +448,7 @@ impl Judge<'_, '_> {
             .cross_zone_eviction_delay
             .filter(|delay| !delay.is_zero())
         {
-            match readiness.ready_since {
+            match readiness.ready_since_for_delay(now) {
                 None => return Some(Unavailable::ReadySinceUnknown),
                 Some(since) => match since.checked_add(delay) {
                     Ok(until) if until > now => return Some(Unavailable::ReadyTooRecently(until)),
