@@ -264,6 +264,32 @@ async fn a_namespace_the_go_operator_v0_38_leaves_keeps_its_downscale_history_an
     let refused = evict(&drain, ns, "ingester-zone-c-0").await.unwrap_err();
     assert_eq!(refused.0, 429, "{refused:?}");
     assert!(refused.1.contains("ingester"), "{refused:?}");
+    // And a malformed tracker entry is a Warning on its StatefulSet, and holds (it counts as a
+    // downscale now) rather than lets anything through
+    namespace
+        .api::<ConfigMap>()
+        .patch(
+            TRACKER,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {"ingester-zone-c": "last tuesday"}})),
+        )
+        .await
+        .unwrap();
+    wait_event(
+        &client,
+        ns,
+        "ingester-zone-c",
+        "ZoneTrackerEntryInvalid",
+        &["\"ingester-zone-c\"", "\"last tuesday\"", TRACKER],
+    )
+    .await;
+    let denied = hpa_scale(&statefulsets, "ingester-zone-b", 2)
+        .await
+        .unwrap_err();
+    assert!(
+        denied.contains("statefulset ingester-zone-c counts as downscaled at"),
+        "{denied}"
+    );
     drop(kubelet);
     let output = format!(
         "{}{}",

@@ -39,6 +39,9 @@ use crate::explain::Explainer;
 use crate::leader::MayAct;
 use crate::queue::Requeue;
 
+/// Event reason for a malformed entry of the Go operator's zone tracker.
+const ZONE_TRACKER_INVALID: &str = "ZoneTrackerEntryInvalid";
+
 /// Why a Kubernetes call of the executor failed.
 #[derive(Debug, thiserror::Error)]
 enum CallError {
@@ -148,8 +151,21 @@ impl Scaler {
         {
             pass.tell(finding).await;
         }
+        // A malformed entry of a member is told on it: it holds the group's downscales.
         for malformed in records.1.malformed() {
-            tracing::warn!(tracker = %self.zone_tracker, key = %malformed.key, value = %malformed.value, "{malformed}; counted as a downscale now");
+            if pass.statefulset(&malformed.key).is_some() {
+                pass.say(
+                    &malformed.key,
+                    crate::explain::Severity::Warning,
+                    ZONE_TRACKER_INVALID,
+                    "Validate",
+                    format!(
+                        "{malformed} in ConfigMap {}: it counts as a downscale now, holding other zones' downscales until it is corrected or removed",
+                        self.zone_tracker
+                    ),
+                )
+                .await;
+            }
         }
         if !may_act() {
             return requeue;
