@@ -131,6 +131,24 @@ fn timestamp_body(unix_seconds: i64) -> String {
     format!("{{\"timestamp\": {unix_seconds}}}")
 }
 
+/// A test endpoint on the loopback IP the pod simulator gives each of `pods`, all on `port`:
+/// pod name → its endpoint.
+pub async fn endpoints_on_pods<S: AsRef<str>>(
+    simulator: &crate::PodSimulator,
+    pods: &[S],
+    port: u16,
+) -> std::collections::BTreeMap<String, PodEndpoint> {
+    let mut endpoints = std::collections::BTreeMap::new();
+    for pod in pods {
+        let pod = pod.as_ref();
+        let endpoint = PodEndpoint::start(simulator.pod_ip(pod), port)
+            .await
+            .unwrap_or_else(|error| panic!("an endpoint for {pod}: {error:#}"));
+        endpoints.insert(pod.to_owned(), endpoint);
+    }
+    endpoints
+}
+
 /// Reads one request's head and drains its body (by `Content-Length`); returns its method and
 /// path. `None` when the peer closes early or sends more than 64 KiB of head.
 pub async fn read_request(stream: &mut tokio::net::TcpStream) -> Option<(String, String)> {

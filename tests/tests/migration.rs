@@ -13,7 +13,7 @@ use baton_e2e::certificate_support::Kubelet;
 use baton_e2e::controller_support::{Controller, wait_event, wait_group_ready};
 use baton_e2e::crds;
 use baton_e2e::fixtures::StatefulSetFixture;
-use baton_e2e::http_support::PodEndpoint;
+use baton_e2e::http_support::endpoints_on_pods;
 use baton_e2e::keys::{
     LAST_DOWNSCALE, MIN_TIME_BETWEEN_ZONES_DOWNSCALE, PREPARE_DOWNSCALE, PREPARE_DOWNSCALE_PATH,
     PREPARE_DOWNSCALE_PORT,
@@ -47,22 +47,6 @@ fn zone(name: &str, replicas: i32, port: u16, min_time: &str) -> StatefulSetFixt
         .annotation(MIN_TIME_BETWEEN_ZONES_DOWNSCALE, min_time)
         .annotation(PREPARE_DOWNSCALE_PATH, SHUTDOWN_PATH)
         .annotation(PREPARE_DOWNSCALE_PORT, &port.to_string())
-}
-
-/// Test servers on the loopback IPs of `pods`.
-async fn endpoints(
-    simulator: &PodSimulator,
-    pods: &[String],
-    port: u16,
-) -> BTreeMap<String, PodEndpoint> {
-    let mut endpoints = BTreeMap::new();
-    for pod in pods {
-        let endpoint = PodEndpoint::start(simulator.pod_ip(pod), port)
-            .await
-            .unwrap();
-        endpoints.insert(pod.clone(), endpoint);
-    }
-    endpoints
 }
 
 async fn config_map_data(namespace: &TestNamespace, name: &str) -> BTreeMap<String, String> {
@@ -200,7 +184,7 @@ async fn a_namespace_the_go_operator_v0_38_leaves_keeps_its_downscale_history_an
         .iter()
         .flat_map(|zone| (0..3).map(move |ordinal| format!("{zone}-{ordinal}")))
         .collect();
-    let endpoints = endpoints(&simulator, &pods, port).await;
+    let endpoints = endpoints_on_pods(&simulator, &pods, port).await;
     let statefulsets = namespace.api::<StatefulSet>();
 
     // Then a downscale of zone b is refused, naming zone a and when the tracker says it was
@@ -349,7 +333,7 @@ async fn an_hpa_style_writer_downscales_on_the_first_try_and_a_failed_update_hol
     .chain(&["spare-zone-a-1", "spare-zone-b-1"])
     .map(|pod| (*pod).to_owned())
     .collect();
-    let endpoints = endpoints(&simulator, &pods, port).await;
+    let endpoints = endpoints_on_pods(&simulator, &pods, port).await;
     let statefulsets = namespace.api::<StatefulSet>();
     let post = format!("POST /{SHUTDOWN_PATH}");
     let delete = format!("DELETE /{SHUTDOWN_PATH}");

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use baton_e2e::controller_support::wait_group_ready;
 use baton_e2e::fixtures::StatefulSetFixture;
-use baton_e2e::http_support::{HANG, PodEndpoint};
+use baton_e2e::http_support::{HANG, PodEndpoint, endpoints_on_pods};
 use baton_e2e::keys::{
     LAST_DOWNSCALE, MIN_TIME_BETWEEN_ZONES_DOWNSCALE, NO_DOWNSCALE, PREPARE_DOWNSCALE,
     PREPARE_DOWNSCALE_PATH, PREPARE_DOWNSCALE_PORT,
@@ -312,22 +312,6 @@ fn prepared_zone(name: &str, group: &str, replicas: i32, port: u16) -> StatefulS
         .annotation(PREPARE_DOWNSCALE_PORT, &port.to_string())
 }
 
-/// Test servers on the loopback IPs of `pods`.
-async fn endpoints(
-    simulator: &PodSimulator,
-    pods: &[&str],
-    port: u16,
-) -> BTreeMap<String, PodEndpoint> {
-    let mut endpoints = BTreeMap::new();
-    for pod in pods {
-        let endpoint = PodEndpoint::start(simulator.pod_ip(pod), port)
-            .await
-            .unwrap();
-        endpoints.insert((*pod).to_owned(), endpoint);
-    }
-    endpoints
-}
-
 /// Zones of group "ingester" opted in to prepare-downscale (1h between zones), all pods
 /// ready, with a test endpoint on the IP of each of `endpoint_pods`.
 struct PreparedZones {
@@ -353,7 +337,7 @@ impl PreparedZones {
         let names: Vec<&str> = zones.iter().map(|(zone, _)| *zone).collect();
         wait_group_ready(&client, ns, &names).await;
         let statefulsets = namespace.api::<StatefulSet>();
-        let endpoints = endpoints(&simulator, endpoint_pods, port).await;
+        let endpoints = endpoints_on_pods(&simulator, endpoint_pods, port).await;
         Self {
             statefulsets,
             endpoints,
