@@ -123,7 +123,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
                 }
                 let term = leadership.term()?;
                 let leadership = leadership.clone();
-                let may_act: MayAct = Arc::new(move || leadership.is_leader_in(term));
+                let may_act: MayAct = Arc::new(move || leadership.time_left_in(term));
                 Some(may_act)
             })
         },

@@ -127,7 +127,7 @@ async fn an_unreachable_reference_holds_scaling_but_not_the_rollout() {
         caches,
         metrics: metrics.clone(),
         explainer: explainer.clone(),
-        may_start: Arc::new(|| Some(Arc::new(|| true) as MayAct)),
+        may_start: Arc::new(|| Some(Arc::new(|| Some(Duration::MAX)) as MayAct)),
         rollouts: Rollouts {
             namespace: NAMESPACE.to_owned(),
             client: client.clone(),

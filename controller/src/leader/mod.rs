@@ -56,9 +56,10 @@ pub use decide::{
 pub use status::{EndReason, Leadership, PAST_TERMS_KEPT, PastTerm, Phase, Span, Status, Term};
 pub use store::{KubeLeaseStore, LeaseStore, StoreError};
 
-/// Whether a reconcile may still act right now: true only while the leadership term it started
-/// in lasts.
-pub type MayAct = std::sync::Arc<dyn Fn() -> bool + Send + Sync>;
+/// Whether a reconcile may still act right now, and for how long: `Some(time left)` only while
+/// the leadership term it started in lasts. A call made to act is bounded by that time, so a
+/// replica whose term ends mid-call stops acting when it ends, not a request timeout later.
+pub type MayAct = std::sync::Arc<dyn Fn() -> Option<std::time::Duration> + Send + Sync>;
 
 /// Opens one reconcile's right to act: `None` when this replica may not act now, else a
 /// [`MayAct`] bound to the current leadership term, so a reconcile planned before a lost term

@@ -8,7 +8,7 @@
 //! reconcile planned before an outage cannot carry on after the same replica wins the Lease
 //! back: it stops, and the new term starts from a fresh read.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
@@ -105,6 +105,18 @@ impl Status {
         matches!(self.phase, Phase::Leader { until, .. } if now < until)
     }
 
+    /// How long from `now` its holder may still act in `term`: `None` outside it.
+    pub fn time_left_in(&self, term: Term, now: Instant) -> Option<Duration> {
+        match self.phase {
+            Phase::Leader {
+                term: current,
+                until,
+                ..
+            } if current == term && now < until => Some(until - now),
+            _ => None,
+        }
+    }
+
     /// The term led now (by the status; [`Leadership::term`] also checks the deadline).
     pub fn term(&self) -> Option<Term> {
         match self.phase {
@@ -197,7 +209,15 @@ impl Leadership {
     /// May work started in `term` go on? Only while that same term lasts: once it ended, a
     /// later term of this replica does not count.
     pub fn is_leader_in(&self, term: Term) -> bool {
-        self.term() == Some(term)
+        self.time_left_in(term).is_some()
+    }
+
+    /// How long work started in `term` may still act (see [`Status::time_left_in`]).
+    pub fn time_left_in(&self, term: Term) -> Option<Duration> {
+        if self.status.has_changed().is_err() {
+            return None;
+        }
+        self.status.borrow().time_left_in(term, Instant::now())
     }
 
     /// The Lease's holder as this replica last read it while standing by.
@@ -287,6 +307,23 @@ mod tests {
         assert!(leader.is_leader_at(now + Duration::from_millis(9)));
         assert!(!leader.is_leader_at(now + Duration::from_millis(10)));
         assert!(!Status::standby().is_leader_at(now));
+    }
+
+    /// What bounds an action: the time left in the term it started in, none in another term.
+    #[test]
+    fn the_time_left_is_the_terms_and_none_outside_it() {
+        let now = Instant::now();
+        let leader = leading(2, now, now + Duration::from_millis(10));
+        assert_eq!(
+            leader.time_left_in(Term(2), now + Duration::from_millis(4)),
+            Some(Duration::from_millis(6))
+        );
+        assert_eq!(
+            leader.time_left_in(Term(2), now + Duration::from_millis(10)),
+            None
+        );
+        assert_eq!(leader.time_left_in(Term(1), now), None);
+        assert_eq!(Status::standby().time_left_in(Term(2), now), None);
     }
 
     #[tokio::test]

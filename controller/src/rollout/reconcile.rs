@@ -74,7 +74,7 @@ impl Rollouts {
         )
         .await;
         if let Some(call) = gate.hook.clone()
-            && may_act()
+            && may_act().is_some()
         {
             // What the hook answered is stored whatever changed meanwhile: a record lost to a
             // resourceVersion race would call it again.
@@ -97,7 +97,7 @@ impl Rollouts {
         gates::report::explain(&self.explainer, group, members, &gate).await;
         if !gate.writes.is_empty() {
             // Stored before acting, by this term's leader only: a failover keeps the gate.
-            if !may_act() {
+            if may_act().is_none() {
                 return Ok(Requeue::Never);
             }
             let api: Api<StatefulSet> = Api::namespaced(self.client.clone(), &self.namespace);
@@ -211,7 +211,7 @@ impl Rollouts {
         let statefulsets: Api<StatefulSet> = Api::namespaced(self.client.clone(), &self.namespace);
         for action in &plan.actions {
             // The term may have ended while planning: check right before every call.
-            if !may_act() {
+            if may_act().is_none() {
                 return Ok(None);
             }
             match action {
@@ -232,13 +232,18 @@ impl Rollouts {
                         self.announce(group, members, statefulset, None, said).await;
                         return Ok(Some(note));
                     }
+                    // Within the term the pass started in: a deposed leader stops deleting
+                    // when its term ends, not a request timeout later.
+                    let Some(left) = may_act() else {
+                        return Ok(None);
+                    };
                     let outcome = execute::delete_pod(
                         &pods,
                         &self.pending,
                         group,
                         pod,
                         uid,
-                        self.request_timeout,
+                        self.request_timeout.min(left),
                     )
                     .await?;
                     if outcome != Outcome::Done {

@@ -61,7 +61,7 @@ impl Pass<'_> {
         for follow_up in
             follow_up_claims(ledger, self.members.iter().map(AsRef::as_ref), now, grace)
         {
-            if !may_act() {
+            if may_act().is_none() {
                 break;
             }
             let result = match &follow_up {

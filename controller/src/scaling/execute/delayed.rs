@@ -13,6 +13,7 @@ use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::StatefulSet;
 
 use super::{Pass, SetOutcome};
+use crate::leader::MayAct;
 use crate::queue::Requeue;
 use crate::scaling::delayed_downscale::{self, Decision, decide, parse_answer};
 
@@ -66,7 +67,13 @@ impl Pass<'_> {
     }
 
     /// DELETE to `[0, to)`, POST to `[to, from)`, then scale as far down as the answers allow.
-    pub(super) async fn delayed_downscale(&self, name: &str, from: i32, to: i32) -> Requeue {
+    pub(super) async fn delayed_downscale(
+        &self,
+        name: &str,
+        from: i32,
+        to: i32,
+        may_act: &MayAct,
+    ) -> Requeue {
         let (Some(statefulset), Some(settings)) =
             (self.statefulset(name), self.delayed_settings(name))
         else {
@@ -98,18 +105,22 @@ impl Pass<'_> {
         let state = StatefulSetState::of(statefulset);
         let names = state.pod_names();
         match decide(names, from, to, settings.delay, &answers, now) {
-            Decision::ScaleTo { replicas } => match self.set_replicas(name, replicas).await {
-                SetOutcome::Done => {
-                    self.tell_scaled_down(name, from, to, replicas, settings.delay)
-                        .await;
-                    self.write_back(name, replicas).await;
-                    Requeue::Never
-                }
-                SetOutcome::Stale => Requeue::After(Duration::from_millis(200)),
-                SetOutcome::Failed(error) => {
-                    self.tell_scale_failed(name, from, replicas, &error).await;
-                    Requeue::After(self.scaler.poll_interval)
-                }
+            // The pods' answers took time: what is left of the term is read again.
+            Decision::ScaleTo { replicas } => match may_act() {
+                None => Requeue::Never,
+                Some(left) => match self.set_replicas(name, replicas, left).await {
+                    SetOutcome::Done => {
+                        self.tell_scaled_down(name, from, to, replicas, settings.delay)
+                            .await;
+                        self.write_back(name, replicas).await;
+                        Requeue::Never
+                    }
+                    SetOutcome::Stale => Requeue::After(Duration::from_millis(200)),
+                    SetOutcome::Failed(error) => {
+                        self.tell_scale_failed(name, from, replicas, &error).await;
+                        Requeue::After(self.scaler.poll_interval)
+                    }
+                },
             },
             Decision::Wait { until } => {
                 let last = names.at(from - 1);

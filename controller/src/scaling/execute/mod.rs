@@ -167,7 +167,7 @@ impl Scaler {
                 .await;
             }
         }
-        if !may_act() {
+        if may_act().is_none() {
             return requeue;
         }
         let requeue = requeue.sooner(pass.act(&plan, may_act).await);
@@ -204,10 +204,11 @@ impl Pass<'_> {
     async fn act(&self, plan: &ScalingPlan, may_act: &MayAct) -> Requeue {
         let mut requeue = Requeue::Never;
         for action in &plan.actions {
-            // The lease may have been lost meanwhile: check right before every call.
-            if !may_act() {
+            // The lease may have been lost meanwhile: check right before every call, and let
+            // a scale write take no longer than the term has left.
+            let Some(left) = may_act() else {
                 break;
-            }
+            };
             match action {
                 Action::SetReplicas {
                     statefulset,
@@ -218,7 +219,7 @@ impl Pass<'_> {
                         .findings
                         .iter()
                         .find(|f| f.kind == FindingKind::Scale && &f.statefulset == statefulset);
-                    match self.set_replicas(statefulset, *to).await {
+                    match self.set_replicas(statefulset, *to, left).await {
                         SetOutcome::Done => {
                             if let Some(finding) = finding {
                                 self.tell(finding).await;
@@ -248,7 +249,9 @@ impl Pass<'_> {
                     from,
                     to,
                 } => {
-                    let hint = self.delayed_downscale(statefulset, *from, *to).await;
+                    let hint = self
+                        .delayed_downscale(statefulset, *from, *to, may_act)
+                        .await;
                     requeue = requeue.sooner(hint);
                 }
             }
@@ -256,7 +259,7 @@ impl Pass<'_> {
         requeue
     }
 
-    async fn set_replicas(&self, name: &str, replicas: i32) -> SetOutcome {
+    async fn set_replicas(&self, name: &str, replicas: i32, left: Duration) -> SetOutcome {
         let Some(cached) = self.statefulset(name) else {
             return SetOutcome::Stale;
         };
@@ -268,7 +271,7 @@ impl Pass<'_> {
             "spec": {"replicas": replicas},
         });
         let result = bounded(
-            self.scaler.request_timeout,
+            self.scaler.request_timeout.min(left),
             format!("scaling {name}"),
             api.patch_scale(name, &PatchParams::default(), &Patch::Merge(&patch)),
         )

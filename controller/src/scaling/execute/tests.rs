@@ -76,7 +76,7 @@ async fn follower_scaled_up_answered(
         statefulset("ingester-zone-a", 3, None),
         statefulset("ingester-zone-b", 2, Some("ingester-zone-a")),
     ];
-    let may_act: MayAct = Arc::new(|| true);
+    let may_act: MayAct = Arc::new(|| Some(std::time::Duration::MAX));
     let api_server = async {
         let mut handle = pin!(handle);
         let (request, send) = handle.next_request().await.expect("the pass scales");
