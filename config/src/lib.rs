@@ -19,7 +19,7 @@ use serde_saphyr::figment::Yaml;
 
 pub use error::{ConfigError, InvalidValue};
 pub use reference::reference_markdown;
-pub use values::{ByteSize, Duration, ListenAddress};
+pub use values::{ByteSize, Destination, Duration, ListenAddress};
 
 /// Environment variable naming the config file when `--config` is not given.
 pub const CONFIG_FILE_ENV: &str = "BATON_CONFIG";
@@ -52,6 +52,9 @@ pub struct Config {
     pub certificates: CertificatesConfig,
     /// The records of approved downscales that min-time is judged on.
     pub downscale: DownscaleConfig,
+    /// Where the leader's calls for rollout gates (health checks' Prometheus queries, rollout
+    /// hooks) may go, and how much they may cost.
+    pub gates: GatesConfig,
 }
 
 impl Default for Config {
@@ -67,6 +70,45 @@ impl Default for Config {
             pods: PodsConfig::default(),
             certificates: CertificatesConfig::default(),
             downscale: DownscaleConfig::default(),
+            gates: GatesConfig::default(),
+        }
+    }
+}
+
+/// The leader's own calls for rollout gates. Their addresses are written by namespace users (a
+/// `RolloutHealthCheck`'s `spec.prometheus.address`, the `baton.dev/hook` annotation), and the
+/// calls leave from the leader's network position, some with Secrets it read: these keys bound
+/// where they go and what they cost. Loopback, link-local and unspecified addresses (the
+/// leader's own ports, a cloud's metadata service) are refused unless an entry names them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct GatesConfig {
+    /// Prometheus addresses health checks may query, as URL prefixes
+    /// (`https://prometheus.monitoring.svc:9090`). Empty: any address but loopback, link-local
+    /// and unspecified ones, without credentials: a check's bearer token or basic auth is only
+    /// ever sent to an address listed here.
+    pub prometheus_addresses: Vec<Destination>,
+    /// Addresses rollout hooks may call, as URL prefixes (`https://deploys.example.com/hooks`).
+    /// Empty: any address but loopback, link-local and unspecified ones (which an entry may
+    /// name).
+    pub hook_addresses: Vec<Destination>,
+    /// Longest `spec.prometheus.timeout` honoured; a longer one is cut to this.
+    pub max_query_timeout: Duration,
+    /// Largest Prometheus answer read; a larger one makes the run inconclusive.
+    pub max_answer_bytes: ByteSize,
+    /// Health check runs in flight at once, over all groups. Runs happen beside the groups'
+    /// reconciles, so a slow or dead Prometheus delays only the groups that query it.
+    pub max_concurrent_checks: usize,
+}
+
+impl Default for GatesConfig {
+    fn default() -> Self {
+        Self {
+            prometheus_addresses: Vec::new(),
+            hook_addresses: Vec::new(),
+            max_query_timeout: Duration::from_secs(30),
+            max_answer_bytes: ByteSize(4 * 1024 * 1024),
+            max_concurrent_checks: 16,
         }
     }
 }
@@ -521,6 +563,23 @@ impl Config {
             "downscale.zone_tracker_config_map",
             self.downscale.zone_tracker_config_map.clone(),
             "a Kubernetes object name",
+        );
+        positive(
+            "gates.max_query_timeout",
+            self.gates.max_query_timeout,
+            &mut check,
+        );
+        check(
+            self.gates.max_answer_bytes.0 >= 1024,
+            "gates.max_answer_bytes",
+            self.gates.max_answer_bytes.to_string(),
+            "at least 1KiB",
+        );
+        check(
+            self.gates.max_concurrent_checks > 0,
+            "gates.max_concurrent_checks",
+            self.gates.max_concurrent_checks.to_string(),
+            "a whole number above zero",
         );
         self.certificates.validate(&mut check);
         ConfigError::from_problems(problems)

@@ -315,3 +315,60 @@ fn print_config_shows_the_default_serving_lifetime_as_days() {
         "a 90-day lifetime printed as humantime's calendar split:\n{printed}"
     );
 }
+
+#[test]
+fn gate_destinations_come_from_the_environment_as_a_list_and_bad_ones_are_named() {
+    Jail::expect_with(|jail| {
+        jail.set_env(
+            "BATON_GATES__HOOK_ADDRESSES",
+            r#"["https://deploys.example.com/hooks", "http://127.0.0.1:8080"]"#,
+        );
+        let config = Config::load(None).expect("loads");
+        let hooks: Vec<String> = config
+            .gates
+            .hook_addresses
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(
+            hooks,
+            [
+                "https://deploys.example.com/hooks",
+                "http://127.0.0.1:8080/"
+            ]
+        );
+        jail.set_env(
+            "BATON_GATES__PROMETHEUS_ADDRESSES",
+            r#"["https://user:secret@prometheus:9090"]"#,
+        );
+        let message = Config::load(None).unwrap_err().to_string();
+        assert!(message.contains("gates.prometheus_addresses"), "{message}");
+        assert!(message.contains("names a user"), "{message}");
+        Ok(())
+    });
+}
+
+#[test]
+fn a_destination_covers_its_origin_and_the_paths_below_it_only() {
+    let prefix: Destination = "https://deploys.example.com/hooks"
+        .parse()
+        .expect("a prefix");
+    let covers = |url: &str| prefix.covers(&url::Url::parse(url).expect("a URL"));
+    assert!(covers("https://deploys.example.com/hooks"));
+    assert!(covers(
+        "https://deploys.example.com:443/hooks/ingester?token=x"
+    ));
+    assert!(!covers("https://deploys.example.com/hooksmith"));
+    assert!(!covers("https://deploys.example.com/"));
+    assert!(!covers("http://deploys.example.com/hooks"));
+    assert!(!covers("https://deploys.example.com:8443/hooks"));
+    assert!(!covers("https://deploys.example.com.evil.example/hooks"));
+    assert!(!covers("https://evil.example/hooks"));
+    for bad in [
+        "ftp://deploys.example.com",
+        "https://deploys.example.com/?token=1",
+        "deploys.example.com",
+    ] {
+        assert!(bad.parse::<Destination>().is_err(), "{bad}");
+    }
+}

@@ -144,6 +144,71 @@ impl FromStr for ByteSize {
     }
 }
 
+/// An address the leader may call, as a URL prefix: `http` or `https`, a host, optionally a port
+/// and a path; no user, query or fragment. A URL falls under it when scheme, host and port
+/// (the scheme's default when absent) are the same and its path is the prefix's path or below
+/// it (segment by segment: `/hooks` covers `/hooks/a`, not `/hooksmith`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Destination(url::Url);
+
+impl Destination {
+    /// The prefix, parsed.
+    pub fn url(&self) -> &url::Url {
+        &self.0
+    }
+
+    /// Whether `url` falls under this prefix.
+    pub fn covers(&self, url: &url::Url) -> bool {
+        let prefix = &self.0;
+        let segments = |url: &url::Url| -> Vec<String> {
+            url.path_segments()
+                .map(|segments| {
+                    segments
+                        .filter(|segment| !segment.is_empty())
+                        .map(str::to_owned)
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let (prefix_path, path) = (segments(prefix), segments(url));
+        prefix.scheme() == url.scheme()
+            && prefix.host() == url.host()
+            && prefix.port_or_known_default() == url.port_or_known_default()
+            && path.starts_with(&prefix_path)
+    }
+}
+
+impl fmt::Display for Destination {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.0.as_str())
+    }
+}
+
+impl FromStr for Destination {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let url = url::Url::parse(s.trim()).map_err(|err| err.to_string())?;
+        if !matches!(url.scheme(), "http" | "https") {
+            return Err(format!(
+                "the scheme {:?} is not http or https",
+                url.scheme()
+            ));
+        }
+        if url.host().is_none() {
+            return Err("it has no host".to_owned());
+        }
+        if !url.username().is_empty() || url.password().is_some() {
+            return Err("it names a user; credentials do not belong in an address".to_owned());
+        }
+        if url.query().is_some() || url.fragment().is_some() {
+            return Err(
+                "it has a query or fragment; a prefix is scheme, host, port and path".to_owned(),
+            );
+        }
+        Ok(Self(url))
+    }
+}
+
 /// Serializes as the display string and deserializes from a string (or, for numbers written
 /// without quotes in YAML or an environment variable, from their text), keeping the rejected
 /// text in the error.
@@ -203,6 +268,11 @@ string_value!(
     "\"0.0.0.0:8443\" or \"[::]:8443\""
 );
 string_value!(ByteSize, "a size in bytes", "\"3MiB\"");
+string_value!(
+    Destination,
+    "an http(s) URL prefix",
+    "\"https://prometheus.monitoring.svc:9090\""
+);
 
 const LEVELS: [&str; 6] = ["trace", "debug", "info", "warn", "error", "off"];
 

@@ -136,6 +136,15 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
             pending: PendingDeletions::default(),
             budgets,
             status: status_board.clone(),
+            gate_calls: crate::gates::calls::GateCalls::new(
+                client.clone(),
+                config.namespace.clone(),
+                config.kubernetes.request_timeout.get(),
+                &config.gates,
+                Some(config.certificates.secret_name.clone()),
+                touched.clone(),
+            )
+            .context("building the gates' HTTP client")?,
         },
         scaler: crate::scaling::Scaler::new(client.clone(), &config, &registry)
             .context("building the scaler")?,

@@ -137,6 +137,15 @@ async fn an_unreachable_reference_holds_scaling_but_not_the_rollout() {
             pending: PendingDeletions::default(),
             budgets,
             status: StatusBoard::default(),
+            gate_calls: crate::gates::calls::GateCalls::new(
+                client.clone(),
+                NAMESPACE.to_owned(),
+                Duration::from_secs(600),
+                &config.gates,
+                None,
+                tokio::sync::mpsc::unbounded_channel().0,
+            )
+            .expect("the gates' client"),
         },
         scaler: Scaler::new(client, &config, &registry).expect("a scaler"),
     };

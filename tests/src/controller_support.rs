@@ -40,10 +40,15 @@ pub struct ControlledNamespace {
 impl ControlledNamespace {
     /// A namespace `<prefix>-<random>` on the shared control plane, simulated and controlled.
     pub async fn start(prefix: &str) -> Self {
+        Self::start_with(prefix, &[]).await
+    }
+
+    /// As [`ControlledNamespace::start`], the controller configured with `extra` too.
+    pub async fn start_with(prefix: &str, extra: &[(&str, &str)]) -> Self {
         let control_plane = ControlPlane::shared().await;
         let namespace = crate::TestNamespace::create(control_plane, prefix).await;
         let simulator = crate::PodSimulator::for_namespace(&namespace).await;
-        let controller = Controller::start(control_plane, namespace.name(), &[]).await;
+        let controller = Controller::start(control_plane, namespace.name(), extra).await;
         Self {
             control_plane,
             namespace,

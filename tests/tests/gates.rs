@@ -18,6 +18,7 @@ use baton_e2e::timeline::{
 };
 use baton_e2e::{PodEvent, wait_until};
 use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::json;
 
@@ -44,6 +45,11 @@ impl std::ops::DerefMut for Scene {
 impl Scene {
     async fn new(prefix: &str) -> Self {
         Self(ControlledNamespace::start(prefix).await)
+    }
+
+    /// A scene whose controller is configured with `extra` too.
+    async fn with(prefix: &str, extra: &[(&str, &str)]) -> Self {
+        Self(ControlledNamespace::start_with(prefix, extra).await)
     }
 
     /// Creates the group of [`ZONES`], `annotate` deciding each zone's annotations; returns
@@ -320,7 +326,9 @@ impl CheckedScene {
         metrics.set(ERROR_RATIO, 0.0);
         let prometheus = Prometheus::start(metrics.address()).await;
         prometheus.wait_value(ERROR_RATIO, 0.0).await;
-        let scene = Scene::new(prefix).await;
+        // The operator lets checks query this Prometheus (on loopback, refused unless listed).
+        let allowed = format!("[\"{}\"]", prometheus.url());
+        let scene = Scene::with(prefix, &[("BATON_GATES__PROMETHEUS_ADDRESSES", &allowed)]).await;
         install_health_check_crd(&scene.namespace.client()).await;
         let check = json!({
             "apiVersion": "baton.dev/v1alpha1",
@@ -507,6 +515,94 @@ async fn a_stopped_prometheus_passes_nothing_and_halts_nothing_and_the_rollout_c
 }
 
 #[tokio::test]
+async fn a_checks_credentials_are_never_batons_own_secret_nor_sent_over_plain_http_unless_asked_nor_unlabelled()
+ {
+    // Given a group gated by a check on a Prometheus the operator allowed
+    let checked = CheckedScene::new("health-secrets").await;
+    let scene = &checked.scene;
+    let client = scene.namespace.client();
+    let checks: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        scene.namespace.name(),
+        &health::api_resource(),
+    );
+    let set_prometheus = |prometheus: serde_json::Value| {
+        let checks = checks.clone();
+        async move {
+            let patch = json!({"spec": {"prometheus": prometheus}});
+            checks
+                .patch("errors", &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .expect("patching the check");
+        }
+    };
+    let zone_a = checked.names[0].clone();
+
+    // When the check asks for baton's own TLS Secret as its token, and the template changes
+    set_prometheus(json!({"bearerTokenSecret": {"name": "baton-webhook-tls", "key": "tls.key"}}))
+        .await;
+    scene.roll_out(&checked.names).await;
+    // Then it is refused with a Warning saying why
+    scene
+        .wait_event(
+            &zone_a,
+            "UnusableHealthCheck",
+            "Secret baton-webhook-tls is baton's own TLS Secret, which no health check may use",
+        )
+        .await;
+
+    // When it names a Secret of the namespace instead, to be sent over plain http
+    set_prometheus(json!({"bearerTokenSecret": {"name": "prometheus-token", "key": "token"}}))
+        .await;
+    // Then that is refused, saying how to send it anyway
+    scene
+        .wait_event(
+            &zone_a,
+            "UnusableHealthCheck",
+            "set spec.prometheus.allowInsecureCredentials: true to send them anyway",
+        )
+        .await;
+
+    // When the check says so explicitly, but the Secret's owner did not opt it in
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), scene.namespace.name());
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "prometheus-token"},
+        "stringData": {"token": "t0ken"},
+    }))
+    .expect("a Secret");
+    secrets
+        .create(&PostParams::default(), &secret)
+        .await
+        .expect("creating the Secret");
+    set_prometheus(json!({"allowInsecureCredentials": true})).await;
+    // Then it is refused, naming the label the Secret lacks
+    scene
+        .wait_event(
+            &zone_a,
+            "UnusableHealthCheck",
+            "Secret prometheus-token is not labelled baton.dev/health-check-secret=true",
+        )
+        .await;
+    // and meanwhile no step was taken
+    for name in &checked.names {
+        assert_eq!(scene.updated_pods(name).await, 0, "{name}");
+    }
+
+    // When the Secret's owner opts it in
+    let label = json!({"metadata": {"labels": {health::SECRET_OPT_IN_LABEL: "true"}}});
+    secrets
+        .patch(
+            "prometheus-token",
+            &PatchParams::default(),
+            &Patch::Merge(&label),
+        )
+        .await
+        .expect("labelling the Secret");
+    // Then the rollout completes
+    scene.wait_complete(&checked.names).await;
+}
+
+#[tokio::test]
 async fn a_ramp_rolls_each_zone_1_then_2_then_4_pods_with_max_unavailable_4() {
     // Given a ready group of 2 zones × 7 pods, max-unavailable 4, with an exponential ramp
     let scene = Scene::new("ramp").await;
@@ -539,6 +635,16 @@ async fn a_ramp_rolls_each_zone_1_then_2_then_4_pods_with_max_unavailable_4() {
 // ---------------------------------------------------------------------------------------------
 // Hooks
 // ---------------------------------------------------------------------------------------------
+
+const HOOK_ADDRESSES: &str = "BATON_GATES__HOOK_ADDRESSES";
+
+/// Settings as the controller's environment takes them.
+fn env<'a>(settings: &'a [(&'static str, String)]) -> Vec<(&'static str, &'a str)> {
+    settings
+        .iter()
+        .map(|(key, value)| (*key, value.as_str()))
+        .collect()
+}
 
 /// An HTTP endpoint on loopback standing in for a rollout hook: records every request's JSON
 /// body and answers with the status it is told.
@@ -585,13 +691,19 @@ impl HookServer {
     fn calls(&self) -> Vec<serde_json::Value> {
         self.calls.lock().expect("not poisoned").clone()
     }
+
+    /// The controller setting that lets hooks call this server (on loopback, refused unless
+    /// the operator lists it).
+    fn allowed(&self) -> [(&'static str, String); 1] {
+        [(HOOK_ADDRESSES, format!("[\"{}\"]", self.url))]
+    }
 }
 
 #[tokio::test]
 async fn hooks_are_called_before_and_after_each_zone_in_order_with_the_documented_body() {
     // Given a ready group whose hook answers 200
     let hook = HookServer::start(200).await;
-    let scene = Scene::new("hooks").await;
+    let scene = Scene::with("hooks", &env(&hook.allowed())).await;
     let names = scene
         .create(|zone, fixture| match zone {
             "a" => fixture.annotation(HOOK_ANNOTATION, &hook.url),
@@ -664,7 +776,7 @@ async fn hooks_are_called_before_and_after_each_zone_in_order_with_the_documente
 async fn a_failing_hook_is_retried_and_then_halts_the_group() {
     // Given a ready group whose hook answers 500
     let hook = HookServer::start(500).await;
-    let scene = Scene::new("hook-fails").await;
+    let scene = Scene::with("hook-fails", &env(&hook.allowed())).await;
     let names = scene
         .create(|zone, fixture| match zone {
             "a" => fixture.annotation(HOOK_ANNOTATION, &hook.url),
@@ -688,6 +800,49 @@ async fn a_failing_hook_is_retried_and_then_halts_the_group() {
         .await;
     assert_eq!(hook.calls().len(), 5);
     // and no pod was deleted
+    for name in &names {
+        assert_eq!(scene.updated_pods(name).await, 0, "{name}");
+    }
+}
+
+#[tokio::test]
+async fn a_hook_at_an_address_the_operator_did_not_allow_is_never_called_and_the_group_says_why() {
+    // Given a group whose hook is on loopback (the leader's own ports live there), with a token
+    // in its URL, and an operator who allowed no such address
+    let hook = HookServer::start(200).await;
+    let scene = Scene::new("hook-refused").await;
+    let url = format!("{}?token=s3cret", hook.url);
+    let names = scene
+        .create(|zone, fixture| match zone {
+            "a" => fixture.annotation(HOOK_ANNOTATION, &url),
+            _ => fixture,
+        })
+        .await;
+
+    // When the template changes
+    scene.roll_out(&names).await;
+
+    // Then the group waits with a Warning saying why, the URL shown without its token
+    scene
+        .wait_event(
+            "ingester-zone-a",
+            "RefusedHook",
+            "is a loopback, link-local or unspecified address; only gates.hook_addresses can \
+             permit it",
+        )
+        .await;
+    let events = baton_e2e::controller_support::events_about(
+        &scene.namespace.client(),
+        scene.namespace.name(),
+        "ingester-zone-a",
+    )
+    .await;
+    assert!(
+        events.iter().all(|(_, note)| !note.contains("s3cret")),
+        "no Event shows the token: {events:?}"
+    );
+    // and the hook was never called, and no pod was deleted
+    assert_eq!(hook.calls(), Vec::<serde_json::Value>::new());
     for name in &names {
         assert_eq!(scene.updated_pods(name).await, 0, "{name}");
     }

@@ -90,6 +90,10 @@ pub struct CheckState {
     /// The last outcome, for messages.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_outcome: Option<String>,
+    /// The revisions the counts are about ([`target`]): passes seen before a template change
+    /// say nothing of the new revision. Absent (a state stored before it was kept): the same.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
 }
 
 impl CheckState {
@@ -147,6 +151,17 @@ impl CheckState {
     fn to_annotation(&self) -> String {
         serde_json::to_string(self).expect("a struct of numbers and strings always serialises")
     }
+}
+
+/// What the group rolls to: its members' update revisions. A run is about this target; when it
+/// changes, the counts start again.
+pub fn target(group: &GroupSnapshot) -> String {
+    let revisions: Vec<&str> = group
+        .statefulsets
+        .iter()
+        .map(|member| member.update_revision.as_deref().unwrap_or_default())
+        .collect();
+    revisions.join(",")
 }
 
 /// Whether the group still has pods to update: only then do checks run.
@@ -210,6 +225,16 @@ pub fn apply(
         return (plan, decision);
     }
     let mut state = stored.clone();
+    let rolling_to = target(group);
+    if state
+        .target
+        .as_ref()
+        .is_some_and(|seen| *seen != rolling_to)
+    {
+        state.passes = 0;
+        state.failures = 0;
+    }
+    state.target = Some(rolling_to);
     if let Some(run) = run {
         state.last_run = Some(run.at.to_string());
         state.last_outcome = Some(run.outcome.to_string());

@@ -62,6 +62,7 @@ fn state(passes: u32, failures: u32) -> CheckState {
         last_run: Some((now() - secs(10)).to_string()),
         last_step: Some((now() - secs(600)).to_string()),
         last_outcome: Some("passed".to_owned()),
+        target: None,
     }
 }
 
@@ -258,4 +259,33 @@ fn an_invalid_check_name_holds_the_group() {
     let (gated, decision) = gate(&group, None);
     assert!(deleted_zones(&gated).is_empty());
     assert_eq!(decision.wait().map(GateWait::kind), Some("InvalidGate"));
+}
+
+#[test]
+fn passes_seen_before_the_template_changed_do_not_let_the_new_revisions_step_go() {
+    // Given a check that passed twice while the group rolled to an earlier revision
+    let earlier = CheckState {
+        target: Some("rev-old,rev-old".to_owned()),
+        ..state(2, 2)
+    };
+    let one = group(vec![
+        with_checks(zone("a", 3, 0), &earlier),
+        zone("b", 3, 0),
+    ]);
+    assert_ne!(target(&one), "rev-old,rev-old");
+    // When it is gated with no new run
+    let (gated, decision) = gate(&one, None);
+    // Then nothing is deleted, and the counts start again for the new target
+    assert!(deleted_zones(&gated).is_empty());
+    assert_eq!(decision.wait().map(GateWait::kind), Some("HealthCheck"));
+    let counted = stored(&decision);
+    assert_eq!((counted.passes, counted.failures), (0, 0));
+    assert_eq!(counted.target, Some(target(&one)));
+    // while the same passes for the target being rolled let it go
+    let same = CheckState {
+        target: Some(target(&one)),
+        ..state(2, 0)
+    };
+    let two = group(vec![with_checks(zone("a", 3, 0), &same), zone("b", 3, 0)]);
+    assert_eq!(deleted_zones(&gate(&two, None).0), ["a"]);
 }

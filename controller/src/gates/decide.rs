@@ -44,6 +44,8 @@ pub enum GateWait {
         key: &'static str,
         value: String,
     },
+    /// `zone` waits for the group's hook, which the operator's bounds do not let baton call.
+    RefusedHook { zone: String, why: String },
     /// `zone` is next, but `unfinished`, already rolling, is not finished.
     ZoneUnfinished { zone: String, unfinished: String },
     /// Deletions in `zone` wait for the health check `check` to pass `needed` times in a row
@@ -89,6 +91,7 @@ impl GateWait {
             Self::HealthCheck { .. } => "HealthCheck",
             Self::Ramp { .. } => "Ramp",
             Self::Hook { .. } => "Hook",
+            Self::RefusedHook { .. } => "RefusedHook",
         }
     }
 
@@ -100,7 +103,8 @@ impl GateWait {
             | Self::Soak { zone, .. }
             | Self::HealthCheck { zone, .. }
             | Self::Ramp { zone, .. }
-            | Self::Hook { zone, .. } => zone,
+            | Self::Hook { zone, .. }
+            | Self::RefusedHook { zone, .. } => zone,
         }
     }
 }
@@ -141,6 +145,11 @@ impl fmt::Display for GateWait {
                     _ => Ok(()),
                 }
             }
+            Self::RefusedHook { zone, why } => write!(
+                formatter,
+                "{zone} waits for its hook, which baton may not call: {why}; {}",
+                keys::HOLDING
+            ),
             Self::Ramp {
                 zone,
                 updated,

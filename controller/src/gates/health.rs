@@ -1,6 +1,7 @@
 //! The `RolloutHealthCheck` (baton.dev/v1alpha1): its spec as read, the check policy it gives,
-//! its queries rendered for a zone, and the verdict on Prometheus' answers. Pure; the calls
-//! live in [`super::prometheus`] and [`run`].
+//! its queries rendered for a zone, and the verdict on Prometheus' answers, all pure; then
+//! [`run`], which reads the check and its Secrets under the operator's bounds
+//! ([`super::egress`]) and starts the queries beside the reconcile ([`super::calls`]).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -12,7 +13,9 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use serde::Deserialize;
 
+use super::calls::GateCalls;
 use super::checks::{self, CheckOutcome, CheckPolicy, CheckRun, CheckState};
+use super::egress;
 use super::keys::{self, GateWarning, HEALTH_CHECK_ANNOTATION};
 use super::prometheus::{Auth, PrometheusClient, Tls};
 use super::{GateDecision, GateWait, decide, hooks};
@@ -60,6 +63,9 @@ pub struct PrometheusSpec {
     pub ca_secret: Option<SecretKey>,
     #[serde(default)]
     pub insecure_skip_verify: bool,
+    /// Send credentials even over plain http or without certificate checks.
+    #[serde(default)]
+    pub allow_insecure_credentials: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -245,26 +251,35 @@ pub fn combine(outcomes: Vec<CheckOutcome>) -> CheckOutcome {
         .unwrap_or(CheckOutcome::Pass)
 }
 
-/// The policy to apply for a group naming `name`, and the run made now if one is due. A check
-/// that cannot be read or used gives a policy that holds every step (an inconclusive run,
-/// which never halts) and the reason, for a Warning.
+/// The label a Secret needs before a health check may use it: a check's author names the
+/// Secret, its owner decides whether checks may send it.
+pub const SECRET_OPT_IN_LABEL: &str = "baton.dev/health-check-secret";
+
+/// A policy that holds every step: a check that cannot be read or used passes nothing and never
+/// halts.
+fn holding_policy(name: &str) -> CheckPolicy {
+    CheckPolicy {
+        name: name.to_owned(),
+        interval: DEFAULT_INTERVAL,
+        initial_delay: SignedDuration::ZERO,
+        success_threshold: 1,
+        failure_threshold: u32::MAX,
+    }
+}
+
+/// The policy to apply for `group`, which names the check `name`, and the run to apply now: one
+/// that ended since the last pass, or an inconclusive one when the check cannot be used (with
+/// the reason, for a Warning). A due run that can be made is started beside the reconcile
+/// ([`GateCalls::runs`]); its outcome comes with a later pass.
 pub async fn run(
-    client: &kube::Client,
-    request_timeout: Duration,
-    namespace: &str,
+    calls: &GateCalls,
+    group: &GroupSnapshot,
     name: &str,
     state: &CheckState,
     variables: &BTreeMap<&str, &str>,
     now: Timestamp,
 ) -> (CheckPolicy, Option<CheckRun>, Option<String>) {
-    let unusable = |why: String| {
-        let policy = CheckPolicy {
-            name: name.to_owned(),
-            interval: DEFAULT_INTERVAL,
-            initial_delay: SignedDuration::ZERO,
-            success_threshold: 1,
-            failure_threshold: u32::MAX,
-        };
+    let unusable = |policy: CheckPolicy, why: String| {
         // Paced like a usable check: a run (and its write) per interval, not per reconcile.
         let run = state.due(&policy, now).then(|| CheckRun {
             at: now,
@@ -272,78 +287,149 @@ pub async fn run(
         });
         (policy, run, Some(why))
     };
-    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &api_resource());
-    let reading = format!("reading {KIND} {name}");
-    let object = match bounded(request_timeout, reading.clone(), api.get(name)).await {
-        Ok(Ok(object)) => object,
-        Ok(Err(error)) => return unusable(format!("{reading}: {error}")),
-        Err(timed_out) => return unusable(timed_out.to_string()),
-    };
-    let spec: Spec = match serde_json::from_value(object.data["spec"].clone()) {
-        Ok(spec) => spec,
-        Err(error) => return unusable(format!("{KIND} {name}: {error}")),
+    let (spec, generation) = match read_spec(calls, name).await {
+        Ok(read) => read,
+        Err(why) => return unusable(holding_policy(name), why),
     };
     let policy = match spec.policy(name) {
         Ok(policy) => policy,
-        Err(error) => return unusable(format!("{KIND} {name}: {error}")),
+        Err(error) => return unusable(holding_policy(name), format!("{KIND} {name}: {error}")),
     };
-    if !state.due(&policy, now) {
+    // A run is about this check as written now and what the group rolls to now.
+    let key = format!("{generation}/{}", checks::target(group));
+    if let Some(ended) = calls.runs.take_ended(&group.name, &key) {
+        return (policy, Some(ended), None);
+    }
+    if !state.due(&policy, now) || calls.runs.running(&group.name, &key) {
         return (policy, None, None);
     }
-    let prometheus = match connect(client, request_timeout, namespace, &spec).await {
+    let timeout = match spec.timeout() {
+        Ok(timeout) => timeout.min(calls.max_query_timeout),
+        Err(error) => return unusable(policy, format!("{KIND} {name}: {error}")),
+    };
+    let prometheus = match connect(calls, &spec, timeout).await {
         Ok(prometheus) => prometheus,
-        Err(why) => {
+        Err(Unusable::Refused(why)) => return unusable(policy, format!("{KIND} {name}: {why}")),
+        Err(Unusable::Unavailable(why)) => {
             let outcome = CheckOutcome::Inconclusive {
                 why: format!("{KIND} {name}: {why}"),
             };
             return (policy, Some(CheckRun { at: now, outcome }), None);
         }
     };
-    let mut outcomes = Vec::new();
-    for query in &spec.queries {
-        let rendered = render(&query.query, variables);
-        let answer = prometheus
-            .query(&rendered)
-            .await
-            .map_err(|error| error.to_string());
-        outcomes.push(judge(query, &rendered, answer));
-    }
-    let run = CheckRun {
-        at: now,
-        outcome: combine(outcomes),
+    let queries: Vec<(QuerySpec, String)> = spec
+        .queries
+        .iter()
+        .map(|query| (query.clone(), render(&query.query, variables)))
+        .collect();
+    // Every query at once, the whole run bounded by one timeout (and a second for the answers
+    // to be read and judged).
+    let run = async move {
+        let answers = queries.iter().map(|(query, rendered)| {
+            let prometheus = &prometheus;
+            async move {
+                let answer = prometheus
+                    .query(rendered)
+                    .await
+                    .map_err(|error| error.to_string());
+                judge(query, rendered, answer)
+            }
+        });
+        combine(futures::future::join_all(answers).await)
     };
-    (policy, Some(run), None)
+    let bound = timeout + Duration::from_secs(1);
+    calls.runs.start(
+        &group.name,
+        &key,
+        now,
+        super::calls::bounded_run(bound, run),
+    );
+    (policy, None, None)
 }
 
-async fn connect(
-    client: &kube::Client,
-    request_timeout: Duration,
-    namespace: &str,
-    spec: &Spec,
-) -> Result<PrometheusClient, String> {
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
-    let read = |name: String, key: String| {
-        let secrets = secrets.clone();
-        async move {
-            let reading = format!("reading Secret {name}");
-            let secret = bounded(request_timeout, reading.clone(), secrets.get(&name))
-                .await
-                .map_err(|timed_out| timed_out.to_string())?
-                .map_err(|error| format!("{reading}: {error}"))?;
-            let bytes = secret
-                .data
-                .and_then(|mut data| data.remove(&key))
-                .ok_or_else(|| format!("Secret {name} has no key {key}"))?;
-            String::from_utf8(bytes.0).map_err(|_| format!("Secret {name} key {key} is not text"))
-        }
+/// The check's spec and generation.
+async fn read_spec(calls: &GateCalls, name: &str) -> Result<(Spec, i64), String> {
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(calls.client.clone(), &calls.namespace, &api_resource());
+    let reading = format!("reading {KIND} {name}");
+    let object = match bounded(calls.request_timeout, reading.clone(), api.get(name)).await {
+        Ok(Ok(object)) => object,
+        Ok(Err(error)) => return Err(format!("{reading}: {error}")),
+        Err(timed_out) => return Err(timed_out.to_string()),
     };
+    let spec = serde_json::from_value(object.data["spec"].clone())
+        .map_err(|error| format!("{KIND} {name}: {error}"))?;
+    Ok((spec, object.metadata.generation.unwrap_or_default()))
+}
+
+/// Why a check cannot be run now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Unusable {
+    /// What the check asks is not allowed, or names something missing: a Warning, until fixed.
+    Refused(String),
+    /// A read failed: this run is inconclusive, the next may do better.
+    Unavailable(String),
+}
+
+/// The Prometheus client the check asks for, if what it asks is allowed: an address the
+/// operator permits; credentials only to an address the operator listed, only from Secrets
+/// labelled [`SECRET_OPT_IN_LABEL`] (never baton's own TLS Secret), and only over verified TLS
+/// unless the check says `allowInsecureCredentials`.
+async fn connect(
+    calls: &GateCalls,
+    spec: &Spec,
+    timeout: Duration,
+) -> Result<PrometheusClient, Unusable> {
     let prometheus = &spec.prometheus;
+    let address = calls
+        .prometheus
+        .permit(&prometheus.address)
+        .map_err(|why| Unusable::Refused(format!("spec.prometheus.address: {why}")))?;
+    let named = [
+        prometheus
+            .bearer_token_secret
+            .as_ref()
+            .map(|secret| &secret.name),
+        prometheus
+            .basic_auth_secret
+            .as_ref()
+            .map(|secret| &secret.name),
+        prometheus.ca_secret.as_ref().map(|secret| &secret.name),
+    ];
+    if let Some(own) = named
+        .into_iter()
+        .flatten()
+        .find(|name| calls.own_secret.as_ref() == Some(*name))
+    {
+        return Err(Unusable::Refused(format!(
+            "Secret {own} is baton's own TLS Secret, which no health check may use"
+        )));
+    }
+    let credentials =
+        prometheus.bearer_token_secret.is_some() || prometheus.basic_auth_secret.is_some();
+    if credentials {
+        if !calls.prometheus.lists(&address) {
+            return Err(Unusable::Refused(format!(
+                "credentials are sent only to addresses in gates.prometheus_addresses, and {} is \
+                 not one (the operator's configuration)",
+                egress::redact(&prometheus.address)
+            )));
+        }
+        let exposed = address.scheme() == "http" || prometheus.insecure_skip_verify;
+        if exposed && !prometheus.allow_insecure_credentials {
+            return Err(Unusable::Refused(
+                "credentials over plain http or without certificate checks can be read on the \
+                 way; set spec.prometheus.allowInsecureCredentials: true to send them anyway"
+                    .to_owned(),
+            ));
+        }
+    }
     let auth = if let Some(secret) = &prometheus.bearer_token_secret {
-        Auth::Bearer(read(secret.name.clone(), secret.key.clone()).await?)
+        Auth::Bearer(read_secret(calls, &secret.name, &secret.key).await?)
     } else if let Some(secret) = &prometheus.basic_auth_secret {
         Auth::Basic {
-            username: read(secret.name.clone(), "username".to_owned()).await?,
-            password: read(secret.name.clone(), "password".to_owned()).await?,
+            username: read_secret(calls, &secret.name, "username").await?,
+            password: read_secret(calls, &secret.name, "password").await?,
         }
     } else {
         Auth::None
@@ -351,12 +437,64 @@ async fn connect(
     let tls = if prometheus.insecure_skip_verify {
         Tls::Insecure
     } else if let Some(secret) = &prometheus.ca_secret {
-        Tls::Ca(read(secret.name.clone(), secret.key.clone()).await?)
+        Tls::Ca(read_secret(calls, &secret.name, &secret.key).await?)
     } else {
         Tls::System
     };
-    PrometheusClient::new(&prometheus.address, spec.timeout()?, auth, tls)
-        .map_err(|error| error.to_string())
+    PrometheusClient::new(
+        address.as_str(),
+        calls.prometheus.client_builder(timeout),
+        auth,
+        tls,
+        calls.max_answer_bytes,
+    )
+    .map_err(|error| Unusable::Refused(error.to_string()))
+}
+
+/// The text under `key` of the Secret `name`, if the Secret opted in: its labels are read
+/// first, its data only then.
+async fn read_secret(calls: &GateCalls, name: &str, key: &str) -> Result<String, Unusable> {
+    let secrets: Api<Secret> = Api::namespaced(calls.client.clone(), &calls.namespace);
+    let reading = format!("reading Secret {name}");
+    let failed = |error: kube::Error| match error {
+        kube::Error::Api(status) if status.code == 404 => {
+            Unusable::Refused(format!("Secret {name} does not exist"))
+        }
+        error => Unusable::Unavailable(format!("{reading}: {error}")),
+    };
+    let timed_out = |timed_out: baton_shared::kube_client::TimedOut| {
+        Unusable::Unavailable(timed_out.to_string())
+    };
+    let metadata = bounded(
+        calls.request_timeout,
+        reading.clone(),
+        secrets.get_metadata(name),
+    )
+    .await
+    .map_err(timed_out)?
+    .map_err(failed)?;
+    let opted_in = metadata
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|labels| labels.get(SECRET_OPT_IN_LABEL))
+        .is_some_and(|value| value == "true");
+    if !opted_in {
+        return Err(Unusable::Refused(format!(
+            "Secret {name} is not labelled {SECRET_OPT_IN_LABEL}=true, which a Secret needs \
+             before health checks may use it"
+        )));
+    }
+    let secret = bounded(calls.request_timeout, reading.clone(), secrets.get(name))
+        .await
+        .map_err(timed_out)?
+        .map_err(failed)?;
+    let bytes = secret
+        .data
+        .and_then(|mut data| data.remove(key))
+        .ok_or_else(|| Unusable::Refused(format!("Secret {name} has no key {key}")))?;
+    String::from_utf8(bytes.0)
+        .map_err(|_| Unusable::Refused(format!("Secret {name} key {key} is not text")))
 }
 
 /// Plans and gates `group` as the leader would, without I/O: [`decide()`], then the hook gate
@@ -376,28 +514,27 @@ pub fn evaluate_without_queries(group: &GroupSnapshot, now: Timestamp) -> (Plan,
 /// and applies it ([`checks::apply`]). The only I/O: reading the check and its Secrets, and the
 /// queries; none while the group is halted or has nothing left to roll.
 pub async fn evaluate(
-    client: &kube::Client,
-    request_timeout: Duration,
-    namespace: &str,
+    calls: &GateCalls,
     group: &GroupSnapshot,
     now: Timestamp,
 ) -> (Plan, GateDecision) {
     let (config, _) = keys::read(group);
-    let checked = check(client, request_timeout, namespace, group, &config, now).await;
+    let checked = check(calls, group, &config, now).await;
     let Some(url) = config.hook.clone().filter(|_| config.invalid.is_none()) else {
         return checked;
     };
     let (plan, mut decision, call) = hooks::apply(group, &url, checked, now);
-    decision.hook = call;
+    match calls.refuse_hook(&url) {
+        Some(why) => decision = hooks::refuse(decision, why),
+        None => decision.hook = call,
+    }
     (plan, decision)
 }
 
 /// [`decide`], then the health check if the group names one. Kubernetes reads are bounded
-/// by `request_timeout`, each query by the check's own timeout.
+/// by `request_timeout`; the queries run beside the reconcile ([`GateCalls::runs`]).
 async fn check(
-    client: &kube::Client,
-    request_timeout: Duration,
-    namespace: &str,
+    calls: &GateCalls,
     group: &GroupSnapshot,
     config: &keys::GateConfig,
     now: Timestamp,
@@ -412,14 +549,7 @@ async fn check(
     };
     let halted = matches!(gated.1.wait(), Some(GateWait::Halted { .. }));
     if halted || !checks::rollout_in_progress(&gated.0) {
-        let idle = CheckPolicy {
-            name: name.clone(),
-            interval: DEFAULT_INTERVAL,
-            initial_delay: SignedDuration::ZERO,
-            success_threshold: 1,
-            failure_threshold: u32::MAX,
-        };
-        return checks::apply(group, &idle, None, gated, now);
+        return checks::apply(group, &holding_policy(&name), None, gated, now);
     }
     // The zone the queries are about: the one rolling, else the next to roll.
     let progress = &gated.0.progress;
@@ -438,20 +568,11 @@ async fn check(
     let variables = BTreeMap::from([
         ("group", group.name.as_str()),
         ("zone", zone),
-        ("namespace", namespace),
+        ("namespace", calls.namespace.as_str()),
         ("revision", revision),
     ]);
     let (state, _) = CheckState::read(group);
-    let (policy, run, problem) = run(
-        client,
-        request_timeout,
-        namespace,
-        &name,
-        &state,
-        &variables,
-        now,
-    )
-    .await;
+    let (policy, run, problem) = run(calls, group, &name, &state, &variables, now).await;
     let (plan, mut decision) = checks::apply(group, &policy, run.as_ref(), gated, now);
     if let Some(why) = problem {
         let carrier = group

@@ -8,8 +8,6 @@
 //! `baton.dev/hook-state` on that zone, for its update revision, so a new leader neither calls
 //! a hook twice after a success nor forgets the attempts.
 
-use std::time::Duration;
-
 use jiff::{SignedDuration, Timestamp};
 use serde::{Deserialize, Serialize};
 
@@ -196,6 +194,22 @@ pub fn apply(
     (plan, decision, Some(call))
 }
 
+/// The decision when the group's hook may not be called (the operator's bounds, see
+/// [`super::egress`]): a wait for the hook becomes a wait for the annotation to be fixed, which
+/// says why; nothing is called.
+pub fn refuse(mut decision: GateDecision, why: String) -> GateDecision {
+    if let Some(GateWait::Hook { zone, .. }) = decision.wait() {
+        decision.verdict = Verdict::Hold {
+            wait: GateWait::RefusedHook {
+                zone: zone.clone(),
+                why,
+            },
+            pass: Default::default(),
+        };
+    }
+    decision
+}
+
 /// The state to store after `call` was answered with `answer` (an HTTP status, or why there
 /// was none): done on 2xx; otherwise one more attempt, retried after 1 s, 2 s, 4 s, … (at most
 /// a minute), and past [`ATTEMPTS`] a halt naming the hook, the zone and the last answer.
@@ -227,7 +241,10 @@ pub fn record(
             if hook.attempts >= ATTEMPTS {
                 let why = format!(
                     "hook {:?} of {} ({}) failed {} times: {last}",
-                    call.phase, call.zone, call.url, hook.attempts
+                    call.phase,
+                    call.zone,
+                    super::egress::redact(&call.url),
+                    hook.attempts
                 );
                 hook.attempts = 0;
                 hook.retry_at = None;
@@ -278,27 +295,6 @@ pub fn body(call: &HookCall, group: &str, namespace: &str) -> serde_json::Value 
         "fromRevision": call.from_revision,
         "toRevision": call.to_revision,
     })
-}
-
-/// POSTs the call; the HTTP status, or why there is none.
-pub async fn post(
-    call: &HookCall,
-    group: &str,
-    namespace: &str,
-    timeout: Duration,
-) -> Result<u16, String> {
-    baton_shared::crypto::install_default_provider();
-    let client = reqwest::Client::builder()
-        .timeout(timeout)
-        .build()
-        .map_err(|error| error.to_string())?;
-    client
-        .post(&call.url)
-        .json(&body(call, group, namespace))
-        .send()
-        .await
-        .map(|response| response.status().as_u16())
-        .map_err(|error| format!("calling {}: {error}", call.url))
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@ use prometheus::{IntGaugeVec, Opts, Registry};
 use super::GateWait;
 
 /// Every [`GateWait::kind`], so that a group's series for the other kinds read 0.
-const KINDS: [&str; 7] = [
+const KINDS: [&str; 8] = [
     "Halted",
     "InvalidGate",
     "ZoneUnfinished",
@@ -13,6 +13,7 @@ const KINDS: [&str; 7] = [
     "HealthCheck",
     "Ramp",
     "Hook",
+    "RefusedHook",
 ];
 
 #[derive(Debug, Clone)]

@@ -18,8 +18,10 @@
 //! without this module (docs/compatibility.md). The one exception is
 //! [`keys::HALTED_ANNOTATION`], which a person may set on any group to stop it.
 
+pub mod calls;
 pub mod checks;
 pub mod decide;
+pub mod egress;
 pub mod health;
 pub mod hooks;
 pub mod keys;

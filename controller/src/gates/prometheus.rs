@@ -2,9 +2,9 @@
 //! a timeout, with optional bearer or basic auth and a CA or no certificate check. Anything
 //! but a successful answer is an error, which the health check treats as inconclusive.
 
-use std::time::Duration;
-
 use serde::Deserialize;
+
+use super::egress;
 
 /// How to authenticate.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -29,41 +29,47 @@ pub enum Tls {
 pub enum QueryError {
     #[error("building the Prometheus client: {0}")]
     Client(String),
-    #[error("asking Prometheus at {address}: {source}")]
-    Http {
-        address: String,
-        source: reqwest::Error,
-    },
-    #[error("Prometheus answered HTTP {status}: {body}")]
-    Status { status: u16, body: String },
+    #[error("asking Prometheus at {address}: {why}")]
+    Http { address: String, why: String },
+    #[error("Prometheus answered HTTP {status}")]
+    Status { status: u16 },
     #[error("Prometheus could not run the query ({kind}): {error}")]
     Query { kind: String, error: String },
     #[error("unreadable answer from Prometheus: {0}")]
     Answer(String),
 }
 
+/// The longest part of Prometheus' own error message shown: whatever answers at the address
+/// writes it, and it lands in Events.
+const MAX_ERROR_CHARS: usize = 200;
+
 #[derive(Debug, Clone)]
 pub struct PrometheusClient {
     address: String,
     auth: Auth,
     http: reqwest::Client,
+    max_answer_bytes: u64,
 }
 
 impl PrometheusClient {
-    pub fn new(address: &str, timeout: Duration, auth: Auth, tls: Tls) -> Result<Self, QueryError> {
-        baton_shared::crypto::install_default_provider();
-        let mut builder = reqwest::Client::builder()
-            .timeout(timeout)
-            .connect_timeout(timeout);
-        match tls {
-            Tls::System => {}
+    /// A client for `address` (already permitted by the operator's allowlist), its calls made by
+    /// `builder` ([`super::egress::Allowlist::client_builder`]).
+    pub fn new(
+        address: &str,
+        builder: reqwest::ClientBuilder,
+        auth: Auth,
+        tls: Tls,
+        max_answer_bytes: u64,
+    ) -> Result<Self, QueryError> {
+        let builder = match tls {
+            Tls::System => builder,
             Tls::Ca(pem) => {
                 let ca = reqwest::Certificate::from_pem(pem.as_bytes())
                     .map_err(|error| QueryError::Client(format!("the CA: {error}")))?;
-                builder = builder.add_root_certificate(ca);
+                builder.add_root_certificate(ca)
             }
-            Tls::Insecure => builder = builder.danger_accept_invalid_certs(true),
-        }
+            Tls::Insecure => builder.danger_accept_invalid_certs(true),
+        };
         let http = builder
             .build()
             .map_err(|error| QueryError::Client(error.to_string()))?;
@@ -71,27 +77,38 @@ impl PrometheusClient {
             address: address.trim_end_matches('/').to_owned(),
             auth,
             http,
+            max_answer_bytes,
         })
     }
 
     /// Runs `promql` as an instant query; returns the value of every sample.
     pub async fn query(&self, promql: &str) -> Result<Vec<f64>, QueryError> {
         let endpoint = format!("{}/api/v1/query", self.address);
-        let url = reqwest::Url::parse_with_params(&endpoint, [("query", promql)])
-            .map_err(|error| QueryError::Client(format!("the address {endpoint:?}: {error}")))?;
+        let url =
+            reqwest::Url::parse_with_params(&endpoint, [("query", promql)]).map_err(|error| {
+                QueryError::Client(format!(
+                    "the address {}: {error}",
+                    egress::redact(&endpoint)
+                ))
+            })?;
         let request = self.http.get(url);
         let request = match &self.auth {
             Auth::None => request,
             Auth::Bearer(token) => request.bearer_auth(token),
             Auth::Basic { username, password } => request.basic_auth(username, Some(password)),
         };
-        let http = |source| QueryError::Http {
-            address: self.address.clone(),
-            source,
+        let failed = |why: String| QueryError::Http {
+            address: egress::redact(&self.address),
+            why,
         };
-        let response = request.send().await.map_err(http)?;
+        let response = request
+            .send()
+            .await
+            .map_err(|error| failed(egress::describe_failure(&error).to_owned()))?;
         let status = response.status();
-        let body = response.text().await.map_err(http)?;
+        let body = egress::read_capped(response, self.max_answer_bytes)
+            .await
+            .map_err(failed)?;
         samples(status.as_u16(), &body)
     }
 }
@@ -121,31 +138,41 @@ struct Sample {
 }
 
 /// The sample values of an answer (pure): a vector's samples, a scalar as one sample.
-pub fn samples(status: u16, body: &str) -> Result<Vec<f64>, QueryError> {
-    let answer: Answer = match serde_json::from_str(body) {
+/// What is wrong is said without quoting the answer: whatever answers at the address writes it,
+/// and messages land in Events (only Prometheus' own error message is shown, shortened).
+pub fn samples(status: u16, body: &[u8]) -> Result<Vec<f64>, QueryError> {
+    let unreadable = |error: serde_json::Error| {
+        QueryError::Answer(format!(
+            "not a Prometheus answer ({:?} error at line {}, column {})",
+            error.classify(),
+            error.line(),
+            error.column()
+        ))
+    };
+    let answer: Answer = match serde_json::from_slice(body) {
         Ok(answer) => answer,
-        Err(_) if !(200..300).contains(&status) => {
-            return Err(QueryError::Status {
-                status,
-                body: body.chars().take(200).collect(),
-            });
-        }
-        Err(error) => return Err(QueryError::Answer(error.to_string())),
+        Err(_) if !(200..300).contains(&status) => return Err(QueryError::Status { status }),
+        Err(error) => return Err(unreadable(error)),
     };
     if answer.status != "success" {
+        let shorten = |text: Option<String>| {
+            text.unwrap_or_default()
+                .chars()
+                .take(MAX_ERROR_CHARS)
+                .collect::<String>()
+        };
         return Err(QueryError::Query {
-            kind: answer.error_type.unwrap_or_default(),
-            error: answer.error.unwrap_or_default(),
+            kind: shorten(answer.error_type),
+            error: shorten(answer.error),
         });
     }
     let value = |raw: &str| {
         raw.parse::<f64>()
-            .map_err(|_| QueryError::Answer(format!("sample value {raw:?}")))
+            .map_err(|_| QueryError::Answer("a sample value is not a number".to_owned()))
     };
     let Some(data) = answer.data else {
         return Err(QueryError::Answer("no data".to_owned()));
     };
-    let unreadable = |error: serde_json::Error| QueryError::Answer(error.to_string());
     match data.result_type.as_str() {
         "vector" => {
             let samples: Vec<Sample> = serde_json::from_value(data.result).map_err(unreadable)?;
@@ -159,9 +186,13 @@ pub fn samples(status: u16, body: &str) -> Result<Vec<f64>, QueryError> {
                 serde_json::from_value(data.result).map_err(unreadable)?;
             Ok(vec![value(&raw)?])
         }
-        other => Err(QueryError::Answer(format!(
-            "a {other} result; health checks need an instant vector or scalar"
+        "matrix" | "string" => Err(QueryError::Answer(format!(
+            "a {} result; health checks need an instant vector or scalar",
+            data.result_type
         ))),
+        _ => Err(QueryError::Answer(
+            "an unknown result type; health checks need an instant vector or scalar".to_owned(),
+        )),
     }
 }
 
@@ -174,30 +205,38 @@ mod tests {
         let vector = r#"{"status":"success","data":{"resultType":"vector","result":[
             {"metric":{"job":"a"},"value":[1700000000.1,"0.5"]},
             {"metric":{"job":"b"},"value":[1700000000.1,"NaN"]}]}}"#;
-        let values = samples(200, vector).expect("a vector");
+        let values = samples(200, vector.as_bytes()).expect("a vector");
         assert_eq!(values[0], 0.5);
         assert!(values[1].is_nan());
         let scalar =
             r#"{"status":"success","data":{"resultType":"scalar","result":[1700000000,"2"]}}"#;
-        assert_eq!(samples(200, scalar).expect("a scalar"), vec![2.0]);
+        assert_eq!(
+            samples(200, scalar.as_bytes()).expect("a scalar"),
+            vec![2.0]
+        );
         let empty = r#"{"status":"success","data":{"resultType":"vector","result":[]}}"#;
-        assert_eq!(samples(200, empty).expect("no samples"), Vec::<f64>::new());
+        assert_eq!(
+            samples(200, empty.as_bytes()).expect("no samples"),
+            Vec::<f64>::new()
+        );
     }
 
     #[test]
     fn errors_say_what_prometheus_said() {
         let bad = r#"{"status":"error","errorType":"bad_data","error":"parse error at char 4"}"#;
         assert_eq!(
-            samples(400, bad).unwrap_err().to_string(),
+            samples(400, bad.as_bytes()).unwrap_err().to_string(),
             "Prometheus could not run the query (bad_data): parse error at char 4"
         );
         assert_eq!(
-            samples(502, "Bad Gateway").unwrap_err().to_string(),
-            "Prometheus answered HTTP 502: Bad Gateway"
+            samples(502, b"Bad Gateway <secret page>")
+                .unwrap_err()
+                .to_string(),
+            "Prometheus answered HTTP 502"
         );
         let matrix = r#"{"status":"success","data":{"resultType":"matrix","result":[]}}"#;
         assert!(
-            samples(200, matrix)
+            samples(200, matrix.as_bytes())
                 .unwrap_err()
                 .to_string()
                 .contains("instant vector")

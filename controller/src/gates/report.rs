@@ -41,7 +41,9 @@ pub async fn explain(
         return;
     };
     let severity = match wait {
-        GateWait::Halted { .. } | GateWait::InvalidGate { .. } => Severity::Warning,
+        GateWait::Halted { .. } | GateWait::InvalidGate { .. } | GateWait::RefusedHook { .. } => {
+            Severity::Warning
+        }
         GateWait::Soak { .. }
         | GateWait::ZoneUnfinished { .. }
         | GateWait::HealthCheck { .. }

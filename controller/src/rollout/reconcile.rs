@@ -36,6 +36,8 @@ pub struct Rollouts {
     pub budgets: crate::zpdb::ZoneBudgets,
     /// The leader's history for the status page: why each group waits since when, what it did.
     pub status: StatusBoard,
+    /// Health check runs and hook calls, within the operator's bounds.
+    pub gate_calls: gates::calls::GateCalls,
 }
 
 impl std::fmt::Debug for Rollouts {
@@ -65,14 +67,7 @@ impl Rollouts {
         // The planner's plan as the rollout gates allow it (issue 12; a group without gate
         // keys gets the plan unchanged).
         let now = jiff::Timestamp::now();
-        let (plan, gate) = gates::health::evaluate(
-            &self.client,
-            self.request_timeout,
-            &self.namespace,
-            &snapshot,
-            now,
-        )
-        .await;
+        let (plan, gate) = gates::health::evaluate(&self.gate_calls, &snapshot, now).await;
         if let Some(call) = gate.hook.clone()
             && may_act().is_some()
         {
@@ -86,7 +81,7 @@ impl Rollouts {
             if let Ok(Ok(fresh)) = fresh
                 && gates::hooks::still_due(&fresh, &call, now)
             {
-                let answer = gates::hooks::post(&call, group, &self.namespace, timeout).await;
+                let answer = self.gate_calls.post_hook(&call, group).await;
                 let recorded = gates::hooks::record(&snapshot, &call, answer, now);
                 store::store_unconditionally(&api, &recorded, timeout).await?;
             }

@@ -93,7 +93,7 @@ pub fn group_status(
     let skipped = matches!(plan.waiting, Some(WaitReason::NonOnDeleteMember { .. }));
     let halted = matches!(
         gate.wait(),
-        Some(GateWait::Halted { .. } | GateWait::InvalidGate { .. })
+        Some(GateWait::Halted { .. } | GateWait::InvalidGate { .. } | GateWait::RefusedHook { .. })
     );
     let waiting = waiting(plan, gate, history);
     // The StatefulSet whose own pods the planner waits for (readiness, not a gate).

@@ -1,0 +1,307 @@
+//! The gates' calls out of the leader: health check runs and rollout hooks, with the bounds the
+//! operator set (`gates` in the configuration, see [`super::egress`]).
+//!
+//! A health check's queries run beside the groups' reconciles, never inside them: a group whose
+//! Prometheus is slow or dead would otherwise hold one of the few reconcile slots for as long as
+//! its queries wait, and every other group's rollout behind it. A due run is started here and
+//! the reconcile goes on with the check's stored state (which passes nothing new); when the run
+//! ends, its group is queued again and the next reconcile takes the outcome. At most
+//! `gates.max_concurrent_checks` runs are in flight; each is bounded by its check's timeout
+//! (at most `gates.max_query_timeout`), all of its queries at once.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use baton_config::GatesConfig;
+use jiff::Timestamp;
+use tokio::sync::{Semaphore, mpsc::UnboundedSender};
+use tokio::task::AbortHandle;
+
+use super::checks::{CheckOutcome, CheckRun};
+use super::egress::{self, Allowlist};
+use super::hooks::{self, HookCall};
+
+/// The settings and shared clients of the gates' calls, and the check runs in flight.
+pub struct GateCalls {
+    pub client: kube::Client,
+    pub namespace: String,
+    /// Bound on each Kubernetes read (a check, its Secrets) and each hook call.
+    pub request_timeout: Duration,
+    pub prometheus: Allowlist,
+    pub max_query_timeout: Duration,
+    pub max_answer_bytes: u64,
+    /// baton's own TLS Secret, when it lives in this namespace: never a check's credential.
+    pub own_secret: Option<String>,
+    hooks: Allowlist,
+    hook_client: reqwest::Client,
+    pub runs: CheckRuns,
+}
+
+impl std::fmt::Debug for GateCalls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GateCalls")
+            .field("namespace", &self.namespace)
+            .field("prometheus", &self.prometheus)
+            .field("hooks", &self.hooks)
+            .finish_non_exhaustive()
+    }
+}
+
+impl GateCalls {
+    /// `own_secret` is the webhook's TLS Secret if it is in `namespace`; `wake` queues a group
+    /// again (the controller's reconcile queue).
+    pub fn new(
+        client: kube::Client,
+        namespace: String,
+        request_timeout: Duration,
+        config: &GatesConfig,
+        own_secret: Option<String>,
+        wake: UnboundedSender<String>,
+    ) -> Result<Self, reqwest::Error> {
+        let hooks = Allowlist::new("gates.hook_addresses", config.hook_addresses.clone());
+        let hook_client = hooks.client_builder(request_timeout).build()?;
+        Ok(Self {
+            client,
+            namespace,
+            request_timeout,
+            prometheus: Allowlist::new(
+                "gates.prometheus_addresses",
+                config.prometheus_addresses.clone(),
+            ),
+            max_query_timeout: config.max_query_timeout.get(),
+            max_answer_bytes: config.max_answer_bytes.0,
+            own_secret,
+            hooks,
+            hook_client,
+            runs: CheckRuns::new(config.max_concurrent_checks, wake),
+        })
+    }
+
+    /// Why the hook at `url` may not be called, if it may not.
+    pub fn refuse_hook(&self, url: &str) -> Option<String> {
+        self.hooks.permit(url).err()
+    }
+
+    /// POSTs `call` through the one hook client; the HTTP status, or why there is none (neither
+    /// naming the URL unredacted).
+    pub async fn post_hook(&self, call: &HookCall, group: &str) -> Result<u16, String> {
+        let url = self.hooks.permit(&call.url)?;
+        self.hook_client
+            .post(url)
+            .json(&hooks::body(call, group, &self.namespace))
+            .send()
+            .await
+            .map(|response| response.status().as_u16())
+            .map_err(|error| {
+                format!(
+                    "calling {}: {}",
+                    egress::redact(&call.url),
+                    egress::describe_failure(&error)
+                )
+            })
+    }
+}
+
+/// The check runs in flight and those ended but not yet taken, by group. Each run is made for
+/// a key (the check's generation and what the group rolls to): an outcome is taken only for
+/// the key it was made for, so a run made before the check or the template changed never
+/// counts after it.
+#[derive(Debug)]
+pub struct CheckRuns {
+    slots: Arc<Mutex<HashMap<String, Slot>>>,
+    permits: Arc<Semaphore>,
+    wake: UnboundedSender<String>,
+}
+
+#[derive(Debug)]
+struct Slot {
+    key: String,
+    state: SlotState,
+}
+
+#[derive(Debug)]
+enum SlotState {
+    Running(AbortHandle),
+    Ended(CheckRun),
+}
+
+impl CheckRuns {
+    pub fn new(max_concurrent: usize, wake: UnboundedSender<String>) -> Self {
+        Self {
+            slots: Arc::default(),
+            permits: Arc::new(Semaphore::new(max_concurrent.max(1))),
+            wake,
+        }
+    }
+
+    /// The run of `group` for `key` that ended since the last call, if any (one for another
+    /// key is dropped).
+    pub fn take_ended(&self, group: &str, key: &str) -> Option<CheckRun> {
+        let mut slots = self.lock();
+        let slot = slots.remove(group)?;
+        match slot.state {
+            SlotState::Ended(run) if slot.key == key => Some(run),
+            SlotState::Ended(_) => None,
+            SlotState::Running(_) => {
+                slots.insert(group.to_owned(), slot);
+                None
+            }
+        }
+    }
+
+    /// Whether a run of `group` for `key` is in flight.
+    pub fn running(&self, group: &str, key: &str) -> bool {
+        self.lock()
+            .get(group)
+            .is_some_and(|slot| slot.key == key && matches!(slot.state, SlotState::Running(_)))
+    }
+
+    /// Starts `queries` as the run of `group` for `key`, made `at`, unless one for `key` is in
+    /// flight (one for another key is stopped); when it ends, the group is queued again.
+    pub fn start<F>(&self, group: &str, key: &str, at: Timestamp, queries: F)
+    where
+        F: Future<Output = CheckOutcome> + Send + 'static,
+    {
+        let mut slots = self.lock();
+        if let Some(slot) = slots.get(group)
+            && let SlotState::Running(task) = &slot.state
+        {
+            if slot.key == key {
+                return;
+            }
+            task.abort();
+        }
+        let (owned, permits, wake) = (self.slots.clone(), self.permits.clone(), self.wake.clone());
+        let (name, made_for) = (group.to_owned(), key.to_owned());
+        let task = tokio::spawn(async move {
+            // Never closed: the semaphore lives as long as the runs.
+            let _permit = permits.acquire_owned().await;
+            let outcome = queries.await;
+            let ended = Slot {
+                key: made_for,
+                state: SlotState::Ended(CheckRun { at, outcome }),
+            };
+            owned
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .insert(name.clone(), ended);
+            // The queue is gone only when the controller stops.
+            let _ = wake.send(name);
+        });
+        let running = Slot {
+            key: key.to_owned(),
+            state: SlotState::Running(task.abort_handle()),
+        };
+        slots.insert(group.to_owned(), running);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Slot>> {
+        // A panic while holding the lock left whole entries: the map is still sound.
+        self.slots
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+impl Drop for CheckRuns {
+    /// Runs belong to the controller that started them: none outlives it.
+    fn drop(&mut self) {
+        for slot in self.lock().values() {
+            if let SlotState::Running(task) = &slot.state {
+                task.abort();
+            }
+        }
+    }
+}
+
+/// Bounds `queries` by `timeout`: past it, the run is inconclusive.
+pub async fn bounded_run<F>(timeout: Duration, queries: F) -> CheckOutcome
+where
+    F: Future<Output = CheckOutcome>,
+{
+    tokio::time::timeout(timeout, queries)
+        .await
+        .unwrap_or_else(|_| CheckOutcome::Inconclusive {
+            why: format!("Prometheus gave no answer within {timeout:?}"),
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_run_that_never_ends_holds_only_its_own_group() {
+        // Given one run slot, taken by a group whose Prometheus never answers
+        let (wake, mut woken) = tokio::sync::mpsc::unbounded_channel();
+        let runs = CheckRuns::new(2, wake);
+        let now = Timestamp::now();
+        runs.start("dead", "k", now, std::future::pending());
+        // When another group's run is started
+        runs.start("alive", "k", now, async { CheckOutcome::Pass });
+        // Then it ends, its group is queued again and its outcome is taken once
+        assert_eq!(woken.recv().await.as_deref(), Some("alive"));
+        assert_eq!(
+            runs.take_ended("alive", "k").map(|run| run.outcome),
+            Some(CheckOutcome::Pass)
+        );
+        assert_eq!(runs.take_ended("alive", "k"), None);
+        // and the dead group's run is still in flight, not restarted
+        assert!(runs.running("dead", "k"));
+        runs.start("dead", "k", now, async { CheckOutcome::Pass });
+        assert_eq!(runs.take_ended("dead", "k"), None);
+    }
+
+    #[tokio::test]
+    async fn runs_beyond_the_limit_wait_for_a_slot() {
+        let (wake, mut woken) = tokio::sync::mpsc::unbounded_channel();
+        let runs = CheckRuns::new(1, wake);
+        let (release, released) = tokio::sync::oneshot::channel::<()>();
+        let now = Timestamp::now();
+        runs.start("first", "k", now, async move {
+            let _ = released.await;
+            CheckOutcome::Pass
+        });
+        runs.start("second", "k", now, async { CheckOutcome::Pass });
+        tokio::task::yield_now().await;
+        assert!(
+            runs.running("second", "k"),
+            "waits while first holds the slot"
+        );
+        release.send(()).expect("first is waiting");
+        let mut ended = vec![
+            woken.recv().await.expect("one ends"),
+            woken.recv().await.expect("the other ends"),
+        ];
+        ended.sort();
+        assert_eq!(ended, ["first", "second"]);
+    }
+
+    #[tokio::test]
+    async fn a_run_made_for_an_earlier_check_or_template_is_never_taken() {
+        let (wake, mut woken) = tokio::sync::mpsc::unbounded_channel();
+        let runs = CheckRuns::new(1, wake);
+        let now = Timestamp::now();
+        // A run in flight for generation 1 is stopped when generation 2 needs one
+        runs.start("group", "1/rev-a", now, std::future::pending());
+        runs.start("group", "2/rev-a", now, async { CheckOutcome::Pass });
+        assert!(!runs.running("group", "1/rev-a"));
+        assert_eq!(woken.recv().await.as_deref(), Some("group"));
+        // and an ended run is taken only for the key it was made for
+        assert_eq!(runs.take_ended("group", "2/rev-b"), None);
+        assert!(!runs.running("group", "2/rev-a"));
+        assert_eq!(runs.take_ended("group", "2/rev-a"), None, "dropped");
+    }
+
+    #[tokio::test]
+    async fn a_run_past_its_timeout_is_inconclusive() {
+        tokio::time::pause();
+        let outcome = bounded_run(Duration::from_secs(2), std::future::pending()).await;
+        assert!(
+            matches!(&outcome, CheckOutcome::Inconclusive { why } if why.contains("within 2s")),
+            "{outcome:?}"
+        );
+    }
+}

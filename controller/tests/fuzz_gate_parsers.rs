@@ -1,0 +1,168 @@
+//! The controller's parsers of what namespace users and remote endpoints write, fed generated
+//! input: every gate annotation (`baton.dev/soak`, `ramp`, `hook`, `health-check`, `halted`
+//! and the stored `gate-state`, `check-state`, `hook-state`) and Prometheus' answers. Inputs
+//! are arbitrary strings and mutations of the corpus in `tests/corpus/`. Nothing may panic, and
+//! a gate, whatever it reads, only ever takes deletions away from the planner's plan.
+//!
+//! `FUZZ_CASES=N` runs N cases per target instead of the default (figures of a long run are in
+//! docs/security.md).
+
+use std::collections::BTreeMap;
+
+use baton_controller::gates::health::evaluate_without_queries;
+use baton_controller::gates::prometheus::samples;
+use baton_controller::gates::{
+    CHECK_STATE_ANNOTATION, HALTED_ANNOTATION, HEALTH_CHECK_ANNOTATION, HOOK_ANNOTATION,
+    HOOK_STATE_ANNOTATION, RAMP_ANNOTATION, SOAK_ANNOTATION, STATE_ANNOTATION,
+};
+use baton_controller::rollout::{
+    Action, GroupSnapshot, PodPhase, PodSnapshot, StatefulSetSnapshot, UpdateStrategy, plan,
+};
+use jiff::Timestamp;
+use proptest::prelude::*;
+use proptest::test_runner::{Config as RunnerConfig, TestRunner};
+
+const GATE_VALUES: &str = include_str!("corpus/gate-values.txt");
+const PROMETHEUS_ANSWERS: &str = include_str!("corpus/prometheus-answers.txt");
+
+const KEYS: [&str; 8] = [
+    SOAK_ANNOTATION,
+    RAMP_ANNOTATION,
+    HOOK_ANNOTATION,
+    HEALTH_CHECK_ANNOTATION,
+    HALTED_ANNOTATION,
+    STATE_ANNOTATION,
+    CHECK_STATE_ANNOTATION,
+    HOOK_STATE_ANNOTATION,
+];
+
+fn runner(default_cases: u32) -> TestRunner {
+    let cases = std::env::var("FUZZ_CASES")
+        .ok()
+        .and_then(|cases| cases.parse().ok())
+        .unwrap_or(default_cases);
+    TestRunner::new(RunnerConfig {
+        cases,
+        failure_persistence: None,
+        ..RunnerConfig::default()
+    })
+}
+
+/// A corpus line with a few characters inserted, replaced or removed, or an arbitrary string.
+fn value_from(corpus: &'static str) -> impl Strategy<Value = String> {
+    let lines: Vec<&'static str> = corpus.lines().collect();
+    let edits = prop::collection::vec((any::<prop::sample::Index>(), 0u8..3, any::<char>()), 0..4);
+    let mutated = (prop::sample::select(lines), edits).prop_map(|(seed, edits)| {
+        let mut chars: Vec<char> = seed.chars().collect();
+        for (at, op, c) in edits {
+            let position = at.index(chars.len() + 1);
+            match op {
+                0 => chars.insert(position, c),
+                1 if position < chars.len() => chars[position] = c,
+                _ if position < chars.len() => {
+                    chars.remove(position);
+                }
+                _ => {}
+            }
+        }
+        chars.into_iter().collect::<String>()
+    });
+    prop_oneof![4 => mutated, 1 => any::<String>()]
+}
+
+/// Three ready zones of two pods whose template changed, carrying `annotations` (zone index,
+/// key, value).
+fn group(annotations: &[(usize, &str, String)]) -> GroupSnapshot {
+    let statefulsets = ["a", "b", "c"]
+        .iter()
+        .enumerate()
+        .map(|(index, zone)| {
+            let name = format!("ingester-zone-{zone}");
+            let pods = (0..2)
+                .map(|ordinal| PodSnapshot {
+                    name: format!("{name}-{ordinal}"),
+                    uid: format!("{name}-{ordinal}"),
+                    revision: Some(format!("{name}-old")),
+                    phase: PodPhase::Running,
+                    ready: true,
+                    ready_since: Some(Timestamp::UNIX_EPOCH),
+                    terminating: false,
+                    container_state: None,
+                })
+                .collect();
+            StatefulSetSnapshot {
+                uid: format!("uid-{name}"),
+                spec_replicas: 2,
+                ordinals_start: 0,
+                min_ready_seconds: 0,
+                status_replicas: 2,
+                ready_replicas: 2,
+                current_revision: Some(format!("{name}-old")),
+                update_revision: Some(format!("{name}-new")),
+                update_strategy: UpdateStrategy::OnDelete,
+                annotations: annotations
+                    .iter()
+                    .filter(|(at, _, _)| *at == index)
+                    .map(|(_, key, value)| ((*key).to_owned(), value.clone()))
+                    .collect::<BTreeMap<_, _>>(),
+                pods,
+                name,
+            }
+        })
+        .collect();
+    GroupSnapshot {
+        name: "ingester".to_owned(),
+        statefulsets,
+    }
+}
+
+fn deleted(actions: &[Action]) -> Vec<String> {
+    actions
+        .iter()
+        .filter_map(|action| match action {
+            Action::DeletePod { pod, .. } => Some(pod.clone()),
+            Action::SetCurrentRevision { .. } => None,
+        })
+        .collect()
+}
+
+#[test]
+fn gate_annotations_never_panic_and_never_add_a_deletion() {
+    let annotation = (
+        0usize..3,
+        prop::sample::select(KEYS.to_vec()),
+        value_from(GATE_VALUES),
+    );
+    let strategy = prop::collection::vec(annotation, 0..8);
+    runner(2_000)
+        .run(&strategy, |annotations| {
+            let group = group(&annotations);
+            let now = Timestamp::from_second(1_800_000_000).expect("a time");
+            let planned = deleted(&plan(&group, now).actions);
+            let (gated, _) = evaluate_without_queries(&group, now);
+            for pod in deleted(&gated.actions) {
+                prop_assert!(planned.contains(&pod), "{pod} was not planned");
+            }
+            Ok(())
+        })
+        .expect("no gate annotation panics or adds a deletion");
+}
+
+#[test]
+fn prometheus_answers_never_panic_and_never_invent_samples() {
+    let body = prop_oneof![
+        4 => value_from(PROMETHEUS_ANSWERS).prop_map(String::into_bytes),
+        1 => prop::collection::vec(any::<u8>(), 0..256),
+    ];
+    let strategy = (prop::sample::select(vec![200u16, 400, 422, 502, 503]), body);
+    runner(5_000)
+        .run(&strategy, |(status, body)| {
+            if let Ok(values) = samples(status, &body) {
+                // One value per sample written: never more than the answer's `value` pairs.
+                let written = String::from_utf8_lossy(&body).matches("value").count();
+                prop_assert!(values.len() <= written.max(1), "{values:?}");
+            }
+            Ok(())
+        })
+        .expect("no Prometheus answer panics");
+}
