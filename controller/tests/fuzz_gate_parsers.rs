@@ -20,7 +20,10 @@ use baton_controller::rollout::{
 };
 use jiff::Timestamp;
 use proptest::prelude::*;
-use proptest::test_runner::{Config as RunnerConfig, TestRunner};
+
+#[path = "../../shared/tests/support/fuzz.rs"]
+mod fuzz;
+use fuzz::{corpus, runner, value_from};
 
 const GATE_VALUES: &str = include_str!("corpus/gate-values.txt");
 const PROMETHEUS_ANSWERS: &str = include_str!("corpus/prometheus-answers.txt");
@@ -35,40 +38,6 @@ const KEYS: [&str; 8] = [
     CHECK_STATE_ANNOTATION,
     HOOK_STATE_ANNOTATION,
 ];
-
-fn runner(default_cases: u32) -> TestRunner {
-    let cases = std::env::var("FUZZ_CASES")
-        .ok()
-        .and_then(|cases| cases.parse().ok())
-        .unwrap_or(default_cases);
-    TestRunner::new(RunnerConfig {
-        cases,
-        failure_persistence: None,
-        ..RunnerConfig::default()
-    })
-}
-
-/// A corpus line with a few characters inserted, replaced or removed, or an arbitrary string.
-fn value_from(corpus: &'static str) -> impl Strategy<Value = String> {
-    let lines: Vec<&'static str> = corpus.lines().collect();
-    let edits = prop::collection::vec((any::<prop::sample::Index>(), 0u8..3, any::<char>()), 0..4);
-    let mutated = (prop::sample::select(lines), edits).prop_map(|(seed, edits)| {
-        let mut chars: Vec<char> = seed.chars().collect();
-        for (at, op, c) in edits {
-            let position = at.index(chars.len() + 1);
-            match op {
-                0 => chars.insert(position, c),
-                1 if position < chars.len() => chars[position] = c,
-                _ if position < chars.len() => {
-                    chars.remove(position);
-                }
-                _ => {}
-            }
-        }
-        chars.into_iter().collect::<String>()
-    });
-    prop_oneof![4 => mutated, 1 => any::<String>()]
-}
 
 /// Three ready zones of two pods whose template changed, carrying `annotations` (zone index,
 /// key, value).
@@ -131,7 +100,7 @@ fn gate_annotations_never_panic_and_never_add_a_deletion() {
     let annotation = (
         0usize..3,
         prop::sample::select(KEYS.to_vec()),
-        value_from(GATE_VALUES),
+        value_from(corpus(GATE_VALUES)),
     );
     let strategy = prop::collection::vec(annotation, 0..8);
     runner(2_000)
@@ -151,7 +120,7 @@ fn gate_annotations_never_panic_and_never_add_a_deletion() {
 #[test]
 fn prometheus_answers_never_panic_and_never_invent_samples() {
     let body = prop_oneof![
-        4 => value_from(PROMETHEUS_ANSWERS).prop_map(String::into_bytes),
+        4 => value_from(corpus(PROMETHEUS_ANSWERS)).prop_map(String::into_bytes),
         1 => prop::collection::vec(any::<u8>(), 0..256),
     ];
     let strategy = (prop::sample::select(vec![200u16, 400, 422, 502, 503]), body);

@@ -30,49 +30,15 @@ use baton_shared::zpdb::spec::{Budget, ZoneAwarePodDisruptionBudget};
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use proptest::prelude::*;
-use proptest::test_runner::{Config as RunnerConfig, TestRunner};
 use serde_json::{Value, json};
+
+#[path = "support/fuzz.rs"]
+mod fuzz;
+use fuzz::{corpus, runner, value_from};
 
 const ANNOTATION_VALUES: &str = include_str!("corpus/annotation-values.txt");
 const RECORD_VALUES: &str = include_str!("corpus/record-values.txt");
 const BUDGET_SPECS: &str = include_str!("corpus/budget-specs.json");
-
-fn runner(default_cases: u32) -> TestRunner {
-    let cases = std::env::var("FUZZ_CASES")
-        .ok()
-        .and_then(|cases| cases.parse().ok())
-        .unwrap_or(default_cases);
-    TestRunner::new(RunnerConfig {
-        cases,
-        failure_persistence: None,
-        ..RunnerConfig::default()
-    })
-}
-
-fn corpus(text: &'static str) -> Vec<&'static str> {
-    text.split('\n').collect()
-}
-
-/// A corpus entry with a few characters inserted, replaced or removed, or an arbitrary string.
-fn value_from(corpus: Vec<&'static str>) -> impl Strategy<Value = String> {
-    let edits = prop::collection::vec((any::<prop::sample::Index>(), 0u8..3, any::<char>()), 0..4);
-    let mutated = (prop::sample::select(corpus), edits).prop_map(|(seed, edits)| {
-        let mut chars: Vec<char> = seed.chars().collect();
-        for (at, op, c) in edits {
-            let position = at.index(chars.len() + 1);
-            match op {
-                0 => chars.insert(position, c),
-                1 if position < chars.len() => chars[position] = c,
-                _ if position < chars.len() => {
-                    chars.remove(position);
-                }
-                _ => {}
-            }
-        }
-        chars.into_iter().collect::<String>()
-    });
-    prop_oneof![4 => mutated, 1 => any::<String>()]
-}
 
 fn one(key: &str, value: &str) -> BTreeMap<String, String> {
     BTreeMap::from([(key.to_owned(), value.to_owned())])
