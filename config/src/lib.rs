@@ -220,6 +220,10 @@ pub struct WebhookConfig {
     /// `0s` stops at once (only sensible with a `preStop` sleep doing the same). Keep the pod's
     /// `terminationGracePeriodSeconds` above `shutdown_delay` + `request_timeout` + a few seconds.
     pub shutdown_delay: Duration,
+    /// Who may set baton's state annotations on StatefulSets (`baton.dev/gate-state`,
+    /// `check-state`, `hook-state`), as the API server names users. Empty: baton-controller's
+    /// service account in `namespace` (`system:serviceaccount:<namespace>:baton-controller`).
+    pub state_writers: Vec<String>,
 }
 
 impl Default for WebhookConfig {
@@ -234,6 +238,7 @@ impl Default for WebhookConfig {
             allow_on_error: false,
             max_inflight_request_bytes: ByteSize(24 * 1024 * 1024),
             shutdown_delay: Duration::from_secs(5),
+            state_writers: Vec::new(),
         }
     }
 }
@@ -583,6 +588,19 @@ impl Config {
         );
         self.certificates.validate(&mut check);
         ConfigError::from_problems(problems)
+    }
+
+    /// Who may set baton's state annotations: `webhook.state_writers`, else baton-controller's
+    /// service account in `namespace`.
+    pub fn state_writers(&self) -> Vec<String> {
+        if self.webhook.state_writers.is_empty() {
+            vec![format!(
+                "system:serviceaccount:{}:baton-controller",
+                self.namespace
+            )]
+        } else {
+            self.webhook.state_writers.clone()
+        }
     }
 
     /// The effective configuration as YAML, in the format the config file accepts.

@@ -393,6 +393,62 @@ impl Drop for WebhookConfigurations {
     }
 }
 
+/// deploy/'s `baton-state-guard` configuration, scoped to one test namespace and calling a
+/// replica: its rules and objectSelector as shipped. Deleted when dropped.
+#[derive(Debug)]
+pub struct StateGuardConfiguration {
+    name: String,
+    kubeconfig: std::path::PathBuf,
+}
+
+impl StateGuardConfiguration {
+    pub async fn register(
+        control_plane: &ControlPlane,
+        namespace: &str,
+        tls: &TestTls,
+        replica: &WebhookReplica,
+    ) -> anyhow::Result<Self> {
+        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy/base/webhooks.yaml");
+        let text = std::fs::read_to_string(&path)?;
+        let mut shipped = serde_saphyr::from_multiple::<serde_json::Value>(&text)?
+            .into_iter()
+            .find(|document| document["metadata"]["name"] == "baton-state-guard")
+            .context("deploy/base/webhooks.yaml has baton-state-guard")?;
+        let name = format!("baton-e2e-state-guard-{namespace}");
+        shipped["metadata"] = json!({"name": name});
+        for webhook in shipped["webhooks"]
+            .as_array_mut()
+            .context("baton-state-guard has webhooks")?
+        {
+            webhook["clientConfig"] = json!({
+                "url": replica.url("/admission/state-guard"),
+                "caBundle": tls.ca_bundle(),
+            });
+            webhook["namespaceSelector"] =
+                json!({"matchLabels": {"kubernetes.io/metadata.name": namespace}});
+        }
+        let configuration: ValidatingWebhookConfiguration = serde_json::from_value(shipped)?;
+        Api::<ValidatingWebhookConfiguration>::all(control_plane.admin_client().await)
+            .create(&PostParams::default(), &configuration)
+            .await?;
+        Ok(Self {
+            name,
+            kubeconfig: control_plane.kubeconfig_path().to_path_buf(),
+        })
+    }
+}
+
+impl Drop for StateGuardConfiguration {
+    fn drop(&mut self) {
+        let name = self.name.clone();
+        clean_up_from_drop(self.kubeconfig.clone(), |client| async move {
+            let _ = Api::<ValidatingWebhookConfiguration>::all(client)
+                .delete(&name, &DeleteParams::default())
+                .await;
+        });
+    }
+}
+
 /// The API server picks webhook configurations up asynchronously: probes (two StatefulSets it
 /// creates in `namespace`) until both webhooks judge.
 pub async fn wait_for_webhooks(namespace: &TestNamespace) {

@@ -83,6 +83,7 @@ async fn the_manifests_pass_a_server_side_dry_run() {
         "mutatingwebhookconfiguration.admissionregistration.k8s.io/baton-prepare-downscale",
         "validatingwebhookconfiguration.admissionregistration.k8s.io/baton-pod-eviction",
         "validatingwebhookconfiguration.admissionregistration.k8s.io/baton-zpdb-validation",
+        "validatingwebhookconfiguration.admissionregistration.k8s.io/baton-state-guard",
         "customresourcedefinition.apiextensions.k8s.io/replicatemplates.rollout-operator.grafana.com",
         "customresourcedefinition.apiextensions.k8s.io/zoneawarepoddisruptionbudgets.rollout-operator.grafana.com",
         "customresourcedefinition.apiextensions.k8s.io/rollouthealthchecks.baton.dev",
@@ -97,7 +98,7 @@ async fn the_manifests_pass_a_server_side_dry_run() {
     assert!(ok, "{rendered}");
     assert_eq!(
         rendered.matches("\nkind: ").count() + usize::from(rendered.starts_with("kind: ")),
-        21
+        22
     );
 }
 
@@ -192,6 +193,7 @@ async fn deploy_installs_for_real_into_a_namespace_that_does_not_exist_yet() {
         "mutatingwebhookconfiguration/baton-prepare-downscale",
         "validatingwebhookconfiguration/baton-pod-eviction",
         "validatingwebhookconfiguration/baton-zpdb-validation",
+        "validatingwebhookconfiguration/baton-state-guard",
         "clusterrolebinding/baton-controller-webhook-ca",
     ] {
         kubectl(control_plane, &["delete", "--wait=false", kind]);

@@ -13,9 +13,12 @@ use baton_e2e::controller_support::{
 };
 use baton_e2e::fixtures::{StatefulSetFixture, rollout_group};
 use baton_e2e::prometheus_support::{Metrics, Prometheus, install_health_check_crd};
+use baton_e2e::rbac_support::{Binary, SERVICE_ACCOUNT_NAMESPACE, bind_deploy_roles};
 use baton_e2e::timeline::{
     Zone, ZoneWindow, check_rollout_guarantees, deletion_batches, zone_windows,
 };
+use baton_e2e::webhook_support::{StateGuardConfiguration, TestTls, WebhookReplica};
+use baton_e2e::{ControlPlane, PodSimulator, TestNamespace};
 use baton_e2e::{PodEvent, wait_until};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Secret;
@@ -846,4 +849,120 @@ async fn a_hook_at_an_address_the_operator_did_not_allow_is_never_called_and_the
     for name in &names {
         assert_eq!(scene.updated_pods(name).await, 0, "{name}");
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// baton's memory is baton's
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn a_person_cannot_forge_batons_memory_to_skip_a_soak_while_batons_own_writes_go_through() {
+    // Given baton run with its deploy/ roles (the controller as its service account), and the
+    // state guard as deploy/ ships it, letting that identity alone set baton's state
+    let control_plane = ControlPlane::shared().await;
+    let namespace = TestNamespace::create(control_plane, "state-guard").await;
+    let simulator = PodSimulator::for_namespace(&namespace).await;
+    let (client, ns) = (namespace.client(), namespace.name().to_owned());
+    bind_deploy_roles(&client, &ns, Binary::Controller)
+        .await
+        .expect("binding the controller's roles");
+    let controller_account = Binary::Controller.service_account();
+    let kubeconfig = control_plane
+        .service_account_kubeconfig(SERVICE_ACCOUNT_NAMESPACE, controller_account)
+        .expect("the controller's service account");
+    let controller = Controller::start_as(kubeconfig, &ns, &[]).await;
+    let tls = TestTls::generate().expect("a test CA");
+    let writers =
+        format!("[\"system:serviceaccount:{SERVICE_ACCOUNT_NAMESPACE}:{controller_account}\"]");
+    let replica = WebhookReplica::start_with(
+        control_plane,
+        &tls,
+        &ns,
+        &[("BATON_WEBHOOK__STATE_WRITERS", &writers)],
+    )
+    .await
+    .expect("baton-webhook starts");
+    let _guard = StateGuardConfiguration::register(control_plane, &ns, &tls, &replica)
+        .await
+        .expect("registering the state guard");
+    let statefulsets: Api<StatefulSet> = namespace.api();
+    let forged_member = || {
+        StatefulSetFixture::new("forged")
+            .label("rollout-group", "ingester")
+            .annotation(CHECK_STATE_ANNOTATION, r#"{"passes":99}"#)
+    };
+    wait_until(TIMEOUT, "the API server calls the state guard", || async {
+        match statefulsets
+            .create(&PostParams::default(), &forged_member().build())
+            .await
+        {
+            Err(refused) => refused.to_string().contains("only baton's controller sets"),
+            Ok(_) => {
+                let _ = statefulsets.delete("forged", &Default::default()).await;
+                false
+            }
+        }
+    })
+    .await;
+    let scene = Scene(ControlledNamespace {
+        control_plane,
+        namespace,
+        simulator,
+        controller,
+    });
+
+    // and a group whose zone a soaks an hour once rolled
+    let names = scene
+        .create(|zone, fixture| match zone {
+            "a" => fixture.annotation(SOAK_ANNOTATION, "1h"),
+            _ => fixture,
+        })
+        .await;
+
+    // When the template changes, baton rolls zone a and starts the soak: its own gate state
+    // goes through the guard
+    scene.roll_out(&names).await;
+    scene
+        .wait_event("ingester-zone-b", "Soak", "ingester-zone-b starts in")
+        .await;
+    assert!(
+        scene
+            .annotations(&names[0])
+            .await
+            .contains_key(STATE_ANNOTATION)
+    );
+
+    // When a person writes zone b's gate state as cleared, to skip the soak
+    let forged = json!({"metadata": {"annotations": {
+        STATE_ANNOTATION: r#"{"revision":"any","clearedAt":"2026-01-01T00:00:00Z"}"#,
+    }}});
+    let refused = statefulsets
+        .patch(&names[1], &PatchParams::default(), &Patch::Merge(&forged))
+        .await
+        .expect_err("a forged gate state is refused")
+        .to_string();
+    // Then it is refused, saying whose it is and what may be done instead
+    assert!(
+        refused.contains(
+            "baton.dev/gate-state is baton's memory of the rollout, which only baton's controller \
+             sets"
+        ) && refused.contains("remove the annotation to make baton start afresh"),
+        "{refused}"
+    );
+    // and so is a new member bringing a forged check state
+    let created = statefulsets
+        .create(&PostParams::default(), &forged_member().build())
+        .await
+        .expect_err("a member with forged state is refused")
+        .to_string();
+    assert!(created.contains("baton.dev/check-state"), "{created}");
+    // and zone b is still soaking, not one pod updated
+    assert_eq!(scene.updated_pods(&names[1]).await, 0);
+    let stored = scene.annotations(&names[1]).await;
+    assert!(
+        stored
+            .get(STATE_ANNOTATION)
+            .is_none_or(|state| !state.contains("2026-01-01")),
+        "{stored:?}"
+    );
 }

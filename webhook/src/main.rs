@@ -62,7 +62,8 @@ async fn run(config: Config) -> anyhow::Result<()> {
     let prepare = PrepareDownscale::new(client, pods, &config);
     let state = actix_web::web::Data::new(
         WebhookState::new(parents.clone(), prepare, metrics, &config.webhook)
-            .with_evictions(evictions.clone()),
+            .with_evictions(evictions.clone())
+            .with_state_writers(config.state_writers()),
     );
 
     // In-flight requests end by their deadline; give them that long, plus a little.

@@ -107,6 +107,7 @@ pub fn route_label(path: &str) -> &'static str {
         "/admission/prepare-downscale" => "admission_prepare_downscale",
         "/admission/pod-eviction" => "admission_pod_eviction",
         "/admission/zpdb-validation" => "admission_zpdb_validation",
+        "/admission/state-guard" => "admission_state_guard",
         _ => "other",
     }
 }

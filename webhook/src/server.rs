@@ -20,8 +20,8 @@ use tokio_util::task::TaskTracker;
 use crate::admission::no_downscale::{self, Assessment};
 use crate::admission::prepare_downscale::{self, flow::PrepareDownscale};
 use crate::admission::review::{self, AdmissionRequest, Review};
-use crate::admission::zpdb;
 use crate::admission::{Decision, Outcome};
+use crate::admission::{state_guard, zpdb};
 use crate::evictions::Evictions;
 use crate::metrics::{WebhookMetrics, route_label};
 use crate::parents::ParentCache;
@@ -34,6 +34,8 @@ pub const PREPARE_DOWNSCALE_PATH: &str = "/admission/prepare-downscale";
 pub const POD_EVICTION_PATH: &str = "/admission/pod-eviction";
 /// Path of the ZoneAwarePodDisruptionBudget validation webhook (the Go operator's).
 pub const ZPDB_VALIDATION_PATH: &str = "/admission/zpdb-validation";
+/// Path of the webhook that lets only baton's controller set its state annotations.
+pub const STATE_GUARD_PATH: &str = "/admission/state-guard";
 
 /// The webhooks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,6 +44,7 @@ pub enum Webhook {
     PrepareDownscale,
     PodEviction,
     ZpdbValidation,
+    StateGuard,
 }
 
 impl Webhook {
@@ -51,6 +54,7 @@ impl Webhook {
             Webhook::PrepareDownscale => "prepare-downscale",
             Webhook::PodEviction => "pod-eviction",
             Webhook::ZpdbValidation => "zpdb-validation",
+            Webhook::StateGuard => "state-guard",
         }
     }
     fn path(self) -> &'static str {
@@ -59,6 +63,7 @@ impl Webhook {
             Webhook::PrepareDownscale => PREPARE_DOWNSCALE_PATH,
             Webhook::PodEviction => POD_EVICTION_PATH,
             Webhook::ZpdbValidation => ZPDB_VALIDATION_PATH,
+            Webhook::StateGuard => STATE_GUARD_PATH,
         }
     }
 }
@@ -82,6 +87,8 @@ pub struct WebhookState {
     /// The zone-aware disruption budgets' caches; without them evictions are allowed with a
     /// warning (and budgets validated against no namespace are refused).
     evictions: Option<Arc<Evictions>>,
+    /// Who may set baton's state annotations (`Config::state_writers`); none until told.
+    state_writers: Vec<String>,
 }
 
 impl WebhookState {
@@ -107,6 +114,15 @@ impl WebhookState {
             tasks: TaskTracker::new(),
             runtime: tokio::runtime::Handle::current(),
             evictions: None,
+            state_writers: Vec::new(),
+        }
+    }
+
+    /// Lets `writers` set baton's state annotations.
+    pub fn with_state_writers(self, writers: Vec<String>) -> Self {
+        Self {
+            state_writers: writers,
+            ..self
         }
     }
 
@@ -205,6 +221,7 @@ pub fn routes(state: web::Data<WebhookState>) -> impl FnOnce(&mut web::ServiceCo
             .route(PREPARE_DOWNSCALE_PATH, admission(Webhook::PrepareDownscale))
             .route(POD_EVICTION_PATH, admission(Webhook::PodEviction))
             .route(ZPDB_VALIDATION_PATH, admission(Webhook::ZpdbValidation))
+            .route(STATE_GUARD_PATH, admission(Webhook::StateGuard))
             .default_service(web::to(not_found));
     }
 }
@@ -226,13 +243,14 @@ async fn not_found(request: HttpRequest, state: web::Data<WebhookState>) -> Http
         PREPARE_DOWNSCALE_PATH,
         POD_EVICTION_PATH,
         ZPDB_VALIDATION_PATH,
+        STATE_GUARD_PATH,
     ]
     .contains(&request.path());
     let response = if known {
         HttpResponse::MethodNotAllowed().body("admission reviews are POSTed\n")
     } else {
         HttpResponse::NotFound().body(format!(
-            "no such path {:?}; the webhooks are {NO_DOWNSCALE_PATH}, {PREPARE_DOWNSCALE_PATH}, {POD_EVICTION_PATH} and {ZPDB_VALIDATION_PATH}\n",
+            "no such path {:?}; the webhooks are {NO_DOWNSCALE_PATH}, {PREPARE_DOWNSCALE_PATH}, {POD_EVICTION_PATH}, {ZPDB_VALIDATION_PATH} and {STATE_GUARD_PATH}\n",
             request.path()
         ))
     };
@@ -277,6 +295,9 @@ async fn admit(
                     }
                     Webhook::PodEviction => judge_pod_eviction(&state, &review.request).await,
                     Webhook::ZpdbValidation => judge_zpdb(&state, &review.request),
+                    Webhook::StateGuard => {
+                        state_guard::validate(&review.request, &state.state_writers)
+                    }
                 };
                 let decision = state.unless_judged(decision);
                 answer(&state, webhook, &review, &decision)

@@ -25,14 +25,15 @@ pub const SOAK_ANNOTATION: &str = "baton.dev/soak";
 /// it. baton sets it (the value says why); a person removes it to resume.
 pub const HALTED_ANNOTATION: &str = "baton.dev/halted";
 /// Annotation written by baton only: the gate state of one zone (JSON, see
-/// [`super::ZoneState`]).
-pub const STATE_ANNOTATION: &str = "baton.dev/gate-state";
+/// [`super::ZoneState`]). Its two siblings below are guarded the same way: the webhook lets
+/// only baton's controller set them (`baton_shared::annotations::STATE_ANNOTATIONS`).
+pub use baton_shared::annotations::GATE_STATE_ANNOTATION as STATE_ANNOTATION;
 
 /// Annotation: the name of the `RolloutHealthCheck` (same namespace) that gates every step.
 pub const HEALTH_CHECK_ANNOTATION: &str = "baton.dev/health-check";
 /// Annotation written by baton only, on the group's first member: the health check's counts
 /// (JSON, see [`super::checks::CheckState`]).
-pub const CHECK_STATE_ANNOTATION: &str = "baton.dev/check-state";
+pub use baton_shared::annotations::CHECK_STATE_ANNOTATION;
 /// What [`HEALTH_CHECK_ANNOTATION`] accepts.
 pub const HEALTH_CHECK_ACCEPTED: &str =
     "the name of a RolloutHealthCheck: lower-case letters, digits, '-' and '.'";
@@ -41,9 +42,13 @@ pub const HEALTH_CHECK_ACCEPTED: &str =
 pub const HOOK_ANNOTATION: &str = "baton.dev/hook";
 /// Annotation written by baton only: the state of a zone's hooks (JSON, see
 /// [`super::hooks::ZoneHooks`]).
-pub const HOOK_STATE_ANNOTATION: &str = "baton.dev/hook-state";
+pub use baton_shared::annotations::HOOK_STATE_ANNOTATION;
 /// What [`HOOK_ANNOTATION`] accepts.
 pub const HOOK_ACCEPTED: &str = "an http:// or https:// URL";
+/// What a member's health check or hook must be when another member names one: members
+/// disagreeing would let whichever sorts first (a new member, say) choose for the group.
+pub const AGREEING_ACCEPTED: &str =
+    "the same value as the other members that set it (the group holds until they agree)";
 
 /// Annotation: `exponential` ramps each zone in steps of 1, 2, 4, … pods (capped by
 /// max-unavailable), each step gated; `none` (or absent) does not.
@@ -199,11 +204,18 @@ pub fn read(group: &GroupSnapshot) -> (GateConfig, Vec<GateWarning>) {
         }
         if let Some(raw) = annotation(HEALTH_CHECK_ANNOTATION) {
             config.enabled = true;
-            if is_object_name(raw) {
-                config.health_check.get_or_insert_with(|| raw.to_owned());
-            } else {
+            if !is_object_name(raw) {
                 let accepted = HEALTH_CHECK_ACCEPTED;
                 reject(&mut config, name, HEALTH_CHECK_ANNOTATION, raw, accepted);
+            } else if config
+                .health_check
+                .as_deref()
+                .is_some_and(|named| named != raw)
+            {
+                let accepted = AGREEING_ACCEPTED;
+                reject(&mut config, name, HEALTH_CHECK_ANNOTATION, raw, accepted);
+            } else {
+                config.health_check.get_or_insert_with(|| raw.to_owned());
             }
         }
         if let Some(raw) = annotation(RAMP_ANNOTATION) {
@@ -217,10 +229,24 @@ pub fn read(group: &GroupSnapshot) -> (GateConfig, Vec<GateWarning>) {
         if let Some(raw) = annotation(HOOK_ANNOTATION) {
             config.enabled = true;
             let url = raw.trim();
-            if (url.starts_with("http://") || url.starts_with("https://")) && url.len() > 8 {
-                config.hook.get_or_insert_with(|| url.to_owned());
+            // A hook's URL may carry a token: messages show it without.
+            let shown = if reqwest::Url::parse(url).is_ok() {
+                super::egress::redact(url)
             } else {
-                reject(&mut config, name, HOOK_ANNOTATION, raw, HOOK_ACCEPTED);
+                raw.to_owned()
+            };
+            if !((url.starts_with("http://") || url.starts_with("https://")) && url.len() > 8) {
+                reject(&mut config, name, HOOK_ANNOTATION, &shown, HOOK_ACCEPTED);
+            } else if config.hook.as_deref().is_some_and(|named| named != url) {
+                reject(
+                    &mut config,
+                    name,
+                    HOOK_ANNOTATION,
+                    &shown,
+                    AGREEING_ACCEPTED,
+                );
+            } else {
+                config.hook.get_or_insert_with(|| url.to_owned());
             }
         }
     }
@@ -318,6 +344,66 @@ mod tests {
             assert!(config.enabled && config.invalid.is_none(), "{raw}");
             assert!(warnings.is_empty(), "{raw}");
         }
+    }
+
+    #[test]
+    fn members_naming_different_checks_or_hooks_hold_the_group_until_they_agree() {
+        // A new member sorting first names its own check and hook (with a token)
+        let (config, warnings) = read(&group(vec![
+            member(
+                "a-new",
+                &[
+                    (HEALTH_CHECK_ANNOTATION, "always-passes"),
+                    (HOOK_ANNOTATION, "https://evil.example/hook?token=abc"),
+                ],
+            ),
+            member(
+                "b",
+                &[
+                    (HEALTH_CHECK_ANNOTATION, "errors"),
+                    (HOOK_ANNOTATION, "https://deploys.example.com/hook"),
+                ],
+            ),
+        ]));
+        let invalid = config.invalid.expect("the group holds");
+        assert_eq!(
+            (
+                invalid.statefulset.as_str(),
+                invalid.key,
+                invalid.value.as_str()
+            ),
+            ("b", HEALTH_CHECK_ANNOTATION, "errors")
+        );
+        let messages: Vec<String> = warnings.iter().map(ToString::to_string).collect();
+        assert_eq!(messages.len(), 2, "{messages:?}");
+        assert!(
+            messages
+                .iter()
+                .all(|message| message.contains(AGREEING_ACCEPTED))
+        );
+        // Agreeing members are one gate
+        let (agreeing, warnings) = read(&group(vec![
+            member("a", &[(HEALTH_CHECK_ANNOTATION, "errors")]),
+            member("b", &[(HEALTH_CHECK_ANNOTATION, "errors")]),
+        ]));
+        assert_eq!(agreeing.health_check.as_deref(), Some("errors"));
+        assert!(agreeing.invalid.is_none() && warnings.is_empty());
+    }
+
+    #[test]
+    fn an_invalid_hook_is_shown_without_its_token() {
+        let (config, _) = read(&group(vec![member(
+            "a",
+            &[(
+                HOOK_ANNOTATION,
+                "ftp://user:pw@deploys.example.com/hook?token=abc",
+            )],
+        )]));
+        let invalid = config.invalid.expect("held");
+        assert!(
+            !invalid.value.contains("abc") && !invalid.value.contains("pw"),
+            "{invalid:?}"
+        );
     }
 
     #[test]

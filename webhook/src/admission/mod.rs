@@ -7,6 +7,7 @@ pub mod no_downscale;
 pub mod object;
 pub mod prepare_downscale;
 pub mod review;
+pub mod state_guard;
 pub mod zpdb;
 
 pub use decision::{Decision, Outcome};

@@ -77,6 +77,15 @@ pub struct AdmissionRequest<'a> {
     pub old_object: Option<&'a RawValue>,
     #[serde(default)]
     pub dry_run: Option<bool>,
+    #[serde(default, borrow)]
+    pub user_info: UserInfo<'a>,
+}
+
+/// Who asked for the change (the part the webhooks read).
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct UserInfo<'a> {
+    #[serde(default, borrow)]
+    pub username: Cow<'a, str>,
 }
 
 impl AdmissionRequest<'_> {
