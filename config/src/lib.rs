@@ -30,8 +30,14 @@ pub const ENV_PREFIX: &str = "BATON_";
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
-    /// Namespace baton operates in: the rollout groups it coordinates, its Lease, its Secret.
+    /// Namespace of the rollout groups baton coordinates (StatefulSets, pods, budgets, records).
     pub namespace: String,
+    /// Namespace of baton's own objects: the controller's Lease, the certificate Secret (with
+    /// its CA key) and, unless `certificates.service_namespace` says otherwise, the webhook's
+    /// Service. Empty: `namespace`, as the Go operator runs. A namespace of its own keeps the
+    /// Secret out of reach of whoever may create pods beside the groups (a pod can mount any
+    /// Secret of its namespace).
+    pub system_namespace: String,
     /// DNS suffix of the cluster, used to build pod addresses
     /// (`<pod>.<service>.<namespace>.svc.<cluster_domain>`) and certificate names.
     pub cluster_domain: String,
@@ -61,6 +67,7 @@ impl Default for Config {
     fn default() -> Self {
         Self {
             namespace: "default".to_owned(),
+            system_namespace: String::new(),
             cluster_domain: "cluster.local".to_owned(),
             log: LogConfig::default(),
             ops: OpsConfig::default(),
@@ -361,12 +368,14 @@ pub struct CertificatesConfig {
     /// `grafana.com/inject-rollout-operator-ca=true` and `grafana.com/namespace=<namespace>`,
     /// from the Secret's `ca.crt`.
     pub inject_ca_bundle: bool,
-    /// Name of the Secret in `namespace` holding the certificate.
+    /// Name of the Secret in the system namespace (`system_namespace`, else `namespace`)
+    /// holding the certificate.
     pub secret_name: String,
     /// Name of the webhook's Service: the certificate is valid for `<service>`,
     /// `<service>.<ns>`, `<service>.<ns>.svc` and `<service>.<ns>.svc.<cluster_domain>`.
     pub service_name: String,
-    /// Namespace of the webhook's Service; empty means `namespace`.
+    /// Namespace of the webhook's Service; empty means the system namespace
+    /// (`system_namespace`, else `namespace`).
     pub service_namespace: String,
     /// More DNS names the serving certificate is valid for.
     pub extra_dns_names: Vec<String>,
@@ -440,6 +449,12 @@ impl Config {
             "namespace",
             self.namespace.clone(),
             "a Kubernetes namespace name (lowercase letters, digits and '-', at most 63)",
+        );
+        check(
+            self.system_namespace.is_empty() || is_dns_label(&self.system_namespace),
+            "system_namespace",
+            self.system_namespace.clone(),
+            "empty (same as namespace) or a Kubernetes namespace name",
         );
         check(
             !self.cluster_domain.is_empty() && self.cluster_domain.split('.').all(is_dns_label),
@@ -590,13 +605,22 @@ impl Config {
         ConfigError::from_problems(problems)
     }
 
+    /// Where baton's own objects live: `system_namespace`, else `namespace`.
+    pub fn system_namespace(&self) -> &str {
+        if self.system_namespace.is_empty() {
+            &self.namespace
+        } else {
+            &self.system_namespace
+        }
+    }
+
     /// Who may set baton's state annotations: `webhook.state_writers`, else baton-controller's
-    /// service account in `namespace`.
+    /// service account (in the system namespace).
     pub fn state_writers(&self) -> Vec<String> {
         if self.webhook.state_writers.is_empty() {
             vec![format!(
                 "system:serviceaccount:{}:baton-controller",
-                self.namespace
+                self.system_namespace()
             )]
         } else {
             self.webhook.state_writers.clone()

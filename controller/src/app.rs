@@ -55,7 +55,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
     let identity = unique_identity();
     let elector = LeaderElector::new(
         client.clone(),
-        &config.namespace,
+        config.system_namespace(),
         &config.controller.lease,
         identity.clone(),
         config.kubernetes.request_timeout.get(),
@@ -141,7 +141,10 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
                 config.namespace.clone(),
                 config.kubernetes.request_timeout.get(),
                 &config.gates,
-                Some(config.certificates.secret_name.clone()),
+                // Checks read Secrets of the groups' namespace: baton's own is there only when
+                // baton runs beside the groups.
+                (config.system_namespace() == config.namespace)
+                    .then(|| config.certificates.secret_name.clone()),
                 touched.clone(),
             )
             .context("building the gates' HTTP client")?,
@@ -214,6 +217,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
         let certificates = crate::certificates::Settings {
             config: config.certificates.clone(),
             namespace: config.namespace.clone(),
+            system_namespace: config.system_namespace().to_owned(),
             cluster_domain: config.cluster_domain.clone(),
             request_timeout: config.kubernetes.request_timeout.get(),
         };

@@ -417,3 +417,83 @@ async fn actions_outside_the_roles_are_refused() {
             .is_ok()
     );
 }
+
+#[tokio::test]
+async fn baton_runs_apart_from_the_groups_it_coordinates_with_its_lease_and_secret_in_its_own_namespace()
+ {
+    // Given a namespace of groups and one of baton's own, deploy/'s controller roles bound in each
+    let control_plane = ControlPlane::shared().await;
+    let groups = TestNamespace::create(control_plane, "apart-groups").await;
+    let system = TestNamespace::create(control_plane, "apart-baton").await;
+    for namespace in [&groups, &system] {
+        bind_deploy_roles(&namespace.client(), namespace.name(), Binary::Controller)
+            .await
+            .unwrap();
+    }
+    let _simulator = PodSimulator::for_namespace(&groups).await;
+    let kubeconfig = control_plane
+        .service_account_kubeconfig(
+            SERVICE_ACCOUNT_NAMESPACE,
+            Binary::Controller.service_account(),
+        )
+        .unwrap();
+
+    // When the controller coordinates the groups' namespace from its own
+    let _controller = Controller::start_as(
+        kubeconfig,
+        groups.name(),
+        &[("BATON_SYSTEM_NAMESPACE", system.name())],
+    )
+    .await;
+
+    // Then a group there rolls out
+    let mut names = Vec::new();
+    for fixture in rollout_group("apart", &["a", "b"], 2) {
+        let created = fixture.create(&groups.client(), groups.name()).await;
+        names.push(created.metadata.name.unwrap());
+    }
+    wait_group_ready(&groups.client(), groups.name(), &names).await;
+    roll_out(&groups.client(), groups.name(), &names, "v2").await;
+    wait_rollout_complete(&groups.client(), groups.name(), &names).await;
+    // and baton's Lease and certificate Secret (with its CA key) are in its own namespace only,
+    // out of reach of whoever creates pods beside the groups
+    let leases =
+        |namespace: &TestNamespace| namespace.api::<k8s_openapi::api::coordination::v1::Lease>();
+    assert!(
+        leases(&system)
+            .get_opt("baton-controller")
+            .await
+            .unwrap()
+            .is_some()
+    );
+    assert!(
+        leases(&groups)
+            .get_opt("baton-controller")
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let secrets = system.api::<Secret>();
+    wait_until(
+        TIMEOUT,
+        "the certificate Secret in baton's namespace",
+        || async {
+            secrets
+                .get_opt("baton-webhook-tls")
+                .await
+                .ok()
+                .flatten()
+                .and_then(|secret| secret.data)
+                .is_some_and(|data| data.contains_key("ca.key"))
+        },
+    )
+    .await;
+    assert!(
+        groups
+            .api::<Secret>()
+            .get_opt("baton-webhook-tls")
+            .await
+            .unwrap()
+            .is_none()
+    );
+}

@@ -63,7 +63,7 @@ pub(super) async fn run(
 ) {
     let config = &settings.config;
     let service_namespace = if config.service_namespace.is_empty() {
-        &settings.namespace
+        &settings.system_namespace
     } else {
         &config.service_namespace
     };

@@ -28,8 +28,11 @@ use crate::leader::Leadership;
 #[derive(Debug, Clone)]
 pub struct Settings {
     pub config: CertificatesConfig,
-    /// Where the Secret lives and whose webhook configurations are injected.
+    /// Whose webhook configurations are injected (`grafana.com/namespace=<namespace>`): the
+    /// groups' namespace, as with the Go operator.
     pub namespace: String,
+    /// Where the Secret (and, by default, the webhook's Service) lives.
+    pub system_namespace: String,
     pub cluster_domain: String,
     /// Bounds every API call (kube's client has no read timeout): a hung call must not stop
     /// renewals or injection for good.
@@ -117,7 +120,7 @@ pub async fn run(
         "managing the webhook certificate"
     );
     let (secret_sender, secret) = watch::channel(None);
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), &settings.namespace);
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &settings.system_namespace);
     let watching = watch_secret(secrets.clone(), config.secret_name.clone(), secret_sender);
     let issuing = async {
         if config.generate {
