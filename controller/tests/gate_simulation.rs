@@ -20,7 +20,10 @@
 //!   runs during chaos, failures halting the group), no step is taken before the check passed
 //!   `successThreshold` times in a row, counting only runs `initialDelay` after the last step;
 //! - (c) once chaos stops (and halts are lifted), the rollout completes within a bounded
-//!   number of steps.
+//!   number of steps;
+//! - (f) with a health check, in half those scenarios the template changes again mid-rollout:
+//!   passes seen for the earlier revision count for nothing after it (the checker starts its
+//!   count, its zone order and the initial delay afresh for the new revision).
 //!
 //! This is not `rollout_simulation.rs`: that one proves the planner under much richer chaos;
 //! this one keeps the cluster simple and varies what the gate sees. Environment: plain
@@ -31,8 +34,8 @@ use std::fmt;
 
 use baton_controller::gates::checks::{self, CheckOutcome, CheckPolicy, CheckRun, CheckState};
 use baton_controller::gates::{
-    self, GateDecision, HALTED_ANNOTATION, HEALTH_CHECK_ANNOTATION, RAMP_ANNOTATION,
-    SOAK_ANNOTATION,
+    self, CHECK_STATE_ANNOTATION, GateDecision, HALTED_ANNOTATION, HEALTH_CHECK_ANNOTATION,
+    RAMP_ANNOTATION, SOAK_ANNOTATION,
 };
 use baton_controller::rollout::{
     Action, GroupSnapshot, Plan, PodPhase, PodSnapshot, StatefulSetSnapshot, UpdateStrategy,
@@ -102,6 +105,7 @@ struct Stats {
     deletions: u64,
     held: BTreeMap<&'static str, u64>,
     halts: u64,
+    retargets: u64,
     longest_rollout: u64,
 }
 
@@ -127,6 +131,8 @@ struct Simulation<'g> {
     /// since the last step, by the checker's own count.
     settled_passes: u32,
     last_step: Option<u64>,
+    /// The step at which the template changes again, if it does.
+    retarget_at: Option<u64>,
     trace: Option<Vec<String>>,
     stats: Stats,
 }
@@ -212,6 +218,11 @@ impl<'g> Simulation<'g> {
                 .insert(HEALTH_CHECK_ANNOTATION.to_owned(), "errors".to_owned());
         }
         let chaos_steps = rng.random_range(5..=60);
+        let retarget_at = if policy.is_some() && rng.random_bool(0.5) {
+            Some(rng.random_range(1..chaos_steps))
+        } else {
+            None
+        };
         Self {
             seed,
             rng,
@@ -230,6 +241,7 @@ impl<'g> Simulation<'g> {
             ramp,
             settled_passes: 0,
             last_step: None,
+            retarget_at,
             trace: traced.then(Vec::new),
             stats: Stats::default(),
         }
@@ -254,10 +266,24 @@ impl<'g> Simulation<'g> {
         self.step < self.chaos_steps
     }
 
-    /// Kubernetes' side of one step: terminated pods come back at the update revision, pods
-    /// become ready; chaos fails readiness and halts or resumes the group.
+    /// Kubernetes' side of one step: the template may change again, terminated pods come back
+    /// at the update revision, pods become ready; chaos fails readiness and halts or resumes
+    /// the group.
     fn kubernetes(&mut self) {
         let step = self.step;
+        if self.retarget_at == Some(step) {
+            for member in &mut self.group.statefulsets {
+                member.update_revision = Some(format!("{}-v3", member.name));
+            }
+            // Property (f): a new rollout, counted afresh by the checker, its initial delay
+            // from its own steps (a completed rollout's state is forgotten by the gate).
+            self.settled_passes = 0;
+            self.last_step = None;
+            self.started.clear();
+            self.completed_at = vec![None; self.group.statefulsets.len()];
+            self.stats.retargets += 1;
+            self.note(|| "the template changes again".to_owned());
+        }
         let chaos = self.chaos();
         for (zone, statefulset) in self.group.statefulsets.iter_mut().enumerate() {
             for (ordinal, pod) in statefulset.pods.iter_mut().enumerate() {
@@ -609,6 +635,7 @@ fn run_scenarios(gate: &Gate, count: u64) -> Result<Stats, Violation> {
         let stats = Simulation::new(seed, gate, false).run()?;
         total.deletions += stats.deletions;
         total.halts += stats.halts;
+        total.retargets += stats.retargets;
         total.longest_rollout = total.longest_rollout.max(stats.longest_rollout);
         for (kind, count) in stats.held {
             *total.held.entry(kind).or_default() += count;
@@ -635,6 +662,7 @@ fn gates_hold_zones_for_the_soak_and_halted_groups_in_random_scenarios() {
         // Not vacuous: rollouts happened, and the gate held for every reason it knows.
         assert!(stats.deletions > count, "{stats:?}");
         assert!(stats.halts > count / 10, "{stats:?}");
+        assert!(stats.retargets > count / 10, "{stats:?}");
         for kind in ["Soak", "Halted", "ZoneUnfinished", "HealthCheck"] {
             assert!(
                 stats.held.get(kind).copied().unwrap_or(0) > 0,
@@ -697,6 +725,30 @@ fn checker_catches_a_gate_that_ignores_the_health_check() {
         &|group, _policy, _run, now| gates::decide(group, now),
         Property::StepBeforeCheck,
     );
+}
+
+#[test]
+fn checker_catches_a_gate_that_counts_passes_across_template_changes() {
+    assert_caught(
+        &|group, policy, run, now| real_gate(&without_check_target(group), policy, run, now),
+        Property::StepBeforeCheck,
+    );
+}
+
+/// A copy of the group whose stored check state does not say which revisions it counted for.
+fn without_check_target(group: &GroupSnapshot) -> GroupSnapshot {
+    let mut group = group.clone();
+    for member in &mut group.statefulsets {
+        if let Some(raw) = member.annotations.get_mut(CHECK_STATE_ANNOTATION)
+            && let Ok(mut state) = serde_json::from_str::<serde_json::Value>(raw)
+        {
+            if let Some(fields) = state.as_object_mut() {
+                fields.remove("target");
+            }
+            *raw = state.to_string();
+        }
+    }
+    group
 }
 
 #[test]
