@@ -188,6 +188,51 @@ async fn deploy_installs_for_real_into_a_namespace_that_does_not_exist_yet() {
     .unwrap();
     assert_eq!(configuration.labels()["grafana.com/namespace"], namespace);
 
+    // And while no webhook replica answers (none runs here), a Deployment of the namespace
+    // cannot be changed, but baton's own can: a fix for baton can roll out
+    let deployments =
+        Api::<k8s_openapi::api::apps::v1::Deployment>::namespaced(client.clone(), &namespace);
+    let app: k8s_openapi::api::apps::v1::Deployment = serde_json::from_value(json!({
+        "metadata": {"name": "app"},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": "app"}},
+            "template": {
+                "metadata": {"labels": {"app": "app"}},
+                "spec": {"containers": [{"name": "app", "image": "app:1"}]},
+            },
+        },
+    }))
+    .unwrap();
+    deployments
+        .create(&PostParams::default(), &app)
+        .await
+        .unwrap();
+    let touch = |name: &'static str| {
+        let deployments = deployments.clone();
+        async move {
+            let patch = json!({"metadata": {"annotations": {"touched": "yes"}}});
+            deployments
+                .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .map(|_| ())
+                .map_err(|error| error.to_string())
+        }
+    };
+    wait_until(
+        TIMEOUT,
+        "the unanswered no-downscale webhook refuses changes",
+        || async {
+            touch("app")
+                .await
+                .is_err_and(|error| error.contains("no-downscale"))
+        },
+    )
+    .await;
+    touch("baton-webhook")
+        .await
+        .expect("baton's own Deployment is not judged by its own webhooks");
+
     // Clean-up: the namespace and the cluster-scoped objects (the CRD stays: other scenarios use it)
     for kind in [
         "validatingwebhookconfiguration/baton-no-downscale",
