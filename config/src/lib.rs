@@ -231,6 +231,10 @@ pub struct WebhookConfig {
     /// `check-state`, `hook-state`), as the API server names users. Empty: baton-controller's
     /// service account in `namespace` (`system:serviceaccount:<namespace>:baton-controller`).
     pub state_writers: Vec<String>,
+    /// Who may create and change baton's records (ConfigMaps labelled
+    /// `app.kubernetes.io/managed-by: baton`: downscale ledgers, eviction records). Empty:
+    /// baton-controller's and baton-webhook's service accounts in the system namespace.
+    pub record_writers: Vec<String>,
 }
 
 impl Default for WebhookConfig {
@@ -246,6 +250,7 @@ impl Default for WebhookConfig {
             max_inflight_request_bytes: ByteSize(24 * 1024 * 1024),
             shutdown_delay: Duration::from_secs(5),
             state_writers: Vec::new(),
+            record_writers: Vec::new(),
         }
     }
 }
@@ -624,6 +629,24 @@ impl Config {
             )]
         } else {
             self.webhook.state_writers.clone()
+        }
+    }
+
+    /// Who may write baton's records: `webhook.record_writers`, else baton-controller's and
+    /// baton-webhook's service accounts (in the system namespace).
+    pub fn record_writers(&self) -> Vec<String> {
+        if self.webhook.record_writers.is_empty() {
+            ["baton-controller", "baton-webhook"]
+                .iter()
+                .map(|account| {
+                    format!(
+                        "system:serviceaccount:{}:{account}",
+                        self.system_namespace()
+                    )
+                })
+                .collect()
+        } else {
+            self.webhook.record_writers.clone()
         }
     }
 

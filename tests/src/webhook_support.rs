@@ -393,11 +393,12 @@ impl Drop for WebhookConfigurations {
     }
 }
 
-/// deploy/'s `baton-state-guard` configuration, scoped to one test namespace and calling a
-/// replica: its rules and objectSelector as shipped. Deleted when dropped.
+/// deploy/'s `baton-state-guard` and `baton-record-guard` configurations, scoped to one test
+/// namespace and calling a replica: their rules and objectSelectors as shipped. Deleted when
+/// dropped.
 #[derive(Debug)]
 pub struct StateGuardConfiguration {
-    name: String,
+    names: Vec<String>,
     kubeconfig: std::path::PathBuf,
 }
 
@@ -410,29 +411,34 @@ impl StateGuardConfiguration {
     ) -> anyhow::Result<Self> {
         let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy/base/webhooks.yaml");
         let text = std::fs::read_to_string(&path)?;
-        let mut shipped = serde_saphyr::from_multiple::<serde_json::Value>(&text)?
-            .into_iter()
-            .find(|document| document["metadata"]["name"] == "baton-state-guard")
-            .context("deploy/base/webhooks.yaml has baton-state-guard")?;
-        let name = format!("baton-e2e-state-guard-{namespace}");
-        shipped["metadata"] = json!({"name": name});
-        for webhook in shipped["webhooks"]
-            .as_array_mut()
-            .context("baton-state-guard has webhooks")?
-        {
-            webhook["clientConfig"] = json!({
-                "url": replica.url("/admission/state-guard"),
-                "caBundle": tls.ca_bundle(),
-            });
-            webhook["namespaceSelector"] =
-                json!({"matchLabels": {"kubernetes.io/metadata.name": namespace}});
+        let documents = serde_saphyr::from_multiple::<serde_json::Value>(&text)?;
+        let api = Api::<ValidatingWebhookConfiguration>::all(control_plane.admin_client().await);
+        let mut names = Vec::new();
+        for shipped_name in ["baton-state-guard", "baton-record-guard"] {
+            let mut shipped = documents
+                .iter()
+                .find(|document| document["metadata"]["name"] == shipped_name)
+                .cloned()
+                .with_context(|| format!("deploy/base/webhooks.yaml has {shipped_name}"))?;
+            let name = format!("baton-e2e-{shipped_name}-{namespace}");
+            shipped["metadata"] = json!({"name": name});
+            for webhook in shipped["webhooks"]
+                .as_array_mut()
+                .context("a configuration has webhooks")?
+            {
+                webhook["clientConfig"] = json!({
+                    "url": replica.url("/admission/state-guard"),
+                    "caBundle": tls.ca_bundle(),
+                });
+                webhook["namespaceSelector"] =
+                    json!({"matchLabels": {"kubernetes.io/metadata.name": namespace}});
+            }
+            let configuration: ValidatingWebhookConfiguration = serde_json::from_value(shipped)?;
+            api.create(&PostParams::default(), &configuration).await?;
+            names.push(name);
         }
-        let configuration: ValidatingWebhookConfiguration = serde_json::from_value(shipped)?;
-        Api::<ValidatingWebhookConfiguration>::all(control_plane.admin_client().await)
-            .create(&PostParams::default(), &configuration)
-            .await?;
         Ok(Self {
-            name,
+            names,
             kubeconfig: control_plane.kubeconfig_path().to_path_buf(),
         })
     }
@@ -440,11 +446,12 @@ impl StateGuardConfiguration {
 
 impl Drop for StateGuardConfiguration {
     fn drop(&mut self) {
-        let name = self.name.clone();
+        let names = self.names.clone();
         clean_up_from_drop(self.kubeconfig.clone(), |client| async move {
-            let _ = Api::<ValidatingWebhookConfiguration>::all(client)
-                .delete(&name, &DeleteParams::default())
-                .await;
+            let api = Api::<ValidatingWebhookConfiguration>::all(client);
+            for name in names {
+                let _ = api.delete(&name, &DeleteParams::default()).await;
+            }
         });
     }
 }

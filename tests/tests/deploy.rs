@@ -84,6 +84,7 @@ async fn the_manifests_pass_a_server_side_dry_run() {
         "validatingwebhookconfiguration.admissionregistration.k8s.io/baton-pod-eviction",
         "validatingwebhookconfiguration.admissionregistration.k8s.io/baton-zpdb-validation",
         "validatingwebhookconfiguration.admissionregistration.k8s.io/baton-state-guard",
+        "validatingwebhookconfiguration.admissionregistration.k8s.io/baton-record-guard",
         "priorityclass.scheduling.k8s.io/baton-critical",
         "customresourcedefinition.apiextensions.k8s.io/replicatemplates.rollout-operator.grafana.com",
         "customresourcedefinition.apiextensions.k8s.io/zoneawarepoddisruptionbudgets.rollout-operator.grafana.com",
@@ -99,7 +100,7 @@ async fn the_manifests_pass_a_server_side_dry_run() {
     assert!(ok, "{rendered}");
     assert_eq!(
         rendered.matches("\nkind: ").count() + usize::from(rendered.starts_with("kind: ")),
-        23
+        24
     );
 }
 
@@ -240,6 +241,7 @@ async fn deploy_installs_for_real_into_a_namespace_that_does_not_exist_yet() {
         "validatingwebhookconfiguration/baton-pod-eviction",
         "validatingwebhookconfiguration/baton-zpdb-validation",
         "validatingwebhookconfiguration/baton-state-guard",
+        "validatingwebhookconfiguration/baton-record-guard",
         "priorityclass/baton-critical",
         "clusterrolebinding/baton-controller-webhook-ca",
     ] {

@@ -21,7 +21,7 @@ use baton_e2e::webhook_support::{StateGuardConfiguration, TestTls, WebhookReplic
 use baton_e2e::{ControlPlane, PodSimulator, TestNamespace};
 use baton_e2e::{PodEvent, wait_until};
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::json;
 
@@ -855,61 +855,109 @@ async fn a_hook_at_an_address_the_operator_did_not_allow_is_never_called_and_the
 // baton's memory is baton's
 // ---------------------------------------------------------------------------------------------
 
+/// A scene whose controller runs as its service account with deploy/'s roles, behind the state
+/// and record guards as deploy/ ships them (a webhook replica letting only that identity write
+/// what baton remembers).
+struct Guarded {
+    scene: Scene,
+    /// A client authenticating as the controller's service account.
+    controller_client: kube::Client,
+    _replica: WebhookReplica,
+    _guards: StateGuardConfiguration,
+}
+
+impl Guarded {
+    async fn start(prefix: &str) -> Self {
+        let control_plane = ControlPlane::shared().await;
+        let namespace = TestNamespace::create(control_plane, prefix).await;
+        let simulator = PodSimulator::for_namespace(&namespace).await;
+        let (client, ns) = (namespace.client(), namespace.name().to_owned());
+        bind_deploy_roles(&client, &ns, Binary::Controller)
+            .await
+            .expect("binding the controller's roles");
+        let account = Binary::Controller.service_account();
+        let kubeconfig = control_plane
+            .service_account_kubeconfig(SERVICE_ACCOUNT_NAMESPACE, account)
+            .expect("the controller's service account");
+        let controller = Controller::start_as(kubeconfig, &ns, &[]).await;
+        let controller_client = baton_e2e::control_plane::supervisor::client_from(kubeconfig)
+            .await
+            .expect("a client as the controller");
+        let tls = TestTls::generate().expect("a test CA");
+        let writers = format!("[\"system:serviceaccount:{SERVICE_ACCOUNT_NAMESPACE}:{account}\"]");
+        let replica = WebhookReplica::start_with(
+            control_plane,
+            &tls,
+            &ns,
+            &[
+                ("BATON_WEBHOOK__STATE_WRITERS", &writers),
+                ("BATON_WEBHOOK__RECORD_WRITERS", &writers),
+            ],
+        )
+        .await
+        .expect("baton-webhook starts");
+        let guards = StateGuardConfiguration::register(control_plane, &ns, &tls, &replica)
+            .await
+            .expect("registering the guards");
+        // The API server picks configurations up asynchronously: until a forged member and a
+        // forged record are refused.
+        let statefulsets: Api<StatefulSet> = namespace.api();
+        wait_until(TIMEOUT, "the API server calls the state guard", || async {
+            let forged = StatefulSetFixture::new("probe")
+                .label("rollout-group", "probe")
+                .annotation(CHECK_STATE_ANNOTATION, "{}");
+            match statefulsets
+                .create(&PostParams::default(), &forged.build())
+                .await
+            {
+                Err(refused) => refused.to_string().contains("only baton's controller sets"),
+                Ok(_) => {
+                    let _ = statefulsets.delete("probe", &Default::default()).await;
+                    false
+                }
+            }
+        })
+        .await;
+        let config_maps: Api<ConfigMap> = namespace.api();
+        wait_until(TIMEOUT, "the API server calls the guards", || async {
+            let probe: ConfigMap = serde_json::from_value(json!({
+                "metadata": {"name": "probe", "labels": {"app.kubernetes.io/managed-by": "baton"}},
+            }))
+            .expect("a ConfigMap");
+            match config_maps.create(&PostParams::default(), &probe).await {
+                Err(refused) => refused.to_string().contains("one of baton's records"),
+                Ok(_) => {
+                    let _ = config_maps.delete("probe", &Default::default()).await;
+                    false
+                }
+            }
+        })
+        .await;
+        Self {
+            scene: Scene(ControlledNamespace {
+                control_plane,
+                namespace,
+                simulator,
+                controller,
+            }),
+            controller_client,
+            _replica: replica,
+            _guards: guards,
+        }
+    }
+}
+
 #[tokio::test]
 async fn a_person_cannot_forge_batons_memory_to_skip_a_soak_while_batons_own_writes_go_through() {
     // Given baton run with its deploy/ roles (the controller as its service account), and the
-    // state guard as deploy/ ships it, letting that identity alone set baton's state
-    let control_plane = ControlPlane::shared().await;
-    let namespace = TestNamespace::create(control_plane, "state-guard").await;
-    let simulator = PodSimulator::for_namespace(&namespace).await;
-    let (client, ns) = (namespace.client(), namespace.name().to_owned());
-    bind_deploy_roles(&client, &ns, Binary::Controller)
-        .await
-        .expect("binding the controller's roles");
-    let controller_account = Binary::Controller.service_account();
-    let kubeconfig = control_plane
-        .service_account_kubeconfig(SERVICE_ACCOUNT_NAMESPACE, controller_account)
-        .expect("the controller's service account");
-    let controller = Controller::start_as(kubeconfig, &ns, &[]).await;
-    let tls = TestTls::generate().expect("a test CA");
-    let writers =
-        format!("[\"system:serviceaccount:{SERVICE_ACCOUNT_NAMESPACE}:{controller_account}\"]");
-    let replica = WebhookReplica::start_with(
-        control_plane,
-        &tls,
-        &ns,
-        &[("BATON_WEBHOOK__STATE_WRITERS", &writers)],
-    )
-    .await
-    .expect("baton-webhook starts");
-    let _guard = StateGuardConfiguration::register(control_plane, &ns, &tls, &replica)
-        .await
-        .expect("registering the state guard");
-    let statefulsets: Api<StatefulSet> = namespace.api();
+    // guards as deploy/ ships them, letting that identity alone write what baton remembers
+    let guarded = Guarded::start("state-guard").await;
+    let (scene, statefulsets) = (&guarded.scene, guarded.scene.namespace.api::<StatefulSet>());
     let forged_member = || {
         StatefulSetFixture::new("forged")
             .label("rollout-group", "ingester")
             .annotation(CHECK_STATE_ANNOTATION, r#"{"passes":99}"#)
     };
-    wait_until(TIMEOUT, "the API server calls the state guard", || async {
-        match statefulsets
-            .create(&PostParams::default(), &forged_member().build())
-            .await
-        {
-            Err(refused) => refused.to_string().contains("only baton's controller sets"),
-            Ok(_) => {
-                let _ = statefulsets.delete("forged", &Default::default()).await;
-                false
-            }
-        }
-    })
-    .await;
-    let scene = Scene(ControlledNamespace {
-        control_plane,
-        namespace,
-        simulator,
-        controller,
-    });
 
     // and a group whose zone a soaks an hour once rolled
     let names = scene
@@ -965,4 +1013,73 @@ async fn a_person_cannot_forge_batons_memory_to_skip_a_soak_while_batons_own_wri
             .is_none_or(|state| !state.contains("2026-01-01")),
         "{stored:?}"
     );
+}
+
+#[tokio::test]
+async fn a_person_cannot_rewrite_batons_records_while_batons_own_writes_go_through() {
+    // Given baton behind the guards as deploy/ ships them
+    let guarded = Guarded::start("record-guard").await;
+    let namespace = &guarded.scene.namespace;
+
+    // When baton writes a group's downscale ledger, as the controller does after a downscale
+    let as_baton: Api<ConfigMap> =
+        Api::namespaced(guarded.controller_client.clone(), namespace.name());
+    let name = baton_shared::ledger::ledger_name("ingester");
+    let ledger = baton_shared::ledger::Ledger {
+        resource_version: None,
+        data: std::collections::BTreeMap::from([(
+            "ingester-zone-a".to_owned(),
+            r#"{"at":"2026-11-25T12:00:00Z"}"#.to_owned(),
+        )]),
+    };
+    let written = baton_shared::ledger::write(&as_baton, &name, "ingester", &ledger)
+        .await
+        .expect("baton writes its ledger");
+    assert!(
+        matches!(written, baton_shared::ledger::Written::Done(_)),
+        "{written:?}"
+    );
+
+    // Then a person cannot remove its entry (which would lift the zone's min-time)
+    let config_maps: Api<ConfigMap> = namespace.api();
+    let lift = json!({"data": {"ingester-zone-a": null}});
+    let refused = config_maps
+        .patch(&name, &PatchParams::default(), &Patch::Merge(&lift))
+        .await
+        .expect_err("removing a ledger entry is refused")
+        .to_string();
+    assert!(
+        refused.contains(&format!(
+            "ConfigMap {name} is one of baton's records (app.kubernetes.io/managed-by=baton), \
+             whose data and labels only baton writes"
+        )),
+        "{refused}"
+    );
+    // nor forge an eviction record, nor unlabel the ledger to edit it later
+    let forged: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "baton-zpdb-ingester", "labels": {"app.kubernetes.io/managed-by": "baton"}},
+        "data": {"ingester-zone-a-0": r#"{"allowedAt":"2026-11-25T12:00:00Z","request":"x"}"#},
+    }))
+    .expect("a ConfigMap");
+    assert!(
+        config_maps
+            .create(&PostParams::default(), &forged)
+            .await
+            .is_err()
+    );
+    let unlabel = json!({"metadata": {"labels": {"app.kubernetes.io/managed-by": null}}});
+    assert!(
+        config_maps
+            .patch(&name, &PatchParams::default(), &Patch::Merge(&unlabel))
+            .await
+            .is_err()
+    );
+    // but annotating it is anyone's
+    let note = json!({"metadata": {"annotations": {"note": "seen"}}});
+    config_maps
+        .patch(&name, &PatchParams::default(), &Patch::Merge(&note))
+        .await
+        .expect("annotations are anyone's");
+    let kept = config_maps.get(&name).await.expect("the ledger");
+    assert_eq!(kept.data, Some(ledger.data));
 }

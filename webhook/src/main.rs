@@ -63,7 +63,10 @@ async fn run(config: Config) -> anyhow::Result<()> {
     let state = actix_web::web::Data::new(
         WebhookState::new(parents.clone(), prepare, metrics, &config.webhook)
             .with_evictions(evictions.clone())
-            .with_state_writers(config.state_writers()),
+            .with_writers(baton_webhook::admission::state_guard::Writers {
+                state: config.state_writers(),
+                records: config.record_writers(),
+            }),
     );
 
     // In-flight requests end by their deadline; give them that long, plus a little.

@@ -87,8 +87,9 @@ pub struct WebhookState {
     /// The zone-aware disruption budgets' caches; without them evictions are allowed with a
     /// warning (and budgets validated against no namespace are refused).
     evictions: Option<Arc<Evictions>>,
-    /// Who may set baton's state annotations (`Config::state_writers`); none until told.
-    state_writers: Vec<String>,
+    /// Who may write what baton remembers (`Config::state_writers`, `Config::record_writers`);
+    /// nobody until told.
+    writers: state_guard::Writers,
 }
 
 impl WebhookState {
@@ -114,16 +115,13 @@ impl WebhookState {
             tasks: TaskTracker::new(),
             runtime: tokio::runtime::Handle::current(),
             evictions: None,
-            state_writers: Vec::new(),
+            writers: state_guard::Writers::default(),
         }
     }
 
-    /// Lets `writers` set baton's state annotations.
-    pub fn with_state_writers(self, writers: Vec<String>) -> Self {
-        Self {
-            state_writers: writers,
-            ..self
-        }
+    /// Lets `writers` write what baton remembers.
+    pub fn with_writers(self, writers: state_guard::Writers) -> Self {
+        Self { writers, ..self }
     }
 
     /// Judges evictions and validates budgets with `evictions`.
@@ -295,9 +293,7 @@ async fn admit(
                     }
                     Webhook::PodEviction => judge_pod_eviction(&state, &review.request).await,
                     Webhook::ZpdbValidation => judge_zpdb(&state, &review.request),
-                    Webhook::StateGuard => {
-                        state_guard::validate(&review.request, &state.state_writers)
-                    }
+                    Webhook::StateGuard => state_guard::validate(&review.request, &state.writers),
                 };
                 let decision = state.unless_judged(decision);
                 answer(&state, webhook, &review, &decision)

@@ -1,17 +1,23 @@
-//! `/admission/state-guard`: baton's memory on StatefulSets (`baton.dev/gate-state`,
-//! `baton.dev/check-state`, `baton.dev/hook-state`) is set by baton's controller only.
+//! `/admission/state-guard`: what baton remembers is written by baton only.
 //!
-//! Anyone else who could set it could skip what it records: a zone's `clearedAt` skips its
-//! soak and its BeforeZone hook, a future `lastRun` silences a health check, a forged count
-//! passes a step, and a new member created with forged state supplies it to the whole group.
-//! Removing it is allowed: baton then starts afresh, which makes it more careful, never less
-//! (a soak restarts, a zone is gated again, a hook is called again). And a client that
-//! replaces the whole object (a PUT from a GitOps tool) must not be refused for leaving out
-//! what it never wrote.
+//! - **Its memory on StatefulSets** (`baton.dev/gate-state`, `baton.dev/check-state`,
+//!   `baton.dev/hook-state`) is set by baton's controller only. Anyone else who could set it
+//!   could skip what it records: a zone's `clearedAt` skips its soak and its BeforeZone hook, a
+//!   future `lastRun` silences a health check, a forged count passes a step, and a new member
+//!   created with forged state supplies it to the whole group. Removing it is allowed: baton
+//!   then starts afresh, which makes it more careful, never less (a soak restarts, a zone is
+//!   gated again, a hook is called again). And a client that replaces the whole object (a PUT
+//!   from a GitOps tool) must not be refused for leaving out what it never wrote.
+//! - **Its records** (ConfigMaps labelled `app.kubernetes.io/managed-by: baton`: the downscale
+//!   ledgers and the eviction records) are created and changed by baton's controller and
+//!   webhook only. Whoever else could edit them would remove an entry to lift a downscale's
+//!   min-time, or add one to block evictions. Their annotations stay anyone's. Deleting a whole
+//!   record is not judged: a namespace being deleted must not hang on baton's webhook.
 
 use std::collections::BTreeMap;
 
 use baton_shared::annotations::STATE_ANNOTATIONS;
+use baton_shared::ledger::MANAGED_BY_LABEL;
 use serde::Deserialize;
 
 use super::decision::Decision;
@@ -26,7 +32,48 @@ struct Annotated {
 #[derive(Debug, Default, Deserialize)]
 struct Metadata {
     #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    labels: Option<BTreeMap<String, String>>,
+    #[serde(default)]
     annotations: Option<BTreeMap<String, String>>,
+}
+
+/// A ConfigMap's parts a record is made of.
+#[derive(Debug, Default, Deserialize)]
+struct Record {
+    #[serde(default)]
+    metadata: Metadata,
+    #[serde(default)]
+    data: Option<BTreeMap<String, String>>,
+}
+
+impl Record {
+    fn read(json: Option<&str>, which: &str) -> Result<Option<Self>, Decision> {
+        json.map(|json| {
+            serde_json::from_str(json).map_err(|error| {
+                Decision::deny(format!("the review's {which} is not a ConfigMap: {error}"))
+            })
+        })
+        .transpose()
+    }
+
+    fn is_batons(&self) -> bool {
+        self.metadata
+            .labels
+            .as_ref()
+            .and_then(|labels| labels.get(MANAGED_BY_LABEL))
+            .is_some_and(|value| value == "baton")
+    }
+}
+
+/// Who may write what baton remembers, as the API server names users.
+#[derive(Debug, Clone, Default)]
+pub struct Writers {
+    /// baton's state annotations on StatefulSets: the controller.
+    pub state: Vec<String>,
+    /// baton's records: the controller and the webhook.
+    pub records: Vec<String>,
 }
 
 impl Annotated {
@@ -50,16 +97,71 @@ impl Annotated {
     }
 }
 
-/// Refuses a CREATE or UPDATE that sets or changes one of baton's state annotations, unless
-/// the requester is one of `writers` (baton's controller).
-pub fn validate(request: &AdmissionRequest<'_>, writers: &[String]) -> Decision {
+/// Judges a CREATE or UPDATE of a StatefulSet (its state annotations) or a ConfigMap (baton's
+/// records) by who asks.
+pub fn validate(request: &AdmissionRequest<'_>, writers: &Writers) -> Decision {
     if request.operation != "CREATE" && request.operation != "UPDATE" {
         return Decision::allow();
     }
-    if writers
+    match request.resource.resource.as_ref() {
+        "statefulsets" => state(request, &writers.state),
+        "configmaps" => records(request, &writers.records),
+        _ => Decision::allow(),
+    }
+}
+
+fn is_one_of(request: &AdmissionRequest<'_>, writers: &[String]) -> bool {
+    writers
         .iter()
         .any(|writer| *writer == request.user_info.username)
-    {
+}
+
+fn requester(request: &AdmissionRequest<'_>) -> String {
+    if request.user_info.username.is_empty() {
+        "an unnamed user".to_owned()
+    } else {
+        request.user_info.username.to_string()
+    }
+}
+
+/// Refuses creating or changing a record's data or labels, unless one of `writers` asks.
+fn records(request: &AdmissionRequest<'_>, writers: &[String]) -> Decision {
+    if is_one_of(request, writers) {
+        return Decision::allow();
+    }
+    let new = match Record::read(request.object(), "object") {
+        Ok(new) => new,
+        Err(denied) => return denied,
+    };
+    let old = match Record::read(request.old_object(), "oldObject") {
+        Ok(old) => old,
+        Err(denied) => return denied,
+    };
+    let batons =
+        new.as_ref().is_some_and(Record::is_batons) || old.as_ref().is_some_and(Record::is_batons);
+    let changed = match (&old, &new) {
+        (Some(old), Some(new)) => {
+            old.data != new.data || old.metadata.labels != new.metadata.labels
+        }
+        _ => true,
+    };
+    if !batons || !changed {
+        return Decision::allow();
+    }
+    let name = new
+        .as_ref()
+        .and_then(|record| record.metadata.name.clone())
+        .unwrap_or_else(|| request.name.to_string());
+    Decision::deny(format!(
+        "ConfigMap {name} is one of baton's records ({MANAGED_BY_LABEL}=baton), whose data and \
+         labels only baton writes ({} may not); its annotations are yours",
+        requester(request)
+    ))
+}
+
+/// Refuses setting or changing one of baton's state annotations, unless one of `writers` asks.
+fn state(request: &AdmissionRequest<'_>, writers: &[String]) -> Decision {
+    if is_one_of(request, writers) {
         return Decision::allow();
     }
     let new = match Annotated::read(request.object(), "object") {
@@ -85,11 +187,7 @@ pub fn validate(request: &AdmissionRequest<'_>, writers: &[String]) -> Decision 
          remove the annotation to make baton start afresh, or leave it as it is",
         changed.join(" and "),
         if changed.len() == 1 { "is" } else { "are" },
-        if request.user_info.username.is_empty() {
-            "an unnamed user"
-        } else {
-            &request.user_info.username
-        }
+        requester(request)
     ))
 }
 
@@ -99,11 +197,12 @@ mod tests {
     use crate::admission::review;
 
     const CONTROLLER: &str = "system:serviceaccount:baton-system:baton-controller";
+    const WEBHOOK: &str = "system:serviceaccount:baton-system:baton-webhook";
 
-    fn review(operation: &str, user: &str, object: &str, old: &str) -> Vec<u8> {
+    fn review(operation: &str, resource: &str, user: &str, object: &str, old: &str) -> Vec<u8> {
         format!(
             r#"{{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{{"uid":"u1",
-            "resource":{{"group":"apps","version":"v1","resource":"statefulsets"}},
+            "resource":{{"group":"","version":"v1","resource":"{resource}"}},
             "name":"ingester-zone-a","namespace":"mimir","operation":"{operation}",
             "userInfo":{{"username":"{user}"}},"object":{object},"oldObject":{old}}}}}"#
         )
@@ -114,10 +213,65 @@ mod tests {
         format!(r#"{{"metadata":{{"name":"ingester-zone-a","annotations":{annotations}}}}}"#)
     }
 
+    fn writers() -> Writers {
+        Writers {
+            state: vec![CONTROLLER.to_owned()],
+            records: vec![CONTROLLER.to_owned(), WEBHOOK.to_owned()],
+        }
+    }
+
     fn judge(operation: &str, user: &str, object: &str, old: &str) -> Decision {
-        let body = review(operation, user, object, old);
+        let body = review(operation, "statefulsets", user, object, old);
         let request = review::decode(&body).expect("a review").request;
-        validate(&request, &[CONTROLLER.to_owned()])
+        validate(&request, &writers())
+    }
+
+    fn judge_record(operation: &str, user: &str, object: &str, old: &str) -> Decision {
+        let body = review(operation, "configmaps", user, object, old);
+        let request = review::decode(&body).expect("a review").request;
+        validate(&request, &writers())
+    }
+
+    fn record(labels: &str, data: &str) -> String {
+        format!(
+            r#"{{"metadata":{{"name":"baton-downscale-ingester","labels":{labels},
+            "annotations":{{"note":"x"}}}},"data":{data}}}"#
+        )
+    }
+
+    const BATONS: &str = r#"{"app.kubernetes.io/managed-by":"baton"}"#;
+
+    #[test]
+    fn only_baton_creates_or_changes_its_records() {
+        let entries = r#"{"ingester-zone-a":"{\"at\":\"2026-11-25T12:00:00Z\"}"}"#;
+        let written = record(BATONS, entries);
+        assert!(judge_record("CREATE", WEBHOOK, &written, "null").allowed);
+        assert!(judge_record("UPDATE", CONTROLLER, &record(BATONS, "{}"), &written).allowed);
+        // Removing an entry (lifting min-time), forging a record, dropping the label
+        let lifted = judge_record("UPDATE", "alice", &record(BATONS, "{}"), &written);
+        assert_eq!(
+            lifted.message.as_deref(),
+            Some(
+                "ConfigMap baton-downscale-ingester is one of baton's records \
+                 (app.kubernetes.io/managed-by=baton), whose data and labels only baton writes \
+                 (alice may not); its annotations are yours"
+            )
+        );
+        assert!(!judge_record("CREATE", "alice", &written, "null").allowed);
+        assert!(!judge_record("UPDATE", "alice", &record("{}", entries), &written).allowed);
+        // Annotations are anyone's, and other ConfigMaps are not judged
+        let annotated = written.replace(r#""note":"x""#, r#""note":"y""#);
+        assert!(judge_record("UPDATE", "alice", &annotated, &written).allowed);
+        let other = record(r#"{"app":"x"}"#, "{}");
+        assert!(
+            judge_record(
+                "UPDATE",
+                "alice",
+                &other,
+                &record(r#"{"app":"x"}"#, entries)
+            )
+            .allowed
+        );
     }
 
     const CLEARED: &str = r#"{"baton.dev/gate-state":"{\"revision\":\"r2\",\"clearedAt\":\"2026-11-25T12:00:00Z\"}"}"#;
