@@ -1,5 +1,5 @@
 # Both baton binaries in one minimal image: the Deployments pick one with `command`.
-#   docker build -t baton:latest .
+#   docker build -t baton:0.1.0 .   (the workspace version; deploy/ refers to it)
 FROM rust:1.95-bookworm AS build
 WORKDIR /src
 COPY . .

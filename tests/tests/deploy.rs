@@ -98,6 +98,14 @@ async fn the_manifests_pass_a_server_side_dry_run() {
         &["kustomize", deploy_dir().to_str().unwrap()],
     );
     assert!(ok, "{rendered}");
+    // and every image is referred to by the workspace's version, never `latest`
+    let images: Vec<&str> = rendered
+        .lines()
+        .filter_map(|line| line.trim().strip_prefix("image: "))
+        .collect();
+    assert!(!images.is_empty());
+    let versioned = format!("baton:{}", env!("CARGO_PKG_VERSION"));
+    assert!(images.iter().all(|image| *image == versioned), "{images:?}");
     assert_eq!(
         rendered.matches("\nkind: ").count() + usize::from(rendered.starts_with("kind: ")),
         24
