@@ -107,3 +107,25 @@ fn set_subject_namespaces(binding: &mut serde_json::Value) {
         }
     }
 }
+
+/// Lets the controller of `namespace` (bound by [`bind_deploy_roles`]) update the webhook
+/// configurations `names` too, as docs/operations.md says to do for the Go operator's during a
+/// switch: their names join the `resourceNames` of the ClusterRole's update rules.
+pub async fn allow_injection_into(
+    client: &kube::Client,
+    namespace: &str,
+    names: &[&str],
+) -> anyhow::Result<()> {
+    let api = Api::<ClusterRole>::all(client.clone());
+    let name = format!("baton-controller-webhook-ca-{namespace}");
+    let mut role = api.get(&name).await?;
+    for rule in role.rules.iter_mut().flatten() {
+        if rule.verbs.iter().any(|verb| verb == "update") {
+            rule.resource_names
+                .get_or_insert_with(Vec::new)
+                .extend(names.iter().map(|name| (*name).to_owned()));
+        }
+    }
+    api.replace(&name, &PostParams::default(), &role).await?;
+    Ok(())
+}

@@ -464,6 +464,35 @@ async fn actions_outside_the_roles_are_refused() {
         .await
         .map(|_| ());
     assert!(forbidden(delete_pods), "the webhook deleted pods");
+    // nor the controller rewrite another product's webhook configuration (only baton's own,
+    // by name)
+    let others: k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration =
+        serde_json::from_value(json!({
+            "metadata": {"name": format!("someone-elses-{}", namespace.name())},
+            "webhooks": [],
+        }))
+        .unwrap();
+    let admin_configurations = Api::<
+        k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration,
+    >::all(control_plane.admin_client().await);
+    let created = admin_configurations
+        .create(&PostParams::default(), &others)
+        .await
+        .unwrap();
+    let rewrite =
+        Api::<k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration>::all(
+            controller.clone(),
+        )
+        .replace(&created.name_any(), &PostParams::default(), &created)
+        .await
+        .map(|_| ());
+    let _ = admin_configurations
+        .delete(&created.name_any(), &DeleteParams::default())
+        .await;
+    assert!(
+        forbidden(rewrite),
+        "the controller rewrote another product's webhook configuration"
+    );
     // While what the roles grant works
     assert!(
         Api::<StatefulSet>::namespaced(controller, namespace.name())

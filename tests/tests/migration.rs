@@ -18,7 +18,9 @@ use baton_e2e::keys::{
     LAST_DOWNSCALE, MIN_TIME_BETWEEN_ZONES_DOWNSCALE, PREPARE_DOWNSCALE, PREPARE_DOWNSCALE_PATH,
     PREPARE_DOWNSCALE_PORT,
 };
-use baton_e2e::rbac_support::{Binary, SERVICE_ACCOUNT_NAMESPACE, bind_deploy_roles};
+use baton_e2e::rbac_support::{
+    Binary, SERVICE_ACCOUNT_NAMESPACE, allow_injection_into, bind_deploy_roles,
+};
 use baton_e2e::webhook_support::{
     TestTls, WebhookConfigurations, WebhookReplica, free_port, wait_for_webhooks,
 };
@@ -150,6 +152,11 @@ async fn a_namespace_the_go_operator_v0_38_leaves_keeps_its_downscale_history_an
         .await
         .unwrap();
     bind_deploy_roles(&client, ns, Binary::Webhook)
+        .await
+        .unwrap();
+    // and, as the switch says, the Go operator's configurations named in the controller's
+    // ClusterRole so that baton injects its CA into them
+    allow_injection_into(&client, ns, &[&format!("baton-e2e-{ns}")])
         .await
         .unwrap();
     let kubeconfig = |binary: Binary| {

@@ -234,6 +234,15 @@ impl Writer<'_> {
                         "changed meanwhile; the watch brings it back"
                     );
                 }
+                Ok(Err(kube::Error::Api(status))) if status.code == 403 => {
+                    tracing::warn!(
+                        kind = K::KIND,
+                        name,
+                        "not injecting the caBundle: baton may not update this configuration; \
+                         add its name to the resourceNames of the ClusterRole \
+                         baton-controller-webhook-ca (docs/operations.md)"
+                    )
+                }
                 Ok(Err(error)) => {
                     tracing::warn!(kind = K::KIND, name, %error, "injecting the caBundle")
                 }
