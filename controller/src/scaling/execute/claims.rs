@@ -143,7 +143,7 @@ impl Pass<'_> {
         // Pods the downscale no longer removes (scaled up again since, or another change
         // moved the generation while this update failed) must not stay prepared.
         let cancelled = self.cancel_preparation(statefulset, entry).await;
-        self.write_ledger(group, ledger, name, Some(&entry.confirmed()))
+        self.write_ledger(group, ledger, name, entry, Some(&entry.confirmed()))
             .await?;
         let (from, to) = (
             entry.from_replicas.unwrap_or(0),
@@ -181,7 +181,7 @@ impl Pass<'_> {
             .as_deref()
             .and_then(|text| text.parse::<Timestamp>().ok())
             .map(|at| Entry::new(at, &entry.request));
-        self.write_ledger(group, ledger, name, previous.as_ref())
+        self.write_ledger(group, ledger, name, entry, previous.as_ref())
             .await?;
         let (from, to) = (
             entry.from_replicas.unwrap_or(0),
@@ -259,17 +259,31 @@ impl Pass<'_> {
                     }
                 })
                 .collect();
-        for error in scaler.pods.call_each(PodMethod::Delete, &endpoints).await {
-            tracing::warn!(%error, "telling a pod to cancel its preparation failed");
+        let told_before = !self.cancellations().insert(entry.request.clone());
+        if !told_before {
+            for error in scaler.pods.call_each(PodMethod::Delete, &endpoints).await {
+                tracing::warn!(%error, "telling a pod to cancel its preparation failed");
+            }
         }
         endpoints.into_iter().map(|endpoint| endpoint.pod).collect()
     }
 
+    /// The downscales whose pods were told to cancel, follow-up not yet stored.
+    fn cancellations(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<String>> {
+        // Whole entries only: the set is sound after a panic elsewhere.
+        self.scaler
+            .cancelled
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Stores the follow-up of the claim `followed` (`entry`: what replaces it, if anything).
     async fn write_ledger(
         &self,
         group: &str,
         ledger: &Ledger,
         name: &str,
+        followed: &Entry,
         entry: Option<&Entry>,
     ) -> Result<(), FollowUpError> {
         let scaler = self.scaler;
@@ -287,7 +301,10 @@ impl Pass<'_> {
         )
         .await??;
         match written {
-            Written::Done(_) => Ok(()),
+            Written::Done(_) => {
+                self.cancellations().remove(&followed.request);
+                Ok(())
+            }
             Written::Conflict => Err(FollowUpError::Changed(ledger_name)),
         }
     }

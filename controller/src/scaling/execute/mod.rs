@@ -69,6 +69,9 @@ pub struct Scaler {
     claim_grace: Duration,
     /// `(apiVersion, kind)` → resource, for kinds found with a scale subresource.
     discovered: Mutex<HashMap<(String, String), ApiResource>>,
+    /// Approved downscales (by admission request) whose pods were told to cancel, while the
+    /// follow-up is not stored yet: a retry after a conflicting write tells them no second time.
+    cancelled: Mutex<std::collections::HashSet<String>>,
 }
 
 impl std::fmt::Debug for Scaler {
@@ -99,6 +102,7 @@ impl Scaler {
             zone_tracker: config.downscale.zone_tracker_config_map.clone(),
             claim_grace: config.downscale.claim_grace.get(),
             discovered: Mutex::default(),
+            cancelled: Mutex::default(),
         })
     }
 
