@@ -39,10 +39,9 @@ use std::time::Duration;
 
 use baton_shared::annotations::max_unavailable;
 use baton_shared::kube_client::{bounded, watch_backoff};
-use baton_shared::ledger::{self, Ledger, Written};
+use baton_shared::ledger::{self, CLAIM_ATTEMPTS, ClaimError, Judged, Ledger};
 use baton_shared::pod_client::error_chain;
 use baton_shared::pods::{CachedPod, PodsByStatefulSet};
-use baton_shared::zpdb::decide::selecting_budget;
 use baton_shared::zpdb::record::{
     RECORD_EXPIRY, RECORD_LABEL, recently_allowed, record_name, with_eviction,
 };
@@ -63,9 +62,6 @@ use crate::cache::{Caches, group_of};
 /// A rollout held by a budget comes back after this long even if nothing it watches changes
 /// (the record's claims expire, and pods of StatefulSets outside the groups are not watched).
 pub const RECHECK_AFTER: Duration = Duration::from_secs(2);
-/// How often a claim lost to a concurrent writer (a webhook replica) is judged again before
-/// the deletion waits for the next pass.
-const CLAIM_ATTEMPTS: usize = 8;
 /// The Event reason of a rollout deletion a budget holds.
 pub const WAIT_REASON: &str = "ZoneAwareBudgetWaits";
 
@@ -172,15 +168,11 @@ pub fn judge(view: &View<'_>, deletion: &Deletion<'_>, claims: &RecentlyAllowed)
             "the rollout waits to delete pod {}: {message}",
             deletion.pod
         )),
-        allowed if allowed.judged_by_budget() => match selecting_budget(pod, &budgets) {
-            Ok(Some(budget)) => Judgement::Claim {
-                budget: budget.name.clone(),
-            },
-            _ => {
-                unreachable!("a verdict judged by a budget has exactly one valid selecting budget")
-            }
-        },
-        Verdict::Allowed { .. } => Judgement::Go,
+        Verdict::Allowed {
+            budget: Some(budget),
+            ..
+        } => Judgement::Claim { budget },
+        Verdict::Allowed { budget: None, .. } => Judgement::Go,
     }
 }
 
@@ -266,44 +258,52 @@ impl ZoneBudgets {
                 deletion.pod
             ))
         };
-        for _ in 0..CLAIM_ATTEMPTS {
+        let (api, name, budget) = (&api, &name, &budget);
+        let timeout = self.request_timeout;
+        let read = move || async move {
             let reading = format!("reading ConfigMap {name}");
-            let record: Ledger =
-                match bounded(self.request_timeout, reading, ledger::read(&api, &name)).await {
-                    Ok(Ok(record)) => record,
-                    Ok(Err(error)) => return failed("reading", error_chain(&error)),
-                    Err(timed_out) => return failed("reading", timed_out.to_string()),
-                };
-            // Judged again on the caches as they are now, with the record's claims.
-            let claimed = match self.judge(deletion, &recently_allowed(&record)) {
-                Judgement::Go => return Permit::Go,
-                Judgement::Wait(why) => return Permit::Wait(why),
-                Judgement::Claim { .. } => {
-                    let uid = self.pod_uid(deletion.pod);
-                    let request = format!("baton-controller rollout of group {group}");
-                    with_eviction(
-                        &record,
-                        deletion.pod,
-                        uid.as_deref(),
-                        &request,
-                        Timestamp::now(),
-                    )
-                }
-            };
-            let writing = format!("writing ConfigMap {name}");
-            let write = ledger::write_labelled(&api, &name, (RECORD_LABEL, &budget), &claimed);
-            match bounded(self.request_timeout, writing, write).await {
-                Ok(Ok(Written::Done(_))) => return Permit::Go,
-                // A webhook replica (or another claim) wrote first: judge again against it.
-                Ok(Ok(Written::Conflict)) => {}
-                Ok(Err(error)) => return failed("writing", error_chain(&error)),
-                Err(timed_out) => return failed("writing", timed_out.to_string()),
+            match bounded(timeout, reading, ledger::read(api, name)).await {
+                Ok(Ok(record)) => Ok((record, true)),
+                Ok(Err(error)) => Err(("reading", error_chain(&error))),
+                Err(timed_out) => Err(("reading", timed_out.to_string())),
             }
+        };
+        // Judged again on the caches as they are now, with the record's claims.
+        let judge = |record: &Ledger, _fresh| match self.judge(deletion, &recently_allowed(record))
+        {
+            Judgement::Go => Judged::Settled(Permit::Go),
+            Judgement::Wait(why) => Judged::Settled(Permit::Wait(why)),
+            Judgement::Claim { .. } => {
+                let uid = self.pod_uid(deletion.pod);
+                let request = format!("baton-controller rollout of group {group}");
+                let claimed = with_eviction(
+                    record,
+                    deletion.pod,
+                    uid.as_deref(),
+                    &request,
+                    Timestamp::now(),
+                );
+                Judged::Claim(claimed, Permit::Go)
+            }
+        };
+        // A webhook replica (or another claim) writing first makes `claim` judge again.
+        let store = move |claimed: Ledger| async move {
+            let writing = format!("writing ConfigMap {name}");
+            let write = ledger::write_labelled(api, name, (RECORD_LABEL, budget), &claimed);
+            match bounded(timeout, writing, write).await {
+                Ok(Ok(written)) => Ok(written),
+                Ok(Err(error)) => Err(("writing", error_chain(&error))),
+                Err(timed_out) => Err(("writing", timed_out.to_string())),
+            }
+        };
+        match ledger::claim(read, judge, store).await {
+            Ok(permit) => permit,
+            Err(ClaimError::Failed((step, error))) => failed(step, error),
+            Err(ClaimError::Contended) => Permit::Wait(format!(
+                "the rollout waits to delete pod {}: ConfigMap {name} changed under {CLAIM_ATTEMPTS} attempts to claim the deletion",
+                deletion.pod
+            )),
         }
-        Permit::Wait(format!(
-            "the rollout waits to delete pod {}: ConfigMap {name} changed under {CLAIM_ATTEMPTS} attempts to claim the deletion",
-            deletion.pod
-        ))
     }
 
     fn judge(&self, deletion: &Deletion<'_>, claims: &RecentlyAllowed) -> Judgement {

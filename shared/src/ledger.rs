@@ -360,9 +360,148 @@ pub async fn write_labelled(
     }
 }
 
+/// Attempts at a claim before giving up: each race lost to another writer costs one.
+pub const CLAIM_ATTEMPTS: usize = 8;
+
+/// What a judgement of the record read decides.
+#[derive(Debug)]
+pub enum Judged<T> {
+    /// Decided without writing: nothing to claim, or refused.
+    Settled(T),
+    /// Store this record, conditioned on the version read; decided `T` once it is stored.
+    Claim(Ledger, T),
+    /// The copy judged may be stale and the decision rests on it: read it afresh.
+    ReadAgain,
+}
+
+/// Why a claim ended without a decision.
+#[derive(Debug)]
+pub enum ClaimError<E> {
+    /// A read or a write failed.
+    Failed(E),
+    /// Others wrote first [`CLAIM_ATTEMPTS`] times.
+    Contended,
+}
+
+/// The one way baton claims something in a record that replicas race for (an eviction, a pod
+/// deletion, a downscale): read the record, judge it, store the claim conditioned on the
+/// version read; when another writer was first, read again and judge again, at most
+/// [`CLAIM_ATTEMPTS`] times. `read` gives the record and whether it is fresh (a copy kept from
+/// an earlier request is not); `judge` sees both; `store` writes a claimed record.
+pub async fn claim<T, E, Read, ReadFuture, Store, StoreFuture>(
+    mut read: Read,
+    mut judge: impl FnMut(&Ledger, bool) -> Judged<T>,
+    mut store: Store,
+) -> Result<T, ClaimError<E>>
+where
+    Read: FnMut() -> ReadFuture,
+    ReadFuture: std::future::Future<Output = Result<(Ledger, bool), E>>,
+    Store: FnMut(Ledger) -> StoreFuture,
+    StoreFuture: std::future::Future<Output = Result<Written, E>>,
+{
+    for _ in 0..CLAIM_ATTEMPTS {
+        let (record, fresh) = read().await.map_err(ClaimError::Failed)?;
+        match judge(&record, fresh) {
+            Judged::Settled(decided) => return Ok(decided),
+            Judged::ReadAgain => {}
+            Judged::Claim(claimed, decided) => {
+                match store(claimed).await.map_err(ClaimError::Failed)? {
+                    Written::Done(_) => return Ok(decided),
+                    Written::Conflict => {}
+                }
+            }
+        }
+    }
+    Err(ClaimError::Contended)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    mod claiming {
+        use std::cell::Cell;
+
+        use super::*;
+
+        fn record(version: &str) -> Ledger {
+            Ledger {
+                resource_version: Some(version.to_owned()),
+                data: BTreeMap::new(),
+            }
+        }
+
+        /// `claim` against a record others write `conflicts` times before it is stored.
+        async fn against(
+            conflicts: usize,
+            judged: impl Fn(bool) -> Judged<&'static str>,
+        ) -> (Result<&'static str, ClaimError<()>>, usize, usize) {
+            let (reads, stores) = (Cell::new(0), Cell::new(0));
+            let result = claim(
+                || {
+                    reads.set(reads.get() + 1);
+                    // The first copy is one kept from before; later ones are fresh reads.
+                    std::future::ready(Ok::<_, ()>((record("1"), reads.get() > 1)))
+                },
+                |_, fresh| judged(fresh),
+                |_| {
+                    stores.set(stores.get() + 1);
+                    let written = if stores.get() > conflicts {
+                        Written::Done(record("2"))
+                    } else {
+                        Written::Conflict
+                    };
+                    std::future::ready(Ok(written))
+                },
+            )
+            .await;
+            (result, reads.get(), stores.get())
+        }
+
+        #[tokio::test]
+        async fn a_lost_race_is_judged_again_on_a_new_read() {
+            let claiming = |_| Judged::Claim(record("1"), "claimed");
+            let (result, reads, stores) = against(2, claiming).await;
+            assert_eq!(result.ok(), Some("claimed"));
+            assert_eq!((reads, stores), (3, 3));
+        }
+
+        #[tokio::test]
+        async fn a_record_that_keeps_changing_ends_the_claim_after_the_attempts() {
+            let claiming = |_| Judged::Claim(record("1"), "claimed");
+            let (result, reads, stores) = against(usize::MAX, claiming).await;
+            assert!(matches!(result, Err(ClaimError::Contended)));
+            assert_eq!((reads, stores), (CLAIM_ATTEMPTS, CLAIM_ATTEMPTS));
+        }
+
+        #[tokio::test]
+        async fn a_stale_copy_is_read_again_and_a_settled_judgement_writes_nothing() {
+            let refusing = |fresh| {
+                if fresh {
+                    Judged::Settled("refused")
+                } else {
+                    Judged::ReadAgain
+                }
+            };
+            let (result, reads, stores) = against(0, refusing).await;
+            assert_eq!(result.ok(), Some("refused"));
+            assert_eq!((reads, stores), (2, 0));
+        }
+
+        #[tokio::test]
+        async fn a_failed_read_ends_the_claim() {
+            let result: Result<(), ClaimError<&str>> = claim(
+                || std::future::ready(Err("unreachable API server")),
+                |_, _| Judged::Settled(()),
+                |_| std::future::ready(Ok(Written::Conflict)),
+            )
+            .await;
+            assert!(matches!(
+                result,
+                Err(ClaimError::Failed("unreachable API server"))
+            ));
+        }
+    }
 
     #[test]
     fn ledger_names_are_valid_and_distinct() {

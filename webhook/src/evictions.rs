@@ -21,7 +21,7 @@ use baton_shared::pods::{CachedPod, PodsByStatefulSet};
 use baton_shared::reflect::reflect;
 use baton_shared::zpdb::{
     AllowReason, Budget, EvictionSnapshot, Observed, RecentlyAllowed, Verdict,
-    ZoneAwarePodDisruptionBudget, decide, decide::selecting_budget,
+    ZoneAwarePodDisruptionBudget, decide,
 };
 use futures::StreamExt;
 use jiff::Timestamp;
@@ -33,7 +33,7 @@ use kube::{Api, Client};
 use prometheus::{IntCounter, IntCounterVec, IntGauge, Opts, Registry};
 
 use crate::admission::Decision;
-use crate::admission::ledger::{self, Ledger, Written};
+use crate::admission::ledger::{self, CLAIM_ATTEMPTS, ClaimError, Judged, Ledger, Written};
 use crate::admission::zpdb::{self as admission, EvictionRequest, RECORD_EXPIRY, RECORD_LABEL};
 use crate::statefulsets::{CachedStatefulSet, StatefulSetCache};
 
@@ -52,10 +52,6 @@ pub const API_WRITES_METRIC: &str = "baton_webhook_zpdb_api_writes_total";
 /// just started their watch (a listing takes well under a second; the API server's call to the
 /// webhook times out after 10 s).
 const POD_LIST_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
-
-/// How often a claim is retried after losing to another replica before the eviction is refused
-/// for now (the drain retries it).
-const CLAIM_ATTEMPTS: usize = 8;
 
 #[derive(Debug, Clone)]
 pub struct ZpdbMetrics {
@@ -317,13 +313,10 @@ impl Evictions {
         let budgets = self.observed_budgets();
         let budget_refs: Vec<&Observed> = budgets.iter().map(Arc::as_ref).collect();
         let verdict = self.decide(&pod, &budget_refs, &RecentlyAllowed::default());
-        if !verdict.judged_by_budget() {
+        let Some(budget) = verdict.judging_budget() else {
             // Allowed before any budget counted, or denied even without the record (which
             // only adds unavailable pods): final.
             return (admission::answer(&verdict), verdict.reason_label());
-        }
-        let Ok(Some(budget)) = selecting_budget(&pod, &budget_refs) else {
-            unreachable!("a verdict judged by a budget has exactly one valid selecting budget")
         };
         self.claim(request, &pod, budget, &budget_refs).await
     }
@@ -333,80 +326,86 @@ impl Evictions {
         &self,
         request: &EvictionRequest,
         pod: &CachedPod,
-        budget: &Budget,
+        budget: &str,
         budgets: &[&Observed],
     ) -> (Decision, &'static str) {
-        let lock = self.lock(&budget.name);
+        let lock = self.lock(budget);
         let _judging = lock.lock().await;
         let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), &self.namespace);
-        let name = admission::record_name(&budget.name);
+        let name = admission::record_name(budget);
         let mut known = self
             .records
             .lock()
             .expect("records lock")
-            .get(&budget.name)
+            .get(budget)
             .cloned();
-        for _ in 0..CLAIM_ATTEMPTS {
+        let (api, name) = (&api, &name);
+        // The copy this replica knows first, then fresh reads.
+        let read = move || {
+            let kept = known.take();
+            async move {
+                match kept {
+                    Some(record) => Ok((record, false)),
+                    None => {
+                        self.metrics.api_read("record").inc();
+                        ledger::read(api, name).await.map(|record| (record, true))
+                    }
+                }
+            }
+        };
+        let judge = |record: &Ledger, fresh: bool| {
+            self.remember(budget, record);
+            let verdict = self.decide(pod, budgets, &admission::recently_allowed(record));
             // The copy this replica knows may be stale: good enough to allow (the write is
             // conditioned on it), not to deny (every denial here rests on the record's entries,
             // as the decision without them allowed): a denial is confirmed on a fresh read.
-            let (record, fresh) = match known.take() {
-                Some(record) => (record, false),
-                None => {
-                    self.metrics.api_read("record").inc();
-                    match ledger::read(&api, &name).await {
-                        Ok(record) => (record, true),
-                        Err(error) => return self.record_failed(request, budget, &name, &error),
-                    }
-                }
-            };
-            self.remember(&budget.name, &record);
-            let verdict = self.decide(pod, budgets, &admission::recently_allowed(&record));
             if !verdict.is_allowed() && !fresh {
-                continue;
+                return Judged::ReadAgain;
             }
+            let answer = (admission::answer(&verdict), verdict.reason_label());
             if !verdict.is_allowed() || request.dry_run {
-                return (admission::answer(&verdict), verdict.reason_label());
+                return Judged::Settled(answer);
             }
             let claimed = admission::with_eviction(
-                &record,
+                record,
                 &request.pod,
                 Some(pod.uid.as_str()).filter(|uid| !uid.is_empty()),
                 &request.uid,
                 Timestamp::now(),
             );
+            Judged::Claim(claimed, answer)
+        };
+        // Another replica writing first makes `claim` read the record again and judge again.
+        let store = move |claimed: Ledger| async move {
             self.metrics.api_writes.with_label_values(&["record"]).inc();
-            match ledger::write_labelled(&api, &name, (RECORD_LABEL, &budget.name), &claimed).await
-            {
-                Ok(Written::Done(written)) => {
-                    self.remember(&budget.name, &written);
-                    return (admission::answer(&verdict), verdict.reason_label());
-                }
-                // Another replica wrote first: read the record again and judge again.
-                Ok(Written::Conflict) => {}
-                Err(error) => return self.record_failed(request, budget, &name, &error),
+            let written =
+                ledger::write_labelled(api, name, (RECORD_LABEL, budget), &claimed).await?;
+            if let Written::Done(stored) = &written {
+                self.remember(budget, stored);
             }
+            Ok(written)
+        };
+        match ledger::claim(read, judge, store).await {
+            Ok(answer) => answer,
+            Err(ClaimError::Failed(error)) => self.record_failed(request, budget, name, &error),
+            Err(ClaimError::Contended) => (
+                Decision::deny_for_now(format!(
+                    "pod {} cannot be evicted now: record {name} changed under {CLAIM_ATTEMPTS} attempts to claim the eviction; retry",
+                    request.pod
+                )),
+                "record_contended",
+            ),
         }
-        (
-            Decision::deny_for_now(format!(
-                "pod {} cannot be evicted now: record {name} changed under {CLAIM_ATTEMPTS} attempts to claim the eviction; retry",
-                request.pod
-            )),
-            "record_contended",
-        )
     }
 
     fn record_failed(
         &self,
         request: &EvictionRequest,
-        budget: &Budget,
+        budget: &str,
         name: &str,
         error: &kube::Error,
     ) -> (Decision, &'static str) {
-        self.records
-            .lock()
-            .expect("records lock")
-            .remove(&budget.name);
+        self.records.lock().expect("records lock").remove(budget);
         (
             Decision::deny_for_now(format!(
                 "pod {} cannot be evicted now: the eviction could not be recorded in ConfigMap {name}: {}",

@@ -133,6 +133,9 @@ pub enum Verdict {
     Allowed {
         reason: AllowReason,
         message: String,
+        /// The budget that judged and allowed ([`AllowReason::BudgetMet`]): its record must
+        /// take the pod.
+        budget: Option<String>,
     },
     Denied {
         reason: DenyReason,
@@ -204,19 +207,29 @@ impl Verdict {
         }
     }
     /// The budget that judged, when one did and allowed: its record must take the pod.
-    pub fn judged_by_budget(&self) -> bool {
-        matches!(
-            self,
-            Verdict::Allowed {
-                reason: AllowReason::BudgetMet,
-                ..
-            }
-        )
+    pub fn judging_budget(&self) -> Option<&str> {
+        match self {
+            Verdict::Allowed { budget, .. } => budget.as_deref(),
+            Verdict::Denied { .. } => None,
+        }
     }
 }
 
 fn allowed(reason: AllowReason, message: String) -> Verdict {
-    Verdict::Allowed { reason, message }
+    Verdict::Allowed {
+        reason,
+        message,
+        budget: None,
+    }
+}
+
+/// Allowed by `budget`, which its record must now show.
+fn met(budget: &str, message: String) -> Verdict {
+    Verdict::Allowed {
+        reason: AllowReason::BudgetMet,
+        message,
+        budget: Some(budget.to_owned()),
+    }
 }
 fn denied(reason: DenyReason, message: String) -> Verdict {
     Verdict::Denied { reason, message }
@@ -543,8 +556,8 @@ impl Judge<'_, '_> {
                 ),
             );
         }
-        allowed(
-            AllowReason::BudgetMet,
+        met(
+            budget,
             format!(
                 "ZoneAwarePodDisruptionBudget {budget} met: StatefulSet {} will have {after} of {max} allowed unavailable pods, the other zones none",
                 state.name
@@ -596,8 +609,8 @@ impl Judge<'_, '_> {
                 ),
             );
         }
-        allowed(
-            AllowReason::BudgetMet,
+        met(
+            budget,
             format!(
                 "ZoneAwarePodDisruptionBudget {budget} met for partition {partition_name}: {} of {max} allowed unavailable across {} zones",
                 total + 1,

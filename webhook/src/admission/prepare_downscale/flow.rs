@@ -35,12 +35,8 @@ use super::{
     foreign_namespace, judge_min_time, judge_readiness, not_as_stored, pods_failed,
 };
 use crate::admission::decision::Decision;
-use crate::admission::ledger::{self, Entry, Ledger, Written};
+use crate::admission::ledger::{self, ClaimError, Entry, Judged, Ledger, Written};
 use crate::admission::object::Downscale;
-
-/// How often a claim is retried after losing a race before giving up (each retry means another
-/// replica wrote the ledger in between: a handful is plenty).
-const MAX_CLAIM_ATTEMPTS: usize = 8;
 
 /// What prepare-downscale needs to act; cheap to clone.
 #[derive(Clone)]
@@ -213,7 +209,7 @@ impl PrepareDownscale {
                 &self.zone_tracker
             )),
         );
-        let mut current =
+        let current =
             current.map_err(|error| deny_on("reading the group's downscale ledger", &error))?;
         let tracker = tracker.map_err(|error| {
             deny_on(
@@ -254,7 +250,26 @@ impl PrepareDownscale {
         judge_readiness(downscale, &readiness)?;
 
         let generation = statefulset.metadata.generation.unwrap_or_default();
-        for attempt in 1..=MAX_CLAIM_ATTEMPTS {
+        let (ledgers, name) = (&ledgers, &name);
+        // The ledger just judged first, then fresh reads after another replica wrote.
+        let mut first = Some(current);
+        let read = move || {
+            let judged = first.take();
+            async move {
+                match judged {
+                    Some(current) => Ok((current, true)),
+                    None => deadline
+                        .run(ledger::read(ledgers, name))
+                        .await
+                        .map(|current| (current, true))
+                        .map_err(|error| deny_on("reading the group's downscale ledger", &error)),
+                }
+            }
+        };
+        let claim = |current: &Ledger, _fresh| {
+            if let Err(denied) = judge(current) {
+                return Judged::Settled(Err(denied));
+            }
             let now = Timestamp::now();
             let previous = current.entry(&downscale.name).ok().flatten();
             // What a void of this claim puts back: the last downscale before it.
@@ -277,39 +292,39 @@ impl PrepareDownscale {
                 replaced,
             );
             let claimed = current.with_entry(&downscale.name, Some(&entry));
-            match deadline
-                .run(ledger::write(&ledgers, &name, group, &claimed))
+            Judged::Claim(
+                claimed,
+                Ok(Claim {
+                    name: name.clone(),
+                    namespace: downscale.namespace.clone(),
+                    group: group.to_owned(),
+                    previous,
+                    prepared,
+                }),
+            )
+        };
+        let store = move |claimed: Ledger| async move {
+            let written = deadline
+                .run(ledger::write(ledgers, name, group, &claimed))
                 .await
-            {
-                Ok(Written::Done(_)) => {
-                    tracing::info!(name = %downscale.name, %group, ledger = %name, attempt, "downscale claimed");
-                    return Ok(Claim {
-                        name,
-                        namespace: downscale.namespace.clone(),
-                        group: group.to_owned(),
-                        previous,
-                        prepared,
-                    });
-                }
-                Ok(Written::Conflict) => {
-                    tracing::debug!(name = %downscale.name, %group, attempt, "ledger changed meanwhile; judging again");
-                    current = deadline
-                        .run(ledger::read(&ledgers, &name))
-                        .await
-                        .map_err(|error| deny_on("reading the group's downscale ledger", &error))?;
-                    judge(&current)?;
-                }
-                Err(error) => {
-                    return Err(deny_on(
-                        "recording the downscale in the group's ledger",
-                        &error,
-                    ));
-                }
+                .map_err(|error| {
+                    deny_on("recording the downscale in the group's ledger", &error)
+                })?;
+            if written == Written::Conflict {
+                tracing::debug!(name = %downscale.name, %group, "ledger changed meanwhile; judging again");
             }
+            Ok(written)
+        };
+        match ledger::claim(read, claim, store).await {
+            Ok(Ok(claim)) => {
+                tracing::info!(name = %downscale.name, %group, ledger = %name, "downscale claimed");
+                Ok(claim)
+            }
+            Ok(Err(denied)) | Err(ClaimError::Failed(denied)) => Err(denied),
+            Err(ClaimError::Contended) => Err(Decision::deny(format!(
+                "{downscale} is not allowed because the group's downscale ledger {name} kept changing; retry"
+            ))),
         }
-        Err(Decision::deny(format!(
-            "{downscale} is not allowed because the group's downscale ledger {name} kept changing; retry"
-        )))
     }
 
     /// Tells the pods going away. On failure, returns the denial and the pods that may have been
@@ -370,27 +385,34 @@ impl PrepareDownscale {
         deadline: &Deadline,
     ) -> Result<(), FlowError> {
         let ledgers: Api<ConfigMap> = Api::namespaced(self.client.clone(), &claim.namespace);
-        for _ in 0..MAX_CLAIM_ATTEMPTS {
-            let current: Ledger = deadline.run(ledger::read(&ledgers, &claim.name)).await?;
-            match current.entry(statefulset) {
-                Ok(Some(entry)) if entry.request == uid => {}
-                _ => return Ok(()),
+        let ledgers = &ledgers;
+        let read = move || async move {
+            let current: Ledger = deadline.run(ledger::read(ledgers, &claim.name)).await?;
+            Ok::<_, FlowError>((current, true))
+        };
+        // Only while the claim is still ours: a later one is someone else's to follow up.
+        let restore = |current: &Ledger, _fresh| match current.entry(statefulset) {
+            Ok(Some(entry)) if entry.request == uid => Judged::Claim(
+                current.with_entry(statefulset, claim.previous.as_ref()),
+                true,
+            ),
+            _ => Judged::Settled(false),
+        };
+        let store = move |restored: Ledger| async move {
+            deadline
+                .run(ledger::write(ledgers, &claim.name, &claim.group, &restored))
+                .await
+        };
+        match ledger::claim(read, restore, store).await {
+            Ok(released) => {
+                if released {
+                    tracing::info!(name = %statefulset, ledger = %claim.name, "downscale claim released");
+                }
+                Ok(())
             }
-            let restored = current.with_entry(statefulset, claim.previous.as_ref());
-            if let Written::Done(_) = deadline
-                .run(ledger::write(
-                    &ledgers,
-                    &claim.name,
-                    &claim.group,
-                    &restored,
-                ))
-                .await?
-            {
-                tracing::info!(name = %statefulset, ledger = %claim.name, "downscale claim released");
-                return Ok(());
-            }
+            Err(ClaimError::Failed(error)) => Err(error),
+            Err(ClaimError::Contended) => Err(FlowError::KeptChanging),
         }
-        Err(FlowError::KeptChanging)
     }
 }
 
