@@ -29,7 +29,7 @@ pub struct ControllerMetrics {
     /// series per waiting group at most, none for a group that does not wait.
     pub waiting_reason: IntGaugeVec,
     pub pod_deletions: IntCounterVec,
-    /// What rollout gates hold groups for (issue 12).
+    /// What rollout gates hold groups for.
     pub gates: crate::gates::metrics::GateMetrics,
     /// The StatefulSets each group's per-StatefulSet series were last recorded for.
     members: Arc<Mutex<HashMap<String, BTreeSet<String>>>>,

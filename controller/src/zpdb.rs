@@ -1,5 +1,5 @@
 //! Zone-aware pod disruption budgets as the rollout controller consults them before it deletes
-//! a pod (issue 13): a drain and a rollout at the same time must never together exceed a budget.
+//! a pod: a drain and a rollout at the same time must never together exceed a budget.
 //!
 //! - **The decision** is the webhook's own, [`decide_rollout_deletion`]: the other zones must
 //!   be available as for an eviction, and within the pod's zone the rollout's max-unavailable

@@ -1,4 +1,4 @@
-//! Rollout gates (issue 12) on the real control plane, each a scenario: given a rollout group
+//! Rollout gates on the real control plane, each a scenario: given a rollout group
 //! with gate annotations, when its template changes, then baton holds zones as the gates say.
 
 use std::time::{Duration, Instant};

@@ -1,4 +1,4 @@
-//! The status page (issue 14) on a real controller, control plane and browser: given a group
+//! The status page on a real controller, control plane and browser: given a group
 //! mid-rollout, the page and its JSON say where each zone stands and why the group waits.
 
 use std::path::PathBuf;

@@ -621,7 +621,7 @@ impl Zones {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The rollout controller consults the same budgets before it deletes (issue 13): a controller
+// The rollout controller consults the same budgets before it deletes: a controller
 // runs beside the webhook replicas, and the pods' timeline is replayed.
 
 /// [`Zones`] with the budget `ingester` of `spec` and baton-controller running.

@@ -1,8 +1,8 @@
-//! Health checks as a gate (issue 12): consecutive passes let the next step go, consecutive
+//! Health checks as a gate: consecutive passes let the next step go, consecutive
 //! failures halt the group. Pure, composed after [`super::decide()`]: it only ever takes
 //! deletions away from the gated plan, and says what check state to store.
 //!
-//! The rules (seed 002's, adapted to zones):
+//! The rules (the phased rollout operator's, adapted to zones):
 //! - a run's outcome is `Pass`, `Fail` (the query and the value that failed it) or
 //!   `Inconclusive` (Prometheus unreachable, a query error): an inconclusive run never passes
 //!   a gate — it resets the consecutive passes — and never counts towards a halt;

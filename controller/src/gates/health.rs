@@ -90,7 +90,7 @@ pub struct QuerySpec {
     pub threshold: Option<Threshold>,
 }
 
-/// When a query passes: it returns samples (seed 002's rule, the default) or none (for
+/// When a query passes: it returns samples (the phased rollout operator's rule, the default) or none (for
 /// alert-style queries).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 pub enum PassWhen {

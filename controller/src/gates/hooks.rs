@@ -1,4 +1,4 @@
-//! Rollout hooks (issue 12, after the OAM rollout design's webhooks): an HTTP POST before each
+//! Rollout hooks (after the OAM rollout design's webhooks): an HTTP POST before each
 //! zone starts and after it completes. A 2xx answer lets the rollout proceed; anything else is
 //! retried with exponential backoff and, after [`ATTEMPTS`] failures, halts the group.
 //!

@@ -1,4 +1,4 @@
-//! Rollout gates (issue 12): what must hold, besides readiness, before baton deletes the next
+//! Rollout gates: what must hold, besides readiness, before baton deletes the next
 //! pod — a soak between zones, and a halt that only a person lifts.
 //!
 //! Why a separate module: the planner ([`crate::rollout::plan()`]) decides *which* pods may go

@@ -80,7 +80,7 @@ pub enum ExecuteError {
     },
     #[error(transparent)]
     TimedOut(#[from] TimedOut),
-    /// The rollout gate's state could not be stored (issue 12): nothing was acted on.
+    /// The rollout gate's state could not be stored: nothing was acted on.
     #[error(transparent)]
     GateState(#[from] crate::gates::store::StoreError),
 }

@@ -32,7 +32,8 @@ pub struct Rollouts {
     pub explainer: Explainer,
     pub request_timeout: Duration,
     pub pending: PendingDeletions,
-    /// Consulted before every deletion that takes availability away (issue 13).
+    /// Consulted before every deletion that takes availability away: a drain and a rollout
+    /// together must never exceed a zone-aware budget.
     pub budgets: crate::zpdb::ZoneBudgets,
     /// The leader's history for the status page: why each group waits since when, what it did.
     pub status: StatusBoard,
@@ -64,7 +65,7 @@ impl Rollouts {
             pods.iter().map(Arc::as_ref),
         );
         self.pending.apply(&mut snapshot, Instant::now());
-        // The planner's plan as the rollout gates allow it (issue 12; a group without gate
+        // The planner's plan as the rollout gates allow it (a group without gate
         // keys gets the plan unchanged).
         let now = jiff::Timestamp::now();
         let (plan, gate) = gates::health::evaluate(&self.gate_calls, &snapshot, now).await;

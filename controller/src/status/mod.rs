@@ -1,6 +1,6 @@
 //! The status page (`GET /ui/status`) and its JSON (`GET /api/v1/status`): where each group
 //! stands, why it waits and since when, what was done — what Events tell one at a time, in one
-//! place (issue 14).
+//! place.
 //!
 //! Why it looks like this: every replica runs the watches, so every replica can answer from its
 //! own caches with the planner's own code ([`view::compute`], pure) — the page never disagrees
