@@ -33,9 +33,9 @@ use kube::{Api, Client};
 use prometheus::{IntCounter, IntCounterVec, IntGauge, Opts, Registry};
 
 use crate::admission::Decision;
-use crate::admission::ledger::{self, CLAIM_ATTEMPTS, ClaimError, Judged, Ledger, Written};
 use crate::admission::zpdb::{self as admission, EvictionRequest, RECORD_EXPIRY, RECORD_LABEL};
 use crate::statefulsets::{CachedStatefulSet, StatefulSetCache};
+use baton_shared::ledger::{self, CLAIM_ATTEMPTS, ClaimError, Judged, Ledger, Written};
 
 /// Evictions judged, by reason and status (the Go operator's name and labels).
 pub const EVICTION_REQUESTS_METRIC: &str = "rollout_operator_zpdb_eviction_requests_total";

@@ -2,7 +2,6 @@
 //! handlers in `server.rs` only decode, call and encode.
 
 pub mod decision;
-pub mod ledger;
 pub mod no_downscale;
 pub mod object;
 pub mod prepare_downscale;

@@ -35,8 +35,8 @@ use super::{
     foreign_namespace, judge_min_time, judge_readiness, not_as_stored, pods_failed,
 };
 use crate::admission::decision::Decision;
-use crate::admission::ledger::{self, ClaimError, Entry, Judged, Ledger, Written};
 use crate::admission::object::Downscale;
+use baton_shared::ledger::{self, ClaimError, Entry, Judged, Ledger, Written};
 
 /// What prepare-downscale needs to act; cheap to clone.
 #[derive(Clone)]
