@@ -13,8 +13,8 @@ use super::LeaderElector;
 use super::decide::{
     Decision, LostReason, Observation, decide, leader_outcome, next_look, observe,
 };
+use super::leadership::{EndReason, Phase, Span, Term};
 use super::record::{claimed, holder_of, record_of, released};
-use super::status::{EndReason, Phase, Span, Term};
 use super::store::{LeaseStore, StoreError};
 
 /// How many conditional writes a release tries before giving up to a changing Lease.

@@ -37,9 +37,9 @@
 //! is the thin loop doing the calls.
 
 mod decide;
+mod leadership;
 mod lease_loop;
 mod record;
-mod status;
 mod store;
 
 use std::time::Duration;
@@ -53,7 +53,7 @@ pub use decide::{
     AcquireReason, Decision, LeaseRecord, LeaseTiming, LostReason, Observation, decide,
     leader_outcome, next_look, observe,
 };
-pub use status::{EndReason, Leadership, PAST_TERMS_KEPT, PastTerm, Phase, Span, Status, Term};
+pub use leadership::{EndReason, Leadership, PAST_TERMS_KEPT, PastTerm, Phase, Span, Status, Term};
 pub use store::{KubeLeaseStore, LeaseStore, StoreError};
 
 /// Whether a reconcile may still act right now, and for how long: `Some(time left)` only while
