@@ -68,7 +68,7 @@ impl GroupReconciler {
         let started = Instant::now();
         let labels = [group];
         self.metrics.reconciles.with_label_values(&labels).inc();
-        let (scaling, rollout) = tokio::join!(
+        let ((scaling, scaling_failures), rollout) = tokio::join!(
             self.scaler.reconcile(
                 group,
                 &members,
@@ -83,6 +83,15 @@ impl GroupReconciler {
             .reconcile_duration
             .with_label_values(&labels)
             .observe(started.elapsed().as_secs_f64());
+        let count = |error: &str| {
+            self.metrics
+                .reconcile_errors
+                .with_label_values(&[group, error])
+                .inc();
+        };
+        for failure in scaling_failures {
+            count(failure);
+        }
         match rollout {
             Ok(rollout) => {
                 let now = jiff::Timestamp::now().as_millisecond() as f64 / 1000.0;
@@ -97,6 +106,7 @@ impl GroupReconciler {
                     .reconciles_failed
                     .with_label_values(&labels)
                     .inc();
+                count(error.kind());
                 tracing::warn!(error = %error, kind = error.kind(), "reconcile failed");
                 Requeue::Failed
             }

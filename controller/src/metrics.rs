@@ -17,6 +17,9 @@ use prometheus::{
 pub struct ControllerMetrics {
     pub reconciles: IntCounterVec,
     pub reconciles_failed: IntCounterVec,
+    /// `{rollout_group, error}`: what failed in a group's reconcile, by a stable label
+    /// ([`RECONCILE_ERRORS`]), the rollout's and the scaling's alike.
+    pub reconcile_errors: IntCounterVec,
     pub reconcile_duration: HistogramVec,
     pub last_successful_reconcile: GaugeVec,
     pub pods_total: IntGaugeVec,
@@ -36,6 +39,18 @@ pub struct ControllerMetrics {
     /// The reason each waiting group's `waiting_reason` series was last recorded for.
     reasons: Arc<Mutex<HashMap<String, &'static str>>>,
 }
+
+/// Every `error` label of `baton_reconcile_errors_total`: the rollout's
+/// ([`crate::rollout::execute::ExecuteError::kind`]) and the scaling's
+/// ([`crate::scaling::SCALING_ERRORS`]).
+pub const RECONCILE_ERRORS: [&str; 6] = [
+    "delete_pod",
+    "update_status",
+    "timeout",
+    "gate_state",
+    "scale_write",
+    "downscale_follow_up",
+];
 
 /// One StatefulSet's pod counts, as the planner reports them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,6 +78,13 @@ impl ControllerMetrics {
                     "Total number of reconciles failed for a specific rollout group.",
                 ),
                 group,
+            )?,
+            reconcile_errors: IntCounterVec::new(
+                Opts::new(
+                    "baton_reconcile_errors_total",
+                    "Failures in a rollout group's reconcile, by what failed.",
+                ),
+                &["rollout_group", "error"],
             )?,
             reconcile_duration: HistogramVec::new(
                 HistogramOpts::new(
@@ -129,6 +151,7 @@ impl ControllerMetrics {
         };
         registry.register(Box::new(metrics.reconciles.clone()))?;
         registry.register(Box::new(metrics.reconciles_failed.clone()))?;
+        registry.register(Box::new(metrics.reconcile_errors.clone()))?;
         registry.register(Box::new(metrics.reconcile_duration.clone()))?;
         registry.register(Box::new(metrics.last_successful_reconcile.clone()))?;
         registry.register(Box::new(metrics.pods_total.clone()))?;
@@ -149,6 +172,7 @@ impl ControllerMetrics {
         let Self {
             reconciles,
             reconciles_failed,
+            reconcile_errors,
             reconcile_duration,
             last_successful_reconcile,
             pods_total,
@@ -164,6 +188,7 @@ impl ControllerMetrics {
         vec![
             reconciles,
             reconciles_failed,
+            reconcile_errors,
             reconcile_duration,
             last_successful_reconcile,
             pods_total,
@@ -245,6 +270,9 @@ impl ControllerMetrics {
         let _ = self.group_waiting.remove_label_values(&labels);
         let _ = self.reconciles.remove_label_values(&labels);
         let _ = self.reconciles_failed.remove_label_values(&labels);
+        for error in RECONCILE_ERRORS {
+            let _ = self.reconcile_errors.remove_label_values(&[group, error]);
+        }
         let _ = self.reconcile_duration.remove_label_values(&labels);
         let _ = self.last_successful_reconcile.remove_label_values(&labels);
         self.gates.forget(group);
@@ -269,6 +297,13 @@ impl ControllerMetrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_scaling_error_label_is_a_reconcile_error_label() {
+        for error in crate::scaling::SCALING_ERRORS {
+            assert!(RECONCILE_ERRORS.contains(&error), "{error}");
+        }
+    }
 
     fn series(registry: &Registry) -> Vec<String> {
         let mut series = Vec::new();

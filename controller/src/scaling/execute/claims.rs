@@ -78,6 +78,7 @@ impl Pass<'_> {
                 }
             };
             if let Err(error) = result {
+                self.failed(super::super::DOWNSCALE_FOLLOW_UP);
                 tracing::warn!(%error, ?follow_up, "following up an approved downscale failed; retrying");
                 return requeue.sooner(Requeue::After(Duration::from_secs(1)));
             }

@@ -117,7 +117,7 @@ impl Scaler {
         records: (&Ledger, &ZoneTracker),
         explainer: &Explainer,
         may_act: &MayAct,
-    ) -> Requeue {
+    ) -> (Requeue, Vec<&'static str>) {
         let scales = self.read_references(members).await;
         let now = Timestamp::now();
         let history = Records {
@@ -139,6 +139,7 @@ impl Scaler {
             pods,
             explainer,
             snapshot: &snapshot,
+            failures: Mutex::default(),
         };
         let mut requeue = if plan.poll {
             Requeue::After(self.poll_interval)
@@ -172,10 +173,11 @@ impl Scaler {
             }
         }
         if may_act().is_none() {
-            return requeue;
+            return (requeue, pass.into_failures());
         }
         let requeue = requeue.sooner(pass.act(&plan, may_act).await);
-        requeue.sooner(pass.follow_up_claims(group, records, now, may_act).await)
+        let requeue = requeue.sooner(pass.follow_up_claims(group, records, now, may_act).await);
+        (requeue, pass.into_failures())
     }
 }
 
@@ -186,9 +188,24 @@ struct Pass<'a> {
     pods: &'a [Arc<CachedPod>],
     explainer: &'a Explainer,
     snapshot: &'a ScalingSnapshot,
+    /// What failed in this pass ([`super::SCALING_ERRORS`]), for the reconcile's metrics.
+    failures: Mutex<Vec<&'static str>>,
 }
 
 impl Pass<'_> {
+    fn failed(&self, error: &'static str) {
+        self.failures
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(error);
+    }
+
+    fn into_failures(self) -> Vec<&'static str> {
+        self.failures
+            .into_inner()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     fn statefulset(&self, name: &str) -> Option<&StatefulSet> {
         self.members
             .iter()

@@ -58,10 +58,15 @@ fn answer(code: u16) -> Response<Body> {
 
 /// A pass over a group whose follower zone b (2 replicas) must follow leader zone a (3): the
 /// `/scale` patch is answered `code`. Returns the pass's requeue, the patch the executor sent,
-/// and the Events it told.
+/// the Events it told and what it reports failed.
 async fn follower_scaled_up_answered(
     code: u16,
-) -> (Requeue, serde_json::Value, Vec<(String, String)>) {
+) -> (
+    Requeue,
+    serde_json::Value,
+    Vec<(String, String)>,
+    Vec<&'static str>,
+) {
     baton_shared::crypto::install_default_provider();
     let (service, handle) = mock::pair::<Request<Body>, Response<Body>>();
     let client = kube::Client::new(service, NAMESPACE);
@@ -90,7 +95,7 @@ async fn follower_scaled_up_answered(
         serde_json::from_slice::<serde_json::Value>(&body).expect("JSON")
     };
     let (ledger, tracker) = Default::default();
-    let (requeue, patch) = tokio::join!(
+    let ((requeue, failures), patch) = tokio::join!(
         scaler.reconcile(
             "ingester",
             &members,
@@ -106,12 +111,13 @@ async fn follower_scaled_up_answered(
         let (reason, note) = event.reason_and_note();
         told.push((reason.to_owned(), note.to_owned()));
     }
-    (requeue, patch, told)
+    (requeue, patch, told, failures)
 }
 
 #[tokio::test]
 async fn a_scale_is_conditioned_on_the_cached_version_and_told_when_done() {
-    let (requeue, patch, told) = follower_scaled_up_answered(200).await;
+    let (requeue, patch, told, failures) = follower_scaled_up_answered(200).await;
+    assert_eq!(failures, Vec::<&str>::new());
     assert_eq!(
         patch,
         json!({"metadata": {"resourceVersion": "41"}, "spec": {"replicas": 3}}),
@@ -130,7 +136,8 @@ async fn a_scale_is_conditioned_on_the_cached_version_and_told_when_done() {
 
 #[tokio::test]
 async fn a_conflict_means_the_cache_is_behind_and_the_group_comes_back_soon() {
-    let (requeue, _, told) = follower_scaled_up_answered(409).await;
+    let (requeue, _, told, failures) = follower_scaled_up_answered(409).await;
+    assert_eq!(failures, Vec::<&str>::new(), "a conflict is not a failure");
     assert_eq!(requeue, Requeue::After(Duration::from_millis(200)));
     assert!(
         told.iter()
@@ -141,8 +148,13 @@ async fn a_conflict_means_the_cache_is_behind_and_the_group_comes_back_soon() {
 
 #[tokio::test]
 async fn a_refused_scale_is_told_with_the_api_servers_words_and_polled_again() {
-    let (requeue, _, told) = follower_scaled_up_answered(403).await;
+    let (requeue, _, told, failures) = follower_scaled_up_answered(403).await;
     assert_eq!(requeue, Requeue::After(POLL));
+    assert_eq!(
+        failures,
+        [crate::scaling::SCALE_WRITE],
+        "counted by what failed"
+    );
     let denied: Vec<&str> = told
         .iter()
         .filter(|(reason, _)| reason == reasons::DENIED)

@@ -59,6 +59,7 @@ impl Pass<'_> {
         to: i32,
         error: &str,
     ) {
+        self.failed(super::super::SCALE_WRITE);
         self.say(
             statefulset,
             Severity::Warning,
