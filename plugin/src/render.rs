@@ -172,7 +172,7 @@ pub fn plan(namespace: &str, group: &str, plan: &Plan, gate: &GateDecision) -> S
 #[cfg(test)]
 mod tests {
     use baton_controller::gates;
-    use baton_controller::status::{Phase, Replica, Role};
+    use baton_controller::status::{Replica, Role, RolloutPhase};
     use baton_shared::annotations::ROLLOUT_PAUSED_ANNOTATION;
 
     use super::*;
@@ -245,7 +245,7 @@ mod tests {
     #[test]
     fn a_complete_group_says_so_without_a_wait() {
         let view = status_of(&group(vec![zone("a", 1, 1)]));
-        assert_eq!(view.phase, Phase::Complete);
+        assert_eq!(view.phase, RolloutPhase::Complete);
         assert_eq!(group_line(&view), "ingester: complete");
         assert_eq!(
             zone_line(&view.zones[0]),

@@ -20,7 +20,7 @@ use kube::api::Api;
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 
 use baton_controller::rollout::GroupSnapshot;
-use baton_controller::status::{self, GroupStatus, Phase};
+use baton_controller::status::{self, GroupStatus, RolloutPhase};
 use baton_shared::kube_client::watch_backoff;
 
 use crate::access::{Access, AccessError, group_selector};
@@ -29,7 +29,7 @@ use crate::render;
 
 /// Whether waiting is over, from the group's view.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Verdict {
+pub enum WaitVerdict {
     /// Every zone runs the update revision and every pod is available.
     Complete,
     /// Nothing moves until a person acts (`baton.dev/halted`, or a gate key that cannot be
@@ -42,55 +42,57 @@ pub enum Verdict {
 }
 
 /// Pure: stop when the group is complete, halted or skipped.
-pub fn verdict(view: &GroupStatus) -> Verdict {
+pub fn verdict(view: &GroupStatus) -> WaitVerdict {
     let message = || {
         view.waiting
             .as_ref()
             .map_or_else(String::new, |waiting| waiting.message.clone())
     };
     match view.phase {
-        Phase::Complete => Verdict::Complete,
-        Phase::Halted => Verdict::Halted(message()),
-        Phase::Skipped => Verdict::Skipped(message()),
-        Phase::Rolling | Phase::Waiting | Phase::Paused => Verdict::Pending,
+        RolloutPhase::Complete => WaitVerdict::Complete,
+        RolloutPhase::Halted => WaitVerdict::Halted(message()),
+        RolloutPhase::Skipped => WaitVerdict::Skipped(message()),
+        RolloutPhase::Rolling | RolloutPhase::Waiting | RolloutPhase::Paused => {
+            WaitVerdict::Pending
+        }
     }
 }
 
 /// How `wait` ended: its exit code and the line to print.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Outcome {
+pub struct WaitOutcome {
     pub code: i32,
     pub message: String,
 }
 
 /// The outcome of a view that is final, None while it is pending.
-pub fn outcome(view: &GroupStatus) -> Option<Outcome> {
+pub fn outcome(view: &GroupStatus) -> Option<WaitOutcome> {
     let group = &view.name;
     match verdict(view) {
-        Verdict::Complete => Some(Outcome {
+        WaitVerdict::Complete => Some(WaitOutcome {
             code: exit::SUCCESS,
             message: format!(
                 "rollout group {group} is complete: every zone runs its update revision and every pod is ready"
             ),
         }),
-        Verdict::Halted(why) => Some(Outcome {
+        WaitVerdict::Halted(why) => Some(WaitOutcome {
             code: exit::HALTED,
             message: format!("rollout group {group} is halted: {why}"),
         }),
-        Verdict::Skipped(why) => Some(Outcome {
+        WaitVerdict::Skipped(why) => Some(WaitOutcome {
             code: exit::SKIPPED,
             message: format!("rollout group {group} is skipped by baton: {why}"),
         }),
-        Verdict::Pending => None,
+        WaitVerdict::Pending => None,
     }
 }
 
 /// The outcome once `timeout` passed with the group still at `view`.
-pub fn timed_out(view: &GroupStatus, timeout: &str) -> Outcome {
+pub fn timed_out(view: &GroupStatus, timeout: &str) -> WaitOutcome {
     let why = view.waiting.as_ref().map_or_else(String::new, |waiting| {
         format!("; waits ({}): {}", waiting.kind, waiting.message)
     });
-    Outcome {
+    WaitOutcome {
         code: exit::TIMEOUT,
         message: format!(
             "timed out after {timeout} waiting for rollout group {}: {}{why}",
@@ -106,7 +108,7 @@ pub async fn run(
     group: &str,
     timeout: Duration,
     timeout_text: &str,
-) -> Result<Outcome, AccessError> {
+) -> Result<WaitOutcome, AccessError> {
     let deadline = tokio::time::Instant::now() + timeout;
     let selector = group_selector(group)?;
     let members = access.group_members(group).await?;
@@ -296,7 +298,7 @@ mod tests {
     #[test]
     fn rolling_and_paused_groups_keep_waiting() {
         let rolling = status_of(&group(vec![zone("a", 2, 1), zone("b", 2, 0)]));
-        assert_eq!(verdict(&rolling), Verdict::Pending);
+        assert_eq!(verdict(&rolling), WaitVerdict::Pending);
         let mut b = zone("b", 2, 0);
         b.annotations
             .insert(ROLLOUT_PAUSED_ANNOTATION.to_owned(), "true".to_owned());

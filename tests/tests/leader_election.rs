@@ -12,8 +12,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use baton_controller::leader::{
-    EndReason, KubeLeaseStore, LeaderElector, Leadership, LeaseStore, LeaseTiming, LostReason,
-    Phase, Span, Status, StoreError, Term,
+    EndReason, KubeLeaseStore, LeaderElector, Leadership, LeadershipPhase, LeaseStore, LeaseTiming,
+    LostReason, Span, Status, StoreError, Term,
 };
 use baton_e2e::{ControlPlane, TestNamespace, wait_until};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
@@ -80,7 +80,10 @@ async fn exactly_one_of_three_candidates_leads_and_the_others_stand_by() {
         assert_eq!(leaders(&candidates), [leader], "exactly one leader");
         for (i, candidate) in candidates.iter().enumerate() {
             if i != leader {
-                assert_eq!(candidate.leadership.status().phase, Phase::Standby);
+                assert_eq!(
+                    candidate.leadership.status().phase,
+                    LeadershipPhase::Standby
+                );
             }
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -107,7 +110,7 @@ async fn a_leader_releasing_on_shutdown_hands_over_well_under_the_lease_duration
 
     // When the leader is shut down (SIGTERM), it stops acting, then releases the Lease
     let stopped = leader.stop().await;
-    let (Phase::Ended(EndReason::Shutdown), Some(last)) =
+    let (LeadershipPhase::Ended(EndReason::Shutdown), Some(last)) =
         (&stopped.status.phase, stopped.status.past.last())
     else {
         panic!("unexpected final status {:?}", stopped.status);
@@ -164,7 +167,7 @@ async fn a_killed_leader_is_replaced_only_after_the_lease_duration() {
     // When the leader is killed (its task aborted: no release)
     let killed_at = Instant::now();
     let killed = leader.kill().await;
-    let Phase::Leader { renewed, until, .. } = killed.status.phase else {
+    let LeadershipPhase::Leader { renewed, until, .. } = killed.status.phase else {
         panic!("the killed leader was leading: {:?}", killed.status);
     };
     // An in-process observer learns at once that this elector can no longer lead.
@@ -359,7 +362,7 @@ async fn a_fresh_lease_is_created_and_led_at_once_and_a_new_identity_waits_out_t
 
     // When it is killed and restarted under a new identity (no release)
     let killed = first.kill().await;
-    let Phase::Leader { renewed, .. } = killed.status.phase else {
+    let LeadershipPhase::Leader { renewed, .. } = killed.status.phase else {
         panic!("it was leading: {:?}", killed.status);
     };
     let second = Candidate::start(&namespace, HANDOVER, "second".to_owned(), Faults::none());
@@ -723,7 +726,7 @@ impl Stopped {
             })
             .collect();
         // Killed while leading: the term never ended by itself; it counts up to its deadline.
-        if let Phase::Leader { since, until, .. } = self.status.phase {
+        if let LeadershipPhase::Leader { since, until, .. } = self.status.phase {
             ends.push(End {
                 identity: self.identity.clone(),
                 how: how.to_owned(),

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use baton_controller::status::{Phase, Role, RolloutStatus};
+use baton_controller::status::{Role, RolloutPhase, RolloutStatus};
 use baton_e2e::browser::Chromium;
 use baton_e2e::controller_support::{
     ControlledNamespace, Controller, roll_out, rollout_state, wait_rollout_complete,
@@ -45,7 +45,7 @@ async fn status(controller: &Controller, query: &str) -> Option<RolloutStatus> {
     (code == 200).then(|| serde_json::from_str(&body).expect("a RolloutStatus document"))
 }
 
-fn phases(status: &RolloutStatus) -> Vec<(String, Phase)> {
+fn phases(status: &RolloutStatus) -> Vec<(String, RolloutPhase)> {
     status
         .groups
         .iter()
@@ -54,11 +54,11 @@ fn phases(status: &RolloutStatus) -> Vec<(String, Phase)> {
         .collect()
 }
 
-fn expected_phases() -> Vec<(String, Phase)> {
+fn expected_phases() -> Vec<(String, RolloutPhase)> {
     vec![
-        (ZONES[0].to_owned(), Phase::Complete),
-        (ZONES[1].to_owned(), Phase::Rolling),
-        (ZONES[2].to_owned(), Phase::Waiting),
+        (ZONES[0].to_owned(), RolloutPhase::Complete),
+        (ZONES[1].to_owned(), RolloutPhase::Rolling),
+        (ZONES[2].to_owned(), RolloutPhase::Waiting),
     ]
 }
 
@@ -159,7 +159,7 @@ async fn the_json_status_is_versioned_names_the_wait_and_a_standby_names_the_lea
     let group = &status.groups[0];
     assert_eq!(
         (group.name.as_str(), group.phase),
-        ("ingester", Phase::Rolling)
+        ("ingester", RolloutPhase::Rolling)
     );
     let waiting = group
         .waiting

@@ -14,7 +14,7 @@ use tokio::sync::watch;
 
 use super::pki::{self, Material, Pair};
 use super::plan::{
-    Action, CertificatePlan, IssueReason, Names, ParsedSecret, Wanted, plan_certificates,
+    CertificatePlan, IssueReason, Names, ParsedSecret, SecretAction, Wanted, plan_certificates,
 };
 use super::{CertificateMetrics, Settings, until};
 use baton_shared::kube_client::{TimedOut, bounded};
@@ -171,7 +171,7 @@ async fn round(
     }
     let now = OffsetDateTime::now_utc();
     let CertificatePlan { action, next_look } = plan_certificates(parsed.as_ref(), wanted, now);
-    if action == Action::Keep {
+    if action == SecretAction::Keep {
         tracing::debug!(secret = name, ?next_look, "certificate current");
         return Ok(Round::Kept(next_look));
     }
@@ -194,9 +194,11 @@ async fn round(
         })
     };
     let next = match (&action, material, &parsed) {
-        (Action::Create | Action::Regenerate { .. }, _, _) => fresh(now).map_err(issue_error)?,
+        (SecretAction::Create | SecretAction::Regenerate { .. }, _, _) => {
+            fresh(now).map_err(issue_error)?
+        }
         (
-            Action::IssueServing { signer, .. },
+            SecretAction::IssueServing { signer, .. },
             Some(mut material),
             Some(ParsedSecret::Usable(certificates)),
         ) => {
@@ -210,14 +212,14 @@ async fn round(
             .map_err(issue_error)?;
             material
         }
-        (Action::StartCaRotation, Some(mut material), _) => {
+        (SecretAction::StartCaRotation, Some(mut material), _) => {
             material
                 .cas
                 .push(pki::new_ca(now, wanted.ca_lifetime).map_err(issue_error)?);
             material
         }
         (
-            Action::FinishCaRotation,
+            SecretAction::FinishCaRotation,
             Some(mut material),
             Some(ParsedSecret::Usable(certificates)),
         ) => {
@@ -275,12 +277,12 @@ async fn round(
 /// rename). Routine renewals and CA rotation steps are only logged and counted.
 fn explain_write(
     name: &str,
-    action: &Action,
+    action: &SecretAction,
     parsed: Option<&ParsedSecret>,
     wanted: &Wanted,
 ) -> Option<Explanation> {
     match (action, parsed) {
-        (Action::Regenerate { problem }, _) => Some(Explanation {
+        (SecretAction::Regenerate { problem }, _) => Some(Explanation {
             severity: Severity::Warning,
             reason: "CertificateRegenerated".to_owned(),
             action: "RegenerateCertificate".to_owned(),
@@ -289,7 +291,7 @@ fn explain_write(
             ),
         }),
         (
-            Action::IssueServing {
+            SecretAction::IssueServing {
                 reason: IssueReason::NamesChanged,
                 ..
             },
@@ -379,14 +381,14 @@ fn secret_reference(secret: &Secret) -> ObjectReference {
     reference
 }
 
-fn action_label(action: &Action) -> &'static str {
+fn action_label(action: &SecretAction) -> &'static str {
     match action {
-        Action::Keep => "keep",
-        Action::Create => "create",
-        Action::Regenerate { .. } => "regenerate",
-        Action::IssueServing { .. } => "issue_serving",
-        Action::StartCaRotation => "start_ca_rotation",
-        Action::FinishCaRotation => "finish_ca_rotation",
+        SecretAction::Keep => "keep",
+        SecretAction::Create => "create",
+        SecretAction::Regenerate { .. } => "regenerate",
+        SecretAction::IssueServing { .. } => "issue_serving",
+        SecretAction::StartCaRotation => "start_ca_rotation",
+        SecretAction::FinishCaRotation => "finish_ca_rotation",
     }
 }
 
@@ -439,7 +441,7 @@ mod tests {
     fn a_reissue_for_new_names_says_which_names_it_had_and_has() {
         let old = names(&["baton-webhook", "baton-webhook.ns"], &["127.0.0.1"]);
         let new = names(&["guard", "guard.ns"], &["127.0.0.1"]);
-        let action = Action::IssueServing {
+        let action = SecretAction::IssueServing {
             signer: 0,
             reason: IssueReason::NamesChanged,
         };
@@ -456,7 +458,7 @@ mod tests {
 
     #[test]
     fn regenerating_an_unusable_secret_is_a_warning_naming_the_problem() {
-        let action = Action::Regenerate {
+        let action = SecretAction::Regenerate {
             problem: "tls.crt is not PEM".to_owned(),
         };
         let explanation = explain_write("tls", &action, None, &wanted(names(&["a"], &[]))).unwrap();
@@ -474,14 +476,14 @@ mod tests {
         let current = issued_for(names(&["a"], &[]));
         let wanted = wanted(names(&["a"], &[]));
         for action in [
-            Action::Create,
-            Action::StartCaRotation,
-            Action::FinishCaRotation,
-            Action::IssueServing {
+            SecretAction::Create,
+            SecretAction::StartCaRotation,
+            SecretAction::FinishCaRotation,
+            SecretAction::IssueServing {
                 signer: 0,
                 reason: IssueReason::Renewal,
             },
-            Action::IssueServing {
+            SecretAction::IssueServing {
                 signer: 0,
                 reason: IssueReason::SwitchToNewCa,
             },

@@ -86,7 +86,7 @@ pub enum IssueReason {
 
 /// The one write to make now.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Action {
+pub enum SecretAction {
     /// Nothing to write.
     Keep,
     /// No Secret yet: a new CA and serving certificate.
@@ -104,13 +104,13 @@ pub enum Action {
 /// The decision and, when nothing is to be written, when to decide again.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CertificatePlan {
-    pub action: Action,
+    pub action: SecretAction,
     /// `None` after a write: the loop plans again from what it wrote.
     pub next_look: Option<OffsetDateTime>,
 }
 
 impl CertificatePlan {
-    fn act(action: Action) -> Self {
+    fn act(action: SecretAction) -> Self {
         Self {
             action,
             next_look: None,
@@ -134,9 +134,9 @@ pub fn plan_certificates(
     now: OffsetDateTime,
 ) -> CertificatePlan {
     let certificates = match current {
-        None => return CertificatePlan::act(Action::Create),
+        None => return CertificatePlan::act(SecretAction::Create),
         Some(ParsedSecret::Garbage { problem }) => {
-            return CertificatePlan::act(Action::Regenerate {
+            return CertificatePlan::act(SecretAction::Regenerate {
                 problem: problem.clone(),
             });
         }
@@ -148,12 +148,12 @@ pub fn plan_certificates(
         .enumerate()
         .max_by_key(|(_, ca)| ca.not_before)
     else {
-        return CertificatePlan::act(Action::Regenerate {
+        return CertificatePlan::act(SecretAction::Regenerate {
             problem: "the Secret holds no CA".to_owned(),
         });
     };
     if newest_ca.not_after <= now {
-        return CertificatePlan::act(Action::Regenerate {
+        return CertificatePlan::act(SecretAction::Regenerate {
             problem: format!("the CA expired at {}", newest_ca.not_after),
         });
     }
@@ -166,7 +166,7 @@ pub fn plan_certificates(
     if rotating && serving.signed_by == newest {
         let retire_at = serving.not_before + wanted.ca_overlap;
         if now >= retire_at {
-            return CertificatePlan::act(Action::FinishCaRotation);
+            return CertificatePlan::act(SecretAction::FinishCaRotation);
         }
         looks.push(retire_at);
     }
@@ -209,19 +209,19 @@ pub fn plan_certificates(
             wanted.renew_before_fraction,
         );
         if now >= ca_renewal {
-            return CertificatePlan::act(Action::StartCaRotation);
+            return CertificatePlan::act(SecretAction::StartCaRotation);
         }
         looks.push(ca_renewal);
     }
 
     CertificatePlan {
-        action: Action::Keep,
+        action: SecretAction::Keep,
         next_look: looks.into_iter().min(),
     }
 }
 
 fn issue(signer: usize, reason: IssueReason) -> CertificatePlan {
-    CertificatePlan::act(Action::IssueServing { signer, reason })
+    CertificatePlan::act(SecretAction::IssueServing { signer, reason })
 }
 
 #[cfg(test)]

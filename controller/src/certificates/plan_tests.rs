@@ -50,7 +50,7 @@ fn no_secret_creates_everything() {
     assert_eq!(
         plan_certificates(None, &wanted(), T0),
         CertificatePlan {
-            action: Action::Create,
+            action: SecretAction::Create,
             next_look: None
         }
     );
@@ -63,7 +63,7 @@ fn garbage_is_regenerated_with_its_problem() {
     };
     assert_eq!(
         plan(&garbage, T0).action,
-        Action::Regenerate {
+        SecretAction::Regenerate {
             problem: "tls.key does not match its certificate".to_owned()
         }
     );
@@ -73,7 +73,7 @@ fn garbage_is_regenerated_with_its_problem() {
 fn a_fresh_secret_is_kept_until_the_serving_renewal_time() {
     let secret = usable(vec![ca(T0, 360)], serving(T0, 90, 0));
     let plan = plan(&secret, T0 + Duration::days(1));
-    assert_eq!(plan.action, Action::Keep);
+    assert_eq!(plan.action, SecretAction::Keep);
     assert_eq!(plan.next_look, Some(T0 + Duration::days(60)));
 }
 
@@ -82,11 +82,11 @@ fn the_serving_certificate_is_renewed_when_a_third_of_its_life_is_left() {
     let secret = usable(vec![ca(T0, 360)], serving(T0, 90, 0));
     assert_eq!(
         plan(&secret, T0 + Duration::days(60) - Duration::seconds(1)).action,
-        Action::Keep
+        SecretAction::Keep
     );
     assert_eq!(
         plan(&secret, T0 + Duration::days(60)).action,
-        Action::IssueServing {
+        SecretAction::IssueServing {
             signer: 0,
             reason: IssueReason::Renewal
         }
@@ -98,7 +98,7 @@ fn an_expired_serving_certificate_is_reissued() {
     let secret = usable(vec![ca(T0, 360)], serving(T0, 90, 0));
     assert_eq!(
         plan(&secret, T0 + Duration::days(91)).action,
-        Action::IssueServing {
+        SecretAction::IssueServing {
             signer: 0,
             reason: IssueReason::Expired
         }
@@ -112,7 +112,7 @@ fn changed_names_are_reissued_at_once() {
     let secret = usable(vec![ca(T0, 360)], renamed);
     assert_eq!(
         plan(&secret, T0 + Duration::days(1)).action,
-        Action::IssueServing {
+        SecretAction::IssueServing {
             signer: 0,
             reason: IssueReason::NamesChanged
         }
@@ -126,7 +126,7 @@ fn an_extra_ip_counts_as_a_name_change() {
     wanted.names.ips.insert("127.0.0.1".parse().unwrap());
     assert!(matches!(
         plan_certificates(Some(&secret), &wanted, T0).action,
-        Action::IssueServing {
+        SecretAction::IssueServing {
             reason: IssueReason::NamesChanged,
             ..
         }
@@ -138,11 +138,11 @@ fn the_ca_starts_rotating_when_a_third_of_its_life_is_left() {
     // A serving certificate issued late enough not to be due itself.
     let secret = usable(vec![ca(T0, 360)], serving(T0 + Duration::days(200), 90, 0));
     let before = plan(&secret, T0 + Duration::days(239));
-    assert_eq!(before.action, Action::Keep);
+    assert_eq!(before.action, SecretAction::Keep);
     assert_eq!(before.next_look, Some(T0 + Duration::days(240)));
     assert_eq!(
         plan(&secret, T0 + Duration::days(240)).action,
-        Action::StartCaRotation
+        SecretAction::StartCaRotation
     );
 }
 
@@ -154,11 +154,11 @@ fn the_serving_certificate_switches_to_the_new_ca_only_after_the_overlap() {
         serving(T0 + Duration::days(200), 90, 0),
     );
     let waiting = plan(&secret, new_ca_at + Duration::minutes(4));
-    assert_eq!(waiting.action, Action::Keep);
+    assert_eq!(waiting.action, SecretAction::Keep);
     assert_eq!(waiting.next_look, Some(new_ca_at + Duration::minutes(5)));
     assert_eq!(
         plan(&secret, new_ca_at + Duration::minutes(5)).action,
-        Action::IssueServing {
+        SecretAction::IssueServing {
             signer: 1,
             reason: IssueReason::SwitchToNewCa
         }
@@ -173,7 +173,7 @@ fn a_renewal_during_the_overlap_is_still_signed_by_the_old_ca() {
     let secret = usable(vec![ca(T0, 360), ca(new_ca_at, 360)], old);
     assert_eq!(
         plan(&secret, new_ca_at + Duration::minutes(1)).action,
-        Action::IssueServing {
+        SecretAction::IssueServing {
             signer: 0,
             reason: IssueReason::NamesChanged
         }
@@ -188,11 +188,11 @@ fn the_old_ca_is_dropped_one_overlap_after_the_switch() {
         serving(switched_at, 90, 1),
     );
     let waiting = plan(&secret, switched_at + Duration::minutes(4));
-    assert_eq!(waiting.action, Action::Keep);
+    assert_eq!(waiting.action, SecretAction::Keep);
     assert_eq!(waiting.next_look, Some(switched_at + Duration::minutes(5)));
     assert_eq!(
         plan(&secret, switched_at + Duration::minutes(5)).action,
-        Action::FinishCaRotation
+        SecretAction::FinishCaRotation
     );
 }
 
@@ -201,7 +201,7 @@ fn an_expired_ca_starts_over() {
     let secret = usable(vec![ca(T0, 360)], serving(T0, 90, 0));
     assert!(matches!(
         plan(&secret, T0 + Duration::days(361)).action,
-        Action::Regenerate { .. }
+        SecretAction::Regenerate { .. }
     ));
 }
 
@@ -214,7 +214,7 @@ fn the_newest_ca_is_found_whatever_its_position() {
     );
     assert_eq!(
         plan(&secret, new_ca_at + Duration::minutes(5)).action,
-        Action::IssueServing {
+        SecretAction::IssueServing {
             signer: 0,
             reason: IssueReason::SwitchToNewCa
         }
@@ -222,7 +222,7 @@ fn the_newest_ca_is_found_whatever_its_position() {
 }
 
 /// Applies `action` the way the I/O loop does, at `now`.
-fn apply(secret: Option<Certificates>, action: &Action, now: OffsetDateTime) -> Certificates {
+fn apply(secret: Option<Certificates>, action: &SecretAction, now: OffsetDateTime) -> Certificates {
     let wanted = wanted();
     let fresh_ca = CaInfo {
         not_before: now,
@@ -235,20 +235,20 @@ fn apply(secret: Option<Certificates>, action: &Action, now: OffsetDateTime) -> 
         signed_by: signer,
     };
     match (action, secret) {
-        (Action::Create | Action::Regenerate { .. }, _) => {
+        (SecretAction::Create | SecretAction::Regenerate { .. }, _) => {
             let cas = vec![fresh_ca];
             let serving = serving_from(&cas, 0);
             Certificates { cas, serving }
         }
-        (Action::IssueServing { signer, .. }, Some(mut secret)) => {
+        (SecretAction::IssueServing { signer, .. }, Some(mut secret)) => {
             secret.serving = serving_from(&secret.cas, *signer);
             secret
         }
-        (Action::StartCaRotation, Some(mut secret)) => {
+        (SecretAction::StartCaRotation, Some(mut secret)) => {
             secret.cas.push(fresh_ca);
             secret
         }
-        (Action::FinishCaRotation, Some(mut secret)) => {
+        (SecretAction::FinishCaRotation, Some(mut secret)) => {
             let newest = secret.cas.len() - 1;
             secret.cas = vec![secret.cas[newest].clone()];
             secret.serving.signed_by = 0;
@@ -270,7 +270,7 @@ fn three_years_of_renewals_never_leave_a_gap() {
     while now < T0 + Duration::days(3 * 365) {
         let parsed = secret.clone().map(ParsedSecret::Usable);
         let plan = plan_certificates(parsed.as_ref(), &wanted, now);
-        if plan.action == Action::Keep {
+        if plan.action == SecretAction::Keep {
             let next = plan
                 .next_look
                 .expect("a kept secret says when to look again");
@@ -279,11 +279,11 @@ fn three_years_of_renewals_never_leave_a_gap() {
             continue;
         }
         assert!(
-            !matches!(plan.action, Action::Regenerate { .. }),
+            !matches!(plan.action, SecretAction::Regenerate { .. }),
             "never regenerates on its own: {plan:?} at {now}"
         );
         let before = secret.clone();
-        if plan.action == Action::StartCaRotation {
+        if plan.action == SecretAction::StartCaRotation {
             rotations += 1;
         }
         let after = apply(secret, &plan.action, now);

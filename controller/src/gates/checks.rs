@@ -26,7 +26,7 @@ use std::fmt;
 use jiff::{SignedDuration, Timestamp};
 use serde::{Deserialize, Serialize};
 
-use super::decide::{AnnotationWrite, GateDecision, GateWait, Verdict};
+use super::decide::{AnnotationWrite, GateDecision, GateVerdict, GateWait};
 use super::keys::{CHECK_STATE_ANNOTATION, GateWarning, HALTED_ANNOTATION, STATE_ANNOTATION};
 use crate::rollout::{Action, GroupSnapshot, Plan};
 
@@ -270,7 +270,7 @@ pub fn apply(
         } else {
             plan.actions
                 .retain(|action| !matches!(action, Action::DeletePod { .. }));
-            decision.verdict = Verdict::Hold {
+            decision.verdict = GateVerdict::Hold {
                 wait: GateWait::HealthCheck {
                     zone,
                     check: policy.name.clone(),
@@ -329,7 +329,7 @@ fn halt(
     state.failures = 0;
     plan.actions
         .retain(|action| !matches!(action, Action::DeletePod { .. }));
-    decision.verdict = Verdict::Hold {
+    decision.verdict = GateVerdict::Hold {
         wait: GateWait::Halted {
             statefulset: zone.clone(),
             why: why.clone(),

@@ -200,7 +200,7 @@ pub struct AnnotationWrite {
 
 /// Whether the plan's deletions may go.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Verdict {
+pub enum GateVerdict {
     /// Every deletion of the plan may go.
     Proceed,
     /// Only the deletions in `pass` may go (possibly none); the others wait for `wait`.
@@ -213,7 +213,7 @@ pub enum Verdict {
 /// What the gate decided for one plan.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GateDecision {
-    pub verdict: Verdict,
+    pub verdict: GateVerdict,
     /// Store these before acting; if they fail, act on nothing (the next pass retries).
     /// Writing them is what makes the gate survive a failover.
     pub writes: Vec<AnnotationWrite>,
@@ -227,7 +227,7 @@ pub struct GateDecision {
 impl GateDecision {
     fn proceed() -> Self {
         Self {
-            verdict: Verdict::Proceed,
+            verdict: GateVerdict::Proceed,
             writes: Vec::new(),
             warnings: Vec::new(),
             recheck_after: None,
@@ -237,7 +237,7 @@ impl GateDecision {
 
     fn hold(wait: GateWait, pass: BTreeSet<String>) -> Self {
         Self {
-            verdict: Verdict::Hold { wait, pass },
+            verdict: GateVerdict::Hold { wait, pass },
             ..Self::proceed()
         }
     }
@@ -245,15 +245,15 @@ impl GateDecision {
     /// Why (some) deletions wait, if they do.
     pub fn wait(&self) -> Option<&GateWait> {
         match &self.verdict {
-            Verdict::Proceed => None,
-            Verdict::Hold { wait, .. } => Some(wait),
+            GateVerdict::Proceed => None,
+            GateVerdict::Hold { wait, .. } => Some(wait),
         }
     }
 
     /// The plan as gated: deletions the gate holds are taken out (nothing is added); the
     /// plan's recheck time becomes the earlier of both.
     fn apply(self, mut plan: Plan) -> (Plan, Self) {
-        if let Verdict::Hold { pass, .. } = &self.verdict {
+        if let GateVerdict::Hold { pass, .. } = &self.verdict {
             plan.actions.retain(|action| match action {
                 Action::DeletePod { statefulset, .. } => pass.contains(statefulset),
                 Action::SetCurrentRevision { .. } => true,
@@ -330,7 +330,7 @@ fn ramp(
         Action::SetCurrentRevision { .. } => true,
     });
     if !available && decision.wait().is_none() {
-        decision.verdict = Verdict::Hold {
+        decision.verdict = GateVerdict::Hold {
             wait: GateWait::Ramp {
                 zone,
                 updated: progress.updated,

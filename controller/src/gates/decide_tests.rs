@@ -151,7 +151,7 @@ fn a_group_without_gate_keys_rolls_exactly_as_planned_and_stores_nothing() {
 fn the_first_zone_of_a_rollout_is_the_canary_and_is_cleared_at_once() {
     let group = group(vec![soaked(zone("a", 3, 0), "5s"), zone("b", 3, 0)]);
     let (_, gated, decision) = gate(&group, now());
-    assert_eq!(decision.verdict, Verdict::Proceed);
+    assert_eq!(decision.verdict, GateVerdict::Proceed);
     assert_eq!(
         state_written(&decision, "a"),
         ZoneState {
@@ -231,7 +231,7 @@ fn once_the_soak_is_over_the_next_zone_is_cleared_and_rolls() {
         zone("c", 3, 0),
     ]);
     let (_, gated, decision) = gate(&group, now());
-    assert_eq!(decision.verdict, Verdict::Proceed);
+    assert_eq!(decision.verdict, GateVerdict::Proceed);
     assert_eq!(
         state_written(&decision, "b"),
         ZoneState {
@@ -263,7 +263,7 @@ fn the_soak_after_the_second_zone_counts_from_when_the_third_first_waited() {
 fn without_a_soak_the_next_zone_is_cleared_as_soon_as_the_previous_finished() {
     let group = group(vec![cleared(soaked(zone("a", 3, 3), "0")), zone("b", 3, 0)]);
     let (_, gated, decision) = gate(&group, now());
-    assert_eq!(decision.verdict, Verdict::Proceed);
+    assert_eq!(decision.verdict, GateVerdict::Proceed);
     assert_eq!(state_written(&decision, "b").cleared_at, Some(now()));
     assert_eq!(deleted_zones(&gated), ["b"]);
 }
@@ -408,7 +408,7 @@ fn a_state_of_an_earlier_revision_does_not_clear_a_zone() {
     ]);
     // a is done but was never cleared for this revision: b is this rollout's first zone.
     let (_, _, decision) = gate(&group, now());
-    assert_eq!(decision.verdict, Verdict::Proceed);
+    assert_eq!(decision.verdict, GateVerdict::Proceed);
     assert_eq!(state_written(&decision, "b").revision, new_revision("b"));
 }
 

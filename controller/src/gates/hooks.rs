@@ -11,7 +11,7 @@
 use jiff::{SignedDuration, Timestamp};
 use serde::{Deserialize, Serialize};
 
-use super::decide::{AnnotationWrite, GateDecision, GateWait, Verdict};
+use super::decide::{AnnotationWrite, GateDecision, GateVerdict, GateWait};
 use super::keys::{HALTED_ANNOTATION, HOOK_STATE_ANNOTATION, STATE_ANNOTATION};
 use super::state::GateState;
 use crate::rollout::{Action, GroupSnapshot, Plan};
@@ -21,7 +21,7 @@ pub const ATTEMPTS: u32 = 5;
 
 /// When in a zone's rollout a hook is called.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Phase {
+pub enum HookPhase {
     BeforeZone,
     AfterZone,
 }
@@ -31,7 +31,7 @@ pub enum Phase {
 pub struct HookCall {
     pub url: String,
     pub zone: String,
-    pub phase: Phase,
+    pub phase: HookPhase,
     pub from_revision: Option<String>,
     pub to_revision: String,
 }
@@ -77,17 +77,17 @@ impl ZoneHooks {
             })
     }
 
-    fn phase(&self, phase: Phase) -> &HookState {
+    fn phase(&self, phase: HookPhase) -> &HookState {
         match phase {
-            Phase::BeforeZone => &self.before,
-            Phase::AfterZone => &self.after,
+            HookPhase::BeforeZone => &self.before,
+            HookPhase::AfterZone => &self.after,
         }
     }
 
-    fn phase_mut(&mut self, phase: Phase) -> &mut HookState {
+    fn phase_mut(&mut self, phase: HookPhase) -> &mut HookState {
         match phase {
-            Phase::BeforeZone => &mut self.before,
-            Phase::AfterZone => &mut self.after,
+            HookPhase::BeforeZone => &mut self.before,
+            HookPhase::AfterZone => &mut self.after,
         }
     }
 }
@@ -132,9 +132,9 @@ pub fn apply(
         _ => None,
     });
     let (zone, phase) = match (after, starting) {
-        (Some(zone), _) => (zone, Phase::AfterZone),
+        (Some(zone), _) => (zone, HookPhase::AfterZone),
         (None, Some(zone)) if !ZoneHooks::read(group, &zone).before.done => {
-            (zone, Phase::BeforeZone)
+            (zone, HookPhase::BeforeZone)
         }
         _ => {
             // Nothing pending: once the rollout's state is forgotten, so are the hooks'.
@@ -168,7 +168,7 @@ pub fn apply(
     decision
         .writes
         .retain(|write| write.key != STATE_ANNOTATION);
-    decision.verdict = Verdict::Hold {
+    decision.verdict = GateVerdict::Hold {
         wait: GateWait::Hook {
             zone: zone.clone(),
             phase: format!("{phase:?}"),
@@ -199,7 +199,7 @@ pub fn apply(
 /// says why; nothing is called.
 pub fn refuse(mut decision: GateDecision, why: String) -> GateDecision {
     if let Some(GateWait::Hook { zone, .. }) = decision.wait() {
-        decision.verdict = Verdict::Hold {
+        decision.verdict = GateVerdict::Hold {
             wait: GateWait::RefusedHook {
                 zone: zone.clone(),
                 why,

@@ -46,7 +46,10 @@ fn the_first_zone_starts_only_after_its_before_hook_answered() {
         "a is not cleared yet: {decision:?}"
     );
     let call = call.expect("the before hook is due");
-    assert_eq!((call.zone.as_str(), call.phase), ("a", Phase::BeforeZone));
+    assert_eq!(
+        (call.zone.as_str(), call.phase),
+        ("a", HookPhase::BeforeZone)
+    );
     assert_eq!(
         body(&call, "ingester", "prod"),
         serde_json::json!({
@@ -84,7 +87,10 @@ fn a_completed_zone_calls_its_after_hook_before_anything_else() {
         "a waits for its AfterZone hook"
     );
     let call = call.expect("due");
-    assert_eq!((call.zone.as_str(), call.phase), ("a", Phase::AfterZone));
+    assert_eq!(
+        (call.zone.as_str(), call.phase),
+        ("a", HookPhase::AfterZone)
+    );
     // The zone gate alone would clear b now; b must wait for its own before-hook.
     let (_, zones_only) = decide(&group, now());
     assert!(

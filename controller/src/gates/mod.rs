@@ -31,7 +31,7 @@ pub mod report;
 pub mod state;
 pub mod store;
 
-pub use decide::{AnnotationWrite, GateDecision, GateWait, Verdict, decide, decide_with};
+pub use decide::{AnnotationWrite, GateDecision, GateVerdict, GateWait, decide, decide_with};
 pub use keys::{
     CHECK_STATE_ANNOTATION, GateConfig, GateWarning, HALTED_ANNOTATION, HEALTH_CHECK_ANNOTATION,
     HOOK_ANNOTATION, HOOK_STATE_ANNOTATION, RAMP_ANNOTATION, SOAK_ANNOTATION, STATE_ANNOTATION,

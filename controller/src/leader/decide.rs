@@ -114,7 +114,7 @@ pub enum AcquireReason {
 
 /// What to do next.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Decision {
+pub enum LeaseDecision {
     /// Nothing known yet: read the Lease.
     Read,
     /// The Lease does not exist and nobody else can still be acting on it: create it, holding
@@ -145,34 +145,39 @@ pub enum Decision {
 /// outage longer than the renew deadline, the replica whose name is still in the Lease resumes
 /// at its first successful read, with a write conditional on the version it holds. Nobody else
 /// can have led meanwhile without changing that version.
-pub fn decide(observation: &Observation, me: &str, now: Instant, timing: &LeaseTiming) -> Decision {
+pub fn decide(
+    observation: &Observation,
+    me: &str,
+    now: Instant,
+    timing: &LeaseTiming,
+) -> LeaseDecision {
     match observation {
-        Observation::Unknown => Decision::Read,
+        Observation::Unknown => LeaseDecision::Read,
         Observation::Absent { since, last_holder } => match last_holder.as_deref() {
             Some(holder) if holder != me => {
                 let free_at = *since + timing.duration;
                 if now >= free_at {
-                    Decision::Create
+                    LeaseDecision::Create
                 } else {
-                    Decision::Wait {
+                    LeaseDecision::Wait {
                         holder: None,
                         free_at,
                     }
                 }
             }
-            _ => Decision::Create,
+            _ => LeaseDecision::Create,
         },
         Observation::Present { record, since } => match record.holder.as_deref() {
-            Some(holder) if holder == me => Decision::Renew,
-            None => Decision::Acquire(AcquireReason::Released),
+            Some(holder) if holder == me => LeaseDecision::Renew,
+            None => LeaseDecision::Acquire(AcquireReason::Released),
             Some(holder) => {
                 let free_at = *since + record.duration.unwrap_or(timing.duration);
                 if now >= free_at {
-                    Decision::Acquire(AcquireReason::Expired {
+                    LeaseDecision::Acquire(AcquireReason::Expired {
                         holder: holder.to_owned(),
                     })
                 } else {
-                    Decision::Wait {
+                    LeaseDecision::Wait {
                         holder: Some(holder.to_owned()),
                         free_at,
                     }
@@ -204,16 +209,18 @@ pub enum LostReason {
 
 /// Whether a leader that reaches `decision` keeps leading, and if not why: only a Lease that is
 /// still its own lets it go on.
-pub fn leader_outcome(decision: &Decision) -> Result<(), LostReason> {
+pub fn leader_outcome(decision: &LeaseDecision) -> Result<(), LostReason> {
     match decision {
-        Decision::Read | Decision::Renew => Ok(()),
-        Decision::Create | Decision::Wait { holder: None, .. } => Err(LostReason::Deleted),
-        Decision::Acquire(AcquireReason::Released) => Err(LostReason::ReleasedByOther),
-        Decision::Wait {
+        LeaseDecision::Read | LeaseDecision::Renew => Ok(()),
+        LeaseDecision::Create | LeaseDecision::Wait { holder: None, .. } => {
+            Err(LostReason::Deleted)
+        }
+        LeaseDecision::Acquire(AcquireReason::Released) => Err(LostReason::ReleasedByOther),
+        LeaseDecision::Wait {
             holder: Some(holder),
             ..
         }
-        | Decision::Acquire(AcquireReason::Expired { holder }) => {
+        | LeaseDecision::Acquire(AcquireReason::Expired { holder }) => {
             Err(LostReason::TakenBy(holder.clone()))
         }
     }

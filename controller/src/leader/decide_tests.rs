@@ -36,18 +36,18 @@ fn decide_table() {
         since: t0,
         last_holder: last_holder.map(str::to_owned),
     };
-    let cases: Vec<(&str, Observation, Duration, Decision)> = vec![
+    let cases: Vec<(&str, Observation, Duration, LeaseDecision)> = vec![
         (
             "nothing read yet",
             Observation::Unknown,
             ms(0),
-            Decision::Read,
+            LeaseDecision::Read,
         ),
         (
             "a fresh install (never seen): create at once",
             absent(None),
             ms(0),
-            Decision::Create,
+            LeaseDecision::Create,
         ),
         (
             "seen released, then gone: create at once",
@@ -56,19 +56,19 @@ fn decide_table() {
                 last_holder: None,
             },
             ms(0),
-            Decision::Create,
+            LeaseDecision::Create,
         ),
         (
             "seen held by me, then gone: create at once (I stopped acting when I saw it gone)",
             absent(Some(ME)),
             ms(0),
-            Decision::Create,
+            LeaseDecision::Create,
         ),
         (
             "seen held by another, just gone: wait a duration, it may still act",
             absent(Some(OTHER)),
             ms(0),
-            Decision::Wait {
+            LeaseDecision::Wait {
                 holder: None,
                 free_at: t0 + ms(2000),
             },
@@ -77,7 +77,7 @@ fn decide_table() {
             "seen held by another, gone for just under a duration",
             absent(Some(OTHER)),
             ms(1999),
-            Decision::Wait {
+            LeaseDecision::Wait {
                 holder: None,
                 free_at: t0 + ms(2000),
             },
@@ -86,37 +86,37 @@ fn decide_table() {
             "seen held by another, gone for a whole duration: create",
             absent(Some(OTHER)),
             ms(2000),
-            Decision::Create,
+            LeaseDecision::Create,
         ),
         (
             "ours, just written",
             present(Some(ME), Some(2)),
             ms(0),
-            Decision::Renew,
+            LeaseDecision::Renew,
         ),
         (
             "ours, seen long ago: still renew (the write is conditional anyway)",
             present(Some(ME), Some(2)),
             ms(60_000),
-            Decision::Renew,
+            LeaseDecision::Renew,
         ),
         (
             "released: take it at once",
             present(None, Some(1)),
             ms(0),
-            Decision::Acquire(AcquireReason::Released),
+            LeaseDecision::Acquire(AcquireReason::Released),
         ),
         (
             "released without a duration",
             present(None, None),
             ms(0),
-            Decision::Acquire(AcquireReason::Released),
+            LeaseDecision::Acquire(AcquireReason::Released),
         ),
         (
             "someone else's, just seen",
             present(Some(OTHER), Some(5)),
             ms(0),
-            Decision::Wait {
+            LeaseDecision::Wait {
                 holder: Some(OTHER.to_owned()),
                 free_at: t0 + ms(5000),
             },
@@ -125,7 +125,7 @@ fn decide_table() {
             "someone else's, unchanged for just under its own duration",
             present(Some(OTHER), Some(5)),
             ms(4999),
-            Decision::Wait {
+            LeaseDecision::Wait {
                 holder: Some(OTHER.to_owned()),
                 free_at: t0 + ms(5000),
             },
@@ -134,7 +134,7 @@ fn decide_table() {
             "someone else's, unchanged for its whole duration",
             present(Some(OTHER), Some(5)),
             ms(5000),
-            Decision::Acquire(AcquireReason::Expired {
+            LeaseDecision::Acquire(AcquireReason::Expired {
                 holder: OTHER.to_owned(),
             }),
         ),
@@ -142,7 +142,7 @@ fn decide_table() {
             "its holder's duration counts, even when shorter than ours",
             present(Some(OTHER), Some(1)),
             ms(1000),
-            Decision::Acquire(AcquireReason::Expired {
+            LeaseDecision::Acquire(AcquireReason::Expired {
                 holder: OTHER.to_owned(),
             }),
         ),
@@ -150,7 +150,7 @@ fn decide_table() {
             "no duration written: ours counts",
             present(Some(OTHER), None),
             ms(1999),
-            Decision::Wait {
+            LeaseDecision::Wait {
                 holder: Some(OTHER.to_owned()),
                 free_at: t0 + ms(2000),
             },
@@ -159,7 +159,7 @@ fn decide_table() {
             "no duration written, ours elapsed",
             present(Some(OTHER), None),
             ms(2000),
-            Decision::Acquire(AcquireReason::Expired {
+            LeaseDecision::Acquire(AcquireReason::Expired {
                 holder: OTHER.to_owned(),
             }),
         ),
@@ -167,7 +167,7 @@ fn decide_table() {
             "a prefix of my name is not me",
             present(Some("me"), Some(2)),
             ms(0),
-            Decision::Wait {
+            LeaseDecision::Wait {
                 holder: Some("me".to_owned()),
                 free_at: t0 + ms(2000),
             },
@@ -276,30 +276,30 @@ fn observe_table() {
 #[test]
 fn leader_outcome_table() {
     let t0 = Instant::now();
-    let cases: Vec<(Decision, Result<(), LostReason>)> = vec![
-        (Decision::Read, Ok(())),
-        (Decision::Renew, Ok(())),
-        (Decision::Create, Err(LostReason::Deleted)),
+    let cases: Vec<(LeaseDecision, Result<(), LostReason>)> = vec![
+        (LeaseDecision::Read, Ok(())),
+        (LeaseDecision::Renew, Ok(())),
+        (LeaseDecision::Create, Err(LostReason::Deleted)),
         (
-            Decision::Wait {
+            LeaseDecision::Wait {
                 holder: None,
                 free_at: t0,
             },
             Err(LostReason::Deleted),
         ),
         (
-            Decision::Acquire(AcquireReason::Released),
+            LeaseDecision::Acquire(AcquireReason::Released),
             Err(LostReason::ReleasedByOther),
         ),
         (
-            Decision::Wait {
+            LeaseDecision::Wait {
                 holder: Some(OTHER.to_owned()),
                 free_at: t0,
             },
             Err(LostReason::TakenBy(OTHER.to_owned())),
         ),
         (
-            Decision::Acquire(AcquireReason::Expired {
+            LeaseDecision::Acquire(AcquireReason::Expired {
                 holder: OTHER.to_owned(),
             }),
             Err(LostReason::TakenBy(OTHER.to_owned())),
@@ -363,8 +363,8 @@ fn a_standby_takes_over_only_after_the_leaders_deadline() {
             let read = record(&version_at(now), Some(OTHER), Some(2));
             observation = observe(&observation, Some(read), now);
             match decide(&observation, ME, now, &timing) {
-                Decision::Acquire(_) => break now,
-                Decision::Wait { free_at, .. } => now = next_look(now, free_at, &timing),
+                LeaseDecision::Acquire(_) => break now,
+                LeaseDecision::Wait { free_at, .. } => now = next_look(now, free_at, &timing),
                 other => panic!("unexpected {other:?}"),
             }
         };
@@ -395,7 +395,7 @@ fn a_newcomer_waits_out_another_identitys_lease_from_its_first_read() {
     let observation = observe(&Observation::Unknown, Some(old.clone()), t0);
     assert_eq!(
         decide(&observation, ME, t0, &timing()),
-        Decision::Wait {
+        LeaseDecision::Wait {
             holder: Some("me-old-identity".to_owned()),
             free_at: t0 + ms(2000),
         }
@@ -403,11 +403,11 @@ fn a_newcomer_waits_out_another_identitys_lease_from_its_first_read() {
     let later = observe(&observation, Some(old), t0 + ms(1999));
     assert!(matches!(
         decide(&later, ME, t0 + ms(1999), &timing()),
-        Decision::Wait { .. }
+        LeaseDecision::Wait { .. }
     ));
     assert_eq!(
         decide(&later, ME, t0 + ms(2000), &timing()),
-        Decision::Acquire(AcquireReason::Expired {
+        LeaseDecision::Acquire(AcquireReason::Expired {
             holder: "me-old-identity".to_owned()
         })
     );
@@ -448,12 +448,12 @@ fn after_an_outage_the_holder_resumes_at_its_first_read_and_never_overlaps() {
     standby = observe(&standby, Some(held), back);
     assert_eq!(
         decide(&leader, ME, back, &timing),
-        Decision::Renew,
+        LeaseDecision::Renew,
         "the holder campaigns again and resumes at its first read"
     );
     assert_eq!(
         decide(&standby, OTHER, back, &timing),
-        Decision::Acquire(AcquireReason::Expired {
+        LeaseDecision::Acquire(AcquireReason::Expired {
             holder: ME.to_owned()
         }),
         "the version went unchanged for a whole duration: the standby may race for it"
@@ -463,7 +463,7 @@ fn after_an_outage_the_holder_resumes_at_its_first_read_and_never_overlaps() {
     standby = observe(&standby, Some(renewed), back + ms(10));
     assert_eq!(
         decide(&standby, OTHER, back + ms(10), &timing),
-        Decision::Wait {
+        LeaseDecision::Wait {
             holder: Some(ME.to_owned()),
             free_at: back + ms(10) + ms(2000),
         }
@@ -485,7 +485,11 @@ fn a_deleted_lease_ends_the_term_and_its_holder_may_recreate_it() {
     let gone = observe(&mine, None, t0 + ms(300));
     let decision = decide(&gone, ME, t0 + ms(300), &timing());
     assert_eq!(leader_outcome(&decision), Err(LostReason::Deleted));
-    assert_eq!(decision, Decision::Create, "as a candidate again: create");
+    assert_eq!(
+        decision,
+        LeaseDecision::Create,
+        "as a candidate again: create"
+    );
     let theirs = observe(
         &Observation::Unknown,
         Some(record("3", Some(ME), Some(2))),
@@ -494,7 +498,7 @@ fn a_deleted_lease_ends_the_term_and_its_holder_may_recreate_it() {
     let gone = observe(&theirs, None, t0 + ms(300));
     assert_eq!(
         decide(&gone, OTHER, t0 + ms(300), &timing()),
-        Decision::Wait {
+        LeaseDecision::Wait {
             holder: None,
             free_at: t0 + ms(2300),
         }

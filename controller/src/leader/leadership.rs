@@ -53,7 +53,7 @@ pub struct PastTerm {
 
 /// Where an elector stands now.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Phase {
+pub enum LeadershipPhase {
     /// Campaigning: someone else holds the Lease, it is not known yet, or the API server cannot
     /// be reached.
     Standby,
@@ -72,7 +72,7 @@ pub enum Phase {
 /// Where an elector stands, and the terms it led before.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Status {
-    pub phase: Phase,
+    pub phase: LeadershipPhase,
     /// Ended terms, oldest first (at most [`PAST_TERMS_KEPT`]).
     pub past: Vec<PastTerm>,
     /// The Lease's holder as a standby last read it (`None`: none seen, or the Lease was
@@ -94,7 +94,7 @@ impl Status {
     /// A new elector's status.
     pub fn standby() -> Self {
         Self {
-            phase: Phase::Standby,
+            phase: LeadershipPhase::Standby,
             past: Vec::new(),
             seen_holder: None,
         }
@@ -102,13 +102,13 @@ impl Status {
 
     /// Whether this status lets its holder act at `now`.
     pub fn is_leader_at(&self, now: Instant) -> bool {
-        matches!(self.phase, Phase::Leader { until, .. } if now < until)
+        matches!(self.phase, LeadershipPhase::Leader { until, .. } if now < until)
     }
 
     /// How long from `now` its holder may still act in `term`: `None` outside it.
     pub fn time_left_in(&self, term: Term, now: Instant) -> Option<Duration> {
         match self.phase {
-            Phase::Leader {
+            LeadershipPhase::Leader {
                 term: current,
                 until,
                 ..
@@ -120,7 +120,7 @@ impl Status {
     /// The term led now (by the status; [`Leadership::term`] also checks the deadline).
     pub fn term(&self) -> Option<Term> {
         match self.phase {
-            Phase::Leader { term, .. } => Some(term),
+            LeadershipPhase::Leader { term, .. } => Some(term),
             _ => None,
         }
     }
@@ -135,7 +135,7 @@ impl Status {
     /// true`, oldest first (the current one is an upper bound: a renewal may extend it).
     pub fn led(&self) -> Vec<Span> {
         let mut spans: Vec<Span> = self.past.iter().map(|past| past.led).collect();
-        if let Phase::Leader { since, until, .. } = self.phase {
+        if let LeadershipPhase::Leader { since, until, .. } = self.phase {
             spans.push(Span {
                 from: since,
                 to: until,
@@ -154,9 +154,14 @@ impl Status {
 
     /// Records the end of the current term (if leading) and moves to `phase`; returns the span
     /// that was led.
-    pub(super) fn end_term(&mut self, end: EndReason, now: Instant, phase: Phase) -> Option<Span> {
+    pub(super) fn end_term(
+        &mut self,
+        end: EndReason,
+        now: Instant,
+        phase: LeadershipPhase,
+    ) -> Option<Span> {
         let ended = match self.phase {
-            Phase::Leader {
+            LeadershipPhase::Leader {
                 term, since, until, ..
             } => {
                 let led = Span {
@@ -241,20 +246,20 @@ impl Leadership {
         let mut status = self.status.clone();
         let outcome = status
             .wait_for(|status| match &status.phase {
-                Phase::Leader { term, .. } => Some(*term) > after,
-                Phase::Ended(_) => true,
-                Phase::Standby => false,
+                LeadershipPhase::Leader { term, .. } => Some(*term) > after,
+                LeadershipPhase::Ended(_) => true,
+                LeadershipPhase::Standby => false,
             })
             .await
             .map(|status| status.clone());
         match outcome {
             Ok(Status {
-                phase: Phase::Leader { term, .. },
+                phase: LeadershipPhase::Leader { term, .. },
                 ..
             }) => Ok(term),
             Ok(ended) => Err(ended),
             Err(_) => Err(Status {
-                phase: Phase::Ended(EndReason::Lost(LostReason::ElectorGone)),
+                phase: LeadershipPhase::Ended(EndReason::Lost(LostReason::ElectorGone)),
                 past: Vec::new(),
                 seen_holder: None,
             }),
@@ -272,7 +277,7 @@ impl Leadership {
         match ended {
             Ok(status) => match (status.end_of(term), &status.phase) {
                 (Some(end), _) => end.clone(),
-                (None, Phase::Ended(end)) => end.clone(),
+                (None, LeadershipPhase::Ended(end)) => end.clone(),
                 (None, _) => EndReason::Lost(LostReason::ElectorGone),
             },
             Err(_) => EndReason::Lost(LostReason::ElectorGone),
@@ -288,7 +293,7 @@ mod tests {
 
     fn leading(term: u64, since: Instant, until: Instant) -> Status {
         Status {
-            phase: Phase::Leader {
+            phase: LeadershipPhase::Leader {
                 term: Term(term),
                 since,
                 renewed: since,
@@ -364,12 +369,12 @@ mod tests {
             status.end_term(
                 EndReason::Lost(LostReason::RenewDeadline(Duration::from_secs(2))),
                 Instant::now(),
-                Phase::Standby,
+                LeadershipPhase::Standby,
             );
         });
         assert!(!leadership.is_leader_in(first));
         sender.send_modify(|status| {
-            status.phase = Phase::Leader {
+            status.phase = LeadershipPhase::Leader {
                 term: Term(2),
                 since: Instant::now(),
                 renewed: Instant::now(),
@@ -398,7 +403,7 @@ mod tests {
         let (sender, receiver) = watch::channel(Status::standby());
         let leadership = Leadership::new(receiver);
         sender.send_replace(Status {
-            phase: Phase::Ended(EndReason::Shutdown),
+            phase: LeadershipPhase::Ended(EndReason::Shutdown),
             past: Vec::new(),
             seen_holder: None,
         });
@@ -410,13 +415,13 @@ mod tests {
         let now = Instant::now();
         let mut status = Status::standby();
         for term in 1..=(PAST_TERMS_KEPT as u64 + 5) {
-            status.phase = Phase::Leader {
+            status.phase = LeadershipPhase::Leader {
                 term: Term(term),
                 since: now,
                 renewed: now,
                 until: now + Duration::from_secs(1),
             };
-            status.end_term(EndReason::Shutdown, now, Phase::Standby);
+            status.end_term(EndReason::Shutdown, now, LeadershipPhase::Standby);
         }
         assert_eq!(status.past.len(), PAST_TERMS_KEPT);
         assert_eq!(status.past[0].term, Term(6));

@@ -11,9 +11,9 @@ use tracing::{debug, error, info, warn};
 
 use super::LeaderElector;
 use super::decide::{
-    Decision, LostReason, Observation, decide, leader_outcome, next_look, observe,
+    LeaseDecision, LostReason, Observation, decide, leader_outcome, next_look, observe,
 };
-use super::leadership::{EndReason, Phase, Span, Term};
+use super::leadership::{EndReason, LeadershipPhase, Span, Term};
 use super::record::{claimed, holder_of, record_of, released};
 use super::store::{LeaseStore, StoreError};
 
@@ -127,8 +127,8 @@ impl<S: LeaseStore> Campaign<S> {
                 continue;
             }
             match decision {
-                Decision::Read => {}
-                Decision::Wait { holder, free_at } => {
+                LeaseDecision::Read => {}
+                LeaseDecision::Wait { holder, free_at } => {
                     if self.standing_by_for.as_ref() != Some(&holder) {
                         info!(
                             identity = %self.elector.identity,
@@ -143,7 +143,7 @@ impl<S: LeaseStore> Campaign<S> {
                     self.sleep_until(next_look(now, free_at, &self.elector.timing))
                         .await;
                 }
-                Decision::Create | Decision::Renew | Decision::Acquire(_) => {
+                LeaseDecision::Create | LeaseDecision::Renew | LeaseDecision::Acquire(_) => {
                     self.write(decision).await;
                 }
             }
@@ -151,10 +151,10 @@ impl<S: LeaseStore> Campaign<S> {
     }
 
     /// Creates, renews or takes over the Lease with one conditional write.
-    async fn write(&mut self, decision: Decision) {
+    async fn write(&mut self, decision: LeaseDecision) {
         let store = &self.elector.store;
         let base = match decision {
-            Decision::Create => None,
+            LeaseDecision::Create => None,
             _ => self.lease.as_ref(),
         };
         let desired = claimed(
@@ -167,7 +167,7 @@ impl<S: LeaseStore> Campaign<S> {
         );
         let sent = Instant::now();
         let result = match decision {
-            Decision::Create => self.call("creating", store.create(&desired)).await,
+            LeaseDecision::Create => self.call("creating", store.create(&desired)).await,
             _ => self.call("replacing", store.replace(&desired)).await,
         };
         match result {
@@ -212,12 +212,12 @@ impl<S: LeaseStore> Campaign<S> {
     }
 
     /// Records a successful write: a new term starts, or the current one's deadline moves on.
-    fn lead(&mut self, sent: Instant, until: Instant, decision: &Decision) {
+    fn lead(&mut self, sent: Instant, until: Instant, decision: &LeaseDecision) {
         if let Some(leading) = &mut self.leading {
             leading.until = until;
             let (term, since) = (leading.term, leading.since);
             self.elector.status.send_modify(|status| {
-                status.phase = Phase::Leader {
+                status.phase = LeadershipPhase::Leader {
                     term,
                     since,
                     renewed: sent,
@@ -232,7 +232,7 @@ impl<S: LeaseStore> Campaign<S> {
         // The start is taken under the channel's write lock: no reader can see `Leader` before it.
         self.elector.status.send_modify(|status| {
             since = Instant::now();
-            status.phase = Phase::Leader {
+            status.phase = LeadershipPhase::Leader {
                 term,
                 since,
                 renewed: sent,
@@ -260,7 +260,7 @@ impl<S: LeaseStore> Campaign<S> {
     }
 
     /// Ends the current term (if any) and moves to `phase`, publishing when it was led.
-    fn end(&mut self, reason: EndReason, phase: Phase) -> Option<Span> {
+    fn end(&mut self, reason: EndReason, phase: LeadershipPhase) -> Option<Span> {
         self.leading = None;
         let mut led = None;
         // The end is taken under the write lock: no reader answers `true` after it.
@@ -277,7 +277,7 @@ impl<S: LeaseStore> Campaign<S> {
     /// is preceded by a fresh read.
     fn lose(&mut self, reason: LostReason) {
         let term = self.leading.map(|leading| leading.term);
-        let led = self.end(EndReason::Lost(reason.clone()), Phase::Standby);
+        let led = self.end(EndReason::Lost(reason.clone()), LeadershipPhase::Standby);
         self.own_write_is_latest = false;
         self.standing_by_for = None;
         error!(
@@ -292,7 +292,10 @@ impl<S: LeaseStore> Campaign<S> {
 
     /// Stops acting first, then releases a Lease we may hold so a standby takes over at once.
     async fn shut_down(&mut self) {
-        let led = self.end(EndReason::Shutdown, Phase::Ended(EndReason::Shutdown));
+        let led = self.end(
+            EndReason::Shutdown,
+            LeadershipPhase::Ended(EndReason::Shutdown),
+        );
         let me = self.elector.identity.as_str();
         let maybe_holding = led.is_some()
             || self.write_uncertain

@@ -50,10 +50,12 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 pub use decide::{
-    AcquireReason, Decision, LeaseRecord, LeaseTiming, LostReason, Observation, decide,
+    AcquireReason, LeaseDecision, LeaseRecord, LeaseTiming, LostReason, Observation, decide,
     leader_outcome, next_look, observe,
 };
-pub use leadership::{EndReason, Leadership, PAST_TERMS_KEPT, PastTerm, Phase, Span, Status, Term};
+pub use leadership::{
+    EndReason, Leadership, LeadershipPhase, PAST_TERMS_KEPT, PastTerm, Span, Status, Term,
+};
 pub use store::{KubeLeaseStore, LeaseStore, StoreError};
 
 /// Whether a reconcile may still act right now, and for how long: `Some(time left)` only while

@@ -19,7 +19,7 @@ use super::pending::PendingDeletions;
 
 /// What happened to an action.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
+pub enum DeletionOutcome {
     /// Done as planned.
     Done,
     /// The pod was already gone, or a new pod of that name exists (uid precondition): nothing to do.
@@ -107,7 +107,7 @@ pub async fn delete_pod(
     pod: &str,
     uid: &str,
     timeout: Duration,
-) -> Result<Outcome, ExecuteError> {
+) -> Result<DeletionOutcome, ExecuteError> {
     let params = DeleteParams {
         preconditions: Some(Preconditions {
             uid: Some(uid.to_owned()),
@@ -126,9 +126,9 @@ pub async fn delete_pod(
         pending.record(group, uid, Instant::now());
     }
     match result {
-        Ok(Ok(_)) => Ok(Outcome::Done),
+        Ok(Ok(_)) => Ok(DeletionOutcome::Done),
         Ok(Err(_)) if matches!(answer, DeleteAnswer::Rejected { code: 404 | 409 }) => {
-            Ok(Outcome::AlreadyGone)
+            Ok(DeletionOutcome::AlreadyGone)
         }
         Ok(Err(source)) => Err(ExecuteError::DeletePod {
             pod: pod.to_owned(),
@@ -145,7 +145,7 @@ pub async fn set_current_revision(
     cached: &StatefulSet,
     revision: &str,
     timeout: Duration,
-) -> Result<Outcome, ExecuteError> {
+) -> Result<DeletionOutcome, ExecuteError> {
     let name = cached.metadata.name.clone().unwrap_or_default();
     let mut updated = cached.clone();
     updated
@@ -155,9 +155,9 @@ pub async fn set_current_revision(
     let params = PostParams::default();
     let call = statefulsets.replace_status(&name, &params, &updated);
     match bounded(timeout, format!("updating the status of {name}"), call).await? {
-        Ok(_) => Ok(Outcome::Done),
+        Ok(_) => Ok(DeletionOutcome::Done),
         Err(kube::Error::Api(status)) if status.code == 409 || status.code == 404 => {
-            Ok(Outcome::Stale)
+            Ok(DeletionOutcome::Stale)
         }
         Err(source) => Err(ExecuteError::UpdateStatus {
             statefulset: name,
@@ -221,7 +221,7 @@ mod tests {
 
     /// Deletes [`POD`] through a kube client whose API server is `answer`, and returns the
     /// executor's outcome and whether the deletion is now pending.
-    async fn delete_answered(answer: Answer) -> (Result<Outcome, ExecuteError>, bool) {
+    async fn delete_answered(answer: Answer) -> (Result<DeletionOutcome, ExecuteError>, bool) {
         let (service, handle) = mock::pair::<Request<Body>, Response<Body>>();
         let server = tokio::spawn(async move {
             let mut handle = pin!(handle);
@@ -280,7 +280,7 @@ mod tests {
     async fn an_accepted_delete_is_done_and_pending() {
         for code in [200, 202] {
             let (outcome, pending) = delete_answered(Answer::Status(code)).await;
-            assert_eq!(outcome.expect("no error"), Outcome::Done, "{code}");
+            assert_eq!(outcome.expect("no error"), DeletionOutcome::Done, "{code}");
             assert!(pending, "{code}");
         }
     }
@@ -312,7 +312,11 @@ mod tests {
     async fn a_refused_delete_is_not_pending() {
         for code in [404, 409] {
             let (outcome, pending) = delete_answered(Answer::Status(code)).await;
-            assert_eq!(outcome.expect("no error"), Outcome::AlreadyGone, "{code}");
+            assert_eq!(
+                outcome.expect("no error"),
+                DeletionOutcome::AlreadyGone,
+                "{code}"
+            );
             assert!(!pending, "{code}");
         }
         for code in [403, 422] {

@@ -12,7 +12,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::Resource;
 use kube::api::Api;
 
-use super::execute::{self, ExecuteError, Outcome};
+use super::execute::{self, DeletionOutcome, ExecuteError};
 use super::pending::PendingDeletions;
 use super::{Action, GroupSnapshot, Plan, WaitReason, replacement_note};
 use crate::explain::{Explainer, Explanation, Severity};
@@ -242,7 +242,7 @@ impl Rollouts {
                         self.request_timeout.min(left),
                     )
                     .await?;
-                    if outcome != Outcome::Done {
+                    if outcome != DeletionOutcome::Done {
                         continue;
                     }
                     self.metrics
@@ -282,7 +282,7 @@ impl Rollouts {
                         self.request_timeout,
                     )
                     .await?;
-                    if outcome == Outcome::Done {
+                    if outcome == DeletionOutcome::Done {
                         let note = format!("every pod of {statefulset} runs revision {revision}");
                         let said = Said::new("RolloutComplete", "UpdateStatus", note);
                         self.announce(group, members, statefulset, None, said).await;

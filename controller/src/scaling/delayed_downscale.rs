@@ -99,7 +99,7 @@ const NAMED_MISSING: usize = 10;
 
 /// What the pods' answers allow.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Decision {
+pub enum DelayedDownscaleDecision {
     /// Scale down to `replicas` (between `to` and `from - 1`).
     ScaleTo { replicas: i32 },
     /// No pod at the end is old enough yet; the highest one will be at `until`.
@@ -118,7 +118,7 @@ pub fn decide(
     delay: Duration,
     answers: &BTreeMap<i32, Result<Timestamp, String>>,
     now: Timestamp,
-) -> Decision {
+) -> DelayedDownscaleDecision {
     let mut failures: BTreeMap<String, String> = answers
         .iter()
         .filter(|(index, _)| (to..from).contains(*index))
@@ -147,7 +147,7 @@ pub fn decide(
         }
     }
     if !failures.is_empty() {
-        return Decision::Blocked { failures };
+        return DelayedDownscaleDecision::Blocked { failures };
     }
     let delay = jiff::SignedDuration::try_from(delay).unwrap_or(jiff::SignedDuration::MAX);
     let ready_at = |index: i32| -> Timestamp {
@@ -163,11 +163,11 @@ pub fn decide(
         allowed -= 1;
     }
     if allowed == from {
-        return Decision::Wait {
+        return DelayedDownscaleDecision::Wait {
             until: ready_at(from - 1),
         };
     }
-    Decision::ScaleTo { replicas: allowed }
+    DelayedDownscaleDecision::ScaleTo { replicas: allowed }
 }
 
 #[cfg(test)]
@@ -200,27 +200,27 @@ mod tests {
         let hour = Duration::from_secs(3600);
         let old = NOW - 3600;
         let young = NOW - 60;
-        let cases: &[(&str, i32, i32, Vec<Answer>, Decision)] = &[
+        let cases: &[(&str, i32, i32, Vec<Answer>, DelayedDownscaleDecision)] = &[
             (
                 "all going pods are old enough: full downscale",
                 5,
                 2,
                 vec![(2, Ok(old)), (3, Ok(old)), (4, Ok(old))],
-                Decision::ScaleTo { replicas: 2 },
+                DelayedDownscaleDecision::ScaleTo { replicas: 2 },
             ),
             (
                 "only the highest are old enough: partial downscale",
                 5,
                 2,
                 vec![(2, Ok(young)), (3, Ok(old)), (4, Ok(old))],
-                Decision::ScaleTo { replicas: 3 },
+                DelayedDownscaleDecision::ScaleTo { replicas: 3 },
             ),
             (
                 "an old pod below a young one does not count",
                 5,
                 2,
                 vec![(2, Ok(old)), (3, Ok(old)), (4, Ok(young))],
-                Decision::Wait {
+                DelayedDownscaleDecision::Wait {
                     until: at(young + 3600),
                 },
             ),
@@ -229,14 +229,14 @@ mod tests {
                 3,
                 2,
                 vec![(2, Ok(NOW - 3600))],
-                Decision::ScaleTo { replicas: 2 },
+                DelayedDownscaleDecision::ScaleTo { replicas: 2 },
             ),
             (
                 "a timestamp in the future waits",
                 3,
                 2,
                 vec![(2, Ok(NOW + 10))],
-                Decision::Wait {
+                DelayedDownscaleDecision::Wait {
                     until: at(NOW + 10 + 3600),
                 },
             ),
@@ -268,7 +268,7 @@ mod tests {
         };
         assert_eq!(
             blocked(PodNames::new("sts", 0)),
-            Decision::Blocked {
+            DelayedDownscaleDecision::Blocked {
                 failures: BTreeMap::from([
                     ("sts-2".to_owned(), "was not asked to prepare".to_owned()),
                     ("sts-3".to_owned(), "HTTP 500".to_owned()),
@@ -277,7 +277,7 @@ mod tests {
         );
         assert_eq!(
             blocked(PodNames::new("sts", 3)),
-            Decision::Blocked {
+            DelayedDownscaleDecision::Blocked {
                 failures: BTreeMap::from([
                     ("sts-5".to_owned(), "was not asked to prepare".to_owned()),
                     ("sts-6".to_owned(), "HTTP 500".to_owned()),
@@ -436,7 +436,7 @@ mod tests {
             &answered,
             at(NOW),
         );
-        let Decision::Blocked { failures } = decision else {
+        let DelayedDownscaleDecision::Blocked { failures } = decision else {
             panic!("{decision:?}");
         };
         assert_eq!(failures.len(), NAMED_MISSING + 1);

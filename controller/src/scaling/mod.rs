@@ -8,7 +8,7 @@ pub mod plan;
 pub mod snapshot;
 
 pub use execute::Scaler;
-pub use plan::{Action, Finding, FindingKind, ScalingPlan, ScalingSnapshot, plan};
+pub use plan::{Finding, FindingKind, ScalingAction, ScalingPlan, ScalingSnapshot, plan};
 
 /// A `/scale` write failed (refused by an admission webhook, or the API's error).
 pub const SCALE_WRITE: &str = "scale_write";

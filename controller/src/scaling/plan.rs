@@ -65,7 +65,7 @@ pub struct ReferenceScale {
 
 /// Something to do, in order.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Action {
+pub enum ScalingAction {
     /// Patch the StatefulSet's `/scale` to `to` replicas (the admission webhooks judge it).
     SetReplicas {
         statefulset: String,
@@ -85,12 +85,12 @@ pub enum Action {
     },
 }
 
-impl Action {
+impl ScalingAction {
     /// Whether this action changes a StatefulSet's replicas (the pass ends after it).
     pub fn scales(&self) -> bool {
         matches!(
             self,
-            Action::SetReplicas { .. } | Action::DelayedDownscale { .. }
+            ScalingAction::SetReplicas { .. } | ScalingAction::DelayedDownscale { .. }
         )
     }
 }
@@ -119,7 +119,7 @@ pub struct Finding {
 /// What to do about a group's replicas this pass.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ScalingPlan {
-    pub actions: Vec<Action>,
+    pub actions: Vec<ScalingAction>,
     pub findings: Vec<Finding>,
     /// A held downscale becomes possible at this time: look again then.
     pub recheck_at: Option<Timestamp>,
@@ -160,7 +160,7 @@ impl ScalingPlan {
             reason,
             format!("{statefulset} scales {direction} from {current} to {target}: {source}"),
         );
-        self.actions.push(Action::SetReplicas {
+        self.actions.push(ScalingAction::SetReplicas {
             statefulset: statefulset.to_owned(),
             from: current,
             to: target,
@@ -173,7 +173,7 @@ impl ScalingPlan {
 
     /// Whether a replica change was planned.
     pub fn scales(&self) -> bool {
-        self.actions.iter().any(Action::scales)
+        self.actions.iter().any(ScalingAction::scales)
     }
 }
 
@@ -412,7 +412,7 @@ fn mirror(member: &Member, plan: &mut ScalingPlan) -> bool {
     }
     let write_back = |plan: &mut ScalingPlan, replicas: i32| {
         if reference.write_back && scale.status_replicas != Some(replicas) {
-            plan.actions.push(Action::WriteBack {
+            plan.actions.push(ScalingAction::WriteBack {
                 statefulset: name.to_owned(),
                 replicas,
             });
@@ -421,7 +421,7 @@ fn mirror(member: &Member, plan: &mut ScalingPlan) -> bool {
     if target == current {
         write_back(plan, current);
         if delayed.is_some() {
-            plan.actions.push(Action::CancelDelayedDownscale {
+            plan.actions.push(ScalingAction::CancelDelayedDownscale {
                 statefulset: name.to_owned(),
                 keep: current,
             });
@@ -430,7 +430,7 @@ fn mirror(member: &Member, plan: &mut ScalingPlan) -> bool {
     }
     if target > current {
         if delayed.is_some() {
-            plan.actions.push(Action::CancelDelayedDownscale {
+            plan.actions.push(ScalingAction::CancelDelayedDownscale {
                 statefulset: name.to_owned(),
                 keep: target,
             });
@@ -441,7 +441,7 @@ fn mirror(member: &Member, plan: &mut ScalingPlan) -> bool {
     }
     if delayed.is_some() {
         // The executor reports the outcome: it depends on the pods' answers.
-        plan.actions.push(Action::DelayedDownscale {
+        plan.actions.push(ScalingAction::DelayedDownscale {
             statefulset: name.to_owned(),
             from: current,
             to: target,

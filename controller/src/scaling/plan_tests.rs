@@ -75,23 +75,23 @@ fn invalid(key: &'static str) -> InvalidAnnotation {
     }
 }
 
-fn set(statefulset: &str, from: i32, to: i32) -> Action {
-    Action::SetReplicas {
+fn set(statefulset: &str, from: i32, to: i32) -> ScalingAction {
+    ScalingAction::SetReplicas {
         statefulset: statefulset.into(),
         from,
         to,
     }
 }
 
-fn write_back(statefulset: &str, replicas: i32) -> Action {
-    Action::WriteBack {
+fn write_back(statefulset: &str, replicas: i32) -> ScalingAction {
+    ScalingAction::WriteBack {
         statefulset: statefulset.into(),
         replicas,
     }
 }
 
-fn cancel(statefulset: &str, keep: i32) -> Action {
-    Action::CancelDelayedDownscale {
+fn cancel(statefulset: &str, keep: i32) -> ScalingAction {
+    ScalingAction::CancelDelayedDownscale {
         statefulset: statefulset.into(),
         keep,
     }
@@ -100,7 +100,7 @@ fn cancel(statefulset: &str, keep: i32) -> Action {
 struct Case {
     name: &'static str,
     members: Vec<Member>,
-    actions: Vec<Action>,
+    actions: Vec<ScalingAction>,
     /// (statefulset, kind, reason, a piece of the note)
     findings: Vec<(&'static str, FindingKind, &'static str, &'static str)>,
 }
@@ -419,7 +419,7 @@ fn cases() -> Vec<Case> {
                 delayed_downscale: Ok(Some(delayed())),
                 ..mirroring("a", 5, 2, Some(5))
             }],
-            actions: vec![Action::DelayedDownscale {
+            actions: vec![ScalingAction::DelayedDownscale {
                 statefulset: "a".into(),
                 from: 5,
                 to: 2,

@@ -6,7 +6,7 @@
 use jiff::{SignedDuration, Timestamp};
 use maud::{DOCTYPE, Markup, PreEscaped, html};
 
-use super::model::{ActionRecord, GroupStatus, Phase, Role, RolloutStatus, ZoneStatus};
+use super::model::{ActionRecord, GroupStatus, Role, RolloutPhase, RolloutStatus, ZoneStatus};
 use crate::gates::keys::format_duration;
 
 /// How often the page reloads itself.
@@ -132,7 +132,7 @@ fn zone_row(zone: &ZoneStatus) -> Markup {
     html! {
         tr.zone data-zone=(zone.statefulset) data-phase=(zone.phase.as_str()) {
             td { (zone.statefulset) }
-            td { (badge(zone.phase)) @if zone.paused && zone.phase != Phase::Paused { " (paused)" } }
+            td { (badge(zone.phase)) @if zone.paused && zone.phase != RolloutPhase::Paused { " (paused)" } }
             td {
                 div.bar title={ (zone.updated) " of " (zone.total) " updated" } {
                     div class={ "fill " (zone.phase.as_str()) } style={ "width:" (percent(zone.updated)) "%" } {}
@@ -150,7 +150,7 @@ fn action_item(action: &ActionRecord) -> Markup {
     }
 }
 
-fn badge(phase: Phase) -> Markup {
+fn badge(phase: RolloutPhase) -> Markup {
     html! { span class={ "phase " (phase.as_str()) } { (phase.as_str()) } }
 }
 
@@ -174,7 +174,7 @@ mod tests {
         Timestamp::from_second(1_700_000_000 + second).expect("valid time")
     }
 
-    fn zone(statefulset: &str, phase: Phase, updated: u32) -> ZoneStatus {
+    fn zone(statefulset: &str, phase: RolloutPhase, updated: u32) -> ZoneStatus {
         ZoneStatus {
             statefulset: statefulset.to_owned(),
             phase,
@@ -205,8 +205,8 @@ mod tests {
         let hostile = "zone-<script>alert(1)</script>";
         let group = GroupStatus {
             name: "<b>ingester</b>".to_owned(),
-            phase: Phase::Rolling,
-            zones: vec![zone(hostile, Phase::Rolling, 1)],
+            phase: RolloutPhase::Rolling,
+            zones: vec![zone(hostile, RolloutPhase::Rolling, 1)],
             waiting: Some(Waiting {
                 kind: "NotReady".to_owned(),
                 message: format!("zone {hostile} has 1 not-ready pod"),
@@ -235,11 +235,11 @@ mod tests {
     fn shows_each_zone_with_its_phase_progress_and_the_wait_with_its_age() {
         let group = GroupStatus {
             name: "ingester".to_owned(),
-            phase: Phase::Rolling,
+            phase: RolloutPhase::Rolling,
             zones: vec![
-                zone("ingester-a", Phase::Complete, 3),
-                zone("ingester-b", Phase::Rolling, 1),
-                zone("ingester-c", Phase::Waiting, 0),
+                zone("ingester-a", RolloutPhase::Complete, 3),
+                zone("ingester-b", RolloutPhase::Rolling, 1),
+                zone("ingester-c", RolloutPhase::Waiting, 0),
             ],
             waiting: Some(Waiting {
                 kind: "MaxUnavailable".to_owned(),

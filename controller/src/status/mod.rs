@@ -22,8 +22,8 @@ pub mod view;
 
 pub use board::StatusBoard;
 pub use model::{
-    API_VERSION, ActionRecord, GroupStatus, KIND, Phase, Replica, Role, RolloutStatus, Waiting,
-    ZoneStatus,
+    API_VERSION, ActionRecord, GroupStatus, KIND, Replica, Role, RolloutPhase, RolloutStatus,
+    Waiting, ZoneStatus,
 };
 pub use routes::{StatusError, StatusRoutes};
 pub use view::{History, ObservedWait, compute, group_status, groups};

@@ -71,7 +71,7 @@ pub enum Role {
 /// Where a group or a zone stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub enum Phase {
+pub enum RolloutPhase {
     /// Every pod at the update revision and available.
     Complete,
     /// Pods are being replaced here (or the new ones are starting).
@@ -86,7 +86,7 @@ pub enum Phase {
     Skipped,
 }
 
-impl Phase {
+impl RolloutPhase {
     /// The lowercase word of the JSON document, for the page and the plugin.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -100,7 +100,7 @@ impl Phase {
     }
 }
 
-impl std::fmt::Display for Phase {
+impl std::fmt::Display for RolloutPhase {
     fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         formatter.write_str(self.as_str())
     }
@@ -111,7 +111,7 @@ impl std::fmt::Display for Phase {
 #[serde(rename_all = "camelCase")]
 pub struct GroupStatus {
     pub name: String,
-    pub phase: Phase,
+    pub phase: RolloutPhase,
     /// The members in rollout order (the planner's: by name).
     pub zones: Vec<ZoneStatus>,
     /// Why the group does not progress right now; absent while pods are being replaced or
@@ -126,7 +126,7 @@ pub struct GroupStatus {
 #[serde(rename_all = "camelCase")]
 pub struct ZoneStatus {
     pub statefulset: String,
-    pub phase: Phase,
+    pub phase: RolloutPhase,
     /// Pods (of spec.replicas) at the update revision and not terminating.
     pub updated: u32,
     /// Pods (of spec.replicas) available.

@@ -21,7 +21,7 @@ use baton_shared::pods::CachedPod;
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::StatefulSet;
 
-use super::model::{ActionRecord, GroupStatus, Phase, Waiting, ZoneStatus};
+use super::model::{ActionRecord, GroupStatus, RolloutPhase, Waiting, ZoneStatus};
 use crate::gates::{self, GateDecision, GateWait};
 use crate::rollout::{Action, GroupSnapshot, Plan, WaitReason};
 
@@ -129,19 +129,19 @@ pub fn group_status(
                 matches!(action, Action::DeletePod { statefulset, .. } if *statefulset == member.name)
             });
             let phase = if skipped && !done {
-                Phase::Skipped
+                RolloutPhase::Skipped
             } else if halted && !done {
-                Phase::Halted
+                RolloutPhase::Halted
             } else if done {
-                Phase::Complete
+                RolloutPhase::Complete
             } else if paused {
-                Phase::Paused
+                RolloutPhase::Paused
             } else if has_rollout
                 && (deleting || updated > 0 || waited_on == Some(member.name.as_str()))
             {
-                Phase::Rolling
+                RolloutPhase::Rolling
             } else {
-                Phase::Waiting
+                RolloutPhase::Waiting
             };
             ZoneStatus {
                 statefulset: member.name.clone(),
@@ -156,39 +156,42 @@ pub fn group_status(
         })
         .collect();
 
-    let complete = !zones.is_empty() && zones.iter().all(|zone| zone.phase == Phase::Complete);
+    let complete = !zones.is_empty()
+        && zones
+            .iter()
+            .all(|zone| zone.phase == RolloutPhase::Complete);
     let health_checking = waiting
         .as_ref()
         .is_some_and(|waiting| waiting.kind == HEALTH_CHECK);
     let phase = if skipped {
-        Phase::Skipped
+        RolloutPhase::Skipped
     } else if halted {
-        Phase::Halted
+        RolloutPhase::Halted
     } else if complete {
-        Phase::Complete
+        RolloutPhase::Complete
     } else if gate.wait().is_none()
         && !health_checking
         && matches!(plan.waiting, Some(WaitReason::Paused { .. }))
     {
-        Phase::Paused
+        RolloutPhase::Paused
     } else if gate.wait().is_none()
         && !health_checking
         && (plan.waiting.is_none()
             || waited_on.is_some_and(|name| {
                 zones
                     .iter()
-                    .any(|zone| zone.statefulset == name && zone.phase == Phase::Rolling)
+                    .any(|zone| zone.statefulset == name && zone.phase == RolloutPhase::Rolling)
             }))
     {
-        Phase::Rolling
+        RolloutPhase::Rolling
     } else {
-        Phase::Waiting
+        RolloutPhase::Waiting
     };
     GroupStatus {
         name: snapshot.name.clone(),
         phase,
         zones,
-        waiting: if phase == Phase::Complete {
+        waiting: if phase == RolloutPhase::Complete {
             None
         } else {
             waiting

@@ -13,7 +13,7 @@ fn status(members: Vec<StatefulSetSnapshot>, history: Option<&History>) -> Group
     compute(&group(members), history, now())
 }
 
-fn phases(status: &GroupStatus) -> Vec<(&str, Phase)> {
+fn phases(status: &GroupStatus) -> Vec<(&str, RolloutPhase)> {
     status
         .zones
         .iter()
@@ -37,13 +37,13 @@ fn done(name: &str) -> StatefulSetSnapshot {
 #[test]
 fn a_settled_group_is_complete_and_waits_for_nothing() {
     let status = status(vec![done("a"), done("b"), done("c")], None);
-    assert_eq!(status.phase, Phase::Complete);
+    assert_eq!(status.phase, RolloutPhase::Complete);
     assert_eq!(
         phases(&status),
         [
-            ("a", Phase::Complete),
-            ("b", Phase::Complete),
-            ("c", Phase::Complete)
+            ("a", RolloutPhase::Complete),
+            ("b", RolloutPhase::Complete),
+            ("c", RolloutPhase::Complete)
         ]
     );
     assert_eq!(status.waiting, None);
@@ -57,13 +57,13 @@ fn a_fresh_rollout_rolls_the_first_zone_and_the_others_wait_their_turn() {
         vec![zone("a", 3, 0), zone("b", 3, 0), zone("c", 3, 0)],
         None,
     );
-    assert_eq!(status.phase, Phase::Rolling, "the plan deletes in a");
+    assert_eq!(status.phase, RolloutPhase::Rolling, "the plan deletes in a");
     assert_eq!(
         phases(&status),
         [
-            ("a", Phase::Rolling),
-            ("b", Phase::Waiting),
-            ("c", Phase::Waiting)
+            ("a", RolloutPhase::Rolling),
+            ("b", RolloutPhase::Waiting),
+            ("c", RolloutPhase::Waiting)
         ]
     );
     assert_eq!(status.waiting, None, "nothing holds the group");
@@ -80,12 +80,16 @@ fn zone_a_complete_b_half_rolled_with_a_new_pod_starting_c_waiting() {
     assert_eq!(
         phases(&status),
         [
-            ("a", Phase::Complete),
-            ("b", Phase::Rolling),
-            ("c", Phase::Waiting)
+            ("a", RolloutPhase::Complete),
+            ("b", RolloutPhase::Rolling),
+            ("c", RolloutPhase::Waiting)
         ]
     );
-    assert_eq!(status.phase, Phase::Rolling, "waiting for b's own new pod");
+    assert_eq!(
+        status.phase,
+        RolloutPhase::Rolling,
+        "waiting for b's own new pod"
+    );
     let waiting = status.waiting.expect("waits for b-0");
     assert_eq!(waiting.kind, "MaxUnavailable", "b's budget is taken by b-0");
     assert!(
@@ -145,13 +149,13 @@ fn a_soak_between_zones_holds_the_next_zone_waiting() {
         ],
         None,
     );
-    assert_eq!(status.phase, Phase::Waiting);
+    assert_eq!(status.phase, RolloutPhase::Waiting);
     assert_eq!(
         phases(&status),
         [
-            ("a", Phase::Complete),
-            ("b", Phase::Waiting),
-            ("c", Phase::Waiting)
+            ("a", RolloutPhase::Complete),
+            ("b", RolloutPhase::Waiting),
+            ("c", RolloutPhase::Waiting)
         ]
     );
     let waiting = status.waiting.expect("soaks");
@@ -173,13 +177,13 @@ fn a_halted_group_is_halted_in_every_unfinished_zone() {
         ],
         None,
     );
-    assert_eq!(status.phase, Phase::Halted);
+    assert_eq!(status.phase, RolloutPhase::Halted);
     assert_eq!(
         phases(&status),
         [
-            ("a", Phase::Complete),
-            ("b", Phase::Halted),
-            ("c", Phase::Halted)
+            ("a", RolloutPhase::Complete),
+            ("b", RolloutPhase::Halted),
+            ("c", RolloutPhase::Halted)
         ]
     );
     let waiting = status.waiting.expect("halted");
@@ -196,13 +200,13 @@ fn a_non_on_delete_member_skips_the_group() {
     let mut rolling_update = zone("b", 3, 0);
     rolling_update.update_strategy = crate::rollout::UpdateStrategy::RollingUpdate;
     let status = status(vec![done("a"), rolling_update, zone("c", 3, 0)], None);
-    assert_eq!(status.phase, Phase::Skipped);
+    assert_eq!(status.phase, RolloutPhase::Skipped);
     assert_eq!(
         phases(&status),
         [
-            ("a", Phase::Complete),
-            ("b", Phase::Skipped),
-            ("c", Phase::Skipped)
+            ("a", RolloutPhase::Complete),
+            ("b", RolloutPhase::Skipped),
+            ("c", RolloutPhase::Skipped)
         ]
     );
     assert_eq!(status.waiting.expect("skipped").kind, "NonOnDeleteMember");
@@ -217,10 +221,10 @@ fn paused_zones_left_to_update_pause_the_group() {
         ],
         None,
     );
-    assert_eq!(status.phase, Phase::Paused);
+    assert_eq!(status.phase, RolloutPhase::Paused);
     assert_eq!(
         phases(&status),
-        [("a", Phase::Complete), ("b", Phase::Paused)]
+        [("a", RolloutPhase::Complete), ("b", RolloutPhase::Paused)]
     );
     assert!(status.zones[1].paused);
     assert_eq!(status.waiting.expect("paused").kind, "Paused");
@@ -236,10 +240,14 @@ fn two_zones_down_make_the_group_wait_not_roll() {
         ],
         None,
     );
-    assert_eq!(status.phase, Phase::Waiting);
+    assert_eq!(status.phase, RolloutPhase::Waiting);
     assert_eq!(status.waiting.expect("waits").kind, "MultipleNotReady");
-    assert_eq!(status.zones[0].phase, Phase::Rolling, "a is half rolled");
-    assert_eq!(status.zones[2].phase, Phase::Waiting);
+    assert_eq!(
+        status.zones[0].phase,
+        RolloutPhase::Rolling,
+        "a is half rolled"
+    );
+    assert_eq!(status.zones[2].phase, RolloutPhase::Waiting);
 }
 
 #[test]
@@ -265,7 +273,7 @@ fn a_health_check_wait_is_known_from_the_leader_only() {
         actions: Vec::new(),
     };
     let status = status(vec![done("a"), zone("b", 3, 0)], Some(&history));
-    assert_eq!(status.phase, Phase::Waiting);
+    assert_eq!(status.phase, RolloutPhase::Waiting);
     let waiting = status.waiting.expect("the leader's wait");
     assert_eq!(waiting.kind, HEALTH_CHECK);
     assert_eq!(waiting.since, Some(since));

@@ -15,7 +15,7 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use super::{Pass, SetOutcome};
 use crate::leader::MayAct;
 use crate::queue::Requeue;
-use crate::scaling::delayed_downscale::{self, Decision, decide, parse_answer};
+use crate::scaling::delayed_downscale::{self, DelayedDownscaleDecision, decide, parse_answer};
 
 impl Pass<'_> {
     fn delayed_settings(&self, name: &str) -> Option<&DelayedDownscale> {
@@ -106,7 +106,7 @@ impl Pass<'_> {
         let names = state.pod_names();
         match decide(names, from, to, settings.delay, &answers, now) {
             // The pods' answers took time: what is left of the term is read again.
-            Decision::ScaleTo { replicas } => match may_act() {
+            DelayedDownscaleDecision::ScaleTo { replicas } => match may_act() {
                 None => Requeue::Never,
                 Some(left) => match self.set_replicas(name, replicas, left).await {
                     SetOutcome::Done => {
@@ -122,13 +122,13 @@ impl Pass<'_> {
                     }
                 },
             },
-            Decision::Wait { until } => {
+            DelayedDownscaleDecision::Wait { until } => {
                 let last = names.at(from - 1);
                 self.tell_delayed_waiting(name, from, to, settings.delay, &last, until)
                     .await;
                 Requeue::at(until)
             }
-            Decision::Blocked { failures } => {
+            DelayedDownscaleDecision::Blocked { failures } => {
                 self.tell_prepare_failed(name, from, to, &failures).await;
                 Requeue::After(self.scaler.poll_interval)
             }

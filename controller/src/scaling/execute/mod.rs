@@ -34,7 +34,7 @@ use kube::api::{Api, ApiResource, Patch, PatchParams};
 use prometheus::Registry;
 use serde_json::json;
 
-use super::plan::{Action, FindingKind, Member, ScalingPlan, ScalingSnapshot, plan};
+use super::plan::{FindingKind, Member, ScalingAction, ScalingPlan, ScalingSnapshot, plan};
 use crate::explain::Explainer;
 use crate::leader::MayAct;
 use crate::queue::Requeue;
@@ -231,7 +231,7 @@ impl Pass<'_> {
                 break;
             };
             match action {
-                Action::SetReplicas {
+                ScalingAction::SetReplicas {
                     statefulset,
                     from,
                     to,
@@ -258,14 +258,14 @@ impl Pass<'_> {
                         }
                     }
                 }
-                Action::WriteBack {
+                ScalingAction::WriteBack {
                     statefulset,
                     replicas,
                 } => self.write_back(statefulset, *replicas).await,
-                Action::CancelDelayedDownscale { statefulset, keep } => {
+                ScalingAction::CancelDelayedDownscale { statefulset, keep } => {
                     self.cancel_delayed_downscale(statefulset, *keep).await;
                 }
-                Action::DelayedDownscale {
+                ScalingAction::DelayedDownscale {
                     statefulset,
                     from,
                     to,
