@@ -21,6 +21,7 @@ use serde_json::json;
 use tower_test::mock;
 
 use super::GroupReconciler;
+use crate::budgets::{Known, ZoneBudgets};
 use crate::cache::Caches;
 use crate::explain::Explainer;
 use crate::leader::MayAct;
@@ -29,7 +30,6 @@ use crate::rollout::pending::PendingDeletions;
 use crate::rollout::reconcile::Rollouts;
 use crate::scaling::Scaler;
 use crate::status::StatusBoard;
-use crate::zpdb::{Known, ZoneBudgets};
 
 const NAMESPACE: &str = "mimir";
 const GROUP: &str = "ingester";

@@ -17,7 +17,7 @@
 //! | [`explain`] | Events and log lines saying what baton does and why it waits, off the critical path |
 //! | [`metrics`] | the Go operator's metric names and baton's own |
 //! | [`status`] | the status page and its JSON: each group's view (pure [`status::view`]), the leader's history |
-//! | [`zpdb`] | the zone-aware disruption budgets a rollout deletion consults: their watch-fed cache, the decision on the caches ([`zpdb::judge`], pure), the claim in the budget's record |
+//! | [`budgets`] | the zone-aware disruption budgets a rollout deletion consults: their watch-fed cache, the decision on the caches ([`budgets::judge`], pure), the claim in the budget's record |
 //!
 //! # From a watch event to an action
 //!
@@ -31,6 +31,7 @@
 //! through the queue's timer for the group.
 
 pub mod app;
+pub mod budgets;
 pub mod cache;
 pub mod certificates;
 pub mod explain;
@@ -42,4 +43,3 @@ pub mod queue;
 pub mod rollout;
 pub mod scaling;
 pub mod status;
-pub mod zpdb;

@@ -1,6 +1,6 @@
 //! `/admission/pod-eviction` at run time: the watch caches the decision reads (pods,
 //! StatefulSets and budgets of the watched namespace, slimmed to what the decision needs) and
-//! the claim of an allowed eviction in the budget's record (see `admission::zpdb`).
+//! the claim of an allowed eviction in the budget's record (see `admission::budgets`).
 //!
 //! The pods are watched from the first budget on: until a namespace has one, every eviction is
 //! allowed without looking at its pod, and a webhook in a namespace of thousands of pods that
@@ -33,9 +33,12 @@ use kube::{Api, Client};
 use prometheus::{IntCounter, IntCounterVec, IntGauge, Opts, Registry};
 
 use crate::admission::Decision;
-use crate::admission::zpdb::{self as admission, EvictionRequest, RECORD_EXPIRY, RECORD_LABEL};
+use crate::admission::budgets::{self as admission, EvictionRequest};
 use crate::statefulsets::{CachedStatefulSet, StatefulSetCache};
 use baton_shared::ledger::{self, CLAIM_ATTEMPTS, ClaimError, Judged, Ledger, Written};
+use baton_shared::zpdb::record::{
+    RECORD_EXPIRY, RECORD_LABEL, recently_allowed, record_name, with_eviction,
+};
 
 /// Evictions judged, by reason and status (the Go operator's name and labels).
 pub const EVICTION_REQUESTS_METRIC: &str = "rollout_operator_zpdb_eviction_requests_total";
@@ -332,7 +335,7 @@ impl Evictions {
         let lock = self.lock(budget);
         let _judging = lock.lock().await;
         let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), &self.namespace);
-        let name = admission::record_name(budget);
+        let name = record_name(budget);
         let mut known = self
             .records
             .lock()
@@ -355,7 +358,7 @@ impl Evictions {
         };
         let judge = |record: &Ledger, fresh: bool| {
             self.remember(budget, record);
-            let verdict = self.decide(pod, budgets, &admission::recently_allowed(record));
+            let verdict = self.decide(pod, budgets, &recently_allowed(record));
             // The copy this replica knows may be stale: good enough to allow (the write is
             // conditioned on it), not to deny (every denial here rests on the record's entries,
             // as the decision without them allowed): a denial is confirmed on a fresh read.
@@ -366,7 +369,7 @@ impl Evictions {
             if !verdict.is_allowed() || request.dry_run {
                 return Judged::Settled(answer);
             }
-            let claimed = admission::with_eviction(
+            let claimed = with_eviction(
                 record,
                 &request.pod,
                 Some(pod.uid.as_str()).filter(|uid| !uid.is_empty()),

@@ -21,7 +21,7 @@ use crate::admission::no_downscale::{self, Assessment};
 use crate::admission::prepare_downscale::{self, flow::PrepareDownscale};
 use crate::admission::review::{self, AdmissionRequest, Review};
 use crate::admission::{Decision, Outcome};
-use crate::admission::{state_guard, zpdb};
+use crate::admission::{budgets, state_guard};
 use crate::evictions::Evictions;
 use crate::metrics::{WebhookMetrics, route_label};
 use crate::parents::ParentCache;
@@ -337,7 +337,7 @@ async fn body_permit(
 /// pod-eviction, under the request deadline; running out of time refuses for now (429), as
 /// the eviction may be one a budget forbids.
 async fn judge_pod_eviction(state: &WebhookState, request: &AdmissionRequest<'_>) -> Decision {
-    let eviction = match zpdb::assess_eviction(request) {
+    let eviction = match budgets::assess_eviction(request) {
         Ok(eviction) => eviction,
         Err(decision) => return decision,
     };
@@ -359,7 +359,7 @@ async fn judge_pod_eviction(state: &WebhookState, request: &AdmissionRequest<'_>
 /// zpdb-validation: a pure function of the review.
 fn judge_zpdb(state: &WebhookState, request: &AdmissionRequest<'_>) -> Decision {
     match &state.evictions {
-        Some(evictions) => zpdb::validate(request, evictions.namespace()),
+        Some(evictions) => budgets::validate(request, evictions.namespace()),
         None => Decision::allow_on_error(
             "zone-aware disruption budgets are not being watched; allowing the change",
         ),

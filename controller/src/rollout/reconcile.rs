@@ -34,7 +34,7 @@ pub struct Rollouts {
     pub pending: PendingDeletions,
     /// Consulted before every deletion that takes availability away: a drain and a rollout
     /// together must never exceed a zone-aware budget.
-    pub budgets: crate::zpdb::ZoneBudgets,
+    pub budgets: crate::budgets::ZoneBudgets,
     /// The leader's history for the status page: why each group waits since when, what it did.
     pub status: StatusBoard,
     /// Health check runs and hook calls, within the operator's bounds.
@@ -108,7 +108,7 @@ impl Rollouts {
         // What the status page says the group waits for, and since when: the budget that held a
         // deletion, else the gate, else the planner.
         let waiting = match &held {
-            Some(note) => Some((crate::zpdb::WAIT_REASON, note.clone())),
+            Some(note) => Some((crate::budgets::WAIT_REASON, note.clone())),
             None => gate
                 .wait()
                 .map(|wait| (wait.kind(), wait.to_string()))
@@ -126,7 +126,7 @@ impl Rollouts {
         let recheck = plan.recheck_after.map_or(Requeue::Never, Requeue::at);
         Ok(match held {
             // The budget's record of claims is not watched: look again soon.
-            Some(_) => recheck.sooner(Requeue::After(crate::zpdb::RECHECK_AFTER)),
+            Some(_) => recheck.sooner(Requeue::After(crate::budgets::RECHECK_AFTER)),
             None => recheck,
         })
     }
@@ -217,14 +217,14 @@ impl Rollouts {
                     uid,
                     unavailable,
                 } => {
-                    let deletion = crate::zpdb::Deletion {
+                    let deletion = crate::budgets::Deletion {
                         statefulset,
                         pod,
                         free_replacement: unavailable.is_some(),
                     };
                     let permit = self.budgets.before_deletion(group, &deletion).await;
-                    if let crate::zpdb::Permit::Wait(note) = permit {
-                        let said = Said::new(crate::zpdb::WAIT_REASON, "Wait", note.clone());
+                    if let crate::budgets::Permit::Wait(note) = permit {
+                        let said = Said::new(crate::budgets::WAIT_REASON, "Wait", note.clone());
                         self.announce(group, members, statefulset, None, said).await;
                         return Ok(Some(note));
                     }

@@ -4,7 +4,8 @@
 //! decision itself is `baton_shared::zpdb::decide`; `crate::evictions` reads the caches and
 //! claims the eviction in the budget's record.
 //!
-//! The record: ONE ConfigMap per budget (`baton-zpdb-<budget>`, see [`record_name`]) mapping
+//! The record: ONE ConfigMap per budget (`baton-zpdb-<budget>`, see
+//! `baton_shared::zpdb::record`) mapping
 //! each pod whose eviction was just allowed to when and by which request. Replicas claim an
 //! eviction by a write conditioned on the record's resourceVersion (the prepare-downscale
 //! ledger's mechanism), so two replicas cannot both allow evictions the budget allows only one
@@ -14,12 +15,6 @@ use baton_shared::zpdb::{Budget, Verdict, ZoneAwarePodDisruptionBudget};
 
 use super::decision::Decision;
 use super::review::AdmissionRequest;
-
-// The record lives in shared: the rollout controller claims its deletions in it too.
-pub use baton_shared::zpdb::record::{
-    RECORD_EXPIRY, RECORD_LABEL, RECORD_PREFIX, RecordEntry, recently_allowed, record_name,
-    with_eviction,
-};
 
 /// An eviction the webhook allowed.
 #[derive(Debug, Clone, PartialEq, Eq)]
