@@ -8,9 +8,9 @@
 //! `gates.hook_addresses`):
 //! - `http` and `https` only;
 //! - with entries, only URLs under one of them;
-//! - loopback, link-local and unspecified addresses are refused unless an entry names them, both
-//!   as written and as a name resolves ([`GuardedResolver`]: checked at connection time, so a
-//!   name that resolves elsewhere later gains nothing);
+//! - loopback, link-local and unspecified addresses are refused unless an entry names them,
+//!   both as written and as a name resolves (a resolver that drops them, at connection time, so
+//!   a name that resolves elsewhere later gains nothing);
 //! - no redirects (a permitted destination cannot send the call on);
 //! - messages show a URL [`redact`]ed: no user, password, query or fragment.
 

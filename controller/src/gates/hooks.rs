@@ -3,8 +3,9 @@
 //! retried with exponential backoff and, after [`ATTEMPTS`] failures, halts the group.
 //!
 //! Pure and composed after the zone gate like the health check: [`apply`] holds what waits for
-//! a hook and says which call is due; the I/O layer makes it ([`post`]) and [`record`] turns
-//! the answer into the state to store. The state of each zone's two hooks lives in
+//! a hook and says which call is due; the I/O layer makes it
+//! ([`super::calls::GateCalls::post_hook`]) and [`record`] turns the answer into the state to
+//! store. The state of each zone's two hooks lives in
 //! `baton.dev/hook-state` on that zone, for its update revision, so a new leader neither calls
 //! a hook twice after a success nor forgets the attempts.
 

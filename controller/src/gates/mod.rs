@@ -1,18 +1,26 @@
-//! Rollout gates: what must hold, besides readiness, before baton deletes the next
-//! pod — a soak between zones, and a halt that only a person lifts.
+//! Rollout gates: what must hold, besides readiness, before baton deletes the next pod — a soak
+//! between zones, a ramp inside a zone, a health check after every step, hooks before and after
+//! each zone, and a halt that only a person lifts.
 //!
 //! Why a separate module: the planner ([`crate::rollout::plan()`]) decides *which* pods may go
-//! by availability alone; a gate decides *whether they may go now*. Composing two pure
-//! functions keeps both small and testable, and the planner's guarantees untouched: a gate can
-//! only take deletions away from a plan, never add one (`GateDecision::apply`).
+//! by availability alone; a gate decides *whether they may go now*. Composing pure functions
+//! keeps each small and testable, and the planner's guarantees untouched: a gate can only take
+//! deletions away from a plan, never add one.
 //!
-//! - [`keys`]: baton's own annotations (prefix `baton.dev/`, never `grafana.com/`), parsed
-//!   with errors that name key and value.
-//! - [`state`]: what the gate must remember across reconciles *and leaders* (when a soak
-//!   started, which zone is cleared to roll), stored on the StatefulSets themselves, one
-//!   annotation per zone, so a new leader neither restarts a soak nor skips it.
-//! - [`decide()`]: the pure decision, from the group snapshot, the plan, the stored state and
-//!   `now`.
+//! The pure decision, in the order a pass applies it:
+//! - [`keys`]: baton's own annotations (prefix `baton.dev/`), parsed with errors that name key
+//!   and value; members that disagree on a check or hook hold the group;
+//! - [`state`]: what the gate remembers across reconciles *and leaders*, stored on the
+//!   StatefulSets themselves (only baton may set it: the webhook's state guard);
+//! - [`decide()`]: soak, ramp, halt and the zone order, from the snapshot, the plan, the stored
+//!   state and `now`;
+//! - [`checks`]: a health check's passes and failures as a gate; [`health`] reads its
+//!   `RolloutHealthCheck` and judges Prometheus' answers ([`prometheus`]);
+//! - [`hooks`]: the calls due before and after each zone, and what their answers store.
+//!
+//! Around it, the I/O: [`calls`] runs check queries beside the reconciles and makes hook calls,
+//! within the operator's bounds ([`egress`]); [`store`] writes the gate's state; [`explain`]
+//! tells people; [`metrics`] counts what gates hold groups for.
 //!
 //! All of it is opt-in: a group none of whose members carries a gate key rolls exactly as
 //! without this module (docs/compatibility.md). The one exception is
@@ -22,12 +30,12 @@ pub mod calls;
 pub mod checks;
 pub mod decide;
 pub mod egress;
+pub mod explain;
 pub mod health;
 pub mod hooks;
 pub mod keys;
 pub mod metrics;
 pub mod prometheus;
-pub mod report;
 pub mod state;
 pub mod store;
 

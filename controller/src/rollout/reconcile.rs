@@ -90,7 +90,7 @@ impl Rollouts {
         self.record_progress(group, &plan, gate.wait().is_some());
         self.metrics.gates.record(group, gate.wait());
         self.explain(group, members, &plan).await;
-        gates::report::explain(&self.explainer, group, members, &gate).await;
+        gates::explain::explain(&self.explainer, group, members, &gate).await;
         if !gate.writes.is_empty() {
             // Stored before acting, by this term's leader only: a failover keeps the gate.
             if may_act().is_none() {
@@ -225,7 +225,8 @@ impl Rollouts {
                     let permit = self.budgets.before_deletion(group, &deletion).await;
                     if let crate::budgets::Permit::Wait(note) = permit {
                         let said = Said::new(crate::budgets::WAIT_REASON, "Wait", note.clone());
-                        self.announce(group, members, statefulset, None, said).await;
+                        self.explain_deletion(group, members, statefulset, None, said)
+                            .await;
                         return Ok(Some(note));
                     }
                     // Within the term the pass started in: a deposed leader stops deleting
@@ -265,7 +266,7 @@ impl Rollouts {
                         None => "RolloutPodDeleted",
                     };
                     let said = Said::new(reason, "DeletePod", note);
-                    self.announce(group, members, statefulset, Some(pod), said)
+                    self.explain_deletion(group, members, statefulset, Some(pod), said)
                         .await;
                 }
                 Action::SetCurrentRevision {
@@ -285,7 +286,8 @@ impl Rollouts {
                     if outcome == DeletionOutcome::Done {
                         let note = format!("every pod of {statefulset} runs revision {revision}");
                         let said = Said::new("RolloutComplete", "UpdateStatus", note);
-                        self.announce(group, members, statefulset, None, said).await;
+                        self.explain_deletion(group, members, statefulset, None, said)
+                            .await;
                     }
                 }
             }
@@ -295,7 +297,7 @@ impl Rollouts {
 
     /// Tells what the pass did or why it stopped: an Event on the StatefulSet, and for an action
     /// taken, a line in the status page's history.
-    async fn announce(
+    async fn explain_deletion(
         &self,
         group: &str,
         members: &[Arc<StatefulSet>],

@@ -7,15 +7,15 @@
 //!   scale as far down as their answers allow);
 //! - `claims`: downscales prepare-downscale approved, confirmed into the Go operator's records
 //!   once they happened, voided (pods told to cancel) when they never did;
-//! - `wording`: how every outcome is told (Events and log lines).
+//! - `explain`: how every outcome is told (Events and log lines).
 //!
 //! A pass runs beside the group's rollout, never before it: neither waits on the other's I/O
 //! (an unreachable reference holds scaling only).
 
 mod claims;
 mod delayed;
+mod explain;
 mod references;
-mod wording;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
