@@ -605,6 +605,121 @@ async fn a_checks_credentials_are_never_batons_own_secret_nor_sent_over_plain_ht
     scene.wait_complete(&checked.names).await;
 }
 
+/// A "Prometheus" that accepts connections and never answers: every query waits for its
+/// timeout.
+struct DeadPrometheus {
+    url: String,
+    _task: tokio::task::JoinHandle<()>,
+}
+
+impl DeadPrometheus {
+    async fn start() -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("a loopback port");
+        let url = format!("http://{}", listener.local_addr().expect("bound"));
+        let task = tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((stream, _)) = listener.accept().await {
+                held.push(stream);
+            }
+        });
+        Self { url, _task: task }
+    }
+}
+
+#[tokio::test]
+async fn a_dead_prometheus_holds_only_the_groups_whose_checks_query_it() {
+    // Given eight groups (as many as reconcile at once) gated by a check on a Prometheus that
+    // never answers (queries wait 120 s), and a group gated by a check on a live one
+    let metrics = Metrics::start().await;
+    metrics.set(ERROR_RATIO, 0.0);
+    let prometheus = Prometheus::start(metrics.address()).await;
+    prometheus.wait_value(ERROR_RATIO, 0.0).await;
+    let dead = DeadPrometheus::start().await;
+    let allowed = format!("[\"{}\", \"{}\"]", prometheus.url(), dead.url);
+    let scene = Scene::with(
+        "dead-prometheus",
+        &[
+            ("BATON_GATES__PROMETHEUS_ADDRESSES", &allowed),
+            ("BATON_GATES__MAX_QUERY_TIMEOUT", "120s"),
+        ],
+    )
+    .await;
+    let (client, ns) = (scene.namespace.client(), scene.namespace.name().to_owned());
+    install_health_check_crd(&client).await;
+    let checks: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), &ns, &health::api_resource());
+    for (name, address, timeout) in [
+        ("errors", prometheus.url(), "2s"),
+        ("dead", dead.url.clone(), "120s"),
+    ] {
+        let check = json!({
+            "apiVersion": "baton.dev/v1alpha1",
+            "kind": "RolloutHealthCheck",
+            "metadata": {"name": name},
+            "spec": {
+                "prometheus": {"address": address, "timeout": timeout},
+                "queries": [{"name": "error-ratio", "query": ERROR_RATIO}],
+                "interval": "1s",
+            },
+        });
+        let object: DynamicObject = serde_json::from_value(check).expect("a RolloutHealthCheck");
+        checks
+            .create(&PostParams::default(), &object)
+            .await
+            .expect("creating a RolloutHealthCheck");
+    }
+    let mut stuck = Vec::new();
+    for index in 0..8 {
+        let group = format!("stuck-{index}");
+        let mut names = Vec::new();
+        for (zone, fixture) in ["a", "b"].iter().zip(rollout_group(&group, &["a", "b"], 1)) {
+            let fixture = match *zone {
+                "a" => fixture.annotation(HEALTH_CHECK_ANNOTATION, "dead"),
+                _ => fixture,
+            };
+            names.push(
+                fixture
+                    .create(&client, &ns)
+                    .await
+                    .metadata
+                    .name
+                    .unwrap_or_default(),
+            );
+        }
+        wait_group_ready(&client, &ns, &names).await;
+        stuck.push(names);
+    }
+    let live = scene
+        .create(|zone, fixture| match zone {
+            "a" => fixture.annotation(HEALTH_CHECK_ANNOTATION, "errors"),
+            _ => fixture,
+        })
+        .await;
+
+    // When every group's template changes
+    for names in &stuck {
+        roll_out(&client, &ns, names, "v2").await;
+    }
+    scene.roll_out(&live).await;
+
+    // Then the live group's rollout completes while every query to the dead Prometheus is
+    // still waiting: no stuck group has seen a run end, nor deleted a pod
+    scene.wait_complete(&live).await;
+    for names in &stuck {
+        let first = scene.annotations(&names[0]).await;
+        let last_run = first
+            .get(CHECK_STATE_ANNOTATION)
+            .and_then(|state| serde_json::from_str::<serde_json::Value>(state).ok())
+            .and_then(|state| state.get("lastRun").cloned());
+        assert_eq!(last_run, None, "{}: a dead query ended", names[0]);
+        for name in names {
+            assert_eq!(scene.updated_pods(name).await, 0, "{name}");
+        }
+    }
+}
+
 #[tokio::test]
 async fn a_ramp_rolls_each_zone_1_then_2_then_4_pods_with_max_unavailable_4() {
     // Given a ready group of 2 zones × 7 pods, max-unavailable 4, with an exponential ramp
