@@ -38,7 +38,8 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use baton_shared::annotations::max_unavailable;
-use baton_shared::kube_client::{bounded, watch_backoff};
+use baton_shared::index::{self, Index};
+use baton_shared::kube_client::bounded;
 use baton_shared::ledger::{self, CLAIM_ATTEMPTS, ClaimError, Judged, Ledger};
 use baton_shared::pod_client::error_chain;
 use baton_shared::pods::{CachedPod, PodsByStatefulSet};
@@ -49,12 +50,11 @@ use baton_shared::zpdb::{
     Budget, EvictionSnapshot, Observed, RecentlyAllowed, Verdict, ZoneAwarePodDisruptionBudget,
     decide_rollout_deletion,
 };
-use futures::StreamExt;
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::Api;
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher;
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::cache::{Caches, group_of};
@@ -338,74 +338,88 @@ async fn watch(
     caches: Caches,
     touched: UnboundedSender<String>,
 ) {
-    let mut listing: BTreeMap<String, Arc<Observed>> = BTreeMap::new();
-    let mut said_not_installed = false;
-    let events = watcher(api, watcher::Config::default())
-        .backoff(watch_backoff())
-        .modify(|zpdb: &mut ZoneAwarePodDisruptionBudget| {
-            zpdb.metadata.managed_fields = None;
+    let mut index = BudgetIndex {
+        known,
+        caches,
+        touched,
+        said_not_installed: false,
+    };
+    let slim = |zpdb: &mut ZoneAwarePodDisruptionBudget| zpdb.metadata.managed_fields = None;
+    index::run(api, watcher::Config::default(), slim, &mut index).await;
+}
+
+/// The budgets as parsed, and the groups each change concerns sent on `touched`.
+struct BudgetIndex {
+    known: Arc<RwLock<Known>>,
+    caches: Caches,
+    touched: UnboundedSender<String>,
+    said_not_installed: bool,
+}
+
+impl BudgetIndex {
+    fn touch(&self, changed: &[Arc<Observed>]) {
+        for group in groups_selected(&self.caches, changed) {
+            let _ = self.touched.send(group);
+        }
+    }
+}
+
+impl Index<ZoneAwarePodDisruptionBudget> for BudgetIndex {
+    fn reset(&mut self, budgets: Vec<ZoneAwarePodDisruptionBudget>) {
+        self.said_not_installed = false;
+        tracing::info!(
+            budgets = budgets.len(),
+            "ZoneAwarePodDisruptionBudgets listed"
+        );
+        let listing: BTreeMap<String, Arc<Observed>> = budgets
+            .iter()
+            .map(|zpdb| (zpdb.name().to_owned(), parse(zpdb)))
+            .collect();
+        let mut changed: Vec<Arc<Observed>> = listing.values().cloned().collect();
+        let previous = std::mem::replace(
+            &mut *self.known.write().expect("budgets lock"),
+            Known::Listed(listing),
+        );
+        changed.extend(listed_budgets(&previous));
+        self.touch(&changed);
+    }
+
+    fn apply(&mut self, zpdb: ZoneAwarePodDisruptionBudget) {
+        let parsed = parse(&zpdb);
+        let previous = with_listed(&self.known, |budgets| {
+            budgets.insert(zpdb.name().to_owned(), parsed.clone())
         });
-    futures::pin_mut!(events);
-    while let Some(event) = events.next().await {
-        let changed: Vec<Arc<Observed>> = match event {
-            Ok(watcher::Event::Init) => {
-                listing.clear();
-                continue;
-            }
-            Ok(watcher::Event::InitApply(zpdb)) => {
-                listing.insert(zpdb.name().to_owned(), parse(&zpdb));
-                continue;
-            }
-            Ok(watcher::Event::InitDone) => {
-                said_not_installed = false;
+        let changed: Vec<Arc<Observed>> = previous.into_iter().flatten().chain([parsed]).collect();
+        self.touch(&changed);
+    }
+
+    fn delete(&mut self, zpdb: ZoneAwarePodDisruptionBudget) {
+        let changed: Vec<Arc<Observed>> =
+            with_listed(&self.known, |budgets| budgets.remove(zpdb.name()))
+                .into_iter()
+                .flatten()
+                .collect();
+        self.touch(&changed);
+    }
+
+    fn failed(&mut self, error: &watcher::Error) {
+        if crd_missing(error) {
+            if !self.said_not_installed {
                 tracing::info!(
-                    budgets = listing.len(),
-                    "ZoneAwarePodDisruptionBudgets listed"
+                    "the ZoneAwarePodDisruptionBudget CRD is not installed: rollouts consult no budgets (watching for it)"
                 );
-                let mut changed: Vec<Arc<Observed>> = listing.values().cloned().collect();
-                let listed = Known::Listed(std::mem::take(&mut listing));
-                let previous =
-                    std::mem::replace(&mut *known.write().expect("budgets lock"), listed);
-                changed.extend(listed_budgets(&previous));
-                changed
+                self.said_not_installed = true;
             }
-            Ok(watcher::Event::Apply(zpdb)) => {
-                let parsed = parse(&zpdb);
-                let previous = with_listed(&known, |budgets| {
-                    budgets.insert(zpdb.name().to_owned(), parsed.clone())
-                });
-                previous.into_iter().flatten().chain([parsed]).collect()
-            }
-            Ok(watcher::Event::Delete(zpdb)) => {
-                with_listed(&known, |budgets| budgets.remove(zpdb.name()))
-                    .into_iter()
-                    .flatten()
-                    .collect()
-            }
-            Err(error) if crd_missing(&error) => {
-                if !said_not_installed {
-                    tracing::info!(
-                        "the ZoneAwarePodDisruptionBudget CRD is not installed: rollouts consult no budgets (watching for it)"
-                    );
-                    said_not_installed = true;
-                }
-                let previous = std::mem::replace(
-                    &mut *known.write().expect("budgets lock"),
-                    Known::NotInstalled,
-                );
-                listed_budgets(&previous)
-            }
-            Err(error) => {
-                tracing::warn!(%error, "ZoneAwarePodDisruptionBudget watch error; retrying");
-                if let Known::NotListed { error: last } = &mut *known.write().expect("budgets lock")
-                {
-                    *last = Some(error.to_string());
-                }
-                continue;
-            }
-        };
-        for group in groups_selected(&caches, &changed) {
-            let _ = touched.send(group);
+            let previous = std::mem::replace(
+                &mut *self.known.write().expect("budgets lock"),
+                Known::NotInstalled,
+            );
+            self.touch(&listed_budgets(&previous));
+            return;
+        }
+        tracing::warn!(%error, "ZoneAwarePodDisruptionBudget watch error; retrying");
+        if let Known::NotListed { error: last } = &mut *self.known.write().expect("budgets lock") {
+            *last = Some(error.to_string());
         }
     }
 }

@@ -7,6 +7,7 @@ pub mod crypto;
 pub mod downscale_history;
 pub mod duration;
 pub mod http_server;
+pub mod index;
 pub mod kube_client;
 pub mod ledger;
 pub mod ops_server;

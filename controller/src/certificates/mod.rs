@@ -13,10 +13,10 @@ pub mod plan;
 use std::time::Duration;
 
 use baton_config::CertificatesConfig;
-use futures::StreamExt;
+use baton_shared::index::{self, Index};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::Api;
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher;
 use prometheus::{GaugeVec, IntCounterVec, Opts, Registry};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -163,25 +163,29 @@ pub async fn run(
 /// Keeps `sender` holding the Secret as the API server has it (`None` when absent).
 async fn watch_secret(secrets: Api<Secret>, name: String, sender: watch::Sender<Option<Secret>>) {
     let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
-    let mut events = watcher(secrets, config)
-        .backoff(baton_shared::kube_client::watch_backoff())
-        .boxed();
-    let mut listing: Option<Secret> = None;
-    while let Some(event) = events.next().await {
-        match event {
-            Ok(watcher::Event::Apply(secret)) => {
-                sender.send_replace(Some(secret));
-            }
-            Ok(watcher::Event::Delete(_)) => {
-                sender.send_replace(None);
-            }
-            Ok(watcher::Event::Init) => listing = None,
-            Ok(watcher::Event::InitApply(secret)) => listing = Some(secret),
-            Ok(watcher::Event::InitDone) => {
-                sender.send_replace(listing.take());
-            }
-            Err(error) => tracing::warn!(%error, secret = %name, "watching the certificate Secret"),
-        }
+    let mut latest = LatestSecret { name, sender };
+    index::run(secrets, config, |_| {}, &mut latest).await;
+}
+
+/// The certificate Secret as it is now (the watch selects it alone), for the issuer and the
+/// injector.
+struct LatestSecret {
+    name: String,
+    sender: watch::Sender<Option<Secret>>,
+}
+
+impl Index<Secret> for LatestSecret {
+    fn reset(&mut self, objects: Vec<Secret>) {
+        self.sender.send_replace(objects.into_iter().next());
+    }
+    fn apply(&mut self, secret: Secret) {
+        self.sender.send_replace(Some(secret));
+    }
+    fn delete(&mut self, _: Secret) {
+        self.sender.send_replace(None);
+    }
+    fn failed(&mut self, error: &watcher::Error) {
+        tracing::warn!(%error, secret = %self.name, "watching the certificate Secret");
     }
 }
 

@@ -1,0 +1,116 @@
+//! One way from a watch to an index of one's own, when a kube-runtime store is not what the
+//! reader needs (a parsed form, a channel, a "not installed" state): the watch's relists,
+//! changes and errors become calls on an [`Index`], so each reader writes only what it keeps.
+//! (Readers content with a store use [`crate::reflect`].)
+//!
+//! A relist is given whole ([`Index::reset`], once its last object arrived): an index never sees
+//! half a listing, so it never forgets objects that a relist is still to repeat.
+
+use std::fmt::Debug;
+
+use futures::{Stream, StreamExt};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Resource};
+use serde::de::DeserializeOwned;
+
+/// What a watch's events do to a reader's index.
+pub trait Index<K> {
+    /// A (re)list: these are all the objects there are now.
+    fn reset(&mut self, objects: Vec<K>);
+    /// `object` was created or changed.
+    fn apply(&mut self, object: K);
+    /// `object` was deleted.
+    fn delete(&mut self, object: K);
+    /// The watch failed; it is retried with [`crate::kube_client::watch_backoff`].
+    fn failed(&mut self, error: &watcher::Error) {
+        tracing::warn!(%error, "watch failed; retrying");
+    }
+}
+
+/// Watches what `api` and `config` select into `index` until the process stops. `slim` drops
+/// what the index never reads before it sees an object. Run it as a critical task.
+pub async fn run<K, I>(api: Api<K>, config: watcher::Config, slim: fn(&mut K), index: &mut I)
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + 'static,
+    I: Index<K>,
+{
+    let events = watcher(api, config)
+        .backoff(crate::kube_client::watch_backoff())
+        .modify(slim);
+    drive(events, index).await;
+}
+
+/// Applies `events` to `index` (see the module header).
+pub async fn drive<K, I>(
+    events: impl Stream<Item = Result<watcher::Event<K>, watcher::Error>>,
+    index: &mut I,
+) where
+    I: Index<K>,
+{
+    futures::pin_mut!(events);
+    let mut listing = Vec::new();
+    while let Some(event) = events.next().await {
+        match event {
+            Ok(watcher::Event::Init) => listing.clear(),
+            Ok(watcher::Event::InitApply(object)) => listing.push(object),
+            Ok(watcher::Event::InitDone) => index.reset(std::mem::take(&mut listing)),
+            Ok(watcher::Event::Apply(object)) => index.apply(object),
+            Ok(watcher::Event::Delete(object)) => index.delete(object),
+            Err(error) => index.failed(&error),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Default)]
+    struct Calls(Vec<String>);
+
+    impl Index<&'static str> for Calls {
+        fn reset(&mut self, objects: Vec<&'static str>) {
+            self.0.push(format!("reset {objects:?}"));
+        }
+        fn apply(&mut self, object: &'static str) {
+            self.0.push(format!("apply {object}"));
+        }
+        fn delete(&mut self, object: &'static str) {
+            self.0.push(format!("delete {object}"));
+        }
+        fn failed(&mut self, _: &watcher::Error) {
+            self.0.push("failed".to_owned());
+        }
+    }
+
+    #[tokio::test]
+    async fn a_relist_is_given_whole_and_changes_one_by_one() {
+        let events = futures::stream::iter([
+            Ok(watcher::Event::Init),
+            Ok(watcher::Event::InitApply("a")),
+            Ok(watcher::Event::InitApply("b")),
+            Ok(watcher::Event::InitDone),
+            Ok(watcher::Event::Apply("c")),
+            Ok(watcher::Event::Delete("a")),
+            Err(watcher::Error::NoResourceVersion),
+            // A relist interrupted by a new one gives only the new one's objects.
+            Ok(watcher::Event::Init),
+            Ok(watcher::Event::InitApply("stale")),
+            Ok(watcher::Event::Init),
+            Ok(watcher::Event::InitApply("c")),
+            Ok(watcher::Event::InitDone),
+        ]);
+        let mut calls = Calls::default();
+        drive(events, &mut calls).await;
+        assert_eq!(
+            calls.0,
+            [
+                r#"reset ["a", "b"]"#,
+                "apply c",
+                "delete a",
+                "failed",
+                r#"reset ["c"]"#,
+            ]
+        );
+    }
+}
