@@ -37,12 +37,12 @@ use std::future::Future;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use baton_shared::annotations::max_unavailable;
+use baton_core::annotations::max_unavailable;
+use baton_core::pods::{CachedPod, PodsByStatefulSet};
 use baton_shared::index::{self, Index};
 use baton_shared::kube_client::bounded;
 use baton_shared::ledger::{self, CLAIM_ATTEMPTS, ClaimError, Judged, Ledger};
 use baton_shared::pod_client::error_chain;
-use baton_shared::pods::{CachedPod, PodsByStatefulSet};
 use baton_shared::zpdb::record::{
     RECORD_EXPIRY, RECORD_LABEL, recently_allowed, record_name, with_eviction,
 };

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::future::Future;
 
-use baton_shared::annotations::ROLLOUT_GROUP_LABEL;
+use baton_core::annotations::ROLLOUT_GROUP_LABEL;
 use baton_shared::downscale_history::ZoneTracker;
 use baton_shared::kube_client::watch_backoff;
 use baton_shared::ledger::{self, Ledger, MANAGED_BY_LABEL};
@@ -96,7 +96,7 @@ pub fn group_of(statefulset: &StatefulSet) -> Option<&str> {
 }
 
 /// The name of the StatefulSet controlling a pod, from its controller owner reference.
-pub use baton_shared::pods::controlling_statefulset;
+pub use baton_core::pods::controlling_statefulset;
 
 /// Starts the reflectors of `namespace`. The returned future drives the watches until it is
 /// dropped, sending the group touched by each event on `touched`. `zone_tracker` names the Go

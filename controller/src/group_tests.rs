@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use baton_config::Config;
+use baton_core::pods::CachedPod;
 use baton_shared::pod_cache::PodCache;
-use baton_shared::pods::CachedPod;
 use http::{Method, Request, Response, StatusCode};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;

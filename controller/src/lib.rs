@@ -7,7 +7,7 @@
 //! |---|---|
 //! | [`app`] | wiring: the caches, the election, the queue, the Event publisher, the ops server; every task critical |
 //! | [`leader`] | the Lease: terms, fencing, campaigning again after a lost term (pure [`leader::decide()`]) |
-//! | [`cache`] | watch-fed caches of group StatefulSets and of pods (as `baton_shared::pods::CachedPod`, `baton_shared::pod_cache`); routes each change to its group |
+//! | [`cache`] | watch-fed caches of group StatefulSets and of pods (as `baton_core::pods::CachedPod`, `baton_shared::pod_cache`); routes each change to its group |
 //! | [`group`] | the reconcile of one group: one snapshot, scaling and the rollout run beside each other over it |
 //! | [`queue`] | the per-group work queue: coalescing, one run per group at a time, one timer per group, backoff |
 //! | [`rollout`] | the rollout planner ([`rollout::plan()`], pure), its snapshot, the executor of its deletions, pending deletions, the group reconcile |

@@ -40,7 +40,7 @@ use baton_controller::gates::{
 use baton_controller::rollout::{
     Action, GroupSnapshot, Plan, PodPhase, PodSnapshot, StatefulSetSnapshot, UpdateStrategy,
 };
-use baton_shared::annotations::MAX_UNAVAILABLE_ANNOTATION;
+use baton_core::annotations::MAX_UNAVAILABLE_ANNOTATION;
 use jiff::{SignedDuration, Timestamp};
 use rand::rngs::ChaCha8Rng;
 use rand::{RngExt, SeedableRng};

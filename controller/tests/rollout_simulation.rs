@@ -43,7 +43,7 @@ use baton_controller::rollout::{
     Action, GroupSnapshot, Plan, PodPhase, PodSnapshot, StatefulSetSnapshot, Unavailable,
     UpdateStrategy, WaitReason, plan,
 };
-use baton_shared::annotations::{MAX_UNAVAILABLE_ANNOTATION, ROLLOUT_PAUSED_ANNOTATION};
+use baton_core::annotations::{MAX_UNAVAILABLE_ANNOTATION, ROLLOUT_PAUSED_ANNOTATION};
 use jiff::{SignedDuration, Timestamp};
 use rand::rngs::ChaCha8Rng;
 use rand::{RngExt, SeedableRng};

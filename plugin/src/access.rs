@@ -5,8 +5,8 @@
 
 use std::path::PathBuf;
 
-use baton_shared::annotations::ROLLOUT_GROUP_LABEL;
-use baton_shared::pods::CachedPod;
+use baton_core::annotations::ROLLOUT_GROUP_LABEL;
+use baton_core::pods::CachedPod;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, Patch, PatchParams};

@@ -108,7 +108,7 @@ struct Timeout {
 
 fn parse_timeout(text: &str) -> Result<Timeout, String> {
     let accepted = "expected a duration such as 90s, 30m or 1h30m";
-    let nanos = baton_shared::duration::go::parse(text.trim())
+    let nanos = baton_core::duration::go::parse(text.trim())
         .map_err(|error| format!("{error}: {accepted}"))?;
     let nanos = u64::try_from(nanos).map_err(|_| format!("{text:?} is negative: {accepted}"))?;
     Ok(Timeout {

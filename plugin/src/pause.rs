@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use baton_controller::gates::HALTED_ANNOTATION;
-use baton_shared::annotations::ROLLOUT_PAUSED_ANNOTATION;
+use baton_core::annotations::ROLLOUT_PAUSED_ANNOTATION;
 use kube::ResourceExt;
 
 use crate::access::{Access, AccessError};

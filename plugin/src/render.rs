@@ -173,7 +173,7 @@ pub fn plan(namespace: &str, group: &str, plan: &Plan, gate: &GateDecision) -> S
 mod tests {
     use baton_controller::gates;
     use baton_controller::status::{Replica, Role, RolloutPhase};
-    use baton_shared::annotations::ROLLOUT_PAUSED_ANNOTATION;
+    use baton_core::annotations::ROLLOUT_PAUSED_ANNOTATION;
 
     use super::*;
     use crate::fixtures::{annotated, group, status_of, zone};

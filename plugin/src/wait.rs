@@ -10,8 +10,8 @@
 use std::io::IsTerminal;
 use std::time::Duration;
 
+use baton_core::pods::CachedPod;
 use baton_shared::pod_cache;
-use baton_shared::pods::CachedPod;
 use futures::{FutureExt, StreamExt};
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 use k8s_openapi::api::apps::v1::StatefulSet;
@@ -278,7 +278,7 @@ impl Display {
 mod tests {
     use baton_controller::gates::HALTED_ANNOTATION;
     use baton_controller::rollout::UpdateStrategy;
-    use baton_shared::annotations::ROLLOUT_PAUSED_ANNOTATION;
+    use baton_core::annotations::ROLLOUT_PAUSED_ANNOTATION;
 
     use super::*;
     use crate::fixtures::{group, status_of, zone};

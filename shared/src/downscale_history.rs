@@ -26,10 +26,11 @@ use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Api, Error};
 use serde::{Deserialize, Serialize};
 
-use crate::annotations::LAST_DOWNSCALE_ANNOTATION;
-use crate::ledger::{Entry, Ledger, MAX_CLOCK_SKEW};
-use crate::pods::{CachedPod, Controls};
-use crate::statefulset::{StatefulSetState, pod_ordinal};
+use crate::ledger::{Entry, Ledger};
+use baton_core::annotations::LAST_DOWNSCALE_ANNOTATION;
+use baton_core::clock::MAX_CLOCK_SKEW;
+use baton_core::pods::{CachedPod, Controls};
+use baton_core::statefulset::{StatefulSetState, pod_ordinal};
 
 /// The Go operator's zone tracker as read: one entry per StatefulSet.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -207,7 +208,7 @@ pub fn last_downscale(
         return Err(format!(
             "{record} says {name} was downscaled at {}, more than {} after now ({now}): unreadable; correct or remove it",
             future.at,
-            crate::duration::go::format(
+            baton_core::duration::go::format(
                 i64::try_from(MAX_CLOCK_SKEW.as_nanos()).unwrap_or(i64::MAX)
             ),
         ));

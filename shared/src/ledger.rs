@@ -15,17 +15,12 @@ use std::collections::BTreeMap;
 
 use std::time::Duration;
 
-use crate::annotations::ROLLOUT_GROUP_LABEL;
+use baton_core::annotations::ROLLOUT_GROUP_LABEL;
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{ObjectMeta, PostParams};
 use kube::{Api, Error};
 use serde::{Deserialize, Serialize};
-
-/// How far ahead of this replica's clock a recorded time may be and still be believed: clocks
-/// of replicas differ by seconds. A time further ahead (`2099-01-01`, written by anyone who may
-/// edit the ConfigMap) is unreadable, and said so, rather than a wait until then.
-pub const MAX_CLOCK_SKEW: SignedDuration = SignedDuration::from_mins(5);
 
 /// Prefix of ledger ConfigMap names.
 pub const LEDGER_PREFIX: &str = "baton-downscale-";

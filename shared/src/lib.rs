@@ -1,11 +1,10 @@
-//! What both baton binaries need: annotation keys and their parsing, Kubernetes helpers, the
-//! operations server, TLS and process plumbing.
+//! What both baton binaries need at run time: watches into caches and indexes, records in
+//! ConfigMaps, the pod client, the operations server, TLS and process plumbing. The concepts
+//! and decisions with no I/O live in `baton_core`.
 
-pub mod annotations;
 pub mod cli;
 pub mod crypto;
 pub mod downscale_history;
-pub mod duration;
 pub mod http_server;
 pub mod index;
 pub mod kube_client;
@@ -13,10 +12,8 @@ pub mod ledger;
 pub mod ops_server;
 pub mod pod_cache;
 pub mod pod_client;
-pub mod pods;
 pub mod reflect;
 pub mod shutdown;
-pub mod statefulset;
 pub mod supervisor;
 pub mod telemetry;
 pub mod zpdb;

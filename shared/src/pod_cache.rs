@@ -20,7 +20,7 @@ use kube::api::Api;
 use kube::runtime::{WatchStreamExt, watcher};
 use tokio::sync::watch;
 
-use crate::pods::CachedPod;
+use baton_core::pods::CachedPod;
 
 /// A read handle on the cache; clones share it.
 #[derive(Clone)]
@@ -260,7 +260,7 @@ mod tests {
         assert_eq!(touched.map(|pod| pod.name.clone()).as_deref(), Some("a"));
         assert_eq!(
             cache.get("a").map(|pod| pod.readiness.phase),
-            Some(crate::pods::PodPhase::Running)
+            Some(baton_core::pods::PodPhase::Running)
         );
         writer.apply(watcher::Event::Delete(pod("b", "Running")));
         assert_eq!(names(&cache), ["a"]);

@@ -10,21 +10,22 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use baton_shared::annotations::rollout::{max_unavailable, paused};
-use baton_shared::annotations::scaling::{
+use baton_core::annotations::rollout::{max_unavailable, paused};
+use baton_core::annotations::scaling::{
     delayed_downscale, force_replicas, min_time_between_zones_downscale, mirror_reference,
     upscale_only_when_leader_ready,
 };
-use baton_shared::annotations::{
+use baton_core::annotations::{
     DELAYED_DOWNSCALE_ANNOTATION, FORCE_REPLICAS_ANNOTATION, LAST_DOWNSCALE_ANNOTATION,
     MAX_UNAVAILABLE_ANNOTATION, MIN_TIME_BETWEEN_ZONES_DOWNSCALE_LABEL,
     MIRROR_REPLICAS_KIND_ANNOTATION, MIRROR_REPLICAS_NAME_ANNOTATION,
     PREPARE_DELAYED_DOWNSCALE_URL_ANNOTATION, ROLLOUT_PAUSED_ANNOTATION,
     UPSCALE_ONLY_WHEN_LEADER_READY_ANNOTATION,
 };
+use baton_core::clock::MAX_CLOCK_SKEW;
+use baton_core::duration::{go, prometheus};
 use baton_shared::downscale_history::{Records, ZoneTracker, follow_up_claims, last_downscale};
-use baton_shared::duration::{go, prometheus};
-use baton_shared::ledger::{Ledger, MAX_CLOCK_SKEW};
+use baton_shared::ledger::Ledger;
 use baton_shared::zpdb::record::{recently_allowed, with_eviction};
 use baton_shared::zpdb::spec::{Budget, ZoneAwarePodDisruptionBudget};
 use jiff::Timestamp;

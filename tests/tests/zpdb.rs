@@ -6,6 +6,7 @@
 
 use std::time::{Duration, Instant};
 
+use baton_core::pods::PodReadiness;
 use baton_e2e::control_plane::supervisor::clean_up_from_drop;
 use baton_e2e::controller_support::{
     Controller, events_about, roll_out, wait_group_ready, wait_rollout_complete,
@@ -22,7 +23,6 @@ use baton_e2e::{
     ControlPlane, PodEvent, PodSimulator, PodTransition, SimulatorOptions, TestNamespace,
     wait_until,
 };
-use baton_shared::pods::PodReadiness;
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};

@@ -2,7 +2,7 @@
 //! 100 pods, one budget, in zone and partition mode, allowed and denied. The snapshot is what
 //! the webhook's watch caches hold (slimmed pods). `cargo bench -p baton-webhook --bench zpdb`.
 
-use baton_shared::pods::{CachedPod, PodsByStatefulSet};
+use baton_core::pods::{CachedPod, PodsByStatefulSet};
 use baton_shared::zpdb::{
     Budget, EvictionSnapshot, Observed, RecentlyAllowed, ZoneAwarePodDisruptionBudget, decide,
 };

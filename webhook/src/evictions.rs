@@ -16,8 +16,8 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex, RwLock};
 
+use baton_core::pods::{CachedPod, PodsByStatefulSet};
 use baton_shared::pod_cache::{self, PodCache};
-use baton_shared::pods::{CachedPod, PodsByStatefulSet};
 use baton_shared::reflect::reflect;
 use baton_shared::zpdb::{
     AllowReason, Budget, EvictionSnapshot, Observed, RecentlyAllowed, Verdict,

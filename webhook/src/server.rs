@@ -11,7 +11,7 @@ use actix_web::middleware::from_fn;
 use actix_web::web::{self, BytesMut};
 use actix_web::{HttpRequest, HttpResponse, HttpServer};
 use baton_config::WebhookConfig;
-use baton_shared::annotations::NO_DOWNSCALE_LABEL;
+use baton_core::annotations::NO_DOWNSCALE_LABEL;
 use baton_shared::http_server::{BoundServer, Draining, close_connections_when_draining};
 use futures::StreamExt;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};

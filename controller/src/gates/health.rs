@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use baton_shared::duration::go as go_duration;
+use baton_core::duration::go as go_duration;
 use baton_shared::kube_client::bounded;
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::Secret;

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use baton_shared::annotations::{
+use baton_core::annotations::{
     InvalidAnnotation, MAX_UNAVAILABLE_ANNOTATION, ROLLOUT_PAUSED_ANNOTATION,
 };
 use jiff::{SignedDuration, Timestamp};

@@ -5,8 +5,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use baton_core::pods::CachedPod;
 use baton_shared::kube_client::bounded;
-use baton_shared::pods::CachedPod;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Resource;

@@ -6,11 +6,11 @@ use std::cmp::Ordering;
 use std::collections::BTreeMap;
 use std::fmt;
 
-use baton_shared::annotations::CONTROLLER_REVISION_HASH_LABEL;
-use baton_shared::pods::{CachedPod, PodReadiness, is_controlled_by};
-pub use baton_shared::pods::{PodPhase, selector_matches};
-use baton_shared::statefulset::StatefulSetState;
-pub use baton_shared::statefulset::pod_ordinal;
+use baton_core::annotations::CONTROLLER_REVISION_HASH_LABEL;
+use baton_core::pods::{CachedPod, PodReadiness, is_controlled_by};
+pub use baton_core::pods::{PodPhase, selector_matches};
+use baton_core::statefulset::StatefulSetState;
+pub use baton_core::statefulset::pod_ordinal;
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::StatefulSet;
 

@@ -8,9 +8,9 @@
 
 use std::time::Duration;
 
-use baton_shared::annotations::InvalidAnnotation;
-use baton_shared::annotations::scaling::{DelayedDownscale, MirrorReference};
-use baton_shared::duration::go as go_duration;
+use baton_core::annotations::InvalidAnnotation;
+use baton_core::annotations::scaling::{DelayedDownscale, MirrorReference};
+use baton_core::duration::go as go_duration;
 use jiff::Timestamp;
 
 /// The scaling-relevant view of one rollout group, StatefulSets sorted by name.
@@ -307,7 +307,7 @@ fn follow_leader(
                 reasons::INVALID,
                 format!(
                     "{name} stays at {current} ({source}): it has no {} label, which a follower needs to scale down",
-                    baton_shared::annotations::MIN_TIME_BETWEEN_ZONES_DOWNSCALE_LABEL
+                    baton_core::annotations::MIN_TIME_BETWEEN_ZONES_DOWNSCALE_LABEL
                 ),
             );
             return false;

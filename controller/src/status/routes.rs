@@ -6,8 +6,8 @@
 use std::sync::Arc;
 
 use actix_web::{HttpResponse, web};
+use baton_core::pods::CachedPod;
 use baton_shared::ops_server::Readiness;
-use baton_shared::pods::CachedPod;
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use serde::Deserialize;

@@ -17,7 +17,7 @@
 //! for paused zones; `rolling` when pods are being replaced or the wait is for a rolling zone's
 //! own pods; `waiting` otherwise (a gate holds it, several zones are not ready, …).
 
-use baton_shared::pods::CachedPod;
+use baton_core::pods::CachedPod;
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::StatefulSet;
 
@@ -122,7 +122,7 @@ pub fn group_status(
                 (0, 0, member.spec_replicas, false),
                 |progress| (progress.updated, progress.ready, progress.total, progress.done),
             );
-            let paused = baton_shared::annotations::paused(&member.annotations).value;
+            let paused = baton_core::annotations::paused(&member.annotations).value;
             let has_rollout = member.update_revision.is_some()
                 && (updated < total || member.current_revision != member.update_revision);
             let deleting = plan.deletions().any(|action| {

@@ -25,10 +25,10 @@ use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::apps::v1::StatefulSet;
 
 use super::spec::{Budget, Observed};
-use crate::pods::{
+use baton_core::pods::{
     Availability, CachedPod, NotAvailable, PodPhase, PodsByStatefulSet, is_controlled_by,
 };
-use crate::statefulset::StatefulSetState;
+use baton_core::statefulset::StatefulSetState;
 
 /// Evictions allowed but not yet visible as terminating: pod name → when it was allowed (and
 /// the pod's uid). An entry counts until `expiry` has passed — the API server may still refuse
@@ -75,7 +75,7 @@ impl RecentlyAllowed {
     }
 
     fn from_the_future(entry: &AllowedEviction, now: Timestamp) -> bool {
-        now.checked_add(crate::ledger::MAX_CLOCK_SKEW)
+        now.checked_add(baton_core::clock::MAX_CLOCK_SKEW)
             .is_ok_and(|latest| entry.at > latest)
     }
 }
@@ -353,7 +353,7 @@ fn decide_with(snapshot: &EvictionSnapshot<'_>, rollout_max_unavailable: Option<
             .join(", ")
     };
     let Some(own) = zones.iter().position(|zone| is_controlled_by(pod, zone)) else {
-        let owner = crate::pods::controlling_statefulset(pod)
+        let owner = baton_core::pods::controlling_statefulset(pod)
             .map(|owner| format!("its owner StatefulSet {owner} is"))
             .unwrap_or_else(|| "it is not owned by a StatefulSet, which".to_owned());
         return denied(

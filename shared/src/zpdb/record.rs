@@ -145,7 +145,7 @@ mod tests {
             "forged",
             "2099-01-01T00:00:00Z".parse().unwrap(),
         );
-        let pod = crate::pods::CachedPod::of(&k8s_openapi::api::core::v1::Pod {
+        let pod = baton_core::pods::CachedPod::of(&k8s_openapi::api::core::v1::Pod {
             metadata: kube::api::ObjectMeta {
                 name: Some("a-0".into()),
                 ..kube::api::ObjectMeta::default()

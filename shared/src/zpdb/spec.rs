@@ -16,7 +16,7 @@ use kube::core::{Selector, SelectorExt};
 use regex::Regex;
 use serde::{Deserialize, Serialize};
 
-use crate::duration::go as go_duration;
+use baton_core::duration::go as go_duration;
 
 pub const GROUP: &str = "rollout-operator.grafana.com";
 pub const VERSION: &str = "v1";

@@ -4,7 +4,7 @@
 //! Pure: [`assess`] decides from the review alone, except for `/scale`, whose parent's labels
 //! the caller looks up (cache, else API) and hands to [`judge`].
 
-use baton_shared::annotations::NO_DOWNSCALE_LABEL;
+use baton_core::annotations::NO_DOWNSCALE_LABEL;
 
 use super::decision::Decision;
 use super::object::{Downscale, ParentKind, WorkloadKind, downscale_of};

@@ -8,15 +8,15 @@
 use std::collections::BTreeMap;
 
 use baton_config::PodAddressing;
-use baton_shared::annotations::scaling::min_time_between_zones_downscale;
-use baton_shared::annotations::{
+use baton_core::annotations::scaling::min_time_between_zones_downscale;
+use baton_core::annotations::{
     NO_DOWNSCALE_LABEL, PREPARE_DOWNSCALE_LABEL, PREPARE_DOWNSCALE_PATH_ANNOTATION,
     PREPARE_DOWNSCALE_PORT_ANNOTATION, ROLLOUT_GROUP_LABEL,
 };
+use baton_core::pods::{CachedPod, is_controlled_by};
+use baton_core::statefulset::{StatefulSetState, pod_ordinal};
 use baton_shared::downscale_history::{LastDownscale, Records, last_downscale};
 use baton_shared::pod_client::{PodEndpoint, PodRef, parse_port, pod_host, pod_url};
-use baton_shared::pods::{CachedPod, is_controlled_by};
-use baton_shared::statefulset::{StatefulSetState, pod_ordinal};
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::apps::v1::StatefulSet;
 
@@ -24,7 +24,7 @@ use super::decision::Decision;
 use super::no_downscale::{self, NO_DOWNSCALE_VALUE};
 use super::object::{Downscale, WorkloadKind, downscale_of};
 use super::review::AdmissionRequest;
-use baton_shared::duration::go as go_duration;
+use baton_core::duration::go as go_duration;
 
 /// The label value that opts a StatefulSet in.
 pub const PREPARE_DOWNSCALE_VALUE: &str = "true";

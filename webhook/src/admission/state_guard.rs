@@ -16,7 +16,7 @@
 
 use std::collections::BTreeMap;
 
-use baton_shared::annotations::STATE_ANNOTATIONS;
+use baton_core::annotations::STATE_ANNOTATIONS;
 use baton_shared::ledger::MANAGED_BY_LABEL;
 use serde::Deserialize;
 

@@ -13,7 +13,7 @@
 
 use std::time::Duration;
 
-use baton_shared::annotations::{
+use baton_core::annotations::{
     LAST_DOWNSCALE_ANNOTATION, PREPARE_DOWNSCALE_PATH_ANNOTATION, PREPARE_DOWNSCALE_PORT_ANNOTATION,
 };
 use baton_shared::downscale_history::{
@@ -204,7 +204,7 @@ impl Pass<'_> {
             format!(
                 "the downscale of {name} from {from} to {to} approved at {} never happened (its spec is unchanged {} later): it no longer holds other zones' downscales{told}",
                 entry.last_downscale,
-                baton_shared::duration::prometheus::format(self.scaler.claim_grace),
+                baton_core::duration::prometheus::format(self.scaler.claim_grace),
             ),
         )
         .await;

@@ -5,9 +5,9 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use baton_shared::annotations::scaling::DelayedDownscale;
+use baton_core::annotations::scaling::DelayedDownscale;
+use baton_core::statefulset::StatefulSetState;
 use baton_shared::pod_client::{PodCallError, PodEndpoint, PodMethod};
-use baton_shared::statefulset::StatefulSetState;
 use futures::StreamExt;
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::StatefulSet;

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use baton_shared::duration::prometheus as prometheus_duration;
+use baton_core::duration::prometheus as prometheus_duration;
 use jiff::Timestamp;
 use kube::Resource;
 

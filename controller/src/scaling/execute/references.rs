@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 
-use baton_shared::annotations::scaling::{MirrorReference, mirror_reference};
+use baton_core::annotations::scaling::{MirrorReference, mirror_reference};
 use baton_shared::kube_client::bounded;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};

@@ -17,11 +17,11 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use baton_config::{Config, PodAddressing};
-use baton_shared::annotations::ROLLOUT_GROUP_LABEL;
+use baton_core::annotations::ROLLOUT_GROUP_LABEL;
+use baton_core::pods::{CachedPod, is_controlled_by};
+use baton_core::statefulset::StatefulSetState;
 use baton_shared::downscale_history::{self, Records};
 use baton_shared::pod_client::{PodEndpoint, PodHttpClient, PodMethod};
-use baton_shared::pods::{CachedPod, is_controlled_by};
-use baton_shared::statefulset::StatefulSetState;
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};

@@ -7,9 +7,7 @@ use serde_json::{Value, json};
 
 use super::*;
 use crate::admission::decision::Outcome;
-use baton_shared::annotations::{
-    LAST_DOWNSCALE_ANNOTATION, MIN_TIME_BETWEEN_ZONES_DOWNSCALE_LABEL,
-};
+use baton_core::annotations::{LAST_DOWNSCALE_ANNOTATION, MIN_TIME_BETWEEN_ZONES_DOWNSCALE_LABEL};
 use baton_shared::downscale_history::ZoneTracker;
 use baton_shared::ledger::{Entry, Ledger};
 
@@ -196,7 +194,7 @@ fn labelled_statefulsets_need_port_path_and_service() {
                 "s",
                 &[
                     (PREPARE_DOWNSCALE_LABEL, "true"),
-                    (baton_shared::annotations::NO_DOWNSCALE_LABEL, "true"),
+                    (baton_core::annotations::NO_DOWNSCALE_LABEL, "true"),
                 ],
                 PREPARED,
                 Some("svc"),
@@ -572,8 +570,8 @@ fn pod(owner: &str, phase: &str, ready: &str, terminating: bool) -> Pod {
 
 const READY_AT: i64 = 1_700_000_000;
 
-fn cached(pods: &[Pod]) -> Vec<baton_shared::pods::CachedPod> {
-    pods.iter().map(baton_shared::pods::CachedPod::of).collect()
+fn cached(pods: &[Pod]) -> Vec<baton_core::pods::CachedPod> {
+    pods.iter().map(baton_core::pods::CachedPod::of).collect()
 }
 
 fn at(second: i64) -> Timestamp {

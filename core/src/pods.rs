@@ -13,7 +13,7 @@ use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
-use kube::core::{Selector, SelectorExt};
+use kube_core::{Selector, SelectorExt};
 
 /// status.phase of a pod.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -112,7 +112,7 @@ impl PodReadiness {
     /// past `now` and the clock skew is not believed: anyone who may edit the pod writes it).
     pub fn ready_since_for_delay(&self, now: Timestamp) -> Option<Timestamp> {
         let believed = self.annotated_ready_since.filter(|at| {
-            now.checked_add(crate::ledger::MAX_CLOCK_SKEW)
+            now.checked_add(crate::clock::MAX_CLOCK_SKEW)
                 .is_ok_and(|latest| *at <= latest)
         });
         match (self.ready_since, believed) {
@@ -158,7 +158,7 @@ pub fn is_controlled_by(pod: &CachedPod, statefulset: &StatefulSet) -> bool {
 
 /// [`is_controlled_by`] for one StatefulSet and many pods: its selector parsed once, not once
 /// per pod (a parse per owned pod cost most of an eviction decision).
-pub(crate) struct Controls<'z> {
+pub struct Controls<'z> {
     namespace: Option<&'z str>,
     uid: Option<&'z str>,
     /// None: empty or invalid, which matches nothing (see [`selector_matches`]).
@@ -166,7 +166,7 @@ pub(crate) struct Controls<'z> {
 }
 
 impl<'z> Controls<'z> {
-    pub(crate) fn of(statefulset: &'z StatefulSet) -> Self {
+    pub fn of(statefulset: &'z StatefulSet) -> Self {
         let selector = statefulset
             .spec
             .as_ref()
@@ -184,7 +184,7 @@ impl<'z> Controls<'z> {
         }
     }
 
-    pub(crate) fn pod(&self, pod: &CachedPod) -> bool {
+    pub fn pod(&self, pod: &CachedPod) -> bool {
         let (Some(uid), Some(selector)) = (self.uid, &self.selector) else {
             return false;
         };

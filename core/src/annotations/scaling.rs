@@ -191,7 +191,7 @@ pub struct DelayedDownscale {
     /// How long every pod going away must have been prepared.
     pub delay: Duration,
     /// The prepare URL as written; [`DelayedDownscale::url_for_host`] puts a pod's address in.
-    pub url: reqwest::Url,
+    pub url: url::Url,
 }
 
 impl DelayedDownscale {
@@ -232,7 +232,7 @@ pub fn delayed_downscale(
         accepted: DELAYED_DOWNSCALE_URL_ACCEPTED,
         fallback: HOLD.to_owned(),
     };
-    let url = reqwest::Url::parse(&raw_url).map_err(|_| invalid_url())?;
+    let url = url::Url::parse(&raw_url).map_err(|_| invalid_url())?;
     if !matches!(url.scheme(), "http" | "https") || url.host().is_none() {
         return Err(invalid_url());
     }

@@ -1,0 +1,16 @@
+//! baton's pure core: the concepts its decisions read, with no I/O. Cargo keeps it pure: this
+//! crate cannot reach a kube client, tokio, HTTP or TLS, because it does not depend on them.
+//!
+//! | module | what |
+//! |---|---|
+//! | [`clock`] | how far apart clocks may be before a recorded time is not believed |
+//! | [`annotations`] | the labels and annotations of the contract with the Go operator's users, and their parsing |
+//! | [`duration`] | the two duration syntaxes users write (Go's and Prometheus') |
+//! | [`pods`] | a pod as decisions read it ([`pods::CachedPod`]), readiness, ownership |
+//! | [`statefulset`] | a StatefulSet's replicas and ordinals as decisions read them |
+
+pub mod annotations;
+pub mod clock;
+pub mod duration;
+pub mod pods;
+pub mod statefulset;
