@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::hint::black_box;
 
-use baton_controller::rollout::{
+use baton_core::rollout::{
     GroupSnapshot, PodPhase, PodSnapshot, StatefulSetSnapshot, UpdateStrategy, plan,
 };
 use criterion::{Criterion, criterion_group, criterion_main};

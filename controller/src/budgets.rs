@@ -18,7 +18,7 @@
 //!   them would keep a broken zone broken while a drain waits on it.
 //! - **The cache** of the namespace's budgets is fed by a watch and parsed once per change. It
 //!   tolerates a missing CRD: then there are no budgets (logged once at info) and the watch is
-//!   retried with [`watch_backoff`], so installing the CRD later is picked up. Until the first
+//!   retried with `baton_shared::kube_client::watch_backoff`, so installing the CRD later is picked up. Until the first
 //!   listing (or the API's answer that the CRD is not installed) rollout deletions wait: a
 //!   controller just started must not delete past a budget it has not read yet.
 //!

@@ -26,10 +26,10 @@ use crate::cache::Caches;
 use crate::explain::Explainer;
 use crate::leader::MayAct;
 use crate::metrics::ControllerMetrics;
-use crate::rollout::pending::PendingDeletions;
 use crate::rollout::reconcile::Rollouts;
 use crate::scaling::Scaler;
-use crate::status::StatusBoard;
+use baton_core::rollout::pending::PendingDeletions;
+use baton_core::status::StatusBoard;
 
 const NAMESPACE: &str = "mimir";
 const GROUP: &str = "ingester";

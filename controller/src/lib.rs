@@ -1,5 +1,6 @@
-//! baton-controller as a library: pure decisions and the thin Kubernetes layer around them.
-//! The binary in `main.rs` only calls [`app::run`].
+//! baton-controller as a library: the thin Kubernetes layer around the pure decisions of
+//! `baton_core` (the planner, the gates, the status view). The binary in `main.rs` only calls
+//! [`app::run`].
 //!
 //! # Module map
 //!
@@ -10,13 +11,13 @@
 //! | [`cache`] | watch-fed caches of group StatefulSets and of pods (as `baton_core::pods::CachedPod`, `baton_shared::pod_cache`); routes each change to its group |
 //! | [`group`] | the reconcile of one group: one snapshot, scaling and the rollout run beside each other over it |
 //! | [`queue`] | the per-group work queue: coalescing, one run per group at a time, one timer per group, backoff |
-//! | [`rollout`] | the rollout planner ([`rollout::plan()`], pure), its snapshot, the executor of its deletions, pending deletions, the group reconcile |
-//! | [`gates`] | soak, halt/resume and health checks composed after the planner ([`gates::decide()`], pure), their stored state, the Prometheus client |
+//! | [`rollout`] | the rollout pass over a group (plan with `baton_core::rollout`, gate, explain, act) and the executor of its deletions |
+//! | [`gates`] | the gates' I/O: health check runs and hook calls within the operator's bounds, the Prometheus client, storing the gate's state (the decision is `baton_core::gates`) |
 //! | [`scaling`] | leader/follower zones, replica mirroring, delayed downscale: a pure plan and its executor |
 //! | [`certificates`] | the webhook's certificate and CA bundle injection (pure [`certificates::plan`]) |
 //! | [`explain`] | Events and log lines saying what baton does and why it waits, off the critical path |
 //! | [`metrics`] | the Go operator's metric names and baton's own |
-//! | [`status`] | the status page and its JSON: each group's view (pure [`status::view`]), the leader's history |
+//! | [`status`] | the status page and its JSON, served from the caches with `baton_core::status` (each group's view, the leader's history) |
 //! | [`budgets`] | the zone-aware disruption budgets a rollout deletion consults: their watch-fed cache, the decision on the caches ([`budgets::judge`], pure), the claim in the budget's record |
 //!
 //! # From a watch event to an action

@@ -32,15 +32,16 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use baton_controller::gates::checks::{self, CheckOutcome, CheckPolicy, CheckRun, CheckState};
-use baton_controller::gates::{
-    self, CHECK_STATE_ANNOTATION, GateDecision, HALTED_ANNOTATION, HEALTH_CHECK_ANNOTATION,
+use baton_core::annotations::MAX_UNAVAILABLE_ANNOTATION;
+use baton_core::gates::checks::{self, CheckOutcome, CheckPolicy, CheckRun, CheckState};
+use baton_core::gates::{self};
+use baton_core::gates::{
+    CHECK_STATE_ANNOTATION, GateDecision, HALTED_ANNOTATION, HEALTH_CHECK_ANNOTATION,
     RAMP_ANNOTATION, SOAK_ANNOTATION,
 };
-use baton_controller::rollout::{
+use baton_core::rollout::{
     Action, GroupSnapshot, Plan, PodPhase, PodSnapshot, StatefulSetSnapshot, UpdateStrategy,
 };
-use baton_core::annotations::MAX_UNAVAILABLE_ANNOTATION;
 use jiff::{SignedDuration, Timestamp};
 use rand::rngs::ChaCha8Rng;
 use rand::{RngExt, SeedableRng};

@@ -38,12 +38,12 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
-use baton_controller::rollout::snapshot::pod_ordinal;
-use baton_controller::rollout::{
+use baton_core::annotations::{MAX_UNAVAILABLE_ANNOTATION, ROLLOUT_PAUSED_ANNOTATION};
+use baton_core::rollout::snapshot::pod_ordinal;
+use baton_core::rollout::{
     Action, GroupSnapshot, Plan, PodPhase, PodSnapshot, StatefulSetSnapshot, Unavailable,
     UpdateStrategy, WaitReason, plan,
 };
-use baton_core::annotations::{MAX_UNAVAILABLE_ANNOTATION, ROLLOUT_PAUSED_ANNOTATION};
 use jiff::{SignedDuration, Timestamp};
 use rand::rngs::ChaCha8Rng;
 use rand::{RngExt, SeedableRng};

@@ -8,9 +8,15 @@
 //! | [`duration`] | the two duration syntaxes users write (Go's and Prometheus') |
 //! | [`pods`] | a pod as decisions read it ([`pods::CachedPod`]), readiness, ownership |
 //! | [`statefulset`] | a StatefulSet's replicas and ordinals as decisions read them |
+//! | [`rollout`] | the rollout snapshot and the planner: which pods may go now |
+//! | [`gates`] | soak, ramp, halt, health checks and hooks as gates on the plan: whether they may go now |
+//! | [`status`] | a group's status as people read it, from the snapshot, the plan and the gates |
 
 pub mod annotations;
 pub mod clock;
 pub mod duration;
+pub mod gates;
 pub mod pods;
+pub mod rollout;
 pub mod statefulset;
+pub mod status;

@@ -83,6 +83,16 @@ impl<'a> PodNames<'a> {
     }
 }
 
+/// The rollout group a StatefulSet belongs to (its `rollout-group` label).
+pub fn group_of(statefulset: &StatefulSet) -> Option<&str> {
+    statefulset
+        .metadata
+        .labels
+        .as_ref()?
+        .get(crate::annotations::ROLLOUT_GROUP_LABEL)
+        .map(String::as_str)
+}
+
 /// The ordinal of a StatefulSet's pod, from its name `<statefulset>-<ordinal>`.
 pub fn pod_ordinal(statefulset: &str, pod: &str) -> Option<u32> {
     let digits = pod.strip_prefix(statefulset)?.strip_prefix('-')?;

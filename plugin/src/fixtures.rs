@@ -3,10 +3,11 @@
 
 use std::collections::BTreeMap;
 
-use baton_controller::rollout::{
+use baton_core::rollout::{
     GroupSnapshot, PodPhase, PodSnapshot, StatefulSetSnapshot, UpdateStrategy,
 };
-use baton_controller::status::{self, GroupStatus};
+use baton_core::status::GroupStatus;
+use baton_core::status::{self};
 use jiff::Timestamp;
 
 /// A zone of `total` ready pods, `updated` of them at revision `new`, the rest at `old`.

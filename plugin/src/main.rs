@@ -1,8 +1,9 @@
 //! `kubectl baton`: see where baton's rollouts stand, wait for one to finish, see what the
 //! controller would do next, pause and resume a zone — from the user's kubeconfig, with no
-//! port-forward: the plugin computes what the controller computes, with the controller's own
-//! code (the status page's view, `baton_controller::status`, over the planner and the gates),
-//! from the StatefulSets and pods it reads ([`access`]). So the plugin and the page say the same.
+//! port-forward: the plugin computes what the controller computes, with the same code
+//! (`baton_core`: the status page's view over the planner and the gates), from the
+//! StatefulSets and pods it reads ([`access`]). So the plugin and the page say the same, and the
+//! plugin links no server, certificate or HTML code.
 //!
 //! Layout: [`access`] is the only I/O; [`render`], [`wait::verdict`] and the annotation
 //! changes of [`pause`] are pure and unit tested; e2e tests run this binary against the local
@@ -19,11 +20,12 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use baton_controller::rollout::GroupSnapshot;
+use baton_core::rollout::GroupSnapshot;
 use clap::{Parser, Subcommand};
 
-use baton_controller::gates;
-use baton_controller::status::{self, Replica, Role, RolloutStatus};
+use baton_core::gates;
+use baton_core::status::{self};
+use baton_core::status::{Replica, Role, RolloutStatus};
 
 use crate::access::{Access, AccessError, Target};
 
@@ -161,7 +163,7 @@ async fn run(cli: Cli) -> Result<i32, AccessError> {
             let pods = access.pods().await?;
             let snapshot = GroupSnapshot::from_kubernetes(&group, &members, &pods);
             let now = jiff::Timestamp::now();
-            let (plan, gate) = gates::health::evaluate_without_queries(&snapshot, now);
+            let (plan, gate) = gates::health_check::evaluate_without_queries(&snapshot, now);
             print!("{}", render::plan(&access.namespace, &group, &plan, &gate));
             Ok(exit::SUCCESS)
         }

@@ -9,8 +9,8 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use baton_controller::gates::HALTED_ANNOTATION;
 use baton_core::annotations::ROLLOUT_PAUSED_ANNOTATION;
+use baton_core::gates::HALTED_ANNOTATION;
 use kube::ResourceExt;
 
 use crate::access::{Access, AccessError};

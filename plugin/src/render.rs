@@ -4,9 +4,9 @@
 
 use std::io::Write;
 
-use baton_controller::gates::GateDecision;
-use baton_controller::rollout::{Action, Plan};
-use baton_controller::status::{GroupStatus, RolloutStatus, ZoneStatus};
+use baton_core::gates::GateDecision;
+use baton_core::rollout::{Action, Plan};
+use baton_core::status::{GroupStatus, RolloutStatus, ZoneStatus};
 use tabwriter::TabWriter;
 
 /// `-o` of `status`.
@@ -171,9 +171,9 @@ pub fn plan(namespace: &str, group: &str, plan: &Plan, gate: &GateDecision) -> S
 
 #[cfg(test)]
 mod tests {
-    use baton_controller::gates;
-    use baton_controller::status::{Replica, Role, RolloutPhase};
     use baton_core::annotations::ROLLOUT_PAUSED_ANNOTATION;
+    use baton_core::gates;
+    use baton_core::status::{Replica, Role, RolloutPhase};
 
     use super::*;
     use crate::fixtures::{annotated, group, status_of, zone};

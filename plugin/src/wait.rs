@@ -19,8 +19,9 @@ use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 
-use baton_controller::rollout::GroupSnapshot;
-use baton_controller::status::{self, GroupStatus, RolloutPhase};
+use baton_core::rollout::GroupSnapshot;
+use baton_core::status::{self};
+use baton_core::status::{GroupStatus, RolloutPhase};
 use baton_shared::kube_client::watch_backoff;
 
 use crate::access::{Access, AccessError, group_selector};
@@ -276,9 +277,9 @@ impl Display {
 
 #[cfg(test)]
 mod tests {
-    use baton_controller::gates::HALTED_ANNOTATION;
-    use baton_controller::rollout::UpdateStrategy;
     use baton_core::annotations::ROLLOUT_PAUSED_ANNOTATION;
+    use baton_core::gates::HALTED_ANNOTATION;
+    use baton_core::rollout::UpdateStrategy;
 
     use super::*;
     use crate::fixtures::{group, status_of, zone};

@@ -5,10 +5,12 @@
 pub mod cli;
 pub mod crypto;
 pub mod downscale_history;
+#[cfg(feature = "server")]
 pub mod http_server;
 pub mod index;
 pub mod kube_client;
 pub mod ledger;
+#[cfg(feature = "server")]
 pub mod ops_server;
 pub mod pod_cache;
 pub mod pod_client;

@@ -3,9 +3,10 @@
 
 use std::time::{Duration, Instant};
 
-use baton_controller::gates::{
+use baton_controller::gates::health;
+use baton_core::gates::{
     CHECK_STATE_ANNOTATION, HALTED_ANNOTATION, HEALTH_CHECK_ANNOTATION, HOOK_ANNOTATION,
-    RAMP_ANNOTATION, SOAK_ANNOTATION, STATE_ANNOTATION, ZoneState, health,
+    RAMP_ANNOTATION, SOAK_ANNOTATION, STATE_ANNOTATION, ZoneState,
 };
 use baton_e2e::controller_support::{
     ControlledNamespace, Controller, roll_out, rollout_state, wait_event, wait_group_ready,

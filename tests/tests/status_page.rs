@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use baton_controller::status::{Role, RolloutPhase, RolloutStatus};
+use baton_core::status::{Role, RolloutPhase, RolloutStatus};
 use baton_e2e::browser::Chromium;
 use baton_e2e::controller_support::{
     ControlledNamespace, Controller, roll_out, rollout_state, wait_rollout_complete,

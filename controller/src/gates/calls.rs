@@ -19,9 +19,10 @@ use jiff::Timestamp;
 use tokio::sync::{Semaphore, mpsc::UnboundedSender};
 use tokio::task::AbortHandle;
 
-use super::checks::{CheckOutcome, CheckRun};
 use super::egress::{self, Allowlist};
-use super::hooks::{self, HookCall};
+use baton_core::gates::checks::{CheckOutcome, CheckRun};
+use baton_core::gates::hooks::{self, HookCall};
+use baton_core::gates::redact::redact;
 
 /// The settings and shared clients of the gates' calls, and the check runs in flight.
 pub struct GateCalls {
@@ -97,7 +98,7 @@ impl GateCalls {
             .map_err(|error| {
                 format!(
                     "calling {}: {}",
-                    egress::redact(&call.url),
+                    redact(&call.url),
                     egress::describe_failure(&error)
                 )
             })

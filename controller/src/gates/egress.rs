@@ -18,6 +18,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use baton_config::Destination;
+use baton_core::gates::redact::redact;
 use reqwest::Url;
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 
@@ -106,27 +107,6 @@ pub fn is_internal(ip: IpAddr) -> bool {
             Some(mapped) => is_internal(IpAddr::V4(mapped)),
             None => ip.is_loopback() || ip.is_unspecified() || ip.is_unicast_link_local(),
         },
-    }
-}
-
-/// `raw` with no user, password, query or fragment: what a message may show of a URL (a hook's
-/// token often rides in its query). Not a URL: only its length.
-pub fn redact(raw: &str) -> String {
-    match Url::parse(raw.trim()) {
-        Ok(mut url) => {
-            // Both fail only for URLs that cannot have a user (no host): nothing to remove.
-            let _ = url.set_username("");
-            let _ = url.set_password(None);
-            let hidden = url.query().is_some() || url.fragment().is_some();
-            url.set_query(None);
-            url.set_fragment(None);
-            if hidden {
-                format!("{url}?…")
-            } else {
-                url.to_string()
-            }
-        }
-        Err(_) => format!("<{} characters>", raw.chars().count()),
     }
 }
 
@@ -246,16 +226,6 @@ mod tests {
              (the operator's allowlist)"
         );
         assert!(listed.permit("http://127.0.0.1:8001/").is_err());
-    }
-
-    #[test]
-    fn redaction_keeps_the_destination_and_drops_credentials_and_queries() {
-        assert_eq!(
-            redact("https://user:pw@deploys.example.com/hooks?token=abc#x"),
-            "https://deploys.example.com/hooks?…"
-        );
-        assert_eq!(redact("http://h:81/p"), "http://h:81/p");
-        assert_eq!(redact("not a url with a secret"), "<23 characters>");
     }
 
     #[tokio::test]

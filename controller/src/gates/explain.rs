@@ -6,8 +6,8 @@ use std::sync::Arc;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use kube::Resource;
 
-use super::{GateDecision, GateWait};
 use crate::explain::{Explainer, Explanation, Severity};
+use baton_core::gates::{GateDecision, GateWait};
 
 /// Publishes the decision's warnings and wait. Halted and an invalid gate are Warnings (a
 /// person must act); a soak or an unfinished zone are Normal.

@@ -6,20 +6,19 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use baton_core::duration::go as go_duration;
 use baton_shared::kube_client::bounded;
-use jiff::{SignedDuration, Timestamp};
+use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
-use serde::Deserialize;
 
 use super::calls::GateCalls;
-use super::checks::{self, CheckOutcome, CheckPolicy, CheckRun, CheckState};
-use super::egress;
-use super::keys::{self, GateWarning, HEALTH_CHECK_ANNOTATION};
 use super::prometheus::{Auth, PrometheusClient, Tls};
-use super::{GateDecision, GateWait, decide, hooks};
-use crate::rollout::{GroupSnapshot, Plan};
+use baton_core::gates::checks::{self, CheckOutcome, CheckPolicy, CheckRun, CheckState};
+use baton_core::gates::health_check::{QuerySpec, Spec, combine, holding_policy, judge, render};
+use baton_core::gates::keys::{self, GateWarning, HEALTH_CHECK_ANNOTATION};
+use baton_core::gates::redact::redact;
+use baton_core::gates::{GateDecision, GateWait, decide, hooks};
+use baton_core::rollout::{GroupSnapshot, Plan};
 
 /// The CRD's API group, version and kind.
 pub const GROUP: &str = "baton.dev";
@@ -34,238 +33,9 @@ pub fn api_resource() -> ApiResource {
     )
 }
 
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Spec {
-    pub prometheus: PrometheusSpec,
-    pub queries: Vec<QuerySpec>,
-    #[serde(default)]
-    pub initial_delay: Option<String>,
-    #[serde(default)]
-    pub interval: Option<String>,
-    #[serde(default)]
-    pub success_threshold: Option<u32>,
-    #[serde(default)]
-    pub failure_threshold: Option<u32>,
-}
-
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct PrometheusSpec {
-    pub address: String,
-    #[serde(default)]
-    pub timeout: Option<String>,
-    #[serde(default)]
-    pub bearer_token_secret: Option<SecretKey>,
-    #[serde(default)]
-    pub basic_auth_secret: Option<SecretName>,
-    #[serde(default)]
-    pub ca_secret: Option<SecretKey>,
-    #[serde(default)]
-    pub insecure_skip_verify: bool,
-    /// Send credentials even over plain http or without certificate checks.
-    #[serde(default)]
-    pub allow_insecure_credentials: bool,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-pub struct SecretKey {
-    pub name: String,
-    pub key: String,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-pub struct SecretName {
-    pub name: String,
-}
-
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct QuerySpec {
-    pub name: String,
-    pub query: String,
-    #[serde(default)]
-    pub pass_when: PassWhen,
-    #[serde(default)]
-    pub threshold: Option<Threshold>,
-}
-
-/// When a query passes: it returns samples (the phased rollout operator's rule, the default) or none (for
-/// alert-style queries).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
-pub enum PassWhen {
-    #[default]
-    Samples,
-    NoSamples,
-}
-
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-pub struct Threshold {
-    pub operator: String,
-    pub value: f64,
-}
-
-impl Threshold {
-    /// Whether `sample` satisfies it; `None` for an unknown operator.
-    fn holds(&self, sample: f64) -> Option<bool> {
-        let value = self.value;
-        Some(match self.operator.as_str() {
-            "<" => sample < value,
-            "<=" => sample <= value,
-            ">" => sample > value,
-            ">=" => sample >= value,
-            "==" => sample == value,
-            "!=" => sample != value,
-            _ => return None,
-        })
-    }
-}
-
-const DEFAULT_INTERVAL: SignedDuration = SignedDuration::from_secs(30);
-const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
-
-impl Spec {
-    /// The check policy, or what is wrong with the spec (naming the field and the value).
-    pub fn policy(&self, name: &str) -> Result<CheckPolicy, String> {
-        let duration = |field: &str, raw: &Option<String>, default: SignedDuration| match raw {
-            None => Ok(default),
-            Some(raw) => match go_duration::parse(raw) {
-                Ok(nanos) if nanos >= 0 => Ok(SignedDuration::from_nanos(nanos)),
-                _ => Err(format!(
-                    "spec.{field} {raw:?} is not a duration such as 30s or 1m"
-                )),
-            },
-        };
-        let interval = duration("interval", &self.interval, DEFAULT_INTERVAL)?;
-        if interval.is_zero() {
-            return Err("spec.interval must be more than 0s".to_owned());
-        }
-        if self.queries.is_empty() {
-            return Err("spec.queries is empty".to_owned());
-        }
-        for (index, query) in self.queries.iter().enumerate() {
-            if let Some(threshold) = &query.threshold
-                && threshold.holds(0.0).is_none()
-            {
-                return Err(format!(
-                    "spec.queries[{index}].threshold.operator {:?} is not one of <, <=, >, >=, ==, !=",
-                    threshold.operator
-                ));
-            }
-        }
-        let threshold = |field: &str, value: Option<u32>, default: u32| match value {
-            None => Ok(default),
-            Some(0) => Err(format!("spec.{field} must be at least 1")),
-            Some(value) => Ok(value),
-        };
-        Ok(CheckPolicy {
-            name: name.to_owned(),
-            interval,
-            initial_delay: duration("initialDelay", &self.initial_delay, SignedDuration::ZERO)?,
-            success_threshold: threshold("successThreshold", self.success_threshold, 1)?,
-            failure_threshold: threshold("failureThreshold", self.failure_threshold, 3)?,
-        })
-    }
-
-    /// The bound on each query.
-    pub fn timeout(&self) -> Result<Duration, String> {
-        match &self.prometheus.timeout {
-            None => Ok(DEFAULT_TIMEOUT),
-            Some(raw) => match go_duration::parse(raw) {
-                Ok(nanos) if nanos > 0 => Ok(Duration::from_nanos(nanos.unsigned_abs())),
-                _ => Err(format!(
-                    "spec.prometheus.timeout {raw:?} is not a duration such as 10s"
-                )),
-            },
-        }
-    }
-}
-
-/// Replaces `{{group}}`, `{{zone}}`, `{{namespace}}` and `{{revision}}` in `query`.
-pub fn render(query: &str, variables: &BTreeMap<&str, &str>) -> String {
-    variables
-        .iter()
-        .fold(query.to_owned(), |query, (name, value)| {
-            query.replace(&format!("{{{{{name}}}}}"), value)
-        })
-}
-
-/// The verdict on one query's answer: its sample values, or why there is no answer.
-pub fn judge(query: &QuerySpec, rendered: &str, answer: Result<Vec<f64>, String>) -> CheckOutcome {
-    let samples = match answer {
-        Ok(samples) => samples,
-        Err(why) => {
-            return CheckOutcome::Inconclusive {
-                why: format!("query {} ({rendered}): {why}", query.name),
-            };
-        }
-    };
-    let fail = |value: String| CheckOutcome::Fail {
-        query: rendered.to_owned(),
-        value,
-    };
-    match query.pass_when {
-        PassWhen::NoSamples if samples.is_empty() => CheckOutcome::Pass,
-        PassWhen::NoSamples => fail(format_samples(&samples)),
-        PassWhen::Samples if samples.is_empty() => fail("no samples".to_owned()),
-        PassWhen::Samples => match &query.threshold {
-            Some(threshold)
-                if samples
-                    .iter()
-                    .any(|sample| threshold.holds(*sample) == Some(false)) =>
-            {
-                fail(format!(
-                    "{} (must be {} {})",
-                    format_samples(&samples),
-                    threshold.operator,
-                    threshold.value
-                ))
-            }
-            _ => CheckOutcome::Pass,
-        },
-    }
-}
-
-fn format_samples(samples: &[f64]) -> String {
-    let shown: Vec<String> = samples.iter().take(3).map(f64::to_string).collect();
-    let more = samples.len().saturating_sub(3);
-    if more > 0 {
-        format!("{} and {more} more", shown.join(", "))
-    } else {
-        shown.join(", ")
-    }
-}
-
-/// The run's outcome from the queries': the first failure, else the first inconclusive, else
-/// a pass.
-pub fn combine(outcomes: Vec<CheckOutcome>) -> CheckOutcome {
-    let failed = outcomes
-        .iter()
-        .find(|outcome| matches!(outcome, CheckOutcome::Fail { .. }));
-    let inconclusive = outcomes
-        .iter()
-        .find(|outcome| matches!(outcome, CheckOutcome::Inconclusive { .. }));
-    failed
-        .or(inconclusive)
-        .cloned()
-        .unwrap_or(CheckOutcome::Pass)
-}
-
 /// The label a Secret needs before a health check may use it: a check's author names the
 /// Secret, its owner decides whether checks may send it.
 pub const SECRET_OPT_IN_LABEL: &str = "baton.dev/health-check-secret";
-
-/// A policy that holds every step: a check that cannot be read or used passes nothing and never
-/// halts.
-fn holding_policy(name: &str) -> CheckPolicy {
-    CheckPolicy {
-        name: name.to_owned(),
-        interval: DEFAULT_INTERVAL,
-        initial_delay: SignedDuration::ZERO,
-        success_threshold: 1,
-        failure_threshold: u32::MAX,
-    }
-}
 
 /// The policy to apply for `group`, which names the check `name`, and the run to apply now: one
 /// that ended since the last pass, or an inconclusive one when the check cannot be used (with
@@ -412,7 +182,7 @@ async fn connect(
             return Err(Unusable::Refused(format!(
                 "credentials are sent only to addresses in gates.prometheus_addresses, and {} is \
                  not one (the operator's configuration)",
-                egress::redact(&prometheus.address)
+                redact(&prometheus.address)
             )));
         }
         let exposed = address.scheme() == "http" || prometheus.insecure_skip_verify;
@@ -497,19 +267,6 @@ async fn read_secret(calls: &GateCalls, name: &str, key: &str) -> Result<String,
         .map_err(|_| Unusable::Refused(format!("Secret {name} key {key} is not text")))
 }
 
-/// Plans and gates `group` as the leader would, without I/O: [`decide()`], then the hook gate
-/// (it reads only stored state). A health check needs queries: it is left out — its wait is
-/// known from the leader only. What the status page and `kubectl baton plan` show.
-pub fn evaluate_without_queries(group: &GroupSnapshot, now: Timestamp) -> (Plan, GateDecision) {
-    let (config, _) = keys::read(group);
-    let decided = decide(group, now);
-    let Some(url) = config.hook.filter(|_| config.invalid.is_none()) else {
-        return decided;
-    };
-    let (plan, decision, _) = hooks::apply(group, &url, decided, now);
-    (plan, decision)
-}
-
 /// Plans and gates `group` (see [`decide()`]), and with a health check named, runs it when due
 /// and applies it ([`checks::apply`]). The only I/O: reading the check and its Secrets, and the
 /// queries; none while the group is halted or has nothing left to roll.
@@ -587,160 +344,4 @@ async fn check(
         });
     }
     (plan, decision)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn spec(json: serde_json::Value) -> Spec {
-        serde_json::from_value(json).expect("a valid spec")
-    }
-
-    fn query(pass_when: PassWhen, threshold: Option<(&str, f64)>) -> QuerySpec {
-        QuerySpec {
-            name: "errors".to_owned(),
-            query: "q".to_owned(),
-            pass_when,
-            threshold: threshold.map(|(operator, value)| Threshold {
-                operator: operator.to_owned(),
-                value,
-            }),
-        }
-    }
-
-    #[test]
-    fn a_minimal_spec_gets_the_documented_defaults() {
-        let spec = spec(serde_json::json!({
-            "prometheus": {"address": "http://prometheus:9090"},
-            "queries": [{"name": "up", "query": "up"}],
-        }));
-        assert_eq!(
-            spec.policy("check"),
-            Ok(CheckPolicy {
-                name: "check".to_owned(),
-                interval: SignedDuration::from_secs(30),
-                initial_delay: SignedDuration::ZERO,
-                success_threshold: 1,
-                failure_threshold: 3,
-            })
-        );
-        assert_eq!(spec.timeout(), Ok(Duration::from_secs(10)));
-        assert_eq!(spec.queries[0].pass_when, PassWhen::Samples);
-    }
-
-    #[test]
-    fn bad_fields_are_named_with_their_value() {
-        let base = serde_json::json!({
-            "prometheus": {"address": "http://p", "timeout": "soon"},
-            "queries": [{"name": "up", "query": "up", "threshold": {"operator": "=~", "value": 1}}],
-            "interval": "0s",
-        });
-        let mut bad = spec(base.clone());
-        assert_eq!(
-            bad.policy("c"),
-            Err("spec.interval must be more than 0s".to_owned())
-        );
-        bad.interval = Some("1 minute".to_owned());
-        assert_eq!(
-            bad.policy("c"),
-            Err("spec.interval \"1 minute\" is not a duration such as 30s or 1m".to_owned())
-        );
-        bad.interval = None;
-        assert_eq!(
-            bad.policy("c"),
-            Err(
-                "spec.queries[0].threshold.operator \"=~\" is not one of <, <=, >, >=, ==, !="
-                    .to_owned()
-            )
-        );
-        bad.queries[0].threshold = None;
-        bad.failure_threshold = Some(0);
-        assert_eq!(
-            bad.policy("c"),
-            Err("spec.failureThreshold must be at least 1".to_owned())
-        );
-        assert_eq!(
-            bad.timeout(),
-            Err("spec.prometheus.timeout \"soon\" is not a duration such as 10s".to_owned())
-        );
-    }
-
-    #[test]
-    fn queries_are_rendered_for_the_zone() {
-        let variables = BTreeMap::from([
-            ("group", "ingester"),
-            ("zone", "ingester-zone-b"),
-            ("namespace", "prod"),
-            ("revision", "ingester-zone-b-6f9c"),
-        ]);
-        assert_eq!(
-            render(
-                r#"errors{statefulset="{{zone}}",namespace="{{namespace}}",group="{{group}}",rev="{{revision}}"}"#,
-                &variables
-            ),
-            r#"errors{statefulset="ingester-zone-b",namespace="prod",group="ingester",rev="ingester-zone-b-6f9c"}"#
-        );
-    }
-
-    #[test]
-    fn samples_pass_by_default_and_no_samples_fail() {
-        let samples = query(PassWhen::Samples, None);
-        assert_eq!(judge(&samples, "q", Ok(vec![1.0])), CheckOutcome::Pass);
-        assert_eq!(
-            judge(&samples, "q", Ok(vec![])),
-            CheckOutcome::Fail {
-                query: "q".to_owned(),
-                value: "no samples".to_owned()
-            }
-        );
-    }
-
-    #[test]
-    fn alert_style_queries_pass_without_samples() {
-        let alert = query(PassWhen::NoSamples, None);
-        assert_eq!(judge(&alert, "q", Ok(vec![])), CheckOutcome::Pass);
-        assert_eq!(
-            judge(&alert, "q", Ok(vec![0.3, 0.5])),
-            CheckOutcome::Fail {
-                query: "q".to_owned(),
-                value: "0.3, 0.5".to_owned()
-            }
-        );
-    }
-
-    #[test]
-    fn a_threshold_must_hold_for_every_sample() {
-        let bounded = query(PassWhen::Samples, Some(("<", 0.1)));
-        assert_eq!(
-            judge(&bounded, "q", Ok(vec![0.01, 0.05])),
-            CheckOutcome::Pass
-        );
-        assert_eq!(
-            judge(&bounded, "q", Ok(vec![0.01, 0.3])),
-            CheckOutcome::Fail {
-                query: "q".to_owned(),
-                value: "0.01, 0.3 (must be < 0.1)".to_owned()
-            }
-        );
-    }
-
-    #[test]
-    fn no_answer_is_inconclusive_and_a_failure_outranks_it() {
-        let samples = query(PassWhen::Samples, None);
-        let inconclusive = judge(&samples, "q", Err("connection refused".to_owned()));
-        assert_eq!(
-            inconclusive,
-            CheckOutcome::Inconclusive {
-                why: "query errors (q): connection refused".to_owned()
-            }
-        );
-        let failed = judge(&samples, "q", Ok(vec![]));
-        assert_eq!(
-            combine(vec![CheckOutcome::Pass, inconclusive.clone()]),
-            inconclusive
-        );
-        assert_eq!(combine(vec![inconclusive, failed.clone()]), failed);
-        assert_eq!(combine(vec![CheckOutcome::Pass]), CheckOutcome::Pass);
-    }
 }

@@ -2,7 +2,7 @@
 
 use prometheus::{IntGaugeVec, Opts, Registry};
 
-use super::GateWait;
+use baton_core::gates::GateWait;
 
 /// Every [`GateWait::kind`], so that a group's series for the other kinds read 0.
 const KINDS: [&str; 8] = [

@@ -1,47 +1,13 @@
-//! Rollout gates: what must hold, besides readiness, before baton deletes the next pod — a soak
-//! between zones, a ramp inside a zone, a health check after every step, hooks before and after
-//! each zone, and a halt that only a person lifts.
-//!
-//! Why a separate module: the planner ([`crate::rollout::plan()`]) decides *which* pods may go
-//! by availability alone; a gate decides *whether they may go now*. Composing pure functions
-//! keeps each small and testable, and the planner's guarantees untouched: a gate can only take
-//! deletions away from a plan, never add one.
-//!
-//! The pure decision, in the order a pass applies it:
-//! - [`keys`]: baton's own annotations (prefix `baton.dev/`), parsed with errors that name key
-//!   and value; members that disagree on a check or hook hold the group;
-//! - [`state`]: what the gate remembers across reconciles *and leaders*, stored on the
-//!   StatefulSets themselves (only baton may set it: the webhook's state guard);
-//! - [`decide()`]: soak, ramp, halt and the zone order, from the snapshot, the plan, the stored
-//!   state and `now`;
-//! - [`checks`]: a health check's passes and failures as a gate; [`health`] reads its
-//!   `RolloutHealthCheck` and judges Prometheus' answers ([`prometheus`]);
-//! - [`hooks`]: the calls due before and after each zone, and what their answers store.
-//!
-//! Around it, the I/O: [`calls`] runs check queries beside the reconciles and makes hook calls,
-//! within the operator's bounds ([`egress`]); [`store`] writes the gate's state; [`explain`]
-//! tells people; [`metrics`] counts what gates hold groups for.
-//!
-//! All of it is opt-in: a group none of whose members carries a gate key rolls exactly as
-//! without this module (docs/compatibility.md). The one exception is
-//! [`keys::HALTED_ANNOTATION`], which a person may set on any group to stop it.
+//! The rollout gates' I/O (the decision is `baton_core::gates`): [`calls`] runs health check
+//! queries beside the reconciles and makes hook calls, within the operator's bounds
+//! ([`egress`]); [`health`] reads a `RolloutHealthCheck` and its Secrets and evaluates a group's
+//! gates; [`prometheus`] is the client; [`store`] writes the gate's state; [`explain`] tells
+//! people; [`metrics`] counts what gates hold groups for.
 
 pub mod calls;
-pub mod checks;
-pub mod decide;
 pub mod egress;
 pub mod explain;
 pub mod health;
-pub mod hooks;
-pub mod keys;
 pub mod metrics;
 pub mod prometheus;
-pub mod state;
 pub mod store;
-
-pub use decide::{AnnotationWrite, GateDecision, GateVerdict, GateWait, decide, decide_with};
-pub use keys::{
-    CHECK_STATE_ANNOTATION, GateConfig, GateWarning, HALTED_ANNOTATION, HEALTH_CHECK_ANNOTATION,
-    HOOK_ANNOTATION, HOOK_STATE_ANNOTATION, RAMP_ANNOTATION, SOAK_ANNOTATION, STATE_ANNOTATION,
-};
-pub use state::{GateState, ZoneState};

@@ -11,7 +11,7 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::{Map, Value, json};
 
-use super::AnnotationWrite;
+use baton_core::gates::AnnotationWrite;
 
 /// What storing the gate state came to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -128,7 +128,7 @@ async fn store_at(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gates::{HALTED_ANNOTATION, STATE_ANNOTATION};
+    use baton_core::gates::{HALTED_ANNOTATION, STATE_ANNOTATION};
 
     #[test]
     fn the_patch_sets_and_removes_annotations_at_the_read_resource_version() {

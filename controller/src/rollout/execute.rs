@@ -15,7 +15,7 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, PostParams, Preconditions};
 
-use super::pending::PendingDeletions;
+use baton_core::rollout::pending::PendingDeletions;
 
 /// What happened to an action.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

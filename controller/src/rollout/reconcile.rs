@@ -13,15 +13,15 @@ use kube::Resource;
 use kube::api::Api;
 
 use super::execute::{self, DeletionOutcome, ExecuteError};
-use super::pending::PendingDeletions;
-use super::{Action, GroupSnapshot, Plan, WaitReason, replacement_note};
 use crate::explain::{Explainer, Explanation, Severity};
 use crate::gates::{self, store};
 use crate::leader::MayAct;
 use crate::metrics::{ControllerMetrics, PodCounts};
 use crate::queue::Requeue;
-use crate::status::StatusBoard;
-use crate::status::model::ActionRecord;
+use baton_core::rollout::pending::PendingDeletions;
+use baton_core::rollout::{Action, GroupSnapshot, Plan, WaitReason, replacement_note};
+use baton_core::status::StatusBoard;
+use baton_core::status::model::ActionRecord;
 
 /// The rollout side of every group's reconcile (scaling is its sibling: see
 /// [`crate::group`]); shared by all groups.
@@ -80,10 +80,10 @@ impl Rollouts {
             let reading = format!("reading {} before its hook", call.zone);
             let fresh = bounded(timeout, reading, api.get(&call.zone)).await;
             if let Ok(Ok(fresh)) = fresh
-                && gates::hooks::still_due(&fresh, &call, now)
+                && baton_core::gates::hooks::still_due(&fresh, &call, now)
             {
                 let answer = self.gate_calls.post_hook(&call, group).await;
-                let recorded = gates::hooks::record(&snapshot, &call, answer, now);
+                let recorded = baton_core::gates::hooks::record(&snapshot, &call, answer, now);
                 store::store_unconditionally(&api, &recorded, timeout).await?;
             }
         }

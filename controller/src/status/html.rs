@@ -6,8 +6,10 @@
 use jiff::{SignedDuration, Timestamp};
 use maud::{DOCTYPE, Markup, PreEscaped, html};
 
-use super::model::{ActionRecord, GroupStatus, Role, RolloutPhase, RolloutStatus, ZoneStatus};
-use crate::gates::keys::format_duration;
+use baton_core::gates::keys::format_duration;
+use baton_core::status::model::{
+    ActionRecord, GroupStatus, Role, RolloutPhase, RolloutStatus, ZoneStatus,
+};
 
 /// How often the page reloads itself.
 pub const REFRESH_SECONDS: u32 = 5;
@@ -168,7 +170,7 @@ fn format_age(now: Timestamp, since: Timestamp) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::status::model::{Replica, Waiting};
+    use baton_core::status::model::{Replica, Waiting};
 
     fn at(second: i64) -> Timestamp {
         Timestamp::from_second(1_700_000_000 + second).expect("valid time")

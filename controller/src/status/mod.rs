@@ -3,27 +3,16 @@
 //! place.
 //!
 //! Why it looks like this: every replica runs the watches, so every replica can answer from its
-//! own caches with the planner's own code ([`view::compute`], pure) — the page never disagrees
-//! with what the controller would do, and a standby answers too. What the caches cannot tell
-//! (since when a group waits, which pods were deleted) the leader records as it reconciles
-//! ([`board::StatusBoard`]); a standby says it is one and names the leader.
+//! own caches with the planner's own code (`baton_core::status::view`, pure) — the page never
+//! disagrees with what the controller would do, and a standby answers too. What the caches
+//! cannot tell (since when a group waits, which pods were deleted) the leader records as it
+//! reconciles (`baton_core::status::StatusBoard`); a standby says it is one and names the
+//! leader.
 //!
-//! - [`model`]: the versioned JSON document (documented in docs/status.md);
-//! - [`view`]: snapshot + plan + gate decision + history → a group's status (pure);
-//! - [`board`]: the leader's per-group history;
 //! - [`html`]: the page, server-rendered, every cluster string escaped;
 //! - [`routes`]: the two routes on the ops server, the only I/O (the caches, the Lease).
 
-pub mod board;
 pub mod html;
-pub mod model;
 pub mod routes;
-pub mod view;
 
-pub use board::StatusBoard;
-pub use model::{
-    API_VERSION, ActionRecord, GroupStatus, KIND, Replica, Role, RolloutPhase, RolloutStatus,
-    Waiting, ZoneStatus,
-};
 pub use routes::{StatusError, StatusRoutes};
-pub use view::{History, ObservedWait, compute, group_status, groups};

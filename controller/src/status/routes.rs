@@ -1,5 +1,5 @@
 //! `GET /ui/status` and `GET /api/v1/status` (optional `?group=NAME`) on the ops server: the
-//! thin I/O around [`super::view`]. Each request reads this replica's caches and, on the
+//! thin I/O around [`baton_core::status::view`]. Each request reads this replica's caches and, on the
 //! leader, its [`StatusBoard`]; a standby names the leader its elector last saw in the Lease
 //! (no API call per request).
 
@@ -12,11 +12,12 @@ use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use serde::Deserialize;
 
-use super::board::StatusBoard;
-use super::model::{Replica, Role, RolloutStatus};
-use super::{html, view};
+use super::html;
 use crate::cache::{Caches, group_of};
 use crate::leader::Leadership;
+use baton_core::status::board::StatusBoard;
+use baton_core::status::model::{Replica, Role, RolloutStatus};
+use baton_core::status::view;
 
 /// What the status routes read. Build one per process and mount it with [`StatusRoutes::mount`].
 #[derive(Clone)]

@@ -14,7 +14,7 @@
 //!   zone without a pod of that partition counts as one missing.
 //!
 //! A pod is unavailable when it is not available by the rule the rollout planner counts with
-//! ([`PodReadiness::availability`], the StatefulSet's minReadySeconds), when it has been Ready
+//! ([`baton_core::pods::PodReadiness::availability`], the StatefulSet's minReadySeconds), when it has been Ready
 //! for less than the budget's crossZoneEvictionDelay, or when its eviction was allowed recently
 //! (the [`RecentlyAllowed`] record: allowed, but the cache does not show it terminating yet).
 

@@ -229,7 +229,7 @@ pub struct MemberReadiness {
 
 impl MemberReadiness {
     /// Counts the pods of `statefulset` among `pods` that are available at `now` by the rule
-    /// the rollout planner counts with ([`PodReadiness::availability`]: Running, Ready with
+    /// the rollout planner counts with ([`baton_core::pods::PodReadiness::availability`]: Running, Ready with
     /// every container, not terminating, Ready for `minReadySeconds`).
     ///
     /// **baton:** the Go operator counted Running pods with the Ready condition, ignoring

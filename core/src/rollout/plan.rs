@@ -33,7 +33,7 @@
 use std::cmp::{Ordering, Reverse};
 use std::fmt;
 
-use baton_core::annotations::{InvalidAnnotation, max_unavailable, paused};
+use crate::annotations::{InvalidAnnotation, max_unavailable, paused};
 use jiff::Timestamp;
 
 use super::snapshot::{
@@ -647,10 +647,10 @@ impl Availability {
     }
 }
 
-/// The shared rule ([`baton_core::pods::PodReadiness::availability`], by which
+/// The shared rule ([`crate::pods::PodReadiness::availability`], by which
 /// prepare-downscale judges the other zones too), with the container's reason when it has one.
 fn availability(pod: &PodSnapshot, min_ready_seconds: u32, now: Timestamp) -> Availability {
-    use baton_core::pods::{Availability as Rule, NotAvailable};
+    use crate::pods::{Availability as Rule, NotAvailable};
     let container = || pod.container_state.clone().map(Unavailable::Container);
     match pod.readiness().availability(min_ready_seconds, now) {
         Rule::Available => Availability::Available,

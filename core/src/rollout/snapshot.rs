@@ -6,11 +6,11 @@ use std::cmp::Ordering;
 use std::collections::BTreeMap;
 use std::fmt;
 
-use baton_core::annotations::CONTROLLER_REVISION_HASH_LABEL;
-use baton_core::pods::{CachedPod, PodReadiness, is_controlled_by};
-pub use baton_core::pods::{PodPhase, selector_matches};
-use baton_core::statefulset::StatefulSetState;
-pub use baton_core::statefulset::pod_ordinal;
+use crate::annotations::CONTROLLER_REVISION_HASH_LABEL;
+use crate::pods::{CachedPod, PodReadiness, is_controlled_by};
+pub use crate::pods::{PodPhase, selector_matches};
+use crate::statefulset::StatefulSetState;
+pub use crate::statefulset::pod_ordinal;
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::StatefulSet;
 

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use baton_core::annotations::ROLLOUT_PAUSED_ANNOTATION;
+use crate::annotations::ROLLOUT_PAUSED_ANNOTATION;
 use jiff::{SignedDuration, Timestamp};
 
 use super::*;
@@ -528,7 +528,7 @@ fn ramped(statefulset: StatefulSetSnapshot) -> StatefulSetSnapshot {
     )
 }
 
-const MAX_UNAVAILABLE: &str = baton_core::annotations::MAX_UNAVAILABLE_ANNOTATION;
+const MAX_UNAVAILABLE: &str = crate::annotations::MAX_UNAVAILABLE_ANNOTATION;
 
 #[test]
 fn a_ramp_takes_1_then_2_then_4_pods_capped_by_max_unavailable() {

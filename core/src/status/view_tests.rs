@@ -4,10 +4,10 @@
 use jiff::SignedDuration;
 
 use super::*;
+use crate::annotations::ROLLOUT_PAUSED_ANNOTATION;
 use crate::gates::decide::tests::{annotated, cleared, crash_looping, group, now, soaked, zone};
 use crate::gates::keys::HALTED_ANNOTATION;
 use crate::rollout::StatefulSetSnapshot;
-use baton_core::annotations::ROLLOUT_PAUSED_ANNOTATION;
 
 fn status(members: Vec<StatefulSetSnapshot>, history: Option<&History>) -> GroupStatus {
     compute(&group(members), history, now())
@@ -282,7 +282,7 @@ fn a_health_check_wait_is_known_from_the_leader_only() {
 
 #[test]
 fn groups_are_found_by_label_and_computed_from_kubernetes_objects() {
-    use baton_core::annotations::ROLLOUT_GROUP_LABEL;
+    use crate::annotations::ROLLOUT_GROUP_LABEL;
     use k8s_openapi::api::apps::v1::{StatefulSetSpec, StatefulSetStatus};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
     let statefulset = |name: &str, group: &str| StatefulSet {

@@ -9,13 +9,13 @@
 
 use std::collections::BTreeMap;
 
-use baton_controller::gates::health::evaluate_without_queries;
-use baton_controller::gates::prometheus::samples;
-use baton_controller::gates::{
+use baton_core::gates::answers::samples;
+use baton_core::gates::health_check::evaluate_without_queries;
+use baton_core::gates::{
     CHECK_STATE_ANNOTATION, HALTED_ANNOTATION, HEALTH_CHECK_ANNOTATION, HOOK_ANNOTATION,
     HOOK_STATE_ANNOTATION, RAMP_ANNOTATION, SOAK_ANNOTATION, STATE_ANNOTATION,
 };
-use baton_controller::rollout::{
+use baton_core::rollout::{
     Action, GroupSnapshot, PodPhase, PodSnapshot, StatefulSetSnapshot, UpdateStrategy, plan,
 };
 use jiff::Timestamp;

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use baton_core::annotations::{
+use crate::annotations::{
     InvalidAnnotation, MAX_UNAVAILABLE_ANNOTATION, ROLLOUT_PAUSED_ANNOTATION,
 };
 use jiff::{SignedDuration, Timestamp};

@@ -26,7 +26,7 @@
 use std::collections::BTreeSet;
 use std::fmt;
 
-use baton_core::annotations::{ROLLOUT_PAUSED_ANNOTATION, max_unavailable, paused};
+use crate::annotations::{ROLLOUT_PAUSED_ANNOTATION, max_unavailable, paused};
 use jiff::{SignedDuration, Timestamp};
 
 use super::keys::{self, GateConfig, GateWarning, STATE_ANNOTATION, format_duration};

@@ -56,7 +56,6 @@ impl PendingDeletions {
     }
 
     /// Whether the deletion of the pod with `uid` in `group` is recorded and not yet seen.
-    #[cfg(test)]
     pub fn contains(&self, group: &str, uid: &str) -> bool {
         self.lock()
             .get(group)

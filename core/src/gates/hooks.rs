@@ -4,7 +4,7 @@
 //!
 //! Pure and composed after the zone gate like the health check: [`apply`] holds what waits for
 //! a hook and says which call is due; the I/O layer makes it
-//! ([`super::calls::GateCalls::post_hook`]) and [`record`] turns the answer into the state to
+//! (the controller's `GateCalls::post_hook`) and [`record`] turns the answer into the state to
 //! store. The state of each zone's two hooks lives in
 //! `baton.dev/hook-state` on that zone, for its update revision, so a new leader neither calls
 //! a hook twice after a success nor forgets the attempts.
@@ -195,8 +195,8 @@ pub fn apply(
     (plan, decision, Some(call))
 }
 
-/// The decision when the group's hook may not be called (the operator's bounds, see
-/// [`super::egress`]): a wait for the hook becomes a wait for the annotation to be fixed, which
+/// The decision when the group's hook may not be called (the operator's bounds on the
+/// leader's calls): a wait for the hook becomes a wait for the annotation to be fixed, which
 /// says why; nothing is called.
 pub fn refuse(mut decision: GateDecision, why: String) -> GateDecision {
     if let Some(GateWait::Hook { zone, .. }) = decision.wait() {
@@ -244,7 +244,7 @@ pub fn record(
                     "hook {:?} of {} ({}) failed {} times: {last}",
                     call.phase,
                     call.zone,
-                    super::egress::redact(&call.url),
+                    super::redact::redact(&call.url),
                     hook.attempts
                 );
                 hook.attempts = 0;

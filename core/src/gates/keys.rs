@@ -1,7 +1,7 @@
 //! baton's own annotations for gates, and their parsing.
 //!
 //! One prefix, `baton.dev/`, for every key baton owns (the keys shared with the Go operator
-//! keep theirs; see `baton_core::annotations`). Any member of a group may carry a gate key:
+//! keep theirs; see `crate::annotations`). Any member of a group may carry a gate key:
 //! a group is one rollout, so its gates are the group's.
 //!
 //! A bad value **holds the group** (no deletion anywhere) until it is fixed, with a Warning
@@ -12,8 +12,8 @@
 
 use std::fmt;
 
-use baton_core::annotations::InvalidAnnotation;
-use baton_core::duration::go as go_duration;
+use crate::annotations::InvalidAnnotation;
+use crate::duration::go as go_duration;
 use jiff::SignedDuration;
 
 use crate::rollout::GroupSnapshot;
@@ -26,14 +26,14 @@ pub const SOAK_ANNOTATION: &str = "baton.dev/soak";
 pub const HALTED_ANNOTATION: &str = "baton.dev/halted";
 /// Annotation written by baton only: the gate state of one zone (JSON, see
 /// [`super::ZoneState`]). Its two siblings below are guarded the same way: the webhook lets
-/// only baton's controller set them (`baton_core::annotations::STATE_ANNOTATIONS`).
-pub use baton_core::annotations::GATE_STATE_ANNOTATION as STATE_ANNOTATION;
+/// only baton's controller set them (`crate::annotations::STATE_ANNOTATIONS`).
+pub use crate::annotations::GATE_STATE_ANNOTATION as STATE_ANNOTATION;
 
 /// Annotation: the name of the `RolloutHealthCheck` (same namespace) that gates every step.
 pub const HEALTH_CHECK_ANNOTATION: &str = "baton.dev/health-check";
 /// Annotation written by baton only, on the group's first member: the health check's counts
 /// (JSON, see [`super::checks::CheckState`]).
-pub use baton_core::annotations::CHECK_STATE_ANNOTATION;
+pub use crate::annotations::CHECK_STATE_ANNOTATION;
 /// What [`HEALTH_CHECK_ANNOTATION`] accepts.
 pub const HEALTH_CHECK_ACCEPTED: &str =
     "the name of a RolloutHealthCheck: lower-case letters, digits, '-' and '.'";
@@ -42,7 +42,7 @@ pub const HEALTH_CHECK_ACCEPTED: &str =
 pub const HOOK_ANNOTATION: &str = "baton.dev/hook";
 /// Annotation written by baton only: the state of a zone's hooks (JSON, see
 /// [`super::hooks::ZoneHooks`]).
-pub use baton_core::annotations::HOOK_STATE_ANNOTATION;
+pub use crate::annotations::HOOK_STATE_ANNOTATION;
 /// What [`HOOK_ANNOTATION`] accepts.
 pub const HOOK_ACCEPTED: &str = "an http:// or https:// URL";
 /// What a member's health check or hook must be when another member names one: members
@@ -230,8 +230,8 @@ pub fn read(group: &GroupSnapshot) -> (GateConfig, Vec<GateWarning>) {
             config.enabled = true;
             let url = raw.trim();
             // A hook's URL may carry a token: messages show it without.
-            let shown = if reqwest::Url::parse(url).is_ok() {
-                super::egress::redact(url)
+            let shown = if url::Url::parse(url).is_ok() {
+                super::redact::redact(url)
             } else {
                 raw.to_owned()
             };

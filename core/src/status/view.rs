@@ -17,7 +17,7 @@
 //! for paused zones; `rolling` when pods are being replaced or the wait is for a rolling zone's
 //! own pods; `waiting` otherwise (a gate holds it, several zones are not ready, …).
 
-use baton_core::pods::CachedPod;
+use crate::pods::CachedPod;
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::StatefulSet;
 
@@ -47,10 +47,10 @@ pub struct ObservedWait {
 }
 
 /// Plans and gates `snapshot` as the leader would without I/O
-/// ([`gates::health::evaluate_without_queries`]), then [`group_status`]. A health check needs
+/// ([`gates::health_check::evaluate_without_queries`]), then [`group_status`]. A health check needs
 /// queries: its wait is known from the leader's `history` only.
 pub fn compute(snapshot: &GroupSnapshot, history: Option<&History>, now: Timestamp) -> GroupStatus {
-    let (plan, decision) = gates::health::evaluate_without_queries(snapshot, now);
+    let (plan, decision) = gates::health_check::evaluate_without_queries(snapshot, now);
     group_status(snapshot, &plan, &decision, history)
 }
 
@@ -65,7 +65,7 @@ pub fn groups<'a>(
 ) -> Vec<GroupStatus> {
     let mut names: Vec<&str> = statefulsets
         .iter()
-        .filter_map(|statefulset| crate::cache::group_of(statefulset))
+        .filter_map(|statefulset| crate::statefulset::group_of(statefulset))
         .collect();
     names.sort_unstable();
     names.dedup();
@@ -75,7 +75,7 @@ pub fn groups<'a>(
             let members = statefulsets
                 .iter()
                 .copied()
-                .filter(|statefulset| crate::cache::group_of(statefulset) == Some(name));
+                .filter(|statefulset| crate::statefulset::group_of(statefulset) == Some(name));
             let snapshot = GroupSnapshot::from_kubernetes(name, members, pods.iter().copied());
             compute(&snapshot, history(name).as_ref(), now)
         })
@@ -122,7 +122,7 @@ pub fn group_status(
                 (0, 0, member.spec_replicas, false),
                 |progress| (progress.updated, progress.ready, progress.total, progress.done),
             );
-            let paused = baton_core::annotations::paused(&member.annotations).value;
+            let paused = crate::annotations::paused(&member.annotations).value;
             let has_rollout = member.update_revision.is_some()
                 && (updated < total || member.current_revision != member.update_revision);
             let deleting = plan.deletions().any(|action| {

@@ -1,0 +1,41 @@
+//! URLs as messages may show them: a hook's or Prometheus' address is written by namespace users
+//! and often carries a token, while messages land in Events, halt annotations and the status
+//! page.
+
+use url::Url;
+
+/// `raw` with no user, password, query or fragment: what a message may show of a URL (a hook's
+/// token often rides in its query). Not a URL: only its length.
+pub fn redact(raw: &str) -> String {
+    match Url::parse(raw.trim()) {
+        Ok(mut url) => {
+            // Both fail only for URLs that cannot have a user (no host): nothing to remove.
+            let _ = url.set_username("");
+            let _ = url.set_password(None);
+            let hidden = url.query().is_some() || url.fragment().is_some();
+            url.set_query(None);
+            url.set_fragment(None);
+            if hidden {
+                format!("{url}?…")
+            } else {
+                url.to_string()
+            }
+        }
+        Err(_) => format!("<{} characters>", raw.chars().count()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redaction_keeps_the_destination_and_drops_credentials_and_queries() {
+        assert_eq!(
+            redact("https://user:pw@deploys.example.com/hooks?token=abc#x"),
+            "https://deploys.example.com/hooks?…"
+        );
+        assert_eq!(redact("http://h:81/p"), "http://h:81/p");
+        assert_eq!(redact("not a url with a secret"), "<23 characters>");
+    }
+}

@@ -1,0 +1,15 @@
+//! Group rollouts, decided: the snapshot a decision reads ([`GroupSnapshot`], built from the
+//! caches by [`GroupSnapshot::from_kubernetes`]), the planner ([`plan()`]), and the deletions
+//! still in flight ([`pending`]). The controller carries out [`Plan::actions`].
+
+pub mod pending;
+pub mod plan;
+pub mod snapshot;
+
+pub use plan::{
+    Action, Plan, PodRevision, Progress, Unavailable, UnavailablePod, WaitReason, Warning, plan,
+    replacement_note,
+};
+pub use snapshot::{
+    GroupSnapshot, PodPhase, PodSnapshot, StatefulSetSnapshot, UpdateStrategy, selector_matches,
+};
