@@ -16,7 +16,6 @@ use super::prometheus::{Auth, PrometheusClient, Tls};
 use baton_core::gates::checks::{self, CheckOutcome, CheckPolicy, CheckRun, CheckState};
 use baton_core::gates::health_check::{QuerySpec, Spec, combine, holding_policy, judge, render};
 use baton_core::gates::keys::{self, GateWarning, HEALTH_CHECK_ANNOTATION};
-use baton_core::gates::redact::redact;
 use baton_core::gates::{GateDecision, GateWait, decide, hooks};
 use baton_core::rollout::{GroupSnapshot, Plan};
 
@@ -155,44 +154,10 @@ async fn connect(
         .prometheus
         .permit(&prometheus.address)
         .map_err(|why| Unusable::Refused(format!("spec.prometheus.address: {why}")))?;
-    let named = [
-        prometheus
-            .bearer_token_secret
-            .as_ref()
-            .map(|secret| &secret.name),
-        prometheus
-            .basic_auth_secret
-            .as_ref()
-            .map(|secret| &secret.name),
-        prometheus.ca_secret.as_ref().map(|secret| &secret.name),
-    ];
-    if let Some(own) = named
-        .into_iter()
-        .flatten()
-        .find(|name| calls.own_secret.as_ref() == Some(*name))
+    let listed = calls.prometheus.lists(&address);
+    if let Some(why) = prometheus.refuse_credentials(&address, listed, calls.own_secret.as_deref())
     {
-        return Err(Unusable::Refused(format!(
-            "Secret {own} is baton's own TLS Secret, which no health check may use"
-        )));
-    }
-    let credentials =
-        prometheus.bearer_token_secret.is_some() || prometheus.basic_auth_secret.is_some();
-    if credentials {
-        if !calls.prometheus.lists(&address) {
-            return Err(Unusable::Refused(format!(
-                "credentials are sent only to addresses in gates.prometheus_addresses, and {} is \
-                 not one (the operator's configuration)",
-                redact(&prometheus.address)
-            )));
-        }
-        let exposed = address.scheme() == "http" || prometheus.insecure_skip_verify;
-        if exposed && !prometheus.allow_insecure_credentials {
-            return Err(Unusable::Refused(
-                "credentials over plain http or without certificate checks can be read on the \
-                 way; set spec.prometheus.allowInsecureCredentials: true to send them anyway"
-                    .to_owned(),
-            ));
-        }
+        return Err(Unusable::Refused(why));
     }
     let auth = if let Some(secret) = &prometheus.bearer_token_secret {
         Auth::Bearer(read_secret(calls, &secret.name, &secret.key).await?)

@@ -100,6 +100,50 @@ impl Threshold {
     }
 }
 
+impl PrometheusSpec {
+    /// Why the Secrets this check names may not be used for `address` (already permitted as a
+    /// destination; `listed`: named in the operator's `gates.prometheus_addresses`), if they may
+    /// not: baton's own TLS Secret (`own_secret`) never; credentials only to a listed address,
+    /// and only over verified TLS unless `allowInsecureCredentials` says so.
+    pub fn refuse_credentials(
+        &self,
+        address: &url::Url,
+        listed: bool,
+        own_secret: Option<&str>,
+    ) -> Option<String> {
+        let named = [
+            self.bearer_token_secret.as_ref().map(|secret| &secret.name),
+            self.basic_auth_secret.as_ref().map(|secret| &secret.name),
+            self.ca_secret.as_ref().map(|secret| &secret.name),
+        ];
+        if let Some(own) = named
+            .into_iter()
+            .flatten()
+            .find(|name| own_secret == Some(name.as_str()))
+        {
+            return Some(format!(
+                "Secret {own} is baton's own TLS Secret, which no health check may use"
+            ));
+        }
+        if self.bearer_token_secret.is_none() && self.basic_auth_secret.is_none() {
+            return None;
+        }
+        if !listed {
+            return Some(format!(
+                "credentials are sent only to addresses in gates.prometheus_addresses, and {} is \
+                 not one (the operator's configuration)",
+                super::redact::redact(&self.address)
+            ));
+        }
+        let exposed = address.scheme() == "http" || self.insecure_skip_verify;
+        (exposed && !self.allow_insecure_credentials).then(|| {
+            "credentials over plain http or without certificate checks can be read on the way; \
+             set spec.prometheus.allowInsecureCredentials: true to send them anyway"
+                .to_owned()
+        })
+    }
+}
+
 const DEFAULT_INTERVAL: SignedDuration = SignedDuration::from_secs(30);
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -330,6 +374,51 @@ mod tests {
             bad.timeout(),
             Err("spec.prometheus.timeout \"soon\" is not a duration such as 10s".to_owned())
         );
+    }
+
+    #[test]
+    fn credentials_go_only_from_others_secrets_to_listed_addresses_over_verified_tls() {
+        let prometheus = |json: serde_json::Value| -> PrometheusSpec {
+            serde_json::from_value(json).expect("a prometheus spec")
+        };
+        let url = |raw: &str| url::Url::parse(raw).expect("a URL");
+        let own = Some("baton-webhook-tls");
+        let token = serde_json::json!({"name": "prometheus-token", "key": "token"});
+        // No credentials: nothing to refuse, listed or not
+        let open = prometheus(serde_json::json!({"address": "http://p:9090"}));
+        assert_eq!(
+            open.refuse_credentials(&url("http://p:9090"), false, own),
+            None
+        );
+        // baton's own Secret, even as a CA and to a listed https address
+        let stolen = prometheus(serde_json::json!({"address": "https://p",
+            "caSecret": {"name": "baton-webhook-tls", "key": "ca.key"}}));
+        let refused = stolen.refuse_credentials(&url("https://p"), true, own);
+        assert!(refused.is_some_and(|why| why.contains("baton's own TLS Secret")));
+        // A token to an address the operator did not list
+        let bearer =
+            prometheus(serde_json::json!({"address": "https://p?x=1", "bearerTokenSecret": token}));
+        let refused = bearer.refuse_credentials(&url("https://p"), false, own);
+        assert!(refused.is_some_and(|why| why.contains("https://p/?… is not one")));
+        assert_eq!(
+            bearer.refuse_credentials(&url("https://p"), true, own),
+            None
+        );
+        // Over plain http, or without certificate checks, only when the check says so
+        let plain =
+            prometheus(serde_json::json!({"address": "http://p", "bearerTokenSecret": token}));
+        let refused = plain.refuse_credentials(&url("http://p"), true, own);
+        assert!(refused.is_some_and(|why| why.contains("allowInsecureCredentials")));
+        let unchecked = prometheus(serde_json::json!({"address": "https://p",
+            "bearerTokenSecret": token, "insecureSkipVerify": true}));
+        assert!(
+            unchecked
+                .refuse_credentials(&url("https://p"), true, own)
+                .is_some()
+        );
+        let asked = prometheus(serde_json::json!({"address": "http://p",
+            "bearerTokenSecret": token, "allowInsecureCredentials": true}));
+        assert_eq!(asked.refuse_credentials(&url("http://p"), true, own), None);
     }
 
     #[test]
