@@ -152,6 +152,18 @@ impl CheckRuns {
         }
     }
 
+    /// `group` is gone (it has no member left): its run stops and its slot goes, so the slots
+    /// stay as many as the groups (whose names are anyone's to create).
+    pub fn forget(&self, group: &str) {
+        if let Some(Slot {
+            state: SlotState::Running(task),
+            ..
+        }) = self.lock().remove(group)
+        {
+            task.abort();
+        }
+    }
+
     /// Whether a run of `group` for `key` is in flight.
     pub fn running(&self, group: &str, key: &str) -> bool {
         self.lock()
@@ -294,6 +306,16 @@ mod tests {
         assert_eq!(runs.take_ended("group", "2/rev-b"), None);
         assert!(!runs.running("group", "2/rev-a"));
         assert_eq!(runs.take_ended("group", "2/rev-a"), None, "dropped");
+    }
+
+    #[tokio::test]
+    async fn a_group_that_is_gone_leaves_no_slot_and_no_run() {
+        let (wake, _woken) = tokio::sync::mpsc::unbounded_channel();
+        let runs = CheckRuns::new(1, wake);
+        runs.start("gone", "k", Timestamp::now(), std::future::pending());
+        runs.forget("gone");
+        assert!(!runs.running("gone", "k"));
+        assert!(runs.lock().is_empty());
     }
 
     #[tokio::test]
