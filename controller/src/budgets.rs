@@ -7,7 +7,7 @@
 //!   eviction) never blocks a rollout (the Go operator's #324 and #351). [`judge`] is that
 //!   decision on the caches, pure and unit-tested.
 //! - **Race-free with the webhook.** An allowed deletion is claimed in the budget's record
-//!   (`baton-zpdb-<budget>`, [`baton_shared::zpdb::record`]) by the same resourceVersion-checked
+//!   (`baton-zpdb-<budget>`, [`baton_core::budgets::record`]) by the same resourceVersion-checked
 //!   write the webhook replicas claim evictions with, after judging on a fresh read of it (its
 //!   recent claims count as unavailable pods). Controller and webhook therefore serialise on
 //!   one object: of a drain's eviction and a rollout's deletion judged at the same instant,
@@ -38,18 +38,19 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use baton_core::annotations::max_unavailable;
-use baton_core::pods::{CachedPod, PodsByStatefulSet};
-use baton_shared::index::{self, Index};
-use baton_shared::kube_client::bounded;
-use baton_shared::ledger::{self, CLAIM_ATTEMPTS, ClaimError, Judged, Ledger};
-use baton_shared::pod_client::error_chain;
-use baton_shared::zpdb::record::{
+use baton_core::budgets::record::{
     RECORD_EXPIRY, RECORD_LABEL, recently_allowed, record_name, with_eviction,
 };
-use baton_shared::zpdb::{
+use baton_core::budgets::{
     Budget, EvictionSnapshot, Observed, RecentlyAllowed, Verdict, ZoneAwarePodDisruptionBudget,
     decide_rollout_deletion,
 };
+use baton_core::ledger::{Judged, Ledger};
+use baton_core::pods::{CachedPod, PodsByStatefulSet};
+use baton_shared::index::{self, Index};
+use baton_shared::kube_client::bounded;
+use baton_shared::ledger::{self, CLAIM_ATTEMPTS, ClaimError};
+use baton_shared::pod_client::error_chain;
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::ConfigMap;

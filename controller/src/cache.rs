@@ -5,9 +5,9 @@ use std::collections::HashMap;
 use std::future::Future;
 
 use baton_core::annotations::ROLLOUT_GROUP_LABEL;
-use baton_shared::downscale_history::ZoneTracker;
+use baton_core::downscale_history::ZoneTracker;
+use baton_core::ledger::{self, Ledger, MANAGED_BY_LABEL};
 use baton_shared::kube_client::watch_backoff;
-use baton_shared::ledger::{self, Ledger, MANAGED_BY_LABEL};
 use baton_shared::pod_cache::{self, PodCache};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::StatefulSet;

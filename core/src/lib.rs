@@ -8,14 +8,20 @@
 //! | [`duration`] | the two duration syntaxes users write (Go's and Prometheus') |
 //! | [`pods`] | a pod as decisions read it ([`pods::CachedPod`]), readiness, ownership |
 //! | [`statefulset`] | a StatefulSet's replicas and ordinals as decisions read them |
+//! | [`budgets`] | zone-aware disruption budgets: the CRD, its validation, the eviction decision, the record of allowed evictions |
+//! | [`ledger`] | records replicas claim things in (the downscale ledger, the budgets' eviction records) as decisions read and change them |
+//! | [`downscale_history`] | when each StatefulSet was last downscaled, from the ledger, the Go operator's zone tracker and the annotation |
 //! | [`rollout`] | the rollout snapshot and the planner: which pods may go now |
 //! | [`gates`] | soak, ramp, halt, health checks and hooks as gates on the plan: whether they may go now |
 //! | [`status`] | a group's status as people read it, from the snapshot, the plan and the gates |
 
 pub mod annotations;
+pub mod budgets;
 pub mod clock;
+pub mod downscale_history;
 pub mod duration;
 pub mod gates;
+pub mod ledger;
 pub mod pods;
 pub mod rollout;
 pub mod statefulset;

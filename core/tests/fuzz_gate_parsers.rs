@@ -21,7 +21,7 @@ use baton_core::rollout::{
 use jiff::Timestamp;
 use proptest::prelude::*;
 
-#[path = "../../shared/tests/support/fuzz.rs"]
+#[path = "support/fuzz.rs"]
 mod fuzz;
 use fuzz::{corpus, runner, value_from};
 

@@ -18,4 +18,3 @@ pub mod reflect;
 pub mod shutdown;
 pub mod supervisor;
 pub mod telemetry;
-pub mod zpdb;

@@ -1140,8 +1140,8 @@ async fn a_person_cannot_rewrite_batons_records_while_batons_own_writes_go_throu
     // When baton writes a group's downscale ledger, as the controller does after a downscale
     let as_baton: Api<ConfigMap> =
         Api::namespaced(guarded.controller_client.clone(), namespace.name());
-    let name = baton_shared::ledger::ledger_name("ingester");
-    let ledger = baton_shared::ledger::Ledger {
+    let name = baton_core::ledger::ledger_name("ingester");
+    let ledger = baton_core::ledger::Ledger {
         resource_version: None,
         data: std::collections::BTreeMap::from([(
             "ingester-zone-a".to_owned(),

@@ -16,13 +16,13 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex, RwLock};
 
-use baton_core::pods::{CachedPod, PodsByStatefulSet};
-use baton_shared::pod_cache::{self, PodCache};
-use baton_shared::reflect::reflect;
-use baton_shared::zpdb::{
+use baton_core::budgets::{
     AllowReason, Budget, EvictionSnapshot, Observed, RecentlyAllowed, Verdict,
     ZoneAwarePodDisruptionBudget, decide,
 };
+use baton_core::pods::{CachedPod, PodsByStatefulSet};
+use baton_shared::pod_cache::{self, PodCache};
+use baton_shared::reflect::reflect;
 use futures::StreamExt;
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::StatefulSet;
@@ -35,10 +35,11 @@ use prometheus::{IntCounter, IntCounterVec, IntGauge, Opts, Registry};
 use crate::admission::Decision;
 use crate::admission::budgets::{self as admission, EvictionRequest};
 use crate::statefulsets::{CachedStatefulSet, StatefulSetCache};
-use baton_shared::ledger::{self, CLAIM_ATTEMPTS, ClaimError, Judged, Ledger, Written};
-use baton_shared::zpdb::record::{
+use baton_core::budgets::record::{
     RECORD_EXPIRY, RECORD_LABEL, recently_allowed, record_name, with_eviction,
 };
+use baton_core::ledger::{Judged, Ledger};
+use baton_shared::ledger::{self, CLAIM_ATTEMPTS, ClaimError, Written};
 
 /// Evictions judged, by reason and status (the Go operator's name and labels).
 pub const EVICTION_REQUESTS_METRIC: &str = "rollout_operator_zpdb_eviction_requests_total";

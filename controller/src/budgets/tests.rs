@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use baton_core::annotations::MAX_UNAVAILABLE_ANNOTATION;
+use baton_core::budgets::{AllowedEviction, ZpdbSpec};
 use baton_core::pods::CachedPod;
-use baton_shared::zpdb::{AllowedEviction, ZpdbSpec};
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec};
 use k8s_openapi::api::core::v1::{Pod, PodCondition, PodStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{

@@ -37,7 +37,7 @@ pub struct Member {
     pub force_replicas: Option<i32>,
     /// The min-time annotation (or label); `Ok(None)` when absent.
     pub min_time_between_downscale: Result<Option<Duration>, InvalidAnnotation>,
-    /// The newest of the downscale records (`baton_shared::downscale_history`); `Err` says
+    /// The newest of the downscale records (`baton_core::downscale_history`); `Err` says
     /// which record cannot be read.
     pub last_downscale: Result<Option<Timestamp>, String>,
     /// Mirroring settings and the reference's scale, when configured.

@@ -6,8 +6,8 @@ use baton_core::annotations::scaling::{
     MirrorReference, delayed_downscale, downscale_leader, force_replicas,
     min_time_between_zones_downscale, mirror_reference, upscale_only_when_leader_ready,
 };
+use baton_core::downscale_history::{Records, last_downscale};
 use baton_core::statefulset::StatefulSetState;
-use baton_shared::downscale_history::{Records, last_downscale};
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::StatefulSet;
 

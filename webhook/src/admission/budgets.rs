@@ -1,17 +1,17 @@
 //! The zone-aware disruption budget webhooks, as pure functions of the review:
 //! `/admission/pod-eviction` (what the review alone decides, and the answer for a
 //! [`Verdict`]) and `/admission/zpdb-validation` (the budget's validation as an answer). The
-//! decision itself is `baton_shared::zpdb::decide`; `crate::evictions` reads the caches and
+//! decision itself is `baton_core::budgets::decide`; `crate::evictions` reads the caches and
 //! claims the eviction in the budget's record.
 //!
 //! The record: ONE ConfigMap per budget (`baton-zpdb-<budget>`, see
-//! `baton_shared::zpdb::record`) mapping
+//! `baton_core::budgets::record`) mapping
 //! each pod whose eviction was just allowed to when and by which request. Replicas claim an
 //! eviction by a write conditioned on the record's resourceVersion (the prepare-downscale
 //! ledger's mechanism), so two replicas cannot both allow evictions the budget allows only one
-//! of. It is `baton_shared::zpdb::record`: the rollout controller claims its deletions there.
+//! of. It is `baton_core::budgets::record`: the rollout controller claims its deletions there.
 
-use baton_shared::zpdb::{Budget, Verdict, ZoneAwarePodDisruptionBudget};
+use baton_core::budgets::{Budget, Verdict, ZoneAwarePodDisruptionBudget};
 
 use super::decision::Decision;
 use super::review::AdmissionRequest;
@@ -136,7 +136,7 @@ mod tests {
     #[test]
     fn denials_are_429() {
         let verdict = Verdict::Denied {
-            reason: baton_shared::zpdb::DenyReason::OtherZoneUnavailable,
+            reason: baton_core::budgets::DenyReason::OtherZoneUnavailable,
             message: "wait".into(),
         };
         let decision = answer(&verdict);

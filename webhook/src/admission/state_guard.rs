@@ -17,7 +17,7 @@
 use std::collections::BTreeMap;
 
 use baton_core::annotations::STATE_ANNOTATIONS;
-use baton_shared::ledger::MANAGED_BY_LABEL;
+use baton_core::ledger::MANAGED_BY_LABEL;
 use serde::Deserialize;
 
 use super::decision::Decision;

@@ -16,11 +16,11 @@ use std::time::Duration;
 use baton_core::annotations::{
     LAST_DOWNSCALE_ANNOTATION, PREPARE_DOWNSCALE_PATH_ANNOTATION, PREPARE_DOWNSCALE_PORT_ANNOTATION,
 };
-use baton_shared::downscale_history::{
-    ClaimFollowUp, ZoneTracker, follow_up_claims, pods_to_cancel, record_in_tracker,
-};
+use baton_core::downscale_history::{ClaimFollowUp, ZoneTracker, follow_up_claims, pods_to_cancel};
+use baton_core::ledger::{Entry, Ledger, ledger_name};
+use baton_shared::downscale_history::record_in_tracker;
 use baton_shared::kube_client::bounded;
-use baton_shared::ledger::{self, Entry, Ledger, Written};
+use baton_shared::ledger::{self, Written};
 use baton_shared::pod_client::{PodEndpoint, PodMethod, PodRef, parse_port, pod_host, pod_url};
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::StatefulSet;
@@ -289,7 +289,7 @@ impl Pass<'_> {
     ) -> Result<(), FollowUpError> {
         let scaler = self.scaler;
         let config_maps: Api<ConfigMap> = Api::namespaced(scaler.client.clone(), &scaler.namespace);
-        let ledger_name = ledger::ledger_name(group);
+        let ledger_name = ledger_name(group);
         let written = bounded(
             scaler.request_timeout,
             format!("following up {name}'s downscale in {ledger_name}"),

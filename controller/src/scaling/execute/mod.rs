@@ -22,10 +22,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use baton_config::{Config, PodAddressing};
+use baton_core::downscale_history::{Records, ZoneTracker};
+use baton_core::ledger::Ledger;
 use baton_core::pods::CachedPod;
-use baton_shared::downscale_history::{Records, ZoneTracker};
 use baton_shared::kube_client::bounded;
-use baton_shared::ledger::Ledger;
 use baton_shared::pod_client::{PodClientError, PodHttpClient};
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::StatefulSet;

@@ -18,9 +18,10 @@ use std::time::Duration;
 
 use baton_config::{Config, PodAddressing};
 use baton_core::annotations::ROLLOUT_GROUP_LABEL;
+use baton_core::downscale_history::Records;
 use baton_core::pods::{CachedPod, is_controlled_by};
 use baton_core::statefulset::StatefulSetState;
-use baton_shared::downscale_history::{self, Records};
+use baton_shared::downscale_history;
 use baton_shared::pod_client::{PodEndpoint, PodHttpClient, PodMethod};
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::StatefulSet;
@@ -36,7 +37,8 @@ use super::{
 };
 use crate::admission::decision::Decision;
 use crate::admission::object::Downscale;
-use baton_shared::ledger::{self, ClaimError, Entry, Judged, Ledger, Written};
+use baton_core::ledger::{Entry, Judged, Ledger, ledger_name};
+use baton_shared::ledger::{self, ClaimError, Written};
 
 /// What prepare-downscale needs to act; cheap to clone.
 #[derive(Clone)]
@@ -201,7 +203,7 @@ impl PrepareDownscale {
             .items;
 
         let ledgers: Api<ConfigMap> = Api::namespaced(self.client.clone(), &downscale.namespace);
-        let name = ledger::ledger_name(group);
+        let name = ledger_name(group);
         let (current, tracker) = tokio::join!(
             deadline.run(ledger::read(&ledgers, &name)),
             deadline.run(downscale_history::read_tracker(

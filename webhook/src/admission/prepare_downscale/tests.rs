@@ -8,8 +8,8 @@ use serde_json::{Value, json};
 use super::*;
 use crate::admission::decision::Outcome;
 use baton_core::annotations::{LAST_DOWNSCALE_ANNOTATION, MIN_TIME_BETWEEN_ZONES_DOWNSCALE_LABEL};
-use baton_shared::downscale_history::ZoneTracker;
-use baton_shared::ledger::{Entry, Ledger};
+use baton_core::downscale_history::ZoneTracker;
+use baton_core::ledger::{Entry, Ledger};
 
 fn downscale(name: &str, from: i32, to: i32) -> Downscale {
     Downscale {

@@ -11,12 +11,12 @@ use std::fmt;
 use jiff::SignedDuration;
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
-use kube::Resource;
-use kube::core::{Selector, SelectorExt};
+use kube_core::Resource;
+use kube_core::{Selector, SelectorExt};
 use regex::Regex;
 use serde::{Deserialize, Serialize};
 
-use baton_core::duration::go as go_duration;
+use crate::duration::go as go_duration;
 
 pub const GROUP: &str = "rollout-operator.grafana.com";
 pub const VERSION: &str = "v1";

@@ -14,7 +14,7 @@
 //!   zone without a pod of that partition counts as one missing.
 //!
 //! A pod is unavailable when it is not available by the rule the rollout planner counts with
-//! ([`baton_core::pods::PodReadiness::availability`], the StatefulSet's minReadySeconds), when it has been Ready
+//! ([`crate::pods::PodReadiness::availability`], the StatefulSet's minReadySeconds), when it has been Ready
 //! for less than the budget's crossZoneEvictionDelay, or when its eviction was allowed recently
 //! (the [`RecentlyAllowed`] record: allowed, but the cache does not show it terminating yet).
 
@@ -25,10 +25,10 @@ use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::apps::v1::StatefulSet;
 
 use super::spec::{Budget, Observed};
-use baton_core::pods::{
+use crate::pods::{
     Availability, CachedPod, NotAvailable, PodPhase, PodsByStatefulSet, is_controlled_by,
 };
-use baton_core::statefulset::StatefulSetState;
+use crate::statefulset::StatefulSetState;
 
 /// Evictions allowed but not yet visible as terminating: pod name → when it was allowed (and
 /// the pod's uid). An entry counts until `expiry` has passed — the API server may still refuse
@@ -75,7 +75,7 @@ impl RecentlyAllowed {
     }
 
     fn from_the_future(entry: &AllowedEviction, now: Timestamp) -> bool {
-        now.checked_add(baton_core::clock::MAX_CLOCK_SKEW)
+        now.checked_add(crate::clock::MAX_CLOCK_SKEW)
             .is_ok_and(|latest| entry.at > latest)
     }
 }
@@ -353,7 +353,7 @@ fn decide_with(snapshot: &EvictionSnapshot<'_>, rollout_max_unavailable: Option<
             .join(", ")
     };
     let Some(own) = zones.iter().position(|zone| is_controlled_by(pod, zone)) else {
-        let owner = baton_core::pods::controlling_statefulset(pod)
+        let owner = crate::pods::controlling_statefulset(pod)
             .map(|owner| format!("its owner StatefulSet {owner} is"))
             .unwrap_or_else(|| "it is not owned by a StatefulSet, which".to_owned());
         return denied(

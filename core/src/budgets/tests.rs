@@ -13,7 +13,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
 use proptest::prelude::*;
 
 use super::*;
-use baton_core::pods::{CachedPod, PodsByStatefulSet};
+use crate::pods::{CachedPod, PodsByStatefulSet};
 
 const NS: &str = "mimir";
 const NOW: i64 = 1_800_000_000;

@@ -145,10 +145,10 @@ mod tests {
             "forged",
             "2099-01-01T00:00:00Z".parse().unwrap(),
         );
-        let pod = baton_core::pods::CachedPod::of(&k8s_openapi::api::core::v1::Pod {
-            metadata: kube::api::ObjectMeta {
+        let pod = crate::pods::CachedPod::of(&k8s_openapi::api::core::v1::Pod {
+            metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
                 name: Some("a-0".into()),
-                ..kube::api::ObjectMeta::default()
+                ..k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta::default()
             },
             ..k8s_openapi::api::core::v1::Pod::default()
         });

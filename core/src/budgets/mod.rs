@@ -1,7 +1,7 @@
 //! Zone-aware pod disruption budgets (`ZoneAwarePodDisruptionBudget`, the Go operator's CRD):
-//! the resource, its validation, and the eviction decision. Here because both binaries judge
-//! with it: the webhook answers the Eviction API with it, and the rollout controller is to
-//! consult the same decision before it deletes a pod.
+//! the resource, its validation, the eviction decision and the record of allowed evictions.
+//! Both binaries judge with it: the webhook answers the Eviction API with it, and the rollout
+//! controller consults the same decision before it deletes a pod.
 //!
 //! Pure: nothing here calls the API.
 
