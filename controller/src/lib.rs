@@ -7,14 +7,14 @@
 //! | module | owns |
 //! |---|---|
 //! | [`app`] | wiring: the caches, the election, the queue, the Event publisher, the ops server; every task critical |
-//! | [`leader`] | the Lease: terms, fencing, campaigning again after a lost term (pure [`leader::decide()`]) |
+//! | [`leader`] | the Lease: terms, fencing, campaigning again after a lost term (decided by `baton_core::lease`) |
 //! | [`cache`] | watch-fed caches of group StatefulSets and of pods (as `baton_core::pods::CachedPod`, `baton_shared::pod_cache`); routes each change to its group |
 //! | [`group`] | the reconcile of one group: one snapshot, scaling and the rollout run beside each other over it |
 //! | [`queue`] | the per-group work queue: coalescing, one run per group at a time, one timer per group, backoff |
 //! | [`rollout`] | the rollout pass over a group (plan with `baton_core::rollout`, gate, explain, act) and the executor of its deletions |
 //! | [`gates`] | the gates' I/O: health check runs and hook calls within the operator's bounds, the Prometheus client, storing the gate's state (the decision is `baton_core::gates`) |
-//! | [`scaling`] | leader/follower zones, replica mirroring, delayed downscale: a pure plan and its executor |
-//! | [`certificates`] | the webhook's certificate and CA bundle injection (pure [`certificates::plan`]) |
+//! | [`scaling`] | leader/follower zones, replica mirroring, delayed downscale carried out (planned by `baton_core::scaling`) |
+//! | [`certificates`] | the webhook's certificate and CA bundle injection (decided by `baton_core::certificates`) |
 //! | [`explain`] | Events and log lines saying what baton does and why it waits, off the critical path |
 //! | [`metrics`] | the Go operator's metric names and baton's own |
 //! | [`status`] | the status page and its JSON, served from the caches with `baton_core::status` (each group's view, the leader's history) |

@@ -12,9 +12,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use baton_controller::leader::{
-    EndReason, KubeLeaseStore, LeaderElector, Leadership, LeadershipPhase, LeaseStore, LeaseTiming,
-    LostReason, Span, Status, StoreError, Term,
+    EndReason, KubeLeaseStore, LeaderElector, Leadership, LeadershipPhase, LeaseStore, Span,
+    Status, StoreError, Term,
 };
+use baton_core::lease::decide::{LeaseTiming, LostReason};
 use baton_e2e::{ControlPlane, TestNamespace, wait_until};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use kube::api::{Api, Patch, PatchParams, PostParams};

@@ -13,10 +13,10 @@ use time::OffsetDateTime;
 use tokio::sync::watch;
 
 use super::pki::{self, Material, Pair};
-use super::plan::{
+use super::{CertificateMetrics, Settings, until};
+use baton_core::certificates::{
     CertificatePlan, IssueReason, Names, ParsedSecret, SecretAction, Wanted, plan_certificates,
 };
-use super::{CertificateMetrics, Settings, until};
 use baton_shared::kube_client::{TimedOut, bounded};
 
 use crate::explain::{Explainer, Explanation, Severity};
@@ -400,8 +400,8 @@ fn lifetime(duration: Duration) -> time::Duration {
 mod tests {
     use time::macros::datetime;
 
-    use super::super::plan::{CaInfo, Certificates, ServingInfo};
     use super::*;
+    use baton_core::certificates::{CaInfo, Certificates, ServingInfo};
 
     const T0: OffsetDateTime = datetime!(2026-01-01 00:00 UTC);
 

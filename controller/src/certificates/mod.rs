@@ -1,14 +1,13 @@
 //! The webhook's certificate: issued, renewed and rotated by the leader controller into one
 //! Secret, and its CA injected into labelled webhook configurations.
 //!
-//! The decisions are pure ([`plan`]); what is here only reads, writes and waits. One watch on
+//! The decisions are pure (`baton_core::certificates`); what is here only reads, writes and waits. One watch on
 //! the Secret feeds both the issuer and the injector through a `tokio::sync::watch` channel,
 //! so neither waits on a kube store's readiness.
 
 mod inject;
 mod issue;
 pub mod pki;
-pub mod plan;
 
 use std::time::Duration;
 

@@ -13,7 +13,7 @@ use x509_parser::certificate::X509Certificate;
 use x509_parser::extensions::GeneralName;
 use x509_parser::pem::Pem;
 
-use super::plan::{CaInfo, Certificates, Names, ParsedSecret, ServingInfo};
+use baton_core::certificates::{CaInfo, Certificates, Names, ParsedSecret, ServingInfo};
 
 /// Keys of the Secret. `tls.crt`, `tls.key` and `ca.crt` are what `kubernetes.io/tls` and
 /// cert-manager use; `ca.key` holds the CA keys, in the order of the certificates in `ca.crt`.

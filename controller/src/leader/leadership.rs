@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
-use super::decide::LostReason;
+use baton_core::lease::decide::LostReason;
 
 /// How many ended terms a [`Status`] remembers (the oldest are dropped first). A term only ends
 /// by an outage, a takeover or a shutdown, so this is hours of history in the worst case.

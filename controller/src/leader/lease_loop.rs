@@ -10,12 +10,12 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
 use super::LeaderElector;
-use super::decide::{
+use super::leadership::{EndReason, LeadershipPhase, Span, Term};
+use super::store::{LeaseStore, StoreError};
+use baton_core::lease::decide::{
     LeaseDecision, LostReason, Observation, decide, leader_outcome, next_look, observe,
 };
-use super::leadership::{EndReason, LeadershipPhase, Span, Term};
-use super::record::{claimed, holder_of, record_of, released};
-use super::store::{LeaseStore, StoreError};
+use baton_core::lease::record::{claimed, holder_of, record_of, released};
 
 /// How many conditional writes a release tries before giving up to a changing Lease.
 const RELEASE_ATTEMPTS: usize = 3;

@@ -33,26 +33,21 @@
 //! - On shutdown the leader stops acting first, then releases the Lease (a conditional write
 //!   clearing the holder) so a standby takes over at its next look.
 //!
-//! The decisions are pure ([`decide()`], [`observe`]) and unit-tested; [`LeaderElector::run`]
+//! The decisions are pure (`baton_core::lease`: `decide`, `observe`) and unit-tested; [`LeaderElector::run`]
 //! is the thin loop doing the calls.
 
-mod decide;
 mod leadership;
 mod lease_loop;
-mod record;
 mod store;
 
 use std::time::Duration;
 
 use baton_config::LeaseConfig;
+use baton_core::lease::decide::LeaseTiming;
 use prometheus::{IntCounter, IntGauge, Registry};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-pub use decide::{
-    AcquireReason, LeaseDecision, LeaseRecord, LeaseTiming, LostReason, Observation, decide,
-    leader_outcome, next_look, observe,
-};
 pub use leadership::{
     EndReason, Leadership, LeadershipPhase, PAST_TERMS_KEPT, PastTerm, Span, Status, Term,
 };

@@ -1,14 +1,11 @@
-//! Group scaling: leader/follower zones, replica mirroring from a reference resource, delayed
-//! downscale. A pure planner ([`plan::plan`], [`delayed_downscale::decide`]) and a thin
-//! executor ([`execute::Scaler`]) that the group reconcile runs beside the rollout.
+//! Group scaling carried out: the executor ([`execute::Scaler`]) that the group reconcile runs
+//! beside the rollout. It reads the mirrored references, plans with `baton_core::scaling`
+//! (leader/follower zones, mirroring, delayed downscale), writes `/scale`, calls pods and
+//! tells people.
 
-pub mod delayed_downscale;
 pub mod execute;
-pub mod plan;
-pub mod snapshot;
 
 pub use execute::Scaler;
-pub use plan::{Finding, FindingKind, ScalingAction, ScalingPlan, ScalingSnapshot, plan};
 
 /// A `/scale` write failed (refused by an admission webhook, or the API's error).
 pub const SCALE_WRITE: &str = "scale_write";

@@ -14,9 +14,9 @@ use baton_core::annotations::{
     PREPARE_DOWNSCALE_PORT_ANNOTATION, ROLLOUT_GROUP_LABEL,
 };
 use baton_core::downscale_history::{LastDownscale, Records, last_downscale};
+use baton_core::pod_address::{PodEndpoint, PodRef, parse_port, pod_host, pod_url};
 use baton_core::pods::{CachedPod, is_controlled_by};
 use baton_core::statefulset::{StatefulSetState, pod_ordinal};
-use baton_shared::pod_client::{PodEndpoint, PodRef, parse_port, pod_host, pod_url};
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::apps::v1::StatefulSet;
 

@@ -18,10 +18,10 @@ use baton_core::annotations::{
 };
 use baton_core::downscale_history::{ClaimFollowUp, ZoneTracker, follow_up_claims, pods_to_cancel};
 use baton_core::ledger::{Entry, Ledger, ledger_name};
+use baton_core::pod_address::{PodEndpoint, PodMethod, PodRef, parse_port, pod_host, pod_url};
 use baton_shared::downscale_history::record_in_tracker;
 use baton_shared::kube_client::bounded;
 use baton_shared::ledger::{self, Written};
-use baton_shared::pod_client::{PodEndpoint, PodMethod, PodRef, parse_port, pod_host, pod_url};
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::ConfigMap;

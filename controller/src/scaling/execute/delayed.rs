@@ -6,8 +6,9 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use baton_core::annotations::scaling::DelayedDownscale;
+use baton_core::pod_address::{PodEndpoint, PodMethod};
 use baton_core::statefulset::StatefulSetState;
-use baton_shared::pod_client::{PodCallError, PodEndpoint, PodMethod};
+use baton_shared::pod_client::PodCallError;
 use futures::StreamExt;
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::StatefulSet;
@@ -15,7 +16,9 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use super::{Pass, SetOutcome};
 use crate::leader::MayAct;
 use crate::queue::Requeue;
-use crate::scaling::delayed_downscale::{self, DelayedDownscaleDecision, decide, parse_answer};
+use baton_core::scaling::delayed_downscale::{
+    self, DelayedDownscaleDecision, decide, parse_answer,
+};
 
 impl Pass<'_> {
     fn delayed_settings(&self, name: &str) -> Option<&DelayedDownscale> {

@@ -10,7 +10,7 @@ use kube::Resource;
 
 use super::Pass;
 use crate::explain::{Explanation, Severity};
-use crate::scaling::plan::{Finding, FindingKind, reasons};
+use baton_core::scaling::plan::{Finding, FindingKind, reasons};
 
 impl Pass<'_> {
     pub(super) async fn tell(&self, finding: &Finding) {

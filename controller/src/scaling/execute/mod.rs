@@ -34,10 +34,12 @@ use kube::api::{Api, ApiResource, Patch, PatchParams};
 use prometheus::Registry;
 use serde_json::json;
 
-use super::plan::{FindingKind, Member, ScalingAction, ScalingPlan, ScalingSnapshot, plan};
 use crate::explain::Explainer;
 use crate::leader::MayAct;
 use crate::queue::Requeue;
+use baton_core::scaling::plan::{
+    FindingKind, Member, ScalingAction, ScalingPlan, ScalingSnapshot, plan,
+};
 
 /// Event reason for a malformed entry of the Go operator's zone tracker.
 const ZONE_TRACKER_INVALID: &str = "ZoneTrackerEntryInvalid";

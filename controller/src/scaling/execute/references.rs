@@ -15,8 +15,8 @@ use std::sync::Arc;
 
 use super::{CallError, Pass, Scaler};
 use crate::explain::Severity;
-use crate::scaling::plan::{ReferenceScale, reasons};
-use crate::scaling::snapshot::ReferenceScales;
+use baton_core::scaling::plan::{ReferenceScale, reasons};
+use baton_core::scaling::snapshot::ReferenceScales;
 
 impl Scaler {
     /// The scale of every reference the group's StatefulSets mirror, read concurrently (each

@@ -17,7 +17,7 @@ use super::Scaler;
 use crate::explain::Explainer;
 use crate::leader::MayAct;
 use crate::queue::Requeue;
-use crate::scaling::plan::reasons;
+use baton_core::scaling::plan::reasons;
 
 const NAMESPACE: &str = "mimir";
 const POLL: Duration = Duration::from_secs(7);

@@ -8,9 +8,9 @@
 
 use std::time::Duration;
 
-use baton_core::annotations::InvalidAnnotation;
-use baton_core::annotations::scaling::{DelayedDownscale, MirrorReference};
-use baton_core::duration::go as go_duration;
+use crate::annotations::InvalidAnnotation;
+use crate::annotations::scaling::{DelayedDownscale, MirrorReference};
+use crate::duration::go as go_duration;
 use jiff::Timestamp;
 
 /// The scaling-relevant view of one rollout group, StatefulSets sorted by name.
@@ -37,7 +37,7 @@ pub struct Member {
     pub force_replicas: Option<i32>,
     /// The min-time annotation (or label); `Ok(None)` when absent.
     pub min_time_between_downscale: Result<Option<Duration>, InvalidAnnotation>,
-    /// The newest of the downscale records (`baton_core::downscale_history`); `Err` says
+    /// The newest of the downscale records (`crate::downscale_history`); `Err` says
     /// which record cannot be read.
     pub last_downscale: Result<Option<Timestamp>, String>,
     /// Mirroring settings and the reference's scale, when configured.
@@ -307,7 +307,7 @@ fn follow_leader(
                 reasons::INVALID,
                 format!(
                     "{name} stays at {current} ({source}): it has no {} label, which a follower needs to scale down",
-                    baton_core::annotations::MIN_TIME_BETWEEN_ZONES_DOWNSCALE_LABEL
+                    crate::annotations::MIN_TIME_BETWEEN_ZONES_DOWNSCALE_LABEL
                 ),
             );
             return false;

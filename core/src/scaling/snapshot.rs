@@ -1,13 +1,13 @@
 //! Builds a [`ScalingSnapshot`] from cached StatefulSets and the scales the executor read from
 //! their references beforehand: the snapshot is whole when built, never patched after I/O.
 
-use baton_core::annotations::InvalidAnnotation;
-use baton_core::annotations::scaling::{
+use crate::annotations::InvalidAnnotation;
+use crate::annotations::scaling::{
     MirrorReference, delayed_downscale, downscale_leader, force_replicas,
     min_time_between_zones_downscale, mirror_reference, upscale_only_when_leader_ready,
 };
-use baton_core::downscale_history::{Records, last_downscale};
-use baton_core::statefulset::StatefulSetState;
+use crate::downscale_history::{Records, last_downscale};
+use crate::statefulset::StatefulSetState;
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::StatefulSet;
 

@@ -11,12 +11,12 @@ use std::ops::Range;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::annotations::scaling::DelayedDownscale;
+use crate::pod_address::{PodEndpoint, PodRef, pod_host};
+use crate::pods::CachedPod;
+use crate::pods::is_controlled_by;
+use crate::statefulset::{PodNames, StatefulSetState, pod_ordinal};
 use baton_config::PodAddressing;
-use baton_core::annotations::scaling::DelayedDownscale;
-use baton_core::pods::CachedPod;
-use baton_core::pods::is_controlled_by;
-use baton_core::statefulset::{PodNames, StatefulSetState, pod_ordinal};
-use baton_shared::pod_client::{PodEndpoint, PodRef, pod_host};
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::StatefulSet;
 
@@ -314,7 +314,7 @@ mod tests {
 
     #[test]
     fn endpoints_name_pods_from_the_ordinals_start() {
-        use baton_core::annotations::{
+        use crate::annotations::{
             DELAYED_DOWNSCALE_ANNOTATION, PREPARE_DELAYED_DOWNSCALE_URL_ANNOTATION,
         };
         use k8s_openapi::api::apps::v1::{StatefulSetOrdinals, StatefulSetSpec};
@@ -367,7 +367,7 @@ mod tests {
         };
         // Ordinals 3..=7; pod 6 is a namesake owned by an older StatefulSet of that name.
         let pods: Vec<Arc<CachedPod>> = vec![pod(3, "uid-a"), pod(6, "uid-old"), pod(7, "uid-a")];
-        let settings = baton_core::annotations::scaling::delayed_downscale(&BTreeMap::from([
+        let settings = crate::annotations::scaling::delayed_downscale(&BTreeMap::from([
             (DELAYED_DOWNSCALE_ANNOTATION.to_owned(), "1h".to_owned()),
             (
                 PREPARE_DELAYED_DOWNSCALE_URL_ANNOTATION.to_owned(),

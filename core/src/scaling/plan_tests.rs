@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
-use baton_core::annotations::InvalidAnnotation;
-use baton_core::annotations::scaling::{DelayedDownscale, MirrorReference};
+use crate::annotations::InvalidAnnotation;
+use crate::annotations::scaling::{DelayedDownscale, MirrorReference};
 use jiff::Timestamp;
 
 use super::*;

@@ -1,5 +1,6 @@
-//! The pure decision: given what the Secret holds, what is wanted and the time, what to write
-//! next and when to look again. No I/O, so every case is a unit test.
+//! The webhook's serving certificate and CA decided: given what the Secret holds, what is wanted
+//! and the time, what to write next and when to look again. No I/O, so every case is a unit
+//! test; the controller's `certificates` module issues, writes and injects.
 //!
 //! A CA rotation has three steps, each a separate write so that every reader (webhook
 //! configurations, webhook pods via kubelet) catches up before the next:
@@ -225,5 +226,4 @@ fn issue(signer: usize, reason: IssueReason) -> CertificatePlan {
 }
 
 #[cfg(test)]
-#[path = "plan_tests.rs"]
 mod tests;

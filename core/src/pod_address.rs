@@ -1,0 +1,213 @@
+//! Addressing a pod baton calls (its prepare-shutdown endpoint, the delayed-downscale
+//! endpoint): by cluster DNS name or by pod IP, as the operator configures, and the URL built
+//! so that nothing a user writes in a path or port annotation can change where the call goes.
+//! The calls themselves are `baton_shared::pod_client`.
+
+use std::fmt;
+use std::net::IpAddr;
+
+use baton_config::PodAddressing;
+
+/// What is needed to address one pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodRef<'a> {
+    pub name: &'a str,
+    pub namespace: &'a str,
+    /// The StatefulSet's governing Service (`spec.serviceName`), for DNS addressing.
+    pub service_name: &'a str,
+    /// `status.podIP`, for IP addressing.
+    pub pod_ip: Option<&'a str>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PodAddressError {
+    #[error("pod {pod} cannot be addressed by DNS name: its StatefulSet has no spec.serviceName")]
+    NoServiceName { pod: String },
+    #[error("pod {pod} cannot be addressed by IP: it has no status.podIP yet")]
+    NoPodIp { pod: String },
+    #[error("pod {pod} has an invalid status.podIP {ip:?}")]
+    InvalidPodIp { pod: String, ip: String },
+}
+
+/// The host part of a URL reaching `pod`: `<pod>.<service>.<namespace>.svc.<cluster_domain>`
+/// or its IP (IPv6 in brackets).
+pub fn pod_host(
+    addressing: PodAddressing,
+    cluster_domain: &str,
+    pod: &PodRef<'_>,
+) -> Result<String, PodAddressError> {
+    match addressing {
+        PodAddressing::Dns => {
+            if pod.service_name.is_empty() {
+                return Err(PodAddressError::NoServiceName {
+                    pod: pod.name.to_owned(),
+                });
+            }
+            Ok(format!(
+                "{}.{}.{}.svc.{}",
+                pod.name, pod.service_name, pod.namespace, cluster_domain
+            ))
+        }
+        PodAddressing::Ip => {
+            let ip =
+                pod.pod_ip
+                    .filter(|ip| !ip.is_empty())
+                    .ok_or_else(|| PodAddressError::NoPodIp {
+                        pod: pod.name.to_owned(),
+                    })?;
+            match ip.parse::<IpAddr>() {
+                Ok(IpAddr::V4(v4)) => Ok(v4.to_string()),
+                Ok(IpAddr::V6(v6)) => Ok(format!("[{v6}]")),
+                Err(_) => Err(PodAddressError::InvalidPodIp {
+                    pod: pod.name.to_owned(),
+                    ip: ip.to_owned(),
+                }),
+            }
+        }
+    }
+}
+
+/// `http://<host>:<port>/<path>`, built with the URL type so that nothing in the path can
+/// change where the call goes (the port is a number; a `?`, `#` or `@` in the path is only
+/// path). The path annotation is written with or without its leading slash by users of the Go
+/// operator (`ingester/prepare-shutdown`); both mean the same.
+pub fn pod_url(host: &str, port: u16, path: &str) -> Result<String, String> {
+    let mut url = url::Url::parse(&format!("http://{host}/"))
+        .map_err(|error| format!("{host:?} is not a host: {error}"))?;
+    url.set_port(Some(port))
+        .map_err(|()| format!("cannot set port {port} on {url}"))?;
+    url.set_path(&format!("/{}", path.trim_start_matches('/')));
+    Ok(url.to_string())
+}
+
+/// The value of a port annotation as a port number, or what is wrong with it.
+pub fn parse_port(value: &str) -> Result<u16, String> {
+    value
+        .parse::<u16>()
+        .ok()
+        .filter(|port| *port > 0)
+        .ok_or_else(|| format!("{value:?} is not a port number (1-65535)"))
+}
+
+/// The two calls the prepare endpoints understand.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PodMethod {
+    /// Prepare for shutdown.
+    Post,
+    /// Undo a preparation.
+    Delete,
+}
+
+impl PodMethod {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PodMethod::Post => "POST",
+            PodMethod::Delete => "DELETE",
+        }
+    }
+}
+
+impl fmt::Display for PodMethod {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One pod endpoint to call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodEndpoint {
+    pub pod: String,
+    pub url: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod<'a>(service_name: &'a str, pod_ip: Option<&'a str>) -> PodRef<'a> {
+        PodRef {
+            name: "ingester-zone-a-4",
+            namespace: "mimir",
+            service_name,
+            pod_ip,
+        }
+    }
+
+    #[test]
+    fn addresses_pods_by_dns_name_or_ip() {
+        let cases: &[(PodAddressing, PodRef<'_>, Result<&str, PodAddressError>)] = &[
+            (
+                PodAddressing::Dns,
+                pod("ingester-zone-a", None),
+                Ok("ingester-zone-a-4.ingester-zone-a.mimir.svc.cluster.local"),
+            ),
+            (
+                PodAddressing::Dns,
+                pod("", Some("10.0.0.1")),
+                Err(PodAddressError::NoServiceName {
+                    pod: "ingester-zone-a-4".into(),
+                }),
+            ),
+            (
+                PodAddressing::Ip,
+                pod("", Some("127.0.3.4")),
+                Ok("127.0.3.4"),
+            ),
+            (
+                PodAddressing::Ip,
+                pod("svc", Some("fd00::1")),
+                Ok("[fd00::1]"),
+            ),
+            (
+                PodAddressing::Ip,
+                pod("svc", None),
+                Err(PodAddressError::NoPodIp {
+                    pod: "ingester-zone-a-4".into(),
+                }),
+            ),
+            (
+                PodAddressing::Ip,
+                pod("svc", Some("")),
+                Err(PodAddressError::NoPodIp {
+                    pod: "ingester-zone-a-4".into(),
+                }),
+            ),
+            (
+                PodAddressing::Ip,
+                pod("svc", Some("not-an-ip")),
+                Err(PodAddressError::InvalidPodIp {
+                    pod: "ingester-zone-a-4".into(),
+                    ip: "not-an-ip".into(),
+                }),
+            ),
+        ];
+        for (addressing, pod, expected) in cases {
+            let got = pod_host(*addressing, "cluster.local", pod);
+            assert_eq!(
+                got.as_deref().map_err(Clone::clone),
+                expected.clone(),
+                "{addressing:?} {pod:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn urls_accept_paths_with_or_without_a_leading_slash() {
+        // (80 is http's own port: the URL leaves it out, the call goes to it)
+        assert_eq!(pod_url("h", 80, "a/b").unwrap(), "http://h/a/b");
+        assert_eq!(pod_url("h", 8080, "/a/b").unwrap(), "http://h:8080/a/b");
+        assert_eq!(pod_url("[::1]", 8080, "").unwrap(), "http://[::1]:8080/");
+        // Nothing in the path reaches the host, the port or the query.
+        let url = pod_url("pod", 8080, "x@evil.example:1/?q#f").unwrap();
+        let parsed = url::Url::parse(&url).unwrap();
+        assert_eq!(
+            (parsed.host_str(), parsed.port(), parsed.query()),
+            (Some("pod"), Some(8080), None),
+            "{url}"
+        );
+        assert_eq!(parse_port("8080"), Ok(8080));
+        for bad in ["8080@evil.example", "0", "65536", "-1", "", "80 "] {
+            assert!(parse_port(bad).is_err(), "{bad:?}");
+        }
+    }
+}
