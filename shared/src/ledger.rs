@@ -44,7 +44,7 @@ pub async fn write(
     write_labelled(api, name, (ROLLOUT_GROUP_LABEL, group), ledger).await
 }
 
-/// [`write`] for any ledger: labelled managed-by baton and with `label` (what it belongs to).
+/// [`write()`] for any ledger: labelled managed-by baton and with `label` (what it belongs to).
 /// The zone-aware disruption budgets' eviction records use it too.
 pub async fn write_labelled(
     api: &Api<ConfigMap>,

@@ -223,7 +223,7 @@ impl Evictions {
     /// Resolves once the StatefulSet cache holds its first full listing, and the pod cache too
     /// if the pods are watched by then. Not the budgets': without the CRD their watch never
     /// lists, and the other webhooks must still serve; evictions are refused for now until it
-    /// has (see [`Self::synced`]).
+    /// has (see `synced`).
     pub async fn wait_synced(&self) {
         self.statefulsets.wait_synced().await;
         if *self.pods_wanted.borrow() {

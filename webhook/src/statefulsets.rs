@@ -26,7 +26,7 @@ use kube::Client;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use serde::{Deserialize, Deserializer};
 
-/// A StatefulSet as the webhook caches it: `k8s-openapi`'s type, with what [`Wire`] skips left
+/// A StatefulSet as the webhook caches it: `k8s-openapi`'s type, with what `Wire` skips left
 /// empty. A type of its own so that the watch decodes it slim (the API's lists and events
 /// deserialize into it).
 #[derive(Clone, Debug, Default, PartialEq)]

@@ -1,7 +1,7 @@
 //! A budget's eviction record: ONE ConfigMap per budget (`baton-zpdb-<budget>`, see
 //! [`record_name`]) mapping each pod whose eviction (or rollout deletion) was just allowed to
 //! when and by which request. Whoever lets a pod of the budget go claims it here by a write
-//! conditioned on the record's resourceVersion ([`crate::ledger::write_labelled`]): the
+//! conditioned on the record's resourceVersion (`baton_shared::ledger::write_labelled`): the
 //! webhook's replicas for evictions and the rollout controller for its deletions. So the
 //! judgements of all of them serialise on one object, and two of them cannot both let go pods
 //! the budget allows only one of. The decision reads the record's fresh entries as
