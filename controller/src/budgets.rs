@@ -16,11 +16,10 @@
 //! - **Free replacements** (a pod that is already unavailable, deleted so the StatefulSet
 //!   recreates it) are never consulted: deleting them takes no availability away, and holding
 //!   them would keep a broken zone broken while a drain waits on it.
-//! - **The cache** of the namespace's budgets is fed by a watch and parsed once per change. It
-//!   tolerates a missing CRD: then there are no budgets (logged once at info) and the watch is
-//!   retried with `baton_shared::kube_client::watch_backoff`, so installing the CRD later is picked up. Until the first
-//!   listing (or the API's answer that the CRD is not installed) rollout deletions wait: a
-//!   controller just started must not delete past a budget it has not read yet.
+//! - **The cache** of the namespace's budgets is the webhook's too, `baton_shared::budgets`:
+//!   parsed once per version, a missing CRD meaning no budgets. Until the first listing (or the
+//!   API's answer that the CRD is not installed) rollout deletions wait: a controller just
+//!   started must not delete past a budget it has not read yet.
 //!
 //! Which StatefulSets count: those of the controller's cache, i.e. every StatefulSet with a
 //! `rollout-group` label. A budget selects a rollout group's zones in practice; a StatefulSet
@@ -32,9 +31,9 @@
 //! watch already routes to them; the record is not watched, so a rollout held by a claim comes
 //! back after [`RECHECK_AFTER`].
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::future::Future;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use baton_core::annotations::max_unavailable;
@@ -42,12 +41,11 @@ use baton_core::budgets::record::{
     RECORD_EXPIRY, RECORD_LABEL, recently_allowed, record_name, with_eviction,
 };
 use baton_core::budgets::{
-    Budget, EvictionSnapshot, Observed, RecentlyAllowed, Verdict, ZoneAwarePodDisruptionBudget,
-    decide_rollout_deletion,
+    EvictionSnapshot, Observed, RecentlyAllowed, Verdict, decide_rollout_deletion,
 };
 use baton_core::ledger::{Judged, Ledger};
 use baton_core::pods::{CachedPod, PodsByStatefulSet};
-use baton_shared::index::{self, Index};
+use baton_shared::budgets::{BudgetEvents, Budgets, Known};
 use baton_shared::kube_client::bounded;
 use baton_shared::ledger::{self, CLAIM_ATTEMPTS, ClaimError};
 use baton_shared::pod_client::error_chain;
@@ -55,7 +53,6 @@ use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::Api;
-use kube::runtime::watcher;
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::cache::{Caches, group_of};
@@ -65,18 +62,6 @@ use crate::cache::{Caches, group_of};
 pub const RECHECK_AFTER: Duration = Duration::from_secs(2);
 /// The Event reason of a rollout deletion a budget holds.
 pub const WAIT_REASON: &str = "ZoneAwareBudgetWaits";
-
-/// What the controller knows of the namespace's budgets.
-#[derive(Debug, Clone)]
-pub enum Known {
-    /// Not listed yet: deletions wait, naming the watch's last error if there was one (e.g. a
-    /// role without `list` on the budgets).
-    NotListed { error: Option<String> },
-    /// The CRD is not installed: there are no budgets.
-    NotInstalled,
-    /// Budget name → the budget, parsed.
-    Listed(BTreeMap<String, Arc<Observed>>),
-}
 
 /// A rollout deletion about to happen.
 #[derive(Debug, Clone, Copy)]
@@ -183,7 +168,7 @@ pub struct ZoneBudgets {
     namespace: String,
     client: kube::Client,
     caches: Caches,
-    known: Arc<RwLock<Known>>,
+    budgets: Budgets,
     request_timeout: Duration,
 }
 
@@ -191,7 +176,7 @@ impl std::fmt::Debug for ZoneBudgets {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ZoneBudgets")
             .field("namespace", &self.namespace)
-            .field("known", &*self.known.read().expect("budgets lock"))
+            .field("known", &self.budgets.known())
             .finish_non_exhaustive()
     }
 }
@@ -206,16 +191,18 @@ impl ZoneBudgets {
         touched: UnboundedSender<String>,
         request_timeout: Duration,
     ) -> (Self, impl Future<Output = ()> + Send + 'static) {
-        let known = Arc::new(RwLock::new(Known::NotListed { error: None }));
+        let routes = RouteToGroups {
+            caches: caches.clone(),
+            touched,
+        };
+        let (watched, watch) = Budgets::watch(client.clone(), namespace, routes);
         let budgets = Self {
             namespace: namespace.to_owned(),
-            client: client.clone(),
-            caches: caches.clone(),
-            known: known.clone(),
+            client,
+            caches,
+            budgets: watched,
             request_timeout,
         };
-        let api: Api<ZoneAwarePodDisruptionBudget> = Api::namespaced(client, namespace);
-        let watch = watch(api, known, caches, touched);
         (budgets, watch)
     }
 
@@ -232,14 +219,14 @@ impl ZoneBudgets {
             namespace: namespace.to_owned(),
             client,
             caches,
-            known: Arc::new(RwLock::new(known)),
+            budgets: Budgets::fixed(known),
             request_timeout,
         }
     }
 
     /// What the cache knows now.
     pub fn known(&self) -> Known {
-        self.known.read().expect("budgets lock").clone()
+        self.budgets.known()
     }
 
     /// Judges `deletion` by `group`'s rollout and, when a budget allows it, claims it in the
@@ -331,123 +318,23 @@ impl ZoneBudgets {
     }
 }
 
-/// Feeds `known` from the budgets' watch: each budget parsed once per change, a missing CRD
-/// logged once and retried.
-async fn watch(
-    api: Api<ZoneAwarePodDisruptionBudget>,
-    known: Arc<RwLock<Known>>,
+/// Sends on `touched` the groups a budget's change concerns.
+struct RouteToGroups {
     caches: Caches,
     touched: UnboundedSender<String>,
-) {
-    let mut index = BudgetIndex {
-        known,
-        caches,
-        touched,
-        said_not_installed: false,
-    };
-    let slim = |zpdb: &mut ZoneAwarePodDisruptionBudget| zpdb.metadata.managed_fields = None;
-    index::run(api, watcher::Config::default(), slim, &mut index).await;
 }
 
-/// The budgets as parsed, and the groups each change concerns sent on `touched`.
-struct BudgetIndex {
-    known: Arc<RwLock<Known>>,
-    caches: Caches,
-    touched: UnboundedSender<String>,
-    said_not_installed: bool,
-}
+impl BudgetEvents for RouteToGroups {
+    fn parsed(&mut self, budget: &Observed) {
+        if let Err(invalid) = budget {
+            tracing::warn!(budget = %invalid.name, problem = %invalid, "invalid ZoneAwarePodDisruptionBudget; rollout deletions of the pods it selects wait");
+        }
+    }
 
-impl BudgetIndex {
-    fn touch(&self, changed: &[Arc<Observed>]) {
-        for group in groups_selected(&self.caches, changed) {
+    fn changed(&mut self, budgets: &[Arc<Observed>]) {
+        for group in groups_selected(&self.caches, budgets) {
             let _ = self.touched.send(group);
         }
-    }
-}
-
-impl Index<ZoneAwarePodDisruptionBudget> for BudgetIndex {
-    fn reset(&mut self, budgets: Vec<ZoneAwarePodDisruptionBudget>) {
-        self.said_not_installed = false;
-        tracing::info!(
-            budgets = budgets.len(),
-            "ZoneAwarePodDisruptionBudgets listed"
-        );
-        let listing: BTreeMap<String, Arc<Observed>> = budgets
-            .iter()
-            .map(|zpdb| (zpdb.name().to_owned(), parse(zpdb)))
-            .collect();
-        let mut changed: Vec<Arc<Observed>> = listing.values().cloned().collect();
-        let previous = std::mem::replace(
-            &mut *self.known.write().expect("budgets lock"),
-            Known::Listed(listing),
-        );
-        changed.extend(listed_budgets(&previous));
-        self.touch(&changed);
-    }
-
-    fn apply(&mut self, zpdb: ZoneAwarePodDisruptionBudget) {
-        let parsed = parse(&zpdb);
-        let previous = with_listed(&self.known, |budgets| {
-            budgets.insert(zpdb.name().to_owned(), parsed.clone())
-        });
-        let changed: Vec<Arc<Observed>> = previous.into_iter().flatten().chain([parsed]).collect();
-        self.touch(&changed);
-    }
-
-    fn delete(&mut self, zpdb: ZoneAwarePodDisruptionBudget) {
-        let changed: Vec<Arc<Observed>> =
-            with_listed(&self.known, |budgets| budgets.remove(zpdb.name()))
-                .into_iter()
-                .flatten()
-                .collect();
-        self.touch(&changed);
-    }
-
-    fn failed(&mut self, error: &watcher::Error) {
-        if crd_missing(error) {
-            if !self.said_not_installed {
-                tracing::info!(
-                    "the ZoneAwarePodDisruptionBudget CRD is not installed: rollouts consult no budgets (watching for it)"
-                );
-                self.said_not_installed = true;
-            }
-            let previous = std::mem::replace(
-                &mut *self.known.write().expect("budgets lock"),
-                Known::NotInstalled,
-            );
-            self.touch(&listed_budgets(&previous));
-            return;
-        }
-        tracing::warn!(%error, "ZoneAwarePodDisruptionBudget watch error; retrying");
-        if let Known::NotListed { error: last } = &mut *self.known.write().expect("budgets lock") {
-            *last = Some(error.to_string());
-        }
-    }
-}
-
-fn parse(zpdb: &ZoneAwarePodDisruptionBudget) -> Arc<Observed> {
-    let parsed = Budget::parse(zpdb);
-    if let Err(invalid) = &parsed {
-        tracing::warn!(budget = %invalid.name, problem = %invalid, "invalid ZoneAwarePodDisruptionBudget; rollout deletions of the pods it selects wait");
-    }
-    Arc::new(parsed)
-}
-
-/// Changes the listed budgets (nothing before the first listing: it replaces them all).
-fn with_listed<T>(
-    known: &RwLock<Known>,
-    change: impl FnOnce(&mut BTreeMap<String, Arc<Observed>>) -> T,
-) -> Option<T> {
-    match &mut *known.write().expect("budgets lock") {
-        Known::Listed(budgets) => Some(change(budgets)),
-        _ => None,
-    }
-}
-
-fn listed_budgets(known: &Known) -> Vec<Arc<Observed>> {
-    match known {
-        Known::Listed(budgets) => budgets.values().cloned().collect(),
-        _ => Vec::new(),
     }
 }
 
@@ -469,17 +356,6 @@ fn groups_selected(caches: &Caches, budgets: &[Arc<Observed>]) -> BTreeSet<Strin
         })
         .filter_map(|statefulset| group_of(statefulset).map(str::to_owned))
         .collect()
-}
-
-/// The API's answer that the resource does not exist (the CRD is not installed).
-fn crd_missing(error: &watcher::Error) -> bool {
-    match error {
-        watcher::Error::InitialListFailed(kube::Error::Api(status))
-        | watcher::Error::WatchStartFailed(kube::Error::Api(status))
-        | watcher::Error::WatchFailed(kube::Error::Api(status)) => status.code == 404,
-        watcher::Error::WatchError(status) => status.code == 404,
-        _ => false,
-    }
 }
 
 #[cfg(test)]

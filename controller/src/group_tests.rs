@@ -21,7 +21,7 @@ use serde_json::json;
 use tower_test::mock;
 
 use super::GroupReconciler;
-use crate::budgets::{Known, ZoneBudgets};
+use crate::budgets::ZoneBudgets;
 use crate::cache::Caches;
 use crate::explain::Explainer;
 use crate::leader::MayAct;
@@ -30,6 +30,7 @@ use crate::rollout::reconcile::Rollouts;
 use crate::scaling::Scaler;
 use baton_core::rollout::pending::PendingDeletions;
 use baton_core::status::StatusBoard;
+use baton_shared::budgets::Known;
 
 const NAMESPACE: &str = "mimir";
 const GROUP: &str = "ingester";

@@ -2,6 +2,7 @@
 //! ConfigMaps, the pod client, the operations server, TLS and process plumbing. The concepts
 //! and decisions with no I/O live in `baton_core`.
 
+pub mod budgets;
 pub mod cli;
 pub mod crypto;
 pub mod downscale_history;

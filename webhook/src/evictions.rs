@@ -17,17 +17,15 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, RwLock};
 
 use baton_core::budgets::{
-    AllowReason, Budget, EvictionSnapshot, Observed, RecentlyAllowed, Verdict,
-    ZoneAwarePodDisruptionBudget, decide,
+    AllowReason, EvictionSnapshot, Observed, RecentlyAllowed, Verdict, decide,
 };
 use baton_core::pods::{CachedPod, PodsByStatefulSet};
+use baton_shared::budgets::{BudgetEvents, Budgets};
 use baton_shared::pod_cache::{self, PodCache};
-use baton_shared::reflect::reflect;
 use futures::StreamExt;
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
-use kube::runtime::reflector::Store;
 use kube::runtime::watcher;
 use kube::{Api, Client};
 use prometheus::{IntCounter, IntCounterVec, IntGauge, Opts, Registry};
@@ -132,9 +130,8 @@ pub struct Evictions {
     pod_index: RwLock<Arc<PodIndex>>,
     /// Shared with the `/scale` parents: one watch of the namespace's StatefulSets.
     statefulsets: StatefulSetCache,
-    budgets: Store<ZoneAwarePodDisruptionBudget>,
-    /// Budget uid → (resourceVersion, parsed): a budget is parsed once per version.
-    parsed: Mutex<HashMap<String, (String, Arc<Observed>)>>,
+    /// Parsed once per version, as the controller's are.
+    budgets: Budgets,
     /// Budget name → its record as this replica last read or wrote it.
     records: Mutex<HashMap<String, Ledger>>,
     /// Budget name → the lock that makes this replica judge its evictions one at a time.
@@ -148,7 +145,7 @@ impl std::fmt::Debug for Evictions {
             .field("namespace", &self.namespace)
             .field("pods", &self.pods.len())
             .field("statefulsets", &self.statefulsets.len())
-            .field("budgets", &self.budgets.len())
+            .field("budgets", &self.budgets.listed().map(|listed| listed.len()))
             .finish()
     }
 }
@@ -163,20 +160,11 @@ impl Evictions {
         metrics: ZpdbMetrics,
     ) -> (Self, impl Future<Output = ()> + Send + 'static) {
         let (wanted, pods_wanted) = tokio::sync::watch::channel(false);
-        let (budgets, fill_budgets) = reflect(
-            Api::namespaced(client.clone(), namespace),
-            watcher::Config::default(),
-            |zpdb: &mut ZoneAwarePodDisruptionBudget| {
-                zpdb.metadata.managed_fields = None;
-                zpdb.metadata.annotations = None;
-            },
-            move |budgets| {
-                if !budgets.is_empty() && !*wanted.borrow() {
-                    tracing::info!("a ZoneAwarePodDisruptionBudget exists: watching pods");
-                    wanted.send_replace(true);
-                }
-            },
-        );
+        let events = BudgetsSeen {
+            wanted,
+            configurations: metrics.configurations.clone(),
+        };
+        let (budgets, fill_budgets) = Budgets::watch(client.clone(), namespace, events);
         let (pods, pod_events) =
             pod_cache::watch(client.clone(), namespace, watcher::Config::default());
         let fill_pods = {
@@ -204,7 +192,6 @@ impl Evictions {
             pod_index: RwLock::default(),
             statefulsets,
             budgets,
-            parsed: Mutex::default(),
             records: Mutex::default(),
             locks: Mutex::default(),
             metrics,
@@ -221,9 +208,9 @@ impl Evictions {
     }
 
     /// Resolves once the StatefulSet cache holds its first full listing, and the pod cache too
-    /// if the pods are watched by then. Not the budgets': without the CRD their watch never
-    /// lists, and the other webhooks must still serve; evictions are refused for now until it
-    /// has (see `synced`).
+    /// if the pods are watched by then. Not the budgets': without the CRD they are never
+    /// listed, and the other webhooks must still serve; evictions are refused for now until
+    /// they are (see `synced`).
     pub async fn wait_synced(&self) {
         self.statefulsets.wait_synced().await;
         if *self.pods_wanted.borrow() {
@@ -234,14 +221,11 @@ impl Evictions {
     /// Whether every cache the decision needs holds its first full listing. The pods are
     /// needed once a budget exists; the first budget starts their watch, so an eviction right
     /// after it waits up to [`POD_LIST_WAIT`] for their listing rather than being refused.
-    async fn synced(&self) -> bool {
-        use futures::FutureExt;
-        let listed = self.statefulsets.is_synced()
-            && self.budgets.wait_until_ready().now_or_never().is_some();
-        if !listed {
+    async fn synced(&self, budgets: &[Arc<Observed>]) -> bool {
+        if !self.statefulsets.is_synced() {
             return false;
         }
-        self.budgets.is_empty()
+        budgets.is_empty()
             || self.pods.is_ready()
             || tokio::time::timeout(POD_LIST_WAIT, self.pods.wait_until_ready())
                 .await
@@ -276,7 +260,13 @@ impl Evictions {
                 "namespace_not_watched",
             );
         }
-        if !self.synced().await {
+        let budgets = self.budgets.listed();
+        let synced = match &budgets {
+            Some(budgets) => self.synced(budgets).await,
+            None => false,
+        };
+        let budgets = budgets.unwrap_or_default();
+        if !synced {
             return (
                 Decision::deny_for_now(format!(
                     "pod {} cannot be evicted yet: this baton-webhook replica has not listed the pods, StatefulSets and ZoneAwarePodDisruptionBudgets of namespace {} yet (is the CRD zoneawarepoddisruptionbudgets.rollout-operator.grafana.com installed?); retry",
@@ -285,7 +275,8 @@ impl Evictions {
                 "not_synced",
             );
         }
-        if self.budgets.is_empty() {
+        self.forget_deleted_budgets(budgets.len());
+        if budgets.is_empty() {
             // No pod is read: with no budget, whatever its state, it may go.
             return (
                 Decision::allow_with_message(format!(
@@ -314,7 +305,6 @@ impl Evictions {
                 );
             }
         };
-        let budgets = self.observed_budgets();
         let budget_refs: Vec<&Observed> = budgets.iter().map(Arc::as_ref).collect();
         let verdict = self.decide(&pod, &budget_refs, &RecentlyAllowed::default());
         let Some(budget) = verdict.judging_budget() else {
@@ -487,59 +477,43 @@ impl Evictions {
             .map(|pod| Arc::new(CachedPod::of(&pod))))
     }
 
-    /// Every budget of the namespace, parsed once per resourceVersion.
-    fn observed_budgets(&self) -> Vec<Arc<Observed>> {
-        let budgets = self.budgets.state();
-        let mut parsed = self.parsed.lock().expect("parsed lock");
-        let observed: Vec<Arc<Observed>> = budgets
-            .iter()
-            .map(|zpdb| {
-                let uid = zpdb.metadata.uid.clone().unwrap_or_default();
-                let version = zpdb.metadata.resource_version.clone().unwrap_or_default();
-                match parsed.get(&uid) {
-                    Some((seen, observed)) if *seen == version => observed.clone(),
-                    _ => {
-                        let observed = Arc::new(Budget::parse(zpdb));
-                        let result = if observed.is_ok() { "valid" } else { "invalid" };
-                        self.metrics.configurations.with_label_values(&[result]).inc();
-                        if let Err(invalid) = observed.as_ref() {
-                            tracing::warn!(budget = %invalid.name, problem = %invalid, "invalid ZoneAwarePodDisruptionBudget; evictions of the pods it selects are refused");
-                        }
-                        parsed.insert(uid, (version, observed.clone()));
-                        observed
-                    }
-                }
-            })
-            .collect();
-        if parsed.len() > 2 * budgets.len() + 16 {
-            let live: std::collections::HashSet<String> = budgets
-                .iter()
-                .filter_map(|zpdb| zpdb.metadata.uid.clone())
-                .collect();
-            parsed.retain(|uid, _| live.contains(uid));
-        }
-        drop(parsed);
-        self.forget_deleted_budgets(&budgets);
-        observed
-    }
-
     /// Budget names are anyone's to create and delete: what is kept per budget name (its
     /// record as last read, its lock) goes with the budget, so those maps stay as large as the
     /// budgets that exist. A lock still held by a decision in flight is kept until next time.
-    fn forget_deleted_budgets(&self, budgets: &[Arc<ZoneAwarePodDisruptionBudget>]) {
-        let bound = 2 * budgets.len() + 16;
+    fn forget_deleted_budgets(&self, budgets: usize) {
+        let bound = 2 * budgets + 16;
         let over = |len: usize| len > bound;
         let mut records = self.records.lock().expect("records lock");
         let mut locks = self.locks.lock().expect("locks lock");
         if !over(records.len()) && !over(locks.len()) {
             return;
         }
-        let live: std::collections::HashSet<&str> = budgets
-            .iter()
-            .filter_map(|zpdb| zpdb.metadata.name.as_deref())
-            .collect();
-        records.retain(|name, _| live.contains(name.as_str()));
-        locks.retain(|name, lock| live.contains(name.as_str()) || Arc::strong_count(lock) > 1);
+        records.retain(|name, _| self.budgets.contains(name));
+        locks.retain(|name, lock| self.budgets.contains(name) || Arc::strong_count(lock) > 1);
+    }
+}
+
+/// What the webhook does when budgets change: counts each version parsed, and starts watching
+/// pods when the first budget appears.
+struct BudgetsSeen {
+    wanted: tokio::sync::watch::Sender<bool>,
+    configurations: IntCounterVec,
+}
+
+impl BudgetEvents for BudgetsSeen {
+    fn parsed(&mut self, budget: &Observed) {
+        let result = if budget.is_ok() { "valid" } else { "invalid" };
+        self.configurations.with_label_values(&[result]).inc();
+        if let Err(invalid) = budget {
+            tracing::warn!(budget = %invalid.name, problem = %invalid, "invalid ZoneAwarePodDisruptionBudget; evictions of the pods it selects are refused");
+        }
+    }
+
+    fn changed(&mut self, budgets: &[Arc<Observed>]) {
+        if !budgets.is_empty() && !*self.wanted.borrow() {
+            tracing::info!("a ZoneAwarePodDisruptionBudget exists: watching pods");
+            self.wanted.send_replace(true);
+        }
     }
 }
 
@@ -575,8 +549,8 @@ mod tests {
             drop(evictions.lock(&name));
         }
         let held = evictions.lock("gone-0");
-        // When the budgets are looked at (no budget exists any more)
-        assert!(evictions.observed_budgets().is_empty());
+        // When what is kept is weighed against the budgets (none exists any more)
+        evictions.forget_deleted_budgets(0);
         // Then only the lock a decision still holds is kept
         assert!(evictions.records.lock().unwrap().is_empty());
         let locks = evictions.locks.lock().unwrap();

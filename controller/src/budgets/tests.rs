@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use baton_core::annotations::MAX_UNAVAILABLE_ANNOTATION;
-use baton_core::budgets::{AllowedEviction, ZpdbSpec};
+use baton_core::budgets::{AllowedEviction, Budget, ZoneAwarePodDisruptionBudget, ZpdbSpec};
 use baton_core::pods::CachedPod;
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec};
 use k8s_openapi::api::core::v1::{Pod, PodCondition, PodStatus};
