@@ -55,7 +55,8 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::Api;
 use tokio::sync::mpsc::UnboundedSender;
 
-use crate::cache::{Caches, group_of};
+use crate::cache::Caches;
+use baton_core::statefulset::group_of;
 
 /// A rollout held by a budget comes back after this long even if nothing it watches changes
 /// (the record's claims expire, and pods of StatefulSets outside the groups are not watched).

@@ -7,15 +7,16 @@ use std::future::Future;
 use baton_core::annotations::ROLLOUT_GROUP_LABEL;
 use baton_core::downscale_history::ZoneTracker;
 use baton_core::ledger::{self, Ledger, MANAGED_BY_LABEL};
-use baton_shared::kube_client::watch_backoff;
+use baton_core::pods::controlling_statefulset;
+use baton_core::statefulset::group_of;
 use baton_shared::pod_cache::{self, PodCache};
-use futures::{StreamExt, TryStreamExt};
+use baton_shared::reflect::reflect;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::ResourceExt;
 use kube::api::Api;
-use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
 use tokio::sync::mpsc::UnboundedSender;
 
 /// Read-only views of what the watches have seen.
@@ -87,19 +88,8 @@ fn groups_of(statefulsets: &Store<StatefulSet>) -> Vec<String> {
     groups
 }
 
-/// The rollout group a StatefulSet belongs to.
-pub fn group_of(statefulset: &StatefulSet) -> Option<&str> {
-    statefulset
-        .labels()
-        .get(ROLLOUT_GROUP_LABEL)
-        .map(String::as_str)
-}
-
-/// The name of the StatefulSet controlling a pod, from its controller owner reference.
-pub use baton_core::pods::controlling_statefulset;
-
-/// Starts the reflectors of `namespace`. The returned future drives the watches until it is
-/// dropped, sending the group touched by each event on `touched`. `zone_tracker` names the Go
+/// Starts the watches of `namespace`. The returned future drives them (run it as a critical
+/// task), sending the group touched by each change on `touched`. `zone_tracker` names the Go
 /// operator's zone tracker ConfigMap.
 pub fn start(
     client: kube::Client,
@@ -107,105 +97,106 @@ pub fn start(
     zone_tracker: &str,
     touched: UnboundedSender<String>,
 ) -> (Caches, impl Future<Output = ()> + Send + 'static) {
-    let (statefulset_store, statefulset_writer) = reflector::store();
-    // Pods are most of the controller's memory: only what baton reads is kept.
-    let (pod_cache, pods) = pod_cache::watch(client.clone(), namespace, watcher::Config::default());
-    let (ledger_store, ledger_writer) = reflector::store();
-    let (tracker_store, tracker_writer) = reflector::store();
-    let caches = Caches {
-        statefulsets: statefulset_store.clone(),
-        pods: pod_cache,
-        ledgers: ledger_store,
-        zone_tracker: tracker_store,
-    };
-
-    // The ledgers by their labels, the tracker by its name: each into its own store (one
-    // store's relist replaces all it holds).
-    let config_maps = Api::<ConfigMap>::namespaced(client.clone(), namespace);
-    let slim = |config_map: &mut ConfigMap| config_map.managed_fields_mut().clear();
-    let ledgers = watcher(
-        config_maps.clone(),
-        watcher::Config::default()
-            .labels(&format!("{MANAGED_BY_LABEL}=baton,{ROLLOUT_GROUP_LABEL}")),
-    )
-    .backoff(watch_backoff())
-    .modify(slim)
-    .reflect(ledger_writer)
-    .touched_objects();
-    let tracker = watcher(
-        config_maps,
-        watcher::Config::default().fields(&format!("metadata.name={zone_tracker}")),
-    )
-    .backoff(watch_backoff())
-    .modify(slim)
-    .reflect(tracker_writer)
-    .touched_objects();
-    let records = futures::stream::select(ledgers, tracker);
-
-    let statefulsets = watcher(
+    // A StatefulSet's change concerns its group, and the group it left if it moved.
+    let mut last_group: HashMap<String, String> = HashMap::new();
+    let to_group = touched.clone();
+    let (statefulsets, statefulset_watch) = reflect(
         Api::<StatefulSet>::namespaced(client.clone(), namespace),
         watcher::Config::default().labels(ROLLOUT_GROUP_LABEL),
-    )
-    .backoff(watch_backoff())
-    .modify(|statefulset: &mut StatefulSet| statefulset.managed_fields_mut().clear())
-    .reflect(statefulset_writer)
-    .touched_objects();
-
-    let namespace = namespace.to_owned();
-    let statefulset_touched = touched.clone();
-    let records_touched = touched.clone();
-    let records_statefulsets = statefulset_store.clone();
-    let drive = async move {
-        let mut last_group: HashMap<String, String> = HashMap::new();
-        let statefulset_events = statefulsets
-            .inspect_err(|error| tracing::warn!(%error, "StatefulSet watch error; retrying"))
-            .filter_map(|result| async { result.ok() })
-            .for_each(|statefulset| {
+        |statefulset: &mut StatefulSet| statefulset.managed_fields_mut().clear(),
+        move |event| {
+            if let Some(statefulset) = touched_object(event) {
                 let name = statefulset.name_any();
-                let group = group_of(&statefulset).map(str::to_owned);
-                // A StatefulSet that moved to another group leaves its old group changed too.
+                let group = group_of(statefulset).map(str::to_owned);
                 let previous = match &group {
                     Some(group) => last_group.insert(name, group.clone()),
                     None => last_group.remove(&name),
                 };
                 for group in previous.into_iter().chain(group) {
-                    let _ = statefulset_touched.send(group);
+                    let _ = to_group.send(group);
                 }
-                async {}
-            });
-        let pod_events = pods
-            .inspect_err(|error| tracing::warn!(%error, "pod watch error; retrying"))
-            .filter_map(|result| async { result.ok() })
-            .for_each(|pod| {
-                let group = controlling_statefulset(&pod).and_then(|owner| {
-                    let key = ObjectRef::<StatefulSet>::new(owner).within(&namespace);
-                    statefulset_store
+            }
+        },
+    );
+
+    // Pods are most of the controller's memory: only what baton reads is kept. A pod's change
+    // concerns the group of the StatefulSet controlling it.
+    let (pods, pod_watch) = {
+        let statefulsets = statefulsets.clone();
+        let within = namespace.to_owned();
+        let to_group = touched.clone();
+        pod_cache::watch(
+            client.clone(),
+            namespace,
+            watcher::Config::default(),
+            move |pod| {
+                let group = controlling_statefulset(pod).and_then(|owner| {
+                    let key = ObjectRef::<StatefulSet>::new(owner).within(&within);
+                    statefulsets
                         .get(&key)
                         .and_then(|statefulset| group_of(&statefulset).map(str::to_owned))
                 });
                 if let Some(group) = group {
-                    let _ = touched.send(group);
+                    let _ = to_group.send(group);
                 }
-                async {}
-            });
-        // A ledger concerns its group; the tracker every group (it changes once per downscale).
-        let record_events = records
-            .inspect_err(|error| tracing::warn!(%error, "ConfigMap watch error; retrying"))
-            .filter_map(|result| async { result.ok() })
-            .for_each(|config_map| {
+            },
+        )
+    };
+
+    // The ledgers by their labels, the tracker by its name: each into its own store (one
+    // store's relist replaces all it holds). A ledger concerns its group; the tracker every
+    // group (it changes once per downscale).
+    let config_maps = Api::<ConfigMap>::namespaced(client, namespace);
+    let slim = |config_map: &mut ConfigMap| config_map.managed_fields_mut().clear();
+    let record_changed = |statefulsets: Store<StatefulSet>| {
+        let to_group = touched.clone();
+        move |event: &watcher::Event<ConfigMap>| {
+            if let Some(config_map) = touched_object(event) {
                 match config_map.labels().get(ROLLOUT_GROUP_LABEL) {
                     Some(group) => {
-                        let _ = records_touched.send(group.clone());
+                        let _ = to_group.send(group.clone());
                     }
                     None => {
-                        for group in groups_of(&records_statefulsets) {
-                            let _ = records_touched.send(group);
+                        for group in groups_of(&statefulsets) {
+                            let _ = to_group.send(group);
                         }
                     }
                 }
-                async {}
-            });
-        futures::future::join3(statefulset_events, pod_events, record_events).await;
+            }
+        }
     };
-    (caches, drive)
+    let (ledgers, ledger_watch) = reflect(
+        config_maps.clone(),
+        watcher::Config::default()
+            .labels(&format!("{MANAGED_BY_LABEL}=baton,{ROLLOUT_GROUP_LABEL}")),
+        slim,
+        record_changed(statefulsets.clone()),
+    );
+    let (zone_tracker, tracker_watch) = reflect(
+        config_maps,
+        watcher::Config::default().fields(&format!("metadata.name={zone_tracker}")),
+        slim,
+        record_changed(statefulsets.clone()),
+    );
+
+    let caches = Caches {
+        statefulsets,
+        pods,
+        ledgers,
+        zone_tracker,
+    };
+    let watches = async move {
+        futures::join!(statefulset_watch, pod_watch, ledger_watch, tracker_watch);
+    };
+    (caches, watches)
+}
+
+/// The object a watch event touched, if any (a relist's objects one by one).
+fn touched_object<K>(event: &watcher::Event<K>) -> Option<&K> {
+    match event {
+        watcher::Event::Apply(object)
+        | watcher::Event::Delete(object)
+        | watcher::Event::InitApply(object) => Some(object),
+        watcher::Event::Init | watcher::Event::InitDone => None,
+    }
 }

@@ -8,21 +8,23 @@
 //! second for what changes with time alone (minReadySeconds, a soak).
 
 use std::io::IsTerminal;
+use std::sync::Arc;
 use std::time::Duration;
 
 use baton_core::pods::CachedPod;
 use baton_shared::pod_cache;
-use futures::{FutureExt, StreamExt};
+use baton_shared::reflect::reflect;
+use futures::FutureExt;
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use kube::ResourceExt;
 use kube::api::Api;
-use kube::runtime::{WatchStreamExt, reflector, watcher};
+use kube::runtime::watcher;
+use tokio::sync::Notify;
 
 use baton_core::rollout::GroupSnapshot;
 use baton_core::status::{self};
 use baton_core::status::{GroupStatus, RolloutPhase};
-use baton_shared::kube_client::watch_backoff;
 
 use crate::access::{Access, AccessError, group_selector};
 use crate::exit;
@@ -122,23 +124,27 @@ pub async fn run(
         return Ok(outcome);
     }
 
-    let (statefulset_store, statefulset_writer) = reflector::store();
-    let (pod_cache, pods) = pod_cache::watch(
+    let changed = Arc::new(Notify::new());
+    let (pod_cache, fill_pods) = pod_cache::watch(
         access.client.clone(),
         &access.namespace,
         watcher::Config::default(),
+        {
+            let changed = changed.clone();
+            move |_| changed.notify_one()
+        },
     );
-    let statefulsets = watcher(
+    let (statefulset_store, fill_statefulsets) = reflect(
         Api::<StatefulSet>::namespaced(access.client.clone(), &access.namespace),
         watcher::Config::default().labels(&selector),
-    )
-    .backoff(watch_backoff())
-    .modify(|statefulset| statefulset.managed_fields_mut().clear())
-    .reflect(statefulset_writer)
-    .touched_objects()
-    .map(|_| ());
-    let pods = pods.map(|_| ());
-    let mut changes = std::pin::pin!(futures::stream::select(statefulsets, pods));
+        |statefulset| statefulset.managed_fields_mut().clear(),
+        {
+            let changed = changed.clone();
+            move |_| changed.notify_one()
+        },
+    );
+    // Polled only here: the watches fill the caches while this waits.
+    let mut watches = std::pin::pin!(futures::future::join(fill_pods, fill_statefulsets));
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     loop {
         tokio::select! {
@@ -146,11 +152,12 @@ pub async fn run(
                 display.finish();
                 return Ok(timed_out(&current, timeout_text));
             }
-            _ = changes.next() => {}
+            _ = &mut watches => {}
+            () = changed.notified() => {}
             _ = tick.tick() => {}
         }
         // Until both watches listed everything, the stores hold part of the group: keep the
-        // last view (never await readiness here: only polling `changes` fills the stores).
+        // last view (never await readiness here: only polling `watches` fills the stores).
         let ready = |ready: Option<Result<(), _>>| matches!(ready, Some(Ok(())));
         if !ready(statefulset_store.wait_until_ready().now_or_never()) || !pod_cache.is_ready() {
             continue;

@@ -143,6 +143,11 @@ impl<E: BudgetEvents> BudgetIndex<E> {
 }
 
 impl<E: BudgetEvents> Index<ZoneAwarePodDisruptionBudget> for BudgetIndex<E> {
+    type Kept = ZoneAwarePodDisruptionBudget;
+    fn keep(&self, zpdb: ZoneAwarePodDisruptionBudget) -> ZoneAwarePodDisruptionBudget {
+        zpdb
+    }
+
     fn reset(&mut self, budgets: Vec<ZoneAwarePodDisruptionBudget>) {
         self.said_not_installed = false;
         tracing::info!(

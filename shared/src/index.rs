@@ -1,9 +1,11 @@
 //! One way from a watch to an index of one's own, when a kube-runtime store is not what the
-//! reader needs (a parsed form, a channel, a "not installed" state): the watch's relists,
-//! changes and errors become calls on an [`Index`], so each reader writes only what it keeps.
-//! (Readers content with a store use [`crate::reflect`].)
+//! reader needs (a smaller or parsed form, a channel, a "not installed" state): the watch's
+//! relists, changes and errors become calls on an [`Index`], so each reader writes only what it
+//! keeps. (Readers content with a store use [`crate::reflect`].)
 //!
-//! A relist is given whole ([`Index::reset`], once its last object arrived): an index never sees
+//! Each object is first turned into what the index keeps ([`Index::keep`]), as it arrives, so a
+//! relist of thousands of pods buffers thousands of small records, never the whole objects. A
+//! relist is given whole ([`Index::reset`], once its last object arrived): an index never sees
 //! half a listing, so it never forgets objects that a relist is still to repeat.
 
 use std::fmt::Debug;
@@ -15,12 +17,16 @@ use serde::de::DeserializeOwned;
 
 /// What a watch's events do to a reader's index.
 pub trait Index<K> {
+    /// What the index keeps of one object (the object itself, when that is all it needs).
+    type Kept;
+    /// Makes what is kept of `object`, once per event.
+    fn keep(&self, object: K) -> Self::Kept;
     /// A (re)list: these are all the objects there are now.
-    fn reset(&mut self, objects: Vec<K>);
+    fn reset(&mut self, objects: Vec<Self::Kept>);
     /// `object` was created or changed.
-    fn apply(&mut self, object: K);
+    fn apply(&mut self, object: Self::Kept);
     /// `object` was deleted.
-    fn delete(&mut self, object: K);
+    fn delete(&mut self, object: Self::Kept);
     /// The watch failed; it is retried with [`crate::kube_client::watch_backoff`].
     fn failed(&mut self, error: &watcher::Error) {
         tracing::warn!(%error, "watch failed; retrying");
@@ -52,10 +58,10 @@ pub async fn drive<K, I>(
     while let Some(event) = events.next().await {
         match event {
             Ok(watcher::Event::Init) => listing.clear(),
-            Ok(watcher::Event::InitApply(object)) => listing.push(object),
+            Ok(watcher::Event::InitApply(object)) => listing.push(index.keep(object)),
             Ok(watcher::Event::InitDone) => index.reset(std::mem::take(&mut listing)),
-            Ok(watcher::Event::Apply(object)) => index.apply(object),
-            Ok(watcher::Event::Delete(object)) => index.delete(object),
+            Ok(watcher::Event::Apply(object)) => index.apply(index.keep(object)),
+            Ok(watcher::Event::Delete(object)) => index.delete(index.keep(object)),
             Err(error) => index.failed(&error),
         }
     }
@@ -69,13 +75,17 @@ mod tests {
     struct Calls(Vec<String>);
 
     impl Index<&'static str> for Calls {
-        fn reset(&mut self, objects: Vec<&'static str>) {
+        type Kept = String;
+        fn keep(&self, object: &'static str) -> String {
+            object.to_uppercase()
+        }
+        fn reset(&mut self, objects: Vec<String>) {
             self.0.push(format!("reset {objects:?}"));
         }
-        fn apply(&mut self, object: &'static str) {
+        fn apply(&mut self, object: String) {
             self.0.push(format!("apply {object}"));
         }
-        fn delete(&mut self, object: &'static str) {
+        fn delete(&mut self, object: String) {
             self.0.push(format!("delete {object}"));
         }
         fn failed(&mut self, _: &watcher::Error) {
@@ -105,11 +115,11 @@ mod tests {
         assert_eq!(
             calls.0,
             [
-                r#"reset ["a", "b"]"#,
-                "apply c",
-                "delete a",
+                r#"reset ["A", "B"]"#,
+                "apply C",
+                "delete A",
                 "failed",
-                r#"reset ["c"]"#,
+                r#"reset ["C"]"#,
             ]
         );
     }

@@ -3,22 +3,22 @@
 //! Why not kube's reflector: its store keeps the watched type whole, and a `Pod` costs 2,176
 //! bytes before its strings however much of it is emptied, so 9,000 pods took ~19 MiB of each
 //! binary for struct space nobody reads. The reflector cannot store another type than the one
-//! it watches, so this cache applies the watcher's events itself: each pod is converted once
-//! per change, then the event's `Pod` is dropped.
+//! it watches, so this cache is an [`Index`] of the one watch driver ([`crate::index`]): each
+//! pod is converted once per change, then the event's `Pod` is dropped.
 //!
-//! The cache is filled like the reflector's: a relist (`Init` … `InitDone`) is buffered and
-//! swapped in whole, so readers never see half a list, and [`PodCache::wait_until_ready`]
-//! returns once the first list is in.
+//! The cache is filled like the reflector's: a relist is swapped in whole, so readers never see
+//! half a list, and [`PodCache::wait_until_ready`] returns once the first list is in.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
-use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher;
 use tokio::sync::watch;
+
+use crate::index::{self, Index};
 
 use baton_core::pods::CachedPod;
 
@@ -53,7 +53,7 @@ pub struct WatchStopped;
 impl PodCache {
     /// A cache that holds `pods`, listed, and watches nothing: for tests of what reads one.
     pub fn of_pods(pods: impl IntoIterator<Item = CachedPod>) -> Self {
-        let (cache, writer) = empty();
+        let (cache, writer) = empty(|_: &CachedPod| {});
         *writer.write() = pods
             .into_iter()
             .map(|pod| (pod.name.clone(), Arc::new(pod)))
@@ -107,8 +107,9 @@ impl PodCache {
     }
 }
 
-/// An empty cache, not listed yet, and the writer that fills it.
-fn empty() -> (PodCache, Writer) {
+/// An empty cache, not listed yet, and the writer that fills it, telling `touched` of each pod
+/// a change touched.
+fn empty<T: FnMut(&CachedPod)>(touched: T) -> (PodCache, Writer<T>) {
     let shared = Arc::new(Shared {
         pods: RwLock::default(),
         changes: AtomicU64::new(0),
@@ -121,58 +122,19 @@ fn empty() -> (PodCache, Writer) {
     let writer = Writer {
         shared,
         ready: ready_sender,
-        buffer: None,
+        touched,
     };
     (cache, writer)
 }
 
-/// The writing side: applies the watcher's events.
-struct Writer {
+/// The writing side: the watch's index.
+struct Writer<T> {
     shared: Arc<Shared>,
     ready: watch::Sender<bool>,
-    /// A relist in progress.
-    buffer: Option<HashMap<String, Arc<CachedPod>>>,
+    touched: T,
 }
 
-impl Writer {
-    /// Applies one event; returns the pod it touched, if any.
-    fn apply(&mut self, event: watcher::Event<Pod>) -> Option<Arc<CachedPod>> {
-        let touched = match event {
-            watcher::Event::Init => {
-                self.buffer = Some(HashMap::new());
-                return None;
-            }
-            watcher::Event::InitApply(pod) => {
-                let pod = Arc::new(CachedPod::of(&pod));
-                self.buffer
-                    .get_or_insert_default()
-                    .insert(pod.name.clone(), pod.clone());
-                pod
-            }
-            watcher::Event::InitDone => {
-                let listed = self.buffer.take().unwrap_or_default();
-                *self.shared.pods.write().expect("pod cache lock") = listed;
-                self.changed();
-                self.ready.send_replace(true);
-                return None;
-            }
-            watcher::Event::Apply(pod) => {
-                let pod = Arc::new(CachedPod::of(&pod));
-                self.write().insert(pod.name.clone(), pod.clone());
-                pod
-            }
-            watcher::Event::Delete(pod) => {
-                let pod = Arc::new(CachedPod::of(&pod));
-                self.write().remove(&pod.name);
-                pod
-            }
-        };
-        if self.buffer.is_none() {
-            self.changed();
-        }
-        Some(touched)
-    }
-
+impl<T> Writer<T> {
     fn write(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<String, Arc<CachedPod>>> {
         self.shared.pods.write().expect("pod cache lock")
     }
@@ -182,28 +144,55 @@ impl Writer {
     }
 }
 
-/// Starts watching the pods of `namespace` (all of them, with `config`'s selectors). The
-/// returned stream drives the watch: it must be polled to keep the cache current, and yields
-/// each pod an event touched (added, changed, deleted, or listed) or the watch's error (the
-/// watch retries by itself, with `crate::kube_client::watch_backoff`).
+impl<T: FnMut(&CachedPod)> Index<Pod> for Writer<T> {
+    type Kept = Arc<CachedPod>;
+
+    fn keep(&self, pod: Pod) -> Arc<CachedPod> {
+        Arc::new(CachedPod::of(&pod))
+    }
+
+    fn reset(&mut self, pods: Vec<Arc<CachedPod>>) {
+        let listed: HashMap<String, Arc<CachedPod>> = pods
+            .iter()
+            .map(|pod| (pod.name.clone(), pod.clone()))
+            .collect();
+        *self.write() = listed;
+        self.changed();
+        self.ready.send_replace(true);
+        pods.iter().for_each(|pod| (self.touched)(pod));
+    }
+
+    fn apply(&mut self, pod: Arc<CachedPod>) {
+        self.write().insert(pod.name.clone(), pod.clone());
+        self.changed();
+        (self.touched)(&pod);
+    }
+
+    fn delete(&mut self, pod: Arc<CachedPod>) {
+        self.write().remove(&pod.name);
+        self.changed();
+        (self.touched)(&pod);
+    }
+
+    fn failed(&mut self, error: &watcher::Error) {
+        tracing::warn!(%error, "pod watch failed; retrying");
+    }
+}
+
+/// The cache of the pods of `namespace` (all of them, with `config`'s selectors) and the future
+/// that fills it, calling `touched` with each pod a change touched (added, changed, deleted, or
+/// listed). Run the future as a critical task; the watch retries by itself, with
+/// `crate::kube_client::watch_backoff`.
 pub fn watch(
     client: kube::Client,
     namespace: &str,
     config: watcher::Config,
-) -> (
-    PodCache,
-    impl Stream<Item = Result<Arc<CachedPod>, watcher::Error>> + Send + 'static,
-) {
-    let (cache, mut writer) = empty();
-    let events = watcher(Api::<Pod>::namespaced(client, namespace), config)
-        .backoff(crate::kube_client::watch_backoff())
-        .filter_map(move |event| {
-            futures::future::ready(match event {
-                Ok(event) => writer.apply(event).map(Ok),
-                Err(error) => Some(Err(error)),
-            })
-        });
-    (cache, events)
+    touched: impl FnMut(&CachedPod) + Send + 'static,
+) -> (PodCache, impl Future<Output = ()> + Send + 'static) {
+    let (cache, mut writer) = empty(touched);
+    let api = Api::<Pod>::namespaced(client, namespace);
+    let fill = async move { index::run(api, config, |_| {}, &mut writer).await };
+    (cache, fill)
 }
 
 #[cfg(test)]
@@ -232,55 +221,48 @@ mod tests {
         names
     }
 
+    fn kept(name: &str, phase: &str) -> Arc<CachedPod> {
+        Arc::new(CachedPod::of(&pod(name, phase)))
+    }
+
     #[test]
     fn a_list_is_swapped_in_whole_and_makes_the_cache_ready() {
-        let (cache, mut writer) = empty();
-        writer.apply(watcher::Event::Init);
-        writer.apply(watcher::Event::InitApply(pod("a", "Running")));
-        writer.apply(watcher::Event::InitApply(pod("b", "Pending")));
-        assert!(
-            cache.is_empty() && !cache.is_ready(),
-            "half a list is not shown"
-        );
+        let mut touched = Vec::new();
+        let (cache, mut writer) = empty(|pod: &CachedPod| touched.push(pod.name.clone()));
+        assert!(cache.is_empty() && !cache.is_ready());
         assert_eq!(cache.changes(), 0);
-        writer.apply(watcher::Event::InitDone);
+        writer.reset(vec![kept("a", "Running"), kept("b", "Pending")]);
         assert!(cache.is_ready());
         assert_eq!(names(&cache), ["a", "b"]);
         assert_eq!(cache.changes(), 1);
+        drop(writer);
+        assert_eq!(touched, ["a", "b"]);
     }
 
     #[test]
     fn changes_apply_and_count_and_a_relist_drops_what_is_gone() {
-        let (cache, mut writer) = empty();
-        writer.apply(watcher::Event::Init);
-        writer.apply(watcher::Event::InitApply(pod("a", "Pending")));
-        writer.apply(watcher::Event::InitApply(pod("b", "Running")));
-        writer.apply(watcher::Event::InitDone);
-        let touched = writer.apply(watcher::Event::Apply(pod("a", "Running")));
-        assert_eq!(touched.map(|pod| pod.name.clone()).as_deref(), Some("a"));
+        let mut touched = Vec::new();
+        let (cache, mut writer) = empty(|pod: &CachedPod| touched.push(pod.name.clone()));
+        writer.reset(vec![kept("a", "Pending"), kept("b", "Running")]);
+        writer.apply(kept("a", "Running"));
         assert_eq!(
             cache.get("a").map(|pod| pod.readiness.phase),
             Some(baton_core::pods::PodPhase::Running)
         );
-        writer.apply(watcher::Event::Delete(pod("b", "Running")));
+        writer.delete(kept("b", "Running"));
         assert_eq!(names(&cache), ["a"]);
         assert_eq!(cache.changes(), 3);
         // A relist after the watch was lost: "a" went meanwhile, "c" came.
-        writer.apply(watcher::Event::Init);
-        writer.apply(watcher::Event::InitApply(pod("c", "Running")));
-        assert_eq!(
-            names(&cache),
-            ["a"],
-            "the old contents until the list is in"
-        );
-        writer.apply(watcher::Event::InitDone);
+        writer.reset(vec![kept("c", "Running")]);
         assert_eq!(names(&cache), ["c"]);
         assert_eq!(cache.changes(), 4);
+        drop(writer);
+        assert_eq!(touched, ["a", "b", "a", "b", "c"]);
     }
 
     #[tokio::test]
     async fn waiting_for_the_list_fails_once_the_watch_is_gone() {
-        let (cache, writer) = empty();
+        let (cache, writer) = empty(|_: &CachedPod| {});
         drop(writer);
         assert!(cache.wait_until_ready().await.is_err());
     }

@@ -1,8 +1,10 @@
-//! A watch reflected into a kube-runtime store: how the webhook's caches and the controller's
-//! webhook-configuration caches are filled, with the workspace's watch backoff. They differ
-//! only in what they watch (the `Api`'s scope, the selector), what they drop from each object
-//! before storing it and what they do once a change is applied (count it, start another
-//! watch, wake a writer), so those are the parameters.
+//! A watch reflected into a kube-runtime store: how every cache that keeps whole objects is
+//! filled (the controller's StatefulSets and records, the webhook's StatefulSets and parents,
+//! the webhook configurations, `kubectl baton wait`), with the workspace's watch backoff. They
+//! differ only in what they watch (the `Api`'s scope, the selector), what they drop from each
+//! object before storing it and what they do once a change is applied (route it to a group,
+//! count it, wake a writer), so those are the parameters. Caches of another form than the
+//! object are [`crate::index`]es.
 
 use std::fmt::Debug;
 use std::future::Future;
@@ -14,21 +16,20 @@ use kube::{Api, Resource};
 use serde::de::DeserializeOwned;
 
 /// The store of what `api` and `config` select and the future that fills it. `slim` drops what
-/// the readers never use before an object is stored; `changed` runs after each watch event has
-/// been applied to the store (the end of a relist included). The future runs until the process
+/// the readers never use before an object is stored; `changed` is given each watch event once it
+/// has been applied to the store (the end of a relist included). The future runs until the process
 /// stops (watch errors are logged and retried with [`crate::kube_client::watch_backoff`]) and
 /// must be polled for the store to be filled: the caller runs it as a critical task.
 pub fn reflect<'a, K>(
     api: Api<K>,
     config: watcher::Config,
     slim: fn(&mut K),
-    changed: impl Fn(&Store<K>) + Send + Sync + 'a,
+    mut changed: impl FnMut(&watcher::Event<K>) + Send + 'a,
 ) -> (Store<K>, impl Future<Output = ()> + Send + 'a)
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
     let (reader, writer) = reflector::store::<K>();
-    let store = reader.clone();
     let stream = watcher(api, config)
         .backoff(crate::kube_client::watch_backoff())
         .modify(slim);
@@ -37,7 +38,7 @@ where
             .for_each(|event| {
                 match event {
                     // The reflector has applied it to the store.
-                    Ok(_) => changed(&store),
+                    Ok(event) => changed(&event),
                     Err(error) => {
                         tracing::warn!(kind = %K::kind(&()), %error, "watch failed; retrying");
                     }

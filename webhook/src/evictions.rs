@@ -22,7 +22,6 @@ use baton_core::budgets::{
 use baton_core::pods::{CachedPod, PodsByStatefulSet};
 use baton_shared::budgets::{BudgetEvents, Budgets};
 use baton_shared::pod_cache::{self, PodCache};
-use futures::StreamExt;
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
@@ -165,23 +164,18 @@ impl Evictions {
             configurations: metrics.configurations.clone(),
         };
         let (budgets, fill_budgets) = Budgets::watch(client.clone(), namespace, events);
-        let (pods, pod_events) =
-            pod_cache::watch(client.clone(), namespace, watcher::Config::default());
+        let (pods, pod_watch) = pod_cache::watch(
+            client.clone(),
+            namespace,
+            watcher::Config::default(),
+            |_| {},
+        );
         let fill_pods = {
             let mut wanted = pods_wanted.clone();
-            let namespace = namespace.to_owned();
             async move {
-                if wanted.wait_for(|wanted| *wanted).await.is_err() {
-                    return;
+                if wanted.wait_for(|wanted| *wanted).await.is_ok() {
+                    pod_watch.await;
                 }
-                pod_events
-                    .for_each(|event| {
-                        if let Err(error) = event {
-                            tracing::warn!(%namespace, %error, "pod watch failed; retrying");
-                        }
-                        futures::future::ready(())
-                    })
-                    .await;
             }
         };
         let evictions = Self {

@@ -174,6 +174,11 @@ struct LatestSecret {
 }
 
 impl Index<Secret> for LatestSecret {
+    type Kept = Secret;
+    fn keep(&self, secret: Secret) -> Secret {
+        secret
+    }
+
     fn reset(&mut self, objects: Vec<Secret>) {
         self.sender.send_replace(objects.into_iter().next());
     }
