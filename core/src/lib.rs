@@ -1,23 +1,41 @@
-//! baton's pure core: the concepts its decisions read, with no I/O. Cargo keeps it pure: this
-//! crate cannot reach a kube client, tokio, HTTP or TLS, because it does not depend on them.
+//! baton's pure core: every decision and the concepts it reads, with no I/O. Cargo keeps it
+//! pure: this crate cannot reach a kube client, tokio, HTTP or TLS, because it does not depend
+//! on them (it reads the operator's typed settings from `baton_config`). Each decision is a
+//! function from a snapshot of objects (and stored state, and `now`) to what to do and why it
+//! waits; the binaries read the snapshot from their watch caches and carry the answer out.
+//!
+//! # Module map
 //!
 //! | module | what |
 //! |---|---|
-//! | [`clock`] | how far apart clocks may be before a recorded time is not believed |
 //! | [`annotations`] | the labels and annotations of the contract with the Go operator's users, and their parsing |
 //! | [`duration`] | the two duration syntaxes users write (Go's and Prometheus') |
+//! | [`clock`] | how far apart clocks may be before a recorded time is not believed |
 //! | [`pods`] | a pod as decisions read it ([`pods::CachedPod`]), readiness, ownership |
-//! | [`statefulset`] | a StatefulSet's replicas and ordinals as decisions read them |
-//! | [`budgets`] | zone-aware disruption budgets: the CRD, its validation, the eviction decision, the record of allowed evictions |
-//! | [`ledger`] | records replicas claim things in (the downscale ledger, the budgets' eviction records) as decisions read and change them |
-//! | [`downscale_history`] | when each StatefulSet was last downscaled, from the ledger, the Go operator's zone tracker and the annotation |
-//! | [`lease`] | leader election: what a candidate does next from what it has seen of the Lease, on its own clock |
-//! | [`certificates`] | the webhook's serving certificate and CA: what to write next and when, rotation included |
+//! | [`statefulset`] | a StatefulSet's group, replicas and ordinals as decisions read them |
 //! | [`pod_address`] | how baton addresses a pod it calls (DNS name or IP) and builds the URL |
-//! | [`scaling`] | leader/follower zones, replica mirroring and delayed downscale: the snapshot and the plan |
 //! | [`rollout`] | the rollout snapshot and the planner: which pods may go now |
 //! | [`gates`] | soak, ramp, halt, health checks and hooks as gates on the plan: whether they may go now |
 //! | [`status`] | a group's status as people read it, from the snapshot, the plan and the gates |
+//! | [`scaling`] | leader/follower zones, replica mirroring and delayed downscale: the snapshot and the plan |
+//! | [`ledger`] | records replicas claim things in (the downscale ledger, the budgets' eviction records) as decisions read and change them |
+//! | [`downscale_history`] | when each StatefulSet was last downscaled, from the ledger, the Go operator's zone tracker and the annotation |
+//! | [`budgets`] | zone-aware disruption budgets: the CRD, its validation, the eviction decision, the record of allowed evictions |
+//! | [`lease`] | leader election: what a candidate does next from what it has seen of the Lease, on its own clock |
+//! | [`certificates`] | the webhook's serving certificate and CA: what to write next and when, rotation included |
+//! | `testing` | builders of snapshots for every crate's tests (`testing` feature) |
+//!
+//! # The decisions, and who carries them out
+//!
+//! - A rollout pass: [`rollout::GroupSnapshot`] → [`rollout::plan`] (which pods may go) →
+//!   [`gates`] (whether they may go now) → [`status`] (what people see); the controller's
+//!   `rollout` module deletes.
+//! - A scaling pass: [`scaling::snapshot`] → [`scaling::plan`]; the controller's `scaling`
+//!   writes `/scale` and calls pods.
+//! - A downscale admission: [`downscale_history`] over the [`ledger`]; the webhook claims it.
+//! - An eviction or a rollout deletion under a budget: [`budgets::decide`]; the webhook and the
+//!   controller claim it in the budget's record.
+//! - The Lease ([`lease`]) and the webhook's certificate ([`certificates`]): the controller.
 
 pub mod annotations;
 pub mod budgets;
@@ -34,3 +52,5 @@ pub mod rollout;
 pub mod scaling;
 pub mod statefulset;
 pub mod status;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;

@@ -1,6 +1,30 @@
-//! What both baton binaries need at run time: watches into caches and indexes, records in
-//! ConfigMaps, the pod client, the operations server, TLS and process plumbing. The concepts
-//! and decisions with no I/O live in `baton_core`.
+//! What both baton binaries (and `kubectl baton`) need at run time: watches into caches,
+//! records read and claimed through the API server, calls to pods, the operations server, TLS
+//! and process plumbing. The concepts and decisions with no I/O live in `baton_core`; here is
+//! only what reaches the API server, a pod or a socket.
+//!
+//! # Module map
+//!
+//! | module | owns |
+//! |---|---|
+//! | [`reflect`] | a watch into a kube-runtime store of whole objects, with what a change concerns handed to the caller |
+//! | [`index`] | a watch into an index of one's own form (relists given whole, each object converted as it arrives) |
+//! | [`pod_cache`] | the namespace's pods as `baton_core::pods::CachedPod`, an [`index`] |
+//! | [`budgets`] | the namespace's zone-aware disruption budgets, parsed once per version, an [`index`] both binaries judge with |
+//! | [`ledger`] | reading and conditionally writing a record, and the one claim loop every racing writer uses |
+//! | [`downscale_history`] | reading the Go operator's zone tracker and writing one entry of it |
+//! | [`pod_client`] | the bounded, measured HTTP client for calls to pods |
+//! | [`kube_client`] | the instrumented Kubernetes client, bounded calls, the watch backoff |
+//! | `http_server`, `ops_server` | the actix servers (`server` feature): draining in order, `/metrics`, `/ready`, `/live` |
+//! | [`supervisor`], [`shutdown`] | every task critical, named; the shutdown signal |
+//! | [`cli`], [`telemetry`], [`crypto`] | the command line, logs and traces, the one rustls crypto provider |
+//!
+//! # From a watch to a decision
+//!
+//! A binary starts a watch per kind ([`reflect`] or [`index`], one line each); each change
+//! updates its cache and tells the binary what it concerns (a group to reconcile, a counter, a
+//! writer to wake). Decisions then read the caches, and what they claim goes through [`ledger`]
+//! (conditional writes, judged again on conflict).
 
 pub mod budgets;
 pub mod cli;

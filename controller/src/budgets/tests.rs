@@ -8,91 +8,40 @@ use std::sync::Arc;
 use baton_core::annotations::MAX_UNAVAILABLE_ANNOTATION;
 use baton_core::budgets::{AllowedEviction, Budget, ZoneAwarePodDisruptionBudget, ZpdbSpec};
 use baton_core::pods::CachedPod;
-use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec};
-use k8s_openapi::api::core::v1::{Pod, PodCondition, PodStatus};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
-    LabelSelector, ObjectMeta, OwnerReference, Time,
-};
+use baton_core::testing::objects::{NAMESPACE, labels, match_labels, zone_pod, zone_statefulset};
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::Pod;
 
 use super::*;
 
-const NS: &str = "mimir";
+const NS: &str = NAMESPACE;
 const ZONES: [&str; 3] = ["ingester-zone-a", "ingester-zone-b", "ingester-zone-c"];
 
 fn now() -> Timestamp {
     Timestamp::from_second(1_800_000_000).unwrap()
 }
 
-fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-    pairs
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
-}
-
 fn statefulset(name: &str, replicas: i32, max_unavailable: Option<&str>) -> StatefulSet {
-    StatefulSet {
-        metadata: ObjectMeta {
-            name: Some(name.to_owned()),
-            namespace: Some(NS.to_owned()),
-            uid: Some(format!("uid-{name}")),
-            labels: Some(labels(&[("rollout-group", "ingester"), ("zone", name)])),
-            annotations: max_unavailable
-                .map(|value| labels(&[(MAX_UNAVAILABLE_ANNOTATION, value)])),
-            ..ObjectMeta::default()
-        },
-        spec: Some(StatefulSetSpec {
-            replicas: Some(replicas),
-            selector: LabelSelector {
-                match_labels: Some(labels(&[("zone", name)])),
-                match_expressions: None,
-            },
-            ..StatefulSetSpec::default()
-        }),
-        status: None,
-    }
+    let mut statefulset = zone_statefulset(name, replicas);
+    statefulset.metadata.annotations =
+        max_unavailable.map(|value| labels(&[(MAX_UNAVAILABLE_ANNOTATION, value)]));
+    statefulset
 }
 
 fn pod(statefulset: &str, ordinal: u32, ready: bool) -> Pod {
-    Pod {
-        metadata: ObjectMeta {
-            name: Some(format!("{statefulset}-{ordinal}")),
-            namespace: Some(NS.to_owned()),
-            uid: Some(format!("uid-{statefulset}-{ordinal}")),
-            labels: Some(labels(&[
-                ("rollout-group", "ingester"),
-                ("zone", statefulset),
-            ])),
-            owner_references: Some(vec![OwnerReference {
-                api_version: "apps/v1".into(),
-                kind: "StatefulSet".into(),
-                name: statefulset.to_owned(),
-                uid: format!("uid-{statefulset}"),
-                controller: Some(true),
-                ..OwnerReference::default()
-            }]),
-            ..ObjectMeta::default()
-        },
-        spec: None,
-        status: Some(PodStatus {
-            phase: Some("Running".into()),
-            conditions: Some(vec![PodCondition {
-                type_: "Ready".into(),
-                status: if ready { "True" } else { "False" }.into(),
-                last_transition_time: Some(Time(now() - jiff::SignedDuration::from_hours(1))),
-                ..PodCondition::default()
-            }]),
-            ..PodStatus::default()
-        }),
+    let an_hour_ago = now() - jiff::SignedDuration::from_hours(1);
+    let pod = zone_pod(statefulset, ordinal, an_hour_ago);
+    if ready {
+        pod
+    } else {
+        pod.not_ready(an_hour_ago)
     }
+    .build()
 }
 
 fn budget(name: &str, max_unavailable: Option<i64>) -> (String, Arc<Observed>) {
     let spec = ZpdbSpec {
-        selector: Some(LabelSelector {
-            match_labels: Some(labels(&[("rollout-group", "ingester")])),
-            match_expressions: None,
-        }),
+        selector: Some(match_labels(&[("rollout-group", "ingester")])),
         max_unavailable,
         ..ZpdbSpec::default()
     };
@@ -332,10 +281,7 @@ fn an_invalid_budget_holds_the_pods_it_selects_naming_it() {
         "broken",
         NS,
         ZpdbSpec {
-            selector: Some(LabelSelector {
-                match_labels: Some(labels(&[("rollout-group", "ingester")])),
-                match_expressions: None,
-            }),
+            selector: Some(match_labels(&[("rollout-group", "ingester")])),
             pod_name_partition_regex: Some("no-group".into()),
             ..ZpdbSpec::default()
         },

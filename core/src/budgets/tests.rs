@@ -5,17 +5,16 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use jiff::{SignedDuration, Timestamp};
-use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec};
-use k8s_openapi::api::core::v1::{Pod, PodCondition, PodStatus};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
-    LabelSelector, LabelSelectorRequirement, ObjectMeta, OwnerReference, Time,
-};
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
 use proptest::prelude::*;
 
 use super::*;
 use crate::pods::{CachedPod, PodsByStatefulSet};
+use crate::testing::objects::{NAMESPACE, labels, match_labels, zone_pod, zone_statefulset};
 
-const NS: &str = "mimir";
+const NS: &str = NAMESPACE;
 const NOW: i64 = 1_800_000_000;
 const EXPIRY: SignedDuration = SignedDuration::from_secs(60);
 
@@ -23,37 +22,9 @@ fn now() -> Timestamp {
     Timestamp::from_second(NOW).unwrap()
 }
 
-fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-    pairs
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
-}
-
-fn match_labels(pairs: &[(&str, &str)]) -> LabelSelector {
-    LabelSelector {
-        match_labels: Some(labels(pairs)),
-        match_expressions: None,
-    }
-}
-
 /// A StatefulSet `name` of the `ingester` rollout group with `replicas`.
 fn statefulset(name: &str, replicas: i32) -> StatefulSet {
-    StatefulSet {
-        metadata: ObjectMeta {
-            name: Some(name.to_owned()),
-            namespace: Some(NS.to_owned()),
-            uid: Some(format!("uid-{name}")),
-            labels: Some(labels(&[("rollout-group", "ingester"), ("zone", name)])),
-            ..ObjectMeta::default()
-        },
-        spec: Some(StatefulSetSpec {
-            replicas: Some(replicas),
-            selector: match_labels(&[("zone", name)]),
-            ..StatefulSetSpec::default()
-        }),
-        status: None,
-    }
+    zone_statefulset(name, replicas)
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,51 +39,16 @@ enum State {
 }
 
 fn pod(statefulset: &str, ordinal: u32, state: State) -> Pod {
-    let ready_for = match state {
-        State::ReadyFor(seconds) => Some(seconds),
-        State::Ready | State::Terminating => Some(3600),
-        State::NotReady | State::Pending => None,
-    };
-    Pod {
-        metadata: ObjectMeta {
-            name: Some(format!("{statefulset}-{ordinal}")),
-            namespace: Some(NS.to_owned()),
-            labels: Some(labels(&[
-                ("rollout-group", "ingester"),
-                ("zone", statefulset),
-            ])),
-            owner_references: Some(vec![OwnerReference {
-                api_version: "apps/v1".into(),
-                kind: "StatefulSet".into(),
-                name: statefulset.to_owned(),
-                uid: format!("uid-{statefulset}"),
-                controller: Some(true),
-                ..OwnerReference::default()
-            }]),
-            deletion_timestamp: (state == State::Terminating).then(|| Time(now())),
-            ..ObjectMeta::default()
-        },
-        spec: None,
-        status: Some(PodStatus {
-            phase: Some(
-                if state == State::Pending {
-                    "Pending"
-                } else {
-                    "Running"
-                }
-                .into(),
-            ),
-            conditions: Some(vec![PodCondition {
-                type_: "Ready".into(),
-                status: if ready_for.is_some() { "True" } else { "False" }.into(),
-                last_transition_time: Some(Time(
-                    Timestamp::from_second(NOW - ready_for.unwrap_or(10)).unwrap(),
-                )),
-                ..PodCondition::default()
-            }]),
-            ..PodStatus::default()
-        }),
+    let ago = |seconds: i64| Timestamp::from_second(NOW - seconds).unwrap();
+    let pod = |ready_for: i64| zone_pod(statefulset, ordinal, ago(ready_for)).without_uid();
+    match state {
+        State::Ready => pod(3600),
+        State::ReadyFor(seconds) => pod(seconds),
+        State::NotReady => pod(3600).not_ready(ago(10)),
+        State::Pending => pod(3600).pending(ago(10)),
+        State::Terminating => pod(3600).terminating(now()),
     }
+    .build()
 }
 
 fn zpdb(name: &str, spec: ZpdbSpec) -> ZoneAwarePodDisruptionBudget {

@@ -1,18 +1,14 @@
 //! Scenarios for the gate decision, each composed with the real planner: given a group and
 //! its stored gate state, what the gate lets through, what it stores and why it waits.
 
-use std::collections::BTreeMap;
-
 use crate::annotations::ROLLOUT_PAUSED_ANNOTATION;
 use jiff::{SignedDuration, Timestamp};
 
 use super::*;
 use crate::gates::keys::{HALTED_ANNOTATION, SOAK_ANNOTATION};
-use crate::rollout::{PodPhase, PodSnapshot, StatefulSetSnapshot, UpdateStrategy, plan};
-
-pub(crate) fn now() -> Timestamp {
-    Timestamp::from_second(1_700_000_000).expect("valid time")
-}
+use crate::rollout::{StatefulSetSnapshot, plan};
+use crate::testing;
+pub(crate) use crate::testing::{annotated, group, now};
 
 pub(crate) fn secs(seconds: i64) -> SignedDuration {
     SignedDuration::from_secs(seconds)
@@ -24,45 +20,11 @@ pub(crate) fn new_revision(name: &str) -> String {
 
 /// A ready StatefulSet rolling to `<name>-new`, whose first `updated` pods are already there.
 pub(crate) fn zone(name: &str, replicas: u32, updated: u32) -> StatefulSetSnapshot {
-    let old = format!("{name}-old");
-    let new = new_revision(name);
-    let pods = (0..replicas)
-        .map(|ordinal| PodSnapshot {
-            name: format!("{name}-{ordinal}"),
-            uid: format!("uid-{name}-{ordinal}"),
-            revision: Some(if ordinal < updated { &new } else { &old }.clone()),
-            phase: PodPhase::Running,
-            ready: true,
-            ready_since: Some(now() - SignedDuration::from_hours(1)),
-            terminating: false,
-            container_state: None,
-        })
-        .collect();
-    StatefulSetSnapshot {
-        name: name.to_owned(),
-        uid: format!("uid-{name}"),
-        spec_replicas: replicas,
-        ordinals_start: 0,
-        min_ready_seconds: 0,
-        status_replicas: replicas,
-        ready_replicas: replicas,
-        current_revision: Some(old),
-        update_revision: Some(new),
-        update_strategy: UpdateStrategy::OnDelete,
-        annotations: BTreeMap::new(),
-        pods,
-    }
-}
-
-pub(crate) fn annotated(
-    mut statefulset: StatefulSetSnapshot,
-    key: &str,
-    value: &str,
-) -> StatefulSetSnapshot {
-    statefulset
-        .annotations
-        .insert(key.to_owned(), value.to_owned());
-    statefulset
+    testing::zone(name, replicas)
+        .at_revision(&format!("{name}-old"))
+        .template_changed_to(&new_revision(name))
+        .updated_first(updated)
+        .build()
 }
 
 pub(crate) fn soaked(statefulset: StatefulSetSnapshot, soak: &str) -> StatefulSetSnapshot {
@@ -101,13 +63,6 @@ pub(crate) fn crash_looping(
     pod.container_state = Some("CrashLoopBackOff".to_owned());
     statefulset.ready_replicas -= 1;
     statefulset
-}
-
-pub(crate) fn group(members: Vec<StatefulSetSnapshot>) -> GroupSnapshot {
-    GroupSnapshot {
-        name: "ingester".to_owned(),
-        statefulsets: members,
-    }
 }
 
 /// The planner's plan alone, the gated plan, and the decision.
