@@ -32,6 +32,10 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
+#[path = "support/sim.rs"]
+mod sim;
+use sim::env_u64;
+
 use baton_core::annotations::MAX_UNAVAILABLE_ANNOTATION;
 use baton_core::gates::checks::{self, CheckOutcome, CheckPolicy, CheckRun, CheckState};
 use baton_core::gates::{self};
@@ -618,16 +622,6 @@ fn real_gate(
         Some(policy) => checks::apply(group, policy, run, gated, now),
         None => gated,
     }
-}
-
-fn env_u64(name: &str) -> Option<u64> {
-    let value = std::env::var(name).ok()?;
-    Some(
-        value
-            .trim()
-            .parse()
-            .unwrap_or_else(|_| panic!("{name}={value:?} is not a number")),
-    )
 }
 
 fn run_scenarios(gate: &Gate, count: u64) -> Result<Stats, Violation> {

@@ -38,6 +38,10 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
+#[path = "support/sim.rs"]
+mod sim;
+use sim::env_u64;
+
 use baton_core::annotations::{MAX_UNAVAILABLE_ANNOTATION, ROLLOUT_PAUSED_ANNOTATION};
 use baton_core::rollout::snapshot::pod_ordinal;
 use baton_core::rollout::{
@@ -1318,16 +1322,6 @@ fn run_scenarios(
         Some(violation) => Err(violation),
         None => Ok(stats),
     }
-}
-
-fn env_u64(name: &str) -> Option<u64> {
-    let value = std::env::var(name).ok()?;
-    Some(
-        value
-            .trim()
-            .parse()
-            .unwrap_or_else(|_| panic!("{name}={value:?} is not a number")),
-    )
 }
 
 fn real_planner(group: &GroupSnapshot, now: Timestamp) -> Plan {

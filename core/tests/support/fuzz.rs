@@ -1,4 +1,4 @@
-//! What the fuzz targets share (baton-shared's and the controller's, which include this file):
+//! What the fuzz targets of the core share (each includes this file):
 //! a runner sized by `FUZZ_CASES`, and inputs mutated from a corpus.
 
 use proptest::prelude::*;
