@@ -7,6 +7,9 @@ use std::fmt;
 use std::net::IpAddr;
 
 use baton_config::PodAddressing;
+use k8s_openapi::api::apps::v1::StatefulSet;
+
+use crate::annotations::{PREPARE_DOWNSCALE_PATH_ANNOTATION, PREPARE_DOWNSCALE_PORT_ANNOTATION};
 
 /// What is needed to address one pod.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -120,6 +123,83 @@ pub struct PodEndpoint {
     pub url: String,
 }
 
+/// Where a StatefulSet's pods answer the prepare-shutdown calls of a downscale: the port and
+/// path annotations and the governing Service (empty when unset; only DNS addressing needs it).
+/// Read the same way by the webhook that prepares pods and the controller that tells them to
+/// undo it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PrepareEndpoint {
+    pub port: u16,
+    pub path: String,
+    pub service_name: String,
+}
+
+/// Why a StatefulSet's pods cannot be called to prepare; worded to follow "because".
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NoPrepareEndpoint {
+    #[error("the {PREPARE_DOWNSCALE_PORT_ANNOTATION} annotation is not set or empty")]
+    NoPort,
+    #[error("the {PREPARE_DOWNSCALE_PORT_ANNOTATION} annotation is {0}")]
+    BadPort(String),
+    #[error("the {PREPARE_DOWNSCALE_PATH_ANNOTATION} annotation is not set or empty")]
+    NoPath,
+}
+
+impl PrepareEndpoint {
+    /// The endpoint `statefulset`'s annotations name. The port is parsed as a number, never
+    /// pasted into the URL as written: "8080@evil.example" would move the host.
+    pub fn of(statefulset: &StatefulSet) -> Result<Self, NoPrepareEndpoint> {
+        let annotation = |key: &str| {
+            statefulset
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|annotations| annotations.get(key))
+                .map(String::as_str)
+                .filter(|value| !value.is_empty())
+        };
+        let port =
+            annotation(PREPARE_DOWNSCALE_PORT_ANNOTATION).ok_or(NoPrepareEndpoint::NoPort)?;
+        let port = parse_port(port).map_err(NoPrepareEndpoint::BadPort)?;
+        let path =
+            annotation(PREPARE_DOWNSCALE_PATH_ANNOTATION).ok_or(NoPrepareEndpoint::NoPath)?;
+        let service_name = statefulset
+            .spec
+            .as_ref()
+            .and_then(|spec| spec.service_name.as_deref())
+            .unwrap_or("");
+        Ok(Self {
+            port,
+            path: path.to_owned(),
+            service_name: service_name.to_owned(),
+        })
+    }
+
+    /// The URL of pod `name` (in `namespace`, with `pod_ip` if assigned), addressed as the
+    /// operator configured; why not, worded to follow "because".
+    pub fn of_pod(
+        &self,
+        addressing: PodAddressing,
+        cluster_domain: &str,
+        name: &str,
+        namespace: &str,
+        pod_ip: Option<&str>,
+    ) -> Result<PodEndpoint, String> {
+        let reference = PodRef {
+            name,
+            namespace,
+            service_name: &self.service_name,
+            pod_ip,
+        };
+        let host =
+            pod_host(addressing, cluster_domain, &reference).map_err(|error| error.to_string())?;
+        Ok(PodEndpoint {
+            pod: name.to_owned(),
+            url: pod_url(&host, self.port, &self.path)?,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -209,5 +289,56 @@ mod tests {
         for bad in ["8080@evil.example", "0", "65536", "-1", "", "80 "] {
             assert!(parse_port(bad).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn the_prepare_endpoint_is_read_from_the_annotations_and_says_what_is_missing() {
+        let statefulset = |annotations: &[(&str, &str)]| {
+            serde_json::from_value::<StatefulSet>(serde_json::json!({
+                "metadata": {"name": "ingester-zone-a", "annotations": annotations
+                    .iter()
+                    .map(|(key, value)| ((*key).to_owned(), serde_json::json!(value)))
+                    .collect::<serde_json::Map<_, _>>()},
+                "spec": {"serviceName": "ingester", "selector": {}, "template": {}},
+            }))
+            .expect("a StatefulSet")
+        };
+        let port = PREPARE_DOWNSCALE_PORT_ANNOTATION;
+        let path = PREPARE_DOWNSCALE_PATH_ANNOTATION;
+        assert_eq!(
+            PrepareEndpoint::of(&statefulset(&[(path, "p")])),
+            Err(NoPrepareEndpoint::NoPort)
+        );
+        assert_eq!(
+            PrepareEndpoint::of(&statefulset(&[(port, ""), (path, "p")])),
+            Err(NoPrepareEndpoint::NoPort)
+        );
+        assert!(matches!(
+            PrepareEndpoint::of(&statefulset(&[(port, "8080@evil.example"), (path, "p")])),
+            Err(NoPrepareEndpoint::BadPort(_))
+        ));
+        assert_eq!(
+            PrepareEndpoint::of(&statefulset(&[(port, "8080")])),
+            Err(NoPrepareEndpoint::NoPath)
+        );
+        let prepare = PrepareEndpoint::of(&statefulset(&[(port, "8080"), (path, "p")])).unwrap();
+        let endpoint = prepare
+            .of_pod(
+                PodAddressing::Dns,
+                "cluster.local",
+                "ingester-zone-a-1",
+                "mimir",
+                None,
+            )
+            .unwrap();
+        assert_eq!(
+            endpoint.url,
+            "http://ingester-zone-a-1.ingester.mimir.svc.cluster.local:8080/p"
+        );
+        assert!(
+            prepare
+                .of_pod(PodAddressing::Ip, "cluster.local", "x", "mimir", None)
+                .is_err()
+        );
     }
 }

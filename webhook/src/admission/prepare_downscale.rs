@@ -9,12 +9,9 @@ use std::collections::BTreeMap;
 
 use baton_config::PodAddressing;
 use baton_core::annotations::scaling::min_time_between_zones_downscale;
-use baton_core::annotations::{
-    NO_DOWNSCALE_LABEL, PREPARE_DOWNSCALE_LABEL, PREPARE_DOWNSCALE_PATH_ANNOTATION,
-    PREPARE_DOWNSCALE_PORT_ANNOTATION, ROLLOUT_GROUP_LABEL,
-};
+use baton_core::annotations::{NO_DOWNSCALE_LABEL, PREPARE_DOWNSCALE_LABEL, ROLLOUT_GROUP_LABEL};
 use baton_core::downscale_history::{LastDownscale, Records, last_downscale};
-use baton_core::pod_address::{PodEndpoint, PodRef, parse_port, pod_host, pod_url};
+use baton_core::pod_address::{PodEndpoint, PrepareEndpoint};
 use baton_core::pods::{CachedPod, is_controlled_by};
 use baton_core::statefulset::{StatefulSetState, pod_ordinal};
 use jiff::{SignedDuration, Timestamp};
@@ -82,9 +79,7 @@ pub fn assess(request: &AdmissionRequest<'_>) -> Result<PrepareRequest, Decision
 /// What the pods going away need to be told, from the StatefulSet's annotations.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Target {
-    pub port: u16,
-    pub path: String,
-    pub service_name: String,
+    pub prepare: PrepareEndpoint,
     /// The rollout group, when the StatefulSet is in one.
     pub group: Option<String>,
     /// `spec.ordinals.start`: the pods going away are named from it.
@@ -111,47 +106,15 @@ pub fn check_statefulset(
     if label(NO_DOWNSCALE_LABEL) == Some(NO_DOWNSCALE_VALUE) {
         return Err(no_downscale::judge(downscale, Some(NO_DOWNSCALE_VALUE)));
     }
-    let annotation = |key: &str| {
-        statefulset
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|annotations| annotations.get(key))
-            .map(String::as_str)
-            .unwrap_or("")
-    };
-    let port = annotation(PREPARE_DOWNSCALE_PORT_ANNOTATION);
-    if port.is_empty() {
-        return Err(Decision::deny(format!(
-            "{downscale} is not allowed because the {PREPARE_DOWNSCALE_PORT_ANNOTATION} annotation is not set or empty."
-        )));
-    }
-    // A number, never pasted into the URL as written: "8080@evil.example" would move the host.
-    let port = parse_port(port).map_err(|why| {
-        Decision::deny(format!(
-            "{downscale} is not allowed because the {PREPARE_DOWNSCALE_PORT_ANNOTATION} annotation is {why}."
-        ))
-    })?;
-    let path = annotation(PREPARE_DOWNSCALE_PATH_ANNOTATION);
-    if path.is_empty() {
-        return Err(Decision::deny(format!(
-            "{downscale} is not allowed because the {PREPARE_DOWNSCALE_PATH_ANNOTATION} annotation is not set or empty."
-        )));
-    }
-    let service_name = statefulset
-        .spec
-        .as_ref()
-        .and_then(|spec| spec.service_name.as_deref())
-        .unwrap_or("");
-    if service_name.is_empty() {
+    let prepare = PrepareEndpoint::of(statefulset)
+        .map_err(|why| Decision::deny(format!("{downscale} is not allowed because {why}.")))?;
+    if prepare.service_name.is_empty() {
         return Err(Decision::deny(format!(
             "{downscale} is not allowed because the serviceName is not set or empty."
         )));
     }
     Ok(Target {
-        port,
-        path: path.to_owned(),
-        service_name: service_name.to_owned(),
+        prepare,
         group: label(ROLLOUT_GROUP_LABEL)
             .filter(|group| !group.is_empty())
             .map(str::to_owned),
@@ -297,22 +260,18 @@ pub fn endpoints(
     going
         .into_iter()
         .map(|(_, pod, pod_ip)| {
-            let reference = PodRef {
-                name: pod,
-                namespace: &downscale.namespace,
-                service_name: &target.service_name,
-                pod_ip,
-            };
-            let host = pod_host(addressing, cluster_domain, &reference).map_err(|error| {
-                Decision::deny(format!("{downscale} is not allowed because {error}"))
-            })?;
-            let url = pod_url(&host, target.port, &target.path).map_err(|error| {
-                Decision::deny(format!("{downscale} is not allowed because {error}"))
-            })?;
-            Ok(PodEndpoint {
-                pod: pod.clone(),
-                url,
-            })
+            target
+                .prepare
+                .of_pod(
+                    addressing,
+                    cluster_domain,
+                    pod,
+                    &downscale.namespace,
+                    pod_ip,
+                )
+                .map_err(|error| {
+                    Decision::deny(format!("{downscale} is not allowed because {error}"))
+                })
         })
         .collect()
 }

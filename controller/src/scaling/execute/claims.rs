@@ -13,12 +13,10 @@
 
 use std::time::Duration;
 
-use baton_core::annotations::{
-    LAST_DOWNSCALE_ANNOTATION, PREPARE_DOWNSCALE_PATH_ANNOTATION, PREPARE_DOWNSCALE_PORT_ANNOTATION,
-};
+use baton_core::annotations::LAST_DOWNSCALE_ANNOTATION;
 use baton_core::downscale_history::{ClaimFollowUp, ZoneTracker, follow_up_claims, pods_to_cancel};
 use baton_core::ledger::{Entry, Ledger, ledger_name};
-use baton_core::pod_address::{PodEndpoint, PodMethod, PodRef, parse_port, pod_host, pod_url};
+use baton_core::pod_address::{PodEndpoint, PodMethod, PrepareEndpoint};
 use baton_shared::downscale_history::record_in_tracker;
 use baton_shared::kube_client::bounded;
 use baton_shared::ledger::{self, Written};
@@ -215,44 +213,23 @@ impl Pass<'_> {
     /// A pod that cannot be told is logged: the claim is followed up all the same, as the
     /// webhook's undo does.
     async fn cancel_preparation(&self, statefulset: &StatefulSet, entry: &Entry) -> Vec<String> {
-        let annotation = |key: &str| {
-            statefulset
-                .metadata
-                .annotations
-                .as_ref()
-                .and_then(|annotations| annotations.get(key))
-                .filter(|value| !value.is_empty())
-        };
-        let (Some(Ok(port)), Some(path)) = (
-            annotation(PREPARE_DOWNSCALE_PORT_ANNOTATION).map(|port| parse_port(port)),
-            annotation(PREPARE_DOWNSCALE_PATH_ANNOTATION),
-        ) else {
+        let Ok(prepare) = PrepareEndpoint::of(statefulset) else {
             return Vec::new();
         };
-        let service_name = statefulset
-            .spec
-            .as_ref()
-            .and_then(|spec| spec.service_name.as_deref())
-            .unwrap_or("");
         let scaler = self.scaler;
         let endpoints: Vec<PodEndpoint> =
             pods_to_cancel(entry, statefulset, self.pods.iter().map(AsRef::as_ref))
                 .into_iter()
                 .filter_map(|pod| {
-                    let reference = PodRef {
-                        name: &pod.name,
-                        namespace: &pod.namespace,
-                        service_name,
-                        pod_ip: pod.ip.as_deref(),
-                    };
-                    let url = pod_host(scaler.addressing, &scaler.cluster_domain, &reference)
-                        .map_err(|error| error.to_string())
-                        .and_then(|host| pod_url(&host, port, path));
-                    match url {
-                        Ok(url) => Some(PodEndpoint {
-                            pod: pod.name.clone(),
-                            url,
-                        }),
+                    let endpoint = prepare.of_pod(
+                        scaler.addressing,
+                        &scaler.cluster_domain,
+                        &pod.name,
+                        &pod.namespace,
+                        pod.ip.as_deref(),
+                    );
+                    match endpoint {
+                        Ok(endpoint) => Some(endpoint),
                         Err(error) => {
                             tracing::warn!(%error, "cannot tell a pod to cancel its preparation");
                             None

@@ -7,7 +7,10 @@ use serde_json::{Value, json};
 
 use super::*;
 use crate::admission::decision::Outcome;
-use baton_core::annotations::{LAST_DOWNSCALE_ANNOTATION, MIN_TIME_BETWEEN_ZONES_DOWNSCALE_LABEL};
+use baton_core::annotations::{
+    LAST_DOWNSCALE_ANNOTATION, MIN_TIME_BETWEEN_ZONES_DOWNSCALE_LABEL,
+    PREPARE_DOWNSCALE_PATH_ANNOTATION, PREPARE_DOWNSCALE_PORT_ANNOTATION,
+};
 use baton_core::downscale_history::ZoneTracker;
 use baton_core::ledger::{Entry, Ledger};
 
@@ -252,9 +255,11 @@ fn labelled_statefulsets_need_port_path_and_service() {
         (
             statefulset("s", &labelled, PREPARED, Some("ingester")),
             Ok(Target {
-                port: 8080,
-                path: "ingester/prepare-shutdown".into(),
-                service_name: "ingester".into(),
+                prepare: PrepareEndpoint {
+                    port: 8080,
+                    path: "ingester/prepare-shutdown".into(),
+                    service_name: "ingester".into(),
+                },
                 group: None,
                 ordinals_start: 0,
             }),
@@ -270,9 +275,11 @@ fn labelled_statefulsets_need_port_path_and_service() {
                 Some("i"),
             ),
             Ok(Target {
-                port: 8080,
-                path: "ingester/prepare-shutdown".into(),
-                service_name: "i".into(),
+                prepare: PrepareEndpoint {
+                    port: 8080,
+                    path: "ingester/prepare-shutdown".into(),
+                    service_name: "i".into(),
+                },
                 group: Some("ingester".into()),
                 ordinals_start: 0,
             }),
@@ -707,9 +714,11 @@ fn existing(pods: &[(&str, Option<&str>)]) -> BTreeMap<String, Option<String>> {
 #[test]
 fn endpoints_of_the_pods_going_away_highest_first() {
     let target = Target {
-        port: 8080,
-        path: "/ingester/prepare-shutdown".into(),
-        service_name: "ingester".into(),
+        prepare: PrepareEndpoint {
+            port: 8080,
+            path: "/ingester/prepare-shutdown".into(),
+            service_name: "ingester".into(),
+        },
         group: None,
         ordinals_start: 0,
     };
@@ -764,9 +773,11 @@ fn endpoints_of_the_pods_going_away_highest_first() {
 #[test]
 fn a_downscale_from_a_huge_replica_count_calls_only_the_pods_that_exist() {
     let target = Target {
-        port: 8080,
-        path: "p".into(),
-        service_name: "ingester".into(),
+        prepare: PrepareEndpoint {
+            port: 8080,
+            path: "p".into(),
+            service_name: "ingester".into(),
+        },
         group: None,
         ordinals_start: 0,
     };
