@@ -47,6 +47,8 @@ fn statefulset(name: &str, updated: u32, not_ready: u32) -> StatefulSetSnapshot 
         current_revision: Some("old".to_owned()),
         update_revision: Some("new".to_owned()),
         update_strategy: UpdateStrategy::OnDelete,
+        partition: 0,
+        ordered_ready: true,
         annotations: BTreeMap::from([("rollout-max-unavailable".to_owned(), "10%".to_owned())]),
         pods,
     }

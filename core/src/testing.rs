@@ -8,7 +8,10 @@ use std::collections::BTreeMap;
 
 use jiff::{SignedDuration, Timestamp};
 
-use crate::annotations::{MAX_UNAVAILABLE_ANNOTATION, ROLLOUT_PAUSED_ANNOTATION};
+use crate::annotations::{
+    MAX_UNAVAILABLE_ANNOTATION, PARTITION_ANNOTATION, ROLLOUT_PAUSED_ANNOTATION,
+    UPDATE_BY_ANNOTATION,
+};
 use crate::rollout::snapshot::{
     GroupSnapshot, PodPhase, PodSnapshot, StatefulSetSnapshot, UpdateStrategy,
 };
@@ -53,6 +56,8 @@ pub fn zone(name: &str, replicas: u32) -> Zone {
             current_revision: Some(OLD.to_owned()),
             update_revision: Some(OLD.to_owned()),
             update_strategy: UpdateStrategy::OnDelete,
+            partition: 0,
+            ordered_ready: true,
             annotations: BTreeMap::new(),
             pods,
         },
@@ -207,6 +212,25 @@ impl Zone {
 
     pub fn strategy(mut self, strategy: UpdateStrategy) -> Self {
         self.statefulset.update_strategy = strategy;
+        self
+    }
+
+    /// A `RollingUpdate` StatefulSet rolled by partition (`baton.dev/update-by: partition`),
+    /// its partition at `partition`.
+    pub fn by_partition(mut self, partition: u32) -> Self {
+        self.statefulset.update_strategy = UpdateStrategy::RollingUpdate;
+        self.statefulset.partition = partition;
+        self.annotation(UPDATE_BY_ANNOTATION, "partition")
+    }
+
+    /// The partition baton recorded as set (`baton.dev/partition`).
+    pub fn partition_set(self, partition: u32) -> Self {
+        self.annotation(PARTITION_ANNOTATION, &partition.to_string())
+    }
+
+    /// spec.podManagementPolicy: `Parallel` instead of `OrderedReady`.
+    pub fn parallel(mut self) -> Self {
+        self.statefulset.ordered_ready = false;
         self
     }
 

@@ -69,6 +69,8 @@ fn group(annotations: &[(usize, &str, String)]) -> GroupSnapshot {
                 current_revision: Some(format!("{name}-old")),
                 update_revision: Some(format!("{name}-new")),
                 update_strategy: UpdateStrategy::OnDelete,
+                partition: 0,
+                ordered_ready: true,
                 annotations: annotations
                     .iter()
                     .filter(|(at, _, _)| *at == index)
@@ -90,7 +92,7 @@ fn deleted(actions: &[Action]) -> Vec<String> {
         .iter()
         .filter_map(|action| match action {
             Action::DeletePod { pod, .. } => Some(pod.clone()),
-            Action::SetCurrentRevision { .. } => None,
+            Action::SetCurrentRevision { .. } | Action::SetPartition { .. } => None,
         })
         .collect()
 }

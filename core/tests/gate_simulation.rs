@@ -190,6 +190,8 @@ impl<'g> Simulation<'g> {
                 // The whole group's template changed: the rollout to check.
                 update_revision: Some(format!("{name}-new")),
                 update_strategy: UpdateStrategy::OnDelete,
+                partition: 0,
+                ordered_ready: true,
                 annotations,
                 pods,
                 name,
@@ -433,6 +435,9 @@ impl<'g> Simulation<'g> {
                     self.lives[zone][ordinal].gone_at = Some(self.step + 1);
                     self.stats.deletions += 1;
                     self.note(|| format!("delete {pod}"));
+                }
+                Action::SetPartition { statefulset, .. } => {
+                    unreachable!("{statefulset}: the gate simulation rolls by deletion only")
                 }
                 Action::SetCurrentRevision {
                     statefulset,

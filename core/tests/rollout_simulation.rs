@@ -409,6 +409,8 @@ impl<'p> Simulation<'p> {
             current_revision: None,
             update_revision: None,
             update_strategy,
+            partition: 0,
+            ordered_ready: true,
             annotations,
             pods: Vec::new(),
         };
@@ -1694,7 +1696,7 @@ fn checker_catches_a_planner_whose_free_replacements_give_budget_back() {
                             unavailable,
                             ..
                         } => *name == statefulset.name && unavailable.is_some(),
-                        Action::SetCurrentRevision { .. } => false,
+                        Action::SetCurrentRevision { .. } | Action::SetPartition { .. } => false,
                     })
                     .count();
                 let min_ready_seconds = statefulset.min_ready_seconds;

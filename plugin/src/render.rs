@@ -122,6 +122,7 @@ pub fn plan(namespace: &str, group: &str, plan: &Plan, gate: &GateDecision) -> S
                 } => " — to roll it to the update revision",
                 Action::DeletePod { .. } => "",
                 Action::SetCurrentRevision { .. } => " — every pod of it is updated",
+                Action::SetPartition { .. } => "",
             };
             text.push_str(&format!("  {action}{why}\n"));
         }

@@ -13,8 +13,9 @@ use std::time::{Duration, Instant};
 use baton_shared::kube_client::{TimedOut, bounded};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, DeleteParams, PostParams, Preconditions};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 
+use baton_core::annotations::PARTITION_ANNOTATION;
 use baton_core::rollout::pending::PendingDeletions;
 
 /// What happened to an action.
@@ -78,6 +79,11 @@ pub enum ExecuteError {
         statefulset: String,
         source: kube::Error,
     },
+    #[error("setting the partition of {statefulset}: {source}")]
+    SetPartition {
+        statefulset: String,
+        source: kube::Error,
+    },
     #[error(transparent)]
     TimedOut(#[from] TimedOut),
     /// The rollout gate's state could not be stored: nothing was acted on.
@@ -91,6 +97,7 @@ impl ExecuteError {
         match self {
             Self::DeletePod { .. } => "delete_pod",
             Self::UpdateStatus { .. } => "update_status",
+            Self::SetPartition { .. } => "set_partition",
             Self::TimedOut(_) => "timeout",
             Self::GateState(_) => "gate_state",
         }
@@ -160,6 +167,37 @@ pub async fn set_current_revision(
             Ok(DeletionOutcome::Stale)
         }
         Err(source) => Err(ExecuteError::UpdateStatus {
+            statefulset: name,
+            source,
+        }),
+    }
+}
+
+/// Sets the partition of a StatefulSet rolled by partition, recording it as baton's in the same
+/// write, if the StatefulSet is still the version the plan was made on: a plan made on a stale
+/// copy (or against someone else's change) writes nothing.
+pub async fn set_partition(
+    statefulsets: &Api<StatefulSet>,
+    cached: &StatefulSet,
+    partition: u32,
+    timeout: Duration,
+) -> Result<DeletionOutcome, ExecuteError> {
+    let name = cached.metadata.name.clone().unwrap_or_default();
+    let patch = serde_json::json!({
+        "metadata": {
+            "resourceVersion": cached.metadata.resource_version,
+            "annotations": {PARTITION_ANNOTATION: partition.to_string()},
+        },
+        "spec": {"updateStrategy": {"rollingUpdate": {"partition": partition}}},
+    });
+    let (params, patch) = (PatchParams::default(), Patch::Merge(&patch));
+    let call = statefulsets.patch(&name, &params, &patch);
+    match bounded(timeout, format!("setting the partition of {name}"), call).await? {
+        Ok(_) => Ok(DeletionOutcome::Done),
+        Err(kube::Error::Api(status)) if status.code == 409 || status.code == 404 => {
+            Ok(DeletionOutcome::Stale)
+        }
+        Err(source) => Err(ExecuteError::SetPartition {
             statefulset: name,
             source,
         }),

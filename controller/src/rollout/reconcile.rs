@@ -269,6 +269,56 @@ impl Rollouts {
                     self.explain_deletion(group, members, statefulset, Some(pod), said)
                         .await;
                 }
+                Action::SetPartition {
+                    statefulset,
+                    partition,
+                    releases,
+                } => {
+                    let Some(cached) = find(members, statefulset) else {
+                        continue;
+                    };
+                    // The StatefulSet controller takes the released pods down: each is a
+                    // rollout deletion for the zone-aware budgets, as if baton deleted it.
+                    for release in releases {
+                        let free_replacement = plan.actions.iter().any(|action| {
+                            matches!(action, Action::DeletePod { pod, unavailable: Some(_), .. } if *pod == release.pod)
+                        });
+                        let deletion = crate::budgets::Deletion {
+                            statefulset,
+                            pod: &release.pod,
+                            free_replacement,
+                        };
+                        let permit = self.budgets.before_deletion(group, &deletion).await;
+                        if let crate::budgets::Permit::Wait(note) = permit {
+                            let said = Said::new(crate::budgets::WAIT_REASON, "Wait", note.clone());
+                            self.explain_deletion(group, members, statefulset, None, said)
+                                .await;
+                            return Ok(Some(note));
+                        }
+                    }
+                    let Some(left) = may_act() else {
+                        return Ok(None);
+                    };
+                    let outcome = execute::set_partition(
+                        &statefulsets,
+                        cached,
+                        *partition,
+                        self.request_timeout.min(left),
+                    )
+                    .await?;
+                    if outcome != DeletionOutcome::Done {
+                        // Written meanwhile: the next pass plans on the new version.
+                        return Ok(None);
+                    }
+                    let reason = if releases.is_empty() {
+                        "PartitionHeld"
+                    } else {
+                        "PartitionLowered"
+                    };
+                    let said = Said::new(reason, "SetPartition", action.to_string());
+                    self.explain_deletion(group, members, statefulset, None, said)
+                        .await;
+                }
                 Action::SetCurrentRevision {
                     statefulset,
                     revision,

@@ -44,7 +44,6 @@ pub const PREPARE_DELAYED_DOWNSCALE_URL_ANNOTATION: &str =
     "grafana.com/rollout-prepare-delayed-downscale-url";
 /// Annotation: replicas that override the leader's or the reference's.
 pub const FORCE_REPLICAS_ANNOTATION: &str = "grafana.com/rollout-force-replicas";
-/// Labels on webhook configurations that ask for the CA bundle to be injected.
 /// Annotation written by baton's controller only: the gate state of one zone (JSON).
 pub const GATE_STATE_ANNOTATION: &str = "baton.dev/gate-state";
 /// Annotation written by baton's controller only, on a group's first member: a health check's
@@ -54,11 +53,20 @@ pub const CHECK_STATE_ANNOTATION: &str = "baton.dev/check-state";
 pub const HOOK_STATE_ANNOTATION: &str = "baton.dev/hook-state";
 /// baton's memory on the StatefulSets: whoever else wrote it could skip what it records (a
 /// soak, a hook, a health check), so the webhook lets only baton's controller set it.
-pub const STATE_ANNOTATIONS: [&str; 3] = [
+pub const STATE_ANNOTATIONS: [&str; 4] = [
     GATE_STATE_ANNOTATION,
     CHECK_STATE_ANNOTATION,
     HOOK_STATE_ANNOTATION,
+    PARTITION_ANNOTATION,
 ];
+/// Annotation (baton's own): how a StatefulSet's pods are replaced in a rollout, `delete` (the
+/// default: baton deletes them, the StatefulSet is `OnDelete`) or `partition` (a `RollingUpdate`
+/// StatefulSet whose partition baton lowers; the StatefulSet controller replaces the pods).
+pub const UPDATE_BY_ANNOTATION: &str = "baton.dev/update-by";
+/// Annotation written by baton's controller only, with the partition it sets: a different
+/// partition in the spec was set by someone else.
+pub const PARTITION_ANNOTATION: &str = "baton.dev/partition";
+/// Labels on webhook configurations that ask for the CA bundle to be injected.
 pub const INJECT_CA_LABEL: &str = "grafana.com/inject-rollout-operator-ca";
 pub const INJECT_CA_NAMESPACE_LABEL: &str = "grafana.com/namespace";
 /// Pod label set by the StatefulSet controller: the revision a pod was created from.

@@ -6,12 +6,19 @@
 
 use std::collections::BTreeMap;
 
-use super::{MAX_UNAVAILABLE_ANNOTATION, ROLLOUT_PAUSED_ANNOTATION};
+use super::{
+    MAX_UNAVAILABLE_ANNOTATION, PARTITION_ANNOTATION, ROLLOUT_PAUSED_ANNOTATION,
+    UPDATE_BY_ANNOTATION,
+};
 
 /// What `rollout-max-unavailable` accepts, as told to the person who wrote something else.
 pub const MAX_UNAVAILABLE_ACCEPTED: &str = "a positive integer or a percentage from 1% to 100%";
 /// What `grafana.com/rollout-paused` accepts, as told to the person who wrote something else.
 pub const PAUSED_ACCEPTED: &str = "\"true\" to pause, \"false\" or nothing otherwise";
+
+/// What `baton.dev/update-by` accepts, as told to the person who wrote something else.
+pub const UPDATE_BY_ACCEPTED: &str =
+    "\"partition\" (a RollingUpdate StatefulSet whose partition baton lowers) or \"delete\"";
 
 /// A value read from an annotation, and why it was not taken as written (if it was not).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -106,6 +113,55 @@ pub fn paused(annotations: &BTreeMap<String, String>) -> Parsed<bool> {
                 accepted: PAUSED_ACCEPTED,
                 fallback: "not paused".to_owned(),
             }),
+        },
+    }
+}
+
+/// How a StatefulSet's pods are replaced in a rollout (`baton.dev/update-by`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UpdateBy {
+    /// baton deletes them and the StatefulSet controller recreates them (`OnDelete`).
+    Delete,
+    /// baton lowers `spec.updateStrategy.rollingUpdate.partition` and the StatefulSet
+    /// controller replaces the pods at or above it (`RollingUpdate`).
+    Partition,
+}
+
+/// How a StatefulSet's pods are replaced: missing or `delete` → [`UpdateBy::Delete`],
+/// `partition` → [`UpdateBy::Partition`]; anything else → `Delete` and a warning (a
+/// RollingUpdate StatefulSet then holds its group, as without the annotation).
+pub fn update_by(annotations: &BTreeMap<String, String>) -> Parsed<UpdateBy> {
+    match annotations.get(UPDATE_BY_ANNOTATION).map(String::as_str) {
+        None | Some("delete") => Parsed::valid(UpdateBy::Delete),
+        Some("partition") => Parsed::valid(UpdateBy::Partition),
+        Some(other) => Parsed {
+            value: UpdateBy::Delete,
+            warning: Some(InvalidAnnotation {
+                key: UPDATE_BY_ANNOTATION,
+                value: other.to_owned(),
+                accepted: UPDATE_BY_ACCEPTED,
+                fallback: "delete".to_owned(),
+            }),
+        },
+    }
+}
+
+/// The partition baton last set on a StatefulSet (`baton.dev/partition`), if it set one; an
+/// unreadable value is none, with a warning (baton then takes the partition as it finds it).
+pub fn partition_set(annotations: &BTreeMap<String, String>) -> Parsed<Option<u32>> {
+    match annotations.get(PARTITION_ANNOTATION) {
+        None => Parsed::valid(None),
+        Some(raw) => match raw.parse::<u32>() {
+            Ok(partition) => Parsed::valid(Some(partition)),
+            Err(_) => Parsed {
+                value: None,
+                warning: Some(InvalidAnnotation {
+                    key: PARTITION_ANNOTATION,
+                    value: raw.clone(),
+                    accepted: "the partition baton set, a number",
+                    fallback: "the partition in the spec".to_owned(),
+                }),
+            },
         },
     }
 }

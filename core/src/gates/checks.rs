@@ -28,7 +28,7 @@ use serde::{Deserialize, Serialize};
 
 use super::decide::{AnnotationWrite, GateDecision, GateVerdict, GateWait};
 use super::keys::{CHECK_STATE_ANNOTATION, GateWarning, HALTED_ANNOTATION, STATE_ANNOTATION};
-use crate::rollout::{Action, GroupSnapshot, Plan};
+use crate::rollout::{GroupSnapshot, Plan};
 
 /// A health check's timing and thresholds (a `RolloutHealthCheck`'s spec, as read).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -259,17 +259,15 @@ pub fn apply(
             return halt(group, policy, run, state, plan, decision, &holder);
         }
     }
-    let deleting_in = plan.deletions().find_map(|action| match action {
-        Action::DeletePod { statefulset, .. } => Some(statefulset.clone()),
-        Action::SetCurrentRevision { .. } => None,
-    });
+    let deleting_in = plan
+        .deletions()
+        .find_map(|action| action.rolls().map(str::to_owned));
     if let Some(zone) = deleting_in {
         if state.passes >= policy.success_threshold {
             state.passes = 0;
             state.last_step = Some(now.to_string());
         } else {
-            plan.actions
-                .retain(|action| !matches!(action, Action::DeletePod { .. }));
+            plan.actions.retain(|action| action.rolls().is_none());
             decision.verdict = GateVerdict::Hold {
                 wait: GateWait::HealthCheck {
                     zone,
@@ -307,10 +305,7 @@ fn halt(
 ) -> (Plan, GateDecision) {
     let zone = plan
         .deletions()
-        .find_map(|action| match action {
-            Action::DeletePod { statefulset, .. } => Some(statefulset.clone()),
-            Action::SetCurrentRevision { .. } => None,
-        })
+        .find_map(|action| action.rolls().map(str::to_owned))
         .or_else(|| {
             // The zone rolling (pods updated, not done), else the next to roll.
             let progress = &plan.progress;
@@ -327,8 +322,7 @@ fn halt(
     );
     state.passes = 0;
     state.failures = 0;
-    plan.actions
-        .retain(|action| !matches!(action, Action::DeletePod { .. }));
+    plan.actions.retain(|action| action.rolls().is_none());
     decision.verdict = GateVerdict::Hold {
         wait: GateWait::Halted {
             statefulset: zone.clone(),

@@ -31,7 +31,7 @@ use jiff::{SignedDuration, Timestamp};
 
 use super::keys::{self, GateConfig, GateWarning, STATE_ANNOTATION, format_duration};
 use super::state::{GateState, ZoneState};
-use crate::rollout::{Action, GroupSnapshot, Plan, plan};
+use crate::rollout::{GroupSnapshot, Plan, plan};
 
 /// Why deletions of the plan wait; `Display` explains it, [`GateWait::kind`] names it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -254,9 +254,9 @@ impl GateDecision {
     /// plan's recheck time becomes the earlier of both.
     fn apply(self, mut plan: Plan) -> (Plan, Self) {
         if let GateVerdict::Hold { pass, .. } = &self.verdict {
-            plan.actions.retain(|action| match action {
-                Action::DeletePod { statefulset, .. } => pass.contains(statefulset),
-                Action::SetCurrentRevision { .. } => true,
+            plan.actions.retain(|action| match action.rolls() {
+                Some(statefulset) => pass.contains(statefulset),
+                None => true,
             });
         }
         plan.recheck_after = match (plan.recheck_after, self.recheck_after) {
@@ -318,16 +318,12 @@ fn ramp(
         .max(1);
     // A step goes whole, once the zone is available and the planner allows all of it (its
     // budget is short while the StatefulSet's status lags the pods).
-    let offered = u32::try_from(plan.deletions().count()).unwrap_or(u32::MAX);
+    let offered = u32::try_from(plan.pods_taken()).unwrap_or(u32::MAX);
     let available = progress.ready >= progress.total && offered >= step;
-    let mut kept = 0u32;
-    plan.actions.retain(|action| match action {
-        Action::DeletePod { .. } if !available => false,
-        Action::DeletePod { .. } => {
-            kept += 1;
-            kept <= step
-        }
-        Action::SetCurrentRevision { .. } => true,
+    plan.take_at_most(if available {
+        usize::try_from(step).unwrap_or(usize::MAX)
+    } else {
+        0
     });
     if !available && decision.wait().is_none() {
         decision.verdict = GateVerdict::Hold {
@@ -529,9 +525,8 @@ fn deleted_in(group: &GroupSnapshot, plan: &Plan) -> Vec<String> {
         .iter()
         .map(|member| &member.name)
         .filter(|name| {
-            plan.deletions().any(|action| {
-                matches!(action, Action::DeletePod { statefulset, .. } if statefulset == *name)
-            })
+            plan.deletions()
+                .any(|action| action.rolls() == Some(name.as_str()))
         })
         .cloned()
         .collect()

@@ -6,7 +6,7 @@ use jiff::{SignedDuration, Timestamp};
 
 use super::*;
 use crate::gates::keys::{HALTED_ANNOTATION, SOAK_ANNOTATION};
-use crate::rollout::{StatefulSetSnapshot, plan};
+use crate::rollout::{Action, StatefulSetSnapshot, plan};
 use crate::testing;
 pub(crate) use crate::testing::{annotated, group, now};
 
@@ -74,10 +74,7 @@ fn gate(group: &GroupSnapshot, at: Timestamp) -> (Plan, Plan, GateDecision) {
 pub(crate) fn deleted_zones(plan: &Plan) -> Vec<String> {
     let mut zones: Vec<String> = plan
         .deletions()
-        .map(|action| match action {
-            Action::DeletePod { statefulset, .. } => statefulset.clone(),
-            Action::SetCurrentRevision { .. } => unreachable!("deletions only"),
-        })
+        .filter_map(|action| action.rolls().map(str::to_owned))
         .collect();
     zones.dedup();
     zones

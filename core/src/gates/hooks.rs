@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use super::decide::{AnnotationWrite, GateDecision, GateVerdict, GateWait};
 use super::keys::{HALTED_ANNOTATION, HOOK_STATE_ANNOTATION, STATE_ANNOTATION};
 use super::state::GateState;
-use crate::rollout::{Action, GroupSnapshot, Plan};
+use crate::rollout::{GroupSnapshot, Plan};
 
 /// Failed attempts after which the group halts.
 pub const ATTEMPTS: u32 = 5;
@@ -126,11 +126,11 @@ pub fn apply(
         .map(|(name, _)| name.clone())
         .find(|name| !ZoneHooks::read(group, name).after.done);
     // Before a zone starts: its before-hook, instead of clearing it.
-    let starting = plan.deletions().find_map(|action| match action {
-        Action::DeletePod { statefulset, .. } if !state.cleared(statefulset) => {
-            Some(statefulset.clone())
-        }
-        _ => None,
+    let starting = plan.deletions().find_map(|action| {
+        action
+            .rolls()
+            .filter(|statefulset| !state.cleared(statefulset))
+            .map(str::to_owned)
     });
     let (zone, phase) = match (after, starting) {
         (Some(zone), _) => (zone, HookPhase::AfterZone),
@@ -162,8 +162,7 @@ pub fn apply(
     };
     let hooks = ZoneHooks::read(group, &zone);
     let hook = hooks.phase(phase);
-    plan.actions
-        .retain(|action| matches!(action, Action::SetCurrentRevision { .. }));
+    plan.actions.retain(|action| action.rolls().is_none());
     // Nothing is cleared, soaked nor forgotten while a hook is pending: a zone cleared now
     // would start later without its own before-hook.
     decision

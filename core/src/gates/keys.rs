@@ -307,6 +307,8 @@ mod tests {
             current_revision: None,
             update_revision: None,
             update_strategy: UpdateStrategy::OnDelete,
+            partition: 0,
+            ordered_ready: true,
             annotations: annotations
                 .iter()
                 .map(|(key, value)| ((*key).to_owned(), (*value).to_owned()))

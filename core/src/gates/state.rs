@@ -157,6 +157,8 @@ mod tests {
             current_revision: None,
             update_revision: Some(revision.to_owned()),
             update_strategy: UpdateStrategy::OnDelete,
+            partition: 0,
+            ordered_ready: true,
             annotations: annotations
                 .iter()
                 .map(|(key, value)| ((*key).to_owned(), value.clone()))

@@ -90,6 +90,8 @@ mod tests {
                 current_revision: Some("r1".into()),
                 update_revision: Some("r2".into()),
                 update_strategy: UpdateStrategy::OnDelete,
+                partition: 0,
+                ordered_ready: true,
                 annotations: BTreeMap::new(),
                 pods: pods
                     .iter()

@@ -33,7 +33,9 @@
 use std::cmp::{Ordering, Reverse};
 use std::fmt;
 
+use crate::annotations::rollout::{UpdateBy, partition_set, update_by};
 use crate::annotations::{InvalidAnnotation, max_unavailable, paused};
+use crate::annotations::{PARTITION_ANNOTATION, UPDATE_BY_ANNOTATION};
 use jiff::Timestamp;
 
 use super::snapshot::{
@@ -59,12 +61,43 @@ pub struct Plan {
 }
 
 impl Plan {
-    /// The pods this plan deletes.
+    /// The actions that take pods down now: deletions, and partitions lowered past pods.
     pub fn deletions(&self) -> impl Iterator<Item = &Action> {
         self.actions
             .iter()
-            .filter(|action| matches!(action, Action::DeletePod { .. }))
+            .filter(|action| action.rolls().is_some())
     }
+
+    /// How many pods this plan takes down now.
+    pub fn pods_taken(&self) -> usize {
+        self.actions.iter().map(Action::pods_taken).sum()
+    }
+
+    /// The plan with at most `pods` pods taken down: the first deletions, and partitions
+    /// lowered past fewer pods (a gate's ramp step).
+    pub fn take_at_most(&mut self, pods: usize) {
+        let mut left = pods;
+        let actions = std::mem::take(&mut self.actions);
+        for action in actions {
+            let taken = action.pods_taken();
+            if taken == 0 {
+                self.actions.push(action);
+            } else if left > 0
+                && let Some(kept) = action.first_pods(left)
+            {
+                left -= kept.pods_taken();
+                self.actions.push(kept);
+            }
+        }
+    }
+}
+
+/// A pod a lowered partition lets the StatefulSet controller replace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Released {
+    pub pod: String,
+    /// Its index (ordinal minus spec.ordinals.start): the partition that releases it.
+    pub index: u32,
 }
 
 /// One change to make in the cluster.
@@ -86,6 +119,62 @@ pub enum Action {
         statefulset: String,
         revision: String,
     },
+    /// Set spec.updateStrategy.rollingUpdate.partition of a StatefulSet rolled by partition
+    /// (and record it as baton's): the StatefulSet controller replaces the pods at or above it,
+    /// highest index first, one at a time.
+    SetPartition {
+        statefulset: String,
+        partition: u32,
+        /// The outdated pods it is lowered past, highest index first: taken down by the
+        /// StatefulSet controller. Empty when it is raised back to spec.replicas, so that the
+        /// next template change waits for baton.
+        releases: Vec<Released>,
+    },
+}
+
+impl Action {
+    /// The StatefulSet whose pods this action takes down now, if it takes any.
+    pub fn rolls(&self) -> Option<&str> {
+        match self {
+            Self::DeletePod { statefulset, .. } => Some(statefulset),
+            Self::SetPartition {
+                statefulset,
+                releases,
+                ..
+            } if !releases.is_empty() => Some(statefulset),
+            Self::SetPartition { .. } | Self::SetCurrentRevision { .. } => None,
+        }
+    }
+
+    /// How many pods this action takes down now.
+    pub fn pods_taken(&self) -> usize {
+        match self {
+            Self::DeletePod { .. } => 1,
+            Self::SetPartition { releases, .. } => releases.len(),
+            Self::SetCurrentRevision { .. } => 0,
+        }
+    }
+
+    /// This action taking down at most `pods` pods, if it still takes one: a partition is
+    /// lowered only past its first `pods` releases.
+    fn first_pods(self, pods: usize) -> Option<Self> {
+        match self {
+            Self::SetPartition {
+                statefulset,
+                mut releases,
+                ..
+            } => {
+                releases.truncate(pods);
+                let partition = releases.last()?.index;
+                Some(Self::SetPartition {
+                    statefulset,
+                    partition,
+                    releases,
+                })
+            }
+            action => (pods > 0).then_some(action),
+        }
+    }
 }
 
 impl fmt::Display for Action {
@@ -113,6 +202,29 @@ impl fmt::Display for Action {
                 formatter,
                 "set the current revision of {statefulset} to {revision}"
             ),
+            Self::SetPartition {
+                statefulset,
+                partition,
+                releases,
+            } if releases.is_empty() => write!(
+                formatter,
+                "set the partition of {statefulset} to {partition}, its replicas: nothing rolls until baton lowers it"
+            ),
+            Self::SetPartition {
+                statefulset,
+                partition,
+                releases,
+            } => {
+                let pods: Vec<&str> = releases
+                    .iter()
+                    .map(|release| release.pod.as_str())
+                    .collect();
+                write!(
+                    formatter,
+                    "lower the partition of {statefulset} to {partition}: the StatefulSet controller replaces {}",
+                    pods.join(", ")
+                )
+            }
         }
     }
 }
@@ -249,6 +361,19 @@ pub enum WaitReason {
     NoUpdateRevision { statefulset: String },
     /// Everything else is done; these paused StatefulSets still have pods to update.
     Paused { statefulsets: Vec<String> },
+    /// The StatefulSet controller is replacing the pods a lowered partition released.
+    PartitionRolling {
+        statefulset: String,
+        partition: u32,
+        pods: u32,
+    },
+    /// Someone else changed the partition of a StatefulSet baton rolls by partition: baton
+    /// leaves it alone until a person settles it.
+    PartitionMoved {
+        statefulset: String,
+        set: u32,
+        found: u32,
+    },
 }
 
 impl WaitReason {
@@ -266,6 +391,8 @@ impl WaitReason {
             Self::MaxUnavailable { .. } => "MaxUnavailable",
             Self::NoUpdateRevision { .. } => "NoUpdateRevision",
             Self::Paused { .. } => "Paused",
+            Self::PartitionRolling { .. } => "PartitionRolling",
+            Self::PartitionMoved { .. } => "PartitionMoved",
         }
     }
 
@@ -279,7 +406,9 @@ impl WaitReason {
             | Self::ExtraPods { statefulset, .. }
             | Self::StatusNotReady { statefulset, .. }
             | Self::MaxUnavailable { statefulset, .. }
-            | Self::NoUpdateRevision { statefulset } => Some(statefulset),
+            | Self::NoUpdateRevision { statefulset }
+            | Self::PartitionRolling { statefulset, .. }
+            | Self::PartitionMoved { statefulset, .. } => Some(statefulset),
             Self::MultipleNotReady { .. } | Self::Paused { .. } => None,
         }
     }
@@ -378,6 +507,24 @@ impl fmt::Display for WaitReason {
                 "rollout paused with pods left to update in {}",
                 statefulsets.join(", ")
             ),
+            Self::PartitionRolling {
+                statefulset,
+                partition,
+                pods,
+            } => write!(
+                formatter,
+                "the StatefulSet controller is replacing {} of {statefulset} (partition {partition})",
+                plural(*pods, "pod", "pods")
+            ),
+            Self::PartitionMoved {
+                statefulset,
+                set,
+                found,
+            } => write!(
+                formatter,
+                "the partition of {statefulset} was changed from {set} (set by baton) to {found} by someone else; \
+                 baton leaves it alone: set it back to {set}, or remove annotation {PARTITION_ANNOTATION} to let baton go on from {found}"
+            ),
         }
     }
 }
@@ -399,6 +546,12 @@ pub enum Warning {
         statefulset: String,
         problem: InvalidAnnotation,
     },
+    /// Someone else changed the partition baton set (see [`WaitReason::PartitionMoved`]).
+    PartitionMoved {
+        statefulset: String,
+        set: u32,
+        found: u32,
+    },
 }
 
 impl Warning {
@@ -406,13 +559,15 @@ impl Warning {
     pub fn kind(&self) -> &'static str {
         match self {
             Self::InvalidAnnotation { .. } => "InvalidAnnotation",
+            Self::PartitionMoved { .. } => "PartitionMoved",
         }
     }
 
     /// The StatefulSet the Event should be attached to.
     pub fn statefulset(&self) -> &str {
         match self {
-            Self::InvalidAnnotation { statefulset, .. } => statefulset,
+            Self::InvalidAnnotation { statefulset, .. }
+            | Self::PartitionMoved { statefulset, .. } => statefulset,
         }
     }
 }
@@ -424,6 +579,14 @@ impl fmt::Display for Warning {
                 statefulset,
                 problem,
             } => write!(formatter, "StatefulSet {statefulset}: {problem}"),
+            Self::PartitionMoved {
+                statefulset,
+                set,
+                found,
+            } => write!(
+                formatter,
+                "the partition of StatefulSet {statefulset} was changed from {set} (set by baton) to {found} by someone else"
+            ),
         }
     }
 }
@@ -469,13 +632,27 @@ pub fn plan(group: &GroupSnapshot, now: Timestamp) -> Plan {
 
 /// Walks the members (docs/compatibility.md steps 1 to 6), pushing actions; returns why it stopped.
 fn walk(members: &[Member<'_>], actions: &mut Vec<Action>) -> Option<WaitReason> {
-    if let Some(member) = members
-        .iter()
-        .find(|member| member.statefulset.update_strategy != UpdateStrategy::OnDelete)
-    {
+    if let Some(member) = members.iter().find(|member| {
+        member.mode == Mode::Delete
+            && member.statefulset.update_strategy != UpdateStrategy::OnDelete
+    }) {
         return Some(WaitReason::NonOnDeleteMember {
             statefulset: member.statefulset.name.clone(),
             strategy: member.statefulset.update_strategy.clone(),
+        });
+    }
+    // A partition someone else moved: whatever baton did next could fight them.
+    if let Some((member, set)) = members.iter().find_map(|member| match member.mode {
+        Mode::Partition {
+            moved_from: Some(set),
+            ..
+        } => Some((member, set)),
+        _ => None,
+    }) {
+        return Some(WaitReason::PartitionMoved {
+            statefulset: member.statefulset.name.clone(),
+            set,
+            found: member.statefulset.partition,
         });
     }
 
@@ -492,7 +669,7 @@ fn walk(members: &[Member<'_>], actions: &mut Vec<Action>) -> Option<WaitReason>
             let free: Vec<Action> = not_ready
                 .iter()
                 .filter(|member| !member.paused)
-                .flat_map(|member| member.free_replacements())
+                .flat_map(|member| member.free_replacements(false))
                 .collect();
             if !free.is_empty() {
                 actions.extend(free);
@@ -528,12 +705,25 @@ fn walk(members: &[Member<'_>], actions: &mut Vec<Action>) -> Option<WaitReason>
                 statefulset: statefulset.name.clone(),
             });
         };
+        if let Mode::Partition { partition, .. } = member.mode {
+            match member.roll_by_partition(partition) {
+                Turn::Acted(taken) => {
+                    actions.extend(taken);
+                    return None;
+                }
+                Turn::Waits(reason) => return Some(reason),
+                Turn::Done(hold) => {
+                    actions.extend(hold);
+                    continue;
+                }
+            }
+        }
         if !member.to_update.is_empty() {
             // The budget counts every unavailable pod, free replacements included: their
             // replacements are unavailable too until ready.
             let budget = member.max_unavailable.saturating_sub(member.not_ready);
             // Already unavailable: replaced first, at no cost (see the module header).
-            let free = member.free_replacements();
+            let free = member.free_replacements(true);
             // Terminating pods already count as not ready and are on their way out.
             let budgeted = member
                 .to_update
@@ -543,7 +733,7 @@ fn walk(members: &[Member<'_>], actions: &mut Vec<Action>) -> Option<WaitReason>
                 })
                 .take(usize::try_from(budget).unwrap_or(usize::MAX))
                 .map(|outdated| member.delete(outdated, None));
-            let deletions: Vec<Action> = free.chain(budgeted).collect();
+            let deletions: Vec<Action> = free.into_iter().chain(budgeted).collect();
             if !deletions.is_empty() {
                 actions.extend(deletions);
                 return None;
@@ -582,6 +772,7 @@ fn walk(members: &[Member<'_>], actions: &mut Vec<Action>) -> Option<WaitReason>
 /// One StatefulSet, assessed once per plan.
 struct Member<'a> {
     statefulset: &'a StatefulSetSnapshot,
+    mode: Mode,
     max_unavailable: u32,
     paused: bool,
     warnings: Vec<Warning>,
@@ -604,6 +795,29 @@ struct Member<'a> {
     available_at: Option<Timestamp>,
 }
 
+/// How a member's pods are replaced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// baton deletes them (`OnDelete`).
+    Delete,
+    /// baton lowers the partition and the StatefulSet controller replaces them.
+    Partition {
+        /// spec's partition, at most spec.replicas.
+        partition: u32,
+        /// The partition baton set, when the spec has another (someone else moved it).
+        moved_from: Option<u32>,
+    },
+}
+
+/// What a member rolled by partition does on its turn.
+enum Turn {
+    /// These actions take pods down: the walk stops here.
+    Acted(Vec<Action>),
+    Waits(WaitReason),
+    /// Nothing to roll here (these actions only hold the partition): on to the next member.
+    Done(Vec<Action>),
+}
+
 /// Which unavailable pod a wait names: not terminating first, then at the update revision
 /// (the new version failing is what a person must look at), then the lowest ordinal.
 type NamingOrder = (bool, bool, Option<u32>);
@@ -611,6 +825,8 @@ type NamingOrder = (bool, bool, Option<u32>);
 /// A pod not at the update revision.
 struct Outdated<'a> {
     ordinal: Option<u32>,
+    /// Its ordinal minus spec.ordinals.start.
+    index: Option<u32>,
     pod: &'a PodSnapshot,
     /// Its ordinal is one of spec.replicas': the StatefulSet controller recreates it.
     wanted: bool,
@@ -672,18 +888,55 @@ impl<'a> Member<'a> {
         let expected = statefulset.spec_replicas;
         let max_unavailable = max_unavailable(&statefulset.annotations, expected);
         let paused = paused(&statefulset.annotations);
-        let mut warnings = Vec::new();
-        let mut warn = |problem| {
-            warnings.push(Warning::InvalidAnnotation {
-                statefulset: statefulset.name.clone(),
-                problem,
-            });
-        };
+        let mut invalid = Vec::new();
+        let mut warn = |problem| invalid.push(problem);
         if let Some(problem) = max_unavailable.warning {
             warn(problem);
         }
         if let Some(problem) = paused.warning {
             warn(problem);
+        }
+        let update_by = update_by(&statefulset.annotations);
+        if let Some(problem) = update_by.warning {
+            warn(problem);
+        }
+        let set = partition_set(&statefulset.annotations);
+        if let Some(problem) = set.warning {
+            warn(problem);
+        }
+        let mode = match (update_by.value, &statefulset.update_strategy) {
+            (UpdateBy::Partition, UpdateStrategy::RollingUpdate) => Mode::Partition {
+                partition: statefulset.partition.min(expected),
+                moved_from: set.value.filter(|set| *set != statefulset.partition),
+            },
+            (UpdateBy::Partition, strategy) => {
+                warn(InvalidAnnotation {
+                    key: UPDATE_BY_ANNOTATION,
+                    value: "partition".to_owned(),
+                    accepted: "\"partition\" on a RollingUpdate StatefulSet only",
+                    fallback: format!("delete (the StatefulSet is {strategy})"),
+                });
+                Mode::Delete
+            }
+            (UpdateBy::Delete, _) => Mode::Delete,
+        };
+        let mut warnings: Vec<Warning> = invalid
+            .into_iter()
+            .map(|problem| Warning::InvalidAnnotation {
+                statefulset: statefulset.name.clone(),
+                problem,
+            })
+            .collect();
+        if let Mode::Partition {
+            moved_from: Some(set),
+            ..
+        } = mode
+        {
+            warnings.push(Warning::PartitionMoved {
+                statefulset: statefulset.name.clone(),
+                set,
+                found: statefulset.partition,
+            });
         }
 
         let update_revision = statefulset.update_revision.as_deref();
@@ -735,6 +988,8 @@ impl<'a> Member<'a> {
             if update_revision.is_some() && !at_update_revision {
                 to_update.push(Outdated {
                     ordinal,
+                    index: ordinal
+                        .and_then(|ordinal| ordinal.checked_sub(statefulset.ordinals_start)),
                     pod,
                     wanted,
                     unavailable: why,
@@ -800,6 +1055,7 @@ impl<'a> Member<'a> {
 
         Self {
             statefulset,
+            mode,
             max_unavailable: max_unavailable.value,
             paused: paused.value,
             warnings,
@@ -824,11 +1080,136 @@ impl<'a> Member<'a> {
     }
 
     /// Deletions of the outdated pods that are already unavailable, lowest ordinal first.
-    fn free_replacements(&self) -> impl Iterator<Item = Action> + '_ {
-        self.to_update.iter().filter_map(|outdated| {
-            let why = outdated.free_replacement()?;
-            Some(self.delete(outdated, Some(why)))
-        })
+    /// `lone`: this is the one member not ready (a partition may then release available pods
+    /// too, see [`Self::partition_free_replacements`]).
+    fn free_replacements(&self, lone: bool) -> Vec<Action> {
+        if let Mode::Partition { partition, .. } = self.mode {
+            return self.partition_free_replacements(partition, lone);
+        }
+        self.to_update
+            .iter()
+            .filter_map(|outdated| {
+                let why = outdated.free_replacement()?;
+                Some(self.delete(outdated, Some(why)))
+            })
+            .collect()
+    }
+
+    /// Free replacements by partition. The StatefulSet controller does not replace an
+    /// unavailable pod by itself (it waits for it), and a deleted pod below the partition comes
+    /// back at the old revision: so the partition is lowered to the lowest such pod and the
+    /// unavailable pods are deleted. Lowering it also releases the outdated pods between,
+    /// which the controller replaces afterwards: allowed only when they are all unavailable
+    /// too, or when this member is the only one not ready and its controller is
+    /// `OrderedReady` (it then takes one pod at a time, each once every pod is ready again).
+    fn partition_free_replacements(&self, partition: u32, lone: bool) -> Vec<Action> {
+        let free: Vec<(&Outdated<'_>, u32, Unavailable)> = self
+            .to_update
+            .iter()
+            .filter_map(|outdated| Some((outdated, outdated.index?, outdated.free_replacement()?)))
+            .collect();
+        let Some(lowest) = free.iter().map(|(_, index, _)| *index).min() else {
+            return Vec::new();
+        };
+        let mut actions = Vec::new();
+        if lowest < partition {
+            let releases = self.releases(lowest..partition);
+            let all_free = releases
+                .iter()
+                .all(|release| free.iter().any(|(_, index, _)| *index == release.index));
+            let one_at_a_time = lone && self.statefulset.ordered_ready;
+            if !(all_free || one_at_a_time) {
+                return Vec::new();
+            }
+            actions.push(Action::SetPartition {
+                statefulset: self.statefulset.name.clone(),
+                partition: lowest,
+                releases,
+            });
+        }
+        actions.extend(
+            free.into_iter()
+                .map(|(outdated, _, why)| self.delete(outdated, Some(why))),
+        );
+        actions
+    }
+
+    /// The outdated pods (not terminating) whose index is in `indexes`, highest first.
+    fn releases(&self, indexes: std::ops::Range<u32>) -> Vec<Released> {
+        let mut releases: Vec<Released> = self
+            .to_update
+            .iter()
+            .filter(|outdated| !outdated.pod.terminating)
+            .filter_map(|outdated| {
+                let index = outdated.index.filter(|index| indexes.contains(index))?;
+                Some(Released {
+                    pod: outdated.pod.name.clone(),
+                    index,
+                })
+            })
+            .collect();
+        releases.sort_by_key(|release| Reverse(release.index));
+        releases
+    }
+
+    /// This member's turn, rolled by partition: free replacements first; while the
+    /// StatefulSet controller replaces released pods, wait for it; else lower the partition
+    /// past as many outdated pods as max-unavailable allows (highest index first, the
+    /// controller's order). Once nothing is left to roll, the partition goes back to
+    /// spec.replicas, so the next template change waits for baton.
+    fn roll_by_partition(&self, partition: u32) -> Turn {
+        let statefulset = self.statefulset;
+        let expected = statefulset.spec_replicas;
+        if !self.to_update.is_empty() {
+            let free = self.free_replacements(true);
+            if !free.is_empty() {
+                return Turn::Acted(free);
+            }
+            let in_flight = self
+                .to_update
+                .iter()
+                .filter(|outdated| outdated.index.is_some_and(|index| index >= partition))
+                .count();
+            if in_flight > 0 {
+                return Turn::Waits(self.unreadiness.clone().unwrap_or(
+                    WaitReason::PartitionRolling {
+                        statefulset: statefulset.name.clone(),
+                        partition,
+                        pods: u32::try_from(in_flight).unwrap_or(u32::MAX),
+                    },
+                ));
+            }
+            let budget = self.max_unavailable.saturating_sub(self.not_ready);
+            if budget == 0 {
+                return Turn::Waits(WaitReason::MaxUnavailable {
+                    statefulset: statefulset.name.clone(),
+                    not_ready: self.not_ready,
+                    max_unavailable: self.max_unavailable,
+                    waiting_for: self.waiting_for.clone(),
+                });
+            }
+            let mut releases = self.releases(0..partition);
+            releases.truncate(usize::try_from(budget).unwrap_or(usize::MAX));
+            if let Some(last) = releases.last() {
+                return Turn::Acted(vec![Action::SetPartition {
+                    statefulset: statefulset.name.clone(),
+                    partition: last.index,
+                    releases,
+                }]);
+            }
+            // Every pod left to update is terminating: the member cannot be ready yet.
+        }
+        if let Some(reason) = &self.unreadiness {
+            return Turn::Waits(reason.clone());
+        }
+        let hold = (self.to_update.is_empty() && statefulset.partition < expected).then(|| {
+            Action::SetPartition {
+                statefulset: statefulset.name.clone(),
+                partition: expected,
+                releases: Vec::new(),
+            }
+        });
+        Turn::Done(hold.into_iter().collect())
     }
 
     fn progress(&self) -> Progress {

@@ -20,7 +20,7 @@ fn deleted(plan: &Plan) -> Vec<&str> {
         .iter()
         .filter_map(|action| match action {
             Action::DeletePod { pod, .. } => Some(pod.as_str()),
-            Action::SetCurrentRevision { .. } => None,
+            Action::SetCurrentRevision { .. } | Action::SetPartition { .. } => None,
         })
         .collect()
 }
@@ -33,7 +33,7 @@ fn revisions_set(plan: &Plan) -> Vec<(&str, &str)> {
                 statefulset,
                 revision,
             } => Some((statefulset.as_str(), revision.as_str())),
-            Action::DeletePod { .. } => None,
+            Action::DeletePod { .. } | Action::SetPartition { .. } => None,
         })
         .collect()
 }
@@ -53,7 +53,7 @@ fn deletions(plan: &Plan) -> Vec<(&str, Option<Unavailable>)> {
             Action::DeletePod {
                 pod, unavailable, ..
             } => Some((pod.as_str(), unavailable.clone())),
-            Action::SetCurrentRevision { .. } => None,
+            Action::SetCurrentRevision { .. } | Action::SetPartition { .. } => None,
         })
         .collect()
 }
@@ -1264,4 +1264,274 @@ fn one_pod_message_is_singular() {
         reason.to_string(),
         "zone ingester-zone-b has 1 not-ready pod"
     );
+}
+
+// ---- Rolled by partition: RollingUpdate StatefulSets whose partition baton lowers ----
+
+fn partitions(plan: &Plan) -> Vec<(&str, u32, Vec<&str>)> {
+    plan.actions
+        .iter()
+        .filter_map(|action| match action {
+            Action::SetPartition {
+                statefulset,
+                partition,
+                releases,
+            } => Some((
+                statefulset.as_str(),
+                *partition,
+                releases
+                    .iter()
+                    .map(|release| release.pod.as_str())
+                    .collect(),
+            )),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Three zones of three pods rolled by partition, held at 3, after a template change.
+fn partition_rollout() -> [Zone; 3] {
+    ["ingester-zone-a", "ingester-zone-b", "ingester-zone-c"].map(|name| {
+        zone(name, 3)
+            .by_partition(3)
+            .partition_set(3)
+            .template_changed()
+    })
+}
+
+#[test]
+fn a_settled_member_rolled_by_partition_is_held_at_its_replicas_once() {
+    let opted_in = zone("ingester-zone-a", 3).by_partition(0);
+    let plan = super::plan(&group([opted_in]), now());
+    assert_eq!(partitions(&plan), [("ingester-zone-a", 3, vec![])]);
+    assert_eq!(plan.waiting, None);
+    let held = zone("ingester-zone-a", 3).by_partition(3).partition_set(3);
+    assert!(plan_is_empty(&group([held])));
+    // More than the replicas (scaled down since): nothing to hold either.
+    let above = zone("ingester-zone-a", 3).by_partition(5).partition_set(5);
+    assert!(plan_is_empty(&group([above])));
+}
+
+fn plan_is_empty(group: &GroupSnapshot) -> bool {
+    let plan = super::plan(group, now());
+    plan.actions.is_empty() && plan.waiting.is_none()
+}
+
+#[test]
+fn a_template_change_lowers_the_first_zones_partition_past_its_highest_pod_only() {
+    let plan = super::plan(&group(partition_rollout()), now());
+    assert_eq!(
+        partitions(&plan),
+        [("ingester-zone-a", 2, vec!["ingester-zone-a-2"])]
+    );
+    assert!(
+        deleted(&plan).is_empty(),
+        "the StatefulSet controller replaces the pod"
+    );
+    assert_eq!(plan.waiting, None);
+}
+
+#[test]
+fn released_pods_the_controller_has_not_replaced_yet_are_waited_for() {
+    let [a, b, c] = partition_rollout();
+    let plan = super::plan(&group([a.by_partition(2).partition_set(2), b, c]), now());
+    assert!(plan.actions.is_empty());
+    assert_eq!(
+        plan.waiting,
+        Some(WaitReason::PartitionRolling {
+            statefulset: "ingester-zone-a".into(),
+            partition: 2,
+            pods: 1
+        })
+    );
+    // Replaced and starting: max-unavailable is reached, as when baton deletes, naming it.
+    let [a, b, c] = partition_rollout();
+    let starting = a
+        .by_partition(2)
+        .partition_set(2)
+        .updated(&[2])
+        .not_ready(&[2]);
+    let plan = super::plan(&group([starting, b, c]), now());
+    assert!(plan.actions.is_empty());
+    assert_eq!(
+        plan.waiting.as_ref().map(WaitReason::kind),
+        Some("MaxUnavailable")
+    );
+}
+
+#[test]
+fn once_a_released_pod_is_updated_and_ready_the_next_one_is_released() {
+    let [a, b, c] = partition_rollout();
+    let a = a.by_partition(2).partition_set(2).updated(&[2]);
+    let plan = super::plan(&group([a, b, c]), now());
+    assert_eq!(
+        partitions(&plan),
+        [("ingester-zone-a", 1, vec!["ingester-zone-a-1"])]
+    );
+}
+
+#[test]
+fn max_unavailable_releases_as_many_pods_at_once() {
+    let [a, b, c] = partition_rollout();
+    let plan = super::plan(&group([a.max_unavailable("2"), b, c]), now());
+    assert_eq!(
+        partitions(&plan),
+        [(
+            "ingester-zone-a",
+            1,
+            vec!["ingester-zone-a-2", "ingester-zone-a-1"]
+        )]
+    );
+}
+
+#[test]
+fn a_finished_zone_is_held_again_and_the_next_zone_starts() {
+    let [a, b, c] = partition_rollout();
+    let a = a.by_partition(0).partition_set(0).all_updated();
+    let plan = super::plan(&group([a, b, c]), now());
+    assert_eq!(
+        partitions(&plan),
+        [
+            ("ingester-zone-a", 3, vec![]),
+            ("ingester-zone-b", 2, vec!["ingester-zone-b-2"])
+        ]
+    );
+    assert!(
+        revisions_set(&plan).is_empty(),
+        "the StatefulSet controller sets it"
+    );
+}
+
+#[test]
+fn another_zone_not_ready_holds_a_zone_rolled_by_partition() {
+    let [a, b, c] = partition_rollout();
+    let plan = super::plan(&group([a, b.all_updated().not_ready(&[0]), c]), now());
+    assert!(partitions(&plan).is_empty());
+    assert_eq!(
+        plan.waiting.as_ref().map(WaitReason::kind),
+        Some("NotReady")
+    );
+}
+
+#[test]
+fn a_partition_someone_else_moved_holds_the_group_and_is_reported() {
+    let [a, b, c] = partition_rollout();
+    // baton set 2; a GitOps re-apply put the manifest's 0 back.
+    let a = a.by_partition(0).partition_set(2).updated(&[2]);
+    let plan = super::plan(&group([a, b, c]), now());
+    assert!(plan.actions.is_empty(), "no fight: {:?}", plan.actions);
+    assert_eq!(
+        plan.waiting,
+        Some(WaitReason::PartitionMoved {
+            statefulset: "ingester-zone-a".into(),
+            set: 2,
+            found: 0
+        })
+    );
+    assert!(
+        plan.warnings
+            .iter()
+            .any(|warning| warning.kind() == "PartitionMoved")
+    );
+    let said = plan.waiting.unwrap().to_string();
+    assert!(said.contains("from 2") && said.contains("to 0"), "{said}");
+}
+
+#[test]
+fn a_crash_looping_old_pod_below_the_partition_is_released_and_replaced_for_the_fix() {
+    let [a, b, c] = partition_rollout();
+    let b = b.crash_looping(&[0]);
+    let plan = super::plan(&group([a, b, c]), now());
+    // The controller neither replaces it (it is below the partition) nor goes on while it is
+    // down (OrderedReady): lowered to it and deleted, it comes back at the update revision.
+    assert_eq!(
+        partitions(&plan),
+        [(
+            "ingester-zone-b",
+            0,
+            vec![
+                "ingester-zone-b-2",
+                "ingester-zone-b-1",
+                "ingester-zone-b-0"
+            ]
+        )]
+    );
+    assert_eq!(deletions(&plan), [("ingester-zone-b-0", crash_loop())]);
+}
+
+#[test]
+fn with_parallel_pod_management_a_fix_never_releases_available_pods_with_it() {
+    let [a, b, c] = partition_rollout();
+    // Parallel: the controller would take b-2 down while b-0 is down, past max-unavailable.
+    let plan = super::plan(&group([a, b.parallel().crash_looping(&[0]), c]), now());
+    assert!(plan.actions.is_empty(), "{:?}", plan.actions);
+    assert_eq!(
+        plan.waiting.as_ref().map(WaitReason::kind),
+        Some("MaxUnavailable")
+    );
+    // Only unavailable pods released: allowed whatever the policy.
+    let [a, b, c] = partition_rollout();
+    let plan = super::plan(&group([a, b.parallel().crash_looping(&[1, 2]), c]), now());
+    assert_eq!(
+        partitions(&plan),
+        [(
+            "ingester-zone-b",
+            1,
+            vec!["ingester-zone-b-2", "ingester-zone-b-1"]
+        )]
+    );
+    assert_eq!(
+        deletions(&plan),
+        [
+            ("ingester-zone-b-1", crash_loop()),
+            ("ingester-zone-b-2", crash_loop())
+        ]
+    );
+}
+
+#[test]
+fn a_rolling_update_member_without_the_opt_in_still_skips_the_group() {
+    let [a, b, c] = fresh_rollout();
+    let plan = plan(
+        &group([a, b.strategy(UpdateStrategy::RollingUpdate), c]),
+        now(),
+    );
+    assert!(plan.actions.is_empty());
+    assert_eq!(
+        plan.waiting.as_ref().map(WaitReason::kind),
+        Some("NonOnDeleteMember")
+    );
+}
+
+#[test]
+fn update_by_partition_on_an_on_delete_member_is_a_warning_and_it_rolls_by_deletion() {
+    let [a, b, c] = fresh_rollout();
+    let a = a.annotation(crate::annotations::UPDATE_BY_ANNOTATION, "partition");
+    let plan = super::plan(&group([a, b, c]), now());
+    assert_eq!(deleted(&plan), ["ingester-zone-a-0"]);
+    assert!(
+        plan.warnings
+            .iter()
+            .any(|warning| warning.to_string().contains("RollingUpdate"))
+    );
+    // A value that is neither: a warning, and the default.
+    let [a, b, c] = fresh_rollout();
+    let a = a.annotation(crate::annotations::UPDATE_BY_ANNOTATION, "Partition");
+    let plan = super::plan(&group([a, b, c]), now());
+    assert_eq!(deleted(&plan), ["ingester-zone-a-0"]);
+    assert_eq!(plan.warnings.len(), 1);
+}
+
+#[test]
+fn a_ramp_step_lowers_the_partition_past_fewer_pods() {
+    let [a, b, c] = partition_rollout();
+    let mut plan = super::plan(&group([a.max_unavailable("3"), b, c]), now());
+    assert_eq!(plan.pods_taken(), 3);
+    plan.take_at_most(1);
+    assert_eq!(
+        partitions(&plan),
+        [("ingester-zone-a", 2, vec!["ingester-zone-a-2"])]
+    );
+    plan.take_at_most(0);
+    assert!(plan.actions.is_empty());
 }

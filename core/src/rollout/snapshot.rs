@@ -38,6 +38,12 @@ pub struct StatefulSetSnapshot {
     /// Missing on a StatefulSet the Kubernetes controller has not processed yet.
     pub update_revision: Option<String>,
     pub update_strategy: UpdateStrategy,
+    /// spec.updateStrategy.rollingUpdate.partition (0 when unset): with `RollingUpdate`, the
+    /// StatefulSet controller replaces only the pods whose index is at least this.
+    pub partition: u32,
+    /// spec.podManagementPolicy is `OrderedReady` (the default): the StatefulSet controller
+    /// replaces no pod while one is not Running and Ready.
+    pub ordered_ready: bool,
     pub annotations: BTreeMap<String, String>,
     /// The pods this StatefulSet controls, in natural name order.
     pub pods: Vec<PodSnapshot>,
@@ -164,6 +170,20 @@ impl StatefulSetSnapshot {
             update_strategy: UpdateStrategy::from_type(
                 spec.and_then(|spec| spec.update_strategy.as_ref()?.type_.as_deref()),
             ),
+            partition: spec
+                .and_then(|spec| {
+                    spec.update_strategy
+                        .as_ref()?
+                        .rolling_update
+                        .as_ref()?
+                        .partition
+                })
+                .unwrap_or(0)
+                .max(0)
+                .unsigned_abs(),
+            ordered_ready: spec
+                .and_then(|spec| spec.pod_management_policy.as_deref())
+                .is_none_or(|policy| policy == "OrderedReady"),
             annotations: statefulset.metadata.annotations.clone().unwrap_or_default(),
             pods: Vec::new(),
         }
@@ -402,6 +422,8 @@ mod tests {
                 current_revision: Some("rev-old".to_owned()),
                 update_revision: Some("rev-new".to_owned()),
                 update_strategy: UpdateStrategy::OnDelete,
+                partition: 0,
+                ordered_ready: true,
                 annotations: labels(&[("rollout-max-unavailable", "2")]),
                 pods: vec![],
             }

@@ -23,7 +23,7 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 
 use super::model::{ActionRecord, GroupStatus, RolloutPhase, Waiting, ZoneStatus};
 use crate::gates::{self, GateDecision, GateWait};
-use crate::rollout::{Action, GroupSnapshot, Plan, WaitReason};
+use crate::rollout::{GroupSnapshot, Plan, WaitReason};
 
 /// `GateWait::HealthCheck`'s kind: a wait only the leader can see (its queries).
 const HEALTH_CHECK: &str = "HealthCheck";
@@ -118,16 +118,21 @@ pub fn group_status(
                 .progress
                 .iter()
                 .find(|progress| progress.statefulset == member.name);
-            let (updated, ready, total, done) = progress.map_or(
-                (0, 0, member.spec_replicas, false),
-                |progress| (progress.updated, progress.ready, progress.total, progress.done),
-            );
+            let (updated, ready, total, done) =
+                progress.map_or((0, 0, member.spec_replicas, false), |progress| {
+                    (
+                        progress.updated,
+                        progress.ready,
+                        progress.total,
+                        progress.done,
+                    )
+                });
             let paused = crate::annotations::paused(&member.annotations).value;
             let has_rollout = member.update_revision.is_some()
                 && (updated < total || member.current_revision != member.update_revision);
-            let deleting = plan.deletions().any(|action| {
-                matches!(action, Action::DeletePod { statefulset, .. } if *statefulset == member.name)
-            });
+            let deleting = plan
+                .deletions()
+                .any(|action| action.rolls() == Some(member.name.as_str()));
             let phase = if skipped && !done {
                 RolloutPhase::Skipped
             } else if halted && !done {
