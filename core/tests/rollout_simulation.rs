@@ -6,7 +6,11 @@
 //! after random delays, start, and become Ready; meanwhile chaos strikes (pods fail readiness
 //! or get evicted, templates change and roll back mid-rollout, replicas change, rollouts are
 //! paused and resumed, members switch away from `OnDelete` and back, StatefulSets join and leave
-//! the group, statuses lag). Some pods are broken: an old pod crash-loops (or cannot pull its
+//! the group, statuses lag, someone else sets a partition). A third of the members are
+//! `RollingUpdate` StatefulSets rolled by partition: the simulated StatefulSet controller replaces
+//! their pods at or above the partition, highest first, one at a time (`OrderedReady` also waits
+//! while any pod is down; `Parallel` does not), and recreates a pod below it at the current
+//! revision. Some pods are broken: an old pod crash-loops (or cannot pull its
 //! image) until it is replaced, and some template changes are broken versions whose pods never
 //! become ready until a fixed version is deployed (always by the end of chaos: the rollout of
 //! a fix is the one that must complete). The planner's actions are carried out like the
@@ -23,6 +27,12 @@
 //! - (f) a deletion the planner says costs no availability (a free replacement) is of a pod
 //!   already unavailable, by the checker's own definition: replacing it cannot raise the number
 //!   of unavailable pods;
+//! - (g) a partition someone else moved gets no action at all until a person settles it;
+//! - (h) a pod baton deletes comes back at the update revision (never below a partition).
+//!
+//! Pods released by lowering a partition count as deleted by baton for (a) to (c) once the
+//! StatefulSet controller takes them down, and lowering one past available pods is checked
+//! like deleting them.
 //!
 //! plus: baton never deletes a terminating, a paused or an up-to-date pod, never uses a stale
 //! uid, and only marks a StatefulSet's current revision once its pods are all updated and ready.
@@ -42,7 +52,10 @@ use std::time::Instant;
 mod sim;
 use sim::env_u64;
 
-use baton_core::annotations::{MAX_UNAVAILABLE_ANNOTATION, ROLLOUT_PAUSED_ANNOTATION};
+use baton_core::annotations::{
+    MAX_UNAVAILABLE_ANNOTATION, PARTITION_ANNOTATION, ROLLOUT_PAUSED_ANNOTATION,
+    UPDATE_BY_ANNOTATION,
+};
 use baton_core::rollout::snapshot::pod_ordinal;
 use baton_core::rollout::{
     Action, GroupSnapshot, Plan, PodPhase, PodSnapshot, StatefulSetSnapshot, Unavailable,
@@ -76,6 +89,8 @@ enum Property {
     CurrentRevisionWhenDone,
     QuietWhenDone,
     FreeReplacementCostsNothing,
+    PartitionMovedUntouched,
+    ReplacedAtUpdateRevision,
 }
 
 impl fmt::Display for Property {
@@ -95,6 +110,12 @@ impl fmt::Display for Property {
             Self::FreeReplacementCostsNothing => {
                 "(f) a free replacement deletes only a pod that is already unavailable"
             }
+            Self::PartitionMovedUntouched => {
+                "(g) a partition someone else moved is left alone: no fight"
+            }
+            Self::ReplacedAtUpdateRevision => {
+                "(h) a pod baton deletes or releases comes back at the update revision"
+            }
         })
     }
 }
@@ -112,7 +133,7 @@ impl fmt::Display for Violation {
         write!(
             formatter,
             "rollout simulation: property {} violated in scenario seed {} at step {}:\n{}\n\
-             replay with: SIM_SEED={} cargo test -p baton-controller --test rollout_simulation \
+             replay with: SIM_SEED={} cargo test -p baton-core --test rollout_simulation \
              -- --nocapture",
             self.property, self.seed, self.step, self.details, self.seed
         )
@@ -192,6 +213,9 @@ struct MemberLife {
     blocked_until: u64,
     /// Ordinals made unavailable by baton's deletions, until available again.
     baton_pending: Vec<u32>,
+    /// Ordinals baton released by lowering the partition, until the StatefulSet controller
+    /// takes their pod down (then they are `baton_pending`) or they no longer need it.
+    released: Vec<u32>,
     /// A brand-new StatefulSet gets its revisions at this step.
     revision_known_at: u64,
     stale_status: bool,
@@ -236,6 +260,8 @@ struct Stats {
     free_replacements: u64,
     free_past_budget: u64,
     current_revisions_set: u64,
+    /// Pods released by lowering a partition.
+    releases: u64,
     longest_convergence: u64,
     waits: BTreeMap<&'static str, u64>,
 }
@@ -248,6 +274,7 @@ impl Stats {
         self.free_replacements += other.free_replacements;
         self.free_past_budget += other.free_past_budget;
         self.current_revisions_set += other.current_revisions_set;
+        self.releases += other.releases;
         self.longest_convergence = self.longest_convergence.max(other.longest_convergence);
         for (kind, count) in &other.waits {
             *self.waits.entry(kind).or_default() += count;
@@ -299,6 +326,35 @@ fn rollout_done(statefulset: &StatefulSetSnapshot, life: &MemberLife, now: Times
             .pods
             .iter()
             .all(|pod| pod.revision == statefulset.update_revision)
+}
+
+/// Rolled by partition: opted in and `RollingUpdate`.
+fn by_partition(statefulset: &StatefulSetSnapshot) -> bool {
+    statefulset.update_strategy == UpdateStrategy::RollingUpdate
+        && statefulset
+            .annotations
+            .get(UPDATE_BY_ANNOTATION)
+            .is_some_and(|value| value == "partition")
+}
+
+/// Neither `OnDelete` nor rolled by partition: baton must leave the group alone.
+fn out_of_batons_hands(statefulset: &StatefulSetSnapshot) -> bool {
+    statefulset.update_strategy != UpdateStrategy::OnDelete && !by_partition(statefulset)
+}
+
+/// The partition baton recorded, when the spec has another (someone else moved it).
+fn moved_partition(statefulset: &StatefulSetSnapshot) -> Option<u32> {
+    let set: u32 = statefulset
+        .annotations
+        .get(PARTITION_ANNOTATION)?
+        .parse()
+        .ok()?;
+    (by_partition(statefulset) && set != statefulset.partition).then_some(set)
+}
+
+/// A pod's index: its ordinal minus spec.ordinals.start.
+fn index_of(statefulset: &StatefulSetSnapshot, ordinal: u32) -> Option<u32> {
+    ordinal.checked_sub(statefulset.ordinals_start)
 }
 
 fn is_paused(statefulset: &StatefulSetSnapshot) -> bool {
@@ -388,11 +444,19 @@ impl<'p> Simulation<'p> {
         if rng.random_bool(0.1) {
             annotations.insert(ROLLOUT_PAUSED_ANNOTATION.to_owned(), "true".to_owned());
         }
-        let update_strategy = if rng.random_bool(0.05) {
+        let by_partition = rng.random_bool(0.3);
+        let update_strategy = if by_partition || rng.random_bool(0.05) {
             UpdateStrategy::RollingUpdate
         } else {
             UpdateStrategy::OnDelete
         };
+        // Rolled by partition: opted in, held at its replicas by baton earlier.
+        let partition = if by_partition { replicas } else { 0 };
+        if by_partition {
+            annotations.insert(UPDATE_BY_ANNOTATION.to_owned(), "partition".to_owned());
+            annotations.insert(PARTITION_ANNOTATION.to_owned(), partition.to_string());
+        }
+        let ordered_ready = !by_partition || rng.random_bool(0.8);
         let revision_known_at = if at_start {
             0
         } else {
@@ -409,8 +473,8 @@ impl<'p> Simulation<'p> {
             current_revision: None,
             update_revision: None,
             update_strategy,
-            partition: 0,
-            ordered_ready: true,
+            partition,
+            ordered_ready,
             annotations,
             pods: Vec::new(),
         };
@@ -420,6 +484,7 @@ impl<'p> Simulation<'p> {
             create_at: Vec::new(),
             blocked_until: 0,
             baton_pending: Vec::new(),
+            released: Vec::new(),
             revision_known_at,
             stale_status: false,
         };
@@ -562,6 +627,15 @@ impl<'p> Simulation<'p> {
                 let annotations = &mut self.group.statefulsets[member].annotations;
                 annotations.insert(ROLLOUT_PAUSED_ANNOTATION.to_owned(), value.to_owned());
             }
+            36..38 if by_partition(&self.group.statefulsets[member]) => {
+                // A person or a GitOps re-apply sets the partition baton manages.
+                let replicas = self.group.statefulsets[member].spec_replicas;
+                let partition = self.rng.random_range(0..=replicas);
+                self.trace.note(self.step, || {
+                    format!("chaos: someone sets the partition of {name} to {partition}")
+                });
+                self.group.statefulsets[member].partition = partition;
+            }
             36..38 => {
                 let strategy = match self.rng.random_range(0..4) {
                     0 => UpdateStrategy::RollingUpdate,
@@ -653,8 +727,9 @@ impl<'p> Simulation<'p> {
 
     /// Chaos stops: no more failures, template changes or strategy switches; statuses catch up.
     /// A broken update revision gets its fix deployed; broken pods that no rollout would
-    /// replace (at the update revision, or paused) are fixed by hand. Broken pods at an old
-    /// revision stay broken: replacing them is the planner's job.
+    /// replace (at the update revision, paused, or under a `Parallel` partition) are fixed by
+    /// hand, and a partition someone else moved is settled as the wait says. Broken pods at an
+    /// old revision stay broken: replacing them is the planner's job.
     fn end_chaos(&mut self) {
         for member in 0..self.group.statefulsets.len() {
             let update = self.group.statefulsets[member].update_revision.clone();
@@ -662,12 +737,42 @@ impl<'p> Simulation<'p> {
                 self.change_template(member);
             }
         }
+        // Zones with broken old pods: a partition can release one such zone's fix only while
+        // it is the only zone down (see `parallel` below for the other limit).
+        let broken_zones = self
+            .group
+            .statefulsets
+            .iter()
+            .zip(&self.members)
+            .filter(|(statefulset, life)| {
+                statefulset
+                    .pods
+                    .iter()
+                    .zip(&life.pods)
+                    .any(|(pod, pod_life)| {
+                        pod_life.stuck.is_some() && pod.revision != statefulset.update_revision
+                    })
+            })
+            .count();
         for (statefulset, life) in self.group.statefulsets.iter_mut().zip(&mut self.members) {
-            statefulset.update_strategy = UpdateStrategy::OnDelete;
+            if moved_partition(statefulset).is_some() {
+                // A person settles it, as the wait says: baton goes on from where it is.
+                statefulset.annotations.remove(PARTITION_ANNOTATION);
+                life.released.clear();
+            }
+            if !by_partition(statefulset) {
+                statefulset.update_strategy = UpdateStrategy::OnDelete;
+            }
             life.stale_status = false;
             let paused = is_paused(statefulset);
+            // Rolled by partition, a broken old pod below available old ones can only be
+            // released with them: past max-unavailable with a `Parallel` controller, and into a
+            // second zone down when another zone is broken too. baton waits and names it; a
+            // person fixes it.
+            let by_hand =
+                by_partition(statefulset) && (!statefulset.ordered_ready || broken_zones > 1);
             for (pod, pod_life) in statefulset.pods.iter().zip(&mut life.pods) {
-                if paused || pod.revision == statefulset.update_revision {
+                if paused || by_hand || pod.revision == statefulset.update_revision {
                     pod_life.stuck = None;
                 }
             }
@@ -733,21 +838,47 @@ impl<'p> Simulation<'p> {
                 life.pods[index].gone_at = Some(step + self.rng.random_range(0..=1));
             }
 
-            // RollingUpdate: Kubernetes rolls the pods itself, highest ordinal first.
+            // RollingUpdate: Kubernetes rolls the pods at or above the partition itself,
+            // highest first, one at a time: it deletes the highest outdated one unless a pod
+            // above it is not healthy yet; `OrderedReady` also waits while any pod is down.
             if statefulset.update_strategy == UpdateStrategy::RollingUpdate
-                && fully_ready(statefulset, life, now)
+                && (!statefulset.ordered_ready || fully_ready(statefulset, life, now))
             {
-                let outdated = (0..life.pods.len())
+                let mut above: Vec<usize> = (0..life.pods.len())
                     .filter(|&index| {
-                        statefulset.pods[index].revision != statefulset.update_revision
+                        let ordinal = life.pods[index].ordinal;
+                        wanted(statefulset, ordinal)
+                            && index_of(statefulset, ordinal)
+                                .is_some_and(|index| index >= statefulset.partition)
                     })
-                    .max_by_key(|&index| life.pods[index].ordinal);
-                match outdated {
-                    Some(index) => {
+                    .collect();
+                above.sort_by_key(|&index| std::cmp::Reverse(life.pods[index].ordinal));
+                for index in above {
+                    let pod = &statefulset.pods[index];
+                    if pod.revision != statefulset.update_revision && !pod.terminating {
+                        let ordinal = life.pods[index].ordinal;
+                        let available = is_available(pod, statefulset.min_ready_seconds, now);
                         statefulset.pods[index].terminating = true;
                         life.pods[index].gone_at = Some(step + self.rng.random_range(0..=1));
+                        // A pod baton released: its unavailability is baton's doing.
+                        if let Some(at) = life.released.iter().position(|&o| o == ordinal) {
+                            life.released.swap_remove(at);
+                            if available && !life.baton_pending.contains(&ordinal) {
+                                life.baton_pending.push(ordinal);
+                            }
+                        }
+                        break;
                     }
-                    None => statefulset.current_revision = statefulset.update_revision.clone(),
+                    if pod.terminating || !is_available(pod, 0, now) {
+                        break;
+                    }
+                }
+                let all_updated = statefulset
+                    .pods
+                    .iter()
+                    .all(|pod| pod.revision == statefulset.update_revision);
+                if all_updated && fully_ready(statefulset, life, now) {
+                    statefulset.current_revision = statefulset.update_revision.clone();
                 }
             }
 
@@ -768,7 +899,16 @@ impl<'p> Simulation<'p> {
                 if at > step || step < life.blocked_until {
                     continue;
                 }
-                let Some(revision) = statefulset.update_revision.clone() else {
+                // Below a RollingUpdate partition, a pod comes back at the current revision.
+                let below_partition = statefulset.update_strategy == UpdateStrategy::RollingUpdate
+                    && index_of(statefulset, ordinal)
+                        .is_some_and(|index| index < statefulset.partition);
+                let revision = if below_partition {
+                    statefulset.current_revision.clone()
+                } else {
+                    statefulset.update_revision.clone()
+                };
+                let Some(revision) = revision else {
                     continue;
                 };
                 let stuck = self
@@ -825,6 +965,19 @@ impl<'p> Simulation<'p> {
                 }
                 pod.ready = ready;
             }
+
+            // Released pods that no longer need replacing (updated, gone, or below the
+            // partition again) are no longer baton's to count.
+            let partition = statefulset.partition;
+            let start = statefulset.ordinals_start;
+            let pods = &statefulset.pods;
+            let update_revision = &statefulset.update_revision;
+            life.released.retain(|&ordinal| {
+                ordinal >= start + partition
+                    && life.pods.iter().zip(pods).any(|(pod_life, pod)| {
+                        pod_life.ordinal == ordinal && pod.revision != *update_revision
+                    })
+            });
 
             // Baton's pending slots end once available again, or once no longer wanted.
             let min_ready_seconds = statefulset.min_ready_seconds;
@@ -892,7 +1045,7 @@ impl<'p> Simulation<'p> {
             .group
             .statefulsets
             .iter()
-            .find(|member| member.update_strategy != UpdateStrategy::OnDelete)
+            .find(|member| out_of_batons_hands(member))
             && !plan.actions.is_empty()
         {
             return Err(self.violation(
@@ -902,6 +1055,92 @@ impl<'p> Simulation<'p> {
                     member.name, member.update_strategy, plan.actions
                 ),
             ));
+        }
+
+        // (g)
+        if let Some(member) = self
+            .group
+            .statefulsets
+            .iter()
+            .find(|member| moved_partition(member).is_some())
+            && !plan.actions.is_empty()
+        {
+            return Err(self.violation(
+                Property::PartitionMovedUntouched,
+                format!(
+                    "someone else set the partition of {} to {}, yet the plan is {:?}",
+                    member.name, member.partition, plan.actions
+                ),
+            ));
+        }
+
+        // Partitions: each on a member rolled by partition, releasing exactly the outdated
+        // pods it is lowered past (named, live, unpaused). Released pods the StatefulSet
+        // controller will take down count as deleted below.
+        let mut partitions: Vec<(usize, u32)> = Vec::new();
+        let mut releases: Vec<(usize, usize)> = Vec::new();
+        for action in &plan.actions {
+            let Action::SetPartition {
+                statefulset,
+                partition,
+                releases: named,
+            } = action
+            else {
+                continue;
+            };
+            let Some(member) = self
+                .group
+                .statefulsets
+                .iter()
+                .position(|member| &member.name == statefulset)
+            else {
+                return Err(self.violation(
+                    Property::KnownPodsOnly,
+                    format!("no StatefulSet {statefulset}"),
+                ));
+            };
+            let target = &self.group.statefulsets[member];
+            if !by_partition(target) {
+                return Err(self.violation(
+                    Property::NonOnDeleteUntouched,
+                    format!("{statefulset} is not rolled by partition, yet {action}"),
+                ));
+            }
+            let lowered_past = |index: u32| index >= *partition && index < target.partition;
+            for (position, (pod, pod_life)) in target
+                .pods
+                .iter()
+                .zip(&self.members[member].pods)
+                .enumerate()
+            {
+                // Pods beyond spec.replicas are going anyway: no partition releases them.
+                let lowered = wanted(target, pod_life.ordinal)
+                    && index_of(target, pod_life.ordinal).is_some_and(lowered_past);
+                let outdated = pod.revision != target.update_revision && !pod.terminating;
+                let named_here = named.iter().any(|release| release.pod == pod.name);
+                if lowered && outdated && !named_here {
+                    return Err(self.violation(
+                        Property::KnownPodsOnly,
+                        format!("{action} releases {} without naming it", pod.name),
+                    ));
+                }
+                if named_here {
+                    if !lowered || !outdated {
+                        return Err(self.violation(
+                            Property::NoUpToDateDeleted,
+                            format!("{action} names {}, which it does not release", pod.name),
+                        ));
+                    }
+                    if is_paused(target) {
+                        return Err(self.violation(
+                            Property::NoPausedDeleted,
+                            format!("{statefulset} is paused, {} released", pod.name),
+                        ));
+                    }
+                    releases.push((member, position));
+                }
+            }
+            partitions.push((member, *partition));
         }
 
         // Deletions: each must name a live, outdated, unpaused pod by its current uid.
@@ -948,6 +1187,22 @@ impl<'p> Simulation<'p> {
                     format!("{pod} already runs the update revision"),
                 ));
             }
+            // (h) Below a RollingUpdate partition a deleted pod comes back old.
+            if members[member].update_strategy == UpdateStrategy::RollingUpdate {
+                let partition = partitions
+                    .iter()
+                    .find(|(planned, _)| *planned == member)
+                    .map_or(members[member].partition, |&(_, partition)| partition);
+                let ordinal = self.members[member].pods[index].ordinal;
+                if index_of(&members[member], ordinal).is_none_or(|index| index < partition) {
+                    return Err(self.violation(
+                        Property::ReplacedAtUpdateRevision,
+                        format!(
+                            "{pod} deleted below the partition {partition} of {statefulset}: it comes back at the old revision"
+                        ),
+                    ));
+                }
+            }
             // (f)
             if let Some(why) = free {
                 let ordinal = self.members[member].pods[index].ordinal;
@@ -979,12 +1234,27 @@ impl<'p> Simulation<'p> {
                 is_available(&statefulset.pods[index], statefulset.min_ready_seconds, now)
             })
             .collect();
+        // Released pods: taken down later by the StatefulSet controller, one at a time, the
+        // free ones (also deleted in this plan) aside.
+        let releases: Vec<(usize, usize)> = releases
+            .into_iter()
+            .filter(|release| !targets.contains(release))
+            .collect();
+        let releases_available: Vec<bool> = releases
+            .iter()
+            .map(|&(member, index)| {
+                let statefulset = &self.group.statefulsets[member];
+                is_available(&statefulset.pods[index], statefulset.min_ready_seconds, now)
+            })
+            .collect();
         let mut rolling: Vec<usize> = targets
             .iter()
             .zip(&takes_available)
+            .chain(releases.iter().zip(&releases_available))
             .filter(|(_, available)| **available)
             .map(|(&(member, _), _)| member)
             .collect();
+        rolling.sort_unstable();
         rolling.dedup();
         if rolling.len() > 1 {
             return Err(self.violation(
@@ -1008,7 +1278,11 @@ impl<'p> Simulation<'p> {
                 })
                 .map(|pod| pod.name.clone())
         });
-        for (&(member, index), &available) in targets.iter().zip(&takes_available) {
+        for (&(member, index), &available) in targets
+            .iter()
+            .zip(&takes_available)
+            .chain(releases.iter().zip(&releases_available))
+        {
             let not_ready = self
                 .group
                 .statefulsets
@@ -1044,7 +1318,11 @@ impl<'p> Simulation<'p> {
             }
         }
         // The unavailable pods of each member with deletions, before them, for (c).
-        let mut touched: Vec<usize> = targets.iter().map(|&(member, _)| member).collect();
+        let mut touched: Vec<usize> = targets
+            .iter()
+            .chain(&releases)
+            .map(|&(member, _)| member)
+            .collect();
         touched.sort_unstable();
         touched.dedup();
         let before: Vec<(usize, u32, u32)> = touched
@@ -1074,11 +1352,35 @@ impl<'p> Simulation<'p> {
             }
             self.stats.deletions += 1;
         }
+        // Partitions take effect, recorded as baton's; released pods are baton's to count
+        // once the StatefulSet controller takes them down.
+        for &(member, partition) in &partitions {
+            let statefulset = &mut self.group.statefulsets[member];
+            statefulset.partition = partition;
+            statefulset
+                .annotations
+                .insert(PARTITION_ANNOTATION.to_owned(), partition.to_string());
+        }
+        for &(member, index) in &releases {
+            let ordinal = self.members[member].pods[index].ordinal;
+            let released = &mut self.members[member].released;
+            if !released.contains(&ordinal) {
+                released.push(ordinal);
+            }
+            self.stats.releases += 1;
+        }
         // (c): within max-unavailable, or, where pods were down on their own past it, no more
-        // down than before (replacing unavailable pods only).
+        // down than before (replacing unavailable pods only). A `Parallel` controller may take
+        // a released available pod down whatever else is down: it counts now; an
+        // `OrderedReady` one only once every pod is ready, so never past one.
         for &(member, before, limit) in &before {
             let statefulset = &self.group.statefulsets[member];
-            let after = unavailable(statefulset, &self.members[member], now);
+            let releasing = releases
+                .iter()
+                .zip(&releases_available)
+                .any(|(&(released, _), &available)| released == member && available);
+            let after = unavailable(statefulset, &self.members[member], now)
+                + u32::from(releasing && !statefulset.ordered_ready);
             if after > limit.max(before) {
                 return Err(self.violation(
                     Property::MaxUnavailable,
@@ -1159,6 +1461,8 @@ impl<'p> Simulation<'p> {
                 } else {
                     rollout_done(statefulset, life, now)
                         && statefulset.current_revision == statefulset.update_revision
+                        && (!by_partition(statefulset)
+                            || statefulset.partition >= statefulset.spec_replicas)
                 }
             })
     }
@@ -1348,12 +1652,13 @@ fn planner_keeps_compat_guarantees_in_random_scenarios() {
         Err(violation) => panic!("{violation}"),
     };
     println!(
-        "{} scenarios, {} steps, {} pod deletions ({} free replacements, {} past max-unavailable), {} current revisions set, longest convergence {} steps, in {:.1?}; waits: {:?}",
+        "{} scenarios, {} steps, {} pod deletions ({} free replacements, {} past max-unavailable), {} pods released by partition, {} current revisions set, longest convergence {} steps, in {:.1?}; waits: {:?}",
         stats.scenarios,
         stats.steps,
         stats.deletions,
         stats.free_replacements,
         stats.free_past_budget,
+        stats.releases,
         stats.current_revisions_set,
         stats.longest_convergence,
         started.elapsed(),
@@ -1368,6 +1673,8 @@ fn planner_keeps_compat_guarantees_in_random_scenarios() {
         assert!(stats.free_replacements > count / 20, "{stats:?}");
         assert!(stats.free_past_budget > count / 50, "{stats:?}");
         assert!(stats.current_revisions_set > count / 2, "{stats:?}");
+        // Partition rollouts ran too, and were interrupted by someone moving a partition.
+        assert!(stats.releases > count / 2, "{stats:?}");
         for kind in [
             "NonOnDeleteMember",
             "MultipleNotReady",
@@ -1379,6 +1686,8 @@ fn planner_keeps_compat_guarantees_in_random_scenarios() {
             "MaxUnavailable",
             "NoUpdateRevision",
             "Paused",
+            "PartitionRolling",
+            "PartitionMoved",
         ] {
             assert!(
                 stats.waits.get(kind).copied().unwrap_or(0) > 0,
@@ -1741,5 +2050,95 @@ fn checker_catches_a_planner_that_spreads_an_unproven_version() {
             eager
         },
         Property::OthersFullyReady,
+    );
+}
+
+// ---- Rolled by partition ----
+
+#[test]
+fn checker_catches_a_planner_that_fights_a_moved_partition() {
+    assert_caught(
+        &|group: &GroupSnapshot, now| {
+            // Takes whatever partition it finds as its own: lowers it again after a re-apply.
+            let adopted = with_each_statefulset(group, |statefulset| {
+                statefulset.annotations.remove(PARTITION_ANNOTATION);
+            });
+            plan(&adopted, now)
+        },
+        Property::PartitionMovedUntouched,
+    );
+}
+
+#[test]
+fn checker_catches_a_planner_that_deletes_below_the_partition() {
+    assert_caught(
+        &|group: &GroupSnapshot, now| {
+            // Replaces an unavailable old pod without lowering the partition to it.
+            let mut planned = plan(group, now);
+            if planned
+                .deletions()
+                .any(|action| matches!(action, Action::DeletePod { .. }))
+            {
+                planned
+                    .actions
+                    .retain(|action| !matches!(action, Action::SetPartition { .. }));
+            }
+            planned
+        },
+        Property::ReplacedAtUpdateRevision,
+    );
+}
+
+#[test]
+fn checker_catches_a_planner_that_releases_while_another_zone_is_down() {
+    assert_caught(
+        &|group: &GroupSnapshot, now| {
+            // Plans each member rolled by partition as if it were alone in its group.
+            for statefulset in &group.statefulsets {
+                let alone = GroupSnapshot {
+                    name: group.name.clone(),
+                    statefulsets: vec![statefulset.clone()],
+                };
+                let planned = plan(&alone, now);
+                let releases = planned.actions.iter().any(|action| {
+                    matches!(action, Action::SetPartition { releases, .. } if !releases.is_empty())
+                });
+                if releases {
+                    return planned;
+                }
+            }
+            plan(group, now)
+        },
+        Property::OthersFullyReady,
+    );
+}
+
+#[test]
+fn checker_catches_a_planner_that_releases_past_max_unavailable_under_a_parallel_controller() {
+    assert_caught(
+        &|group: &GroupSnapshot, now| {
+            // Takes every controller for `OrderedReady`: releases a fix with available pods.
+            let ordered =
+                with_each_statefulset(group, |statefulset| statefulset.ordered_ready = true);
+            plan(&ordered, now)
+        },
+        Property::MaxUnavailable,
+    );
+}
+
+#[test]
+fn checker_catches_a_planner_that_forgets_the_partition_mid_rollout() {
+    assert_caught(
+        &|group: &GroupSnapshot, now| {
+            // Believes released pods are done as soon as they are released.
+            let forgetful = with_each_statefulset(group, |statefulset| {
+                if statefulset.update_strategy == UpdateStrategy::RollingUpdate {
+                    statefulset.partition = statefulset.spec_replicas;
+                    statefulset.annotations.remove(PARTITION_ANNOTATION);
+                }
+            });
+            plan(&forgetful, now)
+        },
+        Property::OneZoneAtATime,
     );
 }

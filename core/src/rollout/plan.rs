@@ -1012,6 +1012,16 @@ impl<'a> Member<'a> {
         });
         let waiting_for = waiting_for.map(|(_, pod)| pod);
 
+        let in_flight = match mode {
+            Mode::Partition { partition, .. } => {
+                let pods = to_update
+                    .iter()
+                    .filter(|outdated| outdated.index.is_some_and(|index| index >= partition))
+                    .count();
+                (pods > 0).then(|| (partition, u32::try_from(pods).unwrap_or(u32::MAX)))
+            }
+            Mode::Delete => None,
+        };
         let missing = expected.saturating_sub(in_range);
         let ready_replicas = statefulset.ready_replicas;
         let not_ready = (unavailable.saturating_add(missing))
@@ -1041,6 +1051,14 @@ impl<'a> Member<'a> {
                 statefulset: name(),
                 present: in_range + extra,
                 expected,
+            })
+        } else if let Some((partition, pods)) = in_flight {
+            // Released pods the StatefulSet controller is still to take down: the member is
+            // rolling, as one with a pod down is, so no other member may start meanwhile.
+            Some(WaitReason::PartitionRolling {
+                statefulset: name(),
+                partition,
+                pods,
             })
         } else if statefulset.status_replicas != ready_replicas || ready_replicas != expected {
             Some(WaitReason::StatusNotReady {
@@ -1171,6 +1189,7 @@ impl<'a> Member<'a> {
                 .filter(|outdated| outdated.index.is_some_and(|index| index >= partition))
                 .count();
             if in_flight > 0 {
+                // Not ready, or (otherwise ready) `PartitionRolling`: see `assess`.
                 return Turn::Waits(self.unreadiness.clone().unwrap_or(
                     WaitReason::PartitionRolling {
                         statefulset: statefulset.name.clone(),
