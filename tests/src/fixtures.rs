@@ -21,6 +21,8 @@ pub struct StatefulSetFixture {
     pod_labels: BTreeMap<String, String>,
     annotations: BTreeMap<String, String>,
     strategy: &'static str,
+    /// spec.updateStrategy.rollingUpdate.partition, when set.
+    partition: Option<i32>,
     pod_management: &'static str,
 }
 
@@ -34,6 +36,7 @@ impl StatefulSetFixture {
             pod_labels: BTreeMap::new(),
             annotations: BTreeMap::new(),
             strategy: "OnDelete",
+            partition: None,
             pod_management: "Parallel",
         }
     }
@@ -75,6 +78,14 @@ impl StatefulSetFixture {
         self
     }
 
+    /// `RollingUpdate` with this partition, rolled by baton through it
+    /// (`baton.dev/update-by: partition`).
+    pub fn by_partition(mut self, partition: i32) -> Self {
+        self.strategy = "RollingUpdate";
+        self.partition = Some(partition);
+        self.annotation("baton.dev/update-by", "partition")
+    }
+
     pub fn ordered_ready(mut self) -> Self {
         self.pod_management = "OrderedReady";
         self
@@ -93,7 +104,10 @@ impl StatefulSetFixture {
                 "replicas": self.replicas,
                 "serviceName": self.name,
                 "podManagementPolicy": self.pod_management,
-                "updateStrategy": {"type": self.strategy},
+                "updateStrategy": match self.partition {
+                    Some(partition) => json!({"type": self.strategy, "rollingUpdate": {"partition": partition}}),
+                    None => json!({"type": self.strategy}),
+                },
                 "selector": {"matchLabels": {"app.kubernetes.io/instance": self.name}},
                 "template": {
                     "metadata": {"labels": self.template_labels()},
