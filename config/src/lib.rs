@@ -228,7 +228,7 @@ pub struct WebhookConfig {
     /// `terminationGracePeriodSeconds` above `shutdown_delay` + `request_timeout` + a few seconds.
     pub shutdown_delay: Duration,
     /// Who may set baton's state annotations on StatefulSets (`baton.dev/gate-state`,
-    /// `check-state`, `hook-state`), as the API server names users. Empty: baton-controller's
+    /// `check-state`, `hook-state`, `partition`), as the API server names users. Empty: baton-controller's
     /// service account in `namespace` (`system:serviceaccount:<namespace>:baton-controller`).
     pub state_writers: Vec<String>,
     /// Who may create and change baton's records (ConfigMaps labelled

@@ -266,3 +266,50 @@ async fn a_gitops_reapply_of_the_partition_mid_rollout_is_reported_and_not_fough
         "{writes} StatefulSet writes to finish (bound {bound})"
     );
 }
+
+#[tokio::test]
+async fn a_crash_looping_old_pod_below_the_partition_is_released_and_replaced_for_the_fix() {
+    // Given a ready group of 3 zones rolled by partition, held at 3 by their manifests, zone b
+    // `OrderedReady`, where the old pod ingester-zone-b-0 crash-loops: below the partition, the
+    // StatefulSet controller would neither replace it nor go on while it is down
+    let scene = Scene::new("partition-fix").await;
+    let names = scene
+        .create(|zone, fixture| {
+            let fixture = fixture.by_partition(REPLICAS);
+            match zone {
+                "b" => fixture.ordered_ready(),
+                _ => fixture,
+            }
+        })
+        .await;
+    scene.simulator.crash_loop("ingester-zone-b-0").await;
+    wait_until(TIMEOUT, "ingester-zone-b-0 crash-loops", || async {
+        scene.simulator.timeline().iter().any(|transition| {
+            transition.pod == "ingester-zone-b-0"
+                && transition.event == baton_e2e::PodEvent::NotReady
+        })
+    })
+    .await;
+
+    // When the fixed version is deployed
+    let from = scene.roll_out(&names).await;
+
+    // Then baton lowers zone b's partition to the broken pod and replaces it at no cost, and
+    // the rollout completes with never two zones, or two pods of a zone, down
+    scene
+        .wait_event(
+            "ingester-zone-b",
+            "UnavailablePodReplaced",
+            &["replacing ingester-zone-b-0: CrashLoopBackOff at the old revision"],
+        )
+        .await;
+    scene.wait_complete(&names).await;
+    let windows = scene.windows(&names, from);
+    assert_eq!(
+        windows[0].0, "ingester-zone-b",
+        "the broken zone goes first"
+    );
+    for name in &names {
+        scene.wait_partition(name, REPLICAS).await;
+    }
+}
