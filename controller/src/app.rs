@@ -236,6 +236,18 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
             certificates.await
         }
     });
+    tasks.spawn(Task::PhasedRollouts, {
+        let phased = crate::phased::PhasedRollouts {
+            client: client.clone(),
+            namespace: config.namespace.clone(),
+            request_timeout: config.kubernetes.request_timeout.get(),
+            caches: caches.clone(),
+            leadership: leadership.clone(),
+            board: status_board.clone(),
+            explainer: explainer.clone(),
+        };
+        phased.run(shutdown.clone())
+    });
     tasks.spawn(Task::LeaderElection, {
         let shutdown = shutdown.clone();
         async move {
@@ -286,6 +298,7 @@ enum Task {
     Resync,
     LeadershipWatch,
     Certificates,
+    PhasedRollouts,
     LeaderElection,
     GroupQueue,
 }
@@ -301,6 +314,7 @@ impl std::fmt::Display for Task {
             Task::Resync => "resync",
             Task::LeadershipWatch => "leadership watch",
             Task::Certificates => "certificates",
+            Task::PhasedRollouts => "phased rollouts",
             Task::LeaderElection => "leader election",
             Task::GroupQueue => "group queue",
         })

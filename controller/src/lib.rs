@@ -18,6 +18,7 @@
 //! | [`explain`] | Events and log lines saying what baton does and why it waits, off the critical path |
 //! | [`metrics`] | the Go operator's metric names and baton's own |
 //! | [`status`] | the status page and its JSON, served from the caches with `baton_core::status` (each group's view, the leader's history) |
+//! | [`phased`] | PhasedRollouts (`sts.plus`) served as groups of their own, rolled by partition through a check; their status |
 //! | [`budgets`] | the zone-aware disruption budgets a rollout deletion consults: their watch-fed cache, the decision on the caches ([`budgets::judge`], pure), the claim in the budget's record |
 //!
 //! # From a watch event to an action
@@ -40,6 +41,7 @@ pub mod gates;
 pub mod group;
 pub mod leader;
 pub mod metrics;
+pub mod phased;
 pub mod queue;
 pub mod rollout;
 pub mod scaling;

@@ -22,6 +22,7 @@
 //! | [`downscale_history`] | when each StatefulSet was last downscaled, from the ledger, the Go operator's zone tracker and the annotation |
 //! | [`budgets`] | zone-aware disruption budgets: the CRD, its validation, the eviction decision, the record of allowed evictions |
 //! | [`lease`] | leader election: what a candidate does next from what it has seen of the Lease, on its own clock |
+//! | [`phased`] | the phased rollout operator's `PhasedRollout`, turned into a group baton rolls by partition, and its status |
 //! | [`certificates`] | the webhook's serving certificate and CA: what to write next and when, rotation included |
 //! | `testing` | builders of snapshots for every crate's tests (`testing` feature) |
 //!
@@ -46,6 +47,7 @@ pub mod duration;
 pub mod gates;
 pub mod lease;
 pub mod ledger;
+pub mod phased;
 pub mod pod_address;
 pub mod pods;
 pub mod rollout;

@@ -16,7 +16,7 @@ use kube::api::Api;
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 
-use crate::index::{self, Index};
+use crate::index::{self, Index, crd_missing};
 
 /// What is known of the namespace's budgets.
 #[derive(Debug, Clone)]
@@ -215,17 +215,6 @@ impl<E: BudgetEvents> Index<ZoneAwarePodDisruptionBudget> for BudgetIndex<E> {
         if let Known::NotListed { error: last } = &mut *self.known.write().expect("budgets lock") {
             *last = Some(error.to_string());
         }
-    }
-}
-
-/// The API's answer that the resource does not exist (the CRD is not installed).
-fn crd_missing(error: &watcher::Error) -> bool {
-    match error {
-        watcher::Error::InitialListFailed(kube::Error::Api(status))
-        | watcher::Error::WatchStartFailed(kube::Error::Api(status))
-        | watcher::Error::WatchFailed(kube::Error::Api(status)) => status.code == 404,
-        watcher::Error::WatchError(status) => status.code == 404,
-        _ => false,
     }
 }
 

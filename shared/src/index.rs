@@ -46,6 +46,18 @@ where
     drive(events, index).await;
 }
 
+/// The API's answer that the watched resource does not exist: its CRD is not installed. A
+/// state for optional CRDs (no such objects), not a failure to warn about on every retry.
+pub fn crd_missing(error: &watcher::Error) -> bool {
+    match error {
+        watcher::Error::InitialListFailed(kube::Error::Api(status))
+        | watcher::Error::WatchStartFailed(kube::Error::Api(status))
+        | watcher::Error::WatchFailed(kube::Error::Api(status)) => status.code == 404,
+        watcher::Error::WatchError(status) => status.code == 404,
+        _ => false,
+    }
+}
+
 /// Applies `events` to `index` (see the module header).
 pub async fn drive<K, I>(
     events: impl Stream<Item = Result<watcher::Event<K>, watcher::Error>>,

@@ -16,6 +16,8 @@ const TIMEOUT: Duration = Duration::from_secs(60);
 pub const ZONE_AWARE_POD_DISRUPTION_BUDGET: &str = "zone-aware-pod-disruption-budget.yaml";
 /// The RolloutHealthCheck CRD (`deploy/crds/rollout-health-check.yaml`).
 pub const ROLLOUT_HEALTH_CHECK: &str = "rollout-health-check.yaml";
+/// The PhasedRollout CRD (`deploy/crds/phased-rollout.yaml`).
+pub const PHASED_ROLLOUT: &str = "phased-rollout.yaml";
 
 /// Creates the CRD of `deploy/crds/<manifest>` unless it exists, and waits until it is
 /// Established.

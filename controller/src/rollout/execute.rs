@@ -174,8 +174,10 @@ pub async fn set_current_revision(
 }
 
 /// Sets the partition of a StatefulSet rolled by partition, recording it as baton's in the same
-/// write, if the StatefulSet is still the version the plan was made on: a plan made on a stale
-/// copy (or against someone else's change) writes nothing.
+/// write, if the partition is still the one the plan was made on: a JSON patch whose first
+/// operation tests it, so a plan made on a stale copy, or against someone else's change, writes
+/// nothing (422), while baton's own gate-state write in the same pass does not get in the way
+/// (a resourceVersion precondition would fail on it, and lose the step the gate just allowed).
 pub async fn set_partition(
     statefulsets: &Api<StatefulSet>,
     cached: &StatefulSet,
@@ -183,18 +185,44 @@ pub async fn set_partition(
     timeout: Duration,
 ) -> Result<DeletionOutcome, ExecuteError> {
     let name = cached.metadata.name.clone().unwrap_or_default();
-    let patch = serde_json::json!({
-        "metadata": {
-            "resourceVersion": cached.metadata.resource_version,
-            "annotations": {PARTITION_ANNOTATION: partition.to_string()},
-        },
-        "spec": {"updateStrategy": {"rollingUpdate": {"partition": partition}}},
+    let planned_on = cached.spec.as_ref().and_then(|spec| {
+        spec.update_strategy
+            .as_ref()?
+            .rolling_update
+            .as_ref()?
+            .partition
     });
-    let (params, patch) = (PatchParams::default(), Patch::Merge(&patch));
+    let path = "/spec/updateStrategy/rollingUpdate";
+    let mut operations = match planned_on {
+        Some(planned_on) => vec![
+            serde_json::json!({"op": "test", "path": format!("{path}/partition"), "value": planned_on}),
+            serde_json::json!({"op": "replace", "path": format!("{path}/partition"), "value": partition}),
+        ],
+        // No partition written yet (the first hold): the version planned on must be current.
+        None => vec![
+            serde_json::json!({"op": "test", "path": "/metadata/resourceVersion", "value": cached.metadata.resource_version}),
+            serde_json::json!({"op": "add", "path": path, "value": {"partition": partition}}),
+        ],
+    };
+    if cached.metadata.annotations.is_none() {
+        operations
+            .push(serde_json::json!({"op": "add", "path": "/metadata/annotations", "value": {}}));
+    }
+    // `/` in a key is `~1` in a JSON pointer.
+    let record = format!(
+        "/metadata/annotations/{}",
+        PARTITION_ANNOTATION.replace('/', "~1")
+    );
+    operations
+        .push(serde_json::json!({"op": "add", "path": record, "value": partition.to_string()}));
+    let patch: json_patch::Patch =
+        serde_json::from_value(serde_json::Value::Array(operations)).expect("a JSON patch");
+    let (params, patch) = (PatchParams::default(), Patch::<()>::Json(patch));
     let call = statefulsets.patch(&name, &params, &patch);
     match bounded(timeout, format!("setting the partition of {name}"), call).await? {
         Ok(_) => Ok(DeletionOutcome::Done),
-        Err(kube::Error::Api(status)) if status.code == 409 || status.code == 404 => {
+        // 422: the partition changed since the plan (the test failed); 404: gone.
+        Err(kube::Error::Api(status)) if status.code == 422 || status.code == 404 => {
             Ok(DeletionOutcome::Stale)
         }
         Err(source) => Err(ExecuteError::SetPartition {

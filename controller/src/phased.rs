@@ -1,0 +1,484 @@
+//! `PhasedRollout`s (`sts.plus/v1alpha1`, the phased rollout operator's resource) served by the
+//! leader. Each one's target joins a rollout group of its own, rolled by partition and gated by
+//! a `RolloutHealthCheck` made from its check (`baton_core::phased`), and its status is written
+//! back from that group. Everything else (the planner, the gate, the StatefulSet writes) is the
+//! rollout every group gets, so a PhasedRollout keeps every guarantee of one.
+//!
+//! The PhasedRollouts are watched (a missing CRD means none, logged once); each change, and
+//! every [`REFRESH`] for the statuses, brings every one up to date while this replica leads.
+//! A finalizer hands the target back (group label and annotations removed) before a
+//! PhasedRollout goes.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use baton_core::annotations::{CHECK_STATE_ANNOTATION, ROLLOUT_GROUP_LABEL};
+use baton_core::gates::checks::CheckState;
+use baton_core::phased::{
+    self, Credentials, FINALIZER, PhasedRollout, PhasedRolloutSpec, PhasedRolloutStatus,
+};
+use baton_core::rollout::StatefulSetSnapshot;
+use baton_shared::index::{self, Index};
+use baton_shared::kube_client::bounded;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{ObjectReference, Secret};
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use kube::runtime::watcher;
+use kube::{Resource, ResourceExt};
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use crate::cache::Caches;
+use crate::explain::{Explainer, Explanation, Severity};
+use crate::gates::health::{self, SECRET_OPT_IN_LABEL};
+use crate::leader::Leadership;
+
+/// How often statuses are brought up to date when no PhasedRollout changed.
+pub const REFRESH: Duration = Duration::from_secs(2);
+
+/// What the PhasedRollouts of the namespace need from the controller.
+#[derive(Clone)]
+pub struct PhasedRollouts {
+    pub client: kube::Client,
+    pub namespace: String,
+    pub request_timeout: Duration,
+    pub caches: Caches,
+    pub leadership: Leadership,
+    pub board: baton_core::status::StatusBoard,
+    pub explainer: Explainer,
+}
+
+impl PhasedRollouts {
+    /// Watches the namespace's PhasedRollouts and serves them while this replica leads, until
+    /// `shutdown`. Run it as a critical task.
+    pub async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
+        let known = Arc::new(Mutex::new(BTreeMap::new()));
+        let changed = Arc::new(Notify::new());
+        let mut index = Known {
+            rollouts: known.clone(),
+            changed: changed.clone(),
+            said_not_installed: false,
+        };
+        let api: Api<PhasedRollout> = Api::namespaced(self.client.clone(), &self.namespace);
+        let slim = |rollout: &mut PhasedRollout| rollout.metadata.managed_fields = None;
+        let watch = index::run(api, watcher::Config::default(), slim, &mut index);
+        let serve = async {
+            loop {
+                tokio::select! {
+                    () = changed.notified() => {}
+                    () = tokio::time::sleep(REFRESH) => {}
+                }
+                if self.leadership.term().is_none() {
+                    continue;
+                }
+                let rollouts: Vec<PhasedRollout> = known
+                    .lock()
+                    .expect("phased lock")
+                    .values()
+                    .cloned()
+                    .collect();
+                for rollout in rollouts {
+                    if let Err(error) = self.serve(&rollout).await {
+                        tracing::warn!(phased_rollout = %rollout.name_any(), %error, "serving a PhasedRollout failed; retrying");
+                    }
+                }
+            }
+        };
+        tokio::select! {
+            () = watch => {}
+            () = serve => {}
+            () = shutdown.cancelled() => {}
+        }
+        Ok(())
+    }
+
+    /// Brings one PhasedRollout up to date: its finalizer, its check, its target, its status.
+    async fn serve(&self, rollout: &PhasedRollout) -> Result<(), String> {
+        let name = rollout.name_any();
+        let generation = rollout.metadata.generation.unwrap_or_default();
+        let holds_finalizer = rollout.finalizers().iter().any(|held| held == FINALIZER);
+        if rollout.metadata.deletion_timestamp.is_some() {
+            if holds_finalizer {
+                if let Ok(spec) = rollout.parsed_spec() {
+                    self.hand_back(&name, &spec.target_ref, false).await?;
+                }
+                self.set_finalizers(rollout, false).await?;
+            }
+            return Ok(());
+        }
+        if !holds_finalizer {
+            // The next change (this write) serves it.
+            return self.set_finalizers(rollout, true).await;
+        }
+        let spec = match rollout.parsed_spec() {
+            Ok(spec) => spec,
+            Err(why) => return self.invalid(rollout, why).await,
+        };
+        let problems = phased::problems(&spec);
+        if !problems.is_empty() {
+            return self.invalid(rollout, problems.join("; ")).await;
+        }
+        let statefulsets: Api<StatefulSet> = Api::namespaced(self.client.clone(), &self.namespace);
+        let Some(target) = self
+            .call("reading the target", statefulsets.get_opt(&spec.target_ref))
+            .await?
+        else {
+            let message = format!("StatefulSet {} does not exist", spec.target_ref);
+            return self
+                .set_status(
+                    rollout,
+                    PhasedRolloutStatus::says("TargetNotFound", message, generation),
+                )
+                .await;
+        };
+        let group = phased::group_name(&name);
+        if let Some(other) = target.labels().get(ROLLOUT_GROUP_LABEL)
+            && *other != group
+        {
+            let why = format!(
+                "StatefulSet {} is in rollout group {other}: baton rolls it with that group, not with this PhasedRollout",
+                spec.target_ref
+            );
+            return self.invalid(rollout, why).await;
+        }
+        let strategy = target
+            .spec
+            .as_ref()
+            .and_then(|spec| spec.update_strategy.as_ref()?.type_.clone())
+            .unwrap_or_else(|| "RollingUpdate".to_owned());
+        if strategy != "RollingUpdate" {
+            let why = format!(
+                "StatefulSet {} uses {strategy}: a PhasedRollout rolls a RollingUpdate StatefulSet through its partition",
+                spec.target_ref
+            );
+            return self.invalid(rollout, why).await;
+        }
+        if spec.standard_rolling_update {
+            self.hand_back(&name, &spec.target_ref, true).await?;
+            let message =
+                "standardRollingUpdate: the StatefulSet controller rolls every pod (partition 0)";
+            let mut status =
+                PhasedRolloutStatus::says("StandardRollingUpdate", message, generation);
+            status.partition = Some(0);
+            return self.set_status(rollout, status).await;
+        }
+        let credentials = match &spec.check.query.secret_ref {
+            None => Credentials::None,
+            Some(secret) => match self.credentials(secret).await? {
+                Ok(credentials) => credentials,
+                Err(why) => return self.invalid(rollout, why).await,
+            },
+        };
+        let check = phased::health_check_spec(&spec, credentials)?;
+        self.ensure_check(rollout, &group, check).await?;
+        if !phased::target_served(&name, target.labels(), target.annotations()) {
+            tracing::info!(phased_rollout = %name, target = %spec.target_ref, "adding the target to its group");
+            let patch = phased::target_patch(&name, true, false);
+            self.call(
+                "adding the target to its group",
+                statefulsets.patch(
+                    &spec.target_ref,
+                    &PatchParams::default(),
+                    &Patch::Merge(&patch),
+                ),
+            )
+            .await?;
+        }
+        let status = self.status_of(&target, &spec, &group, generation);
+        self.set_status(rollout, status).await
+    }
+
+    /// The status, from the target and its pods as cached and the leader's last wait.
+    fn status_of(
+        &self,
+        target: &StatefulSet,
+        spec: &PhasedRolloutSpec,
+        group: &str,
+        generation: i64,
+    ) -> PhasedRolloutStatus {
+        let pods = self.caches.pods.state();
+        let snapshot = StatefulSetSnapshot::from_kubernetes(target, pods.iter().map(AsRef::as_ref));
+        let partition = target.spec.as_ref().and_then(|spec| {
+            spec.update_strategy
+                .as_ref()?
+                .rolling_update
+                .as_ref()?
+                .partition
+        });
+        let check: CheckState = target
+            .annotations()
+            .get(CHECK_STATE_ANNOTATION)
+            .and_then(|raw| serde_json::from_str(raw).ok())
+            .unwrap_or_default();
+        let history = self.board.history(group);
+        let waiting = history
+            .as_ref()
+            .and_then(|history| history.waiting.as_ref())
+            .map(|wait| (wait.kind, wait.message.as_str()));
+        phased::status(
+            &snapshot,
+            partition,
+            &check,
+            spec.check.success_threshold,
+            waiting,
+            generation,
+        )
+    }
+
+    /// Which credentials the Secret gives, if its owner lets health checks use it.
+    async fn credentials(&self, name: &str) -> Result<Result<Credentials, String>, String> {
+        let secrets: Api<Secret> = Api::namespaced(self.client.clone(), &self.namespace);
+        let Some(secret) = self
+            .call("reading the Secret", secrets.get_opt(name))
+            .await?
+        else {
+            return Ok(Err(format!(
+                "Secret {name} (spec.check.query.secretRef) does not exist"
+            )));
+        };
+        if secret.labels().get(SECRET_OPT_IN_LABEL).map(String::as_str) != Some("true") {
+            return Ok(Err(format!(
+                "Secret {name} (spec.check.query.secretRef) is not labelled {SECRET_OPT_IN_LABEL}=true: its owner has not let health checks use it"
+            )));
+        }
+        let keys = secret
+            .data
+            .iter()
+            .flat_map(|data| data.keys())
+            .chain(secret.string_data.iter().flat_map(|data| data.keys()))
+            .map(String::as_str);
+        Ok(Credentials::of_keys(keys).map_err(|why| format!("Secret {name}: {why}")))
+    }
+
+    /// Creates or updates the `RolloutHealthCheck` `name`, owned by `rollout` (so it goes with it).
+    async fn ensure_check(
+        &self,
+        rollout: &PhasedRollout,
+        name: &str,
+        spec: serde_json::Value,
+    ) -> Result<(), String> {
+        let api: Api<DynamicObject> = Api::namespaced_with(
+            self.client.clone(),
+            &self.namespace,
+            &health::api_resource(),
+        );
+        let existing = self
+            .call("reading the health check", api.get_opt(name))
+            .await?;
+        if existing
+            .as_ref()
+            .is_some_and(|check| check.data["spec"] == spec)
+        {
+            return Ok(());
+        }
+        let owner = rollout
+            .controller_owner_ref(&())
+            .ok_or("the PhasedRollout has no uid yet")?;
+        let mut object: DynamicObject = serde_json::from_value(serde_json::json!({
+            "apiVersion": format!("{}/{}", health::GROUP, health::VERSION),
+            "kind": health::KIND,
+            "metadata": {"name": name},
+            "spec": spec,
+        }))
+        .map_err(|error| error.to_string())?;
+        object.metadata.owner_references = Some(vec![owner]);
+        match existing {
+            None => {
+                self.call(
+                    "creating the health check",
+                    api.create(&PostParams::default(), &object),
+                )
+                .await?;
+            }
+            Some(existing) => {
+                tracing::info!(check = %name, was = %existing.data["spec"], now = %object.data["spec"], "updating the health check of a PhasedRollout");
+                object.metadata.resource_version = existing.metadata.resource_version;
+                self.call(
+                    "updating the health check",
+                    api.replace(name, &PostParams::default(), &object),
+                )
+                .await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Takes the target out of the PhasedRollout's group; with `standard`, partition 0 too.
+    async fn hand_back(&self, name: &str, target: &str, standard: bool) -> Result<(), String> {
+        let statefulsets: Api<StatefulSet> = Api::namespaced(self.client.clone(), &self.namespace);
+        let Some(current) = self
+            .call("reading the target", statefulsets.get_opt(target))
+            .await?
+        else {
+            return Ok(());
+        };
+        let ours = current.labels().get(ROLLOUT_GROUP_LABEL) == Some(&phased::group_name(name));
+        let partition = current.spec.as_ref().and_then(|spec| {
+            spec.update_strategy
+                .as_ref()?
+                .rolling_update
+                .as_ref()?
+                .partition
+        });
+        if !ours && (!standard || partition == Some(0)) {
+            return Ok(());
+        }
+        let patch = phased::target_patch(name, false, standard);
+        self.call(
+            "handing the target back",
+            statefulsets.patch(target, &PatchParams::default(), &Patch::Merge(&patch)),
+        )
+        .await?;
+        Ok(())
+    }
+
+    async fn set_finalizers(&self, rollout: &PhasedRollout, hold: bool) -> Result<(), String> {
+        let mut finalizers: Vec<String> = rollout
+            .finalizers()
+            .iter()
+            .filter(|held| *held != FINALIZER)
+            .cloned()
+            .collect();
+        if hold {
+            finalizers.push(FINALIZER.to_owned());
+        }
+        let patch = serde_json::json!({"metadata": {
+            "finalizers": finalizers,
+            "resourceVersion": rollout.resource_version(),
+        }});
+        let api: Api<PhasedRollout> = Api::namespaced(self.client.clone(), &self.namespace);
+        let (name, params, patch) = (
+            rollout.name_any(),
+            PatchParams::default(),
+            Patch::Merge(&patch),
+        );
+        let write = api.patch(&name, &params, &patch);
+        match bounded(self.request_timeout, "writing the finalizer", write).await {
+            Ok(Ok(_)) => Ok(()),
+            // Changed meanwhile: the watch brings the new version.
+            Ok(Err(kube::Error::Api(status))) if status.code == 409 || status.code == 404 => Ok(()),
+            Ok(Err(error)) => Err(format!("writing the finalizer: {error}")),
+            Err(timed_out) => Err(timed_out.to_string()),
+        }
+    }
+
+    /// Says on the status and in a Warning Event what is wrong, and serves nothing else.
+    async fn invalid(&self, rollout: &PhasedRollout, why: String) -> Result<(), String> {
+        let generation = rollout.metadata.generation.unwrap_or_default();
+        let status = PhasedRolloutStatus::says("Invalid", why.clone(), generation);
+        let changed = self.status_differs(rollout, &status);
+        self.set_status(rollout, status).await?;
+        if changed {
+            let object = ObjectReference {
+                api_version: Some(PhasedRollout::api_version(&()).into_owned()),
+                kind: Some(PhasedRollout::kind(&()).into_owned()),
+                name: Some(rollout.name_any()),
+                namespace: Some(self.namespace.clone()),
+                uid: rollout.uid(),
+                ..ObjectReference::default()
+            };
+            let explanation = Explanation {
+                severity: Severity::Warning,
+                reason: "InvalidPhasedRollout".to_owned(),
+                action: "Serve".to_owned(),
+                note: why,
+            };
+            self.explainer.tell(&object, explanation).await;
+        }
+        Ok(())
+    }
+
+    fn status_differs(&self, rollout: &PhasedRollout, status: &PhasedRolloutStatus) -> bool {
+        let current: Option<PhasedRolloutStatus> = rollout
+            .status
+            .clone()
+            .and_then(|status| serde_json::from_value(status).ok());
+        current.as_ref() != Some(status)
+    }
+
+    /// Writes `status` when it says something new.
+    async fn set_status(
+        &self,
+        rollout: &PhasedRollout,
+        status: PhasedRolloutStatus,
+    ) -> Result<(), String> {
+        if !self.status_differs(rollout, &status) {
+            return Ok(());
+        }
+        let api: Api<PhasedRollout> = Api::namespaced(self.client.clone(), &self.namespace);
+        let patch = serde_json::json!({"status": status});
+        let (name, params, patch) = (
+            rollout.name_any(),
+            PatchParams::default(),
+            Patch::Merge(&patch),
+        );
+        let write = api.patch_status(&name, &params, &patch);
+        self.call("writing the status", write).await.map(drop)
+    }
+
+    /// A call bounded by the request timeout; a 404 is `Ok(None)` for `get_opt`-like calls.
+    async fn call<T>(
+        &self,
+        step: &str,
+        call: impl Future<Output = Result<T, kube::Error>>,
+    ) -> Result<T, String> {
+        match bounded(self.request_timeout, step.to_owned(), call).await {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(error)) => Err(format!("{step}: {error}")),
+            Err(timed_out) => Err(timed_out.to_string()),
+        }
+    }
+}
+
+/// The namespace's PhasedRollouts as last watched; a change wakes the server.
+struct Known {
+    rollouts: Arc<Mutex<BTreeMap<String, PhasedRollout>>>,
+    changed: Arc<Notify>,
+    said_not_installed: bool,
+}
+
+impl Index<PhasedRollout> for Known {
+    type Kept = PhasedRollout;
+    fn keep(&self, rollout: PhasedRollout) -> PhasedRollout {
+        rollout
+    }
+
+    fn reset(&mut self, rollouts: Vec<PhasedRollout>) {
+        self.said_not_installed = false;
+        *self.rollouts.lock().expect("phased lock") = rollouts
+            .into_iter()
+            .map(|rollout| (rollout.name_any(), rollout))
+            .collect();
+        self.changed.notify_one();
+    }
+
+    fn apply(&mut self, rollout: PhasedRollout) {
+        self.rollouts
+            .lock()
+            .expect("phased lock")
+            .insert(rollout.name_any(), rollout);
+        self.changed.notify_one();
+    }
+
+    fn delete(&mut self, rollout: PhasedRollout) {
+        self.rollouts
+            .lock()
+            .expect("phased lock")
+            .remove(&rollout.name_any());
+    }
+
+    fn failed(&mut self, error: &watcher::Error) {
+        if index::crd_missing(error) {
+            if !self.said_not_installed {
+                tracing::info!(
+                    "the PhasedRollout CRD is not installed: no PhasedRollouts (watching for it)"
+                );
+                self.said_not_installed = true;
+            }
+            self.rollouts.lock().expect("phased lock").clear();
+            return;
+        }
+        tracing::warn!(%error, "PhasedRollout watch error; retrying");
+    }
+}

@@ -1,0 +1,534 @@
+//! The phased rollout operator's `PhasedRollout` (`sts.plus/v1alpha1`), served by baton for
+//! that operator's users: a rollout of one `RollingUpdate` StatefulSet, pod by pod through its
+//! partition, each step once a Prometheus query returned data `successThreshold` times in a row.
+//!
+//! baton does not roll it a second way: a PhasedRollout is turned into what baton already rolls
+//! ([`desired`]): its target joins a rollout group of its own ([`group_name`]), rolled by
+//! partition, gated by a `RolloutHealthCheck` made from its check ([`health_check_spec`]); and
+//! its status is read back from that group ([`status`]). Pure; the controller's `phased`
+//! module reads and writes.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+
+use k8s_openapi::NamespaceResourceScope;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube_core::Resource;
+use serde::{Deserialize, Serialize};
+
+use crate::annotations::{PARTITION_ANNOTATION, ROLLOUT_GROUP_LABEL, UPDATE_BY_ANNOTATION};
+use crate::gates::checks::CheckState;
+use crate::gates::keys::HEALTH_CHECK_ANNOTATION;
+use crate::rollout::StatefulSetSnapshot;
+use crate::rollout::snapshot::pod_ordinal;
+
+pub const GROUP: &str = "sts.plus";
+pub const VERSION: &str = "v1alpha1";
+pub const KIND: &str = "PhasedRollout";
+pub const PLURAL: &str = "phasedrollouts";
+/// Held on every PhasedRollout baton serves: its target is given back before it goes.
+pub const FINALIZER: &str = "sts.plus/baton";
+
+/// A `PhasedRollout` as watched: its spec kept as written, so that one baton cannot read is
+/// reported on its status rather than lost in the watch.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PhasedRollout {
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    #[serde(default)]
+    pub spec: serde_json::Value,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<serde_json::Value>,
+}
+
+impl PhasedRollout {
+    /// The spec, or what is wrong with it (naming the field).
+    pub fn parsed_spec(&self) -> Result<PhasedRolloutSpec, String> {
+        serde_json::from_value(self.spec.clone()).map_err(|error| format!("spec: {error}"))
+    }
+}
+
+impl Resource for PhasedRollout {
+    type DynamicType = ();
+    type Scope = NamespaceResourceScope;
+
+    fn kind(_: &()) -> Cow<'_, str> {
+        Cow::Borrowed(KIND)
+    }
+    fn group(_: &()) -> Cow<'_, str> {
+        Cow::Borrowed(GROUP)
+    }
+    fn version(_: &()) -> Cow<'_, str> {
+        Cow::Borrowed(VERSION)
+    }
+    fn plural(_: &()) -> Cow<'_, str> {
+        Cow::Borrowed(PLURAL)
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+/// `spec`, as the phased rollout operator documents it.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PhasedRolloutSpec {
+    /// The StatefulSet to roll, in the PhasedRollout's namespace.
+    pub target_ref: String,
+    /// `true`: baton lets go and the StatefulSet controller rolls every pod (partition 0).
+    #[serde(default)]
+    pub standard_rolling_update: bool,
+    pub check: Check,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Check {
+    /// After a pod is rolled, runs count only this long after (so Prometheus has fresh data).
+    #[serde(default)]
+    pub initial_delay_seconds: i64,
+    pub period_seconds: i64,
+    pub success_threshold: i64,
+    pub query: Query,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Query {
+    /// Passes when it returns data, fails when it returns none (like an alert's expression).
+    pub expr: String,
+    /// Prometheus' base URL, without `/api/v1/query`; `http://` when no scheme is written.
+    pub url: String,
+    /// A Secret with `token` (bearer) or `username` and `password` (basic).
+    #[serde(default)]
+    pub secret_ref: Option<String>,
+}
+
+/// What the Secret named by `secretRef` holds, as far as the check is concerned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Credentials {
+    None,
+    /// `token`: sent as a bearer token.
+    Token,
+    /// `username` and `password`: basic auth.
+    Basic,
+}
+
+impl Credentials {
+    /// Which credentials a Secret with these data keys gives, or why none can be used.
+    pub fn of_keys<'a>(keys: impl IntoIterator<Item = &'a str>) -> Result<Self, String> {
+        let keys: Vec<&str> = keys.into_iter().collect();
+        if keys.contains(&"token") {
+            Ok(Self::Token)
+        } else if keys.contains(&"username") && keys.contains(&"password") {
+            Ok(Self::Basic)
+        } else {
+            Err("it has neither `token` nor `username` and `password`".to_owned())
+        }
+    }
+}
+
+/// The rollout group (and the `RolloutHealthCheck`) baton rolls PhasedRollout `name` with. A
+/// label value holds at most 63 characters: a longer name keeps its start and a hash of the
+/// whole, so two PhasedRollouts never share a group.
+pub fn group_name(name: &str) -> String {
+    let group = format!("phasedrollout-{name}");
+    if group.len() <= 63 {
+        return group;
+    }
+    let hash = name.bytes().fold(0x811c_9dc5_u32, |hash, byte| {
+        (hash ^ u32::from(byte)).wrapping_mul(0x0100_0193)
+    });
+    let kept: String = group.chars().take(54).collect();
+    format!("{}-{hash:08x}", kept.trim_end_matches(['-', '.']))
+}
+
+/// Every problem of `spec`, each naming its field; empty when baton can serve it.
+pub fn problems(spec: &PhasedRolloutSpec) -> Vec<String> {
+    let mut problems = Vec::new();
+    if spec.target_ref.is_empty() {
+        problems.push("spec.targetRef is empty".to_owned());
+    }
+    let check = &spec.check;
+    if check.initial_delay_seconds < 0 {
+        problems.push(format!(
+            "spec.check.initialDelaySeconds is {}: it must be 0 or more",
+            check.initial_delay_seconds
+        ));
+    }
+    if check.period_seconds < 1 {
+        problems.push(format!(
+            "spec.check.periodSeconds is {}: it must be at least 1",
+            check.period_seconds
+        ));
+    }
+    if !(1..=i64::from(u32::MAX)).contains(&check.success_threshold) {
+        problems.push(format!(
+            "spec.check.successThreshold is {}: it must be at least 1",
+            check.success_threshold
+        ));
+    }
+    if check.query.expr.trim().is_empty() {
+        problems.push("spec.check.query.expr is empty".to_owned());
+    }
+    if let Err(why) = prometheus_address(&check.query.url) {
+        problems.push(format!("spec.check.query.url {why}"));
+    }
+    problems
+}
+
+/// The Prometheus base URL of `url` as the phased rollout operator's users write it (`prom:9090`
+/// or `http://prom:9090/prefix`).
+pub fn prometheus_address(url: &str) -> Result<String, String> {
+    let written = url.trim();
+    if written.is_empty() {
+        return Err("is empty".to_owned());
+    }
+    let address = if written.contains("://") {
+        written.to_owned()
+    } else {
+        format!("http://{written}")
+    };
+    match url::Url::parse(&address) {
+        Ok(parsed) if matches!(parsed.scheme(), "http" | "https") && parsed.has_host() => {
+            Ok(address)
+        }
+        Ok(_) => Err(format!("{url:?} is not an http or https URL")),
+        Err(error) => Err(format!("{url:?} is not a URL: {error}")),
+    }
+}
+
+/// The `RolloutHealthCheck` spec baton makes of `spec`'s check. The query passes when it returns
+/// samples (the phased rollout operator's rule); failures never halt, they only hold the next
+/// step, as in that operator.
+pub fn health_check_spec(
+    spec: &PhasedRolloutSpec,
+    credentials: Credentials,
+) -> Result<serde_json::Value, String> {
+    let check = &spec.check;
+    let address = prometheus_address(&check.query.url)?;
+    let mut prometheus = serde_json::json!({"address": address});
+    if let Some(secret) = &check.query.secret_ref {
+        match credentials {
+            Credentials::Token => {
+                prometheus["bearerTokenSecret"] =
+                    serde_json::json!({"name": secret, "key": "token"});
+            }
+            Credentials::Basic => {
+                prometheus["basicAuthSecret"] = serde_json::json!({"name": secret});
+            }
+            Credentials::None => {}
+        }
+    }
+    Ok(serde_json::json!({
+        "prometheus": prometheus,
+        "queries": [{"name": "query", "query": check.query.expr, "passWhen": "Samples"}],
+        "initialDelay": format!("{}s", check.initial_delay_seconds.max(0)),
+        "interval": format!("{}s", check.period_seconds.max(1)),
+        "successThreshold": check.success_threshold.clamp(1, i64::from(u32::MAX)),
+        "failureThreshold": u32::MAX,
+    }))
+}
+
+/// The merge patch of the target StatefulSet for PhasedRollout `name`: while baton serves it
+/// (`serving`), its group label and the annotations that roll it by partition through the
+/// check; when it hands the target back (`standardRollingUpdate`, or the PhasedRollout is
+/// deleted), those keys and baton's record of the partition removed, and with
+/// `standardRollingUpdate` the partition set to 0 so that the StatefulSet controller rolls
+/// every pod by itself.
+pub fn target_patch(name: &str, serving: bool, standard: bool) -> serde_json::Value {
+    let group = group_name(name);
+    let mut patch = if serving {
+        serde_json::json!({"metadata": {
+            "labels": {ROLLOUT_GROUP_LABEL: group},
+            "annotations": {UPDATE_BY_ANNOTATION: "partition", HEALTH_CHECK_ANNOTATION: group},
+        }})
+    } else {
+        serde_json::json!({"metadata": {
+            "labels": {ROLLOUT_GROUP_LABEL: null},
+            "annotations": {
+                UPDATE_BY_ANNOTATION: null,
+                HEALTH_CHECK_ANNOTATION: null,
+                PARTITION_ANNOTATION: null,
+            },
+        }})
+    };
+    if standard {
+        patch["spec"] = serde_json::json!({"updateStrategy": {"rollingUpdate": {"partition": 0}}});
+    }
+    patch
+}
+
+/// Whether `labels` and `annotations` already say what [`target_patch`] would while serving.
+pub fn target_served(
+    name: &str,
+    labels: &BTreeMap<String, String>,
+    annotations: &BTreeMap<String, String>,
+) -> bool {
+    let group = group_name(name);
+    labels.get(ROLLOUT_GROUP_LABEL) == Some(&group)
+        && annotations.get(UPDATE_BY_ANNOTATION).map(String::as_str) == Some("partition")
+        && annotations.get(HEALTH_CHECK_ANNOTATION) == Some(&group)
+}
+
+/// `status`, so that `kubectl get phasedrollout -o yaml -w` follows the rollout.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PhasedRolloutStatus {
+    /// `Updated`, `Rolling`, `Checking`, `Waiting`, `StandardRollingUpdate`, `TargetNotFound`
+    /// or `Invalid`.
+    pub phase: String,
+    pub message: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partition: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub update_revision: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rolling_pod: Option<String>,
+    pub consecutive_successes: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_check: Option<LastCheck>,
+    #[serde(default)]
+    pub observed_generation: i64,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LastCheck {
+    pub time: String,
+    pub result: String,
+}
+
+impl PhasedRolloutStatus {
+    /// A status that only says `phase` and why.
+    pub fn says(phase: &str, message: impl Into<String>, generation: i64) -> Self {
+        Self {
+            phase: phase.to_owned(),
+            message: message.into(),
+            observed_generation: generation,
+            ..Self::default()
+        }
+    }
+}
+
+/// The status of a PhasedRollout served by baton, from its target as last seen (`partition`:
+/// its spec's), the check's stored state and the group's wait (`waiting`: its kind and words,
+/// if it waits).
+pub fn status(
+    target: &StatefulSetSnapshot,
+    partition: Option<i32>,
+    check: &CheckState,
+    success_threshold: i64,
+    waiting: Option<(&str, &str)>,
+    generation: i64,
+) -> PhasedRolloutStatus {
+    let update = target.update_revision.clone();
+    let outdated: Vec<(u32, &str)> = target
+        .pods
+        .iter()
+        .filter(|pod| pod.revision != update)
+        .filter_map(|pod| {
+            let index = pod_ordinal(&target.name, &pod.name)?.checked_sub(target.ordinals_start)?;
+            Some((index, pod.name.as_str()))
+        })
+        .collect();
+    let released = partition.map_or(0, |partition| partition.max(0).unsigned_abs());
+    let rolling = outdated
+        .iter()
+        .filter(|(index, _)| *index >= released)
+        .max_by_key(|(index, _)| *index)
+        .map(|(_, pod)| (*pod).to_owned());
+    let ready = target.ready_replicas == target.spec_replicas
+        && target.pods.iter().all(|pod| pod.ready && !pod.terminating);
+    let (phase, message) = if outdated.is_empty() && ready {
+        ("Updated", "every pod runs the update revision".to_owned())
+    } else if let Some(pod) = &rolling {
+        (
+            "Rolling",
+            format!("the StatefulSet controller is replacing {pod}"),
+        )
+    } else if let Some((_, why)) = waiting.filter(|(kind, _)| *kind == "HealthCheck") {
+        ("Checking", why.to_owned())
+    } else {
+        let why = waiting.map_or("waiting for the pods to be ready", |(_, why)| why);
+        ("Waiting", why.to_owned())
+    };
+    PhasedRolloutStatus {
+        phase: phase.to_owned(),
+        message,
+        partition,
+        update_revision: update,
+        rolling_pod: rolling,
+        consecutive_successes: check.passes,
+        last_check: check.last_run.as_ref().map(|time| LastCheck {
+            time: time.clone(),
+            result: check.last_outcome.clone().unwrap_or_default(),
+        }),
+        observed_generation: generation,
+    }
+    .with_threshold(success_threshold)
+}
+
+impl PhasedRolloutStatus {
+    fn with_threshold(mut self, success_threshold: i64) -> Self {
+        if self.phase == "Checking" {
+            self.message = format!(
+                "{} ({} of {success_threshold} successes in a row)",
+                self.message, self.consecutive_successes
+            );
+        }
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::zone;
+
+    fn spec(url: &str) -> PhasedRolloutSpec {
+        serde_json::from_value(serde_json::json!({
+            "targetRef": "web",
+            "standardRollingUpdate": false,
+            "check": {
+                "initialDelaySeconds": 30,
+                "periodSeconds": 30,
+                "successThreshold": 3,
+                "query": {"expr": "up{}", "url": url, "secretRef": "prom-secret"},
+            },
+        }))
+        .expect("the seed's example")
+    }
+
+    #[test]
+    fn the_seeds_example_becomes_a_health_check_that_never_halts() {
+        let check = health_check_spec(&spec("prom:9000/xx"), Credentials::Token).unwrap();
+        assert_eq!(check["prometheus"]["address"], "http://prom:9000/xx");
+        assert_eq!(check["prometheus"]["bearerTokenSecret"]["key"], "token");
+        assert_eq!(check["queries"][0]["query"], "up{}");
+        assert_eq!(check["queries"][0]["passWhen"], "Samples");
+        assert_eq!(
+            (
+                &check["initialDelay"],
+                &check["interval"],
+                &check["successThreshold"]
+            ),
+            (
+                &serde_json::json!("30s"),
+                &serde_json::json!("30s"),
+                &serde_json::json!(3)
+            )
+        );
+        assert_eq!(check["failureThreshold"], u32::MAX);
+        // It is a RolloutHealthCheck baton can use.
+        let read: crate::gates::health_check::Spec = serde_json::from_value(check).unwrap();
+        let policy = read.policy("phasedrollout-web").unwrap();
+        assert_eq!(policy.success_threshold, 3);
+        let basic = health_check_spec(&spec("https://prom"), Credentials::Basic).unwrap();
+        assert_eq!(
+            basic["prometheus"]["basicAuthSecret"]["name"],
+            "prom-secret"
+        );
+        assert_eq!(basic["prometheus"]["address"], "https://prom");
+    }
+
+    #[test]
+    fn bad_values_are_named_by_field() {
+        let mut bad = spec("ftp://prom");
+        bad.target_ref.clear();
+        bad.check.period_seconds = 0;
+        bad.check.success_threshold = -1;
+        bad.check.initial_delay_seconds = -5;
+        bad.check.query.expr = " ".into();
+        let found = problems(&bad);
+        for field in [
+            "spec.targetRef",
+            "spec.check.periodSeconds",
+            "spec.check.successThreshold",
+            "spec.check.initialDelaySeconds",
+            "spec.check.query.expr",
+            "spec.check.query.url",
+        ] {
+            assert!(
+                found.iter().any(|problem| problem.starts_with(field)),
+                "{field} not named in {found:?}"
+            );
+        }
+        assert!(problems(&spec("prom:9090")).is_empty());
+    }
+
+    #[test]
+    fn secrets_give_a_token_or_basic_auth_or_nothing_usable() {
+        assert_eq!(Credentials::of_keys(["token"]), Ok(Credentials::Token));
+        assert_eq!(
+            Credentials::of_keys(["username", "password"]),
+            Ok(Credentials::Basic)
+        );
+        assert!(Credentials::of_keys(["username"]).is_err());
+    }
+
+    #[test]
+    fn the_target_joins_its_own_group_and_is_handed_back_whole() {
+        let served = target_patch("web", true, false);
+        let labels: BTreeMap<String, String> =
+            serde_json::from_value(served["metadata"]["labels"].clone()).unwrap();
+        let annotations: BTreeMap<String, String> =
+            serde_json::from_value(served["metadata"]["annotations"].clone()).unwrap();
+        assert!(target_served("web", &labels, &annotations));
+        assert!(!target_served("other", &labels, &annotations));
+        let back = target_patch("web", false, true);
+        assert!(back["metadata"]["labels"][ROLLOUT_GROUP_LABEL].is_null());
+        assert!(back["metadata"]["annotations"][PARTITION_ANNOTATION].is_null());
+        assert_eq!(
+            back["spec"]["updateStrategy"]["rollingUpdate"]["partition"],
+            0
+        );
+    }
+
+    #[test]
+    fn group_names_are_label_values_and_distinct() {
+        assert_eq!(group_name("web"), "phasedrollout-web");
+        let long_a = format!("{}-a", "x".repeat(100));
+        let long_b = format!("{}-b", "x".repeat(100));
+        assert!(group_name(&long_a).len() <= 63);
+        assert_ne!(group_name(&long_a), group_name(&long_b));
+    }
+
+    #[test]
+    fn the_status_follows_the_rollout() {
+        let check = CheckState {
+            passes: 2,
+            last_run: Some("2026-11-25T10:00:00Z".into()),
+            last_outcome: Some("pass".into()),
+            ..CheckState::default()
+        };
+        let settled = zone("web", 5).build();
+        let updated = status(&settled, Some(5), &check, 3, None, 7);
+        assert_eq!(
+            (updated.phase.as_str(), updated.observed_generation),
+            ("Updated", 7)
+        );
+        // Partition 4: web-4 released and not yet replaced.
+        let rolling = zone("web", 5).template_changed().build();
+        let seen = status(&rolling, Some(4), &check, 3, None, 7);
+        assert_eq!(seen.phase, "Rolling");
+        assert_eq!(seen.rolling_pod.as_deref(), Some("web-4"));
+        // web-4 replaced; the next step waits for the check.
+        let checking = zone("web", 5).template_changed().updated(&[4]).build();
+        let seen = status(
+            &checking,
+            Some(4),
+            &check,
+            3,
+            Some(("HealthCheck", "health check phasedrollout-web passes 2/3")),
+            7,
+        );
+        assert_eq!(seen.phase, "Checking");
+        assert!(seen.message.contains("2 of 3"), "{}", seen.message);
+        assert_eq!(seen.consecutive_successes, 2);
+        assert_eq!(seen.last_check.unwrap().result, "pass");
+    }
+}
