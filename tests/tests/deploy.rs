@@ -89,6 +89,7 @@ async fn the_manifests_pass_a_server_side_dry_run() {
         "customresourcedefinition.apiextensions.k8s.io/replicatemplates.rollout-operator.grafana.com",
         "customresourcedefinition.apiextensions.k8s.io/zoneawarepoddisruptionbudgets.rollout-operator.grafana.com",
         "customresourcedefinition.apiextensions.k8s.io/rollouthealthchecks.baton.dev",
+        "customresourcedefinition.apiextensions.k8s.io/phasedrollouts.sts.plus",
     ] {
         assert!(output.contains(object), "{object} missing from:\n{output}");
     }
@@ -108,7 +109,7 @@ async fn the_manifests_pass_a_server_side_dry_run() {
     assert!(images.iter().all(|image| *image == versioned), "{images:?}");
     assert_eq!(
         rendered.matches("\nkind: ").count() + usize::from(rendered.starts_with("kind: ")),
-        24
+        25
     );
 }
 
