@@ -19,7 +19,7 @@
 //! | [`metrics`] | the Go operator's metric names and baton's own |
 //! | [`status`] | the status page and its JSON, served from the caches with `baton_core::status` (each group's view, the leader's history) |
 //! | [`phased`] | PhasedRollouts (`sts.plus`) served as groups of their own, rolled by partition through a check; their status |
-//! | [`budgets`] | the zone-aware disruption budgets a rollout deletion consults: their watch-fed cache, the decision on the caches ([`budgets::judge`], pure), the claim in the budget's record |
+//! | [`budgets`] | the zone-aware disruption budgets a rollout deletion consults: their cache (`baton_shared::budgets`, the webhook's too), the decision on the caches ([`budgets::judge`], pure), the claim in the budget's record |
 //!
 //! # From a watch event to an action
 //!
