@@ -133,25 +133,13 @@ impl PhasedRollouts {
                 .await;
         };
         let group = phased::group_name(&name);
-        if let Some(other) = target.labels().get(ROLLOUT_GROUP_LABEL)
-            && *other != group
-        {
-            let why = format!(
-                "StatefulSet {} is in rollout group {other}: baton rolls it with that group, not with this PhasedRollout",
-                spec.target_ref
-            );
-            return self.invalid(rollout, why).await;
-        }
         let strategy = target
             .spec
             .as_ref()
-            .and_then(|spec| spec.update_strategy.as_ref()?.type_.clone())
-            .unwrap_or_else(|| "RollingUpdate".to_owned());
-        if strategy != "RollingUpdate" {
-            let why = format!(
-                "StatefulSet {} uses {strategy}: a PhasedRollout rolls a RollingUpdate StatefulSet through its partition",
-                spec.target_ref
-            );
+            .and_then(|spec| spec.update_strategy.as_ref()?.type_.as_deref());
+        if let Some(why) =
+            phased::target_problem(&name, &spec.target_ref, target.labels(), strategy)
+        {
             return self.invalid(rollout, why).await;
         }
         if spec.standard_rolling_update {

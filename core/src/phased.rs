@@ -262,6 +262,31 @@ pub fn target_patch(name: &str, serving: bool, standard: bool) -> serde_json::Va
     patch
 }
 
+/// Why PhasedRollout `name` cannot serve its target `target` (its labels and
+/// `spec.updateStrategy.type` as read), if it cannot: a target of another rollout group is that
+/// group's, and only a `RollingUpdate` StatefulSet has a partition to roll through.
+pub fn target_problem(
+    name: &str,
+    target: &str,
+    labels: &BTreeMap<String, String>,
+    strategy: Option<&str>,
+) -> Option<String> {
+    if let Some(other) = labels.get(ROLLOUT_GROUP_LABEL)
+        && *other != group_name(name)
+    {
+        return Some(format!(
+            "StatefulSet {target} is in rollout group {other}: baton rolls it with that group, not with this PhasedRollout"
+        ));
+    }
+    // Kubernetes defaults a missing type to RollingUpdate.
+    let strategy = strategy.unwrap_or("RollingUpdate");
+    (strategy != "RollingUpdate").then(|| {
+        format!(
+            "StatefulSet {target} uses {strategy}: a PhasedRollout rolls a RollingUpdate StatefulSet through its partition"
+        )
+    })
+}
+
 /// Whether `labels` and `annotations` already say what [`target_patch`] would while serving.
 pub fn target_served(
     name: &str,
@@ -486,6 +511,23 @@ mod tests {
             back["spec"]["updateStrategy"]["rollingUpdate"]["partition"],
             0
         );
+    }
+
+    #[test]
+    fn a_target_of_another_group_or_not_rolling_update_is_refused_naming_why() {
+        let none = BTreeMap::new();
+        assert_eq!(target_problem("web", "web", &none, None), None);
+        assert_eq!(
+            target_problem("web", "web", &none, Some("RollingUpdate")),
+            None
+        );
+        let ours = BTreeMap::from([(ROLLOUT_GROUP_LABEL.to_owned(), group_name("web"))]);
+        assert_eq!(target_problem("web", "web", &ours, None), None);
+        let other = BTreeMap::from([(ROLLOUT_GROUP_LABEL.to_owned(), "ingester".to_owned())]);
+        let why = target_problem("web", "web", &other, None).unwrap();
+        assert!(why.contains("rollout group ingester"), "{why}");
+        let why = target_problem("web", "web", &none, Some("OnDelete")).unwrap();
+        assert!(why.contains("uses OnDelete"), "{why}");
     }
 
     #[test]

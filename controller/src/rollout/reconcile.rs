@@ -222,11 +222,7 @@ impl Rollouts {
                         pod,
                         free_replacement: unavailable.is_some(),
                     };
-                    let permit = self.budgets.before_deletion(group, &deletion).await;
-                    if let crate::budgets::Permit::Wait(note) = permit {
-                        let said = Said::new(crate::budgets::WAIT_REASON, "Wait", note.clone());
-                        self.explain_deletion(group, members, statefulset, None, said)
-                            .await;
+                    if let Some(note) = self.budget_holds(group, members, &deletion).await {
                         return Ok(Some(note));
                     }
                     // Within the term the pass started in: a deposed leader stops deleting
@@ -288,11 +284,7 @@ impl Rollouts {
                             pod: &release.pod,
                             free_replacement,
                         };
-                        let permit = self.budgets.before_deletion(group, &deletion).await;
-                        if let crate::budgets::Permit::Wait(note) = permit {
-                            let said = Said::new(crate::budgets::WAIT_REASON, "Wait", note.clone());
-                            self.explain_deletion(group, members, statefulset, None, said)
-                                .await;
+                        if let Some(note) = self.budget_holds(group, members, &deletion).await {
                             return Ok(Some(note));
                         }
                     }
@@ -343,6 +335,24 @@ impl Rollouts {
             }
         }
         Ok(None)
+    }
+
+    /// Consults the zone-aware budgets before `deletion` (by baton, or by the StatefulSet
+    /// controller past a lowered partition); when one holds it, says so and returns why.
+    async fn budget_holds(
+        &self,
+        group: &str,
+        members: &[Arc<StatefulSet>],
+        deletion: &crate::budgets::Deletion<'_>,
+    ) -> Option<String> {
+        let permit = self.budgets.before_deletion(group, deletion).await;
+        let crate::budgets::Permit::Wait(note) = permit else {
+            return None;
+        };
+        let said = Said::new(crate::budgets::WAIT_REASON, "Wait", note.clone());
+        self.explain_deletion(group, members, deletion.statefulset, None, said)
+            .await;
+        Some(note)
     }
 
     /// Tells what the pass did or why it stopped: an Event on the StatefulSet, and for an action
