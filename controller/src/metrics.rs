@@ -181,7 +181,11 @@ impl ControllerMetrics {
             group_waiting,
             waiting_reason,
             pod_deletions,
-            gates: crate::gates::metrics::GateMetrics { holding, halted },
+            gates: crate::gates::metrics::GateMetrics {
+                holding,
+                halted,
+                notices,
+            },
             members: _,
             reasons: _,
         } = self;
@@ -199,6 +203,7 @@ impl ControllerMetrics {
             pod_deletions,
             holding,
             halted,
+            notices,
         ]
     }
 

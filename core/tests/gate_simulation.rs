@@ -212,6 +212,7 @@ impl<'g> Simulation<'g> {
             initial_delay: SignedDuration::from_secs(rng.random_range(0..=4)),
             success_threshold: rng.random_range(1..=3),
             failure_threshold: rng.random_range(1..=3),
+            on_failure: checks::OnFailure::Halt,
         });
         let ramp = rng.random_bool(0.3);
         if ramp {

@@ -9,7 +9,7 @@ use kube::Resource;
 use crate::explain::{Explainer, Explanation, Severity};
 use baton_core::gates::{GateDecision, GateWait};
 
-/// Publishes the decision's warnings and wait. Halted and an invalid gate are Warnings (a
+/// Publishes the decision's warnings, notices and wait. Halted and an invalid gate are Warnings (a
 /// person must act); a soak or an unfinished zone are Normal.
 pub async fn explain(
     explainer: &Explainer,
@@ -34,6 +34,22 @@ pub async fn explain(
         };
         explainer.tell(&member.object_ref(&()), explanation).await;
     }
+    for notice in &decision.notices {
+        let Some(member) = find(notice.statefulset()) else {
+            continue;
+        };
+        let explanation = Explanation {
+            severity: if notice.is_warning() {
+                Severity::Warning
+            } else {
+                Severity::Normal
+            },
+            reason: notice.kind().to_owned(),
+            action: "Gate".to_owned(),
+            note: format!("rollout group {group}: {notice}"),
+        };
+        explainer.tell(&member.object_ref(&()), explanation).await;
+    }
     let Some(wait) = decision.wait() else {
         return;
     };
@@ -48,6 +64,8 @@ pub async fn explain(
         | GateWait::ZoneUnfinished { .. }
         | GateWait::HealthCheck { .. }
         | GateWait::Ramp { .. }
+        | GateWait::Batch { .. }
+        | GateWait::AwaitingApproval { .. }
         | GateWait::Hook { .. } => Severity::Normal,
     };
     let explanation = Explanation {

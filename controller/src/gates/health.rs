@@ -14,7 +14,9 @@ use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use super::calls::GateCalls;
 use super::prometheus::{Auth, PrometheusClient, Tls};
 use baton_core::gates::checks::{self, CheckOutcome, CheckPolicy, CheckRun, CheckState};
-use baton_core::gates::health_check::{QuerySpec, Spec, combine, holding_policy, judge, render};
+use baton_core::gates::health_check::{
+    self, QuerySpec, Spec, combine, holding_policy, judge, render,
+};
 use baton_core::gates::keys::{self, GateWarning, HEALTH_CHECK_ANNOTATION};
 use baton_core::gates::{GateDecision, GateWait, decide, hooks};
 use baton_core::rollout::{GroupSnapshot, Plan};
@@ -273,26 +275,7 @@ async fn check(
     if halted || !checks::rollout_in_progress(&gated.0) {
         return checks::apply(group, &holding_policy(&name), None, gated, now);
     }
-    // The zone the queries are about: the one rolling, else the next to roll.
-    let progress = &gated.0.progress;
-    let zone = progress
-        .iter()
-        .find(|progress| !progress.done && progress.updated > 0)
-        .or_else(|| progress.iter().find(|progress| !progress.done))
-        .map(|progress| progress.statefulset.as_str())
-        .unwrap_or_default();
-    let revision = group
-        .statefulsets
-        .iter()
-        .find(|member| member.name == zone)
-        .and_then(|member| member.update_revision.as_deref())
-        .unwrap_or_default();
-    let variables = BTreeMap::from([
-        ("group", group.name.as_str()),
-        ("zone", zone),
-        ("namespace", calls.namespace.as_str()),
-        ("revision", revision),
-    ]);
+    let variables = health_check::variables(group, &gated.0, &calls.namespace);
     let (state, _) = CheckState::read(group);
     let (policy, run, problem) = run(calls, group, &name, &state, &variables, now).await;
     let (plan, mut decision) = checks::apply(group, &policy, run.as_ref(), gated, now);

@@ -1,17 +1,19 @@
 //! The gates' metrics: what each group's gate holds it for, and whether it is halted.
 
-use prometheus::{IntGaugeVec, Opts, Registry};
+use prometheus::{IntCounterVec, IntGaugeVec, Opts, Registry};
 
-use baton_core::gates::GateWait;
+use baton_core::gates::{GateNotice, GateWait};
 
 /// Every [`GateWait::kind`], so that a group's series for the other kinds read 0.
-const KINDS: [&str; 8] = [
+const KINDS: [&str; 10] = [
     "Halted",
     "InvalidGate",
     "ZoneUnfinished",
     "Soak",
     "HealthCheck",
     "Ramp",
+    "Batch",
+    "AwaitingApproval",
     "Hook",
     "RefusedHook",
 ];
@@ -22,6 +24,8 @@ pub struct GateMetrics {
     pub holding: IntGaugeVec,
     /// 1 while the group is halted (a person must resume it).
     pub halted: IntGaugeVec,
+    /// Failures of checks whose onFailure is Warn, and steps a bypass let go.
+    pub notices: IntCounterVec,
 }
 
 impl GateMetrics {
@@ -31,7 +35,8 @@ impl GateMetrics {
                 Opts::new(
                     "baton_rollout_gate_holding",
                     "1 when the group's rollout gate holds pod deletions for this reason \
-                     (Soak, ZoneUnfinished, HealthCheck, Ramp, Hook, Halted, InvalidGate), else 0.",
+                     (Soak, ZoneUnfinished, HealthCheck, Ramp, Batch, AwaitingApproval, Hook, Halted, \
+                     InvalidGate), else 0.",
                 ),
                 &["rollout_group", "reason"],
             )?,
@@ -42,10 +47,30 @@ impl GateMetrics {
                 ),
                 &["rollout_group"],
             )?,
+            notices: IntCounterVec::new(
+                Opts::new(
+                    "baton_rollout_gate_notices_total",
+                    "What a gate let go without holding: HealthCheckWarning (a failed run of a \
+                     check whose onFailure is Warn), GateBypassed (a step that went without its \
+                     soak or check under baton.dev/bypass-gates-until).",
+                ),
+                &["rollout_group", "reason"],
+            )?,
         };
         registry.register(Box::new(metrics.holding.clone()))?;
         registry.register(Box::new(metrics.halted.clone()))?;
+        registry.register(Box::new(metrics.notices.clone()))?;
         Ok(metrics)
+    }
+
+    /// Counts what the gate of `group` let go this pass (the leader's passes only: a pass
+    /// that is not acted on is not counted).
+    pub fn count_notices(&self, group: &str, notices: &[GateNotice]) {
+        for notice in notices {
+            self.notices
+                .with_label_values(&[group, notice.kind()])
+                .inc();
+        }
     }
 
     /// Records what the gate of `group` holds for now (None: nothing).
@@ -68,6 +93,9 @@ impl GateMetrics {
             let _ = self.holding.remove_label_values(&[group, kind]);
         }
         let _ = self.halted.remove_label_values(&[group]);
+        for kind in ["GateBypassed", "HealthCheckWarning"] {
+            let _ = self.notices.remove_label_values(&[group, kind]);
+        }
     }
 }
 

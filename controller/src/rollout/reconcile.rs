@@ -104,6 +104,9 @@ impl Rollouts {
                 return Ok(Requeue::Never);
             }
         }
+        if may_act().is_some() {
+            self.metrics.gates.count_notices(group, &gate.notices);
+        }
         let held = self.act(group, members, &plan, may_act).await?;
         // What the status page says the group waits for, and since when: the budget that held a
         // deletion, else the gate, else the planner.

@@ -17,6 +17,11 @@
 //! - runs are due every `interval` while the group's rollout is in progress; the time of the
 //!   last run is stored, so a new leader keeps the pace.
 //!
+//! - `onFailure: Warn` makes the check advisory: it runs and is stored the same, but never
+//!   holds a step or halts; each failure is told ([`GateNotice::CheckFailed`]);
+//! - while `baton.dev/bypass-gates-until` is in force, steps go without waiting for passes and
+//!   failures halt nothing; each step that went without is told ([`GateNotice::Bypassed`]).
+//!
 //! The state (counts, last run, last step) is group-wide, stored in `baton.dev/check-state` on
 //! the group's first member by name — in the cluster, written by the leader with the
 //! resourceVersion it read, like the zones' gate state.
@@ -26,7 +31,7 @@ use std::fmt;
 use jiff::{SignedDuration, Timestamp};
 use serde::{Deserialize, Serialize};
 
-use super::decide::{AnnotationWrite, GateDecision, GateVerdict, GateWait};
+use super::decide::{AnnotationWrite, GateDecision, GateNotice, GateVerdict, GateWait, bypassing};
 use super::keys::{CHECK_STATE_ANNOTATION, GateWarning, HALTED_ANNOTATION, STATE_ANNOTATION};
 use crate::rollout::{GroupSnapshot, Plan};
 
@@ -39,6 +44,19 @@ pub struct CheckPolicy {
     pub initial_delay: SignedDuration,
     pub success_threshold: u32,
     pub failure_threshold: u32,
+    /// What failing does: hold and halt, or only warn.
+    pub on_failure: OnFailure,
+}
+
+/// What a failing check does (a `RolloutHealthCheck`'s `onFailure`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum OnFailure {
+    /// Steps wait for passes; `failureThreshold` failures in a row halt the group.
+    #[default]
+    Halt,
+    /// Nothing waits: a failure is an Event and a metric. For trying a check before trusting
+    /// it.
+    Warn,
 }
 
 /// What one run of the check's queries came to.
@@ -224,6 +242,7 @@ pub fn apply(
         }
         return (plan, decision);
     }
+    let bypass = bypassing(&super::keys::read(group).0, now);
     let mut state = stored.clone();
     let rolling_to = target(group);
     if state
@@ -255,7 +274,19 @@ pub fn apply(
             }
             CheckOutcome::Inconclusive { .. } => state.passes = 0,
         }
-        if state.failures >= policy.failure_threshold {
+        if policy.on_failure == OnFailure::Warn
+            && let CheckOutcome::Fail { .. } = &run.outcome
+        {
+            decision.notices.push(GateNotice::CheckFailed {
+                zone: about(group, &plan),
+                check: policy.name.clone(),
+                outcome: run.outcome.to_string(),
+            });
+        }
+        if state.failures >= policy.failure_threshold
+            && policy.on_failure == OnFailure::Halt
+            && bypass.is_none()
+        {
             return halt(group, policy, run, state, plan, decision, &holder);
         }
     }
@@ -263,7 +294,18 @@ pub fn apply(
         .deletions()
         .find_map(|action| action.rolls().map(str::to_owned));
     if let Some(zone) = deleting_in {
-        if state.passes >= policy.success_threshold {
+        let passed = state.passes >= policy.success_threshold;
+        if passed || policy.on_failure == OnFailure::Warn || bypass.is_some() {
+            if let (false, OnFailure::Halt, Some(until)) = (passed, policy.on_failure, bypass) {
+                decision.notices.push(GateNotice::Bypassed {
+                    zone,
+                    gate: format!(
+                        "health check {} ({} of {} passes)",
+                        policy.name, state.passes, policy.success_threshold
+                    ),
+                    until,
+                });
+            }
             state.passes = 0;
             state.last_step = Some(now.to_string());
         } else {
@@ -293,6 +335,22 @@ pub fn apply(
     (plan, decision)
 }
 
+/// The zone a run is about: the one deleting, else rolling (pods updated, not done), else the
+/// next to roll.
+fn about(group: &GroupSnapshot, plan: &Plan) -> String {
+    plan.deletions()
+        .find_map(|action| action.rolls().map(str::to_owned))
+        .or_else(|| {
+            let progress = &plan.progress;
+            progress
+                .iter()
+                .find(|progress| !progress.done && progress.updated > 0)
+                .or_else(|| progress.iter().find(|progress| !progress.done))
+                .map(|progress| progress.statefulset.clone())
+        })
+        .unwrap_or_else(|| group.statefulsets[0].name.clone())
+}
+
 /// `failureThreshold` consecutive failures: halt, on the zone rolling or next.
 fn halt(
     group: &GroupSnapshot,
@@ -303,19 +361,7 @@ fn halt(
     mut decision: GateDecision,
     holder: &str,
 ) -> (Plan, GateDecision) {
-    let zone = plan
-        .deletions()
-        .find_map(|action| action.rolls().map(str::to_owned))
-        .or_else(|| {
-            // The zone rolling (pods updated, not done), else the next to roll.
-            let progress = &plan.progress;
-            progress
-                .iter()
-                .find(|progress| !progress.done && progress.updated > 0)
-                .or_else(|| progress.iter().find(|progress| !progress.done))
-                .map(|progress| progress.statefulset.clone())
-        })
-        .unwrap_or_else(|| group.statefulsets[0].name.clone());
+    let zone = about(group, &plan);
     let why = format!(
         "health check {} failed {} times in a row while {zone} rolled: {}",
         policy.name, state.failures, run.outcome

@@ -11,6 +11,7 @@ fn policy() -> CheckPolicy {
         initial_delay: secs(30),
         success_threshold: 2,
         failure_threshold: 3,
+        on_failure: OnFailure::Halt,
     }
 }
 
@@ -288,4 +289,74 @@ fn passes_seen_before_the_template_changed_do_not_let_the_new_revisions_step_go(
     };
     let two = group(vec![with_checks(zone("a", 3, 0), &same), zone("b", 3, 0)]);
     assert_eq!(deleted_zones(&gate(&two, None).0), ["a"]);
+}
+
+#[test]
+fn a_warning_check_never_holds_a_step_or_halts_and_tells_each_failure() {
+    let warning = CheckPolicy {
+        on_failure: OnFailure::Warn,
+        ..policy()
+    };
+    let group = group(vec![
+        with_checks(zone("a", 3, 0), &state(0, 2)),
+        zone("b", 3, 0),
+    ]);
+    let (gated, decision) = apply(
+        &group,
+        &warning,
+        Some(&run(fail())),
+        decide(&group, now()),
+        now(),
+    );
+    assert_eq!(deleted_zones(&gated), ["a"], "the step goes");
+    assert_eq!(decision.wait(), None);
+    assert!(
+        !decision
+            .writes
+            .iter()
+            .any(|write| write.key == crate::gates::HALTED_ANNOTATION),
+        "three failures in a row halt nothing"
+    );
+    assert_eq!(stored(&decision).failures, 3);
+    assert_eq!(decision.notices.len(), 1);
+    assert_eq!(decision.notices[0].kind(), "HealthCheckWarning");
+    assert!(decision.notices[0].is_warning());
+    assert!(decision.notices[0].to_string().contains("returned 0.3"));
+    // The same check with onFailure Halt halts.
+    let (_, halting) = gate(&group, Some(&run(fail())));
+    assert_eq!(halting.wait().map(GateWait::kind), Some("Halted"));
+}
+
+#[test]
+fn a_bypass_lets_steps_go_without_passes_halts_nothing_and_tells_each_step() {
+    let until = (now() + secs(300)).to_string();
+    let group = group(vec![
+        annotated(
+            with_checks(zone("a", 3, 0), &state(0, 2)),
+            crate::gates::BYPASS_ANNOTATION,
+            &until,
+        ),
+        zone("b", 3, 0),
+    ]);
+    let (gated, decision) = gate(&group, Some(&run(fail())));
+    assert_eq!(deleted_zones(&gated), ["a"]);
+    assert_eq!(decision.wait(), None);
+    assert!(
+        decision
+            .notices
+            .iter()
+            .any(|notice| notice.kind() == "GateBypassed"
+                && notice.to_string().contains("health check errors (0 of 2 passes)"))
+    );
+    assert_eq!(stored(&decision).last_step, Some(now().to_string()));
+    // Expired: the failure halts as ever.
+    let expired = (now() - secs(1)).to_string();
+    let mut group = group;
+    group.statefulsets[0]
+        .annotations
+        .insert(crate::gates::BYPASS_ANNOTATION.to_owned(), expired);
+    let (gated, decision) = gate(&group, Some(&run(fail())));
+    assert!(deleted_zones(&gated).is_empty());
+    assert_eq!(decision.wait().map(GateWait::kind), Some("Halted"));
+    assert!(decision.notices.is_empty());
 }

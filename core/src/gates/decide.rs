@@ -26,7 +26,7 @@
 use std::collections::BTreeSet;
 use std::fmt;
 
-use crate::annotations::{ROLLOUT_PAUSED_ANNOTATION, max_unavailable, paused};
+use crate::annotations::{ROLLOUT_PAUSED_ANNOTATION, paused};
 use jiff::{SignedDuration, Timestamp};
 
 use super::keys::{self, GateConfig, GateWarning, STATE_ANNOTATION, format_duration};
@@ -70,6 +70,24 @@ pub enum GateWait {
         updated: u32,
         total: u32,
     },
+    /// `zone` rolls in batches: batch `batch` (1-based, of `batches`) goes once the last one is
+    /// available (`updated` of `total` pods updated).
+    Batch {
+        zone: String,
+        batch: u32,
+        batches: u32,
+        updated: u32,
+        total: u32,
+    },
+    /// `zone`'s next step waits for a person: `kubectl baton approve` records `step`.
+    AwaitingApproval {
+        zone: String,
+        group: String,
+        /// What is approved, as people read it.
+        what: String,
+        /// The value `baton.dev/approved` must hold (on any member).
+        step: String,
+    },
     /// `zone` is next and soaks until `until` after the zones before it finished.
     Soak {
         zone: String,
@@ -90,6 +108,8 @@ impl GateWait {
             Self::Soak { .. } => "Soak",
             Self::HealthCheck { .. } => "HealthCheck",
             Self::Ramp { .. } => "Ramp",
+            Self::Batch { .. } => "Batch",
+            Self::AwaitingApproval { .. } => "AwaitingApproval",
             Self::Hook { .. } => "Hook",
             Self::RefusedHook { .. } => "RefusedHook",
         }
@@ -103,6 +123,8 @@ impl GateWait {
             | Self::Soak { zone, .. }
             | Self::HealthCheck { zone, .. }
             | Self::Ramp { zone, .. }
+            | Self::Batch { zone, .. }
+            | Self::AwaitingApproval { zone, .. }
             | Self::Hook { zone, .. }
             | Self::RefusedHook { zone, .. } => zone,
         }
@@ -157,6 +179,23 @@ impl fmt::Display for GateWait {
             } => write!(
                 formatter,
                 "{zone} ramps: its last step must be available first ({updated} of {total} pods updated)"
+            ),
+            Self::Batch {
+                zone,
+                batch,
+                batches,
+                updated,
+                total,
+            } => write!(
+                formatter,
+                "{zone} rolls in batches: batch {batch} of {batches} goes once the last one is \
+                 available ({updated} of {total} pods updated)"
+            ),
+            Self::AwaitingApproval {
+                zone, group, what, ..
+            } => write!(
+                formatter,
+                "{zone} awaits approval of {what}; approve with kubectl baton approve {group}"
             ),
             Self::HealthCheck {
                 zone,
@@ -222,6 +261,68 @@ pub struct GateDecision {
     pub recheck_after: Option<Timestamp>,
     /// A hook call to make now; its answer gives more writes ([`super::hooks::record`]).
     pub hook: Option<super::hooks::HookCall>,
+    /// What people should hear about this pass besides a wait (each an Event).
+    pub notices: Vec<GateNotice>,
+}
+
+/// Something a gate did that people should hear about, though nothing waits for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GateNotice {
+    /// A step in `zone` went without waiting for `gate`: `baton.dev/bypass-gates-until`.
+    Bypassed {
+        zone: String,
+        gate: String,
+        until: Timestamp,
+    },
+    /// The health check `check`, whose `onFailure` is `Warn`, failed: nothing waits for it.
+    CheckFailed {
+        zone: String,
+        check: String,
+        outcome: String,
+    },
+}
+
+impl GateNotice {
+    /// A short, stable identifier (the Event reason).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Bypassed { .. } => "GateBypassed",
+            Self::CheckFailed { .. } => "HealthCheckWarning",
+        }
+    }
+
+    /// The StatefulSet the Event is about.
+    pub fn statefulset(&self) -> &str {
+        match self {
+            Self::Bypassed { zone, .. } | Self::CheckFailed { zone, .. } => zone,
+        }
+    }
+
+    /// Whether a person should look (a Warning Event) rather than just know (Normal).
+    pub fn is_warning(&self) -> bool {
+        matches!(self, Self::CheckFailed { .. })
+    }
+}
+
+impl fmt::Display for GateNotice {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Bypassed { zone, gate, until } => write!(
+                formatter,
+                "{zone} steps without waiting for {gate}: {} is {until}",
+                keys::BYPASS_ANNOTATION
+            ),
+            Self::CheckFailed {
+                zone,
+                check,
+                outcome,
+            } => write!(
+                formatter,
+                "health check {check} failed while {zone} rolled ({outcome}); its onFailure is \
+                 Warn, so nothing waits for it"
+            ),
+        }
+    }
 }
 
 impl GateDecision {
@@ -232,6 +333,7 @@ impl GateDecision {
             warnings: Vec::new(),
             recheck_after: None,
             hook: None,
+            notices: Vec::new(),
         }
     }
 
@@ -278,66 +380,6 @@ pub fn decide(group: &GroupSnapshot, now: Timestamp) -> (Plan, GateDecision) {
     (plan, decision)
 }
 
-/// The ramp inside a zone (`baton.dev/ramp: exponential`): steps of 1, 2, 4, … pods, each only
-/// once the previous one is available, each capped by what the planner allows (its
-/// max-unavailable). Stateless — the step follows from the pods already updated (after `n`
-/// steps, 2^n - 1), so a new leader continues where the last one was. Only ever takes
-/// deletions away.
-fn ramp(
-    group: &GroupSnapshot,
-    (mut plan, mut decision): (Plan, GateDecision),
-) -> (Plan, GateDecision) {
-    let Some(zone) = deleted_in(group, &plan).into_iter().next() else {
-        return (plan, decision);
-    };
-    let Some(progress) = plan
-        .progress
-        .iter()
-        .find(|progress| progress.statefulset == zone)
-        .cloned()
-    else {
-        return (plan, decision);
-    };
-    let mut size = 1u32;
-    while size.saturating_sub(1) <= progress.updated && size < u32::MAX / 2 {
-        size *= 2;
-    }
-    // The next cumulative target is size - 1 (1, 3, 7, 15, …): this step takes the rest of it,
-    // capped by max-unavailable and the pods left.
-    let max_unavailable = group
-        .statefulsets
-        .iter()
-        .find(|member| member.name == zone)
-        .map_or(1, |member| {
-            max_unavailable(&member.annotations, member.spec_replicas).value
-        });
-    let step = (size - 1)
-        .saturating_sub(progress.updated)
-        .min(max_unavailable)
-        .min(progress.total.saturating_sub(progress.updated))
-        .max(1);
-    // A step goes whole, once the zone is available and the planner allows all of it (its
-    // budget is short while the StatefulSet's status lags the pods).
-    let offered = u32::try_from(plan.pods_taken()).unwrap_or(u32::MAX);
-    let available = progress.ready >= progress.total && offered >= step;
-    plan.take_at_most(if available {
-        usize::try_from(step).unwrap_or(usize::MAX)
-    } else {
-        0
-    });
-    if !available && decision.wait().is_none() {
-        decision.verdict = GateVerdict::Hold {
-            wait: GateWait::Ramp {
-                zone,
-                updated: progress.updated,
-                total: progress.total,
-            },
-            pass: BTreeSet::new(),
-        };
-    }
-    (plan, decision)
-}
-
 /// [`decide`] from an already read configuration and state (warnings left to the caller).
 pub fn decide_with(
     group: &GroupSnapshot,
@@ -350,10 +392,23 @@ pub fn decide_with(
         gated.1.wait(),
         Some(GateWait::Halted { .. } | GateWait::InvalidGate { .. })
     );
-    if config.ramp && !stopped {
-        return ramp(group, gated);
+    if stopped {
+        return gated;
     }
-    gated
+    let stepped = super::steps::apply(group, config, gated);
+    let (plan, mut decision) = super::approval::apply(group, config, stepped);
+    // A bypass is told for the steps it let go, not for those something else holds.
+    if plan.deletions().next().is_none() {
+        decision
+            .notices
+            .retain(|notice| !matches!(notice, GateNotice::Bypassed { .. }));
+    }
+    (plan, decision)
+}
+
+/// Whether `config`'s bypass is in force at `now`: until when.
+pub fn bypassing(config: &GateConfig, now: Timestamp) -> Option<Timestamp> {
+    config.bypass_until.filter(|until| now < *until)
 }
 
 /// Rules 1 to 5 and 7 of the module header: halts, zone order, soaks.
@@ -432,6 +487,7 @@ fn gate_zones(
         .map(|name| (*name).to_owned())
         .collect();
     let pass = BTreeSet::from([next.clone()]);
+    let mut bypassed = Vec::new();
     if let (Some(soak), false) = (config.soak, before.is_empty()) {
         let mut writes = Vec::new();
         let started = match zone.soak_started_at {
@@ -444,7 +500,14 @@ fn gate_zones(
             }
         };
         let until = started.saturating_add(soak).unwrap_or(Timestamp::MAX);
-        if now < until {
+        let bypass = bypassing(config, now).filter(|_| now < until);
+        if let Some(bypass) = bypass {
+            bypassed.push(GateNotice::Bypassed {
+                zone: next.clone(),
+                gate: format!("the soak after {} (until {until})", before.join(", ")),
+                until: bypass,
+            });
+        } else if now < until {
             let wait = GateWait::Soak {
                 zone: next.clone(),
                 after: before,
@@ -473,6 +536,11 @@ fn gate_zones(
         ),
     };
     decision.writes.push(write(&zone));
+    decision.notices = bypassed;
+    if let Some(until) = bypassing(config, now) {
+        // The decision changes when the bypass ends.
+        decision.recheck_after = Some(until);
+    }
     decision.apply(full)
 }
 
@@ -519,7 +587,7 @@ fn finish_first(
 }
 
 /// The zones `plan` deletes in, in member order.
-fn deleted_in(group: &GroupSnapshot, plan: &Plan) -> Vec<String> {
+pub(super) fn deleted_in(group: &GroupSnapshot, plan: &Plan) -> Vec<String> {
     group
         .statefulsets
         .iter()

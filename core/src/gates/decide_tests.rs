@@ -521,3 +521,264 @@ fn an_invalid_ramp_holds_the_group() {
     assert!(deleted_zones(&gated).is_empty());
     assert_eq!(decision.wait().map(GateWait::kind), Some("InvalidGate"));
 }
+
+fn batched(statefulset: StatefulSetSnapshot, batches: &str) -> StatefulSetSnapshot {
+    annotated(
+        annotated(statefulset, crate::gates::BATCHES_ANNOTATION, batches),
+        MAX_UNAVAILABLE,
+        "100%",
+    )
+}
+
+#[test]
+fn batches_take_their_cumulative_sizes_each_once_the_zone_is_available() {
+    // 1, 50%, 100% of 4 pods: 1, then 1 more, then the last 2.
+    for (updated, expected) in [(0, 1), (1, 1), (2, 2), (3, 1)] {
+        let group = group(vec![
+            batched(zone("a", 4, updated), "1, 50%, 100%"),
+            zone("b", 4, 0),
+        ]);
+        let (planned, gated, decision) = gate(&group, now());
+        assert_eq!(planned.deletions().count(), 4 - updated as usize);
+        assert_eq!(gated.deletions().count(), expected, "{updated} updated");
+        assert_eq!(decision.wait(), None, "{updated} updated");
+    }
+}
+
+#[test]
+fn a_batch_larger_than_max_unavailable_goes_in_parts() {
+    let group = group(vec![
+        annotated(
+            annotated(zone("a", 10, 0), crate::gates::BATCHES_ANNOTATION, "2"),
+            MAX_UNAVAILABLE,
+            "2",
+        ),
+        zone("b", 4, 0),
+    ]);
+    let (_, gated, _) = gate(&group, now());
+    assert_eq!(gated.deletions().count(), 2, "max-unavailable still bounds a batch");
+}
+
+#[test]
+fn a_batch_waits_until_the_last_one_is_available() {
+    let mut group = group(vec![
+        batched(cleared(zone("a", 4, 1)), "1, 50%, 100%"),
+        zone("b", 4, 0),
+    ]);
+    let pod = &mut group.statefulsets[0].pods[0];
+    pod.ready = false;
+    pod.ready_since = None;
+    group.statefulsets[0].ready_replicas -= 1;
+    let (_, gated, decision) = gate(&group, now());
+    assert!(deleted_zones(&gated).is_empty());
+    assert_eq!(
+        decision.wait().map(ToString::to_string).as_deref(),
+        Some(
+            "a rolls in batches: batch 2 of 3 goes once the last one is available (1 of 4 pods \
+             updated)"
+        )
+    );
+}
+
+#[test]
+fn batches_and_a_ramp_together_hold_the_group() {
+    let group = group(vec![
+        batched(ramped(zone("a", 4, 0)), "2"),
+        zone("b", 4, 0),
+    ]);
+    let (_, gated, decision) = gate(&group, now());
+    assert!(deleted_zones(&gated).is_empty());
+    assert_eq!(decision.wait().map(GateWait::kind), Some("InvalidGate"));
+}
+
+#[test]
+fn bad_batches_hold_the_group_and_say_so() {
+    for bad in ["", "0", "50%, 10%", "3, 2", "1, 150%", "many", "1,,2", &"1,".repeat(200)] {
+        let group = group(vec![batched(zone("a", 4, 0), bad), zone("b", 4, 0)]);
+        let (_, gated, decision) = gate(&group, now());
+        assert!(deleted_zones(&gated).is_empty(), "{bad:?}");
+        assert_eq!(decision.wait().map(GateWait::kind), Some("InvalidGate"), "{bad:?}");
+        assert!(
+            decision
+                .warnings
+                .iter()
+                .any(|warning| warning.to_string().contains("baton.dev/batches")),
+            "{bad:?}"
+        );
+    }
+}
+
+fn asking(statefulset: StatefulSetSnapshot, approval: &str) -> StatefulSetSnapshot {
+    annotated(statefulset, crate::gates::APPROVAL_ANNOTATION, approval)
+}
+
+fn approved(statefulset: StatefulSetSnapshot, step: &str) -> StatefulSetSnapshot {
+    annotated(statefulset, crate::gates::APPROVED_ANNOTATION, step)
+}
+
+fn awaited(decision: &GateDecision) -> Option<String> {
+    match decision.wait() {
+        Some(GateWait::AwaitingApproval { step, .. }) => Some(step.clone()),
+        _ => None,
+    }
+}
+
+#[test]
+fn approval_after_the_canary_lets_the_canary_go_and_holds_the_rest_until_approved() {
+    // The canary: the first step goes by itself.
+    let group_ = group(vec![
+        batched(asking(zone("a", 4, 0), "canary"), "1, 100%"),
+        zone("b", 4, 0),
+    ]);
+    let (_, gated, decision) = gate(&group_, now());
+    assert_eq!(gated.deletions().count(), 1);
+    assert_eq!(awaited(&decision), None);
+    // After it, the rest waits for a person.
+    let waiting = group(vec![
+        batched(asking(cleared(zone("a", 4, 1)), "canary"), "1, 100%"),
+        zone("b", 4, 0),
+    ]);
+    let (_, gated, decision) = gate(&waiting, now());
+    assert!(deleted_zones(&gated).is_empty());
+    let step = awaited(&decision).expect("awaits approval");
+    assert_eq!(step, "canary/a-new+b-new");
+    assert_eq!(
+        decision.wait().map(ToString::to_string).as_deref(),
+        Some(
+            "a awaits approval of the rollout past its canary; approve with kubectl baton \
+             approve ingester"
+        )
+    );
+    // Approved: the rest of the rollout goes, zone b too.
+    let mut approved_group = waiting.clone();
+    approved_group.statefulsets[1] = approved(zone("b", 4, 0), &step);
+    let (_, gated, decision) = gate(&approved_group, now());
+    assert_eq!(gated.deletions().count(), 3);
+    assert_eq!(decision.wait(), None);
+}
+
+#[test]
+fn an_approval_for_another_revision_or_step_lets_nothing_go() {
+    let stale = [
+        "canary/a-old+b-old",
+        "a/a-new/0",
+        "a/a-old/1",
+        "canary/a-new",
+        "CANARY/a-new+b-new",
+    ];
+    for step in stale {
+        let group = group(vec![
+            batched(
+                approved(asking(cleared(zone("a", 4, 1)), "canary,batch"), step),
+                "1, 100%",
+            ),
+            zone("b", 4, 0),
+        ]);
+        let (_, gated, decision) = gate(&group, now());
+        assert!(deleted_zones(&gated).is_empty(), "{step}");
+        assert_eq!(
+            awaited(&decision).as_deref(),
+            Some("canary/a-new+b-new,a/a-new/1"),
+            "{step}"
+        );
+    }
+}
+
+#[test]
+fn approval_per_zone_holds_each_zones_first_step_only() {
+    let group_ = group(vec![
+        asking(zone("a", 4, 0), "zone"),
+        zone("b", 4, 0),
+    ]);
+    let (_, gated, decision) = gate(&group_, now());
+    assert!(deleted_zones(&gated).is_empty());
+    assert_eq!(awaited(&decision).as_deref(), Some("a/a-new/0"));
+    let group_ = group(vec![
+        approved(asking(zone("a", 4, 0), "zone"), "a/a-new/0"),
+        zone("b", 4, 0),
+    ]);
+    let (_, gated, _) = gate(&group_, now());
+    assert_eq!(deleted_zones(&gated), ["a"]);
+    // Once the zone started, its later steps go without.
+    let group_ = group(vec![
+        asking(cleared(zone("a", 4, 1)), "zone"),
+        zone("b", 4, 0),
+    ]);
+    let (_, gated, decision) = gate(&group_, now());
+    assert_eq!(deleted_zones(&gated), ["a"]);
+    assert_eq!(awaited(&decision), None);
+}
+
+#[test]
+fn an_unknown_approval_holds_the_group() {
+    let group = group(vec![asking(zone("a", 4, 0), "canary, person"), zone("b", 4, 0)]);
+    let (_, gated, decision) = gate(&group, now());
+    assert!(deleted_zones(&gated).is_empty());
+    assert_eq!(decision.wait().map(GateWait::kind), Some("InvalidGate"));
+}
+
+fn bypassing(statefulset: StatefulSetSnapshot, until: &str) -> StatefulSetSnapshot {
+    annotated(statefulset, crate::gates::BYPASS_ANNOTATION, until)
+}
+
+#[test]
+fn a_bypass_in_force_skips_the_soak_and_says_so() {
+    let until = (now() + secs(600)).to_string();
+    let group = group(vec![
+        bypassing(soaked(with_state(zone("a", 3, 3), None, Some(now() - secs(60))), "1h"), &until),
+        zone("b", 3, 0),
+    ]);
+    let (_, gated, decision) = gate(&group, now());
+    assert_eq!(deleted_zones(&gated), ["b"]);
+    assert_eq!(decision.wait(), None);
+    assert_eq!(decision.notices.len(), 1);
+    assert_eq!(decision.notices[0].kind(), "GateBypassed");
+    assert!(decision.notices[0].to_string().contains("the soak after a"));
+    assert_eq!(decision.recheck_after, Some(now() + secs(600)));
+}
+
+#[test]
+fn an_expired_or_unreadable_bypass_bypasses_nothing() {
+    for until in [
+        (now() - secs(1)).to_string(),
+        now().to_string(),
+        "tomorrow".to_owned(),
+        "2026-13-01T00:00:00Z".to_owned(),
+    ] {
+        let group = group(vec![
+            bypassing(soaked(with_state(zone("a", 3, 3), None, Some(now() - secs(60))), "1h"), &until),
+            zone("b", 3, 0),
+        ]);
+        let (_, gated, decision) = gate(&group, now());
+        assert!(deleted_zones(&gated).is_empty(), "{until}");
+        assert_eq!(decision.wait().map(GateWait::kind), Some("Soak"), "{until}");
+        assert!(decision.notices.is_empty(), "{until}");
+    }
+    let group = group(vec![bypassing(zone("a", 3, 0), "tomorrow"), zone("b", 3, 0)]);
+    let (_, _, decision) = gate(&group, now());
+    assert!(
+        decision
+            .warnings
+            .iter()
+            .any(|warning| warning.to_string().contains("bypassing nothing"))
+    );
+}
+
+#[test]
+fn a_bypass_never_lifts_a_halt_or_an_approval() {
+    let until = (now() + secs(600)).to_string();
+    let halted = group(vec![
+        bypassing(annotated(zone("a", 3, 0), HALTED_ANNOTATION, "errors"), &until),
+        zone("b", 3, 0),
+    ]);
+    let (_, gated, decision) = gate(&halted, now());
+    assert!(deleted_zones(&gated).is_empty());
+    assert_eq!(decision.wait().map(GateWait::kind), Some("Halted"));
+    let asking_group = group(vec![
+        bypassing(asking(zone("a", 3, 0), "zone"), &until),
+        zone("b", 3, 0),
+    ]);
+    let (_, gated, decision) = gate(&asking_group, now());
+    assert!(deleted_zones(&gated).is_empty());
+    assert_eq!(decision.wait().map(GateWait::kind), Some("AwaitingApproval"));
+}

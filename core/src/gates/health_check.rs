@@ -9,7 +9,7 @@ use crate::duration::go as go_duration;
 use jiff::{SignedDuration, Timestamp};
 use serde::Deserialize;
 
-use super::checks::{CheckOutcome, CheckPolicy};
+use super::checks::{CheckOutcome, CheckPolicy, OnFailure};
 use super::{GateDecision, decide, hooks, keys};
 use crate::rollout::{GroupSnapshot, Plan};
 
@@ -26,6 +26,9 @@ pub struct Spec {
     pub success_threshold: Option<u32>,
     #[serde(default)]
     pub failure_threshold: Option<u32>,
+    /// `Halt` (the default) or `Warn`.
+    #[serde(default)]
+    pub on_failure: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -187,6 +190,13 @@ impl Spec {
             initial_delay: duration("initialDelay", &self.initial_delay, SignedDuration::ZERO)?,
             success_threshold: threshold("successThreshold", self.success_threshold, 1)?,
             failure_threshold: threshold("failureThreshold", self.failure_threshold, 3)?,
+            on_failure: match self.on_failure.as_deref() {
+                None | Some("Halt") => OnFailure::Halt,
+                Some("Warn") => OnFailure::Warn,
+                Some(other) => {
+                    return Err(format!("spec.onFailure {other:?} is not one of Halt, Warn"));
+                }
+            },
         })
     }
 
@@ -204,7 +214,46 @@ impl Spec {
     }
 }
 
-/// Replaces `{{group}}`, `{{zone}}`, `{{namespace}}` and `{{revision}}` in `query`.
+/// What a query's variables stand for while `plan` is the group's gated plan: `group`,
+/// `namespace`, `zone` (the zone rolling, else the next to roll), `revision` (the zone's update
+/// revision: its new pods' `controller-revision-hash`) and `baseline_revision` (the revision the
+/// zone ran before this rollout: its current revision, which baton moves only once the zone is
+/// done; empty once nothing in the zone differs). With both, one query can compare the new
+/// pods with the old ones.
+pub fn variables<'a>(
+    group: &'a GroupSnapshot,
+    plan: &Plan,
+    namespace: &'a str,
+) -> BTreeMap<&'static str, &'a str> {
+    let progress = &plan.progress;
+    let zone = progress
+        .iter()
+        .find(|progress| !progress.done && progress.updated > 0)
+        .or_else(|| progress.iter().find(|progress| !progress.done))
+        .and_then(|progress| {
+            group
+                .statefulsets
+                .iter()
+                .find(|member| member.name == progress.statefulset)
+        });
+    let revision = zone
+        .and_then(|member| member.update_revision.as_deref())
+        .unwrap_or_default();
+    let baseline = zone
+        .and_then(|member| member.current_revision.as_deref())
+        .filter(|current| *current != revision)
+        .unwrap_or_default();
+    BTreeMap::from([
+        ("group", group.name.as_str()),
+        ("zone", zone.map(|member| member.name.as_str()).unwrap_or_default()),
+        ("namespace", namespace),
+        ("revision", revision),
+        ("baseline_revision", baseline),
+    ])
+}
+
+/// Replaces `{{group}}`, `{{zone}}`, `{{namespace}}`, `{{revision}}` and
+/// `{{baseline_revision}}` in `query` (see [`variables`]).
 pub fn render(query: &str, variables: &BTreeMap<&str, &str>) -> String {
     variables
         .iter()
@@ -283,6 +332,7 @@ pub fn holding_policy(name: &str) -> CheckPolicy {
         initial_delay: SignedDuration::ZERO,
         success_threshold: 1,
         failure_threshold: u32::MAX,
+        on_failure: OnFailure::Halt,
     }
 }
 
@@ -333,6 +383,7 @@ mod tests {
                 initial_delay: SignedDuration::ZERO,
                 success_threshold: 1,
                 failure_threshold: 3,
+                on_failure: OnFailure::Halt,
             })
         );
         assert_eq!(spec.timeout(), Ok(Duration::from_secs(10)));
@@ -497,5 +548,56 @@ mod tests {
         );
         assert_eq!(combine(vec![inconclusive, failed.clone()]), failed);
         assert_eq!(combine(vec![CheckOutcome::Pass]), CheckOutcome::Pass);
+    }
+
+    #[test]
+    fn the_baseline_revision_is_what_the_zone_ran_before_this_rollout() {
+        use crate::rollout::plan;
+        use crate::testing::{group, now, zone};
+        let rolling = |name: &str, updated: u32| {
+            zone(name, 3)
+                .at_revision(&format!("{name}-old"))
+                .template_changed_to(&format!("{name}-new"))
+                .updated_first(updated)
+                .build()
+        };
+        let group = group(vec![
+            zone("a", 3).at_revision("a-new").build(),
+            rolling("b", 1),
+        ]);
+        let gated = plan(&group, now());
+        let rolling_b = variables(&group, &gated, "mimir");
+        assert_eq!(rolling_b["zone"], "b");
+        assert_eq!(rolling_b["revision"], "b-new");
+        assert_eq!(rolling_b["baseline_revision"], "b-old");
+        assert_eq!(
+            render(
+                r#"rate(errors{rev="{{revision}}"}) / rate(errors{rev="{{baseline_revision}}"})"#,
+                &rolling_b
+            ),
+            r#"rate(errors{rev="b-new"}) / rate(errors{rev="b-old"})"#
+        );
+        // Nothing left to compare with: empty, never the new revision itself.
+        let done = crate::testing::group(vec![zone("a", 3).at_revision("a-new").build()]);
+        let finished = variables(&done, &plan(&done, now()), "mimir");
+        assert_eq!(finished["baseline_revision"], "");
+    }
+
+    #[test]
+    fn on_failure_is_halt_or_warn_and_anything_else_is_named() {
+        let with = |on_failure: &str| {
+            spec(serde_json::json!({
+                "prometheus": {"address": "http://prometheus:9090"},
+                "queries": [{"name": "up", "query": "up"}],
+                "onFailure": on_failure,
+            }))
+            .policy("check")
+        };
+        assert_eq!(with("Warn").map(|policy| policy.on_failure), Ok(OnFailure::Warn));
+        assert_eq!(with("Halt").map(|policy| policy.on_failure), Ok(OnFailure::Halt));
+        assert_eq!(
+            with("warn"),
+            Err(r#"spec.onFailure "warn" is not one of Halt, Warn"#.to_owned())
+        );
     }
 }

@@ -14,7 +14,7 @@ use std::fmt;
 
 use crate::annotations::InvalidAnnotation;
 use crate::duration::go as go_duration;
-use jiff::SignedDuration;
+use jiff::{SignedDuration, Timestamp};
 
 use crate::rollout::GroupSnapshot;
 
@@ -56,6 +56,36 @@ pub const RAMP_ANNOTATION: &str = "baton.dev/ramp";
 /// What [`RAMP_ANNOTATION`] accepts.
 pub const RAMP_ACCEPTED: &str = "exponential, or none";
 
+/// Annotation: the steps each zone rolls in, as cumulative sizes (`1, 10%, 50%, 100%`: pods or
+/// percentages of the zone's replicas) or a count of equal batches (`4`). Each batch goes
+/// whole once the zone is available again, and is a gate step. Exclusive with
+/// [`RAMP_ANNOTATION`].
+pub const BATCHES_ANNOTATION: &str = "baton.dev/batches";
+/// What [`BATCHES_ANNOTATION`] accepts.
+pub const BATCHES_ACCEPTED: &str = "cumulative sizes such as \"1, 10%, 50%, 100%\" (pods or \
+     percentages of the zone, not decreasing) or a count of equal batches such as \"4\"";
+/// What a group carrying both [`BATCHES_ANNOTATION`] and an exponential ramp is told.
+pub const BATCHES_OR_RAMP: &str = "either baton.dev/batches or baton.dev/ramp, not both";
+
+/// Annotation: which steps wait for a person's approval: `canary` (every step after the
+/// rollout's first), `zone` (each zone's first step), `batch` (every step), or a
+/// comma-separated list of them.
+pub const APPROVAL_ANNOTATION: &str = "baton.dev/approval";
+/// What [`APPROVAL_ANNOTATION`] accepts.
+pub const APPROVAL_ACCEPTED: &str = "canary, zone or batch, or a comma-separated list of them";
+/// Annotation written by a person (`kubectl baton approve`): the step approved, as the gate
+/// names it ([`super::approval`]). An approval names the zone, its revision and the step, so
+/// it never lets another step or a later revision go.
+pub const APPROVED_ANNOTATION: &str = "baton.dev/approved";
+
+/// Annotation: until this time (RFC 3339, e.g. `2026-11-25T18:00:00Z`), steps go without
+/// waiting for the soak or the health check (never past the availability guarantees, a halt,
+/// an approval, hooks, batches or the ramp); each step that did is told in an Event. An
+/// expired or unreadable value bypasses nothing.
+pub const BYPASS_ANNOTATION: &str = "baton.dev/bypass-gates-until";
+/// What [`BYPASS_ANNOTATION`] accepts.
+pub const BYPASS_ACCEPTED: &str = "an RFC 3339 time such as 2026-11-25T18:00:00Z";
+
 /// What [`SOAK_ANNOTATION`] accepts, as told to the person who wrote something else.
 pub const SOAK_ACCEPTED: &str = "a duration such as 30s, 5m or 1h30m (0 for no soak)";
 /// What baton does while a gate key is invalid.
@@ -70,6 +100,12 @@ pub struct GateConfig {
     pub hook: Option<String>,
     /// Some member asks for an exponential ramp inside each zone.
     pub ramp: bool,
+    /// The batches each zone rolls in, if a member names them.
+    pub batches: Option<Batches>,
+    /// Which steps wait for a person's approval.
+    pub approval: Approval,
+    /// Steps bypass the soak and the health check until then (the earliest a member names).
+    pub bypass_until: Option<Timestamp>,
     /// The `RolloutHealthCheck` named by a member (the first one, by member order).
     pub health_check: Option<String>,
     /// Some member carries a gate key (valid or not): the gate keeps its state.
@@ -175,6 +211,8 @@ pub fn read(group: &GroupSnapshot) -> (GateConfig, Vec<GateWarning>) {
     let mut config = GateConfig::default();
     let mut warnings = Vec::new();
     let mut soaks: Vec<(String, String, SignedDuration)> = Vec::new();
+    let mut approvals: Option<Approval> = None;
+    let mut unread_bypasses = Vec::new();
     // A gate key whose value cannot be read: a Warning, and the group is held.
     let mut reject = |config: &mut GateConfig, statefulset: &str, key, raw: &str, accepted| {
         warnings.push(GateWarning::InvalidAnnotation {
@@ -226,6 +264,50 @@ pub fn read(group: &GroupSnapshot) -> (GateConfig, Vec<GateWarning>) {
                 raw => reject(&mut config, name, RAMP_ANNOTATION, raw, RAMP_ACCEPTED),
             }
         }
+        if let Some(raw) = annotation(BATCHES_ANNOTATION) {
+            config.enabled = true;
+            match Batches::parse(raw) {
+                None => reject(&mut config, name, BATCHES_ANNOTATION, raw, BATCHES_ACCEPTED),
+                Some(batches) if config.batches.as_ref().is_some_and(|named| *named != batches) => {
+                    let accepted = AGREEING_ACCEPTED;
+                    reject(&mut config, name, BATCHES_ANNOTATION, raw, accepted);
+                }
+                Some(batches) => config.batches = Some(batches),
+            }
+        }
+        if let Some(raw) = annotation(APPROVAL_ANNOTATION) {
+            config.enabled = true;
+            match Approval::parse(raw) {
+                None => reject(&mut config, name, APPROVAL_ANNOTATION, raw, APPROVAL_ACCEPTED),
+                Some(approval) if approvals.is_some_and(|named| named != approval) => {
+                    let accepted = AGREEING_ACCEPTED;
+                    reject(&mut config, name, APPROVAL_ANNOTATION, raw, accepted);
+                }
+                Some(approval) => {
+                    approvals = Some(approval);
+                    config.approval = approval;
+                }
+            }
+        }
+        if let Some(raw) = annotation(BYPASS_ANNOTATION) {
+            // Not a gate of its own: it neither enables the gates nor holds the group when
+            // unreadable (it then bypasses nothing).
+            match raw.trim().parse::<Timestamp>() {
+                Ok(until) => {
+                    config.bypass_until =
+                        Some(config.bypass_until.map_or(until, |earlier| earlier.min(until)));
+                }
+                Err(_) => unread_bypasses.push(GateWarning::InvalidAnnotation {
+                    statefulset: name.to_owned(),
+                    problem: InvalidAnnotation {
+                        key: BYPASS_ANNOTATION,
+                        value: raw.to_owned(),
+                        accepted: BYPASS_ACCEPTED,
+                        fallback: "bypassing nothing".to_owned(),
+                    },
+                }),
+            }
+        }
         if let Some(raw) = annotation(HOOK_ANNOTATION) {
             config.enabled = true;
             let url = raw.trim();
@@ -250,6 +332,22 @@ pub fn read(group: &GroupSnapshot) -> (GateConfig, Vec<GateWarning>) {
             }
         }
     }
+    if config.ramp
+        && config.batches.is_some()
+        && let Some(member) = group.statefulsets.iter().find(|member| {
+            member.annotations.contains_key(BATCHES_ANNOTATION)
+        })
+    {
+        let raw = member.annotations[BATCHES_ANNOTATION].clone();
+        reject(
+            &mut config,
+            &member.name,
+            BATCHES_ANNOTATION,
+            &raw,
+            BATCHES_OR_RAMP,
+        );
+    }
+    warnings.extend(unread_bypasses);
     let longest = soaks.iter().map(|(_, _, soak)| *soak).max();
     if soaks.iter().any(|(_, _, soak)| Some(*soak) != longest) {
         warnings.push(GateWarning::ConflictingSoak {
@@ -262,6 +360,132 @@ pub fn read(group: &GroupSnapshot) -> (GateConfig, Vec<GateWarning>) {
     }
     config.soak = longest.filter(|soak| !soak.is_zero());
     (config, warnings)
+}
+
+/// The batches a zone rolls in ([`BATCHES_ANNOTATION`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Batches {
+    /// This many batches of (nearly) equal size.
+    Count(u32),
+    /// Cumulative sizes, in order.
+    Sizes(Vec<BatchSize>),
+}
+
+/// One cumulative batch size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BatchSize {
+    Pods(u32),
+    /// A percentage (1 to 100) of the zone's replicas, rounded up.
+    Percent(u32),
+}
+
+/// More batches than this is a typo (and a hostile value must not cost memory).
+const MOST_BATCHES: usize = 100;
+
+impl Batches {
+    /// Reads [`BATCHES_ANNOTATION`]'s value; `None` when it is not one.
+    pub fn parse(raw: &str) -> Option<Self> {
+        let raw = raw.trim();
+        if !raw.contains(',')
+            && let Ok(count) = raw.parse::<u32>()
+        {
+            return (1..=MOST_BATCHES as u32)
+                .contains(&count)
+                .then_some(Self::Count(count));
+        }
+        let mut sizes = Vec::new();
+        for item in raw.split(',') {
+            let item = item.trim();
+            let size = match item.strip_suffix('%') {
+                Some(percent) => BatchSize::Percent(
+                    percent
+                        .trim()
+                        .parse()
+                        .ok()
+                        .filter(|percent| (1..=100).contains(percent))?,
+                ),
+                None => BatchSize::Pods(item.parse().ok().filter(|pods| *pods > 0)?),
+            };
+            sizes.push(size);
+            if sizes.len() > MOST_BATCHES {
+                return None;
+            }
+        }
+        // Cumulative: neither pods nor percentages may go down.
+        let not_decreasing = |pick: fn(&BatchSize) -> Option<u32>| {
+            let picked: Vec<u32> = sizes.iter().filter_map(pick).collect();
+            picked.windows(2).all(|pair| pair[0] <= pair[1])
+        };
+        let pods = |size: &BatchSize| match size {
+            BatchSize::Pods(pods) => Some(*pods),
+            BatchSize::Percent(_) => None,
+        };
+        let percent = |size: &BatchSize| match size {
+            BatchSize::Percent(percent) => Some(*percent),
+            BatchSize::Pods(_) => None,
+        };
+        (not_decreasing(pods) && not_decreasing(percent)).then_some(Self::Sizes(sizes))
+    }
+
+    /// The cumulative number of updated pods after each batch of a zone of `replicas`:
+    /// increasing, the last one `replicas` (a list ending short of the whole zone gets a last
+    /// batch for the rest). Empty for an empty zone.
+    pub fn targets(&self, replicas: u32) -> Vec<u32> {
+        let ceil_share = |part: u64, whole: u64| {
+            u32::try_from((u64::from(replicas) * part).div_ceil(whole)).unwrap_or(replicas)
+        };
+        let sizes: Vec<u32> = match self {
+            Self::Count(count) => (1..=u64::from(*count))
+                .map(|batch| ceil_share(batch, u64::from(*count)))
+                .collect(),
+            Self::Sizes(sizes) => sizes
+                .iter()
+                .map(|size| match size {
+                    BatchSize::Pods(pods) => *pods,
+                    BatchSize::Percent(percent) => ceil_share(u64::from(*percent), 100),
+                })
+                .collect(),
+        };
+        let mut targets: Vec<u32> = Vec::new();
+        for size in sizes.into_iter().chain([replicas]) {
+            let size = size.min(replicas);
+            if size > targets.last().copied().unwrap_or(0) {
+                targets.push(size);
+            }
+        }
+        targets
+    }
+}
+
+/// Which steps wait for a person ([`APPROVAL_ANNOTATION`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Approval {
+    /// Every step after the rollout's first (the canary).
+    pub canary: bool,
+    /// Each zone's first step.
+    pub zone: bool,
+    /// Every step.
+    pub batch: bool,
+}
+
+impl Approval {
+    fn parse(raw: &str) -> Option<Self> {
+        let mut approval = Self::default();
+        for item in raw.split(',') {
+            match item.trim() {
+                "canary" => approval.canary = true,
+                "zone" => approval.zone = true,
+                "batch" => approval.batch = true,
+                _ => return None,
+            }
+        }
+        Some(approval)
+    }
+
+    /// Whether any step waits for approval.
+    pub fn any(self) -> bool {
+        self.canary || self.zone || self.batch
+    }
 }
 
 /// A Kubernetes object name (DNS-1123 subdomain).

@@ -27,6 +27,7 @@
 //! [`keys::HALTED_ANNOTATION`], which a person may set on any group to stop it.
 
 pub mod answers;
+pub mod approval;
 pub mod checks;
 pub mod decide;
 pub mod health_check;
@@ -34,9 +35,13 @@ pub mod hooks;
 pub mod keys;
 pub mod redact;
 pub mod state;
+pub mod steps;
 
-pub use decide::{AnnotationWrite, GateDecision, GateVerdict, GateWait, decide, decide_with};
+pub use decide::{
+    AnnotationWrite, GateDecision, GateNotice, GateVerdict, GateWait, decide, decide_with,
+};
 pub use keys::{
+    APPROVAL_ANNOTATION, APPROVED_ANNOTATION, BATCHES_ANNOTATION, BYPASS_ANNOTATION,
     CHECK_STATE_ANNOTATION, GateConfig, GateWarning, HALTED_ANNOTATION, HEALTH_CHECK_ANNOTATION,
     HOOK_ANNOTATION, HOOK_STATE_ANNOTATION, RAMP_ANNOTATION, SOAK_ANNOTATION, STATE_ANNOTATION,
 };
