@@ -181,11 +181,12 @@ impl ControllerMetrics {
             group_waiting,
             waiting_reason,
             pod_deletions,
-            gates: crate::gates::metrics::GateMetrics {
-                holding,
-                halted,
-                notices,
-            },
+            gates:
+                crate::gates::metrics::GateMetrics {
+                    holding,
+                    halted,
+                    notices,
+                },
             members: _,
             reasons: _,
         } = self;

@@ -25,6 +25,19 @@
 //!   passes seen for the earlier revision count for nothing after it (the checker starts its
 //!   count, its zone order and the initial delay afresh for the new revision).
 //!
+//! - (g) with batches (30% of the scenarios without a ramp: random cumulative percentages), a
+//!   zone's step comes only once it is fully available and ends at most at the next
+//!   cumulative size, by the checker's own arithmetic;
+//! - (h) with approvals (`canary`, `zone` or `batch`, 30% of scenarios), no step is taken
+//!   before the approval it needs is written, by the checker's own reading of the step names
+//!   (zone, revision, pods updated; the canary's names the group's revisions); a simulated
+//!   person approves what the gate awaits after a random delay (always, once chaos stops), and
+//!   during chaos sometimes writes a stale or wrong approval (an earlier revision, another
+//!   step), which must let nothing go;
+//! - a bypass (`baton.dev/bypass-gates-until`, 25% of scenarios) that ends at a random step:
+//!   while it is in force (a) drops the soak's time and (d) the passes; from the step it ends,
+//!   both hold again (an expired bypass bypasses nothing).
+//!
 //! This is not `rollout_simulation.rs`: that one proves the planner under much richer chaos;
 //! this one keeps the cluster simple and varies what the gate sees. Environment: plain
 //! `cargo test` runs 2,000 scenarios; `SIM_SCENARIOS=N`, `SIM_SEED=S` (replay and print one).
@@ -40,7 +53,8 @@ use baton_core::annotations::MAX_UNAVAILABLE_ANNOTATION;
 use baton_core::gates::checks::{self, CheckOutcome, CheckPolicy, CheckRun, CheckState};
 use baton_core::gates::{self};
 use baton_core::gates::{
-    CHECK_STATE_ANNOTATION, GateDecision, HALTED_ANNOTATION, HEALTH_CHECK_ANNOTATION,
+    APPROVAL_ANNOTATION, APPROVED_ANNOTATION, BATCHES_ANNOTATION, BYPASS_ANNOTATION,
+    CHECK_STATE_ANNOTATION, GateDecision, GateWait, HALTED_ANNOTATION, HEALTH_CHECK_ANNOTATION,
     RAMP_ANNOTATION, SOAK_ANNOTATION,
 };
 use baton_core::rollout::{
@@ -67,6 +81,8 @@ enum Property {
     HaltedGroupDeleted,
     StepBeforeCheck,
     RampSkipped,
+    BatchSkipped,
+    StepBeforeApproval,
     NeverCompletes,
 }
 
@@ -112,6 +128,9 @@ struct Stats {
     halts: u64,
     retargets: u64,
     longest_rollout: u64,
+    approvals: u64,
+    wrong_approvals: u64,
+    bypassed_deletions: u64,
 }
 
 struct Simulation<'g> {
@@ -132,6 +151,12 @@ struct Simulation<'g> {
     policy: Option<CheckPolicy>,
     /// Zones ramp 1, 2, 4, … pods.
     ramp: bool,
+    /// Zones roll in these cumulative percentages (then the rest).
+    batches: Option<Vec<u32>>,
+    /// Which steps wait for approval: "canary", "zone" or "batch".
+    approval: Option<&'static str>,
+    /// The bypass is in force before this step.
+    bypass_until: Option<u64>,
     /// Checker: passes in a row (of runs at least the initial delay after the last step)
     /// since the last step, by the checker's own count.
     settled_passes: u32,
@@ -220,17 +245,51 @@ impl<'g> Simulation<'g> {
                 .annotations
                 .insert(RAMP_ANNOTATION.to_owned(), "exponential".to_owned());
         }
+        let batches = (!ramp && rng.random_bool(0.3)).then(|| {
+            let mut percents: Vec<u32> = (0..rng.random_range(1..=3))
+                .map(|_| [10, 25, 34, 50, 75, 100][rng.random_range(0..6)])
+                .collect();
+            percents.sort_unstable();
+            percents
+        });
+        if let Some(percents) = &batches {
+            let listed: Vec<String> = percents
+                .iter()
+                .map(|percent| format!("{percent}%"))
+                .collect();
+            let member = rng.random_range(0..statefulsets.len());
+            statefulsets[member]
+                .annotations
+                .insert(BATCHES_ANNOTATION.to_owned(), listed.join(", "));
+        }
+        let approval = rng
+            .random_bool(0.3)
+            .then(|| ["canary", "zone", "batch"][rng.random_range(0..3)]);
+        if let Some(approval) = approval {
+            statefulsets[0]
+                .annotations
+                .insert(APPROVAL_ANNOTATION.to_owned(), approval.to_owned());
+        }
         if policy.is_some() {
             statefulsets[0]
                 .annotations
                 .insert(HEALTH_CHECK_ANNOTATION.to_owned(), "errors".to_owned());
         }
         let chaos_steps = rng.random_range(5..=60);
-        let retarget_at = if policy.is_some() && rng.random_bool(0.5) {
+        let retarget_at = if (policy.is_some() || approval.is_some()) && rng.random_bool(0.5) {
             Some(rng.random_range(1..chaos_steps))
         } else {
             None
         };
+        let bypass_until = rng
+            .random_bool(0.25)
+            .then(|| rng.random_range(0..chaos_steps + 20));
+        if let Some(until) = bypass_until {
+            let member = rng.random_range(0..statefulsets.len());
+            statefulsets[member]
+                .annotations
+                .insert(BYPASS_ANNOTATION.to_owned(), instant(until).to_string());
+        }
         Self {
             seed,
             rng,
@@ -247,6 +306,9 @@ impl<'g> Simulation<'g> {
             gate,
             policy,
             ramp,
+            batches,
+            approval,
+            bypass_until,
             settled_passes: 0,
             last_step: None,
             retarget_at,
@@ -379,8 +441,18 @@ impl<'g> Simulation<'g> {
             *self.stats.held.entry(wait.kind()).or_default() += 1;
             self.note(|| format!("gate holds: {wait}"));
         }
+        let wait = decision.wait().cloned();
+        for write in &decision.writes {
+            self.note(|| {
+                format!(
+                    "gate writes {} {}: {:?}",
+                    write.statefulset, write.key, write.value
+                )
+            });
+        }
         if !decision.writes.is_empty() && self.chaos() && self.rng.random_bool(0.1) {
             self.note(|| "the gate state write conflicts: nothing done".to_owned());
+            self.person_approves(wait.as_ref());
             return Ok(());
         }
         if let Some(run) = &run {
@@ -406,6 +478,8 @@ impl<'g> Simulation<'g> {
             .iter()
             .any(|member| member.annotations.contains_key(HALTED_ANNOTATION));
         self.check_ramp(&gated)?;
+        self.check_batches(&gated)?;
+        self.check_approval(&gated)?;
         for action in &gated.actions {
             match action {
                 Action::DeletePod {
@@ -425,6 +499,9 @@ impl<'g> Simulation<'g> {
                     }
                     self.check_zone_start(zone, pod)?;
                     self.check_health(pod)?;
+                    if self.bypassing() {
+                        self.stats.bypassed_deletions += 1;
+                    }
                     let ordinal = self.group.statefulsets[zone]
                         .pods
                         .iter()
@@ -458,6 +535,8 @@ impl<'g> Simulation<'g> {
             self.last_step = Some(self.step);
             self.settled_passes = 0;
         }
+        // After the pass, like a person reading the status the pass left.
+        self.person_approves(wait.as_ref());
         Ok(())
     }
 
@@ -544,11 +623,177 @@ impl<'g> Simulation<'g> {
         Ok(())
     }
 
+    /// Whether the bypass is in force now, by the checker's own clock.
+    fn bypassing(&self) -> bool {
+        self.bypass_until.is_some_and(|until| self.step < until)
+    }
+
+    /// The simulated person: approves what the gate awaits after a random delay (always once
+    /// chaos stops); during chaos, sometimes writes an approval for a wrong step.
+    fn person_approves(&mut self, wait: Option<&GateWait>) {
+        if self.approval.is_none() {
+            return;
+        }
+        if let Some(GateWait::AwaitingApproval { zone, step, .. }) = wait
+            && (!self.chaos() || self.rng.random_bool(0.3))
+        {
+            let (zone, step) = (zone.clone(), step.clone());
+            let member = self
+                .group
+                .statefulsets
+                .iter_mut()
+                .find(|member| member.name == zone)
+                .expect("awaited on a member");
+            member
+                .annotations
+                .insert(APPROVED_ANNOTATION.to_owned(), step.clone());
+            self.stats.approvals += 1;
+            self.note(|| format!("a person approves {step}"));
+            return;
+        }
+        if self.chaos() && self.rng.random_bool(0.05) {
+            let zone = self.rng.random_range(0..self.group.statefulsets.len());
+            let member = &self.group.statefulsets[zone];
+            let updated = member
+                .pods
+                .iter()
+                .filter(|pod| pod.revision == member.update_revision)
+                .count();
+            let wrong = match self.rng.random_range(0..3) {
+                // An earlier revision's step.
+                0 => format!("{}/{}-old/{updated}", member.name, member.name),
+                // The canary of an earlier revision.
+                1 => format!("canary/{}-old", member.name),
+                // Another zone's step, written here.
+                _ => {
+                    let other =
+                        &self.group.statefulsets[(zone + 1) % self.group.statefulsets.len()];
+                    format!(
+                        "{}/{}/{}",
+                        other.name,
+                        other.update_revision.as_deref().unwrap_or_default(),
+                        updated + 7
+                    )
+                }
+            };
+            let member = &mut self.group.statefulsets[zone];
+            member
+                .annotations
+                .insert(APPROVED_ANNOTATION.to_owned(), wrong.clone());
+            self.stats.wrong_approvals += 1;
+            self.note(|| format!("a person writes a wrong approval {wrong}"));
+        }
+    }
+
+    /// Property (g): with batches, a zone's step comes only once the zone is fully available,
+    /// and ends at most at the next cumulative size, by the checker's own arithmetic.
+    fn check_batches(&self, gated: &Plan) -> Result<(), Violation> {
+        let Some(percents) = &self.batches else {
+            return Ok(());
+        };
+        for (zone, statefulset) in self.group.statefulsets.iter().enumerate() {
+            let deleted = gated
+                .deletions()
+                .filter(|action| action.rolls() == Some(statefulset.name.as_str()))
+                .count();
+            if deleted == 0 {
+                continue;
+            }
+            let replicas = statefulset.pods.len();
+            let available = replicas == statefulset.spec_replicas as usize
+                && statefulset
+                    .pods
+                    .iter()
+                    .all(|pod| pod.ready && !pod.terminating && pod.phase == PodPhase::Running);
+            let updated = statefulset
+                .pods
+                .iter()
+                .filter(|pod| pod.revision == statefulset.update_revision)
+                .count();
+            // Cumulative sizes, rounded up, then the whole zone.
+            let next = percents
+                .iter()
+                .map(|percent| (replicas * *percent as usize).div_ceil(100))
+                .chain([replicas])
+                .find(|size| *size > updated)
+                .unwrap_or(replicas);
+            if !available || updated + deleted > next {
+                return Err(self.violation(
+                    Property::BatchSkipped,
+                    format!(
+                        "deleted {deleted} pods of zone {zone} ({updated} updated, available:                          {available}); the batch ends at {next} once the zone is available"
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Property (h): a step goes only with the approvals it needs written on some member, by
+    /// the checker's own naming of the step.
+    fn check_approval(&self, gated: &Plan) -> Result<(), Violation> {
+        let Some(approval) = self.approval else {
+            return Ok(());
+        };
+        let Some(zone) = gated.deletions().find_map(|action| action.rolls()) else {
+            return Ok(());
+        };
+        let written: Vec<&str> = self
+            .group
+            .statefulsets
+            .iter()
+            .filter_map(|member| member.annotations.get(APPROVED_ANNOTATION))
+            .flat_map(|value| value.split(','))
+            .collect();
+        let updated_in = |member: &StatefulSetSnapshot| {
+            member
+                .pods
+                .iter()
+                .filter(|pod| pod.revision == member.update_revision && !pod.terminating)
+                .count()
+        };
+        let member = self
+            .group
+            .statefulsets
+            .iter()
+            .find(|member| member.name == zone)
+            .expect("deleting in a member");
+        let revision = member.update_revision.as_deref().unwrap_or_default();
+        let in_zone = updated_in(member);
+        let in_group: usize = self.group.statefulsets.iter().map(updated_in).sum();
+        let needed = match approval {
+            "batch" => Some(format!("{zone}/{revision}/{in_zone}")),
+            "zone" if in_zone == 0 => Some(format!("{zone}/{revision}/0")),
+            "canary" if in_group > 0 => {
+                let revisions: Vec<&str> = self
+                    .group
+                    .statefulsets
+                    .iter()
+                    .map(|member| member.update_revision.as_deref().unwrap_or_default())
+                    .collect();
+                Some(format!("canary/{}", revisions.join("+")))
+            }
+            _ => None,
+        };
+        match needed {
+            Some(needed) if !written.contains(&needed.as_str()) => Err(self.violation(
+                Property::StepBeforeApproval,
+                format!(
+                    "a step in {zone} went without the approval {needed} (written: {written:?})"
+                ),
+            )),
+            _ => Ok(()),
+        }
+    }
+
     /// Property (d), on a deletion.
     fn check_health(&self, pod: &str) -> Result<(), Violation> {
         let Some(policy) = &self.policy else {
             return Ok(());
         };
+        if self.bypassing() {
+            return Ok(());
+        }
         if self.settled_passes < policy.success_threshold {
             return Err(self.violation(
                 Property::StepBeforeCheck,
@@ -575,7 +820,7 @@ impl<'g> Simulation<'g> {
                         format!("deleted {pod} while {name}, started before, is not complete"),
                     ));
                 }
-                Some(completed) if self.step < completed + self.soak => {
+                Some(completed) if self.step < completed + self.soak && !self.bypassing() => {
                     return Err(self.violation(
                         Property::ZoneBeforeSoak,
                         format!(
@@ -638,6 +883,9 @@ fn run_scenarios(gate: &Gate, count: u64) -> Result<Stats, Violation> {
         total.halts += stats.halts;
         total.retargets += stats.retargets;
         total.longest_rollout = total.longest_rollout.max(stats.longest_rollout);
+        total.approvals += stats.approvals;
+        total.wrong_approvals += stats.wrong_approvals;
+        total.bypassed_deletions += stats.bypassed_deletions;
         for (kind, count) in stats.held {
             *total.held.entry(kind).or_default() += count;
         }
@@ -664,7 +912,18 @@ fn gates_hold_zones_for_the_soak_and_halted_groups_in_random_scenarios() {
         assert!(stats.deletions > count, "{stats:?}");
         assert!(stats.halts > count / 10, "{stats:?}");
         assert!(stats.retargets > count / 10, "{stats:?}");
-        for kind in ["Soak", "Halted", "ZoneUnfinished", "HealthCheck"] {
+        assert!(stats.approvals > count / 10, "{stats:?}");
+        assert!(stats.wrong_approvals > count / 20, "{stats:?}");
+        assert!(stats.bypassed_deletions > count / 20, "{stats:?}");
+        for kind in [
+            "Soak",
+            "Halted",
+            "ZoneUnfinished",
+            "HealthCheck",
+            "Ramp",
+            "Batch",
+            "AwaitingApproval",
+        ] {
             assert!(
                 stats.held.get(kind).copied().unwrap_or(0) > 0,
                 "never held for {kind}: {stats:?}"
@@ -757,5 +1016,59 @@ fn checker_catches_a_gate_that_ignores_the_ramp() {
     assert_caught(
         &|group, policy, run, now| real_gate(&without(group, RAMP_ANNOTATION), policy, run, now),
         Property::RampSkipped,
+    );
+}
+
+#[test]
+fn checker_catches_a_gate_that_ignores_the_batches() {
+    assert_caught(
+        &|group, policy, run, now| real_gate(&without(group, BATCHES_ANNOTATION), policy, run, now),
+        Property::BatchSkipped,
+    );
+}
+
+#[test]
+fn checker_catches_a_gate_that_ignores_approvals() {
+    assert_caught(
+        &|group, policy, run, now| {
+            real_gate(&without(group, APPROVAL_ANNOTATION), policy, run, now)
+        },
+        Property::StepBeforeApproval,
+    );
+}
+
+#[test]
+fn checker_catches_a_gate_that_takes_any_approval_for_the_one_awaited() {
+    // Like a gate that compared only that something was approved: any approval written lets
+    // every step go.
+    assert_caught(
+        &|group, policy, run, now| {
+            let approved = group
+                .statefulsets
+                .iter()
+                .any(|member| member.annotations.contains_key(APPROVED_ANNOTATION));
+            if approved {
+                real_gate(&without(group, APPROVAL_ANNOTATION), policy, run, now)
+            } else {
+                real_gate(group, policy, run, now)
+            }
+        },
+        Property::StepBeforeApproval,
+    );
+}
+
+#[test]
+fn checker_catches_a_gate_whose_bypass_never_expires() {
+    assert_caught(
+        &|group, policy, run, now| {
+            let mut forever = group.clone();
+            for member in &mut forever.statefulsets {
+                if let Some(until) = member.annotations.get_mut(BYPASS_ANNOTATION) {
+                    *until = Timestamp::MAX.to_string();
+                }
+            }
+            real_gate(&forever, policy, run, now)
+        },
+        Property::ZoneBeforeSoak,
     );
 }

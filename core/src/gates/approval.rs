@@ -80,16 +80,13 @@ pub fn apply(
     let in_group: u32 = plan.progress.iter().map(|progress| progress.updated).sum();
     let mut needed: Vec<(String, String)> = Vec::new();
     if config.approval.canary && in_group > 0 {
-        needed.push((
-            canary_step(group),
-            "the rollout past its canary".to_owned(),
-        ));
+        needed.push((canary_step(group), "the rollout past its canary".to_owned()));
     }
     if config.approval.batch || (config.approval.zone && in_zone == 0) {
         let what = if in_zone == 0 {
             format!("its first step to {revision}")
         } else {
-            format!("its step to {revision} after {in_zone} pods")
+            format!("its step to {revision} with {in_zone} pods updated")
         };
         needed.push((format!("{zone}/{revision}/{in_zone}"), what));
     }

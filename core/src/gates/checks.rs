@@ -332,6 +332,7 @@ pub fn apply(
             value: Some(state.to_annotation()),
         });
     }
+    decision.settle(&plan);
     (plan, decision)
 }
 
@@ -386,6 +387,7 @@ fn halt(
         key: CHECK_STATE_ANNOTATION,
         value: Some(state.to_annotation()),
     });
+    decision.settle(&plan);
     (plan, decision)
 }
 

@@ -341,13 +341,12 @@ fn a_bypass_lets_steps_go_without_passes_halts_nothing_and_tells_each_step() {
     let (gated, decision) = gate(&group, Some(&run(fail())));
     assert_eq!(deleted_zones(&gated), ["a"]);
     assert_eq!(decision.wait(), None);
-    assert!(
-        decision
-            .notices
-            .iter()
-            .any(|notice| notice.kind() == "GateBypassed"
-                && notice.to_string().contains("health check errors (0 of 2 passes)"))
-    );
+    assert!(decision.notices.iter().any(|notice| {
+        notice.kind() == "GateBypassed"
+            && notice
+                .to_string()
+                .contains("health check errors (0 of 2 passes)")
+    }));
     assert_eq!(stored(&decision).last_step, Some(now().to_string()));
     // Expired: the failure halts as ever.
     let expired = (now() - secs(1)).to_string();

@@ -263,6 +263,10 @@ pub struct GateDecision {
     pub hook: Option<super::hooks::HookCall>,
     /// What people should hear about this pass besides a wait (each an Event).
     pub notices: Vec<GateNotice>,
+    /// The zone state to store instead of the one in `writes` should no step go this pass:
+    /// a zone cleared only because a bypass skipped its soak stays uncleared unless it steps
+    /// while the bypass is in force (an expired bypass bypasses nothing).
+    unstepped: Option<AnnotationWrite>,
 }
 
 /// Something a gate did that people should hear about, though nothing waits for it.
@@ -334,6 +338,7 @@ impl GateDecision {
             recheck_after: None,
             hook: None,
             notices: Vec::new(),
+            unstepped: None,
         }
     }
 
@@ -341,6 +346,24 @@ impl GateDecision {
         Self {
             verdict: GateVerdict::Hold { wait, pass },
             ..Self::proceed()
+        }
+    }
+
+    /// Once a later gate took every deletion away: a bypass is told for the steps it let go,
+    /// not for those something else holds, and clears a zone only for a step it let go. Every
+    /// gate composed after [`decide()`] settles its decision (idempotent).
+    pub(crate) fn settle(&mut self, plan: &Plan) {
+        if plan.deletions().next().is_some() {
+            return;
+        }
+        self.notices
+            .retain(|notice| !matches!(notice, GateNotice::Bypassed { .. }));
+        if let Some(unstepped) = &self.unstepped {
+            for write in &mut self.writes {
+                if write.key == unstepped.key && write.statefulset == unstepped.statefulset {
+                    write.value.clone_from(&unstepped.value);
+                }
+            }
         }
     }
 
@@ -397,12 +420,7 @@ pub fn decide_with(
     }
     let stepped = super::steps::apply(group, config, gated);
     let (plan, mut decision) = super::approval::apply(group, config, stepped);
-    // A bypass is told for the steps it let go, not for those something else holds.
-    if plan.deletions().next().is_none() {
-        decision
-            .notices
-            .retain(|notice| !matches!(notice, GateNotice::Bypassed { .. }));
-    }
+    decision.settle(&plan);
     (plan, decision)
 }
 
@@ -521,6 +539,7 @@ fn gate_zones(
         }
     }
     // The gate passed: the zone is cleared, and only its deletions go.
+    let unstepped = (!bypassed.is_empty()).then(|| write(&zone));
     zone.cleared_at = Some(now);
     let held = deleted_in(group, &full)
         .into_iter()
@@ -537,6 +556,7 @@ fn gate_zones(
     };
     decision.writes.push(write(&zone));
     decision.notices = bypassed;
+    decision.unstepped = unstepped;
     if let Some(until) = bypassing(config, now) {
         // The decision changes when the bypass ends.
         decision.recheck_after = Some(until);

@@ -556,7 +556,11 @@ fn a_batch_larger_than_max_unavailable_goes_in_parts() {
         zone("b", 4, 0),
     ]);
     let (_, gated, _) = gate(&group, now());
-    assert_eq!(gated.deletions().count(), 2, "max-unavailable still bounds a batch");
+    assert_eq!(
+        gated.deletions().count(),
+        2,
+        "max-unavailable still bounds a batch"
+    );
 }
 
 #[test]
@@ -582,10 +586,7 @@ fn a_batch_waits_until_the_last_one_is_available() {
 
 #[test]
 fn batches_and_a_ramp_together_hold_the_group() {
-    let group = group(vec![
-        batched(ramped(zone("a", 4, 0)), "2"),
-        zone("b", 4, 0),
-    ]);
+    let group = group(vec![batched(ramped(zone("a", 4, 0)), "2"), zone("b", 4, 0)]);
     let (_, gated, decision) = gate(&group, now());
     assert!(deleted_zones(&gated).is_empty());
     assert_eq!(decision.wait().map(GateWait::kind), Some("InvalidGate"));
@@ -593,11 +594,24 @@ fn batches_and_a_ramp_together_hold_the_group() {
 
 #[test]
 fn bad_batches_hold_the_group_and_say_so() {
-    for bad in ["", "0", "50%, 10%", "3, 2", "1, 150%", "many", "1,,2", &"1,".repeat(200)] {
+    for bad in [
+        "",
+        "0",
+        "50%, 10%",
+        "3, 2",
+        "1, 150%",
+        "many",
+        "1,,2",
+        &"1,".repeat(200),
+    ] {
         let group = group(vec![batched(zone("a", 4, 0), bad), zone("b", 4, 0)]);
         let (_, gated, decision) = gate(&group, now());
         assert!(deleted_zones(&gated).is_empty(), "{bad:?}");
-        assert_eq!(decision.wait().map(GateWait::kind), Some("InvalidGate"), "{bad:?}");
+        assert_eq!(
+            decision.wait().map(GateWait::kind),
+            Some("InvalidGate"),
+            "{bad:?}"
+        );
         assert!(
             decision
                 .warnings
@@ -686,10 +700,7 @@ fn an_approval_for_another_revision_or_step_lets_nothing_go() {
 
 #[test]
 fn approval_per_zone_holds_each_zones_first_step_only() {
-    let group_ = group(vec![
-        asking(zone("a", 4, 0), "zone"),
-        zone("b", 4, 0),
-    ]);
+    let group_ = group(vec![asking(zone("a", 4, 0), "zone"), zone("b", 4, 0)]);
     let (_, gated, decision) = gate(&group_, now());
     assert!(deleted_zones(&gated).is_empty());
     assert_eq!(awaited(&decision).as_deref(), Some("a/a-new/0"));
@@ -711,7 +722,10 @@ fn approval_per_zone_holds_each_zones_first_step_only() {
 
 #[test]
 fn an_unknown_approval_holds_the_group() {
-    let group = group(vec![asking(zone("a", 4, 0), "canary, person"), zone("b", 4, 0)]);
+    let group = group(vec![
+        asking(zone("a", 4, 0), "canary, person"),
+        zone("b", 4, 0),
+    ]);
     let (_, gated, decision) = gate(&group, now());
     assert!(deleted_zones(&gated).is_empty());
     assert_eq!(decision.wait().map(GateWait::kind), Some("InvalidGate"));
@@ -725,7 +739,13 @@ fn bypassing(statefulset: StatefulSetSnapshot, until: &str) -> StatefulSetSnapsh
 fn a_bypass_in_force_skips_the_soak_and_says_so() {
     let until = (now() + secs(600)).to_string();
     let group = group(vec![
-        bypassing(soaked(with_state(zone("a", 3, 3), None, Some(now() - secs(60))), "1h"), &until),
+        bypassing(
+            soaked(
+                with_state(zone("a", 3, 3), None, Some(now() - secs(60))),
+                "1h",
+            ),
+            &until,
+        ),
         zone("b", 3, 0),
     ]);
     let (_, gated, decision) = gate(&group, now());
@@ -746,7 +766,13 @@ fn an_expired_or_unreadable_bypass_bypasses_nothing() {
         "2026-13-01T00:00:00Z".to_owned(),
     ] {
         let group = group(vec![
-            bypassing(soaked(with_state(zone("a", 3, 3), None, Some(now() - secs(60))), "1h"), &until),
+            bypassing(
+                soaked(
+                    with_state(zone("a", 3, 3), None, Some(now() - secs(60))),
+                    "1h",
+                ),
+                &until,
+            ),
             zone("b", 3, 0),
         ]);
         let (_, gated, decision) = gate(&group, now());
@@ -754,7 +780,10 @@ fn an_expired_or_unreadable_bypass_bypasses_nothing() {
         assert_eq!(decision.wait().map(GateWait::kind), Some("Soak"), "{until}");
         assert!(decision.notices.is_empty(), "{until}");
     }
-    let group = group(vec![bypassing(zone("a", 3, 0), "tomorrow"), zone("b", 3, 0)]);
+    let group = group(vec![
+        bypassing(zone("a", 3, 0), "tomorrow"),
+        zone("b", 3, 0),
+    ]);
     let (_, _, decision) = gate(&group, now());
     assert!(
         decision
@@ -768,7 +797,10 @@ fn an_expired_or_unreadable_bypass_bypasses_nothing() {
 fn a_bypass_never_lifts_a_halt_or_an_approval() {
     let until = (now() + secs(600)).to_string();
     let halted = group(vec![
-        bypassing(annotated(zone("a", 3, 0), HALTED_ANNOTATION, "errors"), &until),
+        bypassing(
+            annotated(zone("a", 3, 0), HALTED_ANNOTATION, "errors"),
+            &until,
+        ),
         zone("b", 3, 0),
     ]);
     let (_, gated, decision) = gate(&halted, now());
@@ -780,5 +812,8 @@ fn a_bypass_never_lifts_a_halt_or_an_approval() {
     ]);
     let (_, gated, decision) = gate(&asking_group, now());
     assert!(deleted_zones(&gated).is_empty());
-    assert_eq!(decision.wait().map(GateWait::kind), Some("AwaitingApproval"));
+    assert_eq!(
+        decision.wait().map(GateWait::kind),
+        Some("AwaitingApproval")
+    );
 }

@@ -245,7 +245,10 @@ pub fn variables<'a>(
         .unwrap_or_default();
     BTreeMap::from([
         ("group", group.name.as_str()),
-        ("zone", zone.map(|member| member.name.as_str()).unwrap_or_default()),
+        (
+            "zone",
+            zone.map(|member| member.name.as_str()).unwrap_or_default(),
+        ),
         ("namespace", namespace),
         ("revision", revision),
         ("baseline_revision", baseline),
@@ -593,8 +596,14 @@ mod tests {
             }))
             .policy("check")
         };
-        assert_eq!(with("Warn").map(|policy| policy.on_failure), Ok(OnFailure::Warn));
-        assert_eq!(with("Halt").map(|policy| policy.on_failure), Ok(OnFailure::Halt));
+        assert_eq!(
+            with("Warn").map(|policy| policy.on_failure),
+            Ok(OnFailure::Warn)
+        );
+        assert_eq!(
+            with("Halt").map(|policy| policy.on_failure),
+            Ok(OnFailure::Halt)
+        );
         assert_eq!(
             with("warn"),
             Err(r#"spec.onFailure "warn" is not one of Halt, Warn"#.to_owned())

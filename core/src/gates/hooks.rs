@@ -177,6 +177,7 @@ pub fn apply(
         },
         pass: Default::default(),
     };
+    decision.settle(&plan);
     let retry_at = hook.retry_at();
     if let Some(at) = retry_at.filter(|at| *at > now) {
         decision.recheck_after = Some(decision.recheck_after.map_or(at, |other| other.min(at)));

@@ -268,7 +268,12 @@ pub fn read(group: &GroupSnapshot) -> (GateConfig, Vec<GateWarning>) {
             config.enabled = true;
             match Batches::parse(raw) {
                 None => reject(&mut config, name, BATCHES_ANNOTATION, raw, BATCHES_ACCEPTED),
-                Some(batches) if config.batches.as_ref().is_some_and(|named| *named != batches) => {
+                Some(batches)
+                    if config
+                        .batches
+                        .as_ref()
+                        .is_some_and(|named| *named != batches) =>
+                {
                     let accepted = AGREEING_ACCEPTED;
                     reject(&mut config, name, BATCHES_ANNOTATION, raw, accepted);
                 }
@@ -278,7 +283,13 @@ pub fn read(group: &GroupSnapshot) -> (GateConfig, Vec<GateWarning>) {
         if let Some(raw) = annotation(APPROVAL_ANNOTATION) {
             config.enabled = true;
             match Approval::parse(raw) {
-                None => reject(&mut config, name, APPROVAL_ANNOTATION, raw, APPROVAL_ACCEPTED),
+                None => reject(
+                    &mut config,
+                    name,
+                    APPROVAL_ANNOTATION,
+                    raw,
+                    APPROVAL_ACCEPTED,
+                ),
                 Some(approval) if approvals.is_some_and(|named| named != approval) => {
                     let accepted = AGREEING_ACCEPTED;
                     reject(&mut config, name, APPROVAL_ANNOTATION, raw, accepted);
@@ -294,8 +305,11 @@ pub fn read(group: &GroupSnapshot) -> (GateConfig, Vec<GateWarning>) {
             // unreadable (it then bypasses nothing).
             match raw.trim().parse::<Timestamp>() {
                 Ok(until) => {
-                    config.bypass_until =
-                        Some(config.bypass_until.map_or(until, |earlier| earlier.min(until)));
+                    config.bypass_until = Some(
+                        config
+                            .bypass_until
+                            .map_or(until, |earlier| earlier.min(until)),
+                    );
                 }
                 Err(_) => unread_bypasses.push(GateWarning::InvalidAnnotation {
                     statefulset: name.to_owned(),
@@ -334,9 +348,10 @@ pub fn read(group: &GroupSnapshot) -> (GateConfig, Vec<GateWarning>) {
     }
     if config.ramp
         && config.batches.is_some()
-        && let Some(member) = group.statefulsets.iter().find(|member| {
-            member.annotations.contains_key(BATCHES_ANNOTATION)
-        })
+        && let Some(member) = group
+            .statefulsets
+            .iter()
+            .find(|member| member.annotations.contains_key(BATCHES_ANNOTATION))
     {
         let raw = member.annotations[BATCHES_ANNOTATION].clone();
         reject(

@@ -41,9 +41,10 @@ impl Sizing {
                     .iter()
                     .enumerate()
                     .find(|(_, target)| **target > updated)
-                    .map_or((targets.len().saturating_sub(1), updated), |(index, target)| {
-                        (index, *target)
-                    });
+                    .map_or(
+                        (targets.len().saturating_sub(1), updated),
+                        |(index, target)| (index, *target),
+                    );
                 let batch = u32::try_from(index + 1).unwrap_or(u32::MAX);
                 (target, Some((batch, count)))
             }
