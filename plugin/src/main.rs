@@ -1,15 +1,16 @@
 //! `kubectl baton`: see where baton's rollouts stand, wait for one to finish, see what the
-//! controller would do next, pause and resume a zone — from the user's kubeconfig, with no
-//! port-forward: the plugin computes what the controller computes, with the same code
-//! (`baton_core`: the status page's view over the planner and the gates), from the
+//! controller would do next, pause and resume a zone, approve a step — from the user's
+//! kubeconfig, with no port-forward: the plugin computes what the controller computes, with the
+//! same code (`baton_core`: the status page's view over the planner and the gates), from the
 //! StatefulSets and pods it reads ([`access`]). So the plugin and the page say the same, and the
 //! plugin links no server, certificate or HTML code.
 //!
-//! Layout: [`access`] is the only I/O; [`render`], [`wait::verdict`] and the annotation
-//! changes of [`pause`] are pure and unit tested; e2e tests run this binary against the local
-//! control plane (tests/tests/plugin.rs). Exit codes are in [`exit`].
+//! Layout: [`access`] is the only I/O; [`render`], [`wait::verdict`], the annotation changes of
+//! [`pause`] and the step [`approval`] names are pure and unit tested; e2e tests run this binary
+//! against the local control plane (tests/tests/plugin.rs). Exit codes are in [`exit`].
 
 mod access;
+mod approval;
 #[cfg(test)]
 mod fixtures;
 mod pause;
@@ -44,6 +45,8 @@ pub mod exit {
     pub const HALTED: i32 = 4;
     /// `wait`: baton skips the group (a member is not OnDelete), so it never completes.
     pub const SKIPPED: i32 = 5;
+    /// `wait`: the next step waits for a person's approval (`kubectl baton approve`).
+    pub const AWAITING_APPROVAL: i32 = 6;
 }
 
 #[derive(Debug, Parser)]
@@ -80,7 +83,8 @@ enum Command {
     /// Wait until every zone of GROUP runs its update revision and is ready.
     ///
     /// Exit codes: 0 complete, 1 error, 3 timed out, 4 halted, 5 skipped (a member is not
-    /// OnDelete). Progress bars on a terminal, a line per change otherwise.
+    /// OnDelete), 6 awaiting approval. Progress bars on a terminal, a line per change
+    /// otherwise.
     Wait {
         group: String,
         /// How long to wait: a duration such as 90s, 30m or 1h30m (0: look once).
@@ -99,6 +103,9 @@ enum Command {
         /// The StatefulSet.
         zone: String,
     },
+    /// Approve the step GROUP awaits (baton.dev/approval): records exactly that step (its zone,
+    /// revision and pods updated) in baton.dev/approved, and prints what was approved.
+    Approve { group: String },
 }
 
 /// `--timeout` as written (for messages) and as a duration.
@@ -180,6 +187,25 @@ async fn run(cli: Cli) -> Result<i32, AccessError> {
                 pause::run(&access, &zone, pause::Command::Resume).await?
             );
             Ok(exit::SUCCESS)
+        }
+        Command::Approve { group } => {
+            let members = access.group_members(&group).await?;
+            let pods = access.pods().await?;
+            let snapshot = GroupSnapshot::from_kubernetes(&group, &members, &pods);
+            let (_, gate) =
+                gates::health_check::evaluate_without_queries(&snapshot, jiff::Timestamp::now());
+            match approval::awaited(&group, gate.wait()) {
+                Ok(approval) => {
+                    let patch = [(gates::APPROVED_ANNOTATION, Some(approval.step.as_str()))];
+                    access.patch_annotations(&approval.zone, &patch).await?;
+                    println!("{approval}");
+                    Ok(exit::SUCCESS)
+                }
+                Err(nothing) => {
+                    eprintln!("{nothing}");
+                    Ok(exit::ERROR)
+                }
+            }
         }
     }
 }

@@ -40,11 +40,14 @@ pub enum WaitVerdict {
     Halted(String),
     /// baton leaves the group alone (a member is not OnDelete); the message names it.
     Skipped(String),
+    /// The next step waits for a person's approval; the message names it.
+    AwaitingApproval(String),
     /// Still rolling or waiting.
     Pending,
 }
 
-/// Pure: stop when the group is complete, halted or skipped.
+/// Pure: stop when the group is complete, halted, skipped or awaiting approval (each needs a
+/// person, or nothing more).
 pub fn verdict(view: &GroupStatus) -> WaitVerdict {
     let message = || {
         view.waiting
@@ -55,6 +58,7 @@ pub fn verdict(view: &GroupStatus) -> WaitVerdict {
         RolloutPhase::Complete => WaitVerdict::Complete,
         RolloutPhase::Halted => WaitVerdict::Halted(message()),
         RolloutPhase::Skipped => WaitVerdict::Skipped(message()),
+        RolloutPhase::AwaitingApproval => WaitVerdict::AwaitingApproval(message()),
         RolloutPhase::Rolling | RolloutPhase::Waiting | RolloutPhase::Paused => {
             WaitVerdict::Pending
         }
@@ -85,6 +89,10 @@ pub fn outcome(view: &GroupStatus) -> Option<WaitOutcome> {
         WaitVerdict::Skipped(why) => Some(WaitOutcome {
             code: exit::SKIPPED,
             message: format!("rollout group {group} is skipped by baton: {why}"),
+        }),
+        WaitVerdict::AwaitingApproval(why) => Some(WaitOutcome {
+            code: exit::AWAITING_APPROVAL,
+            message: format!("rollout group {group} awaits approval: {why}"),
         }),
         WaitVerdict::Pending => None,
     }

@@ -24,6 +24,7 @@ h2 { font-size: 17px; margin: 0 0 .5em; }
 .phase { display: inline-block; border-radius: 10px; padding: 0 .6em; font-size: 12px; font-weight: 600; color: #fff; }
 .complete { background: #1a7f37; } .rolling { background: #0969da; } .waiting { background: #9a6700; }
 .paused { background: #6e7781; } .halted { background: #cf222e; } .skipped { background: #8250df; }
+.awaitingApproval { background: #bf3989; }
 .wait { margin: .3em 0 .6em; } .wait code { color: #57606a; }
 table { border-collapse: collapse; width: 100%; }
 th, td { text-align: left; padding: .3em .6em; border-bottom: 1px solid #eaeef2; vertical-align: middle; }

@@ -84,6 +84,8 @@ pub enum RolloutPhase {
     Halted,
     /// A member is not `OnDelete`: baton leaves the whole group alone.
     Skipped,
+    /// The next step waits for a person's approval (`kubectl baton approve`).
+    AwaitingApproval,
 }
 
 impl RolloutPhase {
@@ -96,6 +98,7 @@ impl RolloutPhase {
             Self::Paused => "paused",
             Self::Halted => "halted",
             Self::Skipped => "skipped",
+            Self::AwaitingApproval => "awaitingApproval",
         }
     }
 }

@@ -7,13 +7,14 @@
 //! 1. its group is skipped (a member is not `OnDelete`) → `skipped`, unless complete;
 //! 2. its group is halted → `halted`, unless complete;
 //! 3. every pod updated and available → `complete`;
-//! 4. `grafana.com/rollout-paused` → `paused`;
-//! 5. it has a rollout (pods left to update, or its current revision is not the update
+//! 4. its next step waits for a person's approval → `awaitingApproval`;
+//! 5. `grafana.com/rollout-paused` → `paused`;
+//! 6. it has a rollout (pods left to update, or its current revision is not the update
 //!    revision yet) and the plan deletes in it, some of its pods are updated already, or the
 //!    planner waits on its pods → `rolling`;
-//! 6. otherwise → `waiting` (not its turn, or a pod down outside any rollout).
+//! 7. otherwise → `waiting` (not its turn, or a pod down outside any rollout).
 //!
-//! Of a group: `skipped`, `halted`, `complete` as above; `paused` when the planner waits only
+//! Of a group: `skipped`, `halted`, `complete`, `awaitingApproval` as above; `paused` when the planner waits only
 //! for paused zones; `rolling` when pods are being replaced or the wait is for a rolling zone's
 //! own pods; `waiting` otherwise (a gate holds it, several zones are not ready, …).
 
@@ -95,6 +96,10 @@ pub fn group_status(
         gate.wait(),
         Some(GateWait::Halted { .. } | GateWait::InvalidGate { .. } | GateWait::RefusedHook { .. })
     );
+    let awaiting = match gate.wait() {
+        Some(GateWait::AwaitingApproval { zone, .. }) => Some(zone.as_str()),
+        _ => None,
+    };
     let waiting = waiting(plan, gate, history);
     // The StatefulSet whose own pods the planner waits for (readiness, not a gate).
     let waited_on = match (&plan.waiting, gate.wait()) {
@@ -139,6 +144,8 @@ pub fn group_status(
                 RolloutPhase::Halted
             } else if done {
                 RolloutPhase::Complete
+            } else if awaiting == Some(member.name.as_str()) {
+                RolloutPhase::AwaitingApproval
             } else if paused {
                 RolloutPhase::Paused
             } else if has_rollout
@@ -174,6 +181,8 @@ pub fn group_status(
         RolloutPhase::Halted
     } else if complete {
         RolloutPhase::Complete
+    } else if awaiting.is_some() {
+        RolloutPhase::AwaitingApproval
     } else if gate.wait().is_none()
         && !health_checking
         && matches!(plan.waiting, Some(WaitReason::Paused { .. }))
