@@ -12,6 +12,7 @@ pub mod http_support;
 pub mod keys;
 pub mod load_balancer;
 pub mod namespace;
+pub mod plugin_support;
 pub mod pod_simulator;
 pub mod process;
 pub mod prometheus_support;

@@ -33,11 +33,12 @@ impl Metrics {
 
     /// Serves `name value` (one gauge, text exposition format).
     pub fn set(&self, name: &str, value: f64) {
-        self.endpoint.answer_with(
-            "GET",
-            200,
-            &format!("# TYPE {name} gauge\n{name} {value}\n"),
-        );
+        self.serve(&format!("# TYPE {name} gauge\n{name} {value}\n"));
+    }
+
+    /// Serves `exposition` as is (text exposition format): series with labels.
+    pub fn serve(&self, exposition: &str) {
+        self.endpoint.answer_with("GET", 200, exposition);
     }
 }
 
@@ -137,4 +138,28 @@ impl Prometheus {
 /// until it is served.
 pub async fn install_health_check_crd(client: &kube::Client) {
     crate::crds::install(client, crate::crds::ROLLOUT_HEALTH_CHECK).await;
+}
+
+/// Creates the RolloutHealthCheck `name` with `spec` in `namespace` (the CRD installed first).
+pub async fn create_health_check(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+    spec: serde_json::Value,
+) {
+    install_health_check_crd(client).await;
+    let check = serde_json::json!({
+        "apiVersion": "baton.dev/v1alpha1",
+        "kind": "RolloutHealthCheck",
+        "metadata": {"name": name},
+        "spec": spec,
+    });
+    let object: kube::api::DynamicObject =
+        serde_json::from_value(check).expect("a RolloutHealthCheck");
+    let resource = baton_core::gates::health_check::api_resource();
+    let api: kube::Api<kube::api::DynamicObject> =
+        kube::Api::namespaced_with(client.clone(), namespace, &resource);
+    api.create(&kube::api::PostParams::default(), &object)
+        .await
+        .unwrap_or_else(|error| panic!("creating the RolloutHealthCheck {name}: {error}"));
 }

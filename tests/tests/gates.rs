@@ -13,7 +13,7 @@ use baton_e2e::controller_support::{
     wait_rollout_complete,
 };
 use baton_e2e::fixtures::{StatefulSetFixture, rollout_group};
-use baton_e2e::prometheus_support::{Metrics, Prometheus, install_health_check_crd};
+use baton_e2e::prometheus_support::{Metrics, Prometheus, create_health_check};
 use baton_e2e::rbac_support::{Binary, SERVICE_ACCOUNT_NAMESPACE, bind_deploy_roles};
 use baton_e2e::timeline::{
     Zone, ZoneWindow, check_rollout_guarantees, deletion_batches, zone_windows,
@@ -333,32 +333,19 @@ impl CheckedScene {
         // The operator lets checks query this Prometheus (on loopback, refused unless listed).
         let allowed = format!("[\"{}\"]", prometheus.url());
         let scene = Scene::with(prefix, &[("BATON_GATES__PROMETHEUS_ADDRESSES", &allowed)]).await;
-        install_health_check_crd(&scene.namespace.client()).await;
-        let check = json!({
-            "apiVersion": "baton.dev/v1alpha1",
-            "kind": "RolloutHealthCheck",
-            "metadata": {"name": "errors"},
-            "spec": {
-                "prometheus": {"address": prometheus.url(), "timeout": "2s"},
-                "queries": [{
-                    "name": "error-ratio",
-                    "query": ERROR_RATIO,
-                    "threshold": {"operator": "<", "value": 0.1},
-                }],
-                "interval": "1s",
-                "successThreshold": 1,
-                "failureThreshold": 1,
-            },
+        let spec = json!({
+            "prometheus": {"address": prometheus.url(), "timeout": "2s"},
+            "queries": [{
+                "name": "error-ratio",
+                "query": ERROR_RATIO,
+                "threshold": {"operator": "<", "value": 0.1},
+            }],
+            "interval": "1s",
+            "successThreshold": 1,
+            "failureThreshold": 1,
         });
-        let object: DynamicObject = serde_json::from_value(check).expect("a RolloutHealthCheck");
-        let api: Api<DynamicObject> = Api::namespaced_with(
-            scene.namespace.client(),
-            scene.namespace.name(),
-            &health::api_resource(),
-        );
-        api.create(&PostParams::default(), &object)
-            .await
-            .expect("creating the RolloutHealthCheck");
+        let (client, namespace) = (scene.namespace.client(), scene.namespace.name());
+        create_health_check(&client, namespace, "errors", spec).await;
         let names = scene
             .create(|zone, fixture| match zone {
                 "a" => fixture.annotation(HEALTH_CHECK_ANNOTATION, "errors"),
@@ -648,28 +635,16 @@ async fn a_dead_prometheus_holds_only_the_groups_whose_checks_query_it() {
     )
     .await;
     let (client, ns) = (scene.namespace.client(), scene.namespace.name().to_owned());
-    install_health_check_crd(&client).await;
-    let checks: Api<DynamicObject> =
-        Api::namespaced_with(client.clone(), &ns, &health::api_resource());
     for (name, address, timeout) in [
         ("errors", prometheus.url(), "2s"),
         ("dead", dead.url.clone(), "120s"),
     ] {
-        let check = json!({
-            "apiVersion": "baton.dev/v1alpha1",
-            "kind": "RolloutHealthCheck",
-            "metadata": {"name": name},
-            "spec": {
-                "prometheus": {"address": address, "timeout": timeout},
-                "queries": [{"name": "error-ratio", "query": ERROR_RATIO}],
-                "interval": "1s",
-            },
+        let spec = json!({
+            "prometheus": {"address": address, "timeout": timeout},
+            "queries": [{"name": "error-ratio", "query": ERROR_RATIO}],
+            "interval": "1s",
         });
-        let object: DynamicObject = serde_json::from_value(check).expect("a RolloutHealthCheck");
-        checks
-            .create(&PostParams::default(), &object)
-            .await
-            .expect("creating a RolloutHealthCheck");
+        create_health_check(&client, &ns, name, spec).await;
     }
     let mut stuck = Vec::new();
     for index in 0..8 {

@@ -10,75 +10,13 @@ use baton_e2e::controller_support::{
     ControlledNamespace, create_ready_group, roll_out, rollout_state, wait_rollout_complete,
 };
 use baton_e2e::fixtures::StatefulSetFixture;
+use baton_e2e::plugin_support::{Run, kubectl_baton};
 use baton_e2e::process::workspace_binary;
 use baton_e2e::{ControlPlane, TestNamespace};
 use k8s_openapi::api::apps::v1::StatefulSet;
 
 const PAUSED: &str = "grafana.com/rollout-paused";
 const HALTED: &str = "baton.dev/halted";
-
-/// What one run of the plugin gave.
-#[derive(Debug)]
-struct Run {
-    code: Option<i32>,
-    stdout: String,
-    stderr: String,
-}
-
-impl Run {
-    /// Panics with everything the run printed unless it exited with `code`.
-    fn exited(&self, code: i32) -> &Self {
-        assert_eq!(self.code, Some(code), "{self:#?}");
-        self
-    }
-
-    /// Panics unless stdout contains every one of `expected`.
-    fn says(&self, expected: &[&str]) -> &Self {
-        for text in expected {
-            assert!(
-                self.stdout.contains(text),
-                "stdout lacks {text:?}: {self:#?}"
-            );
-        }
-        self
-    }
-
-    /// Panics unless stderr contains every one of `expected`.
-    fn complains(&self, expected: &[&str]) -> &Self {
-        for text in expected {
-            assert!(
-                self.stderr.contains(text),
-                "stderr lacks {text:?}: {self:#?}"
-            );
-        }
-        self
-    }
-}
-
-/// Runs `kubectl-baton args…` with `KUBECONFIG=kubeconfig`, off a terminal (as in a pipeline).
-async fn kubectl_baton(kubeconfig: &Path, args: &[&str]) -> Run {
-    let binary = tokio::task::spawn_blocking(|| workspace_binary("kubectl-baton"))
-        .await
-        .expect("the build task")
-        .expect("kubectl-baton builds");
-    let run = tokio::process::Command::new(binary)
-        .args(args)
-        .env("KUBECONFIG", kubeconfig)
-        .env("NO_COLOR", "1")
-        .stdin(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .output();
-    // No command here waits longer than its own --timeout (2 minutes at most).
-    let output = tokio::time::timeout(Duration::from_secs(180), run)
-        .await
-        .unwrap_or_else(|_| panic!("kubectl-baton {args:?} still running after 180s"))
-        .expect("kubectl-baton runs");
-    Run {
-        code: output.status.code(),
-        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
-    }
-}
 
 /// Runs `kubectl-baton args…` on a terminal (a pseudo-terminal from util-linux's `script`), as
 /// a person at a shell does; the output is the terminal's.

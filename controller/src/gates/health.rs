@@ -9,7 +9,7 @@ use std::time::Duration;
 use baton_shared::kube_client::bounded;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
+use kube::api::{Api, DynamicObject};
 
 use super::calls::GateCalls;
 use super::prometheus::{Auth, PrometheusClient, Tls};
@@ -21,18 +21,7 @@ use baton_core::gates::keys::{self, GateWarning, HEALTH_CHECK_ANNOTATION};
 use baton_core::gates::{GateDecision, GateWait, decide, hooks};
 use baton_core::rollout::{GroupSnapshot, Plan};
 
-/// The CRD's API group, version and kind.
-pub const GROUP: &str = "baton.dev";
-pub const VERSION: &str = "v1alpha1";
-pub const KIND: &str = "RolloutHealthCheck";
-
-/// The resource, for a dynamic client.
-pub fn api_resource() -> ApiResource {
-    ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk(GROUP, VERSION, KIND),
-        "rollouthealthchecks",
-    )
-}
+pub use baton_core::gates::health_check::{GROUP, KIND, VERSION, api_resource};
 
 /// The label a Secret needs before a health check may use it: a check's author names the
 /// Secret, its owner decides whether checks may send it.

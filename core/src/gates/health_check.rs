@@ -13,6 +13,19 @@ use super::checks::{CheckOutcome, CheckPolicy, OnFailure};
 use super::{GateDecision, decide, hooks, keys};
 use crate::rollout::{GroupSnapshot, Plan};
 
+/// The CRD's API group, version and kind.
+pub const GROUP: &str = "baton.dev";
+pub const VERSION: &str = "v1alpha1";
+pub const KIND: &str = "RolloutHealthCheck";
+
+/// The resource, for a dynamic client.
+pub fn api_resource() -> kube_core::discovery::ApiResource {
+    kube_core::discovery::ApiResource::from_gvk_with_plural(
+        &kube_core::gvk::GroupVersionKind::gvk(GROUP, VERSION, KIND),
+        "rollouthealthchecks",
+    )
+}
+
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Spec {

@@ -1,0 +1,70 @@
+//! Running `kubectl baton` (the kubectl-baton binary, built from the workspace) as a person or
+//! a deploy pipeline does, and reading what it said.
+
+use std::path::Path;
+use std::time::Duration;
+
+use crate::process::workspace_binary;
+
+/// What one run of the plugin gave.
+#[derive(Debug)]
+pub struct Run {
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Run {
+    /// Panics with everything the run printed unless it exited with `code`.
+    pub fn exited(&self, code: i32) -> &Self {
+        assert_eq!(self.code, Some(code), "{self:#?}");
+        self
+    }
+
+    /// Panics unless stdout contains every one of `expected`.
+    pub fn says(&self, expected: &[&str]) -> &Self {
+        for text in expected {
+            assert!(
+                self.stdout.contains(text),
+                "stdout lacks {text:?}: {self:#?}"
+            );
+        }
+        self
+    }
+
+    /// Panics unless stderr contains every one of `expected`.
+    pub fn complains(&self, expected: &[&str]) -> &Self {
+        for text in expected {
+            assert!(
+                self.stderr.contains(text),
+                "stderr lacks {text:?}: {self:#?}"
+            );
+        }
+        self
+    }
+}
+
+/// Runs `kubectl-baton args…` with `KUBECONFIG=kubeconfig`, off a terminal (as in a pipeline).
+pub async fn kubectl_baton(kubeconfig: &Path, args: &[&str]) -> Run {
+    let binary = tokio::task::spawn_blocking(|| workspace_binary("kubectl-baton"))
+        .await
+        .expect("the build task")
+        .expect("kubectl-baton builds");
+    let run = tokio::process::Command::new(binary)
+        .args(args)
+        .env("KUBECONFIG", kubeconfig)
+        .env("NO_COLOR", "1")
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    // No command here waits longer than its own --timeout (2 minutes at most).
+    let output = tokio::time::timeout(Duration::from_secs(180), run)
+        .await
+        .unwrap_or_else(|_| panic!("kubectl-baton {args:?} still running after 180s"))
+        .expect("kubectl-baton runs");
+    Run {
+        code: output.status.code(),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}

@@ -1,0 +1,532 @@
+//! Rollout plans on the real control plane, each a scenario: given a rollout group whose
+//! members ask for batches, approvals, a health check that compares with the baseline or only
+//! warns, or a bypass of the gates, when its template changes, then baton rolls as asked, with
+//! the availability guarantees held throughout.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use baton_core::gates::{
+    APPROVAL_ANNOTATION, APPROVED_ANNOTATION, BATCHES_ANNOTATION, BYPASS_ANNOTATION,
+    HALTED_ANNOTATION, HEALTH_CHECK_ANNOTATION, SOAK_ANNOTATION,
+};
+use baton_e2e::controller_support::{
+    ControlledNamespace, roll_out, rollout_state, wait_event, wait_group_ready,
+    wait_rollout_complete,
+};
+use baton_e2e::fixtures::{StatefulSetFixture, rollout_group};
+use baton_e2e::plugin_support::{Run, kubectl_baton};
+use baton_e2e::prometheus_support::{Metrics, Prometheus, create_health_check};
+use baton_e2e::timeline::{Zone, check_rollout_guarantees, deletion_batches};
+use baton_e2e::wait_until;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use kube::api::{Patch, PatchParams};
+use serde_json::json;
+
+const TIMEOUT: Duration = Duration::from_secs(90);
+const MAX_UNAVAILABLE: &str = "rollout-max-unavailable";
+
+/// A namespace with the pod simulator and a controller, and the group of the scenario.
+struct Scene {
+    inner: ControlledNamespace,
+    names: Vec<String>,
+    replicas: u32,
+}
+
+impl Scene {
+    /// Creates group `ingester` of `zones` × `replicas` pods, `annotate` deciding each zone's
+    /// annotations, with the controller configured with `extra`; returns once every pod is
+    /// ready.
+    async fn new(
+        prefix: &str,
+        extra: &[(&str, &str)],
+        zones: &[&str],
+        replicas: u32,
+        annotate: impl Fn(&str, StatefulSetFixture) -> StatefulSetFixture,
+    ) -> Self {
+        let inner = ControlledNamespace::start_with(prefix, extra).await;
+        let client = inner.namespace.client();
+        let mut names = Vec::new();
+        let fixtures = rollout_group("ingester", zones, i32::try_from(replicas).expect("few"));
+        for (zone, fixture) in zones.iter().zip(fixtures) {
+            let created = annotate(zone, fixture)
+                .create(&client, inner.namespace.name())
+                .await;
+            names.push(created.metadata.name.unwrap_or_default());
+        }
+        wait_group_ready(&client, inner.namespace.name(), &names).await;
+        Self {
+            inner,
+            names,
+            replicas,
+        }
+    }
+
+    fn namespace(&self) -> &str {
+        self.inner.namespace.name()
+    }
+
+    async fn roll_out(&self, version: &str) -> Instant {
+        let from = Instant::now();
+        let client = self.inner.namespace.client();
+        roll_out(&client, self.namespace(), &self.names, version).await;
+        from
+    }
+
+    async fn wait_complete(&self) {
+        let client = self.inner.namespace.client();
+        wait_rollout_complete(&client, self.namespace(), &self.names).await;
+    }
+
+    async fn updated(&self, name: &str) -> usize {
+        let client = self.inner.namespace.client();
+        rollout_state(&client, self.namespace(), name)
+            .await
+            .updated()
+    }
+
+    /// (current revision, update revision) of `name`.
+    async fn revisions(&self, name: &str) -> (String, String) {
+        let client = self.inner.namespace.client();
+        let state = rollout_state(&client, self.namespace(), name).await;
+        (state.current_revision, state.update_revision)
+    }
+
+    async fn annotations(&self, name: &str) -> BTreeMap<String, String> {
+        let statefulset: StatefulSet = self
+            .inner
+            .namespace
+            .api::<StatefulSet>()
+            .get(name)
+            .await
+            .expect("the StatefulSet exists");
+        statefulset.metadata.annotations.unwrap_or_default()
+    }
+
+    /// Sets (`Some`) or removes (`None`) an annotation, as a person with kubectl would.
+    async fn annotate(&self, name: &str, key: &str, value: Option<&str>) {
+        let patch = json!({ "metadata": { "annotations": { key: value } } });
+        self.inner
+            .namespace
+            .api::<StatefulSet>()
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .expect("annotating the StatefulSet");
+    }
+
+    async fn wait_event(&self, object: &str, reason: &str, note_contains: &[&str]) {
+        let client = self.inner.namespace.client();
+        wait_event(&client, self.namespace(), object, reason, note_contains).await;
+    }
+
+    /// `kubectl baton <args> -n <namespace>`, as a person runs it.
+    async fn kubectl_baton(&self, args: &[&str]) -> Run {
+        let mut all = args.to_vec();
+        all.extend(["-n", self.namespace()]);
+        kubectl_baton(self.inner.control_plane.kubeconfig_path(), &all).await
+    }
+
+    /// The timeline since `from` holds docs/compatibility.md's guarantees, every zone rolling
+    /// with `max_unavailable`.
+    fn check_guarantees(&self, from: Instant, max_unavailable: u32) -> Vec<Zone> {
+        let zones: Vec<Zone> = self
+            .names
+            .iter()
+            .map(|name| Zone::new(name, self.replicas, max_unavailable))
+            .collect();
+        check_rollout_guarantees(&self.inner.simulator.timeline(), &zones, from).unwrap();
+        zones
+    }
+
+    /// The members carrying `baton.dev/halted`.
+    async fn halted(&self) -> Vec<String> {
+        let mut halted = Vec::new();
+        for name in &self.names {
+            if self.annotations(name).await.contains_key(HALTED_ANNOTATION) {
+                halted.push(name.clone());
+            }
+        }
+        halted
+    }
+
+    /// The controller's counter `name` with `labels` (each `key="value"`), 0 when absent.
+    async fn counter(&self, name: &str, labels: &[&str]) -> f64 {
+        let text = self.inner.controller.metrics().await;
+        text.lines()
+            .filter(|line| line.starts_with(&format!("{name}{{")))
+            .filter(|line| labels.iter().all(|label| line.contains(label)))
+            .filter_map(|line| line.rsplit_once(' ')?.1.parse::<f64>().ok())
+            .sum()
+    }
+}
+
+#[tokio::test]
+async fn batches_of_1_then_50_then_100_percent_of_a_4_pod_zone_are_the_steps_in_the_timeline() {
+    // Given a group of 2 zones × 4 pods, max-unavailable 4, in batches "1, 50%, 100%"
+    let scene = Scene::new("batches", &[], &["a", "b"], 4, |zone, fixture| {
+        let fixture = fixture.annotation(MAX_UNAVAILABLE, "4");
+        match zone {
+            "a" => fixture.annotation(BATCHES_ANNOTATION, "1, 50%, 100%"),
+            _ => fixture,
+        }
+    })
+    .await;
+
+    // When the template changes
+    let from = scene.roll_out("v2").await;
+
+    // Then each zone deletes 1 pod, then 1, then the last 2, each batch once the zone is
+    // available again, never two zones at once
+    scene.wait_complete().await;
+    let zones = scene.check_guarantees(from, 4);
+    let timeline = scene.inner.simulator.timeline();
+    for zone in &zones {
+        assert_eq!(
+            deletion_batches(&timeline, zone, from),
+            vec![1, 1, 2],
+            "{}",
+            zone.statefulset
+        );
+    }
+}
+
+#[tokio::test]
+async fn approval_after_the_canary_stops_there_until_a_person_approves_and_a_new_revision_asks_again()
+ {
+    // Given a group of 3 zones × 3 pods asking for approval after the canary, in batches
+    // "1, 100%"
+    let scene = Scene::new("approval", &[], &["a", "b", "c"], 3, |zone, fixture| {
+        let fixture = fixture.annotation(MAX_UNAVAILABLE, "3");
+        match zone {
+            "a" => fixture
+                .annotation(APPROVAL_ANNOTATION, "canary")
+                .annotation(BATCHES_ANNOTATION, "1, 100%"),
+            _ => fixture,
+        }
+    })
+    .await;
+    let zone_a = scene.names[0].clone();
+
+    // When the template changes
+    let from = scene.roll_out("v2").await;
+
+    // Then the canary (1 pod of zone a) goes, and the group awaits approval: `wait` says so
+    // with its own exit code, as do the status and an Event
+    scene
+        .kubectl_baton(&["wait", "ingester", "--timeout", "2m"])
+        .await
+        .exited(6)
+        .complains(&[
+            "rollout group ingester awaits approval",
+            "the rollout past its canary",
+        ]);
+    assert_eq!(scene.updated(&zone_a).await, 1);
+    for other in &scene.names[1..] {
+        assert_eq!(scene.updated(other).await, 0, "{other}");
+    }
+    let status = scene
+        .kubectl_baton(&["status", "ingester", "-o", "json"])
+        .await;
+    let document: serde_json::Value = serde_json::from_str(&status.exited(0).stdout).expect("JSON");
+    assert_eq!(document["groups"][0]["phase"], "awaitingApproval");
+    assert_eq!(
+        document["groups"][0]["zones"][0]["phase"],
+        "awaitingApproval"
+    );
+    scene
+        .wait_event(
+            &zone_a,
+            "AwaitingApproval",
+            &["approve with kubectl baton approve ingester"],
+        )
+        .await;
+
+    // When a person approves
+    let approved = scene.kubectl_baton(&["approve", "ingester"]).await;
+    approved.exited(0).says(&[
+        "approved the rollout past its canary of rollout group ingester",
+        APPROVED_ANNOTATION,
+    ]);
+
+    // Then the rollout goes on to the end, within the guarantees
+    scene
+        .kubectl_baton(&["wait", "ingester", "--timeout", "2m"])
+        .await
+        .exited(0);
+    scene.wait_complete().await;
+    scene.check_guarantees(from, 3);
+    // and there is nothing left to approve
+    scene
+        .kubectl_baton(&["approve", "ingester"])
+        .await
+        .exited(1)
+        .complains(&["rollout group ingester awaits no approval: nothing written"]);
+
+    // When the template changes again, the old approval still written
+    let approval = scene.annotations(&zone_a).await[APPROVED_ANNOTATION].clone();
+    scene.roll_out("v3").await;
+
+    // Then it does not approve the new revision: its canary goes, then the group waits again
+    scene
+        .kubectl_baton(&["wait", "ingester", "--timeout", "2m"])
+        .await
+        .exited(6)
+        .complains(&["the rollout past its canary"]);
+    assert_eq!(scene.updated(&zone_a).await, 1);
+    assert_eq!(
+        scene.annotations(&zone_a).await.get(APPROVED_ANNOTATION),
+        Some(&approval),
+        "the v2 approval is still there, and void"
+    );
+}
+
+/// A real Prometheus scraping values the test serves, allowed as a check's destination.
+struct Checked {
+    metrics: Metrics,
+    prometheus: Prometheus,
+    allowed: String,
+}
+
+impl Checked {
+    async fn start(exposition: &str, settled: (&str, f64)) -> Self {
+        let metrics = Metrics::start().await;
+        metrics.serve(exposition);
+        let prometheus = Prometheus::start(metrics.address()).await;
+        prometheus.wait_value(settled.0, settled.1).await;
+        // The operator lets checks query this Prometheus (on loopback, refused unless listed).
+        let allowed = format!("[\"{}\"]", prometheus.url());
+        Self {
+            metrics,
+            prometheus,
+            allowed,
+        }
+    }
+
+    fn settings(&self) -> [(&'static str, &str); 1] {
+        [("BATON_GATES__PROMETHEUS_ADDRESSES", self.allowed.as_str())]
+    }
+}
+
+const ERROR_RATIO: &str = "error_ratio";
+
+#[tokio::test]
+async fn a_failing_check_whose_on_failure_is_warn_never_holds_a_step_and_tells_each_failure() {
+    // Given a group whose health check fails, with onFailure Warn
+    let checked = Checked::start(
+        &format!("# TYPE {ERROR_RATIO} gauge\n{ERROR_RATIO} 0.5\n"),
+        (ERROR_RATIO, 0.5),
+    )
+    .await;
+    let scene = Scene::new(
+        "warn",
+        &checked.settings(),
+        &["a", "b"],
+        2,
+        |zone, fixture| match zone {
+            "a" => fixture.annotation(HEALTH_CHECK_ANNOTATION, "trial"),
+            _ => fixture,
+        },
+    )
+    .await;
+    let spec = json!({
+        "prometheus": {"address": checked.prometheus.url(), "timeout": "2s"},
+        "queries": [{
+            "name": "error-ratio",
+            "query": ERROR_RATIO,
+            "threshold": {"operator": "<", "value": 0.1},
+        }],
+        "interval": "1s",
+        "failureThreshold": 1,
+        "onFailure": "Warn",
+    });
+    let client = scene.inner.namespace.client();
+    create_health_check(&client, scene.namespace(), "trial", spec).await;
+
+    // When the template changes
+    let from = scene.roll_out("v2").await;
+
+    // Then the rollout completes, nothing halted, and each failure is a Warning Event and
+    // counted
+    scene.wait_complete().await;
+    scene.check_guarantees(from, 1);
+    assert_eq!(scene.halted().await, Vec::<String>::new());
+    let told = scene.names.iter().map(String::as_str).collect::<Vec<_>>();
+    wait_until(TIMEOUT, "a HealthCheckWarning Event", || async {
+        let client = scene.inner.namespace.client();
+        let mut found = false;
+        for name in &told {
+            let events =
+                baton_e2e::controller_support::events_about(&client, scene.namespace(), name).await;
+            found |= events.iter().any(|(reason, note)| {
+                reason == "HealthCheckWarning"
+                    && note.contains("health check trial failed")
+                    && note.contains("returned 0.5 (must be < 0.1)")
+            });
+        }
+        found
+    })
+    .await;
+    let warnings = scene
+        .counter(
+            "baton_rollout_gate_notices_total",
+            &[
+                "rollout_group=\"ingester\"",
+                "reason=\"HealthCheckWarning\"",
+            ],
+        )
+        .await;
+    assert!(warnings >= 1.0, "{warnings}");
+    drop(checked.metrics);
+}
+
+/// What the test serves: each revision's error ratio, labelled with its revision.
+fn by_revision(values: &[(&str, f64)]) -> String {
+    let mut text = "# TYPE errors gauge\n".to_owned();
+    for (revision, value) in values {
+        text.push_str(&format!("errors{{revision=\"{revision}\"}} {value}\n"));
+    }
+    text
+}
+
+#[tokio::test]
+async fn a_check_comparing_new_pods_with_the_baseline_passes_a_good_version_and_halts_a_bad_one() {
+    // Given a group whose check compares the new revision's error ratio with the baseline's
+    // (the revision before the rollout), and a person's halt while the series are set up
+    let checked = Checked::start("# TYPE ready gauge\nready 1\n", ("ready", 1.0)).await;
+    let scene = Scene::new(
+        "baseline",
+        &checked.settings(),
+        &["a", "b"],
+        2,
+        |zone, fixture| match zone {
+            "a" => fixture
+                .annotation(HEALTH_CHECK_ANNOTATION, "versus-baseline")
+                .annotation(HALTED_ANNOTATION, "setting up the series"),
+            _ => fixture,
+        },
+    )
+    .await;
+    let spec = json!({
+        "prometheus": {"address": checked.prometheus.url(), "timeout": "2s"},
+        "queries": [{
+            "name": "worse-than-baseline",
+            "query": "max(errors{revision=\"{{revision}}\"}) / max(errors{revision=\"{{baseline_revision}}\"})",
+            "threshold": {"operator": "<", "value": 1.5},
+        }],
+        "interval": "1s",
+        "failureThreshold": 2,
+    });
+    let client = scene.inner.namespace.client();
+    create_health_check(&client, scene.namespace(), "versus-baseline", spec).await;
+    let zone_a = scene.names[0].clone();
+
+    // When a good version rolls out (its error ratio 1.25 times the baseline's)
+    scene.roll_out("v2").await;
+    let mut series = Vec::new();
+    for name in &scene.names {
+        let (current, update) = scene.revisions(name).await;
+        series.push((current, 0.04));
+        series.push((update, 0.05));
+    }
+    let served: Vec<(&str, f64)> = series.iter().map(|(r, v)| (r.as_str(), *v)).collect();
+    checked.metrics.serve(&by_revision(&served));
+    let (_, update) = scene.revisions(&scene.names[1]).await;
+    checked
+        .prometheus
+        .wait_value(&format!("errors{{revision=\"{update}\"}}"), 0.05)
+        .await;
+    scene.annotate(&zone_a, HALTED_ANNOTATION, None).await;
+
+    // Then it passes, and the rollout completes
+    scene.wait_complete().await;
+    assert_eq!(scene.halted().await, Vec::<String>::new());
+
+    // When a bad version rolls out (4 times the baseline's, now the version before it), its
+    // series set up while a person halts the group
+    scene
+        .annotate(&zone_a, HALTED_ANNOTATION, Some("setting up the series"))
+        .await;
+    scene.roll_out("v3").await;
+    let mut bad = Vec::new();
+    for name in &scene.names {
+        let (current, update) = scene.revisions(name).await;
+        bad.push((current, 0.05));
+        bad.push((update, 0.2));
+    }
+    let served: Vec<(&str, f64)> = bad.iter().map(|(r, v)| (r.as_str(), *v)).collect();
+    checked.metrics.serve(&by_revision(&served));
+    let (_, update) = scene.revisions(&scene.names[1]).await;
+    checked
+        .prometheus
+        .wait_value(&format!("errors{{revision=\"{update}\"}}"), 0.2)
+        .await;
+    scene.annotate(&zone_a, HALTED_ANNOTATION, None).await;
+
+    // Then the group halts before zone a's canary, naming the query with both revisions
+    wait_until(TIMEOUT, "the group halts", || async {
+        !scene.halted().await.is_empty()
+    })
+    .await;
+    let (baseline, new) = scene.revisions(&zone_a).await;
+    let why = scene.annotations(&zone_a).await[HALTED_ANNOTATION].clone();
+    assert!(
+        why.contains(&format!("errors{{revision=\"{new}\"}}"))
+            && why.contains(&format!("errors{{revision=\"{baseline}\"}}"))
+            && why.contains("returned 4"),
+        "{why}"
+    );
+    for name in &scene.names {
+        assert_eq!(scene.updated(name).await, 0, "{name}");
+    }
+}
+
+#[tokio::test]
+async fn an_expired_bypass_bypasses_nothing_and_one_in_force_skips_the_soak_telling_each_step() {
+    // Given a group with a 1h soak and a bypass that expired a minute ago
+    let expired = (jiff::Timestamp::now() - jiff::SignedDuration::from_secs(60)).to_string();
+    let scene = Scene::new("bypass", &[], &["a", "b"], 2, |zone, fixture| match zone {
+        "a" => fixture
+            .annotation(SOAK_ANNOTATION, "1h")
+            .annotation(BYPASS_ANNOTATION, &expired),
+        _ => fixture,
+    })
+    .await;
+    let (zone_a, zone_b) = (scene.names[0].clone(), scene.names[1].clone());
+
+    // When the template changes
+    let from = scene.roll_out("v2").await;
+
+    // Then zone a rolls, and zone b soaks: the expired bypass bypasses nothing
+    let client = scene.inner.namespace.client();
+    wait_until(TIMEOUT, "zone a is complete", || async {
+        rollout_state(&client, scene.namespace(), &zone_a)
+            .await
+            .is_complete()
+    })
+    .await;
+    scene
+        .wait_event(&zone_b, "Soak", &[&format!("soaking after {zone_a}")])
+        .await;
+    assert_eq!(scene.updated(&zone_b).await, 0);
+
+    // When a person sets a bypass for the next 10 minutes
+    let until = (jiff::Timestamp::now() + jiff::SignedDuration::from_secs(600)).to_string();
+    scene
+        .annotate(&zone_a, BYPASS_ANNOTATION, Some(&until))
+        .await;
+
+    // Then zone b starts without the rest of the soak, and the step that went without it is
+    // told, naming the bypass
+    scene.wait_complete().await;
+    scene.check_guarantees(from, 1);
+    scene
+        .wait_event(
+            &zone_b,
+            "GateBypassed",
+            &[
+                &format!("the soak after {zone_a}"),
+                &format!("{BYPASS_ANNOTATION} is {until}"),
+            ],
+        )
+        .await;
+}
