@@ -32,6 +32,7 @@ fn statefulset(name: &str, updated: u32, not_ready: u32) -> StatefulSetSnapshot 
                 ready_since: ready.then(|| now() - SignedDuration::from_mins(5)),
                 terminating: false,
                 container_state: None,
+                created_at: None,
             }
         })
         .collect();

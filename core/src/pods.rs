@@ -309,6 +309,9 @@ pub struct CachedPod {
     /// Why the first container that is not ready is not (init containers first): its waiting or
     /// terminated reason, for the messages that say why a pod is unavailable.
     pub container_state: Option<String>,
+    /// metadata.creationTimestamp, in seconds since the epoch (its precision): which pods are the
+    /// newest. Eight bytes (a zero is no time), as the cache holds every pod of the namespace.
+    pub created_at: Option<std::num::NonZeroI64>,
 }
 
 /// The controller owner reference of a pod.
@@ -343,6 +346,10 @@ impl CachedPod {
             readiness: PodReadiness::of(pod),
             ip: status.and_then(|status| status.pod_ip.clone()),
             container_state: status.and_then(container_state),
+            created_at: metadata
+                .creation_timestamp
+                .as_ref()
+                .and_then(|time| std::num::NonZeroI64::new(time.0.as_second())),
         }
     }
 

@@ -42,6 +42,7 @@ pub fn zone(name: &str, replicas: u32) -> Zone {
             ready_since: Some(now() - SignedDuration::from_hours(1)),
             terminating: false,
             container_state: None,
+            created_at: None,
         })
         .collect();
     Zone {

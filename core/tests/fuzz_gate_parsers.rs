@@ -57,6 +57,7 @@ fn group(annotations: &[(usize, &str, String)]) -> GroupSnapshot {
                     ready_since: Some(Timestamp::UNIX_EPOCH),
                     terminating: false,
                     container_state: None,
+                    created_at: None,
                 })
                 .collect();
             StatefulSetSnapshot {

@@ -38,6 +38,18 @@
 //!   while it is in force (a) drops the soak's time and (d) the passes; from the step it ends,
 //!   both hold again (an expired bypass bypasses nothing).
 //!
+//! - (i) at every deletion of an available pod, no other zone has a pod that baton deleted and
+//!   that is not ready again: baton's disruption stays in one zone at a time, rollbacks
+//!   included (replacing a pod that is down already takes nothing away);
+//! - (j) rollbacks (25% of the scenarios without a second template change, asked for by a
+//!   person at a random step or, in a fifth of the checks, by the check's `onFailure:
+//!   Rollback`; a person sometimes asks again while one runs): the simulated controller starts
+//!   it and writes the templates back as the real one does, and the checker, by its own
+//!   bookkeeping, requires each deletion to be in the first zone of its turn order (the zones
+//!   the rollout started last first) not yet back at the old revision, and of an available pod,
+//!   the highest ordinal not yet back; soaks, checks, ramps, batches and approvals hold
+//!   nothing; (c) then requires the rollback to complete.
+//!
 //! This is not `rollout_simulation.rs`: that one proves the planner under much richer chaos;
 //! this one keeps the cluster simple and varies what the gate sees. Environment: plain
 //! `cargo test` runs 2,000 scenarios; `SIM_SCENARIOS=N`, `SIM_SEED=S` (replay and print one).
@@ -51,6 +63,7 @@ use sim::env_u64;
 
 use baton_core::annotations::MAX_UNAVAILABLE_ANNOTATION;
 use baton_core::gates::checks::{self, CheckOutcome, CheckPolicy, CheckRun, CheckState};
+use baton_core::gates::rollback::{self, ROLLBACK_ANNOTATION, ROLLBACK_STATE_ANNOTATION};
 use baton_core::gates::{self};
 use baton_core::gates::{
     APPROVAL_ANNOTATION, APPROVED_ANNOTATION, BATCHES_ANNOTATION, BYPASS_ANNOTATION,
@@ -83,6 +96,8 @@ enum Property {
     RampSkipped,
     BatchSkipped,
     StepBeforeApproval,
+    TwoZonesDisrupted,
+    RollbackOutOfOrder,
     NeverCompletes,
 }
 
@@ -119,6 +134,8 @@ struct PodLife {
     failing_until: u64,
     /// Terminating: recreated at the update revision at this step.
     gone_at: Option<u64>,
+    /// Checker: the step it was (re)created at.
+    born: u64,
 }
 
 #[derive(Debug, Default, Clone)]
@@ -131,6 +148,8 @@ struct Stats {
     approvals: u64,
     wrong_approvals: u64,
     bypassed_deletions: u64,
+    rollbacks: u64,
+    rollback_deletions: u64,
 }
 
 struct Simulation<'g> {
@@ -157,6 +176,12 @@ struct Simulation<'g> {
     approval: Option<&'static str>,
     /// The bypass is in force before this step.
     bypass_until: Option<u64>,
+    /// A person asks for a rollback at this step.
+    rollback_at: Option<u64>,
+    /// Checker: the rollback under way, in its own turn order (zone indices).
+    rolling_back: Option<Vec<usize>>,
+    /// Checker: per zone, the ordinals of pods baton deleted that are not ready again.
+    disrupted: Vec<std::collections::BTreeSet<usize>>,
     /// Checker: passes in a row (of runs at least the initial delay after the last step)
     /// since the last step, by the checker's own count.
     settled_passes: u32,
@@ -202,6 +227,7 @@ impl<'g> Simulation<'g> {
                     ready_since: Some(instant(0)),
                     terminating: false,
                     container_state: None,
+                    created_at: None,
                 })
                 .collect();
             statefulsets.push(StatefulSetSnapshot {
@@ -227,6 +253,7 @@ impl<'g> Simulation<'g> {
                         ready_at: 0,
                         failing_until: 0,
                         gone_at: None,
+                        born: 0,
                     })
                     .collect(),
             );
@@ -237,7 +264,11 @@ impl<'g> Simulation<'g> {
             initial_delay: SignedDuration::from_secs(rng.random_range(0..=4)),
             success_threshold: rng.random_range(1..=3),
             failure_threshold: rng.random_range(1..=3),
-            on_failure: checks::OnFailure::Halt,
+            on_failure: if rng.random_bool(0.2) {
+                checks::OnFailure::Rollback
+            } else {
+                checks::OnFailure::Halt
+            },
         });
         let ramp = rng.random_bool(0.3);
         if ramp {
@@ -276,11 +307,17 @@ impl<'g> Simulation<'g> {
                 .insert(HEALTH_CHECK_ANNOTATION.to_owned(), "errors".to_owned());
         }
         let chaos_steps = rng.random_range(5..=60);
-        let retarget_at = if (policy.is_some() || approval.is_some()) && rng.random_bool(0.5) {
-            Some(rng.random_range(1..chaos_steps))
-        } else {
-            None
-        };
+        let rolls_back = policy
+            .as_ref()
+            .is_some_and(|policy| policy.on_failure == checks::OnFailure::Rollback);
+        let retarget_at =
+            if (policy.is_some() || approval.is_some()) && !rolls_back && rng.random_bool(0.5) {
+                Some(rng.random_range(1..chaos_steps))
+            } else {
+                None
+            };
+        let rollback_at = (retarget_at.is_none() && rng.random_bool(0.25))
+            .then(|| rng.random_range(1..chaos_steps + 10));
         let bypass_until = rng
             .random_bool(0.25)
             .then(|| rng.random_range(0..chaos_steps + 20));
@@ -309,6 +346,9 @@ impl<'g> Simulation<'g> {
             batches,
             approval,
             bypass_until,
+            rollback_at,
+            rolling_back: None,
+            disrupted: vec![std::collections::BTreeSet::new(); zones],
             settled_passes: 0,
             last_step: None,
             retarget_at,
@@ -355,6 +395,14 @@ impl<'g> Simulation<'g> {
             self.note(|| "the template changes again".to_owned());
         }
         let chaos = self.chaos();
+        let asks_again = self.rolling_back.is_some() && chaos && self.rng.random_bool(0.02);
+        if self.rollback_at == Some(step) || asks_again {
+            self.group.statefulsets[0].annotations.insert(
+                ROLLBACK_ANNOTATION.to_owned(),
+                "a person: errors up".to_owned(),
+            );
+            self.note(|| "a person asks for a rollback".to_owned());
+        }
         for (zone, statefulset) in self.group.statefulsets.iter_mut().enumerate() {
             for (ordinal, pod) in statefulset.pods.iter_mut().enumerate() {
                 let life = &mut self.lives[zone][ordinal];
@@ -363,6 +411,8 @@ impl<'g> Simulation<'g> {
                     life.ready_at = step + self.rng.random_range(1..=3);
                     pod.revision = statefulset.update_revision.clone();
                     pod.uid = format!("{}-{step}", pod.name);
+                    pod.created_at = Some(instant(step));
+                    life.born = step;
                     pod.terminating = false;
                     pod.phase = PodPhase::Pending;
                 }
@@ -384,6 +434,8 @@ impl<'g> Simulation<'g> {
                 pod.ready = ready;
                 if !ready {
                     pod.ready_since = None;
+                } else {
+                    self.disrupted[zone].remove(&ordinal);
                 }
             }
             let ready = statefulset.pods.iter().filter(|pod| pod.ready).count();
@@ -435,6 +487,9 @@ impl<'g> Simulation<'g> {
     /// The controller's side of one step, checked.
     fn controller(&mut self) -> Result<(), Violation> {
         let now = instant(self.step);
+        if self.rollback_io(now) {
+            return Ok(());
+        }
         let run = self.check_run(now);
         let (gated, decision) = (self.gate)(&self.group, self.policy.as_ref(), run.as_ref(), now);
         if let Some(wait) = decision.wait() {
@@ -477,9 +532,11 @@ impl<'g> Simulation<'g> {
             .statefulsets
             .iter()
             .any(|member| member.annotations.contains_key(HALTED_ANNOTATION));
-        self.check_ramp(&gated)?;
-        self.check_batches(&gated)?;
-        self.check_approval(&gated)?;
+        if self.rolling_back.is_none() {
+            self.check_ramp(&gated)?;
+            self.check_batches(&gated)?;
+            self.check_approval(&gated)?;
+        }
         for action in &gated.actions {
             match action {
                 Action::DeletePod {
@@ -497,16 +554,26 @@ impl<'g> Simulation<'g> {
                             format!("deleted {pod} while the group is halted"),
                         ));
                     }
-                    self.check_zone_start(zone, pod)?;
-                    self.check_health(pod)?;
-                    if self.bypassing() {
-                        self.stats.bypassed_deletions += 1;
-                    }
                     let ordinal = self.group.statefulsets[zone]
                         .pods
                         .iter()
                         .position(|candidate| &candidate.name == pod)
                         .expect("planned on existing pods");
+                    if self.group.statefulsets[zone].pods[ordinal].ready {
+                        // Replacing a pod that is down already takes nothing away.
+                        self.check_one_zone(zone, pod)?;
+                    }
+                    if self.rolling_back.is_some() {
+                        self.check_rollback(zone, ordinal, pod)?;
+                        self.stats.rollback_deletions += 1;
+                    } else {
+                        self.check_zone_start(zone, pod)?;
+                        self.check_health(pod)?;
+                        if self.bypassing() {
+                            self.stats.bypassed_deletions += 1;
+                        }
+                    }
+                    self.disrupted[zone].insert(ordinal);
                     let target = &mut self.group.statefulsets[zone].pods[ordinal];
                     target.terminating = true;
                     target.ready = false;
@@ -617,6 +684,152 @@ impl<'g> Simulation<'g> {
                         "deleted {deleted} pods of zone {zone} ({updated} updated, available: \
                          {available}); the ramp allows {size} once the zone is available"
                     ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The controller's rollback I/O, as the real one does it: a request starts a rollback
+    /// (records stored, request removed), then templates go back. True when it wrote (the pass
+    /// ends there).
+    fn rollback_io(&mut self, now: Timestamp) -> bool {
+        let status = rollback::status(&self.group, |_| false);
+        if let Some((_, why)) = rollback::request(&self.group) {
+            let why = why.to_owned();
+            if rollback::refuse_request("ingester", &status).is_none() {
+                let history = self
+                    .group
+                    .statefulsets
+                    .iter()
+                    .map(|member| {
+                        let revisions = ["old", "new", "v3"]
+                            .iter()
+                            .zip(1..)
+                            .map(|(suffix, number)| rollback::Revision {
+                                name: format!("{}-{suffix}", member.name),
+                                number,
+                            })
+                            .collect();
+                        (member.name.clone(), revisions)
+                    })
+                    .collect();
+                let records =
+                    rollback::start(&self.group, &history, &why, now).expect("a rollback starts");
+                for (name, record) in records {
+                    let member = self
+                        .group
+                        .statefulsets
+                        .iter_mut()
+                        .find(|member| member.name == name)
+                        .expect("records name members");
+                    member
+                        .annotations
+                        .insert(ROLLBACK_STATE_ANNOTATION.to_owned(), record.to_annotation());
+                }
+                // The checker's own turn order: the zones started last first, then the rest.
+                let mut order: Vec<usize> = self.started.iter().rev().copied().collect();
+                order.retain(|&zone| {
+                    let member = &self.group.statefulsets[zone];
+                    member
+                        .pods
+                        .iter()
+                        .any(|pod| pod.revision == member.update_revision)
+                });
+                for zone in 0..self.group.statefulsets.len() {
+                    if !order.contains(&zone) {
+                        order.push(zone);
+                    }
+                }
+                self.rolling_back = Some(order);
+                self.stats.rollbacks += 1;
+                self.note(|| format!("rollback starts: {why}"));
+            } else {
+                self.note(|| "a rollback request is refused: one is under way".to_owned());
+            }
+            for member in &mut self.group.statefulsets {
+                member.annotations.remove(ROLLBACK_ANNOTATION);
+            }
+            return true;
+        }
+        if let rollback::Status::Restoring(members) = status {
+            for (name, record) in members {
+                let member = self
+                    .group
+                    .statefulsets
+                    .iter_mut()
+                    .find(|member| member.name == name)
+                    .expect("records name members");
+                member.update_revision = Some(record.to.clone());
+                let restored = rollback::Record {
+                    restored: true,
+                    ..record
+                };
+                member.annotations.insert(
+                    ROLLBACK_STATE_ANNOTATION.to_owned(),
+                    restored.to_annotation(),
+                );
+                self.note(|| format!("template of {name} written back"));
+            }
+            return true;
+        }
+        false
+    }
+
+    /// Property (i), on a deletion in `zone`.
+    fn check_one_zone(&self, zone: usize, pod: &str) -> Result<(), Violation> {
+        for (other, disrupted) in self.disrupted.iter().enumerate() {
+            if other != zone && !disrupted.is_empty() {
+                return Err(self.violation(
+                    Property::TwoZonesDisrupted,
+                    format!(
+                        "deleted {pod} while zone {other} has pods baton deleted not ready again \
+                         ({disrupted:?})"
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether every pod of `zone` runs its old revision again, ready.
+    fn rolled_back(&self, zone: usize) -> bool {
+        let member = &self.group.statefulsets[zone];
+        let old = format!("{}-old", member.name);
+        member.pods.iter().all(|pod| {
+            pod.revision.as_deref() == Some(old.as_str()) && pod.ready && !pod.terminating
+        })
+    }
+
+    /// Property (j), on a deletion of `zone`'s pod `ordinal` during a rollback.
+    fn check_rollback(&self, zone: usize, ordinal: usize, pod: &str) -> Result<(), Violation> {
+        let order = self.rolling_back.as_ref().expect("rolling back");
+        let turn = order.iter().copied().find(|&zone| !self.rolled_back(zone));
+        if turn != Some(zone) {
+            return Err(self.violation(
+                Property::RollbackOutOfOrder,
+                format!(
+                    "rolled back {pod} in zone {zone}, but it is zone {turn:?}'s turn ({order:?})"
+                ),
+            ));
+        }
+        let member = &self.group.statefulsets[zone];
+        let old = format!("{}-old", member.name);
+        let available = |pod: &PodSnapshot| pod.ready && !pod.terminating;
+        if available(&member.pods[ordinal]) {
+            // The newest (by the checker's own record of when each pod came), then the highest
+            // ordinal.
+            let newest = member
+                .pods
+                .iter()
+                .enumerate()
+                .filter(|(_, pod)| pod.revision.as_deref() != Some(old.as_str()) && available(pod))
+                .map(|(ordinal, _)| ordinal)
+                .max_by_key(|&ordinal| (self.lives[zone][ordinal].born, ordinal));
+            if newest != Some(ordinal) {
+                return Err(self.violation(
+                    Property::RollbackOutOfOrder,
+                    format!("rolled back {pod} before the newer pod {newest:?} of zone {zone}"),
                 ));
             }
         }
@@ -886,6 +1099,8 @@ fn run_scenarios(gate: &Gate, count: u64) -> Result<Stats, Violation> {
         total.approvals += stats.approvals;
         total.wrong_approvals += stats.wrong_approvals;
         total.bypassed_deletions += stats.bypassed_deletions;
+        total.rollbacks += stats.rollbacks;
+        total.rollback_deletions += stats.rollback_deletions;
         for (kind, count) in stats.held {
             *total.held.entry(kind).or_default() += count;
         }
@@ -915,6 +1130,8 @@ fn gates_hold_zones_for_the_soak_and_halted_groups_in_random_scenarios() {
         assert!(stats.approvals > count / 10, "{stats:?}");
         assert!(stats.wrong_approvals > count / 20, "{stats:?}");
         assert!(stats.bypassed_deletions > count / 20, "{stats:?}");
+        assert!(stats.rollbacks > count / 10, "{stats:?}");
+        assert!(stats.rollback_deletions > count / 10, "{stats:?}");
         for kind in [
             "Soak",
             "Halted",
@@ -1070,5 +1287,50 @@ fn checker_catches_a_gate_whose_bypass_never_expires() {
             real_gate(&forever, policy, run, now)
         },
         Property::ZoneBeforeSoak,
+    );
+}
+
+#[test]
+fn checker_catches_a_gate_that_rolls_back_like_a_rollout() {
+    // Like a rollback that only wrote the templates back and let the planner roll the pods as
+    // a rollout: zones in member order, the lowest ordinals first.
+    assert_caught(
+        &|group, policy, run, now| {
+            real_gate(&without(group, ROLLBACK_STATE_ANNOTATION), policy, run, now)
+        },
+        Property::RollbackOutOfOrder,
+    );
+}
+
+#[test]
+fn checker_catches_a_gate_that_disrupts_a_second_zone() {
+    // Like a rollback that took a pod of the next zone too, while the zone in turn rolls back.
+    assert_caught(
+        &|group, policy, run, now| {
+            let (mut plan, decision) = real_gate(group, policy, run, now);
+            let deleting = plan
+                .deletions()
+                .find_map(|action| action.rolls().map(str::to_owned));
+            if let (true, Some(deleting)) = (decision.rolling_back, deleting) {
+                let extra = group
+                    .statefulsets
+                    .iter()
+                    .filter(|member| member.name != deleting)
+                    .find_map(|member| {
+                        let pod = member.pods.iter().find(|pod| {
+                            pod.ready && !pod.terminating && pod.revision != member.update_revision
+                        })?;
+                        Some(Action::DeletePod {
+                            statefulset: member.name.clone(),
+                            pod: pod.name.clone(),
+                            uid: pod.uid.clone(),
+                            unavailable: None,
+                        })
+                    });
+                plan.actions.extend(extra);
+            }
+            (plan, decision)
+        },
+        Property::TwoZonesDisrupted,
     );
 }

@@ -533,6 +533,7 @@ impl<'p> Simulation<'p> {
                 ready_since: ready.then(|| instant(0) - SignedDuration::from_hours(1)),
                 terminating: false,
                 container_state: stuck.map(str::to_owned),
+                created_at: None,
             });
             self.members[index].pods.push(PodLife {
                 ordinal,
@@ -926,6 +927,7 @@ impl<'p> Simulation<'p> {
                     ready: false,
                     ready_since: None,
                     terminating: false,
+                    created_at: None,
                     container_state: None,
                 });
                 let running_at = step + self.rng.random_range(0..=1);

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use baton_core::annotations::ROLLOUT_GROUP_LABEL;
 use baton_core::pods::CachedPod;
-use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::apps::v1::{ControllerRevision, StatefulSet};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
@@ -142,6 +142,15 @@ impl Access {
             .await
             .map_err(|error| self.failed("list", "pods", error))?;
         Ok(listed.items.iter().map(CachedPod::of).collect())
+    }
+
+    /// Every ControllerRevision of the namespace (a StatefulSet's template history).
+    pub async fn controller_revisions(&self) -> Result<Vec<ControllerRevision>, AccessError> {
+        let listed = Api::<ControllerRevision>::namespaced(self.client.clone(), &self.namespace)
+            .list(&ListParams::default())
+            .await
+            .map_err(|error| self.failed("list", "controllerrevisions", error))?;
+        Ok(listed.items)
     }
 
     /// StatefulSet `name`, which must be in a rollout group; returns it and its group.

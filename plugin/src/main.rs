@@ -15,6 +15,7 @@ mod approval;
 mod fixtures;
 mod pause;
 mod render;
+mod rollback;
 mod wait;
 
 use std::path::PathBuf;
@@ -47,6 +48,8 @@ pub mod exit {
     pub const SKIPPED: i32 = 5;
     /// `wait`: the next step waits for a person's approval (`kubectl baton approve`).
     pub const AWAITING_APPROVAL: i32 = 6;
+    /// `wait`: the group rolled back (every pod runs the revision before the rollout).
+    pub const ROLLED_BACK: i32 = 7;
 }
 
 #[derive(Debug, Parser)]
@@ -83,8 +86,8 @@ enum Command {
     /// Wait until every zone of GROUP runs its update revision and is ready.
     ///
     /// Exit codes: 0 complete, 1 error, 3 timed out, 4 halted, 5 skipped (a member is not
-    /// OnDelete), 6 awaiting approval. Progress bars on a terminal, a line per change
-    /// otherwise.
+    /// OnDelete), 6 awaiting approval, 7 rolled back. Progress bars on a terminal, a line per
+    /// change otherwise.
     Wait {
         group: String,
         /// How long to wait: a duration such as 90s, 30m or 1h30m (0: look once).
@@ -106,6 +109,15 @@ enum Command {
     /// Approve the step GROUP awaits (baton.dev/approval): records exactly that step (its zone,
     /// revision and pods updated) in baton.dev/approved, and prints what was approved.
     Approve { group: String },
+    /// Roll GROUP back: every zone goes back to the revision it ran before this rollout, the
+    /// zones the rollout reached last first, the newest pods first, within max-unavailable and one
+    /// zone at a time. Prints the plan; `wait` follows it (exit 7 once rolled back).
+    Rollback {
+        group: String,
+        /// Why, for the Events and the status (who asked is added).
+        #[arg(long, default_value = "no reason given")]
+        reason: String,
+    },
 }
 
 /// `--timeout` as written (for messages) and as a duration.
@@ -188,6 +200,7 @@ async fn run(cli: Cli) -> Result<i32, AccessError> {
             );
             Ok(exit::SUCCESS)
         }
+        Command::Rollback { group, reason } => rollback::run(&access, &group, &reason).await,
         Command::Approve { group } => {
             let members = access.group_members(&group).await?;
             let pods = access.pods().await?;

@@ -42,12 +42,14 @@ pub enum WaitVerdict {
     Skipped(String),
     /// The next step waits for a person's approval; the message names it.
     AwaitingApproval(String),
+    /// The group rolled back: every pod runs the revision from before the rollout.
+    RolledBack(String),
     /// Still rolling or waiting.
     Pending,
 }
 
-/// Pure: stop when the group is complete, halted, skipped or awaiting approval (each needs a
-/// person, or nothing more).
+/// Pure: stop when the group is complete, rolled back, halted, skipped or awaiting approval
+/// (each needs a person, or nothing more).
 pub fn verdict(view: &GroupStatus) -> WaitVerdict {
     let message = || {
         view.waiting
@@ -59,9 +61,13 @@ pub fn verdict(view: &GroupStatus) -> WaitVerdict {
         RolloutPhase::Halted => WaitVerdict::Halted(message()),
         RolloutPhase::Skipped => WaitVerdict::Skipped(message()),
         RolloutPhase::AwaitingApproval => WaitVerdict::AwaitingApproval(message()),
-        RolloutPhase::Rolling | RolloutPhase::Waiting | RolloutPhase::Paused => {
-            WaitVerdict::Pending
+        RolloutPhase::RolledBack => {
+            WaitVerdict::RolledBack(view.rollback.clone().unwrap_or_default())
         }
+        RolloutPhase::Rolling
+        | RolloutPhase::Waiting
+        | RolloutPhase::Paused
+        | RolloutPhase::RollingBack => WaitVerdict::Pending,
     }
 }
 
@@ -93,6 +99,10 @@ pub fn outcome(view: &GroupStatus) -> Option<WaitOutcome> {
         WaitVerdict::AwaitingApproval(why) => Some(WaitOutcome {
             code: exit::AWAITING_APPROVAL,
             message: format!("rollout group {group} awaits approval: {why}"),
+        }),
+        WaitVerdict::RolledBack(why) => Some(WaitOutcome {
+            code: exit::ROLLED_BACK,
+            message: format!("rollout group {group} is {why}"),
         }),
         WaitVerdict::Pending => None,
     }

@@ -57,15 +57,17 @@ pub async fn explain(
         return;
     };
     let severity = match wait {
-        GateWait::Halted { .. } | GateWait::InvalidGate { .. } | GateWait::RefusedHook { .. } => {
-            Severity::Warning
-        }
+        GateWait::Halted { .. }
+        | GateWait::InvalidGate { .. }
+        | GateWait::RefusedHook { .. }
+        | GateWait::TemplateReverted { .. } => Severity::Warning,
         GateWait::Soak { .. }
         | GateWait::ZoneUnfinished { .. }
         | GateWait::HealthCheck { .. }
         | GateWait::Ramp { .. }
         | GateWait::Batch { .. }
         | GateWait::AwaitingApproval { .. }
+        | GateWait::RollingBack { .. }
         | GateWait::Hook { .. } => Severity::Normal,
     };
     let explanation = Explanation {

@@ -253,6 +253,10 @@ async fn check(
     now: Timestamp,
 ) -> (Plan, GateDecision) {
     let gated = decide(group, now);
+    if gated.1.rolling_back {
+        // Checks hold no rollback: nothing to query.
+        return gated;
+    }
     let Some(name) = config
         .health_check
         .clone()

@@ -5,7 +5,7 @@ use prometheus::{IntCounterVec, IntGaugeVec, Opts, Registry};
 use baton_core::gates::{GateNotice, GateWait};
 
 /// Every [`GateWait::kind`], so that a group's series for the other kinds read 0.
-const KINDS: [&str; 10] = [
+const KINDS: [&str; 12] = [
     "Halted",
     "InvalidGate",
     "ZoneUnfinished",
@@ -14,6 +14,8 @@ const KINDS: [&str; 10] = [
     "Ramp",
     "Batch",
     "AwaitingApproval",
+    "RollingBack",
+    "TemplateReverted",
     "Hook",
     "RefusedHook",
 ];
@@ -35,8 +37,8 @@ impl GateMetrics {
                 Opts::new(
                     "baton_rollout_gate_holding",
                     "1 when the group's rollout gate holds pod deletions for this reason \
-                     (Soak, ZoneUnfinished, HealthCheck, Ramp, Batch, AwaitingApproval, Hook, Halted, \
-                     InvalidGate), else 0.",
+                     (Soak, ZoneUnfinished, HealthCheck, Ramp, Batch, AwaitingApproval, RollingBack, \
+                     TemplateReverted, Hook, Halted, InvalidGate), else 0.",
                 ),
                 &["rollout_group", "reason"],
             )?,

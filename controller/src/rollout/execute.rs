@@ -84,6 +84,12 @@ pub enum ExecuteError {
         statefulset: String,
         source: kube::Error,
     },
+    #[error("rolling back {statefulset}: {step}: {source}")]
+    Rollback {
+        statefulset: String,
+        step: &'static str,
+        source: kube::Error,
+    },
     #[error(transparent)]
     TimedOut(#[from] TimedOut),
     /// The rollout gate's state could not be stored: nothing was acted on.
@@ -98,6 +104,7 @@ impl ExecuteError {
             Self::DeletePod { .. } => "delete_pod",
             Self::UpdateStatus { .. } => "update_status",
             Self::SetPartition { .. } => "set_partition",
+            Self::Rollback { .. } => "rollback",
             Self::TimedOut(_) => "timeout",
             Self::GateState(_) => "gate_state",
         }

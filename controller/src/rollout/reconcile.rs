@@ -13,6 +13,7 @@ use kube::Resource;
 use kube::api::Api;
 
 use super::execute::{self, DeletionOutcome, ExecuteError};
+use super::rollback::{Advanced, Rollbacks};
 use crate::explain::{Explainer, Explanation, Severity};
 use crate::gates::{self, store};
 use crate::leader::MayAct;
@@ -65,6 +66,19 @@ impl Rollouts {
             pods.iter().map(Arc::as_ref),
         );
         self.pending.apply(&mut snapshot, Instant::now());
+        // A rollback asked for starts, and templates go back, before anything is planned: each
+        // is a write whose watch event brings the group back.
+        if may_act().is_some() {
+            let rollbacks = Rollbacks {
+                client: &self.client,
+                namespace: &self.namespace,
+                timeout: self.request_timeout,
+                explainer: &self.explainer,
+            };
+            if rollbacks.advance(group, &snapshot, members).await? == Advanced::Wrote {
+                return Ok(Requeue::Never);
+            }
+        }
         // The planner's plan as the rollout gates allow it (a group without gate
         // keys gets the plan unchanged).
         let now = jiff::Timestamp::now();

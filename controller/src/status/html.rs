@@ -24,7 +24,8 @@ h2 { font-size: 17px; margin: 0 0 .5em; }
 .phase { display: inline-block; border-radius: 10px; padding: 0 .6em; font-size: 12px; font-weight: 600; color: #fff; }
 .complete { background: #1a7f37; } .rolling { background: #0969da; } .waiting { background: #9a6700; }
 .paused { background: #6e7781; } .halted { background: #cf222e; } .skipped { background: #8250df; }
-.awaitingApproval { background: #bf3989; }
+.awaitingApproval { background: #bf3989; } .rollingBack { background: #bc4c00; }
+.rolledBack { background: #953800; }
 .wait { margin: .3em 0 .6em; } .wait code { color: #57606a; }
 table { border-collapse: collapse; width: 100%; }
 th, td { text-align: left; padding: .3em .6em; border-bottom: 1px solid #eaeef2; vertical-align: middle; }
@@ -94,6 +95,9 @@ fn group_section(group: &GroupStatus, now: Timestamp) -> Markup {
     html! {
         section.group data-group=(group.name) data-phase=(group.phase.as_str()) {
             h2 { "Group " (group.name) " " (badge(group.phase)) }
+            @if let Some(rollback) = &group.rollback {
+                p.wait { "Rollback: " (rollback) }
+            }
             @if let Some(waiting) = &group.waiting {
                 div.wait {
                     "Waiting: " (waiting.message) " " code { "(" (waiting.kind) ")" }
@@ -222,11 +226,13 @@ mod tests {
                 pod: Some(format!("{hostile}-0")),
                 note: format!("deleted pod {hostile}-0\" onload=\"x"),
             }],
+            rollback: Some(format!("rolling back: asked by <i>{hostile}</i>")),
         };
         let page = page(&document(Role::Leader, vec![group]));
         assert!(!page.contains("<script>"), "{page}");
         assert!(!page.contains("<b>ingester"), "{page}");
         assert!(!page.contains("\" onload=\""), "{page}");
+        assert!(!page.contains("<i>"), "{page}");
         assert!(
             page.contains("zone-&lt;script&gt;alert(1)&lt;/script&gt;"),
             "{page}"
@@ -250,6 +256,7 @@ mod tests {
                 since: Some(at(-65)),
             }),
             last_actions: Vec::new(),
+            rollback: None,
         };
         let page = page(&document(Role::Leader, vec![group]));
         for (zone, phase) in [

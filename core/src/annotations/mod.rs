@@ -53,12 +53,17 @@ pub const CHECK_STATE_ANNOTATION: &str = "baton.dev/check-state";
 pub const HOOK_STATE_ANNOTATION: &str = "baton.dev/hook-state";
 /// baton's memory on the StatefulSets: whoever else wrote it could skip what it records (a
 /// soak, a hook, a health check), so the webhook lets only baton's controller set it.
-pub const STATE_ANNOTATIONS: [&str; 4] = [
+pub const STATE_ANNOTATIONS: [&str; 5] = [
     GATE_STATE_ANNOTATION,
     CHECK_STATE_ANNOTATION,
     HOOK_STATE_ANNOTATION,
     PARTITION_ANNOTATION,
+    ROLLBACK_STATE_ANNOTATION,
 ];
+/// Annotation written by baton's controller only: a member's rollback, from which revision to
+/// which, why and in what turn (JSON). Whoever else wrote it could have baton roll a template
+/// back to any revision.
+pub const ROLLBACK_STATE_ANNOTATION: &str = "baton.dev/rollback-state";
 /// Annotation (baton's own): how a StatefulSet's pods are replaced in a rollout, `delete` (the
 /// default: baton deletes them, the StatefulSet is `OnDelete`) or `partition` (a `RollingUpdate`
 /// StatefulSet whose partition baton lowers; the StatefulSet controller replaces the pods).

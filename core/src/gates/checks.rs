@@ -33,6 +33,7 @@ use serde::{Deserialize, Serialize};
 
 use super::decide::{AnnotationWrite, GateDecision, GateNotice, GateVerdict, GateWait, bypassing};
 use super::keys::{CHECK_STATE_ANNOTATION, GateWarning, HALTED_ANNOTATION, STATE_ANNOTATION};
+use super::rollback::ROLLBACK_ANNOTATION;
 use crate::rollout::{GroupSnapshot, Plan};
 
 /// A health check's timing and thresholds (a `RolloutHealthCheck`'s spec, as read).
@@ -57,6 +58,9 @@ pub enum OnFailure {
     /// Nothing waits: a failure is an Event and a metric. For trying a check before trusting
     /// it.
     Warn,
+    /// As `Halt`, but `failureThreshold` failures roll the group back instead of halting it
+    /// ([`super::rollback`]).
+    Rollback,
 }
 
 /// What one run of the check's queries came to.
@@ -201,7 +205,7 @@ pub fn apply(
     let Some(holder) = group.statefulsets.first().map(|member| member.name.clone()) else {
         return (plan, decision);
     };
-    if matches!(decision.wait(), Some(GateWait::InvalidGate { .. })) {
+    if decision.rolling_back || matches!(decision.wait(), Some(GateWait::InvalidGate { .. })) {
         return (plan, decision);
     }
     if matches!(decision.wait(), Some(GateWait::Halted { .. })) {
@@ -284,7 +288,7 @@ pub fn apply(
             });
         }
         if state.failures >= policy.failure_threshold
-            && policy.on_failure == OnFailure::Halt
+            && policy.on_failure != OnFailure::Warn
             && bypass.is_none()
         {
             return halt(group, policy, run, state, plan, decision, &holder);
@@ -296,7 +300,7 @@ pub fn apply(
     if let Some(zone) = deleting_in {
         let passed = state.passes >= policy.success_threshold;
         if passed || policy.on_failure == OnFailure::Warn || bypass.is_some() {
-            if let (false, OnFailure::Halt, Some(until)) = (passed, policy.on_failure, bypass) {
+            if let (false, Some(until)) = (passed || policy.on_failure == OnFailure::Warn, bypass) {
                 decision.notices.push(GateNotice::Bypassed {
                     zone,
                     gate: format!(
@@ -352,7 +356,8 @@ fn about(group: &GroupSnapshot, plan: &Plan) -> String {
         .unwrap_or_else(|| group.statefulsets[0].name.clone())
 }
 
-/// `failureThreshold` consecutive failures: halt, on the zone rolling or next.
+/// `failureThreshold` consecutive failures: halt (or ask for a rollback), on the zone rolling or
+/// next.
 fn halt(
     group: &GroupSnapshot,
     policy: &CheckPolicy,
@@ -370,16 +375,30 @@ fn halt(
     state.passes = 0;
     state.failures = 0;
     plan.actions.retain(|action| action.rolls().is_none());
+    // Asking for a rollback instead of halting: the controller starts it on the next pass.
+    let (key, wait) = match policy.on_failure {
+        OnFailure::Rollback => (
+            ROLLBACK_ANNOTATION,
+            GateWait::RollingBack {
+                zone: zone.clone(),
+                why: why.clone(),
+            },
+        ),
+        OnFailure::Halt | OnFailure::Warn => (
+            HALTED_ANNOTATION,
+            GateWait::Halted {
+                statefulset: zone.clone(),
+                why: why.clone(),
+            },
+        ),
+    };
     decision.verdict = GateVerdict::Hold {
-        wait: GateWait::Halted {
-            statefulset: zone.clone(),
-            why: why.clone(),
-        },
+        wait,
         pass: Default::default(),
     };
     decision.writes.push(AnnotationWrite {
         statefulset: zone,
-        key: HALTED_ANNOTATION,
+        key,
         value: Some(why),
     });
     decision.writes.push(AnnotationWrite {

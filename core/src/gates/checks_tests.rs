@@ -359,3 +359,42 @@ fn a_bypass_lets_steps_go_without_passes_halts_nothing_and_tells_each_step() {
     assert_eq!(decision.wait().map(GateWait::kind), Some("Halted"));
     assert!(decision.notices.is_empty());
 }
+
+#[test]
+fn a_check_whose_on_failure_is_rollback_asks_for_a_rollback_instead_of_halting() {
+    let rolling_back = CheckPolicy {
+        on_failure: OnFailure::Rollback,
+        ..policy()
+    };
+    let group = group(vec![
+        with_checks(cleared(zone("a", 3, 1)), &state(0, 2)),
+        zone("b", 3, 0),
+    ]);
+    let (gated, decision) = apply(
+        &group,
+        &rolling_back,
+        Some(&run(fail())),
+        decide(&group, now()),
+        now(),
+    );
+    assert!(deleted_zones(&gated).is_empty());
+    assert_eq!(decision.wait().map(GateWait::kind), Some("RollingBack"));
+    let asked = decision
+        .writes
+        .iter()
+        .find(|write| write.key == crate::gates::rollback::ROLLBACK_ANNOTATION)
+        .expect("a rollback request");
+    assert_eq!(asked.statefulset, "a");
+    assert!(
+        asked
+            .value
+            .as_deref()
+            .is_some_and(|why| why.starts_with("health check errors failed 3 times in a row"))
+    );
+    assert!(
+        !decision
+            .writes
+            .iter()
+            .any(|write| write.key == crate::gates::HALTED_ANNOTATION)
+    );
+}

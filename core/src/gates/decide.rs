@@ -30,8 +30,9 @@ use crate::annotations::{ROLLOUT_PAUSED_ANNOTATION, paused};
 use jiff::{SignedDuration, Timestamp};
 
 use super::keys::{self, GateConfig, GateWarning, STATE_ANNOTATION, format_duration};
+use super::rollback::{self, Status};
 use super::state::{GateState, ZoneState};
-use crate::rollout::{GroupSnapshot, Plan, plan};
+use crate::rollout::{GroupSnapshot, Order, Plan, plan, plan_in_order};
 
 /// Why deletions of the plan wait; `Display` explains it, [`GateWait::kind`] names it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -79,6 +80,16 @@ pub enum GateWait {
         updated: u32,
         total: u32,
     },
+    /// A rollback is under way and holds the rest: templates are being written back, or a
+    /// rollback was asked for (`why`) and is about to start.
+    RollingBack { zone: String, why: String },
+    /// `zone`'s template went back to the revision baton rolled it back from (`from`, instead
+    /// of `to`): a GitOps tool re-applying it? The group holds until the template changes.
+    TemplateReverted {
+        zone: String,
+        from: String,
+        to: String,
+    },
     /// `zone`'s next step waits for a person: `kubectl baton approve` records `step`.
     AwaitingApproval {
         zone: String,
@@ -110,6 +121,8 @@ impl GateWait {
             Self::Ramp { .. } => "Ramp",
             Self::Batch { .. } => "Batch",
             Self::AwaitingApproval { .. } => "AwaitingApproval",
+            Self::RollingBack { .. } => "RollingBack",
+            Self::TemplateReverted { .. } => "TemplateReverted",
             Self::Hook { .. } => "Hook",
             Self::RefusedHook { .. } => "RefusedHook",
         }
@@ -125,6 +138,8 @@ impl GateWait {
             | Self::Ramp { zone, .. }
             | Self::Batch { zone, .. }
             | Self::AwaitingApproval { zone, .. }
+            | Self::RollingBack { zone, .. }
+            | Self::TemplateReverted { zone, .. }
             | Self::Hook { zone, .. }
             | Self::RefusedHook { zone, .. } => zone,
         }
@@ -197,6 +212,14 @@ impl fmt::Display for GateWait {
                 formatter,
                 "{zone} awaits approval of {what}; approve with kubectl baton approve {group}"
             ),
+            Self::RollingBack { why, .. } => write!(formatter, "rolling back: {why}"),
+            Self::TemplateReverted { zone, from, to } => write!(
+                formatter,
+                "the template of {zone} went back to {from} after baton rolled it back to {to} \
+                 (a GitOps tool re-applying it?); baton will not write it again: put the \
+                 previous version in Git to finish the rollback, or a new version to roll \
+                 forward"
+            ),
             Self::HealthCheck {
                 zone,
                 check,
@@ -263,6 +286,9 @@ pub struct GateDecision {
     pub hook: Option<super::hooks::HookCall>,
     /// What people should hear about this pass besides a wait (each an Event).
     pub notices: Vec<GateNotice>,
+    /// A rollback holds the other gates off (the checks and hooks composed after [`decide()`]
+    /// leave the decision as it is).
+    pub rolling_back: bool,
     /// The zone state to store instead of the one in `writes` should no step go this pass:
     /// a zone cleared only because a bypass skipped its soak stays uncleared unless it steps
     /// while the bypass is in force (an expired bypass bypasses nothing).
@@ -338,6 +364,7 @@ impl GateDecision {
             recheck_after: None,
             hook: None,
             notices: Vec::new(),
+            rolling_back: false,
             unstepped: None,
         }
     }
@@ -410,7 +437,90 @@ pub fn decide_with(
     state: &GateState,
     now: Timestamp,
 ) -> (Plan, GateDecision) {
-    let gated = gate_zones(group, config, state, now);
+    let full = plan(group, now);
+    let done = |name: &str| {
+        full.progress
+            .iter()
+            .any(|progress| progress.statefulset == name && progress.done)
+    };
+    let forget = match rollback::status(group, done) {
+        Status::None | Status::RolledBack(_) => Vec::new(),
+        Status::Stale(carriers) => carriers,
+        active => return roll_back(group, active, full, state, now),
+    };
+    let (plan, mut decision) = gate_forward(group, config, state, full, now);
+    decision
+        .writes
+        .extend(forget.into_iter().map(|statefulset| AnnotationWrite {
+            statefulset,
+            key: rollback::ROLLBACK_STATE_ANNOTATION,
+            value: None,
+        }));
+    (plan, decision)
+}
+
+/// A rollback in flight (see [`rollback`]): a person's halt holds it; nothing else does.
+fn roll_back(
+    group: &GroupSnapshot,
+    status: Status,
+    full: Plan,
+    state: &GateState,
+    now: Timestamp,
+) -> (Plan, GateDecision) {
+    let hold = |wait: GateWait| {
+        let mut decision = GateDecision::hold(wait, BTreeSet::new());
+        decision.rolling_back = true;
+        decision.apply(full.clone())
+    };
+    if let Some((statefulset, why)) = state.halted.first() {
+        return hold(GateWait::Halted {
+            statefulset: statefulset.clone(),
+            why: why.clone(),
+        });
+    }
+    match status {
+        Status::Reverted { zone, record } => hold(GateWait::TemplateReverted {
+            zone,
+            from: record.from,
+            to: record.to,
+        }),
+        Status::Restoring(members) => match members.into_iter().next() {
+            Some((zone, record)) => hold(GateWait::RollingBack {
+                zone,
+                why: format!("writing the template back to {}: {}", record.to, record.why),
+            }),
+            None => (full, GateDecision::proceed()),
+        },
+        Status::RollingBack(order) => {
+            // One zone at a time, in turn order; its pods in reverse.
+            let mut view = group.clone();
+            for member in &mut view.statefulsets {
+                if member.name != order[0] {
+                    member
+                        .annotations
+                        .insert(ROLLOUT_PAUSED_ANNOTATION.to_owned(), "true".to_owned());
+                }
+            }
+            let mut viewed = plan_in_order(&view, now, Order::Reverse);
+            viewed.warnings.clone_from(&full.warnings);
+            viewed.progress.clone_from(&full.progress);
+            let mut decision = GateDecision::proceed();
+            decision.rolling_back = true;
+            (viewed, decision)
+        }
+        Status::None | Status::RolledBack(_) | Status::Stale(_) => (full, GateDecision::proceed()),
+    }
+}
+
+/// The forward gates: zones, steps, approvals.
+fn gate_forward(
+    group: &GroupSnapshot,
+    config: &GateConfig,
+    state: &GateState,
+    full: Plan,
+    now: Timestamp,
+) -> (Plan, GateDecision) {
+    let gated = gate_zones(group, config, state, full, now);
     let stopped = matches!(
         gated.1.wait(),
         Some(GateWait::Halted { .. } | GateWait::InvalidGate { .. })
@@ -434,9 +544,9 @@ fn gate_zones(
     group: &GroupSnapshot,
     config: &GateConfig,
     state: &GateState,
+    full: Plan,
     now: Timestamp,
 ) -> (Plan, GateDecision) {
-    let full = plan(group, now);
     if let Some((statefulset, why)) = state.halted.first() {
         let wait = GateWait::Halted {
             statefulset: statefulset.clone(),

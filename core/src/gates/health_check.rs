@@ -206,8 +206,11 @@ impl Spec {
             on_failure: match self.on_failure.as_deref() {
                 None | Some("Halt") => OnFailure::Halt,
                 Some("Warn") => OnFailure::Warn,
+                Some("Rollback") => OnFailure::Rollback,
                 Some(other) => {
-                    return Err(format!("spec.onFailure {other:?} is not one of Halt, Warn"));
+                    return Err(format!(
+                        "spec.onFailure {other:?} is not one of Halt, Warn, Rollback"
+                    ));
                 }
             },
         })
@@ -619,7 +622,7 @@ mod tests {
         );
         assert_eq!(
             with("warn"),
-            Err(r#"spec.onFailure "warn" is not one of Halt, Warn"#.to_owned())
+            Err(r#"spec.onFailure "warn" is not one of Halt, Warn, Rollback"#.to_owned())
         );
     }
 }

@@ -106,10 +106,12 @@ pub fn apply(
     (mut plan, mut decision): (Plan, GateDecision),
     now: Timestamp,
 ) -> (Plan, GateDecision, Option<HookCall>) {
-    if matches!(
-        decision.wait(),
-        Some(GateWait::Halted { .. } | GateWait::InvalidGate { .. })
-    ) {
+    if decision.rolling_back
+        || matches!(
+            decision.wait(),
+            Some(GateWait::Halted { .. } | GateWait::InvalidGate { .. })
+        )
+    {
         return (plan, decision, None);
     }
     let (state, _) = GateState::read(group);

@@ -34,6 +34,7 @@ pub mod health_check;
 pub mod hooks;
 pub mod keys;
 pub mod redact;
+pub mod rollback;
 pub mod state;
 pub mod steps;
 

@@ -7,8 +7,8 @@ pub mod plan;
 pub mod snapshot;
 
 pub use plan::{
-    Action, Plan, PodRevision, Progress, Unavailable, UnavailablePod, WaitReason, Warning, plan,
-    replacement_note,
+    Action, Order, Plan, PodRevision, Progress, Unavailable, UnavailablePod, WaitReason, Warning,
+    plan, plan_in_order, replacement_note,
 };
 pub use snapshot::{
     GroupSnapshot, PodPhase, PodSnapshot, StatefulSetSnapshot, UpdateStrategy, selector_matches,

@@ -105,6 +105,7 @@ mod tests {
                         ready_since: None,
                         terminating: *terminating,
                         container_state: None,
+                        created_at: None,
                     })
                     .collect(),
             }],

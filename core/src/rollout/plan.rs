@@ -605,13 +605,29 @@ pub struct Progress {
     pub done: bool,
 }
 
+/// The order a member's pods go in, within everything else the planner decides.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Order {
+    /// The lowest ordinal first (the Go operator's order).
+    #[default]
+    Rollout,
+    /// The newest pod first (by creation time, then the highest ordinal): so that a rollback
+    /// takes back first the pods the rollout replaced last.
+    Reverse,
+}
+
 /// Plans the next step of a group's rollout. Pure: the same snapshot and `now` give the same
 /// plan. `now` only serves spec.minReadySeconds (see [`Plan::recheck_after`]).
 pub fn plan(group: &GroupSnapshot, now: Timestamp) -> Plan {
+    plan_in_order(group, now, Order::Rollout)
+}
+
+/// [`plan()`], each member's pods going in `order`.
+pub fn plan_in_order(group: &GroupSnapshot, now: Timestamp, order: Order) -> Plan {
     let members: Vec<Member<'_>> = group
         .statefulsets
         .iter()
-        .map(|statefulset| Member::assess(statefulset, now))
+        .map(|statefulset| Member::assess(statefulset, now, order))
         .collect();
     let mut plan = Plan {
         actions: Vec::new(),
@@ -776,7 +792,8 @@ struct Member<'a> {
     max_unavailable: u32,
     paused: bool,
     warnings: Vec<Warning>,
-    /// Pods not at the update revision, lowest ordinal first (empty without update revision).
+    /// Pods not at the update revision, in the planner's [`Order`] (empty without update
+    /// revision).
     to_update: Vec<Outdated<'a>>,
     /// The unavailable pod to name when the member holds the group.
     waiting_for: Option<UnavailablePod>,
@@ -884,7 +901,7 @@ fn availability(pod: &PodSnapshot, min_ready_seconds: u32, now: Timestamp) -> Av
 }
 
 impl<'a> Member<'a> {
-    fn assess(statefulset: &'a StatefulSetSnapshot, now: Timestamp) -> Self {
+    fn assess(statefulset: &'a StatefulSetSnapshot, now: Timestamp, order: Order) -> Self {
         let expected = statefulset.spec_replicas;
         let max_unavailable = max_unavailable(&statefulset.annotations, expected);
         let paused = paused(&statefulset.annotations);
@@ -1004,6 +1021,12 @@ impl<'a> Member<'a> {
             }
         }
         to_update.sort_by(|a, b| match (a.ordinal, b.ordinal) {
+            // The newest first, then the highest ordinal (the reverse of a rollout's order).
+            (Some(ordinal_a), Some(ordinal_b)) if order == Order::Reverse => b
+                .pod
+                .created_at
+                .cmp(&a.pod.created_at)
+                .then(ordinal_b.cmp(&ordinal_a)),
             (Some(ordinal_a), Some(ordinal_b)) => ordinal_a.cmp(&ordinal_b),
             // Names that are not `<statefulset>-<ordinal>` (never seen in practice) go last.
             (Some(_), None) => Ordering::Less,

@@ -98,6 +98,8 @@ pub struct PodSnapshot {
     /// (`Error`, `OOMKilled`, …) of the first container that is not ready, init containers
     /// first. Only for messages: whether the pod is available never depends on it.
     pub container_state: Option<String>,
+    /// metadata.creationTimestamp: a rollback takes the newest pods back first.
+    pub created_at: Option<Timestamp>,
 }
 
 impl GroupSnapshot {
@@ -203,6 +205,9 @@ impl PodSnapshot {
             ready_since: readiness.ready_since,
             terminating: readiness.terminating,
             container_state: pod.container_state.clone(),
+            created_at: pod
+                .created_at
+                .and_then(|seconds| Timestamp::from_second(seconds.get()).ok()),
         }
     }
 
@@ -500,6 +505,7 @@ mod tests {
                 ready_since: Some(Timestamp::from_second(1_700_000_000).expect("valid time")),
                 terminating: false,
                 container_state: None,
+                created_at: None,
             }
         );
 

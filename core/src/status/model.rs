@@ -86,6 +86,10 @@ pub enum RolloutPhase {
     Skipped,
     /// The next step waits for a person's approval (`kubectl baton approve`).
     AwaitingApproval,
+    /// A rollback is under way: templates written back, pods rolled back zone by zone.
+    RollingBack,
+    /// Every pod runs the revision from before the rollout that was rolled back.
+    RolledBack,
 }
 
 impl RolloutPhase {
@@ -99,6 +103,8 @@ impl RolloutPhase {
             Self::Halted => "halted",
             Self::Skipped => "skipped",
             Self::AwaitingApproval => "awaitingApproval",
+            Self::RollingBack => "rollingBack",
+            Self::RolledBack => "rolledBack",
         }
     }
 }
@@ -122,6 +128,9 @@ pub struct GroupStatus {
     pub waiting: Option<Waiting>,
     /// The latest actions the leader took for this group, newest first (empty on a standby).
     pub last_actions: Vec<ActionRecord>,
+    /// The group's rollback, while one is under way or once it rolled back: who asked and why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollback: Option<String>,
 }
 
 /// One member StatefulSet (a zone).

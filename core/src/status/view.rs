@@ -14,7 +14,8 @@
 //!    planner waits on its pods → `rolling`;
 //! 7. otherwise → `waiting` (not its turn, or a pod down outside any rollout).
 //!
-//! Of a group: `skipped`, `halted`, `complete`, `awaitingApproval` as above; `paused` when the planner waits only
+//! Of a group: `skipped`, `halted` (a template reverted after a rollback too), `rolledBack`
+//! (complete after a rollback), `complete`, `rollingBack`, `awaitingApproval` as above; `paused` when the planner waits only
 //! for paused zones; `rolling` when pods are being replaced or the wait is for a rolling zone's
 //! own pods; `waiting` otherwise (a gate holds it, several zones are not ready, …).
 
@@ -94,8 +95,18 @@ pub fn group_status(
     let skipped = matches!(plan.waiting, Some(WaitReason::NonOnDeleteMember { .. }));
     let halted = matches!(
         gate.wait(),
-        Some(GateWait::Halted { .. } | GateWait::InvalidGate { .. } | GateWait::RefusedHook { .. })
+        Some(
+            GateWait::Halted { .. }
+                | GateWait::InvalidGate { .. }
+                | GateWait::RefusedHook { .. }
+                | GateWait::TemplateReverted { .. }
+        )
     );
+    let rollback = gates::rollback::status(snapshot, |name| {
+        plan.progress
+            .iter()
+            .any(|progress| progress.statefulset == name && progress.done)
+    });
     let awaiting = match gate.wait() {
         Some(GateWait::AwaitingApproval { zone, .. }) => Some(zone.as_str()),
         _ => None,
@@ -179,8 +190,12 @@ pub fn group_status(
         RolloutPhase::Skipped
     } else if halted {
         RolloutPhase::Halted
+    } else if complete && matches!(rollback, gates::rollback::Status::RolledBack(_)) {
+        RolloutPhase::RolledBack
     } else if complete {
         RolloutPhase::Complete
+    } else if gates::rollback::active(&rollback) {
+        RolloutPhase::RollingBack
     } else if awaiting.is_some() {
         RolloutPhase::AwaitingApproval
     } else if gate.wait().is_none()
@@ -205,6 +220,27 @@ pub fn group_status(
         name: snapshot.name.clone(),
         phase,
         zones,
+        rollback: match &rollback {
+            gates::rollback::Status::RolledBack(record) => Some(format!(
+                "rolled back from {} at {}: {}",
+                record.from, record.at, record.why
+            )),
+            gates::rollback::Status::Restoring(members) => members
+                .first()
+                .map(|(_, record)| format!("rolling back: {}", record.why)),
+            gates::rollback::Status::RollingBack(order) => Some(format!(
+                "rolling back, {} next: {}",
+                order.join(", then "),
+                gates::rollback::records(snapshot)
+                    .first()
+                    .map(|(_, record)| record.why.clone())
+                    .unwrap_or_default()
+            )),
+            gates::rollback::Status::Reverted { record, .. } => {
+                Some(format!("rollback interrupted: {}", record.why))
+            }
+            gates::rollback::Status::None | gates::rollback::Status::Stale(_) => None,
+        },
         waiting: if phase == RolloutPhase::Complete {
             None
         } else {

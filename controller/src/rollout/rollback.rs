@@ -1,0 +1,271 @@
+//! A rollback's I/O (the decisions are `baton_core::gates::rollback`): starting one that was
+//! asked for (reading the members' ControllerRevisions, storing the records, removing the
+//! request) and writing each member's pod template back from the revision it returns to. The
+//! pods are then rolled back by the gate, like any rollout.
+//!
+//! Each step is one conditional write and ends the pass: its watch event brings the group back
+//! with what it wrote, so a pass never acts on a group it just changed.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use baton_core::gates::AnnotationWrite;
+use baton_core::gates::rollback::{
+    self, ROLLBACK_ANNOTATION, ROLLBACK_STATE_ANNOTATION, Record, Revision, Status,
+};
+use baton_core::rollout::GroupSnapshot;
+use baton_shared::kube_client::bounded;
+use k8s_openapi::api::apps::v1::{ControllerRevision, StatefulSet};
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::{Resource, ResourceExt};
+
+use super::execute::ExecuteError;
+use crate::explain::{Explainer, Explanation, Severity};
+use crate::gates::store;
+
+/// What a pass did about rollbacks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Advanced {
+    /// Nothing to do: plan and gate as usual.
+    Nothing,
+    /// Something was written: the pass ends here.
+    Wrote,
+}
+
+/// The rollback side of a group's pass, run by the leader before the gate.
+pub struct Rollbacks<'a> {
+    pub client: &'a kube::Client,
+    pub namespace: &'a str,
+    pub timeout: Duration,
+    pub explainer: &'a Explainer,
+}
+
+impl Rollbacks<'_> {
+    /// Starts a rollback asked for, or writes the next template back.
+    pub async fn advance(
+        &self,
+        group: &str,
+        snapshot: &GroupSnapshot,
+        members: &[Arc<StatefulSet>],
+    ) -> Result<Advanced, ExecuteError> {
+        let status = rollback::status(snapshot, |_| false);
+        if let Some((carrier, why)) = rollback::request(snapshot) {
+            return self
+                .start(group, snapshot, members, &status, carrier, why)
+                .await;
+        }
+        if let Status::Restoring(restoring) = status {
+            for (name, record) in restoring {
+                self.restore(members, &name, &record).await?;
+            }
+            return Ok(Advanced::Wrote);
+        }
+        Ok(Advanced::Nothing)
+    }
+
+    async fn start(
+        &self,
+        group: &str,
+        snapshot: &GroupSnapshot,
+        members: &[Arc<StatefulSet>],
+        status: &Status,
+        carrier: &str,
+        why: &str,
+    ) -> Result<Advanced, ExecuteError> {
+        let api: Api<StatefulSet> = Api::namespaced(self.client.clone(), self.namespace);
+        let read: Vec<&StatefulSet> = members.iter().map(Arc::as_ref).collect();
+        let remove_request = AnnotationWrite {
+            statefulset: carrier.to_owned(),
+            key: ROLLBACK_ANNOTATION,
+            value: None,
+        };
+        let decided = match rollback::refuse_request(group, status) {
+            Some(refused) => Err(format!("{refused}; the request is removed")),
+            None => {
+                let history = self.history(members).await?;
+                rollback::start(snapshot, &history, why, jiff::Timestamp::now())
+                    .map_err(|refused| format!("{refused}; the request is removed"))
+            }
+        };
+        let (writes, explanation) = match decided {
+            Err(refused) => (
+                vec![remove_request],
+                Explanation {
+                    severity: Severity::Warning,
+                    reason: "RollbackRefused".to_owned(),
+                    action: "Rollback".to_owned(),
+                    note: refused,
+                },
+            ),
+            Ok(records) => {
+                let order = rollback::describe(&records);
+                let mut writes: Vec<AnnotationWrite> = records
+                    .into_iter()
+                    .map(|(statefulset, record)| AnnotationWrite {
+                        statefulset,
+                        key: ROLLBACK_STATE_ANNOTATION,
+                        value: Some(record.to_annotation()),
+                    })
+                    .collect();
+                writes.push(remove_request);
+                (
+                    writes,
+                    Explanation {
+                        severity: Severity::Normal,
+                        reason: "RollbackStarted".to_owned(),
+                        action: "Rollback".to_owned(),
+                        note: format!(
+                            "rolling back rollout group {group}, in this order: {order} — asked: \
+                             {why}"
+                        ),
+                    },
+                )
+            }
+        };
+        if store::store(&api, &read, &writes, self.timeout).await? == store::Stored::Done
+            && let Some(member) = members.iter().find(|member| member.name_any() == carrier)
+        {
+            self.explainer
+                .tell(&member.object_ref(&()), explanation)
+                .await;
+        }
+        Ok(Advanced::Wrote)
+    }
+
+    /// Every member's ControllerRevisions (the ones it controls), by member name.
+    async fn history(
+        &self,
+        members: &[Arc<StatefulSet>],
+    ) -> Result<BTreeMap<String, Vec<Revision>>, ExecuteError> {
+        let api: Api<ControllerRevision> = Api::namespaced(self.client.clone(), self.namespace);
+        let listing = format!("listing the ControllerRevisions of {}", self.namespace);
+        let listed = bounded(self.timeout, listing, api.list(&ListParams::default()))
+            .await?
+            .map_err(|source| ExecuteError::Rollback {
+                statefulset: members
+                    .first()
+                    .map(|member| member.name_any())
+                    .unwrap_or_default(),
+                step: "listing ControllerRevisions",
+                source,
+            })?;
+        let read: Vec<&StatefulSet> = members.iter().map(Arc::as_ref).collect();
+        Ok(rollback::history(&read, &listed.items))
+    }
+
+    /// Writes `name`'s pod template back from the ControllerRevision `record.to`, marking the
+    /// record restored in the same conditional patch (never twice: a template that comes back
+    /// to `from` afterwards is someone else's doing).
+    async fn restore(
+        &self,
+        members: &[Arc<StatefulSet>],
+        name: &str,
+        record: &Record,
+    ) -> Result<(), ExecuteError> {
+        let failed = |step, source| ExecuteError::Rollback {
+            statefulset: name.to_owned(),
+            step,
+            source,
+        };
+        let Some(member) = members.iter().find(|member| member.name_any() == name) else {
+            return Ok(());
+        };
+        let revisions: Api<ControllerRevision> =
+            Api::namespaced(self.client.clone(), self.namespace);
+        let reading = format!("reading ControllerRevision {}", record.to);
+        let revision = bounded(self.timeout, reading, revisions.get(&record.to))
+            .await?
+            .map_err(|source| failed("reading the revision to go back to", source))?;
+        let restored = Record {
+            restored: true,
+            ..record.clone()
+        };
+        let body = restore_patch(
+            revision.data.map(|data| data.0),
+            member.metadata.resource_version.as_deref(),
+            &restored,
+        );
+        let api: Api<StatefulSet> = Api::namespaced(self.client.clone(), self.namespace);
+        let writing = format!("writing the template of {name} back to {}", record.to);
+        let patch = Patch::Strategic(&body);
+        match bounded(
+            self.timeout,
+            writing,
+            api.patch(name, &PatchParams::default(), &patch),
+        )
+        .await?
+        {
+            Ok(_) => {}
+            // Someone wrote meanwhile: the watch event brings the group back.
+            Err(kube::Error::Api(status)) if status.code == 409 || status.code == 404 => {
+                return Ok(());
+            }
+            Err(source) => return Err(failed("writing the template back", source)),
+        }
+        let explanation = Explanation {
+            severity: Severity::Normal,
+            reason: "TemplateRestored".to_owned(),
+            action: "Rollback".to_owned(),
+            note: format!(
+                "pod template written back from ControllerRevision {} (was {})",
+                record.to, record.from
+            ),
+        };
+        self.explainer
+            .tell(&member.object_ref(&()), explanation)
+            .await;
+        Ok(())
+    }
+}
+
+/// The strategic merge patch that writes a StatefulSet's template back: the ControllerRevision's
+/// data (the StatefulSet controller stores it as `{"spec": {"template": {…, "$patch":
+/// "replace"}}}`, what `kubectl rollout undo` applies), the record marked restored, and the
+/// resourceVersion read as a precondition.
+pub fn restore_patch(
+    data: Option<serde_json::Value>,
+    resource_version: Option<&str>,
+    restored: &Record,
+) -> serde_json::Value {
+    let mut body = match data {
+        Some(serde_json::Value::Object(data)) => serde_json::Value::Object(data),
+        _ => serde_json::json!({}),
+    };
+    body["metadata"] = serde_json::json!({
+        "resourceVersion": resource_version,
+        "annotations": { ROLLBACK_STATE_ANNOTATION: restored.to_annotation() },
+    });
+    body
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_restore_patch_is_the_revisions_template_and_the_record_at_the_read_version() {
+        let data = serde_json::json!({"spec": {"template": {
+            "$patch": "replace",
+            "spec": {"containers": [{"name": "app", "image": "app:v1"}]},
+        }}});
+        let record = Record {
+            from: "zone-a-new".to_owned(),
+            to: "zone-a-old".to_owned(),
+            why: "errors".to_owned(),
+            at: "2026-11-25T00:00:00Z".to_owned(),
+            turn: 0,
+            restored: true,
+        };
+        let body = restore_patch(Some(data.clone()), Some("42"), &record);
+        assert_eq!(body["spec"], data["spec"]);
+        assert_eq!(body["metadata"]["resourceVersion"], "42");
+        let stored: Record = serde_json::from_str(
+            body["metadata"]["annotations"][ROLLBACK_STATE_ANNOTATION]
+                .as_str()
+                .expect("a string"),
+        )
+        .expect("a record");
+        assert_eq!(stored, record);
+    }
+}

@@ -1,0 +1,266 @@
+//! Scenarios for rollbacks: what is decided when one is asked for, and how the gate rolls the
+//! pods back.
+
+use super::*;
+use crate::gates::decide::tests::deleted_zones;
+use crate::gates::{GateWait, HALTED_ANNOTATION, SOAK_ANNOTATION, decide};
+use crate::rollout::{Action, StatefulSetSnapshot};
+use crate::testing::{annotated, group, now, zone};
+
+/// Zone `name` rolling from `<name>-v1` to `<name>-v2`, its first `updated` pods at v2.
+fn rolling(name: &str, replicas: u32, updated: u32) -> StatefulSetSnapshot {
+    zone(name, replicas)
+        .at_revision(&format!("{name}-v1"))
+        .template_changed_to(&format!("{name}-v2"))
+        .updated_first(updated)
+        .build()
+}
+
+/// Zone `name` done at `<name>-v2` (current revision moved on).
+fn finished(name: &str, replicas: u32) -> StatefulSetSnapshot {
+    zone(name, replicas)
+        .at_revision(&format!("{name}-v2"))
+        .build()
+}
+
+fn history(names: &[&str]) -> BTreeMap<String, Vec<Revision>> {
+    names
+        .iter()
+        .map(|name| {
+            let revisions = vec![
+                Revision {
+                    name: format!("{name}-v1"),
+                    number: 1,
+                },
+                Revision {
+                    name: format!("{name}-v2"),
+                    number: 2,
+                },
+            ];
+            ((*name).to_owned(), revisions)
+        })
+        .collect()
+}
+
+/// The zone's pods were created `seconds_ago`.
+fn created_ago(mut statefulset: StatefulSetSnapshot, seconds_ago: i64) -> StatefulSetSnapshot {
+    for pod in &mut statefulset.pods {
+        pod.created_at = Some(now() - jiff::SignedDuration::from_secs(seconds_ago));
+    }
+    statefulset
+}
+
+#[test]
+fn a_rollback_goes_back_to_what_each_zone_ran_before_the_last_zone_reached_first() {
+    // a finished (its pods older), b half way (its new pod newer), c not reached.
+    let group = group(vec![
+        created_ago(finished("a", 2), 600),
+        created_ago(rolling("b", 2, 1), 60),
+        rolling("c", 2, 0),
+    ]);
+    let records = start(&group, &history(&["a", "b", "c"]), "errors up", now()).expect("starts");
+    let order: Vec<(&str, &str, &str, u32)> = records
+        .iter()
+        .map(|(name, record)| {
+            (
+                name.as_str(),
+                record.from.as_str(),
+                record.to.as_str(),
+                record.turn,
+            )
+        })
+        .collect();
+    assert_eq!(
+        order,
+        [
+            ("b", "b-v2", "b-v1", 0),
+            ("a", "a-v2", "a-v1", 1),
+            ("c", "c-v2", "c-v1", 2),
+        ]
+    );
+    assert_eq!(
+        describe(&records),
+        "b from b-v2 to b-v1, then a from a-v2 to a-v1, then c from c-v2 to c-v1"
+    );
+    assert!(
+        records
+            .iter()
+            .all(|(_, record)| record.why == "errors up" && !record.restored)
+    );
+}
+
+#[test]
+fn without_creation_times_the_zones_reached_go_in_reverse_member_order() {
+    let group = group(vec![
+        finished("a", 2),
+        rolling("b", 2, 1),
+        rolling("c", 2, 0),
+    ]);
+    let records = start(&group, &history(&["a", "b", "c"]), "why", now()).expect("starts");
+    let names: Vec<&str> = records.iter().map(|(name, _)| name.as_str()).collect();
+    assert_eq!(names, ["b", "a", "c"]);
+}
+
+#[test]
+fn a_rollback_that_cannot_be_done_says_which_member_and_why() {
+    let no_history = group(vec![finished("a", 2)]);
+    assert_eq!(
+        start(&no_history, &BTreeMap::new(), "why", now())
+            .unwrap_err()
+            .to_string(),
+        "cannot roll back StatefulSet a: its ControllerRevision a-v2 is not found"
+    );
+    let first_revision = group(vec![finished("a", 2)]);
+    let only = BTreeMap::from([(
+        "a".to_owned(),
+        vec![Revision {
+            name: "a-v2".to_owned(),
+            number: 1,
+        }],
+    )]);
+    assert_eq!(
+        start(&first_revision, &only, "why", now()).unwrap_err().why,
+        "it has no revision before a-v2 to go back to"
+    );
+    let by_partition = group(vec![annotated(
+        rolling("a", 2, 1),
+        crate::annotations::UPDATE_BY_ANNOTATION,
+        "partition",
+    )]);
+    assert!(
+        start(&by_partition, &history(&["a"]), "why", now())
+            .unwrap_err()
+            .why
+            .contains("roll its template back in Git")
+    );
+}
+
+/// The members after the controller stored `records` and wrote every template back.
+fn restored(
+    mut group: crate::rollout::GroupSnapshot,
+    records: &[(String, Record)],
+) -> crate::rollout::GroupSnapshot {
+    for member in &mut group.statefulsets {
+        let (_, record) = records
+            .iter()
+            .find(|(name, _)| *name == member.name)
+            .expect("a record per member");
+        let record = Record {
+            restored: true,
+            ..record.clone()
+        };
+        member.update_revision = Some(record.to.clone());
+        member
+            .annotations
+            .insert(ROLLBACK_STATE_ANNOTATION.to_owned(), record.to_annotation());
+    }
+    group
+}
+
+#[test]
+fn the_gate_rolls_back_one_zone_at_a_time_in_turn_newest_pods_first_whatever_else_holds() {
+    // A 1h soak and a halt-free group: b (3 of 4 at v2) goes first, its newest pod first.
+    let before = group(vec![
+        annotated(created_ago(finished("a", 4), 600), SOAK_ANNOTATION, "1h"),
+        created_ago(rolling("b", 4, 3), 60),
+    ]);
+    let records = start(&before, &history(&["a", "b"]), "why", now()).expect("starts");
+    let rolling_back = restored(before, &records);
+    let (plan, decision) = decide(&rolling_back, now());
+    assert!(decision.rolling_back);
+    assert_eq!(decision.wait(), None);
+    assert_eq!(deleted_zones(&plan), ["b"]);
+    let deleted: Vec<&str> = plan
+        .deletions()
+        .filter_map(|action| match action {
+            Action::DeletePod { pod, .. } => Some(pod.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        deleted,
+        ["b-2"],
+        "the newest of b's v2 pods (0, 1, 2) first"
+    );
+    assert_eq!(
+        status(&rolling_back, |_| false),
+        Status::RollingBack(vec!["b".to_owned(), "a".to_owned()])
+    );
+}
+
+#[test]
+fn a_persons_halt_holds_a_rollback() {
+    let before = group(vec![finished("a", 2), rolling("b", 2, 1)]);
+    let records = start(&before, &history(&["a", "b"]), "why", now()).expect("starts");
+    let mut halted = restored(before, &records);
+    halted.statefulsets[0]
+        .annotations
+        .insert(HALTED_ANNOTATION.to_owned(), "wait".to_owned());
+    let (plan, decision) = decide(&halted, now());
+    assert!(deleted_zones(&plan).is_empty());
+    assert_eq!(decision.wait().map(GateWait::kind), Some("Halted"));
+}
+
+#[test]
+fn a_template_that_comes_back_after_the_rollback_holds_and_is_never_written_again() {
+    let before = group(vec![finished("a", 2), rolling("b", 2, 1)]);
+    let records = start(&before, &history(&["a", "b"]), "why", now()).expect("starts");
+    let mut reverted = restored(before, &records);
+    // A GitOps tool re-applies v2 on b.
+    reverted.statefulsets[1].update_revision = Some("b-v2".to_owned());
+    let (plan, decision) = decide(&reverted, now());
+    assert!(deleted_zones(&plan).is_empty());
+    let wait = decision.wait().expect("holds");
+    assert_eq!(wait.kind(), "TemplateReverted");
+    assert!(
+        wait.to_string()
+            .contains("went back to b-v2 after baton rolled it back to b-v1")
+    );
+    assert!(matches!(
+        status(&reverted, |_| false),
+        Status::Reverted { .. }
+    ));
+}
+
+#[test]
+fn once_every_zone_runs_the_old_revision_the_group_rolled_back_until_the_template_moves_on() {
+    let before = group(vec![finished("a", 2), rolling("b", 2, 1)]);
+    let records = start(&before, &history(&["a", "b"]), "why", now()).expect("starts");
+    let mut done = restored(before, &records);
+    for member in &mut done.statefulsets {
+        let to = member.update_revision.clone();
+        member.current_revision.clone_from(&to);
+        for pod in &mut member.pods {
+            pod.revision.clone_from(&to);
+        }
+    }
+    assert!(matches!(status(&done, |_| true), Status::RolledBack(_)));
+    let (plan, decision) = decide(&done, now());
+    assert!(deleted_zones(&plan).is_empty());
+    assert!(!decision.rolling_back);
+    // A new version: the records are forgotten, and it rolls forward.
+    done.statefulsets[0].update_revision = Some("a-v3".to_owned());
+    done.statefulsets[1].update_revision = Some("b-v3".to_owned());
+    let (plan, decision) = decide(&done, now());
+    assert_eq!(deleted_zones(&plan), ["a"]);
+    let forgotten: Vec<&str> = decision
+        .writes
+        .iter()
+        .filter(|write| write.key == ROLLBACK_STATE_ANNOTATION && write.value.is_none())
+        .map(|write| write.statefulset.as_str())
+        .collect();
+    assert_eq!(forgotten, ["a", "b"]);
+}
+
+#[test]
+fn a_second_request_is_refused_while_rolling_back_or_rolled_back() {
+    let before = group(vec![finished("a", 2), rolling("b", 2, 1)]);
+    let records = start(&before, &history(&["a", "b"]), "why", now()).expect("starts");
+    let rolling_back = restored(before, &records);
+    assert!(
+        refuse_request("ingester", &status(&rolling_back, |_| false))
+            .expect("refused")
+            .contains("rolling back already")
+    );
+    assert_eq!(refuse_request("ingester", &Status::None), None);
+}
