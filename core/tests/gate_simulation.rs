@@ -753,7 +753,14 @@ impl<'g> Simulation<'g> {
             return true;
         }
         if let rollback::Status::Restoring(members) = status {
-            for (name, record) in members {
+            let unwritten: Vec<_> = members
+                .into_iter()
+                .filter(|(_, record)| !record.restored)
+                .collect();
+            if unwritten.is_empty() {
+                return false;
+            }
+            for (name, record) in unwritten {
                 let member = self
                     .group
                     .statefulsets

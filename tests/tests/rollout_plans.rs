@@ -18,7 +18,7 @@ use baton_e2e::fixtures::{StatefulSetFixture, rollout_group};
 use baton_e2e::plugin_support::{Run, kubectl_baton};
 use baton_e2e::prometheus_support::{Metrics, Prometheus, create_health_check};
 use baton_e2e::timeline::{Zone, check_rollout_guarantees, deletion_batches};
-use baton_e2e::wait_until;
+use baton_e2e::{PodEvent, wait_until};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use kube::api::{Patch, PatchParams};
 use serde_json::json;
@@ -147,6 +147,70 @@ impl Scene {
             }
         }
         halted
+    }
+
+    /// The pods that started leaving (Terminating or deleted) since `from`, in order, as
+    /// (StatefulSet, pod).
+    fn departures(&self, from: Instant) -> Vec<(String, String)> {
+        let mut seen = std::collections::BTreeSet::new();
+        self.inner
+            .simulator
+            .timeline()
+            .iter()
+            .filter(|transition| {
+                transition.at >= from
+                    && matches!(transition.event, PodEvent::Terminating | PodEvent::Deleted)
+            })
+            .filter(|transition| seen.insert(transition.uid.clone()))
+            .map(|transition| {
+                (
+                    transition.statefulset.clone().unwrap_or_default(),
+                    transition.pod.clone(),
+                )
+            })
+            .collect()
+    }
+
+    /// Every pod of every member runs `revisions[member]`, and it is the update revision.
+    async fn assert_all_at(&self, revisions: &BTreeMap<String, String>) {
+        let client = self.inner.namespace.client();
+        for name in &self.names {
+            let state = rollout_state(&client, self.namespace(), name).await;
+            assert_eq!(state.update_revision, revisions[name], "{name}: {state:?}");
+            assert!(
+                state
+                    .pod_revisions
+                    .values()
+                    .all(|revision| *revision == revisions[name]),
+                "{name}: {state:?}"
+            );
+        }
+    }
+
+    /// The update revision of every member, by name.
+    async fn update_revisions(&self) -> BTreeMap<String, String> {
+        let mut revisions = BTreeMap::new();
+        for name in &self.names {
+            let (_, update) = self.revisions(name).await;
+            revisions.insert(name.clone(), update);
+        }
+        revisions
+    }
+
+    /// The image of `name`'s pod template.
+    async fn image(&self, name: &str) -> String {
+        let statefulset: StatefulSet = self
+            .inner
+            .namespace
+            .api::<StatefulSet>()
+            .get(name)
+            .await
+            .expect("the StatefulSet exists");
+        statefulset
+            .spec
+            .and_then(|spec| spec.template.spec)
+            .and_then(|spec| spec.containers.first().and_then(|c| c.image.clone()))
+            .unwrap_or_default()
     }
 
     /// The controller's counter `name` with `labels` (each `key="value"`), 0 when absent.
@@ -529,4 +593,184 @@ async fn an_expired_bypass_bypasses_nothing_and_one_in_force_skips_the_soak_tell
             ],
         )
         .await;
+}
+
+/// The ordinals of `statefulset`'s pods in `departures`, in order.
+fn ordinals(departures: &[(String, String)], statefulset: &str) -> Vec<u32> {
+    departures
+        .iter()
+        .filter(|(name, _)| name == statefulset)
+        .filter_map(|(_, pod)| pod.rsplit_once('-')?.1.parse().ok())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_check_failing_in_zone_b_rolls_the_group_back_zone_b_first_newest_pods_first() {
+    // Given a group of 3 zones × 3 pods whose health check rolls it back when it fails
+    let checked = Checked::start(
+        &format!("# TYPE {ERROR_RATIO} gauge\n{ERROR_RATIO} 0\n"),
+        (ERROR_RATIO, 0.0),
+    )
+    .await;
+    let scene = Scene::new(
+        "auto-rollback",
+        &checked.settings(),
+        &["a", "b", "c"],
+        3,
+        |zone, fixture| match zone {
+            "a" => fixture.annotation(HEALTH_CHECK_ANNOTATION, "errors"),
+            _ => fixture,
+        },
+    )
+    .await;
+    let spec = json!({
+        "prometheus": {"address": checked.prometheus.url(), "timeout": "2s"},
+        "queries": [{
+            "name": "error-ratio",
+            "query": ERROR_RATIO,
+            "threshold": {"operator": "<", "value": 0.1},
+        }],
+        "interval": "1s",
+        "failureThreshold": 1,
+        "onFailure": "Rollback",
+    });
+    let client = scene.inner.namespace.client();
+    create_health_check(&client, scene.namespace(), "errors", spec).await;
+    let before = scene.update_revisions().await;
+    let (zone_a, zone_b, zone_c) = (
+        scene.names[0].clone(),
+        scene.names[1].clone(),
+        scene.names[2].clone(),
+    );
+
+    // When the template changes, and the error ratio rises once zone b has 2 new pods
+    let from = scene.roll_out("v2").await;
+    wait_until(TIMEOUT, "zone b has 2 new pods", || async {
+        scene.updated(&zone_b).await >= 2
+    })
+    .await;
+    let failing = Instant::now();
+    checked.metrics.set(ERROR_RATIO, 0.5);
+
+    // Then the group rolls back: `wait` says so with its own exit code, every pod runs the
+    // revision from before, and an Event says who started it and why
+    scene
+        .kubectl_baton(&["wait", "ingester", "--timeout", "3m"])
+        .await
+        .exited(7)
+        .complains(&[
+            "rollout group ingester is rolled back from",
+            "health check errors failed",
+        ]);
+    scene.assert_all_at(&before).await;
+    scene
+        .wait_event(
+            &zone_b,
+            "RollbackStarted",
+            &[
+                &format!("rolling back rollout group ingester, in this order: {zone_b} from"),
+                "asked: health check errors failed 1 times in a row",
+            ],
+        )
+        .await;
+    // zone b's new pods went back first, newest first, then zone a's, and zone c was never
+    // touched; never two zones unavailable
+    scene.check_guarantees(from, 1);
+    let departures = scene.departures(failing);
+    let last_b = departures.iter().rposition(|(name, _)| *name == zone_b);
+    let first_a = departures.iter().position(|(name, _)| *name == zone_a);
+    assert!(last_b < first_a && first_a.is_some(), "{departures:?}");
+    assert_eq!(ordinals(&departures, &zone_a), [2, 1, 0], "{departures:?}");
+    let back_in_b = ordinals(&departures, &zone_b);
+    assert!(
+        back_in_b.windows(2).all(|pair| pair[0] > pair[1]) && back_in_b.len() >= 2,
+        "{departures:?}"
+    );
+    assert!(ordinals(&departures, &zone_c).is_empty(), "{departures:?}");
+    let status = scene
+        .kubectl_baton(&["status", "ingester", "-o", "json"])
+        .await;
+    let document: serde_json::Value = serde_json::from_str(&status.exited(0).stdout).expect("JSON");
+    assert_eq!(document["groups"][0]["phase"], "rolledBack");
+}
+
+#[tokio::test]
+async fn kubectl_baton_rollback_rolls_back_by_hand_and_a_re_applied_template_is_not_fought() {
+    // Given a group of 2 zones × 2 pods that rolled out v2
+    let scene = Scene::new("rollback", &[], &["a", "b"], 2, |_, fixture| fixture).await;
+    let before = scene.update_revisions().await;
+    scene.roll_out("v2").await;
+    scene.wait_complete().await;
+    let v2 = scene.update_revisions().await;
+
+    // When a person rolls it back
+    let from = Instant::now();
+    scene
+        .kubectl_baton(&["rollback", "ingester", "--reason", "latency doubled"])
+        .await
+        .exited(0)
+        .says(&[
+            "rollback of rollout group ingester requested",
+            "ingester-zone-b from",
+            "then ingester-zone-a from",
+        ]);
+
+    // Then every pod goes back to v1, zone b first, within the guarantees, and the group says
+    // it rolled back, who asked and why
+    scene
+        .kubectl_baton(&["wait", "ingester", "--timeout", "2m"])
+        .await
+        .exited(7)
+        .complains(&["kubectl baton rollback", "latency doubled"]);
+    scene.assert_all_at(&before).await;
+    scene.check_guarantees(from, 1);
+    let departures = scene.departures(from);
+    assert_eq!(
+        departures.first().map(|(name, _)| name.as_str()),
+        Some(scene.names[1].as_str()),
+        "{departures:?}"
+    );
+    // and asking again is refused
+    scene
+        .kubectl_baton(&["rollback", "ingester"])
+        .await
+        .exited(1)
+        .complains(&["is rolled back already"]);
+
+    // When a GitOps tool re-applies v2
+    let reapplied = Instant::now();
+    let client = scene.inner.namespace.client();
+    baton_e2e::fixtures::set_version(&client, scene.namespace(), &scene.names[0], "v2").await;
+
+    // Then baton holds the group and says why, and neither writes the template again nor
+    // deletes a pod
+    scene
+        .wait_event(
+            &scene.names[0],
+            "TemplateReverted",
+            &["went back to", "put the previous version in Git"],
+        )
+        .await;
+    assert!(scene.image(&scene.names[0]).await.ends_with(":v2"));
+    assert!(scene.departures(reapplied).is_empty());
+    assert_eq!(
+        scene.update_revisions().await[&scene.names[0]],
+        v2[&scene.names[0]]
+    );
+
+    // When a new version is pushed instead
+    scene.roll_out("v3").await;
+
+    // Then it rolls forward as any rollout
+    scene.wait_complete().await;
+    for name in &scene.names {
+        assert!(scene.image(name).await.ends_with(":v3"), "{name}");
+        assert!(
+            !scene
+                .annotations(name)
+                .await
+                .contains_key(baton_core::gates::rollback::ROLLBACK_STATE_ANNOTATION),
+            "{name}: the rollback is forgotten"
+        );
+    }
 }

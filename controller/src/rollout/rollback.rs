@@ -56,10 +56,16 @@ impl Rollbacks<'_> {
                 .await;
         }
         if let Status::Restoring(restoring) = status {
-            for (name, record) in restoring {
-                self.restore(members, &name, &record).await?;
+            let unwritten: Vec<(String, Record)> = restoring
+                .into_iter()
+                .filter(|(_, record)| !record.restored)
+                .collect();
+            if !unwritten.is_empty() {
+                for (name, record) in unwritten {
+                    self.restore(members, &name, &record).await?;
+                }
+                return Ok(Advanced::Wrote);
             }
-            return Ok(Advanced::Wrote);
         }
         Ok(Advanced::Nothing)
     }
@@ -256,6 +262,7 @@ mod tests {
             at: "2026-11-25T00:00:00Z".to_owned(),
             turn: 0,
             restored: true,
+            settled: false,
         };
         let body = restore_patch(Some(data.clone()), Some("42"), &record);
         assert_eq!(body["spec"], data["spec"]);

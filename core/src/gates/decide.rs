@@ -446,7 +446,12 @@ pub fn decide_with(
     let forget = match rollback::status(group, done) {
         Status::None | Status::RolledBack(_) => Vec::new(),
         Status::Stale(carriers) => carriers,
-        active => return roll_back(group, active, full, state, now),
+        active => {
+            let (plan, mut decision) = roll_back(group, active, full, state, now);
+            // Stored before acting, like all gate state: the template was taken back.
+            decision.writes.extend(rollback::settle(group));
+            return (plan, decision);
+        }
     };
     let (plan, mut decision) = gate_forward(group, config, state, full, now);
     decision
@@ -485,6 +490,15 @@ fn roll_back(
             to: record.to,
         }),
         Status::Restoring(members) => match members.into_iter().next() {
+            Some((zone, record)) if record.restored => hold(GateWait::RollingBack {
+                zone,
+                why: format!(
+                    "waiting for the StatefulSet controller to take the template back to {} (if \
+                     it stays at {}, a GitOps tool re-applied it: put the previous version in \
+                     Git): {}",
+                    record.to, record.from, record.why
+                ),
+            }),
             Some((zone, record)) => hold(GateWait::RollingBack {
                 zone,
                 why: format!("writing the template back to {}: {}", record.to, record.why),

@@ -24,8 +24,9 @@
 //!    that change rolls out as any other.
 //!
 //! A GitOps tool re-applying the bad template must not make baton and it fight: a member whose
-//! template was restored and whose update revision is `from` again is **reverted**: the group
-//! holds, saying so, and baton never writes the template twice. Putting the previous version in
+//! template was restored, whose update revision was then seen at `to` ([`Record::settled`], a
+//! write of the gate) and is `from` again is **reverted**: the group holds, saying so, and
+//! baton never writes the template twice. Putting the previous version in
 //! Git (the template at `to`) lets the rollback go on; a new version rolls forward.
 //!
 //! Members updated by partition are refused: their pods go back by the partition, which this
@@ -64,6 +65,11 @@ pub struct Record {
     /// The template was written back from `to` (never written twice).
     #[serde(default)]
     pub restored: bool,
+    /// The StatefulSet took the template back: its update revision was seen at `to`. Only
+    /// then is an update revision at `from` someone re-applying the bad template, not the
+    /// StatefulSet controller catching up.
+    #[serde(default)]
+    pub settled: bool,
 }
 
 impl Record {
@@ -231,6 +237,7 @@ pub fn start(
                 at: at.clone(),
                 turn: u32::try_from(turn).unwrap_or(u32::MAX),
                 restored: false,
+                settled: false,
             };
             (name.clone(), record)
         })
@@ -242,7 +249,8 @@ pub fn start(
 pub enum Status {
     /// No rollback.
     None,
-    /// Templates to write back: these members (the controller's part).
+    /// Templates to write back (the controller's part: those not `restored`), or written back
+    /// and not yet taken by the StatefulSet controller.
     Restoring(Vec<(String, Record)>),
     /// Pods to roll back, zones in this turn order.
     RollingBack(Vec<String>),
@@ -301,7 +309,7 @@ pub fn status(group: &GroupSnapshot, done: impl Fn(&str) -> bool) -> Status {
     }
     if let Some((zone, record)) = records
         .iter()
-        .find(|(name, record)| record.restored && update(name) == Some(record.from.as_str()))
+        .find(|(name, record)| record.settled && update(name) == Some(record.from.as_str()))
     {
         return Status::Reverted {
             zone: zone.clone(),
@@ -310,7 +318,7 @@ pub fn status(group: &GroupSnapshot, done: impl Fn(&str) -> bool) -> Status {
     }
     let restoring: Vec<(String, Record)> = records
         .iter()
-        .filter(|(name, record)| !record.restored && update(name) == Some(record.from.as_str()))
+        .filter(|(name, _)| update(name) == Some(record_from(&records, name)))
         .cloned()
         .collect();
     if !restoring.is_empty() {
@@ -343,6 +351,38 @@ pub fn refuse_request(group: &str, status: &Status) -> Option<String> {
         )),
         Status::None | Status::Stale(_) => None,
     }
+}
+
+fn record_from<'r>(records: &'r [(String, Record)], name: &str) -> &'r str {
+    records
+        .iter()
+        .find(|(member, _)| member == name)
+        .map_or("", |(_, record)| record.from.as_str())
+}
+
+/// The writes that mark records settled: restored members whose update revision is `to`.
+pub fn settle(group: &GroupSnapshot) -> Vec<super::AnnotationWrite> {
+    records(group)
+        .into_iter()
+        .filter(|(name, record)| {
+            record.restored
+                && !record.settled
+                && group.statefulsets.iter().any(|member| {
+                    member.name == *name && member.update_revision.as_deref() == Some(&record.to)
+                })
+        })
+        .map(|(statefulset, record)| super::AnnotationWrite {
+            statefulset,
+            key: ROLLBACK_STATE_ANNOTATION,
+            value: Some(
+                Record {
+                    settled: true,
+                    ..record
+                }
+                .to_annotation(),
+            ),
+        })
+        .collect()
 }
 
 /// Whether a rollback holds the group's other gates off (restoring, rolling back, reverted).

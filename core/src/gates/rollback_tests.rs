@@ -147,6 +147,7 @@ fn restored(
             .expect("a record per member");
         let record = Record {
             restored: true,
+            settled: true,
             ..record.clone()
         };
         member.update_revision = Some(record.to.clone());
@@ -263,4 +264,41 @@ fn a_second_request_is_refused_while_rolling_back_or_rolled_back() {
             .contains("rolling back already")
     );
     assert_eq!(refuse_request("ingester", &Status::None), None);
+}
+
+#[test]
+fn a_template_written_back_but_not_yet_taken_is_waited_for_then_marked_settled() {
+    let before = group(vec![finished("a", 2), rolling("b", 2, 1)]);
+    let records = start(&before, &history(&["a", "b"]), "why", now()).expect("starts");
+    let mut lagging = restored(before, &records);
+    for member in &mut lagging.statefulsets {
+        let raw = member.annotations[ROLLBACK_STATE_ANNOTATION].clone();
+        let record: Record = serde_json::from_str(&raw).expect("a record");
+        let unsettled = Record {
+            settled: false,
+            ..record
+        };
+        member.annotations.insert(
+            ROLLBACK_STATE_ANNOTATION.to_owned(),
+            unsettled.to_annotation(),
+        );
+    }
+    // The StatefulSet controller has not taken b's template yet.
+    lagging.statefulsets[1].update_revision = Some("b-v2".to_owned());
+    let (plan, decision) = decide(&lagging, now());
+    assert!(deleted_zones(&plan).is_empty());
+    let wait = decision.wait().expect("holds");
+    assert_eq!(wait.kind(), "RollingBack");
+    assert!(
+        wait.to_string()
+            .contains("waiting for the StatefulSet controller")
+    );
+    // a, which took it, is marked settled; b is not.
+    let settled: Vec<&str> = decision
+        .writes
+        .iter()
+        .filter(|write| write.key == ROLLBACK_STATE_ANNOTATION)
+        .map(|write| write.statefulset.as_str())
+        .collect();
+    assert_eq!(settled, ["a"]);
 }

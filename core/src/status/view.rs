@@ -102,6 +102,7 @@ pub fn group_status(
                 | GateWait::TemplateReverted { .. }
         )
     );
+    let requested = gates::rollback::request(snapshot).is_some();
     let rollback = gates::rollback::status(snapshot, |name| {
         plan.progress
             .iter()
@@ -190,12 +191,13 @@ pub fn group_status(
         RolloutPhase::Skipped
     } else if halted {
         RolloutPhase::Halted
+    } else if gates::rollback::active(&rollback) || requested {
+        // A rollback asked for is under way from the moment it is asked.
+        RolloutPhase::RollingBack
     } else if complete && matches!(rollback, gates::rollback::Status::RolledBack(_)) {
         RolloutPhase::RolledBack
     } else if complete {
         RolloutPhase::Complete
-    } else if gates::rollback::active(&rollback) {
-        RolloutPhase::RollingBack
     } else if awaiting.is_some() {
         RolloutPhase::AwaitingApproval
     } else if gate.wait().is_none()
@@ -239,7 +241,9 @@ pub fn group_status(
             gates::rollback::Status::Reverted { record, .. } => {
                 Some(format!("rollback interrupted: {}", record.why))
             }
-            gates::rollback::Status::None | gates::rollback::Status::Stale(_) => None,
+            gates::rollback::Status::None | gates::rollback::Status::Stale(_) => {
+                gates::rollback::request(snapshot).map(|(_, why)| format!("asked: {why}"))
+            }
         },
         waiting: if phase == RolloutPhase::Complete {
             None
