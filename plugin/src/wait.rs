@@ -368,4 +368,47 @@ mod tests {
             skipped.message
         );
     }
+
+    #[test]
+    fn awaiting_approval_and_rolled_back_groups_stop_with_their_own_codes() {
+        let asking = crate::fixtures::annotated(
+            zone("a", 2, 0),
+            baton_core::gates::APPROVAL_ANNOTATION,
+            "zone",
+        );
+        let awaiting = outcome(&status_of(&group(vec![asking, zone("b", 2, 0)]))).expect("final");
+        assert_eq!(awaiting.code, exit::AWAITING_APPROVAL);
+        assert!(
+            awaiting.message.contains("awaits approval")
+                && awaiting.message.contains("kubectl baton approve ingester"),
+            "{}",
+            awaiting.message
+        );
+
+        // Rolled back: every pod back at `old`, the records say from what and why.
+        let record = baton_core::gates::rollback::Record {
+            from: "new".to_owned(),
+            to: "old".to_owned(),
+            why: "latency doubled".to_owned(),
+            at: "2026-11-25T00:00:00Z".to_owned(),
+            turn: 0,
+            restored: true,
+            settled: true,
+        };
+        let back = |name: &str| {
+            crate::fixtures::annotated(
+                baton_core::testing::zone(name, 2).at_revision("old").build(),
+                baton_core::gates::rollback::ROLLBACK_STATE_ANNOTATION,
+                &record.to_annotation(),
+            )
+        };
+        let rolled_back = outcome(&status_of(&group(vec![back("a"), back("b")]))).expect("final");
+        assert_eq!(rolled_back.code, exit::ROLLED_BACK);
+        assert!(
+            rolled_back.message.contains("rolled back from new")
+                && rolled_back.message.contains("latency doubled"),
+            "{}",
+            rolled_back.message
+        );
+    }
 }
