@@ -28,13 +28,13 @@
 //!
 //! # The decisions, and who carries them out
 //!
-//! - A rollout pass: [`rollout::GroupSnapshot`] → [`rollout::plan`] (which pods may go) →
+//! - A rollout pass: [`rollout::GroupSnapshot`] → [`rollout::plan()`] (which pods may go) →
 //!   [`gates`] (whether they may go now) → [`status`] (what people see); the controller's
 //!   `rollout` module deletes.
-//! - A scaling pass: [`scaling::snapshot`] → [`scaling::plan`]; the controller's `scaling`
+//! - A scaling pass: [`scaling::snapshot`] → [`scaling::plan()`]; the controller's `scaling`
 //!   writes `/scale` and calls pods.
 //! - A downscale admission: [`downscale_history`] over the [`ledger`]; the webhook claims it.
-//! - An eviction or a rollout deletion under a budget: [`budgets::decide`]; the webhook and the
+//! - An eviction or a rollout deletion under a budget: [`budgets::decide()`]; the webhook and the
 //!   controller claim it in the budget's record.
 //! - The Lease ([`lease`]) and the webhook's certificate ([`certificates`]): the controller.
 

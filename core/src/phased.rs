@@ -3,7 +3,7 @@
 //! partition, each step once a Prometheus query returned data `successThreshold` times in a row.
 //!
 //! baton does not roll it a second way: a PhasedRollout is turned into what baton already rolls
-//! ([`desired`]): its target joins a rollout group of its own ([`group_name`]), rolled by
+//! ([`target_patch`]): its target joins a rollout group of its own ([`group_name`]), rolled by
 //! partition, gated by a `RolloutHealthCheck` made from its check ([`health_check_spec`]); and
 //! its status is read back from that group ([`status`]). Pure; the controller's `phased`
 //! module reads and writes.

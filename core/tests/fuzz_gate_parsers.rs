@@ -1,6 +1,7 @@
 //! The controller's parsers of what namespace users and remote endpoints write, fed generated
-//! input: every gate annotation (`baton.dev/soak`, `ramp`, `hook`, `health-check`, `halted`
-//! and the stored `gate-state`, `check-state`, `hook-state`) and Prometheus' answers. Inputs
+//! input: every gate annotation (`baton.dev/soak`, `ramp`, `batches`, `approval`, `approved`,
+//! `bypass-gates-until`, `rollback`, `hook`, `health-check`, `halted` and the stored
+//! `gate-state`, `check-state`, `hook-state`) and Prometheus' answers. Inputs
 //! are arbitrary strings and mutations of the corpus in `tests/corpus/`. Nothing may panic, and
 //! a gate, whatever it reads, only ever takes deletions away from the planner's plan.
 //!
@@ -11,7 +12,9 @@ use std::collections::BTreeMap;
 
 use baton_core::gates::answers::samples;
 use baton_core::gates::health_check::evaluate_without_queries;
+use baton_core::gates::rollback::ROLLBACK_ANNOTATION;
 use baton_core::gates::{
+    APPROVAL_ANNOTATION, APPROVED_ANNOTATION, BATCHES_ANNOTATION, BYPASS_ANNOTATION,
     CHECK_STATE_ANNOTATION, HALTED_ANNOTATION, HEALTH_CHECK_ANNOTATION, HOOK_ANNOTATION,
     HOOK_STATE_ANNOTATION, RAMP_ANNOTATION, SOAK_ANNOTATION, STATE_ANNOTATION,
 };
@@ -28,8 +31,13 @@ use fuzz::{corpus, runner, value_from};
 const GATE_VALUES: &str = include_str!("corpus/gate-values.txt");
 const PROMETHEUS_ANSWERS: &str = include_str!("corpus/prometheus-answers.txt");
 
-const KEYS: [&str; 8] = [
+const KEYS: [&str; 13] = [
     SOAK_ANNOTATION,
+    BATCHES_ANNOTATION,
+    APPROVAL_ANNOTATION,
+    APPROVED_ANNOTATION,
+    BYPASS_ANNOTATION,
+    ROLLBACK_ANNOTATION,
     RAMP_ANNOTATION,
     HOOK_ANNOTATION,
     HEALTH_CHECK_ANNOTATION,

@@ -397,7 +397,9 @@ mod tests {
         };
         let back = |name: &str| {
             crate::fixtures::annotated(
-                baton_core::testing::zone(name, 2).at_revision("old").build(),
+                baton_core::testing::zone(name, 2)
+                    .at_revision("old")
+                    .build(),
                 baton_core::gates::rollback::ROLLBACK_STATE_ANNOTATION,
                 &record.to_annotation(),
             )

@@ -2,6 +2,8 @@
 //! gate state to store. Pure: the same snapshot, stored state and `now` give the same decision.
 //!
 //! The rules, in order:
+//! 0. a rollback is under way ([`super::rollback`]) → it alone decides: the planner's plan in
+//!    reverse order with every zone but the one in turn paused; a person's halt holds it;
 //! 1. a member carries `baton.dev/halted` → no deletion anywhere (`Halted`), until a person
 //!    removes the annotation;
 //! 2. no member carries a gate key → the planner's plan as is, nothing stored

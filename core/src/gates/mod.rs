@@ -5,15 +5,19 @@
 //! Why a separate module: the planner ([`crate::rollout::plan()`]) decides *which* pods may go
 //! by availability alone; a gate decides *whether they may go now*. Composing pure functions
 //! keeps each small and testable, and the planner's guarantees untouched: a gate can only take
-//! deletions away from a plan, never add one.
+//! deletions away from a plan, never add one (a rollback plans with the planner itself, in
+//! reverse order, under the same guarantees).
 //!
 //! The pure decision, in the order a pass applies it:
 //! - [`keys`]: baton's own annotations (prefix `baton.dev/`), parsed with errors that name key
 //!   and value; members that disagree on a check or hook hold the group;
 //! - [`state`]: what the gate remembers across reconciles *and leaders*, stored on the
 //!   StatefulSets themselves (only baton may set it: the webhook's state guard);
-//! - [`decide()`]: soak, ramp, halt and the zone order, from the snapshot, the plan, the stored
-//!   state and `now`;
+//! - [`decide()`]: soak, halt and the zone order, from the snapshot, the plan, the stored
+//!   state and `now`; then [`steps`] (a ramp or batches inside a zone) and [`approval`] (steps
+//!   that wait for a person); a bypass that expires lifts soaks and checks;
+//! - [`rollback`]: taking a bad version back out, zone by zone, newest pods first; while one is
+//!   under way it alone decides (with the planner's guarantees, pods in reverse order);
 //! - [`checks`]: a health check's passes and failures as a gate; [`health_check`]: a
 //!   `RolloutHealthCheck`'s spec and the verdict on Prometheus' answers ([`answers`]);
 //! - [`hooks`]: the calls due before and after each zone, and what their answers store.

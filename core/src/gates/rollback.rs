@@ -15,7 +15,7 @@
 //! 3. the controller writes each member's pod template back from the `to` ControllerRevision
 //!    (once: [`Record::restored`]); the StatefulSet's update revision becomes `to`, so its pods
 //!    at `from` are the ones to replace;
-//! 4. the gate ([`plan`]) rolls them back: one zone at a time in turn order, each zone's pods
+//! 4. the gate (`decide`) rolls them back: one zone at a time in turn order, each zone's pods
 //!    newest first (the pods the rollout replaced last go first), with the planner's
 //!    max-unavailable and one-zone-at-a-time rules. Soaks, health checks, approvals, batches,
 //!    ramps and hooks do not hold a rollback; a person's `baton.dev/halted` does;

@@ -306,6 +306,27 @@ mod tests {
     }
 
     #[test]
+    fn a_rollback_record_is_batons_own_too() {
+        // Forged, it would have baton write the template back to any revision.
+        let forged = with(
+            r#"{"baton.dev/rollback-state":"{\"from\":\"r2\",\"to\":\"r0\",\"why\":\"x\",\"at\":\"2026-11-25T00:00:00Z\",\"turn\":0}"}"#,
+        );
+        let denied = judge("UPDATE", "alice", &forged, &with("{}"));
+        assert!(!denied.allowed, "{denied:?}");
+        assert!(
+            denied
+                .message
+                .as_deref()
+                .is_some_and(|message| message.starts_with("baton.dev/rollback-state is")),
+            "{denied:?}"
+        );
+        assert!(judge("UPDATE", CONTROLLER, &forged, &with("{}")).allowed);
+        // Asking for a rollback is a person's.
+        let asked = with(r#"{"baton.dev/rollback":"alice: errors"}"#);
+        assert!(judge("UPDATE", "alice", &asked, &with("{}")).allowed);
+    }
+
+    #[test]
     fn leaving_it_as_it_is_or_removing_it_is_anyones() {
         // A person editing something else, a GitOps PUT without it, a removal
         assert!(judge("UPDATE", "alice", &with(CLEARED), &with(CLEARED)).allowed);
