@@ -376,21 +376,24 @@ fn halt(
     state.failures = 0;
     plan.actions.retain(|action| action.rolls().is_none());
     // Asking for a rollback instead of halting: the controller starts it on the next pass.
-    let (key, wait) = match policy.on_failure {
-        OnFailure::Rollback => (
+    let rolls_back =
+        policy.on_failure == OnFailure::Rollback || super::keys::read(group).0.rollback_on_failure;
+    let (key, wait) = if rolls_back {
+        (
             ROLLBACK_ANNOTATION,
             GateWait::RollingBack {
                 zone: zone.clone(),
                 why: why.clone(),
             },
-        ),
-        OnFailure::Halt | OnFailure::Warn => (
+        )
+    } else {
+        (
             HALTED_ANNOTATION,
             GateWait::Halted {
                 statefulset: zone.clone(),
                 why: why.clone(),
             },
-        ),
+        )
     };
     decision.verdict = GateVerdict::Hold {
         wait,

@@ -1,6 +1,7 @@
 //! Rollout hooks (after the OAM rollout design's webhooks): an HTTP POST before each
 //! zone starts and after it completes. A 2xx answer lets the rollout proceed; anything else is
-//! retried with exponential backoff and, after [`ATTEMPTS`] failures, halts the group.
+//! retried with exponential backoff and, after [`ATTEMPTS`] failures, halts the group (or, with
+//! `baton.dev/rollback-on-failure: "true"`, asks for its rollback).
 //!
 //! Pure and composed after the zone gate like the health check: [`apply`] holds what waits for
 //! a hook and says which call is due; the I/O layer makes it
@@ -251,9 +252,15 @@ pub fn record(
                 );
                 hook.attempts = 0;
                 hook.retry_at = None;
+                // Rolled back instead of halted when the group asks for it.
+                let key = if super::keys::read(group).0.rollback_on_failure {
+                    super::rollback::ROLLBACK_ANNOTATION
+                } else {
+                    HALTED_ANNOTATION
+                };
                 writes.push(AnnotationWrite {
                     statefulset: call.zone.clone(),
-                    key: HALTED_ANNOTATION,
+                    key,
                     value: Some(why),
                 });
             }

@@ -180,3 +180,38 @@ fn the_rollout_state_is_kept_until_the_last_after_hook_answered() {
         }
     }
 }
+
+#[test]
+fn a_group_asking_for_it_is_rolled_back_rather_than_halted_when_its_hook_keeps_failing() {
+    let group = group(vec![
+        annotated(
+            hooked(zone("a", 3, 0)),
+            crate::gates::ROLLBACK_ON_FAILURE_ANNOTATION,
+            "true",
+        ),
+        zone("b", 3, 0),
+    ]);
+    let (_, _, call) = gate(&group);
+    let call = call.expect("due");
+    let mut state = group.clone();
+    let mut last = Vec::new();
+    for _ in 1..=ATTEMPTS {
+        last = record(&state, &call, Ok(503), now());
+        for write in &last {
+            state.statefulsets[0]
+                .annotations
+                .insert(write.key.to_owned(), write.value.clone().expect("set"));
+        }
+    }
+    assert!(!last.iter().any(|write| write.key == HALTED_ANNOTATION));
+    let asked = last
+        .iter()
+        .find(|write| write.key == crate::gates::rollback::ROLLBACK_ANNOTATION)
+        .expect("a rollback request");
+    assert!(
+        asked
+            .value
+            .as_deref()
+            .is_some_and(|why| why.contains("failed 5 times: HTTP 503"))
+    );
+}

@@ -78,6 +78,13 @@ pub const APPROVAL_ACCEPTED: &str = "canary, zone or batch, or a comma-separated
 /// it never lets another step or a later revision go.
 pub const APPROVED_ANNOTATION: &str = "baton.dev/approved";
 
+/// Annotation: `true` rolls the group back ([`super::rollback`]) where a gate would halt it: a
+/// health check's failures (whatever its `onFailure` says, but `Warn`) and a hook failing past
+/// its attempts. `false` (or absent): they halt.
+pub const ROLLBACK_ON_FAILURE_ANNOTATION: &str = "baton.dev/rollback-on-failure";
+/// What [`ROLLBACK_ON_FAILURE_ANNOTATION`] accepts.
+pub const ROLLBACK_ON_FAILURE_ACCEPTED: &str = "true or false";
+
 /// Annotation: until this time (RFC 3339, e.g. `2026-11-25T18:00:00Z`), steps go without
 /// waiting for the soak or the health check (never past the availability guarantees, a halt,
 /// an approval, hooks, batches or the ramp); each step that did is told in an Event. An
@@ -106,6 +113,8 @@ pub struct GateConfig {
     pub approval: Approval,
     /// Steps bypass the soak and the health check until then (the earliest a member names).
     pub bypass_until: Option<Timestamp>,
+    /// A failing check or hook rolls the group back instead of halting it.
+    pub rollback_on_failure: bool,
     /// The `RolloutHealthCheck` named by a member (the first one, by member order).
     pub health_check: Option<String>,
     /// Some member carries a gate key (valid or not): the gate keeps its state.
@@ -298,6 +307,20 @@ pub fn read(group: &GroupSnapshot) -> (GateConfig, Vec<GateWarning>) {
                     approvals = Some(approval);
                     config.approval = approval;
                 }
+            }
+        }
+        if let Some(raw) = annotation(ROLLBACK_ON_FAILURE_ANNOTATION) {
+            config.enabled = true;
+            match raw.trim() {
+                "true" => config.rollback_on_failure = true,
+                "false" => {}
+                _ => reject(
+                    &mut config,
+                    name,
+                    ROLLBACK_ON_FAILURE_ANNOTATION,
+                    raw,
+                    ROLLBACK_ON_FAILURE_ACCEPTED,
+                ),
             }
         }
         if let Some(raw) = annotation(BYPASS_ANNOTATION) {
