@@ -16,6 +16,7 @@ pub mod pod_simulator;
 pub mod process;
 pub mod prometheus_support;
 pub mod rbac_support;
+pub mod real_nodes;
 pub mod scaling_support;
 pub mod timeline;
 pub mod wait;

@@ -112,7 +112,10 @@ async fn serve() -> std::process::ExitCode {
         _ = terminate.recv() => {}
     }
     eprintln!("testapp: SIGTERM; stopping in {stop_delay:?}");
-    state.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).terminating = true;
+    state
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .terminating = true;
     tokio::time::sleep(stop_delay).await;
     std::process::ExitCode::SUCCESS
 }
@@ -137,7 +140,9 @@ async fn answer(mut stream: TcpStream, state: Arc<Mutex<State>>, never_ready: bo
         _ => return,
     };
     let (status, body) = {
-        let mut state = state.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut state = state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         if path != "/metrics" {
             *state.calls.entry(format!("{method} {path}")).or_default() += 1;
         }

@@ -1,0 +1,266 @@
+//! Scenarios on real nodes (`baton_e2e::real_nodes`): a kubelet per zone runs the test
+//! application in containerd, kube-scheduler places the pods, readiness comes from real probes,
+//! a terminating pod stays Terminating until its process exits, a container that exits 1 goes
+//! into the kubelet's own CrashLoopBackOff, and baton talks to the pods over their real IPs.
+//! What the pod simulator stands in for everywhere else is checked here against the real thing.
+
+use std::time::{Duration, Instant};
+
+use baton_e2e::controller_support::{
+    ControlledNamespace, rollout_state, wait_event, wait_group_ready, wait_rollout_complete,
+};
+use baton_e2e::real_nodes::{Behaviour, RealPodsFixture, real_rollout_group, set_version};
+use baton_e2e::timeline::{Zone, check_rollout_guarantees};
+use baton_e2e::{PodEvent, PodTransition, wait_until};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ListParams};
+
+const TIMEOUT: Duration = Duration::from_secs(120);
+
+/// The scenarios' namespace on the real nodes, with the steps they share.
+struct Scene(ControlledNamespace);
+
+impl std::ops::Deref for Scene {
+    type Target = ControlledNamespace;
+    fn deref(&self) -> &ControlledNamespace {
+        &self.0
+    }
+}
+
+impl Scene {
+    async fn new(prefix: &str, extra: &[(&str, &str)]) -> Self {
+        Self(ControlledNamespace::on_real_nodes(prefix, extra).await)
+    }
+
+    /// Creates the StatefulSets and waits until every pod runs and is Ready.
+    async fn create(&self, fixtures: &[RealPodsFixture]) -> Vec<String> {
+        let mut names = Vec::new();
+        for fixture in fixtures {
+            let created = fixture
+                .create(&self.namespace.client(), self.namespace.name())
+                .await;
+            names.push(created.metadata.name.unwrap_or_default());
+        }
+        wait_group_ready(&self.namespace.client(), self.namespace.name(), &names).await;
+        names
+    }
+
+    /// Deploys `version` to every StatefulSet; returns once each has its new update revision.
+    async fn roll_out(&self, names: &[String], version: &str, behaviour: Behaviour) {
+        let (client, namespace) = (self.namespace.client(), self.namespace.name());
+        for name in names {
+            let before = rollout_state(&client, namespace, name).await;
+            set_version(&client, namespace, name, version, behaviour).await;
+            wait_until(
+                TIMEOUT,
+                &format!("{name} has a new update revision"),
+                || async {
+                    rollout_state(&client, namespace, name)
+                        .await
+                        .update_revision
+                        != before.update_revision
+                },
+            )
+            .await;
+        }
+    }
+
+    async fn wait_complete(&self, names: &[String]) {
+        wait_rollout_complete(&self.namespace.client(), self.namespace.name(), names).await;
+    }
+
+    async fn updated_pods(&self, name: &str) -> usize {
+        rollout_state(&self.namespace.client(), self.namespace.name(), name)
+            .await
+            .updated()
+    }
+
+    async fn wait_event(&self, object: &str, reason: &str, note_contains: &[&str]) {
+        let (client, namespace) = (self.namespace.client(), self.namespace.name());
+        wait_event(&client, namespace, object, reason, note_contains).await;
+    }
+
+    async fn pods(&self) -> Vec<Pod> {
+        Api::<Pod>::namespaced(self.namespace.client(), self.namespace.name())
+            .list(&ListParams::default())
+            .await
+            .expect("listing the pods")
+            .items
+    }
+
+    fn timeline(&self) -> Vec<PodTransition> {
+        self.simulator.timeline()
+    }
+}
+
+/// The kubelet's own report that a container crash-loops: waiting in `CrashLoopBackOff` after
+/// at least one restart.
+fn kubelet_reports_crash_loop(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|status| status.container_statuses.as_ref())
+        .is_some_and(|containers| {
+            containers.iter().any(|container| {
+                container.restart_count >= 1
+                    && container
+                        .state
+                        .as_ref()
+                        .and_then(|state| state.waiting.as_ref())
+                        .and_then(|waiting| waiting.reason.as_deref())
+                        == Some("CrashLoopBackOff")
+            })
+        })
+}
+
+/// How long each pod that left from `from` on stayed Terminating (deletion requested → gone).
+fn terminating_times(timeline: &[PodTransition], from: Instant) -> Vec<(String, Duration)> {
+    let mut times = Vec::new();
+    for terminating in timeline
+        .iter()
+        .filter(|transition| transition.at >= from && transition.event == PodEvent::Terminating)
+    {
+        if let Some(deleted) = timeline.iter().find(|transition| {
+            transition.uid == terminating.uid && transition.event == PodEvent::Deleted
+        }) {
+            times.push((terminating.pod.clone(), deleted.at - terminating.at));
+        }
+    }
+    times
+}
+
+/// Baton's reaction on real pods: for each pod deleted from `from` on after an earlier pod of
+/// its zone became Ready again, the time from that Ready to this deletion.
+fn reactions(timeline: &[PodTransition], from: Instant) -> Vec<Duration> {
+    let mut reactions = Vec::new();
+    for (index, terminating) in timeline.iter().enumerate() {
+        if terminating.at < from || terminating.event != PodEvent::Terminating {
+            continue;
+        }
+        let last_ready = timeline[..index].iter().rev().find(|transition| {
+            transition.at >= from
+                && transition.event == PodEvent::Ready
+                && transition.statefulset == terminating.statefulset
+        });
+        if let Some(ready) = last_ready {
+            reactions.push(terminating.at - ready.at);
+        }
+    }
+    reactions
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_three_zone_rollout_on_real_pods_keeps_the_guarantees_while_pods_terminate_for_real() {
+    // Given a ready group of 3 zones × 2 real pods, each taking 2s to stop after SIGTERM (grace
+    // period 30s), Ready only once the kubelet's probe of /ready passes
+    let scene = Scene::new("rollout", &[]).await;
+    let stop_delay = Duration::from_secs(2);
+    let fixtures: Vec<_> = real_rollout_group("ingester", 2)
+        .into_iter()
+        .map(|fixture| fixture.stop_delay(stop_delay).grace_period_seconds(30))
+        .collect();
+    let names = scene.create(&fixtures).await;
+
+    // When every zone's template changes
+    let from = Instant::now();
+    scene.roll_out(&names, "v2", Behaviour::Healthy).await;
+
+    // Then every zone completes, and the timeline never had two zones, or two pods of a zone,
+    // down at once
+    scene.wait_complete(&names).await;
+    let zones: Vec<Zone> = names.iter().map(|name| Zone::new(name, 2, 1)).collect();
+    let timeline = scene.timeline();
+    check_rollout_guarantees(&timeline, &zones, from).unwrap();
+
+    // And every old pod stayed Terminating until its process stopped: the kubelet, not a
+    // simulator, finished each deletion
+    let terminating = terminating_times(&timeline, from);
+    assert_eq!(terminating.len(), 6, "every old pod left: {terminating:?}");
+    for (pod, time) in &terminating {
+        assert!(
+            *time >= stop_delay - Duration::from_millis(300),
+            "{pod} was gone {time:?} after its deletion, before its process could stop"
+        );
+    }
+    let reactions = reactions(&timeline, from);
+    eprintln!(
+        "real pods: terminating for {:?}; pod Ready → next deletion in its zone: {reactions:?}",
+        terminating
+            .iter()
+            .map(|(_, time)| *time)
+            .collect::<Vec<_>>()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_that_exits_1_crash_loops_for_real_halts_the_group_and_its_fix_rolls_out() {
+    // Given a ready group of 3 zones × 2 real pods
+    let scene = Scene::new("crashloop", &[]).await;
+    let names = scene.create(&real_rollout_group("ingester", 2)).await;
+
+    // When v2, whose container exits 1 at start, is rolled out
+    let from = Instant::now();
+    scene.roll_out(&names, "v2", Behaviour::CrashLoops).await;
+
+    // Then the first new pod crash-loops as the kubelet reports it, and the group halts,
+    // naming the pod and its state
+    wait_until(TIMEOUT, "a v2 pod is in CrashLoopBackOff", || async {
+        scene.pods().await.iter().any(kubelet_reports_crash_loop)
+    })
+    .await;
+    let crash_looping = scene
+        .pods()
+        .await
+        .into_iter()
+        .find(kubelet_reports_crash_loop)
+        .and_then(|pod| pod.metadata.name)
+        .expect("waited for");
+    let zone = crash_looping
+        .rsplit_once('-')
+        .map_or(crash_looping.as_str(), |(statefulset, _)| statefulset)
+        .to_owned();
+    scene
+        .wait_event(
+            &zone,
+            "MaxUnavailable",
+            &[
+                &format!("max-unavailable reached in {zone} (1/1)"),
+                &format!(
+                    "waiting for {crash_looping} (new revision) to become ready: CrashLoopBackOff"
+                ),
+            ],
+        )
+        .await;
+    let mut updated = Vec::new();
+    for name in &names {
+        updated.push(scene.updated_pods(name).await);
+    }
+    assert_eq!(
+        updated.iter().sum::<usize>(),
+        1,
+        "only the crash-looping pod runs v2: {updated:?}"
+    );
+
+    // When the fix v3 is rolled out
+    scene.roll_out(&names, "v3", Behaviour::Healthy).await;
+
+    // Then the crash-looping v2 pod is replaced at no cost, and every zone completes with never
+    // more than one zone and one pod per zone down
+    scene.wait_complete(&names).await;
+    scene
+        .wait_event(
+            &zone,
+            "UnavailablePodReplaced",
+            &[&format!("replacing {crash_looping}: CrashLoopBackOff")],
+        )
+        .await;
+    let zones: Vec<Zone> = names.iter().map(|name| Zone::new(name, 2, 1)).collect();
+    check_rollout_guarantees(&scene.timeline(), &zones, from).unwrap();
+    assert!(
+        scene
+            .pods()
+            .await
+            .iter()
+            .all(|pod| !kubelet_reports_crash_loop(pod)),
+        "no pod crash-loops after the fix"
+    );
+}
