@@ -4,18 +4,37 @@
 //! into the kubelet's own CrashLoopBackOff, and baton talks to the pods over their real IPs.
 //! What the pod simulator stands in for everywhere else is checked here against the real thing.
 
+use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
 use baton_e2e::controller_support::{
     ControlledNamespace, rollout_state, wait_event, wait_group_ready, wait_rollout_complete,
 };
-use baton_e2e::real_nodes::{Behaviour, RealPodsFixture, real_rollout_group, set_version};
+use baton_e2e::fixtures::StatefulSetFixture;
+use baton_e2e::keys::{
+    DELAYED_DOWNSCALE, DELAYED_DOWNSCALE_URL, MIRROR_API_VERSION, MIRROR_KIND, MIRROR_NAME,
+    PREPARE_DOWNSCALE, PREPARE_DOWNSCALE_PATH, PREPARE_DOWNSCALE_PORT,
+};
+use baton_e2e::real_nodes::{
+    APP_PORT, Behaviour, RealPodsFixture, app_calls, pod_ip, real_rollout_group, set_version,
+};
+use baton_e2e::scaling_support::{
+    REPLICA_TEMPLATE_API_VERSION, REPLICA_TEMPLATE_KIND, ReplicaTemplates,
+    install_replica_template_crd,
+};
 use baton_e2e::timeline::{Zone, check_rollout_guarantees};
+use baton_e2e::webhook_support::{
+    TestTls, WebhookConfigurations, WebhookReplica, scale, wait_for_webhooks,
+};
 use baton_e2e::{PodEvent, PodTransition, wait_until};
+use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
 
 const TIMEOUT: Duration = Duration::from_secs(120);
+/// Where the Go operator's users have their pods prepare for a downscale (the test application
+/// answers any path containing `prepare-shutdown`).
+const SHUTDOWN_PATH: &str = "ingester/prepare-shutdown";
 
 /// The scenarios' namespace on the real nodes, with the steps they share.
 struct Scene(ControlledNamespace);
@@ -263,4 +282,174 @@ async fn a_version_that_exits_1_crash_loops_for_real_halts_the_group_and_its_fix
             .all(|pod| !kubelet_reports_crash_loop(pod)),
         "no pod crash-loops after the fix"
     );
+}
+
+/// The IP of each pod of `statefulset` (ordinals `0..replicas`), as the kubelet reported it.
+async fn pod_ips(scene: &Scene, statefulset: &str, replicas: i32) -> Vec<Ipv4Addr> {
+    let mut ips = Vec::new();
+    for ordinal in 0..replicas {
+        let pod = format!("{statefulset}-{ordinal}");
+        let ip = pod_ip(&scene.namespace.client(), scene.namespace.name(), &pod)
+            .await
+            .unwrap_or_else(|| panic!("{pod} has no IP"));
+        ips.push(ip);
+    }
+    ips
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prepare_downscale_calls_the_real_pods_going_away_over_their_ips() {
+    // Given the webhooks registered for the namespace, and zones a (3 real pods) and b of group
+    // "ingester" opted in to prepare-downscale on the test application's port; pods take 20s
+    // to stop, so a pod going away still answers while it terminates
+    let scene = Scene::new("prepare", &[]).await;
+    let control_plane = scene.control_plane;
+    let tls = TestTls::generate().unwrap();
+    let replica = WebhookReplica::start(control_plane, &tls, scene.namespace.name())
+        .await
+        .unwrap();
+    let _configurations =
+        WebhookConfigurations::register(control_plane, scene.namespace.name(), &tls, &replica)
+            .await
+            .unwrap();
+    wait_for_webhooks(&scene.namespace).await;
+    let zone = |name: &str, zone: &str, replicas: i32| {
+        RealPodsFixture::new(
+            StatefulSetFixture::new(name)
+                .group("ingester")
+                .replicas(replicas)
+                .label(PREPARE_DOWNSCALE, "true")
+                .annotation(PREPARE_DOWNSCALE_PATH, SHUTDOWN_PATH)
+                .annotation(PREPARE_DOWNSCALE_PORT, &APP_PORT.to_string()),
+            zone,
+        )
+        .stop_delay(Duration::from_secs(20))
+        .grace_period_seconds(30)
+    };
+    scene
+        .create(&[
+            zone("ingester-zone-a", "a", 3),
+            zone("ingester-zone-b", "b", 1),
+        ])
+        .await;
+    let ips = pod_ips(&scene, "ingester-zone-a", 3).await;
+
+    // When zone a is scaled from 3 to 2
+    scale(
+        &scene.namespace.api::<StatefulSet>(),
+        "ingester-zone-a",
+        2,
+        false,
+    )
+    .await
+    .unwrap();
+
+    // Then the pod going away was told to prepare over its IP, exactly once, and the pods
+    // staying were not called
+    let shutdown = format!("/{SHUTDOWN_PATH}");
+    let going = app_calls(ips[2]).await.unwrap();
+    assert_eq!(going.count("POST", &shutdown), 1, "{going:?}");
+    for kept in &ips[..2] {
+        let calls = app_calls(*kept).await.unwrap();
+        assert_eq!(calls.count("POST", &shutdown), 0, "{calls:?}");
+        assert_eq!(calls.count("DELETE", &shutdown), 0, "{calls:?}");
+    }
+    // And the real pod then goes away
+    wait_until(TIMEOUT, "ingester-zone-a-2 is gone", || async {
+        scene
+            .pods()
+            .await
+            .iter()
+            .all(|pod| pod.metadata.name.as_deref() != Some("ingester-zone-a-2"))
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delayed_downscale_asks_the_real_pods_and_waits_for_their_delay() {
+    // Given a StatefulSet of 3 real pods mirroring a template, with a 5s delayed downscale on
+    // the test application's prepare-delayed-downscale endpoint
+    let scene = Scene::new(
+        "delayed",
+        &[
+            ("BATON_PODS__ADDRESS_BY", "ip"),
+            ("BATON_CONTROLLER__SCALING_POLL_INTERVAL", "300ms"),
+        ],
+    )
+    .await;
+    install_replica_template_crd(scene.control_plane)
+        .await
+        .unwrap();
+    let templates = ReplicaTemplates::new(scene.namespace.client(), scene.namespace.name());
+    templates.create("delayed", 3).await;
+    let fixture = RealPodsFixture::new(
+        StatefulSetFixture::new("delayed-zone-a")
+            .group("delayed")
+            .replicas(3)
+            .annotation(MIRROR_NAME, "delayed")
+            .annotation(MIRROR_KIND, REPLICA_TEMPLATE_KIND)
+            .annotation(MIRROR_API_VERSION, REPLICA_TEMPLATE_API_VERSION)
+            .annotation(DELAYED_DOWNSCALE, "5s")
+            .annotation(
+                DELAYED_DOWNSCALE_URL,
+                &format!("http://pod:{APP_PORT}/prepare-delayed-downscale"),
+            ),
+        "a",
+    );
+    scene.create(&[fixture]).await;
+    let ips = pod_ips(&scene, "delayed-zone-a", 3).await;
+
+    // When the template wants 2
+    templates.scale("delayed", 2).await;
+
+    // Then the pod going away is asked to prepare and the pods staying are told to cancel,
+    // over their IPs
+    let path = "/prepare-delayed-downscale";
+    wait_until(TIMEOUT, "delayed-zone-a-2 is asked to prepare", || async {
+        app_calls(ips[2])
+            .await
+            .is_ok_and(|calls| calls.count("POST", path) > 0)
+    })
+    .await;
+    let prepared_since = app_calls(ips[2])
+        .await
+        .unwrap()
+        .delayed_downscale_since
+        .expect("the pod says when it began preparing");
+    for kept in &ips[..2] {
+        let calls = app_calls(*kept).await.unwrap();
+        assert_eq!(calls.count("POST", path), 0, "{calls:?}");
+    }
+    wait_until(TIMEOUT, "delayed-zone-a-0 is told to cancel", || async {
+        app_calls(ips[0])
+            .await
+            .is_ok_and(|calls| calls.count("DELETE", path) > 0)
+    })
+    .await;
+
+    // And the StatefulSet shrinks only once the pod has prepared for the delay (the pod's
+    // timestamp is in whole seconds)
+    let statefulsets = scene.namespace.api::<StatefulSet>();
+    wait_until(TIMEOUT, "delayed-zone-a has spec.replicas 2", || async {
+        statefulsets
+            .get("delayed-zone-a")
+            .await
+            .ok()
+            .and_then(|statefulset| statefulset.spec)
+            .and_then(|spec| spec.replicas)
+            == Some(2)
+    })
+    .await;
+    let waited = jiff::Timestamp::now().as_second() - prepared_since;
+    assert!(
+        waited >= 4,
+        "scaled down {waited}s after the pod began preparing, before the 5s delay"
+    );
+    scene
+        .wait_event(
+            "delayed-zone-a",
+            "ScalingDown",
+            &["delayed-zone-a scales down from 3 to 2"],
+        )
+        .await;
 }

@@ -275,10 +275,31 @@ pub async fn pod_ip(client: &kube::Client, namespace: &str, pod: &str) -> Option
     pod.status?.pod_ip?.parse().ok()
 }
 
-/// The test application's request counters (`METHOD path` → count), read from `/metrics` on
-/// the pod's IP: what the operator asked of the pod.
-pub async fn app_calls(ip: Ipv4Addr) -> anyhow::Result<BTreeMap<String, u64>> {
-    let body = reqwest::Client::new()
+/// What the test application in a pod was asked, read from its `/metrics` over the pod's IP.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AppCalls {
+    /// Requests served (`METHOD path` → count), `/metrics` itself aside.
+    pub calls: BTreeMap<String, u64>,
+    /// When its current delayed-downscale preparation began (unix seconds), if one is on.
+    pub delayed_downscale_since: Option<i64>,
+}
+
+impl AppCalls {
+    /// How many `method` requests on `path` it served.
+    pub fn count(&self, method: &str, path: &str) -> u64 {
+        self.calls
+            .get(&format!("{method} {path}"))
+            .copied()
+            .unwrap_or(0)
+    }
+}
+
+/// Reads the test application's `/metrics` on the pod's IP: what the operator asked of it.
+pub async fn app_calls(ip: Ipv4Addr) -> anyhow::Result<AppCalls> {
+    // No proxy: pod IPs are reached directly through the node's bridge.
+    let body = reqwest::Client::builder()
+        .no_proxy()
+        .build()?
         .get(format!("http://{ip}:{APP_PORT}/metrics"))
         .timeout(Duration::from_secs(2))
         .send()
@@ -286,6 +307,10 @@ pub async fn app_calls(ip: Ipv4Addr) -> anyhow::Result<BTreeMap<String, u64>> {
         .with_context(|| format!("reading /metrics of the pod at {ip}"))?
         .text()
         .await?;
+    let delayed_downscale_since = body
+        .lines()
+        .find_map(|line| line.strip_prefix("testapp_delayed_downscale_prepared_since_seconds "))
+        .and_then(|value| value.trim().parse().ok());
     let mut calls = BTreeMap::new();
     for line in body
         .lines()
@@ -298,7 +323,10 @@ pub async fn app_calls(ip: Ipv4Addr) -> anyhow::Result<BTreeMap<String, u64>> {
             calls.insert(format!("{method} {path}"), count);
         }
     }
-    Ok(calls)
+    Ok(AppCalls {
+        calls,
+        delayed_downscale_since,
+    })
 }
 
 fn between<'a>(text: &'a str, start: &str, end: &str) -> Option<&'a str> {

@@ -11,8 +11,9 @@
 //! Endpoints: `GET /ready`; `POST`/`DELETE` on any path containing `prepare-downscale` or
 //! `prepare-shutdown` (the Go rollout-operator's prepare-downscale calls) and on
 //! `/prepare-delayed-downscale` (answers `{"timestamp": <first prepare, unix seconds>}` as a
-//! pod that started preparing then, reset by DELETE); `GET /metrics` counts every call, so a
-//! test reads over the pod's IP what the operator asked of it.
+//! pod that started preparing then, reset by DELETE); `GET /metrics` counts every call and says
+//! when the delayed-downscale preparation began, so a test reads over the pod's IP what the
+//! operator asked of it.
 //!
 //! `pause` as the first argument makes it the pods' sandbox (pause) process instead: it waits
 //! for SIGTERM or SIGINT and exits. It reaps nothing: pods here do not share their PID
@@ -186,6 +187,11 @@ fn metrics(state: &State) -> String {
     let mut text = String::from(
         "# HELP testapp_requests_total Requests served, by method and path.\n# TYPE testapp_requests_total counter\n",
     );
+    if let Some(since) = state.delayed_since {
+        text.push_str(&format!(
+            "# HELP testapp_delayed_downscale_prepared_since_seconds When the current delayed-downscale preparation began.\n# TYPE testapp_delayed_downscale_prepared_since_seconds gauge\ntestapp_delayed_downscale_prepared_since_seconds {since}\n"
+        ));
+    }
     for (call, count) in &state.calls {
         let (method, path) = call.split_once(' ').unwrap_or((call, ""));
         text.push_str(&format!(
