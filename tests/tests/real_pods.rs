@@ -7,14 +7,17 @@
 use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
+use baton_e2e::control_plane::supervisor::clean_up_from_drop;
 use baton_e2e::controller_support::{
     ControlledNamespace, rollout_state, wait_event, wait_group_ready, wait_rollout_complete,
 };
+use baton_e2e::crds;
 use baton_e2e::fixtures::StatefulSetFixture;
 use baton_e2e::keys::{
     DELAYED_DOWNSCALE, DELAYED_DOWNSCALE_URL, MIRROR_API_VERSION, MIRROR_KIND, MIRROR_NAME,
     PREPARE_DOWNSCALE, PREPARE_DOWNSCALE_PATH, PREPARE_DOWNSCALE_PORT,
 };
+use baton_e2e::process::which;
 use baton_e2e::real_nodes::{
     APP_PORT, Behaviour, RealPodsFixture, app_calls, pod_ip, real_rollout_group, set_version,
 };
@@ -22,14 +25,17 @@ use baton_e2e::scaling_support::{
     REPLICA_TEMPLATE_API_VERSION, REPLICA_TEMPLATE_KIND, ReplicaTemplates,
     install_replica_template_crd,
 };
-use baton_e2e::timeline::{Zone, check_rollout_guarantees};
+use baton_e2e::timeline::{Zone, check_rollout_guarantees, zone_windows};
 use baton_e2e::webhook_support::{
     TestTls, WebhookConfigurations, WebhookReplica, scale, wait_for_webhooks,
 };
+use baton_e2e::zpdb_support::{answer_of, budget, eviction_review, zpdb_resource};
 use baton_e2e::{PodEvent, PodTransition, wait_until};
+use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, ListParams};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use serde_json::json;
 
 const TIMEOUT: Duration = Duration::from_secs(120);
 /// Where the Go operator's users have their pods prepare for a downscale (the test application
@@ -169,6 +175,7 @@ fn reactions(timeline: &[PodTransition], from: Instant) -> Vec<Duration> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_three_zone_rollout_on_real_pods_keeps_the_guarantees_while_pods_terminate_for_real() {
+    let _shared = NODES.read().await;
     // Given a ready group of 3 zones × 2 real pods, each taking 2s to stop after SIGTERM (grace
     // period 30s), Ready only once the kubelet's probe of /ready passes
     let scene = Scene::new("rollout", &[]).await;
@@ -212,6 +219,7 @@ async fn a_three_zone_rollout_on_real_pods_keeps_the_guarantees_while_pods_termi
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_version_that_exits_1_crash_loops_for_real_halts_the_group_and_its_fix_rolls_out() {
+    let _shared = NODES.read().await;
     // Given a ready group of 3 zones × 2 real pods
     let scene = Scene::new("crashloop", &[]).await;
     let names = scene.create(&real_rollout_group("ingester", 2)).await;
@@ -299,6 +307,7 @@ async fn pod_ips(scene: &Scene, statefulset: &str, replicas: i32) -> Vec<Ipv4Add
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn prepare_downscale_calls_the_real_pods_going_away_over_their_ips() {
+    let _shared = NODES.read().await;
     // Given the webhooks registered for the namespace, and zones a (3 real pods) and b of group
     // "ingester" opted in to prepare-downscale on the test application's port; pods take 20s
     // to stop, so a pod going away still answers while it terminates
@@ -367,6 +376,7 @@ async fn prepare_downscale_calls_the_real_pods_going_away_over_their_ips() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn delayed_downscale_asks_the_real_pods_and_waits_for_their_delay() {
+    let _shared = NODES.read().await;
     // Given a StatefulSet of 3 real pods mirroring a template, with a 5s delayed downscale on
     // the test application's prepare-delayed-downscale endpoint
     let scene = Scene::new(
@@ -452,4 +462,258 @@ async fn delayed_downscale_asks_the_real_pods_and_waits_for_their_delay() {
             &["delayed-zone-a scales down from 3 to 2"],
         )
         .await;
+}
+
+/// The scenarios share the nodes; the drain cordons one, which would leave other scenarios'
+/// new pods of that zone Pending: it runs alone, the others together.
+static NODES: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
+
+/// Registers baton-webhook's pod-eviction webhook for `namespace` (as the Go operator's
+/// deployment does), deleted when dropped.
+struct EvictionWebhook {
+    name: String,
+    kubeconfig: std::path::PathBuf,
+}
+
+impl EvictionWebhook {
+    async fn register(scene: &Scene, tls: &TestTls, replica: &WebhookReplica) -> Self {
+        let control_plane = scene.control_plane;
+        let namespace = scene.namespace.name();
+        let name = format!("baton-e2e-eviction-{namespace}");
+        let configuration: ValidatingWebhookConfiguration = serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "webhooks": [{
+                "name": "pod-eviction.baton.test",
+                "clientConfig": {"url": replica.url("/admission/pod-eviction"), "caBundle": tls.ca_bundle()},
+                "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
+                           "resources": ["pods/eviction"], "scope": "Namespaced"}],
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
+                "admissionReviewVersions": ["v1beta1", "v1"],
+                "sideEffects": "NoneOnDryRun",
+                "failurePolicy": "Fail",
+                "timeoutSeconds": 10,
+            }],
+        }))
+        .unwrap();
+        Api::<ValidatingWebhookConfiguration>::all(control_plane.admin_client().await)
+            .create(&PostParams::default(), &configuration)
+            .await
+            .unwrap();
+        Self {
+            name,
+            kubeconfig: control_plane.kubeconfig_path().to_path_buf(),
+        }
+    }
+}
+
+impl Drop for EvictionWebhook {
+    fn drop(&mut self) {
+        let name = self.name.clone();
+        clean_up_from_drop(self.kubeconfig.clone(), |client| async move {
+            let _ = Api::<ValidatingWebhookConfiguration>::all(client)
+                .delete(&name, &DeleteParams::default())
+                .await;
+        });
+    }
+}
+
+/// Makes a node schedulable again when dropped: a drained node must not stay cordoned for the
+/// scenarios after this one, whatever happened.
+struct Uncordon {
+    node: String,
+    kubeconfig: std::path::PathBuf,
+}
+
+impl Drop for Uncordon {
+    fn drop(&mut self) {
+        let node = self.node.clone();
+        clean_up_from_drop(self.kubeconfig.clone(), |client| async move {
+            let _ = Api::<Node>::all(client)
+                .patch(
+                    &node,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"spec": {"unschedulable": false}})),
+                )
+                .await;
+        });
+    }
+}
+
+/// A dry-run eviction of `pod` through the API server (reaches the webhooks, changes nothing).
+async fn dry_run_eviction(client: &kube::Client, namespace: &str, pod: &str) {
+    let body = json!({
+        "apiVersion": "policy/v1beta1",
+        "kind": "Eviction",
+        "metadata": {"name": pod, "namespace": namespace},
+        "deleteOptions": {"dryRun": ["All"]},
+    });
+    let request = http::Request::post(format!(
+        "/api/v1/namespaces/{namespace}/pods/{pod}/eviction"
+    ))
+    .header(http::header::CONTENT_TYPE, "application/json")
+    .body(serde_json::to_vec(&body).unwrap())
+    .unwrap();
+    let _ = client.request::<serde_json::Value>(request).await;
+}
+
+async fn webhook_metrics(replica: &WebhookReplica) -> String {
+    let Ok(client) = reqwest::Client::builder().no_proxy().build() else {
+        return String::new();
+    };
+    match client
+        .get(format!("http://127.0.0.1:{}/metrics", replica.ops_port))
+        .send()
+        .await
+    {
+        Ok(response) => response.text().await.unwrap_or_default(),
+        Err(_) => String::new(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_drain_of_zone_a_waits_for_the_rollout_in_zone_b_and_never_exceeds_the_budget() {
+    let _alone = NODES.write().await;
+    // Given 3 zones × 2 real pods of group "ingester" (its pods labelled too), a zone-aware
+    // budget of 2 unavailable pods per zone, baton's eviction webhook and controller; zone b's
+    // pods take 3s to stop, so its rollout lasts a while
+    let scene = Scene::new("drain", &[]).await;
+    let control_plane = scene.control_plane;
+    let admin = control_plane.admin_client().await;
+    crds::install(&admin, crds::ZONE_AWARE_POD_DISRUPTION_BUDGET).await;
+    let tls = TestTls::generate().unwrap();
+    let replica = WebhookReplica::start(control_plane, &tls, scene.namespace.name())
+        .await
+        .unwrap();
+    let _webhook = EvictionWebhook::register(&scene, &tls, &replica).await;
+    let fixtures: Vec<RealPodsFixture> = ["a", "b", "c"]
+        .iter()
+        .map(|zone| {
+            RealPodsFixture::new(
+                StatefulSetFixture::new(&format!("ingester-zone-{zone}"))
+                    .group("ingester")
+                    .pod_label("rollout-group", "ingester")
+                    .pod_label("baton.test/drained-by", "real-pods")
+                    .replicas(2),
+                zone,
+            )
+            .stop_delay(Duration::from_secs(3))
+        })
+        .collect();
+    let names = scene.create(&fixtures).await;
+    let (client, ns) = (scene.namespace.client(), scene.namespace.name());
+    Api::<DynamicObject>::namespaced_with(client.clone(), ns, &zpdb_resource())
+        .create(
+            &PostParams::default(),
+            &budget(
+                "ingester",
+                json!({"maxUnavailable": 2, "selector": {"matchLabels": {"rollout-group": "ingester"}}}),
+            ),
+        )
+        .await
+        .unwrap();
+    wait_until(TIMEOUT, "the webhook judges with the budget", || async {
+        let review = eviction_review(ns, "ingester-zone-a-0", "e2e-drain-probe", true);
+        let answer: serde_json::Value = match tls
+            .client()
+            .unwrap()
+            .post(replica.url("/admission/pod-eviction"))
+            .json(&review)
+            .send()
+            .await
+        {
+            Ok(response) => response.json().await.unwrap_or_default(),
+            Err(_) => return false,
+        };
+        answer_of(&answer).1.contains("ingester")
+    })
+    .await;
+    wait_until(
+        TIMEOUT,
+        "the API server calls the eviction webhook",
+        || async {
+            dry_run_eviction(&client, ns, "ingester-zone-c-0").await;
+            webhook_metrics(&replica)
+                .await
+                .contains("webhook=\"pod-eviction\"")
+        },
+    )
+    .await;
+
+    // When zone b rolls out v2 and, once its first pod is terminating, zone a's node is drained
+    let from = Instant::now();
+    set_version(&client, ns, "ingester-zone-b", "v2", Behaviour::Healthy).await;
+    wait_until(TIMEOUT, "zone b's rollout has begun", || async {
+        scene.timeline().iter().any(|transition| {
+            transition.at >= from
+                && transition.event == PodEvent::Terminating
+                && transition.statefulset.as_deref() == Some("ingester-zone-b")
+        })
+    })
+    .await;
+    let node = "node-zone-a";
+    let _uncordon = Uncordon {
+        node: node.to_owned(),
+        kubeconfig: control_plane.kubeconfig_path().to_path_buf(),
+    };
+    let drain_started = Instant::now();
+    let drain = tokio::process::Command::new(which("kubectl"))
+        .env("KUBECONFIG", control_plane.kubeconfig_path())
+        .args([
+            "drain",
+            node,
+            "--pod-selector=baton.test/drained-by=real-pods",
+            "--ignore-daemonsets",
+            "--delete-emptydir-data",
+            "--timeout=180s",
+        ])
+        .output()
+        .await
+        .expect("running kubectl drain");
+    let drained = Instant::now();
+    let output = format!(
+        "{}{}",
+        String::from_utf8_lossy(&drain.stdout),
+        String::from_utf8_lossy(&drain.stderr)
+    );
+
+    // Then the drain completes, after evictions refused by baton's webhook were retried
+    assert!(drain.status.success(), "kubectl drain failed:\n{output}");
+    assert!(
+        output.contains("will retry after") && output.contains("pod-eviction.baton.test"),
+        "the drain was never refused by the webhook:\n{output}"
+    );
+    // And it completed only after zone b's rollout had: zone a's pods left only then
+    scene.wait_complete(&names[1..2]).await;
+    let timeline = scene.timeline();
+    let zones = [
+        Zone::new("ingester-zone-a", 2, 2),
+        Zone::new("ingester-zone-b", 2, 1),
+        Zone::new("ingester-zone-c", 2, 1),
+    ];
+    let windows = zone_windows(&timeline, &zones[1..2], from);
+    let zone_b_done = windows["ingester-zone-b"]
+        .completed
+        .expect("zone b's rollout completed");
+    let zone_a_left = timeline
+        .iter()
+        .filter(|transition| {
+            transition.at >= drain_started
+                && transition.event == PodEvent::Terminating
+                && transition.statefulset.as_deref() == Some("ingester-zone-a")
+        })
+        .map(|transition| transition.at)
+        .min()
+        .expect("zone a's pods were evicted");
+    assert!(
+        zone_a_left >= zone_b_done && drained >= zone_b_done,
+        "zone a's pods left {:?} before zone b's rollout completed",
+        zone_b_done - zone_a_left.min(zone_b_done)
+    );
+    // And the budget was never exceeded: never two zones unavailable, never more than 2 pods
+    // of zone a, 1 of zone b (its rollout's max-unavailable)
+    check_rollout_guarantees(&timeline, &zones, from).unwrap();
+
+    // When the node is uncordoned, zone a's pods come back on it
+    drop(_uncordon);
+    wait_group_ready(&client, ns, &names).await;
 }
