@@ -100,18 +100,16 @@ async fn serve() -> std::process::ExitCode {
     };
     eprintln!("testapp: {behaviour} on port {port}, stop delay {stop_delay:?}");
     let state = Arc::new(Mutex::new(State::default()));
-    let accepting = {
+    // Serves on while stopping too: a pod going away still answers (readiness fails at once).
+    tokio::spawn({
         let state = state.clone();
         async move {
             while let Ok((stream, _)) = listener.accept().await {
                 tokio::spawn(answer(stream, state.clone(), never_ready));
             }
         }
-    };
-    tokio::select! {
-        _ = accepting => {}
-        _ = terminate.recv() => {}
-    }
+    });
+    terminate.recv().await;
     eprintln!("testapp: SIGTERM; stopping in {stop_delay:?}");
     state
         .lock()
