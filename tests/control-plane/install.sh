@@ -4,23 +4,15 @@
 #
 # etcd comes from Debian's etcd-server package; kube-apiserver and kube-controller-manager are
 # built once from Debian's kubernetes source package and cached outside the repository, keyed
-# by version. The real nodes (tests/src/real_nodes.rs) run Debian's containerd, runc and CNI
+# by version. The real nodes (tests/src/real_nodes/) run Debian's containerd, runc and CNI
 # plugins with a kubelet and a kube-scheduler built from the same source package into a cache
 # folder of their own, so adding them never rebuilds a control plane already cached; they are
 # linked into the printed folder, which stays the one place tests look for Kubernetes binaries.
-# KUBEBUILDER_ASSETS (envtest's convention) names a folder of ready binaries and skips
-# everything here; the real-node tests then say which binaries that folder lacks.
+# KUBEBUILDER_ASSETS (envtest's convention) naming a folder of ready binaries made elsewhere
+# skips everything here; the real-node tests then say which binaries that folder lacks.
 set -euo pipefail
 
 log() { printf 'control-plane: %s\n' "$*" >&2; }
-
-if [[ -n "${KUBEBUILDER_ASSETS:-}" ]]; then
-  for bin in etcd kube-apiserver kube-controller-manager; do
-    [[ -x "$KUBEBUILDER_ASSETS/$bin" ]] || { log "KUBEBUILDER_ASSETS=$KUBEBUILDER_ASSETS has no executable $bin"; exit 1; }
-  done
-  echo "$KUBEBUILDER_ASSETS"
-  exit 0
-fi
 
 K8S_VERSION="${E2E_K8S_VERSION:-1.20.2}"
 # The build's own revision: bump it when the build changes so caches are rebuilt.
@@ -34,6 +26,17 @@ BIN_DIR="$CACHE_ROOT/kubernetes-$BUILD/bin"
 # and a separate key keeps existing control-plane caches valid.
 NODE_BUILD="$K8S_VERSION+reflect2-1.0.2"
 NODE_BIN_DIR="$CACHE_ROOT/kubernetes-node-$NODE_BUILD/bin"
+
+# A folder of ready binaries someone else made is used as it is. This script's own cache folder
+# (what a shell exported from an earlier run) goes on below: binaries added since, such as the
+# node binaries, are then built.
+if [[ -n "${KUBEBUILDER_ASSETS:-}" && "$(realpath -m "$KUBEBUILDER_ASSETS")" != "$(realpath -m "$BIN_DIR")" ]]; then
+  for bin in etcd kube-apiserver kube-controller-manager; do
+    [[ -x "$KUBEBUILDER_ASSETS/$bin" ]] || { log "KUBEBUILDER_ASSETS=$KUBEBUILDER_ASSETS has no executable $bin"; exit 1; }
+  done
+  echo "$KUBEBUILDER_ASSETS"
+  exit 0
+fi
 
 SUDO=""
 if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
@@ -63,8 +66,9 @@ apt_install() {
 apt_install etcd-server util-linux haproxy prometheus chromium wrk
 command -v kubectl >/dev/null || apt_install kubernetes-client
 # The real nodes: containerd with runc runs the pods' containers, the CNI bridge and host-local
-# plugins give each node's pods a subnet reachable from the host, iptables is what the bridge
-# plugin's masquerading and the kubelet call, tar packs the local images.
+# plugins give each node's pods a subnet reachable from the host; the kubelet and the CNI
+# plugins expect iptables on the machine (no rule is written: no masquerading, no utility
+# chains); tar packs the local images.
 apt_install containerd runc containernetworking-plugins iptables tar
 
 # Fetches Debian's kubernetes source package into $1 (with the reflect2 fix) and builds the

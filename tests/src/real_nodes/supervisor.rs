@@ -29,6 +29,10 @@ pub const PAUSE_IMAGE: &str = "baton.test/pause:1";
 /// Where the nodes keep their state unless `E2E_REAL_NODES_DIR` says otherwise: a fixed place,
 /// so a run cleans up what a killed run left.
 pub const DEFAULT_ROOT: &str = "/var/lib/baton-e2e";
+/// Prefix of the nodes' CNI network names (`baton-zone-a`…).
+const NETWORK_PREFIX: &str = "baton-zone-";
+/// Where libcni caches each attachment's result (`<network>-<container>-<interface>`).
+const CNI_RESULTS_DIR: &str = "/var/lib/cni/results";
 /// Prefix of the CNI network namespaces containerd creates (`/run/netns/cni-…`).
 const NETNS_DIR: &str = "/run/netns";
 /// Where kubelets write container logs, whatever their root folder (fixed in this version);
@@ -64,7 +68,7 @@ impl NodeAssets {
         for binary in [&assets.kubelet, &assets.kube_scheduler] {
             if !binary.is_file() {
                 bail!(
-                    "{} not found: run tests/control-plane/install.sh (it builds the kubelet and kube-scheduler once and links them into the folder it prints)",
+                    "{} not found: run tests/control-plane/install.sh (it builds the kubelet and kube-scheduler once and links them into the folder it prints), or add them to the folder KUBEBUILDER_ASSETS names",
                     binary.display()
                 );
             }
@@ -284,7 +288,7 @@ async fn start_containerd(
     let gateway = node.pod_subnet.replace(".0/24", ".1");
     let network = serde_json::json!({
         "cniVersion": "0.4.0",
-        "name": format!("baton-zone-{}", node.zone),
+        "name": format!("{NETWORK_PREFIX}{}", node.zone),
         "plugins": [{
             "type": "bridge",
             "bridge": bridge_of(&node.zone),
@@ -556,7 +560,8 @@ fn is_root() -> bool {
 
 /// Removes what real nodes under `root` left behind, whether they stopped or were killed:
 /// their processes and containers, mounts, network namespaces nothing uses any more, bridges,
-/// pod logs of the tests' namespaces, and the folder itself. Idempotent.
+/// libcni's cached results, pod logs of the tests' namespaces, and the folder itself.
+/// Idempotent.
 pub fn clean_up(root: &Path) -> anyhow::Result<()> {
     let root_text = root.display().to_string();
     // Kubelets, containerds and shims of an earlier run (started with our folder in their
@@ -618,6 +623,18 @@ pub fn clean_up(root: &Path) -> anyhow::Result<()> {
             let _ = std::process::Command::new("ip")
                 .args(["link", "delete", &bridge])
                 .status();
+        }
+    }
+    // libcni's cache of each pod's network result, kept by name of network.
+    if let Ok(entries) = std::fs::read_dir(CNI_RESULTS_DIR) {
+        for entry in entries.flatten() {
+            if entry
+                .file_name()
+                .to_string_lossy()
+                .starts_with(NETWORK_PREFIX)
+            {
+                let _ = std::fs::remove_file(entry.path());
+            }
         }
     }
     if let Ok(entries) = std::fs::read_dir(POD_LOGS_DIR) {
