@@ -625,16 +625,26 @@ pub fn clean_up(root: &Path) -> anyhow::Result<()> {
                 .status();
         }
     }
-    // libcni's cache of each pod's network result, kept by name of network.
-    if let Ok(entries) = std::fs::read_dir(CNI_RESULTS_DIR) {
-        for entry in entries.flatten() {
-            if entry
-                .file_name()
-                .to_string_lossy()
-                .starts_with(NETWORK_PREFIX)
-            {
-                let _ = std::fs::remove_file(entry.path());
-            }
+    // libcni's cache of each pod's network results, `<network>-<sandbox>-<interface>`: those of
+    // the nodes' networks, and the loopback ones of the same sandboxes.
+    let results: Vec<String> = std::fs::read_dir(CNI_RESULTS_DIR)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|entry| entry.file_name().to_string_lossy().into_owned())
+        .collect();
+    let sandboxes: Vec<&str> = results
+        .iter()
+        .filter_map(|name| name.strip_prefix(NETWORK_PREFIX))
+        .filter_map(|rest| rest.split('-').nth(1))
+        .collect();
+    for name in &results {
+        let loopback_of_ours = name
+            .strip_prefix("cni-loopback-")
+            .and_then(|rest| rest.split('-').next())
+            .is_some_and(|sandbox| sandboxes.contains(&sandbox));
+        if name.starts_with(NETWORK_PREFIX) || loopback_of_ours {
+            let _ = std::fs::remove_file(Path::new(CNI_RESULTS_DIR).join(name));
         }
     }
     if let Ok(entries) = std::fs::read_dir(POD_LOGS_DIR) {
