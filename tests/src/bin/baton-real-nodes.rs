@@ -42,6 +42,7 @@ fn main() -> ExitCode {
     };
     baton_shared::crypto::install_default_provider();
     let result = runtime.block_on(async {
+        supervisor::require_root()?;
         let assets = NodeAssets::locate()?;
         supervisor::run(
             assets,

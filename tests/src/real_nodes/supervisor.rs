@@ -143,11 +143,7 @@ fn bridge_of(zone: &str) -> String {
 /// Runs the nodes until stdin closes or a signal comes; prints the [`NodesHandshake`] when
 /// every node is Ready. Cleans up after them whatever happened.
 pub async fn run(assets: NodeAssets, config: NodesConfig) -> anyhow::Result<()> {
-    if !is_root() {
-        bail!(
-            "real nodes need root (a kubelet and containerd mount, create network namespaces and cgroups); run the real-node tests as root, as CI does"
-        );
-    }
+    require_root()?;
     clean_up(&config.root).context("cleaning up after an earlier run of the real nodes")?;
     let mut running = Running::default();
     let outcome = async {
@@ -545,6 +541,17 @@ async fn wait_nodes_ready(
         }
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
+}
+
+/// Fails unless running as root: checked before anything else, so that is what a user without
+/// it is told.
+pub fn require_root() -> anyhow::Result<()> {
+    if !is_root() {
+        bail!(
+            "real nodes need root (a kubelet and containerd mount, create network namespaces and cgroups); run the real-node tests as root, as CI does"
+        );
+    }
+    Ok(())
 }
 
 fn is_root() -> bool {
