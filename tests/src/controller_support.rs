@@ -58,6 +58,32 @@ impl ControlledNamespace {
     }
 }
 
+impl ControlledNamespace {
+    /// A namespace `real-<prefix>-<random>` whose pods run on the real nodes
+    /// ([`crate::real_nodes`]), controlled with `extra` configuration; `simulator` only records
+    /// the timeline.
+    pub async fn on_real_nodes(prefix: &str, extra: &[(&str, &str)]) -> Self {
+        let control_plane = ControlPlane::shared().await;
+        crate::real_nodes::RealNodes::shared().await;
+        let namespace = crate::TestNamespace::create(
+            control_plane,
+            &format!(
+                "{}{prefix}",
+                crate::real_nodes::supervisor::NAMESPACE_PREFIX
+            ),
+        )
+        .await;
+        let simulator = crate::PodSimulator::observe(namespace.client(), namespace.name());
+        let controller = Controller::start(control_plane, namespace.name(), extra).await;
+        Self {
+            control_plane,
+            namespace,
+            simulator,
+            controller,
+        }
+    }
+}
+
 /// A running controller and the address of its ops server.
 #[derive(Debug)]
 pub struct Controller {

@@ -1,6 +1,7 @@
 //! End-to-end test support for baton: a real local Kubernetes control plane, a pod simulator
-//! standing in for the kubelet, fixtures and process helpers. Nothing here mocks what the API
-//! server can do for real.
+//! standing in for the kubelet (fast, any size) or real nodes (kubelets, containerd and a
+//! scheduler, for what only real pods show), fixtures and process helpers. Nothing here mocks
+//! what the API server can do for real.
 
 pub mod browser;
 pub mod certificate_support;
@@ -17,6 +18,7 @@ pub mod pod_simulator;
 pub mod process;
 pub mod prometheus_support;
 pub mod rbac_support;
+pub mod real_nodes;
 pub mod scaling_support;
 pub mod timeline;
 pub mod wait;

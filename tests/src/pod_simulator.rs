@@ -64,6 +64,8 @@ pub struct PodTransition {
 struct Shared {
     api: Api<Pod>,
     options: SimulatorOptions,
+    /// False when real kubelets run the pods: only the timeline is recorded.
+    plays_kubelet: bool,
     held: Mutex<HashSet<String>>,
     /// Uids of pods that crash-loop (that one pod only, not its replacement).
     crash_looping: Mutex<HashSet<String>>,
@@ -93,9 +95,25 @@ impl PodSimulator {
     }
 
     pub async fn start(client: kube::Client, namespace: &str, options: SimulatorOptions) -> Self {
+        Self::spawn(client, namespace, options, true)
+    }
+
+    /// Records the timeline of the pods of `namespace` and does nothing else: for pods that real
+    /// kubelets run (`crate::real_nodes`), so their scenarios check the same timeline.
+    pub fn observe(client: kube::Client, namespace: &str) -> Self {
+        Self::spawn(client, namespace, SimulatorOptions::default(), false)
+    }
+
+    fn spawn(
+        client: kube::Client,
+        namespace: &str,
+        options: SimulatorOptions,
+        plays_kubelet: bool,
+    ) -> Self {
         let shared = Arc::new(Shared {
             api: Api::namespaced(client, namespace),
             options,
+            plays_kubelet,
             held: Mutex::default(),
             crash_looping: Mutex::default(),
             broken_versions: Mutex::default(),
@@ -271,7 +289,7 @@ fn act(
     let Some(state) = seen.get(uid) else {
         return;
     };
-    if in_flight.contains(uid) {
+    if !shared.plays_kubelet || in_flight.contains(uid) {
         return;
     }
     let name = state.pod.metadata.name.clone().unwrap_or_default();

@@ -13,7 +13,7 @@ static BUILT: Mutex<Vec<String>> = Mutex::new(Vec::new());
 /// The package of each binary tests start.
 fn package_of(binary: &str) -> &str {
     match binary {
-        "baton-control-plane" => "baton-e2e",
+        "baton-control-plane" | "baton-real-nodes" => "baton-e2e",
         other => other,
     }
 }
@@ -68,7 +68,7 @@ pub fn workspace_binary(name: &str) -> anyhow::Result<PathBuf> {
 
 /// Environment variables cargo sets for a test process (not the user's CARGO_HOME,
 /// CARGO_TARGET_DIR, CARGO_BUILD_* and the like).
-fn is_set_by_cargo_for_the_test(variable: &str) -> bool {
+pub(crate) fn is_set_by_cargo_for_the_test(variable: &str) -> bool {
     const EXACT: [&str; 8] = [
         "CARGO_MANIFEST_DIR",
         "CARGO_MANIFEST_PATH",
@@ -85,7 +85,7 @@ fn is_set_by_cargo_for_the_test(variable: &str) -> bool {
 }
 
 /// `target/<profile>`, found from the running test binary (`target/<profile>/deps/<test>`).
-fn profile_dir() -> anyhow::Result<PathBuf> {
+pub(crate) fn profile_dir() -> anyhow::Result<PathBuf> {
     let exe = std::env::current_exe()?;
     let deps = exe.parent().context("test binary has no folder")?;
     let profile = if deps.file_name().is_some_and(|name| name == "deps") {

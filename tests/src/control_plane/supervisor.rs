@@ -68,7 +68,8 @@ impl Assets {
     }
 }
 
-fn cache_dir() -> PathBuf {
+/// Where `install.sh` caches its builds (`E2E_CACHE_DIR`, else `~/.cache/baton`).
+pub fn cache_dir() -> PathBuf {
     if let Some(dir) = std::env::var_os("E2E_CACHE_DIR") {
         return PathBuf::from(dir);
     }
@@ -390,13 +391,13 @@ fn scratch_root() -> PathBuf {
     }
 }
 
-fn free_port() -> anyhow::Result<u16> {
+pub(crate) fn free_port() -> anyhow::Result<u16> {
     let listener = TcpListener::bind("127.0.0.1:0").context("finding a free loopback port")?;
     Ok(listener.local_addr()?.port())
 }
 
 /// Starts `binary` with `args`, appending its output to `log` (a restart keeps the earlier run's).
-fn spawn(binary: &Path, args: &[String], log: &Path) -> anyhow::Result<Child> {
+pub(crate) fn spawn(binary: &Path, args: &[String], log: &Path) -> anyhow::Result<Child> {
     let log_file = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -455,7 +456,7 @@ async fn wait_ready(
     }
 }
 
-fn tail(path: &Path, lines: usize) -> String {
+pub(crate) fn tail(path: &Path, lines: usize) -> String {
     let text = std::fs::read_to_string(path).unwrap_or_default();
     let all: Vec<&str> = text.lines().collect();
     all[all.len().saturating_sub(lines)..].join("\n")

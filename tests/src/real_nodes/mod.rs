@@ -1,0 +1,336 @@
+//! Real nodes for the scenarios the pod simulator cannot vouch for: one kubelet per zone with a
+//! containerd and runc running the test application (`tests/testapp`) for real, pods placed by
+//! kube-scheduler, readiness from real probes, termination that takes as long as the process
+//! takes, CrashLoopBackOff from the kubelet's own backoff. Started once per test process next to
+//! the shared control plane (the `baton-real-nodes` binary, stopped when the process exits);
+//! the simulator stays for fast and large scenarios.
+//!
+//! Needs root and what `tests/control-plane/install.sh` installs; fails loudly otherwise
+//! (CI runs as root), never skips.
+
+pub mod images;
+pub mod supervisor;
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::net::Ipv4Addr;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
+
+use anyhow::{Context, anyhow};
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use serde_json::json;
+
+pub use images::APP_IMAGE;
+pub use supervisor::{NodeInfo, NodesHandshake, ZONE_LABEL};
+
+use crate::control_plane::ControlPlane;
+use crate::fixtures::StatefulSetFixture;
+use crate::process::workspace_binary;
+
+/// Where the test application listens in its pod.
+pub const APP_PORT: u16 = 8080;
+
+/// The real nodes of this test process.
+#[derive(Debug)]
+pub struct RealNodes {
+    handshake: NodesHandshake,
+    /// Kept for the life of the process: the supervisor stops when its stdin closes.
+    _supervisor: Mutex<(Child, ChildStdin)>,
+}
+
+static SHARED: OnceLock<RealNodes> = OnceLock::new();
+
+impl RealNodes {
+    /// The nodes of this test process (and its shared control plane), started on first use.
+    pub async fn shared() -> &'static RealNodes {
+        if let Some(existing) = SHARED.get() {
+            return existing;
+        }
+        let control_plane = ControlPlane::shared().await;
+        let kubeconfig = control_plane.kubeconfig_path().to_path_buf();
+        if !control_plane.is_local() {
+            panic!(
+                "real nodes join the local control plane; unset {}",
+                crate::control_plane::EXISTING_CLUSTER_ENV
+            );
+        }
+        tokio::task::spawn_blocking(move || {
+            SHARED.get_or_init(|| match Self::start(&kubeconfig) {
+                Ok(nodes) => nodes,
+                Err(error) => panic!("starting the real nodes: {error:#}"),
+            })
+        })
+        .await
+        .expect("starting the real nodes panicked")
+    }
+
+    fn start(kubeconfig: &std::path::Path) -> anyhow::Result<Self> {
+        let images = images::build().context("building the real pods' images")?;
+        let binary = workspace_binary("baton-real-nodes")?;
+        let mut command = Command::new(&binary);
+        command
+            .arg("--kubeconfig")
+            .arg(kubeconfig)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        for image in &images {
+            command.arg("--image").arg(image);
+        }
+        let mut child = command
+            .spawn()
+            .with_context(|| format!("starting {}", binary.display()))?;
+        let stdin = child.stdin.take().expect("stdin is piped");
+        let mut stdout = BufReader::new(child.stdout.take().expect("stdout is piped"));
+        let mut line = String::new();
+        stdout.read_line(&mut line)?;
+        if line.trim().is_empty() {
+            let status = child.wait()?;
+            return Err(anyhow!(
+                "baton-real-nodes exited ({status}) before its nodes were ready; see its error above"
+            ));
+        }
+        let handshake: NodesHandshake = serde_json::from_str(&line)
+            .with_context(|| format!("reading the real nodes' handshake {line:?}"))?;
+        Ok(Self {
+            handshake,
+            _supervisor: Mutex::new((child, stdin)),
+        })
+    }
+
+    /// The nodes, zone a first.
+    pub fn nodes(&self) -> &[NodeInfo] {
+        &self.handshake.nodes
+    }
+
+    /// How long the nodes took to start (images imported, every node Ready).
+    pub fn startup(&self) -> Duration {
+        Duration::from_secs_f64(self.handshake.startup_seconds)
+    }
+}
+
+/// How the test application in a version's pods behaves (`TESTAPP_BEHAVIOUR`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Behaviour {
+    Healthy,
+    /// Exits 1 at start: the kubelet restarts it into CrashLoopBackOff.
+    CrashLoops,
+    /// Runs, but its readiness endpoint never says ready.
+    NeverReady,
+}
+
+impl Behaviour {
+    fn env(self) -> &'static str {
+        match self {
+            Behaviour::Healthy => "healthy",
+            Behaviour::CrashLoops => "crash",
+            Behaviour::NeverReady => "never-ready",
+        }
+    }
+}
+
+/// A StatefulSet whose pods run the test application on the real node of its zone: required
+/// node affinity on the zone label, the image never pulled, a readiness probe on the
+/// application's `/ready`, and a termination that really takes `stop_delay` (bounded by the
+/// grace period).
+#[derive(Debug, Clone)]
+pub struct RealPodsFixture {
+    pub base: StatefulSetFixture,
+    zone: String,
+    version: String,
+    behaviour: Behaviour,
+    stop_delay: Duration,
+    grace_period_seconds: i64,
+}
+
+impl RealPodsFixture {
+    /// `base` (its name, labels, replicas…) on the node of `zone` (`a`, `b` or `c`).
+    pub fn new(base: StatefulSetFixture, zone: &str) -> Self {
+        Self {
+            base,
+            zone: zone.to_owned(),
+            version: "v1".to_owned(),
+            behaviour: Behaviour::Healthy,
+            stop_delay: Duration::ZERO,
+            grace_period_seconds: 30,
+        }
+    }
+
+    pub fn version(mut self, version: &str, behaviour: Behaviour) -> Self {
+        self.version = version.to_owned();
+        self.behaviour = behaviour;
+        self
+    }
+
+    /// On SIGTERM the application keeps running this long: its pods stay Terminating.
+    pub fn stop_delay(mut self, delay: Duration) -> Self {
+        self.stop_delay = delay;
+        self
+    }
+
+    pub fn grace_period_seconds(mut self, seconds: i64) -> Self {
+        self.grace_period_seconds = seconds;
+        self
+    }
+
+    pub fn build(&self) -> StatefulSet {
+        let mut value = serde_json::to_value(self.base.build()).expect("a StatefulSet serializes");
+        let spec = &mut value["spec"]["template"]["spec"];
+        spec["terminationGracePeriodSeconds"] = json!(self.grace_period_seconds);
+        spec["affinity"] = json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": [
+                {"key": ZONE_LABEL, "operator": "In", "values": [format!("zone-{}", self.zone)]}
+            ]}]
+        }}});
+        spec["containers"] = json!([container(&self.version, self.behaviour, self.stop_delay)]);
+        serde_json::from_value(value).expect("a valid StatefulSet")
+    }
+
+    /// Creates it in `namespace`.
+    pub async fn create(&self, client: &kube::Client, namespace: &str) -> StatefulSet {
+        Api::<StatefulSet>::namespaced(client.clone(), namespace)
+            .create(&PostParams::default(), &self.build())
+            .await
+            .unwrap_or_else(|error| {
+                panic!(
+                    "creating StatefulSet {}: {error}",
+                    self.build().metadata.name.unwrap_or_default()
+                )
+            })
+    }
+}
+
+fn container(version: &str, behaviour: Behaviour, stop_delay: Duration) -> serde_json::Value {
+    json!({
+        "name": "app",
+        "image": format!("{APP_IMAGE}:{version}"),
+        // Imported into every node's containerd: there is no registry to pull from.
+        "imagePullPolicy": "Never",
+        "env": [
+            {"name": "TESTAPP_BEHAVIOUR", "value": behaviour.env()},
+            {"name": "TESTAPP_STOP_DELAY_MS", "value": stop_delay.as_millis().to_string()},
+            {"name": "TESTAPP_PORT", "value": APP_PORT.to_string()},
+        ],
+        "ports": [{"name": "http", "containerPort": APP_PORT}],
+        "readinessProbe": {
+            "httpGet": {"path": "/ready", "port": APP_PORT},
+            "periodSeconds": 1,
+            "failureThreshold": 1,
+            "successThreshold": 1,
+            "timeoutSeconds": 1,
+        },
+    })
+}
+
+/// One StatefulSet per zone (`<group>-zone-a`, `-zone-b`, `-zone-c`), in `group`, each on the
+/// node of its zone.
+pub fn real_rollout_group(group: &str, replicas: i32) -> Vec<RealPodsFixture> {
+    supervisor::ZONES
+        .iter()
+        .map(|zone| {
+            RealPodsFixture::new(
+                StatefulSetFixture::new(&format!("{group}-zone-{zone}"))
+                    .group(group)
+                    .replicas(replicas),
+                zone,
+            )
+        })
+        .collect()
+}
+
+/// Changes the version (image tag and behaviour) of a real-pods StatefulSet's template, as a
+/// deploy would; the stop delay stays.
+pub async fn set_version(
+    client: &kube::Client,
+    namespace: &str,
+    statefulset: &str,
+    version: &str,
+    behaviour: Behaviour,
+) {
+    let patch = json!({"spec": {"template": {"spec": {"containers": [{
+        "name": "app",
+        "image": format!("{APP_IMAGE}:{version}"),
+        "env": [{"name": "TESTAPP_BEHAVIOUR", "value": behaviour.env()}],
+    }]}}}});
+    Api::<StatefulSet>::namespaced(client.clone(), namespace)
+        .patch(
+            statefulset,
+            &PatchParams::default(),
+            &Patch::Strategic(patch),
+        )
+        .await
+        .unwrap_or_else(|error| panic!("changing the template of {statefulset}: {error}"));
+}
+
+/// The pod's IP, once the kubelet reported one.
+pub async fn pod_ip(client: &kube::Client, namespace: &str, pod: &str) -> Option<Ipv4Addr> {
+    let pod = Api::<Pod>::namespaced(client.clone(), namespace)
+        .get_opt(pod)
+        .await
+        .ok()??;
+    pod.status?.pod_ip?.parse().ok()
+}
+
+/// What the test application in a pod was asked, read from its `/metrics` over the pod's IP.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AppCalls {
+    /// Requests served (`METHOD path` → count), `/metrics` itself aside.
+    pub calls: BTreeMap<String, u64>,
+    /// When its current delayed-downscale preparation began (unix seconds), if one is on.
+    pub delayed_downscale_since: Option<i64>,
+}
+
+impl AppCalls {
+    /// How many `method` requests on `path` it served.
+    pub fn count(&self, method: &str, path: &str) -> u64 {
+        self.calls
+            .get(&format!("{method} {path}"))
+            .copied()
+            .unwrap_or(0)
+    }
+}
+
+/// Reads the test application's `/metrics` on the pod's IP: what the operator asked of it.
+pub async fn app_calls(ip: Ipv4Addr) -> anyhow::Result<AppCalls> {
+    // No proxy: pod IPs are reached directly through the node's bridge.
+    let body = reqwest::Client::builder()
+        .no_proxy()
+        .build()?
+        .get(format!("http://{ip}:{APP_PORT}/metrics"))
+        .timeout(Duration::from_secs(2))
+        .send()
+        .await
+        .with_context(|| format!("reading /metrics of the pod at {ip}"))?
+        .text()
+        .await?;
+    let delayed_downscale_since = body
+        .lines()
+        .find_map(|line| line.strip_prefix("testapp_delayed_downscale_prepared_since_seconds "))
+        .and_then(|value| value.trim().parse().ok());
+    let mut calls = BTreeMap::new();
+    for line in body
+        .lines()
+        .filter(|line| line.starts_with("testapp_requests_total{"))
+    {
+        let method = between(line, "method=\"", "\"");
+        let path = between(line, "path=\"", "\"");
+        let count = line.rsplit(' ').next().and_then(|count| count.parse().ok());
+        if let (Some(method), Some(path), Some(count)) = (method, path, count) {
+            calls.insert(format!("{method} {path}"), count);
+        }
+    }
+    Ok(AppCalls {
+        calls,
+        delayed_downscale_since,
+    })
+}
+
+fn between<'a>(text: &'a str, start: &str, end: &str) -> Option<&'a str> {
+    let from = text.find(start)? + start.len();
+    let to = text[from..].find(end)? + from;
+    Some(&text[from..to])
+}

@@ -1,0 +1,756 @@
+//! Starts the real nodes (one containerd and one kubelet per zone, and a kube-scheduler) against
+//! a running control plane and keeps them until told to stop. Runs inside the
+//! `baton-real-nodes` binary for the same reason the control plane runs in its own: every child
+//! is started through `setpriv --pdeathsig KILL` and dies with it, and the binary stops when its
+//! parent (a test process) closes its stdin.
+//!
+//! What pods leave behind outlives those processes: containers (kept by their shims), overlay
+//! and shm mounts, network namespaces, bridges. [`clean_up`] removes all of it, before the
+//! nodes start (a run that was killed left it) and after they stop.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use k8s_openapi::api::core::v1::Node;
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::Child;
+
+use crate::control_plane::supervisor::KUBERNETES_BUILD;
+use crate::control_plane::supervisor::{cache_dir, client_from, free_port, spawn, tail};
+
+/// The zones, one node each.
+pub const ZONES: [&str; 3] = ["a", "b", "c"];
+/// The label the nodes carry and the pods' node affinity selects on.
+pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
+/// The sandbox image containerd is configured with (imported, never pulled).
+pub const PAUSE_IMAGE: &str = "baton.test/pause:1";
+/// Where the nodes keep their state unless `E2E_REAL_NODES_DIR` says otherwise: a fixed place,
+/// so a run cleans up what a killed run left.
+pub const DEFAULT_ROOT: &str = "/var/lib/baton-e2e";
+/// Prefix of the nodes' CNI network names (`baton-zone-a`…).
+const NETWORK_PREFIX: &str = "baton-zone-";
+/// Where libcni caches each attachment's result (`<network>-<container>-<interface>`).
+const CNI_RESULTS_DIR: &str = "/var/lib/cni/results";
+/// Prefix of the CNI network namespaces containerd creates (`/run/netns/cni-…`).
+const NETNS_DIR: &str = "/run/netns";
+/// Where kubelets write container logs, whatever their root folder (fixed in this version);
+/// test namespaces of real pods start with this prefix so their logs can be told apart.
+pub const POD_LOGS_DIR: &str = "/var/log/pods";
+pub const NAMESPACE_PREFIX: &str = "real-";
+
+/// The binaries the nodes run.
+#[derive(Debug, Clone)]
+pub struct NodeAssets {
+    pub kubelet: PathBuf,
+    pub kube_scheduler: PathBuf,
+    pub containerd: PathBuf,
+    pub ctr: PathBuf,
+    pub cni_bin_dir: PathBuf,
+}
+
+impl NodeAssets {
+    /// The kubelet and kube-scheduler `install.sh` links next to the control plane's binaries
+    /// (`KUBEBUILDER_ASSETS`, else its cache), containerd from Debian, the CNI plugins.
+    pub fn locate() -> anyhow::Result<Self> {
+        let dir = match std::env::var_os("KUBEBUILDER_ASSETS") {
+            Some(dir) => PathBuf::from(dir),
+            None => cache_dir().join(format!("kubernetes-{KUBERNETES_BUILD}/bin")),
+        };
+        let assets = Self {
+            kubelet: dir.join("kubelet"),
+            kube_scheduler: dir.join("kube-scheduler"),
+            containerd: PathBuf::from("/usr/bin/containerd"),
+            ctr: PathBuf::from("/usr/bin/ctr"),
+            cni_bin_dir: PathBuf::from("/usr/lib/cni"),
+        };
+        for binary in [&assets.kubelet, &assets.kube_scheduler] {
+            if !binary.is_file() {
+                bail!(
+                    "{} not found: run tests/control-plane/install.sh (it builds the kubelet and kube-scheduler once and links them into the folder it prints), or add them to the folder KUBEBUILDER_ASSETS names",
+                    binary.display()
+                );
+            }
+        }
+        for binary in [&assets.containerd, &assets.ctr] {
+            if !binary.is_file() {
+                bail!(
+                    "{} not found: run tests/control-plane/install.sh (installs containerd, runc and the CNI plugins)",
+                    binary.display()
+                );
+            }
+        }
+        for plugin in ["bridge", "host-local", "loopback"] {
+            if !assets.cni_bin_dir.join(plugin).is_file() {
+                bail!(
+                    "CNI plugin {plugin} not found in {}: run tests/control-plane/install.sh",
+                    assets.cni_bin_dir.display()
+                );
+            }
+        }
+        Ok(assets)
+    }
+}
+
+/// One node as the supervisor started it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct NodeInfo {
+    /// The Node's name (`node-zone-a`…).
+    pub name: String,
+    /// `a`, `b` or `c`; the node is labelled `topology.kubernetes.io/zone=zone-<zone>`.
+    pub zone: String,
+    /// The subnet its pods' IPs come from (a bridge of its own, routed on the host).
+    pub pod_subnet: String,
+    /// Its folder: containerd's and the kubelet's state and logs.
+    pub dir: PathBuf,
+}
+
+/// What the supervisor prints (one JSON line on stdout) once every node is Ready.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct NodesHandshake {
+    pub nodes: Vec<NodeInfo>,
+    /// Folder of every node's state and logs (kept until the next run cleans it).
+    pub dir: PathBuf,
+    /// How long starting the nodes took.
+    pub startup_seconds: f64,
+}
+
+/// What to run the nodes with.
+#[derive(Debug, Clone)]
+pub struct NodesConfig {
+    pub kubeconfig: PathBuf,
+    /// Image archives (docker-archive tarballs) to import into every node's containerd.
+    pub images: Vec<PathBuf>,
+    pub root: PathBuf,
+}
+
+/// The node of `zone`: its name, bridge and subnet (distinct per node, so the host routes to
+/// every pod directly through that node's bridge).
+fn node_of(index: usize, zone: &str, root: &Path) -> NodeInfo {
+    NodeInfo {
+        name: format!("node-zone-{zone}"),
+        zone: zone.to_owned(),
+        pod_subnet: format!("10.244.{}.0/24", index + 1),
+        dir: root.join(format!("zone-{zone}")),
+    }
+}
+
+fn bridge_of(zone: &str) -> String {
+    format!("baton-{zone}")
+}
+
+/// Runs the nodes until stdin closes or a signal comes; prints the [`NodesHandshake`] when
+/// every node is Ready. Cleans up after them whatever happened.
+pub async fn run(assets: NodeAssets, config: NodesConfig) -> anyhow::Result<()> {
+    require_root()?;
+    clean_up(&config.root).context("cleaning up after an earlier run of the real nodes")?;
+    let mut running = Running::default();
+    let outcome = async {
+        let handshake = start(&assets, &config, &mut running).await?;
+        println!("{}", serde_json::to_string(&handshake)?);
+        eprintln!(
+            "real nodes ({} zones) ready in {:.1}s; state and logs in {}",
+            handshake.nodes.len(),
+            handshake.startup_seconds,
+            handshake.dir.display()
+        );
+        running.serve().await
+    }
+    .await;
+    running.kill_all().await;
+    if let Err(error) = clean_up(&config.root) {
+        eprintln!("real nodes: cleaning up after the nodes: {error:#}");
+    }
+    outcome
+}
+
+#[derive(Default)]
+struct Running {
+    /// Name, process and log of everything started, in start order.
+    children: Vec<(String, Child, PathBuf)>,
+}
+
+impl Running {
+    async fn serve(&mut self) -> anyhow::Result<()> {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut terminate = signal(SignalKind::terminate())?;
+        let mut interrupt = signal(SignalKind::interrupt())?;
+        let mut lines = BufReader::new(tokio::io::stdin()).lines();
+        let mut check = tokio::time::interval(Duration::from_millis(500));
+        loop {
+            tokio::select! {
+                _ = terminate.recv() => return Ok(()),
+                _ = interrupt.recv() => return Ok(()),
+                line = lines.next_line() => match line {
+                    Ok(Some(_)) => {}
+                    // Stdin closed (or unreadable): the parent is gone.
+                    _ => return Ok(()),
+                },
+                _ = check.tick() => self.check_alive()?,
+            }
+        }
+    }
+
+    fn check_alive(&mut self) -> anyhow::Result<()> {
+        for (name, child, log) in &mut self.children {
+            if let Some(status) = child.try_wait()? {
+                bail!(
+                    "{name} exited ({status}); last lines of {}:\n{}",
+                    log.display(),
+                    tail(log, 20)
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// Stops everything, the last started (kubelets, scheduler) first.
+    async fn kill_all(&mut self) {
+        for (_, child, _) in self.children.iter_mut().rev() {
+            let _ = child.start_kill();
+            let _ = child.wait().await;
+        }
+    }
+}
+
+async fn start(
+    assets: &NodeAssets,
+    config: &NodesConfig,
+    running: &mut Running,
+) -> anyhow::Result<NodesHandshake> {
+    let started = Instant::now();
+    std::fs::create_dir_all(&config.root)
+        .with_context(|| format!("creating {}", config.root.display()))?;
+    let nodes: Vec<NodeInfo> = ZONES
+        .iter()
+        .enumerate()
+        .map(|(index, zone)| node_of(index, zone, &config.root))
+        .collect();
+    for node in &nodes {
+        let socket = start_containerd(assets, node, running)
+            .await
+            .with_context(|| format!("starting containerd for {}", node.name))?;
+        for image in &config.images {
+            import_image(assets, &socket, image, node)
+                .await
+                .with_context(|| {
+                    format!(
+                        "importing {} into the containerd of {}",
+                        image.display(),
+                        node.name
+                    )
+                })?;
+        }
+        start_kubelet(assets, config, node, &socket, running)
+            .with_context(|| format!("starting the kubelet of {}", node.name))?;
+    }
+    let scheduler_log = config.root.join("kube-scheduler.log");
+    let scheduler = spawn(
+        &assets.kube_scheduler,
+        &[
+            format!("--kubeconfig={}", config.kubeconfig.display()),
+            "--leader-elect=false".into(),
+            "--port=0".into(),
+            "--secure-port=0".into(),
+            "--v=1".into(),
+        ],
+        &scheduler_log,
+    )
+    .context("starting kube-scheduler")?;
+    running
+        .children
+        .push(("kube-scheduler".into(), scheduler, scheduler_log));
+    wait_nodes_ready(&config.kubeconfig, &nodes, running).await?;
+    Ok(NodesHandshake {
+        nodes,
+        dir: config.root.clone(),
+        startup_seconds: started.elapsed().as_secs_f64(),
+    })
+}
+
+/// Starts the node's containerd (its own root, state, socket and CNI network: a shared one
+/// would give every node the same pod subnet); returns its socket once it answers.
+async fn start_containerd(
+    assets: &NodeAssets,
+    node: &NodeInfo,
+    running: &mut Running,
+) -> anyhow::Result<PathBuf> {
+    let dir = node.dir.join("containerd");
+    let cni_conf_dir = node.dir.join("cni");
+    std::fs::create_dir_all(&dir)?;
+    std::fs::create_dir_all(&cni_conf_dir)?;
+    let socket = dir.join("containerd.sock");
+    let gateway = node.pod_subnet.replace(".0/24", ".1");
+    let network = serde_json::json!({
+        "cniVersion": "0.4.0",
+        "name": format!("{NETWORK_PREFIX}{}", node.zone),
+        "plugins": [{
+            "type": "bridge",
+            "bridge": bridge_of(&node.zone),
+            "isGateway": true,
+            // Pods only talk to the host (probes, the tests, baton): no masquerading, so
+            // nothing is written to the host's iptables.
+            "ipMasq": false,
+            "ipam": {
+                "type": "host-local",
+                "ranges": [[{"subnet": node.pod_subnet, "gateway": gateway}]],
+                "dataDir": node.dir.join("ipam"),
+            },
+        }],
+    });
+    std::fs::write(
+        cni_conf_dir.join("10-baton.conflist"),
+        serde_json::to_vec_pretty(&network)?,
+    )?;
+    let toml = format!(
+        r#"version = 2
+root = "{root}"
+state = "{state}"
+# Not used by the CRI plugin; disabled so nothing is written to /opt.
+disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.aufs"]
+
+[grpc]
+  address = "{socket}"
+
+[ttrpc]
+  address = "{socket}.ttrpc"
+
+[debug]
+  level = "warn"
+
+[plugins."io.containerd.grpc.v1.cri"]
+  # Imported by the harness: no image is ever pulled.
+  sandbox_image = "{pause}"
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+  disable_apparmor = true
+  # Root here cannot lower an OOM score (no CAP_SYS_RESOURCE): pods get no score below
+  # containerd's own, instead of the sandbox's -998 that runc would fail to set.
+  restrict_oom_score_adj = true
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        # cgroupfs, as the kubelet is told: there is no systemd.
+        SystemdCgroup = false
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "{cni_bin}"
+    conf_dir = "{cni_conf}"
+"#,
+        root = dir.join("root").display(),
+        state = dir.join("state").display(),
+        socket = socket.display(),
+        pause = PAUSE_IMAGE,
+        cni_bin = assets.cni_bin_dir.display(),
+        cni_conf = cni_conf_dir.display(),
+    );
+    let config = dir.join("config.toml");
+    std::fs::write(&config, toml)?;
+    let log = node.dir.join("containerd.log");
+    let child = spawn(
+        &assets.containerd,
+        &[format!("--config={}", config.display())],
+        &log,
+    )?;
+    running
+        .children
+        .push((format!("containerd of {}", node.name), child, log.clone()));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        running.check_alive()?;
+        let answered = tokio::process::Command::new(&assets.ctr)
+            .arg("--address")
+            .arg(&socket)
+            .arg("version")
+            .output()
+            .await
+            .is_ok_and(|output| output.status.success());
+        if answered {
+            return Ok(socket);
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "containerd did not answer on {} within 30s; last lines of {}:\n{}",
+                socket.display(),
+                log.display(),
+                tail(&log, 20)
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn import_image(
+    assets: &NodeAssets,
+    socket: &Path,
+    image: &Path,
+    node: &NodeInfo,
+) -> anyhow::Result<()> {
+    let output = tokio::process::Command::new(&assets.ctr)
+        .arg("--address")
+        .arg(socket)
+        .args(["--namespace", "k8s.io", "images", "import"])
+        .arg(image)
+        .output()
+        .await
+        .context("running ctr images import")?;
+    if !output.status.success() {
+        bail!(
+            "ctr images import failed for {} ({}): {}",
+            node.name,
+            output.status,
+            String::from_utf8_lossy(&output.stderr).trim()
+        );
+    }
+    Ok(())
+}
+
+/// Starts the node's kubelet. What the sandbox cannot give a kubelet is configured around
+/// (tests/control-plane/README.md): no QoS cgroups or node-allocatable enforcement (three
+/// kubelets share one cgroup hierarchy, and none of them owns it), cgroupfs (no systemd), swap
+/// tolerated, kernel defaults not enforced, no disk-pressure eviction (a developer's nearly
+/// full disk must not evict the tests' pods), no image garbage collection (the imported images
+/// cannot be pulled back), no iptables utility chains.
+fn start_kubelet(
+    assets: &NodeAssets,
+    config: &NodesConfig,
+    node: &NodeInfo,
+    socket: &Path,
+    running: &mut Running,
+) -> anyhow::Result<()> {
+    let dir = node.dir.join("kubelet");
+    std::fs::create_dir_all(&dir)?;
+    let port = free_port()?;
+    let kubelet_config = format!(
+        r#"apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+address: 127.0.0.1
+port: {port}
+readOnlyPort: 0
+healthzPort: 0
+authentication:
+  anonymous:
+    enabled: true
+  webhook:
+    enabled: false
+authorization:
+  mode: AlwaysAllow
+cgroupDriver: cgroupfs
+cgroupsPerQOS: false
+enforceNodeAllocatable: []
+failSwapOn: false
+protectKernelDefaults: false
+makeIPTablesUtilChains: false
+evictionHard:
+  memory.available: "1Mi"
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+serializeImagePulls: false
+syncFrequency: 10s
+fileCheckFrequency: 10s
+nodeStatusUpdateFrequency: 5s
+"#
+    );
+    let config_file = dir.join("config.yaml");
+    std::fs::write(&config_file, kubelet_config)?;
+    let endpoint = format!("unix://{}", socket.display());
+    let log = node.dir.join("kubelet.log");
+    let child = spawn(
+        &assets.kubelet,
+        &[
+            format!("--config={}", config_file.display()),
+            format!("--kubeconfig={}", config.kubeconfig.display()),
+            format!("--root-dir={}", dir.join("root").display()),
+            format!("--cert-dir={}", dir.join("pki").display()),
+            "--container-runtime=remote".into(),
+            format!("--container-runtime-endpoint={endpoint}"),
+            format!("--image-service-endpoint={endpoint}"),
+            format!("--pod-infra-container-image={PAUSE_IMAGE}"),
+            format!("--hostname-override={}", node.name),
+            format!("--node-labels={ZONE_LABEL}=zone-{}", node.zone),
+            "--v=1".into(),
+        ],
+        &log,
+    )?;
+    running
+        .children
+        .push((format!("kubelet of {}", node.name), child, log));
+    Ok(())
+}
+
+/// Waits until every node is Ready, and lifts the `node.kubernetes.io/not-ready` taint each
+/// registers with: the node lifecycle controller that would lift it does not run in the test
+/// control plane (it would also evict pods when a node stops reporting, which no test wants).
+async fn wait_nodes_ready(
+    kubeconfig: &Path,
+    nodes: &[NodeInfo],
+    running: &mut Running,
+) -> anyhow::Result<()> {
+    let client = client_from(kubeconfig).await?;
+    let api = kube::Api::<Node>::all(client);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        running.check_alive()?;
+        let mut not_ready = Vec::new();
+        for node in nodes {
+            let Some(found) = api.get_opt(&node.name).await.ok().flatten() else {
+                not_ready.push(node);
+                continue;
+            };
+            let ready = found
+                .status
+                .as_ref()
+                .and_then(|status| status.conditions.as_ref())
+                .is_some_and(|conditions| {
+                    conditions
+                        .iter()
+                        .any(|condition| condition.type_ == "Ready" && condition.status == "True")
+                });
+            let tainted = found
+                .spec
+                .as_ref()
+                .and_then(|spec| spec.taints.as_ref())
+                .is_some_and(|taints| !taints.is_empty());
+            if ready && tainted {
+                api.patch(
+                    &node.name,
+                    &kube::api::PatchParams::default(),
+                    &kube::api::Patch::Merge(serde_json::json!({"spec": {"taints": null}})),
+                )
+                .await
+                .with_context(|| format!("lifting the not-ready taint of {}", node.name))?;
+            }
+            if !ready || tainted {
+                not_ready.push(node);
+            }
+        }
+        if not_ready.is_empty() {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            let node = not_ready[0];
+            bail!(
+                "node {} not Ready after 120s; last lines of {}:\n{}",
+                node.name,
+                node.dir.join("kubelet.log").display(),
+                tail(&node.dir.join("kubelet.log"), 20)
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+/// Fails unless running as root: checked before anything else, so that is what a user without
+/// it is told.
+pub fn require_root() -> anyhow::Result<()> {
+    if !is_root() {
+        bail!(
+            "real nodes need root (a kubelet and containerd mount, create network namespaces and cgroups); run the real-node tests as root, as CI does"
+        );
+    }
+    Ok(())
+}
+
+fn is_root() -> bool {
+    // The effective uid, as /proc reports it (no libc: unsafe code is forbidden here).
+    std::fs::read_to_string("/proc/self/status").is_ok_and(|status| {
+        status
+            .lines()
+            .find(|line| line.starts_with("Uid:"))
+            .and_then(|line| line.split_whitespace().nth(2))
+            == Some("0")
+    })
+}
+
+/// Removes what real nodes under `root` left behind, whether they stopped or were killed:
+/// their processes and containers, mounts, network namespaces nothing uses any more, bridges,
+/// libcni's cached results, pod logs of the tests' namespaces, and the folder itself.
+/// Idempotent.
+pub fn clean_up(root: &Path) -> anyhow::Result<()> {
+    let root_text = root.display().to_string();
+    // Kubelets, containerds and shims of an earlier run (started with our folder in their
+    // arguments), then the containers: with cgroupfs and no QoS cgroups, containerd puts every
+    // container of its "k8s.io" namespace in the cgroup /k8s.io/<id>.
+    kill_processes(|cmdline| cmdline.contains(&root_text));
+    let container_cgroups = container_cgroups();
+    for _ in 0..50 {
+        let mut any = false;
+        for cgroup in &container_cgroups {
+            for pid in std::fs::read_to_string(cgroup.join("cgroup.procs"))
+                .unwrap_or_default()
+                .lines()
+            {
+                any = true;
+                let _ = std::process::Command::new("kill")
+                    .args(["-KILL", pid])
+                    .status();
+            }
+        }
+        if !any {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    for cgroup in &container_cgroups {
+        let _ = std::fs::remove_dir(cgroup);
+    }
+    for namespace in container_cgroups
+        .iter()
+        .filter_map(|cgroup| cgroup.parent())
+    {
+        let _ = std::fs::remove_dir(namespace);
+    }
+
+    // Mounts under the folder (overlay root filesystems, sandbox shm), deepest first.
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let mut mounts: Vec<String> = mountinfo
+        .lines()
+        .filter_map(|line| line.split(' ').nth(4))
+        .filter(|point| point.starts_with(&root_text))
+        .map(str::to_owned)
+        .collect();
+    mounts.reverse();
+    for point in mounts {
+        let status = std::process::Command::new("umount")
+            .args(["--lazy", &point])
+            .status()
+            .context("running umount")?;
+        if !status.success() {
+            bail!("umount --lazy {point} failed ({status})");
+        }
+    }
+
+    remove_orphaned_network_namespaces();
+    for zone in ZONES {
+        let bridge = bridge_of(zone);
+        if Path::new("/sys/class/net").join(&bridge).exists() {
+            let _ = std::process::Command::new("ip")
+                .args(["link", "delete", &bridge])
+                .status();
+        }
+    }
+    // libcni's cache of each pod's network results, `<network>-<sandbox>-<interface>`: those of
+    // the nodes' networks, and the loopback ones of the same sandboxes.
+    let results: Vec<String> = std::fs::read_dir(CNI_RESULTS_DIR)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|entry| entry.file_name().to_string_lossy().into_owned())
+        .collect();
+    let sandboxes: Vec<&str> = results
+        .iter()
+        .filter_map(|name| name.strip_prefix(NETWORK_PREFIX))
+        .filter_map(|rest| rest.split('-').nth(1))
+        .collect();
+    for name in &results {
+        let loopback_of_ours = name
+            .strip_prefix("cni-loopback-")
+            .and_then(|rest| rest.split('-').next())
+            .is_some_and(|sandbox| sandboxes.contains(&sandbox));
+        if name.starts_with(NETWORK_PREFIX) || loopback_of_ours {
+            let _ = std::fs::remove_file(Path::new(CNI_RESULTS_DIR).join(name));
+        }
+    }
+    if let Ok(entries) = std::fs::read_dir(POD_LOGS_DIR) {
+        for entry in entries.flatten() {
+            if entry
+                .file_name()
+                .to_string_lossy()
+                .starts_with(NAMESPACE_PREFIX)
+            {
+                let _ = std::fs::remove_dir_all(entry.path());
+            }
+        }
+    }
+    if root.exists() {
+        std::fs::remove_dir_all(root).with_context(|| format!("removing {}", root.display()))?;
+    }
+    Ok(())
+}
+
+/// SIGKILLs every process whose command line matches, and waits for them to go.
+fn kill_processes(matches: impl Fn(&str) -> bool) {
+    let own = std::process::id().to_string();
+    let mut victims = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let pid = entry.file_name().to_string_lossy().into_owned();
+        if !pid.bytes().all(|byte| byte.is_ascii_digit()) || pid == own {
+            continue;
+        }
+        let cmdline = std::fs::read(entry.path().join("cmdline"))
+            .map(|bytes| String::from_utf8_lossy(&bytes).replace('\0', " "))
+            .unwrap_or_default();
+        if matches(&cmdline) {
+            victims.push(pid);
+        }
+    }
+    for pid in &victims {
+        let _ = std::process::Command::new("kill")
+            .args(["-KILL", pid])
+            .status();
+    }
+    for _ in 0..50 {
+        if victims
+            .iter()
+            .all(|pid| !Path::new("/proc").join(pid).exists())
+        {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Every container cgroup containerd's CRI plugin made, in every v1 hierarchy.
+fn container_cgroups() -> Vec<PathBuf> {
+    let mut cgroups = Vec::new();
+    for hierarchy in std::fs::read_dir("/sys/fs/cgroup")
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let namespace = hierarchy.path().join("k8s.io");
+        for container in std::fs::read_dir(&namespace)
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            if container.path().is_dir() {
+                cgroups.push(container.path());
+            }
+        }
+    }
+    cgroups
+}
+
+/// Unmounts and removes `/run/netns/cni-*` namespaces no process is in any more: containerd
+/// removes a pod's namespace when the pod is stopped through it, which a killed node never does.
+fn remove_orphaned_network_namespaces() {
+    let Ok(entries) = std::fs::read_dir(NETNS_DIR) else {
+        return;
+    };
+    let mut in_use = std::collections::HashSet::new();
+    for process in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        if let Ok(link) = std::fs::read_link(process.path().join("ns/net")) {
+            in_use.insert(link.to_string_lossy().into_owned());
+        }
+    }
+    for entry in entries.flatten() {
+        if !entry.file_name().to_string_lossy().starts_with("cni-") {
+            continue;
+        }
+        let inode = std::os::unix::fs::MetadataExt::ino(&match std::fs::metadata(entry.path()) {
+            Ok(metadata) => metadata,
+            Err(_) => continue,
+        });
+        if in_use.contains(&format!("net:[{inode}]")) {
+            continue;
+        }
+        let _ = std::process::Command::new("umount")
+            .arg(entry.path())
+            .status();
+        let _ = std::fs::remove_file(entry.path());
+    }
+}

@@ -1,0 +1,206 @@
+//! The application real-node end-to-end tests run in their pods: a static binary packed as the
+//! only layer of a local image, so nothing is pulled from a registry. Its behaviour comes from
+//! the environment, so one image serves every version a scenario rolls out:
+//!
+//! - `TESTAPP_BEHAVIOUR`: `healthy` (default), `crash` (exits 1 at once: the kubelet restarts
+//!   it into CrashLoopBackOff), `never-ready` (serves, but `/ready` answers 503).
+//! - `TESTAPP_STOP_DELAY_MS`: on SIGTERM, keep serving this long before exiting (a pod that is
+//!   slow to stop, so it stays Terminating for real).
+//! - `TESTAPP_PORT`: where it listens (8080).
+//!
+//! Endpoints: `GET /ready`; `POST`/`DELETE` on any path containing `prepare-downscale` or
+//! `prepare-shutdown` (the Go rollout-operator's prepare-downscale calls) and on
+//! `/prepare-delayed-downscale` (answers `{"timestamp": <first prepare, unix seconds>}` as a
+//! pod that started preparing then, reset by DELETE); `GET /metrics` counts every call and says
+//! when the delayed-downscale preparation began, so a test reads over the pod's IP what the
+//! operator asked of it.
+//!
+//! `pause` as the first argument makes it the pods' sandbox (pause) process instead: it waits
+//! for SIGTERM or SIGINT and exits. It reaps nothing: pods here do not share their PID
+//! namespace, so the sandbox process has no children.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::signal::unix::{SignalKind, signal};
+
+#[derive(Debug, Default)]
+struct State {
+    /// Requests served, keyed `METHOD path`.
+    calls: BTreeMap<String, u64>,
+    /// When the current delayed-downscale preparation began (unix seconds).
+    delayed_since: Option<u64>,
+    terminating: bool,
+}
+
+fn main() -> std::process::ExitCode {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("testapp: starting the runtime: {error}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    if std::env::args().nth(1).as_deref() == Some("pause") {
+        return runtime.block_on(pause());
+    }
+    runtime.block_on(serve())
+}
+
+async fn pause() -> std::process::ExitCode {
+    let (Ok(mut terminate), Ok(mut interrupt)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        eprintln!("pause: installing the signal handlers failed");
+        return std::process::ExitCode::FAILURE;
+    };
+    tokio::select! {
+        _ = terminate.recv() => {}
+        _ = interrupt.recv() => {}
+    }
+    std::process::ExitCode::SUCCESS
+}
+
+async fn serve() -> std::process::ExitCode {
+    let behaviour = std::env::var("TESTAPP_BEHAVIOUR").unwrap_or_else(|_| "healthy".into());
+    if behaviour == "crash" {
+        eprintln!("testapp: behaviour crash: exiting 1");
+        return std::process::ExitCode::from(1);
+    }
+    let never_ready = behaviour == "never-ready";
+    let stop_delay = Duration::from_millis(
+        std::env::var("TESTAPP_STOP_DELAY_MS")
+            .ok()
+            .and_then(|value| value.parse().ok())
+            .unwrap_or(0),
+    );
+    let port: u16 = std::env::var("TESTAPP_PORT")
+        .ok()
+        .and_then(|value| value.parse().ok())
+        .unwrap_or(8080);
+    // PID 1 in its container: without a handler SIGTERM would be ignored and every pod would
+    // take its whole grace period to stop.
+    let Ok(mut terminate) = signal(SignalKind::terminate()) else {
+        eprintln!("testapp: installing the SIGTERM handler failed");
+        return std::process::ExitCode::FAILURE;
+    };
+    let listener = match TcpListener::bind(("0.0.0.0", port)).await {
+        Ok(listener) => listener,
+        Err(error) => {
+            eprintln!("testapp: binding port {port}: {error}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    eprintln!("testapp: {behaviour} on port {port}, stop delay {stop_delay:?}");
+    let state = Arc::new(Mutex::new(State::default()));
+    // Serves on while stopping too: a pod going away still answers (readiness fails at once).
+    tokio::spawn({
+        let state = state.clone();
+        async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                tokio::spawn(answer(stream, state.clone(), never_ready));
+            }
+        }
+    });
+    terminate.recv().await;
+    eprintln!("testapp: SIGTERM; stopping in {stop_delay:?}");
+    state
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .terminating = true;
+    tokio::time::sleep(stop_delay).await;
+    std::process::ExitCode::SUCCESS
+}
+
+async fn answer(mut stream: TcpStream, state: Arc<Mutex<State>>, never_ready: bool) {
+    let mut buffer = Vec::new();
+    let mut chunk = [0u8; 1024];
+    // The request head (bodies are ignored: every endpoint acts on method and path alone).
+    while !buffer.windows(4).any(|window| window == b"\r\n\r\n") {
+        match stream.read(&mut chunk).await {
+            Ok(0) | Err(_) => return,
+            Ok(read) => buffer.extend_from_slice(&chunk[..read]),
+        }
+        if buffer.len() > 64 * 1024 {
+            return;
+        }
+    }
+    let head = String::from_utf8_lossy(&buffer);
+    let mut words = head.split_whitespace();
+    let (method, path) = match (words.next(), words.next()) {
+        (Some(method), Some(path)) => (method.to_owned(), path.to_owned()),
+        _ => return,
+    };
+    let (status, body) = {
+        let mut state = state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if path != "/metrics" {
+            *state.calls.entry(format!("{method} {path}")).or_default() += 1;
+        }
+        respond(&mut state, &method, &path, never_ready)
+    };
+    let reason = match status {
+        200 => "OK",
+        404 => "Not Found",
+        _ => "Service Unavailable",
+    };
+    let response = format!(
+        "HTTP/1.1 {status} {reason}\r\ncontent-length: {}\r\ncontent-type: text/plain\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = stream.write_all(response.as_bytes()).await;
+}
+
+fn respond(state: &mut State, method: &str, path: &str, never_ready: bool) -> (u16, String) {
+    match (method, path) {
+        ("GET", "/ready") if never_ready || state.terminating => (503, "not ready\n".into()),
+        ("GET", "/ready") => (200, "ready\n".into()),
+        ("GET", "/metrics") => (200, metrics(state)),
+        ("POST", path) if path.contains("prepare-delayed-downscale") => {
+            let since = *state.delayed_since.get_or_insert_with(now);
+            (200, format!("{{\"timestamp\": {since}}}"))
+        }
+        ("DELETE", path) if path.contains("prepare-delayed-downscale") => {
+            state.delayed_since = None;
+            (200, String::new())
+        }
+        ("POST" | "DELETE", path)
+            if path.contains("prepare-downscale") || path.contains("prepare-shutdown") =>
+        {
+            (200, String::new())
+        }
+        _ => (404, "not found\n".into()),
+    }
+}
+
+fn metrics(state: &State) -> String {
+    let mut text = String::from(
+        "# HELP testapp_requests_total Requests served, by method and path.\n# TYPE testapp_requests_total counter\n",
+    );
+    if let Some(since) = state.delayed_since {
+        text.push_str(&format!(
+            "# HELP testapp_delayed_downscale_prepared_since_seconds When the current delayed-downscale preparation began.\n# TYPE testapp_delayed_downscale_prepared_since_seconds gauge\ntestapp_delayed_downscale_prepared_since_seconds {since}\n"
+        ));
+    }
+    for (call, count) in &state.calls {
+        let (method, path) = call.split_once(' ').unwrap_or((call, ""));
+        text.push_str(&format!(
+            "testapp_requests_total{{method=\"{method}\",path=\"{path}\"}} {count}\n"
+        ));
+    }
+    text
+}
+
+fn now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |since| since.as_secs())
+}

@@ -1,0 +1,719 @@
+//! Scenarios on real nodes (`baton_e2e::real_nodes`): a kubelet per zone runs the test
+//! application in containerd, kube-scheduler places the pods, readiness comes from real probes,
+//! a terminating pod stays Terminating until its process exits, a container that exits 1 goes
+//! into the kubelet's own CrashLoopBackOff, and baton talks to the pods over their real IPs.
+//! What the pod simulator stands in for everywhere else is checked here against the real thing.
+
+use std::net::Ipv4Addr;
+use std::time::{Duration, Instant};
+
+use baton_e2e::control_plane::supervisor::clean_up_from_drop;
+use baton_e2e::controller_support::{
+    ControlledNamespace, rollout_state, wait_event, wait_group_ready, wait_rollout_complete,
+};
+use baton_e2e::crds;
+use baton_e2e::fixtures::StatefulSetFixture;
+use baton_e2e::keys::{
+    DELAYED_DOWNSCALE, DELAYED_DOWNSCALE_URL, MIRROR_API_VERSION, MIRROR_KIND, MIRROR_NAME,
+    PREPARE_DOWNSCALE, PREPARE_DOWNSCALE_PATH, PREPARE_DOWNSCALE_PORT,
+};
+use baton_e2e::process::which;
+use baton_e2e::real_nodes::{
+    APP_PORT, Behaviour, RealPodsFixture, app_calls, pod_ip, real_rollout_group, set_version,
+};
+use baton_e2e::scaling_support::{
+    REPLICA_TEMPLATE_API_VERSION, REPLICA_TEMPLATE_KIND, ReplicaTemplates,
+    install_replica_template_crd,
+};
+use baton_e2e::timeline::{Zone, check_rollout_guarantees, zone_windows};
+use baton_e2e::webhook_support::{
+    TestTls, WebhookConfigurations, WebhookReplica, scale, wait_for_webhooks,
+};
+use baton_e2e::zpdb_support::{answer_of, budget, eviction_review, zpdb_resource};
+use baton_e2e::{PodEvent, PodTransition, wait_until};
+use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use serde_json::json;
+
+const TIMEOUT: Duration = Duration::from_secs(120);
+/// Where the Go operator's users have their pods prepare for a downscale (the test application
+/// answers any path containing `prepare-shutdown`).
+const SHUTDOWN_PATH: &str = "ingester/prepare-shutdown";
+
+/// The scenarios' namespace on the real nodes, with the steps they share.
+struct Scene(ControlledNamespace);
+
+impl std::ops::Deref for Scene {
+    type Target = ControlledNamespace;
+    fn deref(&self) -> &ControlledNamespace {
+        &self.0
+    }
+}
+
+impl Scene {
+    async fn new(prefix: &str, extra: &[(&str, &str)]) -> Self {
+        Self(ControlledNamespace::on_real_nodes(prefix, extra).await)
+    }
+
+    /// Creates the StatefulSets and waits until every pod runs and is Ready.
+    async fn create(&self, fixtures: &[RealPodsFixture]) -> Vec<String> {
+        let mut names = Vec::new();
+        for fixture in fixtures {
+            let created = fixture
+                .create(&self.namespace.client(), self.namespace.name())
+                .await;
+            names.push(created.metadata.name.unwrap_or_default());
+        }
+        wait_group_ready(&self.namespace.client(), self.namespace.name(), &names).await;
+        names
+    }
+
+    /// Deploys `version` to every StatefulSet; returns once each has its new update revision.
+    async fn roll_out(&self, names: &[String], version: &str, behaviour: Behaviour) {
+        let (client, namespace) = (self.namespace.client(), self.namespace.name());
+        for name in names {
+            let before = rollout_state(&client, namespace, name).await;
+            set_version(&client, namespace, name, version, behaviour).await;
+            wait_until(
+                TIMEOUT,
+                &format!("{name} has a new update revision"),
+                || async {
+                    rollout_state(&client, namespace, name)
+                        .await
+                        .update_revision
+                        != before.update_revision
+                },
+            )
+            .await;
+        }
+    }
+
+    async fn wait_complete(&self, names: &[String]) {
+        wait_rollout_complete(&self.namespace.client(), self.namespace.name(), names).await;
+    }
+
+    async fn updated_pods(&self, name: &str) -> usize {
+        rollout_state(&self.namespace.client(), self.namespace.name(), name)
+            .await
+            .updated()
+    }
+
+    async fn wait_event(&self, object: &str, reason: &str, note_contains: &[&str]) {
+        let (client, namespace) = (self.namespace.client(), self.namespace.name());
+        wait_event(&client, namespace, object, reason, note_contains).await;
+    }
+
+    async fn pods(&self) -> Vec<Pod> {
+        Api::<Pod>::namespaced(self.namespace.client(), self.namespace.name())
+            .list(&ListParams::default())
+            .await
+            .expect("listing the pods")
+            .items
+    }
+
+    fn timeline(&self) -> Vec<PodTransition> {
+        self.simulator.timeline()
+    }
+}
+
+/// The kubelet's own report that a container crash-loops: waiting in `CrashLoopBackOff` after
+/// at least one restart.
+fn kubelet_reports_crash_loop(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|status| status.container_statuses.as_ref())
+        .is_some_and(|containers| {
+            containers.iter().any(|container| {
+                container.restart_count >= 1
+                    && container
+                        .state
+                        .as_ref()
+                        .and_then(|state| state.waiting.as_ref())
+                        .and_then(|waiting| waiting.reason.as_deref())
+                        == Some("CrashLoopBackOff")
+            })
+        })
+}
+
+/// How long each pod that left from `from` on stayed Terminating (deletion requested → gone).
+fn terminating_times(timeline: &[PodTransition], from: Instant) -> Vec<(String, Duration)> {
+    let mut times = Vec::new();
+    for terminating in timeline
+        .iter()
+        .filter(|transition| transition.at >= from && transition.event == PodEvent::Terminating)
+    {
+        if let Some(deleted) = timeline.iter().find(|transition| {
+            transition.uid == terminating.uid && transition.event == PodEvent::Deleted
+        }) {
+            times.push((terminating.pod.clone(), deleted.at - terminating.at));
+        }
+    }
+    times
+}
+
+/// Baton's reaction on real pods: for each pod deleted from `from` on after an earlier pod of
+/// its zone became Ready again, the time from that Ready to this deletion.
+fn reactions(timeline: &[PodTransition], from: Instant) -> Vec<Duration> {
+    let mut reactions = Vec::new();
+    for (index, terminating) in timeline.iter().enumerate() {
+        if terminating.at < from || terminating.event != PodEvent::Terminating {
+            continue;
+        }
+        let last_ready = timeline[..index].iter().rev().find(|transition| {
+            transition.at >= from
+                && transition.event == PodEvent::Ready
+                && transition.statefulset == terminating.statefulset
+        });
+        if let Some(ready) = last_ready {
+            reactions.push(terminating.at - ready.at);
+        }
+    }
+    reactions
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_three_zone_rollout_on_real_pods_keeps_the_guarantees_while_pods_terminate_for_real() {
+    let _shared = NODES.read().await;
+    // Given a ready group of 3 zones × 2 real pods, each taking 2s to stop after SIGTERM (grace
+    // period 30s), Ready only once the kubelet's probe of /ready passes
+    let scene = Scene::new("rollout", &[]).await;
+    let stop_delay = Duration::from_secs(2);
+    let fixtures: Vec<_> = real_rollout_group("ingester", 2)
+        .into_iter()
+        .map(|fixture| fixture.stop_delay(stop_delay).grace_period_seconds(30))
+        .collect();
+    let names = scene.create(&fixtures).await;
+
+    // When every zone's template changes
+    let from = Instant::now();
+    scene.roll_out(&names, "v2", Behaviour::Healthy).await;
+
+    // Then every zone completes, and the timeline never had two zones, or two pods of a zone,
+    // down at once
+    scene.wait_complete(&names).await;
+    let zones: Vec<Zone> = names.iter().map(|name| Zone::new(name, 2, 1)).collect();
+    let timeline = scene.timeline();
+    check_rollout_guarantees(&timeline, &zones, from).unwrap();
+
+    // And every old pod stayed Terminating until its process stopped: the kubelet, not a
+    // simulator, finished each deletion
+    let terminating = terminating_times(&timeline, from);
+    assert_eq!(terminating.len(), 6, "every old pod left: {terminating:?}");
+    for (pod, time) in &terminating {
+        assert!(
+            *time >= stop_delay - Duration::from_millis(300),
+            "{pod} was gone {time:?} after its deletion, before its process could stop"
+        );
+    }
+    let reactions = reactions(&timeline, from);
+    eprintln!(
+        "real pods: terminating for {:?}; pod Ready → next deletion in its zone: {reactions:?}",
+        terminating
+            .iter()
+            .map(|(_, time)| *time)
+            .collect::<Vec<_>>()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_that_exits_1_crash_loops_for_real_halts_the_group_and_its_fix_rolls_out() {
+    let _shared = NODES.read().await;
+    // Given a ready group of 3 zones × 2 real pods
+    let scene = Scene::new("crashloop", &[]).await;
+    let names = scene.create(&real_rollout_group("ingester", 2)).await;
+
+    // When v2, whose container exits 1 at start, is rolled out
+    let from = Instant::now();
+    scene.roll_out(&names, "v2", Behaviour::CrashLoops).await;
+
+    // Then the first new pod crash-loops as the kubelet reports it, and the group halts,
+    // naming the pod and its state
+    wait_until(TIMEOUT, "a v2 pod is in CrashLoopBackOff", || async {
+        scene.pods().await.iter().any(kubelet_reports_crash_loop)
+    })
+    .await;
+    let crash_looping = scene
+        .pods()
+        .await
+        .into_iter()
+        .find(kubelet_reports_crash_loop)
+        .and_then(|pod| pod.metadata.name)
+        .expect("waited for");
+    let zone = crash_looping
+        .rsplit_once('-')
+        .map_or(crash_looping.as_str(), |(statefulset, _)| statefulset)
+        .to_owned();
+    scene
+        .wait_event(
+            &zone,
+            "MaxUnavailable",
+            &[
+                &format!("max-unavailable reached in {zone} (1/1)"),
+                &format!(
+                    "waiting for {crash_looping} (new revision) to become ready: CrashLoopBackOff"
+                ),
+            ],
+        )
+        .await;
+    let mut updated = Vec::new();
+    for name in &names {
+        updated.push(scene.updated_pods(name).await);
+    }
+    assert_eq!(
+        updated.iter().sum::<usize>(),
+        1,
+        "only the crash-looping pod runs v2: {updated:?}"
+    );
+
+    // When the fix v3 is rolled out
+    scene.roll_out(&names, "v3", Behaviour::Healthy).await;
+
+    // Then the crash-looping v2 pod is replaced at no cost, and every zone completes with never
+    // more than one zone and one pod per zone down
+    scene.wait_complete(&names).await;
+    scene
+        .wait_event(
+            &zone,
+            "UnavailablePodReplaced",
+            &[&format!("replacing {crash_looping}: CrashLoopBackOff")],
+        )
+        .await;
+    let zones: Vec<Zone> = names.iter().map(|name| Zone::new(name, 2, 1)).collect();
+    check_rollout_guarantees(&scene.timeline(), &zones, from).unwrap();
+    assert!(
+        scene
+            .pods()
+            .await
+            .iter()
+            .all(|pod| !kubelet_reports_crash_loop(pod)),
+        "no pod crash-loops after the fix"
+    );
+}
+
+/// The IP of each pod of `statefulset` (ordinals `0..replicas`), as the kubelet reported it.
+async fn pod_ips(scene: &Scene, statefulset: &str, replicas: i32) -> Vec<Ipv4Addr> {
+    let mut ips = Vec::new();
+    for ordinal in 0..replicas {
+        let pod = format!("{statefulset}-{ordinal}");
+        let ip = pod_ip(&scene.namespace.client(), scene.namespace.name(), &pod)
+            .await
+            .unwrap_or_else(|| panic!("{pod} has no IP"));
+        ips.push(ip);
+    }
+    ips
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prepare_downscale_calls_the_real_pods_going_away_over_their_ips() {
+    let _shared = NODES.read().await;
+    // Given the webhooks registered for the namespace, and zones a (3 real pods) and b of group
+    // "ingester" opted in to prepare-downscale on the test application's port; pods take 20s
+    // to stop, so a pod going away still answers while it terminates
+    let scene = Scene::new("prepare", &[]).await;
+    let control_plane = scene.control_plane;
+    let tls = TestTls::generate().unwrap();
+    let replica = WebhookReplica::start(control_plane, &tls, scene.namespace.name())
+        .await
+        .unwrap();
+    let _configurations =
+        WebhookConfigurations::register(control_plane, scene.namespace.name(), &tls, &replica)
+            .await
+            .unwrap();
+    wait_for_webhooks(&scene.namespace).await;
+    let zone = |name: &str, zone: &str, replicas: i32| {
+        RealPodsFixture::new(
+            StatefulSetFixture::new(name)
+                .group("ingester")
+                .replicas(replicas)
+                .label(PREPARE_DOWNSCALE, "true")
+                .annotation(PREPARE_DOWNSCALE_PATH, SHUTDOWN_PATH)
+                .annotation(PREPARE_DOWNSCALE_PORT, &APP_PORT.to_string()),
+            zone,
+        )
+        .stop_delay(Duration::from_secs(20))
+        .grace_period_seconds(30)
+    };
+    scene
+        .create(&[
+            zone("ingester-zone-a", "a", 3),
+            zone("ingester-zone-b", "b", 1),
+        ])
+        .await;
+    let ips = pod_ips(&scene, "ingester-zone-a", 3).await;
+
+    // When zone a is scaled from 3 to 2
+    scale(
+        &scene.namespace.api::<StatefulSet>(),
+        "ingester-zone-a",
+        2,
+        false,
+    )
+    .await
+    .unwrap();
+
+    // Then the pod going away was told to prepare over its IP, exactly once, and the pods
+    // staying were not called
+    let shutdown = format!("/{SHUTDOWN_PATH}");
+    let going = app_calls(ips[2]).await.unwrap();
+    assert_eq!(going.count("POST", &shutdown), 1, "{going:?}");
+    for kept in &ips[..2] {
+        let calls = app_calls(*kept).await.unwrap();
+        assert_eq!(calls.count("POST", &shutdown), 0, "{calls:?}");
+        assert_eq!(calls.count("DELETE", &shutdown), 0, "{calls:?}");
+    }
+    // And the real pod then goes away
+    wait_until(TIMEOUT, "ingester-zone-a-2 is gone", || async {
+        scene
+            .pods()
+            .await
+            .iter()
+            .all(|pod| pod.metadata.name.as_deref() != Some("ingester-zone-a-2"))
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delayed_downscale_asks_the_real_pods_and_waits_for_their_delay() {
+    let _shared = NODES.read().await;
+    // Given a StatefulSet of 3 real pods mirroring a template, with a 5s delayed downscale on
+    // the test application's prepare-delayed-downscale endpoint
+    let scene = Scene::new(
+        "delayed",
+        &[
+            ("BATON_PODS__ADDRESS_BY", "ip"),
+            ("BATON_CONTROLLER__SCALING_POLL_INTERVAL", "300ms"),
+        ],
+    )
+    .await;
+    install_replica_template_crd(scene.control_plane)
+        .await
+        .unwrap();
+    let templates = ReplicaTemplates::new(scene.namespace.client(), scene.namespace.name());
+    templates.create("delayed", 3).await;
+    let fixture = RealPodsFixture::new(
+        StatefulSetFixture::new("delayed-zone-a")
+            .group("delayed")
+            .replicas(3)
+            .annotation(MIRROR_NAME, "delayed")
+            .annotation(MIRROR_KIND, REPLICA_TEMPLATE_KIND)
+            .annotation(MIRROR_API_VERSION, REPLICA_TEMPLATE_API_VERSION)
+            .annotation(DELAYED_DOWNSCALE, "5s")
+            .annotation(
+                DELAYED_DOWNSCALE_URL,
+                &format!("http://pod:{APP_PORT}/prepare-delayed-downscale"),
+            ),
+        "a",
+    );
+    scene.create(&[fixture]).await;
+    let ips = pod_ips(&scene, "delayed-zone-a", 3).await;
+
+    // When the template wants 2
+    templates.scale("delayed", 2).await;
+
+    // Then the pod going away is asked to prepare and the pods staying are told to cancel,
+    // over their IPs
+    let path = "/prepare-delayed-downscale";
+    wait_until(TIMEOUT, "delayed-zone-a-2 is asked to prepare", || async {
+        app_calls(ips[2])
+            .await
+            .is_ok_and(|calls| calls.count("POST", path) > 0)
+    })
+    .await;
+    let prepared_since = app_calls(ips[2])
+        .await
+        .unwrap()
+        .delayed_downscale_since
+        .expect("the pod says when it began preparing");
+    for kept in &ips[..2] {
+        let calls = app_calls(*kept).await.unwrap();
+        assert_eq!(calls.count("POST", path), 0, "{calls:?}");
+    }
+    wait_until(TIMEOUT, "delayed-zone-a-0 is told to cancel", || async {
+        app_calls(ips[0])
+            .await
+            .is_ok_and(|calls| calls.count("DELETE", path) > 0)
+    })
+    .await;
+
+    // And the StatefulSet shrinks only once the pod has prepared for the delay (the pod's
+    // timestamp is in whole seconds)
+    let statefulsets = scene.namespace.api::<StatefulSet>();
+    wait_until(TIMEOUT, "delayed-zone-a has spec.replicas 2", || async {
+        statefulsets
+            .get("delayed-zone-a")
+            .await
+            .ok()
+            .and_then(|statefulset| statefulset.spec)
+            .and_then(|spec| spec.replicas)
+            == Some(2)
+    })
+    .await;
+    let waited = jiff::Timestamp::now().as_second() - prepared_since;
+    assert!(
+        waited >= 4,
+        "scaled down {waited}s after the pod began preparing, before the 5s delay"
+    );
+    scene
+        .wait_event(
+            "delayed-zone-a",
+            "ScalingDown",
+            &["delayed-zone-a scales down from 3 to 2"],
+        )
+        .await;
+}
+
+/// The scenarios share the nodes; the drain cordons one, which would leave other scenarios'
+/// new pods of that zone Pending: it runs alone, the others together.
+static NODES: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
+
+/// Registers baton-webhook's pod-eviction webhook for `namespace` (as the Go operator's
+/// deployment does), deleted when dropped.
+struct EvictionWebhook {
+    name: String,
+    kubeconfig: std::path::PathBuf,
+}
+
+impl EvictionWebhook {
+    async fn register(scene: &Scene, tls: &TestTls, replica: &WebhookReplica) -> Self {
+        let control_plane = scene.control_plane;
+        let namespace = scene.namespace.name();
+        let name = format!("baton-e2e-eviction-{namespace}");
+        let configuration: ValidatingWebhookConfiguration = serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "webhooks": [{
+                "name": "pod-eviction.baton.test",
+                "clientConfig": {"url": replica.url("/admission/pod-eviction"), "caBundle": tls.ca_bundle()},
+                "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
+                           "resources": ["pods/eviction"], "scope": "Namespaced"}],
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
+                "admissionReviewVersions": ["v1beta1", "v1"],
+                "sideEffects": "NoneOnDryRun",
+                "failurePolicy": "Fail",
+                "timeoutSeconds": 10,
+            }],
+        }))
+        .unwrap();
+        Api::<ValidatingWebhookConfiguration>::all(control_plane.admin_client().await)
+            .create(&PostParams::default(), &configuration)
+            .await
+            .unwrap();
+        Self {
+            name,
+            kubeconfig: control_plane.kubeconfig_path().to_path_buf(),
+        }
+    }
+}
+
+impl Drop for EvictionWebhook {
+    fn drop(&mut self) {
+        let name = self.name.clone();
+        clean_up_from_drop(self.kubeconfig.clone(), |client| async move {
+            let _ = Api::<ValidatingWebhookConfiguration>::all(client)
+                .delete(&name, &DeleteParams::default())
+                .await;
+        });
+    }
+}
+
+/// Makes a node schedulable again when dropped: a drained node must not stay cordoned for the
+/// scenarios after this one, whatever happened.
+struct Uncordon {
+    node: String,
+    kubeconfig: std::path::PathBuf,
+}
+
+impl Drop for Uncordon {
+    fn drop(&mut self) {
+        let node = self.node.clone();
+        clean_up_from_drop(self.kubeconfig.clone(), |client| async move {
+            let _ = Api::<Node>::all(client)
+                .patch(
+                    &node,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"spec": {"unschedulable": false}})),
+                )
+                .await;
+        });
+    }
+}
+
+/// A dry-run eviction of `pod` through the API server (reaches the webhooks, changes nothing).
+async fn dry_run_eviction(client: &kube::Client, namespace: &str, pod: &str) {
+    let body = json!({
+        "apiVersion": "policy/v1beta1",
+        "kind": "Eviction",
+        "metadata": {"name": pod, "namespace": namespace},
+        "deleteOptions": {"dryRun": ["All"]},
+    });
+    let request = http::Request::post(format!(
+        "/api/v1/namespaces/{namespace}/pods/{pod}/eviction"
+    ))
+    .header(http::header::CONTENT_TYPE, "application/json")
+    .body(serde_json::to_vec(&body).unwrap())
+    .unwrap();
+    let _ = client.request::<serde_json::Value>(request).await;
+}
+
+async fn webhook_metrics(replica: &WebhookReplica) -> String {
+    let Ok(client) = reqwest::Client::builder().no_proxy().build() else {
+        return String::new();
+    };
+    match client
+        .get(format!("http://127.0.0.1:{}/metrics", replica.ops_port))
+        .send()
+        .await
+    {
+        Ok(response) => response.text().await.unwrap_or_default(),
+        Err(_) => String::new(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_drain_of_zone_a_waits_for_the_rollout_in_zone_b_and_never_exceeds_the_budget() {
+    let _alone = NODES.write().await;
+    // Given 3 zones × 2 real pods of group "ingester" (its pods labelled too), a zone-aware
+    // budget of 2 unavailable pods per zone, baton's eviction webhook and controller; zone b's
+    // pods take 3s to stop, so its rollout lasts a while
+    let scene = Scene::new("drain", &[]).await;
+    let control_plane = scene.control_plane;
+    let admin = control_plane.admin_client().await;
+    crds::install(&admin, crds::ZONE_AWARE_POD_DISRUPTION_BUDGET).await;
+    let tls = TestTls::generate().unwrap();
+    let replica = WebhookReplica::start(control_plane, &tls, scene.namespace.name())
+        .await
+        .unwrap();
+    let _webhook = EvictionWebhook::register(&scene, &tls, &replica).await;
+    let fixtures: Vec<RealPodsFixture> = ["a", "b", "c"]
+        .iter()
+        .map(|zone| {
+            RealPodsFixture::new(
+                StatefulSetFixture::new(&format!("ingester-zone-{zone}"))
+                    .group("ingester")
+                    .pod_label("rollout-group", "ingester")
+                    .pod_label("baton.test/drained-by", "real-pods")
+                    .replicas(2),
+                zone,
+            )
+            .stop_delay(Duration::from_secs(3))
+        })
+        .collect();
+    let names = scene.create(&fixtures).await;
+    let (client, ns) = (scene.namespace.client(), scene.namespace.name());
+    Api::<DynamicObject>::namespaced_with(client.clone(), ns, &zpdb_resource())
+        .create(
+            &PostParams::default(),
+            &budget(
+                "ingester",
+                json!({"maxUnavailable": 2, "selector": {"matchLabels": {"rollout-group": "ingester"}}}),
+            ),
+        )
+        .await
+        .unwrap();
+    wait_until(TIMEOUT, "the webhook judges with the budget", || async {
+        let review = eviction_review(ns, "ingester-zone-a-0", "e2e-drain-probe", true);
+        let answer: serde_json::Value = match tls
+            .client()
+            .unwrap()
+            .post(replica.url("/admission/pod-eviction"))
+            .json(&review)
+            .send()
+            .await
+        {
+            Ok(response) => response.json().await.unwrap_or_default(),
+            Err(_) => return false,
+        };
+        answer_of(&answer).1.contains("ingester")
+    })
+    .await;
+    wait_until(
+        TIMEOUT,
+        "the API server calls the eviction webhook",
+        || async {
+            dry_run_eviction(&client, ns, "ingester-zone-c-0").await;
+            webhook_metrics(&replica)
+                .await
+                .contains("webhook=\"pod-eviction\"")
+        },
+    )
+    .await;
+
+    // When zone b rolls out v2 and, once its first pod is terminating, zone a's node is drained
+    let from = Instant::now();
+    set_version(&client, ns, "ingester-zone-b", "v2", Behaviour::Healthy).await;
+    wait_until(TIMEOUT, "zone b's rollout has begun", || async {
+        scene.timeline().iter().any(|transition| {
+            transition.at >= from
+                && transition.event == PodEvent::Terminating
+                && transition.statefulset.as_deref() == Some("ingester-zone-b")
+        })
+    })
+    .await;
+    let node = "node-zone-a";
+    let _uncordon = Uncordon {
+        node: node.to_owned(),
+        kubeconfig: control_plane.kubeconfig_path().to_path_buf(),
+    };
+    let drain_started = Instant::now();
+    let drain = tokio::process::Command::new(which("kubectl"))
+        .env("KUBECONFIG", control_plane.kubeconfig_path())
+        .args([
+            "drain",
+            node,
+            "--pod-selector=baton.test/drained-by=real-pods",
+            "--ignore-daemonsets",
+            "--delete-emptydir-data",
+            "--timeout=180s",
+        ])
+        .output()
+        .await
+        .expect("running kubectl drain");
+    let drained = Instant::now();
+    let output = format!(
+        "{}{}",
+        String::from_utf8_lossy(&drain.stdout),
+        String::from_utf8_lossy(&drain.stderr)
+    );
+
+    // Then the drain completes, after evictions refused by baton's webhook were retried
+    assert!(drain.status.success(), "kubectl drain failed:\n{output}");
+    assert!(
+        output.contains("will retry after") && output.contains("pod-eviction.baton.test"),
+        "the drain was never refused by the webhook:\n{output}"
+    );
+    // And it completed only after zone b's rollout had: zone a's pods left only then
+    scene.wait_complete(&names[1..2]).await;
+    let timeline = scene.timeline();
+    let zones = [
+        Zone::new("ingester-zone-a", 2, 2),
+        Zone::new("ingester-zone-b", 2, 1),
+        Zone::new("ingester-zone-c", 2, 1),
+    ];
+    let windows = zone_windows(&timeline, &zones[1..2], from);
+    let zone_b_done = windows["ingester-zone-b"]
+        .completed
+        .expect("zone b's rollout completed");
+    let zone_a_left = timeline
+        .iter()
+        .filter(|transition| {
+            transition.at >= drain_started
+                && transition.event == PodEvent::Terminating
+                && transition.statefulset.as_deref() == Some("ingester-zone-a")
+        })
+        .map(|transition| transition.at)
+        .min()
+        .expect("zone a's pods were evicted");
+    assert!(
+        zone_a_left >= zone_b_done && drained >= zone_b_done,
+        "zone a's pods left {:?} before zone b's rollout completed",
+        zone_b_done - zone_a_left.min(zone_b_done)
+    );
+    // And the budget was never exceeded: never two zones unavailable, never more than 2 pods
+    // of zone a, 1 of zone b (its rollout's max-unavailable)
+    check_rollout_guarantees(&timeline, &zones, from).unwrap();
+
+    // When the node is uncordoned, zone a's pods come back on it
+    drop(_uncordon);
+    wait_group_ready(&client, ns, &names).await;
+}
