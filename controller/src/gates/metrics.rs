@@ -45,7 +45,8 @@ impl GateMetrics {
             halted: IntGaugeVec::new(
                 Opts::new(
                     "baton_rollout_group_halted",
-                    "1 while the rollout group is halted (baton.dev/halted), else 0.",
+                    "1 while the rollout group is halted (baton.dev/halted, or a template re-applied \
+                     after a rollback), else 0.",
                 ),
                 &["rollout_group"],
             )?,
@@ -83,7 +84,10 @@ impl GateMetrics {
                 .with_label_values(&[group, kind])
                 .set(i64::from(holding));
         }
-        let halted = matches!(wait, Some(GateWait::Halted { .. }));
+        let halted = matches!(
+            wait,
+            Some(GateWait::Halted { .. } | GateWait::TemplateReverted { .. })
+        );
         self.halted
             .with_label_values(&[group])
             .set(i64::from(halted));
