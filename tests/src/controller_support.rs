@@ -38,6 +38,32 @@ pub struct ControlledNamespace {
 }
 
 impl ControlledNamespace {
+    /// The annotations of StatefulSet `name`, as read from the API server.
+    pub async fn annotations(&self, name: &str) -> BTreeMap<String, String> {
+        let statefulset: k8s_openapi::api::apps::v1::StatefulSet = self
+            .namespace
+            .api()
+            .get(name)
+            .await
+            .unwrap_or_else(|error| panic!("reading StatefulSet {name}: {error}"));
+        statefulset.metadata.annotations.unwrap_or_default()
+    }
+
+    /// Sets (`Some`) or removes (`None`) an annotation of StatefulSet `name`, as a person with
+    /// kubectl would (a merge patch).
+    pub async fn annotate(&self, name: &str, key: &str, value: Option<&str>) {
+        let patch = serde_json::json!({ "metadata": { "annotations": { key: value } } });
+        self.namespace
+            .api::<k8s_openapi::api::apps::v1::StatefulSet>()
+            .patch(
+                name,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(&patch),
+            )
+            .await
+            .unwrap_or_else(|error| panic!("annotating StatefulSet {name}: {error}"));
+    }
+
     /// A namespace `<prefix>-<random>` on the shared control plane, simulated and controlled.
     pub async fn start(prefix: &str) -> Self {
         Self::start_with(prefix, &[]).await

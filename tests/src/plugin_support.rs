@@ -44,13 +44,17 @@ impl Run {
     }
 }
 
-/// Runs `kubectl-baton args…` with `KUBECONFIG=kubeconfig`, off a terminal (as in a pipeline).
-pub async fn kubectl_baton(kubeconfig: &Path, args: &[&str]) -> Run {
-    let binary = tokio::task::spawn_blocking(|| workspace_binary("kubectl-baton"))
+/// The kubectl-baton binary, built from the workspace if it is not yet.
+pub async fn binary() -> std::path::PathBuf {
+    tokio::task::spawn_blocking(|| workspace_binary("kubectl-baton"))
         .await
         .expect("the build task")
-        .expect("kubectl-baton builds");
-    let run = tokio::process::Command::new(binary)
+        .expect("kubectl-baton builds")
+}
+
+/// Runs `kubectl-baton args…` with `KUBECONFIG=kubeconfig`, off a terminal (as in a pipeline).
+pub async fn kubectl_baton(kubeconfig: &Path, args: &[&str]) -> Run {
+    let run = tokio::process::Command::new(binary().await)
         .args(args)
         .env("KUBECONFIG", kubeconfig)
         .env("NO_COLOR", "1")

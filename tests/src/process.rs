@@ -214,3 +214,44 @@ impl Drop for BatonProcess {
         }
     }
 }
+
+/// A supervisor process (`baton-control-plane`, `baton-real-nodes`) that said it is ready: it
+/// prints one line, a JSON handshake, once what it runs is up, and stops it all when its stdin
+/// closes (so keep `stdin` for as long as it should run).
+pub struct Handshaken<T> {
+    pub handshake: T,
+    pub child: std::process::Child,
+    pub stdin: std::process::ChildStdin,
+    pub stdout: std::io::BufReader<std::process::ChildStdout>,
+}
+
+/// Spawns `command` (stdin and stdout piped, stderr inherited) and reads its handshake; `what`
+/// names it in errors.
+pub fn spawn_handshaken<T: serde::de::DeserializeOwned>(
+    mut command: std::process::Command,
+    what: &str,
+) -> anyhow::Result<Handshaken<T>> {
+    use std::io::BufRead;
+    let mut child = command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .with_context(|| format!("starting {what}"))?;
+    let stdin = child.stdin.take().expect("stdin is piped");
+    let mut stdout = std::io::BufReader::new(child.stdout.take().expect("stdout is piped"));
+    let mut line = String::new();
+    stdout.read_line(&mut line)?;
+    if line.trim().is_empty() {
+        let status = child.wait()?;
+        bail!("{what} exited ({status}) before it was ready; see its error above");
+    }
+    let handshake = serde_json::from_str(&line)
+        .with_context(|| format!("reading the handshake of {what}: {line:?}"))?;
+    Ok(Handshaken {
+        handshake,
+        child,
+        stdin,
+        stdout,
+    })
+}

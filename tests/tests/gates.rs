@@ -93,26 +93,6 @@ impl Scene {
             .updated()
     }
 
-    async fn annotations(&self, name: &str) -> std::collections::BTreeMap<String, String> {
-        let statefulset: StatefulSet = self
-            .namespace
-            .api::<StatefulSet>()
-            .get(name)
-            .await
-            .expect("the StatefulSet exists");
-        statefulset.metadata.annotations.unwrap_or_default()
-    }
-
-    /// Sets (`Some`) or removes (`None`) an annotation, as a person with kubectl would.
-    async fn annotate(&self, name: &str, key: &str, value: Option<&str>) {
-        let patch = json!({ "metadata": { "annotations": { key: value } } });
-        self.namespace
-            .api::<StatefulSet>()
-            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-            .expect("annotating the StatefulSet");
-    }
-
     async fn wait_event(&self, object: &str, reason: &str, note_contains: &str) {
         let (client, namespace) = (self.namespace.client(), self.namespace.name());
         wait_event(&client, namespace, object, reason, &[note_contains]).await;

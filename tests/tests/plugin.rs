@@ -10,8 +10,7 @@ use baton_e2e::controller_support::{
     ControlledNamespace, create_ready_group, roll_out, rollout_state, wait_rollout_complete,
 };
 use baton_e2e::fixtures::StatefulSetFixture;
-use baton_e2e::plugin_support::{Run, kubectl_baton};
-use baton_e2e::process::workspace_binary;
+use baton_e2e::plugin_support::{self, Run, kubectl_baton};
 use baton_e2e::{ControlPlane, TestNamespace};
 use k8s_openapi::api::apps::v1::StatefulSet;
 
@@ -21,10 +20,7 @@ const HALTED: &str = "baton.dev/halted";
 /// Runs `kubectl-baton args…` on a terminal (a pseudo-terminal from util-linux's `script`), as
 /// a person at a shell does; the output is the terminal's.
 async fn kubectl_baton_on_a_terminal(kubeconfig: &Path, args: &[&str]) -> Run {
-    let binary = tokio::task::spawn_blocking(|| workspace_binary("kubectl-baton"))
-        .await
-        .expect("the build task")
-        .expect("kubectl-baton builds");
+    let binary = plugin_support::binary().await;
     let mut line = format!("'{}'", binary.display());
     for arg in args {
         line.push_str(&format!(" '{arg}'"));

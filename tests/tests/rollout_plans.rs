@@ -20,7 +20,6 @@ use baton_e2e::prometheus_support::{Metrics, Prometheus, create_health_check};
 use baton_e2e::timeline::{Zone, check_rollout_guarantees, deletion_batches};
 use baton_e2e::{PodEvent, wait_until};
 use k8s_openapi::api::apps::v1::StatefulSet;
-use kube::api::{Patch, PatchParams};
 use serde_json::json;
 
 const TIMEOUT: Duration = Duration::from_secs(90);
@@ -31,6 +30,13 @@ struct Scene {
     inner: ControlledNamespace,
     names: Vec<String>,
     replicas: u32,
+}
+
+impl std::ops::Deref for Scene {
+    type Target = ControlledNamespace;
+    fn deref(&self) -> &ControlledNamespace {
+        &self.inner
+    }
 }
 
 impl Scene {
@@ -90,28 +96,6 @@ impl Scene {
         let client = self.inner.namespace.client();
         let state = rollout_state(&client, self.namespace(), name).await;
         (state.current_revision, state.update_revision)
-    }
-
-    async fn annotations(&self, name: &str) -> BTreeMap<String, String> {
-        let statefulset: StatefulSet = self
-            .inner
-            .namespace
-            .api::<StatefulSet>()
-            .get(name)
-            .await
-            .expect("the StatefulSet exists");
-        statefulset.metadata.annotations.unwrap_or_default()
-    }
-
-    /// Sets (`Some`) or removes (`None`) an annotation, as a person with kubectl would.
-    async fn annotate(&self, name: &str, key: &str, value: Option<&str>) {
-        let patch = json!({ "metadata": { "annotations": { key: value } } });
-        self.inner
-            .namespace
-            .api::<StatefulSet>()
-            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-            .expect("annotating the StatefulSet");
     }
 
     async fn wait_event(&self, object: &str, reason: &str, note_contains: &[&str]) {
@@ -366,6 +350,22 @@ impl Checked {
         }
     }
 
+    /// A check that [`ERROR_RATIO`] stays below 0.1, run every second, failing at the first
+    /// failure with `on_failure`.
+    fn error_ratio_check(&self, on_failure: &str) -> serde_json::Value {
+        json!({
+            "prometheus": {"address": self.prometheus.url(), "timeout": "2s"},
+            "queries": [{
+                "name": "error-ratio",
+                "query": ERROR_RATIO,
+                "threshold": {"operator": "<", "value": 0.1},
+            }],
+            "interval": "1s",
+            "failureThreshold": 1,
+            "onFailure": on_failure,
+        })
+    }
+
     fn settings(&self) -> [(&'static str, &str); 1] {
         [("BATON_GATES__PROMETHEUS_ADDRESSES", self.allowed.as_str())]
     }
@@ -392,17 +392,7 @@ async fn a_failing_check_whose_on_failure_is_warn_never_holds_a_step_and_tells_e
         },
     )
     .await;
-    let spec = json!({
-        "prometheus": {"address": checked.prometheus.url(), "timeout": "2s"},
-        "queries": [{
-            "name": "error-ratio",
-            "query": ERROR_RATIO,
-            "threshold": {"operator": "<", "value": 0.1},
-        }],
-        "interval": "1s",
-        "failureThreshold": 1,
-        "onFailure": "Warn",
-    });
+    let spec = checked.error_ratio_check("Warn");
     let client = scene.inner.namespace.client();
     create_health_check(&client, scene.namespace(), "trial", spec).await;
 
@@ -623,17 +613,7 @@ async fn a_check_failing_in_zone_b_rolls_the_group_back_zone_b_first_newest_pods
         },
     )
     .await;
-    let spec = json!({
-        "prometheus": {"address": checked.prometheus.url(), "timeout": "2s"},
-        "queries": [{
-            "name": "error-ratio",
-            "query": ERROR_RATIO,
-            "threshold": {"operator": "<", "value": 0.1},
-        }],
-        "interval": "1s",
-        "failureThreshold": 1,
-        "onFailure": "Rollback",
-    });
+    let spec = checked.error_ratio_check("Rollback");
     let client = scene.inner.namespace.client();
     create_health_check(&client, scene.namespace(), "errors", spec).await;
     let before = scene.update_revisions().await;

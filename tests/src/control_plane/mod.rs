@@ -6,13 +6,13 @@ pub mod supervisor;
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::process::{Child, ChildStdin, ChildStdout, Command};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use anyhow::{Context, anyhow, bail};
 pub use supervisor::{Handshake, SupervisorCommand};
 
-use crate::process::workspace_binary;
+use crate::process::{Handshaken, spawn_handshaken, workspace_binary};
 
 /// Environment variable naming the kubeconfig of an existing cluster (kind, k3d…) to use
 /// instead of starting a local control plane.
@@ -76,25 +76,15 @@ impl ControlPlane {
             return Ok(Self::existing(PathBuf::from(kubeconfig)));
         }
         let binary = workspace_binary("baton-control-plane")?;
-        let mut child = Command::new(&binary)
-            .arg("--until-stdin-closes")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .with_context(|| format!("starting {}", binary.display()))?;
-        let stdin = child.stdin.take().expect("stdin is piped");
-        let mut stdout = BufReader::new(child.stdout.take().expect("stdout is piped"));
-        let mut line = String::new();
-        stdout.read_line(&mut line)?;
-        if line.trim().is_empty() {
-            let status = child.wait()?;
-            return Err(anyhow!(
-                "baton-control-plane exited ({status}) before it was ready; see its error above"
-            ));
-        }
-        let handshake: Handshake = serde_json::from_str(&line)
-            .with_context(|| format!("reading the control plane's handshake {line:?}"))?;
+        let mut command = Command::new(&binary);
+        command.arg("--until-stdin-closes");
+        let started: Handshaken<Handshake> = spawn_handshaken(command, "baton-control-plane")?;
+        let Handshaken {
+            handshake,
+            child,
+            stdin,
+            stdout,
+        } = started;
         Ok(Self {
             handshake,
             local: true,

@@ -12,13 +12,12 @@ pub mod images;
 pub mod supervisor;
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
 use std::net::Ipv4Addr;
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::{Child, ChildStdin, Command};
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
-use anyhow::{Context, anyhow};
+use anyhow::Context;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, Patch, PatchParams, PostParams};
@@ -29,7 +28,7 @@ pub use supervisor::{NodeInfo, NodesHandshake, ZONE_LABEL};
 
 use crate::control_plane::ControlPlane;
 use crate::fixtures::StatefulSetFixture;
-use crate::process::workspace_binary;
+use crate::process::{Handshaken, spawn_handshaken, workspace_binary};
 
 /// Where the test application listens in its pod.
 pub const APP_PORT: u16 = 8080;
@@ -72,30 +71,12 @@ impl RealNodes {
         let images = images::build().context("building the real pods' images")?;
         let binary = workspace_binary("baton-real-nodes")?;
         let mut command = Command::new(&binary);
-        command
-            .arg("--kubeconfig")
-            .arg(kubeconfig)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
+        command.arg("--kubeconfig").arg(kubeconfig);
         for image in &images {
             command.arg("--image").arg(image);
         }
-        let mut child = command
-            .spawn()
-            .with_context(|| format!("starting {}", binary.display()))?;
-        let stdin = child.stdin.take().expect("stdin is piped");
-        let mut stdout = BufReader::new(child.stdout.take().expect("stdout is piped"));
-        let mut line = String::new();
-        stdout.read_line(&mut line)?;
-        if line.trim().is_empty() {
-            let status = child.wait()?;
-            return Err(anyhow!(
-                "baton-real-nodes exited ({status}) before its nodes were ready; see its error above"
-            ));
-        }
-        let handshake: NodesHandshake = serde_json::from_str(&line)
-            .with_context(|| format!("reading the real nodes' handshake {line:?}"))?;
+        let started: Handshaken<NodesHandshake> = spawn_handshaken(command, "baton-real-nodes")?;
+        let (handshake, child, stdin) = (started.handshake, started.child, started.stdin);
         Ok(Self {
             handshake,
             _supervisor: Mutex::new((child, stdin)),
