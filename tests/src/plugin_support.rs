@@ -54,18 +54,22 @@ pub async fn binary() -> std::path::PathBuf {
 
 /// Runs `kubectl-baton args…` with `KUBECONFIG=kubeconfig`, off a terminal (as in a pipeline).
 pub async fn kubectl_baton(kubeconfig: &Path, args: &[&str]) -> Run {
-    let run = tokio::process::Command::new(binary().await)
-        .args(args)
+    let mut run = tokio::process::Command::new(binary().await);
+    run.args(args)
         .env("KUBECONFIG", kubeconfig)
         .env("NO_COLOR", "1")
-        .stdin(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .output();
-    // No command here waits longer than its own --timeout (2 minutes at most).
+        .stdin(std::process::Stdio::null());
+    run_bounded(run, args).await
+}
+
+/// Runs `command` (kubectl-baton `args`, possibly through a terminal) to its end and says what
+/// it printed. No command here waits longer than its own --timeout (2 minutes at most).
+pub async fn run_bounded(mut command: tokio::process::Command, args: &[&str]) -> Run {
+    let run = command.kill_on_drop(true).output();
     let output = tokio::time::timeout(Duration::from_secs(180), run)
         .await
         .unwrap_or_else(|_| panic!("kubectl-baton {args:?} still running after 180s"))
-        .expect("kubectl-baton runs");
+        .unwrap_or_else(|error| panic!("kubectl-baton {args:?} runs: {error}"));
     Run {
         code: output.status.code(),
         stdout: String::from_utf8_lossy(&output.stdout).into_owned(),

@@ -25,21 +25,11 @@ async fn kubectl_baton_on_a_terminal(kubeconfig: &Path, args: &[&str]) -> Run {
     for arg in args {
         line.push_str(&format!(" '{arg}'"));
     }
-    let run = tokio::process::Command::new("script")
-        .args(["--quiet", "--return", "--command", &line, "/dev/null"])
+    let mut run = tokio::process::Command::new("script");
+    run.args(["--quiet", "--return", "--command", &line, "/dev/null"])
         .env("KUBECONFIG", kubeconfig)
-        .stdin(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .output();
-    let output = tokio::time::timeout(Duration::from_secs(180), run)
-        .await
-        .unwrap_or_else(|_| panic!("kubectl-baton {args:?} still running after 180s"))
-        .expect("script runs");
-    Run {
-        code: output.status.code(),
-        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
-    }
+        .stdin(std::process::Stdio::null());
+    plugin_support::run_bounded(run, args).await
 }
 
 /// A namespace and its admin kubeconfig, to run the plugin in.
