@@ -225,6 +225,9 @@ pub fn start(
             .then(b.cmp(&a))
     });
     let at = now.to_string();
+    // Stored on every member: a request's value (anyone who may edit the group writes it) is
+    // kept to a size that fits, whatever its length.
+    let why = bounded(why);
     Ok(order
         .into_iter()
         .enumerate()
@@ -233,7 +236,7 @@ pub fn start(
             let record = Record {
                 from: from.clone(),
                 to: to.clone(),
-                why: why.to_owned(),
+                why: why.clone(),
                 at: at.clone(),
                 turn: u32::try_from(turn).unwrap_or(u32::MAX),
                 restored: false,
@@ -242,6 +245,16 @@ pub fn start(
             (name.clone(), record)
         })
         .collect())
+}
+
+/// The most of a request's reason kept in the records, in characters.
+pub const MOST_WHY_CHARS: usize = 1_000;
+
+fn bounded(why: &str) -> String {
+    match why.char_indices().nth(MOST_WHY_CHARS) {
+        None => why.to_owned(),
+        Some((cut, _)) => format!("{}…", &why[..cut]),
+    }
 }
 
 /// Where a group's rollback stands, from its records.

@@ -302,3 +302,20 @@ fn a_template_written_back_but_not_yet_taken_is_waited_for_then_marked_settled()
         .collect();
     assert_eq!(settled, ["a"]);
 }
+
+#[test]
+fn a_long_reason_is_kept_to_a_bounded_size_on_every_member() {
+    let before = group(vec![finished("a", 2), rolling("b", 2, 1)]);
+    let long = "é".repeat(200_000);
+    let records = start(&before, &history(&["a", "b"]), &long, now()).expect("starts");
+    for (_, record) in &records {
+        assert_eq!(
+            record.why.chars().count(),
+            MOST_WHY_CHARS + 1,
+            "cut, with an ellipsis"
+        );
+        assert!(record.why.ends_with('…'));
+    }
+    let short = start(&before, &history(&["a", "b"]), "errors up", now()).expect("starts");
+    assert_eq!(short[0].1.why, "errors up");
+}
