@@ -31,7 +31,7 @@ use std::fmt;
 use jiff::{SignedDuration, Timestamp};
 use serde::{Deserialize, Serialize};
 
-use super::decide::{AnnotationWrite, GateDecision, GateNotice, GateVerdict, GateWait, bypassing};
+use super::decide::{AnnotationWrite, GateDecision, GateNotice, GateVerdict, GateWait};
 use super::keys::{CHECK_STATE_ANNOTATION, GateWarning, HALTED_ANNOTATION, STATE_ANNOTATION};
 use super::rollback::ROLLBACK_ANNOTATION;
 use crate::rollout::{GroupSnapshot, Plan};
@@ -246,7 +246,7 @@ pub fn apply(
         }
         return (plan, decision);
     }
-    let bypass = bypassing(&super::keys::read(group).0, now);
+    let bypass = decision.bypass.filter(|until| now < *until);
     let mut state = stored.clone();
     let rolling_to = target(group);
     if state
@@ -346,11 +346,7 @@ fn about(group: &GroupSnapshot, plan: &Plan) -> String {
     plan.deletions()
         .find_map(|action| action.rolls().map(str::to_owned))
         .or_else(|| {
-            let progress = &plan.progress;
-            progress
-                .iter()
-                .find(|progress| !progress.done && progress.updated > 0)
-                .or_else(|| progress.iter().find(|progress| !progress.done))
+            plan.rolling_or_next()
                 .map(|progress| progress.statefulset.clone())
         })
         .unwrap_or_else(|| group.statefulsets[0].name.clone())
@@ -376,8 +372,7 @@ fn halt(
     state.failures = 0;
     plan.actions.retain(|action| action.rolls().is_none());
     // Asking for a rollback instead of halting: the controller starts it on the next pass.
-    let rolls_back =
-        policy.on_failure == OnFailure::Rollback || super::keys::read(group).0.rollback_on_failure;
+    let rolls_back = policy.on_failure == OnFailure::Rollback || decision.rollback_on_failure;
     let (key, wait) = if rolls_back {
         (
             ROLLBACK_ANNOTATION,

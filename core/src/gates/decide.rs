@@ -291,6 +291,11 @@ pub struct GateDecision {
     /// A rollback holds the other gates off (the checks and hooks composed after [`decide()`]
     /// leave the decision as it is).
     pub rolling_back: bool,
+    /// The group's bypass (`baton.dev/bypass-gates-until`), for the check composed after: read
+    /// once, with the rest of the configuration.
+    pub(super) bypass: Option<Timestamp>,
+    /// The group asks for a rollback where a gate would halt it.
+    pub(super) rollback_on_failure: bool,
     /// The zone state to store instead of the one in `writes` should no step go this pass:
     /// a zone cleared only because a bypass skipped its soak stays uncleared unless it steps
     /// while the bypass is in force (an expired bypass bypasses nothing).
@@ -367,6 +372,8 @@ impl GateDecision {
             hook: None,
             notices: Vec::new(),
             rolling_back: false,
+            bypass: None,
+            rollback_on_failure: false,
             unstepped: None,
         }
     }
@@ -445,24 +452,28 @@ pub fn decide_with(
             .iter()
             .any(|progress| progress.statefulset == name && progress.done)
     };
-    let forget = match rollback::status(group, done) {
-        Status::None | Status::RolledBack(_) => Vec::new(),
-        Status::Stale(carriers) => carriers,
+    let (plan, mut decision) = match rollback::status(group, done) {
+        Status::None | Status::RolledBack(_) => gate_forward(group, config, state, full, now),
+        Status::Stale(carriers) => {
+            let (plan, mut decision) = gate_forward(group, config, state, full, now);
+            decision
+                .writes
+                .extend(carriers.into_iter().map(|statefulset| AnnotationWrite {
+                    statefulset,
+                    key: rollback::ROLLBACK_STATE_ANNOTATION,
+                    value: None,
+                }));
+            (plan, decision)
+        }
         active => {
             let (plan, mut decision) = roll_back(group, active, full, state, now);
             // Stored before acting, like all gate state: the template was taken back.
             decision.writes.extend(rollback::settle(group));
-            return (plan, decision);
+            (plan, decision)
         }
     };
-    let (plan, mut decision) = gate_forward(group, config, state, full, now);
-    decision
-        .writes
-        .extend(forget.into_iter().map(|statefulset| AnnotationWrite {
-            statefulset,
-            key: rollback::ROLLBACK_STATE_ANNOTATION,
-            value: None,
-        }));
+    decision.bypass = config.bypass_until;
+    decision.rollback_on_failure = config.rollback_on_failure;
     (plan, decision)
 }
 

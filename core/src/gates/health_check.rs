@@ -241,17 +241,12 @@ pub fn variables<'a>(
     plan: &Plan,
     namespace: &'a str,
 ) -> BTreeMap<&'static str, &'a str> {
-    let progress = &plan.progress;
-    let zone = progress
-        .iter()
-        .find(|progress| !progress.done && progress.updated > 0)
-        .or_else(|| progress.iter().find(|progress| !progress.done))
-        .and_then(|progress| {
-            group
-                .statefulsets
-                .iter()
-                .find(|member| member.name == progress.statefulset)
-        });
+    let zone = plan.rolling_or_next().and_then(|progress| {
+        group
+            .statefulsets
+            .iter()
+            .find(|member| member.name == progress.statefulset)
+    });
     let revision = zone
         .and_then(|member| member.update_revision.as_deref())
         .unwrap_or_default();

@@ -61,6 +61,15 @@ pub struct Plan {
 }
 
 impl Plan {
+    /// The member a rollout is at: the one rolling (pods updated, not done), else the next to
+    /// roll; None when every member is done.
+    pub fn rolling_or_next(&self) -> Option<&Progress> {
+        self.progress
+            .iter()
+            .find(|progress| !progress.done && progress.updated > 0)
+            .or_else(|| self.progress.iter().find(|progress| !progress.done))
+    }
+
     /// The actions that take pods down now: deletions, and partitions lowered past pods.
     pub fn deletions(&self) -> impl Iterator<Item = &Action> {
         self.actions
