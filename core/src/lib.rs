@@ -38,6 +38,39 @@
 //!   controller claim it in the budget's record.
 //! - The Lease ([`lease`]) and the webhook's certificate ([`certificates`]): the controller.
 
+/// `kube::Resource` for a namespaced custom resource of baton's own types (a struct with a
+/// `metadata: ObjectMeta` field), from its API group, version, kind and plural: the core has no
+/// kube-derive, and every such impl is the same. Defined before the modules that use it.
+macro_rules! namespaced_resource {
+    ($type:ty, $group:expr, $version:expr, $kind:expr, $plural:expr) => {
+        impl ::kube_core::Resource for $type {
+            type DynamicType = ();
+            type Scope = ::k8s_openapi::NamespaceResourceScope;
+
+            fn kind(_: &()) -> ::std::borrow::Cow<'_, str> {
+                ::std::borrow::Cow::Borrowed($kind)
+            }
+            fn group(_: &()) -> ::std::borrow::Cow<'_, str> {
+                ::std::borrow::Cow::Borrowed($group)
+            }
+            fn version(_: &()) -> ::std::borrow::Cow<'_, str> {
+                ::std::borrow::Cow::Borrowed($version)
+            }
+            fn plural(_: &()) -> ::std::borrow::Cow<'_, str> {
+                ::std::borrow::Cow::Borrowed($plural)
+            }
+            fn meta(&self) -> &::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                &self.metadata
+            }
+            fn meta_mut(
+                &mut self,
+            ) -> &mut ::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                &mut self.metadata
+            }
+        }
+    };
+}
+
 pub mod annotations;
 pub mod budgets;
 pub mod certificates;

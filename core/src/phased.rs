@@ -8,12 +8,9 @@
 //! its status is read back from that group ([`status`]). Pure; the controller's `phased`
 //! module reads and writes.
 
-use std::borrow::Cow;
 use std::collections::BTreeMap;
 
-use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube_core::Resource;
 use serde::{Deserialize, Serialize};
 
 use crate::annotations::{PARTITION_ANNOTATION, ROLLOUT_GROUP_LABEL, UPDATE_BY_ANNOTATION};
@@ -48,29 +45,7 @@ impl PhasedRollout {
     }
 }
 
-impl Resource for PhasedRollout {
-    type DynamicType = ();
-    type Scope = NamespaceResourceScope;
-
-    fn kind(_: &()) -> Cow<'_, str> {
-        Cow::Borrowed(KIND)
-    }
-    fn group(_: &()) -> Cow<'_, str> {
-        Cow::Borrowed(GROUP)
-    }
-    fn version(_: &()) -> Cow<'_, str> {
-        Cow::Borrowed(VERSION)
-    }
-    fn plural(_: &()) -> Cow<'_, str> {
-        Cow::Borrowed(PLURAL)
-    }
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
+namespaced_resource!(PhasedRollout, GROUP, VERSION, KIND, PLURAL);
 
 /// `spec`, as the phased rollout operator documents it.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]

@@ -5,13 +5,10 @@
 //! eviction decision could not use, and an object that got in anyway (created before the
 //! webhook was registered) is named as invalid in every eviction it would have judged.
 
-use std::borrow::Cow;
 use std::fmt;
 
 use jiff::SignedDuration;
-use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
-use kube_core::Resource;
 use kube_core::{Selector, SelectorExt};
 use regex::Regex;
 use serde::{Deserialize, Serialize};
@@ -84,29 +81,7 @@ impl ZoneAwarePodDisruptionBudget {
     }
 }
 
-impl Resource for ZoneAwarePodDisruptionBudget {
-    type DynamicType = ();
-    type Scope = NamespaceResourceScope;
-
-    fn kind(_: &()) -> Cow<'_, str> {
-        Cow::Borrowed(KIND)
-    }
-    fn group(_: &()) -> Cow<'_, str> {
-        Cow::Borrowed(GROUP)
-    }
-    fn version(_: &()) -> Cow<'_, str> {
-        Cow::Borrowed(VERSION)
-    }
-    fn plural(_: &()) -> Cow<'_, str> {
-        Cow::Borrowed(PLURAL)
-    }
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
+namespaced_resource!(ZoneAwarePodDisruptionBudget, GROUP, VERSION, KIND, PLURAL);
 
 /// How many pods may be unavailable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
