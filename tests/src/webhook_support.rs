@@ -530,3 +530,61 @@ pub fn denial(error: kube::Error) -> String {
         other => panic!("expected an admission denial, got {other}"),
     }
 }
+
+/// A ValidatingWebhookConfiguration of the test's own, deleted when dropped.
+pub struct ValidatingWebhooks {
+    name: String,
+    kubeconfig: PathBuf,
+}
+
+impl ValidatingWebhooks {
+    /// Creates configuration `name` with `webhooks` (the `webhooks` list, as JSON).
+    pub async fn register(
+        control_plane: &ControlPlane,
+        name: &str,
+        webhooks: serde_json::Value,
+    ) -> Self {
+        let configuration: ValidatingWebhookConfiguration =
+            serde_json::from_value(json!({"metadata": {"name": name}, "webhooks": webhooks}))
+                .unwrap_or_else(|error| panic!("webhook configuration {name}: {error}"));
+        Api::<ValidatingWebhookConfiguration>::all(control_plane.admin_client().await)
+            .create(&PostParams::default(), &configuration)
+            .await
+            .unwrap_or_else(|error| panic!("creating webhook configuration {name}: {error}"));
+        Self {
+            name: name.to_owned(),
+            kubeconfig: control_plane.kubeconfig_path().to_path_buf(),
+        }
+    }
+}
+
+impl Drop for ValidatingWebhooks {
+    fn drop(&mut self) {
+        let name = self.name.clone();
+        clean_up_from_drop(self.kubeconfig.clone(), |client| async move {
+            let _ = Api::<ValidatingWebhookConfiguration>::all(client)
+                .delete(&name, &DeleteParams::default())
+                .await;
+        });
+    }
+}
+
+/// The pod-eviction webhook `name` of `replica` for `namespace`'s pods, as deploy/ registers it.
+pub fn eviction_webhook(
+    name: &str,
+    tls: &TestTls,
+    replica: &WebhookReplica,
+    namespace: &str,
+) -> serde_json::Value {
+    json!({
+        "name": name,
+        "clientConfig": {"url": replica.url("/admission/pod-eviction"), "caBundle": tls.ca_bundle()},
+        "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
+                   "resources": ["pods/eviction"], "scope": "Namespaced"}],
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
+        "admissionReviewVersions": ["v1beta1", "v1"],
+        "sideEffects": "NoneOnDryRun",
+        "failurePolicy": "Fail",
+        "timeoutSeconds": 10,
+    })
+}

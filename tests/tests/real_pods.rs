@@ -27,14 +27,14 @@ use baton_e2e::scaling_support::{
 };
 use baton_e2e::timeline::{Zone, check_rollout_guarantees, zone_windows};
 use baton_e2e::webhook_support::{
-    TestTls, WebhookConfigurations, WebhookReplica, scale, wait_for_webhooks,
+    TestTls, ValidatingWebhooks, WebhookConfigurations, WebhookReplica, eviction_webhook, scale,
+    wait_for_webhooks,
 };
 use baton_e2e::zpdb_support::{answer_of, budget, eviction_review, zpdb_resource};
 use baton_e2e::{PodEvent, PodTransition, wait_until};
-use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 const TIMEOUT: Duration = Duration::from_secs(120);
@@ -468,55 +468,6 @@ async fn delayed_downscale_asks_the_real_pods_and_waits_for_their_delay() {
 /// new pods of that zone Pending: it runs alone, the others together.
 static NODES: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
 
-/// Registers baton-webhook's pod-eviction webhook for `namespace` (as the Go operator's
-/// deployment does), deleted when dropped.
-struct EvictionWebhook {
-    name: String,
-    kubeconfig: std::path::PathBuf,
-}
-
-impl EvictionWebhook {
-    async fn register(scene: &Scene, tls: &TestTls, replica: &WebhookReplica) -> Self {
-        let control_plane = scene.control_plane;
-        let namespace = scene.namespace.name();
-        let name = format!("baton-e2e-eviction-{namespace}");
-        let configuration: ValidatingWebhookConfiguration = serde_json::from_value(json!({
-            "metadata": {"name": name},
-            "webhooks": [{
-                "name": "pod-eviction.baton.test",
-                "clientConfig": {"url": replica.url("/admission/pod-eviction"), "caBundle": tls.ca_bundle()},
-                "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
-                           "resources": ["pods/eviction"], "scope": "Namespaced"}],
-                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
-                "admissionReviewVersions": ["v1beta1", "v1"],
-                "sideEffects": "NoneOnDryRun",
-                "failurePolicy": "Fail",
-                "timeoutSeconds": 10,
-            }],
-        }))
-        .unwrap();
-        Api::<ValidatingWebhookConfiguration>::all(control_plane.admin_client().await)
-            .create(&PostParams::default(), &configuration)
-            .await
-            .unwrap();
-        Self {
-            name,
-            kubeconfig: control_plane.kubeconfig_path().to_path_buf(),
-        }
-    }
-}
-
-impl Drop for EvictionWebhook {
-    fn drop(&mut self) {
-        let name = self.name.clone();
-        clean_up_from_drop(self.kubeconfig.clone(), |client| async move {
-            let _ = Api::<ValidatingWebhookConfiguration>::all(client)
-                .delete(&name, &DeleteParams::default())
-                .await;
-        });
-    }
-}
-
 /// Makes a node schedulable again when dropped: a drained node must not stay cordoned for the
 /// scenarios after this one, whatever happened.
 struct Uncordon {
@@ -584,7 +535,18 @@ async fn kubectl_drain_of_zone_a_waits_for_the_rollout_in_zone_b_and_never_excee
     let replica = WebhookReplica::start(control_plane, &tls, scene.namespace.name())
         .await
         .unwrap();
-    let _webhook = EvictionWebhook::register(&scene, &tls, &replica).await;
+    let namespace = scene.namespace.name();
+    let _webhook = ValidatingWebhooks::register(
+        scene.control_plane,
+        &format!("baton-e2e-eviction-{namespace}"),
+        json!([eviction_webhook(
+            "pod-eviction.baton.test",
+            &tls,
+            &replica,
+            namespace
+        )]),
+    )
+    .await;
     let fixtures: Vec<RealPodsFixture> = ["a", "b", "c"]
         .iter()
         .map(|zone| {

@@ -7,7 +7,6 @@
 use std::time::{Duration, Instant};
 
 use baton_core::pods::PodReadiness;
-use baton_e2e::control_plane::supervisor::clean_up_from_drop;
 use baton_e2e::controller_support::{
     Controller, events_about, roll_out, wait_group_ready, wait_rollout_complete,
 };
@@ -15,7 +14,7 @@ use baton_e2e::crds;
 use baton_e2e::fixtures::StatefulSetFixture;
 use baton_e2e::rbac_support::{Binary, SERVICE_ACCOUNT_NAMESPACE, bind_deploy_roles};
 use baton_e2e::timeline::{Zone, check_rollout_guarantees};
-use baton_e2e::webhook_support::{TestTls, WebhookReplica};
+use baton_e2e::webhook_support::{TestTls, ValidatingWebhooks, WebhookReplica, eviction_webhook};
 use baton_e2e::zpdb_support::{
     answer_of, budget, client_without_retries, evict, eviction_review, zpdb_resource,
 };
@@ -23,10 +22,9 @@ use baton_e2e::{
     ControlPlane, PodEvent, PodSimulator, PodTransition, SimulatorOptions, TestNamespace,
     wait_until,
 };
-use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
-use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
+use kube::api::{Api, DynamicObject, PostParams};
 use serde_json::{Value, json};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
@@ -54,7 +52,7 @@ struct Zones {
     tls: TestTls,
     /// The drain's client: kube's retries of 429 answers are off, so a refusal is seen.
     evictor: kube::Client,
-    _configurations: Vec<Configuration>,
+    _configurations: Vec<ValidatingWebhooks>,
 }
 
 impl Zones {
@@ -97,10 +95,8 @@ impl Zones {
             let replica = WebhookReplica::start(control_plane, &tls, namespace.name())
                 .await
                 .unwrap();
-            configurations.push(
-                Configuration::register(control_plane, namespace.name(), index, &tls, &replica)
-                    .await,
-            );
+            configurations
+                .push(register(control_plane, namespace.name(), index, &tls, &replica).await);
             started.push(replica);
         }
         let zones = Self {
@@ -255,68 +251,34 @@ async fn metrics(replica: &WebhookReplica) -> String {
 
 /// One replica's webhook configuration (both ZPDB webhooks) for one namespace; deleted when
 /// dropped.
-struct Configuration {
-    name: String,
-    kubeconfig: std::path::PathBuf,
-}
-
-impl Configuration {
-    async fn register(
-        control_plane: &ControlPlane,
-        namespace: &str,
-        index: usize,
-        tls: &TestTls,
-        replica: &WebhookReplica,
-    ) -> Self {
-        let client = control_plane.admin_client().await;
-        let name = format!("baton-e2e-zpdb-{namespace}-{index}");
-        let selector = json!({"matchLabels": {"kubernetes.io/metadata.name": namespace}});
-        let configuration: ValidatingWebhookConfiguration = serde_json::from_value(json!({
-            "metadata": {"name": name},
-            "webhooks": [{
-                "name": format!("pod-eviction-{index}.baton.test"),
-                "clientConfig": {"url": replica.url("/admission/pod-eviction"), "caBundle": tls.ca_bundle()},
-                "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
-                           "resources": ["pods/eviction"], "scope": "Namespaced"}],
-                "namespaceSelector": selector,
-                "admissionReviewVersions": ["v1beta1", "v1"],
-                "sideEffects": "NoneOnDryRun",
-                "failurePolicy": "Fail",
-                "timeoutSeconds": 10,
-            }, {
-                "name": format!("zpdb-validation-{index}.baton.test"),
-                "clientConfig": {"url": replica.url("/admission/zpdb-validation"), "caBundle": tls.ca_bundle()},
-                "rules": [{"apiGroups": ["rollout-operator.grafana.com"], "apiVersions": ["v1"],
-                           "operations": ["CREATE", "UPDATE"],
-                           "resources": ["zoneawarepoddisruptionbudgets"], "scope": "Namespaced"}],
-                "namespaceSelector": selector,
-                "admissionReviewVersions": ["v1"],
-                "sideEffects": "None",
-                "failurePolicy": "Fail",
-                "timeoutSeconds": 10,
-            }],
-        }))
-        .unwrap();
-        Api::<ValidatingWebhookConfiguration>::all(client.clone())
-            .create(&PostParams::default(), &configuration)
-            .await
-            .unwrap();
-        Self {
-            name,
-            kubeconfig: control_plane.kubeconfig_path().to_path_buf(),
-        }
-    }
-}
-
-impl Drop for Configuration {
-    fn drop(&mut self) {
-        let name = self.name.clone();
-        clean_up_from_drop(self.kubeconfig.clone(), |client| async move {
-            let _ = Api::<ValidatingWebhookConfiguration>::all(client)
-                .delete(&name, &DeleteParams::default())
-                .await;
-        });
-    }
+async fn register(
+    control_plane: &ControlPlane,
+    namespace: &str,
+    index: usize,
+    tls: &TestTls,
+    replica: &WebhookReplica,
+) -> ValidatingWebhooks {
+    let selector = json!({"matchLabels": {"kubernetes.io/metadata.name": namespace}});
+    let eviction = eviction_webhook(
+        &format!("pod-eviction-{index}.baton.test"),
+        tls,
+        replica,
+        namespace,
+    );
+    let validation = json!({
+        "name": format!("zpdb-validation-{index}.baton.test"),
+        "clientConfig": {"url": replica.url("/admission/zpdb-validation"), "caBundle": tls.ca_bundle()},
+        "rules": [{"apiGroups": ["rollout-operator.grafana.com"], "apiVersions": ["v1"],
+                   "operations": ["CREATE", "UPDATE"],
+                   "resources": ["zoneawarepoddisruptionbudgets"], "scope": "Namespaced"}],
+        "namespaceSelector": selector,
+        "admissionReviewVersions": ["v1"],
+        "sideEffects": "None",
+        "failurePolicy": "Fail",
+        "timeoutSeconds": 10,
+    });
+    let name = format!("baton-e2e-zpdb-{namespace}-{index}");
+    ValidatingWebhooks::register(control_plane, &name, json!([eviction, validation])).await
 }
 
 #[tokio::test]
