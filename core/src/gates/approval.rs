@@ -42,12 +42,8 @@ pub fn approved(group: &GroupSnapshot) -> BTreeSet<&str> {
 
 /// The canary's approval names the revisions the whole group rolls to.
 fn canary_step(group: &GroupSnapshot) -> String {
-    let revisions: Vec<&str> = group
-        .statefulsets
-        .iter()
-        .map(|member| member.update_revision.as_deref().unwrap_or_default())
-        .collect();
-    format!("canary/{}", revisions.join("+"))
+    // `+`, not the separator of approved steps.
+    format!("canary/{}", group.update_revisions("+"))
 }
 
 /// Holds the plan's next step until it is approved, when the group asks (module header).

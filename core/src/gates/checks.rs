@@ -178,12 +178,7 @@ impl CheckState {
 /// What the group rolls to: its members' update revisions. A run is about this target; when it
 /// changes, the counts start again.
 pub fn target(group: &GroupSnapshot) -> String {
-    let revisions: Vec<&str> = group
-        .statefulsets
-        .iter()
-        .map(|member| member.update_revision.as_deref().unwrap_or_default())
-        .collect();
-    revisions.join(",")
+    group.update_revisions(",")
 }
 
 /// Whether the group still has pods to update: only then do checks run.

@@ -103,6 +103,17 @@ pub struct PodSnapshot {
 }
 
 impl GroupSnapshot {
+    /// What the group rolls to: each member's update revision (empty without one), in member
+    /// order, joined by `separator`.
+    pub fn update_revisions(&self, separator: &str) -> String {
+        let revisions: Vec<&str> = self
+            .statefulsets
+            .iter()
+            .map(|member| member.update_revision.as_deref().unwrap_or_default())
+            .collect();
+        revisions.join(separator)
+    }
+
     /// Builds the snapshot of a group from cached Kubernetes objects.
     ///
     /// `pods` may be every pod of the namespace: each StatefulSet keeps the pods its own
