@@ -106,7 +106,7 @@ impl Rollbacks<'_> {
             ),
             Ok(records) => {
                 let order = rollback::describe(&records);
-                let mut writes: Vec<AnnotationWrite> = records
+                let records: Vec<AnnotationWrite> = records
                     .into_iter()
                     .map(|(statefulset, record)| AnnotationWrite {
                         statefulset,
@@ -114,7 +114,13 @@ impl Rollbacks<'_> {
                         value: Some(record.to_annotation()),
                     })
                     .collect();
-                writes.push(remove_request);
+                // Every record first, the request last (a write per member): until the request
+                // is gone, a reader seeing some records only knows the rollback is starting, and
+                // a failed write loses nothing (the next pass starts it again).
+                if store::store(&api, &read, &records, self.timeout).await? != store::Stored::Done {
+                    return Ok(Advanced::Wrote);
+                }
+                let writes = vec![remove_request];
                 (
                     writes,
                     Explanation {
@@ -129,7 +135,9 @@ impl Rollbacks<'_> {
                 )
             }
         };
-        if store::store(&api, &read, &writes, self.timeout).await? == store::Stored::Done
+        // The request's removal, whatever the carrier's resourceVersion now (the records' write
+        // just moved it): a request written meanwhile would be refused as a second one anyway.
+        if store::store_unconditionally(&api, &writes, self.timeout).await? == store::Stored::Done
             && let Some(member) = members.iter().find(|member| member.name_any() == carrier)
         {
             self.explainer

@@ -317,6 +317,11 @@ pub fn status(group: &GroupSnapshot, done: impl Fn(&str) -> bool) -> Status {
     let current = records.iter().all(|(name, record)| {
         update(name).is_some_and(|revision| revision == record.from || revision == record.to)
     });
+    if !complete && request(group).is_some() {
+        // Being started: the controller stores every member's record before it removes the
+        // request, so records missing while the request stands are still to come.
+        return Status::None;
+    }
     if !complete || !current {
         return Status::Stale(carriers);
     }

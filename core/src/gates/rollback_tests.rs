@@ -319,3 +319,36 @@ fn a_long_reason_is_kept_to_a_bounded_size_on_every_member() {
     let short = start(&before, &history(&["a", "b"]), "errors up", now()).expect("starts");
     assert_eq!(short[0].1.why, "errors up");
 }
+
+#[test]
+fn records_missing_while_the_request_stands_are_a_rollback_starting_not_stale_ones() {
+    let before = group(vec![finished("a", 2), finished("b", 2)]);
+    let records = start(&before, &history(&["a", "b"]), "why", now()).expect("starts");
+    // The controller stored a's record, not yet b's; the request still stands.
+    let mut starting = before.clone();
+    let (_, record_a) = records
+        .iter()
+        .find(|(name, _)| name == "a")
+        .expect("a's record");
+    starting.statefulsets[0].annotations.insert(
+        ROLLBACK_STATE_ANNOTATION.to_owned(),
+        record_a.to_annotation(),
+    );
+    starting.statefulsets[1]
+        .annotations
+        .insert(ROLLBACK_ANNOTATION.to_owned(), "why".to_owned());
+    assert_eq!(status(&starting, |_| true), Status::None);
+    let (_, decision) = decide(&starting, now());
+    assert!(
+        !decision
+            .writes
+            .iter()
+            .any(|write| write.key == ROLLBACK_STATE_ANNOTATION),
+        "a's record is kept: {decision:?}"
+    );
+    // Without the request, a lone record is stale and forgotten.
+    starting.statefulsets[1]
+        .annotations
+        .remove(ROLLBACK_ANNOTATION);
+    assert!(matches!(status(&starting, |_| true), Status::Stale(_)));
+}
