@@ -2,9 +2,13 @@
 //!
 //! Layers, later ones winning: built-in defaults, then a YAML file (`--config PATH` or
 //! `BATON_CONFIG`), then environment variables (`BATON_` prefix, `__` between nested keys:
-//! `BATON_LOG__FORMAT=json`). Unknown keys are an error, so a typo never silently falls back to a
-//! default. Every error names the key, the bad value and what is accepted.
+//! `BATON_LOG__FORMAT=json`; a list as `a,b` or `[a, b]`). Unknown keys are an error, so a typo
+//! never silently falls back to a default; in the environment, shared with the platform (a
+//! pod's Service link variables start with `BATON_` too), only variables whose first part names
+//! a top-level key are read (`environment`). Every error names the key, the bad value and what
+//! is accepted.
 
+mod environment;
 mod error;
 mod reference;
 mod values;
@@ -17,6 +21,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_saphyr::figment::Yaml;
 
+pub use environment::{IgnoredVariable, ignored_variables, is_service_link};
 pub use error::{ConfigError, InvalidValue};
 pub use reference::reference_markdown;
 pub use values::{ByteSize, Destination, Duration, ListenAddress};
@@ -94,10 +99,12 @@ pub struct GatesConfig {
     /// (`https://prometheus.monitoring.svc:9090`). Empty: any address but loopback, link-local
     /// and unspecified ones, without credentials: a check's bearer token or basic auth is only
     /// ever sent to an address listed here.
+    #[serde(deserialize_with = "values::list")]
     pub prometheus_addresses: Vec<Destination>,
     /// Addresses rollout hooks may call, as URL prefixes (`https://deploys.example.com/hooks`).
     /// Empty: any address but loopback, link-local and unspecified ones (which an entry may
     /// name).
+    #[serde(deserialize_with = "values::list")]
     pub hook_addresses: Vec<Destination>,
     /// Longest `spec.prometheus.timeout` honoured; a longer one is cut to this.
     pub max_query_timeout: Duration,
@@ -230,10 +237,12 @@ pub struct WebhookConfig {
     /// Who may set baton's state annotations on StatefulSets (`baton.dev/gate-state`,
     /// `check-state`, `hook-state`, `partition`), as the API server names users. Empty: baton-controller's
     /// service account in `namespace` (`system:serviceaccount:<namespace>:baton-controller`).
+    #[serde(deserialize_with = "values::list")]
     pub state_writers: Vec<String>,
     /// Who may create and change baton's records (ConfigMaps labelled
     /// `app.kubernetes.io/managed-by: baton`: downscale ledgers, eviction records). Empty:
     /// baton-controller's and baton-webhook's service accounts in the system namespace.
+    #[serde(deserialize_with = "values::list")]
     pub record_writers: Vec<String>,
 }
 
@@ -383,8 +392,10 @@ pub struct CertificatesConfig {
     /// (`system_namespace`, else `namespace`).
     pub service_namespace: String,
     /// More DNS names the serving certificate is valid for.
+    #[serde(deserialize_with = "values::list")]
     pub extra_dns_names: Vec<String>,
     /// IP addresses the serving certificate is valid for (e.g. `127.0.0.1` for a local test).
+    #[serde(deserialize_with = "values::list")]
     pub extra_ips: Vec<std::net::IpAddr>,
     /// Validity of a new CA.
     pub ca_lifetime: Duration,
@@ -431,7 +442,7 @@ impl Config {
         if let Some(file) = file {
             figment = figment.merge(Yaml::file_exact(file));
         }
-        figment.merge(env.split("__").ignore(&["config"]))
+        figment.merge(environment::provider(env))
     }
 
     /// Extracts and validates a configuration from already layered sources.

@@ -24,7 +24,13 @@ pub fn reference_markdown() -> String {
          (`UPDATE_CONFIG_REFERENCE=1 cargo test -p baton-config` rewrites it).\n\n\
          baton-controller and baton-webhook read the same configuration: built-in defaults, then \
          a YAML file (`--config PATH` or `BATON_CONFIG`), then environment variables \
-         (`BATON_` prefix, `__` between nested keys). Unknown keys are rejected. \
+         (`BATON_` prefix, `__` between nested keys). Unknown keys are rejected, in a file and \
+         below a top-level key in the environment (`BATON_WEBHOOK__ADRESS`). A `BATON_` variable \
+         whose first part names no top-level key is not baton's and is not read (a pod gets the \
+         link variables of every Service in its namespace, `BATON_WEBHOOK_PORT=tcp://…` for \
+         `baton-webhook`); each one that does not look like a Service's link is logged as a \
+         warning at start. A list is written in the environment as `a,b` (or `[a, b]`), e.g. \
+         `BATON_GATES__PROMETHEUS_ADDRESSES=https://prometheus-a:9090,https://prometheus-b:9090`. \
          `--print-config` prints the effective configuration.\n\n\
          | key | environment variable | default | meaning |\n|---|---|---|---|\n",
     );

@@ -121,10 +121,12 @@ fn unknown_keys_are_rejected_in_files_and_environment() {
         assert!(message.contains("unknown key"), "{message}");
         Ok(())
     });
+    // Below a top-level key, as in a file; a misspelt top-level key itself is not baton's
+    // (`unread_variables_are_told_apart_from_service_links`).
     Jail::expect_with(|jail| {
-        jail.set_env("BATON_NAMESPACES", "x");
+        jail.set_env("BATON_LOG__FORMT", "json");
         let error = Config::load(None).unwrap_err();
-        assert_eq!(error.keys(), vec!["namespaces".to_owned()], "{error}");
+        assert_eq!(error.keys(), vec!["log.formt".to_owned()], "{error}");
         Ok(())
     });
 }
@@ -371,4 +373,137 @@ fn a_destination_covers_its_origin_and_the_paths_below_it_only() {
     ] {
         assert!(bad.parse::<Destination>().is_err(), "{bad}");
     }
+}
+
+#[test]
+fn a_services_link_variables_are_not_taken_for_keys() {
+    Jail::expect_with(|jail| {
+        // Given the variables the kubelet gives a pod for the Service baton-webhook
+        for (name, value) in [
+            ("BATON_WEBHOOK_SERVICE_HOST", "10.96.0.10"),
+            ("BATON_WEBHOOK_SERVICE_PORT", "443"),
+            ("BATON_WEBHOOK_SERVICE_PORT_HTTPS", "443"),
+            ("BATON_WEBHOOK_PORT", "tcp://10.96.0.10:443"),
+            ("BATON_WEBHOOK_PORT_443_TCP", "tcp://10.96.0.10:443"),
+            ("BATON_WEBHOOK_PORT_443_TCP_PROTO", "tcp"),
+            ("BATON_WEBHOOK_PORT_443_TCP_PORT", "443"),
+            ("BATON_WEBHOOK_PORT_443_TCP_ADDR", "10.96.0.10"),
+        ] {
+            jail.set_env(name, value);
+        }
+        jail.set_env("BATON_NAMESPACE", "ingesters");
+        // When the configuration loads, then they are not read, and baton's own keys are
+        let config = Config::load(None).expect("a Service's links are not configuration");
+        assert_eq!(config.namespace, "ingesters");
+        Ok(())
+    });
+}
+
+#[test]
+fn a_misspelt_nested_key_in_the_environment_is_still_an_error() {
+    Jail::expect_with(|jail| {
+        // The first part names a key, so the variable is baton's, and its typo is refused
+        jail.set_env("BATON_WEBHOOK__ADRESS", "0.0.0.0:9443");
+        let message = Config::load(None).unwrap_err().to_string();
+        assert!(message.contains("webhook.adress"), "{message}");
+        assert!(message.contains("unknown key"), "{message}");
+        assert!(message.contains("BATON_WEBHOOK__ADRESS"), "{message}");
+        Ok(())
+    });
+}
+
+#[test]
+fn unread_variables_are_told_apart_from_service_links() {
+    let ignored = ignored_variables([
+        "BATON_CONFIG",
+        "BATON_NAMESPACE",
+        "BATON_LOG__FORMAT",
+        "BATON_NAMESPCE",
+        "BATON_WEBHOOK_PORT",
+        "BATON_CONTROLLER_SERVICE_HOST",
+        "BATON_WEBHOOK_PORT_443_TCP_ADDR",
+        "BATON_METRICS_PORT_8001_SCTP",
+        "PATH",
+    ]);
+    let described: Vec<(&str, bool)> = ignored
+        .iter()
+        .map(|variable| (variable.name.as_str(), variable.service_link))
+        .collect();
+    assert_eq!(
+        described,
+        [
+            ("BATON_CONTROLLER_SERVICE_HOST", true),
+            ("BATON_METRICS_PORT_8001_SCTP", true),
+            ("BATON_NAMESPCE", false),
+            ("BATON_WEBHOOK_PORT", true),
+            ("BATON_WEBHOOK_PORT_443_TCP_ADDR", true),
+        ]
+    );
+    for not_a_link in [
+        "BATON_PORT_X_TCP",
+        "BATON_WEBHOOK_PORT_443_TCP_HOST",
+        "BATON_PORTS",
+    ] {
+        assert!(!is_service_link(not_a_link), "{not_a_link}");
+    }
+}
+
+#[test]
+fn lists_come_from_the_environment_comma_separated_or_as_a_sequence() {
+    Jail::expect_with(|jail| {
+        // A single address, as people write it
+        jail.set_env(
+            "BATON_GATES__PROMETHEUS_ADDRESSES",
+            "http://prometheus.monitoring.svc:9090",
+        );
+        // Several, comma-separated, with spaces
+        jail.set_env(
+            "BATON_WEBHOOK__STATE_WRITERS",
+            "system:serviceaccount:baton:a, system:serviceaccount:baton:b",
+        );
+        // The sequence form still works
+        jail.set_env("BATON_CERTIFICATES__EXTRA_IPS", "[127.0.0.1, \"::1\"]");
+        jail.set_env("BATON_CERTIFICATES__EXTRA_DNS_NAMES", "");
+        let config = Config::load(None).expect("loads");
+        assert_eq!(
+            config
+                .gates
+                .prometheus_addresses
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>(),
+            ["http://prometheus.monitoring.svc:9090/"]
+        );
+        assert_eq!(
+            config.webhook.state_writers,
+            [
+                "system:serviceaccount:baton:a",
+                "system:serviceaccount:baton:b"
+            ]
+        );
+        assert_eq!(
+            config.certificates.extra_ips,
+            [
+                "127.0.0.1".parse::<std::net::IpAddr>().unwrap(),
+                "::1".parse().unwrap()
+            ]
+        );
+        assert!(config.certificates.extra_dns_names.is_empty());
+        Ok(())
+    });
+}
+
+#[test]
+fn a_bad_item_of_a_comma_separated_list_is_named() {
+    Jail::expect_with(|jail| {
+        jail.set_env(
+            "BATON_GATES__HOOK_ADDRESSES",
+            "https://deploys.example.com,ftp://files.example.com",
+        );
+        let message = Config::load(None).unwrap_err().to_string();
+        assert!(message.contains("gates.hook_addresses"), "{message}");
+        assert!(message.contains("ftp://files.example.com"), "{message}");
+        assert!(message.contains("BATON_GATES__HOOK_ADDRESSES"), "{message}");
+        Ok(())
+    });
 }

@@ -293,3 +293,37 @@ pub(crate) fn is_log_filter(filter: &str) -> bool {
                 None => is_level(directive.trim()) || is_target(directive.trim()),
             })
 }
+
+/// A list, written as a sequence (`[a, b]` in YAML or an environment variable) or as one string
+/// of comma-separated items (`a,b`: the form people write in an environment variable, where a
+/// plain `BATON_GATES__PROMETHEUS_ADDRESSES=http://…` is one item). Each item keeps its own
+/// parser and its error.
+pub(crate) fn list<'de, D, T>(deserializer: D) -> Result<Vec<T>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: de::DeserializeOwned,
+{
+    struct ListVisitor<T>(std::marker::PhantomData<T>);
+    impl<'de, T: de::DeserializeOwned> Visitor<'de> for ListVisitor<T> {
+        type Value = Vec<T>;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a list: [a, b], or a,b")
+        }
+        fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+            let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0));
+            while let Some(item) = seq.next_element()? {
+                items.push(item);
+            }
+            Ok(items)
+        }
+        fn visit_str<E: de::Error>(self, text: &str) -> Result<Self::Value, E> {
+            use de::IntoDeserializer;
+            text.split(',')
+                .map(str::trim)
+                .filter(|item| !item.is_empty())
+                .map(|item| T::deserialize(item.into_deserializer()))
+                .collect()
+        }
+    }
+    deserializer.deserialize_any(ListVisitor(std::marker::PhantomData))
+}

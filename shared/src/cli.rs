@@ -39,6 +39,25 @@ impl ConfigArgs {
     }
 }
 
+/// A warning for each `BATON_` variable of the environment that is not configuration and does
+/// not look like a Service's link variable (those Kubernetes gives every pod): most likely a
+/// misspelt top-level key, which is ignored rather than stopping a pod that shares its
+/// environment with the platform.
+fn unread_variables() -> Vec<String> {
+    let names = std::env::vars_os().filter_map(|(name, _)| name.into_string().ok());
+    baton_config::ignored_variables(names)
+        .into_iter()
+        .filter(|variable| !variable.service_link)
+        .map(|variable| {
+            format!(
+                "environment variable {} is not read: no configuration key is named so \
+                 (--print-config-reference lists them)",
+                variable.name
+            )
+        })
+        .collect()
+}
+
 /// The environment variable tokio reads for its number of worker threads; baton's default is 1.
 const WORKER_THREADS_ENV: &str = "TOKIO_WORKER_THREADS";
 
@@ -87,6 +106,9 @@ where
         Ok(Startup::Run(config)) => config,
         Ok(Startup::Print(text)) => {
             print!("{text}");
+            for warning in unread_variables() {
+                eprintln!("{name}: {warning}");
+            }
             return ExitCode::SUCCESS;
         }
         Err(error) => {
@@ -95,6 +117,9 @@ where
         }
     };
     crate::telemetry::init(&config.log);
+    for warning in unread_variables() {
+        tracing::warn!("{warning}");
+    }
     let runtime = match runtime() {
         Ok(runtime) => runtime,
         Err(error) => {

@@ -122,3 +122,124 @@ fn the_config_file_shipped_in_deploy_is_accepted_by_both_binaries() {
         assert!(printed.contains("namespace: ingesters"), "{printed}");
     }
 }
+
+/// The variables the kubelet gives every container for `service` (`enableServiceLinks`, on by
+/// default): `<NAME>_SERVICE_HOST`, `<NAME>_SERVICE_PORT` and one per named port, and the
+/// Docker-link forms `<NAME>_PORT`, `<NAME>_PORT_<port>_<PROTO>` with `_PROTO`, `_PORT`, `_ADDR`.
+fn service_link_variables(service: &serde_json::Value, cluster_ip: &str) -> Vec<(String, String)> {
+    let name = service["metadata"]["name"]
+        .as_str()
+        .expect("a Service has a name")
+        .to_uppercase()
+        .replace('-', "_");
+    let ports = service["spec"]["ports"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let mut variables = vec![(format!("{name}_SERVICE_HOST"), cluster_ip.to_owned())];
+    for (index, port) in ports.iter().enumerate() {
+        let number = port["port"].as_u64().expect("a port number").to_string();
+        let protocol = port["protocol"].as_str().unwrap_or("TCP");
+        let url = format!("{}://{cluster_ip}:{number}", protocol.to_lowercase());
+        let link = format!("{name}_PORT_{number}_{protocol}");
+        if index == 0 {
+            variables.push((format!("{name}_SERVICE_PORT"), number.clone()));
+            variables.push((format!("{name}_PORT"), url.clone()));
+        }
+        if let Some(port_name) = port["name"].as_str() {
+            let port_name = port_name.to_uppercase().replace('-', "_");
+            variables.push((format!("{name}_SERVICE_PORT_{port_name}"), number.clone()));
+        }
+        variables.extend([
+            (link.clone(), url),
+            (format!("{link}_PROTO"), protocol.to_lowercase()),
+            (format!("{link}_PORT"), number),
+            (format!("{link}_ADDR"), cluster_ip.to_owned()),
+        ]);
+    }
+    variables
+}
+
+/// Every Service in deploy/'s manifests.
+fn deploy_services() -> Vec<serde_json::Value> {
+    fn manifests(dir: &std::path::Path, found: &mut Vec<std::path::PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                manifests(&path, found);
+            } else if path.extension().is_some_and(|ext| ext == "yaml") {
+                found.push(path);
+            }
+        }
+    }
+    let mut files = Vec::new();
+    manifests(
+        &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy"),
+        &mut files,
+    );
+    files
+        .iter()
+        .flat_map(|file| {
+            serde_saphyr::from_multiple::<serde_json::Value>(
+                &std::fs::read_to_string(file).unwrap(),
+            )
+            .unwrap_or_default()
+        })
+        .filter(|document| document["kind"] == "Service")
+        .collect()
+}
+
+#[test]
+fn both_binaries_start_beside_the_link_variables_of_deploys_services() {
+    // Given the variables Kubernetes gives a pod of deploy/ for every Service deploy/ creates
+    // (baton-webhook's are BATON_WEBHOOK_SERVICE_HOST, BATON_WEBHOOK_PORT=tcp://…, …)
+    let services = deploy_services();
+    assert!(
+        services
+            .iter()
+            .any(|service| service["metadata"]["name"] == "baton-webhook"),
+        "deploy/ has the webhook's Service"
+    );
+    let variables: Vec<(String, String)> = services
+        .iter()
+        .flat_map(|service| service_link_variables(service, "10.96.0.10"))
+        .collect();
+    assert!(
+        variables
+            .iter()
+            .any(|(name, value)| name == "BATON_WEBHOOK_PORT" && value == "tcp://10.96.0.10:443"),
+        "{variables:?}"
+    );
+    let env: Vec<(&str, &str)> = variables
+        .iter()
+        .map(|(name, value)| (name.as_str(), value.as_str()))
+        .chain([("BATON_NAMESPACE", "ingesters")])
+        .collect();
+    for binary in BINARIES {
+        // When the binary loads its configuration with them
+        let (code, printed, stderr) = run(binary, &["--print-config"], &env);
+        // Then it starts with baton's own keys and says nothing of the Service's links
+        assert_eq!(code, Some(0), "{binary}: {stderr}");
+        assert!(printed.contains("namespace: ingesters"), "{printed}");
+        assert!(stderr.is_empty(), "{binary}: {stderr}");
+    }
+}
+
+#[test]
+fn a_variable_that_names_no_key_is_told_not_read_and_does_not_stop_the_binary() {
+    for binary in BINARIES {
+        // Given a misspelt top-level key beside a good one
+        let (code, printed, stderr) = run(
+            binary,
+            &["--print-config"],
+            &[("BATON_NAMESPCE", "typo"), ("BATON_NAMESPACE", "ingesters")],
+        );
+        // Then the binary runs with what it could read and names the variable it did not
+        assert_eq!(code, Some(0), "{binary}: {stderr}");
+        assert!(printed.contains("namespace: ingesters"), "{printed}");
+        assert!(
+            stderr.contains("BATON_NAMESPCE") && stderr.contains("not read"),
+            "{binary}: {stderr}"
+        );
+    }
+}
