@@ -204,7 +204,7 @@ async fn a_namespace_the_go_operator_v0_38_leaves_keeps_its_downscale_history_an
         .to_string();
     assert!(
         denied.contains(&format!(
-            "downscale of statefulsets/ingester-zone-b in {ns} from 3 to 2 replicas is not allowed because statefulset ingester-zone-a was downscaled at {when} and is labelled to wait 12h0m0s between zone downscales (11h5"
+            "downscale of statefulsets/ingester-zone-b in {ns} from 3 to 2 replicas is not allowed because statefulset ingester-zone-a was downscaled at {when} and is annotated to wait 12h0m0s between zone downscales (11h5"
         )),
         "{denied}"
     );

@@ -127,6 +127,40 @@ pub fn min_time_between_zones_downscale(
     }
 }
 
+/// Where the min-time between zone downscales that [`min_time_between_zones_downscale`] uses was
+/// written: a denial says so, so the person reading it changes the right field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MinTimeWrittenAs {
+    Annotation,
+    Label,
+}
+
+impl MinTimeWrittenAs {
+    /// Of a StatefulSet whose min-time is set: the annotation when there is one (it wins), else
+    /// the label.
+    pub fn of(
+        labels: &BTreeMap<String, String>,
+        annotations: &BTreeMap<String, String>,
+    ) -> Option<Self> {
+        let key = MIN_TIME_BETWEEN_ZONES_DOWNSCALE_LABEL;
+        if annotations.contains_key(key) {
+            Some(Self::Annotation)
+        } else if labels.contains_key(key) {
+            Some(Self::Label)
+        } else {
+            None
+        }
+    }
+
+    /// "annotated" or "labelled", as in "is annotated to wait 1h0m0s".
+    pub fn participle(self) -> &'static str {
+        match self {
+            Self::Annotation => "annotated",
+            Self::Label => "labelled",
+        }
+    }
+}
+
 /// The reference resource a StatefulSet mirrors its replicas from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MirrorReference {

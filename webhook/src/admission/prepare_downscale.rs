@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 
 use baton_config::PodAddressing;
-use baton_core::annotations::scaling::min_time_between_zones_downscale;
+use baton_core::annotations::scaling::{MinTimeWrittenAs, min_time_between_zones_downscale};
 use baton_core::annotations::{NO_DOWNSCALE_LABEL, PREPARE_DOWNSCALE_LABEL, ROLLOUT_GROUP_LABEL};
 use baton_core::downscale_history::{LastDownscale, Records, last_downscale};
 use baton_core::pod_address::{PodEndpoint, PrepareEndpoint};
@@ -134,7 +134,7 @@ pub fn judge_min_time(
     now: Timestamp,
 ) -> Result<(), Decision> {
     let empty = std::collections::BTreeMap::new();
-    let mut blocking: Option<(String, LastDownscale, i64, SignedDuration)> = None;
+    let mut blocking: Option<(String, LastDownscale, i64, SignedDuration, MinTimeWrittenAs)> = None;
     for member in members {
         let name = member.metadata.name.as_deref().unwrap_or("");
         if name == downscale.name {
@@ -162,18 +162,22 @@ pub fn judge_min_time(
         };
         let wait = i64::try_from(wait.as_nanos()).unwrap_or(i64::MAX);
         let left = SignedDuration::from_nanos(wait) - now.duration_since(last.at);
-        if left > SignedDuration::ZERO && blocking.as_ref().is_none_or(|(.., most)| left > *most) {
-            blocking = Some((name.to_owned(), last, wait, left));
+        if left > SignedDuration::ZERO && blocking.as_ref().is_none_or(|(.., most, _)| left > *most)
+        {
+            let written_as =
+                MinTimeWrittenAs::of(labels, annotations).unwrap_or(MinTimeWrittenAs::Label);
+            blocking = Some((name.to_owned(), last, wait, left, written_as));
         }
     }
     match blocking {
         None => Ok(()),
-        Some((name, last, wait, left)) => {
+        Some((name, last, wait, left, written_as)) => {
             // Whole seconds, rounded up: "0s left" would read as "allowed now".
             let left_seconds = left.as_secs() + i64::from(left.subsec_nanos() > 0);
             Err(Decision::deny(format!(
-                "{downscale} is not allowed because {} and is labelled to wait {} between zone downscales ({} left)",
+                "{downscale} is not allowed because {} and is {} to wait {} between zone downscales ({} left)",
                 last.describe(&name),
+                written_as.participle(),
                 go_duration::format(wait),
                 go_duration::format(left_seconds.saturating_mul(1_000_000_000)),
             )))

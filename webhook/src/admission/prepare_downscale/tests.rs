@@ -336,7 +336,7 @@ fn min_time_between_zones_from_the_tracker_and_from_claims() {
             Ledger::default(),
             tracked(&[("zone-a", five_minutes_ago)]),
             Err(format!(
-                "{subject} statefulset zone-a was downscaled at 2026-11-21 11:55:00 +0000 UTC and is labelled to wait 12h0m0s between zone downscales (11h55m0s left)"
+                "{subject} statefulset zone-a was downscaled at 2026-11-21 11:55:00 +0000 UTC and is annotated to wait 12h0m0s between zone downscales (11h55m0s left)"
             )),
         ),
         (
