@@ -9,7 +9,7 @@ use baton_core::annotations::ROLLOUT_GROUP_LABEL;
 use baton_core::pods::CachedPod;
 use k8s_openapi::api::apps::v1::{ControllerRevision, StatefulSet};
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config, ResourceExt};
 
@@ -194,6 +194,22 @@ impl Access {
             .await
             .map_err(|error| self.failed("patch", "statefulsets", error))?;
         Ok(())
+    }
+
+    /// Who the API server takes the caller for, from a SelfSubjectReview: what the API server
+    /// itself authenticated, not a local variable anyone sets. `None` when it cannot say (a
+    /// server before Kubernetes 1.28, or the review refused); the caller then says so.
+    pub async fn identity(&self) -> Option<String> {
+        use k8s_openapi::api::authentication::v1::SelfSubjectReview;
+        let review = Api::<SelfSubjectReview>::all(self.client.clone())
+            .create(&PostParams::default(), &SelfSubjectReview::default())
+            .await
+            .ok()?;
+        review
+            .status
+            .and_then(|status| status.user_info)
+            .and_then(|user| user.username)
+            .filter(|name| !name.is_empty())
     }
 
     /// Names a failed call: a 403 becomes "no permission to …".

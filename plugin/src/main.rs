@@ -57,7 +57,7 @@ pub mod exit {
     name = "kubectl-baton",
     bin_name = "kubectl baton",
     version,
-    about = "See, wait for, plan, pause and resume baton's zone-by-zone rollouts"
+    about = "See, wait for, plan, pause, resume, approve and roll back baton's zone-by-zone rollouts"
 )]
 struct Cli {
     /// The kubeconfig file (default: KUBECONFIG, else ~/.kube/config).
@@ -114,7 +114,8 @@ enum Command {
     /// zone at a time. Prints the plan; `wait` follows it (exit 7 once rolled back).
     Rollback {
         group: String,
-        /// Why, for the Events and the status (who asked is added).
+        /// Why, for the Events and the status (who asked, as the API server authenticated them,
+        /// is added: "kubectl baton rollback by alice: …").
         #[arg(long, default_value = "no reason given")]
         reason: String,
     },
@@ -261,6 +262,42 @@ mod tests {
     #[test]
     fn the_command_line_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn the_summary_line_names_every_command() {
+        // How the summary words each command; a command added without its words fails here.
+        let worded = [
+            ("status", "See"),
+            ("wait", "wait for"),
+            ("plan", "plan"),
+            ("pause", "pause"),
+            ("resume", "resume"),
+            ("approve", "approve"),
+            ("rollback", "roll back"),
+        ];
+        let command = Cli::command();
+        let about = command
+            .get_about()
+            .map(ToString::to_string)
+            .unwrap_or_default();
+        let commands: Vec<&str> = command
+            .get_subcommands()
+            .map(clap::Command::get_name)
+            .filter(|name| *name != "help")
+            .collect();
+        for name in &commands {
+            let words = worded
+                .iter()
+                .find(|(command, _)| command == name)
+                .map(|(_, words)| *words)
+                .unwrap_or_else(|| panic!("say how the summary words {name}"));
+            assert!(
+                about.contains(words),
+                "the summary {about:?} lacks {name} ({words:?})"
+            );
+        }
+        assert_eq!(commands.len(), worded.len(), "{commands:?}");
     }
 
     #[test]

@@ -11,16 +11,12 @@ use kube::ResourceExt;
 use crate::access::{Access, AccessError};
 use crate::exit;
 
-/// Who asks, for the Events: the local user (the API server's identity is not for the plugin
-/// to know).
-fn asker() -> String {
-    std::env::var("USER")
-        .ok()
-        .filter(|user| !user.is_empty())
-        .map_or_else(
-            || "kubectl baton rollback".to_owned(),
-            |user| format!("kubectl baton rollback by {user}"),
-        )
+/// Who asks, for the Events and the status: the user the API server authenticated.
+async fn asker(access: &Access) -> String {
+    match access.identity().await {
+        Some(user) => format!("kubectl baton rollback by {user}"),
+        None => "kubectl baton rollback by a user the API server did not name".to_owned(),
+    }
 }
 
 /// Requests the rollback of `group`; returns the exit code (what is printed says why).
@@ -41,7 +37,7 @@ pub async fn run(access: &Access, group: &str, reason: &str) -> Result<i32, Acce
     }
     let read: Vec<&k8s_openapi::api::apps::v1::StatefulSet> = members.iter().collect();
     let history = rollback::history(&read, &revisions);
-    let why = format!("{}: {reason}", asker());
+    let why = format!("{}: {reason}", asker(access).await);
     let records = match rollback::start(&snapshot, &history, &why, jiff::Timestamp::now()) {
         Ok(records) => records,
         Err(refused) => {

@@ -413,4 +413,93 @@ mod tests {
             rolled_back.message
         );
     }
+
+    /// What `wait` does in a group of `phase`: "exits N" or "waits".
+    fn wait_does(phase: RolloutPhase) -> String {
+        let view = GroupStatus {
+            name: "ingester".to_owned(),
+            phase,
+            zones: Vec::new(),
+            waiting: None,
+            last_actions: Vec::new(),
+            rollback: None,
+        };
+        outcome(&view).map_or_else(|| "waits".to_owned(), |done| format!("exits {}", done.code))
+    }
+
+    fn doc(name: &str) -> String {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../docs")
+            .join(name);
+        std::fs::read_to_string(&path).unwrap_or_else(|error| panic!("{}: {error}", path.display()))
+    }
+
+    /// The rows of the first Markdown table after `heading` in `text`, as cells.
+    fn table_after(text: &str, heading: &str) -> Vec<Vec<String>> {
+        let after = &text[text
+            .find(heading)
+            .unwrap_or_else(|| panic!("no {heading:?}"))..];
+        after
+            .lines()
+            .skip_while(|line| !line.starts_with('|'))
+            .take_while(|line| line.starts_with('|'))
+            .skip(2)
+            .map(|line| {
+                line.trim_matches('|')
+                    .split(" | ")
+                    .map(|cell| cell.trim().trim_matches('`').to_owned())
+                    .collect()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_one_list_of_phases_in_status_md_is_what_the_code_says() {
+        // Given the group phases as docs/status.md lists them, with what wait does in each
+        let status = doc("status.md");
+        let rows = table_after(&status, "Of a group");
+        let documented: Vec<(String, String)> = rows
+            .iter()
+            .map(|cells| (cells[0].clone(), cells[2].clone()))
+            .collect();
+        // Then they are every phase of the code, in its order, and wait does what they say
+        let coded: Vec<(String, String)> = RolloutPhase::ALL
+            .iter()
+            .map(|phase| (phase.as_str().to_owned(), wait_does(*phase)))
+            .collect();
+        assert_eq!(documented, coded);
+        // and every zone phase listed is a phase
+        for cells in table_after(&status, "Of a zone") {
+            assert!(
+                RolloutPhase::ALL
+                    .iter()
+                    .any(|phase| phase.as_str() == cells[0]),
+                "status.md lists a zone phase {:?} the code does not have",
+                cells[0]
+            );
+        }
+    }
+
+    #[test]
+    fn every_phase_is_listed_once() {
+        let words: std::collections::BTreeSet<&str> = RolloutPhase::ALL
+            .iter()
+            .map(|phase| phase.as_str())
+            .collect();
+        assert_eq!(words.len(), RolloutPhase::ALL.len());
+    }
+
+    #[test]
+    fn other_docs_point_to_the_list_instead_of_keeping_their_own() {
+        for name in ["plugin.md", "rollout-plans.md", "gates.md", "partition.md"] {
+            let text = doc(name);
+            for phase in RolloutPhase::ALL {
+                let row = format!("| `{}` |", phase.as_str());
+                assert!(
+                    !text.lines().any(|line| line.starts_with(&row)),
+                    "docs/{name} keeps its own row for {phase}; it points to status.md#phases"
+                );
+            }
+        }
+    }
 }

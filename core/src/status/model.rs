@@ -93,6 +93,19 @@ pub enum RolloutPhase {
 }
 
 impl RolloutPhase {
+    /// Every phase, in the order docs/status.md lists a group's (the first that holds).
+    pub const ALL: [Self; 9] = [
+        Self::Skipped,
+        Self::Halted,
+        Self::RollingBack,
+        Self::RolledBack,
+        Self::Complete,
+        Self::AwaitingApproval,
+        Self::Paused,
+        Self::Rolling,
+        Self::Waiting,
+    ];
+
     /// The lowercase word of the JSON document, for the page and the plugin.
     pub fn as_str(self) -> &'static str {
         match self {
