@@ -53,10 +53,13 @@ pub async fn binary() -> std::path::PathBuf {
 }
 
 /// Runs `kubectl-baton args…` with `KUBECONFIG=kubeconfig`, off a terminal (as in a pipeline).
+/// `USER` names nobody the API server knows: who the plugin says acted must come from the API
+/// server, not from a variable anyone sets.
 pub async fn kubectl_baton(kubeconfig: &Path, args: &[&str]) -> Run {
     let mut run = tokio::process::Command::new(binary().await);
     run.args(args)
         .env("KUBECONFIG", kubeconfig)
+        .env("USER", "not-the-api-servers-user")
         .env("NO_COLOR", "1")
         .stdin(std::process::Stdio::null());
     run_bounded(run, args).await

@@ -696,12 +696,13 @@ async fn kubectl_baton_rollback_rolls_back_by_hand_and_a_re_applied_template_is_
         ]);
 
     // Then every pod goes back to v1, zone b first, within the guarantees, and the group says
-    // it rolled back, who asked and why
+    // it rolled back, why, and who asked: the user the API server authenticated (the test
+    // kubeconfig's "admin"), whatever the local environment says
     scene
         .kubectl_baton(&["wait", "ingester", "--timeout", "2m"])
         .await
         .exited(7)
-        .complains(&["kubectl baton rollback", "latency doubled"]);
+        .complains(&["kubectl baton rollback by admin: latency doubled"]);
     scene.assert_all_at(&before).await;
     scene.check_guarantees(from, 1);
     let departures = scene.departures(from);
