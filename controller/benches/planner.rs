@@ -47,6 +47,7 @@ fn statefulset(name: &str, updated: u32, not_ready: u32) -> StatefulSetSnapshot 
         ready_replicas,
         current_revision: Some("old".to_owned()),
         update_revision: Some("new".to_owned()),
+        status_lag: None,
         update_strategy: UpdateStrategy::OnDelete,
         partition: 0,
         ordered_ready: true,

@@ -28,6 +28,39 @@ pub struct StatefulSetState {
     /// status.updateRevision; missing on a StatefulSet the Kubernetes controller has not
     /// processed yet.
     pub update_revision: Option<String>,
+    /// Set while the status describes an older spec than the StatefulSet has.
+    pub status_lag: Option<StatusLag>,
+}
+
+/// A status that describes an older spec: `status.observedGeneration` behind
+/// `metadata.generation`, the StatefulSet controller not yet done with the latest change. Its
+/// revisions and counts are then those of the old spec (a template just changed still shows
+/// the old `updateRevision`, so a zone looks complete that is not), as `kubectl rollout status`
+/// knows: it waits for the generation to be observed first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StatusLag {
+    /// metadata.generation.
+    pub generation: i64,
+    /// status.observedGeneration; `None` when the status has none.
+    pub observed_generation: Option<i64>,
+}
+
+impl StatusLag {
+    /// The lag of a StatefulSet with `generation` whose status observed `observed_generation`
+    /// and has `update_revision`. One that has no revision yet (brand new, never processed) is
+    /// no lag: the planner waits for its revisions anyway (`NoUpdateRevision`).
+    pub fn of(
+        generation: Option<i64>,
+        observed_generation: Option<i64>,
+        update_revision: Option<&str>,
+    ) -> Option<Self> {
+        let generation = generation?;
+        update_revision?;
+        (observed_generation.unwrap_or(0) < generation).then_some(Self {
+            generation,
+            observed_generation,
+        })
+    }
 }
 
 impl StatefulSetState {
@@ -48,6 +81,13 @@ impl StatefulSetState {
             updated_replicas: count(status.and_then(|status| status.updated_replicas)),
             current_revision: revision(status.and_then(|status| status.current_revision.as_ref())),
             update_revision: revision(status.and_then(|status| status.update_revision.as_ref())),
+            status_lag: StatusLag::of(
+                metadata.generation,
+                status.and_then(|status| status.observed_generation),
+                status
+                    .and_then(|status| status.update_revision.as_deref())
+                    .filter(|revision| !revision.is_empty()),
+            ),
         }
     }
 
@@ -155,8 +195,35 @@ mod tests {
                 updated_replicas: 2,
                 current_revision: Some("rev-old".to_owned()),
                 update_revision: Some("rev-new".to_owned()),
+                status_lag: None,
             }
         );
+    }
+
+    #[test]
+    fn a_status_behind_its_spec_is_a_lag_and_a_brand_new_statefulset_is_not() {
+        // Observed the latest generation: no lag
+        assert_eq!(StatusLag::of(Some(3), Some(3), Some("r1")), None);
+        // A template change the StatefulSet controller has not observed yet
+        assert_eq!(
+            StatusLag::of(Some(4), Some(3), Some("r1")),
+            Some(StatusLag {
+                generation: 4,
+                observed_generation: Some(3)
+            })
+        );
+        // A status with revisions but no observedGeneration describes no known spec
+        assert_eq!(
+            StatusLag::of(Some(1), None, Some("r1")),
+            Some(StatusLag {
+                generation: 1,
+                observed_generation: None
+            })
+        );
+        // Never processed: no revision yet, which the planner waits for on its own
+        assert_eq!(StatusLag::of(Some(1), None, None), None);
+        // No generation (an object built by hand): nothing to compare
+        assert_eq!(StatusLag::of(None, Some(2), Some("r1")), None);
     }
 
     #[test]

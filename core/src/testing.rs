@@ -56,6 +56,7 @@ pub fn zone(name: &str, replicas: u32) -> Zone {
             ready_replicas: 0,
             current_revision: Some(OLD.to_owned()),
             update_revision: Some(OLD.to_owned()),
+            status_lag: None,
             update_strategy: UpdateStrategy::OnDelete,
             partition: 0,
             ordered_ready: true,
@@ -91,6 +92,16 @@ impl Zone {
     /// The pod template changed to `revision`; every pod still runs the current one.
     pub fn template_changed_to(mut self, revision: &str) -> Self {
         self.statefulset.update_revision = Some(revision.to_owned());
+        self
+    }
+
+    /// The spec changed (generation 2) but the status still describes generation 1: the
+    /// StatefulSet controller has not caught up, so updateRevision is what it was.
+    pub fn status_behind_spec(mut self) -> Self {
+        self.statefulset.status_lag = Some(crate::rollout::StatusLag {
+            generation: 2,
+            observed_generation: Some(1),
+        });
         self
     }
 

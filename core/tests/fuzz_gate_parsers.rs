@@ -77,6 +77,7 @@ fn group(annotations: &[(usize, &str, String)]) -> GroupSnapshot {
                 ready_replicas: 2,
                 current_revision: Some(format!("{name}-old")),
                 update_revision: Some(format!("{name}-new")),
+                status_lag: None,
                 update_strategy: UpdateStrategy::OnDelete,
                 partition: 0,
                 ordered_ready: true,

@@ -240,6 +240,7 @@ impl<'g> Simulation<'g> {
                 current_revision: Some(format!("{name}-old")),
                 // The whole group's template changed: the rollout to check.
                 update_revision: Some(format!("{name}-new")),
+                status_lag: None,
                 update_strategy: UpdateStrategy::OnDelete,
                 partition: 0,
                 ordered_ready: true,

@@ -6,7 +6,7 @@
 //! after random delays, start, and become Ready; meanwhile chaos strikes (pods fail readiness
 //! or get evicted, templates change and roll back mid-rollout, replicas change, rollouts are
 //! paused and resumed, members switch away from `OnDelete` and back, StatefulSets join and leave
-//! the group, statuses lag, someone else sets a partition). A third of the members are
+//! the group, statuses lag their pods or their spec, someone else sets a partition). A third of the members are
 //! `RollingUpdate` StatefulSets rolled by partition: the simulated StatefulSet controller replaces
 //! their pods at or above the partition, highest first, one at a time (`OrderedReady` also waits
 //! while any pod is down; `Parallel` does not), and recreates a pod below it at the current
@@ -28,7 +28,12 @@
 //!   already unavailable, by the checker's own definition: replacing it cannot raise the number
 //!   of unavailable pods;
 //! - (g) a partition someone else moved gets no action at all until a person settles it;
-//! - (h) a pod baton deletes comes back at the update revision (never below a partition).
+//! - (h) a pod baton deletes comes back at the update revision (never below a partition);
+//! - (i) no action while a member's status describes an older spec than it has (a template
+//!   change the StatefulSet controller has not observed yet, which leaves the old
+//!   `updateRevision` in the status): judged on such a status, a zone whose template just
+//!   changed looks complete, and the next zone would start before it (the canary in the
+//!   wrong zone).
 //!
 //! Pods released by lowering a partition count as deleted by baton for (a) to (c) once the
 //! StatefulSet controller takes them down, and lowering one past available pods is checked
@@ -58,8 +63,8 @@ use baton_core::annotations::{
 };
 use baton_core::rollout::snapshot::pod_ordinal;
 use baton_core::rollout::{
-    Action, GroupSnapshot, Plan, PodPhase, PodSnapshot, StatefulSetSnapshot, Unavailable,
-    UpdateStrategy, WaitReason, plan,
+    Action, GroupSnapshot, Plan, PodPhase, PodSnapshot, StatefulSetSnapshot, StatusLag,
+    Unavailable, UpdateStrategy, WaitReason, plan,
 };
 use jiff::{SignedDuration, Timestamp};
 use rand::rngs::ChaCha8Rng;
@@ -91,6 +96,7 @@ enum Property {
     FreeReplacementCostsNothing,
     PartitionMovedUntouched,
     ReplacedAtUpdateRevision,
+    NothingOnAStatusBehindItsSpec,
 }
 
 impl fmt::Display for Property {
@@ -115,6 +121,9 @@ impl fmt::Display for Property {
             }
             Self::ReplacedAtUpdateRevision => {
                 "(h) a pod baton deletes or releases comes back at the update revision"
+            }
+            Self::NothingOnAStatusBehindItsSpec => {
+                "(i) no action while a member's status describes an older spec"
             }
         })
     }
@@ -219,6 +228,11 @@ struct MemberLife {
     /// A brand-new StatefulSet gets its revisions at this step.
     revision_known_at: u64,
     stale_status: bool,
+    /// metadata.generation, counting template changes.
+    generation: i64,
+    /// A template change the StatefulSet controller has not observed yet: the status still
+    /// shows the old updateRevision (and `status_lag`) until it does.
+    unobserved_revision: Option<String>,
 }
 
 struct Simulation<'p> {
@@ -472,6 +486,7 @@ impl<'p> Simulation<'p> {
             ready_replicas: 0,
             current_revision: None,
             update_revision: None,
+            status_lag: None,
             update_strategy,
             partition,
             ordered_ready,
@@ -487,6 +502,8 @@ impl<'p> Simulation<'p> {
             released: Vec::new(),
             revision_known_at,
             stale_status: false,
+            generation: 1,
+            unobserved_revision: None,
         };
         let position = self
             .group
@@ -597,7 +614,9 @@ impl<'p> Simulation<'p> {
                     });
                 }
             }
-            19..24 => self.change_template(member),
+            19..24 => {
+                self.change_template(member);
+            }
             24..27 => {
                 for member in 0..self.group.statefulsets.len() {
                     self.change_template(member);
@@ -606,6 +625,7 @@ impl<'p> Simulation<'p> {
             27..30 => {
                 self.trace
                     .note(self.step, || format!("chaos: {name} rolled back"));
+                self.observe_spec(member);
                 let statefulset = &mut self.group.statefulsets[member];
                 if statefulset.current_revision.is_some() {
                     statefulset.update_revision = statefulset.current_revision.clone();
@@ -685,24 +705,58 @@ impl<'p> Simulation<'p> {
         }
     }
 
-    fn change_template(&mut self, member: usize) {
-        if self.group.statefulsets[member].update_revision.is_none() {
-            return;
-        }
+    /// A new template; returns its revision. Sometimes the StatefulSet controller observes it
+    /// only a few steps later (`observe_spec`), as after a deploy pipeline's write: until then
+    /// the status shows the old updateRevision and an observedGeneration behind.
+    fn change_template(&mut self, member: usize) -> Option<String> {
+        self.group.statefulsets[member].update_revision.as_ref()?;
         let revision = self.new_id("r");
+        let lags = self.rng.random_bool(0.3);
         self.trace.note(self.step, || {
             format!(
-                "template of {} changed to {revision}",
-                self.group.statefulsets[member].name
+                "template of {} changed to {revision}{}",
+                self.group.statefulsets[member].name,
+                if lags { " (not observed yet)" } else { "" }
             )
         });
-        self.group.statefulsets[member].update_revision = Some(revision);
+        let life = &mut self.members[member];
+        life.generation += 1;
+        if lags {
+            let observed = self.group.statefulsets[member]
+                .status_lag
+                .map_or(life.generation - 1, |lag| {
+                    lag.observed_generation.unwrap_or(0)
+                });
+            life.unobserved_revision = Some(revision.clone());
+            self.group.statefulsets[member].status_lag = Some(StatusLag {
+                generation: life.generation,
+                observed_generation: Some(observed),
+            });
+        } else {
+            life.unobserved_revision = None;
+            self.group.statefulsets[member].status_lag = None;
+            self.group.statefulsets[member].update_revision = Some(revision.clone());
+        }
+        Some(revision)
+    }
+
+    /// The StatefulSet controller observes member's latest spec: its status catches up.
+    fn observe_spec(&mut self, member: usize) {
+        if let Some(revision) = self.members[member].unobserved_revision.take() {
+            self.trace.note(self.step, || {
+                format!(
+                    "the StatefulSet controller observes {}'s template {revision}",
+                    self.group.statefulsets[member].name
+                )
+            });
+            self.group.statefulsets[member].update_revision = Some(revision);
+        }
+        self.group.statefulsets[member].status_lag = None;
     }
 
     /// A template change to a version whose pods never become ready.
     fn change_template_to_broken(&mut self, member: usize) {
-        self.change_template(member);
-        if let Some(revision) = self.group.statefulsets[member].update_revision.clone() {
+        if let Some(revision) = self.change_template(member) {
             let reason = ["CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull"]
                 [self.rng.random_range(0..3)];
             self.trace
@@ -733,6 +787,7 @@ impl<'p> Simulation<'p> {
     /// old revision stay broken: replacing them is the planner's job.
     fn end_chaos(&mut self) {
         for member in 0..self.group.statefulsets.len() {
+            self.observe_spec(member);
             let update = self.group.statefulsets[member].update_revision.clone();
             if self.broken_reason(update.as_deref()).is_some() {
                 self.change_template(member);
@@ -801,6 +856,11 @@ impl<'p> Simulation<'p> {
     fn kubernetes(&mut self) {
         let step = self.step;
         let now = instant(step);
+        for member in 0..self.group.statefulsets.len() {
+            if self.members[member].unobserved_revision.is_some() && self.rng.random_bool(0.5) {
+                self.observe_spec(member);
+            }
+        }
         for member in 0..self.group.statefulsets.len() {
             let statefulset = &mut self.group.statefulsets[member];
             let life = &mut self.members[member];
@@ -1072,6 +1132,23 @@ impl<'p> Simulation<'p> {
                 format!(
                     "someone else set the partition of {} to {}, yet the plan is {:?}",
                     member.name, member.partition, plan.actions
+                ),
+            ));
+        }
+
+        // (i)
+        if let Some(member) = self
+            .group
+            .statefulsets
+            .iter()
+            .find(|member| member.status_lag.is_some())
+            && !plan.actions.is_empty()
+        {
+            return Err(self.violation(
+                Property::NothingOnAStatusBehindItsSpec,
+                format!(
+                    "the status of {} describes an older spec ({:?}), yet the plan is {:?}",
+                    member.name, member.status_lag, plan.actions
                 ),
             ));
         }
@@ -1687,6 +1764,7 @@ fn planner_keeps_compat_guarantees_in_random_scenarios() {
             "StatusNotReady",
             "MaxUnavailable",
             "NoUpdateRevision",
+            "StatusBehindSpec",
             "Paused",
             "PartitionRolling",
             "PartitionMoved",
@@ -1832,6 +1910,19 @@ fn checker_catches_a_planner_blind_to_other_zones() {
             plan(group, now)
         },
         Property::OthersFullyReady,
+    );
+}
+
+#[test]
+fn checker_catches_a_planner_that_judges_statuses_behind_their_spec() {
+    assert_caught(
+        &|group: &GroupSnapshot, now| {
+            let believed = with_each_statefulset(group, |statefulset| {
+                statefulset.status_lag = None;
+            });
+            plan(&believed, now)
+        },
+        Property::NothingOnAStatusBehindItsSpec,
     );
 }
 

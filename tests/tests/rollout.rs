@@ -166,6 +166,65 @@ async fn three_zones_roll_with_max_unavailable_50_percent() {
 }
 
 #[tokio::test]
+async fn a_version_written_to_every_zone_at_once_starts_in_the_first_zone_every_time() {
+    // Given a ready group of 3 zones × 2 pods
+    let scene = Scene::new("pipeline").await;
+    let names = scene
+        .create(&rollout_group("ingester", &["a", "b", "c"], 2))
+        .await;
+    for version in ["v2", "v3", "v4"] {
+        // When a deploy pipeline writes the new version to every zone at once, zone a last (so
+        // its status is the likeliest to still describe the old template when baton looks)
+        let from = Instant::now();
+        let (client, namespace) = (scene.namespace.client(), scene.namespace.name());
+        let before = futures::future::join_all(
+            names
+                .iter()
+                .map(|name| rollout_state(&client, namespace, name)),
+        )
+        .await;
+        futures::future::join_all(
+            names
+                .iter()
+                .rev()
+                .map(|name| baton_e2e::fixtures::set_version(&client, namespace, name, version)),
+        )
+        .await;
+        for (name, before) in names.iter().zip(before) {
+            wait_until(
+                TIMEOUT,
+                &format!("{name} has a new update revision"),
+                || async {
+                    rollout_state(&client, namespace, name)
+                        .await
+                        .update_revision
+                        != before.update_revision
+                },
+            )
+            .await;
+        }
+        scene.wait_complete(&names).await;
+
+        // Then the first pod baton takes down is zone a's: the canary is in the first zone
+        let first = scene
+            .simulator
+            .timeline()
+            .into_iter()
+            .filter(|transition| transition.at >= from)
+            .find(|transition| transition.event == PodEvent::Terminating)
+            .expect("the rollout deleted pods");
+        assert_eq!(
+            first.statefulset.as_deref(),
+            Some(names[0].as_str()),
+            "{version}: the first deletion was {}",
+            first.pod
+        );
+        let zones: Vec<Zone> = names.iter().map(|name| Zone::new(name, 2, 1)).collect();
+        check_rollout_guarantees(&scene.simulator.timeline(), &zones, from).unwrap();
+    }
+}
+
+#[tokio::test]
 async fn a_not_ready_pod_in_zone_b_holds_zone_a_until_it_is_ready() {
     // Given a ready group of 3 zones × 3 pods, and one pod of zone b that stops being ready
     let scene = Scene::new("hold").await;

@@ -568,6 +568,7 @@ mod tests {
             ready_replicas: 1,
             current_revision: None,
             update_revision: None,
+            status_lag: None,
             update_strategy: UpdateStrategy::OnDelete,
             partition: 0,
             ordered_ready: true,

@@ -156,6 +156,7 @@ mod tests {
             ready_replicas: 1,
             current_revision: None,
             update_revision: Some(revision.to_owned()),
+            status_lag: None,
             update_strategy: UpdateStrategy::OnDelete,
             partition: 0,
             ordered_ready: true,

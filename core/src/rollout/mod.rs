@@ -11,5 +11,6 @@ pub use plan::{
     plan, plan_in_order, replacement_note,
 };
 pub use snapshot::{
-    GroupSnapshot, PodPhase, PodSnapshot, StatefulSetSnapshot, UpdateStrategy, selector_matches,
+    GroupSnapshot, PodPhase, PodSnapshot, StatefulSetSnapshot, StatusLag, UpdateStrategy,
+    selector_matches,
 };

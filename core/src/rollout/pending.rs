@@ -89,6 +89,7 @@ mod tests {
                 ready_replicas: pods.len() as u32,
                 current_revision: Some("r1".into()),
                 update_revision: Some("r2".into()),
+                status_lag: None,
                 update_strategy: UpdateStrategy::OnDelete,
                 partition: 0,
                 ordered_ready: true,

@@ -368,6 +368,14 @@ pub enum WaitReason {
     },
     /// The Kubernetes controller has not computed the StatefulSet's revisions yet.
     NoUpdateRevision { statefulset: String },
+    /// The StatefulSet's status describes an older spec (`observedGeneration` behind
+    /// `generation`): its revisions and counts cannot be judged until the StatefulSet
+    /// controller catches up (a template just changed still shows the old revision).
+    StatusBehindSpec {
+        statefulset: String,
+        generation: i64,
+        observed_generation: Option<i64>,
+    },
     /// Everything else is done; these paused StatefulSets still have pods to update.
     Paused { statefulsets: Vec<String> },
     /// The StatefulSet controller is replacing the pods a lowered partition released.
@@ -399,6 +407,7 @@ impl WaitReason {
             Self::StatusNotReady { .. } => "StatusNotReady",
             Self::MaxUnavailable { .. } => "MaxUnavailable",
             Self::NoUpdateRevision { .. } => "NoUpdateRevision",
+            Self::StatusBehindSpec { .. } => "StatusBehindSpec",
             Self::Paused { .. } => "Paused",
             Self::PartitionRolling { .. } => "PartitionRolling",
             Self::PartitionMoved { .. } => "PartitionMoved",
@@ -416,6 +425,7 @@ impl WaitReason {
             | Self::StatusNotReady { statefulset, .. }
             | Self::MaxUnavailable { statefulset, .. }
             | Self::NoUpdateRevision { statefulset }
+            | Self::StatusBehindSpec { statefulset, .. }
             | Self::PartitionRolling { statefulset, .. }
             | Self::PartitionMoved { statefulset, .. } => Some(statefulset),
             Self::MultipleNotReady { .. } | Self::Paused { .. } => None,
@@ -511,6 +521,22 @@ impl fmt::Display for WaitReason {
             Self::NoUpdateRevision { statefulset } => {
                 write!(formatter, "{statefulset} has no updateRevision yet")
             }
+            Self::StatusBehindSpec {
+                statefulset,
+                generation,
+                observed_generation,
+            } => match observed_generation {
+                Some(observed) => write!(
+                    formatter,
+                    "the status of {statefulset} describes generation {observed} of its spec, \
+                     not yet {generation}: waiting for the StatefulSet controller"
+                ),
+                None => write!(
+                    formatter,
+                    "the status of {statefulset} has observed no generation of its spec, not \
+                     yet {generation}: waiting for the StatefulSet controller"
+                ),
+            },
             Self::Paused { statefulsets } => write!(
                 formatter,
                 "rollout paused with pods left to update in {}",
@@ -678,6 +704,19 @@ fn walk(members: &[Member<'_>], actions: &mut Vec<Action>) -> Option<WaitReason>
             statefulset: member.statefulset.name.clone(),
             set,
             found: member.statefulset.partition,
+        });
+    }
+
+    // Every judgement below reads statuses: one that describes an older spec could make a zone
+    // whose template just changed look complete and start the next one first.
+    if let Some((statefulset, lag)) = members.iter().find_map(|member| {
+        let statefulset = member.statefulset;
+        statefulset.status_lag.map(|lag| (statefulset, lag))
+    }) {
+        return Some(WaitReason::StatusBehindSpec {
+            statefulset: statefulset.name.clone(),
+            generation: lag.generation,
+            observed_generation: lag.observed_generation,
         });
     }
 

@@ -130,6 +130,47 @@ fn template_change_deletes_the_lowest_ordinal_of_the_first_zone_only() {
 }
 
 #[test]
+fn a_zone_whose_status_has_not_caught_up_with_its_template_holds_the_group() {
+    // Given one template change applied to every zone at once, where the StatefulSet controller
+    // has caught up with zones b and c but not yet with zone a (its status still shows the old
+    // revision, so zone a looks complete)
+    let [_, b, c] = fresh_rollout();
+    let a = zone("ingester-zone-a", 3).status_behind_spec();
+    // When baton plans
+    let held = plan(&group([a, b, c]), now());
+    // Then nothing happens anywhere (zone b is not taken for the canary), and it says why
+    assert_eq!(held.actions, []);
+    let waiting = held.waiting.expect("waits");
+    assert_eq!(waiting.kind(), "StatusBehindSpec");
+    assert_eq!(waiting.statefulset(), Some("ingester-zone-a"));
+    assert_eq!(
+        waiting.to_string(),
+        "the status of ingester-zone-a describes generation 1 of its spec, not yet 2: waiting \
+         for the StatefulSet controller"
+    );
+
+    // When the StatefulSet controller catches up with zone a, then zone a goes first
+    let caught_up = plan(&group(fresh_rollout()), now());
+    assert_eq!(deleted(&caught_up), ["ingester-zone-a-0"]);
+}
+
+#[test]
+fn a_later_zone_whose_status_lags_holds_the_group_too() {
+    // Zone a rolling, zone c's spec just changed (a replica count, a template): its counts and
+    // readiness in the status are not yet about its spec, so no availability judgement holds.
+    let [a, b, _] = fresh_rollout();
+    let c = zone("ingester-zone-c", 3)
+        .template_changed()
+        .status_behind_spec();
+    let plan = plan(&group([a.updated(&[0]), b, c]), now());
+    assert_eq!(plan.actions, []);
+    assert_eq!(
+        plan.waiting.as_ref().map(WaitReason::kind),
+        Some("StatusBehindSpec")
+    );
+}
+
+#[test]
 fn max_unavailable_two_deletes_two_pods() {
     let [a, b, c] = fresh_rollout();
     let plan = plan(&group([a.max_unavailable("2"), b, c]), now());
@@ -1204,6 +1245,16 @@ fn every_wait_reason_explains_itself_and_has_a_stable_kind() {
             },
             "NoUpdateRevision",
             "ingester-zone-a has no updateRevision yet",
+        ),
+        (
+            WaitReason::StatusBehindSpec {
+                statefulset: name(),
+                generation: 7,
+                observed_generation: None,
+            },
+            "StatusBehindSpec",
+            "the status of ingester-zone-a has observed no generation of its spec, not yet 7: \
+             waiting for the StatefulSet controller",
         ),
         (
             WaitReason::Paused {

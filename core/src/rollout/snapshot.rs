@@ -10,6 +10,7 @@ use crate::annotations::CONTROLLER_REVISION_HASH_LABEL;
 use crate::pods::{CachedPod, PodReadiness, is_controlled_by};
 pub use crate::pods::{PodPhase, selector_matches};
 use crate::statefulset::StatefulSetState;
+pub use crate::statefulset::StatusLag;
 pub use crate::statefulset::pod_ordinal;
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::StatefulSet;
@@ -37,6 +38,9 @@ pub struct StatefulSetSnapshot {
     pub current_revision: Option<String>,
     /// Missing on a StatefulSet the Kubernetes controller has not processed yet.
     pub update_revision: Option<String>,
+    /// Set while the status (revisions, counts) describes an older spec: the planner waits
+    /// for the StatefulSet controller to catch up before judging the group.
+    pub status_lag: Option<StatusLag>,
     pub update_strategy: UpdateStrategy,
     /// spec.updateStrategy.rollingUpdate.partition (0 when unset): with `RollingUpdate`, the
     /// StatefulSet controller replaces only the pods whose index is at least this.
@@ -180,6 +184,7 @@ impl StatefulSetSnapshot {
             ready_replicas: state.ready_replicas.unsigned_abs(),
             current_revision: state.current_revision,
             update_revision: state.update_revision,
+            status_lag: state.status_lag,
             update_strategy: UpdateStrategy::from_type(
                 spec.and_then(|spec| spec.update_strategy.as_ref()?.type_.as_deref()),
             ),
@@ -437,6 +442,7 @@ mod tests {
                 ready_replicas: 2,
                 current_revision: Some("rev-old".to_owned()),
                 update_revision: Some("rev-new".to_owned()),
+                status_lag: None,
                 update_strategy: UpdateStrategy::OnDelete,
                 partition: 0,
                 ordered_ready: true,
