@@ -12,6 +12,7 @@ pub mod fixtures;
 pub mod http_support;
 pub mod keys;
 pub mod load_balancer;
+pub mod manifests;
 pub mod namespace;
 pub mod plugin_support;
 pub mod pod_simulator;

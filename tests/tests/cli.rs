@@ -160,40 +160,11 @@ fn service_link_variables(service: &serde_json::Value, cluster_ip: &str) -> Vec<
     variables
 }
 
-/// Every Service in deploy/'s manifests.
-fn deploy_services() -> Vec<serde_json::Value> {
-    fn manifests(dir: &std::path::Path, found: &mut Vec<std::path::PathBuf>) {
-        for entry in std::fs::read_dir(dir).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                manifests(&path, found);
-            } else if path.extension().is_some_and(|ext| ext == "yaml") {
-                found.push(path);
-            }
-        }
-    }
-    let mut files = Vec::new();
-    manifests(
-        &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy"),
-        &mut files,
-    );
-    files
-        .iter()
-        .flat_map(|file| {
-            serde_saphyr::from_multiple::<serde_json::Value>(
-                &std::fs::read_to_string(file).unwrap(),
-            )
-            .unwrap_or_default()
-        })
-        .filter(|document| document["kind"] == "Service")
-        .collect()
-}
-
 #[test]
 fn both_binaries_start_beside_the_link_variables_of_deploys_services() {
     // Given the variables Kubernetes gives a pod of deploy/ for every Service deploy/ creates
     // (baton-webhook's are BATON_WEBHOOK_SERVICE_HOST, BATON_WEBHOOK_PORT=tcp://…, …)
-    let services = deploy_services();
+    let services = baton_e2e::manifests::deploy_objects("Service");
     assert!(
         services
             .iter()

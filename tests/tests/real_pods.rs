@@ -679,3 +679,85 @@ async fn kubectl_drain_of_zone_a_waits_for_the_rollout_in_zone_b_and_never_excee
     drop(_uncordon);
     wait_group_ready(&client, ns, &names).await;
 }
+
+/// What the test application in `pod` was given as its environment by the kubelet.
+async fn environment_of_pod(scene: &Scene, pod: &str) -> Vec<(String, String)> {
+    let (client, namespace) = (scene.namespace.client(), scene.namespace.name());
+    let ip = pod_ip(&client, namespace, pod)
+        .await
+        .unwrap_or_else(|| panic!("{pod} has an IP"));
+    let body = reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .expect("an HTTP client")
+        .get(format!("http://{ip}:{APP_PORT}/environment"))
+        .timeout(Duration::from_secs(5))
+        .send()
+        .await
+        .and_then(reqwest::Response::error_for_status)
+        .unwrap_or_else(|error| panic!("reading the environment of {pod}: {error}"))
+        .text()
+        .await
+        .expect("the environment as text");
+    body.lines()
+        .filter_map(|line| line.split_once('='))
+        .map(|(name, value)| (name.to_owned(), value.to_owned()))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn both_binaries_start_with_the_environment_the_kubelet_gives_a_pod_beside_deploys_services()
+{
+    // Given deploy/'s Services in a namespace, and a pod there (service links on, as by default)
+    let scene = Scene::new("service-links", &[]).await;
+    let (client, namespace) = (scene.namespace.client(), scene.namespace.name());
+    let services = baton_e2e::manifests::deploy_objects("Service");
+    assert!(!services.is_empty(), "deploy/ has Services");
+    for mut service in services {
+        service["metadata"]
+            .as_object_mut()
+            .expect("metadata")
+            .remove("namespace");
+        let object: k8s_openapi::api::core::v1::Service =
+            serde_json::from_value(service).expect("a Service");
+        Api::namespaced(client.clone(), namespace)
+            .create(&PostParams::default(), &object)
+            .await
+            .unwrap_or_else(|error| panic!("creating deploy/'s Service: {error}"));
+    }
+    let fixture = RealPodsFixture::new(StatefulSetFixture::new("links").replicas(1), "a");
+    scene.create(&[fixture]).await;
+
+    // When the kubelet starts the pod, it gives it the link variables of those Services
+    let environment = environment_of_pod(&scene, "links-0").await;
+    let batons: Vec<&(String, String)> = environment
+        .iter()
+        .filter(|(name, _)| name.starts_with("BATON_"))
+        .collect();
+    assert!(
+        batons
+            .iter()
+            .any(|(name, value)| name == "BATON_WEBHOOK_PORT" && value.starts_with("tcp://")),
+        "the kubelet gave no link variables of baton-webhook: {batons:?}"
+    );
+
+    // Then both binaries start with exactly those variables and say nothing of them
+    for binary in ["baton-controller", "baton-webhook"] {
+        let output = std::process::Command::new(
+            baton_e2e::process::workspace_binary(binary).expect("the binary is built"),
+        )
+        .arg("--print-config")
+        .env_clear()
+        .envs(batons.iter().map(|(name, value)| (name, value)))
+        .env("BATON_NAMESPACE", namespace)
+        .output()
+        .expect("the binary runs");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(0), "{binary}: {stderr}");
+        assert!(stderr.is_empty(), "{binary}: {stderr}");
+        assert!(
+            String::from_utf8_lossy(&output.stdout).contains(&format!("namespace: {namespace}")),
+            "{binary}"
+        );
+    }
+}

@@ -13,7 +13,9 @@
 //! `/prepare-delayed-downscale` (answers `{"timestamp": <first prepare, unix seconds>}` as a
 //! pod that started preparing then, reset by DELETE); `GET /metrics` counts every call and says
 //! when the delayed-downscale preparation began, so a test reads over the pod's IP what the
-//! operator asked of it.
+//! operator asked of it; `GET /environment` answers the process's environment, a `NAME=value`
+//! line each, so a test sees exactly what the kubelet gives a container (the link variables of
+//! every Service in its namespace among them).
 //!
 //! `pause` as the first argument makes it the pods' sandbox (pause) process instead: it waits
 //! for SIGTERM or SIGINT and exits. It reaps nothing: pods here do not share their PID
@@ -164,6 +166,7 @@ fn respond(state: &mut State, method: &str, path: &str, never_ready: bool) -> (u
         ("GET", "/ready") if never_ready || state.terminating => (503, "not ready\n".into()),
         ("GET", "/ready") => (200, "ready\n".into()),
         ("GET", "/metrics") => (200, metrics(state)),
+        ("GET", "/environment") => (200, environment()),
         ("POST", path) if path.contains("prepare-delayed-downscale") => {
             let since = *state.delayed_since.get_or_insert_with(now);
             (200, format!("{{\"timestamp\": {since}}}"))
@@ -179,6 +182,12 @@ fn respond(state: &mut State, method: &str, path: &str, never_ready: bool) -> (u
         }
         _ => (404, "not found\n".into()),
     }
+}
+
+fn environment() -> String {
+    std::env::vars_os()
+        .map(|(name, value)| format!("{}={}\n", name.to_string_lossy(), value.to_string_lossy()))
+        .collect()
 }
 
 fn metrics(state: &State) -> String {
