@@ -792,6 +792,8 @@ impl<'p> Simulation<'p> {
             if self.broken_reason(update.as_deref()).is_some() {
                 self.change_template(member);
             }
+            // Statuses catch up, the fix's included: pods created from here on run it.
+            self.observe_spec(member);
         }
         // Zones with broken old pods: a partition can release one such zone's fix only while
         // it is the only zone down (see `parallel` below for the other limit).
