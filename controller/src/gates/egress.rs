@@ -8,13 +8,14 @@
 //! `gates.hook_addresses`):
 //! - `http` and `https` only;
 //! - with entries, only URLs under one of them;
-//! - loopback, link-local and unspecified addresses are refused unless an entry names them,
+//! - loopback, link-local, unspecified, this-network and cloud metadata addresses ([`is_internal`],
+//!   IPv4 ones hidden inside IPv6 included) are refused unless an entry names them,
 //!   both as written and as a name resolves (a resolver that drops them, at connection time, so
 //!   a name that resolves elsewhere later gains nothing);
 //! - no redirects (a permitted destination cannot send the call on);
 //! - messages show a URL [`redact`]ed: no user, password, query or fragment.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::Duration;
 
 use baton_config::Destination;
@@ -61,7 +62,8 @@ impl Allowlist {
             && !listed
         {
             return Err(format!(
-                "{} is a loopback, link-local or unspecified address; only {} can permit it",
+                "{} is a loopback, link-local, unspecified or metadata-service address; only {} \
+                 can permit it",
                 redact(raw),
                 self.key
             ));
@@ -98,15 +100,54 @@ impl Allowlist {
     }
 }
 
-/// Loopback, link-local and unspecified addresses (also as IPv4-mapped IPv6): the leader's own
-/// ports and a cloud's metadata service (169.254.169.254) live there.
+/// Cloud metadata services outside the link-local range: Alibaba Cloud's (100.100.100.200, in
+/// the shared address space) and AWS's IPv6 one (fd00:ec2::254, a unique local address).
+const METADATA_V4: [Ipv4Addr; 1] = [Ipv4Addr::new(100, 100, 100, 200)];
+const METADATA_V6: [Ipv6Addr; 1] = [Ipv6Addr::new(0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254)];
+
+/// Addresses the leader's own ports and a cloud's metadata service live at: loopback,
+/// link-local, unspecified, "this network" (0.0.0.0/8, which Linux routes to the host itself),
+/// the metadata services above; and the same inside IPv6, where an IPv4 address can hide
+/// (IPv4-mapped `::ffff:a.b.c.d`, IPv4-compatible `::a.b.c.d`, NAT64's well-known prefix
+/// `64:ff9b::a.b.c.d`, 6to4's `2002:aabb:ccdd::`).
 pub fn is_internal(ip: IpAddr) -> bool {
     match ip {
-        IpAddr::V4(ip) => ip.is_loopback() || ip.is_link_local() || ip.is_unspecified(),
-        IpAddr::V6(ip) => match ip.to_ipv4_mapped() {
-            Some(mapped) => is_internal(IpAddr::V4(mapped)),
-            None => ip.is_loopback() || ip.is_unspecified() || ip.is_unicast_link_local(),
-        },
+        IpAddr::V4(ip) => {
+            ip.is_loopback()
+                || ip.is_link_local()
+                || ip.octets()[0] == 0
+                || METADATA_V4.contains(&ip)
+        }
+        IpAddr::V6(ip) => {
+            ip.is_loopback()
+                || ip.is_unspecified()
+                || ip.is_unicast_link_local()
+                || METADATA_V6.contains(&ip)
+                || embedded_ipv4(ip).is_some_and(|inner| is_internal(IpAddr::V4(inner)))
+        }
+    }
+}
+
+/// The IPv4 address an IPv6 address carries, in the forms that reach it.
+fn embedded_ipv4(ip: Ipv6Addr) -> Option<Ipv4Addr> {
+    let segments = ip.segments();
+    let low = Ipv4Addr::new(
+        ip.octets()[12],
+        ip.octets()[13],
+        ip.octets()[14],
+        ip.octets()[15],
+    );
+    if let Some(inner) = ip.to_ipv4() {
+        // ::ffff:a.b.c.d and ::a.b.c.d
+        Some(inner)
+    } else if segments[..6] == [0x64, 0xff9b, 0, 0, 0, 0] {
+        Some(low)
+    } else if segments[0] == 0x2002 {
+        let [a, b] = segments[1].to_be_bytes();
+        let [c, d] = segments[2].to_be_bytes();
+        Some(Ipv4Addr::new(a, b, c, d))
+    } else {
+        None
     }
 }
 
@@ -194,6 +235,16 @@ mod tests {
                 .is_ok()
         );
         assert!(open.permit("http://10.0.0.7:8080/ready").is_ok());
+        // Ordinary addresses in the same families stay permitted
+        for outside in [
+            "http://[fd00:ec2::253]/",
+            "http://[64:ff9b::a00:7]/",
+            "http://[2002:a00:7::1]/",
+            "http://100.100.100.201/",
+            "http://[2001:db8::1]/",
+        ] {
+            assert!(open.permit(outside).is_ok(), "{outside}");
+        }
         for internal in [
             "http://127.0.0.1:8001/metrics",
             "http://169.254.169.254/latest/meta-data/",
@@ -201,6 +252,16 @@ mod tests {
             "http://[::ffff:127.0.0.1]/",
             "http://0.0.0.0:8443/",
             "http://[fe80::1]/",
+            // "This network": Linux routes 0.x.y.z to the host itself
+            "http://0.1.2.3:8001/",
+            // Metadata services outside link-local: AWS over IPv6, Alibaba Cloud
+            "http://[fd00:ec2::254]/latest/meta-data/",
+            "http://100.100.100.200/latest/meta-data/",
+            // IPv4 inside IPv6: NAT64's well-known prefix, IPv4-compatible, 6to4
+            "http://[64:ff9b::a9fe:a9fe]/latest/meta-data/",
+            "http://[64:ff9b::127.0.0.1]:8001/",
+            "http://[::169.254.169.254]/",
+            "http://[2002:a9fe:a9fe::1]/",
         ] {
             let refused = open.permit(internal).expect_err(internal);
             assert!(refused.contains("loopback, link-local"), "{refused}");
