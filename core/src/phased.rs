@@ -10,6 +10,7 @@
 
 use std::collections::BTreeMap;
 
+use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Serialize};
 
@@ -17,7 +18,6 @@ use crate::annotations::{PARTITION_ANNOTATION, ROLLOUT_GROUP_LABEL, UPDATE_BY_AN
 use crate::gates::checks::CheckState;
 use crate::gates::keys::HEALTH_CHECK_ANNOTATION;
 use crate::rollout::StatefulSetSnapshot;
-use crate::rollout::snapshot::pod_ordinal;
 
 pub const GROUP: &str = "sts.plus";
 pub const VERSION: &str = "v1alpha1";
@@ -314,41 +314,35 @@ impl PhasedRolloutStatus {
     }
 }
 
-/// The status of a PhasedRollout served by baton, from its target as last seen (`partition`:
-/// its spec's), the check's stored state and the group's wait (`waiting`: its kind and words,
-/// if it waits).
+/// The status of a PhasedRollout served by baton, from its target as last seen at `now`, the
+/// check's stored state and the group's wait (`waiting`: its kind and words, if it waits).
+///
+/// `partition` is the target's partition as the StatefulSet controller applies it (0 while
+/// unset), so every phase says where the rollout stands. The phase is `Rolling` while baton's
+/// own replacement is in flight ([`rolling_pod`]); any other wait (a pod down below the
+/// partition, say) is `Waiting`, or `Checking` when it is the check's.
 pub fn status(
     target: &StatefulSetSnapshot,
-    partition: Option<i32>,
     check: &CheckState,
     success_threshold: i64,
     waiting: Option<(&str, &str)>,
     generation: i64,
+    now: Timestamp,
 ) -> PhasedRolloutStatus {
     let update = target.update_revision.clone();
-    let outdated: Vec<(u32, &str)> = target
-        .pods
-        .iter()
-        .filter(|pod| pod.revision != update)
-        .filter_map(|pod| {
-            let index = pod_ordinal(&target.name, &pod.name)?.checked_sub(target.ordinals_start)?;
-            Some((index, pod.name.as_str()))
-        })
-        .collect();
-    let released = partition.map_or(0, |partition| partition.max(0).unsigned_abs());
-    let rolling = outdated
-        .iter()
-        .filter(|(index, _)| *index >= released)
-        .max_by_key(|(index, _)| *index)
-        .map(|(_, pod)| (*pod).to_owned());
+    let outdated = target.pods.iter().any(|pod| pod.revision != update);
     let ready = target.ready_replicas == target.spec_replicas
         && target.pods.iter().all(|pod| pod.ready && !pod.terminating);
-    let (phase, message) = if outdated.is_empty() && ready {
+    let rolling = rolling_pod(target, now);
+    let (phase, message) = if !outdated && ready {
         ("Updated", "every pod runs the update revision".to_owned())
-    } else if let Some(pod) = &rolling {
+    } else if let Some((pod, state)) = &rolling {
         (
             "Rolling",
-            format!("the StatefulSet controller is replacing {pod}"),
+            format!(
+                "the StatefulSet controller is replacing {pod}, released by partition {}: {state}",
+                target.partition
+            ),
         )
     } else if let Some((_, why)) = waiting.filter(|(kind, _)| *kind == "HealthCheck") {
         ("Checking", why.to_owned())
@@ -359,9 +353,9 @@ pub fn status(
     PhasedRolloutStatus {
         phase: phase.to_owned(),
         message,
-        partition,
+        partition: Some(i32::try_from(target.partition).unwrap_or(i32::MAX)),
         update_revision: update,
-        rolling_pod: rolling,
+        rolling_pod: rolling.map(|(pod, _)| pod),
         consecutive_successes: check.passes,
         last_check: check.last_run.as_ref().map(|time| LastCheck {
             time: time.clone(),
@@ -370,6 +364,40 @@ pub fn status(
         observed_generation: generation,
     }
     .with_threshold(success_threshold)
+}
+
+/// The pod the StatefulSet controller is replacing for baton, and its state in words: while a
+/// rollout is in progress (the current revision is not the update revision yet), the
+/// highest-index pod the partition released (index at least the partition, below the
+/// replicas) that is not yet available at the update revision — still at the old one, going
+/// away, not recreated yet, or recreated and not available yet. The highest, because the
+/// StatefulSet controller replaces from the top. A pod down below the partition is not baton's
+/// replacement, nor is one down once the rollout is complete: those are waits.
+pub fn rolling_pod(target: &StatefulSetSnapshot, now: Timestamp) -> Option<(String, String)> {
+    let update = target.update_revision.as_deref()?;
+    if target.current_revision.as_deref() == Some(update) {
+        return None;
+    }
+    (target.partition..target.spec_replicas)
+        .rev()
+        .find_map(|index| {
+            let name = format!(
+                "{}-{}",
+                target.name,
+                target.ordinals_start.checked_add(index)?
+            );
+            let Some(pod) = target.pods.iter().find(|pod| pod.name == name) else {
+                return Some((name, "not created yet".to_owned()));
+            };
+            let state = if pod.terminating {
+                "terminating".to_owned()
+            } else if pod.revision.as_deref() != Some(update) {
+                "still at the old revision".to_owned()
+            } else {
+                crate::rollout::unavailable(pod, target.min_ready_seconds, now)?.to_string()
+            };
+            Some((name, state))
+        })
 }
 
 impl PhasedRolloutStatus {
@@ -387,7 +415,7 @@ impl PhasedRolloutStatus {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::zone;
+    use crate::testing::{now, zone};
 
     fn spec(url: &str) -> PhasedRolloutSpec {
         serde_json::from_value(serde_json::json!({
@@ -514,38 +542,181 @@ mod tests {
         assert_ne!(group_name(&long_a), group_name(&long_b));
     }
 
-    #[test]
-    fn the_status_follows_the_rollout() {
-        let check = CheckState {
+    fn checked_twice() -> CheckState {
+        CheckState {
             passes: 2,
             last_run: Some("2026-11-25T10:00:00Z".into()),
             last_outcome: Some("pass".into()),
             ..CheckState::default()
-        };
-        let settled = zone("web", 5).build();
-        let updated = status(&settled, Some(5), &check, 3, None, 7);
+        }
+    }
+
+    #[test]
+    fn the_status_follows_the_rollout() {
+        let check = checked_twice();
+        let settled = zone("web", 5).by_partition(5).build();
+        let updated = status(&settled, &check, 3, None, 7, now());
         assert_eq!(
             (updated.phase.as_str(), updated.observed_generation),
             ("Updated", 7)
         );
         // Partition 4: web-4 released and not yet replaced.
-        let rolling = zone("web", 5).template_changed().build();
-        let seen = status(&rolling, Some(4), &check, 3, None, 7);
+        let rolling = zone("web", 5).template_changed().by_partition(4).build();
+        let seen = status(&rolling, &check, 3, None, 7, now());
         assert_eq!(seen.phase, "Rolling");
         assert_eq!(seen.rolling_pod.as_deref(), Some("web-4"));
         // web-4 replaced; the next step waits for the check.
-        let checking = zone("web", 5).template_changed().updated(&[4]).build();
+        let checking = zone("web", 5)
+            .template_changed()
+            .by_partition(4)
+            .updated(&[4])
+            .build();
         let seen = status(
             &checking,
-            Some(4),
             &check,
             3,
             Some(("HealthCheck", "health check phasedrollout-web passes 2/3")),
             7,
+            now(),
         );
         assert_eq!(seen.phase, "Checking");
+        assert_eq!(seen.rolling_pod, None);
         assert!(seen.message.contains("2 of 3"), "{}", seen.message);
         assert_eq!(seen.consecutive_successes, 2);
         assert_eq!(seen.last_check.unwrap().result, "pass");
+    }
+
+    /// What the planner says while the StatefulSet controller brings web-3 back: it counts
+    /// the pod against max-unavailable.
+    const MAX_UNAVAILABLE: (&str, &str) = (
+        "MaxUnavailable",
+        "max-unavailable reached in web (1/1); waiting for web-3 (new revision) to become ready: Pending",
+    );
+
+    #[test]
+    fn a_released_pod_is_rolling_through_its_whole_replacement() {
+        // Given web-4 replaced and partition 3 releasing web-3
+        let released = || {
+            zone("web", 5)
+                .template_changed()
+                .by_partition(3)
+                .updated(&[4])
+        };
+        let check = checked_twice();
+        // When the StatefulSet controller takes web-3 down, recreates it, and it starts
+        let stages = [
+            ("terminating", released().terminating(&[3]).build()),
+            ("not created yet", released().missing(&[3]).build()),
+            (
+                "Pending",
+                released()
+                    .updated(&[3])
+                    .not_ready(&[3])
+                    .phase(&[3], crate::rollout::PodPhase::Pending)
+                    .build(),
+            ),
+            (
+                "not ready",
+                released().updated(&[3]).not_ready(&[3]).build(),
+            ),
+            (
+                "Ready for less than minReadySeconds",
+                released()
+                    .updated(&[3])
+                    .min_ready_seconds(30)
+                    .ready_for(3, 5)
+                    .build(),
+            ),
+        ];
+        // Then each time the status says Rolling, naming web-3 and how far it is, even though
+        // the planner waits on max-unavailable
+        for (state, target) in stages {
+            let seen = status(&target, &check, 3, Some(MAX_UNAVAILABLE), 7, now());
+            assert_eq!(
+                (seen.phase.as_str(), seen.rolling_pod.as_deref()),
+                ("Rolling", Some("web-3")),
+                "{state}: {seen:?}"
+            );
+            assert!(seen.message.ends_with(state), "{state}: {}", seen.message);
+            assert!(seen.message.contains("partition 3"), "{}", seen.message);
+            assert_eq!(seen.partition, Some(3));
+        }
+        // And once web-3 is available at the new revision, it is no longer rolling
+        let replaced = released().updated(&[3]).build();
+        let seen = status(
+            &replaced,
+            &check,
+            3,
+            Some(("HealthCheck", "health check phasedrollout-web passes 0/3")),
+            7,
+            now(),
+        );
+        assert_eq!((seen.phase.as_str(), seen.rolling_pod), ("Checking", None));
+    }
+
+    #[test]
+    fn a_pod_down_that_baton_did_not_release_is_a_wait_not_a_rollout() {
+        let check = CheckState::default();
+        let not_ready = (
+            "MaxUnavailable",
+            "max-unavailable reached in web (1/1); waiting for web-0 to become ready: not ready",
+        );
+        // Given a rollout at partition 4, web-4 replaced, when web-0 (below it) goes down
+        let below = zone("web", 5)
+            .template_changed()
+            .by_partition(4)
+            .updated(&[4])
+            .not_ready(&[0])
+            .build();
+        // And before baton released anything (held at the replicas)
+        let held = zone("web", 5)
+            .template_changed()
+            .by_partition(5)
+            .not_ready(&[0])
+            .build();
+        // And after the rollout completed (the update revision is current)
+        let done = zone("web", 5)
+            .template_changed()
+            .all_updated()
+            .current_revision(crate::testing::NEW)
+            .by_partition(0)
+            .not_ready(&[4])
+            .build();
+        // Then it is Waiting, with no rolling pod, saying the planner's words
+        for (case, target) in [("below", below), ("held", held), ("done", done)] {
+            let seen = status(&target, &check, 3, Some(not_ready), 7, now());
+            assert_eq!(
+                (seen.phase.as_str(), seen.rolling_pod.as_deref()),
+                ("Waiting", None),
+                "{case}"
+            );
+            assert_eq!(seen.message, not_ready.1, "{case}");
+        }
+    }
+
+    #[test]
+    fn every_phase_of_a_served_target_says_its_partition() {
+        let check = CheckState::default();
+        // Given a StatefulSet whose manifest left the partition unset, before baton held it:
+        // the StatefulSet controller applies 0
+        let unset = zone("web", 5).by_partition(0).build();
+        let seen = status(&unset, &check, 3, None, 1, now());
+        assert_eq!((seen.phase.as_str(), seen.partition), ("Updated", Some(0)));
+        // And while waiting, checking and rolling
+        let waiting = zone("web", 5).by_partition(5).not_ready(&[1]).build();
+        let checking = zone("web", 5)
+            .template_changed()
+            .by_partition(4)
+            .updated(&[4])
+            .build();
+        let rolling = zone("web", 5).template_changed().by_partition(4).build();
+        for (target, wait, partition) in [
+            (waiting, None, 5),
+            (checking, Some(("HealthCheck", "health check")), 4),
+            (rolling, None, 4),
+        ] {
+            let seen = status(&target, &check, 3, wait, 1, now());
+            assert_eq!(seen.partition, Some(partition), "{seen:?}");
+        }
     }
 }
