@@ -80,7 +80,16 @@ pub struct Query {
     /// A Secret with `token` (bearer) or `username` and `password` (basic).
     #[serde(default)]
     pub secret_ref: Option<String>,
+    /// Send the Secret's credentials even over plain http (baton's addition: without it they
+    /// go only over verified https, as for any `RolloutHealthCheck`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allow_insecure_credentials: bool,
 }
+
+/// Where a PhasedRollout writes Prometheus' address, for messages about the check made of it.
+pub const URL_FIELD: &str = "spec.check.query.url";
+/// Where a PhasedRollout lets its credentials go over plain http.
+pub const ALLOW_INSECURE_CREDENTIALS_FIELD: &str = "spec.check.query.allowInsecureCredentials";
 
 /// What the Secret named by `secretRef` holds, as far as the check is concerned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -150,7 +159,7 @@ pub fn problems(spec: &PhasedRolloutSpec) -> Vec<String> {
         problems.push("spec.check.query.expr is empty".to_owned());
     }
     if let Err(why) = prometheus_address(&check.query.url) {
-        problems.push(format!("spec.check.query.url {why}"));
+        problems.push(format!("{URL_FIELD} {why}"));
     }
     problems
 }
@@ -178,7 +187,8 @@ pub fn prometheus_address(url: &str) -> Result<String, String> {
 
 /// The `RolloutHealthCheck` spec baton makes of `spec`'s check. The query passes when it returns
 /// samples (the phased rollout operator's rule); failures never halt, they only hold the next
-/// step, as in that operator.
+/// step, as in that operator. `allowInsecureCredentials` is carried as written: the gate still
+/// sends credentials only to an address the operator listed.
 pub fn health_check_spec(
     spec: &PhasedRolloutSpec,
     credentials: Credentials,
@@ -197,6 +207,9 @@ pub fn health_check_spec(
             }
             Credentials::None => {}
         }
+    }
+    if check.query.allow_insecure_credentials {
+        prometheus["allowInsecureCredentials"] = serde_json::json!(true);
     }
     Ok(serde_json::json!({
         "prometheus": prometheus,
@@ -461,6 +474,46 @@ mod tests {
             "prom-secret"
         );
         assert_eq!(basic["prometheus"]["address"], "https://prom");
+        assert!(
+            basic["prometheus"]
+                .get("allowInsecureCredentials")
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn allowing_insecure_credentials_is_carried_to_the_generated_check() {
+        // Given the seed's example on plain http, its author allowing the Secret over it
+        let mut allowed = spec("prom:9000/xx");
+        allowed.check.query.allow_insecure_credentials = true;
+        // Then the check baton makes of it says so, and baton reads it as allowed
+        let check = health_check_spec(&allowed, Credentials::Basic).unwrap();
+        assert_eq!(check["prometheus"]["allowInsecureCredentials"], true);
+        let read: crate::gates::health_check::Spec = serde_json::from_value(check).unwrap();
+        let address = url::Url::parse(&read.prometheus.address).unwrap();
+        let author = crate::gates::health_check::Author::PhasedRollout("sample".into());
+        assert_eq!(
+            read.prometheus
+                .refuse_credentials(&address, true, None, &author),
+            None
+        );
+        // And without it, the refusal names this field of this PhasedRollout
+        let check = health_check_spec(&spec("prom:9000/xx"), Credentials::Basic).unwrap();
+        let read: crate::gates::health_check::Spec = serde_json::from_value(check).unwrap();
+        let refused = read
+            .prometheus
+            .refuse_credentials(&address, true, None, &author)
+            .unwrap();
+        assert!(
+            refused.contains("spec.check.query.allowInsecureCredentials of PhasedRollout sample"),
+            "{refused}"
+        );
+        // And it is still sent only to an address the operator listed
+        assert!(
+            read.prometheus
+                .refuse_credentials(&address, false, None, &author)
+                .is_some_and(|why| why.contains("gates.prometheus_addresses"))
+        );
     }
 
     #[test]
@@ -717,6 +770,93 @@ mod tests {
         ] {
             let seen = status(&target, &check, 3, wait, 1, now());
             assert_eq!(seen.partition, Some(partition), "{seen:?}");
+        }
+    }
+
+    /// The spec schema of deploy/crds/phased-rollout.yaml, as users install it.
+    fn crd_spec_schema() -> serde_json::Value {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../deploy/crds/phased-rollout.yaml"
+        );
+        let text = std::fs::read_to_string(path).expect("the PhasedRollout CRD");
+        let crd: serde_json::Value = serde_saphyr::from_str(&text).expect("a YAML CRD");
+        crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"].clone()
+    }
+
+    /// Every property path of a schema (`check.query.url`), each with whether it is required.
+    fn schema_fields(schema: &serde_json::Value, prefix: &str, into: &mut Vec<(String, bool)>) {
+        let required: Vec<&str> = schema["required"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(serde_json::Value::as_str)
+            .collect();
+        for (name, property) in schema["properties"].as_object().into_iter().flatten() {
+            let path = format!("{prefix}{name}");
+            into.push((path.clone(), required.contains(&name.as_str())));
+            schema_fields(property, &format!("{path}."), into);
+        }
+    }
+
+    fn value_fields(value: &serde_json::Value, prefix: &str, into: &mut Vec<String>) {
+        for (name, field) in value.as_object().into_iter().flatten() {
+            let path = format!("{prefix}{name}");
+            into.push(path.clone());
+            value_fields(field, &format!("{path}."), into);
+        }
+    }
+
+    fn without(value: &serde_json::Value, path: &str) -> serde_json::Value {
+        let mut value = value.clone();
+        let (parent, name) = path.rsplit_once('.').unwrap_or(("", path));
+        let object = parent
+            .split('.')
+            .filter(|part| !part.is_empty())
+            .fold(&mut value, |value, part| &mut value[part]);
+        object.as_object_mut().expect("an object").remove(name);
+        value
+    }
+
+    #[test]
+    fn the_crd_schema_and_the_spec_type_name_the_same_fields_and_require_the_same() {
+        // Given every field of the type set (a new field fails to build here until added)
+        let full = PhasedRolloutSpec {
+            target_ref: "web".into(),
+            standard_rolling_update: true,
+            check: Check {
+                initial_delay_seconds: 30,
+                period_seconds: 30,
+                success_threshold: 3,
+                query: Query {
+                    expr: "up{}".into(),
+                    url: "prom:9000/xx".into(),
+                    secret_ref: Some("prom-secret".into()),
+                    allow_insecure_credentials: true,
+                },
+            },
+        };
+        let written = serde_json::to_value(&full).unwrap();
+        let mut typed = Vec::new();
+        value_fields(&written, "", &mut typed);
+        let mut schema = Vec::new();
+        schema_fields(&crd_spec_schema(), "", &mut schema);
+        // Then the schema has exactly the type's fields
+        let mut named: Vec<String> = schema.iter().map(|(path, _)| path.clone()).collect();
+        named.sort();
+        typed.sort();
+        assert_eq!(
+            named, typed,
+            "deploy/crds/phased-rollout.yaml and PhasedRolloutSpec"
+        );
+        // And a field the schema requires is one the type cannot do without, and the other way
+        for (path, required) in schema {
+            let read = serde_json::from_value::<PhasedRolloutSpec>(without(&written, &path));
+            assert_eq!(
+                read.is_err(),
+                required,
+                "{path}: required by the schema: {required}"
+            );
         }
     }
 }
