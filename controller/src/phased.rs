@@ -187,13 +187,6 @@ impl PhasedRollouts {
     ) -> PhasedRolloutStatus {
         let pods = self.caches.pods.state();
         let snapshot = StatefulSetSnapshot::from_kubernetes(target, pods.iter().map(AsRef::as_ref));
-        let partition = target.spec.as_ref().and_then(|spec| {
-            spec.update_strategy
-                .as_ref()?
-                .rolling_update
-                .as_ref()?
-                .partition
-        });
         let check: CheckState = target
             .annotations()
             .get(CHECK_STATE_ANNOTATION)
@@ -206,11 +199,11 @@ impl PhasedRollouts {
             .map(|wait| (wait.kind, wait.message.as_str()));
         phased::status(
             &snapshot,
-            partition,
             &check,
             spec.check.success_threshold,
             waiting,
             generation,
+            jiff::Timestamp::now(),
         )
     }
 

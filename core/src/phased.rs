@@ -10,6 +10,7 @@
 
 use std::collections::BTreeMap;
 
+use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Serialize};
 
@@ -17,7 +18,6 @@ use crate::annotations::{PARTITION_ANNOTATION, ROLLOUT_GROUP_LABEL, UPDATE_BY_AN
 use crate::gates::checks::CheckState;
 use crate::gates::keys::HEALTH_CHECK_ANNOTATION;
 use crate::rollout::StatefulSetSnapshot;
-use crate::rollout::snapshot::pod_ordinal;
 
 pub const GROUP: &str = "sts.plus";
 pub const VERSION: &str = "v1alpha1";
@@ -80,7 +80,16 @@ pub struct Query {
     /// A Secret with `token` (bearer) or `username` and `password` (basic).
     #[serde(default)]
     pub secret_ref: Option<String>,
+    /// Send the Secret's credentials even over plain http (baton's addition: without it they
+    /// go only over verified https, as for any `RolloutHealthCheck`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allow_insecure_credentials: bool,
 }
+
+/// Where a PhasedRollout writes Prometheus' address, for messages about the check made of it.
+pub const URL_FIELD: &str = "spec.check.query.url";
+/// Where a PhasedRollout lets its credentials go over plain http.
+pub const ALLOW_INSECURE_CREDENTIALS_FIELD: &str = "spec.check.query.allowInsecureCredentials";
 
 /// What the Secret named by `secretRef` holds, as far as the check is concerned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -150,7 +159,7 @@ pub fn problems(spec: &PhasedRolloutSpec) -> Vec<String> {
         problems.push("spec.check.query.expr is empty".to_owned());
     }
     if let Err(why) = prometheus_address(&check.query.url) {
-        problems.push(format!("spec.check.query.url {why}"));
+        problems.push(format!("{URL_FIELD} {why}"));
     }
     problems
 }
@@ -178,7 +187,8 @@ pub fn prometheus_address(url: &str) -> Result<String, String> {
 
 /// The `RolloutHealthCheck` spec baton makes of `spec`'s check. The query passes when it returns
 /// samples (the phased rollout operator's rule); failures never halt, they only hold the next
-/// step, as in that operator.
+/// step, as in that operator. `allowInsecureCredentials` is carried as written: the gate still
+/// sends credentials only to an address the operator listed.
 pub fn health_check_spec(
     spec: &PhasedRolloutSpec,
     credentials: Credentials,
@@ -197,6 +207,9 @@ pub fn health_check_spec(
             }
             Credentials::None => {}
         }
+    }
+    if check.query.allow_insecure_credentials {
+        prometheus["allowInsecureCredentials"] = serde_json::json!(true);
     }
     Ok(serde_json::json!({
         "prometheus": prometheus,
@@ -314,41 +327,35 @@ impl PhasedRolloutStatus {
     }
 }
 
-/// The status of a PhasedRollout served by baton, from its target as last seen (`partition`:
-/// its spec's), the check's stored state and the group's wait (`waiting`: its kind and words,
-/// if it waits).
+/// The status of a PhasedRollout served by baton, from its target as last seen at `now`, the
+/// check's stored state and the group's wait (`waiting`: its kind and words, if it waits).
+///
+/// `partition` is the target's partition as the StatefulSet controller applies it (0 while
+/// unset), so every phase says where the rollout stands. The phase is `Rolling` while baton's
+/// own replacement is in flight ([`rolling_pod`]); any other wait (a pod down below the
+/// partition, say) is `Waiting`, or `Checking` when it is the check's.
 pub fn status(
     target: &StatefulSetSnapshot,
-    partition: Option<i32>,
     check: &CheckState,
     success_threshold: i64,
     waiting: Option<(&str, &str)>,
     generation: i64,
+    now: Timestamp,
 ) -> PhasedRolloutStatus {
     let update = target.update_revision.clone();
-    let outdated: Vec<(u32, &str)> = target
-        .pods
-        .iter()
-        .filter(|pod| pod.revision != update)
-        .filter_map(|pod| {
-            let index = pod_ordinal(&target.name, &pod.name)?.checked_sub(target.ordinals_start)?;
-            Some((index, pod.name.as_str()))
-        })
-        .collect();
-    let released = partition.map_or(0, |partition| partition.max(0).unsigned_abs());
-    let rolling = outdated
-        .iter()
-        .filter(|(index, _)| *index >= released)
-        .max_by_key(|(index, _)| *index)
-        .map(|(_, pod)| (*pod).to_owned());
+    let outdated = target.pods.iter().any(|pod| pod.revision != update);
     let ready = target.ready_replicas == target.spec_replicas
         && target.pods.iter().all(|pod| pod.ready && !pod.terminating);
-    let (phase, message) = if outdated.is_empty() && ready {
+    let rolling = rolling_pod(target, now);
+    let (phase, message) = if !outdated && ready {
         ("Updated", "every pod runs the update revision".to_owned())
-    } else if let Some(pod) = &rolling {
+    } else if let Some((pod, state)) = &rolling {
         (
             "Rolling",
-            format!("the StatefulSet controller is replacing {pod}"),
+            format!(
+                "the StatefulSet controller is replacing {pod}, released by partition {}: {state}",
+                target.partition
+            ),
         )
     } else if let Some((_, why)) = waiting.filter(|(kind, _)| *kind == "HealthCheck") {
         ("Checking", why.to_owned())
@@ -359,9 +366,9 @@ pub fn status(
     PhasedRolloutStatus {
         phase: phase.to_owned(),
         message,
-        partition,
+        partition: Some(i32::try_from(target.partition).unwrap_or(i32::MAX)),
         update_revision: update,
-        rolling_pod: rolling,
+        rolling_pod: rolling.map(|(pod, _)| pod),
         consecutive_successes: check.passes,
         last_check: check.last_run.as_ref().map(|time| LastCheck {
             time: time.clone(),
@@ -370,6 +377,40 @@ pub fn status(
         observed_generation: generation,
     }
     .with_threshold(success_threshold)
+}
+
+/// The pod the StatefulSet controller is replacing for baton, and its state in words: while a
+/// rollout is in progress (the current revision is not the update revision yet), the
+/// highest-index pod the partition released (index at least the partition, below the
+/// replicas) that is not yet available at the update revision — still at the old one, going
+/// away, not recreated yet, or recreated and not available yet. The highest, because the
+/// StatefulSet controller replaces from the top. A pod down below the partition is not baton's
+/// replacement, nor is one down once the rollout is complete: those are waits.
+pub fn rolling_pod(target: &StatefulSetSnapshot, now: Timestamp) -> Option<(String, String)> {
+    let update = target.update_revision.as_deref()?;
+    if target.current_revision.as_deref() == Some(update) {
+        return None;
+    }
+    (target.partition..target.spec_replicas)
+        .rev()
+        .find_map(|index| {
+            let name = format!(
+                "{}-{}",
+                target.name,
+                target.ordinals_start.checked_add(index)?
+            );
+            let Some(pod) = target.pods.iter().find(|pod| pod.name == name) else {
+                return Some((name, "not created yet".to_owned()));
+            };
+            let state = if pod.terminating {
+                "terminating".to_owned()
+            } else if pod.revision.as_deref() != Some(update) {
+                "still at the old revision".to_owned()
+            } else {
+                crate::rollout::unavailable(pod, target.min_ready_seconds, now)?.to_string()
+            };
+            Some((name, state))
+        })
 }
 
 impl PhasedRolloutStatus {
@@ -387,7 +428,7 @@ impl PhasedRolloutStatus {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::zone;
+    use crate::testing::{now, zone};
 
     fn spec(url: &str) -> PhasedRolloutSpec {
         serde_json::from_value(serde_json::json!({
@@ -433,6 +474,46 @@ mod tests {
             "prom-secret"
         );
         assert_eq!(basic["prometheus"]["address"], "https://prom");
+        assert!(
+            basic["prometheus"]
+                .get("allowInsecureCredentials")
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn allowing_insecure_credentials_is_carried_to_the_generated_check() {
+        // Given the seed's example on plain http, its author allowing the Secret over it
+        let mut allowed = spec("prom:9000/xx");
+        allowed.check.query.allow_insecure_credentials = true;
+        // Then the check baton makes of it says so, and baton reads it as allowed
+        let check = health_check_spec(&allowed, Credentials::Basic).unwrap();
+        assert_eq!(check["prometheus"]["allowInsecureCredentials"], true);
+        let read: crate::gates::health_check::Spec = serde_json::from_value(check).unwrap();
+        let address = url::Url::parse(&read.prometheus.address).unwrap();
+        let author = crate::gates::health_check::Author::PhasedRollout("sample".into());
+        assert_eq!(
+            read.prometheus
+                .refuse_credentials(&address, true, None, &author),
+            None
+        );
+        // And without it, the refusal names this field of this PhasedRollout
+        let check = health_check_spec(&spec("prom:9000/xx"), Credentials::Basic).unwrap();
+        let read: crate::gates::health_check::Spec = serde_json::from_value(check).unwrap();
+        let refused = read
+            .prometheus
+            .refuse_credentials(&address, true, None, &author)
+            .unwrap();
+        assert!(
+            refused.contains("spec.check.query.allowInsecureCredentials of PhasedRollout sample"),
+            "{refused}"
+        );
+        // And it is still sent only to an address the operator listed
+        assert!(
+            read.prometheus
+                .refuse_credentials(&address, false, None, &author)
+                .is_some_and(|why| why.contains("gates.prometheus_addresses"))
+        );
     }
 
     #[test]
@@ -514,38 +595,268 @@ mod tests {
         assert_ne!(group_name(&long_a), group_name(&long_b));
     }
 
-    #[test]
-    fn the_status_follows_the_rollout() {
-        let check = CheckState {
+    fn checked_twice() -> CheckState {
+        CheckState {
             passes: 2,
             last_run: Some("2026-11-25T10:00:00Z".into()),
             last_outcome: Some("pass".into()),
             ..CheckState::default()
-        };
-        let settled = zone("web", 5).build();
-        let updated = status(&settled, Some(5), &check, 3, None, 7);
+        }
+    }
+
+    #[test]
+    fn the_status_follows_the_rollout() {
+        let check = checked_twice();
+        let settled = zone("web", 5).by_partition(5).build();
+        let updated = status(&settled, &check, 3, None, 7, now());
         assert_eq!(
             (updated.phase.as_str(), updated.observed_generation),
             ("Updated", 7)
         );
         // Partition 4: web-4 released and not yet replaced.
-        let rolling = zone("web", 5).template_changed().build();
-        let seen = status(&rolling, Some(4), &check, 3, None, 7);
+        let rolling = zone("web", 5).template_changed().by_partition(4).build();
+        let seen = status(&rolling, &check, 3, None, 7, now());
         assert_eq!(seen.phase, "Rolling");
         assert_eq!(seen.rolling_pod.as_deref(), Some("web-4"));
         // web-4 replaced; the next step waits for the check.
-        let checking = zone("web", 5).template_changed().updated(&[4]).build();
+        let checking = zone("web", 5)
+            .template_changed()
+            .by_partition(4)
+            .updated(&[4])
+            .build();
         let seen = status(
             &checking,
-            Some(4),
             &check,
             3,
             Some(("HealthCheck", "health check phasedrollout-web passes 2/3")),
             7,
+            now(),
         );
         assert_eq!(seen.phase, "Checking");
+        assert_eq!(seen.rolling_pod, None);
         assert!(seen.message.contains("2 of 3"), "{}", seen.message);
         assert_eq!(seen.consecutive_successes, 2);
         assert_eq!(seen.last_check.unwrap().result, "pass");
+    }
+
+    /// What the planner says while the StatefulSet controller brings web-3 back: it counts
+    /// the pod against max-unavailable.
+    const MAX_UNAVAILABLE: (&str, &str) = (
+        "MaxUnavailable",
+        "max-unavailable reached in web (1/1); waiting for web-3 (new revision) to become ready: Pending",
+    );
+
+    #[test]
+    fn a_released_pod_is_rolling_through_its_whole_replacement() {
+        // Given web-4 replaced and partition 3 releasing web-3
+        let released = || {
+            zone("web", 5)
+                .template_changed()
+                .by_partition(3)
+                .updated(&[4])
+        };
+        let check = checked_twice();
+        // When the StatefulSet controller takes web-3 down, recreates it, and it starts
+        let stages = [
+            ("terminating", released().terminating(&[3]).build()),
+            ("not created yet", released().missing(&[3]).build()),
+            (
+                "Pending",
+                released()
+                    .updated(&[3])
+                    .not_ready(&[3])
+                    .phase(&[3], crate::rollout::PodPhase::Pending)
+                    .build(),
+            ),
+            (
+                "not ready",
+                released().updated(&[3]).not_ready(&[3]).build(),
+            ),
+            (
+                "Ready for less than minReadySeconds",
+                released()
+                    .updated(&[3])
+                    .min_ready_seconds(30)
+                    .ready_for(3, 5)
+                    .build(),
+            ),
+        ];
+        // Then each time the status says Rolling, naming web-3 and how far it is, even though
+        // the planner waits on max-unavailable
+        for (state, target) in stages {
+            let seen = status(&target, &check, 3, Some(MAX_UNAVAILABLE), 7, now());
+            assert_eq!(
+                (seen.phase.as_str(), seen.rolling_pod.as_deref()),
+                ("Rolling", Some("web-3")),
+                "{state}: {seen:?}"
+            );
+            assert!(seen.message.ends_with(state), "{state}: {}", seen.message);
+            assert!(seen.message.contains("partition 3"), "{}", seen.message);
+            assert_eq!(seen.partition, Some(3));
+        }
+        // And once web-3 is available at the new revision, it is no longer rolling
+        let replaced = released().updated(&[3]).build();
+        let seen = status(
+            &replaced,
+            &check,
+            3,
+            Some(("HealthCheck", "health check phasedrollout-web passes 0/3")),
+            7,
+            now(),
+        );
+        assert_eq!((seen.phase.as_str(), seen.rolling_pod), ("Checking", None));
+    }
+
+    #[test]
+    fn a_pod_down_that_baton_did_not_release_is_a_wait_not_a_rollout() {
+        let check = CheckState::default();
+        let not_ready = (
+            "MaxUnavailable",
+            "max-unavailable reached in web (1/1); waiting for web-0 to become ready: not ready",
+        );
+        // Given a rollout at partition 4, web-4 replaced, when web-0 (below it) goes down
+        let below = zone("web", 5)
+            .template_changed()
+            .by_partition(4)
+            .updated(&[4])
+            .not_ready(&[0])
+            .build();
+        // And before baton released anything (held at the replicas)
+        let held = zone("web", 5)
+            .template_changed()
+            .by_partition(5)
+            .not_ready(&[0])
+            .build();
+        // And after the rollout completed (the update revision is current)
+        let done = zone("web", 5)
+            .template_changed()
+            .all_updated()
+            .current_revision(crate::testing::NEW)
+            .by_partition(0)
+            .not_ready(&[4])
+            .build();
+        // Then it is Waiting, with no rolling pod, saying the planner's words
+        for (case, target) in [("below", below), ("held", held), ("done", done)] {
+            let seen = status(&target, &check, 3, Some(not_ready), 7, now());
+            assert_eq!(
+                (seen.phase.as_str(), seen.rolling_pod.as_deref()),
+                ("Waiting", None),
+                "{case}"
+            );
+            assert_eq!(seen.message, not_ready.1, "{case}");
+        }
+    }
+
+    #[test]
+    fn every_phase_of_a_served_target_says_its_partition() {
+        let check = CheckState::default();
+        // Given a StatefulSet whose manifest left the partition unset, before baton held it:
+        // the StatefulSet controller applies 0
+        let unset = zone("web", 5).by_partition(0).build();
+        let seen = status(&unset, &check, 3, None, 1, now());
+        assert_eq!((seen.phase.as_str(), seen.partition), ("Updated", Some(0)));
+        // And while waiting, checking and rolling
+        let waiting = zone("web", 5).by_partition(5).not_ready(&[1]).build();
+        let checking = zone("web", 5)
+            .template_changed()
+            .by_partition(4)
+            .updated(&[4])
+            .build();
+        let rolling = zone("web", 5).template_changed().by_partition(4).build();
+        for (target, wait, partition) in [
+            (waiting, None, 5),
+            (checking, Some(("HealthCheck", "health check")), 4),
+            (rolling, None, 4),
+        ] {
+            let seen = status(&target, &check, 3, wait, 1, now());
+            assert_eq!(seen.partition, Some(partition), "{seen:?}");
+        }
+    }
+
+    /// The spec schema of deploy/crds/phased-rollout.yaml, as users install it.
+    fn crd_spec_schema() -> serde_json::Value {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../deploy/crds/phased-rollout.yaml"
+        );
+        let text = std::fs::read_to_string(path).expect("the PhasedRollout CRD");
+        let crd: serde_json::Value = serde_saphyr::from_str(&text).expect("a YAML CRD");
+        crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"].clone()
+    }
+
+    /// Every property path of a schema (`check.query.url`), each with whether it is required.
+    fn schema_fields(schema: &serde_json::Value, prefix: &str, into: &mut Vec<(String, bool)>) {
+        let required: Vec<&str> = schema["required"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(serde_json::Value::as_str)
+            .collect();
+        for (name, property) in schema["properties"].as_object().into_iter().flatten() {
+            let path = format!("{prefix}{name}");
+            into.push((path.clone(), required.contains(&name.as_str())));
+            schema_fields(property, &format!("{path}."), into);
+        }
+    }
+
+    fn value_fields(value: &serde_json::Value, prefix: &str, into: &mut Vec<String>) {
+        for (name, field) in value.as_object().into_iter().flatten() {
+            let path = format!("{prefix}{name}");
+            into.push(path.clone());
+            value_fields(field, &format!("{path}."), into);
+        }
+    }
+
+    fn without(value: &serde_json::Value, path: &str) -> serde_json::Value {
+        let mut value = value.clone();
+        let (parent, name) = path.rsplit_once('.').unwrap_or(("", path));
+        let object = parent
+            .split('.')
+            .filter(|part| !part.is_empty())
+            .fold(&mut value, |value, part| &mut value[part]);
+        object.as_object_mut().expect("an object").remove(name);
+        value
+    }
+
+    #[test]
+    fn the_crd_schema_and_the_spec_type_name_the_same_fields_and_require_the_same() {
+        // Given every field of the type set (a new field fails to build here until added)
+        let full = PhasedRolloutSpec {
+            target_ref: "web".into(),
+            standard_rolling_update: true,
+            check: Check {
+                initial_delay_seconds: 30,
+                period_seconds: 30,
+                success_threshold: 3,
+                query: Query {
+                    expr: "up{}".into(),
+                    url: "prom:9000/xx".into(),
+                    secret_ref: Some("prom-secret".into()),
+                    allow_insecure_credentials: true,
+                },
+            },
+        };
+        let written = serde_json::to_value(&full).unwrap();
+        let mut typed = Vec::new();
+        value_fields(&written, "", &mut typed);
+        let mut schema = Vec::new();
+        schema_fields(&crd_spec_schema(), "", &mut schema);
+        // Then the schema has exactly the type's fields
+        let mut named: Vec<String> = schema.iter().map(|(path, _)| path.clone()).collect();
+        named.sort();
+        typed.sort();
+        assert_eq!(
+            named, typed,
+            "deploy/crds/phased-rollout.yaml and PhasedRolloutSpec"
+        );
+        // And a field the schema requires is one the type cannot do without, and the other way
+        for (path, required) in schema {
+            let read = serde_json::from_value::<PhasedRolloutSpec>(without(&written, &path));
+            assert_eq!(
+                read.is_err(),
+                required,
+                "{path}: required by the schema: {required}"
+            );
+        }
     }
 }

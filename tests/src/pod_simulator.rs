@@ -67,6 +67,8 @@ struct Shared {
     /// False when real kubelets run the pods: only the timeline is recorded.
     plays_kubelet: bool,
     held: Mutex<HashSet<String>>,
+    /// Pod names whose next incarnations stay Pending, with the uid of the one left alone.
+    held_replacements: Mutex<HashMap<String, String>>,
     /// Uids of pods that crash-loop (that one pod only, not its replacement).
     crash_looping: Mutex<HashSet<String>>,
     /// Image tags whose pods crash-loop: a broken version.
@@ -115,6 +117,7 @@ impl PodSimulator {
             options,
             plays_kubelet,
             held: Mutex::default(),
+            held_replacements: Mutex::default(),
             crash_looping: Mutex::default(),
             broken_versions: Mutex::default(),
             timeline: Mutex::default(),
@@ -142,9 +145,29 @@ impl PodSimulator {
         }
     }
 
+    /// Keeps every pod that replaces the one now named `pod` (a new pod of that name) Pending
+    /// until [`release`]d, as a slow start does; the pod itself is left as it is.
+    ///
+    /// [`release`]: PodSimulator::release
+    pub async fn hold_replacement(&self, pod: &str) {
+        let current = self
+            .shared
+            .api
+            .get(pod)
+            .await
+            .unwrap_or_else(|error| panic!("pod simulator: cannot read pod {pod}: {error}"));
+        let uid = current.metadata.uid.unwrap_or_default();
+        self.shared
+            .held_replacements
+            .lock()
+            .unwrap()
+            .insert(pod.to_owned(), uid);
+    }
+
     /// Lets `pod` become Ready again (after the usual delay).
     pub async fn release(&self, pod: &str) {
         self.shared.held.lock().unwrap().remove(pod);
+        self.shared.held_replacements.lock().unwrap().remove(pod);
         if let Ok(current) = self.shared.api.get(pod).await
             && !PodReadiness::of(&current).ready
             && current.metadata.deletion_timestamp.is_none()
@@ -316,14 +339,13 @@ fn act(
         });
         return;
     }
-    let held = shared.held.lock().unwrap().contains(&name);
-    if state.ready || held {
+    if state.ready || shared.holds(&name, &uid) {
         return;
     }
     in_flight.insert(uid.clone());
     tasks.spawn(async move {
         tokio::time::sleep(shared.options.ready_after).await;
-        if !shared.held.lock().unwrap().contains(&name) {
+        if !shared.holds(&name, &uid) {
             shared.set_ready(&pod, true).await;
         }
         uid
@@ -411,6 +433,18 @@ impl Shared {
         };
         self.until_through(&name, "delete", || self.api.delete(&name, &params))
             .await;
+    }
+
+    /// Whether the pod `name` (`uid`) is kept from becoming Ready: held by name, or a
+    /// replacement of a pod whose replacements are held.
+    fn holds(&self, name: &str, uid: &str) -> bool {
+        self.held.lock().unwrap().contains(name)
+            || self
+                .held_replacements
+                .lock()
+                .unwrap()
+                .get(name)
+                .is_some_and(|spared| spared != uid)
     }
 
     /// Whether `pod` is one that crash-loops: by uid, or because it runs a broken version.

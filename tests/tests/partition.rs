@@ -11,12 +11,16 @@ use baton_e2e::fixtures::{StatefulSetFixture, rollout_group};
 use baton_e2e::prometheus_support::{Metrics, Prometheus};
 use baton_e2e::timeline::{Zone, ZoneWindow, check_rollout_guarantees, zone_windows};
 use baton_e2e::wait_until;
+use futures::StreamExt;
 use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
 use kube::api::{
     Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
 };
+use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::json;
+use std::sync::{Arc, Mutex};
 
 const TIMEOUT: Duration = Duration::from_secs(90);
 const REPLICAS: i32 = 3;
@@ -383,7 +387,12 @@ impl PhasedScene {
 
     /// Creates the seed's example, checking every second, three successes in a row.
     async fn create(&self) {
-        let example = json!({
+        self.create_with(json!({})).await;
+    }
+
+    /// Creates the seed's example with these fields added to `spec.check.query`.
+    async fn create_with(&self, query: serde_json::Value) {
+        let mut example = json!({
             "apiVersion": "sts.plus/v1alpha1",
             "kind": "PhasedRollout",
             "metadata": {"name": "phasedrollout-sample"},
@@ -398,6 +407,9 @@ impl PhasedScene {
                 },
             },
         });
+        for (field, value) in query.as_object().into_iter().flatten() {
+            example["spec"]["check"]["query"][field] = value.clone();
+        }
         let object: DynamicObject = serde_json::from_value(example).expect("a PhasedRollout");
         self.api()
             .create(&PostParams::default(), &object)
@@ -422,6 +434,24 @@ impl PhasedScene {
         .await;
     }
 
+    /// Records every status the PhasedRollout is written with, as a watch (`kubectl get
+    /// phasedrollout -o yaml -w`) delivers them, until the returned handle is dropped.
+    fn record_statuses(&self) -> StatusRecord {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let api = self.api();
+        let into = seen.clone();
+        let task = tokio::spawn(async move {
+            let config = watcher::Config::default().fields("metadata.name=phasedrollout-sample");
+            let mut updates = std::pin::pin!(watcher(api, config).applied_objects());
+            while let Some(update) = updates.next().await {
+                if let Ok(object) = update {
+                    into.lock().unwrap().push(object.data["status"].clone());
+                }
+            }
+        });
+        StatusRecord { seen, task }
+    }
+
     /// Pods of `web` that started leaving after `from`, in order, with when.
     fn replacements(&self, from: Instant) -> Vec<(String, Instant)> {
         let mut seen: Vec<(String, Instant)> = Vec::new();
@@ -439,6 +469,24 @@ impl PhasedScene {
             }
         }
         seen
+    }
+}
+
+/// The statuses a watch delivered so far.
+struct StatusRecord {
+    seen: Arc<Mutex<Vec<serde_json::Value>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl StatusRecord {
+    fn statuses(&self) -> Vec<serde_json::Value> {
+        self.seen.lock().unwrap().clone()
+    }
+}
+
+impl Drop for StatusRecord {
+    fn drop(&mut self) {
+        self.task.abort();
     }
 }
 
@@ -485,6 +533,154 @@ async fn a_phased_rollout_from_the_seeds_example_rolls_one_pod_per_passing_check
         "{status}"
     );
     assert!(status["lastCheck"]["time"].is_string(), "{status}");
+}
+
+#[tokio::test]
+async fn a_replacement_shows_as_rolling_naming_the_pod_and_every_status_says_its_partition() {
+    // Given the seed's PhasedRollout on a ready 5-replica StatefulSet, watched from its
+    // creation, and web-3's replacement slow to become ready
+    let phased = PhasedScene::new("phased-rolling").await;
+    let record = phased.record_statuses();
+    phased.create().await;
+    phased.scene.wait_partition("web", 5).await;
+    phased.scene.simulator.hold_replacement("web-3").await;
+
+    // When its template changes, and web-4's replacement passed the check
+    phased.scene.roll_out(&["web".to_owned()]).await;
+
+    // Then while the StatefulSet controller replaces web-3, the status says Rolling and names
+    // it, at partition 3, however the group's own wait words it
+    phased
+        .wait_status("is Rolling web-3 (Pending) at partition 3", |status| {
+            status["phase"] == "Rolling"
+                && status["rollingPod"] == "web-3"
+                && status["partition"] == 3
+                && status["message"].as_str().is_some_and(|message| {
+                    message.ends_with("replacing web-3, released by partition 3: Pending")
+                })
+        })
+        .await;
+
+    // When web-3 becomes ready, the rollout completes
+    phased.scene.simulator.release("web-3").await;
+    phased.scene.wait_complete(&["web".to_owned()]).await;
+    phased
+        .wait_status("is Updated at partition 5", |status| {
+            status["phase"] == "Updated" && status["partition"] == 5
+        })
+        .await;
+
+    // And a pod that goes down with nothing released is not a rollout: Waiting, none rolling
+    phased.scene.simulator.hold_not_ready("web-0").await;
+    phased
+        .wait_status("is Waiting with no rolling pod", |status| {
+            status["phase"] == "Waiting" && status.get("rollingPod").is_none()
+        })
+        .await;
+
+    // And every status written since the PhasedRollout was created said its partition with
+    // its phase
+    let statuses = record.statuses();
+    let phased_statuses: Vec<&serde_json::Value> = statuses
+        .iter()
+        .filter(|status| status.get("phase").is_some())
+        .collect();
+    assert!(!phased_statuses.is_empty(), "no status was watched");
+    for status in phased_statuses {
+        assert!(
+            status["partition"].is_i64(),
+            "a phase without a partition: {status}"
+        );
+    }
+    phased.scene.simulator.release("web-0").await;
+}
+
+#[tokio::test]
+async fn the_seeds_secret_reaches_plain_http_prometheus_once_the_phased_rollout_allows_it() {
+    // Given the seed's Secret, opted in by its owner, and the seed's PhasedRollout naming it,
+    // Prometheus on plain http as in the seed's example (the operator lists its address)
+    let phased = PhasedScene::new("phased-secret").await;
+    let client = phased.scene.namespace.client();
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), phased.scene.namespace.name());
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "prom-secret", "labels": {"baton.dev/health-check-secret": "true"}},
+        "type": "Opaque",
+        "stringData": {"token": "token", "password": "password", "username": "username"},
+    }))
+    .expect("the seed's Secret");
+    secrets
+        .create(&PostParams::default(), &secret)
+        .await
+        .expect("creating the Secret");
+    phased
+        .create_with(json!({"secretRef": "prom-secret"}))
+        .await;
+    phased.scene.wait_partition("web", 5).await;
+
+    // When its template changes
+    let from = phased.scene.roll_out(&["web".to_owned()]).await;
+
+    // Then no step goes, and the status and a Warning name the PhasedRollout's field to set,
+    // not the generated check's
+    let field = "set spec.check.query.allowInsecureCredentials of PhasedRollout \
+                 phasedrollout-sample: true";
+    phased
+        .wait_status("names the field to set", |status| {
+            status["phase"] == "Checking"
+                && status["message"]
+                    .as_str()
+                    .is_some_and(|message| message.contains(field))
+                && status["lastCheck"]["result"]
+                    .as_str()
+                    .is_some_and(|result| result.contains(field))
+        })
+        .await;
+    phased
+        .scene
+        .wait_event("web", "UnusableHealthCheck", &[field])
+        .await;
+    assert!(
+        phased.replacements(from).is_empty(),
+        "a step went without the check"
+    );
+
+    // When the PhasedRollout allows the Secret over plain http
+    let patch = json!({"spec": {"check": {"query": {"allowInsecureCredentials": true}}}});
+    phased
+        .api()
+        .patch(
+            "phasedrollout-sample",
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+        .expect("allowInsecureCredentials: true");
+
+    // Then the generated check carries it, and the rollout completes through the check
+    let checks: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        phased.scene.namespace.name(),
+        &ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("baton.dev", "v1alpha1", "RolloutHealthCheck"),
+            "rollouthealthchecks",
+        ),
+    );
+    wait_until(TIMEOUT, "the generated check allows it", || async {
+        checks
+            .get("phasedrollout-phasedrollout-sample")
+            .await
+            .is_ok_and(|check| check.data["spec"]["prometheus"]["allowInsecureCredentials"] == true)
+    })
+    .await;
+    phased.scene.wait_complete(&["web".to_owned()]).await;
+    let replaced = phased.replacements(from);
+    let order: Vec<&str> = replaced.iter().map(|(pod, _)| pod.as_str()).collect();
+    assert_eq!(order, ["web-4", "web-3", "web-2", "web-1", "web-0"]);
+    phased
+        .wait_status("is Updated at partition 5", |status| {
+            status["phase"] == "Updated" && status["partition"] == 5
+        })
+        .await;
 }
 
 #[tokio::test]

@@ -15,7 +15,7 @@ use super::calls::GateCalls;
 use super::prometheus::{Auth, PrometheusClient, Tls};
 use baton_core::gates::checks::{self, CheckOutcome, CheckPolicy, CheckRun, CheckState};
 use baton_core::gates::health_check::{
-    self, QuerySpec, Spec, combine, holding_policy, judge, render,
+    self, Author, PrometheusField, QuerySpec, Spec, combine, holding_policy, judge, render,
 };
 use baton_core::gates::keys::{self, GateWarning, HEALTH_CHECK_ANNOTATION};
 use baton_core::gates::{GateDecision, GateWait, decide, hooks};
@@ -47,7 +47,7 @@ pub async fn run(
         });
         (policy, run, Some(why))
     };
-    let (spec, generation) = match read_spec(calls, name).await {
+    let (spec, generation, author) = match read_spec(calls, name).await {
         Ok(read) => read,
         Err(why) => return unusable(holding_policy(name), why),
     };
@@ -67,7 +67,7 @@ pub async fn run(
         Ok(timeout) => timeout.min(calls.max_query_timeout),
         Err(error) => return unusable(policy, format!("{KIND} {name}: {error}")),
     };
-    let prometheus = match connect(calls, &spec, timeout).await {
+    let prometheus = match connect(calls, &spec, &author, timeout).await {
         Ok(prometheus) => prometheus,
         Err(Unusable::Refused(why)) => return unusable(policy, format!("{KIND} {name}: {why}")),
         Err(Unusable::Unavailable(why)) => {
@@ -107,8 +107,8 @@ pub async fn run(
     (policy, None, None)
 }
 
-/// The check's spec and generation.
-async fn read_spec(calls: &GateCalls, name: &str) -> Result<(Spec, i64), String> {
+/// The check's spec and generation, and who writes it (so a refusal names their field).
+async fn read_spec(calls: &GateCalls, name: &str) -> Result<(Spec, i64, Author), String> {
     let api: Api<DynamicObject> =
         Api::namespaced_with(calls.client.clone(), &calls.namespace, &api_resource());
     let reading = format!("reading {KIND} {name}");
@@ -119,7 +119,14 @@ async fn read_spec(calls: &GateCalls, name: &str) -> Result<(Spec, i64), String>
     };
     let spec = serde_json::from_value(object.data["spec"].clone())
         .map_err(|error| format!("{KIND} {name}: {error}"))?;
-    Ok((spec, object.metadata.generation.unwrap_or_default()))
+    let author = Author::of(
+        object
+            .metadata
+            .owner_references
+            .as_deref()
+            .unwrap_or_default(),
+    );
+    Ok((spec, object.metadata.generation.unwrap_or_default(), author))
 }
 
 /// Why a check cannot be run now.
@@ -134,19 +141,24 @@ enum Unusable {
 /// The Prometheus client the check asks for, if what it asks is allowed: an address the
 /// operator permits; credentials only to an address the operator listed, only from Secrets
 /// labelled [`SECRET_OPT_IN_LABEL`] (never baton's own TLS Secret), and only over verified TLS
-/// unless the check says `allowInsecureCredentials`.
+/// unless the check says `allowInsecureCredentials`. A refusal names the field where
+/// `author` sets what was refused.
 async fn connect(
     calls: &GateCalls,
     spec: &Spec,
+    author: &Author,
     timeout: Duration,
 ) -> Result<PrometheusClient, Unusable> {
     let prometheus = &spec.prometheus;
     let address = calls
         .prometheus
         .permit(&prometheus.address)
-        .map_err(|why| Unusable::Refused(format!("spec.prometheus.address: {why}")))?;
+        .map_err(|why| {
+            Unusable::Refused(format!("{}: {why}", author.field(PrometheusField::Address)))
+        })?;
     let listed = calls.prometheus.lists(&address);
-    if let Some(why) = prometheus.refuse_credentials(&address, listed, calls.own_secret.as_deref())
+    if let Some(why) =
+        prometheus.refuse_credentials(&address, listed, calls.own_secret.as_deref(), author)
     {
         return Err(Unusable::Refused(why));
     }

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use crate::duration::go as go_duration;
 use jiff::{SignedDuration, Timestamp};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use serde::Deserialize;
 
 use super::checks::{CheckOutcome, CheckPolicy, OnFailure};
@@ -116,16 +117,76 @@ impl Threshold {
     }
 }
 
+/// Who writes a check's spec, so that what baton refuses names a field that person can
+/// change: the check's own author, or, for the check baton makes of a PhasedRollout
+/// (`phasedrollout-<name>`, owned by it), the PhasedRollout's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Author {
+    Check,
+    PhasedRollout(String),
+}
+
+impl Author {
+    /// The PhasedRollout that controls the check (its controlling owner reference), if one
+    /// does. Only words depend on it: a check that claims an owner gains nothing else.
+    pub fn of(owners: &[OwnerReference]) -> Self {
+        owners
+            .iter()
+            .find(|owner| {
+                owner.controller == Some(true)
+                    && owner.kind == crate::phased::KIND
+                    && owner.api_version
+                        == format!("{}/{}", crate::phased::GROUP, crate::phased::VERSION)
+            })
+            .map_or(Self::Check, |owner| Self::PhasedRollout(owner.name.clone()))
+    }
+
+    /// Where this author sets what a check's `field` (`spec.prometheus.<field>`) comes from.
+    pub fn field(&self, field: PrometheusField) -> String {
+        match self {
+            Self::Check => format!("spec.prometheus.{}", field.check_name()),
+            Self::PhasedRollout(name) => {
+                format!("{} of PhasedRollout {name}", field.phased_rollout_path())
+            }
+        }
+    }
+}
+
+/// The fields of `spec.prometheus` a PhasedRollout writes too.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PrometheusField {
+    Address,
+    AllowInsecureCredentials,
+}
+
+impl PrometheusField {
+    fn check_name(self) -> &'static str {
+        match self {
+            Self::Address => "address",
+            Self::AllowInsecureCredentials => "allowInsecureCredentials",
+        }
+    }
+
+    fn phased_rollout_path(self) -> &'static str {
+        match self {
+            Self::Address => crate::phased::URL_FIELD,
+            Self::AllowInsecureCredentials => crate::phased::ALLOW_INSECURE_CREDENTIALS_FIELD,
+        }
+    }
+}
+
 impl PrometheusSpec {
     /// Why the Secrets this check names may not be used for `address` (already permitted as a
     /// destination; `listed`: named in the operator's `gates.prometheus_addresses`), if they may
     /// not: baton's own TLS Secret (`own_secret`) never; credentials only to a listed address,
-    /// and only over verified TLS unless `allowInsecureCredentials` says so.
+    /// and only over verified TLS unless `allowInsecureCredentials` says so (named where
+    /// `author` sets it).
     pub fn refuse_credentials(
         &self,
         address: &url::Url,
         listed: bool,
         own_secret: Option<&str>,
+        author: &Author,
     ) -> Option<String> {
         let named = [
             self.bearer_token_secret.as_ref().map(|secret| &secret.name),
@@ -153,9 +214,11 @@ impl PrometheusSpec {
         }
         let exposed = address.scheme() == "http" || self.insecure_skip_verify;
         (exposed && !self.allow_insecure_credentials).then(|| {
-            "credentials over plain http or without certificate checks can be read on the way; \
-             set spec.prometheus.allowInsecureCredentials: true to send them anyway"
-                .to_owned()
+            format!(
+                "credentials over plain http or without certificate checks can be read on the \
+                 way; set {}: true to send them anyway",
+                author.field(PrometheusField::AllowInsecureCredentials)
+            )
         })
     }
 }
@@ -452,38 +515,94 @@ mod tests {
         // No credentials: nothing to refuse, listed or not
         let open = prometheus(serde_json::json!({"address": "http://p:9090"}));
         assert_eq!(
-            open.refuse_credentials(&url("http://p:9090"), false, own),
+            open.refuse_credentials(&url("http://p:9090"), false, own, &Author::Check),
             None
         );
         // baton's own Secret, even as a CA and to a listed https address
         let stolen = prometheus(serde_json::json!({"address": "https://p",
             "caSecret": {"name": "baton-webhook-tls", "key": "ca.key"}}));
-        let refused = stolen.refuse_credentials(&url("https://p"), true, own);
+        let refused = stolen.refuse_credentials(&url("https://p"), true, own, &Author::Check);
         assert!(refused.is_some_and(|why| why.contains("baton's own TLS Secret")));
         // A token to an address the operator did not list
         let bearer =
             prometheus(serde_json::json!({"address": "https://p?x=1", "bearerTokenSecret": token}));
-        let refused = bearer.refuse_credentials(&url("https://p"), false, own);
+        let refused = bearer.refuse_credentials(&url("https://p"), false, own, &Author::Check);
         assert!(refused.is_some_and(|why| why.contains("https://p/?… is not one")));
         assert_eq!(
-            bearer.refuse_credentials(&url("https://p"), true, own),
+            bearer.refuse_credentials(&url("https://p"), true, own, &Author::Check),
             None
         );
         // Over plain http, or without certificate checks, only when the check says so
         let plain =
             prometheus(serde_json::json!({"address": "http://p", "bearerTokenSecret": token}));
-        let refused = plain.refuse_credentials(&url("http://p"), true, own);
+        let refused = plain.refuse_credentials(&url("http://p"), true, own, &Author::Check);
         assert!(refused.is_some_and(|why| why.contains("allowInsecureCredentials")));
         let unchecked = prometheus(serde_json::json!({"address": "https://p",
             "bearerTokenSecret": token, "insecureSkipVerify": true}));
         assert!(
             unchecked
-                .refuse_credentials(&url("https://p"), true, own)
+                .refuse_credentials(&url("https://p"), true, own, &Author::Check)
                 .is_some()
         );
         let asked = prometheus(serde_json::json!({"address": "http://p",
             "bearerTokenSecret": token, "allowInsecureCredentials": true}));
-        assert_eq!(asked.refuse_credentials(&url("http://p"), true, own), None);
+        assert_eq!(
+            asked.refuse_credentials(&url("http://p"), true, own, &Author::Check),
+            None
+        );
+    }
+
+    #[test]
+    fn a_refusal_names_the_field_its_reader_can_change() {
+        let owner = |kind: &str, api_version: &str, controller: bool| OwnerReference {
+            api_version: api_version.to_owned(),
+            kind: kind.to_owned(),
+            name: "phasedrollout-sample".to_owned(),
+            uid: "uid".to_owned(),
+            controller: Some(controller),
+            block_owner_deletion: None,
+        };
+        // Given the check baton made of PhasedRollout phasedrollout-sample (its controller)
+        let generated = Author::of(&[owner("PhasedRollout", "sts.plus/v1alpha1", true)]);
+        assert_eq!(
+            generated,
+            Author::PhasedRollout("phasedrollout-sample".to_owned())
+        );
+        // When its Secret would go over plain http
+        let plain: PrometheusSpec = serde_json::from_value(serde_json::json!({
+            "address": "http://p",
+            "bearerTokenSecret": {"name": "prom-secret", "key": "token"},
+        }))
+        .unwrap();
+        let refused = plain
+            .refuse_credentials(
+                &url::Url::parse("http://p").unwrap(),
+                true,
+                None,
+                &generated,
+            )
+            .unwrap();
+        // Then the refusal names the PhasedRollout's field, not the generated check's
+        assert!(
+            refused.contains(
+                "set spec.check.query.allowInsecureCredentials of PhasedRollout \
+                 phasedrollout-sample: true"
+            ),
+            "{refused}"
+        );
+        assert!(!refused.contains("spec.prometheus"), "{refused}");
+        // And a check owned otherwise, or not as its controller, is its own author's
+        for owners in [
+            vec![owner("PhasedRollout", "sts.plus/v1alpha1", false)],
+            vec![owner("Deployment", "apps/v1", true)],
+            vec![],
+        ] {
+            assert_eq!(Author::of(&owners), Author::Check);
+        }
+        assert_eq!(
+            Author::Check.field(PrometheusField::AllowInsecureCredentials),
+            "spec.prometheus.allowInsecureCredentials"
+        );
     }
 
     #[test]

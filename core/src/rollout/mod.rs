@@ -8,7 +8,7 @@ pub mod snapshot;
 
 pub use plan::{
     Action, Order, Plan, PodRevision, Progress, Unavailable, UnavailablePod, WaitReason, Warning,
-    plan, plan_in_order, replacement_note,
+    plan, plan_in_order, replacement_note, unavailable,
 };
 pub use snapshot::{
     GroupSnapshot, PodPhase, PodSnapshot, StatefulSetSnapshot, StatusLag, UpdateStrategy,

@@ -928,6 +928,16 @@ impl Availability {
     }
 }
 
+/// Why `pod` is not available at `now`, if it is not: the planner's rule ([`availability`]),
+/// for callers that describe a rollout rather than plan one.
+pub fn unavailable(
+    pod: &PodSnapshot,
+    min_ready_seconds: u32,
+    now: Timestamp,
+) -> Option<Unavailable> {
+    availability(pod, min_ready_seconds, now).unavailable()
+}
+
 /// The shared rule ([`crate::pods::PodReadiness::availability`], by which
 /// prepare-downscale judges the other zones too), with the container's reason when it has one.
 fn availability(pod: &PodSnapshot, min_ready_seconds: u32, now: Timestamp) -> Availability {
