@@ -14,6 +14,7 @@
 //! | [`pods`] | a pod as decisions read it ([`pods::CachedPod`]), readiness, ownership |
 //! | [`statefulset`] | a StatefulSet's group, replicas and ordinals as decisions read them |
 //! | [`pod_address`] | how baton addresses a pod it calls (DNS name or IP) and builds the URL |
+//! | [`names`] | the shapes of Kubernetes names, for user-written values baton puts where a name belongs |
 //! | [`rollout`] | the rollout snapshot and the planner: which pods may go now |
 //! | [`gates`] | soak, ramp, halt, health checks and hooks as gates on the plan: whether they may go now |
 //! | [`status`] | a group's status as people read it, from the snapshot, the plan and the gates |
@@ -80,6 +81,7 @@ pub mod duration;
 pub mod gates;
 pub mod lease;
 pub mod ledger;
+pub mod names;
 pub mod phased;
 pub mod pod_address;
 pub mod pods;

@@ -26,6 +26,10 @@ pub struct PodRef<'a> {
 pub enum PodAddressError {
     #[error("pod {pod} cannot be addressed by DNS name: its StatefulSet has no spec.serviceName")]
     NoServiceName { pod: String },
+    #[error(
+        "pod {pod} cannot be addressed by DNS name: its StatefulSet's spec.serviceName {service:?} is not a Service name (a DNS label: lowercase letters, digits and '-')"
+    )]
+    InvalidServiceName { pod: String, service: String },
     #[error("pod {pod} cannot be addressed by IP: it has no status.podIP yet")]
     NoPodIp { pod: String },
     #[error("pod {pod} has an invalid status.podIP {ip:?}")]
@@ -44,6 +48,14 @@ pub fn pod_host(
             if pod.service_name.is_empty() {
                 return Err(PodAddressError::NoServiceName {
                     pod: pod.name.to_owned(),
+                });
+            }
+            // Older API servers take any serviceName: one with a '/', '#' or '@' would make
+            // the host of the URL built below someone else's.
+            if !crate::names::is_dns_label(pod.service_name) {
+                return Err(PodAddressError::InvalidServiceName {
+                    pod: pod.name.to_owned(),
+                    service: pod.service_name.to_owned(),
                 });
             }
             Ok(format!(
@@ -226,6 +238,22 @@ mod tests {
                 pod("", Some("10.0.0.1")),
                 Err(PodAddressError::NoServiceName {
                     pod: "ingester-zone-a-4".into(),
+                }),
+            ),
+            (
+                PodAddressing::Dns,
+                pod("evil.example/#", None),
+                Err(PodAddressError::InvalidServiceName {
+                    pod: "ingester-zone-a-4".into(),
+                    service: "evil.example/#".into(),
+                }),
+            ),
+            (
+                PodAddressing::Dns,
+                pod("ingester.evil.example", None),
+                Err(PodAddressError::InvalidServiceName {
+                    pod: "ingester-zone-a-4".into(),
+                    service: "ingester.evil.example".into(),
                 }),
             ),
             (

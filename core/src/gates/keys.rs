@@ -251,7 +251,7 @@ pub fn read(group: &GroupSnapshot) -> (GateConfig, Vec<GateWarning>) {
         }
         if let Some(raw) = annotation(HEALTH_CHECK_ANNOTATION) {
             config.enabled = true;
-            if !is_object_name(raw) {
+            if !crate::names::is_dns_subdomain(raw) {
                 let accepted = HEALTH_CHECK_ACCEPTED;
                 reject(&mut config, name, HEALTH_CHECK_ANNOTATION, raw, accepted);
             } else if config
@@ -524,17 +524,6 @@ impl Approval {
     pub fn any(self) -> bool {
         self.canary || self.zone || self.batch
     }
-}
-
-/// A Kubernetes object name (DNS-1123 subdomain).
-fn is_object_name(raw: &str) -> bool {
-    !raw.is_empty()
-        && raw.len() <= 253
-        && raw.bytes().all(|byte| {
-            byte.is_ascii_lowercase() || byte.is_ascii_digit() || byte == b'-' || byte == b'.'
-        })
-        && raw.starts_with(|c: char| c.is_ascii_alphanumeric())
-        && raw.ends_with(|c: char| c.is_ascii_alphanumeric())
 }
 
 /// Go duration syntax (what users of the Go operator write for its min-time label), not
