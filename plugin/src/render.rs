@@ -67,10 +67,29 @@ pub fn group_line(group: &GroupStatus) -> String {
             group.name,
             group.phase.as_str(),
             waiting.kind,
-            waiting.message
+            printable(&waiting.message)
         ),
         None => format!("{}: {}", group.name, group.phase.as_str()),
     }
+}
+
+/// `text` with every control character escaped (`\n`, `\u{1b}`, …). Messages carry what
+/// namespace users wrote (a halt's or a rollback's reason, an annotation's value): printed raw,
+/// an escape sequence would drive the reader's terminal and a newline would forge a line of
+/// output (`rollout group ingester is complete`).
+pub fn printable(text: &str) -> String {
+    if !text.chars().any(char::is_control) {
+        return text.to_owned();
+    }
+    text.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
 }
 
 /// One zone in a line, for `wait` off a terminal and for its progress bars' messages.
@@ -129,10 +148,18 @@ pub fn plan(namespace: &str, group: &str, plan: &Plan, gate: &GateDecision) -> S
     }
     let mut waits = Vec::new();
     if let Some(wait) = gate.wait() {
-        waits.push(format!("  gate ({}): {wait}", wait.kind()));
+        waits.push(format!(
+            "  gate ({}): {}",
+            wait.kind(),
+            printable(&wait.to_string())
+        ));
     }
     if let Some(wait) = &plan.waiting {
-        waits.push(format!("  planner ({}): {wait}", wait.kind()));
+        waits.push(format!(
+            "  planner ({}): {}",
+            wait.kind(),
+            printable(&wait.to_string())
+        ));
     }
     if !waits.is_empty() {
         text.push_str("\nWaits:\n");
@@ -153,7 +180,7 @@ pub fn plan(namespace: &str, group: &str, plan: &Plan, gate: &GateDecision) -> S
     if !warnings.is_empty() {
         text.push_str("\nWarnings:\n");
         for warning in warnings {
-            text.push_str(&format!("  {warning}\n"));
+            text.push_str(&format!("  {}\n", printable(&warning)));
         }
     }
     let header = ["ZONE", "UPDATED", "READY", "DONE"].map(String::from);

@@ -54,16 +54,16 @@ pub fn verdict(view: &GroupStatus) -> WaitVerdict {
     let message = || {
         view.waiting
             .as_ref()
-            .map_or_else(String::new, |waiting| waiting.message.clone())
+            .map_or_else(String::new, |waiting| render::printable(&waiting.message))
     };
     match view.phase {
         RolloutPhase::Complete => WaitVerdict::Complete,
         RolloutPhase::Halted => WaitVerdict::Halted(message()),
         RolloutPhase::Skipped => WaitVerdict::Skipped(message()),
         RolloutPhase::AwaitingApproval => WaitVerdict::AwaitingApproval(message()),
-        RolloutPhase::RolledBack => {
-            WaitVerdict::RolledBack(view.rollback.clone().unwrap_or_default())
-        }
+        RolloutPhase::RolledBack => WaitVerdict::RolledBack(render::printable(
+            view.rollback.as_deref().unwrap_or_default(),
+        )),
         RolloutPhase::Rolling
         | RolloutPhase::Waiting
         | RolloutPhase::Paused
@@ -338,6 +338,28 @@ mod tests {
             "timed out after 5s waiting for rollout group ingester: paused; waits (Paused): \
              rollout paused with pods left to update in b"
         );
+    }
+
+    #[test]
+    fn a_reason_written_to_drive_the_terminal_or_forge_a_line_is_printed_escaped() {
+        // Given a halt whose reason a namespace user wrote with an escape sequence and a newline
+        let mut b = zone("b", 2, 0);
+        b.annotations.insert(
+            HALTED_ANNOTATION.to_owned(),
+            "oops\u{1b}[2J\u{7}\rrollout group ingester is complete\n".to_owned(),
+        );
+        let view = status_of(&group(vec![zone("a", 2, 0), b]));
+        // When wait stops and the status line is printed
+        let halted = outcome(&view).expect("final");
+        let line = render::group_line(&view);
+        // Then neither holds a control character, and the reason is still there, escaped
+        for printed in [&halted.message, &line] {
+            assert!(!printed.chars().any(char::is_control), "{printed:?}");
+            assert!(
+                printed.contains("oops\\u{1b}[2J\\u{7}\\rrollout group"),
+                "{printed}"
+            );
+        }
     }
 
     #[test]
