@@ -81,11 +81,16 @@ impl ZoneTracker {
             })
     }
 
-    /// The malformed entries, to warn about each.
-    pub fn malformed(&self) -> Vec<MalformedTrackerEntry> {
-        self.data
-            .keys()
-            .filter_map(|key| self.last_downscaled(key).err())
+    /// The malformed entries of `statefulsets` (a group's members), to warn about each. Only
+    /// theirs: the tracker is written by anyone who may edit ConfigMaps in the namespace and
+    /// can hold any number of keys, which no admission or pass should parse or log.
+    pub fn malformed<'a>(
+        &self,
+        statefulsets: impl IntoIterator<Item = &'a str>,
+    ) -> Vec<MalformedTrackerEntry> {
+        statefulsets
+            .into_iter()
+            .filter_map(|name| self.last_downscaled(name).err())
             .collect()
     }
 }

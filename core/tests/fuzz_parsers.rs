@@ -148,7 +148,7 @@ fn downscale_records_never_panic_and_never_date_a_downscale_in_the_future() {
                 if let Ok(Some(last)) = last_downscale(&statefulset, records, now) {
                     prop_assert!(last.at <= now + MAX_CLOCK_SKEW);
                 }
-                let _ = tracker.malformed();
+                let _ = tracker.malformed(["zone-a"]);
                 let _ = follow_up_claims(&ledger, [&statefulset], now, Duration::from_secs(grace));
                 Ok(())
             },

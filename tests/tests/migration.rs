@@ -256,7 +256,9 @@ async fn a_namespace_the_go_operator_v0_38_leaves_keeps_its_downscale_history_an
     assert_eq!(refused.0, 429, "{refused:?}");
     assert!(refused.1.contains("ingester"), "{refused:?}");
     // And a malformed tracker entry is a Warning on its StatefulSet, and holds (it counts as a
-    // downscale now) rather than lets anything through
+    // downscale now) rather than lets anything through, but not forever: the leader writes it
+    // back as that downscale, so the hold ends one min-time later whoever wrote it
+    let written = jiff::Timestamp::now();
     namespace
         .api::<ConfigMap>()
         .patch(
@@ -274,11 +276,32 @@ async fn a_namespace_the_go_operator_v0_38_leaves_keeps_its_downscale_history_an
         &["\"ingester-zone-c\"", "\"last tuesday\"", TRACKER],
     )
     .await;
+    wait_until(
+        TIMEOUT,
+        "zone c's tracker entry is written back",
+        || async {
+            let tracker = namespace.api::<ConfigMap>().get(TRACKER).await.unwrap();
+            tracker
+                .data
+                .unwrap_or_default()
+                .get("ingester-zone-c")
+                .and_then(|value| serde_json::from_str::<serde_json::Value>(value).ok())
+                .and_then(|value| {
+                    value["lastDownscaled"]
+                        .as_str()?
+                        .parse::<jiff::Timestamp>()
+                        .ok()
+                })
+                .is_some_and(|at| at >= written - jiff::SignedDuration::from_secs(1))
+        },
+    )
+    .await;
     let denied = hpa_scale(&statefulsets, "ingester-zone-b", 2)
         .await
         .unwrap_err();
     assert!(
-        denied.contains("statefulset ingester-zone-c counts as downscaled at"),
+        denied.contains("statefulset ingester-zone-c was downscaled at")
+            && denied.contains("to wait 12h0m0s"),
         "{denied}"
     );
     drop(kubelet);

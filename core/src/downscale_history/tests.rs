@@ -55,7 +55,7 @@ fn the_go_operators_tracker_entries_are_read_and_written_in_its_format() {
         Ok(Some(t("2026-11-24T10:00:00.123456789Z")))
     );
     assert_eq!(tracker.last_downscaled("zone-c"), Ok(None));
-    assert!(tracker.malformed().is_empty());
+    assert!(tracker.malformed(["zone-a", "zone-b", "zone-c"]).is_empty());
     assert_eq!(
         tracker_value(t("2026-11-24T10:00:00.9Z")),
         r#"{"lastDownscaled":"2026-11-24T10:00:00Z"}"#
@@ -73,8 +73,10 @@ fn a_malformed_tracker_entry_counts_as_a_downscale_now_and_is_named() {
         "",
     ] {
         let tracker = tracker(&[("zone-a", bad)]);
-        let malformed = tracker.malformed();
+        let malformed = tracker.malformed(["zone-a", "zone-b"]);
         assert_eq!(malformed.len(), 1, "{bad:?}");
+        // Another group's (or anyone's) keys are not read at all
+        assert!(tracker.malformed(["zone-b"]).is_empty(), "{bad:?}");
         let message = malformed[0].to_string();
         assert!(message.contains("\"zone-a\""), "{message}");
         assert!(message.contains(&format!("{bad:?}")), "{message}");

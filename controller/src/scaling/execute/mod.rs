@@ -25,10 +25,12 @@ use baton_config::{Config, PodAddressing};
 use baton_core::downscale_history::{Records, ZoneTracker};
 use baton_core::ledger::Ledger;
 use baton_core::pods::CachedPod;
+use baton_shared::downscale_history::record_in_tracker;
 use baton_shared::kube_client::bounded;
 use baton_shared::pod_client::{PodClientError, PodHttpClient};
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::ConfigMap;
 use kube::ResourceExt;
 use kube::api::{Api, ApiResource, Patch, PatchParams};
 use prometheus::Registry;
@@ -158,24 +160,45 @@ impl Scaler {
         {
             pass.tell(finding).await;
         }
-        // A malformed entry of a member is told on it: it holds the group's downscales.
-        for malformed in records.1.malformed() {
-            if pass.statefulset(&malformed.key).is_some() {
-                pass.say(
-                    &malformed.key,
-                    crate::explain::Severity::Warning,
-                    ZONE_TRACKER_INVALID,
-                    "Validate",
-                    format!(
-                        "{malformed} in ConfigMap {}: it counts as a downscale now, holding other zones' downscales until it is corrected or removed",
-                        self.zone_tracker
-                    ),
-                )
-                .await;
-            }
+        // A malformed entry of a member is told on it: it counts as a downscale now, holding
+        // the group's downscales. Left alone it would hold them for as long as it stays, so the
+        // leader writes it back as the downscale it is taken for: the hold ends one min-time
+        // later whoever wrote it.
+        let names = members
+            .iter()
+            .filter_map(|member| member.metadata.name.as_deref());
+        let malformed = records.1.malformed(names);
+        for entry in &malformed {
+            pass.say(
+                &entry.key,
+                crate::explain::Severity::Warning,
+                ZONE_TRACKER_INVALID,
+                "Validate",
+                format!(
+                    "{entry} in ConfigMap {}: it counts as a downscale now, and is written back as \
+                     one, so other zones' downscales wait their min-time from now",
+                    self.zone_tracker
+                ),
+            )
+            .await;
         }
         if may_act().is_none() {
             return (requeue, pass.into_failures());
+        }
+        // One entry per pass: the write is conditional on the tracker's version, and its watch
+        // event brings the next pass.
+        if let Some(entry) = malformed.first() {
+            let config_maps: Api<ConfigMap> = Api::namespaced(self.client.clone(), &self.namespace);
+            let written = bounded(
+                self.request_timeout,
+                format!("writing back {}'s malformed zone tracker entry", entry.key),
+                record_in_tracker(&config_maps, &self.zone_tracker, records.1, &entry.key, now),
+            )
+            .await;
+            if !matches!(written, Ok(Ok(_))) {
+                tracing::warn!(key = %entry.key, ?written, "writing back a malformed zone tracker entry failed; the next pass tries again");
+                requeue = requeue.sooner(Requeue::After(Duration::from_secs(1)));
+            }
         }
         let requeue = requeue.sooner(pass.act(&plan, may_act).await);
         let requeue = requeue.sooner(pass.follow_up_claims(group, records, now, may_act).await);

@@ -14,6 +14,7 @@
 //! slow pod cannot leave other pods prepared and the claim held.
 
 use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use baton_config::{Config, PodAddressing};
@@ -54,6 +55,9 @@ pub struct PrepareDownscale {
     claim_grace: Duration,
     /// The namespace this replica serves.
     namespace: String,
+    /// The zone tracker's version whose malformed entries were last logged: each change is
+    /// logged once, not at every admission.
+    tracker_logged: Arc<Mutex<Option<String>>>,
 }
 
 impl std::fmt::Debug for PrepareDownscale {
@@ -79,7 +83,22 @@ impl PrepareDownscale {
             zone_tracker: config.downscale.zone_tracker_config_map.clone(),
             claim_grace: config.downscale.claim_grace.get(),
             namespace: config.namespace.clone(),
+            tracker_logged: Arc::default(),
         }
+    }
+
+    /// Whether the malformed entries of the tracker at `version` are still to be logged (and
+    /// from now on, not again).
+    fn first_look_at(&self, version: Option<&str>) -> bool {
+        let mut logged = self
+            .tracker_logged
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if logged.as_deref() == version {
+            return false;
+        }
+        *logged = version.map(str::to_owned);
+        true
     }
 
     /// Runs the whole flow for one request and returns the answer.
@@ -220,8 +239,14 @@ impl PrepareDownscale {
                 &error,
             )
         })?;
-        for malformed in tracker.malformed() {
-            tracing::warn!(tracker = %self.zone_tracker, key = %malformed.key, value = %malformed.value, "{malformed}; counted as a downscale now");
+        let names = members
+            .iter()
+            .filter_map(|member| member.metadata.name.as_deref());
+        let malformed = tracker.malformed(names);
+        if !malformed.is_empty() && self.first_look_at(tracker.resource_version.as_deref()) {
+            for malformed in malformed {
+                tracing::warn!(tracker = %self.zone_tracker, key = %malformed.key, value = %malformed.value, "{malformed}; counted as a downscale now");
+            }
         }
         let judge = |ledger: &Ledger| {
             let records = Records {
