@@ -24,13 +24,40 @@ pub enum Written {
     Conflict,
 }
 
-/// Reads the ledger; a missing ConfigMap is an empty ledger.
-pub async fn read(api: &Api<ConfigMap>, name: &str) -> Result<Ledger, Error> {
-    Ok(api
-        .get_opt(name)
-        .await?
-        .map(Ledger::from_config_map)
-        .unwrap_or_default())
+/// Why a record could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    #[error("{}", crate::pod_client::error_chain(.0))]
+    Api(#[from] Error),
+    /// A ConfigMap has the record's name but not baton's label: someone else made it (deleted
+    /// baton's and created their own, say). Read as a record, its entries would be a forgery;
+    /// ignored, the history it replaced would be lost. Neither: it is an error until removed.
+    #[error(
+        "ConfigMap {name} is not one of baton's records (it lacks the label \
+         {MANAGED_BY_LABEL}=baton): someone else made it, and it is not read; delete it so baton \
+         can keep its record there"
+    )]
+    NotBatons { name: String },
+}
+
+/// Reads the ledger; a missing ConfigMap is an empty ledger, one without baton's label an
+/// error ([`ReadError::NotBatons`]).
+pub async fn read(api: &Api<ConfigMap>, name: &str) -> Result<Ledger, ReadError> {
+    let Some(config_map) = api.get_opt(name).await? else {
+        return Ok(Ledger::default());
+    };
+    let batons = config_map
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|labels| labels.get(MANAGED_BY_LABEL))
+        .is_some_and(|value| value == "baton");
+    if !batons {
+        return Err(ReadError::NotBatons {
+            name: name.to_owned(),
+        });
+    }
+    Ok(Ledger::from_config_map(config_map))
 }
 
 /// Writes `ledger` if nobody else wrote since it was read: a replace conditioned on its

@@ -1122,7 +1122,7 @@ async fn a_person_cannot_rewrite_batons_records_while_batons_own_writes_go_throu
     assert!(
         refused.contains(&format!(
             "ConfigMap {name} is one of baton's records (app.kubernetes.io/managed-by=baton), \
-             whose data and labels only baton writes"
+             which only baton writes"
         )),
         "{refused}"
     );
@@ -1145,6 +1145,14 @@ async fn a_person_cannot_rewrite_batons_records_while_batons_own_writes_go_throu
             .await
             .is_err()
     );
+    // nor freeze it (every later write of baton's would fail: every downscale denied)
+    let freeze = json!({"immutable": true});
+    assert!(
+        config_maps
+            .patch(&name, &PatchParams::default(), &Patch::Merge(&freeze))
+            .await
+            .is_err()
+    );
     // but annotating it is anyone's
     let note = json!({"metadata": {"annotations": {"note": "seen"}}});
     config_maps
@@ -1153,4 +1161,33 @@ async fn a_person_cannot_rewrite_batons_records_while_batons_own_writes_go_throu
         .expect("annotations are anyone's");
     let kept = config_maps.get(&name).await.expect("the ledger");
     assert_eq!(kept.data, Some(ledger.data));
+
+    // And when a person deletes it and creates their own under its name, unlabelled, baton
+    // does not read it as its record
+    config_maps
+        .delete(&name, &Default::default())
+        .await
+        .expect("deleting a whole record is not judged");
+    let impostor: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "data": {"ingester-zone-a": r#"{"at":"2020-01-01T00:00:00Z"}"#},
+    }))
+    .expect("a ConfigMap");
+    config_maps
+        .create(&PostParams::default(), &impostor)
+        .await
+        .expect("an unlabelled ConfigMap is anyone's");
+    let read = baton_shared::ledger::read(&config_maps, &name).await;
+    assert!(
+        matches!(
+            &read,
+            Err(baton_shared::ledger::ReadError::NotBatons { .. })
+        ),
+        "{read:?}"
+    );
+    assert!(
+        read.unwrap_err()
+            .to_string()
+            .contains("is not one of baton's records"),
+    );
 }

@@ -391,14 +391,13 @@ impl Evictions {
         request: &EvictionRequest,
         budget: &str,
         name: &str,
-        error: &kube::Error,
+        error: &ledger::ReadError,
     ) -> (Decision, &'static str) {
         self.records.lock().expect("records lock").remove(budget);
         (
             Decision::deny_for_now(format!(
-                "pod {} cannot be evicted now: the eviction could not be recorded in ConfigMap {name}: {}",
+                "pod {} cannot be evicted now: the eviction could not be recorded in ConfigMap {name}: {error}",
                 request.pod,
-                baton_shared::pod_client::error_chain(error)
             )),
             "api_error",
         )

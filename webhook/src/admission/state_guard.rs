@@ -11,7 +11,9 @@
 //! - **Its records** (ConfigMaps labelled `app.kubernetes.io/managed-by: baton`: the downscale
 //!   ledgers and the eviction records) are created and changed by baton's controller and
 //!   webhook only. Whoever else could edit them would remove an entry to lift a downscale's
-//!   min-time, or add one to block evictions. Their annotations stay anyone's. Deleting a whole
+//!   min-time, or add one to block evictions; make it `immutable` to fail every later write, so
+//!   every downscale and drain; add an owner whose deletion takes it away, or a finalizer.
+//!   Everything but their annotations is guarded; those stay anyone's. Deleting a whole
 //!   record is not judged: a namespace being deleted must not hang on baton's webhook.
 
 use std::collections::BTreeMap;
@@ -37,15 +39,27 @@ struct Metadata {
     labels: Option<BTreeMap<String, String>>,
     #[serde(default)]
     annotations: Option<BTreeMap<String, String>>,
+    /// A finalizer keeps a record from going; an owner reference makes the garbage collector
+    /// delete it with its owner (a pod of the attacker's, say).
+    #[serde(default)]
+    finalizers: Option<Vec<String>>,
+    #[serde(default, rename = "ownerReferences")]
+    owner_references: Option<Vec<serde_json::Value>>,
 }
 
-/// A ConfigMap's parts a record is made of.
+/// A ConfigMap's parts a record is made of: every field that changes what it means or whether
+/// baton can keep writing it (`immutable: true` would fail every later write, so every downscale
+/// and drain).
 #[derive(Debug, Default, Deserialize)]
 struct Record {
     #[serde(default)]
     metadata: Metadata,
     #[serde(default)]
     data: Option<BTreeMap<String, String>>,
+    #[serde(default, rename = "binaryData")]
+    binary_data: Option<BTreeMap<String, String>>,
+    #[serde(default)]
+    immutable: Option<bool>,
 }
 
 impl Record {
@@ -56,6 +70,26 @@ impl Record {
             })
         })
         .transpose()
+    }
+
+    /// Whether `other` means the same: equal in everything but its annotations.
+    fn means_the_same_as(&self, other: &Self) -> bool {
+        self.data == other.data
+            && self.binary_data == other.binary_data
+            && self.immutable.unwrap_or(false) == other.immutable.unwrap_or(false)
+            && self.metadata.labels == other.metadata.labels
+            && self.metadata.finalizers.as_deref().unwrap_or_default()
+                == other.metadata.finalizers.as_deref().unwrap_or_default()
+            && self
+                .metadata
+                .owner_references
+                .as_deref()
+                .unwrap_or_default()
+                == other
+                    .metadata
+                    .owner_references
+                    .as_deref()
+                    .unwrap_or_default()
     }
 
     fn is_batons(&self) -> bool {
@@ -140,9 +174,7 @@ fn records(request: &AdmissionRequest<'_>, writers: &[String]) -> Decision {
     let batons =
         new.as_ref().is_some_and(Record::is_batons) || old.as_ref().is_some_and(Record::is_batons);
     let changed = match (&old, &new) {
-        (Some(old), Some(new)) => {
-            old.data != new.data || old.metadata.labels != new.metadata.labels
-        }
+        (Some(old), Some(new)) => !old.means_the_same_as(new),
         _ => true,
     };
     if !batons || !changed {
@@ -153,8 +185,9 @@ fn records(request: &AdmissionRequest<'_>, writers: &[String]) -> Decision {
         .and_then(|record| record.metadata.name.clone())
         .unwrap_or_else(|| request.name.to_string());
     Decision::deny(format!(
-        "ConfigMap {name} is one of baton's records ({MANAGED_BY_LABEL}=baton), whose data and \
-         labels only baton writes ({} may not); its annotations are yours",
+        "ConfigMap {name} is one of baton's records ({MANAGED_BY_LABEL}=baton), which only baton \
+         writes, all but its annotations (data, labels, immutable, finalizers, owners; {} may \
+         not); its annotations are yours",
         requester(request)
     ))
 }
@@ -253,12 +286,37 @@ mod tests {
             lifted.message.as_deref(),
             Some(
                 "ConfigMap baton-downscale-ingester is one of baton's records \
-                 (app.kubernetes.io/managed-by=baton), whose data and labels only baton writes \
-                 (alice may not); its annotations are yours"
+                 (app.kubernetes.io/managed-by=baton), which only baton writes, all but its \
+                 annotations (data, labels, immutable, finalizers, owners; alice may not); its \
+                 annotations are yours"
             )
         );
         assert!(!judge_record("CREATE", "alice", &written, "null").allowed);
         assert!(!judge_record("UPDATE", "alice", &record("{}", entries), &written).allowed);
+        // Freezing it (every later write fails), tying it to an owner the garbage collector
+        // deletes it with, holding it with a finalizer, or hiding entries in binaryData
+        for (what, field) in [
+            ("frozen", r#""immutable":true,"#),
+            ("binary data", r#""binaryData":{"x":"eA=="},"#),
+        ] {
+            let changed = written.replacen(r#""data""#, &format!(r#"{field}"data""#), 1);
+            let refused = judge_record("UPDATE", "alice", &changed, &written);
+            assert!(!refused.allowed, "{what}: {changed}");
+        }
+        for (what, field) in [
+            (
+                "owned",
+                r#""ownerReferences":[{"apiVersion":"v1","kind":"Pod","name":"p","uid":"u"}],"#,
+            ),
+            ("finalized", r#""finalizers":["example.com/keep"],"#),
+        ] {
+            let changed = written.replacen(r#""labels""#, &format!(r#"{field}"labels""#), 1);
+            let refused = judge_record("UPDATE", "alice", &changed, &written);
+            assert!(!refused.allowed, "{what}: {changed}");
+        }
+        // `immutable: false` written out is what its absence means
+        let spelled_out = written.replacen(r#""data""#, r#""immutable":false,"data""#, 1);
+        assert!(judge_record("UPDATE", "alice", &spelled_out, &written).allowed);
         // Annotations are anyone's, and other ConfigMaps are not judged
         let annotated = written.replace(r#""note":"x""#, r#""note":"y""#);
         assert!(judge_record("UPDATE", "alice", &annotated, &written).allowed);

@@ -464,6 +464,8 @@ enum FlowError {
     #[error("{}", baton_shared::pod_client::error_chain(.0))]
     Api(#[from] kube::Error),
     #[error("{0}")]
+    Record(#[from] ledger::ReadError),
+    #[error("{0}")]
     Pod(baton_shared::pod_client::PodCallError),
     #[error("the request deadline passed")]
     TimedOut,
