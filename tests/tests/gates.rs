@@ -1075,6 +1075,41 @@ async fn a_person_cannot_forge_batons_memory_to_skip_a_soak_while_batons_own_wri
         .expect_err("a member with forged state is refused")
         .to_string();
     assert!(created.contains("baton.dev/check-state"), "{created}");
+    // and so is the state written through the status subresource (whose updates keep changes
+    // to metadata): refused, or at least never stored
+    match statefulsets
+        .patch_status(&names[1], &PatchParams::default(), &Patch::Merge(&forged))
+        .await
+    {
+        Err(refused) => assert!(
+            refused.to_string().contains("only baton's controller sets"),
+            "{refused}"
+        ),
+        Ok(written) => assert!(
+            written
+                .metadata
+                .annotations
+                .unwrap_or_default()
+                .get(STATE_ANNOTATION)
+                .is_none_or(|state| !state.contains("2026-01-01")),
+            "a gate state forged through the status subresource was stored"
+        ),
+    }
+    // and so is a StatefulSet made outside every group with forged state, then labelled in
+    let outsider = StatefulSetFixture::new("outsider")
+        .annotation(CHECK_STATE_ANNOTATION, r#"{"passes":99}"#)
+        .build();
+    statefulsets
+        .create(&PostParams::default(), &outsider)
+        .await
+        .expect("outside every group, nothing is baton's");
+    let join = json!({"metadata": {"labels": {"rollout-group": "ingester"}}});
+    let joined = statefulsets
+        .patch("outsider", &PatchParams::default(), &Patch::Merge(&join))
+        .await
+        .expect_err("state labelled into a group is refused")
+        .to_string();
+    assert!(joined.contains("baton.dev/check-state"), "{joined}");
     // and zone b is still soaking, not one pod updated
     assert_eq!(scene.updated_pods(&names[1]).await, 0);
     let stored = scene.annotations(&names[1]).await;

@@ -18,6 +18,7 @@ use baton_core::rollout::GroupSnapshot;
 use baton_shared::kube_client::bounded;
 use k8s_openapi::api::apps::v1::{ControllerRevision, StatefulSet};
 use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::core::Selector;
 use kube::{Resource, ResourceExt};
 
 use super::execute::ExecuteError;
@@ -147,25 +148,44 @@ impl Rollbacks<'_> {
         Ok(Advanced::Wrote)
     }
 
-    /// Every member's ControllerRevisions (the ones it controls), by member name.
+    /// Every member's ControllerRevisions (the ones it controls), by member name: listed by each
+    /// member's own selector (the StatefulSet controller labels its revisions with the pods'
+    /// labels), never the whole namespace, whose revisions anyone may fill.
     async fn history(
         &self,
         members: &[Arc<StatefulSet>],
     ) -> Result<BTreeMap<String, Vec<Revision>>, ExecuteError> {
         let api: Api<ControllerRevision> = Api::namespaced(self.client.clone(), self.namespace);
-        let listing = format!("listing the ControllerRevisions of {}", self.namespace);
-        let listed = bounded(self.timeout, listing, api.list(&ListParams::default()))
+        let mut revisions = Vec::new();
+        for member in members {
+            let name = member.name_any();
+            // An empty or unreadable selector selects everything: such a member has no history
+            // worth the namespace's.
+            let Some(selector) = member
+                .spec
+                .as_ref()
+                .and_then(|spec| Selector::try_from(spec.selector.clone()).ok())
+                .map(|selector| selector.to_string())
+                .filter(|selector| !selector.is_empty())
+            else {
+                continue;
+            };
+            let listing = format!("listing the ControllerRevisions of {name}");
+            let listed = bounded(
+                self.timeout,
+                listing,
+                api.list(&ListParams::default().labels(&selector)),
+            )
             .await?
             .map_err(|source| ExecuteError::Rollback {
-                statefulset: members
-                    .first()
-                    .map(|member| member.name_any())
-                    .unwrap_or_default(),
+                statefulset: name.clone(),
                 step: "listing ControllerRevisions",
                 source,
             })?;
+            revisions.extend(listed.items);
+        }
         let read: Vec<&StatefulSet> = members.iter().map(Arc::as_ref).collect();
-        Ok(rollback::history(&read, &listed.items))
+        Ok(rollback::history(&read, &revisions))
     }
 
     /// Writes `name`'s pod template back from the ControllerRevision `record.to`, marking the
@@ -191,6 +211,23 @@ impl Rollbacks<'_> {
         let revision = bounded(self.timeout, reading, revisions.get(&record.to))
             .await?
             .map_err(|source| failed("reading the revision to go back to", source))?;
+        // The record names the revision; only one of this member's own is copied into it.
+        if !rollback::is_revision_of(&revision, member) {
+            let explanation = Explanation {
+                severity: Severity::Warning,
+                reason: "RollbackRefused".to_owned(),
+                action: "Rollback".to_owned(),
+                note: format!(
+                    "ControllerRevision {} is not one of {name}'s own (no controller owner \
+                     reference to it): its template is not written into {name}",
+                    record.to
+                ),
+            };
+            self.explainer
+                .tell(&member.object_ref(&()), explanation)
+                .await;
+            return Ok(());
+        }
         let restored = Record {
             restored: true,
             ..record.clone()

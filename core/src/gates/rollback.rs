@@ -94,19 +94,9 @@ pub fn history(
     members
         .iter()
         .map(|member| {
-            let uid = member.metadata.uid.as_deref();
             let owned = revisions
                 .iter()
-                .filter(|revision| {
-                    revision
-                        .metadata
-                        .owner_references
-                        .iter()
-                        .flatten()
-                        .any(|owner| {
-                            owner.controller == Some(true) && Some(owner.uid.as_str()) == uid
-                        })
-                })
+                .filter(|revision| is_revision_of(revision, member))
                 .map(|revision| Revision {
                     name: revision.metadata.name.clone().unwrap_or_default(),
                     number: revision.revision,
@@ -115,6 +105,25 @@ pub fn history(
             (member.metadata.name.clone().unwrap_or_default(), owned)
         })
         .collect()
+}
+
+/// Whether `revision` is one of `member`'s own: controlled by it (the StatefulSet controller's
+/// owner reference, by uid). A template is only ever written back from one: a record's `to`
+/// names a revision, and one of another StatefulSet's (or one a person made) is never baton's
+/// to copy into this one.
+pub fn is_revision_of(
+    revision: &k8s_openapi::api::apps::v1::ControllerRevision,
+    member: &k8s_openapi::api::apps::v1::StatefulSet,
+) -> bool {
+    let Some(uid) = member.metadata.uid.as_deref().filter(|uid| !uid.is_empty()) else {
+        return false;
+    };
+    revision
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|owner| owner.controller == Some(true) && owner.uid == uid)
 }
 
 /// What [`start`] decided, as people read it: each member from what to what, in turn order.

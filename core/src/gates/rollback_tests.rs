@@ -352,3 +352,69 @@ fn records_missing_while_the_request_stands_are_a_rollback_starting_not_stale_on
         .remove(ROLLBACK_ANNOTATION);
     assert!(matches!(status(&starting, |_| true), Status::Stale(_)));
 }
+
+#[test]
+fn only_a_members_own_revisions_are_its_history_and_written_back_from() {
+    use k8s_openapi::api::apps::v1::{ControllerRevision, StatefulSet};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+    let member = |name: &str, uid: &str| StatefulSet {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            uid: Some(uid.to_owned()),
+            ..ObjectMeta::default()
+        },
+        ..StatefulSet::default()
+    };
+    let revision = |name: &str, owner: Option<(&str, bool)>| ControllerRevision {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            owner_references: owner.map(|(uid, controller)| {
+                vec![OwnerReference {
+                    uid: uid.to_owned(),
+                    controller: Some(controller),
+                    ..OwnerReference::default()
+                }]
+            }),
+            ..ObjectMeta::default()
+        },
+        revision: 1,
+        ..ControllerRevision::default()
+    };
+    let (a, b) = (member("a", "uid-a"), member("b", "uid-b"));
+    // Given a's own revision, b's, one a person made, and one that only names a as a non-controller
+    let own = revision("a-1", Some(("uid-a", true)));
+    let others = revision("b-1", Some(("uid-b", true)));
+    let forged = revision("forged", None);
+    let loose = revision("loose", Some(("uid-a", false)));
+    // Then only a's own is a's to go back to
+    assert!(is_revision_of(&own, &a));
+    for not_ours in [&others, &forged, &loose] {
+        assert!(
+            !is_revision_of(not_ours, &a),
+            "{:?}",
+            not_ours.metadata.name
+        );
+    }
+    assert!(
+        !is_revision_of(&own, &member("c", "")),
+        "no uid, no history"
+    );
+    let read = super::history(
+        &[&a, &b],
+        &[own.clone(), others.clone(), forged.clone(), loose.clone()],
+    );
+    assert_eq!(
+        read["a"]
+            .iter()
+            .map(|revision| revision.name.as_str())
+            .collect::<Vec<_>>(),
+        ["a-1"]
+    );
+    assert_eq!(
+        read["b"]
+            .iter()
+            .map(|revision| revision.name.as_str())
+            .collect::<Vec<_>>(),
+        ["b-1"]
+    );
+}

@@ -18,7 +18,7 @@
 
 use std::collections::BTreeMap;
 
-use baton_core::annotations::STATE_ANNOTATIONS;
+use baton_core::annotations::{ROLLOUT_GROUP_LABEL, STATE_ANNOTATIONS};
 use baton_core::ledger::MANAGED_BY_LABEL;
 use serde::Deserialize;
 
@@ -122,6 +122,15 @@ impl Annotated {
         }
     }
 
+    /// Whether it carries a rollout group's label (an absent object, a CREATE's old one, is in
+    /// none).
+    fn in_a_group(&self) -> bool {
+        self.metadata
+            .labels
+            .as_ref()
+            .is_some_and(|labels| labels.contains_key(ROLLOUT_GROUP_LABEL))
+    }
+
     fn annotation(&self, key: &str) -> Option<&str> {
         self.metadata
             .annotations
@@ -205,11 +214,15 @@ fn state(request: &AdmissionRequest<'_>, writers: &[String]) -> Decision {
         Ok(old) => old,
         Err(denied) => return denied,
     };
+    // State carried into a group is set as it joins: written while the StatefulSet was
+    // outside every group (where nothing guards it), then labelled in unchanged, it would
+    // otherwise pass as "left as it was".
+    let joining = !old.in_a_group() && new.in_a_group();
     let changed: Vec<&str> = STATE_ANNOTATIONS
         .into_iter()
         .filter(|key| {
             let value = new.annotation(key);
-            value.is_some() && value != old.annotation(key)
+            value.is_some() && (joining || value != old.annotation(key))
         })
         .collect();
     if changed.is_empty() {
@@ -361,6 +374,68 @@ mod tests {
                     .starts_with("baton.dev/check-state and baton.dev/hook-state are")),
             "{both:?}"
         );
+    }
+
+    fn labelled(group: Option<&str>, annotations: &str) -> String {
+        let labels = group.map_or_else(
+            || "{}".to_owned(),
+            |group| format!(r#"{{"rollout-group":"{group}"}}"#),
+        );
+        format!(
+            r#"{{"metadata":{{"name":"ingester-zone-a","labels":{labels},"annotations":{annotations}}}}}"#
+        )
+    }
+
+    #[test]
+    fn state_forged_outside_a_group_is_refused_as_the_statefulset_joins_one() {
+        // Given state written while the StatefulSet was in no group (nothing guards it there)
+        let outside = labelled(None, CLEARED);
+        // When it is labelled into a group with that state unchanged, then that is setting it
+        let joined = judge(
+            "UPDATE",
+            "alice",
+            &labelled(Some("ingester"), CLEARED),
+            &outside,
+        );
+        assert!(!joined.allowed, "{joined:?}");
+        assert!(
+            joined
+                .message
+                .as_deref()
+                .is_some_and(|message| message.starts_with("baton.dev/gate-state is")),
+            "{joined:?}"
+        );
+        // Joining without state, staying in the group with the state baton wrote, and
+        // baton's controller doing either, are fine
+        assert!(
+            judge(
+                "UPDATE",
+                "alice",
+                &labelled(Some("ingester"), "{}"),
+                &outside
+            )
+            .allowed
+        );
+        let member = labelled(Some("ingester"), CLEARED);
+        assert!(judge("UPDATE", "alice", &member, &member).allowed);
+        assert!(judge("UPDATE", CONTROLLER, &member, &outside).allowed);
+    }
+
+    #[test]
+    fn state_written_through_the_status_subresource_is_judged_the_same() {
+        let body = review(
+            "UPDATE",
+            "statefulsets",
+            "alice",
+            &labelled(Some("ingester"), CLEARED),
+            &labelled(Some("ingester"), "{}"),
+        );
+        let body = String::from_utf8(body)
+            .expect("text")
+            .replace(r#""operation""#, r#""subResource":"status","operation""#);
+        let request = review::decode(body.as_bytes()).expect("a review").request;
+        let decided = validate(&request, &writers());
+        assert!(!decided.allowed, "{decided:?}");
     }
 
     #[test]
