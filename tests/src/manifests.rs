@@ -37,3 +37,68 @@ pub fn deploy_objects(kind: &str) -> Vec<serde_json::Value> {
         .filter(|document| document["kind"] == kind)
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The source files named in `text`: `core/…rs`, `tests/tests/…rs` and the like.
+    fn named_sources(text: &str) -> Vec<String> {
+        const ROOTS: [&str; 7] = [
+            "core/",
+            "controller/",
+            "webhook/",
+            "shared/",
+            "plugin/",
+            "config/",
+            "tests/",
+        ];
+        text.split(|c: char| !(c.is_ascii_alphanumeric() || "_/.-".contains(c)))
+            .filter(|word| word.ends_with(".rs"))
+            .filter_map(|word| {
+                ROOTS
+                    .iter()
+                    .filter_map(|root| word.find(root).map(|at| &word[at..]))
+                    .min_by_key(|path| std::cmp::Reverse(path.len()))
+            })
+            .map(str::to_owned)
+            .collect()
+    }
+
+    #[test]
+    fn every_source_file_the_manifests_and_docs_name_exists() {
+        let root = deploy_dir().join("..");
+        let mut texts = Vec::new();
+        for dir in ["deploy", "docs"] {
+            let mut stack = vec![root.join(dir)];
+            while let Some(dir) = stack.pop() {
+                for entry in std::fs::read_dir(&dir).expect("a folder") {
+                    let path = entry.expect("an entry").path();
+                    if path.is_dir() {
+                        stack.push(path);
+                    } else if path
+                        .extension()
+                        .is_some_and(|ext| ext == "yaml" || ext == "md")
+                    {
+                        texts.push(path);
+                    }
+                }
+            }
+        }
+        texts.push(root.join("README.md"));
+        let mut missing = Vec::new();
+        for text in &texts {
+            let content = std::fs::read_to_string(text).expect("readable");
+            for named in named_sources(&content) {
+                if !root.join(&named).exists() {
+                    missing.push(format!("{} names {named}", text.display()));
+                }
+            }
+        }
+        assert!(missing.is_empty(), "{missing:#?}");
+        assert!(
+            named_sources("checked by tests/tests/rbac.rs, and `core/src/pods.rs`")
+                == ["tests/tests/rbac.rs", "core/src/pods.rs"]
+        );
+    }
+}
