@@ -31,12 +31,15 @@
 //! - (h) with approvals (`canary`, `zone` or `batch`, 30% of scenarios), no step is taken
 //!   before the approval it needs is written, by the checker's own reading of the step names
 //!   (zone, revision, pods updated; the canary's names the group's revisions); a simulated
-//!   person approves what the gate awaits after a random delay (always, once chaos stops), and
-//!   during chaos sometimes writes a stale or wrong approval (an earlier revision, another
-//!   step), which must let nothing go;
+//!   person approves what the gate awaits after a random delay (always, once chaos stops) on
+//!   every member, as `kubectl baton approve` does, and during chaos sometimes writes a stale or
+//!   wrong approval (an earlier revision, another step) or the right one on one member only (a
+//!   newcomer's word), which must let nothing go: a step counts as approved by the checker only
+//!   when every member carries it;
 //! - a bypass (`baton.dev/bypass-gates-until`, 25% of scenarios) that ends at a random step:
 //!   while it is in force (a) drops the soak's time and (d) the passes; from the step it ends,
-//!   both hold again (an expired bypass bypasses nothing).
+//!   both hold again (an expired bypass bypasses nothing). A bypass on one member only (30% of
+//!   them) is never in force by the checker's clock.
 //!
 //! - (i) at every deletion of an available pod, no other zone has a pod that baton deleted and
 //!   that is not ready again: baton's disruption stays in one zone at a time, rollbacks
@@ -322,12 +325,20 @@ impl<'g> Simulation<'g> {
         let bypass_until = rng
             .random_bool(0.25)
             .then(|| rng.random_range(0..chaos_steps + 20));
+        // Written on every member, as it must be to count; sometimes on one member only (a
+        // newcomer's word), which bypasses nothing: the checker's clock then has no bypass.
+        let lone_bypass = statefulsets.len() > 1 && rng.random_bool(0.3);
         if let Some(until) = bypass_until {
-            let member = rng.random_range(0..statefulsets.len());
-            statefulsets[member]
-                .annotations
-                .insert(BYPASS_ANNOTATION.to_owned(), instant(until).to_string());
+            let lone = lone_bypass.then(|| rng.random_range(0..statefulsets.len()));
+            for (index, member) in statefulsets.iter_mut().enumerate() {
+                if lone.is_none_or(|lone| lone == index) {
+                    member
+                        .annotations
+                        .insert(BYPASS_ANNOTATION.to_owned(), instant(until).to_string());
+                }
+            }
         }
+        let bypass_until = bypass_until.filter(|_| !lone_bypass);
         Self {
             seed,
             rng,
@@ -398,10 +409,12 @@ impl<'g> Simulation<'g> {
         let chaos = self.chaos();
         let asks_again = self.rolling_back.is_some() && chaos && self.rng.random_bool(0.02);
         if self.rollback_at == Some(step) || asks_again {
-            self.group.statefulsets[0].annotations.insert(
-                ROLLBACK_ANNOTATION.to_owned(),
-                "a person: errors up".to_owned(),
-            );
+            for member in &mut self.group.statefulsets {
+                member.annotations.insert(
+                    ROLLBACK_ANNOTATION.to_owned(),
+                    "a person: errors up".to_owned(),
+                );
+            }
             self.note(|| "a person asks for a rollback".to_owned());
         }
         for (zone, statefulset) in self.group.statefulsets.iter_mut().enumerate() {
@@ -858,16 +871,25 @@ impl<'g> Simulation<'g> {
         if let Some(GateWait::AwaitingApproval { zone, step, .. }) = wait
             && (!self.chaos() || self.rng.random_bool(0.3))
         {
-            let (zone, step) = (zone.clone(), step.clone());
-            let member = self
-                .group
-                .statefulsets
-                .iter_mut()
-                .find(|member| member.name == zone)
-                .expect("awaited on a member");
-            member
-                .annotations
-                .insert(APPROVED_ANNOTATION.to_owned(), step.clone());
+            let step = step.clone();
+            let lone =
+                self.chaos() && self.group.statefulsets.len() > 1 && self.rng.random_bool(0.2);
+            if lone {
+                // The awaited step, written on one member only (a newcomer's word): it approves
+                // nothing.
+                let index = self.rng.random_range(0..self.group.statefulsets.len());
+                self.group.statefulsets[index]
+                    .annotations
+                    .insert(APPROVED_ANNOTATION.to_owned(), step.clone());
+                self.stats.wrong_approvals += 1;
+                self.note(|| format!("one member alone approves {step} (zone {zone})"));
+                return;
+            }
+            for member in &mut self.group.statefulsets {
+                member
+                    .annotations
+                    .insert(APPROVED_ANNOTATION.to_owned(), step.clone());
+            }
             self.stats.approvals += 1;
             self.note(|| format!("a person approves {step}"));
             return;
@@ -897,10 +919,11 @@ impl<'g> Simulation<'g> {
                     )
                 }
             };
-            let member = &mut self.group.statefulsets[zone];
-            member
-                .annotations
-                .insert(APPROVED_ANNOTATION.to_owned(), wrong.clone());
+            for member in &mut self.group.statefulsets {
+                member
+                    .annotations
+                    .insert(APPROVED_ANNOTATION.to_owned(), wrong.clone());
+            }
             self.stats.wrong_approvals += 1;
             self.note(|| format!("a person writes a wrong approval {wrong}"));
         }
@@ -950,7 +973,7 @@ impl<'g> Simulation<'g> {
         Ok(())
     }
 
-    /// Property (h): a step goes only with the approvals it needs written on some member, by
+    /// Property (h): a step goes only with the approvals it needs written on every member, by
     /// the checker's own naming of the step.
     fn check_approval(&self, gated: &Plan) -> Result<(), Violation> {
         let Some(approval) = self.approval else {
@@ -959,12 +982,20 @@ impl<'g> Simulation<'g> {
         let Some(zone) = gated.deletions().find_map(|action| action.rolls()) else {
             return Ok(());
         };
-        let written: Vec<&str> = self
-            .group
-            .statefulsets
-            .iter()
-            .filter_map(|member| member.annotations.get(APPROVED_ANNOTATION))
-            .flat_map(|value| value.split(','))
+        // What every member carries: one member's word alone approves nothing.
+        fn of(member: &StatefulSetSnapshot) -> Vec<&str> {
+            member
+                .annotations
+                .get(APPROVED_ANNOTATION)
+                .map(|value| value.split(',').collect())
+                .unwrap_or_default()
+        }
+        let mut members = self.group.statefulsets.iter();
+        let first = members.next().map(of).unwrap_or_default();
+        let rest: Vec<Vec<&str>> = members.map(of).collect();
+        let written: Vec<&str> = first
+            .into_iter()
+            .filter(|step| rest.iter().all(|theirs| theirs.contains(step)))
             .collect();
         let updated_in = |member: &StatefulSetSnapshot| {
             member
@@ -1159,9 +1190,18 @@ fn gates_hold_zones_for_the_soak_and_halted_groups_in_random_scenarios() {
 
 /// The checker must catch `gate`, breaking `property`, within the first scenarios.
 fn assert_caught(gate: &Gate, property: Property) {
+    assert_caught_as(gate, &[property]);
+}
+
+/// For a broken gate that breaks more than one property (a bypass relaxes soaks and checks
+/// alike): the first violation found is one of `properties`.
+fn assert_caught_as(gate: &Gate, properties: &[Property]) {
     match run_scenarios(gate, BROKEN_GATE_SCENARIOS) {
-        Ok(stats) => panic!("the checker missed a broken gate ({property:?}): {stats:?}"),
-        Err(violation) => assert_eq!(violation.property, property, "{violation}"),
+        Ok(stats) => panic!("the checker missed a broken gate ({properties:?}): {stats:?}"),
+        Err(violation) => assert!(
+            properties.contains(&violation.property),
+            "{violation}, not one of {properties:?}"
+        ),
     }
 }
 
@@ -1283,8 +1323,54 @@ fn checker_catches_a_gate_that_takes_any_approval_for_the_one_awaited() {
 }
 
 #[test]
-fn checker_catches_a_gate_whose_bypass_never_expires() {
+fn checker_catches_a_gate_that_takes_one_members_approval_for_the_groups() {
     assert_caught(
+        &|group, policy, run, now| {
+            // Every approval any member carries, as if all carried it.
+            let approvals: Vec<String> = group
+                .statefulsets
+                .iter()
+                .filter_map(|member| member.annotations.get(APPROVED_ANNOTATION).cloned())
+                .collect();
+            let mut believed = group.clone();
+            if !approvals.is_empty() {
+                for member in &mut believed.statefulsets {
+                    member
+                        .annotations
+                        .insert(APPROVED_ANNOTATION.to_owned(), approvals.join(","));
+                }
+            }
+            real_gate(&believed, policy, run, now)
+        },
+        Property::StepBeforeApproval,
+    );
+}
+
+#[test]
+fn checker_catches_a_gate_that_takes_one_members_bypass_for_the_groups() {
+    assert_caught_as(
+        &|group, policy, run, now| {
+            let bypass = group
+                .statefulsets
+                .iter()
+                .find_map(|member| member.annotations.get(BYPASS_ANNOTATION).cloned());
+            let mut believed = group.clone();
+            if let Some(until) = bypass {
+                for member in &mut believed.statefulsets {
+                    member
+                        .annotations
+                        .insert(BYPASS_ANNOTATION.to_owned(), until.clone());
+                }
+            }
+            real_gate(&believed, policy, run, now)
+        },
+        &[Property::ZoneBeforeSoak, Property::StepBeforeCheck],
+    );
+}
+
+#[test]
+fn checker_catches_a_gate_whose_bypass_never_expires() {
+    assert_caught_as(
         &|group, policy, run, now| {
             let mut forever = group.clone();
             for member in &mut forever.statefulsets {
@@ -1294,7 +1380,7 @@ fn checker_catches_a_gate_whose_bypass_never_expires() {
             }
             real_gate(&forever, policy, run, now)
         },
-        Property::ZoneBeforeSoak,
+        &[Property::ZoneBeforeSoak, Property::StepBeforeCheck],
     );
 }
 

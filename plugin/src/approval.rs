@@ -7,21 +7,31 @@ use std::fmt;
 
 use baton_core::gates::{APPROVED_ANNOTATION, GateWait};
 
-/// The approval to write: `step` in `baton.dev/approved` on `zone`.
+/// The approval to write: `step` in `baton.dev/approved` on every member of the group (one
+/// member's word alone approves nothing), for the step awaited in `zone`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Approval {
     pub group: String,
     pub zone: String,
     pub what: String,
     pub step: String,
+    /// The group's members, each to carry the approval.
+    pub members: Vec<String>,
 }
 
 impl fmt::Display for Approval {
     fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             formatter,
-            "approved {} of rollout group {}: statefulset/{} {APPROVED_ANNOTATION}={}",
-            self.what, self.group, self.zone, self.step
+            "approved {} of rollout group {}: {APPROVED_ANNOTATION}={} on {}",
+            self.what,
+            self.group,
+            self.step,
+            self.members
+                .iter()
+                .map(|member| format!("statefulset/{member}"))
+                .collect::<Vec<_>>()
+                .join(", ")
         )
     }
 }
@@ -47,8 +57,12 @@ impl fmt::Display for NothingAwaited {
     }
 }
 
-/// The approval the gate awaits, from its wait.
-pub fn awaited(group: &str, wait: Option<&GateWait>) -> Result<Approval, NothingAwaited> {
+/// The approval the gate awaits, from its wait, to write on `members`.
+pub fn awaited(
+    group: &str,
+    members: &[String],
+    wait: Option<&GateWait>,
+) -> Result<Approval, NothingAwaited> {
     match wait {
         Some(GateWait::AwaitingApproval {
             zone, what, step, ..
@@ -57,6 +71,7 @@ pub fn awaited(group: &str, wait: Option<&GateWait>) -> Result<Approval, Nothing
             zone: zone.clone(),
             what: what.clone(),
             step: step.clone(),
+            members: members.to_vec(),
         }),
         other => Err(NothingAwaited {
             group: group.to_owned(),
@@ -86,19 +101,30 @@ mod tests {
             rolling("b", 0),
         ]);
         let (_, gate) = evaluate_without_queries(&waiting, now());
-        let approval = awaited("ingester", gate.wait()).expect("awaits approval");
+        let members = ["a".to_owned(), "b".to_owned()];
+        let approval = awaited("ingester", &members, gate.wait()).expect("awaits approval");
         assert_eq!(approval.zone, "a");
         assert_eq!(approval.step, "a/a-new/0");
         assert_eq!(
             approval.to_string(),
-            "approved its first step to a-new of rollout group ingester: statefulset/a \
-             baton.dev/approved=a/a-new/0"
+            "approved its first step to a-new of rollout group ingester: \
+             baton.dev/approved=a/a-new/0 on statefulset/a, statefulset/b"
         );
-        // What approve writes lets the step go.
-        let mut approved = waiting.clone();
-        approved.statefulsets[0]
+        // Written on one member alone (the zone's, or a newcomer's), it approves nothing
+        let mut alone = waiting.clone();
+        alone.statefulsets[0]
             .annotations
-            .insert(APPROVED_ANNOTATION.to_owned(), approval.step);
+            .insert(APPROVED_ANNOTATION.to_owned(), approval.step.clone());
+        let (plan, gate) = evaluate_without_queries(&alone, now());
+        assert!(gate.wait().is_some());
+        assert!(plan.deletions().next().is_none());
+        // What approve writes, on every member, lets the step go
+        let mut approved = waiting.clone();
+        for member in &mut approved.statefulsets {
+            member
+                .annotations
+                .insert(APPROVED_ANNOTATION.to_owned(), approval.step.clone());
+        }
         let (plan, gate) = evaluate_without_queries(&approved, now());
         assert_eq!(gate.wait(), None);
         assert!(plan.deletions().next().is_some());
@@ -108,7 +134,7 @@ mod tests {
     fn nothing_to_approve_says_what_the_group_waits_for() {
         let rolling_group = group(vec![rolling("a", 0), rolling("b", 0)]);
         let (_, gate) = evaluate_without_queries(&rolling_group, now());
-        let nothing = awaited("ingester", gate.wait()).unwrap_err();
+        let nothing = awaited("ingester", &[], gate.wait()).unwrap_err();
         assert_eq!(
             nothing.to_string(),
             "rollout group ingester awaits no approval: nothing written"

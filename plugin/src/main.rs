@@ -208,10 +208,14 @@ async fn run(cli: Cli) -> Result<i32, AccessError> {
             let snapshot = GroupSnapshot::from_kubernetes(&group, &members, &pods);
             let (_, gate) =
                 gates::health_check::evaluate_without_queries(&snapshot, jiff::Timestamp::now());
-            match approval::awaited(&group, gate.wait()) {
+            let names: Vec<String> = members.iter().map(kube::ResourceExt::name_any).collect();
+            match approval::awaited(&group, &names, gate.wait()) {
                 Ok(approval) => {
+                    // On every member: one member's word alone approves nothing.
                     let patch = [(gates::APPROVED_ANNOTATION, Some(approval.step.as_str()))];
-                    access.patch_annotations(&approval.zone, &patch).await?;
+                    for member in &approval.members {
+                        access.patch_annotations(member, &patch).await?;
+                    }
                     println!("{approval}");
                     Ok(exit::SUCCESS)
                 }

@@ -45,15 +45,20 @@ pub async fn run(access: &Access, group: &str, reason: &str) -> Result<i32, Acce
             return Ok(exit::ERROR);
         }
     };
-    let Some(carrier) = members.first().map(ResourceExt::name_any) else {
-        return Ok(exit::ERROR);
-    };
-    access
-        .patch_annotations(&carrier, &[(ROLLBACK_ANNOTATION, Some(why.as_str()))])
-        .await?;
+    // On every member: one member's word alone asks for nothing.
+    let carriers: Vec<String> = members.iter().map(ResourceExt::name_any).collect();
+    for carrier in &carriers {
+        access
+            .patch_annotations(carrier, &[(ROLLBACK_ANNOTATION, Some(why.as_str()))])
+            .await?;
+    }
     println!(
-        "rollback of rollout group {group} requested (statefulset/{carrier} \
-         {ROLLBACK_ANNOTATION}): {}",
+        "rollback of rollout group {group} requested ({ROLLBACK_ANNOTATION} on {}): {}",
+        carriers
+            .iter()
+            .map(|carrier| format!("statefulset/{carrier}"))
+            .collect::<Vec<_>>()
+            .join(", "),
         rollback::describe(&records)
     );
     println!("follow it with: kubectl baton wait {group} (exit 7 once rolled back)");

@@ -289,11 +289,30 @@ async fn approval_after_the_canary_stops_there_until_a_person_approves_and_a_new
         )
         .await;
 
+    // When someone writes the awaited step on one member only (as one who may create a
+    // StatefulSet in the group, but not touch its members, could)
+    let zone_b = scene.names[1].clone();
+    let revisions: Vec<String> = scene.update_revisions().await.into_values().collect();
+    let canary_step = format!("canary/{}", revisions.join("+"));
+    scene
+        .annotate(&zone_b, APPROVED_ANNOTATION, Some(&canary_step))
+        .await;
+    // Then it approves nothing, and is named
+    scene
+        .wait_event(&zone_b, "InvalidAnnotation", &["one member alone"])
+        .await;
+    scene
+        .kubectl_baton(&["wait", "ingester", "--timeout", "0"])
+        .await
+        .exited(6);
+    assert_eq!(scene.updated(&zone_b).await, 0);
+
     // When a person approves
     let approved = scene.kubectl_baton(&["approve", "ingester"]).await;
     approved.exited(0).says(&[
         "approved the rollout past its canary of rollout group ingester",
         APPROVED_ANNOTATION,
+        &format!("statefulset/{zone_b}"),
     ]);
 
     // Then the rollout goes on to the end, within the guarantees

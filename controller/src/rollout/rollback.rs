@@ -82,11 +82,14 @@ impl Rollbacks<'_> {
     ) -> Result<Advanced, ExecuteError> {
         let api: Api<StatefulSet> = Api::namespaced(self.client.clone(), self.namespace);
         let read: Vec<&StatefulSet> = members.iter().map(Arc::as_ref).collect();
-        let remove_request = AnnotationWrite {
-            statefulset: carrier.to_owned(),
-            key: ROLLBACK_ANNOTATION,
-            value: None,
-        };
+        let remove_request: Vec<AnnotationWrite> = rollback::requesters(snapshot)
+            .into_iter()
+            .map(|statefulset| AnnotationWrite {
+                statefulset: statefulset.to_owned(),
+                key: ROLLBACK_ANNOTATION,
+                value: None,
+            })
+            .collect();
         let decided = match rollback::refuse_request(group, status) {
             Some(refused) => Err(format!("{refused}; the request is removed")),
             None => {
@@ -97,7 +100,7 @@ impl Rollbacks<'_> {
         };
         let (writes, explanation) = match decided {
             Err(refused) => (
-                vec![remove_request],
+                remove_request,
                 Explanation {
                     severity: Severity::Warning,
                     reason: "RollbackRefused".to_owned(),
@@ -121,9 +124,8 @@ impl Rollbacks<'_> {
                 if store::store(&api, &read, &records, self.timeout).await? != store::Stored::Done {
                     return Ok(Advanced::Wrote);
                 }
-                let writes = vec![remove_request];
                 (
-                    writes,
+                    remove_request,
                     Explanation {
                         severity: Severity::Normal,
                         reason: "RollbackStarted".to_owned(),
@@ -136,8 +138,9 @@ impl Rollbacks<'_> {
                 )
             }
         };
-        // The request's removal, whatever the carrier's resourceVersion now (the records' write
-        // just moved it): a request written meanwhile would be refused as a second one anyway.
+        // The request's removal from every member, whatever their resourceVersions now (the
+        // records' write just moved them): a request written meanwhile would be refused as a
+        // second one anyway.
         if store::store_unconditionally(&api, &writes, self.timeout).await? == store::Stored::Done
             && let Some(member) = members.iter().find(|member| member.name_any() == carrier)
         {

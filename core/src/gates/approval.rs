@@ -2,6 +2,9 @@
 //! the steps it names until a person approves that exact step (`kubectl baton approve`, which
 //! writes `baton.dev/approved`).
 //!
+//! An approval counts once every member carries it (`kubectl baton approve` writes it on each):
+//! one member alone approves nothing ([`approved`]).
+//!
 //! A step is named by what it is about, never by when it was asked: the zone, the revision it
 //! rolls to, and the pods already updated there (`ingester-zone-a/ingester-zone-a-5d8f/1`), or
 //! for the canary the revisions of the whole group (`canary/<rev>+<rev>+…`). So an approval
@@ -28,16 +31,32 @@ use super::keys::{APPROVED_ANNOTATION, GateConfig};
 /// Separates step names in `baton.dev/approved` (revision names are DNS labels: never in one).
 pub const SEPARATOR: char = ',';
 
-/// The steps approved so far: every name in any member's `baton.dev/approved`.
+/// The steps approved so far: the names every member's `baton.dev/approved` carries
+/// (`kubectl baton approve` writes the step on each). One member's word alone approves nothing:
+/// whoever may create a StatefulSet with the group's label, without any right on its members,
+/// must not approve their steps.
 pub fn approved(group: &GroupSnapshot) -> BTreeSet<&str> {
-    group
-        .statefulsets
-        .iter()
-        .filter_map(|member| member.annotations.get(APPROVED_ANNOTATION))
-        .flat_map(|value| value.split(SEPARATOR))
-        .map(str::trim)
-        .filter(|name| !name.is_empty())
-        .collect()
+    fn of(member: &crate::rollout::StatefulSetSnapshot) -> BTreeSet<&str> {
+        member
+            .annotations
+            .get(APPROVED_ANNOTATION)
+            .map(|value| {
+                value
+                    .split(SEPARATOR)
+                    .map(str::trim)
+                    .filter(|name| !name.is_empty())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+    let mut members = group.statefulsets.iter();
+    let Some(first) = members.next() else {
+        return BTreeSet::new();
+    };
+    members.fold(of(first), |agreed, member| {
+        let theirs = of(member);
+        agreed.intersection(&theirs).copied().collect()
+    })
 }
 
 /// The canary's approval names the revisions the whole group rolls to.

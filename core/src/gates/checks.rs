@@ -389,11 +389,15 @@ fn halt(
         wait,
         pass: Default::default(),
     };
-    decision.writes.push(AnnotationWrite {
-        statefulset: zone,
-        key,
-        value: Some(why),
-    });
+    if rolls_back {
+        decision.writes.extend(super::rollback::ask(group, &why));
+    } else {
+        decision.writes.push(AnnotationWrite {
+            statefulset: zone,
+            key,
+            value: Some(why),
+        });
+    }
     decision.writes.push(AnnotationWrite {
         statefulset: holder.to_owned(),
         key: CHECK_STATE_ANNOTATION,

@@ -336,7 +336,7 @@ fn a_bypass_lets_steps_go_without_passes_halts_nothing_and_tells_each_step() {
             crate::gates::BYPASS_ANNOTATION,
             &until,
         ),
-        zone("b", 3, 0),
+        annotated(zone("b", 3, 0), crate::gates::BYPASS_ANNOTATION, &until),
     ]);
     let (gated, decision) = gate(&group, Some(&run(fail())));
     assert_eq!(deleted_zones(&gated), ["a"]);

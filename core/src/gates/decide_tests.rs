@@ -663,12 +663,43 @@ fn approval_after_the_canary_lets_the_canary_go_and_holds_the_rest_until_approve
              approve ingester"
         )
     );
-    // Approved: the rest of the rollout goes, zone b too.
+    // Approved on one member only: nothing goes (one member's word approves nothing).
     let mut approved_group = waiting.clone();
     approved_group.statefulsets[1] = approved(zone("b", 4, 0), &step);
     let (_, gated, decision) = gate(&approved_group, now());
+    assert!(deleted_zones(&gated).is_empty());
+    assert_eq!(awaited(&decision).as_deref(), Some(step.as_str()));
+    // Approved on every member: the rest of the rollout goes, zone b too.
+    approved_group.statefulsets[0] = approved(approved_group.statefulsets[0].clone(), &step);
+    let (_, gated, decision) = gate(&approved_group, now());
     assert_eq!(gated.deletions().count(), 3);
     assert_eq!(decision.wait(), None);
+}
+
+#[test]
+fn one_members_bypass_bypasses_nothing_and_is_told() {
+    // Given a soak under way, and a bypass on one member only (a StatefulSet anyone who may
+    // create one with the group's label could add)
+    let until = (now() + secs(600)).to_string();
+    let group = group(vec![
+        soaked(
+            with_state(zone("a", 3, 3), None, Some(now() - secs(60))),
+            "1h",
+        ),
+        bypassing(zone("b", 3, 0), &until),
+    ]);
+    // Then the soak holds, and the lone bypass is named
+    let (_, gated, decision) = gate(&group, now());
+    assert!(deleted_zones(&gated).is_empty());
+    assert_eq!(decision.wait().map(GateWait::kind), Some("Soak"));
+    assert!(
+        decision.warnings.iter().any(|warning| {
+            let text = warning.to_string();
+            text.contains("baton.dev/bypass-gates-until") && text.contains("one member alone")
+        }),
+        "{:?}",
+        decision.warnings
+    );
 }
 
 #[test]
@@ -706,7 +737,7 @@ fn approval_per_zone_holds_each_zones_first_step_only() {
     assert_eq!(awaited(&decision).as_deref(), Some("a/a-new/0"));
     let group_ = group(vec![
         approved(asking(zone("a", 4, 0), "zone"), "a/a-new/0"),
-        zone("b", 4, 0),
+        approved(zone("b", 4, 0), "a/a-new/0"),
     ]);
     let (_, gated, _) = gate(&group_, now());
     assert_eq!(deleted_zones(&gated), ["a"]);
@@ -746,7 +777,7 @@ fn a_bypass_in_force_skips_the_soak_and_says_so() {
             ),
             &until,
         ),
-        zone("b", 3, 0),
+        bypassing(zone("b", 3, 0), &until),
     ]);
     let (_, gated, decision) = gate(&group, now());
     assert_eq!(deleted_zones(&gated), ["b"]);

@@ -253,16 +253,15 @@ pub fn record(
                 hook.attempts = 0;
                 hook.retry_at = None;
                 // Rolled back instead of halted when the group asks for it.
-                let key = if super::keys::read(group).0.rollback_on_failure {
-                    super::rollback::ROLLBACK_ANNOTATION
+                if super::keys::read(group).0.rollback_on_failure {
+                    writes.extend(super::rollback::ask(group, &why));
                 } else {
-                    HALTED_ANNOTATION
-                };
-                writes.push(AnnotationWrite {
-                    statefulset: call.zone.clone(),
-                    key,
-                    value: Some(why),
-                });
+                    writes.push(AnnotationWrite {
+                        statefulset: call.zone.clone(),
+                        key: HALTED_ANNOTATION,
+                        value: Some(why),
+                    });
+                }
             }
         }
     }

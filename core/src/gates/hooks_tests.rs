@@ -189,7 +189,11 @@ fn a_group_asking_for_it_is_rolled_back_rather_than_halted_when_its_hook_keeps_f
             crate::gates::ROLLBACK_ON_FAILURE_ANNOTATION,
             "true",
         ),
-        zone("b", 3, 0),
+        annotated(
+            zone("b", 3, 0),
+            crate::gates::ROLLBACK_ON_FAILURE_ANNOTATION,
+            "true",
+        ),
     ]);
     let (_, _, call) = gate(&group);
     let call = call.expect("due");
@@ -204,14 +208,54 @@ fn a_group_asking_for_it_is_rolled_back_rather_than_halted_when_its_hook_keeps_f
         }
     }
     assert!(!last.iter().any(|write| write.key == HALTED_ANNOTATION));
-    let asked = last
+    // The request goes on every member, so that it is the group's (a lone one asks nothing)
+    let asked: Vec<&AnnotationWrite> = last
         .iter()
-        .find(|write| write.key == crate::gates::rollback::ROLLBACK_ANNOTATION)
-        .expect("a rollback request");
-    assert!(
+        .filter(|write| write.key == crate::gates::rollback::ROLLBACK_ANNOTATION)
+        .collect();
+    assert_eq!(
         asked
+            .iter()
+            .map(|write| write.statefulset.as_str())
+            .collect::<Vec<_>>(),
+        ["a", "b"]
+    );
+    assert!(asked.iter().all(|write| {
+        write
             .value
             .as_deref()
             .is_some_and(|why| why.contains("failed 5 times: HTTP 503"))
+    }));
+}
+
+#[test]
+fn one_members_rollback_on_failure_asks_for_nothing_the_hook_halts() {
+    // Given rollback-on-failure on one member only
+    let group = group(vec![
+        annotated(
+            hooked(zone("a", 3, 0)),
+            crate::gates::ROLLBACK_ON_FAILURE_ANNOTATION,
+            "true",
+        ),
+        zone("b", 3, 0),
+    ]);
+    let (_, _, call) = gate(&group);
+    let call = call.expect("due");
+    let mut state = group.clone();
+    let mut last = Vec::new();
+    for _ in 1..=ATTEMPTS {
+        last = record(&state, &call, Ok(503), now());
+        for write in &last {
+            state.statefulsets[0]
+                .annotations
+                .insert(write.key.to_owned(), write.value.clone().expect("set"));
+        }
+    }
+    // Then the failing hook halts, as without the key
+    assert!(last.iter().any(|write| write.key == HALTED_ANNOTATION));
+    assert!(
+        !last
+            .iter()
+            .any(|write| write.key == crate::gates::rollback::ROLLBACK_ANNOTATION)
     );
 }

@@ -49,6 +49,11 @@ pub const HOOK_ACCEPTED: &str = "an http:// or https:// URL";
 /// disagreeing would let whichever sorts first (a new member, say) choose for the group.
 pub const AGREEING_ACCEPTED: &str =
     "the same value as the other members that set it (the group holds until they agree)";
+/// What a key that relaxes or overrides the group's gates needs: every member's word. One
+/// member alone (a StatefulSet someone may create with the group's label, without any right on
+/// the others) speaks for nobody.
+pub const EVERY_MEMBER_ACCEPTED: &str =
+    "the same on every member of the group: one member alone speaks for nobody";
 
 /// Annotation: `exponential` ramps each zone in steps of 1, 2, 4, … pods (capped by
 /// max-unavailable), each step gated; `none` (or absent) does not.
@@ -111,9 +116,11 @@ pub struct GateConfig {
     pub batches: Option<Batches>,
     /// Which steps wait for a person's approval.
     pub approval: Approval,
-    /// Steps bypass the soak and the health check until then (the earliest a member names).
+    /// Steps bypass the soak and the health check until then (the earliest a member names),
+    /// when every member carries a bypass.
     pub bypass_until: Option<Timestamp>,
-    /// A failing check or hook rolls the group back instead of halting it.
+    /// A failing check or hook rolls the group back instead of halting it: every member says
+    /// `true`.
     pub rollback_on_failure: bool,
     /// The `RolloutHealthCheck` named by a member (the first one, by member order).
     pub health_check: Option<String>,
@@ -222,6 +229,10 @@ pub fn read(group: &GroupSnapshot) -> (GateConfig, Vec<GateWarning>) {
     let mut soaks: Vec<(String, String, SignedDuration)> = Vec::new();
     let mut approvals: Option<Approval> = None;
     let mut unread_bypasses = Vec::new();
+    // Members asking for a rollback on failure, and bypasses as read: both count only when
+    // every member says so (EVERY_MEMBER_ACCEPTED).
+    let mut rolling_back_on_failure = Vec::new();
+    let mut bypasses = Vec::new();
     // A gate key whose value cannot be read: a Warning, and the group is held.
     let mut reject = |config: &mut GateConfig, statefulset: &str, key, raw: &str, accepted| {
         warnings.push(GateWarning::InvalidAnnotation {
@@ -312,7 +323,7 @@ pub fn read(group: &GroupSnapshot) -> (GateConfig, Vec<GateWarning>) {
         if let Some(raw) = annotation(ROLLBACK_ON_FAILURE_ANNOTATION) {
             config.enabled = true;
             match raw.trim() {
-                "true" => config.rollback_on_failure = true,
+                "true" => rolling_back_on_failure.push(name.to_owned()),
                 "false" => {}
                 _ => reject(
                     &mut config,
@@ -327,13 +338,7 @@ pub fn read(group: &GroupSnapshot) -> (GateConfig, Vec<GateWarning>) {
             // Not a gate of its own: it neither enables the gates nor holds the group when
             // unreadable (it then bypasses nothing).
             match raw.trim().parse::<Timestamp>() {
-                Ok(until) => {
-                    config.bypass_until = Some(
-                        config
-                            .bypass_until
-                            .map_or(until, |earlier| earlier.min(until)),
-                    );
-                }
+                Ok(until) => bypasses.push((name.to_owned(), raw.to_owned(), until)),
                 Err(_) => unread_bypasses.push(GateWarning::InvalidAnnotation {
                     statefulset: name.to_owned(),
                     problem: InvalidAnnotation {
@@ -386,6 +391,85 @@ pub fn read(group: &GroupSnapshot) -> (GateConfig, Vec<GateWarning>) {
         );
     }
     warnings.extend(unread_bypasses);
+    let members = group.statefulsets.len();
+    let alone = |key, (statefulset, value): (&String, String), fallback: &str| {
+        GateWarning::InvalidAnnotation {
+            statefulset: statefulset.clone(),
+            problem: InvalidAnnotation {
+                key,
+                value,
+                accepted: EVERY_MEMBER_ACCEPTED,
+                fallback: fallback.to_owned(),
+            },
+        }
+    };
+    if rolling_back_on_failure.len() == members {
+        config.rollback_on_failure = true;
+    } else if let Some(first) = rolling_back_on_failure.first() {
+        warnings.push(alone(
+            ROLLBACK_ON_FAILURE_ANNOTATION,
+            (first, "true".to_owned()),
+            "a failure halts the group instead",
+        ));
+    }
+    // A rollback asked by some members only (none rolling back yet: baton removes a request
+    // member by member once it started one) asks for nothing.
+    let asking: Vec<&crate::rollout::StatefulSetSnapshot> = group
+        .statefulsets
+        .iter()
+        .filter(|member| {
+            member
+                .annotations
+                .contains_key(super::rollback::ROLLBACK_ANNOTATION)
+        })
+        .collect();
+    let rolling_back = group.statefulsets.iter().any(|member| {
+        member
+            .annotations
+            .contains_key(super::rollback::ROLLBACK_STATE_ANNOTATION)
+    });
+    if let Some(first) = asking
+        .first()
+        .filter(|_| asking.len() < members && !rolling_back)
+    {
+        warnings.push(alone(
+            super::rollback::ROLLBACK_ANNOTATION,
+            (
+                &first.name,
+                first.annotations[super::rollback::ROLLBACK_ANNOTATION].clone(),
+            ),
+            "nothing rolls back (kubectl baton rollback writes it on every member)",
+        ));
+    }
+    // An approval some members carry and others not (a newcomer's, or one still being written)
+    // approves nothing it alone names.
+    let agreed = super::approval::approved(group);
+    if let Some(member) = group.statefulsets.iter().find(|member| {
+        member
+            .annotations
+            .get(APPROVED_ANNOTATION)
+            .is_some_and(|value| {
+                value
+                    .split(super::approval::SEPARATOR)
+                    .map(str::trim)
+                    .any(|step| !step.is_empty() && !agreed.contains(step))
+            })
+    }) {
+        warnings.push(alone(
+            APPROVED_ANNOTATION,
+            (&member.name, member.annotations[APPROVED_ANNOTATION].clone()),
+            "approving nothing that not every member carries",
+        ));
+    }
+    if bypasses.len() == members {
+        config.bypass_until = bypasses.iter().map(|(_, _, until)| *until).min();
+    } else if let Some((statefulset, raw, _)) = bypasses.first() {
+        warnings.push(alone(
+            BYPASS_ANNOTATION,
+            (statefulset, raw.clone()),
+            "bypassing nothing",
+        ));
+    }
     let longest = soaks.iter().map(|(_, _, soak)| *soak).max();
     if soaks.iter().any(|(_, _, soak)| Some(*soak) != longest) {
         warnings.push(GateWarning::ConflictingSoak {

@@ -3,8 +3,9 @@
 //!
 //! How it goes:
 //! 1. someone asks: a person with `kubectl baton rollback` (or by hand) sets
-//!    [`ROLLBACK_ANNOTATION`] on a member, its value saying who and why; or, opt-in, a health
-//!    check whose `onFailure` is `Rollback` fails instead of halting;
+//!    [`ROLLBACK_ANNOTATION`] on every member, its value saying who and why (one member alone
+//!    asks for nothing: [`request`]); or, opt-in, a health check whose `onFailure` is `Rollback`
+//!    fails instead of halting ([`ask`]);
 //! 2. the controller decides the rollback ([`start`], pure, from the members and their
 //!    ControllerRevisions): each member goes back `from` its update revision `to` the revision it
 //!    ran before this rollout (its current revision while the zone rolls; once the zone finished,
@@ -41,9 +42,9 @@ use serde::{Deserialize, Serialize};
 use crate::annotations::rollout::{UpdateBy, update_by};
 use crate::rollout::GroupSnapshot;
 
-/// Annotation: a request to roll the group back (any member; the value says who and why). Set
-/// by `kubectl baton rollback`, by a person, or by a health check with `onFailure: Rollback`;
-/// removed by baton once the rollback started.
+/// Annotation: a request to roll the group back (on every member; the value says who and why).
+/// Set by `kubectl baton rollback`, by a person, or by a health check with `onFailure:
+/// Rollback`; removed by baton once the rollback started.
 pub const ROLLBACK_ANNOTATION: &str = "baton.dev/rollback";
 /// Annotation written by baton only: one member's rollback ([`Record`], JSON).
 pub use crate::annotations::ROLLBACK_STATE_ANNOTATION;
@@ -152,12 +153,41 @@ impl fmt::Display for Refused {
     }
 }
 
-/// The request to roll back, if a member carries one: (member, its value).
+/// The request to roll back, when every member carries one: (the first member, its value). One
+/// member alone speaks for nobody: whoever may create a StatefulSet with the group's label,
+/// without any right on its members, must not have baton rewrite their templates.
 pub fn request(group: &GroupSnapshot) -> Option<(&str, &str)> {
-    group.statefulsets.iter().find_map(|member| {
-        let why = member.annotations.get(ROLLBACK_ANNOTATION)?;
-        Some((member.name.as_str(), why.as_str()))
-    })
+    let carriers = requesters(group);
+    if carriers.is_empty() || carriers.len() != group.statefulsets.len() {
+        return None;
+    }
+    let first = group.statefulsets.first()?;
+    let why = first.annotations.get(ROLLBACK_ANNOTATION)?;
+    Some((first.name.as_str(), why.as_str()))
+}
+
+/// The members carrying a rollback request, whether or not every member does.
+pub fn requesters(group: &GroupSnapshot) -> Vec<&str> {
+    group
+        .statefulsets
+        .iter()
+        .filter(|member| member.annotations.contains_key(ROLLBACK_ANNOTATION))
+        .map(|member| member.name.as_str())
+        .collect()
+}
+
+/// The writes that ask for a rollback of `group` with `why`: the request on every member (what
+/// [`request`] takes), as `kubectl baton rollback` writes it and a failing check or hook does.
+pub fn ask(group: &GroupSnapshot, why: &str) -> Vec<super::AnnotationWrite> {
+    group
+        .statefulsets
+        .iter()
+        .map(|member| super::AnnotationWrite {
+            statefulset: member.name.clone(),
+            key: ROLLBACK_ANNOTATION,
+            value: Some(why.to_owned()),
+        })
+        .collect()
 }
 
 /// Decides a rollback of `group` (see the module header), from each member's ControllerRevisions

@@ -334,9 +334,11 @@ fn records_missing_while_the_request_stands_are_a_rollback_starting_not_stale_on
         ROLLBACK_STATE_ANNOTATION.to_owned(),
         record_a.to_annotation(),
     );
-    starting.statefulsets[1]
-        .annotations
-        .insert(ROLLBACK_ANNOTATION.to_owned(), "why".to_owned());
+    for member in &mut starting.statefulsets {
+        member
+            .annotations
+            .insert(ROLLBACK_ANNOTATION.to_owned(), "why".to_owned());
+    }
     assert_eq!(status(&starting, |_| true), Status::None);
     let (_, decision) = decide(&starting, now());
     assert!(
@@ -347,10 +349,50 @@ fn records_missing_while_the_request_stands_are_a_rollback_starting_not_stale_on
         "a's record is kept: {decision:?}"
     );
     // Without the request, a lone record is stale and forgotten.
-    starting.statefulsets[1]
-        .annotations
-        .remove(ROLLBACK_ANNOTATION);
+    for member in &mut starting.statefulsets {
+        member.annotations.remove(ROLLBACK_ANNOTATION);
+    }
     assert!(matches!(status(&starting, |_| true), Status::Stale(_)));
+}
+
+#[test]
+fn one_members_rollback_request_asks_for_nothing_and_is_told() {
+    // Given a rollback request on one member only (a StatefulSet anyone who may create one
+    // with the group's label could add)
+    let lone = group(vec![
+        finished("a", 2),
+        annotated(finished("b", 2), ROLLBACK_ANNOTATION, "me: because"),
+    ]);
+    // Then nothing is asked, and the lone request is named
+    assert_eq!(request(&lone), None);
+    assert_eq!(requesters(&lone), ["b"]);
+    let (_, decision) = decide(&lone, now());
+    assert!(
+        !decision
+            .writes
+            .iter()
+            .any(|write| write.key == ROLLBACK_STATE_ANNOTATION)
+    );
+    let (_, warnings) = crate::gates::keys::read(&lone);
+    assert!(
+        warnings.iter().any(|warning| {
+            let text = warning.to_string();
+            text.contains("StatefulSet b") && text.contains("one member alone")
+        }),
+        "{warnings:?}"
+    );
+    // On every member (as kubectl baton rollback and a failing check write it), it asks
+    let mut asked = lone.clone();
+    for write in ask(&lone, "a person: because") {
+        asked
+            .statefulsets
+            .iter_mut()
+            .find(|member| member.name == write.statefulset)
+            .expect("a member")
+            .annotations
+            .insert(write.key.to_owned(), write.value.expect("set"));
+    }
+    assert_eq!(request(&asked), Some(("a", "a person: because")));
 }
 
 #[test]
