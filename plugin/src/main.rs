@@ -107,8 +107,15 @@ enum Command {
         zone: String,
     },
     /// Approve the step GROUP awaits (baton.dev/approval): records exactly that step (its zone,
-    /// revision and pods updated) in baton.dev/approved, and prints what was approved.
-    Approve { group: String },
+    /// revision and pods updated) in baton.dev/approved on every member, with who approved in
+    /// baton.dev/approved-by, and prints what was approved.
+    Approve {
+        group: String,
+        /// Approve only if this is the step awaited (as `wait` and `status` name it): what you
+        /// looked at, not whatever is awaited by the time the command runs.
+        #[arg(long, value_name = "STEP")]
+        step: Option<String>,
+    },
     /// Roll GROUP back: every zone goes back to the revision it ran before this rollout, the
     /// zones the rollout reached last first, the newest pods first, within max-unavailable and one
     /// zone at a time. Prints the plan; `wait` follows it (exit 7 once rolled back).
@@ -202,7 +209,7 @@ async fn run(cli: Cli) -> Result<i32, AccessError> {
             Ok(exit::SUCCESS)
         }
         Command::Rollback { group, reason } => rollback::run(&access, &group, &reason).await,
-        Command::Approve { group } => {
+        Command::Approve { group, step } => {
             let members = access.group_members(&group).await?;
             let pods = access.pods().await?;
             let snapshot = GroupSnapshot::from_kubernetes(&group, &members, &pods);
@@ -210,13 +217,29 @@ async fn run(cli: Cli) -> Result<i32, AccessError> {
                 gates::health_check::evaluate_without_queries(&snapshot, jiff::Timestamp::now());
             let names: Vec<String> = members.iter().map(kube::ResourceExt::name_any).collect();
             match approval::awaited(&group, &names, gate.wait()) {
+                Ok(approval) if step.as_ref().is_some_and(|step| *step != approval.step) => {
+                    eprintln!(
+                        "rollout group {group} awaits {}, not {}: nothing written",
+                        render::printable(&approval.step),
+                        render::printable(step.as_deref().unwrap_or_default())
+                    );
+                    Ok(exit::ERROR)
+                }
                 Ok(approval) => {
-                    // On every member: one member's word alone approves nothing.
-                    let patch = [(gates::APPROVED_ANNOTATION, Some(approval.step.as_str()))];
+                    // On every member: one member's word alone approves nothing. Who approved
+                    // is the user the API server authenticated.
+                    let by = access.identity().await.map_or_else(
+                        || "a user the API server did not name".to_owned(),
+                        |user| user,
+                    );
+                    let patch = [
+                        (gates::APPROVED_ANNOTATION, Some(approval.step.as_str())),
+                        (gates::APPROVED_BY_ANNOTATION, Some(by.as_str())),
+                    ];
                     for member in &approval.members {
                         access.patch_annotations(member, &patch).await?;
                     }
-                    println!("{approval}");
+                    println!("{approval} (by {by})");
                     Ok(exit::SUCCESS)
                 }
                 Err(nothing) => {

@@ -307,13 +307,39 @@ async fn approval_after_the_canary_stops_there_until_a_person_approves_and_a_new
         .exited(6);
     assert_eq!(scene.updated(&zone_b).await, 0);
 
-    // When a person approves
-    let approved = scene.kubectl_baton(&["approve", "ingester"]).await;
+    // When a person approves a step they did not see awaited, nothing is written
+    scene
+        .kubectl_baton(&[
+            "approve",
+            "ingester",
+            "--step",
+            "canary/an-earlier-revision",
+        ])
+        .await
+        .exited(1)
+        .complains(&[&format!(
+            "awaits {canary_step}, not canary/an-earlier-revision"
+        )]);
+
+    // When a person approves the step they saw awaited
+    let approved = scene
+        .kubectl_baton(&["approve", "ingester", "--step", &canary_step])
+        .await;
     approved.exited(0).says(&[
         "approved the rollout past its canary of rollout group ingester",
         APPROVED_ANNOTATION,
         &format!("statefulset/{zone_b}"),
+        "(by admin)",
     ]);
+    // Then every member carries it, with who approved as the API server knows them
+    for name in &scene.names {
+        let annotations = scene.annotations(name).await;
+        assert_eq!(annotations.get(APPROVED_ANNOTATION), Some(&canary_step));
+        assert_eq!(
+            annotations.get("baton.dev/approved-by").map(String::as_str),
+            Some("admin")
+        );
+    }
 
     // Then the rollout goes on to the end, within the guarantees
     scene

@@ -82,6 +82,10 @@ pub const APPROVAL_ACCEPTED: &str = "canary, zone or batch, or a comma-separated
 /// names it ([`super::approval`]). An approval names the zone, its revision and the step, so
 /// it never lets another step or a later revision go.
 pub const APPROVED_ANNOTATION: &str = "baton.dev/approved";
+/// Annotation written by `kubectl baton approve` beside [`APPROVED_ANNOTATION`]: who approved,
+/// as the API server authenticated them. For people reading the group; the gate reads only the
+/// approval.
+pub const APPROVED_BY_ANNOTATION: &str = "baton.dev/approved-by";
 
 /// Annotation: `true` rolls the group back ([`super::rollback`]) where a gate would halt it: a
 /// health check's failures (whatever its `onFailure` says, but `Warn`) and a hook failing past
@@ -457,7 +461,10 @@ pub fn read(group: &GroupSnapshot) -> (GateConfig, Vec<GateWarning>) {
     }) {
         warnings.push(alone(
             APPROVED_ANNOTATION,
-            (&member.name, member.annotations[APPROVED_ANNOTATION].clone()),
+            (
+                &member.name,
+                member.annotations[APPROVED_ANNOTATION].clone(),
+            ),
             "approving nothing that not every member carries",
         ));
     }
