@@ -62,6 +62,7 @@ impl GroupReconciler {
             self.metrics.forget_group(group);
             self.rollouts.status.forget(group);
             self.rollouts.gate_calls.runs.forget(group);
+            self.rollouts.gate_calls.hook_calls.forget(group);
             return Requeue::Never;
         }
         let pods = self.caches.pods.state();

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use baton_controller::gates::health;
 use baton_core::gates::{
     CHECK_STATE_ANNOTATION, HALTED_ANNOTATION, HEALTH_CHECK_ANNOTATION, HOOK_ANNOTATION,
-    RAMP_ANNOTATION, SOAK_ANNOTATION, STATE_ANNOTATION, ZoneState,
+    HOOK_STATE_ANNOTATION, RAMP_ANNOTATION, SOAK_ANNOTATION, STATE_ANNOTATION, ZoneState,
 };
 use baton_e2e::controller_support::{
     ControlledNamespace, Controller, roll_out, rollout_state, wait_event, wait_group_ready,
@@ -573,14 +573,14 @@ async fn a_checks_credentials_are_never_batons_own_secret_nor_sent_over_plain_ht
     scene.wait_complete(&checked.names).await;
 }
 
-/// A "Prometheus" that accepts connections and never answers: every query waits for its
-/// timeout.
-struct DeadPrometheus {
+/// A server (a "Prometheus", a hook's receiver) that accepts connections and never answers:
+/// every call waits for its timeout.
+struct SilentServer {
     url: String,
     _task: tokio::task::JoinHandle<()>,
 }
 
-impl DeadPrometheus {
+impl SilentServer {
     async fn start() -> Self {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
@@ -604,7 +604,7 @@ async fn a_dead_prometheus_holds_only_the_groups_whose_checks_query_it() {
     metrics.set(ERROR_RATIO, 0.0);
     let prometheus = Prometheus::start(metrics.address()).await;
     prometheus.wait_value(ERROR_RATIO, 0.0).await;
-    let dead = DeadPrometheus::start().await;
+    let dead = SilentServer::start().await;
     let allowed = format!("[\"{}\", \"{}\"]", prometheus.url(), dead.url);
     let scene = Scene::with(
         "dead-prometheus",
@@ -670,6 +670,65 @@ async fn a_dead_prometheus_holds_only_the_groups_whose_checks_query_it() {
             .and_then(|state| serde_json::from_str::<serde_json::Value>(state).ok())
             .and_then(|state| state.get("lastRun").cloned());
         assert_eq!(last_run, None, "{}: a dead query ended", names[0]);
+        for name in names {
+            assert_eq!(scene.updated_pods(name).await, 0, "{name}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn hooks_that_never_answer_hold_only_their_own_groups() {
+    // Given eight groups (as many as reconcile at once) whose BeforeZone hook is at an address
+    // that accepts and never answers (calls wait 120 s), and a group without hooks
+    let dead = SilentServer::start().await;
+    let allowed = format!("[\"{}\"]", dead.url);
+    let scene = Scene::with(
+        "dead-hooks",
+        &[
+            ("BATON_GATES__HOOK_ADDRESSES", &allowed),
+            ("BATON_KUBERNETES__REQUEST_TIMEOUT", "120s"),
+        ],
+    )
+    .await;
+    let (client, ns) = (scene.namespace.client(), scene.namespace.name().to_owned());
+    let mut stuck = Vec::new();
+    for index in 0..8 {
+        let group = format!("hooked-{index}");
+        let mut names = Vec::new();
+        for (zone, fixture) in ["a", "b"].iter().zip(rollout_group(&group, &["a", "b"], 1)) {
+            let fixture = match *zone {
+                "a" => fixture.annotation(HOOK_ANNOTATION, &format!("{}/deploys", dead.url)),
+                _ => fixture,
+            };
+            names.push(
+                fixture
+                    .create(&client, &ns)
+                    .await
+                    .metadata
+                    .name
+                    .unwrap_or_default(),
+            );
+        }
+        wait_group_ready(&client, &ns, &names).await;
+        stuck.push(names);
+    }
+    let free = scene.create(|_, fixture| fixture).await;
+
+    // When every group's template changes
+    for names in &stuck {
+        roll_out(&client, &ns, names, "v2").await;
+    }
+    scene.roll_out(&free).await;
+
+    // Then the group without hooks completes while every hook call is still waiting: no hooked
+    // group has an answer recorded, nor a pod deleted
+    scene.wait_complete(&free).await;
+    for names in &stuck {
+        let first = scene.annotations(&names[0]).await;
+        let answered = first
+            .get(HOOK_STATE_ANNOTATION)
+            .is_some_and(|state| state.contains("\"last\""));
+        assert!(!answered, "{}: a hook call ended: {first:?}", names[0]);
         for name in names {
             assert_eq!(scene.updated_pods(name).await, 0, "{name}");
         }

@@ -8,6 +8,10 @@
 //! ends, its group is queued again and the next reconcile takes the outcome. At most
 //! `gates.max_concurrent_checks` runs are in flight; each is bounded by its check's timeout
 //! (at most `gates.max_query_timeout`), all of its queries at once.
+//!
+//! Hook calls go the same way ([`Runs`] holds both): a hook that answers slowly (up to
+//! `kubernetes.request_timeout` each) holds no reconcile slot; its answer is recorded by the
+//! reconcile its end queues.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -35,9 +39,45 @@ pub struct GateCalls {
     pub max_answer_bytes: u64,
     /// baton's own TLS Secret, when it lives in this namespace: never a check's credential.
     pub own_secret: Option<String>,
-    hooks: Allowlist,
-    hook_client: reqwest::Client,
-    pub runs: CheckRuns,
+    hooks: HookPoster,
+    pub runs: Runs<CheckRun>,
+    /// Hook calls in flight, and answers not yet recorded.
+    pub hook_calls: Runs<HookAnswer>,
+}
+
+/// What a hook answered, and when.
+#[derive(Debug, Clone)]
+pub struct HookAnswer {
+    pub at: Timestamp,
+    pub answer: Result<u16, String>,
+}
+
+/// The one hook client and what it may call, for calls made beside the reconciles.
+#[derive(Debug, Clone)]
+struct HookPoster {
+    allowlist: Allowlist,
+    client: reqwest::Client,
+    namespace: String,
+}
+
+impl HookPoster {
+    /// POSTs `call`; the HTTP status, or why there is none (neither naming the URL unredacted).
+    async fn post(&self, call: &HookCall, group: &str) -> Result<u16, String> {
+        let url = self.allowlist.permit(&call.url)?;
+        self.client
+            .post(url)
+            .json(&hooks::body(call, group, &self.namespace))
+            .send()
+            .await
+            .map(|response| response.status().as_u16())
+            .map_err(|error| {
+                format!(
+                    "calling {}: {}",
+                    redact(&call.url),
+                    egress::describe_failure(&error)
+                )
+            })
+    }
 }
 
 impl std::fmt::Debug for GateCalls {
@@ -61,8 +101,12 @@ impl GateCalls {
         own_secret: Option<String>,
         wake: UnboundedSender<String>,
     ) -> Result<Self, reqwest::Error> {
-        let hooks = Allowlist::new("gates.hook_addresses", config.hook_addresses.clone());
-        let hook_client = hooks.client_builder(request_timeout).build()?;
+        let allowlist = Allowlist::new("gates.hook_addresses", config.hook_addresses.clone());
+        let hooks = HookPoster {
+            client: allowlist.client_builder(request_timeout).build()?,
+            allowlist,
+            namespace: namespace.clone(),
+        };
         Ok(Self {
             client,
             namespace,
@@ -75,60 +119,66 @@ impl GateCalls {
             max_answer_bytes: config.max_answer_bytes.0,
             own_secret,
             hooks,
-            hook_client,
-            runs: CheckRuns::new(config.max_concurrent_checks, wake),
+            runs: Runs::new(config.max_concurrent_checks, wake.clone()),
+            hook_calls: Runs::new(config.max_concurrent_checks, wake),
         })
     }
 
     /// Why the hook at `url` may not be called, if it may not.
     pub fn refuse_hook(&self, url: &str) -> Option<String> {
-        self.hooks.permit(url).err()
+        self.hooks.allowlist.permit(url).err()
     }
 
-    /// POSTs `call` through the one hook client; the HTTP status, or why there is none (neither
-    /// naming the URL unredacted).
-    pub async fn post_hook(&self, call: &HookCall, group: &str) -> Result<u16, String> {
-        let url = self.hooks.permit(&call.url)?;
-        self.hook_client
-            .post(url)
-            .json(&hooks::body(call, group, &self.namespace))
-            .send()
-            .await
-            .map(|response| response.status().as_u16())
-            .map_err(|error| {
-                format!(
-                    "calling {}: {}",
-                    redact(&call.url),
-                    egress::describe_failure(&error)
-                )
-            })
+    /// What a hook call is about, as its slot's key: a call for another zone, phase, revision or
+    /// URL is another call.
+    pub fn hook_key(call: &HookCall) -> String {
+        format!(
+            "{}/{:?}/{}/{}",
+            call.zone, call.phase, call.to_revision, call.url
+        )
+    }
+
+    /// Starts POSTing `call` of `group` beside the reconciles, unless it is in flight; when it
+    /// answers, the group is queued again and its reconcile records the answer
+    /// ([`Runs::take_ended`] with [`GateCalls::hook_key`]).
+    pub fn start_hook(&self, group: &str, call: HookCall) {
+        let poster = self.hooks.clone();
+        let name = group.to_owned();
+        self.hook_calls
+            .start(group, &Self::hook_key(&call), async move {
+                let answer = poster.post(&call, &name).await;
+                HookAnswer {
+                    at: Timestamp::now(),
+                    answer,
+                }
+            });
     }
 }
 
-/// The check runs in flight and those ended but not yet taken, by group. Each run is made for
-/// a key (the check's generation and what the group rolls to): an outcome is taken only for
-/// the key it was made for, so a run made before the check or the template changed never
-/// counts after it.
+/// Calls in flight beside the reconciles and those ended but not yet taken, one per group
+/// (check runs, hook calls). Each is made for a key (for a check: its generation and what the
+/// group rolls to; for a hook: the call): an outcome is taken only for the key it was made for,
+/// so a run made before the check or the template changed never counts after it.
 #[derive(Debug)]
-pub struct CheckRuns {
-    slots: Arc<Mutex<HashMap<String, Slot>>>,
+pub struct Runs<T> {
+    slots: Arc<Mutex<HashMap<String, Slot<T>>>>,
     permits: Arc<Semaphore>,
     wake: UnboundedSender<String>,
 }
 
 #[derive(Debug)]
-struct Slot {
+struct Slot<T> {
     key: String,
-    state: SlotState,
+    state: SlotState<T>,
 }
 
 #[derive(Debug)]
-enum SlotState {
+enum SlotState<T> {
     Running(AbortHandle),
-    Ended(CheckRun),
+    Ended(T),
 }
 
-impl CheckRuns {
+impl<T: Send + 'static> Runs<T> {
     pub fn new(max_concurrent: usize, wake: UnboundedSender<String>) -> Self {
         Self {
             slots: Arc::default(),
@@ -139,7 +189,7 @@ impl CheckRuns {
 
     /// The run of `group` for `key` that ended since the last call, if any (one for another
     /// key is dropped).
-    pub fn take_ended(&self, group: &str, key: &str) -> Option<CheckRun> {
+    pub fn take_ended(&self, group: &str, key: &str) -> Option<T> {
         let mut slots = self.lock();
         let slot = slots.remove(group)?;
         match slot.state {
@@ -171,11 +221,11 @@ impl CheckRuns {
             .is_some_and(|slot| slot.key == key && matches!(slot.state, SlotState::Running(_)))
     }
 
-    /// Starts `queries` as the run of `group` for `key`, made `at`, unless one for `key` is in
-    /// flight (one for another key is stopped); when it ends, the group is queued again.
-    pub fn start<F>(&self, group: &str, key: &str, at: Timestamp, queries: F)
+    /// Starts `run` as the one of `group` for `key`, unless one for `key` is in flight (one for
+    /// another key is stopped); when it ends, the group is queued again.
+    pub fn start<F>(&self, group: &str, key: &str, run: F)
     where
-        F: Future<Output = CheckOutcome> + Send + 'static,
+        F: Future<Output = T> + Send + 'static,
     {
         let mut slots = self.lock();
         if let Some(slot) = slots.get(group)
@@ -191,10 +241,9 @@ impl CheckRuns {
         let task = tokio::spawn(async move {
             // Never closed: the semaphore lives as long as the runs.
             let _permit = permits.acquire_owned().await;
-            let outcome = queries.await;
             let ended = Slot {
                 key: made_for,
-                state: SlotState::Ended(CheckRun { at, outcome }),
+                state: SlotState::Ended(run.await),
             };
             owned
                 .lock()
@@ -209,8 +258,10 @@ impl CheckRuns {
         };
         slots.insert(group.to_owned(), running);
     }
+}
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Slot>> {
+impl<T> Runs<T> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Slot<T>>> {
         // A panic while holding the lock left whole entries: the map is still sound.
         self.slots
             .lock()
@@ -218,7 +269,7 @@ impl CheckRuns {
     }
 }
 
-impl Drop for CheckRuns {
+impl<T> Drop for Runs<T> {
     /// Runs belong to the controller that started them: none outlives it.
     fn drop(&mut self) {
         for slot in self.lock().values() {
@@ -249,35 +300,30 @@ mod tests {
     async fn a_run_that_never_ends_holds_only_its_own_group() {
         // Given one run slot, taken by a group whose Prometheus never answers
         let (wake, mut woken) = tokio::sync::mpsc::unbounded_channel();
-        let runs = CheckRuns::new(2, wake);
-        let now = Timestamp::now();
-        runs.start("dead", "k", now, std::future::pending());
+        let runs = Runs::<CheckOutcome>::new(2, wake);
+        runs.start("dead", "k", std::future::pending());
         // When another group's run is started
-        runs.start("alive", "k", now, async { CheckOutcome::Pass });
+        runs.start("alive", "k", async { CheckOutcome::Pass });
         // Then it ends, its group is queued again and its outcome is taken once
         assert_eq!(woken.recv().await.as_deref(), Some("alive"));
-        assert_eq!(
-            runs.take_ended("alive", "k").map(|run| run.outcome),
-            Some(CheckOutcome::Pass)
-        );
+        assert_eq!(runs.take_ended("alive", "k"), Some(CheckOutcome::Pass));
         assert_eq!(runs.take_ended("alive", "k"), None);
         // and the dead group's run is still in flight, not restarted
         assert!(runs.running("dead", "k"));
-        runs.start("dead", "k", now, async { CheckOutcome::Pass });
+        runs.start("dead", "k", async { CheckOutcome::Pass });
         assert_eq!(runs.take_ended("dead", "k"), None);
     }
 
     #[tokio::test]
     async fn runs_beyond_the_limit_wait_for_a_slot() {
         let (wake, mut woken) = tokio::sync::mpsc::unbounded_channel();
-        let runs = CheckRuns::new(1, wake);
+        let runs = Runs::<CheckOutcome>::new(1, wake);
         let (release, released) = tokio::sync::oneshot::channel::<()>();
-        let now = Timestamp::now();
-        runs.start("first", "k", now, async move {
+        runs.start("first", "k", async move {
             let _ = released.await;
             CheckOutcome::Pass
         });
-        runs.start("second", "k", now, async { CheckOutcome::Pass });
+        runs.start("second", "k", async { CheckOutcome::Pass });
         tokio::task::yield_now().await;
         assert!(
             runs.running("second", "k"),
@@ -295,11 +341,10 @@ mod tests {
     #[tokio::test]
     async fn a_run_made_for_an_earlier_check_or_template_is_never_taken() {
         let (wake, mut woken) = tokio::sync::mpsc::unbounded_channel();
-        let runs = CheckRuns::new(1, wake);
-        let now = Timestamp::now();
+        let runs = Runs::<CheckOutcome>::new(1, wake);
         // A run in flight for generation 1 is stopped when generation 2 needs one
-        runs.start("group", "1/rev-a", now, std::future::pending());
-        runs.start("group", "2/rev-a", now, async { CheckOutcome::Pass });
+        runs.start("group", "1/rev-a", std::future::pending());
+        runs.start("group", "2/rev-a", async { CheckOutcome::Pass });
         assert!(!runs.running("group", "1/rev-a"));
         assert_eq!(woken.recv().await.as_deref(), Some("group"));
         // and an ended run is taken only for the key it was made for
@@ -311,8 +356,8 @@ mod tests {
     #[tokio::test]
     async fn a_group_that_is_gone_leaves_no_slot_and_no_run() {
         let (wake, _woken) = tokio::sync::mpsc::unbounded_channel();
-        let runs = CheckRuns::new(1, wake);
-        runs.start("gone", "k", Timestamp::now(), std::future::pending());
+        let runs = Runs::<CheckOutcome>::new(1, wake);
+        runs.start("gone", "k", std::future::pending());
         runs.forget("gone");
         assert!(!runs.running("gone", "k"));
         assert!(runs.lock().is_empty());

@@ -98,12 +98,13 @@ pub async fn run(
         combine(futures::future::join_all(answers).await)
     };
     let bound = timeout + Duration::from_secs(1);
-    calls.runs.start(
-        &group.name,
-        &key,
-        now,
-        super::calls::bounded_run(bound, run),
-    );
+    let run = super::calls::bounded_run(bound, run);
+    calls.runs.start(&group.name, &key, async move {
+        CheckRun {
+            at: now,
+            outcome: run.await,
+        }
+    });
     (policy, None, None)
 }
 

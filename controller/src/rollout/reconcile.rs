@@ -86,19 +86,26 @@ impl Rollouts {
         if let Some(call) = gate.hook.clone()
             && may_act().is_some()
         {
-            // What the hook answered is stored whatever changed meanwhile: a record lost to a
-            // resourceVersion race would call it again.
-            // Called only if still due on a fresh read (the cache may lag a call just made).
+            let calls = &self.gate_calls;
             let timeout = self.request_timeout;
             let api: Api<StatefulSet> = Api::namespaced(self.client.clone(), &self.namespace);
-            let reading = format!("reading {} before its hook", call.zone);
-            let fresh = bounded(timeout, reading, api.get(&call.zone)).await;
-            if let Ok(Ok(fresh)) = fresh
-                && baton_core::gates::hooks::still_due(&fresh, &call, now)
-            {
-                let answer = self.gate_calls.post_hook(&call, group).await;
-                let recorded = baton_core::gates::hooks::record(&snapshot, &call, answer, now);
+            let key = gates::calls::GateCalls::hook_key(&call);
+            if let Some(ended) = calls.hook_calls.take_ended(group, &key) {
+                // What the hook answered is stored whatever changed meanwhile: a record lost to
+                // a resourceVersion race would call it again.
+                let recorded =
+                    baton_core::gates::hooks::record(&snapshot, &call, ended.answer, ended.at);
                 store::store_unconditionally(&api, &recorded, timeout).await?;
+            } else if !calls.hook_calls.running(group, &key) {
+                // Called only if still due on a fresh read (the cache may lag a call just
+                // made), beside the reconciles: its answer queues the group again.
+                let reading = format!("reading {} before its hook", call.zone);
+                let fresh = bounded(timeout, reading, api.get(&call.zone)).await;
+                if let Ok(Ok(fresh)) = fresh
+                    && baton_core::gates::hooks::still_due(&fresh, &call, now)
+                {
+                    calls.start_hook(group, call);
+                }
             }
         }
         self.record_progress(group, &plan, gate.wait().is_some());
