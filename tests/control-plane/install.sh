@@ -149,10 +149,26 @@ build_kubernetes() {
   local gomod
   gomod=$(cd /tmp && GOWORK=off GOFLAGS=-mod=mod "$GO" mod download -json "k8s.io/kubernetes@v$version" | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",*$/\1/p')
   [[ -f "$gomod" ]] || die "downloading k8s.io/kubernetes v$version gave no go.mod"
-  local staging_version="v0.${version#*.}"
-  local replace
-  replace=$(sed -n -E 's#^[[:space:]]*(replace[[:space:]]+)?(k8s\.io/[A-Za-z0-9._-]+)[[:space:]]+=>[[:space:]]+\./staging/src/.*$#replace \2 => \2 '"$staging_version"'#p' "$gomod")
-  [[ -n "$replace" ]] || die "k8s.io/kubernetes v$version's go.mod lists no staging module"
+  local staging_version="v0.${version#*.}" staging_minor="v0.${version#*.}"
+  staging_minor="${staging_minor%.*}"
+  local modules replace="" module served pinned substitutes
+  substitutes="$(dirname "$dest")/substitutes"
+  mkdir -p "$dest"
+  rm -f "$substitutes"
+  modules=$(sed -n -E 's#^[[:space:]]*(replace[[:space:]]+)?(k8s\.io/[A-Za-z0-9._-]+)[[:space:]]+=>[[:space:]]+\./staging/src/.*$#\2#p' "$gomod")
+  [[ -n "$modules" ]] || die "k8s.io/kubernetes v$version's go.mod lists no staging module"
+  for module in $modules; do
+    # A proxy may lack a staging module at the release's exact version: the newest patch of
+    # the same minor it serves stands in (said in the log and in the binary's folder).
+    pinned=$staging_version
+    served=$(cd /tmp && GOWORK=off "$GO" list -m -versions "$module" 2>/dev/null | tr ' ' '\n' | grep -E "^${staging_minor//./[.]}[.][0-9]+$" || true)
+    if [[ -n "$served" ]] && ! grep -qx "$staging_version" <<<"$served"; then
+      pinned=$(tail -n1 <<<"$served")
+      log "$module is not served at $staging_version: using $pinned"
+      echo "$module $pinned (not served at $staging_version)" >>"$substitutes"
+    fi
+    replace+="replace $module => $module $pinned"$'\n'
+  done
   local go_line
   go_line=$(grep -E '^(go|godebug) ' "$gomod")
   local major=${version%%.*} minor=${version#*.}
