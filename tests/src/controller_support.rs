@@ -71,7 +71,16 @@ impl ControlledNamespace {
 
     /// As [`ControlledNamespace::start`], the controller configured with `extra` too.
     pub async fn start_with(prefix: &str, extra: &[(&str, &str)]) -> Self {
-        let control_plane = ControlPlane::shared().await;
+        Self::start_on(ControlPlane::shared().await, prefix, extra).await
+    }
+
+    /// As [`ControlledNamespace::start_with`], on `control_plane` (such as
+    /// [`ControlPlane::oldest`]).
+    pub async fn start_on(
+        control_plane: &'static ControlPlane,
+        prefix: &str,
+        extra: &[(&str, &str)],
+    ) -> Self {
         let namespace = crate::TestNamespace::create(control_plane, prefix).await;
         let simulator = crate::PodSimulator::for_namespace(&namespace).await;
         let controller = Controller::start(control_plane, namespace.name(), extra).await;

@@ -14,8 +14,8 @@ pub struct TestNamespace {
 }
 
 impl TestNamespace {
-    /// Creates `<prefix>-<random>`, labelled `kubernetes.io/metadata.name` (Kubernetes 1.20 does
-    /// not set that label itself, and webhook namespaceSelectors rely on it).
+    /// Creates `<prefix>-<random>`, labelled `kubernetes.io/metadata.name` (webhook
+    /// namespaceSelectors rely on it; Kubernetes sets it too).
     pub async fn create(control_plane: &ControlPlane, prefix: &str) -> Self {
         let client = control_plane.admin_client().await;
         let name = format!("{prefix}-{}", random_suffix());

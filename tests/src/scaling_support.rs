@@ -33,7 +33,7 @@ async fn apply_replica_template_crd(control_plane: &ControlPlane) -> anyhow::Res
     let manifest =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/crds/replica-template.yaml");
     // Server-side apply: idempotent even against another process applying the same manifest.
-    let output = tokio::process::Command::new("kubectl")
+    let output = tokio::process::Command::new(control_plane.kubectl())
         .arg("--kubeconfig")
         .arg(control_plane.kubeconfig_path())
         .args(["apply", "--server-side", "--force-conflicts", "-f"])

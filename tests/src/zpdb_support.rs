@@ -1,6 +1,7 @@
 //! Zone-aware disruption budgets in tests and benches: the resource (a dynamic one: the
 //! tests create budgets as users write them), a budget selecting a rollout group, and the
-//! eviction review the API server sends baton-webhook (policy/v1beta1, as Kubernetes 1.20).
+//! eviction review the API server sends baton-webhook (a policy/v1 Eviction in an
+//! `admission.k8s.io/v1` review, as current Kubernetes sends it with deploy/'s configuration).
 
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 use serde_json::{Value, json};
@@ -28,22 +29,23 @@ pub fn budget(name: &str, spec: Value) -> DynamicObject {
     .expect("a valid ZoneAwarePodDisruptionBudget")
 }
 
-/// The AdmissionReview of the eviction of `pod`, as Kubernetes 1.20 sends it to
-/// `/admission/pod-eviction`.
+/// The AdmissionReview of the eviction of `pod`, as the API server sends it to
+/// `/admission/pod-eviction` for `kubectl drain` (policy/v1) under deploy/'s webhook
+/// configuration (review version v1 first).
 pub fn eviction_review(namespace: &str, pod: &str, uid: &str, dry_run: bool) -> Value {
     json!({
-        "apiVersion": "admission.k8s.io/v1beta1",
+        "apiVersion": "admission.k8s.io/v1",
         "kind": "AdmissionReview",
         "request": {
             "uid": uid,
-            "kind": {"group": "policy", "version": "v1beta1", "kind": "Eviction"},
+            "kind": {"group": "policy", "version": "v1", "kind": "Eviction"},
             "resource": {"group": "", "version": "v1", "resource": "pods"},
             "subResource": "eviction",
             "name": pod,
             "namespace": namespace,
             "operation": "CREATE",
             "userInfo": {"username": "system:serviceaccount:kube-system:drain"},
-            "object": {"apiVersion": "policy/v1beta1", "kind": "Eviction",
+            "object": {"apiVersion": "policy/v1", "kind": "Eviction",
                        "metadata": {"name": pod, "namespace": namespace}},
             "dryRun": dry_run,
         }
@@ -62,14 +64,36 @@ pub fn answer_of(review: &Value) -> (bool, String) {
     )
 }
 
-/// Evicts `pod` through the API server (policy/v1beta1 Eviction, as `kubectl drain` does on
-/// Kubernetes 1.20): Ok, or the refusal's status code and message.
+/// Evicts `pod` through the API server (a policy/v1 Eviction, as `kubectl drain` does): Ok, or
+/// the refusal's status code and message.
 pub async fn evict(client: &kube::Client, namespace: &str, pod: &str) -> Result<(), (u16, String)> {
-    let body = json!({
-        "apiVersion": "policy/v1beta1",
+    request_eviction(client, namespace, pod, false).await
+}
+
+/// As [`evict`], as a dry run: judged by the API server and the webhooks (baton's eviction
+/// webhook has no side effects on dry runs), and nothing is evicted.
+pub async fn evict_dry_run(
+    client: &kube::Client,
+    namespace: &str,
+    pod: &str,
+) -> Result<(), (u16, String)> {
+    request_eviction(client, namespace, pod, true).await
+}
+
+async fn request_eviction(
+    client: &kube::Client,
+    namespace: &str,
+    pod: &str,
+    dry_run: bool,
+) -> Result<(), (u16, String)> {
+    let mut body = json!({
+        "apiVersion": "policy/v1",
         "kind": "Eviction",
         "metadata": {"name": pod, "namespace": namespace},
     });
+    if dry_run {
+        body["deleteOptions"] = json!({"dryRun": ["All"]});
+    }
     let request = http::Request::post(format!(
         "/api/v1/namespaces/{namespace}/pods/{pod}/eviction"
     ))

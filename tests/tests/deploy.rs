@@ -30,7 +30,7 @@ fn deploy_dir() -> PathBuf {
 }
 
 fn kubectl(control_plane: &ControlPlane, args: &[&str]) -> (bool, String) {
-    let output = Command::new("kubectl")
+    let output = Command::new(control_plane.kubectl())
         .args(args)
         .env("KUBECONFIG", control_plane.kubeconfig_path())
         .output()
@@ -57,12 +57,15 @@ async fn the_manifests_pass_a_server_side_dry_run() {
         .create(&PostParams::default(), &namespace)
         .await;
 
-    // When the whole of deploy/ is applied as a server-side dry run (the overlay for 1.20,
-    // which only lowers the PodDisruptionBudget's API version)
-    let overlay = deploy_dir().join("overlays/kubernetes-1.20");
+    // When the whole of deploy/ is applied as a server-side dry run
     let (ok, output) = kubectl(
         control_plane,
-        &["apply", "--dry-run=server", "-k", overlay.to_str().unwrap()],
+        &[
+            "apply",
+            "--dry-run=server",
+            "-k",
+            deploy_dir().to_str().unwrap(),
+        ],
     );
 
     // Then the API server accepts every object
@@ -93,7 +96,7 @@ async fn the_manifests_pass_a_server_side_dry_run() {
     ] {
         assert!(output.contains(object), "{object} missing from:\n{output}");
     }
-    // And the base (policy/v1, for current clusters) renders the same objects
+    // And what it renders
     let (ok, rendered) = kubectl(
         control_plane,
         &["kustomize", deploy_dir().to_str().unwrap()],
@@ -141,10 +144,7 @@ async fn deploy_installs_for_real_into_a_namespace_that_does_not_exist_yet() {
     let overlay_dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(&namespace);
     std::fs::create_dir_all(&overlay_dir).unwrap();
     let deploy_from_overlay = pathdiff::diff_paths(
-        deploy_dir()
-            .join("overlays/kubernetes-1.20")
-            .canonicalize()
-            .unwrap(),
+        deploy_dir().canonicalize().unwrap(),
         overlay_dir.canonicalize().unwrap(),
     )
     .unwrap();
@@ -154,8 +154,7 @@ async fn deploy_installs_for_real_into_a_namespace_that_does_not_exist_yet() {
     )
     .unwrap();
 
-    // When it is applied for real (on top of the 1.20 overlay, as this control plane is 1.20).
-    // Server-side: other scenarios of this process install the same CRDs at the same moment,
+    // When it is applied for real, on top of deploy/ as it ships. Server-side: other scenarios of this process install the same CRDs at the same moment,
     // and a client-side apply (read, then create) loses that race with AlreadyExists.
     let (ok, output) = kubectl(
         control_plane,

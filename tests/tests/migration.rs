@@ -394,7 +394,7 @@ async fn an_hpa_style_writer_downscales_on_the_first_try_and_a_failed_update_hol
     assert_eq!(endpoints["ingester-zone-b-3"].calls(), Vec::<String>::new());
     // And `kubectl scale` works too (run without blocking the runtime the pods' endpoints
     // answer on)
-    let output = Command::new("kubectl")
+    let output = Command::new(control_plane.kubectl())
         .args([
             "-n",
             ns,

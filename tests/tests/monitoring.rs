@@ -590,7 +590,7 @@ async fn the_monitoring_kustomization_applies_on_a_bare_cluster() {
     // When deploy/monitoring is applied as docs/alerts.md says
     let output = run(
         &monitoring_dir(),
-        "kubectl",
+        control_plane.kubectl().to_str().unwrap(),
         &[
             "--kubeconfig",
             &kubeconfig,

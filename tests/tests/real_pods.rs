@@ -17,7 +17,6 @@ use baton_e2e::keys::{
     DELAYED_DOWNSCALE, DELAYED_DOWNSCALE_URL, MIRROR_API_VERSION, MIRROR_KIND, MIRROR_NAME,
     PREPARE_DOWNSCALE, PREPARE_DOWNSCALE_PATH, PREPARE_DOWNSCALE_PORT,
 };
-use baton_e2e::process::which;
 use baton_e2e::real_nodes::{
     APP_PORT, Behaviour, RealPodsFixture, app_calls, pod_ip, real_rollout_group, set_version,
 };
@@ -493,7 +492,7 @@ impl Drop for Uncordon {
 /// A dry-run eviction of `pod` through the API server (reaches the webhooks, changes nothing).
 async fn dry_run_eviction(client: &kube::Client, namespace: &str, pod: &str) {
     let body = json!({
-        "apiVersion": "policy/v1beta1",
+        "apiVersion": "policy/v1",
         "kind": "Eviction",
         "metadata": {"name": pod, "namespace": namespace},
         "deleteOptions": {"dryRun": ["All"]},
@@ -618,7 +617,7 @@ async fn kubectl_drain_of_zone_a_waits_for_the_rollout_in_zone_b_and_never_excee
         kubeconfig: control_plane.kubeconfig_path().to_path_buf(),
     };
     let drain_started = Instant::now();
-    let drain = tokio::process::Command::new(which("kubectl"))
+    let drain = tokio::process::Command::new(control_plane.kubectl())
         .env("KUBECONFIG", control_plane.kubeconfig_path())
         .args([
             "drain",

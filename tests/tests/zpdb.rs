@@ -1,7 +1,7 @@
 //! Zone-aware pod disruption budgets on the real control plane: the API server calls
 //! baton-webhook's `/admission/pod-eviction` and `/admission/zpdb-validation` (configured by
-//! `clientConfig.url`), drains are real Eviction API calls (policy/v1beta1, as Kubernetes 1.20
-//! takes them), the StatefulSet controller recreates evicted pods and the pod simulator holds
+//! `clientConfig.url`), drains are real Eviction API calls (policy/v1, as `kubectl
+//! drain` makes them), the StatefulSet controller recreates evicted pods and the pod simulator holds
 //! them not ready until the scenario lets them recover.
 
 use std::time::{Duration, Instant};
@@ -161,7 +161,7 @@ impl Zones {
         .await;
     }
 
-    /// Evicts `pod` through the API server (policy/v1beta1 Eviction): Ok, or the refusal's
+    /// Evicts `pod` through the API server (policy/v1 Eviction): Ok, or the refusal's
     /// HTTP code and message.
     async fn evict(&self, pod: &str) -> Result<(), (u16, String)> {
         evict(&self.evictor, self.ns(), pod).await

@@ -16,6 +16,10 @@ struct Cli {
     /// Stop when stdin closes, so the control plane never outlives the test process that started it.
     #[arg(long)]
     until_stdin_closes: bool,
+    /// Folder of the etcd, kube-apiserver and kube-controller-manager to run (what
+    /// tests/control-plane/install.sh prints); default: KUBEBUILDER_ASSETS, else its cache.
+    #[arg(long)]
+    assets: Option<std::path::PathBuf>,
 }
 
 fn main() -> ExitCode {
@@ -39,7 +43,10 @@ fn main() -> ExitCode {
         }
     };
     let result = runtime.block_on(async {
-        let assets = Assets::locate()?;
+        let assets = match &cli.assets {
+            Some(dir) => Assets::in_dir(dir)?,
+            None => Assets::locate()?,
+        };
         supervisor::run(assets, stop_when).await
     });
     match result {

@@ -1,8 +1,8 @@
 //! Benchmark of `/admission/pod-eviction` (figures in docs/benchmarks.md): wrk over HTTPS
 //! keep-alive against a release build of baton-webhook watching 3 StatefulSets × 100 Running,
 //! Ready pods (the local control plane; the pod simulator plays the kubelet) under one
-//! ZoneAwarePodDisruptionBudget (`maxUnavailable: 1`), one fixed policy/v1beta1 eviction review
-//! per case, as Kubernetes 1.20 sends them:
+//! ZoneAwarePodDisruptionBudget (`maxUnavailable: 1`), one fixed review of a policy/v1 eviction
+//! per case, as the API server sends them (`zpdb_support::eviction_review`):
 //!
 //! - allowed, claimed in the budget's record: one conditioned API write per eviction, so the
 //!   rate is the API server's (the claims of one budget are written one at a time);

@@ -10,7 +10,7 @@ use std::process::{Child, ChildStdin, ChildStdout, Command};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use anyhow::{Context, anyhow, bail};
-pub use supervisor::{Handshake, SupervisorCommand};
+pub use supervisor::{ASSETS_ENV, Handshake, OLDEST_ASSETS_ENV, SupervisorCommand};
 
 use crate::process::{Handshaken, spawn_handshaken, workspace_binary};
 
@@ -22,6 +22,9 @@ pub const EXISTING_CLUSTER_ENV: &str = "E2E_KUBECONFIG";
 #[derive(Debug)]
 pub struct ControlPlane {
     handshake: Handshake,
+    /// The kubectl matching its release: the one in its binaries' folder (install.sh builds one
+    /// next to the API server), else the one on `PATH`.
+    kubectl: PathBuf,
     local: bool,
     /// Only a control plane of its own may have its API server stopped: the shared one serves
     /// every test of the process at once.
@@ -39,6 +42,7 @@ struct Supervisor {
 }
 
 static SHARED: OnceLock<ControlPlane> = OnceLock::new();
+static OLDEST: OnceLock<ControlPlane> = OnceLock::new();
 
 impl ControlPlane {
     /// The control plane of this test process, started on first use.
@@ -50,7 +54,7 @@ impl ControlPlane {
             return existing;
         }
         tokio::task::spawn_blocking(|| {
-            SHARED.get_or_init(|| match Self::start(false) {
+            SHARED.get_or_init(|| match Self::start(false, None) {
                 Ok(control_plane) => control_plane,
                 Err(error) => panic!("starting the test control plane: {error:#}"),
             })
@@ -65,19 +69,58 @@ impl ControlPlane {
         if std::env::var_os(EXISTING_CLUSTER_ENV).is_some() {
             panic!("a dedicated control plane is started locally; unset {EXISTING_CLUSTER_ENV}");
         }
-        tokio::task::spawn_blocking(|| Self::start(true))
+        tokio::task::spawn_blocking(|| Self::start(true, None))
             .await
             .expect("starting the control plane panicked")
             .unwrap_or_else(|error| panic!("starting a dedicated control plane: {error:#}"))
     }
 
-    fn start(dedicated: bool) -> anyhow::Result<Self> {
-        if !dedicated && let Some(kubeconfig) = std::env::var_os(EXISTING_CLUSTER_ENV) {
+    /// A second control plane of this test process, on the oldest Kubernetes release baton
+    /// supports: the binaries of the folder [`OLDEST_ASSETS_ENV`] names (what
+    /// `tests/control-plane/install.sh --oldest` prints; `scripts/test.sh` sets it). Started on
+    /// first use; fails loudly when the variable or a binary is missing, never skips.
+    pub async fn oldest() -> &'static ControlPlane {
+        if let Some(existing) = OLDEST.get() {
+            return existing;
+        }
+        let Some(dir) = std::env::var_os(OLDEST_ASSETS_ENV) else {
+            panic!(
+                "{OLDEST_ASSETS_ENV} is not set: it names the oldest supported Kubernetes's binaries, \
+                 export {OLDEST_ASSETS_ENV}=$(tests/control-plane/install.sh --oldest) (scripts/test.sh does)"
+            );
+        };
+        let dir = PathBuf::from(dir);
+        tokio::task::spawn_blocking(move || {
+            OLDEST.get_or_init(|| match Self::start(false, Some(&dir)) {
+                Ok(control_plane) => control_plane,
+                Err(error) => panic!(
+                    "starting the control plane of the oldest supported Kubernetes from {}: {error:#}",
+                    dir.display()
+                ),
+            })
+        })
+        .await
+        .expect("starting the control plane panicked")
+    }
+
+    /// `assets`: the folder of the binaries to run, else the newest release's.
+    fn start(dedicated: bool, assets: Option<&Path>) -> anyhow::Result<Self> {
+        if !dedicated
+            && assets.is_none()
+            && let Some(kubeconfig) = std::env::var_os(EXISTING_CLUSTER_ENV)
+        {
             return Ok(Self::existing(PathBuf::from(kubeconfig)));
         }
         let binary = workspace_binary("baton-control-plane")?;
         let mut command = Command::new(&binary);
         command.arg("--until-stdin-closes");
+        if let Some(assets) = assets {
+            command.arg("--assets").arg(assets);
+        }
+        let assets_dir = assets.map_or_else(supervisor::assets_dir, Path::to_path_buf);
+        let kubectl = Some(assets_dir.join("kubectl"))
+            .filter(|kubectl| kubectl.is_file())
+            .unwrap_or_else(|| PathBuf::from("kubectl"));
         let started: Handshaken<Handshake> = spawn_handshaken(command, "baton-control-plane")?;
         let Handshaken {
             handshake,
@@ -87,6 +130,7 @@ impl ControlPlane {
         } = started;
         Ok(Self {
             handshake,
+            kubectl,
             local: true,
             dedicated,
             supervisor: Some(Arc::new(Mutex::new(Supervisor {
@@ -140,12 +184,14 @@ impl ControlPlane {
         Self {
             handshake: Handshake {
                 server: String::new(),
+                version: String::new(),
                 kubeconfig,
                 restricted_kubeconfig: PathBuf::new(),
                 service_account_kubeconfigs: Default::default(),
                 ca_file: PathBuf::new(),
                 dir: PathBuf::new(),
             },
+            kubectl: PathBuf::from("kubectl"),
             local: false,
             dedicated: false,
             supervisor: None,
@@ -160,6 +206,12 @@ impl ControlPlane {
     /// Kubeconfig of a cluster admin: pass it as `KUBECONFIG` to spawned binaries.
     pub fn kubeconfig_path(&self) -> &Path {
         &self.handshake.kubeconfig
+    }
+
+    /// The kubectl to run against it: of its own release when install.sh built one (kubectl
+    /// supports one minor version of skew either way), else the one on `PATH`.
+    pub fn kubectl(&self) -> &Path {
+        &self.kubectl
     }
 
     /// Everything the control plane told about itself.

@@ -20,10 +20,15 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
-/// Kubernetes version built by `tests/control-plane/install.sh` (Debian's source package).
-pub const KUBERNETES_VERSION: &str = "1.20.2";
-/// The build of it that `install.sh` caches (its `BUILD`): the version plus what was patched.
-pub const KUBERNETES_BUILD: &str = "1.20.2+reflect2-1.0.2";
+/// The environment variable naming the folder of the Kubernetes binaries every test runs on
+/// (envtest's convention): what `tests/control-plane/install.sh` prints.
+pub const ASSETS_ENV: &str = "KUBEBUILDER_ASSETS";
+/// The environment variable naming the folder of the oldest supported Kubernetes's control
+/// plane: what `tests/control-plane/install.sh --oldest` prints.
+pub const OLDEST_ASSETS_ENV: &str = "E2E_OLDEST_KUBERNETES_ASSETS";
+/// The cache folder `install.sh` builds the newest release into (its `K8S_VERSION` and
+/// `BUILD_REVISION`), used when [`ASSETS_ENV`] is not set.
+pub const DEFAULT_ASSETS_FOLDER: &str = "kubernetes-1.37.2-r1/bin";
 
 /// The service accounts baton's manifests define; the token file maps a token to each so RBAC
 /// tests can act as them.
@@ -40,13 +45,24 @@ pub struct Assets {
     pub kube_controller_manager: PathBuf,
 }
 
+/// The folder of the newest release's binaries: `KUBEBUILDER_ASSETS` (envtest's convention),
+/// else the cache `install.sh` fills.
+pub fn assets_dir() -> PathBuf {
+    match std::env::var_os(ASSETS_ENV) {
+        Some(dir) => PathBuf::from(dir),
+        None => cache_dir().join(DEFAULT_ASSETS_FOLDER),
+    }
+}
+
 impl Assets {
-    /// `KUBEBUILDER_ASSETS` (envtest's convention), else the cache `install.sh` fills.
+    /// The binaries of [`assets_dir`].
     pub fn locate() -> anyhow::Result<Self> {
-        let dir = match std::env::var_os("KUBEBUILDER_ASSETS") {
-            Some(dir) => PathBuf::from(dir),
-            None => cache_dir().join(format!("kubernetes-{KUBERNETES_BUILD}/bin")),
-        };
+        Self::in_dir(&assets_dir())
+    }
+
+    /// The binaries in `dir`, which must hold `etcd`, `kube-apiserver` and
+    /// `kube-controller-manager`.
+    pub fn in_dir(dir: &Path) -> anyhow::Result<Self> {
         let assets = Self {
             etcd: dir.join("etcd"),
             kube_apiserver: dir.join("kube-apiserver"),
@@ -59,7 +75,7 @@ impl Assets {
         ] {
             if !binary.is_file() {
                 bail!(
-                    "{} not found: run tests/control-plane/install.sh (builds it once) or set KUBEBUILDER_ASSETS",
+                    "{} not found: run tests/control-plane/install.sh (builds it once) or set {ASSETS_ENV}",
                     binary.display()
                 );
             }
@@ -85,6 +101,8 @@ pub fn cache_dir() -> PathBuf {
 pub struct Handshake {
     /// `https://127.0.0.1:<port>`.
     pub server: String,
+    /// What the API server says it is (`/version`'s `gitVersion`, e.g. `v1.37.2`).
+    pub version: String,
     /// Kubeconfig of a cluster admin (`system:masters`).
     pub kubeconfig: PathBuf,
     /// Kubeconfig of user `restricted`, who has no RBAC bindings.
@@ -177,8 +195,11 @@ async fn run_in(assets: &Assets, stop_when: StopWhen, root: &Path) -> anyhow::Re
         format!("--etcd-servers=http://127.0.0.1:{etcd_client}"),
         "--bind-address=127.0.0.1".into(),
         "--advertise-address=127.0.0.1".into(),
+        // The `kubernetes` Service's endpoints would name the advertised address, and a
+        // loopback one is refused for them: nothing here reaches the API server through that
+        // Service, so no endpoints are kept.
+        "--endpoint-reconciler-type=none".into(),
         format!("--secure-port={api_port}"),
-        "--insecure-port=0".into(),
         format!("--cert-dir={}", root.join("apiserver-certs").display()),
         format!("--tls-cert-file={}", pki.serving_cert.display()),
         format!("--tls-private-key-file={}", pki.serving_key.display()),
@@ -224,13 +245,16 @@ async fn run_in(assets: &Assets, stop_when: StopWhen, root: &Path) -> anyhow::Re
     )
     .await?;
 
+    let version = server_version(&kubeconfig)
+        .await
+        .context("asking the API server its version")?;
+
     let controller_manager = spawn(
         &assets.kube_controller_manager,
         &[
             format!("--kubeconfig={}", kubeconfig.display()),
             "--leader-elect=false".into(),
             "--controllers=statefulset,replicaset,deployment,garbagecollector,namespace".into(),
-            "--port=0".into(),
             "--secure-port=0".into(),
             "--concurrent-statefulset-syncs=10".into(),
             // The default 20 QPS would take minutes to create the pods of a large benchmark.
@@ -243,6 +267,7 @@ async fn run_in(assets: &Assets, stop_when: StopWhen, root: &Path) -> anyhow::Re
 
     let handshake = Handshake {
         server,
+        version,
         kubeconfig,
         restricted_kubeconfig,
         service_account_kubeconfigs,
@@ -252,12 +277,14 @@ async fn run_in(assets: &Assets, stop_when: StopWhen, root: &Path) -> anyhow::Re
     match stop_when {
         StopWhen::StdinClosesOrSignal => println!("{}", serde_json::to_string(&handshake)?),
         StopWhen::Signal => println!(
-            "\nA local Kubernetes {KUBERNETES_VERSION} control plane is running (no kubelet: pods stay Pending).\n\n  export KUBECONFIG={}\n  kubectl get namespaces\n\nPress Ctrl-C to stop it; everything it wrote is removed.\n",
+            "\nA local Kubernetes {} control plane is running (no kubelet: pods stay Pending).\n\n  export KUBECONFIG={}\n  kubectl get namespaces\n\nPress Ctrl-C to stop it; everything it wrote is removed.\n",
+            handshake.version,
             handshake.kubeconfig.display()
         ),
     }
     eprintln!(
-        "control plane (Kubernetes {KUBERNETES_VERSION}) ready in {:.1}s at {}; logs in {}",
+        "control plane (Kubernetes {}) ready in {:.1}s at {}; logs in {}",
+        handshake.version,
         started.elapsed().as_secs_f64(),
         handshake.server,
         root.display()
@@ -398,6 +425,16 @@ pub(crate) fn free_port() -> anyhow::Result<u16> {
 
 /// Starts `binary` with `args`, appending its output to `log` (a restart keeps the earlier run's).
 pub(crate) fn spawn(binary: &Path, args: &[String], log: &Path) -> anyhow::Result<Child> {
+    spawn_with_env(binary, args, log, &[])
+}
+
+/// As [`spawn`], with `env` added to the environment.
+pub(crate) fn spawn_with_env(
+    binary: &Path,
+    args: &[String],
+    log: &Path,
+    env: &[(&str, &str)],
+) -> anyhow::Result<Child> {
     let log_file = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -408,6 +445,7 @@ pub(crate) fn spawn(binary: &Path, args: &[String], log: &Path) -> anyhow::Resul
         .arg("--")
         .arg(binary)
         .args(args)
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stdout(log_file.try_clone()?)
         .stderr(log_file)
@@ -454,6 +492,12 @@ async fn wait_ready(
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// `/version`'s `gitVersion`: what the binaries were built as (`install.sh` sets it).
+async fn server_version(kubeconfig: &Path) -> anyhow::Result<String> {
+    let client = client_from(kubeconfig).await?;
+    Ok(client.apiserver_version().await?.git_version)
 }
 
 pub(crate) fn tail(path: &Path, lines: usize) -> String {

@@ -17,8 +17,9 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Child;
 
-use crate::control_plane::supervisor::KUBERNETES_BUILD;
-use crate::control_plane::supervisor::{cache_dir, client_from, free_port, spawn, tail};
+use crate::control_plane::supervisor::{
+    assets_dir, client_from, free_port, spawn, spawn_with_env, tail,
+};
 
 /// The zones, one node each.
 pub const ZONES: [&str; 3] = ["a", "b", "c"];
@@ -35,9 +36,10 @@ const NETWORK_PREFIX: &str = "baton-zone-";
 const CNI_RESULTS_DIR: &str = "/var/lib/cni/results";
 /// Prefix of the CNI network namespaces containerd creates (`/run/netns/cni-…`).
 const NETNS_DIR: &str = "/run/netns";
-/// Where kubelets write container logs, whatever their root folder (fixed in this version);
-/// test namespaces of real pods start with this prefix so their logs can be told apart.
+/// Where kubelets wrote container logs before `podLogsDir` (each node now has its own folder):
+/// what runs of older harnesses left there is still cleaned up.
 pub const POD_LOGS_DIR: &str = "/var/log/pods";
+/// Test namespaces of real pods start with this prefix, so their pod logs can be told apart.
 pub const NAMESPACE_PREFIX: &str = "real-";
 
 /// The binaries the nodes run.
@@ -47,36 +49,39 @@ pub struct NodeAssets {
     pub kube_scheduler: PathBuf,
     pub containerd: PathBuf,
     pub ctr: PathBuf,
+    /// containerd finds its runc shim on `PATH`: this folder goes first there.
+    pub bin_dir: PathBuf,
+    pub runc: PathBuf,
     pub cni_bin_dir: PathBuf,
 }
 
 impl NodeAssets {
-    /// The kubelet and kube-scheduler `install.sh` links next to the control plane's binaries
-    /// (`KUBEBUILDER_ASSETS`, else its cache), containerd from Debian, the CNI plugins.
+    /// The kubelet, kube-scheduler, containerd (with ctr and its runc shim) and runc
+    /// `install.sh` builds into or links into the control plane's folder (`KUBEBUILDER_ASSETS`,
+    /// else its cache), and Debian's CNI plugins.
     pub fn locate() -> anyhow::Result<Self> {
-        let dir = match std::env::var_os("KUBEBUILDER_ASSETS") {
-            Some(dir) => PathBuf::from(dir),
-            None => cache_dir().join(format!("kubernetes-{KUBERNETES_BUILD}/bin")),
-        };
+        let dir = assets_dir();
         let assets = Self {
             kubelet: dir.join("kubelet"),
             kube_scheduler: dir.join("kube-scheduler"),
-            containerd: PathBuf::from("/usr/bin/containerd"),
-            ctr: PathBuf::from("/usr/bin/ctr"),
+            containerd: dir.join("containerd"),
+            ctr: dir.join("ctr"),
+            runc: dir.join("runc"),
+            bin_dir: dir.clone(),
             cni_bin_dir: PathBuf::from("/usr/lib/cni"),
         };
-        for binary in [&assets.kubelet, &assets.kube_scheduler] {
+        let shim = dir.join("containerd-shim-runc-v2");
+        for binary in [
+            &assets.kubelet,
+            &assets.kube_scheduler,
+            &assets.containerd,
+            &assets.ctr,
+            &shim,
+            &assets.runc,
+        ] {
             if !binary.is_file() {
                 bail!(
-                    "{} not found: run tests/control-plane/install.sh (it builds the kubelet and kube-scheduler once and links them into the folder it prints), or add them to the folder KUBEBUILDER_ASSETS names",
-                    binary.display()
-                );
-            }
-        }
-        for binary in [&assets.containerd, &assets.ctr] {
-            if !binary.is_file() {
-                bail!(
-                    "{} not found: run tests/control-plane/install.sh (installs containerd, runc and the CNI plugins)",
+                    "{} not found: run tests/control-plane/install.sh (it builds the nodes' binaries once and links them into the folder it prints), or add them to the folder KUBEBUILDER_ASSETS names",
                     binary.display()
                 );
             }
@@ -251,7 +256,6 @@ async fn start(
         &[
             format!("--kubeconfig={}", config.kubeconfig.display()),
             "--leader-elect=false".into(),
-            "--port=0".into(),
             "--secure-port=0".into(),
             "--v=1".into(),
         ],
@@ -303,12 +307,15 @@ async fn start_containerd(
         cni_conf_dir.join("10-baton.conflist"),
         serde_json::to_vec_pretty(&network)?,
     )?;
+    // containerd 2's configuration format (version 3): the CRI plugin is split into its image
+    // and runtime halves.
     let toml = format!(
-        r#"version = 2
+        r#"version = 3
 root = "{root}"
 state = "{state}"
-# Not used by the CRI plugin; disabled so nothing is written to /opt.
-disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.aufs"]
+# Not used by the CRI plugin; disabled so nothing is written to /opt and no snapshotter probes
+# for a filesystem this machine lacks.
+disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.erofs", "io.containerd.snapshotter.v1.blockfile"]
 
 [grpc]
   address = "{socket}"
@@ -319,41 +326,54 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
 [debug]
   level = "warn"
 
-[plugins."io.containerd.grpc.v1.cri"]
-  # Imported by the harness: no image is ever pulled.
-  sandbox_image = "{pause}"
-  stream_server_address = "127.0.0.1"
-  stream_server_port = "0"
+[plugins."io.containerd.cri.v1.images"]
+  snapshotter = "overlayfs"
+  [plugins."io.containerd.cri.v1.images".pinned_images]
+    # Imported by the harness: no image is ever pulled.
+    sandbox = "{pause}"
+
+[plugins."io.containerd.cri.v1.runtime"]
   disable_apparmor = true
   # Root here cannot lower an OOM score (no CAP_SYS_RESOURCE): pods get no score below
   # containerd's own, instead of the sandbox's -998 that runc would fail to set.
   restrict_oom_score_adj = true
-  [plugins."io.containerd.grpc.v1.cri".containerd]
-    snapshotter = "overlayfs"
+  [plugins."io.containerd.cri.v1.runtime".containerd]
     default_runtime_name = "runc"
-    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+    [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
       runtime_type = "io.containerd.runc.v2"
-      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
-        # cgroupfs, as the kubelet is told: there is no systemd.
+      [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
+        # cgroupfs, as the kubelet is told (it asks containerd): there is no systemd.
         SystemdCgroup = false
-  [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = "{cni_bin}"
+        BinaryName = "{runc}"
+  [plugins."io.containerd.cri.v1.runtime".cni]
+    bin_dirs = ["{cni_bin}"]
     conf_dir = "{cni_conf}"
+
+[plugins."io.containerd.grpc.v1.cri"]
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
 "#,
         root = dir.join("root").display(),
         state = dir.join("state").display(),
         socket = socket.display(),
         pause = PAUSE_IMAGE,
+        runc = assets.runc.display(),
         cni_bin = assets.cni_bin_dir.display(),
         cni_conf = cni_conf_dir.display(),
     );
     let config = dir.join("config.toml");
     std::fs::write(&config, toml)?;
     let log = node.dir.join("containerd.log");
-    let child = spawn(
+    let path = format!(
+        "{}:{}",
+        assets.bin_dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let child = spawn_with_env(
         &assets.containerd,
         &[format!("--config={}", config.display())],
         &log,
+        &[("PATH", path.as_str())],
     )?;
     running
         .children
@@ -424,6 +444,8 @@ fn start_kubelet(
     let dir = node.dir.join("kubelet");
     std::fs::create_dir_all(&dir)?;
     let port = free_port()?;
+    let endpoint = format!("unix://{}", socket.display());
+    let pod_logs = node.dir.join("pod-logs");
     let kubelet_config = format!(
         r#"apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
@@ -438,6 +460,10 @@ authentication:
     enabled: false
 authorization:
   mode: AlwaysAllow
+containerRuntimeEndpoint: {endpoint}
+imageServiceEndpoint: {endpoint}
+failCgroupV1: false
+podLogsDir: {pod_logs}
 cgroupDriver: cgroupfs
 cgroupsPerQOS: false
 enforceNodeAllocatable: []
@@ -452,11 +478,11 @@ serializeImagePulls: false
 syncFrequency: 10s
 fileCheckFrequency: 10s
 nodeStatusUpdateFrequency: 5s
-"#
+"#,
+        pod_logs = pod_logs.display(),
     );
     let config_file = dir.join("config.yaml");
     std::fs::write(&config_file, kubelet_config)?;
-    let endpoint = format!("unix://{}", socket.display());
     let log = node.dir.join("kubelet.log");
     let child = spawn(
         &assets.kubelet,
@@ -465,10 +491,6 @@ nodeStatusUpdateFrequency: 5s
             format!("--kubeconfig={}", config.kubeconfig.display()),
             format!("--root-dir={}", dir.join("root").display()),
             format!("--cert-dir={}", dir.join("pki").display()),
-            "--container-runtime=remote".into(),
-            format!("--container-runtime-endpoint={endpoint}"),
-            format!("--image-service-endpoint={endpoint}"),
-            format!("--pod-infra-container-image={PAUSE_IMAGE}"),
             format!("--hostname-override={}", node.name),
             format!("--node-labels={ZONE_LABEL}=zone-{}", node.zone),
             "--v=1".into(),
