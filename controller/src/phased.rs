@@ -159,7 +159,9 @@ impl PhasedRollouts {
             },
         };
         let check = phased::health_check_spec(&spec, credentials)?;
-        self.ensure_check(rollout, &group, check).await?;
+        if let Err(why) = self.ensure_check(rollout, &group, check).await? {
+            return self.invalid(rollout, why).await;
+        }
         if !phased::target_served(&name, target.labels(), target.annotations()) {
             tracing::info!(phased_rollout = %name, target = %spec.target_ref, "adding the target to its group");
             let patch = phased::target_patch(&name, true, false);
@@ -210,6 +212,31 @@ impl PhasedRollouts {
     /// Which credentials the Secret gives, if its owner lets health checks use it.
     async fn credentials(&self, name: &str) -> Result<Result<Credentials, String>, String> {
         let secrets: Api<Secret> = Api::namespaced(self.client.clone(), &self.namespace);
+        // Its labels first: the contents of a Secret its owner did not opt in are never read.
+        let Some(labelled) = self
+            .call(
+                "reading the Secret's labels",
+                secrets.get_metadata_opt(name),
+            )
+            .await?
+        else {
+            return Ok(Err(format!(
+                "Secret {name} (spec.check.query.secretRef) does not exist"
+            )));
+        };
+        let not_opted_in = || {
+            format!(
+                "Secret {name} (spec.check.query.secretRef) is not labelled {SECRET_OPT_IN_LABEL}=true: its owner has not let health checks use it"
+            )
+        };
+        if labelled
+            .labels()
+            .get(SECRET_OPT_IN_LABEL)
+            .map(String::as_str)
+            != Some("true")
+        {
+            return Ok(Err(not_opted_in()));
+        }
         let Some(secret) = self
             .call("reading the Secret", secrets.get_opt(name))
             .await?
@@ -218,10 +245,9 @@ impl PhasedRollouts {
                 "Secret {name} (spec.check.query.secretRef) does not exist"
             )));
         };
+        // Labelled away between the two reads: as if never labelled.
         if secret.labels().get(SECRET_OPT_IN_LABEL).map(String::as_str) != Some("true") {
-            return Ok(Err(format!(
-                "Secret {name} (spec.check.query.secretRef) is not labelled {SECRET_OPT_IN_LABEL}=true: its owner has not let health checks use it"
-            )));
+            return Ok(Err(not_opted_in()));
         }
         let keys = secret
             .data
@@ -238,7 +264,7 @@ impl PhasedRollouts {
         rollout: &PhasedRollout,
         name: &str,
         spec: serde_json::Value,
-    ) -> Result<(), String> {
+    ) -> Result<Result<(), String>, String> {
         let api: Api<DynamicObject> = Api::namespaced_with(
             self.client.clone(),
             &self.namespace,
@@ -247,15 +273,32 @@ impl PhasedRollouts {
         let existing = self
             .call("reading the health check", api.get_opt(name))
             .await?;
+        let owner = rollout
+            .controller_owner_ref(&())
+            .ok_or("the PhasedRollout has no uid yet")?;
+        // Only a check this PhasedRollout made is its to change: one of that name made by
+        // someone else is theirs (and not what this PhasedRollout's steps should be judged by).
+        if let Some(existing) = &existing {
+            let ours = existing
+                .metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .any(|reference| reference.controller == Some(true) && reference.uid == owner.uid);
+            if !ours {
+                return Ok(Err(format!(
+                    "{} {name} exists and is not this PhasedRollout's (no controller owner \
+                     reference to it): baton neither uses nor changes it; delete or rename it",
+                    health::KIND
+                )));
+            }
+        }
         if existing
             .as_ref()
             .is_some_and(|check| check.data["spec"] == spec)
         {
-            return Ok(());
+            return Ok(Ok(()));
         }
-        let owner = rollout
-            .controller_owner_ref(&())
-            .ok_or("the PhasedRollout has no uid yet")?;
         let mut object: DynamicObject = serde_json::from_value(serde_json::json!({
             "apiVersion": format!("{}/{}", health::GROUP, health::VERSION),
             "kind": health::KIND,
@@ -282,7 +325,7 @@ impl PhasedRollouts {
                 .await?;
             }
         }
-        Ok(())
+        Ok(Ok(()))
     }
 
     /// Takes the target out of the PhasedRollout's group; with `standard`, partition 0 too.
@@ -295,14 +338,9 @@ impl PhasedRollouts {
             return Ok(());
         };
         let ours = current.labels().get(ROLLOUT_GROUP_LABEL) == Some(&phased::group_name(name));
-        let partition = current.spec.as_ref().and_then(|spec| {
-            spec.update_strategy
-                .as_ref()?
-                .rolling_update
-                .as_ref()?
-                .partition
-        });
-        if !ours && (!standard || partition == Some(0)) {
+        // Only a target this PhasedRollout serves: one it never served is someone else's
+        // StatefulSet, whose partition and annotations it has no business changing.
+        if !ours {
             return Ok(());
         }
         let patch = phased::target_patch(name, false, standard);

@@ -135,6 +135,12 @@ pub fn problems(spec: &PhasedRolloutSpec) -> Vec<String> {
     let mut problems = Vec::new();
     if spec.target_ref.is_empty() {
         problems.push("spec.targetRef is empty".to_owned());
+    } else if !crate::names::is_dns_subdomain(&spec.target_ref) {
+        problems.push(format!(
+            "spec.targetRef {:?} is not a StatefulSet name (lowercase letters, digits, '-' and \
+             '.')",
+            spec.target_ref
+        ));
     }
     let check = &spec.check;
     if check.initial_delay_seconds < 0 {

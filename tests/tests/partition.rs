@@ -8,7 +8,7 @@ use baton_e2e::controller_support::{
     ControlledNamespace, roll_out, wait_event, wait_group_ready, wait_rollout_complete,
 };
 use baton_e2e::fixtures::{StatefulSetFixture, rollout_group};
-use baton_e2e::prometheus_support::{Metrics, Prometheus};
+use baton_e2e::prometheus_support::{Metrics, Prometheus, create_health_check};
 use baton_e2e::timeline::{Zone, ZoneWindow, check_rollout_guarantees, zone_windows};
 use baton_e2e::wait_until;
 use futures::StreamExt;
@@ -854,6 +854,118 @@ async fn bad_phased_rollouts_are_refused_or_reported_and_deleting_one_hands_the_
             .get_opt("phasedrollout-sample")
             .await
             .is_ok_and(|found| found.is_none())
+    })
+    .await;
+
+    // Given a StatefulSet no PhasedRollout serves, its partition set by its owner
+    let held = json!({"spec": {"updateStrategy": {"rollingUpdate": {"partition": 3}}}});
+    phased
+        .scene
+        .api()
+        .patch("web", &PatchParams::default(), &Patch::Merge(&held))
+        .await
+        .expect("setting web's partition");
+    // When a PhasedRollout naming it asks for the standard rolling update
+    let standard: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "sts.plus/v1alpha1",
+        "kind": "PhasedRollout",
+        "metadata": {"name": "standard"},
+        "spec": {"targetRef": "web", "standardRollingUpdate": true, "check": {
+            "periodSeconds": 1, "successThreshold": 1,
+            "query": {"expr": "up", "url": phased.url},
+        }},
+    }))
+    .expect("a PhasedRollout");
+    phased
+        .api()
+        .create(&PostParams::default(), &standard)
+        .await
+        .expect("created");
+    wait_until(
+        TIMEOUT,
+        "the standard PhasedRollout has a status",
+        || async {
+            phased
+                .api()
+                .get("standard")
+                .await
+                .is_ok_and(|object| object.data["status"]["phase"] == "StandardRollingUpdate")
+        },
+    )
+    .await;
+    // Then the StatefulSet it never served keeps its partition and its annotations
+    assert_eq!(phased.scene.partition("web").await.0, Some(3));
+    phased
+        .api()
+        .delete("standard", &Default::default())
+        .await
+        .expect("deleting it");
+
+    // Given a RolloutHealthCheck someone made under the name a PhasedRollout's would have
+    let impostor = json!({
+        "prometheus": {"address": format!("http://{}", phased.url)},
+        "queries": [{"name": "q", "query": "vector(1)"}],
+    });
+    create_health_check(&client, &namespace, "phasedrollout-taken", impostor.clone()).await;
+    // When a PhasedRollout of that name is created
+    let taken: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "sts.plus/v1alpha1",
+        "kind": "PhasedRollout",
+        "metadata": {"name": "taken"},
+        "spec": {"targetRef": "web", "check": {
+            "periodSeconds": 1, "successThreshold": 1,
+            "query": {"expr": "up", "url": phased.url},
+        }},
+    }))
+    .expect("a PhasedRollout");
+    phased
+        .api()
+        .create(&PostParams::default(), &taken)
+        .await
+        .expect("created");
+    // Then it says the check is not its own, neither uses nor changes it, and leaves the target
+    wait_until(
+        TIMEOUT,
+        "the status says the check is someone else's",
+        || async {
+            phased.api().get("taken").await.is_ok_and(|object| {
+                object.data["status"]["phase"] == "Invalid"
+                    && object.data["status"]["message"]
+                        .as_str()
+                        .is_some_and(|message| message.contains("is not this PhasedRollout's"))
+            })
+        },
+    )
+    .await;
+    let resource = baton_core::gates::health_check::api_resource();
+    let checks: Api<DynamicObject> = Api::namespaced_with(client.clone(), &namespace, &resource);
+    let kept = checks.get("phasedrollout-taken").await.expect("the check");
+    assert_eq!(kept.data["spec"]["queries"], impostor["queries"]);
+    let target = phased.scene.api().get("web").await.expect("web");
+    assert!(!target.labels().contains_key("rollout-group"));
+
+    // And a targetRef that is no name is refused, naming the field
+    let no_name: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "sts.plus/v1alpha1",
+        "kind": "PhasedRollout",
+        "metadata": {"name": "no-name"},
+        "spec": {"targetRef": "web/../other", "check": {
+            "periodSeconds": 1, "successThreshold": 1,
+            "query": {"expr": "up", "url": phased.url},
+        }},
+    }))
+    .expect("a PhasedRollout");
+    phased
+        .api()
+        .create(&PostParams::default(), &no_name)
+        .await
+        .expect("created");
+    wait_until(TIMEOUT, "the status names spec.targetRef", || async {
+        phased.api().get("no-name").await.is_ok_and(|object| {
+            object.data["status"]["message"]
+                .as_str()
+                .is_some_and(|message| message.contains("spec.targetRef"))
+        })
     })
     .await;
 }
