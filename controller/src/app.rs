@@ -148,6 +148,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
                 touched.clone(),
             )
             .context("building the gates' HTTP client")?,
+            completions: Default::default(),
         },
         scaler: crate::scaling::Scaler::new(client.clone(), &config, &registry)
             .context("building the scaler")?,

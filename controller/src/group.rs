@@ -61,6 +61,7 @@ impl GroupReconciler {
         if members.is_empty() {
             self.metrics.forget_group(group);
             self.rollouts.status.forget(group);
+            self.rollouts.completions.forget(group);
             self.rollouts.gate_calls.runs.forget(group);
             self.rollouts.gate_calls.hook_calls.forget(group);
             return Requeue::Never;

@@ -147,6 +147,7 @@ async fn an_unreachable_reference_holds_scaling_but_not_the_rollout() {
                 tokio::sync::mpsc::unbounded_channel().0,
             )
             .expect("the gates' client"),
+            completions: Default::default(),
         },
         scaler: Scaler::new(client, &config, &registry).expect("a scaler"),
     };

@@ -3,6 +3,7 @@
 //! ([`execute`]), and a rollback's own writes ([`rollback`]: starting it, writing templates
 //! back).
 
+pub mod completion;
 pub mod execute;
 pub mod reconcile;
 pub mod rollback;

@@ -40,6 +40,8 @@ pub struct Rollouts {
     pub status: StatusBoard,
     /// Health check runs and hook calls, within the operator's bounds.
     pub gate_calls: gates::calls::GateCalls,
+    /// The zones seen rolling, to tell when each completes.
+    pub completions: super::completion::Completions,
 }
 
 impl std::fmt::Debug for Rollouts {
@@ -109,6 +111,12 @@ impl Rollouts {
             }
         }
         self.record_progress(group, &plan, gate.wait().is_some());
+        for (statefulset, revision) in self.completions.completed(&snapshot, &plan) {
+            let note = format!("every pod of {statefulset} runs revision {revision}");
+            let said = Said::new("RolloutComplete", "UpdateStatus", note);
+            self.explain_deletion(group, members, &statefulset, None, said)
+                .await;
+        }
         self.metrics.gates.record(group, gate.wait());
         self.explain(group, members, &plan).await;
         gates::explain::explain(&self.explainer, group, members, &gate).await;
@@ -342,19 +350,15 @@ impl Rollouts {
                     let Some(cached) = find(members, statefulset) else {
                         continue;
                     };
-                    let outcome = execute::set_current_revision(
+                    // Its watch event brings the pass that tells the zone complete
+                    // (`completion`), as when the StatefulSet controller sets it.
+                    execute::set_current_revision(
                         &statefulsets,
                         cached,
                         revision,
                         self.request_timeout,
                     )
                     .await?;
-                    if outcome == DeletionOutcome::Done {
-                        let note = format!("every pod of {statefulset} runs revision {revision}");
-                        let said = Said::new("RolloutComplete", "UpdateStatus", note);
-                        self.explain_deletion(group, members, statefulset, None, said)
-                            .await;
-                    }
                 }
             }
         }

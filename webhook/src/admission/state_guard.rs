@@ -439,6 +439,36 @@ mod tests {
     }
 
     #[test]
+    fn the_shipped_match_condition_names_every_state_annotation_and_the_group_label() {
+        // The API server sends only what deploy/'s matchConditions let through: a state key
+        // missing there would never be judged.
+        let path =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/base/webhooks.yaml");
+        let shipped = std::fs::read_to_string(&path).expect("deploy/base/webhooks.yaml");
+        let start = shipped
+            .find("name: may-set-batons-state")
+            .expect("the state guard's match condition");
+        let expression = &shipped[start
+            ..shipped[start..]
+                .find("rules:")
+                .map_or(shipped.len(), |end| start + end)];
+        for key in STATE_ANNOTATIONS {
+            assert!(
+                expression.contains(&format!("'{key}'")),
+                "{key} missing: {expression}"
+            );
+        }
+        assert_eq!(
+            expression.matches("'baton.dev/").count(),
+            STATE_ANNOTATIONS.len(),
+            "{expression}"
+        );
+        assert!(expression.contains(&format!(
+            "'{ROLLOUT_GROUP_LABEL}' in object.metadata.labels"
+        )));
+    }
+
+    #[test]
     fn a_rollback_record_is_batons_own_too() {
         // Forged, it would have baton write the template back to any revision.
         let forged = with(
