@@ -233,6 +233,9 @@ struct MemberLife {
     /// A template change the StatefulSet controller has not observed yet: the status still
     /// shows the old updateRevision (and `status_lag`) until it does.
     unobserved_revision: Option<String>,
+    /// A person fixed its broken pods by hand when chaos stopped (no rollout would replace
+    /// them): pods it gets later are not broken either.
+    fixed_by_hand: bool,
 }
 
 struct Simulation<'p> {
@@ -504,6 +507,7 @@ impl<'p> Simulation<'p> {
             stale_status: false,
             generation: 1,
             unobserved_revision: None,
+            fixed_by_hand: false,
         };
         let position = self
             .group
@@ -834,6 +838,7 @@ impl<'p> Simulation<'p> {
                     pod_life.stuck = None;
                 }
             }
+            life.fixed_by_hand = paused || by_hand;
         }
         self.trace.note(self.step, || "chaos stops".to_owned());
     }
@@ -978,7 +983,8 @@ impl<'p> Simulation<'p> {
                     .broken
                     .iter()
                     .find(|(broken, _)| *broken == revision)
-                    .map(|&(_, reason)| reason);
+                    .map(|&(_, reason)| reason)
+                    .filter(|_| !life.fixed_by_hand);
                 life.create_at.swap_remove(position);
                 self.next_id += 1;
                 statefulset.pods.push(PodSnapshot {
