@@ -110,8 +110,9 @@ pub struct GatesConfig {
     pub max_query_timeout: Duration,
     /// Largest Prometheus answer read; a larger one makes the run inconclusive.
     pub max_answer_bytes: ByteSize,
-    /// Health check runs in flight at once, over all groups. Runs happen beside the groups'
-    /// reconciles, so a slow or dead Prometheus delays only the groups that query it.
+    /// Health check runs in flight at once, over all groups, and as many hook calls. Both
+    /// happen beside the groups' reconciles, so a slow or dead Prometheus or hook receiver
+    /// delays only the groups that call it.
     pub max_concurrent_checks: usize,
 }
 
