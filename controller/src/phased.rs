@@ -426,11 +426,17 @@ impl PhasedRollouts {
             return Ok(());
         }
         let api: Api<PhasedRollout> = Api::namespaced(self.client.clone(), &self.namespace);
-        let patch = serde_json::json!({"status": status});
+        // Applied (server-side), not merged: a field the new status leaves out (the rolling pod
+        // once none rolls) is removed, where a merge patch would keep the last one written.
+        let patch = serde_json::json!({
+            "apiVersion": format!("{}/{}", phased::GROUP, phased::VERSION),
+            "kind": phased::KIND,
+            "status": status,
+        });
         let (name, params, patch) = (
             rollout.name_any(),
-            PatchParams::default(),
-            Patch::Merge(&patch),
+            PatchParams::apply("baton-controller").force(),
+            Patch::Apply(&patch),
         );
         let write = api.patch_status(&name, &params, &patch);
         self.call("writing the status", write).await.map(drop)

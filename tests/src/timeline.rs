@@ -6,6 +6,13 @@ use std::time::Instant;
 
 use crate::pod_simulator::{PodEvent, PodTransition};
 
+/// How far apart two watchers of the same API server may see one change under load: the
+/// timeline is the pod simulator's own watch, and baton acts on its own. A gap between what
+/// baton saw (a pod turning Ready) and what it did about it (the next deletion), measured on
+/// the timeline, may look this much shorter than baton's own: assertions about such gaps (a
+/// soak, a check's interval) allow it, and stay far below what they check.
+pub const WATCH_SKEW: std::time::Duration = std::time::Duration::from_millis(250);
+
 /// One StatefulSet of the group under test.
 #[derive(Debug, Clone)]
 pub struct Zone {

@@ -16,7 +16,7 @@ use baton_e2e::fixtures::{StatefulSetFixture, rollout_group};
 use baton_e2e::prometheus_support::{Metrics, Prometheus, create_health_check};
 use baton_e2e::rbac_support::{Binary, SERVICE_ACCOUNT_NAMESPACE, bind_deploy_roles};
 use baton_e2e::timeline::{
-    Zone, ZoneWindow, check_rollout_guarantees, deletion_batches, zone_windows,
+    WATCH_SKEW, Zone, ZoneWindow, check_rollout_guarantees, deletion_batches, zone_windows,
 };
 use baton_e2e::webhook_support::{StateGuardConfiguration, TestTls, WebhookReplica};
 use baton_e2e::{ControlPlane, PodSimulator, TestNamespace};
@@ -121,7 +121,7 @@ fn assert_soaked(windows: &[(String, ZoneWindow)], soak: Duration) {
         let completed = previous.completed.expect("every zone completed");
         let started = window.started.expect("every zone started");
         assert!(
-            started >= completed + soak,
+            started + WATCH_SKEW >= completed + soak,
             "{next} started {:?} after {before} completed; the soak is {soak:?}",
             started.saturating_duration_since(completed)
         );
@@ -960,8 +960,8 @@ async fn a_hook_at_an_address_the_operator_did_not_allow_is_never_called_and_the
         .wait_event(
             "ingester-zone-a",
             "RefusedHook",
-            "is a loopback, link-local or unspecified address; only gates.hook_addresses can \
-             permit it",
+            "is a loopback, link-local, unspecified or metadata-service address; only \
+             gates.hook_addresses can permit it",
         )
         .await;
     let events = baton_e2e::controller_support::events_about(

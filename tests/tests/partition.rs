@@ -9,7 +9,7 @@ use baton_e2e::controller_support::{
 };
 use baton_e2e::fixtures::{StatefulSetFixture, rollout_group};
 use baton_e2e::prometheus_support::{Metrics, Prometheus, create_health_check};
-use baton_e2e::timeline::{Zone, ZoneWindow, check_rollout_guarantees, zone_windows};
+use baton_e2e::timeline::{WATCH_SKEW, Zone, ZoneWindow, check_rollout_guarantees, zone_windows};
 use baton_e2e::wait_until;
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::StatefulSet;
@@ -425,13 +425,28 @@ impl PhasedScene {
             .unwrap_or_default()
     }
 
+    /// Waits until the status `holds`; on timeout the panic shows the last status read.
     async fn wait_status(&self, what: &str, holds: impl Fn(&serde_json::Value) -> bool) {
-        wait_until(
+        let last = Mutex::new(serde_json::Value::Null);
+        let waited = tokio::time::timeout(
             TIMEOUT,
-            &format!("the PhasedRollout's status {what}"),
-            || async { holds(&self.status().await) },
+            wait_until(
+                TIMEOUT + Duration::from_secs(1),
+                &format!("the PhasedRollout's status {what}"),
+                || async {
+                    let status = self.status().await;
+                    let held = holds(&status);
+                    *last.lock().expect("last status") = status;
+                    held
+                },
+            ),
         )
         .await;
+        assert!(
+            waited.is_ok(),
+            "timed out after {TIMEOUT:?} waiting until the PhasedRollout's status {what}; last: {}",
+            last.lock().expect("last status")
+        );
     }
 
     /// Records every status the PhasedRollout is written with, as a watch (`kubectl get
@@ -512,7 +527,7 @@ async fn a_phased_rollout_from_the_seeds_example_rolls_one_pod_per_passing_check
     for pair in replaced.windows(2) {
         let gap = pair[1].1 - pair[0].1;
         assert!(
-            gap >= Duration::from_secs(2),
+            gap + WATCH_SKEW >= Duration::from_secs(2),
             "{} went {gap:?} after {}",
             pair[1].0,
             pair[0].0
