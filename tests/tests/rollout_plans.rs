@@ -581,13 +581,13 @@ async fn a_check_comparing_new_pods_with_the_baseline_passes_a_good_version_and_
 
 #[tokio::test]
 async fn an_expired_bypass_bypasses_nothing_and_one_in_force_skips_the_soak_telling_each_step() {
-    // Given a group with a 1h soak and a bypass that expired a minute ago
+    // Given a group with a 1h soak and a bypass that expired a minute ago, on every member
     let expired = (jiff::Timestamp::now() - jiff::SignedDuration::from_secs(60)).to_string();
     let scene = Scene::new("bypass", &[], &["a", "b"], 2, |zone, fixture| match zone {
         "a" => fixture
             .annotation(SOAK_ANNOTATION, "1h")
             .annotation(BYPASS_ANNOTATION, &expired),
-        _ => fixture,
+        _ => fixture.annotation(BYPASS_ANNOTATION, &expired),
     })
     .await;
     let (zone_a, zone_b) = (scene.names[0].clone(), scene.names[1].clone());
@@ -608,8 +608,18 @@ async fn an_expired_bypass_bypasses_nothing_and_one_in_force_skips_the_soak_tell
         .await;
     assert_eq!(scene.updated(&zone_b).await, 0);
 
-    // When a person sets a bypass for the next 10 minutes
+    // When someone sets a bypass for the next 10 minutes on zone b alone, it bypasses nothing
+    // and is named (one member speaks for nobody)
     let until = (jiff::Timestamp::now() + jiff::SignedDuration::from_secs(600)).to_string();
+    scene
+        .annotate(&zone_b, BYPASS_ANNOTATION, Some(&until))
+        .await;
+    scene
+        .wait_event(&zone_b, "InvalidAnnotation", &["one member alone"])
+        .await;
+    assert_eq!(scene.updated(&zone_b).await, 0);
+
+    // When a person sets it on every member
     scene
         .annotate(&zone_a, BYPASS_ANNOTATION, Some(&until))
         .await;

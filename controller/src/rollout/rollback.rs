@@ -98,7 +98,9 @@ impl Rollbacks<'_> {
                     .map_err(|refused| format!("{refused}; the request is removed"))
             }
         };
-        let (writes, explanation) = match decided {
+        // Told on the zone the rollback starts with (the one the rollout reached last), or, when
+        // refused, on the first member asking.
+        let (writes, explanation, told_on) = match decided {
             Err(refused) => (
                 remove_request,
                 Explanation {
@@ -107,9 +109,13 @@ impl Rollbacks<'_> {
                     action: "Rollback".to_owned(),
                     note: refused,
                 },
+                carrier.to_owned(),
             ),
             Ok(records) => {
                 let order = rollback::describe(&records);
+                let first = records
+                    .first()
+                    .map_or_else(|| carrier.to_owned(), |(name, _)| name.clone());
                 let records: Vec<AnnotationWrite> = records
                     .into_iter()
                     .map(|(statefulset, record)| AnnotationWrite {
@@ -135,6 +141,7 @@ impl Rollbacks<'_> {
                              {why}"
                         ),
                     },
+                    first,
                 )
             }
         };
@@ -142,7 +149,7 @@ impl Rollbacks<'_> {
         // records' write just moved them): a request written meanwhile would be refused as a
         // second one anyway.
         if store::store_unconditionally(&api, &writes, self.timeout).await? == store::Stored::Done
-            && let Some(member) = members.iter().find(|member| member.name_any() == carrier)
+            && let Some(member) = members.iter().find(|member| member.name_any() == told_on)
         {
             self.explainer
                 .tell(&member.object_ref(&()), explanation)
