@@ -608,9 +608,10 @@ async fn an_expired_bypass_bypasses_nothing_and_one_in_force_skips_the_soak_tell
         .await;
     assert_eq!(scene.updated(&zone_b).await, 0);
 
-    // When someone sets a bypass for the next 10 minutes on zone b alone, it bypasses nothing
-    // and is named (one member speaks for nobody)
+    // When the expired bypass is removed from zone a and a bypass for the next 10 minutes is
+    // set on zone b alone, it bypasses nothing and is named (one member speaks for nobody)
     let until = (jiff::Timestamp::now() + jiff::SignedDuration::from_secs(600)).to_string();
+    scene.annotate(&zone_a, BYPASS_ANNOTATION, None).await;
     scene
         .annotate(&zone_b, BYPASS_ANNOTATION, Some(&until))
         .await;
