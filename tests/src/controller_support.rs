@@ -424,16 +424,24 @@ pub async fn roll_out(client: &kube::Client, namespace: &str, names: &[String], 
     for name in names {
         let before = rollout_state(client, namespace, name).await;
         crate::fixtures::set_version(client, namespace, name, version).await;
-        crate::wait_until(
-            GROUP_TIMEOUT,
-            &format!("{name} has a new update revision"),
-            || async {
-                rollout_state(client, namespace, name).await.update_revision
-                    != before.update_revision
-            },
-        )
-        .await;
+        wait_new_update_revision(client, namespace, name, &before.update_revision).await;
     }
+}
+
+/// Waits until the StatefulSet controller has computed `name`'s update revision anew: it is no
+/// longer `before`.
+pub async fn wait_new_update_revision(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+    before: &str,
+) {
+    crate::wait_until(
+        GROUP_TIMEOUT,
+        &format!("{name} has a new update revision"),
+        || async { rollout_state(client, namespace, name).await.update_revision != before },
+    )
+    .await;
 }
 
 /// Waits until the rollout of every StatefulSet in `names` is complete; on timeout the panic

@@ -596,6 +596,38 @@ impl SilentServer {
     }
 }
 
+/// Eight groups (as many as reconcile at once) of two ready zones × 1 pod, `<prefix>-<n>`,
+/// zone a of each carrying `gate` (a gate key and its value): their member names.
+async fn gated_groups(
+    client: &kube::Client,
+    ns: &str,
+    prefix: &str,
+    gate: (&str, &str),
+) -> Vec<Vec<String>> {
+    let mut groups = Vec::new();
+    for index in 0..8 {
+        let group = format!("{prefix}-{index}");
+        let mut names = Vec::new();
+        for (zone, fixture) in ["a", "b"].iter().zip(rollout_group(&group, &["a", "b"], 1)) {
+            let fixture = match *zone {
+                "a" => fixture.annotation(gate.0, gate.1),
+                _ => fixture,
+            };
+            names.push(
+                fixture
+                    .create(client, ns)
+                    .await
+                    .metadata
+                    .name
+                    .unwrap_or_default(),
+            );
+        }
+        wait_group_ready(client, ns, &names).await;
+        groups.push(names);
+    }
+    groups
+}
+
 #[tokio::test]
 async fn a_dead_prometheus_holds_only_the_groups_whose_checks_query_it() {
     // Given eight groups (as many as reconcile at once) gated by a check on a Prometheus that
@@ -626,27 +658,7 @@ async fn a_dead_prometheus_holds_only_the_groups_whose_checks_query_it() {
         });
         create_health_check(&client, &ns, name, spec).await;
     }
-    let mut stuck = Vec::new();
-    for index in 0..8 {
-        let group = format!("stuck-{index}");
-        let mut names = Vec::new();
-        for (zone, fixture) in ["a", "b"].iter().zip(rollout_group(&group, &["a", "b"], 1)) {
-            let fixture = match *zone {
-                "a" => fixture.annotation(HEALTH_CHECK_ANNOTATION, "dead"),
-                _ => fixture,
-            };
-            names.push(
-                fixture
-                    .create(&client, &ns)
-                    .await
-                    .metadata
-                    .name
-                    .unwrap_or_default(),
-            );
-        }
-        wait_group_ready(&client, &ns, &names).await;
-        stuck.push(names);
-    }
+    let stuck = gated_groups(&client, &ns, "stuck", (HEALTH_CHECK_ANNOTATION, "dead")).await;
     let live = scene
         .create(|zone, fixture| match zone {
             "a" => fixture.annotation(HEALTH_CHECK_ANNOTATION, "errors"),
@@ -691,27 +703,8 @@ async fn hooks_that_never_answer_hold_only_their_own_groups() {
     )
     .await;
     let (client, ns) = (scene.namespace.client(), scene.namespace.name().to_owned());
-    let mut stuck = Vec::new();
-    for index in 0..8 {
-        let group = format!("hooked-{index}");
-        let mut names = Vec::new();
-        for (zone, fixture) in ["a", "b"].iter().zip(rollout_group(&group, &["a", "b"], 1)) {
-            let fixture = match *zone {
-                "a" => fixture.annotation(HOOK_ANNOTATION, &format!("{}/deploys", dead.url)),
-                _ => fixture,
-            };
-            names.push(
-                fixture
-                    .create(&client, &ns)
-                    .await
-                    .metadata
-                    .name
-                    .unwrap_or_default(),
-            );
-        }
-        wait_group_ready(&client, &ns, &names).await;
-        stuck.push(names);
-    }
+    let hook = format!("{}/deploys", dead.url);
+    let stuck = gated_groups(&client, &ns, "hooked", (HOOK_ANNOTATION, &hook)).await;
     let free = scene.create(|_, fixture| fixture).await;
 
     // When every group's template changes

@@ -385,6 +385,28 @@ impl PhasedScene {
         )
     }
 
+    /// Creates PhasedRollout `name` of `web`, checking `up` every second, one success a step,
+    /// with `spec` merged into its spec.
+    async fn create_other(&self, name: &str, spec: serde_json::Value) {
+        let mut rollout = json!({
+            "apiVersion": "sts.plus/v1alpha1",
+            "kind": "PhasedRollout",
+            "metadata": {"name": name},
+            "spec": {"targetRef": "web", "check": {
+                "periodSeconds": 1, "successThreshold": 1,
+                "query": {"expr": "up", "url": self.url},
+            }},
+        });
+        for (field, value) in spec.as_object().into_iter().flatten() {
+            rollout["spec"][field] = value.clone();
+        }
+        let object: DynamicObject = serde_json::from_value(rollout).expect("a PhasedRollout");
+        self.api()
+            .create(&PostParams::default(), &object)
+            .await
+            .unwrap_or_else(|error| panic!("creating PhasedRollout {name}: {error}"));
+    }
+
     /// Creates the seed's example, checking every second, three successes in a row.
     async fn create(&self) {
         self.create_with(json!({})).await;
@@ -881,21 +903,9 @@ async fn bad_phased_rollouts_are_refused_or_reported_and_deleting_one_hands_the_
         .await
         .expect("setting web's partition");
     // When a PhasedRollout naming it asks for the standard rolling update
-    let standard: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "sts.plus/v1alpha1",
-        "kind": "PhasedRollout",
-        "metadata": {"name": "standard"},
-        "spec": {"targetRef": "web", "standardRollingUpdate": true, "check": {
-            "periodSeconds": 1, "successThreshold": 1,
-            "query": {"expr": "up", "url": phased.url},
-        }},
-    }))
-    .expect("a PhasedRollout");
     phased
-        .api()
-        .create(&PostParams::default(), &standard)
-        .await
-        .expect("created");
+        .create_other("standard", json!({"standardRollingUpdate": true}))
+        .await;
     wait_until(
         TIMEOUT,
         "the standard PhasedRollout has a status",
@@ -923,21 +933,7 @@ async fn bad_phased_rollouts_are_refused_or_reported_and_deleting_one_hands_the_
     });
     create_health_check(&client, &namespace, "phasedrollout-taken", impostor.clone()).await;
     // When a PhasedRollout of that name is created
-    let taken: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "sts.plus/v1alpha1",
-        "kind": "PhasedRollout",
-        "metadata": {"name": "taken"},
-        "spec": {"targetRef": "web", "check": {
-            "periodSeconds": 1, "successThreshold": 1,
-            "query": {"expr": "up", "url": phased.url},
-        }},
-    }))
-    .expect("a PhasedRollout");
-    phased
-        .api()
-        .create(&PostParams::default(), &taken)
-        .await
-        .expect("created");
+    phased.create_other("taken", json!({})).await;
     // Then it says the check is not its own, neither uses nor changes it, and leaves the target
     wait_until(
         TIMEOUT,
@@ -960,21 +956,9 @@ async fn bad_phased_rollouts_are_refused_or_reported_and_deleting_one_hands_the_
     assert!(!target.labels().contains_key("rollout-group"));
 
     // And a targetRef that is no name is refused, naming the field
-    let no_name: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "sts.plus/v1alpha1",
-        "kind": "PhasedRollout",
-        "metadata": {"name": "no-name"},
-        "spec": {"targetRef": "web/../other", "check": {
-            "periodSeconds": 1, "successThreshold": 1,
-            "query": {"expr": "up", "url": phased.url},
-        }},
-    }))
-    .expect("a PhasedRollout");
     phased
-        .api()
-        .create(&PostParams::default(), &no_name)
-        .await
-        .expect("created");
+        .create_other("no-name", json!({"targetRef": "web/../other"}))
+        .await;
     wait_until(TIMEOUT, "the status names spec.targetRef", || async {
         phased.api().get("no-name").await.is_ok_and(|object| {
             object.data["status"]["message"]

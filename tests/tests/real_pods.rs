@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 
 use baton_e2e::control_plane::supervisor::clean_up_from_drop;
 use baton_e2e::controller_support::{
-    ControlledNamespace, rollout_state, wait_event, wait_group_ready, wait_rollout_complete,
+    ControlledNamespace, rollout_state, wait_event, wait_group_ready, wait_new_update_revision,
+    wait_rollout_complete,
 };
 use baton_e2e::crds;
 use baton_e2e::fixtures::StatefulSetFixture;
@@ -75,17 +76,7 @@ impl Scene {
         for name in names {
             let before = rollout_state(&client, namespace, name).await;
             set_version(&client, namespace, name, version, behaviour).await;
-            wait_until(
-                TIMEOUT,
-                &format!("{name} has a new update revision"),
-                || async {
-                    rollout_state(&client, namespace, name)
-                        .await
-                        .update_revision
-                        != before.update_revision
-                },
-            )
-            .await;
+            wait_new_update_revision(&client, namespace, name, &before.update_revision).await;
         }
     }
 

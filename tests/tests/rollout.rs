@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use baton_e2e::controller_support::{
     ControlledNamespace, roll_out, rollout_state, wait_event, wait_group_ready,
-    wait_rollout_complete,
+    wait_new_update_revision, wait_rollout_complete,
 };
 use baton_e2e::fixtures::{StatefulSetFixture, rollout_group};
 use baton_e2e::timeline::{Zone, check_rollout_guarantees};
@@ -191,17 +191,7 @@ async fn a_version_written_to_every_zone_at_once_starts_in_the_first_zone_every_
         )
         .await;
         for (name, before) in names.iter().zip(before) {
-            wait_until(
-                TIMEOUT,
-                &format!("{name} has a new update revision"),
-                || async {
-                    rollout_state(&client, namespace, name)
-                        .await
-                        .update_revision
-                        != before.update_revision
-                },
-            )
-            .await;
+            wait_new_update_revision(&client, namespace, name, &before.update_revision).await;
         }
         scene.wait_complete(&names).await;
 
