@@ -228,10 +228,10 @@ async fn run(cli: Cli) -> Result<i32, AccessError> {
                 Ok(approval) => {
                     // On every member: one member's word alone approves nothing. Who approved
                     // is the user the API server authenticated.
-                    let by = access.identity().await.map_or_else(
-                        || "a user the API server did not name".to_owned(),
-                        |user| user,
-                    );
+                    let by = access
+                        .identity()
+                        .await
+                        .unwrap_or_else(|| "a user the API server did not name".to_owned());
                     let patch = [
                         (gates::APPROVED_ANNOTATION, Some(approval.step.as_str())),
                         (gates::APPROVED_BY_ANNOTATION, Some(by.as_str())),
