@@ -575,11 +575,13 @@ async fn a_gitops_tool_reapplying_the_members_with_server_side_apply_does_not_di
     );
 
     // And nothing was fought: baton's own StatefulSet writes stay those of a rollout without
-    // the tool (its gate state: a few writes per zone), however many times the tool applied
+    // the tool (its gate state: cleared, soak started, removed at the end, about 10 for the
+    // group; a bound of 5 a zone leaves room for a write refused on a stale read and tried
+    // again), not one per sync of the tool
     let writes = scene.statefulset_writes().await - writes_before;
     eprintln!("{syncs} syncs during the rollout, {writes} StatefulSet writes by baton");
     assert!(
-        writes <= 4 * names.len() as u64,
+        writes <= 5 * names.len() as u64,
         "{writes} StatefulSet writes by baton during {syncs} syncs"
     );
 }
