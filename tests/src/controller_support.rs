@@ -37,7 +37,21 @@ pub struct ControlledNamespace {
     pub controller: Controller,
 }
 
+/// baton's writes of StatefulSets, in its metrics.
+const STATEFULSET_PATCHES: &str = "rollout_operator_kubernetes_api_client_request_duration_seconds_count{method=\"PATCH\",path=\"/apis/apps/v1/namespaces/{namespace}/statefulsets/{name}\"";
+
 impl ControlledNamespace {
+    /// baton's StatefulSet writes so far (its partitions, its gate state…), from its metrics.
+    pub async fn statefulset_writes(&self) -> u64 {
+        let metrics = self.controller.metrics().await;
+        metrics
+            .lines()
+            .filter(|line| line.starts_with(STATEFULSET_PATCHES))
+            .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+            .map(|count| count as u64)
+            .sum()
+    }
+
     /// The annotations of StatefulSet `name`, as read from the API server.
     pub async fn annotations(&self, name: &str) -> BTreeMap<String, String> {
         let statefulset: k8s_openapi::api::apps::v1::StatefulSet = self

@@ -24,6 +24,8 @@ pub struct StatefulSetFixture {
     /// spec.updateStrategy.rollingUpdate.partition, when set.
     partition: Option<i32>,
     pod_management: &'static str,
+    /// spec.minReadySeconds, when set.
+    min_ready_seconds: Option<i32>,
 }
 
 impl StatefulSetFixture {
@@ -38,6 +40,7 @@ impl StatefulSetFixture {
             strategy: "OnDelete",
             partition: None,
             pod_management: "Parallel",
+            min_ready_seconds: None,
         }
     }
 
@@ -91,8 +94,14 @@ impl StatefulSetFixture {
         self
     }
 
+    /// spec.minReadySeconds: a pod counts as available only once Ready this long.
+    pub fn min_ready_seconds(mut self, seconds: i32) -> Self {
+        self.min_ready_seconds = Some(seconds);
+        self
+    }
+
     pub fn build(&self) -> StatefulSet {
-        serde_json::from_value(json!({
+        let mut statefulset: StatefulSet = serde_json::from_value(json!({
             "apiVersion": "apps/v1",
             "kind": "StatefulSet",
             "metadata": {
@@ -118,7 +127,17 @@ impl StatefulSetFixture {
                 },
             },
         }))
-        .expect("a valid StatefulSet")
+        .expect("a valid StatefulSet");
+        if let Some(spec) = statefulset.spec.as_mut() {
+            spec.min_ready_seconds = self.min_ready_seconds;
+        }
+        statefulset
+    }
+
+    /// Its manifest at `version`, as a GitOps tool holds it in Git: the fixture with another
+    /// image tag.
+    pub fn manifest(&self, version: &str) -> StatefulSet {
+        self.clone().version(version).build()
     }
 
     fn template_labels(&self) -> BTreeMap<String, String> {
@@ -135,6 +154,30 @@ impl StatefulSetFixture {
             .await
             .unwrap_or_else(|error| panic!("creating StatefulSet {}: {error}", self.name))
     }
+}
+
+/// The field manager the GitOps scenarios apply as, Argo CD's.
+pub const GITOPS_MANAGER: &str = "argocd-controller";
+
+/// Applies `manifest` with server-side apply as a GitOps tool does: its own field manager and
+/// `force` (`kubectl apply --server-side --force-conflicts`, Argo CD's `ServerSideApply=true`),
+/// so it takes over any field it names that someone else set since.
+pub async fn gitops_apply(
+    client: &kube::Client,
+    namespace: &str,
+    manifest: &StatefulSet,
+) -> Result<StatefulSet, kube::Error> {
+    let mut manifest = manifest.clone();
+    manifest.metadata.managed_fields = None;
+    manifest.metadata.resource_version = None;
+    let name = manifest.metadata.name.clone().unwrap_or_default();
+    Api::<StatefulSet>::namespaced(client.clone(), namespace)
+        .patch(
+            &name,
+            &PatchParams::apply(GITOPS_MANAGER).force(),
+            &Patch::Apply(&manifest),
+        )
+        .await
 }
 
 /// One StatefulSet per zone (`<group>-zone-a`, `-zone-b`, …), all in `group`.

@@ -5,9 +5,10 @@
 use std::time::{Duration, Instant};
 
 use baton_e2e::controller_support::{
-    ControlledNamespace, roll_out, wait_event, wait_group_ready, wait_rollout_complete,
+    ControlledNamespace, events_about, roll_out, wait_event, wait_group_ready,
+    wait_rollout_complete,
 };
-use baton_e2e::fixtures::{StatefulSetFixture, rollout_group};
+use baton_e2e::fixtures::{StatefulSetFixture, gitops_apply, rollout_group};
 use baton_e2e::prometheus_support::{Metrics, Prometheus, create_health_check};
 use baton_e2e::timeline::{WATCH_SKEW, Zone, ZoneWindow, check_rollout_guarantees, zone_windows};
 use baton_e2e::wait_until;
@@ -27,8 +28,6 @@ const REPLICAS: i32 = 3;
 /// The API path baton deletes pods through: a partition rollout never uses it.
 const POD_DELETE_SERIES: &str =
     "method=\"DELETE\",path=\"/api/v1/namespaces/{namespace}/pods/{name}\"";
-/// baton's writes of StatefulSets (its partitions, in these scenarios).
-const STATEFULSET_PATCHES: &str = "rollout_operator_kubernetes_api_client_request_duration_seconds_count{method=\"PATCH\",path=\"/apis/apps/v1/namespaces/{namespace}/statefulsets/{name}\"";
 
 struct Scene(ControlledNamespace);
 
@@ -65,15 +64,65 @@ impl Scene {
                 .await;
             names.push(created.metadata.name.unwrap_or_default());
         }
-        wait_group_ready(&self.namespace.client(), self.namespace.name(), &names).await;
-        for name in &names {
+        self.wait_held(&names).await;
+        names
+    }
+
+    /// Waits until every pod of `names` is ready and baton holds every partition at the
+    /// replicas.
+    async fn wait_held(&self, names: &[String]) {
+        wait_group_ready(&self.namespace.client(), self.namespace.name(), names).await;
+        for name in names {
             // Held by baton, or already by the manifest.
             wait_until(TIMEOUT, &format!("{name} held at its replicas"), || async {
                 self.partition(name).await.0 == Some(REPLICAS)
             })
             .await;
         }
+    }
+
+    /// Creates the group's zones with server-side apply as a GitOps tool (its manifests at
+    /// `version`), and waits as [`Scene::create`] does.
+    async fn apply(&self, fixtures: &[StatefulSetFixture], version: &str) -> Vec<String> {
+        let mut names = Vec::new();
+        for fixture in fixtures {
+            let applied = gitops_apply(
+                &self.namespace.client(),
+                self.namespace.name(),
+                &fixture.manifest(version),
+            )
+            .await
+            .expect("the GitOps tool creates the StatefulSet");
+            names.push(applied.metadata.name.unwrap_or_default());
+        }
+        self.wait_held(&names).await;
         names
+    }
+
+    /// The GitOps tool applies the manifests at `version`; returns when the StatefulSet
+    /// controller has computed each one's update revision, and when the apply began.
+    async fn apply_new_version(&self, fixtures: &[StatefulSetFixture], version: &str) -> Instant {
+        let from = Instant::now();
+        for fixture in fixtures {
+            let manifest = fixture.manifest(version);
+            let name = manifest.metadata.name.clone().unwrap_or_default();
+            let before = self.update_revision(&name).await;
+            gitops_apply(&self.namespace.client(), self.namespace.name(), &manifest)
+                .await
+                .expect("the GitOps tool applies the new version");
+            wait_until(
+                TIMEOUT,
+                &format!("{name} has a new update revision"),
+                || async { self.update_revision(&name).await != before },
+            )
+            .await;
+        }
+        from
+    }
+
+    async fn update_revision(&self, name: &str) -> Option<String> {
+        let statefulset = self.api().get(name).await.expect("the StatefulSet");
+        statefulset.status?.update_revision
     }
 
     async fn partition(&self, name: &str) -> (Option<i32>, Option<String>) {
@@ -113,17 +162,6 @@ impl Scene {
     async fn wait_event(&self, object: &str, reason: &str, note_contains: &[&str]) {
         let (client, namespace) = (self.namespace.client(), self.namespace.name());
         wait_event(&client, namespace, object, reason, note_contains).await;
-    }
-
-    /// baton's StatefulSet writes so far, from its metrics.
-    async fn statefulset_writes(&self) -> u64 {
-        let metrics = self.controller.metrics().await;
-        metrics
-            .lines()
-            .filter(|line| line.starts_with(STATEFULSET_PATCHES))
-            .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
-            .map(|count| count as u64)
-            .sum()
     }
 
     /// Then: the timeline since `from` kept the guarantees (one zone at a time, one pod at a
@@ -201,41 +239,96 @@ async fn three_rolling_update_zones_roll_by_partition_zone_by_zone_with_a_soak()
     }
 }
 
-#[tokio::test]
-async fn a_gitops_reapply_of_the_partition_mid_rollout_is_reported_and_not_fought() {
-    // Given a ready group of 3 zones rolled by partition whose manifests set partition 3, as
-    // the phased rollout operator's users write them
-    let scene = Scene::new("reapply").await;
-    let names = scene
-        .create(|_, fixture| fixture.by_partition(REPLICAS))
-        .await;
-
-    // When a rollout starts, baton lowers zone a's partition to 2, and the replaced pod is slow
-    // to become ready (so baton holds there)
+/// Given a ready group whose manifests `fixture` makes, a rollout to v2 (written as `applied`
+/// says) held in zone a: baton lowered its partition to 2 and the replaced pod is slow to
+/// become ready. Returns the StatefulSets, the manifests at v2 and when the rollout began.
+async fn held_in_zone_a(
+    scene: &Scene,
+    fixture: impl Fn(StatefulSetFixture) -> StatefulSetFixture,
+    applied: bool,
+) -> (Vec<String>, Vec<StatefulSet>, Instant) {
+    let fixtures: Vec<StatefulSetFixture> = rollout_group("ingester", &["a", "b", "c"], REPLICAS)
+        .into_iter()
+        .map(fixture)
+        .collect();
+    let names = if applied {
+        scene.apply(&fixtures, "v1").await
+    } else {
+        scene
+            .create(|letter, _| fixtures[zone_index(letter)].clone())
+            .await
+    };
     scene.simulator.hold_not_ready("ingester-zone-a-2").await;
-    scene.roll_out(&names).await;
+    let from = if applied {
+        scene.apply_new_version(&fixtures, "v2").await
+    } else {
+        scene.roll_out(&names).await
+    };
     scene.wait_partition("ingester-zone-a", 2).await;
+    let manifests = fixtures
+        .iter()
+        .map(|fixture| fixture.manifest("v2"))
+        .collect();
+    (names, manifests, from)
+}
 
-    // And a GitOps tool re-applies the manifest (GET, then PUT with its resourceVersion)
-    // every second, five times
+fn zone_index(letter: &str) -> usize {
+    match letter {
+        "a" => 0,
+        "b" => 1,
+        _ => 2,
+    }
+}
+
+/// A GitOps tool's sync, five times a second apart: `reapply` once each time. Returns baton's
+/// StatefulSet writes meanwhile.
+async fn five_syncs<F, Fut>(scene: &Scene, reapply: F) -> u64
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
     let writes_before = scene.statefulset_writes().await;
     for _ in 0..5 {
-        let mut current = scene.api().get("ingester-zone-a").await.expect("zone a");
-        let spec = current.spec.as_mut().expect("a spec");
-        let strategy = spec.update_strategy.get_or_insert_with(Default::default);
-        strategy
-            .rolling_update
-            .get_or_insert_with(Default::default)
-            .partition = Some(REPLICAS);
-        // A conflict means baton wrote meanwhile: the tool reads again next sync.
-        let _ = scene
-            .api()
-            .replace("ingester-zone-a", &PostParams::default(), &current)
-            .await;
+        reapply().await;
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
+    scene.statefulset_writes().await - writes_before
+}
 
-    // Then baton reports it, naming both values, and holds the group
+/// Then, once zone a's replaced pod is ready: the rollout completes with the guarantees held,
+/// each zone held at its replicas again, in a bounded number of writes since `writes_before`.
+async fn completes_after_the_reapplies(
+    scene: &Scene,
+    names: &[String],
+    from: Instant,
+    writes_before: u64,
+) {
+    scene.simulator.release("ingester-zone-a-2").await;
+    scene.wait_complete(names).await;
+    for name in names {
+        scene.wait_partition(name, REPLICAS).await;
+    }
+    scene.windows(names, from);
+    let writes = scene.statefulset_writes().await - writes_before;
+    // One write per pod released and one hold per zone, each at most twice (a pass planned on
+    // a cache that had not caught up with the write before tries once more and is refused).
+    let bound = 2 * 3 * (REPLICAS as u64 + 1);
+    assert!(
+        writes <= bound,
+        "{writes} StatefulSet writes to finish (bound {bound})"
+    );
+}
+
+/// Then: baton reports the moved partition of zone a, naming both values, holds the group
+/// without a write of its own (`writes_during` the re-applies), and once a person settles it
+/// as the Event says the rollout completes.
+async fn moved_partition_is_reported_and_settled(
+    scene: &Scene,
+    names: &[String],
+    from: Instant,
+    writes_before: u64,
+    writes_during: u64,
+) {
     scene
         .wait_event(
             "ingester-zone-a",
@@ -243,8 +336,6 @@ async fn a_gitops_reapply_of_the_partition_mid_rollout_is_reported_and_not_fough
             &["from 2 (set by baton) to 3"],
         )
         .await;
-    // And it did not fight: no write of its own while the re-applier kept putting 3 back
-    let writes_during = scene.statefulset_writes().await - writes_before;
     assert_eq!(
         writes_during, 0,
         "baton wrote the StatefulSets {writes_during} times"
@@ -263,20 +354,121 @@ async fn a_gitops_reapply_of_the_partition_mid_rollout_is_reported_and_not_fough
         .await
         .expect("removing baton's record of the partition");
 
-    // Then the rollout completes once the pod is ready, with a bounded number of writes in all
-    scene.simulator.release("ingester-zone-a-2").await;
-    scene.wait_complete(&names).await;
-    for name in &names {
-        scene.wait_partition(name, REPLICAS).await;
-    }
-    let writes = scene.statefulset_writes().await - writes_before;
-    // One write per pod released and one hold per zone, each at most twice (a pass planned on
-    // a cache that had not caught up with the write before tries once more and is refused).
-    let bound = 2 * 3 * (REPLICAS as u64 + 1);
-    assert!(
-        writes <= bound,
-        "{writes} StatefulSet writes to finish (bound {bound})"
+    // Then the rollout completes once the pod is ready
+    completes_after_the_reapplies(scene, names, from, writes_before).await;
+}
+
+#[tokio::test]
+async fn a_gitops_reapply_of_the_partition_mid_rollout_is_reported_and_not_fought() {
+    // Given a ready group of 3 zones rolled by partition whose manifests set partition 3, as
+    // the phased rollout operator's users write them, rolling, held in zone a at partition 2
+    let scene = Scene::new("reapply").await;
+    let (names, _, from) =
+        held_in_zone_a(&scene, |fixture| fixture.by_partition(REPLICAS), false).await;
+
+    // When a GitOps tool re-applies the manifest (GET, then PUT with its resourceVersion)
+    // every second, five times
+    let writes_before = scene.statefulset_writes().await;
+    let writes_during = five_syncs(&scene, || async {
+        let mut current = scene.api().get("ingester-zone-a").await.expect("zone a");
+        let spec = current.spec.as_mut().expect("a spec");
+        let strategy = spec.update_strategy.get_or_insert_with(Default::default);
+        strategy
+            .rolling_update
+            .get_or_insert_with(Default::default)
+            .partition = Some(REPLICAS);
+        // A conflict means baton wrote meanwhile: the tool reads again next sync.
+        let _ = scene
+            .api()
+            .replace("ingester-zone-a", &PostParams::default(), &current)
+            .await;
+    })
+    .await;
+
+    // Then baton reports it and does not fight it, and the rollout completes once settled
+    moved_partition_is_reported_and_settled(&scene, &names, from, writes_before, writes_during)
+        .await;
+}
+
+#[tokio::test]
+async fn a_server_side_apply_naming_the_partition_mid_rollout_is_reported_and_not_fought() {
+    // Given a ready group of 3 zones rolled by partition, created and rolled to v2 by a GitOps
+    // tool with server-side apply, its manifests setting partition 3; held in zone a at 2
+    let scene = Scene::new("ssa-partition").await;
+    let (names, manifests, from) =
+        held_in_zone_a(&scene, |fixture| fixture.by_partition(REPLICAS), true).await;
+
+    // When the tool re-applies the same manifest, forcing conflicts (baton owns the partition
+    // since it lowered it), every second, five times
+    let writes_before = scene.statefulset_writes().await;
+    let writes_during = five_syncs(&scene, || async {
+        gitops_apply(
+            &scene.namespace.client(),
+            scene.namespace.name(),
+            &manifests[0],
+        )
+        .await
+        .expect("the forced apply");
+    })
+    .await;
+
+    // Then baton reports the partition the apply moved, as for any other writer, does not fight
+    // it, and the rollout completes once settled
+    moved_partition_is_reported_and_settled(&scene, &names, from, writes_before, writes_during)
+        .await;
+}
+
+#[tokio::test]
+async fn a_server_side_apply_not_naming_the_partition_leaves_batons_partition_alone() {
+    // Given a ready group of 3 zones rolled by partition whose manifests leave the partition
+    // out (baton holds it), created and rolled to v2 by a GitOps tool with server-side apply;
+    // held in zone a at 2
+    let scene = Scene::new("ssa-no-partition").await;
+    let (names, manifests, from) = held_in_zone_a(
+        &scene,
+        |fixture| {
+            fixture
+                .rolling_update()
+                .annotation("baton.dev/update-by", "partition")
+        },
+        true,
+    )
+    .await;
+
+    // When the tool re-applies the same manifests, forcing conflicts, every second, five times
+    let writes_before = scene.statefulset_writes().await;
+    let writes_during = five_syncs(&scene, || async {
+        for manifest in &manifests {
+            gitops_apply(&scene.namespace.client(), scene.namespace.name(), manifest)
+                .await
+                .expect("the forced apply");
+        }
+    })
+    .await;
+
+    // Then the partition baton set is still there, recorded as baton's, nothing was reported
+    // and baton did not write: there was nothing to answer
+    assert_eq!(
+        scene.partition("ingester-zone-a").await,
+        (Some(2), Some("2".to_owned()))
     );
+    assert_eq!(
+        writes_during, 0,
+        "baton wrote the StatefulSets {writes_during} times"
+    );
+    let events = events_about(
+        &scene.namespace.client(),
+        scene.namespace.name(),
+        "ingester-zone-a",
+    )
+    .await;
+    assert!(
+        events.iter().all(|(reason, _)| reason != "PartitionMoved"),
+        "{events:?}"
+    );
+
+    // And the rollout completes once the pod is ready
+    completes_after_the_reapplies(&scene, &names, from, writes_before).await;
 }
 
 #[tokio::test]

@@ -751,3 +751,108 @@ async fn both_binaries_start_with_the_environment_the_kubelet_gives_a_pod_beside
         );
     }
 }
+
+/// The pod's Ready condition is False while its app container is ready and its native sidecar
+/// (reported among the init containers) is not: the moment only the kubelet's condition tells.
+fn sidecar_holds_pod_not_ready(pod: &Pod) -> bool {
+    let Some(status) = pod.status.as_ref() else {
+        return false;
+    };
+    let condition_false = status.conditions.as_ref().is_some_and(|conditions| {
+        conditions
+            .iter()
+            .any(|condition| condition.type_ == "Ready" && condition.status == "False")
+    });
+    let app_ready = status
+        .container_statuses
+        .as_ref()
+        .is_some_and(|containers| containers.iter().all(|container| container.ready));
+    let sidecar_running_not_ready = status
+        .init_container_statuses
+        .as_ref()
+        .is_some_and(|inits| {
+            inits.iter().any(|init| {
+                init.name == "sidecar"
+                    && !init.ready
+                    && init
+                        .state
+                        .as_ref()
+                        .is_some_and(|state| state.running.is_some())
+            })
+        });
+    condition_false && app_ready && sidecar_running_not_ready
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_whose_native_sidecar_is_not_ready_yet_is_not_counted_available() {
+    let _shared = NODES.read().await;
+    // Given a ready group of 3 zones × 2 real pods, each with a native sidecar (an init
+    // container with restartPolicy Always) whose readiness probe fails for its first 5 s
+    let warm_up = Duration::from_secs(5);
+    let scene = Scene::new("sidecar", &[]).await;
+    let fixtures: Vec<_> = real_rollout_group("ingester", 2)
+        .into_iter()
+        .map(|fixture| fixture.sidecar(warm_up))
+        .collect();
+    let names = scene.create(&fixtures).await;
+
+    // When every zone's template changes
+    let from = Instant::now();
+    scene.roll_out(&names, "v2", Behaviour::Healthy).await;
+
+    // Then a new pod comes up whose app container is ready while its sidecar is not, and the
+    // kubelet holds its Ready condition False: baton says it waits for that pod and has
+    // deleted no other
+    wait_until(
+        TIMEOUT,
+        "a new pod's app is ready and its sidecar is not",
+        || async { scene.pods().await.iter().any(sidecar_holds_pod_not_ready) },
+    )
+    .await;
+    let held = scene
+        .pods()
+        .await
+        .into_iter()
+        .find(sidecar_holds_pod_not_ready)
+        .and_then(|pod| pod.metadata.name)
+        .expect("waited for");
+    let zone = held
+        .rsplit_once('-')
+        .map_or(held.as_str(), |(statefulset, _)| statefulset)
+        .to_owned();
+    scene
+        .wait_event(
+            &zone,
+            "MaxUnavailable",
+            &[&format!(
+                "waiting for {held} (new revision) to become ready"
+            )],
+        )
+        .await;
+
+    // And the rollout completes with never two zones, or two pods of a zone, down, each new
+    // pod counted Ready (as the kubelet judged it, sidecar included) only once its sidecar had
+    // warmed up
+    scene.wait_complete(&names).await;
+    let zones: Vec<Zone> = names.iter().map(|name| Zone::new(name, 2, 1)).collect();
+    let timeline = scene.timeline();
+    check_rollout_guarantees(&timeline, &zones, from).unwrap();
+    let mut new_pods = 0;
+    for created in timeline
+        .iter()
+        .filter(|transition| transition.at >= from && transition.event == PodEvent::Created)
+    {
+        let ready = timeline
+            .iter()
+            .find(|transition| transition.uid == created.uid && transition.event == PodEvent::Ready)
+            .unwrap_or_else(|| panic!("{} never became Ready", created.pod));
+        assert!(
+            ready.at - created.at >= warm_up,
+            "{} was Ready {:?} after its creation, before its sidecar warmed up",
+            created.pod,
+            ready.at - created.at
+        );
+        new_pods += 1;
+    }
+    assert_eq!(new_pods, 6, "every pod was replaced");
+}

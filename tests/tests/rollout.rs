@@ -1,15 +1,24 @@
 //! Zone-by-zone rollouts by baton-controller on the real control plane, each a scenario:
 //! given a rollout group, when its template changes, then baton rolls it one zone at a time.
 
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use baton_e2e::controller_support::{
     ControlledNamespace, roll_out, rollout_state, wait_event, wait_group_ready,
     wait_new_update_revision, wait_rollout_complete,
 };
-use baton_e2e::fixtures::{StatefulSetFixture, rollout_group};
-use baton_e2e::timeline::{Zone, check_rollout_guarantees};
+use baton_e2e::fixtures::{StatefulSetFixture, gitops_apply, rollout_group};
+use baton_e2e::timeline::{Zone, check_rollout_guarantees, zone_windows};
 use baton_e2e::{PodEvent, wait_until};
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ListParams};
+
+/// Where baton keeps a zone's gate state (its soak, among others).
+const GATE_STATE: &str = "baton.dev/gate-state";
 
 const TIMEOUT: Duration = Duration::from_secs(90);
 
@@ -417,4 +426,346 @@ async fn a_version_crash_looping_in_two_zones_is_replaced_in_both_and_the_fix_co
         .collect();
     first_deleted.sort();
     assert_eq!(first_deleted, ["ingester-zone-a-1", "ingester-zone-c-0"]);
+}
+
+/// A GitOps tool's sync loop, running beside a rollout: it applies `manifests` with
+/// server-side apply (its own field manager, forcing conflicts) again and again until stopped.
+struct Reapplier {
+    applies: Arc<AtomicUsize>,
+    stop: Arc<AtomicBool>,
+    task: tokio::task::JoinHandle<Vec<String>>,
+}
+
+impl Reapplier {
+    fn start(client: kube::Client, namespace: &str, manifests: Vec<StatefulSet>) -> Self {
+        let (applies, stop) = (
+            Arc::new(AtomicUsize::new(0)),
+            Arc::new(AtomicBool::new(false)),
+        );
+        let namespace = namespace.to_owned();
+        let task = tokio::spawn({
+            let (applies, stop) = (applies.clone(), stop.clone());
+            async move {
+                let mut errors = Vec::new();
+                while !stop.load(Ordering::Relaxed) {
+                    for manifest in &manifests {
+                        if let Err(error) = gitops_apply(&client, &namespace, manifest).await {
+                            errors.push(error.to_string());
+                        }
+                    }
+                    applies.fetch_add(1, Ordering::Relaxed);
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                }
+                errors
+            }
+        });
+        Self {
+            applies,
+            stop,
+            task,
+        }
+    }
+
+    fn syncs(&self) -> usize {
+        self.applies.load(Ordering::Relaxed)
+    }
+
+    /// Waits until `count` more syncs have applied every manifest.
+    async fn wait_syncs(&self, count: usize) {
+        let target = self.syncs() + count;
+        wait_until(TIMEOUT, &format!("{count} more syncs"), || async {
+            self.syncs() >= target
+        })
+        .await;
+    }
+
+    /// Stops it; returns how many syncs it made and the applies that failed.
+    async fn stop(self) -> (usize, Vec<String>) {
+        self.stop.store(true, Ordering::Relaxed);
+        let errors = self.task.await.expect("the re-applier ran");
+        (self.applies.load(Ordering::Relaxed), errors)
+    }
+}
+
+/// The gate state baton stores on `name` (`baton.dev/gate-state`), if any.
+async fn gate_state(scene: &Scene, name: &str) -> Option<String> {
+    scene.annotations(name).await.get(GATE_STATE).cloned()
+}
+
+#[tokio::test]
+async fn a_gitops_tool_reapplying_the_members_with_server_side_apply_does_not_disturb_a_rollout() {
+    // Given a group of 3 zones × 3 pods created by a GitOps tool with server-side apply, a 5 s
+    // soak after zone a in its manifests
+    let scene = Scene::new("ssa-rollout").await;
+    let fixtures: Vec<StatefulSetFixture> = rollout_group("ingester", &["a", "b", "c"], 3)
+        .into_iter()
+        .map(|fixture| match fixture.build().metadata.name.as_deref() {
+            Some("ingester-zone-a") => fixture.annotation("baton.dev/soak", "5s"),
+            _ => fixture,
+        })
+        .collect();
+    let (client, namespace) = (scene.namespace.client(), scene.namespace.name());
+    let mut names = Vec::new();
+    for fixture in &fixtures {
+        let applied = gitops_apply(&client, namespace, &fixture.manifest("v1"))
+            .await
+            .expect("the GitOps tool creates the member");
+        names.push(applied.metadata.name.unwrap_or_default());
+    }
+    wait_group_ready(&client, namespace, &names).await;
+
+    // When the tool applies v2 to every member, then keeps re-applying the same manifests
+    // (forcing conflicts, as `--force-conflicts` does) while baton rolls the group
+    let writes_before = scene.statefulset_writes().await;
+    let from = Instant::now();
+    let manifests: Vec<StatefulSet> = fixtures.iter().map(|f| f.manifest("v2")).collect();
+    for manifest in &manifests {
+        gitops_apply(&client, namespace, manifest)
+            .await
+            .expect("the GitOps tool applies v2");
+    }
+    let reapplier = Reapplier::start(client.clone(), namespace, manifests);
+
+    // Then the soak's state baton stores on zone b survives the re-applies unchanged: the
+    // soak is neither restarted nor skipped
+    wait_until(TIMEOUT, "baton stores zone b's soak", || async {
+        gate_state(&scene, "ingester-zone-b")
+            .await
+            .is_some_and(|state| state.contains("soakStartedAt"))
+    })
+    .await;
+    let soaking = gate_state(&scene, "ingester-zone-b").await;
+    reapplier.wait_syncs(3).await;
+    let after = gate_state(&scene, "ingester-zone-b").await;
+    // (baton may have cleared the zone meanwhile: the soak's start stays as it was)
+    let soak_start = |state: &Option<String>| -> Option<serde_json::Value> {
+        let state: serde_json::Value = serde_json::from_str(state.as_deref()?).ok()?;
+        Some(state["soakStartedAt"].clone())
+    };
+    assert_eq!(
+        soak_start(&after),
+        soak_start(&soaking),
+        "{soaking:?} became {after:?}"
+    );
+
+    // And the rollout completes, zone by zone with the soak, within the guarantees
+    scene.wait_complete(&names).await;
+    let (syncs, errors) = reapplier.stop().await;
+    assert!(errors.is_empty(), "applies failed: {errors:?}");
+    assert!(syncs >= 3, "only {syncs} syncs during the rollout");
+    let zones: Vec<Zone> = names.iter().map(|name| Zone::new(name, 3, 1)).collect();
+    let timeline = scene.simulator.timeline();
+    check_rollout_guarantees(&timeline, &zones, from).unwrap();
+    let windows = zone_windows(&timeline, &zones, from);
+    let (a, b) = (&windows["ingester-zone-a"], &windows["ingester-zone-b"]);
+    let soaked = b.started.expect("b started") - a.completed.expect("a completed");
+    assert!(
+        soaked >= Duration::from_secs(5),
+        "b started {soaked:?} after a"
+    );
+
+    // And nothing was fought: baton's own StatefulSet writes stay those of a rollout without
+    // the tool (its gate state: cleared, soak started, removed at the end, about 10 for the
+    // group; a bound of 5 a zone leaves room for a write refused on a stale read and tried
+    // again), not one per sync of the tool
+    let writes = scene.statefulset_writes().await - writes_before;
+    eprintln!("{syncs} syncs during the rollout, {writes} StatefulSet writes by baton");
+    assert!(
+        writes <= 5 * names.len() as u64,
+        "{writes} StatefulSet writes by baton during {syncs} syncs"
+    );
+}
+
+/// Runs the control plane's own `kubectl` with the test kubeconfig in `scene`'s namespace;
+/// panics with its output if it fails.
+async fn kubectl(scene: &Scene, args: &[&str]) -> String {
+    let control_plane = scene.control_plane;
+    let output = tokio::process::Command::new(control_plane.kubectl())
+        .env("KUBECONFIG", control_plane.kubeconfig_path())
+        .args(["--namespace", scene.namespace.name()])
+        .args(args)
+        .output()
+        .await
+        .expect("running kubectl");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(output.status.success(), "kubectl {args:?} failed:\n{text}");
+    text
+}
+
+/// Runs `kubectl rollout restart` on `target` and returns once the StatefulSet controller has
+/// computed the new update revision of each of `names`.
+async fn rollout_restart(scene: &Scene, target: &[&str], names: &[String]) -> Instant {
+    let (client, namespace) = (scene.namespace.client(), scene.namespace.name());
+    let mut before = Vec::new();
+    for name in names {
+        before.push(
+            rollout_state(&client, namespace, name)
+                .await
+                .update_revision,
+        );
+    }
+    let from = Instant::now();
+    let mut args = vec!["rollout", "restart"];
+    args.extend_from_slice(target);
+    kubectl(scene, &args).await;
+    for (name, before) in names.iter().zip(before) {
+        wait_until(
+            TIMEOUT,
+            &format!("{name} has a new update revision"),
+            || async {
+                rollout_state(&client, namespace, name)
+                    .await
+                    .update_revision
+                    != before
+            },
+        )
+        .await;
+    }
+    from
+}
+
+#[tokio::test]
+async fn kubectl_rollout_restart_is_rolled_zone_by_zone_like_any_template_change() {
+    // Given a ready group of 3 zones × 3 pods
+    let scene = Scene::new("restart").await;
+    let names = scene
+        .create(&rollout_group("ingester", &["a", "b", "c"], 3))
+        .await;
+    let zones: Vec<Zone> = names.iter().map(|name| Zone::new(name, 3, 1)).collect();
+
+    // When a person restarts zone b with kubectl (a restartedAt annotation in its template:
+    // a new revision)
+    let from = rollout_restart(&scene, &["statefulset/ingester-zone-b"], &names[1..2]).await;
+
+    // Then baton replaces zone b's pods one at a time, leaves the other zones alone, and
+    // says the zone is complete
+    scene.wait_complete(&names).await;
+    scene
+        .wait_event(
+            "ingester-zone-b",
+            "RolloutComplete",
+            "every pod of ingester-zone-b runs revision",
+        )
+        .await;
+    let timeline = scene.simulator.timeline();
+    check_rollout_guarantees(&timeline, &zones, from).unwrap();
+    let left: Vec<&str> = timeline
+        .iter()
+        .filter(|transition| transition.at >= from && transition.event == PodEvent::Terminating)
+        .map(|transition| transition.pod.as_str())
+        .collect();
+    assert_eq!(left.len(), 3, "{left:?}");
+    assert!(
+        left.iter().all(|pod| pod.starts_with("ingester-zone-b-")),
+        "{left:?}"
+    );
+
+    // When the whole group is restarted at once, as `kubectl rollout restart` by label does
+    let from = rollout_restart(
+        &scene,
+        &["statefulset", "--selector", "rollout-group=ingester"],
+        &names,
+    )
+    .await;
+
+    // Then it rolls zone by zone within the guarantees, as any template change
+    scene.wait_complete(&names).await;
+    let timeline = scene.simulator.timeline();
+    check_rollout_guarantees(&timeline, &zones, from).unwrap();
+    let windows = zone_windows(&timeline, &zones, from);
+    for (name, window) in &windows {
+        assert!(
+            window.completed.is_some(),
+            "{name} did not roll: {window:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn min_ready_seconds_holds_each_next_deletion_until_the_last_new_pod_was_ready_that_long() {
+    // Given a ready group of 3 zones × 3 pods whose members have minReadySeconds 3
+    const MIN_READY: i32 = 3;
+    let scene = Scene::new("min-ready").await;
+    let fixtures: Vec<StatefulSetFixture> = rollout_group("ingester", &["a", "b", "c"], 3)
+        .into_iter()
+        .map(|fixture| fixture.min_ready_seconds(MIN_READY))
+        .collect();
+    let names = scene.create(&fixtures).await;
+
+    // When the template of every zone changes
+    let from = Instant::now();
+    scene.roll_out(&names, "v2").await;
+
+    // Then every zone completes within the guarantees
+    scene.wait_complete(&names).await;
+    let zones: Vec<Zone> = names.iter().map(|name| Zone::new(name, 3, 1)).collect();
+    let timeline = scene.simulator.timeline();
+    check_rollout_guarantees(&timeline, &zones, from).unwrap();
+
+    // And no pod was deleted before the new pod that became Ready last had been Ready for
+    // minReadySeconds, as Kubernetes measures it: from the Ready condition's
+    // lastTransitionTime, which the API server keeps in whole seconds (so on the timeline's
+    // own clock the gap can be up to a second shorter, as for the StatefulSet controller's
+    // availableReplicas)
+    let ready_since = new_pods_ready_since(&scene).await;
+    let (wall_now, now) = (jiff::Timestamp::now(), Instant::now());
+    let wall = |at: Instant| wall_now - jiff::SignedDuration::try_from(now - at).unwrap();
+    let mut checked = 0;
+    for (index, deletion) in timeline.iter().enumerate() {
+        if deletion.at < from || deletion.event != PodEvent::Terminating {
+            continue;
+        }
+        let previous = timeline[..index].iter().rev().find(|transition| {
+            transition.at >= from
+                && transition.event == PodEvent::Ready
+                && ready_since.contains_key(&transition.uid)
+        });
+        let Some(previous) = previous else {
+            continue;
+        };
+        let since = ready_since[&previous.uid];
+        let gap = wall(deletion.at).duration_since(since);
+        eprintln!(
+            "{} Ready since {since} ({:?} on the timeline) → {} deleted {gap:#}",
+            previous.pod,
+            deletion.at - previous.at,
+            deletion.pod
+        );
+        assert!(
+            gap >= jiff::SignedDuration::from_secs(MIN_READY.into()),
+            "{} was deleted {gap:#} after {} became Ready (since {since})",
+            deletion.pod,
+            previous.pod
+        );
+        checked += 1;
+    }
+    // Every deletion but the first follows a new pod's Ready.
+    assert_eq!(checked, 8, "{timeline:#?}");
+}
+
+/// When each pod of the namespace that is there now became Ready, by uid, from its Ready
+/// condition.
+async fn new_pods_ready_since(scene: &Scene) -> BTreeMap<String, jiff::Timestamp> {
+    let pods = Api::<Pod>::namespaced(scene.namespace.client(), scene.namespace.name())
+        .list(&ListParams::default())
+        .await
+        .expect("listing the pods");
+    pods.items
+        .into_iter()
+        .filter_map(|pod| {
+            let uid = pod.metadata.uid.clone()?;
+            let since = pod
+                .status?
+                .conditions?
+                .into_iter()
+                .find(|condition| condition.type_ == "Ready" && condition.status == "True")?
+                .last_transition_time?
+                .0;
+            Some((uid, since))
+        })
+        .collect()
 }

@@ -901,11 +901,20 @@ struct Outdated<'a> {
 
 impl Outdated<'_> {
     /// Why replacing this pod costs nothing, if it does: it is already unavailable, not
-    /// terminating (that one is on its way out), and will be recreated.
+    /// terminating (that one is on its way out), and will be recreated. A pod Ready for less
+    /// than minReadySeconds is not down: it serves (it is in its Service's endpoints) and is
+    /// only not counted on yet, so deleting it would take a serving pod out; it is waited for
+    /// (and counted as unavailable meanwhile), never replaced for free. Otherwise every pod of
+    /// a group whose template changed within minReadySeconds of its pods becoming Ready would
+    /// go at once, in every zone.
     fn free_replacement(&self) -> Option<Unavailable> {
-        self.unavailable
-            .clone()
-            .filter(|why| self.wanted && *why != Unavailable::Terminating)
+        self.unavailable.clone().filter(|why| {
+            self.wanted
+                && !matches!(
+                    why,
+                    Unavailable::Terminating | Unavailable::ReadyTooRecently
+                )
+        })
     }
 }
 

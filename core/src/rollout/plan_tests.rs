@@ -443,17 +443,47 @@ fn pending_failed_and_not_ready_old_pods_are_replaced_saying_why() {
 }
 
 #[test]
-fn old_pod_ready_for_less_than_min_ready_seconds_is_replaced_at_no_cost() {
-    // Restarted a moment ago: it does not count as available yet, by the same rule.
+fn old_pod_ready_for_less_than_min_ready_seconds_is_waited_for_not_replaced() {
+    // Restarted a moment ago: it does not count as available yet, by the same rule, but it
+    // serves: deleting it would take a serving pod out. It is waited for, with a recheck when
+    // it becomes available.
     let a = zone("ingester-zone-a", 3)
         .template_changed()
         .min_ready_seconds(60)
         .ready_for(2, 10);
     let plan = plan(&group([a]), now());
+    assert_eq!(plan.actions, []);
     assert_eq!(
-        deletions(&plan),
-        [("ingester-zone-a-2", Some(Unavailable::ReadyTooRecently))]
+        plan.recheck_after,
+        Some(now() + SignedDuration::from_secs(50))
     );
+}
+
+#[test]
+fn a_group_whose_template_changed_right_after_its_pods_became_ready_waits_for_them() {
+    // Every pod of every zone Ready for 1 s of minReadySeconds 3 (a group just created, or a
+    // deploy right after the previous rollout): none is down, so none goes for free; the
+    // group waits until they count as available, then rolls one pod of one zone at a time.
+    let zone_of = |name: &str| {
+        (0..3).fold(
+            zone(name, 3).template_changed().min_ready_seconds(3),
+            |zone, ordinal| zone.ready_for(ordinal, 1),
+        )
+    };
+    let members = || {
+        group([
+            zone_of("ingester-zone-a"),
+            zone_of("ingester-zone-b"),
+            zone_of("ingester-zone-c"),
+        ])
+    };
+    let early = plan(&members(), now());
+    assert_eq!(early.actions, []);
+    let available_at = now() + SignedDuration::from_secs(2);
+    assert_eq!(early.recheck_after, Some(available_at));
+
+    let later = plan(&members(), available_at);
+    assert_eq!(deletions(&later), [("ingester-zone-a-0", None)]);
 }
 
 #[test]

@@ -560,6 +560,30 @@ mod tests {
     }
 
     #[test]
+    fn a_native_sidecar_counts_through_the_ready_condition() {
+        // A sidecar (an init container with restartPolicy Always) is reported among the init
+        // containers, not the containers; the kubelet holds the Ready condition False until it
+        // is ready too, and that condition is what decides (the real kubelet's judgement:
+        // tests/tests/real_pods.rs `a_pod_whose_native_sidecar_is_not_ready_yet_is_not_counted_available`).
+        let sidecar = |ready: bool| ContainerStatus {
+            name: "sidecar".to_owned(),
+            ..container(ready)
+        };
+        let base = pod("p-0", "uid", &[]);
+        let warming_up = with_status(base.clone(), |status| {
+            status.container_statuses = Some(vec![container(true)]);
+            status.init_container_statuses = Some(vec![sidecar(false)]);
+            status.conditions = Some(vec![ready_condition("False", 1_700_000_000)]);
+        });
+        let warmed_up = with_status(base, |status| {
+            status.container_statuses = Some(vec![container(true)]);
+            status.init_container_statuses = Some(vec![sidecar(true)]);
+        });
+        assert!(!snap(&warming_up).ready);
+        assert!(snap(&warmed_up).ready);
+    }
+
+    #[test]
     fn container_state_names_why_the_first_unready_container_is_not_running() {
         let waiting = |name: &str, ready: bool, reason: &str| ContainerStatus {
             name: name.to_owned(),

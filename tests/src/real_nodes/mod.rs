@@ -126,6 +126,9 @@ pub struct RealPodsFixture {
     behaviour: Behaviour,
     stop_delay: Duration,
     grace_period_seconds: i64,
+    /// A native sidecar (an init container with `restartPolicy: Always`) running the test
+    /// application on [`SIDECAR_PORT`], its readiness probe failing this long after it starts.
+    sidecar_ready_after: Option<Duration>,
 }
 
 impl RealPodsFixture {
@@ -138,7 +141,15 @@ impl RealPodsFixture {
             behaviour: Behaviour::Healthy,
             stop_delay: Duration::ZERO,
             grace_period_seconds: 30,
+            sidecar_ready_after: None,
         }
+    }
+
+    /// Gives its pods a native sidecar whose readiness probe fails for `ready_after` after
+    /// the sidecar starts: the kubelet holds the pod's Ready condition False meanwhile.
+    pub fn sidecar(mut self, ready_after: Duration) -> Self {
+        self.sidecar_ready_after = Some(ready_after);
+        self
     }
 
     pub fn version(mut self, version: &str, behaviour: Behaviour) -> Self {
@@ -168,6 +179,9 @@ impl RealPodsFixture {
             ]}]
         }}});
         spec["containers"] = json!([container(&self.version, self.behaviour, self.stop_delay)]);
+        if let Some(ready_after) = self.sidecar_ready_after {
+            spec["initContainers"] = json!([sidecar(ready_after)]);
+        }
         serde_json::from_value(value).expect("a valid StatefulSet")
     }
 
@@ -199,6 +213,31 @@ fn container(version: &str, behaviour: Behaviour, stop_delay: Duration) -> serde
         "ports": [{"name": "http", "containerPort": APP_PORT}],
         "readinessProbe": {
             "httpGet": {"path": "/ready", "port": APP_PORT},
+            "periodSeconds": 1,
+            "failureThreshold": 1,
+            "successThreshold": 1,
+            "timeoutSeconds": 1,
+        },
+    })
+}
+
+/// Where a fixture's sidecar listens and is probed.
+pub const SIDECAR_PORT: u16 = 8081;
+
+/// A native sidecar: an init container the kubelet keeps running beside the app
+/// (`restartPolicy: Always`), with a readiness probe of its own that fails for `ready_after`.
+fn sidecar(ready_after: Duration) -> serde_json::Value {
+    json!({
+        "name": "sidecar",
+        "image": format!("{APP_IMAGE}:v1"),
+        "imagePullPolicy": "Never",
+        "restartPolicy": "Always",
+        "env": [
+            {"name": "TESTAPP_PORT", "value": SIDECAR_PORT.to_string()},
+            {"name": "TESTAPP_READY_AFTER_MS", "value": ready_after.as_millis().to_string()},
+        ],
+        "readinessProbe": {
+            "httpGet": {"path": "/ready", "port": SIDECAR_PORT},
             "periodSeconds": 1,
             "failureThreshold": 1,
             "successThreshold": 1,

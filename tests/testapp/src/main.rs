@@ -7,6 +7,8 @@
 //! - `TESTAPP_STOP_DELAY_MS`: on SIGTERM, keep serving this long before exiting (a pod that is
 //!   slow to stop, so it stays Terminating for real).
 //! - `TESTAPP_PORT`: where it listens (8080).
+//! - `TESTAPP_READY_AFTER_MS`: `/ready` answers 503 for this long after start (a process slow
+//!   to warm up, such as a sidecar whose readiness probe fails for a while).
 //!
 //! Endpoints: `GET /ready`; `POST`/`DELETE` on any path containing `prepare-downscale` or
 //! `prepare-shutdown` (the Go rollout-operator's prepare-downscale calls) and on
@@ -36,6 +38,8 @@ struct State {
     /// When the current delayed-downscale preparation began (unix seconds).
     delayed_since: Option<u64>,
     terminating: bool,
+    /// `/ready` fails until then (`TESTAPP_READY_AFTER_MS`).
+    not_ready_until: Option<std::time::Instant>,
 }
 
 fn main() -> std::process::ExitCode {
@@ -101,7 +105,16 @@ async fn serve() -> std::process::ExitCode {
         }
     };
     eprintln!("testapp: {behaviour} on port {port}, stop delay {stop_delay:?}");
-    let state = Arc::new(Mutex::new(State::default()));
+    let ready_after = Duration::from_millis(
+        std::env::var("TESTAPP_READY_AFTER_MS")
+            .ok()
+            .and_then(|value| value.parse().ok())
+            .unwrap_or(0),
+    );
+    let state = Arc::new(Mutex::new(State {
+        not_ready_until: Some(std::time::Instant::now() + ready_after),
+        ..State::default()
+    }));
     // Serves on while stopping too: a pod going away still answers (readiness fails at once).
     tokio::spawn({
         let state = state.clone();
@@ -163,7 +176,15 @@ async fn answer(mut stream: TcpStream, state: Arc<Mutex<State>>, never_ready: bo
 
 fn respond(state: &mut State, method: &str, path: &str, never_ready: bool) -> (u16, String) {
     match (method, path) {
-        ("GET", "/ready") if never_ready || state.terminating => (503, "not ready\n".into()),
+        ("GET", "/ready")
+            if never_ready
+                || state.terminating
+                || state
+                    .not_ready_until
+                    .is_some_and(|until| std::time::Instant::now() < until) =>
+        {
+            (503, "not ready\n".into())
+        }
         ("GET", "/ready") => (200, "ready\n".into()),
         ("GET", "/metrics") => (200, metrics(state)),
         ("GET", "/environment") => (200, environment()),
