@@ -26,7 +26,8 @@
 //!   which the planner has nothing left to do — crash-looping old pods included;
 //! - (f) a deletion the planner says costs no availability (a free replacement) is of a pod
 //!   already unavailable, by the checker's own definition: replacing it cannot raise the number
-//!   of unavailable pods;
+//!   of unavailable pods; and never of a pod that is Ready, even for less than
+//!   minReadySeconds (it serves, and is only not counted on yet);
 //! - (g) a partition someone else moved gets no action at all until a person settles it;
 //! - (h) a pod baton deletes comes back at the update revision (never below a partition);
 //! - (i) no action while a member's status describes an older spec than it has (a template
@@ -1293,17 +1294,22 @@ impl<'p> Simulation<'p> {
             // (f)
             if let Some(why) = free {
                 let ordinal = self.members[member].pods[index].ordinal;
+                // Ready (even for less than minReadySeconds) is serving: no free deletion.
+                let serving = target.ready && target.phase == PodPhase::Running;
                 if is_available(target, members[member].min_ready_seconds, now)
+                    || serving
                     || !wanted(&members[member], ordinal)
                 {
                     return Err(self.violation(
                         Property::FreeReplacementCostsNothing,
                         format!(
                             "{pod} deleted as costing no availability ({why}), yet it is {}",
-                            if wanted(&members[member], ordinal) {
-                                "available"
-                            } else {
+                            if !wanted(&members[member], ordinal) {
                                 "beyond spec.replicas: nothing replaces it"
+                            } else if serving {
+                                "Ready and serving"
+                            } else {
+                                "available"
                             }
                         ),
                     ));
@@ -2084,6 +2090,25 @@ fn checker_catches_a_planner_that_deletes_available_pods_for_free() {
                 }
             });
             plan(&degraded, now)
+        },
+        Property::FreeReplacementCostsNothing,
+    );
+}
+
+#[test]
+fn checker_catches_a_planner_that_replaces_pods_ready_too_recently_for_free() {
+    assert_caught(
+        &|group: &GroupSnapshot, now| {
+            // Takes a pod Ready for less than minReadySeconds for one that is down.
+            let recent = with_each_statefulset(group, |statefulset| {
+                let min_ready_seconds = statefulset.min_ready_seconds;
+                for pod in &mut statefulset.pods {
+                    if pod.ready && !is_available(pod, min_ready_seconds, now) {
+                        pod.ready = false;
+                    }
+                }
+            });
+            plan(&recent, now)
         },
         Property::FreeReplacementCostsNothing,
     );
