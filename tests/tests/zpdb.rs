@@ -820,8 +820,12 @@ async fn an_eviction_claimed_in_the_budgets_record_holds_the_rollout_until_it_is
         .uid;
     let entry =
         json!({"allowedAt": jiff::Timestamp::now().to_string(), "uid": uid, "request": "e2e"});
+    // (labelled as baton's webhook writes it: an unlabelled one is no record of baton's)
     let record: ConfigMap = serde_json::from_value(json!({
-        "metadata": {"name": "baton-zpdb-ingester"},
+        "metadata": {"name": "baton-zpdb-ingester", "labels": {
+            "app.kubernetes.io/managed-by": "baton",
+            "rollout-operator.grafana.com/zpdb": "ingester",
+        }},
         "data": {claimed.clone(): entry.to_string()},
     }))
     .unwrap();
