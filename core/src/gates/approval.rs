@@ -36,27 +36,29 @@ pub const SEPARATOR: char = ',';
 /// whoever may create a StatefulSet with the group's label, without any right on its members,
 /// must not approve their steps.
 pub fn approved(group: &GroupSnapshot) -> BTreeSet<&str> {
-    fn of(member: &crate::rollout::StatefulSetSnapshot) -> BTreeSet<&str> {
-        member
-            .annotations
-            .get(APPROVED_ANNOTATION)
-            .map(|value| {
-                value
-                    .split(SEPARATOR)
-                    .map(str::trim)
-                    .filter(|name| !name.is_empty())
-                    .collect()
-            })
-            .unwrap_or_default()
-    }
     let mut members = group.statefulsets.iter();
     let Some(first) = members.next() else {
         return BTreeSet::new();
     };
-    members.fold(of(first), |agreed, member| {
-        let theirs = of(member);
+    members.fold(steps_of(first), |agreed, member| {
+        let theirs = steps_of(member);
         agreed.intersection(&theirs).copied().collect()
     })
+}
+
+/// The steps one member's `baton.dev/approved` names.
+pub(crate) fn steps_of(member: &crate::rollout::StatefulSetSnapshot) -> BTreeSet<&str> {
+    member
+        .annotations
+        .get(APPROVED_ANNOTATION)
+        .map(|value| {
+            value
+                .split(SEPARATOR)
+                .map(str::trim)
+                .filter(|name| !name.is_empty())
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// The canary's approval names the revisions the whole group rolls to.

@@ -449,15 +449,9 @@ pub fn read(group: &GroupSnapshot) -> (GateConfig, Vec<GateWarning>) {
     // approves nothing it alone names.
     let agreed = super::approval::approved(group);
     if let Some(member) = group.statefulsets.iter().find(|member| {
-        member
-            .annotations
-            .get(APPROVED_ANNOTATION)
-            .is_some_and(|value| {
-                value
-                    .split(super::approval::SEPARATOR)
-                    .map(str::trim)
-                    .any(|step| !step.is_empty() && !agreed.contains(step))
-            })
+        super::approval::steps_of(member)
+            .iter()
+            .any(|step| !agreed.contains(step))
     }) {
         warnings.push(alone(
             APPROVED_ANNOTATION,
