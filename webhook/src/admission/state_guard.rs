@@ -122,13 +122,14 @@ impl Annotated {
         }
     }
 
-    /// Whether it carries a rollout group's label (an absent object, a CREATE's old one, is in
+    /// The rollout group it is in, by its label (an absent object, a CREATE's old one, is in
     /// none).
-    fn in_a_group(&self) -> bool {
+    fn group(&self) -> Option<&str> {
         self.metadata
             .labels
-            .as_ref()
-            .is_some_and(|labels| labels.contains_key(ROLLOUT_GROUP_LABEL))
+            .as_ref()?
+            .get(ROLLOUT_GROUP_LABEL)
+            .map(String::as_str)
     }
 
     fn annotation(&self, key: &str) -> Option<&str> {
@@ -215,9 +216,9 @@ fn state(request: &AdmissionRequest<'_>, writers: &[String]) -> Decision {
         Err(denied) => return denied,
     };
     // State carried into a group is set as it joins: written while the StatefulSet was
-    // outside every group (where nothing guards it), then labelled in unchanged, it would
-    // otherwise pass as "left as it was".
-    let joining = !old.in_a_group() && new.in_a_group();
+    // outside every group (where nothing guards it), or kept from another group, then labelled
+    // in unchanged, it would otherwise pass as "left as it was".
+    let joining = new.group().is_some() && new.group() != old.group();
     let changed: Vec<&str> = STATE_ANNOTATIONS
         .into_iter()
         .filter(|key| {
@@ -418,6 +419,9 @@ mod tests {
         );
         let member = labelled(Some("ingester"), CLEARED);
         assert!(judge("UPDATE", "alice", &member, &member).allowed);
+        // Moved from another group with its state, it joins this one: refused too
+        let elsewhere = labelled(Some("distributor"), CLEARED);
+        assert!(!judge("UPDATE", "alice", &member, &elsewhere).allowed);
         assert!(judge("UPDATE", CONTROLLER, &member, &outside).allowed);
     }
 
@@ -463,9 +467,10 @@ mod tests {
             STATE_ANNOTATIONS.len(),
             "{expression}"
         );
-        assert!(expression.contains(&format!(
-            "'{ROLLOUT_GROUP_LABEL}' in object.metadata.labels"
-        )));
+        for object in ["object", "oldObject"] {
+            let value = format!("{object}.metadata.labels['{ROLLOUT_GROUP_LABEL}']");
+            assert!(expression.contains(&value), "{value} missing: {expression}");
+        }
     }
 
     #[test]
