@@ -175,16 +175,9 @@ impl PhasedRollouts {
             )
             .await?;
         }
-        let mut status = self.status_of(&target, &spec, &group, generation);
-        // The check's state goes with the finished rollout; the last check it made stays in
-        // the status until the next one, as the phased rollout operator shows it.
-        if status.last_check.is_none() {
-            status.last_check = rollout
-                .status
-                .as_ref()
-                .and_then(|previous| previous.get("lastCheck").cloned())
-                .and_then(|last| serde_json::from_value(last).ok());
-        }
+        let status = self
+            .status_of(&target, &spec, &group, generation)
+            .keeping_last_check(rollout.status.as_ref());
         self.set_status(rollout, status).await
     }
 

@@ -322,6 +322,18 @@ pub struct LastCheck {
 }
 
 impl PhasedRolloutStatus {
+    /// The status with the last check `before` (the one served so far) when it has none of
+    /// its own: the check's state goes with a finished rollout, and the last check it made is
+    /// still shown until the next one, as the phased rollout operator shows it.
+    pub fn keeping_last_check(mut self, before: Option<&serde_json::Value>) -> Self {
+        if self.last_check.is_none() {
+            self.last_check = before
+                .and_then(|status| status.get("lastCheck").cloned())
+                .and_then(|last| serde_json::from_value(last).ok());
+        }
+        self
+    }
+
     /// A status that only says `phase` and why.
     pub fn says(phase: &str, message: impl Into<String>, generation: i64) -> Self {
         Self {
@@ -433,6 +445,38 @@ impl PhasedRolloutStatus {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn the_last_check_served_stays_until_a_check_of_its_own() {
+        let served = serde_json::json!({"phase": "Rolling", "lastCheck": {"time": "t1", "result": "passed"}});
+        // Without a check state (the rollout finished), the last check served stays
+        let settled =
+            PhasedRolloutStatus::says("Updated", "done", 1).keeping_last_check(Some(&served));
+        assert_eq!(
+            settled.last_check,
+            Some(LastCheck {
+                time: "t1".to_owned(),
+                result: "passed".to_owned()
+            })
+        );
+        // A check of its own wins, and nothing served keeps nothing
+        let mut own = PhasedRolloutStatus::says("Checking", "…", 1);
+        own.last_check = Some(LastCheck {
+            time: "t2".to_owned(),
+            result: "failed".to_owned(),
+        });
+        assert_eq!(
+            own.clone().keeping_last_check(Some(&served)).last_check,
+            own.last_check
+        );
+        assert_eq!(
+            PhasedRolloutStatus::says("Updated", "done", 1)
+                .keeping_last_check(None)
+                .last_check,
+            None
+        );
+    }
+
     use super::*;
     use crate::testing::{now, zone};
 
