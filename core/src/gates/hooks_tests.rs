@@ -181,6 +181,24 @@ fn the_rollout_state_is_kept_until_the_last_after_hook_answered() {
     }
 }
 
+/// The writes of the last of the due hook's attempts, every one answered 503 (each attempt's
+/// writes stored on zone a, as the controller stores them, before the next).
+fn fail_every_attempt(group: &GroupSnapshot) -> Vec<AnnotationWrite> {
+    let (_, _, call) = gate(group);
+    let call = call.expect("due");
+    let mut state = group.clone();
+    let mut last = Vec::new();
+    for _ in 1..=ATTEMPTS {
+        last = record(&state, &call, Ok(503), now());
+        for write in &last {
+            state.statefulsets[0]
+                .annotations
+                .insert(write.key.to_owned(), write.value.clone().expect("set"));
+        }
+    }
+    last
+}
+
 #[test]
 fn a_group_asking_for_it_is_rolled_back_rather_than_halted_when_its_hook_keeps_failing() {
     let group = group(vec![
@@ -195,18 +213,7 @@ fn a_group_asking_for_it_is_rolled_back_rather_than_halted_when_its_hook_keeps_f
             "true",
         ),
     ]);
-    let (_, _, call) = gate(&group);
-    let call = call.expect("due");
-    let mut state = group.clone();
-    let mut last = Vec::new();
-    for _ in 1..=ATTEMPTS {
-        last = record(&state, &call, Ok(503), now());
-        for write in &last {
-            state.statefulsets[0]
-                .annotations
-                .insert(write.key.to_owned(), write.value.clone().expect("set"));
-        }
-    }
+    let last = fail_every_attempt(&group);
     assert!(!last.iter().any(|write| write.key == HALTED_ANNOTATION));
     // The request goes on every member, so that it is the group's (a lone one asks nothing)
     let asked: Vec<&AnnotationWrite> = last
@@ -239,18 +246,7 @@ fn one_members_rollback_on_failure_asks_for_nothing_the_hook_halts() {
         ),
         zone("b", 3, 0),
     ]);
-    let (_, _, call) = gate(&group);
-    let call = call.expect("due");
-    let mut state = group.clone();
-    let mut last = Vec::new();
-    for _ in 1..=ATTEMPTS {
-        last = record(&state, &call, Ok(503), now());
-        for write in &last {
-            state.statefulsets[0]
-                .annotations
-                .insert(write.key.to_owned(), write.value.clone().expect("set"));
-        }
-    }
+    let last = fail_every_attempt(&group);
     // Then the failing hook halts, as without the key
     assert!(last.iter().any(|write| write.key == HALTED_ANNOTATION));
     assert!(
