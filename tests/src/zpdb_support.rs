@@ -29,6 +29,22 @@ pub fn budget(name: &str, spec: Value) -> DynamicObject {
     .expect("a valid ZoneAwarePodDisruptionBudget")
 }
 
+/// Creates budget `group` in `namespace`: one pod of rollout group `group` unavailable at most.
+pub async fn create_group_budget(client: &kube::Client, namespace: &str, group: &str) {
+    let budgets =
+        kube::Api::<DynamicObject>::namespaced_with(client.clone(), namespace, &zpdb_resource());
+    budgets
+        .create(
+            &kube::api::PostParams::default(),
+            &budget(
+                group,
+                json!({"maxUnavailable": 1, "selector": {"matchLabels": {"rollout-group": group}}}),
+            ),
+        )
+        .await
+        .unwrap_or_else(|error| panic!("creating the budget {group}: {error}"));
+}
+
 /// The AdmissionReview of the eviction of `pod`, as the API server sends it to
 /// `/admission/pod-eviction` for `kubectl drain` (policy/v1) under deploy/'s webhook
 /// configuration (review version v1 first).

@@ -24,12 +24,12 @@ use baton_e2e::rbac_support::{
 use baton_e2e::webhook_support::{
     TestTls, WebhookConfigurations, WebhookReplica, free_port, wait_for_webhooks,
 };
-use baton_e2e::zpdb_support::{budget, client_without_retries, evict, zpdb_resource};
+use baton_e2e::zpdb_support::{client_without_retries, create_group_budget, evict};
 use baton_e2e::{ControlPlane, PodSimulator, TestNamespace, wait_until};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::Api;
-use kube::api::{DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use tokio::process::Command;
 
@@ -134,17 +134,7 @@ async fn a_namespace_the_go_operator_v0_38_leaves_keeps_its_downscale_history_an
     }
     let names = ["ingester-zone-a", "ingester-zone-b", "ingester-zone-c"];
     wait_group_ready(&client, ns, &names).await;
-    let budgets: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &zpdb_resource());
-    budgets
-        .create(
-            &PostParams::default(),
-            &budget(
-                "ingester",
-                json!({"maxUnavailable": 1, "selector": {"matchLabels": {"rollout-group": "ingester"}}}),
-            ),
-        )
-        .await
-        .unwrap();
+    create_group_budget(&client, ns, "ingester").await;
 
     // When baton is started from deploy/: both binaries with exactly its roles, the controller
     // issuing the certificate and injecting its CA, the webhook serving it

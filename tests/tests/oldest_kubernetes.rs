@@ -17,14 +17,12 @@ use baton_e2e::webhook_support::{
     StateGuardConfiguration, TestTls, ValidatingWebhooks, WebhookConfigurations, WebhookReplica,
     eviction_webhook, scale, wait_for_webhooks,
 };
-use baton_e2e::zpdb_support::{
-    budget, client_without_retries, evict, evict_dry_run, zpdb_resource,
-};
+use baton_e2e::zpdb_support::{client_without_retries, create_group_budget, evict, evict_dry_run};
 use baton_e2e::{ControlPlane, PodSimulator, TestNamespace, wait_until};
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
-use kube::api::{Api, DynamicObject, ListParams, PostParams};
+use kube::api::{Api, ListParams, PostParams};
 use serde_json::json;
 
 const TIMEOUT: Duration = Duration::from_secs(90);
@@ -214,17 +212,7 @@ async fn the_zone_aware_budget_judges_real_evictions() {
         )]),
     )
     .await;
-    let budgets = Api::<DynamicObject>::namespaced_with(client.clone(), ns, &zpdb_resource());
-    budgets
-        .create(
-            &PostParams::default(),
-            &budget(
-                "ingester",
-                json!({"maxUnavailable": 1, "selector": {"matchLabels": {"rollout-group": "ingester"}}}),
-            ),
-        )
-        .await
-        .expect("creating the budget");
+    create_group_budget(&client, ns, "ingester").await;
     let evictor = client_without_retries(control_plane).await;
 
     // When a pod of zone a is not ready (as after an eviction)
