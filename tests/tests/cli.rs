@@ -110,16 +110,32 @@ fn the_config_file_shipped_in_deploy_is_accepted_by_both_binaries() {
     )
     .unwrap();
     for binary in BINARIES {
-        // When the binary loads it (BATON_NAMESPACE comes from the pod, as in the Deployments)
+        // When the binary loads it with the namespaces the Deployments give it: the groups' from
+        // the ConfigMap's groups-namespace, baton's own from the pod's
+        let groups = config_map["data"]["groups-namespace"]
+            .as_str()
+            .expect("data.groups-namespace");
         let (code, printed, stderr) = run(
             binary,
             &["--config", file.to_str().unwrap(), "--print-config"],
-            &[("BATON_NAMESPACE", "ingesters")],
+            &[
+                ("BATON_NAMESPACE", groups),
+                ("BATON_SYSTEM_NAMESPACE", "baton-system"),
+            ],
         );
         // Then it is valid and means what it says
         assert_eq!(code, Some(0), "{binary}: {stderr}");
         assert!(printed.contains("format: json"), "{printed}");
-        assert!(printed.contains("namespace: ingesters"), "{printed}");
+        assert!(
+            printed
+                .lines()
+                .any(|line| line == format!("namespace: {groups}")),
+            "{printed}"
+        );
+        assert!(
+            printed.contains("system_namespace: baton-system"),
+            "{printed}"
+        );
     }
 }
 

@@ -10,15 +10,21 @@ use baton_e2e::controller_support::{
 };
 use baton_e2e::fixtures::{StatefulSetFixture, rollout_group};
 use baton_e2e::keys::{MIRROR_API_VERSION, MIRROR_KIND, MIRROR_NAME, NO_DOWNSCALE};
-use baton_e2e::rbac_support::{Binary, SERVICE_ACCOUNT_NAMESPACE, bind_deploy_roles};
+use baton_e2e::rbac_support::{
+    Binary, SERVICE_ACCOUNT_NAMESPACE, bind_deploy_roles, bind_deploy_roles_apart, impersonating,
+    the_controller_changes_only_ca_bundles,
+};
 use baton_e2e::scaling_support::{
     REPLICA_TEMPLATE_API_VERSION, REPLICA_TEMPLATE_KIND, ReplicaTemplates,
     install_replica_template_crd,
 };
 use baton_e2e::webhook_support::{TestTls, WebhookConfigurations, WebhookReplica};
 use baton_e2e::{ControlPlane, PodSimulator, TestNamespace, wait_until};
-use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{Namespace, Secret};
+use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::authentication::v1::TokenRequest;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
@@ -75,7 +81,8 @@ async fn the_manifests_pass_a_server_side_dry_run() {
         "serviceaccount/baton-controller",
         "serviceaccount/baton-webhook",
         "role.rbac.authorization.k8s.io/baton-controller",
-        "role.rbac.authorization.k8s.io/baton-webhook",
+        "role.rbac.authorization.k8s.io/baton-controller-groups",
+        "role.rbac.authorization.k8s.io/baton-webhook-groups",
         "clusterrole.rbac.authorization.k8s.io/baton-controller-webhook-ca",
         "configmap/baton-config",
         "service/baton-webhook",
@@ -89,6 +96,8 @@ async fn the_manifests_pass_a_server_side_dry_run() {
         "validatingwebhookconfiguration.admissionregistration.k8s.io/baton-state-guard",
         "validatingwebhookconfiguration.admissionregistration.k8s.io/baton-record-guard",
         "priorityclass.scheduling.k8s.io/baton-critical",
+        "validatingadmissionpolicy.admissionregistration.k8s.io/baton-controller-changes-only-ca-bundles",
+        "validatingadmissionpolicybinding.admissionregistration.k8s.io/baton-controller-changes-only-ca-bundles",
         "customresourcedefinition.apiextensions.k8s.io/replicatemplates.rollout-operator.grafana.com",
         "customresourcedefinition.apiextensions.k8s.io/zoneawarepoddisruptionbudgets.rollout-operator.grafana.com",
         "customresourcedefinition.apiextensions.k8s.io/rollouthealthchecks.baton.dev",
@@ -112,18 +121,18 @@ async fn the_manifests_pass_a_server_side_dry_run() {
     assert!(images.iter().all(|image| *image == versioned), "{images:?}");
     assert_eq!(
         rendered.matches("\nkind: ").count() + usize::from(rendered.starts_with("kind: ")),
-        25
+        29
     );
 }
 
-/// The overlay docs/operations.md gives for installing into another namespace, as written there
-/// (so the documentation cannot drift from what works), aimed at `namespace` and at deploy/ from
-/// `overlay_dir`.
-fn documented_namespace_overlay(namespace: &str, deploy_from_overlay: &str) -> String {
+/// The overlay docs/operations.md gives for coordinating another namespace's groups, as written
+/// there (so the documentation cannot drift from what works), aimed at `namespace` and at
+/// deploy/ from the overlay's folder.
+fn documented_groups_overlay(namespace: &str, deploy_from_overlay: &str) -> String {
     let operations = std::fs::read_to_string(deploy_dir().join("../docs/operations.md")).unwrap();
     let start = operations
         .find("# my-overlay/kustomization.yaml")
-        .expect("docs/operations.md shows the namespace overlay");
+        .expect("docs/operations.md shows the groups' namespace overlay");
     let overlay = &operations[start..];
     let overlay = &overlay[..overlay.find("```").unwrap()];
     assert!(overlay.contains("ingesters") && overlay.contains("../deploy "));
@@ -132,16 +141,54 @@ fn documented_namespace_overlay(namespace: &str, deploy_from_overlay: &str) -> S
         .replace("../deploy ", &format!("{deploy_from_overlay} "))
 }
 
+/// Someone who may do anything with the workloads, configuration and Secrets of `namespace`
+/// (and nothing elsewhere): the namespace user docs/security.md defends baton against.
+async fn namespace_user(control_plane: &ControlPlane, namespace: &str) -> kube::Client {
+    let admin = control_plane.admin_client().await;
+    let user = format!("user-of-{namespace}");
+    let role: Role = serde_json::from_value(json!({
+        "metadata": {"name": "namespace-user"},
+        "rules": [
+            {"apiGroups": ["", "apps", "baton.dev", "sts.plus"], "verbs": ["*"], "resources": [
+                "pods", "configmaps", "secrets", "serviceaccounts", "serviceaccounts/token",
+                "statefulsets", "deployments", "rollouthealthchecks", "phasedrollouts",
+            ]},
+        ],
+    }))
+    .unwrap();
+    Api::<Role>::namespaced(admin.clone(), namespace)
+        .create(&PostParams::default(), &role)
+        .await
+        .unwrap();
+    let binding: RoleBinding = serde_json::from_value(json!({
+        "metadata": {"name": "namespace-user"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "namespace-user"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
+    }))
+    .unwrap();
+    Api::<RoleBinding>::namespaced(admin, namespace)
+        .create(&PostParams::default(), &binding)
+        .await
+        .unwrap();
+    impersonating(control_plane, &user).await.unwrap()
+}
+
 #[tokio::test]
-async fn deploy_installs_for_real_into_a_namespace_that_does_not_exist_yet() {
-    // Given a namespace name nobody has created, and the documented overlay for it
+async fn deploy_installs_baton_apart_from_the_groups_it_coordinates() {
+    // Given a namespace of groups (a workload's, which exists before baton) and the documented
+    // overlay for it
     let control_plane = ControlPlane::shared().await;
     let client = control_plane.admin_client().await;
-    let namespace = format!("baton-install-{}", std::process::id());
+    let groups = format!("baton-groups-{}", std::process::id());
     let namespaces = Api::<Namespace>::all(client.clone());
-    assert!(namespaces.get_opt(&namespace).await.unwrap().is_none());
+    let namespace: Namespace =
+        serde_json::from_value(json!({"metadata": {"name": groups}})).unwrap();
+    namespaces
+        .create(&PostParams::default(), &namespace)
+        .await
+        .unwrap();
     // kustomize refuses absolute resource paths: the overlay lives under target/.
-    let overlay_dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(&namespace);
+    let overlay_dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(&groups);
     std::fs::create_dir_all(&overlay_dir).unwrap();
     let deploy_from_overlay = pathdiff::diff_paths(
         deploy_dir().canonicalize().unwrap(),
@@ -150,12 +197,13 @@ async fn deploy_installs_for_real_into_a_namespace_that_does_not_exist_yet() {
     .unwrap();
     std::fs::write(
         overlay_dir.join("kustomization.yaml"),
-        documented_namespace_overlay(&namespace, deploy_from_overlay.to_str().unwrap()),
+        documented_groups_overlay(&groups, deploy_from_overlay.to_str().unwrap()),
     )
     .unwrap();
 
-    // When it is applied for real, on top of deploy/ as it ships. Server-side: other scenarios of this process install the same CRDs at the same moment,
-    // and a client-side apply (read, then create) loses that race with AlreadyExists.
+    // When it is applied for real, on top of deploy/ as it ships. Server-side: other scenarios
+    // of this process install the same CRDs at the same moment, and a client-side apply (read,
+    // then create) loses that race with AlreadyExists.
     let (ok, output) = kubectl(
         control_plane,
         &[
@@ -166,42 +214,142 @@ async fn deploy_installs_for_real_into_a_namespace_that_does_not_exist_yet() {
             overlay_dir.to_str().unwrap(),
         ],
     );
-
-    // Then the namespace and everything in it is created, nothing refers to baton-system
     assert!(ok, "kubectl apply -k failed:\n{output}");
-    let created = namespaces.get(&namespace).await.unwrap();
-    assert_eq!(
-        created.labels()["kubernetes.io/metadata.name"],
-        namespace,
-        "the webhooks' namespaceSelector needs this label"
-    );
-    let deployments =
-        Api::<k8s_openapi::api::apps::v1::Deployment>::namespaced(client.clone(), &namespace)
-            .list(&ListParams::default())
-            .await
-            .unwrap();
-    let mut names: Vec<_> = deployments.iter().map(|d| d.name_any()).collect();
+
+    // Then baton's Deployments, service accounts, configuration and roles for its own objects
+    // are in baton-system, told to coordinate the groups' namespace
+    let system = "baton-system";
+    let deployments = Api::<Deployment>::namespaced(client.clone(), system);
+    let mut names: Vec<_> = deployments
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .iter()
+        .map(|d| d.name_any())
+        .collect();
     names.sort();
     assert_eq!(names, ["baton-controller", "baton-webhook"]);
-    let (ok, rendered) = kubectl(control_plane, &["kustomize", overlay_dir.to_str().unwrap()]);
-    assert!(ok, "{rendered}");
-    assert!(
-        !rendered.contains("baton-system"),
-        "an overlay object still names baton-system:\n{rendered}"
+    let config = Api::<ConfigMap>::namespaced(client.clone(), system)
+        .get("baton-config")
+        .await
+        .unwrap();
+    assert_eq!(config.data.unwrap()["groups-namespace"], groups);
+    // and the groups' namespace holds only what baton may do there: no service account, no
+    // configuration, no Deployment of baton's
+    let in_groups = |kind: &str| {
+        let (ok, listed) = kubectl(
+            control_plane,
+            &[
+                "get",
+                kind,
+                "-n",
+                &groups,
+                "-o",
+                "name",
+                "-l",
+                "app.kubernetes.io/part-of=baton",
+            ],
+        );
+        assert!(ok, "{listed}");
+        let mut listed: Vec<String> = listed.lines().map(str::to_owned).collect();
+        listed.sort();
+        listed
+    };
+    assert_eq!(
+        in_groups("roles,rolebindings"),
+        [
+            "role.rbac.authorization.k8s.io/baton-controller-groups",
+            "role.rbac.authorization.k8s.io/baton-webhook-groups",
+            "rolebinding.rbac.authorization.k8s.io/baton-controller-groups",
+            "rolebinding.rbac.authorization.k8s.io/baton-webhook-groups",
+        ]
     );
-    let configuration = Api::<
-        k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration,
-    >::all(client.clone())
-    .get("baton-no-downscale")
-    .await
-    .unwrap();
-    assert_eq!(configuration.labels()["grafana.com/namespace"], namespace);
+    assert!(in_groups("serviceaccounts,configmaps,secrets,deployments,services").is_empty());
+    let configuration = Api::<ValidatingWebhookConfiguration>::all(client.clone())
+        .get("baton-no-downscale")
+        .await
+        .unwrap();
+    assert_eq!(configuration.labels()["grafana.com/namespace"], groups);
 
-    // And while no webhook replica answers (none runs here), a Deployment of the namespace
-    // cannot be changed, but baton's own can: a fix for baton can roll out
-    let deployments =
-        Api::<k8s_openapi::api::apps::v1::Deployment>::namespaced(client.clone(), &namespace);
-    let app: k8s_openapi::api::apps::v1::Deployment = serde_json::from_value(json!({
+    // And a user of the groups' namespace, who may do anything with its pods, workloads,
+    // ConfigMaps, Secrets and service accounts, cannot take baton's identity: a pod runs as a
+    // service account of its own namespace (the kubelet asks for its token there), and baton's
+    // are not there, nor may the user ask for one in baton's namespace
+    let user = namespace_user(control_plane, &groups).await;
+    let token_request: TokenRequest =
+        serde_json::from_value(json!({"spec": {"audiences": []}})).unwrap();
+    for binary in [Binary::Controller, Binary::Webhook] {
+        let in_own = Api::<ServiceAccount>::namespaced(user.clone(), &groups)
+            .create_token_request(
+                binary.service_account(),
+                &PostParams::default(),
+                &token_request,
+            )
+            .await;
+        assert!(
+            matches!(&in_own, Err(kube::Error::Api(status)) if status.code == 404),
+            "a token for {} in the groups' namespace: {in_own:?}",
+            binary.service_account()
+        );
+        let in_batons = Api::<ServiceAccount>::namespaced(user.clone(), system)
+            .create_token_request(
+                binary.service_account(),
+                &PostParams::default(),
+                &token_request,
+            )
+            .await;
+        assert!(
+            matches!(&in_batons, Err(kube::Error::Api(status)) if status.code == 403),
+            "a token for {} in baton's namespace: {in_batons:?}",
+            binary.service_account()
+        );
+    }
+    // nor read or change baton's configuration, nor read its certificate Secret
+    let forbidden = |result: Result<(), kube::Error>| matches!(result, Err(kube::Error::Api(status)) if status.code == 403);
+    let user_configs = Api::<ConfigMap>::namespaced(user.clone(), system);
+    assert!(forbidden(
+        user_configs.get("baton-config").await.map(|_| ())
+    ));
+    let patch = json!({"data": {"groups-namespace": "kube-system"}});
+    assert!(forbidden(
+        user_configs
+            .patch(
+                "baton-config",
+                &PatchParams::default(),
+                &Patch::Merge(&patch)
+            )
+            .await
+            .map(|_| ())
+    ));
+    let user_secrets = Api::<Secret>::namespaced(user.clone(), system);
+    assert!(forbidden(
+        user_secrets.get("baton-webhook-tls").await.map(|_| ())
+    ));
+    assert!(forbidden(
+        user_secrets.list(&ListParams::default()).await.map(|_| ())
+    ));
+    // while the same user does what the namespace's role grants (so the refusals above are the
+    // layout's, not a user who may do nothing)
+    let own_config: ConfigMap =
+        serde_json::from_value(json!({"metadata": {"name": "users-own"}})).unwrap();
+    Api::<ConfigMap>::namespaced(user.clone(), &groups)
+        .create(&PostParams::default(), &own_config)
+        .await
+        .expect("the namespace user writes ConfigMaps of the groups' namespace");
+    let own_account: ServiceAccount =
+        serde_json::from_value(json!({"metadata": {"name": "users-own"}})).unwrap();
+    Api::<ServiceAccount>::namespaced(client.clone(), &groups)
+        .create(&PostParams::default(), &own_account)
+        .await
+        .unwrap();
+    Api::<ServiceAccount>::namespaced(user.clone(), &groups)
+        .create_token_request("users-own", &PostParams::default(), &token_request)
+        .await
+        .expect("the namespace user has tokens of the groups' namespace's service accounts");
+
+    // And while no webhook replica answers (none runs here), a Deployment of the groups'
+    // namespace cannot be changed, but baton's own can: a fix for baton rolls out
+    let app: Deployment = serde_json::from_value(json!({
         "metadata": {"name": "app"},
         "spec": {
             "replicas": 1,
@@ -213,37 +361,36 @@ async fn deploy_installs_for_real_into_a_namespace_that_does_not_exist_yet() {
         },
     }))
     .unwrap();
-    deployments
+    let groups_deployments = Api::<Deployment>::namespaced(client.clone(), &groups);
+    groups_deployments
         .create(&PostParams::default(), &app)
         .await
         .unwrap();
-    let touch = |name: &'static str| {
-        let deployments = deployments.clone();
-        async move {
-            let patch = json!({"metadata": {"annotations": {"touched": "yes"}}});
-            deployments
-                .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-                .map(|_| ())
-                .map_err(|error| error.to_string())
-        }
+    let touch = |deployments: Api<Deployment>, name: &'static str| async move {
+        let patch = json!({"metadata": {"annotations": {"touched": "yes"}}});
+        deployments
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map(|_| ())
+            .map_err(|error| error.to_string())
     };
     wait_until(
         TIMEOUT,
         "the unanswered no-downscale webhook refuses changes",
         || async {
-            touch("app")
+            touch(groups_deployments.clone(), "app")
                 .await
                 .is_err_and(|error| error.contains("no-downscale"))
         },
     )
     .await;
-    touch("baton-webhook")
+    touch(deployments.clone(), "baton-webhook")
         .await
         .expect("baton's own Deployment is not judged by its own webhooks");
 
-    // Clean-up: the namespace and the cluster-scoped objects (the CRD stays: other scenarios use it)
-    for kind in [
+    // Clean-up: the groups' namespace, baton's objects and the cluster-scoped ones (the CRDs
+    // stay: other scenarios use them)
+    for object in [
         "validatingwebhookconfiguration/baton-no-downscale",
         "mutatingwebhookconfiguration/baton-prepare-downscale",
         "validatingwebhookconfiguration/baton-pod-eviction",
@@ -252,11 +399,18 @@ async fn deploy_installs_for_real_into_a_namespace_that_does_not_exist_yet() {
         "validatingwebhookconfiguration/baton-record-guard",
         "priorityclass/baton-critical",
         "clusterrolebinding/baton-controller-webhook-ca",
+        "clusterrole/baton-controller-webhook-ca",
     ] {
-        kubectl(control_plane, &["delete", "--wait=false", kind]);
+        kubectl(control_plane, &["delete", "--wait=false", object]);
+    }
+    for object in ["deployment/baton-controller", "deployment/baton-webhook"] {
+        kubectl(
+            control_plane,
+            &["delete", "--wait=false", "-n", system, object],
+        );
     }
     namespaces
-        .delete(&namespace, &DeleteParams::default())
+        .delete(&groups, &DeleteParams::default())
         .await
         .unwrap();
 }
@@ -466,23 +620,18 @@ async fn actions_outside_the_roles_are_refused() {
     assert!(forbidden(delete_pods), "the webhook deleted pods");
     // nor the controller rewrite another product's webhook configuration (only baton's own,
     // by name)
-    let others: k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration =
-        serde_json::from_value(json!({
-            "metadata": {"name": format!("someone-elses-{}", namespace.name())},
-            "webhooks": [],
-        }))
-        .unwrap();
-    let admin_configurations = Api::<
-        k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration,
-    >::all(control_plane.admin_client().await);
+    let others: ValidatingWebhookConfiguration = serde_json::from_value(json!({
+        "metadata": {"name": format!("someone-elses-{}", namespace.name())},
+        "webhooks": [],
+    }))
+    .unwrap();
+    let admin_configurations =
+        Api::<ValidatingWebhookConfiguration>::all(control_plane.admin_client().await);
     let created = admin_configurations
         .create(&PostParams::default(), &others)
         .await
         .unwrap();
-    let rewrite =
-        Api::<k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration>::all(
-            controller.clone(),
-        )
+    let rewrite = Api::<ValidatingWebhookConfiguration>::all(controller.clone())
         .replace(&created.name_any(), &PostParams::default(), &created)
         .await
         .map(|_| ());
@@ -505,15 +654,19 @@ async fn actions_outside_the_roles_are_refused() {
 #[tokio::test]
 async fn baton_runs_apart_from_the_groups_it_coordinates_with_its_lease_and_secret_in_its_own_namespace()
  {
-    // Given a namespace of groups and one of baton's own, deploy/'s controller roles bound in each
+    // Given a namespace of groups and one of baton's own, deploy/'s controller roles bound as
+    // deploy/ lays them out: its Lease and Secret rules in its own, the rest in the groups'
     let control_plane = ControlPlane::shared().await;
     let groups = TestNamespace::create(control_plane, "apart-groups").await;
     let system = TestNamespace::create(control_plane, "apart-baton").await;
-    for namespace in [&groups, &system] {
-        bind_deploy_roles(&namespace.client(), namespace.name(), Binary::Controller)
-            .await
-            .unwrap();
-    }
+    bind_deploy_roles_apart(
+        &groups.client(),
+        system.name(),
+        groups.name(),
+        Binary::Controller,
+    )
+    .await
+    .unwrap();
     let _simulator = PodSimulator::for_namespace(&groups).await;
     let kubeconfig = control_plane
         .service_account_kubeconfig(
@@ -523,7 +676,7 @@ async fn baton_runs_apart_from_the_groups_it_coordinates_with_its_lease_and_secr
         .unwrap();
 
     // When the controller coordinates the groups' namespace from its own
-    let _controller = Controller::start_as(
+    let controller = Controller::start_as(
         kubeconfig,
         groups.name(),
         &[("BATON_SYSTEM_NAMESPACE", system.name())],
@@ -580,4 +733,15 @@ async fn baton_runs_apart_from_the_groups_it_coordinates_with_its_lease_and_secr
             .unwrap()
             .is_none()
     );
+    // and nothing it needed was refused: the roles of each namespace are enough
+    let output = controller.process.output();
+    assert!(
+        !output.contains("forbidden"),
+        "a call was refused:\n{output}"
+    );
+}
+
+#[tokio::test]
+async fn the_controller_may_change_only_the_ca_bundle_of_a_webhook_configuration() {
+    the_controller_changes_only_ca_bundles(ControlPlane::shared().await).await;
 }

@@ -78,6 +78,9 @@ async fn deploy_as_it_ships_installs_for_real() {
     assert_eq!(deployments, ["baton-controller", "baton-webhook"]);
     for object in [
         "poddisruptionbudget.policy/baton-webhook",
+        "validatingadmissionpolicy.admissionregistration.k8s.io/baton-controller-changes-only-ca-bundles",
+        "validatingadmissionpolicybinding.admissionregistration.k8s.io/baton-controller-changes-only-ca-bundles",
+        "role.rbac.authorization.k8s.io/baton-controller-groups",
         "validatingwebhookconfiguration.admissionregistration.k8s.io/baton-pod-eviction",
         "validatingwebhookconfiguration.admissionregistration.k8s.io/baton-state-guard",
         "mutatingwebhookconfiguration.admissionregistration.k8s.io/baton-prepare-downscale",
@@ -263,4 +266,9 @@ async fn the_zone_aware_budget_judges_real_evictions() {
             .is_none_or(|pod| pod.metadata.deletion_timestamp.is_some() || pod.uid() != before)
     })
     .await;
+}
+
+#[tokio::test]
+async fn the_controller_may_change_only_the_ca_bundle_of_a_webhook_configuration() {
+    baton_e2e::rbac_support::the_controller_changes_only_ca_bundles(oldest().await).await;
 }
