@@ -184,6 +184,9 @@ pub async fn impersonating(
     Ok(kube::Client::try_from(config)?)
 }
 
+/// A change made to a webhook configuration's JSON.
+type Change = fn(&mut serde_json::Value);
+
 /// One webhook configuration of each kind, as an installer would create them, named `name`
 /// and labelled for `namespace`'s CA injection.
 fn webhook_configurations(
@@ -261,7 +264,7 @@ pub async fn the_controller_changes_only_ca_bundles(control_plane: &ControlPlane
         .unwrap();
     let as_controller = Api::<ValidatingWebhookConfiguration>::all(controller.clone());
     // The controller's write: the configuration as read now, changed by `change`.
-    let write = |change: fn(&mut serde_json::Value)| {
+    let write = |change: Change| {
         let (admin_validating, as_controller, name) = (
             admin_validating.clone(),
             as_controller.clone(),
@@ -296,7 +299,7 @@ pub async fn the_controller_changes_only_ca_bundles(control_plane: &ControlPlane
     )
     .await;
     // and every other change an attacker holding its token would make
-    let attacks: [(&str, fn(&mut serde_json::Value)); 8] = [
+    let attacks: [(&str, Change); 8] = [
         ("another backend Service", |value| {
             value["webhooks"][0]["clientConfig"]["service"]["name"] = json!("attacker")
         }),
