@@ -211,6 +211,13 @@ pub struct WebhookConfig {
     pub cert_file: PathBuf,
     /// PEM private key matching `cert_file`.
     pub key_file: PathBuf,
+    /// PEM CA certificate(s) that sign the API server's client certificate for webhooks (its
+    /// `--admission-control-config-file`; docs/operations.md, "Authenticating the API
+    /// server"). Set: every connection must present a certificate chaining to one of them,
+    /// and any other fails its TLS handshake before a review is read. Use a CA that signs
+    /// nothing else: every holder of a certificate it signs can send reviews. Empty: any
+    /// client is served, as the Go operator does.
+    pub client_ca_file: PathBuf,
     /// How often the certificate files are compared with what is served, to pick up a renewed
     /// Secret without a restart.
     pub cert_reload_interval: Duration,
@@ -253,6 +260,7 @@ impl Default for WebhookConfig {
             address: ListenAddress::all_interfaces(8443),
             cert_file: PathBuf::from("/var/run/baton/tls/tls.crt"),
             key_file: PathBuf::from("/var/run/baton/tls/tls.key"),
+            client_ca_file: PathBuf::new(),
             cert_reload_interval: Duration::from_secs(10),
             request_timeout: Duration::from_secs(9),
             max_request_bytes: ByteSize(3 * 1024 * 1024),

@@ -21,8 +21,8 @@ use baton_e2e::{
 };
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
@@ -560,9 +560,19 @@ async fn a_second_zone_within_min_time_is_denied_naming_the_zone_and_the_time_le
 
 /// The AdmissionReview the API server sends for `kubectl scale` of a StatefulSet.
 fn scale_review(uid: &str, ns: &str, name: &str, from: i32, to: i32) -> Value {
+    scale_review_of(uid, ns, name, json!({}), from, to)
+}
+
+/// A review of a /scale update as the API server would send it, its old Scale's metadata
+/// carrying `stored` (the parent's uid and resourceVersion, as the API server fills them).
+fn scale_review_of(uid: &str, ns: &str, name: &str, stored: Value, from: i32, to: i32) -> Value {
     let scale = |replicas: i32| {
+        let mut metadata = json!({"name": name, "namespace": ns});
+        for (key, value) in stored.as_object().into_iter().flatten() {
+            metadata[key] = value.clone();
+        }
         json!({"apiVersion": "autoscaling/v1", "kind": "Scale",
-               "metadata": {"name": name, "namespace": ns}, "spec": {"replicas": replicas}})
+               "metadata": metadata, "spec": {"replicas": replicas}})
     };
     json!({
         "apiVersion": "admission.k8s.io/v1",
@@ -581,6 +591,12 @@ fn scale_review(uid: &str, ns: &str, name: &str, from: i32, to: i32) -> Value {
             "dryRun": false
         }
     })
+}
+
+/// The uid and resourceVersion of `name` as stored, as a review's copy would carry them.
+async fn stored_as(statefulsets: &Api<StatefulSet>, name: &str) -> Value {
+    let stored = statefulsets.get(name).await.unwrap();
+    json!({"uid": stored.metadata.uid, "resourceVersion": stored.metadata.resource_version})
 }
 
 #[tokio::test]
@@ -616,8 +632,10 @@ async fn forged_prepare_downscale_reviews_prepare_nothing_and_claim_nothing() {
         }
     };
 
-    // When someone who reaches the webhook sends reviews the API server never sent: one for a
-    // namespace baton does not serve, one that claims zone a has 5 replicas
+    // When someone who reaches the webhook (no client certificate is required of callers
+    // here, as by default) sends reviews the API server never sent: one for a namespace baton
+    // does not serve, one that claims zone a has 5 replicas, one with the right counts but
+    // not naming the stored object, one naming it at an older version
     let elsewhere = send(scale_review(
         "forged-1",
         "kube-system",
@@ -627,24 +645,46 @@ async fn forged_prepare_downscale_reviews_prepare_nothing_and_claim_nothing() {
     ))
     .await;
     let inflated = send(scale_review("forged-2", ns, "ingester-zone-a", 5, 0)).await;
+    let unnamed = send(scale_review("forged-3", ns, "ingester-zone-a", 2, 1)).await;
+    let mut stale = stored_as(&zones.statefulsets, "ingester-zone-a").await;
+    let version: u64 = stale["resourceVersion"].as_str().unwrap().parse().unwrap();
+    stale["resourceVersion"] = json!((version - 1).to_string());
+    let stale = send(scale_review_of(
+        "forged-4",
+        ns,
+        "ingester-zone-a",
+        stale,
+        2,
+        1,
+    ))
+    .await;
 
-    // Then both are refused saying why
+    // Then each is refused saying why, without telling which namespace is served or what the
+    // StatefulSet holds
     assert!(!elsewhere.0);
     assert!(
         elsewhere
             .1
-            .contains(&format!("because baton serves namespace {ns}")),
+            .contains("because baton does not serve namespace kube-system"),
         "{}",
         elsewhere.1
     );
-    assert!(!inflated.0);
-    assert!(
-        inflated
-            .1
-            .contains("because the StatefulSet has 2 replicas, not 5"),
-        "{}",
-        inflated.1
-    );
+    assert!(!elsewhere.1.contains(ns), "{}", elsewhere.1);
+    for (answer, what) in [
+        (&inflated, "inflated"),
+        (&unnamed, "unnamed"),
+        (&stale, "stale"),
+    ] {
+        assert!(!answer.0, "{what}");
+        assert!(
+            answer
+                .1
+                .contains("does not describe the StatefulSet as it is stored"),
+            "{what}: {}",
+            answer.1
+        );
+        assert!(!answer.1.contains("2 replicas"), "{what}: {}", answer.1);
+    }
     // And no pod was told anything and nothing was claimed
     assert_eq!(
         zones.endpoints["ingester-zone-a-1"].calls(),
@@ -657,6 +697,119 @@ async fn forged_prepare_downscale_reviews_prepare_nothing_and_claim_nothing() {
             .await
             .unwrap()
             .is_none()
+    );
+}
+
+#[tokio::test]
+async fn with_the_api_servers_certificate_required_only_the_api_server_can_ask_for_a_downscale() {
+    // Given a webhook replica that requires the client certificate the API server presents to
+    // webhooks (the control plane's admission configuration), registered for one namespace,
+    // and zone a of a group there at 2 replicas
+    let control_plane = ControlPlane::shared().await;
+    let namespace = TestNamespace::create(control_plane, "wh-client-ca").await;
+    let ns = namespace.name();
+    let tls = TestTls::generate().unwrap();
+    let client_ca = control_plane.handshake().webhook_client_ca_file.clone();
+    assert!(
+        client_ca.is_file(),
+        "the control plane has a webhook client CA"
+    );
+    let replica = WebhookReplica::start_with(
+        control_plane,
+        &tls,
+        ns,
+        &[("BATON_WEBHOOK__CLIENT_CA_FILE", client_ca.to_str().unwrap())],
+    )
+    .await
+    .unwrap();
+    let _configurations = WebhookConfigurations::register(control_plane, ns, &tls, &replica)
+        .await
+        .unwrap();
+    // (the API server calls the replica, so its certificate is accepted)
+    wait_for_webhooks(&namespace).await;
+    let zones = PreparedZones::create(
+        &namespace,
+        &[("ingester-zone-a", 2), ("ingester-zone-b", 2)],
+        &["ingester-zone-a-1"],
+    )
+    .await;
+
+    // When someone on the network sends the review the API server would send for scaling zone
+    // a to 1 (right counts, and the StatefulSet's uid and resourceVersion, read beforehand),
+    // and an eviction review, without the API server's certificate
+    let forged = scale_review_of(
+        "forged",
+        ns,
+        "ingester-zone-a",
+        stored_as(&zones.statefulsets, "ingester-zone-a").await,
+        2,
+        1,
+    );
+    let https = tls.client().unwrap();
+    let prepare = https
+        .post(replica.url("/admission/prepare-downscale"))
+        .json(&forged)
+        .send()
+        .await;
+    let eviction = https
+        .post(replica.url("/admission/pod-eviction"))
+        .json(
+            &json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+                "uid": "forged-eviction", "operation": "CREATE", "name": "ingester-zone-a-1",
+                "namespace": ns, "subResource": "eviction",
+                "kind": {"group": "policy", "version": "v1", "kind": "Eviction"},
+                "resource": {"group": "", "version": "v1", "resource": "pods"},
+                "userInfo": {"username": "e2e"},
+                "object": {"apiVersion": "policy/v1", "kind": "Eviction",
+                           "metadata": {"name": "ingester-zone-a-1", "namespace": ns}},
+            }}),
+        )
+        .send()
+        .await;
+
+    // Then neither is read: the connection fails before any review reaches a handler
+    assert!(
+        prepare.is_err(),
+        "a forged review was answered: {prepare:?}"
+    );
+    assert!(
+        eviction.is_err(),
+        "a forged eviction was answered: {eviction:?}"
+    );
+    // and no pod was told anything, nothing was claimed, no record written
+    assert_eq!(
+        zones.endpoints["ingester-zone-a-1"].calls(),
+        Vec::<String>::new()
+    );
+    let records = namespace
+        .api::<ConfigMap>()
+        .list(&Default::default())
+        .await
+        .unwrap();
+    let names: Vec<String> = records.iter().map(|record| record.name_any()).collect();
+    assert!(
+        names.iter().all(|name| !name.starts_with("baton-")),
+        "{names:?}"
+    );
+
+    // When the same downscale is asked of the API server
+    scale(&zones.statefulsets, "ingester-zone-a", 1, false)
+        .await
+        .expect("the API server's review is answered and allowed");
+
+    // Then the API server's review was judged: the pod going away was told to prepare, and the
+    // downscale claimed in the ledger
+    assert_eq!(
+        zones.endpoints["ingester-zone-a-1"].calls(),
+        vec![format!("POST /{SHUTDOWN_PATH}")]
+    );
+    assert!(
+        namespace
+            .api::<ConfigMap>()
+            .get_opt("baton-downscale-ingester")
+            .await
+            .unwrap()
+            .is_some()
     );
 }
 
@@ -686,16 +839,22 @@ async fn racing_zone_downscales_through_different_replicas_approve_exactly_one()
     let https = tls.client().unwrap();
     let ledgers = namespace.api::<ConfigMap>();
     let zones = ["ingester-zone-a", "ingester-zone-b"];
+    // Nothing writes the StatefulSets during the rounds: the reviews name them as stored.
+    let mut stored = BTreeMap::new();
+    for zone in zones {
+        stored.insert(zone, stored_as(statefulsets, zone).await);
+    }
 
     for round in 0..100 {
         // When both zones' downscales reach two different replicas at the same moment
         let send = |replica: &WebhookReplica, zone: &str| {
             let request = https
                 .post(replica.url("/admission/prepare-downscale"))
-                .json(&scale_review(
+                .json(&scale_review_of(
                     &format!("race-{round}-{zone}"),
                     ns,
                     zone,
+                    stored[zone].clone(),
                     2,
                     1,
                 ));
@@ -831,7 +990,11 @@ async fn sigterm_turns_unready_answers_the_request_in_flight_and_exits_cleanly()
     )
     .await
     .unwrap();
-    let PreparedZones { endpoints, .. } = PreparedZones::create(
+    let PreparedZones {
+        endpoints,
+        statefulsets,
+        ..
+    } = PreparedZones::create(
         &namespace,
         &[("ingester-zone-a", 2)],
         &["ingester-zone-a-1"],
@@ -844,7 +1007,14 @@ async fn sigterm_turns_unready_answers_the_request_in_flight_and_exits_cleanly()
         .client()
         .unwrap()
         .post(replica.url("/admission/prepare-downscale"))
-        .json(&scale_review("in-flight", ns, "ingester-zone-a", 2, 1));
+        .json(&scale_review_of(
+            "in-flight",
+            ns,
+            "ingester-zone-a",
+            stored_as(&statefulsets, "ingester-zone-a").await,
+            2,
+            1,
+        ));
     let in_flight = tokio::spawn(async move {
         let answer: Value = request.send().await.unwrap().json().await.unwrap();
         answer["response"].clone()

@@ -248,8 +248,8 @@ impl Evictions {
         if request.namespace != self.namespace {
             return (
                 Decision::allow_with_message(format!(
-                    "namespace {} is not the one baton-webhook watches ({}); no ZoneAwarePodDisruptionBudget applies",
-                    request.namespace, self.namespace
+                    "baton-webhook does not watch namespace {}; no ZoneAwarePodDisruptionBudget applies",
+                    request.namespace
                 )),
                 "namespace_not_watched",
             );

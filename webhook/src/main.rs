@@ -17,7 +17,7 @@ use baton_webhook::metrics::WebhookMetrics;
 use baton_webhook::parents::ParentCache;
 use baton_webhook::server::{self, WebhookState};
 use baton_webhook::statefulsets;
-use baton_webhook::tls_reload::{CertFiles, ReloadingCert};
+use baton_webhook::tls_reload::{CertFiles, ClientCa, ReloadingCert};
 use tokio_util::sync::CancellationToken;
 
 fn main() -> ExitCode {
@@ -42,6 +42,16 @@ async fn run(config: Config) -> anyhow::Result<()> {
         })
         .context("loading the webhook's serving certificate")?,
     );
+    let client_ca = if config.webhook.client_ca_file.as_os_str().is_empty() {
+        tracing::warn!(
+            "webhook.client_ca_file is not set: any client that reaches webhook.address may send admission reviews (docs/security.md)"
+        );
+        None
+    } else {
+        Some(ClientCa::load(&config.webhook.client_ca_file).context(
+            "loading webhook.client_ca_file, the CA of the API server's client certificate",
+        )?)
+    };
     let client = baton_shared::kube_client::client(&config.kubernetes, &registry).await?;
     let metrics = WebhookMetrics::register(&registry)?;
     let pods = PodHttpClient::new(&config.pods, &registry)?;
@@ -73,7 +83,7 @@ async fn run(config: Config) -> anyhow::Result<()> {
     let drain = config.webhook.request_timeout.get() + Duration::from_secs(1);
     let webhook = server::bind(
         config.webhook.address.0,
-        cert.server_config(),
+        cert.server_config(client_ca),
         state.clone(),
         draining.clone(),
         drain,

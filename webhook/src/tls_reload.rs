@@ -30,6 +30,8 @@ pub enum CertError {
     BadCertificate { path: PathBuf, reason: String },
     #[error("{path} is not a PEM private key: {reason}")]
     BadKey { path: PathBuf, reason: String },
+    #[error("{path} holds no CA certificate the client verifier can use: {reason}")]
+    BadClientCa { path: PathBuf, reason: String },
     #[error("the private key {key} does not match the certificate {cert}: {reason}")]
     Mismatch {
         cert: PathBuf,
@@ -170,13 +172,62 @@ impl ReloadingCert {
         }
     }
 
-    /// A TLS 1.2+ server configuration serving this certificate.
-    pub fn server_config(self: &Arc<Self>) -> rustls::ServerConfig {
-        rustls::ServerConfig::builder_with_provider(self.provider.clone())
+    /// A TLS 1.2+ server configuration serving this certificate, to every client or (with
+    /// `clients`) only to those presenting a certificate that verifier accepts.
+    pub fn server_config(self: &Arc<Self>, clients: Option<ClientCa>) -> rustls::ServerConfig {
+        let builder = rustls::ServerConfig::builder_with_provider(self.provider.clone())
             .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
-            .expect("ring supports TLS 1.2 and 1.3")
-            .with_no_client_auth()
-            .with_cert_resolver(self.clone())
+            .expect("ring supports TLS 1.2 and 1.3");
+        match clients {
+            Some(clients) => builder.with_client_cert_verifier(clients.0),
+            None => builder.with_no_client_auth(),
+        }
+        .with_cert_resolver(self.clone())
+    }
+}
+
+/// The CA whose certificates alone may connect: the API server authenticating itself to the
+/// webhook, so that a review reaching a handler came from it (a forged one from anywhere else
+/// on the network fails the handshake, before any side effect can be asked for).
+#[derive(Clone)]
+pub struct ClientCa(Arc<dyn rustls::server::danger::ClientCertVerifier>);
+
+impl std::fmt::Debug for ClientCa {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ClientCa")
+    }
+}
+
+impl ClientCa {
+    /// Reads the PEM CA certificates of `path`; an error names the file. Read once: a new CA
+    /// takes a restart (it changes with the API server's configuration, which restarts too).
+    pub fn load(path: &Path) -> Result<Self, CertError> {
+        let bytes = std::fs::read(path).map_err(|error| CertError::Read {
+            path: path.to_owned(),
+            error,
+        })?;
+        let bad = |reason: String| CertError::BadClientCa {
+            path: path.to_owned(),
+            reason,
+        };
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in CertificateDer::pem_slice_iter(&bytes) {
+            let cert = cert.map_err(|error| bad(error.to_string()))?;
+            roots.add(cert).map_err(|error| bad(error.to_string()))?;
+        }
+        if roots.is_empty() {
+            return Err(CertError::NoCertificate {
+                path: path.to_owned(),
+            });
+        }
+        let provider = CryptoProvider::get_default()
+            .cloned()
+            .unwrap_or_else(|| Arc::new(rustls::crypto::ring::default_provider()));
+        let verifier =
+            rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+                .build()
+                .map_err(|error| bad(error.to_string()))?;
+        Ok(Self(verifier))
     }
 }
 
@@ -295,5 +346,17 @@ mod tests {
                 .contains("tls.key")
         );
         assert_eq!(reloading.current().cert, second.cert);
+    }
+
+    #[test]
+    fn a_client_ca_file_that_cannot_be_used_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("missing.crt");
+        let error = ClientCa::load(&missing).unwrap_err().to_string();
+        assert!(error.contains("missing.crt"), "{error}");
+        let not_pem = dir.path().join("not-pem.crt");
+        std::fs::write(&not_pem, "not a certificate").unwrap();
+        let error = ClientCa::load(&not_pem).unwrap_err().to_string();
+        assert!(error.contains("not-pem.crt"), "{error}");
     }
 }

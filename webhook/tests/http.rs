@@ -11,7 +11,7 @@ use actix_web::{App, test};
 use baton_config::{ByteSize, Config};
 use baton_shared::http_server::Draining;
 use baton_webhook::server::{self, NO_DOWNSCALE_PATH, PREPARE_DOWNSCALE_PATH, routes};
-use baton_webhook::tls_reload::{CertFiles, ReloadingCert};
+use baton_webhook::tls_reload::{CertFiles, ClientCa, ReloadingCert};
 use common::{DENIED, labelled_downscale, review, scale, state, workload};
 use serde_json::{Value, json};
 
@@ -436,7 +436,7 @@ async fn the_tls_server_picks_up_a_renewed_certificate_without_a_restart() {
     let (state, _) = state(&config());
     let server = server::bind(
         "127.0.0.1:0".parse().unwrap(),
-        cert.server_config(),
+        cert.server_config(None),
         state,
         Draining::default(),
         Duration::from_secs(1),
@@ -525,7 +525,7 @@ async fn the_tls_server_speaks_http1_and_once_draining_closes_each_connection_af
     let draining = Draining::default();
     let server = server::bind(
         "127.0.0.1:0".parse().unwrap(),
-        cert.server_config(),
+        cert.server_config(None),
         state,
         draining.clone(),
         Duration::from_secs(1),
@@ -565,6 +565,99 @@ async fn the_tls_server_speaks_http1_and_once_draining_closes_each_connection_af
     assert_eq!(answer.headers()["connection"], "close");
     let review: Value = answer.json().await.unwrap();
     assert_eq!(review["response"]["status"]["message"], json!(DENIED));
+
+    shutdown.cancel();
+    serving.await.unwrap().unwrap();
+}
+
+/// A CA and a client certificate it signed (PEM: CA, client certificate, client key).
+fn client_ca_and_certificate(name: &str) -> (String, String, String) {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair, KeyUsagePurpose};
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign];
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let issuer = rcgen::Issuer::new(ca_params, ca_key);
+    let key = KeyPair::generate().unwrap();
+    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, name);
+    params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+    let cert = params.signed_by(&key, &issuer).unwrap();
+    (ca.pem(), cert.pem(), key.serialize_pem())
+}
+
+#[tokio::test]
+async fn with_a_client_ca_only_clients_presenting_its_certificates_are_served() {
+    // Given a webhook server that requires client certificates of one CA (the API server's)
+    baton_shared::crypto::install_default_provider();
+    let dir = tempfile::tempdir().unwrap();
+    let (serving_cert, serving_key) = issue("webhook.test");
+    std::fs::write(dir.path().join("tls.crt"), &serving_cert).unwrap();
+    std::fs::write(dir.path().join("tls.key"), &serving_key).unwrap();
+    let (api_server_ca, api_server_cert, api_server_key) =
+        client_ca_and_certificate("kube-apiserver");
+    let (_, stranger_cert, stranger_key) = client_ca_and_certificate("kube-apiserver");
+    std::fs::write(dir.path().join("client-ca.crt"), &api_server_ca).unwrap();
+    let cert = std::sync::Arc::new(
+        ReloadingCert::load(CertFiles {
+            cert: dir.path().join("tls.crt"),
+            key: dir.path().join("tls.key"),
+        })
+        .unwrap(),
+    );
+    let clients = ClientCa::load(&dir.path().join("client-ca.crt")).unwrap();
+    let (state, _) = state(&config());
+    let server = server::bind(
+        "127.0.0.1:0".parse().unwrap(),
+        cert.server_config(Some(clients)),
+        state,
+        Draining::default(),
+        Duration::from_secs(1),
+    )
+    .unwrap();
+    let address = server.local_addr();
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let serving = tokio::spawn(server.run(shutdown.clone()));
+    let url = format!("https://webhook.test:{}{NO_DOWNSCALE_PATH}", address.port());
+    let body = serde_json::to_vec(&labelled_downscale("admission.k8s.io/v1")).unwrap();
+    let ask = |identity: Option<(&str, &str)>| {
+        let mut builder = reqwest::Client::builder()
+            .tls_certs_only([reqwest::Certificate::from_pem(serving_cert.as_bytes()).unwrap()])
+            .resolve("webhook.test", address)
+            .no_proxy();
+        if let Some((cert, key)) = identity {
+            builder = builder
+                .identity(reqwest::Identity::from_pem(format!("{cert}{key}").as_bytes()).unwrap());
+        }
+        let request = builder
+            .build()
+            .unwrap()
+            .post(url.clone())
+            .header("content-type", "application/json")
+            .body(body.clone());
+        async move { request.send().await }
+    };
+
+    // When a client presents no certificate, or one of another CA, a review cannot even be sent
+    assert!(
+        ask(None).await.is_err(),
+        "served a client with no certificate"
+    );
+    assert!(
+        ask(Some((&stranger_cert, &stranger_key))).await.is_err(),
+        "served a client whose certificate another CA signed"
+    );
+    // Then the API server's certificate is answered
+    let answer: Value = ask(Some((&api_server_cert, &api_server_key)))
+        .await
+        .expect("the API server's certificate is served")
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(answer["response"]["status"]["message"], json!(DENIED));
 
     shutdown.cancel();
     serving.await.unwrap().unwrap();

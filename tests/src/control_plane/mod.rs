@@ -189,6 +189,7 @@ impl ControlPlane {
                 restricted_kubeconfig: PathBuf::new(),
                 service_account_kubeconfigs: Default::default(),
                 ca_file: PathBuf::new(),
+                webhook_client_ca_file: PathBuf::new(),
                 dir: PathBuf::new(),
             },
             kubectl: PathBuf::from("kubectl"),

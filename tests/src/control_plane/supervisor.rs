@@ -111,6 +111,11 @@ pub struct Handshake {
     pub service_account_kubeconfigs: BTreeMap<String, PathBuf>,
     /// PEM of the CA that signed the API server's certificate.
     pub ca_file: PathBuf,
+    /// PEM of the CA that signed the client certificate the API server presents to every
+    /// admission webhook (its `--admission-control-config-file`): what a webhook verifying
+    /// its callers trusts (`webhook.client_ca_file`).
+    #[serde(default)]
+    pub webhook_client_ca_file: PathBuf,
     /// Folder holding everything above; removed on exit.
     pub dir: PathBuf,
 }
@@ -216,6 +221,12 @@ async fn run_in(assets: &Assets, stop_when: StopWhen, root: &Path) -> anyhow::Re
         ),
         "--service-cluster-ip-range=10.0.0.0/24".into(),
         "--disable-admission-plugins=ServiceAccount".into(),
+        // The API server authenticates itself to webhooks with a client certificate, as
+        // docs/operations.md shows a cluster administrator how to.
+        format!(
+            "--admission-control-config-file={}",
+            pki.admission_config.display()
+        ),
         "--allow-privileged=true".into(),
         "--v=1".into(),
     ];
@@ -272,6 +283,7 @@ async fn run_in(assets: &Assets, stop_when: StopWhen, root: &Path) -> anyhow::Re
         restricted_kubeconfig,
         service_account_kubeconfigs,
         ca_file: pki.ca_cert.clone(),
+        webhook_client_ca_file: pki.webhook_client_ca_cert.clone(),
         dir: root.clone(),
     };
     match stop_when {
@@ -542,6 +554,8 @@ pub async fn client_from(kubeconfig: &Path) -> anyhow::Result<kube::Client> {
 
 struct Pki {
     ca_cert: PathBuf,
+    webhook_client_ca_cert: PathBuf,
+    admission_config: PathBuf,
     serving_cert: PathBuf,
     serving_key: PathBuf,
     service_account_key: PathBuf,
@@ -577,15 +591,58 @@ impl Pki {
             .push(DnType::CommonName, "kube-apiserver");
         let serving = serving_params.signed_by(&serving_key, &issuer)?;
 
+        // A CA of its own for the API server's webhook client certificate: a webhook trusting
+        // it trusts the API server alone, not every user with a certificate.
+        let client_ca_key = KeyPair::generate()?;
+        let mut client_ca_params = CertificateParams::new(Vec::<String>::new())?;
+        client_ca_params
+            .distinguished_name
+            .push(DnType::CommonName, "baton test webhook client CA");
+        client_ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        client_ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+        let client_ca = client_ca_params.self_signed(&client_ca_key)?;
+        let client_issuer = rcgen::Issuer::new(client_ca_params, client_ca_key);
+        let client_key = KeyPair::generate()?;
+        let mut client_params = CertificateParams::new(Vec::<String>::new())?;
+        client_params
+            .distinguished_name
+            .push(DnType::CommonName, "kube-apiserver-webhook-client");
+        client_params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+        let client = client_params.signed_by(&client_key, &client_issuer)?;
+        let webhook_kubeconfig = pki.join("webhook-client.kubeconfig");
+        let encode = |pem: String| base64::engine::general_purpose::STANDARD.encode(pem);
+        std::fs::write(
+            &webhook_kubeconfig,
+            format!(
+                "apiVersion: v1\nkind: Config\nusers:\n- name: '*'\n  user:\n    client-certificate-data: {}\n    client-key-data: {}\n",
+                encode(client.pem()),
+                encode(client_key.serialize_pem()),
+            ),
+        )?;
+        let admission_config = pki.join("admission-config.yaml");
+        let webhook_admission = format!(
+            "    configuration:\n      apiVersion: apiserver.config.k8s.io/v1\n      kind: WebhookAdmissionConfiguration\n      kubeConfigFile: {}\n",
+            webhook_kubeconfig.display()
+        );
+        std::fs::write(
+            &admission_config,
+            format!(
+                "apiVersion: apiserver.config.k8s.io/v1\nkind: AdmissionConfiguration\nplugins:\n  - name: ValidatingAdmissionWebhook\n{webhook_admission}  - name: MutatingAdmissionWebhook\n{webhook_admission}"
+            ),
+        )?;
+
         let service_account_key = KeyPair::generate()?;
         let paths = Self {
             ca_cert: pki.join("ca.crt"),
+            webhook_client_ca_cert: pki.join("webhook-client-ca.crt"),
+            admission_config,
             serving_cert: pki.join("apiserver.crt"),
             serving_key: pki.join("apiserver.key"),
             service_account_key: pki.join("service-account.key"),
             service_account_public_key: pki.join("service-account.pub"),
         };
         std::fs::write(&paths.ca_cert, ca.pem())?;
+        std::fs::write(&paths.webhook_client_ca_cert, client_ca.pem())?;
         std::fs::write(&paths.serving_cert, serving.pem())?;
         std::fs::write(&paths.serving_key, serving_key.serialize_pem())?;
         std::fs::write(

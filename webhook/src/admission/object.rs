@@ -55,6 +55,30 @@ pub struct Workload<'a> {
     /// `spec.replicas`; `None` when absent or null (a `Scale` always has a number, 0 if absent).
     pub replicas: Option<i32>,
     pub labels: HashMap<Cow<'a, str>, Cow<'a, str>>,
+    /// Which stored object this copy says it is (a Scale carries its parent's).
+    pub stored_as: StoredAs,
+}
+
+/// The identity and version of a stored object, as a review's copy gives them: what a forged
+/// review must guess and a stale one gets wrong.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StoredAs {
+    pub uid: Option<String>,
+    pub resource_version: Option<String>,
+}
+
+impl StoredAs {
+    /// Whether `metadata` is the same object at the same version. A copy that names neither
+    /// matches nothing: the API server always sends both for an update.
+    pub fn matches(
+        &self,
+        metadata: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    ) -> bool {
+        self.uid.is_some()
+            && self.resource_version.is_some()
+            && self.uid == metadata.uid
+            && self.resource_version == metadata.resource_version
+    }
 }
 
 impl Workload<'_> {
@@ -77,9 +101,14 @@ struct RawWorkload<'a> {
 }
 
 #[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
 struct RawMetadata<'a> {
     #[serde(default, borrow)]
     labels: Option<HashMap<Cow<'a, str>, Cow<'a, str>>>,
+    #[serde(default)]
+    uid: Option<String>,
+    #[serde(default)]
+    resource_version: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -118,6 +147,18 @@ pub fn decode_workload(json: &str) -> Result<Workload<'_>, ObjectError> {
         }
     };
     let replicas = raw.spec.and_then(|spec| spec.replicas);
+    let (labels, stored_as) = raw
+        .metadata
+        .map(|metadata| {
+            (
+                metadata.labels.unwrap_or_default(),
+                StoredAs {
+                    uid: metadata.uid,
+                    resource_version: metadata.resource_version,
+                },
+            )
+        })
+        .unwrap_or_default();
     Ok(Workload {
         kind,
         replicas: if kind == WorkloadKind::Scale {
@@ -125,10 +166,8 @@ pub fn decode_workload(json: &str) -> Result<Workload<'_>, ObjectError> {
         } else {
             replicas
         },
-        labels: raw
-            .metadata
-            .and_then(|metadata| metadata.labels)
-            .unwrap_or_default(),
+        labels,
+        stored_as,
     })
 }
 
@@ -198,6 +237,46 @@ pub fn downscale_of<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_copy_is_of_the_stored_object_only_with_its_uid_and_version() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+        let stored = ObjectMeta {
+            uid: Some("u-1".into()),
+            resource_version: Some("42".into()),
+            ..ObjectMeta::default()
+        };
+        let scale = r#"{"apiVersion":"autoscaling/v1","kind":"Scale","metadata":{"name":"a","uid":"u-1","resourceVersion":"42"},"spec":{"replicas":3}}"#;
+        assert!(decode_workload(scale).unwrap().stored_as.matches(&stored));
+        for (copy, why) in [
+            (
+                r#"{"apiVersion":"apps/v1","kind":"StatefulSet","metadata":{"uid":"u-1","resourceVersion":"41"}}"#,
+                "an older version",
+            ),
+            (
+                r#"{"apiVersion":"apps/v1","kind":"StatefulSet","metadata":{"uid":"u-0","resourceVersion":"42"}}"#,
+                "another object of that name",
+            ),
+            (
+                r#"{"apiVersion":"apps/v1","kind":"StatefulSet","metadata":{"resourceVersion":"42"}}"#,
+                "no uid",
+            ),
+            (
+                r#"{"apiVersion":"apps/v1","kind":"StatefulSet","metadata":{"uid":"u-1"}}"#,
+                "no version",
+            ),
+            (
+                r#"{"apiVersion":"apps/v1","kind":"StatefulSet"}"#,
+                "no metadata",
+            ),
+        ] {
+            assert!(
+                !decode_workload(copy).unwrap().stored_as.matches(&stored),
+                "{why}"
+            );
+        }
+        assert!(!StoredAs::default().matches(&ObjectMeta::default()));
+    }
 
     #[test]
     fn decodes_the_kinds_the_api_server_sends() {

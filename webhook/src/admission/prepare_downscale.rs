@@ -19,7 +19,7 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 
 use super::decision::Decision;
 use super::no_downscale::{self, NO_DOWNSCALE_VALUE};
-use super::object::{Downscale, WorkloadKind, downscale_of};
+use super::object::{Downscale, StoredAs, WorkloadKind, downscale_of};
 use super::review::AdmissionRequest;
 use baton_core::duration::go as go_duration;
 
@@ -33,6 +33,9 @@ pub const PREPARE_DOWNSCALE_VALUE: &str = "true";
 pub struct PrepareRequest {
     pub uid: String,
     pub downscale: Downscale,
+    /// Which stored StatefulSet, at which version, the review says it updates: acted on only
+    /// if the live read is that one (a forged review must guess both).
+    pub stored_as: StoredAs,
 }
 
 /// Judges what the review alone tells: dry runs, non-downscales and unsupported kinds end here.
@@ -73,6 +76,7 @@ pub fn assess(request: &AdmissionRequest<'_>) -> Result<PrepareRequest, Decision
     Ok(PrepareRequest {
         uid: request.uid.to_string(),
         downscale,
+        stored_as: old.stored_as,
     })
 }
 
@@ -291,17 +295,25 @@ pub fn pods_failed(downscale: &Downscale, error: &dyn std::fmt::Display) -> Deci
 /// reviews, for the namespaces its webhook configuration selects; anything else is a
 /// misconfiguration or a forgery, and preparing would call pods baton does not look after.
 pub fn foreign_namespace(downscale: &Downscale, served: &str) -> Decision {
+    // The namespace served goes to the log, for whoever fixes the configuration; the answer
+    // does not tell a sender which namespace to forge reviews for.
+    tracing::warn!(
+        served,
+        review_namespace = %downscale.namespace,
+        "a prepare-downscale review for a namespace this replica does not serve: the webhook configuration's namespaceSelector must select only the served one"
+    );
     Decision::deny(format!(
-        "{downscale} is not allowed because baton serves namespace {served}: the webhook configuration's namespaceSelector must select only it"
+        "{downscale} is not allowed because baton does not serve namespace {}",
+        downscale.namespace
     ))
 }
 
-/// Denial of a review whose replicas are not the StatefulSet's as stored: stale (the update
-/// would fail anyway) or forged.
-pub fn not_as_stored(downscale: &Downscale, stored: i32) -> Decision {
+/// Denial of a review that is not of the StatefulSet as stored (another uid, version or
+/// replica count): stale (the update would fail anyway, or is retried with a fresh review) or
+/// forged. It tells nothing of the stored object: a forger would learn what to send next.
+pub fn not_as_stored(downscale: &Downscale) -> Decision {
     Decision::deny(format!(
-        "{downscale} is not allowed because the StatefulSet has {stored} replicas, not {}: the request does not describe it as it is; retry",
-        downscale.from
+        "{downscale} is not allowed because the request does not describe the StatefulSet as it is stored (it changed since, or the API server did not send this request); retry"
     ))
 }
 

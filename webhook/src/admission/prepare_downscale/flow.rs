@@ -130,8 +130,17 @@ impl PrepareDownscale {
             }
         };
         let stored = StatefulSetState::of(&statefulset).replicas;
-        if stored != downscale.from {
-            return not_as_stored(downscale, stored);
+        if stored != downscale.from || !request.stored_as.matches(&statefulset.metadata) {
+            // What differs goes to the log (operators read it), not into the answer.
+            tracing::warn!(
+                stored_replicas = stored,
+                stored_uid = ?statefulset.metadata.uid,
+                stored_resource_version = ?statefulset.metadata.resource_version,
+                review_uid = ?request.stored_as.uid,
+                review_resource_version = ?request.stored_as.resource_version,
+                "a prepare-downscale review does not describe the StatefulSet as stored; nothing prepared"
+            );
+            return not_as_stored(downscale);
         }
         let target = match check_statefulset(downscale, &statefulset) {
             Ok(target) => target,
