@@ -222,6 +222,9 @@ apt_install util-linux haproxy prometheus chromium wrk
 # (no rule is written: no masquerading, no utility chains); tar packs the local images. runc is
 # built with seccomp (cgo and libseccomp's headers), as distributions build it.
 apt_install containernetworking-plugins iptables tar gcc libc6-dev libseccomp-dev pkg-config
+# baton's own image (scripts/image.sh) is built by buildah, daemonless, with no registry; Debian's
+# ca-certificates is the CA bundle it carries.
+apt_install buildah ca-certificates
 
 # The newest release: the control plane, the nodes' kubelet and scheduler, kube-proxy, and the
 # kubectl the tests run (so `kubectl apply` speaks the release it talks to). One `go build`

@@ -3,6 +3,7 @@
 //! scheduler, for what only real pods show), fixtures and process helpers. Nothing here mocks
 //! what the API server can do for real.
 
+pub mod baton_image;
 pub mod browser;
 pub mod certificate_support;
 pub mod control_plane;

@@ -856,3 +856,104 @@ async fn a_pod_whose_native_sidecar_is_not_ready_yet_is_not_counted_available() 
     }
     assert_eq!(new_pods, 6, "every pod was replaced");
 }
+
+/// The pod template of deploy/'s `name` Deployment, set to run `baton-* --print-config` once
+/// from `image`: what deploy/ would run, with its security context, environment and volumes.
+fn deploy_pod(name: &str, image: &str) -> Pod {
+    let deployment = baton_e2e::manifests::deploy_objects("Deployment")
+        .into_iter()
+        .find(|deployment| deployment["metadata"]["name"] == name)
+        .unwrap_or_else(|| panic!("deploy/ has the Deployment {name}"));
+    let mut pod = deployment["spec"]["template"].clone();
+    pod["metadata"]["name"] = json!(name);
+    let spec = &mut pod["spec"];
+    spec["restartPolicy"] = json!("Never");
+    let container = &mut spec["containers"][0];
+    container["image"] = json!(image);
+    container["args"] = json!(["--print-config"]);
+    // It exits at once: nothing to probe.
+    for probe in ["livenessProbe", "readinessProbe", "startupProbe"] {
+        container.as_object_mut().unwrap().remove(probe);
+    }
+    serde_json::from_value(pod).expect("a Pod")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batons_image_runs_on_a_real_node_as_deploy_runs_it() {
+    // Given baton's image imported into the nodes' containerd, referred to by digest, and what
+    // deploy/'s pods need in a namespace: its ServiceAccounts, its ConfigMap, its priority class
+    let image = baton_e2e::baton_image::BatonImage::get();
+    let scene = Scene::new("baton-image", &[]).await;
+    let (client, namespace) = (scene.namespace.client(), scene.namespace.name());
+    for kind in ["ServiceAccount", "ConfigMap"] {
+        for mut object in baton_e2e::manifests::deploy_objects(kind) {
+            object["metadata"]["namespace"] = json!(namespace);
+            let object: DynamicObject = serde_json::from_value(object).unwrap();
+            let resource = kube::discovery::ApiResource::from_gvk(
+                &kube::core::GroupVersionKind::gvk("", "v1", kind),
+            );
+            Api::<DynamicObject>::namespaced_with(client.clone(), namespace, &resource)
+                .create(&PostParams::default(), &object)
+                .await
+                .unwrap_or_else(|error| panic!("creating deploy/'s {kind}: {error}"));
+        }
+    }
+    for priority in baton_e2e::manifests::deploy_objects("PriorityClass") {
+        let priority: k8s_openapi::api::scheduling::v1::PriorityClass =
+            serde_json::from_value(priority).unwrap();
+        let _ = Api::all(client.clone())
+            .create(&PostParams::default(), &priority)
+            .await;
+    }
+
+    // When each binary's pod, as deploy/ writes it (read-only root filesystem, user 65532, no
+    // capability), runs the image on a real node
+    let pods = Api::<Pod>::namespaced(client.clone(), namespace);
+    for name in ["baton-controller", "baton-webhook"] {
+        pods.create(
+            &PostParams::default(),
+            &deploy_pod(name, &image.by_digest()),
+        )
+        .await
+        .unwrap_or_else(|error| panic!("creating {name}'s pod: {error}"));
+    }
+
+    // Then both run to completion from that image, reading the configuration deploy/ gives
+    // them: the groups' namespace from baton-config, their own from the pod
+    for name in ["baton-controller", "baton-webhook"] {
+        let deadline = Instant::now() + TIMEOUT;
+        loop {
+            let pod = pods.get(name).await.unwrap();
+            let phase = pod.status.as_ref().and_then(|status| status.phase.clone());
+            if phase.as_deref() == Some("Succeeded") {
+                break;
+            }
+            assert!(
+                phase.as_deref() != Some("Failed") && Instant::now() < deadline,
+                "{name}'s pod did not succeed: {:#?}",
+                pod.status
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let pod = pods.get(name).await.unwrap();
+        let image_id = pod
+            .status
+            .as_ref()
+            .and_then(|status| status.container_statuses.as_ref())
+            .map(|statuses| statuses[0].image_id.clone())
+            .unwrap_or_default();
+        assert!(image_id.ends_with(&image.digest), "{name} ran {image_id}");
+        let logs = baton_e2e::real_nodes::RealNodes::shared()
+            .await
+            .container_log(&pod, name)
+            .unwrap();
+        assert!(
+            logs.lines().any(|line| line == "namespace: default"),
+            "{name}:\n{logs}"
+        );
+        assert!(
+            logs.contains(&format!("system_namespace: {namespace}")),
+            "{name}:\n{logs}"
+        );
+    }
+}

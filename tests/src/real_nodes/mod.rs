@@ -68,7 +68,13 @@ impl RealNodes {
     }
 
     fn start(kubeconfig: &std::path::Path) -> anyhow::Result<Self> {
-        let images = images::build().context("building the real pods' images")?;
+        let mut images = images::build().context("building the real pods' images")?;
+        // baton's own image too, for the scenarios that run it as deploy/ does; the others run
+        // without it, and those say what is missing.
+        match crate::baton_image::BatonImage::available() {
+            Ok(baton) => images.push(baton.archive.clone()),
+            Err(missing) => eprintln!("{missing}"),
+        }
         let binary = workspace_binary("baton-real-nodes")?;
         let mut command = Command::new(&binary);
         command.arg("--kubeconfig").arg(kubeconfig);
@@ -86,6 +92,42 @@ impl RealNodes {
     /// The nodes, zone a first.
     pub fn nodes(&self) -> &[NodeInfo] {
         &self.handshake.nodes
+    }
+
+    /// What `container` of `pod` wrote, read from its node's log folder, as `kubectl logs`
+    /// shows it (the API server cannot reach these kubelets by their names).
+    pub fn container_log(&self, pod: &Pod, container: &str) -> anyhow::Result<String> {
+        let node_name = pod
+            .spec
+            .as_ref()
+            .and_then(|spec| spec.node_name.as_deref())
+            .context("the pod is on no node")?;
+        let node = self
+            .nodes()
+            .iter()
+            .find(|node| node.name == node_name)
+            .with_context(|| format!("{node_name} is not a real node"))?;
+        let metadata = &pod.metadata;
+        let folder = format!(
+            "{}_{}_{}",
+            metadata.namespace.as_deref().unwrap_or_default(),
+            metadata.name.as_deref().unwrap_or_default(),
+            metadata.uid.as_deref().unwrap_or_default()
+        );
+        let path = node
+            .dir
+            .join("pod-logs")
+            .join(folder)
+            .join(container)
+            .join("0.log");
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("reading {}", path.display()))?;
+        // CRI's format: `<time> <stream> <tag> <text>` per line.
+        Ok(text
+            .lines()
+            .filter_map(|line| line.splitn(4, ' ').nth(3))
+            .collect::<Vec<_>>()
+            .join("\n"))
     }
 
     /// How long the nodes took to start (images imported, every node Ready).

@@ -247,6 +247,9 @@ async fn start(
                     )
                 })?;
         }
+        record_repo_digests(assets, &socket)
+            .await
+            .with_context(|| format!("naming the images of {} by digest", node.name))?;
         start_kubelet(assets, config, node, &socket, running)
             .with_context(|| format!("starting the kubelet of {}", node.name))?;
     }
@@ -424,6 +427,52 @@ async fn import_image(
             output.status,
             String::from_utf8_lossy(&output.stderr).trim()
         );
+    }
+    Ok(())
+}
+
+/// Names every imported `repository:tag` image also `repository@<manifest digest>`, as a pull
+/// through the kubelet records it, so that a pod may refer to an image by digest (as a pinned
+/// install does) on nodes that cannot reach a registry.
+async fn record_repo_digests(assets: &NodeAssets, socket: &Path) -> anyhow::Result<()> {
+    let ctr = |args: &[&str]| {
+        let mut command = tokio::process::Command::new(&assets.ctr);
+        command
+            .arg("--address")
+            .arg(socket)
+            .args(["--namespace", "k8s.io"])
+            .args(args);
+        command
+    };
+    let listed = ctr(&["images", "ls"]).output().await?;
+    if !listed.status.success() {
+        bail!(
+            "ctr images ls failed: {}",
+            String::from_utf8_lossy(&listed.stderr).trim()
+        );
+    }
+    for line in String::from_utf8_lossy(&listed.stdout).lines().skip(1) {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let (Some(name), Some(digest)) = (fields.first(), fields.get(2)) else {
+            continue;
+        };
+        // Tag references only: not the images' own ids (`sha256:…`), nor digest references.
+        let Some((repository, _tag)) = name.rsplit_once(':') else {
+            continue;
+        };
+        if name.contains('@') || name.starts_with("sha256:") {
+            continue;
+        }
+        let by_digest = format!("{repository}@{digest}");
+        let tagged = ctr(&["images", "tag", "--force", name, &by_digest])
+            .output()
+            .await?;
+        if !tagged.status.success() {
+            bail!(
+                "ctr images tag {name} {by_digest} failed: {}",
+                String::from_utf8_lossy(&tagged.stderr).trim()
+            );
+        }
     }
     Ok(())
 }
