@@ -105,7 +105,95 @@ where
 
 #[cfg(test)]
 mod tests {
+    use std::pin::pin;
+
+    use http::{Request, Response, StatusCode};
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::client::Body;
+    use tower_test::mock;
+
     use super::*;
+
+    type Handle = mock::Handle<Request<Body>, Response<Body>>;
+
+    fn answer(code: u16, body: serde_json::Value) -> Response<Body> {
+        Response::builder()
+            .status(StatusCode::from_u16(code).expect("a status code"))
+            .body(Body::from(serde_json::to_vec(&body).expect("JSON")))
+            .expect("a response")
+    }
+
+    /// Answers the next request, a list (not a watch), with one ConfigMap.
+    async fn list(handle: &mut std::pin::Pin<&mut Handle>) {
+        let (request, send) = handle.next_request().await.expect("a list");
+        let query = request.uri().query().unwrap_or_default().to_owned();
+        assert!(!query.contains("watch=true"), "a list, not {query}");
+        send.send_response(answer(
+            200,
+            serde_json::json!({"apiVersion": "v1", "kind": "ConfigMapList",
+                               "metadata": {"resourceVersion": "5"},
+                               "items": [{"metadata": {"name": "a", "namespace": "ns"}}]}),
+        ));
+    }
+
+    /// The first events of a watcher of ConfigMaps on an API server that answers a list with
+    /// one ConfigMap, and refuses a streaming watch first when `refusing`.
+    async fn first_events(refusing: bool) -> Vec<String> {
+        let (service, handle) = mock::pair::<Request<Body>, Response<Body>>();
+        let server = tokio::spawn(async move {
+            let mut handle = pin!(handle);
+            if refusing {
+                let (request, send) = handle.next_request().await.expect("a watch");
+                let query = request.uri().query().unwrap_or_default().to_owned();
+                assert!(query.contains("sendInitialEvents=true"), "{query}");
+                send.send_response(answer(
+                    422,
+                    serde_json::json!({"apiVersion": "v1", "kind": "Status", "status": "Failure",
+                        "reason": "Invalid", "code": 422,
+                        "message": "sendInitialEvents: Forbidden: sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled"}),
+                ));
+            }
+            list(&mut handle).await;
+            // The watch after the listing is never answered: the test has what it needs.
+            std::future::pending::<()>().await;
+        });
+        let api: Api<ConfigMap> = Api::namespaced(kube::Client::new(service, "ns"), "ns");
+        let events = watcher(api, watcher::Config::default())
+            .take(3)
+            .map(|event| match event {
+                Ok(watcher::Event::Init) => "init".to_owned(),
+                Ok(watcher::Event::InitApply(config_map)) => {
+                    format!("listed {}", config_map.metadata.name.unwrap_or_default())
+                }
+                Ok(watcher::Event::InitDone) => "done".to_owned(),
+                other => format!("{other:?}"),
+            })
+            .collect()
+            .await;
+        server.abort();
+        events
+    }
+
+    /// The only test that touches the process's setting (nothing else in this crate builds a
+    /// client): the steps run in order.
+    #[tokio::test]
+    async fn a_refused_streaming_watch_lists_instead_and_so_does_every_later_watch() {
+        let listed = vec!["init".to_owned(), "listed a".to_owned(), "done".to_owned()];
+        // Given a process set to stream, and an API server that refuses it as one with
+        // WatchList off does
+        configure(InitialList::Streaming);
+        assert!(streaming());
+        let events = first_events(true).await;
+        // Then the watch lists at once, its refusal not passed on as an error
+        assert_eq!(events, listed);
+        // And later watches list without asking again, even if told to stream
+        assert!(!streaming());
+        configure(InitialList::Streaming);
+        assert_eq!(first_events(false).await, listed);
+        // And a process told to list lists
+        configure(InitialList::List);
+        assert!(!streaming());
+    }
 
     fn status(code: u16) -> kube::Error {
         kube::Error::Api(
