@@ -332,6 +332,12 @@ pub struct KubernetesConfig {
     /// Bound on a single API call outside watches (lease renewals, pod deletions, status and
     /// scale writes, Events, the certificate Secret and caBundles).
     pub request_timeout: Duration,
+    /// How a watch fills its cache when it starts, and again when it has to start over:
+    /// `streaming` (a watch asking for the objects there are first, `sendInitialEvents`: the
+    /// WatchList feature, on by default since Kubernetes 1.32) or `list` (a paginated list, 500
+    /// objects a page, then a watch). When the API server refuses `streaming` (WatchList turned
+    /// off), every watch of the process lists instead, with one warning.
+    pub initial_list: InitialList,
 }
 
 impl Default for KubernetesConfig {
@@ -339,8 +345,20 @@ impl Default for KubernetesConfig {
         Self {
             connect_timeout: Duration::from_secs(5),
             request_timeout: Duration::from_secs(10),
+            initial_list: InitialList::default(),
         }
     }
+}
+
+/// How watches fill their caches (`kubernetes.initial_list`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum InitialList {
+    /// A watch sending every object there is first; lists if refused.
+    #[default]
+    Streaming,
+    /// A paginated list, then a watch.
+    List,
 }
 
 /// Calls to pods.

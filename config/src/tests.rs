@@ -27,12 +27,14 @@ fn environment_overrides_file_overrides_defaults() {
         )?;
         jail.set_env("BATON_NAMESPACE", "from-env");
         jail.set_env("BATON_PODS__ADDRESS_BY", "ip");
+        jail.set_env("BATON_KUBERNETES__INITIAL_LIST", "list");
         let config = Config::load(Some(Path::new("baton.yaml"))).expect("loads");
         assert_eq!(config.namespace, "from-env");
         assert_eq!(config.log.format, LogFormat::Json);
         assert_eq!(config.log.level, "debug");
         assert_eq!(config.controller.resync_interval, Duration::from_secs(90));
         assert_eq!(config.pods.address_by, PodAddressing::Ip);
+        assert_eq!(config.kubernetes.initial_list, InitialList::List);
         Ok(())
     });
 }

@@ -40,7 +40,7 @@ where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + 'static,
     I: Index<K>,
 {
-    let events = watcher(api, config)
+    let events = crate::initial_list::watcher(api, config)
         .backoff(crate::kube_client::watch_backoff())
         .modify(slim);
     drive(events, index).await;

@@ -24,11 +24,13 @@ pub enum KubeClientError {
 }
 
 /// A client configured as kubectl would be (`KUBECONFIG`, then `~/.kube/config`), else from the
-/// in-cluster service account; every request is timed into `registry`.
+/// in-cluster service account; every request is timed into `registry`. The process's watches
+/// start as `config.initial_list` says from now on ([`crate::initial_list`]).
 pub async fn client(
     config: &KubernetesConfig,
     registry: &Registry,
 ) -> Result<kube::Client, KubeClientError> {
+    crate::initial_list::configure(config.initial_list);
     let mut kube_config = kube::Config::infer().await?;
     kube_config.connect_timeout = Some(config.connect_timeout.get());
     let layer = RequestDurationLayer::register(registry)?;

@@ -15,6 +15,7 @@
 //! | [`downscale_history`] | reading the Go operator's zone tracker and writing one entry of it |
 //! | [`pod_client`] | the bounded, measured HTTP client for calls to pods |
 //! | [`kube_client`] | the instrumented Kubernetes client, bounded calls, the watch backoff |
+//! | [`initial_list`] | how every watch fills its cache at start: streaming, or listing when the API server refuses it |
 //! | `http_server`, `ops_server` | the actix servers (`server` feature): draining in order, `/metrics`, `/ready`, `/live` |
 //! | [`supervisor`], [`shutdown`] | every task critical, named; the shutdown signal |
 //! | [`cli`], [`telemetry`], [`crypto`] | the command line, logs and traces, the one rustls crypto provider |
@@ -33,6 +34,7 @@ pub mod downscale_history;
 #[cfg(feature = "server")]
 pub mod http_server;
 pub mod index;
+pub mod initial_list;
 pub mod kube_client;
 pub mod ledger;
 #[cfg(feature = "server")]

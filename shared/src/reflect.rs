@@ -30,7 +30,7 @@ where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
     let (reader, writer) = reflector::store::<K>();
-    let stream = watcher(api, config)
+    let stream = crate::initial_list::watcher(api, config)
         .backoff(crate::kube_client::watch_backoff())
         .modify(slim);
     let fill = async move {

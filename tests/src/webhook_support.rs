@@ -398,8 +398,7 @@ impl Drop for WebhookConfigurations {
 /// dropped.
 #[derive(Debug)]
 pub struct StateGuardConfiguration {
-    names: Vec<String>,
-    kubeconfig: std::path::PathBuf,
+    _configurations: ShippedConfigurations,
 }
 
 impl StateGuardConfiguration {
@@ -409,15 +408,72 @@ impl StateGuardConfiguration {
         tls: &TestTls,
         replica: &WebhookReplica,
     ) -> anyhow::Result<Self> {
+        ShippedConfigurations::register(
+            control_plane,
+            namespace,
+            tls,
+            replica,
+            &["baton-state-guard", "baton-record-guard"],
+            MatchConditions::AsShipped,
+        )
+        .await
+        .map(|configurations| Self {
+            _configurations: configurations,
+        })
+    }
+}
+
+/// Whether deploy/'s `matchConditions` are kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MatchConditions {
+    AsShipped,
+    /// Removed, as an API server without them would call the webhooks.
+    Stripped,
+}
+
+/// Every configuration of deploy/base/webhooks.yaml (validating and mutating), as shipped
+/// except that each is scoped to one test namespace and calls a replica at the path its
+/// Service reference names. Deleted when dropped.
+#[derive(Debug)]
+pub struct ShippedConfigurations {
+    validating: Vec<String>,
+    mutating: Vec<String>,
+    kubeconfig: std::path::PathBuf,
+}
+
+/// The configurations of deploy/base/webhooks.yaml.
+pub const SHIPPED_CONFIGURATIONS: &[&str] = &[
+    "baton-no-downscale",
+    "baton-prepare-downscale",
+    "baton-pod-eviction",
+    "baton-zpdb-validation",
+    "baton-state-guard",
+    "baton-record-guard",
+];
+
+impl ShippedConfigurations {
+    /// Registers deploy/'s configurations named in `names`.
+    pub async fn register(
+        control_plane: &ControlPlane,
+        namespace: &str,
+        tls: &TestTls,
+        replica: &WebhookReplica,
+        names: &[&str],
+        match_conditions: MatchConditions,
+    ) -> anyhow::Result<Self> {
         let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy/base/webhooks.yaml");
         let text = std::fs::read_to_string(&path)?;
         let documents = serde_saphyr::from_multiple::<serde_json::Value>(&text)?;
-        let api = Api::<ValidatingWebhookConfiguration>::all(control_plane.admin_client().await);
-        let mut names = Vec::new();
-        for shipped_name in ["baton-state-guard", "baton-record-guard"] {
+        let client = control_plane.admin_client().await;
+        let mut registered = Self {
+            validating: Vec::new(),
+            mutating: Vec::new(),
+            kubeconfig: control_plane.kubeconfig_path().to_path_buf(),
+        };
+        for shipped_name in names {
             let mut shipped = documents
                 .iter()
-                .find(|document| document["metadata"]["name"] == shipped_name)
+                .find(|document| document["metadata"]["name"] == *shipped_name)
                 .cloned()
                 .with_context(|| format!("deploy/base/webhooks.yaml has {shipped_name}"))?;
             let name = format!("baton-e2e-{shipped_name}-{namespace}");
@@ -426,30 +482,56 @@ impl StateGuardConfiguration {
                 .as_array_mut()
                 .context("a configuration has webhooks")?
             {
+                let path = webhook["clientConfig"]["service"]["path"]
+                    .as_str()
+                    .context("a shipped webhook calls a path of baton's Service")?
+                    .to_owned();
                 webhook["clientConfig"] = json!({
-                    "url": replica.url("/admission/state-guard"),
+                    "url": replica.url(&path),
                     "caBundle": tls.ca_bundle(),
                 });
                 webhook["namespaceSelector"] =
                     json!({"matchLabels": {"kubernetes.io/metadata.name": namespace}});
+                if match_conditions == MatchConditions::Stripped {
+                    webhook
+                        .as_object_mut()
+                        .context("a webhook is an object")?
+                        .remove("matchConditions");
+                }
             }
-            let configuration: ValidatingWebhookConfiguration = serde_json::from_value(shipped)?;
-            api.create(&PostParams::default(), &configuration).await?;
-            names.push(name);
+            match shipped["kind"].as_str() {
+                Some("MutatingWebhookConfiguration") => {
+                    let configuration: MutatingWebhookConfiguration =
+                        serde_json::from_value(shipped)?;
+                    Api::<MutatingWebhookConfiguration>::all(client.clone())
+                        .create(&PostParams::default(), &configuration)
+                        .await?;
+                    registered.mutating.push(name);
+                }
+                _ => {
+                    let configuration: ValidatingWebhookConfiguration =
+                        serde_json::from_value(shipped)?;
+                    Api::<ValidatingWebhookConfiguration>::all(client.clone())
+                        .create(&PostParams::default(), &configuration)
+                        .await?;
+                    registered.validating.push(name);
+                }
+            }
         }
-        Ok(Self {
-            names,
-            kubeconfig: control_plane.kubeconfig_path().to_path_buf(),
-        })
+        Ok(registered)
     }
 }
 
-impl Drop for StateGuardConfiguration {
+impl Drop for ShippedConfigurations {
     fn drop(&mut self) {
-        let names = self.names.clone();
+        let (validating, mutating) = (self.validating.clone(), self.mutating.clone());
         clean_up_from_drop(self.kubeconfig.clone(), |client| async move {
-            let api = Api::<ValidatingWebhookConfiguration>::all(client);
-            for name in names {
+            let api = Api::<ValidatingWebhookConfiguration>::all(client.clone());
+            for name in validating {
+                let _ = api.delete(&name, &DeleteParams::default()).await;
+            }
+            let api = Api::<MutatingWebhookConfiguration>::all(client);
+            for name in mutating {
                 let _ = api.delete(&name, &DeleteParams::default()).await;
             }
         });
@@ -459,6 +541,18 @@ impl Drop for StateGuardConfiguration {
 /// The API server picks webhook configurations up asynchronously: probes (two StatefulSets it
 /// creates in `namespace`) until both webhooks judge.
 pub async fn wait_for_webhooks(namespace: &TestNamespace) {
+    wait_for_downscale_webhooks(namespace, "baton.test").await;
+}
+
+/// As [`wait_for_webhooks`], for deploy/'s no-downscale and prepare-downscale
+/// ([`ShippedConfigurations`]): register them after any other, and once the API server calls
+/// them it has the others too.
+pub async fn wait_for_shipped_webhooks(namespace: &TestNamespace) {
+    wait_for_downscale_webhooks(namespace, "baton.grafana.com").await;
+}
+
+/// Probes until no-downscale and prepare-downscale, named `<webhook>.<domain>`, judge.
+async fn wait_for_downscale_webhooks(namespace: &TestNamespace, domain: &str) {
     let client = namespace.client();
     StatefulSetFixture::new("probe-no-downscale")
         .replicas(1)
@@ -471,19 +565,24 @@ pub async fn wait_for_webhooks(namespace: &TestNamespace) {
         .create(&client, namespace.name())
         .await;
     let statefulsets = namespace.api::<StatefulSet>();
+    let (no_downscale, prepare) = (
+        format!("no-downscale.{domain}"),
+        format!("prepare-downscale.{domain}"),
+    );
     wait_until(
         Duration::from_secs(60),
         "both webhooks are called by the API server",
         || {
             let statefulsets = statefulsets.clone();
+            let (no_downscale, prepare) = (&no_downscale, &prepare);
             async move {
                 let validating = scale(&statefulsets, "probe-no-downscale", 0, true)
                     .await
-                    .is_err_and(|error| error.contains("no-downscale.baton.test"));
+                    .is_err_and(|error| error.contains(no_downscale.as_str()));
                 // Not dry-run: prepare-downscale lets dry runs through. Without the port
                 // annotation it denies; if it is not called yet the probe scales to 0 and back.
                 let mutating = match scale(&statefulsets, "probe-prepare", 0, false).await {
-                    Err(error) => error.contains("prepare-downscale.baton.test"),
+                    Err(error) => error.contains(prepare.as_str()),
                     Ok(()) => {
                         let _ = scale(&statefulsets, "probe-prepare", 1, false).await;
                         false

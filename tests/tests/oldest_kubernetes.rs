@@ -14,8 +14,9 @@ use baton_e2e::crds;
 use baton_e2e::fixtures::{StatefulSetFixture, rollout_group};
 use baton_e2e::keys::NO_DOWNSCALE;
 use baton_e2e::webhook_support::{
-    StateGuardConfiguration, TestTls, ValidatingWebhooks, WebhookConfigurations, WebhookReplica,
-    eviction_webhook, scale, wait_for_webhooks,
+    MatchConditions, ShippedConfigurations, StateGuardConfiguration, TestTls, ValidatingWebhooks,
+    WebhookConfigurations, WebhookReplica, eviction_webhook, replicas_patch, scale,
+    wait_for_shipped_webhooks, wait_for_webhooks,
 };
 use baton_e2e::zpdb_support::{client_without_retries, create_group_budget, evict, evict_dry_run};
 use baton_e2e::{ControlPlane, PodSimulator, TestNamespace, wait_until};
@@ -271,4 +272,58 @@ async fn the_zone_aware_budget_judges_real_evictions() {
 #[tokio::test]
 async fn the_controller_may_change_only_the_ca_bundle_of_a_webhook_configuration() {
     baton_e2e::rbac_support::the_controller_changes_only_ca_bundles(oldest().await).await;
+}
+
+#[tokio::test]
+async fn deploys_match_conditions_send_what_the_downscale_webhooks_judge() {
+    // Given deploy/'s no-downscale and prepare-downscale configurations, as shipped (with their
+    // matchConditions), calling a webhook replica for a namespace
+    let control_plane = oldest().await;
+    let namespace = TestNamespace::create(control_plane, "oldest-conditions").await;
+    let _simulator = PodSimulator::for_namespace(&namespace).await;
+    let tls = TestTls::generate().expect("a test CA");
+    let replica = WebhookReplica::start(control_plane, &tls, namespace.name())
+        .await
+        .expect("baton-webhook starts");
+    let _configurations = ShippedConfigurations::register(
+        control_plane,
+        namespace.name(),
+        &tls,
+        &replica,
+        &["baton-no-downscale", "baton-prepare-downscale"],
+        MatchConditions::AsShipped,
+    )
+    .await
+    .expect("registering deploy/'s downscale webhooks");
+
+    // Then the API server of the oldest release evaluates them and calls both webhooks for a
+    // downscale through /scale (the probes: each refuses its own)
+    wait_for_shipped_webhooks(&namespace).await;
+    // And for a labelled StatefulSet losing replicas through its spec
+    StatefulSetFixture::new("guarded")
+        .replicas(2)
+        .label(NO_DOWNSCALE, "true")
+        .create(&namespace.client(), namespace.name())
+        .await;
+    let statefulsets = namespace.api::<StatefulSet>();
+    let (params, patch) = replicas_patch(1, false);
+    let refused = statefulsets
+        .patch("guarded", &params, &patch)
+        .await
+        .expect_err("a downscale of a no-downscale StatefulSet is refused");
+    assert!(
+        refused
+            .to_string()
+            .contains("no-downscale.baton.grafana.com"),
+        "{refused}"
+    );
+    // And an unlabelled one scales freely
+    StatefulSetFixture::new("free")
+        .replicas(2)
+        .create(&namespace.client(), namespace.name())
+        .await;
+    statefulsets
+        .patch("free", &params, &patch)
+        .await
+        .expect("an unlabelled StatefulSet scales down");
 }

@@ -241,6 +241,36 @@ mod tests {
     }
 
     #[test]
+    fn the_shipped_match_conditions_name_the_labels_the_webhooks_read() {
+        // The API server sends only what deploy/'s matchConditions let through: a label named
+        // wrongly there would let every labelled downscale through unjudged.
+        let path =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/base/webhooks.yaml");
+        let shipped = std::fs::read_to_string(&path).expect("deploy/base/webhooks.yaml");
+        use crate::admission::prepare_downscale::PREPARE_DOWNSCALE_VALUE;
+        use baton_core::annotations::PREPARE_DOWNSCALE_LABEL;
+        for (condition, label, value) in [
+            (
+                "scale-or-labelled-no-downscale",
+                NO_DOWNSCALE_LABEL,
+                NO_DOWNSCALE_VALUE,
+            ),
+            (
+                "scale-or-labelled-prepare-downscale",
+                PREPARE_DOWNSCALE_LABEL,
+                PREPARE_DOWNSCALE_VALUE,
+            ),
+        ] {
+            let start = shipped
+                .find(&format!("name: {condition}"))
+                .unwrap_or_else(|| panic!("the match condition {condition}"));
+            let expression = &shipped[start..start + shipped[start..].find("rules:").unwrap()];
+            let value = format!("oldObject.metadata.labels['{label}'] == '{value}'");
+            assert!(expression.contains(&value), "{value} missing: {expression}");
+        }
+    }
+
+    #[test]
     fn lookup_failures_allow_with_a_warning_naming_the_object() {
         let downscale = Downscale {
             resource: "statefulsets".into(),
