@@ -73,7 +73,6 @@ tolerations:
 
 {{- define "baton.containerCommon" -}}
 {{- $root := .root -}}
-name: baton-{{ .binary }}
 image: {{ include "baton.image" $root }}
 {{- with $root.Values.image.pullPolicy }}
 imagePullPolicy: {{ . }}
@@ -86,8 +85,7 @@ args:
 env:
   - name: BATON_CONFIG
     value: /etc/baton/config.yaml
-  # The groups' namespace (baton-config's groups-namespace); baton's own objects are in the
-  # pod's.
+  # The groups' namespace; baton's own objects are in the pod's.
   - name: BATON_NAMESPACE
     valueFrom:
       configMapKeyRef:
