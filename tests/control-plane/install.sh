@@ -4,12 +4,13 @@
 #
 #   tests/control-plane/install.sh            the newest Kubernetes the project supports, with
 #                                             etcd, kubelet, kube-scheduler, kube-proxy, kubectl,
-#                                             containerd, ctr, the runc shim and runc beside it
+#                                             containerd, ctr, the runc shim, runc and helm
+#                                             beside it
 #   tests/control-plane/install.sh --oldest   the oldest Kubernetes the project supports:
 #                                             kube-apiserver, kube-controller-manager, kubectl
 #                                             and etcd, for the oldest-version smoke test
 #
-# Kubernetes, etcd, containerd and runc are built from their Go modules with the ordinary `go`
+# Kubernetes, etcd, containerd, runc and helm are built from their Go modules with the ordinary `go`
 # client (Go >= 1.21 on PATH or in /usr/local/go; it fetches a newer toolchain itself when a
 # module asks for one), each once, into a cache folder outside the repository keyed by its
 # version and this script's build revision ($E2E_CACHE_DIR, else ~/.cache/baton). Nothing is
@@ -31,6 +32,7 @@ OLDEST_K8S_VERSION="${E2E_OLDEST_K8S_VERSION:-1.32.13}"
 ETCD_VERSION=3.7.3
 CONTAINERD_VERSION=2.4.2
 RUNC_VERSION=1.5.2
+HELM_VERSION=4.3.1
 # This script's own build revision: bump it when how something is built changes, so caches
 # built the old way are not used.
 BUILD_REVISION=1
@@ -42,6 +44,7 @@ OLDEST_BIN_DIR=$(kubernetes_dir "$OLDEST_K8S_VERSION")
 ETCD_DIR="$CACHE_ROOT/etcd-$ETCD_VERSION-r$BUILD_REVISION/bin"
 CONTAINERD_DIR="$CACHE_ROOT/containerd-$CONTAINERD_VERSION-r$BUILD_REVISION/bin"
 RUNC_DIR="$CACHE_ROOT/runc-$RUNC_VERSION-r$BUILD_REVISION/bin"
+HELM_DIR="$CACHE_ROOT/helm-$HELM_VERSION-r$BUILD_REVISION/bin"
 
 oldest=0
 case "${1:-}" in
@@ -249,9 +252,16 @@ if missing "$RUNC_DIR" runc; then
     go_build "$RUNC_DIR" github.com/opencontainers/runc "$RUNC_VERSION" github.com/opencontainers/runc
 fi
 
+# helm installs, upgrades and uninstalls the chart (deploy/helm/baton) against the test control
+# plane. The version variables make `helm version` report the release.
+if missing "$HELM_DIR" helm; then
+  LDFLAGS="-X helm.sh/helm/v4/internal/version.version=v$HELM_VERSION -X helm.sh/helm/v4/internal/version.gitTreeState=clean" \
+    go_build "$HELM_DIR" helm.sh/helm/v4 "$HELM_VERSION" helm.sh/helm/v4/cmd/helm
+fi
+
 # One folder holds everything the tests run.
 for bin in "$ETCD_DIR/etcd" "$CONTAINERD_DIR/containerd" "$CONTAINERD_DIR/ctr" \
-  "$CONTAINERD_DIR/containerd-shim-runc-v2" "$RUNC_DIR/runc"; do
+  "$CONTAINERD_DIR/containerd-shim-runc-v2" "$RUNC_DIR/runc" "$HELM_DIR/helm"; do
   ln -sfn "$bin" "$BIN_DIR/${bin##*/}"
 done
 echo "$BIN_DIR"

@@ -69,7 +69,7 @@ mod tests {
     fn every_source_file_the_manifests_and_docs_name_exists() {
         let root = deploy_dir().join("..");
         let mut texts = Vec::new();
-        for dir in ["deploy", "docs"] {
+        for dir in ["deploy", "docs", "charts"] {
             let mut stack = vec![root.join(dir)];
             while let Some(dir) = stack.pop() {
                 for entry in std::fs::read_dir(&dir).expect("a folder") {
@@ -78,7 +78,7 @@ mod tests {
                         stack.push(path);
                     } else if path
                         .extension()
-                        .is_some_and(|ext| ext == "yaml" || ext == "md")
+                        .is_some_and(|ext| ["yaml", "md", "tpl"].iter().any(|e| ext == *e))
                     {
                         texts.push(path);
                     }

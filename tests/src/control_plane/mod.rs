@@ -18,6 +18,15 @@ use crate::process::{Handshaken, spawn_handshaken, workspace_binary};
 /// instead of starting a local control plane.
 pub const EXISTING_CLUSTER_ENV: &str = "E2E_KUBECONFIG";
 
+/// A command of the newest release's binaries' folder (`install.sh` builds or links kubectl
+/// and helm there), else the one of that name on `PATH`: for tests that run it with no control
+/// plane (`helm template`, `kubectl kustomize`).
+pub fn tool(name: &str) -> PathBuf {
+    Some(supervisor::assets_dir().join(name))
+        .filter(|path| path.is_file())
+        .unwrap_or_else(|| PathBuf::from(name))
+}
+
 /// A running Kubernetes control plane shared by the tests of one process.
 #[derive(Debug)]
 pub struct ControlPlane {

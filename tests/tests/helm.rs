@@ -1,0 +1,650 @@
+//! What a Helm user installs: the chart in `charts/baton` renders deploy/'s objects (so the two
+//! installs cannot drift apart), its values move what they name, and helm installs, upgrades
+//! and uninstalls it against the real API server. No pod of baton's runs here (the control
+//! plane has no nodes): what is checked is what the API server holds.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::Command;
+
+use baton_e2e::ControlPlane;
+use baton_e2e::control_plane::tool;
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, Role};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::ResourceExt;
+use kube::api::{Api, PostParams};
+use serde_json::{Value, json};
+
+fn chart_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../charts/baton")
+}
+
+fn deploy_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy")
+}
+
+/// Runs `program` with `args`, against `control_plane` when given; its success and output.
+fn run(program: &str, args: &[&str], control_plane: Option<&ControlPlane>) -> (bool, String) {
+    let mut command = Command::new(tool(program));
+    command.args(args);
+    if let Some(control_plane) = control_plane {
+        command.env("KUBECONFIG", control_plane.kubeconfig_path());
+    }
+    let output = command.output().unwrap_or_else(|error| {
+        panic!("{program} runs (tests/control-plane/install.sh builds it): {error}")
+    });
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    (output.status.success(), text)
+}
+
+/// `helm template` of the chart into baton's namespace `namespace`, with `values`
+/// (`key=value`, as `--set` takes them), CRDs included: its success and output.
+fn render(namespace: &str, values: &[&str]) -> (bool, String) {
+    let chart = chart_dir();
+    let mut args = vec![
+        "template",
+        "baton",
+        chart.to_str().unwrap(),
+        "--namespace",
+        namespace,
+        "--include-crds",
+    ];
+    for value in values {
+        args.extend(["--set", value]);
+    }
+    run("helm", &args, None)
+}
+
+/// What [`render`] renders: every object, as JSON values.
+fn helm_template(namespace: &str, values: &[&str]) -> Vec<Value> {
+    let (ok, rendered) = render(namespace, values);
+    assert!(ok, "helm template failed:\n{rendered}");
+    documents(&rendered)
+}
+
+fn documents(yaml: &str) -> Vec<Value> {
+    serde_saphyr::from_multiple::<Value>(yaml)
+        .unwrap_or_else(|error| panic!("parsing {error}:\n{yaml}"))
+        .into_iter()
+        .filter(|document| !document.is_null())
+        .collect()
+}
+
+fn find<'a>(objects: &'a [Value], kind: &str, name: &str) -> &'a Value {
+    objects
+        .iter()
+        .find(|object| object["kind"] == kind && object["metadata"]["name"] == name)
+        .unwrap_or_else(|| panic!("no {kind} {name} rendered"))
+}
+
+fn webhook_configurations(objects: &[Value]) -> Vec<&Value> {
+    objects
+        .iter()
+        .filter(|object| {
+            object["kind"]
+                .as_str()
+                .is_some_and(|kind| kind.ends_with("WebhookConfiguration"))
+        })
+        .collect()
+}
+
+fn kinds_and_names(objects: &[Value]) -> Vec<String> {
+    let mut names: Vec<String> = objects
+        .iter()
+        .map(|object| {
+            format!(
+                "{}/{}",
+                object["kind"].as_str().unwrap(),
+                object["metadata"]["name"].as_str().unwrap()
+            )
+        })
+        .collect();
+    names.sort();
+    names
+}
+
+/// `value` with every run of whitespace in its strings made one space. kustomize re-emits a
+/// folded scalar whose lines are indented further (deploy/'s CEL expressions) with an extra
+/// blank line, so the expressions it applies differ from deploy/'s files, and from the chart's,
+/// in whitespace alone.
+fn whitespace_folded(value: &mut Value) {
+    match value {
+        Value::String(text) => *text = text.split_whitespace().collect::<Vec<_>>().join(" "),
+        Value::Array(items) => items.iter_mut().for_each(whitespace_folded),
+        Value::Object(fields) => fields.values_mut().for_each(whitespace_folded),
+        _ => {}
+    }
+}
+
+/// An object as both installs must have it: keyed by kind, namespace and name, without what
+/// only Helm adds (its release labels, the configuration checksum that rolls the pods), with
+/// the configuration file parsed (comments are deploy/'s alone) and whitespace folded.
+fn comparable(objects: Vec<Value>) -> BTreeMap<String, Value> {
+    const HELMS_LABELS: [&str; 3] = [
+        "app.kubernetes.io/instance",
+        "app.kubernetes.io/managed-by",
+        "helm.sh/chart",
+    ];
+    objects
+        .into_iter()
+        .map(|mut object| {
+            if let Some(labels) = object
+                .pointer_mut("/metadata/labels")
+                .and_then(Value::as_object_mut)
+            {
+                for label in HELMS_LABELS {
+                    labels.remove(label);
+                }
+            }
+            if let Some(template) = object
+                .pointer_mut("/spec/template/metadata")
+                .and_then(Value::as_object_mut)
+            {
+                if let Some(annotations) = template
+                    .get_mut("annotations")
+                    .and_then(Value::as_object_mut)
+                {
+                    annotations.remove("checksum/config");
+                }
+                if template.get("annotations") == Some(&json!({})) {
+                    template.remove("annotations");
+                }
+            }
+            if let Some(file) = object.pointer_mut("/data/config.yaml") {
+                *file = serde_saphyr::from_str::<Value>(file.as_str().unwrap()).unwrap();
+            }
+            whitespace_folded(&mut object);
+            let key = format!(
+                "{} {}/{}",
+                object["kind"].as_str().unwrap(),
+                object["metadata"]["namespace"].as_str().unwrap_or(""),
+                object["metadata"]["name"].as_str().unwrap()
+            );
+            (key, object)
+        })
+        .collect()
+}
+
+#[test]
+fn the_chart_passes_helm_lint() {
+    // Given the chart as it ships, installed into a namespace of baton's own
+    let chart = chart_dir();
+
+    // When helm lints it, strictly
+    let (ok, output) = run(
+        "helm",
+        &[
+            "lint",
+            "--strict",
+            "--namespace",
+            "baton-system",
+            chart.to_str().unwrap(),
+        ],
+        None,
+    );
+
+    // Then nothing is wrong with it
+    assert!(ok, "helm lint failed:\n{output}");
+    assert!(output.contains("0 chart(s) failed"), "{output}");
+}
+
+#[test]
+fn with_its_defaults_the_chart_renders_what_deploy_installs() {
+    // Given what `kubectl apply -k deploy/` applies
+    let (ok, kustomized) = run(
+        "kubectl",
+        &["kustomize", deploy_dir().to_str().unwrap()],
+        None,
+    );
+    assert!(ok, "kubectl kustomize failed:\n{kustomized}");
+    let mut deployed = documents(&kustomized);
+    // but its Namespace, which a Helm release is installed into (`--create-namespace`) rather
+    // than owns; Kubernetes sets the label the webhooks' selectors match on every namespace
+    let namespace = deployed
+        .iter()
+        .position(|object| object["kind"] == "Namespace")
+        .expect("deploy/ ships baton's Namespace");
+    assert_eq!(
+        deployed.remove(namespace)["metadata"]["name"],
+        "baton-system"
+    );
+
+    // When the chart is rendered with its defaults into the same namespace, CRDs included
+    let rendered = helm_template("baton-system", &[]);
+
+    // Then it renders the same objects, field for field: names, labels, RBAC rules, webhook
+    // rules and selectors, the admission policy, the containers' command, environment and
+    // configuration, the CRDs
+    assert_eq!(kinds_and_names(&rendered), kinds_and_names(&deployed));
+    // and every object but the CRDs (crds/, which Helm does not template) says which release
+    // it belongs to
+    assert!(rendered.iter().all(|object| {
+        object["kind"] == "CustomResourceDefinition"
+            || object["metadata"]["labels"]["app.kubernetes.io/instance"] == "baton"
+    }));
+    let (rendered, deployed) = (comparable(rendered), comparable(deployed));
+    let differing: Vec<String> = deployed
+        .iter()
+        .filter(|(key, object)| rendered.get(*key) != Some(*object))
+        .map(|(key, object)| {
+            format!(
+                "{key}\n  deploy/: {object}\n  chart:   {}",
+                rendered.get(key).unwrap_or(&Value::Null)
+            )
+        })
+        .collect();
+    assert!(
+        differing.is_empty(),
+        "the chart and deploy/ differ:\n{}",
+        differing.join("\n")
+    );
+    assert_eq!(rendered.len(), deployed.len());
+}
+
+#[test]
+fn the_chart_ships_deploys_crds_unchanged() {
+    // Given the CRDs of deploy/ and those of the chart (crds/, which Helm installs before the
+    // templates and never upgrades or deletes)
+    for crd in std::fs::read_dir(deploy_dir().join("crds")).unwrap() {
+        let path = crd.unwrap().path();
+        if path.file_name().unwrap() == "kustomization.yaml" {
+            continue;
+        }
+        // Then each is the same file, comments and all
+        let in_chart = chart_dir().join("crds").join(path.file_name().unwrap());
+        assert_eq!(
+            std::fs::read_to_string(&in_chart).ok(),
+            Some(std::fs::read_to_string(&path).unwrap()),
+            "{} is not {}",
+            in_chart.display(),
+            path.display()
+        );
+    }
+}
+
+#[test]
+fn the_groups_namespace_value_moves_every_place_that_names_it() {
+    // Given a release in baton's namespace `baton-ops` for the groups of `ingesters`
+    let rendered = helm_template("baton-ops", &["groupsNamespace=ingesters"]);
+
+    // Then the configuration, the groups' roles and every webhook configuration's label and
+    // namespace selector name `ingesters`
+    assert_eq!(
+        find(&rendered, "ConfigMap", "baton-config")["data"]["groups-namespace"],
+        "ingesters"
+    );
+    for role in ["baton-controller-groups", "baton-webhook-groups"] {
+        for kind in ["Role", "RoleBinding"] {
+            assert_eq!(
+                find(&rendered, kind, role)["metadata"]["namespace"],
+                "ingesters"
+            );
+        }
+        assert_eq!(
+            find(&rendered, "RoleBinding", role)["subjects"][0]["namespace"],
+            "baton-ops"
+        );
+    }
+    let configurations = webhook_configurations(&rendered);
+    assert_eq!(configurations.len(), 6);
+    for configuration in configurations {
+        let name = &configuration["metadata"]["name"];
+        assert_eq!(
+            configuration["metadata"]["labels"]["grafana.com/namespace"], "ingesters",
+            "{name}"
+        );
+        let webhook = &configuration["webhooks"][0];
+        assert_eq!(
+            webhook["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"], "ingesters",
+            "{name}"
+        );
+        // and they call the Service in baton's namespace
+        assert_eq!(
+            webhook["clientConfig"]["service"]["namespace"], "baton-ops",
+            "{name}"
+        );
+    }
+    // and baton's own objects are in the release namespace
+    for (kind, name) in [
+        ("Deployment", "baton-controller"),
+        ("Deployment", "baton-webhook"),
+        ("ConfigMap", "baton-config"),
+        ("ServiceAccount", "baton-controller"),
+        ("Role", "baton-controller"),
+    ] {
+        assert_eq!(
+            find(&rendered, kind, name)["metadata"]["namespace"],
+            "baton-ops"
+        );
+    }
+    assert_eq!(
+        find(
+            &rendered,
+            "ClusterRoleBinding",
+            "baton-controller-webhook-ca"
+        )["subjects"][0]["namespace"],
+        "baton-ops"
+    );
+}
+
+#[test]
+fn the_chart_refuses_the_groups_namespace_as_batons_own() {
+    // Given baton's namespace chosen as the groups' too
+    let values = ["groupsNamespace=ingesters"];
+
+    // When the chart is rendered
+    let (ok, output) = render("ingesters", &values);
+
+    // Then helm refuses, saying why
+    assert!(!ok, "{output}");
+    assert!(
+        output.contains("groupsNamespace \"ingesters\" is the release namespace"),
+        "{output}"
+    );
+}
+
+#[test]
+fn values_named_like_the_go_charts_reach_the_objects() {
+    // Given values a rollout-operator chart user would set
+    let rendered = helm_template(
+        "baton-system",
+        &[
+            "image.registry=registry.example.com",
+            "image.repository=platform/baton",
+            "image.tag=0.1.1",
+            "image.pullPolicy=Always",
+            "nodeSelector.pool=system",
+            "tolerations[0].key=dedicated",
+            "tolerations[0].operator=Exists",
+            "extraArgs[0]=--config=/etc/baton/config.yaml",
+            "extraEnv[0].name=BATON_LOG__LEVEL",
+            "extraEnv[0].value=debug",
+            "controller.resources.limits.memory=512Mi",
+            "webhook.replicas=5",
+            "webhooks.failurePolicy=Ignore",
+            "webhooks.timeoutSeconds=5",
+            "webhook.clientCAConfigMap=api-server-client-ca",
+            "serviceMonitor.enabled=true",
+            "serviceMonitor.interval=30s",
+            "serviceMonitor.labels.release=prometheus",
+        ],
+    );
+
+    // Then both Deployments run that image, where and as they say
+    for binary in ["baton-controller", "baton-webhook"] {
+        let pod = &find(&rendered, "Deployment", binary)["spec"]["template"]["spec"];
+        let container = &pod["containers"][0];
+        assert_eq!(
+            container["image"],
+            "registry.example.com/platform/baton:0.1.1"
+        );
+        assert_eq!(container["imagePullPolicy"], "Always");
+        assert_eq!(
+            container["args"],
+            json!(["--config=/etc/baton/config.yaml"])
+        );
+        assert!(
+            container["env"]
+                .as_array()
+                .unwrap()
+                .contains(&json!({"name": "BATON_LOG__LEVEL", "value": "debug"})),
+            "{binary}: {}",
+            container["env"]
+        );
+        assert_eq!(pod["nodeSelector"], json!({"pool": "system"}));
+        assert_eq!(
+            pod["tolerations"],
+            json!([{"key": "dedicated", "operator": "Exists"}])
+        );
+    }
+    let controller = &find(&rendered, "Deployment", "baton-controller")["spec"];
+    assert_eq!(
+        controller["template"]["spec"]["containers"][0]["resources"]["limits"]["memory"],
+        "512Mi"
+    );
+    let webhook = &find(&rendered, "Deployment", "baton-webhook")["spec"];
+    assert_eq!(webhook["replicas"], 5);
+    // and the webhooks fail as told, after the time told
+    for configuration in webhook_configurations(&rendered) {
+        assert_eq!(configuration["webhooks"][0]["failurePolicy"], "Ignore");
+        assert_eq!(configuration["webhooks"][0]["timeoutSeconds"], 5);
+    }
+    // and the webhook requires the API server's client certificate, of the CA mounted from the
+    // ConfigMap named
+    let config: Value = serde_saphyr::from_str(
+        find(&rendered, "ConfigMap", "baton-config")["data"]["config.yaml"]
+            .as_str()
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        config["webhook"]["client_ca_file"],
+        "/var/run/baton/client-ca/ca.crt"
+    );
+    assert_eq!(config["webhook"]["cert_file"], "/var/run/baton/tls/tls.crt");
+    let pod = &webhook["template"]["spec"];
+    assert!(
+        pod["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|volume| volume["configMap"]["name"] == "api-server-client-ca")
+    );
+    assert!(
+        pod["containers"][0]["volumeMounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|mount| mount["mountPath"] == "/var/run/baton/client-ca")
+    );
+    // and a ServiceMonitor scrapes the ops port of both binaries' pods
+    let monitor = find(&rendered, "ServiceMonitor", "baton");
+    assert_eq!(monitor["metadata"]["labels"]["release"], "prometheus");
+    assert_eq!(
+        monitor["spec"]["endpoints"],
+        json!([{"port": "ops", "path": "/metrics", "interval": "30s"}])
+    );
+    let service = find(&rendered, "Service", "baton-metrics");
+    assert_eq!(
+        service["spec"]["selector"],
+        json!({"app.kubernetes.io/part-of": "baton"})
+    );
+    for (label, value) in monitor["spec"]["selector"]["matchLabels"]
+        .as_object()
+        .unwrap()
+    {
+        assert_eq!(&service["metadata"]["labels"][label], value, "{label}");
+    }
+}
+
+#[test]
+fn without_webhooks_the_chart_registers_none() {
+    // Given the webhooks turned off, as the Go chart's webhooks.enabled does
+    let rendered = helm_template("baton-system", &["webhooks.enabled=false"]);
+
+    // Then no webhook configuration is registered and nothing of the webhook's runs, while the
+    // controller is installed as ever
+    let names = kinds_and_names(&rendered);
+    assert!(
+        names
+            .iter()
+            .all(|name| !name.contains("WebhookConfiguration/") && !name.contains("baton-webhook")),
+        "{names:#?}"
+    );
+    assert!(names.contains(&"Deployment/baton-controller".to_owned()));
+    assert!(names.contains(&"Role/baton-controller-groups".to_owned()));
+}
+
+async fn create_namespace(client: &kube::Client, name: &str) {
+    let namespace: Namespace = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &namespace)
+        .await
+        .unwrap();
+}
+
+async fn webhook_configurations_judge(client: &kube::Client, groups: &str) {
+    let mut labelled = Vec::new();
+    for configuration in Api::<ValidatingWebhookConfiguration>::all(client.clone())
+        .list(&Default::default())
+        .await
+        .unwrap()
+    {
+        if configuration.name_any().starts_with("baton-") {
+            labelled.push(configuration.labels()["grafana.com/namespace"].clone());
+            let selector = configuration.webhooks.unwrap()[0]
+                .namespace_selector
+                .clone()
+                .unwrap()
+                .match_labels
+                .unwrap();
+            assert_eq!(selector["kubernetes.io/metadata.name"], groups);
+        }
+    }
+    let mutating = Api::<MutatingWebhookConfiguration>::all(client.clone())
+        .get("baton-prepare-downscale")
+        .await
+        .unwrap();
+    labelled.push(mutating.labels()["grafana.com/namespace"].clone());
+    assert_eq!(labelled, vec![groups.to_owned(); 6]);
+}
+
+#[tokio::test]
+async fn helm_installs_upgrades_and_uninstalls_baton() {
+    // Given two namespaces of groups (workloads', which exist before baton) and a namespace
+    // for baton that does not exist yet
+    let control_plane = ControlPlane::shared().await;
+    let client = control_plane.admin_client().await;
+    let id = std::process::id();
+    let (system, groups, other_groups) = (
+        format!("helm-baton-{id}"),
+        format!("helm-groups-{id}"),
+        format!("helm-other-groups-{id}"),
+    );
+    create_namespace(&client, &groups).await;
+    create_namespace(&client, &other_groups).await;
+    let chart = chart_dir();
+    let helm = |args: &[&str]| run("helm", args, Some(control_plane));
+
+    // When baton is installed with helm into its namespace, for the first groups
+    let (ok, output) = helm(&[
+        "install",
+        "baton",
+        chart.to_str().unwrap(),
+        "--namespace",
+        &system,
+        "--create-namespace",
+        "--set",
+        &format!("groupsNamespace={groups}"),
+    ]);
+    assert!(ok, "helm install failed:\n{output}");
+
+    // Then baton's objects are in its namespace, its roles in the groups', and every webhook
+    // configuration is labelled for, and judges, the groups' namespace
+    let deployments = Api::<Deployment>::namespaced(client.clone(), &system);
+    let replicas = |deployment: Deployment| deployment.spec.unwrap().replicas.unwrap();
+    assert_eq!(
+        replicas(deployments.get("baton-controller").await.unwrap()),
+        2
+    );
+    assert_eq!(replicas(deployments.get("baton-webhook").await.unwrap()), 3);
+    let configs = Api::<ConfigMap>::namespaced(client.clone(), &system);
+    let groups_namespace = |config: ConfigMap| config.data.unwrap()["groups-namespace"].clone();
+    assert_eq!(
+        groups_namespace(configs.get("baton-config").await.unwrap()),
+        groups
+    );
+    let roles_in = |namespace: &str| Api::<Role>::namespaced(client.clone(), namespace);
+    for role in ["baton-controller-groups", "baton-webhook-groups"] {
+        roles_in(&groups).get(role).await.unwrap();
+    }
+    webhook_configurations_judge(&client, &groups).await;
+    let binding = Api::<ClusterRoleBinding>::all(client.clone())
+        .get("baton-controller-webhook-ca")
+        .await
+        .unwrap();
+    assert_eq!(
+        binding.subjects.unwrap()[0].namespace.as_deref(),
+        Some(system.as_str())
+    );
+    // and the CRDs are installed, the Helm way (crds/, before the templates)
+    let crds = Api::<CustomResourceDefinition>::all(client.clone());
+    const CRDS: [&str; 4] = [
+        "replicatemplates.rollout-operator.grafana.com",
+        "zoneawarepoddisruptionbudgets.rollout-operator.grafana.com",
+        "rollouthealthchecks.baton.dev",
+        "phasedrollouts.sts.plus",
+    ];
+    for crd in CRDS {
+        crds.get(crd).await.unwrap();
+    }
+
+    // When the release is upgraded to coordinate the other groups, with a third controller
+    let (ok, output) = helm(&[
+        "upgrade",
+        "baton",
+        chart.to_str().unwrap(),
+        "--namespace",
+        &system,
+        "--reuse-values",
+        "--set",
+        &format!("groupsNamespace={other_groups}"),
+        "--set",
+        "controller.replicas=3",
+    ]);
+    assert!(ok, "helm upgrade failed:\n{output}");
+
+    // Then baton is told the other groups' namespace, its webhooks judge that one, its roles
+    // moved there (none is left in the first), and the controller has three replicas
+    assert_eq!(
+        groups_namespace(configs.get("baton-config").await.unwrap()),
+        other_groups
+    );
+    webhook_configurations_judge(&client, &other_groups).await;
+    for role in ["baton-controller-groups", "baton-webhook-groups"] {
+        roles_in(&other_groups).get(role).await.unwrap();
+        assert!(roles_in(&groups).get_opt(role).await.unwrap().is_none());
+    }
+    assert_eq!(
+        replicas(deployments.get("baton-controller").await.unwrap()),
+        3
+    );
+
+    // When the release is uninstalled
+    let (ok, output) = helm(&["uninstall", "baton", "--namespace", &system]);
+    assert!(ok, "helm uninstall failed:\n{output}");
+
+    // Then nothing it installed is left, in either namespace or cluster-wide
+    let (ok, left) = run(
+        "kubectl",
+        &[
+            "get",
+            "deployments,configmaps,serviceaccounts,services,poddisruptionbudgets,roles,\
+             rolebindings,clusterroles,clusterrolebindings,priorityclasses,\
+             validatingwebhookconfigurations,mutatingwebhookconfigurations,\
+             validatingadmissionpolicies,validatingadmissionpolicybindings",
+            "--all-namespaces",
+            "-l",
+            "app.kubernetes.io/part-of=baton",
+            "-o",
+            "name",
+        ],
+        Some(control_plane),
+    );
+    assert!(ok, "{left}");
+    assert_eq!(left.trim(), "", "left after uninstall");
+    // but the CRDs, which Helm never deletes: the resources of every other installation, and
+    // the users' budgets, would go with them
+    for crd in CRDS {
+        crds.get(crd).await.unwrap();
+    }
+}
