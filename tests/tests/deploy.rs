@@ -348,7 +348,7 @@ async fn deploy_installs_baton_apart_from_the_groups_it_coordinates() {
         .expect("the namespace user has tokens of the groups' namespace's service accounts");
 
     // And while no webhook replica answers (none runs here), a Deployment of the groups'
-    // namespace cannot be changed, but baton's own can: a fix for baton rolls out
+    // namespace cannot be scaled down, but baton's own can: a fix for baton rolls out
     let app: Deployment = serde_json::from_value(json!({
         "metadata": {"name": "app"},
         "spec": {
@@ -366,25 +366,29 @@ async fn deploy_installs_baton_apart_from_the_groups_it_coordinates() {
         .create(&PostParams::default(), &app)
         .await
         .unwrap();
-    let touch = |deployments: Api<Deployment>, name: &'static str| async move {
-        let patch = json!({"metadata": {"annotations": {"touched": "yes"}}});
+    // (a downscale through /scale: what the no-downscale webhook is always asked about)
+    let scale_down = |deployments: Api<Deployment>, name: &'static str| async move {
         deployments
-            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .patch_scale(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"replicas": 0}})),
+            )
             .await
             .map(|_| ())
             .map_err(|error| error.to_string())
     };
     wait_until(
         TIMEOUT,
-        "the unanswered no-downscale webhook refuses changes",
+        "the unanswered no-downscale webhook refuses a downscale",
         || async {
-            touch(groups_deployments.clone(), "app")
+            scale_down(groups_deployments.clone(), "app")
                 .await
                 .is_err_and(|error| error.contains("no-downscale"))
         },
     )
     .await;
-    touch(deployments.clone(), "baton-webhook")
+    scale_down(deployments.clone(), "baton-webhook")
         .await
         .expect("baton's own Deployment is not judged by its own webhooks");
 
