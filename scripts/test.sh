@@ -17,10 +17,10 @@ if ! E2E_OLDEST_KUBERNETES_ASSETS="$(tests/control-plane/install.sh --oldest)"; 
   unset E2E_OLDEST_KUBERNETES_ASSETS
 fi
 # baton's image, as users build it: the real-node scenarios run it as deploy/ does.
-if ! BATON_IMAGE_ARCHIVE="$(scripts/image.sh --print-archive)"; then
+if ! E2E_BATON_IMAGE_ARCHIVE="$(scripts/image.sh --print-archive)"; then
   echo "test.sh: MISSING: scripts/image.sh could not build baton's image (above); tests/tests/image.rs and the real-node scenario running it will fail saying so" >&2
-  unset BATON_IMAGE_ARCHIVE
+  unset E2E_BATON_IMAGE_ARCHIVE
 fi
-export KUBEBUILDER_ASSETS E2E_OLDEST_KUBERNETES_ASSETS BATON_IMAGE_ARCHIVE
+export KUBEBUILDER_ASSETS E2E_OLDEST_KUBERNETES_ASSETS E2E_BATON_IMAGE_ARCHIVE
 # --no-fail-fast: every failing test binary is reported, not only the first.
 cargo test --workspace --no-fail-fast "$@"

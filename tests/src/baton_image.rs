@@ -1,5 +1,5 @@
 //! baton's own image, as `scripts/image.sh` builds it for users: found where `scripts/test.sh`
-//! says (`BATON_IMAGE_ARCHIVE`), else built here by that script, once per test process.
+//! says (`E2E_BATON_IMAGE_ARCHIVE`), else built here by that script, once per test process.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -9,7 +9,7 @@ use anyhow::{Context, bail};
 use serde::Deserialize;
 
 /// Set by `scripts/test.sh` to the archive `scripts/image.sh` wrote.
-pub const ARCHIVE_ENV: &str = "BATON_IMAGE_ARCHIVE";
+pub const ARCHIVE_ENV: &str = "E2E_BATON_IMAGE_ARCHIVE";
 
 /// What `scripts/image.sh` says of the image it built (`target/image/image.json`).
 #[derive(Debug, Clone, Deserialize)]

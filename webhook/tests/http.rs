@@ -419,29 +419,44 @@ fn client_trusting(ca_pem: &str, name: &str, address: std::net::SocketAddr) -> r
         .unwrap()
 }
 
-#[tokio::test]
-async fn the_tls_server_picks_up_a_renewed_certificate_without_a_restart() {
+/// A TLS webhook server on 127.0.0.1 serving `cert_pem`/`key_pem` (written into `dir`, where a
+/// test may renew them), to every client or only to `clients`' certificates.
+fn serve_files(
+    dir: &std::path::Path,
+    cert_pem: &str,
+    key_pem: &str,
+    clients: Option<ClientCa>,
+) -> (
+    std::sync::Arc<ReloadingCert>,
+    baton_shared::http_server::BoundServer,
+) {
     baton_shared::crypto::install_default_provider();
-    let dir = tempfile::tempdir().unwrap();
-    let (cert_a, key_a) = issue("webhook.test");
-    std::fs::write(dir.path().join("tls.crt"), &cert_a).unwrap();
-    std::fs::write(dir.path().join("tls.key"), &key_a).unwrap();
+    std::fs::write(dir.join("tls.crt"), cert_pem).unwrap();
+    std::fs::write(dir.join("tls.key"), key_pem).unwrap();
     let cert = std::sync::Arc::new(
         ReloadingCert::load(CertFiles {
-            cert: dir.path().join("tls.crt"),
-            key: dir.path().join("tls.key"),
+            cert: dir.join("tls.crt"),
+            key: dir.join("tls.key"),
         })
         .unwrap(),
     );
     let (state, _) = state(&config());
     let server = server::bind(
         "127.0.0.1:0".parse().unwrap(),
-        cert.server_config(None),
+        cert.server_config(clients),
         state,
         Draining::default(),
         Duration::from_secs(1),
     )
     .unwrap();
+    (cert, server)
+}
+
+#[tokio::test]
+async fn the_tls_server_picks_up_a_renewed_certificate_without_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cert_a, key_a) = issue("webhook.test");
+    let (cert, server) = serve_files(dir.path(), &cert_a, &key_a, None);
     let address = server.local_addr();
     let shutdown = tokio_util::sync::CancellationToken::new();
     let serving = tokio::spawn(server.run(shutdown.clone()));
@@ -592,32 +607,14 @@ fn client_ca_and_certificate(name: &str) -> (String, String, String) {
 #[tokio::test]
 async fn with_a_client_ca_only_clients_presenting_its_certificates_are_served() {
     // Given a webhook server that requires client certificates of one CA (the API server's)
-    baton_shared::crypto::install_default_provider();
     let dir = tempfile::tempdir().unwrap();
     let (serving_cert, serving_key) = issue("webhook.test");
-    std::fs::write(dir.path().join("tls.crt"), &serving_cert).unwrap();
-    std::fs::write(dir.path().join("tls.key"), &serving_key).unwrap();
     let (api_server_ca, api_server_cert, api_server_key) =
         client_ca_and_certificate("kube-apiserver");
     let (_, stranger_cert, stranger_key) = client_ca_and_certificate("kube-apiserver");
     std::fs::write(dir.path().join("client-ca.crt"), &api_server_ca).unwrap();
-    let cert = std::sync::Arc::new(
-        ReloadingCert::load(CertFiles {
-            cert: dir.path().join("tls.crt"),
-            key: dir.path().join("tls.key"),
-        })
-        .unwrap(),
-    );
     let clients = ClientCa::load(&dir.path().join("client-ca.crt")).unwrap();
-    let (state, _) = state(&config());
-    let server = server::bind(
-        "127.0.0.1:0".parse().unwrap(),
-        cert.server_config(Some(clients)),
-        state,
-        Draining::default(),
-        Duration::from_secs(1),
-    )
-    .unwrap();
+    let (_cert, server) = serve_files(dir.path(), &serving_cert, &serving_key, Some(clients));
     let address = server.local_addr();
     let shutdown = tokio_util::sync::CancellationToken::new();
     let serving = tokio::spawn(server.run(shutdown.clone()));
