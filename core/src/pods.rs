@@ -8,7 +8,6 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use crate::annotations::READY_TIME_ANNOTATION;
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
@@ -46,10 +45,6 @@ pub struct PodReadiness {
     pub ready: bool,
     /// When the Ready condition last became True, if the pod is ready and Kubernetes said so.
     pub ready_since: Option<Timestamp>,
-    /// The Go operator's `grafana.com/ready-time` annotation, if the pod is ready and has one:
-    /// when that operator first saw it ready (never before `ready_since`). Read so that a
-    /// cross-zone eviction delay it started is not cut short by switching to baton.
-    pub annotated_ready_since: Option<Timestamp>,
     /// metadata.deletionTimestamp is set: the pod is going away.
     pub terminating: bool,
 }
@@ -96,28 +91,7 @@ impl PodReadiness {
                 .filter(|_| ready)
                 .and_then(|condition| condition.last_transition_time.as_ref())
                 .map(|time| time.0),
-            annotated_ready_since: pod
-                .metadata
-                .annotations
-                .as_ref()
-                .and_then(|annotations| annotations.get(READY_TIME_ANNOTATION))
-                .filter(|_| ready)
-                .and_then(|text| text.parse::<Timestamp>().ok()),
             terminating: pod.metadata.deletion_timestamp.is_some(),
-        }
-    }
-
-    /// When the pod became ready, for a cross-zone eviction delay: the later of the Ready
-    /// condition's time and the Go operator's `grafana.com/ready-time` (an annotation dated
-    /// past `now` and the clock skew is not believed: anyone who may edit the pod writes it).
-    pub fn ready_since_for_delay(&self, now: Timestamp) -> Option<Timestamp> {
-        let believed = self.annotated_ready_since.filter(|at| {
-            now.checked_add(crate::clock::MAX_CLOCK_SKEW)
-                .is_ok_and(|latest| *at <= latest)
-        });
-        match (self.ready_since, believed) {
-            (Some(condition), Some(annotated)) => Some(condition.max(annotated)),
-            (condition, annotated) => condition.or(annotated),
         }
     }
 
@@ -605,45 +579,19 @@ mod tests {
         ));
     }
 
-    /// A delay the Go operator started (its `grafana.com/ready-time`, written when it first
-    /// saw the pod ready, so never before the Ready condition) is not cut short by the switch;
-    /// a forged time far ahead is not believed, and a pod that is not ready has none.
+    /// As the Go operator since v0.40: when a pod turned Ready is its Ready condition's
+    /// `lastTransitionTime` alone. The `grafana.com/ready-time` annotation older Go operators
+    /// wrote (and anyone who may edit the pod can write) changes nothing.
     #[test]
-    fn the_go_operators_ready_time_counts_for_the_cross_zone_delay() {
-        let annotated = |text: &str| {
-            let mut pod = pod("uid-a", &[]);
-            pod.metadata.annotations = Some(BTreeMap::from([(
-                READY_TIME_ANNOTATION.to_owned(),
-                text.to_owned(),
-            )]));
-            PodReadiness::of(&pod)
-        };
-        let now = at(READY_AT + 120);
-        let later = at(READY_AT + 60);
-        assert_eq!(
-            annotated(&later.to_string()).ready_since_for_delay(now),
-            Some(later)
-        );
-        assert_eq!(
-            annotated("2099-01-01T00:00:00Z").ready_since_for_delay(now),
-            Some(at(READY_AT))
-        );
-        assert_eq!(
-            annotated("soon").ready_since_for_delay(now),
-            Some(at(READY_AT))
-        );
-        assert_eq!(
-            PodReadiness::of(&pod("uid-a", &[])).ready_since_for_delay(now),
-            Some(at(READY_AT))
-        );
-        // Not ready: the annotation (stale once the Go operator is gone) counts for nothing.
-        let mut stale = pod("uid-a", &[]);
-        stale.metadata.annotations = Some(BTreeMap::from([(
-            READY_TIME_ANNOTATION.to_owned(),
-            later.to_string(),
+    fn ready_since_is_the_ready_conditions_time_alone() {
+        let mut annotated = pod("uid-a", &[]);
+        annotated.metadata.annotations = Some(BTreeMap::from([(
+            "grafana.com/ready-time".to_owned(),
+            at(READY_AT + 60).to_string(),
         )]));
-        let stale = with_status(stale, |status| status.conditions = None);
-        assert_eq!(PodReadiness::of(&stale).annotated_ready_since, None);
+        assert_eq!(PodReadiness::of(&annotated).ready_since, Some(at(READY_AT)));
+        let not_ready = with_status(annotated, |status| status.conditions = None);
+        assert_eq!(PodReadiness::of(&not_ready).ready_since, None);
     }
 
     #[test]
@@ -655,7 +603,6 @@ mod tests {
                 phase: PodPhase::Running,
                 ready: true,
                 ready_since: Some(at(READY_AT)),
-                annotated_ready_since: None,
                 terminating: false,
             }
         );

@@ -15,9 +15,6 @@ pub const UPSCALE_ONLY_WHEN_LEADER_READY_ANNOTATION: &str =
 /// Label: minimum time between downscales of two zones of a group (Go duration syntax).
 pub const MIN_TIME_BETWEEN_ZONES_DOWNSCALE_LABEL: &str =
     "grafana.com/min-time-between-zones-downscale";
-/// Pod annotation the Go operator writes: RFC 3339 time it first saw the pod ready and running
-/// (removed when the pod leaves that state); its cross-zone eviction delay counts from it.
-pub const READY_TIME_ANNOTATION: &str = "grafana.com/ready-time";
 /// Annotation: RFC 3339 time of the last approved downscale.
 pub const LAST_DOWNSCALE_ANNOTATION: &str = "grafana.com/last-downscale";
 /// Label `"true"`: opts in to the prepare-downscale webhook.

@@ -461,7 +461,9 @@ impl Judge<'_, '_> {
             .cross_zone_eviction_delay
             .filter(|delay| !delay.is_zero())
         {
-            match readiness.ready_since_for_delay(now) {
+            // From the Ready condition's transition, as the Go operator since v0.40; a pod with
+            // none usable is held (fail closed).
+            match readiness.ready_since {
                 None => return Some(Unavailable::ReadySinceUnknown),
                 Some(since) => match since.checked_add(delay) {
                     Ok(until) if until > now => return Some(Unavailable::ReadyTooRecently(until)),

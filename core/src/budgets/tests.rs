@@ -33,6 +33,8 @@ enum State {
     Ready,
     /// Running and Ready since this many seconds before NOW.
     ReadyFor(i64),
+    /// Running and Ready, its Ready condition with no transition time.
+    ReadySinceUnknown,
     NotReady,
     Pending,
     Terminating,
@@ -44,6 +46,17 @@ fn pod(statefulset: &str, ordinal: u32, state: State) -> Pod {
     match state {
         State::Ready => pod(3600),
         State::ReadyFor(seconds) => pod(seconds),
+        State::ReadySinceUnknown => {
+            let mut built = pod(3600).build();
+            for condition in built
+                .status
+                .iter_mut()
+                .flat_map(|status| status.conditions.iter_mut().flatten())
+            {
+                condition.last_transition_time = None;
+            }
+            return built;
+        }
         State::NotReady => pod(3600).not_ready(ago(10)),
         State::Pending => pod(3600).pending(ago(10)),
         State::Terminating => pod(3600).terminating(now()),
@@ -486,6 +499,13 @@ fn cross_zone_eviction_delay() {
             "ingester-zone-a-1",
             "zpdb_met",
             &[],
+        ),
+        (
+            "ready since a time Kubernetes does not say: held (fail closed, as the Go operator since v0.40)",
+            World::new(3, spec.clone()).set("ingester-zone-b-1", State::ReadySinceUnknown),
+            "ingester-zone-a-1",
+            "partition_at_max_unavailable",
+            &["ingester-zone-b-1 ready since an unknown time"],
         ),
         (
             "the delay does not hold other partitions",

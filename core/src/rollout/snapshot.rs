@@ -234,7 +234,6 @@ impl PodSnapshot {
             ready: self.ready,
             ready_since: self.ready_since,
             // Only the zone-aware budgets read it; the planner counts from the condition.
-            annotated_ready_since: None,
             terminating: self.terminating,
         }
     }
