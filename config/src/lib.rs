@@ -338,6 +338,15 @@ pub struct KubernetesConfig {
     /// objects a page, then a watch). When the API server refuses `streaming` (WatchList turned
     /// off), every watch of the process lists instead, with one warning.
     pub initial_list: InitialList,
+    /// Requests per second to each API group (`core/v1`, `apps/v1`, `policy/v1`…), a token
+    /// bucket per group as the Go operator's `-kubernetes.client-qps` (its default is 5). `0`:
+    /// no limit, the default (baton's calls are bounded by its events, and the API server's
+    /// priority and fairness shares it out). A request that waits for a token counts in
+    /// `rollout_operator_kubernetes_api_client_rate_limited_requests_total{api_group}`.
+    pub client_qps: f64,
+    /// Requests each API group may make at once above `client_qps` (the bucket's size), as the
+    /// Go operator's `-kubernetes.client-burst` (10).
+    pub client_burst: u32,
 }
 
 impl Default for KubernetesConfig {
@@ -346,6 +355,8 @@ impl Default for KubernetesConfig {
             connect_timeout: Duration::from_secs(5),
             request_timeout: Duration::from_secs(10),
             initial_list: InitialList::default(),
+            client_qps: 0.0,
+            client_burst: 10,
         }
     }
 }
@@ -504,6 +515,18 @@ impl Config {
             "cluster_domain",
             self.cluster_domain.clone(),
             "a DNS domain such as cluster.local",
+        );
+        check(
+            self.kubernetes.client_qps.is_finite() && self.kubernetes.client_qps >= 0.0,
+            "kubernetes.client_qps",
+            self.kubernetes.client_qps.to_string(),
+            "requests per second, 0 (no limit) or more, e.g. 5",
+        );
+        check(
+            self.kubernetes.client_qps == 0.0 || self.kubernetes.client_burst >= 1,
+            "kubernetes.client_burst",
+            self.kubernetes.client_burst.to_string(),
+            "1 or more while kubernetes.client_qps limits",
         );
         check(
             values::is_log_filter(&self.log.level),

@@ -1,5 +1,6 @@
 //! The Kubernetes client both binaries use, instrumented with the Go operator's
-//! `rollout_operator_kubernetes_api_client_request_duration_seconds` histogram.
+//! `rollout_operator_kubernetes_api_client_request_duration_seconds` histogram and its
+//! client-side rate limits ([`crate::rate_limit`]).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -33,9 +34,13 @@ pub async fn client(
     crate::initial_list::configure(config.initial_list);
     let mut kube_config = kube::Config::infer().await?;
     kube_config.connect_timeout = Some(config.connect_timeout.get());
-    let layer = RequestDurationLayer::register(registry)?;
+    let timed = RequestDurationLayer::register(registry)?;
+    let limited = crate::rate_limit::RateLimitLayer::register(config, registry)?;
+    // Timed outside the limit, as the Go operator's client: a wait for a token is time the
+    // request took.
     let client = kube::client::ClientBuilder::try_from(kube_config)?
-        .with_layer(&layer)
+        .with_layer(&limited)
+        .with_layer(&timed)
         .build();
     Ok(client)
 }

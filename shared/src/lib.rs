@@ -41,6 +41,7 @@ pub mod ledger;
 pub mod ops_server;
 pub mod pod_cache;
 pub mod pod_client;
+pub mod rate_limit;
 pub mod reflect;
 pub mod shutdown;
 pub mod supervisor;

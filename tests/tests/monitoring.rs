@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use baton_config::PodsConfig;
+use baton_config::{KubernetesConfig, PodsConfig};
 use baton_controller::certificates::CertificateMetrics;
 use baton_controller::leader::LeaderMetrics;
 use baton_controller::metrics::ControllerMetrics;
@@ -17,6 +17,7 @@ use baton_e2e::prometheus_support::Prometheus;
 use baton_e2e::{ControlPlane, TestNamespace};
 use baton_shared::kube_client::RequestDurationLayer;
 use baton_shared::pod_client::PodHttpClient;
+use baton_shared::rate_limit::RateLimitLayer;
 use baton_webhook::evictions::ZpdbMetrics;
 use baton_webhook::metrics::WebhookMetrics;
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -124,6 +125,8 @@ fn exported_families() -> Families {
 
     let controller = Registry::new();
     let api = RequestDurationLayer::register(&controller).expect("API client histogram");
+    let kubernetes = KubernetesConfig::default();
+    let limits = RateLimitLayer::register(&kubernetes, &controller).expect("API client limits");
     let rollout = ControllerMetrics::register(&controller).expect("rollout metrics");
     LeaderMetrics::register(&controller).expect("leader metrics");
     let pods = PodHttpClient::new(&pods_config, &controller).expect("pod client");
@@ -137,6 +140,7 @@ fn exported_families() -> Families {
         failure_policy,
     } = &certificates;
     let mut collectors = rollout.collectors();
+    collectors.extend(limits.collectors());
     collectors.extend([
         api.histogram() as &dyn Collector,
         pods.duration_histogram(),
@@ -149,6 +153,8 @@ fn exported_families() -> Families {
 
     let webhook = Registry::new();
     let api = RequestDurationLayer::register(&webhook).expect("API client histogram");
+    let limits = RateLimitLayer::register(&kubernetes, &webhook).expect("API client limits");
+    let [rate_limited, rate_limit_qps] = limits.collectors();
     let admission = WebhookMetrics::register(&webhook).expect("webhook metrics");
     let pods = PodHttpClient::new(&pods_config, &webhook).expect("pod client");
     let zpdb = ZpdbMetrics::register(&webhook).expect("zpdb metrics");
@@ -171,6 +177,8 @@ fn exported_families() -> Families {
         &webhook,
         &[
             api.histogram(),
+            rate_limited,
+            rate_limit_qps,
             pods.duration_histogram(),
             request_duration,
             inflight_requests,

@@ -769,3 +769,44 @@ async fn new_pods_ready_since(scene: &Scene) -> BTreeMap<String, jiff::Timestamp
         })
         .collect()
 }
+
+#[tokio::test]
+async fn under_a_tight_client_side_rate_limit_a_rollout_completes_and_the_waits_are_counted() {
+    // Given a controller limited to 2 API requests a second per API group, bursts of 2 (the
+    // Go operator's -kubernetes.client-qps/-burst), and a ready group of 2 zones × 2 pods
+    let scene = Scene(
+        ControlledNamespace::start_with(
+            "rate-limited",
+            &[
+                ("BATON_KUBERNETES__CLIENT_QPS", "2"),
+                ("BATON_KUBERNETES__CLIENT_BURST", "2"),
+            ],
+        )
+        .await,
+    );
+    let names = scene
+        .create(&rollout_group("ingester", &["a", "b"], 2))
+        .await;
+
+    // When it rolls out a new version
+    scene.roll_out(&names, "v2").await;
+
+    // Then the rollout completes, the requests that waited for a token are counted by API
+    // group, and the limit is exported
+    scene.wait_complete(&names).await;
+    let metrics = scene.controller.metrics().await;
+    let waited: u64 = metrics
+        .lines()
+        .filter(|line| {
+            line.starts_with("rollout_operator_kubernetes_api_client_rate_limited_requests_total{")
+        })
+        .filter_map(|line| line.rsplit_once(' ')?.1.parse::<u64>().ok())
+        .sum();
+    assert!(waited > 0, "no request waited:\n{metrics}");
+    assert!(
+        metrics.contains(
+            "rollout_operator_kubernetes_api_client_rate_limit_qps{api_group=\"apps/v1\"} 2"
+        ),
+        "{metrics}"
+    );
+}
