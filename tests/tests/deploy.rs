@@ -617,11 +617,34 @@ async fn actions_outside_the_roles_are_refused() {
         forbidden(list_secrets),
         "the controller listed every Secret"
     );
+    let webhook_client = webhook.clone();
     let delete_pods = Api::<k8s_openapi::api::core::v1::Pod>::namespaced(webhook, namespace.name())
         .delete_collection(&DeleteParams::default(), &ListParams::default())
         .await
         .map(|_| ());
     assert!(forbidden(delete_pods), "the webhook deleted pods");
+    // nor either patch a pod (the Go operator dropped that verb in v0.40; baton never had it)
+    let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(json!({
+        "metadata": {"name": "bystander"},
+        "spec": {"containers": [{"name": "app", "image": "app:1"}]},
+    }))
+    .unwrap();
+    namespace
+        .api::<k8s_openapi::api::core::v1::Pod>()
+        .create(&PostParams::default(), &pod)
+        .await
+        .unwrap();
+    for (who, client) in [("controller", &controller), ("webhook", &webhook_client)] {
+        let patched = Api::<k8s_openapi::api::core::v1::Pod>::namespaced(client.clone(), namespace.name())
+            .patch(
+                "bystander",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"annotations": {"grafana.com/ready-time": "2099-01-01T00:00:00Z"}}})),
+            )
+            .await
+            .map(|_| ());
+        assert!(forbidden(patched), "the {who} patched a pod");
+    }
     // nor the controller rewrite another product's webhook configuration (only baton's own,
     // by name)
     let others: ValidatingWebhookConfiguration = serde_json::from_value(json!({
