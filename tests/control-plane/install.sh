@@ -4,19 +4,19 @@
 #
 #   tests/control-plane/install.sh            the newest Kubernetes the project supports, with
 #                                             etcd, kubelet, kube-scheduler, kube-proxy, kubectl,
-#                                             containerd, ctr, the runc shim, runc and helm
-#                                             beside it
+#                                             containerd, ctr, the runc shim, runc, helm and
+#                                             jsonnet beside it
 #   tests/control-plane/install.sh --oldest   the oldest Kubernetes the project supports:
 #                                             kube-apiserver, kube-controller-manager, kubectl
 #                                             and etcd, for the oldest-version smoke test
 #
-# Kubernetes, etcd, containerd, runc and helm are built from their Go modules with the ordinary `go`
-# client (Go >= 1.21 on PATH or in /usr/local/go; it fetches a newer toolchain itself when a
-# module asks for one), each once, into a cache folder outside the repository keyed by its
-# version and this script's build revision ($E2E_CACHE_DIR, else ~/.cache/baton). Nothing is
-# vendored: a throwaway module requires the release and is built in a scratch folder that is
-# removed afterwards. Everything else (haproxy, prometheus, chromium, wrk, iptables, the CNI
-# plugins) comes from Debian.
+# Kubernetes, etcd, containerd, runc, helm and jsonnet are built from their Go modules with the
+# ordinary `go` client (Go >= 1.21 on PATH or in /usr/local/go; it fetches a newer toolchain
+# itself when a module asks for one), each once, into a cache folder outside the repository
+# keyed by its version and this script's build revision ($E2E_CACHE_DIR, else ~/.cache/baton).
+# Nothing is vendored: a throwaway module requires the release and is built in a scratch folder
+# that is removed afterwards. Everything else (haproxy, prometheus, chromium, wrk, iptables, the
+# CNI plugins) comes from Debian.
 #
 # KUBEBUILDER_ASSETS naming a folder of ready binaries made elsewhere skips everything here
 # (without --oldest); the real-node tests then say which binaries that folder lacks.
@@ -33,6 +33,7 @@ ETCD_VERSION=3.7.3
 CONTAINERD_VERSION=2.4.2
 RUNC_VERSION=1.5.2
 HELM_VERSION=4.3.1
+JSONNET_VERSION=0.22.0
 # This script's own build revision: bump it when how something is built changes, so caches
 # built the old way are not used.
 BUILD_REVISION=1
@@ -45,6 +46,7 @@ ETCD_DIR="$CACHE_ROOT/etcd-$ETCD_VERSION-r$BUILD_REVISION/bin"
 CONTAINERD_DIR="$CACHE_ROOT/containerd-$CONTAINERD_VERSION-r$BUILD_REVISION/bin"
 RUNC_DIR="$CACHE_ROOT/runc-$RUNC_VERSION-r$BUILD_REVISION/bin"
 HELM_DIR="$CACHE_ROOT/helm-$HELM_VERSION-r$BUILD_REVISION/bin"
+JSONNET_DIR="$CACHE_ROOT/jsonnet-$JSONNET_VERSION-r$BUILD_REVISION/bin"
 
 oldest=0
 case "${1:-}" in
@@ -259,9 +261,17 @@ if missing "$HELM_DIR" helm; then
     go_build "$HELM_DIR" helm.sh/helm/v4 "$HELM_VERSION" helm.sh/helm/v4/cmd/helm
 fi
 
+# jsonnet (go-jsonnet, the implementation Tanka embeds) renders operations/baton and
+# operations/baton-mixin for tests/tests/jsonnet.rs.
+if missing "$JSONNET_DIR" jsonnet; then
+  go_build "$JSONNET_DIR" github.com/google/go-jsonnet "$JSONNET_VERSION" \
+    github.com/google/go-jsonnet/cmd/jsonnet
+fi
+
 # One folder holds everything the tests run.
 for bin in "$ETCD_DIR/etcd" "$CONTAINERD_DIR/containerd" "$CONTAINERD_DIR/ctr" \
-  "$CONTAINERD_DIR/containerd-shim-runc-v2" "$RUNC_DIR/runc" "$HELM_DIR/helm"; do
+  "$CONTAINERD_DIR/containerd-shim-runc-v2" "$RUNC_DIR/runc" "$HELM_DIR/helm" \
+  "$JSONNET_DIR/jsonnet"; do
   ln -sfn "$bin" "$BIN_DIR/${bin##*/}"
 done
 echo "$BIN_DIR"

@@ -21,6 +21,7 @@ pub mod process;
 pub mod prometheus_support;
 pub mod rbac_support;
 pub mod real_nodes;
+pub mod renders;
 pub mod scaling_support;
 pub mod timeline;
 pub mod wait;

@@ -42,9 +42,10 @@ pub fn deploy_objects(kind: &str) -> Vec<serde_json::Value> {
 mod tests {
     use super::*;
 
-    /// The source files named in `text`: `core/…rs`, `tests/tests/…rs` and the like.
+    /// The source files named in `text`: `core/…rs`, `tests/tests/…rs`,
+    /// `operations/…libsonnet` and the like.
     fn named_sources(text: &str) -> Vec<String> {
-        const ROOTS: [&str; 7] = [
+        const ROOTS: [&str; 8] = [
             "core/",
             "controller/",
             "webhook/",
@@ -52,9 +53,10 @@ mod tests {
             "plugin/",
             "config/",
             "tests/",
+            "operations/",
         ];
         text.split(|c: char| !(c.is_ascii_alphanumeric() || "_/.-".contains(c)))
-            .filter(|word| word.ends_with(".rs"))
+            .filter(|word| word.ends_with(".rs") || word.ends_with(".libsonnet"))
             .filter_map(|word| {
                 ROOTS
                     .iter()
@@ -69,17 +71,16 @@ mod tests {
     fn every_source_file_the_manifests_and_docs_name_exists() {
         let root = deploy_dir().join("..");
         let mut texts = Vec::new();
-        for dir in ["deploy", "docs", "charts"] {
+        for dir in ["deploy", "docs", "charts", "operations"] {
             let mut stack = vec![root.join(dir)];
             while let Some(dir) = stack.pop() {
                 for entry in std::fs::read_dir(&dir).expect("a folder") {
                     let path = entry.expect("an entry").path();
                     if path.is_dir() {
                         stack.push(path);
-                    } else if path
-                        .extension()
-                        .is_some_and(|ext| ["yaml", "md", "tpl"].iter().any(|e| ext == *e))
-                    {
+                    } else if path.extension().is_some_and(|ext| {
+                        ["yaml", "md", "tpl", "libsonnet"].iter().any(|e| ext == *e)
+                    }) {
                         texts.push(path);
                     }
                 }
@@ -97,8 +98,14 @@ mod tests {
         }
         assert!(missing.is_empty(), "{missing:#?}");
         assert!(
-            named_sources("checked by tests/tests/rbac.rs, and `core/src/pods.rs`")
-                == ["tests/tests/rbac.rs", "core/src/pods.rs"]
+            named_sources(
+                "checked by tests/tests/rbac.rs, and `core/src/pods.rs`, \
+                 'baton/operations/baton/baton.libsonnet'"
+            ) == [
+                "tests/tests/rbac.rs",
+                "core/src/pods.rs",
+                "operations/baton/baton.libsonnet"
+            ]
         );
     }
 }
