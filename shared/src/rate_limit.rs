@@ -100,20 +100,30 @@ fn quota(qps: f64, burst: u32) -> Option<Quota> {
 impl<S> tower::Layer<S> for RateLimitLayer {
     type Service = RateLimited<S>;
     fn layer(&self, inner: S) -> Self::Service {
+        let inner = match self.limiter {
+            None => Inner::Direct(inner),
+            Some(_) => Inner::Shared(Arc::new(tokio::sync::Mutex::new(inner))),
+        };
         RateLimited {
-            inner: Arc::new(tokio::sync::Mutex::new(inner)),
+            inner,
             layer: self.clone(),
         }
     }
 }
 
-/// The service [`RateLimitLayer`] wraps around the client's stack. The stack is made ready
-/// and called only once the request's token is there (kube's stack is one boxed service, not
-/// a clone per request): the lock is held for that, never while the response comes.
-#[derive(Clone)]
+/// The service [`RateLimitLayer`] wraps around the client's stack.
 pub struct RateLimited<S> {
-    inner: Arc<tokio::sync::Mutex<S>>,
+    inner: Inner<S>,
     layer: RateLimitLayer,
+}
+
+enum Inner<S> {
+    /// No limit: each request goes straight on, exactly as without the layer.
+    Direct(S),
+    /// Limited: the stack is made ready and called only once the request's token is there
+    /// (kube's stack is one boxed service, not a clone per request); the lock is held for
+    /// that, never while the response comes.
+    Shared(Arc<tokio::sync::Mutex<S>>),
 }
 
 impl<S, B> tower::Service<http::Request<B>> for RateLimited<S>
@@ -126,9 +136,12 @@ where
     type Error = S::Error;
     type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
 
-    /// Always ready: the stack's readiness is awaited with the call, after the token.
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        Poll::Ready(Ok(()))
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        match &mut self.inner {
+            Inner::Direct(inner) => inner.poll_ready(cx),
+            // Awaited with the call, after the token.
+            Inner::Shared(_) => Poll::Ready(Ok(())),
+        }
     }
 
     fn call(&mut self, request: http::Request<B>) -> Self::Future {
@@ -137,9 +150,12 @@ where
             .qps_gauge
             .with_label_values(&[group.as_str()])
             .set(self.layer.qps);
+        let inner = match &mut self.inner {
+            Inner::Direct(inner) => return Box::pin(inner.call(request)),
+            Inner::Shared(inner) => inner.clone(),
+        };
         let limiter = self.layer.limiter.clone();
         let limited = self.layer.limited.clone();
-        let inner = self.inner.clone();
         Box::pin(async move {
             if let Some(limiter) = limiter
                 && limiter.check_key(&group).is_err()

@@ -289,9 +289,10 @@ async fn the_shipped_match_conditions_spare_baton_the_writes_it_would_allow_anyw
     // without them
     assert!(without.drain["state-guard"] > 0, "{:?}", without.drain);
     assert_eq!(with.drain["state-guard"], 0, "{:?}", with.drain);
-    // And every eviction is judged either way (an Eviction carries no labels to skip by)
-    assert_eq!(with.drain["pod-eviction"], 6, "{:?}", with.drain);
-    assert_eq!(without.drain["pod-eviction"], 6, "{:?}", without.drain);
+    // And every eviction is judged either way (an Eviction carries no labels to skip by): the
+    // 6 pods' at least, more when kubectl drain retried one the budget held
+    assert!(with.drain["pod-eviction"] >= 6, "{:?}", with.drain);
+    assert!(without.drain["pod-eviction"] >= 6, "{:?}", without.drain);
     // And nothing else of either scenario is sent to prepare-downscale
     for cost in [&with, &without] {
         assert_eq!(cost.drain["prepare-downscale"], 0);
