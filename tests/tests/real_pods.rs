@@ -868,23 +868,13 @@ fn deploy_pod(name: &str, image: &str) -> Pod {
     pod["metadata"]["name"] = json!(name);
     let spec = &mut pod["spec"];
     spec["restartPolicy"] = json!("Never");
-    let container = &mut spec["containers"][0];
-    container["image"] = json!(image);
-    container["args"] = json!(["--print-config"]);
-    // It exits at once: nothing to probe.
-    for probe in ["livenessProbe", "readinessProbe", "startupProbe"] {
-        container.as_object_mut().unwrap().remove(probe);
-    }
+    spec["containers"][0]["image"] = json!(image);
     serde_json::from_value(pod).expect("a Pod")
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn batons_image_runs_on_a_real_node_as_deploy_runs_it() {
-    // Given baton's image imported into the nodes' containerd, referred to by digest, and what
-    // deploy/'s pods need in a namespace: its ServiceAccounts, its ConfigMap, its priority class
-    let image = baton_e2e::baton_image::BatonImage::get();
-    let scene = Scene::new("baton-image", &[]).await;
-    let (client, namespace) = (scene.namespace.client(), scene.namespace.name());
+/// What deploy/'s pods need in `namespace` (as their system namespace): its ServiceAccounts,
+/// its ConfigMap, its priority class.
+async fn create_what_deploys_pods_need(client: &kube::Client, namespace: &str) {
     for kind in ["ServiceAccount", "ConfigMap"] {
         for mut object in baton_e2e::manifests::deploy_objects(kind) {
             object["metadata"]["namespace"] = json!(namespace);
@@ -905,17 +895,100 @@ async fn batons_image_runs_on_a_real_node_as_deploy_runs_it() {
             .create(&PostParams::default(), &priority)
             .await;
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn baton_controller_in_a_pod_reaches_the_api_server_through_the_kubernetes_service() {
+    // Given deploy/'s controller pod on a real node, with no kubeconfig: only what the kubelet
+    // gives every pod (KUBERNETES_SERVICE_HOST, the service account's token and the cluster's
+    // CA), its account allowed everything in its namespace; no other controller there
+    let image = baton_e2e::baton_image::BatonImage::get();
+    baton_e2e::real_nodes::RealNodes::shared().await;
+    let scene = baton_e2e::TestNamespace::create(
+        baton_e2e::control_plane::ControlPlane::shared().await,
+        &format!(
+            "{}in-cluster",
+            baton_e2e::real_nodes::supervisor::NAMESPACE_PREFIX
+        ),
+    )
+    .await;
+    let (client, namespace) = (scene.client(), scene.name());
+    create_what_deploys_pods_need(&client, namespace).await;
+    let binding: k8s_openapi::api::rbac::v1::RoleBinding = serde_json::from_value(json!({
+        "metadata": {"name": "baton-controller-everything"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+        "subjects": [{"kind": "ServiceAccount", "name": "baton-controller", "namespace": namespace}],
+    }))
+    .unwrap();
+    Api::<k8s_openapi::api::rbac::v1::RoleBinding>::namespaced(client.clone(), namespace)
+        .create(&PostParams::default(), &binding)
+        .await
+        .expect("binding the controller's account");
+
+    // When it starts (its pod named apart: the Lease's holder is its host name)
+    let pods = Api::<Pod>::namespaced(client.clone(), namespace);
+    let mut pod = deploy_pod("baton-controller", &image.by_digest());
+    pod.metadata.name = Some("in-cluster-controller".to_owned());
+    pods.create(&PostParams::default(), &pod)
+        .await
+        .expect("creating the controller's pod");
+
+    // Then it takes its Lease, in its namespace, through the `kubernetes` Service (kube-proxy
+    // sends 10.0.0.1:443 to the API server's advertised address): it leads
+    let leases =
+        Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(client.clone(), namespace);
+    let holder = |lease: Option<k8s_openapi::api::coordination::v1::Lease>| {
+        lease
+            .and_then(|lease| lease.spec)
+            .and_then(|spec| spec.holder_identity)
+    };
+    let deadline = Instant::now() + TIMEOUT;
+    loop {
+        let held = holder(leases.get_opt("baton-controller").await.unwrap());
+        if held
+            .as_deref()
+            .is_some_and(|held| held.starts_with("in-cluster-controller-"))
+        {
+            break;
+        }
+        let pod = pods.get("in-cluster-controller").await.unwrap();
+        if Instant::now() > deadline {
+            let logs = baton_e2e::real_nodes::RealNodes::shared()
+                .await
+                .container_log(&pod, "baton-controller")
+                .unwrap_or_default();
+            panic!(
+                "the controller's pod did not lead (Lease held by {held:?}): {:#?}\n{logs}",
+                pod.status
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batons_image_runs_on_a_real_node_as_deploy_runs_it() {
+    // Given baton's image imported into the nodes' containerd, referred to by digest, and what
+    // deploy/'s pods need in a namespace: its ServiceAccounts, its ConfigMap, its priority class
+    let image = baton_e2e::baton_image::BatonImage::get();
+    let scene = Scene::new("baton-image", &[]).await;
+    let (client, namespace) = (scene.namespace.client(), scene.namespace.name());
+    create_what_deploys_pods_need(&client, namespace).await;
 
     // When each binary's pod, as deploy/ writes it (read-only root filesystem, user 65532, no
     // capability), runs the image on a real node
     let pods = Api::<Pod>::namespaced(client.clone(), namespace);
     for name in ["baton-controller", "baton-webhook"] {
-        pods.create(
-            &PostParams::default(),
-            &deploy_pod(name, &image.by_digest()),
-        )
-        .await
-        .unwrap_or_else(|error| panic!("creating {name}'s pod: {error}"));
+        let mut pod = deploy_pod(name, &image.by_digest());
+        let container = &mut pod.spec.as_mut().unwrap().containers[0];
+        container.args = Some(vec!["--print-config".to_owned()]);
+        // It exits at once: nothing to probe.
+        container.liveness_probe = None;
+        container.readiness_probe = None;
+        container.startup_probe = None;
+        pods.create(&PostParams::default(), &pod)
+            .await
+            .unwrap_or_else(|error| panic!("creating {name}'s pod: {error}"));
     }
 
     // Then both run to completion from that image, reading the configuration deploy/ gives
