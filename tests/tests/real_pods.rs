@@ -1030,3 +1030,185 @@ async fn batons_image_runs_on_a_real_node_as_deploy_runs_it() {
         );
     }
 }
+
+/// The overlay docs/operations.md gives for coordinating another namespace's groups, as written
+/// there, aimed at `namespace` and at deploy/ from the overlay's folder, with baton's image
+/// pinned by digest (`images:`, as the same page tells).
+fn documented_overlay_pinned(namespace: &str, deploy_from_overlay: &str, image: &str) -> String {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let operations = std::fs::read_to_string(root.join("docs/operations.md")).unwrap();
+    let start = operations
+        .find("# my-overlay/kustomization.yaml")
+        .expect("docs/operations.md shows the groups' namespace overlay");
+    let overlay = &operations[start..];
+    let overlay = &overlay[..overlay.find("```").unwrap()];
+    assert!(overlay.contains("ingesters") && overlay.contains("../deploy "));
+    let (repository, digest) = image.split_once('@').expect("an image by digest");
+    format!(
+        "{}images:\n  - name: baton\n    newName: {repository}\n    digest: {digest}\n",
+        overlay
+            .replace("ingesters", namespace)
+            .replace("../deploy ", &format!("{deploy_from_overlay} "))
+    )
+}
+
+/// baton installed by `kubectl apply -k` on the real nodes, in `baton-system` (cluster-wide:
+/// one per test process); removed when dropped, the CRDs and priority class aside (other
+/// scenarios of the process share them).
+struct Installed {
+    kubeconfig: std::path::PathBuf,
+    kubectl: std::path::PathBuf,
+}
+
+impl Drop for Installed {
+    fn drop(&mut self) {
+        let kubectl = |args: &[&str]| {
+            let _ = std::process::Command::new(&self.kubectl)
+                .args(args)
+                .env("KUBECONFIG", &self.kubeconfig)
+                .output();
+        };
+        kubectl(&[
+            "delete",
+            "validatingwebhookconfigurations,mutatingwebhookconfigurations,validatingadmissionpolicies,validatingadmissionpolicybindings,clusterroles,clusterrolebindings",
+            "-l",
+            "app.kubernetes.io/part-of=baton",
+            "--ignore-not-found",
+        ]);
+        kubectl(&[
+            "delete",
+            "namespace",
+            "baton-system",
+            "--ignore-not-found",
+            "--wait=false",
+        ]);
+    }
+}
+
+/// Waits until the Deployment `name` of baton-system has `replicas` Ready.
+async fn wait_deployment_ready(client: &kube::Client, name: &str, replicas: i32) {
+    let deployments =
+        Api::<k8s_openapi::api::apps::v1::Deployment>::namespaced(client.clone(), "baton-system");
+    baton_e2e::wait_until(TIMEOUT, &format!("{name} has {replicas} Ready"), || async {
+        deployments
+            .get_opt(name)
+            .await
+            .ok()
+            .flatten()
+            .and_then(|deployment| deployment.status)
+            .and_then(|status| status.ready_replicas)
+            == Some(replicas)
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deploy_applied_with_kubectl_runs_on_the_real_nodes_and_the_api_server_calls_its_webhooks()
+{
+    // Given the real nodes, baton's image on them, and a namespace of groups with the overlay
+    // docs/operations.md gives for it, the image pinned by digest
+    let image = baton_e2e::baton_image::BatonImage::get();
+    baton_e2e::real_nodes::RealNodes::shared().await;
+    let control_plane = baton_e2e::control_plane::ControlPlane::shared().await;
+    let groups = baton_e2e::TestNamespace::create(
+        control_plane,
+        &format!(
+            "{}install",
+            baton_e2e::real_nodes::supervisor::NAMESPACE_PREFIX
+        ),
+    )
+    .await;
+    let client = groups.client();
+    // kustomize refuses absolute resource paths: the overlay lives under target/.
+    let overlay_dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(groups.name());
+    std::fs::create_dir_all(&overlay_dir).unwrap();
+    let deploy_dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy");
+    let deploy_from_overlay = pathdiff::diff_paths(
+        deploy_dir.canonicalize().unwrap(),
+        overlay_dir.canonicalize().unwrap(),
+    )
+    .unwrap();
+    std::fs::write(
+        overlay_dir.join("kustomization.yaml"),
+        documented_overlay_pinned(
+            groups.name(),
+            deploy_from_overlay.to_str().unwrap(),
+            &image.by_digest(),
+        ),
+    )
+    .unwrap();
+
+    // When it is applied as a user would (server-side: other scenarios of this process may
+    // install the same CRDs at the same moment)
+    let started = Instant::now();
+    let _installed = Installed {
+        kubeconfig: control_plane.kubeconfig_path().to_path_buf(),
+        kubectl: control_plane.kubectl().to_path_buf(),
+    };
+    let output = std::process::Command::new(control_plane.kubectl())
+        .args(["apply", "--server-side", "--force-conflicts", "-k"])
+        .arg(&overlay_dir)
+        .env("KUBECONFIG", control_plane.kubeconfig_path())
+        .output()
+        .expect("kubectl runs");
+    assert!(
+        output.status.success(),
+        "kubectl apply -k failed:\n{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+
+    // Then both controllers and the three webhook replicas run on the nodes and are Ready
+    wait_deployment_ready(&client, "baton-controller", 2).await;
+    wait_deployment_ready(&client, "baton-webhook", 3).await;
+    eprintln!(
+        "baton installed and Ready on the real nodes in {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
+    // with the certificate baton issued itself, its CA injected into every webhook
+    // configuration
+    let secret =
+        Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), "baton-system")
+            .get("baton-webhook-tls")
+            .await
+            .expect("baton issued baton-webhook-tls");
+    let ca = secret
+        .data
+        .as_ref()
+        .and_then(|data| data.get("ca.crt"))
+        .expect("the Secret holds its CA")
+        .0
+        .clone();
+    let configurations = Api::<
+        k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration,
+    >::all(client.clone());
+    let no_downscale = configurations.get("baton-no-downscale").await.unwrap();
+    let injected = no_downscale.webhooks.unwrap()[0]
+        .client_config
+        .ca_bundle
+        .as_ref()
+        .map(|bundle| bundle.0.clone());
+    assert_eq!(injected, Some(ca), "baton-no-downscale's caBundle");
+
+    // and the API server calls the webhook through its Service: a labelled StatefulSet's
+    // downscale is refused with baton's answer
+    let fixture = RealPodsFixture::new(
+        StatefulSetFixture::new("guarded")
+            .label(baton_e2e::keys::NO_DOWNSCALE, "true")
+            .replicas(1),
+        "a",
+    );
+    fixture.create(&client, groups.name()).await;
+    wait_group_ready(&client, groups.name(), &["guarded".to_owned()]).await;
+    let statefulsets = Api::<StatefulSet>::namespaced(client.clone(), groups.name());
+    let refused = scale(&statefulsets, "guarded", 0, false)
+        .await
+        .expect_err("the downscale of a no-downscale StatefulSet is refused");
+    assert!(
+        refused.contains("no-downscale.baton.grafana.com")
+            && refused.contains(
+                "is not allowed because it has the label 'grafana.com/no-downscale=true'"
+            ),
+        "{refused}"
+    );
+}
