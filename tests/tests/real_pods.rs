@@ -902,6 +902,7 @@ async fn baton_controller_in_a_pod_reaches_the_api_server_through_the_kubernetes
     // Given deploy/'s controller pod on a real node, with no kubeconfig: only what the kubelet
     // gives every pod (KUBERNETES_SERVICE_HOST, the service account's token and the cluster's
     // CA), its account allowed everything in its namespace; no other controller there
+    let _shared = NODES.read().await;
     let image = baton_e2e::baton_image::BatonImage::get();
     baton_e2e::real_nodes::RealNodes::shared().await;
     let scene = baton_e2e::TestNamespace::create(
@@ -1105,8 +1106,10 @@ async fn wait_deployment_ready(client: &kube::Client, name: &str, replicas: i32)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deploy_applied_with_kubectl_runs_on_the_real_nodes_and_the_api_server_calls_its_webhooks()
 {
-    // Given the real nodes, baton's image on them, and a namespace of groups with the overlay
-    // docs/operations.md gives for it, the image pinned by digest
+    // Given the real nodes (all three: the webhook's replicas each need one of their own), baton's
+    // image on them, and a namespace of groups with the overlay docs/operations.md gives for it,
+    // the image pinned by digest
+    let _shared = NODES.read().await;
     let image = baton_e2e::baton_image::BatonImage::get();
     baton_e2e::real_nodes::RealNodes::shared().await;
     let control_plane = baton_e2e::control_plane::ControlPlane::shared().await;
@@ -1211,4 +1214,27 @@ async fn deploy_applied_with_kubectl_runs_on_the_real_nodes_and_the_api_server_c
             ),
         "{refused}"
     );
+
+    // And the controller in its pod rolls a real-pods group out zone by zone: every zone
+    // completes, never two zones or two pods of a zone down at once
+    let observer = baton_e2e::PodSimulator::observe(client.clone(), groups.name());
+    let mut names = Vec::new();
+    for fixture in real_rollout_group("ingester", 2) {
+        let created = fixture.create(&client, groups.name()).await;
+        names.push(created.metadata.name.unwrap_or_default());
+    }
+    wait_group_ready(&client, groups.name(), &names).await;
+    let from = Instant::now();
+    for name in &names {
+        let before = rollout_state(&client, groups.name(), name).await;
+        set_version(&client, groups.name(), name, "v2", Behaviour::Healthy).await;
+        wait_new_update_revision(&client, groups.name(), name, &before.update_revision).await;
+    }
+    wait_rollout_complete(&client, groups.name(), &names).await;
+    eprintln!(
+        "a 3 zones x 2 real pods rollout through the installed baton took {:.1}s",
+        from.elapsed().as_secs_f64()
+    );
+    let zones: Vec<Zone> = names.iter().map(|name| Zone::new(name, 2, 1)).collect();
+    check_rollout_guarantees(&observer.timeline(), &zones, from).unwrap();
 }
