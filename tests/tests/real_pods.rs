@@ -1216,10 +1216,29 @@ async fn deploy_applied_with_kubectl_runs_on_the_real_nodes_and_the_api_server_c
     );
 
     // And the controller in its pod rolls a real-pods group out zone by zone: every zone
-    // completes, never two zones or two pods of a zone down at once
+    // completes, never two zones or two pods of a zone down at once. Its pods take 3s to stop,
+    // and a zone-aware budget allows one of them unavailable.
     let observer = baton_e2e::PodSimulator::observe(client.clone(), groups.name());
+    Api::<DynamicObject>::namespaced_with(client.clone(), groups.name(), &zpdb_resource())
+        .create(
+            &PostParams::default(),
+            &budget(
+                "ingester",
+                json!({"maxUnavailable": 1, "selector": {"matchLabels": {"rollout-group": "ingester"}}}),
+            ),
+        )
+        .await
+        .expect("creating the group's budget");
     let mut names = Vec::new();
-    for fixture in real_rollout_group("ingester", 2) {
+    for zone in ["a", "b", "c"] {
+        let fixture = RealPodsFixture::new(
+            StatefulSetFixture::new(&format!("ingester-zone-{zone}"))
+                .group("ingester")
+                .pod_label("rollout-group", "ingester")
+                .replicas(2),
+            zone,
+        )
+        .stop_delay(Duration::from_secs(3));
         let created = fixture.create(&client, groups.name()).await;
         names.push(created.metadata.name.unwrap_or_default());
     }
@@ -1237,4 +1256,52 @@ async fn deploy_applied_with_kubectl_runs_on_the_real_nodes_and_the_api_server_c
     );
     let zones: Vec<Zone> = names.iter().map(|name| Zone::new(name, 2, 1)).collect();
     check_rollout_guarantees(&observer.timeline(), &zones, from).unwrap();
+
+    // And evictions go through the API server to the eviction webhook behind the Service: one
+    // pod of zone a may go, and while it is still stopping, a pod of zone b may not
+    let pods = Api::<Pod>::namespaced(client.clone(), groups.name());
+    pods.evict("ingester-zone-a-0", &Default::default())
+        .await
+        .expect("evicting a pod of a healthy group");
+    // Through kubectl, which returns the refusal at once: kube's client retries a refused
+    // eviction (its retry policy; seen here: refused ten times, then allowed once zone a's pod
+    // was back).
+    let eviction = json!({
+        "apiVersion": "policy/v1",
+        "kind": "Eviction",
+        "metadata": {"name": "ingester-zone-b-0", "namespace": groups.name()},
+    });
+    let mut evicting = std::process::Command::new(control_plane.kubectl())
+        .args([
+            "create",
+            "--raw",
+            &format!(
+                "/api/v1/namespaces/{}/pods/ingester-zone-b-0/eviction",
+                groups.name()
+            ),
+            "-f",
+            "-",
+        ])
+        .env("KUBECONFIG", control_plane.kubeconfig_path())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("kubectl runs");
+    std::io::Write::write_all(
+        &mut evicting.stdin.take().unwrap(),
+        eviction.to_string().as_bytes(),
+    )
+    .unwrap();
+    let output = evicting.wait_with_output().unwrap();
+    let refused = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(
+        !output.status.success(),
+        "a second zone's eviction while zone a's pod stops was allowed"
+    );
+    assert!(
+        refused.contains("pod-eviction.baton.grafana.com")
+            && refused.contains("allows evictions in one zone at a time"),
+        "{refused}"
+    );
 }

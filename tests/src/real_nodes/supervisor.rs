@@ -622,11 +622,22 @@ fn clean_up_kube_proxy() {
     let Ok(assets) = NodeAssets::locate() else {
         return;
     };
-    let _ = std::process::Command::new(&assets.kube_proxy)
-        .arg("--cleanup")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .status();
+    let quietly = |command: &mut std::process::Command| {
+        let _ = command
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status();
+    };
+    quietly(std::process::Command::new(&assets.kube_proxy).arg("--cleanup"));
+    // `--cleanup` keeps KUBE-FIREWALL (the kubelet shares it); no kubelet here uses it.
+    for args in [
+        &["-D", "INPUT", "-j", "KUBE-FIREWALL"][..],
+        &["-D", "OUTPUT", "-j", "KUBE-FIREWALL"],
+        &["-F", "KUBE-FIREWALL"],
+        &["-X", "KUBE-FIREWALL"],
+    ] {
+        quietly(std::process::Command::new("iptables").args(args));
+    }
 }
 
 /// Waits until every node is Ready, and lifts the `node.kubernetes.io/not-ready` taint each
@@ -723,6 +734,8 @@ pub fn clean_up(root: &Path) -> anyhow::Result<()> {
     // arguments), then the containers: with cgroupfs and no QoS cgroups, containerd puts every
     // container of its "k8s.io" namespace in the cgroup /k8s.io/<id>.
     kill_processes(|cmdline| cmdline.contains(&root_text));
+    // Before anything below can fail: stale rules would send Services' traffic nowhere.
+    clean_up_kube_proxy();
     let container_cgroups = container_cgroups();
     for _ in 0..50 {
         let mut any = false;
@@ -772,7 +785,6 @@ pub fn clean_up(root: &Path) -> anyhow::Result<()> {
     }
 
     remove_orphaned_network_namespaces();
-    clean_up_kube_proxy();
     for zone in ZONES {
         let bridge = bridge_of(zone);
         if Path::new("/sys/class/net").join(&bridge).exists() {
