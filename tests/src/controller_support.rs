@@ -112,8 +112,9 @@ impl ControlledNamespace {
     /// ([`crate::real_nodes`]), controlled with `extra` configuration; `simulator` only records
     /// the timeline.
     pub async fn on_real_nodes(prefix: &str, extra: &[(&str, &str)]) -> Self {
-        let control_plane = ControlPlane::shared().await;
+        // The nodes first: the control plane they start is one their pods reach.
         crate::real_nodes::RealNodes::shared().await;
+        let control_plane = ControlPlane::shared().await;
         let namespace = crate::TestNamespace::create(
             control_plane,
             &format!(

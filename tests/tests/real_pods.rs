@@ -868,23 +868,13 @@ fn deploy_pod(name: &str, image: &str) -> Pod {
     pod["metadata"]["name"] = json!(name);
     let spec = &mut pod["spec"];
     spec["restartPolicy"] = json!("Never");
-    let container = &mut spec["containers"][0];
-    container["image"] = json!(image);
-    container["args"] = json!(["--print-config"]);
-    // It exits at once: nothing to probe.
-    for probe in ["livenessProbe", "readinessProbe", "startupProbe"] {
-        container.as_object_mut().unwrap().remove(probe);
-    }
+    spec["containers"][0]["image"] = json!(image);
     serde_json::from_value(pod).expect("a Pod")
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn batons_image_runs_on_a_real_node_as_deploy_runs_it() {
-    // Given baton's image imported into the nodes' containerd, referred to by digest, and what
-    // deploy/'s pods need in a namespace: its ServiceAccounts, its ConfigMap, its priority class
-    let image = baton_e2e::baton_image::BatonImage::get();
-    let scene = Scene::new("baton-image", &[]).await;
-    let (client, namespace) = (scene.namespace.client(), scene.namespace.name());
+/// What deploy/'s pods need in `namespace` (as their system namespace): its ServiceAccounts,
+/// its ConfigMap, its priority class.
+async fn create_what_deploys_pods_need(client: &kube::Client, namespace: &str) {
     for kind in ["ServiceAccount", "ConfigMap"] {
         for mut object in baton_e2e::manifests::deploy_objects(kind) {
             object["metadata"]["namespace"] = json!(namespace);
@@ -905,17 +895,101 @@ async fn batons_image_runs_on_a_real_node_as_deploy_runs_it() {
             .create(&PostParams::default(), &priority)
             .await;
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn baton_controller_in_a_pod_reaches_the_api_server_through_the_kubernetes_service() {
+    // Given deploy/'s controller pod on a real node, with no kubeconfig: only what the kubelet
+    // gives every pod (KUBERNETES_SERVICE_HOST, the service account's token and the cluster's
+    // CA), its account allowed everything in its namespace; no other controller there
+    let _shared = NODES.read().await;
+    let image = baton_e2e::baton_image::BatonImage::get();
+    baton_e2e::real_nodes::RealNodes::shared().await;
+    let scene = baton_e2e::TestNamespace::create(
+        baton_e2e::control_plane::ControlPlane::shared().await,
+        &format!(
+            "{}in-cluster",
+            baton_e2e::real_nodes::supervisor::NAMESPACE_PREFIX
+        ),
+    )
+    .await;
+    let (client, namespace) = (scene.client(), scene.name());
+    create_what_deploys_pods_need(&client, namespace).await;
+    let binding: k8s_openapi::api::rbac::v1::RoleBinding = serde_json::from_value(json!({
+        "metadata": {"name": "baton-controller-everything"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+        "subjects": [{"kind": "ServiceAccount", "name": "baton-controller", "namespace": namespace}],
+    }))
+    .unwrap();
+    Api::<k8s_openapi::api::rbac::v1::RoleBinding>::namespaced(client.clone(), namespace)
+        .create(&PostParams::default(), &binding)
+        .await
+        .expect("binding the controller's account");
+
+    // When it starts (its pod named apart: the Lease's holder is its host name)
+    let pods = Api::<Pod>::namespaced(client.clone(), namespace);
+    let mut pod = deploy_pod("baton-controller", &image.by_digest());
+    pod.metadata.name = Some("in-cluster-controller".to_owned());
+    pods.create(&PostParams::default(), &pod)
+        .await
+        .expect("creating the controller's pod");
+
+    // Then it takes its Lease, in its namespace, through the `kubernetes` Service (kube-proxy
+    // sends 10.0.0.1:443 to the API server's advertised address): it leads
+    let leases =
+        Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(client.clone(), namespace);
+    let holder = |lease: Option<k8s_openapi::api::coordination::v1::Lease>| {
+        lease
+            .and_then(|lease| lease.spec)
+            .and_then(|spec| spec.holder_identity)
+    };
+    let deadline = Instant::now() + TIMEOUT;
+    loop {
+        let held = holder(leases.get_opt("baton-controller").await.unwrap());
+        if held
+            .as_deref()
+            .is_some_and(|held| held.starts_with("in-cluster-controller-"))
+        {
+            break;
+        }
+        let pod = pods.get("in-cluster-controller").await.unwrap();
+        if Instant::now() > deadline {
+            let logs = baton_e2e::real_nodes::RealNodes::shared()
+                .await
+                .container_log(&pod, "baton-controller")
+                .unwrap_or_default();
+            panic!(
+                "the controller's pod did not lead (Lease held by {held:?}): {:#?}\n{logs}",
+                pod.status
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batons_image_runs_on_a_real_node_as_deploy_runs_it() {
+    // Given baton's image imported into the nodes' containerd, referred to by digest, and what
+    // deploy/'s pods need in a namespace: its ServiceAccounts, its ConfigMap, its priority class
+    let image = baton_e2e::baton_image::BatonImage::get();
+    let scene = Scene::new("baton-image", &[]).await;
+    let (client, namespace) = (scene.namespace.client(), scene.namespace.name());
+    create_what_deploys_pods_need(&client, namespace).await;
 
     // When each binary's pod, as deploy/ writes it (read-only root filesystem, user 65532, no
     // capability), runs the image on a real node
     let pods = Api::<Pod>::namespaced(client.clone(), namespace);
     for name in ["baton-controller", "baton-webhook"] {
-        pods.create(
-            &PostParams::default(),
-            &deploy_pod(name, &image.by_digest()),
-        )
-        .await
-        .unwrap_or_else(|error| panic!("creating {name}'s pod: {error}"));
+        let mut pod = deploy_pod(name, &image.by_digest());
+        let container = &mut pod.spec.as_mut().unwrap().containers[0];
+        container.args = Some(vec!["--print-config".to_owned()]);
+        // It exits at once: nothing to probe.
+        container.liveness_probe = None;
+        container.readiness_probe = None;
+        container.startup_probe = None;
+        pods.create(&PostParams::default(), &pod)
+            .await
+            .unwrap_or_else(|error| panic!("creating {name}'s pod: {error}"));
     }
 
     // Then both run to completion from that image, reading the configuration deploy/ gives
@@ -956,4 +1030,278 @@ async fn batons_image_runs_on_a_real_node_as_deploy_runs_it() {
             "{name}:\n{logs}"
         );
     }
+}
+
+/// The overlay docs/operations.md gives for coordinating another namespace's groups, as written
+/// there, aimed at `namespace` and at deploy/ from the overlay's folder, with baton's image
+/// pinned by digest (`images:`, as the same page tells).
+fn documented_overlay_pinned(namespace: &str, deploy_from_overlay: &str, image: &str) -> String {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let operations = std::fs::read_to_string(root.join("docs/operations.md")).unwrap();
+    let start = operations
+        .find("# my-overlay/kustomization.yaml")
+        .expect("docs/operations.md shows the groups' namespace overlay");
+    let overlay = &operations[start..];
+    let overlay = &overlay[..overlay.find("```").unwrap()];
+    assert!(overlay.contains("ingesters") && overlay.contains("../deploy "));
+    let (repository, digest) = image.split_once('@').expect("an image by digest");
+    format!(
+        "{}images:\n  - name: baton\n    newName: {repository}\n    digest: {digest}\n",
+        overlay
+            .replace("ingesters", namespace)
+            .replace("../deploy ", &format!("{deploy_from_overlay} "))
+    )
+}
+
+/// baton installed by `kubectl apply -k` on the real nodes, in `baton-system` (cluster-wide:
+/// one per test process); removed when dropped, the CRDs and priority class aside (other
+/// scenarios of the process share them).
+struct Installed {
+    kubeconfig: std::path::PathBuf,
+    kubectl: std::path::PathBuf,
+}
+
+impl Drop for Installed {
+    fn drop(&mut self) {
+        let kubectl = |args: &[&str]| {
+            let _ = std::process::Command::new(&self.kubectl)
+                .args(args)
+                .env("KUBECONFIG", &self.kubeconfig)
+                .output();
+        };
+        kubectl(&[
+            "delete",
+            "validatingwebhookconfigurations,mutatingwebhookconfigurations,validatingadmissionpolicies,validatingadmissionpolicybindings,clusterroles,clusterrolebindings",
+            "-l",
+            "app.kubernetes.io/part-of=baton",
+            "--ignore-not-found",
+        ]);
+        kubectl(&[
+            "delete",
+            "namespace",
+            "baton-system",
+            "--ignore-not-found",
+            "--wait=false",
+        ]);
+    }
+}
+
+/// Waits until the Deployment `name` of baton-system has `replicas` Ready.
+async fn wait_deployment_ready(client: &kube::Client, name: &str, replicas: i32) {
+    let deployments =
+        Api::<k8s_openapi::api::apps::v1::Deployment>::namespaced(client.clone(), "baton-system");
+    baton_e2e::wait_until(TIMEOUT, &format!("{name} has {replicas} Ready"), || async {
+        deployments
+            .get_opt(name)
+            .await
+            .ok()
+            .flatten()
+            .and_then(|deployment| deployment.status)
+            .and_then(|status| status.ready_replicas)
+            == Some(replicas)
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deploy_applied_with_kubectl_runs_on_the_real_nodes_and_the_api_server_calls_its_webhooks()
+{
+    // Given the real nodes (all three: the webhook's replicas each need one of their own), baton's
+    // image on them, and a namespace of groups with the overlay docs/operations.md gives for it,
+    // the image pinned by digest
+    let _shared = NODES.read().await;
+    let image = baton_e2e::baton_image::BatonImage::get();
+    baton_e2e::real_nodes::RealNodes::shared().await;
+    let control_plane = baton_e2e::control_plane::ControlPlane::shared().await;
+    let groups = baton_e2e::TestNamespace::create(
+        control_plane,
+        &format!(
+            "{}install",
+            baton_e2e::real_nodes::supervisor::NAMESPACE_PREFIX
+        ),
+    )
+    .await;
+    let client = groups.client();
+    // kustomize refuses absolute resource paths: the overlay lives under target/.
+    let overlay_dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(groups.name());
+    std::fs::create_dir_all(&overlay_dir).unwrap();
+    let deploy_dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy");
+    let deploy_from_overlay = pathdiff::diff_paths(
+        deploy_dir.canonicalize().unwrap(),
+        overlay_dir.canonicalize().unwrap(),
+    )
+    .unwrap();
+    std::fs::write(
+        overlay_dir.join("kustomization.yaml"),
+        documented_overlay_pinned(
+            groups.name(),
+            deploy_from_overlay.to_str().unwrap(),
+            &image.by_digest(),
+        ),
+    )
+    .unwrap();
+
+    // When it is applied as a user would (server-side: other scenarios of this process may
+    // install the same CRDs at the same moment)
+    let started = Instant::now();
+    let _installed = Installed {
+        kubeconfig: control_plane.kubeconfig_path().to_path_buf(),
+        kubectl: control_plane.kubectl().to_path_buf(),
+    };
+    let output = std::process::Command::new(control_plane.kubectl())
+        .args(["apply", "--server-side", "--force-conflicts", "-k"])
+        .arg(&overlay_dir)
+        .env("KUBECONFIG", control_plane.kubeconfig_path())
+        .output()
+        .expect("kubectl runs");
+    assert!(
+        output.status.success(),
+        "kubectl apply -k failed:\n{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+
+    // Then both controllers and the three webhook replicas run on the nodes and are Ready
+    wait_deployment_ready(&client, "baton-controller", 2).await;
+    wait_deployment_ready(&client, "baton-webhook", 3).await;
+    eprintln!(
+        "baton installed and Ready on the real nodes in {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
+    // with the certificate baton issued itself, its CA injected into every webhook
+    // configuration
+    let secret =
+        Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), "baton-system")
+            .get("baton-webhook-tls")
+            .await
+            .expect("baton issued baton-webhook-tls");
+    let ca = secret
+        .data
+        .as_ref()
+        .and_then(|data| data.get("ca.crt"))
+        .expect("the Secret holds its CA")
+        .0
+        .clone();
+    let configurations = Api::<
+        k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration,
+    >::all(client.clone());
+    let no_downscale = configurations.get("baton-no-downscale").await.unwrap();
+    let injected = no_downscale.webhooks.unwrap()[0]
+        .client_config
+        .ca_bundle
+        .as_ref()
+        .map(|bundle| bundle.0.clone());
+    assert_eq!(injected, Some(ca), "baton-no-downscale's caBundle");
+
+    // and the API server calls the webhook through its Service: a labelled StatefulSet's
+    // downscale is refused with baton's answer
+    let fixture = RealPodsFixture::new(
+        StatefulSetFixture::new("guarded")
+            .label(baton_e2e::keys::NO_DOWNSCALE, "true")
+            .replicas(1),
+        "a",
+    );
+    fixture.create(&client, groups.name()).await;
+    wait_group_ready(&client, groups.name(), &["guarded".to_owned()]).await;
+    let statefulsets = Api::<StatefulSet>::namespaced(client.clone(), groups.name());
+    let refused = scale(&statefulsets, "guarded", 0, false)
+        .await
+        .expect_err("the downscale of a no-downscale StatefulSet is refused");
+    assert!(
+        refused.contains("no-downscale.baton.grafana.com")
+            && refused.contains(
+                "is not allowed because it has the label 'grafana.com/no-downscale=true'"
+            ),
+        "{refused}"
+    );
+
+    // And the controller in its pod rolls a real-pods group out zone by zone: every zone
+    // completes, never two zones or two pods of a zone down at once. Its pods take 3s to stop,
+    // and a zone-aware budget allows one of them unavailable.
+    let observer = baton_e2e::PodSimulator::observe(client.clone(), groups.name());
+    Api::<DynamicObject>::namespaced_with(client.clone(), groups.name(), &zpdb_resource())
+        .create(
+            &PostParams::default(),
+            &budget(
+                "ingester",
+                json!({"maxUnavailable": 1, "selector": {"matchLabels": {"rollout-group": "ingester"}}}),
+            ),
+        )
+        .await
+        .expect("creating the group's budget");
+    let mut names = Vec::new();
+    for zone in ["a", "b", "c"] {
+        let fixture = RealPodsFixture::new(
+            StatefulSetFixture::new(&format!("ingester-zone-{zone}"))
+                .group("ingester")
+                .pod_label("rollout-group", "ingester")
+                .replicas(2),
+            zone,
+        )
+        .stop_delay(Duration::from_secs(3));
+        let created = fixture.create(&client, groups.name()).await;
+        names.push(created.metadata.name.unwrap_or_default());
+    }
+    wait_group_ready(&client, groups.name(), &names).await;
+    let from = Instant::now();
+    for name in &names {
+        let before = rollout_state(&client, groups.name(), name).await;
+        set_version(&client, groups.name(), name, "v2", Behaviour::Healthy).await;
+        wait_new_update_revision(&client, groups.name(), name, &before.update_revision).await;
+    }
+    wait_rollout_complete(&client, groups.name(), &names).await;
+    eprintln!(
+        "a 3 zones x 2 real pods rollout through the installed baton took {:.1}s",
+        from.elapsed().as_secs_f64()
+    );
+    let zones: Vec<Zone> = names.iter().map(|name| Zone::new(name, 2, 1)).collect();
+    check_rollout_guarantees(&observer.timeline(), &zones, from).unwrap();
+
+    // And evictions go through the API server to the eviction webhook behind the Service: one
+    // pod of zone a may go, and while it is still stopping, a pod of zone b may not
+    let pods = Api::<Pod>::namespaced(client.clone(), groups.name());
+    pods.evict("ingester-zone-a-0", &Default::default())
+        .await
+        .expect("evicting a pod of a healthy group");
+    // Through kubectl, which returns the refusal at once: kube's client retries a refused
+    // eviction (its retry policy; seen here: refused ten times, then allowed once zone a's pod
+    // was back).
+    let eviction = json!({
+        "apiVersion": "policy/v1",
+        "kind": "Eviction",
+        "metadata": {"name": "ingester-zone-b-0", "namespace": groups.name()},
+    });
+    let mut evicting = std::process::Command::new(control_plane.kubectl())
+        .args([
+            "create",
+            "--raw",
+            &format!(
+                "/api/v1/namespaces/{}/pods/ingester-zone-b-0/eviction",
+                groups.name()
+            ),
+            "-f",
+            "-",
+        ])
+        .env("KUBECONFIG", control_plane.kubeconfig_path())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("kubectl runs");
+    std::io::Write::write_all(
+        &mut evicting.stdin.take().unwrap(),
+        eviction.to_string().as_bytes(),
+    )
+    .unwrap();
+    let output = evicting.wait_with_output().unwrap();
+    let refused = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(
+        !output.status.success(),
+        "a second zone's eviction while zone a's pod stops was allowed"
+    );
+    assert!(
+        refused.contains("pod-eviction.baton.grafana.com")
+            && refused.contains("allows evictions in one zone at a time"),
+        "{refused}"
+    );
 }

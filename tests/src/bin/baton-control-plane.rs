@@ -4,7 +4,7 @@
 
 use std::process::ExitCode;
 
-use baton_e2e::control_plane::supervisor::{self, Assets, StopWhen};
+use baton_e2e::control_plane::supervisor::{self, Assets, Audience, StopWhen};
 use clap::Parser;
 
 #[derive(Debug, Parser)]
@@ -20,6 +20,10 @@ struct Cli {
     /// tests/control-plane/install.sh prints); default: KUBEBUILDER_ASSETS, else its cache.
     #[arg(long)]
     assets: Option<std::path::PathBuf>,
+    /// Serve the pods of real nodes too: listen on every address, advertise this machine's,
+    /// give pods their service account's token (tests/control-plane/README.md).
+    #[arg(long)]
+    for_real_nodes: bool,
 }
 
 fn main() -> ExitCode {
@@ -47,7 +51,12 @@ fn main() -> ExitCode {
             Some(dir) => Assets::in_dir(dir)?,
             None => Assets::locate()?,
         };
-        supervisor::run(assets, stop_when).await
+        let audience = if cli.for_real_nodes {
+            Audience::Pods
+        } else {
+            Audience::Host
+        };
+        supervisor::run(assets, stop_when, audience).await
     });
     match result {
         Ok(()) => ExitCode::SUCCESS,

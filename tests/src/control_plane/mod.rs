@@ -38,6 +38,8 @@ pub struct ControlPlane {
     /// Only a control plane of its own may have its API server stopped: the shared one serves
     /// every test of the process at once.
     dedicated: bool,
+    /// Started for real nodes' pods too (`--for-real-nodes`).
+    serves_pods: bool,
     /// Its stdin is kept open for the life of the control plane (the supervisor stops when it
     /// closes); commands are written there and answered on its stdout.
     supervisor: Option<Arc<Mutex<Supervisor>>>,
@@ -51,6 +53,8 @@ struct Supervisor {
 }
 
 static SHARED: OnceLock<ControlPlane> = OnceLock::new();
+/// Set before the shared control plane starts when this process runs real nodes.
+static FOR_REAL_NODES: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 static OLDEST: OnceLock<ControlPlane> = OnceLock::new();
 
 impl ControlPlane {
@@ -70,6 +74,20 @@ impl ControlPlane {
         })
         .await
         .expect("starting the control plane panicked")
+    }
+
+    /// The control plane of this test process, serving the pods of real nodes too
+    /// ([`supervisor::Audience::Pods`]): what [`crate::real_nodes::RealNodes::shared`] joins.
+    /// Panics if the process already started its control plane for the host alone: a test
+    /// binary with real nodes asks for them before anything else.
+    pub async fn shared_for_real_nodes() -> &'static ControlPlane {
+        FOR_REAL_NODES.store(true, std::sync::atomic::Ordering::SeqCst);
+        let control_plane = Self::shared().await;
+        assert!(
+            control_plane.serves_pods || !control_plane.local,
+            "this process started its control plane before asking for real nodes, so their pods cannot reach it: ask for RealNodes::shared() first"
+        );
+        control_plane
     }
 
     /// A control plane for the calling test alone, stopped when dropped: for a test that stops
@@ -126,6 +144,12 @@ impl ControlPlane {
         if let Some(assets) = assets {
             command.arg("--assets").arg(assets);
         }
+        let serves_pods = !dedicated
+            && assets.is_none()
+            && FOR_REAL_NODES.load(std::sync::atomic::Ordering::SeqCst);
+        if serves_pods {
+            command.arg("--for-real-nodes");
+        }
         let assets_dir = assets.map_or_else(supervisor::assets_dir, Path::to_path_buf);
         let kubectl = Some(assets_dir.join("kubectl"))
             .filter(|kubectl| kubectl.is_file())
@@ -142,6 +166,7 @@ impl ControlPlane {
             kubectl,
             local: true,
             dedicated,
+            serves_pods,
             supervisor: Some(Arc::new(Mutex::new(Supervisor {
                 _child: child,
                 stdin,
@@ -204,6 +229,7 @@ impl ControlPlane {
             kubectl: PathBuf::from("kubectl"),
             local: false,
             dedicated: false,
+            serves_pods: false,
             supervisor: None,
         }
     }

@@ -154,14 +154,47 @@ pub enum StopWhen {
     StdinClosesOrSignal,
 }
 
+/// Whether pods of real nodes will talk to the control plane (`--for-real-nodes`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Audience {
+    /// Only processes of this machine, on its loopback: the simulator's tests.
+    Host,
+    /// Pods too, as in a cluster: the API server listens on every address and advertises one
+    /// of this machine's that pods route to (the `kubernetes` Service's endpoints, kept by the
+    /// API server), pods get their service account's token and the cluster's CA (ServiceAccount
+    /// admission, the `serviceaccount` and `root-ca-cert-publisher` controllers), and Services
+    /// get EndpointSlices (the `endpointslice` controller) for kube-proxy to route by. Not the
+    /// default: ServiceAccount admission refuses a pod whose service account does not exist
+    /// yet, which the simulator's tests, creating pods the moment their namespace exists, would
+    /// race against.
+    Pods,
+}
+
+/// The IPv4 address this machine's traffic leaves by (its default route's source), which its
+/// pods, routed through their bridges to this machine, reach it at. No packet is sent: a
+/// connected UDP socket only picks the route.
+pub fn host_address() -> anyhow::Result<std::net::Ipv4Addr> {
+    let socket = std::net::UdpSocket::bind("0.0.0.0:0")?;
+    socket
+        .connect("203.0.113.1:9")
+        .or_else(|_| socket.connect("10.255.255.254:9"))
+        .context("this machine has no route out: pods would have no address of it to reach")?;
+    match socket.local_addr()?.ip() {
+        std::net::IpAddr::V4(address) if !address.is_loopback() && !address.is_unspecified() => {
+            Ok(address)
+        }
+        other => bail!("this machine's route out leaves from {other}, which pods cannot reach"),
+    }
+}
+
 /// Runs the control plane until asked to stop; prints the [`Handshake`] when ready.
-pub async fn run(assets: Assets, stop_when: StopWhen) -> anyhow::Result<()> {
+pub async fn run(assets: Assets, stop_when: StopWhen, audience: Audience) -> anyhow::Result<()> {
     let dir = tempfile::Builder::new()
         .prefix("baton-control-plane-")
         .tempdir_in(scratch_root())
         .context("creating the control plane's folder")?;
     let root = dir.path().to_path_buf();
-    let outcome = run_in(&assets, stop_when, &root).await;
+    let outcome = run_in(&assets, stop_when, audience, &root).await;
     if outcome.is_err() {
         // Keep the logs of a failure for whoever reads the error.
         let kept = dir.keep();
@@ -170,7 +203,12 @@ pub async fn run(assets: Assets, stop_when: StopWhen) -> anyhow::Result<()> {
     outcome
 }
 
-async fn run_in(assets: &Assets, stop_when: StopWhen, root: &Path) -> anyhow::Result<()> {
+async fn run_in(
+    assets: &Assets,
+    stop_when: StopWhen,
+    audience: Audience,
+    root: &Path,
+) -> anyhow::Result<()> {
     let root = root.to_path_buf();
     let started = Instant::now();
 
@@ -179,7 +217,11 @@ async fn run_in(assets: &Assets, stop_when: StopWhen, root: &Path) -> anyhow::Re
     let api_port = free_port()?;
     let server = format!("https://127.0.0.1:{api_port}");
 
-    let pki = Pki::generate(&root)?;
+    let host = match audience {
+        Audience::Host => None,
+        Audience::Pods => Some(host_address()?),
+    };
+    let pki = Pki::generate(&root, host)?;
     let tokens = Tokens::write(&root)?;
 
     let mut etcd = spawn(
@@ -196,14 +238,27 @@ async fn run_in(assets: &Assets, stop_when: StopWhen, root: &Path) -> anyhow::Re
         ],
         &root.join("etcd.log"),
     )?;
-    let apiserver_args = [
-        format!("--etcd-servers=http://127.0.0.1:{etcd_client}"),
-        "--bind-address=127.0.0.1".into(),
-        "--advertise-address=127.0.0.1".into(),
+    let reach = match host {
         // The `kubernetes` Service's endpoints would name the advertised address, and a
         // loopback one is refused for them: nothing here reaches the API server through that
         // Service, so no endpoints are kept.
-        "--endpoint-reconciler-type=none".into(),
+        None => vec![
+            "--bind-address=127.0.0.1".to_owned(),
+            "--advertise-address=127.0.0.1".into(),
+            "--endpoint-reconciler-type=none".into(),
+            "--disable-admission-plugins=ServiceAccount".into(),
+        ],
+        // Pods reach it at 10.0.0.1:443, which kube-proxy (on the real nodes) sends to these
+        // endpoints: this address and the port below.
+        Some(host) => vec![
+            "--bind-address=0.0.0.0".to_owned(),
+            format!("--advertise-address={host}"),
+            "--endpoint-reconciler-type=lease".into(),
+        ],
+    };
+    let mut apiserver_args = vec![format!("--etcd-servers=http://127.0.0.1:{etcd_client}")];
+    apiserver_args.extend(reach);
+    apiserver_args.extend([
         format!("--secure-port={api_port}"),
         format!("--cert-dir={}", root.join("apiserver-certs").display()),
         format!("--tls-cert-file={}", pki.serving_cert.display()),
@@ -220,7 +275,6 @@ async fn run_in(assets: &Assets, stop_when: StopWhen, root: &Path) -> anyhow::Re
             pki.service_account_key.display()
         ),
         "--service-cluster-ip-range=10.0.0.0/24".into(),
-        "--disable-admission-plugins=ServiceAccount".into(),
         // The API server authenticates itself to webhooks with a client certificate, as
         // docs/operations.md shows a cluster administrator how to.
         format!(
@@ -229,7 +283,7 @@ async fn run_in(assets: &Assets, stop_when: StopWhen, root: &Path) -> anyhow::Re
         ),
         "--allow-privileged=true".into(),
         "--v=1".into(),
-    ];
+    ]);
     let apiserver_log = root.join("kube-apiserver.log");
     let mut apiserver = spawn(&assets.kube_apiserver, &apiserver_args, &apiserver_log)?;
 
@@ -260,12 +314,19 @@ async fn run_in(assets: &Assets, stop_when: StopWhen, root: &Path) -> anyhow::Re
         .await
         .context("asking the API server its version")?;
 
+    let mut controllers = "statefulset,replicaset,deployment,garbagecollector,namespace".to_owned();
+    if host.is_some() {
+        controllers.push_str(",serviceaccount,root-ca-cert-publisher,endpointslice");
+    }
     let controller_manager = spawn(
         &assets.kube_controller_manager,
         &[
             format!("--kubeconfig={}", kubeconfig.display()),
             "--leader-elect=false".into(),
-            "--controllers=statefulset,replicaset,deployment,garbagecollector,namespace".into(),
+            format!("--controllers={controllers}"),
+            // What root-ca-cert-publisher puts in every namespace's kube-root-ca.crt, which
+            // pods mount beside their token to trust the API server.
+            format!("--root-ca-file={}", pki.ca_cert.display()),
             "--secure-port=0".into(),
             "--concurrent-statefulset-syncs=10".into(),
             // The default 20 QPS would take minutes to create the pods of a large benchmark.
@@ -307,7 +368,7 @@ async fn run_in(assets: &Assets, stop_when: StopWhen, root: &Path) -> anyhow::Re
         apiserver: Some(apiserver),
         controller_manager,
         kube_apiserver: assets.kube_apiserver.clone(),
-        apiserver_args: apiserver_args.to_vec(),
+        apiserver_args,
         apiserver_log,
         kubeconfig: handshake.kubeconfig.clone(),
         root: root.clone(),
@@ -563,7 +624,9 @@ struct Pki {
 }
 
 impl Pki {
-    fn generate(root: &Path) -> anyhow::Result<Self> {
+    /// `host`: an address of this machine pods reach the API server at, named in its
+    /// certificate too.
+    fn generate(root: &Path, host: Option<std::net::Ipv4Addr>) -> anyhow::Result<Self> {
         let pki = root.join("pki");
         std::fs::create_dir_all(&pki)?;
         let ca_key = KeyPair::generate()?;
@@ -577,7 +640,7 @@ impl Pki {
         let issuer = rcgen::Issuer::new(ca_params, ca_key);
 
         let serving_key = KeyPair::generate()?;
-        let mut serving_params = CertificateParams::new(vec![
+        let mut names = vec![
             "localhost".to_owned(),
             "127.0.0.1".to_owned(),
             "10.0.0.1".to_owned(),
@@ -585,7 +648,9 @@ impl Pki {
             "kubernetes.default".to_owned(),
             "kubernetes.default.svc".to_owned(),
             "kubernetes.default.svc.cluster.local".to_owned(),
-        ])?;
+        ];
+        names.extend(host.map(|host| host.to_string()));
+        let mut serving_params = CertificateParams::new(names)?;
         serving_params
             .distinguished_name
             .push(DnType::CommonName, "kube-apiserver");

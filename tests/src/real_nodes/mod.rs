@@ -49,7 +49,7 @@ impl RealNodes {
         if let Some(existing) = SHARED.get() {
             return existing;
         }
-        let control_plane = ControlPlane::shared().await;
+        let control_plane = ControlPlane::shared_for_real_nodes().await;
         let kubeconfig = control_plane.kubeconfig_path().to_path_buf();
         if !control_plane.is_local() {
             panic!(

@@ -47,6 +47,7 @@ pub const NAMESPACE_PREFIX: &str = "real-";
 pub struct NodeAssets {
     pub kubelet: PathBuf,
     pub kube_scheduler: PathBuf,
+    pub kube_proxy: PathBuf,
     pub containerd: PathBuf,
     pub ctr: PathBuf,
     /// containerd finds its runc shim on `PATH`: this folder goes first there.
@@ -64,6 +65,7 @@ impl NodeAssets {
         let assets = Self {
             kubelet: dir.join("kubelet"),
             kube_scheduler: dir.join("kube-scheduler"),
+            kube_proxy: dir.join("kube-proxy"),
             containerd: dir.join("containerd"),
             ctr: dir.join("ctr"),
             runc: dir.join("runc"),
@@ -74,6 +76,7 @@ impl NodeAssets {
         for binary in [
             &assets.kubelet,
             &assets.kube_scheduler,
+            &assets.kube_proxy,
             &assets.containerd,
             &assets.ctr,
             &shim,
@@ -253,6 +256,7 @@ async fn start(
         start_kubelet(assets, config, node, &socket, running)
             .with_context(|| format!("starting the kubelet of {}", node.name))?;
     }
+    start_kube_proxy(assets, config, running).context("starting kube-proxy")?;
     let scheduler_log = config.root.join("kube-scheduler.log");
     let scheduler = spawn(
         &assets.kube_scheduler,
@@ -296,12 +300,15 @@ async fn start_containerd(
             "type": "bridge",
             "bridge": bridge_of(&node.zone),
             "isGateway": true,
-            // Pods only talk to the host (probes, the tests, baton): no masquerading, so
-            // nothing is written to the host's iptables.
+            // Pods talk to this machine and to each other only: no masquerading.
             "ipMasq": false,
             "ipam": {
                 "type": "host-local",
                 "ranges": [[{"subnet": node.pod_subnet, "gateway": gateway}]],
+                // Through the bridge for everything beyond the node's subnet: Services' cluster
+                // IPs (which kube-proxy's rules on this machine translate), this machine's own
+                // addresses (the API server's) and the other nodes' pods.
+                "routes": [{"dst": "0.0.0.0/0"}],
                 "dataDir": node.dir.join("ipam"),
             },
         }],
@@ -552,6 +559,87 @@ nodeStatusUpdateFrequency: 5s
     Ok(())
 }
 
+/// The pods' addresses, every node's subnet in it: what kube-proxy tells from the rest.
+pub const CLUSTER_CIDR: &str = "10.244.0.0/16";
+
+/// Starts one kube-proxy, in iptables mode, for every node: the nodes share this machine's
+/// network namespace, so one set of rules serves them all. It routes a Service's cluster IP to
+/// its endpoints for pods (the `kubernetes` Service to the API server) and for this machine's
+/// processes (the API server calling a webhook through its Service). It touches no sysctl
+/// (conntrack limits left as they are, no `route_localnet`); its rules are removed with
+/// `kube-proxy --cleanup` when the nodes stop and start.
+fn start_kube_proxy(
+    assets: &NodeAssets,
+    config: &NodesConfig,
+    running: &mut Running,
+) -> anyhow::Result<()> {
+    let dir = config.root.join("kube-proxy");
+    std::fs::create_dir_all(&dir)?;
+    let proxy_config = format!(
+        r#"apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+mode: iptables
+clientConnection:
+  kubeconfig: {kubeconfig}
+hostnameOverride: {node}
+clusterCIDR: {CLUSTER_CIDR}
+detectLocalMode: ClusterCIDR
+healthzBindAddress: 127.0.0.1:{healthz}
+metricsBindAddress: 127.0.0.1:{metrics}
+conntrack:
+  maxPerCore: 0
+  min: 0
+  tcpEstablishedTimeout: 0s
+  tcpCloseWaitTimeout: 0s
+iptables:
+  localhostNodePorts: false
+  syncPeriod: 30s
+  minSyncPeriod: 0s
+"#,
+        kubeconfig = config.kubeconfig.display(),
+        node = node_of(0, ZONES[0], &config.root).name,
+        healthz = free_port()?,
+        metrics = free_port()?,
+    );
+    let config_file = dir.join("config.yaml");
+    std::fs::write(&config_file, proxy_config)?;
+    let log = config.root.join("kube-proxy.log");
+    let child = spawn(
+        &assets.kube_proxy,
+        &[
+            format!("--config={}", config_file.display()),
+            "--v=1".into(),
+        ],
+        &log,
+    )?;
+    running.children.push(("kube-proxy".into(), child, log));
+    Ok(())
+}
+
+/// Removes the rules a kube-proxy left in this machine's iptables (and nftables): the nodes'
+/// is the only kube-proxy here.
+fn clean_up_kube_proxy() {
+    let Ok(assets) = NodeAssets::locate() else {
+        return;
+    };
+    let quietly = |command: &mut std::process::Command| {
+        let _ = command
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status();
+    };
+    quietly(std::process::Command::new(&assets.kube_proxy).arg("--cleanup"));
+    // `--cleanup` keeps KUBE-FIREWALL (the kubelet shares it); no kubelet here uses it.
+    for args in [
+        &["-D", "INPUT", "-j", "KUBE-FIREWALL"][..],
+        &["-D", "OUTPUT", "-j", "KUBE-FIREWALL"],
+        &["-F", "KUBE-FIREWALL"],
+        &["-X", "KUBE-FIREWALL"],
+    ] {
+        quietly(std::process::Command::new("iptables").args(args));
+    }
+}
+
 /// Waits until every node is Ready, and lifts the `node.kubernetes.io/not-ready` taint each
 /// registers with: the node lifecycle controller that would lift it does not run in the test
 /// control plane (it would also evict pods when a node stops reporting, which no test wants).
@@ -646,6 +734,8 @@ pub fn clean_up(root: &Path) -> anyhow::Result<()> {
     // arguments), then the containers: with cgroupfs and no QoS cgroups, containerd puts every
     // container of its "k8s.io" namespace in the cgroup /k8s.io/<id>.
     kill_processes(|cmdline| cmdline.contains(&root_text));
+    // Before anything below can fail: stale rules would send Services' traffic nowhere.
+    clean_up_kube_proxy();
     let container_cgroups = container_cgroups();
     for _ in 0..50 {
         let mut any = false;
