@@ -173,3 +173,57 @@ pub fn differences(rendered: Vec<Value>, deployed: Vec<Value>) -> Vec<String> {
     );
     differing
 }
+
+/// Asserts that `rendered` puts baton's own objects in `system` and names `groups` in every
+/// place that names the groups' namespace: the configuration, the groups' roles, and each
+/// webhook configuration's label and namespace selector (whose Service stays in `system`).
+pub fn assert_namespaces(rendered: &[Value], system: &str, groups: &str) {
+    assert_eq!(
+        find(rendered, "ConfigMap", "baton-config")["data"]["groups-namespace"],
+        groups
+    );
+    for role in ["baton-controller-groups", "baton-webhook-groups"] {
+        for kind in ["Role", "RoleBinding"] {
+            assert_eq!(find(rendered, kind, role)["metadata"]["namespace"], groups);
+        }
+        assert_eq!(
+            find(rendered, "RoleBinding", role)["subjects"][0]["namespace"],
+            system
+        );
+    }
+    let configurations = webhook_configurations(rendered);
+    assert_eq!(configurations.len(), 6);
+    for configuration in configurations {
+        let name = &configuration["metadata"]["name"];
+        assert_eq!(
+            configuration["metadata"]["labels"]["grafana.com/namespace"], groups,
+            "{name}"
+        );
+        let webhook = &configuration["webhooks"][0];
+        assert_eq!(
+            webhook["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"], groups,
+            "{name}"
+        );
+        assert_eq!(
+            webhook["clientConfig"]["service"]["namespace"], system,
+            "{name}"
+        );
+    }
+    for (kind, name) in [
+        ("Deployment", "baton-controller"),
+        ("Deployment", "baton-webhook"),
+        ("ConfigMap", "baton-config"),
+        ("ServiceAccount", "baton-controller"),
+        ("Role", "baton-controller"),
+    ] {
+        assert_eq!(find(rendered, kind, name)["metadata"]["namespace"], system);
+    }
+    assert_eq!(
+        find(
+            rendered,
+            "ClusterRoleBinding",
+            "baton-controller-webhook-ca"
+        )["subjects"][0]["namespace"],
+        system
+    );
+}

@@ -8,7 +8,8 @@ use std::path::PathBuf;
 use baton_e2e::ControlPlane;
 use baton_e2e::manifests::deploy_dir;
 use baton_e2e::renders::{
-    differences, documents, find, kinds_and_names, kustomized_deploy, run, webhook_configurations,
+    assert_namespaces, differences, documents, find, kinds_and_names, kustomized_deploy, run,
+    webhook_configurations,
 };
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
@@ -136,63 +137,8 @@ fn the_groups_namespace_value_moves_every_place_that_names_it() {
     let rendered = helm_template("baton-ops", &["groupsNamespace=ingesters"]);
 
     // Then the configuration, the groups' roles and every webhook configuration's label and
-    // namespace selector name `ingesters`
-    assert_eq!(
-        find(&rendered, "ConfigMap", "baton-config")["data"]["groups-namespace"],
-        "ingesters"
-    );
-    for role in ["baton-controller-groups", "baton-webhook-groups"] {
-        for kind in ["Role", "RoleBinding"] {
-            assert_eq!(
-                find(&rendered, kind, role)["metadata"]["namespace"],
-                "ingesters"
-            );
-        }
-        assert_eq!(
-            find(&rendered, "RoleBinding", role)["subjects"][0]["namespace"],
-            "baton-ops"
-        );
-    }
-    let configurations = webhook_configurations(&rendered);
-    assert_eq!(configurations.len(), 6);
-    for configuration in configurations {
-        let name = &configuration["metadata"]["name"];
-        assert_eq!(
-            configuration["metadata"]["labels"]["grafana.com/namespace"], "ingesters",
-            "{name}"
-        );
-        let webhook = &configuration["webhooks"][0];
-        assert_eq!(
-            webhook["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"], "ingesters",
-            "{name}"
-        );
-        // and they call the Service in baton's namespace
-        assert_eq!(
-            webhook["clientConfig"]["service"]["namespace"], "baton-ops",
-            "{name}"
-        );
-    }
-    // and baton's own objects are in the release namespace
-    for (kind, name) in [
-        ("Deployment", "baton-controller"),
-        ("Deployment", "baton-webhook"),
-        ("ConfigMap", "baton-config"),
-        ("ServiceAccount", "baton-controller"),
-        ("Role", "baton-controller"),
-    ] {
-        assert_eq!(
-            find(&rendered, kind, name)["metadata"]["namespace"],
-            "baton-ops"
-        );
-    }
-    assert_eq!(
-        find(
-            &rendered,
-            "ClusterRoleBinding",
-            "baton-controller-webhook-ca"
-        )["subjects"][0]["namespace"],
-        "baton-ops"
-    );
+    // namespace selector name `ingesters`, and baton's own objects are in the release namespace
+    assert_namespaces(&rendered, "baton-ops", "ingesters");
 }
 
 #[test]

@@ -10,7 +10,8 @@ use std::path::PathBuf;
 use baton_e2e::ControlPlane;
 use baton_e2e::manifests::deploy_dir;
 use baton_e2e::renders::{
-    differences, find, kinds_and_names, kustomized_deploy, run, webhook_configurations,
+    assert_namespaces, differences, find, kinds_and_names, kustomized_deploy, run,
+    webhook_configurations,
 };
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, PostParams};
@@ -90,55 +91,9 @@ fn the_namespace_knobs_move_every_place_that_names_a_namespace() {
         );
     }
     // and the configuration, the groups' roles and every webhook configuration's label and
-    // namespace selector name `ingesters`
-    assert_eq!(
-        find(&rendered, "ConfigMap", "baton-config")["data"]["groups-namespace"],
-        "ingesters"
-    );
-    for role in ["baton-controller-groups", "baton-webhook-groups"] {
-        for kind in ["Role", "RoleBinding"] {
-            assert_eq!(
-                find(&rendered, kind, role)["metadata"]["namespace"],
-                "ingesters"
-            );
-        }
-        assert_eq!(
-            find(&rendered, "RoleBinding", role)["subjects"][0]["namespace"],
-            "baton-ops"
-        );
-    }
-    let configurations = webhook_configurations(&rendered);
-    assert_eq!(configurations.len(), 6);
-    for configuration in configurations {
-        let name = &configuration["metadata"]["name"];
-        assert_eq!(
-            configuration["metadata"]["labels"]["grafana.com/namespace"], "ingesters",
-            "{name}"
-        );
-        let webhook = &configuration["webhooks"][0];
-        assert_eq!(
-            webhook["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"], "ingesters",
-            "{name}"
-        );
-        // and they call the Service in baton's namespace
-        assert_eq!(
-            webhook["clientConfig"]["service"]["namespace"], "baton-ops",
-            "{name}"
-        );
-    }
-    // and baton's own objects, and its Namespace, are baton-ops
-    for (kind, name) in [
-        ("Deployment", "baton-controller"),
-        ("Deployment", "baton-webhook"),
-        ("ConfigMap", "baton-config"),
-        ("ServiceAccount", "baton-controller"),
-        ("Role", "baton-controller"),
-    ] {
-        assert_eq!(
-            find(&rendered, kind, name)["metadata"]["namespace"],
-            "baton-ops"
-        );
-    }
+    // namespace selector name `ingesters`, and baton's own objects are in baton-ops
+    assert_namespaces(&rendered, "baton-ops", "ingesters");
+    // and so is its Namespace
     assert_eq!(
         find(&rendered, "Namespace", "baton-ops")["metadata"]["labels"]["kubernetes.io/metadata.name"],
         "baton-ops"
