@@ -81,14 +81,7 @@ fn build() -> anyhow::Result<PathBuf> {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/image.sh");
     let mut command = Command::new(&script);
     command.arg("--print-archive");
-    for (variable, _) in std::env::vars_os() {
-        if variable
-            .to_str()
-            .is_some_and(crate::process::is_set_by_cargo_for_the_test)
-        {
-            command.env_remove(variable);
-        }
-    }
+    crate::process::without_cargo_test_variables(&mut command);
     let output = command
         .output()
         .with_context(|| format!("running {}", script.display()))?;

@@ -34,11 +34,7 @@ pub fn workspace_binary(name: &str) -> anyhow::Result<PathBuf> {
         // Not the variables cargo sets for this test process: build scripts watching them
         // (ring's watches CARGO_MANIFEST_DIR) would rebuild half the dependency tree here, and
         // again in the next plain `cargo build`.
-        for (variable, _) in std::env::vars_os() {
-            if variable.to_str().is_some_and(is_set_by_cargo_for_the_test) {
-                command.env_remove(variable);
-            }
-        }
+        without_cargo_test_variables(&mut command);
         if profile_dir
             .file_name()
             .is_some_and(|name| name == "release")
@@ -64,6 +60,16 @@ pub fn workspace_binary(name: &str) -> anyhow::Result<PathBuf> {
         );
     }
     Ok(binary)
+}
+
+/// Removes from `command` the variables cargo set for this test process, for a `cargo` (or a
+/// script running it) that must build as a plain `cargo build` would.
+pub(crate) fn without_cargo_test_variables(command: &mut std::process::Command) {
+    for (variable, _) in std::env::vars_os() {
+        if variable.to_str().is_some_and(is_set_by_cargo_for_the_test) {
+            command.env_remove(variable);
+        }
+    }
 }
 
 /// Environment variables cargo sets for a test process (not the user's CARGO_HOME,

@@ -10,7 +10,7 @@ use anyhow::{Context, bail};
 use serde_json::json;
 
 use super::supervisor::PAUSE_IMAGE;
-use crate::process::{is_set_by_cargo_for_the_test, profile_dir};
+use crate::process::{profile_dir, without_cargo_test_variables};
 
 /// The application image's repository; each version a scenario rolls out is one of its tags.
 pub const APP_IMAGE: &str = "baton.test/app";
@@ -62,11 +62,7 @@ fn build_static_app(target: &Path) -> anyhow::Result<PathBuf> {
         .env("CARGO_TARGET_DIR", &static_target)
         .env("RUSTFLAGS", "-C target-feature=+crt-static")
         .current_dir(env!("CARGO_MANIFEST_DIR"));
-    for (variable, _) in std::env::vars_os() {
-        if variable.to_str().is_some_and(is_set_by_cargo_for_the_test) {
-            command.env_remove(variable);
-        }
-    }
+    without_cargo_test_variables(&mut command);
     let status = command
         .status()
         .context("running cargo build for the static test application")?;
