@@ -96,3 +96,110 @@ fn build() -> anyhow::Result<PathBuf> {
     let printed = String::from_utf8(output.stdout)?;
     Ok(PathBuf::from(printed.trim()))
 }
+
+/// What the real nodes' upgrade scenario upgrades baton to ([`BatonImage::next`]).
+pub const NEXT_REVISION: &str = "next";
+
+impl BatonImage {
+    /// The image a user upgrades to: this one as the next commit would build it (the same
+    /// files, its `org.opencontainers.image.revision` label set to `revision`), named
+    /// `baton:<version>-<revision>`, so it has a digest of its own. Written beside this
+    /// image's archive once per `revision`.
+    pub fn next(&self, revision: &str) -> anyhow::Result<BatonImage> {
+        let name = format!("{}-{revision}", self.name);
+        let archive = self
+            .archive
+            .with_file_name(format!("{}.tar", name.replace(':', "-")));
+        let digest = relabel(&self.archive, &archive, &name, revision)
+            .with_context(|| format!("deriving {name} from {}", self.archive.display()))?;
+        Ok(BatonImage {
+            name,
+            digest,
+            archive,
+            ..self.clone()
+        })
+    }
+}
+
+fn sha256(bytes: &[u8]) -> String {
+    let digest = ring::digest::digest(&ring::digest::SHA256, bytes);
+    let hex: String = digest
+        .as_ref()
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect();
+    format!("sha256:{hex}")
+}
+
+/// Copies the OCI archive `from` to `to` with the image's revision label set to `revision`
+/// and its reference named `name`: a new config, so a new manifest and index; the layers are
+/// the same blobs. Returns the new manifest's digest.
+fn relabel(from: &Path, to: &Path, name: &str, revision: &str) -> anyhow::Result<String> {
+    use std::collections::BTreeMap;
+    use std::io::Read;
+    let mut blobs = BTreeMap::<String, Vec<u8>>::new();
+    let mut index: Option<serde_json::Value> = None;
+    let mut layout = Vec::new();
+    for entry in tar::Archive::new(std::fs::File::open(from)?).entries()? {
+        let mut entry = entry?;
+        let path = entry.path()?.to_string_lossy().into_owned();
+        let mut bytes = Vec::new();
+        entry.read_to_end(&mut bytes)?;
+        match path.as_str() {
+            "index.json" => index = Some(serde_json::from_slice(&bytes)?),
+            "oci-layout" => layout = bytes,
+            _ => {
+                if let Some(digest) = path.strip_prefix("blobs/sha256/") {
+                    blobs.insert(format!("sha256:{digest}"), bytes);
+                }
+            }
+        }
+    }
+    let mut index = index.context("the archive has no index.json")?;
+    let manifest_digest = index["manifests"][0]["digest"]
+        .as_str()
+        .context("the index names no manifest")?
+        .to_owned();
+    let mut manifest: serde_json::Value = serde_json::from_slice(
+        blobs
+            .get(&manifest_digest)
+            .context("the manifest's blob is missing")?,
+    )?;
+    let config_digest = manifest["config"]["digest"]
+        .as_str()
+        .context("the manifest names no config")?
+        .to_owned();
+    let mut config: serde_json::Value =
+        serde_json::from_slice(blobs.get(&config_digest).context("the config is missing")?)?;
+    config["config"]["Labels"]["org.opencontainers.image.revision"] = revision.into();
+    let config = serde_json::to_vec(&config)?;
+    blobs.remove(&config_digest);
+    blobs.remove(&manifest_digest);
+    manifest["config"]["digest"] = sha256(&config).into();
+    manifest["config"]["size"] = config.len().into();
+    blobs.insert(sha256(&config), config);
+    let manifest = serde_json::to_vec(&manifest)?;
+    let digest = sha256(&manifest);
+    index["manifests"][0]["digest"] = digest.clone().into();
+    index["manifests"][0]["size"] = manifest.len().into();
+    index["manifests"][0]["annotations"]["org.opencontainers.image.ref.name"] =
+        format!("docker.io/library/{name}").into();
+    blobs.insert(digest.clone(), manifest);
+
+    let mut out = tar::Builder::new(std::fs::File::create(to)?);
+    let mut append = |path: &str, bytes: &[u8]| -> std::io::Result<()> {
+        let mut header = tar::Header::new_gnu();
+        header.set_size(bytes.len() as u64);
+        header.set_mode(0o644);
+        header.set_cksum();
+        out.append_data(&mut header, path, bytes)
+    };
+    append("oci-layout", &layout)?;
+    append("index.json", &serde_json::to_vec(&index)?)?;
+    for (digest, bytes) in &blobs {
+        let hex = digest.trim_start_matches("sha256:");
+        append(&format!("blobs/sha256/{hex}"), bytes)?;
+    }
+    out.finish()?;
+    Ok(digest)
+}

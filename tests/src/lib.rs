@@ -3,6 +3,7 @@
 //! scheduler, for what only real pods show), fixtures and process helpers. Nothing here mocks
 //! what the API server can do for real.
 
+pub mod admission_load;
 pub mod baton_image;
 pub mod browser;
 pub mod certificate_support;
@@ -32,4 +33,4 @@ pub use control_plane::ControlPlane;
 pub use namespace::TestNamespace;
 pub use pod_simulator::{PodEvent, PodSimulator, PodTransition, SimulatorOptions};
 pub use process::BatonProcess;
-pub use wait::wait_until;
+pub use wait::{wait_for, wait_until};

@@ -9,10 +9,24 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = bool>,
 {
+    wait_for(timeout, what, || {
+        let holds = condition();
+        async move { holds.await.then_some(()) }
+    })
+    .await
+}
+
+/// Polls `found` every 50 ms until it gives something, and returns that; panics naming `what`
+/// after `timeout`.
+pub async fn wait_for<T, F, Fut>(timeout: Duration, what: &str, mut found: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
     let deadline = Instant::now() + timeout;
     loop {
-        if condition().await {
-            return;
+        if let Some(value) = found().await {
+            return value;
         }
         if Instant::now() >= deadline {
             panic!("timed out after {timeout:?} waiting until {what}");

@@ -125,22 +125,6 @@ async fn the_manifests_pass_a_server_side_dry_run() {
     );
 }
 
-/// The overlay docs/operations.md gives for coordinating another namespace's groups, as written
-/// there (so the documentation cannot drift from what works), aimed at `namespace` and at
-/// deploy/ from the overlay's folder.
-fn documented_groups_overlay(namespace: &str, deploy_from_overlay: &str) -> String {
-    let operations = std::fs::read_to_string(deploy_dir().join("../docs/operations.md")).unwrap();
-    let start = operations
-        .find("# my-overlay/kustomization.yaml")
-        .expect("docs/operations.md shows the groups' namespace overlay");
-    let overlay = &operations[start..];
-    let overlay = &overlay[..overlay.find("```").unwrap()];
-    assert!(overlay.contains("ingesters") && overlay.contains("../deploy "));
-    overlay
-        .replace("ingesters", namespace)
-        .replace("../deploy ", &format!("{deploy_from_overlay} "))
-}
-
 /// Someone who may do anything with the workloads, configuration and Secrets of `namespace`
 /// (and nothing elsewhere): the namespace user docs/security.md defends baton against.
 async fn namespace_user(control_plane: &ControlPlane, namespace: &str) -> kube::Client {
@@ -187,19 +171,15 @@ async fn deploy_installs_baton_apart_from_the_groups_it_coordinates() {
         .create(&PostParams::default(), &namespace)
         .await
         .unwrap();
-    // kustomize refuses absolute resource paths: the overlay lives under target/.
+    // README's install overlay (kustomize refuses absolute resource paths: it lives under
+    // target/); no node pulls the image here.
     let overlay_dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(&groups);
-    std::fs::create_dir_all(&overlay_dir).unwrap();
-    let deploy_from_overlay = pathdiff::diff_paths(
-        deploy_dir().canonicalize().unwrap(),
-        overlay_dir.canonicalize().unwrap(),
-    )
-    .unwrap();
-    std::fs::write(
-        overlay_dir.join("kustomization.yaml"),
-        documented_groups_overlay(&groups, deploy_from_overlay.to_str().unwrap()),
-    )
-    .unwrap();
+    baton_e2e::renders::write_install_overlay(
+        &overlay_dir,
+        &groups,
+        &format!("baton@sha256:{}", "1".repeat(64)),
+        &[],
+    );
 
     // When it is applied for real, on top of deploy/ as it ships. Server-side: other scenarios
     // of this process install the same CRDs at the same moment, and a client-side apply (read,

@@ -7,7 +7,6 @@
 use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
-use baton_e2e::control_plane::supervisor::clean_up_from_drop;
 use baton_e2e::controller_support::{
     ControlledNamespace, rollout_state, wait_event, wait_group_ready, wait_new_update_revision,
     wait_rollout_complete,
@@ -19,7 +18,8 @@ use baton_e2e::keys::{
     PREPARE_DOWNSCALE, PREPARE_DOWNSCALE_PATH, PREPARE_DOWNSCALE_PORT,
 };
 use baton_e2e::real_nodes::{
-    APP_PORT, Behaviour, RealPodsFixture, app_calls, pod_ip, real_rollout_group, set_version,
+    APP_PORT, Behaviour, RealPodsFixture, Uncordon, app_calls, pod_ip, real_rollout_group,
+    set_version,
 };
 use baton_e2e::scaling_support::{
     REPLICA_TEMPLATE_API_VERSION, REPLICA_TEMPLATE_KIND, ReplicaTemplates,
@@ -33,8 +33,8 @@ use baton_e2e::webhook_support::{
 use baton_e2e::zpdb_support::{answer_of, budget, eviction_review, zpdb_resource};
 use baton_e2e::{PodEvent, PodTransition, wait_until};
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DynamicObject, ListParams, PostParams};
 use serde_json::json;
 
 const TIMEOUT: Duration = Duration::from_secs(120);
@@ -457,28 +457,6 @@ async fn delayed_downscale_asks_the_real_pods_and_waits_for_their_delay() {
 /// The scenarios share the nodes; the drain cordons one, which would leave other scenarios'
 /// new pods of that zone Pending: it runs alone, the others together.
 static NODES: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
-
-/// Makes a node schedulable again when dropped: a drained node must not stay cordoned for the
-/// scenarios after this one, whatever happened.
-struct Uncordon {
-    node: String,
-    kubeconfig: std::path::PathBuf,
-}
-
-impl Drop for Uncordon {
-    fn drop(&mut self) {
-        let node = self.node.clone();
-        clean_up_from_drop(self.kubeconfig.clone(), |client| async move {
-            let _ = Api::<Node>::all(client)
-                .patch(
-                    &node,
-                    &PatchParams::default(),
-                    &Patch::Merge(json!({"spec": {"unschedulable": false}})),
-                )
-                .await;
-        });
-    }
-}
 
 /// A dry-run eviction of `pod` through the API server (reaches the webhooks, changes nothing).
 async fn dry_run_eviction(client: &kube::Client, namespace: &str, pod: &str) {
@@ -1030,278 +1008,4 @@ async fn batons_image_runs_on_a_real_node_as_deploy_runs_it() {
             "{name}:\n{logs}"
         );
     }
-}
-
-/// The overlay docs/operations.md gives for coordinating another namespace's groups, as written
-/// there, aimed at `namespace` and at deploy/ from the overlay's folder, with baton's image
-/// pinned by digest (`images:`, as the same page tells).
-fn documented_overlay_pinned(namespace: &str, deploy_from_overlay: &str, image: &str) -> String {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let operations = std::fs::read_to_string(root.join("docs/operations.md")).unwrap();
-    let start = operations
-        .find("# my-overlay/kustomization.yaml")
-        .expect("docs/operations.md shows the groups' namespace overlay");
-    let overlay = &operations[start..];
-    let overlay = &overlay[..overlay.find("```").unwrap()];
-    assert!(overlay.contains("ingesters") && overlay.contains("../deploy "));
-    let (repository, digest) = image.split_once('@').expect("an image by digest");
-    format!(
-        "{}images:\n  - name: baton\n    newName: {repository}\n    digest: {digest}\n",
-        overlay
-            .replace("ingesters", namespace)
-            .replace("../deploy ", &format!("{deploy_from_overlay} "))
-    )
-}
-
-/// baton installed by `kubectl apply -k` on the real nodes, in `baton-system` (cluster-wide:
-/// one per test process); removed when dropped, the CRDs and priority class aside (other
-/// scenarios of the process share them).
-struct Installed {
-    kubeconfig: std::path::PathBuf,
-    kubectl: std::path::PathBuf,
-}
-
-impl Drop for Installed {
-    fn drop(&mut self) {
-        let kubectl = |args: &[&str]| {
-            let _ = std::process::Command::new(&self.kubectl)
-                .args(args)
-                .env("KUBECONFIG", &self.kubeconfig)
-                .output();
-        };
-        kubectl(&[
-            "delete",
-            "validatingwebhookconfigurations,mutatingwebhookconfigurations,validatingadmissionpolicies,validatingadmissionpolicybindings,clusterroles,clusterrolebindings",
-            "-l",
-            "app.kubernetes.io/part-of=baton",
-            "--ignore-not-found",
-        ]);
-        kubectl(&[
-            "delete",
-            "namespace",
-            "baton-system",
-            "--ignore-not-found",
-            "--wait=false",
-        ]);
-    }
-}
-
-/// Waits until the Deployment `name` of baton-system has `replicas` Ready.
-async fn wait_deployment_ready(client: &kube::Client, name: &str, replicas: i32) {
-    let deployments =
-        Api::<k8s_openapi::api::apps::v1::Deployment>::namespaced(client.clone(), "baton-system");
-    baton_e2e::wait_until(TIMEOUT, &format!("{name} has {replicas} Ready"), || async {
-        deployments
-            .get_opt(name)
-            .await
-            .ok()
-            .flatten()
-            .and_then(|deployment| deployment.status)
-            .and_then(|status| status.ready_replicas)
-            == Some(replicas)
-    })
-    .await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn deploy_applied_with_kubectl_runs_on_the_real_nodes_and_the_api_server_calls_its_webhooks()
-{
-    // Given the real nodes (all three: the webhook's replicas each need one of their own), baton's
-    // image on them, and a namespace of groups with the overlay docs/operations.md gives for it,
-    // the image pinned by digest
-    let _shared = NODES.read().await;
-    let image = baton_e2e::baton_image::BatonImage::get();
-    baton_e2e::real_nodes::RealNodes::shared().await;
-    let control_plane = baton_e2e::control_plane::ControlPlane::shared().await;
-    let groups = baton_e2e::TestNamespace::create(
-        control_plane,
-        &format!(
-            "{}install",
-            baton_e2e::real_nodes::supervisor::NAMESPACE_PREFIX
-        ),
-    )
-    .await;
-    let client = groups.client();
-    // kustomize refuses absolute resource paths: the overlay lives under target/.
-    let overlay_dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(groups.name());
-    std::fs::create_dir_all(&overlay_dir).unwrap();
-    let deploy_dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy");
-    let deploy_from_overlay = pathdiff::diff_paths(
-        deploy_dir.canonicalize().unwrap(),
-        overlay_dir.canonicalize().unwrap(),
-    )
-    .unwrap();
-    std::fs::write(
-        overlay_dir.join("kustomization.yaml"),
-        documented_overlay_pinned(
-            groups.name(),
-            deploy_from_overlay.to_str().unwrap(),
-            &image.by_digest(),
-        ),
-    )
-    .unwrap();
-
-    // When it is applied as a user would (server-side: other scenarios of this process may
-    // install the same CRDs at the same moment)
-    let started = Instant::now();
-    let _installed = Installed {
-        kubeconfig: control_plane.kubeconfig_path().to_path_buf(),
-        kubectl: control_plane.kubectl().to_path_buf(),
-    };
-    let output = std::process::Command::new(control_plane.kubectl())
-        .args(["apply", "--server-side", "--force-conflicts", "-k"])
-        .arg(&overlay_dir)
-        .env("KUBECONFIG", control_plane.kubeconfig_path())
-        .output()
-        .expect("kubectl runs");
-    assert!(
-        output.status.success(),
-        "kubectl apply -k failed:\n{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-
-    // Then both controllers and the three webhook replicas run on the nodes and are Ready
-    wait_deployment_ready(&client, "baton-controller", 2).await;
-    wait_deployment_ready(&client, "baton-webhook", 3).await;
-    eprintln!(
-        "baton installed and Ready on the real nodes in {:.1}s",
-        started.elapsed().as_secs_f64()
-    );
-    // with the certificate baton issued itself, its CA injected into every webhook
-    // configuration
-    let secret =
-        Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), "baton-system")
-            .get("baton-webhook-tls")
-            .await
-            .expect("baton issued baton-webhook-tls");
-    let ca = secret
-        .data
-        .as_ref()
-        .and_then(|data| data.get("ca.crt"))
-        .expect("the Secret holds its CA")
-        .0
-        .clone();
-    let configurations = Api::<
-        k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration,
-    >::all(client.clone());
-    let no_downscale = configurations.get("baton-no-downscale").await.unwrap();
-    let injected = no_downscale.webhooks.unwrap()[0]
-        .client_config
-        .ca_bundle
-        .as_ref()
-        .map(|bundle| bundle.0.clone());
-    assert_eq!(injected, Some(ca), "baton-no-downscale's caBundle");
-
-    // and the API server calls the webhook through its Service: a labelled StatefulSet's
-    // downscale is refused with baton's answer
-    let fixture = RealPodsFixture::new(
-        StatefulSetFixture::new("guarded")
-            .label(baton_e2e::keys::NO_DOWNSCALE, "true")
-            .replicas(1),
-        "a",
-    );
-    fixture.create(&client, groups.name()).await;
-    wait_group_ready(&client, groups.name(), &["guarded".to_owned()]).await;
-    let statefulsets = Api::<StatefulSet>::namespaced(client.clone(), groups.name());
-    let refused = scale(&statefulsets, "guarded", 0, false)
-        .await
-        .expect_err("the downscale of a no-downscale StatefulSet is refused");
-    assert!(
-        refused.contains("no-downscale.baton.grafana.com")
-            && refused.contains(
-                "is not allowed because it has the label 'grafana.com/no-downscale=true'"
-            ),
-        "{refused}"
-    );
-
-    // And the controller in its pod rolls a real-pods group out zone by zone: every zone
-    // completes, never two zones or two pods of a zone down at once. Its pods take 3s to stop,
-    // and a zone-aware budget allows one of them unavailable.
-    let observer = baton_e2e::PodSimulator::observe(client.clone(), groups.name());
-    Api::<DynamicObject>::namespaced_with(client.clone(), groups.name(), &zpdb_resource())
-        .create(
-            &PostParams::default(),
-            &budget(
-                "ingester",
-                json!({"maxUnavailable": 1, "selector": {"matchLabels": {"rollout-group": "ingester"}}}),
-            ),
-        )
-        .await
-        .expect("creating the group's budget");
-    let mut names = Vec::new();
-    for zone in ["a", "b", "c"] {
-        let fixture = RealPodsFixture::new(
-            StatefulSetFixture::new(&format!("ingester-zone-{zone}"))
-                .group("ingester")
-                .pod_label("rollout-group", "ingester")
-                .replicas(2),
-            zone,
-        )
-        .stop_delay(Duration::from_secs(3));
-        let created = fixture.create(&client, groups.name()).await;
-        names.push(created.metadata.name.unwrap_or_default());
-    }
-    wait_group_ready(&client, groups.name(), &names).await;
-    let from = Instant::now();
-    for name in &names {
-        let before = rollout_state(&client, groups.name(), name).await;
-        set_version(&client, groups.name(), name, "v2", Behaviour::Healthy).await;
-        wait_new_update_revision(&client, groups.name(), name, &before.update_revision).await;
-    }
-    wait_rollout_complete(&client, groups.name(), &names).await;
-    eprintln!(
-        "a 3 zones x 2 real pods rollout through the installed baton took {:.1}s",
-        from.elapsed().as_secs_f64()
-    );
-    let zones: Vec<Zone> = names.iter().map(|name| Zone::new(name, 2, 1)).collect();
-    check_rollout_guarantees(&observer.timeline(), &zones, from).unwrap();
-
-    // And evictions go through the API server to the eviction webhook behind the Service: one
-    // pod of zone a may go, and while it is still stopping, a pod of zone b may not
-    let pods = Api::<Pod>::namespaced(client.clone(), groups.name());
-    pods.evict("ingester-zone-a-0", &Default::default())
-        .await
-        .expect("evicting a pod of a healthy group");
-    // Through kubectl, which returns the refusal at once: kube's client retries a refused
-    // eviction (its retry policy; seen here: refused ten times, then allowed once zone a's pod
-    // was back).
-    let eviction = json!({
-        "apiVersion": "policy/v1",
-        "kind": "Eviction",
-        "metadata": {"name": "ingester-zone-b-0", "namespace": groups.name()},
-    });
-    let mut evicting = std::process::Command::new(control_plane.kubectl())
-        .args([
-            "create",
-            "--raw",
-            &format!(
-                "/api/v1/namespaces/{}/pods/ingester-zone-b-0/eviction",
-                groups.name()
-            ),
-            "-f",
-            "-",
-        ])
-        .env("KUBECONFIG", control_plane.kubeconfig_path())
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("kubectl runs");
-    std::io::Write::write_all(
-        &mut evicting.stdin.take().unwrap(),
-        eviction.to_string().as_bytes(),
-    )
-    .unwrap();
-    let output = evicting.wait_with_output().unwrap();
-    let refused = String::from_utf8_lossy(&output.stderr).into_owned();
-    assert!(
-        !output.status.success(),
-        "a second zone's eviction while zone a's pod stops was allowed"
-    );
-    assert!(
-        refused.contains("pod-eviction.baton.grafana.com")
-            && refused.contains("allows evictions in one zone at a time"),
-        "{refused}"
-    );
 }

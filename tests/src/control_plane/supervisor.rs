@@ -316,7 +316,10 @@ async fn run_in(
 
     let mut controllers = "statefulset,replicaset,deployment,garbagecollector,namespace".to_owned();
     if host.is_some() {
-        controllers.push_str(",serviceaccount,root-ca-cert-publisher,endpointslice");
+        // What pods on real nodes need around them: their tokens, the API server's CA, the
+        // Service endpoints, and disruption budgets' status (without it the API server
+        // refuses every eviction a PodDisruptionBudget covers).
+        controllers.push_str(",serviceaccount,root-ca-cert-publisher,endpointslice,disruption");
     }
     let controller_manager = spawn(
         &assets.kube_controller_manager,

@@ -71,8 +71,15 @@ impl RealNodes {
         let mut images = images::build().context("building the real pods' images")?;
         // baton's own image too, for the scenarios that run it as deploy/ does; the others run
         // without it, and those say what is missing.
+        // And the image an upgrade scenario moves it to.
         match crate::baton_image::BatonImage::available() {
-            Ok(baton) => images.push(baton.archive.clone()),
+            Ok(baton) => {
+                images.push(baton.archive.clone());
+                let next = baton
+                    .next(crate::baton_image::NEXT_REVISION)
+                    .context("deriving the next image of baton")?;
+                images.push(next.archive);
+            }
             Err(missing) => eprintln!("{missing}"),
         }
         let binary = workspace_binary("baton-real-nodes")?;
@@ -97,16 +104,7 @@ impl RealNodes {
     /// What `container` of `pod` wrote, read from its node's log folder, as `kubectl logs`
     /// shows it (the API server cannot reach these kubelets by their names).
     pub fn container_log(&self, pod: &Pod, container: &str) -> anyhow::Result<String> {
-        let node_name = pod
-            .spec
-            .as_ref()
-            .and_then(|spec| spec.node_name.as_deref())
-            .context("the pod is on no node")?;
-        let node = self
-            .nodes()
-            .iter()
-            .find(|node| node.name == node_name)
-            .with_context(|| format!("{node_name} is not a real node"))?;
+        let node = self.node_of(pod)?;
         let metadata = &pod.metadata;
         let folder = format!(
             "{}_{}_{}",
@@ -128,6 +126,68 @@ impl RealNodes {
             .filter_map(|line| line.splitn(4, ' ').nth(3))
             .collect::<Vec<_>>()
             .join("\n"))
+    }
+
+    /// Kills `container` of `pod` with SIGKILL through its node's containerd, as the kernel's
+    /// OOM killer or a crash would end it: no SIGTERM, nothing released. The kubelet restarts
+    /// it as it would any container.
+    pub fn kill_container(&self, pod: &Pod, container: &str) -> anyhow::Result<()> {
+        let node = self.node_of(pod)?;
+        let id = container_id(pod, container)?;
+        let assets = supervisor::NodeAssets::locate()?;
+        let output = Command::new(&assets.ctr)
+            .arg("--address")
+            .arg(node.containerd_socket())
+            .args([
+                "--namespace",
+                "k8s.io",
+                "tasks",
+                "kill",
+                "--signal",
+                "SIGKILL",
+                id,
+            ])
+            .output()
+            .context("running ctr tasks kill")?;
+        anyhow::ensure!(
+            output.status.success(),
+            "ctr tasks kill {id} failed: {}",
+            String::from_utf8_lossy(&output.stderr).trim()
+        );
+        Ok(())
+    }
+
+    /// What `container` of `pod` (its running instance) has used so far, from its cgroup: the
+    /// nodes run every container in `/k8s.io/<id>` of the machine's cgroup v1 hierarchies.
+    pub fn container_usage(&self, pod: &Pod, container: &str) -> anyhow::Result<ContainerUsage> {
+        let id = container_id(pod, container)?;
+        let read = |path: String| -> anyhow::Result<u64> {
+            let text = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
+            text.trim()
+                .parse()
+                .with_context(|| format!("{path} holds {text:?}"))
+        };
+        Ok(ContainerUsage {
+            peak_memory_bytes: read(format!(
+                "/sys/fs/cgroup/memory/k8s.io/{id}/memory.max_usage_in_bytes"
+            ))?,
+            cpu: Duration::from_nanos(read(format!(
+                "/sys/fs/cgroup/cpuacct/k8s.io/{id}/cpuacct.usage"
+            ))?),
+        })
+    }
+
+    /// The real node `pod` runs on.
+    fn node_of(&self, pod: &Pod) -> anyhow::Result<&NodeInfo> {
+        let node_name = pod
+            .spec
+            .as_ref()
+            .and_then(|spec| spec.node_name.as_deref())
+            .context("the pod is on no node")?;
+        self.nodes()
+            .iter()
+            .find(|node| node.name == node_name)
+            .with_context(|| format!("{node_name} is not a real node"))
     }
 
     /// How long the nodes took to start (images imported, every node Ready).
@@ -395,4 +455,49 @@ fn between<'a>(text: &'a str, start: &str, end: &str) -> Option<&'a str> {
     let from = text.find(start)? + start.len();
     let to = text[from..].find(end)? + from;
     Some(&text[from..to])
+}
+
+/// What a container used, as its cgroup counted.
+#[derive(Debug, Clone, Copy)]
+pub struct ContainerUsage {
+    /// The most memory it held at once (its cgroup's high-water mark, page cache included).
+    pub peak_memory_bytes: u64,
+    /// CPU time, all cores together.
+    pub cpu: Duration,
+}
+
+/// The containerd ID of `container` of `pod`'s running instance.
+fn container_id<'a>(pod: &'a Pod, container: &str) -> anyhow::Result<&'a str> {
+    pod.status
+        .as_ref()
+        .and_then(|status| status.container_statuses.as_ref())
+        .and_then(|statuses| statuses.iter().find(|status| status.name == container))
+        .and_then(|status| status.container_id.as_deref())
+        .and_then(|id| id.strip_prefix("containerd://"))
+        .with_context(|| format!("{container} of the pod has no containerd ID"))
+}
+
+/// Makes a node schedulable again when dropped: a drained node must not stay cordoned for the
+/// scenarios after this one, whatever happened.
+pub struct Uncordon {
+    pub node: String,
+    pub kubeconfig: std::path::PathBuf,
+}
+
+impl Drop for Uncordon {
+    fn drop(&mut self) {
+        let node = self.node.clone();
+        crate::control_plane::supervisor::clean_up_from_drop(
+            self.kubeconfig.clone(),
+            |client| async move {
+                let _ = Api::<k8s_openapi::api::core::v1::Node>::all(client)
+                    .patch(
+                        &node,
+                        &PatchParams::default(),
+                        &Patch::Merge(json!({"spec": {"unschedulable": false}})),
+                    )
+                    .await;
+            },
+        );
+    }
 }

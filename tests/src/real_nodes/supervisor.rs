@@ -144,6 +144,13 @@ fn node_of(index: usize, zone: &str, root: &Path) -> NodeInfo {
     }
 }
 
+impl NodeInfo {
+    /// Where the node's containerd answers (`ctr --address`).
+    pub fn containerd_socket(&self) -> PathBuf {
+        self.dir.join("containerd").join("containerd.sock")
+    }
+}
+
 fn bridge_of(zone: &str) -> String {
     format!("baton-{zone}")
 }
@@ -291,7 +298,7 @@ async fn start_containerd(
     let cni_conf_dir = node.dir.join("cni");
     std::fs::create_dir_all(&dir)?;
     std::fs::create_dir_all(&cni_conf_dir)?;
-    let socket = dir.join("containerd.sock");
+    let socket = node.containerd_socket();
     let gateway = node.pod_subnet.replace(".0/24", ".1");
     let network = serde_json::json!({
         "cniVersion": "0.4.0",
