@@ -21,6 +21,7 @@
 //! | [`scaling`] | leader/follower zones, replica mirroring and delayed downscale: the snapshot and the plan |
 //! | [`ledger`] | records replicas claim things in (the downscale ledger, the budgets' eviction records) as decisions read and change them |
 //! | [`downscale_history`] | when each StatefulSet was last downscaled, from the ledger, the Go operator's zone tracker and the annotation |
+//! | [`min_time`] | the min-time between zones' downscales: the one rule prepare-downscale and the scaling plan judge by |
 //! | [`budgets`] | zone-aware disruption budgets: the CRD, its validation, the eviction decision, the record of allowed evictions |
 //! | [`lease`] | leader election: what a candidate does next from what it has seen of the Lease, on its own clock |
 //! | [`phased`] | the phased rollout operator's `PhasedRollout`, turned into a group baton rolls by partition, and its status |
@@ -81,6 +82,7 @@ pub mod duration;
 pub mod gates;
 pub mod lease;
 pub mod ledger;
+pub mod min_time;
 pub mod names;
 pub mod phased;
 pub mod pod_address;

@@ -10,11 +10,12 @@ use std::collections::BTreeMap;
 use baton_config::PodAddressing;
 use baton_core::annotations::scaling::{MinTimeWrittenAs, min_time_between_zones_downscale};
 use baton_core::annotations::{NO_DOWNSCALE_LABEL, PREPARE_DOWNSCALE_LABEL, ROLLOUT_GROUP_LABEL};
-use baton_core::downscale_history::{LastDownscale, Records, last_downscale};
+use baton_core::downscale_history::{Records, last_downscale};
+use baton_core::min_time::{self, Downscaled, Whose};
 use baton_core::pod_address::{PodEndpoint, PrepareEndpoint};
 use baton_core::pods::{CachedPod, is_controlled_by};
 use baton_core::statefulset::{StatefulSetState, pod_ordinal};
-use jiff::{SignedDuration, Timestamp};
+use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::StatefulSet;
 
 use super::decision::Decision;
@@ -138,55 +139,53 @@ pub fn judge_min_time(
     now: Timestamp,
 ) -> Result<(), Decision> {
     let empty = std::collections::BTreeMap::new();
-    let mut blocking: Option<(String, LastDownscale, i64, SignedDuration, MinTimeWrittenAs)> = None;
-    for member in members {
-        let name = member.metadata.name.as_deref().unwrap_or("");
-        if name == downscale.name {
-            continue;
-        }
-        let unreadable = |why: String| {
-            Decision::deny(format!(
-                "{downscale} is not allowed because parsing downscale annotations failed: {why}"
-            ))
-        };
-        let Some(last) = last_downscale(member, records, now).map_err(unreadable)? else {
-            continue;
-        };
-        let labels = member.metadata.labels.as_ref().unwrap_or(&empty);
-        let annotations = member.metadata.annotations.as_ref().unwrap_or(&empty);
-        let min_time =
-            min_time_between_zones_downscale(labels, annotations).map_err(|invalid| {
-                unreadable(format!(
-                    "can't parse {} of {name}: {:?} is not {}",
-                    invalid.key, invalid.value, invalid.accepted
-                ))
-            })?;
-        let Some(wait) = min_time.value else {
-            continue;
-        };
-        let wait = i64::try_from(wait.as_nanos()).unwrap_or(i64::MAX);
-        let left = SignedDuration::from_nanos(wait) - now.duration_since(last.at);
-        if left > SignedDuration::ZERO && blocking.as_ref().is_none_or(|(.., most, _)| left > *most)
-        {
+    let unreadable = |why: String| {
+        Decision::deny(format!(
+            "{downscale} is not allowed because parsing downscale annotations failed: {why}"
+        ))
+    };
+    // Each other member's own min-time since its own last downscale (the Go operator's rule).
+    let others = members
+        .iter()
+        .filter_map(|member| {
+            let name = member.metadata.name.as_deref().unwrap_or("");
+            (name != downscale.name).then_some((name, member))
+        })
+        .map(|(name, member)| {
+            let Some(last) = last_downscale(member, records, now).map_err(unreadable)? else {
+                return Ok(None);
+            };
+            let labels = member.metadata.labels.as_ref().unwrap_or(&empty);
+            let annotations = member.metadata.annotations.as_ref().unwrap_or(&empty);
+            let min_time =
+                min_time_between_zones_downscale(labels, annotations).map_err(|invalid| {
+                    unreadable(format!(
+                        "can't parse {} of {name}: {:?} is not {}",
+                        invalid.key, invalid.value, invalid.accepted
+                    ))
+                })?;
             let written_as =
                 MinTimeWrittenAs::of(labels, annotations).unwrap_or(MinTimeWrittenAs::Label);
-            blocking = Some((name.to_owned(), last, wait, left, written_as));
-        }
-    }
-    match blocking {
-        None => Ok(()),
-        Some((name, last, wait, left, written_as)) => {
-            // Whole seconds, rounded up: "0s left" would read as "allowed now".
-            let left_seconds = left.as_secs() + i64::from(left.subsec_nanos() > 0);
-            Err(Decision::deny(format!(
-                "{downscale} is not allowed because {} and is {} to wait {} between zone downscales ({} left)",
-                last.describe(&name),
-                written_as.participle(),
-                go_duration::format(wait),
-                go_duration::format(left_seconds.saturating_mul(1_000_000_000)),
-            )))
-        }
-    }
+            Ok(Some(Downscaled {
+                at: last.at,
+                zone: (name, last, written_as),
+                its_min_time: min_time.value,
+            }))
+        });
+    let Some(blocker) = min_time::blocker(others, Whose::EachDownscaledZone, now)? else {
+        return Ok(());
+    };
+    let (name, last, written_as) = &blocker.zone;
+    let left = blocker.left(now);
+    // Whole seconds, rounded up: "0s left" would read as "allowed now".
+    let left_seconds = left.as_secs() + i64::from(left.subsec_nanos() > 0);
+    Err(Decision::deny(format!(
+        "{downscale} is not allowed because {} and is {} to wait {} between zone downscales ({} left)",
+        last.describe(name),
+        written_as.participle(),
+        go_duration::format(blocker.min_time_nanos()),
+        go_duration::format(left_seconds.saturating_mul(1_000_000_000)),
+    )))
 }
 
 /// How ready another StatefulSet of the group is.
