@@ -8,6 +8,7 @@
 //!
 //! | module | what |
 //! |---|---|
+//! | [`admission`] | admission decisions on domain types (a downscale, an eviction, a change to baton's state) to a typed verdict |
 //! | [`annotations`] | the labels and annotations of the contract with the Go operator's users, and their parsing |
 //! | [`duration`] | the two duration syntaxes users write (Go's and Prometheus') |
 //! | [`clock`] | how far apart clocks may be before a recorded time is not believed |
@@ -35,9 +36,13 @@
 //!   `rollout` module deletes.
 //! - A scaling pass: [`scaling::snapshot`] → [`scaling::plan()`]; the controller's `scaling`
 //!   writes `/scale` and calls pods.
-//! - A downscale admission: [`downscale_history`] over the [`ledger`]; the webhook claims it.
-//! - An eviction or a rollout deletion under a budget: [`budgets::decide()`]; the webhook and the
-//!   controller claim it in the budget's record.
+//! - A downscale admission: [`admission::downscale`] and [`admission::prepare`] (min-time by
+//!   [`min_time`], the scaling plan's rule too, over [`downscale_history`] and the [`ledger`]);
+//!   the webhook claims it.
+//! - A change to baton's state: [`admission::state`].
+//! - An eviction or a rollout deletion under a budget: [`budgets::decide()`] (an eviction's
+//!   review through [`admission::eviction`]); the webhook and the controller claim it in the
+//!   budget's record.
 //! - The Lease ([`lease`]) and the webhook's certificate ([`certificates`]): the controller.
 
 /// `kube::Resource` for a namespaced custom resource of baton's own types (a struct with a
@@ -73,6 +78,7 @@ macro_rules! namespaced_resource {
     };
 }
 
+pub mod admission;
 pub mod annotations;
 pub mod budgets;
 pub mod certificates;
