@@ -122,3 +122,22 @@ fn a_wait_beyond_the_last_representable_time_blocks_until_then() {
     assert_eq!(far.min_time_nanos(), i64::MAX);
     assert!(far.left(now()) > SignedDuration::ZERO);
 }
+
+#[test]
+fn the_same_history_judged_by_each_use() {
+    // Zone b was downscaled an hour ago. Whose min-time counts decides: b's own under
+    // prepare-downscale, the zone going down's under the scaling plan.
+    let b = |its_hours| vec![Some(zone("b", 1, Some(its_hours)))];
+    let going_down = |hours: u32| Whose::ZoneGoingDown(HOUR * hours);
+    // b waits 30 minutes, over for prepare-downscale; the follower going down waits 2 hours,
+    // held another hour.
+    let short_for_b = vec![Some(Downscaled {
+        its_min_time: Some(HOUR / 2),
+        ..zone("b", 1, None)
+    })];
+    assert_eq!(judge(short_for_b.clone(), Whose::EachDownscaledZone), None);
+    assert_eq!(judge(short_for_b, going_down(2)), Some(("b", ago(-1))));
+    // b waits 3 hours, the follower 30 minutes: the other way round.
+    assert_eq!(judge(b(3), Whose::EachDownscaledZone), Some(("b", ago(-2))));
+    assert_eq!(judge(b(3), Whose::ZoneGoingDown(HOUR / 2)), None);
+}
