@@ -8,6 +8,7 @@
 //!
 //! | module | what |
 //! |---|---|
+//! | [`admission`] | admission decisions on domain types (a downscale, an eviction, a change to baton's state) to a typed verdict |
 //! | [`annotations`] | the labels and annotations of the contract with the Go operator's users, and their parsing |
 //! | [`duration`] | the two duration syntaxes users write (Go's and Prometheus') |
 //! | [`clock`] | how far apart clocks may be before a recorded time is not believed |
@@ -21,6 +22,7 @@
 //! | [`scaling`] | leader/follower zones, replica mirroring and delayed downscale: the snapshot and the plan |
 //! | [`ledger`] | records replicas claim things in (the downscale ledger, the budgets' eviction records) as decisions read and change them |
 //! | [`downscale_history`] | when each StatefulSet was last downscaled, from the ledger, the Go operator's zone tracker and the annotation |
+//! | [`min_time`] | the min-time between zones' downscales: the one rule prepare-downscale and the scaling plan judge by |
 //! | [`budgets`] | zone-aware disruption budgets: the CRD, its validation, the eviction decision, the record of allowed evictions |
 //! | [`lease`] | leader election: what a candidate does next from what it has seen of the Lease, on its own clock |
 //! | [`phased`] | the phased rollout operator's `PhasedRollout`, turned into a group baton rolls by partition, and its status |
@@ -34,9 +36,13 @@
 //!   `rollout` module deletes.
 //! - A scaling pass: [`scaling::snapshot`] → [`scaling::plan()`]; the controller's `scaling`
 //!   writes `/scale` and calls pods.
-//! - A downscale admission: [`downscale_history`] over the [`ledger`]; the webhook claims it.
-//! - An eviction or a rollout deletion under a budget: [`budgets::decide()`]; the webhook and the
-//!   controller claim it in the budget's record.
+//! - A downscale admission: [`admission::downscale`] and [`admission::prepare`] (min-time by
+//!   [`min_time`], the scaling plan's rule too, over [`downscale_history`] and the [`ledger`]);
+//!   the webhook claims it.
+//! - A change to baton's state: [`admission::state`].
+//! - An eviction or a rollout deletion under a budget: [`budgets::decide()`] (an eviction's
+//!   review through [`admission::eviction`]); the webhook and the controller claim it in the
+//!   budget's record.
 //! - The Lease ([`lease`]) and the webhook's certificate ([`certificates`]): the controller.
 
 /// `kube::Resource` for a namespaced custom resource of baton's own types (a struct with a
@@ -72,6 +78,7 @@ macro_rules! namespaced_resource {
     };
 }
 
+pub mod admission;
 pub mod annotations;
 pub mod budgets;
 pub mod certificates;
@@ -81,6 +88,7 @@ pub mod duration;
 pub mod gates;
 pub mod lease;
 pub mod ledger;
+pub mod min_time;
 pub mod names;
 pub mod phased;
 pub mod pod_address;

@@ -1,6 +1,7 @@
 //! CPU cost of answering one review, without TLS, HTTP or wrk: decode the AdmissionReview,
 //! judge it, encode the answer. `cargo bench -p baton-webhook --bench decide`.
 
+use baton_webhook::admission::Decision;
 use baton_webhook::admission::no_downscale::{self, Assessment};
 use baton_webhook::admission::review;
 use criterion::{Criterion, criterion_group, criterion_main};
@@ -61,9 +62,10 @@ fn review_body() -> Vec<u8> {
 
 fn answer(body: &[u8]) -> Vec<u8> {
     let review = review::decode(body).expect("a valid review");
-    let Assessment::Decided(decision) = no_downscale::assess(&review.request) else {
+    let Assessment::Decided(verdict) = no_downscale::assess(&review.request) else {
         unreachable!("a StatefulSet review is decided from the review alone")
     };
+    let decision = Decision::of(verdict, false);
     review::encode(review.version, &review.request.uid, &decision)
 }
 

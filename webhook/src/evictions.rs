@@ -29,9 +29,9 @@ use kube::runtime::watcher;
 use kube::{Api, Client};
 use prometheus::{IntCounter, IntCounterVec, IntGauge, Opts, Registry};
 
-use crate::admission::Decision;
-use crate::admission::budgets::{self as admission, EvictionRequest};
+use crate::admission::budgets::{self as admission, Eviction};
 use crate::statefulsets::{CachedStatefulSet, StatefulSetCache};
+use baton_core::admission::{Reason, Verdict as AdmissionVerdict};
 use baton_core::budgets::record::{
     RECORD_EXPIRY, RECORD_LABEL, recently_allowed, record_name, with_eviction,
 };
@@ -228,11 +228,11 @@ impl Evictions {
 
     /// Judges one eviction: the decision on the caches, then, when a budget allowed it, the
     /// claim in the budget's record. Counted in the eviction metrics.
-    pub async fn judge(&self, request: &EvictionRequest) -> Decision {
+    pub async fn judge(&self, request: &Eviction) -> AdmissionVerdict {
         self.metrics.inflight.inc();
-        let (decision, reason) = self.judge_uncounted(request).await;
+        let (verdict, reason) = self.judge_uncounted(request).await;
         self.metrics.inflight.dec();
-        let status = if decision.allowed {
+        let status = if verdict.is_allowed() {
             "allowed"
         } else {
             "denied"
@@ -241,13 +241,13 @@ impl Evictions {
             .eviction_requests
             .with_label_values(&[reason, status])
             .inc();
-        decision
+        verdict
     }
 
-    async fn judge_uncounted(&self, request: &EvictionRequest) -> (Decision, &'static str) {
+    async fn judge_uncounted(&self, request: &Eviction) -> (AdmissionVerdict, &'static str) {
         if request.namespace != self.namespace {
             return (
-                Decision::allow_with_message(format!(
+                AdmissionVerdict::allow_with_message(format!(
                     "baton-webhook does not watch namespace {}; no ZoneAwarePodDisruptionBudget applies",
                     request.namespace
                 )),
@@ -262,10 +262,13 @@ impl Evictions {
         let budgets = budgets.unwrap_or_default();
         if !synced {
             return (
-                Decision::deny_for_now(format!(
-                    "pod {} cannot be evicted yet: this baton-webhook replica has not listed the pods, StatefulSets and ZoneAwarePodDisruptionBudgets of namespace {} yet (is the CRD zoneawarepoddisruptionbudgets.rollout-operator.grafana.com installed?); retry",
-                    request.pod, self.namespace
-                )),
+                AdmissionVerdict::refuse_for_now(
+                    Reason::ReadFailed,
+                    format!(
+                        "pod {} cannot be evicted yet: this baton-webhook replica has not listed the pods, StatefulSets and ZoneAwarePodDisruptionBudgets of namespace {} yet (is the CRD zoneawarepoddisruptionbudgets.rollout-operator.grafana.com installed?); retry",
+                        request.pod, self.namespace
+                    ),
+                ),
                 "not_synced",
             );
         }
@@ -273,7 +276,7 @@ impl Evictions {
         if budgets.is_empty() {
             // No pod is read: with no budget, whatever its state, it may go.
             return (
-                Decision::allow_with_message(format!(
+                AdmissionVerdict::allow_with_message(format!(
                     "no ZoneAwarePodDisruptionBudget in namespace {} selects pod {}",
                     self.namespace, request.pod
                 )),
@@ -284,17 +287,23 @@ impl Evictions {
             Ok(Some(pod)) => pod,
             Ok(None) => {
                 return (
-                    Decision::allow_with_message(format!("pod {} does not exist", request.pod)),
+                    AdmissionVerdict::allow_with_message(format!(
+                        "pod {} does not exist",
+                        request.pod
+                    )),
                     "pod_not_found",
                 );
             }
             Err(error) => {
                 return (
-                    Decision::deny_for_now(format!(
-                        "pod {} cannot be evicted now: reading it failed: {}",
-                        request.pod,
-                        baton_shared::pod_client::error_chain(&error)
-                    )),
+                    AdmissionVerdict::refuse_for_now(
+                        Reason::ReadFailed,
+                        format!(
+                            "pod {} cannot be evicted now: reading it failed: {}",
+                            request.pod,
+                            baton_shared::pod_client::error_chain(&error)
+                        ),
+                    ),
                     "api_error",
                 );
             }
@@ -312,11 +321,11 @@ impl Evictions {
     /// Decides against the budget's record and, if allowed, writes the eviction into it.
     async fn claim(
         &self,
-        request: &EvictionRequest,
+        request: &Eviction,
         pod: &CachedPod,
         budget: &str,
         budgets: &[&Observed],
-    ) -> (Decision, &'static str) {
+    ) -> (AdmissionVerdict, &'static str) {
         let lock = self.lock(budget);
         let _judging = lock.lock().await;
         let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), &self.namespace);
@@ -377,10 +386,13 @@ impl Evictions {
             Ok(answer) => answer,
             Err(ClaimError::Failed(error)) => self.record_failed(request, budget, name, &error),
             Err(ClaimError::Contended) => (
-                Decision::deny_for_now(format!(
-                    "pod {} cannot be evicted now: record {name} changed under {CLAIM_ATTEMPTS} attempts to claim the eviction; retry",
-                    request.pod
-                )),
+                AdmissionVerdict::refuse_for_now(
+                    Reason::LedgerContended,
+                    format!(
+                        "pod {} cannot be evicted now: record {name} changed under {CLAIM_ATTEMPTS} attempts to claim the eviction; retry",
+                        request.pod
+                    ),
+                ),
                 "record_contended",
             ),
         }
@@ -388,17 +400,20 @@ impl Evictions {
 
     fn record_failed(
         &self,
-        request: &EvictionRequest,
+        request: &Eviction,
         budget: &str,
         name: &str,
         error: &ledger::ReadError,
-    ) -> (Decision, &'static str) {
+    ) -> (AdmissionVerdict, &'static str) {
         self.records.lock().expect("records lock").remove(budget);
         (
-            Decision::deny_for_now(format!(
-                "pod {} cannot be evicted now: the eviction could not be recorded in ConfigMap {name}: {error}",
-                request.pod,
-            )),
+            AdmissionVerdict::refuse_for_now(
+                Reason::ReadFailed,
+                format!(
+                    "pod {} cannot be evicted now: the eviction could not be recorded in ConfigMap {name}: {error}",
+                    request.pod,
+                ),
+            ),
             "api_error",
         )
     }
@@ -458,7 +473,7 @@ impl Evictions {
     }
 
     /// The pod from the cache, or from the API when the cache has not seen it yet.
-    async fn pod(&self, request: &EvictionRequest) -> Result<Option<Arc<CachedPod>>, kube::Error> {
+    async fn pod(&self, request: &Eviction) -> Result<Option<Arc<CachedPod>>, kube::Error> {
         if let Some(pod) = self.pods.get(&request.pod) {
             return Ok(Some(pod));
         }

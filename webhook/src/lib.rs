@@ -1,5 +1,5 @@
-//! baton-webhook as a library: the pure admission decisions, the thin Kubernetes and HTTP
-//! layers around them. The binary in `main.rs` only wires them together; tests and benches use
+//! baton-webhook as a library: the Kubernetes and HTTP layers around the admission decisions
+//! of `baton_core::admission`. The binary in `main.rs` only wires them together; tests and benches use
 //! the pieces directly.
 //!
 //! # Module map
@@ -7,7 +7,7 @@
 //! | module | owns |
 //! |---|---|
 //! | [`server`] | the TLS server: routes, request limits, decoding a review and encoding its answer (handlers only map) |
-//! | [`admission`] | the decisions: no-downscale, prepare-downscale (with its flow and the per-group ledger), the zone-aware disruption budget webhooks; review decoding |
+//! | [`admission`] | decoding reviews into what `baton_core::admission` judges (no-downscale, prepare-downscale with its flow and the per-group ledger, the zone-aware disruption budget webhooks, the state guard), and mapping its verdicts to answers |
 //! | [`statefulsets`] | the one watch of the namespace's StatefulSets, decoded slim, that [`parents`] and [`evictions`] both read |
 //! | [`parents`] | watch caches answering a `/scale` request's parent labels without an API call |
 //! | [`evictions`] | the watch caches of budgets and (from the first budget on) pods behind `/admission/pod-eviction`, the pods by StatefulSet the decision counts, and claiming an eviction in the budget's record |
@@ -17,12 +17,15 @@
 //! # From a request to an answer
 //!
 //! The API server POSTs an AdmissionReview → [`server`] checks and decodes it
-//! ([`admission::review`]) → the decision function of its path judges it from the review and
-//! the watch caches ([`parents`], [`evictions`]); prepare-downscale also calls the pods going
-//! away and records the downscale in the group's ledger, and an allowed eviction is claimed in
-//! the budget's record, both with resourceVersion-conditioned writes so that replicas never
-//! approve together what only one may → the answer goes back in the review's version. Shutdown
-//! turns `/ready` false first and keeps serving for `webhook.shutdown_delay`.
+//! ([`admission::review`]) into a downscale, an eviction or a state change → the core's
+//! decision of its path judges it with what the watch caches say ([`parents`],
+//! [`evictions`]); prepare-downscale also calls the pods going away and records the downscale
+//! in the group's ledger, and an allowed eviction is claimed in the budget's record, both with
+//! resourceVersion-conditioned writes so that replicas never approve together what only one
+//! may → the verdict becomes an answer ([`admission::Decision::of`], where
+//! `webhook.allow_on_error` decides what could not be judged) and goes back in the review's
+//! version. Shutdown turns `/ready` false first and keeps serving for
+//! `webhook.shutdown_delay`.
 
 pub mod admission;
 pub mod evictions;

@@ -25,6 +25,7 @@ use crate::admission::{budgets, state_guard};
 use crate::evictions::Evictions;
 use crate::metrics::{WebhookMetrics, route_label};
 use crate::parents::ParentCache;
+use baton_core::admission::{JudgingFailed, Reason, Verdict};
 
 /// Path of the no-downscale webhook.
 pub const NO_DOWNSCALE_PATH: &str = "/admission/no-downscale";
@@ -138,22 +139,6 @@ impl WebhookState {
         tokio::time::timeout(timeout, self.tasks.wait())
             .await
             .is_ok()
-    }
-
-    /// A change that could not be judged is refused, saying why, unless `allow_on_error`
-    /// restores the Go operator's allow-with-a-warning.
-    fn unless_judged(&self, decision: Decision) -> Decision {
-        if decision.outcome != Outcome::AllowedOnError || self.allow_on_error {
-            return decision;
-        }
-        // The warnings were worded for an allow; the refusal says the same without it.
-        let why = decision
-            .warnings
-            .join("; ")
-            .replace(", allowing the change", "");
-        Decision::deny(format!(
-            "the change could not be judged, so it is refused (webhook.allow_on_error: true allows it instead): {why}"
-        ))
     }
 
     fn count(&self, webhook: Webhook, result: &str) {
@@ -286,7 +271,7 @@ async fn admit(
         Ok(body) => match review::decode(&body) {
             Err(error) => bad_request(&state, webhook, error.to_string()),
             Ok(review) => {
-                let decision = match webhook {
+                let verdict = match webhook {
                     Webhook::NoDownscale => judge_no_downscale(&state, &review.request).await,
                     Webhook::PrepareDownscale => {
                         judge_prepare_downscale(&state, &review.request).await
@@ -295,7 +280,8 @@ async fn admit(
                     Webhook::ZpdbValidation => judge_zpdb(&state, &review.request),
                     Webhook::StateGuard => state_guard::validate(&review.request, &state.writers),
                 };
-                let decision = state.unless_judged(decision);
+                // What could not be judged is allowed or refused by the policy, here only.
+                let decision = Decision::of(verdict, state.allow_on_error);
                 answer(&state, webhook, &review, &decision)
             }
         },
@@ -336,43 +322,44 @@ async fn body_permit(
 
 /// pod-eviction, under the request deadline; running out of time refuses for now (429), as
 /// the eviction may be one a budget forbids.
-async fn judge_pod_eviction(state: &WebhookState, request: &AdmissionRequest<'_>) -> Decision {
+async fn judge_pod_eviction(state: &WebhookState, request: &AdmissionRequest<'_>) -> Verdict {
     let eviction = match budgets::assess_eviction(request) {
         Ok(eviction) => eviction,
-        Err(decision) => return decision,
+        Err(verdict) => return verdict,
     };
     let Some(evictions) = &state.evictions else {
-        return Decision::allow_on_error(
-            "zone-aware disruption budgets are not being watched; allowing the eviction",
-        );
+        return Verdict::Unjudged(JudgingFailed::BudgetsNotWatched {
+            what: "the eviction",
+        });
     };
     tokio::time::timeout(state.request_timeout, evictions.judge(&eviction))
         .await
         .unwrap_or_else(|_| {
-            Decision::deny_for_now(format!(
-                "pod {} cannot be evicted now: no decision within webhook.request_timeout ({:?}); retry",
-                eviction.pod, state.request_timeout
-            ))
+            Verdict::refuse_for_now(
+                Reason::TimedOut,
+                format!(
+                    "pod {} cannot be evicted now: no decision within webhook.request_timeout ({:?}); retry",
+                    eviction.pod, state.request_timeout
+                ),
+            )
         })
 }
 
 /// zpdb-validation: a pure function of the review.
-fn judge_zpdb(state: &WebhookState, request: &AdmissionRequest<'_>) -> Decision {
+fn judge_zpdb(state: &WebhookState, request: &AdmissionRequest<'_>) -> Verdict {
     match &state.evictions {
         Some(evictions) => budgets::validate(request, evictions.namespace()),
-        None => Decision::allow_on_error(
-            "zone-aware disruption budgets are not being watched; allowing the change",
-        ),
+        None => Verdict::Unjudged(JudgingFailed::BudgetsNotWatched { what: "the change" }),
     }
 }
 
 /// no-downscale, under the request deadline; running out of time allows with a warning. The
 /// span is at debug level: this is the hot path, and an enabled span costs on every request.
 #[tracing::instrument(level = "debug", skip_all, fields(uid = %request.uid, name = %request.name))]
-async fn judge_no_downscale(state: &WebhookState, request: &AdmissionRequest<'_>) -> Decision {
+async fn judge_no_downscale(state: &WebhookState, request: &AdmissionRequest<'_>) -> Verdict {
     let judged = async {
         match no_downscale::assess(request) {
-            Assessment::Decided(decision) => decision,
+            Assessment::Decided(verdict) => verdict,
             Assessment::NeedsParentLabels { downscale, parent } => {
                 match state
                     .parents
@@ -392,32 +379,30 @@ async fn judge_no_downscale(state: &WebhookState, request: &AdmissionRequest<'_>
     };
     tokio::time::timeout(state.request_timeout, judged)
         .await
-        .unwrap_or_else(|_| {
-            Decision::allow_on_error(format!(
-                "no decision within webhook.request_timeout ({:?}), allowing the change",
-                state.request_timeout
-            ))
-        })
+        .unwrap_or(Verdict::Unjudged(JudgingFailed::TimedOut {
+            after: state.request_timeout,
+        }))
 }
 
 /// prepare-downscale: what the review alone decides is answered here; the rest runs as a
 /// tracked task that ends by its own deadline.
-async fn judge_prepare_downscale(state: &WebhookState, request: &AdmissionRequest<'_>) -> Decision {
+async fn judge_prepare_downscale(state: &WebhookState, request: &AdmissionRequest<'_>) -> Verdict {
     let prepare = match prepare_downscale::assess(request) {
         Ok(prepare) => prepare,
-        Err(decision) => return decision,
+        Err(verdict) => return verdict,
     };
     let flow = state.prepare.clone();
     let task = state
         .tasks
         .spawn_on(async move { flow.run(prepare).await }, &state.runtime);
     match task.await {
-        Ok(decision) => decision,
+        Ok(verdict) => verdict,
         Err(error) => {
             tracing::error!(%error, "the prepare-downscale flow failed");
-            Decision::deny(format!(
-                "the downscale could not be prepared: internal error: {error}"
-            ))
+            Verdict::refuse(
+                Reason::Internal,
+                format!("the downscale could not be prepared: internal error: {error}"),
+            )
         }
     }
 }
@@ -442,11 +427,11 @@ fn answer(
         // audit log); prepare-downscale's are rare and acted upon, so they are logged.
         Outcome::Denied if webhook == Webhook::NoDownscale => tracing::debug!(
             webhook = webhook.name(), api_version = review.version.api_version(), uid = %request.uid, namespace = request.namespace(), name = %request.name,
-            dry_run = request.is_dry_run(), message = decision.message.as_deref().unwrap_or(""), "denied"
+            dry_run = request.is_dry_run(), kind = decision.kind.unwrap_or(""), message = decision.message.as_deref().unwrap_or(""), "denied"
         ),
         Outcome::Denied => tracing::info!(
             webhook = webhook.name(), api_version = review.version.api_version(), uid = %request.uid, namespace = request.namespace(), name = %request.name,
-            dry_run = request.is_dry_run(), message = decision.message.as_deref().unwrap_or(""), "denied"
+            dry_run = request.is_dry_run(), kind = decision.kind.unwrap_or(""), message = decision.message.as_deref().unwrap_or(""), "denied"
         ),
         Outcome::AllowedOnError => tracing::warn!(
             webhook = webhook.name(), api_version = review.version.api_version(), uid = %request.uid, namespace = request.namespace(), name = %request.name,

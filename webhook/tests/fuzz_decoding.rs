@@ -7,6 +7,7 @@ mod common;
 use actix_web::http::StatusCode;
 use actix_web::{App, test as actix_test};
 use baton_config::Config;
+use baton_core::admission::Verdict;
 use baton_webhook::admission::review::{self, Review};
 use baton_webhook::admission::{Decision, no_downscale, prepare_downscale};
 use baton_webhook::server::{NO_DOWNSCALE_PATH, PREPARE_DOWNSCALE_PATH, routes};
@@ -125,15 +126,19 @@ fn plausible_review() -> impl Strategy<Value = Value> {
         )
 }
 
-/// A denial or a warning-less refusal must say why; an allowed answer may say nothing.
-fn check_decision(decision: &Decision) -> Result<(), TestCaseError> {
-    if !decision.allowed {
-        prop_assert!(
-            decision
-                .message
-                .as_deref()
-                .is_some_and(|message| !message.is_empty())
-        );
+/// A denial or a warning-less refusal must say why, under either allow-on-error policy; an
+/// allowed answer may say nothing.
+fn check_decision(verdict: &Verdict) -> Result<(), TestCaseError> {
+    for allow_on_error in [false, true] {
+        let decision = Decision::of(verdict.clone(), allow_on_error);
+        if !decision.allowed {
+            prop_assert!(
+                decision
+                    .message
+                    .as_deref()
+                    .is_some_and(|message| !message.is_empty())
+            );
+        }
     }
     Ok(())
 }

@@ -11,6 +11,7 @@ use std::time::Duration;
 use crate::annotations::InvalidAnnotation;
 use crate::annotations::scaling::{DelayedDownscale, MirrorReference};
 use crate::duration::go as go_duration;
+use crate::min_time::{self, Downscaled, Whose};
 use jiff::Timestamp;
 
 /// The scaling-relevant view of one rollout group, StatefulSets sorted by name.
@@ -317,34 +318,32 @@ fn follow_leader(
             return false;
         }
     };
-    let mut newest: Option<(Timestamp, &str)> = None;
-    for other in snapshot.members.iter().filter(|other| other.name != name) {
-        match &other.last_downscale {
-            Ok(Some(at)) if newest.is_none_or(|(newest, _)| *at > newest) => {
-                newest = Some((*at, other.name.as_str()));
-            }
-            Ok(_) => {}
-            Err(text) => {
-                plan.find(
-                    name,
-                    FindingKind::Problem,
-                    reasons::INVALID,
-                    format!(
-                        "{name} stays at {current} ({source}): the last downscale of {} cannot be read: {text}",
-                        other.name
-                    ),
-                );
-                return false;
-            }
+    // The follower's own min-time after every other zone's downscale: the newest decides.
+    let others = snapshot
+        .members
+        .iter()
+        .filter(|other| other.name != name)
+        .map(|other| match &other.last_downscale {
+            Ok(at) => Ok(at.map(|at| Downscaled {
+                zone: other.name.as_str(),
+                at,
+                its_min_time: None,
+            })),
+            Err(text) => Err((other.name.as_str(), text)),
+        });
+    match min_time::blocker(others, Whose::ZoneGoingDown(min_time), now) {
+        Err((other, text)) => {
+            plan.find(
+                name,
+                FindingKind::Problem,
+                reasons::INVALID,
+                format!(
+                    "{name} stays at {current} ({source}): the last downscale of {other} cannot be read: {text}"
+                ),
+            );
+            return false;
         }
-    }
-    if let Some((at, zone)) = newest {
-        let allowed_at = at
-            .checked_add(
-                jiff::SignedDuration::try_from(min_time).unwrap_or(jiff::SignedDuration::MAX),
-            )
-            .unwrap_or(Timestamp::MAX);
-        if now < allowed_at {
+        Ok(Some(blocker)) => {
             // Absolute times only: the note must not change from one pass to the next, or
             // the Event would be published again on every pass.
             plan.find(
@@ -352,13 +351,17 @@ fn follow_leader(
                 FindingKind::Hold,
                 reasons::HELD,
                 format!(
-                    "{name} stays at {current} ({source}): {zone} was downscaled at {at}, min time {}; not before {allowed_at}",
-                    go_duration::format(i64::try_from(min_time.as_nanos()).unwrap_or(i64::MAX)),
+                    "{name} stays at {current} ({source}): {} was downscaled at {}, min time {}; not before {}",
+                    blocker.zone,
+                    blocker.at,
+                    go_duration::format(blocker.min_time_nanos()),
+                    blocker.until,
                 ),
             );
-            plan.recheck(allowed_at);
+            plan.recheck(blocker.until);
             return false;
         }
+        Ok(None) => {}
     }
     plan.set_replicas(name, current, target, &source);
     true

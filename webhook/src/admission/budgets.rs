@@ -1,8 +1,7 @@
-//! The zone-aware disruption budget webhooks, as pure functions of the review:
-//! `/admission/pod-eviction` (what the review alone decides, and the answer for a
-//! [`Verdict`]) and `/admission/zpdb-validation` (the budget's validation as an answer). The
-//! decision itself is `baton_core::budgets::decide`; `crate::evictions` reads the caches and
-//! claims the eviction in the budget's record.
+//! The zone-aware disruption budget webhooks' reviews, decoded: `/admission/pod-eviction` (the
+//! eviction a review asks for) and `/admission/zpdb-validation` (the budget it writes). The
+//! decisions are `baton_core::admission::eviction` and `baton_core::budgets::decide`;
+//! `crate::evictions` reads the caches and claims the eviction in the budget's record.
 //!
 //! The record: ONE ConfigMap per budget (`baton-zpdb-<budget>`, see
 //! `baton_core::budgets::record`) mapping
@@ -11,39 +10,22 @@
 //! ledger's mechanism), so two replicas cannot both allow evictions the budget allows only one
 //! of. It is `baton_core::budgets::record`: the rollout controller claims its deletions there.
 
-use baton_core::budgets::{Budget, Verdict, ZoneAwarePodDisruptionBudget};
+use baton_core::admission::Verdict;
+pub use baton_core::admission::eviction::{Eviction, answer};
+use baton_core::admission::eviction::{is_judged, no_budget, not_a_budget, validate_budget};
+use baton_core::budgets::ZoneAwarePodDisruptionBudget;
 
-use super::decision::Decision;
 use super::review::AdmissionRequest;
 
-/// An eviction the webhook allowed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EvictionRequest {
-    pub uid: String,
-    pub namespace: String,
-    pub pod: String,
-    pub dry_run: bool,
-}
-
-/// What the review alone decides: anything but the CREATE of a pod's eviction is allowed (the
-/// webhook configuration sends only those).
-pub fn assess_eviction(request: &AdmissionRequest<'_>) -> Result<EvictionRequest, Decision> {
-    if request.resource.resource != "pods" || request.sub_resource() != "eviction" {
-        return Err(Decision::allow_with_warning(format!(
-            "the pod-eviction webhook judges pods/eviction, not {}{}{}; allowing",
-            request.resource.resource,
-            if request.sub_resource().is_empty() {
-                ""
-            } else {
-                "/"
-            },
-            request.sub_resource()
-        )));
-    }
-    if request.operation != "CREATE" {
-        return Err(Decision::allow());
-    }
-    Ok(EvictionRequest {
+/// The eviction a review asks for, or the verdict that ends it (anything but the CREATE of a
+/// pod's eviction: [`is_judged`]).
+pub fn assess_eviction(request: &AdmissionRequest<'_>) -> Result<Eviction, Verdict> {
+    is_judged(
+        &request.resource.resource,
+        request.sub_resource(),
+        &request.operation,
+    )?;
+    Ok(Eviction {
         uid: request.uid.to_string(),
         namespace: request.namespace().to_owned(),
         pod: request.name.to_string(),
@@ -51,46 +33,18 @@ pub fn assess_eviction(request: &AdmissionRequest<'_>) -> Result<EvictionRequest
     })
 }
 
-/// The answer for a verdict: denials are 429, so a drain retries them.
-pub fn answer(verdict: &Verdict) -> Decision {
-    match verdict {
-        Verdict::Allowed { message, .. } => Decision::allow_with_message(message.clone()),
-        Verdict::Denied { message, .. } => Decision::deny_for_now(message.clone()),
-    }
-}
-
-/// `/admission/zpdb-validation`: a budget that the eviction decision could not use is refused,
-/// naming every bad field; so is one outside the namespace baton watches, which no eviction
-/// would ever consult.
-pub fn validate(request: &AdmissionRequest<'_>, watched_namespace: &str) -> Decision {
+/// `/admission/zpdb-validation`: the budget a CREATE or UPDATE writes, decoded and validated
+/// ([`validate_budget`]) against the namespace baton watches.
+pub fn validate(request: &AdmissionRequest<'_>, watched_namespace: &str) -> Verdict {
     if request.operation != "CREATE" && request.operation != "UPDATE" {
-        return Decision::allow();
+        return Verdict::allow();
     }
     let Some(object) = request.object() else {
-        return Decision::deny("the review has no object to validate");
+        return no_budget();
     };
-    let zpdb: ZoneAwarePodDisruptionBudget = match serde_json::from_str(object) {
-        Ok(zpdb) => zpdb,
-        Err(error) => {
-            return Decision::deny(format!(
-                "the object is not a ZoneAwarePodDisruptionBudget: {error}"
-            ));
-        }
-    };
-    let namespace = zpdb
-        .metadata
-        .namespace
-        .as_deref()
-        .unwrap_or(request.namespace());
-    if namespace != watched_namespace {
-        return Decision::deny(format!(
-            "ZoneAwarePodDisruptionBudget {} is in namespace {namespace}, but baton-webhook judges evictions in namespace {watched_namespace} only (its `namespace` setting): it would never be consulted",
-            zpdb.name()
-        ));
-    }
-    match Budget::parse(&zpdb) {
-        Ok(_) => Decision::allow(),
-        Err(invalid) => Decision::deny(invalid.to_string()),
+    match serde_json::from_str::<ZoneAwarePodDisruptionBudget>(object) {
+        Ok(zpdb) => validate_budget(&zpdb, request.namespace(), watched_namespace),
+        Err(error) => not_a_budget(error),
     }
 }
 
@@ -115,7 +69,7 @@ mod tests {
         let request = review::decode(&body).unwrap().request;
         assert_eq!(
             assess_eviction(&request),
-            Ok(EvictionRequest {
+            Ok(Eviction {
                 uid: "u1".into(),
                 namespace: "mimir".into(),
                 pod: "ingester-zone-a-0".into(),
@@ -123,23 +77,26 @@ mod tests {
             })
         );
         let body = review("CREATE", "pods", "", "{}");
-        let decision = assess_eviction(&review::decode(&body).unwrap().request).unwrap_err();
-        assert!(decision.allowed && decision.warnings[0].contains("not pods;"));
+        let verdict = assess_eviction(&review::decode(&body).unwrap().request).unwrap_err();
+        let Verdict::Allow(allowed) = verdict else {
+            panic!("allowed: {verdict}")
+        };
+        assert!(allowed.warnings[0].contains("not pods;"));
         let body = review("UPDATE", "pods", "eviction", eviction);
         assert!(
             assess_eviction(&review::decode(&body).unwrap().request)
                 .unwrap_err()
-                .allowed
+                .is_allowed()
         );
     }
 
     #[test]
     fn denials_are_429() {
-        let verdict = Verdict::Denied {
+        let verdict = baton_core::budgets::Verdict::Denied {
             reason: baton_core::budgets::DenyReason::OtherZoneUnavailable,
             message: "wait".into(),
         };
-        let decision = answer(&verdict);
+        let decision = crate::admission::Decision::of(answer(&verdict), false);
         let encoded: serde_json::Value = serde_json::from_slice(&review::encode(
             review::ReviewVersion::V1Beta1,
             "u",
@@ -160,7 +117,10 @@ mod tests {
         };
         let judge = |operation: &str, object: &str| {
             let body = review(operation, "zoneawarepoddisruptionbudgets", "", object);
-            validate(&review::decode(&body).unwrap().request, "mimir")
+            crate::admission::Decision::of(
+                validate(&review::decode(&body).unwrap().request, "mimir"),
+                false,
+            )
         };
         let good = zpdb(
             "mimir",

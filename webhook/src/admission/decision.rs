@@ -1,6 +1,10 @@
-//! What a webhook answers, and how the answer is counted.
+//! The answer a webhook sends, mapped from a core verdict, and how it is counted. The mapping
+//! is the one place `webhook.allow_on_error` is applied: a verdict that could not be judged
+//! is allowed with its warning, or refused saying what failed.
 
 use std::fmt;
+
+use baton_core::admission::{Allowed, Refusal, Verdict};
 
 /// What a webhook answers.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -13,6 +17,8 @@ pub struct Decision {
     pub outcome: Outcome,
     /// The HTTP code of a denial's status: 403 unless set (429 for "retry later").
     pub code: Option<u16>,
+    /// The refusal's stable kind, for the log.
+    pub kind: Option<&'static str>,
 }
 
 /// How a decision is counted in `baton_admission_decisions_total{result}`.
@@ -36,51 +42,40 @@ impl Outcome {
 }
 
 impl Decision {
-    pub fn allow() -> Self {
-        Self {
-            allowed: true,
-            message: None,
-            warnings: Vec::new(),
-            outcome: Outcome::Allowed,
-            code: None,
+    /// The answer to `verdict`. One that could not be judged is allowed with a warning under
+    /// `allow_on_error` (the Go operator's behaviour), else refused, saying why.
+    pub fn of(verdict: Verdict, allow_on_error: bool) -> Self {
+        match verdict {
+            Verdict::Allow(Allowed { message, warnings }) => Self {
+                allowed: true,
+                message,
+                warnings,
+                outcome: Outcome::Allowed,
+                code: None,
+                kind: None,
+            },
+            Verdict::Refuse(refusal) => Self::refused(refusal),
+            Verdict::Unjudged(failed) if allow_on_error => Self {
+                allowed: true,
+                message: None,
+                warnings: vec![failed.warning()],
+                outcome: Outcome::AllowedOnError,
+                code: None,
+                kind: None,
+            },
+            Verdict::Unjudged(failed) => Self::refused(failed.refusal()),
         }
     }
-    pub fn allow_with_message(message: impl Into<String>) -> Self {
-        Self {
-            message: Some(message.into()),
-            ..Self::allow()
-        }
-    }
-    /// Allowed with a warning, because the change is fine but unusual (replicas to or from null).
-    pub fn allow_with_warning(warning: impl Into<String>) -> Self {
-        Self {
-            warnings: vec![warning.into()],
-            ..Self::allow()
-        }
-    }
-    /// Allowed because judging failed; the warning says why.
-    pub fn allow_on_error(warning: impl Into<String>) -> Self {
-        Self {
-            warnings: vec![warning.into()],
-            outcome: Outcome::AllowedOnError,
-            ..Self::allow()
-        }
-    }
-    pub fn deny(message: impl Into<String>) -> Self {
+
+    fn refused(refusal: Refusal) -> Self {
         Self {
             allowed: false,
-            message: Some(message.into()),
+            kind: Some(refusal.kind()),
+            message: Some(refusal.message),
             warnings: Vec::new(),
             outcome: Outcome::Denied,
-            code: None,
-        }
-    }
-    /// Denied for now, with HTTP 429: the client is to retry later (a drain retries evictions
-    /// answered 429, as for a PodDisruptionBudget).
-    pub fn deny_for_now(message: impl Into<String>) -> Self {
-        Self {
-            code: Some(429),
-            ..Self::deny(message)
+            // A drain retries evictions answered 429, as for a PodDisruptionBudget.
+            code: refusal.retry_later.then_some(429),
         }
     }
 }
@@ -95,5 +90,71 @@ impl fmt::Display for Decision {
             write!(f, " (warning: {warning})")?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use baton_core::admission::{JudgingFailed, Reason};
+
+    use super::*;
+
+    #[test]
+    fn verdicts_map_to_answers_and_the_policy_decides_what_was_not_judged() {
+        let failed = || {
+            Verdict::Unjudged(JudgingFailed::TimedOut {
+                after: Duration::from_secs(5),
+            })
+        };
+        let cases = [
+            (Verdict::allow(), true, true, None, Outcome::Allowed, None),
+            (
+                Verdict::refuse(Reason::MinTime, "wait"),
+                true,
+                false,
+                Some("wait".to_owned()),
+                Outcome::Denied,
+                None,
+            ),
+            (
+                Verdict::refuse_for_now(Reason::Budget, "later"),
+                true,
+                false,
+                Some("later".to_owned()),
+                Outcome::Denied,
+                Some(429),
+            ),
+            (failed(), true, true, None, Outcome::AllowedOnError, None),
+            (
+                failed(),
+                false,
+                false,
+                Some("the change could not be judged, so it is refused (webhook.allow_on_error: true allows it instead): no decision within webhook.request_timeout (5s)".to_owned()),
+                Outcome::Denied,
+                None,
+            ),
+        ];
+        for (verdict, allow_on_error, allowed, message, outcome, code) in cases {
+            let described = verdict.to_string();
+            let decision = Decision::of(verdict, allow_on_error);
+            assert_eq!(
+                (
+                    decision.allowed,
+                    decision.message,
+                    decision.outcome,
+                    decision.code
+                ),
+                (allowed, message, outcome, code),
+                "{described} (allow_on_error: {allow_on_error})"
+            );
+        }
+        let allowed = Decision::of(failed(), true);
+        assert_eq!(
+            allowed.warnings,
+            vec!["no decision within webhook.request_timeout (5s), allowing the change".to_owned()]
+        );
+        assert_eq!(Decision::of(failed(), false).kind, Some("unjudged"));
     }
 }

@@ -1,5 +1,6 @@
-//! The admission webhooks. Each decision is a plain function of what was read; the HTTP
-//! handlers in `server.rs` only decode, call and encode.
+//! The admission webhooks: each review decoded into what `baton_core::admission` judges, and
+//! its verdict mapped to an answer ([`Decision`]); the HTTP handlers in `server.rs` only
+//! decode, call and encode.
 
 pub mod budgets;
 pub mod decision;

@@ -1,22 +1,24 @@
 //! no-downscale (validating): a StatefulSet, Deployment or ReplicaSet labelled
 //! `grafana.com/no-downscale=true` may not lose replicas, through its spec or its `/scale`.
 //!
-//! Pure: [`assess`] decides from the review alone, except for `/scale`, whose parent's labels
-//! the caller looks up (cache, else API) and hands to [`judge`].
+//! The rule is `baton_core::admission::downscale`; here the review is decoded into a
+//! downscale, and for `/scale` the caller looks up the parent's labels (cache, else API) and
+//! hands them to [`judge`].
 
+use baton_core::admission::Verdict;
+pub use baton_core::admission::downscale::{
+    NO_DOWNSCALE_VALUE, no_downscale as judge, parent_unavailable,
+};
+use baton_core::admission::downscale::{NoDownscale, assess_no_downscale};
 use baton_core::annotations::NO_DOWNSCALE_LABEL;
 
-use super::decision::Decision;
-use super::object::{Downscale, ParentKind, WorkloadKind, downscale_of};
+use super::object::{Downscale, ParentKind, downscale_of};
 use super::review::AdmissionRequest;
-
-/// The label value that forbids downscales.
-pub const NO_DOWNSCALE_VALUE: &str = "true";
 
 /// What [`assess`] concluded.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Assessment {
-    Decided(Decision),
+    Decided(Verdict),
     /// A downscale through `/scale`: the parent's labels decide ([`judge`]).
     NeedsParentLabels {
         downscale: Downscale,
@@ -28,39 +30,14 @@ pub enum Assessment {
 pub fn assess(request: &AdmissionRequest<'_>) -> Assessment {
     let (downscale, old) = match downscale_of(request) {
         Ok(found) => found,
-        Err(decision) => return Assessment::Decided(decision),
+        Err(verdict) => return Assessment::Decided(verdict),
     };
-    match old.kind {
-        WorkloadKind::StatefulSet | WorkloadKind::Deployment | WorkloadKind::ReplicaSet => {
-            Assessment::Decided(judge(&downscale, old.label(NO_DOWNSCALE_LABEL)))
+    match assess_no_downscale(&downscale, old.kind, old.label(NO_DOWNSCALE_LABEL)) {
+        NoDownscale::Decided(verdict) => Assessment::Decided(verdict),
+        NoDownscale::NeedsParentLabel(parent) => {
+            Assessment::NeedsParentLabels { downscale, parent }
         }
-        WorkloadKind::Scale => match ParentKind::from_resource(&downscale.resource) {
-            Some(parent) => Assessment::NeedsParentLabels { downscale, parent },
-            // Not an error: a /scale of a kind no-downscale does not guard.
-            None => Assessment::Decided(Decision::allow_with_warning(format!(
-                "unsupported resource {}, allowing the change",
-                downscale.resource
-            ))),
-        },
     }
-}
-
-/// Denies a downscale of an object whose `grafana.com/no-downscale` label is `label`.
-pub fn judge(downscale: &Downscale, label: Option<&str>) -> Decision {
-    if label != Some(NO_DOWNSCALE_VALUE) {
-        return Decision::allow();
-    }
-    Decision::deny(format!(
-        "{downscale} is not allowed because it has the label '{NO_DOWNSCALE_LABEL}={NO_DOWNSCALE_VALUE}'"
-    ))
-}
-
-/// The parent of a `/scale` could not be read: allowed, with a warning saying why.
-pub fn parent_unavailable(downscale: &Downscale, error: &dyn std::fmt::Display) -> Decision {
-    Decision::allow_on_error(format!(
-        "can't get {}/{} in namespace {}, allowing the change: {error}",
-        downscale.resource, downscale.name, downscale.namespace
-    ))
 }
 
 #[cfg(test)]
@@ -68,7 +45,7 @@ mod tests {
     use serde_json::{Value, json};
 
     use super::*;
-    use crate::admission::decision::Outcome;
+    use crate::admission::decision::{Decision, Outcome};
 
     const DENIED: &str = "downscale of statefulsets/ingester-zone-a in mimir from 5 to 3 replicas is not allowed because it has the label 'grafana.com/no-downscale=true'";
 
@@ -142,9 +119,10 @@ mod tests {
                 workload(case.kind, case.old.clone(), case.label),
                 workload(case.kind, case.new.clone(), case.label),
             );
-            let Assessment::Decided(decision) = assess_json(&json) else {
+            let Assessment::Decided(verdict) = assess_json(&json) else {
                 panic!("{} is judged from the request alone", case.kind)
             };
+            let decision = Decision::of(verdict, false);
             assert_eq!(
                 !decision.allowed, case.denied,
                 "{} {:?} {} -> {}: {decision}",
@@ -172,7 +150,10 @@ mod tests {
         );
         assert_eq!(
             assess_json(&json),
-            Assessment::Decided(Decision::deny(DENIED))
+            Assessment::Decided(Verdict::refuse(
+                baton_core::admission::Reason::NoDownscaleLabel,
+                DENIED
+            ))
         );
     }
 
@@ -195,26 +176,27 @@ mod tests {
             assert_eq!((downscale.from, downscale.to), (5, 3));
             assert_eq!(downscale.resource, resource);
             let denied = judge(&downscale, Some("true"));
-            assert!(!denied.allowed);
-            assert!(denied.message.unwrap().starts_with(&format!(
+            assert!(!denied.is_allowed());
+            assert!(denied.message().unwrap().starts_with(&format!(
                 "downscale of {resource}/ingester-zone-a in mimir from 5 to 3"
             )));
-            assert_eq!(judge(&downscale, None), Decision::allow());
-            assert_eq!(judge(&downscale, Some("false")), Decision::allow());
+            assert_eq!(judge(&downscale, None), Verdict::allow());
+            assert_eq!(judge(&downscale, Some("false")), Verdict::allow());
         }
         // Upscales and unchanged scales need no lookup.
         for (old, new) in [(3, 5), (3, 3)] {
             let json = request("statefulsets", Some("scale"), scale(old), scale(new));
-            assert_eq!(assess_json(&json), Assessment::Decided(Decision::allow()));
+            assert_eq!(assess_json(&json), Assessment::Decided(Verdict::allow()));
         }
     }
 
     #[test]
     fn scales_of_other_resources_are_allowed_with_a_warning() {
         let json = request("widgets", Some("scale"), scale(5), scale(3));
-        let Assessment::Decided(decision) = assess_json(&json) else {
+        let Assessment::Decided(verdict) = assess_json(&json) else {
             panic!("decided")
         };
+        let decision = Decision::of(verdict, false);
         // Not an error (refused under webhook.allow_on_error: false): allowed, with a warning.
         assert!(decision.allowed);
         assert_eq!(decision.outcome, Outcome::Allowed);
@@ -236,7 +218,10 @@ mod tests {
         request["dryRun"] = json!(true);
         assert_eq!(
             assess_json(&request.to_string()),
-            Assessment::Decided(Decision::deny(DENIED))
+            Assessment::Decided(Verdict::refuse(
+                baton_core::admission::Reason::NoDownscaleLabel,
+                DENIED
+            ))
         );
     }
 
@@ -279,7 +264,7 @@ mod tests {
             from: 2,
             to: 1,
         };
-        let decision = parent_unavailable(&downscale, &"timed out");
+        let decision = Decision::of(parent_unavailable(&downscale, &"timed out"), true);
         assert!(decision.allowed);
         assert_eq!(
             decision.warnings,

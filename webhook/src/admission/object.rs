@@ -4,49 +4,13 @@
 
 use std::borrow::Cow;
 use std::collections::HashMap;
-use std::fmt;
 
+use baton_core::admission::Verdict;
+pub use baton_core::admission::downscale::{Downscale, ParentKind, WorkloadKind};
+use baton_core::admission::downscale::{replicas_change, undecodable};
 use serde::Deserialize;
 
-use super::decision::Decision;
 use super::review::AdmissionRequest;
-
-/// Kinds the webhooks understand.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WorkloadKind {
-    StatefulSet,
-    Deployment,
-    ReplicaSet,
-    /// The `/scale` subresource: it carries replicas but not the parent's labels.
-    Scale,
-}
-
-/// The resources whose `/scale` the webhooks judge: the parent of a `Scale`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ParentKind {
-    StatefulSet,
-    Deployment,
-    ReplicaSet,
-}
-
-impl ParentKind {
-    /// From `request.resource.resource`.
-    pub fn from_resource(resource: &str) -> Option<Self> {
-        match resource {
-            "statefulsets" => Some(Self::StatefulSet),
-            "deployments" => Some(Self::Deployment),
-            "replicasets" => Some(Self::ReplicaSet),
-            _ => None,
-        }
-    }
-    pub fn resource(self) -> &'static str {
-        match self {
-            Self::StatefulSet => "statefulsets",
-            Self::Deployment => "deployments",
-            Self::ReplicaSet => "replicasets",
-        }
-    }
-}
 
 /// A workload object as far as the webhooks care.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -171,67 +135,31 @@ pub fn decode_workload(json: &str) -> Result<Workload<'_>, ObjectError> {
     })
 }
 
-/// A decrease of replicas, with what the messages name.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Downscale {
-    /// `request.resource.resource`, e.g. `statefulsets` (also for `/scale`).
-    pub resource: String,
-    pub name: String,
-    pub namespace: String,
-    pub from: i32,
-    pub to: i32,
-}
-
-impl fmt::Display for Downscale {
-    /// The subject of every message, as the Go operator words it.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "downscale of {}/{} in {} from {} to {} replicas",
-            self.resource, self.name, self.namespace, self.from, self.to
-        )
-    }
-}
-
 /// The old and new object of an UPDATE, decoded, when the change is a downscale; otherwise
-/// the decision that ends the review. Both webhooks start here.
+/// the verdict that ends the review. Both downscale webhooks start here.
 pub fn downscale_of<'a>(
     request: &'a AdmissionRequest<'a>,
-) -> Result<(Downscale, Workload<'a>), Decision> {
+) -> Result<(Downscale, Workload<'a>), Verdict> {
     if request.operation != "UPDATE" {
-        return Err(Decision::allow());
+        return Err(Verdict::allow());
     }
-    let decode = |which: &str, json: Option<&'a str>| {
-        let json = json.ok_or_else(|| {
-            Decision::allow_on_error(format!(
-                "can't decode {which} object, allowing the change, err: it is missing"
-            ))
-        })?;
-        decode_workload(json).map_err(|error| {
-            Decision::allow_on_error(format!(
-                "can't decode {which} object, allowing the change, err: {error}"
-            ))
-        })
+    let decode = |which: &'static str, json: Option<&'a str>| {
+        let json = json.ok_or_else(|| undecodable(which, "it is missing"))?;
+        decode_workload(json).map_err(|error| undecodable(which, error))
     };
     let old = decode("old", request.old_object())?;
     let new = decode("new", request.object())?;
-    match (old.replicas, new.replicas) {
-        (None, None) => Err(Decision::allow()),
-        (None, Some(_)) | (Some(_), None) => Err(Decision::allow_with_warning(
-            "old/new replicas is nil, allowing the change",
-        )),
-        (Some(from), Some(to)) if from <= to => Err(Decision::allow()),
-        (Some(from), Some(to)) => Ok((
-            Downscale {
-                resource: request.resource.resource.to_string(),
-                name: request.name.to_string(),
-                namespace: request.namespace().to_owned(),
-                from,
-                to,
-            },
-            old,
-        )),
-    }
+    let (from, to) = replicas_change(old.replicas, new.replicas)?;
+    Ok((
+        Downscale {
+            resource: request.resource.resource.to_string(),
+            name: request.name.to_string(),
+            namespace: request.namespace().to_owned(),
+            from,
+            to,
+        },
+        old,
+    ))
 }
 
 #[cfg(test)]
@@ -367,18 +295,18 @@ mod tests {
 
     #[test]
     fn only_decreases_of_replicas_are_downscales() {
-        let warned = Decision::allow_with_warning("old/new replicas is nil, allowing the change");
+        let warned = Verdict::allow_with_warning("old/new replicas is nil, allowing the change");
         let cases = [
             ("UPDATE", Some(5), Some(3), None),
-            ("UPDATE", Some(3), Some(5), Some(Decision::allow())),
-            ("UPDATE", Some(3), Some(3), Some(Decision::allow())),
-            ("UPDATE", None, None, Some(Decision::allow())),
+            ("UPDATE", Some(3), Some(5), Some(Verdict::allow())),
+            ("UPDATE", Some(3), Some(3), Some(Verdict::allow())),
+            ("UPDATE", None, None, Some(Verdict::allow())),
             ("UPDATE", None, Some(3), Some(warned.clone())),
             ("UPDATE", Some(3), None, Some(warned)),
             ("UPDATE", Some(1), Some(0), None),
             ("UPDATE", Some(0), Some(-1), None),
-            ("CREATE", Some(5), Some(3), Some(Decision::allow())),
-            ("DELETE", Some(5), Some(3), Some(Decision::allow())),
+            ("CREATE", Some(5), Some(3), Some(Verdict::allow())),
+            ("DELETE", Some(5), Some(3), Some(Verdict::allow())),
         ];
         for (operation, old, new, expected) in cases {
             let json = request_json(operation, old, new);
@@ -423,13 +351,11 @@ mod tests {
         ];
         for (json, expected) in cases {
             let request: AdmissionRequest<'_> = serde_json::from_str(json).unwrap();
-            let decision = downscale_of(&request).unwrap_err();
-            assert!(decision.allowed);
-            assert_eq!(
-                decision.outcome,
-                super::super::decision::Outcome::AllowedOnError
-            );
-            assert!(decision.warnings[0].contains(expected), "{decision}");
+            let verdict = downscale_of(&request).unwrap_err();
+            let Verdict::Unjudged(failed) = &verdict else {
+                panic!("not judged: {verdict}")
+            };
+            assert!(failed.warning().contains(expected), "{verdict}");
         }
     }
 }

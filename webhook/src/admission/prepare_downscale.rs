@@ -2,29 +2,21 @@
 //! pod going away is told to prepare (POST), and in a rollout group only one zone may be
 //! downscaled per min-time.
 //!
-//! The decisions are pure functions of what was read; `flow.rs` does the reading, the
-//! claiming (see `ledger.rs`) and the pod calls.
+//! The decisions are `baton_core::admission::prepare`'s; here the review is decoded into a
+//! [`PrepareRequest`], and `flow.rs` does the reading, the claiming (see `ledger.rs`) and the
+//! pod calls.
 
-use std::collections::BTreeMap;
-
-use baton_config::PodAddressing;
-use baton_core::annotations::scaling::{MinTimeWrittenAs, min_time_between_zones_downscale};
-use baton_core::annotations::{NO_DOWNSCALE_LABEL, PREPARE_DOWNSCALE_LABEL, ROLLOUT_GROUP_LABEL};
-use baton_core::downscale_history::{LastDownscale, Records, last_downscale};
-use baton_core::pod_address::{PodEndpoint, PrepareEndpoint};
-use baton_core::pods::{CachedPod, is_controlled_by};
-use baton_core::statefulset::{StatefulSetState, pod_ordinal};
-use jiff::{SignedDuration, Timestamp};
+use baton_core::admission::Verdict;
+use baton_core::admission::downscale::undecodable;
+pub use baton_core::admission::prepare::{
+    MemberReadiness, PREPARE_DOWNSCALE_VALUE, Target, allowed, check_statefulset, endpoints,
+    failed, foreign_namespace, judge_min_time, judge_readiness, judged_kind, ledger_contended,
+    not_as_stored, pods_failed,
+};
 use k8s_openapi::api::apps::v1::StatefulSet;
 
-use super::decision::Decision;
-use super::no_downscale::{self, NO_DOWNSCALE_VALUE};
 use super::object::{Downscale, StoredAs, WorkloadKind, downscale_of};
 use super::review::AdmissionRequest;
-use baton_core::duration::go as go_duration;
-
-/// The label value that opts a StatefulSet in.
-pub const PREPARE_DOWNSCALE_VALUE: &str = "true";
 
 /// A downscale that needs the StatefulSet's preparation, owned so it can outlive the request
 /// body (the flow finishes its undo even if the caller goes away). The StatefulSet itself is
@@ -39,289 +31,27 @@ pub struct PrepareRequest {
 }
 
 /// Judges what the review alone tells: dry runs, non-downscales and unsupported kinds end here.
-pub fn assess(request: &AdmissionRequest<'_>) -> Result<PrepareRequest, Decision> {
+pub fn assess(request: &AdmissionRequest<'_>) -> Result<PrepareRequest, Verdict> {
     if request.is_dry_run() {
-        return Err(Decision::allow());
+        return Err(Verdict::allow());
     }
     let (downscale, old) = downscale_of(request)?;
-    match old.kind {
-        WorkloadKind::StatefulSet => {
-            let json = request.old_object().unwrap_or("null");
-            let statefulset = serde_json::from_str::<StatefulSet>(json).map_err(|error| {
-                Decision::allow_on_error(format!(
-                    "can't decode old object, allowing the change, err: {error}"
-                ))
-            })?;
-            // Not opted in: allowed with no side effect, whoever sent the review. An opted-in
-            // one is judged on the StatefulSet as stored (the flow reads it).
-            // What the review's copy already refuses (a missing port annotation) is refused
-            // without a read; neither has a side effect.
-            check_statefulset(&downscale, &statefulset)?;
-        }
-        WorkloadKind::Scale if downscale.resource == "statefulsets" => {}
-        // Not errors: prepare-downscale is for StatefulSets only.
-        WorkloadKind::Scale => {
-            return Err(Decision::allow_with_warning(format!(
-                "unsupported resource {}, allowing the change",
-                downscale.resource
-            )));
-        }
-        WorkloadKind::Deployment | WorkloadKind::ReplicaSet => {
-            return Err(Decision::allow_with_warning(format!(
-                "unsupported type {:?}, allowing the change",
-                old.kind
-            )));
-        }
+    judged_kind(&downscale, old.kind)?;
+    if old.kind == WorkloadKind::StatefulSet {
+        let json = request.old_object().unwrap_or("null");
+        let statefulset =
+            serde_json::from_str::<StatefulSet>(json).map_err(|error| undecodable("old", error))?;
+        // Not opted in: allowed with no side effect, whoever sent the review. An opted-in
+        // one is judged on the StatefulSet as stored (the flow reads it).
+        // What the review's copy already refuses (a missing port annotation) is refused
+        // without a read; neither has a side effect.
+        check_statefulset(&downscale, &statefulset)?;
     }
     Ok(PrepareRequest {
         uid: request.uid.to_string(),
         downscale,
         stored_as: old.stored_as,
     })
-}
-
-/// What the pods going away need to be told, from the StatefulSet's annotations.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Target {
-    pub prepare: PrepareEndpoint,
-    /// The rollout group, when the StatefulSet is in one.
-    pub group: Option<String>,
-    /// `spec.ordinals.start`: the pods going away are named from it.
-    pub ordinals_start: i32,
-}
-
-/// A StatefulSet not labelled for preparation is allowed; a labelled one needs the port and
-/// path annotations and `spec.serviceName`.
-pub fn check_statefulset(
-    downscale: &Downscale,
-    statefulset: &StatefulSet,
-) -> Result<Target, Decision> {
-    let labels = statefulset.metadata.labels.as_ref();
-    let label = |key: &str| {
-        labels
-            .and_then(|labels| labels.get(key))
-            .map(String::as_str)
-    };
-    if label(PREPARE_DOWNSCALE_LABEL) != Some(PREPARE_DOWNSCALE_VALUE) {
-        return Err(Decision::allow());
-    }
-    // The validating no-downscale webhook runs after this mutating one: judged here first, a
-    // downscale it would refuse prepares no pod and claims nothing.
-    if label(NO_DOWNSCALE_LABEL) == Some(NO_DOWNSCALE_VALUE) {
-        return Err(no_downscale::judge(downscale, Some(NO_DOWNSCALE_VALUE)));
-    }
-    let prepare = PrepareEndpoint::of(statefulset)
-        .map_err(|why| Decision::deny(format!("{downscale} is not allowed because {why}.")))?;
-    if prepare.service_name.is_empty() {
-        return Err(Decision::deny(format!(
-            "{downscale} is not allowed because the serviceName is not set or empty."
-        )));
-    }
-    Ok(Target {
-        prepare,
-        group: label(ROLLOUT_GROUP_LABEL)
-            .filter(|group| !group.is_empty())
-            .map(str::to_owned),
-        ordinals_start: StatefulSetState::of(statefulset).ordinals_start,
-    })
-}
-
-/// Denies when another StatefulSet of the group was downscaled less than its min-time ago.
-/// Its last downscale is the newest of what baton's ledger, the Go operator's zone tracker and
-/// the `last-downscale` annotation say ([`last_downscale`]); a ledger claim whose update never
-/// landed no longer counts. When several block, the one with the longest wait left is named,
-/// so the time left is when the downscale can succeed.
-pub fn judge_min_time(
-    downscale: &Downscale,
-    members: &[StatefulSet],
-    records: Records<'_>,
-    now: Timestamp,
-) -> Result<(), Decision> {
-    let empty = std::collections::BTreeMap::new();
-    let mut blocking: Option<(String, LastDownscale, i64, SignedDuration, MinTimeWrittenAs)> = None;
-    for member in members {
-        let name = member.metadata.name.as_deref().unwrap_or("");
-        if name == downscale.name {
-            continue;
-        }
-        let unreadable = |why: String| {
-            Decision::deny(format!(
-                "{downscale} is not allowed because parsing downscale annotations failed: {why}"
-            ))
-        };
-        let Some(last) = last_downscale(member, records, now).map_err(unreadable)? else {
-            continue;
-        };
-        let labels = member.metadata.labels.as_ref().unwrap_or(&empty);
-        let annotations = member.metadata.annotations.as_ref().unwrap_or(&empty);
-        let min_time =
-            min_time_between_zones_downscale(labels, annotations).map_err(|invalid| {
-                unreadable(format!(
-                    "can't parse {} of {name}: {:?} is not {}",
-                    invalid.key, invalid.value, invalid.accepted
-                ))
-            })?;
-        let Some(wait) = min_time.value else {
-            continue;
-        };
-        let wait = i64::try_from(wait.as_nanos()).unwrap_or(i64::MAX);
-        let left = SignedDuration::from_nanos(wait) - now.duration_since(last.at);
-        if left > SignedDuration::ZERO && blocking.as_ref().is_none_or(|(.., most, _)| left > *most)
-        {
-            let written_as =
-                MinTimeWrittenAs::of(labels, annotations).unwrap_or(MinTimeWrittenAs::Label);
-            blocking = Some((name.to_owned(), last, wait, left, written_as));
-        }
-    }
-    match blocking {
-        None => Ok(()),
-        Some((name, last, wait, left, written_as)) => {
-            // Whole seconds, rounded up: "0s left" would read as "allowed now".
-            let left_seconds = left.as_secs() + i64::from(left.subsec_nanos() > 0);
-            Err(Decision::deny(format!(
-                "{downscale} is not allowed because {} and is {} to wait {} between zone downscales ({} left)",
-                last.describe(&name),
-                written_as.participle(),
-                go_duration::format(wait),
-                go_duration::format(left_seconds.saturating_mul(1_000_000_000)),
-            )))
-        }
-    }
-}
-
-/// How ready another StatefulSet of the group is.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MemberReadiness {
-    pub name: String,
-    pub replicas: i32,
-    pub updated_replicas: i32,
-    pub ready_pods: i32,
-}
-
-impl MemberReadiness {
-    /// Counts the pods of `statefulset` among `pods` that are available at `now` by the rule
-    /// the rollout planner counts with ([`baton_core::pods::PodReadiness::availability`]: Running, Ready with
-    /// every container, not terminating, Ready for `minReadySeconds`).
-    ///
-    /// **baton:** the Go operator counted Running pods with the Ready condition, ignoring
-    /// container readiness and minReadySeconds, so it could let a zone be downscaled while
-    /// another zone's pods were not yet available.
-    pub fn of(statefulset: &StatefulSet, pods: &[CachedPod], now: Timestamp) -> Self {
-        let state = StatefulSetState::of(statefulset);
-        let min_ready_seconds = state.min_ready_seconds.unsigned_abs();
-        let ready_pods = pods
-            .iter()
-            .filter(|pod| is_controlled_by(pod, statefulset))
-            .filter(|pod| pod.readiness.is_available(min_ready_seconds, now))
-            .count();
-        Self {
-            name: state.name,
-            replicas: state.status_replicas,
-            updated_replicas: state.updated_replicas,
-            ready_pods: i32::try_from(ready_pods).unwrap_or(i32::MAX),
-        }
-    }
-}
-
-/// Denies while another StatefulSet of the group has pods not ready or not updated: downscaling
-/// a second zone during a rollout or an outage of the first loses data.
-pub fn judge_readiness(downscale: &Downscale, members: &[MemberReadiness]) -> Result<(), Decision> {
-    for member in members
-        .iter()
-        .filter(|member| member.name != downscale.name)
-    {
-        if member.replicas != member.ready_pods || member.updated_replicas != member.ready_pods {
-            return Err(Decision::deny(format!(
-                "{downscale} is not allowed because statefulset {} has {} non-updated replicas and {} non-ready replicas",
-                member.name,
-                member.replicas - member.updated_replicas,
-                member.replicas - member.ready_pods
-            )));
-        }
-    }
-    Ok(())
-}
-
-/// The prepare endpoint of each pod going away, highest ordinal first: the pods of `existing`
-/// (the StatefulSet's pods, name → IP if assigned) whose index is in `to..from`. Chosen among
-/// the pods that exist, not named from the replica counts: those are anyone's to write (a
-/// downscale from 2147483647 would be two billion names), and a pod that does not exist has
-/// nothing to prepare.
-pub fn endpoints(
-    downscale: &Downscale,
-    target: &Target,
-    addressing: PodAddressing,
-    cluster_domain: &str,
-    existing: &BTreeMap<String, Option<String>>,
-) -> Result<Vec<PodEndpoint>, Decision> {
-    let start = i64::from(target.ordinals_start.max(0));
-    let mut going: Vec<(i64, &String, Option<&str>)> = existing
-        .iter()
-        .filter_map(|(pod, ip)| {
-            let index = i64::from(pod_ordinal(&downscale.name, pod)?) - start;
-            (i64::from(downscale.to.max(0))..i64::from(downscale.from))
-                .contains(&index)
-                .then_some((index, pod, ip.as_deref()))
-        })
-        .collect();
-    going.sort_by_key(|(index, ..)| std::cmp::Reverse(*index));
-    going
-        .into_iter()
-        .map(|(_, pod, pod_ip)| {
-            target
-                .prepare
-                .of_pod(
-                    addressing,
-                    cluster_domain,
-                    pod,
-                    &downscale.namespace,
-                    pod_ip,
-                )
-                .map_err(|error| {
-                    Decision::deny(format!("{downscale} is not allowed because {error}"))
-                })
-        })
-        .collect()
-}
-
-/// Denial after a pod failed to prepare (the others were told to undo).
-pub fn pods_failed(downscale: &Downscale, error: &dyn std::fmt::Display) -> Decision {
-    Decision::deny(format!(
-        "{downscale} is not allowed because one or more pods failed to prepare for shutdown: {error}"
-    ))
-}
-
-/// Denial of a review for a namespace this replica does not serve: only the API server sends
-/// reviews, for the namespaces its webhook configuration selects; anything else is a
-/// misconfiguration or a forgery, and preparing would call pods baton does not look after.
-pub fn foreign_namespace(downscale: &Downscale, served: &str) -> Decision {
-    // The namespace served goes to the log, for whoever fixes the configuration; the answer
-    // does not tell a sender which namespace to forge reviews for.
-    tracing::warn!(
-        served,
-        review_namespace = %downscale.namespace,
-        "a prepare-downscale review for a namespace this replica does not serve: the webhook configuration's namespaceSelector must select only the served one"
-    );
-    Decision::deny(format!(
-        "{downscale} is not allowed because baton does not serve namespace {}",
-        downscale.namespace
-    ))
-}
-
-/// Denial of a review that is not of the StatefulSet as stored (another uid, version or
-/// replica count): stale (the update would fail anyway, or is retried with a fresh review) or
-/// forged. It tells nothing of the stored object: a forger would learn what to send next.
-pub fn not_as_stored(downscale: &Downscale) -> Decision {
-    Decision::deny(format!(
-        "{downscale} is not allowed because the request does not describe the StatefulSet as it is stored (it changed since, or the API server did not send this request); retry"
-    ))
-}
-
-/// The approval.
-pub fn allowed(downscale: &Downscale) -> Decision {
-    Decision::allow_with_message(format!(
-        "{downscale} is allowed -- all pods successfully prepared for shutdown."
-    ))
 }
 
 pub mod flow;

@@ -315,8 +315,9 @@ mod tests {
 
     #[test]
     fn answers_in_the_request_version() {
-        let denied = Decision::deny("no");
-        let allowed = Decision::allow_on_error("could not look");
+        use baton_core::admission::{Reason, Verdict};
+        let denied = Decision::of(Verdict::refuse(Reason::Unreadable, "no"), false);
+        let allowed = Decision::of(Verdict::allow_with_warning("could not look"), false);
         for version in [ReviewVersion::V1, ReviewVersion::V1Beta1] {
             let answer: Value = serde_json::from_slice(&encode(version, "u-1", &denied)).unwrap();
             assert_eq!(

@@ -34,11 +34,12 @@ use kube::{Api, Client};
 use tokio::time::Instant;
 
 use super::{
-    MemberReadiness, PrepareRequest, Target, allowed, check_statefulset, endpoints,
-    foreign_namespace, judge_min_time, judge_readiness, not_as_stored, pods_failed,
+    MemberReadiness, PrepareRequest, Target, allowed, check_statefulset, endpoints, failed,
+    foreign_namespace, judge_min_time, judge_readiness, ledger_contended, not_as_stored,
+    pods_failed,
 };
-use crate::admission::decision::Decision;
 use crate::admission::object::Downscale;
+use baton_core::admission::Verdict;
 use baton_core::ledger::{Entry, Judged, Ledger, ledger_name};
 use baton_shared::ledger::{self, ClaimError, Written};
 
@@ -108,14 +109,21 @@ impl PrepareDownscale {
         from = request.downscale.from,
         to = request.downscale.to,
     ))]
-    pub async fn run(&self, request: PrepareRequest) -> Decision {
+    pub async fn run(&self, request: PrepareRequest) -> Verdict {
         let deadline = Instant::now() + self.request_timeout;
         let forward = Deadline(deadline - self.undo_reserve);
         let undo = Deadline(deadline);
         let downscale = &request.downscale;
 
         if downscale.namespace != self.namespace {
-            return foreign_namespace(downscale, &self.namespace);
+            // The namespace served goes to the log, for whoever fixes the configuration; the
+            // answer does not tell a sender which namespace to forge reviews for.
+            tracing::warn!(
+                served = %self.namespace,
+                review_namespace = %downscale.namespace,
+                "a prepare-downscale review for a namespace this replica does not serve: the webhook configuration's namespaceSelector must select only the served one"
+            );
+            return foreign_namespace(downscale);
         }
         // Judged on the StatefulSet as stored, whatever the review says of it; it cannot be
         // judged without it (failurePolicy Fail: refused, never let through unprepared).
@@ -123,10 +131,14 @@ impl PrepareDownscale {
         let statefulset = match forward.run(api.get(&downscale.name)).await {
             Ok(statefulset) => statefulset,
             Err(error) => {
-                return Decision::deny(format!(
-                    "{downscale} is not allowed because reading statefulsets/{} in namespace {} failed: {error}",
-                    downscale.name, downscale.namespace
-                ));
+                return failed(
+                    downscale,
+                    &format!(
+                        "reading statefulsets/{} in namespace {}",
+                        downscale.name, downscale.namespace
+                    ),
+                    &error,
+                );
             }
         };
         let stored = StatefulSetState::of(&statefulset).replicas;
@@ -144,7 +156,7 @@ impl PrepareDownscale {
         }
         let target = match check_statefulset(downscale, &statefulset) {
             Ok(target) => target,
-            Err(decision) => return decision,
+            Err(verdict) => return verdict,
         };
 
         let claim = match &target.group {
@@ -154,7 +166,7 @@ impl PrepareDownscale {
                 .await
             {
                 Ok(claim) => Some(claim),
-                Err(decision) => return decision,
+                Err(verdict) => return verdict,
             },
         };
 
@@ -165,7 +177,7 @@ impl PrepareDownscale {
         let outcome = self
             .prepare(downscale, &statefulset, &target, &forward)
             .await;
-        let (decision, prepared) = match outcome {
+        let (verdict, prepared) = match outcome {
             Ok(()) => return allowed(downscale),
             Err(failure) => failure,
         };
@@ -201,7 +213,7 @@ impl PrepareDownscale {
             }
         };
         tokio::join!(undo_pods, release_claim);
-        decision
+        verdict
     }
 
     /// Judges min-time and readiness, then records the downscale in the group's ledger with a
@@ -213,12 +225,10 @@ impl PrepareDownscale {
         statefulset: &StatefulSet,
         group: &str,
         deadline: &Deadline,
-    ) -> Result<Claim, Decision> {
+    ) -> Result<Claim, Verdict> {
         let deny_on = |what: &str, error: &dyn std::fmt::Display| {
             tracing::warn!(name = %downscale.name, %group, %error, "{what} failed");
-            Decision::deny(format!(
-                "{downscale} is not allowed because {what} failed: {error}"
-            ))
+            failed(downscale, what, error)
         };
         let statefulsets: Api<StatefulSet> =
             Api::namespaced(self.client.clone(), &downscale.namespace);
@@ -358,9 +368,7 @@ impl PrepareDownscale {
                 Ok(claim)
             }
             Ok(Err(denied)) | Err(ClaimError::Failed(denied)) => Err(denied),
-            Err(ClaimError::Contended) => Err(Decision::deny(format!(
-                "{downscale} is not allowed because the group's downscale ledger {name} kept changing; retry"
-            ))),
+            Err(ClaimError::Contended) => Err(ledger_contended(downscale, name)),
         }
     }
 
@@ -372,19 +380,14 @@ impl PrepareDownscale {
         statefulset: &StatefulSet,
         target: &Target,
         deadline: &Deadline,
-    ) -> Result<(), (Decision, Vec<PodEndpoint>)> {
+    ) -> Result<(), (Verdict, Vec<PodEndpoint>)> {
         // The pods that exist: only they are told (see `endpoints`).
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), &downscale.namespace);
         let existing: BTreeMap<String, Option<String>> =
             match deadline.run(list_pods(&pods, statefulset)).await {
                 Ok(owned) => owned.into_iter().map(|pod| (pod.name, pod.ip)).collect(),
                 Err(error) => {
-                    return Err((
-                        Decision::deny(format!(
-                            "{downscale} is not allowed because listing its pods failed: {error}"
-                        )),
-                        Vec::new(),
-                    ));
+                    return Err((failed(downscale, "listing its pods", &error), Vec::new()));
                 }
             };
         let endpoints = endpoints(
@@ -394,7 +397,7 @@ impl PrepareDownscale {
             &self.cluster_domain,
             &existing,
         )
-        .map_err(|decision| (decision, Vec::new()))?;
+        .map_err(|verdict| (verdict, Vec::new()))?;
 
         if let Err(error) = deadline
             .run(async {
