@@ -49,8 +49,9 @@ const ADDRESS_PODS_BY_IP: &str = "  - target: {kind: Deployment}
 static INSTALL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// baton installed by `kubectl apply -k` of README's overlay for the groups' namespace; removed
-/// when dropped (waiting until `baton-system` is gone, so the next scenario installs afresh),
-/// the CRDs and priority class aside.
+/// when dropped as `kubectl delete -k` would (waiting until `baton-system` is gone, so the next
+/// scenario installs afresh, with kustomize or Helm), the CRDs aside: other scenarios' objects
+/// of this process use them.
 struct Installed {
     control_plane: &'static ControlPlane,
     overlay: std::path::PathBuf,
@@ -113,7 +114,7 @@ impl Drop for Installed {
     fn drop(&mut self) {
         self.kubectl(&[
             "delete",
-            "validatingwebhookconfigurations,mutatingwebhookconfigurations,validatingadmissionpolicies,validatingadmissionpolicybindings,clusterroles,clusterrolebindings",
+            "validatingwebhookconfigurations,mutatingwebhookconfigurations,validatingadmissionpolicies,validatingadmissionpolicybindings,clusterroles,clusterrolebindings,priorityclasses",
             "-l",
             "app.kubernetes.io/part-of=baton",
             "--ignore-not-found",
@@ -145,6 +146,39 @@ async fn wait_deployment_rolled_out(client: &kube::Client, name: &str) {
                 && status.ready_replicas == wanted
         })
     })
+    .await;
+}
+
+/// Waits until the API server reaches the webhooks through their Service: the Deployments
+/// may be Ready before kube-proxy has programmed the Service's new address (a call then
+/// meets "connection refused"). Asks with a dry-run budget, which baton's validation judges.
+async fn wait_webhooks_reachable(client: &kube::Client, namespace: &str) {
+    let budgets =
+        Api::<DynamicObject>::namespaced_with(client.clone(), namespace, &zpdb_resource());
+    let probe = budget(
+        "reachable",
+        json!({"maxUnavailable": 1, "selector": {"matchLabels": {"rollout-group": "reachable"}}}),
+    );
+    wait_until(
+        TIMEOUT,
+        "the webhooks answer through their Service",
+        || async {
+            match budgets
+                .create(
+                    &PostParams {
+                        dry_run: true,
+                        ..Default::default()
+                    },
+                    &probe,
+                )
+                .await
+            {
+                Ok(_) => true,
+                Err(kube::Error::Api(status)) => !status.message.contains("failed calling webhook"),
+                Err(_) => false,
+            }
+        },
+    )
     .await;
 }
 
@@ -214,8 +248,10 @@ async fn print_usage(client: &kube::Client, when: &str) {
             let pod_name = pod.metadata.name.clone().unwrap_or_default();
             match nodes.container_usage(&pod, name) {
                 Ok(usage) => eprintln!(
-                    "{when}: {pod_name}: peak memory {:.1} MiB, CPU {:.2}s in {seconds}s",
+                    "{when}: {pod_name}: peak memory {:.1} MiB charged to its cgroup, {:.1} MiB \
+                     resident, CPU {:.2}s in {seconds}s",
                     usage.peak_memory_bytes as f64 / (1 << 20) as f64,
+                    usage.peak_rss_bytes as f64 / (1 << 20) as f64,
                     usage.cpu.as_secs_f64()
                 ),
                 Err(error) => eprintln!("{when}: {pod_name}: no usage: {error:#}"),
@@ -358,6 +394,37 @@ async fn roll_out(client: &kube::Client, namespace: &str, names: &[String], vers
     }
 }
 
+/// Waits until the group's rollout that began at `from` completes, then checks it kept the
+/// zone-by-zone guarantees (max-unavailable 1) and deleted each of its 6 pods exactly once,
+/// whatever happened to baton on the way (`across`).
+async fn wait_completed_once(
+    client: &kube::Client,
+    namespace: &str,
+    names: &[String],
+    observer: &PodSimulator,
+    from: Instant,
+    across: &str,
+) {
+    wait_rollout_complete(client, namespace, names).await;
+    let zones: Vec<Zone> = names.iter().map(|name| Zone::new(name, 2, 1)).collect();
+    check_rollout_guarantees(&observer.timeline(), &zones, from).unwrap();
+    let counts = deletions(&observer.timeline(), names, from);
+    assert!(
+        counts.len() == 6 && counts.values().all(|count| *count == 1),
+        "pods deleted by the rollout across {across}: {counts:?}"
+    );
+}
+
+/// Checks that every pod of both Deployments runs `image`, by digest.
+async fn assert_every_pod_runs(client: &kube::Client, image: &BatonImage) {
+    for name in ["baton-controller", "baton-webhook"] {
+        for pod in baton_pods(client, name).await {
+            let running = pod.spec.as_ref().unwrap().containers[0].image.clone();
+            assert_eq!(running.as_deref(), Some(image.by_digest().as_str()));
+        }
+    }
+}
+
 /// Waits until a pod of the group has been deleted from `from` on: the rollout is in flight.
 async fn wait_in_flight(observer: &PodSimulator, names: &[String], from: Instant) {
     wait_until(TIMEOUT, "the rollout is in flight", || async {
@@ -366,9 +433,10 @@ async fn wait_in_flight(observer: &PodSimulator, names: &[String], from: Instant
     .await;
 }
 
-/// The groups' namespace on the real nodes, and baton installed for it from its image.
-async fn install(prefix: &str) -> (TestNamespace, Installed) {
-    let image = BatonImage::get();
+/// A namespace of groups on the real nodes (baton's image imported there), and its control
+/// plane.
+async fn groups_on_real_nodes(prefix: &str) -> (&'static ControlPlane, TestNamespace) {
+    BatonImage::get();
     RealNodes::shared().await;
     let control_plane = ControlPlane::shared().await;
     let groups = TestNamespace::create(
@@ -379,6 +447,13 @@ async fn install(prefix: &str) -> (TestNamespace, Installed) {
         ),
     )
     .await;
+    (control_plane, groups)
+}
+
+/// The groups' namespace on the real nodes, and baton installed for it from its image.
+async fn install(prefix: &str) -> (TestNamespace, Installed) {
+    let image = BatonImage::get();
+    let (control_plane, groups) = groups_on_real_nodes(prefix).await;
     let installed = Installed::apply(control_plane, groups.name(), &image.by_digest());
     (groups, installed)
 }
@@ -397,6 +472,7 @@ async fn deploy_applied_with_kubectl_runs_on_the_real_nodes_and_the_api_server_c
     // Then both controllers and the three webhook replicas run on the nodes and are Ready
     wait_deployment_rolled_out(&client, "baton-controller").await;
     wait_deployment_rolled_out(&client, "baton-webhook").await;
+    wait_webhooks_reachable(&client, groups.name()).await;
     eprintln!(
         "baton installed and Ready on the real nodes in {:.1}s",
         started.elapsed().as_secs_f64()
@@ -540,6 +616,7 @@ async fn the_install_survives_its_node_drained_its_leader_killed_and_its_own_upg
     let (client, namespace) = (groups.client(), groups.name().to_owned());
     wait_deployment_rolled_out(&client, "baton-controller").await;
     wait_deployment_rolled_out(&client, "baton-webhook").await;
+    wait_webhooks_reachable(&client, &namespace).await;
     let first_leader = leader_pod(&client).await;
     let drained_node = first_leader
         .spec
@@ -626,14 +703,15 @@ async fn the_install_survives_its_node_drained_its_leader_killed_and_its_own_upg
     // Then another identity leads (the standby, or the restarted container), the rollout
     // completes keeping the guarantees, and no pod was deleted twice
     let (new_leader, kill_takeover) = takeover(&client, &leader_before, kill_started).await;
-    wait_rollout_complete(&client, &namespace, &names).await;
-    let zones: Vec<Zone> = names.iter().map(|name| Zone::new(name, 2, 1)).collect();
-    check_rollout_guarantees(&observer.timeline(), &zones, rollout_from).unwrap();
-    let counts = deletions(&observer.timeline(), &names, rollout_from);
-    assert!(
-        counts.len() == 6 && counts.values().all(|count| *count == 1),
-        "pods deleted by the rollout across the crash: {counts:?}"
-    );
+    wait_completed_once(
+        &client,
+        &namespace,
+        &names,
+        &observer,
+        rollout_from,
+        "the crash",
+    )
+    .await;
     print_usage(&client, "after the drain, a crash and a rollout").await;
     let now = load.tally();
     phases.push(("leader killed", now.since(&mark)));
@@ -654,25 +732,22 @@ async fn the_install_survives_its_node_drained_its_leader_killed_and_its_own_upg
     wait_deployment_rolled_out(&client, "baton-webhook").await;
     wait_deployment_rolled_out(&client, "baton-controller").await;
     let upgrade_took = upgrade_started.elapsed();
-    for name in ["baton-controller", "baton-webhook"] {
-        for pod in baton_pods(&client, name).await {
-            let image = pod.spec.as_ref().unwrap().containers[0].image.clone();
-            assert_eq!(image.as_deref(), Some(next.by_digest().as_str()));
-        }
-    }
+    assert_every_pod_runs(&client, &next).await;
     let fewest_during_upgrade = fewest.stop().await;
     assert!(
         fewest_during_upgrade >= 2,
         "{fewest_during_upgrade} webhook replicas were Ready during the upgrade"
     );
     // and the rollout completes, keeping the guarantees, each pod deleted once
-    wait_rollout_complete(&client, &namespace, &names).await;
-    check_rollout_guarantees(&observer.timeline(), &zones, rollout_from).unwrap();
-    let counts = deletions(&observer.timeline(), &names, rollout_from);
-    assert!(
-        counts.len() == 6 && counts.values().all(|count| *count == 1),
-        "pods deleted by the rollout across the upgrade: {counts:?}"
-    );
+    wait_completed_once(
+        &client,
+        &namespace,
+        &names,
+        &observer,
+        rollout_from,
+        "the upgrade",
+    )
+    .await;
     print_usage(&client, "after the upgrade and a rollout").await;
     let now = load.tally();
     phases.push(("upgrade", now.since(&mark)));
@@ -770,16 +845,7 @@ async fn helm_installs_baton_on_the_real_nodes_and_upgrades_it_without_a_failed_
     let _alone = INSTALL.lock().await;
     // Given the real nodes with baton's image, and a namespace of groups
     let image = BatonImage::get();
-    RealNodes::shared().await;
-    let control_plane = ControlPlane::shared().await;
-    let groups = TestNamespace::create(
-        control_plane,
-        &format!(
-            "{}helm",
-            baton_e2e::real_nodes::supervisor::NAMESPACE_PREFIX
-        ),
-    )
-    .await;
+    let (control_plane, groups) = groups_on_real_nodes("helm").await;
     let client = groups.client();
 
     // When baton is installed with helm, its image pinned by digest
@@ -792,6 +858,7 @@ async fn helm_installs_baton_on_the_real_nodes_and_upgrades_it_without_a_failed_
     // downscale is refused, and a pod no budget covers may be evicted (dry run)
     wait_deployment_rolled_out(&client, "baton-controller").await;
     wait_deployment_rolled_out(&client, "baton-webhook").await;
+    wait_webhooks_reachable(&client, groups.name()).await;
     eprintln!(
         "helm: baton installed and Ready on the real nodes in {:.1}s",
         started.elapsed().as_secs_f64()
@@ -831,12 +898,7 @@ async fn helm_installs_baton_on_the_real_nodes_and_upgrades_it_without_a_failed_
     let upgrade_took = upgrade_started.elapsed();
 
     // Then every pod runs the next image and no admission failed
-    for name in ["baton-controller", "baton-webhook"] {
-        for pod in baton_pods(&client, name).await {
-            let image = pod.spec.as_ref().unwrap().containers[0].image.clone();
-            assert_eq!(image.as_deref(), Some(next.by_digest().as_str()));
-        }
-    }
+    assert_every_pod_runs(&client, &next).await;
     let during = load.stop().await.since(&before_upgrade);
     eprintln!(
         "helm upgrade: both Deployments on the next image in {:.1}s; {} admissions answered, {} failed",

@@ -167,10 +167,22 @@ impl RealNodes {
                 .parse()
                 .with_context(|| format!("{path} holds {text:?}"))
         };
+        let memory = format!("/sys/fs/cgroup/memory/k8s.io/{id}");
+        let procs = std::fs::read_to_string(format!("{memory}/cgroup.procs"))
+            .with_context(|| format!("reading {memory}/cgroup.procs"))?;
+        let mut peak_rss_bytes = 0;
+        for pid in procs.split_whitespace() {
+            let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+                .with_context(|| format!("reading /proc/{pid}/status"))?;
+            peak_rss_bytes += status
+                .lines()
+                .find_map(|line| line.strip_prefix("VmHWM:"))
+                .and_then(|kib| kib.trim().trim_end_matches(" kB").parse::<u64>().ok())
+                .map_or(0, |kib| kib * 1024);
+        }
         Ok(ContainerUsage {
-            peak_memory_bytes: read(format!(
-                "/sys/fs/cgroup/memory/k8s.io/{id}/memory.max_usage_in_bytes"
-            ))?,
+            peak_memory_bytes: read(format!("{memory}/memory.max_usage_in_bytes"))?,
+            peak_rss_bytes,
             cpu: Duration::from_nanos(read(format!(
                 "/sys/fs/cgroup/cpuacct/k8s.io/{id}/cpuacct.usage"
             ))?),
@@ -460,8 +472,12 @@ fn between<'a>(text: &'a str, start: &str, end: &str) -> Option<&'a str> {
 /// What a container used, as its cgroup counted.
 #[derive(Debug, Clone, Copy)]
 pub struct ContainerUsage {
-    /// The most memory it held at once (its cgroup's high-water mark, page cache included).
+    /// The most memory its cgroup was charged at once (anonymous memory and the page cache it
+    /// brought in): what its memory limit is held against.
     pub peak_memory_bytes: u64,
+    /// Its processes' peak resident sets (VmHWM), shared pages of the binary included even
+    /// where another container's cgroup was charged for them.
+    pub peak_rss_bytes: u64,
     /// CPU time, all cores together.
     pub cpu: Duration,
 }
