@@ -132,6 +132,63 @@ fn the_chart_ships_deploys_crds_unchanged() {
 }
 
 #[test]
+fn the_chart_installs_deploys_dashboard_and_alerts_when_asked() {
+    // Given the chart's copies of deploy/monitoring's dashboard and alerting rules
+    for file in ["dashboard.json", "alerts.yaml"] {
+        // Then each is deploy/'s file, unchanged
+        assert_eq!(
+            std::fs::read_to_string(chart_dir().join("files").join(file)).ok(),
+            Some(std::fs::read_to_string(deploy_dir().join("monitoring").join(file)).unwrap()),
+            "charts/baton/files/{file} is not deploy/monitoring/{file}"
+        );
+    }
+    // And by default the chart renders neither
+    let default = helm_template("baton-system", &[]);
+    assert!(
+        default
+            .iter()
+            .all(|object| object["kind"] != "PrometheusRule"
+                && object["metadata"]["name"] != "baton-grafana-dashboard")
+    );
+
+    // When both are asked for, the rules for a Prometheus selecting `release: prometheus` and
+    // the dashboard for a sidecar watching the `monitoring` namespace
+    let rendered = helm_template(
+        "baton-system",
+        &[
+            "grafanaDashboards.enabled=true",
+            "grafanaDashboards.namespace=monitoring",
+            "prometheusRule.enabled=true",
+            "prometheusRule.labels.release=prometheus",
+        ],
+    );
+
+    // Then the dashboard is deploy/'s, where and as Grafana's sidecar loads it
+    let dashboard = find(&rendered, "ConfigMap", "baton-grafana-dashboard");
+    assert_eq!(dashboard["metadata"]["namespace"], "monitoring");
+    assert_eq!(dashboard["metadata"]["labels"]["grafana_dashboard"], "1");
+    let shipped: Value = serde_json::from_str(
+        &std::fs::read_to_string(deploy_dir().join("monitoring/dashboard.json")).unwrap(),
+    )
+    .unwrap();
+    let in_config_map: Value =
+        serde_json::from_str(dashboard["data"]["baton.json"].as_str().unwrap()).unwrap();
+    assert_eq!(in_config_map, shipped);
+    // And the PrometheusRule holds deploy/'s rule groups, labelled for the Prometheus
+    let rule = find(&rendered, "PrometheusRule", "baton");
+    assert_eq!(rule["metadata"]["namespace"], "baton-system");
+    assert_eq!(rule["metadata"]["labels"]["release"], "prometheus");
+    let alerts =
+        documents(&std::fs::read_to_string(deploy_dir().join("monitoring/alerts.yaml")).unwrap());
+    assert!(
+        alerts[0]["groups"]
+            .as_array()
+            .is_some_and(|groups| !groups.is_empty())
+    );
+    assert_eq!(rule["spec"]["groups"], alerts[0]["groups"]);
+}
+
+#[test]
 fn the_groups_namespace_value_moves_every_place_that_names_it() {
     // Given a release in baton's namespace `baton-ops` for the groups of `ingesters`
     let rendered = helm_template("baton-ops", &["groupsNamespace=ingesters"]);
