@@ -8,18 +8,15 @@ use baton_core::gates::{
     CHECK_STATE_ANNOTATION, HALTED_ANNOTATION, HEALTH_CHECK_ANNOTATION, HOOK_ANNOTATION,
     HOOK_STATE_ANNOTATION, RAMP_ANNOTATION, SOAK_ANNOTATION, STATE_ANNOTATION, ZoneState,
 };
-use baton_e2e::controller_support::{
-    ControlledNamespace, Controller, roll_out, rollout_state, wait_event, wait_group_ready,
-    wait_rollout_complete,
-};
+use baton_e2e::controller_support::{Controller, roll_out, rollout_state, wait_group_ready};
 use baton_e2e::fixtures::{StatefulSetFixture, rollout_group};
 use baton_e2e::prometheus_support::{Metrics, Prometheus, create_health_check};
 use baton_e2e::rbac_support::{Binary, SERVICE_ACCOUNT_NAMESPACE, bind_deploy_roles};
 use baton_e2e::timeline::{
-    WATCH_SKEW, Zone, ZoneWindow, check_rollout_guarantees, deletion_batches, zone_windows,
+    WATCH_SKEW, Zone, ZoneWindow, check_rollout_guarantees, deletion_batches,
 };
 use baton_e2e::webhook_support::{StateGuardConfiguration, TestTls, WebhookReplica};
-use baton_e2e::{ControlPlane, PodSimulator, TestNamespace};
+use baton_e2e::{ControlPlane, PodSimulator, Scene, TestNamespace};
 use baton_e2e::{PodEvent, wait_until};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
@@ -29,88 +26,6 @@ use serde_json::json;
 const TIMEOUT: Duration = Duration::from_secs(90);
 const ZONES: [&str; 3] = ["a", "b", "c"];
 const REPLICAS: u32 = 2;
-
-/// The scenarios' namespace, with the steps they share.
-struct Scene(ControlledNamespace);
-
-impl std::ops::Deref for Scene {
-    type Target = ControlledNamespace;
-    fn deref(&self) -> &ControlledNamespace {
-        &self.0
-    }
-}
-
-impl std::ops::DerefMut for Scene {
-    fn deref_mut(&mut self) -> &mut ControlledNamespace {
-        &mut self.0
-    }
-}
-
-impl Scene {
-    async fn new(prefix: &str) -> Self {
-        Self(ControlledNamespace::start(prefix).await)
-    }
-
-    /// A scene whose controller is configured with `extra` too.
-    async fn with(prefix: &str, extra: &[(&str, &str)]) -> Self {
-        Self(ControlledNamespace::start_with(prefix, extra).await)
-    }
-
-    /// Creates the group of [`ZONES`], `annotate` deciding each zone's annotations; returns
-    /// the StatefulSets' names once every pod is ready.
-    async fn create(
-        &self,
-        annotate: impl Fn(&str, StatefulSetFixture) -> StatefulSetFixture,
-    ) -> Vec<String> {
-        let client = self.namespace.client();
-        let mut names = Vec::new();
-        for (zone, fixture) in ZONES
-            .iter()
-            .zip(rollout_group("ingester", &ZONES, REPLICAS as i32))
-        {
-            let created = annotate(zone, fixture)
-                .create(&client, self.namespace.name())
-                .await;
-            names.push(created.metadata.name.unwrap_or_default());
-        }
-        wait_group_ready(&client, self.namespace.name(), &names).await;
-        names
-    }
-
-    async fn roll_out(&self, names: &[String]) -> Instant {
-        let from = Instant::now();
-        roll_out(&self.namespace.client(), self.namespace.name(), names, "v2").await;
-        from
-    }
-
-    async fn wait_complete(&self, names: &[String]) {
-        wait_rollout_complete(&self.namespace.client(), self.namespace.name(), names).await;
-    }
-
-    async fn updated_pods(&self, name: &str) -> usize {
-        rollout_state(&self.namespace.client(), self.namespace.name(), name)
-            .await
-            .updated()
-    }
-
-    async fn wait_event(&self, object: &str, reason: &str, note_contains: &str) {
-        let (client, namespace) = (self.namespace.client(), self.namespace.name());
-        wait_event(&client, namespace, object, reason, &[note_contains]).await;
-    }
-
-    fn windows(&self, names: &[String], from: Instant) -> Vec<(String, ZoneWindow)> {
-        let zones: Vec<Zone> = names
-            .iter()
-            .map(|name| Zone::new(name, REPLICAS, 1))
-            .collect();
-        let timeline = self.simulator.timeline();
-        check_rollout_guarantees(&timeline, &zones, from).unwrap();
-        let mut windows: Vec<(String, ZoneWindow)> =
-            zone_windows(&timeline, &zones, from).into_iter().collect();
-        windows.sort_by_key(|(_, window)| window.started);
-        windows
-    }
-}
 
 /// Checks that each zone started at least `soak` after the one before it completed.
 fn assert_soaked(windows: &[(String, ZoneWindow)], soak: Duration) {
@@ -131,30 +46,30 @@ fn assert_soaked(windows: &[(String, ZoneWindow)], soak: Duration) {
 #[tokio::test]
 async fn with_a_5s_soak_each_zone_starts_5s_after_the_previous_one_completed() {
     // Given a ready group of 3 zones with a 5 s soak on zone a
-    let scene = Scene::new("soak").await;
+    let scene = Scene::start("soak").await;
     let names = scene
-        .create(|zone, fixture| match zone {
+        .create_group(&ZONES, REPLICAS as i32, |zone, fixture| match zone {
             "a" => fixture.annotation(SOAK_ANNOTATION, "5s"),
             _ => fixture,
         })
         .await;
 
     // When the template of every zone changes
-    let from = scene.roll_out(&names).await;
+    let from = scene.roll_out(&names, "v2").await;
 
     // Then zone b waits for the soak, and baton says so
     scene
         .wait_event(
             "ingester-zone-b",
             "Soak",
-            "soaking after ingester-zone-a: ingester-zone-b starts in",
+            &["soaking after ingester-zone-a: ingester-zone-b starts in"],
         )
         .await;
 
     // And every zone completes, each starting at least 5 s after the previous completed,
     // with docs/compatibility.md's guarantees held throughout
     scene.wait_complete(&names).await;
-    let windows = scene.windows(&names, from);
+    let windows = scene.windows(&names, REPLICAS, from);
     let order: Vec<&str> = windows.iter().map(|(name, _)| name.as_str()).collect();
     assert_eq!(
         order,
@@ -183,9 +98,9 @@ async fn with_a_5s_soak_each_zone_starts_5s_after_the_previous_one_completed() {
 #[tokio::test]
 async fn a_halted_group_deletes_nothing_until_a_person_resumes_it() {
     // Given a ready group with a soak, halted on zone b before the rollout
-    let scene = Scene::new("halt").await;
+    let scene = Scene::start("halt").await;
     let names = scene
-        .create(|zone, fixture| match zone {
+        .create_group(&ZONES, REPLICAS as i32, |zone, fixture| match zone {
             "a" => fixture.annotation(SOAK_ANNOTATION, "1s"),
             "b" => fixture.annotation(HALTED_ANNOTATION, "error rate 0.3 in ingester-zone-b"),
             _ => fixture,
@@ -193,15 +108,17 @@ async fn a_halted_group_deletes_nothing_until_a_person_resumes_it() {
         .await;
 
     // When the template changes
-    scene.roll_out(&names).await;
+    scene.roll_out(&names, "v2").await;
 
     // Then baton warns that the group is halted, naming the zone, why, and how to resume
     scene
         .wait_event(
             "ingester-zone-b",
             "Halted",
-            "halted at ingester-zone-b: error rate 0.3 in ingester-zone-b; resume with \
+            &[
+                "halted at ingester-zone-b: error rate 0.3 in ingester-zone-b; resume with \
              kubectl annotate statefulset ingester-zone-b baton.dev/halted-",
+            ],
         )
         .await;
     wait_until(TIMEOUT, "the halt shows in the metrics", || async {
@@ -241,16 +158,16 @@ async fn a_halted_group_deletes_nothing_until_a_person_resumes_it() {
 async fn a_new_leader_honours_the_rest_of_a_soak() {
     // Given a ready group with a 15 s soak
     let soak = Duration::from_secs(15);
-    let mut scene = Scene::new("soak-failover").await;
+    let mut scene = Scene::start("soak-failover").await;
     let names = scene
-        .create(|zone, fixture| match zone {
+        .create_group(&ZONES, REPLICAS as i32, |zone, fixture| match zone {
             "a" => fixture.annotation(SOAK_ANNOTATION, "15s"),
             _ => fixture,
         })
         .await;
 
     // When the template changes, and zone a completed and the soak before zone b is 5 s old
-    let from = scene.roll_out(&names).await;
+    let from = scene.roll_out(&names, "v2").await;
     wait_until(TIMEOUT, "the soak before zone b is 5 s old", || async {
         let annotations = scene.annotations("ingester-zone-b").await;
         let started = annotations
@@ -274,7 +191,7 @@ async fn a_new_leader_honours_the_rest_of_a_soak() {
     // Then zone b starts once the soak is over, counted from when it began: not earlier
     // (skipped) and not a whole soak after the failover (restarted)
     scene.wait_complete(&names).await;
-    let windows = scene.windows(&names, from);
+    let windows = scene.windows(&names, REPLICAS, from);
     assert_soaked(&windows, soak);
     let (_, zone_b) = windows
         .iter()
@@ -312,7 +229,8 @@ impl CheckedScene {
         prometheus.wait_value(ERROR_RATIO, 0.0).await;
         // The operator lets checks query this Prometheus (on loopback, refused unless listed).
         let allowed = format!("[\"{}\"]", prometheus.url());
-        let scene = Scene::with(prefix, &[("BATON_GATES__PROMETHEUS_ADDRESSES", &allowed)]).await;
+        let scene =
+            Scene::start_with(prefix, &[("BATON_GATES__PROMETHEUS_ADDRESSES", &allowed)]).await;
         let spec = json!({
             "prometheus": {"address": prometheus.url(), "timeout": "2s"},
             "queries": [{
@@ -327,7 +245,7 @@ impl CheckedScene {
         let (client, namespace) = (scene.namespace.client(), scene.namespace.name());
         create_health_check(&client, namespace, "errors", spec).await;
         let names = scene
-            .create(|zone, fixture| match zone {
+            .create_group(&ZONES, REPLICAS as i32, |zone, fixture| match zone {
                 "a" => fixture.annotation(HEALTH_CHECK_ANNOTATION, "errors"),
                 _ => fixture,
             })
@@ -397,7 +315,7 @@ async fn a_health_check_failing_while_zone_b_rolls_halts_before_zone_c_and_resum
     let scene = &checked.scene;
 
     // When the template changes, and the error ratio rises while zone b rolls
-    let from = scene.roll_out(&checked.names).await;
+    let from = scene.roll_out(&checked.names, "v2").await;
     checked.wait_rolling("ingester-zone-b", from).await;
     checked.metrics.set(ERROR_RATIO, 0.5);
 
@@ -412,11 +330,13 @@ async fn a_health_check_failing_while_zone_b_rolls_halts_before_zone_c_and_resum
         .wait_event(
             zone,
             "Halted",
-            &format!("query `{ERROR_RATIO}` returned 0.5 (must be < 0.1)"),
+            &[&format!(
+                "query `{ERROR_RATIO}` returned 0.5 (must be < 0.1)"
+            )],
         )
         .await;
     scene
-        .wait_event(zone, "Halted", &format!("while {zone} rolled"))
+        .wait_event(zone, "Halted", &[&format!("while {zone} rolled")])
         .await;
     // and no pod of zone c was deleted
     assert_eq!(
@@ -441,7 +361,7 @@ async fn a_stopped_prometheus_passes_nothing_and_halts_nothing_and_the_rollout_c
     let mut checked = CheckedScene::new("health-down").await;
 
     // When the template changes, and Prometheus stops while zone b rolls
-    let from = checked.scene.roll_out(&checked.names).await;
+    let from = checked.scene.roll_out(&checked.names, "v2").await;
     checked.wait_rolling("ingester-zone-b", from).await;
     checked.prometheus.stop().await;
 
@@ -512,13 +432,13 @@ async fn a_checks_credentials_are_never_batons_own_secret_nor_sent_over_plain_ht
     // When the check asks for baton's own TLS Secret as its token, and the template changes
     set_prometheus(json!({"bearerTokenSecret": {"name": "baton-webhook-tls", "key": "tls.key"}}))
         .await;
-    scene.roll_out(&checked.names).await;
+    scene.roll_out(&checked.names, "v2").await;
     // Then it is refused with a Warning saying why
     scene
         .wait_event(
             &zone_a,
             "UnusableHealthCheck",
-            "Secret baton-webhook-tls is baton's own TLS Secret, which no health check may use",
+            &["Secret baton-webhook-tls is baton's own TLS Secret, which no health check may use"],
         )
         .await;
 
@@ -530,7 +450,7 @@ async fn a_checks_credentials_are_never_batons_own_secret_nor_sent_over_plain_ht
         .wait_event(
             &zone_a,
             "UnusableHealthCheck",
-            "set spec.prometheus.allowInsecureCredentials: true to send them anyway",
+            &["set spec.prometheus.allowInsecureCredentials: true to send them anyway"],
         )
         .await;
 
@@ -551,7 +471,7 @@ async fn a_checks_credentials_are_never_batons_own_secret_nor_sent_over_plain_ht
         .wait_event(
             &zone_a,
             "UnusableHealthCheck",
-            "Secret prometheus-token is not labelled baton.dev/health-check-secret=true",
+            &["Secret prometheus-token is not labelled baton.dev/health-check-secret=true"],
         )
         .await;
     // and meanwhile no step was taken
@@ -638,7 +558,7 @@ async fn a_dead_prometheus_holds_only_the_groups_whose_checks_query_it() {
     prometheus.wait_value(ERROR_RATIO, 0.0).await;
     let dead = SilentServer::start().await;
     let allowed = format!("[\"{}\", \"{}\"]", prometheus.url(), dead.url);
-    let scene = Scene::with(
+    let scene = Scene::start_with(
         "dead-prometheus",
         &[
             ("BATON_GATES__PROMETHEUS_ADDRESSES", &allowed),
@@ -660,7 +580,7 @@ async fn a_dead_prometheus_holds_only_the_groups_whose_checks_query_it() {
     }
     let stuck = gated_groups(&client, &ns, "stuck", (HEALTH_CHECK_ANNOTATION, "dead")).await;
     let live = scene
-        .create(|zone, fixture| match zone {
+        .create_group(&ZONES, REPLICAS as i32, |zone, fixture| match zone {
             "a" => fixture.annotation(HEALTH_CHECK_ANNOTATION, "errors"),
             _ => fixture,
         })
@@ -670,7 +590,7 @@ async fn a_dead_prometheus_holds_only_the_groups_whose_checks_query_it() {
     for names in &stuck {
         roll_out(&client, &ns, names, "v2").await;
     }
-    scene.roll_out(&live).await;
+    scene.roll_out(&live, "v2").await;
 
     // Then the live group's rollout completes while every query to the dead Prometheus is
     // still waiting: no stuck group has seen a run end, nor deleted a pod
@@ -694,7 +614,7 @@ async fn hooks_that_never_answer_hold_only_their_own_groups() {
     // that accepts and never answers (calls wait 120 s), and a group without hooks
     let dead = SilentServer::start().await;
     let allowed = format!("[\"{}\"]", dead.url);
-    let scene = Scene::with(
+    let scene = Scene::start_with(
         "dead-hooks",
         &[
             ("BATON_GATES__HOOK_ADDRESSES", &allowed),
@@ -705,13 +625,15 @@ async fn hooks_that_never_answer_hold_only_their_own_groups() {
     let (client, ns) = (scene.namespace.client(), scene.namespace.name().to_owned());
     let hook = format!("{}/deploys", dead.url);
     let stuck = gated_groups(&client, &ns, "hooked", (HOOK_ANNOTATION, &hook)).await;
-    let free = scene.create(|_, fixture| fixture).await;
+    let free = scene
+        .create_group(&ZONES, REPLICAS as i32, |_, fixture| fixture)
+        .await;
 
     // When every group's template changes
     for names in &stuck {
         roll_out(&client, &ns, names, "v2").await;
     }
-    scene.roll_out(&free).await;
+    scene.roll_out(&free, "v2").await;
 
     // Then the group without hooks completes while every hook call is still waiting: no hooked
     // group has an answer recorded, nor a pod deleted
@@ -731,7 +653,7 @@ async fn hooks_that_never_answer_hold_only_their_own_groups() {
 #[tokio::test]
 async fn a_ramp_rolls_each_zone_1_then_2_then_4_pods_with_max_unavailable_4() {
     // Given a ready group of 2 zones × 7 pods, max-unavailable 4, with an exponential ramp
-    let scene = Scene::new("ramp").await;
+    let scene = Scene::start("ramp").await;
     let client = scene.namespace.client();
     let mut names = Vec::new();
     for fixture in rollout_group("ingester", &["a", "b"], 7) {
@@ -744,7 +666,7 @@ async fn a_ramp_rolls_each_zone_1_then_2_then_4_pods_with_max_unavailable_4() {
     wait_group_ready(&client, scene.namespace.name(), &names).await;
 
     // When the template changes
-    let from = scene.roll_out(&names).await;
+    let from = scene.roll_out(&names, "v2").await;
 
     // Then each zone rolls in steps of 1, 2 and 4 pods, with docs/compatibility.md's guarantees
     // held
@@ -829,9 +751,9 @@ impl HookServer {
 async fn hooks_are_called_before_and_after_each_zone_in_order_with_the_documented_body() {
     // Given a ready group whose hook answers 200
     let hook = HookServer::start(200).await;
-    let scene = Scene::with("hooks", &env(&hook.allowed())).await;
+    let scene = Scene::start_with("hooks", &env(&hook.allowed())).await;
     let names = scene
-        .create(|zone, fixture| match zone {
+        .create_group(&ZONES, REPLICAS as i32, |zone, fixture| match zone {
             "a" => fixture.annotation(HOOK_ANNOTATION, &hook.url),
             _ => fixture,
         })
@@ -849,7 +771,7 @@ async fn hooks_are_called_before_and_after_each_zone_in_order_with_the_documente
     };
 
     // When the template changes
-    scene.roll_out(&names).await;
+    scene.roll_out(&names, "v2").await;
 
     // Then the rollout completes, and the hook was called before and after each zone, in order
     scene.wait_complete(&names).await;
@@ -902,26 +824,26 @@ async fn hooks_are_called_before_and_after_each_zone_in_order_with_the_documente
 async fn a_failing_hook_is_retried_and_then_halts_the_group() {
     // Given a ready group whose hook answers 500
     let hook = HookServer::start(500).await;
-    let scene = Scene::with("hook-fails", &env(&hook.allowed())).await;
+    let scene = Scene::start_with("hook-fails", &env(&hook.allowed())).await;
     let names = scene
-        .create(|zone, fixture| match zone {
+        .create_group(&ZONES, REPLICAS as i32, |zone, fixture| match zone {
             "a" => fixture.annotation(HOOK_ANNOTATION, &hook.url),
             _ => fixture,
         })
         .await;
 
     // When the template changes
-    scene.roll_out(&names).await;
+    scene.roll_out(&names, "v2").await;
 
     // Then the hook is tried 5 times, and the group halts naming the hook and its answer
     scene
         .wait_event(
             "ingester-zone-a",
             "Halted",
-            &format!(
+            &[&format!(
                 "hook BeforeZone of ingester-zone-a ({}) failed 5 times: HTTP 500",
                 hook.url
-            ),
+            )],
         )
         .await;
     assert_eq!(hook.calls().len(), 5);
@@ -936,25 +858,27 @@ async fn a_hook_at_an_address_the_operator_did_not_allow_is_never_called_and_the
     // Given a group whose hook is on loopback (the leader's own ports live there), with a token
     // in its URL, and an operator who allowed no such address
     let hook = HookServer::start(200).await;
-    let scene = Scene::new("hook-refused").await;
+    let scene = Scene::start("hook-refused").await;
     let url = format!("{}?token=s3cret", hook.url);
     let names = scene
-        .create(|zone, fixture| match zone {
+        .create_group(&ZONES, REPLICAS as i32, |zone, fixture| match zone {
             "a" => fixture.annotation(HOOK_ANNOTATION, &url),
             _ => fixture,
         })
         .await;
 
     // When the template changes
-    scene.roll_out(&names).await;
+    scene.roll_out(&names, "v2").await;
 
     // Then the group waits with a Warning saying why, the URL shown without its token
     scene
         .wait_event(
             "ingester-zone-a",
             "RefusedHook",
-            "is a loopback, link-local, unspecified or metadata-service address; only \
+            &[
+                "is a loopback, link-local, unspecified or metadata-service address; only \
              gates.hook_addresses can permit it",
+            ],
         )
         .await;
     let events = baton_e2e::controller_support::events_about(
@@ -1057,12 +981,12 @@ impl Guarded {
         })
         .await;
         Self {
-            scene: Scene(ControlledNamespace {
+            scene: Scene {
                 control_plane,
                 namespace,
                 simulator,
                 controller,
-            }),
+            },
             controller_client,
             _replica: replica,
             _guards: guards,
@@ -1084,7 +1008,7 @@ async fn a_person_cannot_forge_batons_memory_to_skip_a_soak_while_batons_own_wri
 
     // and a group whose zone a soaks an hour once rolled
     let names = scene
-        .create(|zone, fixture| match zone {
+        .create_group(&ZONES, REPLICAS as i32, |zone, fixture| match zone {
             "a" => fixture.annotation(SOAK_ANNOTATION, "1h"),
             _ => fixture,
         })
@@ -1092,9 +1016,9 @@ async fn a_person_cannot_forge_batons_memory_to_skip_a_soak_while_batons_own_wri
 
     // When the template changes, baton rolls zone a and starts the soak: its own gate state
     // goes through the guard
-    scene.roll_out(&names).await;
+    scene.roll_out(&names, "v2").await;
     scene
-        .wait_event("ingester-zone-b", "Soak", "ingester-zone-b starts in")
+        .wait_event("ingester-zone-b", "Soak", &["ingester-zone-b starts in"])
         .await;
     assert!(
         scene

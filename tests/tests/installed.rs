@@ -16,13 +16,11 @@ use std::time::{Duration, Instant};
 use baton_e2e::admission_load::{AdmissionLoad, Tally};
 use baton_e2e::baton_image::{BatonImage, NEXT_REVISION};
 use baton_e2e::control_plane::ControlPlane;
-use baton_e2e::controller_support::{
-    rollout_state, wait_group_ready, wait_new_update_revision, wait_rollout_complete,
-};
+use baton_e2e::controller_support::{wait_group_ready, wait_rollout_complete};
 use baton_e2e::fixtures::StatefulSetFixture;
 use baton_e2e::keys::{PREPARE_DOWNSCALE, PREPARE_DOWNSCALE_PATH, PREPARE_DOWNSCALE_PORT};
 use baton_e2e::real_nodes::{
-    APP_PORT, Behaviour, RealNodes, RealPodsFixture, Uncordon, app_calls, pod_ip, set_version,
+    APP_PORT, Behaviour, RealNodes, RealPodsFixture, Uncordon, app_calls, pod_ip, roll_out,
 };
 use baton_e2e::timeline::{Zone, check_rollout_guarantees};
 use baton_e2e::webhook_support::scale;
@@ -384,16 +382,6 @@ async fn create_group(
     names
 }
 
-/// Deploys `version` to every StatefulSet of the group; returns once each has its new update
-/// revision.
-async fn roll_out(client: &kube::Client, namespace: &str, names: &[String], version: &str) {
-    for name in names {
-        let before = rollout_state(client, namespace, name).await;
-        set_version(client, namespace, name, version, Behaviour::Healthy).await;
-        wait_new_update_revision(client, namespace, name, &before.update_revision).await;
-    }
-}
-
 /// Waits until the group's rollout that began at `from` completes, then checks it kept the
 /// zone-by-zone guarantees (max-unavailable 1) and deleted each of its 6 pods exactly once,
 /// whatever happened to baton on the way (`across`).
@@ -433,27 +421,10 @@ async fn wait_in_flight(observer: &PodSimulator, names: &[String], from: Instant
     .await;
 }
 
-/// A namespace of groups on the real nodes (baton's image imported there), and its control
-/// plane.
-async fn groups_on_real_nodes(prefix: &str) -> (&'static ControlPlane, TestNamespace) {
-    BatonImage::get();
-    RealNodes::shared().await;
-    let control_plane = ControlPlane::shared().await;
-    let groups = TestNamespace::create(
-        control_plane,
-        &format!(
-            "{}{prefix}",
-            baton_e2e::real_nodes::supervisor::NAMESPACE_PREFIX
-        ),
-    )
-    .await;
-    (control_plane, groups)
-}
-
 /// The groups' namespace on the real nodes, and baton installed for it from its image.
 async fn install(prefix: &str) -> (TestNamespace, Installed) {
     let image = BatonImage::get();
-    let (control_plane, groups) = groups_on_real_nodes(prefix).await;
+    let (control_plane, groups) = baton_e2e::real_nodes::namespace_on_real_nodes(prefix).await;
     let installed = Installed::apply(control_plane, groups.name(), &image.by_digest());
     (groups, installed)
 }
@@ -573,7 +544,7 @@ async fn deploy_applied_with_kubectl_runs_on_the_real_nodes_and_the_api_server_c
     let observer = PodSimulator::observe(client.clone(), groups.name());
     let names = create_group(&client, groups.name(), Duration::from_secs(3), 1).await;
     let from = Instant::now();
-    roll_out(&client, groups.name(), &names, "v2").await;
+    roll_out(&client, groups.name(), &names, "v2", Behaviour::Healthy).await;
     wait_rollout_complete(&client, groups.name(), &names).await;
     eprintln!(
         "a 3 zones x 2 real pods rollout through the installed baton took {:.1}s",
@@ -691,7 +662,7 @@ async fn the_install_survives_its_node_drained_its_leader_killed_and_its_own_upg
     // When a rollout is in flight and the leader's container is killed (SIGKILL: nothing
     // released, as a crash or the OOM killer ends it)
     let rollout_from = Instant::now();
-    roll_out(&client, &namespace, &names, "v2").await;
+    roll_out(&client, &namespace, &names, "v2", Behaviour::Healthy).await;
     wait_in_flight(&observer, &names, rollout_from).await;
     let leader_before = leader(&client).await.unwrap();
     let killed = leader_pod(&client).await;
@@ -723,7 +694,7 @@ async fn the_install_survives_its_node_drained_its_leader_killed_and_its_own_upg
         .next(NEXT_REVISION)
         .expect("the next image");
     let rollout_from = Instant::now();
-    roll_out(&client, &namespace, &names, "v3").await;
+    roll_out(&client, &namespace, &names, "v3", Behaviour::Healthy).await;
     wait_in_flight(&observer, &names, rollout_from).await;
     let fewest = FewestReadyEndpoints::watch(&client);
     let upgrade_started = Instant::now();
@@ -845,7 +816,7 @@ async fn helm_installs_baton_on_the_real_nodes_and_upgrades_it_without_a_failed_
     let _alone = INSTALL.lock().await;
     // Given the real nodes with baton's image, and a namespace of groups
     let image = BatonImage::get();
-    let (control_plane, groups) = groups_on_real_nodes("helm").await;
+    let (control_plane, groups) = baton_e2e::real_nodes::namespace_on_real_nodes("helm").await;
     let client = groups.client();
 
     // When baton is installed with helm, its image pinned by digest

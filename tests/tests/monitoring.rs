@@ -12,7 +12,8 @@ use baton_config::{KubernetesConfig, PodsConfig};
 use baton_controller::certificates::CertificateMetrics;
 use baton_controller::leader::LeaderMetrics;
 use baton_controller::metrics::ControllerMetrics;
-use baton_e2e::controller_support::{ControlledNamespace, create_ready_group, roll_out};
+use baton_e2e::Scene;
+use baton_e2e::controller_support::{create_ready_group, roll_out};
 use baton_e2e::prometheus_support::Prometheus;
 use baton_e2e::{ControlPlane, TestNamespace};
 use baton_shared::kube_client::RequestDurationLayer;
@@ -699,7 +700,7 @@ fn alert_expr(alert: &str) -> String {
 #[tokio::test]
 async fn the_dashboard_and_the_waiting_alert_read_a_live_stuck_rollout() {
     // Given a ready group of 3 zones under a controller that a real Prometheus scrapes
-    let scene = ControlledNamespace::start("monitoring-live").await;
+    let scene = Scene::start("monitoring-live").await;
     let client = scene.namespace.client();
     let ns = scene.namespace.name();
     let names = create_ready_group(&client, ns, &["a", "b", "c"], 2).await;

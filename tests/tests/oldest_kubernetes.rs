@@ -7,9 +7,8 @@
 use std::time::Duration;
 
 use baton_core::gates::CHECK_STATE_ANNOTATION;
-use baton_e2e::controller_support::{
-    ControlledNamespace, roll_out, wait_group_ready, wait_rollout_complete,
-};
+use baton_e2e::Scene;
+use baton_e2e::controller_support::{roll_out, wait_group_ready, wait_rollout_complete};
 use baton_e2e::crds;
 use baton_e2e::fixtures::{StatefulSetFixture, rollout_group};
 use baton_e2e::keys::NO_DOWNSCALE;
@@ -95,7 +94,7 @@ async fn deploy_as_it_ships_installs_for_real() {
 #[tokio::test]
 async fn a_rollout_on_the_pod_simulator_completes() {
     // Given a group of two zones of two ready pods, and baton's controller
-    let scene = ControlledNamespace::start_on(oldest().await, "oldest-rollout", &[]).await;
+    let scene = Scene::start_on(oldest().await, "oldest-rollout", &[]).await;
     let (client, ns) = (scene.namespace.client(), scene.namespace.name());
     let mut names = Vec::new();
     for fixture in rollout_group("ingester", &["a", "b"], 2) {

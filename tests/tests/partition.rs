@@ -4,14 +4,11 @@
 
 use std::time::{Duration, Instant};
 
-use baton_e2e::controller_support::{
-    ControlledNamespace, events_about, roll_out, wait_event, wait_group_ready,
-    wait_rollout_complete,
-};
+use baton_e2e::controller_support::{events_about, wait_event, wait_group_ready};
 use baton_e2e::fixtures::{StatefulSetFixture, gitops_apply, rollout_group};
 use baton_e2e::prometheus_support::{Metrics, Prometheus, create_health_check};
-use baton_e2e::timeline::{WATCH_SKEW, Zone, ZoneWindow, check_rollout_guarantees, zone_windows};
-use baton_e2e::wait_until;
+use baton_e2e::timeline::{WATCH_SKEW, Zone, check_rollout_guarantees};
+use baton_e2e::{Scene, wait_until};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Secret;
@@ -29,175 +26,131 @@ const REPLICAS: i32 = 3;
 const POD_DELETE_SERIES: &str =
     "method=\"DELETE\",path=\"/api/v1/namespaces/{namespace}/pods/{name}\"";
 
-struct Scene(ControlledNamespace);
+// The steps only these scenarios take.
 
-impl std::ops::Deref for Scene {
-    type Target = ControlledNamespace;
-    fn deref(&self) -> &ControlledNamespace {
-        &self.0
+fn statefulsets(scene: &Scene) -> Api<StatefulSet> {
+    Api::namespaced(scene.namespace.client(), scene.namespace.name())
+}
+
+/// Creates the group's zones, each changed by `zone`, and waits until every pod is ready
+/// and baton holds every partition at the replicas.
+async fn create_held(
+    scene: &Scene,
+    zone: impl Fn(&str, StatefulSetFixture) -> StatefulSetFixture,
+) -> Vec<String> {
+    let names = scene.create_group(&["a", "b", "c"], REPLICAS, zone).await;
+    wait_held(scene, &names).await;
+    names
+}
+
+/// Waits until every pod of `names` is ready and baton holds every partition at the
+/// replicas.
+async fn wait_held(scene: &Scene, names: &[String]) {
+    wait_group_ready(&scene.namespace.client(), scene.namespace.name(), names).await;
+    for name in names {
+        // Held by baton, or already by the manifest.
+        wait_until(TIMEOUT, &format!("{name} held at its replicas"), || async {
+            partition_of(scene, name).await.0 == Some(REPLICAS)
+        })
+        .await;
     }
 }
 
-impl Scene {
-    async fn new(prefix: &str) -> Self {
-        Self(ControlledNamespace::start(prefix).await)
+/// Creates the group's zones with server-side apply as a GitOps tool (its manifests at
+/// `version`), and waits as [`create_held`] does.
+async fn apply(scene: &Scene, fixtures: &[StatefulSetFixture], version: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    for fixture in fixtures {
+        let applied = gitops_apply(
+            &scene.namespace.client(),
+            scene.namespace.name(),
+            &fixture.manifest(version),
+        )
+        .await
+        .expect("the GitOps tool creates the StatefulSet");
+        names.push(applied.metadata.name.unwrap_or_default());
     }
+    wait_held(scene, &names).await;
+    names
+}
 
-    fn api(&self) -> Api<StatefulSet> {
-        Api::namespaced(self.namespace.client(), self.namespace.name())
-    }
-
-    /// Creates the group's zones, each changed by `zone`, and waits until every pod is ready
-    /// and baton holds every partition at the replicas.
-    async fn create(
-        &self,
-        zone: impl Fn(&str, StatefulSetFixture) -> StatefulSetFixture,
-    ) -> Vec<String> {
-        let mut names = Vec::new();
-        for (letter, fixture) in
-            ["a", "b", "c"]
-                .into_iter()
-                .zip(rollout_group("ingester", &["a", "b", "c"], REPLICAS))
-        {
-            let created = zone(letter, fixture)
-                .create(&self.namespace.client(), self.namespace.name())
-                .await;
-            names.push(created.metadata.name.unwrap_or_default());
-        }
-        self.wait_held(&names).await;
-        names
-    }
-
-    /// Waits until every pod of `names` is ready and baton holds every partition at the
-    /// replicas.
-    async fn wait_held(&self, names: &[String]) {
-        wait_group_ready(&self.namespace.client(), self.namespace.name(), names).await;
-        for name in names {
-            // Held by baton, or already by the manifest.
-            wait_until(TIMEOUT, &format!("{name} held at its replicas"), || async {
-                self.partition(name).await.0 == Some(REPLICAS)
-            })
-            .await;
-        }
-    }
-
-    /// Creates the group's zones with server-side apply as a GitOps tool (its manifests at
-    /// `version`), and waits as [`Scene::create`] does.
-    async fn apply(&self, fixtures: &[StatefulSetFixture], version: &str) -> Vec<String> {
-        let mut names = Vec::new();
-        for fixture in fixtures {
-            let applied = gitops_apply(
-                &self.namespace.client(),
-                self.namespace.name(),
-                &fixture.manifest(version),
-            )
+/// The GitOps tool applies the manifests at `version`; returns when the StatefulSet
+/// controller has computed each one's update revision, and when the apply began.
+async fn apply_new_version(
+    scene: &Scene,
+    fixtures: &[StatefulSetFixture],
+    version: &str,
+) -> Instant {
+    let from = Instant::now();
+    for fixture in fixtures {
+        let manifest = fixture.manifest(version);
+        let name = manifest.metadata.name.clone().unwrap_or_default();
+        let before = update_revision(scene, &name).await;
+        gitops_apply(&scene.namespace.client(), scene.namespace.name(), &manifest)
             .await
-            .expect("the GitOps tool creates the StatefulSet");
-            names.push(applied.metadata.name.unwrap_or_default());
-        }
-        self.wait_held(&names).await;
-        names
-    }
-
-    /// The GitOps tool applies the manifests at `version`; returns when the StatefulSet
-    /// controller has computed each one's update revision, and when the apply began.
-    async fn apply_new_version(&self, fixtures: &[StatefulSetFixture], version: &str) -> Instant {
-        let from = Instant::now();
-        for fixture in fixtures {
-            let manifest = fixture.manifest(version);
-            let name = manifest.metadata.name.clone().unwrap_or_default();
-            let before = self.update_revision(&name).await;
-            gitops_apply(&self.namespace.client(), self.namespace.name(), &manifest)
-                .await
-                .expect("the GitOps tool applies the new version");
-            wait_until(
-                TIMEOUT,
-                &format!("{name} has a new update revision"),
-                || async { self.update_revision(&name).await != before },
-            )
-            .await;
-        }
-        from
-    }
-
-    async fn update_revision(&self, name: &str) -> Option<String> {
-        let statefulset = self.api().get(name).await.expect("the StatefulSet");
-        statefulset.status?.update_revision
-    }
-
-    async fn partition(&self, name: &str) -> (Option<i32>, Option<String>) {
-        let statefulset = self.api().get(name).await.expect("the StatefulSet");
-        let partition = statefulset
-            .spec
-            .and_then(|spec| spec.update_strategy?.rolling_update?.partition);
-        let recorded = statefulset
-            .metadata
-            .annotations
-            .and_then(|annotations| annotations.get("baton.dev/partition").cloned());
-        (partition, recorded)
-    }
-
-    /// Waits until `name`'s partition is `partition`, recorded as baton's.
-    async fn wait_partition(&self, name: &str, partition: i32) {
+            .expect("the GitOps tool applies the new version");
         wait_until(
             TIMEOUT,
-            &format!("{name} held at partition {partition}"),
-            || async {
-                self.partition(name).await == (Some(partition), Some(partition.to_string()))
-            },
+            &format!("{name} has a new update revision"),
+            || async { update_revision(scene, &name).await != before },
         )
         .await;
     }
+    from
+}
 
-    async fn roll_out(&self, names: &[String]) -> Instant {
-        let from = Instant::now();
-        roll_out(&self.namespace.client(), self.namespace.name(), names, "v2").await;
-        from
-    }
+async fn update_revision(scene: &Scene, name: &str) -> Option<String> {
+    let statefulset = statefulsets(scene)
+        .get(name)
+        .await
+        .expect("the StatefulSet");
+    statefulset.status?.update_revision
+}
 
-    async fn wait_complete(&self, names: &[String]) {
-        wait_rollout_complete(&self.namespace.client(), self.namespace.name(), names).await;
-    }
+async fn partition_of(scene: &Scene, name: &str) -> (Option<i32>, Option<String>) {
+    let statefulset = statefulsets(scene)
+        .get(name)
+        .await
+        .expect("the StatefulSet");
+    let partition = statefulset
+        .spec
+        .and_then(|spec| spec.update_strategy?.rolling_update?.partition);
+    let recorded = statefulset
+        .metadata
+        .annotations
+        .and_then(|annotations| annotations.get("baton.dev/partition").cloned());
+    (partition, recorded)
+}
 
-    async fn wait_event(&self, object: &str, reason: &str, note_contains: &[&str]) {
-        let (client, namespace) = (self.namespace.client(), self.namespace.name());
-        wait_event(&client, namespace, object, reason, note_contains).await;
-    }
-
-    /// Then: the timeline since `from` kept the guarantees (one zone at a time, one pod at a
-    /// time), and the zones went in order.
-    fn windows(&self, names: &[String], from: Instant) -> Vec<(String, ZoneWindow)> {
-        let zones: Vec<Zone> = names
-            .iter()
-            .map(|name| Zone::new(name, REPLICAS as u32, 1))
-            .collect();
-        let timeline = self.simulator.timeline();
-        check_rollout_guarantees(&timeline, &zones, from).unwrap();
-        let mut windows: Vec<(String, ZoneWindow)> =
-            zone_windows(&timeline, &zones, from).into_iter().collect();
-        windows.sort_by_key(|(_, window)| window.started);
-        windows
-    }
+/// Waits until `name`'s partition is `partition`, recorded as baton's.
+async fn wait_partition(scene: &Scene, name: &str, partition: i32) {
+    wait_until(
+        TIMEOUT,
+        &format!("{name} held at partition {partition}"),
+        || async {
+            partition_of(scene, name).await == (Some(partition), Some(partition.to_string()))
+        },
+    )
+    .await;
 }
 
 #[tokio::test]
 async fn three_rolling_update_zones_roll_by_partition_zone_by_zone_with_a_soak() {
     // Given a ready group of 3 RollingUpdate zones rolled by partition, their manifests
     // leaving the partition at 0, with a 5 s soak after zone a
-    let scene = Scene::new("partition").await;
-    let names = scene
-        .create(|zone, fixture| {
-            let fixture = fixture.by_partition(0);
-            match zone {
-                "a" => fixture.annotation("baton.dev/soak", "5s"),
-                _ => fixture,
-            }
-        })
-        .await;
+    let scene = Scene::start("partition").await;
+    let names = create_held(&scene, |zone, fixture| {
+        let fixture = fixture.by_partition(0);
+        match zone {
+            "a" => fixture.annotation("baton.dev/soak", "5s"),
+            _ => fixture,
+        }
+    })
+    .await;
     // (baton held each at its replicas, so the template change below waits for it)
 
     // When the template of every zone changes
-    let from = scene.roll_out(&names).await;
+    let from = scene.roll_out(&names, "v2").await;
 
     // Then baton lowers zone a's partition first, and says so
     scene
@@ -213,7 +166,7 @@ async fn three_rolling_update_zones_roll_by_partition_zone_by_zone_with_a_soak()
 
     // And every zone completes in order, b at least 5 s after a, with the guarantees held
     scene.wait_complete(&names).await;
-    let windows = scene.windows(&names, from);
+    let windows = scene.windows(&names, REPLICAS as u32, from);
     let order: Vec<&str> = windows.iter().map(|(name, _)| name.as_str()).collect();
     assert_eq!(
         order,
@@ -235,7 +188,7 @@ async fn three_rolling_update_zones_roll_by_partition_zone_by_zone_with_a_soak()
 
     // And each zone is held at its replicas again, ready for the next template change
     for name in &names {
-        scene.wait_partition(name, REPLICAS).await;
+        wait_partition(&scene, name, REPLICAS).await;
     }
 }
 
@@ -252,19 +205,17 @@ async fn held_in_zone_a(
         .map(fixture)
         .collect();
     let names = if applied {
-        scene.apply(&fixtures, "v1").await
+        apply(scene, &fixtures, "v1").await
     } else {
-        scene
-            .create(|letter, _| fixtures[zone_index(letter)].clone())
-            .await
+        create_held(scene, |letter, _| fixtures[zone_index(letter)].clone()).await
     };
     scene.simulator.hold_not_ready("ingester-zone-a-2").await;
     let from = if applied {
-        scene.apply_new_version(&fixtures, "v2").await
+        apply_new_version(scene, &fixtures, "v2").await
     } else {
-        scene.roll_out(&names).await
+        scene.roll_out(&names, "v2").await
     };
-    scene.wait_partition("ingester-zone-a", 2).await;
+    wait_partition(scene, "ingester-zone-a", 2).await;
     let manifests = fixtures
         .iter()
         .map(|fixture| fixture.manifest("v2"))
@@ -306,9 +257,9 @@ async fn completes_after_the_reapplies(
     scene.simulator.release("ingester-zone-a-2").await;
     scene.wait_complete(names).await;
     for name in names {
-        scene.wait_partition(name, REPLICAS).await;
+        wait_partition(scene, name, REPLICAS).await;
     }
-    scene.windows(names, from);
+    scene.windows(names, REPLICAS as u32, from);
     let writes = scene.statefulset_writes().await - writes_before;
     // One write per pod released and one hold per zone, each at most twice (a pass planned on
     // a cache that had not caught up with the write before tries once more and is refused).
@@ -340,12 +291,14 @@ async fn moved_partition_is_reported_and_settled(
         writes_during, 0,
         "baton wrote the StatefulSets {writes_during} times"
     );
-    assert_eq!(scene.partition("ingester-zone-a").await.0, Some(REPLICAS));
+    assert_eq!(
+        partition_of(scene, "ingester-zone-a").await.0,
+        Some(REPLICAS)
+    );
 
     // When a person settles it as the Event says (baton goes on from where it is now)
     let settle = json!({"metadata": {"annotations": {"baton.dev/partition": null}}});
-    scene
-        .api()
+    statefulsets(scene)
         .patch(
             "ingester-zone-a",
             &PatchParams::default(),
@@ -362,7 +315,7 @@ async fn moved_partition_is_reported_and_settled(
 async fn a_gitops_reapply_of_the_partition_mid_rollout_is_reported_and_not_fought() {
     // Given a ready group of 3 zones rolled by partition whose manifests set partition 3, as
     // the phased rollout operator's users write them, rolling, held in zone a at partition 2
-    let scene = Scene::new("reapply").await;
+    let scene = Scene::start("reapply").await;
     let (names, _, from) =
         held_in_zone_a(&scene, |fixture| fixture.by_partition(REPLICAS), false).await;
 
@@ -370,7 +323,10 @@ async fn a_gitops_reapply_of_the_partition_mid_rollout_is_reported_and_not_fough
     // every second, five times
     let writes_before = scene.statefulset_writes().await;
     let writes_during = five_syncs(&scene, || async {
-        let mut current = scene.api().get("ingester-zone-a").await.expect("zone a");
+        let mut current = statefulsets(&scene)
+            .get("ingester-zone-a")
+            .await
+            .expect("zone a");
         let spec = current.spec.as_mut().expect("a spec");
         let strategy = spec.update_strategy.get_or_insert_with(Default::default);
         strategy
@@ -378,8 +334,7 @@ async fn a_gitops_reapply_of_the_partition_mid_rollout_is_reported_and_not_fough
             .get_or_insert_with(Default::default)
             .partition = Some(REPLICAS);
         // A conflict means baton wrote meanwhile: the tool reads again next sync.
-        let _ = scene
-            .api()
+        let _ = statefulsets(&scene)
             .replace("ingester-zone-a", &PostParams::default(), &current)
             .await;
     })
@@ -394,7 +349,7 @@ async fn a_gitops_reapply_of_the_partition_mid_rollout_is_reported_and_not_fough
 async fn a_server_side_apply_naming_the_partition_mid_rollout_is_reported_and_not_fought() {
     // Given a ready group of 3 zones rolled by partition, created and rolled to v2 by a GitOps
     // tool with server-side apply, its manifests setting partition 3; held in zone a at 2
-    let scene = Scene::new("ssa-partition").await;
+    let scene = Scene::start("ssa-partition").await;
     let (names, manifests, from) =
         held_in_zone_a(&scene, |fixture| fixture.by_partition(REPLICAS), true).await;
 
@@ -423,7 +378,7 @@ async fn a_server_side_apply_not_naming_the_partition_leaves_batons_partition_al
     // Given a ready group of 3 zones rolled by partition whose manifests leave the partition
     // out (baton holds it), created and rolled to v2 by a GitOps tool with server-side apply;
     // held in zone a at 2
-    let scene = Scene::new("ssa-no-partition").await;
+    let scene = Scene::start("ssa-no-partition").await;
     let (names, manifests, from) = held_in_zone_a(
         &scene,
         |fixture| {
@@ -449,7 +404,7 @@ async fn a_server_side_apply_not_naming_the_partition_leaves_batons_partition_al
     // Then the partition baton set is still there, recorded as baton's, nothing was reported
     // and baton did not write: there was nothing to answer
     assert_eq!(
-        scene.partition("ingester-zone-a").await,
+        partition_of(&scene, "ingester-zone-a").await,
         (Some(2), Some("2".to_owned()))
     );
     assert_eq!(
@@ -476,16 +431,15 @@ async fn a_crash_looping_old_pod_below_the_partition_is_released_and_replaced_fo
     // Given a ready group of 3 zones rolled by partition, held at 3 by their manifests, zone b
     // `OrderedReady`, where the old pod ingester-zone-b-0 crash-loops: below the partition, the
     // StatefulSet controller would neither replace it nor go on while it is down
-    let scene = Scene::new("partition-fix").await;
-    let names = scene
-        .create(|zone, fixture| {
-            let fixture = fixture.by_partition(REPLICAS);
-            match zone {
-                "b" => fixture.ordered_ready(),
-                _ => fixture,
-            }
-        })
-        .await;
+    let scene = Scene::start("partition-fix").await;
+    let names = create_held(&scene, |zone, fixture| {
+        let fixture = fixture.by_partition(REPLICAS);
+        match zone {
+            "b" => fixture.ordered_ready(),
+            _ => fixture,
+        }
+    })
+    .await;
     scene.simulator.crash_loop("ingester-zone-b-0").await;
     wait_until(TIMEOUT, "ingester-zone-b-0 crash-loops", || async {
         scene.simulator.timeline().iter().any(|transition| {
@@ -496,7 +450,7 @@ async fn a_crash_looping_old_pod_below_the_partition_is_released_and_replaced_fo
     .await;
 
     // When the fixed version is deployed
-    let from = scene.roll_out(&names).await;
+    let from = scene.roll_out(&names, "v2").await;
 
     // Then baton lowers zone b's partition to the broken pod and replaces it at no cost, and
     // the rollout completes with never two zones, or two pods of a zone, down
@@ -508,13 +462,13 @@ async fn a_crash_looping_old_pod_below_the_partition_is_released_and_replaced_fo
         )
         .await;
     scene.wait_complete(&names).await;
-    let windows = scene.windows(&names, from);
+    let windows = scene.windows(&names, REPLICAS as u32, from);
     assert_eq!(
         windows[0].0, "ingester-zone-b",
         "the broken zone goes first"
     );
     for name in &names {
-        scene.wait_partition(name, REPLICAS).await;
+        wait_partition(&scene, name, REPLICAS).await;
     }
 }
 
@@ -527,7 +481,8 @@ struct PhasedScene {
     scene: Scene,
     metrics: Metrics,
     prometheus: Prometheus,
-    /// Prometheus' address as the seed's users write it: host and port, no scheme.
+    /// Prometheus' address as the phased rollout operator's users write it: host and port, no
+    /// scheme.
     url: String,
 }
 
@@ -540,13 +495,8 @@ impl PhasedScene {
         let prometheus = Prometheus::start(metrics.address()).await;
         prometheus.wait_value(HEALTHY, 1.0).await;
         let allowed = format!("[\"{}\"]", prometheus.url());
-        let scene = Scene(
-            ControlledNamespace::start_with(
-                prefix,
-                &[("BATON_GATES__PROMETHEUS_ADDRESSES", &allowed)],
-            )
-            .await,
-        );
+        let scene =
+            Scene::start_with(prefix, &[("BATON_GATES__PROMETHEUS_ADDRESSES", &allowed)]).await;
         let client = scene.namespace.client();
         baton_e2e::crds::install(&client, baton_e2e::crds::ROLLOUT_HEALTH_CHECK).await;
         baton_e2e::crds::install(&client, baton_e2e::crds::PHASED_ROLLOUT).await;
@@ -599,12 +549,13 @@ impl PhasedScene {
             .unwrap_or_else(|error| panic!("creating PhasedRollout {name}: {error}"));
     }
 
-    /// Creates the seed's example, checking every second, three successes in a row.
+    /// Creates the phased rollout operator's documented example, checking every second, three
+    /// successes in a row.
     async fn create(&self) {
         self.create_with(json!({})).await;
     }
 
-    /// Creates the seed's example with these fields added to `spec.check.query`.
+    /// Creates that example with these fields added to `spec.check.query`.
     async fn create_with(&self, query: serde_json::Value) {
         let mut example = json!({
             "apiVersion": "sts.plus/v1alpha1",
@@ -721,16 +672,17 @@ impl Drop for StatusRecord {
 
 #[tokio::test]
 async fn a_phased_rollout_from_the_seeds_example_rolls_one_pod_per_passing_check() {
-    // Given the seed's PhasedRollout on a ready 5-replica StatefulSet, baton holding it
+    // Given the phased rollout operator's example PhasedRollout on a ready 5-replica
+    // StatefulSet, baton holding it
     let phased = PhasedScene::new("phased").await;
     phased.create().await;
-    phased.scene.wait_partition("web", 5).await;
+    wait_partition(&phased.scene, "web", 5).await;
     phased
         .wait_status("is Updated", |status| status["phase"] == "Updated")
         .await;
 
     // When its template changes
-    let from = phased.scene.roll_out(&["web".to_owned()]).await;
+    let from = phased.scene.roll_out(&["web".to_owned()], "v2").await;
 
     // Then the StatefulSet controller replaces the pods highest first, one per step, each
     // step after three checks in a row passed (at one a second: two seconds at least apart)
@@ -766,16 +718,16 @@ async fn a_phased_rollout_from_the_seeds_example_rolls_one_pod_per_passing_check
 
 #[tokio::test]
 async fn a_replacement_shows_as_rolling_naming_the_pod_and_every_status_says_its_partition() {
-    // Given the seed's PhasedRollout on a ready 5-replica StatefulSet, watched from its
+    // Given the example PhasedRollout on a ready 5-replica StatefulSet, watched from its
     // creation, and web-3's replacement slow to become ready
     let phased = PhasedScene::new("phased-rolling").await;
     let record = phased.record_statuses();
     phased.create().await;
-    phased.scene.wait_partition("web", 5).await;
+    wait_partition(&phased.scene, "web", 5).await;
     phased.scene.simulator.hold_replacement("web-3").await;
 
     // When its template changes, and web-4's replacement passed the check
-    phased.scene.roll_out(&["web".to_owned()]).await;
+    phased.scene.roll_out(&["web".to_owned()], "v2").await;
 
     // Then while the StatefulSet controller replaces web-3, the status says Rolling and names
     // it, at partition 3, however the group's own wait words it
@@ -826,8 +778,8 @@ async fn a_replacement_shows_as_rolling_naming_the_pod_and_every_status_says_its
 
 #[tokio::test]
 async fn the_seeds_secret_reaches_plain_http_prometheus_once_the_phased_rollout_allows_it() {
-    // Given the seed's Secret, opted in by its owner, and the seed's PhasedRollout naming it,
-    // Prometheus on plain http as in the seed's example (the operator lists its address)
+    // Given the example's Secret, opted in by its owner, and the example PhasedRollout naming
+    // it, Prometheus on plain http as in the example (the operator lists its address)
     let phased = PhasedScene::new("phased-secret").await;
     let client = phased.scene.namespace.client();
     let secrets: Api<Secret> = Api::namespaced(client.clone(), phased.scene.namespace.name());
@@ -836,7 +788,7 @@ async fn the_seeds_secret_reaches_plain_http_prometheus_once_the_phased_rollout_
         "type": "Opaque",
         "stringData": {"token": "token", "password": "password", "username": "username"},
     }))
-    .expect("the seed's Secret");
+    .expect("the example's Secret");
     secrets
         .create(&PostParams::default(), &secret)
         .await
@@ -844,10 +796,10 @@ async fn the_seeds_secret_reaches_plain_http_prometheus_once_the_phased_rollout_
     phased
         .create_with(json!({"secretRef": "prom-secret"}))
         .await;
-    phased.scene.wait_partition("web", 5).await;
+    wait_partition(&phased.scene, "web", 5).await;
 
     // When its template changes
-    let from = phased.scene.roll_out(&["web".to_owned()]).await;
+    let from = phased.scene.roll_out(&["web".to_owned()], "v2").await;
 
     // Then no step goes, and the status and a Warning name the PhasedRollout's field to set,
     // not the generated check's
@@ -914,11 +866,11 @@ async fn the_seeds_secret_reaches_plain_http_prometheus_once_the_phased_rollout_
 
 #[tokio::test]
 async fn a_check_that_stops_returning_data_holds_the_next_step_until_standard_rolling_update() {
-    // Given the seed's PhasedRollout rolling, its first pod replaced
+    // Given the example PhasedRollout rolling, its first pod replaced
     let phased = PhasedScene::new("phased-hold").await;
     phased.create().await;
-    phased.scene.wait_partition("web", 5).await;
-    let from = phased.scene.roll_out(&["web".to_owned()]).await;
+    wait_partition(&phased.scene, "web", 5).await;
+    let from = phased.scene.roll_out(&["web".to_owned()], "v2").await;
     wait_until(TIMEOUT, "web-4 is replaced", || async {
         !phased.replacements(from).is_empty()
     })
@@ -985,7 +937,7 @@ async fn a_check_that_stops_returning_data_holds_the_next_step_until_standard_ro
             status["phase"] == "StandardRollingUpdate"
         })
         .await;
-    assert_eq!(phased.scene.partition("web").await.0, Some(0));
+    assert_eq!(partition_of(&phased.scene, "web").await.0, Some(0));
 }
 
 #[tokio::test]
@@ -1048,7 +1000,7 @@ async fn bad_phased_rollouts_are_refused_or_reported_and_deleting_one_hands_the_
         &["spec.check.query.url"],
     )
     .await;
-    let target = phased.scene.api().get("web").await.expect("web");
+    let target = statefulsets(&phased.scene).get("web").await.expect("web");
     assert!(
         !target.labels().contains_key("rollout-group"),
         "{:?}",
@@ -1062,7 +1014,7 @@ async fn bad_phased_rollouts_are_refused_or_reported_and_deleting_one_hands_the_
 
     // When a valid one serves the target and is then deleted
     phased.create().await;
-    phased.scene.wait_partition("web", 5).await;
+    wait_partition(&phased.scene, "web", 5).await;
     phased
         .api()
         .delete("phasedrollout-sample", &Default::default())
@@ -1071,7 +1023,7 @@ async fn bad_phased_rollouts_are_refused_or_reported_and_deleting_one_hands_the_
 
     // Then the target is handed back: out of the group, baton's keys gone, and it is gone too
     wait_until(TIMEOUT, "web is handed back", || async {
-        let target = phased.scene.api().get("web").await.expect("web");
+        let target = statefulsets(&phased.scene).get("web").await.expect("web");
         !target.labels().contains_key("rollout-group")
             && !target.annotations().contains_key("baton.dev/update-by")
             && !target.annotations().contains_key("baton.dev/partition")
@@ -1088,9 +1040,7 @@ async fn bad_phased_rollouts_are_refused_or_reported_and_deleting_one_hands_the_
 
     // Given a StatefulSet no PhasedRollout serves, its partition set by its owner
     let held = json!({"spec": {"updateStrategy": {"rollingUpdate": {"partition": 3}}}});
-    phased
-        .scene
-        .api()
+    statefulsets(&phased.scene)
         .patch("web", &PatchParams::default(), &Patch::Merge(&held))
         .await
         .expect("setting web's partition");
@@ -1111,7 +1061,7 @@ async fn bad_phased_rollouts_are_refused_or_reported_and_deleting_one_hands_the_
     )
     .await;
     // Then the StatefulSet it never served keeps its partition and its annotations
-    assert_eq!(phased.scene.partition("web").await.0, Some(3));
+    assert_eq!(partition_of(&phased.scene, "web").await.0, Some(3));
     phased
         .api()
         .delete("standard", &Default::default())
@@ -1144,7 +1094,7 @@ async fn bad_phased_rollouts_are_refused_or_reported_and_deleting_one_hands_the_
     let checks: Api<DynamicObject> = Api::namespaced_with(client.clone(), &namespace, &resource);
     let kept = checks.get("phasedrollout-taken").await.expect("the check");
     assert_eq!(kept.data["spec"]["queries"], impostor["queries"]);
-    let target = phased.scene.api().get("web").await.expect("web");
+    let target = statefulsets(&phased.scene).get("web").await.expect("web");
     assert!(!target.labels().contains_key("rollout-group"));
 
     // And a targetRef that is no name is refused, naming the field

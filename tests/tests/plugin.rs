@@ -6,8 +6,9 @@
 use std::path::Path;
 use std::time::Duration;
 
+use baton_e2e::Scene;
 use baton_e2e::controller_support::{
-    ControlledNamespace, create_ready_group, roll_out, rollout_state, wait_rollout_complete,
+    create_ready_group, roll_out, rollout_state, wait_rollout_complete,
 };
 use baton_e2e::fixtures::StatefulSetFixture;
 use baton_e2e::plugin_support::{self, Run, kubectl_baton};
@@ -65,7 +66,7 @@ impl Plugin<'_> {
 #[tokio::test]
 async fn a_pipeline_follows_a_rollout_with_status_plan_pause_wait_and_resume() {
     // Given a 3-zone group, rolled by baton-controller, with its last zone paused
-    let scene = ControlledNamespace::start("plugin").await;
+    let scene = Scene::start("plugin").await;
     let client = scene.namespace.client();
     let namespace = scene.namespace.name();
     let plugin = Plugin {

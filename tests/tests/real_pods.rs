@@ -7,10 +7,7 @@
 use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
-use baton_e2e::controller_support::{
-    ControlledNamespace, rollout_state, wait_event, wait_group_ready, wait_new_update_revision,
-    wait_rollout_complete,
-};
+use baton_e2e::controller_support::wait_group_ready;
 use baton_e2e::crds;
 use baton_e2e::fixtures::StatefulSetFixture;
 use baton_e2e::keys::{
@@ -19,7 +16,7 @@ use baton_e2e::keys::{
 };
 use baton_e2e::real_nodes::{
     APP_PORT, Behaviour, RealPodsFixture, Uncordon, app_calls, pod_ip, real_rollout_group,
-    set_version,
+    roll_out, set_version,
 };
 use baton_e2e::scaling_support::{
     REPLICA_TEMPLATE_API_VERSION, REPLICA_TEMPLATE_KIND, ReplicaTemplates,
@@ -31,82 +28,16 @@ use baton_e2e::webhook_support::{
     wait_for_webhooks,
 };
 use baton_e2e::zpdb_support::{answer_of, budget, eviction_review, zpdb_resource};
-use baton_e2e::{PodEvent, PodTransition, wait_until};
+use baton_e2e::{PodEvent, PodTransition, Scene, wait_until};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, DynamicObject, ListParams, PostParams};
+use kube::api::{Api, DynamicObject, PostParams};
 use serde_json::json;
 
 const TIMEOUT: Duration = Duration::from_secs(120);
 /// Where the Go operator's users have their pods prepare for a downscale (the test application
 /// answers any path containing `prepare-shutdown`).
 const SHUTDOWN_PATH: &str = "ingester/prepare-shutdown";
-
-/// The scenarios' namespace on the real nodes, with the steps they share.
-struct Scene(ControlledNamespace);
-
-impl std::ops::Deref for Scene {
-    type Target = ControlledNamespace;
-    fn deref(&self) -> &ControlledNamespace {
-        &self.0
-    }
-}
-
-impl Scene {
-    async fn new(prefix: &str, extra: &[(&str, &str)]) -> Self {
-        Self(ControlledNamespace::on_real_nodes(prefix, extra).await)
-    }
-
-    /// Creates the StatefulSets and waits until every pod runs and is Ready.
-    async fn create(&self, fixtures: &[RealPodsFixture]) -> Vec<String> {
-        let mut names = Vec::new();
-        for fixture in fixtures {
-            let created = fixture
-                .create(&self.namespace.client(), self.namespace.name())
-                .await;
-            names.push(created.metadata.name.unwrap_or_default());
-        }
-        wait_group_ready(&self.namespace.client(), self.namespace.name(), &names).await;
-        names
-    }
-
-    /// Deploys `version` to every StatefulSet; returns once each has its new update revision.
-    async fn roll_out(&self, names: &[String], version: &str, behaviour: Behaviour) {
-        let (client, namespace) = (self.namespace.client(), self.namespace.name());
-        for name in names {
-            let before = rollout_state(&client, namespace, name).await;
-            set_version(&client, namespace, name, version, behaviour).await;
-            wait_new_update_revision(&client, namespace, name, &before.update_revision).await;
-        }
-    }
-
-    async fn wait_complete(&self, names: &[String]) {
-        wait_rollout_complete(&self.namespace.client(), self.namespace.name(), names).await;
-    }
-
-    async fn updated_pods(&self, name: &str) -> usize {
-        rollout_state(&self.namespace.client(), self.namespace.name(), name)
-            .await
-            .updated()
-    }
-
-    async fn wait_event(&self, object: &str, reason: &str, note_contains: &[&str]) {
-        let (client, namespace) = (self.namespace.client(), self.namespace.name());
-        wait_event(&client, namespace, object, reason, note_contains).await;
-    }
-
-    async fn pods(&self) -> Vec<Pod> {
-        Api::<Pod>::namespaced(self.namespace.client(), self.namespace.name())
-            .list(&ListParams::default())
-            .await
-            .expect("listing the pods")
-            .items
-    }
-
-    fn timeline(&self) -> Vec<PodTransition> {
-        self.simulator.timeline()
-    }
-}
 
 /// The kubelet's own report that a container crash-loops: waiting in `CrashLoopBackOff` after
 /// at least one restart.
@@ -163,12 +94,14 @@ fn reactions(timeline: &[PodTransition], from: Instant) -> Vec<Duration> {
     reactions
 }
 
+// The steps only these scenarios take.
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_three_zone_rollout_on_real_pods_keeps_the_guarantees_while_pods_terminate_for_real() {
     let _shared = NODES.read().await;
     // Given a ready group of 3 zones × 2 real pods, each taking 2s to stop after SIGTERM (grace
     // period 30s), Ready only once the kubelet's probe of /ready passes
-    let scene = Scene::new("rollout", &[]).await;
+    let scene = Scene::on_real_nodes("rollout", &[]).await;
     let stop_delay = Duration::from_secs(2);
     let fixtures: Vec<_> = real_rollout_group("ingester", 2)
         .into_iter()
@@ -178,7 +111,14 @@ async fn a_three_zone_rollout_on_real_pods_keeps_the_guarantees_while_pods_termi
 
     // When every zone's template changes
     let from = Instant::now();
-    scene.roll_out(&names, "v2", Behaviour::Healthy).await;
+    roll_out(
+        &scene.client(),
+        scene.name(),
+        &names,
+        "v2",
+        Behaviour::Healthy,
+    )
+    .await;
 
     // Then every zone completes, and the timeline never had two zones, or two pods of a zone,
     // down at once
@@ -211,12 +151,19 @@ async fn a_three_zone_rollout_on_real_pods_keeps_the_guarantees_while_pods_termi
 async fn a_version_that_exits_1_crash_loops_for_real_halts_the_group_and_its_fix_rolls_out() {
     let _shared = NODES.read().await;
     // Given a ready group of 3 zones × 2 real pods
-    let scene = Scene::new("crashloop", &[]).await;
+    let scene = Scene::on_real_nodes("crashloop", &[]).await;
     let names = scene.create(&real_rollout_group("ingester", 2)).await;
 
     // When v2, whose container exits 1 at start, is rolled out
     let from = Instant::now();
-    scene.roll_out(&names, "v2", Behaviour::CrashLoops).await;
+    roll_out(
+        &scene.client(),
+        scene.name(),
+        &names,
+        "v2",
+        Behaviour::CrashLoops,
+    )
+    .await;
 
     // Then the first new pod crash-loops as the kubelet reports it, and the group halts,
     // naming the pod and its state
@@ -258,7 +205,14 @@ async fn a_version_that_exits_1_crash_loops_for_real_halts_the_group_and_its_fix
     );
 
     // When the fix v3 is rolled out
-    scene.roll_out(&names, "v3", Behaviour::Healthy).await;
+    roll_out(
+        &scene.client(),
+        scene.name(),
+        &names,
+        "v3",
+        Behaviour::Healthy,
+    )
+    .await;
 
     // Then the crash-looping v2 pod is replaced at no cost, and every zone completes with never
     // more than one zone and one pod per zone down
@@ -301,7 +255,7 @@ async fn prepare_downscale_calls_the_real_pods_going_away_over_their_ips() {
     // Given the webhooks registered for the namespace, and zones a (3 real pods) and b of group
     // "ingester" opted in to prepare-downscale on the test application's port; pods take 20s
     // to stop, so a pod going away still answers while it terminates
-    let scene = Scene::new("prepare", &[]).await;
+    let scene = Scene::on_real_nodes("prepare", &[]).await;
     let control_plane = scene.control_plane;
     let tls = TestTls::generate().unwrap();
     let replica = WebhookReplica::start(control_plane, &tls, scene.namespace.name())
@@ -369,7 +323,7 @@ async fn delayed_downscale_asks_the_real_pods_and_waits_for_their_delay() {
     let _shared = NODES.read().await;
     // Given a StatefulSet of 3 real pods mirroring a template, with a 5s delayed downscale on
     // the test application's prepare-delayed-downscale endpoint
-    let scene = Scene::new(
+    let scene = Scene::on_real_nodes(
         "delayed",
         &[
             ("BATON_PODS__ADDRESS_BY", "ip"),
@@ -495,7 +449,7 @@ async fn kubectl_drain_of_zone_a_waits_for_the_rollout_in_zone_b_and_never_excee
     // Given 3 zones × 2 real pods of group "ingester" (its pods labelled too), a zone-aware
     // budget of 2 unavailable pods per zone, baton's eviction webhook and controller; zone b's
     // pods take 3s to stop, so its rollout lasts a while
-    let scene = Scene::new("drain", &[]).await;
+    let scene = Scene::on_real_nodes("drain", &[]).await;
     let control_plane = scene.control_plane;
     let admin = control_plane.admin_client().await;
     crds::install(&admin, crds::ZONE_AWARE_POD_DISRUPTION_BUDGET).await;
@@ -677,7 +631,7 @@ async fn environment_of_pod(scene: &Scene, pod: &str) -> Vec<(String, String)> {
 async fn both_binaries_start_with_the_environment_the_kubelet_gives_a_pod_beside_deploys_services()
 {
     // Given deploy/'s Services in a namespace, and a pod there (service links on, as by default)
-    let scene = Scene::new("service-links", &[]).await;
+    let scene = Scene::on_real_nodes("service-links", &[]).await;
     let (client, namespace) = (scene.namespace.client(), scene.namespace.name());
     let services = baton_e2e::manifests::deploy_objects("Service");
     assert!(!services.is_empty(), "deploy/ has Services");
@@ -767,7 +721,7 @@ async fn a_pod_whose_native_sidecar_is_not_ready_yet_is_not_counted_available() 
     // Given a ready group of 3 zones × 2 real pods, each with a native sidecar (an init
     // container with restartPolicy Always) whose readiness probe fails for its first 5 s
     let warm_up = Duration::from_secs(5);
-    let scene = Scene::new("sidecar", &[]).await;
+    let scene = Scene::on_real_nodes("sidecar", &[]).await;
     let fixtures: Vec<_> = real_rollout_group("ingester", 2)
         .into_iter()
         .map(|fixture| fixture.sidecar(warm_up))
@@ -776,7 +730,14 @@ async fn a_pod_whose_native_sidecar_is_not_ready_yet_is_not_counted_available() 
 
     // When every zone's template changes
     let from = Instant::now();
-    scene.roll_out(&names, "v2", Behaviour::Healthy).await;
+    roll_out(
+        &scene.client(),
+        scene.name(),
+        &names,
+        "v2",
+        Behaviour::Healthy,
+    )
+    .await;
 
     // Then a new pod comes up whose app container is ready while its sidecar is not, and the
     // kubelet holds its Ready condition False: baton says it waits for that pod and has
@@ -950,7 +911,7 @@ async fn batons_image_runs_on_a_real_node_as_deploy_runs_it() {
     // Given baton's image imported into the nodes' containerd, referred to by digest, and what
     // deploy/'s pods need in a namespace: its ServiceAccounts, its ConfigMap, its priority class
     let image = baton_e2e::baton_image::BatonImage::get();
-    let scene = Scene::new("baton-image", &[]).await;
+    let scene = Scene::on_real_nodes("baton-image", &[]).await;
     let (client, namespace) = (scene.namespace.client(), scene.namespace.name());
     create_what_deploys_pods_need(&client, namespace).await;
 

@@ -10,15 +10,12 @@ use baton_core::gates::{
     APPROVAL_ANNOTATION, APPROVED_ANNOTATION, BATCHES_ANNOTATION, BYPASS_ANNOTATION,
     HALTED_ANNOTATION, HEALTH_CHECK_ANNOTATION, SOAK_ANNOTATION,
 };
-use baton_e2e::controller_support::{
-    ControlledNamespace, roll_out, rollout_state, wait_event, wait_group_ready,
-    wait_rollout_complete,
-};
-use baton_e2e::fixtures::{StatefulSetFixture, rollout_group};
+use baton_e2e::controller_support::rollout_state;
+use baton_e2e::fixtures::StatefulSetFixture;
 use baton_e2e::plugin_support::{Run, kubectl_baton};
 use baton_e2e::prometheus_support::{Metrics, Prometheus, create_health_check};
-use baton_e2e::timeline::{Zone, check_rollout_guarantees, deletion_batches};
-use baton_e2e::{PodEvent, wait_until};
+use baton_e2e::timeline::{Zone, deletion_batches};
+use baton_e2e::{PodEvent, Scene, wait_until};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use serde_json::json;
 
@@ -26,20 +23,21 @@ const TIMEOUT: Duration = Duration::from_secs(90);
 const MAX_UNAVAILABLE: &str = "rollout-max-unavailable";
 
 /// A namespace with the pod simulator and a controller, and the group of the scenario.
-struct Scene {
-    inner: ControlledNamespace,
+/// A group of these scenarios on its scene: the StatefulSets created, each of `replicas` pods.
+struct Group {
+    scene: Scene,
     names: Vec<String>,
     replicas: u32,
 }
 
-impl std::ops::Deref for Scene {
-    type Target = ControlledNamespace;
-    fn deref(&self) -> &ControlledNamespace {
-        &self.inner
+impl std::ops::Deref for Group {
+    type Target = Scene;
+    fn deref(&self) -> &Scene {
+        &self.scene
     }
 }
 
-impl Scene {
+impl Group {
     /// Creates group `ingester` of `zones` × `replicas` pods, `annotate` deciding each zone's
     /// annotations, with the controller configured with `extra`; returns once every pod is
     /// ready.
@@ -50,76 +48,41 @@ impl Scene {
         replicas: u32,
         annotate: impl Fn(&str, StatefulSetFixture) -> StatefulSetFixture,
     ) -> Self {
-        let inner = ControlledNamespace::start_with(prefix, extra).await;
-        let client = inner.namespace.client();
-        let mut names = Vec::new();
-        let fixtures = rollout_group("ingester", zones, i32::try_from(replicas).expect("few"));
-        for (zone, fixture) in zones.iter().zip(fixtures) {
-            let created = annotate(zone, fixture)
-                .create(&client, inner.namespace.name())
-                .await;
-            names.push(created.metadata.name.unwrap_or_default());
-        }
-        wait_group_ready(&client, inner.namespace.name(), &names).await;
+        let scene = Scene::start_with(prefix, extra).await;
+        let names = scene
+            .create_group(zones, i32::try_from(replicas).expect("few"), annotate)
+            .await;
         Self {
-            inner,
+            scene,
             names,
             replicas,
         }
     }
 
     fn namespace(&self) -> &str {
-        self.inner.namespace.name()
+        self.scene.name()
     }
 
     async fn roll_out(&self, version: &str) -> Instant {
-        let from = Instant::now();
-        let client = self.inner.namespace.client();
-        roll_out(&client, self.namespace(), &self.names, version).await;
-        from
+        self.scene.roll_out(&self.names, version).await
     }
 
     async fn wait_complete(&self) {
-        let client = self.inner.namespace.client();
-        wait_rollout_complete(&client, self.namespace(), &self.names).await;
-    }
-
-    async fn updated(&self, name: &str) -> usize {
-        let client = self.inner.namespace.client();
-        rollout_state(&client, self.namespace(), name)
-            .await
-            .updated()
-    }
-
-    /// (current revision, update revision) of `name`.
-    async fn revisions(&self, name: &str) -> (String, String) {
-        let client = self.inner.namespace.client();
-        let state = rollout_state(&client, self.namespace(), name).await;
-        (state.current_revision, state.update_revision)
-    }
-
-    async fn wait_event(&self, object: &str, reason: &str, note_contains: &[&str]) {
-        let client = self.inner.namespace.client();
-        wait_event(&client, self.namespace(), object, reason, note_contains).await;
+        self.scene.wait_complete(&self.names).await;
     }
 
     /// `kubectl baton <args> -n <namespace>`, as a person runs it.
     async fn kubectl_baton(&self, args: &[&str]) -> Run {
         let mut all = args.to_vec();
         all.extend(["-n", self.namespace()]);
-        kubectl_baton(self.inner.control_plane.kubeconfig_path(), &all).await
+        kubectl_baton(self.scene.control_plane.kubeconfig_path(), &all).await
     }
 
     /// The timeline since `from` holds docs/compatibility.md's guarantees, every zone rolling
     /// with `max_unavailable`.
     fn check_guarantees(&self, from: Instant, max_unavailable: u32) -> Vec<Zone> {
-        let zones: Vec<Zone> = self
-            .names
-            .iter()
-            .map(|name| Zone::new(name, self.replicas, max_unavailable))
-            .collect();
-        check_rollout_guarantees(&self.inner.simulator.timeline(), &zones, from).unwrap();
-        zones
+        self.scene
+            .check_guarantees(&self.names, self.replicas, max_unavailable, from)
     }
 
     /// The members carrying `baton.dev/halted`.
@@ -137,7 +100,7 @@ impl Scene {
     /// (StatefulSet, pod).
     fn departures(&self, from: Instant) -> Vec<(String, String)> {
         let mut seen = std::collections::BTreeSet::new();
-        self.inner
+        self.scene
             .simulator
             .timeline()
             .iter()
@@ -157,7 +120,7 @@ impl Scene {
 
     /// Every pod of every member runs `revisions[member]`, and it is the update revision.
     async fn assert_all_at(&self, revisions: &BTreeMap<String, String>) {
-        let client = self.inner.namespace.client();
+        let client = self.scene.namespace.client();
         for name in &self.names {
             let state = rollout_state(&client, self.namespace(), name).await;
             assert_eq!(state.update_revision, revisions[name], "{name}: {state:?}");
@@ -184,7 +147,7 @@ impl Scene {
     /// The image of `name`'s pod template.
     async fn image(&self, name: &str) -> String {
         let statefulset: StatefulSet = self
-            .inner
+            .scene
             .namespace
             .api::<StatefulSet>()
             .get(name)
@@ -199,7 +162,7 @@ impl Scene {
 
     /// The controller's counter `name` with `labels` (each `key="value"`), 0 when absent.
     async fn counter(&self, name: &str, labels: &[&str]) -> f64 {
-        let text = self.inner.controller.metrics().await;
+        let text = self.scene.controller.metrics().await;
         text.lines()
             .filter(|line| line.starts_with(&format!("{name}{{")))
             .filter(|line| labels.iter().all(|label| line.contains(label)))
@@ -211,7 +174,7 @@ impl Scene {
 #[tokio::test]
 async fn batches_of_1_then_50_then_100_percent_of_a_4_pod_zone_are_the_steps_in_the_timeline() {
     // Given a group of 2 zones × 4 pods, max-unavailable 4, in batches "1, 50%, 100%"
-    let scene = Scene::new("batches", &[], &["a", "b"], 4, |zone, fixture| {
+    let group = Group::new("batches", &[], &["a", "b"], 4, |zone, fixture| {
         let fixture = fixture.annotation(MAX_UNAVAILABLE, "4");
         match zone {
             "a" => fixture.annotation(BATCHES_ANNOTATION, "1, 50%, 100%"),
@@ -221,13 +184,13 @@ async fn batches_of_1_then_50_then_100_percent_of_a_4_pod_zone_are_the_steps_in_
     .await;
 
     // When the template changes
-    let from = scene.roll_out("v2").await;
+    let from = group.roll_out("v2").await;
 
     // Then each zone deletes 1 pod, then 1, then the last 2, each batch once the zone is
     // available again, never two zones at once
-    scene.wait_complete().await;
-    let zones = scene.check_guarantees(from, 4);
-    let timeline = scene.inner.simulator.timeline();
+    group.wait_complete().await;
+    let zones = group.check_guarantees(from, 4);
+    let timeline = group.scene.simulator.timeline();
     for zone in &zones {
         assert_eq!(
             deletion_batches(&timeline, zone, from),
@@ -243,7 +206,7 @@ async fn approval_after_the_canary_stops_there_until_a_person_approves_and_a_new
  {
     // Given a group of 3 zones × 3 pods asking for approval after the canary, in batches
     // "1, 100%"
-    let scene = Scene::new("approval", &[], &["a", "b", "c"], 3, |zone, fixture| {
+    let group = Group::new("approval", &[], &["a", "b", "c"], 3, |zone, fixture| {
         let fixture = fixture.annotation(MAX_UNAVAILABLE, "3");
         match zone {
             "a" => fixture
@@ -253,14 +216,14 @@ async fn approval_after_the_canary_stops_there_until_a_person_approves_and_a_new
         }
     })
     .await;
-    let zone_a = scene.names[0].clone();
+    let zone_a = group.names[0].clone();
 
     // When the template changes
-    let from = scene.roll_out("v2").await;
+    let from = group.roll_out("v2").await;
 
     // Then the canary (1 pod of zone a) goes, and the group awaits approval: `wait` says so
     // with its own exit code, as do the status and an Event
-    scene
+    group
         .kubectl_baton(&["wait", "ingester", "--timeout", "2m"])
         .await
         .exited(6)
@@ -268,11 +231,11 @@ async fn approval_after_the_canary_stops_there_until_a_person_approves_and_a_new
             "rollout group ingester awaits approval",
             "the rollout past its canary",
         ]);
-    assert_eq!(scene.updated(&zone_a).await, 1);
-    for other in &scene.names[1..] {
-        assert_eq!(scene.updated(other).await, 0, "{other}");
+    assert_eq!(group.updated_pods(&zone_a).await, 1);
+    for other in &group.names[1..] {
+        assert_eq!(group.updated_pods(other).await, 0, "{other}");
     }
-    let status = scene
+    let status = group
         .kubectl_baton(&["status", "ingester", "-o", "json"])
         .await;
     let document: serde_json::Value = serde_json::from_str(&status.exited(0).stdout).expect("JSON");
@@ -281,7 +244,7 @@ async fn approval_after_the_canary_stops_there_until_a_person_approves_and_a_new
         document["groups"][0]["zones"][0]["phase"],
         "awaitingApproval"
     );
-    scene
+    group
         .wait_event(
             &zone_a,
             "AwaitingApproval",
@@ -291,24 +254,24 @@ async fn approval_after_the_canary_stops_there_until_a_person_approves_and_a_new
 
     // When someone writes the awaited step on one member only (as one who may create a
     // StatefulSet in the group, but not touch its members, could)
-    let zone_b = scene.names[1].clone();
-    let revisions: Vec<String> = scene.update_revisions().await.into_values().collect();
+    let zone_b = group.names[1].clone();
+    let revisions: Vec<String> = group.update_revisions().await.into_values().collect();
     let canary_step = format!("canary/{}", revisions.join("+"));
-    scene
+    group
         .annotate(&zone_b, APPROVED_ANNOTATION, Some(&canary_step))
         .await;
     // Then it approves nothing, and is named
-    scene
+    group
         .wait_event(&zone_b, "InvalidAnnotation", &["one member alone"])
         .await;
-    scene
+    group
         .kubectl_baton(&["wait", "ingester", "--timeout", "0"])
         .await
         .exited(6);
-    assert_eq!(scene.updated(&zone_b).await, 0);
+    assert_eq!(group.updated_pods(&zone_b).await, 0);
 
     // When a person approves a step they did not see awaited, nothing is written
-    scene
+    group
         .kubectl_baton(&[
             "approve",
             "ingester",
@@ -322,7 +285,7 @@ async fn approval_after_the_canary_stops_there_until_a_person_approves_and_a_new
         )]);
 
     // When a person approves the step they saw awaited
-    let approved = scene
+    let approved = group
         .kubectl_baton(&["approve", "ingester", "--step", &canary_step])
         .await;
     approved.exited(0).says(&[
@@ -332,8 +295,8 @@ async fn approval_after_the_canary_stops_there_until_a_person_approves_and_a_new
         "(by admin)",
     ]);
     // Then every member carries it, with who approved as the API server knows them
-    for name in &scene.names {
-        let annotations = scene.annotations(name).await;
+    for name in &group.names {
+        let annotations = group.annotations(name).await;
         assert_eq!(annotations.get(APPROVED_ANNOTATION), Some(&canary_step));
         assert_eq!(
             annotations.get("baton.dev/approved-by").map(String::as_str),
@@ -342,32 +305,32 @@ async fn approval_after_the_canary_stops_there_until_a_person_approves_and_a_new
     }
 
     // Then the rollout goes on to the end, within the guarantees
-    scene
+    group
         .kubectl_baton(&["wait", "ingester", "--timeout", "2m"])
         .await
         .exited(0);
-    scene.wait_complete().await;
-    scene.check_guarantees(from, 3);
+    group.wait_complete().await;
+    group.check_guarantees(from, 3);
     // and there is nothing left to approve
-    scene
+    group
         .kubectl_baton(&["approve", "ingester"])
         .await
         .exited(1)
         .complains(&["rollout group ingester awaits no approval: nothing written"]);
 
     // When the template changes again, the old approval still written
-    let approval = scene.annotations(&zone_a).await[APPROVED_ANNOTATION].clone();
-    scene.roll_out("v3").await;
+    let approval = group.annotations(&zone_a).await[APPROVED_ANNOTATION].clone();
+    group.roll_out("v3").await;
 
     // Then it does not approve the new revision: its canary goes, then the group waits again
-    scene
+    group
         .kubectl_baton(&["wait", "ingester", "--timeout", "2m"])
         .await
         .exited(6)
         .complains(&["the rollout past its canary"]);
-    assert_eq!(scene.updated(&zone_a).await, 1);
+    assert_eq!(group.updated_pods(&zone_a).await, 1);
     assert_eq!(
-        scene.annotations(&zone_a).await.get(APPROVED_ANNOTATION),
+        group.annotations(&zone_a).await.get(APPROVED_ANNOTATION),
         Some(&approval),
         "the v2 approval is still there, and void"
     );
@@ -426,7 +389,7 @@ async fn a_failing_check_whose_on_failure_is_warn_never_holds_a_step_and_tells_e
         (ERROR_RATIO, 0.5),
     )
     .await;
-    let scene = Scene::new(
+    let group = Group::new(
         "warn",
         &checked.settings(),
         &["a", "b"],
@@ -438,24 +401,24 @@ async fn a_failing_check_whose_on_failure_is_warn_never_holds_a_step_and_tells_e
     )
     .await;
     let spec = checked.error_ratio_check("Warn");
-    let client = scene.inner.namespace.client();
-    create_health_check(&client, scene.namespace(), "trial", spec).await;
+    let client = group.scene.namespace.client();
+    create_health_check(&client, group.namespace(), "trial", spec).await;
 
     // When the template changes
-    let from = scene.roll_out("v2").await;
+    let from = group.roll_out("v2").await;
 
     // Then the rollout completes, nothing halted, and each failure is a Warning Event and
     // counted
-    scene.wait_complete().await;
-    scene.check_guarantees(from, 1);
-    assert_eq!(scene.halted().await, Vec::<String>::new());
-    let told = scene.names.iter().map(String::as_str).collect::<Vec<_>>();
+    group.wait_complete().await;
+    group.check_guarantees(from, 1);
+    assert_eq!(group.halted().await, Vec::<String>::new());
+    let told = group.names.iter().map(String::as_str).collect::<Vec<_>>();
     wait_until(TIMEOUT, "a HealthCheckWarning Event", || async {
-        let client = scene.inner.namespace.client();
+        let client = group.scene.namespace.client();
         let mut found = false;
         for name in &told {
             let events =
-                baton_e2e::controller_support::events_about(&client, scene.namespace(), name).await;
+                baton_e2e::controller_support::events_about(&client, group.namespace(), name).await;
             found |= events.iter().any(|(reason, note)| {
                 reason == "HealthCheckWarning"
                     && note.contains("health check trial failed")
@@ -465,7 +428,7 @@ async fn a_failing_check_whose_on_failure_is_warn_never_holds_a_step_and_tells_e
         found
     })
     .await;
-    let warnings = scene
+    let warnings = group
         .counter(
             "baton_rollout_gate_notices_total",
             &[
@@ -492,7 +455,7 @@ async fn a_check_comparing_new_pods_with_the_baseline_passes_a_good_version_and_
     // Given a group whose check compares the new revision's error ratio with the baseline's
     // (the revision before the rollout), and a person's halt while the series are set up
     let checked = Checked::start("# TYPE ready gauge\nready 1\n", ("ready", 1.0)).await;
-    let scene = Scene::new(
+    let group = Group::new(
         "baseline",
         &checked.settings(),
         &["a", "b"],
@@ -515,67 +478,67 @@ async fn a_check_comparing_new_pods_with_the_baseline_passes_a_good_version_and_
         "interval": "1s",
         "failureThreshold": 2,
     });
-    let client = scene.inner.namespace.client();
-    create_health_check(&client, scene.namespace(), "versus-baseline", spec).await;
-    let zone_a = scene.names[0].clone();
+    let client = group.scene.namespace.client();
+    create_health_check(&client, group.namespace(), "versus-baseline", spec).await;
+    let zone_a = group.names[0].clone();
 
     // When a good version rolls out (its error ratio 1.25 times the baseline's)
-    scene.roll_out("v2").await;
+    group.roll_out("v2").await;
     let mut series = Vec::new();
-    for name in &scene.names {
-        let (current, update) = scene.revisions(name).await;
+    for name in &group.names {
+        let (current, update) = group.revisions(name).await;
         series.push((current, 0.04));
         series.push((update, 0.05));
     }
     let served: Vec<(&str, f64)> = series.iter().map(|(r, v)| (r.as_str(), *v)).collect();
     checked.metrics.serve(&by_revision(&served));
-    let (_, update) = scene.revisions(&scene.names[1]).await;
+    let (_, update) = group.revisions(&group.names[1]).await;
     checked
         .prometheus
         .wait_value(&format!("errors{{revision=\"{update}\"}}"), 0.05)
         .await;
-    scene.annotate(&zone_a, HALTED_ANNOTATION, None).await;
+    group.annotate(&zone_a, HALTED_ANNOTATION, None).await;
 
     // Then it passes, and the rollout completes
-    scene.wait_complete().await;
-    assert_eq!(scene.halted().await, Vec::<String>::new());
+    group.wait_complete().await;
+    assert_eq!(group.halted().await, Vec::<String>::new());
 
     // When a bad version rolls out (4 times the baseline's, now the version before it), its
     // series set up while a person halts the group
-    scene
+    group
         .annotate(&zone_a, HALTED_ANNOTATION, Some("setting up the series"))
         .await;
-    scene.roll_out("v3").await;
+    group.roll_out("v3").await;
     let mut bad = Vec::new();
-    for name in &scene.names {
-        let (current, update) = scene.revisions(name).await;
+    for name in &group.names {
+        let (current, update) = group.revisions(name).await;
         bad.push((current, 0.05));
         bad.push((update, 0.2));
     }
     let served: Vec<(&str, f64)> = bad.iter().map(|(r, v)| (r.as_str(), *v)).collect();
     checked.metrics.serve(&by_revision(&served));
-    let (_, update) = scene.revisions(&scene.names[1]).await;
+    let (_, update) = group.revisions(&group.names[1]).await;
     checked
         .prometheus
         .wait_value(&format!("errors{{revision=\"{update}\"}}"), 0.2)
         .await;
-    scene.annotate(&zone_a, HALTED_ANNOTATION, None).await;
+    group.annotate(&zone_a, HALTED_ANNOTATION, None).await;
 
     // Then the group halts before zone a's canary, naming the query with both revisions
     wait_until(TIMEOUT, "the group halts", || async {
-        !scene.halted().await.is_empty()
+        !group.halted().await.is_empty()
     })
     .await;
-    let (baseline, new) = scene.revisions(&zone_a).await;
-    let why = scene.annotations(&zone_a).await[HALTED_ANNOTATION].clone();
+    let (baseline, new) = group.revisions(&zone_a).await;
+    let why = group.annotations(&zone_a).await[HALTED_ANNOTATION].clone();
     assert!(
         why.contains(&format!("errors{{revision=\"{new}\"}}"))
             && why.contains(&format!("errors{{revision=\"{baseline}\"}}"))
             && why.contains("returned 4"),
         "{why}"
     );
-    for name in &scene.names {
-        assert_eq!(scene.updated(name).await, 0, "{name}");
+    for name in &group.names {
+        assert_eq!(group.updated_pods(name).await, 0, "{name}");
     }
 }
 
@@ -583,53 +546,53 @@ async fn a_check_comparing_new_pods_with_the_baseline_passes_a_good_version_and_
 async fn an_expired_bypass_bypasses_nothing_and_one_in_force_skips_the_soak_telling_each_step() {
     // Given a group with a 1h soak and a bypass that expired a minute ago, on every member
     let expired = (jiff::Timestamp::now() - jiff::SignedDuration::from_secs(60)).to_string();
-    let scene = Scene::new("bypass", &[], &["a", "b"], 2, |zone, fixture| match zone {
+    let group = Group::new("bypass", &[], &["a", "b"], 2, |zone, fixture| match zone {
         "a" => fixture
             .annotation(SOAK_ANNOTATION, "1h")
             .annotation(BYPASS_ANNOTATION, &expired),
         _ => fixture.annotation(BYPASS_ANNOTATION, &expired),
     })
     .await;
-    let (zone_a, zone_b) = (scene.names[0].clone(), scene.names[1].clone());
+    let (zone_a, zone_b) = (group.names[0].clone(), group.names[1].clone());
 
     // When the template changes
-    let from = scene.roll_out("v2").await;
+    let from = group.roll_out("v2").await;
 
     // Then zone a rolls, and zone b soaks: the expired bypass bypasses nothing
-    let client = scene.inner.namespace.client();
+    let client = group.scene.namespace.client();
     wait_until(TIMEOUT, "zone a is complete", || async {
-        rollout_state(&client, scene.namespace(), &zone_a)
+        rollout_state(&client, group.namespace(), &zone_a)
             .await
             .is_complete()
     })
     .await;
-    scene
+    group
         .wait_event(&zone_b, "Soak", &[&format!("soaking after {zone_a}")])
         .await;
-    assert_eq!(scene.updated(&zone_b).await, 0);
+    assert_eq!(group.updated_pods(&zone_b).await, 0);
 
     // When the expired bypass is removed from zone a and a bypass for the next 10 minutes is
     // set on zone b alone, it bypasses nothing and is named (one member speaks for nobody)
     let until = (jiff::Timestamp::now() + jiff::SignedDuration::from_secs(600)).to_string();
-    scene.annotate(&zone_a, BYPASS_ANNOTATION, None).await;
-    scene
+    group.annotate(&zone_a, BYPASS_ANNOTATION, None).await;
+    group
         .annotate(&zone_b, BYPASS_ANNOTATION, Some(&until))
         .await;
-    scene
+    group
         .wait_event(&zone_b, "InvalidAnnotation", &["one member alone"])
         .await;
-    assert_eq!(scene.updated(&zone_b).await, 0);
+    assert_eq!(group.updated_pods(&zone_b).await, 0);
 
     // When a person sets it on every member
-    scene
+    group
         .annotate(&zone_a, BYPASS_ANNOTATION, Some(&until))
         .await;
 
     // Then zone b starts without the rest of the soak, and the step that went without it is
     // told, naming the bypass
-    scene.wait_complete().await;
-    scene.check_guarantees(from, 1);
-    scene
+    group.wait_complete().await;
+    group.check_guarantees(from, 1);
+    group
         .wait_event(
             &zone_b,
             "GateBypassed",
@@ -658,7 +621,7 @@ async fn a_check_failing_in_zone_b_rolls_the_group_back_zone_b_first_newest_pods
         (ERROR_RATIO, 0.0),
     )
     .await;
-    let scene = Scene::new(
+    let group = Group::new(
         "auto-rollback",
         &checked.settings(),
         &["a", "b", "c"],
@@ -670,19 +633,19 @@ async fn a_check_failing_in_zone_b_rolls_the_group_back_zone_b_first_newest_pods
     )
     .await;
     let spec = checked.error_ratio_check("Rollback");
-    let client = scene.inner.namespace.client();
-    create_health_check(&client, scene.namespace(), "errors", spec).await;
-    let before = scene.update_revisions().await;
+    let client = group.scene.namespace.client();
+    create_health_check(&client, group.namespace(), "errors", spec).await;
+    let before = group.update_revisions().await;
     let (zone_a, zone_b, zone_c) = (
-        scene.names[0].clone(),
-        scene.names[1].clone(),
-        scene.names[2].clone(),
+        group.names[0].clone(),
+        group.names[1].clone(),
+        group.names[2].clone(),
     );
 
     // When the template changes, and the error ratio rises once zone b has 2 new pods
-    let from = scene.roll_out("v2").await;
+    let from = group.roll_out("v2").await;
     wait_until(TIMEOUT, "zone b has 2 new pods", || async {
-        scene.updated(&zone_b).await >= 2
+        group.updated_pods(&zone_b).await >= 2
     })
     .await;
     let failing = Instant::now();
@@ -690,7 +653,7 @@ async fn a_check_failing_in_zone_b_rolls_the_group_back_zone_b_first_newest_pods
 
     // Then the group rolls back: `wait` says so with its own exit code, every pod runs the
     // revision from before, and an Event says who started it and why
-    scene
+    group
         .kubectl_baton(&["wait", "ingester", "--timeout", "3m"])
         .await
         .exited(7)
@@ -698,8 +661,8 @@ async fn a_check_failing_in_zone_b_rolls_the_group_back_zone_b_first_newest_pods
             "rollout group ingester is rolled back from",
             "health check errors failed",
         ]);
-    scene.assert_all_at(&before).await;
-    scene
+    group.assert_all_at(&before).await;
+    group
         .wait_event(
             &zone_b,
             "RollbackStarted",
@@ -711,8 +674,8 @@ async fn a_check_failing_in_zone_b_rolls_the_group_back_zone_b_first_newest_pods
         .await;
     // zone b's new pods went back first, newest first, then zone a's, and zone c was never
     // touched; never two zones unavailable
-    scene.check_guarantees(from, 1);
-    let departures = scene.departures(failing);
+    group.check_guarantees(from, 1);
+    let departures = group.departures(failing);
     let last_b = departures.iter().rposition(|(name, _)| *name == zone_b);
     let first_a = departures.iter().position(|(name, _)| *name == zone_a);
     assert!(last_b < first_a && first_a.is_some(), "{departures:?}");
@@ -723,7 +686,7 @@ async fn a_check_failing_in_zone_b_rolls_the_group_back_zone_b_first_newest_pods
         "{departures:?}"
     );
     assert!(ordinals(&departures, &zone_c).is_empty(), "{departures:?}");
-    let status = scene
+    let status = group
         .kubectl_baton(&["status", "ingester", "-o", "json"])
         .await;
     let document: serde_json::Value = serde_json::from_str(&status.exited(0).stdout).expect("JSON");
@@ -733,15 +696,15 @@ async fn a_check_failing_in_zone_b_rolls_the_group_back_zone_b_first_newest_pods
 #[tokio::test]
 async fn kubectl_baton_rollback_rolls_back_by_hand_and_a_re_applied_template_is_not_fought() {
     // Given a group of 2 zones × 2 pods that rolled out v2
-    let scene = Scene::new("rollback", &[], &["a", "b"], 2, |_, fixture| fixture).await;
-    let before = scene.update_revisions().await;
-    scene.roll_out("v2").await;
-    scene.wait_complete().await;
-    let v2 = scene.update_revisions().await;
+    let group = Group::new("rollback", &[], &["a", "b"], 2, |_, fixture| fixture).await;
+    let before = group.update_revisions().await;
+    group.roll_out("v2").await;
+    group.wait_complete().await;
+    let v2 = group.update_revisions().await;
 
     // When a person rolls it back
     let from = Instant::now();
-    scene
+    group
         .kubectl_baton(&["rollback", "ingester", "--reason", "latency doubled"])
         .await
         .exited(0)
@@ -754,21 +717,21 @@ async fn kubectl_baton_rollback_rolls_back_by_hand_and_a_re_applied_template_is_
     // Then every pod goes back to v1, zone b first, within the guarantees, and the group says
     // it rolled back, why, and who asked: the user the API server authenticated (the test
     // kubeconfig's "admin"), whatever the local environment says
-    scene
+    group
         .kubectl_baton(&["wait", "ingester", "--timeout", "2m"])
         .await
         .exited(7)
         .complains(&["kubectl baton rollback by admin: latency doubled"]);
-    scene.assert_all_at(&before).await;
-    scene.check_guarantees(from, 1);
-    let departures = scene.departures(from);
+    group.assert_all_at(&before).await;
+    group.check_guarantees(from, 1);
+    let departures = group.departures(from);
     assert_eq!(
         departures.first().map(|(name, _)| name.as_str()),
-        Some(scene.names[1].as_str()),
+        Some(group.names[1].as_str()),
         "{departures:?}"
     );
     // and asking again is refused
-    scene
+    group
         .kubectl_baton(&["rollback", "ingester"])
         .await
         .exited(1)
@@ -776,34 +739,34 @@ async fn kubectl_baton_rollback_rolls_back_by_hand_and_a_re_applied_template_is_
 
     // When a GitOps tool re-applies v2
     let reapplied = Instant::now();
-    let client = scene.inner.namespace.client();
-    baton_e2e::fixtures::set_version(&client, scene.namespace(), &scene.names[0], "v2").await;
+    let client = group.scene.namespace.client();
+    baton_e2e::fixtures::set_version(&client, group.namespace(), &group.names[0], "v2").await;
 
     // Then baton holds the group and says why, and neither writes the template again nor
     // deletes a pod
-    scene
+    group
         .wait_event(
-            &scene.names[0],
+            &group.names[0],
             "TemplateReverted",
             &["went back to", "put the previous version in Git"],
         )
         .await;
-    assert!(scene.image(&scene.names[0]).await.ends_with(":v2"));
-    assert!(scene.departures(reapplied).is_empty());
+    assert!(group.image(&group.names[0]).await.ends_with(":v2"));
+    assert!(group.departures(reapplied).is_empty());
     assert_eq!(
-        scene.update_revisions().await[&scene.names[0]],
-        v2[&scene.names[0]]
+        group.update_revisions().await[&group.names[0]],
+        v2[&group.names[0]]
     );
 
     // When a new version is pushed instead
-    scene.roll_out("v3").await;
+    group.roll_out("v3").await;
 
     // Then it rolls forward as any rollout
-    scene.wait_complete().await;
-    for name in &scene.names {
-        assert!(scene.image(name).await.ends_with(":v3"), "{name}");
+    group.wait_complete().await;
+    for name in &group.names {
+        assert!(group.image(name).await.ends_with(":v3"), "{name}");
         assert!(
-            !scene
+            !group
                 .annotations(name)
                 .await
                 .contains_key(baton_core::gates::rollback::ROLLBACK_STATE_ANNOTATION),

@@ -5,10 +5,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use baton_core::status::{Role, RolloutPhase, RolloutStatus};
+use baton_e2e::Scene;
 use baton_e2e::browser::Chromium;
-use baton_e2e::controller_support::{
-    ControlledNamespace, Controller, roll_out, rollout_state, wait_rollout_complete,
-};
+use baton_e2e::controller_support::{Controller, roll_out, rollout_state, wait_rollout_complete};
 use baton_e2e::fixtures::rollout_group;
 use baton_e2e::wait_until;
 
@@ -18,8 +17,8 @@ const ZONES: [&str; 3] = ["ingester-zone-a", "ingester-zone-b", "ingester-zone-c
 /// A 3-zone group (3 pods each) mid-rollout: zone a rolled to v2 and complete, then b and c
 /// told to roll to v3, a version whose pods crash-loop — so b's first new pod never becomes
 /// ready, b holds the group and c waits its turn.
-async fn group_mid_rollout() -> ControlledNamespace {
-    let scene = ControlledNamespace::start("status").await;
+async fn group_mid_rollout() -> Scene {
+    let scene = Scene::start("status").await;
     let (client, namespace) = (scene.namespace.client(), scene.namespace.name().to_owned());
     for fixture in rollout_group("ingester", &["a", "b", "c"], 3) {
         fixture.create(&client, &namespace).await;

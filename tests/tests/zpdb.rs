@@ -770,8 +770,8 @@ async fn a_budget_of_max_unavailable_0_refuses_evictions_but_not_the_rollout() {
     let from = Instant::now();
     roll_out(&client, zones.ns(), &names, "v2").await;
 
-    // Then the rollout completes (the Go operator's #324/#351 blocked it forever), one pod at
-    // a time, one zone at a time
+    // Then the rollout completes: the budget does not hold back the rollout's own deletions,
+    // one pod at a time, one zone at a time
     wait_rollout_complete(&client, zones.ns(), &names).await;
     let guarantees: Vec<Zone> = names.iter().map(|name| Zone::new(name, 2, 1)).collect();
     check_rollout_guarantees(&zones.simulator.timeline(), &guarantees, from).unwrap();

@@ -400,6 +400,43 @@ pub async fn set_version(
         .unwrap_or_else(|error| panic!("changing the template of {statefulset}: {error}"));
 }
 
+/// A namespace `real-<prefix>-<random>` on the control plane of the real nodes (started first:
+/// the control plane they start is one their pods reach), and that control plane.
+pub async fn namespace_on_real_nodes(
+    prefix: &str,
+) -> (&'static ControlPlane, crate::TestNamespace) {
+    RealNodes::shared().await;
+    let control_plane = ControlPlane::shared().await;
+    let namespace = crate::TestNamespace::create(
+        control_plane,
+        &format!("{}{prefix}", supervisor::NAMESPACE_PREFIX),
+    )
+    .await;
+    (control_plane, namespace)
+}
+
+/// Deploys `version` (behaving as `behaviour`) to every StatefulSet of `names`; returns once
+/// the StatefulSet controller has computed each one's new update revision.
+pub async fn roll_out(
+    client: &kube::Client,
+    namespace: &str,
+    names: &[String],
+    version: &str,
+    behaviour: Behaviour,
+) {
+    for name in names {
+        let before = crate::controller_support::rollout_state(client, namespace, name).await;
+        set_version(client, namespace, name, version, behaviour).await;
+        crate::controller_support::wait_new_update_revision(
+            client,
+            namespace,
+            name,
+            &before.update_revision,
+        )
+        .await;
+    }
+}
+
 /// The pod's IP, once the kubelet reported one.
 pub async fn pod_ip(client: &kube::Client, namespace: &str, pod: &str) -> Option<Ipv4Addr> {
     let pod = Api::<Pod>::namespaced(client.clone(), namespace)
