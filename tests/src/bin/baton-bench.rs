@@ -1,8 +1,10 @@
 //! Benchmarks of baton-controller on the local control plane (figures in docs/benchmarks.md):
 //!
-//! - `rollout`: a 3 zones × 10 pods rollout with pods Ready 200 ms after creation: reaction time
-//!   (a pod becomes Ready → baton deletes the next one) p50/p99, and wall time against the
-//!   30 × 200 ms a perfect operator needs.
+//! - `rollout [PODS]`: a 3 zones × PODS (default 30) rollout with pods Ready 200 ms after
+//!   creation: reaction time (a pod becomes Ready → baton deletes the next one) p50/p90/p99/max,
+//!   wall time against the 3 × PODS × 200 ms a perfect operator needs, and where the passes
+//!   went: how many the controller ran, their mean duration (its reconcile histogram), and its
+//!   API requests by method per pod replaced.
 //! - `rss`: resident memory (VmRSS, and its peak VmHWM) of the controller watching 100 groups ×
 //!   3 StatefulSets × 30 pods, then of the webhook idle on the same namespace.
 //! - `start`: a fresh install (no Lease yet) started in a namespace whose group already waits
@@ -10,7 +12,7 @@
 
 use std::time::{Duration, Instant};
 
-use anyhow::bail;
+use anyhow::{Context, bail};
 use baton_e2e::controller_support::{Controller, create_ready_group, roll_out, rollout_state};
 use baton_e2e::fixtures::{rollout_group, set_version};
 use baton_e2e::webhook_support::{TestTls, WebhookReplica};
@@ -33,6 +35,10 @@ async fn main() -> anyhow::Result<()> {
 
 async fn rollout(control_plane: &ControlPlane) -> anyhow::Result<()> {
     const READY_AFTER: Duration = Duration::from_millis(200);
+    let pods: i32 = match std::env::args().nth(2) {
+        Some(pods) => pods.parse().context("PODS is a number")?,
+        None => 30,
+    };
     let namespace = TestNamespace::create(control_plane, "bench-rollout").await;
     let options = SimulatorOptions {
         ready_after: READY_AFTER,
@@ -46,7 +52,7 @@ async fn rollout(control_plane: &ControlPlane) -> anyhow::Result<()> {
     .await;
     let client = namespace.client();
     let mut names = Vec::new();
-    for fixture in rollout_group("ingester", &["a", "b", "c"], 10) {
+    for fixture in rollout_group("ingester", &["a", "b", "c"], pods) {
         names.push(
             fixture
                 .create(&client, namespace.name())
@@ -60,7 +66,8 @@ async fn rollout(control_plane: &ControlPlane) -> anyhow::Result<()> {
         let mut ready = true;
         for name in &names {
             let state = rollout_state(&client, namespace.name(), name).await;
-            ready &= state.ready_replicas == 10 && state.pod_revisions.len() == 10;
+            ready &= state.ready_replicas == pods
+                && state.pod_revisions.len() == usize::try_from(pods).unwrap_or_default();
         }
         ready
     })
@@ -68,6 +75,7 @@ async fn rollout(control_plane: &ControlPlane) -> anyhow::Result<()> {
     // The clock starts once the controller leads.
     wait(Duration::from_secs(60), || controller.is_leader()).await?;
 
+    let before = controller.metrics().await;
     let started = Instant::now();
     for name in &names {
         set_version(&client, namespace.name(), name, "v2").await;
@@ -109,15 +117,67 @@ async fn rollout(control_plane: &ControlPlane) -> anyhow::Result<()> {
         }
     }
     reactions.sort();
-    let ideal = READY_AFTER * 30;
-    println!("rollout of 3 zones x 10 pods, pods Ready {READY_AFTER:?} after creation");
+    let after = controller.metrics().await;
+    let replaced = 3 * pods;
+    let ideal = READY_AFTER * u32::try_from(replaced).unwrap_or_default();
+    println!("rollout of 3 zones x {pods} pods, pods Ready {READY_AFTER:?} after creation");
     println!(
-        "reaction (pod Ready -> next pod deleted, as seen by a watch), n={}: p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
+        "reaction (pod Ready -> next pod deleted, as seen by a watch), n={}: p50 {:.1} ms, p90 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
         reactions.len(),
         percentile(&reactions, 0.50),
+        percentile(&reactions, 0.90),
         percentile(&reactions, 0.99),
         percentile(&reactions, 1.0)
     );
+    let passes = sum_of(
+        &after,
+        "rollout_operator_group_reconcile_duration_seconds_count",
+        "",
+    ) - sum_of(
+        &before,
+        "rollout_operator_group_reconcile_duration_seconds_count",
+        "",
+    );
+    let pass_seconds = sum_of(
+        &after,
+        "rollout_operator_group_reconcile_duration_seconds_sum",
+        "",
+    ) - sum_of(
+        &before,
+        "rollout_operator_group_reconcile_duration_seconds_sum",
+        "",
+    );
+    println!(
+        "passes: {passes} ({:.1} per pod replaced), mean {:.2} ms each",
+        passes / f64::from(replaced),
+        pass_seconds / passes * 1000.0
+    );
+    const REQUESTS: &str = "rollout_operator_kubernetes_api_client_request_duration_seconds_count";
+    // By method and route (the metric's own labels), whatever the status.
+    let label = |line: &str, name: &str| -> Option<String> {
+        Some(
+            line.split(&format!("{name}=\""))
+                .nth(1)?
+                .split('"')
+                .next()?
+                .to_owned(),
+        )
+    };
+    let routes: std::collections::BTreeSet<(String, String)> = after
+        .lines()
+        .filter(|line| line.starts_with(REQUESTS))
+        .filter_map(|line| Some((label(line, "method")?, label(line, "path")?)))
+        .collect();
+    for (method, path) in routes {
+        let selector = format!("method=\"{method}\",path=\"{path}\"");
+        let count = sum_of(&after, REQUESTS, &selector) - sum_of(&before, REQUESTS, &selector);
+        if count > 0.0 {
+            println!(
+                "API requests {method} {path}: {count} ({:.2} per pod replaced)",
+                count / f64::from(replaced)
+            );
+        }
+    }
     println!(
         "wall time: {:.2} s = {:.2} x the ideal {:.1} s",
         wall.as_secs_f64(),
@@ -183,6 +243,20 @@ async fn start(control_plane: &ControlPlane) -> anyhow::Result<()> {
         percentile(&readies, 0.5),
     );
     Ok(())
+}
+
+/// The sum of the samples of `metric` whose labels contain `label` (every sample when empty),
+/// in a Prometheus text exposition.
+fn sum_of(exposition: &str, metric: &str, label: &str) -> f64 {
+    exposition
+        .lines()
+        .filter(|line| {
+            line.strip_prefix(metric)
+                .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
+                && line.contains(label)
+        })
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
 }
 
 fn percentile(sorted: &[Duration], quantile: f64) -> f64 {
