@@ -1,6 +1,8 @@
 //! baton's pure core: every decision and the concepts it reads, with no I/O. Cargo keeps it
 //! pure: this crate cannot reach a kube client, tokio, HTTP or TLS, because it does not depend
-//! on them (it reads the operator's typed settings from `baton_config`). Each decision is a
+//! on them, nor on the configuration loader (the settings it reads, like
+//! [`pod_address::PodAddressing`] and [`lease::decide::LeaseTiming`], are its own plain types,
+//! which `baton_config` converts into). Each decision is a
 //! function from a snapshot of objects (and stored state, and `now`) to what to do and why it
 //! waits; the binaries read the snapshot from their watch caches and carry the answer out.
 //!
