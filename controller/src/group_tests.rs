@@ -26,10 +26,10 @@ use crate::cache::Caches;
 use crate::explain::Explainer;
 use crate::leader::MayAct;
 use crate::metrics::ControllerMetrics;
+use crate::rollout::pending::PendingDeletions;
 use crate::rollout::reconcile::Rollouts;
 use crate::scaling::Scaler;
-use baton_core::rollout::pending::PendingDeletions;
-use baton_core::status::StatusBoard;
+use crate::status::StatusBoard;
 use baton_shared::budgets::Known;
 
 const NAMESPACE: &str = "mimir";

@@ -19,9 +19,9 @@ use crate::gates::{self, store};
 use crate::leader::MayAct;
 use crate::metrics::{ControllerMetrics, PodCounts};
 use crate::queue::Requeue;
-use baton_core::rollout::pending::PendingDeletions;
+use crate::rollout::pending::PendingDeletions;
+use crate::status::StatusBoard;
 use baton_core::rollout::{Action, GroupSnapshot, Plan, WaitReason, replacement_note};
-use baton_core::status::StatusBoard;
 use baton_core::status::model::ActionRecord;
 
 /// The rollout side of every group's reconcile (scaling is its sibling: see

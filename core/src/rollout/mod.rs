@@ -1,6 +1,7 @@
 //! Group rollouts, decided: the snapshot a decision reads ([`GroupSnapshot`], built from the
-//! caches by [`GroupSnapshot::from_kubernetes`]), the planner ([`plan()`]), and the deletions
-//! still in flight ([`pending`]). The controller carries out [`Plan::actions`].
+//! caches by [`GroupSnapshot::from_kubernetes`]), the planner ([`plan()`]), and how deletions
+//! still in flight count in a snapshot ([`pending`]). The controller carries out
+//! [`Plan::actions`].
 
 pub mod pending;
 pub mod plan;

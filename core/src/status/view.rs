@@ -30,7 +30,7 @@ use crate::rollout::{GroupSnapshot, Plan, WaitReason};
 /// `GateWait::HealthCheck`'s kind: a wait only the leader can see (its queries).
 const HEALTH_CHECK: &str = "HealthCheck";
 
-/// What the leader's reconciles recorded about a group (see `StatusBoard`): what it computes
+/// What the leader's reconciles recorded about a group (the controller's `StatusBoard`): what it computes
 /// at request time cannot tell since when a group waits, nor what was done.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct History {
@@ -46,6 +46,30 @@ pub struct ObservedWait {
     pub kind: &'static str,
     pub message: String,
     pub since: Timestamp,
+}
+
+impl ObservedWait {
+    /// The wait a pass reports (`(kind, message)`, or `None` when the group does not wait),
+    /// after the wait the previous pass saw. Its `since` is the first `now` this `kind` was
+    /// observed in a row: a new message of the same kind (another pod named, a soak counting
+    /// down) keeps it, another kind or `None` starts afresh.
+    pub fn after(
+        previous: Option<&ObservedWait>,
+        waiting: Option<(&'static str, String)>,
+        now: Timestamp,
+    ) -> Option<ObservedWait> {
+        waiting.map(|(kind, message)| {
+            let since = match previous {
+                Some(previous) if previous.kind == kind => previous.since,
+                _ => now,
+            };
+            ObservedWait {
+                kind,
+                message,
+                since,
+            }
+        })
+    }
 }
 
 /// Plans and gates `snapshot` as the leader would without I/O
