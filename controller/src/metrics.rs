@@ -28,7 +28,7 @@ pub struct ControllerMetrics {
     pub group_waiting: IntGaugeVec,
     /// `{rollout_group, reason}`: 1 for the reason the group waits now, as the status page
     /// says it (a zone-aware budget's, a gate's [`GateWait::kind`](baton_core::gates::GateWait::kind),
-    /// else the planner's [`WaitReason::kind`](baton_core::rollout::plan::WaitReason::kind)); one
+    /// else the planner's [`WaitReason::kind`](baton_core::rollout::WaitReason::kind)); one
     /// series per waiting group at most, none for a group that does not wait.
     pub waiting_reason: IntGaugeVec,
     pub pod_deletions: IntCounterVec,
@@ -242,7 +242,7 @@ impl ControllerMetrics {
         }
     }
 
-    /// Records why `group` waits now (a [`WaitReason::kind`](baton_core::rollout::plan::WaitReason::kind);
+    /// Records why `group` waits now (a [`WaitReason::kind`](baton_core::rollout::WaitReason::kind);
     /// `None`: it does not), removing the series of the reason it waited for before.
     pub fn record_wait_reason(&self, group: &str, reason: Option<&'static str>) {
         let before = {

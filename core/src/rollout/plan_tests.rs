@@ -6,6 +6,7 @@ use crate::annotations::{
 use jiff::SignedDuration;
 
 use super::*;
+use crate::rollout::model::replacement_note;
 use crate::rollout::snapshot::PodPhase;
 use crate::testing::{NEW, OLD, Zone, group, now, zone};
 
