@@ -323,7 +323,7 @@ async fn body_permit(
 /// pod-eviction, under the request deadline; running out of time refuses for now (429), as
 /// the eviction may be one a budget forbids.
 async fn judge_pod_eviction(state: &WebhookState, request: &AdmissionRequest<'_>) -> Verdict {
-    let eviction = match budgets::assess_eviction(request) {
+    let eviction = match budgets::eviction_of(request) {
         Ok(eviction) => eviction,
         Err(verdict) => return verdict,
     };
@@ -387,7 +387,7 @@ async fn judge_no_downscale(state: &WebhookState, request: &AdmissionRequest<'_>
 /// prepare-downscale: what the review alone decides is answered here; the rest runs as a
 /// tracked task that ends by its own deadline.
 async fn judge_prepare_downscale(state: &WebhookState, request: &AdmissionRequest<'_>) -> Verdict {
-    let prepare = match prepare_downscale::assess(request) {
+    let prepare = match prepare_downscale::prepare_request_of(request) {
         Ok(prepare) => prepare,
         Err(verdict) => return verdict,
     };

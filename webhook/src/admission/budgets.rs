@@ -19,7 +19,7 @@ use super::review::AdmissionRequest;
 
 /// The eviction a review asks for, or the verdict that ends it (anything but the CREATE of a
 /// pod's eviction: [`is_judged`]).
-pub fn assess_eviction(request: &AdmissionRequest<'_>) -> Result<Eviction, Verdict> {
+pub fn eviction_of(request: &AdmissionRequest<'_>) -> Result<Eviction, Verdict> {
     is_judged(
         &request.resource.resource,
         request.sub_resource(),
@@ -68,7 +68,7 @@ mod tests {
         let body = review("CREATE", "pods", "eviction", eviction);
         let request = review::decode(&body).unwrap().request;
         assert_eq!(
-            assess_eviction(&request),
+            eviction_of(&request),
             Ok(Eviction {
                 uid: "u1".into(),
                 namespace: "mimir".into(),
@@ -77,14 +77,14 @@ mod tests {
             })
         );
         let body = review("CREATE", "pods", "", "{}");
-        let verdict = assess_eviction(&review::decode(&body).unwrap().request).unwrap_err();
+        let verdict = eviction_of(&review::decode(&body).unwrap().request).unwrap_err();
         let Verdict::Allow(allowed) = verdict else {
             panic!("allowed: {verdict}")
         };
         assert!(allowed.warnings[0].contains("not pods;"));
         let body = review("UPDATE", "pods", "eviction", eviction);
         assert!(
-            assess_eviction(&review::decode(&body).unwrap().request)
+            eviction_of(&review::decode(&body).unwrap().request)
                 .unwrap_err()
                 .is_allowed()
         );
