@@ -13,6 +13,7 @@
 //! | [`admission`] | admission decisions on domain types (a downscale, an eviction, a change to baton's state) to a typed verdict |
 //! | [`annotations`] | the labels and annotations of the contract with the Go operator's users, and their parsing |
 //! | [`duration`] | the two duration syntaxes users write (Go's and Prometheus') |
+//! | [`explained`] | what baton tells people (waits, warnings, notices) in one shape: a stable kind, a StatefulSet, a message |
 //! | [`clock`] | how far apart clocks may be before a recorded time is not believed |
 //! | [`pods`] | a pod as decisions read it ([`pods::CachedPod`]), readiness, ownership |
 //! | [`statefulset`] | a StatefulSet's group, replicas and ordinals as decisions read them |
@@ -87,6 +88,7 @@ pub mod certificates;
 pub mod clock;
 pub mod downscale_history;
 pub mod duration;
+pub mod explained;
 pub mod gates;
 pub mod lease;
 pub mod ledger;

@@ -5,6 +5,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use baton_core::explained::Explained;
 use baton_core::pods::CachedPod;
 use baton_shared::kube_client::bounded;
 use k8s_openapi::api::apps::v1::StatefulSet;
@@ -143,12 +144,8 @@ impl Rollouts {
             Some(note) => Some((crate::budgets::WAIT_REASON, note.clone())),
             None => gate
                 .wait()
-                .map(|wait| (wait.kind(), wait.to_string()))
-                .or_else(|| {
-                    plan.waiting
-                        .as_ref()
-                        .map(|wait| (wait.kind(), wait.to_string()))
-                }),
+                .map(Explained::kind_and_message)
+                .or_else(|| plan.waiting.as_ref().map(Explained::kind_and_message)),
         };
         // The metric names the reason only while the group has pods to roll.
         let reason = waiting.as_ref().map(|(kind, _)| *kind);
@@ -179,14 +176,11 @@ impl Rollouts {
     async fn explain(&self, group: &str, members: &[Arc<StatefulSet>], plan: &Plan) {
         for warning in &plan.warnings {
             if let Some(statefulset) = find(members, warning.statefulset()) {
-                let explanation = Explanation {
-                    severity: Severity::Warning,
-                    reason: warning.kind().to_owned(),
-                    action: "Validate".to_owned(),
-                    note: warning.to_string(),
-                };
                 self.explainer
-                    .tell(&statefulset.object_ref(&()), explanation)
+                    .tell(
+                        &statefulset.object_ref(&()),
+                        Explanation::of_warning(warning),
+                    )
                     .await;
             }
         }

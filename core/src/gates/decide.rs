@@ -28,6 +28,8 @@
 use std::collections::BTreeSet;
 use std::fmt;
 
+use crate::explained::Explained;
+
 use crate::annotations::{ROLLOUT_PAUSED_ANNOTATION, paused};
 use jiff::{SignedDuration, Timestamp};
 
@@ -36,7 +38,7 @@ use super::rollback::{self, Status};
 use super::state::{GateState, ZoneState};
 use crate::rollout::{GroupSnapshot, Order, Plan, plan, plan_in_order};
 
-/// Why deletions of the plan wait; `Display` explains it, [`GateWait::kind`] names it.
+/// Why deletions of the plan wait; `Display` explains it, [`Explained::kind`] names it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum GateWait {
     /// `statefulset` carries `baton.dev/halted`; `why` is its value.
@@ -110,10 +112,8 @@ pub enum GateWait {
     },
 }
 
-impl GateWait {
-    /// A short, stable identifier (CamelCase, like Event reasons) for metrics labels and
-    /// Events. Never change one: dashboards and alerts match on them.
-    pub fn kind(&self) -> &'static str {
+impl Explained for GateWait {
+    fn kind(&self) -> &'static str {
         match self {
             Self::Halted { .. } => "Halted",
             Self::InvalidGate { .. } => "InvalidGate",
@@ -130,6 +130,12 @@ impl GateWait {
         }
     }
 
+    fn statefulset(&self) -> Option<&str> {
+        Some(GateWait::statefulset(self))
+    }
+}
+
+impl GateWait {
     /// The StatefulSet the wait is about.
     pub fn statefulset(&self) -> &str {
         match self {
@@ -319,15 +325,20 @@ pub enum GateNotice {
     },
 }
 
-impl GateNotice {
-    /// A short, stable identifier (the Event reason).
-    pub fn kind(&self) -> &'static str {
+impl Explained for GateNotice {
+    fn kind(&self) -> &'static str {
         match self {
             Self::Bypassed { .. } => "GateBypassed",
             Self::CheckFailed { .. } => "HealthCheckWarning",
         }
     }
 
+    fn statefulset(&self) -> Option<&str> {
+        Some(GateNotice::statefulset(self))
+    }
+}
+
+impl GateNotice {
     /// The StatefulSet the Event is about.
     pub fn statefulset(&self) -> &str {
         match self {

@@ -12,6 +12,8 @@
 
 use std::fmt;
 
+use crate::explained::Explained;
+
 use crate::annotations::InvalidAnnotation;
 use crate::duration::go as go_duration;
 use jiff::{SignedDuration, Timestamp};
@@ -168,9 +170,8 @@ pub enum GateWarning {
     },
 }
 
-impl GateWarning {
-    /// A short, stable identifier for the Event reason.
-    pub fn kind(&self) -> &'static str {
+impl Explained for GateWarning {
+    fn kind(&self) -> &'static str {
         match self {
             Self::InvalidAnnotation { .. } => "InvalidAnnotation",
             Self::ConflictingSoak { .. } => "ConflictingSoak",
@@ -180,7 +181,7 @@ impl GateWarning {
     }
 
     /// The StatefulSet the Event is about.
-    pub fn statefulset(&self) -> Option<&str> {
+    fn statefulset(&self) -> Option<&str> {
         match self {
             Self::InvalidAnnotation { statefulset, .. }
             | Self::UnreadableState { statefulset, .. }

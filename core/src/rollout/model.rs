@@ -7,6 +7,8 @@
 
 use std::fmt;
 
+use crate::explained::Explained;
+
 use crate::annotations::{InvalidAnnotation, PARTITION_ANNOTATION};
 use jiff::Timestamp;
 
@@ -284,7 +286,7 @@ impl fmt::Display for UnavailablePod {
     }
 }
 
-/// Why a group is not progressing; `Display` explains it to a person, [`WaitReason::kind`]
+/// Why a group is not progressing; `Display` explains it to a person, [`Explained::kind`]
 /// names it for metrics and Event reasons.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum WaitReason {
@@ -362,10 +364,8 @@ pub enum WaitReason {
     },
 }
 
-impl WaitReason {
-    /// A short, stable identifier (CamelCase, like Kubernetes Event reasons) for metrics
-    /// labels and Events. Never change one: dashboards and alerts match on them.
-    pub fn kind(&self) -> &'static str {
+impl Explained for WaitReason {
+    fn kind(&self) -> &'static str {
         match self {
             Self::NonOnDeleteMember { .. } => "NonOnDeleteMember",
             Self::MultipleNotReady { .. } => "MultipleNotReady",
@@ -384,7 +384,7 @@ impl WaitReason {
     }
 
     /// The StatefulSet the group waits for, when it is one.
-    pub fn statefulset(&self) -> Option<&str> {
+    fn statefulset(&self) -> Option<&str> {
         match self {
             Self::NonOnDeleteMember { statefulset, .. }
             | Self::MissingPods { statefulset, .. }
@@ -558,15 +558,20 @@ pub enum Warning {
     },
 }
 
-impl Warning {
-    /// A short, stable identifier for the Kubernetes Event reason.
-    pub fn kind(&self) -> &'static str {
+impl Explained for Warning {
+    fn kind(&self) -> &'static str {
         match self {
             Self::InvalidAnnotation { .. } => "InvalidAnnotation",
             Self::PartitionMoved { .. } => "PartitionMoved",
         }
     }
 
+    fn statefulset(&self) -> Option<&str> {
+        Some(Warning::statefulset(self))
+    }
+}
+
+impl Warning {
     /// The StatefulSet the Event should be attached to.
     pub fn statefulset(&self) -> &str {
         match self {

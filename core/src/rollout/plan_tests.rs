@@ -3,6 +3,7 @@
 use crate::annotations::{
     InvalidAnnotation, MAX_UNAVAILABLE_ANNOTATION, ROLLOUT_PAUSED_ANNOTATION,
 };
+use crate::explained::Explained;
 use jiff::SignedDuration;
 
 use super::*;

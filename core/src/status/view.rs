@@ -19,6 +19,7 @@
 //! for paused zones; `rolling` when pods are being replaced or the wait is for a rolling zone's
 //! own pods; `waiting` otherwise (a gate holds it, several zones are not ready, …).
 
+use crate::explained::Explained;
 use crate::pods::CachedPod;
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::StatefulSet;
@@ -290,8 +291,8 @@ fn waiting(plan: &Plan, gate: &GateDecision, history: Option<&History>) -> Optio
         observed.filter(|observed| observed.kind == HEALTH_CHECK && gate.wait().is_none());
     let (kind, message) = match (leader_checking, gate.wait(), &plan.waiting) {
         (Some(observed), _, _) => (observed.kind, observed.message.clone()),
-        (None, Some(wait), _) => (wait.kind(), wait.to_string()),
-        (None, None, Some(reason)) => (reason.kind(), reason.to_string()),
+        (None, Some(wait), _) => wait.kind_and_message(),
+        (None, None, Some(reason)) => reason.kind_and_message(),
         (None, None, None) => return None,
     };
     let since = observed
