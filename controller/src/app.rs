@@ -72,7 +72,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
         touched.clone(),
     );
     // The zone-aware disruption budgets rollout deletions consult (none without the CRD).
-    let (budgets, budget_watch) = crate::budgets::ZoneBudgets::start(
+    let (budgets, budget_watch) = crate::zpdb_check::ZoneBudgets::start(
         client.clone(),
         &config.namespace,
         caches.clone(),

@@ -21,7 +21,6 @@ use serde_json::json;
 use tower_test::mock;
 
 use super::GroupReconciler;
-use crate::budgets::ZoneBudgets;
 use crate::cache::Caches;
 use crate::explain::Explainer;
 use crate::leader::MayAct;
@@ -30,7 +29,8 @@ use crate::rollout::pending::PendingDeletions;
 use crate::rollout::reconcile::Rollouts;
 use crate::scaling::Scaler;
 use crate::status::StatusBoard;
-use baton_shared::budgets::Known;
+use crate::zpdb_check::ZoneBudgets;
+use baton_shared::zpdb_cache::Known;
 
 const NAMESPACE: &str = "mimir";
 const GROUP: &str = "ingester";

@@ -19,7 +19,7 @@
 //! | [`metrics`] | the Go operator's metric names and baton's own |
 //! | [`status`] | the status page and its JSON, served from the caches with `baton_core::status` (each group's view, the leader's history) |
 //! | [`phased`] | PhasedRollouts (`sts.plus`) served as groups of their own, rolled by partition through a check; their status |
-//! | [`budgets`] | the zone-aware disruption budgets a rollout deletion consults: their cache (`baton_shared::budgets`, the webhook's too), the decision on the caches ([`budgets::judge`], pure), the claim in the budget's record |
+//! | [`zpdb_check`] | a rollout deletion checked against the zone-aware disruption budgets: their cache (`baton_shared::zpdb_cache`, the webhook's too), the decision on the caches ([`zpdb_check::judge`], pure), the claim in the budget's record |
 //!
 //! # From a watch event to an action
 //!
@@ -33,7 +33,6 @@
 //! through the queue's timer for the group.
 
 pub mod app;
-pub mod budgets;
 pub mod cache;
 pub mod certificates;
 pub mod explain;
@@ -46,3 +45,4 @@ pub mod queue;
 pub mod rollout;
 pub mod scaling;
 pub mod status;
+pub mod zpdb_check;

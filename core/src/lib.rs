@@ -26,7 +26,7 @@
 //! | [`ledger`] | records replicas claim things in (the downscale ledger, the budgets' eviction records) as decisions read and change them |
 //! | [`downscale_history`] | when each StatefulSet was last downscaled, from the ledger, the Go operator's zone tracker and the annotation |
 //! | [`min_time`] | the min-time between zones' downscales: the one rule prepare-downscale and the scaling plan judge by |
-//! | [`budgets`] | zone-aware disruption budgets: the CRD, its validation, the eviction decision, the record of allowed evictions |
+//! | [`zpdb`] | zone-aware pod disruption budgets: the CRD, its validation, the eviction decision, the record of allowed evictions |
 //! | [`lease`] | leader election: what a candidate does next from what it has seen of the Lease, on its own clock |
 //! | [`phased`] | the phased rollout operator's `PhasedRollout`, turned into a group baton rolls by partition, and its status |
 //! | [`certificates`] | the webhook's serving certificate and CA: what to write next and when, rotation included |
@@ -43,7 +43,7 @@
 //!   [`min_time`], the scaling plan's rule too, over [`downscale_history`] and the [`ledger`]);
 //!   the webhook claims it.
 //! - A change to baton's state: [`admission::state`].
-//! - An eviction or a rollout deletion under a budget: [`budgets::decide()`] (an eviction's
+//! - An eviction or a rollout deletion under a budget: [`zpdb::decide()`] (an eviction's
 //!   review through [`admission::eviction`]); the webhook and the controller claim it in the
 //!   budget's record.
 //! - The Lease ([`lease`]) and the webhook's certificate ([`certificates`]): the controller.
@@ -83,7 +83,6 @@ macro_rules! namespaced_resource {
 
 pub mod admission;
 pub mod annotations;
-pub mod budgets;
 pub mod certificates;
 pub mod clock;
 pub mod downscale_history;
@@ -103,3 +102,4 @@ pub mod statefulset;
 pub mod status;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
+pub mod zpdb;

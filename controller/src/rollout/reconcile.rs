@@ -36,7 +36,7 @@ pub struct Rollouts {
     pub pending: PendingDeletions,
     /// Consulted before every deletion that takes availability away: a drain and a rollout
     /// together must never exceed a zone-aware budget.
-    pub budgets: crate::budgets::ZoneBudgets,
+    pub budgets: crate::zpdb_check::ZoneBudgets,
     /// The leader's history for the status page: why each group waits since when, what it did.
     pub status: StatusBoard,
     /// Health check runs and hook calls, within the operator's bounds.
@@ -141,7 +141,7 @@ impl Rollouts {
         // What the status page says the group waits for, and since when: the budget that held a
         // deletion, else the gate, else the planner.
         let waiting = match &held {
-            Some(note) => Some((crate::budgets::WAIT_REASON, note.clone())),
+            Some(note) => Some((crate::zpdb_check::WAIT_REASON, note.clone())),
             None => gate
                 .wait()
                 .map(Explained::kind_and_message)
@@ -155,7 +155,7 @@ impl Rollouts {
         let recheck = plan.recheck_after.map_or(Requeue::Never, Requeue::at);
         Ok(match held {
             // The budget's record of claims is not watched: look again soon.
-            Some(_) => recheck.sooner(Requeue::After(crate::budgets::RECHECK_AFTER)),
+            Some(_) => recheck.sooner(Requeue::After(crate::zpdb_check::RECHECK_AFTER)),
             None => recheck,
         })
     }
@@ -243,7 +243,7 @@ impl Rollouts {
                     uid,
                     unavailable,
                 } => {
-                    let deletion = crate::budgets::Deletion {
+                    let deletion = crate::zpdb_check::Deletion {
                         statefulset,
                         pod,
                         free_replacement: unavailable.is_some(),
@@ -305,7 +305,7 @@ impl Rollouts {
                         let free_replacement = plan.actions.iter().any(|action| {
                             matches!(action, Action::DeletePod { pod, unavailable: Some(_), .. } if *pod == release.pod)
                         });
-                        let deletion = crate::budgets::Deletion {
+                        let deletion = crate::zpdb_check::Deletion {
                             statefulset,
                             pod: &release.pod,
                             free_replacement,
@@ -365,13 +365,13 @@ impl Rollouts {
         &self,
         group: &str,
         members: &[Arc<StatefulSet>],
-        deletion: &crate::budgets::Deletion<'_>,
+        deletion: &crate::zpdb_check::Deletion<'_>,
     ) -> Option<String> {
         let permit = self.budgets.before_deletion(group, deletion).await;
-        let crate::budgets::Permit::Wait(note) = permit else {
+        let crate::zpdb_check::Permit::Wait(note) = permit else {
             return None;
         };
-        let said = Said::new(crate::budgets::WAIT_REASON, "Wait", note.clone());
+        let said = Said::new(crate::zpdb_check::WAIT_REASON, "Wait", note.clone());
         self.explain_deletion(group, members, deletion.statefulset, None, said)
             .await;
         Some(note)
