@@ -1,10 +1,14 @@
-//! baton's pure core: every decision and the concepts it reads, with no I/O. Cargo keeps it
-//! pure: this crate cannot reach a kube client, tokio, HTTP or TLS, because it does not depend
-//! on them, nor on the configuration loader (the settings it reads, like
-//! [`pod_address::PodAddressing`] and [`lease::decide::LeaseTiming`], are its own plain types,
-//! which `baton_config` converts into). Each decision is a
+//! baton's pure core: every decision baton makes, the concepts it reads and the words it tells
+//! people with. Nothing else: no I/O, and no state kept between calls. Each decision is a
 //! function from a snapshot of objects (and stored state, and `now`) to what to do and why it
-//! waits; the binaries read the snapshot from their watch caches and carry the answer out.
+//! waits; the binaries read the snapshot from their watch caches, keep what lasts between
+//! passes (the controller's work queue, its deletions not seen yet, its status board) and
+//! carry the answer out.
+//!
+//! Cargo keeps it pure: this crate cannot reach a kube client, tokio, HTTP or TLS, because it
+//! does not depend on them, nor on the configuration loader (the settings it reads, like
+//! [`pod_address::PodAddressing`] and [`lease::decide::LeaseTiming`], are its own plain types,
+//! which `baton_config` converts into).
 //!
 //! # Module map
 //!
@@ -19,7 +23,7 @@
 //! | [`statefulset`] | a StatefulSet's group, replicas and ordinals as decisions read them |
 //! | [`pod_address`] | how baton addresses a pod it calls (DNS name or IP) and builds the URL |
 //! | [`names`] | the shapes of Kubernetes names, for user-written values baton puts where a name belongs |
-//! | [`rollout`] | the rollout snapshot and the planner: which pods may go now |
+//! | [`rollout`] | the rollout snapshot, the planner's walk, and its answer and wording (`rollout::model`): which pods may go now |
 //! | [`gates`] | soak, ramp, halt, health checks and hooks as gates on the plan: whether they may go now |
 //! | [`status`] | a group's status as people read it, from the snapshot, the plan and the gates |
 //! | [`scaling`] | leader/follower zones, replica mirroring and delayed downscale: the snapshot and the plan |
