@@ -323,6 +323,17 @@ impl Default for LeaseConfig {
     }
 }
 
+impl LeaseConfig {
+    /// The election's timing as the core's leader election reads it.
+    pub fn timing(&self) -> baton_core::lease::decide::LeaseTiming {
+        baton_core::lease::decide::LeaseTiming {
+            duration: self.duration.get(),
+            renew_deadline: self.renew_deadline.get(),
+            retry_period: self.retry_period.get(),
+        }
+    }
+}
+
 /// Calls to the Kubernetes API server.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
@@ -406,6 +417,16 @@ pub enum PodAddressing {
     Dns,
     /// The pod's IP address.
     Ip,
+}
+
+/// The file's spelling of addressing, into the core's, which the calls to pods are built from.
+impl From<PodAddressing> for baton_core::pod_address::PodAddressing {
+    fn from(addressing: PodAddressing) -> Self {
+        match addressing {
+            PodAddressing::Dns => Self::Dns,
+            PodAddressing::Ip => Self::Ip,
+        }
+    }
 }
 
 /// The webhook's certificate, kept by the leader controller in one `kubernetes.io/tls` Secret

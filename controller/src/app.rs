@@ -35,8 +35,8 @@ use crate::leader::MayAct;
 use crate::leader::{LeaderElector, LeaderMetrics, Leadership, Term, unique_identity};
 use crate::metrics::ControllerMetrics;
 use crate::queue;
+use crate::rollout::pending::PendingDeletions;
 use crate::rollout::reconcile::Rollouts;
-use baton_core::rollout::pending::PendingDeletions;
 
 /// How long tasks get to finish after shutdown starts (the Lease release is one of them).
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
@@ -72,7 +72,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
         touched.clone(),
     );
     // The zone-aware disruption budgets rollout deletions consult (none without the CRD).
-    let (budgets, budget_watch) = crate::budgets::ZoneBudgets::start(
+    let (budgets, budget_watch) = crate::zpdb_check::ZoneBudgets::start(
         client.clone(),
         &config.namespace,
         caches.clone(),
@@ -90,7 +90,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
         config.kubernetes.request_timeout.get(),
     );
     // What the leader's reconciles remember for the status page (the ops server reads it).
-    let status_board = baton_core::status::StatusBoard::default();
+    let status_board = crate::status::StatusBoard::default();
     // The ops server, with the status page: every replica serves it from its own caches.
     let status_routes = crate::status::StatusRoutes {
         namespace: config.namespace.clone(),

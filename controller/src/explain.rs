@@ -17,6 +17,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use baton_core::explained::Explained;
 use baton_shared::kube_client::bounded;
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
@@ -45,6 +46,18 @@ pub struct Explanation {
     pub action: String,
     /// The sentence a person reads.
     pub note: String,
+}
+
+impl Explanation {
+    /// The Event of a warning, the planner's or a gate's: a person should fix what it names.
+    pub fn of_warning(warning: &impl Explained) -> Self {
+        Self {
+            severity: Severity::Warning,
+            reason: warning.kind().to_owned(),
+            action: "Validate".to_owned(),
+            note: warning.to_string(),
+        }
+    }
 }
 
 /// Logs explanations and queues them for the [`EventPublisher`], skipping repeats. Cheap to

@@ -21,16 +21,16 @@ use serde_json::json;
 use tower_test::mock;
 
 use super::GroupReconciler;
-use crate::budgets::ZoneBudgets;
 use crate::cache::Caches;
 use crate::explain::Explainer;
 use crate::leader::MayAct;
 use crate::metrics::ControllerMetrics;
+use crate::rollout::pending::PendingDeletions;
 use crate::rollout::reconcile::Rollouts;
 use crate::scaling::Scaler;
-use baton_core::rollout::pending::PendingDeletions;
-use baton_core::status::StatusBoard;
-use baton_shared::budgets::Known;
+use crate::status::StatusBoard;
+use crate::zpdb_check::ZoneBudgets;
+use baton_shared::zpdb_cache::Known;
 
 const NAMESPACE: &str = "mimir";
 const GROUP: &str = "ingester";

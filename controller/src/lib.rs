@@ -1,6 +1,11 @@
-//! baton-controller as a library: the thin Kubernetes layer around the pure decisions of
-//! `baton_core` (the planner, the gates, the status view). The binary in `main.rs` only calls
-//! [`app::run`].
+//! baton-controller as a library: everything the controller does that is not a decision. It
+//! reads snapshots from its watch caches, keeps what lasts between passes (the work queue, the
+//! Lease term, the deletions the cache has not shown yet, the status board), and carries out
+//! what `baton_core` decides (the planner, the gates, scaling, the zone-aware budgets, the
+//! Lease, the certificates): deletions, partitions, gate state, `/scale`, calls to pods and
+//! hooks, Events and metrics. The decisions are the core's; the one pure function here,
+//! [`zpdb_check::judge`], applies the core's budget decision to what the caches hold. The
+//! binary in `main.rs` only calls [`app::run`].
 //!
 //! # Module map
 //!
@@ -11,15 +16,15 @@
 //! | [`cache`] | watch-fed caches of group StatefulSets and of pods (as `baton_core::pods::CachedPod`, `baton_shared::pod_cache`); routes each change to its group |
 //! | [`group`] | the reconcile of one group: one snapshot, scaling and the rollout run beside each other over it |
 //! | [`queue`] | the per-group work queue: coalescing, one run per group at a time, one timer per group, backoff |
-//! | [`rollout`] | the rollout pass over a group (plan with `baton_core::rollout`, gate, explain, act) and the executor of its deletions |
+//! | [`rollout`] | the rollout pass over a group (plan with `baton_core::rollout`, gate, explain, act), the executor of its deletions, the deletions the cache has not shown yet |
 //! | [`gates`] | the gates' I/O: health check runs and hook calls within the operator's bounds, the Prometheus client, storing the gate's state (the decision is `baton_core::gates`) |
 //! | [`scaling`] | leader/follower zones, replica mirroring, delayed downscale carried out (planned by `baton_core::scaling`) |
 //! | [`certificates`] | the webhook's certificate and CA bundle injection (decided by `baton_core::certificates`) |
 //! | [`explain`] | Events and log lines saying what baton does and why it waits, off the critical path |
 //! | [`metrics`] | the Go operator's metric names and baton's own |
-//! | [`status`] | the status page and its JSON, served from the caches with `baton_core::status` (each group's view, the leader's history) |
+//! | [`status`] | the status page and its JSON, served from the caches with `baton_core::status` (each group's view), and the leader's history of each group (its board) |
 //! | [`phased`] | PhasedRollouts (`sts.plus`) served as groups of their own, rolled by partition through a check; their status |
-//! | [`budgets`] | the zone-aware disruption budgets a rollout deletion consults: their cache (`baton_shared::budgets`, the webhook's too), the decision on the caches ([`budgets::judge`], pure), the claim in the budget's record |
+//! | [`zpdb_check`] | a rollout deletion checked against the zone-aware disruption budgets: their cache (`baton_shared::zpdb_cache`, the webhook's too), the decision on the caches ([`zpdb_check::judge`], pure), the claim in the budget's record |
 //!
 //! # From a watch event to an action
 //!
@@ -33,7 +38,6 @@
 //! through the queue's timer for the group.
 
 pub mod app;
-pub mod budgets;
 pub mod cache;
 pub mod certificates;
 pub mod explain;
@@ -46,3 +50,4 @@ pub mod queue;
 pub mod rollout;
 pub mod scaling;
 pub mod status;
+pub mod zpdb_check;

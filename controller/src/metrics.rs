@@ -27,8 +27,9 @@ pub struct ControllerMetrics {
     pub pods_ready: IntGaugeVec,
     pub group_waiting: IntGaugeVec,
     /// `{rollout_group, reason}`: 1 for the reason the group waits now, as the status page
-    /// says it (a zone-aware budget's, a gate's [`GateWait::kind`](baton_core::gates::GateWait::kind),
-    /// else the planner's [`WaitReason::kind`](baton_core::rollout::plan::WaitReason::kind)); one
+    /// says it (a zone-aware budget's, else the kind of a gate's
+    /// [`GateWait`](baton_core::gates::GateWait), else of the planner's
+    /// [`WaitReason`](baton_core::rollout::WaitReason)); one
     /// series per waiting group at most, none for a group that does not wait.
     pub waiting_reason: IntGaugeVec,
     pub pod_deletions: IntCounterVec,
@@ -242,7 +243,7 @@ impl ControllerMetrics {
         }
     }
 
-    /// Records why `group` waits now (a [`WaitReason::kind`](baton_core::rollout::plan::WaitReason::kind);
+    /// Records why `group` waits now (the kind of a [`WaitReason`](baton_core::rollout::WaitReason);
     /// `None`: it does not), removing the series of the reason it waited for before.
     pub fn record_wait_reason(&self, group: &str, reason: Option<&'static str>) {
         let before = {

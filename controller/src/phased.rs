@@ -45,7 +45,7 @@ pub struct PhasedRollouts {
     pub request_timeout: Duration,
     pub caches: Caches,
     pub leadership: Leadership,
-    pub board: baton_core::status::StatusBoard,
+    pub board: crate::status::StatusBoard,
     pub explainer: Explainer,
 }
 

@@ -4,7 +4,8 @@
 //! - [`prometheus`]: Prometheus' `model.ParseDuration` (`1h`, `2d`, `1w`): the
 //!   delayed-downscale annotation;
 //! - people's own, in baton's configuration file: `baton_config::Duration` (humantime: `30s`,
-//!   `1h30m`, `90d`), which lives with the configuration so that it needs nothing else.
+//!   `1h30m`, `90d`), which lives with the configuration; the core reads the plain
+//!   `std::time::Duration`s the configuration hands it.
 
 pub mod go;
 pub mod prometheus;

@@ -2,7 +2,7 @@
 //! decisions read and change them. The downscale ledger of a rollout group is ONE ConfigMap per
 //! group (`baton-downscale-<group>` in the StatefulSets' namespace) whose data maps a StatefulSet
 //! name to its last approved downscale; the zone-aware budgets' eviction records
-//! ([`crate::budgets::record`]) are kept the same way. Reading, writing and the claim loop are
+//! ([`crate::zpdb::record`]) are kept the same way. Reading, writing and the claim loop are
 //! `baton_shared::ledger`.
 //!
 //! Why: webhook replicas share nothing in memory, so "no other zone was downscaled within its

@@ -1,8 +1,14 @@
-//! baton's pure core: every decision and the concepts it reads, with no I/O. Cargo keeps it
-//! pure: this crate cannot reach a kube client, tokio, HTTP or TLS, because it does not depend
-//! on them (it reads the operator's typed settings from `baton_config`). Each decision is a
+//! baton's pure core: every decision baton makes, the concepts it reads and the words it tells
+//! people with. Nothing else: no I/O, and no state kept between calls. Each decision is a
 //! function from a snapshot of objects (and stored state, and `now`) to what to do and why it
-//! waits; the binaries read the snapshot from their watch caches and carry the answer out.
+//! waits; the binaries read the snapshot from their watch caches, keep what lasts between
+//! passes (the controller's work queue, its deletions not seen yet, its status board) and
+//! carry the answer out.
+//!
+//! Cargo keeps it pure: this crate cannot reach a kube client, tokio, HTTP or TLS, because it
+//! does not depend on them, nor on the configuration loader (the settings it reads, like
+//! [`pod_address::PodAddressing`] and [`lease::decide::LeaseTiming`], are its own plain types,
+//! which `baton_config` converts into).
 //!
 //! # Module map
 //!
@@ -11,19 +17,20 @@
 //! | [`admission`] | admission decisions on domain types (a downscale, an eviction, a change to baton's state) to a typed verdict |
 //! | [`annotations`] | the labels and annotations of the contract with the Go operator's users, and their parsing |
 //! | [`duration`] | the two duration syntaxes users write (Go's and Prometheus') |
+//! | [`explained`] | what baton tells people (waits, warnings, notices) in one shape: a stable kind, a StatefulSet, a message |
 //! | [`clock`] | how far apart clocks may be before a recorded time is not believed |
 //! | [`pods`] | a pod as decisions read it ([`pods::CachedPod`]), readiness, ownership |
 //! | [`statefulset`] | a StatefulSet's group, replicas and ordinals as decisions read them |
 //! | [`pod_address`] | how baton addresses a pod it calls (DNS name or IP) and builds the URL |
 //! | [`names`] | the shapes of Kubernetes names, for user-written values baton puts where a name belongs |
-//! | [`rollout`] | the rollout snapshot and the planner: which pods may go now |
+//! | [`rollout`] | the rollout snapshot, the planner's walk, and its answer and wording (`rollout::model`): which pods may go now |
 //! | [`gates`] | soak, ramp, halt, health checks and hooks as gates on the plan: whether they may go now |
 //! | [`status`] | a group's status as people read it, from the snapshot, the plan and the gates |
 //! | [`scaling`] | leader/follower zones, replica mirroring and delayed downscale: the snapshot and the plan |
 //! | [`ledger`] | records replicas claim things in (the downscale ledger, the budgets' eviction records) as decisions read and change them |
 //! | [`downscale_history`] | when each StatefulSet was last downscaled, from the ledger, the Go operator's zone tracker and the annotation |
 //! | [`min_time`] | the min-time between zones' downscales: the one rule prepare-downscale and the scaling plan judge by |
-//! | [`budgets`] | zone-aware disruption budgets: the CRD, its validation, the eviction decision, the record of allowed evictions |
+//! | [`zpdb`] | zone-aware pod disruption budgets: the CRD, its validation, the eviction decision, the record of allowed evictions |
 //! | [`lease`] | leader election: what a candidate does next from what it has seen of the Lease, on its own clock |
 //! | [`phased`] | the phased rollout operator's `PhasedRollout`, turned into a group baton rolls by partition, and its status |
 //! | [`certificates`] | the webhook's serving certificate and CA: what to write next and when, rotation included |
@@ -40,7 +47,7 @@
 //!   [`min_time`], the scaling plan's rule too, over [`downscale_history`] and the [`ledger`]);
 //!   the webhook claims it.
 //! - A change to baton's state: [`admission::state`].
-//! - An eviction or a rollout deletion under a budget: [`budgets::decide()`] (an eviction's
+//! - An eviction or a rollout deletion under a budget: [`zpdb::decide()`] (an eviction's
 //!   review through [`admission::eviction`]); the webhook and the controller claim it in the
 //!   budget's record.
 //! - The Lease ([`lease`]) and the webhook's certificate ([`certificates`]): the controller.
@@ -80,11 +87,11 @@ macro_rules! namespaced_resource {
 
 pub mod admission;
 pub mod annotations;
-pub mod budgets;
 pub mod certificates;
 pub mod clock;
 pub mod downscale_history;
 pub mod duration;
+pub mod explained;
 pub mod gates;
 pub mod lease;
 pub mod ledger;
@@ -99,3 +106,4 @@ pub mod statefulset;
 pub mod status;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
+pub mod zpdb;

@@ -6,10 +6,18 @@
 use std::fmt;
 use std::net::IpAddr;
 
-use baton_config::PodAddressing;
 use k8s_openapi::api::apps::v1::StatefulSet;
 
 use crate::annotations::{PREPARE_DOWNSCALE_PATH_ANNOTATION, PREPARE_DOWNSCALE_PORT_ANNOTATION};
+
+/// How pods are addressed (`pods.address_by` in baton's configuration, which converts into this).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PodAddressing {
+    /// The pod's cluster DNS name through the StatefulSet's governing Service.
+    Dns,
+    /// The pod's IP address.
+    Ip,
+}
 
 /// What is needed to address one pod.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -22,12 +22,12 @@ use baton_core::annotations::{
     PREPARE_DELAYED_DOWNSCALE_URL_ANNOTATION, ROLLOUT_PAUSED_ANNOTATION,
     UPSCALE_ONLY_WHEN_LEADER_READY_ANNOTATION,
 };
-use baton_core::budgets::record::{recently_allowed, with_eviction};
-use baton_core::budgets::spec::{Budget, ZoneAwarePodDisruptionBudget};
 use baton_core::clock::MAX_CLOCK_SKEW;
 use baton_core::downscale_history::{Records, ZoneTracker, follow_up_claims, last_downscale};
 use baton_core::duration::{go, prometheus};
 use baton_core::ledger::Ledger;
+use baton_core::zpdb::record::{recently_allowed, with_eviction};
+use baton_core::zpdb::spec::{Budget, ZoneAwarePodDisruptionBudget};
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use proptest::prelude::*;

@@ -57,6 +57,7 @@
 //! this one keeps the cluster simple and varies what the gate sees. Environment: plain
 //! `cargo test` runs 2,000 scenarios; `SIM_SCENARIOS=N`, `SIM_SEED=S` (replay and print one).
 
+use baton_core::explained::Explained;
 use std::collections::BTreeMap;
 use std::fmt;
 

@@ -47,6 +47,7 @@
 //! - `SIM_SCENARIOS=N` runs N scenarios; `SIM_FIRST_SEED=S` starts at seed S;
 //! - `SIM_SEED=S` replays exactly scenario S and prints its trace (add `-- --nocapture`).
 
+use baton_core::explained::Explained;
 use std::collections::BTreeMap;
 use std::fmt::{self, Write as _};
 use std::ops::Range;

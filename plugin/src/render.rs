@@ -4,6 +4,7 @@
 
 use std::io::Write;
 
+use baton_core::explained::Explained;
 use baton_core::gates::GateDecision;
 use baton_core::rollout::{Action, Plan};
 use baton_core::status::{GroupStatus, RolloutStatus, ZoneStatus};

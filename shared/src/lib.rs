@@ -10,7 +10,7 @@
 //! | [`reflect`] | a watch into a kube-runtime store of whole objects, with what a change concerns handed to the caller |
 //! | [`index`] | a watch into an index of one's own form (relists given whole, each object converted as it arrives) |
 //! | [`pod_cache`] | the namespace's pods as `baton_core::pods::CachedPod`, an [`index`] |
-//! | [`budgets`] | the namespace's zone-aware disruption budgets, parsed once per version, an [`index`] both binaries judge with |
+//! | [`zpdb_cache`] | the namespace's zone-aware disruption budgets, watched and parsed once per version, an [`index`] both binaries judge with |
 //! | [`ledger`] | reading and conditionally writing a record, and the one claim loop every racing writer uses |
 //! | [`downscale_history`] | reading the Go operator's zone tracker and writing one entry of it |
 //! | [`pod_client`] | the bounded, measured HTTP client for calls to pods |
@@ -27,7 +27,6 @@
 //! writer to wake). Decisions then read the caches, and what they claim goes through [`ledger`]
 //! (conditional writes, judged again on conflict).
 
-pub mod budgets;
 pub mod cli;
 pub mod crypto;
 pub mod downscale_history;
@@ -46,3 +45,4 @@ pub mod reflect;
 pub mod shutdown;
 pub mod supervisor;
 pub mod telemetry;
+pub mod zpdb_cache;

@@ -2,10 +2,10 @@
 //! 100 pods, one budget, in zone and partition mode, allowed and denied. The snapshot is what
 //! the webhook's watch caches hold (slimmed pods). `cargo bench -p baton-webhook --bench zpdb`.
 
-use baton_core::budgets::{
+use baton_core::pods::{CachedPod, PodsByStatefulSet};
+use baton_core::zpdb::{
     Budget, EvictionSnapshot, Observed, RecentlyAllowed, ZoneAwarePodDisruptionBudget, decide,
 };
-use baton_core::pods::{CachedPod, PodsByStatefulSet};
 use criterion::{Criterion, criterion_group, criterion_main};
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::apps::v1::StatefulSet;

@@ -1,6 +1,6 @@
 //! `/admission/pod-eviction` at run time: the watch caches the decision reads (pods,
 //! StatefulSets and budgets of the watched namespace, slimmed to what the decision needs) and
-//! the claim of an allowed eviction in the budget's record (see `admission::budgets`).
+//! the claim of an allowed eviction in the budget's record (see `admission::zpdb_reviews`).
 //!
 //! The pods are watched from the first budget on: until a namespace has one, every eviction is
 //! allowed without looking at its pod, and a webhook in a namespace of thousands of pods that
@@ -16,12 +16,10 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex, RwLock};
 
-use baton_core::budgets::{
-    AllowReason, EvictionSnapshot, Observed, RecentlyAllowed, Verdict, decide,
-};
 use baton_core::pods::{CachedPod, PodsByStatefulSet};
-use baton_shared::budgets::{BudgetEvents, Budgets};
+use baton_core::zpdb::{AllowReason, EvictionSnapshot, Observed, RecentlyAllowed, Verdict, decide};
 use baton_shared::pod_cache::{self, PodCache};
+use baton_shared::zpdb_cache::{BudgetEvents, Budgets};
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
@@ -29,13 +27,13 @@ use kube::runtime::watcher;
 use kube::{Api, Client};
 use prometheus::{IntCounter, IntCounterVec, IntGauge, Opts, Registry};
 
-use crate::admission::budgets::{self as admission, Eviction};
+use crate::admission::zpdb_reviews::{self as admission, Eviction};
 use crate::statefulsets::{CachedStatefulSet, StatefulSetCache};
 use baton_core::admission::{Reason, Verdict as AdmissionVerdict};
-use baton_core::budgets::record::{
+use baton_core::ledger::{Judged, Ledger};
+use baton_core::zpdb::record::{
     RECORD_EXPIRY, RECORD_LABEL, recently_allowed, record_name, with_eviction,
 };
-use baton_core::ledger::{Judged, Ledger};
 use baton_shared::ledger::{self, CLAIM_ATTEMPTS, ClaimError, Written};
 
 /// Evictions judged, by reason and status (the Go operator's name and labels).

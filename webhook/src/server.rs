@@ -21,7 +21,7 @@ use crate::admission::no_downscale::{self, Assessment};
 use crate::admission::prepare_downscale::{self, flow::PrepareDownscale};
 use crate::admission::review::{self, AdmissionRequest, Review};
 use crate::admission::{Decision, Outcome};
-use crate::admission::{budgets, state_guard};
+use crate::admission::{state_guard, zpdb_reviews};
 use crate::evictions::Evictions;
 use crate::metrics::{WebhookMetrics, route_label};
 use crate::parents::ParentCache;
@@ -323,7 +323,7 @@ async fn body_permit(
 /// pod-eviction, under the request deadline; running out of time refuses for now (429), as
 /// the eviction may be one a budget forbids.
 async fn judge_pod_eviction(state: &WebhookState, request: &AdmissionRequest<'_>) -> Verdict {
-    let eviction = match budgets::assess_eviction(request) {
+    let eviction = match zpdb_reviews::eviction_of(request) {
         Ok(eviction) => eviction,
         Err(verdict) => return verdict,
     };
@@ -348,7 +348,7 @@ async fn judge_pod_eviction(state: &WebhookState, request: &AdmissionRequest<'_>
 /// zpdb-validation: a pure function of the review.
 fn judge_zpdb(state: &WebhookState, request: &AdmissionRequest<'_>) -> Verdict {
     match &state.evictions {
-        Some(evictions) => budgets::validate(request, evictions.namespace()),
+        Some(evictions) => zpdb_reviews::validate(request, evictions.namespace()),
         None => Verdict::Unjudged(JudgingFailed::BudgetsNotWatched { what: "the change" }),
     }
 }
@@ -387,7 +387,7 @@ async fn judge_no_downscale(state: &WebhookState, request: &AdmissionRequest<'_>
 /// prepare-downscale: what the review alone decides is answered here; the rest runs as a
 /// tracked task that ends by its own deadline.
 async fn judge_prepare_downscale(state: &WebhookState, request: &AdmissionRequest<'_>) -> Verdict {
-    let prepare = match prepare_downscale::assess(request) {
+    let prepare = match prepare_downscale::prepare_request_of(request) {
         Ok(prepare) => prepare,
         Err(verdict) => return verdict,
     };

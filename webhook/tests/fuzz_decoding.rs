@@ -152,7 +152,7 @@ fn judge_everything(review: &Review<'_>) -> Result<(), TestCaseError> {
             check_decision(&no_downscale::judge(&downscale, None))?;
         }
     }
-    if let Err(decision) = prepare_downscale::assess(&review.request) {
+    if let Err(decision) = prepare_downscale::prepare_request_of(&review.request) {
         check_decision(&decision)?;
     }
     Ok(())

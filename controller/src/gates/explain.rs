@@ -7,6 +7,7 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use kube::Resource;
 
 use crate::explain::{Explainer, Explanation, Severity};
+use baton_core::explained::Explained;
 use baton_core::gates::{GateDecision, GateWait};
 
 /// Publishes the decision's warnings, notices and wait. Halted and an invalid gate are Warnings (a
@@ -26,13 +27,9 @@ pub async fn explain(
         let Some(member) = warning.statefulset().and_then(find) else {
             continue;
         };
-        let explanation = Explanation {
-            severity: Severity::Warning,
-            reason: warning.kind().to_owned(),
-            action: "Validate".to_owned(),
-            note: warning.to_string(),
-        };
-        explainer.tell(&member.object_ref(&()), explanation).await;
+        explainer
+            .tell(&member.object_ref(&()), Explanation::of_warning(warning))
+            .await;
     }
     for notice in &decision.notices {
         let Some(member) = find(notice.statefulset()) else {

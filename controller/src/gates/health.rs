@@ -1,7 +1,11 @@
-//! The `RolloutHealthCheck` (baton.dev/v1alpha1): its spec as read, the check policy it gives,
-//! its queries rendered for a zone, and the verdict on Prometheus' answers, all pure; then
-//! [`run`], which reads the check and its Secrets under the operator's bounds
-//! ([`super::egress`]) and starts the queries beside the reconcile ([`super::calls`]).
+//! Health checks at run time, the part that needs the cluster and the network: [`run`] reads a
+//! group's `RolloutHealthCheck` (baton.dev/v1alpha1) and its Secrets under the operator's
+//! bounds ([`super::egress`]), connects to its Prometheus and starts the queries beside the
+//! reconcile ([`super::calls`]); [`evaluate`] is a group's whole gate pass, the check run when
+//! due. What a
+//! check is (its spec as read, the policy it gives, its queries rendered for a zone, the
+//! verdict on Prometheus' answers) is pure, and the core's: `baton_core::gates::health_check`
+//! and `baton_core::gates::checks`.
 
 use std::collections::BTreeMap;
 use std::time::Duration;

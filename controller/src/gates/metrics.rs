@@ -2,9 +2,10 @@
 
 use prometheus::{IntCounterVec, IntGaugeVec, Opts, Registry};
 
+use baton_core::explained::Explained;
 use baton_core::gates::{GateNotice, GateWait};
 
-/// Every [`GateWait::kind`], so that a group's series for the other kinds read 0.
+/// Every [`GateWait`]'s kind ([`Explained::kind`]), so that a group's series for the other kinds read 0.
 const KINDS: [&str; 12] = [
     "Halted",
     "InvalidGate",

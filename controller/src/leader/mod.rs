@@ -141,7 +141,7 @@ impl LeaderElector<KubeLeaseStore> {
     ) -> Self {
         Self::with_store(
             KubeLeaseStore::new(client, namespace, &config.name),
-            LeaseTiming::from_config(config),
+            config.timing(),
             identity,
             request_timeout,
         )

@@ -15,8 +15,8 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 
+use crate::rollout::pending::PendingDeletions;
 use baton_core::annotations::PARTITION_ANNOTATION;
-use baton_core::rollout::pending::PendingDeletions;
 
 /// What happened to an action.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

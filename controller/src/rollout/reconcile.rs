@@ -5,6 +5,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use baton_core::explained::Explained;
 use baton_core::pods::CachedPod;
 use baton_shared::kube_client::bounded;
 use k8s_openapi::api::apps::v1::StatefulSet;
@@ -19,9 +20,9 @@ use crate::gates::{self, store};
 use crate::leader::MayAct;
 use crate::metrics::{ControllerMetrics, PodCounts};
 use crate::queue::Requeue;
-use baton_core::rollout::pending::PendingDeletions;
+use crate::rollout::pending::PendingDeletions;
+use crate::status::StatusBoard;
 use baton_core::rollout::{Action, GroupSnapshot, Plan, WaitReason, replacement_note};
-use baton_core::status::StatusBoard;
 use baton_core::status::model::ActionRecord;
 
 /// The rollout side of every group's reconcile (scaling is its sibling: see
@@ -35,7 +36,7 @@ pub struct Rollouts {
     pub pending: PendingDeletions,
     /// Consulted before every deletion that takes availability away: a drain and a rollout
     /// together must never exceed a zone-aware budget.
-    pub budgets: crate::budgets::ZoneBudgets,
+    pub budgets: crate::zpdb_check::ZoneBudgets,
     /// The leader's history for the status page: why each group waits since when, what it did.
     pub status: StatusBoard,
     /// Health check runs and hook calls, within the operator's bounds.
@@ -140,15 +141,11 @@ impl Rollouts {
         // What the status page says the group waits for, and since when: the budget that held a
         // deletion, else the gate, else the planner.
         let waiting = match &held {
-            Some(note) => Some((crate::budgets::WAIT_REASON, note.clone())),
+            Some(note) => Some((crate::zpdb_check::WAIT_REASON, note.clone())),
             None => gate
                 .wait()
-                .map(|wait| (wait.kind(), wait.to_string()))
-                .or_else(|| {
-                    plan.waiting
-                        .as_ref()
-                        .map(|wait| (wait.kind(), wait.to_string()))
-                }),
+                .map(Explained::kind_and_message)
+                .or_else(|| plan.waiting.as_ref().map(Explained::kind_and_message)),
         };
         // The metric names the reason only while the group has pods to roll.
         let reason = waiting.as_ref().map(|(kind, _)| *kind);
@@ -158,7 +155,7 @@ impl Rollouts {
         let recheck = plan.recheck_after.map_or(Requeue::Never, Requeue::at);
         Ok(match held {
             // The budget's record of claims is not watched: look again soon.
-            Some(_) => recheck.sooner(Requeue::After(crate::budgets::RECHECK_AFTER)),
+            Some(_) => recheck.sooner(Requeue::After(crate::zpdb_check::RECHECK_AFTER)),
             None => recheck,
         })
     }
@@ -179,14 +176,11 @@ impl Rollouts {
     async fn explain(&self, group: &str, members: &[Arc<StatefulSet>], plan: &Plan) {
         for warning in &plan.warnings {
             if let Some(statefulset) = find(members, warning.statefulset()) {
-                let explanation = Explanation {
-                    severity: Severity::Warning,
-                    reason: warning.kind().to_owned(),
-                    action: "Validate".to_owned(),
-                    note: warning.to_string(),
-                };
                 self.explainer
-                    .tell(&statefulset.object_ref(&()), explanation)
+                    .tell(
+                        &statefulset.object_ref(&()),
+                        Explanation::of_warning(warning),
+                    )
                     .await;
             }
         }
@@ -249,7 +243,7 @@ impl Rollouts {
                     uid,
                     unavailable,
                 } => {
-                    let deletion = crate::budgets::Deletion {
+                    let deletion = crate::zpdb_check::Deletion {
                         statefulset,
                         pod,
                         free_replacement: unavailable.is_some(),
@@ -311,7 +305,7 @@ impl Rollouts {
                         let free_replacement = plan.actions.iter().any(|action| {
                             matches!(action, Action::DeletePod { pod, unavailable: Some(_), .. } if *pod == release.pod)
                         });
-                        let deletion = crate::budgets::Deletion {
+                        let deletion = crate::zpdb_check::Deletion {
                             statefulset,
                             pod: &release.pod,
                             free_replacement,
@@ -371,13 +365,13 @@ impl Rollouts {
         &self,
         group: &str,
         members: &[Arc<StatefulSet>],
-        deletion: &crate::budgets::Deletion<'_>,
+        deletion: &crate::zpdb_check::Deletion<'_>,
     ) -> Option<String> {
         let permit = self.budgets.before_deletion(group, deletion).await;
-        let crate::budgets::Permit::Wait(note) = permit else {
+        let crate::zpdb_check::Permit::Wait(note) = permit else {
             return None;
         };
-        let said = Said::new(crate::budgets::WAIT_REASON, "Wait", note.clone());
+        let said = Said::new(crate::zpdb_check::WAIT_REASON, "Wait", note.clone());
         self.explain_deletion(group, members, deletion.statefulset, None, said)
             .await;
         Some(note)

@@ -6,13 +6,15 @@
 //! own caches with the planner's own code (`baton_core::status::view`, pure) — the page never
 //! disagrees with what the controller would do, and a standby answers too. What the caches
 //! cannot tell (since when a group waits, which pods were deleted) the leader records as it
-//! reconciles (`baton_core::status::StatusBoard`); a standby says it is one and names the
-//! leader.
+//! reconciles ([`board`]); a standby says it is one and names the leader.
 //!
+//! - [`board`]: the leader's per-group memory (since when a group waits, its last actions);
 //! - [`html`]: the page, server-rendered, every cluster string escaped;
 //! - [`routes`]: the two routes on the ops server, the only I/O (the caches, the Lease).
 
+pub mod board;
 pub mod html;
 pub mod routes;
 
+pub use board::StatusBoard;
 pub use routes::{StatusError, StatusRoutes};

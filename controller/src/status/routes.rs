@@ -12,11 +12,11 @@ use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use serde::Deserialize;
 
+use super::board::StatusBoard;
 use super::html;
 use crate::cache::Caches;
 use crate::leader::Leadership;
 use baton_core::statefulset::group_of;
-use baton_core::status::board::StatusBoard;
 use baton_core::status::model::{Replica, Role, RolloutStatus};
 use baton_core::status::view;
 

@@ -1,9 +1,9 @@
 //! An eviction of a pod as the pod-eviction webhook judges it, and a zone-aware disruption
 //! budget as zpdb-validation judges it. The eviction decision itself is
-//! [`crate::budgets::decide()`]; this module says which requests are evictions to judge and
+//! [`crate::zpdb::decide()`]; this module says which requests are evictions to judge and
 //! turns the budgets' verdict into an admission one (denials are for now: a drain retries).
 
-use crate::budgets::{self, Budget, ZoneAwarePodDisruptionBudget};
+use crate::zpdb::{self, Budget, ZoneAwarePodDisruptionBudget};
 
 use super::verdict::{Reason, Verdict};
 
@@ -34,10 +34,10 @@ pub fn is_judged(resource: &str, sub_resource: &str, operation: &str) -> Result<
 }
 
 /// The admission verdict of the budgets' verdict: denials are for now, so a drain retries them.
-pub fn answer(verdict: &budgets::Verdict) -> Verdict {
+pub fn answer(verdict: &zpdb::Verdict) -> Verdict {
     match verdict {
-        budgets::Verdict::Allowed { message, .. } => Verdict::allow_with_message(message.clone()),
-        budgets::Verdict::Denied { message, .. } => {
+        zpdb::Verdict::Allowed { message, .. } => Verdict::allow_with_message(message.clone()),
+        zpdb::Verdict::Denied { message, .. } => {
             Verdict::refuse_for_now(Reason::Budget, message.clone())
         }
     }
@@ -118,8 +118,8 @@ mod tests {
 
     #[test]
     fn budget_denials_are_for_now() {
-        let denied = budgets::Verdict::Denied {
-            reason: budgets::DenyReason::OtherZoneUnavailable,
+        let denied = zpdb::Verdict::Denied {
+            reason: zpdb::DenyReason::OtherZoneUnavailable,
             message: "wait".into(),
         };
         assert_eq!(

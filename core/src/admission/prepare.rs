@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use baton_config::PodAddressing;
+use crate::pod_address::PodAddressing;
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::StatefulSet;
 

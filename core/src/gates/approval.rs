@@ -3,7 +3,7 @@
 //! writes `baton.dev/approved`).
 //!
 //! An approval counts once every member carries it (`kubectl baton approve` writes it on each):
-//! one member alone approves nothing ([`approved`]).
+//! one member alone approves nothing ([`approved`], read with the other keys).
 //!
 //! A step is named by what it is about, never by when it was asked: the zone, the revision it
 //! rolls to, and the pods already updated there (`ingester-zone-a/ingester-zone-a-5d8f/1`), or
@@ -25,41 +25,10 @@ use std::collections::BTreeSet;
 
 use crate::rollout::{GroupSnapshot, Plan};
 
-use super::decide::{GateDecision, GateVerdict, GateWait, deleted_in};
-use super::keys::{APPROVED_ANNOTATION, GateConfig};
+use super::decision::{GateDecision, GateVerdict, GateWait, deleted_in};
+use super::keys::GateConfig;
 
-/// Separates step names in `baton.dev/approved` (revision names are DNS labels: never in one).
-pub const SEPARATOR: char = ',';
-
-/// The steps approved so far: the names every member's `baton.dev/approved` carries
-/// (`kubectl baton approve` writes the step on each). One member's word alone approves nothing:
-/// whoever may create a StatefulSet with the group's label, without any right on its members,
-/// must not approve their steps.
-pub fn approved(group: &GroupSnapshot) -> BTreeSet<&str> {
-    let mut members = group.statefulsets.iter();
-    let Some(first) = members.next() else {
-        return BTreeSet::new();
-    };
-    members.fold(steps_of(first), |agreed, member| {
-        let theirs = steps_of(member);
-        agreed.intersection(&theirs).copied().collect()
-    })
-}
-
-/// The steps one member's `baton.dev/approved` names.
-pub(crate) fn steps_of(member: &crate::rollout::StatefulSetSnapshot) -> BTreeSet<&str> {
-    member
-        .annotations
-        .get(APPROVED_ANNOTATION)
-        .map(|value| {
-            value
-                .split(SEPARATOR)
-                .map(str::trim)
-                .filter(|name| !name.is_empty())
-                .collect()
-        })
-        .unwrap_or_default()
-}
+pub use super::keys::{SEPARATOR, approved};
 
 /// The canary's approval names the revisions the whole group rolls to.
 fn canary_step(group: &GroupSnapshot) -> String {

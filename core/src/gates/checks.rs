@@ -31,7 +31,7 @@ use std::fmt;
 use jiff::{SignedDuration, Timestamp};
 use serde::{Deserialize, Serialize};
 
-use super::decide::{AnnotationWrite, GateDecision, GateNotice, GateVerdict, GateWait};
+use super::decision::{AnnotationWrite, GateDecision, GateNotice, GateVerdict, GateWait};
 use super::keys::{CHECK_STATE_ANNOTATION, GateWarning, HALTED_ANNOTATION, STATE_ANNOTATION};
 use super::rollback::ROLLBACK_ANNOTATION;
 use crate::rollout::{GroupSnapshot, Plan};

@@ -1,6 +1,7 @@
 //! Scenarios for the health-check gate, composed with the real planner and gate decision.
 
 use super::*;
+use crate::explained::Explained;
 use crate::gates::decide::tests::{annotated, cleared, deleted_zones, group, now, secs, zone};
 use crate::gates::{HEALTH_CHECK_ANNOTATION, decide};
 

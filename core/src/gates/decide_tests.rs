@@ -5,6 +5,8 @@ use crate::annotations::ROLLOUT_PAUSED_ANNOTATION;
 use jiff::{SignedDuration, Timestamp};
 
 use super::*;
+use crate::explained::Explained;
+use crate::gates::decision::GateVerdict;
 use crate::gates::keys::{HALTED_ANNOTATION, SOAK_ANNOTATION};
 use crate::rollout::{Action, StatefulSetSnapshot, plan};
 use crate::testing;

@@ -13,7 +13,7 @@
 use jiff::{SignedDuration, Timestamp};
 use serde::{Deserialize, Serialize};
 
-use super::decide::{AnnotationWrite, GateDecision, GateVerdict, GateWait};
+use super::decision::{AnnotationWrite, GateDecision, GateVerdict, GateWait};
 use super::keys::{HALTED_ANNOTATION, HOOK_STATE_ANNOTATION, STATE_ANNOTATION};
 use super::state::GateState;
 use crate::rollout::{GroupSnapshot, Plan};
@@ -21,22 +21,7 @@ use crate::rollout::{GroupSnapshot, Plan};
 /// Failed attempts after which the group halts.
 pub const ATTEMPTS: u32 = 5;
 
-/// When in a zone's rollout a hook is called.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum HookPhase {
-    BeforeZone,
-    AfterZone,
-}
-
-/// A hook call to make now.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HookCall {
-    pub url: String,
-    pub zone: String,
-    pub phase: HookPhase,
-    pub from_revision: Option<String>,
-    pub to_revision: String,
-}
+pub use super::decision::{HookCall, HookPhase};
 
 /// One hook's state.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

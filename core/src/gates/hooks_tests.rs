@@ -1,6 +1,7 @@
 //! Scenarios for rollout hooks, composed with the real planner and zone gate.
 
 use super::*;
+use crate::explained::Explained;
 use crate::gates::decide::tests::{annotated, cleared, deleted_zones, group, now, secs, zone};
 use crate::gates::{HOOK_ANNOTATION, decide};
 

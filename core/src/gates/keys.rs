@@ -10,13 +10,16 @@
 //! outcome the key exists to prevent, and it cannot be undone. Holding costs time only, and
 //! fixing the annotation resumes the rollout by itself (no person needs to resume it).
 
+use std::collections::BTreeSet;
 use std::fmt;
+
+use crate::explained::Explained;
 
 use crate::annotations::InvalidAnnotation;
 use crate::duration::go as go_duration;
 use jiff::{SignedDuration, Timestamp};
 
-use crate::rollout::GroupSnapshot;
+use crate::rollout::{GroupSnapshot, StatefulSetSnapshot};
 
 /// Annotation: how long to wait after a zone is fully updated and available before the next
 /// zone starts (Go duration syntax: `30s`, `5m`, `1h30m`; `0` for none).
@@ -87,6 +90,10 @@ pub const APPROVED_ANNOTATION: &str = "baton.dev/approved";
 /// approval.
 pub const APPROVED_BY_ANNOTATION: &str = "baton.dev/approved-by";
 
+/// Annotation: a request to roll the group back (on every member; the value says who and why).
+/// Set by `kubectl baton rollback`, by a person, or by a health check with `onFailure:
+/// Rollback`; removed by baton once the rollback started.
+pub const ROLLBACK_ANNOTATION: &str = "baton.dev/rollback";
 /// Annotation: `true` rolls the group back ([`super::rollback`]) where a gate would halt it: a
 /// health check's failures (whatever its `onFailure` says, but `Warn`) and a hook failing past
 /// its attempts. `false` (or absent): they halt.
@@ -168,9 +175,8 @@ pub enum GateWarning {
     },
 }
 
-impl GateWarning {
-    /// A short, stable identifier for the Event reason.
-    pub fn kind(&self) -> &'static str {
+impl Explained for GateWarning {
+    fn kind(&self) -> &'static str {
         match self {
             Self::InvalidAnnotation { .. } => "InvalidAnnotation",
             Self::ConflictingSoak { .. } => "ConflictingSoak",
@@ -180,7 +186,7 @@ impl GateWarning {
     }
 
     /// The StatefulSet the Event is about.
-    pub fn statefulset(&self) -> Option<&str> {
+    fn statefulset(&self) -> Option<&str> {
         match self {
             Self::InvalidAnnotation { statefulset, .. }
             | Self::UnreadableState { statefulset, .. }
@@ -418,41 +424,34 @@ pub fn read(group: &GroupSnapshot) -> (GateConfig, Vec<GateWarning>) {
     }
     // A rollback asked by some members only (none rolling back yet: baton removes a request
     // member by member once it started one) asks for nothing.
-    let asking: Vec<&crate::rollout::StatefulSetSnapshot> = group
+    let asking: Vec<&StatefulSetSnapshot> = group
         .statefulsets
         .iter()
-        .filter(|member| {
-            member
-                .annotations
-                .contains_key(super::rollback::ROLLBACK_ANNOTATION)
-        })
+        .filter(|member| member.annotations.contains_key(ROLLBACK_ANNOTATION))
         .collect();
     let rolling_back = group.statefulsets.iter().any(|member| {
         member
             .annotations
-            .contains_key(super::rollback::ROLLBACK_STATE_ANNOTATION)
+            .contains_key(crate::annotations::ROLLBACK_STATE_ANNOTATION)
     });
     if let Some(first) = asking
         .first()
         .filter(|_| asking.len() < members && !rolling_back)
     {
         warnings.push(alone(
-            super::rollback::ROLLBACK_ANNOTATION,
-            (
-                &first.name,
-                first.annotations[super::rollback::ROLLBACK_ANNOTATION].clone(),
-            ),
+            ROLLBACK_ANNOTATION,
+            (&first.name, first.annotations[ROLLBACK_ANNOTATION].clone()),
             "nothing rolls back (kubectl baton rollback writes it on every member)",
         ));
     }
     // An approval some members carry and others not (a newcomer's, or one still being written)
     // approves nothing it alone names.
-    let agreed = super::approval::approved(group);
-    if let Some(member) = group.statefulsets.iter().find(|member| {
-        super::approval::steps_of(member)
-            .iter()
-            .any(|step| !agreed.contains(step))
-    }) {
+    let agreed = approved(group);
+    if let Some(member) = group
+        .statefulsets
+        .iter()
+        .find(|member| steps_of(member).iter().any(|step| !agreed.contains(step)))
+    {
         warnings.push(alone(
             APPROVED_ANNOTATION,
             (
@@ -622,6 +621,39 @@ fn parse_soak(raw: &str) -> Option<SignedDuration> {
 pub fn format_duration(duration: SignedDuration) -> String {
     let nanos = i64::try_from(duration.as_millis()).unwrap_or(i64::MAX / 1_000_000) * 1_000_000;
     go_duration::format(nanos)
+}
+
+/// Separates step names in `baton.dev/approved` (revision names are DNS labels: never in one).
+pub const SEPARATOR: char = ',';
+
+/// The steps approved so far: the names every member's `baton.dev/approved` carries
+/// (`kubectl baton approve` writes the step on each). One member's word alone approves nothing:
+/// whoever may create a StatefulSet with the group's label, without any right on its members,
+/// must not approve their steps.
+pub fn approved(group: &GroupSnapshot) -> BTreeSet<&str> {
+    let mut members = group.statefulsets.iter();
+    let Some(first) = members.next() else {
+        return BTreeSet::new();
+    };
+    members.fold(steps_of(first), |agreed, member| {
+        let theirs = steps_of(member);
+        agreed.intersection(&theirs).copied().collect()
+    })
+}
+
+/// The steps one member's `baton.dev/approved` names.
+pub(crate) fn steps_of(member: &StatefulSetSnapshot) -> BTreeSet<&str> {
+    member
+        .annotations
+        .get(APPROVED_ANNOTATION)
+        .map(|value| {
+            value
+                .split(SEPARATOR)
+                .map(str::trim)
+                .filter(|name| !name.is_empty())
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 #[cfg(test)]

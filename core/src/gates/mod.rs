@@ -11,6 +11,8 @@
 //! The pure decision, in the order a pass applies it:
 //! - [`keys`]: baton's own annotations (prefix `baton.dev/`), parsed with errors that name key
 //!   and value; members that disagree on a check or hook hold the group;
+//! - [`decision`]: what a gate decides ([`GateDecision`]: the verdict, why it waits, what to
+//!   store and tell), the one type every gate below builds or narrows;
 //! - [`state`]: what the gate remembers across reconciles *and leaders*, stored on the
 //!   StatefulSets themselves (only baton may set it: the webhook's state guard);
 //! - [`decide()`]: soak, halt and the zone order, from the snapshot, the plan, the stored
@@ -26,6 +28,12 @@
 //! queries, calls the hooks, stores the state and tells people ([`redact`]: what its messages
 //! may show of a URL).
 //!
+//! Dependencies point one way: [`keys`] reads annotations and depends on no other gate;
+//! [`decision`] on [`keys`]; each gate ([`steps`], [`approval`], [`rollback`], [`hooks`],
+//! [`checks`]) on those two, and the hooks and checks on [`rollback`] to ask for one;
+//! [`decide()`] composes the gates, and [`health_check`] composes [`decide()`] with the checks
+//! and hooks. Nothing a gate uses depends on the gate.
+//!
 //! All of it is opt-in: a group none of whose members carries a gate key rolls exactly as
 //! without this module (docs/compatibility.md). The one exception is
 //! [`keys::HALTED_ANNOTATION`], which a person may set on any group to stop it.
@@ -34,6 +42,7 @@ pub mod answers;
 pub mod approval;
 pub mod checks;
 pub mod decide;
+pub mod decision;
 pub mod health_check;
 pub mod hooks;
 pub mod keys;
@@ -42,9 +51,8 @@ pub mod rollback;
 pub mod state;
 pub mod steps;
 
-pub use decide::{
-    AnnotationWrite, GateDecision, GateNotice, GateVerdict, GateWait, decide, decide_with,
-};
+pub use decide::{decide, decide_with};
+pub use decision::{AnnotationWrite, GateDecision, GateNotice, GateVerdict, GateWait};
 pub use keys::{
     APPROVAL_ANNOTATION, APPROVED_ANNOTATION, APPROVED_BY_ANNOTATION, BATCHES_ANNOTATION,
     BYPASS_ANNOTATION, CHECK_STATE_ANNOTATION, GateConfig, GateWarning, HALTED_ANNOTATION,

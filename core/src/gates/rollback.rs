@@ -42,10 +42,7 @@ use serde::{Deserialize, Serialize};
 use crate::annotations::rollout::{UpdateBy, update_by};
 use crate::rollout::GroupSnapshot;
 
-/// Annotation: a request to roll the group back (on every member; the value says who and why).
-/// Set by `kubectl baton rollback`, by a person, or by a health check with `onFailure:
-/// Rollback`; removed by baton once the rollback started.
-pub const ROLLBACK_ANNOTATION: &str = "baton.dev/rollback";
+pub use super::keys::ROLLBACK_ANNOTATION;
 /// Annotation written by baton only: one member's rollback ([`Record`], JSON).
 pub use crate::annotations::ROLLBACK_STATE_ANNOTATION;
 
@@ -178,11 +175,11 @@ pub fn requesters(group: &GroupSnapshot) -> Vec<&str> {
 
 /// The writes that ask for a rollback of `group` with `why`: the request on every member (what
 /// [`request`] takes), as `kubectl baton rollback` writes it and a failing check or hook does.
-pub fn ask(group: &GroupSnapshot, why: &str) -> Vec<super::AnnotationWrite> {
+pub fn ask(group: &GroupSnapshot, why: &str) -> Vec<super::decision::AnnotationWrite> {
     group
         .statefulsets
         .iter()
-        .map(|member| super::AnnotationWrite {
+        .map(|member| super::decision::AnnotationWrite {
             statefulset: member.name.clone(),
             key: ROLLBACK_ANNOTATION,
             value: Some(why.to_owned()),
@@ -418,7 +415,7 @@ fn record_from<'r>(records: &'r [(String, Record)], name: &str) -> &'r str {
 }
 
 /// The writes that mark records settled: restored members whose update revision is `to`.
-pub fn settle(group: &GroupSnapshot) -> Vec<super::AnnotationWrite> {
+pub fn settle(group: &GroupSnapshot) -> Vec<super::decision::AnnotationWrite> {
     records(group)
         .into_iter()
         .filter(|(name, record)| {
@@ -428,7 +425,7 @@ pub fn settle(group: &GroupSnapshot) -> Vec<super::AnnotationWrite> {
                     member.name == *name && member.update_revision.as_deref() == Some(&record.to)
                 })
         })
-        .map(|(statefulset, record)| super::AnnotationWrite {
+        .map(|(statefulset, record)| super::decision::AnnotationWrite {
             statefulset,
             key: ROLLBACK_STATE_ANNOTATION,
             value: Some(

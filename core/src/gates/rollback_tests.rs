@@ -2,6 +2,7 @@
 //! pods back.
 
 use super::*;
+use crate::explained::Explained;
 use crate::gates::decide::tests::deleted_zones;
 use crate::gates::{GateWait, HALTED_ANNOTATION, SOAK_ANNOTATION, decide};
 use crate::rollout::{Action, StatefulSetSnapshot};

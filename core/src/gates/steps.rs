@@ -13,7 +13,7 @@ use std::collections::BTreeSet;
 use crate::annotations::max_unavailable;
 use crate::rollout::{GroupSnapshot, Plan};
 
-use super::decide::{GateDecision, GateVerdict, GateWait, deleted_in};
+use super::decision::{GateDecision, GateVerdict, GateWait, deleted_in};
 use super::keys::GateConfig;
 
 /// How a zone's steps are sized.

@@ -7,8 +7,6 @@
 
 use std::time::{Duration, Instant};
 
-use baton_config::LeaseConfig;
-
 /// The election's timing, from `controller.lease` (validated: retry < renew deadline < duration).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LeaseTiming {
@@ -21,14 +19,6 @@ pub struct LeaseTiming {
 }
 
 impl LeaseTiming {
-    pub fn from_config(config: &LeaseConfig) -> Self {
-        Self {
-            duration: config.duration.get(),
-            renew_deadline: config.renew_deadline.get(),
-            retry_period: config.retry_period.get(),
-        }
-    }
-
     /// `leaseDurationSeconds` to write: whole seconds rounded up, so a standby reading it never
     /// waits less than `duration`.
     pub fn duration_seconds(&self) -> i32 {

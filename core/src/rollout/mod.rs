@@ -1,15 +1,19 @@
 //! Group rollouts, decided: the snapshot a decision reads ([`GroupSnapshot`], built from the
-//! caches by [`GroupSnapshot::from_kubernetes`]), the planner ([`plan()`]), and the deletions
-//! still in flight ([`pending`]). The controller carries out [`Plan::actions`].
+//! caches by [`GroupSnapshot::from_kubernetes`]), the planner's walk ([`plan()`]), what its
+//! answer is and how it reads ([`model`]: [`Plan`], [`WaitReason`], [`Warning`]), and how
+//! deletions still in flight count in a snapshot ([`pending`]). The controller carries out
+//! [`Plan::actions`].
 
+pub mod model;
 pub mod pending;
 pub mod plan;
 pub mod snapshot;
 
-pub use plan::{
+pub use model::{
     Action, Order, Plan, PodRevision, Progress, Unavailable, UnavailablePod, WaitReason, Warning,
-    plan, plan_in_order, replacement_note, unavailable,
+    replacement_note,
 };
+pub use plan::{plan, plan_in_order, unavailable};
 pub use snapshot::{
     GroupSnapshot, PodPhase, PodSnapshot, StatefulSetSnapshot, StatusLag, UpdateStrategy,
     selector_matches,

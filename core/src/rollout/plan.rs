@@ -1,6 +1,7 @@
-//! The rollout planner: from a snapshot of one group, what to do next and, if nothing can be
-//! done, why. A pure function, so that every rule of docs/compatibility.md's "Rollout algorithm"
-//! can be unit tested and the guarantees users rely on can be checked by simulation.
+//! The rollout planner's walk: from a snapshot of one group, what to do next and, if nothing can
+//! be done, why (the answer's types and their wording are [`super::model`]). A pure function, so
+//! that every rule of docs/compatibility.md's "Rollout algorithm" can be unit tested and the
+//! guarantees users rely on can be checked by simulation.
 //!
 //! The walk, in short (docs/compatibility.md, with baton's changes):
 //! 1. a member that is not `OnDelete` → the whole group is left alone;
@@ -31,625 +32,19 @@
 //! "replaced" (nothing recreates them), so they follow the budget.
 
 use std::cmp::{Ordering, Reverse};
-use std::fmt;
 
+use crate::annotations::UPDATE_BY_ANNOTATION;
 use crate::annotations::rollout::{UpdateBy, partition_set, update_by};
 use crate::annotations::{InvalidAnnotation, max_unavailable, paused};
-use crate::annotations::{PARTITION_ANNOTATION, UPDATE_BY_ANNOTATION};
 use jiff::Timestamp;
 
-use super::snapshot::{
-    GroupSnapshot, PodPhase, PodSnapshot, StatefulSetSnapshot, UpdateStrategy, natural_cmp,
-    pod_ordinal,
+use super::model::{
+    Action, Order, Plan, PodRevision, Progress, Released, Unavailable, UnavailablePod, WaitReason,
+    Warning,
 };
-
-/// What the controller should do for a group now, and what to tell people about it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Plan {
-    /// Carry out in order. Deletions, if any, all belong to one StatefulSet.
-    pub actions: Vec<Action>,
-    /// Why the group cannot go further right now (None while pods are being deleted, or once
-    /// the group is done).
-    pub waiting: Option<WaitReason>,
-    /// Bad annotation values, to report as Kubernetes Events.
-    pub warnings: Vec<Warning>,
-    /// One entry per StatefulSet, in name order.
-    pub progress: Vec<Progress>,
-    /// When a pod that is Ready but not yet for `minReadySeconds` becomes available: the
-    /// group may progress then without any watch event, so the controller should requeue.
-    pub recheck_after: Option<Timestamp>,
-}
-
-impl Plan {
-    /// The member a rollout is at: the one rolling (pods updated, not done), else the next to
-    /// roll; None when every member is done.
-    pub fn rolling_or_next(&self) -> Option<&Progress> {
-        self.progress
-            .iter()
-            .find(|progress| !progress.done && progress.updated > 0)
-            .or_else(|| self.progress.iter().find(|progress| !progress.done))
-    }
-
-    /// The actions that take pods down now: deletions, and partitions lowered past pods.
-    pub fn deletions(&self) -> impl Iterator<Item = &Action> {
-        self.actions
-            .iter()
-            .filter(|action| action.rolls().is_some())
-    }
-
-    /// How many pods this plan takes down now.
-    pub fn pods_taken(&self) -> usize {
-        self.actions.iter().map(Action::pods_taken).sum()
-    }
-
-    /// The plan with at most `pods` pods taken down: the first deletions, and partitions
-    /// lowered past fewer pods (a gate's ramp step).
-    pub fn take_at_most(&mut self, pods: usize) {
-        let mut left = pods;
-        let actions = std::mem::take(&mut self.actions);
-        for action in actions {
-            let taken = action.pods_taken();
-            if taken == 0 {
-                self.actions.push(action);
-            } else if left > 0
-                && let Some(kept) = action.first_pods(left)
-            {
-                left -= kept.pods_taken();
-                self.actions.push(kept);
-            }
-        }
-    }
-}
-
-/// A pod a lowered partition lets the StatefulSet controller replace.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Released {
-    pub pod: String,
-    /// Its index (ordinal minus spec.ordinals.start): the partition that releases it.
-    pub index: u32,
-}
-
-/// One change to make in the cluster.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Action {
-    /// Delete a pod so that the StatefulSet controller recreates it at the update revision.
-    /// `uid` is meant for a delete precondition: never delete a newer pod of the same name.
-    DeletePod {
-        statefulset: String,
-        pod: String,
-        uid: String,
-        /// `Some(why)`: the pod is already unavailable, so replacing it costs no availability
-        /// and no max-unavailable budget (a free replacement). `None`: it is available and
-        /// takes one pod of the budget.
-        unavailable: Option<Unavailable>,
-    },
-    /// Set status.currentRevision: with `OnDelete` nobody else does it once a rollout is done.
-    SetCurrentRevision {
-        statefulset: String,
-        revision: String,
-    },
-    /// Set spec.updateStrategy.rollingUpdate.partition of a StatefulSet rolled by partition
-    /// (and record it as baton's): the StatefulSet controller replaces the pods at or above it,
-    /// highest index first, one at a time.
-    SetPartition {
-        statefulset: String,
-        partition: u32,
-        /// The outdated pods it is lowered past, highest index first: taken down by the
-        /// StatefulSet controller. Empty when it is raised back to spec.replicas, so that the
-        /// next template change waits for baton.
-        releases: Vec<Released>,
-    },
-}
-
-impl Action {
-    /// The StatefulSet whose pods this action takes down now, if it takes any.
-    pub fn rolls(&self) -> Option<&str> {
-        match self {
-            Self::DeletePod { statefulset, .. } => Some(statefulset),
-            Self::SetPartition {
-                statefulset,
-                releases,
-                ..
-            } if !releases.is_empty() => Some(statefulset),
-            Self::SetPartition { .. } | Self::SetCurrentRevision { .. } => None,
-        }
-    }
-
-    /// How many pods this action takes down now.
-    pub fn pods_taken(&self) -> usize {
-        match self {
-            Self::DeletePod { .. } => 1,
-            Self::SetPartition { releases, .. } => releases.len(),
-            Self::SetCurrentRevision { .. } => 0,
-        }
-    }
-
-    /// This action taking down at most `pods` pods, if it still takes one: a partition is
-    /// lowered only past its first `pods` releases.
-    fn first_pods(self, pods: usize) -> Option<Self> {
-        match self {
-            Self::SetPartition {
-                statefulset,
-                mut releases,
-                ..
-            } => {
-                releases.truncate(pods);
-                let partition = releases.last()?.index;
-                Some(Self::SetPartition {
-                    statefulset,
-                    partition,
-                    releases,
-                })
-            }
-            action => (pods > 0).then_some(action),
-        }
-    }
-}
-
-impl fmt::Display for Action {
-    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::DeletePod {
-                statefulset,
-                pod,
-                unavailable: None,
-                ..
-            } => write!(formatter, "delete pod {pod} of {statefulset}"),
-            Self::DeletePod {
-                statefulset,
-                pod,
-                unavailable: Some(why),
-                ..
-            } => write!(
-                formatter,
-                "delete pod {pod} of {statefulset} ({why}, costs no availability)"
-            ),
-            Self::SetCurrentRevision {
-                statefulset,
-                revision,
-            } => write!(
-                formatter,
-                "set the current revision of {statefulset} to {revision}"
-            ),
-            Self::SetPartition {
-                statefulset,
-                partition,
-                releases,
-            } if releases.is_empty() => write!(
-                formatter,
-                "set the partition of {statefulset} to {partition}, its replicas: nothing rolls until baton lowers it"
-            ),
-            Self::SetPartition {
-                statefulset,
-                partition,
-                releases,
-            } => {
-                let pods: Vec<&str> = releases
-                    .iter()
-                    .map(|release| release.pod.as_str())
-                    .collect();
-                write!(
-                    formatter,
-                    "lower the partition of {statefulset} to {partition}: the StatefulSet controller replaces {}",
-                    pods.join(", ")
-                )
-            }
-        }
-    }
-}
-
-/// The Event note of a free replacement: which pod, why it was unavailable, and that it
-/// costs nothing.
-pub fn replacement_note(pod: &str, why: &Unavailable) -> String {
-    format!("replacing {pod}: {why} at the old revision, costs no availability")
-}
-
-/// Why a pod does not count as available, as far as Kubernetes says; for messages.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Unavailable {
-    /// metadata.deletionTimestamp is set.
-    Terminating,
-    /// A container is not ready and the kubelet says why (`CrashLoopBackOff`,
-    /// `ImagePullBackOff`, `ErrImagePull`, `OOMKilled`, …).
-    Container(String),
-    /// status.phase is not Running, and no container says why.
-    Phase(PodPhase),
-    /// Running but not Ready, and no container says why (a failing readiness probe).
-    NotReady,
-    /// Ready, but for less than spec.minReadySeconds.
-    ReadyTooRecently,
-}
-
-impl fmt::Display for Unavailable {
-    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Terminating => formatter.write_str("terminating"),
-            Self::Container(reason) => formatter.write_str(reason),
-            Self::Phase(phase) => write!(formatter, "{phase:?}"),
-            Self::NotReady => formatter.write_str("not ready"),
-            Self::ReadyTooRecently => formatter.write_str("Ready for less than minReadySeconds"),
-        }
-    }
-}
-
-/// The pod a waiting group waits for, named so that a person can look at it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct UnavailablePod {
-    pub pod: String,
-    pub revision: PodRevision,
-    pub why: Unavailable,
-}
-
-/// Where a pod stands in its StatefulSet's rollout.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PodRevision {
-    /// Not at the update revision: to be replaced.
-    Old,
-    /// At the update revision, which differs from the current one: the new version itself.
-    New,
-    /// At the update revision, which is also the current one: no rollout for this pod.
-    Current,
-}
-
-impl fmt::Display for UnavailablePod {
-    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let pod = &self.pod;
-        let revision = match self.revision {
-            PodRevision::Old => " (old revision)",
-            PodRevision::New => " (new revision)",
-            PodRevision::Current => "",
-        };
-        match &self.why {
-            Unavailable::Terminating => {
-                write!(formatter, "waiting for {pod}{revision} to terminate")
-            }
-            Unavailable::ReadyTooRecently => write!(
-                formatter,
-                "waiting for {pod}{revision} to be Ready for minReadySeconds"
-            ),
-            why => write!(
-                formatter,
-                "waiting for {pod}{revision} to become ready: {why}"
-            ),
-        }
-    }
-}
-
-/// Why a group is not progressing; `Display` explains it to a person, [`WaitReason::kind`]
-/// names it for metrics and Event reasons.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum WaitReason {
-    /// A member is not `OnDelete`: zone-by-zone rollouts cannot be guaranteed.
-    NonOnDeleteMember {
-        statefulset: String,
-        strategy: UpdateStrategy,
-    },
-    /// Several members are not ready: rolling any of them could take out two zones.
-    MultipleNotReady { statefulsets: Vec<String> },
-    /// Fewer pods exist than spec.replicas asks for (being created, or cannot be: quota).
-    MissingPods {
-        statefulset: String,
-        present: u32,
-        expected: u32,
-    },
-    /// Some pods are not running, not ready or terminating; `waiting_for` names one (a pod
-    /// at the update revision first).
-    NotReady {
-        statefulset: String,
-        pods: u32,
-        waiting_for: Option<UnavailablePod>,
-    },
-    /// Every unavailable pod is Ready, just not yet for minReadySeconds.
-    MinReadySeconds {
-        statefulset: String,
-        pods: u32,
-        min_ready_seconds: u32,
-    },
-    /// More pods exist than spec.replicas asks for: a scale-down is under way.
-    ExtraPods {
-        statefulset: String,
-        present: u32,
-        expected: u32,
-    },
-    /// The pods look fine but the StatefulSet's status does not agree (yet).
-    StatusNotReady {
-        statefulset: String,
-        replicas: u32,
-        ready_replicas: u32,
-        expected: u32,
-    },
-    /// Pods need an update but as many as allowed are already unavailable; `waiting_for`
-    /// names one of them (a pod at the update revision first).
-    MaxUnavailable {
-        statefulset: String,
-        not_ready: u32,
-        max_unavailable: u32,
-        waiting_for: Option<UnavailablePod>,
-    },
-    /// The Kubernetes controller has not computed the StatefulSet's revisions yet.
-    NoUpdateRevision { statefulset: String },
-    /// The StatefulSet's status describes an older spec (`observedGeneration` behind
-    /// `generation`): its revisions and counts cannot be judged until the StatefulSet
-    /// controller catches up (a template just changed still shows the old revision).
-    StatusBehindSpec {
-        statefulset: String,
-        generation: i64,
-        observed_generation: Option<i64>,
-    },
-    /// Everything else is done; these paused StatefulSets still have pods to update.
-    Paused { statefulsets: Vec<String> },
-    /// The StatefulSet controller is replacing the pods a lowered partition released.
-    PartitionRolling {
-        statefulset: String,
-        partition: u32,
-        pods: u32,
-    },
-    /// Someone else changed the partition of a StatefulSet baton rolls by partition: baton
-    /// leaves it alone until a person settles it.
-    PartitionMoved {
-        statefulset: String,
-        set: u32,
-        found: u32,
-    },
-}
-
-impl WaitReason {
-    /// A short, stable identifier (CamelCase, like Kubernetes Event reasons) for metrics
-    /// labels and Events. Never change one: dashboards and alerts match on them.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            Self::NonOnDeleteMember { .. } => "NonOnDeleteMember",
-            Self::MultipleNotReady { .. } => "MultipleNotReady",
-            Self::MissingPods { .. } => "MissingPods",
-            Self::NotReady { .. } => "NotReady",
-            Self::MinReadySeconds { .. } => "MinReadySeconds",
-            Self::ExtraPods { .. } => "ExtraPods",
-            Self::StatusNotReady { .. } => "StatusNotReady",
-            Self::MaxUnavailable { .. } => "MaxUnavailable",
-            Self::NoUpdateRevision { .. } => "NoUpdateRevision",
-            Self::StatusBehindSpec { .. } => "StatusBehindSpec",
-            Self::Paused { .. } => "Paused",
-            Self::PartitionRolling { .. } => "PartitionRolling",
-            Self::PartitionMoved { .. } => "PartitionMoved",
-        }
-    }
-
-    /// The StatefulSet the group waits for, when it is one.
-    pub fn statefulset(&self) -> Option<&str> {
-        match self {
-            Self::NonOnDeleteMember { statefulset, .. }
-            | Self::MissingPods { statefulset, .. }
-            | Self::NotReady { statefulset, .. }
-            | Self::MinReadySeconds { statefulset, .. }
-            | Self::ExtraPods { statefulset, .. }
-            | Self::StatusNotReady { statefulset, .. }
-            | Self::MaxUnavailable { statefulset, .. }
-            | Self::NoUpdateRevision { statefulset }
-            | Self::StatusBehindSpec { statefulset, .. }
-            | Self::PartitionRolling { statefulset, .. }
-            | Self::PartitionMoved { statefulset, .. } => Some(statefulset),
-            Self::MultipleNotReady { .. } | Self::Paused { .. } => None,
-        }
-    }
-}
-
-fn plural(count: u32, singular: &str, plural: &str) -> String {
-    if count == 1 {
-        format!("{count} {singular}")
-    } else {
-        format!("{count} {plural}")
-    }
-}
-
-impl fmt::Display for WaitReason {
-    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::NonOnDeleteMember {
-                statefulset,
-                strategy,
-            } => write!(formatter, "{statefulset} uses {strategy}, group skipped"),
-            Self::MultipleNotReady { statefulsets } => write!(
-                formatter,
-                "{} are not ready: {}",
-                plural(
-                    u32::try_from(statefulsets.len()).unwrap_or(u32::MAX),
-                    "StatefulSet",
-                    "StatefulSets"
-                ),
-                statefulsets.join(", ")
-            ),
-            Self::MissingPods {
-                statefulset,
-                present,
-                expected,
-            } => write!(
-                formatter,
-                "{statefulset} has {present} of {expected} pods ({} missing)",
-                expected.saturating_sub(*present)
-            ),
-            Self::NotReady {
-                statefulset,
-                pods,
-                waiting_for,
-            } => {
-                write!(
-                    formatter,
-                    "zone {statefulset} has {}",
-                    plural(*pods, "not-ready pod", "not-ready pods")
-                )?;
-                waiting_for_suffix(formatter, waiting_for.as_ref())
-            }
-            Self::MinReadySeconds {
-                statefulset,
-                pods,
-                min_ready_seconds,
-            } => write!(
-                formatter,
-                "zone {statefulset} has {} Ready for less than minReadySeconds ({min_ready_seconds}s)",
-                plural(*pods, "pod", "pods")
-            ),
-            Self::ExtraPods {
-                statefulset,
-                present,
-                expected,
-            } => write!(
-                formatter,
-                "{statefulset} has {present} pods for {expected} replicas (scaling down)"
-            ),
-            Self::StatusNotReady {
-                statefulset,
-                replicas,
-                ready_replicas,
-                expected,
-            } => write!(
-                formatter,
-                "{statefulset} status reports {ready_replicas} ready of {replicas} replicas \
-                 ({expected} wanted)"
-            ),
-            Self::MaxUnavailable {
-                statefulset,
-                not_ready,
-                max_unavailable,
-                waiting_for,
-            } => {
-                write!(
-                    formatter,
-                    "max-unavailable reached in {statefulset} ({not_ready}/{max_unavailable})"
-                )?;
-                waiting_for_suffix(formatter, waiting_for.as_ref())
-            }
-            Self::NoUpdateRevision { statefulset } => {
-                write!(formatter, "{statefulset} has no updateRevision yet")
-            }
-            Self::StatusBehindSpec {
-                statefulset,
-                generation,
-                observed_generation,
-            } => match observed_generation {
-                Some(observed) => write!(
-                    formatter,
-                    "the status of {statefulset} describes generation {observed} of its spec, \
-                     not yet {generation}: waiting for the StatefulSet controller"
-                ),
-                None => write!(
-                    formatter,
-                    "the status of {statefulset} has observed no generation of its spec, not \
-                     yet {generation}: waiting for the StatefulSet controller"
-                ),
-            },
-            Self::Paused { statefulsets } => write!(
-                formatter,
-                "rollout paused with pods left to update in {}",
-                statefulsets.join(", ")
-            ),
-            Self::PartitionRolling {
-                statefulset,
-                partition,
-                pods,
-            } => write!(
-                formatter,
-                "the StatefulSet controller is replacing {} of {statefulset} (partition {partition})",
-                plural(*pods, "pod", "pods")
-            ),
-            Self::PartitionMoved {
-                statefulset,
-                set,
-                found,
-            } => write!(
-                formatter,
-                "the partition of {statefulset} was changed from {set} (set by baton) to {found} by someone else; \
-                 baton leaves it alone: set it back to {set}, or remove annotation {PARTITION_ANNOTATION} to let baton go on from {found}"
-            ),
-        }
-    }
-}
-
-fn waiting_for_suffix(
-    formatter: &mut fmt::Formatter<'_>,
-    waiting_for: Option<&UnavailablePod>,
-) -> fmt::Result {
-    match waiting_for {
-        Some(pod) => write!(formatter, "; {pod}"),
-        None => Ok(()),
-    }
-}
-
-/// Something a person should fix; it never stops the rollout (a safe default is used).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Warning {
-    InvalidAnnotation {
-        statefulset: String,
-        problem: InvalidAnnotation,
-    },
-    /// Someone else changed the partition baton set (see [`WaitReason::PartitionMoved`]).
-    PartitionMoved {
-        statefulset: String,
-        set: u32,
-        found: u32,
-    },
-}
-
-impl Warning {
-    /// A short, stable identifier for the Kubernetes Event reason.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            Self::InvalidAnnotation { .. } => "InvalidAnnotation",
-            Self::PartitionMoved { .. } => "PartitionMoved",
-        }
-    }
-
-    /// The StatefulSet the Event should be attached to.
-    pub fn statefulset(&self) -> &str {
-        match self {
-            Self::InvalidAnnotation { statefulset, .. }
-            | Self::PartitionMoved { statefulset, .. } => statefulset,
-        }
-    }
-}
-
-impl fmt::Display for Warning {
-    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::InvalidAnnotation {
-                statefulset,
-                problem,
-            } => write!(formatter, "StatefulSet {statefulset}: {problem}"),
-            Self::PartitionMoved {
-                statefulset,
-                set,
-                found,
-            } => write!(
-                formatter,
-                "the partition of StatefulSet {statefulset} was changed from {set} (set by baton) to {found} by someone else"
-            ),
-        }
-    }
-}
-
-/// How far one StatefulSet's rollout is, for a gauge.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Progress {
-    pub statefulset: String,
-    /// Pods (of spec.replicas) at the update revision and not terminating.
-    pub updated: u32,
-    /// spec.replicas.
-    pub total: u32,
-    /// Pods (of spec.replicas) available: running, ready (for minReadySeconds), not terminating.
-    pub ready: u32,
-    /// Every pod is at the update revision and available, and none is missing or extra.
-    pub done: bool,
-}
-
-/// The order a member's pods go in, within everything else the planner decides.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum Order {
-    /// The lowest ordinal first (the Go operator's order).
-    #[default]
-    Rollout,
-    /// The newest pod first (by creation time, then the highest ordinal): so that a rollback
-    /// takes back first the pods the rollout replaced last.
-    Reverse,
-}
+use super::snapshot::{
+    GroupSnapshot, PodSnapshot, StatefulSetSnapshot, UpdateStrategy, natural_cmp, pod_ordinal,
+};
 
 /// Plans the next step of a group's rollout. Pure: the same snapshot and `now` give the same
 /// plan. `now` only serves spec.minReadySeconds (see [`Plan::recheck_after`]).
@@ -968,213 +363,31 @@ fn availability(pod: &PodSnapshot, min_ready_seconds: u32, now: Timestamp) -> Av
 }
 
 impl<'a> Member<'a> {
+    /// Reads one StatefulSet once for the walk, in four steps: its annotations
+    /// ([`Settings::read`]), its pods counted ([`Census::take`]), the outdated ones put in
+    /// `order` ([`sort_in_order`]), and why it is not ready, if it is not
+    /// ([`Census::unreadiness`]).
     fn assess(statefulset: &'a StatefulSetSnapshot, now: Timestamp, order: Order) -> Self {
-        let expected = statefulset.spec_replicas;
-        let max_unavailable = max_unavailable(&statefulset.annotations, expected);
-        let paused = paused(&statefulset.annotations);
-        let mut invalid = Vec::new();
-        let mut warn = |problem| invalid.push(problem);
-        if let Some(problem) = max_unavailable.warning {
-            warn(problem);
-        }
-        if let Some(problem) = paused.warning {
-            warn(problem);
-        }
-        let update_by = update_by(&statefulset.annotations);
-        if let Some(problem) = update_by.warning {
-            warn(problem);
-        }
-        let set = partition_set(&statefulset.annotations);
-        if let Some(problem) = set.warning {
-            warn(problem);
-        }
-        let mode = match (update_by.value, &statefulset.update_strategy) {
-            (UpdateBy::Partition, UpdateStrategy::RollingUpdate) => Mode::Partition {
-                partition: statefulset.partition.min(expected),
-                moved_from: set.value.filter(|set| *set != statefulset.partition),
-            },
-            (UpdateBy::Partition, strategy) => {
-                warn(InvalidAnnotation {
-                    key: UPDATE_BY_ANNOTATION,
-                    value: "partition".to_owned(),
-                    accepted: "\"partition\" on a RollingUpdate StatefulSet only",
-                    fallback: format!("delete (the StatefulSet is {strategy})"),
-                });
-                Mode::Delete
-            }
-            (UpdateBy::Delete, _) => Mode::Delete,
-        };
-        let mut warnings: Vec<Warning> = invalid
-            .into_iter()
-            .map(|problem| Warning::InvalidAnnotation {
-                statefulset: statefulset.name.clone(),
-                problem,
-            })
-            .collect();
-        if let Mode::Partition {
-            moved_from: Some(set),
-            ..
-        } = mode
-        {
-            warnings.push(Warning::PartitionMoved {
-                statefulset: statefulset.name.clone(),
-                set,
-                found: statefulset.partition,
-            });
-        }
-
-        let update_revision = statefulset.update_revision.as_deref();
-        let mut to_update = Vec::new();
-        let (mut in_range, mut extra, mut unavailable, mut too_young) = (0u32, 0u32, 0u32, 0u32);
-        let (mut updated, mut available) = (0u32, 0u32);
-        let mut available_at: Option<Timestamp> = None;
-        let mut unproven = false;
-        // Keyed by (terminating, not at the update revision, ordinal): the first is named.
-        let mut waiting_for: Option<(NamingOrder, UnavailablePod)> = None;
-        for pod in &statefulset.pods {
-            let ordinal = pod_ordinal(&statefulset.name, &pod.name);
-            let wanted = ordinal
-                .and_then(|ordinal| ordinal.checked_sub(statefulset.ordinals_start))
-                .is_some_and(|index| index < expected);
-            let availability = availability(pod, statefulset.min_ready_seconds, now);
-            if let Availability::From(from) = availability {
-                too_young += 1;
-                available_at = Some(available_at.map_or(from, |earliest| earliest.min(from)));
-            }
-            let why = availability.unavailable();
-            let is_available = why.is_none();
-            let at_update_revision =
-                update_revision.is_some() && pod.revision.as_deref() == update_revision;
-            unproven |= at_update_revision && !is_available;
-            if let Some(why) = &why {
-                unavailable += 1;
-                // Unknown ordinals sort last (None < Some would put them first).
-                let key = (
-                    pod.terminating,
-                    !at_update_revision,
-                    ordinal.or(Some(u32::MAX)),
-                );
-                if waiting_for.as_ref().is_none_or(|(first, _)| key < *first) {
-                    let named = UnavailablePod {
-                        pod: pod.name.clone(),
-                        revision: if !at_update_revision {
-                            PodRevision::Old
-                        } else if statefulset.current_revision.as_deref() == update_revision {
-                            PodRevision::Current
-                        } else {
-                            PodRevision::New
-                        },
-                        why: why.clone(),
-                    };
-                    waiting_for = Some((key, named));
-                }
-            }
-            if update_revision.is_some() && !at_update_revision {
-                to_update.push(Outdated {
-                    ordinal,
-                    index: ordinal
-                        .and_then(|ordinal| ordinal.checked_sub(statefulset.ordinals_start)),
-                    pod,
-                    wanted,
-                    unavailable: why,
-                });
-            }
-            if wanted {
-                in_range += 1;
-                available += u32::from(is_available);
-                updated += u32::from(at_update_revision && !pod.terminating);
-            } else {
-                extra += 1;
-            }
-        }
-        to_update.sort_by(|a, b| match (a.ordinal, b.ordinal) {
-            // The newest first, then the highest ordinal (the reverse of a rollout's order).
-            (Some(ordinal_a), Some(ordinal_b)) if order == Order::Reverse => b
-                .pod
-                .created_at
-                .cmp(&a.pod.created_at)
-                .then(ordinal_b.cmp(&ordinal_a)),
-            (Some(ordinal_a), Some(ordinal_b)) => ordinal_a.cmp(&ordinal_b),
-            // Names that are not `<statefulset>-<ordinal>` (never seen in practice) go last.
-            (Some(_), None) => Ordering::Less,
-            (None, Some(_)) => Ordering::Greater,
-            (None, None) => natural_cmp(&a.pod.name, &b.pod.name),
-        });
-        let waiting_for = waiting_for.map(|(_, pod)| pod);
-
-        let in_flight = match mode {
-            Mode::Partition { partition, .. } => {
-                let pods = to_update
-                    .iter()
-                    .filter(|outdated| outdated.index.is_some_and(|index| index >= partition))
-                    .count();
-                (pods > 0).then(|| (partition, u32::try_from(pods).unwrap_or(u32::MAX)))
-            }
-            Mode::Delete => None,
-        };
-        let missing = expected.saturating_sub(in_range);
-        let ready_replicas = statefulset.ready_replicas;
-        let not_ready = (unavailable.saturating_add(missing))
-            .max(statefulset.status_replicas.saturating_sub(ready_replicas))
-            .max(expected.saturating_sub(ready_replicas));
-        let name = || statefulset.name.clone();
-        let unreadiness = if missing > 0 {
-            Some(WaitReason::MissingPods {
-                statefulset: name(),
-                present: in_range,
-                expected,
-            })
-        } else if unavailable > 0 && unavailable == too_young {
-            Some(WaitReason::MinReadySeconds {
-                statefulset: name(),
-                pods: too_young,
-                min_ready_seconds: statefulset.min_ready_seconds,
-            })
-        } else if unavailable > 0 {
-            Some(WaitReason::NotReady {
-                statefulset: name(),
-                pods: unavailable,
-                waiting_for: waiting_for.clone(),
-            })
-        } else if extra > 0 {
-            Some(WaitReason::ExtraPods {
-                statefulset: name(),
-                present: in_range + extra,
-                expected,
-            })
-        } else if let Some((partition, pods)) = in_flight {
-            // Released pods the StatefulSet controller is still to take down: the member is
-            // rolling, as one with a pod down is, so no other member may start meanwhile.
-            Some(WaitReason::PartitionRolling {
-                statefulset: name(),
-                partition,
-                pods,
-            })
-        } else if statefulset.status_replicas != ready_replicas || ready_replicas != expected {
-            Some(WaitReason::StatusNotReady {
-                statefulset: name(),
-                replicas: statefulset.status_replicas,
-                ready_replicas,
-                expected,
-            })
-        } else {
-            None
-        };
-
+        let settings = Settings::read(statefulset);
+        let mut census = Census::take(statefulset, now);
+        sort_in_order(&mut census.to_update, order);
+        let waiting_for = census.waiting_for.take().map(|(_, pod)| pod);
+        let in_flight = in_flight(settings.mode, &census.to_update);
+        let unreadiness = census.unreadiness(statefulset, waiting_for.as_ref(), in_flight);
         Self {
             statefulset,
-            mode,
-            max_unavailable: max_unavailable.value,
-            paused: paused.value,
-            warnings,
-            to_update,
+            mode: settings.mode,
+            max_unavailable: settings.max_unavailable,
+            paused: settings.paused,
+            warnings: settings.warnings,
+            not_ready: census.not_ready(statefulset),
+            to_update: census.to_update,
             waiting_for,
-            unproven,
-            not_ready,
+            unproven: census.unproven,
             unreadiness,
-            updated,
-            available,
-            available_at,
+            updated: census.updated,
+            available: census.available,
+            available_at: census.available_at,
         }
     }
 
@@ -1331,6 +544,292 @@ impl<'a> Member<'a> {
                 && self.to_update.is_empty()
                 && self.unreadiness.is_none(),
         }
+    }
+}
+
+/// What a member's annotations say: how its pods are replaced, how many may be unavailable,
+/// whether it is paused, and what a person should fix about them (a bad value falls back to
+/// a safe default and is warned about).
+struct Settings {
+    mode: Mode,
+    max_unavailable: u32,
+    paused: bool,
+    warnings: Vec<Warning>,
+}
+
+impl Settings {
+    fn read(statefulset: &StatefulSetSnapshot) -> Self {
+        let expected = statefulset.spec_replicas;
+        let max_unavailable = max_unavailable(&statefulset.annotations, expected);
+        let paused = paused(&statefulset.annotations);
+        let mut invalid = Vec::new();
+        let mut warn = |problem| invalid.push(problem);
+        if let Some(problem) = max_unavailable.warning {
+            warn(problem);
+        }
+        if let Some(problem) = paused.warning {
+            warn(problem);
+        }
+        let update_by = update_by(&statefulset.annotations);
+        if let Some(problem) = update_by.warning {
+            warn(problem);
+        }
+        let set = partition_set(&statefulset.annotations);
+        if let Some(problem) = set.warning {
+            warn(problem);
+        }
+        let mode = match (update_by.value, &statefulset.update_strategy) {
+            (UpdateBy::Partition, UpdateStrategy::RollingUpdate) => Mode::Partition {
+                partition: statefulset.partition.min(expected),
+                moved_from: set.value.filter(|set| *set != statefulset.partition),
+            },
+            (UpdateBy::Partition, strategy) => {
+                warn(InvalidAnnotation {
+                    key: UPDATE_BY_ANNOTATION,
+                    value: "partition".to_owned(),
+                    accepted: "\"partition\" on a RollingUpdate StatefulSet only",
+                    fallback: format!("delete (the StatefulSet is {strategy})"),
+                });
+                Mode::Delete
+            }
+            (UpdateBy::Delete, _) => Mode::Delete,
+        };
+        let mut warnings: Vec<Warning> = invalid
+            .into_iter()
+            .map(|problem| Warning::InvalidAnnotation {
+                statefulset: statefulset.name.clone(),
+                problem,
+            })
+            .collect();
+        if let Mode::Partition {
+            moved_from: Some(set),
+            ..
+        } = mode
+        {
+            warnings.push(Warning::PartitionMoved {
+                statefulset: statefulset.name.clone(),
+                set,
+                found: statefulset.partition,
+            });
+        }
+        Self {
+            mode,
+            max_unavailable: max_unavailable.value,
+            paused: paused.value,
+            warnings,
+        }
+    }
+}
+
+/// Where a member's pods stand, counted in one pass over them.
+#[derive(Default)]
+struct Census<'a> {
+    /// Pods not at the update revision, in the order they were listed.
+    to_update: Vec<Outdated<'a>>,
+    /// Pods whose ordinal is one of spec.replicas'.
+    in_range: u32,
+    /// Pods outside spec.replicas (a scale-down under way).
+    extra: u32,
+    /// Pods not available, terminating ones included.
+    unavailable: u32,
+    /// Pods Ready, but not yet for minReadySeconds.
+    too_young: u32,
+    /// Pods in range at the update revision and not terminating.
+    updated: u32,
+    /// Pods in range that are available.
+    available: u32,
+    /// When the first Ready-but-too-young pod becomes available.
+    available_at: Option<Timestamp>,
+    /// A pod at the update revision is unavailable.
+    unproven: bool,
+    /// The unavailable pod a wait names, with the key it was chosen by.
+    waiting_for: Option<(NamingOrder, UnavailablePod)>,
+}
+
+impl<'a> Census<'a> {
+    fn take(statefulset: &'a StatefulSetSnapshot, now: Timestamp) -> Self {
+        let expected = statefulset.spec_replicas;
+        let update_revision = statefulset.update_revision.as_deref();
+        let mut census = Census::default();
+        for pod in &statefulset.pods {
+            let ordinal = pod_ordinal(&statefulset.name, &pod.name);
+            let wanted = ordinal
+                .and_then(|ordinal| ordinal.checked_sub(statefulset.ordinals_start))
+                .is_some_and(|index| index < expected);
+            let availability = availability(pod, statefulset.min_ready_seconds, now);
+            if let Availability::From(from) = availability {
+                census.too_young += 1;
+                census.available_at = Some(
+                    census
+                        .available_at
+                        .map_or(from, |earliest| earliest.min(from)),
+                );
+            }
+            let why = availability.unavailable();
+            let is_available = why.is_none();
+            let at_update_revision =
+                update_revision.is_some() && pod.revision.as_deref() == update_revision;
+            census.unproven |= at_update_revision && !is_available;
+            if let Some(why) = &why {
+                census.unavailable += 1;
+                census.consider_naming(statefulset, pod, ordinal, at_update_revision, why);
+            }
+            if update_revision.is_some() && !at_update_revision {
+                census.to_update.push(Outdated {
+                    ordinal,
+                    index: ordinal
+                        .and_then(|ordinal| ordinal.checked_sub(statefulset.ordinals_start)),
+                    pod,
+                    wanted,
+                    unavailable: why,
+                });
+            }
+            if wanted {
+                census.in_range += 1;
+                census.available += u32::from(is_available);
+                census.updated += u32::from(at_update_revision && !pod.terminating);
+            } else {
+                census.extra += 1;
+            }
+        }
+        census
+    }
+
+    /// Names `pod`, unavailable for `why`, in a wait if it comes before the one named so far
+    /// (by [`NamingOrder`]).
+    fn consider_naming(
+        &mut self,
+        statefulset: &StatefulSetSnapshot,
+        pod: &PodSnapshot,
+        ordinal: Option<u32>,
+        at_update_revision: bool,
+        why: &Unavailable,
+    ) {
+        // Unknown ordinals sort last (None < Some would put them first).
+        let key = (
+            pod.terminating,
+            !at_update_revision,
+            ordinal.or(Some(u32::MAX)),
+        );
+        if self
+            .waiting_for
+            .as_ref()
+            .is_none_or(|(first, _)| key < *first)
+        {
+            let update_revision = statefulset.update_revision.as_deref();
+            let named = UnavailablePod {
+                pod: pod.name.clone(),
+                revision: if !at_update_revision {
+                    PodRevision::Old
+                } else if statefulset.current_revision.as_deref() == update_revision {
+                    PodRevision::Current
+                } else {
+                    PodRevision::New
+                },
+                why: why.clone(),
+            };
+            self.waiting_for = Some((key, named));
+        }
+    }
+
+    /// How many pods count against max-unavailable: the worst of what the pods and the status
+    /// say, missing pods included.
+    fn not_ready(&self, statefulset: &StatefulSetSnapshot) -> u32 {
+        let expected = statefulset.spec_replicas;
+        let missing = expected.saturating_sub(self.in_range);
+        let ready_replicas = statefulset.ready_replicas;
+        (self.unavailable.saturating_add(missing))
+            .max(statefulset.status_replicas.saturating_sub(ready_replicas))
+            .max(expected.saturating_sub(ready_replicas))
+    }
+
+    /// Why the member is not ready (None when it is), the first that holds of: pods missing,
+    /// pods only too young, pods unavailable, pods extra, released pods still to go
+    /// (`in_flight`), a status that does not agree.
+    fn unreadiness(
+        &self,
+        statefulset: &StatefulSetSnapshot,
+        waiting_for: Option<&UnavailablePod>,
+        in_flight: Option<(u32, u32)>,
+    ) -> Option<WaitReason> {
+        let expected = statefulset.spec_replicas;
+        let missing = expected.saturating_sub(self.in_range);
+        let ready_replicas = statefulset.ready_replicas;
+        let name = || statefulset.name.clone();
+        if missing > 0 {
+            Some(WaitReason::MissingPods {
+                statefulset: name(),
+                present: self.in_range,
+                expected,
+            })
+        } else if self.unavailable > 0 && self.unavailable == self.too_young {
+            Some(WaitReason::MinReadySeconds {
+                statefulset: name(),
+                pods: self.too_young,
+                min_ready_seconds: statefulset.min_ready_seconds,
+            })
+        } else if self.unavailable > 0 {
+            Some(WaitReason::NotReady {
+                statefulset: name(),
+                pods: self.unavailable,
+                waiting_for: waiting_for.cloned(),
+            })
+        } else if self.extra > 0 {
+            Some(WaitReason::ExtraPods {
+                statefulset: name(),
+                present: self.in_range + self.extra,
+                expected,
+            })
+        } else if let Some((partition, pods)) = in_flight {
+            // Released pods the StatefulSet controller is still to take down: the member is
+            // rolling, as one with a pod down is, so no other member may start meanwhile.
+            Some(WaitReason::PartitionRolling {
+                statefulset: name(),
+                partition,
+                pods,
+            })
+        } else if statefulset.status_replicas != ready_replicas || ready_replicas != expected {
+            Some(WaitReason::StatusNotReady {
+                statefulset: name(),
+                replicas: statefulset.status_replicas,
+                ready_replicas,
+                expected,
+            })
+        } else {
+            None
+        }
+    }
+}
+
+/// Puts a member's outdated pods in the order they go.
+fn sort_in_order(to_update: &mut [Outdated<'_>], order: Order) {
+    to_update.sort_by(|a, b| match (a.ordinal, b.ordinal) {
+        // The newest first, then the highest ordinal (the reverse of a rollout's order).
+        (Some(ordinal_a), Some(ordinal_b)) if order == Order::Reverse => b
+            .pod
+            .created_at
+            .cmp(&a.pod.created_at)
+            .then(ordinal_b.cmp(&ordinal_a)),
+        (Some(ordinal_a), Some(ordinal_b)) => ordinal_a.cmp(&ordinal_b),
+        // Names that are not `<statefulset>-<ordinal>` (never seen in practice) go last.
+        (Some(_), None) => Ordering::Less,
+        (None, Some(_)) => Ordering::Greater,
+        (None, None) => natural_cmp(&a.pod.name, &b.pod.name),
+    });
+}
+
+/// For a member rolled by partition: its partition and how many outdated pods it has released
+/// that the StatefulSet controller has not replaced yet, if any.
+fn in_flight(mode: Mode, to_update: &[Outdated<'_>]) -> Option<(u32, u32)> {
+    match mode {
+        Mode::Partition { partition, .. } => {
+            let pods = to_update
+                .iter()
+                .filter(|outdated| outdated.index.is_some_and(|index| index >= partition))
+                .count();
+            (pods > 0).then(|| (partition, u32::try_from(pods).unwrap_or(u32::MAX)))
+        }
+        Mode::Delete => None,
     }
 }
 

@@ -3,9 +3,11 @@
 use crate::annotations::{
     InvalidAnnotation, MAX_UNAVAILABLE_ANNOTATION, ROLLOUT_PAUSED_ANNOTATION,
 };
+use crate::explained::Explained;
 use jiff::SignedDuration;
 
 use super::*;
+use crate::rollout::model::replacement_note;
 use crate::rollout::snapshot::PodPhase;
 use crate::testing::{NEW, OLD, Zone, group, now, zone};
 

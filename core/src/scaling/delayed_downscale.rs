@@ -12,11 +12,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::annotations::scaling::DelayedDownscale;
+use crate::pod_address::PodAddressing;
 use crate::pod_address::{PodEndpoint, PodRef, pod_host};
 use crate::pods::CachedPod;
 use crate::pods::is_controlled_by;
 use crate::statefulset::{PodNames, StatefulSetState, pod_ordinal};
-use baton_config::PodAddressing;
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::StatefulSet;
 

@@ -19,6 +19,7 @@
 //! for paused zones; `rolling` when pods are being replaced or the wait is for a rolling zone's
 //! own pods; `waiting` otherwise (a gate holds it, several zones are not ready, …).
 
+use crate::explained::Explained;
 use crate::pods::CachedPod;
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::StatefulSet;
@@ -30,7 +31,7 @@ use crate::rollout::{GroupSnapshot, Plan, WaitReason};
 /// `GateWait::HealthCheck`'s kind: a wait only the leader can see (its queries).
 const HEALTH_CHECK: &str = "HealthCheck";
 
-/// What the leader's reconciles recorded about a group (see `StatusBoard`): what it computes
+/// What the leader's reconciles recorded about a group (the controller's `StatusBoard`): what it computes
 /// at request time cannot tell since when a group waits, nor what was done.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct History {
@@ -46,6 +47,30 @@ pub struct ObservedWait {
     pub kind: &'static str,
     pub message: String,
     pub since: Timestamp,
+}
+
+impl ObservedWait {
+    /// The wait a pass reports (`(kind, message)`, or `None` when the group does not wait),
+    /// after the wait the previous pass saw. Its `since` is the first `now` this `kind` was
+    /// observed in a row: a new message of the same kind (another pod named, a soak counting
+    /// down) keeps it, another kind or `None` starts afresh.
+    pub fn after(
+        previous: Option<&ObservedWait>,
+        waiting: Option<(&'static str, String)>,
+        now: Timestamp,
+    ) -> Option<ObservedWait> {
+        waiting.map(|(kind, message)| {
+            let since = match previous {
+                Some(previous) if previous.kind == kind => previous.since,
+                _ => now,
+            };
+            ObservedWait {
+                kind,
+                message,
+                since,
+            }
+        })
+    }
 }
 
 /// Plans and gates `snapshot` as the leader would without I/O
@@ -266,8 +291,8 @@ fn waiting(plan: &Plan, gate: &GateDecision, history: Option<&History>) -> Optio
         observed.filter(|observed| observed.kind == HEALTH_CHECK && gate.wait().is_none());
     let (kind, message) = match (leader_checking, gate.wait(), &plan.waiting) {
         (Some(observed), _, _) => (observed.kind, observed.message.clone()),
-        (None, Some(wait), _) => (wait.kind(), wait.to_string()),
-        (None, None, Some(reason)) => (reason.kind(), reason.to_string()),
+        (None, Some(wait), _) => wait.kind_and_message(),
+        (None, None, Some(reason)) => reason.kind_and_message(),
         (None, None, None) => return None,
     };
     let since = observed

@@ -1,6 +1,7 @@
 //! Scenarios for the status view, each through the real planner and gates: given a group
 //! (built with the gate scenarios' helpers), what the page says of it and of each zone.
 
+use crate::explained::Explained;
 use jiff::SignedDuration;
 
 use super::*;

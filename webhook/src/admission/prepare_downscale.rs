@@ -31,7 +31,7 @@ pub struct PrepareRequest {
 }
 
 /// Judges what the review alone tells: dry runs, non-downscales and unsupported kinds end here.
-pub fn assess(request: &AdmissionRequest<'_>) -> Result<PrepareRequest, Verdict> {
+pub fn prepare_request_of(request: &AdmissionRequest<'_>) -> Result<PrepareRequest, Verdict> {
     if request.is_dry_run() {
         return Err(Verdict::allow());
     }

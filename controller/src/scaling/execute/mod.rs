@@ -21,9 +21,10 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use baton_config::{Config, PodAddressing};
+use baton_config::Config;
 use baton_core::downscale_history::{Records, ZoneTracker};
 use baton_core::ledger::Ledger;
+use baton_core::pod_address::PodAddressing;
 use baton_core::pods::CachedPod;
 use baton_shared::downscale_history::record_in_tracker;
 use baton_shared::kube_client::bounded;
@@ -98,7 +99,7 @@ impl Scaler {
             client,
             namespace: config.namespace.clone(),
             pods: PodHttpClient::new(&config.pods, registry)?,
-            addressing: config.pods.address_by,
+            addressing: config.pods.address_by.into(),
             cluster_domain: config.cluster_domain.clone(),
             max_concurrent_calls: config.pods.max_concurrent_calls.max(1),
             poll_interval: config.controller.scaling_poll_interval.get(),

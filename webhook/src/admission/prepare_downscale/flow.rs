@@ -17,9 +17,10 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use baton_config::{Config, PodAddressing};
+use baton_config::Config;
 use baton_core::annotations::ROLLOUT_GROUP_LABEL;
 use baton_core::downscale_history::Records;
+use baton_core::pod_address::PodAddressing;
 use baton_core::pod_address::{PodEndpoint, PodMethod};
 use baton_core::pods::{CachedPod, is_controlled_by};
 use baton_core::statefulset::StatefulSetState;
@@ -77,7 +78,7 @@ impl PrepareDownscale {
         Self {
             client,
             pods,
-            addressing: config.pods.address_by,
+            addressing: config.pods.address_by.into(),
             cluster_domain: config.cluster_domain.clone(),
             request_timeout,
             undo_reserve: config.pods.request_timeout.get().min(request_timeout / 3),

@@ -9,7 +9,7 @@ use baton_core::annotations::{
 };
 
 #[test]
-fn assess_lets_through_what_needs_no_preparation() {
+fn prepare_request_of_lets_through_what_needs_no_preparation() {
     let sts = |replicas: Value| {
         json!({"apiVersion": "apps/v1", "kind": "StatefulSet",
                "metadata": {"name": "ingester-zone-a", "labels": {PREPARE_DOWNSCALE_LABEL: "true"},
@@ -95,7 +95,7 @@ fn assess_lets_through_what_needs_no_preparation() {
     ];
     for (json, expected) in cases {
         let request: AdmissionRequest<'_> = serde_json::from_str(&json).unwrap();
-        let result = assess(&request);
+        let result = prepare_request_of(&request);
         match (result, expected) {
             (Err(verdict), Expect::Allowed) => {
                 assert!(verdict.is_allowed(), "{json}");

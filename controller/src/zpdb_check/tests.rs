@@ -6,9 +6,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use baton_core::annotations::MAX_UNAVAILABLE_ANNOTATION;
-use baton_core::budgets::{AllowedEviction, Budget, ZoneAwarePodDisruptionBudget, ZpdbSpec};
 use baton_core::pods::CachedPod;
 use baton_core::testing::objects::{NAMESPACE, labels, match_labels, zone_pod, zone_statefulset};
+use baton_core::zpdb::{AllowedEviction, Budget, ZoneAwarePodDisruptionBudget, ZpdbSpec};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
 

@@ -1,15 +1,16 @@
 //! The leader's memory for the status page: per group, since when it has waited for the same
 //! kind of reason and the last actions it took. The caches say where a group stands, not since
 //! when nor what was done; this is the small rest, kept in memory (a new leader starts afresh:
-//! its first reconcile of each group records the wait from then on).
+//! its first reconcile of each group records the wait from then on). It lives with the
+//! controller, the one that writes it (its reconciles) and reads it (its status page); the
+//! core's `baton_core::status::view` turns what it holds into a group's status.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use jiff::Timestamp;
 
-use super::model::ActionRecord;
-use super::view::{History, ObservedWait};
+use baton_core::status::{ActionRecord, History, ObservedWait};
 
 /// Actions kept per group.
 pub const ACTIONS_KEPT: usize = 10;
@@ -31,27 +32,15 @@ struct Entry {
 impl StatusBoard {
     /// Records why `group` waits after a reconcile, or that it does not (`None`). Call it once
     /// per reconcile pass of the leader, after planning and gating, with the wait the pass
-    /// reports — the gate's [`GateWait`](crate::gates::GateWait) if it holds the group, else
-    /// the planner's [`WaitReason`](crate::rollout::WaitReason) — as `(wait.kind(),
+    /// reports — the gate's `GateWait` if it holds the group, else the planner's `WaitReason` — as `(wait.kind(),
     /// wait.to_string())`.
     ///
-    /// The wait's `since` is the first `now` this `kind` was observed in a row: a new message
-    /// of the same kind (another pod named, a soak counting down) keeps it, another kind or
-    /// `None` starts afresh.
+    /// The wait's `since` follows [`ObservedWait::after`]: a new message of the same kind keeps
+    /// it, another kind or `None` starts afresh.
     pub fn observe(&self, group: &str, waiting: Option<(&'static str, String)>, now: Timestamp) {
         let mut groups = self.lock();
         let entry = groups.entry(group.to_owned()).or_default();
-        entry.waiting = waiting.map(|(kind, message)| {
-            let since = match &entry.waiting {
-                Some(previous) if previous.kind == kind => previous.since,
-                _ => now,
-            };
-            ObservedWait {
-                kind,
-                message,
-                since,
-            }
-        });
+        entry.waiting = ObservedWait::after(entry.waiting.as_ref(), waiting, now);
     }
 
     /// Records an action the leader took for `group` (a pod deleted, a revision set), right

@@ -7,7 +7,7 @@
 //!   eviction) never blocks a rollout (the Go operator's #324 and #351). [`judge`] is that
 //!   decision on the caches, pure and unit-tested.
 //! - **Race-free with the webhook.** An allowed deletion is claimed in the budget's record
-//!   (`baton-zpdb-<budget>`, [`baton_core::budgets::record`]) by the same resourceVersion-checked
+//!   (`baton-zpdb-<budget>`, [`baton_core::zpdb::record`]) by the same resourceVersion-checked
 //!   write the webhook replicas claim evictions with, after judging on a fresh read of it (its
 //!   recent claims count as unavailable pods). Controller and webhook therefore serialise on
 //!   one object: of a drain's eviction and a rollout's deletion judged at the same instant,
@@ -16,7 +16,7 @@
 //! - **Free replacements** (a pod that is already unavailable, deleted so the StatefulSet
 //!   recreates it) are never consulted: deleting them takes no availability away, and holding
 //!   them would keep a broken zone broken while a drain waits on it.
-//! - **The cache** of the namespace's budgets is the webhook's too, `baton_shared::budgets`:
+//! - **The cache** of the namespace's budgets is the webhook's too, `baton_shared::zpdb_cache`:
 //!   parsed once per version, a missing CRD meaning no budgets. Until the first listing (or the
 //!   API's answer that the CRD is not installed) rollout deletions wait: a controller just
 //!   started must not delete past a budget it has not read yet.
@@ -37,18 +37,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use baton_core::annotations::max_unavailable;
-use baton_core::budgets::record::{
-    RECORD_EXPIRY, RECORD_LABEL, recently_allowed, record_name, with_eviction,
-};
-use baton_core::budgets::{
-    EvictionSnapshot, Observed, RecentlyAllowed, Verdict, decide_rollout_deletion,
-};
 use baton_core::ledger::{Judged, Ledger};
 use baton_core::pods::{CachedPod, PodsByStatefulSet};
-use baton_shared::budgets::{BudgetEvents, Budgets, Known};
+use baton_core::zpdb::record::{
+    RECORD_EXPIRY, RECORD_LABEL, recently_allowed, record_name, with_eviction,
+};
+use baton_core::zpdb::{
+    EvictionSnapshot, Observed, RecentlyAllowed, Verdict, decide_rollout_deletion,
+};
 use baton_shared::kube_client::bounded;
 use baton_shared::ledger::{self, CLAIM_ATTEMPTS, ClaimError};
 use baton_shared::pod_client::error_chain;
+use baton_shared::zpdb_cache::{BudgetEvents, Budgets, Known};
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::ConfigMap;

@@ -1,5 +1,5 @@
 //! The zone-aware disruption budgets of one namespace as both binaries judge with them: watched,
-//! and parsed once per version (`baton_core::budgets::Budget::parse`), so the webhook answering
+//! and parsed once per version (`baton_core::zpdb::Budget::parse`), so the webhook answering
 //! a drain and the controller deleting for a rollout read the same budgets the same way.
 //!
 //! A missing CRD is a state, not an error: then there are no budgets ([`Known::NotInstalled`],
@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::{Arc, RwLock};
 
-use baton_core::budgets::{Budget, Observed, ZoneAwarePodDisruptionBudget};
+use baton_core::zpdb::{Budget, Observed, ZoneAwarePodDisruptionBudget};
 use kube::api::Api;
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};

@@ -1,25 +1,25 @@
 //! The zone-aware disruption budget webhooks' reviews, decoded: `/admission/pod-eviction` (the
 //! eviction a review asks for) and `/admission/zpdb-validation` (the budget it writes). The
-//! decisions are `baton_core::admission::eviction` and `baton_core::budgets::decide`;
+//! decisions are `baton_core::admission::eviction` and `baton_core::zpdb::decide`;
 //! `crate::evictions` reads the caches and claims the eviction in the budget's record.
 //!
 //! The record: ONE ConfigMap per budget (`baton-zpdb-<budget>`, see
-//! `baton_core::budgets::record`) mapping
+//! `baton_core::zpdb::record`) mapping
 //! each pod whose eviction was just allowed to when and by which request. Replicas claim an
 //! eviction by a write conditioned on the record's resourceVersion (the prepare-downscale
 //! ledger's mechanism), so two replicas cannot both allow evictions the budget allows only one
-//! of. It is `baton_core::budgets::record`: the rollout controller claims its deletions there.
+//! of. It is `baton_core::zpdb::record`: the rollout controller claims its deletions there.
 
 use baton_core::admission::Verdict;
 pub use baton_core::admission::eviction::{Eviction, answer};
 use baton_core::admission::eviction::{is_judged, no_budget, not_a_budget, validate_budget};
-use baton_core::budgets::ZoneAwarePodDisruptionBudget;
+use baton_core::zpdb::ZoneAwarePodDisruptionBudget;
 
 use super::review::AdmissionRequest;
 
 /// The eviction a review asks for, or the verdict that ends it (anything but the CREATE of a
 /// pod's eviction: [`is_judged`]).
-pub fn assess_eviction(request: &AdmissionRequest<'_>) -> Result<Eviction, Verdict> {
+pub fn eviction_of(request: &AdmissionRequest<'_>) -> Result<Eviction, Verdict> {
     is_judged(
         &request.resource.resource,
         request.sub_resource(),
@@ -68,7 +68,7 @@ mod tests {
         let body = review("CREATE", "pods", "eviction", eviction);
         let request = review::decode(&body).unwrap().request;
         assert_eq!(
-            assess_eviction(&request),
+            eviction_of(&request),
             Ok(Eviction {
                 uid: "u1".into(),
                 namespace: "mimir".into(),
@@ -77,14 +77,14 @@ mod tests {
             })
         );
         let body = review("CREATE", "pods", "", "{}");
-        let verdict = assess_eviction(&review::decode(&body).unwrap().request).unwrap_err();
+        let verdict = eviction_of(&review::decode(&body).unwrap().request).unwrap_err();
         let Verdict::Allow(allowed) = verdict else {
             panic!("allowed: {verdict}")
         };
         assert!(allowed.warnings[0].contains("not pods;"));
         let body = review("UPDATE", "pods", "eviction", eviction);
         assert!(
-            assess_eviction(&review::decode(&body).unwrap().request)
+            eviction_of(&review::decode(&body).unwrap().request)
                 .unwrap_err()
                 .is_allowed()
         );
@@ -92,8 +92,8 @@ mod tests {
 
     #[test]
     fn denials_are_429() {
-        let verdict = baton_core::budgets::Verdict::Denied {
-            reason: baton_core::budgets::DenyReason::OtherZoneUnavailable,
+        let verdict = baton_core::zpdb::Verdict::Denied {
+            reason: baton_core::zpdb::DenyReason::OtherZoneUnavailable,
             message: "wait".into(),
         };
         let decision = crate::admission::Decision::of(answer(&verdict), false);
