@@ -118,5 +118,4 @@ impl GroupReconciler {
 }
 
 #[cfg(test)]
-#[path = "group_tests.rs"]
 mod tests;

@@ -4,7 +4,7 @@
 //! - **The decision** is the webhook's own, [`decide_rollout_deletion`]: the other zones must
 //!   be available as for an eviction, and within the pod's zone the rollout's max-unavailable
 //!   applies instead of the budget's, so a budget of `maxUnavailable: 0` (which refuses every
-//!   eviction) never blocks a rollout (the Go operator's #324 and #351). [`judge`] is that
+//!   eviction) never blocks a rollout, as it does the Go operator's. [`judge`] is that
 //!   decision on the caches, pure and unit-tested.
 //! - **Race-free with the webhook.** An allowed deletion is claimed in the budget's record
 //!   (`baton-zpdb-<budget>`, [`baton_core::zpdb::record`]) by the same resourceVersion-checked

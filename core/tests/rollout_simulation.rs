@@ -2050,7 +2050,7 @@ fn candidates<'a>(
 
 #[test]
 fn checker_catches_a_planner_that_never_replaces_unavailable_pods() {
-    // The Go operator's behaviour (its issue #339): a crash-looping old pod holds the group.
+    // The Go operator's behaviour: a crash-looping old pod holds the group.
     assert_caught(
         &|group: &GroupSnapshot, now| {
             let mut waiting = plan(group, now);

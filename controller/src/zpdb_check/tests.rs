@@ -218,7 +218,7 @@ fn an_eviction_just_claimed_in_another_zone_holds_the_deletion() {
 
 #[test]
 fn a_budget_of_max_unavailable_0_does_not_block_the_rollout() {
-    // The Go operator's #324/#351: the rollout's own max-unavailable applies in its zone
+    // A budget that refuses every eviction: the rollout's own max-unavailable applies in its zone
     let cluster = Cluster::new(listed(&[budget("strict", Some(0))]), &[]);
     assert_eq!(cluster.judge(A, A0, NONE), claim("strict"));
     // But the other zones are still held

@@ -408,5 +408,4 @@ fn halt(
 }
 
 #[cfg(test)]
-#[path = "checks_tests.rs"]
 mod tests;

@@ -372,5 +372,4 @@ fn forget_when_complete(group: &GroupSnapshot, plan: &Plan, state: &GateState) -
 }
 
 #[cfg(test)]
-#[path = "decide_tests.rs"]
 pub(crate) mod tests;

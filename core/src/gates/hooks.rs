@@ -292,5 +292,4 @@ pub fn body(call: &HookCall, group: &str, namespace: &str) -> serde_json::Value 
 }
 
 #[cfg(test)]
-#[path = "hooks_tests.rs"]
 mod tests;

@@ -448,5 +448,4 @@ pub fn active(status: &Status) -> bool {
 }
 
 #[cfg(test)]
-#[path = "rollback_tests.rs"]
 mod tests;

@@ -223,5 +223,4 @@ pub fn next_look(now: Instant, free_at: Instant, timing: &LeaseTiming) -> Instan
 }
 
 #[cfg(test)]
-#[path = "decide_tests.rs"]
 mod tests;

@@ -11,7 +11,7 @@
 //!    most `max-unavailable - not-ready` of them; stop at a member that had deletions or is not
 //!    ready; mark a finished member's currentRevision; paused members are treated as done.
 //!
-//! **Free replacements** (baton; the Go operator waited forever, its issue #339): an outdated
+//! **Free replacements** (where the Go operator waits forever on a crash-looping old pod): an outdated
 //! pod that is *already unavailable* (by `availability`, the same rule that counts
 //! unavailable pods: not Running, not Ready, Ready for less than minReadySeconds; a terminating
 //! pod is not deleted again) is deleted first and outside the budget. Its replacement is
@@ -834,5 +834,4 @@ fn in_flight(mode: Mode, to_update: &[Outdated<'_>]) -> Option<(u32, u32)> {
 }
 
 #[cfg(test)]
-#[path = "plan_tests.rs"]
 mod tests;

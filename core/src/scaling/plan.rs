@@ -457,5 +457,4 @@ fn mirror(member: &Member, plan: &mut ScalingPlan) -> bool {
 }
 
 #[cfg(test)]
-#[path = "plan_tests.rs"]
 mod tests;

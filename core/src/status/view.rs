@@ -306,5 +306,4 @@ fn waiting(plan: &Plan, gate: &GateDecision, history: Option<&History>) -> Optio
 }
 
 #[cfg(test)]
-#[path = "view_tests.rs"]
 mod tests;

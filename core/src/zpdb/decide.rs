@@ -310,7 +310,7 @@ pub fn decide(snapshot: &EvictionSnapshot<'_>) -> Verdict {
 /// available as for an eviction (a drain and a rollout never take out two zones together), but
 /// within the pod's zone the rollout's own max-unavailable applies instead of the budget's.
 /// So a budget of `maxUnavailable: 0`, which refuses every eviction, does not block rollouts
-/// forever (the Go operator's issues #324 and #351).
+/// forever, as the Go operator's do.
 pub fn decide_rollout_deletion(
     snapshot: &EvictionSnapshot<'_>,
     rollout_max_unavailable: u32,

@@ -1056,7 +1056,7 @@ fn a_rollout_deletion_is_held_to_the_other_zones_and_to_its_own_max_unavailable(
         max_unavailable: Some(0),
         ..ingester_spec()
     };
-    // A budget of 0 refuses every eviction, but not a rollout's deletion (Go operator #324).
+    // A budget of 0 refuses every eviction, but not a rollout's deletion.
     let world = World::new(3, zero.clone());
     assert_eq!(
         world.decide("ingester-zone-a-0").reason_label(),

@@ -318,7 +318,7 @@ fn only_terminating_pods_left_to_update_means_waiting_for_them() {
     );
 }
 
-// --- Free replacement of unavailable outdated pods (baton; Go operator issue #339) ---
+// --- Free replacement of unavailable outdated pods (a crash-looping old pod never holds the group) ---
 
 #[test]
 fn crash_looping_old_pod_of_the_not_ready_zone_is_replaced_at_no_cost() {
