@@ -368,32 +368,15 @@ mod tests {
     };
 
     use super::*;
+    use crate::testing::objects::{NAMESPACE, labels, selector};
 
-    const NAMESPACE: &str = "mimir";
     const READY_AT: i64 = 1_700_000_000;
-
-    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs
-            .iter()
-            .map(|(key, value)| (key.to_string(), value.to_string()))
-            .collect()
-    }
 
     fn requirement(key: &str, operator: &str, values: &[&str]) -> LabelSelectorRequirement {
         LabelSelectorRequirement {
             key: key.to_owned(),
             operator: operator.to_owned(),
             values: Some(values.iter().map(|value| value.to_string()).collect()),
-        }
-    }
-
-    fn selector(
-        match_labels: &[(&str, &str)],
-        match_expressions: Vec<LabelSelectorRequirement>,
-    ) -> LabelSelector {
-        LabelSelector {
-            match_labels: Some(labels(match_labels)),
-            match_expressions: Some(match_expressions),
         }
     }
 

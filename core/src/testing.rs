@@ -67,6 +67,22 @@ pub fn zone(name: &str, replicas: u32) -> Zone {
     }
 }
 
+/// Member `name` as the gate keys and state read it: one replica, Ready, no pods listed, with
+/// `annotations`; nothing else about it matters to them.
+pub fn member_with(name: &str, annotations: &[(&str, &str)]) -> StatefulSetSnapshot {
+    let mut member = zone(name, 1).statefulset;
+    member.status_replicas = 1;
+    member.ready_replicas = 1;
+    member.current_revision = None;
+    member.update_revision = None;
+    member.pods = Vec::new();
+    member.annotations = annotations
+        .iter()
+        .map(|(key, value)| ((*key).to_owned(), (*value).to_owned()))
+        .collect();
+    member
+}
+
 impl Zone {
     fn pod(&mut self, ordinal: u32) -> &mut PodSnapshot {
         let name = format!("{}-{ordinal}", self.statefulset.name);

@@ -658,32 +658,12 @@ pub(crate) fn steps_of(member: &StatefulSetSnapshot) -> BTreeSet<&str> {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
 
     use super::*;
-    use crate::rollout::{StatefulSetSnapshot, UpdateStrategy};
+    use crate::rollout::StatefulSetSnapshot;
 
     fn member(name: &str, annotations: &[(&str, &str)]) -> StatefulSetSnapshot {
-        StatefulSetSnapshot {
-            name: name.to_owned(),
-            uid: format!("uid-{name}"),
-            spec_replicas: 1,
-            ordinals_start: 0,
-            min_ready_seconds: 0,
-            status_replicas: 1,
-            ready_replicas: 1,
-            current_revision: None,
-            update_revision: None,
-            status_lag: None,
-            update_strategy: UpdateStrategy::OnDelete,
-            partition: 0,
-            ordered_ready: true,
-            annotations: annotations
-                .iter()
-                .map(|(key, value)| ((*key).to_owned(), (*value).to_owned()))
-                .collect::<BTreeMap<_, _>>(),
-            pods: Vec::new(),
-        }
+        crate::testing::member_with(name, annotations)
     }
 
     fn group(members: Vec<StatefulSetSnapshot>) -> GroupSnapshot {

@@ -139,33 +139,20 @@ impl GateState {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rollout::{StatefulSetSnapshot, UpdateStrategy};
+    use crate::rollout::StatefulSetSnapshot;
 
     fn at(second: i64) -> Timestamp {
         Timestamp::from_second(1_700_000_000 + second).expect("valid time")
     }
 
     fn member(name: &str, revision: &str, annotations: &[(&str, String)]) -> StatefulSetSnapshot {
-        StatefulSetSnapshot {
-            name: name.to_owned(),
-            uid: format!("uid-{name}"),
-            spec_replicas: 1,
-            ordinals_start: 0,
-            min_ready_seconds: 0,
-            status_replicas: 1,
-            ready_replicas: 1,
-            current_revision: None,
-            update_revision: Some(revision.to_owned()),
-            status_lag: None,
-            update_strategy: UpdateStrategy::OnDelete,
-            partition: 0,
-            ordered_ready: true,
-            annotations: annotations
-                .iter()
-                .map(|(key, value)| ((*key).to_owned(), value.clone()))
-                .collect(),
-            pods: Vec::new(),
-        }
+        let borrowed: Vec<(&str, &str)> = annotations
+            .iter()
+            .map(|(key, value)| (*key, value.as_str()))
+            .collect();
+        let mut member = crate::testing::member_with(name, &borrowed);
+        member.update_revision = Some(revision.to_owned());
+        member
     }
 
     #[test]

@@ -293,6 +293,7 @@ fn compare_numbers(a: &[u8], b: &[u8]) -> Ordering {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::objects::{NAMESPACE, labels, selector};
     use k8s_openapi::api::apps::v1::{
         StatefulSetOrdinals, StatefulSetSpec, StatefulSetStatus, StatefulSetUpdateStrategy,
     };
@@ -309,30 +310,11 @@ mod tests {
         PodSnapshot::from_kubernetes(&CachedPod::of(pod))
     }
 
-    const NAMESPACE: &str = "mimir";
-
-    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs
-            .iter()
-            .map(|(key, value)| (key.to_string(), value.to_string()))
-            .collect()
-    }
-
     fn requirement(key: &str, operator: &str, values: &[&str]) -> LabelSelectorRequirement {
         LabelSelectorRequirement {
             key: key.to_owned(),
             operator: operator.to_owned(),
             values: Some(values.iter().map(|value| value.to_string()).collect()),
-        }
-    }
-
-    fn selector(
-        match_labels: &[(&str, &str)],
-        match_expressions: Vec<LabelSelectorRequirement>,
-    ) -> LabelSelector {
-        LabelSelector {
-            match_labels: Some(labels(match_labels)),
-            match_expressions: Some(match_expressions),
         }
     }
 

@@ -30,6 +30,17 @@ pub fn match_labels(pairs: &[(&str, &str)]) -> LabelSelector {
     }
 }
 
+/// A selector of `pairs` and `expressions`, both present (as an API server returns one).
+pub fn selector(
+    pairs: &[(&str, &str)],
+    expressions: Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement>,
+) -> LabelSelector {
+    LabelSelector {
+        match_labels: Some(labels(pairs)),
+        match_expressions: Some(expressions),
+    }
+}
+
 /// StatefulSet `name` of the `ingester` rollout group with `replicas`, uid `uid-<name>`.
 pub fn zone_statefulset(name: &str, replicas: i32) -> StatefulSet {
     StatefulSet {
