@@ -5,7 +5,8 @@
 //!   be available as for an eviction, and within the pod's zone the rollout's max-unavailable
 //!   applies instead of the budget's, so a budget of `maxUnavailable: 0` (which refuses every
 //!   eviction) never blocks a rollout, as it does the Go operator's. [`judge`] is that
-//!   decision on the caches, pure and unit-tested.
+//!   decision on the caches, in the core (`baton_core::zpdb::rollout_deletion`); this module
+//!   reads the caches and the record, claims and answers.
 //! - **Race-free with the webhook.** An allowed deletion is claimed in the budget's record
 //!   (`baton-zpdb-<budget>`, [`baton_core::zpdb::record`]) by the same resourceVersion-checked
 //!   write the webhook replicas claim evictions with, after judging on a fresh read of it (its
@@ -36,15 +37,10 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use baton_core::annotations::max_unavailable;
 use baton_core::ledger::{Judged, Ledger};
-use baton_core::pods::{CachedPod, PodsByStatefulSet};
-use baton_core::zpdb::record::{
-    RECORD_EXPIRY, RECORD_LABEL, recently_allowed, record_name, with_eviction,
-};
-use baton_core::zpdb::{
-    EvictionSnapshot, Observed, RecentlyAllowed, Verdict, decide_rollout_deletion,
-};
+use baton_core::zpdb::record::{RECORD_LABEL, recently_allowed, record_name, with_eviction};
+pub use baton_core::zpdb::{Deletion, Judgement, View, judge};
+use baton_core::zpdb::{Observed, RecentlyAllowed};
 use baton_shared::kube_client::bounded;
 use baton_shared::ledger::{self, CLAIM_ATTEMPTS, ClaimError};
 use baton_shared::pod_client::error_chain;
@@ -64,103 +60,12 @@ pub const RECHECK_AFTER: Duration = Duration::from_secs(2);
 /// The Event reason of a rollout deletion a budget holds.
 pub const WAIT_REASON: &str = "ZoneAwareBudgetWaits";
 
-/// A rollout deletion about to happen.
-#[derive(Debug, Clone, Copy)]
-pub struct Deletion<'a> {
-    pub statefulset: &'a str,
-    pub pod: &'a str,
-    /// The planner's free replacement of an already unavailable pod: never held.
-    pub free_replacement: bool,
-}
-
-/// What [`judge`] found.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Judgement {
-    /// Delete: no budget holds it (none selects the pod, or it is not running, or free).
-    Go,
-    /// A budget allows it: claim it in the budget's record, then delete.
-    Claim { budget: String },
-    /// Wait, for this reason (a person can act on it).
-    Wait(String),
-}
-
 /// What the rollout may do with one deletion.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Permit {
     Go,
     /// Skip this pass's remaining deletions; the message says why.
     Wait(String),
-}
-
-/// The caches [`judge`] reads, at one instant.
-#[derive(Debug, Clone, Copy)]
-pub struct View<'a> {
-    pub namespace: &'a str,
-    pub known: &'a Known,
-    pub statefulsets: &'a [&'a StatefulSet],
-    pub pods: &'a [Arc<CachedPod>],
-    pub now: Timestamp,
-}
-
-/// Judges one rollout deletion on the caches and the record's recent claims. Pure.
-pub fn judge(view: &View<'_>, deletion: &Deletion<'_>, claims: &RecentlyAllowed) -> Judgement {
-    if deletion.free_replacement {
-        return Judgement::Go;
-    }
-    let budgets: Vec<&Observed> = match view.known {
-        Known::NotListed { error } => {
-            let error = error
-                .as_deref()
-                .map(|error| format!(" (listing them failed: {error})"))
-                .unwrap_or_default();
-            return Judgement::Wait(format!(
-                "the rollout waits to delete pod {}: the ZoneAwarePodDisruptionBudgets of namespace {} are not listed yet{error}",
-                deletion.pod, view.namespace
-            ));
-        }
-        Known::NotInstalled => return Judgement::Go,
-        Known::Listed(budgets) => budgets.values().map(Arc::as_ref).collect(),
-    };
-    let Some(pod) = view.pods.iter().find(|pod| pod.name == deletion.pod) else {
-        // Gone already: the delete finds nothing to take.
-        return Judgement::Go;
-    };
-    let statefulset = view
-        .statefulsets
-        .iter()
-        .copied()
-        .find(|statefulset| statefulset.metadata.name.as_deref() == Some(deletion.statefulset));
-    let rollout_max_unavailable = statefulset.map_or(1, |statefulset| {
-        let replicas = statefulset
-            .spec
-            .as_ref()
-            .and_then(|spec| spec.replicas)
-            .unwrap_or(1);
-        let annotations = statefulset.metadata.annotations.clone().unwrap_or_default();
-        max_unavailable(&annotations, replicas.unsigned_abs()).value
-    });
-    let pods = PodsByStatefulSet::of(view.statefulsets.iter().copied(), view.pods);
-    let snapshot = EvictionSnapshot {
-        pod,
-        budgets: &budgets,
-        statefulsets: view.statefulsets,
-        pods: &pods,
-        now: view.now,
-        recently_allowed: claims,
-        record_expiry: RECORD_EXPIRY,
-    };
-    let verdict = decide_rollout_deletion(&snapshot, rollout_max_unavailable);
-    match verdict {
-        Verdict::Denied { message, .. } => Judgement::Wait(format!(
-            "the rollout waits to delete pod {}: {message}",
-            deletion.pod
-        )),
-        Verdict::Allowed {
-            budget: Some(budget),
-            ..
-        } => Judgement::Claim { budget },
-        Verdict::Allowed { budget: None, .. } => Judgement::Go,
-    }
 }
 
 /// The budgets' cache and the consult the rollout calls before each deletion.
@@ -358,6 +263,3 @@ fn groups_selected(caches: &Caches, budgets: &[Arc<Observed>]) -> BTreeSet<Strin
         .filter_map(|statefulset| group_of(statefulset).map(str::to_owned))
         .collect()
 }
-
-#[cfg(test)]
-mod tests;

@@ -18,27 +18,7 @@ use kube::{Client, ResourceExt};
 
 use crate::index::{self, Index, crd_missing};
 
-/// What is known of the namespace's budgets.
-#[derive(Debug, Clone)]
-pub enum Known {
-    /// Not listed yet, naming the watch's last error if there was one (e.g. a role without
-    /// `list` on the budgets).
-    NotListed { error: Option<String> },
-    /// The CRD is not installed: there are no budgets.
-    NotInstalled,
-    /// Budget name → the budget, parsed.
-    Listed(BTreeMap<String, Arc<Observed>>),
-}
-
-impl Known {
-    /// The listed budgets (none when not listed, or not installed).
-    pub fn listed(&self) -> Vec<Arc<Observed>> {
-        match self {
-            Known::Listed(budgets) => budgets.values().cloned().collect(),
-            _ => Vec::new(),
-        }
-    }
-}
+pub use baton_core::zpdb::Known;
 
 /// What a reader does when budgets change; called on the watch's task.
 pub trait BudgetEvents: Send + 'static {

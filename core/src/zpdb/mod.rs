@@ -1,5 +1,6 @@
 //! Zone-aware pod disruption budgets (`ZoneAwarePodDisruptionBudget`, the Go operator's CRD):
-//! the resource, its validation, the eviction decision and the record of allowed evictions.
+//! the resource, its validation, the eviction decision, a rollout deletion judged against the
+//! budgets, and the record of allowed evictions.
 //! Both binaries judge with it: the webhook answers the Eviction API with it, and the rollout
 //! controller consults the same decision before it deletes a pod.
 //!
@@ -7,12 +8,14 @@
 
 pub mod decide;
 pub mod record;
+pub mod rollout_deletion;
 pub mod spec;
 
 pub use decide::{
     AllowReason, AllowedEviction, DenyReason, EvictionSnapshot, RecentlyAllowed, Unavailable,
     Verdict, decide, decide_rollout_deletion,
 };
+pub use rollout_deletion::{Deletion, Judgement, Known, View, judge};
 pub use spec::{
     Budget, FieldError, InvalidBudget, MaxUnavailable, Observed, Partition,
     ZoneAwarePodDisruptionBudget, ZpdbSpec,

@@ -1,14 +1,14 @@
-//! The decision adapter on hand-made caches: what the rollout may delete with and without a
+//! A rollout deletion judged on hand-made caches: what the rollout may delete with and without a
 //! budget, with the record's claims, and the cases it must never hold (free replacements, a
 //! namespace without the CRD, a budget of maxUnavailable 0).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use baton_core::annotations::MAX_UNAVAILABLE_ANNOTATION;
-use baton_core::pods::CachedPod;
-use baton_core::testing::objects::{NAMESPACE, labels, match_labels, zone_pod, zone_statefulset};
-use baton_core::zpdb::{AllowedEviction, Budget, ZoneAwarePodDisruptionBudget, ZpdbSpec};
+use crate::annotations::MAX_UNAVAILABLE_ANNOTATION;
+use crate::pods::CachedPod;
+use crate::testing::objects::{NAMESPACE, labels, match_labels, zone_pod, zone_statefulset};
+use crate::zpdb::{AllowedEviction, Budget, ZoneAwarePodDisruptionBudget, ZpdbSpec};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
 
