@@ -332,7 +332,7 @@ impl Availability {
     }
 }
 
-/// Why `pod` is not available at `now`, if it is not: the planner's rule ([`availability`]),
+/// Why `pod` is not available at `now`, if it is not: the planner's rule (`availability`),
 /// for callers that describe a rollout rather than plan one.
 pub fn unavailable(
     pod: &PodSnapshot,
