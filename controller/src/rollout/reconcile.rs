@@ -22,7 +22,7 @@ use crate::metrics::{ControllerMetrics, PodCounts};
 use crate::queue::Requeue;
 use crate::rollout::pending::PendingDeletions;
 use crate::status::StatusBoard;
-use baton_core::rollout::{Action, GroupSnapshot, Plan, WaitReason, replacement_note};
+use baton_core::rollout::{Action, GroupSnapshot, Plan, Told, WaitReason};
 use baton_core::status::model::ActionRecord;
 
 /// The rollout side of every group's reconcile (scaling is its sibling: see
@@ -272,22 +272,10 @@ impl Rollouts {
                         .pod_deletions
                         .with_label_values(&[group, statefulset.as_str()])
                         .inc();
-                    let progress = plan.progress.iter().find(|p| &p.statefulset == statefulset);
-                    let note = match (unavailable, progress) {
-                        (Some(why), _) => replacement_note(pod, why),
-                        (None, Some(progress)) => format!(
-                            "deleted pod {pod} to roll it to the update revision ({} of {} pods updated)",
-                            progress.updated, progress.total
-                        ),
-                        (None, None) => {
-                            format!("deleted pod {pod} to roll it to the update revision")
-                        }
+                    let Some(told) = action.told(&plan.progress) else {
+                        continue;
                     };
-                    let reason = match unavailable {
-                        Some(_) => "UnavailablePodReplaced",
-                        None => "RolloutPodDeleted",
-                    };
-                    let said = Said::new(reason, "DeletePod", note);
+                    let said = Said::from(told);
                     self.explain_deletion(group, members, statefulset, Some(pod), said)
                         .await;
                 }
@@ -328,12 +316,10 @@ impl Rollouts {
                         // Written meanwhile: the next pass plans on the new version.
                         return Ok(None);
                     }
-                    let reason = if releases.is_empty() {
-                        "PartitionHeld"
-                    } else {
-                        "PartitionLowered"
+                    let Some(told) = action.told(&plan.progress) else {
+                        continue;
                     };
-                    let said = Said::new(reason, "SetPartition", action.to_string());
+                    let said = Said::from(told);
                     self.explain_deletion(group, members, statefulset, None, said)
                         .await;
                 }
@@ -418,6 +404,12 @@ struct Said {
     reason: &'static str,
     action: &'static str,
     note: String,
+}
+
+impl From<Told> for Said {
+    fn from(told: Told) -> Self {
+        Self::new(told.reason, told.action, told.note)
+    }
 }
 
 impl Said {

@@ -10,8 +10,8 @@ pub mod plan;
 pub mod snapshot;
 
 pub use model::{
-    Action, Order, Plan, PodRevision, Progress, Unavailable, UnavailablePod, WaitReason, Warning,
-    replacement_note,
+    Action, Order, Plan, PodRevision, Progress, Told, Unavailable, UnavailablePod, WaitReason,
+    Warning, replacement_note,
 };
 pub use plan::{plan, plan_in_order, unavailable};
 pub use snapshot::{

@@ -209,6 +209,60 @@ impl fmt::Display for Action {
     }
 }
 
+/// What a pass tells once it has taken an action: the Event's reason and action, and the
+/// sentence a person reads (on the StatefulSet, and in the status page's history).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Told {
+    pub reason: &'static str,
+    pub action: &'static str,
+    pub note: String,
+}
+
+impl Action {
+    /// What to tell once this action is done, with the plan's `progress` (how far its
+    /// StatefulSet is); `None` for what nobody needs told (recording a finished rollout's
+    /// revision, which the zone's completion tells).
+    pub fn told(&self, progress: &[Progress]) -> Option<Told> {
+        match self {
+            Self::DeletePod {
+                statefulset,
+                pod,
+                unavailable,
+                ..
+            } => {
+                let progress = progress.iter().find(|p| &p.statefulset == statefulset);
+                let note = match (unavailable, progress) {
+                    (Some(why), _) => replacement_note(pod, why),
+                    (None, Some(progress)) => format!(
+                        "deleted pod {pod} to roll it to the update revision ({} of {} pods updated)",
+                        progress.updated, progress.total
+                    ),
+                    (None, None) => format!("deleted pod {pod} to roll it to the update revision"),
+                };
+                let reason = match unavailable {
+                    Some(_) => "UnavailablePodReplaced",
+                    None => "RolloutPodDeleted",
+                };
+                Some(Told {
+                    reason,
+                    action: "DeletePod",
+                    note,
+                })
+            }
+            Self::SetPartition { releases, .. } => Some(Told {
+                reason: if releases.is_empty() {
+                    "PartitionHeld"
+                } else {
+                    "PartitionLowered"
+                },
+                action: "SetPartition",
+                note: self.to_string(),
+            }),
+            Self::SetCurrentRevision { .. } => None,
+        }
+    }
+}
+
 /// The Event note of a free replacement: which pod, why it was unavailable, and that it
 /// costs nothing.
 pub fn replacement_note(pod: &str, why: &Unavailable) -> String {

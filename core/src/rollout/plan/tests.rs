@@ -445,6 +445,75 @@ fn pending_failed_and_not_ready_old_pods_are_replaced_saying_why() {
 }
 
 #[test]
+fn each_action_is_told_with_its_reason_and_how_far_its_statefulset_is() {
+    use crate::rollout::model::{Released, Told};
+    // Given a plan that deletes ingester-zone-a-0, whose zone has 1 of 3 pods updated
+    let plan = plan(
+        &group([zone("ingester-zone-a", 3).template_changed().updated(&[2])]),
+        now(),
+    );
+    let delete = plan.actions.first().expect("a deletion");
+    // Then its deletion is told as a rollout step, with the zone's progress
+    assert_eq!(
+        delete.told(&plan.progress),
+        Some(Told {
+            reason: "RolloutPodDeleted",
+            action: "DeletePod",
+            note: "deleted pod ingester-zone-a-0 to roll it to the update revision (1 of 3 pods updated)"
+                .to_owned(),
+        })
+    );
+    // And without the zone's progress, without the count
+    assert_eq!(
+        delete.told(&[]).map(|told| told.note),
+        Some("deleted pod ingester-zone-a-0 to roll it to the update revision".to_owned())
+    );
+    // A free replacement says why the pod was unavailable and that it costs nothing
+    let replaced = Action::DeletePod {
+        statefulset: "ingester-zone-a".to_owned(),
+        pod: "ingester-zone-a-1".to_owned(),
+        uid: "uid".to_owned(),
+        unavailable: Some(Unavailable::NotReady),
+    };
+    let told = replaced.told(&plan.progress).expect("told");
+    assert_eq!(told.reason, "UnavailablePodReplaced");
+    assert_eq!(
+        told.note,
+        replacement_note("ingester-zone-a-1", &Unavailable::NotReady)
+    );
+    // A partition lowered past pods, and one raised back, each have their reason
+    let lowered = Action::SetPartition {
+        statefulset: "web".to_owned(),
+        partition: 4,
+        releases: vec![Released {
+            pod: "web-4".to_owned(),
+            index: 4,
+        }],
+    };
+    let told = lowered.told(&[]).expect("told");
+    assert_eq!(
+        (told.reason, told.action),
+        ("PartitionLowered", "SetPartition")
+    );
+    assert_eq!(told.note, lowered.to_string());
+    let held = Action::SetPartition {
+        statefulset: "web".to_owned(),
+        partition: 5,
+        releases: Vec::new(),
+    };
+    assert_eq!(
+        held.told(&[]).map(|told| told.reason),
+        Some("PartitionHeld")
+    );
+    // And recording a finished rollout's revision tells nothing
+    let recorded = Action::SetCurrentRevision {
+        statefulset: "web".to_owned(),
+        revision: "rev-2".to_owned(),
+    };
+    assert_eq!(recorded.told(&[]), None);
+}
+
+#[test]
 fn old_pod_ready_for_less_than_min_ready_seconds_is_waited_for_not_replaced() {
     // Restarted a moment ago: it does not count as available yet, by the same rule, but it
     // serves: deleting it would take a serving pod out. It is waited for, with a recheck when
