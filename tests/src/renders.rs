@@ -279,3 +279,15 @@ pub fn write_install_overlay(folder: &Path, namespace: &str, image: &str, extra_
     let overlay = format!("{before}patches:\n{}{after}", extra_patches.concat());
     std::fs::write(folder.join("kustomization.yaml"), overlay).unwrap();
 }
+
+/// The command README's install section waits with once the overlay is applied, as written
+/// there (`kubectl -n baton-system rollout status …`), its arguments after `kubectl`.
+pub fn install_wait_command() -> Vec<String> {
+    let readme = std::fs::read_to_string(deploy_dir().join("../README.md")).unwrap();
+    let line = readme
+        .lines()
+        .map(str::trim)
+        .find(|line| line.starts_with("kubectl -n baton-system rollout status"))
+        .expect("README's install section waits with kubectl rollout status");
+    line.split_whitespace().skip(1).map(str::to_owned).collect()
+}

@@ -306,9 +306,9 @@ impl FewestReadyEndpoints {
     }
 }
 
-/// The API server's own count of calls to baton's webhooks that failed (it could not reach
-/// one, or no answer came in time), from its metrics.
-async fn api_server_webhook_failures(client: &kube::Client) -> u64 {
+/// The sum of the API server's `metric` samples about baton's webhooks whose labels contain
+/// one of `any_of` (every sample of baton's when empty), from its metrics.
+async fn api_server_webhook_metric(client: &kube::Client, metric: &str, any_of: &[&str]) -> u64 {
     let metrics = client
         .request_text(http::Request::get("/metrics").body(Vec::new()).unwrap())
         .await
@@ -316,13 +316,32 @@ async fn api_server_webhook_failures(client: &kube::Client) -> u64 {
     metrics
         .lines()
         .filter(|line| {
-            line.starts_with("apiserver_admission_webhook_rejection_count{")
+            line.strip_prefix(metric)
+                .is_some_and(|rest| rest.starts_with('{'))
                 && line.contains("baton.grafana.com")
-                && (line.contains("error_type=\"calling_webhook_error\"")
-                    || line.contains("error_type=\"apiserver_internal_error\""))
+                && (any_of.is_empty() || any_of.iter().any(|label| line.contains(label)))
         })
         .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
         .sum::<f64>() as u64
+}
+
+/// The API server's own count of calls to baton's webhooks that failed (it could not reach
+/// one, or no answer came in time).
+async fn api_server_webhook_failures(client: &kube::Client) -> u64 {
+    api_server_webhook_metric(
+        client,
+        "apiserver_admission_webhook_rejection_count",
+        &[
+            "error_type=\"calling_webhook_error\"",
+            "error_type=\"apiserver_internal_error\"",
+        ],
+    )
+    .await
+}
+
+/// The API server's count of its calls to baton's webhooks, whatever their outcome.
+async fn api_server_webhook_calls(client: &kube::Client) -> u64 {
+    api_server_webhook_metric(client, "apiserver_admission_webhook_request_total", &[]).await
 }
 
 /// How many times each pod of `statefulsets` was deleted (went Terminating) from `from` on.
@@ -426,6 +445,12 @@ async fn install(prefix: &str) -> (TestNamespace, Installed) {
     let image = BatonImage::get();
     let (control_plane, groups) = baton_e2e::real_nodes::namespace_on_real_nodes(prefix).await;
     let installed = Installed::apply(control_plane, groups.name(), &image.by_digest());
+    // Then README's wait, as a user runs it, sees both Deployments rolled out
+    let mut wait = baton_e2e::renders::install_wait_command();
+    wait.push("--timeout=180s".to_owned());
+    let wait: Vec<&str> = wait.iter().map(String::as_str).collect();
+    let (ok, output) = installed.kubectl_in_background(&wait).await.unwrap();
+    assert!(ok, "README's `kubectl rollout status` failed:\n{output}");
     (groups, installed)
 }
 
@@ -612,6 +637,7 @@ async fn the_install_survives_its_node_drained_its_leader_killed_and_its_own_upg
     .await;
     wait_group_ready(&client, &namespace, &["guarded".to_owned()]).await;
     let failures_before = api_server_webhook_failures(&client).await;
+    let calls_before = api_server_webhook_calls(&client).await;
     let load = AdmissionLoad::start(
         client_without_retries(installed.control_plane).await,
         &namespace,
@@ -727,6 +753,13 @@ async fn the_install_survives_its_node_drained_its_leader_killed_and_its_own_upg
     // and as the API server counted its calls
     let total = load.stop().await;
     let failures_after = api_server_webhook_failures(&client).await;
+    // (the count read is the API server's calls to baton: every answered request was one)
+    let calls = api_server_webhook_calls(&client).await - calls_before;
+    assert!(
+        calls >= total.answered,
+        "the API server counted {calls} calls to baton's webhooks for {} answered requests",
+        total.answered
+    );
     for (phase, tally) in &phases {
         eprintln!(
             "{phase}: {} admissions answered, {} failed",
