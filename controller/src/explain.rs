@@ -17,7 +17,6 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use baton_core::explained::Explained;
 use baton_shared::kube_client::bounded;
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
@@ -27,38 +26,7 @@ use tokio_util::sync::CancellationToken;
 /// Events waiting for the publisher, at most. A reconcile of a few groups produces a handful.
 pub const EVENT_QUEUE_CAPACITY: usize = 256;
 
-/// How important an explanation is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Severity {
-    /// Progress and expected waits.
-    Normal,
-    /// Something a person must fix (a bad annotation, a group that cannot roll).
-    Warning,
-}
-
-/// One thing to tell about one object.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Explanation {
-    pub severity: Severity,
-    /// CamelCase reason, e.g. `RolloutWaiting`.
-    pub reason: String,
-    /// What baton did or is about to do, e.g. `Rollout`.
-    pub action: String,
-    /// The sentence a person reads.
-    pub note: String,
-}
-
-impl Explanation {
-    /// The Event of a warning, the planner's or a gate's: a person should fix what it names.
-    pub fn of_warning(warning: &impl Explained) -> Self {
-        Self {
-            severity: Severity::Warning,
-            reason: warning.kind().to_owned(),
-            action: "Validate".to_owned(),
-            note: warning.to_string(),
-        }
-    }
-}
+pub use baton_core::explained::{Explanation, Severity};
 
 /// Logs explanations and queues them for the [`EventPublisher`], skipping repeats. Cheap to
 /// clone: clones share the queue and the repeat filter.

@@ -24,3 +24,36 @@ pub trait Explained: fmt::Display {
         (self.kind(), self.to_string())
     }
 }
+
+/// How important what baton tells is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Severity {
+    /// Progress and expected waits.
+    Normal,
+    /// Something a person must fix (a bad annotation, a group that cannot roll).
+    Warning,
+}
+
+/// One thing to tell about one object: an Event's type, reason, action and sentence.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Explanation {
+    pub severity: Severity,
+    /// CamelCase reason, e.g. `RolloutWaiting`.
+    pub reason: String,
+    /// What baton did or is about to do, e.g. `Rollout`.
+    pub action: String,
+    /// The sentence a person reads.
+    pub note: String,
+}
+
+impl Explanation {
+    /// The Event of a warning, the planner's or a gate's: a person should fix what it names.
+    pub fn of_warning(warning: &impl Explained) -> Self {
+        Self {
+            severity: Severity::Warning,
+            reason: warning.kind().to_owned(),
+            action: "Validate".to_owned(),
+            note: warning.to_string(),
+        }
+    }
+}

@@ -25,6 +25,7 @@
 //! | [`names`] | the shapes of Kubernetes names, for user-written values baton puts where a name belongs |
 //! | [`rollout`] | the rollout snapshot, the planner's walk, and its answer and wording (`rollout::model`): which pods may go now |
 //! | [`gates`] | soak, ramp, halt, health checks and hooks as gates on the plan: whether they may go now |
+//! | [`pass`] | a group's whole rollout pass in one call: what was read to the ordered effects, the wait and when to look again |
 //! | [`status`] | a group's status as people read it, from the snapshot, the plan and the gates |
 //! | [`scaling`] | leader/follower zones, replica mirroring and delayed downscale: the snapshot and the plan |
 //! | [`ledger`] | records replicas claim things in (the downscale ledger, the budgets' eviction records) as decisions read and change them |
@@ -38,9 +39,10 @@
 //!
 //! # The decisions, and who carries them out
 //!
-//! - A rollout pass: [`rollout::GroupSnapshot`] → [`rollout::plan()`] (which pods may go) →
-//!   [`gates`] (whether they may go now) → [`status`] (what people see); the controller's
-//!   `rollout` module deletes.
+//! - A rollout pass: [`pass::decide()`] over a [`rollout::GroupSnapshot`] composes
+//!   [`rollout::plan()`] (which pods may go), [`gates`] (whether they may go now), hooks,
+//!   checks, rollbacks and what to tell, into ordered [`pass::Effect`]s; the controller's
+//!   `rollout` module reads and runs them. [`status`] is what people see.
 //! - A scaling pass: [`scaling::snapshot`] → [`scaling::plan()`]; the controller's `scaling`
 //!   writes `/scale` and calls pods.
 //! - A downscale admission: [`admission::downscale`] and [`admission::prepare`] (min-time by
@@ -97,6 +99,7 @@ pub mod lease;
 pub mod ledger;
 pub mod min_time;
 pub mod names;
+pub mod pass;
 pub mod phased;
 pub mod pod_address;
 pub mod pods;

@@ -24,9 +24,10 @@ use tokio::sync::{Semaphore, mpsc::UnboundedSender};
 use tokio::task::AbortHandle;
 
 use super::egress::{self, Allowlist};
-use baton_core::gates::checks::{CheckOutcome, CheckRun};
-use baton_core::gates::hooks::{self, HookCall};
+use baton_core::gates::checks::CheckOutcome;
+use baton_core::gates::hooks::{self, HookAnswer, HookCall};
 use baton_core::gates::redact::redact;
+use baton_core::pass::{EndedRun, HookRead};
 
 /// The settings and shared clients of the gates' calls, and the check runs in flight.
 pub struct GateCalls {
@@ -40,16 +41,21 @@ pub struct GateCalls {
     /// baton's own TLS Secret, when it lives in this namespace: never a check's credential.
     pub own_secret: Option<String>,
     hooks: HookPoster,
-    pub runs: Runs<CheckRun>,
+    pub runs: Runs<EndedRun>,
     /// Hook calls in flight, and answers not yet recorded.
     pub hook_calls: Runs<HookAnswer>,
 }
 
-/// What a hook answered, and when.
-#[derive(Debug, Clone)]
-pub struct HookAnswer {
-    pub at: Timestamp,
-    pub answer: Result<u16, String>,
+/// What a check run needs to reach its Prometheus, owned by the run (which outlives the pass
+/// that started it): the bounds and clients of [`GateCalls`].
+#[derive(Clone)]
+pub struct CheckConnector {
+    pub client: kube::Client,
+    pub namespace: String,
+    pub request_timeout: Duration,
+    pub prometheus: Allowlist,
+    pub max_answer_bytes: u64,
+    pub own_secret: Option<String>,
 }
 
 /// The one hook client and what it may call, for calls made beside the reconciles.
@@ -77,6 +83,15 @@ impl HookPoster {
                     egress::describe_failure(&error)
                 )
             })
+    }
+}
+
+impl std::fmt::Debug for CheckConnector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CheckConnector")
+            .field("namespace", &self.namespace)
+            .field("prometheus", &self.prometheus)
+            .finish_non_exhaustive()
     }
 }
 
@@ -124,28 +139,42 @@ impl GateCalls {
         })
     }
 
-    /// Why the hook at `url` may not be called, if it may not.
-    pub fn refuse_hook(&self, url: &str) -> Option<String> {
-        self.hooks.allowlist.permit(url).err()
+    /// What a check run needs, for a run about to start.
+    pub fn connector(&self) -> CheckConnector {
+        CheckConnector {
+            client: self.client.clone(),
+            namespace: self.namespace.clone(),
+            request_timeout: self.request_timeout,
+            prometheus: self.prometheus.clone(),
+            max_answer_bytes: self.max_answer_bytes,
+            own_secret: self.own_secret.clone(),
+        }
     }
 
-    /// What a hook call is about, as its slot's key: a call for another zone, phase, revision or
-    /// URL is another call.
-    pub fn hook_key(call: &HookCall) -> String {
-        format!(
-            "{}/{:?}/{}/{}",
-            call.zone, call.phase, call.to_revision, call.url
-        )
+    /// What a pass of `group` knows of its hook at `url`: whether the operator's bounds refuse
+    /// it, an answer not yet recorded (left in place: the pass takes it when it records it)
+    /// and the call in flight.
+    pub fn hook_read(&self, group: &str, url: &str) -> HookRead {
+        let (ended, running) = match self.hook_calls.peek(group) {
+            Some((key, Peeked::Ended(answer))) => (Some((key, answer)), None),
+            Some((key, Peeked::Running)) => (None, Some(key)),
+            None => (None, None),
+        };
+        HookRead {
+            refused: self.hooks.allowlist.permit(url).err(),
+            ended,
+            running,
+        }
     }
 
     /// Starts POSTing `call` of `group` beside the reconciles, unless it is in flight; when it
     /// answers, the group is queued again and its reconcile records the answer
-    /// ([`Runs::take_ended`] with [`GateCalls::hook_key`]).
+    /// ([`Runs::take_ended`] with [`hooks::key`]).
     pub fn start_hook(&self, group: &str, call: HookCall) {
         let poster = self.hooks.clone();
         let name = group.to_owned();
         self.hook_calls
-            .start(group, &Self::hook_key(&call), async move {
+            .start(group, &hooks::key(&call), async move {
                 let answer = poster.post(&call, &name).await;
                 HookAnswer {
                     at: Timestamp::now(),
@@ -170,6 +199,13 @@ pub struct Runs<T> {
 struct Slot<T> {
     key: String,
     state: SlotState<T>,
+}
+
+/// What a slot holds, as [`Runs::peek`] shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Peeked<T> {
+    Running,
+    Ended(T),
 }
 
 #[derive(Debug)]
@@ -212,6 +248,20 @@ impl<T: Send + 'static> Runs<T> {
         {
             task.abort();
         }
+    }
+
+    /// What `group`'s slot holds, under which key: a run in flight, or one ended and not taken.
+    pub fn peek(&self, group: &str) -> Option<(String, Peeked<T>)>
+    where
+        T: Clone,
+    {
+        let slots = self.lock();
+        let slot = slots.get(group)?;
+        let peeked = match &slot.state {
+            SlotState::Running(_) => Peeked::Running,
+            SlotState::Ended(run) => Peeked::Ended(run.clone()),
+        };
+        Some((slot.key.clone(), peeked))
     }
 
     /// Whether a run of `group` for `key` is in flight.

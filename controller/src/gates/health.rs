@@ -1,13 +1,11 @@
-//! Health checks at run time, the part that needs the cluster and the network: [`run`] reads a
-//! group's `RolloutHealthCheck` (baton.dev/v1alpha1) and its Secrets under the operator's
-//! bounds ([`super::egress`]), connects to its Prometheus and starts the queries beside the
-//! reconcile ([`super::calls`]); [`evaluate`] is a group's whole gate pass, the check run when
-//! due. What a
-//! check is (its spec as read, the policy it gives, its queries rendered for a zone, the
-//! verdict on Prometheus' answers) is pure, and the core's: `baton_core::gates::health_check`
-//! and `baton_core::gates::checks`.
+//! Health checks at run time, the part that needs the cluster and the network: [`read`] reads a
+//! group's `RolloutHealthCheck` (baton.dev/v1alpha1) for its pass, and [`start`] runs what the
+//! pass started beside the reconcile ([`super::calls`]): it reads the check's Secrets under the
+//! operator's bounds ([`super::egress`]), connects to its Prometheus and makes the queries. What
+//! a check is (its spec as read, the policy it gives, its queries rendered for a zone, the
+//! verdict on Prometheus' answers) and when it runs are pure, and the core's:
+//! `baton_core::gates::health_check`, `baton_core::gates::checks` and `baton_core::pass`.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use baton_shared::kube_client::bounded;
@@ -15,15 +13,12 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, DynamicObject};
 
-use super::calls::GateCalls;
+use super::calls::{CheckConnector, GateCalls};
 use super::prometheus::{Auth, PrometheusClient, Tls};
-use baton_core::gates::checks::{self, CheckOutcome, CheckPolicy, CheckRun, CheckState};
-use baton_core::gates::health_check::{
-    self, Author, PrometheusField, QuerySpec, Spec, combine, holding_policy, judge, render,
-};
-use baton_core::gates::keys::{self, GateWarning, HEALTH_CHECK_ANNOTATION};
-use baton_core::gates::{GateDecision, GateWait, decide, hooks};
-use baton_core::rollout::{GroupSnapshot, Plan};
+use baton_core::gates::checks::{CheckOutcome, CheckRun};
+use baton_core::gates::health_check::{Author, PrometheusField, Spec, combine, judge};
+use baton_core::pass::{CheckRead, CheckStart, EndedRun, ReadCheck, run_key};
+use baton_core::rollout::GroupSnapshot;
 
 pub use baton_core::gates::health_check::{GROUP, KIND, VERSION, api_resource};
 
@@ -31,64 +26,63 @@ pub use baton_core::gates::health_check::{GROUP, KIND, VERSION, api_resource};
 /// Secret, its owner decides whether checks may send it.
 pub const SECRET_OPT_IN_LABEL: &str = "baton.dev/health-check-secret";
 
-/// The policy to apply for `group`, which names the check `name`, and the run to apply now: one
-/// that ended since the last pass, or an inconclusive one when the check cannot be used (with
-/// the reason, for a Warning). A due run that can be made is started beside the reconcile
-/// ([`GateCalls::runs`]); its outcome comes with a later pass.
-pub async fn run(
-    calls: &GateCalls,
-    group: &GroupSnapshot,
-    name: &str,
-    state: &CheckState,
-    variables: &BTreeMap<&str, &str>,
-    now: Timestamp,
-) -> (CheckPolicy, Option<CheckRun>, Option<String>) {
-    let unusable = |policy: CheckPolicy, why: String| {
-        // Paced like a usable check: a run (and its write) per interval, not per reconcile.
-        let run = state.due(&policy, now).then(|| CheckRun {
-            at: now,
-            outcome: CheckOutcome::Inconclusive { why: why.clone() },
-        });
-        (policy, run, Some(why))
-    };
+/// The check `name` as the pass decides on it ([`CheckRead`]): its spec, and the run made
+/// for this spec and target that ended since the last pass (taken), or whether one is in
+/// flight. The pass reads it whenever the group names a check and is not halted: a complete
+/// group's pass reads it too, and decides nothing on it.
+pub async fn read(calls: &GateCalls, group: &GroupSnapshot, name: &str) -> CheckRead {
     let (spec, generation, author) = match read_spec(calls, name).await {
         Ok(read) => read,
-        Err(why) => return unusable(holding_policy(name), why),
+        Err(why) => return CheckRead::Unreadable(why),
     };
-    let policy = match spec.policy(name) {
-        Ok(policy) => policy,
-        Err(error) => return unusable(holding_policy(name), format!("{KIND} {name}: {error}")),
-    };
-    // A run is about this check as written now and what the group rolls to now.
-    let key = format!("{generation}/{}", checks::target(group));
-    if let Some(ended) = calls.runs.take_ended(&group.name, &key) {
-        return (policy, Some(ended), None);
-    }
-    if !state.due(&policy, now) || calls.runs.running(&group.name, &key) {
-        return (policy, None, None);
-    }
-    let timeout = match spec.timeout() {
-        Ok(timeout) => timeout.min(calls.max_query_timeout),
-        Err(error) => return unusable(policy, format!("{KIND} {name}: {error}")),
-    };
-    let prometheus = match connect(calls, &spec, &author, timeout).await {
-        Ok(prometheus) => prometheus,
-        Err(Unusable::Refused(why)) => return unusable(policy, format!("{KIND} {name}: {why}")),
-        Err(Unusable::Unavailable(why)) => {
-            let outcome = CheckOutcome::Inconclusive {
-                why: format!("{KIND} {name}: {why}"),
-            };
-            return (policy, Some(CheckRun { at: now, outcome }), None);
-        }
-    };
-    let queries: Vec<(QuerySpec, String)> = spec
-        .queries
-        .iter()
-        .map(|query| (query.clone(), render(&query.query, variables)))
-        .collect();
-    // Every query at once, the whole run bounded by one timeout (and a second for the answers
-    // to be read and judged).
+    let key = run_key(generation, group);
+    let ended = calls.runs.take_ended(&group.name, &key);
+    let running = ended.is_none() && calls.runs.running(&group.name, &key);
+    CheckRead::Read(Box::new(ReadCheck {
+        spec,
+        generation,
+        author,
+        ended,
+        running,
+    }))
+}
+
+/// Starts the run `start` of `group` beside the reconciles: connecting to its Prometheus (an
+/// address the operator permits, credentials only as [`connect`] allows) and every query at
+/// once, the whole run bounded by the check's timeout (at most the operator's) and a second
+/// for the answers to be read and judged. When it ends, the group is queued again and its pass
+/// applies the outcome; a check that cannot connect ends at once, inconclusive (with the
+/// reason for a Warning when what it asks is refused).
+pub fn start(calls: &GateCalls, group: &str, start: CheckStart) {
+    let CheckStart {
+        key,
+        name,
+        spec,
+        author,
+        timeout,
+        queries,
+    } = start;
+    let timeout = timeout.min(calls.max_query_timeout);
+    let connecting = calls.connector();
+    let at = Timestamp::now();
     let run = async move {
+        let inconclusive = |why: String, problem: Option<String>| EndedRun {
+            run: CheckRun {
+                at,
+                outcome: CheckOutcome::Inconclusive { why },
+            },
+            problem,
+        };
+        let prometheus = match connect(&connecting, &spec, &author, timeout).await {
+            Ok(prometheus) => prometheus,
+            Err(Unusable::Refused(why)) => {
+                let why = format!("{KIND} {name}: {why}");
+                return inconclusive(why.clone(), Some(why));
+            }
+            Err(Unusable::Unavailable(why)) => {
+                return inconclusive(format!("{KIND} {name}: {why}"), None);
+            }
+        };
         let answers = queries.iter().map(|(query, rendered)| {
             let prometheus = &prometheus;
             async move {
@@ -99,17 +93,17 @@ pub async fn run(
                 judge(query, rendered, answer)
             }
         });
-        combine(futures::future::join_all(answers).await)
-    };
-    let bound = timeout + Duration::from_secs(1);
-    let run = super::calls::bounded_run(bound, run);
-    calls.runs.start(&group.name, &key, async move {
-        CheckRun {
-            at: now,
-            outcome: run.await,
+        let bound = timeout + Duration::from_secs(1);
+        let outcome = super::calls::bounded_run(bound, async move {
+            combine(futures::future::join_all(answers).await)
+        })
+        .await;
+        EndedRun {
+            run: CheckRun { at, outcome },
+            problem: None,
         }
-    });
-    (policy, None, None)
+    };
+    calls.runs.start(group, &key, run);
 }
 
 /// The check's spec and generation, and who writes it (so a refusal names their field).
@@ -149,7 +143,7 @@ enum Unusable {
 /// unless the check says `allowInsecureCredentials`. A refusal names the field where
 /// `author` sets what was refused.
 async fn connect(
-    calls: &GateCalls,
+    calls: &CheckConnector,
     spec: &Spec,
     author: &Author,
     timeout: Duration,
@@ -196,7 +190,7 @@ async fn connect(
 
 /// The text under `key` of the Secret `name`, if the Secret opted in: its labels are read
 /// first, its data only then.
-async fn read_secret(calls: &GateCalls, name: &str, key: &str) -> Result<String, Unusable> {
+async fn read_secret(calls: &CheckConnector, name: &str, key: &str) -> Result<String, Unusable> {
     let secrets: Api<Secret> = Api::namespaced(calls.client.clone(), &calls.namespace);
     let reading = format!("reading Secret {name}");
     let failed = |error: kube::Error| match error {
@@ -238,68 +232,4 @@ async fn read_secret(calls: &GateCalls, name: &str, key: &str) -> Result<String,
         .ok_or_else(|| Unusable::Refused(format!("Secret {name} has no key {key}")))?;
     String::from_utf8(bytes.0)
         .map_err(|_| Unusable::Refused(format!("Secret {name} key {key} is not text")))
-}
-
-/// Plans and gates `group` (see [`decide()`]), and with a health check named, runs it when due
-/// and applies it ([`checks::apply`]). The only I/O: reading the check and its Secrets, and the
-/// queries; none while the group is halted or has nothing left to roll.
-pub async fn evaluate(
-    calls: &GateCalls,
-    group: &GroupSnapshot,
-    now: Timestamp,
-) -> (Plan, GateDecision) {
-    let (config, _) = keys::read(group);
-    let checked = check(calls, group, &config, now).await;
-    let Some(url) = config.hook.clone().filter(|_| config.invalid.is_none()) else {
-        return checked;
-    };
-    let (plan, mut decision, call) = hooks::apply(group, &url, checked, now);
-    match calls.refuse_hook(&url) {
-        Some(why) => decision = hooks::refuse(decision, why),
-        None => decision.hook = call,
-    }
-    (plan, decision)
-}
-
-/// [`decide`], then the health check if the group names one. Kubernetes reads are bounded
-/// by `request_timeout`; the queries run beside the reconcile ([`GateCalls::runs`]).
-async fn check(
-    calls: &GateCalls,
-    group: &GroupSnapshot,
-    config: &keys::GateConfig,
-    now: Timestamp,
-) -> (Plan, GateDecision) {
-    let gated = decide(group, now);
-    if gated.1.rolling_back {
-        // Checks hold no rollback: nothing to query.
-        return gated;
-    }
-    let Some(name) = config
-        .health_check
-        .clone()
-        .filter(|_| config.invalid.is_none())
-    else {
-        return gated;
-    };
-    let halted = matches!(gated.1.wait(), Some(GateWait::Halted { .. }));
-    if halted || !checks::rollout_in_progress(&gated.0) {
-        return checks::apply(group, &holding_policy(&name), None, gated, now);
-    }
-    let variables = health_check::variables(group, &gated.0, &calls.namespace);
-    let (state, _) = CheckState::read(group);
-    let (policy, run, problem) = run(calls, group, &name, &state, &variables, now).await;
-    let (plan, mut decision) = checks::apply(group, &policy, run.as_ref(), gated, now);
-    if let Some(why) = problem {
-        let carrier = group
-            .statefulsets
-            .iter()
-            .find(|member| member.annotations.contains_key(HEALTH_CHECK_ANNOTATION))
-            .map(|member| member.name.clone())
-            .unwrap_or_default();
-        decision.warnings.push(GateWarning::UnusableHealthCheck {
-            statefulset: carrier,
-            why,
-        });
-    }
-    (plan, decision)
 }

@@ -1,12 +1,11 @@
-//! The rollout gates' I/O (the decision is `baton_core::gates`): [`calls`] runs health check
-//! queries beside the reconciles and makes hook calls, within the operator's bounds
-//! ([`egress`]); [`health`] reads a `RolloutHealthCheck` and its Secrets and evaluates a group's
-//! gates; [`prometheus`] is the client; [`store`] writes the gate's state; [`explain`] tells
-//! people; [`metrics`] counts what gates hold groups for.
+//! The rollout gates' I/O (the decisions are `baton_core::gates`, composed into a pass by
+//! `baton_core::pass`): [`calls`] runs health check queries beside the reconciles and makes hook
+//! calls, within the operator's bounds ([`egress`]); [`health`] reads a `RolloutHealthCheck` for
+//! a pass and runs the checks a pass starts; [`prometheus`] is the client; [`store`] writes the
+//! gate's state; [`metrics`] counts what gates hold groups for.
 
 pub mod calls;
 pub mod egress;
-pub mod explain;
 pub mod health;
 pub mod metrics;
 pub mod prometheus;

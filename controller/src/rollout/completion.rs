@@ -1,139 +1,42 @@
-//! When a zone's rollout completes, told once. The StatefulSet controller of current Kubernetes
-//! completes an `OnDelete` update itself (it sets `status.currentRevision` once every pod runs the
-//! update revision and is ready), so baton's own write of the current revision is no longer the
-//! moment to say it: the leader notices the change instead. A zone is *rolling* while it has
-//! pods left to update or its current revision is not its update revision; it *completed* when
-//! it is seen done at the revision it was rolling to. Only zones seen rolling in this term are
-//! told (a new leader does not repeat every finished zone), and a pod restarting at the current
-//! revision is no rollout.
+//! The zones the leader has seen rolling, by group, kept between passes: what the core's
+//! [`completed`](baton_core::rollout::completion::completed) decides on to tell a zone's
+//! completion once, and only for zones this term saw rolling.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Mutex;
 
-use baton_core::rollout::{GroupSnapshot, Plan};
+use baton_core::rollout::completion::Rolling;
 
-/// The zones seen rolling, by group: each zone's update revision then.
+/// The zones seen rolling, by group.
 #[derive(Debug, Default)]
 pub struct Completions {
-    rolling: Mutex<HashMap<String, BTreeMap<String, String>>>,
+    rolling: Mutex<HashMap<String, Rolling>>,
 }
 
 impl Completions {
-    /// The zones of `group` that completed since this leader saw them rolling, with the
-    /// revision every pod now runs; the others are remembered as rolling.
-    pub fn completed(&self, snapshot: &GroupSnapshot, plan: &Plan) -> Vec<(String, String)> {
-        let mut all = self
-            .rolling
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let rolling = all.entry(snapshot.name.clone()).or_default();
-        let mut completed = Vec::new();
-        for member in &snapshot.statefulsets {
-            let Some(update) = member.update_revision.as_ref() else {
-                continue;
-            };
-            let Some(progress) = plan
-                .progress
-                .iter()
-                .find(|progress| progress.statefulset == member.name)
-            else {
-                continue;
-            };
-            let current = member.current_revision.as_ref() == Some(update);
-            if progress.updated < progress.total || !current {
-                rolling.insert(member.name.clone(), update.clone());
-            } else if progress.done && rolling.get(&member.name) == Some(update) {
-                rolling.remove(&member.name);
-                completed.push((member.name.clone(), update.clone()));
-            }
-        }
-        // Members that left the group are forgotten with it.
-        rolling.retain(|name, _| {
-            snapshot
-                .statefulsets
-                .iter()
-                .any(|member| member.name == *name)
-        });
+    /// What was seen rolling in `group` (nothing, the first time).
+    pub fn seen(&self, group: &str) -> Rolling {
+        self.lock().get(group).cloned().unwrap_or_default()
+    }
+
+    /// Remembers what a pass of `group` saw rolling.
+    pub fn keep(&self, group: &str, rolling: Rolling) {
+        let mut all = self.lock();
         if rolling.is_empty() {
-            all.remove(&snapshot.name);
+            all.remove(group);
+        } else {
+            all.insert(group.to_owned(), rolling);
         }
-        completed
     }
 
     /// `group` is gone.
     pub fn forget(&self, group: &str) {
+        self.lock().remove(group);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Rolling>> {
         self.rolling
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .remove(group);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use baton_core::rollout::plan;
-    use baton_core::testing::{group, now, zone};
-
-    use super::*;
-
-    fn completed(completions: &Completions, snapshot: &GroupSnapshot) -> Vec<(String, String)> {
-        completions.completed(snapshot, &plan(snapshot, now()))
-    }
-
-    #[test]
-    fn a_zone_seen_rolling_is_told_once_when_it_completes() {
-        let completions = Completions::default();
-        // Given zone a rolling to rev-2
-        let rolling = group(vec![
-            zone("a", 2).template_changed().updated_first(1).build(),
-            zone("b", 2).build(),
-        ]);
-        assert_eq!(completed(&completions, &rolling), []);
-        // When every pod runs rev-2 but the StatefulSet controller has not set the current
-        // revision yet, it is not complete
-        let updated = group(vec![
-            zone("a", 2).template_changed().updated_first(2).build(),
-            zone("b", 2).build(),
-        ]);
-        assert_eq!(completed(&completions, &updated), []);
-        // When it has, it is told, once
-        let done = group(vec![
-            zone("a", 2).at_revision("rev-2").build(),
-            zone("b", 2).build(),
-        ]);
-        assert_eq!(
-            completed(&completions, &done),
-            [("a".to_owned(), "rev-2".to_owned())]
-        );
-        assert_eq!(completed(&completions, &done), []);
-    }
-
-    #[test]
-    fn zones_never_seen_rolling_and_pods_restarting_are_no_completion() {
-        let completions = Completions::default();
-        // A zone complete when first seen (a new leader): nothing to tell
-        let settled = group(vec![zone("a", 2).build(), zone("b", 2).build()]);
-        assert_eq!(completed(&completions, &settled), []);
-        // A pod not ready at the current revision, then ready again: no rollout
-        let restarting = group(vec![
-            zone("a", 2).not_ready(&[0]).build(),
-            zone("b", 2).build(),
-        ]);
-        assert_eq!(completed(&completions, &restarting), []);
-        assert_eq!(completed(&completions, &settled), []);
-    }
-
-    #[test]
-    fn a_zone_rolled_to_another_revision_meanwhile_is_told_for_the_one_it_reached() {
-        let completions = Completions::default();
-        let to_two = group(vec![zone("a", 2).template_changed_to("rev-2").build()]);
-        assert_eq!(completed(&completions, &to_two), []);
-        let to_three = group(vec![zone("a", 2).template_changed_to("rev-3").build()]);
-        assert_eq!(completed(&completions, &to_three), []);
-        let done = group(vec![zone("a", 2).at_revision("rev-3").build()]);
-        assert_eq!(
-            completed(&completions, &done),
-            [("a".to_owned(), "rev-3".to_owned())]
-        );
     }
 }

@@ -1,11 +1,12 @@
-//! The rollout side of a group's reconcile: from the group's snapshot, plan, let the gates hold,
-//! explain, act. Everything it decides comes from the pure planner and the pure gate decision;
-//! this layer only calls the API (and Prometheus, and hooks) around them.
+//! The rollout side of a group's reconcile: read what the pass decides on, decide it in one
+//! call (`baton_core::pass::decide`), and run the effects in order. Every decision is the
+//! core's; this layer reads the caches (and the health check, and the hook's answer), calls the
+//! API (and Prometheus, and hooks), and checks in one place that the leadership term lasts.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use baton_core::explained::Explained;
+use baton_core::pass::{self, CheckRead, Effect, Gates, HookRead, Pass, Read};
 use baton_core::pods::CachedPod;
 use baton_shared::kube_client::bounded;
 use k8s_openapi::api::apps::v1::StatefulSet;
@@ -14,7 +15,7 @@ use kube::Resource;
 use kube::api::Api;
 
 use super::execute::{self, DeletionOutcome, ExecuteError};
-use super::rollback::{Advanced, Rollbacks};
+use super::rollback::Rollbacks;
 use crate::explain::{Explainer, Explanation, Severity};
 use crate::gates::{self, store};
 use crate::leader::MayAct;
@@ -22,9 +23,8 @@ use crate::metrics::{ControllerMetrics, PodCounts};
 use crate::queue::Requeue;
 use crate::rollout::pending::PendingDeletions;
 use crate::status::StatusBoard;
-use baton_core::rollout::{Action, GroupSnapshot, Plan, Told, WaitReason};
+use baton_core::rollout::{Action, GroupSnapshot, Told};
 use baton_core::status::model::ActionRecord;
-
 /// The rollout side of every group's reconcile (scaling is its sibling: see
 /// [`crate::group`]); shared by all groups.
 pub struct Rollouts {
@@ -54,8 +54,8 @@ impl std::fmt::Debug for Rollouts {
 }
 
 impl Rollouts {
-    /// One rollout pass over `group`, on the snapshot its reconcile read: plan, gate, explain,
-    /// act. Returns when the group wants to come back.
+    /// One rollout pass over `group`, on the snapshot its reconcile read: read, decide, run
+    /// the effects. Returns when the group wants to come back.
     pub async fn reconcile(
         &self,
         group: &str,
@@ -69,90 +69,49 @@ impl Rollouts {
             pods.iter().map(Arc::as_ref),
         );
         self.pending.apply(&mut snapshot, Instant::now());
-        // A rollback asked for starts, and templates go back, before anything is planned: each
-        // is a write whose watch event brings the group back.
-        if may_act().is_some() {
-            let rollbacks = Rollbacks {
-                client: &self.client,
-                namespace: &self.namespace,
-                timeout: self.request_timeout,
-                explainer: &self.explainer,
-            };
-            if rollbacks.advance(group, &snapshot, members).await? == Advanced::Wrote {
-                return Ok(Requeue::Never);
-            }
-        }
-        // The planner's plan as the rollout gates allow it (a group without gate
-        // keys gets the plan unchanged).
         let now = jiff::Timestamp::now();
-        let (plan, gate) = gates::health::evaluate(&self.gate_calls, &snapshot, now).await;
-        if let Some(call) = gate.hook.clone()
-            && may_act().is_some()
-        {
-            let calls = &self.gate_calls;
-            let timeout = self.request_timeout;
-            let api: Api<StatefulSet> = Api::namespaced(self.client.clone(), &self.namespace);
-            let key = gates::calls::GateCalls::hook_key(&call);
-            if let Some(ended) = calls.hook_calls.take_ended(group, &key) {
-                // What the hook answered is stored whatever changed meanwhile: a record lost to
-                // a resourceVersion race would call it again.
-                let recorded =
-                    baton_core::gates::hooks::record(&snapshot, &call, ended.answer, ended.at);
-                store::store_unconditionally(&api, &recorded, timeout).await?;
-            } else if !calls.hook_calls.running(group, &key) {
-                // Called only if still due on a fresh read (the cache may lag a call just
-                // made), beside the reconciles: its answer queues the group again.
-                let reading = format!("reading {} before its hook", call.zone);
-                let fresh = bounded(timeout, reading, api.get(&call.zone)).await;
-                if let Ok(Ok(fresh)) = fresh
-                    && baton_core::gates::hooks::still_due(&fresh, &call, now)
-                {
-                    calls.start_hook(group, call);
-                }
-            }
+        let gates = Gates::read(&snapshot);
+        let check = match gates.check_to_read() {
+            Some(name) => gates::health::read(&self.gate_calls, &snapshot, name).await,
+            None => CheckRead::NotRead,
+        };
+        let hook = match gates.hook() {
+            Some(url) => self.gate_calls.hook_read(group, url),
+            None => HookRead::default(),
+        };
+        let rolling = self.completions.seen(group);
+        let read = Read {
+            snapshot: &snapshot,
+            gates: &gates,
+            check: &check,
+            hook: &hook,
+            rolling: &rolling,
+            namespace: &self.namespace,
+            now,
+        };
+        let pass = pass::decide(&read);
+        self.completions.keep(group, pass.rolling.clone());
+        if !pass.starts_with_rollback() {
+            self.record_progress(group, &pass);
+            self.metrics.gates.record(group, pass.gate_wait.as_ref());
         }
-        self.record_progress(group, &plan, gate.wait().is_some());
-        for (statefulset, revision) in self.completions.completed(&snapshot, &plan) {
-            let note = format!("every pod of {statefulset} runs revision {revision}");
-            let said = Said::new("RolloutComplete", "UpdateStatus", note);
-            self.explain_deletion(group, members, &statefulset, None, said)
-                .await;
-        }
-        self.metrics.gates.record(group, gate.wait());
-        self.explain(group, members, &plan).await;
-        gates::explain::explain(&self.explainer, group, members, &gate).await;
-        if !gate.writes.is_empty() {
-            // Stored before acting, by this term's leader only: a failover keeps the gate.
-            if may_act().is_none() {
-                return Ok(Requeue::Never);
-            }
-            let api: Api<StatefulSet> = Api::namespaced(self.client.clone(), &self.namespace);
-            let read: Vec<&StatefulSet> = members.iter().map(Arc::as_ref).collect();
-            let stored = store::store(&api, &read, &gate.writes, self.request_timeout).await?;
-            if stored == store::Stored::Stale {
-                // The stored objects' watch events bring the group back.
-                return Ok(Requeue::Never);
-            }
-        }
-        if may_act().is_some() {
-            self.metrics.gates.count_notices(group, &gate.notices);
-        }
-        let held = self.act(group, members, &plan, may_act).await?;
+        let held = match self.run(group, members, &snapshot, &pass, may_act).await? {
+            Ran::Ended => return Ok(Requeue::Never),
+            Ran::Done => None,
+            Ran::HeldByBudget(note) => Some(note),
+        };
         // What the status page says the group waits for, and since when: the budget that held a
         // deletion, else the gate, else the planner.
         let waiting = match &held {
             Some(note) => Some((crate::zpdb_check::WAIT_REASON, note.clone())),
-            None => gate
-                .wait()
-                .map(Explained::kind_and_message)
-                .or_else(|| plan.waiting.as_ref().map(Explained::kind_and_message)),
+            None => pass.waiting(),
         };
         // The metric names the reason only while the group has pods to roll.
         let reason = waiting.as_ref().map(|(kind, _)| *kind);
         self.metrics
-            .record_wait_reason(group, reason.filter(|_| rollout_pending(&plan)));
+            .record_wait_reason(group, reason.filter(|_| pass.rollout_pending()));
         self.status.observe(group, waiting, now);
-        let recheck = plan.recheck_after.map_or(Requeue::Never, Requeue::at);
+        let recheck = pass.recheck_after().map_or(Requeue::Never, Requeue::at);
         Ok(match held {
             // The budget's record of claims is not watched: look again soon.
             Some(_) => recheck.sooner(Requeue::After(crate::zpdb_check::RECHECK_AFTER)),
@@ -160,8 +119,8 @@ impl Rollouts {
         })
     }
 
-    fn record_progress(&self, group: &str, plan: &Plan, gated: bool) {
-        let counts = plan.progress.iter().map(|progress| {
+    fn record_progress(&self, group: &str, pass: &Pass) {
+        let counts = pass.plan.progress.iter().map(|progress| {
             let counts = PodCounts {
                 total: progress.total,
                 updated: progress.updated,
@@ -169,180 +128,188 @@ impl Rollouts {
             };
             (progress.statefulset.as_str(), counts)
         });
-        let waiting = (plan.waiting.is_some() || gated) && rollout_pending(plan);
-        self.metrics.record_group(group, counts, waiting);
+        self.metrics
+            .record_group(group, counts, pass.waiting_to_roll());
     }
 
-    async fn explain(&self, group: &str, members: &[Arc<StatefulSet>], plan: &Plan) {
-        for warning in &plan.warnings {
-            if let Some(statefulset) = find(members, warning.statefulset()) {
-                self.explainer
-                    .tell(
-                        &statefulset.object_ref(&()),
-                        Explanation::of_warning(warning),
-                    )
-                    .await;
-            }
-        }
-        let Some(waiting) = &plan.waiting else {
-            return;
-        };
-        let blocking = matches!(
-            waiting,
-            WaitReason::NonOnDeleteMember { .. } | WaitReason::NoUpdateRevision { .. }
-        );
-        if !blocking && !rollout_pending(plan) {
-            return;
-        }
-        let subject = waiting
-            .statefulset()
-            .map(str::to_owned)
-            .or_else(|| match waiting {
-                WaitReason::MultipleNotReady { statefulsets }
-                | WaitReason::Paused { statefulsets } => statefulsets.first().cloned(),
-                _ => None,
-            });
-        let Some(statefulset) = subject.as_deref().and_then(|name| find(members, name)) else {
-            return;
-        };
-        let explanation = Explanation {
-            severity: if blocking {
-                Severity::Warning
-            } else {
-                Severity::Normal
-            },
-            reason: waiting.kind().to_owned(),
-            action: "Wait".to_owned(),
-            note: format!("rollout group {group} waits: {waiting}"),
-        };
-        self.explainer
-            .tell(&statefulset.object_ref(&()), explanation)
-            .await;
-    }
-
-    /// Carries out the plan's actions in order, while this term lasts. Returns the zone-aware
-    /// budget's reason when one held a deletion (the pass then deletes nothing more).
-    async fn act(
+    /// Runs the pass's effects in order. Every effect that writes or claims runs within the
+    /// term the pass started in, checked here and only here, and is bounded by what is left
+    /// of it: a deposed leader stops when its term ends, not a request timeout later.
+    async fn run(
         &self,
         group: &str,
         members: &[Arc<StatefulSet>],
-        plan: &Plan,
+        snapshot: &GroupSnapshot,
+        pass: &Pass,
         may_act: &MayAct,
-    ) -> Result<Option<String>, ExecuteError> {
-        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &self.namespace);
+    ) -> Result<Ran, ExecuteError> {
         let statefulsets: Api<StatefulSet> = Api::namespaced(self.client.clone(), &self.namespace);
-        for action in &plan.actions {
-            // The term may have ended while planning: check right before every call.
-            if may_act().is_none() {
-                return Ok(None);
-            }
-            match action {
-                Action::DeletePod {
+        for effect in &pass.effects {
+            let timeout = if effect.needs_term() {
+                let Some(left) = may_act() else {
+                    return Ok(Ran::Ended);
+                };
+                self.request_timeout.min(left)
+            } else {
+                self.request_timeout
+            };
+            match effect {
+                Effect::StartRollback {
+                    carrier,
+                    why,
+                    refused,
+                } => {
+                    self.rollbacks(timeout)
+                        .start(group, snapshot, members, carrier, why, refused.as_deref())
+                        .await?;
+                    return Ok(Ran::Ended);
+                }
+                Effect::RestoreTemplates(records) => {
+                    let rollbacks = self.rollbacks(timeout);
+                    for (name, record) in records {
+                        rollbacks.restore(members, name, record).await?;
+                    }
+                    return Ok(Ran::Ended);
+                }
+                Effect::RecordHookAnswer { key, writes } => {
+                    if self.gate_calls.hook_calls.take_ended(group, key).is_some() {
+                        store::store_unconditionally(&statefulsets, writes, timeout).await?;
+                    }
+                }
+                Effect::CallHook(call) => {
+                    // Called only if still due on a fresh read (the cache may lag a call just
+                    // made), beside the reconciles: its answer queues the group again.
+                    let reading = format!("reading {} before its hook", call.zone);
+                    let fresh = bounded(timeout, reading, statefulsets.get(&call.zone)).await;
+                    if let Ok(Ok(fresh)) = fresh
+                        && baton_core::gates::hooks::still_due(&fresh, call, jiff::Timestamp::now())
+                    {
+                        self.gate_calls.start_hook(group, call.clone());
+                    }
+                }
+                Effect::StartCheck(start) => {
+                    gates::health::start(&self.gate_calls, group, start.as_ref().clone());
+                }
+                Effect::Tell {
+                    statefulset,
+                    explanation,
+                    history,
+                } => {
+                    let explanation = explanation.clone();
+                    self.tell(group, members, statefulset, None, explanation, *history)
+                        .await;
+                }
+                Effect::Store(writes) => {
+                    let read: Vec<&StatefulSet> = members.iter().map(Arc::as_ref).collect();
+                    let stored = store::store(&statefulsets, &read, writes, timeout).await?;
+                    if stored == store::Stored::Stale {
+                        // The stored objects' watch events bring the group back.
+                        return Ok(Ran::Ended);
+                    }
+                }
+                Effect::Noticed(notices) => self.metrics.gates.count_notices(group, notices),
+                Effect::ConsultBudget {
                     statefulset,
                     pod,
-                    uid,
-                    unavailable,
+                    free_replacement,
                 } => {
                     let deletion = crate::zpdb_check::Deletion {
                         statefulset,
                         pod,
-                        free_replacement: unavailable.is_some(),
+                        free_replacement: *free_replacement,
                     };
                     if let Some(note) = self.budget_holds(group, members, &deletion).await {
-                        return Ok(Some(note));
+                        return Ok(Ran::HeldByBudget(note));
                     }
-                    // Within the term the pass started in: a deposed leader stops deleting
-                    // when its term ends, not a request timeout later.
-                    let Some(left) = may_act() else {
-                        return Ok(None);
-                    };
-                    let outcome = execute::delete_pod(
-                        &pods,
-                        &self.pending,
-                        group,
-                        pod,
-                        uid,
-                        self.request_timeout.min(left),
-                    )
-                    .await?;
-                    if outcome != DeletionOutcome::Done {
-                        continue;
-                    }
-                    self.metrics
-                        .pod_deletions
-                        .with_label_values(&[group, statefulset.as_str()])
-                        .inc();
-                    let Some(told) = action.told(&plan.progress) else {
-                        continue;
-                    };
-                    let said = Said::from(told);
-                    self.explain_deletion(group, members, statefulset, Some(pod), said)
-                        .await;
                 }
-                Action::SetPartition {
-                    statefulset,
-                    partition,
-                    releases,
-                } => {
-                    let Some(cached) = find(members, statefulset) else {
-                        continue;
-                    };
-                    // The StatefulSet controller takes the released pods down: each is a
-                    // rollout deletion for the zone-aware budgets, as if baton deleted it.
-                    for release in releases {
-                        let free_replacement = plan.actions.iter().any(|action| {
-                            matches!(action, Action::DeletePod { pod, unavailable: Some(_), .. } if *pod == release.pod)
-                        });
-                        let deletion = crate::zpdb_check::Deletion {
-                            statefulset,
-                            pod: &release.pod,
-                            free_replacement,
-                        };
-                        if let Some(note) = self.budget_holds(group, members, &deletion).await {
-                            return Ok(Some(note));
+                Effect::Act { action, told } => {
+                    let done = self.act(group, members, action, timeout).await?;
+                    match (done, told) {
+                        (Acted::Done, Some(told)) => {
+                            let pod = match action {
+                                Action::DeletePod { pod, .. } => Some(pod.as_str()),
+                                _ => None,
+                            };
+                            let statefulset = action_statefulset(action);
+                            let told = explanation_of(told);
+                            self.tell(group, members, statefulset, pod, told, true)
+                                .await;
                         }
-                    }
-                    let Some(left) = may_act() else {
-                        return Ok(None);
-                    };
-                    let outcome = execute::set_partition(
-                        &statefulsets,
-                        cached,
-                        *partition,
-                        self.request_timeout.min(left),
-                    )
-                    .await?;
-                    if outcome != DeletionOutcome::Done {
+                        (Acted::Done | Acted::Skipped, _) => {}
                         // Written meanwhile: the next pass plans on the new version.
-                        return Ok(None);
+                        (Acted::Stale, _) => return Ok(Ran::Done),
                     }
-                    let Some(told) = action.told(&plan.progress) else {
-                        continue;
-                    };
-                    let said = Said::from(told);
-                    self.explain_deletion(group, members, statefulset, None, said)
-                        .await;
-                }
-                Action::SetCurrentRevision {
-                    statefulset,
-                    revision,
-                } => {
-                    let Some(cached) = find(members, statefulset) else {
-                        continue;
-                    };
-                    // Its watch event brings the pass that tells the zone complete
-                    // (`completion`), as when the StatefulSet controller sets it.
-                    execute::set_current_revision(
-                        &statefulsets,
-                        cached,
-                        revision,
-                        self.request_timeout,
-                    )
-                    .await?;
                 }
             }
         }
-        Ok(None)
+        Ok(Ran::Done)
+    }
+
+    fn rollbacks(&self, timeout: Duration) -> Rollbacks<'_> {
+        Rollbacks {
+            client: &self.client,
+            namespace: &self.namespace,
+            timeout,
+            explainer: &self.explainer,
+        }
+    }
+
+    /// Carries out one action of the plan.
+    async fn act(
+        &self,
+        group: &str,
+        members: &[Arc<StatefulSet>],
+        action: &Action,
+        timeout: Duration,
+    ) -> Result<Acted, ExecuteError> {
+        let statefulsets: Api<StatefulSet> = Api::namespaced(self.client.clone(), &self.namespace);
+        match action {
+            Action::DeletePod {
+                statefulset,
+                pod,
+                uid,
+                ..
+            } => {
+                let pods: Api<Pod> = Api::namespaced(self.client.clone(), &self.namespace);
+                let outcome =
+                    execute::delete_pod(&pods, &self.pending, group, pod, uid, timeout).await?;
+                if outcome != DeletionOutcome::Done {
+                    return Ok(Acted::Skipped);
+                }
+                self.metrics
+                    .pod_deletions
+                    .with_label_values(&[group, statefulset.as_str()])
+                    .inc();
+                Ok(Acted::Done)
+            }
+            Action::SetPartition {
+                statefulset,
+                partition,
+                ..
+            } => {
+                let Some(cached) = find(members, statefulset) else {
+                    return Ok(Acted::Skipped);
+                };
+                let outcome =
+                    execute::set_partition(&statefulsets, cached, *partition, timeout).await?;
+                Ok(match outcome {
+                    DeletionOutcome::Done => Acted::Done,
+                    _ => Acted::Stale,
+                })
+            }
+            Action::SetCurrentRevision {
+                statefulset,
+                revision,
+            } => {
+                let Some(cached) = find(members, statefulset) else {
+                    return Ok(Acted::Skipped);
+                };
+                // Its watch event brings the pass that tells the zone complete (the core's
+                // `rollout::completion`), as when the StatefulSet controller sets it.
+                execute::set_current_revision(&statefulsets, cached, revision, timeout).await?;
+                Ok(Acted::Done)
+            }
+        }
     }
 
     /// Consults the zone-aware budgets before `deletion` (by baton, or by the StatefulSet
@@ -357,41 +324,48 @@ impl Rollouts {
         let crate::zpdb_check::Permit::Wait(note) = permit else {
             return None;
         };
-        let said = Said::new(crate::zpdb_check::WAIT_REASON, "Wait", note.clone());
-        self.explain_deletion(group, members, deletion.statefulset, None, said)
-            .await;
+        let explanation = Explanation {
+            severity: Severity::Normal,
+            reason: crate::zpdb_check::WAIT_REASON.to_owned(),
+            action: "Wait".to_owned(),
+            note: note.clone(),
+        };
+        self.tell(
+            group,
+            members,
+            deletion.statefulset,
+            None,
+            explanation,
+            false,
+        )
+        .await;
         Some(note)
     }
 
-    /// Tells what the pass did or why it stopped: an Event on the StatefulSet, and for an action
-    /// taken, a line in the status page's history.
-    async fn explain_deletion(
+    /// Tells `explanation` as an Event on `statefulset`, and with `history`, adds it to the
+    /// status page's history of what the group did.
+    async fn tell(
         &self,
         group: &str,
         members: &[Arc<StatefulSet>],
         statefulset: &str,
         pod: Option<&str>,
-        said: Said,
+        explanation: Explanation,
+        history: bool,
     ) {
-        if said.action != "Wait" {
+        if history {
             self.status.record_action(
                 group,
                 ActionRecord {
                     at: jiff::Timestamp::now(),
-                    action: said.action.to_owned(),
+                    action: explanation.action.clone(),
                     statefulset: statefulset.to_owned(),
                     pod: pod.map(str::to_owned),
-                    note: said.note.clone(),
+                    note: explanation.note.clone(),
                 },
             );
         }
         if let Some(owner) = find(members, statefulset) {
-            let explanation = Explanation {
-                severity: Severity::Normal,
-                reason: said.reason.to_owned(),
-                action: said.action.to_owned(),
-                note: said.note,
-            };
             self.explainer
                 .tell(&owner.object_ref(&()), explanation)
                 .await;
@@ -399,34 +373,42 @@ impl Rollouts {
     }
 }
 
-/// What a pass says about one of its steps: the Event's reason and action, and the sentence.
-struct Said {
-    reason: &'static str,
-    action: &'static str,
-    note: String,
+/// How running a pass's effects ended.
+enum Ran {
+    /// Every effect ran.
+    Done,
+    /// The pass ended early: a rollback step or a stale write, whose watch event brings the
+    /// next pass, or the term ended.
+    Ended,
+    /// A zone-aware budget held a deletion (why): nothing after it ran.
+    HeldByBudget(String),
 }
 
-impl From<Told> for Said {
-    fn from(told: Told) -> Self {
-        Self::new(told.reason, told.action, told.note)
+/// What came of one action.
+enum Acted {
+    Done,
+    /// Not needed any more (the pod is gone, the StatefulSet left the cache).
+    Skipped,
+    /// The object changed meanwhile: nothing more this pass.
+    Stale,
+}
+
+/// The Event of an action taken.
+fn explanation_of(told: &Told) -> Explanation {
+    Explanation {
+        severity: Severity::Normal,
+        reason: told.reason.to_owned(),
+        action: told.action.to_owned(),
+        note: told.note.clone(),
     }
 }
 
-impl Said {
-    fn new(reason: &'static str, action: &'static str, note: String) -> Self {
-        Self {
-            reason,
-            action,
-            note,
-        }
+fn action_statefulset(action: &Action) -> &str {
+    match action {
+        Action::DeletePod { statefulset, .. }
+        | Action::SetPartition { statefulset, .. }
+        | Action::SetCurrentRevision { statefulset, .. } => statefulset,
     }
-}
-
-/// Some StatefulSet of the group still has pods to update.
-fn rollout_pending(plan: &Plan) -> bool {
-    plan.progress
-        .iter()
-        .any(|progress| progress.updated < progress.total)
 }
 
 fn find<'a>(members: &'a [Arc<StatefulSet>], name: &str) -> Option<&'a StatefulSet> {

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use baton_core::gates::AnnotationWrite;
 use baton_core::gates::rollback::{
-    self, ROLLBACK_ANNOTATION, ROLLBACK_STATE_ANNOTATION, Record, Revision, Status,
+    self, ROLLBACK_ANNOTATION, ROLLBACK_STATE_ANNOTATION, Record, Revision,
 };
 use baton_core::rollout::GroupSnapshot;
 use baton_shared::kube_client::bounded;
@@ -25,15 +25,6 @@ use super::execute::ExecuteError;
 use crate::explain::{Explainer, Explanation, Severity};
 use crate::gates::store;
 
-/// What a pass did about rollbacks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Advanced {
-    /// Nothing to do: plan and gate as usual.
-    Nothing,
-    /// Something was written: the pass ends here.
-    Wrote,
-}
-
 /// The rollback side of a group's pass, run by the leader before the gate.
 pub struct Rollbacks<'a> {
     pub client: &'a kube::Client,
@@ -43,43 +34,17 @@ pub struct Rollbacks<'a> {
 }
 
 impl Rollbacks<'_> {
-    /// Starts a rollback asked for, or writes the next template back.
-    pub async fn advance(
+    /// Starts the rollback every member asks for (`why`, told on `carrier` when refused), or
+    /// when `refused` says why not, removes the request and says so.
+    pub async fn start(
         &self,
         group: &str,
         snapshot: &GroupSnapshot,
         members: &[Arc<StatefulSet>],
-    ) -> Result<Advanced, ExecuteError> {
-        let status = rollback::status(snapshot, |_| false);
-        if let Some((carrier, why)) = rollback::request(snapshot) {
-            return self
-                .start(group, snapshot, members, &status, carrier, why)
-                .await;
-        }
-        if let Status::Restoring(restoring) = status {
-            let unwritten: Vec<(String, Record)> = restoring
-                .into_iter()
-                .filter(|(_, record)| !record.restored)
-                .collect();
-            if !unwritten.is_empty() {
-                for (name, record) in unwritten {
-                    self.restore(members, &name, &record).await?;
-                }
-                return Ok(Advanced::Wrote);
-            }
-        }
-        Ok(Advanced::Nothing)
-    }
-
-    async fn start(
-        &self,
-        group: &str,
-        snapshot: &GroupSnapshot,
-        members: &[Arc<StatefulSet>],
-        status: &Status,
         carrier: &str,
         why: &str,
-    ) -> Result<Advanced, ExecuteError> {
+        refused: Option<&str>,
+    ) -> Result<(), ExecuteError> {
         let api: Api<StatefulSet> = Api::namespaced(self.client.clone(), self.namespace);
         let read: Vec<&StatefulSet> = members.iter().map(Arc::as_ref).collect();
         let remove_request: Vec<AnnotationWrite> = rollback::requesters(snapshot)
@@ -90,7 +55,7 @@ impl Rollbacks<'_> {
                 value: None,
             })
             .collect();
-        let decided = match rollback::refuse_request(group, status) {
+        let decided = match refused {
             Some(refused) => Err(format!("{refused}; the request is removed")),
             None => {
                 let history = self.history(members).await?;
@@ -128,7 +93,7 @@ impl Rollbacks<'_> {
                 // is gone, a reader seeing some records only knows the rollback is starting, and
                 // a failed write loses nothing (the next pass starts it again).
                 if store::store(&api, &read, &records, self.timeout).await? != store::Stored::Done {
-                    return Ok(Advanced::Wrote);
+                    return Ok(());
                 }
                 (
                     remove_request,
@@ -155,7 +120,7 @@ impl Rollbacks<'_> {
                 .tell(&member.object_ref(&()), explanation)
                 .await;
         }
-        Ok(Advanced::Wrote)
+        Ok(())
     }
 
     /// Every member's ControllerRevisions (the ones it controls), by member name: listed by each
@@ -201,7 +166,7 @@ impl Rollbacks<'_> {
     /// Writes `name`'s pod template back from the ControllerRevision `record.to`, marking the
     /// record restored in the same conditional patch (never twice: a template that comes back
     /// to `from` afterwards is someone else's doing).
-    async fn restore(
+    pub async fn restore(
         &self,
         members: &[Arc<StatefulSet>],
         name: &str,

@@ -192,11 +192,24 @@ pub fn apply(
     group: &GroupSnapshot,
     policy: &CheckPolicy,
     run: Option<&CheckRun>,
-    (mut plan, mut decision): (Plan, GateDecision),
+    (plan, mut decision): (Plan, GateDecision),
     now: Timestamp,
 ) -> (Plan, GateDecision) {
     let (stored, warning) = CheckState::read(group);
     decision.warnings.extend(warning);
+    apply_with(group, &stored, policy, run, (plan, decision), now)
+}
+
+/// [`apply`] on the check state already read (its warning left to the caller): a pass reads
+/// the group's stored state once.
+pub fn apply_with(
+    group: &GroupSnapshot,
+    stored: &CheckState,
+    policy: &CheckPolicy,
+    run: Option<&CheckRun>,
+    (mut plan, mut decision): (Plan, GateDecision),
+    now: Timestamp,
+) -> (Plan, GateDecision) {
     let Some(holder) = group.statefulsets.first().map(|member| member.name.clone()) else {
         return (plan, decision);
     };
@@ -214,7 +227,7 @@ pub fn apply(
             state.last_run = Some(run.at.to_string());
             state.last_outcome = Some(run.outcome.to_string());
         }
-        if state != stored {
+        if state != *stored {
             decision.writes.push(AnnotationWrite {
                 statefulset: holder,
                 key: CHECK_STATE_ANNOTATION,
@@ -324,7 +337,7 @@ pub fn apply(
     let next = state.next_run(policy).unwrap_or(now).max(now);
     plan.recheck_after = Some(plan.recheck_after.map_or(next, |at| at.min(next)));
     decision.recheck_after = Some(decision.recheck_after.map_or(next, |at| at.min(next)));
-    if state != stored {
+    if state != *stored {
         decision.writes.push(AnnotationWrite {
             statefulset: holder,
             key: CHECK_STATE_ANNOTATION,

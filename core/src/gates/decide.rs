@@ -55,7 +55,18 @@ pub fn decide_with(
     state: &GateState,
     now: Timestamp,
 ) -> (Plan, GateDecision) {
-    let full = plan(group, now);
+    decide_planned(group, config, state, plan(group, now), now)
+}
+
+/// [`decide_with`] on the planner's plan `full` of `group` at `now`: the gates narrow what the
+/// planner decided (a simulation hands a broken planner's plan here to prove it is caught).
+pub fn decide_planned(
+    group: &GroupSnapshot,
+    config: &GateConfig,
+    state: &GateState,
+    full: Plan,
+    now: Timestamp,
+) -> (Plan, GateDecision) {
     let done = |name: &str| {
         full.progress
             .iter()

@@ -89,6 +89,18 @@ impl HookState {
 pub fn apply(
     group: &GroupSnapshot,
     url: &str,
+    gated: (Plan, GateDecision),
+    now: Timestamp,
+) -> (Plan, GateDecision, Option<HookCall>) {
+    let (state, _) = GateState::read(group);
+    apply_with(group, &state, url, gated, now)
+}
+
+/// [`apply`] on the gate state already read: a pass reads the group's stored state once.
+pub fn apply_with(
+    group: &GroupSnapshot,
+    state: &GateState,
+    url: &str,
     (mut plan, mut decision): (Plan, GateDecision),
     now: Timestamp,
 ) -> (Plan, GateDecision, Option<HookCall>) {
@@ -100,7 +112,6 @@ pub fn apply(
     {
         return (plan, decision, None);
     }
-    let (state, _) = GateState::read(group);
     let done = |name: &str| {
         plan.progress
             .iter()
@@ -208,6 +219,18 @@ pub fn record(
     answer: Result<u16, String>,
     now: Timestamp,
 ) -> Vec<AnnotationWrite> {
+    let rollback_on_failure = super::keys::read(group).0.rollback_on_failure;
+    record_with(group, rollback_on_failure, call, answer, now)
+}
+
+/// [`record`] with the group's `baton.dev/rollback-on-failure` already read.
+pub fn record_with(
+    group: &GroupSnapshot,
+    rollback_on_failure: bool,
+    call: &HookCall,
+    answer: Result<u16, String>,
+    now: Timestamp,
+) -> Vec<AnnotationWrite> {
     let mut hooks = ZoneHooks::read(group, &call.zone);
     let hook = hooks.phase_mut(call.phase);
     let mut writes = Vec::new();
@@ -238,7 +261,7 @@ pub fn record(
                 hook.attempts = 0;
                 hook.retry_at = None;
                 // Rolled back instead of halted when the group asks for it.
-                if super::keys::read(group).0.rollback_on_failure {
+                if rollback_on_failure {
                     writes.extend(super::rollback::ask(group, &why));
                 } else {
                     writes.push(AnnotationWrite {
@@ -277,6 +300,22 @@ pub fn still_due(
     };
     let hook = hooks.phase(call.phase);
     !hook.done && hook.retry_at().is_none_or(|at| at <= now)
+}
+
+/// What a hook answered (an HTTP status, or why there was none), and when.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HookAnswer {
+    pub at: Timestamp,
+    pub answer: Result<u16, String>,
+}
+
+/// What a hook call is about, as the key its answer is kept under: a call for another zone,
+/// phase, revision or URL is another call, and an answer is recorded only for its own.
+pub fn key(call: &HookCall) -> String {
+    format!(
+        "{}/{:?}/{}/{}",
+        call.zone, call.phase, call.to_revision, call.url
+    )
 }
 
 /// The JSON body of a call (documented in docs/gates.md).

@@ -51,7 +51,7 @@ pub mod rollback;
 pub mod state;
 pub mod steps;
 
-pub use decide::{decide, decide_with};
+pub use decide::{decide, decide_planned, decide_with};
 pub use decision::{AnnotationWrite, GateDecision, GateNotice, GateVerdict, GateWait};
 pub use keys::{
     APPROVAL_ANNOTATION, APPROVED_ANNOTATION, APPROVED_BY_ANNOTATION, BATCHES_ANNOTATION,

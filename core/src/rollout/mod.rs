@@ -4,6 +4,7 @@
 //! deletions still in flight count in a snapshot ([`pending`]). The controller carries out
 //! [`Plan::actions`].
 
+pub mod completion;
 pub mod model;
 pub mod pending;
 pub mod plan;

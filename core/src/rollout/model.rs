@@ -15,7 +15,7 @@ use jiff::Timestamp;
 use super::snapshot::{PodPhase, UpdateStrategy};
 
 /// What the controller should do for a group now, and what to tell people about it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Plan {
     /// Carry out in order. Deletions, if any, all belong to one StatefulSet.
     pub actions: Vec<Action>,
