@@ -16,7 +16,7 @@
 //! | [`cache`] | watch-fed caches of group StatefulSets and of pods (as `baton_core::pods::CachedPod`, `baton_shared::pod_cache`); routes each change to its group |
 //! | [`group`] | the reconcile of one group: one snapshot, scaling and the rollout run beside each other over it |
 //! | [`queue`] | the per-group work queue: coalescing, one run per group at a time, one timer per group, backoff |
-//! | [`rollout`] | the rollout pass over a group (plan with `baton_core::rollout`, gate, explain, act), the executor of its deletions, the deletions the cache has not shown yet |
+//! | [`rollout`] | the rollout pass over a group (read, decide in one call of `baton_core::pass`, run the effects), the executor of its actions, the deletions the cache has not shown yet |
 //! | [`gates`] | the gates' I/O: health check runs and hook calls within the operator's bounds, the Prometheus client, storing the gate's state (the decision is `baton_core::gates`) |
 //! | [`scaling`] | leader/follower zones, replica mirroring, delayed downscale carried out (planned by `baton_core::scaling`) |
 //! | [`certificates`] | the webhook's certificate and CA bundle injection (decided by `baton_core::certificates`) |

@@ -162,7 +162,6 @@ pub type Gate<'a> = dyn Fn(
         Option<(&CheckPolicy, Option<&CheckRun>)>,
         Timestamp,
     ) -> (Plan, GateDecision)
-    + Sync
     + 'a;
 
 /// The real [`Gate`].

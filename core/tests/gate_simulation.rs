@@ -2,8 +2,9 @@
 //! decision, in random scenarios, checked at every step.
 //!
 //! The simulator plays Kubernetes (deleted pods terminate and come back at the update
-//! revision, then become Ready after random delays) and the controller (plan, gate, store the
-//! gate's writes on the StatefulSets, act) around a group with a random soak (sometimes
+//! revision, then become Ready after random delays) and the controller (the core's whole pass,
+//! `baton_core::pass::decide_with`, with its effects carried out in order: a rollback's step,
+//! the gate's writes stored on the StatefulSets, the actions) around a group with a random soak (sometimes
 //! conflicting values on two members) and, in half the scenarios, a health check. Meanwhile chaos strikes: pods fail readiness for a
 //! while (old pods too, so the planner wants free replacements in later zones), a person (or
 //! a failing check) halts the group and later resumes it, the gate's state write loses a
@@ -70,10 +71,12 @@ use baton_core::gates::checks::{self, CheckOutcome, CheckPolicy, CheckRun, Check
 use baton_core::gates::rollback::{self, ROLLBACK_ANNOTATION, ROLLBACK_STATE_ANNOTATION};
 use baton_core::gates::{self};
 use baton_core::gates::{
-    APPROVAL_ANNOTATION, APPROVED_ANNOTATION, BATCHES_ANNOTATION, BYPASS_ANNOTATION,
-    CHECK_STATE_ANNOTATION, GateDecision, GateWait, HALTED_ANNOTATION, HEALTH_CHECK_ANNOTATION,
-    RAMP_ANNOTATION, SOAK_ANNOTATION,
+    APPROVAL_ANNOTATION, APPROVED_ANNOTATION, AnnotationWrite, BATCHES_ANNOTATION,
+    BYPASS_ANNOTATION, CHECK_STATE_ANNOTATION, GateDecision, GateWait, HALTED_ANNOTATION,
+    HEALTH_CHECK_ANNOTATION, RAMP_ANNOTATION, SOAK_ANNOTATION,
 };
+use baton_core::pass::{self, CheckRead, Effect, Gates, HookRead, Read};
+use baton_core::rollout::completion::Rolling;
 use baton_core::rollout::{
     Action, GroupSnapshot, Plan, PodPhase, PodSnapshot, StatefulSetSnapshot, UpdateStrategy,
 };
@@ -500,19 +503,55 @@ impl<'g> Simulation<'g> {
     }
 
     /// The controller's side of one step, checked.
+    /// The leader's pass, as the real one runs: the core's one call ([`pass::decide_with`]),
+    /// its effects carried out in order. The health check is the simulation's own (a run made
+    /// when due, its outcome random), handed to the gate with its policy.
     fn controller(&mut self) -> Result<(), Violation> {
         let now = instant(self.step);
-        if self.rollback_io(now) {
-            return Ok(());
-        }
         let run = self.check_run(now);
-        let (gated, decision) = (self.gate)(&self.group, self.policy.as_ref(), run.as_ref(), now);
-        if let Some(wait) = decision.wait() {
+        let gates = Gates::read(&self.group);
+        let read = Read {
+            snapshot: &self.group,
+            gates: &gates,
+            check: &CheckRead::NotRead,
+            hook: &HookRead::default(),
+            rolling: &Rolling::new(),
+            namespace: "simulation",
+            now,
+        };
+        let (gate, policy) = (self.gate, self.policy.as_ref());
+        let pass = pass::decide_with(&read, &|group, _gates, _check, now| {
+            gate(group, policy, run.as_ref(), now)
+        });
+        match pass.effects.first() {
+            Some(Effect::StartRollback { why, refused, .. }) => {
+                let (why, refused) = (why.clone(), refused.clone());
+                self.start_rollback(&why, refused.as_deref(), now);
+                return Ok(());
+            }
+            Some(Effect::RestoreTemplates(records)) => {
+                let records = records.clone();
+                self.restore_templates(&records);
+                return Ok(());
+            }
+            _ => {}
+        }
+        let gated = pass.plan.clone();
+        if let Some(wait) = &pass.gate_wait {
             *self.stats.held.entry(wait.kind()).or_default() += 1;
             self.note(|| format!("gate holds: {wait}"));
         }
-        let wait = decision.wait().cloned();
-        for write in &decision.writes {
+        let wait = pass.gate_wait.clone();
+        let writes: Vec<AnnotationWrite> = pass
+            .effects
+            .iter()
+            .filter_map(|effect| match effect {
+                Effect::Store(writes) => Some(writes.clone()),
+                _ => None,
+            })
+            .flatten()
+            .collect();
+        for write in &writes {
             self.note(|| {
                 format!(
                     "gate writes {} {}: {:?}",
@@ -520,7 +559,7 @@ impl<'g> Simulation<'g> {
                 )
             });
         }
-        if !decision.writes.is_empty() && self.chaos() && self.rng.random_bool(0.1) {
+        if !writes.is_empty() && self.chaos() && self.rng.random_bool(0.1) {
             self.note(|| "the gate state write conflicts: nothing done".to_owned());
             self.person_approves(wait.as_ref());
             return Ok(());
@@ -528,7 +567,7 @@ impl<'g> Simulation<'g> {
         if let Some(run) = &run {
             self.count(run);
         }
-        for write in &decision.writes {
+        for write in &writes {
             let member = self
                 .group
                 .statefulsets
@@ -552,7 +591,7 @@ impl<'g> Simulation<'g> {
             self.check_batches(&gated)?;
             self.check_approval(&gated)?;
         }
-        for action in &gated.actions {
+        for action in pass.actions() {
             match action {
                 Action::DeletePod {
                     statefulset, pod, ..
@@ -705,97 +744,84 @@ impl<'g> Simulation<'g> {
         Ok(())
     }
 
-    /// The controller's rollback I/O, as the real one does it: a request starts a rollback
-    /// (records stored, request removed), then templates go back. True when it wrote (the pass
-    /// ends there).
-    fn rollback_io(&mut self, now: Timestamp) -> bool {
-        let status = rollback::status(&self.group, |_| false);
-        if let Some((_, why)) = rollback::request(&self.group) {
-            let why = why.to_owned();
-            if rollback::refuse_request("ingester", &status).is_none() {
-                let history = self
-                    .group
-                    .statefulsets
-                    .iter()
-                    .map(|member| {
-                        let revisions = ["old", "new", "v3"]
-                            .iter()
-                            .zip(1..)
-                            .map(|(suffix, number)| rollback::Revision {
-                                name: format!("{}-{suffix}", member.name),
-                                number,
-                            })
-                            .collect();
-                        (member.name.clone(), revisions)
-                    })
-                    .collect();
-                let records =
-                    rollback::start(&self.group, &history, &why, now).expect("a rollback starts");
-                for (name, record) in records {
-                    let member = self
-                        .group
-                        .statefulsets
-                        .iter_mut()
-                        .find(|member| member.name == name)
-                        .expect("records name members");
-                    member
-                        .annotations
-                        .insert(ROLLBACK_STATE_ANNOTATION.to_owned(), record.to_annotation());
-                }
-                // The checker's own turn order: the zones started last first, then the rest.
-                let mut order: Vec<usize> = self.started.iter().rev().copied().collect();
-                order.retain(|&zone| {
-                    let member = &self.group.statefulsets[zone];
-                    member
-                        .pods
+    /// A rollback asked for, as the real controller starts it (records stored, request
+    /// removed), or the request removed when the pass refuses it.
+    fn start_rollback(&mut self, why: &str, refused: Option<&str>, now: Timestamp) {
+        if refused.is_none() {
+            let history = self
+                .group
+                .statefulsets
+                .iter()
+                .map(|member| {
+                    let revisions = ["old", "new", "v3"]
                         .iter()
-                        .any(|pod| pod.revision == member.update_revision)
-                });
-                for zone in 0..self.group.statefulsets.len() {
-                    if !order.contains(&zone) {
-                        order.push(zone);
-                    }
-                }
-                self.rolling_back = Some(order);
-                self.stats.rollbacks += 1;
-                self.note(|| format!("rollback starts: {why}"));
-            } else {
-                self.note(|| "a rollback request is refused: one is under way".to_owned());
-            }
-            for member in &mut self.group.statefulsets {
-                member.annotations.remove(ROLLBACK_ANNOTATION);
-            }
-            return true;
-        }
-        if let rollback::Status::Restoring(members) = status {
-            let unwritten: Vec<_> = members
-                .into_iter()
-                .filter(|(_, record)| !record.restored)
+                        .zip(1..)
+                        .map(|(suffix, number)| rollback::Revision {
+                            name: format!("{}-{suffix}", member.name),
+                            number,
+                        })
+                        .collect();
+                    (member.name.clone(), revisions)
+                })
                 .collect();
-            if unwritten.is_empty() {
-                return false;
-            }
-            for (name, record) in unwritten {
+            let records =
+                rollback::start(&self.group, &history, why, now).expect("a rollback starts");
+            for (name, record) in records {
                 let member = self
                     .group
                     .statefulsets
                     .iter_mut()
                     .find(|member| member.name == name)
                     .expect("records name members");
-                member.update_revision = Some(record.to.clone());
-                let restored = rollback::Record {
-                    restored: true,
-                    ..record
-                };
-                member.annotations.insert(
-                    ROLLBACK_STATE_ANNOTATION.to_owned(),
-                    restored.to_annotation(),
-                );
-                self.note(|| format!("template of {name} written back"));
+                member
+                    .annotations
+                    .insert(ROLLBACK_STATE_ANNOTATION.to_owned(), record.to_annotation());
             }
-            return true;
+            // The checker's own turn order: the zones started last first, then the rest.
+            let mut order: Vec<usize> = self.started.iter().rev().copied().collect();
+            order.retain(|&zone| {
+                let member = &self.group.statefulsets[zone];
+                member
+                    .pods
+                    .iter()
+                    .any(|pod| pod.revision == member.update_revision)
+            });
+            for zone in 0..self.group.statefulsets.len() {
+                if !order.contains(&zone) {
+                    order.push(zone);
+                }
+            }
+            self.rolling_back = Some(order);
+            self.stats.rollbacks += 1;
+            self.note(|| format!("rollback starts: {why}"));
+        } else {
+            self.note(|| "a rollback request is refused: one is under way".to_owned());
         }
-        false
+        for member in &mut self.group.statefulsets {
+            member.annotations.remove(ROLLBACK_ANNOTATION);
+        }
+    }
+
+    /// Templates written back, as the real controller writes them.
+    fn restore_templates(&mut self, records: &[(String, rollback::Record)]) {
+        for (name, record) in records {
+            let member = self
+                .group
+                .statefulsets
+                .iter_mut()
+                .find(|member| member.name == *name)
+                .expect("records name members");
+            member.update_revision = Some(record.to.clone());
+            let restored = rollback::Record {
+                restored: true,
+                ..record.clone()
+            };
+            member.annotations.insert(
+                ROLLBACK_STATE_ANNOTATION.to_owned(),
+                restored.to_annotation(),
+            );
+            self.note(|| format!("template of {name} written back"));
+        }
     }
 
     /// Property (i), on a deletion in `zone`.

@@ -63,6 +63,8 @@ use baton_core::annotations::{
     MAX_UNAVAILABLE_ANNOTATION, PARTITION_ANNOTATION, ROLLOUT_PAUSED_ANNOTATION,
     UPDATE_BY_ANNOTATION,
 };
+use baton_core::pass::{self, CheckRead, Gates, HookRead, Read};
+use baton_core::rollout::completion::Rolling;
 use baton_core::rollout::snapshot::pod_ordinal;
 use baton_core::rollout::{
     Action, GroupSnapshot, Plan, PodPhase, PodSnapshot, StatefulSetSnapshot, StatusLag,
@@ -1095,10 +1097,30 @@ impl<'p> Simulation<'p> {
         Some((member, index))
     }
 
-    /// Plans, checks the plan against the world as it is, carries it out, checks again.
+    /// Runs the leader's pass as the real one does (the core's one call,
+    /// [`pass::decide_with`], on the planner under test), checks what its effects do against
+    /// the world as it is, carries them out, checks again.
     fn baton(&mut self) -> Result<(), Violation> {
         let now = instant(self.step);
-        let plan = (self.planner)(&self.group, now);
+        let gates = Gates::read(&self.group);
+        let read = Read {
+            snapshot: &self.group,
+            gates: &gates,
+            check: &CheckRead::NotRead,
+            hook: &HookRead::default(),
+            rolling: &Rolling::new(),
+            namespace: "simulation",
+            now,
+        };
+        let planner = self.planner;
+        let pass = pass::decide_with(&read, &|group, gates, check, now| {
+            pass::gate_planned(group, gates, planner(group, now), check, now)
+        });
+        // The actions are the pass's effects: what the leader carries out.
+        let plan = Plan {
+            actions: pass.actions().cloned().collect(),
+            ..pass.plan
+        };
         if let Some(reason) = &plan.waiting {
             *self.stats.waits.entry(reason.kind()).or_default() += 1;
         }

@@ -1,7 +1,8 @@
-//! Group rollouts, carried out: the pass over a group ([`reconcile`]: plan with
-//! `baton_core::rollout`, gate, explain, act), the Kubernetes calls behind its actions
+//! Group rollouts, carried out: the pass over a group ([`reconcile`]: read, decide with one
+//! call of `baton_core::pass::decide`, run the effects), the Kubernetes calls behind its actions
 //! ([`execute`]), the deletions asked for that the pod cache has not shown yet ([`pending`]),
-//! and a rollback's own writes ([`rollback`]: starting it, writing templates back).
+//! a rollback's own writes ([`rollback`]: starting it, writing templates back) and the zones
+//! seen rolling ([`completion`]).
 
 pub mod completion;
 pub mod execute;

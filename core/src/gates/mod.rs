@@ -24,14 +24,14 @@
 //!   `RolloutHealthCheck`'s spec and the verdict on Prometheus' answers ([`answers`]);
 //! - [`hooks`]: the calls due before and after each zone, and what their answers store.
 //!
-//! The controller does the I/O around it: it reads the checks and their Secrets, runs the
-//! queries, calls the hooks, stores the state and tells people ([`redact`]: what its messages
-//! may show of a URL).
+//! [`crate::pass`] composes them all into a group's pass, with what to tell people; the
+//! controller does the I/O around it: it reads the checks and their Secrets, runs the queries,
+//! calls the hooks and stores the state ([`redact`]: what its messages may show of a URL).
 //!
 //! Dependencies point one way: [`keys`] reads annotations and depends on no other gate;
 //! [`decision`] on [`keys`]; each gate ([`steps`], [`approval`], [`rollback`], [`hooks`],
 //! [`checks`]) on those two, and the hooks and checks on [`rollback`] to ask for one;
-//! [`decide()`] composes the gates, and [`health_check`] composes [`decide()`] with the checks
+//! [`decide()`] composes the gates, and [`crate::pass`] composes [`decide()`] with the checks
 //! and hooks. Nothing a gate uses depends on the gate.
 //!
 //! All of it is opt-in: a group none of whose members carries a gate key rolls exactly as
