@@ -42,6 +42,9 @@
 //!   both hold again (an expired bypass bypasses nothing). A bypass on one member only (30% of
 //!   them) is never in force by the checker's clock.
 //!
+//! - the pass's effects run in their order, as the leader runs them: a gate state write that
+//!   conflicts ends the pass with what came before it done, so a pass acting before it stores
+//!   its state is caught (its mutation test);
 //! - (i) at every deletion of an available pod, no other zone has a pod that baton deleted and
 //!   that is not ready again: baton's disruption stays in one zone at a time, rollbacks
 //!   included (replacing a pod that is down already takes nothing away);
@@ -75,7 +78,7 @@ use baton_core::gates::{
     BYPASS_ANNOTATION, CHECK_STATE_ANNOTATION, GateDecision, GateWait, HALTED_ANNOTATION,
     HEALTH_CHECK_ANNOTATION, RAMP_ANNOTATION, SOAK_ANNOTATION,
 };
-use baton_core::pass::{self, CheckRead, Effect, Gates, HookRead, Read};
+use baton_core::pass::{self, CheckRead, Effect, Gates, HookRead, Pass, Read};
 use baton_core::rollout::completion::Rolling;
 use baton_core::rollout::{
     Action, GroupSnapshot, Plan, PodPhase, PodSnapshot, StatefulSetSnapshot, UpdateStrategy,
@@ -120,7 +123,7 @@ impl fmt::Display for Violation {
     fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             formatter,
-            "seed {} step {}: {:?}: {} (replay: SIM_SEED={} cargo test -p baton-controller \
+            "seed {} step {}: {:?}: {} (replay: SIM_SEED={} cargo test -p baton-core \
              --test gate_simulation -- --nocapture)",
             self.seed, self.step, self.property, self.detail, self.seed
         )
@@ -173,6 +176,9 @@ struct Simulation<'g> {
     started: Vec<usize>,
     completed_at: Vec<Option<u64>>,
     gate: &'g Gate,
+    /// What becomes of the pass before it is run: nothing, but for the mutation tests of the
+    /// pass's order.
+    mangle: fn(&mut Pass),
     /// The group's health check, if it has one.
     policy: Option<CheckPolicy>,
     /// Zones ramp 1, 2, 4, … pods.
@@ -364,6 +370,7 @@ impl<'g> Simulation<'g> {
             bypass_until,
             rollback_at,
             rolling_back: None,
+            mangle: |_| {},
             disrupted: vec![std::collections::BTreeSet::new(); zones],
             settled_passes: 0,
             last_step: None,
@@ -520,9 +527,10 @@ impl<'g> Simulation<'g> {
             now,
         };
         let (gate, policy) = (self.gate, self.policy.as_ref());
-        let pass = pass::decide_with(&read, &|group, _gates, _check, now| {
+        let mut pass = pass::decide_with(&read, &|group, _gates, _check, now| {
             gate(group, policy, run.as_ref(), now)
         });
+        (self.mangle)(&mut pass);
         match pass.effects.first() {
             Some(Effect::StartRollback { why, refused, .. }) => {
                 let (why, refused) = (why.clone(), refused.clone());
@@ -542,115 +550,56 @@ impl<'g> Simulation<'g> {
             self.note(|| format!("gate holds: {wait}"));
         }
         let wait = pass.gate_wait.clone();
-        let writes: Vec<AnnotationWrite> = pass
-            .effects
-            .iter()
-            .filter_map(|effect| match effect {
-                Effect::Store(writes) => Some(writes.clone()),
-                _ => None,
-            })
-            .flatten()
-            .collect();
-        for write in &writes {
-            self.note(|| {
-                format!(
-                    "gate writes {} {}: {:?}",
-                    write.statefulset, write.key, write.value
-                )
-            });
-        }
-        if !writes.is_empty() && self.chaos() && self.rng.random_bool(0.1) {
-            self.note(|| "the gate state write conflicts: nothing done".to_owned());
-            self.person_approves(wait.as_ref());
-            return Ok(());
-        }
-        if let Some(run) = &run {
-            self.count(run);
-        }
-        for write in &writes {
-            let member = self
-                .group
-                .statefulsets
-                .iter_mut()
-                .find(|member| member.name == write.statefulset)
-                .expect("the gate writes on members");
-            match &write.value {
-                Some(value) => member
-                    .annotations
-                    .insert(write.key.to_owned(), value.clone()),
-                None => member.annotations.remove(write.key),
-            };
-        }
-        let halted = self
-            .group
-            .statefulsets
-            .iter()
-            .any(|member| member.annotations.contains_key(HALTED_ANNOTATION));
-        if self.rolling_back.is_none() {
-            self.check_ramp(&gated)?;
-            self.check_batches(&gated)?;
-            self.check_approval(&gated)?;
-        }
-        for action in pass.actions() {
-            match action {
-                Action::DeletePod {
-                    statefulset, pod, ..
-                } => {
-                    let zone = self
-                        .group
-                        .statefulsets
-                        .iter()
-                        .position(|member| &member.name == statefulset)
-                        .expect("planned on members");
-                    if halted {
-                        return Err(self.violation(
-                            Property::HaltedGroupDeleted,
-                            format!("deleted {pod} while the group is halted"),
-                        ));
+        // The effects in order, as the leader runs them: a stale store ends the pass, and
+        // what came before it happened.
+        let mut counted = false;
+        let mut checked = false;
+        for effect in &pass.effects {
+            match effect {
+                Effect::Store(writes) => {
+                    for write in writes {
+                        self.note(|| {
+                            format!(
+                                "gate writes {} {}: {:?}",
+                                write.statefulset, write.key, write.value
+                            )
+                        });
                     }
-                    let ordinal = self.group.statefulsets[zone]
-                        .pods
-                        .iter()
-                        .position(|candidate| &candidate.name == pod)
-                        .expect("planned on existing pods");
-                    if self.group.statefulsets[zone].pods[ordinal].ready {
-                        // Replacing a pod that is down already takes nothing away.
-                        self.check_one_zone(zone, pod)?;
+                    if self.chaos() && self.rng.random_bool(0.1) {
+                        self.note(|| "the gate state write conflicts: nothing more".to_owned());
+                        self.person_approves(wait.as_ref());
+                        return Ok(());
                     }
-                    if self.rolling_back.is_some() {
-                        self.check_rollback(zone, ordinal, pod)?;
-                        self.stats.rollback_deletions += 1;
-                    } else {
-                        self.check_zone_start(zone, pod)?;
-                        self.check_health(pod)?;
-                        if self.bypassing() {
-                            self.stats.bypassed_deletions += 1;
+                    if !counted {
+                        counted = true;
+                        if let Some(run) = &run {
+                            self.count(run);
                         }
                     }
-                    self.disrupted[zone].insert(ordinal);
-                    let target = &mut self.group.statefulsets[zone].pods[ordinal];
-                    target.terminating = true;
-                    target.ready = false;
-                    self.lives[zone][ordinal].gone_at = Some(self.step + 1);
-                    self.stats.deletions += 1;
-                    self.note(|| format!("delete {pod}"));
+                    self.store(writes);
                 }
-                Action::SetPartition { statefulset, .. } => {
-                    unreachable!("{statefulset}: the gate simulation rolls by deletion only")
+                Effect::Act { action, .. } => {
+                    if !checked {
+                        checked = true;
+                        if !counted {
+                            counted = true;
+                            if let Some(run) = &run {
+                                self.count(run);
+                            }
+                        }
+                        if self.rolling_back.is_none() {
+                            self.check_ramp(&gated)?;
+                            self.check_batches(&gated)?;
+                            self.check_approval(&gated)?;
+                        }
+                    }
+                    self.act(action)?;
                 }
-                Action::SetCurrentRevision {
-                    statefulset,
-                    revision,
-                } => {
-                    let member = self
-                        .group
-                        .statefulsets
-                        .iter_mut()
-                        .find(|member| &member.name == statefulset)
-                        .expect("planned on members");
-                    member.current_revision = Some(revision.clone());
-                }
+                _ => {}
             }
+        }
+        if !counted && let Some(run) = &run {
+            self.count(run);
         }
         if gated.deletions().next().is_some() {
             self.last_step = Some(self.step);
@@ -739,6 +688,93 @@ impl<'g> Simulation<'g> {
                          {available}); the ramp allows {size} once the zone is available"
                     ),
                 ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The gate's writes, stored on the members.
+    fn store(&mut self, writes: &[AnnotationWrite]) {
+        for write in writes {
+            let member = self
+                .group
+                .statefulsets
+                .iter_mut()
+                .find(|member| member.name == write.statefulset)
+                .expect("the gate writes on members");
+            match &write.value {
+                Some(value) => member
+                    .annotations
+                    .insert(write.key.to_owned(), value.clone()),
+                None => member.annotations.remove(write.key),
+            };
+        }
+    }
+
+    /// One action of the pass, checked against the world as it is, then carried out.
+    fn act(&mut self, action: &Action) -> Result<(), Violation> {
+        let halted = self
+            .group
+            .statefulsets
+            .iter()
+            .any(|member| member.annotations.contains_key(HALTED_ANNOTATION));
+        match action {
+            Action::DeletePod {
+                statefulset, pod, ..
+            } => {
+                let zone = self
+                    .group
+                    .statefulsets
+                    .iter()
+                    .position(|member| &member.name == statefulset)
+                    .expect("planned on members");
+                if halted {
+                    return Err(self.violation(
+                        Property::HaltedGroupDeleted,
+                        format!("deleted {pod} while the group is halted"),
+                    ));
+                }
+                let ordinal = self.group.statefulsets[zone]
+                    .pods
+                    .iter()
+                    .position(|candidate| &candidate.name == pod)
+                    .expect("planned on existing pods");
+                if self.group.statefulsets[zone].pods[ordinal].ready {
+                    // Replacing a pod that is down already takes nothing away.
+                    self.check_one_zone(zone, pod)?;
+                }
+                if self.rolling_back.is_some() {
+                    self.check_rollback(zone, ordinal, pod)?;
+                    self.stats.rollback_deletions += 1;
+                } else {
+                    self.check_zone_start(zone, pod)?;
+                    self.check_health(pod)?;
+                    if self.bypassing() {
+                        self.stats.bypassed_deletions += 1;
+                    }
+                }
+                self.disrupted[zone].insert(ordinal);
+                let target = &mut self.group.statefulsets[zone].pods[ordinal];
+                target.terminating = true;
+                target.ready = false;
+                self.lives[zone][ordinal].gone_at = Some(self.step + 1);
+                self.stats.deletions += 1;
+                self.note(|| format!("delete {pod}"));
+            }
+            Action::SetPartition { statefulset, .. } => {
+                unreachable!("{statefulset}: the gate simulation rolls by deletion only")
+            }
+            Action::SetCurrentRevision {
+                statefulset,
+                revision,
+            } => {
+                let member = self
+                    .group
+                    .statefulsets
+                    .iter_mut()
+                    .find(|member| &member.name == statefulset)
+                    .expect("planned on members");
+                member.current_revision = Some(revision.clone());
             }
         }
         Ok(())
@@ -1155,9 +1191,19 @@ fn real_gate(
 }
 
 fn run_scenarios(gate: &Gate, count: u64) -> Result<Stats, Violation> {
+    run_mangled_scenarios(gate, |_| {}, count)
+}
+
+fn run_mangled_scenarios(
+    gate: &Gate,
+    mangle: fn(&mut Pass),
+    count: u64,
+) -> Result<Stats, Violation> {
     let mut total = Stats::default();
     for seed in 0..count {
-        let stats = Simulation::new(seed, gate, false).run()?;
+        let mut simulation = Simulation::new(seed, gate, false);
+        simulation.mangle = mangle;
+        let stats = simulation.run()?;
         total.deletions += stats.deletions;
         total.halts += stats.halts;
         total.retargets += stats.retargets;
@@ -1454,4 +1500,24 @@ fn checker_catches_a_gate_that_disrupts_a_second_zone() {
         },
         Property::TwoZonesDisrupted,
     );
+}
+
+#[test]
+fn checker_catches_a_pass_that_acts_before_it_stores_the_gates_state() {
+    // The store moved after the actions: a write that then conflicts leaves steps taken that
+    // the gate's state does not know of.
+    let mangle: fn(&mut Pass) = |pass| {
+        if let Some(at) = pass
+            .effects
+            .iter()
+            .position(|effect| matches!(effect, Effect::Store(_)))
+        {
+            let store = pass.effects.remove(at);
+            pass.effects.push(store);
+        }
+    };
+    match run_mangled_scenarios(&real_gate, mangle, BROKEN_GATE_SCENARIOS) {
+        Ok(stats) => panic!("the checker missed a pass acting before its store: {stats:?}"),
+        Err(violation) => println!("caught: {violation}"),
+    }
 }
