@@ -67,7 +67,7 @@ use std::fmt;
 
 #[path = "support/sim.rs"]
 mod sim;
-use sim::env_u64;
+use sim::{env_u64, leader_pass};
 
 use baton_core::annotations::MAX_UNAVAILABLE_ANNOTATION;
 use baton_core::gates::checks::{self, CheckOutcome, CheckPolicy, CheckRun, CheckState};
@@ -78,8 +78,7 @@ use baton_core::gates::{
     BYPASS_ANNOTATION, CHECK_STATE_ANNOTATION, GateDecision, GateWait, HALTED_ANNOTATION,
     HEALTH_CHECK_ANNOTATION, RAMP_ANNOTATION, SOAK_ANNOTATION,
 };
-use baton_core::pass::{self, CheckRead, Effect, Gates, HookRead, Pass, Read};
-use baton_core::rollout::completion::Rolling;
+use baton_core::pass::{Effect, Pass};
 use baton_core::rollout::{
     Action, GroupSnapshot, Plan, PodPhase, PodSnapshot, StatefulSetSnapshot, UpdateStrategy,
 };
@@ -516,18 +515,8 @@ impl<'g> Simulation<'g> {
     fn controller(&mut self) -> Result<(), Violation> {
         let now = instant(self.step);
         let run = self.check_run(now);
-        let gates = Gates::read(&self.group);
-        let read = Read {
-            snapshot: &self.group,
-            gates: &gates,
-            check: &CheckRead::NotRead,
-            hook: &HookRead::default(),
-            rolling: &Rolling::new(),
-            namespace: "simulation",
-            now,
-        };
         let (gate, policy) = (self.gate, self.policy.as_ref());
-        let mut pass = pass::decide_with(&read, &|group, _gates, _check, now| {
+        let mut pass = leader_pass(&self.group, now, &|group, _gates, _check, now| {
             gate(group, policy, run.as_ref(), now)
         });
         (self.mangle)(&mut pass);

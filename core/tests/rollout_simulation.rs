@@ -57,14 +57,13 @@ use std::time::Instant;
 
 #[path = "support/sim.rs"]
 mod sim;
-use sim::env_u64;
+use sim::{env_u64, leader_pass};
 
 use baton_core::annotations::{
     MAX_UNAVAILABLE_ANNOTATION, PARTITION_ANNOTATION, ROLLOUT_PAUSED_ANNOTATION,
     UPDATE_BY_ANNOTATION,
 };
-use baton_core::pass::{self, CheckRead, Gates, HookRead, Read};
-use baton_core::rollout::completion::Rolling;
+use baton_core::pass;
 use baton_core::rollout::snapshot::pod_ordinal;
 use baton_core::rollout::{
     Action, GroupSnapshot, Plan, PodPhase, PodSnapshot, StatefulSetSnapshot, StatusLag,
@@ -1102,18 +1101,8 @@ impl<'p> Simulation<'p> {
     /// the world as it is, carries them out, checks again.
     fn baton(&mut self) -> Result<(), Violation> {
         let now = instant(self.step);
-        let gates = Gates::read(&self.group);
-        let read = Read {
-            snapshot: &self.group,
-            gates: &gates,
-            check: &CheckRead::NotRead,
-            hook: &HookRead::default(),
-            rolling: &Rolling::new(),
-            namespace: "simulation",
-            now,
-        };
         let planner = self.planner;
-        let pass = pass::decide_with(&read, &|group, gates, check, now| {
+        let pass = leader_pass(&self.group, now, &|group, gates, check, now| {
             pass::gate_planned(group, gates, planner(group, now), check, now)
         });
         // The actions are the pass's effects: what the leader carries out.
