@@ -38,6 +38,7 @@ fn statefulset(name: &str, updated: u32, not_ready: u32) -> StatefulSetSnapshot 
         .collect();
     let ready_replicas = PODS_PER_STATEFULSET - not_ready;
     StatefulSetSnapshot {
+        unreachable: None,
         name: name.to_owned(),
         uid: format!("uid-{name}"),
         spec_replicas: PODS_PER_STATEFULSET,

@@ -47,6 +47,7 @@ pub fn zone(name: &str, replicas: u32) -> Zone {
         .collect();
     Zone {
         statefulset: StatefulSetSnapshot {
+            unreachable: None,
             name: name.to_owned(),
             uid: format!("uid-{name}"),
             spec_replicas: replicas,

@@ -69,6 +69,7 @@ fn group(annotations: &[(usize, &str, String)]) -> GroupSnapshot {
                 })
                 .collect();
             StatefulSetSnapshot {
+                unreachable: None,
                 uid: format!("uid-{name}"),
                 spec_replicas: 2,
                 ordinals_start: 0,

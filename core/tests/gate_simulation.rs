@@ -243,6 +243,7 @@ impl<'g> Simulation<'g> {
                 })
                 .collect();
             statefulsets.push(StatefulSetSnapshot {
+                unreachable: None,
                 uid: format!("uid-{name}"),
                 spec_replicas: replicas,
                 ordinals_start: 0,

@@ -34,7 +34,10 @@
 //!   change the StatefulSet controller has not observed yet, which leaves the old
 //!   `updateRevision` in the status): judged on such a status, a zone whose template just
 //!   changed looks complete, and the next zone would start before it (the canary in the
-//!   wrong zone).
+//!   wrong zone);
+//! - (j) no action while a member's cluster cannot be read: members live in up to three
+//!   clusters, and an outage hides every member of one for a few steps (baton sees them as they
+//!   last were, marked unreachable, while chaos goes on there) until they are listed again.
 //!
 //! Pods released by lowering a partition count as deleted by baton for (a) to (c) once the
 //! StatefulSet controller takes them down, and lowering one past available pods is checked
@@ -67,7 +70,7 @@ use baton_core::pass;
 use baton_core::rollout::snapshot::pod_ordinal;
 use baton_core::rollout::{
     Action, GroupSnapshot, Plan, PodPhase, PodSnapshot, StatefulSetSnapshot, StatusLag,
-    Unavailable, UpdateStrategy, WaitReason, plan,
+    Unavailable, Unreachable, UpdateStrategy, WaitReason, plan,
 };
 use jiff::{SignedDuration, Timestamp};
 use rand::rngs::ChaCha8Rng;
@@ -100,6 +103,7 @@ enum Property {
     PartitionMovedUntouched,
     ReplacedAtUpdateRevision,
     NothingOnAStatusBehindItsSpec,
+    NothingWhileUnreachable,
 }
 
 impl fmt::Display for Property {
@@ -127,6 +131,9 @@ impl fmt::Display for Property {
             }
             Self::NothingOnAStatusBehindItsSpec => {
                 "(i) no action while a member's status describes an older spec"
+            }
+            Self::NothingWhileUnreachable => {
+                "(j) no action while a member's cluster cannot be read"
             }
         })
     }
@@ -239,6 +246,10 @@ struct MemberLife {
     /// A person fixed its broken pods by hand when chaos stopped (no rollout would replace
     /// them): pods it gets later are not broken either.
     fixed_by_hand: bool,
+    /// The cluster it lives in: members of one cluster become unreachable together.
+    cluster: u8,
+    /// While its cluster cannot be read: what baton last saw of it, and until which step.
+    outage: Option<(StatefulSetSnapshot, u64)>,
 }
 
 struct Simulation<'p> {
@@ -483,6 +494,7 @@ impl<'p> Simulation<'p> {
             self.step + rng.random_range(1..=3)
         };
         let statefulset = StatefulSetSnapshot {
+            unreachable: None,
             uid: self.new_id("sts-"),
             name: name.clone(),
             spec_replicas: replicas,
@@ -511,6 +523,8 @@ impl<'p> Simulation<'p> {
             generation: 1,
             unobserved_revision: None,
             fixed_by_hand: false,
+            cluster: self.rng.random_range(0..3),
+            outage: None,
         };
         let position = self
             .group
@@ -590,7 +604,7 @@ impl<'p> Simulation<'p> {
     /// At most one chaos event per step (one draw keeps the debug-build RNG cost low).
     fn chaos(&mut self) {
         let roll = self.rng.random_range(0..100);
-        if roll >= 60 {
+        if roll >= 62 {
             return;
         }
         let Some(member) = self.random_member() else {
@@ -708,8 +722,62 @@ impl<'p> Simulation<'p> {
                 });
             }
             58..60 => self.change_template_to_broken(member),
+            60..62 => self.cluster_unreachable(member),
             _ => {}
         }
+    }
+
+    /// The cluster of `member` cannot be read for a few steps: baton keeps seeing every member
+    /// of it as it last was, while the world there goes on (chaos included).
+    fn cluster_unreachable(&mut self, member: usize) {
+        let cluster = self.members[member].cluster;
+        let until = self.step + self.rng.random_range(1..=8);
+        self.trace.note(self.step, || {
+            format!("chaos: cluster-{cluster} cannot be read until step {until}")
+        });
+        for (statefulset, life) in self.group.statefulsets.iter().zip(&mut self.members) {
+            if life.cluster == cluster && life.outage.is_none() {
+                life.outage = Some((statefulset.clone(), until));
+            }
+        }
+    }
+
+    /// Clusters whose outage is over are read again (listed afresh: baton sees them as they
+    /// are); with `all`, every one.
+    fn clusters_back(&mut self, all: bool) {
+        for life in &mut self.members {
+            if life
+                .outage
+                .as_ref()
+                .is_some_and(|(_, until)| all || *until <= self.step)
+            {
+                life.outage = None;
+                let cluster = life.cluster;
+                self.trace
+                    .note(self.step, || format!("cluster-{cluster} is read again"));
+            }
+        }
+    }
+
+    /// The group as baton sees it: members of a cluster that cannot be read as they last
+    /// were, marked unreachable.
+    fn seen(&self) -> Option<GroupSnapshot> {
+        if self.members.iter().all(|life| life.outage.is_none()) {
+            return None;
+        }
+        let mut seen = self.group.clone();
+        for (statefulset, life) in seen.statefulsets.iter_mut().zip(&self.members) {
+            if let Some((last, _)) = &life.outage {
+                *statefulset = StatefulSetSnapshot {
+                    unreachable: Some(Unreachable {
+                        cluster: format!("cluster-{}", life.cluster),
+                        error: "connection refused".to_owned(),
+                    }),
+                    ..last.clone()
+                };
+            }
+        }
+        Some(seen)
     }
 
     /// A new template; returns its revision. Sometimes the StatefulSet controller observes it
@@ -793,6 +861,7 @@ impl<'p> Simulation<'p> {
     /// hand, and a partition someone else moved is settled as the wait says. Broken pods at an
     /// old revision stay broken: replacing them is the planner's job.
     fn end_chaos(&mut self) {
+        self.clusters_back(true);
         for member in 0..self.group.statefulsets.len() {
             self.observe_spec(member);
             let update = self.group.statefulsets[member].update_revision.clone();
@@ -1101,10 +1170,16 @@ impl<'p> Simulation<'p> {
     /// the world as it is, carries them out, checks again.
     fn baton(&mut self) -> Result<(), Violation> {
         let now = instant(self.step);
+        self.clusters_back(false);
+        let seen = self.seen();
         let planner = self.planner;
-        let pass = leader_pass(&self.group, now, &|group, gates, check, now| {
-            pass::gate_planned(group, gates, planner(group, now), check, now)
-        });
+        let pass = leader_pass(
+            seen.as_ref().unwrap_or(&self.group),
+            now,
+            &|group, gates, check, now| {
+                pass::gate_planned(group, gates, planner(group, now), check, now)
+            },
+        );
         // The actions are the pass's effects: what the leader carries out.
         let plan = Plan {
             actions: pass.actions().cloned().collect(),
@@ -1122,6 +1197,19 @@ impl<'p> Simulation<'p> {
                 .unwrap_or_default();
             format!("plan: [{}] waiting: {waiting}", actions.join("; "))
         });
+
+        // (j)
+        if let Some(life) = self.members.iter().find(|life| life.outage.is_some())
+            && !plan.actions.is_empty()
+        {
+            return Err(self.violation(
+                Property::NothingWhileUnreachable,
+                format!(
+                    "cluster-{} cannot be read, yet the plan is {:?}",
+                    life.cluster, plan.actions
+                ),
+            ));
+        }
 
         // (d)
         if let Some(member) = self
@@ -2278,5 +2366,19 @@ fn checker_catches_a_planner_that_forgets_the_partition_mid_rollout() {
             plan(&forgetful, now)
         },
         Property::OneZoneAtATime,
+    );
+}
+
+#[test]
+fn checker_catches_a_planner_that_trusts_a_member_it_cannot_read() {
+    assert_caught(
+        &|group: &GroupSnapshot, now| {
+            let mut trusting = group.clone();
+            for statefulset in &mut trusting.statefulsets {
+                statefulset.unreachable = None;
+            }
+            plan(&trusting, now)
+        },
+        Property::NothingWhileUnreachable,
     );
 }

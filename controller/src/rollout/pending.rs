@@ -67,6 +67,7 @@ mod tests {
         GroupSnapshot {
             name: "ingester".into(),
             statefulsets: vec![StatefulSetSnapshot {
+                unreachable: None,
                 name: "ingester-zone-a".into(),
                 uid: "sts".into(),
                 spec_replicas: pods.len() as u32,

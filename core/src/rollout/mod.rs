@@ -16,6 +16,6 @@ pub use model::{
 };
 pub use plan::{plan, plan_in_order, unavailable};
 pub use snapshot::{
-    GroupSnapshot, PodPhase, PodSnapshot, StatefulSetSnapshot, StatusLag, UpdateStrategy,
-    selector_matches,
+    GroupSnapshot, PodPhase, PodSnapshot, StatefulSetSnapshot, StatusLag, Unreachable,
+    UpdateStrategy, selector_matches,
 };

@@ -416,6 +416,12 @@ pub enum WaitReason {
         set: u32,
         found: u32,
     },
+    /// A member's cluster cannot be read: it is not known to be ready, so nothing rolls.
+    MemberUnreachable {
+        statefulset: String,
+        cluster: String,
+        error: String,
+    },
 }
 
 impl Explained for WaitReason {
@@ -434,6 +440,7 @@ impl Explained for WaitReason {
             Self::Paused { .. } => "Paused",
             Self::PartitionRolling { .. } => "PartitionRolling",
             Self::PartitionMoved { .. } => "PartitionMoved",
+            Self::MemberUnreachable { .. } => "MemberUnreachable",
         }
     }
 
@@ -450,7 +457,8 @@ impl Explained for WaitReason {
             | Self::NoUpdateRevision { statefulset }
             | Self::StatusBehindSpec { statefulset, .. }
             | Self::PartitionRolling { statefulset, .. }
-            | Self::PartitionMoved { statefulset, .. } => Some(statefulset),
+            | Self::PartitionMoved { statefulset, .. }
+            | Self::MemberUnreachable { statefulset, .. } => Some(statefulset),
             Self::MultipleNotReady { .. } | Self::Paused { .. } => None,
         }
     }
@@ -582,6 +590,15 @@ impl fmt::Display for WaitReason {
                 formatter,
                 "the partition of {statefulset} was changed from {set} (set by baton) to {found} by someone else; \
                  baton leaves it alone: set it back to {set}, or remove annotation {PARTITION_ANNOTATION} to let baton go on from {found}"
+            ),
+            Self::MemberUnreachable {
+                statefulset,
+                cluster,
+                error,
+            } => write!(
+                formatter,
+                "{statefulset} cannot be read: cluster {cluster} is unreachable ({error}); a member not \
+                 known to be ready holds the group until its cluster is read again"
             ),
         }
     }

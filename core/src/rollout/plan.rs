@@ -78,6 +78,21 @@ pub fn plan_in_order(group: &GroupSnapshot, now: Timestamp, order: Order) -> Pla
 
 /// Walks the members (docs/compatibility.md steps 1 to 6), pushing actions; returns why it stopped.
 fn walk(members: &[Member<'_>], actions: &mut Vec<Action>) -> Option<WaitReason> {
+    // A member whose cluster cannot be read is only known as it was: every rule below reads
+    // the other members' readiness, and its own could have changed since. Nothing goes.
+    if let Some((statefulset, unreachable)) = members.iter().find_map(|member| {
+        let statefulset = member.statefulset;
+        statefulset
+            .unreachable
+            .as_ref()
+            .map(|why| (statefulset, why))
+    }) {
+        return Some(WaitReason::MemberUnreachable {
+            statefulset: statefulset.name.clone(),
+            cluster: unreachable.cluster.clone(),
+            error: unreachable.error.clone(),
+        });
+    }
     if let Some(member) = members.iter().find(|member| {
         member.mode == Mode::Delete
             && member.statefulset.update_strategy != UpdateStrategy::OnDelete

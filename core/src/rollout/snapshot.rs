@@ -51,6 +51,20 @@ pub struct StatefulSetSnapshot {
     pub annotations: BTreeMap<String, String>,
     /// The pods this StatefulSet controls, in natural name order.
     pub pods: Vec<PodSnapshot>,
+    /// Set while the member's cluster cannot be read: everything above is then the last known
+    /// state, which no decision trusts (a member in another cluster, seen through its watch).
+    pub unreachable: Option<Unreachable>,
+}
+
+/// Why a member cannot be read now: its cluster's API cannot be reached, or its watch has not
+/// listed it again since it came back (a watch that resumed may have missed events). Such a
+/// member is never ready and never rolls, so it holds its whole group.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unreachable {
+    /// The cluster it lives in, as people name it.
+    pub cluster: String,
+    /// What failed, for the person reading the wait.
+    pub error: String,
 }
 
 /// spec.updateStrategy.type. Only `OnDelete` leaves the pace of a rollout to baton.
@@ -175,6 +189,7 @@ impl StatefulSetSnapshot {
         let state = StatefulSetState::of(statefulset);
         let spec = statefulset.spec.as_ref();
         Self {
+            unreachable: None,
             name: state.name,
             uid: state.uid,
             spec_replicas: state.replicas.unsigned_abs(),
@@ -414,6 +429,7 @@ mod tests {
         assert_eq!(
             snapshot,
             StatefulSetSnapshot {
+                unreachable: None,
                 name: "ingester-zone-a".to_owned(),
                 uid: "uid-a".to_owned(),
                 spec_replicas: 3,

@@ -1687,3 +1687,29 @@ fn a_ramp_step_lowers_the_partition_past_fewer_pods() {
     plan.take_at_most(0);
     assert!(plan.actions.is_empty());
 }
+
+#[test]
+fn a_member_whose_cluster_cannot_be_read_holds_the_group_by_name() {
+    // Given a rollout whose third zone lives in a cluster that cannot be read now
+    let [a, b, c] = fresh_rollout();
+    let mut held = group([a, b, c]);
+    held.statefulsets[2].unreachable = Some(crate::rollout::Unreachable {
+        cluster: "cluster-c".to_owned(),
+        error: "connection refused".to_owned(),
+    });
+    // Then nothing goes, not even in the first zone, and the wait names the member and why
+    let plan = super::plan(&held, now());
+    assert!(plan.actions.is_empty(), "{:?}", plan.actions);
+    let waiting = plan.waiting.expect("a wait");
+    assert_eq!(waiting.kind(), "MemberUnreachable");
+    assert_eq!(waiting.statefulset(), Some("ingester-zone-c"));
+    assert!(
+        waiting.to_string().contains("cluster-c") && waiting.to_string().contains("refused"),
+        "{waiting}"
+    );
+    // And the member's last known progress is still shown
+    assert_eq!(plan.progress.len(), 3);
+    // When its cluster is read again, the first zone starts
+    held.statefulsets[2].unreachable = None;
+    assert_eq!(deleted(&super::plan(&held, now())), ["ingester-zone-a-0"]);
+}
