@@ -98,7 +98,7 @@ pub fn start(
     touched: UnboundedSender<String>,
 ) -> (Caches, impl Future<Output = ()> + Send + 'static) {
     // A StatefulSet's change concerns its group, and the group it left if it moved.
-    let mut last_group: HashMap<String, String> = HashMap::new();
+    let mut moves = GroupMoves::default();
     let to_group = touched.clone();
     let (statefulsets, statefulset_watch) = reflect(
         Api::<StatefulSet>::namespaced(client.clone(), namespace),
@@ -106,13 +106,7 @@ pub fn start(
         |statefulset: &mut StatefulSet| statefulset.managed_fields_mut().clear(),
         move |event| {
             if let Some(statefulset) = touched_object(event) {
-                let name = statefulset.name_any();
-                let group = group_of(statefulset).map(str::to_owned);
-                let previous = match &group {
-                    Some(group) => last_group.insert(name, group.clone()),
-                    None => last_group.remove(&name),
-                };
-                for group in previous.into_iter().chain(group) {
+                for group in moves.touched(statefulset.name_any(), group_of(statefulset)) {
                     let _ = to_group.send(group);
                 }
             }
@@ -191,6 +185,27 @@ pub fn start(
     (caches, watches)
 }
 
+/// The group each StatefulSet was last seen in, to tell which groups a change concerns.
+#[derive(Debug, Default)]
+struct GroupMoves {
+    last: HashMap<String, String>,
+}
+
+impl GroupMoves {
+    /// The groups the change of StatefulSet `name`, now in `group`, concerns, each once: the
+    /// group it left if it moved, and its group. A group sent twice for one change would be
+    /// reconciled twice: the second request lands while the first pass runs, and the queue
+    /// runs the group once more after it, over the same state.
+    fn touched(&mut self, name: String, group: Option<&str>) -> Vec<String> {
+        let previous = match group {
+            Some(group) => self.last.insert(name, group.to_owned()),
+            None => self.last.remove(&name),
+        };
+        let left = previous.filter(|previous| Some(previous.as_str()) != group);
+        left.into_iter().chain(group.map(str::to_owned)).collect()
+    }
+}
+
 /// The object a watch event touched, if any (a relist's objects one by one).
 fn touched_object<K>(event: &watcher::Event<K>) -> Option<&K> {
     match event {
@@ -198,5 +213,37 @@ fn touched_object<K>(event: &watcher::Event<K>) -> Option<&K> {
         | watcher::Event::Delete(object)
         | watcher::Event::InitApply(object) => Some(object),
         watcher::Event::Init | watcher::Event::InitDone => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::GroupMoves;
+
+    #[test]
+    fn a_statefulset_change_concerns_its_group_once_and_the_group_it_left() {
+        let mut moves = GroupMoves::default();
+        // Seen first, then changed in place (a status update): its group, once each time.
+        assert_eq!(
+            moves.touched("zone-a".into(), Some("ingester")),
+            ["ingester"]
+        );
+        assert_eq!(
+            moves.touched("zone-a".into(), Some("ingester")),
+            ["ingester"]
+        );
+        // Moved to another group: the one it left, then the one it joined.
+        assert_eq!(
+            moves.touched("zone-a".into(), Some("store")),
+            ["ingester", "store"]
+        );
+        // Out of every group: the one it left.
+        assert_eq!(moves.touched("zone-a".into(), None), ["store"]);
+        assert!(moves.touched("zone-a".into(), None).is_empty());
+        // Another StatefulSet has its own history.
+        assert_eq!(
+            moves.touched("zone-b".into(), Some("ingester")),
+            ["ingester"]
+        );
     }
 }

@@ -7,6 +7,12 @@
 //! reconcile never waits on the API server to explain itself; when the bounded queue is full
 //! (the API server is slow or down) an Event is dropped, logged, and let through again next time.
 //!
+//! Nor does the next step wait on an Event: each is written [`EVENT_SETTLE`] after it was told,
+//! in the order told. A pass tells in the moment something changed, which is also when the
+//! writes the next step waits on are made (the StatefulSet controller's status, baton's own
+//! deletion, the replacement's creation); an Event written then is one more write the API
+//! server serves before them. Measured in docs/benchmarks.md ("Where a pass goes").
+//!
 //! kube's `Recorder` folds every Event with the same object, reason and action into one series
 //! and keeps its first note (its cache key leaves the note out), so "waiting for pod 3" would
 //! hide "waiting for pod 4" for minutes. The publisher therefore keeps one recorder per
@@ -27,6 +33,10 @@ use tokio_util::sync::CancellationToken;
 pub const EVENT_QUEUE_CAPACITY: usize = 256;
 
 pub use baton_core::explained::{Explanation, Severity};
+
+/// How long after it was told an Event is written (module header): long enough for the writes
+/// a rollout step waits on to go first, short next to what a person reading Events notices.
+pub const EVENT_SETTLE: Duration = Duration::from_millis(100);
 
 /// Logs explanations and queues them for the [`EventPublisher`], skipping repeats. Cheap to
 /// clone: clones share the queue and the repeat filter.
@@ -49,6 +59,8 @@ pub(crate) struct Outgoing {
     key: RepeatKey,
     object: ObjectReference,
     event: Event,
+    /// When it was told (tokio's clock, so tests can pause it).
+    told: tokio::time::Instant,
 }
 
 #[cfg(test)]
@@ -149,6 +161,7 @@ impl Explainer {
             queued,
             repeats: explainer.repeats.clone(),
             publish_timeout,
+            settle: EVENT_SETTLE,
             recorders: HashMap::new(),
         };
         (explainer, publisher)
@@ -204,6 +217,7 @@ impl Explainer {
             key,
             object: object.clone(),
             event,
+            told: tokio::time::Instant::now(),
         };
         if let Err(error) = self.queue.try_send(outgoing) {
             let outgoing = match error {
@@ -239,12 +253,14 @@ pub struct EventPublisher {
     repeats: Arc<RepeatFilter>,
     /// Bounds each write: the API server may not answer, and kube's client has no read timeout.
     publish_timeout: Duration,
+    /// How long after it was told each Event is written ([`EVENT_SETTLE`]).
+    settle: Duration,
     /// Per (object, reason): the note of the Event its recorder carries, and the recorder.
     recorders: HashMap<RepeatKey, (String, Recorder)>,
 }
 
 impl EventPublisher {
-    /// Writes queued Events until `shutdown`.
+    /// Writes queued Events until `shutdown`, each once it has settled.
     pub async fn run(mut self, shutdown: CancellationToken) {
         loop {
             let outgoing = tokio::select! {
@@ -254,6 +270,12 @@ impl EventPublisher {
                     None => return,
                 },
             };
+            // Told in order, so due in order: waiting for this one never delays a later one
+            // past its own time.
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                () = tokio::time::sleep_until(outgoing.told + self.settle) => {}
+            }
             self.publish(outgoing).await;
         }
     }
@@ -396,6 +418,52 @@ mod tests {
             action: "Rollout".into(),
             note: note.into(),
         }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn events_are_written_once_settled_in_the_order_told() {
+        // Given a publisher over a mocked API server
+        let (service, mut handle) = tower_test::mock::pair::<
+            http::Request<kube::client::Body>,
+            http::Response<kube::client::Body>,
+        >();
+        let client = kube::Client::new(service, "default");
+        let (explainer, publisher) = Explainer::new(
+            client,
+            "test".to_owned(),
+            Duration::from_secs(600),
+            Duration::from_secs(5),
+        );
+        let shutdown = CancellationToken::new();
+        let publishing = tokio::spawn(publisher.run(shutdown.clone()));
+
+        // When two Events are told 30 ms apart
+        let start = tokio::time::Instant::now();
+        explainer.tell(&reference("zone-a"), waiting("first")).await;
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        explainer
+            .tell(&reference("zone-b"), waiting("second"))
+            .await;
+
+        // Then each is written EVENT_SETTLE after it was told, not before, in the order told
+        for (note, told_after) in [("first", 0), ("second", 30)] {
+            let (request, send) = handle.next_request().await.expect("an Event is written");
+            let written_after = start.elapsed();
+            let body = request.into_body().collect_bytes().await.expect("a body");
+            let event: serde_json::Value = serde_json::from_slice(&body).expect("JSON");
+            assert_eq!(event["note"], note);
+            assert!(
+                written_after >= Duration::from_millis(told_after) + EVENT_SETTLE,
+                "{note} written {written_after:?} after the start"
+            );
+            let created = http::Response::builder()
+                .status(201)
+                .body(kube::client::Body::from(body.to_vec()))
+                .expect("a response");
+            send.send_response(created);
+        }
+        shutdown.cancel();
+        publishing.await.expect("the publisher stops");
     }
 
     #[tokio::test]

@@ -2,9 +2,12 @@
 //!
 //! - `rollout [PODS]`: a 3 zones × PODS (default 30) rollout with pods Ready 200 ms after
 //!   creation: reaction time (a pod becomes Ready → baton deletes the next one) p50/p90/p99/max,
-//!   wall time against the 3 × PODS × 200 ms a perfect operator needs, and where the passes
+//!   to the next pod gone (the simulated kubelet removes a terminating pod) and to the next pod
+//!   Terminating (baton's DELETE taken effect), wall time against the 3 × PODS × 200 ms a
+//!   perfect operator needs, and where the passes
 //!   went: how many the controller ran, their mean duration (its reconcile histogram), and its
-//!   API requests by method per pod replaced.
+//!   API requests by method per pod replaced. `BATON_BENCH_SAMPLES=FILE` appends every
+//!   reaction (`deleted MS` and `terminating MS` lines) to FILE, to pool several runs.
 //! - `rss`: resident memory (VmRSS, and its peak VmHWM) of the controller watching 100 groups ×
 //!   3 StatefulSets × 30 pods, then of the webhook idle on the same namespace.
 //! - `start`: a fresh install (no Lease yet) started in a namespace whose group already waits
@@ -16,7 +19,9 @@ use anyhow::{Context, bail};
 use baton_e2e::controller_support::{Controller, create_ready_group, roll_out, rollout_state};
 use baton_e2e::fixtures::{rollout_group, set_version};
 use baton_e2e::webhook_support::{TestTls, WebhookReplica};
-use baton_e2e::{ControlPlane, PodEvent, PodSimulator, SimulatorOptions, TestNamespace};
+use baton_e2e::{
+    ControlPlane, PodEvent, PodSimulator, PodTransition, SimulatorOptions, TestNamespace,
+};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
 
@@ -103,20 +108,21 @@ async fn rollout(control_plane: &ControlPlane) -> anyhow::Result<()> {
         .max()
         .unwrap_or(started);
     let wall = last_ready.duration_since(started);
-    let mut reactions = Vec::new();
-    for (index, transition) in timeline.iter().enumerate() {
-        if transition.event != PodEvent::Deleted {
-            continue;
-        }
-        let enabling = timeline[..index]
-            .iter()
-            .rev()
-            .find(|t| t.event == PodEvent::Ready);
-        if let Some(ready) = enabling {
-            reactions.push(transition.at.duration_since(ready.at));
+    let reactions = reactions_to(&timeline, PodEvent::Deleted);
+    let deletions = reactions_to(&timeline, PodEvent::Terminating);
+    // Each run's samples, for percentiles pooled over several runs.
+    if let Some(path) = std::env::var_os("BATON_BENCH_SAMPLES") {
+        use std::io::Write;
+        let mut samples = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)?;
+        for (measure, sorted) in [("deleted", &reactions), ("terminating", &deletions)] {
+            for sample in sorted {
+                writeln!(samples, "{measure} {:.3}", sample.as_secs_f64() * 1000.0)?;
+            }
         }
     }
-    reactions.sort();
     let after = controller.metrics().await;
     let replaced = 3 * pods;
     let ideal = READY_AFTER * u32::try_from(replaced).unwrap_or_default();
@@ -128,6 +134,14 @@ async fn rollout(control_plane: &ControlPlane) -> anyhow::Result<()> {
         percentile(&reactions, 0.90),
         percentile(&reactions, 0.99),
         percentile(&reactions, 1.0)
+    );
+    println!(
+        "reaction to the DELETE's effect (pod Ready -> next pod Terminating, the same watch; without the simulated kubelet's removal that ends the pod), n={}: p50 {:.1} ms, p90 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
+        deletions.len(),
+        percentile(&deletions, 0.50),
+        percentile(&deletions, 0.90),
+        percentile(&deletions, 0.99),
+        percentile(&deletions, 1.0)
     );
     let passes = sum_of(
         &after,
@@ -257,6 +271,26 @@ fn sum_of(exposition: &str, metric: &str, label: &str) -> f64 {
         })
         .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
+}
+
+/// For every `event` of the timeline, the time since the last pod became Ready before it (the
+/// readiness that allowed it), sorted.
+fn reactions_to(timeline: &[PodTransition], event: PodEvent) -> Vec<Duration> {
+    let mut reactions = Vec::new();
+    for (index, transition) in timeline.iter().enumerate() {
+        if transition.event != event {
+            continue;
+        }
+        let enabling = timeline[..index]
+            .iter()
+            .rev()
+            .find(|t| t.event == PodEvent::Ready);
+        if let Some(ready) = enabling {
+            reactions.push(transition.at.duration_since(ready.at));
+        }
+    }
+    reactions.sort();
+    reactions
 }
 
 fn percentile(sorted: &[Duration], quantile: f64) -> f64 {
