@@ -596,6 +596,11 @@ async fn wait_for_downscale_webhooks(namespace: &TestNamespace, domain: &str) {
 }
 
 /// Sets replicas through the `/scale` subresource; a denial is returned as its message.
+///
+/// Retried, as a client should, while prepare-downscale answers that the request did not
+/// describe the StatefulSet as stored: the API server calls the validating webhooks at once,
+/// so when the StatefulSet controller writes a fresh StatefulSet's status meanwhile, that
+/// answer can come back instead of the one the test is about. It says to retry.
 pub async fn scale(
     api: &Api<StatefulSet>,
     name: &str,
@@ -603,11 +608,23 @@ pub async fn scale(
     dry_run: bool,
 ) -> Result<(), String> {
     let (params, patch) = replicas_patch(replicas, dry_run);
-    api.patch_scale(name, &params, &patch)
-        .await
-        .map(|_| ())
-        .map_err(denial)
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        let answer = api
+            .patch_scale(name, &params, &patch)
+            .await
+            .map(|_| ())
+            .map_err(denial);
+        match answer {
+            Err(message) if attempts < 5 && message.contains(NOT_AS_STORED) => continue,
+            answer => return answer,
+        }
+    }
 }
+
+/// What prepare-downscale answers a review that does not describe the StatefulSet as stored.
+const NOT_AS_STORED: &str = "does not describe the StatefulSet as it is stored (it changed since, or the API server did not send this request); retry";
 
 /// The parameters and merge patch setting `spec.replicas` (of an object or its `/scale`).
 pub fn replicas_patch(replicas: i32, dry_run: bool) -> (PatchParams, Patch<serde_json::Value>) {
