@@ -188,6 +188,10 @@ pub fn gate_planned(
     let Some((policy, run)) = check else {
         return (plan, decision);
     };
+    if decision.rolling_back {
+        // Checks hold no rollback: nothing of theirs is read or told.
+        return (plan, decision);
+    }
     decision.warnings.extend(gates.check_warning.clone());
     checks::apply_with(
         group,

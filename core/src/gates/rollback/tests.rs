@@ -461,3 +461,49 @@ fn only_a_members_own_revisions_are_its_history_and_written_back_from() {
         ["b-1"]
     );
 }
+
+#[test]
+fn a_rollback_tells_nothing_of_the_health_check_it_does_not_consult() {
+    // Given a group rolling back that names a check whose stored state cannot be read
+    let before = group(vec![
+        annotated(
+            finished("a", 4),
+            crate::gates::HEALTH_CHECK_ANNOTATION,
+            "errors",
+        ),
+        annotated(
+            rolling("b", 4, 3),
+            crate::gates::HEALTH_CHECK_ANNOTATION,
+            "errors",
+        ),
+    ]);
+    let records = start(&before, &history(&["a", "b"]), "why", now()).expect("starts");
+    let mut rolling_back = restored(before, &records);
+    rolling_back.statefulsets[0].annotations.insert(
+        crate::gates::CHECK_STATE_ANNOTATION.to_owned(),
+        "not json".to_owned(),
+    );
+    // When the leader's pass decides it
+    let gates = crate::pass::Gates::read(&rolling_back);
+    assert!(gates.check_warning.is_some(), "the state cannot be read");
+    let pass = crate::pass::decide(&crate::pass::Read {
+        snapshot: &rolling_back,
+        gates: &gates,
+        check: &crate::pass::CheckRead::NotRead,
+        hook: &crate::pass::HookRead::default(),
+        rolling: &crate::rollout::completion::Rolling::new(),
+        namespace: "ingest",
+        now: now(),
+    });
+    // Then the rollback goes on, and nothing is said of the check
+    assert_eq!(pass.actions().count(), 1);
+    let told: Vec<&str> = pass
+        .effects
+        .iter()
+        .filter_map(|effect| match effect {
+            crate::pass::Effect::Tell { explanation, .. } => Some(explanation.reason.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert!(!told.contains(&"UnreadableGateState"), "{told:?}");
+}
