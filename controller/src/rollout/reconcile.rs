@@ -23,7 +23,7 @@ use crate::metrics::{ControllerMetrics, PodCounts};
 use crate::queue::Requeue;
 use crate::rollout::pending::PendingDeletions;
 use crate::status::StatusBoard;
-use baton_core::rollout::{Action, GroupSnapshot, Told};
+use baton_core::rollout::{Action, GroupSnapshot};
 use baton_core::status::model::ActionRecord;
 /// The rollout side of every group's reconcile (scaling is its sibling: see
 /// [`crate::group`]); shared by all groups.
@@ -226,13 +226,8 @@ impl Rollouts {
                     let done = self.act(group, members, action, timeout).await?;
                     match (done, told) {
                         (Acted::Done, Some(told)) => {
-                            let pod = match action {
-                                Action::DeletePod { pod, .. } => Some(pod.as_str()),
-                                _ => None,
-                            };
-                            let statefulset = action_statefulset(action);
-                            let told = explanation_of(told);
-                            self.tell(group, members, statefulset, pod, told, true)
+                            let (statefulset, pod) = (action.statefulset(), action.pod());
+                            self.tell(group, members, statefulset, pod, told.explanation(), true)
                                 .await;
                         }
                         (Acted::Done | Acted::Skipped, _) => {}
@@ -391,24 +386,6 @@ enum Acted {
     Skipped,
     /// The object changed meanwhile: nothing more this pass.
     Stale,
-}
-
-/// The Event of an action taken.
-fn explanation_of(told: &Told) -> Explanation {
-    Explanation {
-        severity: Severity::Normal,
-        reason: told.reason.to_owned(),
-        action: told.action.to_owned(),
-        note: told.note.clone(),
-    }
-}
-
-fn action_statefulset(action: &Action) -> &str {
-    match action {
-        Action::DeletePod { statefulset, .. }
-        | Action::SetPartition { statefulset, .. }
-        | Action::SetCurrentRevision { statefulset, .. } => statefulset,
-    }
 }
 
 fn find<'a>(members: &'a [Arc<StatefulSet>], name: &str) -> Option<&'a StatefulSet> {

@@ -78,10 +78,15 @@ fn a_deletion_comes_after_its_budget_and_tells_what_it_did() {
         .position(|line| line.starts_with("act: delete"))
         .expect("a deletion");
     assert!(consult < act, "{outline:?}");
-    let Effect::Act { told, .. } = &pass.effects[act] else {
+    let Effect::Act { action, told } = &pass.effects[act] else {
         unreachable!("found above")
     };
-    assert!(told.is_some(), "a deletion is told");
+    let told = told.as_ref().expect("a deletion is told");
+    assert_eq!(told.explanation().severity, Severity::Normal);
+    assert_eq!(told.explanation().note, told.note);
+    // On the StatefulSet and the pod it deleted
+    assert_eq!(action.statefulset(), "a");
+    assert!(action.pod().is_some_and(|pod| pod.starts_with("a-")));
     assert_eq!(pass.actions().count(), 1);
 }
 

@@ -113,6 +113,23 @@ pub enum Action {
 }
 
 impl Action {
+    /// The StatefulSet the action is on.
+    pub fn statefulset(&self) -> &str {
+        match self {
+            Self::DeletePod { statefulset, .. }
+            | Self::SetPartition { statefulset, .. }
+            | Self::SetCurrentRevision { statefulset, .. } => statefulset,
+        }
+    }
+
+    /// The pod the action deletes, if it deletes one.
+    pub fn pod(&self) -> Option<&str> {
+        match self {
+            Self::DeletePod { pod, .. } => Some(pod),
+            Self::SetPartition { .. } | Self::SetCurrentRevision { .. } => None,
+        }
+    }
+
     /// The StatefulSet whose pods this action takes down now, if it takes any.
     pub fn rolls(&self) -> Option<&str> {
         match self {
@@ -216,6 +233,18 @@ pub struct Told {
     pub reason: &'static str,
     pub action: &'static str,
     pub note: String,
+}
+
+impl Told {
+    /// Its Event: what baton did is Normal.
+    pub fn explanation(&self) -> crate::explained::Explanation {
+        crate::explained::Explanation {
+            severity: crate::explained::Severity::Normal,
+            reason: self.reason.to_owned(),
+            action: self.action.to_owned(),
+            note: self.note.clone(),
+        }
+    }
 }
 
 impl Action {
