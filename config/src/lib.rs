@@ -284,6 +284,10 @@ pub struct ControllerConfig {
     pub scaling_poll_interval: Duration,
     /// Leader election between controller replicas.
     pub lease: LeaseConfig,
+    /// Member clusters: when set, a rollout group is the StatefulSets with the same
+    /// rollout-group label in `namespace` across all of them, each named `cluster/statefulset`
+    /// (docs/multi-cluster.md). Empty: the controller's own cluster alone, as the Go operator.
+    pub members: Vec<MemberCluster>,
 }
 
 impl Default for ControllerConfig {
@@ -292,7 +296,29 @@ impl Default for ControllerConfig {
             resync_interval: Duration::from_secs(300),
             scaling_poll_interval: Duration::from_secs(5),
             lease: LeaseConfig::default(),
+            members: Vec::new(),
         }
+    }
+}
+
+/// One member cluster of cross-cluster rollout groups.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MemberCluster {
+    /// The cluster's name as people read it (a DNS label): members are `name/statefulset`.
+    pub name: String,
+    /// The Secret in the system namespace holding the cluster's kubeconfig. Empty: the cluster
+    /// the controller runs in, with its own credentials.
+    #[serde(default)]
+    pub kubeconfig_secret: String,
+    /// The key of that Secret holding the kubeconfig.
+    #[serde(default = "MemberCluster::default_key")]
+    pub kubeconfig_key: String,
+}
+
+impl MemberCluster {
+    fn default_key() -> String {
+        "kubeconfig".to_owned()
     }
 }
 
@@ -613,6 +639,49 @@ impl Config {
             "pods.request_timeout",
             self.pods.request_timeout,
             &mut check,
+        );
+        let members = &self.controller.members;
+        for (index, member) in members.iter().enumerate() {
+            let key = format!("controller.members[{index}]");
+            if let Err(why) = baton_core::members::valid_cluster_name(&member.name) {
+                check(false, &format!("{key}.name"), member.name.clone(), &why);
+            }
+            check(
+                !members[..index]
+                    .iter()
+                    .any(|other| other.name == member.name),
+                &format!("{key}.name"),
+                member.name.clone(),
+                "a name no other member has",
+            );
+            check(
+                member.kubeconfig_secret.is_empty() || is_dns_subdomain(&member.kubeconfig_secret),
+                &format!("{key}.kubeconfig_secret"),
+                member.kubeconfig_secret.clone(),
+                "empty (the controller's own cluster) or a Secret name",
+            );
+            check(
+                !member.kubeconfig_key.is_empty(),
+                &format!("{key}.kubeconfig_key"),
+                member.kubeconfig_key.clone(),
+                "the key of the Secret holding the kubeconfig, e.g. kubeconfig",
+            );
+        }
+        check(
+            members
+                .iter()
+                .filter(|member| member.kubeconfig_secret.is_empty())
+                .count()
+                <= 1,
+            "controller.members",
+            format!(
+                "{} members without a kubeconfig_secret",
+                members
+                    .iter()
+                    .filter(|member| member.kubeconfig_secret.is_empty())
+                    .count()
+            ),
+            "at most one member without a kubeconfig_secret (the controller's own cluster)",
         );
         let lease = &self.controller.lease;
         check(
