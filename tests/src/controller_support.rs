@@ -52,6 +52,26 @@ impl Controller {
         namespace: &str,
         extra: &[(&str, &str)],
     ) -> Self {
+        Self::launch(kubeconfig, namespace, extra, false).await
+    }
+
+    /// As [`Controller::start`], the process killed when the thread starting it ends
+    /// ([`BatonProcess::spawn_dying_with_parent`]): for a controller kept in a static for the
+    /// whole test binary, which no `Drop` stops.
+    pub async fn start_dying_with_parent(
+        control_plane: &ControlPlane,
+        namespace: &str,
+        extra: &[(&str, &str)],
+    ) -> Self {
+        Self::launch(control_plane.kubeconfig_path(), namespace, extra, true).await
+    }
+
+    async fn launch(
+        kubeconfig: &std::path::Path,
+        namespace: &str,
+        extra: &[(&str, &str)],
+        dies_with_parent: bool,
+    ) -> Self {
         let ops_address = free_address();
         let mut env = vec![
             ("BATON_NAMESPACE", namespace),
@@ -62,9 +82,12 @@ impl Controller {
             ("BATON_CONTROLLER__LEASE__RETRY_PERIOD", "500ms"),
         ];
         env.extend_from_slice(extra);
-        let process = BatonProcess::spawn("baton-controller", kubeconfig, &env)
-            .await
-            .expect("baton-controller starts");
+        let process = if dies_with_parent {
+            BatonProcess::spawn_dying_with_parent("baton-controller", kubeconfig, &env).await
+        } else {
+            BatonProcess::spawn("baton-controller", kubeconfig, &env).await
+        }
+        .expect("baton-controller starts");
         let mut controller = Self {
             process,
             ops_address,

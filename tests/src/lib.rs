@@ -15,6 +15,7 @@ pub mod http_support;
 pub mod keys;
 pub mod load_balancer;
 pub mod manifests;
+pub mod member_clusters;
 pub mod namespace;
 pub mod plugin_support;
 pub mod pod_simulator;

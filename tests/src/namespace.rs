@@ -17,8 +17,14 @@ impl TestNamespace {
     /// Creates `<prefix>-<random>`, labelled `kubernetes.io/metadata.name` (webhook
     /// namespaceSelectors rely on it; Kubernetes sets it too).
     pub async fn create(control_plane: &ControlPlane, prefix: &str) -> Self {
+        Self::create_named(control_plane, &format!("{prefix}-{}", random_suffix())).await
+    }
+
+    /// Creates the namespace `name` as [`TestNamespace::create`] does: for the same namespace
+    /// in several control planes (`crate::member_clusters`).
+    pub async fn create_named(control_plane: &ControlPlane, name: &str) -> Self {
         let client = control_plane.admin_client().await;
-        let name = format!("{prefix}-{}", random_suffix());
+        let name = name.to_owned();
         let namespace: Namespace = serde_json::from_value(serde_json::json!({
             "metadata": {
                 "name": name,
@@ -67,7 +73,8 @@ impl Drop for TestNamespace {
     }
 }
 
-fn random_suffix() -> String {
+/// Six random hex digits, for names no other test or run uses.
+pub fn random_suffix() -> String {
     use std::hash::{BuildHasher, Hasher};
     let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
     hasher.write_u128(

@@ -132,12 +132,45 @@ impl BatonProcess {
         kubeconfig: &Path,
         env: &[(&str, &str)],
     ) -> anyhow::Result<Self> {
+        Self::spawn_workspace_binary(name, kubeconfig, env, false).await
+    }
+
+    /// As [`BatonProcess::spawn`], and killed by the kernel (`setpriv --pdeathsig KILL`) when
+    /// the thread that started it ends: for a process kept for the whole test binary in a
+    /// static, which nothing drops (libtest exits without running destructors), started from
+    /// a thread that lives as long as the test process (a worker of a runtime kept in a
+    /// static, as `crate::member_clusters` does).
+    pub async fn spawn_dying_with_parent(
+        name: &str,
+        kubeconfig: &Path,
+        env: &[(&str, &str)],
+    ) -> anyhow::Result<Self> {
+        Self::spawn_workspace_binary(name, kubeconfig, env, true).await
+    }
+
+    async fn spawn_workspace_binary(
+        name: &str,
+        kubeconfig: &Path,
+        env: &[(&str, &str)],
+        dies_with_parent: bool,
+    ) -> anyhow::Result<Self> {
         let binary = tokio::task::spawn_blocking({
             let name = name.to_owned();
             move || workspace_binary(&name)
         })
         .await??;
-        let mut command = Command::new(&binary);
+        let mut command = if dies_with_parent {
+            // setpriv execs the binary: the process (and its pid) is the binary's.
+            let mut command = Command::new("setpriv");
+            command
+                .arg("--pdeathsig")
+                .arg("KILL")
+                .arg("--")
+                .arg(&binary);
+            command
+        } else {
+            Command::new(&binary)
+        };
         command.env("KUBECONFIG", kubeconfig).env("NO_COLOR", "1");
         for (key, value) in env {
             command.env(key, value);

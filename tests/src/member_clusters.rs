@@ -1,0 +1,693 @@
+//! Cross-cluster rollout groups on three real control planes: `cluster-a` (the hub, where
+//! baton's controller runs), `cluster-b` and `cluster-c`, each a [`ControlPlane::dedicated`]
+//! of its own (own etcd, API server and controller-manager, so one can be stopped) with the
+//! same namespace and a [`PodSimulator`] in it. The controller is told its members in a YAML
+//! file (`BATON_CONFIG`, `controller.members`), cluster-b and cluster-c through kubeconfig
+//! Secrets in the hub's namespace, as docs/configuration.md says.
+//!
+//! A group is one StatefulSet of the same name in every cluster ([`MemberClusters::create_group`]);
+//! its members are named `cluster/statefulset` ([`baton_core::members::qualified`]), and so are
+//! the pods and StatefulSets of the [merged timeline](MemberClusters::merged_timeline), so the
+//! timeline checks of [`crate::timeline`] judge the zone rule across clusters at every step.
+//!
+//! One trio serves a whole test binary ([`MemberClusters::shared`]): starting three control
+//! planes costs more than most scenarios. Everything it keeps running (the simulators, their
+//! clients, the controller's process) lives on a runtime of its own kept in a static, since
+//! each `#[tokio::test]` has a runtime that ends with it. Scenarios share it with
+//! [`MemberClusters::share`] and take it alone with [`MemberClusters::alone`] when they stop
+//! an API server, which every group in that cluster would feel.
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use baton_core::members::qualified;
+use baton_core::status::{GroupStatus, RolloutStatus};
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, PostParams};
+
+use crate::controller_support::{
+    Controller, GROUP_TIMEOUT, roll_out, rollout_state, wait_group_ready, wait_rollout_complete,
+};
+use crate::fixtures::StatefulSetFixture;
+use crate::namespace::random_suffix;
+use crate::timeline::Zone;
+use crate::{ControlPlane, PodEvent, PodSimulator, PodTransition, SimulatorOptions, TestNamespace};
+
+/// The member clusters, in the order baton rolls them (zone order sorts by the qualified name).
+pub const CLUSTERS: [&str; 3] = ["cluster-a", "cluster-b", "cluster-c"];
+
+/// The cluster the controller runs against: it lists itself, with no Secret.
+pub const HUB: &str = CLUSTERS[0];
+
+/// The key of the kubeconfig Secrets (the configuration's default, written out anyway).
+pub const KUBECONFIG_KEY: &str = "kubeconfig";
+
+/// The Secret holding `cluster`'s kubeconfig, in the hub's namespace.
+pub fn kubeconfig_secret(cluster: &str) -> String {
+    format!("member-{cluster}")
+}
+
+/// One member cluster: its control plane, the namespace, and the simulator playing its
+/// kubelets.
+pub struct MemberCluster {
+    pub name: &'static str,
+    pub simulator: PodSimulator,
+    /// Dropped before the control plane (fields drop in order): its deletion needs it.
+    pub namespace: TestNamespace,
+    pub control_plane: ControlPlane,
+}
+
+impl MemberCluster {
+    /// An admin client of this cluster (made on the shared runtime, usable from any test's).
+    pub fn client(&self) -> kube::Client {
+        self.namespace.client()
+    }
+
+    /// The admin kubeconfig of this cluster (a file; its CA and token inline).
+    pub fn kubeconfig_path(&self) -> &Path {
+        self.control_plane.kubeconfig_path()
+    }
+}
+
+/// The three clusters, the namespace they share, and the controller running against the hub.
+pub struct MemberClusters {
+    /// In [`CLUSTERS`] order.
+    pub clusters: Vec<MemberCluster>,
+    /// The controller; its output (`controller.process.output()`) is shown when a scenario
+    /// fails ([`MemberClusters::witness`]).
+    pub controller: Controller,
+    namespace: String,
+    /// The configuration file given as `BATON_CONFIG`, and a kubeconfig naming every cluster
+    /// as a context ([`MemberClusters::contexts_kubeconfig`]).
+    files: tempfile::TempDir,
+}
+
+/// The runtime the shared trio lives on (see the module's documentation).
+fn runtime() -> &'static tokio::runtime::Runtime {
+    static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    RUNTIME.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("member-clusters")
+            .enable_all()
+            .build()
+            .expect("the member clusters' runtime")
+    })
+}
+
+/// Scenarios that stop an API server take the trio alone; the others share it.
+static OUTAGES: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
+
+impl MemberClusters {
+    /// The trio of this test binary, started on first use; a start that failed fails every
+    /// later caller with the same message rather than starting three more control planes.
+    pub async fn shared() -> &'static MemberClusters {
+        static SHARED: tokio::sync::OnceCell<Result<MemberClusters, String>> =
+            tokio::sync::OnceCell::const_new();
+        let started = SHARED
+            .get_or_init(|| async {
+                runtime()
+                    .spawn(Self::start("clusters", &[]))
+                    .await
+                    .map_err(|panic| format!("starting the member clusters panicked: {panic}"))
+            })
+            .await;
+        match started {
+            Ok(clusters) => clusters,
+            Err(error) => panic!("{error}"),
+        }
+    }
+
+    /// A trio of its own (for a scenario that needs the controller configured with `extra`
+    /// too): three control planes started at once, the namespace `<prefix>-<random>` in each,
+    /// a simulator per cluster, the kubeconfig Secrets of cluster-b and cluster-c in the hub's
+    /// namespace, and the controller against the hub with `BATON_CONFIG` naming the members.
+    /// Call it on a runtime that outlives its use (the shared trio's, or the test's own).
+    pub async fn start(prefix: &str, extra: &[(&str, &str)]) -> Self {
+        let started = Instant::now();
+        let (a, b, c) = tokio::join!(
+            ControlPlane::dedicated(),
+            ControlPlane::dedicated(),
+            ControlPlane::dedicated()
+        );
+        let namespace = format!("{prefix}-{}", random_suffix());
+        let mut clusters = Vec::new();
+        for (name, control_plane) in CLUSTERS.into_iter().zip([a, b, c]) {
+            let namespace = TestNamespace::create_named(&control_plane, &namespace).await;
+            let simulator = PodSimulator::start(
+                namespace.client(),
+                namespace.name(),
+                SimulatorOptions::default(),
+            )
+            .await;
+            clusters.push(MemberCluster {
+                name,
+                simulator,
+                namespace,
+                control_plane,
+            });
+        }
+        let hub = &clusters[0];
+        for member in &clusters[1..] {
+            write_kubeconfig_secret(&hub.client(), &namespace, member).await;
+        }
+
+        let files = tempfile::Builder::new()
+            .prefix("baton-member-clusters-")
+            .tempdir()
+            .expect("a folder for the controller's configuration");
+        let config = files.path().join("baton.yaml");
+        std::fs::write(&config, controller_config(&namespace))
+            .expect("writing the controller's configuration");
+        write_contexts_kubeconfig(&files.path().join("contexts.kubeconfig"), &clusters);
+
+        let config = config.to_string_lossy().into_owned();
+        let mut env = vec![("BATON_CONFIG", config.as_str())];
+        env.extend_from_slice(extra);
+        let controller =
+            Controller::start_dying_with_parent(&hub.control_plane, &namespace, &env).await;
+        eprintln!(
+            "member clusters: {} started in {:?} ({}), namespace {namespace}",
+            CLUSTERS.join(", "),
+            started.elapsed(),
+            clusters
+                .iter()
+                .map(|cluster| format!(
+                    "{} at {}",
+                    cluster.name,
+                    cluster.control_plane.handshake().server
+                ))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        Self {
+            clusters,
+            controller,
+            namespace,
+            files,
+        }
+    }
+
+    /// Shares the trio with the other scenarios of the binary (the guard lasts the scenario).
+    pub async fn share(&self) -> tokio::sync::RwLockReadGuard<'static, ()> {
+        OUTAGES.read().await
+    }
+
+    /// Takes the trio alone: no other scenario runs while an API server of it is stopped.
+    pub async fn alone(&self) -> tokio::sync::RwLockWriteGuard<'static, ()> {
+        OUTAGES.write().await
+    }
+
+    /// The namespace of the groups, the same in every cluster (the controller's `namespace`
+    /// and system namespace).
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    /// The member cluster called `name`.
+    pub fn cluster(&self, name: &str) -> &MemberCluster {
+        self.clusters
+            .iter()
+            .find(|cluster| cluster.name == name)
+            .unwrap_or_else(|| panic!("no member cluster {name}"))
+    }
+
+    /// The file given to the controller as `BATON_CONFIG`.
+    pub fn config_path(&self) -> PathBuf {
+        self.files.path().join("baton.yaml")
+    }
+
+    /// A kubeconfig with one context per member cluster, named as the cluster (`cluster-a`…,
+    /// the current one the hub's), each with the namespace of the groups: what `kubectl baton
+    /// --member cluster-b=cluster-b` reads.
+    pub fn contexts_kubeconfig(&self) -> PathBuf {
+        self.files.path().join("contexts.kubeconfig")
+    }
+
+    /// Shows, if the calling scenario panics, what the controller wrote while it ran: the
+    /// controller outlives the scenario, so nothing else shows it.
+    pub fn witness(&self) -> Witness<'_> {
+        Witness {
+            controller: &self.controller,
+            from: self.controller.process.output().len(),
+        }
+    }
+
+    /// Creates `group` in every cluster: the StatefulSet `group.statefulset` of
+    /// `group.replicas` pods, `OnDelete`, labelled with the group and annotated with its
+    /// `rollout-max-unavailable`, `customize` deciding the rest per cluster; returns once every
+    /// pod of every cluster is Ready.
+    pub async fn create_group(
+        &self,
+        group: &Group,
+        customize: impl Fn(&str, StatefulSetFixture) -> StatefulSetFixture,
+    ) {
+        for cluster in &self.clusters {
+            let fixture = StatefulSetFixture::new(&group.statefulset)
+                .group(&group.name)
+                .replicas(group.replicas as i32)
+                .annotation(
+                    "rollout-max-unavailable",
+                    &group.max_unavailable.to_string(),
+                );
+            customize(cluster.name, fixture)
+                .create(&cluster.client(), &self.namespace)
+                .await;
+        }
+        for cluster in &self.clusters {
+            wait_group_ready(
+                &cluster.client(),
+                &self.namespace,
+                std::slice::from_ref(&group.statefulset),
+            )
+            .await;
+        }
+    }
+
+    /// Deploys `version` (the image tag) to the group's StatefulSet in every cluster, the
+    /// hub's first; returns when each cluster's StatefulSet controller computed the new update
+    /// revision, and when the first write was made.
+    pub async fn roll_out(&self, group: &Group, version: &str) -> Instant {
+        let from = Instant::now();
+        for cluster in &self.clusters {
+            roll_out(
+                &cluster.client(),
+                &self.namespace,
+                std::slice::from_ref(&group.statefulset),
+                version,
+            )
+            .await;
+        }
+        from
+    }
+
+    /// Waits until the group's rollout is complete in every cluster.
+    pub async fn wait_complete(&self, group: &Group) {
+        for cluster in &self.clusters {
+            wait_rollout_complete(
+                &cluster.client(),
+                &self.namespace,
+                std::slice::from_ref(&group.statefulset),
+            )
+            .await;
+        }
+    }
+
+    /// How many pods of the group's StatefulSet in `cluster` run its update revision.
+    pub async fn updated_pods(&self, group: &Group, cluster: &str) -> usize {
+        rollout_state(
+            &self.cluster(cluster).client(),
+            &self.namespace,
+            &group.statefulset,
+        )
+        .await
+        .updated()
+    }
+
+    /// Every simulator's timeline, pods and StatefulSets named `cluster/name`, merged by time
+    /// (their instants come from this one process). Transitions of one cluster keep their
+    /// order; across clusters the order is that of the watches, which may see one change up to
+    /// [`crate::timeline::WATCH_SKEW`] apart.
+    pub fn merged_timeline(&self) -> Vec<PodTransition> {
+        merge_timelines(
+            self.clusters
+                .iter()
+                .map(|cluster| (cluster.name, cluster.simulator.timeline())),
+        )
+    }
+
+    /// The pods of `member` (`cluster/statefulset`) that started terminating, or were deleted,
+    /// at or after `from`, as the merged timeline shows them: one name (`cluster/pod`) per pod
+    /// (uid), in the order they left.
+    pub fn deleted_pods(&self, member: &str, from: Instant) -> Vec<String> {
+        let mut seen = std::collections::HashSet::new();
+        self.merged_timeline()
+            .into_iter()
+            .filter(|transition| {
+                transition.at >= from
+                    && transition.statefulset.as_deref() == Some(member)
+                    && matches!(transition.event, PodEvent::Terminating | PodEvent::Deleted)
+            })
+            .filter(|transition| seen.insert(transition.uid.clone()))
+            .map(|transition| transition.pod)
+            .collect()
+    }
+
+    /// The group's part of the controller's `/api/v1/status?group=`, once it answers 200.
+    pub async fn status(&self, group: &Group) -> Option<GroupStatus> {
+        let (code, body) = self
+            .controller
+            .ops_get(&format!("/api/v1/status?group={}", group.name))
+            .await?;
+        if code != 200 {
+            return None;
+        }
+        let status: RolloutStatus = serde_json::from_str(&body)
+            .unwrap_or_else(|error| panic!("a RolloutStatus document ({error}): {body}"));
+        status
+            .groups
+            .into_iter()
+            .find(|status| status.name == group.name)
+    }
+
+    /// Waits until the group's status satisfies `holds`; returns it. On timeout the panic
+    /// shows the last status read.
+    pub async fn wait_status(
+        &self,
+        group: &Group,
+        what: &str,
+        holds: impl Fn(&GroupStatus) -> bool,
+    ) -> GroupStatus {
+        let deadline = Instant::now() + GROUP_TIMEOUT;
+        let mut last = None;
+        loop {
+            if let Some(status) = self.status(group).await {
+                if holds(&status) {
+                    return status;
+                }
+                last = Some(status);
+            }
+            if Instant::now() >= deadline {
+                panic!(
+                    "timed out after {GROUP_TIMEOUT:?} waiting until the status of {} shows {what}; last read: {last:#?}",
+                    group.name
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+/// A rollout group with one StatefulSet of the same name in every member cluster.
+#[derive(Debug, Clone)]
+pub struct Group {
+    /// The `rollout-group` label.
+    pub name: String,
+    /// The StatefulSet's name in each cluster.
+    pub statefulset: String,
+    pub replicas: u32,
+    pub max_unavailable: u32,
+}
+
+impl Group {
+    /// Group `name` of StatefulSets `name`, `replicas` pods each.
+    pub fn new(name: &str, replicas: u32, max_unavailable: u32) -> Self {
+        Self {
+            name: name.to_owned(),
+            statefulset: name.to_owned(),
+            replicas,
+            max_unavailable,
+        }
+    }
+
+    /// Its member in `cluster`, as baton names it: `cluster/statefulset`.
+    pub fn member(&self, cluster: &str) -> String {
+        qualified(cluster, &self.statefulset)
+    }
+
+    /// Its members in rollout order.
+    pub fn members(&self) -> Vec<String> {
+        CLUSTERS
+            .iter()
+            .map(|cluster| self.member(cluster))
+            .collect()
+    }
+
+    /// Its members as the timeline checks take them.
+    pub fn zones(&self) -> Vec<Zone> {
+        self.members()
+            .iter()
+            .map(|member| Zone::new(member, self.replicas, self.max_unavailable))
+            .collect()
+    }
+}
+
+/// Shows the controller's output written since it was made, if dropped while panicking.
+pub struct Witness<'a> {
+    controller: &'a Controller,
+    from: usize,
+}
+
+impl Drop for Witness<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let output = self.controller.process.output();
+            eprintln!(
+                "----- output of baton-controller during this scenario -----\n{}\n----- end of baton-controller -----",
+                output.get(self.from..).unwrap_or(&output)
+            );
+        }
+    }
+}
+
+/// `timelines` (cluster, its simulator's timeline) as one: names qualified, merged by time.
+pub fn merge_timelines(
+    timelines: impl IntoIterator<Item = (&'static str, Vec<PodTransition>)>,
+) -> Vec<PodTransition> {
+    let mut merged: Vec<PodTransition> = timelines
+        .into_iter()
+        .flat_map(|(cluster, timeline)| {
+            timeline.into_iter().map(move |mut transition| {
+                transition.pod = qualified(cluster, &transition.pod);
+                transition.statefulset = transition
+                    .statefulset
+                    .map(|statefulset| qualified(cluster, &statefulset));
+                transition
+            })
+        })
+        .collect();
+    // Stable: transitions of one cluster at the same instant keep their order.
+    merged.sort_by_key(|transition| transition.at);
+    merged
+}
+
+/// The controller's configuration file: the hub lists itself (no Secret, its own
+/// credentials), the others by their kubeconfig Secrets.
+pub fn controller_config(namespace: &str) -> String {
+    let mut yaml = format!("namespace: {namespace}\ncontroller:\n  members:\n");
+    for cluster in CLUSTERS {
+        yaml.push_str(&format!("    - name: {cluster}\n"));
+        if cluster != HUB {
+            yaml.push_str(&format!(
+                "      kubeconfig_secret: {}\n      kubeconfig_key: {KUBECONFIG_KEY}\n",
+                kubeconfig_secret(cluster)
+            ));
+        }
+    }
+    yaml
+}
+
+/// Writes `member`'s admin kubeconfig into the Secret [`kubeconfig_secret`] of the hub's
+/// `namespace`. The file is self-contained (the API server's CA and the admin's token inline,
+/// no path to a file), as a kubeconfig handed to another cluster must be: checked here.
+async fn write_kubeconfig_secret(hub: &kube::Client, namespace: &str, member: &MemberCluster) {
+    let kubeconfig = std::fs::read(member.kubeconfig_path()).unwrap_or_else(|error| {
+        panic!(
+            "reading {}'s kubeconfig {}: {error}",
+            member.name,
+            member.kubeconfig_path().display()
+        )
+    });
+    let text = String::from_utf8_lossy(&kubeconfig);
+    for by_path in [
+        "certificate-authority:",
+        "client-certificate:",
+        "client-key:",
+        "tokenFile:",
+    ] {
+        assert!(
+            !text.contains(by_path),
+            "{}'s kubeconfig names a file ({by_path}); a Secret's kubeconfig must carry it inline:\n{text}",
+            member.name
+        );
+    }
+    let secret = Secret {
+        metadata: kube::api::ObjectMeta {
+            name: Some(kubeconfig_secret(member.name)),
+            ..Default::default()
+        },
+        data: Some([(KUBECONFIG_KEY.to_owned(), ByteString(kubeconfig))].into()),
+        ..Default::default()
+    };
+    Api::<Secret>::namespaced(hub.clone(), namespace)
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap_or_else(|error| {
+            panic!(
+                "creating the kubeconfig Secret of {} in {HUB}: {error}",
+                member.name
+            )
+        });
+}
+
+/// One kubeconfig naming each cluster's context (and cluster and user) after the cluster: the
+/// control planes' own all call theirs `admin@baton-test`.
+fn write_contexts_kubeconfig(path: &Path, clusters: &[MemberCluster]) {
+    let mut merged = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [],
+        "users": [],
+        "contexts": [],
+        "current-context": HUB,
+    });
+    for cluster in clusters {
+        let text = std::fs::read_to_string(cluster.kubeconfig_path())
+            .expect("reading a control plane's kubeconfig");
+        let own: serde_json::Value =
+            serde_saphyr::from_str(&text).expect("a control plane's kubeconfig is YAML");
+        let name = cluster.name;
+        merged["clusters"]
+            .as_array_mut()
+            .expect("a list")
+            .push(serde_json::json!({"name": name, "cluster": own["clusters"][0]["cluster"]}));
+        merged["users"]
+            .as_array_mut()
+            .expect("a list")
+            .push(serde_json::json!({"name": name, "user": own["users"][0]["user"]}));
+        merged["contexts"].as_array_mut().expect("a list").push(
+            serde_json::json!({"name": name, "context": {
+                "cluster": name,
+                "user": name,
+                "namespace": cluster.namespace.name(),
+            }}),
+        );
+    }
+    // JSON is YAML: kubectl and kube read it as it is.
+    std::fs::write(path, serde_json::to_string_pretty(&merged).expect("JSON"))
+        .expect("writing the contexts' kubeconfig");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn transition(at: Instant, pod: &str, statefulset: &str, event: PodEvent) -> PodTransition {
+        PodTransition {
+            at,
+            pod: pod.to_owned(),
+            uid: format!("{pod}-uid"),
+            statefulset: Some(statefulset.to_owned()),
+            revision: None,
+            event,
+        }
+    }
+
+    #[test]
+    fn timelines_merge_by_time_with_names_qualified_by_their_cluster() {
+        let start = Instant::now();
+        let at = |ms: u64| start + Duration::from_millis(ms);
+        let a = vec![
+            transition(at(1), "ingester-0", "ingester", PodEvent::Created),
+            transition(at(4), "ingester-0", "ingester", PodEvent::Ready),
+        ];
+        let b = vec![
+            transition(at(2), "ingester-0", "ingester", PodEvent::Created),
+            transition(at(3), "ingester-0", "ingester", PodEvent::Ready),
+        ];
+        let merged = merge_timelines([("cluster-a", a), ("cluster-b", b)]);
+        let read: Vec<(&str, Option<&str>, PodEvent)> = merged
+            .iter()
+            .map(|t| (t.pod.as_str(), t.statefulset.as_deref(), t.event))
+            .collect();
+        assert_eq!(
+            read,
+            [
+                (
+                    "cluster-a/ingester-0",
+                    Some("cluster-a/ingester"),
+                    PodEvent::Created
+                ),
+                (
+                    "cluster-b/ingester-0",
+                    Some("cluster-b/ingester"),
+                    PodEvent::Created
+                ),
+                (
+                    "cluster-b/ingester-0",
+                    Some("cluster-b/ingester"),
+                    PodEvent::Ready
+                ),
+                (
+                    "cluster-a/ingester-0",
+                    Some("cluster-a/ingester"),
+                    PodEvent::Ready
+                ),
+            ]
+        );
+    }
+
+    #[test]
+    fn the_merged_timeline_catches_two_clusters_down_at_once() {
+        let start = Instant::now();
+        let at = |ms: u64| start + Duration::from_millis(ms);
+        let mut timelines = Vec::new();
+        for (index, cluster) in ["cluster-a", "cluster-b"].into_iter().enumerate() {
+            let offset = index as u64 * 10;
+            timelines.push((
+                cluster,
+                vec![
+                    transition(at(offset), "ingester-0", "ingester", PodEvent::Created),
+                    transition(at(offset + 1), "ingester-0", "ingester", PodEvent::Ready),
+                    // each cluster's pod leaves at 100 ms: both down at once
+                    transition(
+                        at(100 + index as u64),
+                        "ingester-0",
+                        "ingester",
+                        PodEvent::Terminating,
+                    ),
+                ],
+            ));
+        }
+        // the same pod name and uid in two clusters are two pods: uids differ in real clusters
+        timelines[1].1.iter_mut().for_each(|t| t.uid.push_str("-b"));
+        let merged = merge_timelines(timelines);
+        let group = Group::new("ingester", 1, 1);
+        let zones: Vec<Zone> = group.zones().into_iter().take(2).collect();
+        let error = crate::timeline::check_rollout_guarantees(&merged, &zones, at(50))
+            .expect_err("two clusters down at once");
+        assert!(
+            error.contains("cluster-b/ingester-0 of cluster-b/ingester was deleted while cluster-a/ingester had 1 unavailable"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn the_configuration_lists_the_hub_without_a_secret_and_the_others_with_theirs() {
+        assert_eq!(
+            controller_config("clusters-1"),
+            "namespace: clusters-1\ncontroller:\n  members:\n    - name: cluster-a\n    - name: cluster-b\n      kubeconfig_secret: member-cluster-b\n      kubeconfig_key: kubeconfig\n    - name: cluster-c\n      kubeconfig_secret: member-cluster-c\n      kubeconfig_key: kubeconfig\n"
+        );
+    }
+
+    #[test]
+    fn the_configuration_is_what_the_controller_loads() {
+        let dir = tempfile::tempdir().expect("a folder");
+        let file = dir.path().join("baton.yaml");
+        std::fs::write(&file, controller_config("clusters-1")).expect("written");
+        let config = baton_config::Config::load(Some(&file)).expect("a valid configuration");
+        assert_eq!(config.namespace, "clusters-1");
+        let members: Vec<(&str, &str, &str)> = config
+            .controller
+            .members
+            .iter()
+            .map(|member| {
+                (
+                    member.name.as_str(),
+                    member.kubeconfig_secret.as_str(),
+                    member.kubeconfig_key.as_str(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            members,
+            [
+                ("cluster-a", "", "kubeconfig"),
+                ("cluster-b", "member-cluster-b", "kubeconfig"),
+                ("cluster-c", "member-cluster-c", "kubeconfig"),
+            ]
+        );
+    }
+}

@@ -1,0 +1,460 @@
+//! Cross-cluster rollout groups on three real control planes (docs/design/multi-cluster.md),
+//! each a scenario: given a group with one StatefulSet of the same name in each of cluster-a
+//! (the hub, where baton runs), cluster-b and cluster-c, when a version is deployed to all
+//! three, then baton rolls one cluster at a time, each keeping `rollout-max-unavailable`, and
+//! only while the others are fully ready.
+//!
+//! The scenarios share one trio of control planes and one controller
+//! ([`MemberClusters::shared`]), each with a group of its own; the one that stops an API
+//! server takes the trio alone. Every check of the zone rule runs on the merged timeline of
+//! the three simulators, members named `cluster/statefulset` as baton names them.
+
+use std::time::{Duration, Instant};
+
+use baton_core::gates::SOAK_ANNOTATION;
+use baton_core::status::{GroupStatus, RolloutPhase};
+use baton_e2e::controller_support::wait_event;
+use baton_e2e::fixtures::StatefulSetFixture;
+use baton_e2e::member_clusters::{
+    CLUSTERS, Group, KUBECONFIG_KEY, MemberClusters, kubeconfig_secret,
+};
+use baton_e2e::timeline::{WATCH_SKEW, ZoneWindow, check_rollout_guarantees, zone_windows};
+use baton_e2e::{PodEvent, PodTransition, wait_until};
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, ListParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+
+const TIMEOUT: Duration = Duration::from_secs(90);
+
+/// Each zone's window since `from` on the merged timeline, in the order the zones began.
+fn windows(timeline: &[PodTransition], group: &Group, from: Instant) -> Vec<(String, ZoneWindow)> {
+    let mut windows: Vec<(String, ZoneWindow)> = zone_windows(timeline, &group.zones(), from)
+        .into_iter()
+        .collect();
+    windows.sort_by_key(|(_, window)| window.started);
+    windows
+}
+
+/// The members rolled in `group`'s rollout order, one at a time: each started only once the
+/// one before it completed, and `soak` later (the timeline's watches may see a change up to
+/// [`WATCH_SKEW`] apart).
+fn assert_one_at_a_time(windows: &[(String, ZoneWindow)], group: &Group, soak: Duration) {
+    let order: Vec<&str> = windows.iter().map(|(name, _)| name.as_str()).collect();
+    assert_eq!(order, group.members(), "the order the clusters rolled in");
+    for pair in windows.windows(2) {
+        let [(before, previous), (next, window)] = pair else {
+            unreachable!("pairs");
+        };
+        let completed = previous
+            .completed
+            .unwrap_or_else(|| panic!("{before} completed"));
+        let started = window.started.unwrap_or_else(|| panic!("{next} started"));
+        assert!(
+            started + WATCH_SKEW >= completed + soak,
+            "{next} started {:?} after {before} completed (or {:?} before it); the soak is {soak:?}",
+            started.saturating_duration_since(completed),
+            completed.saturating_duration_since(started),
+        );
+    }
+}
+
+/// The members of the group's status and their phases, in the order it lists them.
+fn phases(status: &GroupStatus) -> Vec<(String, RolloutPhase)> {
+    status
+        .zones
+        .iter()
+        .map(|zone| (zone.statefulset.clone(), zone.phase))
+        .collect()
+}
+
+/// `group`'s members, each with `phase`.
+fn every_member(group: &Group, phases: [RolloutPhase; 3]) -> Vec<(String, RolloutPhase)> {
+    group.members().into_iter().zip(phases).collect()
+}
+
+#[tokio::test]
+async fn each_member_cluster_is_reached_through_its_kubeconfig_secret_in_the_hub() {
+    let clusters = MemberClusters::shared().await;
+    let _shared = clusters.share().await;
+    let _witness = clusters.witness();
+    let hub = clusters.cluster("cluster-a").client();
+
+    // Given the trio: the hub holds a kubeconfig Secret for cluster-b and cluster-c, as the
+    // controller's configuration names them
+    let config = std::fs::read_to_string(clusters.config_path()).expect("the configuration");
+    for cluster in ["cluster-b", "cluster-c"] {
+        assert!(
+            config.contains(&format!(
+                "- name: {cluster}\n      kubeconfig_secret: {}",
+                kubeconfig_secret(cluster)
+            )),
+            "{config}"
+        );
+        let secret = Api::<Secret>::namespaced(hub.clone(), clusters.namespace())
+            .get(&kubeconfig_secret(cluster))
+            .await
+            .unwrap_or_else(|error| panic!("the Secret of {cluster}: {error}"));
+        let kubeconfig = secret
+            .data
+            .unwrap_or_default()
+            .remove(KUBECONFIG_KEY)
+            .expect("the kubeconfig key");
+
+        // When a client is made from the Secret's kubeconfig alone, as the controller does
+        let kubeconfig =
+            Kubeconfig::from_yaml(&String::from_utf8_lossy(&kubeconfig.0)).expect("a kubeconfig");
+        let config =
+            kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+                .await
+                .expect("a client configuration");
+        let client = kube::Client::try_from(config).expect("a client");
+
+        // Then it reaches that cluster, not the hub: it sees the StatefulSet created there
+        // alone
+        let name = format!("probe-{cluster}");
+        StatefulSetFixture::new(&name)
+            .replicas(1)
+            .create(&clusters.cluster(cluster).client(), clusters.namespace())
+            .await;
+        let seen: Vec<String> = Api::<StatefulSet>::namespaced(client, clusters.namespace())
+            .list(&ListParams::default())
+            .await
+            .expect("listing through the Secret's kubeconfig")
+            .items
+            .into_iter()
+            .filter_map(|statefulset| statefulset.metadata.name)
+            .filter(|found| found.starts_with("probe-"))
+            .collect();
+        assert_eq!(seen, [name.clone()]);
+    }
+
+    // And every cluster's simulator made its pods Ready, each in its own timeline, which the
+    // merged timeline names by cluster
+    let probes: Vec<String> = ["cluster-b", "cluster-c"]
+        .into_iter()
+        .map(|cluster| format!("{cluster}/probe-{cluster}"))
+        .collect();
+    for probe in &probes {
+        wait_until(TIMEOUT, &format!("{probe}-0 is ready"), || async {
+            clusters.merged_timeline().iter().any(|transition| {
+                transition.statefulset.as_deref() == Some(probe.as_str())
+                    && transition.pod == format!("{probe}-0")
+                    && transition.event == PodEvent::Ready
+            })
+        })
+        .await;
+    }
+}
+
+#[tokio::test]
+async fn a_three_cluster_rollout_rolls_one_cluster_at_a_time_keeping_the_zone_rule_at_every_step() {
+    let clusters = MemberClusters::shared().await;
+    let _shared = clusters.share().await;
+    let _witness = clusters.witness();
+
+    // Given a ready group `ingester` of one StatefulSet per cluster, 3 pods each, at most 1
+    // not ready
+    let group = Group::new("ingester", 3, 1);
+    clusters.create_group(&group, |_, fixture| fixture).await;
+
+    // When a new version is deployed to every cluster
+    let from = clusters.roll_out(&group, "v2").await;
+
+    // Then every cluster completes, and at every step of the three clusters' merged timeline
+    // at most one cluster had pods not ready, never more than one pod of it, and a pod was
+    // deleted only while the other clusters were fully ready
+    clusters.wait_complete(&group).await;
+    let timeline = clusters.merged_timeline();
+    check_rollout_guarantees(&timeline, &group.zones(), from).unwrap();
+
+    // And the clusters rolled one at a time, cluster-a, then cluster-b, then cluster-c
+    assert_one_at_a_time(&windows(&timeline, &group, from), &group, Duration::ZERO);
+
+    // And the status names each member `cluster/statefulset`, every one complete
+    let complete = [RolloutPhase::Complete; 3];
+    let status = clusters
+        .wait_status(&group, "every member complete", |status| {
+            status.phase == RolloutPhase::Complete
+                && phases(status) == every_member(&group, complete)
+        })
+        .await;
+    assert_eq!(status.waiting, None);
+    assert!(
+        status
+            .zones
+            .iter()
+            .all(|zone| zone.updated == 3 && zone.ready == 3 && zone.total == 3),
+        "{status:#?}"
+    );
+    // with the deletions among its last actions named in their clusters
+    assert!(
+        status.last_actions.iter().any(|action| {
+            action.action == "DeletePod"
+                && action.statefulset == group.member("cluster-c")
+                && action
+                    .pod
+                    .as_deref()
+                    .is_some_and(|pod| pod.starts_with("cluster-c/ingester-"))
+        }),
+        "a deletion in cluster-c among the last actions: {:#?}",
+        status.last_actions
+    );
+
+    // And each cluster's Event saying its member completed is in that cluster, on its own
+    // StatefulSet, naming the member as baton does
+    for cluster in CLUSTERS {
+        wait_event(
+            &clusters.cluster(cluster).client(),
+            clusters.namespace(),
+            &group.statefulset,
+            "RolloutComplete",
+            &[&format!(
+                "every pod of {} runs revision",
+                group.member(cluster)
+            )],
+        )
+        .await;
+    }
+}
+
+/// Seed 004 (Fleet's safe rollout): `maxUnavailable: 1` cluster, and a bad image update is
+/// rolled out to the first cluster only; the others wait until a good version comes. Fleet's
+/// `unavailablePeriodSeconds` is baton's soak between clusters.
+#[tokio::test]
+async fn a_bad_version_stays_in_the_first_cluster_and_a_good_one_completes_with_a_soak_between_clusters()
+ {
+    const BAD: &str = "compactor-bad-image";
+    const GOOD: &str = "compactor-fixed";
+    let soak = Duration::from_secs(4);
+    let clusters = MemberClusters::shared().await;
+    let _shared = clusters.share().await;
+    let _witness = clusters.witness();
+
+    // Given a ready group `compactor` of one StatefulSet per cluster, 3 pods each, at most 1
+    // not ready, with a 4 s soak after each cluster, and a version whose pods never become
+    // ready (they crash-loop, as a bad image's do)
+    let group = Group::new("compactor", 3, 1);
+    clusters
+        .create_group(&group, |_, fixture| {
+            fixture.annotation(SOAK_ANNOTATION, "4s")
+        })
+        .await;
+    for cluster in &clusters.clusters {
+        cluster.simulator.break_version(BAD);
+    }
+
+    // When the bad version is deployed to every cluster
+    let from = clusters.roll_out(&group, BAD).await;
+
+    // Then the first cluster rolls: one pod is replaced by the bad version
+    let first = group.member("cluster-a");
+    wait_until(
+        TIMEOUT,
+        "a pod of cluster-a runs the bad version",
+        || async { clusters.updated_pods(&group, "cluster-a").await == 1 },
+    )
+    .await;
+    // and the group waits on it, the status naming the member in its cluster and why
+    let waits_on_the_first_cluster = |status: &GroupStatus| {
+        phases(status)
+            == every_member(
+                &group,
+                [
+                    RolloutPhase::Rolling,
+                    RolloutPhase::Waiting,
+                    RolloutPhase::Waiting,
+                ],
+            )
+            && status.waiting.as_ref().is_some_and(|waiting| {
+                waiting.kind == "MaxUnavailable"
+                    && waiting.message.contains(&format!(
+                        "max-unavailable reached in {first} (1/1); waiting for {first}-"
+                    ))
+                    && waiting.message.contains("CrashLoopBackOff")
+            })
+    };
+    let status = clusters
+        .wait_status(
+            &group,
+            "cluster-a rolling and crash-looping, the others waiting",
+            waits_on_the_first_cluster,
+        )
+        .await;
+    eprintln!("the group waits: {:?}", status.waiting);
+
+    // And it keeps waiting: once the leader has seen that wait for longer than a soak, the
+    // first cluster's new pod still is not ready, and nothing else moved
+    let status = clusters
+        .wait_status(&group, "the wait lasting longer than a soak", |status| {
+            waits_on_the_first_cluster(status)
+                && status
+                    .waiting
+                    .as_ref()
+                    .and_then(|waiting| waiting.since)
+                    .is_some_and(|since| {
+                        jiff::Timestamp::now().duration_since(since)
+                            >= jiff::SignedDuration::try_from(soak + Duration::from_secs(1))
+                                .expect("a short duration")
+                    })
+        })
+        .await;
+    assert_eq!(status.zones[0].updated, 1, "{status:#?}");
+    assert_eq!(status.zones[0].ready, 2, "{status:#?}");
+    assert_eq!(
+        clusters.deleted_pods(&first, from).len(),
+        1,
+        "cluster-a lost one pod at a time"
+    );
+    // and the other two clusters were never touched: not one pod deleted, none updated
+    for cluster in ["cluster-b", "cluster-c"] {
+        let member = group.member(cluster);
+        assert_eq!(
+            clusters.deleted_pods(&member, from),
+            Vec::<String>::new(),
+            "no pod of {member} deleted"
+        );
+        assert_eq!(clusters.updated_pods(&group, cluster).await, 0);
+    }
+
+    // When a good version is deployed to every cluster
+    let fixed = clusters.roll_out(&group, GOOD).await;
+
+    // Then the group completes, cluster by cluster: each cluster started only a soak after
+    // the one before it completed, and the zone rule held at every step since the bad version
+    clusters.wait_complete(&group).await;
+    let timeline = clusters.merged_timeline();
+    check_rollout_guarantees(&timeline, &group.zones(), from).unwrap();
+    assert_one_at_a_time(&windows(&timeline, &group, fixed), &group, soak);
+    clusters
+        .wait_status(&group, "the group complete", |status| {
+            status.phase == RolloutPhase::Complete
+        })
+        .await;
+}
+
+#[tokio::test]
+async fn a_member_cluster_whose_api_server_stops_mid_rollout_holds_the_group_until_it_is_back() {
+    let clusters = MemberClusters::shared().await;
+    // (alone: every group of the trio would wait while cluster-b is away)
+    let _alone = clusters.alone().await;
+    let _witness = clusters.witness();
+    let hub = clusters.cluster("cluster-a");
+    let away = clusters.cluster("cluster-b");
+
+    // Given a ready group `store-gateway` of one StatefulSet per cluster, 3 pods each, at
+    // most 1 not ready
+    let group = Group::new("store-gateway", 3, 1);
+    clusters.create_group(&group, |_, fixture| fixture).await;
+    // and whose pod store-gateway-0 in cluster-a is not ready until cluster-b is away: baton
+    // replaces it first (it costs no availability) and its replacement waits too, so
+    // cluster-b's API server stops while cluster-a rolls, not while a deletion is in flight
+    hub.simulator.hold_not_ready("store-gateway-0").await;
+    let from = clusters.roll_out(&group, "v2").await;
+    wait_until(TIMEOUT, "cluster-a's first pod is replaced", || async {
+        clusters.updated_pods(&group, "cluster-a").await == 1
+    })
+    .await;
+
+    // When cluster-b's API server stops
+    away.control_plane.stop_apiserver().await.unwrap();
+    let stopped = Instant::now();
+
+    // Then the group waits on cluster-b's member, naming it and its cluster
+    let member = group.member("cluster-b");
+    let unreachable = |status: &GroupStatus| {
+        status.waiting.as_ref().is_some_and(|waiting| {
+            waiting.kind == "MemberUnreachable"
+                && waiting.message.contains(&format!(
+                    "{member} cannot be read: cluster cluster-b is unreachable"
+                ))
+        })
+    };
+    let status = clusters
+        .wait_status(&group, "the group waiting on cluster-b", unreachable)
+        .await;
+    eprintln!(
+        "the group waits {:?} into the outage: {:?}",
+        stopped.elapsed(),
+        status.waiting
+    );
+
+    // And when cluster-a's new pod becomes ready meanwhile, cluster-a goes no further: for 5 s
+    // (the scenario's input, not a wait for a condition) no pod is deleted in any cluster
+    hub.simulator.release("store-gateway-0").await;
+    let ready = wait_until_ready(clusters, &group.member("cluster-a"), stopped).await;
+    tokio::time::sleep_until((ready + Duration::from_secs(5)).into()).await;
+    for member in group.members() {
+        assert_eq!(
+            clusters.deleted_pods(&member, stopped),
+            Vec::<String>::new(),
+            "no pod of {member} deleted while cluster-b is away"
+        );
+    }
+    assert_eq!(clusters.updated_pods(&group, "cluster-a").await, 1);
+    let status = clusters
+        .status(&group)
+        .await
+        .expect("the controller answers");
+    assert!(
+        unreachable(&status),
+        "still waiting on cluster-b: {status:#?}"
+    );
+
+    // When cluster-b's API server is back
+    away.control_plane.start_apiserver().await.unwrap();
+    let back = Instant::now();
+
+    // Then the rollout resumes and completes, one cluster at a time, the zone rule held at
+    // every step, and no pod deleted twice
+    clusters.wait_complete(&group).await;
+    eprintln!(
+        "the rollout completed {:?} after cluster-b was back",
+        back.elapsed()
+    );
+    let timeline = clusters.merged_timeline();
+    check_rollout_guarantees(&timeline, &group.zones(), from).unwrap();
+    assert_one_at_a_time(&windows(&timeline, &group, from), &group, Duration::ZERO);
+    for member in group.members() {
+        assert_eq!(
+            clusters.deleted_pods(&member, from).len(),
+            3,
+            "each old pod of {member} deleted once"
+        );
+    }
+    let status = clusters
+        .wait_status(&group, "the group complete", |status| {
+            status.phase == RolloutPhase::Complete
+        })
+        .await;
+    assert_eq!(status.waiting, None);
+}
+
+/// Waits until the merged timeline shows a pod of `member` becoming Ready after `after`;
+/// returns when it did.
+async fn wait_until_ready(clusters: &MemberClusters, member: &str, after: Instant) -> Instant {
+    baton_e2e::wait_for(TIMEOUT, &format!("a pod of {member} is ready"), || async {
+        clusters
+            .merged_timeline()
+            .into_iter()
+            .find(|transition| {
+                transition.at >= after
+                    && transition.statefulset.as_deref() == Some(member)
+                    && transition.event == PodEvent::Ready
+            })
+            .map(|transition| transition.at)
+    })
+    .await
+}
+
+// `kubectl baton wait` on a cross-cluster group: PLUGIN-MEMBERS.
+//
+// The plugin learns member clusters on branch `plugin-members` (`--member NAME=CONTEXT` for
+// `status` and `wait`). Once it is merged, the scenario goes here: given a group rolling
+// across the trio (seed 004's, say), `kubectl baton wait --member cluster-a=cluster-a
+// --member cluster-b=cluster-b --member cluster-c=cluster-c ingester` run with
+// `KUBECONFIG=clusters.contexts_kubeconfig()` (one context per cluster, named after it, each
+// with the groups' namespace) exits 0 once every cluster completed, its progress naming
+// `cluster-b/ingester`; and `status` with the same flags lists the members as the controller's
+// status JSON does (compare with `clusters.status(&group)`). Run it with
+// `baton_e2e::plugin_support::kubectl_baton`.
