@@ -33,6 +33,7 @@ use crate::explain::Explainer;
 use crate::group::GroupReconciler;
 use crate::leader::MayAct;
 use crate::leader::{LeaderElector, LeaderMetrics, Leadership, Term, unique_identity};
+use crate::members::Clusters;
 use crate::metrics::ControllerMetrics;
 use crate::queue;
 use crate::rollout::pending::PendingDeletions;
@@ -48,7 +49,8 @@ const EVENT_REPEAT_AFTER: Duration = Duration::from_secs(600);
 /// Runs the controller until `shutdown` is cancelled or a task fails.
 pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<()> {
     let registry = Registry::new();
-    let client = baton_shared::kube_client::client(&config.kubernetes, &registry).await?;
+    let (client, layers) =
+        baton_shared::kube_client::client_and_layers(&config.kubernetes, &registry).await?;
     let metrics = ControllerMetrics::register(&registry)?;
     let readiness = Readiness::default();
 
@@ -65,12 +67,43 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
     tracing::info!(identity = %identity, lease = %config.controller.lease.name, "campaigning for the lease");
 
     let (touched, touched_groups) = tokio::sync::mpsc::unbounded_channel();
+    // With member clusters, the groups' StatefulSets and pods are watched in each of them.
+    let (member_caches, clusters, member_watches) = if config.controller.members.is_empty() {
+        let idle = futures::future::Either::Left(futures::future::ready(()));
+        (None, Clusters::single(client.clone()), idle)
+    } else {
+        let settings = crate::members::Settings {
+            hub: client.clone(),
+            layers,
+            system_namespace: config.system_namespace(),
+            namespace: &config.namespace,
+            request_timeout: config.kubernetes.request_timeout.get(),
+        };
+        let (caches, clusters, watches) =
+            crate::members::start(settings, &config.controller.members, touched.clone());
+        let names: Vec<&str> = config
+            .controller
+            .members
+            .iter()
+            .map(|m| m.name.as_str())
+            .collect();
+        tracing::info!(members = ?names, "rollout groups span member clusters");
+        (
+            Some(caches),
+            clusters,
+            futures::future::Either::Right(watches),
+        )
+    };
     let (caches, watches) = cache::start(
         client.clone(),
         &config.namespace,
         &config.downscale.zone_tracker_config_map,
+        member_caches,
         touched.clone(),
     );
+    let watches = async move {
+        futures::join!(watches, member_watches);
+    };
     // The zone-aware disruption budgets rollout deletions consult (none without the CRD).
     let (budgets, budget_watch) = crate::zpdb_check::ZoneBudgets::start(
         client.clone(),
@@ -84,7 +117,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
     let (synced_sender, synced) = watch::channel(false);
     // One explainer for every feature; its publisher is the one task that writes Events.
     let (explainer, event_publisher) = Explainer::new(
-        client.clone(),
+        clusters.clone(),
         identity.clone(),
         EVENT_REPEAT_AFTER,
         config.kubernetes.request_timeout.get(),
@@ -129,7 +162,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
         },
         rollouts: Rollouts {
             namespace: config.namespace.clone(),
-            client: client.clone(),
+            clusters,
             metrics,
             explainer: explainer.clone(),
             request_timeout: config.kubernetes.request_timeout.get(),
@@ -238,6 +271,9 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
         }
     });
     tasks.spawn(Task::PhasedRollouts, {
+        // A PhasedRollout names a StatefulSet of its own cluster: served without member
+        // clusters only (docs/multi-cluster.md).
+        let spans_members = caches.spans_members();
         let phased = crate::phased::PhasedRollouts {
             client: client.clone(),
             namespace: config.namespace.clone(),
@@ -247,7 +283,14 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
             board: status_board.clone(),
             explainer: explainer.clone(),
         };
-        phased.run(shutdown.clone())
+        let shutdown = shutdown.clone();
+        async move {
+            if spans_members {
+                shutdown.cancelled().await;
+                return Ok(());
+            }
+            phased.run(shutdown).await
+        }
     });
     tasks.spawn(Task::LeaderElection, {
         let shutdown = shutdown.clone();

@@ -3,55 +3,153 @@
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::sync::Arc;
 
 use baton_core::annotations::ROLLOUT_GROUP_LABEL;
 use baton_core::downscale_history::ZoneTracker;
 use baton_core::ledger::{self, Ledger, MANAGED_BY_LABEL};
-use baton_core::pods::controlling_statefulset;
+use baton_core::members::Outage;
+use baton_core::pods::{CachedPod, controlling_statefulset};
 use baton_core::statefulset::group_of;
 use baton_shared::pod_cache::{self, PodCache};
-use baton_shared::reflect::reflect;
+use baton_shared::reflect::{reflect, reflect_stream};
+use futures::Stream;
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::ResourceExt;
 use kube::api::Api;
+use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use tokio::sync::mpsc::UnboundedSender;
 
+use crate::members::MemberCache;
+
 /// Read-only views of what the watches have seen.
 #[derive(Clone)]
 pub struct Caches {
-    pub statefulsets: Store<StatefulSet>,
-    pub pods: PodCache,
+    workloads: Workloads,
     /// The groups' downscale ledgers.
     pub ledgers: Store<ConfigMap>,
     /// The Go operator's zone tracker (at most one ConfigMap).
     pub zone_tracker: Store<ConfigMap>,
 }
 
+/// The groups' StatefulSets and the pods: of the controller's own cluster, or of every member
+/// cluster, named `cluster/name`.
+#[derive(Clone)]
+enum Workloads {
+    Local {
+        statefulsets: Store<StatefulSet>,
+        pods: PodCache,
+    },
+    Members(Arc<[MemberCache]>),
+}
+
 impl std::fmt::Debug for Caches {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (statefulsets, pods) = match &self.workloads {
+            Workloads::Local { statefulsets, pods } => (statefulsets.state().len(), pods.len()),
+            Workloads::Members(members) => members.iter().fold((0, 0), |(s, p), member| {
+                (s + member.statefulsets.state().len(), p + member.pods.len())
+            }),
+        };
         f.debug_struct("Caches")
-            .field("statefulsets", &self.statefulsets.state().len())
-            .field("pods", &self.pods.len())
+            .field("statefulsets", &statefulsets)
+            .field("pods", &pods)
             .finish()
     }
 }
 
 impl Caches {
-    /// Waits until every cache holds a complete initial list.
+    /// Caches of the controller's own cluster alone, already filled: for tests of what reads
+    /// them.
+    #[cfg(test)]
+    pub fn local(
+        statefulsets: Store<StatefulSet>,
+        pods: PodCache,
+        ledgers: Store<ConfigMap>,
+        zone_tracker: Store<ConfigMap>,
+    ) -> Self {
+        Self {
+            workloads: Workloads::Local { statefulsets, pods },
+            ledgers,
+            zone_tracker,
+        }
+    }
+
+    /// Waits until every cache of the controller's own cluster holds a complete initial list.
+    /// Member clusters are not waited for: one that cannot be reached would keep the controller
+    /// from ever starting; until it is listed, it holds every group instead
+    /// ([`Caches::outages`]).
     pub async fn synced(&self) -> Result<(), anyhow::Error> {
-        self.statefulsets.wait_until_ready().await?;
         self.ledgers.wait_until_ready().await?;
         self.zone_tracker.wait_until_ready().await?;
-        Ok(self.pods.wait_until_ready().await?)
+        if let Workloads::Local { statefulsets, pods } = &self.workloads {
+            statefulsets.wait_until_ready().await?;
+            pods.wait_until_ready().await?;
+        }
+        Ok(())
+    }
+
+    /// Whether groups span member clusters.
+    pub fn spans_members(&self) -> bool {
+        matches!(self.workloads, Workloads::Members(_))
+    }
+
+    /// Every rollout-group StatefulSet (members named `cluster/name`).
+    pub fn statefulsets(&self) -> Vec<Arc<StatefulSet>> {
+        match &self.workloads {
+            Workloads::Local { statefulsets, .. } => statefulsets.state(),
+            Workloads::Members(members) => {
+                members.iter().flat_map(MemberCache::statefulsets).collect()
+            }
+        }
+    }
+
+    /// Every pod of the namespace (of every member, named `cluster/name`).
+    pub fn pods(&self) -> Vec<Arc<CachedPod>> {
+        match &self.workloads {
+            Workloads::Local { pods, .. } => pods.state(),
+            Workloads::Members(members) => members.iter().flat_map(MemberCache::pods).collect(),
+        }
+    }
+
+    /// The member clusters that cannot be trusted now (none without member clusters).
+    pub fn outages(&self) -> Vec<Outage> {
+        match &self.workloads {
+            Workloads::Local { .. } => Vec::new(),
+            Workloads::Members(members) => members.iter().filter_map(MemberCache::outage).collect(),
+        }
+    }
+
+    /// The pod named `name` (`cluster/name` with member clusters).
+    pub fn pod(&self, name: &str) -> Option<Arc<CachedPod>> {
+        match &self.workloads {
+            Workloads::Local { pods, .. } => pods.get(name),
+            Workloads::Members(members) => {
+                let (Some(cluster), local) = baton_core::members::split(name) else {
+                    return None;
+                };
+                let member = members.iter().find(|member| member.cluster == cluster)?;
+                let pod = member.pods.get(local)?;
+                Some(Arc::new(baton_core::members::qualify_pod(cluster, &pod)))
+            }
+        }
     }
 
     /// The StatefulSets of `group`.
-    pub fn group_members(&self, group: &str) -> Vec<std::sync::Arc<StatefulSet>> {
-        self.statefulsets
-            .state_filter(|statefulset| group_of(statefulset) == Some(group))
+    pub fn group_members(&self, group: &str) -> Vec<Arc<StatefulSet>> {
+        match &self.workloads {
+            Workloads::Local { statefulsets, .. } => {
+                statefulsets.state_filter(|statefulset| group_of(statefulset) == Some(group))
+            }
+            Workloads::Members(members) => members
+                .iter()
+                .flat_map(MemberCache::statefulsets)
+                .filter(|statefulset| group_of(statefulset) == Some(group))
+                .collect(),
+        }
     }
 
     /// What the group's downscale ledger and the zone tracker say now.
@@ -73,11 +171,29 @@ impl Caches {
 
     /// Every group name the cache knows.
     pub fn groups(&self) -> Vec<String> {
-        groups_of(&self.statefulsets)
+        self.workloads.groups()
     }
 }
 
-fn groups_of(statefulsets: &Store<StatefulSet>) -> Vec<String> {
+impl Workloads {
+    fn groups(&self) -> Vec<String> {
+        match self {
+            Workloads::Local { statefulsets, .. } => groups_of(statefulsets),
+            Workloads::Members(members) => {
+                let mut groups: Vec<String> = members
+                    .iter()
+                    .flat_map(|member| groups_of(&member.statefulsets))
+                    .collect();
+                groups.sort();
+                groups.dedup();
+                groups
+            }
+        }
+    }
+}
+
+/// Every group `statefulsets` has a member of, once each.
+pub fn groups_of(statefulsets: &Store<StatefulSet>) -> Vec<String> {
     let mut groups: Vec<String> = statefulsets
         .state()
         .iter()
@@ -88,21 +204,111 @@ fn groups_of(statefulsets: &Store<StatefulSet>) -> Vec<String> {
     groups
 }
 
-/// Starts the watches of `namespace`. The returned future drives them (run it as a critical
-/// task), sending the group touched by each change on `touched`. `zone_tracker` names the Go
-/// operator's zone tracker ConfigMap.
+/// Starts the watches of `namespace`: its StatefulSets and pods, unless `members` watch them
+/// in each member cluster instead, and the records. The returned future drives them (run it as
+/// a critical task), sending the group touched by each change on `touched`. `zone_tracker`
+/// names the Go operator's zone tracker ConfigMap.
 pub fn start(
     client: kube::Client,
     namespace: &str,
     zone_tracker: &str,
+    members: Option<Vec<MemberCache>>,
     touched: UnboundedSender<String>,
 ) -> (Caches, impl Future<Output = ()> + Send + 'static) {
+    let (workloads, workload_watches) = match members {
+        Some(members) => (
+            Workloads::Members(members.into()),
+            futures::future::Either::Left(futures::future::ready(())),
+        ),
+        None => {
+            let statefulset_events = baton_shared::initial_list::watcher(
+                Api::<StatefulSet>::namespaced(client.clone(), namespace),
+                watcher::Config::default().labels(ROLLOUT_GROUP_LABEL),
+            )
+            .backoff(baton_shared::kube_client::watch_backoff());
+            let pod_events = baton_shared::initial_list::watcher(
+                Api::<Pod>::namespaced(client.clone(), namespace),
+                watcher::Config::default(),
+            )
+            .backoff(baton_shared::kube_client::watch_backoff());
+            let (statefulsets, pods, watches) = watch_workloads(
+                statefulset_events,
+                pod_events,
+                namespace.to_owned(),
+                touched.clone(),
+            );
+            (
+                Workloads::Local { statefulsets, pods },
+                futures::future::Either::Right(watches),
+            )
+        }
+    };
+    // The ledgers by their labels, the tracker by its name: each into its own store (one
+    // store's relist replaces all it holds). A ledger concerns its group; the tracker every
+    // group (it changes once per downscale).
+    let config_maps = Api::<ConfigMap>::namespaced(client, namespace);
+    let slim = |config_map: &mut ConfigMap| config_map.managed_fields_mut().clear();
+    let record_changed = |workloads: Workloads| {
+        let to_group = touched.clone();
+        move |event: &watcher::Event<ConfigMap>| {
+            if let Some(config_map) = touched_object(event) {
+                match config_map.labels().get(ROLLOUT_GROUP_LABEL) {
+                    Some(group) => {
+                        let _ = to_group.send(group.clone());
+                    }
+                    None => {
+                        for group in workloads.groups() {
+                            let _ = to_group.send(group);
+                        }
+                    }
+                }
+            }
+        }
+    };
+    let (ledgers, ledger_watch) = reflect(
+        config_maps.clone(),
+        watcher::Config::default()
+            .labels(&format!("{MANAGED_BY_LABEL}=baton,{ROLLOUT_GROUP_LABEL}")),
+        slim,
+        record_changed(workloads.clone()),
+    );
+    let (zone_tracker, tracker_watch) = reflect(
+        config_maps,
+        watcher::Config::default().fields(&format!("metadata.name={zone_tracker}")),
+        slim,
+        record_changed(workloads.clone()),
+    );
+
+    let caches = Caches {
+        workloads,
+        ledgers,
+        zone_tracker,
+    };
+    let watches = async move {
+        futures::join!(workload_watches, ledger_watch, tracker_watch);
+    };
+    (caches, watches)
+}
+
+/// The caches of one cluster's rollout-group StatefulSets and pods, from their watch events,
+/// and the future that fills them, sending on `touched` each group a change concerns.
+pub fn watch_workloads(
+    statefulset_events: impl Stream<Item = Result<watcher::Event<StatefulSet>, watcher::Error>>
+    + Send
+    + 'static,
+    pod_events: impl Stream<Item = Result<watcher::Event<Pod>, watcher::Error>> + Send + 'static,
+    namespace: String,
+    touched: UnboundedSender<String>,
+) -> (
+    Store<StatefulSet>,
+    PodCache,
+    impl Future<Output = ()> + Send + 'static,
+) {
     // A StatefulSet's change concerns its group, and the group it left if it moved.
     let mut moves = GroupMoves::default();
     let to_group = touched.clone();
-    let (statefulsets, statefulset_watch) = reflect(
-        Api::<StatefulSet>::namespaced(client.clone(), namespace),
-        watcher::Config::default().labels(ROLLOUT_GROUP_LABEL),
+    let (statefulsets, statefulset_watch) = reflect_stream(
+        statefulset_events,
         |statefulset: &mut StatefulSet| statefulset.managed_fields_mut().clear(),
         move |event| {
             if let Some(statefulset) = touched_object(event) {
@@ -117,72 +323,23 @@ pub fn start(
     // concerns the group of the StatefulSet controlling it.
     let (pods, pod_watch) = {
         let statefulsets = statefulsets.clone();
-        let within = namespace.to_owned();
-        let to_group = touched.clone();
-        pod_cache::watch(
-            client.clone(),
-            namespace,
-            watcher::Config::default(),
-            move |pod| {
-                let group = controlling_statefulset(pod).and_then(|owner| {
-                    let key = ObjectRef::<StatefulSet>::new(owner).within(&within);
-                    statefulsets
-                        .get(&key)
-                        .and_then(|statefulset| group_of(&statefulset).map(str::to_owned))
-                });
-                if let Some(group) = group {
-                    let _ = to_group.send(group);
-                }
-            },
-        )
-    };
-
-    // The ledgers by their labels, the tracker by its name: each into its own store (one
-    // store's relist replaces all it holds). A ledger concerns its group; the tracker every
-    // group (it changes once per downscale).
-    let config_maps = Api::<ConfigMap>::namespaced(client, namespace);
-    let slim = |config_map: &mut ConfigMap| config_map.managed_fields_mut().clear();
-    let record_changed = |statefulsets: Store<StatefulSet>| {
-        let to_group = touched.clone();
-        move |event: &watcher::Event<ConfigMap>| {
-            if let Some(config_map) = touched_object(event) {
-                match config_map.labels().get(ROLLOUT_GROUP_LABEL) {
-                    Some(group) => {
-                        let _ = to_group.send(group.clone());
-                    }
-                    None => {
-                        for group in groups_of(&statefulsets) {
-                            let _ = to_group.send(group);
-                        }
-                    }
-                }
+        let within = namespace;
+        pod_cache::watch_stream(pod_events, move |pod| {
+            let group = controlling_statefulset(pod).and_then(|owner| {
+                let key = ObjectRef::<StatefulSet>::new(owner).within(&within);
+                statefulsets
+                    .get(&key)
+                    .and_then(|statefulset| group_of(&statefulset).map(str::to_owned))
+            });
+            if let Some(group) = group {
+                let _ = touched.send(group);
             }
-        }
-    };
-    let (ledgers, ledger_watch) = reflect(
-        config_maps.clone(),
-        watcher::Config::default()
-            .labels(&format!("{MANAGED_BY_LABEL}=baton,{ROLLOUT_GROUP_LABEL}")),
-        slim,
-        record_changed(statefulsets.clone()),
-    );
-    let (zone_tracker, tracker_watch) = reflect(
-        config_maps,
-        watcher::Config::default().fields(&format!("metadata.name={zone_tracker}")),
-        slim,
-        record_changed(statefulsets.clone()),
-    );
-
-    let caches = Caches {
-        statefulsets,
-        pods,
-        ledgers,
-        zone_tracker,
+        })
     };
     let watches = async move {
-        futures::join!(statefulset_watch, pod_watch, ledger_watch, tracker_watch);
+        futures::join!(statefulset_watch, pod_watch);
     };
-    (caches, watches)
+    (statefulsets, pods, watches)
 }
 
 /// The group each StatefulSet was last seen in, to tell which groups a change concerns.

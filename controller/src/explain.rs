@@ -146,14 +146,14 @@ impl Explainer {
     /// An explainer for `instance` (this replica), and the publisher task that writes its Events:
     /// run it ([`EventPublisher::run`]) beside the reconciles.
     pub fn new(
-        client: kube::Client,
+        clusters: crate::members::Clusters,
         instance: String,
         repeat_after: Duration,
         publish_timeout: Duration,
     ) -> (Self, EventPublisher) {
         let (explainer, queued) = Self::with_queue(repeat_after, EVENT_QUEUE_CAPACITY);
         let publisher = EventPublisher {
-            client,
+            clusters,
             reporter: Reporter {
                 controller: "baton-controller".into(),
                 instance: Some(instance),
@@ -247,7 +247,9 @@ impl Explainer {
 
 /// The one task that writes Events, in the order they were told.
 pub struct EventPublisher {
-    client: kube::Client,
+    /// Each Event is written in the cluster of the object it is about (a member's object is
+    /// named `cluster/name`), on the object under the name it has there.
+    clusters: crate::members::Clusters,
     reporter: Reporter,
     queued: mpsc::Receiver<Outgoing>,
     repeats: Arc<RepeatFilter>,
@@ -282,16 +284,28 @@ impl EventPublisher {
 
     async fn publish(&mut self, outgoing: Outgoing) {
         let note = outgoing.event.note.clone().unwrap_or_default();
-        let recorder = self.recorder(&outgoing.key, note);
-        let published = bounded(
-            self.publish_timeout,
-            "publishing an Event",
-            recorder.publish(&outgoing.event, &outgoing.object),
-        )
-        .await;
+        let name = outgoing.object.name.clone().unwrap_or_default();
+        let located = self.clusters.client_for(&name);
+        let published = match located {
+            Ok((client, local)) => {
+                let object = ObjectReference {
+                    name: Some(local.to_owned()),
+                    ..outgoing.object.clone()
+                };
+                let recorder = self.recorder(&outgoing.key, note, client);
+                bounded(
+                    self.publish_timeout,
+                    "publishing an Event",
+                    recorder.publish(&outgoing.event, &object),
+                )
+                .await
+                .map(|published| published.map_err(|error| error.to_string()))
+            }
+            Err(not_connected) => Ok(Err(not_connected.to_string())),
+        };
         let error = match published {
             Ok(Ok(())) => return,
-            Ok(Err(error)) => error.to_string(),
+            Ok(Err(error)) => error,
             Err(timed_out) => timed_out.to_string(),
         };
         let name = outgoing.object.name.as_deref().unwrap_or_default();
@@ -302,7 +316,7 @@ impl EventPublisher {
     /// The recorder for this object and reason: the same one while the note stays the same (a
     /// repeat becomes a series), a new one when it changes (a new Event). Recorders of objects
     /// the repeat filter has forgotten go too.
-    fn recorder(&mut self, key: &RepeatKey, note: String) -> Recorder {
+    fn recorder(&mut self, key: &RepeatKey, note: String, client: kube::Client) -> Recorder {
         if self.recorders.len() > 2 * self.repeats.len().max(64) {
             let repeats = &self.repeats;
             self.recorders.retain(|key, _| repeats.knows(key));
@@ -310,7 +324,7 @@ impl EventPublisher {
         match self.recorders.get(key) {
             Some((current, recorder)) if *current == note => recorder.clone(),
             _ => {
-                let recorder = Recorder::new(self.client.clone(), self.reporter.clone());
+                let recorder = Recorder::new(client, self.reporter.clone());
                 self.recorders.insert(key.clone(), (note, recorder.clone()));
                 recorder
             }
@@ -429,7 +443,7 @@ mod tests {
         >();
         let client = kube::Client::new(service, "default");
         let (explainer, publisher) = Explainer::new(
-            client,
+            crate::members::Clusters::single(client),
             "test".to_owned(),
             Duration::from_secs(600),
             Duration::from_secs(5),

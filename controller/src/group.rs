@@ -66,21 +66,34 @@ impl GroupReconciler {
             self.rollouts.gate_calls.hook_calls.forget(group);
             return Requeue::Never;
         }
-        let pods = self.caches.pods.state();
+        let pods = self.caches.pods();
+        let outages = self.caches.outages();
         let (ledger, tracker) = self.caches.downscale_records(group);
         let started = Instant::now();
         let labels = [group];
         self.metrics.reconciles.with_label_values(&labels).inc();
+        // Scaling writes `/scale` and calls pods in the controller's own cluster, and its
+        // records (the downscale ledger) are one cluster's: a group across member clusters is
+        // not scaled by baton (docs/multi-cluster.md says what holds instead).
+        let scaling = async {
+            if self.caches.spans_members() {
+                return (Requeue::Never, Vec::new());
+            }
+            self.scaler
+                .reconcile(
+                    group,
+                    &members,
+                    &pods,
+                    (&ledger, &tracker),
+                    &self.explainer,
+                    &may_act,
+                )
+                .await
+        };
         let ((scaling, scaling_failures), rollout) = tokio::join!(
-            self.scaler.reconcile(
-                group,
-                &members,
-                &pods,
-                (&ledger, &tracker),
-                &self.explainer,
-                &may_act
-            ),
-            self.rollouts.reconcile(group, &members, &pods, &may_act),
+            scaling,
+            self.rollouts
+                .reconcile(group, &members, &pods, &outages, &may_act),
         );
         self.metrics
             .reconcile_duration

@@ -44,6 +44,7 @@ pub mod explain;
 pub mod gates;
 pub mod group;
 pub mod leader;
+pub mod members;
 pub mod metrics;
 pub mod phased;
 pub mod queue;

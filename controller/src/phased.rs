@@ -189,7 +189,7 @@ impl PhasedRollouts {
         group: &str,
         generation: i64,
     ) -> PhasedRolloutStatus {
-        let pods = self.caches.pods.state();
+        let pods = self.caches.pods();
         let snapshot = StatefulSetSnapshot::from_kubernetes(target, pods.iter().map(AsRef::as_ref));
         let check: CheckState = target
             .annotations()

@@ -202,8 +202,8 @@ impl ZoneBudgets {
 
     fn judge(&self, deletion: &Deletion<'_>, claims: &RecentlyAllowed) -> Judgement {
         let known = self.known();
-        let statefulsets = self.caches.statefulsets.state();
-        let pods = self.caches.pods.state();
+        let statefulsets = self.caches.statefulsets();
+        let pods = self.caches.pods();
         let statefulsets: Vec<&StatefulSet> = statefulsets.iter().map(Arc::as_ref).collect();
         let view = View {
             namespace: &self.namespace,
@@ -217,8 +217,7 @@ impl ZoneBudgets {
 
     fn pod_uid(&self, pod: &str) -> Option<String> {
         self.caches
-            .pods
-            .get(pod)
+            .pod(pod)
             .map(|pod| pod.uid.clone())
             .filter(|uid| !uid.is_empty())
     }
@@ -250,8 +249,7 @@ fn groups_selected(caches: &Caches, budgets: &[Arc<Observed>]) -> BTreeSet<Strin
         return BTreeSet::new();
     }
     caches
-        .statefulsets
-        .state()
+        .statefulsets()
         .iter()
         .filter(|statefulset| {
             let labels = statefulset.metadata.labels.as_ref();

@@ -10,6 +10,7 @@
 use k8s_openapi::api::apps::v1::StatefulSet;
 
 use crate::pods::CachedPod;
+use crate::rollout::{GroupSnapshot, StatefulSetSnapshot, Unreachable};
 
 /// Between a member cluster's name and an object's name in it.
 pub const SEPARATOR: char = '/';
@@ -38,6 +39,23 @@ pub fn qualify_statefulset(cluster: &str, statefulset: &StatefulSet) -> Stateful
     qualified_statefulset
 }
 
+/// `statefulset` named `name`: a member's copy under the name its own cluster knows it by,
+/// for a write whose body names it.
+pub fn named(statefulset: &StatefulSet, name: &str) -> StatefulSet {
+    let mut renamed = statefulset.clone();
+    renamed.metadata.name = Some(name.to_owned());
+    renamed
+}
+
+/// `fresh`, just read from the cluster `qualified_name` (`cluster/name`, or a plain name)
+/// names, under that qualified name again, as the caches show it.
+pub fn requalify(qualified_name: &str, fresh: StatefulSet) -> StatefulSet {
+    match split(qualified_name).0 {
+        Some(cluster) => qualify_statefulset(cluster, &fresh),
+        None => fresh,
+    }
+}
+
 /// `pod` of `cluster`, named `cluster/pod`, its controller `cluster/owner`.
 pub fn qualify_pod(cluster: &str, pod: &CachedPod) -> CachedPod {
     let mut qualified_pod = pod.clone();
@@ -46,6 +64,51 @@ pub fn qualify_pod(cluster: &str, pod: &CachedPod) -> CachedPod {
         controller.name = qualified(cluster, &controller.name);
     }
     qualified_pod
+}
+
+/// A member cluster that cannot be trusted now: its API cannot be reached, its kubeconfig
+/// cannot be used, or its watches have not listed again since they failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outage {
+    pub cluster: String,
+    /// What failed, for the person reading the wait.
+    pub error: String,
+    /// Whether the cluster was ever listed: what it last showed is then known.
+    pub listed: bool,
+}
+
+/// The name a cluster that was never listed is held by in a group: any of its StatefulSets
+/// may be a member.
+pub fn unlisted_member(cluster: &str) -> String {
+    qualified(cluster, "*")
+}
+
+/// Marks `snapshot`'s members in a cluster that is out as unreachable, so the planner holds
+/// the group naming them. A cluster that was never listed may hold members of any group
+/// unseen, so every group gets a member standing for it ([`unlisted_member`]); a cluster
+/// listed before, in which the group had no member, does not hold it.
+pub fn mark_outages(snapshot: &mut GroupSnapshot, outages: &[Outage]) {
+    for outage in outages {
+        let unreachable = Unreachable {
+            cluster: outage.cluster.clone(),
+            error: outage.error.clone(),
+        };
+        let mut found = false;
+        for member in &mut snapshot.statefulsets {
+            if split(&member.name).0 == Some(outage.cluster.as_str()) {
+                member.unreachable = Some(unreachable.clone());
+                found = true;
+            }
+        }
+        if !found && !outage.listed {
+            let mut standing_in = StatefulSet::default();
+            standing_in.metadata.name = Some(unlisted_member(&outage.cluster));
+            let mut member = StatefulSetSnapshot::without_pods(&standing_in);
+            member.unreachable = Some(unreachable);
+            snapshot.statefulsets.push(member);
+        }
+    }
+    snapshot.statefulsets.sort_by(|a, b| a.name.cmp(&b.name));
 }
 
 /// A member cluster's name, as configured: a DNS label (it becomes part of names people read
@@ -63,6 +126,7 @@ pub fn valid_cluster_name(name: &str) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::explained::Explained;
 
     #[test]
     fn a_qualified_name_splits_back_into_its_cluster_and_name() {
@@ -94,6 +158,77 @@ mod tests {
             (controller.name.as_str(), controller.uid.as_str()),
             ("cluster-a/ingester", "sts-uid")
         );
+    }
+
+    fn group(names: &[&str]) -> GroupSnapshot {
+        let statefulsets: Vec<StatefulSet> = names
+            .iter()
+            .map(|name| {
+                let mut statefulset = StatefulSet::default();
+                statefulset.metadata.name = Some((*name).to_owned());
+                statefulset
+            })
+            .collect();
+        GroupSnapshot::from_kubernetes("ingester", statefulsets.iter(), [])
+    }
+
+    fn outage(cluster: &str, listed: bool) -> Outage {
+        Outage {
+            cluster: cluster.to_owned(),
+            error: "connection refused".to_owned(),
+            listed,
+        }
+    }
+
+    #[test]
+    fn only_the_members_in_a_cluster_that_is_out_are_unreachable() {
+        let mut snapshot = group(&["a/ingester", "b/ingester", "c/ingester"]);
+        mark_outages(&mut snapshot, &[outage("b", true)]);
+        let unreachable: Vec<(&str, bool)> = snapshot
+            .statefulsets
+            .iter()
+            .map(|member| (member.name.as_str(), member.unreachable.is_some()))
+            .collect();
+        assert_eq!(
+            unreachable,
+            [
+                ("a/ingester", false),
+                ("b/ingester", true),
+                ("c/ingester", false)
+            ]
+        );
+        let marked = snapshot.statefulsets[1]
+            .unreachable
+            .as_ref()
+            .expect("marked");
+        assert_eq!(
+            (marked.cluster.as_str(), marked.error.as_str()),
+            ("b", "connection refused")
+        );
+    }
+
+    #[test]
+    fn a_cluster_never_listed_holds_every_group_by_a_member_standing_for_it() {
+        let mut snapshot = group(&["a/ingester", "c/ingester"]);
+        mark_outages(&mut snapshot, &[outage("b", false)]);
+        let names: Vec<&str> = snapshot
+            .statefulsets
+            .iter()
+            .map(|m| m.name.as_str())
+            .collect();
+        assert_eq!(names, ["a/ingester", "b/*", "c/ingester"], "in zone order");
+        assert!(snapshot.statefulsets[1].unreachable.is_some());
+        let plan = crate::rollout::plan(&snapshot, jiff::Timestamp::UNIX_EPOCH);
+        assert!(plan.actions.is_empty());
+        assert_eq!(
+            plan.waiting.map(|wait| wait.kind()),
+            Some("MemberUnreachable")
+        );
+
+        // Listed before, with no member of this group: the group is not held by it.
+        let mut snapshot = group(&["a/ingester", "c/ingester"]);
+        mark_outages(&mut snapshot, &[outage("b", true)]);
+        assert_eq!(snapshot.statefulsets.len(), 2);
     }
 
     #[test]

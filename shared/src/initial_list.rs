@@ -103,6 +103,43 @@ where
     .boxed()
 }
 
+/// As [`watcher`], but started over after every failure: each error is passed on, then, after
+/// [`crate::kube_client::watch_backoff`], a new watcher lists everything again. kube's own
+/// watcher resumes from the last resourceVersion, which is correct but gives no moment at which
+/// the cache is known to be caught up; a fresh list ends with `InitDone`, which is that moment.
+/// For the caches of a member cluster, whose outage must end with a complete list before
+/// anything is decided on it.
+pub fn relisting_watcher<K>(
+    api: Api<K>,
+    config: watcher::Config,
+) -> impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + 'static,
+{
+    let backoff = crate::kube_client::watch_backoff();
+    futures::stream::unfold(
+        (None::<BoxStream<'static, _>>, backoff, false),
+        move |(events, mut backoff, failed)| {
+            let (api, config) = (api.clone(), config.clone());
+            async move {
+                let mut events = match events {
+                    Some(events) => events,
+                    None => {
+                        if failed && let Some(delay) = backoff.next() {
+                            tokio::time::sleep(delay).await;
+                        }
+                        watcher(api, config).boxed()
+                    }
+                };
+                let event = events.next().await?;
+                let failed = event.is_err();
+                let events = (!failed).then_some(events);
+                Some((event, (events, backoff, failed)))
+            }
+        },
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use std::pin::pin;

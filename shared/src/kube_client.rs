@@ -31,18 +31,51 @@ pub async fn client(
     config: &KubernetesConfig,
     registry: &Registry,
 ) -> Result<kube::Client, KubeClientError> {
+    Ok(client_and_layers(config, registry).await?.0)
+}
+
+/// As [`client`], with its layers, for more clients of the same process.
+pub async fn client_and_layers(
+    config: &KubernetesConfig,
+    registry: &Registry,
+) -> Result<(kube::Client, ClientLayers), KubeClientError> {
     crate::initial_list::configure(config.initial_list);
-    let mut kube_config = kube::Config::infer().await?;
-    kube_config.connect_timeout = Some(config.connect_timeout.get());
-    let timed = RequestDurationLayer::register(registry)?;
-    let limited = crate::rate_limit::RateLimitLayer::register(config, registry)?;
-    // Timed outside the limit, as the Go operator's client: a wait for a token is time the
-    // request took.
-    let client = kube::client::ClientBuilder::try_from(kube_config)?
-        .with_layer(&limited)
-        .with_layer(&timed)
-        .build();
-    Ok(client)
+    let kube_config = kube::Config::infer().await?;
+    let layers = ClientLayers::register(config, registry)?;
+    Ok((layers.client(kube_config)?, layers))
+}
+
+/// The measuring and rate-limiting layers of [`client`], registered once per process, for every
+/// client it builds (the controller's member clusters each have one, from their kubeconfigs).
+#[derive(Clone)]
+pub struct ClientLayers {
+    timed: RequestDurationLayer,
+    limited: crate::rate_limit::RateLimitLayer,
+    connect_timeout: Duration,
+}
+
+impl ClientLayers {
+    pub fn register(
+        config: &KubernetesConfig,
+        registry: &Registry,
+    ) -> Result<Self, KubeClientError> {
+        Ok(Self {
+            timed: RequestDurationLayer::register(registry)?,
+            limited: crate::rate_limit::RateLimitLayer::register(config, registry)?,
+            connect_timeout: config.connect_timeout.get(),
+        })
+    }
+
+    /// A client of `kube_config`, with the configured connect timeout, timed and limited.
+    pub fn client(&self, mut kube_config: kube::Config) -> Result<kube::Client, KubeClientError> {
+        kube_config.connect_timeout = Some(self.connect_timeout);
+        // Timed outside the limit, as the Go operator's client: a wait for a token is time the
+        // request took.
+        Ok(kube::client::ClientBuilder::try_from(kube_config)?
+            .with_layer(&self.limited)
+            .with_layer(&self.timed)
+            .build())
+    }
 }
 
 /// An API call that did not answer in time.

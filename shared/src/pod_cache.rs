@@ -195,6 +195,17 @@ pub fn watch(
     (cache, fill)
 }
 
+/// As [`watch`], from a stream of pod watch events of one's own (a watcher that lists again
+/// after each failure, for a member cluster); the stream retries by itself.
+pub fn watch_stream(
+    events: impl futures::Stream<Item = Result<watcher::Event<Pod>, watcher::Error>> + Send + 'static,
+    touched: impl FnMut(&CachedPod) + Send + 'static,
+) -> (PodCache, impl Future<Output = ()> + Send + 'static) {
+    let (cache, mut writer) = empty(touched);
+    let fill = async move { index::drive(events, &mut writer).await };
+    (cache, fill)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -24,15 +24,28 @@ pub fn reflect<'a, K>(
     api: Api<K>,
     config: watcher::Config,
     slim: fn(&mut K),
+    changed: impl FnMut(&watcher::Event<K>) + Send + 'a,
+) -> (Store<K>, impl Future<Output = ()> + Send + 'a)
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    let stream =
+        crate::initial_list::watcher(api, config).backoff(crate::kube_client::watch_backoff());
+    reflect_stream(stream, slim, changed)
+}
+
+/// As [`reflect`], from a stream of watch events of one's own (a watcher that lists again after
+/// each failure, for a member cluster); the stream retries by itself.
+pub fn reflect_stream<'a, K>(
+    stream: impl futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'a,
+    slim: fn(&mut K),
     mut changed: impl FnMut(&watcher::Event<K>) + Send + 'a,
 ) -> (Store<K>, impl Future<Output = ()> + Send + 'a)
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
     let (reader, writer) = reflector::store::<K>();
-    let stream = crate::initial_list::watcher(api, config)
-        .backoff(crate::kube_client::watch_backoff())
-        .modify(slim);
+    let stream = stream.modify(slim);
     let fill = async move {
         reflector::reflector(writer, stream)
             .for_each(|event| {

@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use baton_shared::kube_client::{TimedOut, bounded};
 use k8s_openapi::api::apps::v1::StatefulSet;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Patch, PatchParams};
+
+use crate::members::{Clusters, NotConnected};
 use serde_json::{Map, Value, json};
 
 use baton_core::gates::AnnotationWrite;
@@ -33,6 +35,8 @@ pub enum StoreError {
     },
     #[error(transparent)]
     TimedOut(#[from] TimedOut),
+    #[error("storing the gate state: {0}")]
+    NotConnected(#[from] NotConnected),
 }
 
 /// The merge patch for the writes on one StatefulSet read at `resource_version`: `null`
@@ -59,28 +63,35 @@ pub fn patch_body<'a>(
     }
 }
 
+/// Where the StatefulSets written are: their cluster (by name) and namespace.
+#[derive(Clone, Copy)]
+pub struct At<'a> {
+    pub clusters: &'a Clusters,
+    pub namespace: &'a str,
+}
+
 /// Writes `writes`, each StatefulSet as read in `members`, in one patch per StatefulSet.
 pub async fn store(
-    api: &Api<StatefulSet>,
+    at: At<'_>,
     members: &[&StatefulSet],
     writes: &[AnnotationWrite],
     timeout: Duration,
 ) -> Result<Stored, StoreError> {
-    store_at(api, Some(members), writes, timeout).await
+    store_at(at, Some(members), writes, timeout).await
 }
 
 /// Writes facts that must not be lost to a concurrent change, whatever was read: what a hook
 /// answered (it was called; calling it again because the record lost a race would be worse).
 pub async fn store_unconditionally(
-    api: &Api<StatefulSet>,
+    at: At<'_>,
     writes: &[AnnotationWrite],
     timeout: Duration,
 ) -> Result<Stored, StoreError> {
-    store_at(api, None, writes, timeout).await
+    store_at(at, None, writes, timeout).await
 }
 
 async fn store_at(
-    api: &Api<StatefulSet>,
+    at: At<'_>,
     members: Option<&[&StatefulSet]>,
     writes: &[AnnotationWrite],
     timeout: Duration,
@@ -108,7 +119,8 @@ async fn store_at(
         };
         let body = patch_body(resource_version, writes);
         let patch = Patch::Merge(&body);
-        let call = api.patch(name, &params, &patch);
+        let (api, local) = at.clusters.api::<StatefulSet>(at.namespace, name)?;
+        let call = api.patch(local, &params, &patch);
         match bounded(timeout, format!("storing the gate state on {name}"), call).await? {
             Ok(_) => {}
             Err(kube::Error::Api(status)) if status.code == 409 || status.code == 404 => {

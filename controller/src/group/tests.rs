@@ -88,12 +88,7 @@ fn group_caches() -> Caches {
     }
     let (ledgers, _) = reflector::store();
     let (zone_tracker, _) = reflector::store();
-    Caches {
-        statefulsets,
-        pods: PodCache::of_pods(pods),
-        ledgers,
-        zone_tracker,
-    }
+    Caches::local(statefulsets, PodCache::of_pods(pods), ledgers, zone_tracker)
 }
 
 #[tokio::test]
@@ -111,7 +106,7 @@ async fn an_unreachable_reference_holds_scaling_but_not_the_rollout() {
     let registry = Registry::new();
     let metrics = ControllerMetrics::register(&registry).expect("metrics");
     let (explainer, _publisher) = Explainer::new(
-        client.clone(),
+        crate::members::Clusters::single(client.clone()),
         "test".to_owned(),
         Duration::from_secs(60),
         Duration::from_secs(1),
@@ -131,7 +126,7 @@ async fn an_unreachable_reference_holds_scaling_but_not_the_rollout() {
         may_start: Arc::new(|| Some(Arc::new(|| Some(Duration::MAX)) as MayAct)),
         rollouts: Rollouts {
             namespace: NAMESPACE.to_owned(),
-            client: client.clone(),
+            clusters: crate::members::Clusters::single(client.clone()),
             metrics,
             explainer,
             request_timeout: Duration::from_secs(600),

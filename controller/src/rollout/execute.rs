@@ -92,6 +92,9 @@ pub enum ExecuteError {
     },
     #[error(transparent)]
     TimedOut(#[from] TimedOut),
+    /// The object is in a member cluster that is not connected.
+    #[error(transparent)]
+    NotConnected(#[from] crate::members::NotConnected),
     /// The rollout gate's state could not be stored: nothing was acted on.
     #[error(transparent)]
     GateState(#[from] crate::gates::store::StoreError),
@@ -106,6 +109,7 @@ impl ExecuteError {
             Self::SetPartition { .. } => "set_partition",
             Self::Rollback { .. } => "rollback",
             Self::TimedOut(_) => "timeout",
+            Self::NotConnected(_) => "member_not_connected",
             Self::GateState(_) => "gate_state",
         }
     }

@@ -6,13 +6,13 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use baton_core::members::Outage;
 use baton_core::pass::{self, CheckRead, Effect, Gates, HookRead, Pass, Read};
 use baton_core::pods::CachedPod;
 use baton_shared::kube_client::bounded;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Resource;
-use kube::api::Api;
 
 use super::execute::{self, DeletionOutcome, ExecuteError};
 use super::rollback::Rollbacks;
@@ -29,7 +29,8 @@ use baton_core::status::model::ActionRecord;
 /// [`crate::group`]); shared by all groups.
 pub struct Rollouts {
     pub namespace: String,
-    pub client: kube::Client,
+    /// Where the groups' objects are: each write goes to its object's cluster.
+    pub clusters: crate::members::Clusters,
     pub metrics: ControllerMetrics,
     pub explainer: Explainer,
     pub request_timeout: Duration,
@@ -61,6 +62,7 @@ impl Rollouts {
         group: &str,
         members: &[Arc<StatefulSet>],
         pods: &[Arc<CachedPod>],
+        outages: &[Outage],
         may_act: &MayAct,
     ) -> Result<Requeue, ExecuteError> {
         let mut snapshot = GroupSnapshot::from_kubernetes(
@@ -68,6 +70,7 @@ impl Rollouts {
             members.iter().map(Arc::as_ref),
             pods.iter().map(Arc::as_ref),
         );
+        baton_core::members::mark_outages(&mut snapshot, outages);
         self.pending.apply(&mut snapshot, Instant::now());
         let now = jiff::Timestamp::now();
         let gates = Gates::read(&snapshot);
@@ -143,7 +146,7 @@ impl Rollouts {
         pass: &Pass,
         may_act: &MayAct,
     ) -> Result<Ran, ExecuteError> {
-        let statefulsets: Api<StatefulSet> = Api::namespaced(self.client.clone(), &self.namespace);
+        let at = self.at();
         for effect in &pass.effects {
             let timeout = if effect.needs_term() {
                 let Some(left) = may_act() else {
@@ -173,14 +176,21 @@ impl Rollouts {
                 }
                 Effect::RecordHookAnswer { key, writes } => {
                     if self.gate_calls.hook_calls.take_ended(group, key).is_some() {
-                        store::store_unconditionally(&statefulsets, writes, timeout).await?;
+                        store::store_unconditionally(at, writes, timeout).await?;
                     }
                 }
                 Effect::CallHook(call) => {
                     // Called only if still due on a fresh read (the cache may lag a call just
                     // made), beside the reconciles: its answer queues the group again.
                     let reading = format!("reading {} before its hook", call.zone);
-                    let fresh = bounded(timeout, reading, statefulsets.get(&call.zone)).await;
+                    let (statefulsets, local) = self
+                        .clusters
+                        .api::<StatefulSet>(&self.namespace, &call.zone)?;
+                    let fresh = bounded(timeout, reading, statefulsets.get(local))
+                        .await
+                        .map(|read| {
+                            read.map(|fresh| baton_core::members::requalify(&call.zone, fresh))
+                        });
                     if let Ok(Ok(fresh)) = fresh
                         && baton_core::gates::hooks::still_due(&fresh, call, jiff::Timestamp::now())
                     {
@@ -201,7 +211,7 @@ impl Rollouts {
                 }
                 Effect::Store(writes) => {
                     let read: Vec<&StatefulSet> = members.iter().map(Arc::as_ref).collect();
-                    let stored = store::store(&statefulsets, &read, writes, timeout).await?;
+                    let stored = store::store(at, &read, writes, timeout).await?;
                     if stored == store::Stored::Stale {
                         // The stored objects' watch events bring the group back.
                         return Ok(Ran::Ended);
@@ -240,9 +250,16 @@ impl Rollouts {
         Ok(Ran::Done)
     }
 
+    fn at(&self) -> store::At<'_> {
+        store::At {
+            clusters: &self.clusters,
+            namespace: &self.namespace,
+        }
+    }
+
     fn rollbacks(&self, timeout: Duration) -> Rollbacks<'_> {
         Rollbacks {
-            client: &self.client,
+            clusters: &self.clusters,
             namespace: &self.namespace,
             timeout,
             explainer: &self.explainer,
@@ -257,7 +274,6 @@ impl Rollouts {
         action: &Action,
         timeout: Duration,
     ) -> Result<Acted, ExecuteError> {
-        let statefulsets: Api<StatefulSet> = Api::namespaced(self.client.clone(), &self.namespace);
         match action {
             Action::DeletePod {
                 statefulset,
@@ -265,9 +281,9 @@ impl Rollouts {
                 uid,
                 ..
             } => {
-                let pods: Api<Pod> = Api::namespaced(self.client.clone(), &self.namespace);
+                let (pods, local) = self.clusters.api::<Pod>(&self.namespace, pod)?;
                 let outcome =
-                    execute::delete_pod(&pods, &self.pending, group, pod, uid, timeout).await?;
+                    execute::delete_pod(&pods, &self.pending, group, local, uid, timeout).await?;
                 if outcome != DeletionOutcome::Done {
                     return Ok(Acted::Skipped);
                 }
@@ -285,8 +301,12 @@ impl Rollouts {
                 let Some(cached) = find(members, statefulset) else {
                     return Ok(Acted::Skipped);
                 };
+                let (statefulsets, local) = self
+                    .clusters
+                    .api::<StatefulSet>(&self.namespace, statefulset)?;
+                let cached = baton_core::members::named(cached, local);
                 let outcome =
-                    execute::set_partition(&statefulsets, cached, *partition, timeout).await?;
+                    execute::set_partition(&statefulsets, &cached, *partition, timeout).await?;
                 Ok(match outcome {
                     DeletionOutcome::Done => Acted::Done,
                     _ => Acted::Stale,
@@ -299,9 +319,13 @@ impl Rollouts {
                 let Some(cached) = find(members, statefulset) else {
                     return Ok(Acted::Skipped);
                 };
+                let (statefulsets, local) = self
+                    .clusters
+                    .api::<StatefulSet>(&self.namespace, statefulset)?;
+                let cached = baton_core::members::named(cached, local);
                 // Its watch event brings the pass that tells the zone complete (the core's
                 // `rollout::completion`), as when the StatefulSet controller sets it.
-                execute::set_current_revision(&statefulsets, cached, revision, timeout).await?;
+                execute::set_current_revision(&statefulsets, &cached, revision, timeout).await?;
                 Ok(Acted::Done)
             }
         }

@@ -17,7 +17,7 @@ use baton_core::gates::rollback::{
 use baton_core::rollout::GroupSnapshot;
 use baton_shared::kube_client::bounded;
 use k8s_openapi::api::apps::v1::{ControllerRevision, StatefulSet};
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{ListParams, Patch, PatchParams};
 use kube::core::Selector;
 use kube::{Resource, ResourceExt};
 
@@ -27,13 +27,21 @@ use crate::gates::store;
 
 /// The rollback side of a group's pass, run by the leader before the gate.
 pub struct Rollbacks<'a> {
-    pub client: &'a kube::Client,
+    /// Where each member is: a rollback writes a member in its own cluster.
+    pub clusters: &'a crate::members::Clusters,
     pub namespace: &'a str,
     pub timeout: Duration,
     pub explainer: &'a Explainer,
 }
 
 impl Rollbacks<'_> {
+    fn at(&self) -> store::At<'_> {
+        store::At {
+            clusters: self.clusters,
+            namespace: self.namespace,
+        }
+    }
+
     /// Starts the rollback every member asks for (`why`, told on `carrier` when refused), or
     /// when `refused` says why not, removes the request and says so.
     pub async fn start(
@@ -45,7 +53,6 @@ impl Rollbacks<'_> {
         why: &str,
         refused: Option<&str>,
     ) -> Result<(), ExecuteError> {
-        let api: Api<StatefulSet> = Api::namespaced(self.client.clone(), self.namespace);
         let read: Vec<&StatefulSet> = members.iter().map(Arc::as_ref).collect();
         let remove_request: Vec<AnnotationWrite> = rollback::requesters(snapshot)
             .into_iter()
@@ -92,7 +99,9 @@ impl Rollbacks<'_> {
                 // Every record first, the request last (a write per member): until the request
                 // is gone, a reader seeing some records only knows the rollback is starting, and
                 // a failed write loses nothing (the next pass starts it again).
-                if store::store(&api, &read, &records, self.timeout).await? != store::Stored::Done {
+                if store::store(self.at(), &read, &records, self.timeout).await?
+                    != store::Stored::Done
+                {
                     return Ok(());
                 }
                 (
@@ -113,7 +122,8 @@ impl Rollbacks<'_> {
         // The request's removal from every member, whatever their resourceVersions now (the
         // records' write just moved them): a request written meanwhile would be refused as a
         // second one anyway.
-        if store::store_unconditionally(&api, &writes, self.timeout).await? == store::Stored::Done
+        if store::store_unconditionally(self.at(), &writes, self.timeout).await?
+            == store::Stored::Done
             && let Some(member) = members.iter().find(|member| member.name_any() == told_on)
         {
             self.explainer
@@ -130,10 +140,12 @@ impl Rollbacks<'_> {
         &self,
         members: &[Arc<StatefulSet>],
     ) -> Result<BTreeMap<String, Vec<Revision>>, ExecuteError> {
-        let api: Api<ControllerRevision> = Api::namespaced(self.client.clone(), self.namespace);
         let mut revisions = Vec::new();
         for member in members {
             let name = member.name_any();
+            let (api, _) = self
+                .clusters
+                .api::<ControllerRevision>(self.namespace, &name)?;
             // An empty or unreadable selector selects everything: such a member has no history
             // worth the namespace's.
             let Some(selector) = member
@@ -180,8 +192,9 @@ impl Rollbacks<'_> {
         let Some(member) = members.iter().find(|member| member.name_any() == name) else {
             return Ok(());
         };
-        let revisions: Api<ControllerRevision> =
-            Api::namespaced(self.client.clone(), self.namespace);
+        let (revisions, local) = self
+            .clusters
+            .api::<ControllerRevision>(self.namespace, name)?;
         let reading = format!("reading ControllerRevision {}", record.to);
         let revision = bounded(self.timeout, reading, revisions.get(&record.to))
             .await?
@@ -212,13 +225,13 @@ impl Rollbacks<'_> {
             member.metadata.resource_version.as_deref(),
             &restored,
         );
-        let api: Api<StatefulSet> = Api::namespaced(self.client.clone(), self.namespace);
+        let (api, _) = self.clusters.api::<StatefulSet>(self.namespace, name)?;
         let writing = format!("writing the template of {name} back to {}", record.to);
         let patch = Patch::Strategic(&body);
         match bounded(
             self.timeout,
             writing,
-            api.patch(name, &PatchParams::default(), &patch),
+            api.patch(local, &PatchParams::default(), &patch),
         )
         .await?
         {

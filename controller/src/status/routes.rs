@@ -78,7 +78,7 @@ impl StatusRoutes {
         let now = Timestamp::now();
         // Only the term's leader has a history worth showing: a former leader's is stale.
         let leading = self.leadership.is_leader();
-        let statefulsets = self.caches.statefulsets.state();
+        let statefulsets = self.caches.statefulsets();
         let members: Vec<&StatefulSet> = statefulsets
             .iter()
             .map(Arc::as_ref)
@@ -90,7 +90,7 @@ impl StatusRoutes {
                 namespace: self.namespace.clone(),
             });
         }
-        let pods = self.caches.pods.state();
+        let pods = self.caches.pods();
         let pods: Vec<&CachedPod> = pods.iter().map(Arc::as_ref).collect();
         let history = |name: &str| leading.then(|| self.board.history(name)).flatten();
         let groups = view::groups(&members, &pods, history, now);

@@ -185,7 +185,7 @@ impl StatefulSetSnapshot {
         snapshot
     }
 
-    fn without_pods(statefulset: &StatefulSet) -> Self {
+    pub(crate) fn without_pods(statefulset: &StatefulSet) -> Self {
         let state = StatefulSetState::of(statefulset);
         let spec = statefulset.spec.as_ref();
         Self {

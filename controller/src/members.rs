@@ -1,0 +1,523 @@
+//! Member clusters (`controller.members`): the controller, leader-elected in its own cluster
+//! (the hub), watches the groups' StatefulSets and pods in each member cluster, and sends each
+//! write to the cluster its object lives in.
+//!
+//! - **Reaching a member** is a chain of steps that can each fail with its own error, naming
+//!   the member and the Secret: reading the Secret (in the system namespace), finding its key,
+//!   parsing the kubeconfig, building a client. A member whose chain fails is retried with the
+//!   watches' backoff, and until then it is *out* ([`MemberCache::outage`]).
+//! - **A member's watches start over after every failure** (`relisting_watcher`): a member is
+//!   out from a watch's first error until both its watches have listed again. So a member that
+//!   comes back is re-listed before anything is decided on it, and the core's rule
+//!   (`StatefulSetSnapshot::unreachable`, applied by [`baton_core::members::mark_outages`])
+//!   holds every group with a member there meanwhile.
+//! - **Writes are routed by name** ([`Clusters::api`]): the caches name a member's objects
+//!   `cluster/name`, so every decision reads qualified names, and only the call splits them.
+//!   A write whose answer was lost (a DELETE that timed out as the cluster went away) is pending
+//!   as in one cluster (`PendingDeletions`, keyed by the qualified pod name), and a repeated
+//!   DELETE carries the pod's uid as a precondition: it can never remove a replacement.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, RwLock};
+
+use baton_config::MemberCluster;
+use baton_core::members::Outage;
+use baton_core::pods::CachedPod;
+use baton_shared::kube_client::{ClientLayers, bounded};
+use baton_shared::pod_cache::PodCache;
+use futures::{FutureExt, StreamExt};
+use k8s_openapi::NamespaceResourceScope;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::Secret;
+use kube::Resource;
+use kube::api::Api;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::runtime::reflector::Store;
+use kube::runtime::watcher;
+use tokio::sync::mpsc::UnboundedSender;
+
+/// Where the groups' objects live, to send each write there: the controller's own cluster, or,
+/// with member clusters, the member a qualified name (`cluster/name`) names.
+#[derive(Clone)]
+pub struct Clusters {
+    hub: kube::Client,
+    /// Member name → its client, once connected. `None`: no member clusters.
+    members: Option<Arc<RwLock<HashMap<String, kube::Client>>>>,
+}
+
+impl std::fmt::Debug for Clusters {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Clusters")
+            .field("members", &self.members.is_some())
+            .finish()
+    }
+}
+
+/// A write for a member cluster that is not connected (its kubeconfig could not be read yet).
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{name} is in member cluster {cluster}, which is not connected")]
+pub struct NotConnected {
+    pub name: String,
+    pub cluster: String,
+}
+
+impl Clusters {
+    /// The controller's own cluster alone: names are not qualified.
+    pub fn single(client: kube::Client) -> Self {
+        Self {
+            hub: client,
+            members: None,
+        }
+    }
+
+    /// Whether groups span member clusters.
+    pub fn spans_members(&self) -> bool {
+        self.members.is_some()
+    }
+
+    /// The API of `K` in `namespace` of the cluster `name` lives in, and `name` there.
+    pub fn api<'n, K>(
+        &self,
+        namespace: &str,
+        name: &'n str,
+    ) -> Result<(Api<K>, &'n str), NotConnected>
+    where
+        K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>,
+    {
+        let (client, local) = self.client_for(name)?;
+        Ok((Api::namespaced(client, namespace), local))
+    }
+
+    /// The client of the cluster `name` lives in, and `name` there. An unqualified name is an
+    /// object of the controller's own cluster (its certificates, its Lease), with member
+    /// clusters or without.
+    pub fn client_for<'n>(&self, name: &'n str) -> Result<(kube::Client, &'n str), NotConnected> {
+        let (Some(members), (Some(cluster), local)) =
+            (&self.members, baton_core::members::split(name))
+        else {
+            return Ok((self.hub.clone(), name));
+        };
+        let client = members
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .get(cluster)
+            .cloned();
+        match client {
+            Some(client) => Ok((client, local)),
+            None => Err(NotConnected {
+                name: name.to_owned(),
+                cluster: cluster.to_owned(),
+            }),
+        }
+    }
+
+    fn connected(&self, cluster: &str, client: kube::Client) {
+        if let Some(members) = &self.members {
+            members
+                .write()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .insert(cluster.to_owned(), client);
+        }
+    }
+}
+
+/// What the watches of one member cluster have seen, and whether they can be trusted now.
+#[derive(Clone)]
+pub struct MemberCache {
+    pub cluster: String,
+    pub statefulsets: Store<StatefulSet>,
+    pub pods: PodCache,
+    health: Arc<Mutex<Health>>,
+}
+
+impl MemberCache {
+    /// Why the member cannot be trusted now, if it cannot.
+    pub fn outage(&self) -> Option<Outage> {
+        let health = self
+            .health
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        health.outage().map(|error| Outage {
+            cluster: self.cluster.clone(),
+            error,
+            listed: health.listed_once,
+        })
+    }
+
+    /// Its StatefulSets, named `cluster/name`.
+    pub fn statefulsets(&self) -> impl Iterator<Item = Arc<StatefulSet>> + '_ {
+        self.statefulsets.state().into_iter().map(|statefulset| {
+            Arc::new(baton_core::members::qualify_statefulset(
+                &self.cluster,
+                &statefulset,
+            ))
+        })
+    }
+
+    /// Its pods, named `cluster/name`.
+    pub fn pods(&self) -> impl Iterator<Item = Arc<CachedPod>> + '_ {
+        self.pods
+            .state()
+            .into_iter()
+            .map(|pod| Arc::new(baton_core::members::qualify_pod(&self.cluster, &pod)))
+    }
+}
+
+/// The two watches of a member.
+#[derive(Debug, Clone, Copy)]
+enum Watch {
+    StatefulSets = 0,
+    Pods = 1,
+}
+
+#[derive(Debug, Clone, Default)]
+enum WatchHealth {
+    #[default]
+    NotListed,
+    Listed,
+    Failed(String),
+}
+
+#[derive(Debug, Default)]
+struct Health {
+    /// Why the member's client could not be built, until it is.
+    connect_error: Option<String>,
+    watches: [WatchHealth; 2],
+    /// Both watches have listed at least once.
+    listed_once: bool,
+}
+
+impl Health {
+    fn outage(&self) -> Option<String> {
+        if let Some(error) = &self.connect_error {
+            return Some(error.clone());
+        }
+        let names = ["StatefulSets", "pods"];
+        for (health, what) in self.watches.iter().zip(names) {
+            match health {
+                WatchHealth::Listed => {}
+                WatchHealth::NotListed => return Some(format!("its {what} are not listed yet")),
+                WatchHealth::Failed(error) => {
+                    return Some(format!("watching its {what} failed: {error}"));
+                }
+            }
+        }
+        None
+    }
+
+    /// Notes a watch's event; true when whether the member is out changed.
+    fn observe<K>(
+        &mut self,
+        watch: Watch,
+        event: &Result<watcher::Event<K>, watcher::Error>,
+    ) -> bool {
+        let was_out = self.outage().is_some();
+        let slot = &mut self.watches[watch as usize];
+        match event {
+            Ok(watcher::Event::InitDone) => *slot = WatchHealth::Listed,
+            Err(error) => *slot = WatchHealth::Failed(error.to_string()),
+            Ok(_) => {}
+        }
+        if self
+            .watches
+            .iter()
+            .all(|health| matches!(health, WatchHealth::Listed))
+        {
+            self.listed_once = true;
+        }
+        was_out != self.outage().is_some()
+    }
+}
+
+/// Why a member's kubeconfig could not be turned into a client: each step names the member,
+/// the Secret and what is wrong.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    #[error("reading Secret {namespace}/{secret} of member cluster {member}: {source}")]
+    ReadSecret {
+        member: String,
+        namespace: String,
+        secret: String,
+        source: kube::Error,
+    },
+    #[error("reading Secret {namespace}/{secret} of member cluster {member}: {source}")]
+    TimedOut {
+        member: String,
+        namespace: String,
+        secret: String,
+        source: baton_shared::kube_client::TimedOut,
+    },
+    #[error("Secret {namespace}/{secret} of member cluster {member} has no key {key}")]
+    NoKey {
+        member: String,
+        namespace: String,
+        secret: String,
+        key: String,
+    },
+    #[error(
+        "key {key} of Secret {namespace}/{secret} (member cluster {member}) is not a kubeconfig: {why}"
+    )]
+    NotKubeconfig {
+        member: String,
+        namespace: String,
+        secret: String,
+        key: String,
+        why: String,
+    },
+    #[error(
+        "the kubeconfig of member cluster {member} (Secret {namespace}/{secret}) cannot be used: {why}"
+    )]
+    Client {
+        member: String,
+        namespace: String,
+        secret: String,
+        why: String,
+    },
+}
+
+/// What starting the member watches needs from the controller.
+pub struct Settings<'a> {
+    pub hub: kube::Client,
+    pub layers: ClientLayers,
+    /// Where the kubeconfig Secrets are.
+    pub system_namespace: &'a str,
+    /// The groups' namespace, in every member.
+    pub namespace: &'a str,
+    pub request_timeout: std::time::Duration,
+}
+
+/// Starts watching every member: the caches, the routing of writes, and the future that drives
+/// them all (run it as a critical task). `touched` is sent each group a change concerns,
+/// including every group of a member that goes out or comes back.
+pub fn start(
+    settings: Settings<'_>,
+    members: &[MemberCluster],
+    touched: UnboundedSender<String>,
+) -> (
+    Vec<MemberCache>,
+    Clusters,
+    impl std::future::Future<Output = ()> + Send + 'static,
+) {
+    let clusters = Clusters {
+        hub: settings.hub.clone(),
+        members: Some(Arc::default()),
+    };
+    let mut caches = Vec::new();
+    let mut drivers = Vec::new();
+    for member in members {
+        let (cache, driver) = watch_member(&settings, member, clusters.clone(), touched.clone());
+        caches.push(cache);
+        drivers.push(driver.boxed());
+    }
+    let drive = async move {
+        futures::future::join_all(drivers).await;
+    };
+    (caches, clusters, drive)
+}
+
+fn watch_member(
+    settings: &Settings<'_>,
+    member: &MemberCluster,
+    clusters: Clusters,
+    touched: UnboundedSender<String>,
+) -> (
+    MemberCache,
+    impl std::future::Future<Output = ()> + Send + 'static,
+) {
+    let health = Arc::new(Mutex::new(Health::default()));
+    let (out_changed, mut out_changes) = tokio::sync::mpsc::unbounded_channel::<()>();
+    let connect = connect(
+        settings.hub.clone(),
+        settings.layers.clone(),
+        settings.system_namespace.to_owned(),
+        member.clone(),
+        settings.request_timeout,
+        health.clone(),
+        out_changed.clone(),
+    )
+    .boxed()
+    .shared();
+    let namespace = settings.namespace.to_owned();
+    let statefulset_events = member_events(
+        connect.clone(),
+        namespace.clone(),
+        watcher::Config::default().labels(baton_core::annotations::ROLLOUT_GROUP_LABEL),
+        Watch::StatefulSets,
+        health.clone(),
+        out_changed.clone(),
+    );
+    let pod_events = member_events(
+        connect.clone(),
+        namespace.clone(),
+        watcher::Config::default(),
+        Watch::Pods,
+        health.clone(),
+        out_changed,
+    );
+    let (statefulsets, pods, watches) =
+        crate::cache::watch_workloads(statefulset_events, pod_events, namespace, touched.clone());
+    let cache = MemberCache {
+        cluster: member.name.clone(),
+        statefulsets: statefulsets.clone(),
+        pods,
+        health,
+    };
+    let name = member.name.clone();
+    let drive = async move {
+        let register = connect.map(|client| clusters.connected(&name, client));
+        // A member going out or coming back concerns every group it has a member in.
+        let retell = async move {
+            while out_changes.recv().await.is_some() {
+                for group in crate::cache::groups_of(&statefulsets) {
+                    let _ = touched.send(group);
+                }
+            }
+        };
+        futures::join!(register, watches, retell);
+    };
+    (cache, drive)
+}
+
+/// The member's client, once built; every watch of the member waits for it.
+type Connected = futures::future::Shared<futures::future::BoxFuture<'static, kube::Client>>;
+
+/// The events of one of a member's watches, started once it is connected and started over
+/// after each failure, each noted in its health (telling `out_changed` when the member goes out
+/// or comes back).
+fn member_events<K>(
+    connect: Connected,
+    namespace: String,
+    config: watcher::Config,
+    watch: Watch,
+    health: Arc<Mutex<Health>>,
+    out_changed: UnboundedSender<()>,
+) -> impl futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static
+where
+    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + 'static,
+{
+    futures::stream::once(connect)
+        .flat_map(move |client| {
+            let api = Api::namespaced(client, &namespace);
+            baton_shared::initial_list::relisting_watcher(api, config.clone())
+        })
+        .inspect(move |event| {
+            let changed = health
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .observe(watch, event);
+            if changed {
+                let _ = out_changed.send(());
+            }
+        })
+}
+
+/// The member's client: the controller's own for a member without a Secret, else built from
+/// its kubeconfig Secret, retried with the watches' backoff until it can be (each new failure
+/// logged once, and kept as the member's outage).
+async fn connect(
+    hub: kube::Client,
+    layers: ClientLayers,
+    system_namespace: String,
+    member: MemberCluster,
+    request_timeout: std::time::Duration,
+    health: Arc<Mutex<Health>>,
+    out_changed: UnboundedSender<()>,
+) -> kube::Client {
+    if member.kubeconfig_secret.is_empty() {
+        return hub;
+    }
+    let mut backoff = baton_shared::kube_client::watch_backoff();
+    let mut last_error = None;
+    loop {
+        match client_of(&hub, &layers, &system_namespace, &member, request_timeout).await {
+            Ok(client) => {
+                health
+                    .lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner())
+                    .connect_error = None;
+                tracing::info!(member = %member.name, "connected to member cluster");
+                return client;
+            }
+            Err(error) => {
+                let error = error.to_string();
+                if last_error.as_ref() != Some(&error) {
+                    tracing::warn!(member = %member.name, %error, "cannot connect to member cluster; retrying");
+                    health
+                        .lock()
+                        .unwrap_or_else(|poisoned| poisoned.into_inner())
+                        .connect_error = Some(error.clone());
+                    let _ = out_changed.send(());
+                    last_error = Some(error);
+                }
+            }
+        }
+        let delay = backoff.next().unwrap_or(std::time::Duration::from_secs(2));
+        tokio::time::sleep(delay).await;
+    }
+}
+
+async fn client_of(
+    hub: &kube::Client,
+    layers: &ClientLayers,
+    system_namespace: &str,
+    member: &MemberCluster,
+    request_timeout: std::time::Duration,
+) -> Result<kube::Client, ConnectError> {
+    let (namespace, secret, key) = (
+        system_namespace.to_owned(),
+        member.kubeconfig_secret.clone(),
+        member.kubeconfig_key.clone(),
+    );
+    let name = member.name.clone();
+    let secrets: Api<Secret> = Api::namespaced(hub.clone(), system_namespace);
+    let reading = format!("reading Secret {secret}");
+    let read = bounded(request_timeout, reading, secrets.get(&secret))
+        .await
+        .map_err(|source| ConnectError::TimedOut {
+            member: name.clone(),
+            namespace: namespace.clone(),
+            secret: secret.clone(),
+            source,
+        })?
+        .map_err(|source| ConnectError::ReadSecret {
+            member: name.clone(),
+            namespace: namespace.clone(),
+            secret: secret.clone(),
+            source,
+        })?;
+    let Some(bytes) = read.data.as_ref().and_then(|data| data.get(&key)) else {
+        return Err(ConnectError::NoKey {
+            member: name,
+            namespace,
+            secret,
+            key,
+        });
+    };
+    let not_kubeconfig = |why: String| ConnectError::NotKubeconfig {
+        member: name.clone(),
+        namespace: namespace.clone(),
+        secret: secret.clone(),
+        key: key.clone(),
+        why,
+    };
+    let text = std::str::from_utf8(&bytes.0).map_err(|error| not_kubeconfig(error.to_string()))?;
+    let kubeconfig =
+        Kubeconfig::from_yaml(text).map_err(|error| not_kubeconfig(error.to_string()))?;
+    let unusable = |why: String| ConnectError::Client {
+        member: name.clone(),
+        namespace: namespace.clone(),
+        secret: secret.clone(),
+        why,
+    };
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .map_err(|error| unusable(error.to_string()))?;
+    layers
+        .client(config)
+        .map_err(|error| unusable(error.to_string()))
+}
