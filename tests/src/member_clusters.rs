@@ -166,12 +166,13 @@ impl MemberClusters {
         let config = config.to_string_lossy().into_owned();
         let mut env = vec![("BATON_CONFIG", config.as_str())];
         env.extend_from_slice(extra);
+        let planes_ready = started.elapsed();
         let controller =
             Controller::start_dying_with_parent(&hub.control_plane, &namespace, &env).await;
         eprintln!(
-            "member clusters: {} started in {:?} ({}), namespace {namespace}",
+            "member clusters: {} ready in {planes_ready:?}, the controller {:?} later ({}), namespace {namespace}",
             CLUSTERS.join(", "),
-            started.elapsed(),
+            started.elapsed() - planes_ready,
             clusters
                 .iter()
                 .map(|cluster| format!(
@@ -198,6 +199,24 @@ impl MemberClusters {
     /// Takes the trio alone: no other scenario runs while an API server of it is stopped.
     pub async fn alone(&self) -> tokio::sync::RwLockWriteGuard<'static, ()> {
         OUTAGES.write().await
+    }
+
+    /// Stops `cluster`'s API server until the outage [ends](Outage::end), or is dropped: a
+    /// scenario that fails midway gives the trio back whole to the binary's other scenarios.
+    pub async fn stop_apiserver(&self, cluster: &str) -> Outage<'_> {
+        let cluster = self.cluster(cluster);
+        cluster
+            .control_plane
+            .stop_apiserver()
+            .await
+            .unwrap_or_else(|error| {
+                panic!("stopping the API server of {}: {error:#}", cluster.name)
+            });
+        Outage {
+            cluster,
+            stopped: Instant::now(),
+            ended: false,
+        }
     }
 
     /// The namespace of the groups, the same in every cluster (the controller's `namespace`
@@ -421,6 +440,57 @@ impl Group {
             .iter()
             .map(|member| Zone::new(member, self.replicas, self.max_unavailable))
             .collect()
+    }
+}
+
+/// A member cluster whose API server is stopped.
+pub struct Outage<'a> {
+    cluster: &'a MemberCluster,
+    /// When the API server was gone.
+    pub stopped: Instant,
+    ended: bool,
+}
+
+impl Outage<'_> {
+    /// Starts the API server again (same flags, port, certificates and etcd); returns once it
+    /// answers `/readyz`.
+    pub async fn end(mut self) -> Instant {
+        self.ended = true;
+        self.cluster
+            .control_plane
+            .start_apiserver()
+            .await
+            .unwrap_or_else(|error| {
+                panic!(
+                    "starting the API server of {} again: {error:#}",
+                    self.cluster.name
+                )
+            });
+        Instant::now()
+    }
+}
+
+impl Drop for Outage<'_> {
+    fn drop(&mut self) {
+        if self.ended {
+            return;
+        }
+        // Drop cannot await: a runtime of its own, on a thread of its own.
+        let control_plane = &self.cluster.control_plane;
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .expect("a runtime");
+                if let Err(error) = runtime.block_on(control_plane.start_apiserver()) {
+                    eprintln!(
+                        "starting the API server of {} again after a failed scenario: {error:#}",
+                        self.cluster.name
+                    );
+                }
+            });
+        });
     }
 }
 

@@ -340,7 +340,6 @@ async fn a_member_cluster_whose_api_server_stops_mid_rollout_holds_the_group_unt
     let _alone = clusters.alone().await;
     let _witness = clusters.witness();
     let hub = clusters.cluster("cluster-a");
-    let away = clusters.cluster("cluster-b");
 
     // Given a ready group `store-gateway` of one StatefulSet per cluster, 3 pods each, at
     // most 1 not ready
@@ -357,11 +356,33 @@ async fn a_member_cluster_whose_api_server_stops_mid_rollout_holds_the_group_unt
     .await;
 
     // When cluster-b's API server stops
-    away.control_plane.stop_apiserver().await.unwrap();
-    let stopped = Instant::now();
+    let outage = clusters.stop_apiserver("cluster-b").await;
+    let stopped = outage.stopped;
 
-    // Then the group waits on cluster-b's member, naming it and its cluster
+    // Then the leader holds the group for cluster-b's member (its wait, as its metrics tell)
     let member = group.member("cluster-b");
+    wait_until(
+        TIMEOUT,
+        "the leader holds the group for cluster-b",
+        || async {
+            waits_for(
+                &clusters.controller.metrics().await,
+                &group,
+                "MemberUnreachable",
+            )
+        },
+    )
+    .await;
+    eprintln!(
+        "the leader holds the group {:?} into the outage",
+        stopped.elapsed()
+    );
+
+    // And when cluster-a's new pod becomes ready meanwhile, cluster-a goes no further: for 5 s
+    // (the scenario's input, not a wait for a condition) no pod is deleted in any cluster,
+    // while the status says the group waits on cluster-b, naming the member and its cluster
+    hub.simulator.release("store-gateway-0").await;
+    let ready = wait_until_ready(clusters, &group.member("cluster-a"), stopped).await;
     let unreachable = |status: &GroupStatus| {
         status.waiting.as_ref().is_some_and(|waiting| {
             waiting.kind == "MemberUnreachable"
@@ -370,20 +391,11 @@ async fn a_member_cluster_whose_api_server_stops_mid_rollout_holds_the_group_unt
                 ))
         })
     };
-    let status = clusters
-        .wait_status(&group, "the group waiting on cluster-b", unreachable)
-        .await;
-    eprintln!(
-        "the group waits {:?} into the outage: {:?}",
-        stopped.elapsed(),
-        status.waiting
-    );
-
-    // And when cluster-a's new pod becomes ready meanwhile, cluster-a goes no further: for 5 s
-    // (the scenario's input, not a wait for a condition) no pod is deleted in any cluster
-    hub.simulator.release("store-gateway-0").await;
-    let ready = wait_until_ready(clusters, &group.member("cluster-a"), stopped).await;
-    tokio::time::sleep_until((ready + Duration::from_secs(5)).into()).await;
+    let mut statuses = Vec::new();
+    while Instant::now() < ready + Duration::from_secs(5) {
+        statuses.extend(clusters.status(&group).await);
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
     for member in group.members() {
         assert_eq!(
             clusters.deleted_pods(&member, stopped),
@@ -392,21 +404,20 @@ async fn a_member_cluster_whose_api_server_stops_mid_rollout_holds_the_group_unt
         );
     }
     assert_eq!(clusters.updated_pods(&group, "cluster-a").await, 1);
-    let status = clusters
-        .status(&group)
-        .await
-        .expect("the controller answers");
     assert!(
-        unreachable(&status),
-        "still waiting on cluster-b: {status:#?}"
+        waits_for(
+            &clusters.controller.metrics().await,
+            &group,
+            "MemberUnreachable"
+        ),
+        "the leader still holds the group for cluster-b"
     );
 
     // When cluster-b's API server is back
-    away.control_plane.start_apiserver().await.unwrap();
-    let back = Instant::now();
+    let back = outage.end().await;
 
     // Then the rollout resumes and completes, one cluster at a time, the zone rule held at
-    // every step, and no pod deleted twice
+    // every step, and each old pod deleted once
     clusters.wait_complete(&group).await;
     eprintln!(
         "the rollout completed {:?} after cluster-b was back",
@@ -428,6 +439,35 @@ async fn a_member_cluster_whose_api_server_stops_mid_rollout_holds_the_group_unt
         })
         .await;
     assert_eq!(status.waiting, None);
+
+    // And while cluster-b was away the status said why the group waited, every time it was
+    // read (checked last, so that the resumption above is checked whatever it said)
+    assert!(
+        !statuses.is_empty(),
+        "the status answered during the outage"
+    );
+    let named: Vec<&GroupStatus> = statuses
+        .iter()
+        .filter(|status| !unreachable(status))
+        .collect();
+    assert!(
+        named.is_empty(),
+        "{} of {} status reads during the outage did not say the group waits on {member} (MemberUnreachable); the first: {:#?}",
+        named.len(),
+        statuses.len(),
+        named.first()
+    );
+}
+
+/// Whether `metrics` say the leader holds `group` for `reason`
+/// (`baton_rollout_group_waiting_reason`, its labels in either order).
+fn waits_for(metrics: &str, group: &Group, reason: &str) -> bool {
+    metrics.lines().any(|line| {
+        line.starts_with("baton_rollout_group_waiting_reason{")
+            && line.contains(&format!("reason=\"{reason}\""))
+            && line.contains(&format!("rollout_group=\"{}\"", group.name))
+            && line.ends_with("} 1")
+    })
 }
 
 /// Waits until the merged timeline shows a pod of `member` becoming Ready after `after`;
