@@ -28,7 +28,8 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, PostParams};
 
 use crate::controller_support::{
-    Controller, GROUP_TIMEOUT, roll_out, rollout_state, wait_group_ready, wait_rollout_complete,
+    Controller, GROUP_TIMEOUT, free_address, roll_out, rollout_state, wait_group_ready,
+    wait_rollout_complete,
 };
 use crate::fixtures::StatefulSetFixture;
 use crate::namespace::random_suffix;
@@ -79,6 +80,9 @@ pub struct MemberClusters {
     /// fails ([`MemberClusters::witness`]).
     pub controller: Controller,
     namespace: String,
+    /// Where a scenario's Prometheus listens: the controller allows health checks to query it
+    /// (loopback is refused unless allowed), and it is chosen before the controller starts.
+    prometheus_address: String,
     /// The configuration file given as `BATON_CONFIG`, and a kubeconfig naming every cluster
     /// as a context ([`MemberClusters::contexts_kubeconfig`]).
     files: tempfile::TempDir,
@@ -159,8 +163,12 @@ impl MemberClusters {
             .tempdir()
             .expect("a folder for the controller's configuration");
         let config = files.path().join("baton.yaml");
-        std::fs::write(&config, controller_config(&namespace))
-            .expect("writing the controller's configuration");
+        let prometheus_address = free_address();
+        std::fs::write(
+            &config,
+            controller_config(&namespace, &format!("http://{prometheus_address}")),
+        )
+        .expect("writing the controller's configuration");
         write_contexts_kubeconfig(&files.path().join("contexts.kubeconfig"), &clusters);
 
         let config = config.to_string_lossy().into_owned();
@@ -187,6 +195,7 @@ impl MemberClusters {
             clusters,
             controller,
             namespace,
+            prometheus_address,
             files,
         }
     }
@@ -231,6 +240,13 @@ impl MemberClusters {
             .iter()
             .find(|cluster| cluster.name == name)
             .unwrap_or_else(|| panic!("no member cluster {name}"))
+    }
+
+    /// The address (`127.0.0.1:port`) the controller lets health checks query, for a
+    /// scenario's [`crate::prometheus_support::Prometheus::start_at`]: one scenario at a time
+    /// may listen there.
+    pub fn prometheus_address(&self) -> String {
+        self.prometheus_address.clone()
     }
 
     /// The file given to the controller as `BATON_CONFIG`.
@@ -534,9 +550,11 @@ pub fn merge_timelines(
 }
 
 /// The controller's configuration file: the hub lists itself (no Secret, its own
-/// credentials), the others by their kubeconfig Secrets.
-pub fn controller_config(namespace: &str) -> String {
-    let mut yaml = format!("namespace: {namespace}\ncontroller:\n  members:\n");
+/// credentials), the others by their kubeconfig Secrets; health checks may query `prometheus`.
+pub fn controller_config(namespace: &str, prometheus: &str) -> String {
+    let mut yaml = format!(
+        "namespace: {namespace}\ngates:\n  prometheus_addresses:\n    - {prometheus}\ncontroller:\n  members:\n"
+    );
     for cluster in CLUSTERS {
         yaml.push_str(&format!("    - name: {cluster}\n"));
         if cluster != HUB {
@@ -727,8 +745,8 @@ mod tests {
     #[test]
     fn the_configuration_lists_the_hub_without_a_secret_and_the_others_with_theirs() {
         assert_eq!(
-            controller_config("clusters-1"),
-            "namespace: clusters-1\ncontroller:\n  members:\n    - name: cluster-a\n    - name: cluster-b\n      kubeconfig_secret: member-cluster-b\n      kubeconfig_key: kubeconfig\n    - name: cluster-c\n      kubeconfig_secret: member-cluster-c\n      kubeconfig_key: kubeconfig\n"
+            controller_config("clusters-1", "http://127.0.0.1:9090"),
+            "namespace: clusters-1\ngates:\n  prometheus_addresses:\n    - http://127.0.0.1:9090\ncontroller:\n  members:\n    - name: cluster-a\n    - name: cluster-b\n      kubeconfig_secret: member-cluster-b\n      kubeconfig_key: kubeconfig\n    - name: cluster-c\n      kubeconfig_secret: member-cluster-c\n      kubeconfig_key: kubeconfig\n"
         );
     }
 
@@ -736,9 +754,14 @@ mod tests {
     fn the_configuration_is_what_the_controller_loads() {
         let dir = tempfile::tempdir().expect("a folder");
         let file = dir.path().join("baton.yaml");
-        std::fs::write(&file, controller_config("clusters-1")).expect("written");
+        std::fs::write(
+            &file,
+            controller_config("clusters-1", "http://127.0.0.1:9090"),
+        )
+        .expect("written");
         let config = baton_config::Config::load(Some(&file)).expect("a valid configuration");
         assert_eq!(config.namespace, "clusters-1");
+        assert_eq!(config.gates.prometheus_addresses.len(), 1);
         let members: Vec<(&str, &str, &str)> = config
             .controller
             .members

@@ -54,6 +54,12 @@ pub struct Prometheus {
 impl Prometheus {
     /// Starts Prometheus scraping `target` every second; returns once it is ready.
     pub async fn start(target: SocketAddr) -> Self {
+        Self::start_at(target, free_address()).await
+    }
+
+    /// As [`Prometheus::start`], listening on `address` (`127.0.0.1:port`): one a controller
+    /// was told to allow before it was started (`gates.prometheus_addresses`).
+    pub async fn start_at(target: SocketAddr, address: String) -> Self {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let config = dir.path().join("prometheus.yml");
         std::fs::write(
@@ -65,7 +71,7 @@ impl Prometheus {
         )
         .expect("writing prometheus.yml");
         let mut prometheus = Self {
-            address: free_address(),
+            address,
             process: None,
             config,
             dir,

@@ -11,19 +11,21 @@
 
 use std::time::{Duration, Instant};
 
-use baton_core::gates::SOAK_ANNOTATION;
+use baton_core::gates::{HALTED_ANNOTATION, HEALTH_CHECK_ANNOTATION, SOAK_ANNOTATION};
 use baton_core::status::{GroupStatus, RolloutPhase};
 use baton_e2e::controller_support::wait_event;
 use baton_e2e::fixtures::StatefulSetFixture;
 use baton_e2e::member_clusters::{
     CLUSTERS, Group, KUBECONFIG_KEY, MemberClusters, kubeconfig_secret,
 };
+use baton_e2e::prometheus_support::{Metrics, Prometheus, create_health_check};
 use baton_e2e::timeline::{WATCH_SKEW, ZoneWindow, check_rollout_guarantees, zone_windows};
-use baton_e2e::{PodEvent, PodTransition, wait_until};
+use baton_e2e::{PodEvent, PodTransition, wait_for, wait_until};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, ListParams};
+use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
+use serde_json::json;
 
 const TIMEOUT: Duration = Duration::from_secs(90);
 
@@ -459,6 +461,119 @@ async fn a_member_cluster_whose_api_server_stops_mid_rollout_holds_the_group_unt
     );
 }
 
+const ERROR_RATIO: &str = "test_error_ratio";
+
+#[tokio::test]
+async fn a_health_check_failing_while_cluster_b_rolls_halts_before_cluster_c_until_a_person_resumes()
+ {
+    let clusters = MemberClusters::shared().await;
+    let _shared = clusters.share().await;
+    let _witness = clusters.witness();
+    let hub = clusters.cluster("cluster-a");
+
+    // Given a real Prometheus scraping an error ratio of 0, at the address the controller lets
+    // checks query, and the RolloutHealthCheck `errors` in the hub's namespace (the ratio under
+    // 0.1, every second, one pass per step, one failure halts)
+    let metrics = Metrics::start().await;
+    metrics.set(ERROR_RATIO, 0.0);
+    let prometheus = Prometheus::start_at(metrics.address(), clusters.prometheus_address()).await;
+    prometheus.wait_value(ERROR_RATIO, 0.0).await;
+    let spec = json!({
+        "prometheus": {"address": prometheus.url(), "timeout": "2s"},
+        "queries": [{
+            "name": "error-ratio",
+            "query": ERROR_RATIO,
+            "threshold": {"operator": "<", "value": 0.1},
+        }],
+        "interval": "1s",
+        "successThreshold": 1,
+        "failureThreshold": 1,
+    });
+    create_health_check(&hub.client(), clusters.namespace(), "errors", spec).await;
+    // and a ready group `querier` of one StatefulSet per cluster, 3 pods each, opted in on
+    // cluster-a's member
+    let group = Group::new("querier", 3, 1);
+    clusters
+        .create_group(&group, |cluster, fixture| match cluster {
+            "cluster-a" => fixture.annotation(HEALTH_CHECK_ANNOTATION, "errors"),
+            _ => fixture,
+        })
+        .await;
+
+    // When a new version is deployed to every cluster, and the error ratio rises while
+    // cluster-b rolls
+    let from = clusters.roll_out(&group, "v2").await;
+    let rolling = group.member("cluster-b");
+    wait_until(TIMEOUT, "cluster-b rolls", || async {
+        !clusters.deleted_pods(&rolling, from).is_empty()
+    })
+    .await;
+    metrics.set(ERROR_RATIO, 0.5);
+
+    // Then the group is halted on a member, with a Warning Event in that member's cluster, on
+    // its StatefulSet, naming the query, its value and the member that rolled
+    let (halted_in, statefulsets) = wait_for(TIMEOUT, "the group is halted", || async {
+        for cluster in CLUSTERS {
+            let api = Api::<StatefulSet>::namespaced(
+                clusters.cluster(cluster).client(),
+                clusters.namespace(),
+            );
+            if let Ok(statefulset) = api.get(&group.statefulset).await
+                && statefulset
+                    .metadata
+                    .annotations
+                    .unwrap_or_default()
+                    .contains_key(HALTED_ANNOTATION)
+            {
+                return Some((cluster, api));
+            }
+        }
+        None
+    })
+    .await;
+    eprintln!("the group is halted on {}", group.member(halted_in));
+    wait_event(
+        &clusters.cluster(halted_in).client(),
+        clusters.namespace(),
+        &group.statefulset,
+        "Halted",
+        &[
+            &format!("query `{ERROR_RATIO}` returned 0.5 (must be < 0.1)"),
+            &format!("while {rolling} rolled"),
+        ],
+    )
+    .await;
+    // and no pod of cluster-c was deleted
+    let last = group.member("cluster-c");
+    assert_eq!(clusters.deleted_pods(&last, from), Vec::<String>::new());
+    assert_eq!(clusters.updated_pods(&group, "cluster-c").await, 0);
+    let status = clusters
+        .wait_status(&group, "the group halted", |status| {
+            status.phase == RolloutPhase::Halted
+        })
+        .await;
+    eprintln!("the group waits: {:?}", status.waiting);
+
+    // When the ratio recovers and a person resumes the group (removes the halt where it is)
+    metrics.set(ERROR_RATIO, 0.0);
+    prometheus.wait_value(ERROR_RATIO, 0.0).await;
+    let resume = json!({"metadata": {"annotations": {HALTED_ANNOTATION: null}}});
+    statefulsets
+        .patch(
+            &group.statefulset,
+            &PatchParams::default(),
+            &Patch::Merge(&resume),
+        )
+        .await
+        .expect("removing the halt");
+
+    // Then the rollout completes, one cluster at a time, the zone rule held at every step
+    clusters.wait_complete(&group).await;
+    let timeline = clusters.merged_timeline();
+    check_rollout_guarantees(&timeline, &group.zones(), from).unwrap();
+    assert_one_at_a_time(&windows(&timeline, &group, from), &group, Duration::ZERO);
+}
+
 /// Whether `metrics` say the leader holds `group` for `reason`
 /// (`baton_rollout_group_waiting_reason`, its labels in either order).
 fn waits_for(metrics: &str, group: &Group, reason: &str) -> bool {
@@ -473,7 +588,7 @@ fn waits_for(metrics: &str, group: &Group, reason: &str) -> bool {
 /// Waits until the merged timeline shows a pod of `member` becoming Ready after `after`;
 /// returns when it did.
 async fn wait_until_ready(clusters: &MemberClusters, member: &str, after: Instant) -> Instant {
-    baton_e2e::wait_for(TIMEOUT, &format!("a pod of {member} is ready"), || async {
+    wait_for(TIMEOUT, &format!("a pod of {member} is ready"), || async {
         clusters
             .merged_timeline()
             .into_iter()
