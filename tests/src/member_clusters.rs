@@ -10,13 +10,14 @@
 //! the pods and StatefulSets of the [merged timeline](MemberClusters::merged_timeline), so the
 //! timeline checks of [`crate::timeline`] judge the zone rule across clusters at every step.
 //!
-//! One trio serves a whole test binary ([`MemberClusters::shared`]): starting three control
-//! planes costs more than most scenarios. Everything it keeps running (the simulators, their
-//! clients, the controller's process) lives on a runtime of its own kept in a static, since
-//! each `#[tokio::test]` has a runtime that ends with it. Scenarios share it with
-//! [`MemberClusters::share`] and take it alone with [`MemberClusters::alone`] when they stop
-//! an API server, which every group in that cluster would feel.
+//! One trio serves a whole test binary ([`MemberClusters::scenario`]): starting three control
+//! planes costs more than most scenarios. It lives on a runtime of its own kept in a static,
+//! and so do the scenarios (plain `#[test]`s running on it): a `#[tokio::test]`'s runtime ends
+//! with its test, and with it the connections its calls opened in the trio's clients. A
+//! scenario that stops an API server takes the trio alone
+//! ([`MemberClusters::scenario_alone`]): every group in that cluster would feel it.
 
+use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -24,14 +25,14 @@ use std::time::{Duration, Instant};
 use baton_core::members::qualified;
 use baton_core::status::{GroupStatus, RolloutStatus};
 use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::api::{Api, PostParams};
 
 use crate::controller_support::{
     Controller, GROUP_TIMEOUT, free_address, roll_out, rollout_state, wait_group_ready,
     wait_rollout_complete,
 };
-use crate::fixtures::StatefulSetFixture;
+use crate::fixtures::{IMAGE, StatefulSetFixture};
 use crate::namespace::random_suffix;
 use crate::timeline::Zone;
 use crate::{ControlPlane, PodEvent, PodSimulator, PodTransition, SimulatorOptions, TestNamespace};
@@ -61,7 +62,8 @@ pub struct MemberCluster {
 }
 
 impl MemberCluster {
-    /// An admin client of this cluster (made on the shared runtime, usable from any test's).
+    /// An admin client of this cluster, made with the trio: use it on the trio's runtime (a
+    /// scenario runs there).
     pub fn client(&self) -> kube::Client {
         self.namespace.client()
     }
@@ -104,14 +106,59 @@ fn runtime() -> &'static tokio::runtime::Runtime {
 /// Scenarios that stop an API server take the trio alone; the others share it.
 static OUTAGES: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
 
+/// A scenario's hold on the trio, for as long as it runs.
+enum Access {
+    Shared(#[allow(dead_code)] tokio::sync::RwLockReadGuard<'static, ()>),
+    Alone(#[allow(dead_code)] tokio::sync::RwLockWriteGuard<'static, ()>),
+}
+
 impl MemberClusters {
+    /// Runs `scenario` on the trio of this test binary (started by the first scenario), with
+    /// the binary's other scenarios that share it; if it fails, the controller's output
+    /// meanwhile is shown. Called from a plain `#[test]`: the scenario runs on the trio's
+    /// runtime, which outlives every test (a connection a client opens is a task of the
+    /// runtime it was opened on, and the trio's clients are used by every scenario).
+    pub fn scenario<F>(scenario: impl FnOnce(&'static MemberClusters) -> F)
+    where
+        F: Future<Output = ()>,
+    {
+        Self::run(false, scenario);
+    }
+
+    /// As [`MemberClusters::scenario`], with the trio alone: for a scenario that stops an API
+    /// server, which every group in that cluster would feel.
+    pub fn scenario_alone<F>(scenario: impl FnOnce(&'static MemberClusters) -> F)
+    where
+        F: Future<Output = ()>,
+    {
+        Self::run(true, scenario);
+    }
+
+    fn run<F>(alone: bool, scenario: impl FnOnce(&'static MemberClusters) -> F)
+    where
+        F: Future<Output = ()>,
+    {
+        runtime().block_on(async {
+            let clusters = Self::shared().await;
+            let _access = if alone {
+                Access::Alone(OUTAGES.write().await)
+            } else {
+                Access::Shared(OUTAGES.read().await)
+            };
+            let _witness = clusters.witness();
+            scenario(clusters).await;
+        });
+    }
+
     /// The trio of this test binary, started on first use; a start that failed fails every
     /// later caller with the same message rather than starting three more control planes.
-    pub async fn shared() -> &'static MemberClusters {
+    async fn shared() -> &'static MemberClusters {
         static SHARED: tokio::sync::OnceCell<Result<MemberClusters, String>> =
             tokio::sync::OnceCell::const_new();
         let started = SHARED
             .get_or_init(|| async {
+                // On a worker of the trio's runtime, which lives as long as the process: the
+                // controller is started from it and dies with it (pdeathsig).
                 runtime()
                     .spawn(Self::start("clusters", &[]))
                     .await
@@ -200,16 +247,6 @@ impl MemberClusters {
         }
     }
 
-    /// Shares the trio with the other scenarios of the binary (the guard lasts the scenario).
-    pub async fn share(&self) -> tokio::sync::RwLockReadGuard<'static, ()> {
-        OUTAGES.read().await
-    }
-
-    /// Takes the trio alone: no other scenario runs while an API server of it is stopped.
-    pub async fn alone(&self) -> tokio::sync::RwLockWriteGuard<'static, ()> {
-        OUTAGES.write().await
-    }
-
     /// Stops `cluster`'s API server until the outage [ends](Outage::end), or is dropped: a
     /// scenario that fails midway gives the trio back whole to the binary's other scenarios.
     pub async fn stop_apiserver(&self, cluster: &str) -> Outage<'_> {
@@ -226,6 +263,40 @@ impl MemberClusters {
             stopped: Instant::now(),
             ended: false,
         }
+    }
+
+    /// Returns once `cluster`'s simulator watches its pods again (after an outage its watch
+    /// comes back in its own time, and what it misses meanwhile is missing from the timeline):
+    /// a bare pod created there now shows in its timeline.
+    pub async fn wait_watching(&self, cluster: &str) {
+        let member = self.cluster(cluster);
+        let name = format!("watch-probe-{}", random_suffix());
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name},
+            "spec": {"containers": [{"name": "app", "image": format!("{IMAGE}:probe")}],
+                     "terminationGracePeriodSeconds": 0},
+        }))
+        .expect("a valid pod");
+        let pods = Api::<Pod>::namespaced(member.client(), &self.namespace);
+        crate::wait_until(
+            GROUP_TIMEOUT,
+            &format!("{cluster} takes the probe pod {name}"),
+            || async { pods.create(&PostParams::default(), &pod).await.is_ok() },
+        )
+        .await;
+        crate::wait_until(
+            GROUP_TIMEOUT,
+            &format!("{cluster}'s simulator sees the probe pod {name}"),
+            || async {
+                member
+                    .simulator
+                    .timeline()
+                    .iter()
+                    .any(|transition| transition.pod == name)
+            },
+        )
+        .await;
+        let _ = pods.delete(&name, &Default::default()).await;
     }
 
     /// The namespace of the groups, the same in every cluster (the controller's `namespace`

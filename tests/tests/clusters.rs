@@ -75,503 +75,509 @@ fn every_member(group: &Group, phases: [RolloutPhase; 3]) -> Vec<(String, Rollou
     group.members().into_iter().zip(phases).collect()
 }
 
-#[tokio::test]
-async fn each_member_cluster_is_reached_through_its_kubeconfig_secret_in_the_hub() {
-    let clusters = MemberClusters::shared().await;
-    let _shared = clusters.share().await;
-    let _witness = clusters.witness();
-    let hub = clusters.cluster("cluster-a").client();
+#[test]
+fn each_member_cluster_is_reached_through_its_kubeconfig_secret_in_the_hub() {
+    MemberClusters::scenario(|clusters| async move {
+        let hub = clusters.cluster("cluster-a").client();
 
-    // Given the trio: the hub holds a kubeconfig Secret for cluster-b and cluster-c, as the
-    // controller's configuration names them
-    let config = std::fs::read_to_string(clusters.config_path()).expect("the configuration");
-    for cluster in ["cluster-b", "cluster-c"] {
-        assert!(
-            config.contains(&format!(
-                "- name: {cluster}\n      kubeconfig_secret: {}",
-                kubeconfig_secret(cluster)
-            )),
-            "{config}"
-        );
-        let secret = Api::<Secret>::namespaced(hub.clone(), clusters.namespace())
-            .get(&kubeconfig_secret(cluster))
-            .await
-            .unwrap_or_else(|error| panic!("the Secret of {cluster}: {error}"));
-        let kubeconfig = secret
-            .data
-            .unwrap_or_default()
-            .remove(KUBECONFIG_KEY)
-            .expect("the kubeconfig key");
-
-        // When a client is made from the Secret's kubeconfig alone, as the controller does
-        let kubeconfig =
-            Kubeconfig::from_yaml(&String::from_utf8_lossy(&kubeconfig.0)).expect("a kubeconfig");
-        let config =
-            kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        // Given the trio: the hub holds a kubeconfig Secret for cluster-b and cluster-c, as the
+        // controller's configuration names them
+        let config = std::fs::read_to_string(clusters.config_path()).expect("the configuration");
+        for cluster in ["cluster-b", "cluster-c"] {
+            assert!(
+                config.contains(&format!(
+                    "- name: {cluster}\n      kubeconfig_secret: {}",
+                    kubeconfig_secret(cluster)
+                )),
+                "{config}"
+            );
+            let secret = Api::<Secret>::namespaced(hub.clone(), clusters.namespace())
+                .get(&kubeconfig_secret(cluster))
                 .await
-                .expect("a client configuration");
-        let client = kube::Client::try_from(config).expect("a client");
+                .unwrap_or_else(|error| panic!("the Secret of {cluster}: {error}"));
+            let kubeconfig = secret
+                .data
+                .unwrap_or_default()
+                .remove(KUBECONFIG_KEY)
+                .expect("the kubeconfig key");
 
-        // Then it reaches that cluster, not the hub: it sees the StatefulSet created there
-        // alone
-        let name = format!("probe-{cluster}");
-        StatefulSetFixture::new(&name)
-            .replicas(1)
-            .create(&clusters.cluster(cluster).client(), clusters.namespace())
-            .await;
-        let seen: Vec<String> = Api::<StatefulSet>::namespaced(client, clusters.namespace())
-            .list(&ListParams::default())
-            .await
-            .expect("listing through the Secret's kubeconfig")
-            .items
+            // When a client is made from the Secret's kubeconfig alone, as the controller does
+            let kubeconfig = Kubeconfig::from_yaml(&String::from_utf8_lossy(&kubeconfig.0))
+                .expect("a kubeconfig");
+            let config =
+                kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+                    .await
+                    .expect("a client configuration");
+            let client = kube::Client::try_from(config).expect("a client");
+
+            // Then it reaches that cluster, not the hub: it sees the StatefulSet created there
+            // alone
+            let name = format!("probe-{cluster}");
+            StatefulSetFixture::new(&name)
+                .replicas(1)
+                .create(&clusters.cluster(cluster).client(), clusters.namespace())
+                .await;
+            let seen: Vec<String> = Api::<StatefulSet>::namespaced(client, clusters.namespace())
+                .list(&ListParams::default())
+                .await
+                .expect("listing through the Secret's kubeconfig")
+                .items
+                .into_iter()
+                .filter_map(|statefulset| statefulset.metadata.name)
+                .filter(|found| found.starts_with("probe-"))
+                .collect();
+            assert_eq!(seen, [name.clone()]);
+        }
+
+        // And every cluster's simulator made its pods Ready, each in its own timeline, which the
+        // merged timeline names by cluster
+        let probes: Vec<String> = ["cluster-b", "cluster-c"]
             .into_iter()
-            .filter_map(|statefulset| statefulset.metadata.name)
-            .filter(|found| found.starts_with("probe-"))
+            .map(|cluster| format!("{cluster}/probe-{cluster}"))
             .collect();
-        assert_eq!(seen, [name.clone()]);
-    }
-
-    // And every cluster's simulator made its pods Ready, each in its own timeline, which the
-    // merged timeline names by cluster
-    let probes: Vec<String> = ["cluster-b", "cluster-c"]
-        .into_iter()
-        .map(|cluster| format!("{cluster}/probe-{cluster}"))
-        .collect();
-    for probe in &probes {
-        wait_until(TIMEOUT, &format!("{probe}-0 is ready"), || async {
-            clusters.merged_timeline().iter().any(|transition| {
-                transition.statefulset.as_deref() == Some(probe.as_str())
-                    && transition.pod == format!("{probe}-0")
-                    && transition.event == PodEvent::Ready
+        for probe in &probes {
+            wait_until(TIMEOUT, &format!("{probe}-0 is ready"), || async {
+                clusters.merged_timeline().iter().any(|transition| {
+                    transition.statefulset.as_deref() == Some(probe.as_str())
+                        && transition.pod == format!("{probe}-0")
+                        && transition.event == PodEvent::Ready
+                })
             })
-        })
-        .await;
-    }
+            .await;
+        }
+    });
 }
 
-#[tokio::test]
-async fn a_three_cluster_rollout_rolls_one_cluster_at_a_time_keeping_the_zone_rule_at_every_step() {
-    let clusters = MemberClusters::shared().await;
-    let _shared = clusters.share().await;
-    let _witness = clusters.witness();
+#[test]
+fn a_three_cluster_rollout_rolls_one_cluster_at_a_time_keeping_the_zone_rule_at_every_step() {
+    MemberClusters::scenario(|clusters| async move {
+        // Given a ready group `ingester` of one StatefulSet per cluster, 3 pods each, at most 1
+        // not ready
+        let group = Group::new("ingester", 3, 1);
+        clusters.create_group(&group, |_, fixture| fixture).await;
 
-    // Given a ready group `ingester` of one StatefulSet per cluster, 3 pods each, at most 1
-    // not ready
-    let group = Group::new("ingester", 3, 1);
-    clusters.create_group(&group, |_, fixture| fixture).await;
+        // When a new version is deployed to every cluster
+        let from = clusters.roll_out(&group, "v2").await;
 
-    // When a new version is deployed to every cluster
-    let from = clusters.roll_out(&group, "v2").await;
+        // Then every cluster completes, and at every step of the three clusters' merged timeline
+        // at most one cluster had pods not ready, never more than one pod of it, and a pod was
+        // deleted only while the other clusters were fully ready
+        clusters.wait_complete(&group).await;
+        let timeline = clusters.merged_timeline();
+        check_rollout_guarantees(&timeline, &group.zones(), from).unwrap();
 
-    // Then every cluster completes, and at every step of the three clusters' merged timeline
-    // at most one cluster had pods not ready, never more than one pod of it, and a pod was
-    // deleted only while the other clusters were fully ready
-    clusters.wait_complete(&group).await;
-    let timeline = clusters.merged_timeline();
-    check_rollout_guarantees(&timeline, &group.zones(), from).unwrap();
+        // And the clusters rolled one at a time, cluster-a, then cluster-b, then cluster-c
+        assert_one_at_a_time(&windows(&timeline, &group, from), &group, Duration::ZERO);
 
-    // And the clusters rolled one at a time, cluster-a, then cluster-b, then cluster-c
-    assert_one_at_a_time(&windows(&timeline, &group, from), &group, Duration::ZERO);
+        // And the status names each member `cluster/statefulset`, every one complete
+        let complete = [RolloutPhase::Complete; 3];
+        let status = clusters
+            .wait_status(&group, "every member complete", |status| {
+                status.phase == RolloutPhase::Complete
+                    && phases(status) == every_member(&group, complete)
+            })
+            .await;
+        assert_eq!(status.waiting, None);
+        assert!(
+            status
+                .zones
+                .iter()
+                .all(|zone| zone.updated == 3 && zone.ready == 3 && zone.total == 3),
+            "{status:#?}"
+        );
+        // with the deletions among its last actions named in their clusters
+        assert!(
+            status.last_actions.iter().any(|action| {
+                action.action == "DeletePod"
+                    && action.statefulset == group.member("cluster-c")
+                    && action
+                        .pod
+                        .as_deref()
+                        .is_some_and(|pod| pod.starts_with("cluster-c/ingester-"))
+            }),
+            "a deletion in cluster-c among the last actions: {:#?}",
+            status.last_actions
+        );
 
-    // And the status names each member `cluster/statefulset`, every one complete
-    let complete = [RolloutPhase::Complete; 3];
-    let status = clusters
-        .wait_status(&group, "every member complete", |status| {
-            status.phase == RolloutPhase::Complete
-                && phases(status) == every_member(&group, complete)
-        })
-        .await;
-    assert_eq!(status.waiting, None);
-    assert!(
-        status
-            .zones
-            .iter()
-            .all(|zone| zone.updated == 3 && zone.ready == 3 && zone.total == 3),
-        "{status:#?}"
-    );
-    // with the deletions among its last actions named in their clusters
-    assert!(
-        status.last_actions.iter().any(|action| {
-            action.action == "DeletePod"
-                && action.statefulset == group.member("cluster-c")
-                && action
-                    .pod
-                    .as_deref()
-                    .is_some_and(|pod| pod.starts_with("cluster-c/ingester-"))
-        }),
-        "a deletion in cluster-c among the last actions: {:#?}",
-        status.last_actions
-    );
-
-    // And each cluster's Event saying its member completed is in that cluster, on its own
-    // StatefulSet, naming the member as baton does
-    for cluster in CLUSTERS {
-        wait_event(
-            &clusters.cluster(cluster).client(),
-            clusters.namespace(),
-            &group.statefulset,
-            "RolloutComplete",
-            &[&format!(
-                "every pod of {} runs revision",
-                group.member(cluster)
-            )],
-        )
-        .await;
-    }
+        // And each cluster's Event saying its member completed is in that cluster, on its own
+        // StatefulSet, naming the member as baton does
+        for cluster in CLUSTERS {
+            wait_event(
+                &clusters.cluster(cluster).client(),
+                clusters.namespace(),
+                &group.statefulset,
+                "RolloutComplete",
+                &[&format!(
+                    "every pod of {} runs revision",
+                    group.member(cluster)
+                )],
+            )
+            .await;
+        }
+    });
 }
 
 /// Seed 004 (Fleet's safe rollout): `maxUnavailable: 1` cluster, and a bad image update is
 /// rolled out to the first cluster only; the others wait until a good version comes. Fleet's
 /// `unavailablePeriodSeconds` is baton's soak between clusters.
-#[tokio::test]
-async fn a_bad_version_stays_in_the_first_cluster_and_a_good_one_completes_with_a_soak_between_clusters()
- {
-    const BAD: &str = "compactor-bad-image";
-    const GOOD: &str = "compactor-fixed";
-    let soak = Duration::from_secs(4);
-    let clusters = MemberClusters::shared().await;
-    let _shared = clusters.share().await;
-    let _witness = clusters.witness();
+#[test]
+fn a_bad_version_stays_in_the_first_cluster_and_a_good_one_completes_with_a_soak_between_clusters()
+{
+    MemberClusters::scenario(|clusters| async move {
+        const BAD: &str = "compactor-bad-image";
+        const GOOD: &str = "compactor-fixed";
+        let soak = Duration::from_secs(4);
 
-    // Given a ready group `compactor` of one StatefulSet per cluster, 3 pods each, at most 1
-    // not ready, with a 4 s soak after each cluster, and a version whose pods never become
-    // ready (they crash-loop, as a bad image's do)
-    let group = Group::new("compactor", 3, 1);
-    clusters
-        .create_group(&group, |_, fixture| {
-            fixture.annotation(SOAK_ANNOTATION, "4s")
-        })
-        .await;
-    for cluster in &clusters.clusters {
-        cluster.simulator.break_version(BAD);
-    }
-
-    // When the bad version is deployed to every cluster
-    let from = clusters.roll_out(&group, BAD).await;
-
-    // Then the first cluster rolls: one pod is replaced by the bad version
-    let first = group.member("cluster-a");
-    wait_until(
-        TIMEOUT,
-        "a pod of cluster-a runs the bad version",
-        || async { clusters.updated_pods(&group, "cluster-a").await == 1 },
-    )
-    .await;
-    // and the group waits on it, the status naming the member in its cluster and why
-    let waits_on_the_first_cluster = |status: &GroupStatus| {
-        phases(status)
-            == every_member(
-                &group,
-                [
-                    RolloutPhase::Rolling,
-                    RolloutPhase::Waiting,
-                    RolloutPhase::Waiting,
-                ],
-            )
-            && status.waiting.as_ref().is_some_and(|waiting| {
-                waiting.kind == "MaxUnavailable"
-                    && waiting.message.contains(&format!(
-                        "max-unavailable reached in {first} (1/1); waiting for {first}-"
-                    ))
-                    && waiting.message.contains("CrashLoopBackOff")
+        // Given a ready group `compactor` of one StatefulSet per cluster, 3 pods each, at most 1
+        // not ready, with a 4 s soak after each cluster, and a version whose pods never become
+        // ready (they crash-loop, as a bad image's do)
+        let group = Group::new("compactor", 3, 1);
+        clusters
+            .create_group(&group, |_, fixture| {
+                fixture.annotation(SOAK_ANNOTATION, "4s")
             })
-    };
-    let status = clusters
-        .wait_status(
-            &group,
-            "cluster-a rolling and crash-looping, the others waiting",
-            waits_on_the_first_cluster,
+            .await;
+        for cluster in &clusters.clusters {
+            cluster.simulator.break_version(BAD);
+        }
+
+        // When the bad version is deployed to every cluster
+        let from = clusters.roll_out(&group, BAD).await;
+
+        // Then the first cluster rolls: one pod is replaced by the bad version
+        let first = group.member("cluster-a");
+        wait_until(
+            TIMEOUT,
+            "a pod of cluster-a runs the bad version",
+            || async { clusters.updated_pods(&group, "cluster-a").await == 1 },
         )
         .await;
-    eprintln!("the group waits: {:?}", status.waiting);
+        // and the group waits on it, the status naming the member in its cluster and why
+        let waits_on_the_first_cluster = |status: &GroupStatus| {
+            phases(status)
+                == every_member(
+                    &group,
+                    [
+                        RolloutPhase::Rolling,
+                        RolloutPhase::Waiting,
+                        RolloutPhase::Waiting,
+                    ],
+                )
+                && status.waiting.as_ref().is_some_and(|waiting| {
+                    waiting.kind == "MaxUnavailable"
+                        && waiting.message.contains(&format!(
+                            "max-unavailable reached in {first} (1/1); waiting for {first}-"
+                        ))
+                        && waiting.message.contains("CrashLoopBackOff")
+                })
+        };
+        let status = clusters
+            .wait_status(
+                &group,
+                "cluster-a rolling and crash-looping, the others waiting",
+                waits_on_the_first_cluster,
+            )
+            .await;
+        eprintln!("the group waits: {:?}", status.waiting);
 
-    // And it keeps waiting: once the leader has seen that wait for longer than a soak, the
-    // first cluster's new pod still is not ready, and nothing else moved
-    let status = clusters
-        .wait_status(&group, "the wait lasting longer than a soak", |status| {
-            waits_on_the_first_cluster(status)
-                && status
-                    .waiting
-                    .as_ref()
-                    .and_then(|waiting| waiting.since)
-                    .is_some_and(|since| {
-                        jiff::Timestamp::now().duration_since(since)
-                            >= jiff::SignedDuration::try_from(soak + Duration::from_secs(1))
-                                .expect("a short duration")
-                    })
-        })
-        .await;
-    assert_eq!(status.zones[0].updated, 1, "{status:#?}");
-    assert_eq!(status.zones[0].ready, 2, "{status:#?}");
-    assert_eq!(
-        clusters.deleted_pods(&first, from).len(),
-        1,
-        "cluster-a lost one pod at a time"
-    );
-    // and the other two clusters were never touched: not one pod deleted, none updated
-    for cluster in ["cluster-b", "cluster-c"] {
-        let member = group.member(cluster);
+        // And it keeps waiting: once the leader has seen that wait for longer than a soak, the
+        // first cluster's new pod still is not ready, and nothing else moved
+        let status = clusters
+            .wait_status(&group, "the wait lasting longer than a soak", |status| {
+                waits_on_the_first_cluster(status)
+                    && status
+                        .waiting
+                        .as_ref()
+                        .and_then(|waiting| waiting.since)
+                        .is_some_and(|since| {
+                            jiff::Timestamp::now().duration_since(since)
+                                >= jiff::SignedDuration::try_from(soak + Duration::from_secs(1))
+                                    .expect("a short duration")
+                        })
+            })
+            .await;
+        assert_eq!(status.zones[0].updated, 1, "{status:#?}");
+        assert_eq!(status.zones[0].ready, 2, "{status:#?}");
         assert_eq!(
-            clusters.deleted_pods(&member, from),
-            Vec::<String>::new(),
-            "no pod of {member} deleted"
+            clusters.deleted_pods(&first, from).len(),
+            1,
+            "cluster-a lost one pod at a time"
         );
-        assert_eq!(clusters.updated_pods(&group, cluster).await, 0);
-    }
+        // and the other two clusters were never touched: not one pod deleted, none updated
+        for cluster in ["cluster-b", "cluster-c"] {
+            let member = group.member(cluster);
+            assert_eq!(
+                clusters.deleted_pods(&member, from),
+                Vec::<String>::new(),
+                "no pod of {member} deleted"
+            );
+            assert_eq!(clusters.updated_pods(&group, cluster).await, 0);
+        }
 
-    // When a good version is deployed to every cluster
-    let fixed = clusters.roll_out(&group, GOOD).await;
+        // When a good version is deployed to every cluster
+        let fixed = clusters.roll_out(&group, GOOD).await;
 
-    // Then the group completes, cluster by cluster: each cluster started only a soak after
-    // the one before it completed, and the zone rule held at every step since the bad version
-    clusters.wait_complete(&group).await;
-    let timeline = clusters.merged_timeline();
-    check_rollout_guarantees(&timeline, &group.zones(), from).unwrap();
-    assert_one_at_a_time(&windows(&timeline, &group, fixed), &group, soak);
-    clusters
-        .wait_status(&group, "the group complete", |status| {
-            status.phase == RolloutPhase::Complete
-        })
-        .await;
+        // Then the group completes, cluster by cluster: each cluster started only a soak after
+        // the one before it completed, and the zone rule held at every step since the bad version
+        clusters.wait_complete(&group).await;
+        let timeline = clusters.merged_timeline();
+        check_rollout_guarantees(&timeline, &group.zones(), from).unwrap();
+        assert_one_at_a_time(&windows(&timeline, &group, fixed), &group, soak);
+        clusters
+            .wait_status(&group, "the group complete", |status| {
+                status.phase == RolloutPhase::Complete
+            })
+            .await;
+    });
 }
 
-#[tokio::test]
-async fn a_member_cluster_whose_api_server_stops_mid_rollout_holds_the_group_until_it_is_back() {
-    let clusters = MemberClusters::shared().await;
+#[test]
+fn a_member_cluster_whose_api_server_stops_mid_rollout_holds_the_group_until_it_is_back() {
     // (alone: every group of the trio would wait while cluster-b is away)
-    let _alone = clusters.alone().await;
-    let _witness = clusters.witness();
-    let hub = clusters.cluster("cluster-a");
+    MemberClusters::scenario_alone(|clusters| async move {
+        let hub = clusters.cluster("cluster-a");
 
-    // Given a ready group `store-gateway` of one StatefulSet per cluster, 3 pods each, at
-    // most 1 not ready
-    let group = Group::new("store-gateway", 3, 1);
-    clusters.create_group(&group, |_, fixture| fixture).await;
-    // and whose pod store-gateway-0 in cluster-a is not ready until cluster-b is away: baton
-    // replaces it first (it costs no availability) and its replacement waits too, so
-    // cluster-b's API server stops while cluster-a rolls, not while a deletion is in flight
-    hub.simulator.hold_not_ready("store-gateway-0").await;
-    let from = clusters.roll_out(&group, "v2").await;
-    wait_until(TIMEOUT, "cluster-a's first pod is replaced", || async {
-        clusters.updated_pods(&group, "cluster-a").await == 1
-    })
-    .await;
+        // Given a ready group `store-gateway` of one StatefulSet per cluster, 3 pods each, at
+        // most 1 not ready
+        let group = Group::new("store-gateway", 3, 1);
+        clusters.create_group(&group, |_, fixture| fixture).await;
+        // and whose pod store-gateway-0 in cluster-a is not ready until cluster-b is away: baton
+        // replaces it first (it costs no availability) and its replacement waits too, so
+        // cluster-b's API server stops while cluster-a rolls, not while a deletion is in flight
+        hub.simulator.hold_not_ready("store-gateway-0").await;
+        let from = clusters.roll_out(&group, "v2").await;
+        wait_until(TIMEOUT, "cluster-a's first pod is replaced", || async {
+            clusters.updated_pods(&group, "cluster-a").await == 1
+        })
+        .await;
 
-    // When cluster-b's API server stops
-    let outage = clusters.stop_apiserver("cluster-b").await;
-    let stopped = outage.stopped;
+        // When cluster-b's API server stops
+        let outage = clusters.stop_apiserver("cluster-b").await;
+        let stopped = outage.stopped;
 
-    // Then the leader holds the group for cluster-b's member (its wait, as its metrics tell)
-    let member = group.member("cluster-b");
-    wait_until(
-        TIMEOUT,
-        "the leader holds the group for cluster-b",
-        || async {
+        // Then the leader holds the group for cluster-b's member (its wait, as its metrics tell)
+        let member = group.member("cluster-b");
+        wait_until(
+            TIMEOUT,
+            "the leader holds the group for cluster-b",
+            || async {
+                waits_for(
+                    &clusters.controller.metrics().await,
+                    &group,
+                    "MemberUnreachable",
+                )
+            },
+        )
+        .await;
+        eprintln!(
+            "the leader holds the group {:?} into the outage",
+            stopped.elapsed()
+        );
+
+        // And when cluster-a's new pod becomes ready meanwhile, cluster-a goes no further: for 5 s
+        // (the scenario's input, not a wait for a condition) no pod is deleted in any cluster,
+        // while the status says the group waits on cluster-b, naming the member and its cluster
+        hub.simulator.release("store-gateway-0").await;
+        let ready = wait_until_ready(clusters, &group.member("cluster-a"), stopped).await;
+        let unreachable = |status: &GroupStatus| {
+            status.waiting.as_ref().is_some_and(|waiting| {
+                waiting.kind == "MemberUnreachable"
+                    && waiting.message.contains(&format!(
+                        "{member} cannot be read: cluster cluster-b is unreachable"
+                    ))
+            })
+        };
+        let mut statuses = Vec::new();
+        while Instant::now() < ready + Duration::from_secs(5) {
+            statuses.extend(clusters.status(&group).await);
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        for member in group.members() {
+            assert_eq!(
+                clusters.deleted_pods(&member, stopped),
+                Vec::<String>::new(),
+                "no pod of {member} deleted while cluster-b is away"
+            );
+        }
+        assert_eq!(clusters.updated_pods(&group, "cluster-a").await, 1);
+        assert!(
             waits_for(
                 &clusters.controller.metrics().await,
                 &group,
-                "MemberUnreachable",
-            )
-        },
-    )
-    .await;
-    eprintln!(
-        "the leader holds the group {:?} into the outage",
-        stopped.elapsed()
-    );
-
-    // And when cluster-a's new pod becomes ready meanwhile, cluster-a goes no further: for 5 s
-    // (the scenario's input, not a wait for a condition) no pod is deleted in any cluster,
-    // while the status says the group waits on cluster-b, naming the member and its cluster
-    hub.simulator.release("store-gateway-0").await;
-    let ready = wait_until_ready(clusters, &group.member("cluster-a"), stopped).await;
-    let unreachable = |status: &GroupStatus| {
-        status.waiting.as_ref().is_some_and(|waiting| {
-            waiting.kind == "MemberUnreachable"
-                && waiting.message.contains(&format!(
-                    "{member} cannot be read: cluster cluster-b is unreachable"
-                ))
-        })
-    };
-    let mut statuses = Vec::new();
-    while Instant::now() < ready + Duration::from_secs(5) {
-        statuses.extend(clusters.status(&group).await);
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-    for member in group.members() {
-        assert_eq!(
-            clusters.deleted_pods(&member, stopped),
-            Vec::<String>::new(),
-            "no pod of {member} deleted while cluster-b is away"
+                "MemberUnreachable"
+            ),
+            "the leader still holds the group for cluster-b"
         );
-    }
-    assert_eq!(clusters.updated_pods(&group, "cluster-a").await, 1);
-    assert!(
-        waits_for(
-            &clusters.controller.metrics().await,
-            &group,
-            "MemberUnreachable"
-        ),
-        "the leader still holds the group for cluster-b"
-    );
 
-    // When cluster-b's API server is back
-    let back = outage.end().await;
+        // When cluster-b's API server is back (cluster-a's next replacement held until
+        // cluster-b's simulator watches again, so that its timeline misses nothing baton does
+        // there: a kubelet's watch comes back in its own time)
+        let old_pods: Vec<String> = (1..group.replicas)
+            .map(|ordinal| format!("{}-{ordinal}", group.statefulset))
+            .collect();
+        for pod in &old_pods {
+            hub.simulator.hold_replacement(pod).await;
+        }
+        let back = outage.end().await;
+        clusters.wait_watching("cluster-b").await;
+        for pod in &old_pods {
+            hub.simulator.release(pod).await;
+        }
 
-    // Then the rollout resumes and completes, one cluster at a time, the zone rule held at
-    // every step, and each old pod deleted once
-    clusters.wait_complete(&group).await;
-    eprintln!(
-        "the rollout completed {:?} after cluster-b was back",
-        back.elapsed()
-    );
-    let timeline = clusters.merged_timeline();
-    check_rollout_guarantees(&timeline, &group.zones(), from).unwrap();
-    assert_one_at_a_time(&windows(&timeline, &group, from), &group, Duration::ZERO);
-    for member in group.members() {
-        assert_eq!(
-            clusters.deleted_pods(&member, from).len(),
-            3,
-            "each old pod of {member} deleted once"
+        // Then the rollout resumes and completes, one cluster at a time, the zone rule held at
+        // every step, and each old pod deleted once
+        clusters.wait_complete(&group).await;
+        eprintln!(
+            "the rollout completed {:?} after cluster-b was back",
+            back.elapsed()
         );
-    }
-    let status = clusters
-        .wait_status(&group, "the group complete", |status| {
-            status.phase == RolloutPhase::Complete
-        })
-        .await;
-    assert_eq!(status.waiting, None);
+        let timeline = clusters.merged_timeline();
+        check_rollout_guarantees(&timeline, &group.zones(), from).unwrap();
+        assert_one_at_a_time(&windows(&timeline, &group, from), &group, Duration::ZERO);
+        for member in group.members() {
+            assert_eq!(
+                clusters.deleted_pods(&member, from).len(),
+                3,
+                "each old pod of {member} deleted once"
+            );
+        }
+        let status = clusters
+            .wait_status(&group, "the group complete", |status| {
+                status.phase == RolloutPhase::Complete
+            })
+            .await;
+        assert_eq!(status.waiting, None);
 
-    // And while cluster-b was away the status said why the group waited, every time it was
-    // read (checked last, so that the resumption above is checked whatever it said)
-    assert!(
-        !statuses.is_empty(),
-        "the status answered during the outage"
-    );
-    let named: Vec<&GroupStatus> = statuses
-        .iter()
-        .filter(|status| !unreachable(status))
-        .collect();
-    assert!(
-        named.is_empty(),
-        "{} of {} status reads during the outage did not say the group waits on {member} (MemberUnreachable); the first: {:#?}",
-        named.len(),
-        statuses.len(),
-        named.first()
-    );
+        // And while cluster-b was away the status said why the group waited, every time it was
+        // read (checked last, so that the resumption above is checked whatever it said)
+        assert!(
+            !statuses.is_empty(),
+            "the status answered during the outage"
+        );
+        let named: Vec<&GroupStatus> = statuses
+            .iter()
+            .filter(|status| !unreachable(status))
+            .collect();
+        assert!(
+            named.is_empty(),
+            "{} of {} status reads during the outage did not say the group waits on {member} (MemberUnreachable); the first: {:#?}",
+            named.len(),
+            statuses.len(),
+            named.first()
+        );
+    });
 }
 
 const ERROR_RATIO: &str = "test_error_ratio";
 
-#[tokio::test]
-async fn a_health_check_failing_while_cluster_b_rolls_halts_before_cluster_c_until_a_person_resumes()
- {
-    let clusters = MemberClusters::shared().await;
-    let _shared = clusters.share().await;
-    let _witness = clusters.witness();
-    let hub = clusters.cluster("cluster-a");
+#[test]
+fn a_health_check_failing_while_cluster_b_rolls_halts_before_cluster_c_until_a_person_resumes() {
+    MemberClusters::scenario(|clusters| async move {
+        let hub = clusters.cluster("cluster-a");
 
-    // Given a real Prometheus scraping an error ratio of 0, at the address the controller lets
-    // checks query, and the RolloutHealthCheck `errors` in the hub's namespace (the ratio under
-    // 0.1, every second, one pass per step, one failure halts)
-    let metrics = Metrics::start().await;
-    metrics.set(ERROR_RATIO, 0.0);
-    let prometheus = Prometheus::start_at(metrics.address(), clusters.prometheus_address()).await;
-    prometheus.wait_value(ERROR_RATIO, 0.0).await;
-    let spec = json!({
-        "prometheus": {"address": prometheus.url(), "timeout": "2s"},
-        "queries": [{
-            "name": "error-ratio",
-            "query": ERROR_RATIO,
-            "threshold": {"operator": "<", "value": 0.1},
-        }],
-        "interval": "1s",
-        "successThreshold": 1,
-        "failureThreshold": 1,
-    });
-    create_health_check(&hub.client(), clusters.namespace(), "errors", spec).await;
-    // and a ready group `querier` of one StatefulSet per cluster, 3 pods each, opted in on
-    // cluster-a's member
-    let group = Group::new("querier", 3, 1);
-    clusters
-        .create_group(&group, |cluster, fixture| match cluster {
-            "cluster-a" => fixture.annotation(HEALTH_CHECK_ANNOTATION, "errors"),
-            _ => fixture,
+        // Given a real Prometheus scraping an error ratio of 0, at the address the controller lets
+        // checks query, and the RolloutHealthCheck `errors` in the hub's namespace (the ratio under
+        // 0.1, every second, one pass per step, one failure halts)
+        let metrics = Metrics::start().await;
+        metrics.set(ERROR_RATIO, 0.0);
+        let prometheus =
+            Prometheus::start_at(metrics.address(), clusters.prometheus_address()).await;
+        prometheus.wait_value(ERROR_RATIO, 0.0).await;
+        let spec = json!({
+            "prometheus": {"address": prometheus.url(), "timeout": "2s"},
+            "queries": [{
+                "name": "error-ratio",
+                "query": ERROR_RATIO,
+                "threshold": {"operator": "<", "value": 0.1},
+            }],
+            "interval": "1s",
+            "successThreshold": 1,
+            "failureThreshold": 1,
+        });
+        create_health_check(&hub.client(), clusters.namespace(), "errors", spec).await;
+        // and a ready group `querier` of one StatefulSet per cluster, 3 pods each, opted in on
+        // cluster-a's member
+        let group = Group::new("querier", 3, 1);
+        clusters
+            .create_group(&group, |cluster, fixture| match cluster {
+                "cluster-a" => fixture.annotation(HEALTH_CHECK_ANNOTATION, "errors"),
+                _ => fixture,
+            })
+            .await;
+
+        // When a new version is deployed to every cluster, and the error ratio rises while
+        // cluster-b rolls
+        let from = clusters.roll_out(&group, "v2").await;
+        let rolling = group.member("cluster-b");
+        wait_until(TIMEOUT, "cluster-b rolls", || async {
+            !clusters.deleted_pods(&rolling, from).is_empty()
         })
         .await;
+        metrics.set(ERROR_RATIO, 0.5);
 
-    // When a new version is deployed to every cluster, and the error ratio rises while
-    // cluster-b rolls
-    let from = clusters.roll_out(&group, "v2").await;
-    let rolling = group.member("cluster-b");
-    wait_until(TIMEOUT, "cluster-b rolls", || async {
-        !clusters.deleted_pods(&rolling, from).is_empty()
-    })
-    .await;
-    metrics.set(ERROR_RATIO, 0.5);
-
-    // Then the group is halted on a member, with a Warning Event in that member's cluster, on
-    // its StatefulSet, naming the query, its value and the member that rolled
-    let (halted_in, statefulsets) = wait_for(TIMEOUT, "the group is halted", || async {
-        for cluster in CLUSTERS {
-            let api = Api::<StatefulSet>::namespaced(
-                clusters.cluster(cluster).client(),
-                clusters.namespace(),
-            );
-            if let Ok(statefulset) = api.get(&group.statefulset).await
-                && statefulset
-                    .metadata
-                    .annotations
-                    .unwrap_or_default()
-                    .contains_key(HALTED_ANNOTATION)
-            {
-                return Some((cluster, api));
+        // Then the group is halted on a member, with a Warning Event in that member's cluster, on
+        // its StatefulSet, naming the query, its value and the member that rolled
+        let (halted_in, statefulsets) = wait_for(TIMEOUT, "the group is halted", || async {
+            for cluster in CLUSTERS {
+                let api = Api::<StatefulSet>::namespaced(
+                    clusters.cluster(cluster).client(),
+                    clusters.namespace(),
+                );
+                if let Ok(statefulset) = api.get(&group.statefulset).await
+                    && statefulset
+                        .metadata
+                        .annotations
+                        .unwrap_or_default()
+                        .contains_key(HALTED_ANNOTATION)
+                {
+                    return Some((cluster, api));
+                }
             }
-        }
-        None
-    })
-    .await;
-    eprintln!("the group is halted on {}", group.member(halted_in));
-    wait_event(
-        &clusters.cluster(halted_in).client(),
-        clusters.namespace(),
-        &group.statefulset,
-        "Halted",
-        &[
-            &format!("query `{ERROR_RATIO}` returned 0.5 (must be < 0.1)"),
-            &format!("while {rolling} rolled"),
-        ],
-    )
-    .await;
-    // and no pod of cluster-c was deleted
-    let last = group.member("cluster-c");
-    assert_eq!(clusters.deleted_pods(&last, from), Vec::<String>::new());
-    assert_eq!(clusters.updated_pods(&group, "cluster-c").await, 0);
-    let status = clusters
-        .wait_status(&group, "the group halted", |status| {
-            status.phase == RolloutPhase::Halted
+            None
         })
         .await;
-    eprintln!("the group waits: {:?}", status.waiting);
-
-    // When the ratio recovers and a person resumes the group (removes the halt where it is)
-    metrics.set(ERROR_RATIO, 0.0);
-    prometheus.wait_value(ERROR_RATIO, 0.0).await;
-    let resume = json!({"metadata": {"annotations": {HALTED_ANNOTATION: null}}});
-    statefulsets
-        .patch(
+        eprintln!("the group is halted on {}", group.member(halted_in));
+        wait_event(
+            &clusters.cluster(halted_in).client(),
+            clusters.namespace(),
             &group.statefulset,
-            &PatchParams::default(),
-            &Patch::Merge(&resume),
+            "Halted",
+            &[
+                &format!("query `{ERROR_RATIO}` returned 0.5 (must be < 0.1)"),
+                &format!("while {rolling} rolled"),
+            ],
         )
-        .await
-        .expect("removing the halt");
+        .await;
+        // and no pod of cluster-c was deleted
+        let last = group.member("cluster-c");
+        assert_eq!(clusters.deleted_pods(&last, from), Vec::<String>::new());
+        assert_eq!(clusters.updated_pods(&group, "cluster-c").await, 0);
+        let status = clusters
+            .wait_status(&group, "the group halted", |status| {
+                status.phase == RolloutPhase::Halted
+            })
+            .await;
+        eprintln!("the group waits: {:?}", status.waiting);
 
-    // Then the rollout completes, one cluster at a time, the zone rule held at every step
-    clusters.wait_complete(&group).await;
-    let timeline = clusters.merged_timeline();
-    check_rollout_guarantees(&timeline, &group.zones(), from).unwrap();
-    assert_one_at_a_time(&windows(&timeline, &group, from), &group, Duration::ZERO);
+        // When the ratio recovers and a person resumes the group (removes the halt where it is)
+        metrics.set(ERROR_RATIO, 0.0);
+        prometheus.wait_value(ERROR_RATIO, 0.0).await;
+        let resume = json!({"metadata": {"annotations": {HALTED_ANNOTATION: null}}});
+        statefulsets
+            .patch(
+                &group.statefulset,
+                &PatchParams::default(),
+                &Patch::Merge(&resume),
+            )
+            .await
+            .expect("removing the halt");
+
+        // Then the rollout completes, one cluster at a time, the zone rule held at every step
+        clusters.wait_complete(&group).await;
+        let timeline = clusters.merged_timeline();
+        check_rollout_guarantees(&timeline, &group.zones(), from).unwrap();
+        assert_one_at_a_time(&windows(&timeline, &group, from), &group, Duration::ZERO);
+    });
 }
 
 /// Whether `metrics` say the leader holds `group` for `reason`
