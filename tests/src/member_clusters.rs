@@ -85,8 +85,7 @@ pub struct MemberClusters {
     /// Where a scenario's Prometheus listens: the controller allows health checks to query it
     /// (loopback is refused unless allowed), and it is chosen before the controller starts.
     prometheus_address: String,
-    /// The configuration file given as `BATON_CONFIG`, and a kubeconfig naming every cluster
-    /// as a context ([`MemberClusters::contexts_kubeconfig`]).
+    /// Holds the configuration file given as `BATON_CONFIG`.
     files: tempfile::TempDir,
 }
 
@@ -216,7 +215,6 @@ impl MemberClusters {
             controller_config(&namespace, &format!("http://{prometheus_address}")),
         )
         .expect("writing the controller's configuration");
-        write_contexts_kubeconfig(&files.path().join("contexts.kubeconfig"), &clusters);
 
         let config = config.to_string_lossy().into_owned();
         let mut env = vec![("BATON_CONFIG", config.as_str())];
@@ -325,11 +323,14 @@ impl MemberClusters {
         self.files.path().join("baton.yaml")
     }
 
-    /// A kubeconfig with one context per member cluster, named as the cluster (`cluster-a`…,
-    /// the current one the hub's), each with the namespace of the groups: what `kubectl baton
-    /// --member cluster-b=cluster-b` reads.
-    pub fn contexts_kubeconfig(&self) -> PathBuf {
-        self.files.path().join("contexts.kubeconfig")
+    /// Each cluster's name and admin kubeconfig, in [`CLUSTERS`] order: what
+    /// `kubectl baton --member NAME` is run with across the trio (one kubeconfig with a
+    /// context per member, named after it).
+    pub fn kubeconfigs(&self) -> Vec<(&'static str, &Path)> {
+        self.clusters
+            .iter()
+            .map(|cluster| (cluster.name, cluster.kubeconfig_path()))
+            .collect()
     }
 
     /// Shows, if the calling scenario panics, what the controller wrote while it ran: the
@@ -679,44 +680,6 @@ async fn write_kubeconfig_secret(hub: &kube::Client, namespace: &str, member: &M
                 member.name
             )
         });
-}
-
-/// One kubeconfig naming each cluster's context (and cluster and user) after the cluster: the
-/// control planes' own all call theirs `admin@baton-test`.
-fn write_contexts_kubeconfig(path: &Path, clusters: &[MemberCluster]) {
-    let mut merged = serde_json::json!({
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [],
-        "users": [],
-        "contexts": [],
-        "current-context": HUB,
-    });
-    for cluster in clusters {
-        let text = std::fs::read_to_string(cluster.kubeconfig_path())
-            .expect("reading a control plane's kubeconfig");
-        let own: serde_json::Value =
-            serde_saphyr::from_str(&text).expect("a control plane's kubeconfig is YAML");
-        let name = cluster.name;
-        merged["clusters"]
-            .as_array_mut()
-            .expect("a list")
-            .push(serde_json::json!({"name": name, "cluster": own["clusters"][0]["cluster"]}));
-        merged["users"]
-            .as_array_mut()
-            .expect("a list")
-            .push(serde_json::json!({"name": name, "user": own["users"][0]["user"]}));
-        merged["contexts"].as_array_mut().expect("a list").push(
-            serde_json::json!({"name": name, "context": {
-                "cluster": name,
-                "user": name,
-                "namespace": cluster.namespace.name(),
-            }}),
-        );
-    }
-    // JSON is YAML: kubectl and kube read it as it is.
-    std::fs::write(path, serde_json::to_string_pretty(&merged).expect("JSON"))
-        .expect("writing the contexts' kubeconfig");
 }
 
 #[cfg(test)]

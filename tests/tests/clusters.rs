@@ -126,7 +126,7 @@ fn each_member_cluster_is_reached_through_its_kubeconfig_secret_in_the_hub() {
                 .filter_map(|statefulset| statefulset.metadata.name)
                 .filter(|found| found.starts_with("probe-"))
                 .collect();
-            assert_eq!(seen, [name.clone()]);
+            assert_eq!(seen, [name]);
         }
 
         // And every cluster's simulator made its pods Ready, each in its own timeline, which the
@@ -608,14 +608,12 @@ async fn wait_until_ready(clusters: &MemberClusters, member: &str, after: Instan
     .await
 }
 
-// `kubectl baton wait` on a cross-cluster group: PLUGIN-MEMBERS.
+// PLUGIN-MEMBERS: `kubectl baton wait` and `status` on a cross-cluster group go here.
 //
-// The plugin learns member clusters on branch `plugin-members` (`--member NAME=CONTEXT` for
-// `status` and `wait`). Once it is merged, the scenario goes here: given a group rolling
-// across the trio (seed 004's, say), `kubectl baton wait --member cluster-a=cluster-a
-// --member cluster-b=cluster-b --member cluster-c=cluster-c ingester` run with
-// `KUBECONFIG=clusters.contexts_kubeconfig()` (one context per cluster, named after it, each
-// with the groups' namespace) exits 0 once every cluster completed, its progress naming
-// `cluster-b/ingester`; and `status` with the same flags lists the members as the controller's
-// status JSON does (compare with `clusters.status(&group)`). Run it with
-// `baton_e2e::plugin_support::kubectl_baton`.
+// The plugin learns member clusters on branch `plugin-members` (`--member NAME[=CONTEXT]` on
+// `status` and `wait`, and `plugin_support::wait_across` / `kubectl_baton_across`, which write
+// one kubeconfig with a context per member). Once it is merged, the scenario is: given a group
+// rolling across the trio, `wait_across(&clusters.kubeconfigs(), clusters.namespace(), GROUP,
+// "2m")` exits 0 once every cluster completed, having said `cluster-b/STATEFULSET` among its
+// zones; and `kubectl_baton_across(&clusters.kubeconfigs(), &["status", GROUP, "-n", NS])`
+// lists the members as the controller's status JSON (`clusters.status(&group)`) does.
