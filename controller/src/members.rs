@@ -521,3 +521,70 @@ async fn client_of(
         .client(config)
         .map_err(|error| unusable(error.to_string()))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    type Event = Result<watcher::Event<StatefulSet>, watcher::Error>;
+
+    fn listed() -> Event {
+        Ok(watcher::Event::InitDone)
+    }
+
+    fn listing() -> Event {
+        Ok(watcher::Event::Init)
+    }
+
+    fn failure() -> Event {
+        Err(watcher::Error::NoResourceVersion)
+    }
+
+    #[test]
+    fn a_member_is_out_until_both_watches_listed_and_again_from_a_failure_to_the_next_list() {
+        let mut health = Health::default();
+        assert!(
+            health
+                .outage()
+                .expect("not listed")
+                .contains("not listed yet")
+        );
+        // The StatefulSets listed: the pods are still to come.
+        assert!(!health.observe(Watch::StatefulSets, &listed()));
+        assert!(
+            health
+                .outage()
+                .expect("pods")
+                .contains("pods are not listed yet")
+        );
+        // Both listed: in, and that is a change.
+        assert!(health.observe(Watch::Pods, &listed()));
+        assert_eq!(health.outage(), None);
+        assert!(health.listed_once);
+        // A failure takes it out at once, naming the watch.
+        assert!(health.observe(Watch::Pods, &failure()));
+        let outage = health.outage().expect("out");
+        assert!(outage.contains("watching its pods failed"), "{outage}");
+        // A watch that starts listing again is not enough: only the end of its list is.
+        assert!(!health.observe(Watch::Pods, &listing()));
+        assert!(health.outage().is_some());
+        assert!(health.observe(Watch::Pods, &listed()));
+        assert_eq!(health.outage(), None);
+    }
+
+    #[test]
+    fn a_member_that_cannot_connect_is_out_with_the_reason() {
+        let health = Health {
+            connect_error: Some(
+                "Secret baton/member-b of member cluster cluster-b has no key kubeconfig".into(),
+            ),
+            ..Health::default()
+        };
+        assert!(
+            health
+                .outage()
+                .expect("out")
+                .contains("has no key kubeconfig")
+        );
+    }
+}
