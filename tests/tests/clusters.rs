@@ -151,9 +151,9 @@ fn each_member_cluster_is_reached_through_its_kubeconfig_secret_in_the_hub() {
 #[test]
 fn a_three_cluster_rollout_rolls_one_cluster_at_a_time_keeping_the_zone_rule_at_every_step() {
     MemberClusters::scenario(|clusters| async move {
-        // Given a ready group `ingester` of one StatefulSet per cluster, 3 pods each, at most 1
+        // Given a ready group `distributor` of one StatefulSet per cluster, 3 pods each, at most 1
         // not ready
-        let group = Group::new("ingester", 3, 1);
+        let group = Group::new("distributor", 3, 1);
         clusters.create_group(&group, |_, fixture| fixture).await;
 
         // When a new version is deployed to every cluster
@@ -193,7 +193,7 @@ fn a_three_cluster_rollout_rolls_one_cluster_at_a_time_keeping_the_zone_rule_at_
                     && action
                         .pod
                         .as_deref()
-                        .is_some_and(|pod| pod.starts_with("cluster-c/ingester-"))
+                        .is_some_and(|pod| pod.starts_with("cluster-c/distributor-"))
             }),
             "a deletion in cluster-c among the last actions: {:#?}",
             status.last_actions
@@ -224,14 +224,14 @@ fn a_three_cluster_rollout_rolls_one_cluster_at_a_time_keeping_the_zone_rule_at_
 fn a_bad_version_stays_in_the_first_cluster_and_a_good_one_completes_with_a_soak_between_clusters()
 {
     MemberClusters::scenario(|clusters| async move {
-        const BAD: &str = "compactor-bad-image";
-        const GOOD: &str = "compactor-fixed";
+        const BAD: &str = "ingester-bad-image";
+        const GOOD: &str = "ingester-fixed";
         let soak = Duration::from_secs(4);
 
-        // Given a ready group `compactor` of one StatefulSet per cluster, 3 pods each, at most 1
+        // Given a ready group `ingester` of one StatefulSet per cluster, 3 pods each, at most 1
         // not ready, with a 4 s soak after each cluster, and a version whose pods never become
         // ready (they crash-loop, as a bad image's do)
-        let group = Group::new("compactor", 3, 1);
+        let group = Group::new("ingester", 3, 1);
         clusters
             .create_group(&group, |_, fixture| {
                 fixture.annotation(SOAK_ANNOTATION, "4s")
