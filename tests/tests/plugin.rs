@@ -504,3 +504,119 @@ async fn across_members_every_mistake_names_the_member() {
         assert_eq!(names, ["x", "down"], "{kind}: {written:#}");
     }
 }
+
+#[tokio::test]
+async fn across_members_wait_holds_while_a_member_cannot_be_read_and_goes_on_once_it_is_listed_again()
+ {
+    // Given a control plane of its own as member x, with a group whose one pod is not ready
+    // (nothing serves pods here): `wait` follows it
+    let control_plane = ControlPlane::dedicated().await;
+    let namespace = TestNamespace::create(&control_plane, "plugin-member-lost").await;
+    let client = namespace.client();
+    let name = namespace.name();
+    StatefulSetFixture::new("lost-zone-a")
+        .group("lost")
+        .replicas(1)
+        .create(&client, name)
+        .await;
+    let directory = tempfile::tempdir().unwrap();
+    let kubeconfig = directory.path().join("members.kubeconfig");
+    write_members_kubeconfig(&[("x", control_plane.kubeconfig_path())], &kubeconfig).unwrap();
+    let mut wait = tokio::process::Command::new(plugin_support::binary().await)
+        .args([
+            "wait",
+            "lost",
+            "-n",
+            name,
+            "--timeout",
+            "5m",
+            "--member",
+            "x",
+        ])
+        .env("KUBECONFIG", &kubeconfig)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("kubectl-baton runs");
+    let printed = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let reader = {
+        let printed = printed.clone();
+        let stdout = wait.stdout.take().expect("stdout");
+        tokio::spawn(async move {
+            use tokio::io::AsyncBufReadExt;
+            let mut lines = tokio::io::BufReader::new(stdout).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                let mut printed = printed.lock().unwrap();
+                printed.push_str(&line);
+                printed.push('\n');
+            }
+        })
+    };
+    let said = |text: &'static str| {
+        let printed = printed.clone();
+        move || {
+            let holds = printed.lock().unwrap().contains(text);
+            async move { holds }
+        }
+    };
+    let timeout = Duration::from_secs(60);
+    baton_e2e::wait_until(
+        timeout,
+        "wait shows x/lost-zone-a",
+        said("x/lost-zone-a waiting"),
+    )
+    .await;
+
+    // When the member's API server stops
+    control_plane.stop_apiserver().await.unwrap();
+    // Then wait says the member cannot be read, the group waits for it, and wait goes on
+    baton_e2e::wait_until(
+        timeout,
+        "wait says member x cannot be read",
+        said("member cluster x cannot be read: "),
+    )
+    .await;
+    baton_e2e::wait_until(
+        timeout,
+        "the group waits for x",
+        said("lost: waiting; waits (MemberUnreachable): x/lost-zone-a cannot be read: cluster x is unreachable"),
+    )
+    .await;
+    assert!(
+        wait.try_wait().unwrap().is_none(),
+        "wait goes on: {}",
+        printed.lock().unwrap()
+    );
+
+    // When it is back, wait lists the member afresh and follows it to the end
+    control_plane.start_apiserver().await.unwrap();
+    baton_e2e::wait_until(
+        timeout,
+        "wait says member x is read again",
+        said("member cluster x is read again"),
+    )
+    .await;
+    let patch = serde_json::json!({"spec": {"replicas": 0}});
+    kube::Api::<StatefulSet>::namespaced(client.clone(), name)
+        .patch(
+            "lost-zone-a",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await
+        .expect("scaling lost-zone-a to 0");
+    let status = tokio::time::timeout(Duration::from_secs(120), wait.wait())
+        .await
+        .expect("wait ends once the group is complete")
+        .expect("wait's status");
+    reader.await.unwrap();
+    let printed = printed.lock().unwrap().clone();
+    eprintln!("wait printed:\n{printed}");
+    assert_eq!(status.code(), Some(0), "{printed}");
+    assert!(
+        printed.contains("rollout group lost is complete"),
+        "{printed}"
+    );
+}
