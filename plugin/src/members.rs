@@ -9,16 +9,18 @@
 //!
 //! While `wait` follows the members, each one's watches fill a [`MemberCache`]. A member whose
 //! watch failed is [`Reading::Unreadable`] until both its watches listed afresh: its last known
-//! StatefulSets are then marked unreachable in the snapshot (the core's
-//! [`baton_core::rollout::Unreachable`]), so the planner holds the group with
+//! StatefulSets are then marked unreachable in the snapshot (the core's [`mark_outages`], as the
+//! controller marks a member cluster that is out), so the planner holds the group with
 //! `MemberUnreachable` naming it; a member that cannot be read never counts as ready.
 
 use std::collections::BTreeMap;
 
 use baton_core::explained::Explained;
-use baton_core::members::{qualify_pod, qualify_statefulset, split, valid_cluster_name};
+use baton_core::members::{
+    Outage, mark_outages, qualify_pod, qualify_statefulset, split, valid_cluster_name,
+};
 use baton_core::pods::CachedPod;
-use baton_core::rollout::{GroupSnapshot, Unreachable, WaitReason};
+use baton_core::rollout::{GroupSnapshot, WaitReason};
 use baton_core::status::{self, GroupStatus, RolloutPhase, Waiting};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use kube::ResourceExt;
@@ -252,9 +254,10 @@ impl MemberCache {
     }
 }
 
-/// The snapshot of `group` across `members`: their objects merged ([`merge`]), and each
-/// StatefulSet of a member that cannot be read marked unreachable (the planner then holds the
-/// group, naming it: a member not known to be ready is never taken for ready).
+/// The snapshot of `group` across `members`: their objects merged ([`merge`]), and each member
+/// that cannot be read an outage (the core's [`mark_outages`], as the controller marks its
+/// own): its StatefulSets are unreachable, so the planner holds the group, naming them. Every
+/// member here was listed once (`wait` reads each before it follows it).
 pub fn snapshot(group: &str, members: &[&MemberCache]) -> GroupSnapshot {
     let (statefulsets, pods) = merge(
         members
@@ -262,24 +265,15 @@ pub fn snapshot(group: &str, members: &[&MemberCache]) -> GroupSnapshot {
             .map(|member| (member.name.as_str(), member.statefulsets(), member.pods())),
     );
     let mut snapshot = GroupSnapshot::from_kubernetes(group, &statefulsets, &pods);
-    for statefulset in &mut snapshot.statefulsets {
-        let (Some(cluster), _) = split(&statefulset.name) else {
-            continue;
-        };
-        let unreadable = members
-            .iter()
-            .filter(|member| member.name == cluster)
-            .find_map(|member| match member.reading() {
-                Reading::Unreadable(error) => Some(error),
-                Reading::Read | Reading::Listing => None,
-            });
-        if let Some(error) = unreadable {
-            statefulset.unreachable = Some(Unreachable {
-                cluster: cluster.to_owned(),
-                error,
-            });
-        }
-    }
+    let outages: Vec<Outage> = unreadable(members)
+        .into_iter()
+        .map(|(cluster, error)| Outage {
+            cluster,
+            error,
+            listed: true,
+        })
+        .collect();
+    mark_outages(&mut snapshot, &outages);
     snapshot
 }
 

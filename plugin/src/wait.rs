@@ -26,9 +26,10 @@ use std::time::Duration;
 
 use baton_core::pods::CachedPod;
 use baton_shared::index::Index;
+use baton_shared::initial_list::relisting_watcher;
 use baton_shared::pod_cache;
 use baton_shared::reflect::reflect;
-use futures::{FutureExt, StreamExt};
+use futures::FutureExt;
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
@@ -351,62 +352,35 @@ pub fn timed_out_across(
 
 /// Follows one member: a watch of the group's StatefulSets and one of the namespace's pods,
 /// into `cache`, telling `changed` of every change. A watch that fails marks the member
-/// unreadable and is started afresh (a new list, not a watch resumed from where it stopped,
-/// which could have missed what changed while it was away), after a pause that grows from 1s
-/// to 8s while it keeps failing.
+/// unreadable and is started afresh, as the controller's member watches are
+/// ([`relisting_watcher`]: a new list, not a watch resumed from where it stopped, which gives no
+/// moment at which the cache is known to be caught up).
 async fn follow(access: &Access, selector: &str, cache: &Mutex<MemberCache>, changed: &Notify) {
-    let statefulsets = follow_one(
-        Api::<StatefulSet>::namespaced(access.client.clone(), &access.namespace),
-        watcher::Config::default().labels(selector),
-        MemberWatch {
-            cache,
-            changed,
-            watch: Watch::StatefulSets,
-            listed: 0,
-        },
+    let mut into_statefulsets = MemberWatch {
+        cache,
+        changed,
+        watch: Watch::StatefulSets,
+    };
+    let mut into_pods = MemberWatch {
+        cache,
+        changed,
+        watch: Watch::Pods,
+    };
+    let statefulsets = baton_shared::index::drive(
+        relisting_watcher(
+            Api::<StatefulSet>::namespaced(access.client.clone(), &access.namespace),
+            watcher::Config::default().labels(selector),
+        ),
+        &mut into_statefulsets,
     );
-    let pods = follow_one(
-        Api::<Pod>::namespaced(access.client.clone(), &access.namespace),
-        watcher::Config::default(),
-        MemberWatch {
-            cache,
-            changed,
-            watch: Watch::Pods,
-            listed: 0,
-        },
+    let pods = baton_shared::index::drive(
+        relisting_watcher(
+            Api::<Pod>::namespaced(access.client.clone(), &access.namespace),
+            watcher::Config::default(),
+        ),
+        &mut into_pods,
     );
     futures::future::join(statefulsets, pods).await;
-}
-
-async fn follow_one<K>(api: Api<K>, config: watcher::Config, mut into: MemberWatch<'_>)
-where
-    K: kube::Resource<DynamicType = ()>
-        + Clone
-        + k8s_openapi::serde::de::DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + 'static,
-    for<'a> MemberWatch<'a>: Index<K>,
-{
-    let mut pause = Duration::from_secs(1);
-    loop {
-        let mut failed = false;
-        // The first error ends this watch: the next one lists afresh.
-        let events = baton_shared::initial_list::watcher(api.clone(), config.clone()).take_while(
-            move |event| {
-                let go = !failed;
-                failed |= event.is_err();
-                std::future::ready(go)
-            },
-        );
-        let listed_before = into.listed;
-        baton_shared::index::drive(events, &mut into).await;
-        if into.listed > listed_before {
-            pause = Duration::from_secs(1);
-        }
-        tokio::time::sleep(pause).await;
-        pause = (pause * 2).min(Duration::from_secs(8));
-    }
 }
 
 /// A member's watch writing into its cache.
@@ -414,8 +388,6 @@ struct MemberWatch<'a> {
     cache: &'a Mutex<MemberCache>,
     changed: &'a Notify,
     watch: Watch,
-    /// Lists done so far.
-    listed: u64,
 }
 
 impl MemberWatch<'_> {
@@ -444,7 +416,6 @@ impl Index<StatefulSet> for MemberWatch<'_> {
     }
 
     fn reset(&mut self, statefulsets: Vec<StatefulSet>) {
-        self.listed += 1;
         self.change(|cache| cache.listed_statefulsets(statefulsets));
     }
 
@@ -469,7 +440,6 @@ impl Index<Pod> for MemberWatch<'_> {
     }
 
     fn reset(&mut self, pods: Vec<CachedPod>) {
-        self.listed += 1;
         self.change(|cache| cache.listed_pods(pods));
     }
 
