@@ -13,6 +13,8 @@ use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config, ResourceExt};
 
+use crate::members::{self, Member};
+
 /// What went wrong, worded for the person at the terminal. Every one exits with
 /// [`crate::exit::ERROR`].
 #[derive(Debug, thiserror::Error)]
@@ -21,10 +23,16 @@ pub enum AccessError {
     Kubeconfig { path: Option<PathBuf>, why: String },
     #[error("cannot connect to the cluster: {0}")]
     Client(String),
+    /// `clusters`: the member clusters searched (none: the one cluster of the context).
     #[error(
-        "no rollout group {group} in namespace {namespace}: no StatefulSet there has the label {ROLLOUT_GROUP_LABEL}={group}"
+        "no rollout group {group} in namespace {namespace}{}: no StatefulSet there has the label {ROLLOUT_GROUP_LABEL}={group}",
+        searched(.clusters)
     )]
-    NoSuchGroup { group: String, namespace: String },
+    NoSuchGroup {
+        group: String,
+        namespace: String,
+        clusters: Vec<String>,
+    },
     #[error(
         "{name:?} is not a valid rollout group name: it is the value of the {ROLLOUT_GROUP_LABEL} label (at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit)"
     )]
@@ -49,6 +57,47 @@ pub enum AccessError {
         namespace: String,
         source: kube::Error,
     },
+    #[error(
+        "member {member}: no context {context} in the kubeconfig{}; its contexts: {} (name the context with --member {member}=CONTEXT)",
+        .path.as_ref().map(|path| format!(" {}", path.display())).unwrap_or_default(),
+        if .known.is_empty() { "none".to_owned() } else { .known.join(", ") }
+    )]
+    UnknownContext {
+        member: String,
+        context: String,
+        path: Option<PathBuf>,
+        known: Vec<String>,
+    },
+    #[error("cannot reach member cluster {member} (context {context}, {server}): {error}")]
+    Unreachable {
+        member: String,
+        context: String,
+        server: String,
+        error: String,
+    },
+    #[error("member cluster {member} (context {context}): {source}")]
+    Member {
+        member: String,
+        context: String,
+        source: Box<AccessError>,
+    },
+    #[error("{0}")]
+    Members(String),
+    /// Several members failed: each is named.
+    #[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+    Several(Vec<AccessError>),
+}
+
+/// " in any of member clusters a, b" for a search across members, nothing for one cluster.
+fn searched(clusters: &[String]) -> String {
+    if clusters.is_empty() {
+        String::new()
+    } else {
+        format!(
+            " in any of the member clusters searched ({})",
+            clusters.join(", ")
+        )
+    }
 }
 
 /// Where to connect, as the user said it on the command line (all optional).
@@ -57,6 +106,108 @@ pub struct Target {
     pub kubeconfig: Option<PathBuf>,
     pub context: Option<String>,
     pub namespace: Option<String>,
+}
+
+/// A member cluster of a cross-cluster group (`--member`), and the access to it.
+#[derive(Clone)]
+pub struct MemberAccess {
+    pub member: Member,
+    /// Its API server, for messages.
+    pub server: String,
+    pub access: Access,
+}
+
+/// What one member cluster holds of a group (or of every group).
+#[derive(Debug, Clone)]
+pub struct MemberRead {
+    pub member: String,
+    pub statefulsets: Vec<StatefulSet>,
+    pub pods: Vec<CachedPod>,
+}
+
+impl MemberAccess {
+    /// `error`, named for this member: a request that got no answer from the API server is
+    /// "cannot reach member cluster …", with the cause.
+    pub fn named(&self, error: AccessError) -> AccessError {
+        match error {
+            AccessError::Api { source, .. } if !matches!(source, kube::Error::Api(_)) => {
+                AccessError::Unreachable {
+                    member: self.member.name.clone(),
+                    context: self.member.context.clone(),
+                    server: self.server.clone(),
+                    error: members::error_chain(&source),
+                }
+            }
+            error => AccessError::Member {
+                member: self.member.name.clone(),
+                context: self.member.context.clone(),
+                source: Box::new(error),
+            },
+        }
+    }
+
+    /// Group `group`'s StatefulSets here (every grouped one for `None`) and the namespace's
+    /// pods, each failure named for this member.
+    pub async fn read(&self, group: Option<&str>) -> Result<MemberRead, AccessError> {
+        let statefulsets = async {
+            match group {
+                Some(group) => self.access.group_statefulsets(group).await,
+                None => self.access.grouped_statefulsets().await,
+            }
+        };
+        let (statefulsets, pods) = futures::future::join(statefulsets, self.access.pods()).await;
+        Ok(MemberRead {
+            member: self.member.name.clone(),
+            statefulsets: statefulsets.map_err(|error| self.named(error))?,
+            pods: pods.map_err(|error| self.named(error))?,
+        })
+    }
+}
+
+/// Reads every member at once ([`MemberAccess::read`]); every member that failed is named. With
+/// `group`, an error when no member holds any of its StatefulSets, naming those searched.
+pub async fn read_members(
+    members: &[MemberAccess],
+    group: Option<&str>,
+) -> Result<Vec<MemberRead>, AccessError> {
+    if let Some(group) = group {
+        group_selector(group)?;
+    }
+    let results = futures::future::join_all(members.iter().map(|member| member.read(group))).await;
+    let reads = all_or_every_error(results)?;
+    if let Some(group) = group
+        && reads.iter().all(|read| read.statefulsets.is_empty())
+    {
+        return Err(AccessError::NoSuchGroup {
+            group: group.to_owned(),
+            namespace: members
+                .first()
+                .map(|member| member.access.namespace.clone())
+                .unwrap_or_default(),
+            clusters: members
+                .iter()
+                .map(|member| member.member.name.clone())
+                .collect(),
+        });
+    }
+    Ok(reads)
+}
+
+/// Every value, else every error (one alone as itself).
+fn all_or_every_error<T>(results: Vec<Result<T, AccessError>>) -> Result<Vec<T>, AccessError> {
+    let mut values = Vec::new();
+    let mut errors = Vec::new();
+    for result in results {
+        match result {
+            Ok(value) => values.push(value),
+            Err(error) => errors.push(error),
+        }
+    }
+    match errors.len() {
+        0 => Ok(values),
+        1 => Err(errors.remove(0)),
+        _ => Err(AccessError::Several(errors)),
+    }
 }
 
 /// A client and the namespace the commands act in.
@@ -103,6 +254,86 @@ impl Access {
         Ok(Self { client, namespace })
     }
 
+    /// The member clusters `members`, each through its own context of the kubeconfig (as
+    /// [`Access::connect`] finds it), all in one namespace: `-n`, else the one their contexts
+    /// name ([`members::shared_namespace`]). A context the kubeconfig lacks is named with the
+    /// member and the contexts there are. Nothing is requested yet.
+    pub async fn connect_members(
+        target: &Target,
+        members: &[Member],
+    ) -> Result<Vec<MemberAccess>, AccessError> {
+        let kubeconfig_error = |why: String| AccessError::Kubeconfig {
+            path: target.kubeconfig.clone(),
+            why,
+        };
+        let kubeconfig = match &target.kubeconfig {
+            Some(path) => Kubeconfig::read_from(path),
+            None => Kubeconfig::read(),
+        }
+        .map_err(|error| kubeconfig_error(members::error_chain(&error)))?;
+        let mut contexts = Vec::new();
+        let mut unknown = Vec::new();
+        for member in members {
+            match kubeconfig
+                .contexts
+                .iter()
+                .find(|named| named.name == member.context)
+            {
+                Some(named) => contexts.push((
+                    member.name.as_str(),
+                    named
+                        .context
+                        .as_ref()
+                        .and_then(|context| context.namespace.as_deref()),
+                )),
+                None => unknown.push(AccessError::UnknownContext {
+                    member: member.name.clone(),
+                    context: member.context.clone(),
+                    path: target.kubeconfig.clone(),
+                    known: kubeconfig
+                        .contexts
+                        .iter()
+                        .map(|named| named.name.clone())
+                        .collect(),
+                }),
+            }
+        }
+        all_or_every_error(unknown.into_iter().map(Err::<(), _>).collect())?;
+        let namespace = members::shared_namespace(target.namespace.as_deref(), &contexts)
+            .map_err(AccessError::Members)?;
+        let connected = futures::future::join_all(members.iter().map(|member| {
+            let kubeconfig = kubeconfig.clone();
+            let namespace = namespace.clone();
+            async move {
+                let named = |error: String| AccessError::Member {
+                    member: member.name.clone(),
+                    context: member.context.clone(),
+                    source: Box::new(kubeconfig_error(error)),
+                };
+                let options = KubeConfigOptions {
+                    context: Some(member.context.clone()),
+                    ..KubeConfigOptions::default()
+                };
+                let config = Config::from_custom_kubeconfig(kubeconfig, &options)
+                    .await
+                    .map_err(|error| named(members::error_chain(&error)))?;
+                let server = config.cluster_url.to_string();
+                let client = Client::try_from(config).map_err(|error| AccessError::Member {
+                    member: member.name.clone(),
+                    context: member.context.clone(),
+                    source: Box::new(AccessError::Client(members::error_chain(&error))),
+                })?;
+                Ok(MemberAccess {
+                    member: member.clone(),
+                    server,
+                    access: Access { client, namespace },
+                })
+            }
+        }))
+        .await;
+        all_or_every_error(connected)
+    }
+
     fn statefulsets(&self) -> Api<StatefulSet> {
         Api::namespaced(self.client.clone(), &self.namespace)
     }
@@ -119,18 +350,26 @@ impl Access {
 
     /// The members of rollout group `group`; an error when it has none.
     pub async fn group_members(&self, group: &str) -> Result<Vec<StatefulSet>, AccessError> {
+        let members = self.group_statefulsets(group).await?;
+        if members.is_empty() {
+            return Err(AccessError::NoSuchGroup {
+                group: group.to_owned(),
+                namespace: self.namespace.clone(),
+                clusters: Vec::new(),
+            });
+        }
+        Ok(members)
+    }
+
+    /// The StatefulSets of rollout group `group` here (none is no error: across clusters, a
+    /// member cluster may hold none of a group's).
+    pub async fn group_statefulsets(&self, group: &str) -> Result<Vec<StatefulSet>, AccessError> {
         let selector = group_selector(group)?;
         let listed = self
             .statefulsets()
             .list(&ListParams::default().labels(&selector))
             .await
             .map_err(|error| self.failed("list", "statefulsets", error))?;
-        if listed.items.is_empty() {
-            return Err(AccessError::NoSuchGroup {
-                group: group.to_owned(),
-                namespace: self.namespace.clone(),
-            });
-        }
         Ok(listed.items)
     }
 

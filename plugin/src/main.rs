@@ -8,11 +8,16 @@
 //! Layout: [`access`] is the only I/O; [`render`], [`wait::verdict`], the annotation changes of
 //! [`pause`] and the step [`approval`] names are pure and unit tested; e2e tests run this binary
 //! against the local control plane (tests/tests/plugin.rs). Exit codes are in [`exit`].
+//!
+//! `status` and `wait` also see a cross-cluster group: with `--member NAME[=CONTEXT]` (repeated),
+//! the group's StatefulSets and pods are read from each member's context and named for it
+//! (`cluster-a/ingester`), then viewed as one cluster's ([`members`]).
 
 mod access;
 mod approval;
 #[cfg(test)]
 mod fixtures;
+mod members;
 mod pause;
 mod render;
 mod rollback;
@@ -23,13 +28,14 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use baton_core::rollout::GroupSnapshot;
-use clap::{Parser, Subcommand};
+use clap::{Args, CommandFactory, Parser, Subcommand};
 
 use baton_core::gates;
 use baton_core::status::{self};
 use baton_core::status::{Replica, Role, RolloutStatus};
 
-use crate::access::{Access, AccessError, Target};
+use crate::access::{Access, AccessError, MemberAccess, Target};
+use crate::members::Member;
 
 /// Exit codes (docs/plugin.md lists them): a pipeline can tell a failed rollout from a slow
 /// one, and both from a mistake.
@@ -82,6 +88,8 @@ enum Command {
         /// Output format.
         #[arg(short = 'o', long, value_enum, default_value = "table")]
         output: render::Format,
+        #[command(flatten)]
+        across: Across,
     },
     /// Wait until every zone of GROUP runs its update revision and is ready.
     ///
@@ -93,6 +101,8 @@ enum Command {
         /// How long to wait: a duration such as 90s, 30m or 1h30m (0: look once).
         #[arg(long, default_value = "30m", value_parser = parse_timeout)]
         timeout: Timeout,
+        #[command(flatten)]
+        across: Across,
     },
     /// What the controller would do next in GROUP and why (a dry run: changes nothing).
     Plan { group: String },
@@ -128,6 +138,39 @@ enum Command {
     },
 }
 
+/// The member clusters of a cross-cluster group (docs/plugin.md, "Across clusters").
+#[derive(Debug, Clone, Default, Args)]
+struct Across {
+    /// A member cluster of a cross-cluster group, as the controller names it
+    /// (controller.members[].name), and the kubeconfig context that reaches it (default: NAME).
+    /// Repeat it for each member: the group is then the StatefulSets of the namespace in every
+    /// member, each shown as NAME/STATEFULSET. Not with --context.
+    #[arg(long = "member", value_name = "NAME[=CONTEXT]", value_parser = members::parse)]
+    members: Vec<Member>,
+}
+
+impl Cli {
+    /// What clap cannot say itself: `--member` with `--context` (each member has its own), and
+    /// a member given twice.
+    fn check(&self) -> Result<(), clap::Error> {
+        let members = match &self.command {
+            Command::Status { across, .. } | Command::Wait { across, .. } => &across.members,
+            _ => return Ok(()),
+        };
+        if members.is_empty() {
+            return Ok(());
+        }
+        if self.context.is_some() {
+            return Err(Cli::command().error(
+                clap::error::ErrorKind::ArgumentConflict,
+                "--context cannot be used with --member: each member names its own context (--member NAME=CONTEXT)",
+            ));
+        }
+        members::distinct(members)
+            .map_err(|why| Cli::command().error(clap::error::ErrorKind::ValueValidation, why))
+    }
+}
+
 /// `--timeout` as written (for messages) and as a duration.
 #[derive(Debug, Clone)]
 struct Timeout {
@@ -148,6 +191,9 @@ fn parse_timeout(text: &str) -> Result<Timeout, String> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Err(error) = cli.check() {
+        error.exit();
+    }
     baton_shared::crypto::install_default_provider();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -169,21 +215,40 @@ async fn run(cli: Cli) -> Result<i32, AccessError> {
         context: cli.context,
         namespace: cli.namespace,
     };
+    // Across member clusters: each member's own context, no other.
+    match &cli.command {
+        Command::Status {
+            group,
+            output,
+            across,
+        } if !across.members.is_empty() => {
+            let members = Access::connect_members(&target, &across.members).await?;
+            let document = status_across(&members, group.as_deref()).await?;
+            print!("{}", render::status(&document, *output));
+            return Ok(exit::SUCCESS);
+        }
+        Command::Wait {
+            group,
+            timeout,
+            across,
+        } if !across.members.is_empty() => {
+            let members = Access::connect_members(&target, &across.members).await?;
+            let outcome =
+                wait::run_across(&members, group, timeout.duration, &timeout.text).await?;
+            return Ok(print_outcome(&outcome));
+        }
+        _ => {}
+    }
     let access = Access::connect(&target).await?;
     match cli.command {
-        Command::Status { group, output } => {
+        Command::Status { group, output, .. } => {
             let document = status(&access, group.as_deref()).await?;
             print!("{}", render::status(&document, output));
             Ok(exit::SUCCESS)
         }
-        Command::Wait { group, timeout } => {
+        Command::Wait { group, timeout, .. } => {
             let outcome = wait::run(&access, &group, timeout.duration, &timeout.text).await?;
-            if outcome.code == exit::SUCCESS {
-                println!("{}", outcome.message);
-            } else {
-                eprintln!("{}", outcome.message);
-            }
-            Ok(outcome.code)
+            Ok(print_outcome(&outcome))
         }
         Command::Plan { group } => {
             let members = access.group_members(&group).await?;
@@ -251,6 +316,16 @@ async fn run(cli: Cli) -> Result<i32, AccessError> {
     }
 }
 
+/// Prints how `wait` ended (stdout when complete, else stderr); its exit code.
+fn print_outcome(outcome: &wait::WaitOutcome) -> i32 {
+    if outcome.code == exit::SUCCESS {
+        println!("{}", outcome.message);
+    } else {
+        eprintln!("{}", outcome.message);
+    }
+    outcome.code
+}
+
 /// The status document of every group of the namespace, or of `only` (an error if it does not
 /// exist): the controller's own view, without the leader's history (since when a group waits,
 /// its last actions), which only the leader has.
@@ -260,6 +335,34 @@ async fn status(access: &Access, only: Option<&str>) -> Result<RolloutStatus, Ac
         None => access.grouped_statefulsets().await?,
     };
     let pods = access.pods().await?;
+    Ok(document(&access.namespace, &statefulsets, &pods))
+}
+
+/// [`status`] across member clusters: every member read at once, its objects named for it
+/// (`cluster-a/ingester`), then the same view of the merged objects.
+async fn status_across(
+    members: &[MemberAccess],
+    only: Option<&str>,
+) -> Result<RolloutStatus, AccessError> {
+    let reads = access::read_members(members, only).await?;
+    let (statefulsets, pods) = members::merge(
+        reads
+            .iter()
+            .map(|read| (read.member.as_str(), &read.statefulsets, &read.pods)),
+    );
+    let namespace = members
+        .first()
+        .map(|member| member.access.namespace.as_str())
+        .unwrap_or_default();
+    Ok(document(namespace, &statefulsets, &pods))
+}
+
+/// The status document of `statefulsets` (every group among them) and `pods`.
+fn document(
+    namespace: &str,
+    statefulsets: &[k8s_openapi::api::apps::v1::StatefulSet],
+    pods: &[baton_core::pods::CachedPod],
+) -> RolloutStatus {
     let now = jiff::Timestamp::now();
     let groups = status::groups(
         &statefulsets.iter().collect::<Vec<_>>(),
@@ -271,13 +374,7 @@ async fn status(access: &Access, only: Option<&str>) -> Result<RolloutStatus, Ac
         identity: "kubectl-baton".to_owned(),
         role: Role::Standby,
     };
-    Ok(RolloutStatus::new(
-        access.namespace.clone(),
-        now,
-        replica,
-        None,
-        groups,
-    ))
+    RolloutStatus::new(namespace.to_owned(), now, replica, None, groups)
 }
 
 #[cfg(test)]
@@ -345,6 +442,78 @@ mod tests {
             error.contains("--timeout") && error.contains("\"soon\""),
             "{error}"
         );
+    }
+
+    #[test]
+    fn members_are_repeated_on_status_and_wait_and_each_has_its_own_context() {
+        let cli = Cli::try_parse_from([
+            "kubectl-baton",
+            "wait",
+            "ingester",
+            "--member",
+            "cluster-a",
+            "--member",
+            "cluster-b=kind-b",
+            "-n",
+            "mimir",
+        ])
+        .unwrap();
+        cli.check().unwrap();
+        let Command::Wait { across, .. } = &cli.command else {
+            panic!("{cli:?}")
+        };
+        let members: Vec<(&str, &str)> = across
+            .members
+            .iter()
+            .map(|member| (member.name.as_str(), member.context.as_str()))
+            .collect();
+        assert_eq!(
+            members,
+            [("cluster-a", "cluster-a"), ("cluster-b", "kind-b")]
+        );
+        let status = Cli::try_parse_from(["kubectl-baton", "status", "--member", "a=x"]).unwrap();
+        assert!(
+            matches!(&status.command, Command::Status { across, .. } if across.members.len() == 1)
+        );
+
+        // A member is not for the commands that write, nor with --context, nor given twice
+        let error = Cli::try_parse_from(["kubectl-baton", "pause", "z", "--member", "a"])
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("--member"), "{error}");
+        let with_context = Cli::try_parse_from([
+            "kubectl-baton",
+            "status",
+            "--member",
+            "a",
+            "--context",
+            "prod",
+        ])
+        .unwrap();
+        let error = with_context.check().unwrap_err();
+        assert_eq!(error.kind(), clap::error::ErrorKind::ArgumentConflict);
+        assert!(
+            error
+                .to_string()
+                .contains("--context cannot be used with --member"),
+            "{error}"
+        );
+        let twice = Cli::try_parse_from([
+            "kubectl-baton",
+            "wait",
+            "g",
+            "--member",
+            "a",
+            "--member",
+            "a=y",
+        ])
+        .unwrap();
+        let error = twice.check().unwrap_err().to_string();
+        assert!(error.contains("member a is given twice"), "{error}");
+        let error = Cli::try_parse_from(["kubectl-baton", "status", "--member", "A"])
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("not a DNS label"), "{error}");
     }
 
     #[test]

@@ -6,17 +6,33 @@
 //! missing group or permission fails at once, naming it), then followed by watches on its
 //! StatefulSets and the namespace's pods, recomputing the view after every change, and once a
 //! second for what changes with time alone (minReadySeconds, a soak).
+//!
+//! A watch that fails (the API server gone, a permission revoked) does not end `wait`: it is
+//! retried, and the view stays the last one read. Across member clusters (`--member`,
+//! [`run_across`]) the same choice is kept, and made strict, since one member's last known state
+//! must never stand for its present one. Every member is first read at once: a context the
+//! kubeconfig lacks, a cluster that cannot be reached or a missing permission fails at once,
+//! naming the member, as one cluster's does. Then each member is followed by its own two
+//! watches ([`MemberCache`]). When one fails, the member cannot be read: `wait` says so on a line
+//! of its own, the member counts as not ready (the planner holds the group with
+//! `MemberUnreachable`, and the view is never complete, see [`members::view`]), no outcome is
+//! drawn while any member cannot be read, and the watch starts again with a fresh list (not
+//! resumed from where it stopped). `wait` keeps waiting until the member is read again or the
+//! timeout passes; the timeout's message names the members that could not be read.
 
 use std::io::IsTerminal;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use baton_core::pods::CachedPod;
+use baton_shared::index::Index;
+use baton_shared::initial_list::relisting_watcher;
 use baton_shared::pod_cache;
 use baton_shared::reflect::reflect;
 use futures::FutureExt;
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::watcher;
@@ -26,8 +42,9 @@ use baton_core::rollout::GroupSnapshot;
 use baton_core::status::{self};
 use baton_core::status::{GroupStatus, RolloutPhase};
 
-use crate::access::{Access, AccessError, group_selector};
+use crate::access::{self, Access, AccessError, MemberAccess, group_selector};
 use crate::exit;
+use crate::members::{self, MemberCache, Reading, Watch};
 use crate::render;
 
 /// Whether waiting is over, from the group's view.
@@ -186,6 +203,7 @@ pub async fn run(
             return Err(AccessError::NoSuchGroup {
                 group: group.to_owned(),
                 namespace: access.namespace.clone(),
+                clusters: Vec::new(),
             });
         }
         let pods = pod_cache.state();
@@ -199,6 +217,242 @@ pub async fn run(
             display.finish();
             return Ok(outcome);
         }
+    }
+}
+
+/// Waits for `group` across member clusters (`--member`; see the module header).
+pub async fn run_across(
+    members: &[MemberAccess],
+    group: &str,
+    timeout: Duration,
+    timeout_text: &str,
+) -> Result<WaitOutcome, AccessError> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    let selector = group_selector(group)?;
+    let reads = access::read_members(members, Some(group)).await?;
+    let caches: Vec<Mutex<MemberCache>> = reads
+        .into_iter()
+        .map(|read| Mutex::new(MemberCache::new(&read.member, read.statefulsets, read.pods)))
+        .collect();
+    // Locked only to read (never across an await): the watches run when polled below.
+    fn lock(cache: &Mutex<MemberCache>) -> std::sync::MutexGuard<'_, MemberCache> {
+        cache
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+    let mut display = Display::new();
+    let mut current = {
+        let guards: Vec<_> = caches.iter().map(lock).collect();
+        compute_across(
+            group,
+            &guards.iter().map(|cache| &**cache).collect::<Vec<_>>(),
+        )
+    };
+    display.show(&current);
+    if let Some(outcome) = outcome(&current) {
+        display.finish();
+        return Ok(outcome);
+    }
+
+    let changed = Notify::new();
+    let follows = members
+        .iter()
+        .zip(&caches)
+        .map(|(member, cache)| follow(&member.access, &selector, cache, &changed));
+    // Polled only here, as in `run`: the watches fill the caches while this waits.
+    let mut watches = std::pin::pin!(futures::future::join_all(follows));
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    // What was last said of each member that cannot be read.
+    let mut told: Vec<Option<String>> = vec![None; members.len()];
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep_until(deadline) => {
+                display.finish();
+                let guards: Vec<_> = caches.iter().map(lock).collect();
+                let now: Vec<&MemberCache> = guards.iter().map(|cache| &**cache).collect();
+                return Ok(timed_out_across(&current, &now, timeout_text));
+            }
+            _ = &mut watches => {}
+            () = changed.notified() => {}
+            _ = tick.tick() => {}
+        }
+        let guards: Vec<_> = caches.iter().map(lock).collect();
+        let now: Vec<&MemberCache> = guards.iter().map(|cache| &**cache).collect();
+        for (cache, told) in now.iter().zip(&mut told) {
+            let unreadable = match cache.reading() {
+                Reading::Unreadable(error) => Some(error),
+                Reading::Read | Reading::Listing => None,
+            };
+            if unreadable == *told {
+                continue;
+            }
+            display.note(&match &unreadable {
+                Some(error) => format!(
+                    "member cluster {} cannot be read: {}; it counts as not ready until it is listed again",
+                    cache.name,
+                    render::printable(error)
+                ),
+                None => format!("member cluster {} is read again", cache.name),
+            });
+            *told = unreadable;
+        }
+        // Until every member's watches listed (or failed), keep the last view, as `run` does.
+        if now.iter().any(|cache| cache.reading() == Reading::Listing) {
+            continue;
+        }
+        let unreadable = members::unreadable(&now);
+        if unreadable.is_empty()
+            && now
+                .iter()
+                .all(|cache| cache.statefulsets().next().is_none())
+        {
+            display.finish();
+            return Err(AccessError::NoSuchGroup {
+                group: group.to_owned(),
+                namespace: members
+                    .first()
+                    .map(|member| member.access.namespace.clone())
+                    .unwrap_or_default(),
+                clusters: now.iter().map(|cache| cache.name.clone()).collect(),
+            });
+        }
+        current = compute_across(group, &now);
+        display.show(&current);
+        // A member that cannot be read may be anything now: nothing is concluded until it is
+        // read again (the timeout still applies).
+        if unreadable.is_empty()
+            && let Some(outcome) = outcome(&current)
+        {
+            display.finish();
+            return Ok(outcome);
+        }
+    }
+}
+
+/// The view of `group` across `members` (see [`members::view`]).
+fn compute_across(group: &str, members: &[&MemberCache]) -> GroupStatus {
+    members::view(group, members, jiff::Timestamp::now())
+}
+
+/// [`timed_out`], naming the members that could not be read when it did.
+pub fn timed_out_across(
+    view: &GroupStatus,
+    members: &[&MemberCache],
+    timeout: &str,
+) -> WaitOutcome {
+    let mut outcome = timed_out(view, timeout);
+    for (member, error) in members::unreadable(members) {
+        outcome.message.push_str(&format!(
+            "; member cluster {member} cannot be read: {}",
+            render::printable(&error)
+        ));
+    }
+    outcome
+}
+
+/// Follows one member: a watch of the group's StatefulSets and one of the namespace's pods,
+/// into `cache`, telling `changed` of every change. A watch that fails marks the member
+/// unreadable and is started afresh, as the controller's member watches are
+/// ([`relisting_watcher`]: a new list, not a watch resumed from where it stopped, which gives no
+/// moment at which the cache is known to be caught up).
+async fn follow(access: &Access, selector: &str, cache: &Mutex<MemberCache>, changed: &Notify) {
+    let mut into_statefulsets = MemberWatch {
+        cache,
+        changed,
+        watch: Watch::StatefulSets,
+    };
+    let mut into_pods = MemberWatch {
+        cache,
+        changed,
+        watch: Watch::Pods,
+    };
+    let statefulsets = baton_shared::index::drive(
+        relisting_watcher(
+            Api::<StatefulSet>::namespaced(access.client.clone(), &access.namespace),
+            watcher::Config::default().labels(selector),
+        ),
+        &mut into_statefulsets,
+    );
+    let pods = baton_shared::index::drive(
+        relisting_watcher(
+            Api::<Pod>::namespaced(access.client.clone(), &access.namespace),
+            watcher::Config::default(),
+        ),
+        &mut into_pods,
+    );
+    futures::future::join(statefulsets, pods).await;
+}
+
+/// A member's watch writing into its cache.
+struct MemberWatch<'a> {
+    cache: &'a Mutex<MemberCache>,
+    changed: &'a Notify,
+    watch: Watch,
+}
+
+impl MemberWatch<'_> {
+    fn change(&self, change: impl FnOnce(&mut MemberCache)) {
+        change(
+            &mut self
+                .cache
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        self.changed.notify_one();
+    }
+
+    fn failed_with(&mut self, error: &watcher::Error) {
+        let watch = self.watch;
+        self.change(|cache| cache.failed(watch, members::error_chain(error)));
+    }
+}
+
+impl Index<StatefulSet> for MemberWatch<'_> {
+    type Kept = StatefulSet;
+
+    fn keep(&self, mut statefulset: StatefulSet) -> StatefulSet {
+        statefulset.managed_fields_mut().clear();
+        statefulset
+    }
+
+    fn reset(&mut self, statefulsets: Vec<StatefulSet>) {
+        self.change(|cache| cache.listed_statefulsets(statefulsets));
+    }
+
+    fn apply(&mut self, statefulset: StatefulSet) {
+        self.change(|cache| cache.applied_statefulset(statefulset));
+    }
+
+    fn delete(&mut self, statefulset: StatefulSet) {
+        self.change(|cache| cache.deleted_statefulset(&statefulset));
+    }
+
+    fn failed(&mut self, error: &watcher::Error) {
+        self.failed_with(error);
+    }
+}
+
+impl Index<Pod> for MemberWatch<'_> {
+    type Kept = CachedPod;
+
+    fn keep(&self, pod: Pod) -> CachedPod {
+        CachedPod::of(&pod)
+    }
+
+    fn reset(&mut self, pods: Vec<CachedPod>) {
+        self.change(|cache| cache.listed_pods(pods));
+    }
+
+    fn apply(&mut self, pod: CachedPod) {
+        self.change(|cache| cache.applied_pod(pod));
+    }
+
+    fn delete(&mut self, pod: CachedPod) {
+        self.change(|cache| cache.deleted_pod(&pod));
+    }
+
+    fn failed(&mut self, error: &watcher::Error) {
+        self.failed_with(error);
     }
 }
 
@@ -287,6 +541,17 @@ impl Display {
                 }
                 *last = lines;
             }
+        }
+    }
+
+    /// A line of its own (not a zone's nor the group's): above the bars, or printed.
+    fn note(&mut self, line: &str) {
+        match self {
+            Self::Bars { multi, .. } => {
+                // Not drawn only when the terminal is gone; the bars go on either way.
+                let _ = multi.println(line);
+            }
+            Self::Lines { .. } => println!("{line}"),
         }
     }
 

@@ -11,7 +11,9 @@ use baton_e2e::controller_support::{
     create_ready_group, roll_out, rollout_state, wait_rollout_complete,
 };
 use baton_e2e::fixtures::StatefulSetFixture;
-use baton_e2e::plugin_support::{self, Run, kubectl_baton};
+use baton_e2e::plugin_support::{
+    self, Run, kubectl_baton, kubectl_baton_across, wait_across, write_members_kubeconfig,
+};
 use baton_e2e::{ControlPlane, TestNamespace};
 use k8s_openapi::api::apps::v1::StatefulSet;
 
@@ -357,4 +359,264 @@ async fn every_mistake_is_an_error_naming_the_object() {
     .complains(&[&format!(
         "StatefulSet loner in namespace {name} is not in a rollout group"
     )]);
+}
+
+#[tokio::test]
+async fn across_members_a_member_names_its_zones_for_its_cluster_and_wait_follows_it() {
+    // Given a 2-zone group rolled by baton-controller, seen as the one member `x` of a
+    // cross-cluster group (its context reaching this control plane)
+    let scene = Scene::start("plugin-members").await;
+    let client = scene.namespace.client();
+    let namespace = scene.namespace.name();
+    let names = create_ready_group(&client, namespace, &["a", "b"], 1).await;
+    let members = [("x", scene.control_plane.kubeconfig_path())];
+
+    // Then status names each zone for its cluster, in the table and in the document
+    kubectl_baton_across(&members, &["status", "-n", namespace])
+        .await
+        .exited(0)
+        .says(&[
+            "x/ingester-zone-a",
+            "x/ingester-zone-b",
+            "ingester: complete",
+        ]);
+    let json = kubectl_baton_across(
+        &members,
+        &["status", "ingester", "-n", namespace, "-o", "json"],
+    )
+    .await;
+    let document: serde_json::Value =
+        serde_json::from_str(&json.exited(0).stdout).expect("status -o json is JSON");
+    let zones: Vec<&str> = document["groups"][0]["zones"]
+        .as_array()
+        .expect("zones")
+        .iter()
+        .filter_map(|zone| zone["statefulset"].as_str())
+        .collect();
+    assert_eq!(
+        zones,
+        ["x/ingester-zone-a", "x/ingester-zone-b"],
+        "{json:#?}"
+    );
+    assert_eq!(document["namespace"], namespace);
+
+    // When a new version is deployed, wait across the member follows it to the end
+    roll_out(&client, namespace, &names, "v2").await;
+    let waited = wait_across(&members, namespace, "ingester", "2m").await;
+    waited
+        .exited(0)
+        .says(&["rollout group ingester is complete", "x/ingester-zone-b"]);
+    assert!(
+        !waited.stdout.contains("cannot be read"),
+        "the member was read throughout: {waited:#?}"
+    );
+    for name in &names {
+        let state = rollout_state(&client, namespace, name).await;
+        assert_eq!(
+            (state.updated(), state.ready_replicas),
+            (1, 1),
+            "{waited:#?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn across_members_every_mistake_names_the_member() {
+    let control_plane = ControlPlane::shared().await;
+    let namespace = TestNamespace::create(control_plane, "plugin-members-errors").await;
+    let name = namespace.name();
+    let here = control_plane.kubeconfig_path();
+    let config: serde_json::Value =
+        serde_saphyr::from_str(&std::fs::read_to_string(here).unwrap()).unwrap();
+    let admin_context = config["current-context"].as_str().unwrap().to_owned();
+
+    // A member whose context the kubeconfig lacks: named, with the contexts it has
+    kubectl_baton(here, &["status", "--member", "ghost", "-n", name])
+        .await
+        .exited(1)
+        .complains(&[
+            "member ghost: no context ghost in the kubeconfig",
+            "its contexts: ",
+            &admin_context,
+            "--member ghost=CONTEXT",
+        ]);
+    kubectl_baton(here, &["wait", "g", "--member", "x=nope", "-n", name])
+        .await
+        .exited(1)
+        .complains(&["member x: no context nope in the kubeconfig"]);
+
+    // A group none of the members holds: the clusters searched are named
+    for command in [
+        &["wait", "nope", "-n", name][..],
+        &["status", "nope", "-n", name],
+    ] {
+        kubectl_baton_across(&[("x", here)], command)
+            .await
+            .exited(1)
+            .complains(&[&format!(
+                "no rollout group nope in namespace {name} in any of the member clusters searched (x): \
+                 no StatefulSet there has the label rollout-group=nope"
+            )]);
+    }
+
+    // A member cluster that cannot be reached is named, with its server; the other is read
+    let directory = tempfile::tempdir().unwrap();
+    let unreachable = directory.path().join("down.kubeconfig");
+    std::fs::write(
+        &unreachable,
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: down\n  cluster:\n    server: https://127.0.0.1:1\n\
+         users:\n- name: down\n  user:\n    token: none\ncontexts:\n- name: down\n  context:\n    \
+         cluster: down\n    user: down\ncurrent-context: down\n",
+    )
+    .unwrap();
+    let run = kubectl_baton_across(
+        &[("x", here), ("down", &unreachable)],
+        &["wait", "ingester", "-n", name],
+    )
+    .await;
+    run.exited(1).complains(&[
+        "cannot reach member cluster down (context down, https://127.0.0.1:1/)",
+        "Connection refused",
+    ]);
+    assert!(!run.stderr.contains("member cluster x"), "{run:#?}");
+
+    // Each member has its own context: --context with --member is a usage error
+    kubectl_baton(
+        here,
+        &["status", "--member", "x", "--context", &admin_context],
+    )
+    .await
+    .exited(2)
+    .complains(&["--context cannot be used with --member"]);
+
+    // The kubeconfig written for members names each context, cluster and user for its member
+    let merged = directory.path().join("members.kubeconfig");
+    write_members_kubeconfig(&[("x", here), ("down", &unreachable)], &merged).unwrap();
+    let written: serde_json::Value =
+        serde_saphyr::from_str(&std::fs::read_to_string(&merged).unwrap()).unwrap();
+    for kind in ["contexts", "clusters", "users"] {
+        let names: Vec<&str> = written[kind]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|entry| entry["name"].as_str())
+            .collect();
+        assert_eq!(names, ["x", "down"], "{kind}: {written:#}");
+    }
+}
+
+#[tokio::test]
+async fn across_members_wait_holds_while_a_member_cannot_be_read_and_goes_on_once_it_is_listed_again()
+ {
+    // Given a control plane of its own as member x, with a group whose one pod is not ready
+    // (nothing serves pods here): `wait` follows it
+    let control_plane = ControlPlane::dedicated().await;
+    let namespace = TestNamespace::create(&control_plane, "plugin-member-lost").await;
+    let client = namespace.client();
+    let name = namespace.name();
+    StatefulSetFixture::new("lost-zone-a")
+        .group("lost")
+        .replicas(1)
+        .create(&client, name)
+        .await;
+    let directory = tempfile::tempdir().unwrap();
+    let kubeconfig = directory.path().join("members.kubeconfig");
+    write_members_kubeconfig(&[("x", control_plane.kubeconfig_path())], &kubeconfig).unwrap();
+    let mut wait = tokio::process::Command::new(plugin_support::binary().await)
+        .args([
+            "wait",
+            "lost",
+            "-n",
+            name,
+            "--timeout",
+            "5m",
+            "--member",
+            "x",
+        ])
+        .env("KUBECONFIG", &kubeconfig)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("kubectl-baton runs");
+    let printed = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let reader = {
+        let printed = printed.clone();
+        let stdout = wait.stdout.take().expect("stdout");
+        tokio::spawn(async move {
+            use tokio::io::AsyncBufReadExt;
+            let mut lines = tokio::io::BufReader::new(stdout).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                let mut printed = printed.lock().unwrap();
+                printed.push_str(&line);
+                printed.push('\n');
+            }
+        })
+    };
+    let said = |text: &'static str| {
+        let printed = printed.clone();
+        move || {
+            let holds = printed.lock().unwrap().contains(text);
+            async move { holds }
+        }
+    };
+    let timeout = Duration::from_secs(60);
+    baton_e2e::wait_until(
+        timeout,
+        "wait shows x/lost-zone-a",
+        said("x/lost-zone-a waiting"),
+    )
+    .await;
+
+    // When the member's API server stops
+    control_plane.stop_apiserver().await.unwrap();
+    // Then wait says the member cannot be read, the group waits for it, and wait goes on
+    baton_e2e::wait_until(
+        timeout,
+        "wait says member x cannot be read",
+        said("member cluster x cannot be read: "),
+    )
+    .await;
+    baton_e2e::wait_until(
+        timeout,
+        "the group waits for x",
+        said("lost: waiting; waits (MemberUnreachable): x/lost-zone-a cannot be read: cluster x is unreachable"),
+    )
+    .await;
+    assert!(
+        wait.try_wait().unwrap().is_none(),
+        "wait goes on: {}",
+        printed.lock().unwrap()
+    );
+
+    // When it is back, wait lists the member afresh and follows it to the end
+    control_plane.start_apiserver().await.unwrap();
+    baton_e2e::wait_until(
+        timeout,
+        "wait says member x is read again",
+        said("member cluster x is read again"),
+    )
+    .await;
+    let patch = serde_json::json!({"spec": {"replicas": 0}});
+    kube::Api::<StatefulSet>::namespaced(client.clone(), name)
+        .patch(
+            "lost-zone-a",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await
+        .expect("scaling lost-zone-a to 0");
+    let status = tokio::time::timeout(Duration::from_secs(120), wait.wait())
+        .await
+        .expect("wait ends once the group is complete")
+        .expect("wait's status");
+    reader.await.unwrap();
+    let printed = printed.lock().unwrap().clone();
+    eprintln!("wait printed:\n{printed}");
+    assert_eq!(status.code(), Some(0), "{printed}");
+    assert!(
+        printed.contains("rollout group lost is complete"),
+        "{printed}"
+    );
 }
