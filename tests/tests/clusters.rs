@@ -5,19 +5,21 @@
 //! only while the others are fully ready.
 //!
 //! The scenarios share one trio of control planes and one controller
-//! ([`MemberClusters::shared`]), each with a group of its own; the one that stops an API
+//! ([`MemberClusters::scenario`]), each with a group of its own; the one that stops an API
 //! server takes the trio alone. Every check of the zone rule runs on the merged timeline of
-//! the three simulators, members named `cluster/statefulset` as baton names them.
+//! the three simulators, members named `cluster/statefulset` as baton names them. A deploy
+//! pipeline follows the groups with `kubectl baton wait --member NAME` for each cluster.
 
 use std::time::{Duration, Instant};
 
 use baton_core::gates::{HALTED_ANNOTATION, HEALTH_CHECK_ANNOTATION, SOAK_ANNOTATION};
-use baton_core::status::{GroupStatus, RolloutPhase};
-use baton_e2e::controller_support::wait_event;
+use baton_core::status::{GroupStatus, RolloutPhase, RolloutStatus};
+use baton_e2e::controller_support::{rollout_state, wait_event};
 use baton_e2e::fixtures::StatefulSetFixture;
 use baton_e2e::member_clusters::{
     CLUSTERS, Group, KUBECONFIG_KEY, MemberClusters, kubeconfig_secret,
 };
+use baton_e2e::plugin_support::{kubectl_baton_across, wait_across};
 use baton_e2e::prometheus_support::{Metrics, Prometheus, create_health_check};
 use baton_e2e::timeline::{WATCH_SKEW, ZoneWindow, check_rollout_guarantees, zone_windows};
 use baton_e2e::{PodEvent, PodTransition, wait_for, wait_until};
@@ -314,6 +316,16 @@ fn a_bad_version_stays_in_the_first_cluster_and_a_good_one_completes_with_a_soak
             assert_eq!(clusters.updated_pods(&group, cluster).await, 0);
         }
 
+        // and a deploy pipeline waiting on the group across the clusters times out, saying
+        // where it stands
+        wait_across(&clusters.kubeconfigs(), clusters.namespace(), &group.name, "3s")
+            .await
+            .exited(3)
+            .complains(&[
+                "timed out after 3s waiting for rollout group ingester: rolling; waits (MaxUnavailable)",
+                &format!("max-unavailable reached in {first} (1/1)"),
+            ]);
+
         // When a good version is deployed to every cluster
         let fixed = clusters.roll_out(&group, GOOD).await;
 
@@ -559,6 +571,20 @@ fn a_health_check_failing_while_cluster_b_rolls_halts_before_cluster_c_until_a_p
             .await;
         eprintln!("the group waits: {:?}", status.waiting);
 
+        // and a deploy pipeline waiting on the group across the clusters stops: a person must act
+        wait_across(
+            &clusters.kubeconfigs(),
+            clusters.namespace(),
+            &group.name,
+            "1m",
+        )
+        .await
+        .exited(4)
+        .complains(&[&format!(
+            "rollout group querier is halted: halted at {}",
+            group.member(halted_in)
+        )]);
+
         // When the ratio recovers and a person resumes the group (removes the halt where it is)
         metrics.set(ERROR_RATIO, 0.0);
         prometheus.wait_value(ERROR_RATIO, 0.0).await;
@@ -608,12 +634,61 @@ async fn wait_until_ready(clusters: &MemberClusters, member: &str, after: Instan
     .await
 }
 
-// PLUGIN-MEMBERS: `kubectl baton wait` and `status` on a cross-cluster group go here.
-//
-// The plugin learns member clusters on branch `plugin-members` (`--member NAME[=CONTEXT]` on
-// `status` and `wait`, and `plugin_support::wait_across` / `kubectl_baton_across`, which write
-// one kubeconfig with a context per member). Once it is merged, the scenario is: given a group
-// rolling across the trio, `wait_across(&clusters.kubeconfigs(), clusters.namespace(), GROUP,
-// "2m")` exits 0 once every cluster completed, having said `cluster-b/STATEFULSET` among its
-// zones; and `kubectl_baton_across(&clusters.kubeconfigs(), &["status", GROUP, "-n", NS])`
-// lists the members as the controller's status JSON (`clusters.status(&group)`) does.
+#[test]
+fn kubectl_baton_follows_a_cross_cluster_group_with_a_member_per_cluster() {
+    MemberClusters::scenario(|clusters| async move {
+        // Given a ready group `ruler` of one StatefulSet per cluster, 2 pods each, and a
+        // kubeconfig with a context per cluster, named after it
+        let group = Group::new("ruler", 2, 1);
+        clusters.create_group(&group, |_, fixture| fixture).await;
+        let members = clusters.kubeconfigs();
+        let namespace = clusters.namespace();
+
+        // Then `kubectl baton status --member cluster-a --member cluster-b --member cluster-c`
+        // names the members as the controller does, each complete
+        let run = kubectl_baton_across(
+            &members,
+            &["status", "ruler", "-n", namespace, "-o", "json"],
+        )
+        .await;
+        let document: RolloutStatus =
+            serde_json::from_str(&run.exited(0).stdout).expect("a RolloutStatus document");
+        let complete = every_member(&group, [RolloutPhase::Complete; 3]);
+        assert_eq!(phases(&document.groups[0]), complete, "{run:#?}");
+        let controller = clusters
+            .wait_status(&group, "every member complete", |status| {
+                phases(status) == complete
+            })
+            .await;
+        assert_eq!(
+            document.groups[0].zones, controller.zones,
+            "the plugin and the controller see the same members"
+        );
+
+        // When a new version is deployed to every cluster, and a deploy pipeline waits for it
+        let from = clusters.roll_out(&group, "v2").await;
+        let waited = wait_across(&members, namespace, "ruler", "2m").await;
+
+        // Then wait exits 0 once every cluster completed, having followed each member by its
+        // name, and never lost sight of one
+        waited.exited(0).says(&[
+            "rollout group ruler is complete",
+            "cluster-a/ruler",
+            "cluster-b/ruler",
+            "cluster-c/ruler",
+        ]);
+        assert!(
+            !waited.stdout.contains("cannot be read"),
+            "every member was read throughout: {waited:#?}"
+        );
+        for cluster in &clusters.clusters {
+            let state = rollout_state(&cluster.client(), namespace, &group.statefulset).await;
+            assert!(
+                state.is_complete(),
+                "{} was complete when wait said so: {state:#?}\n{waited:#?}",
+                cluster.name
+            );
+        }
+        check_rollout_guarantees(&clusters.merged_timeline(), &group.zones(), from).unwrap();
+    });
+}
