@@ -26,7 +26,7 @@ use baton_core::members::qualified;
 use baton_core::status::{GroupStatus, RolloutStatus};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{Pod, Secret};
-use kube::api::{Api, PostParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 
 use crate::controller_support::{
     Controller, GROUP_TIMEOUT, free_address, roll_out, rollout_state, wait_group_ready,
@@ -133,6 +133,25 @@ impl MemberClusters {
         Self::run(true, scenario);
     }
 
+    /// Runs `scenario` on a trio of its own, made by `setup` (such as
+    /// [`MemberClusters::start_without_secret`]) and stopped when the scenario ends, while the
+    /// binary's shared trio waits: six control planes at once would load a small machine.
+    pub fn scenario_apart<S, F>(
+        setup: impl FnOnce() -> S,
+        scenario: impl FnOnce(MemberClusters) -> F,
+    ) where
+        S: Future<Output = MemberClusters>,
+        F: Future<Output = ()>,
+    {
+        runtime().block_on(async {
+            let _alone = OUTAGES.write().await;
+            // Its controller dies with this thread at the latest (pdeathsig), and with the
+            // trio when the scenario drops it.
+            let clusters = setup().await;
+            scenario(clusters).await;
+        });
+    }
+
     fn run<F>(alone: bool, scenario: impl FnOnce(&'static MemberClusters) -> F)
     where
         F: Future<Output = ()>,
@@ -176,6 +195,20 @@ impl MemberClusters {
     /// namespace, and the controller against the hub with `BATON_CONFIG` naming the members.
     /// Call it on a runtime that outlives its use (the shared trio's, or the test's own).
     pub async fn start(prefix: &str, extra: &[(&str, &str)]) -> Self {
+        Self::start_with(prefix, extra, None).await
+    }
+
+    /// As [`MemberClusters::start`], the Secret of `cluster` left out: the controller starts
+    /// unable to reach that member ([`MemberClusters::write_secret`] writes it).
+    pub async fn start_without_secret(prefix: &str, cluster: &str) -> Self {
+        Self::start_with(prefix, &[], Some(cluster)).await
+    }
+
+    async fn start_with(
+        prefix: &str,
+        extra: &[(&str, &str)],
+        without_secret: Option<&str>,
+    ) -> Self {
         let started = Instant::now();
         let (a, b, c) = tokio::join!(
             ControlPlane::dedicated(),
@@ -201,7 +234,9 @@ impl MemberClusters {
         }
         let hub = &clusters[0];
         for member in &clusters[1..] {
-            write_kubeconfig_secret(&hub.client(), &namespace, member).await;
+            if without_secret != Some(member.name) {
+                write_kubeconfig_secret(&hub.client(), &namespace, member).await;
+            }
         }
 
         let files = tempfile::Builder::new()
@@ -261,6 +296,13 @@ impl MemberClusters {
             stopped: Instant::now(),
             ended: false,
         }
+    }
+
+    /// Writes `cluster`'s kubeconfig Secret in the hub, as the trio does at its start: its
+    /// admin kubeconfig under [`KUBECONFIG_KEY`] (replacing the Secret if there is one).
+    pub async fn write_secret(&self, cluster: &str) {
+        let hub = self.cluster(HUB).client();
+        write_kubeconfig_secret(&hub, &self.namespace, self.cluster(cluster)).await;
     }
 
     /// Returns once `cluster`'s simulator watches its pods again (after an outage its watch
@@ -663,20 +705,25 @@ async fn write_kubeconfig_secret(hub: &kube::Client, namespace: &str, member: &M
             member.name
         );
     }
-    let secret = Secret {
-        metadata: kube::api::ObjectMeta {
-            name: Some(kubeconfig_secret(member.name)),
-            ..Default::default()
-        },
-        data: Some([(KUBECONFIG_KEY.to_owned(), ByteString(kubeconfig))].into()),
-        ..Default::default()
-    };
+    let name = kubeconfig_secret(member.name);
+    // Server-side apply: created, or replaced when a scenario wrote it otherwise.
+    let secret: Secret = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": name},
+        "data": {KUBECONFIG_KEY: ByteString(kubeconfig)},
+    }))
+    .expect("a valid Secret");
     Api::<Secret>::namespaced(hub.clone(), namespace)
-        .create(&PostParams::default(), &secret)
+        .patch(
+            &name,
+            &PatchParams::apply("baton-e2e").force(),
+            &Patch::Apply(&secret),
+        )
         .await
         .unwrap_or_else(|error| {
             panic!(
-                "creating the kubeconfig Secret of {} in {HUB}: {error}",
+                "writing the kubeconfig Secret of {} in {HUB}: {error}",
                 member.name
             )
         });

@@ -25,7 +25,7 @@ use baton_e2e::timeline::{WATCH_SKEW, ZoneWindow, check_rollout_guarantees, zone
 use baton_e2e::{PodEvent, PodTransition, wait_for, wait_until};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use serde_json::json;
 
@@ -478,6 +478,128 @@ fn a_member_cluster_whose_api_server_stops_mid_rollout_holds_the_group_until_it_
             named.first()
         );
     });
+}
+
+#[test]
+fn a_member_whose_kubeconfig_secret_is_missing_then_bad_holds_the_group_until_it_is_written() {
+    MemberClusters::scenario_apart(
+        || MemberClusters::start_without_secret("secrets", "cluster-c"),
+        |clusters| async move {
+            // (its controller's output is shown if it fails: the trio stops with the scenario)
+            let namespace = clusters.namespace().to_owned();
+            let secret = kubeconfig_secret("cluster-c");
+            let secrets =
+                Api::<Secret>::namespaced(clusters.cluster("cluster-a").client(), &namespace);
+
+            // Given a trio whose controller started with no Secret for cluster-c, and a ready
+            // group `ingester` of one StatefulSet per cluster, 3 pods each
+            let group = Group::new("ingester", 3, 1);
+            clusters.create_group(&group, |_, fixture| fixture).await;
+
+            // Then the leader holds the group, saying which Secret of which member it cannot
+            // read
+            wait_until(
+                TIMEOUT,
+                "the leader holds the group for cluster-c",
+                || async {
+                    waits_for(
+                        &clusters.controller.metrics().await,
+                        &group,
+                        "MemberUnreachable",
+                    )
+                },
+            )
+            .await;
+            let missing =
+                format!("reading Secret {namespace}/{secret} of member cluster cluster-c");
+            wait_until(
+                TIMEOUT,
+                "the controller says the Secret is missing",
+                || async { clusters.controller.process.output().contains(&missing) },
+            )
+            .await;
+
+            // When a new version is deployed to every cluster, nothing is deleted anywhere
+            // for 5 s (the scenario's input), the status saying meanwhile why the group waits
+            let from = clusters.roll_out(&group, "v2").await;
+            let unreachable = |status: &GroupStatus| {
+                status.waiting.as_ref().is_some_and(|waiting| {
+                    waiting.kind == "MemberUnreachable"
+                        && waiting.message.contains("cluster cluster-c is unreachable")
+                })
+            };
+            let mut statuses = Vec::new();
+            while Instant::now() < from + Duration::from_secs(5) {
+                statuses.extend(clusters.status(&group).await);
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+
+            // When the Secret is written without its key, the controller says so and still
+            // holds the group
+            let keyless: Secret = serde_json::from_value(json!({
+                "metadata": {"name": secret},
+                "stringData": {"config": "not under the key the configuration names"},
+            }))
+            .expect("a Secret");
+            secrets
+                .create(&PostParams::default(), &keyless)
+                .await
+                .expect("the keyless Secret");
+            let no_key = format!(
+                "Secret {namespace}/{secret} of member cluster cluster-c has no key {KUBECONFIG_KEY}"
+            );
+            wait_until(
+                TIMEOUT,
+                "the controller says the Secret has no key",
+                || async { clusters.controller.process.output().contains(&no_key) },
+            )
+            .await;
+            assert!(
+                waits_for(
+                    &clusters.controller.metrics().await,
+                    &group,
+                    "MemberUnreachable"
+                ),
+                "the leader still holds the group"
+            );
+            for member in group.members() {
+                assert_eq!(
+                    clusters.deleted_pods(&member, from),
+                    Vec::<String>::new(),
+                    "no pod of {member} deleted while cluster-c cannot be reached"
+                );
+            }
+
+            // When cluster-c's kubeconfig is written under its key
+            clusters.write_secret("cluster-c").await;
+
+            // Then cluster-c is reached, and the rollout completes one cluster at a time, the
+            // zone rule held at every step
+            clusters.wait_complete(&group).await;
+            let timeline = clusters.merged_timeline();
+            check_rollout_guarantees(&timeline, &group.zones(), from).unwrap();
+            assert_one_at_a_time(&windows(&timeline, &group, from), &group, Duration::ZERO);
+
+            // And while cluster-c could not be reached the status said why the group waited,
+            // every time it was read (checked last, so that the rest is checked whatever it
+            // said)
+            assert!(
+                !statuses.is_empty(),
+                "the status answered while cluster-c was out"
+            );
+            let silent: Vec<&GroupStatus> = statuses
+                .iter()
+                .filter(|status| !unreachable(status))
+                .collect();
+            assert!(
+                silent.is_empty(),
+                "{} of {} status reads while cluster-c was out did not say the group waits on it (MemberUnreachable); the first: {:#?}",
+                silent.len(),
+                statuses.len(),
+                silent.first()
+            );
+        },
+    );
 }
 
 const ERROR_RATIO: &str = "test_error_ratio";
