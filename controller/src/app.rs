@@ -78,6 +78,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
             system_namespace: config.system_namespace(),
             namespace: &config.namespace,
             request_timeout: config.kubernetes.request_timeout.get(),
+            out: crate::members::register_out_gauge(&registry)?,
         };
         let (caches, clusters, watches) =
             crate::members::start(settings, &config.controller.members, touched.clone());

@@ -275,6 +275,22 @@ pub enum ConnectError {
     },
 }
 
+/// `baton_member_cluster_out{member}`: 1 while a member cluster cannot be trusted (it holds
+/// every group it has a member in), 0 once it is listed.
+pub fn register_out_gauge(
+    registry: &prometheus::Registry,
+) -> prometheus::Result<prometheus::IntGaugeVec> {
+    let gauge = prometheus::IntGaugeVec::new(
+        prometheus::Opts::new(
+            "baton_member_cluster_out",
+            "1 while a member cluster cannot be read (not connected, a watch failed, or not listed again since): it holds its groups.",
+        ),
+        &["member"],
+    )?;
+    registry.register(Box::new(gauge.clone()))?;
+    Ok(gauge)
+}
+
 /// What starting the member watches needs from the controller.
 pub struct Settings<'a> {
     pub hub: kube::Client,
@@ -284,6 +300,8 @@ pub struct Settings<'a> {
     /// The groups' namespace, in every member.
     pub namespace: &'a str,
     pub request_timeout: std::time::Duration,
+    /// [`register_out_gauge`]'s gauge.
+    pub out: prometheus::IntGaugeVec,
 }
 
 /// Starts watching every member: the caches, the routing of writes, and the future that drives
@@ -326,6 +344,8 @@ fn watch_member(
 ) {
     let health = Arc::new(Mutex::new(Health::default()));
     let (out_changed, mut out_changes) = tokio::sync::mpsc::unbounded_channel::<()>();
+    let out = settings.out.with_label_values(&[member.name.as_str()]);
+    out.set(1);
     let connect = connect(
         settings.hub.clone(),
         settings.layers.clone(),
@@ -363,11 +383,23 @@ fn watch_member(
         health,
     };
     let name = member.name.clone();
+    let watched = cache.clone();
     let drive = async move {
-        let register = connect.map(|client| clusters.connected(&name, client));
+        let cluster = name.clone();
+        let register = connect.map(move |client| clusters.connected(&cluster, client));
         // A member going out or coming back concerns every group it has a member in.
         let retell = async move {
             while out_changes.recv().await.is_some() {
+                let is_out = watched.outage();
+                out.set(i64::from(is_out.is_some()));
+                match is_out {
+                    Some(outage) => {
+                        tracing::warn!(member = %name, error = %outage.error, "member cluster out: its groups are held")
+                    }
+                    None => {
+                        tracing::info!(member = %name, "member cluster listed: its groups go on")
+                    }
+                }
                 for group in crate::cache::groups_of(&statefulsets) {
                     let _ = touched.send(group);
                 }

@@ -63,8 +63,8 @@ mod sim;
 use sim::{env_u64, leader_pass};
 
 use baton_core::annotations::{
-    MAX_UNAVAILABLE_ANNOTATION, PARTITION_ANNOTATION, ROLLOUT_PAUSED_ANNOTATION,
-    UPDATE_BY_ANNOTATION,
+    MAX_ROLLING_MEMBERS_ANNOTATION, MAX_UNAVAILABLE_ANNOTATION, PARTITION_ANNOTATION,
+    ROLLOUT_PAUSED_ANNOTATION, UPDATE_BY_ANNOTATION,
 };
 use baton_core::pass;
 use baton_core::rollout::snapshot::pod_ordinal;
@@ -109,8 +109,12 @@ enum Property {
 impl fmt::Display for Property {
     fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
         formatter.write_str(match self {
-            Self::OneZoneAtATime => "(a) one StatefulSet of a group made unavailable at a time",
-            Self::OthersFullyReady => "(b) deletions only while every other member is ready",
+            Self::OneZoneAtATime => {
+                "(a) one StatefulSet of a group made unavailable at a time (max-rolling-members: that many)"
+            }
+            Self::OthersFullyReady => {
+                "(b) deletions only while every other member is ready (max-rolling-members: fewer than that many are not)"
+            }
             Self::MaxUnavailable => "(c) max-unavailable never exceeded because of baton",
             Self::NonOnDeleteUntouched => "(d) a group with a non-OnDelete member is untouched",
             Self::Liveness => "(e) every rollout completes once chaos stops",
@@ -262,6 +266,9 @@ struct Simulation<'p> {
     /// Revisions whose pods never become ready (a broken version).
     broken: Vec<(String, &'static str)>,
     next_id: u64,
+    /// How many members may be not ready at once (`baton.dev/max-rolling-members` on every
+    /// member when above 1): by the seed, so scenarios without it draw as they always did.
+    max_rolling: usize,
     planner: &'p Planner,
     trace: Trace,
     stats: Stats,
@@ -294,6 +301,9 @@ struct Stats {
     /// Pods released by lowering a partition.
     releases: u64,
     longest_convergence: u64,
+    /// Steps at which baton had pods of several members unavailable at once (allowed by
+    /// `baton.dev/max-rolling-members`).
+    parallel_members: u64,
     waits: BTreeMap<&'static str, u64>,
 }
 
@@ -307,6 +317,7 @@ impl Stats {
         self.current_revisions_set += other.current_revisions_set;
         self.releases += other.releases;
         self.longest_convergence = self.longest_convergence.max(other.longest_convergence);
+        self.parallel_members += other.parallel_members;
         for (kind, count) in &other.waits {
             *self.waits.entry(kind).or_default() += count;
         }
@@ -409,6 +420,11 @@ impl<'p> Simulation<'p> {
             members: Vec::new(),
             broken: Vec::new(),
             next_id: 0,
+            max_rolling: match seed % 8 {
+                3 => 2,
+                6 => 3,
+                _ => 1,
+            },
             planner,
             trace: Trace {
                 lines: traced.then(Vec::new),
@@ -474,6 +490,12 @@ impl<'p> Simulation<'p> {
         }
         if rng.random_bool(0.1) {
             annotations.insert(ROLLOUT_PAUSED_ANNOTATION.to_owned(), "true".to_owned());
+        }
+        if self.max_rolling > 1 {
+            annotations.insert(
+                MAX_ROLLING_MEMBERS_ANNOTATION.to_owned(),
+                self.max_rolling.to_string(),
+            );
         }
         let by_partition = rng.random_bool(0.3);
         let update_strategy = if by_partition || rng.random_bool(0.05) {
@@ -1458,9 +1480,10 @@ impl<'p> Simulation<'p> {
                 ),
             ));
         }
-        // (b): available pods only while every other member is fully ready; pods already down
-        // also while other members are down, but never while a new pod is unproven (a pod at
-        // an update revision not available) anywhere in the group.
+        // (b): available pods only while every other member is fully ready (while fewer than
+        // `max_rolling` others are not, with max-rolling-members); pods already down also while
+        // other members are down, but never while a new pod is unproven (a pod at an update
+        // revision not available) anywhere in the group.
         let unproven = self.group.statefulsets.iter().find_map(|statefulset| {
             statefulset
                 .pods
@@ -1476,19 +1499,21 @@ impl<'p> Simulation<'p> {
             .zip(&takes_available)
             .chain(releases.iter().zip(&releases_available))
         {
-            let not_ready = self
+            let others_not_ready: Vec<String> = self
                 .group
                 .statefulsets
                 .iter()
                 .zip(&self.members)
                 .enumerate()
-                .find(|&(other, (statefulset, life))| {
+                .filter(|&(other, (statefulset, life))| {
                     other != member && !fully_ready(statefulset, life, now)
                 })
-                .map(|(_, (statefulset, _))| statefulset.name.clone());
-            let Some(not_ready) = not_ready else {
+                .map(|(_, (statefulset, _))| statefulset.name.clone())
+                .collect();
+            if others_not_ready.len() < self.max_rolling {
                 continue;
-            };
+            }
+            let not_ready = others_not_ready.join(" and ");
             if available || unproven.is_some() {
                 let statefulset = &self.group.statefulsets[member];
                 return Err(self.violation(
@@ -1631,6 +1656,9 @@ impl<'p> Simulation<'p> {
             .map(|(statefulset, _)| statefulset.name.as_str())
             .collect();
         if made_unavailable.len() > 1 {
+            self.stats.parallel_members += 1;
+        }
+        if made_unavailable.len() > self.max_rolling {
             return Err(self.violation(
                 Property::OneZoneAtATime,
                 format!(
@@ -1868,6 +1896,8 @@ fn planner_keeps_compat_guarantees_in_random_scenarios() {
         assert!(stats.current_revisions_set > count / 2, "{stats:?}");
         // Partition rollouts ran too, and were interrupted by someone moving a partition.
         assert!(stats.releases > count / 2, "{stats:?}");
+        // With max-rolling-members, several members rolled at once.
+        assert!(stats.parallel_members > count / 100, "{stats:?}");
         for kind in [
             "NonOnDeleteMember",
             "MultipleNotReady",
@@ -2003,6 +2033,34 @@ fn checker_catches_a_planner_that_rolls_two_zones_at_once() {
             greedy
         },
         Property::OneZoneAtATime,
+    );
+}
+
+#[test]
+fn checker_catches_a_planner_that_lets_one_more_member_roll_than_allowed() {
+    assert_caught(
+        &|group: &GroupSnapshot, now| {
+            let allowed = group
+                .statefulsets
+                .iter()
+                .filter_map(|statefulset| {
+                    statefulset
+                        .annotations
+                        .get(MAX_ROLLING_MEMBERS_ANNOTATION)?
+                        .parse::<u32>()
+                        .ok()
+                })
+                .min()
+                .unwrap_or(1);
+            let generous = with_each_statefulset(group, |statefulset| {
+                statefulset.annotations.insert(
+                    MAX_ROLLING_MEMBERS_ANNOTATION.to_owned(),
+                    (allowed + 1).to_string(),
+                );
+            });
+            plan(&generous, now)
+        },
+        Property::OthersFullyReady,
     );
 }
 

@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 
 use baton_core::explained::Explained;
 use baton_core::members::{
-    Outage, mark_outages, qualify_pod, qualify_statefulset, split, valid_cluster_name,
+    Outage, mark_outages, qualify_pod, qualify_statefulset, valid_cluster_name,
 };
 use baton_core::pods::CachedPod;
 use baton_core::rollout::{GroupSnapshot, WaitReason};
@@ -284,17 +284,13 @@ pub fn snapshot(group: &str, members: &[&MemberCache]) -> GroupSnapshot {
 /// group, are `waiting` instead, for that member.
 pub fn view(group: &str, members: &[&MemberCache], now: jiff::Timestamp) -> GroupStatus {
     let snapshot = snapshot(group, members);
+    // The core never calls a member that cannot be read complete, nor its group.
     let mut view = status::compute(&snapshot, None, now);
     let Some((cluster, error)) = unreadable(members).into_iter().next() else {
         return view;
     };
-    for zone in &mut view.zones {
-        if zone.phase == RolloutPhase::Complete
-            && split(&zone.statefulset).0 == Some(cluster.as_str())
-        {
-            zone.phase = RolloutPhase::Waiting;
-        }
-    }
+    // A member cluster without any of the group's StatefulSets as last seen still cannot
+    // say it has none now.
     if matches!(
         view.phase,
         RolloutPhase::Complete | RolloutPhase::RolledBack

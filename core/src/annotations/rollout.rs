@@ -7,12 +7,35 @@
 use std::collections::BTreeMap;
 
 use super::{
-    MAX_UNAVAILABLE_ANNOTATION, PARTITION_ANNOTATION, ROLLOUT_PAUSED_ANNOTATION,
-    UPDATE_BY_ANNOTATION,
+    MAX_ROLLING_MEMBERS_ANNOTATION, MAX_UNAVAILABLE_ANNOTATION, PARTITION_ANNOTATION,
+    ROLLOUT_PAUSED_ANNOTATION, UPDATE_BY_ANNOTATION,
 };
 
 /// What `rollout-max-unavailable` accepts, as told to the person who wrote something else.
 pub const MAX_UNAVAILABLE_ACCEPTED: &str = "a positive integer or a percentage from 1% to 100%";
+/// What `baton.dev/max-rolling-members` accepts, as told to the person who wrote something else.
+pub const MAX_ROLLING_MEMBERS_ACCEPTED: &str = "a positive integer";
+
+/// How many members of a group may be not ready at once (`baton.dev/max-rolling-members`) by
+/// one member's annotations: missing → none said; a positive integer as written (Go's
+/// `strconv.Atoi` syntax, as `rollout-max-unavailable`); anything else → 1, the zone rule,
+/// and a warning.
+pub fn max_rolling_members(annotations: &BTreeMap<String, String>) -> Option<Parsed<u32>> {
+    let raw = annotations.get(MAX_ROLLING_MEMBERS_ANNOTATION)?;
+    Some(match parse_positive(raw) {
+        Some(value) => Parsed::valid(value),
+        None => Parsed {
+            value: 1,
+            warning: Some(InvalidAnnotation {
+                key: MAX_ROLLING_MEMBERS_ANNOTATION,
+                value: raw.clone(),
+                accepted: MAX_ROLLING_MEMBERS_ACCEPTED,
+                fallback: "1 (one member at a time)".to_owned(),
+            }),
+        },
+    })
+}
+
 /// What `grafana.com/rollout-paused` accepts, as told to the person who wrote something else.
 pub const PAUSED_ACCEPTED: &str = "\"true\" to pause, \"false\" or nothing otherwise";
 
@@ -86,6 +109,11 @@ fn parse_max_unavailable(raw: &str, replicas: u32) -> Option<u32> {
         let scaled = percent * i64::from(replicas) / 100;
         return Some(u32::try_from(scaled).unwrap_or(u32::MAX).max(1));
     }
+    parse_positive(raw)
+}
+
+/// A positive integer, as Go's `strconv.Atoi` reads one (an optional sign, then digits).
+fn parse_positive(raw: &str) -> Option<u32> {
     let count: i64 = raw.parse().ok()?;
     if count <= 0 {
         return None;

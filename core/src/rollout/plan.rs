@@ -34,7 +34,7 @@
 use std::cmp::{Ordering, Reverse};
 
 use crate::annotations::UPDATE_BY_ANNOTATION;
-use crate::annotations::rollout::{UpdateBy, partition_set, update_by};
+use crate::annotations::rollout::{UpdateBy, max_rolling_members, partition_set, update_by};
 use crate::annotations::{InvalidAnnotation, max_unavailable, paused};
 use jiff::Timestamp;
 
@@ -59,12 +59,14 @@ pub fn plan_in_order(group: &GroupSnapshot, now: Timestamp, order: Order) -> Pla
         .iter()
         .map(|statefulset| Member::assess(statefulset, now, order))
         .collect();
+    let (max_rolling, rolling_warnings) = group_max_rolling(group);
     let mut plan = Plan {
         actions: Vec::new(),
         waiting: None,
         warnings: members
             .iter()
             .flat_map(|member| member.warnings.iter().cloned())
+            .chain(rolling_warnings)
             .collect(),
         progress: members.iter().map(Member::progress).collect(),
         recheck_after: members
@@ -72,12 +74,34 @@ pub fn plan_in_order(group: &GroupSnapshot, now: Timestamp, order: Order) -> Pla
             .filter_map(|member| member.available_at)
             .min(),
     };
-    plan.waiting = walk(&members, &mut plan.actions);
+    plan.waiting = walk(&members, max_rolling, &mut plan.actions);
     plan
 }
 
-/// Walks the members (docs/compatibility.md steps 1 to 6), pushing actions; returns why it stopped.
-fn walk(members: &[Member<'_>], actions: &mut Vec<Action>) -> Option<WaitReason> {
+/// How many members may be not ready at once: the smallest `baton.dev/max-rolling-members`
+/// of the members that say one, else 1 (the zone rule), and a warning per bad value.
+fn group_max_rolling(group: &GroupSnapshot) -> (u32, Vec<Warning>) {
+    let mut warnings = Vec::new();
+    let mut smallest: Option<u32> = None;
+    for statefulset in &group.statefulsets {
+        let Some(parsed) = max_rolling_members(&statefulset.annotations) else {
+            continue;
+        };
+        if let Some(problem) = parsed.warning {
+            warnings.push(Warning::InvalidAnnotation {
+                statefulset: statefulset.name.clone(),
+                problem,
+            });
+        }
+        smallest = Some(smallest.map_or(parsed.value, |smallest| smallest.min(parsed.value)));
+    }
+    (smallest.unwrap_or(1), warnings)
+}
+
+/// Walks the members (docs/compatibility.md steps 1 to 6), pushing actions; returns why it
+/// stopped. At most `max_rolling` members are not ready at once (1: the zone rule); the
+/// deletions of one pass are still of one member.
+fn walk(members: &[Member<'_>], max_rolling: u32, actions: &mut Vec<Action>) -> Option<WaitReason> {
     // A member whose cluster cannot be read is only known as it was: every rule below reads
     // the other members' readiness, and its own could have changed since. Nothing goes.
     if let Some((statefulset, unreachable)) = members.iter().find_map(|member| {
@@ -134,7 +158,7 @@ fn walk(members: &[Member<'_>], actions: &mut Vec<Action>) -> Option<WaitReason>
         .iter()
         .filter(|member| member.unreadiness.is_some())
         .collect();
-    if not_ready.len() > 1 {
+    if not_ready.len() > usize::try_from(max_rolling).unwrap_or(usize::MAX) {
         // Every not-ready member is down on its own, unless a new pod is still unproven
         // somewhere: then wait for it, as before. Otherwise waiting may never end (a broken
         // version crash-looping in several zones), and replacing pods that are down costs
@@ -157,17 +181,26 @@ fn walk(members: &[Member<'_>], actions: &mut Vec<Action>) -> Option<WaitReason>
                 .collect(),
         });
     }
-    // The one not-ready member goes first: no other member may roll before it is ready.
+    // The not-ready members go first: no other member may roll before one of them is ready.
     let mut order: Vec<&Member<'_>> = members.iter().collect();
     order.sort_by_key(|member| Reverse(member.unreadiness.is_some()));
 
+    // Members not ready (or waiting on themselves) met so far, and the first one's reason: each
+    // takes one of the `max_rolling` places; the walk stops once none is left.
+    let mut holding = Holding {
+        left: max_rolling.max(1),
+        first: None,
+    };
     let mut paused_with_updates = Vec::new();
     for member in order {
         let statefulset = member.statefulset;
         if member.paused {
             // Paused means "no deletions here, move on", never "ignore its unavailability".
             if let Some(reason) = &member.unreadiness {
-                return Some(reason.clone());
+                match holding.hold(reason.clone()) {
+                    Some(reason) => return Some(reason),
+                    None => continue,
+                }
             }
             if !member.to_update.is_empty() {
                 paused_with_updates.push(statefulset.name.clone());
@@ -185,7 +218,10 @@ fn walk(members: &[Member<'_>], actions: &mut Vec<Action>) -> Option<WaitReason>
                     actions.extend(taken);
                     return None;
                 }
-                Turn::Waits(reason) => return Some(reason),
+                Turn::Waits(reason) => match holding.hold(reason) {
+                    Some(reason) => return Some(reason),
+                    None => continue,
+                },
                 Turn::Done(hold) => {
                     actions.extend(hold);
                     continue;
@@ -213,17 +249,24 @@ fn walk(members: &[Member<'_>], actions: &mut Vec<Action>) -> Option<WaitReason>
                 return None;
             }
             if budget == 0 {
-                return Some(WaitReason::MaxUnavailable {
+                let reason = WaitReason::MaxUnavailable {
                     statefulset: statefulset.name.clone(),
                     not_ready: member.not_ready,
                     max_unavailable: member.max_unavailable,
                     waiting_for: member.waiting_for.clone(),
-                });
+                };
+                match holding.hold(reason) {
+                    Some(reason) => return Some(reason),
+                    None => continue,
+                }
             }
             // Every pod left to update is terminating, so the member cannot be ready.
         }
         if let Some(reason) = &member.unreadiness {
-            return Some(reason.clone());
+            match holding.hold(reason.clone()) {
+                Some(reason) => return Some(reason),
+                None => continue,
+            }
         }
         if member.to_update.is_empty()
             && statefulset.current_revision.as_ref() != Some(update_revision)
@@ -234,12 +277,31 @@ fn walk(members: &[Member<'_>], actions: &mut Vec<Action>) -> Option<WaitReason>
             });
         }
     }
+    if let Some(first) = holding.first {
+        return Some(first);
+    }
     if paused_with_updates.is_empty() {
         None
     } else {
         Some(WaitReason::Paused {
             statefulsets: paused_with_updates,
         })
+    }
+}
+
+/// The places of members not ready in one walk.
+struct Holding {
+    left: u32,
+    first: Option<WaitReason>,
+}
+
+impl Holding {
+    /// A member is not ready for `reason`: it takes a place. The walk stops (with the first
+    /// member's reason) once none is left, else it goes on to the next member.
+    fn hold(&mut self, reason: WaitReason) -> Option<WaitReason> {
+        self.left = self.left.saturating_sub(1);
+        let first = self.first.get_or_insert(reason);
+        (self.left == 0).then(|| first.clone())
     }
 }
 

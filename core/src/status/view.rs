@@ -179,6 +179,10 @@ pub fn group_status(
                 RolloutPhase::Skipped
             } else if halted && !done {
                 RolloutPhase::Halted
+            } else if member.unreachable.is_some() {
+                // Known only as it last was: never done, so the group never looks complete
+                // while the planner holds it (`MemberUnreachable`).
+                RolloutPhase::Waiting
             } else if done {
                 RolloutPhase::Complete
             } else if awaiting == Some(member.name.as_str()) {

@@ -850,3 +850,21 @@ fn a_bypass_never_lifts_a_halt_or_an_approval() {
         Some("AwaitingApproval")
     );
 }
+
+#[test]
+fn with_gate_keys_members_go_one_at_a_time_whatever_max_rolling_members_allows() {
+    use crate::annotations::MAX_ROLLING_MEMBERS_ANNOTATION;
+    let rolling_two = |statefulset| annotated(statefulset, MAX_ROLLING_MEMBERS_ANNOTATION, "2");
+    // Zone a was cleared and rolls: its new pod 0 is not ready yet.
+    let a = rolling_two(cleared(soaked(crash_looping(zone("a", 3, 1), 0), "5s")));
+    let group = group(vec![
+        a,
+        rolling_two(zone("b", 3, 0)),
+        rolling_two(zone("c", 3, 0)),
+    ]);
+    let (planned, gated, _) = gate(&group, now());
+    // The planner alone would start zone b beside it...
+    assert_eq!(deleted_zones(&planned), ["b"]);
+    // ...but the gate's zone finishes before another starts (a soak is between zones).
+    assert!(deleted_zones(&gated).is_empty(), "{:?}", gated.actions);
+}

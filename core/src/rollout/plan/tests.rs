@@ -1,7 +1,8 @@
 //! Scenarios for the planner: one rule or edge of docs/compatibility.md's rollout algorithm each.
 
 use crate::annotations::{
-    InvalidAnnotation, MAX_UNAVAILABLE_ANNOTATION, ROLLOUT_PAUSED_ANNOTATION,
+    InvalidAnnotation, MAX_ROLLING_MEMBERS_ANNOTATION, MAX_UNAVAILABLE_ANNOTATION,
+    ROLLOUT_PAUSED_ANNOTATION,
 };
 use crate::explained::Explained;
 use jiff::SignedDuration;
@@ -1712,4 +1713,79 @@ fn a_member_whose_cluster_cannot_be_read_holds_the_group_by_name() {
     // When its cluster is read again, the first zone starts
     held.statefulsets[2].unreachable = None;
     assert_eq!(deleted(&super::plan(&held, now())), ["ingester-zone-a-0"]);
+}
+
+/// Three zones after a template change, with `baton.dev/max-rolling-members` on each.
+fn rolling_at_most(value: &str) -> [Zone; 3] {
+    fresh_rollout().map(|zone| zone.annotation(MAX_ROLLING_MEMBERS_ANNOTATION, value))
+}
+
+#[test]
+fn with_two_rolling_members_a_second_zone_starts_while_the_first_still_rolls() {
+    // Given zone a rolling (its pod 0 replaced, not ready yet) and two members allowed
+    let [a, b, c] = rolling_at_most("2");
+    let a = a.updated(&[0]).not_ready(&[0]);
+    let plan = plan(&group([a, b, c]), now());
+    // Then zone b starts: its lowest pod goes, within its own max-unavailable
+    assert_eq!(deleted(&plan), ["ingester-zone-b-0"]);
+    assert_eq!(plan.waiting, None);
+}
+
+#[test]
+fn with_two_rolling_members_a_third_waits_for_one_of_them() {
+    let [a, b, c] = rolling_at_most("2");
+    let a = a.updated(&[0]).not_ready(&[0]);
+    let b = b.updated(&[0]).not_ready(&[0]);
+    let plan = plan(&group([a, b, c]), now());
+    // Both places are taken: zone c is untouched, and the wait names the first zone's pod
+    assert!(deleted(&plan).is_empty(), "{:?}", plan.actions);
+    let waiting = plan.waiting.expect("a wait");
+    assert_eq!(waiting.statefulset(), Some("ingester-zone-a"));
+}
+
+#[test]
+fn more_members_not_ready_than_allowed_wait_as_several_not_ready() {
+    let [a, b, c] = rolling_at_most("2");
+    let [a, b, c] = [a, b, c].map(|zone| zone.updated(&[0]).not_ready(&[0]));
+    let plan = plan(&group([a, b, c]), now());
+    assert!(deleted(&plan).is_empty());
+    assert_eq!(
+        plan.waiting.map(|wait| wait.kind()),
+        Some("MultipleNotReady")
+    );
+}
+
+#[test]
+fn the_smallest_max_rolling_members_holds_and_a_bad_one_is_one_with_a_warning() {
+    // One member says 3, another 1: one at a time.
+    let [a, b, c] = fresh_rollout();
+    let a = a
+        .updated(&[0])
+        .not_ready(&[0])
+        .annotation(MAX_ROLLING_MEMBERS_ANNOTATION, "3");
+    let b = b.annotation(MAX_ROLLING_MEMBERS_ANNOTATION, "1");
+    let one_at_a_time = plan(&group([a, b, c]), now());
+    assert!(
+        deleted(&one_at_a_time).is_empty(),
+        "{:?}",
+        one_at_a_time.actions
+    );
+    assert!(one_at_a_time.warnings.is_empty());
+
+    // A value that is not a positive integer: the zone rule, and the person told.
+    let [a, b, c] = rolling_at_most("two");
+    let a = a.updated(&[0]).not_ready(&[0]);
+    let invalid = plan(&group([a, b, c]), now());
+    assert!(deleted(&invalid).is_empty(), "{:?}", invalid.actions);
+    assert_eq!(
+        invalid.warnings.len(),
+        3,
+        "one per member: {:?}",
+        invalid.warnings
+    );
+    let Warning::InvalidAnnotation { problem, .. } = &invalid.warnings[0] else {
+        panic!("{:?}", invalid.warnings[0]);
+    };
+    assert_eq!(problem.key, MAX_ROLLING_MEMBERS_ANNOTATION);
+    assert_eq!(problem.value, "two");
 }

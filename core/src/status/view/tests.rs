@@ -53,6 +53,28 @@ fn a_settled_group_is_complete_and_waits_for_nothing() {
 }
 
 #[test]
+fn a_settled_group_with_a_member_that_cannot_be_read_is_not_complete_but_waits_for_it() {
+    let mut lost = done("b");
+    lost.unreachable = Some(crate::rollout::Unreachable {
+        cluster: "cluster-b".into(),
+        error: "connection refused".into(),
+    });
+    let status = status(vec![done("a"), lost, done("c")], None);
+    assert_eq!(status.phase, RolloutPhase::Waiting);
+    assert_eq!(
+        phases(&status),
+        [
+            ("a", RolloutPhase::Complete),
+            ("b", RolloutPhase::Waiting),
+            ("c", RolloutPhase::Complete)
+        ]
+    );
+    let waiting = status.waiting.expect("a wait");
+    assert_eq!(waiting.kind, "MemberUnreachable");
+    assert!(waiting.message.contains("cluster-b"), "{}", waiting.message);
+}
+
+#[test]
 fn a_fresh_rollout_rolls_the_first_zone_and_the_others_wait_their_turn() {
     let status = status(
         vec![zone("a", 3, 0), zone("b", 3, 0), zone("c", 3, 0)],
