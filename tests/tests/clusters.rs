@@ -385,6 +385,16 @@ fn a_member_cluster_whose_api_server_stops_mid_rollout_holds_the_group_until_it_
             "the leader holds the group {:?} into the outage",
             stopped.elapsed()
         );
+        let metrics = clusters.controller.metrics().await;
+        let out: Vec<Option<f64>> = CLUSTERS
+            .iter()
+            .map(|cluster| member_out(&metrics, cluster))
+            .collect();
+        assert_eq!(
+            out,
+            [Some(0.0), Some(1.0), Some(0.0)],
+            "cluster-b alone is out"
+        );
 
         // And when cluster-a's new pod becomes ready meanwhile, cluster-a goes no further: for 5 s
         // (the scenario's input, not a wait for a condition) no pod is deleted in any cluster,
@@ -436,8 +446,12 @@ fn a_member_cluster_whose_api_server_stops_mid_rollout_holds_the_group_until_it_
             hub.simulator.release(pod).await;
         }
 
-        // Then the rollout resumes and completes, one cluster at a time, the zone rule held at
-        // every step, and each old pod deleted once
+        // Then cluster-b is listed again, the rollout resumes and completes, one cluster at a
+        // time, the zone rule held at every step, and each old pod deleted once
+        wait_until(TIMEOUT, "cluster-b is listed again", || async {
+            member_out(&clusters.controller.metrics().await, "cluster-b") == Some(0.0)
+        })
+        .await;
         clusters.wait_complete(&group).await;
         eprintln!(
             "the rollout completed {:?} after cluster-b was back",
@@ -510,6 +524,11 @@ fn a_member_whose_kubeconfig_secret_is_missing_then_bad_holds_the_group_until_it
                 },
             )
             .await;
+            assert_eq!(
+                member_out(&clusters.controller.metrics().await, "cluster-c"),
+                Some(1.0),
+                "cluster-c is out"
+            );
             let missing =
                 format!("reading Secret {namespace}/{secret} of member cluster cluster-c");
             wait_until(
@@ -573,8 +592,12 @@ fn a_member_whose_kubeconfig_secret_is_missing_then_bad_holds_the_group_until_it
             // When cluster-c's kubeconfig is written under its key
             clusters.write_secret("cluster-c").await;
 
-            // Then cluster-c is reached, and the rollout completes one cluster at a time, the
-            // zone rule held at every step
+            // Then cluster-c is reached and listed, and the rollout completes one cluster at a
+            // time, the zone rule held at every step
+            wait_until(TIMEOUT, "cluster-c is listed", || async {
+                member_out(&clusters.controller.metrics().await, "cluster-c") == Some(0.0)
+            })
+            .await;
             clusters.wait_complete(&group).await;
             let timeline = clusters.merged_timeline();
             check_rollout_guarantees(&timeline, &group.zones(), from).unwrap();
@@ -726,6 +749,15 @@ fn a_health_check_failing_while_cluster_b_rolls_halts_before_cluster_c_until_a_p
         check_rollout_guarantees(&timeline, &group.zones(), from).unwrap();
         assert_one_at_a_time(&windows(&timeline, &group, from), &group, Duration::ZERO);
     });
+}
+
+/// `baton_member_cluster_out{member="cluster"}`: 1 while the controller cannot trust what it
+/// reads of `cluster`, 0 once listed; `None` when the series is missing.
+fn member_out(metrics: &str, cluster: &str) -> Option<f64> {
+    let series = format!("baton_member_cluster_out{{member=\"{cluster}\"}} ");
+    metrics
+        .lines()
+        .find_map(|line| line.strip_prefix(&series)?.trim().parse().ok())
 }
 
 /// Whether `metrics` say the leader holds `group` for `reason`
