@@ -1,4 +1,4 @@
-//! Cross-cluster rollout groups on three real control planes (docs/design/multi-cluster.md),
+//! Cross-cluster rollout groups on three real control planes (docs/multi-cluster.md),
 //! each a scenario: given a group with one StatefulSet of the same name in each of cluster-a
 //! (the hub, where baton runs), cluster-b and cluster-c, when a version is deployed to all
 //! three, then baton rolls one cluster at a time, each keeping `rollout-max-unavailable`, and
@@ -6,9 +6,11 @@
 //!
 //! The scenarios share one trio of control planes and one controller
 //! ([`MemberClusters::scenario`]), each with a group of its own; the one that stops an API
-//! server takes the trio alone. Every check of the zone rule runs on the merged timeline of
-//! the three simulators, members named `cluster/statefulset` as baton names them. A deploy
-//! pipeline follows the groups with `kubectl baton wait --member NAME` for each cluster.
+//! server takes the trio alone, and the one whose controller starts without a member's Secret
+//! has a trio of its own ([`MemberClusters::scenario_apart`]). Every check of the zone rule
+//! runs on the merged timeline of the three simulators, members named `cluster/statefulset` as
+//! baton names them. A deploy pipeline follows the groups with `kubectl baton wait --member
+//! NAME` for each cluster.
 
 use std::time::{Duration, Instant};
 
