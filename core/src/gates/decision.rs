@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use super::keys::{self, GateWarning, format_duration};
 use crate::explained::Explained;
+use crate::members;
 use crate::rollout::{GroupSnapshot, Plan};
 
 /// Why deletions of the plan wait; `Display` explains it, [`Explained::kind`] names it.
@@ -136,9 +137,8 @@ impl fmt::Display for GateWait {
         match self {
             Self::Halted { statefulset, why } => write!(
                 formatter,
-                "halted at {statefulset}: {why}; resume with \
-                 kubectl annotate statefulset {statefulset} {}-",
-                keys::HALTED_ANNOTATION
+                "halted at {statefulset}: {why}; resume with {}",
+                annotate(statefulset, &format!("{}-", keys::HALTED_ANNOTATION))
             ),
             Self::InvalidGate {
                 statefulset,
@@ -193,10 +193,17 @@ impl fmt::Display for GateWait {
             ),
             Self::AwaitingApproval {
                 zone, group, what, ..
-            } => write!(
-                formatter,
-                "{zone} awaits approval of {what}; approve with kubectl baton approve {group}"
-            ),
+            } => {
+                write!(
+                    formatter,
+                    "{zone} awaits approval of {what}; approve with kubectl baton approve {group}"
+                )?;
+                // Across clusters the approval goes on every member, each in its own cluster.
+                match members::split(zone).0 {
+                    Some(_) => write!(formatter, " --member CLUSTER for each member cluster"),
+                    None => Ok(()),
+                }
+            }
             Self::RollingBack { why, .. } => write!(formatter, "rolling back: {why}"),
             Self::TemplateReverted { zone, from, to } => write!(
                 formatter,
@@ -233,6 +240,18 @@ impl fmt::Display for GateWait {
                 format_duration(*remaining)
             ),
         }
+    }
+}
+
+/// The kubectl command that makes `change` (`key=value`, or `key-` to remove it) on
+/// `statefulset`: a member of a cross-cluster group (`cluster-b/querier`) is named as its own
+/// cluster knows it, and the cluster is said, since kubectl takes no qualified name.
+fn annotate(statefulset: &str, change: &str) -> String {
+    match members::split(statefulset) {
+        (Some(cluster), name) => {
+            format!("kubectl annotate statefulset {name} {change} in cluster {cluster}")
+        }
+        (None, name) => format!("kubectl annotate statefulset {name} {change}"),
     }
 }
 
@@ -445,4 +464,56 @@ pub(super) fn deleted_in(group: &GroupSnapshot, plan: &Plan) -> Vec<String> {
         })
         .cloned()
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn halted(statefulset: &str) -> String {
+        GateWait::Halted {
+            statefulset: statefulset.to_owned(),
+            why: "error rate 0.3".to_owned(),
+        }
+        .to_string()
+    }
+
+    fn awaiting(zone: &str) -> String {
+        GateWait::AwaitingApproval {
+            zone: zone.to_owned(),
+            group: "querier".to_owned(),
+            what: "its first step to querier-new".to_owned(),
+            step: format!("{zone}/querier-new/0"),
+        }
+        .to_string()
+    }
+
+    #[test]
+    fn a_halt_says_the_kubectl_command_that_lifts_it_in_the_members_own_cluster() {
+        assert_eq!(
+            halted("querier"),
+            "halted at querier: error rate 0.3; resume with \
+             kubectl annotate statefulset querier baton.dev/halted-"
+        );
+        // kubectl takes no qualified name: the member's own name, and its cluster
+        assert_eq!(
+            halted("cluster-b/querier"),
+            "halted at cluster-b/querier: error rate 0.3; resume with \
+             kubectl annotate statefulset querier baton.dev/halted- in cluster cluster-b"
+        );
+    }
+
+    #[test]
+    fn an_approval_across_clusters_says_to_name_every_member_cluster() {
+        assert_eq!(
+            awaiting("querier"),
+            "querier awaits approval of its first step to querier-new; \
+             approve with kubectl baton approve querier"
+        );
+        assert_eq!(
+            awaiting("cluster-b/querier"),
+            "cluster-b/querier awaits approval of its first step to querier-new; \
+             approve with kubectl baton approve querier --member CLUSTER for each member cluster"
+        );
+    }
 }
