@@ -83,6 +83,14 @@ pub enum AccessError {
     },
     #[error("{0}")]
     Members(String),
+    /// Across members, a member could not be read before a write: nothing was written.
+    #[error(
+        "{0}; nothing written: a command that writes across member clusters reads every member first"
+    )]
+    NothingWritten(Box<AccessError>),
+    /// A write that counts only on every member landed on some of them only.
+    #[error("{0}")]
+    Unfinished(String),
     /// Several members failed: each is named.
     #[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
     Several(Vec<AccessError>),
@@ -123,6 +131,16 @@ pub struct MemberRead {
     pub member: String,
     pub statefulsets: Vec<StatefulSet>,
     pub pods: Vec<CachedPod>,
+    /// Its ControllerRevisions, when asked for ([`History::With`]; none otherwise).
+    pub revisions: Vec<ControllerRevision>,
+}
+
+/// Whether a read takes the namespace's ControllerRevisions too (the StatefulSets' template
+/// history, which `rollback` decides from).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum History {
+    Without,
+    With,
 }
 
 impl MemberAccess {
@@ -147,19 +165,32 @@ impl MemberAccess {
     }
 
     /// Group `group`'s StatefulSets here (every grouped one for `None`) and the namespace's
-    /// pods, each failure named for this member.
-    pub async fn read(&self, group: Option<&str>) -> Result<MemberRead, AccessError> {
+    /// pods (and ControllerRevisions, with [`History::With`]), each failure named for this
+    /// member.
+    pub async fn read(
+        &self,
+        group: Option<&str>,
+        history: History,
+    ) -> Result<MemberRead, AccessError> {
         let statefulsets = async {
             match group {
                 Some(group) => self.access.group_statefulsets(group).await,
                 None => self.access.grouped_statefulsets().await,
             }
         };
-        let (statefulsets, pods) = futures::future::join(statefulsets, self.access.pods()).await;
+        let revisions = async {
+            match history {
+                History::With => self.access.controller_revisions().await,
+                History::Without => Ok(Vec::new()),
+            }
+        };
+        let (statefulsets, pods, revisions) =
+            futures::future::join3(statefulsets, self.access.pods(), revisions).await;
         Ok(MemberRead {
             member: self.member.name.clone(),
             statefulsets: statefulsets.map_err(|error| self.named(error))?,
             pods: pods.map_err(|error| self.named(error))?,
+            revisions: revisions.map_err(|error| self.named(error))?,
         })
     }
 }
@@ -169,11 +200,13 @@ impl MemberAccess {
 pub async fn read_members(
     members: &[MemberAccess],
     group: Option<&str>,
+    history: History,
 ) -> Result<Vec<MemberRead>, AccessError> {
     if let Some(group) = group {
         group_selector(group)?;
     }
-    let results = futures::future::join_all(members.iter().map(|member| member.read(group))).await;
+    let results =
+        futures::future::join_all(members.iter().map(|member| member.read(group, history))).await;
     let reads = all_or_every_error(results)?;
     if let Some(group) = group
         && reads.iter().all(|read| read.statefulsets.is_empty())

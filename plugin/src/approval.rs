@@ -2,10 +2,21 @@
 //! pure gate the controller runs ([`baton_core::gates::approval`]); this only names it. The
 //! approval records the step's exact name, so approving one step can never let another go, nor
 //! a later template revision.
+//!
+//! Across member clusters the step is computed on the merged view (the zone qualified,
+//! `cluster-b/querier/querier-5d8f/0`, as the controller names it) and written on every member
+//! in its own cluster. Written on some members only, it approves nothing yet; running the same
+//! command again computes the same step (the gate still awaits it) and writes it again
+//! everywhere, which finishes it.
 
 use std::fmt;
 
-use baton_core::gates::{APPROVED_ANNOTATION, GateWait};
+use baton_core::gates::{self, APPROVED_ANNOTATION, APPROVED_BY_ANNOTATION, GateWait};
+
+use crate::access::{AccessError, History};
+use crate::exit;
+use crate::render;
+use crate::scope::{self, Scope};
 
 /// The approval to write: `step` in `baton.dev/approved` on every member of the group (one
 /// member's word alone approves nothing), for the step awaited in `zone`.
@@ -29,7 +40,7 @@ impl fmt::Display for Approval {
             self.step,
             self.members
                 .iter()
-                .map(|member| format!("statefulset/{member}"))
+                .map(|member| render::statefulset(member))
                 .collect::<Vec<_>>()
                 .join(", ")
         )
@@ -77,6 +88,41 @@ pub fn awaited(
             group: group.to_owned(),
             wait: other.map(ToString::to_string),
         }),
+    }
+}
+
+/// Approves the step `group` awaits (only if it is `step`, when given); returns the exit code
+/// (what is printed says why).
+pub async fn run(scope: &Scope, group: &str, step: Option<&str>) -> Result<i32, AccessError> {
+    let read = scope.read_group_to_write(group, History::Without).await?;
+    let (_, gate) =
+        gates::health_check::evaluate_without_queries(&read.snapshot(), jiff::Timestamp::now());
+    match awaited(group, &read.names(), gate.wait()) {
+        Ok(approval) if step.is_some_and(|step| step != approval.step) => {
+            eprintln!(
+                "rollout group {group} awaits {}, not {}: nothing written",
+                render::printable(&approval.step),
+                render::printable(step.unwrap_or_default())
+            );
+            Ok(exit::ERROR)
+        }
+        Ok(approval) => {
+            // On every member: one member's word alone approves nothing. Who approved is the
+            // user the API server authenticated.
+            let by = scope.identity().await;
+            let patch = [
+                (APPROVED_ANNOTATION, Some(approval.step.as_str())),
+                (APPROVED_BY_ANNOTATION, Some(by.as_str())),
+            ];
+            let outcomes = scope.patch_each(&approval.members, &patch).await;
+            scope::all_written("the approval", "the approval does not count", outcomes)?;
+            println!("{approval} (by {by})");
+            Ok(exit::SUCCESS)
+        }
+        Err(nothing) => {
+            eprintln!("{nothing}");
+            Ok(exit::ERROR)
+        }
     }
 }
 
@@ -128,6 +174,74 @@ mod tests {
         let (plan, gate) = evaluate_without_queries(&approved, now());
         assert_eq!(gate.wait(), None);
         assert!(plan.deletions().next().is_some());
+    }
+
+    #[test]
+    fn across_clusters_the_step_names_the_qualified_zone_and_a_partial_approval_is_finished_by_a_rerun()
+     {
+        // Given a group across three clusters, asking for approval of each zone's first step,
+        // the first cluster's zone done and cluster-b's next
+        let querier = |cluster: &str| {
+            zone(&format!("{cluster}/querier"), 3)
+                .at_revision("querier-old")
+                .template_changed_to("querier-new")
+        };
+        let done = querier("cluster-a")
+            .all_updated()
+            .current_revision("querier-new")
+            .build();
+        let waiting = group(vec![
+            annotated(done, APPROVAL_ANNOTATION, "zone"),
+            querier("cluster-b").build(),
+            querier("cluster-c").build(),
+        ]);
+        let members: Vec<String> = waiting
+            .statefulsets
+            .iter()
+            .map(|member| member.name.clone())
+            .collect();
+        let (_, gate) = evaluate_without_queries(&waiting, now());
+        let approval = awaited("querier", &members, gate.wait()).expect("awaits approval");
+        // Then the step is cluster-b's, named with its cluster, to write on every member
+        assert_eq!(approval.zone, "cluster-b/querier");
+        assert_eq!(approval.step, "cluster-b/querier/querier-new/0");
+        assert_eq!(approval.members, members);
+        assert!(
+            approval.to_string().ends_with(
+                "on statefulset/querier in cluster cluster-a, statefulset/querier in cluster \
+                 cluster-b, statefulset/querier in cluster cluster-c"
+            ),
+            "{approval}"
+        );
+        // When it was written on cluster-a and cluster-b but not cluster-c
+        let mut partly = waiting.clone();
+        for member in &mut partly.statefulsets[..2] {
+            member
+                .annotations
+                .insert(APPROVED_ANNOTATION.to_owned(), approval.step.clone());
+        }
+        // Then nothing goes, and the same command computes the same step again
+        let (plan, gate) = evaluate_without_queries(&partly, now());
+        assert!(plan.deletions().next().is_none(), "{plan:?}");
+        let again = awaited("querier", &members, gate.wait()).expect("still awaits it");
+        assert_eq!(again, approval);
+        // and what it writes again, on every member (the same value where it was), lets it go
+        let mut finished = partly.clone();
+        for member in &mut finished.statefulsets {
+            member
+                .annotations
+                .insert(APPROVED_ANNOTATION.to_owned(), again.step.clone());
+        }
+        let (plan, gate) = evaluate_without_queries(&finished, now());
+        assert_eq!(gate.wait(), None);
+        let deleted: Vec<&str> = plan
+            .deletions()
+            .filter_map(|action| action.rolls())
+            .collect();
+        assert!(
+            !deleted.is_empty() && deleted.iter().all(|zone| *zone == "cluster-b/querier"),
+            "{plan:?}"
+        );
     }
 
     #[test]

@@ -9,33 +9,37 @@
 //! [`pause`] and the step [`approval`] names are pure and unit tested; e2e tests run this binary
 //! against the local control plane (tests/tests/plugin.rs). Exit codes are in [`exit`].
 //!
-//! `status` and `wait` also see a cross-cluster group: with `--member NAME[=CONTEXT]` (repeated),
+//! Every command also sees a cross-cluster group: with `--member NAME[=CONTEXT]` (repeated),
 //! the group's StatefulSets and pods are read from each member's context and named for it
-//! (`cluster-a/ingester`), then viewed as one cluster's ([`members`]).
+//! (`cluster-a/ingester`), then viewed as one cluster's ([`members`]); the commands that write
+//! send each write to its member's context under the name it has there ([`scope`]).
 
 mod access;
 mod approval;
+#[cfg(test)]
+mod fake_api;
 #[cfg(test)]
 mod fixtures;
 mod members;
 mod pause;
 mod render;
 mod rollback;
+mod scope;
 mod wait;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use baton_core::rollout::GroupSnapshot;
 use clap::{Args, CommandFactory, Parser, Subcommand};
 
 use baton_core::gates;
 use baton_core::status::{self};
 use baton_core::status::{Replica, Role, RolloutStatus};
 
-use crate::access::{Access, AccessError, MemberAccess, Target};
+use crate::access::{Access, AccessError, History, MemberAccess, Target};
 use crate::members::Member;
+use crate::scope::Scope;
 
 /// Exit codes (docs/plugin.md lists them): a pipeline can tell a failed rollout from a slow
 /// one, and both from a mistake.
@@ -105,16 +109,24 @@ enum Command {
         across: Across,
     },
     /// What the controller would do next in GROUP and why (a dry run: changes nothing).
-    Plan { group: String },
+    Plan {
+        group: String,
+        #[command(flatten)]
+        across: Across,
+    },
     /// Pause the rollout of a zone (StatefulSet): set grafana.com/rollout-paused.
     Pause {
-        /// The StatefulSet.
+        /// The StatefulSet (with --member: CLUSTER/STATEFULSET, as status names it).
         zone: String,
+        #[command(flatten)]
+        across: Across,
     },
     /// Resume a zone: remove grafana.com/rollout-paused and baton.dev/halted.
     Resume {
-        /// The StatefulSet.
+        /// The StatefulSet (with --member: CLUSTER/STATEFULSET, as status names it).
         zone: String,
+        #[command(flatten)]
+        across: Across,
     },
     /// Approve the step GROUP awaits (baton.dev/approval): records exactly that step (its zone,
     /// revision and pods updated) in baton.dev/approved on every member, with who approved in
@@ -125,6 +137,8 @@ enum Command {
         /// looked at, not whatever is awaited by the time the command runs.
         #[arg(long, value_name = "STEP")]
         step: Option<String>,
+        #[command(flatten)]
+        across: Across,
     },
     /// Roll GROUP back: every zone goes back to the revision it ran before this rollout, the
     /// zones the rollout reached last first, the newest pods first, within max-unavailable and one
@@ -135,6 +149,8 @@ enum Command {
         /// is added: "kubectl baton rollback by alice: …").
         #[arg(long, default_value = "no reason given")]
         reason: String,
+        #[command(flatten)]
+        across: Across,
     },
 }
 
@@ -144,7 +160,8 @@ struct Across {
     /// A member cluster of a cross-cluster group, as the controller names it
     /// (controller.members[].name), and the kubeconfig context that reaches it (default: NAME).
     /// Repeat it for each member: the group is then the StatefulSets of the namespace in every
-    /// member, each shown as NAME/STATEFULSET. Not with --context.
+    /// member, each shown as NAME/STATEFULSET, and each write goes to its member's context.
+    /// Not with --context.
     #[arg(long = "member", value_name = "NAME[=CONTEXT]", value_parser = members::parse)]
     members: Vec<Member>,
 }
@@ -153,10 +170,7 @@ impl Cli {
     /// What clap cannot say itself: `--member` with `--context` (each member has its own), and
     /// a member given twice.
     fn check(&self) -> Result<(), clap::Error> {
-        let members = match &self.command {
-            Command::Status { across, .. } | Command::Wait { across, .. } => &across.members,
-            _ => return Ok(()),
-        };
+        let members = &self.command.across().members;
         if members.is_empty() {
             return Ok(());
         }
@@ -168,6 +182,21 @@ impl Cli {
         }
         members::distinct(members)
             .map_err(|why| Cli::command().error(clap::error::ErrorKind::ValueValidation, why))
+    }
+}
+
+impl Command {
+    /// Its member clusters (every command takes `--member`).
+    fn across(&self) -> &Across {
+        match self {
+            Self::Status { across, .. }
+            | Self::Wait { across, .. }
+            | Self::Plan { across, .. }
+            | Self::Pause { across, .. }
+            | Self::Resume { across, .. }
+            | Self::Approve { across, .. }
+            | Self::Rollback { across, .. } => across,
+        }
     }
 }
 
@@ -215,103 +244,52 @@ async fn run(cli: Cli) -> Result<i32, AccessError> {
         context: cli.context,
         namespace: cli.namespace,
     };
-    // Across member clusters: each member's own context, no other.
-    match &cli.command {
-        Command::Status {
-            group,
-            output,
-            across,
-        } if !across.members.is_empty() => {
-            let members = Access::connect_members(&target, &across.members).await?;
-            let document = status_across(&members, group.as_deref()).await?;
-            print!("{}", render::status(&document, *output));
-            return Ok(exit::SUCCESS);
-        }
-        Command::Wait {
-            group,
-            timeout,
-            across,
-        } if !across.members.is_empty() => {
-            let members = Access::connect_members(&target, &across.members).await?;
-            let outcome =
-                wait::run_across(&members, group, timeout.duration, &timeout.text).await?;
-            return Ok(print_outcome(&outcome));
-        }
-        _ => {}
-    }
-    let access = Access::connect(&target).await?;
+    // Across member clusters, each member through its own context, no other.
+    let scope = Scope::connect(&target, &cli.command.across().members).await?;
     match cli.command {
         Command::Status { group, output, .. } => {
-            let document = status(&access, group.as_deref()).await?;
+            let document = match &scope {
+                Scope::One(access) => status(access, group.as_deref()).await?,
+                Scope::Members(members) => status_across(members, group.as_deref()).await?,
+            };
             print!("{}", render::status(&document, output));
             Ok(exit::SUCCESS)
         }
         Command::Wait { group, timeout, .. } => {
-            let outcome = wait::run(&access, &group, timeout.duration, &timeout.text).await?;
+            let outcome = match &scope {
+                Scope::One(access) => {
+                    wait::run(access, &group, timeout.duration, &timeout.text).await?
+                }
+                Scope::Members(members) => {
+                    wait::run_across(members, &group, timeout.duration, &timeout.text).await?
+                }
+            };
             Ok(print_outcome(&outcome))
         }
-        Command::Plan { group } => {
-            let members = access.group_members(&group).await?;
-            let pods = access.pods().await?;
-            let snapshot = GroupSnapshot::from_kubernetes(&group, &members, &pods);
+        Command::Plan { group, .. } => {
+            let read = scope.read_group(&group, History::Without).await?;
             let now = jiff::Timestamp::now();
-            let (plan, gate) = gates::health_check::evaluate_without_queries(&snapshot, now);
-            print!("{}", render::plan(&access.namespace, &group, &plan, &gate));
+            let (plan, gate) = gates::health_check::evaluate_without_queries(&read.snapshot(), now);
+            print!("{}", render::plan(scope.namespace(), &group, &plan, &gate));
             Ok(exit::SUCCESS)
         }
-        Command::Pause { zone } => {
+        Command::Pause { zone, .. } => {
             print!(
                 "{}",
-                pause::run(&access, &zone, pause::Command::Pause).await?
+                pause::run(&scope, &zone, pause::Command::Pause).await?
             );
             Ok(exit::SUCCESS)
         }
-        Command::Resume { zone } => {
+        Command::Resume { zone, .. } => {
             print!(
                 "{}",
-                pause::run(&access, &zone, pause::Command::Resume).await?
+                pause::run(&scope, &zone, pause::Command::Resume).await?
             );
             Ok(exit::SUCCESS)
         }
-        Command::Rollback { group, reason } => rollback::run(&access, &group, &reason).await,
-        Command::Approve { group, step } => {
-            let members = access.group_members(&group).await?;
-            let pods = access.pods().await?;
-            let snapshot = GroupSnapshot::from_kubernetes(&group, &members, &pods);
-            let (_, gate) =
-                gates::health_check::evaluate_without_queries(&snapshot, jiff::Timestamp::now());
-            let names: Vec<String> = members.iter().map(kube::ResourceExt::name_any).collect();
-            match approval::awaited(&group, &names, gate.wait()) {
-                Ok(approval) if step.as_ref().is_some_and(|step| *step != approval.step) => {
-                    eprintln!(
-                        "rollout group {group} awaits {}, not {}: nothing written",
-                        render::printable(&approval.step),
-                        render::printable(step.as_deref().unwrap_or_default())
-                    );
-                    Ok(exit::ERROR)
-                }
-                Ok(approval) => {
-                    // On every member: one member's word alone approves nothing. Who approved
-                    // is the user the API server authenticated.
-                    let by = access
-                        .identity()
-                        .await
-                        .unwrap_or_else(|| "a user the API server did not name".to_owned());
-                    let patch = [
-                        (gates::APPROVED_ANNOTATION, Some(approval.step.as_str())),
-                        (gates::APPROVED_BY_ANNOTATION, Some(by.as_str())),
-                    ];
-                    for member in &approval.members {
-                        access.patch_annotations(member, &patch).await?;
-                    }
-                    println!("{approval} (by {by})");
-                    Ok(exit::SUCCESS)
-                }
-                Err(nothing) => {
-                    eprintln!("{nothing}");
-                    Ok(exit::ERROR)
-                }
-            }
+        Command::Rollback { group, reason, .. } => rollback::run(&scope, &group, &reason).await,
+        Command::Approve { group, step, .. } => {
+            approval::run(&scope, &group, step.as_deref()).await
         }
     }
 }
@@ -344,7 +322,7 @@ async fn status_across(
     members: &[MemberAccess],
     only: Option<&str>,
 ) -> Result<RolloutStatus, AccessError> {
-    let reads = access::read_members(members, only).await?;
+    let reads = access::read_members(members, only, access::History::Without).await?;
     let (statefulsets, pods) = members::merge(
         reads
             .iter()
@@ -445,7 +423,7 @@ mod tests {
     }
 
     #[test]
-    fn members_are_repeated_on_status_and_wait_and_each_has_its_own_context() {
+    fn members_are_repeated_on_every_command_and_each_has_its_own_context() {
         let cli = Cli::try_parse_from([
             "kubectl-baton",
             "wait",
@@ -476,11 +454,40 @@ mod tests {
             matches!(&status.command, Command::Status { across, .. } if across.members.len() == 1)
         );
 
-        // A member is not for the commands that write, nor with --context, nor given twice
-        let error = Cli::try_parse_from(["kubectl-baton", "pause", "z", "--member", "a"])
-            .unwrap_err()
-            .to_string();
-        assert!(error.contains("--member"), "{error}");
+        // Every command takes members, the ones that write too
+        for args in [
+            &["plan", "g"][..],
+            &["pause", "a/z"],
+            &["resume", "a/z"],
+            &["approve", "g", "--step", "s"],
+            &["rollback", "g"],
+        ] {
+            let cli = Cli::try_parse_from(
+                ["kubectl-baton"]
+                    .iter()
+                    .chain(args)
+                    .chain(&["--member", "a", "--member", "b=kind-b"]),
+            )
+            .unwrap_or_else(|error| panic!("{args:?}: {error}"));
+            cli.check().unwrap();
+            assert_eq!(cli.command.across().members.len(), 2, "{args:?}");
+        }
+
+        // A member is not with --context, nor given twice
+        let approve_with_context = Cli::try_parse_from([
+            "kubectl-baton",
+            "approve",
+            "g",
+            "--member",
+            "a",
+            "--context",
+            "prod",
+        ])
+        .unwrap();
+        assert_eq!(
+            approve_with_context.check().unwrap_err().kind(),
+            clap::error::ErrorKind::ArgumentConflict
+        );
         let with_context = Cli::try_parse_from([
             "kubectl-baton",
             "status",

@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 
 use baton_core::explained::Explained;
 use baton_core::members::{
-    Outage, mark_outages, qualify_pod, qualify_statefulset, valid_cluster_name,
+    Outage, mark_outages, qualify_pod, qualify_statefulset, split, valid_cluster_name,
 };
 use baton_core::pods::CachedPod;
 use baton_core::rollout::{GroupSnapshot, WaitReason};
@@ -68,6 +68,51 @@ pub fn distinct(members: &[Member]) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// Where a write to `name`, a StatefulSet as the group names it across `members`
+/// (`cluster-b/querier`), goes: the member whose cluster it names, under the name its own
+/// cluster knows it by (`querier`), split with the core's [`split`]. A plain name, or a cluster
+/// that is not among `members`, is an error saying what to write instead.
+pub fn route<'m, 'n>(
+    members: &'m [Member],
+    name: &'n str,
+) -> Result<(&'m Member, &'n str), String> {
+    let example = members.first().map_or("cluster-a", |member| &member.name);
+    match split(name) {
+        (None, _) => Err(format!(
+            "with --member, name the StatefulSet with its member cluster, as status shows it: \
+             CLUSTER/{name} (e.g. {example}/{name})"
+        )),
+        (Some(cluster), local) => members
+            .iter()
+            .find(|member| member.name == cluster)
+            .map(|member| (member, local))
+            .ok_or_else(|| {
+                let given: Vec<&str> = members.iter().map(|member| member.name.as_str()).collect();
+                format!(
+                    "{name} is in member cluster {cluster}, which is not among the members given \
+                     ({}): add --member {cluster}[=CONTEXT]",
+                    given.join(", ")
+                )
+            }),
+    }
+}
+
+/// `--member NAME[=CONTEXT]` for each of `members`, as given (for the commands a message asks
+/// to run next): `--member cluster-a --member cluster-b=prod-us`.
+pub fn flags(members: &[Member]) -> String {
+    members
+        .iter()
+        .map(|member| {
+            if member.context == member.name {
+                format!("--member {}", member.name)
+            } else {
+                format!("--member {}={}", member.name, member.context)
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// The namespace the members share: `-n`, else the one every member's context names (a context
@@ -469,6 +514,41 @@ mod tests {
             "member a is given twice: each --member names one cluster"
         );
         assert!(distinct(&members[..2]).is_ok());
+    }
+
+    #[test]
+    fn each_write_goes_to_the_member_its_name_qualifies_under_its_own_name() {
+        let members = [
+            parse("cluster-a").unwrap(),
+            parse("cluster-b=prod-us").unwrap(),
+            parse("cluster-c").unwrap(),
+        ];
+        let (member, local) = route(&members, "cluster-b/querier").unwrap();
+        assert_eq!(
+            (member.name.as_str(), member.context.as_str(), local),
+            ("cluster-b", "prod-us", "querier")
+        );
+        let (member, local) = route(&members, "cluster-c/querier-zone-c").unwrap();
+        assert_eq!(
+            (member.name.as_str(), local),
+            ("cluster-c", "querier-zone-c")
+        );
+        // A plain name says which cluster to name; a cluster not given says to add it
+        let error = route(&members, "querier").unwrap_err();
+        assert!(
+            error.contains("CLUSTER/querier (e.g. cluster-a/querier)"),
+            "{error}"
+        );
+        let error = route(&members, "cluster-d/querier").unwrap_err();
+        assert_eq!(
+            error,
+            "cluster-d/querier is in member cluster cluster-d, which is not among the members \
+             given (cluster-a, cluster-b, cluster-c): add --member cluster-d[=CONTEXT]"
+        );
+        assert_eq!(
+            flags(&members),
+            "--member cluster-a --member cluster-b=prod-us --member cluster-c"
+        );
     }
 
     #[test]

@@ -5,6 +5,13 @@
 //! deletes no pod of a paused zone and moves on). Resuming removes it and, as it is what a
 //! person resumes from, the gates' `baton.dev/halted` on that StatefulSet; a halt on another
 //! member still holds the group, and the output names it.
+//!
+//! Across member clusters (`--member`) ZONE is named as the group names it,
+//! `cluster-c/querier`, and the write goes to cluster-c's context under the name `querier`.
+//! `pause` reads only the zone it pauses: a pause only takes deletions away, so it works while
+//! another member is out (the brake must not wait for the cluster that is away). `resume` reads
+//! every member first, to say which other member still halts the group: a member that cannot be
+//! read refuses it, nothing written.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -13,7 +20,9 @@ use baton_core::annotations::ROLLOUT_PAUSED_ANNOTATION;
 use baton_core::gates::HALTED_ANNOTATION;
 use kube::ResourceExt;
 
-use crate::access::{Access, AccessError};
+use crate::access::{AccessError, History};
+use crate::render;
+use crate::scope::Scope;
 
 /// One annotation's change: from its old value (if any) to its new one (None: removed).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -70,14 +79,26 @@ pub enum Command {
     Resume,
 }
 
-/// Applies `command` to StatefulSet `zone`; returns what to print.
-pub async fn run(access: &Access, zone: &str, command: Command) -> Result<String, AccessError> {
-    let (statefulset, group) = access.grouped_statefulset(zone).await?;
+/// Applies `command` to StatefulSet `zone` (as the group names it); returns what to print.
+pub async fn run(scope: &Scope, zone: &str, command: Command) -> Result<String, AccessError> {
+    let (statefulset, group) = scope.grouped_statefulset(zone).await?;
+    // Resume says which other member still halts the group: across members, on the whole group
+    // as read before anything is written.
+    let others = match (command, scope) {
+        (Command::Resume, Scope::Members(_)) => Some(
+            scope
+                .read_group_to_write(&group, History::Without)
+                .await?
+                .statefulsets,
+        ),
+        _ => None,
+    };
     let annotations = statefulset.annotations();
     let changes = match command {
         Command::Pause => pause(annotations),
         Command::Resume => resume(annotations),
     };
+    let target = render::statefulset(zone);
     let mut text = String::new();
     if changes.is_empty() {
         let state = match command {
@@ -85,35 +106,53 @@ pub async fn run(access: &Access, zone: &str, command: Command) -> Result<String
             Command::Resume => "neither paused nor halted",
         };
         text.push_str(&format!(
-            "statefulset/{zone} (rollout group {group}) is {state}: nothing changed\n"
+            "{target} (rollout group {group}) is {state}: nothing changed\n"
         ));
     } else {
         let patch: Vec<(&str, Option<&str>)> = changes
             .iter()
             .map(|change| (change.key, change.to.as_deref()))
             .collect();
-        access.patch_annotations(zone, &patch).await?;
+        scope.patch_annotations(zone, &patch).await?;
         for change in &changes {
-            text.push_str(&format!("statefulset/{zone}: {change}\n"));
+            text.push_str(&format!("{target}: {change}\n"));
         }
     }
     if command == Command::Resume {
         // The halt of any member holds the whole group: say who still holds it.
-        let members = access.group_members(&group).await?;
-        for member in members {
-            let name = member.name_any();
-            if name == zone {
-                continue;
-            }
-            if let Some(why) = member.annotations().get(HALTED_ANNOTATION) {
-                text.push_str(&format!(
-                    "rollout group {group} is still halted by statefulset/{name} ({why}): \
-                     kubectl baton resume {name}\n"
-                ));
-            }
-        }
+        let members = match (others, scope) {
+            (Some(members), _) => members,
+            (None, Scope::One(access)) => access.group_members(&group).await?,
+            (None, Scope::Members(_)) => unreachable!("read before the write"),
+        };
+        text.push_str(&still_halted(&group, zone, &members, &scope.flags()));
     }
     Ok(text)
+}
+
+/// The other members of `group` still halting it, each with the command that resumes it
+/// (`flags`: what the command needs after its arguments, `--member …` across clusters).
+fn still_halted(
+    group: &str,
+    resumed: &str,
+    members: &[k8s_openapi::api::apps::v1::StatefulSet],
+    flags: &str,
+) -> String {
+    let mut text = String::new();
+    for member in members {
+        let name = member.name_any();
+        if name == resumed {
+            continue;
+        }
+        if let Some(why) = member.annotations().get(HALTED_ANNOTATION) {
+            text.push_str(&format!(
+                "rollout group {group} is still halted by {} ({why}): \
+                 kubectl baton resume {name}{flags}\n",
+                render::statefulset(&name)
+            ));
+        }
+    }
+    text
 }
 
 #[cfg(test)]
@@ -147,6 +186,39 @@ mod tests {
         assert_eq!(
             changed[0].to_string(),
             "grafana.com/rollout-paused changed from \"false\" to \"true\""
+        );
+    }
+
+    #[test]
+    fn resume_names_each_other_member_still_halting_with_the_command_for_it() {
+        let member = |name: &str, halted: Option<&str>| {
+            let mut statefulset = k8s_openapi::api::apps::v1::StatefulSet::default();
+            statefulset.metadata.name = Some(name.to_owned());
+            statefulset.metadata.annotations = halted
+                .map(|why| annotations(&[(HALTED_ANNOTATION, why)]))
+                .filter(|annotations| !annotations.is_empty());
+            statefulset
+        };
+        let members = [
+            member("cluster-a/querier", Some("error rate 0.3")),
+            member("cluster-b/querier", Some("resumed now")),
+            member("cluster-c/querier", None),
+        ];
+        assert_eq!(
+            still_halted(
+                "querier",
+                "cluster-b/querier",
+                &members,
+                " --member cluster-a --member cluster-b=prod-us"
+            ),
+            "rollout group querier is still halted by statefulset/querier in cluster cluster-a \
+             (error rate 0.3): kubectl baton resume cluster-a/querier --member cluster-a \
+             --member cluster-b=prod-us\n"
+        );
+        let one = [member("a", Some("why")), member("b", None)];
+        assert_eq!(
+            still_halted("g", "b", &one, ""),
+            "rollout group g is still halted by statefulset/a (why): kubectl baton resume a\n"
         );
     }
 

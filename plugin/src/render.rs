@@ -34,6 +34,15 @@ pub fn status(document: &RolloutStatus, format: Format) -> String {
     }
 }
 
+/// A StatefulSet as kubectl takes it: `statefulset/querier`, and for a member of a group across
+/// clusters (`cluster-b/querier`) `statefulset/querier in cluster cluster-b`.
+pub fn statefulset(name: &str) -> String {
+    match baton_core::members::split(name) {
+        (Some(cluster), local) => format!("statefulset/{local} in cluster {cluster}"),
+        (None, local) => format!("statefulset/{local}"),
+    }
+}
+
 /// One row per zone, then one line per group saying why it waits.
 pub fn status_table(groups: &[GroupStatus]) -> String {
     let header = ["GROUP", "ZONE", "PHASE", "UPDATED", "READY", "REVISION"].map(String::from);
@@ -218,6 +227,15 @@ mod tests {
             None,
             groups,
         )
+    }
+
+    #[test]
+    fn a_statefulset_is_named_as_kubectl_takes_it_with_its_cluster_across_clusters() {
+        assert_eq!(statefulset("querier"), "statefulset/querier");
+        assert_eq!(
+            statefulset("cluster-b/querier"),
+            "statefulset/querier in cluster cluster-b"
+        );
     }
 
     #[test]

@@ -229,7 +229,7 @@ pub async fn run_across(
 ) -> Result<WaitOutcome, AccessError> {
     let deadline = tokio::time::Instant::now() + timeout;
     let selector = group_selector(group)?;
-    let reads = access::read_members(members, Some(group)).await?;
+    let reads = access::read_members(members, Some(group), access::History::Without).await?;
     let caches: Vec<Mutex<MemberCache>> = reads
         .into_iter()
         .map(|read| Mutex::new(MemberCache::new(&read.member, read.statefulsets, read.pods)))
