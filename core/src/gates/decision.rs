@@ -192,11 +192,16 @@ impl fmt::Display for GateWait {
                  available ({updated} of {total} pods updated)"
             ),
             Self::AwaitingApproval {
-                zone, group, what, ..
+                zone,
+                group,
+                what,
+                step,
             } => {
+                // The step, so that the person approves what they read (`--step`).
                 write!(
                     formatter,
-                    "{zone} awaits approval of {what}; approve with kubectl baton approve {group}"
+                    "{zone} awaits approval of {what}; approve with kubectl baton approve {group} \
+                     --step {step}"
                 )?;
                 // Across clusters the approval goes on every member, each in its own cluster.
                 match members::split(zone).0 {
@@ -504,16 +509,17 @@ mod tests {
     }
 
     #[test]
-    fn an_approval_across_clusters_says_to_name_every_member_cluster() {
+    fn an_approval_names_its_step_and_across_clusters_says_to_name_every_member_cluster() {
         assert_eq!(
             awaiting("querier"),
             "querier awaits approval of its first step to querier-new; \
-             approve with kubectl baton approve querier"
+             approve with kubectl baton approve querier --step querier/querier-new/0"
         );
         assert_eq!(
             awaiting("cluster-b/querier"),
             "cluster-b/querier awaits approval of its first step to querier-new; \
-             approve with kubectl baton approve querier --member CLUSTER for each member cluster"
+             approve with kubectl baton approve querier --step \
+             cluster-b/querier/querier-new/0 --member CLUSTER for each member cluster"
         );
     }
 }

@@ -662,7 +662,7 @@ fn approval_after_the_canary_lets_the_canary_go_and_holds_the_rest_until_approve
         decision.wait().map(ToString::to_string).as_deref(),
         Some(
             "a awaits approval of the rollout past its canary; approve with kubectl baton \
-             approve ingester"
+             approve ingester --step canary/a-new+b-new"
         )
     );
     // Approved on one member only: nothing goes (one member's word approves nothing).
