@@ -154,6 +154,18 @@ pub fn write_members_kubeconfig(members: &[(&str, &Path)], path: &Path) -> anyho
     Ok(())
 }
 
+/// Writes to `path` a kubeconfig whose one context (`down`) reaches nothing
+/// (`https://127.0.0.1:1`): a member cluster that cannot be reached.
+pub fn write_unreachable_kubeconfig(path: &Path) -> anyhow::Result<()> {
+    std::fs::write(
+        path,
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: down\n  cluster:\n    server: https://127.0.0.1:1\n\
+         users:\n- name: down\n  user:\n    token: none\ncontexts:\n- name: down\n  context:\n    \
+         cluster: down\n    user: down\ncurrent-context: down\n",
+    )
+    .with_context(|| format!("writing {}", path.display()))
+}
+
 /// Makes the relative file paths among `keys` of `entry` relative to `directory`, as kubectl
 /// reads them (relative to the file they were written in).
 fn absolute(entry: &mut serde_json::Value, keys: &[&str], directory: &Path) {

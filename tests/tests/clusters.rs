@@ -10,18 +10,23 @@
 //! has a trio of its own ([`MemberClusters::scenario_apart`]). Every check of the zone rule
 //! runs on the merged timeline of the three simulators, members named `cluster/statefulset` as
 //! baton names them. A deploy pipeline follows the groups with `kubectl baton wait --member
-//! NAME` for each cluster.
+//! NAME` for each cluster, and a person approves, pauses and resumes with `kubectl baton
+//! approve`, `pause` and `resume --member NAME`, each write landing in its member's cluster.
 
 use std::time::{Duration, Instant};
 
-use baton_core::gates::{HALTED_ANNOTATION, HEALTH_CHECK_ANNOTATION, SOAK_ANNOTATION};
+use baton_core::annotations::ROLLOUT_PAUSED_ANNOTATION;
+use baton_core::gates::{
+    APPROVAL_ANNOTATION, APPROVED_ANNOTATION, HALTED_ANNOTATION, HEALTH_CHECK_ANNOTATION,
+    SOAK_ANNOTATION,
+};
 use baton_core::status::{GroupStatus, RolloutPhase, RolloutStatus};
 use baton_e2e::controller_support::{rollout_state, wait_event};
 use baton_e2e::fixtures::StatefulSetFixture;
 use baton_e2e::member_clusters::{
     CLUSTERS, Group, KUBECONFIG_KEY, MemberClusters, kubeconfig_secret,
 };
-use baton_e2e::plugin_support::{kubectl_baton_across, wait_across};
+use baton_e2e::plugin_support::{kubectl_baton_across, wait_across, write_unreachable_kubeconfig};
 use baton_e2e::prometheus_support::{Metrics, Prometheus, create_health_check};
 use baton_e2e::timeline::{WATCH_SKEW, ZoneWindow, check_rollout_guarantees, zone_windows};
 use baton_e2e::{PodEvent, PodTransition, wait_for, wait_until};
@@ -846,5 +851,199 @@ fn kubectl_baton_follows_a_cross_cluster_group_with_a_member_per_cluster() {
             );
         }
         check_rollout_guarantees(&clusters.merged_timeline(), &group.zones(), from).unwrap();
+    });
+}
+
+/// The step a group's approval wait names (`… --step STEP …`), if it awaits one.
+fn awaited_step(status: &GroupStatus) -> Option<String> {
+    let waiting = status.waiting.as_ref()?;
+    let (_, after) = waiting.message.split_once("--step ")?;
+    after.split_whitespace().next().map(str::to_owned)
+}
+
+/// `key` on `group`'s StatefulSet in `cluster`, as that cluster holds it.
+async fn annotation(
+    clusters: &MemberClusters,
+    cluster: &str,
+    group: &Group,
+    key: &str,
+) -> Option<String> {
+    Api::<StatefulSet>::namespaced(clusters.cluster(cluster).client(), clusters.namespace())
+        .get(&group.statefulset)
+        .await
+        .unwrap_or_else(|error| panic!("{} in {cluster}: {error}", group.statefulset))
+        .metadata
+        .annotations
+        .unwrap_or_default()
+        .remove(key)
+}
+
+/// Once the controller says `group` awaits approval of the first step of its member in
+/// `cluster`, approves the step `kubectl baton status --member …` names, with `kubectl baton
+/// approve --step` across the trio; checks that every member carries it, each in its own
+/// cluster, and returns it.
+async fn approve_awaited(clusters: &MemberClusters, group: &Group, cluster: &str) -> String {
+    let member = group.member(cluster);
+    let controller = clusters
+        .wait_status(group, &format!("{member} awaiting approval"), |status| {
+            status.phase == RolloutPhase::AwaitingApproval
+                && awaited_step(status).is_some_and(|step| step.starts_with(&format!("{member}/")))
+        })
+        .await;
+    let members = clusters.kubeconfigs();
+    let namespace = clusters.namespace();
+    let run = kubectl_baton_across(
+        &members,
+        &["status", &group.name, "-n", namespace, "-o", "json"],
+    )
+    .await;
+    let document: RolloutStatus =
+        serde_json::from_str(&run.exited(0).stdout).expect("a RolloutStatus document");
+    let step = awaited_step(&document.groups[0])
+        .unwrap_or_else(|| panic!("the plugin's status names the step: {run:#?}"));
+    assert_eq!(
+        Some(&step),
+        awaited_step(&controller).as_ref(),
+        "the plugin and the controller await the same step"
+    );
+    assert!(step.ends_with("/0"), "{member}'s first step: {step}");
+    let on_every_member: Vec<String> = CLUSTERS
+        .iter()
+        .map(|cluster| format!("statefulset/{} in cluster {cluster}", group.statefulset))
+        .collect();
+    kubectl_baton_across(
+        &members,
+        &["approve", &group.name, "--step", &step, "-n", namespace],
+    )
+    .await
+    .exited(0)
+    .says(&[&format!(
+        "of rollout group {}: {APPROVED_ANNOTATION}={step} on {}",
+        group.name,
+        on_every_member.join(", ")
+    )]);
+    for cluster in CLUSTERS {
+        assert_eq!(
+            annotation(clusters, cluster, group, APPROVED_ANNOTATION).await,
+            Some(step.clone()),
+            "the approval in {cluster}"
+        );
+    }
+    step
+}
+
+#[test]
+fn kubectl_baton_approves_each_step_on_every_member_and_pauses_a_member_in_its_own_cluster() {
+    MemberClusters::scenario(|clusters| async move {
+        let members = clusters.kubeconfigs();
+        let namespace = clusters.namespace();
+        // Given a ready group `compactor` of one StatefulSet per cluster, 2 pods each, asking
+        // for a person's approval of each zone's first step
+        let group = Group::new("compactor", 2, 1);
+        clusters
+            .create_group(&group, |_, fixture| {
+                fixture.annotation(APPROVAL_ANNOTATION, "zone")
+            })
+            .await;
+
+        // When a new version is deployed to every cluster
+        let from = clusters.roll_out(&group, "v2").await;
+
+        // Then a deploy pipeline waiting across the clusters stops: cluster-a's first step
+        // awaits a person, and the wait says how to approve it across clusters
+        wait_across(&members, namespace, &group.name, "1m")
+            .await
+            .exited(6)
+            .complains(&[
+                "rollout group compactor awaits approval: cluster-a/compactor awaits approval of its first step",
+                "--member CLUSTER for each member cluster",
+            ]);
+
+        // When a person approves the step the status names, across the three clusters
+        approve_awaited(clusters, &group, "cluster-a").await;
+
+        // and pauses cluster-c's member, named as the status names it
+        let last = group.member("cluster-c");
+        kubectl_baton_across(&members, &["pause", &last, "-n", namespace])
+            .await
+            .exited(0)
+            .says(&[&format!(
+                "statefulset/{} in cluster cluster-c: {ROLLOUT_PAUSED_ANNOTATION} set to \"true\"",
+                group.statefulset
+            )]);
+        // Then it is paused in cluster-c alone, on its own StatefulSet
+        for cluster in CLUSTERS {
+            assert_eq!(
+                annotation(clusters, cluster, &group, ROLLOUT_PAUSED_ANNOTATION).await,
+                (cluster == "cluster-c").then(|| "true".to_owned()),
+                "paused in {cluster}"
+            );
+        }
+
+        // When cluster-a is done, cluster-b's first step awaits approval: a member that cannot be
+        // read refuses it, naming the member, and nothing is written anywhere
+        clusters
+            .wait_status(&group, "cluster-b awaiting approval", |status| {
+                awaited_step(status).is_some_and(|step| {
+                    step.starts_with(&format!("{}/", group.member("cluster-b")))
+                })
+            })
+            .await;
+        let directory = tempfile::tempdir().expect("a temporary directory");
+        let down = directory.path().join("down.kubeconfig");
+        write_unreachable_kubeconfig(&down).expect("the unreachable member's kubeconfig");
+        let mut with_down = members.clone();
+        with_down.push(("cluster-d", &down));
+        kubectl_baton_across(&with_down, &["approve", &group.name, "-n", namespace])
+            .await
+            .exited(1)
+            .complains(&[
+                "cannot reach member cluster cluster-d (context cluster-d, https://127.0.0.1:1/)",
+                "nothing written",
+            ]);
+        for cluster in CLUSTERS {
+            let approved = annotation(clusters, cluster, &group, APPROVED_ANNOTATION).await;
+            assert!(
+                approved.is_some_and(
+                    |step| step.starts_with(&format!("{}/", group.member("cluster-a")))
+                ),
+                "{cluster} still carries cluster-a's approval alone"
+            );
+        }
+        assert_eq!(clusters.updated_pods(&group, "cluster-b").await, 0);
+        // and across the trio alone the person approves it
+        approve_awaited(clusters, &group, "cluster-b").await;
+
+        // Then cluster-b rolls to the end, and the group waits on cluster-c's pause: no pod of
+        // cluster-c is deleted
+        clusters
+            .wait_status(&group, "the group waiting on cluster-c's pause", |status| {
+                status.waiting.as_ref().is_some_and(|waiting| {
+                    waiting.kind == "Paused" && waiting.message.contains(&last)
+                })
+            })
+            .await;
+        assert_eq!(clusters.updated_pods(&group, "cluster-b").await, 2);
+        assert_eq!(clusters.deleted_pods(&last, from), Vec::<String>::new());
+
+        // When the person resumes cluster-c's member
+        kubectl_baton_across(&members, &["resume", &last, "-n", namespace])
+            .await
+            .exited(0)
+            .says(&[&format!(
+                "statefulset/{} in cluster cluster-c: {ROLLOUT_PAUSED_ANNOTATION} removed (was \"true\")",
+                group.statefulset
+            )]);
+        // Then its first step awaits approval too; approved, the rollout completes, one cluster
+        // at a time, the zone rule held at every step of the merged timeline
+        approve_awaited(clusters, &group, "cluster-c").await;
+        clusters.wait_complete(&group).await;
+        let timeline = clusters.merged_timeline();
+        check_rollout_guarantees(&timeline, &group.zones(), from).unwrap();
+        assert_one_at_a_time(&windows(&timeline, &group, from), &group, Duration::ZERO);
+        assert_eq!(
+            annotation(clusters, "cluster-c", &group, ROLLOUT_PAUSED_ANNOTATION).await,
+            None
+        );
     });
 }

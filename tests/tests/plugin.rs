@@ -13,6 +13,7 @@ use baton_e2e::controller_support::{
 use baton_e2e::fixtures::StatefulSetFixture;
 use baton_e2e::plugin_support::{
     self, Run, kubectl_baton, kubectl_baton_across, wait_across, write_members_kubeconfig,
+    write_unreachable_kubeconfig,
 };
 use baton_e2e::{ControlPlane, TestNamespace};
 use k8s_openapi::api::apps::v1::StatefulSet;
@@ -462,13 +463,7 @@ async fn across_members_every_mistake_names_the_member() {
     // A member cluster that cannot be reached is named, with its server; the other is read
     let directory = tempfile::tempdir().unwrap();
     let unreachable = directory.path().join("down.kubeconfig");
-    std::fs::write(
-        &unreachable,
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: down\n  cluster:\n    server: https://127.0.0.1:1\n\
-         users:\n- name: down\n  user:\n    token: none\ncontexts:\n- name: down\n  context:\n    \
-         cluster: down\n    user: down\ncurrent-context: down\n",
-    )
-    .unwrap();
+    write_unreachable_kubeconfig(&unreachable).unwrap();
     let run = kubectl_baton_across(
         &[("x", here), ("down", &unreachable)],
         &["wait", "ingester", "-n", name],
@@ -479,6 +474,37 @@ async fn across_members_every_mistake_names_the_member() {
         "Connection refused",
     ]);
     assert!(!run.stderr.contains("member cluster x"), "{run:#?}");
+    // and refuses a command that writes: nothing is written on a partial view
+    for command in [
+        &["approve", "ingester", "-n", name][..],
+        &["rollback", "ingester", "-n", name],
+    ] {
+        kubectl_baton_across(&[("x", here), ("down", &unreachable)], command)
+            .await
+            .exited(1)
+            .complains(&[
+                "cannot reach member cluster down",
+                "nothing written: a command that writes across member clusters reads every member first",
+            ]);
+    }
+
+    // A zone of a write is named with its member cluster, one of those given
+    kubectl_baton_across(&[("x", here)], &["pause", "ingester-zone-a", "-n", name])
+        .await
+        .exited(1)
+        .complains(&["with --member, name the StatefulSet with its member cluster, as status shows it: CLUSTER/ingester-zone-a (e.g. x/ingester-zone-a)"]);
+    kubectl_baton_across(&[("x", here)], &["resume", "y/ingester-zone-a", "-n", name])
+        .await
+        .exited(1)
+        .complains(&[
+            "y/ingester-zone-a is in member cluster y, which is not among the members given (x): add --member y[=CONTEXT]",
+        ]);
+    kubectl_baton_across(&[("x", here)], &["pause", "x/nothing", "-n", name])
+        .await
+        .exited(1)
+        .complains(&[&format!(
+            "member cluster x (context x): no StatefulSet nothing in namespace {name}"
+        )]);
 
     // Each member has its own context: --context with --member is a usage error
     kubectl_baton(
