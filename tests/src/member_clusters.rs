@@ -818,7 +818,9 @@ mod tests {
         let error = crate::timeline::check_rollout_guarantees(&merged, &zones, at(50))
             .expect_err("two clusters down at once");
         assert!(
-            error.contains("cluster-b/ingester-0 of cluster-b/ingester was deleted while cluster-a/ingester had 1 unavailable"),
+            error.contains(
+                "cluster-b/ingester-0 of cluster-b/ingester was deleted while other zones had unavailable pods: [(\"cluster-a/ingester\", 1)]"
+            ),
             "{error}"
         );
     }

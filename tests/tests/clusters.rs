@@ -14,6 +14,7 @@
 
 use std::time::{Duration, Instant};
 
+use baton_core::annotations::MAX_ROLLING_MEMBERS_ANNOTATION;
 use baton_core::gates::{HALTED_ANNOTATION, HEALTH_CHECK_ANNOTATION, SOAK_ANNOTATION};
 use baton_core::status::{GroupStatus, RolloutPhase, RolloutStatus};
 use baton_e2e::controller_support::{rollout_state, wait_event};
@@ -23,7 +24,9 @@ use baton_e2e::member_clusters::{
 };
 use baton_e2e::plugin_support::{kubectl_baton_across, wait_across};
 use baton_e2e::prometheus_support::{Metrics, Prometheus, create_health_check};
-use baton_e2e::timeline::{WATCH_SKEW, ZoneWindow, check_rollout_guarantees, zone_windows};
+use baton_e2e::timeline::{
+    WATCH_SKEW, ZoneWindow, check_rolling_at_most, check_rollout_guarantees, zone_windows,
+};
 use baton_e2e::{PodEvent, PodTransition, wait_for, wait_until};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Secret;
@@ -218,6 +221,57 @@ fn a_three_cluster_rollout_rolls_one_cluster_at_a_time_keeping_the_zone_rule_at_
             )
             .await;
         }
+    });
+}
+
+#[test]
+fn two_rolling_members_let_two_clusters_roll_at_once_and_the_third_waits_for_one() {
+    MemberClusters::scenario(|clusters| async move {
+        // Given a ready group `compactor` of one StatefulSet per cluster, 3 pods each, at most 1
+        // not ready, that lets two members roll at once (Fleet's `maxUnavailable: 2` clusters)
+        let group = Group::new("compactor", 3, 1);
+        clusters
+            .create_group(&group, |_, fixture| {
+                fixture.annotation(MAX_ROLLING_MEMBERS_ANNOTATION, "2")
+            })
+            .await;
+
+        // When a new version is deployed to every cluster
+        let from = clusters.roll_out(&group, "v2").await;
+
+        // Then every cluster completes, and at every step of the merged timeline at most two
+        // clusters had pods not ready, each at most one, and a pod was deleted only while fewer
+        // than two other clusters had pods not ready
+        clusters.wait_complete(&group).await;
+        let timeline = clusters.merged_timeline();
+        let most = check_rolling_at_most(&timeline, &group.zones(), from, 2).unwrap();
+        // And two clusters did roll at once
+        assert_eq!(most, 2, "two clusters rolling at the same moment");
+
+        // And cluster-a and cluster-b started together, cluster-c only once one of them was done
+        let windows = windows(&timeline, &group, from);
+        let window = |cluster: &str| {
+            windows
+                .iter()
+                .find(|(name, _)| *name == group.member(cluster))
+                .map(|(_, window)| *window)
+                .unwrap_or_else(|| panic!("{cluster} rolled: {windows:?}"))
+        };
+        let (a, b, c) = (
+            window("cluster-a"),
+            window("cluster-b"),
+            window("cluster-c"),
+        );
+        let a_done = a.completed.expect("cluster-a completed");
+        let b_done = b.completed.expect("cluster-b completed");
+        assert!(
+            b.started.expect("cluster-b started") < a_done,
+            "cluster-b started before cluster-a completed: {windows:?}"
+        );
+        assert!(
+            c.started.expect("cluster-c started") + WATCH_SKEW >= a_done.min(b_done),
+            "cluster-c waited for a place: {windows:?}"
+        );
     });
 }
 
