@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use baton_core::annotations::MAX_ROLLING_MEMBERS_ANNOTATION;
 use baton_core::gates::{HALTED_ANNOTATION, HEALTH_CHECK_ANNOTATION, SOAK_ANNOTATION};
 use baton_core::status::{GroupStatus, RolloutPhase, RolloutStatus};
-use baton_e2e::controller_support::{rollout_state, wait_event};
+use baton_e2e::controller_support::{Controller, rollout_state, wait_event};
 use baton_e2e::fixtures::StatefulSetFixture;
 use baton_e2e::member_clusters::{
     CLUSTERS, Group, KUBECONFIG_KEY, MemberClusters, kubeconfig_secret,
@@ -901,4 +901,65 @@ fn kubectl_baton_follows_a_cross_cluster_group_with_a_member_per_cluster() {
         }
         check_rollout_guarantees(&clusters.merged_timeline(), &group.zones(), from).unwrap();
     });
+}
+
+#[test]
+fn a_new_leader_in_the_hub_finishes_the_cross_cluster_rollout_the_old_one_started() {
+    MemberClusters::scenario_apart(
+        || MemberClusters::start("failover", &[]),
+        |clusters| async move {
+            let _witness = clusters.witness();
+            // Given a second controller in the hub, with the same members, standing by
+            let config = clusters.config_path().to_string_lossy().into_owned();
+            let hub = clusters.cluster(CLUSTERS[0]);
+            let mut standby = Controller::start_dying_with_parent(
+                &hub.control_plane,
+                clusters.namespace(),
+                &[("BATON_CONFIG", config.as_str())],
+            )
+            .await;
+            wait_until(TIMEOUT, "the first controller leads", || async {
+                clusters.controller.is_leader().await
+            })
+            .await;
+            assert!(!standby.is_leader().await, "one leader");
+            // and a group rolling across the three clusters
+            let group = Group::new("ingester", 3, 1);
+            clusters.create_group(&group, |_, fixture| fixture).await;
+            let from = clusters.roll_out(&group, "v2").await;
+
+            // When the leader dies while cluster-a rolls
+            let first = group.member("cluster-a");
+            wait_until(TIMEOUT, "cluster-a's rollout started", || async {
+                !clusters.deleted_pods(&first, from).is_empty()
+            })
+            .await;
+            clusters
+                .controller
+                .process
+                .signal("KILL")
+                .expect("killing the leader");
+
+            // Then the standby leads, lists every member, and finishes the rollout: one cluster
+            // at a time, the zone rule held at every step across the two leaders, each old pod
+            // deleted once
+            clusters.wait_complete(&group).await;
+            assert!(standby.is_leader().await, "the standby took over");
+            assert!(
+                !standby.process.has_exited(),
+                "{}",
+                standby.process.output()
+            );
+            let timeline = clusters.merged_timeline();
+            check_rollout_guarantees(&timeline, &group.zones(), from).unwrap();
+            assert_one_at_a_time(&windows(&timeline, &group, from), &group, Duration::ZERO);
+            for member in group.members() {
+                assert_eq!(
+                    clusters.deleted_pods(&member, from).len(),
+                    3,
+                    "each old pod of {member} deleted once"
+                );
+            }
+        },
+    );
 }
