@@ -15,6 +15,7 @@
 use std::time::{Duration, Instant};
 
 use baton_core::annotations::MAX_ROLLING_MEMBERS_ANNOTATION;
+use baton_core::gates::keys::ROLLBACK_ANNOTATION;
 use baton_core::gates::{HALTED_ANNOTATION, HEALTH_CHECK_ANNOTATION, SOAK_ANNOTATION};
 use baton_core::status::{GroupStatus, RolloutPhase, RolloutStatus};
 use baton_e2e::controller_support::{Controller, rollout_state, wait_event};
@@ -962,4 +963,102 @@ fn a_new_leader_in_the_hub_finishes_the_cross_cluster_rollout_the_old_one_starte
             }
         },
     );
+}
+
+#[test]
+fn a_rollback_across_clusters_writes_each_template_back_in_its_cluster_and_goes_back_the_last_reached_first()
+ {
+    MemberClusters::scenario(|clusters| async move {
+        // Given a ready group `ruler`, whose rollout finished in cluster-a and is half-way in
+        // cluster-b (the replacement of its first pod does not start yet)
+        let group = Group::new("ruler", 3, 1);
+        clusters.create_group(&group, |_, fixture| fixture).await;
+        let b = clusters.cluster("cluster-b");
+        let held = format!("{}-0", group.statefulset);
+        b.simulator.hold_replacement(&held).await;
+        let from = clusters.roll_out(&group, "v2").await;
+        wait_until(TIMEOUT, "cluster-a done and cluster-b half-way", || async {
+            clusters.updated_pods(&group, "cluster-a").await == 3
+                && !clusters
+                    .deleted_pods(&group.member("cluster-b"), from)
+                    .is_empty()
+        })
+        .await;
+
+        // When a person asks for a rollback, on every member (as kubectl baton rollback does)
+        let asked = Instant::now();
+        for cluster in CLUSTERS {
+            Api::<StatefulSet>::namespaced(
+                clusters.cluster(cluster).client(),
+                clusters.namespace(),
+            )
+            .patch(
+                &group.statefulset,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"annotations": {
+                    ROLLBACK_ANNOTATION: "e2e: latency doubled"
+                }}})),
+            )
+            .await
+            .unwrap_or_else(|error| panic!("asking {cluster} for a rollback: {error}"));
+        }
+        b.simulator.release(&held).await;
+
+        // Then the group is rolled back: every template written back in its own cluster from
+        // that cluster's ControllerRevisions, every pod back at the revision from before
+        let status = clusters
+            .wait_status(&group, "the group rolled back", |status| {
+                status.phase == RolloutPhase::RolledBack
+            })
+            .await;
+        assert!(
+            status
+                .rollback
+                .as_deref()
+                .is_some_and(|why| why.contains("latency doubled")),
+            "{status:#?}"
+        );
+        for cluster in CLUSTERS {
+            let state = rollout_state(
+                &clusters.cluster(cluster).client(),
+                clusters.namespace(),
+                &group.statefulset,
+            )
+            .await;
+            assert!(
+                state.is_complete(),
+                "{cluster} back at one revision: {state:?}"
+            );
+        }
+        // zone by zone, cluster-b (the one the rollout reached last) first, cluster-c never
+        // touched, the zone rule held at every step of the three clusters' timeline
+        let timeline = clusters.merged_timeline();
+        check_rollout_guarantees(&timeline, &group.zones(), from).unwrap();
+        let back = windows(&timeline, &group, asked);
+        let order: Vec<&str> = back
+            .iter()
+            .filter(|(_, window)| window.started.is_some())
+            .map(|(name, _)| name.as_str())
+            .collect();
+        assert_eq!(
+            order,
+            [group.member("cluster-b"), group.member("cluster-a")],
+            "cluster-b goes back first, then cluster-a: {back:?}"
+        );
+        assert!(
+            clusters
+                .deleted_pods(&group.member("cluster-c"), from)
+                .is_empty(),
+            "cluster-c never rolled, so nothing there goes back"
+        );
+        // And the rollback's start was told in cluster-b, on its own StatefulSet
+        wait_event(
+            &b.client(),
+            clusters.namespace(),
+            &group.statefulset,
+            "RollbackStarted",
+            &["latency doubled"],
+        )
+        .await;
+    });
 }
