@@ -115,6 +115,40 @@ impl Caches {
         }
     }
 
+    /// The pods a snapshot of `members` reads: every pod of the namespace in one cluster (a
+    /// snapshot finds its own by owner), and with member clusters only the pods the members
+    /// control, each renamed `cluster/name`: a pass copies its group's pods, not the
+    /// namespace's.
+    pub fn pods_of(&self, members: &[Arc<StatefulSet>]) -> Vec<Arc<CachedPod>> {
+        match &self.workloads {
+            Workloads::Local { pods, .. } => pods.state(),
+            Workloads::Members(clusters) => {
+                let uids: std::collections::HashSet<&str> = members
+                    .iter()
+                    .filter_map(|member| member.metadata.uid.as_deref())
+                    .collect();
+                clusters
+                    .iter()
+                    .flat_map(|cluster| {
+                        cluster
+                            .pods
+                            .state()
+                            .into_iter()
+                            .filter(|pod| {
+                                pod.controller
+                                    .as_ref()
+                                    .is_some_and(|owner| uids.contains(owner.uid.as_str()))
+                            })
+                            .map(|pod| {
+                                Arc::new(baton_core::members::qualify_pod(&cluster.cluster, &pod))
+                            })
+                            .collect::<Vec<_>>()
+                    })
+                    .collect()
+            }
+        }
+    }
+
     /// The member clusters that cannot be trusted now (none without member clusters).
     pub fn outages(&self) -> Vec<Outage> {
         match &self.workloads {
@@ -146,8 +180,18 @@ impl Caches {
             }
             Workloads::Members(members) => members
                 .iter()
-                .flat_map(MemberCache::statefulsets)
-                .filter(|statefulset| group_of(statefulset) == Some(group))
+                .flat_map(|member| {
+                    member
+                        .statefulsets
+                        .state_filter(|statefulset| group_of(statefulset) == Some(group))
+                        .into_iter()
+                        .map(|statefulset| {
+                            Arc::new(baton_core::members::qualify_statefulset(
+                                &member.cluster,
+                                &statefulset,
+                            ))
+                        })
+                })
                 .collect(),
         }
     }

@@ -66,7 +66,7 @@ impl GroupReconciler {
             self.rollouts.gate_calls.hook_calls.forget(group);
             return Requeue::Never;
         }
-        let pods = self.caches.pods();
+        let pods = self.caches.pods_of(&members);
         let outages = self.caches.outages();
         let (ledger, tracker) = self.caches.downscale_records(group);
         let started = Instant::now();

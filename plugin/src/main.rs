@@ -345,6 +345,7 @@ fn document(
     let groups = status::groups(
         &statefulsets.iter().collect::<Vec<_>>(),
         &pods.iter().collect::<Vec<_>>(),
+        &[],
         |_| None,
         now,
     );

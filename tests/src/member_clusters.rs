@@ -219,6 +219,14 @@ impl MemberClusters {
         let mut clusters = Vec::new();
         for (name, control_plane) in CLUSTERS.into_iter().zip([a, b, c]) {
             let namespace = TestNamespace::create_named(&control_plane, &namespace).await;
+            // The hub's controller reaches the other members as deploy/members lets it.
+            if name != HUB {
+                crate::rbac_support::bind_member_role(&namespace.client(), namespace.name())
+                    .await
+                    .unwrap_or_else(|error| {
+                        panic!("binding deploy/members' Role in {name}: {error:#}")
+                    });
+            }
             let simulator = PodSimulator::start(
                 namespace.client(),
                 namespace.name(),
@@ -681,15 +689,21 @@ pub fn controller_config(namespace: &str, prometheus: &str) -> String {
     yaml
 }
 
-/// Writes `member`'s admin kubeconfig into the Secret [`kubeconfig_secret`] of the hub's
-/// `namespace`. The file is self-contained (the API server's CA and the admin's token inline,
-/// no path to a file), as a kubeconfig handed to another cluster must be: checked here.
+/// Writes the kubeconfig of `member`'s identity for the hub (deploy/members' Role, bound to
+/// [`crate::rbac_support::MEMBER_IDENTITY`]) into the Secret [`kubeconfig_secret`] of the
+/// hub's `namespace`. The file is self-contained (the API server's CA and the token inline, no
+/// path to a file), as a kubeconfig handed to another cluster must be: checked here.
 async fn write_kubeconfig_secret(hub: &kube::Client, namespace: &str, member: &MemberCluster) {
-    let kubeconfig = std::fs::read(member.kubeconfig_path()).unwrap_or_else(|error| {
+    let (account_namespace, account) = crate::rbac_support::MEMBER_IDENTITY;
+    let path = member
+        .control_plane
+        .service_account_kubeconfig(account_namespace, account)
+        .unwrap_or_else(|error| panic!("{}'s member identity: {error:#}", member.name));
+    let kubeconfig = std::fs::read(path).unwrap_or_else(|error| {
         panic!(
             "reading {}'s kubeconfig {}: {error}",
             member.name,
-            member.kubeconfig_path().display()
+            path.display()
         )
     });
     let text = String::from_utf8_lossy(&kubeconfig);
@@ -818,7 +832,9 @@ mod tests {
         let error = crate::timeline::check_rollout_guarantees(&merged, &zones, at(50))
             .expect_err("two clusters down at once");
         assert!(
-            error.contains("cluster-b/ingester-0 of cluster-b/ingester was deleted while cluster-a/ingester had 1 unavailable"),
+            error.contains(
+                "cluster-b/ingester-0 of cluster-b/ingester was deleted while other zones had unavailable pods: [(\"cluster-a/ingester\", 1)]"
+            ),
             "{error}"
         );
     }

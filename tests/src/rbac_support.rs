@@ -377,3 +377,48 @@ pub async fn the_controller_changes_only_ca_bundles(control_plane: &ControlPlane
         .await;
     let _ = admin_mutating.delete(&name, &DeleteParams::default()).await;
 }
+
+/// The identity a hub's controller reaches a member cluster with in the tests: the control
+/// plane's token for `system:serviceaccount:baton-system:baton-controller`, bound in the
+/// member by deploy/members/member-rbac.yaml (its binding's subject, the service account
+/// `baton-member` a user gives a token of, replaced by that one: the test control plane has
+/// static tokens only).
+pub const MEMBER_IDENTITY: (&str, &str) = (SERVICE_ACCOUNT_NAMESPACE, "baton-controller");
+
+/// Creates deploy/members' Role in `namespace` of a member cluster and binds it to
+/// [`MEMBER_IDENTITY`]: what the hub's controller may do there, and nothing more.
+pub async fn bind_member_role(client: &kube::Client, namespace: &str) -> anyhow::Result<()> {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy/members/member-rbac.yaml");
+    let text =
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let mut bound = 0;
+    for mut value in serde_saphyr::from_multiple::<serde_json::Value>(&text)? {
+        value["metadata"]["namespace"] = namespace.into();
+        match value["kind"].as_str().unwrap_or_default() {
+            "ServiceAccount" => continue,
+            "Role" => {
+                let role: Role = serde_json::from_value(value)?;
+                Api::<Role>::namespaced(client.clone(), namespace)
+                    .create(&PostParams::default(), &role)
+                    .await?;
+            }
+            "RoleBinding" => {
+                value["subjects"] = serde_json::json!([{
+                    "kind": "ServiceAccount",
+                    "namespace": MEMBER_IDENTITY.0,
+                    "name": MEMBER_IDENTITY.1,
+                }]);
+                let binding: RoleBinding = serde_json::from_value(value)?;
+                Api::<RoleBinding>::namespaced(client.clone(), namespace)
+                    .create(&PostParams::default(), &binding)
+                    .await?;
+                bound += 1;
+            }
+            other => bail!("{} holds an unexpected {other}", path.display()),
+        }
+    }
+    if bound != 1 {
+        bail!("{} binds {bound} roles, not one", path.display());
+    }
+    Ok(())
+}

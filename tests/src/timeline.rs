@@ -49,6 +49,20 @@ pub fn check_rollout_guarantees(
     zones: &[Zone],
     from: Instant,
 ) -> Result<(), String> {
+    check_rolling_at_most(timeline, zones, from, 1).map(|_| ())
+}
+
+/// As [`check_rollout_guarantees`] for a group with `baton.dev/max-rolling-members:
+/// max_rolling`: at most that many zones have unavailable pods at a time, and a pod is deleted
+/// only while fewer than that many other zones have. Returns the most zones seen unavailable at
+/// once, so a test can show they overlapped.
+pub fn check_rolling_at_most(
+    timeline: &[PodTransition],
+    zones: &[Zone],
+    from: Instant,
+    max_rolling: usize,
+) -> Result<usize, String> {
+    let mut most = 0;
     let mut pods: HashMap<String, (String, PodState)> = HashMap::new();
     let unavailable = |pods: &HashMap<String, (String, PodState)>| -> BTreeMap<String, u32> {
         zones
@@ -84,12 +98,13 @@ pub fn check_rollout_guarantees(
         };
         if checking && leaving {
             let before = unavailable(&pods);
-            if let Some((zone, count)) = before
+            let others: Vec<_> = before
                 .iter()
-                .find(|(zone, count)| **zone != owner && **count > 0)
-            {
+                .filter(|(zone, count)| **zone != owner && **count > 0)
+                .collect();
+            if others.len() >= max_rolling {
                 return Err(format!(
-                    "transition {index}: pod {} of {owner} was deleted while {zone} had {count} unavailable pods",
+                    "transition {index}: pod {} of {owner} was deleted while other zones had unavailable pods: {others:?}",
                     transition.pod
                 ));
             }
@@ -116,7 +131,8 @@ pub fn check_rollout_guarantees(
         }
         let after = unavailable(&pods);
         let degraded: Vec<_> = after.iter().filter(|(_, count)| **count > 0).collect();
-        if degraded.len() > 1 {
+        most = most.max(degraded.len());
+        if degraded.len() > max_rolling {
             return Err(format!(
                 "transition {index} ({:?} {}): several zones unavailable at once: {degraded:?}",
                 transition.event, transition.pod
@@ -132,7 +148,7 @@ pub fn check_rollout_guarantees(
             }
         }
     }
-    Ok(())
+    Ok(most)
 }
 
 /// When one zone's rollout started and completed, as the timeline shows it.

@@ -15,20 +15,23 @@
 
 use std::time::{Duration, Instant};
 
-use baton_core::annotations::ROLLOUT_PAUSED_ANNOTATION;
+use baton_core::annotations::{MAX_ROLLING_MEMBERS_ANNOTATION, ROLLOUT_PAUSED_ANNOTATION};
+use baton_core::gates::keys::ROLLBACK_ANNOTATION;
 use baton_core::gates::{
     APPROVAL_ANNOTATION, APPROVED_ANNOTATION, HALTED_ANNOTATION, HEALTH_CHECK_ANNOTATION,
     SOAK_ANNOTATION,
 };
 use baton_core::status::{GroupStatus, RolloutPhase, RolloutStatus};
-use baton_e2e::controller_support::{rollout_state, wait_event};
+use baton_e2e::controller_support::{Controller, rollout_state, wait_event};
 use baton_e2e::fixtures::StatefulSetFixture;
 use baton_e2e::member_clusters::{
     CLUSTERS, Group, KUBECONFIG_KEY, MemberClusters, kubeconfig_secret,
 };
 use baton_e2e::plugin_support::{kubectl_baton_across, wait_across, write_unreachable_kubeconfig};
 use baton_e2e::prometheus_support::{Metrics, Prometheus, create_health_check};
-use baton_e2e::timeline::{WATCH_SKEW, ZoneWindow, check_rollout_guarantees, zone_windows};
+use baton_e2e::timeline::{
+    WATCH_SKEW, ZoneWindow, check_rolling_at_most, check_rollout_guarantees, zone_windows,
+};
 use baton_e2e::{PodEvent, PodTransition, wait_for, wait_until};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Secret;
@@ -223,6 +226,57 @@ fn a_three_cluster_rollout_rolls_one_cluster_at_a_time_keeping_the_zone_rule_at_
             )
             .await;
         }
+    });
+}
+
+#[test]
+fn two_rolling_members_let_two_clusters_roll_at_once_and_the_third_waits_for_one() {
+    MemberClusters::scenario(|clusters| async move {
+        // Given a ready group `compactor` of one StatefulSet per cluster, 3 pods each, at most 1
+        // not ready, that lets two members roll at once (Fleet's `maxUnavailable: 2` clusters)
+        let group = Group::new("compactor", 3, 1);
+        clusters
+            .create_group(&group, |_, fixture| {
+                fixture.annotation(MAX_ROLLING_MEMBERS_ANNOTATION, "2")
+            })
+            .await;
+
+        // When a new version is deployed to every cluster
+        let from = clusters.roll_out(&group, "v2").await;
+
+        // Then every cluster completes, and at every step of the merged timeline at most two
+        // clusters had pods not ready, each at most one, and a pod was deleted only while fewer
+        // than two other clusters had pods not ready
+        clusters.wait_complete(&group).await;
+        let timeline = clusters.merged_timeline();
+        let most = check_rolling_at_most(&timeline, &group.zones(), from, 2).unwrap();
+        // And two clusters did roll at once
+        assert_eq!(most, 2, "two clusters rolling at the same moment");
+
+        // And cluster-a and cluster-b started together, cluster-c only once one of them was done
+        let windows = windows(&timeline, &group, from);
+        let window = |cluster: &str| {
+            windows
+                .iter()
+                .find(|(name, _)| *name == group.member(cluster))
+                .map(|(_, window)| *window)
+                .unwrap_or_else(|| panic!("{cluster} rolled: {windows:?}"))
+        };
+        let (a, b, c) = (
+            window("cluster-a"),
+            window("cluster-b"),
+            window("cluster-c"),
+        );
+        let a_done = a.completed.expect("cluster-a completed");
+        let b_done = b.completed.expect("cluster-b completed");
+        assert!(
+            b.started.expect("cluster-b started") < a_done,
+            "cluster-b started before cluster-a completed: {windows:?}"
+        );
+        assert!(
+            c.started.expect("cluster-c started") + WATCH_SKEW >= a_done.min(b_done),
+            "cluster-c waited for a place: {windows:?}"
+        );
     });
 }
 
@@ -937,9 +991,9 @@ fn kubectl_baton_approves_each_step_on_every_member_and_pauses_a_member_in_its_o
     MemberClusters::scenario(|clusters| async move {
         let members = clusters.kubeconfigs();
         let namespace = clusters.namespace();
-        // Given a ready group `compactor` of one StatefulSet per cluster, 2 pods each, asking
-        // for a person's approval of each zone's first step
-        let group = Group::new("compactor", 2, 1);
+        // Given a ready group `query-frontend` of one StatefulSet per cluster, 2 pods each,
+        // asking for a person's approval of each zone's first step
+        let group = Group::new("query-frontend", 2, 1);
         clusters
             .create_group(&group, |_, fixture| {
                 fixture.annotation(APPROVAL_ANNOTATION, "zone")
@@ -955,7 +1009,7 @@ fn kubectl_baton_approves_each_step_on_every_member_and_pauses_a_member_in_its_o
             .await
             .exited(6)
             .complains(&[
-                "rollout group compactor awaits approval: cluster-a/compactor awaits approval of its first step",
+                "rollout group query-frontend awaits approval: cluster-a/query-frontend awaits approval of its first step",
                 "--member CLUSTER for each member cluster",
             ]);
 
@@ -1045,5 +1099,164 @@ fn kubectl_baton_approves_each_step_on_every_member_and_pauses_a_member_in_its_o
             annotation(clusters, "cluster-c", &group, ROLLOUT_PAUSED_ANNOTATION).await,
             None
         );
+    });
+}
+
+#[test]
+fn a_new_leader_in_the_hub_finishes_the_cross_cluster_rollout_the_old_one_started() {
+    MemberClusters::scenario_apart(
+        || MemberClusters::start("failover", &[]),
+        |clusters| async move {
+            let _witness = clusters.witness();
+            // Given a second controller in the hub, with the same members, standing by
+            let config = clusters.config_path().to_string_lossy().into_owned();
+            let hub = clusters.cluster(CLUSTERS[0]);
+            let mut standby = Controller::start_dying_with_parent(
+                &hub.control_plane,
+                clusters.namespace(),
+                &[("BATON_CONFIG", config.as_str())],
+            )
+            .await;
+            wait_until(TIMEOUT, "the first controller leads", || async {
+                clusters.controller.is_leader().await
+            })
+            .await;
+            assert!(!standby.is_leader().await, "one leader");
+            // and a group rolling across the three clusters
+            let group = Group::new("ingester", 3, 1);
+            clusters.create_group(&group, |_, fixture| fixture).await;
+            let from = clusters.roll_out(&group, "v2").await;
+
+            // When the leader dies while cluster-a rolls
+            let first = group.member("cluster-a");
+            wait_until(TIMEOUT, "cluster-a's rollout started", || async {
+                !clusters.deleted_pods(&first, from).is_empty()
+            })
+            .await;
+            clusters
+                .controller
+                .process
+                .signal("KILL")
+                .expect("killing the leader");
+
+            // Then the standby leads, lists every member, and finishes the rollout: one cluster
+            // at a time, the zone rule held at every step across the two leaders, each old pod
+            // deleted once
+            clusters.wait_complete(&group).await;
+            assert!(standby.is_leader().await, "the standby took over");
+            assert!(
+                !standby.process.has_exited(),
+                "{}",
+                standby.process.output()
+            );
+            let timeline = clusters.merged_timeline();
+            check_rollout_guarantees(&timeline, &group.zones(), from).unwrap();
+            assert_one_at_a_time(&windows(&timeline, &group, from), &group, Duration::ZERO);
+            for member in group.members() {
+                assert_eq!(
+                    clusters.deleted_pods(&member, from).len(),
+                    3,
+                    "each old pod of {member} deleted once"
+                );
+            }
+        },
+    );
+}
+
+#[test]
+fn a_rollback_across_clusters_writes_each_template_back_in_its_cluster_and_goes_back_the_last_reached_first()
+ {
+    MemberClusters::scenario(|clusters| async move {
+        // Given a ready group `ruler`, whose rollout finished in cluster-a and is half-way in
+        // cluster-b (the replacement of its first pod does not start yet)
+        let group = Group::new("ruler", 3, 1);
+        clusters.create_group(&group, |_, fixture| fixture).await;
+        let b = clusters.cluster("cluster-b");
+        let held = format!("{}-0", group.statefulset);
+        b.simulator.hold_replacement(&held).await;
+        let from = clusters.roll_out(&group, "v2").await;
+        wait_until(TIMEOUT, "cluster-a done and cluster-b half-way", || async {
+            clusters.updated_pods(&group, "cluster-a").await == 3
+                && !clusters
+                    .deleted_pods(&group.member("cluster-b"), from)
+                    .is_empty()
+        })
+        .await;
+
+        // When a person asks for a rollback, on every member (as kubectl baton rollback does)
+        let asked = Instant::now();
+        for cluster in CLUSTERS {
+            Api::<StatefulSet>::namespaced(
+                clusters.cluster(cluster).client(),
+                clusters.namespace(),
+            )
+            .patch(
+                &group.statefulset,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"annotations": {
+                    ROLLBACK_ANNOTATION: "e2e: latency doubled"
+                }}})),
+            )
+            .await
+            .unwrap_or_else(|error| panic!("asking {cluster} for a rollback: {error}"));
+        }
+        b.simulator.release(&held).await;
+
+        // Then the group is rolled back: every template written back in its own cluster from
+        // that cluster's ControllerRevisions, every pod back at the revision from before
+        let status = clusters
+            .wait_status(&group, "the group rolled back", |status| {
+                status.phase == RolloutPhase::RolledBack
+            })
+            .await;
+        assert!(
+            status
+                .rollback
+                .as_deref()
+                .is_some_and(|why| why.contains("latency doubled")),
+            "{status:#?}"
+        );
+        for cluster in CLUSTERS {
+            let state = rollout_state(
+                &clusters.cluster(cluster).client(),
+                clusters.namespace(),
+                &group.statefulset,
+            )
+            .await;
+            assert!(
+                state.is_complete(),
+                "{cluster} back at one revision: {state:?}"
+            );
+        }
+        // zone by zone, cluster-b (the one the rollout reached last) first, cluster-c never
+        // touched, the zone rule held at every step of the three clusters' timeline
+        let timeline = clusters.merged_timeline();
+        check_rollout_guarantees(&timeline, &group.zones(), from).unwrap();
+        let back = windows(&timeline, &group, asked);
+        let order: Vec<&str> = back
+            .iter()
+            .filter(|(_, window)| window.started.is_some())
+            .map(|(name, _)| name.as_str())
+            .collect();
+        assert_eq!(
+            order,
+            [group.member("cluster-b"), group.member("cluster-a")],
+            "cluster-b goes back first, then cluster-a: {back:?}"
+        );
+        assert!(
+            clusters
+                .deleted_pods(&group.member("cluster-c"), from)
+                .is_empty(),
+            "cluster-c never rolled, so nothing there goes back"
+        );
+        // And the rollback's start was told in cluster-b, on its own StatefulSet
+        wait_event(
+            &b.client(),
+            clusters.namespace(),
+            &group.statefulset,
+            "RollbackStarted",
+            &["latency doubled"],
+        )
+        .await;
     });
 }

@@ -93,7 +93,8 @@ impl StatusRoutes {
         let pods = self.caches.pods();
         let pods: Vec<&CachedPod> = pods.iter().map(Arc::as_ref).collect();
         let history = |name: &str| leading.then(|| self.board.history(name)).flatten();
-        let groups = view::groups(&members, &pods, history, now);
+        let outages = self.caches.outages();
+        let groups = view::groups(&members, &pods, &outages, history, now);
         let (role, leader) = if leading {
             (Role::Leader, Some(self.identity.clone()))
         } else {

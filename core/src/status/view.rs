@@ -82,11 +82,13 @@ pub fn compute(snapshot: &GroupSnapshot, history: Option<&History>, now: Timesta
 }
 
 /// Every group among `statefulsets` (by their `rollout-group` label), by name, each computed
-/// with [`compute`]; `pods` may be every pod of the namespace. `history` gives a group's
-/// recorded history, if any.
+/// with [`compute`]; `pods` may be every pod of the namespace. The members in a cluster of
+/// `outages` are marked as the planner sees them ([`crate::members::mark_outages`]).
+/// `history` gives a group's recorded history, if any.
 pub fn groups<'a>(
     statefulsets: &[&'a StatefulSet],
     pods: &[&'a CachedPod],
+    outages: &[crate::members::Outage],
     history: impl Fn(&str) -> Option<History>,
     now: Timestamp,
 ) -> Vec<GroupStatus> {
@@ -103,7 +105,8 @@ pub fn groups<'a>(
                 .iter()
                 .copied()
                 .filter(|statefulset| crate::statefulset::group_of(statefulset) == Some(name));
-            let snapshot = GroupSnapshot::from_kubernetes(name, members, pods.iter().copied());
+            let mut snapshot = GroupSnapshot::from_kubernetes(name, members, pods.iter().copied());
+            crate::members::mark_outages(&mut snapshot, outages);
             compute(&snapshot, history(name).as_ref(), now)
         })
         .collect()
