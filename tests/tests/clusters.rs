@@ -1167,9 +1167,9 @@ fn a_new_leader_in_the_hub_finishes_the_cross_cluster_rollout_the_old_one_starte
 fn a_rollback_across_clusters_writes_each_template_back_in_its_cluster_and_goes_back_the_last_reached_first()
  {
     MemberClusters::scenario(|clusters| async move {
-        // Given a ready group `ruler`, whose rollout finished in cluster-a and is half-way in
-        // cluster-b (the replacement of its first pod does not start yet)
-        let group = Group::new("ruler", 3, 1);
+        // Given a ready group `alertmanager`, whose rollout finished in cluster-a and is half-way
+        // in cluster-b (the replacement of its first pod does not start yet)
+        let group = Group::new("alertmanager", 3, 1);
         clusters.create_group(&group, |_, fixture| fixture).await;
         let b = clusters.cluster("cluster-b");
         let held = format!("{}-0", group.statefulset);
