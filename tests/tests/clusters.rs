@@ -1168,7 +1168,8 @@ fn a_rollback_across_clusters_writes_each_template_back_in_its_cluster_and_goes_
  {
     MemberClusters::scenario(|clusters| async move {
         // Given a ready group `alertmanager`, whose rollout finished in cluster-a and is half-way
-        // in cluster-b (the replacement of its first pod does not start yet)
+        // in cluster-b (the replacement of its first pod, at the new revision, does not start
+        // yet)
         let group = Group::new("alertmanager", 3, 1);
         clusters.create_group(&group, |_, fixture| fixture).await;
         let b = clusters.cluster("cluster-b");
@@ -1180,25 +1181,61 @@ fn a_rollback_across_clusters_writes_each_template_back_in_its_cluster_and_goes_
                 && !clusters
                     .deleted_pods(&group.member("cluster-b"), from)
                     .is_empty()
+                && clusters.updated_pods(&group, "cluster-b").await == 1
         })
         .await;
 
-        // When a person asks for a rollback, on every member (as kubectl baton rollback does)
+        // When a person asks for a rollback with kubectl baton across the trio
         let asked = Instant::now();
+        let sts = &group.statefulset;
+        let requested = kubectl_baton_across(
+            &clusters.kubeconfigs(),
+            &[
+                "rollback",
+                &group.name,
+                "--reason",
+                "latency doubled",
+                "-n",
+                clusters.namespace(),
+            ],
+        )
+        .await;
+        // Then it decided as the controller does, cluster-b (reached last) going back first, and
+        // wrote the request on every member, each in its own cluster
+        requested.exited(0).says(&[
+            &format!(
+                "rollback of rollout group {} requested (baton.dev/rollback on statefulset/{sts} \
+                 in cluster cluster-a, statefulset/{sts} in cluster cluster-b, statefulset/{sts} \
+                 in cluster cluster-c): cluster-b/{sts} from ",
+                group.name
+            ),
+            &format!("then cluster-a/{sts} from "),
+            &format!(
+                "follow it with: kubectl baton wait {} --member cluster-a --member cluster-b \
+                 --member cluster-c",
+                group.name
+            ),
+        ]);
         for cluster in CLUSTERS {
-            Api::<StatefulSet>::namespaced(
+            let request = Api::<StatefulSet>::namespaced(
                 clusters.cluster(cluster).client(),
                 clusters.namespace(),
             )
-            .patch(
-                &group.statefulset,
-                &PatchParams::default(),
-                &Patch::Merge(json!({"metadata": {"annotations": {
-                    ROLLBACK_ANNOTATION: "e2e: latency doubled"
-                }}})),
-            )
+            .get(sts)
             .await
-            .unwrap_or_else(|error| panic!("asking {cluster} for a rollback: {error}"));
+            .expect("the member")
+            .metadata
+            .annotations
+            .unwrap_or_default()
+            .remove(ROLLBACK_ANNOTATION);
+            // (unless the controller started it already, which removes the request)
+            assert!(
+                request
+                    .as_ref()
+                    .is_none_or(|why| why.starts_with("kubectl baton rollback by ")
+                        && why.ends_with(": latency doubled")),
+                "the request in {cluster}: {request:?}"
+            );
         }
         b.simulator.release(&held).await;
 
