@@ -331,7 +331,7 @@ fn groups_are_found_by_label_and_computed_from_kubernetes_objects() {
         StatefulSet::default(),
     ];
     let refs: Vec<&StatefulSet> = objects.iter().collect();
-    let statuses = groups(&refs, &[], |_| None, now());
+    let statuses = groups(&refs, &[], &[], |_| None, now());
     let names: Vec<(&str, Vec<&str>)> = statuses
         .iter()
         .map(|group| {
