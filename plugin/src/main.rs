@@ -5,9 +5,13 @@
 //! StatefulSets and pods it reads ([`access`]). So the plugin and the page say the same, and the
 //! plugin links no server, certificate or HTML code.
 //!
-//! Layout: [`access`] is the only I/O; [`render`], [`wait::verdict`], the annotation changes of
-//! [`pause`] and the step [`approval`] names are pure and unit tested; e2e tests run this binary
-//! against the local control plane (tests/tests/plugin.rs). Exit codes are in [`exit`].
+//! Layout: [`access`] is the only I/O, and [`scope`] routes it across member clusters;
+//! [`render`], [`wait::verdict`], the annotation changes of [`pause`], the step [`approval`]
+//! names, the rollback [`rollback::decide`]s and where each write goes ([`members::route`]) are
+//! pure and unit tested (the writes across members also against fake API servers,
+//! `fake_api.rs`); e2e tests run this binary against the local control plane
+//! (tests/tests/plugin.rs) and three of them (tests/tests/clusters.rs). Exit codes are in
+//! [`exit`].
 //!
 //! Every command also sees a cross-cluster group: with `--member NAME[=CONTEXT]` (repeated),
 //! the group's StatefulSets and pods are read from each member's context and named for it
@@ -316,7 +320,7 @@ async fn status(access: &Access, only: Option<&str>) -> Result<RolloutStatus, Ac
     Ok(document(&access.namespace, &statefulsets, &pods))
 }
 
-/// [`status`] across member clusters: every member read at once, its objects named for it
+/// [`status()`] across member clusters: every member read at once, its objects named for it
 /// (`cluster-a/ingester`), then the same view of the merged objects.
 async fn status_across(
     members: &[MemberAccess],
