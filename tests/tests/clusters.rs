@@ -74,6 +74,30 @@ fn assert_one_at_a_time(windows: &[(String, ZoneWindow)], group: &Group, soak: D
 }
 
 /// The members of the group's status and their phases, in the order it lists them.
+/// Every status read while a member was out said the group waits for it
+/// (`MemberUnreachable`, its message containing `saying`), and there was at least one.
+fn assert_every_status_waits_on(statuses: &[GroupStatus], saying: &str) {
+    assert!(
+        !statuses.is_empty(),
+        "the status answered while the member was out"
+    );
+    let silent: Vec<&GroupStatus> = statuses
+        .iter()
+        .filter(|status| {
+            !status.waiting.as_ref().is_some_and(|waiting| {
+                waiting.kind == "MemberUnreachable" && waiting.message.contains(saying)
+            })
+        })
+        .collect();
+    assert!(
+        silent.is_empty(),
+        "{} of {} status reads while the member was out did not wait on it (MemberUnreachable: {saying}); the first: {:#?}",
+        silent.len(),
+        statuses.len(),
+        silent.first()
+    );
+}
+
 fn phases(status: &GroupStatus) -> Vec<(String, RolloutPhase)> {
     status
         .zones
@@ -462,14 +486,6 @@ fn a_member_cluster_whose_api_server_stops_mid_rollout_holds_the_group_until_it_
         // while the status says the group waits on cluster-b, naming the member and its cluster
         hub.simulator.release("store-gateway-0").await;
         let ready = wait_until_ready(clusters, &group.member("cluster-a"), stopped).await;
-        let unreachable = |status: &GroupStatus| {
-            status.waiting.as_ref().is_some_and(|waiting| {
-                waiting.kind == "MemberUnreachable"
-                    && waiting.message.contains(&format!(
-                        "{member} cannot be read: cluster cluster-b is unreachable"
-                    ))
-            })
-        };
         let mut statuses = Vec::new();
         while Instant::now() < ready + Duration::from_secs(5) {
             statuses.extend(clusters.status(&group).await);
@@ -537,20 +553,9 @@ fn a_member_cluster_whose_api_server_stops_mid_rollout_holds_the_group_until_it_
 
         // And while cluster-b was away the status said why the group waited, every time it was
         // read (checked last, so that the resumption above is checked whatever it said)
-        assert!(
-            !statuses.is_empty(),
-            "the status answered during the outage"
-        );
-        let named: Vec<&GroupStatus> = statuses
-            .iter()
-            .filter(|status| !unreachable(status))
-            .collect();
-        assert!(
-            named.is_empty(),
-            "{} of {} status reads during the outage did not say the group waits on {member} (MemberUnreachable); the first: {:#?}",
-            named.len(),
-            statuses.len(),
-            named.first()
+        assert_every_status_waits_on(
+            &statuses,
+            &format!("{member} cannot be read: cluster cluster-b is unreachable"),
         );
     });
 }
@@ -602,12 +607,6 @@ fn a_member_whose_kubeconfig_secret_is_missing_then_bad_holds_the_group_until_it
             // When a new version is deployed to every cluster, nothing is deleted anywhere
             // for 5 s (the scenario's input), the status saying meanwhile why the group waits
             let from = clusters.roll_out(&group, "v2").await;
-            let unreachable = |status: &GroupStatus| {
-                status.waiting.as_ref().is_some_and(|waiting| {
-                    waiting.kind == "MemberUnreachable"
-                        && waiting.message.contains("cluster cluster-c is unreachable")
-                })
-            };
             let mut statuses = Vec::new();
             while Instant::now() < from + Duration::from_secs(5) {
                 statuses.extend(clusters.status(&group).await);
@@ -667,21 +666,7 @@ fn a_member_whose_kubeconfig_secret_is_missing_then_bad_holds_the_group_until_it
             // And while cluster-c could not be reached the status said why the group waited,
             // every time it was read (checked last, so that the rest is checked whatever it
             // said)
-            assert!(
-                !statuses.is_empty(),
-                "the status answered while cluster-c was out"
-            );
-            let silent: Vec<&GroupStatus> = statuses
-                .iter()
-                .filter(|status| !unreachable(status))
-                .collect();
-            assert!(
-                silent.is_empty(),
-                "{} of {} status reads while cluster-c was out did not say the group waits on it (MemberUnreachable); the first: {:#?}",
-                silent.len(),
-                statuses.len(),
-                silent.first()
-            );
+            assert_every_status_waits_on(&statuses, "cluster cluster-c is unreachable");
         },
     );
 }
