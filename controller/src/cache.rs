@@ -101,9 +101,10 @@ impl Caches {
     pub fn statefulsets(&self) -> Vec<Arc<StatefulSet>> {
         match &self.workloads {
             Workloads::Local { statefulsets, .. } => statefulsets.state(),
-            Workloads::Members(members) => {
-                members.iter().flat_map(MemberCache::statefulsets).collect()
-            }
+            Workloads::Members(members) => members
+                .iter()
+                .flat_map(|member| member.statefulsets_where(|_| true))
+                .collect(),
         }
     }
 
@@ -111,7 +112,10 @@ impl Caches {
     pub fn pods(&self) -> Vec<Arc<CachedPod>> {
         match &self.workloads {
             Workloads::Local { pods, .. } => pods.state(),
-            Workloads::Members(members) => members.iter().flat_map(MemberCache::pods).collect(),
+            Workloads::Members(members) => members
+                .iter()
+                .flat_map(|member| member.pods_where(|_| true))
+                .collect(),
         }
     }
 
@@ -127,23 +131,14 @@ impl Caches {
                     .iter()
                     .filter_map(|member| member.metadata.uid.as_deref())
                     .collect();
+                let owned = |pod: &CachedPod| {
+                    pod.controller
+                        .as_ref()
+                        .is_some_and(|owner| uids.contains(owner.uid.as_str()))
+                };
                 clusters
                     .iter()
-                    .flat_map(|cluster| {
-                        cluster
-                            .pods
-                            .state()
-                            .into_iter()
-                            .filter(|pod| {
-                                pod.controller
-                                    .as_ref()
-                                    .is_some_and(|owner| uids.contains(owner.uid.as_str()))
-                            })
-                            .map(|pod| {
-                                Arc::new(baton_core::members::qualify_pod(&cluster.cluster, &pod))
-                            })
-                            .collect::<Vec<_>>()
-                    })
+                    .flat_map(|cluster| cluster.pods_where(owned))
                     .collect()
             }
         }
@@ -181,16 +176,7 @@ impl Caches {
             Workloads::Members(members) => members
                 .iter()
                 .flat_map(|member| {
-                    member
-                        .statefulsets
-                        .state_filter(|statefulset| group_of(statefulset) == Some(group))
-                        .into_iter()
-                        .map(|statefulset| {
-                            Arc::new(baton_core::members::qualify_statefulset(
-                                &member.cluster,
-                                &statefulset,
-                            ))
-                        })
+                    member.statefulsets_where(|statefulset| group_of(statefulset) == Some(group))
                 })
                 .collect(),
         }

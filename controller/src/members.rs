@@ -70,11 +70,6 @@ impl Clusters {
         }
     }
 
-    /// Whether groups span member clusters.
-    pub fn spans_members(&self) -> bool {
-        self.members.is_some()
-    }
-
     /// The API of `K` in `namespace` of the cluster `name` lives in, and `name` there.
     pub fn api<'n, K>(
         &self,
@@ -144,22 +139,28 @@ impl MemberCache {
         })
     }
 
-    /// Its StatefulSets, named `cluster/name`.
-    pub fn statefulsets(&self) -> impl Iterator<Item = Arc<StatefulSet>> + '_ {
-        self.statefulsets.state().into_iter().map(|statefulset| {
-            Arc::new(baton_core::members::qualify_statefulset(
-                &self.cluster,
-                &statefulset,
-            ))
-        })
+    /// Its StatefulSets that `keep` keeps, named `cluster/name` (only those are copied).
+    pub fn statefulsets_where(&self, keep: impl Fn(&StatefulSet) -> bool) -> Vec<Arc<StatefulSet>> {
+        self.statefulsets
+            .state_filter(keep)
+            .into_iter()
+            .map(|statefulset| {
+                Arc::new(baton_core::members::qualify_statefulset(
+                    &self.cluster,
+                    &statefulset,
+                ))
+            })
+            .collect()
     }
 
-    /// Its pods, named `cluster/name`.
-    pub fn pods(&self) -> impl Iterator<Item = Arc<CachedPod>> + '_ {
+    /// Its pods that `keep` keeps, named `cluster/name` (only those are copied).
+    pub fn pods_where(&self, keep: impl Fn(&CachedPod) -> bool) -> Vec<Arc<CachedPod>> {
         self.pods
             .state()
             .into_iter()
+            .filter(|pod| keep(pod))
             .map(|pod| Arc::new(baton_core::members::qualify_pod(&self.cluster, &pod)))
+            .collect()
     }
 }
 
@@ -188,6 +189,15 @@ struct Health {
 }
 
 impl Health {
+    /// Whether the member is out, without saying why: asked on every watch event.
+    fn is_out(&self) -> bool {
+        self.connect_error.is_some()
+            || !self
+                .watches
+                .iter()
+                .all(|health| matches!(health, WatchHealth::Listed))
+    }
+
     fn outage(&self) -> Option<String> {
         if let Some(error) = &self.connect_error {
             return Some(error.clone());
@@ -211,21 +221,18 @@ impl Health {
         watch: Watch,
         event: &Result<watcher::Event<K>, watcher::Error>,
     ) -> bool {
-        let was_out = self.outage().is_some();
+        let was_out = self.is_out();
         let slot = &mut self.watches[watch as usize];
         match event {
             Ok(watcher::Event::InitDone) => *slot = WatchHealth::Listed,
             Err(error) => *slot = WatchHealth::Failed(error.to_string()),
             Ok(_) => {}
         }
-        if self
-            .watches
-            .iter()
-            .all(|health| matches!(health, WatchHealth::Listed))
-        {
+        let is_out = self.is_out();
+        if !is_out {
             self.listed_once = true;
         }
-        was_out != self.outage().is_some()
+        was_out != is_out
     }
 }
 
