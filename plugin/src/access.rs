@@ -195,6 +195,21 @@ impl MemberAccess {
     }
 }
 
+/// No StatefulSet of `group` in any of `members`: the error naming the clusters searched.
+pub fn no_group_in(members: &[MemberAccess], group: &str) -> AccessError {
+    AccessError::NoSuchGroup {
+        group: group.to_owned(),
+        namespace: members
+            .first()
+            .map(|member| member.access.namespace.clone())
+            .unwrap_or_default(),
+        clusters: members
+            .iter()
+            .map(|member| member.member.name.clone())
+            .collect(),
+    }
+}
+
 /// Reads every member at once ([`MemberAccess::read`]); every member that failed is named. With
 /// `group`, an error when no member holds any of its StatefulSets, naming those searched.
 pub async fn read_members(
@@ -211,17 +226,7 @@ pub async fn read_members(
     if let Some(group) = group
         && reads.iter().all(|read| read.statefulsets.is_empty())
     {
-        return Err(AccessError::NoSuchGroup {
-            group: group.to_owned(),
-            namespace: members
-                .first()
-                .map(|member| member.access.namespace.clone())
-                .unwrap_or_default(),
-            clusters: members
-                .iter()
-                .map(|member| member.member.name.clone())
-                .collect(),
-        });
+        return Err(no_group_in(members, group));
     }
     Ok(reads)
 }

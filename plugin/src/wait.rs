@@ -307,14 +307,7 @@ pub async fn run_across(
                 .all(|cache| cache.statefulsets().next().is_none())
         {
             display.finish();
-            return Err(AccessError::NoSuchGroup {
-                group: group.to_owned(),
-                namespace: members
-                    .first()
-                    .map(|member| member.access.namespace.clone())
-                    .unwrap_or_default(),
-                clusters: now.iter().map(|cache| cache.name.clone()).collect(),
-            });
+            return Err(access::no_group_in(members, group));
         }
         current = compute_across(group, &now);
         display.show(&current);
