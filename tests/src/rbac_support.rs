@@ -379,23 +379,31 @@ pub async fn the_controller_changes_only_ca_bundles(control_plane: &ControlPlane
 }
 
 /// The identity a hub's controller reaches a member cluster with in the tests: the control
-/// plane's token for `system:serviceaccount:baton-system:baton-controller`, bound in the
-/// member by deploy/members/member-rbac.yaml (its binding's subject, the service account
-/// `baton-member` a user gives a token of, replaced by that one: the test control plane has
-/// static tokens only).
-pub const MEMBER_IDENTITY: (&str, &str) = (SERVICE_ACCOUNT_NAMESPACE, "baton-controller");
+/// plane's token for `system:serviceaccount:baton-system:baton-member`, deploy/members'
+/// ServiceAccount (system/member-account.yaml), which deploy/members' RoleBinding binds and
+/// its state guard lets set baton's memory.
+pub const MEMBER_IDENTITY: (&str, &str) = (SERVICE_ACCOUNT_NAMESPACE, "baton-member");
 
-/// Creates deploy/members' Role in `namespace` of a member cluster and binds it to
-/// [`MEMBER_IDENTITY`]: what the hub's controller may do there, and nothing more.
+/// The API server's name for [`MEMBER_IDENTITY`].
+pub fn member_user() -> String {
+    format!(
+        "system:serviceaccount:{}:{}",
+        MEMBER_IDENTITY.0, MEMBER_IDENTITY.1
+    )
+}
+
+/// Creates deploy/members' Role in `namespace` of a member cluster with its RoleBinding as
+/// shipped, which binds [`MEMBER_IDENTITY`]: what the hub's controller may do there, and
+/// nothing more.
 pub async fn bind_member_role(client: &kube::Client, namespace: &str) -> anyhow::Result<()> {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy/members/member-rbac.yaml");
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../deploy/members/groups/member-rbac.yaml");
     let text =
         std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
     let mut bound = 0;
     for mut value in serde_saphyr::from_multiple::<serde_json::Value>(&text)? {
         value["metadata"]["namespace"] = namespace.into();
         match value["kind"].as_str().unwrap_or_default() {
-            "ServiceAccount" => continue,
             "Role" => {
                 let role: Role = serde_json::from_value(value)?;
                 Api::<Role>::namespaced(client.clone(), namespace)
@@ -403,11 +411,20 @@ pub async fn bind_member_role(client: &kube::Client, namespace: &str) -> anyhow:
                     .await?;
             }
             "RoleBinding" => {
-                value["subjects"] = serde_json::json!([{
+                let member = serde_json::json!([{
                     "kind": "ServiceAccount",
-                    "namespace": MEMBER_IDENTITY.0,
                     "name": MEMBER_IDENTITY.1,
+                    "namespace": MEMBER_IDENTITY.0,
                 }]);
+                if value["subjects"] != member {
+                    bail!(
+                        "{} binds {}, not deploy/members' {}/{}",
+                        path.display(),
+                        value["subjects"],
+                        MEMBER_IDENTITY.0,
+                        MEMBER_IDENTITY.1
+                    );
+                }
                 let binding: RoleBinding = serde_json::from_value(value)?;
                 Api::<RoleBinding>::namespaced(client.clone(), namespace)
                     .create(&PostParams::default(), &binding)

@@ -150,6 +150,74 @@ mod tests {
         }
     }
 
+    /// The state writer deploy/members sets on a member cluster's webhook
+    /// (`BATON_WEBHOOK__STATE_WRITERS` in deploy/members/system/kustomization.yaml).
+    fn members_state_writer() -> String {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../deploy/members/system/kustomization.yaml");
+        let shipped = std::fs::read_to_string(&path).expect("deploy/members' system part");
+        let after = shipped
+            .split_once("name: BATON_WEBHOOK__STATE_WRITERS")
+            .expect("deploy/members sets the state writers")
+            .1;
+        let line = after
+            .lines()
+            .map(str::trim)
+            .find(|line| line.starts_with("value:"))
+            .expect("its value");
+        line["value:".len()..].trim().to_owned()
+    }
+
+    #[test]
+    fn in_a_member_cluster_the_hubs_identity_writes_batons_memory_and_nothing_of_its_records() {
+        // A member's webhook as deploy/members configures it: its state writer set, its
+        // records left to the default (baton's own accounts in baton-system)
+        let member = members_state_writer();
+        assert_eq!(member, "system:serviceaccount:baton-system:baton-member");
+        let mut config = baton_config::Config {
+            system_namespace: "baton-system".to_owned(),
+            ..Default::default()
+        };
+        config.webhook.state_writers = vec![member.clone()];
+        let writers = Writers {
+            state: config.state_writers(),
+            records: config.record_writers(),
+        };
+        let judge_as = |resource: &str, user: &str, object: &str, old: &str| {
+            let body = review("UPDATE", resource, user, object, old);
+            let request = review::decode(&body).expect("a review").request;
+            Decision::of(validate(&request, &writers), false)
+        };
+        // The hub's identity sets each state annotation the hub writes
+        for key in STATE_ANNOTATIONS {
+            let state = format!(r#"{{"{key}":"{{}}"}}"#);
+            assert!(
+                judge_as("statefulsets", &member, &with(&state), &with("{}")).allowed,
+                "{key}"
+            );
+        }
+        // but not a record: a downscale ledger's entry lifted is refused
+        let written = record(BATONS, r#"{"a":"b"}"#);
+        let lifted = judge_as("configmaps", &member, &record(BATONS, "{}"), &written);
+        assert!(!lifted.allowed, "{lifted:?}");
+        assert_eq!(lifted.kind, Some("record-changed"));
+        // nor does baton-controller's account, which runs in the hub only
+        let cleared = judge_as("statefulsets", CONTROLLER, &with(CLEARED), &with("{}"));
+        assert!(!cleared.allowed, "{cleared:?}");
+        // nor a ServiceAccount of the same name in another namespace (the groups', whose users
+        // may create one and ask for its token)
+        let lookalike = "system:serviceaccount:mimir:baton-member";
+        let forged = judge_as("statefulsets", lookalike, &with(CLEARED), &with("{}"));
+        assert!(!forged.allowed, "{forged:?}");
+        assert!(
+            forged
+                .message
+                .as_deref()
+                .is_some_and(|message| message.contains(&format!("({lookalike} may not)"))),
+            "{forged:?}"
+        );
+    }
+
     #[test]
     fn reviews_decode_into_the_changes_judged_by_who_asks() {
         // A StatefulSet's state (an absent old object is one with no state), a record (named
