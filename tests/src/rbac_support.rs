@@ -396,8 +396,8 @@ pub fn member_user() -> String {
 /// shipped, which binds [`MEMBER_IDENTITY`]: what the hub's controller may do there, and
 /// nothing more.
 pub async fn bind_member_role(client: &kube::Client, namespace: &str) -> anyhow::Result<()> {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../deploy/members/groups/member-rbac.yaml");
+    let path =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy/members/groups/member-rbac.yaml");
     let text =
         std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
     let mut bound = 0;

@@ -52,6 +52,14 @@ pub fn kustomized_deploy() -> Vec<Value> {
     documents(&kustomized)
 }
 
+/// What `kubectl apply -k deploy/members` applies in a member cluster.
+pub fn kustomized_members() -> Vec<Value> {
+    let members = deploy_dir().join("members");
+    let (ok, kustomized) = run("kubectl", &["kustomize", members.to_str().unwrap()], None);
+    assert!(ok, "kubectl kustomize deploy/members failed:\n{kustomized}");
+    documents(&kustomized)
+}
+
 /// The object of `kind` named `name` among `objects`.
 pub fn find<'a>(objects: &'a [Value], kind: &str, name: &str) -> &'a Value {
     objects

@@ -464,6 +464,29 @@ impl ShippedConfigurations {
         let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy/base/webhooks.yaml");
         let text = std::fs::read_to_string(&path)?;
         let documents = serde_saphyr::from_multiple::<serde_json::Value>(&text)?;
+        Self::register_from(
+            control_plane,
+            &documents,
+            namespace,
+            tls,
+            replica,
+            names,
+            match_conditions,
+        )
+        .await
+    }
+
+    /// As [`ShippedConfigurations::register`], the configurations taken from `documents`
+    /// (what a kustomization of deploy/ renders, such as deploy/members).
+    pub async fn register_from(
+        control_plane: &ControlPlane,
+        documents: &[serde_json::Value],
+        namespace: &str,
+        tls: &TestTls,
+        replica: &WebhookReplica,
+        names: &[&str],
+        match_conditions: MatchConditions,
+    ) -> anyhow::Result<Self> {
         let client = control_plane.admin_client().await;
         let mut registered = Self {
             validating: Vec::new(),
@@ -475,7 +498,7 @@ impl ShippedConfigurations {
                 .iter()
                 .find(|document| document["metadata"]["name"] == *shipped_name)
                 .cloned()
-                .with_context(|| format!("deploy/base/webhooks.yaml has {shipped_name}"))?;
+                .with_context(|| format!("the shipped configurations have {shipped_name}"))?;
             let name = format!("baton-e2e-{shipped_name}-{namespace}");
             shipped["metadata"] = json!({"name": name});
             for webhook in shipped["webhooks"]

@@ -1282,3 +1282,335 @@ fn a_rollback_across_clusters_writes_each_template_back_in_its_cluster_and_goes_
         .await;
     });
 }
+
+/// deploy/members' guards in a member cluster: its users may write StatefulSet annotations
+/// beside the groups, and the hub reads baton's memory there as its own. Without the guards a
+/// past `clearedAt` written in cluster-b would skip the soak before cluster-b; with them it is
+/// refused, and so is every other forgery of that memory, while the hub's own writes (as
+/// deploy/members' `baton-member`) go through. The guard judges every group of cluster-b's
+/// namespace and fails closed, so the scenario takes the trio alone.
+#[test]
+fn a_member_clusters_user_cannot_forge_batons_memory_there_and_each_cluster_waits_its_soak() {
+    use baton_core::annotations::{
+        CHECK_STATE_ANNOTATION, GATE_STATE_ANNOTATION, HOOK_STATE_ANNOTATION,
+    };
+    use baton_e2e::manifests::deploy_dir;
+    use baton_e2e::rbac_support::{MEMBER_IDENTITY, impersonating, member_user};
+    use baton_e2e::renders::{find, kustomized_members, run};
+    use baton_e2e::webhook_support::{
+        MatchConditions, ShippedConfigurations, TestTls, WebhookReplica,
+    };
+    use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+    use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+
+    MemberClusters::scenario_alone(|clusters| async move {
+        let soak = Duration::from_secs(20);
+        let ns = clusters.namespace();
+        let b = clusters.cluster("cluster-b");
+
+        // Given cluster-b installed as deploy/members installs a member: its webhook lets
+        // the hub's identity there (baton-member) set baton's memory, and nobody else, ...
+        let members = kustomized_members();
+        let webhook = find(&members, "Deployment", "baton-webhook");
+        let writers = webhook["spec"]["template"]["spec"]["containers"][0]["env"]
+            .as_array()
+            .expect("the webhook's environment")
+            .iter()
+            .find(|variable| variable["name"] == "BATON_WEBHOOK__STATE_WRITERS")
+            .and_then(|variable| variable["value"].as_str())
+            .expect("deploy/members names the state writers")
+            .to_owned();
+        assert_eq!(writers, member_user(), "the hub's identity, alone");
+        let deployments: Vec<&str> = members
+            .iter()
+            .filter(|object| object["kind"] == "Deployment")
+            .filter_map(|object| object["metadata"]["name"].as_str())
+            .collect();
+        assert_eq!(deployments, ["baton-webhook"], "no controller in a member");
+        // (every object of it valid: cluster-b's API server takes them in a server-side dry
+        // run, baton-system made first as a real apply would)
+        let system: Namespace =
+            serde_json::from_value(json!({"metadata": {"name": "baton-system"}}))
+                .expect("a Namespace");
+        let _ = Api::<Namespace>::all(b.client())
+            .create(&PostParams::default(), &system)
+            .await;
+        let (valid, output) = run(
+            "kubectl",
+            &[
+                "apply",
+                "--server-side",
+                "--dry-run=server",
+                "-k",
+                deploy_dir().join("members").to_str().expect("a UTF-8 path"),
+            ],
+            Some(&b.control_plane),
+        );
+        assert!(valid, "deploy/members in cluster-b:\n{output}");
+        // ... its state and record guards fail closed ...
+        let guards = ["baton-state-guard", "baton-record-guard"];
+        for guard in guards {
+            let configuration = find(&members, "ValidatingWebhookConfiguration", guard);
+            for webhook in configuration["webhooks"].as_array().expect("webhooks") {
+                assert_eq!(webhook["failurePolicy"], "Fail", "{guard}");
+            }
+        }
+        // ... and only cluster-b's API server may send it reviews (its client certificate)
+        let tls = TestTls::generate().expect("a test CA");
+        let client_ca = b.control_plane.handshake().webhook_client_ca_file.clone();
+        let replica = WebhookReplica::start_with(
+            &b.control_plane,
+            &tls,
+            ns,
+            &[
+                ("BATON_WEBHOOK__STATE_WRITERS", &writers),
+                (
+                    "BATON_WEBHOOK__CLIENT_CA_FILE",
+                    client_ca.to_str().expect("a UTF-8 path"),
+                ),
+            ],
+        )
+        .await
+        .expect("baton-webhook starts against cluster-b");
+        // (dropped before the replica: a configuration left calling a stopped replica would
+        // refuse every group's writes in cluster-b)
+        let _guards = ShippedConfigurations::register_from(
+            &b.control_plane,
+            &members,
+            ns,
+            &tls,
+            &replica,
+            &guards,
+            MatchConditions::AsShipped,
+        )
+        .await
+        .expect("registering deploy/members' guards in cluster-b");
+        let statefulsets = Api::<StatefulSet>::namespaced(b.client(), ns);
+        wait_until(
+            TIMEOUT,
+            "cluster-b's API server calls the state guard",
+            || async {
+                let probe = StatefulSetFixture::new("guard-probe")
+                    .label("rollout-group", "guard-probe")
+                    .annotation(CHECK_STATE_ANNOTATION, "{}")
+                    .build();
+                match statefulsets.create(&PostParams::default(), &probe).await {
+                    Err(refused) => refused.to_string().contains("only baton's controller sets"),
+                    Ok(_) => {
+                        let _ = statefulsets
+                            .delete("guard-probe", &Default::default())
+                            .await;
+                        false
+                    }
+                }
+            },
+        )
+        .await;
+
+        // and a user of the groups' namespace in cluster-b who may edit its StatefulSets
+        let role: Role = serde_json::from_value(json!({
+            "metadata": {"name": "statefulset-editor"},
+            "rules": [{"apiGroups": ["apps"], "resources": ["statefulsets", "statefulsets/status"],
+                       "verbs": ["get", "list", "watch", "update", "patch"]}],
+        }))
+        .expect("a Role");
+        Api::<Role>::namespaced(b.client(), ns)
+            .create(&PostParams::default(), &role)
+            .await
+            .expect("the editor's Role");
+        // (the same rights for a ServiceAccount of the groups' namespace named as the hub's
+        // identity: whoever may create service accounts and tokens there can act as it)
+        let lookalike = format!("system:serviceaccount:{ns}:{}", MEMBER_IDENTITY.1);
+        let binding: RoleBinding = serde_json::from_value(json!({
+            "metadata": {"name": "statefulset-editor"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                        "name": "statefulset-editor"},
+            "subjects": [
+                {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "alice"},
+                {"kind": "ServiceAccount", "namespace": ns, "name": MEMBER_IDENTITY.1},
+            ],
+        }))
+        .expect("a RoleBinding");
+        Api::<RoleBinding>::namespaced(b.client(), ns)
+            .create(&PostParams::default(), &binding)
+            .await
+            .expect("the editor's RoleBinding");
+        let as_alice = Api::<StatefulSet>::namespaced(
+            impersonating(&b.control_plane, "alice")
+                .await
+                .expect("a client as alice"),
+            ns,
+        );
+        let as_lookalike = Api::<StatefulSet>::namespaced(
+            impersonating(&b.control_plane, &lookalike)
+                .await
+                .expect("a client as the lookalike"),
+            ns,
+        );
+
+        // and a ready group `memory` of one StatefulSet per cluster with a 20 s soak
+        let group = Group::new("memory", 2, 1);
+        clusters
+            .create_group(&group, |_, fixture| {
+                fixture.annotation(SOAK_ANNOTATION, "20s")
+            })
+            .await;
+
+        // When a version is deployed, and cluster-a's member is done: the hub starts
+        // cluster-b's soak, its gate state written in cluster-b as baton-member
+        let from = clusters.roll_out(&group, "v2").await;
+        wait_until(TIMEOUT, "the hub writes cluster-b's soak start", || async {
+            annotation(clusters, "cluster-b", &group, GATE_STATE_ANNOTATION)
+                .await
+                .is_some_and(|state| state.contains("soakStartedAt"))
+        })
+        .await;
+        let revision = statefulsets
+            .get(&group.statefulset)
+            .await
+            .expect("cluster-b's member")
+            .status
+            .and_then(|status| status.update_revision)
+            .expect("cluster-b's update revision");
+
+        // and alice writes cluster-b's gate state as cleared long ago, to skip the soak
+        let cleared = format!(r#"{{"revision":"{revision}","clearedAt":"2026-01-01T00:00:00Z"}}"#);
+        let forged = |key: &str, value: &str| json!({"metadata": {"annotations": {key: value}}});
+        let refused = as_alice
+            .patch(
+                &group.statefulset,
+                &PatchParams::default(),
+                &Patch::Merge(&forged(GATE_STATE_ANNOTATION, &cleared)),
+            )
+            .await
+            .expect_err("a forged clearedAt is refused in cluster-b")
+            .to_string();
+        // Then it is refused, naming the annotation and the user
+        assert!(
+            refused.contains(
+                "baton.dev/gate-state is baton's memory of the rollout, which only baton's \
+                 controller sets (alice may not)"
+            ),
+            "{refused}"
+        );
+        // and so are a hook state saying cluster-b's hooks answered, and a check state with
+        // passes it never made
+        let hooked = format!(
+            r#"{{"revision":"{revision}","before":{{"done":true,"attempts":0,"last":"HTTP 204"}}}}"#
+        );
+        for (key, value) in [
+            (HOOK_STATE_ANNOTATION, hooked.as_str()),
+            (CHECK_STATE_ANNOTATION, r#"{"passes":99,"failures":0}"#),
+        ] {
+            let refused = as_alice
+                .patch(
+                    &group.statefulset,
+                    &PatchParams::default(),
+                    &Patch::Merge(&forged(key, value)),
+                )
+                .await
+                .expect_err("forged state is refused in cluster-b")
+                .to_string();
+            assert!(
+                refused.contains(&format!("{key} is baton's memory of the rollout")),
+                "{refused}"
+            );
+        }
+        // and so is the gate state written through the status subresource: refused, or at
+        // least never stored
+        if let Ok(written) = as_alice
+            .patch_status(
+                &group.statefulset,
+                &PatchParams::default(),
+                &Patch::Merge(&forged(GATE_STATE_ANNOTATION, &cleared)),
+            )
+            .await
+        {
+            let stored = written.metadata.annotations.unwrap_or_default();
+            assert!(
+                stored
+                    .get(GATE_STATE_ANNOTATION)
+                    .is_none_or(|state| !state.contains("2026-01-01")),
+                "a gate state forged through the status subresource was stored: {stored:?}"
+            );
+        }
+        // and so is the same write by a ServiceAccount of the groups' namespace named as the
+        // hub's identity: only baton-system's is the hub's
+        let refused = as_lookalike
+            .patch(
+                &group.statefulset,
+                &PatchParams::default(),
+                &Patch::Merge(&forged(GATE_STATE_ANNOTATION, &cleared)),
+            )
+            .await
+            .expect_err("the lookalike's clearedAt is refused")
+            .to_string();
+        assert!(
+            refused.contains(&format!("({lookalike} may not)")),
+            "{refused}"
+        );
+        // and a review sent to cluster-b's webhook by anyone but its API server, claiming to be
+        // the hub's identity, is not even read
+        let review = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {
+                "uid": "forged-member", "operation": "UPDATE", "name": group.statefulset,
+                "namespace": ns,
+                "kind": {"group": "apps", "version": "v1", "kind": "StatefulSet"},
+                "resource": {"group": "apps", "version": "v1", "resource": "statefulsets"},
+                "userInfo": {"username": member_user()},
+                "object": forged(GATE_STATE_ANNOTATION, &cleared),
+                "oldObject": {"metadata": {}},
+        }});
+        let answered = tls
+            .client()
+            .expect("an HTTPS client")
+            .post(replica.url("/admission/state-guard"))
+            .json(&review)
+            .send()
+            .await;
+        assert!(
+            answered.is_err(),
+            "a forged review was answered: {answered:?}"
+        );
+        // and the hub's identity itself may write baton's memory, nothing of its records
+        let as_member = baton_e2e::control_plane::supervisor::client_from(
+            b.control_plane
+                .service_account_kubeconfig(MEMBER_IDENTITY.0, MEMBER_IDENTITY.1)
+                .expect("the member identity's kubeconfig"),
+        )
+        .await
+        .expect("a client as the member identity");
+        let record: ConfigMap = serde_json::from_value(json!({
+            "metadata": {"name": "baton-downscale-memory",
+                         "labels": {"app.kubernetes.io/managed-by": "baton"}},
+            "data": {"memory": r#"{"at":"2020-01-01T00:00:00Z"}"#},
+        }))
+        .expect("a ConfigMap");
+        Api::<ConfigMap>::namespaced(as_member, ns)
+            .create(&PostParams::default(), &record)
+            .await
+            .expect_err("the member identity writes no records in cluster-b");
+        // and cluster-b is still soaking: not a pod of it updated, the forged state not stored
+        assert_eq!(clusters.updated_pods(&group, "cluster-b").await, 0);
+        let stored = annotation(clusters, "cluster-b", &group, GATE_STATE_ANNOTATION).await;
+        assert!(
+            stored
+                .as_deref()
+                .is_none_or(|state| !state.contains("2026-01-01")),
+            "{stored:?}"
+        );
+
+        // And the hub's own writes in cluster-b go through: the group completes, cluster by
+        // cluster, cluster-b a soak after cluster-a and cluster-c a soak after cluster-b, the
+        // zone rule held at every step
+        clusters.wait_complete(&group).await;
+        let timeline = clusters.merged_timeline();
+        check_rollout_guarantees(&timeline, &group.zones(), from).unwrap();
+        assert_one_at_a_time(&windows(&timeline, &group, from), &group, soak);
+        clusters
+            .wait_status(&group, "the group complete", |status| {
+                status.phase == RolloutPhase::Complete
+            })
+            .await;
+    });
+}
