@@ -49,8 +49,8 @@ pub struct Gates {
     pub warnings: Vec<GateWarning>,
     pub state: GateState,
     pub check_state: CheckState,
-    /// The stored check state could not be read.
-    pub check_warning: Option<GateWarning>,
+    /// Members whose stored check state could not be read.
+    pub check_warnings: Vec<GateWarning>,
 }
 
 impl Gates {
@@ -58,13 +58,13 @@ impl Gates {
         let (config, mut warnings) = keys::read(group);
         let (state, state_warnings) = GateState::read(group);
         warnings.extend(state_warnings);
-        let (check_state, check_warning) = CheckState::read(group);
+        let (check_state, check_warnings) = CheckState::read(group);
         Self {
             config,
             warnings,
             state,
             check_state,
-            check_warning,
+            check_warnings,
         }
     }
 
@@ -192,7 +192,9 @@ pub fn gate_planned(
         // Checks hold no rollback: nothing of theirs is read or told.
         return (plan, decision);
     }
-    decision.warnings.extend(gates.check_warning.clone());
+    decision
+        .warnings
+        .extend(gates.check_warnings.iter().cloned());
     checks::apply_with(
         group,
         &gates.check_state,

@@ -57,6 +57,19 @@
 //!   the highest ordinal not yet back; soaks, checks, ramps, batches and approvals hold
 //!   nothing; (c) then requires the rollback to complete.
 //!
+//! - (k) in half the scenarios, during chaos, the group's membership changes under it, as
+//!   whoever may create a StatefulSet with the group's label can make it: a member with no
+//!   pods (no zone) joins with a name sorting before the zones, between them or after them,
+//!   holding no state; one leaves; one that left comes back, under its name or another, with
+//!   the (older) state it held. And a store that conflicts has written the members before the
+//!   one that conflicted (the leader patches them one by one, in name order), so members may
+//!   hold older states too. Property `CheckStateForgotten`, by the checker's own clock: with a
+//!   health check, no run comes sooner than `interval` after the last one the gate stored, no
+//!   step sooner than `initialDelay` after the last step, and once `failureThreshold` failures
+//!   in a row were stored (no bypass in force) the pass halts the group or asks for its
+//!   rollback. A gate that reads the check's state from the first member only, or keeps it
+//!   there only, is caught by it (mutation tests).
+//!
 //! This is not `rollout_simulation.rs`: that one proves the planner under much richer chaos;
 //! this one keeps the cluster simple and varies what the gate sees. Environment: plain
 //! `cargo test` runs 2,000 scenarios; `SIM_SCENARIOS=N`, `SIM_SEED=S` (replay and print one).
@@ -107,6 +120,7 @@ enum Property {
     StepBeforeApproval,
     TwoZonesDisrupted,
     RollbackOutOfOrder,
+    CheckStateForgotten,
     NeverCompletes,
 }
 
@@ -159,6 +173,10 @@ struct Stats {
     bypassed_deletions: u64,
     rollbacks: u64,
     rollback_deletions: u64,
+    /// Members that joined, left or came back (k).
+    membership_changes: u64,
+    /// Failure counts that reached the threshold, each checked to halt the group (k).
+    failure_halts_checked: u64,
 }
 
 struct Simulation<'g> {
@@ -200,6 +218,20 @@ struct Simulation<'g> {
     last_step: Option<u64>,
     /// The step at which the template changes again, if it does.
     retarget_at: Option<u64>,
+    /// (k) Members that joined the group and are no zone (no pods), in no order.
+    newcomers: Vec<StatefulSetSnapshot>,
+    /// (k) Members that left, as they were (with the state they held), to come back.
+    departed: Vec<StatefulSetSnapshot>,
+    /// (k) The membership changes in this scenario; by its own random stream, so that the
+    /// other scenarios' draws are as they were without it.
+    membership: Option<ChaCha8Rng>,
+    /// The group as the leader reads it: itself, but for the mutation tests of where the
+    /// check's state is read from.
+    reads: fn(GroupSnapshot) -> GroupSnapshot,
+    /// Checker (k): failures in a row the gate surely stored, and the step of the last run it
+    /// stored.
+    failures_in_row: u32,
+    last_run_stored: Option<u64>,
     trace: Option<Vec<String>>,
     stats: Stats,
 }
@@ -349,6 +381,8 @@ impl<'g> Simulation<'g> {
             }
         }
         let bypass_until = bypass_until.filter(|_| !lone_bypass);
+        let mut membership = ChaCha8Rng::seed_from_u64(seed ^ 0x6d65_6d62_6572_7321);
+        let membership = membership.random_bool(0.5).then_some(membership);
         Self {
             seed,
             rng,
@@ -375,8 +409,145 @@ impl<'g> Simulation<'g> {
             settled_passes: 0,
             last_step: None,
             retarget_at,
+            newcomers: Vec::new(),
+            departed: Vec::new(),
+            membership,
+            reads: |group| group,
+            failures_in_row: 0,
+            last_run_stored: None,
             trace: traced.then(Vec::new),
             stats: Stats::default(),
+        }
+    }
+
+    /// The group as it is: the zones and the newcomers, sorted by name.
+    fn view(&self) -> GroupSnapshot {
+        let mut statefulsets: Vec<StatefulSetSnapshot> = self
+            .group
+            .statefulsets
+            .iter()
+            .chain(&self.newcomers)
+            .cloned()
+            .collect();
+        statefulsets.sort_by(|a, b| a.name.cmp(&b.name));
+        GroupSnapshot {
+            name: self.group.name.clone(),
+            statefulsets,
+        }
+    }
+
+    /// Every member, zones and newcomers.
+    fn members_mut(&mut self) -> impl Iterator<Item = &mut StatefulSetSnapshot> {
+        self.group
+            .statefulsets
+            .iter_mut()
+            .chain(self.newcomers.iter_mut())
+    }
+
+    /// The member named `name`, zone or newcomer.
+    fn member_mut(&mut self, name: &str) -> &mut StatefulSetSnapshot {
+        self.members_mut()
+            .find(|member| member.name == name)
+            .unwrap_or_else(|| panic!("{name} is no member"))
+    }
+
+    /// Whether a rollback is asked for, under way or recorded: the membership then stays as it
+    /// is (a newcomer without a record would make the records incomplete, which is not what
+    /// this simulation checks).
+    fn rollback_in_play(&self) -> bool {
+        self.rolling_back.is_some()
+            || self.view().statefulsets.iter().any(|member| {
+                member.annotations.contains_key(ROLLBACK_ANNOTATION)
+                    || member.annotations.contains_key(ROLLBACK_STATE_ANNOTATION)
+            })
+    }
+
+    /// (k) The membership changes, sometimes, during chaos: a member with no pods joins (named
+    /// to sort first, between the zones or last, holding nothing), a newcomer leaves, or one
+    /// that left comes back under its name or another with the state it held then.
+    fn membership_changes(&mut self) {
+        if !self.chaos() || self.rollback_in_play() {
+            return;
+        }
+        let Some(mut rng) = self.membership.take() else {
+            return;
+        };
+        if rng.random_bool(0.1) {
+            let choice = rng.random_range(0..10);
+            if choice < 3 && !self.newcomers.is_empty() {
+                let gone = self
+                    .newcomers
+                    .remove(rng.random_range(0..self.newcomers.len()));
+                self.note(|| format!("{} leaves the group", gone.name));
+                self.departed.push(gone);
+            } else if choice < 6 && !self.departed.is_empty() {
+                let mut back = self
+                    .departed
+                    .remove(rng.random_range(0..self.departed.len()));
+                let old = back.name.clone();
+                if rng.random_bool(0.5) {
+                    // Another object: its revisions are named after it.
+                    back.name = self.newcomer_name(&mut rng);
+                    back.uid = format!("uid-{}", back.name);
+                    back.current_revision = Some(format!("{}-new", back.name));
+                    back.update_revision = back.current_revision.clone();
+                }
+                if !self
+                    .view()
+                    .statefulsets
+                    .iter()
+                    .any(|member| member.name == back.name)
+                {
+                    let name = back.name.clone();
+                    self.note(|| format!("{old} comes back as {name}, with what it held"));
+                    self.newcomers.push(back);
+                }
+            } else {
+                let name = self.newcomer_name(&mut rng);
+                if !self
+                    .view()
+                    .statefulsets
+                    .iter()
+                    .any(|member| member.name == name)
+                {
+                    let revision = Some(format!("{name}-new"));
+                    self.note(|| format!("{name} joins the group, holding nothing"));
+                    self.newcomers.push(StatefulSetSnapshot {
+                        unreachable: None,
+                        uid: format!("uid-{name}"),
+                        spec_replicas: 0,
+                        ordinals_start: 0,
+                        min_ready_seconds: 0,
+                        status_replicas: 0,
+                        ready_replicas: 0,
+                        current_revision: revision.clone(),
+                        update_revision: revision,
+                        status_lag: None,
+                        update_strategy: UpdateStrategy::OnDelete,
+                        partition: 0,
+                        ordered_ready: true,
+                        annotations: BTreeMap::new(),
+                        pods: Vec::new(),
+                        name,
+                    });
+                }
+            }
+            self.stats.membership_changes += 1;
+        }
+        self.membership = Some(rng);
+    }
+
+    /// A newcomer's name: sorting before the zones (half the time), between two of them, or
+    /// after them.
+    fn newcomer_name(&self, rng: &mut ChaCha8Rng) -> String {
+        let n = self.stats.membership_changes;
+        match rng.random_range(0..4) {
+            0 | 1 => format!("ingester-a{n}"),
+            2 => format!(
+                "ingester-zone-{}{n}",
+                char::from(b'a' + rng.random_range(0..self.group.statefulsets.len()) as u8)
+            ),
+            _ => format!("ingester-zz{n}"),
         }
     }
 
@@ -411,6 +582,7 @@ impl<'g> Simulation<'g> {
             // Property (f): a new rollout, counted afresh by the checker, its initial delay
             // from its own steps (a completed rollout's state is forgotten by the gate).
             self.settled_passes = 0;
+            self.failures_in_row = 0;
             self.last_step = None;
             self.started.clear();
             self.completed_at = vec![None; self.group.statefulsets.len()];
@@ -420,7 +592,7 @@ impl<'g> Simulation<'g> {
         let chaos = self.chaos();
         let asks_again = self.rolling_back.is_some() && chaos && self.rng.random_bool(0.02);
         if self.rollback_at == Some(step) || asks_again {
-            for member in &mut self.group.statefulsets {
+            for member in self.members_mut() {
                 member.annotations.insert(
                     ROLLBACK_ANNOTATION.to_owned(),
                     "a person: errors up".to_owned(),
@@ -468,16 +640,15 @@ impl<'g> Simulation<'g> {
             statefulset.status_replicas = statefulset.spec_replicas;
         }
         let halted = self
-            .group
+            .view()
             .statefulsets
             .iter()
-            .position(|member| member.annotations.contains_key(HALTED_ANNOTATION));
+            .find(|member| member.annotations.contains_key(HALTED_ANNOTATION))
+            .map(|member| member.name.clone());
         match halted {
-            Some(zone) if !chaos || self.rng.random_bool(0.15) => {
-                self.group.statefulsets[zone]
-                    .annotations
-                    .remove(HALTED_ANNOTATION);
-                self.note(|| format!("a person resumes (zone {zone})"));
+            Some(name) if !chaos || self.rng.random_bool(0.15) => {
+                self.member_mut(&name).annotations.remove(HALTED_ANNOTATION);
+                self.note(|| format!("a person resumes ({name})"));
             }
             None if chaos && self.rng.random_bool(0.04) => {
                 let zone = self.rng.random_range(0..self.group.statefulsets.len());
@@ -489,6 +660,7 @@ impl<'g> Simulation<'g> {
             }
             _ => {}
         }
+        self.membership_changes();
     }
 
     fn zone_complete(&self, zone: usize) -> bool {
@@ -515,9 +687,16 @@ impl<'g> Simulation<'g> {
     /// when due, its outcome random), handed to the gate with its policy.
     fn controller(&mut self) -> Result<(), Violation> {
         let now = instant(self.step);
-        let run = self.check_run(now);
+        let run = self.check_run(now)?;
+        let seen = (self.reads)(self.view());
+        // Checker (k): runs while halted or rolling back count for nothing.
+        let uncounted = self.rollback_in_play()
+            || seen
+                .statefulsets
+                .iter()
+                .any(|member| member.annotations.contains_key(HALTED_ANNOTATION));
         let (gate, policy) = (self.gate, self.policy.as_ref());
-        let mut pass = leader_pass(&self.group, now, &|group, _gates, _check, now| {
+        let mut pass = leader_pass(&seen, now, &|group, _gates, _check, now| {
             gate(group, policy, run.as_ref(), now)
         });
         (self.mangle)(&mut pass);
@@ -544,6 +723,8 @@ impl<'g> Simulation<'g> {
         // what came before it happened.
         let mut counted = false;
         let mut checked = false;
+        // What the pass stored, for the checker's (k): whether it stored the run, a halt.
+        let mut stored: Vec<AnnotationWrite> = Vec::new();
         for effect in &pass.effects {
             match effect {
                 Effect::Store(writes) => {
@@ -556,7 +737,16 @@ impl<'g> Simulation<'g> {
                         });
                     }
                     if self.chaos() && self.rng.random_bool(0.1) {
-                        self.note(|| "the gate state write conflicts: nothing more".to_owned());
+                        let written = self.written_before_the_conflict(writes);
+                        self.note(|| {
+                            format!(
+                                "the gate state write conflicts after {} writes: nothing more",
+                                written.len()
+                            )
+                        });
+                        self.store(&written);
+                        stored.extend(written);
+                        self.cut_short(run.as_ref(), &stored);
                         self.person_approves(wait.as_ref());
                         return Ok(());
                     }
@@ -567,6 +757,7 @@ impl<'g> Simulation<'g> {
                         }
                     }
                     self.store(writes);
+                    stored.extend(writes.iter().cloned());
                 }
                 Effect::Act { action, .. } => {
                     if !checked {
@@ -595,18 +786,139 @@ impl<'g> Simulation<'g> {
             self.last_step = Some(self.step);
             self.settled_passes = 0;
         }
+        self.check_failures(run.as_ref(), &stored, uncounted)?;
         // After the pass, like a person reading the status the pass left.
         self.person_approves(wait.as_ref());
         Ok(())
     }
 
+    /// The writes of a store that conflicts which went through before it: the leader patches
+    /// the members one by one in name order, and the conflict may come at any of them. Only in
+    /// the scenarios whose membership changes (k); in the others nothing is written.
+    fn written_before_the_conflict(&mut self, writes: &[AnnotationWrite]) -> Vec<AnnotationWrite> {
+        let Some(rng) = self.membership.as_mut() else {
+            return Vec::new();
+        };
+        let mut members: Vec<&str> = writes
+            .iter()
+            .map(|write| write.statefulset.as_str())
+            .collect();
+        members.sort_unstable();
+        members.dedup();
+        let before = rng.random_range(0..members.len().max(1));
+        let written = &members[..before.min(members.len())];
+        writes
+            .iter()
+            .filter(|write| written.contains(&write.statefulset.as_str()))
+            .cloned()
+            .collect()
+    }
+
+    /// Checker (k), for a pass whose store conflicted after `stored` went through: the gate may
+    /// have stored the run on some members, and read it back from them or not. The checker
+    /// takes whatever lets the gate most: a pass counted, no failure counted, and no run
+    /// remembered but an older one.
+    fn cut_short(&mut self, run: Option<&CheckRun>, stored: &[AnnotationWrite]) {
+        if stored.is_empty() {
+            // Nothing written: the run is lost, for the gate as for the checker.
+            return;
+        }
+        if stored
+            .iter()
+            .any(|write| write.key == CHECK_STATE_ANNOTATION && write.value.is_none())
+        {
+            self.last_run_stored = None;
+        }
+        if let Some(run) = run
+            && run.outcome == CheckOutcome::Pass
+        {
+            self.count(run);
+            self.failures_in_row = 0;
+        }
+        if stored.iter().any(halts) {
+            self.failures_in_row = 0;
+        }
+    }
+
+    /// Property `CheckStateForgotten` (k), after a pass that stored `stored` in full: once
+    /// `failureThreshold` failures in a row were stored, the pass halts the group (or asks for
+    /// its rollback), unless a bypass is in force. Runs the gate does not count (`uncounted`:
+    /// halted or rolling back; or the run not stored) start the checker's count again.
+    fn check_failures(
+        &mut self,
+        run: Option<&CheckRun>,
+        stored: &[AnnotationWrite],
+        uncounted: bool,
+    ) -> Result<(), Violation> {
+        let Some(threshold) = self.policy.as_ref().map(|policy| policy.failure_threshold) else {
+            return Ok(());
+        };
+        let wrote = |set: bool| {
+            stored
+                .iter()
+                .any(|write| write.key == CHECK_STATE_ANNOTATION && write.value.is_some() == set)
+        };
+        if wrote(false) {
+            self.last_run_stored = None;
+        }
+        let Some(run) = run else {
+            return Ok(());
+        };
+        if !wrote(true) || uncounted {
+            self.failures_in_row = 0;
+            return Ok(());
+        }
+        self.last_run_stored = Some(self.step);
+        let halted = stored.iter().any(halts);
+        match run.outcome {
+            CheckOutcome::Pass => self.failures_in_row = 0,
+            CheckOutcome::Fail { .. } => {
+                self.failures_in_row += 1;
+                if self.failures_in_row >= threshold && !self.bypassing() {
+                    self.stats.failure_halts_checked += 1;
+                    if !halted {
+                        return Err(self.violation(
+                            Property::CheckStateForgotten,
+                            format!(
+                                "{} failures in a row stored (failureThreshold {threshold}) and \
+                                 the group is neither halted nor rolled back",
+                                self.failures_in_row
+                            ),
+                        ));
+                    }
+                }
+            }
+            CheckOutcome::Inconclusive { .. } => {}
+        }
+        if halted {
+            self.failures_in_row = 0;
+        }
+        Ok(())
+    }
+
     /// A run of the health check when one is due, with a random outcome during chaos (a
     /// failing or unreachable Prometheus) and passing after.
-    fn check_run(&mut self, now: Timestamp) -> Option<CheckRun> {
-        let policy = self.policy.as_ref()?;
-        let (state, _) = CheckState::read(&self.group);
+    /// Property `CheckStateForgotten` (k): no run sooner than `interval` after the last one the
+    /// gate stored, by the checker's own clock.
+    fn check_run(&mut self, now: Timestamp) -> Result<Option<CheckRun>, Violation> {
+        let Some(policy) = self.policy.as_ref() else {
+            return Ok(None);
+        };
+        let (state, _) = CheckState::read(&(self.reads)(self.view()));
         if !state.due(policy, now) {
-            return None;
+            return Ok(None);
+        }
+        let interval = u64::try_from(policy.interval.as_secs()).expect("small");
+        if let Some(last) = self.last_run_stored
+            && self.step < last + interval
+        {
+            return Err(self.violation(
+                Property::CheckStateForgotten,
+                format!(
+                    "a run {}s after the last one stored (interval {interval}s)",
+                    self.step - last
+                ),
+            ));
         }
         let outcome = match self.rng.random_range(0..10) {
             _ if !self.chaos() => CheckOutcome::Pass,
@@ -620,7 +932,7 @@ impl<'g> Simulation<'g> {
             _ => CheckOutcome::Pass,
         };
         self.note(|| format!("check run: {outcome}"));
-        Some(CheckRun { at: now, outcome })
+        Ok(Some(CheckRun { at: now, outcome }))
     }
 
     /// The checker's own count of passes in a row since the last step.
@@ -686,12 +998,7 @@ impl<'g> Simulation<'g> {
     /// The gate's writes, stored on the members.
     fn store(&mut self, writes: &[AnnotationWrite]) {
         for write in writes {
-            let member = self
-                .group
-                .statefulsets
-                .iter_mut()
-                .find(|member| member.name == write.statefulset)
-                .expect("the gate writes on members");
+            let member = self.member_mut(&write.statefulset);
             match &write.value {
                 Some(value) => member
                     .annotations
@@ -704,7 +1011,7 @@ impl<'g> Simulation<'g> {
     /// One action of the pass, checked against the world as it is, then carried out.
     fn act(&mut self, action: &Action) -> Result<(), Violation> {
         let halted = self
-            .group
+            .view()
             .statefulsets
             .iter()
             .any(|member| member.annotations.contains_key(HALTED_ANNOTATION));
@@ -738,6 +1045,7 @@ impl<'g> Simulation<'g> {
                     self.stats.rollback_deletions += 1;
                 } else {
                     self.check_zone_start(zone, pod)?;
+                    self.check_initial_delay(pod)?;
                     self.check_health(pod)?;
                     if self.bypassing() {
                         self.stats.bypassed_deletions += 1;
@@ -758,12 +1066,7 @@ impl<'g> Simulation<'g> {
                 statefulset,
                 revision,
             } => {
-                let member = self
-                    .group
-                    .statefulsets
-                    .iter_mut()
-                    .find(|member| &member.name == statefulset)
-                    .expect("planned on members");
+                let member = self.member_mut(statefulset);
                 member.current_revision = Some(revision.clone());
             }
         }
@@ -774,8 +1077,8 @@ impl<'g> Simulation<'g> {
     /// removed), or the request removed when the pass refuses it.
     fn start_rollback(&mut self, why: &str, refused: Option<&str>, now: Timestamp) {
         if refused.is_none() {
-            let history = self
-                .group
+            let group = self.view();
+            let history = group
                 .statefulsets
                 .iter()
                 .map(|member| {
@@ -790,16 +1093,9 @@ impl<'g> Simulation<'g> {
                     (member.name.clone(), revisions)
                 })
                 .collect();
-            let records =
-                rollback::start(&self.group, &history, why, now).expect("a rollback starts");
+            let records = rollback::start(&group, &history, why, now).expect("a rollback starts");
             for (name, record) in records {
-                let member = self
-                    .group
-                    .statefulsets
-                    .iter_mut()
-                    .find(|member| member.name == name)
-                    .expect("records name members");
-                member
+                self.member_mut(&name)
                     .annotations
                     .insert(ROLLBACK_STATE_ANNOTATION.to_owned(), record.to_annotation());
             }
@@ -823,7 +1119,7 @@ impl<'g> Simulation<'g> {
         } else {
             self.note(|| "a rollback request is refused: one is under way".to_owned());
         }
-        for member in &mut self.group.statefulsets {
+        for member in self.members_mut() {
             member.annotations.remove(ROLLBACK_ANNOTATION);
         }
     }
@@ -831,12 +1127,7 @@ impl<'g> Simulation<'g> {
     /// Templates written back, as the real controller writes them.
     fn restore_templates(&mut self, records: &[(String, rollback::Record)]) {
         for (name, record) in records {
-            let member = self
-                .group
-                .statefulsets
-                .iter_mut()
-                .find(|member| member.name == *name)
-                .expect("records name members");
+            let member = self.member_mut(name);
             member.update_revision = Some(record.to.clone());
             let restored = rollback::Record {
                 restored: true,
@@ -938,7 +1229,7 @@ impl<'g> Simulation<'g> {
                 self.note(|| format!("one member alone approves {step} (zone {zone})"));
                 return;
             }
-            for member in &mut self.group.statefulsets {
+            for member in self.members_mut() {
                 member
                     .annotations
                     .insert(APPROVED_ANNOTATION.to_owned(), step.clone());
@@ -972,7 +1263,7 @@ impl<'g> Simulation<'g> {
                     )
                 }
             };
-            for member in &mut self.group.statefulsets {
+            for member in self.members_mut() {
                 member
                     .annotations
                     .insert(APPROVED_ANNOTATION.to_owned(), wrong.clone());
@@ -1043,7 +1334,9 @@ impl<'g> Simulation<'g> {
                 .map(|value| value.split(',').collect())
                 .unwrap_or_default()
         }
-        let mut members = self.group.statefulsets.iter();
+        // Every member, newcomers (k) included: they are the group's members as much.
+        let group = self.view();
+        let mut members = group.statefulsets.iter();
         let first = members.next().map(of).unwrap_or_default();
         let rest: Vec<Vec<&str>> = members.map(of).collect();
         let written: Vec<&str> = first
@@ -1070,8 +1363,7 @@ impl<'g> Simulation<'g> {
             "batch" => Some(format!("{zone}/{revision}/{in_zone}")),
             "zone" if in_zone == 0 => Some(format!("{zone}/{revision}/0")),
             "canary" if in_group > 0 => {
-                let revisions: Vec<&str> = self
-                    .group
+                let revisions: Vec<&str> = group
                     .statefulsets
                     .iter()
                     .map(|member| member.update_revision.as_deref().unwrap_or_default())
@@ -1085,6 +1377,25 @@ impl<'g> Simulation<'g> {
                 Property::StepBeforeApproval,
                 format!(
                     "a step in {zone} went without the approval {needed} (written: {written:?})"
+                ),
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// Property `CheckStateForgotten` (k), on a deletion: no step sooner than `initialDelay`
+    /// after the last step, by the checker's own clock.
+    fn check_initial_delay(&self, pod: &str) -> Result<(), Violation> {
+        let Some(policy) = &self.policy else {
+            return Ok(());
+        };
+        let delay = u64::try_from(policy.initial_delay.as_secs()).expect("small");
+        match self.last_step {
+            Some(last) if self.step < last + delay && !self.bypassing() => Err(self.violation(
+                Property::CheckStateForgotten,
+                format!(
+                    "deleted {pod} {}s after the last step (initialDelay {delay}s)",
+                    self.step - last
                 ),
             )),
             _ => Ok(()),
@@ -1167,6 +1478,11 @@ impl<'g> Simulation<'g> {
     }
 }
 
+/// Whether a write halts the group or asks for its rollback.
+fn halts(write: &AnnotationWrite) -> bool {
+    (write.key == HALTED_ANNOTATION || write.key == ROLLBACK_ANNOTATION) && write.value.is_some()
+}
+
 fn real_gate(
     group: &GroupSnapshot,
     policy: Option<&CheckPolicy>,
@@ -1189,10 +1505,20 @@ fn run_mangled_scenarios(
     mangle: fn(&mut Pass),
     count: u64,
 ) -> Result<Stats, Violation> {
+    run_scenarios_with(gate, |simulation| simulation.mangle = mangle, count)
+}
+
+/// The scenarios, each simulation `set` before it runs (for the mutation tests of the pass and
+/// of what the leader reads).
+fn run_scenarios_with(
+    gate: &Gate,
+    set: impl Fn(&mut Simulation<'_>),
+    count: u64,
+) -> Result<Stats, Violation> {
     let mut total = Stats::default();
     for seed in 0..count {
         let mut simulation = Simulation::new(seed, gate, false);
-        simulation.mangle = mangle;
+        set(&mut simulation);
         let stats = simulation.run()?;
         total.deletions += stats.deletions;
         total.halts += stats.halts;
@@ -1203,6 +1529,8 @@ fn run_mangled_scenarios(
         total.bypassed_deletions += stats.bypassed_deletions;
         total.rollbacks += stats.rollbacks;
         total.rollback_deletions += stats.rollback_deletions;
+        total.membership_changes += stats.membership_changes;
+        total.failure_halts_checked += stats.failure_halts_checked;
         for (kind, count) in stats.held {
             *total.held.entry(kind).or_default() += count;
         }
@@ -1234,6 +1562,8 @@ fn gates_hold_zones_for_the_soak_and_halted_groups_in_random_scenarios() {
         assert!(stats.bypassed_deletions > count / 20, "{stats:?}");
         assert!(stats.rollbacks > count / 10, "{stats:?}");
         assert!(stats.rollback_deletions > count / 10, "{stats:?}");
+        assert!(stats.membership_changes > count, "{stats:?}");
+        assert!(stats.failure_halts_checked > count / 20, "{stats:?}");
         for kind in [
             "Soak",
             "Halted",
@@ -1332,6 +1662,7 @@ fn without_check_target(group: &GroupSnapshot) -> GroupSnapshot {
         {
             if let Some(fields) = state.as_object_mut() {
                 fields.remove("target");
+                fields.remove("revisions");
             }
             *raw = state.to_string();
         }
@@ -1510,4 +1841,53 @@ fn checker_catches_a_pass_that_acts_before_it_stores_the_gates_state() {
         Ok(stats) => panic!("the checker missed a pass acting before its store: {stats:?}"),
         Err(violation) => println!("caught: {violation}"),
     }
+}
+
+#[test]
+fn checker_catches_a_gate_that_keeps_the_check_state_on_the_first_member_only() {
+    // Today's rule before it was hardened: the group's check state read from, and written to,
+    // its first member by name. A member that joins sorting first, holding nothing, makes the
+    // state fresh: the interval, the initial delay and the failures are forgotten.
+    let first_only: fn(GroupSnapshot) -> GroupSnapshot = |mut group| {
+        for member in group.statefulsets.iter_mut().skip(1) {
+            member.annotations.remove(CHECK_STATE_ANNOTATION);
+        }
+        group
+    };
+    let gate =
+        |group: &GroupSnapshot, policy: Option<&CheckPolicy>, run: Option<&CheckRun>, now| {
+            let (plan, mut decision) = real_gate(group, policy, run, now);
+            let first = group.statefulsets.first().map(|member| member.name.clone());
+            decision.writes.retain(|write| {
+                write.key != CHECK_STATE_ANNOTATION || Some(&write.statefulset) == first.as_ref()
+            });
+            (plan, decision)
+        };
+    match run_scenarios_with(
+        &gate,
+        |simulation| simulation.reads = first_only,
+        BROKEN_GATE_SCENARIOS,
+    ) {
+        Ok(stats) => panic!("the checker missed a check state on the first member: {stats:?}"),
+        Err(violation) => assert_eq!(
+            violation.property,
+            Property::CheckStateForgotten,
+            "{violation}"
+        ),
+    }
+}
+
+#[test]
+fn checker_catches_a_gate_that_never_lets_the_rollout_finish() {
+    // Like a gate that holds for a reason that never passes: nothing unsafe is ever done, and
+    // the rollout never completes.
+    assert_caught(
+        &|group, policy, run, now| {
+            let (mut plan, decision) = real_gate(group, policy, run, now);
+            plan.actions
+                .retain(|action| !matches!(action, Action::DeletePod { .. }));
+            (plan, decision)
+        },
+        Property::NeverCompletes,
+    );
 }

@@ -230,6 +230,11 @@ struct CheckedScene {
 
 impl CheckedScene {
     async fn new(prefix: &str) -> Self {
+        Self::with(prefix, json!({})).await
+    }
+
+    /// As [`CheckedScene::new`], the check's spec with `fields` set besides.
+    async fn with(prefix: &str, fields: serde_json::Value) -> Self {
         let metrics = Metrics::start().await;
         metrics.set(ERROR_RATIO, 0.0);
         let prometheus = Prometheus::start(metrics.address()).await;
@@ -249,6 +254,10 @@ impl CheckedScene {
             "successThreshold": 1,
             "failureThreshold": 1,
         });
+        let mut spec = spec;
+        if let (Some(spec), Some(fields)) = (spec.as_object_mut(), fields.as_object()) {
+            spec.extend(fields.clone());
+        }
         let (client, namespace) = (scene.namespace.client(), scene.namespace.name());
         create_health_check(&client, namespace, "errors", spec).await;
         let names = scene
@@ -288,7 +297,33 @@ impl CheckedScene {
             .collect()
     }
 
-    /// The last check run stored on the group's first member.
+    /// The steps baton took since `from`: each pod it deleted (by uid), when it started going,
+    /// in order.
+    fn steps_since(&self, from: Instant) -> Vec<(Instant, String, String)> {
+        let mut steps: Vec<(Instant, String, String)> = Vec::new();
+        for transition in self.scene.simulator.timeline() {
+            let deleted = matches!(transition.event, PodEvent::Terminating | PodEvent::Deleted);
+            let member = transition
+                .statefulset
+                .as_ref()
+                .is_some_and(|name| self.names.contains(name));
+            if transition.at >= from
+                && deleted
+                && member
+                && !steps.iter().any(|(_, _, uid)| *uid == transition.uid)
+            {
+                steps.push((
+                    transition.at,
+                    transition.pod.clone(),
+                    transition.uid.clone(),
+                ));
+            }
+        }
+        steps.sort();
+        steps
+    }
+
+    /// The last check run stored on the group's first zone.
     async fn last_run(&self) -> Option<(String, String)> {
         let annotations = self.scene.annotations(&self.names[0]).await;
         let state: serde_json::Value =
@@ -359,6 +394,71 @@ async fn a_health_check_failing_while_zone_b_rolls_halts_before_zone_c_and_resum
 
     // Then the rollout completes
     scene.wait_complete(&checked.names).await;
+}
+
+#[tokio::test]
+async fn an_empty_statefulset_joining_after_the_canary_does_not_shorten_the_initial_delay() {
+    // Given a group gated by a health check that passes, whose runs count only 20 s after a
+    // step
+    let initial_delay = Duration::from_secs(20);
+    let checked = CheckedScene::with("health-newcomer", json!({"initialDelay": "20s"})).await;
+    let scene = &checked.scene;
+
+    // When the template changes and baton takes its canary step
+    let from = scene.roll_out(&checked.names, "v2").await;
+    checked.wait_rolling("ingester-zone-a", from).await;
+    let (canary, canary_pod, _) = checked.steps_since(from)[0].clone();
+
+    // and an empty StatefulSet (no replicas) with the group's label, named to sort before the
+    // zones, joins the group: whoever may create a StatefulSet there can do that
+    let newcomer = "ingester-aaa";
+    scene
+        .create(&[StatefulSetFixture::new(newcomer)
+            .group("ingester")
+            .replicas(0)])
+        .await;
+    // (baton takes it for a member: it stores the check's state on it too)
+    wait_until(
+        TIMEOUT,
+        "baton stores the check state on the newcomer",
+        || async {
+            scene
+                .annotations(newcomer)
+                .await
+                .contains_key(CHECK_STATE_ANNOTATION)
+        },
+    )
+    .await;
+    let joined = Instant::now();
+    assert!(
+        joined < canary + initial_delay - Duration::from_secs(5),
+        "the newcomer joined {:?} after the canary: too late to tell",
+        joined.saturating_duration_since(canary)
+    );
+
+    // Then the next step comes no earlier than the initial delay after the canary's
+    wait_until(TIMEOUT, "the step after the canary", || async {
+        checked.steps_since(from).len() >= 2
+    })
+    .await;
+    let (next, next_pod, _) = checked.steps_since(from)[1].clone();
+    assert!(
+        next + WATCH_SKEW >= canary + initial_delay,
+        "{next_pod} went {:?} after the canary {canary_pod}; the initial delay is \
+         {initial_delay:?}",
+        next.saturating_duration_since(canary)
+    );
+    // and the rollout goes on: the step after that one comes too
+    wait_until(TIMEOUT, "the next step again", || async {
+        checked.steps_since(from).len() >= 3
+    })
+    .await;
+    let (third, _, _) = checked.steps_since(from)[2].clone();
+    assert!(
+        third + WATCH_SKEW >= next + initial_delay,
+        "the third step came {:?} after the second",
+        third.saturating_duration_since(next)
+    );
 }
 
 #[tokio::test]

@@ -22,10 +22,28 @@
 //! - while `baton.dev/bypass-gates-until` is in force, steps go without waiting for passes and
 //!   failures halt nothing; each step that went without is told ([`GateNotice::Bypassed`]).
 //!
-//! The state (counts, last run, last step) is group-wide, stored in `baton.dev/check-state` on
-//! the group's first member by name — in the cluster, written by the leader with the
-//! resourceVersion it read, like the zones' gate state.
+//! The state (counts, last run, last step, and the revisions they are about) is group-wide,
+//! stored in `baton.dev/check-state` on **every member**, and read from every member merged to
+//! its most cautious ([`CheckState::read`]): the fewest passes, the most failures, the latest
+//! run and the latest step. Why: the members are whatever StatefulSets carry the group's label,
+//! so whoever may create one (without any right on the others) adds a member, and may delete
+//! or recreate one they made. Kept on one member (the first by name, as it once was), a
+//! newcomer sorting first and holding nothing made the state fresh: the `initialDelay` after a
+//! step and the `interval` between runs were skipped and the failures counted towards a halt
+//! forgotten. Read from all and merged, a member with no state (or an older one: a member
+//! cluster back after an outage, a partial write) can only lengthen a wait; written to all
+//! (each member whose stored state differs, a newcomer included), removing or renaming any
+//! member leaves the state on the others. A member that cannot be read now (its cluster is out)
+//! is read as last known and not written; it is rewritten once back. A member with no pods, or
+//! that is no zone at all, is a member like any other.
+//!
+//! The counts are about the members' update revisions, by member: passes count for nothing once
+//! any of them differs (a template changed, a member came or went); failures are forgotten only
+//! when a member the counts were about rolls to another revision (its template changed: a new
+//! rollout), never because a member came or went. In the cluster the state is written by the
+//! leader with the resourceVersion it read, like the zones' gate state.
 
+use std::collections::BTreeMap;
 use std::fmt;
 
 use jiff::{SignedDuration, Timestamp};
@@ -112,36 +130,101 @@ pub struct CheckState {
     /// The last outcome, for messages.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_outcome: Option<String>,
-    /// The revisions the counts are about ([`target`]): passes seen before a template change
-    /// say nothing of the new revision. Absent (a state stored before it was kept): the same.
+    /// The members' update revisions the counts are about, by member ([`revisions`]): passes
+    /// seen before a template change say nothing of the new revision (module header).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub revisions: BTreeMap<String, String>,
+    /// What an earlier baton stored instead of `revisions`: the update revisions joined in
+    /// member order ([`target`]). Read, never written: it cannot tell a template change from a
+    /// member that came or went, so a difference forgets the passes and keeps the failures.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target: Option<String>,
 }
 
 impl CheckState {
-    /// The state stored on the group's first member, or a fresh one (with a warning when the
-    /// stored one cannot be read: a fresh state passes nothing).
-    pub fn read(group: &GroupSnapshot) -> (Self, Option<GateWarning>) {
-        let Some((member, raw)) = group.statefulsets.first().and_then(|member| {
-            let raw = member.annotations.get(CHECK_STATE_ANNOTATION)?;
-            Some((member, raw))
-        }) else {
-            return (Self::default(), None);
-        };
-        match serde_json::from_str::<Self>(raw) {
-            Ok(state)
-                if state.time(&state.last_run).is_ok() && state.time(&state.last_step).is_ok() =>
-            {
-                (state, None)
-            }
-            Ok(_) | Err(_) => (
-                Self::default(),
-                Some(GateWarning::UnreadableState {
+    /// The group's state: every member's stored state, each as it stands for the revisions the
+    /// group rolls to now ([`CheckState::about`]), merged to the most cautious (module header);
+    /// a fresh one when no member holds one. A member's state that cannot be read is left out
+    /// with a warning naming the member (read alone, a fresh state passes nothing).
+    pub fn read(group: &GroupSnapshot) -> (Self, Vec<GateWarning>) {
+        let now = revisions(group);
+        let mut merged: Option<Self> = None;
+        let mut warnings = Vec::new();
+        for member in &group.statefulsets {
+            let Some(raw) = member.annotations.get(CHECK_STATE_ANNOTATION) else {
+                continue;
+            };
+            match serde_json::from_str::<Self>(raw) {
+                Ok(state)
+                    if state.time(&state.last_run).is_ok()
+                        && state.time(&state.last_step).is_ok() =>
+                {
+                    let state = state.about(&now);
+                    merged = Some(match merged {
+                        None => state,
+                        Some(held) => held.most_cautious(state),
+                    });
+                }
+                Ok(_) | Err(_) => warnings.push(GateWarning::UnreadableState {
                     statefulset: member.name.clone(),
                     value: raw.clone(),
                     error: format!("annotation {CHECK_STATE_ANNOTATION} is not a check state"),
                 }),
-            ),
+            }
+        }
+        (merged.unwrap_or_default(), warnings)
+    }
+
+    /// This state as it stands for a group rolling to `now` (members' update revisions, by
+    /// member): passes counted for other revisions or other members count for nothing;
+    /// failures are forgotten only when a member they were counted for rolls to another
+    /// revision, not when members come or go (module header).
+    pub fn about(mut self, now: &BTreeMap<String, String>) -> Self {
+        if !self.revisions.is_empty() {
+            if self.revisions != *now {
+                self.passes = 0;
+            }
+            let retargeted = self
+                .revisions
+                .iter()
+                .any(|(member, seen)| now.get(member).is_some_and(|revision| revision != seen));
+            if retargeted {
+                self.failures = 0;
+            }
+        } else if let Some(target) = &self.target
+            && *target
+                != now
+                    .values()
+                    .map(String::as_str)
+                    .collect::<Vec<_>>()
+                    .join(",")
+        {
+            self.passes = 0;
+        }
+        self.revisions = now.clone();
+        self.target = None;
+        self
+    }
+
+    /// Two states of the same group (each already [`CheckState::about`] the same revisions)
+    /// merged to the most cautious: the fewest passes, the most failures, the latest run (with
+    /// its outcome) and the latest step. No wait it implies is shorter, and no failure fewer,
+    /// than either's.
+    fn most_cautious(self, other: Self) -> Self {
+        let later = |a: Option<Timestamp>, b: Option<Timestamp>| a.max(b).map(|at| at.to_string());
+        let last_outcome = if other.last_run() > self.last_run() {
+            other.last_outcome.clone()
+        } else {
+            self.last_outcome.clone().or(other.last_outcome.clone())
+        };
+        Self {
+            passes: self.passes.min(other.passes),
+            failures: self.failures.max(other.failures),
+            last_run: later(self.last_run(), other.last_run()),
+            last_step: later(self.last_step(), other.last_step()),
+            last_outcome,
+            revisions: self.revisions,
+            target: None,
         }
     }
 
@@ -175,10 +258,40 @@ impl CheckState {
     }
 }
 
-/// What the group rolls to: its members' update revisions. A run is about this target; when it
-/// changes, the counts start again.
+/// What the group rolls to: its members' update revisions. A run is about this target: one
+/// made before it changed is not taken after.
 pub fn target(group: &GroupSnapshot) -> String {
     group.update_revisions(",")
+}
+
+/// What the group rolls to, by member: each member's update revision (empty while it has
+/// none). The counts are about these ([`CheckState::about`]).
+pub fn revisions(group: &GroupSnapshot) -> BTreeMap<String, String> {
+    group
+        .statefulsets
+        .iter()
+        .map(|member| {
+            let revision = member.update_revision.clone().unwrap_or_default();
+            (member.name.clone(), revision)
+        })
+        .collect()
+}
+
+/// The writes that store `state` on every member whose stored state differs (module header):
+/// none when all hold it already. Members that cannot be read now are not written.
+fn store(group: &GroupSnapshot, state: &CheckState) -> Vec<AnnotationWrite> {
+    let value = state.to_annotation();
+    group
+        .statefulsets
+        .iter()
+        .filter(|member| member.unreachable.is_none())
+        .filter(|member| member.annotations.get(CHECK_STATE_ANNOTATION) != Some(&value))
+        .map(|member| AnnotationWrite {
+            statefulset: member.name.clone(),
+            key: CHECK_STATE_ANNOTATION,
+            value: Some(value.clone()),
+        })
+        .collect()
 }
 
 /// Whether the group still has pods to update: only then do checks run.
@@ -200,7 +313,7 @@ pub fn apply(
     apply_with(group, &stored, policy, run, (plan, decision), now)
 }
 
-/// [`apply`] on the check state already read (its warning left to the caller): a pass reads
+/// [`apply`] on the check state already read (its warnings left to the caller): a pass reads
 /// the group's stored state once.
 pub fn apply_with(
     group: &GroupSnapshot,
@@ -210,9 +323,9 @@ pub fn apply_with(
     (mut plan, mut decision): (Plan, GateDecision),
     now: Timestamp,
 ) -> (Plan, GateDecision) {
-    let Some(holder) = group.statefulsets.first().map(|member| member.name.clone()) else {
+    if group.statefulsets.is_empty() {
         return (plan, decision);
-    };
+    }
     if decision.rolling_back || matches!(decision.wait(), Some(GateWait::InvalidGate { .. })) {
         return (plan, decision);
     }
@@ -227,13 +340,7 @@ pub fn apply_with(
             state.last_run = Some(run.at.to_string());
             state.last_outcome = Some(run.outcome.to_string());
         }
-        if state != *stored {
-            decision.writes.push(AnnotationWrite {
-                statefulset: holder,
-                key: CHECK_STATE_ANNOTATION,
-                value: Some(state.to_annotation()),
-            });
-        }
+        decision.writes.extend(store(group, &state));
         return (plan, decision);
     }
     let forgetting = decision
@@ -241,31 +348,26 @@ pub fn apply_with(
         .iter()
         .any(|write| write.key == STATE_ANNOTATION && write.value.is_none());
     if !rollout_in_progress(&plan) {
-        if forgetting
-            && group.statefulsets[0]
-                .annotations
-                .contains_key(CHECK_STATE_ANNOTATION)
-        {
-            decision.writes.push(AnnotationWrite {
-                statefulset: holder,
-                key: CHECK_STATE_ANNOTATION,
-                value: None,
+        if forgetting {
+            // Forgotten on every member that holds it: one left behind would be read again.
+            let carriers = group.statefulsets.iter().filter(|member| {
+                member.unreachable.is_none()
+                    && member.annotations.contains_key(CHECK_STATE_ANNOTATION)
             });
+            let removals: Vec<AnnotationWrite> = carriers
+                .map(|member| AnnotationWrite {
+                    statefulset: member.name.clone(),
+                    key: CHECK_STATE_ANNOTATION,
+                    value: None,
+                })
+                .collect();
+            decision.writes.extend(removals);
         }
         return (plan, decision);
     }
     let bypass = decision.bypass.filter(|until| now < *until);
-    let mut state = stored.clone();
-    let rolling_to = target(group);
-    if state
-        .target
-        .as_ref()
-        .is_some_and(|seen| *seen != rolling_to)
-    {
-        state.passes = 0;
-        state.failures = 0;
-    }
-    state.target = Some(rolling_to);
+    // As read already ([`CheckState::read`]); again for a state handed in from elsewhere.
+    let mut state = stored.clone().about(&revisions(group));
     if let Some(run) = run {
         state.last_run = Some(run.at.to_string());
         state.last_outcome = Some(run.outcome.to_string());
@@ -299,7 +401,7 @@ pub fn apply_with(
             && policy.on_failure != OnFailure::Warn
             && bypass.is_none()
         {
-            return halt(group, policy, run, state, plan, decision, &holder);
+            return halt(group, policy, run, state, plan, decision);
         }
     }
     let deleting_in = plan
@@ -337,13 +439,7 @@ pub fn apply_with(
     let next = state.next_run(policy).unwrap_or(now).max(now);
     plan.recheck_after = Some(plan.recheck_after.map_or(next, |at| at.min(next)));
     decision.recheck_after = Some(decision.recheck_after.map_or(next, |at| at.min(next)));
-    if state != *stored {
-        decision.writes.push(AnnotationWrite {
-            statefulset: holder,
-            key: CHECK_STATE_ANNOTATION,
-            value: Some(state.to_annotation()),
-        });
-    }
+    decision.writes.extend(store(group, &state));
     decision.settle(&plan);
     (plan, decision)
 }
@@ -369,7 +465,6 @@ fn halt(
     mut state: CheckState,
     mut plan: Plan,
     mut decision: GateDecision,
-    holder: &str,
 ) -> (Plan, GateDecision) {
     let zone = about(group, &plan);
     let why = format!(
@@ -411,11 +506,7 @@ fn halt(
             value: Some(why),
         });
     }
-    decision.writes.push(AnnotationWrite {
-        statefulset: holder.to_owned(),
-        key: CHECK_STATE_ANNOTATION,
-        value: Some(state.to_annotation()),
-    });
+    decision.writes.extend(store(group, &state));
     decision.settle(&plan);
     (plan, decision)
 }

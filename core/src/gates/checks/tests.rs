@@ -64,7 +64,7 @@ fn state(passes: u32, failures: u32) -> CheckState {
         last_run: Some((now() - secs(10)).to_string()),
         last_step: Some((now() - secs(600)).to_string()),
         last_outcome: Some("passed".to_owned()),
-        target: None,
+        ..CheckState::default()
     }
 }
 
@@ -215,20 +215,29 @@ fn without_a_run_due_the_state_is_not_rewritten() {
 }
 
 #[test]
-fn a_complete_rollout_forgets_the_check_state() {
+fn a_complete_rollout_forgets_the_check_state_on_every_member() {
     let mut done = group(vec![
         with_checks(cleared(zone("a", 2, 2)), &state(1, 0)),
-        cleared(zone("b", 2, 2)),
+        annotated(
+            cleared(zone("b", 2, 2)),
+            CHECK_STATE_ANNOTATION,
+            &state(1, 0).to_annotation(),
+        ),
     ]);
     for member in &mut done.statefulsets {
         member.current_revision = member.update_revision.clone();
     }
     let (_, decision) = gate(&done, None);
-    assert!(decision.writes.contains(&AnnotationWrite {
-        statefulset: "a".to_owned(),
-        key: CHECK_STATE_ANNOTATION,
-        value: None,
-    }));
+    for member in ["a", "b"] {
+        assert!(
+            decision.writes.contains(&AnnotationWrite {
+                statefulset: member.to_owned(),
+                key: CHECK_STATE_ANNOTATION,
+                value: None,
+            }),
+            "{member}: {decision:?}"
+        );
+    }
 }
 
 #[test]
@@ -265,7 +274,39 @@ fn an_invalid_check_name_holds_the_group() {
 
 #[test]
 fn passes_seen_before_the_template_changed_do_not_let_the_new_revisions_step_go() {
-    // Given a check that passed twice while the group rolled to an earlier revision
+    // Given a check that passed twice and failed twice while the group rolled to an earlier
+    // revision
+    let earlier = CheckState {
+        revisions: [("a", "a-old"), ("b", "b-old")]
+            .map(|(member, revision)| (member.to_owned(), revision.to_owned()))
+            .into(),
+        ..state(2, 2)
+    };
+    let one = group(vec![
+        with_checks(zone("a", 3, 0), &earlier),
+        zone("b", 3, 0),
+    ]);
+    // When it is gated with no new run
+    let (gated, decision) = gate(&one, None);
+    // Then nothing is deleted, and the counts start again for the new revisions
+    assert!(deleted_zones(&gated).is_empty());
+    assert_eq!(decision.wait().map(GateWait::kind), Some("HealthCheck"));
+    let counted = stored(&decision);
+    assert_eq!((counted.passes, counted.failures), (0, 0));
+    assert_eq!(counted.revisions, revisions(&one));
+    // while the same passes for the revisions being rolled let it go
+    let same = CheckState {
+        revisions: revisions(&one),
+        ..state(2, 0)
+    };
+    let two = group(vec![with_checks(zone("a", 3, 0), &same), zone("b", 3, 0)]);
+    assert_eq!(deleted_zones(&gate(&two, None).0), ["a"]);
+}
+
+#[test]
+fn an_earlier_batons_target_that_differs_forgets_the_passes_and_keeps_the_failures() {
+    // Given a state stored by an earlier baton, for other revisions (or other members: its
+    // target cannot tell)
     let earlier = CheckState {
         target: Some("rev-old,rev-old".to_owned()),
         ..state(2, 2)
@@ -274,22 +315,177 @@ fn passes_seen_before_the_template_changed_do_not_let_the_new_revisions_step_go(
         with_checks(zone("a", 3, 0), &earlier),
         zone("b", 3, 0),
     ]);
-    assert_ne!(target(&one), "rev-old,rev-old");
     // When it is gated with no new run
     let (gated, decision) = gate(&one, None);
-    // Then nothing is deleted, and the counts start again for the new target
+    // Then nothing is deleted: the passes count for nothing, the failures still count
     assert!(deleted_zones(&gated).is_empty());
-    assert_eq!(decision.wait().map(GateWait::kind), Some("HealthCheck"));
     let counted = stored(&decision);
-    assert_eq!((counted.passes, counted.failures), (0, 0));
-    assert_eq!(counted.target, Some(target(&one)));
-    // while the same passes for the target being rolled let it go
-    let same = CheckState {
-        target: Some(target(&one)),
-        ..state(2, 0)
+    assert_eq!((counted.passes, counted.failures), (0, 2));
+    assert_eq!((counted.target, counted.revisions), (None, revisions(&one)));
+}
+
+/// A StatefulSet that joins the group: no pods, not a zone, named to sort before the zones.
+fn newcomer() -> crate::rollout::StatefulSetSnapshot {
+    crate::testing::zone("0-newcomer", 0).build()
+}
+
+/// `state`, as stored for `group`'s revisions.
+fn about(group: &GroupSnapshot, state: CheckState) -> CheckState {
+    CheckState {
+        revisions: revisions(group),
+        ..state
+    }
+}
+
+#[test]
+fn a_newcomer_sorting_first_with_no_state_shortens_no_initial_delay() {
+    // Given a group whose canary stepped 20 s ago (initialDelay 30 s), its state on its members
+    let zones = || vec![cleared(checked(zone("a", 3, 1))), zone("b", 3, 0)];
+    let mut stepped = state(0, 0);
+    stepped.last_step = Some((now() - secs(20)).to_string());
+    let before = group(zones());
+    let stepped = about(&before, stepped);
+    // When an empty StatefulSet sorting before the zones joins it, and two runs pass
+    let mut members: Vec<_> = zones()
+        .into_iter()
+        .map(|member| annotated(member, CHECK_STATE_ANNOTATION, &stepped.to_annotation()))
+        .collect();
+    members.insert(0, newcomer());
+    let joined = group(members);
+    assert_eq!(joined.statefulsets[0].name, "0-newcomer");
+    let (read, warnings) = CheckState::read(&joined);
+    assert!(warnings.is_empty());
+    // Then the last step is still read (the newcomer holds nothing to say otherwise)
+    assert_eq!(read.last_step, stepped.last_step);
+    let (gated, decision) = gate(&joined, Some(&run(CheckOutcome::Pass)));
+    // and a pass within the initial delay counts for nothing: nothing is deleted
+    assert!(deleted_zones(&gated).is_empty());
+    assert_eq!(stored(&decision).passes, 0);
+    // and the state is written to every member, the newcomer included
+    let written: Vec<&str> = decision
+        .writes
+        .iter()
+        .filter(|write| write.key == CHECK_STATE_ANNOTATION)
+        .map(|write| write.statefulset.as_str())
+        .collect();
+    assert_eq!(written, ["0-newcomer", "a", "b"]);
+}
+
+#[test]
+fn a_newcomer_forgets_no_failure_counted_towards_a_halt() {
+    // Given a group whose check failed twice in a row (failureThreshold 3)
+    let zones = || vec![cleared(checked(zone("a", 3, 1))), zone("b", 3, 0)];
+    let failing = about(&group(zones()), state(0, 2));
+    let mut members: Vec<_> = zones()
+        .into_iter()
+        .map(|member| annotated(member, CHECK_STATE_ANNOTATION, &failing.to_annotation()))
+        .collect();
+    // When an empty StatefulSet joins it (its revision is one the counts were not about)
+    members.insert(0, newcomer());
+    let joined = group(members);
+    // Then the third failure halts the group
+    let (_, decision) = gate(&joined, Some(&run(fail())));
+    assert_eq!(decision.wait().map(GateWait::kind), Some("Halted"));
+}
+
+#[test]
+fn removing_the_member_that_sorts_first_leaves_the_state_on_the_others() {
+    // Given a newcomer sorting first that joined while the group rolled: the state was
+    // written to it too
+    let zones = || vec![cleared(checked(zone("a", 3, 1))), zone("b", 3, 0)];
+    let mut members = zones();
+    members.insert(0, newcomer());
+    let joined = group(members);
+    let mut stepped = state(0, 2);
+    stepped.last_step = Some((now() - secs(20)).to_string());
+    let stepped = about(&joined, stepped);
+    let writes = store(&joined, &stepped);
+    assert_eq!(writes.len(), 3, "{writes:?}");
+    // When it goes away again
+    let left = group(
+        zones()
+            .into_iter()
+            .map(|member| annotated(member, CHECK_STATE_ANNOTATION, &stepped.to_annotation()))
+            .collect::<Vec<_>>(),
+    );
+    // Then the others still hold the last step and the failures
+    let (read, _) = CheckState::read(&left);
+    assert_eq!(read.last_step, stepped.last_step);
+    assert_eq!(read.failures, 2);
+    assert_eq!(read.passes, 0);
+}
+
+#[test]
+fn states_that_differ_are_read_as_the_most_cautious_of_them() {
+    // Given members holding different states (one older: written before a partial write, or a
+    // member cluster back from an outage)
+    let zones = group(vec![
+        checked(zone("a", 3, 1)),
+        zone("b", 3, 0),
+        zone("c", 3, 0),
+    ]);
+    let older = about(
+        &zones,
+        CheckState {
+            passes: 2,
+            failures: 0,
+            last_run: Some((now() - secs(40)).to_string()),
+            last_step: Some((now() - secs(100)).to_string()),
+            last_outcome: Some("older".to_owned()),
+            ..CheckState::default()
+        },
+    );
+    let newer = about(
+        &zones,
+        CheckState {
+            passes: 1,
+            failures: 1,
+            last_run: Some((now() - secs(5)).to_string()),
+            last_step: Some((now() - secs(10)).to_string()),
+            last_outcome: Some("newer".to_owned()),
+            ..CheckState::default()
+        },
+    );
+    let mixed = group(vec![
+        annotated(
+            checked(zone("a", 3, 1)),
+            CHECK_STATE_ANNOTATION,
+            &older.to_annotation(),
+        ),
+        annotated(
+            zone("b", 3, 0),
+            CHECK_STATE_ANNOTATION,
+            &newer.to_annotation(),
+        ),
+        annotated(zone("c", 3, 0), CHECK_STATE_ANNOTATION, "not json"),
+    ]);
+    // When it is read
+    let (read, warnings) = CheckState::read(&mixed);
+    // Then the fewest passes, the most failures, the latest run and step are read
+    assert_eq!((read.passes, read.failures), (1, 1));
+    assert_eq!(read.last_run, newer.last_run);
+    assert_eq!(read.last_step, newer.last_step);
+    assert_eq!(read.last_outcome.as_deref(), Some("newer"));
+    // and the unreadable one is a warning naming its member
+    let [GateWarning::UnreadableState { statefulset, .. }] = warnings.as_slice() else {
+        panic!("one warning: {warnings:?}");
     };
-    let two = group(vec![with_checks(zone("a", 3, 0), &same), zone("b", 3, 0)]);
-    assert_eq!(deleted_zones(&gate(&two, None).0), ["a"]);
+    assert_eq!(statefulset, "c");
+}
+
+#[test]
+fn a_member_that_cannot_be_read_now_is_not_written() {
+    let mut out = zone("b", 3, 0);
+    out.unreachable = Some(crate::rollout::Unreachable {
+        cluster: "eu".to_owned(),
+        error: "connection refused".to_owned(),
+    });
+    let group = group(vec![checked(zone("a", 3, 0)), out]);
+    let written: Vec<String> = store(&group, &state(1, 0))
+        .into_iter()
+        .map(|write| write.statefulset)
+        .collect();
+    assert_eq!(written, ["a"]);
 }
 
 #[test]
