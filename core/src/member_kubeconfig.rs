@@ -147,7 +147,9 @@ fn refused_cluster_field(key: &str, value: &Value) -> Option<String> {
         "certificate-authority" => {
             format!("{READS_A_FILE}: give certificate-authority-data instead")
         }
-        "proxy-url" => "sends the member's traffic through a proxy: baton connects to the server itself".into(),
+        "proxy-url" => {
+            "sends the member's traffic through a proxy: baton connects to the server itself".into()
+        }
         // `false` is what checking means anyway.
         "insecure-skip-tls-verify" if value != &Value::Bool(false) => {
             "turns off checking the server's certificate: give certificate-authority-data".into()
@@ -235,10 +237,7 @@ pub fn accept(text: &str) -> Result<MemberAccess, Unusable> {
     };
     let context_field = format!("contexts[{current:?}].context");
     refusals.fields(&context_field, context, CONTEXT_FIELDS, |_, _| None);
-    let cluster_name = refusals.string(
-        &format!("{context_field}.cluster"),
-        context.get("cluster"),
-    );
+    let cluster_name = refusals.string(&format!("{context_field}.cluster"), context.get("cluster"));
     let user_name = refusals.string(&format!("{context_field}.user"), context.get("user"));
 
     let mut access = MemberAccess {
@@ -364,14 +363,20 @@ impl Refusals {
             .collect();
         let entry = match named.as_slice() {
             [] => {
-                self.refuse(&at, &format!("is missing: no entry of {list} is named {name:?}"));
+                self.refuse(
+                    &at,
+                    &format!("is missing: no entry of {list} is named {name:?}"),
+                );
                 return None;
             }
             [entry] => *entry,
             several => {
                 self.refuse(
                     &at,
-                    &format!("is ambiguous: {} entries of {list} have that name", several.len()),
+                    &format!(
+                        "is ambiguous: {} entries of {list} have that name",
+                        several.len()
+                    ),
                 );
                 return None;
             }
@@ -439,7 +444,6 @@ impl Refusals {
             _ => {}
         }
     }
-
 }
 
 fn empty() -> &'static Map<String, Value> {

@@ -268,7 +268,11 @@ mod tests {
             "{error}"
         );
         assert!(!error.chars().any(char::is_control), "{error}");
-        assert_eq!(error.chars().count(), MOST_OUTAGE_CHARS + 1, "bounded, an ellipsis after");
+        assert_eq!(
+            error.chars().count(),
+            MOST_OUTAGE_CHARS + 1,
+            "bounded, an ellipsis after"
+        );
         assert!(error.ends_with('…'));
         let plan = crate::rollout::plan(&snapshot, jiff::Timestamp::UNIX_EPOCH);
         let message = plan.waiting.expect("held").to_string();

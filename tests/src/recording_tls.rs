@@ -112,6 +112,8 @@ fn request_head(config: Arc<rustls::ServerConfig>, stream: TcpStream) -> Option<
         }
         head.push_str(&line);
     }
-    let _ = tls.write_all(b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
+    let _ = tls.write_all(
+        b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+    );
     (!head.is_empty()).then_some(head)
 }

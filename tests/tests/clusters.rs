@@ -15,6 +15,7 @@
 
 use std::time::{Duration, Instant};
 
+use base64::Engine;
 use baton_core::annotations::{MAX_ROLLING_MEMBERS_ANNOTATION, ROLLOUT_PAUSED_ANNOTATION};
 use baton_core::gates::keys::ROLLBACK_ANNOTATION;
 use baton_core::gates::{
@@ -35,7 +36,6 @@ use baton_e2e::timeline::{
 };
 use baton_e2e::webhook_support::TestTls;
 use baton_e2e::{PodEvent, PodTransition, wait_for, wait_until};
-use base64::Engine;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
@@ -1396,7 +1396,11 @@ fn a_member_kubeconfig_that_reads_a_file_runs_a_program_proxies_or_skips_tls_che
                 ),
                 (
                     vec![cluster_field("proxy-url")],
-                    with(&checked, "proxy-url", json!(format!("http://{}", recorder.address))),
+                    with(
+                        &checked,
+                        "proxy-url",
+                        json!(format!("http://{}", recorder.address)),
+                    ),
                     token.clone(),
                 ),
                 (
@@ -1434,13 +1438,17 @@ fn a_member_kubeconfig_that_reads_a_file_runs_a_program_proxies_or_skips_tls_che
                     "key {KUBECONFIG_KEY} of Secret {namespace}/{secret} (member cluster cluster-c) is refused: "
                 );
                 let status = clusters
-                    .wait_status(&group, &format!("cluster-c held out for {fields:?}"), |status| {
-                        status.waiting.as_ref().is_some_and(|waiting| {
-                            waiting.kind == "MemberUnreachable"
-                                && waiting.message.contains(&refused)
-                                && fields.iter().all(|field| waiting.message.contains(field))
-                        })
-                    })
+                    .wait_status(
+                        &group,
+                        &format!("cluster-c held out for {fields:?}"),
+                        |status| {
+                            status.waiting.as_ref().is_some_and(|waiting| {
+                                waiting.kind == "MemberUnreachable"
+                                    && waiting.message.contains(&refused)
+                                    && fields.iter().all(|field| waiting.message.contains(field))
+                            })
+                        },
+                    )
                     .await;
                 assert_eq!(
                     member_out(&clusters.controller.metrics().await, "cluster-c"),
@@ -1484,7 +1492,11 @@ fn a_member_kubeconfig_that_reads_a_file_runs_a_program_proxies_or_skips_tls_che
                 seen.iter().all(|what| !what.contains(TOKEN_IN_A_FILE)),
                 "{seen:?}"
             );
-            assert_eq!(seen, Vec::<String>::new(), "what reached the recording server");
+            assert_eq!(
+                seen,
+                Vec::<String>::new(),
+                "what reached the recording server"
+            );
         },
     );
 }
@@ -1578,7 +1590,10 @@ fn a_pod_in_cluster_b_naming_cluster_a_statefulset_as_its_owner_is_never_counted
                 .all(|zone| zone.total == 2 && zone.updated == 2),
             "{last:#?}"
         );
-        assert!(!statuses.is_empty(), "the status answered during the rollout");
+        assert!(
+            !statuses.is_empty(),
+            "the status answered during the rollout"
+        );
         for status in &statuses {
             let cluster_a = status
                 .zones
@@ -1599,7 +1614,10 @@ fn a_pod_in_cluster_b_naming_cluster_a_statefulset_as_its_owner_is_never_counted
         }
 
         // And the pod is still there, never deleted nor terminating
-        let still = pods.get(&forged).await.expect("the forged pod is still there");
+        let still = pods
+            .get(&forged)
+            .await
+            .expect("the forged pod is still there");
         assert_eq!(still.metadata.uid.as_deref(), Some(forged_uid.as_str()));
         assert_eq!(still.metadata.deletion_timestamp, None);
         let left: Vec<PodTransition> = clusters

@@ -46,9 +46,21 @@ fn each_field_that_reads_a_file_runs_a_program_proxies_or_weakens_tls_is_refused
         object
     };
     let cluster_fields = [
-        ("certificate-authority", json!("/var/run/secrets/ca.crt"), "reads a file of the controller's pod"),
-        ("proxy-url", json!("http://127.0.0.1:3128"), "through a proxy"),
-        ("insecure-skip-tls-verify", json!(true), "turns off checking the server's certificate"),
+        (
+            "certificate-authority",
+            json!("/var/run/secrets/ca.crt"),
+            "reads a file of the controller's pod",
+        ),
+        (
+            "proxy-url",
+            json!("http://127.0.0.1:3128"),
+            "through a proxy",
+        ),
+        (
+            "insecure-skip-tls-verify",
+            json!(true),
+            "turns off checking the server's certificate",
+        ),
     ];
     for (key, value, why) in cluster_fields {
         let refused = refusals(&kubeconfig(with(server(), key, value), token()));
@@ -57,12 +69,36 @@ fn each_field_that_reads_a_file_runs_a_program_proxies_or_weakens_tls_is_refused
         assert!(refused[0].why.contains(why), "{key}: {}", refused[0].why);
     }
     let user_fields = [
-        ("tokenFile", json!("/var/run/secrets/kubernetes.io/serviceaccount/token"), "reads a file of the controller's pod: give token"),
-        ("client-certificate", json!("/etc/tls/tls.crt"), "reads a file of the controller's pod: give client-certificate-data"),
-        ("client-key", json!("/etc/tls/tls.key"), "reads a file of the controller's pod: give client-key-data"),
-        ("exec", json!({"apiVersion": "client.authentication.k8s.io/v1", "command": "/bin/sh", "args": ["-c", "id"]}), "runs a program"),
-        ("auth-provider", json!({"name": "gcp", "config": {"cmd-path": "/bin/sh", "cmd-args": "-c id"}}), "cmd-path"),
-        ("auth-provider", json!({"name": "oidc", "config": {"idp-issuer-url": "https://idp.example"}}), "is an auth provider"),
+        (
+            "tokenFile",
+            json!("/var/run/secrets/kubernetes.io/serviceaccount/token"),
+            "reads a file of the controller's pod: give token",
+        ),
+        (
+            "client-certificate",
+            json!("/etc/tls/tls.crt"),
+            "reads a file of the controller's pod: give client-certificate-data",
+        ),
+        (
+            "client-key",
+            json!("/etc/tls/tls.key"),
+            "reads a file of the controller's pod: give client-key-data",
+        ),
+        (
+            "exec",
+            json!({"apiVersion": "client.authentication.k8s.io/v1", "command": "/bin/sh", "args": ["-c", "id"]}),
+            "runs a program",
+        ),
+        (
+            "auth-provider",
+            json!({"name": "gcp", "config": {"cmd-path": "/bin/sh", "cmd-args": "-c id"}}),
+            "cmd-path",
+        ),
+        (
+            "auth-provider",
+            json!({"name": "oidc", "config": {"idp-issuer-url": "https://idp.example"}}),
+            "is an auth provider",
+        ),
         ("username", json!("admin"), "basic authentication"),
         ("password", json!("admin"), "basic authentication"),
         ("as", json!("system:admin"), "impersonates"),
@@ -95,7 +131,10 @@ fn a_field_baton_does_not_know_is_refused_wherever_it_is() {
         (top, "include"),
         (context, "contexts[\"member\"].context.proxy"),
         (entry, "users[\"baton\"].file"),
-        (cluster, "clusters[\"b\"].cluster.certificate-authority-file"),
+        (
+            cluster,
+            "clusters[\"b\"].cluster.certificate-authority-file",
+        ),
         (user, "users[\"baton\"].user.tokenCommand"),
     ] {
         let refused = refusals(&kubeconfig);
@@ -104,7 +143,9 @@ fn a_field_baton_does_not_know_is_refused_wherever_it_is() {
             [field]
         );
         assert!(
-            refused[0].why.starts_with("is not a field baton accepts there (accepted: "),
+            refused[0]
+                .why
+                .starts_with("is not a field baton accepts there (accepted: "),
             "{}",
             refused[0].why
         );
@@ -206,7 +247,10 @@ fn inline_shapes_are_accepted_and_only_they_reach_the_client() {
         (None, None)
     );
     // The credentials never show in its Debug.
-    let debug = format!("{:?}", accept_json(&kubeconfig(server(), token())).expect("a token"));
+    let debug = format!(
+        "{:?}",
+        accept_json(&kubeconfig(server(), token())).expect("a token")
+    );
     assert!(!debug.contains("s3cr3t"), "{debug}");
 }
 
@@ -252,64 +296,134 @@ fn only_the_current_context_its_cluster_and_its_user_are_read() {
 fn a_kubeconfig_that_leaves_its_connection_unclear_is_refused() {
     let base = kubeconfig(server(), token());
     let cases: Vec<(&str, Value, &str, &str)> = vec![
-        ("no current context", {
-            let mut k = base.clone();
-            k.as_object_mut().expect("a mapping").remove("current-context");
-            k
-        }, "current-context", "is missing"),
-        ("a current context no entry has", {
-            let mut k = base.clone();
-            k["current-context"] = json!("elsewhere");
-            k
-        }, "contexts[\"elsewhere\"]", "is missing"),
-        ("two contexts of the current name", {
-            let mut k = base.clone();
-            let second = json!({"name": "member", "context": {"cluster": "b", "user": "other"}});
-            k["contexts"].as_array_mut().expect("a list").push(second);
-            k
-        }, "contexts[\"member\"]", "is ambiguous: 2 entries"),
-        ("two clusters of the context's name", {
-            let mut k = base.clone();
-            let second = json!({"name": "b", "cluster": {"server": "https://elsewhere"}});
-            k["clusters"].as_array_mut().expect("a list").push(second);
-            k
-        }, "clusters[\"b\"]", "is ambiguous"),
-        ("two users of the context's name", {
-            let mut k = base.clone();
-            let second = json!({"name": "baton", "user": {"token": "other"}});
-            k["users"].as_array_mut().expect("a list").push(second);
-            k
-        }, "users[\"baton\"]", "is ambiguous"),
-        ("a user the context names and no entry has", {
-            let mut k = base.clone();
-            k["contexts"][0]["context"]["user"] = json!("nobody");
-            k
-        }, "users[\"nobody\"]", "is missing"),
-        ("a context with no cluster", {
-            let mut k = base.clone();
-            k["contexts"][0]["context"] = json!({"user": "baton"});
-            k
-        }, "contexts[\"member\"].context.cluster", "is missing"),
-        ("no server", kubeconfig(json!({"certificate-authority-data": CA}), token()),
-         "clusters[\"b\"].cluster.server", "is missing"),
-        ("a plain HTTP server", kubeconfig(json!({"server": "http://b:8080"}), token()),
-         "clusters[\"b\"].cluster.server", "is not https (http)"),
-        ("a server that is no URL", kubeconfig(json!({"server": "cluster-b:6443"}), token()),
-         "clusters[\"b\"].cluster.server", "is not"),
-        ("a token that is not a string", kubeconfig(server(), json!({"token": 42})),
-         "users[\"baton\"].user.token", "is not a string"),
-        ("a certificate without its key", kubeconfig(server(), json!({"client-certificate-data": CERT})),
-         "users[\"baton\"].user.client-key-data", "is missing"),
-        ("a key without its certificate", kubeconfig(server(), json!({"client-key-data": KEY})),
-         "users[\"baton\"].user.client-certificate-data", "is missing"),
-        ("insecure-skip-tls-verify as a string", kubeconfig(
-            json!({"server": "https://b", "insecure-skip-tls-verify": "false"}), token()),
-         "clusters[\"b\"].cluster.insecure-skip-tls-verify", "turns off checking"),
+        (
+            "no current context",
+            {
+                let mut k = base.clone();
+                k.as_object_mut()
+                    .expect("a mapping")
+                    .remove("current-context");
+                k
+            },
+            "current-context",
+            "is missing",
+        ),
+        (
+            "a current context no entry has",
+            {
+                let mut k = base.clone();
+                k["current-context"] = json!("elsewhere");
+                k
+            },
+            "contexts[\"elsewhere\"]",
+            "is missing",
+        ),
+        (
+            "two contexts of the current name",
+            {
+                let mut k = base.clone();
+                let second =
+                    json!({"name": "member", "context": {"cluster": "b", "user": "other"}});
+                k["contexts"].as_array_mut().expect("a list").push(second);
+                k
+            },
+            "contexts[\"member\"]",
+            "is ambiguous: 2 entries",
+        ),
+        (
+            "two clusters of the context's name",
+            {
+                let mut k = base.clone();
+                let second = json!({"name": "b", "cluster": {"server": "https://elsewhere"}});
+                k["clusters"].as_array_mut().expect("a list").push(second);
+                k
+            },
+            "clusters[\"b\"]",
+            "is ambiguous",
+        ),
+        (
+            "two users of the context's name",
+            {
+                let mut k = base.clone();
+                let second = json!({"name": "baton", "user": {"token": "other"}});
+                k["users"].as_array_mut().expect("a list").push(second);
+                k
+            },
+            "users[\"baton\"]",
+            "is ambiguous",
+        ),
+        (
+            "a user the context names and no entry has",
+            {
+                let mut k = base.clone();
+                k["contexts"][0]["context"]["user"] = json!("nobody");
+                k
+            },
+            "users[\"nobody\"]",
+            "is missing",
+        ),
+        (
+            "a context with no cluster",
+            {
+                let mut k = base.clone();
+                k["contexts"][0]["context"] = json!({"user": "baton"});
+                k
+            },
+            "contexts[\"member\"].context.cluster",
+            "is missing",
+        ),
+        (
+            "no server",
+            kubeconfig(json!({"certificate-authority-data": CA}), token()),
+            "clusters[\"b\"].cluster.server",
+            "is missing",
+        ),
+        (
+            "a plain HTTP server",
+            kubeconfig(json!({"server": "http://b:8080"}), token()),
+            "clusters[\"b\"].cluster.server",
+            "is not https (http)",
+        ),
+        (
+            "a server that is no URL",
+            kubeconfig(json!({"server": "cluster-b:6443"}), token()),
+            "clusters[\"b\"].cluster.server",
+            "is not",
+        ),
+        (
+            "a token that is not a string",
+            kubeconfig(server(), json!({"token": 42})),
+            "users[\"baton\"].user.token",
+            "is not a string",
+        ),
+        (
+            "a certificate without its key",
+            kubeconfig(server(), json!({"client-certificate-data": CERT})),
+            "users[\"baton\"].user.client-key-data",
+            "is missing",
+        ),
+        (
+            "a key without its certificate",
+            kubeconfig(server(), json!({"client-key-data": KEY})),
+            "users[\"baton\"].user.client-certificate-data",
+            "is missing",
+        ),
+        (
+            "insecure-skip-tls-verify as a string",
+            kubeconfig(
+                json!({"server": "https://b", "insecure-skip-tls-verify": "false"}),
+                token(),
+            ),
+            "clusters[\"b\"].cluster.insecure-skip-tls-verify",
+            "turns off checking",
+        ),
     ];
     for (case, kubeconfig, field, why) in cases {
         let refused = refusals(&kubeconfig);
         assert!(
-            refused.iter().any(|r| r.field == field && r.why.contains(why)),
+            refused
+                .iter()
+                .any(|r| r.field == field && r.why.contains(why)),
             "{case}: {refused:?}"
         );
     }
@@ -327,7 +441,8 @@ fn only_one_yaml_document_of_a_mapping_is_read_and_its_errors_quote_nothing() {
     );
     assert!(matches!(accept("- a list"), Err(Unusable::Unreadable(why)) if why == "not a mapping"));
     // An error says where, not what is there: the text holds credentials.
-    let Err(Unusable::Unreadable(why)) = accept("users:\n- name: x\n  user: {token: \"s3cr3t\n") else {
+    let Err(Unusable::Unreadable(why)) = accept("users:\n- name: x\n  user: {token: \"s3cr3t\n")
+    else {
         panic!("unreadable");
     };
     assert!(why.starts_with("not YAML"), "{why}");
