@@ -1,7 +1,7 @@
 //! Watch-fed caches of the namespace's rollout-group StatefulSets and pods. Every change is
 //! routed to the one rollout group it concerns, so only that group is reconciled.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::sync::Arc;
 
@@ -127,18 +127,17 @@ impl Caches {
         match &self.workloads {
             Workloads::Local { pods, .. } => pods.state(),
             Workloads::Members(clusters) => {
-                let uids: std::collections::HashSet<&str> = members
-                    .iter()
-                    .filter_map(|member| member.metadata.uid.as_deref())
-                    .collect();
-                let owned = |pod: &CachedPod| {
-                    pod.controller
-                        .as_ref()
-                        .is_some_and(|owner| uids.contains(owner.uid.as_str()))
-                };
+                let owners = owners_by_cluster(members);
                 clusters
                     .iter()
-                    .flat_map(|cluster| cluster.pods_where(owned))
+                    .flat_map(|cluster| {
+                        let uids = owners.get(cluster.cluster.as_str());
+                        cluster.pods_where(|pod| {
+                            pod.controller.as_ref().is_some_and(|owner| {
+                                uids.is_some_and(|uids| uids.contains(owner.uid.as_str()))
+                            })
+                        })
+                    })
                     .collect()
             }
         }
@@ -220,6 +219,22 @@ impl Workloads {
             }
         }
     }
+}
+
+/// The uids of `members` (named `cluster/name`) by their cluster: a pod is copied for a member
+/// of its own cluster alone, whatever uid its owner reference names (whoever may create pods
+/// in one member can name another member's StatefulSet there).
+fn owners_by_cluster(members: &[Arc<StatefulSet>]) -> HashMap<&str, HashSet<&str>> {
+    let mut owners: HashMap<&str, HashSet<&str>> = HashMap::new();
+    for member in members {
+        let (Some(name), Some(uid)) = (&member.metadata.name, &member.metadata.uid) else {
+            continue;
+        };
+        if let (Some(cluster), _) = baton_core::members::split(name) {
+            owners.entry(cluster).or_default().insert(uid.as_str());
+        }
+    }
+    owners
 }
 
 /// Every group `statefulsets` has a member of, once each.
@@ -405,7 +420,32 @@ fn touched_object<K>(event: &watcher::Event<K>) -> Option<&K> {
 
 #[cfg(test)]
 mod tests {
-    use super::GroupMoves;
+    use std::sync::Arc;
+
+    use k8s_openapi::api::apps::v1::StatefulSet;
+
+    use super::{GroupMoves, owners_by_cluster};
+
+    #[test]
+    fn a_members_pods_are_looked_for_in_its_own_cluster_only() {
+        let member = |name: &str, uid: &str| {
+            let mut statefulset = StatefulSet::default();
+            statefulset.metadata.name = Some(name.to_owned());
+            statefulset.metadata.uid = Some(uid.to_owned());
+            Arc::new(statefulset)
+        };
+        let members = [
+            member("cluster-a/ingester", "uid-a"),
+            member("cluster-b/ingester", "uid-b"),
+            member("unqualified", "uid-x"),
+        ];
+        let owners = owners_by_cluster(&members);
+        assert_eq!(owners.len(), 2, "{owners:?}");
+        assert!(owners["cluster-a"].contains("uid-a"));
+        // A cluster-b pod naming cluster-a's StatefulSet's uid is not looked for.
+        assert!(!owners["cluster-b"].contains("uid-a"));
+        assert!(owners["cluster-b"].contains("uid-b"));
+    }
 
     #[test]
     fn a_statefulset_change_concerns_its_group_once_and_the_group_it_left() {

@@ -4,7 +4,9 @@
 //!
 //! - **Reaching a member** is a chain of steps that can each fail with its own error, naming
 //!   the member and the Secret: reading the Secret (in the system namespace), finding its key,
-//!   parsing the kubeconfig, building a client. A member whose chain fails is retried with the
+//!   parsing the kubeconfig, accepting it (inline credentials only: no field that reads a file
+//!   of this pod, runs a program, goes through a proxy or weakens TLS,
+//!   [`baton_core::member_kubeconfig`]), building a client from what was accepted alone. A member whose chain fails is retried with the
 //!   watches' backoff, and until then it is *out* ([`MemberCache::outage`]).
 //! - **A member's watches start over after every failure** (`relisting_watcher`): a member is
 //!   out from a watch's first error until both its watches have listed again. So a member that
@@ -21,6 +23,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
 
 use baton_config::MemberCluster;
+use baton_core::member_kubeconfig::Unusable;
 use baton_core::members::Outage;
 use baton_core::pods::CachedPod;
 use baton_shared::kube_client::{ClientLayers, bounded};
@@ -270,6 +273,18 @@ pub enum ConnectError {
         secret: String,
         key: String,
         why: String,
+    },
+    /// Fields the hub does not accept in a member's kubeconfig
+    /// ([`baton_core::member_kubeconfig`]): the member stays out until the Secret is fixed.
+    #[error(
+        "key {key} of Secret {namespace}/{secret} (member cluster {member}) is refused: {refusals}"
+    )]
+    Refused {
+        member: String,
+        namespace: String,
+        secret: String,
+        key: String,
+        refusals: String,
     },
     #[error(
         "the kubeconfig of member cluster {member} (Secret {namespace}/{secret}) cannot be used: {why}"
@@ -545,8 +560,20 @@ async fn client_of(
         why,
     };
     let text = std::str::from_utf8(&bytes.0).map_err(|error| not_kubeconfig(error.to_string()))?;
-    let kubeconfig =
-        Kubeconfig::from_yaml(text).map_err(|error| not_kubeconfig(error.to_string()))?;
+    // Only what the allow-list takes reaches kube: a kubeconfig can ask for files of this pod,
+    // programs run in it, a proxy, unchecked certificates.
+    let access = baton_core::member_kubeconfig::accept(text).map_err(|error| match error {
+        Unusable::Unreadable(why) => not_kubeconfig(why),
+        Unusable::Refused(refusals) => ConnectError::Refused {
+            member: name.clone(),
+            namespace: namespace.clone(),
+            secret: secret.clone(),
+            key: key.clone(),
+            refusals: Unusable::Refused(refusals).to_string(),
+        },
+    })?;
+    let kubeconfig: Kubeconfig = serde_json::from_value(access.kubeconfig())
+        .map_err(|error| not_kubeconfig(error.to_string()))?;
     let unusable = |why: String| ConnectError::Client {
         member: name.clone(),
         namespace: namespace.clone(),

@@ -57,3 +57,48 @@ impl Explanation {
         }
     }
 }
+
+/// `text`, written by someone else (a member cluster's API server, a proxy between, whoever
+/// wrote its kubeconfig), as a message may show it: each control character escaped (`\n`,
+/// `\u{1b}`), at most `most_chars` characters of that shown (an ellipsis says it went on), so that it can neither
+/// flood an Event or the status page nor forge lines or terminal escapes in them.
+pub fn quoted(text: &str, most_chars: usize) -> String {
+    let mut shown = String::new();
+    let mut count = 0;
+    for character in text.chars() {
+        let piece: String = if character.is_control() {
+            character.escape_debug().collect()
+        } else {
+            character.into()
+        };
+        let length = piece.chars().count();
+        if count + length > most_chars {
+            shown.push('…');
+            break;
+        }
+        shown.push_str(&piece);
+        count += length;
+    }
+    shown
+}
+
+#[cfg(test)]
+mod tests {
+    use super::quoted;
+
+    #[test]
+    fn quoted_text_is_bounded_and_its_control_characters_escaped() {
+        assert_eq!(quoted("connection refused", 100), "connection refused");
+        assert_eq!(
+            quoted("line\nforged: \u{1b}[31mred\r\t", 100),
+            "line\\nforged: \\u{1b}[31mred\\r\\t"
+        );
+        assert_eq!(quoted("abcdef", 3), "abc…");
+        assert_eq!(quoted("abc", 3), "abc");
+        // An escape is shown whole or not at all.
+        assert_eq!(quoted("ab\ncd", 3), "ab…");
+        // Counted in characters, not bytes.
+        assert_eq!(quoted("ééé", 2), "éé…");
+        assert_eq!(quoted(&"x".repeat(100_000), 500).chars().count(), 501);
+    }
+}

@@ -23,6 +23,7 @@
 //! | [`statefulset`] | a StatefulSet's group, replicas and ordinals as decisions read them |
 //! | [`pod_address`] | how baton addresses a pod it calls (DNS name or IP) and builds the URL |
 //! | [`names`] | the shapes of Kubernetes names, for user-written values baton puts where a name belongs |
+//! | [`member_kubeconfig`] | a member cluster's kubeconfig, read against the allow-list of what the hub's controller accepts |
 //! | [`members`] | groups across clusters: a member named `cluster/statefulset`, and a cluster's objects joining a group |
 //! | [`rollout`] | the rollout snapshot, the planner's walk, and its answer and wording (`rollout::model`): which pods may go now |
 //! | [`gates`] | soak, ramp, halt, health checks and hooks as gates on the plan: whether they may go now |
@@ -98,6 +99,7 @@ pub mod explained;
 pub mod gates;
 pub mod lease;
 pub mod ledger;
+pub mod member_kubeconfig;
 pub mod members;
 pub mod min_time;
 pub mod names;

@@ -30,7 +30,8 @@ pub fn split(name: &str) -> (Option<&str>, &str) {
 }
 
 /// `statefulset` of `cluster` as a member of a cross-cluster group: named `cluster/name`.
-/// Its uid stays (uids are unique across clusters), so its pods still find it.
+/// Its uid stays, so its pods still find it: those of its own cluster alone (a uid is unique in
+/// its cluster only, and any pod may name any uid, [`crate::pods::is_controlled_by`]).
 pub fn qualify_statefulset(cluster: &str, statefulset: &StatefulSet) -> StatefulSet {
     let mut qualified_statefulset = statefulset.clone();
     if let Some(name) = &statefulset.metadata.name {
@@ -83,15 +84,25 @@ pub fn unlisted_member(cluster: &str) -> String {
     qualified(cluster, "*")
 }
 
+/// The most of a member's error shown in a reason, in characters: enough for every refused
+/// field of a kubeconfig and the chain of a connection's error, and the whole wait still fits
+/// an Event's note (1000).
+pub const MOST_OUTAGE_CHARS: usize = 800;
+
 /// Marks `snapshot`'s members in a cluster that is out as unreachable, so the planner holds
 /// the group naming them. A cluster that was never listed may hold members of any group
 /// unseen, so every group gets a member standing for it ([`unlisted_member`]); a cluster
 /// listed before, in which the group had no member, does not hold it.
+///
+/// The outage's error becomes the reason here, and only here: it is quoted
+/// ([`crate::explained::quoted`], at most [`MOST_OUTAGE_CHARS`]), since whatever answers at the
+/// member's address (or wrote its kubeconfig) writes part of it, and the reason lands on the
+/// status page and in Events.
 pub fn mark_outages(snapshot: &mut GroupSnapshot, outages: &[Outage]) {
     for outage in outages {
         let unreachable = Unreachable {
             cluster: outage.cluster.clone(),
-            error: outage.error.clone(),
+            error: crate::explained::quoted(&outage.error, MOST_OUTAGE_CHARS),
         };
         let mut found = false;
         for member in &mut snapshot.statefulsets {
@@ -229,6 +240,44 @@ mod tests {
         let mut snapshot = group(&["a/ingester", "c/ingester"]);
         mark_outages(&mut snapshot, &[outage("b", true)]);
         assert_eq!(snapshot.statefulsets.len(), 2);
+    }
+
+    #[test]
+    fn a_members_error_becomes_a_reason_bounded_and_with_its_control_characters_escaped() {
+        // Whatever answers at the member's address writes part of the error: a forged line,
+        // a terminal escape, megabytes.
+        let forged = format!(
+            "HTTP 500: ok\nRolloutComplete: done\u{1b}[2J{}",
+            "x".repeat(100_000)
+        );
+        let mut snapshot = group(&["b/ingester"]);
+        mark_outages(
+            &mut snapshot,
+            &[Outage {
+                error: forged,
+                ..outage("b", true)
+            }],
+        );
+        let error = &snapshot.statefulsets[0]
+            .unreachable
+            .as_ref()
+            .expect("marked")
+            .error;
+        assert!(
+            error.starts_with("HTTP 500: ok\\nRolloutComplete: done\\u{1b}[2Jxxx"),
+            "{error}"
+        );
+        assert!(!error.chars().any(char::is_control), "{error}");
+        assert_eq!(
+            error.chars().count(),
+            MOST_OUTAGE_CHARS + 1,
+            "bounded, an ellipsis after"
+        );
+        assert!(error.ends_with('…'));
+        let plan = crate::rollout::plan(&snapshot, jiff::Timestamp::UNIX_EPOCH);
+        let message = plan.waiting.expect("held").to_string();
+        assert!(message.contains(error.as_str()), "{message}");
+        assert!(!message.contains('\n'), "{message}");
     }
 
     #[test]

@@ -122,8 +122,13 @@ impl PodReadiness {
     }
 }
 
-/// Whether `statefulset` controls `pod`: same namespace, the pod names the StatefulSet (by uid)
-/// as its controller, and the StatefulSet's selector matches the pod's labels.
+/// Whether `statefulset` controls `pod`: same cluster and namespace, the pod names the
+/// StatefulSet (by uid) as its controller, and the StatefulSet's selector matches the pod's
+/// labels.
+///
+/// The cluster is the one its name says (`cluster/name` across member clusters,
+/// [`crate::members::split`]): a uid is unique in its own cluster, and whoever may create a pod
+/// in one member can write any uid in its owner reference, another cluster's StatefulSet's too.
 ///
 /// **baton:** the Go operator found pods by a `name` label instead, which users had to add.
 pub fn is_controlled_by(pod: &CachedPod, statefulset: &StatefulSet) -> bool {
@@ -133,6 +138,8 @@ pub fn is_controlled_by(pod: &CachedPod, statefulset: &StatefulSet) -> bool {
 /// [`is_controlled_by`] for one StatefulSet and many pods: its selector parsed once, not once
 /// per pod (a parse per owned pod cost most of an eviction decision).
 pub struct Controls<'z> {
+    /// The member cluster it lives in, by its name; none with a single cluster.
+    cluster: Option<&'z str>,
     namespace: Option<&'z str>,
     uid: Option<&'z str>,
     /// None: empty or invalid, which matches nothing (see [`selector_matches`]).
@@ -148,6 +155,11 @@ impl<'z> Controls<'z> {
             .filter(|selector| !is_empty(selector))
             .and_then(|selector| Selector::try_from(selector.clone()).ok());
         Self {
+            cluster: statefulset
+                .metadata
+                .name
+                .as_deref()
+                .and_then(|name| crate::members::split(name).0),
             namespace: statefulset.metadata.namespace.as_deref(),
             uid: statefulset
                 .metadata
@@ -167,6 +179,7 @@ impl<'z> Controls<'z> {
             .as_ref()
             .is_some_and(|controller| controller.uid == uid)
             && self.namespace.unwrap_or_default() == pod.namespace
+            && crate::members::split(&pod.name).0 == self.cluster
             && selector.matches(&pod.labels)
     }
 }
@@ -560,6 +573,37 @@ mod tests {
             &cached(&pod("", &[("zone", "a")])),
             &no_uid
         ));
+    }
+
+    #[test]
+    fn a_pod_belongs_to_a_statefulset_of_its_own_cluster_only_whatever_uid_it_names() {
+        use crate::members::{qualify_pod, qualify_statefulset};
+        // cluster-a's StatefulSet, and a pod in cluster-b naming its uid and matching its
+        // selector (whoever may create pods in cluster-b can write any owner reference).
+        let zone_a = qualify_statefulset(
+            "cluster-a",
+            &statefulset("uid-a", selector(&[("zone", "a")], vec![])),
+        );
+        let owned = CachedPod::of(&pod("uid-a", &[("zone", "a")]));
+        let own = qualify_pod("cluster-a", &owned);
+        let forged = qualify_pod("cluster-b", &owned);
+        assert!(is_controlled_by(&own, &zone_a));
+        assert!(!is_controlled_by(&forged, &zone_a), "another cluster's pod");
+        // Nor a pod of the hub's own cluster, unqualified, for a member's StatefulSet, nor a
+        // member's pod for an unqualified StatefulSet.
+        assert!(!is_controlled_by(&owned, &zone_a));
+        let unqualified = statefulset("uid-a", selector(&[("zone", "a")], vec![]));
+        assert!(is_controlled_by(&owned, &unqualified));
+        assert!(!is_controlled_by(&own, &unqualified));
+        // The index counts the own pod alone.
+        let pods = [Arc::new(own.clone()), Arc::new(forged)];
+        let by_statefulset = PodsByStatefulSet::of([&zone_a], &pods);
+        let counted: Vec<&str> = by_statefulset
+            .of_statefulset(&zone_a)
+            .iter()
+            .map(|pod| pod.name.as_str())
+            .collect();
+        assert_eq!(counted, [own.name.as_str()]);
     }
 
     /// As the Go operator since v0.40: when a pod turned Ready is its Ready condition's

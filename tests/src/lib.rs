@@ -23,6 +23,7 @@ pub mod process;
 pub mod prometheus_support;
 pub mod rbac_support;
 pub mod real_nodes;
+pub mod recording_tls;
 pub mod renders;
 pub mod scaling_support;
 pub mod scene;

@@ -15,6 +15,7 @@
 
 use std::time::{Duration, Instant};
 
+use base64::Engine;
 use baton_core::annotations::{MAX_ROLLING_MEMBERS_ANNOTATION, ROLLOUT_PAUSED_ANNOTATION};
 use baton_core::gates::keys::ROLLBACK_ANNOTATION;
 use baton_core::gates::{
@@ -29,12 +30,14 @@ use baton_e2e::member_clusters::{
 };
 use baton_e2e::plugin_support::{kubectl_baton_across, wait_across, write_unreachable_kubeconfig};
 use baton_e2e::prometheus_support::{Metrics, Prometheus, create_health_check};
+use baton_e2e::recording_tls::RecordingTlsServer;
 use baton_e2e::timeline::{
     WATCH_SKEW, ZoneWindow, check_rolling_at_most, check_rollout_guarantees, zone_windows,
 };
+use baton_e2e::webhook_support::TestTls;
 use baton_e2e::{PodEvent, PodTransition, wait_for, wait_until};
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use serde_json::json;
@@ -1612,5 +1615,353 @@ fn a_member_clusters_user_cannot_forge_batons_memory_there_and_each_cluster_wait
                 status.phase == RolloutPhase::Complete
             })
             .await;
+    });
+}
+
+/// The token in a file of the controller's reach that a kubeconfig's `tokenFile` names: it
+/// must never reach the recording server.
+const TOKEN_IN_A_FILE: &str = "token-of-a-file-in-the-controllers-reach";
+
+/// Writes `kubeconfig` under [`KUBECONFIG_KEY`] of the Secret `name` (server-side apply, as
+/// the trio writes its Secrets, so [`MemberClusters::write_secret`] replaces it).
+async fn write_kubeconfig(secrets: &Api<Secret>, name: &str, kubeconfig: &serde_json::Value) {
+    let text = serde_json::to_string_pretty(kubeconfig).expect("a kubeconfig");
+    let secret: Secret = serde_json::from_value(json!({
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": name},
+        "data": {KUBECONFIG_KEY: k8s_openapi::ByteString(text.into_bytes())},
+    }))
+    .expect("a Secret");
+    secrets
+        .patch(
+            name,
+            &PatchParams::apply("baton-e2e").force(),
+            &Patch::Apply(&secret),
+        )
+        .await
+        .unwrap_or_else(|error| panic!("writing Secret {name}: {error}"));
+}
+
+#[test]
+fn a_member_kubeconfig_that_reads_a_file_runs_a_program_proxies_or_skips_tls_checks_is_refused_by_field_and_calls_nothing()
+ {
+    MemberClusters::scenario_apart(
+        || MemberClusters::start_without_secret("kubeconfigs", "cluster-c"),
+        |clusters| async move {
+            let namespace = clusters.namespace().to_owned();
+            let secret = kubeconfig_secret("cluster-c");
+            let secrets =
+                Api::<Secret>::namespaced(clusters.cluster("cluster-a").client(), &namespace);
+
+            // Given a ready group `ingester` of one StatefulSet per cluster, 2 pods each, a
+            // controller started with no Secret for cluster-c, and a TLS server of the test's
+            // that records every connection and request reaching it
+            let group = Group::new("ingester", 2, 1);
+            clusters.create_group(&group, |_, fixture| fixture).await;
+            let tls = TestTls::generate().expect("a test CA");
+            let recorder = RecordingTlsServer::start(&tls).expect("the recording TLS server");
+            let ca_data = base64::engine::general_purpose::STANDARD.encode(&tls.ca_pem);
+            // and files in the controller's reach (it runs as a process of the test): a token,
+            // the server's CA, a client certificate and key; and where a program run would
+            // leave its mark
+            let files = tempfile::tempdir().expect("a folder");
+            let file = |name: &str, contents: &str| {
+                let path = files.path().join(name);
+                std::fs::write(&path, contents).expect("a file");
+                path.to_string_lossy().into_owned()
+            };
+            let token_file = file("token", TOKEN_IN_A_FILE);
+            let ca_file = file("ca.crt", &tls.ca_pem);
+            let certificate_file = file("client.crt", &tls.cert_pem);
+            let key_file = file("client.key", &tls.key_pem);
+            let exec_ran = files.path().join("exec-ran");
+            let cmd_path_ran = files.path().join("cmd-path-ran");
+            let credential = r#"{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","status":{"token":"from-a-program"}}"#;
+
+            // When a new version is deployed to every cluster
+            let from = clusters.roll_out(&group, "v2").await;
+
+            let checked = json!({"server": recorder.url(), "certificate-authority-data": ca_data});
+            let with = |base: &serde_json::Value, key: &str, value: serde_json::Value| {
+                let mut object = base.clone();
+                object[key] = value;
+                object
+            };
+            let token = json!({"token": "inline"});
+            let cluster_field = |key: &str| format!("clusters[\"cluster-c\"].cluster.{key}");
+            let user_field = |key: &str| format!("users[\"baton\"].user.{key}");
+            let cases = [
+                (
+                    vec![user_field("tokenFile")],
+                    checked.clone(),
+                    json!({"tokenFile": token_file}),
+                ),
+                (
+                    vec![user_field("exec")],
+                    checked.clone(),
+                    json!({"exec": {
+                        "apiVersion": "client.authentication.k8s.io/v1",
+                        "command": "/bin/sh",
+                        "args": ["-c", format!("touch {}; echo '{credential}'", exec_ran.display())],
+                        "interactiveMode": "Never",
+                    }}),
+                ),
+                (
+                    vec![user_field("auth-provider")],
+                    checked.clone(),
+                    json!({"auth-provider": {"name": "gcp", "config": {
+                        "cmd-path": "/bin/sh",
+                        "cmd-args": format!("-c 'touch {}; echo {{\"token\":\"x\"}}'", cmd_path_ran.display()),
+                        "token-key": "{.token}",
+                    }}}),
+                ),
+                (
+                    vec![user_field("client-certificate"), user_field("client-key")],
+                    checked.clone(),
+                    json!({"client-certificate": certificate_file, "client-key": key_file}),
+                ),
+                (
+                    vec![cluster_field("certificate-authority")],
+                    json!({"server": recorder.url(), "certificate-authority": ca_file}),
+                    token.clone(),
+                ),
+                (
+                    vec![cluster_field("proxy-url")],
+                    with(
+                        &checked,
+                        "proxy-url",
+                        json!(format!("http://{}", recorder.address)),
+                    ),
+                    token.clone(),
+                ),
+                (
+                    vec![cluster_field("insecure-skip-tls-verify")],
+                    json!({"server": recorder.url(), "insecure-skip-tls-verify": true}),
+                    token.clone(),
+                ),
+                (
+                    vec![user_field("username"), user_field("password")],
+                    checked.clone(),
+                    json!({"username": "admin", "password": "admin"}),
+                ),
+                (
+                    vec![user_field("as")],
+                    checked.clone(),
+                    with(&token, "as", json!("system:admin")),
+                ),
+            ];
+            for (fields, cluster, user) in cases {
+                // When cluster-c's Secret holds a kubeconfig for the recording server that
+                // uses `fields`
+                let kubeconfig = json!({
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "clusters": [{"name": "cluster-c", "cluster": cluster}],
+                    "users": [{"name": "baton", "user": user}],
+                    "contexts": [{"name": "member", "context": {"cluster": "cluster-c", "user": "baton"}}],
+                    "current-context": "member",
+                });
+                write_kubeconfig(&secrets, &secret, &kubeconfig).await;
+
+                // Then the status holds the group on cluster-c, naming the Secret, the member
+                // and each field
+                let refused = format!(
+                    "key {KUBECONFIG_KEY} of Secret {namespace}/{secret} (member cluster cluster-c) is refused: "
+                );
+                let status = clusters
+                    .wait_status(
+                        &group,
+                        &format!("cluster-c held out for {fields:?}"),
+                        |status| {
+                            status.waiting.as_ref().is_some_and(|waiting| {
+                                waiting.kind == "MemberUnreachable"
+                                    && waiting.message.contains(&refused)
+                                    && fields.iter().all(|field| waiting.message.contains(field))
+                            })
+                        },
+                    )
+                    .await;
+                assert_eq!(
+                    member_out(&clusters.controller.metrics().await, "cluster-c"),
+                    Some(1.0),
+                    "cluster-c is out for {fields:?}: {status:#?}"
+                );
+                // And nothing reached the recording server, no program ran
+                assert_eq!(
+                    recorder.seen(),
+                    Vec::<String>::new(),
+                    "what reached the recording server with {fields:?}"
+                );
+                assert!(!exec_ran.exists(), "exec ran its program ({fields:?})");
+                assert!(!cmd_path_ran.exists(), "cmd-path ran ({fields:?})");
+            }
+
+            // And no pod was deleted in any cluster while cluster-c was out
+            for member in group.members() {
+                assert_eq!(
+                    clusters.deleted_pods(&member, from),
+                    Vec::<String>::new(),
+                    "no pod of {member} deleted while cluster-c's kubeconfig was refused"
+                );
+            }
+
+            // When cluster-c's Secret holds its inline kubeconfig (server, CA data, token)
+            clusters.write_secret("cluster-c").await;
+
+            // Then cluster-c is listed and the rollout completes one cluster at a time, the
+            // zone rule held at every step, and nothing ever reached the recording server
+            wait_until(TIMEOUT, "cluster-c is listed", || async {
+                member_out(&clusters.controller.metrics().await, "cluster-c") == Some(0.0)
+            })
+            .await;
+            clusters.wait_complete(&group).await;
+            let timeline = clusters.merged_timeline();
+            check_rollout_guarantees(&timeline, &group.zones(), from).unwrap();
+            assert_one_at_a_time(&windows(&timeline, &group, from), &group, Duration::ZERO);
+            let seen = recorder.seen();
+            assert!(
+                seen.iter().all(|what| !what.contains(TOKEN_IN_A_FILE)),
+                "{seen:?}"
+            );
+            assert_eq!(
+                seen,
+                Vec::<String>::new(),
+                "what reached the recording server"
+            );
+        },
+    );
+}
+
+#[test]
+fn a_pod_in_cluster_b_naming_cluster_a_statefulset_as_its_owner_is_never_counted_nor_deleted_as_cluster_a_s()
+ {
+    MemberClusters::scenario(|clusters| async move {
+        let namespace = clusters.namespace();
+        // Given a ready group `querier` of one StatefulSet per cluster, 2 pods each
+        let group = Group::new("querier", 2, 1);
+        clusters.create_group(&group, |_, fixture| fixture).await;
+        let uid = Api::<StatefulSet>::namespaced(clusters.cluster("cluster-a").client(), namespace)
+            .get(&group.statefulset)
+            .await
+            .expect("cluster-a's StatefulSet")
+            .metadata
+            .uid
+            .expect("its uid");
+
+        // When someone who may create pods in cluster-b creates one there named as
+        // cluster-a's next pod would be, with its StatefulSet's labels, and an owner reference
+        // naming that StatefulSet's uid as its controller (the apiVersion is one cluster-b does
+        // not serve, so that its garbage collector, which deletes a pod whose owner it finds
+        // gone, cannot look and leaves it: baton reads an owner by kind and uid)
+        let forged = format!("{}-{}", group.statefulset, group.replicas);
+        let pods = Api::<Pod>::namespaced(clusters.cluster("cluster-b").client(), namespace);
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {
+                "name": forged,
+                "labels": {"app.kubernetes.io/instance": group.statefulset},
+                "ownerReferences": [{
+                    "apiVersion": "apps/v1beta2", "kind": "StatefulSet",
+                    "name": group.statefulset, "uid": uid, "controller": true,
+                }],
+            },
+            "spec": {"containers": [{"name": "app", "image": "registry.example/app:v1"}],
+                     "terminationGracePeriodSeconds": 0},
+        }))
+        .expect("a pod");
+        let created = pods
+            .create(&PostParams::default(), &pod)
+            .await
+            .expect("the forged pod");
+        let forged_uid = created.metadata.uid.clone().expect("its uid");
+
+        // and a new version is deployed to every cluster
+        let from = clusters.roll_out(&group, "v2").await;
+
+        // Then every cluster completes (nothing of cluster-a waits on the pod), the status
+        // read meanwhile counting at most 2 pods in cluster-a's member and never naming the pod
+        let mut statuses = Vec::new();
+        {
+            let reading = async {
+                loop {
+                    statuses.extend(clusters.status(&group).await);
+                    tokio::time::sleep(Duration::from_millis(250)).await;
+                }
+            };
+            // Every cluster's StatefulSet controller took the new revision, and each of its
+            // pods runs it (the forged pod, which matches cluster-b's selector too, aside:
+            // `wait_complete` would count it)
+            let complete = async {
+                for cluster in CLUSTERS {
+                    let client = clusters.cluster(cluster).client();
+                    wait_until(TIMEOUT, &format!("{cluster} completes"), || async {
+                        let state = rollout_state(&client, namespace, &group.statefulset).await;
+                        !state.update_revision.is_empty()
+                            && state.current_revision == state.update_revision
+                            && state.updated() == group.replicas as usize
+                            && state.ready_replicas == group.replicas as i32
+                    })
+                    .await;
+                }
+            };
+            tokio::select! {
+                () = complete => {}
+                _ = reading => {}
+            }
+        }
+        let complete = [RolloutPhase::Complete; 3];
+        let last = clusters
+            .wait_status(&group, "every member complete", |status| {
+                status.phase == RolloutPhase::Complete
+                    && phases(status) == every_member(&group, complete)
+            })
+            .await;
+        assert!(
+            last.zones
+                .iter()
+                .all(|zone| zone.total == 2 && zone.updated == 2),
+            "{last:#?}"
+        );
+        assert!(
+            !statuses.is_empty(),
+            "the status answered during the rollout"
+        );
+        for status in &statuses {
+            let cluster_a = status
+                .zones
+                .iter()
+                .find(|zone| zone.statefulset == group.member("cluster-a"))
+                .expect("cluster-a's member");
+            assert!(
+                cluster_a.total <= 2,
+                "cluster-a's member counts its 2 pods alone: {status:#?}"
+            );
+            assert!(
+                status
+                    .waiting
+                    .as_ref()
+                    .is_none_or(|waiting| !waiting.message.contains(&forged)),
+                "the group waits on the forged pod: {status:#?}"
+            );
+        }
+
+        // And the pod is still there, never deleted nor terminating
+        let still = pods
+            .get(&forged)
+            .await
+            .expect("the forged pod is still there");
+        assert_eq!(still.metadata.uid.as_deref(), Some(forged_uid.as_str()));
+        assert_eq!(still.metadata.deletion_timestamp, None);
+        let left: Vec<PodTransition> = clusters
+            .merged_timeline()
+            .into_iter()
+            .filter(|transition| {
+                transition.at >= from
+                    && transition.uid == forged_uid
+                    && matches!(transition.event, PodEvent::Terminating | PodEvent::Deleted)
+            })
+            .collect();
+        assert!(left.is_empty(), "the forged pod left: {left:?}");
+        let _ = pods.delete(&forged, &Default::default()).await;
     });
 }
