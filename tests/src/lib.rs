@@ -26,6 +26,7 @@ pub mod real_nodes;
 pub mod renders;
 pub mod scaling_support;
 pub mod scene;
+pub mod slow_clients;
 pub mod timeline;
 pub mod wait;
 pub mod webhook_support;
