@@ -1285,8 +1285,14 @@ async fn slow_clients_stalling_every_replica_keep_no_review_of_the_api_server_fr
         rounds += 1;
     }
 
-    // Then every one was answered: none failed for want of an answer from baton
-    assert_eq!(failures, Vec::<String>::new(), "in {rounds} rounds");
+    // Then every one was answered by baton (an answer may refuse: the eviction caches wait
+    // for a budget CRD, a downscale right after an upscale may not be as stored): none failed
+    // for want of an answer ("failed calling webhook", a timeout, a 429 for the budget)
+    let unanswered: Vec<&String> = failures
+        .iter()
+        .filter(|failure| !failure.contains("denied the request"))
+        .collect();
+    assert_eq!(unanswered, Vec::<&String>::new(), "in {rounds} rounds");
     // and the slow clients were cut off (a stalled request lasts at most webhook.read_timeout)
     // and kept coming back
     wait_until(
