@@ -216,14 +216,22 @@ pub struct WebhookConfig {
     /// server"). Set: every connection must present a certificate chaining to one of them,
     /// and any other fails its TLS handshake before a review is read. Use a CA that signs
     /// nothing else: every holder of a certificate it signs can send reviews. Empty: any
-    /// client is served, as the Go operator does.
+    /// client is served, as the Go operator does. Reloaded when it changes, as the serving
+    /// certificate is (`cert_reload_interval`).
     pub client_ca_file: PathBuf,
-    /// How often the certificate files are compared with what is served, to pick up a renewed
-    /// Secret without a restart.
+    /// How often the certificate files (and `client_ca_file`) are compared with what is
+    /// served, to pick up a renewed Secret or ConfigMap without a restart.
     pub cert_reload_interval: Duration,
     /// Deadline for answering one admission request, including every API and pod call it makes.
     /// Keep it below the webhook configuration's `timeoutSeconds`.
     pub request_timeout: Duration,
+    /// Deadline for receiving a request: its TLS handshake and the head of a connection's first
+    /// request each within it (else the connection is closed; a late head gets HTTP 408), and
+    /// then its share of `max_inflight_request_bytes` and its whole body within it (else HTTP
+    /// 429, or 408 closing the connection). The API server sends a review at once, in
+    /// milliseconds; this bounds how long a client sending slowly holds the body budget. Below
+    /// `request_timeout`.
+    pub read_timeout: Duration,
     /// Largest AdmissionReview body accepted; larger requests get HTTP 400.
     pub max_request_bytes: ByteSize,
     /// What to answer when a change cannot be judged (a failed or timed-out read, an object
@@ -232,8 +240,11 @@ pub struct WebhookConfig {
     /// operator does.
     pub allow_on_error: bool,
     /// Most bytes of request bodies held at once, over all requests: a request whose body does
-    /// not fit waits for others to finish (up to `request_timeout`), then gets HTTP 429. Bounds
-    /// the memory many large concurrent requests can take.
+    /// not fit waits for others to finish (up to `read_timeout`), then gets HTTP 429. Bounds
+    /// the memory many large concurrent requests can take. A request holds its declared length
+    /// (or `max_request_bytes`) until answered. Without `client_ca_file`, one client address
+    /// holds at most a quarter of it (never less than `max_request_bytes`), so that a client
+    /// stalling its bodies cannot hold it all; with it, every client is the API server.
     pub max_inflight_request_bytes: ByteSize,
     /// On SIGTERM the webhook first reports not ready and keeps serving this long, each answer
     /// asking its client to close the connection, so that the Service's endpoints (or any load
@@ -263,6 +274,7 @@ impl Default for WebhookConfig {
             client_ca_file: PathBuf::new(),
             cert_reload_interval: Duration::from_secs(10),
             request_timeout: Duration::from_secs(9),
+            read_timeout: Duration::from_secs(2),
             max_request_bytes: ByteSize(3 * 1024 * 1024),
             allow_on_error: false,
             max_inflight_request_bytes: ByteSize(24 * 1024 * 1024),
@@ -599,6 +611,16 @@ impl Config {
             "webhook.request_timeout",
             self.webhook.request_timeout,
             &mut check,
+        );
+        check(
+            !self.webhook.read_timeout.is_zero()
+                && self.webhook.read_timeout < self.webhook.request_timeout,
+            "webhook.read_timeout",
+            self.webhook.read_timeout.to_string(),
+            &format!(
+                "a duration above zero and below webhook.request_timeout ({})",
+                self.webhook.request_timeout
+            ),
         );
         positive(
             "controller.resync_interval",

@@ -153,18 +153,27 @@ fn semantic_checks_report_every_problem_with_its_key() {
     config.controller.lease.renew_deadline = Duration::from_secs(20);
     config.pods.request_timeout = Duration::from_secs(0);
     config.log.level = "baton=loud".into();
+    // Receiving a request may not take as long as answering it.
+    config.webhook.read_timeout = Duration::from_secs(9);
     let error = config.validate().unwrap_err();
     assert_eq!(
         error.keys(),
         vec![
             "namespace",
             "log.level",
+            "webhook.read_timeout",
             "pods.request_timeout",
             "controller.lease.renew_deadline",
         ],
         "{error}"
     );
     assert!(error.to_string().contains("Not_A_Namespace"));
+    assert!(
+        error
+            .to_string()
+            .contains("below webhook.request_timeout (9s)"),
+        "{error}"
+    );
 }
 
 #[test]

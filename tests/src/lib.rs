@@ -27,6 +27,7 @@ pub mod recording_tls;
 pub mod renders;
 pub mod scaling_support;
 pub mod scene;
+pub mod slow_clients;
 pub mod timeline;
 pub mod wait;
 pub mod webhook_support;

@@ -275,10 +275,30 @@ fn values_named_like_the_go_charts_reach_the_objects() {
     );
     let webhook = &find(&rendered, "Deployment", "baton-webhook")["spec"];
     assert_eq!(webhook["replicas"], 5);
-    // and the webhooks fail as told, after the time told
-    for configuration in webhook_configurations(&rendered) {
-        assert_eq!(configuration["webhooks"][0]["failurePolicy"], "Ignore");
-        assert_eq!(configuration["webhooks"][0]["timeoutSeconds"], 5);
+    // and the webhooks fail as told, after the time told, but for the guards of baton's own
+    // state and records: those fail closed whatever the value, or a webhook that does not
+    // answer (one held by slow clients) would let anyone write what baton remembers
+    let guards = ["baton-state-guard", "baton-record-guard"];
+    let configurations = webhook_configurations(&rendered);
+    for guard in guards {
+        assert!(
+            configurations
+                .iter()
+                .any(|configuration| configuration["metadata"]["name"] == guard),
+            "{guard} is rendered"
+        );
+    }
+    for configuration in configurations {
+        let name = configuration["metadata"]["name"].as_str().unwrap();
+        let expected = if guards.contains(&name) {
+            "Fail"
+        } else {
+            "Ignore"
+        };
+        for webhook in configuration["webhooks"].as_array().unwrap() {
+            assert_eq!(webhook["failurePolicy"], expected, "{name}");
+            assert_eq!(webhook["timeoutSeconds"], 5, "{name}");
+        }
     }
     // and the webhook requires the API server's client certificate, of the CA mounted from the
     // ConfigMap named

@@ -12,15 +12,17 @@ use baton_e2e::keys::{
     LAST_DOWNSCALE, MIN_TIME_BETWEEN_ZONES_DOWNSCALE, NO_DOWNSCALE, PREPARE_DOWNSCALE,
     PREPARE_DOWNSCALE_PATH, PREPARE_DOWNSCALE_PORT,
 };
+use baton_e2e::slow_clients::SlowClients;
 use baton_e2e::webhook_support::{
-    TestTls, WebhookConfigurations, WebhookReplica, denial, free_port, replicas_patch, scale,
-    wait_for_webhooks,
+    MatchConditions, ShippedConfigurations, TestTls, WebhookConfigurations, WebhookReplica, denial,
+    free_port, replicas_patch, scale, wait_for_shipped_webhooks, wait_for_webhooks,
 };
+use baton_e2e::zpdb_support::{client_without_retries, evict};
 use baton_e2e::{
     BatonProcess, ControlPlane, PodSimulator, SimulatorOptions, TestNamespace, wait_until,
 };
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
-use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
@@ -1102,5 +1104,208 @@ async fn during_the_shutdown_delay_requests_are_answered_closing_their_connectio
         replica.process.output().contains("second signal"),
         "{}",
         replica.process.output()
+    );
+}
+
+/// The requests in flight on `replica`'s `/admission/no-downscale`, from its metrics.
+async fn no_downscale_in_flight(replica: &WebhookReplica) -> Option<u64> {
+    let text = reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .ok()?
+        .get(format!("http://127.0.0.1:{}/metrics", replica.ops_port))
+        .send()
+        .await
+        .ok()?
+        .text()
+        .await
+        .ok()?;
+    text.lines().find_map(|line| {
+        line.strip_prefix(
+            r#"rollout_operator_inflight_requests{method="POST",route="admission_no_downscale"} "#,
+        )?
+        .parse()
+        .ok()
+    })
+}
+
+/// Where the slow clients connect from: a loopback address of their own, as a pod's address
+/// differs from the API server's (127.0.0.1 here).
+const SLOW_CLIENTS_FROM: [u8; 4] = [127, 0, 0, 77];
+/// Slow connections per replica: three times what fills the default body budget (24 MiB) with
+/// bodies of the largest size accepted (3 MiB).
+const SLOW_PER_REPLICA: usize = 24;
+const ANNOUNCED: usize = 3 * 1024 * 1024;
+
+#[tokio::test]
+async fn slow_clients_stalling_every_replica_keep_no_review_of_the_api_server_from_an_answer() {
+    // Given two webhook replicas (with the defaults: any client may connect), the API server
+    // calling both on every downscale (no-downscale on one, prepare-downscale on the other),
+    // the first on every eviction and record write and the second on every write of a rollout
+    // group's StatefulSet, all failing closed
+    let control_plane = ControlPlane::shared().await;
+    let namespace = TestNamespace::create(control_plane, "wh-slow-clients").await;
+    let ns = namespace.name();
+    let tls = TestTls::generate().unwrap();
+    let (first, second) = futures::future::try_join(
+        WebhookReplica::start(control_plane, &tls, ns),
+        WebhookReplica::start(control_plane, &tls, ns),
+    )
+    .await
+    .unwrap();
+    let _first_configurations = ShippedConfigurations::register(
+        control_plane,
+        ns,
+        &tls,
+        &first,
+        &[
+            "baton-no-downscale",
+            "baton-pod-eviction",
+            "baton-record-guard",
+        ],
+        MatchConditions::AsShipped,
+    )
+    .await
+    .unwrap();
+    let _second_configurations = ShippedConfigurations::register(
+        control_plane,
+        ns,
+        &tls,
+        &second,
+        &["baton-prepare-downscale", "baton-state-guard"],
+        MatchConditions::AsShipped,
+    )
+    .await
+    .unwrap();
+    wait_for_shipped_webhooks(&namespace).await;
+    // and a StatefulSet to scale down and one whose pods are drained
+    let client = namespace.client();
+    StatefulSetFixture::new("scaled")
+        .replicas(2)
+        .create(&client, ns)
+        .await;
+    StatefulSetFixture::new("drained")
+        .replicas(3)
+        .create(&client, ns)
+        .await;
+    let pods = namespace.api::<Pod>();
+    for pod in ["drained-0", "drained-1", "drained-2"] {
+        let pods = &pods;
+        wait_until(TIMEOUT, &format!("pod {pod} exists"), || async move {
+            pods.get_opt(pod).await.unwrap().is_some()
+        })
+        .await;
+    }
+
+    // When a client elsewhere opens 24 connections to each replica, each announcing a 3 MiB
+    // review and sending none of it, opening another whenever one is cut off
+    let slow: Vec<SlowClients> = [&first, &second]
+        .iter()
+        .map(|replica| {
+            SlowClients::start(
+                &tls.ca_pem,
+                SLOW_CLIENTS_FROM.into(),
+                ([127, 0, 0, 1], replica.port).into(),
+                "/admission/no-downscale",
+                ANNOUNCED,
+                SLOW_PER_REPLICA,
+            )
+            .unwrap()
+        })
+        .collect();
+    // (every replica has reached a handler with at least the 8 that held its whole budget
+    // before)
+    for replica in [&first, &second] {
+        wait_until(
+            TIMEOUT,
+            "the slow clients' requests are in flight on every replica",
+            || async {
+                no_downscale_in_flight(replica)
+                    .await
+                    .is_some_and(|n| n >= 8)
+            },
+        )
+        .await;
+    }
+
+    // and meanwhile, through the API server, a downscale, an eviction (a drain's) and a write
+    // of a rollout group's StatefulSet, round after round, for longer than two slow clients'
+    // stalls one after the other may last (webhook.read_timeout, 2 s by default)
+    let api = client_without_retries(control_plane).await;
+    let statefulsets: Api<StatefulSet> = Api::namespaced(api.clone(), ns);
+    let started = std::time::Instant::now();
+    let (mut failures, mut rounds) = (Vec::new(), 0);
+    while rounds < 3 || started.elapsed() < Duration::from_secs(5) {
+        let began = std::time::Instant::now();
+        if let Err(error) = statefulsets
+            .patch_scale(
+                "scaled",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"replicas": 1}})),
+            )
+            .await
+        {
+            failures.push(format!("scaling down after {:?}: {error}", began.elapsed()));
+        }
+        // (back up, for the next round; an upscale is not sent to baton)
+        statefulsets
+            .patch_scale(
+                "scaled",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"replicas": 2}})),
+            )
+            .await
+            .unwrap();
+        let pod = format!("drained-{}", rounds % 3);
+        {
+            let (pods, pod) = (&pods, &pod);
+            wait_until(TIMEOUT, &format!("pod {pod} exists"), || async move {
+                pods.get_opt(pod).await.unwrap().is_some()
+            })
+            .await;
+        }
+        let began = std::time::Instant::now();
+        if let Err((code, message)) = evict(&api, ns, &pod).await {
+            failures.push(format!(
+                "evicting {pod} after {:?}: {code} {message}",
+                began.elapsed()
+            ));
+        }
+        let group = StatefulSetFixture::new(&format!("grouped-{rounds}"))
+            .group("guarded")
+            .replicas(0)
+            .build();
+        let began = std::time::Instant::now();
+        if let Err(error) = statefulsets.create(&PostParams::default(), &group).await {
+            failures.push(format!(
+                "creating grouped-{rounds} after {:?}: {error}",
+                began.elapsed()
+            ));
+        }
+        rounds += 1;
+    }
+
+    // Then every one was answered by baton (an answer may refuse: the eviction caches wait
+    // for a budget CRD, a downscale right after an upscale may not be as stored): none failed
+    // for want of an answer ("failed calling webhook", a timeout, a 429 for the budget)
+    let unanswered: Vec<&String> = failures
+        .iter()
+        .filter(|failure| !failure.contains("denied the request"))
+        .collect();
+    assert_eq!(unanswered, Vec::<&String>::new(), "in {rounds} rounds");
+    // and the slow clients were cut off (a stalled request lasts at most webhook.read_timeout)
+    // and kept coming back
+    wait_until(
+        TIMEOUT,
+        "the slow clients are cut off by the webhook's read deadline",
+        || async {
+            slow.iter()
+                .all(|clients| clients.cut_off() >= SLOW_PER_REPLICA)
+        },
+    )
+    .await;
+    assert!(
+        slow.iter().all(|clients| clients.sent() > SLOW_PER_REPLICA),
+        "the slow clients opened new requests after being cut off"
     );
 }

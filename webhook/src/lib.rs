@@ -7,6 +7,7 @@
 //! | module | owns |
 //! |---|---|
 //! | [`server`] | the TLS server: routes, request limits, decoding a review and encoding its answer (handlers only map) |
+//! | [`budget`] | the bytes of request bodies held at once, and each client address's share of them |
 //! | [`admission`] | decoding reviews into what `baton_core::admission` judges (no-downscale, prepare-downscale with its flow and the per-group ledger, the zone-aware disruption budget webhooks, the state guard), and mapping its verdicts to answers |
 //! | [`statefulsets`] | the one watch of the namespace's StatefulSets, decoded slim, that [`parents`] and [`evictions`] both read |
 //! | [`parents`] | watch caches answering a `/scale` request's parent labels without an API call |
@@ -28,6 +29,7 @@
 //! `webhook.shutdown_delay`.
 
 pub mod admission;
+pub mod budget;
 pub mod evictions;
 pub mod metrics;
 pub mod parents;

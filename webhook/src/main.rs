@@ -17,7 +17,7 @@ use baton_webhook::metrics::WebhookMetrics;
 use baton_webhook::parents::ParentCache;
 use baton_webhook::server::{self, WebhookState};
 use baton_webhook::statefulsets;
-use baton_webhook::tls_reload::{CertFiles, ClientCa, ReloadingCert};
+use baton_webhook::tls_reload::{CertFiles, ClientCaFile, ReloadingCert, ReloadingClientCa};
 use tokio_util::sync::CancellationToken;
 
 fn main() -> ExitCode {
@@ -48,9 +48,11 @@ async fn run(config: Config) -> anyhow::Result<()> {
         );
         None
     } else {
-        Some(ClientCa::load(&config.webhook.client_ca_file).context(
-            "loading webhook.client_ca_file, the CA of the API server's client certificate",
-        )?)
+        Some(Arc::new(
+            ReloadingClientCa::load(ClientCaFile(config.webhook.client_ca_file.clone())).context(
+                "loading webhook.client_ca_file, the CA of the API server's client certificate",
+            )?,
+        ))
     };
     let client = baton_shared::kube_client::client(&config.kubernetes, &registry).await?;
     let metrics = WebhookMetrics::register(&registry)?;
@@ -83,7 +85,7 @@ async fn run(config: Config) -> anyhow::Result<()> {
     let drain = config.webhook.request_timeout.get() + Duration::from_secs(1);
     let webhook = server::bind(
         config.webhook.address.0,
-        cert.server_config(client_ca),
+        cert.server_config(client_ca.clone()),
         state.clone(),
         draining.clone(),
         drain,
@@ -124,7 +126,12 @@ async fn run(config: Config) -> anyhow::Result<()> {
         let (cert, background) = (cert.clone(), background.clone());
         let interval = config.webhook.cert_reload_interval.get();
         async move {
-            cert.watch(interval, background).await;
+            let client_ca = async {
+                if let Some(client_ca) = client_ca {
+                    client_ca.watch(interval, background.clone()).await;
+                }
+            };
+            futures::join!(cert.watch(interval, background.clone()), client_ca);
             Ok(())
         }
     });

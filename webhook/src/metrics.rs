@@ -36,7 +36,8 @@ pub struct WebhookMetrics {
     pub request_bytes: HistogramVec,
     /// `{method, route}`.
     pub response_bytes: HistogramVec,
-    /// `{webhook, result}`; result is `allowed`, `denied`, `allowed_on_error` or `bad_request`.
+    /// `{webhook, result}`; result is `allowed`, `denied`, `allowed_on_error`, `bad_request`,
+    /// `throttled` (no room in the body budget in time) or `timed_out` (the body too slow).
     pub decisions: IntCounterVec,
     /// `{source}`: `cache` or `api`.
     pub parent_lookups: IntCounterVec,

@@ -1,11 +1,19 @@
 //! The TLS admission server. Handlers are thin: check the request, decode the review, call the
 //! decision, encode the answer in the review's version. Anything that is not an answerable
 //! review is HTTP 400 with a message saying what is wrong.
+//!
+//! A request is received within deadlines (`webhook.read_timeout`), so that a client sending
+//! slowly cannot keep the replica from answering the API server: actix bounds the TLS handshake
+//! and the head of a connection's first request; the body budget and the body are bounded
+//! here, actix having no deadline for a body. What a request holds of the budget
+//! ([`crate::budget`]) is given back however it ends: answered, timed out, failed, or dropped
+//! because its client hung up.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use actix_web::http::ConnectionType;
 use actix_web::http::header::{CONTENT_LENGTH, CONTENT_TYPE};
 use actix_web::middleware::from_fn;
 use actix_web::web::{self, BytesMut};
@@ -14,7 +22,6 @@ use baton_config::WebhookConfig;
 use baton_core::annotations::NO_DOWNSCALE_LABEL;
 use baton_shared::http_server::{BoundServer, Draining, close_connections_when_draining};
 use futures::StreamExt;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::task::TaskTracker;
 
 use crate::admission::no_downscale::{self, Assessment};
@@ -22,6 +29,7 @@ use crate::admission::prepare_downscale::{self, flow::PrepareDownscale};
 use crate::admission::review::{self, AdmissionRequest, Review};
 use crate::admission::{Decision, Outcome};
 use crate::admission::{state_guard, zpdb_reviews};
+use crate::budget::{BodyBudget, BodyPermit};
 use crate::evictions::Evictions;
 use crate::metrics::{WebhookMetrics, route_label};
 use crate::parents::ParentCache;
@@ -78,9 +86,11 @@ pub struct WebhookState {
     max_request_bytes: usize,
     /// `webhook.allow_on_error`: a change that could not be judged is allowed (else refused).
     allow_on_error: bool,
-    /// Body bytes that may be held at once, in KiB permits (see [`read_body`]).
-    body_budget: Arc<Semaphore>,
+    /// Body bytes that may be held at once, in KiB (see [`body_permit`]).
+    body_budget: BodyBudget,
     request_timeout: Duration,
+    /// Deadline for the body budget and the body, once the head is in.
+    read_timeout: Duration,
     /// prepare-downscale flows run here, on the main runtime, so their undo finishes even if
     /// the caller hangs up; shutdown waits for them.
     tasks: TaskTracker,
@@ -107,12 +117,13 @@ impl WebhookState {
             metrics,
             max_request_bytes: usize::try_from(config.max_request_bytes.0).unwrap_or(usize::MAX),
             allow_on_error: config.allow_on_error,
-            body_budget: Arc::new(Semaphore::new(
-                usize::try_from(config.max_inflight_request_bytes.0.div_ceil(1024))
-                    .unwrap_or(Semaphore::MAX_PERMITS)
-                    .min(Semaphore::MAX_PERMITS),
-            )),
+            body_budget: BodyBudget::new(
+                kib(config.max_inflight_request_bytes.0),
+                kib(config.max_request_bytes.0),
+                !config.client_ca_file.as_os_str().is_empty(),
+            ),
             request_timeout: config.request_timeout.get(),
+            read_timeout: config.read_timeout.get(),
             tasks: TaskTracker::new(),
             runtime: tokio::runtime::Handle::current(),
             evictions: None,
@@ -131,6 +142,11 @@ impl WebhookState {
             evictions: Some(evictions),
             ..self
         }
+    }
+
+    /// The bytes of request bodies held now, and by whom.
+    pub fn body_budget(&self) -> &BodyBudget {
+        &self.body_budget
     }
 
     /// Waits (at most `timeout`) for running prepare-downscale flows; true when none is left.
@@ -184,6 +200,11 @@ impl WebhookState {
             .with_label_values(&[method, route])
             .observe(sent as f64);
     }
+}
+
+/// `bytes` in whole KiB, rounded up.
+fn kib(bytes: u64) -> u32 {
+    u32::try_from(bytes.div_ceil(1024)).unwrap_or(u32::MAX)
 }
 
 /// A request counted in `rollout_operator_inflight_requests` until dropped.
@@ -255,8 +276,10 @@ async fn admit(
 ) -> HttpResponse {
     let started = Instant::now();
     let _in_flight = state.in_flight(webhook.path(), "POST");
+    // The head is in (actix bounds it); the budget and the body get one deadline together.
+    let deadline = tokio::time::Instant::now() + state.read_timeout;
     // The body's share of the budget is held until the answer is built.
-    let permit = match body_permit(&request, &state).await {
+    let permit = match body_permit(&request, &state, deadline).await {
         Ok(permit) => permit,
         Err(response) => {
             state.count(webhook, "throttled");
@@ -264,7 +287,20 @@ async fn admit(
             return response;
         }
     };
-    let body = read_body(&request, payload, state.max_request_bytes).await;
+    let body = match tokio::time::timeout_at(
+        deadline,
+        read_body(&request, payload, state.max_request_bytes),
+    )
+    .await
+    {
+        Ok(body) => body,
+        Err(_) => {
+            drop(permit);
+            let response = body_too_slow(&state, webhook, &request);
+            state.observe(webhook.path(), "POST", started, 0, &response);
+            return response;
+        }
+    };
     let received = body.as_ref().map_or(0, |body| body.len());
     let response = match body {
         Err(problem) => bad_request(&state, webhook, problem),
@@ -292,32 +328,54 @@ async fn admit(
 }
 
 /// A share of the body budget for `request`: its declared length, or the largest body allowed
-/// when it declares none (it may send up to that). Waits up to the request deadline for
-/// others to finish; then answers 429, which the API server treats as a failed call (the
-/// configuration's failurePolicy decides).
+/// when it declares none (it may send up to that), taken from its client's share too (see
+/// [`crate::budget`]). Waits until `deadline` for others to finish; then answers 429, which
+/// the API server treats as a failed call (the configuration's failurePolicy decides).
 async fn body_permit(
     request: &HttpRequest,
     state: &WebhookState,
-) -> Result<OwnedSemaphorePermit, HttpResponse> {
+    deadline: tokio::time::Instant,
+) -> Result<BodyPermit, HttpResponse> {
     let declared = request
         .headers()
         .get(CONTENT_LENGTH)
         .and_then(|value| value.to_str().ok())
-        .and_then(|value| value.parse::<usize>().ok())
-        .unwrap_or(state.max_request_bytes)
-        .min(state.max_request_bytes);
-    let kib = u32::try_from(declared.div_ceil(1024).max(1)).unwrap_or(u32::MAX);
-    match tokio::time::timeout(
-        state.request_timeout,
-        state.body_budget.clone().acquire_many_owned(kib),
+        .and_then(|value| value.parse::<u64>().ok())
+        .unwrap_or(state.max_request_bytes as u64)
+        .min(state.max_request_bytes as u64);
+    let client = request.peer_addr().map(|address| address.ip());
+    tokio::time::timeout_at(
+        deadline,
+        state.body_budget.acquire(client, kib(declared).max(1)),
     )
     .await
-    {
-        Ok(Ok(permit)) => Ok(permit),
-        _ => Err(HttpResponse::TooManyRequests().body(
-            "too many request bodies in flight (webhook.max_inflight_request_bytes); retry\n",
-        )),
-    }
+    .map_err(|_| {
+        HttpResponse::TooManyRequests().body(format!(
+            "too many request bodies in flight (webhook.max_inflight_request_bytes, a quarter of it per client address unless webhook.client_ca_file is set): none freed within webhook.read_timeout ({:?}); retry\n",
+            state.read_timeout
+        ))
+    })
+}
+
+/// A body not received within `webhook.read_timeout`: 408, and the connection is closed (what
+/// is left of the body is never read).
+fn body_too_slow(state: &WebhookState, webhook: Webhook, request: &HttpRequest) -> HttpResponse {
+    state.count(webhook, "timed_out");
+    tracing::warn!(
+        webhook = webhook.name(),
+        client = ?request.peer_addr(),
+        "the request body did not arrive within webhook.read_timeout; closing the connection"
+    );
+    let mut response = HttpResponse::RequestTimeout()
+        .content_type("text/plain; charset=utf-8")
+        .body(format!(
+            "the request body did not arrive within webhook.read_timeout ({:?})\n",
+            state.read_timeout
+        ));
+    response
+        .head_mut()
+        .set_connection_type(ConnectionType::Close);
+    response
 }
 
 /// pod-eviction, under the request deadline; running out of time refuses for now (429), as
@@ -515,6 +573,7 @@ pub fn bind(
 ) -> std::io::Result<BoundServer> {
     let listener = std::net::TcpListener::bind(address)?;
     let local_addr = listener.local_addr()?;
+    let read_timeout = state.read_timeout;
     let server = HttpServer::new(move || {
         actix_web::App::new()
             .app_data(draining.clone())
@@ -527,6 +586,12 @@ pub fn bind(
     // default: after 5 s) fails with EOF, a failed admission. A stopping replica closes them
     // itself (graceful stop), after the shutdown delay.
     .keep_alive(IDLE_CONNECTION_TIMEOUT)
+    // The handshake and the head of a connection's first request each within
+    // webhook.read_timeout (actix: the connection is closed, a late head answered 408); the
+    // budget and the body are bounded by `admit`. actix bounds no later head on a kept-alive
+    // connection; a head holds no budget, only its connection.
+    .tls_handshake_timeout(read_timeout)
+    .client_request_timeout(read_timeout)
     .shutdown_timeout(drain.as_secs().max(1))
     .listen_rustls_0_23(listener, tls)?
     .run();

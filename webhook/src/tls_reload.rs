@@ -1,21 +1,26 @@
-//! The serving certificate, read from files and swapped without a restart when they change.
+//! The files TLS is served with, read at start and swapped without a restart when they change:
+//! the serving certificate ([`ReloadingCert`]) and the CA of the API server's client
+//! certificate ([`ReloadingClientCa`]), both by one mechanism ([`Reloading`]).
 //!
-//! kubelet updates a mounted Secret by swapping a symlink, which inotify on the file misses,
-//! so the files are polled and compared byte for byte. A new pair that does not load (half
-//! written, key not matching) keeps the last good certificate and logs an error.
+//! kubelet updates a mounted Secret or ConfigMap by swapping a symlink, which inotify on the
+//! file misses, so the files are polled and compared byte for byte. New files that do not load
+//! (half written, key not matching, no CA) keep the last good ones and log an error.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
+use rustls::client::danger::HandshakeSignatureValid;
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, UnixTime};
+use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
+use rustls::{DigitallySignedStruct, DistinguishedName, SignatureScheme};
 use tokio_util::sync::CancellationToken;
 
-/// Why a certificate could not be loaded; names the file at fault.
+/// Why files could not be loaded; names the file at fault.
 #[derive(Debug, thiserror::Error)]
 pub enum CertError {
     #[error("reading {path}: {error}")]
@@ -40,40 +45,46 @@ pub enum CertError {
     },
 }
 
-/// The certificate and key files.
+/// Files that load into what TLS is served with.
+pub trait Files: Send + Sync + 'static {
+    /// What the files load into.
+    type Loaded: Send + Sync + 'static;
+    /// What they are, for the logs.
+    const WHAT: &'static str;
+    /// The files, read in this order.
+    fn paths(&self) -> Vec<&Path>;
+    /// Loads the files' bytes (as [`Files::paths`] orders them); an error names the file.
+    fn load(
+        &self,
+        bytes: &[Vec<u8>],
+        provider: &Arc<CryptoProvider>,
+    ) -> Result<Self::Loaded, CertError>;
+}
+
+/// The serving certificate's files.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CertFiles {
     pub cert: PathBuf,
     pub key: PathBuf,
 }
 
-/// What was read from the files: their bytes (to notice changes) and, if they load, the key.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct FileBytes {
-    cert: Vec<u8>,
-    key: Vec<u8>,
-}
+impl Files for CertFiles {
+    type Loaded = CertifiedKey;
+    const WHAT: &'static str = "serving certificate";
 
-impl CertFiles {
-    fn read(&self) -> Result<FileBytes, CertError> {
-        let read = |path: &Path| {
-            std::fs::read(path).map_err(|error| CertError::Read {
-                path: path.to_owned(),
-                error,
-            })
-        };
-        Ok(FileBytes {
-            cert: read(&self.cert)?,
-            key: read(&self.key)?,
-        })
+    fn paths(&self) -> Vec<&Path> {
+        vec![&self.cert, &self.key]
     }
 
-    fn certified_key(
+    fn load(
         &self,
-        bytes: &FileBytes,
-        provider: &CryptoProvider,
+        bytes: &[Vec<u8>],
+        provider: &Arc<CryptoProvider>,
     ) -> Result<CertifiedKey, CertError> {
-        let chain = CertificateDer::pem_slice_iter(&bytes.cert)
+        let [cert, key] = bytes else {
+            unreachable!("paths() names two files")
+        };
+        let chain = CertificateDer::pem_slice_iter(cert)
             .collect::<Result<Vec<_>, _>>()
             .map_err(|error| CertError::BadCertificate {
                 path: self.cert.clone(),
@@ -84,7 +95,7 @@ impl CertFiles {
                 path: self.cert.clone(),
             });
         }
-        let key = PrivateKeyDer::from_pem_slice(&bytes.key).map_err(|error| CertError::BadKey {
+        let key = PrivateKeyDer::from_pem_slice(key).map_err(|error| CertError::BadKey {
             path: self.key.clone(),
             reason: error.to_string(),
         })?;
@@ -96,14 +107,75 @@ impl CertFiles {
     }
 }
 
-/// Serves whatever certificate is current; [`ReloadingCert::reload`] replaces it.
-#[derive(Debug)]
-pub struct ReloadingCert {
-    files: CertFiles,
+/// The file of PEM CA certificates that sign the API server's client certificate
+/// (`webhook.client_ca_file`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientCaFile(pub PathBuf);
+
+impl Files for ClientCaFile {
+    type Loaded = Arc<dyn ClientCertVerifier>;
+    const WHAT: &'static str = "client CA";
+
+    fn paths(&self) -> Vec<&Path> {
+        vec![&self.0]
+    }
+
+    fn load(
+        &self,
+        bytes: &[Vec<u8>],
+        provider: &Arc<CryptoProvider>,
+    ) -> Result<Arc<dyn ClientCertVerifier>, CertError> {
+        let [bytes] = bytes else {
+            unreachable!("paths() names one file")
+        };
+        let bad = |reason: String| CertError::BadClientCa {
+            path: self.0.clone(),
+            reason,
+        };
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in CertificateDer::pem_slice_iter(bytes) {
+            let cert = cert.map_err(|error| bad(error.to_string()))?;
+            roots.add(cert).map_err(|error| bad(error.to_string()))?;
+        }
+        if roots.is_empty() {
+            return Err(CertError::NoCertificate {
+                path: self.0.clone(),
+            });
+        }
+        rustls::server::WebPkiClientVerifier::builder_with_provider(
+            Arc::new(roots),
+            provider.clone(),
+        )
+        .build()
+        .map_err(|error| bad(error.to_string()))
+    }
+}
+
+/// What was last loaded from `files`, swapped by [`Reloading::reload`].
+pub struct Reloading<F: Files> {
+    files: F,
     provider: Arc<CryptoProvider>,
-    current: RwLock<Arc<CertifiedKey>>,
+    current: RwLock<Arc<F::Loaded>>,
     /// Bytes last looked at (good or bad), so a bad file is reported once, not every poll.
-    seen: RwLock<FileBytes>,
+    seen: RwLock<Vec<Vec<u8>>>,
+}
+
+/// Serves whatever certificate is current.
+pub type ReloadingCert = Reloading<CertFiles>;
+
+/// Admits the clients whose certificate a current CA signed: the API server authenticating
+/// itself to the webhook, so that a review reaching a handler came from it (a forged one from
+/// anywhere else on the network fails the handshake, before any side effect can be asked
+/// for). A new CA (the API server's client certificate reissued by another) is picked up as
+/// the serving certificate is; connections open keep the CA they were admitted with.
+pub type ReloadingClientCa = Reloading<ClientCaFile>;
+
+impl<F: Files + std::fmt::Debug> std::fmt::Debug for Reloading<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reloading")
+            .field("files", &self.files)
+            .finish_non_exhaustive()
+    }
 }
 
 /// What a reload did.
@@ -113,40 +185,40 @@ pub enum Reload {
     Replaced,
 }
 
-impl ReloadingCert {
+impl<F: Files> Reloading<F> {
     /// Loads the files; an error names the file at fault (startup must fail on it).
-    pub fn load(files: CertFiles) -> Result<Self, CertError> {
+    pub fn load(files: F) -> Result<Self, CertError> {
         let provider = CryptoProvider::get_default()
             .cloned()
             .unwrap_or_else(|| Arc::new(rustls::crypto::ring::default_provider()));
-        let bytes = files.read()?;
-        let key = files.certified_key(&bytes, &provider)?;
+        let bytes = read(&files)?;
+        let loaded = files.load(&bytes, &provider)?;
         Ok(Self {
             files,
             provider,
-            current: RwLock::new(Arc::new(key)),
+            current: RwLock::new(Arc::new(loaded)),
             seen: RwLock::new(bytes),
         })
     }
 
-    /// The certificate now served.
-    pub fn current(&self) -> Arc<CertifiedKey> {
+    /// What is served now.
+    pub fn current(&self) -> Arc<F::Loaded> {
         self.current
             .read()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
     }
 
-    /// Reads the files and swaps the certificate when they changed and load.
+    /// Reads the files and swaps what is served when they changed and load.
     pub fn reload(&self) -> Result<Reload, CertError> {
-        let bytes = self.files.read()?;
+        let bytes = read(&self.files)?;
         if *self.seen.read().unwrap_or_else(PoisonError::into_inner) == bytes {
             return Ok(Reload::Unchanged);
         }
-        let loaded = self.files.certified_key(&bytes, &self.provider);
+        let loaded = self.files.load(&bytes, &self.provider);
         *self.seen.write().unwrap_or_else(PoisonError::into_inner) = bytes;
-        let key = loaded?;
-        *self.current.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(key);
+        let loaded = loaded?;
+        *self.current.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(loaded);
         Ok(Reload::Replaced)
     }
 
@@ -163,77 +235,99 @@ impl ReloadingCert {
             match self.reload() {
                 Ok(Reload::Unchanged) => {}
                 Ok(Reload::Replaced) => {
-                    tracing::info!(cert = %self.files.cert.display(), "serving certificate reloaded")
+                    let file = self.files.paths()[0].display().to_string();
+                    tracing::info!(%file, what = F::WHAT, "reloaded")
                 }
                 Err(error) => {
-                    tracing::error!(%error, "the certificate files changed but cannot be used; still serving the previous certificate")
+                    tracing::error!(%error, what = F::WHAT, "the files changed but cannot be used; still serving the previous ones")
                 }
             }
         }
     }
+}
 
+fn read<F: Files>(files: &F) -> Result<Vec<Vec<u8>>, CertError> {
+    files
+        .paths()
+        .into_iter()
+        .map(|path| {
+            std::fs::read(path).map_err(|error| CertError::Read {
+                path: path.to_owned(),
+                error,
+            })
+        })
+        .collect()
+}
+
+impl ReloadingCert {
     /// A TLS 1.2+ server configuration serving this certificate, to every client or (with
-    /// `clients`) only to those presenting a certificate that verifier accepts.
-    pub fn server_config(self: &Arc<Self>, clients: Option<ClientCa>) -> rustls::ServerConfig {
+    /// `clients`) only to those presenting a certificate that CA signed.
+    pub fn server_config(
+        self: &Arc<Self>,
+        clients: Option<Arc<ReloadingClientCa>>,
+    ) -> rustls::ServerConfig {
         let builder = rustls::ServerConfig::builder_with_provider(self.provider.clone())
             .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
             .expect("ring supports TLS 1.2 and 1.3");
         match clients {
-            Some(clients) => builder.with_client_cert_verifier(clients.0),
+            Some(clients) => builder.with_client_cert_verifier(clients),
             None => builder.with_no_client_auth(),
         }
         .with_cert_resolver(self.clone())
     }
 }
 
-/// The CA whose certificates alone may connect: the API server authenticating itself to the
-/// webhook, so that a review reaching a handler came from it (a forged one from anywhere else
-/// on the network fails the handshake, before any side effect can be asked for).
-#[derive(Clone)]
-pub struct ClientCa(Arc<dyn rustls::server::danger::ClientCertVerifier>);
-
-impl std::fmt::Debug for ClientCa {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("ClientCa")
-    }
-}
-
-impl ClientCa {
-    /// Reads the PEM CA certificates of `path`; an error names the file. Read once: a new CA
-    /// takes a restart (it changes with the API server's configuration, which restarts too).
-    pub fn load(path: &Path) -> Result<Self, CertError> {
-        let bytes = std::fs::read(path).map_err(|error| CertError::Read {
-            path: path.to_owned(),
-            error,
-        })?;
-        let bad = |reason: String| CertError::BadClientCa {
-            path: path.to_owned(),
-            reason,
-        };
-        let mut roots = rustls::RootCertStore::empty();
-        for cert in CertificateDer::pem_slice_iter(&bytes) {
-            let cert = cert.map_err(|error| bad(error.to_string()))?;
-            roots.add(cert).map_err(|error| bad(error.to_string()))?;
-        }
-        if roots.is_empty() {
-            return Err(CertError::NoCertificate {
-                path: path.to_owned(),
-            });
-        }
-        let provider = CryptoProvider::get_default()
-            .cloned()
-            .unwrap_or_else(|| Arc::new(rustls::crypto::ring::default_provider()));
-        let verifier =
-            rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
-                .build()
-                .map_err(|error| bad(error.to_string()))?;
-        Ok(Self(verifier))
-    }
-}
-
 impl ResolvesServerCert for ReloadingCert {
     fn resolve(&self, _client_hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
         Some(self.current())
+    }
+}
+
+/// Each handshake asks the CA current when it begins.
+impl ClientCertVerifier for ReloadingClientCa {
+    fn offer_client_auth(&self) -> bool {
+        true
+    }
+
+    fn client_auth_mandatory(&self) -> bool {
+        true
+    }
+
+    /// None: the hints would have to outlive a reload. Clients then send the certificate they
+    /// have (the API server has one per webhook), which is checked all the same.
+    fn root_hint_subjects(&self) -> &[DistinguishedName] {
+        &[]
+    }
+
+    fn verify_client_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        now: UnixTime,
+    ) -> Result<ClientCertVerified, rustls::Error> {
+        (**self.current()).verify_client_cert(end_entity, intermediates, now)
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        (**self.current()).verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        (**self.current()).verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        (**self.current()).supported_verify_schemes()
     }
 }
 
@@ -352,11 +446,15 @@ mod tests {
     fn a_client_ca_file_that_cannot_be_used_is_named() {
         let dir = tempfile::tempdir().unwrap();
         let missing = dir.path().join("missing.crt");
-        let error = ClientCa::load(&missing).unwrap_err().to_string();
+        let error = ReloadingClientCa::load(ClientCaFile(missing))
+            .unwrap_err()
+            .to_string();
         assert!(error.contains("missing.crt"), "{error}");
         let not_pem = dir.path().join("not-pem.crt");
         std::fs::write(&not_pem, "not a certificate").unwrap();
-        let error = ClientCa::load(&not_pem).unwrap_err().to_string();
+        let error = ReloadingClientCa::load(ClientCaFile(not_pem))
+            .unwrap_err()
+            .to_string();
         assert!(error.contains("not-pem.crt"), "{error}");
     }
 }

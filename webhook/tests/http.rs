@@ -11,7 +11,7 @@ use actix_web::{App, test};
 use baton_config::{ByteSize, Config};
 use baton_shared::http_server::Draining;
 use baton_webhook::server::{self, NO_DOWNSCALE_PATH, PREPARE_DOWNSCALE_PATH, routes};
-use baton_webhook::tls_reload::{CertFiles, ClientCa, ReloadingCert};
+use baton_webhook::tls_reload::{CertFiles, ClientCaFile, ReloadingCert, ReloadingClientCa};
 use common::{DENIED, labelled_downscale, review, scale, state, workload};
 use serde_json::{Value, json};
 
@@ -284,63 +284,77 @@ async fn prepare_downscale_answers_what_needs_no_preparation_without_the_api() {
     }
 }
 
-/// Many large bodies at once cannot take more memory than the budget: a request whose body
-/// does not fit waits, and is refused with 429 when none is freed in time; once the holder is
-/// done, requests are served again.
+type BodyStream = std::pin::Pin<
+    Box<dyn futures::Stream<Item = Result<actix_web::web::Bytes, actix_web::error::PayloadError>>>,
+>;
+
+/// A client that announces a body of the largest size and sends it slowly holds its share of
+/// the body budget only until webhook.read_timeout: then it is answered 408, its connection is
+/// closed, and what it held is back. Meanwhile another client is answered at once, and the
+/// slow client's own next request waits for its share.
 #[actix_web::test]
-async fn request_bodies_in_flight_are_bounded_by_the_byte_budget() {
+async fn a_stalled_body_holds_only_its_clients_share_and_only_until_the_read_timeout() {
+    // Given a budget of four largest bodies (4 KiB each): a client's share is one
     let mut config = config();
-    config.webhook.max_inflight_request_bytes = ByteSize(4096);
-    config.webhook.request_timeout = baton_config::Duration::from_millis(300);
+    config.webhook.max_inflight_request_bytes = ByteSize(16 * 1024);
+    config.webhook.read_timeout = baton_config::Duration::from_millis(600);
     let (state, _) = state(&config);
-    let app = test::init_service(App::new().configure(routes(state))).await;
-    // A client that declares a 4 KiB body and sends it slowly holds the whole budget.
-    let (sender, body) = futures::channel::mpsc::unbounded::<
-        Result<actix_web::web::Bytes, actix_web::error::PayloadError>,
-    >();
-    let held = test::TestRequest::post()
-        .uri(NO_DOWNSCALE_PATH)
-        .insert_header(("content-type", "application/json"))
-        .insert_header(("content-length", "4096"))
-        .to_request();
-    type Stream = std::pin::Pin<
-        Box<
-            dyn futures::Stream<
-                    Item = Result<actix_web::web::Bytes, actix_web::error::PayloadError>,
-                >,
-        >,
-    >;
-    let (held, _) = held.replace_payload(actix_web::dev::Payload::from(Box::pin(body) as Stream));
-    let holder = actix_web::dev::Service::call(&app, held);
-    let small = || {
+    let app = test::init_service(App::new().configure(routes(state.clone()))).await;
+    let (slow, other): (std::net::SocketAddr, std::net::SocketAddr) = (
+        "10.0.0.1:40000".parse().unwrap(),
+        "10.0.0.2:40000".parse().unwrap(),
+    );
+    let review = |from: std::net::SocketAddr| {
         test::TestRequest::post()
             .uri(NO_DOWNSCALE_PATH)
+            .peer_addr(from)
             .insert_header(("content-type", "application/json"))
             .set_payload(serde_json::to_vec(&labelled_downscale("admission.k8s.io/v1")).unwrap())
             .to_request()
     };
-    // (join! polls in order: the holder takes the budget before the small request asks)
-    let (holder, refused, ()) = futures::join!(holder, test::call_service(&app, small()), async {
-        // The body comes in only after the other request was answered.
-        tokio::time::sleep(Duration::from_millis(600)).await;
-        let _ = sender.unbounded_send(Ok(actix_web::web::Bytes::from_static(b"{}")));
-        drop(sender);
-    });
-    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
-    let text = String::from_utf8_lossy(&test::read_body(refused).await).into_owned();
-    assert!(
-        text.contains("webhook.max_inflight_request_bytes"),
-        "{text}"
-    );
+    // (a body that never comes: its sender is kept until the end)
+    let (_sender, body) = futures::channel::mpsc::unbounded();
+    let (stalled, _) = test::TestRequest::post()
+        .uri(NO_DOWNSCALE_PATH)
+        .peer_addr(slow)
+        .insert_header(("content-type", "application/json"))
+        .insert_header(("content-length", "4096"))
+        .to_request()
+        .replace_payload(actix_web::dev::Payload::from(Box::pin(body) as BodyStream));
+    let started = std::time::Instant::now();
+
+    // When the slow client stalls its body (join! polls in order: it takes its share first)
+    let (stalled, (others, next)) =
+        futures::join!(actix_web::dev::Service::call(&app, stalled), async {
+            // and another client asks meanwhile, and later the slow client again
+            let others = test::call_service(&app, review(other)).await;
+            let answered_after = started.elapsed();
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let next = test::call_service(&app, review(slow)).await;
+            (
+                (others.status(), answered_after),
+                (next.status(), started.elapsed()),
+            )
+        });
+
+    // Then the other client is answered at once
+    assert_eq!(others.0, StatusCode::OK);
+    assert!(others.1 < Duration::from_millis(300), "{:?}", others.1);
+    // and the stalled body is cut off at the deadline, closing its connection
+    let stalled = stalled.unwrap();
+    assert_eq!(stalled.status(), StatusCode::REQUEST_TIMEOUT);
     assert_eq!(
-        holder.map(|r| r.status()).ok(),
-        Some(StatusCode::BAD_REQUEST)
+        stalled.response().head().connection_type(),
+        actix_web::http::ConnectionType::Close
     );
-    // The budget is whole again.
-    assert_eq!(
-        test::call_service(&app, small()).await.status(),
-        StatusCode::OK
-    );
+    let text = String::from_utf8_lossy(&test::read_body(stalled).await).into_owned();
+    assert!(text.contains("webhook.read_timeout"), "{text}");
+    // and the slow client's next request waited for its share until then, and was answered
+    assert_eq!(next.0, StatusCode::OK);
+    assert!(next.1 >= Duration::from_millis(600), "{:?}", next.1);
+    // and the whole budget is back, no client holding a share
+    assert_eq!(state.body_budget().available(), 16);
+    assert_eq!(state.body_budget().clients(), 0);
 }
 
 #[actix_web::test]
@@ -425,7 +439,7 @@ fn serve_files(
     dir: &std::path::Path,
     cert_pem: &str,
     key_pem: &str,
-    clients: Option<ClientCa>,
+    clients: Option<std::sync::Arc<ReloadingClientCa>>,
 ) -> (
     std::sync::Arc<ReloadingCert>,
     baton_shared::http_server::BoundServer,
@@ -613,7 +627,9 @@ async fn with_a_client_ca_only_clients_presenting_its_certificates_are_served() 
         client_ca_and_certificate("kube-apiserver");
     let (_, stranger_cert, stranger_key) = client_ca_and_certificate("kube-apiserver");
     std::fs::write(dir.path().join("client-ca.crt"), &api_server_ca).unwrap();
-    let clients = ClientCa::load(&dir.path().join("client-ca.crt")).unwrap();
+    let clients = std::sync::Arc::new(
+        ReloadingClientCa::load(ClientCaFile(dir.path().join("client-ca.crt"))).unwrap(),
+    );
     let (_cert, server) = serve_files(dir.path(), &serving_cert, &serving_key, Some(clients));
     let address = server.local_addr();
     let shutdown = tokio_util::sync::CancellationToken::new();
@@ -658,4 +674,92 @@ async fn with_a_client_ca_only_clients_presenting_its_certificates_are_served() 
 
     shutdown.cancel();
     serving.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn a_new_client_ca_written_to_its_file_is_required_after_the_reload() {
+    // Given a webhook server requiring client certificates of the CA in its client CA file,
+    // which it polls
+    let dir = tempfile::tempdir().unwrap();
+    let (serving_cert, serving_key) = issue("webhook.test");
+    let (old_ca, old_cert, old_key) = client_ca_and_certificate("kube-apiserver");
+    let (new_ca, new_cert, new_key) = client_ca_and_certificate("kube-apiserver");
+    let ca_file = dir.path().join("client-ca.crt");
+    std::fs::write(&ca_file, &old_ca).unwrap();
+    let clients = std::sync::Arc::new(ReloadingClientCa::load(ClientCaFile(ca_file)).unwrap());
+    let (_cert, server) = serve_files(
+        dir.path(),
+        &serving_cert,
+        &serving_key,
+        Some(clients.clone()),
+    );
+    let address = server.local_addr();
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let serving = tokio::spawn(server.run(shutdown.clone()));
+    let reloading = tokio::spawn(clients.watch(Duration::from_millis(50), shutdown.clone()));
+    let url = format!("https://webhook.test:{}{NO_DOWNSCALE_PATH}", address.port());
+    let body = serde_json::to_vec(&labelled_downscale("admission.k8s.io/v1")).unwrap();
+    // (a new client, so a new connection and handshake, each time)
+    let ask = |cert: &str, key: &str| {
+        let request = reqwest::Client::builder()
+            .tls_certs_only([reqwest::Certificate::from_pem(serving_cert.as_bytes()).unwrap()])
+            .identity(reqwest::Identity::from_pem(format!("{cert}{key}").as_bytes()).unwrap())
+            .resolve("webhook.test", address)
+            .no_proxy()
+            .build()
+            .unwrap()
+            .post(url.clone())
+            .header("content-type", "application/json")
+            .body(body.clone());
+        async move { request.send().await }
+    };
+    assert_eq!(
+        ask(&old_cert, &old_key).await.unwrap().status(),
+        200,
+        "the old CA's certificate is served at first"
+    );
+    assert!(
+        ask(&new_cert, &new_key).await.is_err(),
+        "the new CA's certificate is refused at first"
+    );
+
+    // When the API server's client certificate is reissued by a new CA, written to the file as
+    // kubelet updates a mounted ConfigMap (a new file renamed over the old)
+    let staging = dir.path().join("client-ca.crt.new");
+    std::fs::write(&staging, &new_ca).unwrap();
+    std::fs::rename(&staging, dir.path().join("client-ca.crt")).unwrap();
+
+    // Then a certificate of the new CA is served once the file is reloaded
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Ok(answer) = ask(&new_cert, &new_key).await {
+            assert_eq!(answer.status(), 200);
+            let review: Value = answer.json().await.unwrap();
+            assert_eq!(review["response"]["status"]["message"], json!(DENIED));
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the new client CA was never required"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // and one of the old CA is refused before a review is read
+    assert!(
+        ask(&old_cert, &old_key).await.is_err(),
+        "the old CA's certificate is still served"
+    );
+
+    // When the file is replaced by something that is not a CA
+    std::fs::write(dir.path().join("client-ca.crt"), "not a certificate").unwrap();
+    // Then the last good CA stays: the new CA's certificate is still served, the old refused
+    let replaced = tokio::time::Instant::now() + Duration::from_millis(300);
+    while tokio::time::Instant::now() < replaced {
+        assert_eq!(ask(&new_cert, &new_key).await.unwrap().status(), 200);
+        assert!(ask(&old_cert, &old_key).await.is_err());
+    }
+
+    shutdown.cancel();
+    serving.await.unwrap().unwrap();
+    reloading.await.unwrap();
 }

@@ -127,7 +127,8 @@ annotations:
 
 {{/*
 What every webhook of baton's shares: the Service in baton's namespace, the policies and the
-groups' namespace. Called with (dict "root" $ "name" "no-downscale" "path" "no-downscale").
+groups' namespace. Called with (dict "root" $ "name" "no-downscale" "path" "no-downscale");
+a "failurePolicy" in the dict overrides webhooks.failurePolicy (the guards always fail closed).
 */}}
 {{- define "baton.webhookCommon" -}}
 {{- $root := .root -}}
@@ -139,7 +140,7 @@ clientConfig:
     namespace: {{ $root.Release.Namespace }}
     path: /admission/{{ .path }}
     port: 443
-failurePolicy: {{ $root.Values.webhooks.failurePolicy }}
+failurePolicy: {{ .failurePolicy | default $root.Values.webhooks.failurePolicy }}
 matchPolicy: Equivalent
 timeoutSeconds: {{ int $root.Values.webhooks.timeoutSeconds }}
 namespaceSelector:
