@@ -15,6 +15,7 @@ use baton_core::gates::{self, APPROVED_ANNOTATION, APPROVED_BY_ANNOTATION, GateW
 
 use crate::access::{AccessError, History};
 use crate::exit;
+use crate::output;
 use crate::render;
 use crate::scope::{self, Scope};
 
@@ -99,11 +100,11 @@ pub async fn run(scope: &Scope, group: &str, step: Option<&str>) -> Result<i32, 
         gates::health_check::evaluate_without_queries(&read.snapshot(), jiff::Timestamp::now());
     match awaited(group, &read.names(), gate.wait()) {
         Ok(approval) if step.is_some_and(|step| step != approval.step) => {
-            eprintln!(
+            output::err([format!(
                 "rollout group {group} awaits {}, not {}: nothing written",
-                render::printable(&approval.step),
-                render::printable(step.unwrap_or_default())
-            );
+                approval.step,
+                step.unwrap_or_default()
+            )]);
             Ok(exit::ERROR)
         }
         Ok(approval) => {
@@ -116,11 +117,11 @@ pub async fn run(scope: &Scope, group: &str, step: Option<&str>) -> Result<i32, 
             ];
             let outcomes = scope.patch_each(&approval.members, &patch).await;
             scope::all_written("the approval", "the approval does not count", outcomes)?;
-            println!("{approval} (by {by})");
+            output::out([format!("{approval} (by {by})")]);
             Ok(exit::SUCCESS)
         }
         Err(nothing) => {
-            eprintln!("{nothing}");
+            output::err([nothing.to_string()]);
             Ok(exit::ERROR)
         }
     }

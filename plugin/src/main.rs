@@ -18,6 +18,8 @@
 //! (`cluster-a/ingester`), then viewed as one cluster's ([`members`]); the commands that write
 //! send each write to its member's context under the name it has there ([`scope`]).
 
+// Every line printed leaves through `output`, which escapes what namespace users wrote.
+#![deny(clippy::print_stdout, clippy::print_stderr)]
 mod access;
 mod approval;
 #[cfg(test)]
@@ -25,6 +27,7 @@ mod fake_api;
 #[cfg(test)]
 mod fixtures;
 mod members;
+mod output;
 mod pause;
 mod render;
 mod rollback;
@@ -235,7 +238,7 @@ fn main() -> ExitCode {
     let code = match runtime.block_on(run(cli)) {
         Ok(code) => code,
         Err(error) => {
-            eprintln!("error: {error}");
+            output::err([format!("error: {error}")]);
             exit::ERROR
         }
     };
@@ -256,7 +259,7 @@ async fn run(cli: Cli) -> Result<i32, AccessError> {
                 Scope::One(access) => status(access, group.as_deref()).await?,
                 Scope::Members(members) => status_across(members, group.as_deref()).await?,
             };
-            print!("{}", render::status(&document, output));
+            output::out(render::status(&document, output));
             Ok(exit::SUCCESS)
         }
         Command::Wait { group, timeout, .. } => {
@@ -274,21 +277,15 @@ async fn run(cli: Cli) -> Result<i32, AccessError> {
             let read = scope.read_group(&group, History::Without).await?;
             let now = jiff::Timestamp::now();
             let (plan, gate) = gates::health_check::evaluate_without_queries(&read.snapshot(), now);
-            print!("{}", render::plan(scope.namespace(), &group, &plan, &gate));
+            output::out(render::plan(scope.namespace(), &group, &plan, &gate));
             Ok(exit::SUCCESS)
         }
         Command::Pause { zone, .. } => {
-            print!(
-                "{}",
-                pause::run(&scope, &zone, pause::Command::Pause).await?
-            );
+            output::out(pause::run(&scope, &zone, pause::Command::Pause).await?);
             Ok(exit::SUCCESS)
         }
         Command::Resume { zone, .. } => {
-            print!(
-                "{}",
-                pause::run(&scope, &zone, pause::Command::Resume).await?
-            );
+            output::out(pause::run(&scope, &zone, pause::Command::Resume).await?);
             Ok(exit::SUCCESS)
         }
         Command::Rollback { group, reason, .. } => rollback::run(&scope, &group, &reason).await,
@@ -301,9 +298,9 @@ async fn run(cli: Cli) -> Result<i32, AccessError> {
 /// Prints how `wait` ended (stdout when complete, else stderr); its exit code.
 fn print_outcome(outcome: &wait::WaitOutcome) -> i32 {
     if outcome.code == exit::SUCCESS {
-        println!("{}", outcome.message);
+        output::out([&outcome.message]);
     } else {
-        eprintln!("{}", outcome.message);
+        output::err([&outcome.message]);
     }
     outcome.code
 }

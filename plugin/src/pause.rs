@@ -79,8 +79,8 @@ pub enum Command {
     Resume,
 }
 
-/// Applies `command` to StatefulSet `zone` (as the group names it); returns what to print.
-pub async fn run(scope: &Scope, zone: &str, command: Command) -> Result<String, AccessError> {
+/// Applies `command` to StatefulSet `zone` (as the group names it); returns the lines to print.
+pub async fn run(scope: &Scope, zone: &str, command: Command) -> Result<Vec<String>, AccessError> {
     let (statefulset, group) = scope.grouped_statefulset(zone).await?;
     // Resume says which other member still halts the group: across members, on the whole group
     // as read before anything is written.
@@ -99,14 +99,14 @@ pub async fn run(scope: &Scope, zone: &str, command: Command) -> Result<String, 
         Command::Resume => resume(annotations),
     };
     let target = render::statefulset(zone);
-    let mut text = String::new();
+    let mut lines = Vec::new();
     if changes.is_empty() {
         let state = match command {
             Command::Pause => "already paused",
             Command::Resume => "neither paused nor halted",
         };
-        text.push_str(&format!(
-            "{target} (rollout group {group}) is {state}: nothing changed\n"
+        lines.push(format!(
+            "{target} (rollout group {group}) is {state}: nothing changed"
         ));
     } else {
         let patch: Vec<(&str, Option<&str>)> = changes
@@ -114,9 +114,7 @@ pub async fn run(scope: &Scope, zone: &str, command: Command) -> Result<String, 
             .map(|change| (change.key, change.to.as_deref()))
             .collect();
         scope.patch_annotations(zone, &patch).await?;
-        for change in &changes {
-            text.push_str(&format!("{target}: {change}\n"));
-        }
+        lines.extend(changes.iter().map(|change| format!("{target}: {change}")));
     }
     if command == Command::Resume {
         // The halt of any member holds the whole group: say who still holds it.
@@ -125,9 +123,9 @@ pub async fn run(scope: &Scope, zone: &str, command: Command) -> Result<String, 
             (None, Scope::One(access)) => access.group_members(&group).await?,
             (None, Scope::Members(_)) => unreachable!("read before the write"),
         };
-        text.push_str(&still_halted(&group, zone, &members, &scope.flags()));
+        lines.extend(still_halted(&group, zone, &members, &scope.flags()));
     }
-    Ok(text)
+    Ok(lines)
 }
 
 /// The other members of `group` still halting it, each with the command that resumes it
@@ -137,22 +135,22 @@ fn still_halted(
     resumed: &str,
     members: &[k8s_openapi::api::apps::v1::StatefulSet],
     flags: &str,
-) -> String {
-    let mut text = String::new();
+) -> Vec<String> {
+    let mut lines = Vec::new();
     for member in members {
         let name = member.name_any();
         if name == resumed {
             continue;
         }
         if let Some(why) = member.annotations().get(HALTED_ANNOTATION) {
-            text.push_str(&format!(
+            lines.push(format!(
                 "rollout group {group} is still halted by {} ({why}): \
-                 kubectl baton resume {name}{flags}\n",
+                 kubectl baton resume {name}{flags}",
                 render::statefulset(&name)
             ));
         }
     }
-    text
+    lines
 }
 
 #[cfg(test)]
@@ -211,14 +209,16 @@ mod tests {
                 &members,
                 " --member cluster-a --member cluster-b=prod-us"
             ),
-            "rollout group querier is still halted by statefulset/querier in cluster cluster-a \
+            [
+                "rollout group querier is still halted by statefulset/querier in cluster cluster-a \
              (error rate 0.3): kubectl baton resume cluster-a/querier --member cluster-a \
-             --member cluster-b=prod-us\n"
+             --member cluster-b=prod-us"
+            ]
         );
         let one = [member("a", Some("why")), member("b", None)];
         assert_eq!(
             still_halted("g", "b", &one, ""),
-            "rollout group g is still halted by statefulset/a (why): kubectl baton resume a\n"
+            ["rollout group g is still halted by statefulset/a (why): kubectl baton resume a"]
         );
     }
 

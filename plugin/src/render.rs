@@ -1,6 +1,7 @@
-//! Text for people and documents for programs: pure functions from a view (or a plan) to a
-//! string, so every output is unit tested without a cluster. Tables are laid out the way
-//! kubectl lays out its own (Go's text/tabwriter, here its port `tabwriter`).
+//! Text for people and documents for programs: pure functions from a view (or a plan) to the
+//! lines to print, so every output is unit tested without a cluster. They hand what namespace
+//! users wrote over as it is: [`crate::output`] escapes every line on its way out. Tables are
+//! laid out the way kubectl lays out its own (Go's text/tabwriter, here its port `tabwriter`).
 
 use std::io::Write;
 
@@ -9,6 +10,8 @@ use baton_core::gates::GateDecision;
 use baton_core::rollout::{Action, Plan};
 use baton_core::status::{GroupStatus, RolloutStatus, ZoneStatus};
 use tabwriter::TabWriter;
+
+use crate::output;
 
 /// `-o` of `status`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -19,18 +22,15 @@ pub enum Format {
 }
 
 /// The `status` output: the controller's status document (docs/status.md), as a table or as is.
-pub fn status(document: &RolloutStatus, format: Format) -> String {
+pub fn status(document: &RolloutStatus, format: Format) -> Vec<String> {
     match format {
         Format::Table => status_table(&document.groups),
-        Format::Json => {
-            let mut text =
-                serde_json::to_string_pretty(document).expect("a document of strings and numbers");
-            text.push('\n');
-            text
-        }
-        Format::Yaml => {
-            serde_saphyr::to_string(document).expect("a document of strings and numbers")
-        }
+        Format::Json => output::lines_of(
+            &serde_json::to_string_pretty(document).expect("a document of strings and numbers"),
+        ),
+        Format::Yaml => output::lines_of(
+            &serde_saphyr::to_string(document).expect("a document of strings and numbers"),
+        ),
     }
 }
 
@@ -44,7 +44,7 @@ pub fn statefulset(name: &str) -> String {
 }
 
 /// One row per zone, then one line per group saying why it waits.
-pub fn status_table(groups: &[GroupStatus]) -> String {
+pub fn status_table(groups: &[GroupStatus]) -> Vec<String> {
     let header = ["GROUP", "ZONE", "PHASE", "UPDATED", "READY", "REVISION"].map(String::from);
     let rows = groups.iter().flat_map(|group| {
         group.zones.iter().map(|zone| {
@@ -58,15 +58,12 @@ pub fn status_table(groups: &[GroupStatus]) -> String {
             ]
         })
     });
-    let mut text = table(std::iter::once(header.to_vec()).chain(rows));
+    let mut lines = table(std::iter::once(header.to_vec()).chain(rows));
     if !groups.is_empty() {
-        text.push('\n');
+        lines.push(String::new());
     }
-    for group in groups {
-        text.push_str(&group_line(group));
-        text.push('\n');
-    }
-    text
+    lines.extend(groups.iter().map(group_line));
+    lines
 }
 
 /// `ingester: rolling; waits (NotReady): …`, or `ingester: complete`.
@@ -77,29 +74,10 @@ pub fn group_line(group: &GroupStatus) -> String {
             group.name,
             group.phase.as_str(),
             waiting.kind,
-            printable(&waiting.message)
+            waiting.message
         ),
         None => format!("{}: {}", group.name, group.phase.as_str()),
     }
-}
-
-/// `text` with every control character escaped (`\n`, `\u{1b}`, …). Messages carry what
-/// namespace users wrote (a halt's or a rollback's reason, an annotation's value): printed raw,
-/// an escape sequence would drive the reader's terminal and a newline would forge a line of
-/// output (`rollout group ingester is complete`).
-pub fn printable(text: &str) -> String {
-    if !text.chars().any(char::is_control) {
-        return text.to_owned();
-    }
-    text.chars()
-        .map(|c| {
-            if c.is_control() {
-                c.escape_default().to_string()
-            } else {
-                c.to_string()
-            }
-        })
-        .collect()
 }
 
 /// One zone in a line, for `wait` off a terminal and for its progress bars' messages.
@@ -125,25 +103,28 @@ fn revisions(zone: &ZoneStatus) -> String {
     }
 }
 
-/// Rows of cells in aligned columns, three spaces apart, as kubectl prints them.
-fn table(rows: impl IntoIterator<Item = Vec<String>>) -> String {
+/// Rows of cells in aligned columns, three spaces apart, as kubectl prints them. A cell is
+/// escaped before it is laid out: a tab or a line break in it would break the columns.
+fn table(rows: impl IntoIterator<Item = Vec<String>>) -> Vec<String> {
     let mut table = TabWriter::new(Vec::new()).padding(3);
     for row in rows {
-        let _ = writeln!(table, "{}", row.join("\t"));
+        let cells: Vec<_> = row.iter().map(|cell| output::line(cell)).collect();
+        let _ = writeln!(table, "{}", cells.join("\t"));
     }
     let bytes = table.into_inner().expect("writing to memory does not fail");
-    String::from_utf8(bytes).expect("tabwriter keeps UTF-8")
+    output::lines_of(&String::from_utf8(bytes).expect("tabwriter keeps UTF-8"))
 }
 
 /// The `plan` output: what the controller would do now and why the rest waits.
-pub fn plan(namespace: &str, group: &str, plan: &Plan, gate: &GateDecision) -> String {
-    let mut text = format!(
-        "Rollout group {group} in namespace {namespace} (a dry run: nothing was changed)\n"
-    );
+pub fn plan(namespace: &str, group: &str, plan: &Plan, gate: &GateDecision) -> Vec<String> {
+    let mut lines = vec![format!(
+        "Rollout group {group} in namespace {namespace} (a dry run: nothing was changed)"
+    )];
+    lines.push(String::new());
     if plan.actions.is_empty() {
-        text.push_str("\nNext: nothing to do now.\n");
+        lines.push("Next: nothing to do now.".to_owned());
     } else {
-        text.push_str("\nNext, in order:\n");
+        lines.push("Next, in order:".to_owned());
         for action in &plan.actions {
             let why = match action {
                 Action::DeletePod {
@@ -153,32 +134,25 @@ pub fn plan(namespace: &str, group: &str, plan: &Plan, gate: &GateDecision) -> S
                 Action::SetCurrentRevision { .. } => " — every pod of it is updated",
                 Action::SetPartition { .. } => "",
             };
-            text.push_str(&format!("  {action}{why}\n"));
+            lines.push(format!("  {action}{why}"));
         }
     }
     let mut waits = Vec::new();
     if let Some(wait) = gate.wait() {
-        waits.push(format!(
-            "  gate ({}): {}",
-            wait.kind(),
-            printable(&wait.to_string())
-        ));
+        waits.push(format!("  gate ({}): {wait}", wait.kind()));
     }
     if let Some(wait) = &plan.waiting {
-        waits.push(format!(
-            "  planner ({}): {}",
-            wait.kind(),
-            printable(&wait.to_string())
-        ));
+        waits.push(format!("  planner ({}): {wait}", wait.kind()));
     }
     if !waits.is_empty() {
-        text.push_str("\nWaits:\n");
-        text.push_str(&waits.join("\n"));
-        text.push('\n');
+        lines.push(String::new());
+        lines.push("Waits:".to_owned());
+        lines.extend(waits);
     }
     if let Some(at) = plan.recheck_after.filter(|_| plan.actions.is_empty()) {
-        text.push_str(&format!(
-            "\nLooks again at {at} (minReadySeconds or a soak ends).\n"
+        lines.push(String::new());
+        lines.push(format!(
+            "Looks again at {at} (minReadySeconds or a soak ends)."
         ));
     }
     let warnings: Vec<String> = plan
@@ -188,10 +162,9 @@ pub fn plan(namespace: &str, group: &str, plan: &Plan, gate: &GateDecision) -> S
         .chain(gate.warnings.iter().map(ToString::to_string))
         .collect();
     if !warnings.is_empty() {
-        text.push_str("\nWarnings:\n");
-        for warning in warnings {
-            text.push_str(&format!("  {}\n", printable(&warning)));
-        }
+        lines.push(String::new());
+        lines.push("Warnings:".to_owned());
+        lines.extend(warnings.iter().map(|warning| format!("  {warning}")));
     }
     let header = ["ZONE", "UPDATED", "READY", "DONE"].map(String::from);
     let rows = plan.progress.iter().map(|zone| {
@@ -202,9 +175,9 @@ pub fn plan(namespace: &str, group: &str, plan: &Plan, gate: &GateDecision) -> S
             if zone.done { "yes" } else { "no" }.to_owned(),
         ]
     });
-    text.push('\n');
-    text.push_str(&table(std::iter::once(header.to_vec()).chain(rows)));
-    text
+    lines.push(String::new());
+    lines.extend(table(std::iter::once(header.to_vec()).chain(rows)));
+    lines
 }
 
 #[cfg(test)]
@@ -248,8 +221,8 @@ mod tests {
             b,
             zone("ingester-zone-c", 3, 0),
         ]));
-        let text = status_table(&[view]);
-        let lines: Vec<&str> = text.lines().collect();
+        let lines = status_table(&[view]);
+        let text = lines.join("\n");
         assert_eq!(
             lines[..4],
             [
@@ -271,7 +244,7 @@ mod tests {
         let b = annotated(zone("b", 2, 0), ROLLOUT_PAUSED_ANNOTATION, "true");
         let document = document(vec![status_of(&group(vec![zone("a", 2, 2), b]))]);
         let json: serde_json::Value =
-            serde_json::from_str(&status(&document, Format::Json)).unwrap();
+            serde_json::from_str(&status(&document, Format::Json).join("\n")).unwrap();
         assert_eq!(json["apiVersion"], "baton.dev/v1alpha1");
         assert_eq!(json["kind"], "RolloutStatus");
         assert_eq!(json["namespace"], "mimir");
@@ -283,7 +256,7 @@ mod tests {
         assert_eq!(ingester["zones"][1]["updateRevision"], "new");
         assert_eq!(ingester["zones"][1]["paused"], true);
         let yaml: serde_json::Value =
-            serde_saphyr::from_str(&status(&document, Format::Yaml)).unwrap();
+            serde_saphyr::from_str(&status(&document, Format::Yaml).join("\n")).unwrap();
         assert_eq!(yaml, json, "the same document either way");
         let back: RolloutStatus = serde_json::from_value(json).unwrap();
         assert_eq!(back, document, "it reads back as the controller's model");
@@ -304,7 +277,7 @@ mod tests {
     fn no_groups_is_only_the_header() {
         assert_eq!(
             status_table(&[]),
-            "GROUP   ZONE   PHASE   UPDATED   READY   REVISION\n"
+            ["GROUP   ZONE   PHASE   UPDATED   READY   REVISION"]
         );
     }
 
@@ -312,7 +285,7 @@ mod tests {
     fn the_plan_names_the_next_deletions_and_why_the_rest_waits() {
         let snapshot = group(vec![zone("a", 2, 0), zone("b", 2, 0)]);
         let (planned, gate) = gates::decide(&snapshot, jiff::Timestamp::UNIX_EPOCH);
-        let text = plan("mimir", "ingester", &planned, &gate);
+        let text = plan("mimir", "ingester", &planned, &gate).join("\n") + "\n";
         assert!(
             text.starts_with("Rollout group ingester in namespace mimir (a dry run"),
             "{text}"
@@ -327,7 +300,7 @@ mod tests {
         let paused = annotated(zone("b", 2, 0), ROLLOUT_PAUSED_ANNOTATION, "true");
         let snapshot = group(vec![zone("a", 2, 2), paused]);
         let (planned, gate) = gates::decide(&snapshot, jiff::Timestamp::UNIX_EPOCH);
-        let text = plan("mimir", "ingester", &planned, &gate);
+        let text = plan("mimir", "ingester", &planned, &gate).join("\n") + "\n";
         assert!(text.contains("Next: nothing to do now."), "{text}");
         assert!(
             text.contains("planner (Paused): rollout paused with pods left to update in b"),
@@ -340,7 +313,7 @@ mod tests {
         let a = annotated(zone("a", 2, 0), "rollout-max-unavailable", "lots");
         let snapshot = group(vec![a]);
         let (planned, gate) = gates::decide(&snapshot, jiff::Timestamp::UNIX_EPOCH);
-        let text = plan("mimir", "ingester", &planned, &gate);
+        let text = plan("mimir", "ingester", &planned, &gate).join("\n") + "\n";
         assert!(text.contains("Warnings:\n  StatefulSet a: "), "{text}");
         assert!(text.contains("\"lots\""), "{text}");
     }

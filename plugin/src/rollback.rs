@@ -18,6 +18,7 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 
 use crate::access::{AccessError, History};
 use crate::exit;
+use crate::output;
 use crate::render;
 use crate::scope::{self, Scope};
 
@@ -57,7 +58,7 @@ pub async fn run(scope: &Scope, group: &str, reason: &str) -> Result<i32, Access
     let records = match decide(group, &snapshot, &history, &why, jiff::Timestamp::now()) {
         Ok(records) => records,
         Err(refused) => {
-            eprintln!("{refused}: nothing written");
+            output::err([format!("{refused}: nothing written")]);
             return Ok(exit::ERROR);
         }
     };
@@ -67,19 +68,21 @@ pub async fn run(scope: &Scope, group: &str, reason: &str) -> Result<i32, Access
         .patch_each(&carriers, &[(ROLLBACK_ANNOTATION, Some(why.as_str()))])
         .await;
     scope::all_written("the rollback request", "nothing rolls back", outcomes)?;
-    println!(
-        "rollback of rollout group {group} requested ({ROLLBACK_ANNOTATION} on {}): {}",
-        carriers
-            .iter()
-            .map(|carrier| render::statefulset(carrier))
-            .collect::<Vec<_>>()
-            .join(", "),
-        rollback::describe(&records)
-    );
-    println!(
-        "follow it with: kubectl baton wait {group}{} (exit 7 once rolled back)",
-        scope.flags()
-    );
+    output::out([
+        format!(
+            "rollback of rollout group {group} requested ({ROLLBACK_ANNOTATION} on {}): {}",
+            carriers
+                .iter()
+                .map(|carrier| render::statefulset(carrier))
+                .collect::<Vec<_>>()
+                .join(", "),
+            rollback::describe(&records)
+        ),
+        format!(
+            "follow it with: kubectl baton wait {group}{} (exit 7 once rolled back)",
+            scope.flags()
+        ),
+    ]);
     Ok(exit::SUCCESS)
 }
 

@@ -405,7 +405,9 @@ mod tests {
             .unwrap();
         assert_eq!(
             paused,
-            "statefulset/querier in cluster cluster-b: grafana.com/rollout-paused set to \"true\"\n"
+            [
+                "statefulset/querier in cluster cluster-b: grafana.com/rollout-paused set to \"true\""
+            ]
         );
         assert_eq!(
             b.patches(),

@@ -45,6 +45,7 @@ use baton_core::status::{GroupStatus, RolloutPhase};
 use crate::access::{self, Access, AccessError, MemberAccess, group_selector};
 use crate::exit;
 use crate::members::{self, MemberCache, Reading, Watch};
+use crate::output;
 use crate::render;
 
 /// Whether waiting is over, from the group's view.
@@ -71,16 +72,16 @@ pub fn verdict(view: &GroupStatus) -> WaitVerdict {
     let message = || {
         view.waiting
             .as_ref()
-            .map_or_else(String::new, |waiting| render::printable(&waiting.message))
+            .map_or_else(String::new, |waiting| waiting.message.clone())
     };
     match view.phase {
         RolloutPhase::Complete => WaitVerdict::Complete,
         RolloutPhase::Halted => WaitVerdict::Halted(message()),
         RolloutPhase::Skipped => WaitVerdict::Skipped(message()),
         RolloutPhase::AwaitingApproval => WaitVerdict::AwaitingApproval(message()),
-        RolloutPhase::RolledBack => WaitVerdict::RolledBack(render::printable(
-            view.rollback.as_deref().unwrap_or_default(),
-        )),
+        RolloutPhase::RolledBack => {
+            WaitVerdict::RolledBack(view.rollback.clone().unwrap_or_default())
+        }
         RolloutPhase::Rolling
         | RolloutPhase::Waiting
         | RolloutPhase::Paused
@@ -289,8 +290,7 @@ pub async fn run_across(
             display.note(&match &unreadable {
                 Some(error) => format!(
                     "member cluster {} cannot be read: {}; it counts as not ready until it is listed again",
-                    cache.name,
-                    render::printable(error)
+                    cache.name, error
                 ),
                 None => format!("member cluster {} is read again", cache.name),
             });
@@ -336,8 +336,7 @@ pub fn timed_out_across(
     let mut outcome = timed_out(view, timeout);
     for (member, error) in members::unreadable(members) {
         outcome.message.push_str(&format!(
-            "; member cluster {member} cannot be read: {}",
-            render::printable(&error)
+            "; member cluster {member} cannot be read: {error}"
         ));
     }
     outcome
@@ -504,7 +503,7 @@ impl Display {
                         None => {
                             let bar = multi.insert_before(group, ProgressBar::new(0));
                             bar.set_style(style.clone());
-                            bar.set_prefix(zone.statefulset.clone());
+                            bar.set_prefix(output::line(&zone.statefulset).into_owned());
                             zones.push((zone.statefulset.clone(), bar.clone()));
                             bar
                         }
@@ -518,7 +517,7 @@ impl Display {
                         zone.phase.as_str()
                     ));
                 }
-                group.set_message(render::group_line(view));
+                group.set_message(output::line(&render::group_line(view)).into_owned());
             }
             Self::Lines { last } => {
                 let lines: Vec<String> = view
@@ -527,11 +526,7 @@ impl Display {
                     .map(render::zone_line)
                     .chain(std::iter::once(render::group_line(view)))
                     .collect();
-                for line in &lines {
-                    if !last.contains(line) {
-                        println!("{line}");
-                    }
-                }
+                output::out(lines.iter().filter(|line| !last.contains(line)));
                 *last = lines;
             }
         }
@@ -542,9 +537,9 @@ impl Display {
         match self {
             Self::Bars { multi, .. } => {
                 // Not drawn only when the terminal is gone; the bars go on either way.
-                let _ = multi.println(line);
+                let _ = multi.println(output::line(line));
             }
-            Self::Lines { .. } => println!("{line}"),
+            Self::Lines { .. } => output::out([line]),
         }
     }
 
@@ -610,9 +605,17 @@ mod tests {
         // When wait stops and the status line is printed
         let halted = outcome(&view).expect("final");
         let line = render::group_line(&view);
-        // Then neither holds a control character, and the reason is still there, escaped
-        for printed in [&halted.message, &line] {
-            assert!(!printed.chars().any(char::is_control), "{printed:?}");
+        // Then neither holds a control character once printed, each is one line, and the
+        // reason is still there, escaped
+        for text in [&halted.message, &line] {
+            let mut printed = Vec::new();
+            output::write(&mut printed, [text]).expect("writing to memory");
+            let printed = String::from_utf8(printed).expect("UTF-8");
+            assert_eq!(printed.matches('\n').count(), 1, "{printed:?}");
+            assert!(
+                !printed.trim_end_matches('\n').chars().any(char::is_control),
+                "{printed:?}"
+            );
             assert!(
                 printed.contains("oops\\u{1b}[2J\\u{7}\\rrollout group"),
                 "{printed}"

@@ -646,3 +646,107 @@ async fn across_members_wait_holds_while_a_member_cannot_be_read_and_goes_on_onc
         "{printed}"
     );
 }
+
+/// What a namespace user writes to drive a reader's terminal (clear the screen, ring the bell,
+/// return the cursor) and forge lines of baton's output.
+const HOSTILE: &str = "oops\u{1b}[2J\u{7}\rrollout group hostile is complete\nforged line\u{0}";
+
+/// Panics unless `run` printed no control character but its own line breaks, and no line a
+/// value forged.
+fn printed_escaped(command: &str, run: &Run) {
+    for (stream, text) in [("stdout", &run.stdout), ("stderr", &run.stderr)] {
+        assert!(
+            !text.chars().any(|c| c.is_control() && c != '\n'),
+            "`kubectl baton {command}` printed a control character on {stream}: {run:#?}"
+        );
+        assert!(
+            !text.lines().any(|line| line.starts_with("forged line")
+                || line.trim() == "rollout group hostile is complete"),
+            "`kubectl baton {command}` printed a forged line on {stream}: {run:#?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn every_command_prints_what_namespace_users_wrote_escaped() {
+    let control_plane = ControlPlane::shared().await;
+    let namespace = TestNamespace::create(control_plane, "plugin-hostile").await;
+    let client = namespace.client();
+    let plugin = Plugin {
+        kubeconfig: control_plane.kubeconfig_path(),
+        namespace: namespace.name(),
+    };
+    // Given a group whose every field a namespace user writes, and the plugin shows, holds
+    // escape sequences, a bell, a carriage return, a line break and a NUL: a halt's reason, a
+    // rollback request's reason, an approval, and the gate keys the plugin names in warnings
+    StatefulSetFixture::new("hostile-zone-a")
+        .group("hostile")
+        .replicas(1)
+        .annotation(HALTED, HOSTILE)
+        .annotation("baton.dev/soak", HOSTILE)
+        .annotation("baton.dev/health-check", HOSTILE)
+        .annotation("rollout-max-unavailable", HOSTILE)
+        .create(&client, namespace.name())
+        .await;
+    StatefulSetFixture::new("hostile-zone-b")
+        .group("hostile")
+        .replicas(1)
+        .annotation(HALTED, HOSTILE)
+        .annotation("baton.dev/hook", HOSTILE)
+        .annotation("baton.dev/batches", HOSTILE)
+        .annotation("baton.dev/approved", HOSTILE)
+        .annotation("baton.dev/rollback", HOSTILE)
+        .create(&client, namespace.name())
+        .await;
+
+    // When every command is run against it
+    let escaped = "oops\\u{1b}[2J\\u{7}\\rrollout group hostile is complete\\nforged line\\u{0}";
+    let status = plugin.run(&["status"]).await;
+    printed_escaped("status", status.exited(0));
+    let as_json = plugin.run(&["status", "hostile", "-o", "json"]).await;
+    printed_escaped("status -o json", as_json.exited(0));
+    let as_yaml = plugin.run(&["status", "hostile", "-o", "yaml"]).await;
+    printed_escaped("status -o yaml", as_yaml.exited(0));
+    let plan = plugin.run(&["plan", "hostile"]).await;
+    printed_escaped("plan", plan.exited(0));
+    let wait = plugin.run(&["wait", "hostile", "--timeout", "1m"]).await;
+    printed_escaped("wait", &wait);
+    let approve = plugin.run(&["approve", "hostile"]).await;
+    printed_escaped("approve", &approve);
+    let step = plugin
+        .run(&["approve", "hostile", "--step", "zone\u{1b}[2J\nforged line"])
+        .await;
+    printed_escaped("approve --step", &step);
+    let rollback = plugin
+        .run(&[
+            "rollback",
+            "hostile",
+            "--reason",
+            "why\u{1b}[2J\nforged line",
+        ])
+        .await;
+    printed_escaped("rollback", &rollback);
+    let pause = plugin.run(&["pause", "hostile-zone-a"]).await;
+    printed_escaped("pause", pause.exited(0));
+    let resume = plugin.run(&["resume", "hostile-zone-b"]).await;
+    printed_escaped("resume", resume.exited(0));
+    let missing = plugin
+        .run(&["pause", "hostile-zone-\u{1b}[2J\nforged line"])
+        .await;
+    printed_escaped("pause (no such StatefulSet)", &missing);
+
+    // Then each printed the values, escaped: what was written is still there to read
+    status.says(&[escaped]);
+    assert!(
+        as_json.stdout.contains(
+            "oops\\u001b[2J\\u0007\\rrollout group hostile is complete\\nforged line\\u0000"
+        ),
+        "JSON escapes as JSON does: {as_json:#?}"
+    );
+    plan.says(&[escaped]);
+    wait.exited(4).complains(&[escaped]);
+    approve.complains(&[escaped]);
+    resume.says(&[&format!(
+        "still halted by statefulset/hostile-zone-a ({escaped})"
+    )]);
+}

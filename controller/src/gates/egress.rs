@@ -13,6 +13,8 @@
 //!   both as written and as a name resolves (a resolver that drops them, at connection time, so
 //!   a name that resolves elsewhere later gains nothing);
 //! - no redirects (a permitted destination cannot send the call on);
+//! - no proxy, whatever `HTTPS_PROXY`, `HTTP_PROXY` or `ALL_PROXY` say: through a proxy the
+//!   proxy resolves the name, so the resolver guard would never see the address it reaches;
 //! - messages show a URL [`redact`]ed: no user, password, query or fragment.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -87,13 +89,14 @@ impl Allowlist {
     }
 
     /// An HTTP client for these calls: the resolver refuses internal addresses the allowlist
-    /// does not name, no redirects, every call bounded by `timeout`.
+    /// does not name, no redirects, no proxy, every call bounded by `timeout`.
     pub fn client_builder(&self, timeout: Duration) -> reqwest::ClientBuilder {
         baton_shared::crypto::install_default_provider();
         reqwest::Client::builder()
             .dns_resolver(GuardedResolver {
                 allowlist: self.clone(),
             })
+            .no_proxy()
             .redirect(reqwest::redirect::Policy::none())
             .timeout(timeout)
             .connect_timeout(timeout)
