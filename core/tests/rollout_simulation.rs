@@ -37,7 +37,15 @@
 //!   wrong zone);
 //! - (j) no action while a member's cluster cannot be read: members live in up to three
 //!   clusters, and an outage hides every member of one for a few steps (baton sees them as they
-//!   last were, marked unreachable, while chaos goes on there) until they are listed again.
+//!   last were, marked unreachable, while chaos goes on there) until they are listed again;
+//! - (k) a newcomer speaks for nobody: in a fifth of the scenarios an adversary, who may only
+//!   create StatefulSets in the namespace, adds members mid-scenario with the group's label,
+//!   often 0 replicas, and any subset of the group-level keys with any values
+//!   (`baton.dev/max-rolling-members: "1000"`, a bypass, a rollback request, a halt, ...). The
+//!   group is never less safe than without them: (a) and (b) keep the max-rolling-members the
+//!   honest members carry and (c) each member's own max-unavailable; a breach of (a) or (b)
+//!   while a newcomer is in the group is reported as (k). At the end of chaos each newcomer
+//!   leaves, or stays with only its max-rolling-members (every rollout must complete with it).
 //!
 //! Pods released by lowering a partition count as deleted by baton for (a) to (c) once the
 //! StatefulSet controller takes them down, and lowering one past available pods is checked
@@ -66,6 +74,11 @@ use baton_core::annotations::{
     MAX_ROLLING_MEMBERS_ANNOTATION, MAX_UNAVAILABLE_ANNOTATION, PARTITION_ANNOTATION,
     ROLLOUT_PAUSED_ANNOTATION, UPDATE_BY_ANNOTATION,
 };
+use baton_core::gates::keys::{
+    APPROVAL_ANNOTATION, APPROVED_ANNOTATION, BATCHES_ANNOTATION, BYPASS_ANNOTATION,
+    HALTED_ANNOTATION, HEALTH_CHECK_ANNOTATION, HOOK_ANNOTATION, RAMP_ANNOTATION,
+    ROLLBACK_ANNOTATION, ROLLBACK_ON_FAILURE_ANNOTATION, SOAK_ANNOTATION,
+};
 use baton_core::pass;
 use baton_core::rollout::snapshot::pod_ordinal;
 use baton_core::rollout::{
@@ -79,6 +92,29 @@ use rand::{RngExt, SeedableRng};
 const DEFAULT_SCENARIOS: u64 = 100_000;
 /// How far a broken planner may get before the checker must have caught it.
 const BROKEN_PLANNER_SCENARIOS: u64 = 3_000;
+
+/// The group-level keys the adversary writes on its newcomers, with values from harmless to
+/// hostile (and unreadable).
+const NEWCOMER_KEYS: &[(&str, &[&str])] = &[
+    (
+        MAX_ROLLING_MEMBERS_ANNOTATION,
+        &["2", "3", "1000", "1", "0", "many"],
+    ),
+    (SOAK_ANNOTATION, &["0", "1s", "1h", "soon"]),
+    (RAMP_ANNOTATION, &["exponential", "none", "fast"]),
+    (BATCHES_ANNOTATION, &["100%", "1", "1, 100%", "0"]),
+    (APPROVAL_ANNOTATION, &["canary", "zone", "batch", "never"]),
+    (HEALTH_CHECK_ANNOTATION, &["always-passes"]),
+    (HOOK_ANNOTATION, &["http://127.0.0.1:9/hook?token=x"]),
+    (BYPASS_ANNOTATION, &["2100-01-01T00:00:00Z", "forever"]),
+    (ROLLBACK_ON_FAILURE_ANNOTATION, &["true", "false"]),
+    (ROLLBACK_ANNOTATION, &["the newcomer asks"]),
+    (
+        APPROVED_ANNOTATION,
+        &["canary/r1", "zone/ingester-zone-a/r2/0"],
+    ),
+    (HALTED_ANNOTATION, &["the newcomer halts"]),
+];
 
 type Planner = dyn Fn(&GroupSnapshot, Timestamp) -> Plan + Sync;
 
@@ -104,6 +140,7 @@ enum Property {
     ReplacedAtUpdateRevision,
     NothingOnAStatusBehindItsSpec,
     NothingWhileUnreachable,
+    NewcomersSpeakForNobody,
 }
 
 impl fmt::Display for Property {
@@ -135,6 +172,9 @@ impl fmt::Display for Property {
             }
             Self::NothingOnAStatusBehindItsSpec => {
                 "(i) no action while a member's status describes an older spec"
+            }
+            Self::NewcomersSpeakForNobody => {
+                "(k) newcomers make the group no less safe: (a) and (b) with the honest members' max-rolling-members"
             }
             Self::NothingWhileUnreachable => {
                 "(j) no action while a member's cluster cannot be read"
@@ -254,6 +294,8 @@ struct MemberLife {
     cluster: u8,
     /// While its cluster cannot be read: what baton last saw of it, and until which step.
     outage: Option<(StatefulSetSnapshot, u64)>,
+    /// Added by the adversary (see (k)): its group-level keys must count for nothing.
+    newcomer: bool,
 }
 
 struct Simulation<'p> {
@@ -269,6 +311,9 @@ struct Simulation<'p> {
     /// How many members may be not ready at once (`baton.dev/max-rolling-members` on every
     /// member when above 1): by the seed, so scenarios without it draw as they always did.
     max_rolling: usize,
+    /// An adversary adds newcomers during chaos (see (k)): by the seed, so other scenarios draw
+    /// as they always did.
+    adversary: bool,
     planner: &'p Planner,
     trace: Trace,
     stats: Stats,
@@ -304,6 +349,9 @@ struct Stats {
     /// Steps at which baton had pods of several members unavailable at once (allowed by
     /// `baton.dev/max-rolling-members`).
     parallel_members: u64,
+    /// Members the adversary added, and those of them carrying a max-rolling-members above 1.
+    newcomers: u64,
+    widening_newcomers: u64,
     waits: BTreeMap<&'static str, u64>,
 }
 
@@ -318,6 +366,8 @@ impl Stats {
         self.releases += other.releases;
         self.longest_convergence = self.longest_convergence.max(other.longest_convergence);
         self.parallel_members += other.parallel_members;
+        self.newcomers += other.newcomers;
+        self.widening_newcomers += other.widening_newcomers;
         for (kind, count) in &other.waits {
             *self.waits.entry(kind).or_default() += count;
         }
@@ -425,6 +475,7 @@ impl<'p> Simulation<'p> {
                 6 => 3,
                 _ => 1,
             },
+            adversary: seed % 5 == 4,
             planner,
             trace: Trace {
                 lines: traced.then(Vec::new),
@@ -463,13 +514,19 @@ impl<'p> Simulation<'p> {
             "ingester-zone-{}",
             char::from(b'a' + u8::try_from(index).expect("few zones"))
         );
+        self.add_statefulset(name, at_start);
+    }
+
+    /// Adds StatefulSet `name` to the group (see [`Self::add_member`]); returns its position,
+    /// `None` when the group has one of that name already.
+    fn add_statefulset(&mut self, name: String, at_start: bool) -> Option<usize> {
         if self
             .group
             .statefulsets
             .iter()
             .any(|member| member.name == name)
         {
-            return;
+            return None;
         }
         let rng = &mut self.rng;
         let replicas = if rng.random_bool(0.05) {
@@ -547,6 +604,7 @@ impl<'p> Simulation<'p> {
             fixed_by_hand: false,
             cluster: self.rng.random_range(0..3),
             outage: None,
+            newcomer: false,
         };
         let position = self
             .group
@@ -559,6 +617,100 @@ impl<'p> Simulation<'p> {
         } else {
             self.trace
                 .note(self.step, || format!("chaos: {name} joins the group"));
+        }
+        Some(position)
+    }
+
+    /// The adversary (see (k)): a StatefulSet with the group's label, often 0 replicas, carrying
+    /// any subset of the group-level keys with any values (its own max-unavailable, pause and
+    /// update strategy are drawn as any member's: they steer only itself).
+    fn add_newcomer(&mut self) {
+        let name = self.new_id("ingester-new-");
+        let Some(position) = self.add_statefulset(name.clone(), false) else {
+            return;
+        };
+        let statefulset = &mut self.group.statefulsets[position];
+        if self.rng.random_bool(0.5) {
+            statefulset.spec_replicas = 0;
+            if by_partition(statefulset) {
+                statefulset.partition = 0;
+                statefulset
+                    .annotations
+                    .insert(PARTITION_ANNOTATION.to_owned(), "0".to_owned());
+            }
+        }
+        // Its own word only: the honest members' max-rolling-members is not its to carry.
+        statefulset
+            .annotations
+            .remove(MAX_ROLLING_MEMBERS_ANNOTATION);
+        for &(key, values) in NEWCOMER_KEYS {
+            let likely = if key == MAX_ROLLING_MEMBERS_ANNOTATION {
+                0.7
+            } else {
+                0.25
+            };
+            if self.rng.random_bool(likely) {
+                let value = values[self.rng.random_range(0..values.len())];
+                statefulset
+                    .annotations
+                    .insert(key.to_owned(), value.to_owned());
+            }
+        }
+        self.stats.newcomers += 1;
+        if statefulset
+            .annotations
+            .get(MAX_ROLLING_MEMBERS_ANNOTATION)
+            .and_then(|value| value.parse::<u32>().ok())
+            .is_some_and(|value| value > 1)
+        {
+            self.stats.widening_newcomers += 1;
+        }
+        self.members[position].newcomer = true;
+        let statefulset = &self.group.statefulsets[position];
+        self.trace.note(self.step, || {
+            format!(
+                "adversary: {name} joins with {} replicas and {:?}",
+                statefulset.spec_replicas, statefulset.annotations
+            )
+        });
+    }
+
+    /// At the end of chaos, each newcomer leaves (a person deletes it once told), or stays with
+    /// only its max-rolling-members among the group's keys: the rollout must complete with it.
+    fn settle_newcomers(&mut self) {
+        let mut member = 0;
+        while member < self.members.len() {
+            if !self.members[member].newcomer {
+                member += 1;
+                continue;
+            }
+            let name = self.group.statefulsets[member].name.clone();
+            if self.rng.random_bool(0.5) {
+                self.trace
+                    .note(self.step, || format!("adversary: {name} is deleted"));
+                self.group.statefulsets.remove(member);
+                self.members.remove(member);
+                continue;
+            }
+            let annotations = &mut self.group.statefulsets[member].annotations;
+            for &(key, _) in NEWCOMER_KEYS {
+                if key != MAX_ROLLING_MEMBERS_ANNOTATION {
+                    annotations.remove(key);
+                }
+            }
+            self.trace.note(self.step, || {
+                format!("adversary: {name} stays with its max-rolling-members only")
+            });
+            member += 1;
+        }
+    }
+
+    /// (a) and (b) judged with a newcomer in the group are (k): it made the group less safe.
+    fn zone_rule(&self, property: Property) -> Property {
+        if self.members.iter().any(|life| life.newcomer) {
+            Property::NewcomersSpeakForNobody
+        } else {
+            property
         }
     }
 
@@ -626,6 +778,10 @@ impl<'p> Simulation<'p> {
     /// At most one chaos event per step (one draw keeps the debug-build RNG cost low).
     fn chaos(&mut self) {
         let roll = self.rng.random_range(0..100);
+        if (62..74).contains(&roll) && self.adversary {
+            self.add_newcomer();
+            return;
+        }
         if roll >= 62 {
             return;
         }
@@ -884,6 +1040,7 @@ impl<'p> Simulation<'p> {
     /// old revision stay broken: replacing them is the planner's job.
     fn end_chaos(&mut self) {
         self.clusters_back(true);
+        self.settle_newcomers();
         for member in 0..self.group.statefulsets.len() {
             self.observe_spec(member);
             let update = self.group.statefulsets[member].update_revision.clone();
@@ -1473,7 +1630,7 @@ impl<'p> Simulation<'p> {
         rolling.dedup();
         if rolling.len() > 1 {
             return Err(self.violation(
-                Property::OneZoneAtATime,
+                self.zone_rule(Property::OneZoneAtATime),
                 format!(
                     "one plan deletes available pods of several StatefulSets: {:?}",
                     plan.actions
@@ -1517,7 +1674,7 @@ impl<'p> Simulation<'p> {
             if available || unproven.is_some() {
                 let statefulset = &self.group.statefulsets[member];
                 return Err(self.violation(
-                    Property::OthersFullyReady,
+                    self.zone_rule(Property::OthersFullyReady),
                     format!(
                         "deletes {} {} of {} while {not_ready} is not fully ready{}",
                         if available {
@@ -1660,7 +1817,7 @@ impl<'p> Simulation<'p> {
         }
         if made_unavailable.len() > self.max_rolling {
             return Err(self.violation(
-                Property::OneZoneAtATime,
+                self.zone_rule(Property::OneZoneAtATime),
                 format!(
                     "baton made pods unavailable in several StatefulSets: {made_unavailable:?}"
                 ),
@@ -1898,6 +2055,9 @@ fn planner_keeps_compat_guarantees_in_random_scenarios() {
         assert!(stats.releases > count / 2, "{stats:?}");
         // With max-rolling-members, several members rolled at once.
         assert!(stats.parallel_members > count / 100, "{stats:?}");
+        // The adversary came, often asking for more members at once than the group allows.
+        assert!(stats.newcomers > count / 10, "{stats:?}");
+        assert!(stats.widening_newcomers > count / 40, "{stats:?}");
         for kind in [
             "NonOnDeleteMember",
             "MultipleNotReady",
@@ -2061,6 +2221,37 @@ fn checker_catches_a_planner_that_lets_one_more_member_roll_than_allowed() {
             plan(&generous, now)
         },
         Property::OthersFullyReady,
+    );
+}
+
+#[test]
+fn checker_catches_a_planner_that_lets_a_newcomer_widen_the_group() {
+    // Trusts whoever says a max-rolling-members: the smallest among the members that carry
+    // one, as if every member said it (a lone newcomer's "1000" rolls every zone at once).
+    assert_caught(
+        &|group: &GroupSnapshot, now| {
+            let said = group
+                .statefulsets
+                .iter()
+                .filter_map(|statefulset| {
+                    statefulset
+                        .annotations
+                        .get(MAX_ROLLING_MEMBERS_ANNOTATION)?
+                        .parse::<u32>()
+                        .ok()
+                })
+                .min();
+            let Some(said) = said else {
+                return plan(group, now);
+            };
+            let trusting = with_each_statefulset(group, |statefulset| {
+                statefulset
+                    .annotations
+                    .insert(MAX_ROLLING_MEMBERS_ANNOTATION.to_owned(), said.to_string());
+            });
+            plan(&trusting, now)
+        },
+        Property::NewcomersSpeakForNobody,
     );
 }
 

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use baton_e2e::controller_support::{rollout_state, wait_group_ready, wait_new_update_revision};
 use baton_e2e::fixtures::{StatefulSetFixture, gitops_apply, rollout_group};
-use baton_e2e::timeline::{Zone, check_rollout_guarantees, zone_windows};
+use baton_e2e::timeline::{Zone, check_rolling_at_most, check_rollout_guarantees, zone_windows};
 use baton_e2e::{PodEvent, Scene, wait_until};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
@@ -270,6 +270,74 @@ async fn a_bad_max_unavailable_falls_back_to_one_pod_with_a_warning_event() {
         .await;
     let zones: Vec<Zone> = names.iter().map(|name| Zone::new(name, 3, 1)).collect();
     check_rollout_guarantees(&scene.simulator.timeline(), &zones, from).unwrap();
+}
+
+#[tokio::test]
+async fn a_newcomer_asking_for_three_rolling_members_alone_rolls_one_zone_at_a_time_and_is_told() {
+    // Given a ready group of 3 zones × 3 pods (max-unavailable 1) that says nothing about
+    // max-rolling-members, and a StatefulSet someone who may only create StatefulSets added
+    // with the group's label, 0 replicas and `baton.dev/max-rolling-members: "3"`
+    let scene = Scene::start("newcomer").await;
+    let names = scene
+        .create(&rollout_group("ingester", &["a", "b", "c"], 3))
+        .await;
+    let newcomer = StatefulSetFixture::new("ingester-newcomer")
+        .group("ingester")
+        .replicas(0)
+        .annotation("baton.dev/max-rolling-members", "3");
+    scene.create(&[newcomer]).await;
+    // (zone a's first replacement starts slowly: zone a stays down until it is released)
+    scene.simulator.hold_replacement("ingester-zone-a-0").await;
+
+    // When a new template is deployed to the three zones
+    let from = scene.roll_out(&names, "v2").await;
+
+    // Then while zone a is down baton waits for it: no pod of another zone goes
+    wait_until(TIMEOUT, "baton waits for zone a", || async {
+        scene
+            .controller
+            .metrics()
+            .await
+            .contains("baton_rollout_group_waiting{rollout_group=\"ingester\"} 1")
+    })
+    .await;
+    let others_deleted: Vec<String> = scene
+        .simulator
+        .timeline()
+        .into_iter()
+        .filter(|transition| {
+            transition.at >= from
+                && transition.event == PodEvent::Terminating
+                && !transition.pod.starts_with("ingester-zone-a-")
+        })
+        .map(|transition| transition.pod)
+        .collect();
+    assert!(
+        others_deleted.is_empty(),
+        "pods of other zones went while zone a was down: {others_deleted:?}"
+    );
+    // And once zone a's pod is released the rollout completes
+    scene.simulator.release("ingester-zone-a-0").await;
+    scene.wait_complete(&names).await;
+    // And at every observed moment at most one zone had pods not ready, at most one each, and
+    // a pod was deleted only while every other zone was ready
+    let zones: Vec<Zone> = names.iter().map(|name| Zone::new(name, 3, 1)).collect();
+    let most = check_rolling_at_most(&scene.simulator.timeline(), &zones, from, 1).unwrap();
+    assert_eq!(most, 1, "a zone rolling at some moment");
+    // And a Warning Event on the newcomer says its value alone counts for nothing, naming the
+    // members that hold the group to one
+    scene
+        .wait_event(
+            "ingester-newcomer",
+            "InvalidAnnotation",
+            &[
+                "baton.dev/max-rolling-members",
+                "\"3\"",
+                "one member alone speaks for nobody",
+                "using 1, held there by ingester-zone-a, ingester-zone-b, ingester-zone-c",
+            ],
+        )
+        .await;
 }
 
 #[tokio::test]

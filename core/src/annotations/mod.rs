@@ -68,8 +68,9 @@ pub const UPDATE_BY_ANNOTATION: &str = "baton.dev/update-by";
 /// Annotation written by baton's controller only, with the partition it sets: a different
 /// partition in the spec was set by someone else.
 pub const PARTITION_ANNOTATION: &str = "baton.dev/partition";
-/// How many members of a group may be not ready at once, on any member (the smallest one
-/// holds): Fleet's `maxUnavailable` clusters, for groups whose members are whole clusters.
+/// How many members of a group may be not ready at once: Fleet's `maxUnavailable` clusters, for
+/// groups whose members are whole clusters. More than 1 only when every member says so (then
+/// the smallest holds): [`group::MAX_ROLLING_MEMBERS`].
 pub const MAX_ROLLING_MEMBERS_ANNOTATION: &str = "baton.dev/max-rolling-members";
 /// Labels on webhook configurations that ask for the CA bundle to be injected.
 pub const INJECT_CA_LABEL: &str = "grafana.com/inject-rollout-operator-ca";
@@ -77,6 +78,7 @@ pub const INJECT_CA_NAMESPACE_LABEL: &str = "grafana.com/namespace";
 /// Pod label set by the StatefulSet controller: the revision a pod was created from.
 pub const CONTROLLER_REVISION_HASH_LABEL: &str = "controller-revision-hash";
 
+pub mod group;
 pub mod rollout;
 pub mod scaling;
 

@@ -10,12 +10,16 @@
 //! outcome the key exists to prevent, and it cannot be undone. Holding costs time only, and
 //! fixing the annotation resumes the rollout by itself (no person needs to resume it).
 
+use std::cmp::Ordering;
 use std::collections::BTreeSet;
 use std::fmt;
 
 use crate::explained::Explained;
 
 use crate::annotations::InvalidAnnotation;
+use crate::annotations::group::{
+    Combined, GroupKey, larger_is_safer, named_is_safer, smaller_is_safer,
+};
 use crate::duration::go as go_duration;
 use jiff::{SignedDuration, Timestamp};
 
@@ -48,15 +52,7 @@ pub const HOOK_ANNOTATION: &str = "baton.dev/hook";
 pub use crate::annotations::HOOK_STATE_ANNOTATION;
 /// What [`HOOK_ANNOTATION`] accepts.
 pub const HOOK_ACCEPTED: &str = "an http:// or https:// URL";
-/// What a member's health check or hook must be when another member names one: members
-/// disagreeing would let whichever sorts first (a new member, say) choose for the group.
-pub const AGREEING_ACCEPTED: &str =
-    "the same value as the other members that set it (the group holds until they agree)";
-/// What a key that relaxes or overrides the group's gates needs: every member's word. One
-/// member alone (a StatefulSet someone may create with the group's label, without any right on
-/// the others) speaks for nobody.
-pub const EVERY_MEMBER_ACCEPTED: &str =
-    "the same on every member of the group: one member alone speaks for nobody";
+pub use crate::annotations::group::{AGREEING_ACCEPTED, EVERY_MEMBER_ACCEPTED};
 
 /// Annotation: `exponential` ramps each zone in steps of 1, 2, 4, … pods (capped by
 /// max-unavailable), each step gated; `none` (or absent) does not.
@@ -232,20 +228,88 @@ impl fmt::Display for GateWarning {
     }
 }
 
-/// Reads the group's gate keys. Pure.
-pub fn read(group: &GroupSnapshot) -> (GateConfig, Vec<GateWarning>) {
-    let mut config = GateConfig::default();
-    let mut warnings = Vec::new();
-    let mut soaks: Vec<(String, String, SignedDuration)> = Vec::new();
-    let mut approvals: Option<Approval> = None;
-    let mut unread_bypasses = Vec::new();
-    // Members asking for a rollback on failure, and bypasses as read: both count only when
-    // every member says so (EVERY_MEMBER_ACCEPTED).
-    let mut rolling_back_on_failure = Vec::new();
-    let mut bypasses = Vec::new();
-    // A gate key whose value cannot be read: a Warning, and the group is held.
-    let mut reject = |config: &mut GateConfig, statefulset: &str, key, raw: &str, accepted| {
-        warnings.push(GateWarning::InvalidAnnotation {
+/// `baton.dev/soak`: the longest wins; a member without one does not shorten it.
+pub const SOAK: GroupKey<SignedDuration> = GroupKey {
+    key: SOAK_ANNOTATION,
+    absent: SignedDuration::ZERO,
+    safer: larger_is_safer,
+};
+/// `baton.dev/ramp`: any member ramps (`true`: exponential).
+pub const RAMP: GroupKey<bool> = GroupKey {
+    key: RAMP_ANNOTATION,
+    absent: false,
+    safer: larger_is_safer,
+};
+/// `baton.dev/health-check`: any member names one; members naming different ones hold.
+pub const HEALTH_CHECK: GroupKey<Option<String>> = GroupKey {
+    key: HEALTH_CHECK_ANNOTATION,
+    absent: None,
+    safer: named_is_safer,
+};
+/// `baton.dev/hook`: any member names one; members naming different ones hold.
+pub const HOOK: GroupKey<Option<String>> = GroupKey {
+    key: HOOK_ANNOTATION,
+    absent: None,
+    safer: named_is_safer,
+};
+/// `baton.dev/batches`: any member names them; members naming different ones hold.
+pub const BATCHES: GroupKey<Option<Batches>> = GroupKey {
+    key: BATCHES_ANNOTATION,
+    absent: None,
+    safer: named_is_safer,
+};
+/// `baton.dev/approval`: any member names the steps that wait; members naming different ones
+/// hold.
+pub const APPROVAL: GroupKey<Option<Approval>> = GroupKey {
+    key: APPROVAL_ANNOTATION,
+    absent: None,
+    safer: named_is_safer,
+};
+/// `baton.dev/rollback-on-failure`: `true` only when every member says so (absent: halt).
+pub const ROLLBACK_ON_FAILURE: GroupKey<bool> = GroupKey {
+    key: ROLLBACK_ON_FAILURE_ANNOTATION,
+    absent: false,
+    safer: smaller_is_safer,
+};
+/// `baton.dev/bypass-gates-until`: only when every member carries one, until the earliest (a
+/// value that cannot be read bypasses nothing).
+pub const BYPASS: GroupKey<Option<Timestamp>> = GroupKey {
+    key: BYPASS_ANNOTATION,
+    absent: None,
+    safer: no_bypass_is_safer,
+};
+/// `baton.dev/rollback`, a request: it asks for a rollback only when every member carries one
+/// (`true`: carried).
+pub const ROLLBACK_REQUEST: GroupKey<bool> = GroupKey {
+    key: ROLLBACK_ANNOTATION,
+    absent: false,
+    safer: smaller_is_safer,
+};
+
+/// No bypass is safer than any; of two, the one that ends first.
+fn no_bypass_is_safer(first: &Option<Timestamp>, second: &Option<Timestamp>) -> Option<Ordering> {
+    Some(match (first, second) {
+        (None, None) => Ordering::Equal,
+        (None, Some(_)) => Ordering::Less,
+        (Some(_), None) => Ordering::Greater,
+        (Some(first), Some(second)) => first.cmp(second),
+    })
+}
+
+/// A member's reading of one key: `None` without it, else the value as written and as read.
+type Carried<'a, T> = (&'a str, Option<(&'a str, T)>);
+
+/// What [`read`] gathers: the configuration, the warnings, the first invalid key.
+struct Reader {
+    config: GateConfig,
+    warnings: Vec<GateWarning>,
+}
+
+impl Reader {
+    /// A gate key whose value cannot be read, or that disagrees with another member's: a
+    /// Warning, and the group is held (module header).
+    fn reject(&mut self, statefulset: &str, key: &'static str, raw: &str, accepted: &'static str) {
+        self.warnings.push(GateWarning::InvalidAnnotation {
             statefulset: statefulset.to_owned(),
             problem: InvalidAnnotation {
                 key,
@@ -254,195 +318,226 @@ pub fn read(group: &GroupSnapshot) -> (GateConfig, Vec<GateWarning>) {
                 fallback: HOLDING.to_owned(),
             },
         });
-        config.invalid.get_or_insert_with(|| InvalidKey {
+        self.config.invalid.get_or_insert_with(|| InvalidKey {
             statefulset: statefulset.to_owned(),
             key,
             value: raw.to_owned(),
         });
-    };
-    for statefulset in &group.statefulsets {
-        let name = statefulset.name.as_str();
-        let annotation = |key: &str| statefulset.annotations.get(key).map(String::as_str);
-        if let Some(raw) = annotation(SOAK_ANNOTATION) {
-            config.enabled = true;
-            match parse_soak(raw) {
-                Some(soak) => soaks.push((name.to_owned(), raw.to_owned(), soak)),
-                None => reject(&mut config, name, SOAK_ANNOTATION, raw, SOAK_ACCEPTED),
-            }
-        }
-        if let Some(raw) = annotation(HEALTH_CHECK_ANNOTATION) {
-            config.enabled = true;
-            if !crate::names::is_dns_subdomain(raw) {
-                let accepted = HEALTH_CHECK_ACCEPTED;
-                reject(&mut config, name, HEALTH_CHECK_ANNOTATION, raw, accepted);
-            } else if config
-                .health_check
-                .as_deref()
-                .is_some_and(|named| named != raw)
-            {
-                let accepted = AGREEING_ACCEPTED;
-                reject(&mut config, name, HEALTH_CHECK_ANNOTATION, raw, accepted);
-            } else {
-                config.health_check.get_or_insert_with(|| raw.to_owned());
-            }
-        }
-        if let Some(raw) = annotation(RAMP_ANNOTATION) {
-            config.enabled = true;
-            match raw {
-                "none" => {}
-                "exponential" => config.ramp = true,
-                raw => reject(&mut config, name, RAMP_ANNOTATION, raw, RAMP_ACCEPTED),
-            }
-        }
-        if let Some(raw) = annotation(BATCHES_ANNOTATION) {
-            config.enabled = true;
-            match Batches::parse(raw) {
-                None => reject(&mut config, name, BATCHES_ANNOTATION, raw, BATCHES_ACCEPTED),
-                Some(batches)
-                    if config
-                        .batches
-                        .as_ref()
-                        .is_some_and(|named| *named != batches) =>
-                {
-                    let accepted = AGREEING_ACCEPTED;
-                    reject(&mut config, name, BATCHES_ANNOTATION, raw, accepted);
-                }
-                Some(batches) => config.batches = Some(batches),
-            }
-        }
-        if let Some(raw) = annotation(APPROVAL_ANNOTATION) {
-            config.enabled = true;
-            match Approval::parse(raw) {
-                None => reject(
-                    &mut config,
-                    name,
-                    APPROVAL_ANNOTATION,
-                    raw,
-                    APPROVAL_ACCEPTED,
-                ),
-                Some(approval) if approvals.is_some_and(|named| named != approval) => {
-                    let accepted = AGREEING_ACCEPTED;
-                    reject(&mut config, name, APPROVAL_ANNOTATION, raw, accepted);
-                }
-                Some(approval) => {
-                    approvals = Some(approval);
-                    config.approval = approval;
-                }
-            }
-        }
-        if let Some(raw) = annotation(ROLLBACK_ON_FAILURE_ANNOTATION) {
-            config.enabled = true;
-            match raw.trim() {
-                "true" => rolling_back_on_failure.push(name.to_owned()),
-                "false" => {}
-                _ => reject(
-                    &mut config,
-                    name,
-                    ROLLBACK_ON_FAILURE_ANNOTATION,
-                    raw,
-                    ROLLBACK_ON_FAILURE_ACCEPTED,
-                ),
-            }
-        }
-        if let Some(raw) = annotation(BYPASS_ANNOTATION) {
-            // Not a gate of its own: it neither enables the gates nor holds the group when
-            // unreadable (it then bypasses nothing).
-            match raw.trim().parse::<Timestamp>() {
-                Ok(until) => bypasses.push((name.to_owned(), raw.to_owned(), until)),
-                Err(_) => unread_bypasses.push(GateWarning::InvalidAnnotation {
-                    statefulset: name.to_owned(),
-                    problem: InvalidAnnotation {
-                        key: BYPASS_ANNOTATION,
-                        value: raw.to_owned(),
-                        accepted: BYPASS_ACCEPTED,
-                        fallback: "bypassing nothing".to_owned(),
-                    },
-                }),
-            }
-        }
-        if let Some(raw) = annotation(HOOK_ANNOTATION) {
-            config.enabled = true;
-            let url = raw.trim();
-            // A hook's URL may carry a token: messages show it without.
-            let shown = if url::Url::parse(url).is_ok() {
-                super::redact::redact(url)
-            } else {
-                raw.to_owned()
-            };
-            if !((url.starts_with("http://") || url.starts_with("https://")) && url.len() > 8) {
-                reject(&mut config, name, HOOK_ANNOTATION, &shown, HOOK_ACCEPTED);
-            } else if config.hook.as_deref().is_some_and(|named| named != url) {
-                reject(
-                    &mut config,
-                    name,
-                    HOOK_ANNOTATION,
-                    &shown,
-                    AGREEING_ACCEPTED,
-                );
-            } else {
-                config.hook.get_or_insert_with(|| url.to_owned());
-            }
-        }
     }
-    if config.ramp
-        && config.batches.is_some()
+
+    /// Every member's reading of `key`, parsed by `parse`; a value it cannot read holds the
+    /// group and reads as absent (the group holds anyway). A carried key enables the gates
+    /// when `enables`.
+    fn carried<'a, T>(
+        &mut self,
+        group: &'a GroupSnapshot,
+        key: &'static str,
+        accepted: &'static str,
+        enables: bool,
+        parse: impl Fn(&str) -> Option<T>,
+    ) -> Vec<Carried<'a, T>> {
+        // No member carrying it reads as none at all (what absence means), without allocating.
+        if !group
+            .statefulsets
+            .iter()
+            .any(|member| member.annotations.contains_key(key))
+        {
+            return Vec::new();
+        }
+        group
+            .statefulsets
+            .iter()
+            .map(|member| {
+                let name = member.name.as_str();
+                let Some(raw) = member.annotations.get(key) else {
+                    return (name, None);
+                };
+                self.config.enabled |= enables;
+                match parse(raw) {
+                    Some(value) => (name, Some((raw.as_str(), value))),
+                    None => {
+                        self.reject(name, key, &shown(key, raw), accepted);
+                        (name, None)
+                    }
+                }
+            })
+            .collect()
+    }
+
+    /// The group's name for `key` (a check, a hook, batches, approvals): members naming
+    /// another hold the group until they agree.
+    fn agreed<T: Clone>(
+        &mut self,
+        key: &'static str,
+        combined: Combined<'_, Option<T>>,
+    ) -> Option<T> {
+        for reading in &combined.disagreeing {
+            let raw = reading.raw.unwrap_or_default();
+            self.reject(
+                reading.statefulset,
+                key,
+                &shown(key, raw),
+                AGREEING_ACCEPTED,
+            );
+        }
+        combined.value
+    }
+
+    /// Tells each member whose `key` does not count alone (a value that relaxes the group needs
+    /// every member's word), with what the group does instead.
+    fn alone<T>(&mut self, key: &'static str, combined: &Combined<'_, T>, instead: &str) {
+        if combined.overruled.is_empty() {
+            return;
+        }
+        let instead = combined.instead(instead);
+        self.warnings
+            .extend(
+                combined
+                    .overruled
+                    .iter()
+                    .map(|reading| GateWarning::InvalidAnnotation {
+                        statefulset: reading.statefulset.to_owned(),
+                        problem: InvalidAnnotation {
+                            key,
+                            value: reading.raw.unwrap_or_default().to_owned(),
+                            accepted: EVERY_MEMBER_ACCEPTED,
+                            fallback: instead.clone(),
+                        },
+                    }),
+            );
+    }
+}
+/// Reads the group's gate keys, each by the group rule ([`crate::annotations::group`]). Pure.
+pub fn read(group: &GroupSnapshot) -> (GateConfig, Vec<GateWarning>) {
+    let mut reader = Reader {
+        config: GateConfig::default(),
+        warnings: Vec::new(),
+    };
+    let soaks = reader.carried(group, SOAK_ANNOTATION, SOAK_ACCEPTED, true, parse_soak);
+    let checks = reader.carried(
+        group,
+        HEALTH_CHECK_ANNOTATION,
+        HEALTH_CHECK_ACCEPTED,
+        true,
+        |raw| crate::names::is_dns_subdomain(raw).then(|| Some(raw.to_owned())),
+    );
+    let ramps = reader.carried(
+        group,
+        RAMP_ANNOTATION,
+        RAMP_ACCEPTED,
+        true,
+        |raw| match raw {
+            "none" => Some(false),
+            "exponential" => Some(true),
+            _ => None,
+        },
+    );
+    let batches = reader.carried(group, BATCHES_ANNOTATION, BATCHES_ACCEPTED, true, |raw| {
+        Batches::parse(raw).map(Some)
+    });
+    let approvals = reader.carried(group, APPROVAL_ANNOTATION, APPROVAL_ACCEPTED, true, |raw| {
+        Approval::parse(raw).map(Some)
+    });
+    let rolling_back = reader.carried(
+        group,
+        ROLLBACK_ON_FAILURE_ANNOTATION,
+        ROLLBACK_ON_FAILURE_ACCEPTED,
+        true,
+        |raw| match raw.trim() {
+            "true" => Some(true),
+            "false" => Some(false),
+            _ => None,
+        },
+    );
+    let hooks = reader.carried(group, HOOK_ANNOTATION, HOOK_ACCEPTED, true, |raw| {
+        let url = raw.trim();
+        ((url.starts_with("http://") || url.starts_with("https://")) && url.len() > 8)
+            .then(|| Some(url.to_owned()))
+    });
+    // Not a gate of its own: a bypass neither enables the gates nor holds the group when
+    // unreadable (it then bypasses nothing, the safest reading).
+    let bypasses: Vec<Carried<'_, Option<Timestamp>>> = group
+        .statefulsets
+        .iter()
+        .take(if BYPASS.carried_in(group) {
+            usize::MAX
+        } else {
+            0
+        })
+        .map(|member| {
+            let carried = member.annotations.get(BYPASS_ANNOTATION).map(|raw| {
+                let until = raw.trim().parse::<Timestamp>().ok();
+                if until.is_none() {
+                    reader.warnings.push(GateWarning::InvalidAnnotation {
+                        statefulset: member.name.clone(),
+                        problem: InvalidAnnotation {
+                            key: BYPASS_ANNOTATION,
+                            value: raw.to_owned(),
+                            accepted: BYPASS_ACCEPTED,
+                            fallback: "bypassing nothing".to_owned(),
+                        },
+                    });
+                }
+                (raw.as_str(), until)
+            });
+            (member.name.as_str(), carried)
+        })
+        .collect();
+
+    // What may only tighten the group: any member's word counts.
+    let carried_soaks: Vec<(String, String)> = soaks
+        .iter()
+        .filter_map(|(name, carried)| Some(((*name).to_owned(), carried.as_ref()?.0.to_owned())))
+        .collect();
+    let soak = SOAK.combine(soaks);
+    if !soak.overruled.is_empty() {
+        reader.warnings.push(GateWarning::ConflictingSoak {
+            values: carried_soaks,
+            used: format_duration(soak.value),
+        });
+    }
+    reader.config.soak = Some(soak.value).filter(|soak| !soak.is_zero());
+    reader.config.ramp = RAMP.combine(ramps).value;
+    reader.config.health_check =
+        reader.agreed(HEALTH_CHECK_ANNOTATION, HEALTH_CHECK.combine(checks));
+    reader.config.batches = reader.agreed(BATCHES_ANNOTATION, BATCHES.combine(batches));
+    reader.config.approval = reader
+        .agreed(APPROVAL_ANNOTATION, APPROVAL.combine(approvals))
+        .unwrap_or_default();
+    reader.config.hook = reader.agreed(HOOK_ANNOTATION, HOOK.combine(hooks));
+    if reader.config.ramp
+        && reader.config.batches.is_some()
         && let Some(member) = group
             .statefulsets
             .iter()
             .find(|member| member.annotations.contains_key(BATCHES_ANNOTATION))
     {
         let raw = member.annotations[BATCHES_ANNOTATION].clone();
-        reject(
-            &mut config,
-            &member.name,
-            BATCHES_ANNOTATION,
-            &raw,
-            BATCHES_OR_RAMP,
-        );
+        reader.reject(&member.name, BATCHES_ANNOTATION, &raw, BATCHES_OR_RAMP);
     }
-    warnings.extend(unread_bypasses);
-    let members = group.statefulsets.len();
-    let alone = |key, (statefulset, value): (&String, String), fallback: &str| {
-        GateWarning::InvalidAnnotation {
-            statefulset: statefulset.clone(),
-            problem: InvalidAnnotation {
-                key,
-                value,
-                accepted: EVERY_MEMBER_ACCEPTED,
-                fallback: fallback.to_owned(),
-            },
-        }
-    };
-    if rolling_back_on_failure.len() == members {
-        config.rollback_on_failure = true;
-    } else if let Some(first) = rolling_back_on_failure.first() {
-        warnings.push(alone(
-            ROLLBACK_ON_FAILURE_ANNOTATION,
-            (first, "true".to_owned()),
-            "a failure halts the group instead",
-        ));
-    }
+
+    // What relaxes or overrides the gates: only every member's word counts.
+    let rolling_back = ROLLBACK_ON_FAILURE.combine(rolling_back);
+    reader.alone(
+        ROLLBACK_ON_FAILURE_ANNOTATION,
+        &rolling_back,
+        "a failure halts the group instead",
+    );
+    reader.config.rollback_on_failure = rolling_back.value;
     // A rollback asked by some members only (none rolling back yet: baton removes a request
     // member by member once it started one) asks for nothing.
-    let asking: Vec<&StatefulSetSnapshot> = group
-        .statefulsets
-        .iter()
-        .filter(|member| member.annotations.contains_key(ROLLBACK_ANNOTATION))
-        .collect();
-    let rolling_back = group.statefulsets.iter().any(|member| {
+    let started = group.statefulsets.iter().any(|member| {
         member
             .annotations
             .contains_key(crate::annotations::ROLLBACK_STATE_ANNOTATION)
     });
-    if let Some(first) = asking
-        .first()
-        .filter(|_| asking.len() < members && !rolling_back)
-    {
-        warnings.push(alone(
+    if !started {
+        let request = ROLLBACK_REQUEST.of_group(group, |_| true);
+        reader.alone(
             ROLLBACK_ANNOTATION,
-            (&first.name, first.annotations[ROLLBACK_ANNOTATION].clone()),
+            &request,
             "nothing rolls back (kubectl baton rollback writes it on every member)",
-        ));
+        );
     }
     // An approval some members carry and others not (a newcomer's, or one still being written)
     // approves nothing it alone names.
@@ -452,36 +547,30 @@ pub fn read(group: &GroupSnapshot) -> (GateConfig, Vec<GateWarning>) {
         .iter()
         .find(|member| steps_of(member).iter().any(|step| !agreed.contains(step)))
     {
-        warnings.push(alone(
-            APPROVED_ANNOTATION,
-            (
-                &member.name,
-                member.annotations[APPROVED_ANNOTATION].clone(),
-            ),
-            "approving nothing that not every member carries",
-        ));
-    }
-    if bypasses.len() == members {
-        config.bypass_until = bypasses.iter().map(|(_, _, until)| *until).min();
-    } else if let Some((statefulset, raw, _)) = bypasses.first() {
-        warnings.push(alone(
-            BYPASS_ANNOTATION,
-            (statefulset, raw.clone()),
-            "bypassing nothing",
-        ));
-    }
-    let longest = soaks.iter().map(|(_, _, soak)| *soak).max();
-    if soaks.iter().any(|(_, _, soak)| Some(*soak) != longest) {
-        warnings.push(GateWarning::ConflictingSoak {
-            values: soaks
-                .iter()
-                .map(|(name, raw, _)| (name.clone(), raw.clone()))
-                .collect(),
-            used: longest.map(format_duration).unwrap_or_default(),
+        reader.warnings.push(GateWarning::InvalidAnnotation {
+            statefulset: member.name.clone(),
+            problem: InvalidAnnotation {
+                key: APPROVED_ANNOTATION,
+                value: member.annotations[APPROVED_ANNOTATION].clone(),
+                accepted: EVERY_MEMBER_ACCEPTED,
+                fallback: "approving nothing that not every member carries".to_owned(),
+            },
         });
     }
-    config.soak = longest.filter(|soak| !soak.is_zero());
-    (config, warnings)
+    let bypass = BYPASS.combine(bypasses);
+    reader.alone(BYPASS_ANNOTATION, &bypass, "bypassing nothing");
+    reader.config.bypass_until = bypass.value;
+    (reader.config, reader.warnings)
+}
+
+/// A key's value as messages may show it: a hook's URL without its token.
+fn shown(key: &str, raw: &str) -> String {
+    let url = raw.trim();
+    if key == HOOK_ANNOTATION && url::Url::parse(url).is_ok() {
+        super::redact::redact(url)
+    } else {
+        raw.to_owned()
+    }
 }
 
 /// The batches a zone rolls in ([`BATCHES_ANNOTATION`]).

@@ -154,8 +154,12 @@ impl fmt::Display for Refused {
 /// member alone speaks for nobody: whoever may create a StatefulSet with the group's label,
 /// without any right on its members, must not have baton rewrite their templates.
 pub fn request(group: &GroupSnapshot) -> Option<(&str, &str)> {
-    let carriers = requesters(group);
-    if carriers.is_empty() || carriers.len() != group.statefulsets.len() {
+    // The group rule (crate::annotations::group): a request loosens nothing, but rewrites
+    // every member's template, so it needs every member's word.
+    if !super::keys::ROLLBACK_REQUEST
+        .of_group(group, |_| true)
+        .value
+    {
         return None;
     }
     let first = group.statefulsets.first()?;

@@ -33,9 +33,10 @@
 
 use std::cmp::{Ordering, Reverse};
 
-use crate::annotations::UPDATE_BY_ANNOTATION;
+use crate::annotations::group::{EVERY_MEMBER_ACCEPTED, MAX_ROLLING_MEMBERS};
 use crate::annotations::rollout::{UpdateBy, max_rolling_members, partition_set, update_by};
 use crate::annotations::{InvalidAnnotation, max_unavailable, paused};
+use crate::annotations::{MAX_ROLLING_MEMBERS_ANNOTATION, UPDATE_BY_ANNOTATION};
 use jiff::Timestamp;
 
 use super::model::{
@@ -78,24 +79,44 @@ pub fn plan_in_order(group: &GroupSnapshot, now: Timestamp, order: Order) -> Pla
     plan
 }
 
-/// How many members may be not ready at once: the smallest `baton.dev/max-rolling-members`
-/// of the members that say one, else 1 (the zone rule), and a warning per bad value.
+/// How many members may be not ready at once, by the group rule
+/// ([`crate::annotations::group`]): more than 1 (the zone rule) only when every member says so,
+/// then the smallest. A warning per bad value (read as 1), and one per member whose value does
+/// not count, naming the members without one.
 fn group_max_rolling(group: &GroupSnapshot) -> (u32, Vec<Warning>) {
-    let mut warnings = Vec::new();
-    let mut smallest: Option<u32> = None;
-    for statefulset in &group.statefulsets {
-        let Some(parsed) = max_rolling_members(&statefulset.annotations) else {
-            continue;
-        };
-        if let Some(problem) = parsed.warning {
-            warnings.push(Warning::InvalidAnnotation {
-                statefulset: statefulset.name.clone(),
-                problem,
-            });
-        }
-        smallest = Some(smallest.map_or(parsed.value, |smallest| smallest.min(parsed.value)));
+    if !MAX_ROLLING_MEMBERS.carried_in(group) {
+        return (MAX_ROLLING_MEMBERS.absent, Vec::new());
     }
-    (smallest.unwrap_or(1), warnings)
+    let mut warnings = Vec::new();
+    let readings = group.statefulsets.iter().map(|statefulset| {
+        let carried = max_rolling_members(&statefulset.annotations).map(|parsed| {
+            if let Some(problem) = parsed.warning {
+                warnings.push(Warning::InvalidAnnotation {
+                    statefulset: statefulset.name.clone(),
+                    problem,
+                });
+            }
+            let raw = &statefulset.annotations[MAX_ROLLING_MEMBERS_ANNOTATION];
+            (raw.as_str(), parsed.value)
+        });
+        (statefulset.name.as_str(), carried)
+    });
+    let combined = MAX_ROLLING_MEMBERS.combine(readings);
+    warnings.extend(
+        combined
+            .overruled
+            .iter()
+            .map(|reading| Warning::InvalidAnnotation {
+                statefulset: reading.statefulset.to_owned(),
+                problem: InvalidAnnotation {
+                    key: MAX_ROLLING_MEMBERS_ANNOTATION,
+                    value: reading.raw.unwrap_or_default().to_owned(),
+                    accepted: EVERY_MEMBER_ACCEPTED,
+                    fallback: combined.instead(combined.value),
+                },
+            }),
+    );
+    (combined.value, warnings)
 }
 
 /// Walks the members (docs/compatibility.md steps 1 to 6), pushing actions; returns why it

@@ -1757,20 +1757,30 @@ fn more_members_not_ready_than_allowed_wait_as_several_not_ready() {
 
 #[test]
 fn the_smallest_max_rolling_members_holds_and_a_bad_one_is_one_with_a_warning() {
-    // One member says 3, another 1: one at a time.
-    let [a, b, c] = fresh_rollout();
+    // Every member says one, 3 and 2 and 2: at most two, and the member that said 3 is told.
+    let [a, b, c] = rolling_at_most("2");
     let a = a
         .updated(&[0])
         .not_ready(&[0])
         .annotation(MAX_ROLLING_MEMBERS_ANNOTATION, "3");
-    let b = b.annotation(MAX_ROLLING_MEMBERS_ANNOTATION, "1");
-    let one_at_a_time = plan(&group([a, b, c]), now());
-    assert!(
-        deleted(&one_at_a_time).is_empty(),
-        "{:?}",
-        one_at_a_time.actions
+    let b = b.updated(&[0]).not_ready(&[0]);
+    let two = plan(&group([a, b, c]), now());
+    assert!(deleted(&two).is_empty(), "{:?}", two.actions);
+    let [
+        Warning::InvalidAnnotation {
+            statefulset,
+            problem,
+        },
+    ] = two.warnings.as_slice()
+    else {
+        panic!("one warning: {:?}", two.warnings);
+    };
+    assert_eq!(statefulset, "ingester-zone-a");
+    assert_eq!(problem.value, "3");
+    assert_eq!(
+        problem.fallback,
+        "2, held there by ingester-zone-b, ingester-zone-c"
     );
-    assert!(one_at_a_time.warnings.is_empty());
 
     // A value that is not a positive integer: the zone rule, and the person told.
     let [a, b, c] = rolling_at_most("two");
@@ -1788,4 +1798,45 @@ fn the_smallest_max_rolling_members_holds_and_a_bad_one_is_one_with_a_warning() 
     };
     assert_eq!(problem.key, MAX_ROLLING_MEMBERS_ANNOTATION);
     assert_eq!(problem.value, "two");
+}
+
+#[test]
+fn a_max_rolling_members_some_members_carry_counts_for_nothing_and_they_are_told() {
+    // Given zone a rolling, and a newcomer with the group's label, 0 replicas and "3"
+    let [a, b, c] = fresh_rollout();
+    let a = a.updated(&[0]).not_ready(&[0]);
+    let newcomer = zone("ingester-newcomer", 0).annotation(MAX_ROLLING_MEMBERS_ANNOTATION, "3");
+    let plan = plan(&group([a, b, c, newcomer]), now());
+    // Then the zone rule holds: no other zone starts
+    assert!(deleted(&plan).is_empty(), "{:?}", plan.actions);
+    // And the newcomer is told, naming the members that hold the group to one
+    let [warning] = plan.warnings.as_slice() else {
+        panic!("one warning: {:?}", plan.warnings);
+    };
+    assert_eq!(warning.statefulset(), "ingester-newcomer");
+    assert_eq!(warning.kind(), "InvalidAnnotation");
+    assert_eq!(
+        warning.to_string(),
+        "StatefulSet ingester-newcomer: annotation baton.dev/max-rolling-members has the invalid \
+         value \"3\" (accepted: the same on every member of the group: one member alone speaks \
+         for nobody); using 1, held there by ingester-zone-a, ingester-zone-b, ingester-zone-c"
+    );
+
+    // And honest members carrying 2 with one member without it: one at a time too, each told
+    let [a, b, c] = rolling_at_most("2");
+    let a = a.updated(&[0]).not_ready(&[0]);
+    let plan = super::plan(&group([a, b, c, zone("ingester-newcomer", 0)]), now());
+    assert!(deleted(&plan).is_empty(), "{:?}", plan.actions);
+    let told: Vec<&str> = plan.warnings.iter().map(Warning::statefulset).collect();
+    assert_eq!(
+        told,
+        ["ingester-zone-a", "ingester-zone-b", "ingester-zone-c"]
+    );
+    assert!(
+        plan.warnings[0]
+            .to_string()
+            .ends_with("using 1, held there by ingester-newcomer"),
+        "{}",
+        plan.warnings[0]
+    );
 }
