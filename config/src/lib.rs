@@ -254,8 +254,11 @@ pub struct WebhookConfig {
     /// `terminationGracePeriodSeconds` above `shutdown_delay` + `request_timeout` + a few seconds.
     pub shutdown_delay: Duration,
     /// Who may set baton's state annotations on StatefulSets (`baton.dev/gate-state`,
-    /// `check-state`, `hook-state`, `partition`), as the API server names users. Empty: baton-controller's
-    /// service account in `namespace` (`system:serviceaccount:<namespace>:baton-controller`).
+    /// `check-state`, `hook-state`, `partition`), as the API server names users. Empty:
+    /// baton-controller's service account in the system namespace
+    /// (`system:serviceaccount:<system_namespace>:baton-controller`). In a member cluster the
+    /// hub's controller writes them: deploy/members sets
+    /// `system:serviceaccount:baton-system:baton-member` (docs/multi-cluster.md).
     #[serde(deserialize_with = "values::list")]
     pub state_writers: Vec<String>,
     /// Who may create and change baton's records (ConfigMaps labelled
