@@ -2631,3 +2631,74 @@ fn checker_catches_a_planner_that_trusts_a_member_it_cannot_read() {
         Property::NothingWhileUnreachable,
     );
 }
+
+// --- What every action names, and a finished group left alone ---
+
+#[test]
+fn checker_catches_a_planner_that_names_a_pod_by_a_uid_it_no_longer_has() {
+    // A planner acting on a stale read: the pod it means was recreated under a new uid.
+    assert_caught(
+        &|group: &GroupSnapshot, now| {
+            let mut plan = plan(group, now);
+            for action in &mut plan.actions {
+                if let Action::DeletePod { uid, .. } = action {
+                    uid.push_str("-before-it-was-recreated");
+                }
+            }
+            plan
+        },
+        Property::KnownPodsOnly,
+    );
+}
+
+#[test]
+fn checker_catches_a_planner_that_deletes_a_pod_already_at_the_update_revision() {
+    // Beside each deletion, one more of the same member's pods: one already updated.
+    assert_caught(
+        &|group: &GroupSnapshot, now| {
+            let mut plan = plan(group, now);
+            let mut updated = Vec::new();
+            for action in plan.deletions() {
+                let Some(statefulset) = group
+                    .statefulsets
+                    .iter()
+                    .find(|member| member.name == action.statefulset())
+                else {
+                    continue;
+                };
+                if let Some(pod) = statefulset.pods.iter().find(|pod| {
+                    !pod.terminating
+                        && pod.revision.is_some()
+                        && pod.revision == statefulset.update_revision
+                }) {
+                    updated.push(delete(statefulset, pod, false));
+                }
+            }
+            plan.actions.extend(updated);
+            plan
+        },
+        Property::NoUpToDateDeleted,
+    );
+}
+
+#[test]
+fn checker_catches_a_planner_that_keeps_acting_on_a_finished_group() {
+    // Once nothing is left to do, it marks the first member's revision again and again.
+    assert_caught(
+        &|group: &GroupSnapshot, now| {
+            let mut plan = plan(group, now);
+            if plan.actions.is_empty()
+                && plan.waiting.is_none()
+                && let Some(first) = group.statefulsets.first()
+                && let Some(revision) = &first.update_revision
+            {
+                plan.actions.push(Action::SetCurrentRevision {
+                    statefulset: first.name.clone(),
+                    revision: revision.clone(),
+                });
+            }
+            plan
+        },
+        Property::QuietWhenDone,
+    );
+}
