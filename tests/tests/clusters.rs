@@ -1838,8 +1838,9 @@ fn a_pod_in_cluster_b_naming_cluster_a_statefulset_as_its_owner_is_never_counted
  {
     MemberClusters::scenario(|clusters| async move {
         let namespace = clusters.namespace();
-        // Given a ready group `querier` of one StatefulSet per cluster, 2 pods each
-        let group = Group::new("querier", 2, 1);
+        // Given a ready group `overrides-exporter` of one StatefulSet per cluster, 2 pods each
+        // (a name no other scenario on the shared trio takes)
+        let group = Group::new("overrides-exporter", 2, 1);
         clusters.create_group(&group, |_, fixture| fixture).await;
         let uid = Api::<StatefulSet>::namespaced(clusters.cluster("cluster-a").client(), namespace)
             .get(&group.statefulset)
