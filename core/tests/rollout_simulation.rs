@@ -2196,22 +2196,26 @@ fn checker_catches_a_planner_that_rolls_two_zones_at_once() {
     );
 }
 
+/// The smallest `max-rolling-members` any member says, read as a planner that trusts it would.
+fn smallest_max_rolling_said(group: &GroupSnapshot) -> Option<u32> {
+    group
+        .statefulsets
+        .iter()
+        .filter_map(|statefulset| {
+            statefulset
+                .annotations
+                .get(MAX_ROLLING_MEMBERS_ANNOTATION)?
+                .parse::<u32>()
+                .ok()
+        })
+        .min()
+}
+
 #[test]
 fn checker_catches_a_planner_that_lets_one_more_member_roll_than_allowed() {
     assert_caught(
         &|group: &GroupSnapshot, now| {
-            let allowed = group
-                .statefulsets
-                .iter()
-                .filter_map(|statefulset| {
-                    statefulset
-                        .annotations
-                        .get(MAX_ROLLING_MEMBERS_ANNOTATION)?
-                        .parse::<u32>()
-                        .ok()
-                })
-                .min()
-                .unwrap_or(1);
+            let allowed = smallest_max_rolling_said(group).unwrap_or(1);
             let generous = with_each_statefulset(group, |statefulset| {
                 statefulset.annotations.insert(
                     MAX_ROLLING_MEMBERS_ANNOTATION.to_owned(),
@@ -2230,17 +2234,7 @@ fn checker_catches_a_planner_that_lets_a_newcomer_widen_the_group() {
     // one, as if every member said it (a lone newcomer's "1000" rolls every zone at once).
     assert_caught(
         &|group: &GroupSnapshot, now| {
-            let said = group
-                .statefulsets
-                .iter()
-                .filter_map(|statefulset| {
-                    statefulset
-                        .annotations
-                        .get(MAX_ROLLING_MEMBERS_ANNOTATION)?
-                        .parse::<u32>()
-                        .ok()
-                })
-                .min();
+            let said = smallest_max_rolling_said(group);
             let Some(said) = said else {
                 return plan(group, now);
             };
