@@ -653,18 +653,9 @@ fn a_member_whose_kubeconfig_secret_is_missing_then_bad_holds_the_group_until_it
             }
 
             // When cluster-c's kubeconfig is written under its key
-            clusters.write_secret("cluster-c").await;
-
             // Then cluster-c is reached and listed, and the rollout completes one cluster at a
             // time, the zone rule held at every step
-            wait_until(TIMEOUT, "cluster-c is listed", || async {
-                member_out(&clusters.controller.metrics().await, "cluster-c") == Some(0.0)
-            })
-            .await;
-            clusters.wait_complete(&group).await;
-            let timeline = clusters.merged_timeline();
-            check_rollout_guarantees(&timeline, &group.zones(), from).unwrap();
-            assert_one_at_a_time(&windows(&timeline, &group, from), &group, Duration::ZERO);
+            cluster_c_written_back_completes(&clusters, &group, from).await;
 
             // And while cluster-c could not be reached the status said why the group waited,
             // every time it was read (checked last, so that the rest is checked whatever it
@@ -802,6 +793,21 @@ fn a_health_check_failing_while_cluster_b_rolls_halts_before_cluster_c_until_a_p
 
 /// `baton_member_cluster_out{member="cluster"}`: 1 while the controller cannot trust what it
 /// reads of `cluster`, 0 once listed; `None` when the series is missing.
+/// Once cluster-c's kubeconfig Secret is written (as the trio writes it): cluster-c is listed,
+/// and the rollout started at `from` completes one cluster at a time, the zone rule held at
+/// every step of the merged timeline.
+async fn cluster_c_written_back_completes(clusters: &MemberClusters, group: &Group, from: Instant) {
+    clusters.write_secret("cluster-c").await;
+    wait_until(TIMEOUT, "cluster-c is listed", || async {
+        member_out(&clusters.controller.metrics().await, "cluster-c") == Some(0.0)
+    })
+    .await;
+    clusters.wait_complete(group).await;
+    let timeline = clusters.merged_timeline();
+    check_rollout_guarantees(&timeline, &group.zones(), from).unwrap();
+    assert_one_at_a_time(&windows(&timeline, group, from), group, Duration::ZERO);
+}
+
 fn member_out(metrics: &str, cluster: &str) -> Option<f64> {
     let series = format!("baton_member_cluster_out{{member=\"{cluster}\"}} ");
     metrics
@@ -1807,18 +1813,9 @@ fn a_member_kubeconfig_that_reads_a_file_runs_a_program_proxies_or_skips_tls_che
             }
 
             // When cluster-c's Secret holds its inline kubeconfig (server, CA data, token)
-            clusters.write_secret("cluster-c").await;
-
             // Then cluster-c is listed and the rollout completes one cluster at a time, the
             // zone rule held at every step, and nothing ever reached the recording server
-            wait_until(TIMEOUT, "cluster-c is listed", || async {
-                member_out(&clusters.controller.metrics().await, "cluster-c") == Some(0.0)
-            })
-            .await;
-            clusters.wait_complete(&group).await;
-            let timeline = clusters.merged_timeline();
-            check_rollout_guarantees(&timeline, &group.zones(), from).unwrap();
-            assert_one_at_a_time(&windows(&timeline, &group, from), &group, Duration::ZERO);
+            cluster_c_written_back_completes(&clusters, &group, from).await;
             let seen = recorder.seen();
             assert!(
                 seen.iter().all(|what| !what.contains(TOKEN_IN_A_FILE)),
