@@ -4,8 +4,9 @@
 #
 #   tests/control-plane/install.sh            the newest Kubernetes the project supports, with
 #                                             etcd, kubelet, kube-scheduler, kube-proxy, kubectl,
-#                                             containerd, ctr, the runc shim, runc, helm and
-#                                             jsonnet beside it
+#                                             containerd, ctr, the runc shim, runc, helm,
+#                                             jsonnet and Grafana's rollout-operator (the Go
+#                                             operator baton replaces) beside it
 #   tests/control-plane/install.sh --oldest   the oldest Kubernetes the project supports:
 #                                             kube-apiserver, kube-controller-manager, kubectl
 #                                             and etcd, for the oldest-version smoke test
@@ -34,6 +35,11 @@ CONTAINERD_VERSION=2.4.2
 RUNC_VERSION=1.5.2
 HELM_VERSION=4.3.1
 JSONNET_VERSION=0.22.0
+# Grafana's rollout-operator, the Go operator baton replaces: the side-by-side tests run it beside
+# baton. The module proxy refuses its module, so it is built from the release's source archive
+# (without its vendor folder; its dependencies come from the proxy), kept beside the repository
+# in ../shared/anchors/ ($E2E_ROLLOUT_OPERATOR_ARCHIVE names another archive).
+ROLLOUT_OPERATOR_VERSION=0.38.1
 # This script's own build revision: bump it when how something is built changes, so caches
 # built the old way are not used.
 BUILD_REVISION=1
@@ -47,6 +53,9 @@ CONTAINERD_DIR="$CACHE_ROOT/containerd-$CONTAINERD_VERSION-r$BUILD_REVISION/bin"
 RUNC_DIR="$CACHE_ROOT/runc-$RUNC_VERSION-r$BUILD_REVISION/bin"
 HELM_DIR="$CACHE_ROOT/helm-$HELM_VERSION-r$BUILD_REVISION/bin"
 JSONNET_DIR="$CACHE_ROOT/jsonnet-$JSONNET_VERSION-r$BUILD_REVISION/bin"
+ROLLOUT_OPERATOR_DIR="$CACHE_ROOT/rollout-operator-$ROLLOUT_OPERATOR_VERSION-r$BUILD_REVISION/bin"
+REPO_ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
+ROLLOUT_OPERATOR_ARCHIVE="${E2E_ROLLOUT_OPERATOR_ARCHIVE:-$REPO_ROOT/../shared/anchors/rollout-operator-v$ROLLOUT_OPERATOR_VERSION.tar.gz}"
 
 oldest=0
 case "${1:-}" in
@@ -267,6 +276,38 @@ if missing "$JSONNET_DIR" jsonnet; then
   go_build "$JSONNET_DIR" github.com/google/go-jsonnet "$JSONNET_VERSION" \
     github.com/google/go-jsonnet/cmd/jsonnet
 fi
+
+# The Go rollout-operator from its release archive: `go build ./cmd/rollout-operator` inside
+# it, as its Makefile does. Without the archive the side-by-side tests cannot run: said here,
+# and by each of those tests, and nothing else is held up.
+install_rollout_operator() {
+  missing "$ROLLOUT_OPERATOR_DIR" rollout-operator || return 0
+  if [[ ! -f "$ROLLOUT_OPERATOR_ARCHIVE" ]]; then
+    log "MISSING: the Go rollout-operator's source archive $ROLLOUT_OPERATOR_ARCHIVE is not here: tests/tests/side_by_side.rs will fail saying so"
+    return 0
+  fi
+  find_go
+  local work started=$SECONDS
+  mkdir -p "$CACHE_ROOT"
+  work=$(mktemp -d "$CACHE_ROOT/build-XXXXXX")
+  log "building rollout-operator v$ROLLOUT_OPERATOR_VERSION from $ROLLOUT_OPERATOR_ARCHIVE (output in $work/build.log)"
+  if ! (
+    cd "$work"
+    tar xzf "$ROLLOUT_OPERATOR_ARCHIVE" --strip-components=1
+    export GOWORK=off GOFLAGS="-buildvcs=false -mod=mod" CGO_ENABLED=0
+    "$GO" build -trimpath -ldflags "-s -w" -o "$work/out/" ./cmd/rollout-operator
+  ) >"$work/build.log" 2>&1; then
+    tail -n 40 "$work/build.log" >&2
+    log "MISSING: building rollout-operator v$ROLLOUT_OPERATOR_VERSION failed (full log: $work/build.log): tests/tests/side_by_side.rs will fail saying so"
+    return 0
+  fi
+  mkdir -p "$ROLLOUT_OPERATOR_DIR"
+  cp "$work/out/rollout-operator" "$ROLLOUT_OPERATOR_DIR/"
+  rm -rf "$work"
+  log "built rollout-operator v$ROLLOUT_OPERATOR_VERSION in $((SECONDS - started))s; cached in $ROLLOUT_OPERATOR_DIR"
+}
+install_rollout_operator
+[[ -x "$ROLLOUT_OPERATOR_DIR/rollout-operator" ]] && ln -sfn "$ROLLOUT_OPERATOR_DIR/rollout-operator" "$BIN_DIR/rollout-operator"
 
 # One folder holds everything the tests run.
 for bin in "$ETCD_DIR/etcd" "$CONTAINERD_DIR/containerd" "$CONTAINERD_DIR/ctr" \

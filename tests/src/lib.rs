@@ -11,6 +11,7 @@ pub mod control_plane;
 pub mod controller_support;
 pub mod crds;
 pub mod fixtures;
+pub mod go_operator;
 pub mod http_support;
 pub mod keys;
 pub mod load_balancer;

@@ -4,7 +4,7 @@
 
 use std::fmt;
 
-use baton_core::admission::{Allowed, Refusal, Verdict};
+use baton_core::admission::{Allowed, Reason, Refusal, Verdict};
 
 /// What a webhook answers.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -15,7 +15,8 @@ pub struct Decision {
     /// Warnings the API server passes on to the client (kubectl prints them).
     pub warnings: Vec<String>,
     pub outcome: Outcome,
-    /// The HTTP code of a denial's status: 403 unless set (429 for "retry later").
+    /// The HTTP code of a denial's status: 403 unless set (429 for "retry later", 400 for an
+    /// invalid budget).
     pub code: Option<u16>,
     /// The refusal's stable kind, for the log.
     pub kind: Option<&'static str>,
@@ -74,8 +75,16 @@ impl Decision {
             message: Some(refusal.message),
             warnings: Vec::new(),
             outcome: Outcome::Denied,
-            // A drain retries evictions answered 429, as for a PodDisruptionBudget.
-            code: refusal.retry_later.then_some(429),
+            code: if refusal.retry_later {
+                // A drain retries evictions answered 429, as for a PodDisruptionBudget.
+                Some(429)
+            } else if refusal.reason == Reason::InvalidBudget {
+                // A budget that cannot be used is a bad request, as the Go operator answers it
+                // (clients and scripts written against it read the code).
+                Some(400)
+            } else {
+                None
+            },
         }
     }
 }
@@ -97,7 +106,7 @@ impl fmt::Display for Decision {
 mod tests {
     use std::time::Duration;
 
-    use baton_core::admission::{JudgingFailed, Reason};
+    use baton_core::admission::JudgingFailed;
 
     use super::*;
 
@@ -125,6 +134,14 @@ mod tests {
                 Some("later".to_owned()),
                 Outcome::Denied,
                 Some(429),
+            ),
+            (
+                Verdict::refuse(Reason::InvalidBudget, "bad"),
+                true,
+                false,
+                Some("bad".to_owned()),
+                Outcome::Denied,
+                Some(400),
             ),
             (failed(), true, true, None, Outcome::AllowedOnError, None),
             (
