@@ -63,6 +63,28 @@ impl GoOperator {
         namespace: &str,
         extra: &[&str],
     ) -> anyhow::Result<Self> {
+        // A free port is released before the Go operator binds it (on every address): another
+        // test process may take it first. The operator then exits saying so, and starts again
+        // on other ports.
+        let mut attempts = 0;
+        loop {
+            match Self::start_once(control_plane, tls, namespace, extra).await {
+                Err(error)
+                    if attempts < 3 && format!("{error:#}").contains("address already in use") =>
+                {
+                    attempts += 1;
+                }
+                started => return started,
+            }
+        }
+    }
+
+    async fn start_once(
+        control_plane: &ControlPlane,
+        tls: &TestTls,
+        namespace: &str,
+        extra: &[&str],
+    ) -> anyhow::Result<Self> {
         let binary = binary()?;
         let files = tempfile::tempdir()?;
         let cert = files.path().join("tls.crt");

@@ -7,18 +7,22 @@
 //! asserts both answers as they are, so a change on either side is seen; docs/compatibility.md
 //! lists the same differences.
 
-use std::time::Duration;
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
 
 use baton_core::pods::PodReadiness;
-use baton_e2e::controller_support::wait_group_ready;
+use baton_e2e::controller_support::{roll_out, wait_group_ready, wait_rollout_complete};
 use baton_e2e::crds;
-use baton_e2e::fixtures::StatefulSetFixture;
+use baton_e2e::fixtures::{StatefulSetFixture, rollout_group};
 use baton_e2e::go_operator::GoOperator;
 use baton_e2e::keys::NO_DOWNSCALE;
 use baton_e2e::scaling_support::install_replica_template_crd;
+use baton_e2e::timeline::{Zone, check_rollout_guarantees, zone_windows};
 use baton_e2e::webhook_support::{TestTls, WebhookReplica};
 use baton_e2e::zpdb_support::{budget, eviction_review, zpdb_resource};
-use baton_e2e::{ControlPlane, PodSimulator, TestNamespace, wait_until};
+use baton_e2e::{
+    ControlPlane, PodEvent, PodSimulator, PodTransition, Scene, TestNamespace, wait_until,
+};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
@@ -857,4 +861,336 @@ async fn both_operators_judge_the_same_evictions_alike() {
         },
     );
     verdicts.report("eviction", while_b_is_down.len() + 6);
+}
+
+/// The Go operator's side of a rollout scenario: its namespace, the pod simulator under it and
+/// the operator controlling it.
+struct GoScene {
+    namespace: TestNamespace,
+    simulator: PodSimulator,
+    operator: GoOperator,
+}
+
+impl GoScene {
+    async fn start(prefix: &str) -> Self {
+        let control_plane = ControlPlane::shared().await;
+        install_replica_template_crd(control_plane).await.unwrap();
+        crds::install(
+            &control_plane.admin_client().await,
+            crds::ZONE_AWARE_POD_DISRUPTION_BUDGET,
+        )
+        .await;
+        let namespace = TestNamespace::create(control_plane, prefix).await;
+        let simulator = PodSimulator::for_namespace(&namespace).await;
+        let tls = TestTls::generate().unwrap();
+        let operator = GoOperator::start(control_plane, &tls, namespace.name(), &[])
+            .await
+            .unwrap_or_else(|error| panic!("{error:#}"));
+        Self {
+            namespace,
+            simulator,
+            operator,
+        }
+    }
+}
+
+/// What one operator's rollout looked like on the timeline, from the template change on.
+#[derive(Debug, PartialEq, Eq)]
+struct Rolled {
+    /// The zones in the order their first pod left.
+    zone_order: Vec<String>,
+    /// Per zone, its pods in the order they left (each once).
+    pods_left: BTreeMap<String, Vec<String>>,
+    /// Per zone, the most of its pods unavailable at once.
+    most_unavailable: BTreeMap<String, u32>,
+}
+
+/// Reads `timeline` since `from` for `zones`, after checking the zone-by-zone guarantees held.
+fn rolled(who: &str, timeline: &[PodTransition], zones: &[Zone], from: Instant) -> Rolled {
+    check_rollout_guarantees(timeline, zones, from)
+        .unwrap_or_else(|broken| panic!("{who} broke the zone rule: {broken}"));
+    let windows = zone_windows(timeline, zones, from);
+    let mut zone_order: Vec<(Instant, String)> = windows
+        .iter()
+        .map(|(zone, window)| {
+            (
+                window
+                    .started
+                    .unwrap_or_else(|| panic!("{who}: {zone} never started")),
+                zone.clone(),
+            )
+        })
+        .collect();
+    zone_order.sort();
+    Rolled {
+        zone_order: zone_order.into_iter().map(|(_, zone)| zone).collect(),
+        pods_left: pods_left(timeline, from),
+        most_unavailable: zones
+            .iter()
+            .map(|zone| {
+                (
+                    zone.statefulset.clone(),
+                    most_unavailable(timeline, zone, from),
+                )
+            })
+            .collect(),
+    }
+}
+
+/// The most pods of `zone` unavailable (missing, not ready or terminating) at once since
+/// `from`.
+fn most_unavailable(timeline: &[PodTransition], zone: &Zone, from: Instant) -> u32 {
+    // uid → (ready, terminating)
+    let mut pods: BTreeMap<&str, (bool, bool)> = BTreeMap::new();
+    let mut most = 0;
+    for transition in timeline {
+        if transition.statefulset.as_deref() != Some(zone.statefulset.as_str()) {
+            continue;
+        }
+        let uid = transition.uid.as_str();
+        match transition.event {
+            PodEvent::Created => {
+                pods.insert(uid, (false, false));
+            }
+            PodEvent::Ready => pods.entry(uid).or_default().0 = true,
+            PodEvent::NotReady => pods.entry(uid).or_default().0 = false,
+            PodEvent::Terminating => pods.entry(uid).or_default().1 = true,
+            PodEvent::Deleted => {
+                pods.remove(uid);
+            }
+        }
+        if transition.at >= from {
+            let available = pods
+                .values()
+                .filter(|(ready, terminating)| *ready && !terminating)
+                .count() as u32;
+            most = most.max(zone.replicas.saturating_sub(available));
+        }
+    }
+    most
+}
+
+/// The time from each pod turning Ready to the next pod of the group leaving, over the
+/// rollout: how fast an operator reacts (mean, and the longest).
+fn reaction(timeline: &[PodTransition], from: Instant) -> (Duration, Duration) {
+    let mut last_ready: Option<Instant> = None;
+    let mut gaps = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    for transition in timeline.iter().filter(|transition| transition.at >= from) {
+        match transition.event {
+            PodEvent::Ready => last_ready = Some(transition.at),
+            PodEvent::Terminating | PodEvent::Deleted if seen.insert(transition.uid.clone()) => {
+                if let Some(ready) = last_ready.take() {
+                    gaps.push(transition.at - ready);
+                }
+            }
+            _ => {}
+        }
+    }
+    let total: Duration = gaps.iter().sum();
+    (
+        total / gaps.len().max(1) as u32,
+        gaps.into_iter().max().unwrap_or_default(),
+    )
+}
+
+/// Given the same group in both namespaces (3 zones of `replicas` pods, `max_unavailable`),
+/// when the template of every zone changes at once in both, then both roll zone by zone with
+/// the same zone order, the same pods in each zone, and as many of a zone's pods unavailable
+/// at once.
+async fn both_roll_alike(prefix: &str, replicas: i32, max_unavailable: &str, batch: usize) {
+    let (go_prefix, baton_prefix) = (format!("{prefix}-go"), format!("{prefix}-baton"));
+    let (go, baton) = tokio::join!(GoScene::start(&go_prefix), Scene::start(&baton_prefix));
+    let go_client = go.namespace.client();
+    let fixtures: Vec<_> = rollout_group("ingester", &["a", "b", "c"], replicas)
+        .into_iter()
+        .map(|fixture| fixture.annotation("rollout-max-unavailable", max_unavailable))
+        .collect();
+    let names = baton.create(&fixtures).await;
+    for fixture in &fixtures {
+        fixture.create(&go_client, go.namespace.name()).await;
+    }
+    wait_group_ready(&go_client, go.namespace.name(), &names).await;
+
+    let from = Instant::now();
+    tokio::join!(
+        roll_out(&go_client, go.namespace.name(), &names, "v2"),
+        baton.roll_out(&names, "v2")
+    );
+    tokio::join!(
+        wait_rollout_complete(&go_client, go.namespace.name(), &names),
+        baton.wait_complete(&names)
+    );
+    let done = Instant::now();
+
+    let zones: Vec<Zone> = names
+        .iter()
+        .map(|name| Zone::new(name, replicas as u32, batch as u32))
+        .collect();
+    let go_timeline = go.simulator.timeline();
+    let baton_timeline = baton.timeline();
+    let go_rolled = rolled("the Go operator", &go_timeline, &zones, from);
+    let baton_rolled = rolled("baton", &baton_timeline, &zones, from);
+    // (what the scenario promises of each: zones a, b, c in turn, `batch` pods down at most,
+    // and at least: the allowance was used)
+    assert_eq!(baton_rolled.zone_order, names, "baton's zone order");
+    for name in &names {
+        assert_eq!(
+            baton_rolled.most_unavailable[name], batch as u32,
+            "the most pods of {name} baton had unavailable at once"
+        );
+    }
+    assert_eq!(
+        go_rolled, baton_rolled,
+        "the Go operator (left) and baton (right) rolled otherwise"
+    );
+    let (go_mean, go_longest) = reaction(&go_timeline, from);
+    let (baton_mean, baton_longest) = reaction(&baton_timeline, from);
+    println!(
+        "{prefix}: 3 zones x {replicas} pods, max-unavailable {max_unavailable}: both complete in {:.1?}; \
+         pod Ready to the next deletion: Go operator mean {go_mean:.2?} (longest {go_longest:.2?}), \
+         baton mean {baton_mean:.2?} (longest {baton_longest:.2?})",
+        done - from
+    );
+}
+
+#[tokio::test]
+async fn both_operators_roll_a_group_with_max_unavailable_1_alike() {
+    both_roll_alike("sbs-mu1", 2, "1", 1).await;
+}
+
+#[tokio::test]
+async fn both_operators_roll_a_group_with_max_unavailable_2_alike() {
+    both_roll_alike("sbs-mu2", 4, "2", 2).await;
+}
+
+#[tokio::test]
+async fn both_operators_roll_a_group_with_max_unavailable_25_percent_alike() {
+    // (25 % of 8 pods: 2 at a time)
+    both_roll_alike("sbs-mu25", 8, "25%", 2).await;
+}
+
+#[tokio::test]
+async fn both_operators_hold_zone_a_while_a_pod_of_zone_b_is_not_ready() {
+    // Given the same group in both namespaces, a pod of zone b not ready
+    let (go, baton) = tokio::join!(
+        GoScene::start("sbs-held-go"),
+        Scene::start("sbs-held-baton")
+    );
+    let go_client = go.namespace.client();
+    let fixtures = rollout_group("ingester", &["a", "b", "c"], 2);
+    let names = baton.create(&fixtures).await;
+    for fixture in &fixtures {
+        fixture.create(&go_client, go.namespace.name()).await;
+    }
+    wait_group_ready(&go_client, go.namespace.name(), &names).await;
+    go.simulator.hold_not_ready("ingester-zone-b-1").await;
+    baton.simulator.hold_not_ready("ingester-zone-b-1").await;
+
+    // When the template of every zone changes, and both have looked at the group since
+    let from = Instant::now();
+    tokio::join!(
+        roll_out(&go_client, go.namespace.name(), &names, "v2"),
+        baton.roll_out(&names, "v2")
+    );
+    wait_until(
+        TIMEOUT,
+        "the Go operator saw zone b's pods to update and its max-unavailable reached",
+        || async {
+            go.operator.process.output().contains(
+                "StatefulSet has some pods to be updated but maxUnavailable pods has been reached\" statefulset=ingester-zone-b",
+            )
+        },
+    )
+    .await;
+    wait_until(TIMEOUT, "baton says the group waits", || async {
+        baton
+            .controller
+            .metric("baton_rollout_group_waiting{rollout_group=\"ingester\"}")
+            .await
+            == Some(1.0)
+    })
+    .await;
+
+    // Then neither deletes a pod of zone a or c. The Go operator deletes nothing; baton replaces
+    // zone b's not-ready pod of the old revision at once (it costs no availability: it is down
+    // already, and its replacement is too), where the Go operator waits for it
+    wait_until(TIMEOUT, "baton replaces zone b's not-ready pod", || async {
+        pods_left(&baton.timeline(), from).contains_key("ingester-zone-b")
+    })
+    .await;
+    assert_eq!(
+        pods_left(&go.simulator.timeline(), from),
+        BTreeMap::new(),
+        "the Go operator deleted pods while zone b was not ready"
+    );
+    assert_eq!(
+        pods_left(&baton.timeline(), from),
+        BTreeMap::from([(
+            "ingester-zone-b".to_owned(),
+            vec!["ingester-zone-b-1".to_owned()]
+        )]),
+        "baton deleted other pods than zone b's not-ready one while it was not ready"
+    );
+
+    // And once zone b's pod is ready again, both roll the group in the same zone order, keeping
+    // the zone rule, and replace the same pods in all
+    let released = Instant::now();
+    go.simulator.release("ingester-zone-b-1").await;
+    baton.simulator.release("ingester-zone-b-1").await;
+    tokio::join!(
+        wait_rollout_complete(&go_client, go.namespace.name(), &names),
+        baton.wait_complete(&names)
+    );
+    let zones: Vec<Zone> = names.iter().map(|name| Zone::new(name, 2, 1)).collect();
+    let go_timeline = go.simulator.timeline();
+    let baton_timeline = baton.timeline();
+    let go_rolled = rolled("the Go operator", &go_timeline, &zones, released);
+    let baton_rolled = rolled("baton", &baton_timeline, &zones, released);
+    println!(
+        "after zone b's pod was ready again: the Go operator rolled {:?}, baton {:?}",
+        go_rolled.pods_left, baton_rolled.pods_left
+    );
+    assert_eq!(
+        go_rolled.zone_order, baton_rolled.zone_order,
+        "the zone order of the Go operator (left) and baton (right)"
+    );
+    let replaced =
+        |timeline: &[PodTransition]| -> BTreeMap<String, std::collections::BTreeSet<String>> {
+            pods_left(timeline, from)
+                .into_iter()
+                .map(|(zone, pods)| (zone, pods.into_iter().collect()))
+                .collect()
+        };
+    assert_eq!(
+        replaced(&go_timeline),
+        replaced(&baton_timeline),
+        "the pods the Go operator (left) and baton (right) replaced"
+    );
+    assert_eq!(
+        replaced(&baton_timeline)
+            .values()
+            .map(|pods| pods.len())
+            .sum::<usize>(),
+        6,
+        "every pod replaced once"
+    );
+}
+
+/// Per zone, its pods in the order they left (terminating, or deleted) since `from`, each once.
+fn pods_left(timeline: &[PodTransition], from: Instant) -> BTreeMap<String, Vec<String>> {
+    let mut left: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut seen = std::collections::HashSet::new();
+    for transition in timeline.iter().filter(|transition| transition.at >= from) {
+        let leaving = matches!(transition.event, PodEvent::Terminating | PodEvent::Deleted);
+        if let Some(zone) = &transition.statefulset
+            && leaving
+            && seen.insert(transition.uid.clone())
+        {
+            left.entry(zone.clone())
+                .or_default()
+                .push(transition.pod.clone());
+        }
+    }
+    left
 }
