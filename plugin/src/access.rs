@@ -91,6 +91,9 @@ pub enum AccessError {
     /// A write that counts only on every member landed on some of them only.
     #[error("{0}")]
     Unfinished(String),
+    /// `kubectl baton cluster add` failed.
+    #[error("{0}")]
+    Cluster(#[from] crate::cluster::ClusterError),
     /// Several members failed: each is named.
     #[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
     Several(Vec<AccessError>),
