@@ -200,7 +200,8 @@ pub enum ClusterError {
     )]
     Check {
         name: String,
-        account: Account,
+        /// `namespace/name` of the ServiceAccount.
+        account: String,
         server: String,
         namespace: String,
         why: String,
@@ -562,7 +563,7 @@ async fn check(
 ) -> Result<(), ClusterError> {
     let failed = |why: String| ClusterError::Check {
         name: add.name.clone(),
-        account: add.service_account.clone(),
+        account: add.service_account.to_string(),
         server: endpoint.server.clone(),
         namespace: namespace.to_owned(),
         why,

@@ -287,7 +287,7 @@ fn kubectl_baton_cluster_add_writes_nothing_for_a_context_a_server_an_account_or
         ]
         .concat();
         cluster_add_refuses(
-            &clusters,
+            clusters,
             &kubeconfig,
             &args,
             &[
@@ -302,7 +302,7 @@ fn kubectl_baton_cluster_add_writes_nothing_for_a_context_a_server_an_account_or
             &ns,
         ]
         .concat();
-        cluster_add_refuses(&clusters, &kubeconfig, &args, &[
+        cluster_add_refuses(clusters, &kubeconfig, &args, &[
             "context cluster-a is the hub's (--context, else the current context): the hub needs no Secret",
         ])
         .await;
@@ -313,7 +313,7 @@ fn kubectl_baton_cluster_add_writes_nothing_for_a_context_a_server_an_account_or
         ]
         .concat();
         cluster_add_refuses(
-            &clusters,
+            clusters,
             &with_down,
             &args,
             &["cannot reach cluster cluster-d (context down, https://127.0.0.1:1)"],
@@ -326,7 +326,7 @@ fn kubectl_baton_cluster_add_writes_nothing_for_a_context_a_server_an_account_or
             &["--service-account", "baton-system/nobody"],
         ]
         .concat();
-        cluster_add_refuses(&clusters, &kubeconfig, &args, &[
+        cluster_add_refuses(clusters, &kubeconfig, &args, &[
             "no ServiceAccount baton-system/nobody in cluster cluster-d (context cluster-b): apply deploy/members there first",
         ])
         .await;
@@ -338,7 +338,7 @@ fn kubectl_baton_cluster_add_writes_nothing_for_a_context_a_server_an_account_or
         ]
         .concat();
         cluster_add_refuses(
-            &clusters,
+            clusters,
             &kubeconfig,
             &args,
             &[
@@ -356,7 +356,7 @@ fn kubectl_baton_cluster_add_writes_nothing_for_a_context_a_server_an_account_or
         ]
         .concat();
         cluster_add_refuses(
-            &clusters,
+            clusters,
             &kubeconfig,
             &args,
             &[
