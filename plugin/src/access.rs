@@ -91,9 +91,18 @@ pub enum AccessError {
     /// A write that counts only on every member landed on some of them only.
     #[error("{0}")]
     Unfinished(String),
+    /// `kubectl baton cluster add` failed.
+    #[error("{0}")]
+    Cluster(Box<crate::cluster::ClusterError>),
     /// Several members failed: each is named.
     #[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
     Several(Vec<AccessError>),
+}
+
+impl From<crate::cluster::ClusterError> for AccessError {
+    fn from(error: crate::cluster::ClusterError) -> Self {
+        Self::Cluster(Box::new(error))
+    }
 }
 
 /// " in any of member clusters a, b" for a search across members, nothing for one cluster.

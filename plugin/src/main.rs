@@ -22,6 +22,7 @@
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 mod access;
 mod approval;
+mod cluster;
 #[cfg(test)]
 mod fake_api;
 #[cfg(test)]
@@ -74,7 +75,7 @@ pub mod exit {
     name = "kubectl-baton",
     bin_name = "kubectl baton",
     version,
-    about = "See, wait for, plan, pause, resume, approve and roll back baton's zone-by-zone rollouts"
+    about = "See, wait for, plan, pause, resume, approve and roll back baton's zone-by-zone rollouts; add a cluster to a hub's"
 )]
 struct Cli {
     /// The kubeconfig file (default: KUBECONFIG, else ~/.kube/config).
@@ -159,6 +160,17 @@ enum Command {
         #[command(flatten)]
         across: Across,
     },
+    /// Member clusters of a hub's cross-cluster groups (docs/multi-cluster.md).
+    #[command(subcommand)]
+    Cluster(ClusterCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum ClusterCommand {
+    /// Give the hub's controller member cluster NAME: a token of deploy/members' ServiceAccount
+    /// there (from --from-context), in a kubeconfig the controller accepts, written as the
+    /// Secret it reads in the hub (--context). Run it again to rotate the token.
+    Add(cluster::Add),
 }
 
 /// The member clusters of a cross-cluster group (docs/plugin.md, "Across clusters").
@@ -193,9 +205,13 @@ impl Cli {
 }
 
 impl Command {
-    /// Its member clusters (every command takes `--member`).
+    /// Its member clusters (every command of a group takes `--member`).
     fn across(&self) -> &Across {
+        static NONE: Across = Across {
+            members: Vec::new(),
+        };
         match self {
+            Self::Cluster(_) => &NONE,
             Self::Status { across, .. }
             | Self::Wait { across, .. }
             | Self::Plan { across, .. }
@@ -251,6 +267,10 @@ async fn run(cli: Cli) -> Result<i32, AccessError> {
         context: cli.context,
         namespace: cli.namespace,
     };
+    if let Command::Cluster(ClusterCommand::Add(add)) = &cli.command {
+        output::out(cluster::add(&target, add).await?);
+        return Ok(exit::SUCCESS);
+    }
     // Across member clusters, each member through its own context, no other.
     let scope = Scope::connect(&target, &cli.command.across().members).await?;
     match cli.command {
@@ -292,6 +312,7 @@ async fn run(cli: Cli) -> Result<i32, AccessError> {
         Command::Approve { group, step, .. } => {
             approval::run(&scope, &group, step.as_deref()).await
         }
+        Command::Cluster(_) => unreachable!("handled above, without a scope"),
     }
 }
 
@@ -379,6 +400,7 @@ mod tests {
             ("resume", "resume"),
             ("approve", "approve"),
             ("rollback", "roll back"),
+            ("cluster", "add a cluster"),
         ];
         let command = Cli::command();
         let about = command
@@ -523,6 +545,76 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(error.contains("not a DNS label"), "{error}");
+    }
+
+    #[test]
+    fn cluster_add_takes_the_members_name_and_context_with_deploy_members_defaults() {
+        let cli = Cli::try_parse_from([
+            "kubectl-baton",
+            "cluster",
+            "add",
+            "cluster-b",
+            "--from-context",
+            "kind-b",
+            "--context",
+            "hub",
+            "-n",
+            "mimir",
+        ])
+        .unwrap();
+        cli.check().unwrap();
+        assert_eq!(cli.context.as_deref(), Some("hub"));
+        assert_eq!(cli.namespace.as_deref(), Some("mimir"));
+        let Command::Cluster(ClusterCommand::Add(add)) = &cli.command else {
+            panic!("{cli:?}")
+        };
+        assert_eq!(add.name, "cluster-b");
+        assert_eq!(add.from_context, "kind-b");
+        assert_eq!(add.server, None);
+        assert_eq!(add.duration, Duration::from_secs(8760 * 3600));
+        assert_eq!(add.service_account.to_string(), "baton-system/baton-member");
+        assert_eq!(add.secret, None);
+        assert_eq!(add.key, "kubeconfig");
+        assert_eq!(add.system_namespace, "baton-system");
+        assert!(!add.no_check);
+
+        // The member's context is required, its name a DNS label, and it takes no --member
+        for (args, saying) in [
+            (&["cluster", "add", "cluster-b"][..], "--from-context"),
+            (
+                &["cluster", "add", "Cluster_B", "--from-context", "x"],
+                "not a DNS label",
+            ),
+            (
+                &[
+                    "cluster",
+                    "add",
+                    "b",
+                    "--from-context",
+                    "x",
+                    "--member",
+                    "a",
+                ],
+                "--member",
+            ),
+            (
+                &[
+                    "cluster",
+                    "add",
+                    "b",
+                    "--from-context",
+                    "x",
+                    "--duration",
+                    "5m",
+                ],
+                "at least 10m",
+            ),
+        ] {
+            let error = Cli::try_parse_from(["kubectl-baton"].iter().chain(args))
+                .unwrap_err()
+                .to_string();
+            assert!(error.contains(saying), "{args:?}: {error}");
+        }
     }
 
     #[test]

@@ -17,6 +17,7 @@ pub mod keys;
 pub mod load_balancer;
 pub mod manifests;
 pub mod member_clusters;
+pub mod member_setup;
 pub mod namespace;
 pub mod plugin_support;
 pub mod pod_simulator;

@@ -1,9 +1,11 @@
 //! Cross-cluster rollout groups on three real control planes: `cluster-a` (the hub, where
 //! baton's controller runs), `cluster-b` and `cluster-c`, each a [`ControlPlane::dedicated`]
 //! of its own (own etcd, API server and controller-manager, so one can be stopped) with the
-//! same namespace and a [`PodSimulator`] in it. The controller is told its members in a YAML
-//! file (`BATON_CONFIG`, `controller.members`), cluster-b and cluster-c through kubeconfig
-//! Secrets in the hub's namespace, as docs/configuration.md says.
+//! same namespace and a [`PodSimulator`] in it. cluster-b and cluster-c are set up as
+//! docs/multi-cluster.md sets up a member ([`crate::member_setup`]): its member overlay
+//! applied there, and `kubectl baton cluster add` writing their kubeconfig Secrets in the hub's
+//! namespace. The controller is told its members in a YAML file (`BATON_CONFIG`,
+//! `controller.members`), the same list as the page's.
 //!
 //! A group is one StatefulSet of the same name in every cluster ([`MemberClusters::create_group`]);
 //! its members are named `cluster/statefulset` ([`baton_core::members::qualified`]), and so are
@@ -24,9 +26,8 @@ use std::time::{Duration, Instant};
 
 use baton_core::members::qualified;
 use baton_core::status::{GroupStatus, RolloutStatus};
-use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::{Pod, Secret};
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, PostParams};
 
 use crate::controller_support::{
     Controller, GROUP_TIMEOUT, free_address, roll_out, rollout_state, wait_group_ready,
@@ -45,6 +46,9 @@ pub const HUB: &str = CLUSTERS[0];
 
 /// The key of the kubeconfig Secrets (the configuration's default, written out anyway).
 pub const KUBECONFIG_KEY: &str = "kubeconfig";
+
+/// The file of the trio's kubeconfig with a context per member ([`MemberClusters::members_kubeconfig`]).
+const MEMBERS_KUBECONFIG: &str = "members.kubeconfig";
 
 /// The Secret holding `cluster`'s kubeconfig, in the hub's namespace.
 pub fn kubeconfig_secret(cluster: &str) -> String {
@@ -216,16 +220,16 @@ impl MemberClusters {
             ControlPlane::dedicated()
         );
         let namespace = format!("{prefix}-{}", random_suffix());
+        let files = tempfile::Builder::new()
+            .prefix("baton-member-clusters-")
+            .tempdir()
+            .expect("a folder for the controller's configuration");
         let mut clusters = Vec::new();
         for (name, control_plane) in CLUSTERS.into_iter().zip([a, b, c]) {
             let namespace = TestNamespace::create_named(&control_plane, &namespace).await;
-            // The hub's controller reaches the other members as deploy/members lets it.
+            // The other members installed as docs/multi-cluster.md installs a member
             if name != HUB {
-                crate::rbac_support::bind_member_role(&namespace.client(), namespace.name())
-                    .await
-                    .unwrap_or_else(|error| {
-                        panic!("binding deploy/members' Role in {name}: {error:#}")
-                    });
+                install_member(&control_plane, namespace.name()).await;
             }
             let simulator = PodSimulator::start(
                 namespace.client(),
@@ -240,17 +244,22 @@ impl MemberClusters {
                 control_plane,
             });
         }
-        let hub = &clusters[0];
+        let kubeconfig = files.path().join(MEMBERS_KUBECONFIG);
+        crate::plugin_support::write_members_kubeconfig(
+            &clusters
+                .iter()
+                .map(|cluster| (cluster.name, cluster.kubeconfig_path()))
+                .collect::<Vec<_>>(),
+            &kubeconfig,
+        )
+        .expect("a kubeconfig with a context per member");
+        // and handed to the hub with the page's `kubectl baton cluster add`
         for member in &clusters[1..] {
             if without_secret != Some(member.name) {
-                write_kubeconfig_secret(&hub.client(), &namespace, member).await;
+                add_cluster(&kubeconfig, &namespace, member.name).await;
             }
         }
 
-        let files = tempfile::Builder::new()
-            .prefix("baton-member-clusters-")
-            .tempdir()
-            .expect("a folder for the controller's configuration");
         let config = files.path().join("baton.yaml");
         let prometheus_address = free_address();
         std::fs::write(
@@ -264,7 +273,7 @@ impl MemberClusters {
         env.extend_from_slice(extra);
         let planes_ready = started.elapsed();
         let controller =
-            Controller::start_dying_with_parent(&hub.control_plane, &namespace, &env).await;
+            Controller::start_dying_with_parent(&clusters[0].control_plane, &namespace, &env).await;
         eprintln!(
             "member clusters: {} ready in {planes_ready:?}, the controller {:?} later ({}), namespace {namespace}",
             CLUSTERS.join(", "),
@@ -306,11 +315,17 @@ impl MemberClusters {
         }
     }
 
-    /// Writes `cluster`'s kubeconfig Secret in the hub, as the trio does at its start: its
-    /// admin kubeconfig under [`KUBECONFIG_KEY`] (replacing the Secret if there is one).
+    /// Writes `cluster`'s kubeconfig Secret in the hub, as the trio does at its start: the
+    /// page's `kubectl baton cluster add` run again (replacing the Secret if there is one, with
+    /// a new token).
     pub async fn write_secret(&self, cluster: &str) {
-        let hub = self.cluster(HUB).client();
-        write_kubeconfig_secret(&hub, &self.namespace, self.cluster(cluster)).await;
+        add_cluster(&self.members_kubeconfig(), &self.namespace, cluster).await;
+    }
+
+    /// The kubeconfig with a context per member cluster, named after it (the hub's current),
+    /// as the page's commands take it.
+    pub fn members_kubeconfig(&self) -> PathBuf {
+        self.files.path().join(MEMBERS_KUBECONFIG)
     }
 
     /// Returns once `cluster`'s simulator watches its pods again (after an outage its watch
@@ -689,58 +704,35 @@ pub fn controller_config(namespace: &str, prometheus: &str) -> String {
     yaml
 }
 
-/// Writes the kubeconfig of `member`'s identity for the hub (deploy/members' Role, bound to
-/// [`crate::rbac_support::MEMBER_IDENTITY`]) into the Secret [`kubeconfig_secret`] of the
-/// hub's `namespace`. The file is self-contained (the API server's CA and the token inline, no
-/// path to a file), as a kubeconfig handed to another cluster must be: checked here.
-async fn write_kubeconfig_secret(hub: &kube::Client, namespace: &str, member: &MemberCluster) {
-    let (account_namespace, account) = crate::rbac_support::MEMBER_IDENTITY;
-    let path = member
-        .control_plane
-        .service_account_kubeconfig(account_namespace, account)
-        .unwrap_or_else(|error| panic!("{}'s member identity: {error:#}", member.name));
-    let kubeconfig = std::fs::read(path).unwrap_or_else(|error| {
-        panic!(
-            "reading {}'s kubeconfig {}: {error}",
-            member.name,
-            path.display()
-        )
-    });
-    let text = String::from_utf8_lossy(&kubeconfig);
-    for by_path in [
-        "certificate-authority:",
-        "client-certificate:",
-        "client-key:",
-        "tokenFile:",
-    ] {
-        assert!(
-            !text.contains(by_path),
-            "{}'s kubeconfig names a file ({by_path}); a Secret's kubeconfig must carry it inline:\n{text}",
-            member.name
-        );
-    }
-    let name = kubeconfig_secret(member.name);
-    // Server-side apply: created, or replaced when a scenario wrote it otherwise.
-    let secret: Secret = serde_json::from_value(serde_json::json!({
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "metadata": {"name": name},
-        "data": {KUBECONFIG_KEY: ByteString(kubeconfig)},
-    }))
-    .expect("a valid Secret");
-    Api::<Secret>::namespaced(hub.clone(), namespace)
-        .patch(
-            &name,
-            &PatchParams::apply("baton-e2e").force(),
-            &Patch::Apply(&secret),
-        )
-        .await
-        .unwrap_or_else(|error| {
-            panic!(
-                "writing the kubeconfig Secret of {} in {HUB}: {error}",
-                member.name
-            )
-        });
+/// Installs the page's member overlay in `control_plane` for the groups' `namespace`
+/// ([`crate::member_setup::install_member`]).
+async fn install_member(control_plane: &ControlPlane, namespace: &str) {
+    let server = control_plane.handshake().server.clone();
+    let kubeconfig = control_plane.kubeconfig_path().to_owned();
+    let namespace = namespace.to_owned();
+    // kubectl runs to its end: off the runtime's workers.
+    tokio::task::spawn_blocking(move || {
+        crate::member_setup::install_member(&kubeconfig, &namespace)
+    })
+    .await
+    .expect("the install task")
+    .unwrap_or_else(|error| panic!("installing the member at {server}: {error:#}"));
+}
+
+/// Runs the page's `kubectl baton cluster add` for `cluster` with `kubeconfig` (a context per
+/// member): the member's `baton-member` token, in a kubeconfig the controller accepts, written
+/// as the Secret [`kubeconfig_secret`] in the hub's `namespace` (the trio's controller keeps
+/// everything there).
+async fn add_cluster(kubeconfig: &Path, namespace: &str, cluster: &str) {
+    let page = crate::member_setup::read_docs();
+    let args = crate::member_setup::cluster_add_args(&page, cluster, namespace, namespace)
+        .unwrap_or_else(|error| panic!("{error:#}"));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let run = crate::plugin_support::kubectl_baton(kubeconfig, &args).await;
+    run.exited(0).says(&[&format!(
+        "cluster {cluster}: Secret {namespace}/{} (key {KUBECONFIG_KEY}) written in the hub (context {HUB})",
+        kubeconfig_secret(cluster)
+    )]);
 }
 
 #[cfg(test)]
@@ -845,6 +837,21 @@ mod tests {
             controller_config("clusters-1", "http://127.0.0.1:9090"),
             "namespace: clusters-1\ngates:\n  prometheus_addresses:\n    - http://127.0.0.1:9090\ncontroller:\n  members:\n    - name: cluster-a\n    - name: cluster-b\n      kubeconfig_secret: member-cluster-b\n      kubeconfig_key: kubeconfig\n    - name: cluster-c\n      kubeconfig_secret: member-cluster-c\n      kubeconfig_key: kubeconfig\n"
         );
+    }
+
+    #[test]
+    fn the_trio_lists_the_members_the_docs_list() {
+        let page = crate::member_setup::read_docs();
+        let docs = crate::member_setup::members_of(
+            &crate::member_setup::docs_hub_config(&page).expect("the docs' configuration"),
+        )
+        .expect("the docs' members");
+        let trio = crate::member_setup::members_of(&controller_config(
+            "clusters-1",
+            "http://127.0.0.1:9090",
+        ))
+        .expect("the trio's members");
+        assert_eq!(trio, docs);
     }
 
     #[test]

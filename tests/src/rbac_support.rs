@@ -378,10 +378,10 @@ pub async fn the_controller_changes_only_ca_bundles(control_plane: &ControlPlane
     let _ = admin_mutating.delete(&name, &DeleteParams::default()).await;
 }
 
-/// The identity a hub's controller reaches a member cluster with in the tests: the control
-/// plane's token for `system:serviceaccount:baton-system:baton-member`, deploy/members'
-/// ServiceAccount (system/member-account.yaml), which deploy/members' RoleBinding binds and
-/// its state guard lets set baton's memory.
+/// The identity a hub's controller reaches a member cluster with: deploy/members'
+/// ServiceAccount `baton-system/baton-member` (system/member-account.yaml), whose token
+/// `kubectl baton cluster add` writes into the hub's Secret, which deploy/members' RoleBinding
+/// binds and its state guard lets set baton's memory.
 pub const MEMBER_IDENTITY: (&str, &str) = (SERVICE_ACCOUNT_NAMESPACE, "baton-member");
 
 /// The API server's name for [`MEMBER_IDENTITY`].
@@ -390,52 +390,4 @@ pub fn member_user() -> String {
         "system:serviceaccount:{}:{}",
         MEMBER_IDENTITY.0, MEMBER_IDENTITY.1
     )
-}
-
-/// Creates deploy/members' Role in `namespace` of a member cluster with its RoleBinding as
-/// shipped, which binds [`MEMBER_IDENTITY`]: what the hub's controller may do there, and
-/// nothing more.
-pub async fn bind_member_role(client: &kube::Client, namespace: &str) -> anyhow::Result<()> {
-    let path =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy/members/groups/member-rbac.yaml");
-    let text =
-        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-    let mut bound = 0;
-    for mut value in serde_saphyr::from_multiple::<serde_json::Value>(&text)? {
-        value["metadata"]["namespace"] = namespace.into();
-        match value["kind"].as_str().unwrap_or_default() {
-            "Role" => {
-                let role: Role = serde_json::from_value(value)?;
-                Api::<Role>::namespaced(client.clone(), namespace)
-                    .create(&PostParams::default(), &role)
-                    .await?;
-            }
-            "RoleBinding" => {
-                let member = serde_json::json!([{
-                    "kind": "ServiceAccount",
-                    "name": MEMBER_IDENTITY.1,
-                    "namespace": MEMBER_IDENTITY.0,
-                }]);
-                if value["subjects"] != member {
-                    bail!(
-                        "{} binds {}, not deploy/members' {}/{}",
-                        path.display(),
-                        value["subjects"],
-                        MEMBER_IDENTITY.0,
-                        MEMBER_IDENTITY.1
-                    );
-                }
-                let binding: RoleBinding = serde_json::from_value(value)?;
-                Api::<RoleBinding>::namespaced(client.clone(), namespace)
-                    .create(&PostParams::default(), &binding)
-                    .await?;
-                bound += 1;
-            }
-            other => bail!("{} holds an unexpected {other}", path.display()),
-        }
-    }
-    if bound != 1 {
-        bail!("{} binds {bound} roles, not one", path.display());
-    }
-    Ok(())
 }

@@ -28,8 +28,12 @@ use baton_e2e::fixtures::StatefulSetFixture;
 use baton_e2e::member_clusters::{
     CLUSTERS, Group, KUBECONFIG_KEY, MemberClusters, kubeconfig_secret,
 };
-use baton_e2e::plugin_support::{kubectl_baton_across, wait_across, write_unreachable_kubeconfig};
+use baton_e2e::plugin_support::{
+    kubectl_baton, kubectl_baton_across, wait_across, write_members_kubeconfig,
+    write_unreachable_kubeconfig,
+};
 use baton_e2e::prometheus_support::{Metrics, Prometheus, create_health_check};
+use baton_e2e::rbac_support::member_user;
 use baton_e2e::recording_tls::RecordingTlsServer;
 use baton_e2e::timeline::{
     WATCH_SKEW, ZoneWindow, check_rolling_at_most, check_rollout_guarantees, zone_windows,
@@ -115,12 +119,17 @@ fn every_member(group: &Group, phases: [RolloutPhase; 3]) -> Vec<(String, Rollou
 }
 
 #[test]
-fn each_member_cluster_is_reached_through_its_kubeconfig_secret_in_the_hub() {
+fn each_member_cluster_is_reached_through_its_kubeconfig_secret_in_the_hub_as_baton_member_for_a_year()
+ {
+    use baton_core::member_kubeconfig;
+    use k8s_openapi::api::authentication::v1::SelfSubjectReview;
+
     MemberClusters::scenario(|clusters| async move {
         let hub = clusters.cluster("cluster-a").client();
 
-        // Given the trio: the hub holds a kubeconfig Secret for cluster-b and cluster-c, as the
-        // controller's configuration names them
+        // Given the trio, its members' Secrets written by `kubectl baton cluster add` as
+        // docs/multi-cluster.md writes them: the hub holds a kubeconfig Secret for cluster-b and
+        // cluster-c, as the controller's configuration names them
         let config = std::fs::read_to_string(clusters.config_path()).expect("the configuration");
         for cluster in ["cluster-b", "cluster-c"] {
             assert!(
@@ -134,22 +143,63 @@ fn each_member_cluster_is_reached_through_its_kubeconfig_secret_in_the_hub() {
                 .get(&kubeconfig_secret(cluster))
                 .await
                 .unwrap_or_else(|error| panic!("the Secret of {cluster}: {error}"));
+            let expires = secret
+                .metadata
+                .annotations
+                .clone()
+                .unwrap_or_default()
+                .remove("baton.dev/token-expires")
+                .expect("the token's expiry on the Secret");
             let kubeconfig = secret
                 .data
                 .unwrap_or_default()
                 .remove(KUBECONFIG_KEY)
                 .expect("the kubeconfig key");
+            let text = String::from_utf8_lossy(&kubeconfig.0).into_owned();
+
+            // Then it is what the controller's allow-list accepts: the server, its CA and a
+            // token, inline
+            let accepted = member_kubeconfig::accept(&text)
+                .unwrap_or_else(|error| panic!("{cluster}'s kubeconfig is refused: {error}"));
+            assert_eq!(
+                accepted.server,
+                clusters.cluster(cluster).control_plane.handshake().server
+            );
+            assert!(
+                accepted.certificate_authority_data.is_some(),
+                "{accepted:?}"
+            );
+            assert!(accepted.token.is_some(), "{accepted:?}");
+
+            // and the token, asked for the docs' default lifetime (8760h), lives that long
+            let expires: jiff::Timestamp = expires.parse().expect("an RFC 3339 expiry");
+            let lives = expires.duration_since(jiff::Timestamp::now());
+            let year = jiff::SignedDuration::from_hours(8760);
+            assert!(
+                lives <= year && lives >= year - jiff::SignedDuration::from_hours(1),
+                "{cluster}'s token expires at {expires}, in {lives:?}"
+            );
 
             // When a client is made from the Secret's kubeconfig alone, as the controller does
-            let kubeconfig = Kubeconfig::from_yaml(&String::from_utf8_lossy(&kubeconfig.0))
-                .expect("a kubeconfig");
+            let kubeconfig = Kubeconfig::from_yaml(&text).expect("a kubeconfig");
             let config =
                 kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
                     .await
                     .expect("a client configuration");
             let client = kube::Client::try_from(config).expect("a client");
 
-            // Then it reaches that cluster, not the hub: it sees the StatefulSet created there
+            // Then the member's API server takes it for deploy/members' baton-member
+            let review = Api::<SelfSubjectReview>::all(client.clone())
+                .create(&PostParams::default(), &SelfSubjectReview::default())
+                .await
+                .expect("a SelfSubjectReview through the Secret's kubeconfig");
+            let user = review
+                .status
+                .and_then(|status| status.user_info)
+                .and_then(|user| user.username);
+            assert_eq!(user, Some(member_user()));
+
+            // And it reaches that cluster, not the hub: it sees the StatefulSet created there
             // alone
             let name = format!("probe-{cluster}");
             StatefulSetFixture::new(&name)
@@ -184,6 +234,260 @@ fn each_member_cluster_is_reached_through_its_kubeconfig_secret_in_the_hub() {
             })
             .await;
         }
+    });
+}
+
+/// `kubectl baton cluster add` for a cluster-d that is not set up right: its error, and no
+/// Secret written in the hub.
+async fn cluster_add_refuses(
+    clusters: &MemberClusters,
+    kubeconfig: &std::path::Path,
+    args: &[&str],
+    saying: &[&str],
+) {
+    let namespace = clusters.namespace();
+    let mut all = vec!["cluster", "add", "cluster-d"];
+    all.extend_from_slice(args);
+    all.extend(["--system-namespace", namespace]);
+    kubectl_baton(kubeconfig, &all)
+        .await
+        .exited(1)
+        .complains(saying);
+    let written = Api::<Secret>::namespaced(clusters.cluster("cluster-a").client(), namespace)
+        .get_opt("member-cluster-d")
+        .await
+        .expect("reading the hub's Secrets");
+    assert!(written.is_none(), "{args:?} wrote {written:#?}");
+}
+
+#[test]
+fn kubectl_baton_cluster_add_writes_nothing_for_a_context_a_server_an_account_or_a_namespace_that_is_not_there_and_rotates_when_run_again()
+ {
+    MemberClusters::scenario(|clusters| async move {
+        let namespace = clusters.namespace();
+        let kubeconfig = clusters.members_kubeconfig();
+        let hub = Api::<Secret>::namespaced(clusters.cluster("cluster-a").client(), namespace);
+        let ns = ["-n", namespace];
+
+        // Given the trio's kubeconfig, a context per cluster, and one more whose cluster is
+        // not there (`down`, https://127.0.0.1:1)
+        let directory = tempfile::tempdir().expect("a folder");
+        let down = directory.path().join("down.kubeconfig");
+        write_unreachable_kubeconfig(&down).expect("the unreachable kubeconfig");
+        let with_down = directory.path().join("with-down.kubeconfig");
+        let mut contexts = clusters.kubeconfigs();
+        contexts.push(("down", &down));
+        write_members_kubeconfig(&contexts, &with_down).expect("a kubeconfig with down");
+
+        // When a cluster is added from a context the kubeconfig lacks, then the error lists
+        // the contexts there are
+        let args = [
+            &["--from-context", "cluster-z", "--context", "cluster-a"][..],
+            &ns,
+        ]
+        .concat();
+        cluster_add_refuses(
+            clusters,
+            &kubeconfig,
+            &args,
+            &[
+                "no context cluster-z in the kubeconfig",
+                "its contexts: cluster-a, cluster-b, cluster-c",
+            ],
+        )
+        .await;
+        // from the hub's own context, then it says the hub needs no Secret
+        let args = [
+            &["--from-context", "cluster-a", "--context", "cluster-a"][..],
+            &ns,
+        ]
+        .concat();
+        cluster_add_refuses(clusters, &kubeconfig, &args, &[
+            "context cluster-a is the hub's (--context, else the current context): the hub needs no Secret",
+        ])
+        .await;
+        // from a context whose server does not answer, then it names the cluster and server
+        let args = [
+            &["--from-context", "down", "--context", "cluster-a"][..],
+            &ns,
+        ]
+        .concat();
+        cluster_add_refuses(
+            clusters,
+            &with_down,
+            &args,
+            &["cannot reach cluster cluster-d (context down, https://127.0.0.1:1)"],
+        )
+        .await;
+        // with a ServiceAccount deploy/members did not make, then it says to apply deploy/members
+        let args = [
+            &["--from-context", "cluster-b", "--context", "cluster-a"][..],
+            &ns,
+            &["--service-account", "baton-system/nobody"],
+        ]
+        .concat();
+        cluster_add_refuses(clusters, &kubeconfig, &args, &[
+            "no ServiceAccount baton-system/nobody in cluster cluster-d (context cluster-b): apply deploy/members there first",
+        ])
+        .await;
+        // for a groups' namespace the member overlay did not name, then it says baton-member
+        // cannot read the groups there
+        let args = [
+            &["--from-context", "cluster-b", "--context", "cluster-a"][..],
+            &["-n", "elsewhere"],
+        ]
+        .concat();
+        cluster_add_refuses(
+            clusters,
+            &kubeconfig,
+            &args,
+            &[
+                "the kubeconfig for cluster cluster-d (baton-system/baton-member at",
+                "cannot list StatefulSets in namespace elsewhere",
+                "apply deploy/members there with the groups' namespace elsewhere",
+            ],
+        )
+        .await;
+        // through an http:// server, then the controller's allow-list refuses it by field
+        let args = [
+            &["--from-context", "cluster-b", "--context", "cluster-a"][..],
+            &ns,
+            &["--server", "http://127.0.0.1:1"],
+        ]
+        .concat();
+        cluster_add_refuses(
+            clusters,
+            &kubeconfig,
+            &args,
+            &[
+                "the kubeconfig for cluster cluster-d would be refused by the hub's controller",
+                ".server",
+            ],
+        )
+        .await;
+
+        // When cluster-b is added again, as the docs rotate its token
+        let token = |secret: Secret| {
+            let text = secret
+                .data
+                .unwrap_or_default()
+                .remove(KUBECONFIG_KEY)
+                .expect("the key");
+            baton_core::member_kubeconfig::accept(&String::from_utf8_lossy(&text.0))
+                .expect("accepted")
+                .token
+                .expect("a token")
+        };
+        let name = kubeconfig_secret("cluster-b");
+        let before = token(hub.get(&name).await.expect("cluster-b's Secret"));
+        clusters.write_secret("cluster-b").await;
+
+        // Then the Secret holds a new token, which the member takes for baton-member
+        let after = token(hub.get(&name).await.expect("cluster-b's Secret"));
+        assert_ne!(after, before, "a new token");
+        let (ok, output) = baton_e2e::renders::run(
+            "kubectl",
+            &[
+                "auth",
+                "whoami",
+                "-o",
+                "jsonpath={.status.userInfo.username}",
+                "--token",
+                &after,
+            ],
+            Some(&clusters.cluster("cluster-b").control_plane),
+        );
+        assert!(ok, "{output}");
+        assert_eq!(output.trim(), member_user());
+    });
+}
+
+/// docs/multi-cluster.md's Role for the hub's controller: the member Secrets by name, `get`
+/// alone. The trio's controller runs as an admin, so the Role is checked here, as its
+/// ServiceAccount.
+#[test]
+fn the_docs_hub_role_lets_baton_controller_get_each_member_secret_and_nothing_else() {
+    use baton_e2e::member_setup::{docs_block, read_docs};
+    use baton_e2e::rbac_support::impersonating;
+    use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+
+    MemberClusters::scenario(|clusters| async move {
+        let namespace = clusters.namespace();
+        let hub = clusters.cluster("cluster-a");
+
+        // Given the docs' member-secrets.yaml created in the hub, in the trio's namespace
+        // (where its controller reads the Secrets) instead of baton-system
+        let page = read_docs();
+        let block = docs_block(&page, "my-hub-overlay/member-secrets.yaml").expect("the block");
+        let objects: Vec<serde_json::Value> =
+            serde_saphyr::from_multiple(&block).expect("YAML documents");
+        for mut object in objects {
+            object["metadata"]["namespace"] = json!(namespace);
+            match object["kind"].as_str() {
+                Some("Role") => {
+                    let role: Role = serde_json::from_value(object).expect("a Role");
+                    Api::<Role>::namespaced(hub.client(), namespace)
+                        .create(&PostParams::default(), &role)
+                        .await
+                        .expect("the docs' Role");
+                }
+                Some("RoleBinding") => {
+                    object["subjects"][0]["namespace"] = json!(namespace);
+                    let binding: RoleBinding =
+                        serde_json::from_value(object).expect("a RoleBinding");
+                    Api::<RoleBinding>::namespaced(hub.client(), namespace)
+                        .create(&PostParams::default(), &binding)
+                        .await
+                        .expect("the docs' RoleBinding");
+                }
+                other => panic!("member-secrets.yaml holds a {other:?}"),
+            }
+        }
+        let secrets = Api::<Secret>::namespaced(hub.client(), namespace);
+        let other: Secret = serde_json::from_value(json!({"metadata": {"name": "not-a-member"}}))
+            .expect("a Secret");
+        secrets
+            .create(&PostParams::default(), &other)
+            .await
+            .expect("another Secret");
+
+        // When baton-controller reads Secrets there
+        let controller = impersonating(
+            &hub.control_plane,
+            &format!("system:serviceaccount:{namespace}:baton-controller"),
+        )
+        .await
+        .expect("a client as baton-controller");
+        let as_controller = Api::<Secret>::namespaced(controller, namespace);
+
+        // Then it gets each member's, and no other, nor a list, nor a write
+        for cluster in ["cluster-b", "cluster-c"] {
+            as_controller
+                .get(&kubeconfig_secret(cluster))
+                .await
+                .unwrap_or_else(|error| {
+                    panic!("baton-controller gets {cluster}'s Secret: {error}")
+                });
+        }
+        let forbidden = |result: Result<_, kube::Error>, what: &str| match result {
+            Err(kube::Error::Api(status)) if status.code == 403 => {}
+            other => panic!("{what}: {other:?}"),
+        };
+        forbidden(
+            as_controller.get("not-a-member").await.map(|_| ()),
+            "get another Secret",
+        );
+        forbidden(
+            as_controller.list(&ListParams::default()).await.map(|_| ()),
+            "list Secrets",
+        );
+        forbidden(
+            as_controller
+                .delete(&kubeconfig_secret("cluster-b"), &Default::default())
+                .await
+                .map(|_| ()),
+            "delete a member's Secret",
+        );
     });
 }
 
@@ -1304,7 +1608,7 @@ fn a_member_clusters_user_cannot_forge_batons_memory_there_and_each_cluster_wait
         CHECK_STATE_ANNOTATION, GATE_STATE_ANNOTATION, HOOK_STATE_ANNOTATION,
     };
     use baton_e2e::manifests::deploy_dir;
-    use baton_e2e::rbac_support::{MEMBER_IDENTITY, impersonating, member_user};
+    use baton_e2e::rbac_support::{MEMBER_IDENTITY, impersonating};
     use baton_e2e::renders::{find, kustomized_members, run};
     use baton_e2e::webhook_support::{
         MatchConditions, ShippedConfigurations, TestTls, WebhookReplica,

@@ -349,6 +349,62 @@ fn values_named_like_the_go_charts_reach_the_objects() {
 }
 
 #[test]
+fn with_member_clusters_the_chart_lets_the_controller_get_their_secrets_as_the_docs_hub_overlay_does()
+ {
+    use baton_e2e::member_setup::{docs_block, read_docs};
+
+    // Given the docs' members in the values: the hub without a Secret, two members with one
+    let values = [
+        "config.controller.members[0].name=cluster-a",
+        "config.controller.members[1].name=cluster-b",
+        "config.controller.members[1].kubeconfig_secret=member-cluster-b",
+        "config.controller.members[2].name=cluster-c",
+        "config.controller.members[2].kubeconfig_secret=member-cluster-c",
+    ];
+    let rendered = helm_template("baton-system", &values);
+
+    // Then the configuration file lists them, and baton-controller gets their Secrets by name,
+    // as docs/multi-cluster.md's my-hub-overlay/member-secrets.yaml lets it
+    let config = find(&rendered, "ConfigMap", "baton-config")["data"]["config.yaml"]
+        .as_str()
+        .expect("the configuration file")
+        .to_owned();
+    assert_eq!(
+        baton_e2e::member_setup::members_of(&config).expect("controller.members"),
+        [
+            ("cluster-a".to_owned(), String::new()),
+            ("cluster-b".to_owned(), "member-cluster-b".to_owned()),
+            ("cluster-c".to_owned(), "member-cluster-c".to_owned()),
+        ]
+    );
+    let page = read_docs();
+    let docs: Vec<Value> = serde_saphyr::from_multiple(
+        &docs_block(&page, "my-hub-overlay/member-secrets.yaml").expect("the docs' Role"),
+    )
+    .expect("YAML documents");
+    for kind in ["Role", "RoleBinding"] {
+        let chart = find(&rendered, kind, "baton-controller-members");
+        let documented = find(&docs, kind, "baton-controller-members");
+        assert_eq!(
+            chart["metadata"]["namespace"],
+            documented["metadata"]["namespace"]
+        );
+        for field in ["rules", "roleRef", "subjects"] {
+            assert_eq!(chart[field], documented[field], "{kind} {field}");
+        }
+    }
+
+    // And without members there is no such Role
+    let names = kinds_and_names(&helm_template("baton-system", &[]));
+    assert!(
+        !names
+            .iter()
+            .any(|name| name.contains("baton-controller-members")),
+        "{names:#?}"
+    );
+}
+
+#[test]
 fn without_webhooks_the_chart_registers_none() {
     // Given the webhooks turned off, as the Go chart's webhooks.enabled does
     let rendered = helm_template("baton-system", &["webhooks.enabled=false"]);
