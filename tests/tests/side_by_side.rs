@@ -11,7 +11,9 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use baton_core::pods::PodReadiness;
-use baton_e2e::controller_support::{roll_out, wait_group_ready, wait_rollout_complete};
+use baton_e2e::controller_support::{
+    Controller, create_ready_group, roll_out, wait_group_ready, wait_rollout_complete,
+};
 use baton_e2e::crds;
 use baton_e2e::fixtures::{StatefulSetFixture, rollout_group};
 use baton_e2e::go_operator::GoOperator;
@@ -1193,4 +1195,116 @@ fn pods_left(timeline: &[PodTransition], from: Instant) -> BTreeMap<String, Vec<
         }
     }
     left
+}
+
+/// Waits until zone a's rollout is complete and a pod of zone b has left: a rollout midway.
+async fn wait_midway(simulator: &PodSimulator, from: Instant) {
+    wait_until(
+        Duration::from_secs(120),
+        "the rollout reached zone b",
+        || async { pods_left(&simulator.timeline(), from).contains_key("ingester-zone-b") },
+    )
+    .await;
+}
+
+/// Then, across both operators: the rollout completed, the zone rule held throughout, and
+/// every pod was replaced once (none at the new revision deleted again).
+async fn check_finished_once(scene: &Scene, names: &[String], from: Instant) {
+    scene.wait_complete(names).await;
+    let timeline = scene.timeline();
+    let zones: Vec<Zone> = names.iter().map(|name| Zone::new(name, 2, 1)).collect();
+    check_rollout_guarantees(&timeline, &zones, from)
+        .unwrap_or_else(|broken| panic!("the zone rule broke across the switch: {broken}"));
+    let left = pods_left(&timeline, from);
+    for name in names {
+        assert_eq!(
+            left.get(name).map(Vec::len),
+            Some(2),
+            "each of {name}'s two pods replaced once: {left:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn switching_from_the_go_operator_to_baton_mid_rollout_finishes_it_keeping_the_zone_rule() {
+    // Given a group rolled out by the Go operator, midway (zone a done, zone b started)
+    let control_plane = ControlPlane::shared().await;
+    let go = GoScene::start("sbs-switch-in").await;
+    let client = go.namespace.client();
+    let names = create_ready_group(&client, go.namespace.name(), &["a", "b", "c"], 2).await;
+    let from = Instant::now();
+    roll_out(&client, go.namespace.name(), &names, "v2").await;
+    wait_midway(&go.simulator, from).await;
+
+    // When the Go operator stops and baton starts, with nothing else changed
+    let GoScene {
+        namespace,
+        simulator,
+        operator,
+    } = go;
+    operator.stop(TIMEOUT).await.unwrap();
+    let controller = Controller::start(control_plane, namespace.name(), &[]).await;
+    let scene = Scene {
+        control_plane,
+        namespace,
+        simulator,
+        controller,
+    };
+
+    // Then baton finishes the rollout: the zone rule held across the switch, each pod once
+    check_finished_once(&scene, &names, from).await;
+}
+
+#[tokio::test]
+async fn switching_back_from_baton_to_the_go_operator_mid_rollout_finishes_it_keeping_the_zone_rule()
+ {
+    // Given a group rolled out by baton, midway (zone a done, zone b started)
+    let control_plane = ControlPlane::shared().await;
+    install_replica_template_crd(control_plane).await.unwrap();
+    crds::install(
+        &control_plane.admin_client().await,
+        crds::ZONE_AWARE_POD_DISRUPTION_BUDGET,
+    )
+    .await;
+    let scene = Scene::start("sbs-switch-back").await;
+    let fixtures = rollout_group("ingester", &["a", "b", "c"], 2);
+    let names = scene.create(&fixtures).await;
+    let from = Instant::now();
+    scene.roll_out(&names, "v2").await;
+    wait_midway(&scene.simulator, from).await;
+
+    // When baton stops and the Go operator starts, with nothing else changed
+    let Scene {
+        control_plane,
+        namespace,
+        simulator,
+        mut controller,
+    } = scene;
+    controller.process.signal("TERM").unwrap();
+    tokio::time::timeout(TIMEOUT, controller.process.wait())
+        .await
+        .expect("baton-controller exits after SIGTERM")
+        .unwrap();
+    let tls = TestTls::generate().unwrap();
+    let operator = GoOperator::start(control_plane, &tls, namespace.name(), &[])
+        .await
+        .unwrap_or_else(|error| panic!("{error:#}"));
+
+    // Then the Go operator finishes the rollout: the zone rule held across the switch, each
+    // pod once
+    let client = namespace.client();
+    wait_rollout_complete(&client, namespace.name(), &names).await;
+    let timeline = simulator.timeline();
+    let zones: Vec<Zone> = names.iter().map(|name| Zone::new(name, 2, 1)).collect();
+    check_rollout_guarantees(&timeline, &zones, from)
+        .unwrap_or_else(|broken| panic!("the zone rule broke across the switch: {broken}"));
+    let left = pods_left(&timeline, from);
+    for name in &names {
+        assert_eq!(
+            left.get(name).map(Vec::len),
+            Some(2),
+            "each of {name}'s two pods replaced once: {left:?}"
+        );
+    }
+    drop(operator);
 }
