@@ -490,7 +490,7 @@ fn halt(
             GateWait::Halted {
                 statefulset: zone.clone(),
                 why: why.clone(),
-                reach: group.reach.clone(),
+                reach: Box::new(group.reach.clone()),
             },
         )
     };

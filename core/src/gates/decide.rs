@@ -114,7 +114,7 @@ fn roll_back(
         return hold(GateWait::Halted {
             statefulset: statefulset.clone(),
             why: why.clone(),
-            reach: group.reach.clone(),
+            reach: Box::new(group.reach.clone()),
         });
     }
     match status {
@@ -194,7 +194,7 @@ pub fn invalid_configuration(group: &GroupSnapshot, config: &GateConfig) -> Opti
             key: invalid.key,
             value: invalid.value.clone(),
             accepted: invalid.accepted,
-            reach: group.reach.clone(),
+            reach: Box::new(group.reach.clone()),
         })
 }
 
@@ -215,7 +215,7 @@ fn gate_zones(
         let wait = GateWait::Halted {
             statefulset: statefulset.clone(),
             why: why.clone(),
-            reach: group.reach.clone(),
+            reach: Box::new(group.reach.clone()),
         };
         return GateDecision::hold(wait, BTreeSet::new()).apply(full);
     }

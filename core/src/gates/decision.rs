@@ -20,11 +20,12 @@ use crate::rollout::{GroupSnapshot, Plan};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum GateWait {
     /// `statefulset` carries `baton.dev/halted`; `why` is its value. `reach`: how the command
-    /// that resumes it reaches the group.
+    /// that resumes it reaches the group (boxed, as in the other waits that print a command:
+    /// most waits print none, and every decision carries one wait).
     Halted {
         statefulset: String,
         why: String,
-        reach: Reach,
+        reach: Box<Reach>,
     },
     /// A gate key of `statefulset` cannot be read (or disagrees with another member's): the
     /// group's configuration is invalid, and it holds until a person fixes the annotation.
@@ -35,7 +36,7 @@ pub enum GateWait {
         value: String,
         /// What the key accepts.
         accepted: &'static str,
-        reach: Reach,
+        reach: Box<Reach>,
     },
     /// `zone` waits for the group's hook, which the operator's bounds do not let baton call.
     RefusedHook { zone: String, why: String },
@@ -90,7 +91,7 @@ pub enum GateWait {
         what: String,
         /// The value `baton.dev/approved` must hold (on any member).
         step: String,
-        reach: Reach,
+        reach: Box<Reach>,
     },
     /// `zone` is next and soaks until `until` after the zones before it finished.
     Soak {
@@ -494,8 +495,8 @@ pub(super) fn deleted_in(group: &GroupSnapshot, plan: &Plan) -> Vec<String> {
 mod tests {
     use super::*;
 
-    fn reach(namespace: &str, members: &[&str]) -> Reach {
-        Reach::of(namespace, members.iter().copied())
+    fn reach(namespace: &str, members: &[&str]) -> Box<Reach> {
+        Box::new(Reach::of(namespace, members.iter().copied()))
     }
 
     fn halted(statefulset: &str) -> String {
