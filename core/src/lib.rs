@@ -18,6 +18,7 @@
 //! | [`annotations`] | the labels and annotations of the contract with the Go operator's users, and their parsing |
 //! | [`duration`] | the two duration syntaxes users write (Go's and Prometheus') |
 //! | [`explained`] | what baton tells people (waits, warnings, notices) in one shape: a stable kind, a StatefulSet, a message |
+//! | [`commands`] | the commands baton prints for people to run, each pasteable as printed |
 //! | [`clock`] | how far apart clocks may be before a recorded time is not believed |
 //! | [`pods`] | a pod as decisions read it ([`pods::CachedPod`]), readiness, ownership |
 //! | [`statefulset`] | a StatefulSet's group, replicas and ordinals as decisions read them |
@@ -93,6 +94,7 @@ pub mod admission;
 pub mod annotations;
 pub mod certificates;
 pub mod clock;
+pub mod commands;
 pub mod downscale_history;
 pub mod duration;
 pub mod explained;

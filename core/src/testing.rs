@@ -300,9 +300,13 @@ impl From<Zone> for StatefulSetSnapshot {
 pub fn group<Z: Into<StatefulSetSnapshot>>(zones: impl IntoIterator<Item = Z>) -> GroupSnapshot {
     let mut statefulsets: Vec<StatefulSetSnapshot> = zones.into_iter().map(Into::into).collect();
     statefulsets.sort_by(|a, b| a.name.cmp(&b.name));
+    // No namespace: the commands its messages print name none, which keeps tests short.
+    let reach =
+        crate::commands::Reach::of("", statefulsets.iter().map(|member| member.name.as_str()));
     GroupSnapshot {
         name: "ingester".to_owned(),
         statefulsets,
+        reach,
     }
 }
 

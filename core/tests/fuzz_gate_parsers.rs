@@ -95,6 +95,7 @@ fn group(annotations: &[(usize, &str, String)]) -> GroupSnapshot {
     GroupSnapshot {
         name: "ingester".to_owned(),
         statefulsets,
+        reach: Default::default(),
     }
 }
 

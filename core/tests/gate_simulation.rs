@@ -391,6 +391,7 @@ impl<'g> Simulation<'g> {
             group: GroupSnapshot {
                 name: "ingester".to_owned(),
                 statefulsets,
+                reach: Default::default(),
             },
             lives,
             soak,
@@ -433,6 +434,7 @@ impl<'g> Simulation<'g> {
         GroupSnapshot {
             name: self.group.name.clone(),
             statefulsets,
+            reach: Default::default(),
         }
     }
 

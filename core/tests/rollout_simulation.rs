@@ -466,6 +466,7 @@ impl<'p> Simulation<'p> {
             group: GroupSnapshot {
                 name: "ingester".to_owned(),
                 statefulsets: Vec::new(),
+                reach: Default::default(),
             },
             members: Vec::new(),
             broken: Vec::new(),
@@ -2258,6 +2259,7 @@ fn checker_catches_a_planner_blind_to_other_zones() {
                 let alone = GroupSnapshot {
                     name: group.name.clone(),
                     statefulsets: vec![statefulset.clone()],
+                    reach: Default::default(),
                 };
                 let plan = plan(&alone, now);
                 if plan.deletions().next().is_some() {
@@ -2567,6 +2569,7 @@ fn checker_catches_a_planner_that_releases_while_another_zone_is_down() {
                 let alone = GroupSnapshot {
                     name: group.name.clone(),
                     statefulsets: vec![statefulset.clone()],
+                    reach: Default::default(),
                 };
                 let planned = plan(&alone, now);
                 let releases = planned.actions.iter().any(|action| {

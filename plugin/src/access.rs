@@ -6,6 +6,7 @@
 use std::path::PathBuf;
 
 use baton_core::annotations::ROLLOUT_GROUP_LABEL;
+use baton_core::commands::Reader;
 use baton_core::pods::CachedPod;
 use k8s_openapi::api::apps::v1::{ControllerRevision, StatefulSet};
 use k8s_openapi::api::core::v1::Pod;
@@ -262,6 +263,28 @@ fn all_or_every_error<T>(results: Vec<Result<T, AccessError>>) -> Result<Vec<T>,
 pub struct Access {
     pub client: Client,
     pub namespace: String,
+    /// The kubeconfig context read, for messages (none in a pod: its service account).
+    pub context: Option<String>,
+    /// How the command line reached the cluster(s), for the commands messages print.
+    pub reader: Reader,
+}
+
+/// How `target` and `members` reach the cluster, as the commands printed must say it: the
+/// kubeconfig and context only when named on the command line (else pasted commands find the
+/// same defaults), and each member's context when it is not named after the member.
+pub fn reader(target: &Target, members: &[Member]) -> Reader {
+    Reader {
+        kubeconfig: target
+            .kubeconfig
+            .as_ref()
+            .map(|path| path.display().to_string()),
+        context: target.context.clone(),
+        member_contexts: members
+            .iter()
+            .filter(|member| member.context != member.name)
+            .map(|member| (member.name.clone(), member.context.clone()))
+            .collect(),
+    }
 }
 
 impl Access {
@@ -296,9 +319,24 @@ impl Access {
             .namespace
             .clone()
             .unwrap_or_else(|| config.default_namespace.clone());
+        // The context read: the one named, else the kubeconfig's current one (none in a pod).
+        let context = match (&target.context, &target.kubeconfig) {
+            (Some(context), _) => Some(context.clone()),
+            (None, Some(path)) => Kubeconfig::read_from(path)
+                .ok()
+                .and_then(|kubeconfig| kubeconfig.current_context),
+            (None, None) => Kubeconfig::read()
+                .ok()
+                .and_then(|kubeconfig| kubeconfig.current_context),
+        };
         let client =
             Client::try_from(config).map_err(|error| AccessError::Client(error.to_string()))?;
-        Ok(Self { client, namespace })
+        Ok(Self {
+            client,
+            namespace,
+            context,
+            reader: reader(target, &[]),
+        })
     }
 
     /// The member clusters `members`, each through its own context of the kubeconfig (as
@@ -373,7 +411,12 @@ impl Access {
                 Ok(MemberAccess {
                     member: member.clone(),
                     server,
-                    access: Access { client, namespace },
+                    access: Access {
+                        client,
+                        namespace,
+                        context: Some(member.context.clone()),
+                        reader: reader(target, members),
+                    },
                 })
             }
         }))

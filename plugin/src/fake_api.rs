@@ -88,6 +88,8 @@ pub fn member(name: &str, url: &str) -> MemberAccess {
         access: Access {
             client: kube::Client::try_from(config).expect("a client"),
             namespace: NAMESPACE.to_owned(),
+            context: Some(name.to_owned()),
+            reader: Default::default(),
         },
     }
 }

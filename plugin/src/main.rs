@@ -68,6 +68,9 @@ pub mod exit {
     pub const AWAITING_APPROVAL: i32 = 6;
     /// `wait`: the group rolled back (every pod runs the revision before the rollout).
     pub const ROLLED_BACK: i32 = 7;
+    /// `wait`: an annotation of the group cannot be read (a typo'd `baton.dev/soak`): it holds
+    /// until a person fixes it. Not a halt: there is nothing to resume.
+    pub const INVALID_CONFIGURATION: i32 = 8;
 }
 
 #[derive(Debug, Parser)]
@@ -106,8 +109,8 @@ enum Command {
     /// Wait until every zone of GROUP runs its update revision and is ready.
     ///
     /// Exit codes: 0 complete, 1 error, 3 timed out, 4 halted, 5 skipped (a member is not
-    /// OnDelete), 6 awaiting approval, 7 rolled back. Progress bars on a terminal, a line per
-    /// change otherwise.
+    /// OnDelete), 6 awaiting approval, 7 rolled back, 8 invalid configuration (an annotation to
+    /// fix). Progress bars on a terminal, a line per change otherwise.
     Wait {
         group: String,
         /// How long to wait: a duration such as 90s, 30m or 1h30m (0: look once).
@@ -279,7 +282,12 @@ async fn run(cli: Cli) -> Result<i32, AccessError> {
                 Scope::One(access) => status(access, group.as_deref()).await?,
                 Scope::Members(members) => status_across(members, group.as_deref()).await?,
             };
-            output::out(render::status(&document, output));
+            if document.groups.is_empty() && output == render::Format::Table {
+                // A header over nothing reads as "all is well here": say what was read.
+                output::out([render::no_groups(&document.namespace, &scope.read_where())]);
+            } else {
+                output::out(render::status(&document, output));
+            }
             Ok(exit::SUCCESS)
         }
         Command::Wait { group, timeout, .. } => {
@@ -335,7 +343,12 @@ async fn status(access: &Access, only: Option<&str>) -> Result<RolloutStatus, Ac
         None => access.grouped_statefulsets().await?,
     };
     let pods = access.pods().await?;
-    Ok(document(&access.namespace, &statefulsets, &pods))
+    Ok(document(
+        &access.namespace,
+        &statefulsets,
+        &pods,
+        &access.reader,
+    ))
 }
 
 /// [`status()`] across member clusters: every member read at once, its objects named for it
@@ -350,11 +363,16 @@ async fn status_across(
             .iter()
             .map(|read| (read.member.as_str(), &read.statefulsets, &read.pods)),
     );
-    let namespace = members
+    let (namespace, reader) = members
         .first()
-        .map(|member| member.access.namespace.as_str())
+        .map(|member| {
+            (
+                member.access.namespace.as_str(),
+                member.access.reader.clone(),
+            )
+        })
         .unwrap_or_default();
-    Ok(document(namespace, &statefulsets, &pods))
+    Ok(document(namespace, &statefulsets, &pods, &reader))
 }
 
 /// The status document of `statefulsets` (every group among them) and `pods`.
@@ -362,6 +380,7 @@ fn document(
     namespace: &str,
     statefulsets: &[k8s_openapi::api::apps::v1::StatefulSet],
     pods: &[baton_core::pods::CachedPod],
+    reader: &baton_core::commands::Reader,
 ) -> RolloutStatus {
     let now = jiff::Timestamp::now();
     let groups = status::groups(
@@ -369,6 +388,7 @@ fn document(
         &pods.iter().collect::<Vec<_>>(),
         &[],
         |_| None,
+        reader,
         now,
     );
     let replica = Replica {

@@ -15,6 +15,7 @@
 
 use std::collections::BTreeMap;
 
+use baton_core::commands::Reader;
 use baton_core::explained::Explained;
 use baton_core::members::{
     Outage, mark_outages, qualify_pod, qualify_statefulset, split, valid_cluster_name,
@@ -97,22 +98,6 @@ pub fn route<'m, 'n>(
                 )
             }),
     }
-}
-
-/// `--member NAME[=CONTEXT]` for each of `members`, as given (for the commands a message asks
-/// to run next): `--member cluster-a --member cluster-b=prod-us`.
-pub fn flags(members: &[Member]) -> String {
-    members
-        .iter()
-        .map(|member| {
-            if member.context == member.name {
-                format!("--member {}", member.name)
-            } else {
-                format!("--member {}={}", member.name, member.context)
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(" ")
 }
 
 /// The namespace the members share: `-n`, else the one every member's context names (a context
@@ -303,13 +288,14 @@ impl MemberCache {
 /// that cannot be read an outage (the core's [`mark_outages`], as the controller marks its
 /// own): its StatefulSets are unreachable, so the planner holds the group, naming them. Every
 /// member here was listed once (`wait` reads each before it follows it).
-pub fn snapshot(group: &str, members: &[&MemberCache]) -> GroupSnapshot {
+pub fn snapshot(group: &str, members: &[&MemberCache], reader: &Reader) -> GroupSnapshot {
     let (statefulsets, pods) = merge(
         members
             .iter()
             .map(|member| (member.name.as_str(), member.statefulsets(), member.pods())),
     );
     let mut snapshot = GroupSnapshot::from_kubernetes(group, &statefulsets, &pods);
+    snapshot.reach.reader = reader.clone();
     let outages: Vec<Outage> = unreadable(members)
         .into_iter()
         .map(|(cluster, error)| Outage {
@@ -327,8 +313,13 @@ pub fn snapshot(group: &str, members: &[&MemberCache]) -> GroupSnapshot {
 /// (`MemberUnreachable`), but a zone's phase is judged from its pods as last seen, so a member
 /// lost once every zone was done would otherwise show a complete group: its zones, and the
 /// group, are `waiting` instead, for that member.
-pub fn view(group: &str, members: &[&MemberCache], now: jiff::Timestamp) -> GroupStatus {
-    let snapshot = snapshot(group, members);
+pub fn view(
+    group: &str,
+    members: &[&MemberCache],
+    reader: &Reader,
+    now: jiff::Timestamp,
+) -> GroupStatus {
+    let snapshot = snapshot(group, members, reader);
     // The core never calls a member that cannot be read complete, nor its group.
     let mut view = status::compute(&snapshot, None, now);
     let Some((cluster, error)) = unreadable(members).into_iter().next() else {
@@ -473,6 +464,7 @@ mod tests {
         view(
             "ingester",
             members,
+            &Reader::default(),
             jiff::Timestamp::from_second(NOW).expect("a time"),
         )
     }
@@ -545,10 +537,6 @@ mod tests {
             "cluster-d/querier is in member cluster cluster-d, which is not among the members \
              given (cluster-a, cluster-b, cluster-c): add --member cluster-d[=CONTEXT]"
         );
-        assert_eq!(
-            flags(&members),
-            "--member cluster-a --member cluster-b=prod-us --member cluster-c"
-        );
     }
 
     #[test]
@@ -608,7 +596,7 @@ mod tests {
         assert_eq!(view.zones[0].phase, RolloutPhase::Complete);
         assert_ne!(view.phase, RolloutPhase::Complete);
         // and the next pod deleted is cluster b's, named for its cluster
-        let snapshot = snapshot("ingester", &[&a, &b]);
+        let snapshot = snapshot("ingester", &[&a, &b], &Reader::default());
         let plan = baton_core::rollout::plan(&snapshot, jiff::Timestamp::from_second(NOW).unwrap());
         let deleted: Vec<&str> = plan.deletions().filter_map(|action| action.pod()).collect();
         assert_eq!(deleted, ["cluster-b/ingester-0"], "{plan:?}");
@@ -631,7 +619,7 @@ mod tests {
             Reading::Unreadable("connection refused".to_owned())
         );
         // Then the group is not complete: it waits for b, naming its cluster and the error
-        let snapshot = snapshot("ingester", &[&a, &b]);
+        let snapshot = snapshot("ingester", &[&a, &b], &Reader::default());
         assert_eq!(snapshot.statefulsets[0].unreachable, None);
         let plan = baton_core::rollout::plan(&snapshot, jiff::Timestamp::from_second(NOW).unwrap());
         assert!(

@@ -20,9 +20,13 @@ use baton_core::annotations::ROLLOUT_PAUSED_ANNOTATION;
 use baton_core::gates::HALTED_ANNOTATION;
 use kube::ResourceExt;
 
+use baton_core::commands::Reach;
+use baton_core::gates;
+use baton_core::rollout::GroupSnapshot;
+
 use crate::access::{AccessError, History};
 use crate::render;
-use crate::scope::Scope;
+use crate::scope::{GroupRead, Scope};
 
 /// One annotation's change: from its old value (if any) to its new one (None: removed).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -79,9 +83,22 @@ pub enum Command {
     Resume,
 }
 
-/// Applies `command` to StatefulSet `zone` (as the group names it); returns the lines to print.
-pub async fn run(scope: &Scope, zone: &str, command: Command) -> Result<Vec<String>, AccessError> {
-    let (statefulset, group) = scope.grouped_statefulset(zone).await?;
+/// Applies `command` to `name`: a StatefulSet of a group (as the group names it), else a
+/// rollout group, each of whose members it pauses or resumes. Returns the lines to print.
+pub async fn run(scope: &Scope, name: &str, command: Command) -> Result<Vec<String>, AccessError> {
+    let zone = scope.grouped_statefulset(name).await;
+    // Not a StatefulSet, and a plain name (a zone across clusters is `cluster/statefulset`):
+    // perhaps the group; if no group can be read by that name, the StatefulSet's error stands
+    // (it names what was asked for).
+    let may_be_group = !name.contains(baton_core::members::SEPARATOR)
+        && matches!(
+            zone,
+            Err(AccessError::NoSuchStatefulSet { .. } | AccessError::Members(_))
+        );
+    if may_be_group && let Ok(read) = scope.read_group(name, History::Without).await {
+        return run_on_group(scope, read, command).await;
+    }
+    let (statefulset, group) = zone?;
     // Resume says which other member still halts the group: across members, on the whole group
     // as read before anything is written.
     let others = match (command, scope) {
@@ -93,48 +110,101 @@ pub async fn run(scope: &Scope, zone: &str, command: Command) -> Result<Vec<Stri
         ),
         _ => None,
     };
-    let annotations = statefulset.annotations();
+    let mut lines = apply(scope, name, &group, statefulset.annotations(), command).await?;
+    let reach = scope.reach();
+    match command {
+        Command::Pause => lines.push(pause_holds(name, &group, &reach)),
+        Command::Resume => {
+            // The halt of any member holds the whole group: say who still holds it, and what
+            // resuming does not lift.
+            let members = match (others, scope) {
+                (Some(members), _) => members,
+                (None, Scope::One(access)) => access.group_members(&group).await?,
+                (None, Scope::Members(_)) => unreachable!("read before the write"),
+            };
+            lines.extend(still_halted(&group, name, &members, &reach));
+            lines.extend(still_invalid(&group, &members, scope));
+        }
+    }
+    Ok(lines)
+}
+
+/// `command` on every member of the group `read`: a pause holds the whole group (each member
+/// paused), a resume lifts every member's pause and halt.
+async fn run_on_group(
+    scope: &Scope,
+    read: GroupRead,
+    command: Command,
+) -> Result<Vec<String>, AccessError> {
+    let group = read.group.clone();
+    let mut lines = Vec::new();
+    for member in &read.statefulsets {
+        let name = member.name_any();
+        lines.extend(apply(scope, &name, &group, member.annotations(), command).await?);
+    }
+    let reach = scope.reach();
+    match command {
+        Command::Pause => lines.push(format!(
+            "rollout group {group} is paused: no pod of its {} members is deleted until \
+             {} (a StatefulSet that joins the group later is not paused)",
+            read.statefulsets.len(),
+            reach.baton(&format!("resume {group}"))
+        )),
+        Command::Resume => lines.extend(still_invalid(&group, &read.statefulsets, scope)),
+    }
+    Ok(lines)
+}
+
+/// Makes `command`'s changes on StatefulSet `name` (as the group names it, with
+/// `annotations`); the lines saying what changed, or that nothing did.
+async fn apply(
+    scope: &Scope,
+    name: &str,
+    group: &str,
+    annotations: &BTreeMap<String, String>,
+    command: Command,
+) -> Result<Vec<String>, AccessError> {
     let changes = match command {
         Command::Pause => pause(annotations),
         Command::Resume => resume(annotations),
     };
-    let target = render::statefulset(zone);
-    let mut lines = Vec::new();
+    let target = render::statefulset(name);
     if changes.is_empty() {
         let state = match command {
             Command::Pause => "already paused",
             Command::Resume => "neither paused nor halted",
         };
-        lines.push(format!(
+        return Ok(vec![format!(
             "{target} (rollout group {group}) is {state}: nothing changed"
-        ));
-    } else {
-        let patch: Vec<(&str, Option<&str>)> = changes
-            .iter()
-            .map(|change| (change.key, change.to.as_deref()))
-            .collect();
-        scope.patch_annotations(zone, &patch).await?;
-        lines.extend(changes.iter().map(|change| format!("{target}: {change}")));
+        )]);
     }
-    if command == Command::Resume {
-        // The halt of any member holds the whole group: say who still holds it.
-        let members = match (others, scope) {
-            (Some(members), _) => members,
-            (None, Scope::One(access)) => access.group_members(&group).await?,
-            (None, Scope::Members(_)) => unreachable!("read before the write"),
-        };
-        lines.extend(still_halted(&group, zone, &members, &scope.flags()));
-    }
-    Ok(lines)
+    let patch: Vec<(&str, Option<&str>)> = changes
+        .iter()
+        .map(|change| (change.key, change.to.as_deref()))
+        .collect();
+    scope.patch_annotations(name, &patch).await?;
+    Ok(changes
+        .iter()
+        .map(|change| format!("{target}: {change}"))
+        .collect())
 }
 
-/// The other members of `group` still halting it, each with the command that resumes it
-/// (`flags`: what the command needs after its arguments, `--member …` across clusters).
+/// What pausing one zone holds, and what it does not (the Go operator's pause: the zone's own
+/// deletions only), with the command that holds the whole group.
+fn pause_holds(zone: &str, group: &str, reach: &Reach) -> String {
+    format!(
+        "a pause holds only {zone}'s own pods: the other zones of rollout group {group} go on, \
+         and a zone after {zone} may roll past it; to hold the whole group: {}",
+        reach.baton(&format!("pause {group}"))
+    )
+}
+
+/// The other members of `group` still halting it, each with the command that resumes it.
 fn still_halted(
     group: &str,
     resumed: &str,
     members: &[k8s_openapi::api::apps::v1::StatefulSet],
-    flags: &str,
+    reach: &Reach,
 ) -> Vec<String> {
     let mut lines = Vec::new();
     for member in members {
@@ -144,13 +214,28 @@ fn still_halted(
         }
         if let Some(why) = member.annotations().get(HALTED_ANNOTATION) {
             lines.push(format!(
-                "rollout group {group} is still halted by {} ({why}): \
-                 kubectl baton resume {name}{flags}",
-                render::statefulset(&name)
+                "rollout group {group} is still halted by {} ({why}): {}",
+                render::statefulset(&name),
+                reach.baton(&format!("resume {name}"))
             ));
         }
     }
     lines
+}
+
+/// What holds `group` (of `members`, as read) that resuming does not lift: an annotation that
+/// cannot be read, named with how to fix it.
+fn still_invalid(
+    group: &str,
+    members: &[k8s_openapi::api::apps::v1::StatefulSet],
+    scope: &Scope,
+) -> Option<String> {
+    let mut snapshot = GroupSnapshot::from_kubernetes(group, members, std::iter::empty());
+    snapshot.reach = scope.reach();
+    let (config, _) = gates::keys::read(&snapshot);
+    gates::decide::invalid_configuration(&snapshot, &config).map(|wait| {
+        format!("rollout group {group} is still held, and resume does not lift it: {wait}")
+    })
 }
 
 #[cfg(test)]
@@ -202,23 +287,44 @@ mod tests {
             member("cluster-b/querier", Some("resumed now")),
             member("cluster-c/querier", None),
         ];
+        let across = Reach {
+            namespace: "mimir".to_owned(),
+            clusters: vec!["cluster-a".to_owned(), "cluster-b".to_owned()],
+            reader: baton_core::commands::Reader {
+                member_contexts: [("cluster-b".to_owned(), "prod-us".to_owned())].into(),
+                ..Default::default()
+            },
+        };
         assert_eq!(
-            still_halted(
-                "querier",
-                "cluster-b/querier",
-                &members,
-                " --member cluster-a --member cluster-b=prod-us"
-            ),
+            still_halted("querier", "cluster-b/querier", &members, &across),
             [
                 "rollout group querier is still halted by statefulset/querier in cluster cluster-a \
-             (error rate 0.3): kubectl baton resume cluster-a/querier --member cluster-a \
+             (error rate 0.3): kubectl baton resume cluster-a/querier -n mimir --member cluster-a \
              --member cluster-b=prod-us"
             ]
         );
         let one = [member("a", Some("why")), member("b", None)];
+        let here = Reach::of("mimir", ["a", "b"]);
         assert_eq!(
-            still_halted("g", "b", &one, ""),
-            ["rollout group g is still halted by statefulset/a (why): kubectl baton resume a"]
+            still_halted("g", "b", &one, &here),
+            [
+                "rollout group g is still halted by statefulset/a (why): kubectl baton resume a -n mimir"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_zone_pause_says_what_it_does_not_hold_and_how_to_hold_the_group() {
+        let text = pause_holds(
+            "ingester-zone-b",
+            "ingester",
+            &Reach::of("mimir", ["ingester-zone-b"]),
+        );
+        assert_eq!(
+            text,
+            "a pause holds only ingester-zone-b's own pods: the other zones of rollout group \
+             ingester go on, and a zone after ingester-zone-b may roll past it; to hold the whole \
+             group: kubectl baton pause ingester -n mimir"
         );
     }
 

@@ -43,6 +43,16 @@ pub fn statefulset(name: &str) -> String {
     }
 }
 
+/// What `status` says of a namespace without any rollout group, read at `read_where` (a
+/// context, or member clusters).
+pub fn no_groups(namespace: &str, read_where: &str) -> String {
+    format!(
+        "no rollout group in namespace {namespace} ({read_where}): no StatefulSet there has the \
+         label {}; another namespace? (-n NAMESPACE)",
+        baton_core::annotations::ROLLOUT_GROUP_LABEL
+    )
+}
+
 /// One row per zone, then one line per group saying why it waits.
 pub fn status_table(groups: &[GroupStatus]) -> Vec<String> {
     let header = ["GROUP", "ZONE", "PHASE", "UPDATED", "READY", "REVISION"].map(String::from);
@@ -62,8 +72,21 @@ pub fn status_table(groups: &[GroupStatus]) -> Vec<String> {
     if !groups.is_empty() {
         lines.push(String::new());
     }
-    lines.extend(groups.iter().map(group_line));
+    for group in groups {
+        lines.push(group_line(group));
+        lines.extend(warning_lines(group));
+    }
     lines
+}
+
+/// A line per warning of `group`: `ingester: warning (InvalidAnnotation): …`.
+pub fn warning_lines(group: &GroupStatus) -> impl Iterator<Item = String> + '_ {
+    group.warnings.iter().map(|warning| {
+        format!(
+            "{}: warning ({}): {}",
+            group.name, warning.kind, warning.message
+        )
+    })
 }
 
 /// `ingester: rolling; waits (NotReady): …`, or `ingester: complete`.

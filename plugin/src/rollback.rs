@@ -79,8 +79,8 @@ pub async fn run(scope: &Scope, group: &str, reason: &str) -> Result<i32, Access
             rollback::describe(&records)
         ),
         format!(
-            "follow it with: kubectl baton wait {group}{} (exit 7 once rolled back)",
-            scope.flags()
+            "follow it with: {} (exit 7 once rolled back)",
+            scope.reach().baton(&format!("wait {group}"))
         ),
     ]);
     Ok(exit::SUCCESS)

@@ -13,6 +13,7 @@
 //! where not and why, and that the same command finishes it ([`all_written`]): the command
 //! recomputes the same change from the same state, so running it again is harmless.
 
+use baton_core::commands::{Reach, Reader};
 use baton_core::pods::CachedPod;
 use baton_core::rollout::GroupSnapshot;
 use k8s_openapi::api::apps::v1::{ControllerRevision, StatefulSet};
@@ -42,12 +43,17 @@ pub struct GroupRead {
     /// Every ControllerRevision read ([`History::With`]; none otherwise). Not renamed: each
     /// finds its StatefulSet by uid, unique across clusters.
     pub revisions: Vec<ControllerRevision>,
+    /// How the command line reached the group, for the commands messages print.
+    pub reader: Reader,
 }
 
 impl GroupRead {
     /// The group's snapshot, as the controller takes it.
     pub fn snapshot(&self) -> GroupSnapshot {
-        GroupSnapshot::from_kubernetes(&self.group, &self.statefulsets, &self.pods)
+        let mut snapshot =
+            GroupSnapshot::from_kubernetes(&self.group, &self.statefulsets, &self.pods);
+        snapshot.reach.reader = self.reader.clone();
+        snapshot
     }
 
     /// Its members' names, in the order read.
@@ -82,16 +88,55 @@ impl Scope {
         }
     }
 
-    /// What a command that messages ask to run next needs after its arguments: nothing for
-    /// one cluster, ` --member cluster-a --member cluster-b=prod-us` across members.
-    pub fn flags(&self) -> String {
+    /// Where it read, for messages: `context prod-eu`, `member clusters cluster-a (context
+    /// prod-eu), cluster-b`, or, in a pod without a kubeconfig, its service account.
+    pub fn read_where(&self) -> String {
         match self {
-            Self::One(_) => String::new(),
+            Self::One(access) => match &access.context {
+                Some(context) => format!("context {context}"),
+                None => "the in-cluster service account".to_owned(),
+            },
             Self::Members(members) => {
-                let given: Vec<Member> =
-                    members.iter().map(|member| member.member.clone()).collect();
-                format!(" {}", members::flags(&given))
+                let named: Vec<String> = members
+                    .iter()
+                    .map(|member| {
+                        if member.member.context == member.member.name {
+                            member.member.name.clone()
+                        } else {
+                            format!("{} (context {})", member.member.name, member.member.context)
+                        }
+                    })
+                    .collect();
+                format!("member clusters {}", named.join(", "))
             }
+        }
+    }
+
+    /// How the command line reached the cluster(s), for the commands messages print.
+    pub fn reader(&self) -> Reader {
+        match self {
+            Self::One(access) => access.reader.clone(),
+            Self::Members(members) => members
+                .first()
+                .map(|member| member.access.reader.clone())
+                .unwrap_or_default(),
+        }
+    }
+
+    /// How the commands messages print reach the group: its namespace, the command line's
+    /// kubeconfig and context, and across members every member given (`--member`).
+    pub fn reach(&self) -> Reach {
+        let clusters = match self {
+            Self::One(_) => Vec::new(),
+            Self::Members(members) => members
+                .iter()
+                .map(|member| member.member.name.clone())
+                .collect(),
+        };
+        Reach {
+            namespace: self.namespace().to_owned(),
+            clusters,
+            reader: self.reader(),
         }
     }
 
@@ -115,6 +160,7 @@ impl Scope {
                     statefulsets,
                     pods,
                     revisions,
+                    reader: access.reader.clone(),
                 })
             }
             Self::Members(members) => {
@@ -129,6 +175,7 @@ impl Scope {
                     statefulsets,
                     pods,
                     revisions: reads.into_iter().flat_map(|read| read.revisions).collect(),
+                    reader: self.reader(),
                 })
             }
         }
@@ -404,10 +451,17 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(
-            paused,
-            [
-                "statefulset/querier in cluster cluster-b: grafana.com/rollout-paused set to \"true\""
-            ]
+            paused[0],
+            "statefulset/querier in cluster cluster-b: grafana.com/rollout-paused set to \"true\""
+        );
+        // saying what it does not hold, with the command that holds the group across members
+        assert!(
+            paused[1].starts_with("a pause holds only cluster-b/querier's own pods")
+                && paused[1].ends_with(
+                    "kubectl baton pause querier -n mimir --member cluster-a --member cluster-b \
+                     --member cluster-c"
+                ),
+            "{paused:?}"
         );
         assert_eq!(
             b.patches(),

@@ -24,6 +24,7 @@ use std::io::IsTerminal;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use baton_core::commands::Reader;
 use baton_core::pods::CachedPod;
 use baton_shared::index::Index;
 use baton_shared::initial_list::relisting_watcher;
@@ -53,9 +54,12 @@ use crate::render;
 pub enum WaitVerdict {
     /// Every zone runs the update revision and every pod is available.
     Complete,
-    /// Nothing moves until a person acts (`baton.dev/halted`, or a gate key that cannot be
-    /// read); the message says what and why.
+    /// Nothing moves until a person acts (`baton.dev/halted`, a hook baton may not call, a
+    /// template re-applied after a rollback); the message says what and why.
     Halted(String),
+    /// Nothing moves until a person fixes an annotation baton cannot read; the message names
+    /// it, its value and its StatefulSet.
+    InvalidConfiguration(String),
     /// baton leaves the group alone (a member is not OnDelete); the message names it.
     Skipped(String),
     /// The next step waits for a person's approval; the message names it.
@@ -66,8 +70,8 @@ pub enum WaitVerdict {
     Pending,
 }
 
-/// Pure: stop when the group is complete, rolled back, halted, skipped or awaiting approval
-/// (each needs a person, or nothing more).
+/// Pure: stop when the group is complete, rolled back, halted, held by invalid configuration,
+/// skipped or awaiting approval (each needs a person, or nothing more).
 pub fn verdict(view: &GroupStatus) -> WaitVerdict {
     let message = || {
         view.waiting
@@ -77,6 +81,7 @@ pub fn verdict(view: &GroupStatus) -> WaitVerdict {
     match view.phase {
         RolloutPhase::Complete => WaitVerdict::Complete,
         RolloutPhase::Halted => WaitVerdict::Halted(message()),
+        RolloutPhase::InvalidConfiguration => WaitVerdict::InvalidConfiguration(message()),
         RolloutPhase::Skipped => WaitVerdict::Skipped(message()),
         RolloutPhase::AwaitingApproval => WaitVerdict::AwaitingApproval(message()),
         RolloutPhase::RolledBack => {
@@ -109,6 +114,10 @@ pub fn outcome(view: &GroupStatus) -> Option<WaitOutcome> {
         WaitVerdict::Halted(why) => Some(WaitOutcome {
             code: exit::HALTED,
             message: format!("rollout group {group} is halted: {why}"),
+        }),
+        WaitVerdict::InvalidConfiguration(why) => Some(WaitOutcome {
+            code: exit::INVALID_CONFIGURATION,
+            message: format!("rollout group {group} is held: {why}"),
         }),
         WaitVerdict::Skipped(why) => Some(WaitOutcome {
             code: exit::SKIPPED,
@@ -153,7 +162,7 @@ pub async fn run(
     let members = access.group_members(group).await?;
     let pods = access.pods().await?;
     let mut display = Display::new();
-    let mut current = compute(group, &members, &pods);
+    let mut current = compute(group, &members, &pods, &access.reader);
     display.show(&current);
     if let Some(outcome) = outcome(&current) {
         display.finish();
@@ -212,6 +221,7 @@ pub async fn run(
             group,
             members.iter().map(AsRef::as_ref),
             pods.iter().map(AsRef::as_ref),
+            &access.reader,
         );
         display.show(&current);
         if let Some(outcome) = outcome(&current) {
@@ -230,6 +240,10 @@ pub async fn run_across(
 ) -> Result<WaitOutcome, AccessError> {
     let deadline = tokio::time::Instant::now() + timeout;
     let selector = group_selector(group)?;
+    let reader = &members
+        .first()
+        .map(|member| member.access.reader.clone())
+        .unwrap_or_default();
     let reads = access::read_members(members, Some(group), access::History::Without).await?;
     let caches: Vec<Mutex<MemberCache>> = reads
         .into_iter()
@@ -247,6 +261,7 @@ pub async fn run_across(
         compute_across(
             group,
             &guards.iter().map(|cache| &**cache).collect::<Vec<_>>(),
+            reader,
         )
     };
     display.show(&current);
@@ -309,7 +324,7 @@ pub async fn run_across(
             display.finish();
             return Err(access::no_group_in(members, group));
         }
-        current = compute_across(group, &now);
+        current = compute_across(group, &now, reader);
         display.show(&current);
         // A member that cannot be read may be anything now: nothing is concluded until it is
         // read again (the timeout still applies).
@@ -323,8 +338,8 @@ pub async fn run_across(
 }
 
 /// The view of `group` across `members` (see [`members::view`]).
-fn compute_across(group: &str, members: &[&MemberCache]) -> GroupStatus {
-    members::view(group, members, jiff::Timestamp::now())
+fn compute_across(group: &str, members: &[&MemberCache], reader: &Reader) -> GroupStatus {
+    members::view(group, members, reader, jiff::Timestamp::now())
 }
 
 /// [`timed_out`], naming the members that could not be read when it did.
@@ -452,8 +467,10 @@ fn compute<'a>(
     group: &str,
     members: impl IntoIterator<Item = &'a StatefulSet>,
     pods: impl IntoIterator<Item = &'a CachedPod>,
+    reader: &Reader,
 ) -> GroupStatus {
-    let snapshot = GroupSnapshot::from_kubernetes(group, members, pods);
+    let mut snapshot = GroupSnapshot::from_kubernetes(group, members, pods);
+    snapshot.reach.reader = reader.clone();
     status::compute(&snapshot, None, jiff::Timestamp::now())
 }
 
@@ -636,10 +653,36 @@ mod tests {
             halted.message
         );
         assert!(
-            halted.message.contains("kubectl annotate statefulset b"),
+            halted.message.contains("kubectl baton resume b")
+                && halted
+                    .message
+                    .contains("annotate statefulset b baton.dev/halted-"),
             "{}",
             halted.message
         );
+
+        // A typo'd soak is not a halt: its own code, naming annotation, value and StatefulSet
+        let typo = crate::fixtures::annotated(
+            zone("b", 2, 0),
+            baton_core::gates::SOAK_ANNOTATION,
+            "5 minutes",
+        );
+        let invalid = outcome(&status_of(&group(vec![zone("a", 2, 0), typo]))).expect("final");
+        assert_eq!(invalid.code, exit::INVALID_CONFIGURATION);
+        assert_ne!(exit::INVALID_CONFIGURATION, exit::HALTED);
+        for part in [
+            "invalid configuration",
+            "baton.dev/soak",
+            "StatefulSet b",
+            "\"5 minutes\"",
+            "annotate statefulset b baton.dev/soak-",
+        ] {
+            assert!(
+                invalid.message.contains(part),
+                "{part}: {}",
+                invalid.message
+            );
+        }
 
         let mut b = zone("b", 2, 0);
         b.update_strategy = UpdateStrategy::RollingUpdate;
@@ -706,6 +749,7 @@ mod tests {
             waiting: None,
             last_actions: Vec::new(),
             rollback: None,
+            warnings: Vec::new(),
         };
         outcome(&view).map_or_else(|| "waits".to_owned(), |done| format!("exits {}", done.code))
     }

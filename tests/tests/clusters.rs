@@ -1308,7 +1308,7 @@ fn kubectl_baton_approves_each_step_on_every_member_and_pauses_a_member_in_its_o
             .exited(6)
             .complains(&[
                 "rollout group query-frontend awaits approval: cluster-a/query-frontend awaits approval of its first step",
-                "--member CLUSTER for each member cluster",
+                "--member cluster-a --member cluster-b --member cluster-c",
             ]);
 
         // When a person approves the step the status names, across the three clusters
@@ -1509,9 +1509,10 @@ fn a_rollback_across_clusters_writes_each_template_back_in_its_cluster_and_goes_
             ),
             &format!("then cluster-a/{sts} from "),
             &format!(
-                "follow it with: kubectl baton wait {} --member cluster-a --member cluster-b \
-                 --member cluster-c",
-                group.name
+                "follow it with: kubectl baton wait {} -n {} --member cluster-a \
+                 --member cluster-b --member cluster-c",
+                group.name,
+                clusters.namespace()
             ),
         ]);
         for cluster in CLUSTERS {

@@ -110,15 +110,19 @@ async fn a_halted_group_deletes_nothing_until_a_person_resumes_it() {
     // When the template changes
     scene.roll_out(&names, "v2").await;
 
-    // Then baton warns that the group is halted, naming the zone, why, and how to resume
+    // Then baton warns that the group is halted, naming the zone, why, and how to resume in
+    // its namespace
+    let namespace = scene.namespace.name();
     scene
         .wait_event(
             "ingester-zone-b",
             "Halted",
-            &[
+            &[format!(
                 "halted at ingester-zone-b: error rate 0.3 in ingester-zone-b; resume with \
-             kubectl annotate statefulset ingester-zone-b baton.dev/halted-",
-            ],
+                 kubectl baton resume ingester-zone-b -n {namespace} (or kubectl -n {namespace} \
+                 annotate statefulset ingester-zone-b baton.dev/halted-)"
+            )
+            .as_str()],
         )
         .await;
     wait_until(TIMEOUT, "the halt shows in the metrics", || async {

@@ -750,3 +750,349 @@ async fn every_command_prints_what_namespace_users_wrote_escaped() {
         "still halted by statefulset/hostile-zone-a ({escaped})"
     )]);
 }
+
+/// Sets (`Some`) or removes (`None`) annotation `key` of StatefulSet `name`, as a person with
+/// kubectl does.
+async fn annotate(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+    key: &str,
+    value: Option<&str>,
+) {
+    let patch = serde_json::json!({ "metadata": { "annotations": { key: value } } });
+    kube::Api::<StatefulSet>::namespaced(client.clone(), namespace)
+        .patch(
+            name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await
+        .expect("annotating the StatefulSet");
+}
+
+/// Runs `command` exactly as baton printed it, through a shell, as a person pasting it does:
+/// with the test's kubeconfig, and kubectl and kubectl-baton on the PATH.
+async fn paste(control_plane: &ControlPlane, command: &str) -> Run {
+    let plugin = plugin_support::binary().await;
+    let mut path: Vec<std::path::PathBuf> =
+        plugin.parent().map(Path::to_path_buf).into_iter().collect();
+    path.extend(
+        control_plane
+            .kubectl()
+            .parent()
+            .filter(|directory| !directory.as_os_str().is_empty())
+            .map(Path::to_path_buf),
+    );
+    path.extend(std::env::split_paths(
+        &std::env::var_os("PATH").unwrap_or_default(),
+    ));
+    let mut run = tokio::process::Command::new("sh");
+    run.args(["-c", command])
+        .env("KUBECONFIG", control_plane.kubeconfig_path())
+        .env("PATH", std::env::join_paths(path).expect("a PATH"))
+        .stdin(std::process::Stdio::null());
+    plugin_support::run_bounded(run, &[command]).await
+}
+
+/// The text of `text` between `before` and the next `after`.
+fn between<'a>(text: &'a str, before: &str, after: &str) -> &'a str {
+    let start = text
+        .find(before)
+        .unwrap_or_else(|| panic!("no {before:?} in {text}"))
+        + before.len();
+    let length = text[start..]
+        .find(after)
+        .unwrap_or_else(|| panic!("no {after:?} after {before:?} in {text}"));
+    &text[start..start + length]
+}
+
+#[tokio::test]
+async fn a_halts_resume_command_pasted_as_printed_resumes_the_rollout() {
+    // Given a 3-zone group rolled by baton-controller, whose zone b a person halted by hand
+    let scene = Scene::start("plugin-paste").await;
+    let client = scene.namespace.client();
+    let namespace = scene.namespace.name();
+    let plugin = Plugin {
+        kubeconfig: scene.control_plane.kubeconfig_path(),
+        namespace,
+    };
+    let names = create_ready_group(&client, namespace, &["a", "b", "c"], 1).await;
+    annotate(
+        &client,
+        namespace,
+        "ingester-zone-b",
+        HALTED,
+        Some("stopped-by-hand"),
+    )
+    .await;
+
+    // When a new version is deployed
+    roll_out(&client, namespace, &names, "v2").await;
+
+    // Then wait stops at once (exit 4) saying how to resume, in the group's namespace
+    let halted = plugin.run(&["wait", "ingester", "--timeout", "1m"]).await;
+    halted
+        .exited(4)
+        .complains(&["halted at ingester-zone-b: stopped-by-hand; resume with "]);
+    let printed = between(&halted.stderr, "resume with ", " (or ");
+    assert_eq!(
+        printed,
+        format!("kubectl baton resume ingester-zone-b -n {namespace}")
+    );
+    let without_plugin = between(&halted.stderr, " (or ", ")\n");
+    assert_eq!(
+        without_plugin,
+        format!("kubectl -n {namespace} annotate statefulset ingester-zone-b baton.dev/halted-")
+    );
+
+    // When a person pastes the command as printed
+    paste(scene.control_plane, printed)
+        .await
+        .exited(0)
+        .says(&["statefulset/ingester-zone-b: baton.dev/halted removed (was \"stopped-by-hand\")"]);
+
+    // Then the rollout goes on to the end
+    plugin
+        .run(&["wait", "ingester", "--timeout", "2m"])
+        .await
+        .exited(0)
+        .says(&["rollout group ingester is complete"]);
+
+    // And the command for whoever has no plugin works pasted too
+    annotate(&client, namespace, "ingester-zone-a", HALTED, Some("again")).await;
+    paste(
+        scene.control_plane,
+        &without_plugin.replace("ingester-zone-b", "ingester-zone-a"),
+    )
+    .await
+    .exited(0);
+    assert_eq!(
+        plugin.annotation(&client, "ingester-zone-a", HALTED).await,
+        None
+    );
+}
+
+#[tokio::test]
+async fn a_typo_in_the_soak_holds_the_group_as_invalid_configuration_until_it_is_fixed() {
+    // Given a 3-zone group rolled by baton-controller, with a soak written in words on zone b
+    let scene = Scene::start("plugin-typo").await;
+    let client = scene.namespace.client();
+    let namespace = scene.namespace.name();
+    let plugin = Plugin {
+        kubeconfig: scene.control_plane.kubeconfig_path(),
+        namespace,
+    };
+    let names = create_ready_group(&client, namespace, &["a", "b", "c"], 1).await;
+    annotate(
+        &client,
+        namespace,
+        "ingester-zone-b",
+        "baton.dev/soak",
+        Some("5 minutes"),
+    )
+    .await;
+
+    // When a new version is deployed
+    roll_out(&client, namespace, &names, "v2").await;
+
+    // Then wait stops at once with its own exit code, not a halt's, naming annotation, value
+    // and StatefulSet
+    let named = "invalid configuration: annotation baton.dev/soak on StatefulSet ingester-zone-b \
+                 has the invalid value \"5 minutes\" (accepted: a duration such as 30s, 5m or \
+                 1h30m (0 for no soak)); holding the group until it is fixed";
+    let held = plugin.run(&["wait", "ingester", "--timeout", "1m"]).await;
+    held.exited(8)
+        .complains(&["rollout group ingester is held: ", named]);
+    // and status says the same, in a phase of its own
+    plugin.run(&["status"]).await.exited(0).says(&[
+        &format!("ingester: invalidConfiguration; waits (InvalidGate): {named}"),
+        "ingester-zone-b   invalidConfiguration",
+    ]);
+    // and resume, which has nothing to lift, says what to fix instead, with the command
+    let remove =
+        format!("kubectl -n {namespace} annotate statefulset ingester-zone-b baton.dev/soak-");
+    let resumed = plugin.run(&["resume", "ingester-zone-b"]).await;
+    resumed.exited(0).says(&[
+        "statefulset/ingester-zone-b (rollout group ingester) is neither paused nor halted: nothing changed",
+        &format!("rollout group ingester is still held, and resume does not lift it: {named}"),
+        &format!("remove it with {remove}"),
+    ]);
+    // and nothing rolled meanwhile
+    for name in &names {
+        assert_eq!(
+            rollout_state(&client, namespace, name).await.updated(),
+            0,
+            "{name}"
+        );
+    }
+
+    // When the person runs the command resume printed
+    paste(scene.control_plane, &remove).await.exited(0);
+
+    // Then the rollout goes on to the end
+    plugin
+        .run(&["wait", "ingester", "--timeout", "2m"])
+        .await
+        .exited(0)
+        .says(&["rollout group ingester is complete"]);
+}
+
+#[tokio::test]
+async fn a_bad_max_unavailable_is_a_warning_of_the_group_in_status_the_json_and_the_page() {
+    // Given a group rolled by baton-controller whose zone a says max-unavailable "abc"
+    let scene = Scene::start("plugin-warning").await;
+    let client = scene.namespace.client();
+    let namespace = scene.namespace.name();
+    let plugin = Plugin {
+        kubeconfig: scene.control_plane.kubeconfig_path(),
+        namespace,
+    };
+    create_ready_group(&client, namespace, &["a", "b"], 1).await;
+    annotate(
+        &client,
+        namespace,
+        "ingester-zone-a",
+        "rollout-max-unavailable",
+        Some("abc"),
+    )
+    .await;
+    let warning = "StatefulSet ingester-zone-a: annotation rollout-max-unavailable has the invalid \
+                   value \"abc\" (accepted: a positive integer or a percentage from 1% to 100%); \
+                   using 1";
+
+    // Then kubectl baton status says it under the group
+    plugin
+        .run(&["status"])
+        .await
+        .exited(0)
+        .says(&[&format!("ingester: warning (InvalidAnnotation): {warning}")]);
+    // and the controller's /api/v1/status lists it with its kind and StatefulSet
+    let document = baton_e2e::wait_for(
+        Duration::from_secs(90),
+        "the controller's status lists the warning",
+        || async {
+            let (code, body) = scene.controller.ops_get("/api/v1/status").await?;
+            let document: serde_json::Value = serde_json::from_str(&body).ok()?;
+            (code == 200 && document["groups"][0]["warnings"][0]["message"] == warning)
+                .then_some(document)
+        },
+    )
+    .await;
+    let listed = &document["groups"][0]["warnings"][0];
+    assert_eq!(listed["kind"], "InvalidAnnotation");
+    assert_eq!(listed["statefulset"], "ingester-zone-a");
+    // and the page shows it
+    let (code, page) = scene
+        .controller
+        .ops_get("/ui/status")
+        .await
+        .expect("the page answers");
+    assert_eq!(code, 200);
+    assert!(
+        page.contains(r#"data-kind="InvalidAnnotation""#)
+            && page.contains(
+                "annotation rollout-max-unavailable has the invalid value &quot;abc&quot;"
+            ),
+        "{page}"
+    );
+}
+
+#[tokio::test]
+async fn status_in_a_namespace_without_groups_says_so_and_where_it_read() {
+    // Given a namespace without any rollout group
+    let control_plane = ControlPlane::shared().await;
+    let namespace = TestNamespace::create(control_plane, "plugin-empty").await;
+    let plugin = Plugin {
+        kubeconfig: control_plane.kubeconfig_path(),
+        namespace: namespace.name(),
+    };
+    let config: serde_json::Value = serde_saphyr::from_str(
+        &std::fs::read_to_string(control_plane.kubeconfig_path()).expect("the kubeconfig"),
+    )
+    .expect("the kubeconfig is YAML");
+    let context = config["current-context"]
+        .as_str()
+        .expect("a current context");
+
+    // Then status says no group is there, naming the namespace and the context read
+    let status = plugin.run(&["status"]).await;
+    status.exited(0).says(&[&format!(
+        "no rollout group in namespace {} (context {context}): no StatefulSet there has the \
+         label rollout-group",
+        namespace.name()
+    )]);
+    assert!(
+        !status.stdout.contains("GROUP"),
+        "no header over nothing: {status:#?}"
+    );
+}
+
+#[tokio::test]
+async fn pause_of_the_group_pauses_every_zone_until_resume_of_the_group() {
+    // Given a 3-zone group rolled by baton-controller
+    let scene = Scene::start("plugin-pause-group").await;
+    let client = scene.namespace.client();
+    let namespace = scene.namespace.name();
+    let plugin = Plugin {
+        kubeconfig: scene.control_plane.kubeconfig_path(),
+        namespace,
+    };
+    let names = create_ready_group(&client, namespace, &["a", "b", "c"], 1).await;
+
+    // When a person pauses the group by its name
+    plugin.run(&["pause", "ingester"]).await.exited(0).says(&[
+        "statefulset/ingester-zone-a: grafana.com/rollout-paused set to \"true\"",
+        "statefulset/ingester-zone-b: grafana.com/rollout-paused set to \"true\"",
+        "statefulset/ingester-zone-c: grafana.com/rollout-paused set to \"true\"",
+        &format!(
+            "rollout group ingester is paused: no pod of its 3 members is deleted until \
+             kubectl baton resume ingester -n {namespace}"
+        ),
+    ]);
+    for name in &names {
+        assert_eq!(
+            plugin.annotation(&client, name, PAUSED).await.as_deref(),
+            Some("true"),
+            "{name}"
+        );
+    }
+
+    // and a new version is deployed
+    roll_out(&client, namespace, &names, "v2").await;
+
+    // Then no zone rolls: wait times out on a paused group
+    plugin
+        .run(&["wait", "ingester", "--timeout", "3s"])
+        .await
+        .exited(3)
+        .complains(&["waiting for rollout group ingester: paused"]);
+    for name in &names {
+        assert_eq!(
+            rollout_state(&client, namespace, name).await.updated(),
+            0,
+            "{name}"
+        );
+    }
+
+    // When the group is resumed by its name, it rolls to the end
+    plugin.run(&["resume", "ingester"]).await.exited(0).says(&[
+        "statefulset/ingester-zone-a: grafana.com/rollout-paused removed (was \"true\")",
+        "statefulset/ingester-zone-c: grafana.com/rollout-paused removed (was \"true\")",
+    ]);
+    plugin
+        .run(&["wait", "ingester", "--timeout", "2m"])
+        .await
+        .exited(0);
+
+    // And pausing one zone says what it does not hold, and how to hold the group
+    plugin
+        .run(&["pause", "ingester-zone-b"])
+        .await
+        .exited(0)
+        .says(&[&format!(
+            "a pause holds only ingester-zone-b's own pods: the other zones of rollout group \
+         ingester go on, and a zone after ingester-zone-b may roll past it; to hold the whole \
+         group: kubectl baton pause ingester -n {namespace}"
+        )]);
+}

@@ -68,6 +68,7 @@ pub fn mid_rollout_group(index: usize) -> GroupSnapshot {
             statefulset(&format!("{prefix}-zone-b"), 50, 3),
             statefulset(&format!("{prefix}-zone-c"), 0, 0),
         ],
+        reach: Default::default(),
     }
 }
 

@@ -117,6 +117,7 @@ mod tests {
         let wait = GateWait::Halted {
             statefulset: "zone-b".to_owned(),
             why: "errors".to_owned(),
+            reach: Default::default(),
         };
         metrics.record("ingester", Some(&wait));
         assert_eq!(metrics.halted.with_label_values(&["ingester"]).get(), 1);

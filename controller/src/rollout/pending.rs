@@ -98,6 +98,7 @@ mod tests {
                     })
                     .collect(),
             }],
+            reach: Default::default(),
         }
     }
 

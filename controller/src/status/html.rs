@@ -24,6 +24,7 @@ h2 { font-size: 17px; margin: 0 0 .5em; }
 .phase { display: inline-block; border-radius: 10px; padding: 0 .6em; font-size: 12px; font-weight: 600; color: #fff; }
 .complete { background: #1a7f37; } .rolling { background: #0969da; } .waiting { background: #9a6700; }
 .paused { background: #6e7781; } .halted { background: #cf222e; } .skipped { background: #8250df; }
+.invalidConfiguration { background: #a40e26; } .warning { color: #9a6700; }
 .awaitingApproval { background: #bf3989; } .rollingBack { background: #bc4c00; }
 .rolledBack { background: #953800; }
 .wait { margin: .3em 0 .6em; } .wait code { color: #57606a; }
@@ -108,6 +109,7 @@ fn group_section(group: &GroupStatus, now: Timestamp) -> Markup {
                     }
                 }
             }
+            (super::warnings::section(group))
             table {
                 thead {
                     tr { th { "zone" } th { "phase" } th { "progress" } th { "updated / ready / total" } th { "revisions (current → update)" } }
@@ -227,6 +229,7 @@ mod tests {
                 note: format!("deleted pod {hostile}-0\" onload=\"x"),
             }],
             rollback: Some(format!("rolling back: asked by <i>{hostile}</i>")),
+            warnings: Vec::new(),
         };
         let page = page(&document(Role::Leader, vec![group]));
         assert!(!page.contains("<script>"), "{page}");
@@ -257,6 +260,7 @@ mod tests {
             }),
             last_actions: Vec::new(),
             rollback: None,
+            warnings: Vec::new(),
         };
         let page = page(&document(Role::Leader, vec![group]));
         for (zone, phase) in [

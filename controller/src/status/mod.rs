@@ -10,11 +10,13 @@
 //!
 //! - [`board`]: the leader's per-group memory (since when a group waits, its last actions);
 //! - [`html`]: the page, server-rendered, every cluster string escaped;
+//! - [`warnings`]: a group's warnings on the page (bad annotation values);
 //! - [`routes`]: the two routes on the ops server, the only I/O (the caches, the Lease).
 
 pub mod board;
 pub mod html;
 pub mod routes;
+pub mod warnings;
 
 pub use board::StatusBoard;
 pub use routes::{StatusError, StatusRoutes};

@@ -94,7 +94,9 @@ impl StatusRoutes {
         let pods: Vec<&CachedPod> = pods.iter().map(Arc::as_ref).collect();
         let history = |name: &str| leading.then(|| self.board.history(name)).flatten();
         let outages = self.caches.outages();
-        let groups = view::groups(&members, &pods, &outages, history, now);
+        // The page's readers reach the cluster their own way: commands name no context of theirs.
+        let reader = baton_core::commands::Reader::default();
+        let groups = view::groups(&members, &pods, &outages, history, &reader, now);
         let (role, leader) = if leading {
             (Role::Leader, Some(self.identity.clone()))
         } else {

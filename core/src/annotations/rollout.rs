@@ -30,7 +30,7 @@ pub fn max_rolling_members(annotations: &BTreeMap<String, String>) -> Option<Par
                 key: MAX_ROLLING_MEMBERS_ANNOTATION,
                 value: raw.clone(),
                 accepted: MAX_ROLLING_MEMBERS_ACCEPTED,
-                fallback: "1 (one member at a time)".to_owned(),
+                fallback: "using 1 (one member at a time)".to_owned(),
             }),
         },
     })
@@ -60,15 +60,15 @@ impl<T> Parsed<T> {
 }
 
 /// An annotation whose value was ignored: which key, what it held, what is accepted and
-/// what was used instead.
+/// what baton does instead.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "annotation {key} has the invalid value {value:?} (accepted: {accepted}); using {fallback}"
-)]
+#[error("annotation {key} has the invalid value {value:?} (accepted: {accepted}); {fallback}")]
 pub struct InvalidAnnotation {
     pub key: &'static str,
     pub value: String,
     pub accepted: &'static str,
+    /// What baton does instead, as the end of the sentence: `using 1` for a value taken in its
+    /// place, `holding the group until it is fixed` for a hold.
     pub fallback: String,
 }
 
@@ -93,7 +93,7 @@ pub fn max_unavailable(annotations: &BTreeMap<String, String>, replicas: u32) ->
                 key: MAX_UNAVAILABLE_ANNOTATION,
                 value: raw.clone(),
                 accepted: MAX_UNAVAILABLE_ACCEPTED,
-                fallback: DEFAULT.to_string(),
+                fallback: format!("using {DEFAULT}"),
             }),
         },
     }
@@ -139,7 +139,7 @@ pub fn paused(annotations: &BTreeMap<String, String>) -> Parsed<bool> {
                 key: ROLLOUT_PAUSED_ANNOTATION,
                 value: other.to_owned(),
                 accepted: PAUSED_ACCEPTED,
-                fallback: "not paused".to_owned(),
+                fallback: "using not paused".to_owned(),
             }),
         },
     }
@@ -168,7 +168,7 @@ pub fn update_by(annotations: &BTreeMap<String, String>) -> Parsed<UpdateBy> {
                 key: UPDATE_BY_ANNOTATION,
                 value: other.to_owned(),
                 accepted: UPDATE_BY_ACCEPTED,
-                fallback: "delete".to_owned(),
+                fallback: "using delete".to_owned(),
             }),
         },
     }
@@ -187,7 +187,7 @@ pub fn partition_set(annotations: &BTreeMap<String, String>) -> Parsed<Option<u3
                     key: PARTITION_ANNOTATION,
                     value: raw.clone(),
                     accepted: "the partition baton set, a number",
-                    fallback: "the partition in the spec".to_owned(),
+                    fallback: "using the partition in the spec".to_owned(),
                 }),
             },
         },
@@ -304,7 +304,7 @@ mod tests {
                     key: MAX_UNAVAILABLE_ANNOTATION,
                     value: raw.to_owned(),
                     accepted: MAX_UNAVAILABLE_ACCEPTED,
-                    fallback: "1".to_owned(),
+                    fallback: "using 1".to_owned(),
                 }),
                 "value {raw:?}"
             );
@@ -358,7 +358,7 @@ mod tests {
             assert_eq!(warning.key, ROLLOUT_PAUSED_ANNOTATION);
             assert_eq!(warning.value, raw);
             assert_eq!(warning.accepted, PAUSED_ACCEPTED);
-            assert_eq!(warning.fallback, "not paused");
+            assert_eq!(warning.fallback, "using not paused");
         }
     }
 

@@ -117,7 +117,7 @@ pub fn min_time_between_zones_downscale(
                     key,
                     value: label.clone(),
                     accepted: MIN_TIME_LABEL_ACCEPTED,
-                    fallback: format!("the annotation's {annotation:?}"),
+                    fallback: format!("using the annotation's {annotation:?}"),
                 });
             Ok(Parsed {
                 value: Some(value),
@@ -298,7 +298,7 @@ fn switch(
                 key,
                 value: other.to_owned(),
                 accepted: BOOLEAN_ACCEPTED,
-                fallback: default.to_string(),
+                fallback: format!("using {default}"),
             }),
         },
     }

@@ -92,6 +92,7 @@ pub fn apply(
             group: group.name.clone(),
             what: what.join(" and "),
             step: step.join(&SEPARATOR.to_string()),
+            reach: Box::new(group.reach.clone()),
         },
         pass: BTreeSet::new(),
     };

@@ -490,6 +490,7 @@ fn halt(
             GateWait::Halted {
                 statefulset: zone.clone(),
                 why: why.clone(),
+                reach: Box::new(group.reach.clone()),
             },
         )
     };

@@ -114,6 +114,7 @@ fn roll_back(
         return hold(GateWait::Halted {
             statefulset: statefulset.clone(),
             why: why.clone(),
+            reach: Box::new(group.reach.clone()),
         });
     }
     match status {
@@ -181,6 +182,22 @@ fn gate_forward(
     (plan, decision)
 }
 
+/// The wait of a group whose gate configuration `config` (read from `group`) has a key that
+/// cannot be read: it holds until a person fixes that annotation (rule 3). `kubectl baton
+/// resume` asks it too, to say what resuming does not lift.
+pub fn invalid_configuration(group: &GroupSnapshot, config: &GateConfig) -> Option<GateWait> {
+    config
+        .invalid
+        .as_ref()
+        .map(|invalid| GateWait::InvalidGate {
+            statefulset: invalid.statefulset.clone(),
+            key: invalid.key,
+            value: invalid.value.clone(),
+            accepted: invalid.accepted,
+            reach: Box::new(group.reach.clone()),
+        })
+}
+
 /// Whether `config`'s bypass is in force at `now`: until when.
 pub fn bypassing(config: &GateConfig, now: Timestamp) -> Option<Timestamp> {
     config.bypass_until.filter(|until| now < *until)
@@ -198,6 +215,7 @@ fn gate_zones(
         let wait = GateWait::Halted {
             statefulset: statefulset.clone(),
             why: why.clone(),
+            reach: Box::new(group.reach.clone()),
         };
         return GateDecision::hold(wait, BTreeSet::new()).apply(full);
     }
@@ -205,12 +223,7 @@ fn gate_zones(
         let decision = forget_when_complete(group, &full, state);
         return (full, decision);
     }
-    if let Some(invalid) = &config.invalid {
-        let wait = GateWait::InvalidGate {
-            statefulset: invalid.statefulset.clone(),
-            key: invalid.key,
-            value: invalid.value.clone(),
-        };
+    if let Some(wait) = invalid_configuration(group, config) {
         return GateDecision::hold(wait, BTreeSet::new()).apply(full);
     }
     let finished = |name: &str| {

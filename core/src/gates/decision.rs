@@ -12,20 +12,31 @@ use jiff::{SignedDuration, Timestamp};
 use serde::{Deserialize, Serialize};
 
 use super::keys::{self, GateWarning, format_duration};
+use crate::commands::Reach;
 use crate::explained::Explained;
-use crate::members;
 use crate::rollout::{GroupSnapshot, Plan};
 
 /// Why deletions of the plan wait; `Display` explains it, [`Explained::kind`] names it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum GateWait {
-    /// `statefulset` carries `baton.dev/halted`; `why` is its value.
-    Halted { statefulset: String, why: String },
-    /// A gate key cannot be read.
+    /// `statefulset` carries `baton.dev/halted`; `why` is its value. `reach`: how the command
+    /// that resumes it reaches the group (boxed, as in the other waits that print a command:
+    /// most waits print none, and every decision carries one wait).
+    Halted {
+        statefulset: String,
+        why: String,
+        reach: Box<Reach>,
+    },
+    /// A gate key of `statefulset` cannot be read (or disagrees with another member's): the
+    /// group's configuration is invalid, and it holds until a person fixes the annotation.
     InvalidGate {
         statefulset: String,
         key: &'static str,
+        /// As written (user-written: the message quotes and bounds it).
         value: String,
+        /// What the key accepts.
+        accepted: &'static str,
+        reach: Box<Reach>,
     },
     /// `zone` waits for the group's hook, which the operator's bounds do not let baton call.
     RefusedHook { zone: String, why: String },
@@ -80,6 +91,7 @@ pub enum GateWait {
         what: String,
         /// The value `baton.dev/approved` must hold (on any member).
         step: String,
+        reach: Box<Reach>,
     },
     /// `zone` is next and soaks until `until` after the zones before it finished.
     Soak {
@@ -135,19 +147,30 @@ impl GateWait {
 impl fmt::Display for GateWait {
     fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::Halted { statefulset, why } => write!(
+            Self::Halted {
+                statefulset,
+                why,
+                reach,
+            } => write!(
                 formatter,
-                "halted at {statefulset}: {why}; resume with {}",
-                annotate(statefulset, &format!("{}-", keys::HALTED_ANNOTATION))
+                "halted at {statefulset}: {why}; resume with {} (or {})",
+                reach.baton(&format!("resume {statefulset}")),
+                reach.annotate(statefulset, &format!("{}-", keys::HALTED_ANNOTATION))
             ),
             Self::InvalidGate {
                 statefulset,
                 key,
                 value,
+                accepted,
+                reach,
             } => write!(
                 formatter,
-                "annotation {key} of {statefulset} has the invalid value {value:?}; {}",
-                keys::HOLDING
+                "invalid configuration: annotation {key} on StatefulSet {statefulset} has the \
+                 invalid value {} (accepted: {accepted}); {}: set it to an accepted value, or \
+                 remove it with {}",
+                shown_value(value),
+                keys::HOLDING,
+                reach.annotate(statefulset, &format!("{key}-"))
             ),
             Self::ZoneUnfinished { zone, unfinished } => write!(
                 formatter,
@@ -196,18 +219,15 @@ impl fmt::Display for GateWait {
                 group,
                 what,
                 step,
+                reach,
             } => {
-                // The step, so that the person approves what they read (`--step`).
+                // The step, so that the person approves what they read (`--step`); across
+                // clusters the approval goes on every member, so every member is named.
                 write!(
                     formatter,
-                    "{zone} awaits approval of {what}; approve with kubectl baton approve {group} \
-                     --step {step}"
-                )?;
-                // Across clusters the approval goes on every member, each in its own cluster.
-                match members::split(zone).0 {
-                    Some(_) => write!(formatter, " --member CLUSTER for each member cluster"),
-                    None => Ok(()),
-                }
+                    "{zone} awaits approval of {what}; approve with {}",
+                    reach.baton(&format!("approve {group} --step {step}"))
+                )
             }
             Self::RollingBack { why, .. } => write!(formatter, "rolling back: {why}"),
             Self::TemplateReverted { zone, from, to } => write!(
@@ -248,15 +268,15 @@ impl fmt::Display for GateWait {
     }
 }
 
-/// The kubectl command that makes `change` (`key=value`, or `key-` to remove it) on
-/// `statefulset`: a member of a cross-cluster group (`cluster-b/querier`) is named as its own
-/// cluster knows it, and the cluster is said, since kubectl takes no qualified name.
-fn annotate(statefulset: &str, change: &str) -> String {
-    match members::split(statefulset) {
-        (Some(cluster), name) => {
-            format!("kubectl annotate statefulset {name} {change} in cluster {cluster}")
-        }
-        (None, name) => format!("kubectl annotate statefulset {name} {change}"),
+/// An annotation's value as a message shows it: quoted, its control characters escaped, and
+/// bounded (whoever may write the annotation must not flood an Event or the page with it).
+pub fn shown_value(value: &str) -> String {
+    const MOST_CHARS: usize = 200;
+    let bounded: String = value.chars().take(MOST_CHARS).collect();
+    if bounded.len() < value.len() {
+        format!("{bounded:?}…")
+    } else {
+        format!("{bounded:?}")
     }
 }
 
@@ -475,10 +495,15 @@ pub(super) fn deleted_in(group: &GroupSnapshot, plan: &Plan) -> Vec<String> {
 mod tests {
     use super::*;
 
+    fn reach(namespace: &str, members: &[&str]) -> Box<Reach> {
+        Box::new(Reach::of(namespace, members.iter().copied()))
+    }
+
     fn halted(statefulset: &str) -> String {
         GateWait::Halted {
             statefulset: statefulset.to_owned(),
             why: "error rate 0.3".to_owned(),
+            reach: reach("mimir", &[statefulset]),
         }
         .to_string()
     }
@@ -489,37 +514,75 @@ mod tests {
             group: "querier".to_owned(),
             what: "its first step to querier-new".to_owned(),
             step: format!("{zone}/querier-new/0"),
+            reach: reach("mimir", &[zone, &zone.replace("cluster-b", "cluster-a")]),
         }
         .to_string()
     }
 
     #[test]
-    fn a_halt_says_the_kubectl_command_that_lifts_it_in_the_members_own_cluster() {
+    fn a_halt_says_the_commands_that_lift_it_in_its_namespace_and_the_members_own_cluster() {
         assert_eq!(
             halted("querier"),
             "halted at querier: error rate 0.3; resume with \
-             kubectl annotate statefulset querier baton.dev/halted-"
+             kubectl baton resume querier -n mimir \
+             (or kubectl -n mimir annotate statefulset querier baton.dev/halted-)"
         );
-        // kubectl takes no qualified name: the member's own name, and its cluster
+        // kubectl takes no qualified name: the member's own name, in its cluster's context
         assert_eq!(
             halted("cluster-b/querier"),
             "halted at cluster-b/querier: error rate 0.3; resume with \
-             kubectl annotate statefulset querier baton.dev/halted- in cluster cluster-b"
+             kubectl baton resume cluster-b/querier -n mimir --member cluster-b \
+             (or kubectl --context cluster-b -n mimir annotate statefulset querier \
+             baton.dev/halted-)"
         );
     }
 
     #[test]
-    fn an_approval_names_its_step_and_across_clusters_says_to_name_every_member_cluster() {
+    fn an_approval_names_its_step_and_across_clusters_every_member_cluster() {
         assert_eq!(
             awaiting("querier"),
             "querier awaits approval of its first step to querier-new; \
-             approve with kubectl baton approve querier --step querier/querier-new/0"
+             approve with kubectl baton approve querier --step querier/querier-new/0 -n mimir"
         );
         assert_eq!(
             awaiting("cluster-b/querier"),
             "cluster-b/querier awaits approval of its first step to querier-new; \
              approve with kubectl baton approve querier --step \
-             cluster-b/querier/querier-new/0 --member CLUSTER for each member cluster"
+             cluster-b/querier/querier-new/0 -n mimir --member cluster-a --member cluster-b"
         );
+    }
+
+    #[test]
+    fn invalid_configuration_names_annotation_value_and_statefulset_and_how_to_fix_it() {
+        let wait = GateWait::InvalidGate {
+            statefulset: "ingester-zone-b".to_owned(),
+            key: keys::SOAK_ANNOTATION,
+            value: "5 minutes".to_owned(),
+            accepted: keys::SOAK_ACCEPTED,
+            reach: reach("baton-demo", &["ingester-zone-a", "ingester-zone-b"]),
+        };
+        // Its own kind, not a halt's: a pipeline tells a typo from a person's halt
+        assert_eq!(wait.kind(), "InvalidGate");
+        assert_eq!(wait.statefulset(), "ingester-zone-b");
+        assert_eq!(
+            wait.to_string(),
+            "invalid configuration: annotation baton.dev/soak on StatefulSet ingester-zone-b \
+             has the invalid value \"5 minutes\" (accepted: a duration such as 30s, 5m or \
+             1h30m (0 for no soak)); holding the group until it is fixed: set it to an accepted \
+             value, or remove it with kubectl -n baton-demo annotate statefulset \
+             ingester-zone-b baton.dev/soak-"
+        );
+    }
+
+    #[test]
+    fn a_user_written_value_is_shown_quoted_escaped_and_bounded() {
+        assert_eq!(shown_value("5 minutes"), "\"5 minutes\"");
+        assert_eq!(
+            shown_value("a\"b\nc\u{1b}[31m"),
+            "\"a\\\"b\\nc\\u{1b}[31m\""
+        );
+        let long = shown_value(&"x".repeat(100_000));
+        assert!(long.ends_with('…'), "{long}");
+        assert!(long.chars().count() < 210, "{}", long.len());
     }
 }

@@ -143,6 +143,8 @@ pub struct InvalidKey {
     pub statefulset: String,
     pub key: &'static str,
     pub value: String,
+    /// What the key accepts.
+    pub accepted: &'static str,
 }
 
 /// Something a person should fix about the gates; each becomes a Warning Event.
@@ -322,6 +324,7 @@ impl Reader {
             statefulset: statefulset.to_owned(),
             key,
             value: raw.to_owned(),
+            accepted,
         });
     }
 
@@ -759,6 +762,7 @@ mod tests {
         GroupSnapshot {
             name: "ingester".to_owned(),
             statefulsets: members,
+            reach: Default::default(),
         }
     }
 
@@ -865,6 +869,7 @@ mod tests {
                     statefulset: "zone-b".to_owned(),
                     key: SOAK_ANNOTATION,
                     value: raw.to_owned(),
+                    accepted: SOAK_ACCEPTED,
                 }),
                 "{raw:?}"
             );

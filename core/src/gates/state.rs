@@ -187,6 +187,7 @@ mod tests {
             let group = GroupSnapshot {
                 name: "g".to_owned(),
                 statefulsets: vec![member("zone-a", "r", &[(STATE_ANNOTATION, bad.to_owned())])],
+                reach: Default::default(),
             };
             let (state, warnings) = GateState::read(&group);
             assert!(state.zones.is_empty(), "{bad}");
@@ -214,6 +215,7 @@ mod tests {
                 member("a", "new", &[(STATE_ANNOTATION, cleared.to_annotation())]),
                 member("b", "old", &[(STATE_ANNOTATION, cleared.to_annotation())]),
             ],
+            reach: Default::default(),
         };
         let (state, warnings) = GateState::read(&group);
         assert!(warnings.is_empty());
@@ -234,6 +236,7 @@ mod tests {
                     &[(HALTED_ANNOTATION, "error rate 0.3".to_owned())],
                 ),
             ],
+            reach: Default::default(),
         };
         let (state, _) = GateState::read(&group);
         assert_eq!(

@@ -112,7 +112,7 @@ fn group_max_rolling(group: &GroupSnapshot) -> (u32, Vec<Warning>) {
                     key: MAX_ROLLING_MEMBERS_ANNOTATION,
                     value: reading.raw.unwrap_or_default().to_owned(),
                     accepted: EVERY_MEMBER_ACCEPTED,
-                    fallback: combined.instead(combined.value),
+                    fallback: format!("using {}", combined.instead(combined.value)),
                 },
             }),
     );
@@ -686,7 +686,7 @@ impl Settings {
                     key: UPDATE_BY_ANNOTATION,
                     value: "partition".to_owned(),
                     accepted: "\"partition\" on a RollingUpdate StatefulSet only",
-                    fallback: format!("delete (the StatefulSet is {strategy})"),
+                    fallback: format!("using delete (the StatefulSet is {strategy})"),
                 });
                 Mode::Delete
             }

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use crate::annotations::CONTROLLER_REVISION_HASH_LABEL;
+use crate::commands::Reach;
 use crate::pods::{CachedPod, PodReadiness, is_controlled_by};
 pub use crate::pods::{PodPhase, selector_matches};
 use crate::statefulset::StatefulSetState;
@@ -20,6 +21,8 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 pub struct GroupSnapshot {
     pub name: String,
     pub statefulsets: Vec<StatefulSetSnapshot>,
+    /// How the commands its messages print reach it (its namespace, its member clusters).
+    pub reach: Reach,
 }
 
 /// The parts of a StatefulSet (and of its pods) that decide what a rollout may do next.
@@ -161,9 +164,19 @@ impl GroupSnapshot {
             snapshot.pods.sort_by(|a, b| natural_cmp(&a.name, &b.name));
         }
         snapshots.sort_by(|a, b| a.name.cmp(&b.name));
+        // A group lives in one namespace (across clusters too): its first member's.
+        let namespace = statefulsets
+            .iter()
+            .find_map(|statefulset| statefulset.metadata.namespace.as_deref())
+            .unwrap_or_default();
+        let reach = Reach::of(
+            namespace,
+            snapshots.iter().map(|member| member.name.as_str()),
+        );
         Self {
             name: name.into(),
             statefulsets: snapshots,
+            reach,
         }
     }
 }

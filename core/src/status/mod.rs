@@ -8,7 +8,7 @@ pub mod model;
 pub mod view;
 
 pub use model::{
-    API_VERSION, ActionRecord, GroupStatus, KIND, Replica, Role, RolloutPhase, RolloutStatus,
-    Waiting, ZoneStatus,
+    API_VERSION, ActionRecord, GroupStatus, GroupWarning, KIND, Replica, Role, RolloutPhase,
+    RolloutStatus, Waiting, ZoneStatus,
 };
 pub use view::{History, ObservedWait, compute, group_status, groups};

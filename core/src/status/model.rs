@@ -80,8 +80,12 @@ pub enum RolloutPhase {
     Waiting,
     /// `grafana.com/rollout-paused` with pods left to update.
     Paused,
-    /// Stopped until a person acts: `baton.dev/halted`, or a gate key that cannot be read.
+    /// Stopped until a person acts: `baton.dev/halted`, a hook baton may not call, a template
+    /// re-applied after a rollback.
     Halted,
+    /// Held until a person fixes an annotation: a gate key that cannot be read (`waiting` names
+    /// the annotation, its value and the StatefulSet). Not a halt: nothing is to be resumed.
+    InvalidConfiguration,
     /// A member is not `OnDelete`: baton leaves the whole group alone.
     Skipped,
     /// The next step waits for a person's approval (`kubectl baton approve`).
@@ -94,9 +98,10 @@ pub enum RolloutPhase {
 
 impl RolloutPhase {
     /// Every phase, in the order docs/status.md lists a group's (the first that holds).
-    pub const ALL: [Self; 9] = [
+    pub const ALL: [Self; 10] = [
         Self::Skipped,
         Self::Halted,
+        Self::InvalidConfiguration,
         Self::RollingBack,
         Self::RolledBack,
         Self::Complete,
@@ -114,6 +119,7 @@ impl RolloutPhase {
             Self::Waiting => "waiting",
             Self::Paused => "paused",
             Self::Halted => "halted",
+            Self::InvalidConfiguration => "invalidConfiguration",
             Self::Skipped => "skipped",
             Self::AwaitingApproval => "awaitingApproval",
             Self::RollingBack => "rollingBack",
@@ -144,6 +150,23 @@ pub struct GroupStatus {
     /// The group's rollback, while one is under way or once it rolled back: who asked and why.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollback: Option<String>,
+    /// What a person should fix about the group's annotations (a value baton could not read
+    /// and what it does instead), as the Warning Events say it; empty when nothing is wrong.
+    #[serde(default)]
+    pub warnings: Vec<GroupWarning>,
+}
+
+/// Something a person should fix about a group: the planner's or a gate's warning.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GroupWarning {
+    /// The stable identifier (`InvalidAnnotation`, `ConflictingSoak`, …), as the Warning
+    /// Event's reason.
+    pub kind: String,
+    /// The StatefulSet it is about, if one.
+    pub statefulset: Option<String>,
+    /// The warning in words, as in the Event.
+    pub message: String,
 }
 
 /// One member StatefulSet (a zone).

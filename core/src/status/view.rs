@@ -5,7 +5,8 @@
 //!
 //! Phases, of a zone (first rule that holds):
 //! 1. its group is skipped (a member is not `OnDelete`) → `skipped`, unless complete;
-//! 2. its group is halted → `halted`, unless complete;
+//! 2. its group is halted → `halted`, unless complete; held by a gate key that cannot be read
+//!    → `invalidConfiguration`, unless complete;
 //! 3. every pod updated and available → `complete`;
 //! 4. its next step waits for a person's approval → `awaitingApproval`;
 //! 5. `grafana.com/rollout-paused` → `paused`;
@@ -14,17 +15,20 @@
 //!    planner waits on its pods → `rolling`;
 //! 7. otherwise → `waiting` (not its turn, or a pod down outside any rollout).
 //!
-//! Of a group: `skipped`, `halted` (a template reverted after a rollback too), `rolledBack`
+//! Of a group: `skipped`, `halted` (a template reverted after a rollback too),
+//! `invalidConfiguration` (a gate key that cannot be read: a person fixes it, nobody resumes),
+//! `rolledBack`
 //! (complete after a rollback), `complete`, `rollingBack`, `awaitingApproval` as above; `paused` when the planner waits only
 //! for paused zones; `rolling` when pods are being replaced or the wait is for a rolling zone's
 //! own pods; `waiting` otherwise (a gate holds it, several zones are not ready, …).
 
+use crate::commands::Reader;
 use crate::explained::Explained;
 use crate::pods::CachedPod;
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::StatefulSet;
 
-use super::model::{ActionRecord, GroupStatus, RolloutPhase, Waiting, ZoneStatus};
+use super::model::{ActionRecord, GroupStatus, GroupWarning, RolloutPhase, Waiting, ZoneStatus};
 use crate::gates::{self, GateDecision, GateWait};
 use crate::rollout::{GroupSnapshot, Plan, WaitReason};
 
@@ -84,12 +88,14 @@ pub fn compute(snapshot: &GroupSnapshot, history: Option<&History>, now: Timesta
 /// Every group among `statefulsets` (by their `rollout-group` label), by name, each computed
 /// with [`compute`]; `pods` may be every pod of the namespace. The members in a cluster of
 /// `outages` are marked as the planner sees them ([`crate::members::mark_outages`]).
-/// `history` gives a group's recorded history, if any.
+/// `history` gives a group's recorded history, if any; `reader`, how the person reading
+/// reached the cluster, for the commands the messages print ([`crate::commands`]).
 pub fn groups<'a>(
     statefulsets: &[&'a StatefulSet],
     pods: &[&'a CachedPod],
     outages: &[crate::members::Outage],
     history: impl Fn(&str) -> Option<History>,
+    reader: &Reader,
     now: Timestamp,
 ) -> Vec<GroupStatus> {
     let mut names: Vec<&str> = statefulsets
@@ -106,6 +112,7 @@ pub fn groups<'a>(
                 .copied()
                 .filter(|statefulset| crate::statefulset::group_of(statefulset) == Some(name));
             let mut snapshot = GroupSnapshot::from_kubernetes(name, members, pods.iter().copied());
+            snapshot.reach.reader = reader.clone();
             crate::members::mark_outages(&mut snapshot, outages);
             compute(&snapshot, history(name).as_ref(), now)
         })
@@ -125,11 +132,11 @@ pub fn group_status(
         gate.wait(),
         Some(
             GateWait::Halted { .. }
-                | GateWait::InvalidGate { .. }
                 | GateWait::RefusedHook { .. }
                 | GateWait::TemplateReverted { .. }
         )
     );
+    let invalid = matches!(gate.wait(), Some(GateWait::InvalidGate { .. }));
     let requested = gates::rollback::request(snapshot).is_some();
     let rollback = gates::rollback::status(snapshot, |name| {
         plan.progress
@@ -182,6 +189,8 @@ pub fn group_status(
                 RolloutPhase::Skipped
             } else if halted && !done {
                 RolloutPhase::Halted
+            } else if invalid && !done {
+                RolloutPhase::InvalidConfiguration
             } else if member.unreachable.is_some() {
                 // Known only as it last was: never done, so the group never looks complete
                 // while the planner holds it (`MemberUnreachable`).
@@ -223,6 +232,8 @@ pub fn group_status(
         RolloutPhase::Skipped
     } else if halted {
         RolloutPhase::Halted
+    } else if invalid {
+        RolloutPhase::InvalidConfiguration
     } else if gates::rollback::active(&rollback) || requested {
         // A rollback asked for is under way from the moment it is asked.
         RolloutPhase::RollingBack
@@ -285,7 +296,22 @@ pub fn group_status(
         last_actions: history
             .map(|history| history.actions.clone())
             .unwrap_or_default(),
+        warnings: warnings(plan, gate),
     }
+}
+
+/// The planner's and the gates' warnings (what their Warning Events say), in that order.
+fn warnings(plan: &Plan, gate: &GateDecision) -> Vec<GroupWarning> {
+    let warning = |warning: &dyn Explained| GroupWarning {
+        kind: warning.kind().to_owned(),
+        statefulset: warning.statefulset().map(str::to_owned),
+        message: warning.to_string(),
+    };
+    plan.warnings
+        .iter()
+        .map(|each| warning(each))
+        .chain(gate.warnings.iter().map(|each| warning(each)))
+        .collect()
 }
 
 /// Why the group waits: the gate's wait before the planner's (a held group waits for the

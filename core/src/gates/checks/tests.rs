@@ -148,6 +148,7 @@ fn consecutive_failures_halt_the_group_naming_check_query_value_and_zone() {
         Some(&GateWait::Halted {
             statefulset: "a".to_owned(),
             why: why.to_owned(),
+            reach: Box::new(group.reach.clone()),
         })
     );
     assert!(decision.writes.contains(&AnnotationWrite {

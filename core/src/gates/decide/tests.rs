@@ -345,10 +345,21 @@ fn an_invalid_gate_key_holds_every_deletion_and_names_key_and_value() {
     assert_eq!(wait.kind(), "InvalidGate");
     assert_eq!(
         wait.to_string(),
-        "annotation baton.dev/soak of a has the invalid value \"ten seconds\"; \
-         holding the group until it is fixed"
+        "invalid configuration: annotation baton.dev/soak on StatefulSet a has the invalid \
+         value \"ten seconds\" (accepted: a duration such as 30s, 5m or 1h30m (0 for no soak)); \
+         holding the group until it is fixed: set it to an accepted value, or remove it with \
+         kubectl annotate statefulset a baton.dev/soak-"
     );
-    assert_eq!(decision.warnings.len(), 1);
+    // and the Warning says the same without \"using\" a hold as if it were a value
+    let [warning] = decision.warnings.as_slice() else {
+        panic!("one warning: {:?}", decision.warnings);
+    };
+    assert_eq!(
+        warning.to_string(),
+        "StatefulSet a: annotation baton.dev/soak has the invalid value \"ten seconds\" \
+         (accepted: a duration such as 30s, 5m or 1h30m (0 for no soak)); holding the group \
+         until it is fixed"
+    );
     assert!(deleted_zones(&gated).is_empty());
 }
 

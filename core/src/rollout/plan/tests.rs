@@ -1175,7 +1175,7 @@ fn bad_annotations_warn_and_fall_back_to_safe_defaults() {
                     key: MAX_UNAVAILABLE_ANNOTATION,
                     value: "lots".to_owned(),
                     accepted: "a positive integer or a percentage from 1% to 100%",
-                    fallback: "1".to_owned(),
+                    fallback: "using 1".to_owned(),
                 },
             },
             Warning::InvalidAnnotation {
@@ -1184,7 +1184,7 @@ fn bad_annotations_warn_and_fall_back_to_safe_defaults() {
                     key: ROLLOUT_PAUSED_ANNOTATION,
                     value: "yes".to_owned(),
                     accepted: "\"true\" to pause, \"false\" or nothing otherwise",
-                    fallback: "not paused".to_owned(),
+                    fallback: "using not paused".to_owned(),
                 },
             },
         ]
@@ -1779,7 +1779,7 @@ fn the_smallest_max_rolling_members_holds_and_a_bad_one_is_one_with_a_warning() 
     assert_eq!(problem.value, "3");
     assert_eq!(
         problem.fallback,
-        "2, held there by ingester-zone-b, ingester-zone-c"
+        "using 2, held there by ingester-zone-b, ingester-zone-c"
     );
 
     // A value that is not a positive integer: the zone rule, and the person told.

@@ -219,6 +219,83 @@ fn a_halted_group_is_halted_in_every_unfinished_zone() {
 }
 
 #[test]
+fn a_typo_in_a_gate_key_is_invalid_configuration_not_a_halt_and_names_what_to_fix() {
+    // Given a group rolling to a new revision whose zone b carries a soak nobody can read
+    let status = status(
+        vec![
+            done("a"),
+            soaked(zone("b", 3, 0), "5 minutes"),
+            zone("c", 3, 0),
+        ],
+        None,
+    );
+    // Then the group and its unfinished zones are held by invalid configuration, not halted
+    assert_eq!(status.phase, RolloutPhase::InvalidConfiguration);
+    assert_eq!(status.phase.as_str(), "invalidConfiguration");
+    assert_eq!(
+        phases(&status),
+        [
+            ("a", RolloutPhase::Complete),
+            ("b", RolloutPhase::InvalidConfiguration),
+            ("c", RolloutPhase::InvalidConfiguration)
+        ]
+    );
+    // and the wait names the annotation, the value as written and the StatefulSet
+    let waiting = status.waiting.as_ref().expect("held");
+    assert_eq!(waiting.kind, "InvalidGate");
+    for part in [
+        "baton.dev/soak",
+        "\"5 minutes\"",
+        "StatefulSet b",
+        "baton.dev/soak-",
+    ] {
+        assert!(
+            waiting.message.contains(part),
+            "{part}: {}",
+            waiting.message
+        );
+    }
+    // and the group's warnings say it too, as the Warning Event does
+    let [warning] = status.warnings.as_slice() else {
+        panic!("one warning: {:?}", status.warnings);
+    };
+    assert_eq!(warning.kind, "InvalidAnnotation");
+    assert_eq!(warning.statefulset.as_deref(), Some("b"));
+
+    // A settled group with the typo says so before the next rollout is held by it
+    let settled = self::status(vec![done("a"), soaked(done("b"), "5 minutes")], None);
+    assert_eq!(settled.phase, RolloutPhase::InvalidConfiguration);
+    assert_eq!(
+        phases(&settled),
+        [("a", RolloutPhase::Complete), ("b", RolloutPhase::Complete)]
+    );
+}
+
+#[test]
+fn a_bad_value_the_planner_replaces_is_a_warning_of_the_group_while_it_rolls_on() {
+    let status = status(
+        vec![
+            annotated(zone("a", 3, 0), "rollout-max-unavailable", "abc"),
+            zone("b", 3, 0),
+        ],
+        None,
+    );
+    assert_eq!(status.phase, RolloutPhase::Rolling);
+    let [warning] = status.warnings.as_slice() else {
+        panic!("one warning: {:?}", status.warnings);
+    };
+    assert_eq!(warning.kind, "InvalidAnnotation");
+    assert_eq!(warning.statefulset.as_deref(), Some("a"));
+    assert!(
+        warning.message.contains("invalid value \"abc\"") && warning.message.ends_with("; using 1"),
+        "{}",
+        warning.message
+    );
+    // A group without a bad value has none
+    assert!(self::status(vec![done("a")], None).warnings.is_empty());
+}
+
+#[test]
 fn a_non_on_delete_member_skips_the_group() {
     let mut rolling_update = zone("b", 3, 0);
     rolling_update.update_strategy = crate::rollout::UpdateStrategy::RollingUpdate;
@@ -331,7 +408,7 @@ fn groups_are_found_by_label_and_computed_from_kubernetes_objects() {
         StatefulSet::default(),
     ];
     let refs: Vec<&StatefulSet> = objects.iter().collect();
-    let statuses = groups(&refs, &[], &[], |_| None, now());
+    let statuses = groups(&refs, &[], &[], |_| None, &Default::default(), now());
     let names: Vec<(&str, Vec<&str>)> = statuses
         .iter()
         .map(|group| {
