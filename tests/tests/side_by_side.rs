@@ -17,8 +17,13 @@ use baton_e2e::controller_support::{
 use baton_e2e::crds;
 use baton_e2e::fixtures::{StatefulSetFixture, rollout_group};
 use baton_e2e::go_operator::GoOperator;
-use baton_e2e::keys::NO_DOWNSCALE;
-use baton_e2e::scaling_support::install_replica_template_crd;
+use baton_e2e::keys::{
+    DOWNSCALE_LEADER, MIRROR_API_VERSION, MIRROR_KIND, MIRROR_NAME, NO_DOWNSCALE,
+};
+use baton_e2e::scaling_support::{
+    REPLICA_TEMPLATE_API_VERSION, REPLICA_TEMPLATE_KIND, ReplicaTemplates,
+    install_replica_template_crd,
+};
 use baton_e2e::timeline::{Zone, check_rollout_guarantees, zone_windows};
 use baton_e2e::webhook_support::{TestTls, WebhookReplica};
 use baton_e2e::zpdb_support::{budget, eviction_review, zpdb_resource};
@@ -1307,4 +1312,78 @@ async fn switching_back_from_baton_to_the_go_operator_mid_rollout_finishes_it_ke
         );
     }
     drop(operator);
+}
+
+/// `spec.replicas` of StatefulSet `name` in `namespace`.
+async fn spec_replicas(client: &kube::Client, namespace: &str, name: &str) -> i32 {
+    Api::<StatefulSet>::namespaced(client.clone(), namespace)
+        .get(name)
+        .await
+        .unwrap_or_else(|error| panic!("reading {name}: {error}"))
+        .spec
+        .and_then(|spec| spec.replicas)
+        .unwrap_or(1)
+}
+
+#[tokio::test]
+async fn both_operators_mirror_a_reference_resource_and_follow_a_leader_zone_alike() {
+    // Given in both namespaces a ReplicaTemplate of 2, zone a mirroring it and zone b following
+    // zone a
+    let (go, baton) = tokio::join!(
+        GoScene::start("sbs-mirror-go"),
+        Scene::start_with(
+            "sbs-mirror-baton",
+            &[("BATON_CONTROLLER__SCALING_POLL_INTERVAL", "1s")]
+        )
+    );
+    let sides = [
+        (
+            "the Go operator",
+            go.namespace.client(),
+            go.namespace.name(),
+        ),
+        ("baton", baton.client(), baton.name()),
+    ];
+    for (_, client, namespace) in &sides {
+        ReplicaTemplates::new(client.clone(), namespace)
+            .create("ingester", 2)
+            .await;
+        StatefulSetFixture::new("ingester-zone-a")
+            .group("ingester")
+            .replicas(2)
+            .annotation(MIRROR_NAME, "ingester")
+            .annotation(MIRROR_KIND, REPLICA_TEMPLATE_KIND)
+            .annotation(MIRROR_API_VERSION, REPLICA_TEMPLATE_API_VERSION)
+            .create(client, namespace)
+            .await;
+        StatefulSetFixture::new("ingester-zone-b")
+            .group("ingester")
+            .replicas(2)
+            .annotation(DOWNSCALE_LEADER, "ingester-zone-a")
+            .create(client, namespace)
+            .await;
+    }
+
+    // When an autoscaler scales the template to 4, then to 1, then both scale zone a to what
+    // it wants, write it back to the template's status, and zone b follows zone a
+    for wanted in [4, 1] {
+        for (who, client, namespace) in &sides {
+            let templates = ReplicaTemplates::new(client.clone(), namespace);
+            templates.scale("ingester", wanted).await;
+            for zone in ["ingester-zone-a", "ingester-zone-b"] {
+                wait_until(
+                    Duration::from_secs(90),
+                    &format!("{who}: {zone} has {wanted} replicas"),
+                    || async { spec_replicas(client, namespace, zone).await == wanted },
+                )
+                .await;
+            }
+            wait_until(
+                TIMEOUT,
+                &format!("{who}: the template's status says {wanted}"),
+                || async { templates.status_replicas("ingester").await == Some(wanted) },
+            )
+            .await;
+        }
+    }
 }

@@ -299,8 +299,20 @@ fn follow_leader(
     if target == current {
         return false;
     }
+    // The min time protects the time after another zone's downscale: with none recorded
+    // anywhere there is nothing to wait for, and the follower goes down without the label, as
+    // the Go operator reads it (a user switching keeps followers that followed).
+    let none_downscaled = snapshot
+        .members
+        .iter()
+        .filter(|other| other.name != name)
+        .all(|other| matches!(other.last_downscale, Ok(None)));
     let min_time = match &member.min_time_between_downscale {
         Ok(Some(min_time)) => *min_time,
+        Ok(None) | Err(_) if none_downscaled => {
+            plan.set_replicas(name, current, target, &source);
+            return true;
+        }
         Ok(None) => {
             plan.find(
                 name,

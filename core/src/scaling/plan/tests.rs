@@ -209,9 +209,24 @@ fn cases() -> Vec<Case> {
             findings: vec![("b", Scale, reasons::SCALE_DOWN, "from 10 to 5")],
         },
         Case {
-            name: "a follower without the min-time label does not scale down",
+            name: "a follower without the min-time label follows down when no zone was ever downscaled",
             members: vec![
                 member("a", 5),
+                Member {
+                    min_time_between_downscale: Ok(None),
+                    ..follower("b", 10, "a")
+                },
+            ],
+            actions: vec![set("b", 10, 5)],
+            findings: vec![("b", Scale, reasons::SCALE_DOWN, "from 10 to 5")],
+        },
+        Case {
+            name: "a follower without the min-time label does not scale down after another zone's downscale",
+            members: vec![
+                Member {
+                    last_downscale: Ok(Some(ago(12 * 3600))),
+                    ..member("a", 5)
+                },
                 Member {
                     min_time_between_downscale: Ok(None),
                     ..follower("b", 10, "a")
@@ -228,7 +243,10 @@ fn cases() -> Vec<Case> {
         Case {
             name: "an invalid min-time label holds the downscale",
             members: vec![
-                member("a", 5),
+                Member {
+                    last_downscale: Ok(Some(ago(12 * 3600))),
+                    ..member("a", 5)
+                },
                 Member {
                     min_time_between_downscale: Err(invalid(
                         "grafana.com/min-time-between-zones-downscale",
