@@ -114,6 +114,18 @@ impl Explained for GateWait {
 }
 
 impl GateWait {
+    /// Whether the wait halts the group: nothing moves until a person acts (the group's
+    /// phase is `halted`).
+    pub fn halts(&self) -> bool {
+        matches!(
+            self,
+            Self::Halted { .. }
+                | Self::InvalidGate { .. }
+                | Self::RefusedHook { .. }
+                | Self::TemplateReverted { .. }
+        )
+    }
+
     /// The StatefulSet the wait is about.
     pub fn statefulset(&self) -> &str {
         match self {

@@ -144,6 +144,10 @@ pub struct GroupStatus {
     /// The group's rollback, while one is under way or once it rolled back: who asked and why.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollback: Option<String>,
+    /// The group's rollout over time as the leader recorded it (absent on a standby, and
+    /// before the leader recorded anything of the group).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeline: Option<super::timeline::Timeline>,
 }
 
 /// One member StatefulSet (a zone).

@@ -39,6 +39,8 @@ pub struct History {
     pub waiting: Option<ObservedWait>,
     /// The latest actions, newest first.
     pub actions: Vec<ActionRecord>,
+    /// The group's rollout over time, if recorded.
+    pub timeline: Option<super::timeline::Timeline>,
 }
 
 /// A wait as the leader saw it.
@@ -121,15 +123,7 @@ pub fn group_status(
     history: Option<&History>,
 ) -> GroupStatus {
     let skipped = matches!(plan.waiting, Some(WaitReason::NonOnDeleteMember { .. }));
-    let halted = matches!(
-        gate.wait(),
-        Some(
-            GateWait::Halted { .. }
-                | GateWait::InvalidGate { .. }
-                | GateWait::RefusedHook { .. }
-                | GateWait::TemplateReverted { .. }
-        )
-    );
+    let halted = gate.wait().is_some_and(GateWait::halts);
     let requested = gates::rollback::request(snapshot).is_some();
     let rollback = gates::rollback::status(snapshot, |name| {
         plan.progress
@@ -285,6 +279,7 @@ pub fn group_status(
         last_actions: history
             .map(|history| history.actions.clone())
             .unwrap_or_default(),
+        timeline: history.and_then(|history| history.timeline.clone()),
     }
 }
 
