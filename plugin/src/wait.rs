@@ -706,6 +706,7 @@ mod tests {
             waiting: None,
             last_actions: Vec::new(),
             rollback: None,
+            timeline: None,
         };
         outcome(&view).map_or_else(|| "waits".to_owned(), |done| format!("exits {}", done.code))
     }
