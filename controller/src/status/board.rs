@@ -185,9 +185,17 @@ mod tests {
             .history("g")
             .and_then(|history| history.timeline)
             .expect("recorded");
-        let kinds: Vec<&str> = timeline.spans.iter().map(|span| span.kind.as_str()).collect();
+        let kinds: Vec<&str> = timeline
+            .spans
+            .iter()
+            .map(|span| span.kind.as_str())
+            .collect();
         assert_eq!(kinds, ["replacement", "wait"]);
-        let marks: Vec<&str> = timeline.marks.iter().map(|mark| mark.kind.as_str()).collect();
+        let marks: Vec<&str> = timeline
+            .marks
+            .iter()
+            .map(|mark| mark.kind.as_str())
+            .collect();
         assert_eq!(marks, ["halt", "rollback"]);
 
         board.forget("g");

@@ -41,19 +41,21 @@ ul.actions { margin: .4em 0 0; padding-left: 1.2em; font-size: 13px; }
 .muted { color: #57606a; }
 .timeline { margin: .8em 0 .2em; }
 .tl { position: relative; margin-top: .3em; }
-.tl-row { display: grid; grid-template-columns: 240px 1fr; align-items: center; border-bottom: 1px solid #eaeef2; }
-.tl-label { font-size: 12px; padding: .2em .6em .2em 0; overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
-.tl-track { position: relative; height: 30px; background: #f6f8fa; }
+.tl-row { display: grid; grid-template-columns: 280px 1fr; align-items: center; border-bottom: 1px solid #eaeef2; }
+.tl-label { font-size: 12px; line-height: 1.2; padding: .2em .6em .2em 0; min-width: 0; }
+.tl-label div { overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
+.tl-label .rev { font-size: 10px; color: #57606a; }
+.tl-track { position: relative; height: 32px; background: #f6f8fa; }
 .tl-span { position: absolute; box-sizing: border-box; min-width: 2px; border-radius: 3px; }
-.tl-span.replacement { top: 3px; height: 12px; background: #0969da; opacity: .75; border: 1px solid #0550ae; }
-.tl-span.soak, .tl-span.check, .tl-span.wait { top: 18px; height: 9px; }
+.tl-span.replacement { top: 4px; height: 12px; background: #0969da; opacity: .75; border: 1px solid #0550ae; }
+.tl-span.soak, .tl-span.check, .tl-span.wait { top: 20px; height: 9px; }
 .tl-span.soak { background: #8250df; } .tl-span.check { background: #1b7c83; } .tl-span.wait { background: #d4a72c; }
 .tl-span.halting { background: #cf222e; }
 .tl-span.open { border-right: 2px dashed #1f2328; }
-.tl-marks { position: absolute; top: 0; bottom: 0; left: 240px; right: 0; pointer-events: none; }
+.tl-marks { position: absolute; top: 0; bottom: 0; left: 280px; right: 0; pointer-events: none; }
 .tl-mark { position: absolute; top: 0; bottom: 0; width: 3px; margin-left: -1px; pointer-events: auto; }
 .tl-mark.halt { background: #cf222e; } .tl-mark.rollback { background: #bc4c00; }
-.tl-axis { display: grid; grid-template-columns: 240px 1fr auto; font-size: 11px; color: #57606a; }
+.tl-axis { display: grid; grid-template-columns: 280px 1fr auto; font-size: 11px; color: #57606a; }
 .tl-legend { font-size: 11px; color: #57606a; margin: .3em 0; }
 .tl-legend span { display: inline-block; margin-right: 1em; }
 .tl-legend i { display: inline-block; width: 10px; height: 10px; border-radius: 2px; margin-right: .3em; vertical-align: middle; }
@@ -208,8 +210,9 @@ fn timeline_section(group: &GroupStatus, now: Timestamp) -> Markup {
             div.tl {
                 @for zone in &group.zones {
                     div.tl-row data-tl-zone=(zone.statefulset) {
-                        div.tl-label title=(zone.statefulset) {
-                            (zone.statefulset) " " span.rev { (revisions(zone)) }
+                        div.tl-label title=(revisions(zone)) {
+                            div { (zone.statefulset) }
+                            div.rev { (revisions(zone)) }
                         }
                         div.tl-track {
                             @for span in of_zone(timeline, Some(&zone.statefulset)) { (span_box(span, &window)) }
