@@ -378,4 +378,12 @@ async fn the_timeline_in_a_browser_draws_each_zones_replacements_its_soak_and_a_
             "{dom}"
         );
     }
+
+    // And a screenshot of the timeline is kept for people to look at
+    let screenshot =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/status-timeline.png");
+    chromium
+        .screenshot(&url, &screenshot, (1280, 800))
+        .await
+        .expect("chromium saves a screenshot");
 }

@@ -251,7 +251,10 @@ fn timeline_section(group: &GroupStatus, now: Timestamp) -> Markup {
                     @for mark in &timeline.marks {
                         li {
                             (format_time(mark.at)) " " strong { (mark.kind.as_str()) }
-                            @if let Some(statefulset) = &mark.statefulset { " at " (statefulset) }
+                            // (a halt's note names its zone already)
+                            @if let Some(statefulset) = mark.statefulset.as_ref().filter(|name| !mark.note.contains(name.as_str())) {
+                                " at " (statefulset)
+                            }
                             ": " (mark.note)
                         }
                     }
