@@ -172,11 +172,14 @@ impl Rollouts {
                     why,
                     refused,
                 } => {
-                    self.rollbacks(timeout)
+                    let started = self
+                        .rollbacks(timeout)
                         .start(group, snapshot, members, carrier, why, refused.as_deref())
                         .await?;
-                    self.status
-                        .rollback_started(group, carrier, why, jiff::Timestamp::now());
+                    if let Some(first) = started {
+                        self.status
+                            .rollback_started(group, &first, why, jiff::Timestamp::now());
+                    }
                     return Ok(Ran::Ended);
                 }
                 Effect::RestoreTemplates(records) => {

@@ -69,7 +69,7 @@ impl StatusBoard {
         self.lock_timelines().observe(snapshot, waiting, now);
     }
 
-    /// Records that a rollback of `group` started, asked for on `statefulset` because `why`.
+    /// Records that a rollback of `group` started, with `statefulset` first, because `why`.
     pub fn rollback_started(&self, group: &str, statefulset: &str, why: &str, at: Timestamp) {
         self.lock_timelines()
             .rollback(group, Some(statefulset), why, at);

@@ -268,7 +268,7 @@ impl Timelines {
         }
     }
 
-    /// A rollback of `group` started at `at`, asked for on `statefulset`, because `why`.
+    /// A rollback of `group` started at `at`, with `statefulset` first, because `why`.
     pub fn rollback(&mut self, group: &str, statefulset: Option<&str>, why: &str, at: Timestamp) {
         self.recorder(group, at).mark(Mark {
             kind: MarkKind::Rollback,
