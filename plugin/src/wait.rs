@@ -750,6 +750,7 @@ mod tests {
             last_actions: Vec::new(),
             rollback: None,
             warnings: Vec::new(),
+            timeline: None,
         };
         outcome(&view).map_or_else(|| "waits".to_owned(), |done| format!("exits {}", done.code))
     }

@@ -691,6 +691,27 @@ async fn a_check_failing_in_zone_b_rolls_the_group_back_zone_b_first_newest_pods
         .await;
     let document: serde_json::Value = serde_json::from_str(&status.exited(0).stdout).expect("JSON");
     assert_eq!(document["groups"][0]["phase"], "rolledBack");
+
+    // And the leader's timeline marks the rollback once, at zone b where it started, saying why
+    let (_, leader) = group
+        .scene
+        .controller
+        .ops_get("/api/v1/status")
+        .await
+        .expect("the leader answers");
+    let leader: serde_json::Value = serde_json::from_str(&leader).expect("JSON");
+    let marks = leader["groups"][0]["timeline"]["marks"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let rollbacks: Vec<&serde_json::Value> = marks
+        .iter()
+        .filter(|mark| mark["kind"] == "rollback")
+        .collect();
+    assert_eq!(rollbacks.len(), 1, "{leader}");
+    assert_eq!(rollbacks[0]["statefulset"], zone_b.as_str(), "{leader}");
+    let note = rollbacks[0]["note"].as_str().unwrap_or_default();
+    assert!(note.contains("health check errors failed"), "{leader}");
 }
 
 #[tokio::test]

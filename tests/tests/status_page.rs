@@ -1,9 +1,12 @@
 //! The status page on a real controller, control plane and browser: given a group
-//! mid-rollout, the page and its JSON say where each zone stands and why the group waits.
+//! mid-rollout, the page and its JSON say where each zone stands and why the group waits;
+//! given a group rolled through, its timeline draws what happened, zone by zone.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
+use baton_core::gates::keys::{HALTED_ANNOTATION, SOAK_ANNOTATION};
+use baton_core::status::timeline::{MarkKind, SpanKind, Timeline};
 use baton_core::status::{Role, RolloutPhase, RolloutStatus};
 use baton_e2e::Scene;
 use baton_e2e::browser::Chromium;
@@ -232,4 +235,155 @@ async fn the_json_status_is_versioned_names_the_wait_and_a_standby_names_the_lea
     let (_, page) = standby.ops_get("/ui/status").await.expect("answers");
     assert!(page.contains("is a standby; the leader is"), "{page}");
     assert!(page.contains(&leader), "{page}");
+}
+
+/// The group's timeline in the leader's JSON, once it has one.
+async fn timeline(controller: &Controller) -> Option<Timeline> {
+    status(controller, "")
+        .await
+        .and_then(|status| status.groups.into_iter().next()?.timeline)
+}
+
+/// The DOM between the timeline row of `zone` and the next row (or the end of the timeline).
+fn timeline_row<'a>(dom: &'a str, zone: &str) -> &'a str {
+    let start = dom
+        .find(&format!(r#"data-tl-zone="{zone}""#))
+        .unwrap_or_else(|| panic!("no timeline row of {zone} in the DOM:\n{dom}"));
+    let rest = &dom[start + 1..];
+    let end = ["data-tl-zone=", "data-tl-lane=", "tl-marks"]
+        .iter()
+        .filter_map(|next| rest.find(next))
+        .min()
+        .unwrap_or(rest.len());
+    &rest[..end]
+}
+
+#[tokio::test]
+async fn the_timeline_in_a_browser_draws_each_zones_replacements_its_soak_and_a_halt_as_text() {
+    // Given a 3-zone group (2 pods each) with a 2 s soak, rolled through by the controller
+    let scene = Scene::start("timeline").await;
+    let names = scene
+        .create_group(&["a", "b", "c"], 2, |zone, fixture| match zone {
+            "a" => fixture.annotation(SOAK_ANNOTATION, "2s"),
+            _ => fixture,
+        })
+        .await;
+    scene.roll_out(&names, "v2").await;
+    scene.wait_complete(&names).await;
+    let pods: Vec<String> = ZONES
+        .iter()
+        .flat_map(|zone| [format!("{zone}-0"), format!("{zone}-1")])
+        .collect();
+    wait_until(
+        TIMEOUT,
+        "the timeline has every pod's replacement ended",
+        || async {
+            timeline(&scene.controller).await.is_some_and(|timeline| {
+                let ended: Vec<&str> = timeline
+                    .spans
+                    .iter()
+                    .filter(|span| span.kind == SpanKind::Replacement && span.end.is_some())
+                    .filter_map(|span| span.pod.as_deref())
+                    .collect();
+                pods.iter().all(|pod| ended.contains(&pod.as_str()))
+            })
+        },
+    )
+    .await;
+
+    // When a person halts zone b, saying why in markup
+    let why = r#"<img src=x onerror=alert(1)><b>stop</b>"#;
+    scene.annotate(ZONES[1], HALTED_ANNOTATION, Some(why)).await;
+    wait_until(TIMEOUT, "the timeline marks the halt", || async {
+        timeline(&scene.controller).await.is_some_and(|timeline| {
+            timeline
+                .marks
+                .iter()
+                .any(|mark| mark.kind == MarkKind::Halt)
+        })
+    })
+    .await;
+
+    // And the page is loaded in headless Chromium
+    let chromium = Chromium::installed();
+    let url = format!("http://{}/ui/status", scene.controller.ops_address);
+    let dom = chromium
+        .dump_dom(&url)
+        .await
+        .expect("chromium loads the page");
+
+    // Then the timeline has a row per zone, in zone order, and no other zone row
+    let rows: Vec<usize> = ZONES
+        .iter()
+        .map(|zone| {
+            dom.find(&format!(r#"data-tl-zone="{zone}""#))
+                .unwrap_or_else(|| panic!("no timeline row of {zone}:\n{dom}"))
+        })
+        .collect();
+    assert!(rows.is_sorted(), "rows in zone order: {rows:?}");
+    assert_eq!(dom.matches("data-tl-zone=").count(), 3, "{dom}");
+
+    // And each replaced pod's replacement is drawn in its zone's row, once: 6 in all
+    for zone in ZONES {
+        let row = timeline_row(&dom, zone);
+        for ordinal in 0..2 {
+            let pod = format!(r#"data-span="replacement" data-pod="{zone}-{ordinal}""#);
+            assert_eq!(
+                row.matches(&pod).count(),
+                1,
+                "{pod} in {zone}'s row:\n{row}"
+            );
+        }
+        assert_eq!(
+            row.matches(r#"data-span="replacement""#).count(),
+            2,
+            "{row}"
+        );
+    }
+    assert_eq!(dom.matches(r#"data-span="replacement""#).count(), 6);
+
+    // And the soak before zones b and c in their rows, none before the first zone
+    for zone in &ZONES[1..] {
+        let row = timeline_row(&dom, zone);
+        assert!(
+            row.contains(r#"data-span="soak""#),
+            "a soak before {zone}:\n{row}"
+        );
+    }
+    assert!(!timeline_row(&dom, ZONES[0]).contains(r#"data-span="soak""#));
+
+    // And the halt is marked, its reason shown as text, not markup
+    assert_eq!(dom.matches(r#"data-mark="halt""#).count(), 1, "{dom}");
+    assert!(
+        dom.contains("&lt;img src=x onerror=alert(1)&gt;&lt;b&gt;stop&lt;/b&gt;"),
+        "the reason as text:\n{dom}"
+    );
+    assert!(
+        !dom.contains("<img"),
+        "no image element from the reason:\n{dom}"
+    );
+    assert!(
+        !dom.contains("<b>stop"),
+        "no bold element from the reason:\n{dom}"
+    );
+
+    // And each finished zone shows its revision once, not `rev → rev`
+    let status = status(&scene.controller, "").await.expect("answers");
+    for zone in &status.groups[0].zones {
+        let revision = zone.update_revision.as_deref().expect("computed");
+        assert_eq!(zone.current_revision.as_deref(), Some(revision));
+        assert!(!dom.contains(&format!("{revision} → {revision}")), "{dom}");
+        assert!(
+            dom.contains(&format!(r#"<td class="rev">{revision}</td>"#)),
+            "{dom}"
+        );
+    }
+
+    // And a screenshot of the timeline is kept for people to look at
+    let screenshot =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/status-timeline.png");
+    chromium
+        .screenshot(&url, &screenshot, (1280, 800))
+        .await
+        .expect("chromium saves a screenshot");
 }

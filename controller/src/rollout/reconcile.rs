@@ -114,6 +114,16 @@ impl Rollouts {
         self.metrics
             .record_wait_reason(group, reason.filter(|_| pass.rollout_pending()));
         self.status.observe(group, waiting, now);
+        let seen = match &held {
+            Some(note) => Some(baton_core::status::WaitSeen {
+                kind: crate::zpdb_check::WAIT_REASON,
+                statefulset: None,
+                message: note.clone(),
+                halts: false,
+            }),
+            None => baton_core::status::WaitSeen::of_pass(&pass),
+        };
+        self.status.trace(&snapshot, seen, now);
         let recheck = pass.recheck_after().map_or(Requeue::Never, Requeue::at);
         Ok(match held {
             // The budget's record of claims is not watched: look again soon.
@@ -162,9 +172,14 @@ impl Rollouts {
                     why,
                     refused,
                 } => {
-                    self.rollbacks(timeout)
+                    let started = self
+                        .rollbacks(timeout)
                         .start(group, snapshot, members, carrier, why, refused.as_deref())
                         .await?;
+                    if let Some(first) = started {
+                        self.status
+                            .rollback_started(group, &first, why, jiff::Timestamp::now());
+                    }
                     return Ok(Ran::Ended);
                 }
                 Effect::RestoreTemplates(records) => {
@@ -287,6 +302,8 @@ impl Rollouts {
                 if outcome != DeletionOutcome::Done {
                     return Ok(Acted::Skipped);
                 }
+                self.status
+                    .deleted(group, statefulset, pod, uid, jiff::Timestamp::now());
                 self.metrics
                     .pod_deletions
                     .with_label_values(&[group, statefulset.as_str()])

@@ -43,7 +43,9 @@ impl Rollbacks<'_> {
     }
 
     /// Starts the rollback every member asks for (`why`, told on `carrier` when refused), or
-    /// when `refused` says why not, removes the request and says so.
+    /// when `refused` says why not, removes the request and says so. Returns the zone the
+    /// rollback starts with once its records are stored (`None`: refused, or a member changed
+    /// meanwhile and the next pass starts it).
     pub async fn start(
         &self,
         group: &str,
@@ -52,7 +54,7 @@ impl Rollbacks<'_> {
         carrier: &str,
         why: &str,
         refused: Option<&str>,
-    ) -> Result<(), ExecuteError> {
+    ) -> Result<Option<String>, ExecuteError> {
         let read: Vec<&StatefulSet> = members.iter().map(Arc::as_ref).collect();
         let remove_request: Vec<AnnotationWrite> = rollback::requesters(snapshot)
             .into_iter()
@@ -72,6 +74,7 @@ impl Rollbacks<'_> {
         };
         // Told on the zone the rollback starts with (the one the rollout reached last), or, when
         // refused, on the first member asking.
+        let started = decided.is_ok();
         let (writes, explanation, told_on) = match decided {
             Err(refused) => (
                 remove_request,
@@ -102,7 +105,7 @@ impl Rollbacks<'_> {
                 if store::store(self.at(), &read, &records, self.timeout).await?
                     != store::Stored::Done
                 {
-                    return Ok(());
+                    return Ok(None);
                 }
                 (
                     remove_request,
@@ -130,7 +133,7 @@ impl Rollbacks<'_> {
                 .tell(&member.object_ref(&()), explanation)
                 .await;
         }
-        Ok(())
+        Ok(started.then_some(told_on))
     }
 
     /// Every member's ControllerRevisions (the ones it controls), by member name: listed by each

@@ -1,6 +1,7 @@
 //! The leader's memory for the status page: per group, since when it has waited for the same
-//! kind of reason and the last actions it took. The caches say where a group stands, not since
-//! when nor what was done; this is the small rest, kept in memory (a new leader starts afresh:
+//! kind of reason, the last actions it took, and its rollout over time (the core's
+//! [`Timelines`], bounded). The caches say where a group stands, not since when nor what was
+//! done; this is the small rest, kept in memory (a new leader starts afresh:
 //! its first reconcile of each group records the wait from then on). It lives with the
 //! controller, the one that writes it (its reconciles) and reads it (its status page); the
 //! core's `baton_core::status::view` turns what it holds into a group's status.
@@ -10,7 +11,8 @@ use std::sync::{Arc, Mutex};
 
 use jiff::Timestamp;
 
-use baton_core::status::{ActionRecord, History, ObservedWait};
+use baton_core::rollout::GroupSnapshot;
+use baton_core::status::{ActionRecord, History, ObservedWait, Timelines, WaitSeen};
 
 /// Actions kept per group.
 pub const ACTIONS_KEPT: usize = 10;
@@ -20,6 +22,8 @@ pub const ACTIONS_KEPT: usize = 10;
 #[derive(Debug, Clone, Default)]
 pub struct StatusBoard {
     groups: Arc<Mutex<HashMap<String, Entry>>>,
+    /// Apart from `groups`: bounded on its own, and recorded at other moments of a pass.
+    timelines: Arc<Mutex<Timelines>>,
 }
 
 #[derive(Debug, Default)]
@@ -52,9 +56,29 @@ impl StatusBoard {
         actions.truncate(ACTIONS_KEPT);
     }
 
+    /// Records that the leader deleted `pod` (uid `uid`) of `statefulset` to replace it, right
+    /// after the call succeeded: the replacement's span starts.
+    pub fn deleted(&self, group: &str, statefulset: &str, pod: &str, uid: &str, at: Timestamp) {
+        self.lock_timelines()
+            .deleted(group, statefulset, pod, uid, at);
+    }
+
+    /// Records what one pass of the leader saw of a group for its timeline: the snapshot it
+    /// decided on and the wait it reports (see [`Timelines::observe`]).
+    pub fn trace(&self, snapshot: &GroupSnapshot, waiting: Option<WaitSeen>, now: Timestamp) {
+        self.lock_timelines().observe(snapshot, waiting, now);
+    }
+
+    /// Records that a rollback of `group` started, with `statefulset` first, because `why`.
+    pub fn rollback_started(&self, group: &str, statefulset: &str, why: &str, at: Timestamp) {
+        self.lock_timelines()
+            .rollback(group, Some(statefulset), why, at);
+    }
+
     /// Forgets `group` (its last StatefulSet is gone).
     pub fn forget(&self, group: &str) {
         self.lock().remove(group);
+        self.lock_timelines().forget(group);
     }
 
     /// What was recorded about `group`, if anything.
@@ -64,12 +88,20 @@ impl StatusBoard {
         Some(History {
             waiting: entry.waiting.clone(),
             actions: entry.actions.iter().cloned().collect(),
+            timeline: self.lock_timelines().timeline(group),
         })
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Entry>> {
         // A panic while holding the lock leaves plain data behind: still fine to read.
         self.groups
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Taken alone, or after [`Self::lock`] (never the other way round).
+    fn lock_timelines(&self) -> std::sync::MutexGuard<'_, Timelines> {
+        self.timelines
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
@@ -130,6 +162,47 @@ mod tests {
         board.forget("g");
         assert_eq!(board.history("g"), None);
         assert!(board.history("other").is_some(), "other groups stay");
+    }
+
+    #[test]
+    fn the_timeline_is_part_of_the_history_until_the_group_is_forgotten() {
+        let board = StatusBoard::default();
+        let snapshot = baton_core::rollout::GroupSnapshot {
+            name: "g".to_owned(),
+            statefulsets: Vec::new(),
+            reach: Default::default(),
+        };
+        board.observe("g", Some(("Paused", "paused".to_owned())), at(0));
+        board.deleted("g", "b", "b-0", "uid-b-0", at(1));
+        let halted = WaitSeen {
+            kind: "Halted",
+            statefulset: Some("b".to_owned()),
+            message: "halted at b".to_owned(),
+            halts: true,
+        };
+        board.trace(&snapshot, Some(halted), at(2));
+        board.rollback_started("g", "b", "errors", at(3));
+        let timeline = board
+            .history("g")
+            .and_then(|history| history.timeline)
+            .expect("recorded");
+        let kinds: Vec<&str> = timeline
+            .spans
+            .iter()
+            .map(|span| span.kind.as_str())
+            .collect();
+        assert_eq!(kinds, ["replacement", "wait"]);
+        let marks: Vec<&str> = timeline
+            .marks
+            .iter()
+            .map(|mark| mark.kind.as_str())
+            .collect();
+        assert_eq!(marks, ["halt", "rollback"]);
+
+        board.forget("g");
+        board.observe("g", Some(("Paused", "paused".to_owned())), at(4));
+        let history = board.history("g").expect("observed again");
+        assert_eq!(history.timeline, None, "forgotten with the rest");
     }
 
     #[test]

@@ -37,6 +37,7 @@ mod tests {
             last_actions: Vec::new(),
             rollback: None,
             warnings: Vec::new(),
+            timeline: None,
         };
         assert_eq!(section(&group).into_string(), "");
         group.warnings.push(GroupWarning {

@@ -126,6 +126,16 @@ impl Explained for GateWait {
 }
 
 impl GateWait {
+    /// Whether the wait halts the group: nothing moves until a person acts (the group's
+    /// phase is `halted`). An invalid gate key holds the group too, but as a configuration to
+    /// fix (phase `invalidConfiguration`), not a halt.
+    pub fn halts(&self) -> bool {
+        matches!(
+            self,
+            Self::Halted { .. } | Self::RefusedHook { .. } | Self::TemplateReverted { .. }
+        )
+    }
+
     /// The StatefulSet the wait is about.
     pub fn statefulset(&self) -> &str {
         match self {

@@ -154,6 +154,10 @@ pub struct GroupStatus {
     /// and what it does instead), as the Warning Events say it; empty when nothing is wrong.
     #[serde(default)]
     pub warnings: Vec<GroupWarning>,
+    /// The group's rollout over time as the leader recorded it (absent on a standby, and
+    /// before the leader recorded anything of the group).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeline: Option<super::timeline::Timeline>,
 }
 
 /// Something a person should fix about a group: the planner's or a gate's warning.

@@ -43,6 +43,8 @@ pub struct History {
     pub waiting: Option<ObservedWait>,
     /// The latest actions, newest first.
     pub actions: Vec<ActionRecord>,
+    /// The group's rollout over time, if recorded.
+    pub timeline: Option<super::timeline::Timeline>,
 }
 
 /// A wait as the leader saw it.
@@ -128,14 +130,7 @@ pub fn group_status(
     history: Option<&History>,
 ) -> GroupStatus {
     let skipped = matches!(plan.waiting, Some(WaitReason::NonOnDeleteMember { .. }));
-    let halted = matches!(
-        gate.wait(),
-        Some(
-            GateWait::Halted { .. }
-                | GateWait::RefusedHook { .. }
-                | GateWait::TemplateReverted { .. }
-        )
-    );
+    let halted = gate.wait().is_some_and(GateWait::halts);
     let invalid = matches!(gate.wait(), Some(GateWait::InvalidGate { .. }));
     let requested = gates::rollback::request(snapshot).is_some();
     let rollback = gates::rollback::status(snapshot, |name| {
@@ -297,6 +292,7 @@ pub fn group_status(
             .map(|history| history.actions.clone())
             .unwrap_or_default(),
         warnings: warnings(plan, gate),
+        timeline: history.and_then(|history| history.timeline.clone()),
     }
 }
 

@@ -141,6 +141,7 @@ fn the_leaders_history_says_since_when_the_same_kind_of_wait_lasts() {
             pod: Some("b-0".to_owned()),
             note: "deleted pod b-0".to_owned(),
         }],
+        ..History::default()
     };
     let members = || vec![done("a"), starting(zone("b", 3, 1), 0), zone("c", 3, 0)];
     let status = status(members(), Some(&history));
@@ -371,6 +372,7 @@ fn a_health_check_wait_is_known_from_the_leader_only() {
             since,
         }),
         actions: Vec::new(),
+        ..History::default()
     };
     let status = status(vec![done("a"), zone("b", 3, 0)], Some(&history));
     assert_eq!(status.phase, RolloutPhase::Waiting);
@@ -423,4 +425,18 @@ fn groups_are_found_by_label_and_computed_from_kubernetes_objects() {
             ("store", vec!["store-a", "store-b"])
         ]
     );
+}
+
+#[test]
+fn the_leaders_timeline_is_the_groups_and_without_history_there_is_none() {
+    let mut timelines = crate::status::Timelines::default();
+    timelines.deleted("ingester", "b", "b-0", "uid-b-0", now());
+    let history = History {
+        timeline: timelines.timeline("ingester"),
+        ..History::default()
+    };
+    assert!(history.timeline.is_some());
+    let members = || vec![done("a"), starting(zone("b", 3, 1), 0), zone("c", 3, 0)];
+    assert_eq!(status(members(), Some(&history)).timeline, history.timeline);
+    assert_eq!(status(members(), None).timeline, None, "a standby's view");
 }
