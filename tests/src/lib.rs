@@ -12,6 +12,7 @@ pub mod controller_support;
 pub mod crds;
 pub mod fixtures;
 pub mod http_support;
+pub mod install_docs;
 pub mod keys;
 pub mod load_balancer;
 pub mod manifests;
