@@ -249,7 +249,9 @@ impl DocumentedInstall {
                                 snippet.at()
                             )
                         });
-                    install.files.push((PathBuf::from(path), snippet.text.clone()));
+                    install
+                        .files
+                        .push((PathBuf::from(path), snippet.text.clone()));
                 }
                 other => panic!(
                     "{}: an install snippet in `{other}`: the tests read sh and yaml",
@@ -257,7 +259,11 @@ impl DocumentedInstall {
                 ),
             }
         }
-        let all_files: String = install.files.iter().map(|(_, text)| text.as_str()).collect();
+        let all_files: String = install
+            .files
+            .iter()
+            .map(|(_, text)| text.as_str())
+            .collect();
         let placeholder_digest = example_digest();
         for (example, what) in [
             (EXAMPLE_NAMESPACE, "the groups' namespace"),
@@ -421,7 +427,10 @@ pub fn shipped_namespace_left(objects: &[Value]) -> Vec<String> {
 /// `Deployment/name container` and its image.
 pub fn deployment_images(objects: &[Value]) -> Vec<(String, String)> {
     let mut images = Vec::new();
-    for object in objects.iter().filter(|object| object["kind"] == "Deployment") {
+    for object in objects
+        .iter()
+        .filter(|object| object["kind"] == "Deployment")
+    {
         let spec = &object["spec"]["template"]["spec"];
         for list in ["initContainers", "containers"] {
             for container in spec[list].as_array().into_iter().flatten() {

@@ -191,10 +191,8 @@ async fn deploy_installs_baton_apart_from_the_groups_it_coordinates() {
     // Then the API server holds baton as the overlay set it: both Deployments on the image it
     // names, baton's own objects in baton-system, the groups' namespace wherever baton names it
     for overlay in install.applied_kustomizations() {
-        let (ok, live) = install.kubectl(
-            Some(control_plane),
-            &["get", "-k", overlay, "-o", "json"],
-        );
+        let (ok, live) =
+            install.kubectl(Some(control_plane), &["get", "-k", overlay, "-o", "json"]);
         assert!(ok, "kubectl get -k {overlay}:\n{live}");
         let live: serde_json::Value = serde_json::from_str(&live).unwrap();
         let live = live["items"].as_array().expect("a List").clone();
@@ -824,7 +822,7 @@ fn every_documented_install_builds_the_image_then_applies_it_server_side_with_it
 
 #[test]
 fn an_overlay_that_names_the_groups_namespace_without_the_component_leaves_every_place_at_deploys()
- {
+{
     // Given README's overlay with its component left out: the groups' namespace is written,
     // and no place reads it (as an overlay patching one place of several would leave the rest)
     let folder = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
@@ -844,7 +842,10 @@ fn an_overlay_that_names_the_groups_namespace_without_the_component_leaves_every
         .filter(|line| !line.contains("components:") && !line.contains("deploy/groups-namespace"))
         .map(|line| format!("{line}\n"))
         .collect();
-    assert_ne!(without_component, written, "README's overlay lists the component");
+    assert_ne!(
+        without_component, written,
+        "README's overlay lists the component"
+    );
     std::fs::write(&kustomization, without_component).unwrap();
 
     // When it is rendered

@@ -451,16 +451,18 @@ async fn install(prefix: &str) -> (TestNamespace, Installed) {
         wait.push("--timeout=180s".to_owned());
         let wait: Vec<&str> = wait.iter().map(String::as_str).collect();
         let (ok, output) = installed.kubectl_in_background(&wait).await.unwrap();
-        assert!(ok, "README's `kubectl {}` failed:\n{output}", wait.join(" "));
+        assert!(
+            ok,
+            "README's `kubectl {}` failed:\n{output}",
+            wait.join(" ")
+        );
     }
     // and what the API server holds is what the overlay set: the image, and the groups'
     // namespace wherever baton names it
     let documented = installed.documented(&image.by_digest());
     for overlay in documented.applied_kustomizations() {
-        let (ok, live) = documented.kubectl(
-            Some(control_plane),
-            &["get", "-k", overlay, "-o", "json"],
-        );
+        let (ok, live) =
+            documented.kubectl(Some(control_plane), &["get", "-k", overlay, "-o", "json"]);
         assert!(ok, "kubectl get -k {overlay}:\n{live}");
         let live: serde_json::Value = serde_json::from_str(&live).unwrap();
         baton_e2e::install_docs::assert_installed_as_set(
