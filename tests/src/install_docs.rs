@@ -466,3 +466,62 @@ pub fn assert_installed_as_set(objects: &[Value], namespace: &str, image: &str) 
     }
     assert_namespaces(objects, SYSTEM_NAMESPACE, namespace);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sh(text: &str) -> Snippet {
+        Snippet {
+            document: "README.md".to_owned(),
+            line: 10,
+            language: "sh".to_owned(),
+            text: text.to_owned(),
+        }
+    }
+
+    #[test]
+    fn a_sh_snippet_is_its_commands_without_comments() {
+        let steps = steps(&sh("./scripts/image.sh   # the image\n\n\
+             kubectl apply --server-side -k my-overlay\n\
+             # a comment alone\n\
+             kubectl -n baton-system rollout status deployment/baton-controller\n"));
+        assert_eq!(
+            steps,
+            [
+                Step::BuildImage,
+                Step::Kubectl(
+                    ["apply", "--server-side", "-k", "my-overlay"]
+                        .map(str::to_owned)
+                        .to_vec()
+                ),
+                Step::Kubectl(
+                    [
+                        "-n",
+                        "baton-system",
+                        "rollout",
+                        "status",
+                        "deployment/baton-controller"
+                    ]
+                    .map(str::to_owned)
+                    .to_vec()
+                ),
+            ]
+        );
+        assert!(steps[1].is_apply());
+        assert_eq!(steps[1].kustomization(), Some("my-overlay"));
+        assert!(!steps[2].is_apply());
+    }
+
+    #[test]
+    #[should_panic(expected = "README.md:12: `skopeo copy a b` is not an install step the tests")]
+    fn a_command_the_tests_cannot_run_fails_naming_its_line() {
+        steps(&sh("./scripts/image.sh\nskopeo copy a b\n"));
+    }
+
+    #[test]
+    #[should_panic(expected = "README.md:11: `kubectl apply -k \"my overlay\"`: the tests run")]
+    fn a_command_that_needs_a_shell_fails_naming_its_line() {
+        steps(&sh("kubectl apply -k \"my overlay\"\n"));
+    }
+}
