@@ -13,6 +13,7 @@ pub mod crds;
 pub mod fixtures;
 pub mod go_operator;
 pub mod http_support;
+pub mod install_docs;
 pub mod keys;
 pub mod load_balancer;
 pub mod manifests;

@@ -4,7 +4,6 @@
 //! objects made comparable.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::process::Command;
 
 use serde_json::{Value, json};
@@ -235,67 +234,4 @@ pub fn assert_namespaces(rendered: &[Value], system: &str, groups: &str) {
         )["subjects"][0]["namespace"],
         system
     );
-}
-
-/// The overlay README's install section tells a user to write, as written there (so the
-/// documentation cannot drift from what is tested), aimed at `namespace` (for `ingesters`), at
-/// deploy/ from the overlay's folder, and at `image` (`repository@sha256:…`, for the pushed
-/// image it pins).
-fn install_overlay(namespace: &str, deploy_from_overlay: &str, image: &str) -> String {
-    let readme = std::fs::read_to_string(deploy_dir().join("../README.md")).unwrap();
-    let start = readme
-        .find("# my-overlay/kustomization.yaml")
-        .expect("README's install section shows the overlay");
-    let line_start = readme[..start].rfind('\n').map_or(0, |at| at + 1);
-    let indent = &readme[line_start..start];
-    let overlay: String = readme[line_start..]
-        .lines()
-        .take_while(|line| !line.trim_start().starts_with("```"))
-        .map(|line| format!("{}\n", line.strip_prefix(indent).unwrap_or(line)))
-        .collect();
-    let (repository, digest) = image.split_once('@').expect("an image by digest");
-    let placeholder = format!("sha256:{}", "0".repeat(64));
-    for expected in [
-        "ingesters",
-        "../deploy ",
-        "registry.example.com/baton",
-        &placeholder,
-    ] {
-        assert!(overlay.contains(expected), "README's overlay: {expected}");
-    }
-    overlay
-        .replace("ingesters", namespace)
-        .replace("../deploy ", &format!("{deploy_from_overlay} "))
-        .replace("registry.example.com/baton", repository)
-        .replace(&placeholder, digest)
-}
-
-/// Writes README's install overlay ([`install_overlay`]) into `folder` (which must be under the
-/// checkout: kustomize refuses absolute resource paths), with `extra_patches` (kustomize
-/// `patches:` items) after the README's own.
-pub fn write_install_overlay(folder: &Path, namespace: &str, image: &str, extra_patches: &[&str]) {
-    std::fs::create_dir_all(folder).unwrap();
-    let deploy_from_overlay = pathdiff::diff_paths(
-        deploy_dir().canonicalize().unwrap(),
-        folder.canonicalize().unwrap(),
-    )
-    .expect("a path from the overlay to deploy/");
-    let overlay = install_overlay(namespace, deploy_from_overlay.to_str().unwrap(), image);
-    let (before, after) = overlay
-        .split_once("patches:\n")
-        .expect("README's overlay has patches");
-    let overlay = format!("{before}patches:\n{}{after}", extra_patches.concat());
-    std::fs::write(folder.join("kustomization.yaml"), overlay).unwrap();
-}
-
-/// The command README's install section waits with once the overlay is applied, as written
-/// there (`kubectl -n baton-system rollout status …`), its arguments after `kubectl`.
-pub fn install_wait_command() -> Vec<String> {
-    let readme = std::fs::read_to_string(deploy_dir().join("../README.md")).unwrap();
-    let line = readme
-        .lines()
-        .map(str::trim)
-        .find(|line| line.starts_with("kubectl -n baton-system rollout status"))
-        .expect("README's install section waits with kubectl rollout status");
-    line.split_whitespace().skip(1).map(str::to_owned).collect()
 }

@@ -9,6 +9,10 @@ use baton_e2e::controller_support::{
     Controller, event_reporters, roll_out, wait_group_ready, wait_rollout_complete,
 };
 use baton_e2e::fixtures::{StatefulSetFixture, rollout_group};
+use baton_e2e::install_docs::{
+    DocumentedInstall, EXAMPLE_NAMESPACE, SHIPPED_NAMESPACE, Step, assert_installed_as_set,
+    deployment_images, documents_read, documents_with_an_install, shipped_namespace_left,
+};
 use baton_e2e::keys::{MIRROR_API_VERSION, MIRROR_KIND, MIRROR_NAME, NO_DOWNSCALE};
 use baton_e2e::rbac_support::{
     Binary, SERVICE_ACCOUNT_NAMESPACE, bind_deploy_roles, bind_deploy_roles_apart, impersonating,
@@ -159,8 +163,7 @@ async fn namespace_user(control_plane: &ControlPlane, namespace: &str) -> kube::
 
 #[tokio::test]
 async fn deploy_installs_baton_apart_from_the_groups_it_coordinates() {
-    // Given a namespace of groups (a workload's, which exists before baton) and the documented
-    // overlay for it
+    // Given a namespace of groups (a workload's, which exists before baton)
     let control_plane = ControlPlane::shared().await;
     let client = control_plane.admin_client().await;
     let groups = format!("baton-groups-{}", std::process::id());
@@ -171,32 +174,32 @@ async fn deploy_installs_baton_apart_from_the_groups_it_coordinates() {
         .create(&PostParams::default(), &namespace)
         .await
         .unwrap();
-    // README's install overlay (kustomize refuses absolute resource paths: it lives under
-    // target/); no node pulls the image here.
-    let overlay_dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(&groups);
-    baton_e2e::renders::write_install_overlay(
-        &overlay_dir,
+    // README's install, laid out as a reader lays it out (in a folder standing for the
+    // checkout, under target/); no node pulls the image here
+    let image = format!("registry.test/baton@sha256:{}", "1".repeat(64));
+    let install = DocumentedInstall::lay_out(
+        "README.md",
+        &PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(&groups),
         &groups,
-        &format!("baton@sha256:{}", "1".repeat(64)),
+        &image,
         &[],
     );
 
-    // When it is applied for real, on top of deploy/ as it ships. Server-side: other scenarios
-    // of this process install the same CRDs at the same moment, and a client-side apply (read,
-    // then create) loses that race with AlreadyExists.
-    let (ok, output) = kubectl(
-        control_plane,
-        &[
-            "apply",
-            "--server-side",
-            "--force-conflicts",
-            "-k",
-            overlay_dir.to_str().unwrap(),
-        ],
-    );
-    assert!(ok, "kubectl apply -k failed:\n{output}");
+    // When its `kubectl apply` is run as written, on top of deploy/ as it ships
+    install.apply(control_plane);
 
-    // Then baton's Deployments, service accounts, configuration and roles for its own objects
+    // Then the API server holds baton as the overlay set it: both Deployments on the image it
+    // names, baton's own objects in baton-system, the groups' namespace wherever baton names it
+    for overlay in install.applied_kustomizations() {
+        let (ok, live) =
+            install.kubectl(Some(control_plane), &["get", "-k", overlay, "-o", "json"]);
+        assert!(ok, "kubectl get -k {overlay}:\n{live}");
+        let live: serde_json::Value = serde_json::from_str(&live).unwrap();
+        let live = live["items"].as_array().expect("a List").clone();
+        assert_installed_as_set(&live, &groups, &image);
+    }
+
+    // And baton's Deployments, service accounts, configuration and roles for its own objects
     // are in baton-system, told to coordinate the groups' namespace
     let system = "baton-system";
     let deployments = Api::<Deployment>::namespaced(client.clone(), system);
@@ -751,4 +754,188 @@ async fn baton_runs_apart_from_the_groups_it_coordinates_with_its_lease_and_secr
 #[tokio::test]
 async fn the_controller_may_change_only_the_ca_bundle_of_a_webhook_configuration() {
     the_controller_changes_only_ca_bundles(ControlPlane::shared().await).await;
+}
+
+/// The groups' namespace and image the documented installs are laid out with here: neither
+/// deploy/'s nor the documentation's, so that a place either leaves shows.
+const DOCUMENTED_NAMESPACE: &str = "e2e-documented";
+
+fn documented_image() -> String {
+    format!("registry.test/baton@sha256:{}", "2".repeat(64))
+}
+
+#[test]
+fn every_documented_install_builds_the_image_then_applies_it_server_side_with_its_namespace_everywhere()
+ {
+    // Given every install the documentation gives (README.md and docs/: the snippets marked
+    // `<!-- install -->`), of which there is one, README's
+    let documents = documents_with_an_install();
+    assert_eq!(documents, ["README.md"], "one install path, written once");
+    for document in documents {
+        // When it is laid out as written, for a namespace and an image of its reader's
+        let folder = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!(
+            "documented-{}-{}",
+            document.replace('/', "-"),
+            std::process::id()
+        ));
+        let image = documented_image();
+        let install =
+            DocumentedInstall::lay_out(&document, &folder, DOCUMENTED_NAMESPACE, &image, &[]);
+
+        // Then it builds the image before it applies anything, and applies server-side
+        let first_apply = install
+            .steps
+            .iter()
+            .position(Step::is_apply)
+            .unwrap_or_else(|| panic!("{document}'s install applies nothing"));
+        assert!(
+            install.steps[..first_apply].contains(&Step::BuildImage),
+            "{document}: the image is built before it is applied: {:?}",
+            install.steps
+        );
+        for step in install.steps.iter().filter(|step| step.is_apply()) {
+            let Step::Kubectl(args) = step else {
+                unreachable!()
+            };
+            assert!(
+                args.iter().any(|arg| arg == "--server-side"),
+                "{document}: `kubectl {}` applies server-side",
+                args.join(" ")
+            );
+        }
+        // and what each apply would apply (the installed kubectl's kustomize, from the
+        // checkout's root) runs the image it set, with baton's objects in baton-system and the
+        // namespace it named in every place that names the groups', none left at deploy/'s
+        let overlays = install.applied_kustomizations();
+        assert!(!overlays.is_empty(), "{document} applies a kustomization");
+        for overlay in overlays {
+            let rendered = install.render(overlay);
+            assert_eq!(
+                shipped_namespace_left(&rendered),
+                Vec::<String>::new(),
+                "{document}: `{overlay}` leaves the groups' namespace at deploy/'s"
+            );
+            assert_installed_as_set(&rendered, DOCUMENTED_NAMESPACE, &image);
+        }
+    }
+}
+
+#[test]
+fn an_overlay_that_names_the_groups_namespace_without_the_component_leaves_every_place_at_deploys()
+{
+    // Given README's overlay with its component left out: the groups' namespace is written,
+    // and no place reads it (as an overlay patching one place of several would leave the rest)
+    let folder = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("documented-drift-{}", std::process::id()));
+    let install = DocumentedInstall::lay_out(
+        "README.md",
+        &folder,
+        DOCUMENTED_NAMESPACE,
+        &documented_image(),
+        &[],
+    );
+    let overlay = install.applied_kustomizations()[0];
+    let kustomization = folder.join(overlay).join("kustomization.yaml");
+    let written = std::fs::read_to_string(&kustomization).unwrap();
+    let without_component: String = written
+        .lines()
+        .filter(|line| !line.contains("components:") && !line.contains("deploy/groups-namespace"))
+        .map(|line| format!("{line}\n"))
+        .collect();
+    assert_ne!(
+        without_component, written,
+        "README's overlay lists the component"
+    );
+    std::fs::write(&kustomization, without_component).unwrap();
+
+    // When it is rendered
+    let rendered = install.render(overlay);
+
+    // Then the check of the documented installs finds every place deploy/ names the groups'
+    // namespace still at deploy/'s: the configuration, both binaries' Roles and RoleBindings,
+    // and each webhook configuration's label and namespace selector
+    let mut expected = vec![
+        "ConfigMap/baton-config /data/groups-namespace".to_owned(),
+        "Role/baton-controller-groups /metadata/namespace".to_owned(),
+        "Role/baton-webhook-groups /metadata/namespace".to_owned(),
+        "RoleBinding/baton-controller-groups /metadata/namespace".to_owned(),
+        "RoleBinding/baton-webhook-groups /metadata/namespace".to_owned(),
+    ];
+    for configuration in [
+        "MutatingWebhookConfiguration/baton-prepare-downscale",
+        "ValidatingWebhookConfiguration/baton-no-downscale",
+        "ValidatingWebhookConfiguration/baton-pod-eviction",
+        "ValidatingWebhookConfiguration/baton-record-guard",
+        "ValidatingWebhookConfiguration/baton-state-guard",
+        "ValidatingWebhookConfiguration/baton-zpdb-validation",
+    ] {
+        expected.push(format!(
+            "{configuration} /metadata/labels/grafana.com~1namespace"
+        ));
+        expected.push(format!(
+            "{configuration} /webhooks/0/namespaceSelector/matchLabels/kubernetes.io~1metadata.name"
+        ));
+    }
+    expected.sort();
+    let mut left = shipped_namespace_left(&rendered);
+    left.sort();
+    assert_eq!(left, expected);
+    // while the image, set in the same overlay, is the one it names
+    for (container, image) in deployment_images(&rendered) {
+        assert_eq!(image, documented_image(), "{container}");
+    }
+}
+
+#[test]
+fn the_docs_apply_kustomizations_server_side_and_never_deploy_as_it_ships() {
+    // Given every line of README.md, docs/ and deploy/'s kustomizations that applies a
+    // kustomization with kubectl
+    let root = deploy_dir().join("..");
+    let mut texts: Vec<PathBuf> = documents_read()
+        .iter()
+        .map(|document| root.join(document))
+        .collect();
+    texts.push(deploy_dir().join("kustomization.yaml"));
+    let mut applies = Vec::new();
+    for text in &texts {
+        let content = std::fs::read_to_string(text).unwrap();
+        for (number, line) in content.lines().enumerate() {
+            let words: Vec<&str> = line
+                .split(|c: char| c.is_whitespace() || c == '`')
+                .filter(|word| !word.is_empty())
+                .collect();
+            let apply = words.iter().position(|word| *word == "apply");
+            let kustomization = words
+                .iter()
+                .position(|word| *word == "-k" || *word == "--kustomize");
+            if words.contains(&"kubectl")
+                && let (Some(apply), Some(kustomization)) = (apply, kustomization)
+                && apply < kustomization
+            {
+                let at = format!("{}:{}", text.display(), number + 1);
+                applies.push((at, words[apply..].join(" ")));
+            }
+        }
+    }
+    assert!(
+        applies.iter().any(|(at, _)| at.contains("README.md")),
+        "README applies its overlay: {applies:?}"
+    );
+
+    // Then each is server-side, and none applies deploy/ itself, whose image no node pulls and
+    // whose groups' namespace is `default` (the documented overlay names both)
+    for (at, apply) in &applies {
+        assert!(apply.contains("--server-side"), "{at}: `{apply}`");
+        let folder = apply
+            .split(' ')
+            .skip_while(|word| *word != "-k" && *word != "--kustomize")
+            .nth(1)
+            .unwrap_or_default();
+        assert!(
+            !["deploy", "deploy/", "./deploy", "./deploy/"].contains(&folder),
+            "{at}: `{apply}` applies deploy/ as it ships"
+        );
+    }
+    // (the example namespace is what the laid-out installs replace)
+    assert_ne!(EXAMPLE_NAMESPACE, SHIPPED_NAMESPACE);
 }

@@ -18,6 +18,7 @@ use baton_e2e::baton_image::{BatonImage, NEXT_REVISION};
 use baton_e2e::control_plane::ControlPlane;
 use baton_e2e::controller_support::{wait_group_ready, wait_rollout_complete};
 use baton_e2e::fixtures::StatefulSetFixture;
+use baton_e2e::install_docs::DocumentedInstall;
 use baton_e2e::keys::{PREPARE_DOWNSCALE, PREPARE_DOWNSCALE_PATH, PREPARE_DOWNSCALE_PORT};
 use baton_e2e::real_nodes::{
     APP_PORT, Behaviour, RealNodes, RealPodsFixture, Uncordon, app_calls, pod_ip, roll_out,
@@ -46,22 +47,24 @@ const ADDRESS_PODS_BY_IP: &str = "  - target: {kind: Deployment}
 /// One install at a time in this process.
 static INSTALL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-/// baton installed by `kubectl apply -k` of README's overlay for the groups' namespace; removed
+/// baton installed as README's install section says, for the groups' namespace; removed
 /// when dropped as `kubectl delete -k` would (waiting until `baton-system` is gone, so the next
 /// scenario installs afresh, with kustomize or Helm), the CRDs aside: other scenarios' objects
 /// of this process use them.
 struct Installed {
     control_plane: &'static ControlPlane,
-    overlay: std::path::PathBuf,
+    /// The folder standing for the checkout README's install runs from.
+    checkout: std::path::PathBuf,
     groups: String,
 }
 
 impl Installed {
-    /// Applies README's overlay for `groups` with `image` (`repository@sha256:…`).
+    /// Writes README's overlay for `groups` with `image` (`repository@sha256:…`) and applies
+    /// it as README says.
     fn apply(control_plane: &'static ControlPlane, groups: &str, image: &str) -> Self {
         let installed = Self {
             control_plane,
-            overlay: std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+            checkout: std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
                 .join(format!("install-{groups}")),
             groups: groups.to_owned(),
         };
@@ -70,22 +73,20 @@ impl Installed {
     }
 
     /// Sets `image` in the overlay and applies it again, as a user upgrades (or a GitOps tool
-    /// re-applies). Server-side: another test binary may apply the same CRDs at once.
+    /// re-applies): README's files written again, its `kubectl apply` run as written.
     fn apply_image(&self, image: &str) {
-        baton_e2e::renders::write_install_overlay(
-            &self.overlay,
+        self.documented(image).apply(self.control_plane);
+    }
+
+    /// README's install laid out for the groups' namespace and `image`.
+    fn documented(&self, image: &str) -> DocumentedInstall {
+        DocumentedInstall::lay_out(
+            "README.md",
+            &self.checkout,
             &self.groups,
             image,
             &[ADDRESS_PODS_BY_IP],
-        );
-        let (ok, output) = self.kubectl(&[
-            "apply",
-            "--server-side",
-            "--force-conflicts",
-            "-k",
-            self.overlay.to_str().unwrap(),
-        ]);
-        assert!(ok, "kubectl apply -k failed:\n{output}");
+        )
     }
 
     fn kubectl(&self, args: &[&str]) -> (bool, String) {
@@ -445,12 +446,31 @@ async fn install(prefix: &str) -> (TestNamespace, Installed) {
     let image = BatonImage::get();
     let (control_plane, groups) = baton_e2e::real_nodes::namespace_on_real_nodes(prefix).await;
     let installed = Installed::apply(control_plane, groups.name(), &image.by_digest());
-    // Then README's wait, as a user runs it, sees both Deployments rolled out
-    let mut wait = baton_e2e::renders::install_wait_command();
-    wait.push("--timeout=180s".to_owned());
-    let wait: Vec<&str> = wait.iter().map(String::as_str).collect();
-    let (ok, output) = installed.kubectl_in_background(&wait).await.unwrap();
-    assert!(ok, "README's `kubectl rollout status` failed:\n{output}");
+    // Then README's waits, as a user runs them (bounded here), see both Deployments rolled out
+    for mut wait in installed.documented(&image.by_digest()).waits() {
+        wait.push("--timeout=180s".to_owned());
+        let wait: Vec<&str> = wait.iter().map(String::as_str).collect();
+        let (ok, output) = installed.kubectl_in_background(&wait).await.unwrap();
+        assert!(
+            ok,
+            "README's `kubectl {}` failed:\n{output}",
+            wait.join(" ")
+        );
+    }
+    // and what the API server holds is what the overlay set: the image, and the groups'
+    // namespace wherever baton names it
+    let documented = installed.documented(&image.by_digest());
+    for overlay in documented.applied_kustomizations() {
+        let (ok, live) =
+            documented.kubectl(Some(control_plane), &["get", "-k", overlay, "-o", "json"]);
+        assert!(ok, "kubectl get -k {overlay}:\n{live}");
+        let live: serde_json::Value = serde_json::from_str(&live).unwrap();
+        baton_e2e::install_docs::assert_installed_as_set(
+            live["items"].as_array().expect("a List"),
+            groups.name(),
+            &image.by_digest(),
+        );
+    }
     (groups, installed)
 }
 
