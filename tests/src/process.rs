@@ -97,7 +97,7 @@ pub fn workspace_binary(name: &str) -> anyhow::Result<PathBuf> {
 
 /// Removes from `command` the variables cargo set for this test process, for a `cargo` (or a
 /// script running it) that must build as a plain `cargo build` would.
-pub(crate) fn without_cargo_test_variables(command: &mut std::process::Command) {
+pub fn without_cargo_test_variables(command: &mut std::process::Command) {
     for (variable, _) in std::env::vars_os() {
         if variable.to_str().is_some_and(is_set_by_cargo_for_the_test) {
             command.env_remove(variable);
@@ -153,8 +153,43 @@ pub fn which(program: &str) -> PathBuf {
 pub struct BatonProcess {
     name: String,
     child: Child,
-    log: PathBuf,
-    _log_dir: tempfile::TempDir,
+    log: ProcessLog,
+}
+
+/// Where a process's output goes: `<name>.log` in a folder of its own, removed with this
+/// unless kept.
+#[derive(Debug)]
+pub struct ProcessLog {
+    path: PathBuf,
+    /// None once kept.
+    dir: Option<tempfile::TempDir>,
+}
+
+impl ProcessLog {
+    /// A new empty folder (in the system's temporary folder, named after `name`) for the log.
+    pub fn new(name: &str) -> anyhow::Result<Self> {
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("{name}-"))
+            .tempdir()
+            .with_context(|| format!("creating a folder for the log of {name}"))?;
+        Ok(Self {
+            path: dir.path().join(format!("{name}.log")),
+            dir: Some(dir),
+        })
+    }
+
+    /// The log file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Keeps the file and its folder once this is dropped: the demo's reader may read the
+    /// controller's log after the demo ended.
+    pub fn keep(&mut self) {
+        if let Some(dir) = self.dir.take() {
+            let _kept = dir.keep();
+        }
+    }
 }
 
 impl BatonProcess {
@@ -165,7 +200,7 @@ impl BatonProcess {
         kubeconfig: &Path,
         env: &[(&str, &str)],
     ) -> anyhow::Result<Self> {
-        Self::spawn_workspace_binary(name, kubeconfig, env, false).await
+        Self::spawn_workspace_binary(name, kubeconfig, env, false, ProcessLog::new(name)?).await
     }
 
     /// As [`BatonProcess::spawn`], and killed by the kernel (`setpriv --pdeathsig KILL`) when
@@ -178,14 +213,17 @@ impl BatonProcess {
         kubeconfig: &Path,
         env: &[(&str, &str)],
     ) -> anyhow::Result<Self> {
-        Self::spawn_workspace_binary(name, kubeconfig, env, true).await
+        Self::spawn_workspace_binary(name, kubeconfig, env, true, ProcessLog::new(name)?).await
     }
 
-    async fn spawn_workspace_binary(
+    /// [`BatonProcess::spawn`] or, `dies_with_parent`, [`BatonProcess::spawn_dying_with_parent`],
+    /// the output written to `log`.
+    pub(crate) async fn spawn_workspace_binary(
         name: &str,
         kubeconfig: &Path,
         env: &[(&str, &str)],
         dies_with_parent: bool,
+        log: ProcessLog,
     ) -> anyhow::Result<Self> {
         let binary = tokio::task::spawn_blocking({
             let name = name.to_owned();
@@ -208,7 +246,7 @@ impl BatonProcess {
         for (key, value) in env {
             command.env(key, value);
         }
-        Self::start(name, command)
+        Self::start(name, command, log)
     }
 
     /// Starts `program`, which is not part of the workspace (e.g. haproxy), with `args`; its
@@ -216,13 +254,12 @@ impl BatonProcess {
     pub fn spawn_program(name: &str, program: &Path, args: &[&str]) -> anyhow::Result<Self> {
         let mut command = Command::new(program);
         command.args(args);
-        Self::start(name, command)
+        Self::start(name, command, ProcessLog::new(name)?)
     }
 
-    fn start(name: &str, mut command: Command) -> anyhow::Result<Self> {
-        let log_dir = tempfile::tempdir()?;
-        let log = log_dir.path().join(format!("{name}.log"));
-        let log_file = std::fs::File::create(&log)?;
+    fn start(name: &str, mut command: Command, log: ProcessLog) -> anyhow::Result<Self> {
+        let log_file = std::fs::File::create(log.path())
+            .with_context(|| format!("creating {}", log.path().display()))?;
         command
             .stdin(Stdio::null())
             .stdout(log_file.try_clone()?)
@@ -235,13 +272,12 @@ impl BatonProcess {
             name: name.to_owned(),
             child,
             log,
-            _log_dir: log_dir,
         })
     }
 
     /// Everything the process wrote so far.
     pub fn output(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
+        std::fs::read_to_string(self.log.path()).unwrap_or_default()
     }
 
     /// The process id, for signals.
