@@ -6,5 +6,8 @@ cd "$(dirname "$0")/.."
 
 KUBEBUILDER_ASSETS="$(tests/control-plane/install.sh)"
 export KUBEBUILDER_ASSETS
-cargo build --quiet -p baton-e2e --bin baton-demo --bin baton-control-plane -p baton-controller --bin baton-controller -p kubectl-baton --bin kubectl-baton
+# Every binary of the workspace in one build, as the tests build them (tests/src/process.rs,
+# BUILD_ARGS): one set of compiled dependencies in target/, shared with `cargo test --workspace`.
+echo "building (the first run takes a few minutes)…"
+cargo build --workspace --bins
 exec target/debug/baton-demo "$@"

@@ -536,16 +536,7 @@ impl Display {
                 }
                 group.set_message(output::line(&render::group_line(view)).into_owned());
             }
-            Self::Lines { last } => {
-                let lines: Vec<String> = view
-                    .zones
-                    .iter()
-                    .map(render::zone_line)
-                    .chain(std::iter::once(render::group_line(view)))
-                    .collect();
-                output::out(lines.iter().filter(|line| !last.contains(line)));
-                *last = lines;
-            }
+            Self::Lines { last } => output::out(changed_lines(last, view)),
         }
     }
 
@@ -568,6 +559,26 @@ impl Display {
             group.finish_and_clear();
         }
     }
+}
+
+/// The lines of `view` (one per zone, then the group's) that `last`, the lines shown before,
+/// does not hold; `last` becomes `view`'s. Off a terminal `wait` prints only these: a line
+/// when what it says changed, not one per recomputation (a soak's countdown reads whole
+/// seconds, so it changes once a second).
+fn changed_lines(last: &mut Vec<String>, view: &GroupStatus) -> Vec<String> {
+    let lines: Vec<String> = view
+        .zones
+        .iter()
+        .map(render::zone_line)
+        .chain(std::iter::once(render::group_line(view)))
+        .collect();
+    let changed = lines
+        .iter()
+        .filter(|line| !last.contains(line))
+        .cloned()
+        .collect();
+    *last = lines;
+    changed
 }
 
 #[cfg(test)]
@@ -737,6 +748,63 @@ mod tests {
                 && rolled_back.message.contains("latency doubled"),
             "{}",
             rolled_back.message
+        );
+    }
+
+    #[test]
+    fn a_soak_counts_down_in_whole_seconds_a_line_per_second() {
+        use baton_core::gates::keys::{SOAK_ANNOTATION, STATE_ANNOTATION};
+        use baton_core::gates::state::ZoneState;
+        use jiff::{SignedDuration, Timestamp};
+
+        // Given zone a rolled and cleared, and zone b soaking 10 s after it since `started`
+        let started = Timestamp::from_second(1_800_000_000).expect("a time");
+        let state = |soak_started_at, cleared_at| ZoneState {
+            revision: "new".to_owned(),
+            soak_started_at,
+            soak_after: vec!["a".to_owned()],
+            cleared_at,
+        };
+        let a = crate::fixtures::annotated(
+            crate::fixtures::annotated(zone("a", 2, 2), SOAK_ANNOTATION, "10s"),
+            STATE_ANNOTATION,
+            &state(None, Some(started - SignedDuration::from_secs(60))).to_annotation(),
+        );
+        let b = crate::fixtures::annotated(
+            zone("b", 2, 0),
+            STATE_ANNOTATION,
+            &state(Some(started), None).to_annotation(),
+        );
+        let soaking = group(vec![a, b]);
+        let at = |millis| {
+            status::compute(
+                &soaking,
+                None,
+                started + SignedDuration::from_millis(millis),
+            )
+        };
+        // When wait recomputes the view a few times within one second, then a second later
+        let mut last = Vec::new();
+        let first = changed_lines(&mut last, &at(4_603));
+        let within_the_second: Vec<_> = [4_653, 4_654, 4_999]
+            .into_iter()
+            .flat_map(|millis| changed_lines(&mut last, &at(millis)))
+            .collect();
+        let next_second = changed_lines(&mut last, &at(5_603));
+        // Then the first view prints its lines, the countdown in whole seconds,
+        assert!(
+            first
+                .last()
+                .is_some_and(|line| line.ends_with("soaking after a: b starts in 6s")),
+            "{first:?}"
+        );
+        // the views within the same second print nothing,
+        assert_eq!(within_the_second, Vec::<String>::new());
+        // and the next second prints the group's line alone, one second less
+        assert_eq!(next_second.len(), 1, "{next_second:?}");
+        assert!(
+            next_second[0].ends_with("soaking after a: b starts in 5s"),
+            "{next_second:?}"
         );
     }
 

@@ -11,7 +11,7 @@ use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, ListParams};
 
 use crate::control_plane::ControlPlane;
-use crate::process::BatonProcess;
+use crate::process::{BatonProcess, ProcessLog};
 use crate::wait_until;
 
 /// A free loopback address for a process's server. Ports come from below the kernel's
@@ -25,6 +25,23 @@ pub fn free_address() -> String {
         if let Ok(listener) = TcpListener::bind(("127.0.0.1", port)) {
             return listener.local_addr().expect("bound").to_string();
         }
+    }
+}
+
+/// Where a controller to start will serve its ops server and write its log.
+#[derive(Debug)]
+pub struct ControllerSetup {
+    pub ops_address: String,
+    pub log: ProcessLog,
+}
+
+impl ControllerSetup {
+    /// A free address and a new log folder.
+    pub fn new() -> anyhow::Result<Self> {
+        Ok(Self {
+            ops_address: free_address(),
+            log: ProcessLog::new("baton-controller")?,
+        })
     }
 }
 
@@ -72,7 +89,41 @@ impl Controller {
         extra: &[(&str, &str)],
         dies_with_parent: bool,
     ) -> Self {
-        let ops_address = free_address();
+        let setup = ControllerSetup::new().expect("a folder for baton-controller's log");
+        let mut controller =
+            Self::spawn(kubeconfig, namespace, extra, dies_with_parent, setup).await;
+        controller.wait_ready().await;
+        controller
+    }
+
+    /// As [`Controller::start`], on the ops address and log `setup` chose, returning as soon
+    /// as the process runs, before it is ready ([`Controller::wait_ready`]): for the demo,
+    /// which says where the controller's log and status page are before it starts, and shows
+    /// the rollout from before the controller's first step.
+    pub async fn start_unready(
+        control_plane: &ControlPlane,
+        namespace: &str,
+        extra: &[(&str, &str)],
+        setup: ControllerSetup,
+    ) -> Self {
+        Self::spawn(
+            control_plane.kubeconfig_path(),
+            namespace,
+            extra,
+            false,
+            setup,
+        )
+        .await
+    }
+
+    async fn spawn(
+        kubeconfig: &std::path::Path,
+        namespace: &str,
+        extra: &[(&str, &str)],
+        dies_with_parent: bool,
+        setup: ControllerSetup,
+    ) -> Self {
+        let ControllerSetup { ops_address, log } = setup;
         let mut env = vec![
             ("BATON_NAMESPACE", namespace),
             ("BATON_OPS__ADDRESS", ops_address.as_str()),
@@ -82,18 +133,19 @@ impl Controller {
             ("BATON_CONTROLLER__LEASE__RETRY_PERIOD", "500ms"),
         ];
         env.extend_from_slice(extra);
-        let process = if dies_with_parent {
-            BatonProcess::spawn_dying_with_parent("baton-controller", kubeconfig, &env).await
-        } else {
-            BatonProcess::spawn("baton-controller", kubeconfig, &env).await
-        }
+        let process = BatonProcess::spawn_workspace_binary(
+            "baton-controller",
+            kubeconfig,
+            &env,
+            dies_with_parent,
+            log,
+        )
+        .await
         .expect("baton-controller starts");
-        let mut controller = Self {
+        Self {
             process,
             ops_address,
-        };
-        controller.wait_ready().await;
-        controller
+        }
     }
 
     /// Waits until `/ready` answers 200 (caches synced); fails at once if the process exits.

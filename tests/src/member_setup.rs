@@ -112,7 +112,11 @@ pub fn member_overlay(page: &str, directory: &Path, namespace: &str) -> anyhow::
         page,
         directory,
         "my-member-overlay",
-        &["kustomization.yaml", "groups-namespace.yaml", "certificate.yaml"],
+        &[
+            "kustomization.yaml",
+            "groups-namespace.yaml",
+            "certificate.yaml",
+        ],
         namespace,
     )?;
     kustomize(&folder)

@@ -1,5 +1,6 @@
-//! Workspace binaries started by tests: built once per test process so a test never runs a
-//! stale binary, stopped when dropped, their output kept in a file and shown when a test fails.
+//! Workspace binaries started by tests: built once per test process, all in one cargo build (so
+//! a test never runs a stale binary, and every build compiles the same units), stopped when
+//! dropped, their output kept in a file and shown when a test fails.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -8,54 +9,86 @@ use std::sync::Mutex;
 use anyhow::{Context, bail};
 use tokio::process::{Child, Command};
 
+/// What this process built already: `BUILD_ARGS`' binaries (all), or in a release build the
+/// binaries built one by one.
 static BUILT: Mutex<Vec<String>> = Mutex::new(Vec::new());
 
-/// The package of each binary tests start.
+/// How tests and the demo (scripts/demo.sh runs the same command) build the workspace's
+/// binaries: every one of them in one `cargo build`, the whole workspace selected. Cargo unifies
+/// features over the packages a build selects, so a build of one package (`-p kubectl-baton`)
+/// compiles its dependencies with other features than `cargo test --workspace` does, and
+/// `target/debug/deps` gets another copy of kube, tokio and the rest for each such build. (What
+/// dev-dependencies add is turned on in the normal build too: tests/Cargo.toml, "One feature
+/// set".)
+pub const BUILD_ARGS: [&str; 3] = ["build", "--workspace", "--bins"];
+
+/// Runs [`BUILD_ARGS`] quietly (a no-op when nothing changed) once in this process (the demo's
+/// first build, with cargo's progress shown, is scripts/demo.sh's). A release build (this
+/// process runs from target/release: the benchmarks) builds `binary`'s package alone instead,
+/// as scripts/image.sh builds what ships: measured as shipped, and the fat LTO of every binary
+/// would take half an hour.
+fn build_workspace_binaries(binary: &str) -> anyhow::Result<()> {
+    let release = profile_dir()?
+        .file_name()
+        .is_some_and(|name| name == "release");
+    let done = if release { binary } else { "all" };
+    let mut built = BUILT
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    if built.iter().any(|built| built == done) {
+        return Ok(());
+    }
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut command = std::process::Command::new(cargo);
+    if release {
+        command.args([
+            "build",
+            "--release",
+            "-p",
+            package_of(binary),
+            "--bin",
+            binary,
+        ]);
+    } else {
+        command.args(BUILD_ARGS);
+    }
+    command
+        .arg("--quiet")
+        .current_dir(env!("CARGO_MANIFEST_DIR"));
+    // Not the variables cargo sets for this test process: build scripts watching them
+    // (ring's watches CARGO_MANIFEST_DIR) would rebuild half the dependency tree here, and
+    // again in the next plain `cargo build`.
+    without_cargo_test_variables(&mut command);
+    let args: Vec<_> = command
+        .get_args()
+        .map(|arg| arg.to_string_lossy().into_owned())
+        .collect();
+    let status = command
+        .status()
+        .with_context(|| format!("running cargo {}", args.join(" ")))?;
+    if !status.success() {
+        bail!("cargo {} failed ({status})", args.join(" "));
+    }
+    built.push(done.to_owned());
+    Ok(())
+}
+
+/// The package of each binary tests start (for a release build of one).
 fn package_of(binary: &str) -> &str {
     match binary {
-        "baton-control-plane" | "baton-real-nodes" => "baton-e2e",
+        "baton-control-plane" | "baton-real-nodes" | "baton-demo" | "baton-bench" => "baton-e2e",
         other => other,
     }
 }
 
-/// The path of a binary of this workspace, after `cargo build -p <package> --bin <name>` (a
-/// no-op when nothing changed) has run once for it in this process.
+/// The path of a binary of this workspace, after the workspace's binaries were built once in
+/// this process ([`BUILD_ARGS`], quietly), so a test never runs a stale one.
 pub fn workspace_binary(name: &str) -> anyhow::Result<PathBuf> {
-    let profile_dir = profile_dir()?;
-    let mut built = BUILT
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
-    if !built.iter().any(|done| done == name) {
-        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-        let mut command = std::process::Command::new(cargo);
-        command
-            .args(["build", "--quiet", "-p", package_of(name), "--bin", name])
-            .current_dir(env!("CARGO_MANIFEST_DIR"));
-        // Not the variables cargo sets for this test process: build scripts watching them
-        // (ring's watches CARGO_MANIFEST_DIR) would rebuild half the dependency tree here, and
-        // again in the next plain `cargo build`.
-        without_cargo_test_variables(&mut command);
-        if profile_dir
-            .file_name()
-            .is_some_and(|name| name == "release")
-        {
-            command.arg("--release");
-        }
-        let status = command
-            .status()
-            .with_context(|| format!("running cargo build for {name}"))?;
-        if !status.success() {
-            bail!(
-                "cargo build -p {} --bin {name} failed ({status})",
-                package_of(name)
-            );
-        }
-        built.push(name.to_owned());
-    }
-    let binary = profile_dir.join(name);
+    build_workspace_binaries(name)?;
+    let binary = profile_dir()?.join(name);
     if !binary.is_file() {
         bail!(
-            "{} does not exist after building the workspace",
+            "{} does not exist after building the workspace's binaries (no binary of that name?)",
             binary.display()
         );
     }
@@ -64,7 +97,7 @@ pub fn workspace_binary(name: &str) -> anyhow::Result<PathBuf> {
 
 /// Removes from `command` the variables cargo set for this test process, for a `cargo` (or a
 /// script running it) that must build as a plain `cargo build` would.
-pub(crate) fn without_cargo_test_variables(command: &mut std::process::Command) {
+pub fn without_cargo_test_variables(command: &mut std::process::Command) {
     for (variable, _) in std::env::vars_os() {
         if variable.to_str().is_some_and(is_set_by_cargo_for_the_test) {
             command.env_remove(variable);
@@ -120,8 +153,43 @@ pub fn which(program: &str) -> PathBuf {
 pub struct BatonProcess {
     name: String,
     child: Child,
-    log: PathBuf,
-    _log_dir: tempfile::TempDir,
+    log: ProcessLog,
+}
+
+/// Where a process's output goes: `<name>.log` in a folder of its own, removed with this
+/// unless kept.
+#[derive(Debug)]
+pub struct ProcessLog {
+    path: PathBuf,
+    /// None once kept.
+    dir: Option<tempfile::TempDir>,
+}
+
+impl ProcessLog {
+    /// A new empty folder (in the system's temporary folder, named after `name`) for the log.
+    pub fn new(name: &str) -> anyhow::Result<Self> {
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("{name}-"))
+            .tempdir()
+            .with_context(|| format!("creating a folder for the log of {name}"))?;
+        Ok(Self {
+            path: dir.path().join(format!("{name}.log")),
+            dir: Some(dir),
+        })
+    }
+
+    /// The log file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Keeps the file and its folder once this is dropped: the demo's reader may read the
+    /// controller's log after the demo ended.
+    pub fn keep(&mut self) {
+        if let Some(dir) = self.dir.take() {
+            let _kept = dir.keep();
+        }
+    }
 }
 
 impl BatonProcess {
@@ -132,7 +200,7 @@ impl BatonProcess {
         kubeconfig: &Path,
         env: &[(&str, &str)],
     ) -> anyhow::Result<Self> {
-        Self::spawn_workspace_binary(name, kubeconfig, env, false).await
+        Self::spawn_workspace_binary(name, kubeconfig, env, false, ProcessLog::new(name)?).await
     }
 
     /// As [`BatonProcess::spawn`], and killed by the kernel (`setpriv --pdeathsig KILL`) when
@@ -145,14 +213,17 @@ impl BatonProcess {
         kubeconfig: &Path,
         env: &[(&str, &str)],
     ) -> anyhow::Result<Self> {
-        Self::spawn_workspace_binary(name, kubeconfig, env, true).await
+        Self::spawn_workspace_binary(name, kubeconfig, env, true, ProcessLog::new(name)?).await
     }
 
-    async fn spawn_workspace_binary(
+    /// [`BatonProcess::spawn`] or, `dies_with_parent`, [`BatonProcess::spawn_dying_with_parent`],
+    /// the output written to `log`.
+    pub(crate) async fn spawn_workspace_binary(
         name: &str,
         kubeconfig: &Path,
         env: &[(&str, &str)],
         dies_with_parent: bool,
+        log: ProcessLog,
     ) -> anyhow::Result<Self> {
         let binary = tokio::task::spawn_blocking({
             let name = name.to_owned();
@@ -175,7 +246,7 @@ impl BatonProcess {
         for (key, value) in env {
             command.env(key, value);
         }
-        Self::start(name, command)
+        Self::start(name, command, log)
     }
 
     /// Starts `program`, which is not part of the workspace (e.g. haproxy), with `args`; its
@@ -183,13 +254,12 @@ impl BatonProcess {
     pub fn spawn_program(name: &str, program: &Path, args: &[&str]) -> anyhow::Result<Self> {
         let mut command = Command::new(program);
         command.args(args);
-        Self::start(name, command)
+        Self::start(name, command, ProcessLog::new(name)?)
     }
 
-    fn start(name: &str, mut command: Command) -> anyhow::Result<Self> {
-        let log_dir = tempfile::tempdir()?;
-        let log = log_dir.path().join(format!("{name}.log"));
-        let log_file = std::fs::File::create(&log)?;
+    fn start(name: &str, mut command: Command, log: ProcessLog) -> anyhow::Result<Self> {
+        let log_file = std::fs::File::create(log.path())
+            .with_context(|| format!("creating {}", log.path().display()))?;
         command
             .stdin(Stdio::null())
             .stdout(log_file.try_clone()?)
@@ -202,13 +272,12 @@ impl BatonProcess {
             name: name.to_owned(),
             child,
             log,
-            _log_dir: log_dir,
         })
     }
 
     /// Everything the process wrote so far.
     pub fn output(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
+        std::fs::read_to_string(self.log.path()).unwrap_or_default()
     }
 
     /// The process id, for signals.

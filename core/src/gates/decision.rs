@@ -11,7 +11,7 @@ use std::fmt;
 use jiff::{SignedDuration, Timestamp};
 use serde::{Deserialize, Serialize};
 
-use super::keys::{self, GateWarning, format_duration};
+use super::keys::{self, GateWarning, format_countdown};
 use crate::commands::Reach;
 use crate::explained::Explained;
 use crate::rollout::{GroupSnapshot, Plan};
@@ -272,7 +272,7 @@ impl fmt::Display for GateWait {
                 formatter,
                 "soaking after {}: {zone} starts in {}",
                 after.join(", "),
-                format_duration(*remaining)
+                format_countdown(*remaining)
             ),
         }
     }

@@ -715,6 +715,19 @@ pub fn format_duration(duration: SignedDuration) -> String {
     go_duration::format(nanos)
 }
 
+/// What is left of a wait, as a countdown shows it: whole seconds, rounded up (`5.397s` is
+/// `6s`; `0s` only once it is over). A view recomputed several times a second (`kubectl baton
+/// wait` recomputes after every change) then reads the same until the next second, and a
+/// follower printing what changed prints one line a second, not one a recomputation.
+pub fn format_countdown(remaining: SignedDuration) -> String {
+    let started_second = remaining.subsec_nanos() > 0;
+    format_duration(SignedDuration::from_secs(
+        remaining
+            .as_secs()
+            .saturating_add(i64::from(started_second)),
+    ))
+}
+
 /// Separates step names in `baton.dev/approved` (revision names are DNS labels: never in one).
 pub const SEPARATOR: char = ',';
 
@@ -921,5 +934,23 @@ mod tests {
         assert_eq!(format_duration(SignedDuration::from_secs(5)), "5s");
         assert_eq!(format_duration(SignedDuration::from_millis(1500)), "1.5s");
         assert_eq!(format_duration(SignedDuration::from_secs(90)), "1m30s");
+    }
+
+    #[test]
+    fn a_countdown_shows_whole_seconds_rounded_up() {
+        // The near-duplicates a follower printed, a few milliseconds apart, read the same
+        let shown: Vec<String> = [5397, 5347, 5346, 5001]
+            .map(|millis| format_countdown(SignedDuration::from_millis(millis)))
+            .to_vec();
+        assert_eq!(shown, ["6s"; 4]);
+        // and the next second reads the next value, never milliseconds
+        assert_eq!(format_countdown(SignedDuration::from_millis(5000)), "5s");
+        assert_eq!(format_countdown(SignedDuration::from_millis(4999)), "5s");
+        assert_eq!(format_countdown(SignedDuration::from_millis(1)), "1s");
+        assert_eq!(format_countdown(SignedDuration::ZERO), "0s");
+        assert_eq!(
+            format_countdown(SignedDuration::from_millis(90_500)),
+            "1m31s"
+        );
     }
 }

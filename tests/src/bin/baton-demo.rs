@@ -2,24 +2,38 @@
 //! rollout group, and a rollout followed zone by zone with `kubectl baton wait`, as a deploy
 //! pipeline follows one. Keeps running until Ctrl-C, so you can poke it with kubectl and
 //! `kubectl baton`, and look at the status page.
+//!
+//! The new version is deployed before baton-controller starts (OnDelete: nothing moves until
+//! baton deletes a pod), and the controller starts only once `wait` follows the group: the
+//! reader sees the first zone roll from its first pod, not a group already half done.
+//! scripts/demo.sh builds the binaries first, showing cargo's progress.
 
+use std::io::IsTerminal;
+use std::process::Stdio;
 use std::time::Duration;
 
 use anyhow::Context;
-use baton_e2e::controller_support::{Controller, rollout_state};
+use baton_e2e::controller_support::{Controller, ControllerSetup, rollout_state};
 use baton_e2e::fixtures::{rollout_group, set_version};
 use baton_e2e::process::workspace_binary;
 use baton_e2e::{ControlPlane, PodSimulator, SimulatorOptions, wait_until};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, PostParams};
+use tokio::io::AsyncBufReadExt;
 
 const NAMESPACE: &str = "baton-demo";
 const ZONES: [&str; 3] = ["a", "b", "c"];
 const REPLICAS: i32 = 5;
-/// The soak between zones (docs/gates.md), on zone a: long enough to watch it count down.
+/// The soak between zones (docs/gates.md): written on zone a, it is the group's, so zones b and
+/// c each wait this long after the zones before them finished. Long enough to watch it count
+/// down.
 const SOAK_SECONDS: i64 = 10;
 /// baton's gate keys (docs/gates.md).
 const SOAK_ANNOTATION: &str = "baton.dev/soak";
+/// On a terminal `wait` draws progress bars and prints no line to say it read the group: it is
+/// given this long to do so before the controller starts (its first read takes well under a
+/// second; the controller's first step, after its lease and caches, takes longer still).
+const HEAD_START_ON_A_TERMINAL: Duration = Duration::from_secs(1);
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
@@ -48,13 +62,10 @@ async fn main() -> anyhow::Result<()> {
         ready_after: Duration::from_secs(1),
     };
     let _simulator = PodSimulator::start(client.clone(), NAMESPACE, options).await;
-    println!("Starting baton-controller…");
-    let controller =
-        Controller::start(control_plane, NAMESPACE, &[("BATON_LOG__LEVEL", "info")]).await;
 
     println!(
         "Creating rollout group `ingester`: {} zones × {REPLICAS} pods, OnDelete, max-unavailable 1 (zone c: 2), \
-         a {SOAK_SECONDS}s soak between zones (baton.dev/soak)…",
+         a {SOAK_SECONDS}s soak before every zone after the first (baton.dev/soak)…",
         ZONES.len()
     );
     let names: Vec<String> = ZONES
@@ -79,30 +90,74 @@ async fn main() -> anyhow::Result<()> {
         .await;
     }
     println!(
-        "All zones are ready. Deploying version v2 to every zone: baton now rolls them one at a time.\n"
+        "All zones are ready. Deploying version v2 to every zone (OnDelete: no pod changes until \
+         baton deletes it, and baton-controller is not running yet)…"
     );
     for name in &names {
         set_version(&client, NAMESPACE, name, "v2").await;
     }
 
     let kubeconfig = control_plane.kubeconfig_path().display().to_string();
+    let plugin = workspace_binary("kubectl-baton").context("building kubectl-baton")?;
+    let mut setup = ControllerSetup::new()?;
+    setup.log.keep();
+    let log = setup.log.path().display().to_string();
+    let address = setup.ops_address.clone();
     println!(
-        "In a browser: http://{}/ui/status (the controller's status page; JSON at /api/v1/status)\n",
-        controller.ops_address
+        "baton-controller starts once the rollout is followed, below. Its log: {log} (kept after \
+         the demo stops); its status page: http://{address}/ui/status (JSON at /api/v1/status)"
     );
     // The rollout as a deploy pipeline follows it: `kubectl baton wait` (progress bars on a
     // terminal, a line per change otherwise), exiting when every zone runs v2 and is ready.
-    println!("Following it as a pipeline would: kubectl baton wait ingester -n {NAMESPACE}\n");
-    let plugin = workspace_binary("kubectl-baton").context("building kubectl-baton")?;
+    println!(
+        "\nFollowing the rollout as a pipeline would: kubectl baton wait ingester -n {NAMESPACE}\n"
+    );
     let mut wait = tokio::process::Command::new(&plugin)
         .args(["wait", "ingester", "-n", NAMESPACE, "--timeout", "10m"])
         .env("KUBECONFIG", &kubeconfig)
+        .stdout(Stdio::piped())
         .kill_on_drop(true)
         .spawn()
         .context("starting kubectl-baton wait")?;
+    // Its lines pass through here, so the demo knows when it printed the first.
+    let (read_tx, read_rx) = tokio::sync::oneshot::channel::<()>();
+    let mut lines = tokio::io::BufReader::new(wait.stdout.take().context("wait's stdout")?).lines();
+    let forward = tokio::spawn(async move {
+        let mut read = Some(read_tx);
+        while let Ok(Some(line)) = lines.next_line().await {
+            println!("{line}");
+            if let Some(read) = read.take() {
+                let _ = read.send(());
+            }
+        }
+    });
+    if std::io::stderr().is_terminal() {
+        tokio::time::sleep(HEAD_START_ON_A_TERMINAL).await;
+    } else {
+        // Its first lines say it read the group (or it ended: the sender is then dropped).
+        let _ = read_rx.await;
+    }
+
+    let mut controller = Controller::start_unready(
+        control_plane,
+        NAMESPACE,
+        &[("BATON_LOG__LEVEL", "info")],
+        setup,
+    )
+    .await;
+    tokio::select! {
+        () = controller.wait_ready() => {}
+        _ = tokio::signal::ctrl_c() => {
+            stop(controller, &log);
+            return Ok(());
+        }
+    }
+
     tokio::select! {
         status = wait.wait() => {
             let status = status.context("waiting for kubectl-baton wait")?;
+            // Every line it printed is shown before what follows.
+            let _ = forward.await;
             if status.success() {
                 let status = tokio::process::Command::new(&plugin)
                     .args(["status", "ingester", "-n", NAMESPACE])
@@ -113,20 +168,33 @@ async fn main() -> anyhow::Result<()> {
                 if !status.success() {
                     println!("kubectl baton status failed ({status})");
                 }
-                println!("{}", instructions(&kubeconfig, &plugin.display().to_string()));
+                println!(
+                    "{}",
+                    instructions(&kubeconfig, &plugin.display().to_string(), &address, &log)
+                );
             } else {
-                println!("\nkubectl baton wait ended with {status}: the rollout did not complete.");
+                println!(
+                    "\nkubectl baton wait ended with {status}: the rollout did not complete. \
+                     baton-controller's log: {log}"
+                );
             }
             tokio::signal::ctrl_c().await.context("waiting for Ctrl-C")?;
         }
         _ = tokio::signal::ctrl_c() => {}
     }
-    println!("\nStopping baton-controller and the control plane…");
-    drop(controller);
+    stop(controller, &log);
     Ok(())
 }
 
-fn instructions(kubeconfig: &str, plugin: &str) -> String {
+/// Stops the controller (its log is kept) and says where its log is; the control plane stops
+/// when the process ends.
+fn stop(controller: Controller, log: &str) {
+    println!("\nStopping baton-controller and the control plane…");
+    drop(controller);
+    println!("baton-controller's log is kept: {log}");
+}
+
+fn instructions(kubeconfig: &str, plugin: &str, address: &str, log: &str) -> String {
     format!(
         "\nThe rollout is complete. Poke it from another terminal:\n\n\
          \x20 export KUBECONFIG={kubeconfig}\n\
@@ -138,6 +206,8 @@ fn instructions(kubeconfig: &str, plugin: &str) -> String {
          \x20 kubectl-baton wait ingester -n {NAMESPACE}\n\
          \x20 kubectl -n {NAMESPACE} annotate statefulset ingester-zone-b baton.dev/halted=stopped-by-hand   # halt the group\n\
          \x20 kubectl -n {NAMESPACE} get events --sort-by=.eventTime\n\n\
+         The controller's status page: http://{address}/ui/status (JSON at /api/v1/status)\n\
+         Its log: {log} (kept after the demo stops)\n\n\
          Ctrl-C stops everything.\n"
     )
 }
