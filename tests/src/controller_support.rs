@@ -202,12 +202,14 @@ impl Controller {
     }
 }
 
-async fn http_status(url: &str) -> Option<u16> {
+/// The HTTP status of a plain GET of `url` (an ops server's), `None` when nothing answers.
+pub(crate) async fn http_status(url: &str) -> Option<u16> {
     let response = ops_client().get(url).send().await.ok()?;
     Some(response.status().as_u16())
 }
 
-async fn http_get(url: &str) -> Option<String> {
+/// The body of a plain GET of `url` (an ops server's), `None` when nothing answers.
+pub(crate) async fn http_get(url: &str) -> Option<String> {
     ops_client().get(url).send().await.ok()?.text().await.ok()
 }
 

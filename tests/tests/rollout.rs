@@ -782,12 +782,19 @@ async fn new_pods_ready_since(scene: &Scene) -> BTreeMap<String, jiff::Timestamp
 #[tokio::test]
 async fn under_a_tight_client_side_rate_limit_a_rollout_completes_and_the_waits_are_counted() {
     // Given a controller limited to 2 API requests a second per API group, bursts of 2 (the
-    // Go operator's -kubernetes.client-qps/-burst), and a ready group of 2 zones × 2 pods
+    // Go operator's -kubernetes.client-qps/-burst), and a ready group of 2 zones × 2 pods.
+    // Its lease has the shipped timings, not the tests' short ones: every write is bounded by
+    // what is left of the term, and a DELETE still waiting for its token when a 2 s term ends
+    // counts as possibly sent (its pod is then held as terminating for minutes), which a
+    // loaded machine made happen here.
     let scene = Scene::start_with(
         "rate-limited",
         &[
             ("BATON_KUBERNETES__CLIENT_QPS", "2"),
             ("BATON_KUBERNETES__CLIENT_BURST", "2"),
+            ("BATON_CONTROLLER__LEASE__DURATION", "15s"),
+            ("BATON_CONTROLLER__LEASE__RENEW_DEADLINE", "10s"),
+            ("BATON_CONTROLLER__LEASE__RETRY_PERIOD", "2s"),
         ],
     )
     .await;
