@@ -208,8 +208,7 @@ pub(crate) async fn http_status(url: &str) -> Option<u16> {
     Some(response.status().as_u16())
 }
 
-/// The body of a plain GET of `url` (an ops server's), `None` when nothing answers.
-pub(crate) async fn http_get(url: &str) -> Option<String> {
+async fn http_get(url: &str) -> Option<String> {
     ops_client().get(url).send().await.ok()?.text().await.ok()
 }
 

@@ -15,7 +15,7 @@ use anyhow::{Context, bail};
 
 use crate::control_plane::ControlPlane;
 use crate::control_plane::supervisor::assets_dir;
-use crate::controller_support::{http_get, http_status};
+use crate::controller_support::http_status;
 use crate::process::BatonProcess;
 use crate::webhook_support::{TestTls, free_port};
 
@@ -149,13 +149,6 @@ impl GoOperator {
     /// The HTTP status of `/ready` (`None` when its instrumentation server does not answer).
     pub async fn ready_status(&self) -> Option<u16> {
         http_status(&format!("http://127.0.0.1:{}/ready", self.ops_port)).await
-    }
-
-    /// Its metrics, as Prometheus scrapes them.
-    pub async fn metrics(&self) -> anyhow::Result<String> {
-        http_get(&format!("http://127.0.0.1:{}/metrics", self.ops_port))
-            .await
-            .context("the Go rollout-operator's /metrics does not answer")
     }
 
     /// Stops it as Kubernetes would (SIGTERM), and waits at most `timeout` until it exited.

@@ -310,6 +310,10 @@ fn follow_leader(
     let min_time = match &member.min_time_between_downscale {
         Ok(Some(min_time)) => *min_time,
         Ok(None) | Err(_) if none_downscaled => {
+            // (a label baton cannot read is still told: it will hold the next downscale)
+            if let Err(invalid) = &member.min_time_between_downscale {
+                plan.invalid(name, invalid);
+            }
             plan.set_replicas(name, current, target, &source);
             return true;
         }

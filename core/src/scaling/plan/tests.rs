@@ -221,6 +221,28 @@ fn cases() -> Vec<Case> {
             findings: vec![("b", Scale, reasons::SCALE_DOWN, "from 10 to 5")],
         },
         Case {
+            name: "a follower with an unreadable min-time label follows down when no zone was ever downscaled, and is told",
+            members: vec![
+                member("a", 5),
+                Member {
+                    min_time_between_downscale: Err(invalid(
+                        "grafana.com/min-time-between-zones-downscale",
+                    )),
+                    ..follower("b", 10, "a")
+                },
+            ],
+            actions: vec![set("b", 10, 5)],
+            findings: vec![
+                (
+                    "b",
+                    Problem,
+                    reasons::INVALID,
+                    "min-time-between-zones-downscale",
+                ),
+                ("b", Scale, reasons::SCALE_DOWN, "from 10 to 5"),
+            ],
+        },
+        Case {
             name: "a follower without the min-time label does not scale down after another zone's downscale",
             members: vec![
                 Member {
