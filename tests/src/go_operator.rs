@@ -7,15 +7,26 @@
 //! It runs as a process outside the cluster, as baton's binaries do in these tests: the
 //! administrator's kubeconfig, one namespace, and its webhook server on loopback serving the
 //! test's certificate (its self-signed certificate would name `rollout-operator.<ns>.svc`).
+//!
+//! It calls pods by their DNS names (`<pod>.<service>.<namespace>.svc.<cluster domain>`), which
+//! nothing resolves on a test machine; baton is told to call pods by IP instead. The Go
+//! operator's pod client honours `HTTP_PROXY`, so [`PodProxy`] stands in for the cluster's DNS:
+//! a forward proxy that sends each call on to the loopback IP the pod simulator gave that pod,
+//! where the test's pod endpoints listen for both operators alike.
 
+use std::net::Ipv4Addr;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
 
 use crate::control_plane::ControlPlane;
 use crate::control_plane::supervisor::assets_dir;
 use crate::controller_support::http_status;
+use crate::http_support::read_request_with_body;
 use crate::process::BatonProcess;
 use crate::webhook_support::{TestTls, free_port};
 
@@ -53,23 +64,47 @@ pub struct GoOperator {
     /// The instrumentation server's port (`/ready`, `/metrics`).
     pub ops_port: u16,
     _files: tempfile::TempDir,
+    _pods: Option<PodProxy>,
 }
 
 impl GoOperator {
     /// Starts the Go operator for `namespace` with `extra` flags (e.g. `-use-zone-tracker`),
-    /// serving `tls` on a free port, and waits until `/ready` answers 200.
+    /// serving `tls` on a free port, and waits until `/ready` answers 200. It cannot reach pods.
     pub async fn start(
         control_plane: &ControlPlane,
         tls: &TestTls,
         namespace: &str,
         extra: &[&str],
     ) -> anyhow::Result<Self> {
+        Self::start_with(control_plane, tls, namespace, extra, None).await
+    }
+
+    /// As [`GoOperator::start`], calling the pods of `namespace` where `pod_addresses` (such
+    /// as [`crate::PodSimulator::pod_addresses`]) says each listens, through a [`PodProxy`].
+    pub async fn start_calling_pods(
+        control_plane: &ControlPlane,
+        tls: &TestTls,
+        namespace: &str,
+        extra: &[&str],
+        pod_addresses: impl Fn(&str) -> Ipv4Addr + Send + Sync + 'static,
+    ) -> anyhow::Result<Self> {
+        let proxy = PodProxy::start(namespace, pod_addresses).await?;
+        Self::start_with(control_plane, tls, namespace, extra, Some(proxy)).await
+    }
+
+    async fn start_with(
+        control_plane: &ControlPlane,
+        tls: &TestTls,
+        namespace: &str,
+        extra: &[&str],
+        mut pods: Option<PodProxy>,
+    ) -> anyhow::Result<Self> {
         // A free port is released before the Go operator binds it (on every address): another
         // test process may take it first. The operator then exits saying so, and starts again
         // on other ports.
         let mut attempts = 0;
         loop {
-            match Self::start_once(control_plane, tls, namespace, extra).await {
+            match Self::start_once(control_plane, tls, namespace, extra, &mut pods).await {
                 Err(error)
                     if attempts < 3 && format!("{error:#}").contains("address already in use") =>
                 {
@@ -85,6 +120,7 @@ impl GoOperator {
         tls: &TestTls,
         namespace: &str,
         extra: &[&str],
+        pods: &mut Option<PodProxy>,
     ) -> anyhow::Result<Self> {
         let binary = binary()?;
         let files = tempfile::tempdir()?;
@@ -115,12 +151,21 @@ impl GoOperator {
         ];
         args.extend(extra.iter().map(|flag| (*flag).to_owned()));
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let process = BatonProcess::spawn_program("rollout-operator", &binary, &args)?;
+        // (loopback addresses, the API server's among them, are never proxied)
+        let proxy = pods
+            .as_ref()
+            .map(|proxy| format!("http://{}", proxy.address));
+        let env: Vec<(&str, &str)> = proxy
+            .iter()
+            .map(|proxy| ("HTTP_PROXY", proxy.as_str()))
+            .collect();
+        let process = BatonProcess::spawn_program_with("rollout-operator", &binary, &args, &env)?;
         let mut operator = Self {
             process,
             port,
             ops_port,
             _files: files,
+            _pods: None,
         };
         let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
         while operator.ready_status().await != Some(200) {
@@ -138,6 +183,7 @@ impl GoOperator {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+        operator._pods = pods.take();
         Ok(operator)
     }
 
@@ -159,4 +205,92 @@ impl GoOperator {
             .context("the Go rollout-operator exits after SIGTERM")??;
         Ok(())
     }
+}
+
+/// A forward HTTP proxy resolving pods' DNS names for one namespace: a request for
+/// `http://<pod>.<service>.<namespace>.svc.<domain>:<port>/<path>` is sent to `<port>` of the
+/// pod's address, and the pod's answer returned as it came. A name it cannot place (another
+/// namespace, not a pod's name) gets 502 saying so. Stops when dropped.
+#[derive(Debug)]
+pub struct PodProxy {
+    pub address: std::net::SocketAddr,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl PodProxy {
+    pub async fn start(
+        namespace: &str,
+        pod_addresses: impl Fn(&str) -> Ipv4Addr + Send + Sync + 'static,
+    ) -> anyhow::Result<Self> {
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await?;
+        let address = listener.local_addr()?;
+        let pod_addresses = Arc::new(pod_addresses);
+        let namespace = namespace.to_owned();
+        let task = tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let (pod_addresses, namespace) = (pod_addresses.clone(), namespace.clone());
+                tokio::spawn(async move {
+                    let Some((method, target, body)) = read_request_with_body(&mut stream).await
+                    else {
+                        return;
+                    };
+                    let answer = match forward(&method, &target, &body, &namespace, &*pod_addresses)
+                        .await
+                    {
+                        Ok(answer) => answer,
+                        Err(error) => {
+                            let body = format!("the pod proxy: {error:#}");
+                            format!(
+                                    "HTTP/1.1 502 Bad Gateway\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                                    body.len()
+                                )
+                                .into_bytes()
+                        }
+                    };
+                    let _ = stream.write_all(&answer).await;
+                    let _ = stream.shutdown().await;
+                });
+            }
+        });
+        Ok(Self { address, task })
+    }
+}
+
+impl Drop for PodProxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Sends one proxied request (`target` in absolute form) on to its pod; the whole answer.
+async fn forward(
+    method: &str,
+    target: &str,
+    body: &[u8],
+    namespace: &str,
+    pod_addresses: &(dyn Fn(&str) -> Ipv4Addr + Send + Sync),
+) -> anyhow::Result<Vec<u8>> {
+    let url = url::Url::parse(target).with_context(|| format!("{target:?} is not a URL"))?;
+    let host = url.host_str().context("no host")?;
+    let port = url.port_or_known_default().context("no port")?;
+    let labels: Vec<&str> = host.trim_end_matches('.').split('.').collect();
+    let [pod, _service, pod_namespace, "svc", ..] = labels.as_slice() else {
+        bail!("{host} is not a pod's DNS name");
+    };
+    if *pod_namespace != namespace {
+        bail!("{host} is not in {namespace}");
+    }
+    let path = &url[url::Position::BeforePath..];
+    let mut pod_stream = TcpStream::connect((pod_addresses(pod), port))
+        .await
+        .with_context(|| format!("connecting to {pod}:{port}"))?;
+    let head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    pod_stream.write_all(head.as_bytes()).await?;
+    pod_stream.write_all(body).await?;
+    let mut answer = Vec::new();
+    pod_stream.read_to_end(&mut answer).await?;
+    Ok(answer)
 }

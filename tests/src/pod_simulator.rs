@@ -132,6 +132,13 @@ impl PodSimulator {
         self.shared.ip_for(pod)
     }
 
+    /// The loopback IP of any pod by name, for a caller that outlives a borrow of the simulator
+    /// (a proxy resolving pods' DNS names): the same addresses as [`PodSimulator::pod_ip`].
+    pub fn pod_addresses(&self) -> impl Fn(&str) -> Ipv4Addr + Send + Sync + 'static {
+        let shared = self.shared.clone();
+        move |pod| shared.ip_for(pod)
+    }
+
     /// Keeps `pod` (and any pod recreated with its name) NotReady until [`release`]d; a pod
     /// that is Ready now goes NotReady at once.
     ///

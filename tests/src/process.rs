@@ -252,8 +252,18 @@ impl BatonProcess {
     /// Starts `program`, which is not part of the workspace (e.g. haproxy), with `args`; its
     /// output is kept and shown as a baton binary's is.
     pub fn spawn_program(name: &str, program: &Path, args: &[&str]) -> anyhow::Result<Self> {
+        Self::spawn_program_with(name, program, args, &[])
+    }
+
+    /// As [`BatonProcess::spawn_program`], with `env` added to its environment.
+    pub fn spawn_program_with(
+        name: &str,
+        program: &Path,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> anyhow::Result<Self> {
         let mut command = Command::new(program);
-        command.args(args);
+        command.args(args).envs(env.iter().copied());
         Self::start(name, command, ProcessLog::new(name)?)
     }
 

@@ -371,6 +371,56 @@ impl WebhookConfigurations {
     }
 }
 
+impl WebhookConfigurations {
+    /// Points every webhook of these configurations at `base` instead, each keeping its path:
+    /// what a Service does when the Deployment behind it is replaced. The configurations stay
+    /// in place throughout, so no request goes unjudged meanwhile.
+    pub async fn repoint(&self, control_plane: &ControlPlane, base: &str) -> anyhow::Result<()> {
+        let client = control_plane.admin_client().await;
+        let repointed = |webhook: &mut serde_json::Value| -> anyhow::Result<()> {
+            let url = webhook["clientConfig"]["url"]
+                .as_str()
+                .context("a webhook called by URL")?;
+            let path = url::Url::parse(url)?.path().to_owned();
+            webhook["clientConfig"]["url"] = json!(format!("{base}{path}"));
+            Ok(())
+        };
+        let validating = Api::<ValidatingWebhookConfiguration>::all(client.clone());
+        let mut configuration = serde_json::to_value(validating.get(&self.name).await?)?;
+        for webhook in configuration["webhooks"]
+            .as_array_mut()
+            .into_iter()
+            .flatten()
+        {
+            repointed(webhook)?;
+        }
+        validating
+            .replace(
+                &self.name,
+                &PostParams::default(),
+                &serde_json::from_value(configuration)?,
+            )
+            .await?;
+        let mutating = Api::<MutatingWebhookConfiguration>::all(client);
+        let mut configuration = serde_json::to_value(mutating.get(&self.name).await?)?;
+        for webhook in configuration["webhooks"]
+            .as_array_mut()
+            .into_iter()
+            .flatten()
+        {
+            repointed(webhook)?;
+        }
+        mutating
+            .replace(
+                &self.name,
+                &PostParams::default(),
+                &serde_json::from_value(configuration)?,
+            )
+            .await?;
+        Ok(())
+    }
+}
+
 /// How the API server comes to trust the test webhook's certificate.
 enum Trust {
     /// The caBundle is set at creation.

@@ -6,6 +6,12 @@
 //! written as `<ns>`). A case where baton answers differently on purpose says so and why, and
 //! asserts both answers as they are, so a change on either side is seen; docs/compatibility.md
 //! lists the same differences.
+//!
+//! Rollouts and downscales are compared the same way on what each operator did: which pods
+//! went, in which order, and which pods were called (prepare-downscale, delayed downscale; the
+//! Go operator reaches them by DNS name through `baton_e2e::go_operator::PodProxy`). Switching
+//! from one operator to the other midway, in both directions, must keep every guarantee: the
+//! zone rule of a rollout, the min time between zone downscales, a downscale's delay.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -17,22 +23,27 @@ use baton_e2e::controller_support::{
 use baton_e2e::crds;
 use baton_e2e::fixtures::{StatefulSetFixture, rollout_group};
 use baton_e2e::go_operator::GoOperator;
+use baton_e2e::http_support::{PodEndpoint, endpoints_on_pods};
 use baton_e2e::keys::{
-    DOWNSCALE_LEADER, MIRROR_API_VERSION, MIRROR_KIND, MIRROR_NAME, NO_DOWNSCALE,
+    DELAYED_DOWNSCALE, DELAYED_DOWNSCALE_URL, DOWNSCALE_LEADER, LAST_DOWNSCALE,
+    MIN_TIME_BETWEEN_ZONES_DOWNSCALE, MIRROR_API_VERSION, MIRROR_KIND, MIRROR_NAME, NO_DOWNSCALE,
+    PREPARE_DOWNSCALE, PREPARE_DOWNSCALE_PATH, PREPARE_DOWNSCALE_PORT,
 };
 use baton_e2e::scaling_support::{
     REPLICA_TEMPLATE_API_VERSION, REPLICA_TEMPLATE_KIND, ReplicaTemplates,
     install_replica_template_crd,
 };
 use baton_e2e::timeline::{Zone, check_rollout_guarantees, zone_windows};
-use baton_e2e::webhook_support::{TestTls, WebhookReplica};
+use baton_e2e::webhook_support::{
+    TestTls, WebhookConfigurations, WebhookReplica, free_port, scale, wait_for_webhooks,
+};
 use baton_e2e::zpdb_support::{budget, eviction_review, zpdb_resource};
 use baton_e2e::{
     ControlPlane, PodEvent, PodSimulator, PodTransition, Scene, TestNamespace, wait_until,
 };
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
@@ -1386,4 +1397,875 @@ async fn both_operators_mirror_a_reference_resource_and_follow_a_leader_zone_ali
             .await;
         }
     }
+}
+
+// Downscales: prepare-downscale through the API server, delayed downscale from a reference
+// resource, and switching operators in the middle of both.
+
+/// Who guards and carries out downscales in a [`DownscaleScene`].
+enum Operator {
+    Go(GoOperator),
+    Baton {
+        controller: Controller,
+        webhook: Box<WebhookReplica>,
+    },
+}
+
+/// A namespace where one operator guards and carries out downscales: its pods simulated, an
+/// endpoint on every pod named in [`DOWNSCALE_PODS`] (on the pod's IP, where baton calls it and
+/// where the Go operator's calls by DNS name arrive through its pod proxy), and that operator's
+/// webhooks registered for the namespace by the API server.
+struct DownscaleScene {
+    namespace: TestNamespace,
+    simulator: PodSimulator,
+    tls: TestTls,
+    port: u16,
+    endpoints: BTreeMap<String, PodEndpoint>,
+    operator: Operator,
+    _configurations: WebhookConfigurations,
+}
+
+/// The pods the downscale scenarios call: a group of three zones opted in to prepare-downscale,
+/// and one StatefulSet with a delayed downscale.
+const DOWNSCALE_PODS: &[&str] = &[
+    "ingester-zone-a-0",
+    "ingester-zone-a-1",
+    "ingester-zone-a-2",
+    "ingester-zone-b-0",
+    "ingester-zone-b-1",
+    "ingester-zone-b-2",
+    "ingester-zone-c-0",
+    "ingester-zone-c-1",
+    "ingester-zone-c-2",
+    "delayed-zone-a-0",
+    "delayed-zone-a-1",
+    "delayed-zone-a-2",
+];
+
+/// baton as the downscale scenarios run it: pods called by IP, scaling looked at every 300 ms.
+const BATON_SCALING: &[(&str, &str)] = &[
+    ("BATON_PODS__ADDRESS_BY", "ip"),
+    ("BATON_CONTROLLER__SCALING_POLL_INTERVAL", "300ms"),
+];
+
+impl DownscaleScene {
+    /// A namespace `<prefix>-…` with its pods' endpoints, run by the Go operator (with
+    /// `go_flags`) or by baton.
+    async fn start(prefix: &str, go: Option<&[&str]>) -> Self {
+        let control_plane = ControlPlane::shared().await;
+        // (the Go operator does not start without both CRDs)
+        install_replica_template_crd(control_plane).await.unwrap();
+        crds::install(
+            &control_plane.admin_client().await,
+            crds::ZONE_AWARE_POD_DISRUPTION_BUDGET,
+        )
+        .await;
+        let namespace = TestNamespace::create(control_plane, prefix).await;
+        let simulator = PodSimulator::for_namespace(&namespace).await;
+        let tls = TestTls::generate().unwrap();
+        let port = free_port().unwrap();
+        let endpoints = endpoints_on_pods(&simulator, DOWNSCALE_PODS, port).await;
+        let (operator, base) = match go {
+            Some(flags) => Self::go(&namespace, &simulator, &tls, flags).await,
+            None => Self::baton(&namespace, &tls).await,
+        };
+        let configurations =
+            WebhookConfigurations::register_at(control_plane, namespace.name(), &tls, &base)
+                .await
+                .unwrap();
+        Self {
+            namespace,
+            simulator,
+            tls,
+            port,
+            endpoints,
+            operator,
+            _configurations: configurations,
+        }
+    }
+
+    /// The Go operator for `namespace`, calling its pods; and where its webhooks answer.
+    async fn go(
+        namespace: &TestNamespace,
+        simulator: &PodSimulator,
+        tls: &TestTls,
+        flags: &[&str],
+    ) -> (Operator, String) {
+        let operator = GoOperator::start_calling_pods(
+            ControlPlane::shared().await,
+            tls,
+            namespace.name(),
+            flags,
+            simulator.pod_addresses(),
+        )
+        .await
+        .unwrap_or_else(|error| panic!("{error:#}"));
+        let base = operator.url("");
+        (Operator::Go(operator), base)
+    }
+
+    /// baton's controller and webhook for `namespace`; and where its webhooks answer.
+    async fn baton(namespace: &TestNamespace, tls: &TestTls) -> (Operator, String) {
+        let control_plane = ControlPlane::shared().await;
+        let controller = Controller::start(control_plane, namespace.name(), BATON_SCALING).await;
+        let webhook = WebhookReplica::start(control_plane, tls, namespace.name())
+            .await
+            .unwrap();
+        let base = webhook.url("");
+        let webhook = Box::new(webhook);
+        (
+            Operator::Baton {
+                controller,
+                webhook,
+            },
+            base,
+        )
+    }
+
+    fn who(&self) -> &'static str {
+        match self.operator {
+            Operator::Go(_) => "the Go operator",
+            Operator::Baton { .. } => "baton",
+        }
+    }
+
+    /// The operator stopped as Kubernetes stops a pod (SIGTERM), the other one started in its
+    /// place (the Go operator with `go_flags`), the same webhook configurations calling it: what
+    /// a switch of Deployments behind the same Service does.
+    async fn switch(self, go_flags: &[&str]) -> Self {
+        let Self {
+            namespace,
+            simulator,
+            tls,
+            port,
+            endpoints,
+            operator,
+            _configurations: configurations,
+        } = self;
+        let next = match operator {
+            Operator::Go(operator) => {
+                operator.stop(TIMEOUT).await.unwrap();
+                None
+            }
+            Operator::Baton {
+                mut controller,
+                webhook,
+            } => {
+                controller.process.signal("TERM").unwrap();
+                tokio::time::timeout(TIMEOUT, controller.process.wait())
+                    .await
+                    .expect("baton-controller exits after SIGTERM")
+                    .unwrap();
+                drop(webhook);
+                Some(go_flags)
+            }
+        };
+        let (operator, base) = match next {
+            Some(flags) => Self::go(&namespace, &simulator, &tls, flags).await,
+            None => Self::baton(&namespace, &tls).await,
+        };
+        configurations
+            .repoint(ControlPlane::shared().await, &base)
+            .await
+            .unwrap();
+        let scene = Self {
+            namespace,
+            simulator,
+            tls,
+            port,
+            endpoints,
+            operator,
+            _configurations: configurations,
+        };
+        // (the probe of create_prepared_group, opted in without a port: a judgement, not a
+        // failed call to the operator gone)
+        wait_until(
+            TIMEOUT,
+            &format!("{} judges downscales", scene.who()),
+            || async {
+                scene
+                    .scale("probe-prepare", 0)
+                    .await
+                    .is_err_and(|denial| denial.contains(PREPARE_DOWNSCALE_PORT))
+            },
+        )
+        .await;
+        scene
+    }
+
+    fn statefulsets(&self) -> Api<StatefulSet> {
+        self.namespace.api()
+    }
+
+    /// Creates zones a, b and c of group `ingester` (3 replicas each), opted in to
+    /// prepare-downscale on this scene's port, waiting `min_time` between zone downscales, and
+    /// waits until they are ready and the webhooks are called.
+    async fn create_prepared_group(&self, min_time: &str) {
+        let client = self.namespace.client();
+        for zone in ["a", "b", "c"] {
+            StatefulSetFixture::new(&format!("ingester-zone-{zone}"))
+                .group("ingester")
+                .replicas(3)
+                .label(MIN_TIME_BETWEEN_ZONES_DOWNSCALE, min_time)
+                .label(PREPARE_DOWNSCALE, "true")
+                .annotation(PREPARE_DOWNSCALE_PATH, "ingester/prepare-shutdown")
+                .annotation(PREPARE_DOWNSCALE_PORT, &self.port.to_string())
+                .create(&client, self.namespace.name())
+                .await;
+        }
+        wait_for_webhooks(&self.namespace).await;
+        self.wait_ready(&["ingester-zone-a", "ingester-zone-b", "ingester-zone-c"])
+            .await;
+    }
+
+    /// Creates `delayed-zone-a` mirroring ReplicaTemplate `delayed` (3 replicas), its downscales
+    /// delayed by `delay` and prepared on this scene's port; waits until it is ready.
+    async fn create_delayed(&self, delay: &str) {
+        let client = self.namespace.client();
+        ReplicaTemplates::new(client.clone(), self.namespace.name())
+            .create("delayed", 3)
+            .await;
+        StatefulSetFixture::new("delayed-zone-a")
+            .group("delayed")
+            .replicas(3)
+            .annotation(MIRROR_NAME, "delayed")
+            .annotation(MIRROR_KIND, REPLICA_TEMPLATE_KIND)
+            .annotation(MIRROR_API_VERSION, REPLICA_TEMPLATE_API_VERSION)
+            .annotation(DELAYED_DOWNSCALE, delay)
+            .annotation(
+                DELAYED_DOWNSCALE_URL,
+                &format!("http://pod:{}/prepare-delayed-downscale", self.port),
+            )
+            .create(&client, self.namespace.name())
+            .await;
+        self.wait_ready(&["delayed-zone-a"]).await;
+    }
+
+    async fn wait_ready(&self, names: &[&str]) {
+        wait_group_ready(&self.namespace.client(), self.namespace.name(), names).await;
+    }
+
+    async fn scale(&self, name: &str, replicas: i32) -> Result<(), String> {
+        scale(&self.statefulsets(), name, replicas, false).await
+    }
+
+    async fn replicas(&self, name: &str) -> i32 {
+        spec_replicas(&self.namespace.client(), self.namespace.name(), name).await
+    }
+
+    async fn wait_replicas(&self, name: &str, replicas: i32) {
+        let who = self.who();
+        wait_until(
+            Duration::from_secs(90),
+            &format!("{who}: {name} has {replicas} replicas"),
+            || async {
+                if self.replicas(name).await == replicas {
+                    return true;
+                }
+                self.nudge(name).await;
+                false
+            },
+        )
+        .await;
+    }
+
+    /// Touches StatefulSet `name` (an annotation of the test's own): the Go operator looks at
+    /// its groups again only when something in the namespace changed (or every 5 minutes, its
+    /// informers' resync), where baton polls; so scenarios waiting on its next look make one
+    /// happen. baton reads nothing of it.
+    async fn nudge(&self, name: &str) {
+        let patch = json!({"metadata": {"annotations": {
+            "e2e.baton.test/nudged": jiff::Timestamp::now().to_string(),
+        }}});
+        self.statefulsets()
+            .patch(name, &PatchParams::default(), &Patch::Merge(patch))
+            .await
+            .unwrap_or_else(|error| panic!("touching {name}: {error}"));
+    }
+
+    fn templates(&self) -> ReplicaTemplates {
+        ReplicaTemplates::new(self.namespace.client(), self.namespace.name())
+    }
+
+    /// Every call the pods received so far, `<pod> <METHOD> <path>`, sorted; then forgotten.
+    fn take_calls(&self) -> Vec<String> {
+        let mut calls: Vec<String> = self
+            .endpoints
+            .iter()
+            .flat_map(|(pod, endpoint)| {
+                endpoint
+                    .calls()
+                    .into_iter()
+                    .map(move |call| format!("{pod} {call}"))
+            })
+            .collect();
+        for endpoint in self.endpoints.values() {
+            endpoint.clear();
+        }
+        calls.sort();
+        calls
+    }
+
+    /// Which pods received which methods so far, each once (the operators call again on every
+    /// pass, each at its own pace), e.g. `delayed-zone-a-1 POST /prepare-delayed-downscale`.
+    fn calls_made(&self) -> Vec<String> {
+        let mut calls = self.take_calls();
+        calls.dedup();
+        calls
+    }
+
+    /// `grafana.com/last-downscale` of `name`, once it is written.
+    async fn wait_last_downscale(&self, name: &str) -> jiff::Timestamp {
+        let who = self.who();
+        let api = self.statefulsets();
+        let read = || async {
+            api.get(name)
+                .await
+                .ok()?
+                .metadata
+                .annotations?
+                .get(LAST_DOWNSCALE)?
+                .parse::<jiff::Timestamp>()
+                .ok()
+        };
+        wait_until(
+            TIMEOUT,
+            &format!("{who}: {name} carries last-downscale"),
+            || async { read().await.is_some() },
+        )
+        .await;
+        read().await.expect("waited for")
+    }
+}
+
+/// What one operator did at one step of a downscale scenario.
+#[derive(Debug)]
+struct Step {
+    /// Allowed, or the denial's message.
+    answer: Result<(), String>,
+    /// The pods' calls it made, as [`DownscaleScene::take_calls`] lists them.
+    calls: Vec<String>,
+}
+
+/// Steps judged side by side: the same answer (a denial's message carrying every word of
+/// `gist`) and the same calls to the same pods in the same numbers.
+#[derive(Default)]
+struct DownscaleVerdicts {
+    table: Vec<String>,
+    differences: Vec<String>,
+}
+
+impl DownscaleVerdicts {
+    fn judge(&mut self, step: &str, go: &Step, baton: &Step, gist: &[&str]) {
+        self.judge_calls(step, go, baton, gist, None);
+    }
+
+    /// As [`DownscaleVerdicts::judge`], where the Go operator calls the same pods as baton but
+    /// more often, for the reason `why`: the pods called and the methods must match, and baton
+    /// must call each once.
+    fn judge_go_calls_again(&mut self, step: &str, go: &Step, baton: &Step, why: &str) {
+        self.judge_calls(step, go, baton, &[], Some(why));
+    }
+
+    fn judge_calls(
+        &mut self,
+        step: &str,
+        go: &Step,
+        baton: &Step,
+        gist: &[&str],
+        go_calls_again: Option<&str>,
+    ) {
+        let mut problems = Vec::new();
+        if go.answer.is_ok() != baton.answer.is_ok() {
+            problems.push("one allows, the other denies".to_owned());
+        }
+        for (who, taken) in [("Go", go), ("baton", baton)] {
+            if let Err(message) = &taken.answer {
+                for word in gist {
+                    if !message.contains(word) {
+                        problems.push(format!("{who}'s denial lacks {word:?}"));
+                    }
+                }
+            }
+        }
+        let once = |calls: &[String]| {
+            let mut once = calls.to_vec();
+            once.dedup();
+            once
+        };
+        let same_calls = match go_calls_again {
+            None => go.calls == baton.calls,
+            Some(_) => once(&go.calls) == baton.calls && once(&baton.calls) == baton.calls,
+        };
+        if !same_calls {
+            problems.push("the pods' calls differ".to_owned());
+        }
+        let verdict = match (problems.is_empty(), go_calls_again) {
+            (false, _) => "DIFFERENT".to_owned(),
+            (true, None) => "same".to_owned(),
+            (true, Some(why)) => format!("the same pods called; {why}"),
+        };
+        if !problems.is_empty() {
+            self.differences.push(format!(
+                "{step}: {}\n  Go:    {go:?}\n  baton: {baton:?}",
+                problems.join(", ")
+            ));
+        }
+        let brief = |taken: &Step| {
+            format!(
+                "{}; calls: {}",
+                match &taken.answer {
+                    Ok(()) => "allowed".to_owned(),
+                    Err(message) => format!("denied: {message}"),
+                },
+                taken.calls.join(", ")
+            )
+        };
+        self.table.push(format!(
+            "| {step} | {verdict} | {} | {} |",
+            brief(go),
+            brief(baton)
+        ));
+    }
+
+    fn report(self, steps: usize) {
+        println!("| step | verdict | Go operator v0.38.1 | baton |");
+        println!("|---|---|---|---|");
+        for line in &self.table {
+            println!("{line}");
+        }
+        assert!(
+            self.differences.is_empty(),
+            "{} of {} steps differ:\n{}",
+            self.differences.len(),
+            self.table.len(),
+            self.differences.join("\n")
+        );
+        assert_eq!(self.table.len(), steps, "steps judged");
+    }
+}
+
+/// The prepare-downscale steps of one operator: each step's answer and the pods' calls.
+async fn prepare_downscale_steps(scene: &DownscaleScene) -> Vec<Step> {
+    let mut steps = Vec::new();
+    let step = |answer: Result<(), String>| Step {
+        answer,
+        calls: scene.take_calls(),
+    };
+    // 1. A StatefulSet opted in without the port annotation
+    steps.push(step(scene.scale("probe-prepare", 0).await));
+    // 2. Zone a down while a pod of zone c is not ready
+    scene.simulator.hold_not_ready("ingester-zone-c-0").await;
+    wait_until(TIMEOUT, "zone c counts a pod not ready", || async {
+        scene
+            .statefulsets()
+            .get("ingester-zone-c")
+            .await
+            .ok()
+            .and_then(|statefulset| statefulset.status?.ready_replicas)
+            .unwrap_or(0)
+            < 3
+    })
+    .await;
+    steps.push(step(scene.scale("ingester-zone-a", 2).await));
+    scene.simulator.release("ingester-zone-c-0").await;
+    scene.wait_ready(&["ingester-zone-c"]).await;
+    // 3. Zone a down while the pod going away fails to prepare
+    scene.endpoints["ingester-zone-a-2"].answer("POST", 500);
+    steps.push(step(scene.scale("ingester-zone-a", 2).await));
+    scene.endpoints["ingester-zone-a-2"].answer("POST", 200);
+    // 4. Zone a down, every pod ready and preparing
+    let allowed = scene.scale("ingester-zone-a", 2).await;
+    scene.wait_last_downscale("ingester-zone-a").await;
+    steps.push(step(allowed));
+    // 5. Zone b down while zone a was downscaled less than the min time ago
+    steps.push(step(scene.scale("ingester-zone-b", 2).await));
+    // 6. Zone a further down: its own last downscale does not hold it
+    steps.push(step(scene.scale("ingester-zone-a", 1).await));
+    steps
+}
+
+#[tokio::test]
+async fn both_operators_prepare_a_downscale_alike() {
+    // Given in both namespaces a group of 3 zones x 3 pods opted in to prepare-downscale with
+    // 1h between zone downscales, an endpoint on every pod, and the operator's webhooks
+    // registered with the API server
+    let (go, baton) = tokio::join!(
+        DownscaleScene::start("sbs-prepare-go", Some(&[])),
+        DownscaleScene::start("sbs-prepare-baton", None),
+    );
+    tokio::join!(
+        go.create_prepared_group("1h"),
+        baton.create_prepared_group("1h")
+    );
+    go.take_calls();
+    baton.take_calls();
+
+    // When the same downscales are asked of both through the API server
+    let (go_steps, baton_steps) = tokio::join!(
+        prepare_downscale_steps(&go),
+        prepare_downscale_steps(&baton)
+    );
+
+    // Then both answer each alike and call the same pods alike
+    let mut verdicts = DownscaleVerdicts::default();
+    let gists: [(&str, &[&str]); 6] = [
+        (
+            "opted in without the port annotation",
+            &["grafana.com/prepare-downscale-http-port"],
+        ),
+        ("a pod of another zone not ready", &["ingester-zone-c"]),
+        ("the pod going away fails to prepare", &["prepare"]),
+        ("every pod ready and preparing", &[]),
+        (
+            "another zone downscaled within the min time",
+            &["ingester-zone-a"],
+        ),
+        ("the same zone further down", &[]),
+    ];
+    // (an allowed downscale: the Go operator writes last-downscale to the StatefulSet it is
+    // admitting, which moves its resourceVersion, and the API server runs the /scale patch again:
+    // the admission, and the pods' calls, twice; baton writes nothing from inside it)
+    let again = "Go calls again: its write inside the admission makes the API server re-run the patch (rollout-operator#303)";
+    for (index, ((step, gist), (go_step, baton_step))) in gists
+        .iter()
+        .zip(go_steps.iter().zip(&baton_steps))
+        .enumerate()
+    {
+        if [3, 5].contains(&index) {
+            verdicts.judge_go_calls_again(step, go_step, baton_step, again);
+        } else {
+            verdicts.judge(step, go_step, baton_step, gist);
+        }
+    }
+    verdicts.report(gists.len());
+    // (and what the steps promise, on either side)
+    for (who, steps) in [("Go", &go_steps), ("baton", &baton_steps)] {
+        let allowed: Vec<bool> = steps.iter().map(|step| step.answer.is_ok()).collect();
+        assert_eq!(
+            allowed,
+            [false, false, false, true, false, true],
+            "{who}: {steps:?}"
+        );
+        assert_eq!(
+            steps[2].calls,
+            [
+                "ingester-zone-a-2 DELETE /ingester/prepare-shutdown",
+                "ingester-zone-a-2 POST /ingester/prepare-shutdown"
+            ],
+            "{who}: the failed preparation is undone"
+        );
+    }
+    assert_eq!(
+        baton_steps[3].calls,
+        ["ingester-zone-a-2 POST /ingester/prepare-shutdown"]
+    );
+    for scene in [&go, &baton] {
+        assert_eq!(scene.replicas("ingester-zone-a").await, 1);
+        assert_eq!(scene.replicas("ingester-zone-b").await, 3);
+    }
+}
+
+/// The calls of one whole pass of `scene`'s operator and any after it, once it acts on what
+/// it was last told: what it called (as [`DownscaleScene::calls_made`]) from when `called`
+/// (calls a pod received: `(pod, method)`) have all arrived twice over, the first round
+/// forgotten (it may carry calls of passes that began before).
+async fn calls_of_a_pass(scene: &DownscaleScene, called: &[(&str, &str)]) -> Step {
+    let arrived = || {
+        called
+            .iter()
+            .all(|(pod, method)| scene.endpoints[*pod].count(method) > 0)
+    };
+    for round in ["", " again"] {
+        wait_until(
+            TIMEOUT,
+            &format!("{}: {called:?}{round}", scene.who()),
+            || async {
+                if arrived() {
+                    return true;
+                }
+                scene.nudge("delayed-zone-a").await;
+                false
+            },
+        )
+        .await;
+        if round.is_empty() {
+            scene.take_calls();
+        }
+    }
+    Step {
+        answer: Ok(()),
+        calls: scene.calls_made(),
+    }
+}
+
+/// [`calls_of_a_pass`] of both at once.
+async fn both_passes(
+    go: &DownscaleScene,
+    baton: &DownscaleScene,
+    called: &[(&str, &str)],
+) -> (Step, Step) {
+    tokio::join!(calls_of_a_pass(go, called), calls_of_a_pass(baton, called))
+}
+
+#[tokio::test]
+async fn both_operators_delay_a_downscale_until_its_pods_are_ready_to_go_alike() {
+    // Given in both namespaces a StatefulSet of 3 mirroring a template, its downscales delayed
+    // by 1h, and an endpoint on every pod that says it has only just prepared
+    let (go, baton) = tokio::join!(
+        DownscaleScene::start("sbs-delayed-go", Some(&[])),
+        DownscaleScene::start("sbs-delayed-baton", None),
+    );
+    tokio::join!(go.create_delayed("1h"), baton.create_delayed("1h"));
+    let mut verdicts = DownscaleVerdicts::default();
+    let now = jiff::Timestamp::now().as_second();
+    let (pod_0, pod_1, pod_2) = ("delayed-zone-a-0", "delayed-zone-a-1", "delayed-zone-a-2");
+
+    // When the template wants 1
+    // Then both ask pods 1 and 2 to prepare, tell pod 0 to cancel, and keep 3 replicas
+    for scene in [&go, &baton] {
+        scene.templates().scale("delayed", 1).await;
+    }
+    let preparing = [(pod_1, "POST"), (pod_2, "POST")];
+    let (go_step, baton_step) = both_passes(&go, &baton, &preparing).await;
+    verdicts.judge(
+        "the template wants 1, the pods just prepared",
+        &go_step,
+        &baton_step,
+        &[],
+    );
+    for call in [
+        format!("{pod_0} DELETE /prepare-delayed-downscale"),
+        format!("{pod_1} POST /prepare-delayed-downscale"),
+        format!("{pod_2} POST /prepare-delayed-downscale"),
+    ] {
+        assert!(go_step.calls.contains(&call), "{call}: {go_step:?}");
+    }
+    for scene in [&go, &baton] {
+        assert_eq!(scene.replicas("delayed-zone-a").await, 3, "{}", scene.who());
+    }
+
+    // When only pod 2 prepared more than the delay ago
+    // Then both scale down to 2 only, and go on preparing pod 1
+    for scene in [&go, &baton] {
+        scene.endpoints[pod_2].prepared_at(now - 2 * 3600);
+    }
+    for scene in [&go, &baton] {
+        scene.wait_replicas("delayed-zone-a", 2).await;
+    }
+    let (go_step, baton_step) = both_passes(&go, &baton, &[(pod_1, "POST")]).await;
+    verdicts.judge(
+        "pod 2 prepared more than the delay ago",
+        &go_step,
+        &baton_step,
+        &[],
+    );
+
+    // When the template is scaled back to 2
+    // Then both tell pod 1 to cancel, and neither goes below 2
+    for scene in [&go, &baton] {
+        scene.templates().scale("delayed", 2).await;
+    }
+    let (go_step, baton_step) = both_passes(&go, &baton, &[(pod_1, "DELETE")]).await;
+    verdicts.judge("the template back at 2", &go_step, &baton_step, &[]);
+    verdicts.report(3);
+    assert!(
+        go_step.calls.iter().all(|call| call.contains(" DELETE ")),
+        "only cancelling: {go_step:?}"
+    );
+    for scene in [&go, &baton] {
+        assert_eq!(scene.replicas("delayed-zone-a").await, 2, "{}", scene.who());
+    }
+}
+
+impl DownscaleScene {
+    /// Asks to scale `name` to `replicas` until it is allowed (within a minute of
+    /// `not_before`). Every answer that came back before `not_before` must be a denial naming
+    /// `gist`; returns how many were denied.
+    async fn denied_until(
+        &self,
+        name: &str,
+        replicas: i32,
+        not_before: jiff::Timestamp,
+        gist: &str,
+    ) -> usize {
+        let who = self.who();
+        let deadline = not_before + jiff::SignedDuration::from_secs(60);
+        let mut denied = 0;
+        loop {
+            let answer = self.scale(name, replicas).await;
+            let answered = jiff::Timestamp::now();
+            match answer {
+                Ok(()) => {
+                    assert!(
+                        answered >= not_before,
+                        "{who} allowed {name} down at {answered}, before {not_before}"
+                    );
+                    return denied;
+                }
+                Err(message) => {
+                    assert!(message.contains(gist), "{who}: {message}");
+                    denied += 1;
+                }
+            }
+            assert!(
+                answered < deadline,
+                "{who} still denies {name} at {answered}"
+            );
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
+    /// Reads `name`'s replicas until they are `at_last`: every read that came back before
+    /// `not_before` must say `until`; returns how many did.
+    async fn held_until(
+        &self,
+        name: &str,
+        until: i32,
+        not_before: jiff::Timestamp,
+        at_last: i32,
+    ) -> usize {
+        let who = self.who();
+        let deadline = not_before + jiff::SignedDuration::from_secs(90);
+        let mut held = 0;
+        loop {
+            let replicas = self.replicas(name).await;
+            let read = jiff::Timestamp::now();
+            if read < not_before {
+                assert_eq!(
+                    replicas, until,
+                    "{who}: {name} at {read}, before {not_before}"
+                );
+                held += 1;
+            } else if replicas == at_last {
+                return held;
+            }
+            self.nudge(name).await;
+            assert!(
+                read < deadline,
+                "{who}: {name} still has {replicas} replicas at {read}"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// The Go operator's zone tracker entry for `name` (`-use-zone-tracker`), once written.
+    async fn wait_zone_tracker(&self, name: &str) -> jiff::Timestamp {
+        let who = self.who();
+        let config_maps = self.namespace.api::<ConfigMap>();
+        let read = || async {
+            let tracker = config_maps
+                .get("rollout-operator-zone-tracker")
+                .await
+                .ok()?;
+            let entry: Value = serde_json::from_str(tracker.data?.get(name)?).ok()?;
+            entry["lastDownscaled"]
+                .as_str()?
+                .parse::<jiff::Timestamp>()
+                .ok()
+        };
+        wait_until(
+            TIMEOUT,
+            &format!("{who}: the zone tracker has {name}"),
+            || async { read().await.is_some() },
+        )
+        .await;
+        read().await.expect("waited for")
+    }
+
+    /// Starts a delayed downscale of `delayed-zone-a` to 1, its pods answering that they
+    /// prepared now; waits until the operator asked both pods going away. Returns when they
+    /// prepared.
+    async fn start_delayed_downscale(&self) -> jiff::Timestamp {
+        let prepared = jiff::Timestamp::now().as_second();
+        for pod in ["delayed-zone-a-1", "delayed-zone-a-2"] {
+            self.endpoints[pod].prepared_at(prepared);
+        }
+        self.templates().scale("delayed", 1).await;
+        calls_of_a_pass(
+            self,
+            &[("delayed-zone-a-1", "POST"), ("delayed-zone-a-2", "POST")],
+        )
+        .await;
+        jiff::Timestamp::from_second(prepared).unwrap()
+    }
+
+    /// Then, after a switch: zone b is denied until `min_time` after zone a's recorded
+    /// downscale and allowed after, and `delayed-zone-a` stays at 3 until `delay` after its
+    /// pods prepared, then goes to 1; each was seen held at least once.
+    async fn check_downscales_held(
+        &self,
+        zone_a_downscaled: jiff::Timestamp,
+        min_time: jiff::SignedDuration,
+        prepared: jiff::Timestamp,
+        delay: jiff::SignedDuration,
+    ) {
+        let (denied, held) = tokio::join!(
+            self.denied_until(
+                "ingester-zone-b",
+                2,
+                zone_a_downscaled + min_time,
+                "ingester-zone-a"
+            ),
+            self.held_until("delayed-zone-a", 3, prepared + delay, 1),
+        );
+        let who = self.who();
+        assert!(
+            denied > 0,
+            "{who} was asked for zone b only after the min time"
+        );
+        assert!(held > 0, "{who}'s delay was read only after it ended");
+    }
+}
+
+#[tokio::test]
+async fn switching_from_the_go_operator_to_baton_mid_downscale_keeps_its_min_time_and_delay() {
+    // Given a group opted in to prepare-downscale with 30s between zone downscales, and a
+    // StatefulSet whose downscales are delayed 30s, run by the Go operator (last-downscale kept
+    // in annotations)
+    let (min_time, delay) = (
+        jiff::SignedDuration::from_secs(30),
+        jiff::SignedDuration::from_secs(30),
+    );
+    let go = DownscaleScene::start("sbs-switch-scale-in", Some(&[])).await;
+    tokio::join!(go.create_prepared_group("30s"), go.create_delayed("30s"));
+    // When the Go operator downscales zone a and has started the delayed downscale to 1
+    go.scale("ingester-zone-a", 2).await.unwrap();
+    let zone_a_downscaled = go.wait_last_downscale("ingester-zone-a").await;
+    let prepared = go.start_delayed_downscale().await;
+    // And it is stopped, and baton started in its place
+    let baton = go.switch(&[]).await;
+
+    // Then baton denies zone b until 30s after zone a's downscale, and keeps the delayed
+    // StatefulSet until 30s after its pods prepared: no downscale earlier than the Go operator
+    // would have allowed
+    baton
+        .check_downscales_held(zone_a_downscaled, min_time, prepared, delay)
+        .await;
+}
+
+#[tokio::test]
+async fn switching_back_from_baton_to_the_go_operator_mid_downscale_keeps_its_min_time_and_delay() {
+    // Given the same, run by baton
+    let (min_time, delay) = (
+        jiff::SignedDuration::from_secs(30),
+        jiff::SignedDuration::from_secs(30),
+    );
+    let baton = DownscaleScene::start("sbs-switch-scale-back", None).await;
+    tokio::join!(
+        baton.create_prepared_group("30s"),
+        baton.create_delayed("30s")
+    );
+    // When baton downscales zone a (and records it in the Go operator's zone tracker) and has
+    // started the delayed downscale to 1
+    baton.scale("ingester-zone-a", 2).await.unwrap();
+    let zone_a_downscaled = baton.wait_zone_tracker("ingester-zone-a").await;
+    let prepared = baton.start_delayed_downscale().await;
+    // And it is stopped, and the Go operator started in its place, reading the zone tracker
+    let go = baton.switch(&["-use-zone-tracker"]).await;
+
+    // Then the Go operator carries on from what baton left: zone b denied until 30s after zone
+    // a's downscale, the delayed StatefulSet kept until 30s after its pods prepared
+    go.check_downscales_held(zone_a_downscaled, min_time, prepared, delay)
+        .await;
 }
