@@ -257,7 +257,7 @@ pub struct WebhookConfig {
     /// `check-state`, `hook-state`, `partition`), as the API server names users. Empty:
     /// baton-controller's service account in the system namespace
     /// (`system:serviceaccount:<system_namespace>:baton-controller`). In a member cluster the
-    /// hub's controller writes them: deploy/members sets
+    /// hub's controller writes them: deploy/member-cluster sets
     /// `system:serviceaccount:baton-system:baton-member` (docs/multi-cluster.md).
     #[serde(deserialize_with = "values::list")]
     pub state_writers: Vec<String>,
@@ -299,10 +299,11 @@ pub struct ControllerConfig {
     pub scaling_poll_interval: Duration,
     /// Leader election between controller replicas.
     pub lease: LeaseConfig,
-    /// Member clusters: when set, a rollout group is the StatefulSets with the same
-    /// rollout-group label in `namespace` across all of them, each named `cluster/statefulset`
-    /// (docs/multi-cluster.md). Empty: the controller's own cluster alone, as the Go operator.
-    pub members: Vec<MemberCluster>,
+    /// The clusters of cross-cluster rollout groups: when set, a rollout group is the
+    /// StatefulSets with the same rollout-group label in `namespace` across all of them, each
+    /// named `cluster/statefulset` (docs/multi-cluster.md). Empty: the controller's own cluster
+    /// alone, as the Go operator.
+    pub clusters: Vec<ClusterConfig>,
 }
 
 impl Default for ControllerConfig {
@@ -311,27 +312,28 @@ impl Default for ControllerConfig {
             resync_interval: Duration::from_secs(300),
             scaling_poll_interval: Duration::from_secs(5),
             lease: LeaseConfig::default(),
-            members: Vec::new(),
+            clusters: Vec::new(),
         }
     }
 }
 
-/// One member cluster of cross-cluster rollout groups.
+/// One cluster of cross-cluster rollout groups.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct MemberCluster {
-    /// The cluster's name as people read it (a DNS label): members are `name/statefulset`.
+pub struct ClusterConfig {
+    /// The cluster's name as people read it (a DNS label): its StatefulSets are
+    /// `name/statefulset`.
     pub name: String,
     /// The Secret in the system namespace holding the cluster's kubeconfig. Empty: the cluster
     /// the controller runs in, with its own credentials.
     #[serde(default)]
     pub kubeconfig_secret: String,
     /// The key of that Secret holding the kubeconfig.
-    #[serde(default = "MemberCluster::default_key")]
+    #[serde(default = "ClusterConfig::default_key")]
     pub kubeconfig_key: String,
 }
 
-impl MemberCluster {
+impl ClusterConfig {
     fn default_key() -> String {
         "kubeconfig".to_owned()
     }
@@ -665,48 +667,49 @@ impl Config {
             self.pods.request_timeout,
             &mut check,
         );
-        let members = &self.controller.members;
-        for (index, member) in members.iter().enumerate() {
-            let key = format!("controller.members[{index}]");
-            if let Err(why) = baton_core::members::valid_cluster_name(&member.name) {
-                check(false, &format!("{key}.name"), member.name.clone(), &why);
+        let clusters = &self.controller.clusters;
+        for (index, cluster) in clusters.iter().enumerate() {
+            let key = format!("controller.clusters[{index}]");
+            if let Err(why) = baton_core::clusters::valid_cluster_name(&cluster.name) {
+                check(false, &format!("{key}.name"), cluster.name.clone(), &why);
             }
             check(
-                !members[..index]
+                !clusters[..index]
                     .iter()
-                    .any(|other| other.name == member.name),
+                    .any(|other| other.name == cluster.name),
                 &format!("{key}.name"),
-                member.name.clone(),
-                "a name no other member has",
+                cluster.name.clone(),
+                "a name no other cluster has",
             );
             check(
-                member.kubeconfig_secret.is_empty() || is_dns_subdomain(&member.kubeconfig_secret),
+                cluster.kubeconfig_secret.is_empty()
+                    || is_dns_subdomain(&cluster.kubeconfig_secret),
                 &format!("{key}.kubeconfig_secret"),
-                member.kubeconfig_secret.clone(),
+                cluster.kubeconfig_secret.clone(),
                 "empty (the controller's own cluster) or a Secret name",
             );
             check(
-                !member.kubeconfig_key.is_empty(),
+                !cluster.kubeconfig_key.is_empty(),
                 &format!("{key}.kubeconfig_key"),
-                member.kubeconfig_key.clone(),
+                cluster.kubeconfig_key.clone(),
                 "the key of the Secret holding the kubeconfig, e.g. kubeconfig",
             );
         }
         check(
-            members
+            clusters
                 .iter()
-                .filter(|member| member.kubeconfig_secret.is_empty())
+                .filter(|cluster| cluster.kubeconfig_secret.is_empty())
                 .count()
                 <= 1,
-            "controller.members",
+            "controller.clusters",
             format!(
-                "{} members without a kubeconfig_secret",
-                members
+                "{} clusters without a kubeconfig_secret",
+                clusters
                     .iter()
-                    .filter(|member| member.kubeconfig_secret.is_empty())
+                    .filter(|cluster| cluster.kubeconfig_secret.is_empty())
                     .count()
             ),
-            "at most one member without a kubeconfig_secret (the controller's own cluster)",
+            "at most one cluster without a kubeconfig_secret (the controller's own cluster)",
         );
         let lease = &self.controller.lease;
         check(

@@ -524,10 +524,10 @@ fn member_clusters_are_read_from_the_file_and_each_bad_one_is_named() {
     Jail::expect_with(|jail| {
         jail.create_file(
             "baton.yaml",
-            "controller:\n  members:\n    - name: cluster-a\n    - name: cluster-b\n      kubeconfig_secret: member-b\n",
+            "controller:\n  clusters:\n    - name: cluster-a\n    - name: cluster-b\n      kubeconfig_secret: member-b\n",
         )?;
         let config = Config::load(Some(Path::new("baton.yaml"))).expect("valid members");
-        let members = &config.controller.members;
+        let members = &config.controller.clusters;
         assert_eq!(members.len(), 2);
         assert_eq!(members[0].kubeconfig_secret, "", "the hub needs no Secret");
         assert_eq!(members[1].kubeconfig_secret, "member-b");
@@ -537,22 +537,25 @@ fn member_clusters_are_read_from_the_file_and_each_bad_one_is_named() {
     Jail::expect_with(|jail| {
         jail.create_file(
             "baton.yaml",
-            "controller:\n  members:\n    - name: Cluster/A\n    - name: b\n    - name: b\n      kubeconfig_secret: s\n    - name: c\n",
+            "controller:\n  clusters:\n    - name: Cluster/A\n    - name: b\n    - name: b\n      kubeconfig_secret: s\n    - name: c\n",
         )?;
         let error = Config::load(Some(Path::new("baton.yaml"))).unwrap_err();
         let keys = error.keys();
         let message = error.to_string();
         assert!(
-            keys.contains(&"controller.members[0].name".to_owned()),
+            keys.contains(&"controller.clusters[0].name".to_owned()),
             "{message}"
         );
         assert!(message.contains("Cluster/A"), "{message}");
         assert!(
-            keys.contains(&"controller.members[2].name".to_owned()),
+            keys.contains(&"controller.clusters[2].name".to_owned()),
             "{message}"
         );
         // Three members without a Secret: at most one may be the controller's own cluster.
-        assert!(keys.contains(&"controller.members".to_owned()), "{message}");
+        assert!(
+            keys.contains(&"controller.clusters".to_owned()),
+            "{message}"
+        );
         Ok(())
     });
 }

@@ -5,7 +5,7 @@
 
 use std::hint::black_box;
 
-use baton_core::members::{qualify_pod, qualify_statefulset};
+use baton_core::clusters::{qualify_pod, qualify_statefulset};
 use baton_core::pods::CachedPod;
 use baton_core::rollout::GroupSnapshot;
 use criterion::{Criterion, criterion_group, criterion_main};

@@ -29,11 +29,11 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::cache::{self, Caches};
+use crate::clusters::Clusters;
 use crate::explain::Explainer;
 use crate::group::GroupReconciler;
 use crate::leader::MayAct;
 use crate::leader::{LeaderElector, LeaderMetrics, Leadership, Term, unique_identity};
-use crate::members::Clusters;
 use crate::metrics::ControllerMetrics;
 use crate::queue;
 use crate::rollout::pending::PendingDeletions;
@@ -68,27 +68,27 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
 
     let (touched, touched_groups) = tokio::sync::mpsc::unbounded_channel();
     // With member clusters, the groups' StatefulSets and pods are watched in each of them.
-    let (member_caches, clusters, member_watches) = if config.controller.members.is_empty() {
+    let (cluster_caches, clusters, cluster_watches) = if config.controller.clusters.is_empty() {
         let idle = futures::future::Either::Left(futures::future::ready(()));
         (None, Clusters::single(client.clone()), idle)
     } else {
-        let settings = crate::members::Settings {
+        let settings = crate::clusters::Settings {
             hub: client.clone(),
             layers,
             system_namespace: config.system_namespace(),
             namespace: &config.namespace,
             request_timeout: config.kubernetes.request_timeout.get(),
-            out: crate::members::register_out_gauge(&registry)?,
+            out: crate::clusters::register_out_gauge(&registry)?,
         };
         let (caches, clusters, watches) =
-            crate::members::start(settings, &config.controller.members, touched.clone());
+            crate::clusters::start(settings, &config.controller.clusters, touched.clone());
         let names: Vec<&str> = config
             .controller
-            .members
+            .clusters
             .iter()
-            .map(|m| m.name.as_str())
+            .map(|cluster| cluster.name.as_str())
             .collect();
-        tracing::info!(members = ?names, "rollout groups span member clusters");
+        tracing::info!(clusters = ?names, "rollout groups span clusters");
         (
             Some(caches),
             clusters,
@@ -99,11 +99,11 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
         client.clone(),
         &config.namespace,
         &config.downscale.zone_tracker_config_map,
-        member_caches,
+        cluster_caches,
         touched.clone(),
     );
     let watches = async move {
-        futures::join!(watches, member_watches);
+        futures::join!(watches, cluster_watches);
     };
     // The zone-aware disruption budgets rollout deletions consult (none without the CRD).
     let (budgets, budget_watch) = crate::zpdb_check::ZoneBudgets::start(
@@ -274,7 +274,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
     tasks.spawn(Task::PhasedRollouts, {
         // A PhasedRollout names a StatefulSet of its own cluster: served without member
         // clusters only (docs/multi-cluster.md).
-        let spans_members = caches.spans_members();
+        let spans_clusters = caches.spans_clusters();
         let phased = crate::phased::PhasedRollouts {
             client: client.clone(),
             namespace: config.namespace.clone(),
@@ -286,7 +286,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
         };
         let shutdown = shutdown.clone();
         async move {
-            if spans_members {
+            if spans_clusters {
                 shutdown.cancelled().await;
                 return Ok(());
             }

@@ -6,9 +6,9 @@ use std::future::Future;
 use std::sync::Arc;
 
 use baton_core::annotations::ROLLOUT_GROUP_LABEL;
+use baton_core::clusters::Outage;
 use baton_core::downscale_history::ZoneTracker;
 use baton_core::ledger::{self, Ledger, MANAGED_BY_LABEL};
-use baton_core::members::Outage;
 use baton_core::pods::{CachedPod, controlling_statefulset};
 use baton_core::statefulset::group_of;
 use baton_shared::pod_cache::{self, PodCache};
@@ -23,7 +23,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use tokio::sync::mpsc::UnboundedSender;
 
-use crate::members::MemberCache;
+use crate::clusters::ClusterCache;
 
 /// Read-only views of what the watches have seen.
 #[derive(Clone)]
@@ -43,15 +43,15 @@ enum Workloads {
         statefulsets: Store<StatefulSet>,
         pods: PodCache,
     },
-    Members(Arc<[MemberCache]>),
+    Clusters(Arc<[ClusterCache]>),
 }
 
 impl std::fmt::Debug for Caches {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let (statefulsets, pods) = match &self.workloads {
             Workloads::Local { statefulsets, pods } => (statefulsets.state().len(), pods.len()),
-            Workloads::Members(members) => members.iter().fold((0, 0), |(s, p), member| {
-                (s + member.statefulsets.state().len(), p + member.pods.len())
+            Workloads::Clusters(caches) => caches.iter().fold((0, 0), |(s, p), cache| {
+                (s + cache.statefulsets.state().len(), p + cache.pods.len())
             }),
         };
         f.debug_struct("Caches")
@@ -93,17 +93,17 @@ impl Caches {
     }
 
     /// Whether groups span member clusters.
-    pub fn spans_members(&self) -> bool {
-        matches!(self.workloads, Workloads::Members(_))
+    pub fn spans_clusters(&self) -> bool {
+        matches!(self.workloads, Workloads::Clusters(_))
     }
 
     /// Every rollout-group StatefulSet (members named `cluster/name`).
     pub fn statefulsets(&self) -> Vec<Arc<StatefulSet>> {
         match &self.workloads {
             Workloads::Local { statefulsets, .. } => statefulsets.state(),
-            Workloads::Members(members) => members
+            Workloads::Clusters(caches) => caches
                 .iter()
-                .flat_map(|member| member.statefulsets_where(|_| true))
+                .flat_map(|cache| cache.statefulsets_where(|_| true))
                 .collect(),
         }
     }
@@ -112,9 +112,9 @@ impl Caches {
     pub fn pods(&self) -> Vec<Arc<CachedPod>> {
         match &self.workloads {
             Workloads::Local { pods, .. } => pods.state(),
-            Workloads::Members(members) => members
+            Workloads::Clusters(caches) => caches
                 .iter()
-                .flat_map(|member| member.pods_where(|_| true))
+                .flat_map(|cache| cache.pods_where(|_| true))
                 .collect(),
         }
     }
@@ -126,13 +126,13 @@ impl Caches {
     pub fn pods_of(&self, members: &[Arc<StatefulSet>]) -> Vec<Arc<CachedPod>> {
         match &self.workloads {
             Workloads::Local { pods, .. } => pods.state(),
-            Workloads::Members(clusters) => {
+            Workloads::Clusters(caches) => {
                 let owners = owners_by_cluster(members);
-                clusters
+                caches
                     .iter()
-                    .flat_map(|cluster| {
-                        let uids = owners.get(cluster.cluster.as_str());
-                        cluster.pods_where(|pod| {
+                    .flat_map(|cache| {
+                        let uids = owners.get(cache.cluster.as_str());
+                        cache.pods_where(|pod| {
                             pod.controller.as_ref().is_some_and(|owner| {
                                 uids.is_some_and(|uids| uids.contains(owner.uid.as_str()))
                             })
@@ -147,7 +147,7 @@ impl Caches {
     pub fn outages(&self) -> Vec<Outage> {
         match &self.workloads {
             Workloads::Local { .. } => Vec::new(),
-            Workloads::Members(members) => members.iter().filter_map(MemberCache::outage).collect(),
+            Workloads::Clusters(caches) => caches.iter().filter_map(ClusterCache::outage).collect(),
         }
     }
 
@@ -155,13 +155,13 @@ impl Caches {
     pub fn pod(&self, name: &str) -> Option<Arc<CachedPod>> {
         match &self.workloads {
             Workloads::Local { pods, .. } => pods.get(name),
-            Workloads::Members(members) => {
-                let (Some(cluster), local) = baton_core::members::split(name) else {
+            Workloads::Clusters(caches) => {
+                let (Some(cluster), local) = baton_core::clusters::split(name) else {
                     return None;
                 };
-                let member = members.iter().find(|member| member.cluster == cluster)?;
-                let pod = member.pods.get(local)?;
-                Some(Arc::new(baton_core::members::qualify_pod(cluster, &pod)))
+                let cache = caches.iter().find(|cache| cache.cluster == cluster)?;
+                let pod = cache.pods.get(local)?;
+                Some(Arc::new(baton_core::clusters::qualify_pod(cluster, &pod)))
             }
         }
     }
@@ -172,10 +172,10 @@ impl Caches {
             Workloads::Local { statefulsets, .. } => {
                 statefulsets.state_filter(|statefulset| group_of(statefulset) == Some(group))
             }
-            Workloads::Members(members) => members
+            Workloads::Clusters(caches) => caches
                 .iter()
-                .flat_map(|member| {
-                    member.statefulsets_where(|statefulset| group_of(statefulset) == Some(group))
+                .flat_map(|cache| {
+                    cache.statefulsets_where(|statefulset| group_of(statefulset) == Some(group))
                 })
                 .collect(),
         }
@@ -208,10 +208,10 @@ impl Workloads {
     fn groups(&self) -> Vec<String> {
         match self {
             Workloads::Local { statefulsets, .. } => groups_of(statefulsets),
-            Workloads::Members(members) => {
-                let mut groups: Vec<String> = members
+            Workloads::Clusters(caches) => {
+                let mut groups: Vec<String> = caches
                     .iter()
-                    .flat_map(|member| groups_of(&member.statefulsets))
+                    .flat_map(|cache| groups_of(&cache.statefulsets))
                     .collect();
                 groups.sort();
                 groups.dedup();
@@ -230,7 +230,7 @@ fn owners_by_cluster(members: &[Arc<StatefulSet>]) -> HashMap<&str, HashSet<&str
         let (Some(name), Some(uid)) = (&member.metadata.name, &member.metadata.uid) else {
             continue;
         };
-        if let (Some(cluster), _) = baton_core::members::split(name) {
+        if let (Some(cluster), _) = baton_core::clusters::split(name) {
             owners.entry(cluster).or_default().insert(uid.as_str());
         }
     }
@@ -249,7 +249,7 @@ pub fn groups_of(statefulsets: &Store<StatefulSet>) -> Vec<String> {
     groups
 }
 
-/// Starts the watches of `namespace`: its StatefulSets and pods, unless `members` watch them
+/// Starts the watches of `namespace`: its StatefulSets and pods, unless `clusters` watch them
 /// in each member cluster instead, and the records. The returned future drives them (run it as
 /// a critical task), sending the group touched by each change on `touched`. `zone_tracker`
 /// names the Go operator's zone tracker ConfigMap.
@@ -257,12 +257,12 @@ pub fn start(
     client: kube::Client,
     namespace: &str,
     zone_tracker: &str,
-    members: Option<Vec<MemberCache>>,
+    clusters: Option<Vec<ClusterCache>>,
     touched: UnboundedSender<String>,
 ) -> (Caches, impl Future<Output = ()> + Send + 'static) {
-    let (workloads, workload_watches) = match members {
-        Some(members) => (
-            Workloads::Members(members.into()),
+    let (workloads, workload_watches) = match clusters {
+        Some(caches) => (
+            Workloads::Clusters(caches.into()),
             futures::future::Either::Left(futures::future::ready(())),
         ),
         None => {

@@ -146,7 +146,7 @@ impl Explainer {
     /// An explainer for `instance` (this replica), and the publisher task that writes its Events:
     /// run it ([`EventPublisher::run`]) beside the reconciles.
     pub fn new(
-        clusters: crate::members::Clusters,
+        clusters: crate::clusters::Clusters,
         instance: String,
         repeat_after: Duration,
         publish_timeout: Duration,
@@ -249,7 +249,7 @@ impl Explainer {
 pub struct EventPublisher {
     /// Each Event is written in the cluster of the object it is about (a member's object is
     /// named `cluster/name`), on the object under the name it has there.
-    clusters: crate::members::Clusters,
+    clusters: crate::clusters::Clusters,
     reporter: Reporter,
     queued: mpsc::Receiver<Outgoing>,
     repeats: Arc<RepeatFilter>,
@@ -443,7 +443,7 @@ mod tests {
         >();
         let client = kube::Client::new(service, "default");
         let (explainer, publisher) = Explainer::new(
-            crate::members::Clusters::single(client),
+            crate::clusters::Clusters::single(client),
             "test".to_owned(),
             Duration::from_secs(600),
             Duration::from_secs(5),

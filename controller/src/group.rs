@@ -76,7 +76,7 @@ impl GroupReconciler {
         // records (the downscale ledger) are one cluster's: a group across member clusters is
         // not scaled by baton (docs/multi-cluster.md says what holds instead).
         let scaling = async {
-            if self.caches.spans_members() {
+            if self.caches.spans_clusters() {
                 return (Requeue::Never, Vec::new());
             }
             self.scaler

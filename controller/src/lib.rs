@@ -40,11 +40,11 @@
 pub mod app;
 pub mod cache;
 pub mod certificates;
+pub mod clusters;
 pub mod explain;
 pub mod gates;
 pub mod group;
 pub mod leader;
-pub mod members;
 pub mod metrics;
 pub mod phased;
 pub mod queue;

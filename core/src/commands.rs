@@ -4,7 +4,7 @@
 //! another cluster teaches them to distrust every other line. So each names the namespace; the
 //! kubeconfig and context when the reader was given them (`kubectl baton --context …`); and for
 //! a member of a group across clusters, the member clusters as `kubectl baton` takes them
-//! (`--member NAME[=CONTEXT]`), or, for plain kubectl, the member's own context (a context named
+//! (`--cluster NAME[=CONTEXT]`), or, for plain kubectl, the member's own context (a context named
 //! after the cluster unless the plugin was told otherwise, the plugin's own default).
 //!
 //! `kubectl baton` is preferred where it does the whole job (`resume` lifts a halt and says
@@ -13,7 +13,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::members;
+use crate::clusters;
 
 /// How the commands printed for one group reach it: where its objects live, and how the
 /// reader got there.
@@ -37,7 +37,7 @@ pub struct Reader {
     /// The context named (`--context`), for a group in one cluster.
     pub context: Option<String>,
     /// The context that reaches a member cluster, when one was named that differs from the
-    /// cluster's name (`--member NAME=CONTEXT`).
+    /// cluster's name (`--cluster NAME=CONTEXT`).
     pub member_contexts: BTreeMap<String, String>,
 }
 
@@ -48,7 +48,7 @@ impl Reach {
     pub fn of<'a>(namespace: &str, names: impl IntoIterator<Item = &'a str>) -> Self {
         let clusters: BTreeSet<&str> = names
             .into_iter()
-            .filter_map(|name| members::split(name).0)
+            .filter_map(|name| clusters::split(name).0)
             .collect();
         Self {
             namespace: namespace.to_owned(),
@@ -58,7 +58,7 @@ impl Reach {
     }
 
     /// `kubectl baton ARGS`, with the flags that reach the group: `-n`, and `--context` in one
-    /// cluster or `--member` for each member cluster across clusters.
+    /// cluster or `--cluster` for each member cluster across clusters.
     pub fn baton(&self, args: &str) -> String {
         let mut command = format!("kubectl baton {args}");
         command.push_str(&self.namespace_flag());
@@ -73,7 +73,7 @@ impl Reach {
                     Some(context) if context != cluster => format!("{cluster}={context}"),
                     _ => cluster.clone(),
                 };
-                command.push_str(&format!(" --member {}", shell_word(&member)));
+                command.push_str(&format!(" --cluster {}", shell_word(&member)));
             }
         }
         command
@@ -83,7 +83,7 @@ impl Reach {
     /// (`CHANGE` is `key-` or `key=value`, shell-quoted by the caller if it needs it): in its
     /// own cluster's context, under the name it has there.
     pub fn annotate(&self, statefulset: &str, change: &str) -> String {
-        let (cluster, name) = members::split(statefulset);
+        let (cluster, name) = clusters::split(statefulset);
         let context = match cluster {
             Some(cluster) => Some(
                 self.reader
@@ -175,7 +175,7 @@ mod tests {
         assert_eq!(reach.clusters, ["cluster-a", "cluster-b"]);
         assert_eq!(
             reach.baton("resume cluster-b/querier"),
-            "kubectl baton resume cluster-b/querier -n mimir --member cluster-a --member cluster-b"
+            "kubectl baton resume cluster-b/querier -n mimir --cluster cluster-a --cluster cluster-b"
         );
         assert_eq!(
             reach.annotate("cluster-b/querier", "baton.dev/halted-"),
@@ -188,8 +188,8 @@ mod tests {
             .insert("cluster-b".to_owned(), "prod us".to_owned());
         assert_eq!(
             reach.baton("resume cluster-b/querier"),
-            "kubectl baton resume cluster-b/querier -n mimir --member cluster-a \
-             --member 'cluster-b=prod us'"
+            "kubectl baton resume cluster-b/querier -n mimir --cluster cluster-a \
+             --cluster 'cluster-b=prod us'"
         );
         assert_eq!(
             reach.annotate("cluster-b/querier", "baton.dev/halted-"),

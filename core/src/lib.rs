@@ -24,8 +24,8 @@
 //! | [`statefulset`] | a StatefulSet's group, replicas and ordinals as decisions read them |
 //! | [`pod_address`] | how baton addresses a pod it calls (DNS name or IP) and builds the URL |
 //! | [`names`] | the shapes of Kubernetes names, for user-written values baton puts where a name belongs |
-//! | [`member_kubeconfig`] | a member cluster's kubeconfig, read against the allow-list of what the hub's controller accepts |
-//! | [`members`] | groups across clusters: a member named `cluster/statefulset`, and a cluster's objects joining a group |
+//! | [`cluster_kubeconfig`] | a member cluster's kubeconfig, read against the allow-list of what the hub's controller accepts |
+//! | [`clusters`] | groups across clusters: a member named `cluster/statefulset`, and a cluster's objects joining a group |
 //! | [`rollout`] | the rollout snapshot, the planner's walk, and its answer and wording (`rollout::model`): which pods may go now |
 //! | [`gates`] | soak, ramp, halt, health checks and hooks as gates on the plan: whether they may go now |
 //! | [`pass`] | a group's whole rollout pass in one call: what was read to the ordered effects, the wait and when to look again |
@@ -94,6 +94,8 @@ pub mod admission;
 pub mod annotations;
 pub mod certificates;
 pub mod clock;
+pub mod cluster_kubeconfig;
+pub mod clusters;
 pub mod commands;
 pub mod downscale_history;
 pub mod duration;
@@ -101,8 +103,6 @@ pub mod explained;
 pub mod gates;
 pub mod lease;
 pub mod ledger;
-pub mod member_kubeconfig;
-pub mod members;
 pub mod min_time;
 pub mod names;
 pub mod pass;

@@ -127,7 +127,7 @@ impl PodReadiness {
 /// labels.
 ///
 /// The cluster is the one its name says (`cluster/name` across member clusters,
-/// [`crate::members::split`]): a uid is unique in its own cluster, and whoever may create a pod
+/// [`crate::clusters::split`]): a uid is unique in its own cluster, and whoever may create a pod
 /// in one member can write any uid in its owner reference, another cluster's StatefulSet's too.
 ///
 /// **baton:** the Go operator found pods by a `name` label instead, which users had to add.
@@ -159,7 +159,7 @@ impl<'z> Controls<'z> {
                 .metadata
                 .name
                 .as_deref()
-                .and_then(|name| crate::members::split(name).0),
+                .and_then(|name| crate::clusters::split(name).0),
             namespace: statefulset.metadata.namespace.as_deref(),
             uid: statefulset
                 .metadata
@@ -179,7 +179,7 @@ impl<'z> Controls<'z> {
             .as_ref()
             .is_some_and(|controller| controller.uid == uid)
             && self.namespace.unwrap_or_default() == pod.namespace
-            && crate::members::split(&pod.name).0 == self.cluster
+            && crate::clusters::split(&pod.name).0 == self.cluster
             && selector.matches(&pod.labels)
     }
 }
@@ -577,7 +577,7 @@ mod tests {
 
     #[test]
     fn a_pod_belongs_to_a_statefulset_of_its_own_cluster_only_whatever_uid_it_names() {
-        use crate::members::{qualify_pod, qualify_statefulset};
+        use crate::clusters::{qualify_pod, qualify_statefulset};
         // cluster-a's StatefulSet, and a pod in cluster-b naming its uid and matching its
         // selector (whoever may create pods in cluster-b can write any owner reference).
         let zone_a = qualify_statefulset(

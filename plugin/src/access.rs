@@ -14,7 +14,7 @@ use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config, ResourceExt};
 
-use crate::members::{self, Member};
+use crate::clusters::{self, Cluster};
 
 /// What went wrong, worded for the person at the terminal. Every one exits with
 /// [`crate::exit::ERROR`].
@@ -59,7 +59,7 @@ pub enum AccessError {
         source: kube::Error,
     },
     #[error(
-        "member {member}: no context {context} in the kubeconfig{}; its contexts: {} (name the context with --member {member}=CONTEXT)",
+        "member {member}: no context {context} in the kubeconfig{}; its contexts: {} (name the context with --cluster {member}=CONTEXT)",
         .path.as_ref().map(|path| format!(" {}", path.display())).unwrap_or_default(),
         if .known.is_empty() { "none".to_owned() } else { .known.join(", ") }
     )]
@@ -77,13 +77,13 @@ pub enum AccessError {
         error: String,
     },
     #[error("member cluster {member} (context {context}): {source}")]
-    Member {
+    Cluster {
         member: String,
         context: String,
         source: Box<AccessError>,
     },
     #[error("{0}")]
-    Members(String),
+    Clusters(String),
     /// Across members, a member could not be read before a write: nothing was written.
     #[error(
         "{0}; nothing written: a command that writes across member clusters reads every member first"
@@ -94,15 +94,15 @@ pub enum AccessError {
     Unfinished(String),
     /// `kubectl baton cluster add` failed.
     #[error("{0}")]
-    Cluster(Box<crate::cluster::ClusterError>),
+    ClusterAdd(Box<crate::cluster_add::ClusterError>),
     /// Several members failed: each is named.
     #[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
     Several(Vec<AccessError>),
 }
 
-impl From<crate::cluster::ClusterError> for AccessError {
-    fn from(error: crate::cluster::ClusterError) -> Self {
-        Self::Cluster(Box::new(error))
+impl From<crate::cluster_add::ClusterError> for AccessError {
+    fn from(error: crate::cluster_add::ClusterError) -> Self {
+        Self::ClusterAdd(Box::new(error))
     }
 }
 
@@ -126,10 +126,10 @@ pub struct Target {
     pub namespace: Option<String>,
 }
 
-/// A member cluster of a cross-cluster group (`--member`), and the access to it.
+/// A member cluster of a cross-cluster group (`--cluster`), and the access to it.
 #[derive(Clone)]
-pub struct MemberAccess {
-    pub member: Member,
+pub struct ClusterAccess {
+    pub member: Cluster,
     /// Its API server, for messages.
     pub server: String,
     pub access: Access,
@@ -137,7 +137,7 @@ pub struct MemberAccess {
 
 /// What one member cluster holds of a group (or of every group).
 #[derive(Debug, Clone)]
-pub struct MemberRead {
+pub struct ClusterRead {
     pub member: String,
     pub statefulsets: Vec<StatefulSet>,
     pub pods: Vec<CachedPod>,
@@ -153,7 +153,7 @@ pub enum History {
     With,
 }
 
-impl MemberAccess {
+impl ClusterAccess {
     /// `error`, named for this member: a request that got no answer from the API server is
     /// "cannot reach member cluster …", with the cause.
     pub fn named(&self, error: AccessError) -> AccessError {
@@ -163,10 +163,10 @@ impl MemberAccess {
                     member: self.member.name.clone(),
                     context: self.member.context.clone(),
                     server: self.server.clone(),
-                    error: members::error_chain(&source),
+                    error: clusters::error_chain(&source),
                 }
             }
-            error => AccessError::Member {
+            error => AccessError::Cluster {
                 member: self.member.name.clone(),
                 context: self.member.context.clone(),
                 source: Box::new(error),
@@ -181,7 +181,7 @@ impl MemberAccess {
         &self,
         group: Option<&str>,
         history: History,
-    ) -> Result<MemberRead, AccessError> {
+    ) -> Result<ClusterRead, AccessError> {
         let statefulsets = async {
             match group {
                 Some(group) => self.access.group_statefulsets(group).await,
@@ -196,7 +196,7 @@ impl MemberAccess {
         };
         let (statefulsets, pods, revisions) =
             futures::future::join3(statefulsets, self.access.pods(), revisions).await;
-        Ok(MemberRead {
+        Ok(ClusterRead {
             member: self.member.name.clone(),
             statefulsets: statefulsets.map_err(|error| self.named(error))?,
             pods: pods.map_err(|error| self.named(error))?,
@@ -206,7 +206,7 @@ impl MemberAccess {
 }
 
 /// No StatefulSet of `group` in any of `members`: the error naming the clusters searched.
-pub fn no_group_in(members: &[MemberAccess], group: &str) -> AccessError {
+pub fn no_group_in(members: &[ClusterAccess], group: &str) -> AccessError {
     AccessError::NoSuchGroup {
         group: group.to_owned(),
         namespace: members
@@ -220,13 +220,13 @@ pub fn no_group_in(members: &[MemberAccess], group: &str) -> AccessError {
     }
 }
 
-/// Reads every member at once ([`MemberAccess::read`]); every member that failed is named. With
+/// Reads every member at once ([`ClusterAccess::read`]); every member that failed is named. With
 /// `group`, an error when no member holds any of its StatefulSets, naming those searched.
-pub async fn read_members(
-    members: &[MemberAccess],
+pub async fn read_clusters(
+    members: &[ClusterAccess],
     group: Option<&str>,
     history: History,
-) -> Result<Vec<MemberRead>, AccessError> {
+) -> Result<Vec<ClusterRead>, AccessError> {
     if let Some(group) = group {
         group_selector(group)?;
     }
@@ -272,7 +272,7 @@ pub struct Access {
 /// How `target` and `members` reach the cluster, as the commands printed must say it: the
 /// kubeconfig and context only when named on the command line (else pasted commands find the
 /// same defaults), and each member's context when it is not named after the member.
-pub fn reader(target: &Target, members: &[Member]) -> Reader {
+pub fn reader(target: &Target, members: &[Cluster]) -> Reader {
     Reader {
         kubeconfig: target
             .kubeconfig
@@ -341,12 +341,12 @@ impl Access {
 
     /// The member clusters `members`, each through its own context of the kubeconfig (as
     /// [`Access::connect`] finds it), all in one namespace: `-n`, else the one their contexts
-    /// name ([`members::shared_namespace`]). A context the kubeconfig lacks is named with the
+    /// name ([`clusters::shared_namespace`]). A context the kubeconfig lacks is named with the
     /// member and the contexts there are. Nothing is requested yet.
     pub async fn connect_members(
         target: &Target,
-        members: &[Member],
-    ) -> Result<Vec<MemberAccess>, AccessError> {
+        members: &[Cluster],
+    ) -> Result<Vec<ClusterAccess>, AccessError> {
         let kubeconfig_error = |why: String| AccessError::Kubeconfig {
             path: target.kubeconfig.clone(),
             why,
@@ -355,7 +355,7 @@ impl Access {
             Some(path) => Kubeconfig::read_from(path),
             None => Kubeconfig::read(),
         }
-        .map_err(|error| kubeconfig_error(members::error_chain(&error)))?;
+        .map_err(|error| kubeconfig_error(clusters::error_chain(&error)))?;
         let mut contexts = Vec::new();
         let mut unknown = Vec::new();
         for member in members {
@@ -384,13 +384,13 @@ impl Access {
             }
         }
         all_or_every_error(unknown.into_iter().map(Err::<(), _>).collect())?;
-        let namespace = members::shared_namespace(target.namespace.as_deref(), &contexts)
-            .map_err(AccessError::Members)?;
+        let namespace = clusters::shared_namespace(target.namespace.as_deref(), &contexts)
+            .map_err(AccessError::Clusters)?;
         let connected = futures::future::join_all(members.iter().map(|member| {
             let kubeconfig = kubeconfig.clone();
             let namespace = namespace.clone();
             async move {
-                let named = |error: String| AccessError::Member {
+                let named = |error: String| AccessError::Cluster {
                     member: member.name.clone(),
                     context: member.context.clone(),
                     source: Box::new(kubeconfig_error(error)),
@@ -401,14 +401,14 @@ impl Access {
                 };
                 let config = Config::from_custom_kubeconfig(kubeconfig, &options)
                     .await
-                    .map_err(|error| named(members::error_chain(&error)))?;
+                    .map_err(|error| named(clusters::error_chain(&error)))?;
                 let server = config.cluster_url.to_string();
-                let client = Client::try_from(config).map_err(|error| AccessError::Member {
+                let client = Client::try_from(config).map_err(|error| AccessError::Cluster {
                     member: member.name.clone(),
                     context: member.context.clone(),
-                    source: Box::new(AccessError::Client(members::error_chain(&error))),
+                    source: Box::new(AccessError::Client(clusters::error_chain(&error))),
                 })?;
-                Ok(MemberAccess {
+                Ok(ClusterAccess {
                     member: member.clone(),
                     server,
                     access: Access {

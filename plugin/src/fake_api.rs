@@ -10,8 +10,8 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 
-use crate::access::{Access, MemberAccess};
-use crate::members::Member;
+use crate::access::{Access, ClusterAccess};
+use crate::clusters::Cluster;
 
 pub const NAMESPACE: &str = "mimir";
 
@@ -76,11 +76,11 @@ impl FakeCluster {
     }
 }
 
-/// Member `name` reached at `url` (a [`FakeCluster`]'s, or [`unreachable`]).
-pub fn member(name: &str, url: &str) -> MemberAccess {
+/// Cluster `name` reached at `url` (a [`FakeCluster`]'s, or [`unreachable`]).
+pub fn member(name: &str, url: &str) -> ClusterAccess {
     let config = kube::Config::new(url.parse().expect("a URL"));
-    MemberAccess {
-        member: Member {
+    ClusterAccess {
+        member: Cluster {
             name: name.to_owned(),
             context: name.to_owned(),
         },

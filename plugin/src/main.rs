@@ -7,27 +7,27 @@
 //!
 //! Layout: [`access`] is the only I/O, and [`scope`] routes it across member clusters;
 //! [`render`], [`wait::verdict`], the annotation changes of [`pause`], the step [`approval`]
-//! names, the rollback [`rollback::decide`]s and where each write goes ([`members::route`]) are
+//! names, the rollback [`rollback::decide`]s and where each write goes ([`clusters::route`]) are
 //! pure and unit tested (the writes across members also against fake API servers,
 //! `fake_api.rs`); e2e tests run this binary against the local control plane
 //! (tests/tests/plugin.rs) and three of them (tests/tests/clusters.rs). Exit codes are in
 //! [`exit`].
 //!
-//! Every command also sees a cross-cluster group: with `--member NAME[=CONTEXT]` (repeated),
+//! Every command also sees a cross-cluster group: with `--cluster NAME[=CONTEXT]` (repeated),
 //! the group's StatefulSets and pods are read from each member's context and named for it
-//! (`cluster-a/ingester`), then viewed as one cluster's ([`members`]); the commands that write
+//! (`cluster-a/ingester`), then viewed as one cluster's ([`clusters`]); the commands that write
 //! send each write to its member's context under the name it has there ([`scope`]).
 
 // Every line printed leaves through `output`, which escapes what namespace users wrote.
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 mod access;
 mod approval;
-mod cluster;
+mod cluster_add;
+mod clusters;
 #[cfg(test)]
 mod fake_api;
 #[cfg(test)]
 mod fixtures;
-mod members;
 mod output;
 mod pause;
 mod render;
@@ -45,8 +45,8 @@ use baton_core::gates;
 use baton_core::status::{self};
 use baton_core::status::{Replica, Role, RolloutStatus};
 
-use crate::access::{Access, AccessError, History, MemberAccess, Target};
-use crate::members::Member;
+use crate::access::{Access, AccessError, ClusterAccess, History, Target};
+use crate::clusters::Cluster;
 use crate::scope::Scope;
 
 /// Exit codes (docs/plugin.md lists them): a pipeline can tell a failed rollout from a slow
@@ -127,14 +127,14 @@ enum Command {
     },
     /// Pause the rollout of a zone (StatefulSet): set grafana.com/rollout-paused.
     Pause {
-        /// The StatefulSet (with --member: CLUSTER/STATEFULSET, as status names it).
+        /// The StatefulSet (with --cluster: CLUSTER/STATEFULSET, as status names it).
         zone: String,
         #[command(flatten)]
         across: Across,
     },
     /// Resume a zone: remove grafana.com/rollout-paused and baton.dev/halted.
     Resume {
-        /// The StatefulSet (with --member: CLUSTER/STATEFULSET, as status names it).
+        /// The StatefulSet (with --cluster: CLUSTER/STATEFULSET, as status names it).
         zone: String,
         #[command(flatten)]
         across: Across,
@@ -163,55 +163,55 @@ enum Command {
         #[command(flatten)]
         across: Across,
     },
-    /// Member clusters of a hub's cross-cluster groups (docs/multi-cluster.md).
+    /// Cluster clusters of a hub's cross-cluster groups (docs/multi-cluster.md).
     #[command(subcommand)]
     Cluster(ClusterCommand),
 }
 
 #[derive(Debug, Subcommand)]
 enum ClusterCommand {
-    /// Give the hub's controller member cluster NAME: a token of deploy/members' ServiceAccount
+    /// Give the hub's controller member cluster NAME: a token of deploy/member-cluster' ServiceAccount
     /// there (from --from-context), in a kubeconfig the controller accepts, written as the
     /// Secret it reads in the hub (--context). Run it again to rotate the token.
-    Add(cluster::Add),
+    Add(cluster_add::Add),
 }
 
 /// The member clusters of a cross-cluster group (docs/plugin.md, "Across clusters").
 #[derive(Debug, Clone, Default, Args)]
 struct Across {
-    /// A member cluster of a cross-cluster group, as the controller names it
-    /// (controller.members[].name), and the kubeconfig context that reaches it (default: NAME).
-    /// Repeat it for each member: the group is then the StatefulSets of the namespace in every
-    /// member, each shown as NAME/STATEFULSET, and each write goes to its member's context.
+    /// A cluster of a cross-cluster group, as the controller names it
+    /// (controller.clusters[].name), and the kubeconfig context that reaches it (default: NAME).
+    /// Repeat it for each cluster: the group is then the StatefulSets of the namespace in every
+    /// cluster, each shown as NAME/STATEFULSET, and each write goes to its cluster's context.
     /// Not with --context.
-    #[arg(long = "member", value_name = "NAME[=CONTEXT]", value_parser = members::parse)]
-    members: Vec<Member>,
+    #[arg(long = "cluster", value_name = "NAME[=CONTEXT]", value_parser = clusters::parse)]
+    clusters: Vec<Cluster>,
 }
 
 impl Cli {
-    /// What clap cannot say itself: `--member` with `--context` (each member has its own), and
-    /// a member given twice.
+    /// What clap cannot say itself: `--cluster` with `--context` (each cluster has its own),
+    /// and a cluster given twice.
     fn check(&self) -> Result<(), clap::Error> {
-        let members = &self.command.across().members;
-        if members.is_empty() {
+        let clusters = &self.command.across().clusters;
+        if clusters.is_empty() {
             return Ok(());
         }
         if self.context.is_some() {
             return Err(Cli::command().error(
                 clap::error::ErrorKind::ArgumentConflict,
-                "--context cannot be used with --member: each member names its own context (--member NAME=CONTEXT)",
+                "--context cannot be used with --cluster: each cluster names its own context (--cluster NAME=CONTEXT)",
             ));
         }
-        members::distinct(members)
+        clusters::distinct(clusters)
             .map_err(|why| Cli::command().error(clap::error::ErrorKind::ValueValidation, why))
     }
 }
 
 impl Command {
-    /// Its member clusters (every command of a group takes `--member`).
+    /// Its member clusters (every command of a group takes `--cluster`).
     fn across(&self) -> &Across {
         static NONE: Across = Across {
-            members: Vec::new(),
+            clusters: Vec::new(),
         };
         match self {
             Self::Cluster(_) => &NONE,
@@ -271,16 +271,16 @@ async fn run(cli: Cli) -> Result<i32, AccessError> {
         namespace: cli.namespace,
     };
     if let Command::Cluster(ClusterCommand::Add(add)) = &cli.command {
-        output::out(cluster::add(&target, add).await?);
+        output::out(cluster_add::add(&target, add).await?);
         return Ok(exit::SUCCESS);
     }
     // Across member clusters, each member through its own context, no other.
-    let scope = Scope::connect(&target, &cli.command.across().members).await?;
+    let scope = Scope::connect(&target, &cli.command.across().clusters).await?;
     match cli.command {
         Command::Status { group, output, .. } => {
             let document = match &scope {
                 Scope::One(access) => status(access, group.as_deref()).await?,
-                Scope::Members(members) => status_across(members, group.as_deref()).await?,
+                Scope::Clusters(members) => status_across(members, group.as_deref()).await?,
             };
             if document.groups.is_empty() && output == render::Format::Table {
                 // A header over nothing reads as "all is well here": say what was read.
@@ -295,7 +295,7 @@ async fn run(cli: Cli) -> Result<i32, AccessError> {
                 Scope::One(access) => {
                     wait::run(access, &group, timeout.duration, &timeout.text).await?
                 }
-                Scope::Members(members) => {
+                Scope::Clusters(members) => {
                     wait::run_across(members, &group, timeout.duration, &timeout.text).await?
                 }
             };
@@ -354,11 +354,11 @@ async fn status(access: &Access, only: Option<&str>) -> Result<RolloutStatus, Ac
 /// [`status()`] across member clusters: every member read at once, its objects named for it
 /// (`cluster-a/ingester`), then the same view of the merged objects.
 async fn status_across(
-    members: &[MemberAccess],
+    members: &[ClusterAccess],
     only: Option<&str>,
 ) -> Result<RolloutStatus, AccessError> {
-    let reads = access::read_members(members, only, access::History::Without).await?;
-    let (statefulsets, pods) = members::merge(
+    let reads = access::read_clusters(members, only, access::History::Without).await?;
+    let (statefulsets, pods) = clusters::merge(
         reads
             .iter()
             .map(|read| (read.member.as_str(), &read.statefulsets, &read.pods)),
@@ -472,9 +472,9 @@ mod tests {
             "kubectl-baton",
             "wait",
             "ingester",
-            "--member",
+            "--cluster",
             "cluster-a",
-            "--member",
+            "--cluster",
             "cluster-b=kind-b",
             "-n",
             "mimir",
@@ -484,18 +484,18 @@ mod tests {
         let Command::Wait { across, .. } = &cli.command else {
             panic!("{cli:?}")
         };
-        let members: Vec<(&str, &str)> = across
-            .members
+        let clusters: Vec<(&str, &str)> = across
+            .clusters
             .iter()
-            .map(|member| (member.name.as_str(), member.context.as_str()))
+            .map(|cluster| (cluster.name.as_str(), cluster.context.as_str()))
             .collect();
         assert_eq!(
-            members,
+            clusters,
             [("cluster-a", "cluster-a"), ("cluster-b", "kind-b")]
         );
-        let status = Cli::try_parse_from(["kubectl-baton", "status", "--member", "a=x"]).unwrap();
+        let status = Cli::try_parse_from(["kubectl-baton", "status", "--cluster", "a=x"]).unwrap();
         assert!(
-            matches!(&status.command, Command::Status { across, .. } if across.members.len() == 1)
+            matches!(&status.command, Command::Status { across, .. } if across.clusters.len() == 1)
         );
 
         // Every command takes members, the ones that write too
@@ -506,15 +506,15 @@ mod tests {
             &["approve", "g", "--step", "s"],
             &["rollback", "g"],
         ] {
-            let cli = Cli::try_parse_from(
-                ["kubectl-baton"]
-                    .iter()
-                    .chain(args)
-                    .chain(&["--member", "a", "--member", "b=kind-b"]),
-            )
+            let cli = Cli::try_parse_from(["kubectl-baton"].iter().chain(args).chain(&[
+                "--cluster",
+                "a",
+                "--cluster",
+                "b=kind-b",
+            ]))
             .unwrap_or_else(|error| panic!("{args:?}: {error}"));
             cli.check().unwrap();
-            assert_eq!(cli.command.across().members.len(), 2, "{args:?}");
+            assert_eq!(cli.command.across().clusters.len(), 2, "{args:?}");
         }
 
         // A member is not with --context, nor given twice
@@ -522,7 +522,7 @@ mod tests {
             "kubectl-baton",
             "approve",
             "g",
-            "--member",
+            "--cluster",
             "a",
             "--context",
             "prod",
@@ -535,7 +535,7 @@ mod tests {
         let with_context = Cli::try_parse_from([
             "kubectl-baton",
             "status",
-            "--member",
+            "--cluster",
             "a",
             "--context",
             "prod",
@@ -546,22 +546,22 @@ mod tests {
         assert!(
             error
                 .to_string()
-                .contains("--context cannot be used with --member"),
+                .contains("--context cannot be used with --cluster"),
             "{error}"
         );
         let twice = Cli::try_parse_from([
             "kubectl-baton",
             "wait",
             "g",
-            "--member",
+            "--cluster",
             "a",
-            "--member",
+            "--cluster",
             "a=y",
         ])
         .unwrap();
         let error = twice.check().unwrap_err().to_string();
         assert!(error.contains("member a is given twice"), "{error}");
-        let error = Cli::try_parse_from(["kubectl-baton", "status", "--member", "A"])
+        let error = Cli::try_parse_from(["kubectl-baton", "status", "--cluster", "A"])
             .unwrap_err()
             .to_string();
         assert!(error.contains("not a DNS label"), "{error}");
@@ -598,7 +598,7 @@ mod tests {
         assert_eq!(add.system_namespace, "baton-system");
         assert!(!add.no_check);
 
-        // The member's context is required, its name a DNS label, and it takes no --member
+        // The member's context is required, its name a DNS label, and it takes no --cluster
         for (args, saying) in [
             (&["cluster", "add", "cluster-b"][..], "--from-context"),
             (
@@ -612,10 +612,10 @@ mod tests {
                     "b",
                     "--from-context",
                     "x",
-                    "--member",
+                    "--cluster",
                     "a",
                 ],
-                "--member",
+                "--cluster",
             ),
             (
                 &[

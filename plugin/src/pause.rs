@@ -6,7 +6,7 @@
 //! person resumes from, the gates' `baton.dev/halted` on that StatefulSet; a halt on another
 //! member still holds the group, and the output names it.
 //!
-//! Across member clusters (`--member`) ZONE is named as the group names it,
+//! Across member clusters (`--cluster`) ZONE is named as the group names it,
 //! `cluster-c/querier`, and the write goes to cluster-c's context under the name `querier`.
 //! `pause` reads only the zone it pauses: a pause only takes deletions away, so it works while
 //! another member is out (the brake must not wait for the cluster that is away). `resume` reads
@@ -90,10 +90,10 @@ pub async fn run(scope: &Scope, name: &str, command: Command) -> Result<Vec<Stri
     // Not a StatefulSet, and a plain name (a zone across clusters is `cluster/statefulset`):
     // perhaps the group; if no group can be read by that name, the StatefulSet's error stands
     // (it names what was asked for).
-    let may_be_group = !name.contains(baton_core::members::SEPARATOR)
+    let may_be_group = !name.contains(baton_core::clusters::SEPARATOR)
         && matches!(
             zone,
-            Err(AccessError::NoSuchStatefulSet { .. } | AccessError::Members(_))
+            Err(AccessError::NoSuchStatefulSet { .. } | AccessError::Clusters(_))
         );
     if may_be_group && let Ok(read) = scope.read_group(name, History::Without).await {
         return run_on_group(scope, read, command).await;
@@ -102,7 +102,7 @@ pub async fn run(scope: &Scope, name: &str, command: Command) -> Result<Vec<Stri
     // Resume says which other member still halts the group: across members, on the whole group
     // as read before anything is written.
     let others = match (command, scope) {
-        (Command::Resume, Scope::Members(_)) => Some(
+        (Command::Resume, Scope::Clusters(_)) => Some(
             scope
                 .read_group_to_write(&group, History::Without)
                 .await?
@@ -120,7 +120,7 @@ pub async fn run(scope: &Scope, name: &str, command: Command) -> Result<Vec<Stri
             let members = match (others, scope) {
                 (Some(members), _) => members,
                 (None, Scope::One(access)) => access.group_members(&group).await?,
-                (None, Scope::Members(_)) => unreachable!("read before the write"),
+                (None, Scope::Clusters(_)) => unreachable!("read before the write"),
             };
             lines.extend(still_halted(&group, name, &members, &reach));
             lines.extend(still_invalid(&group, &members, scope));
@@ -299,8 +299,8 @@ mod tests {
             still_halted("querier", "cluster-b/querier", &members, &across),
             [
                 "rollout group querier is still halted by statefulset/querier in cluster cluster-a \
-             (error rate 0.3): kubectl baton resume cluster-a/querier -n mimir --member cluster-a \
-             --member cluster-b=prod-us"
+             (error rate 0.3): kubectl baton resume cluster-a/querier -n mimir --cluster cluster-a \
+             --cluster cluster-b=prod-us"
             ]
         );
         let one = [member("a", Some("why")), member("b", None)];

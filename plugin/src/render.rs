@@ -37,7 +37,7 @@ pub fn status(document: &RolloutStatus, format: Format) -> Vec<String> {
 /// A StatefulSet as kubectl takes it: `statefulset/querier`, and for a member of a group across
 /// clusters (`cluster-b/querier`) `statefulset/querier in cluster cluster-b`.
 pub fn statefulset(name: &str) -> String {
-    match baton_core::members::split(name) {
+    match baton_core::clusters::split(name) {
         (Some(cluster), local) => format!("statefulset/{local} in cluster {cluster}"),
         (None, local) => format!("statefulset/{local}"),
     }

@@ -1,13 +1,13 @@
 //! Where the commands that act on one group (`plan`, `approve`, `rollback`, `pause`, `resume`)
-//! read it and send their writes: the one cluster of the context, or, with `--member`, every
+//! read it and send their writes: the one cluster of the context, or, with `--cluster`, every
 //! member cluster ([`Scope`]).
 //!
 //! Across members a group is read with the same reader as `status` and `wait`
-//! ([`access::read_members`], then [`members::merge`]): every member at once, each object named
+//! ([`access::read_clusters`], then [`clusters::merge`]): every member at once, each object named
 //! for its cluster (`cluster-b/querier`), so the planner and the gates decide on the same view
 //! as the controller. Nothing is written on a partial view: a member that cannot be read refuses
 //! the command, naming it ([`Scope::read_group_to_write`]). Each write goes to the member its
-//! name qualifies, under the name its own cluster knows it by ([`members::route`], the core's
+//! name qualifies, under the name its own cluster knows it by ([`clusters::route`], the core's
 //! `split`). A change that counts only once every member carries it (an approval, a rollback
 //! request) is written on each, and when one member refuses it the error says where it landed,
 //! where not and why, and that the same command finishes it ([`all_written`]): the command
@@ -19,8 +19,8 @@ use baton_core::rollout::GroupSnapshot;
 use k8s_openapi::api::apps::v1::{ControllerRevision, StatefulSet};
 use kube::ResourceExt;
 
-use crate::access::{self, Access, AccessError, History, MemberAccess, Target};
-use crate::members::{self, Member};
+use crate::access::{self, Access, AccessError, ClusterAccess, History, Target};
+use crate::clusters::{self, Cluster};
 use crate::render;
 
 /// Said of a user when the API server did not name them (no SelfSubjectReview).
@@ -28,10 +28,10 @@ pub const UNNAMED: &str = "a user the API server did not name";
 
 /// The clusters a command acts in.
 pub enum Scope {
-    /// The context's cluster (no `--member`): names are the StatefulSets' own.
+    /// The context's cluster (no `--cluster`): names are the StatefulSets' own.
     One(Access),
-    /// The member clusters of `--member`: names are qualified (`cluster-b/querier`).
-    Members(Vec<MemberAccess>),
+    /// The member clusters of `--cluster`: names are qualified (`cluster-b/querier`).
+    Clusters(Vec<ClusterAccess>),
 }
 
 /// A group as read, its StatefulSets and pods named as the controller names them.
@@ -67,11 +67,11 @@ impl GroupRead {
 
 impl Scope {
     /// The context's cluster without `members`, else each member through its own context.
-    pub async fn connect(target: &Target, members: &[Member]) -> Result<Self, AccessError> {
+    pub async fn connect(target: &Target, members: &[Cluster]) -> Result<Self, AccessError> {
         if members.is_empty() {
             Ok(Self::One(Access::connect(target).await?))
         } else {
-            Ok(Self::Members(
+            Ok(Self::Clusters(
                 Access::connect_members(target, members).await?,
             ))
         }
@@ -81,7 +81,7 @@ impl Scope {
     pub fn namespace(&self) -> &str {
         match self {
             Self::One(access) => &access.namespace,
-            Self::Members(members) => members
+            Self::Clusters(members) => members
                 .first()
                 .map(|member| member.access.namespace.as_str())
                 .unwrap_or_default(),
@@ -96,7 +96,7 @@ impl Scope {
                 Some(context) => format!("context {context}"),
                 None => "the in-cluster service account".to_owned(),
             },
-            Self::Members(members) => {
+            Self::Clusters(members) => {
                 let named: Vec<String> = members
                     .iter()
                     .map(|member| {
@@ -116,7 +116,7 @@ impl Scope {
     pub fn reader(&self) -> Reader {
         match self {
             Self::One(access) => access.reader.clone(),
-            Self::Members(members) => members
+            Self::Clusters(members) => members
                 .first()
                 .map(|member| member.access.reader.clone())
                 .unwrap_or_default(),
@@ -124,11 +124,11 @@ impl Scope {
     }
 
     /// How the commands messages print reach the group: its namespace, the command line's
-    /// kubeconfig and context, and across members every member given (`--member`).
+    /// kubeconfig and context, and across members every member given (`--cluster`).
     pub fn reach(&self) -> Reach {
         let clusters = match self {
             Self::One(_) => Vec::new(),
-            Self::Members(members) => members
+            Self::Clusters(members) => members
                 .iter()
                 .map(|member| member.member.name.clone())
                 .collect(),
@@ -163,9 +163,9 @@ impl Scope {
                     reader: access.reader.clone(),
                 })
             }
-            Self::Members(members) => {
-                let reads = access::read_members(members, Some(group), history).await?;
-                let (statefulsets, pods) = members::merge(
+            Self::Clusters(members) => {
+                let reads = access::read_clusters(members, Some(group), history).await?;
+                let (statefulsets, pods) = clusters::merge(
                     reads
                         .iter()
                         .map(|read| (read.member.as_str(), &read.statefulsets, &read.pods)),
@@ -193,7 +193,7 @@ impl Scope {
             .await
             .map_err(|error| match self {
                 Self::One(_) => error,
-                Self::Members(_) => AccessError::NothingWritten(Box::new(error)),
+                Self::Clusters(_) => AccessError::NothingWritten(Box::new(error)),
             })
     }
 
@@ -202,15 +202,16 @@ impl Scope {
     fn locate<'a>(
         &'a self,
         name: &'a str,
-    ) -> Result<(&'a Access, &'a str, Option<&'a MemberAccess>), AccessError> {
+    ) -> Result<(&'a Access, &'a str, Option<&'a ClusterAccess>), AccessError> {
         match self {
             Self::One(access) => Ok((access, name, None)),
-            Self::Members(accesses) => {
-                let given: Vec<Member> = accesses
+            Self::Clusters(accesses) => {
+                let given: Vec<Cluster> = accesses
                     .iter()
                     .map(|member| member.member.clone())
                     .collect();
-                let (member, local) = members::route(&given, name).map_err(AccessError::Members)?;
+                let (member, local) =
+                    clusters::route(&given, name).map_err(AccessError::Clusters)?;
                 let access = accesses
                     .iter()
                     .find(|access| access.member == *member)
@@ -267,7 +268,7 @@ impl Scope {
                 .identity()
                 .await
                 .unwrap_or_else(|| UNNAMED.to_owned()),
-            Self::Members(members) => {
+            Self::Clusters(members) => {
                 let answers = futures::future::join_all(
                     members.iter().map(|member| member.access.identity()),
                 )
@@ -282,7 +283,7 @@ impl Scope {
 }
 
 /// `error`, named for `member` when there is one.
-fn named(member: Option<&MemberAccess>, error: AccessError) -> AccessError {
+fn named(member: Option<&ClusterAccess>, error: AccessError) -> AccessError {
     match member {
         Some(member) => member.named(error),
         None => error,
@@ -410,7 +411,7 @@ mod tests {
     async fn a_member_that_cannot_be_read_refuses_a_write_naming_it_and_nothing_is_written() {
         // Given cluster-a and cluster-b served, cluster-c unreachable
         let (a, b) = (cluster("cluster-a").await, cluster("cluster-b").await);
-        let scope = Scope::Members(vec![
+        let scope = Scope::Clusters(vec![
             member("cluster-a", &a.url),
             member("cluster-b", &b.url),
             member("cluster-c", &unreachable().await),
@@ -458,8 +459,8 @@ mod tests {
         assert!(
             paused[1].starts_with("a pause holds only cluster-b/querier's own pods")
                 && paused[1].ends_with(
-                    "kubectl baton pause querier -n mimir --member cluster-a --member cluster-b \
-                     --member cluster-c"
+                    "kubectl baton pause querier -n mimir --cluster cluster-a --cluster cluster-b \
+                     --cluster cluster-c"
                 ),
             "{paused:?}"
         );
@@ -478,7 +479,7 @@ mod tests {
         // Given a group across cluster-a and cluster-b awaiting approval of cluster-a's first
         // step, cluster-b refusing patches
         let (a, b) = (cluster("cluster-a").await, cluster("cluster-b").await);
-        let scope = Scope::Members(vec![
+        let scope = Scope::Clusters(vec![
             member("cluster-a", &a.url),
             member("cluster-b", &b.url),
         ]);

@@ -8,14 +8,14 @@
 //! second for what changes with time alone (minReadySeconds, a soak).
 //!
 //! A watch that fails (the API server gone, a permission revoked) does not end `wait`: it is
-//! retried, and the view stays the last one read. Across member clusters (`--member`,
+//! retried, and the view stays the last one read. Across member clusters (`--cluster`,
 //! [`run_across`]) the same choice is kept, and made strict, since one member's last known state
 //! must never stand for its present one. Every member is first read at once: a context the
 //! kubeconfig lacks, a cluster that cannot be reached or a missing permission fails at once,
 //! naming the member, as one cluster's does. Then each member is followed by its own two
-//! watches ([`MemberCache`]). When one fails, the member cannot be read: `wait` says so on a line
+//! watches ([`ClusterCache`]). When one fails, the member cannot be read: `wait` says so on a line
 //! of its own, the member counts as not ready (the planner holds the group with
-//! `MemberUnreachable`, and the view is never complete, see [`members::view`]), no outcome is
+//! `MemberUnreachable`, and the view is never complete, see [`clusters::view`]), no outcome is
 //! drawn while any member cannot be read, and the watch starts again with a fresh list (not
 //! resumed from where it stopped). `wait` keeps waiting until the member is read again or the
 //! timeout passes; the timeout's message names the members that could not be read.
@@ -43,9 +43,9 @@ use baton_core::rollout::GroupSnapshot;
 use baton_core::status::{self};
 use baton_core::status::{GroupStatus, RolloutPhase};
 
-use crate::access::{self, Access, AccessError, MemberAccess, group_selector};
+use crate::access::{self, Access, AccessError, ClusterAccess, group_selector};
+use crate::clusters::{self, ClusterCache, Reading, Watch};
 use crate::exit;
-use crate::members::{self, MemberCache, Reading, Watch};
 use crate::output;
 use crate::render;
 
@@ -231,9 +231,9 @@ pub async fn run(
     }
 }
 
-/// Waits for `group` across member clusters (`--member`; see the module header).
+/// Waits for `group` across member clusters (`--cluster`; see the module header).
 pub async fn run_across(
-    members: &[MemberAccess],
+    members: &[ClusterAccess],
     group: &str,
     timeout: Duration,
     timeout_text: &str,
@@ -244,13 +244,19 @@ pub async fn run_across(
         .first()
         .map(|member| member.access.reader.clone())
         .unwrap_or_default();
-    let reads = access::read_members(members, Some(group), access::History::Without).await?;
-    let caches: Vec<Mutex<MemberCache>> = reads
+    let reads = access::read_clusters(members, Some(group), access::History::Without).await?;
+    let caches: Vec<Mutex<ClusterCache>> = reads
         .into_iter()
-        .map(|read| Mutex::new(MemberCache::new(&read.member, read.statefulsets, read.pods)))
+        .map(|read| {
+            Mutex::new(ClusterCache::new(
+                &read.member,
+                read.statefulsets,
+                read.pods,
+            ))
+        })
         .collect();
     // Locked only to read (never across an await): the watches run when polled below.
-    fn lock(cache: &Mutex<MemberCache>) -> std::sync::MutexGuard<'_, MemberCache> {
+    fn lock(cache: &Mutex<ClusterCache>) -> std::sync::MutexGuard<'_, ClusterCache> {
         cache
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -285,7 +291,7 @@ pub async fn run_across(
             () = tokio::time::sleep_until(deadline) => {
                 display.finish();
                 let guards: Vec<_> = caches.iter().map(lock).collect();
-                let now: Vec<&MemberCache> = guards.iter().map(|cache| &**cache).collect();
+                let now: Vec<&ClusterCache> = guards.iter().map(|cache| &**cache).collect();
                 return Ok(timed_out_across(&current, &now, timeout_text));
             }
             _ = &mut watches => {}
@@ -293,7 +299,7 @@ pub async fn run_across(
             _ = tick.tick() => {}
         }
         let guards: Vec<_> = caches.iter().map(lock).collect();
-        let now: Vec<&MemberCache> = guards.iter().map(|cache| &**cache).collect();
+        let now: Vec<&ClusterCache> = guards.iter().map(|cache| &**cache).collect();
         for (cache, told) in now.iter().zip(&mut told) {
             let unreadable = match cache.reading() {
                 Reading::Unreadable(error) => Some(error),
@@ -315,7 +321,7 @@ pub async fn run_across(
         if now.iter().any(|cache| cache.reading() == Reading::Listing) {
             continue;
         }
-        let unreadable = members::unreadable(&now);
+        let unreadable = clusters::unreadable(&now);
         if unreadable.is_empty()
             && now
                 .iter()
@@ -337,19 +343,19 @@ pub async fn run_across(
     }
 }
 
-/// The view of `group` across `members` (see [`members::view`]).
-fn compute_across(group: &str, members: &[&MemberCache], reader: &Reader) -> GroupStatus {
-    members::view(group, members, reader, jiff::Timestamp::now())
+/// The view of `group` across `members` (see [`clusters::view`]).
+fn compute_across(group: &str, members: &[&ClusterCache], reader: &Reader) -> GroupStatus {
+    clusters::view(group, members, reader, jiff::Timestamp::now())
 }
 
 /// [`timed_out`], naming the members that could not be read when it did.
 pub fn timed_out_across(
     view: &GroupStatus,
-    members: &[&MemberCache],
+    members: &[&ClusterCache],
     timeout: &str,
 ) -> WaitOutcome {
     let mut outcome = timed_out(view, timeout);
-    for (member, error) in members::unreadable(members) {
+    for (member, error) in clusters::unreadable(members) {
         outcome.message.push_str(&format!(
             "; member cluster {member} cannot be read: {error}"
         ));
@@ -362,13 +368,13 @@ pub fn timed_out_across(
 /// unreadable and is started afresh, as the controller's member watches are
 /// ([`relisting_watcher`]: a new list, not a watch resumed from where it stopped, which gives no
 /// moment at which the cache is known to be caught up).
-async fn follow(access: &Access, selector: &str, cache: &Mutex<MemberCache>, changed: &Notify) {
-    let mut into_statefulsets = MemberWatch {
+async fn follow(access: &Access, selector: &str, cache: &Mutex<ClusterCache>, changed: &Notify) {
+    let mut into_statefulsets = ClusterWatch {
         cache,
         changed,
         watch: Watch::StatefulSets,
     };
-    let mut into_pods = MemberWatch {
+    let mut into_pods = ClusterWatch {
         cache,
         changed,
         watch: Watch::Pods,
@@ -391,14 +397,14 @@ async fn follow(access: &Access, selector: &str, cache: &Mutex<MemberCache>, cha
 }
 
 /// A member's watch writing into its cache.
-struct MemberWatch<'a> {
-    cache: &'a Mutex<MemberCache>,
+struct ClusterWatch<'a> {
+    cache: &'a Mutex<ClusterCache>,
     changed: &'a Notify,
     watch: Watch,
 }
 
-impl MemberWatch<'_> {
-    fn change(&self, change: impl FnOnce(&mut MemberCache)) {
+impl ClusterWatch<'_> {
+    fn change(&self, change: impl FnOnce(&mut ClusterCache)) {
         change(
             &mut self
                 .cache
@@ -410,11 +416,11 @@ impl MemberWatch<'_> {
 
     fn failed_with(&mut self, error: &watcher::Error) {
         let watch = self.watch;
-        self.change(|cache| cache.failed(watch, members::error_chain(error)));
+        self.change(|cache| cache.failed(watch, clusters::error_chain(error)));
     }
 }
 
-impl Index<StatefulSet> for MemberWatch<'_> {
+impl Index<StatefulSet> for ClusterWatch<'_> {
     type Kept = StatefulSet;
 
     fn keep(&self, mut statefulset: StatefulSet) -> StatefulSet {
@@ -439,7 +445,7 @@ impl Index<StatefulSet> for MemberWatch<'_> {
     }
 }
 
-impl Index<Pod> for MemberWatch<'_> {
+impl Index<Pod> for ClusterWatch<'_> {
     type Kept = CachedPod;
 
     fn keep(&self, pod: Pod) -> CachedPod {

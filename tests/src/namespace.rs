@@ -21,7 +21,7 @@ impl TestNamespace {
     }
 
     /// Creates the namespace `name` as [`TestNamespace::create`] does: for the same namespace
-    /// in several control planes (`crate::member_clusters`).
+    /// in several control planes (`crate::cluster_support`).
     pub async fn create_named(control_plane: &ControlPlane, name: &str) -> Self {
         let client = control_plane.admin_client().await;
         let name = name.to_owned();

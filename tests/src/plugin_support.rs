@@ -83,13 +83,13 @@ pub async fn run_bounded(mut command: tokio::process::Command, args: &[&str]) ->
 }
 
 /// One kubeconfig for a cross-cluster group, written to `path`: a context per member, named for
-/// the member (as `--member NAME` finds it), from the current context of that member's
+/// the member (as `--cluster NAME` finds it), from the current context of that member's
 /// kubeconfig file (`(name, kubeconfig)`, e.g. each control plane's
 /// [`kubeconfig_path`](crate::ControlPlane::kubeconfig_path)). Each context's cluster and user
 /// are renamed to the member's name too, since the files of several local control planes all
 /// name theirs alike (`baton-test`, `admin`); file paths in them are made absolute. The current
 /// context is the first member's.
-pub fn write_members_kubeconfig(members: &[(&str, &Path)], path: &Path) -> anyhow::Result<()> {
+pub fn write_clusters_kubeconfig(members: &[(&str, &Path)], path: &Path) -> anyhow::Result<()> {
     use serde_json::{Value, json};
     let mut clusters = Vec::new();
     let mut users = Vec::new();
@@ -177,21 +177,21 @@ fn absolute(entry: &mut serde_json::Value, keys: &[&str], directory: &Path) {
     }
 }
 
-/// Runs `kubectl-baton args… --member NAME…` with one kubeconfig of `members` (see
-/// [`write_members_kubeconfig`]), as a pipeline does across clusters.
+/// Runs `kubectl-baton args… --cluster NAME…` with one kubeconfig of `members` (see
+/// [`write_clusters_kubeconfig`]), as a pipeline does across clusters.
 pub async fn kubectl_baton_across(members: &[(&str, &Path)], args: &[&str]) -> Run {
     let directory = tempfile::tempdir().expect("a temporary directory");
     let kubeconfig = directory.path().join("members.kubeconfig");
-    write_members_kubeconfig(members, &kubeconfig).expect("the members' kubeconfig");
+    write_clusters_kubeconfig(members, &kubeconfig).expect("the members' kubeconfig");
     let mut all: Vec<&str> = args.to_vec();
     for (member, _) in members {
-        all.extend(["--member", member]);
+        all.extend(["--cluster", member]);
     }
     kubectl_baton(&kubeconfig, &all).await
 }
 
-/// `kubectl baton wait GROUP -n NAMESPACE --timeout TIMEOUT --member NAME…` across `members`
-/// (each `(name, admin kubeconfig)`, the name as the controller's `controller.members[].name`):
+/// `kubectl baton wait GROUP -n NAMESPACE --timeout TIMEOUT --cluster NAME…` across `members`
+/// (each `(name, admin kubeconfig)`, the name as the controller's `controller.clusters[].name`):
 /// its exit code and what it printed. The zones read `NAME/statefulset`.
 pub async fn wait_across(
     members: &[(&str, &Path)],

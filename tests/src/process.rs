@@ -207,7 +207,7 @@ impl BatonProcess {
     /// the thread that started it ends: for a process kept for the whole test binary in a
     /// static, which nothing drops (libtest exits without running destructors), started from
     /// a thread that lives as long as the test process (a worker of a runtime kept in a
-    /// static, as `crate::member_clusters` does).
+    /// static, as `crate::cluster_support` does).
     pub async fn spawn_dying_with_parent(
         name: &str,
         kubeconfig: &Path,

@@ -51,11 +51,14 @@ pub fn kustomized_deploy() -> Vec<Value> {
     documents(&kustomized)
 }
 
-/// What `kubectl apply -k deploy/members` applies in a member cluster.
+/// What `kubectl apply -k deploy/member-cluster` applies in a member cluster.
 pub fn kustomized_members() -> Vec<Value> {
-    let members = deploy_dir().join("members");
+    let members = deploy_dir().join("member-cluster");
     let (ok, kustomized) = run("kubectl", &["kustomize", members.to_str().unwrap()], None);
-    assert!(ok, "kubectl kustomize deploy/members failed:\n{kustomized}");
+    assert!(
+        ok,
+        "kubectl kustomize deploy/member-cluster failed:\n{kustomized}"
+    );
     documents(&kustomized)
 }
 

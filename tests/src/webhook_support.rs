@@ -527,7 +527,7 @@ impl ShippedConfigurations {
     }
 
     /// As [`ShippedConfigurations::register`], the configurations taken from `documents`
-    /// (what a kustomization of deploy/ renders, such as deploy/members).
+    /// (what a kustomization of deploy/ renders, such as deploy/member-cluster).
     pub async fn register_from(
         control_plane: &ControlPlane,
         documents: &[serde_json::Value],

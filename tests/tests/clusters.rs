@@ -5,13 +5,13 @@
 //! only while the others are fully ready.
 //!
 //! The scenarios share one trio of control planes and one controller
-//! ([`MemberClusters::scenario`]), each with a group of its own; the one that stops an API
+//! ([`ClusterTrio::scenario`]), each with a group of its own; the one that stops an API
 //! server takes the trio alone, and the one whose controller starts without a member's Secret
-//! has a trio of its own ([`MemberClusters::scenario_apart`]). Every check of the zone rule
+//! has a trio of its own ([`ClusterTrio::scenario_apart`]). Every check of the zone rule
 //! runs on the merged timeline of the three simulators, members named `cluster/statefulset` as
-//! baton names them. A deploy pipeline follows the groups with `kubectl baton wait --member
+//! baton names them. A deploy pipeline follows the groups with `kubectl baton wait --cluster
 //! NAME` for each cluster, and a person approves, pauses and resumes with `kubectl baton
-//! approve`, `pause` and `resume --member NAME`, each write landing in its member's cluster.
+//! approve`, `pause` and `resume --cluster NAME`, each write landing in its member's cluster.
 
 use std::time::{Duration, Instant};
 
@@ -23,13 +23,11 @@ use baton_core::gates::{
     SOAK_ANNOTATION,
 };
 use baton_core::status::{GroupStatus, RolloutPhase, RolloutStatus};
+use baton_e2e::cluster_support::{CLUSTERS, ClusterTrio, Group, KUBECONFIG_KEY, kubeconfig_secret};
 use baton_e2e::controller_support::{Controller, rollout_state, wait_event};
 use baton_e2e::fixtures::StatefulSetFixture;
-use baton_e2e::member_clusters::{
-    CLUSTERS, Group, KUBECONFIG_KEY, MemberClusters, kubeconfig_secret,
-};
 use baton_e2e::plugin_support::{
-    kubectl_baton, kubectl_baton_across, wait_across, write_members_kubeconfig,
+    kubectl_baton, kubectl_baton_across, wait_across, write_clusters_kubeconfig,
     write_unreachable_kubeconfig,
 };
 use baton_e2e::prometheus_support::{Metrics, Prometheus, create_health_check};
@@ -121,10 +119,10 @@ fn every_member(group: &Group, phases: [RolloutPhase; 3]) -> Vec<(String, Rollou
 #[test]
 fn each_member_cluster_is_reached_through_its_kubeconfig_secret_in_the_hub_as_baton_member_for_a_year()
  {
-    use baton_core::member_kubeconfig;
+    use baton_core::cluster_kubeconfig;
     use k8s_openapi::api::authentication::v1::SelfSubjectReview;
 
-    MemberClusters::scenario(|clusters| async move {
+    ClusterTrio::scenario(|clusters| async move {
         let hub = clusters.cluster("cluster-a").client();
 
         // Given the trio, its members' Secrets written by `kubectl baton cluster add` as
@@ -159,7 +157,7 @@ fn each_member_cluster_is_reached_through_its_kubeconfig_secret_in_the_hub_as_ba
 
             // Then it is what the controller's allow-list accepts: the server, its CA and a
             // token, inline
-            let accepted = member_kubeconfig::accept(&text)
+            let accepted = cluster_kubeconfig::accept(&text)
                 .unwrap_or_else(|error| panic!("{cluster}'s kubeconfig is refused: {error}"));
             assert_eq!(
                 accepted.server,
@@ -188,7 +186,7 @@ fn each_member_cluster_is_reached_through_its_kubeconfig_secret_in_the_hub_as_ba
                     .expect("a client configuration");
             let client = kube::Client::try_from(config).expect("a client");
 
-            // Then the member's API server takes it for deploy/members' baton-member
+            // Then the member's API server takes it for deploy/member-cluster' baton-member
             let review = Api::<SelfSubjectReview>::all(client.clone())
                 .create(&PostParams::default(), &SelfSubjectReview::default())
                 .await
@@ -240,7 +238,7 @@ fn each_member_cluster_is_reached_through_its_kubeconfig_secret_in_the_hub_as_ba
 /// `kubectl baton cluster add` for a cluster-d that is not set up right: its error, and no
 /// Secret written in the hub.
 async fn cluster_add_refuses(
-    clusters: &MemberClusters,
+    clusters: &ClusterTrio,
     kubeconfig: &std::path::Path,
     args: &[&str],
     saying: &[&str],
@@ -263,9 +261,9 @@ async fn cluster_add_refuses(
 #[test]
 fn kubectl_baton_cluster_add_writes_nothing_for_a_context_a_server_an_account_or_a_namespace_that_is_not_there_and_rotates_when_run_again()
  {
-    MemberClusters::scenario(|clusters| async move {
+    ClusterTrio::scenario(|clusters| async move {
         let namespace = clusters.namespace();
-        let kubeconfig = clusters.members_kubeconfig();
+        let kubeconfig = clusters.clusters_kubeconfig();
         let hub = Api::<Secret>::namespaced(clusters.cluster("cluster-a").client(), namespace);
         let ns = ["-n", namespace];
 
@@ -277,7 +275,7 @@ fn kubectl_baton_cluster_add_writes_nothing_for_a_context_a_server_an_account_or
         let with_down = directory.path().join("with-down.kubeconfig");
         let mut contexts = clusters.kubeconfigs();
         contexts.push(("down", &down));
-        write_members_kubeconfig(&contexts, &with_down).expect("a kubeconfig with down");
+        write_clusters_kubeconfig(&contexts, &with_down).expect("a kubeconfig with down");
 
         // When a cluster is added from a context the kubeconfig lacks, then the error lists
         // the contexts there are
@@ -319,7 +317,7 @@ fn kubectl_baton_cluster_add_writes_nothing_for_a_context_a_server_an_account_or
             &["cannot reach cluster cluster-d (context down, https://127.0.0.1:1)"],
         )
         .await;
-        // with a ServiceAccount deploy/members did not make, then it says to apply deploy/members
+        // with a ServiceAccount deploy/member-cluster did not make, then it says to apply deploy/member-cluster
         let args = [
             &["--from-context", "cluster-b", "--context", "cluster-a"][..],
             &ns,
@@ -327,7 +325,7 @@ fn kubectl_baton_cluster_add_writes_nothing_for_a_context_a_server_an_account_or
         ]
         .concat();
         cluster_add_refuses(clusters, &kubeconfig, &args, &[
-            "no ServiceAccount baton-system/nobody in cluster cluster-d (context cluster-b): apply deploy/members there first",
+            "no ServiceAccount baton-system/nobody in cluster cluster-d (context cluster-b): apply deploy/member-cluster there first",
         ])
         .await;
         // for a groups' namespace the member overlay did not name, then it says baton-member
@@ -344,7 +342,7 @@ fn kubectl_baton_cluster_add_writes_nothing_for_a_context_a_server_an_account_or
             &[
                 "the kubeconfig for cluster cluster-d (baton-system/baton-member at",
                 "cannot list StatefulSets in namespace elsewhere",
-                "apply deploy/members there with the groups' namespace elsewhere",
+                "apply deploy/member-cluster there with the groups' namespace elsewhere",
             ],
         )
         .await;
@@ -373,7 +371,7 @@ fn kubectl_baton_cluster_add_writes_nothing_for_a_context_a_server_an_account_or
                 .unwrap_or_default()
                 .remove(KUBECONFIG_KEY)
                 .expect("the key");
-            baton_core::member_kubeconfig::accept(&String::from_utf8_lossy(&text.0))
+            baton_core::cluster_kubeconfig::accept(&String::from_utf8_lossy(&text.0))
                 .expect("accepted")
                 .token
                 .expect("a token")
@@ -407,11 +405,11 @@ fn kubectl_baton_cluster_add_writes_nothing_for_a_context_a_server_an_account_or
 /// ServiceAccount.
 #[test]
 fn the_docs_hub_role_lets_baton_controller_get_each_member_secret_and_nothing_else() {
-    use baton_e2e::member_setup::{docs_block, read_docs};
+    use baton_e2e::cluster_setup::{docs_block, read_docs};
     use baton_e2e::rbac_support::impersonating;
     use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 
-    MemberClusters::scenario(|clusters| async move {
+    ClusterTrio::scenario(|clusters| async move {
         let namespace = clusters.namespace();
         let hub = clusters.cluster("cluster-a");
 
@@ -493,7 +491,7 @@ fn the_docs_hub_role_lets_baton_controller_get_each_member_secret_and_nothing_el
 
 #[test]
 fn a_three_cluster_rollout_rolls_one_cluster_at_a_time_keeping_the_zone_rule_at_every_step() {
-    MemberClusters::scenario(|clusters| async move {
+    ClusterTrio::scenario(|clusters| async move {
         // Given a ready group `distributor` of one StatefulSet per cluster, 3 pods each, at most 1
         // not ready
         let group = Group::new("distributor", 3, 1);
@@ -562,7 +560,7 @@ fn a_three_cluster_rollout_rolls_one_cluster_at_a_time_keeping_the_zone_rule_at_
 
 #[test]
 fn two_rolling_members_let_two_clusters_roll_at_once_and_the_third_waits_for_one() {
-    MemberClusters::scenario(|clusters| async move {
+    ClusterTrio::scenario(|clusters| async move {
         // Given a ready group `compactor` of one StatefulSet per cluster, 3 pods each, at most 1
         // not ready, that lets two members roll at once (Fleet's `maxUnavailable: 2` clusters)
         let group = Group::new("compactor", 3, 1);
@@ -617,7 +615,7 @@ fn two_rolling_members_let_two_clusters_roll_at_once_and_the_third_waits_for_one
 #[test]
 fn a_bad_version_stays_in_the_first_cluster_and_a_good_one_completes_with_a_soak_between_clusters()
 {
-    MemberClusters::scenario(|clusters| async move {
+    ClusterTrio::scenario(|clusters| async move {
         const BAD: &str = "ingester-bad-image";
         const GOOD: &str = "ingester-fixed";
         let soak = Duration::from_secs(4);
@@ -738,7 +736,7 @@ fn a_bad_version_stays_in_the_first_cluster_and_a_good_one_completes_with_a_soak
 #[test]
 fn a_member_cluster_whose_api_server_stops_mid_rollout_holds_the_group_until_it_is_back() {
     // (alone: every group of the trio would wait while cluster-b is away)
-    MemberClusters::scenario_alone(|clusters| async move {
+    ClusterTrio::scenario_alone(|clusters| async move {
         let hub = clusters.cluster("cluster-a");
 
         // Given a ready group `store-gateway` of one StatefulSet per cluster, 3 pods each, at
@@ -780,7 +778,7 @@ fn a_member_cluster_whose_api_server_stops_mid_rollout_holds_the_group_until_it_
         let metrics = clusters.controller.metrics().await;
         let out: Vec<Option<f64>> = CLUSTERS
             .iter()
-            .map(|cluster| member_out(&metrics, cluster))
+            .map(|cluster| cluster_out(&metrics, cluster))
             .collect();
         assert_eq!(
             out,
@@ -833,7 +831,7 @@ fn a_member_cluster_whose_api_server_stops_mid_rollout_holds_the_group_until_it_
         // Then cluster-b is listed again, the rollout resumes and completes, one cluster at a
         // time, the zone rule held at every step, and each old pod deleted once
         wait_until(TIMEOUT, "cluster-b is listed again", || async {
-            member_out(&clusters.controller.metrics().await, "cluster-b") == Some(0.0)
+            cluster_out(&clusters.controller.metrics().await, "cluster-b") == Some(0.0)
         })
         .await;
         clusters.wait_complete(&group).await;
@@ -869,8 +867,8 @@ fn a_member_cluster_whose_api_server_stops_mid_rollout_holds_the_group_until_it_
 
 #[test]
 fn a_member_whose_kubeconfig_secret_is_missing_then_bad_holds_the_group_until_it_is_written() {
-    MemberClusters::scenario_apart(
-        || MemberClusters::start_without_secret("secrets", "cluster-c"),
+    ClusterTrio::scenario_apart(
+        || ClusterTrio::start_without_secret("secrets", "cluster-c"),
         |clusters| async move {
             // (its controller's output is shown if it fails: the trio stops with the scenario)
             let namespace = clusters.namespace().to_owned();
@@ -898,7 +896,7 @@ fn a_member_whose_kubeconfig_secret_is_missing_then_bad_holds_the_group_until_it
             )
             .await;
             assert_eq!(
-                member_out(&clusters.controller.metrics().await, "cluster-c"),
+                cluster_out(&clusters.controller.metrics().await, "cluster-c"),
                 Some(1.0),
                 "cluster-c is out"
             );
@@ -973,7 +971,7 @@ const ERROR_RATIO: &str = "test_error_ratio";
 
 #[test]
 fn a_health_check_failing_while_cluster_b_rolls_halts_before_cluster_c_until_a_person_resumes() {
-    MemberClusters::scenario(|clusters| async move {
+    ClusterTrio::scenario(|clusters| async move {
         let hub = clusters.cluster("cluster-a");
 
         // Given a real Prometheus scraping an error ratio of 0, at the address the controller lets
@@ -1095,15 +1093,15 @@ fn a_health_check_failing_while_cluster_b_rolls_halts_before_cluster_c_until_a_p
     });
 }
 
-/// `baton_member_cluster_out{member="cluster"}`: 1 while the controller cannot trust what it
+/// `baton_member_cluster_out{cluster="…"}`: 1 while the controller cannot trust what it
 /// reads of `cluster`, 0 once listed; `None` when the series is missing.
 /// Once cluster-c's kubeconfig Secret is written (as the trio writes it): cluster-c is listed,
 /// and the rollout started at `from` completes one cluster at a time, the zone rule held at
 /// every step of the merged timeline.
-async fn cluster_c_written_back_completes(clusters: &MemberClusters, group: &Group, from: Instant) {
+async fn cluster_c_written_back_completes(clusters: &ClusterTrio, group: &Group, from: Instant) {
     clusters.write_secret("cluster-c").await;
     wait_until(TIMEOUT, "cluster-c is listed", || async {
-        member_out(&clusters.controller.metrics().await, "cluster-c") == Some(0.0)
+        cluster_out(&clusters.controller.metrics().await, "cluster-c") == Some(0.0)
     })
     .await;
     clusters.wait_complete(group).await;
@@ -1112,8 +1110,8 @@ async fn cluster_c_written_back_completes(clusters: &MemberClusters, group: &Gro
     assert_one_at_a_time(&windows(&timeline, group, from), group, Duration::ZERO);
 }
 
-fn member_out(metrics: &str, cluster: &str) -> Option<f64> {
-    let series = format!("baton_member_cluster_out{{member=\"{cluster}\"}} ");
+fn cluster_out(metrics: &str, cluster: &str) -> Option<f64> {
+    let series = format!("baton_member_cluster_out{{cluster=\"{cluster}\"}} ");
     metrics
         .lines()
         .find_map(|line| line.strip_prefix(&series)?.trim().parse().ok())
@@ -1132,7 +1130,7 @@ fn waits_for(metrics: &str, group: &Group, reason: &str) -> bool {
 
 /// Waits until the merged timeline shows a pod of `member` becoming Ready after `after`;
 /// returns when it did.
-async fn wait_until_ready(clusters: &MemberClusters, member: &str, after: Instant) -> Instant {
+async fn wait_until_ready(clusters: &ClusterTrio, member: &str, after: Instant) -> Instant {
     wait_for(TIMEOUT, &format!("a pod of {member} is ready"), || async {
         clusters
             .merged_timeline()
@@ -1149,7 +1147,7 @@ async fn wait_until_ready(clusters: &MemberClusters, member: &str, after: Instan
 
 #[test]
 fn kubectl_baton_follows_a_cross_cluster_group_with_a_member_per_cluster() {
-    MemberClusters::scenario(|clusters| async move {
+    ClusterTrio::scenario(|clusters| async move {
         // Given a ready group `ruler` of one StatefulSet per cluster, 2 pods each, and a
         // kubeconfig with a context per cluster, named after it
         let group = Group::new("ruler", 2, 1);
@@ -1157,7 +1155,7 @@ fn kubectl_baton_follows_a_cross_cluster_group_with_a_member_per_cluster() {
         let members = clusters.kubeconfigs();
         let namespace = clusters.namespace();
 
-        // Then `kubectl baton status --member cluster-a --member cluster-b --member cluster-c`
+        // Then `kubectl baton status --cluster cluster-a --cluster cluster-b --cluster cluster-c`
         // names the members as the controller does, each complete
         let run = kubectl_baton_across(
             &members,
@@ -1215,7 +1213,7 @@ fn awaited_step(status: &GroupStatus) -> Option<String> {
 
 /// `key` on `group`'s StatefulSet in `cluster`, as that cluster holds it.
 async fn annotation(
-    clusters: &MemberClusters,
+    clusters: &ClusterTrio,
     cluster: &str,
     group: &Group,
     key: &str,
@@ -1231,10 +1229,10 @@ async fn annotation(
 }
 
 /// Once the controller says `group` awaits approval of the first step of its member in
-/// `cluster`, approves the step `kubectl baton status --member …` names, with `kubectl baton
+/// `cluster`, approves the step `kubectl baton status --cluster …` names, with `kubectl baton
 /// approve --step` across the trio; checks that every member carries it, each in its own
 /// cluster, and returns it.
-async fn approve_awaited(clusters: &MemberClusters, group: &Group, cluster: &str) -> String {
+async fn approve_awaited(clusters: &ClusterTrio, group: &Group, cluster: &str) -> String {
     let member = group.member(cluster);
     let controller = clusters
         .wait_status(group, &format!("{member} awaiting approval"), |status| {
@@ -1286,7 +1284,7 @@ async fn approve_awaited(clusters: &MemberClusters, group: &Group, cluster: &str
 
 #[test]
 fn kubectl_baton_approves_each_step_on_every_member_and_pauses_a_member_in_its_own_cluster() {
-    MemberClusters::scenario(|clusters| async move {
+    ClusterTrio::scenario(|clusters| async move {
         let members = clusters.kubeconfigs();
         let namespace = clusters.namespace();
         // Given a ready group `query-frontend` of one StatefulSet per cluster, 2 pods each,
@@ -1308,7 +1306,7 @@ fn kubectl_baton_approves_each_step_on_every_member_and_pauses_a_member_in_its_o
             .exited(6)
             .complains(&[
                 "rollout group query-frontend awaits approval: cluster-a/query-frontend awaits approval of its first step",
-                "--member cluster-a --member cluster-b --member cluster-c",
+                "--cluster cluster-a --cluster cluster-b --cluster cluster-c",
             ]);
 
         // When a person approves the step the status names, across the three clusters
@@ -1402,8 +1400,8 @@ fn kubectl_baton_approves_each_step_on_every_member_and_pauses_a_member_in_its_o
 
 #[test]
 fn a_new_leader_in_the_hub_finishes_the_cross_cluster_rollout_the_old_one_started() {
-    MemberClusters::scenario_apart(
-        || MemberClusters::start("failover", &[]),
+    ClusterTrio::scenario_apart(
+        || ClusterTrio::start("failover", &[]),
         |clusters| async move {
             let _witness = clusters.witness();
             // Given a second controller in the hub, with the same members, standing by
@@ -1464,7 +1462,7 @@ fn a_new_leader_in_the_hub_finishes_the_cross_cluster_rollout_the_old_one_starte
 #[test]
 fn a_rollback_across_clusters_writes_each_template_back_in_its_cluster_and_goes_back_the_last_reached_first()
  {
-    MemberClusters::scenario(|clusters| async move {
+    ClusterTrio::scenario(|clusters| async move {
         // Given a ready group `alertmanager`, whose rollout finished in cluster-a and is half-way
         // in cluster-b (the replacement of its first pod, at the new revision, does not start
         // yet)
@@ -1509,8 +1507,8 @@ fn a_rollback_across_clusters_writes_each_template_back_in_its_cluster_and_goes_
             ),
             &format!("then cluster-a/{sts} from "),
             &format!(
-                "follow it with: kubectl baton wait {} -n {} --member cluster-a \
-                 --member cluster-b --member cluster-c",
+                "follow it with: kubectl baton wait {} -n {} --cluster cluster-a \
+                 --cluster cluster-b --cluster cluster-c",
                 group.name,
                 clusters.namespace()
             ),
@@ -1597,11 +1595,11 @@ fn a_rollback_across_clusters_writes_each_template_back_in_its_cluster_and_goes_
     });
 }
 
-/// deploy/members' guards in a member cluster: its users may write StatefulSet annotations
+/// deploy/member-cluster' guards in a member cluster: its users may write StatefulSet annotations
 /// beside the groups, and the hub reads baton's memory there as its own. Without the guards a
 /// past `clearedAt` written in cluster-b would skip the soak before cluster-b; with them it is
 /// refused, and so is every other forgery of that memory, while the hub's own writes (as
-/// deploy/members' `baton-member`) go through. The guard judges every group of cluster-b's
+/// deploy/member-cluster' `baton-member`) go through. The guard judges every group of cluster-b's
 /// namespace and fails closed, so the scenario takes the trio alone.
 #[test]
 fn a_member_clusters_user_cannot_forge_batons_memory_there_and_each_cluster_waits_its_soak() {
@@ -1617,12 +1615,12 @@ fn a_member_clusters_user_cannot_forge_batons_memory_there_and_each_cluster_wait
     use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
     use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 
-    MemberClusters::scenario_alone(|clusters| async move {
+    ClusterTrio::scenario_alone(|clusters| async move {
         let soak = Duration::from_secs(20);
         let ns = clusters.namespace();
         let b = clusters.cluster("cluster-b");
 
-        // Given cluster-b installed as deploy/members installs a member: its webhook lets
+        // Given cluster-b installed as deploy/member-cluster installs a member: its webhook lets
         // the hub's identity there (baton-member) set baton's memory, and nobody else, ...
         let members = kustomized_members();
         let webhook = find(&members, "Deployment", "baton-webhook");
@@ -1632,7 +1630,7 @@ fn a_member_clusters_user_cannot_forge_batons_memory_there_and_each_cluster_wait
             .iter()
             .find(|variable| variable["name"] == "BATON_WEBHOOK__STATE_WRITERS")
             .and_then(|variable| variable["value"].as_str())
-            .expect("deploy/members names the state writers")
+            .expect("deploy/member-cluster names the state writers")
             .to_owned();
         assert_eq!(writers, member_user(), "the hub's identity, alone");
         let deployments: Vec<&str> = members
@@ -1656,11 +1654,14 @@ fn a_member_clusters_user_cannot_forge_batons_memory_there_and_each_cluster_wait
                 "--server-side",
                 "--dry-run=server",
                 "-k",
-                deploy_dir().join("members").to_str().expect("a UTF-8 path"),
+                deploy_dir()
+                    .join("member-cluster")
+                    .to_str()
+                    .expect("a UTF-8 path"),
             ],
             Some(&b.control_plane),
         );
-        assert!(valid, "deploy/members in cluster-b:\n{output}");
+        assert!(valid, "deploy/member-cluster in cluster-b:\n{output}");
         // ... its state and record guards fail closed ...
         let guards = ["baton-state-guard", "baton-record-guard"];
         for guard in guards {
@@ -1698,7 +1699,7 @@ fn a_member_clusters_user_cannot_forge_batons_memory_there_and_each_cluster_wait
             MatchConditions::AsShipped,
         )
         .await
-        .expect("registering deploy/members' guards in cluster-b");
+        .expect("registering deploy/member-cluster' guards in cluster-b");
         let statefulsets = Api::<StatefulSet>::namespaced(b.client(), ns);
         wait_until(
             TIMEOUT,
@@ -1934,7 +1935,7 @@ fn a_member_clusters_user_cannot_forge_batons_memory_there_and_each_cluster_wait
 const TOKEN_IN_A_FILE: &str = "token-of-a-file-in-the-controllers-reach";
 
 /// Writes `kubeconfig` under [`KUBECONFIG_KEY`] of the Secret `name` (server-side apply, as
-/// the trio writes its Secrets, so [`MemberClusters::write_secret`] replaces it).
+/// the trio writes its Secrets, so [`ClusterTrio::write_secret`] replaces it).
 async fn write_kubeconfig(secrets: &Api<Secret>, name: &str, kubeconfig: &serde_json::Value) {
     let text = serde_json::to_string_pretty(kubeconfig).expect("a kubeconfig");
     let secret: Secret = serde_json::from_value(json!({
@@ -1955,10 +1956,10 @@ async fn write_kubeconfig(secrets: &Api<Secret>, name: &str, kubeconfig: &serde_
 }
 
 #[test]
-fn a_member_kubeconfig_that_reads_a_file_runs_a_program_proxies_or_skips_tls_checks_is_refused_by_field_and_calls_nothing()
+fn a_cluster_kubeconfig_that_reads_a_file_runs_a_program_proxies_or_skips_tls_checks_is_refused_by_field_and_calls_nothing()
  {
-    MemberClusters::scenario_apart(
-        || MemberClusters::start_without_secret("kubeconfigs", "cluster-c"),
+    ClusterTrio::scenario_apart(
+        || ClusterTrio::start_without_secret("kubeconfigs", "cluster-c"),
         |clusters| async move {
             let namespace = clusters.namespace().to_owned();
             let secret = kubeconfig_secret("cluster-c");
@@ -2094,7 +2095,7 @@ fn a_member_kubeconfig_that_reads_a_file_runs_a_program_proxies_or_skips_tls_che
                     )
                     .await;
                 assert_eq!(
-                    member_out(&clusters.controller.metrics().await, "cluster-c"),
+                    cluster_out(&clusters.controller.metrics().await, "cluster-c"),
                     Some(1.0),
                     "cluster-c is out for {fields:?}: {status:#?}"
                 );
@@ -2138,7 +2139,7 @@ fn a_member_kubeconfig_that_reads_a_file_runs_a_program_proxies_or_skips_tls_che
 #[test]
 fn a_pod_in_cluster_b_naming_cluster_a_statefulset_as_its_owner_is_never_counted_nor_deleted_as_cluster_a_s()
  {
-    MemberClusters::scenario(|clusters| async move {
+    ClusterTrio::scenario(|clusters| async move {
         let namespace = clusters.namespace();
         // Given a ready group `overrides-exporter` of one StatefulSet per cluster, 2 pods each
         // (a name no other scenario on the shared trio takes)

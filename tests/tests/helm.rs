@@ -351,15 +351,15 @@ fn values_named_like_the_go_charts_reach_the_objects() {
 #[test]
 fn with_member_clusters_the_chart_lets_the_controller_get_their_secrets_as_the_docs_hub_overlay_does()
  {
-    use baton_e2e::member_setup::{docs_block, read_docs};
+    use baton_e2e::cluster_setup::{docs_block, read_docs};
 
     // Given the docs' members in the values: the hub without a Secret, two members with one
     let values = [
-        "config.controller.members[0].name=cluster-a",
-        "config.controller.members[1].name=cluster-b",
-        "config.controller.members[1].kubeconfig_secret=member-cluster-b",
-        "config.controller.members[2].name=cluster-c",
-        "config.controller.members[2].kubeconfig_secret=member-cluster-c",
+        "config.controller.clusters[0].name=cluster-a",
+        "config.controller.clusters[1].name=cluster-b",
+        "config.controller.clusters[1].kubeconfig_secret=member-cluster-b",
+        "config.controller.clusters[2].name=cluster-c",
+        "config.controller.clusters[2].kubeconfig_secret=member-cluster-c",
     ];
     let rendered = helm_template("baton-system", &values);
 
@@ -370,7 +370,7 @@ fn with_member_clusters_the_chart_lets_the_controller_get_their_secrets_as_the_d
         .expect("the configuration file")
         .to_owned();
     assert_eq!(
-        baton_e2e::member_setup::members_of(&config).expect("controller.members"),
+        baton_e2e::cluster_setup::clusters_of(&config).expect("controller.clusters"),
         [
             ("cluster-a".to_owned(), String::new()),
             ("cluster-b".to_owned(), "member-cluster-b".to_owned()),

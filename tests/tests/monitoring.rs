@@ -132,8 +132,8 @@ fn exported_families() -> Families {
     LeaderMetrics::register(&controller).expect("leader metrics");
     let pods = PodHttpClient::new(&pods_config, &controller).expect("pod client");
     let certificates = CertificateMetrics::register(&controller).expect("certificate metrics");
-    let member_out =
-        baton_controller::members::register_out_gauge(&controller).expect("member metrics");
+    let cluster_out =
+        baton_controller::clusters::register_out_gauge(&controller).expect("member metrics");
     // Every field of each set is named (no `..`): a metric added to a set does not compile
     // here until it is listed, so it cannot escape the check.
     let CertificateMetrics {
@@ -151,7 +151,7 @@ fn exported_families() -> Families {
         secret_writes,
         injections,
         failure_policy,
-        &member_out,
+        &cluster_out,
     ]);
     let mut families = families_of(&controller, &collectors);
 

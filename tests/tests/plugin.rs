@@ -12,7 +12,7 @@ use baton_e2e::controller_support::{
 };
 use baton_e2e::fixtures::StatefulSetFixture;
 use baton_e2e::plugin_support::{
-    self, Run, kubectl_baton, kubectl_baton_across, wait_across, write_members_kubeconfig,
+    self, Run, kubectl_baton, kubectl_baton_across, wait_across, write_clusters_kubeconfig,
     write_unreachable_kubeconfig,
 };
 use baton_e2e::{ControlPlane, TestNamespace};
@@ -432,16 +432,16 @@ async fn across_members_every_mistake_names_the_member() {
     let admin_context = config["current-context"].as_str().unwrap().to_owned();
 
     // A member whose context the kubeconfig lacks: named, with the contexts it has
-    kubectl_baton(here, &["status", "--member", "ghost", "-n", name])
+    kubectl_baton(here, &["status", "--cluster", "ghost", "-n", name])
         .await
         .exited(1)
         .complains(&[
             "member ghost: no context ghost in the kubeconfig",
             "its contexts: ",
             &admin_context,
-            "--member ghost=CONTEXT",
+            "--cluster ghost=CONTEXT",
         ]);
-    kubectl_baton(here, &["wait", "g", "--member", "x=nope", "-n", name])
+    kubectl_baton(here, &["wait", "g", "--cluster", "x=nope", "-n", name])
         .await
         .exited(1)
         .complains(&["member x: no context nope in the kubeconfig"]);
@@ -492,12 +492,12 @@ async fn across_members_every_mistake_names_the_member() {
     kubectl_baton_across(&[("x", here)], &["pause", "ingester-zone-a", "-n", name])
         .await
         .exited(1)
-        .complains(&["with --member, name the StatefulSet with its member cluster, as status shows it: CLUSTER/ingester-zone-a (e.g. x/ingester-zone-a)"]);
+        .complains(&["with --cluster, name the StatefulSet with its member cluster, as status shows it: CLUSTER/ingester-zone-a (e.g. x/ingester-zone-a)"]);
     kubectl_baton_across(&[("x", here)], &["resume", "y/ingester-zone-a", "-n", name])
         .await
         .exited(1)
         .complains(&[
-            "y/ingester-zone-a is in member cluster y, which is not among the members given (x): add --member y[=CONTEXT]",
+            "y/ingester-zone-a is in member cluster y, which is not among the members given (x): add --cluster y[=CONTEXT]",
         ]);
     kubectl_baton_across(&[("x", here)], &["pause", "x/nothing", "-n", name])
         .await
@@ -506,18 +506,18 @@ async fn across_members_every_mistake_names_the_member() {
             "member cluster x (context x): no StatefulSet nothing in namespace {name}"
         )]);
 
-    // Each member has its own context: --context with --member is a usage error
+    // Each member has its own context: --context with --cluster is a usage error
     kubectl_baton(
         here,
-        &["status", "--member", "x", "--context", &admin_context],
+        &["status", "--cluster", "x", "--context", &admin_context],
     )
     .await
     .exited(2)
-    .complains(&["--context cannot be used with --member"]);
+    .complains(&["--context cannot be used with --cluster"]);
 
     // The kubeconfig written for members names each context, cluster and user for its member
-    let merged = directory.path().join("members.kubeconfig");
-    write_members_kubeconfig(&[("x", here), ("down", &unreachable)], &merged).unwrap();
+    let merged = directory.path().join("clusters.kubeconfig");
+    write_clusters_kubeconfig(&[("x", here), ("down", &unreachable)], &merged).unwrap();
     let written: serde_json::Value =
         serde_saphyr::from_str(&std::fs::read_to_string(&merged).unwrap()).unwrap();
     for kind in ["contexts", "clusters", "users"] {
@@ -546,8 +546,8 @@ async fn across_members_wait_holds_while_a_member_cannot_be_read_and_goes_on_onc
         .create(&client, name)
         .await;
     let directory = tempfile::tempdir().unwrap();
-    let kubeconfig = directory.path().join("members.kubeconfig");
-    write_members_kubeconfig(&[("x", control_plane.kubeconfig_path())], &kubeconfig).unwrap();
+    let kubeconfig = directory.path().join("clusters.kubeconfig");
+    write_clusters_kubeconfig(&[("x", control_plane.kubeconfig_path())], &kubeconfig).unwrap();
     let mut wait = tokio::process::Command::new(plugin_support::binary().await)
         .args([
             "wait",
@@ -556,7 +556,7 @@ async fn across_members_wait_holds_while_a_member_cannot_be_read_and_goes_on_onc
             name,
             "--timeout",
             "5m",
-            "--member",
+            "--cluster",
             "x",
         ])
         .env("KUBECONFIG", &kubeconfig)

@@ -10,7 +10,7 @@ use baton_shared::kube_client::{TimedOut, bounded};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use kube::api::{Patch, PatchParams};
 
-use crate::members::{Clusters, NotConnected};
+use crate::clusters::{Clusters, NotConnected};
 use serde_json::{Map, Value, json};
 
 use baton_core::gates::AnnotationWrite;

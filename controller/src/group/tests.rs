@@ -106,7 +106,7 @@ async fn an_unreachable_reference_holds_scaling_but_not_the_rollout() {
     let registry = Registry::new();
     let metrics = ControllerMetrics::register(&registry).expect("metrics");
     let (explainer, _publisher) = Explainer::new(
-        crate::members::Clusters::single(client.clone()),
+        crate::clusters::Clusters::single(client.clone()),
         "test".to_owned(),
         Duration::from_secs(60),
         Duration::from_secs(1),
@@ -126,7 +126,7 @@ async fn an_unreachable_reference_holds_scaling_but_not_the_rollout() {
         may_start: Arc::new(|| Some(Arc::new(|| Some(Duration::MAX)) as MayAct)),
         rollouts: Rollouts {
             namespace: NAMESPACE.to_owned(),
-            clusters: crate::members::Clusters::single(client.clone()),
+            clusters: crate::clusters::Clusters::single(client.clone()),
             metrics,
             explainer,
             request_timeout: Duration::from_secs(600),

@@ -94,7 +94,7 @@ pub enum ExecuteError {
     TimedOut(#[from] TimedOut),
     /// The object is in a member cluster that is not connected.
     #[error(transparent)]
-    NotConnected(#[from] crate::members::NotConnected),
+    NotConnected(#[from] crate::clusters::NotConnected),
     /// The rollout gate's state could not be stored: nothing was acted on.
     #[error(transparent)]
     GateState(#[from] crate::gates::store::StoreError),

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use baton_core::members::Outage;
+use baton_core::clusters::Outage;
 use baton_core::pass::{self, CheckRead, Effect, Gates, HookRead, Pass, Read};
 use baton_core::pods::CachedPod;
 use baton_shared::kube_client::bounded;
@@ -30,7 +30,7 @@ use baton_core::status::model::ActionRecord;
 pub struct Rollouts {
     pub namespace: String,
     /// Where the groups' objects are: each write goes to its object's cluster.
-    pub clusters: crate::members::Clusters,
+    pub clusters: crate::clusters::Clusters,
     pub metrics: ControllerMetrics,
     pub explainer: Explainer,
     pub request_timeout: Duration,
@@ -70,7 +70,7 @@ impl Rollouts {
             members.iter().map(Arc::as_ref),
             pods.iter().map(Arc::as_ref),
         );
-        baton_core::members::mark_outages(&mut snapshot, outages);
+        baton_core::clusters::mark_outages(&mut snapshot, outages);
         self.pending.apply(&mut snapshot, Instant::now());
         let now = jiff::Timestamp::now();
         let gates = Gates::read(&snapshot);
@@ -197,14 +197,16 @@ impl Rollouts {
                 Effect::CallHook(call) => {
                     // Called only if still due on a fresh read (the cache may lag a call just
                     // made), beside the reconciles: its answer queues the group again.
-                    let reading = format!("reading {} before its hook", call.zone);
+                    let reading = format!("reading {} before its hook", call.statefulset);
                     let (statefulsets, local) = self
                         .clusters
-                        .api::<StatefulSet>(&self.namespace, &call.zone)?;
+                        .api::<StatefulSet>(&self.namespace, &call.statefulset)?;
                     let fresh = bounded(timeout, reading, statefulsets.get(local))
                         .await
                         .map(|read| {
-                            read.map(|fresh| baton_core::members::requalify(&call.zone, fresh))
+                            read.map(|fresh| {
+                                baton_core::clusters::requalify(&call.statefulset, fresh)
+                            })
                         });
                     if let Ok(Ok(fresh)) = fresh
                         && baton_core::gates::hooks::still_due(&fresh, call, jiff::Timestamp::now())
@@ -321,7 +323,7 @@ impl Rollouts {
                 let (statefulsets, local) = self
                     .clusters
                     .api::<StatefulSet>(&self.namespace, statefulset)?;
-                let cached = baton_core::members::named(cached, local);
+                let cached = baton_core::clusters::named(cached, local);
                 let outcome =
                     execute::set_partition(&statefulsets, &cached, *partition, timeout).await?;
                 Ok(match outcome {
@@ -339,7 +341,7 @@ impl Rollouts {
                 let (statefulsets, local) = self
                     .clusters
                     .api::<StatefulSet>(&self.namespace, statefulset)?;
-                let cached = baton_core::members::named(cached, local);
+                let cached = baton_core::clusters::named(cached, local);
                 // Its watch event brings the pass that tells the zone complete (the core's
                 // `rollout::completion`), as when the StatefulSet controller sets it.
                 execute::set_current_revision(&statefulsets, &cached, revision, timeout).await?;

@@ -28,7 +28,7 @@ use crate::gates::store;
 /// The rollback side of a group's pass, run by the leader before the gate.
 pub struct Rollbacks<'a> {
     /// Where each member is: a rollback writes a member in its own cluster.
-    pub clusters: &'a crate::members::Clusters,
+    pub clusters: &'a crate::clusters::Clusters,
     pub namespace: &'a str,
     pub timeout: Duration,
     pub explainer: &'a Explainer,

@@ -481,7 +481,8 @@ pub enum HookPhase {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HookCall {
     pub url: String,
-    pub zone: String,
+    /// The StatefulSet (the zone) the hook is called for.
+    pub statefulset: String,
     pub phase: HookPhase,
     pub from_revision: Option<String>,
     pub to_revision: String,
@@ -541,7 +542,7 @@ mod tests {
         assert_eq!(
             halted("cluster-b/querier"),
             "halted at cluster-b/querier: error rate 0.3; resume with \
-             kubectl baton resume cluster-b/querier -n mimir --member cluster-b \
+             kubectl baton resume cluster-b/querier -n mimir --cluster cluster-b \
              (or kubectl --context cluster-b -n mimir annotate statefulset querier \
              baton.dev/halted-)"
         );
@@ -558,7 +559,7 @@ mod tests {
             awaiting("cluster-b/querier"),
             "cluster-b/querier awaits approval of its first step to querier-new; \
              approve with kubectl baton approve querier --step \
-             cluster-b/querier/querier-new/0 -n mimir --member cluster-a --member cluster-b"
+             cluster-b/querier/querier-new/0 -n mimir --cluster cluster-a --cluster cluster-b"
         );
     }
 

@@ -186,7 +186,7 @@ pub fn apply_with(
     let member = group.statefulsets.iter().find(|member| member.name == zone);
     let call = HookCall {
         url: url.to_owned(),
-        zone,
+        statefulset: zone,
         phase,
         from_revision: member.and_then(|member| member.current_revision.clone()),
         to_revision: hooks.revision.clone(),
@@ -231,7 +231,7 @@ pub fn record_with(
     answer: Result<u16, String>,
     now: Timestamp,
 ) -> Vec<AnnotationWrite> {
-    let mut hooks = ZoneHooks::read(group, &call.zone);
+    let mut hooks = ZoneHooks::read(group, &call.statefulset);
     let hook = hooks.phase_mut(call.phase);
     let mut writes = Vec::new();
     match answer {
@@ -254,7 +254,7 @@ pub fn record_with(
                 let why = format!(
                     "hook {:?} of {} ({}) failed {} times: {last}",
                     call.phase,
-                    call.zone,
+                    call.statefulset,
                     super::redact::redact(&call.url),
                     hook.attempts
                 );
@@ -265,7 +265,7 @@ pub fn record_with(
                     writes.extend(super::rollback::ask(group, &why));
                 } else {
                     writes.push(AnnotationWrite {
-                        statefulset: call.zone.clone(),
+                        statefulset: call.statefulset.clone(),
                         key: HALTED_ANNOTATION,
                         value: Some(why),
                     });
@@ -274,7 +274,7 @@ pub fn record_with(
         }
     }
     writes.push(AnnotationWrite {
-        statefulset: call.zone.clone(),
+        statefulset: call.statefulset.clone(),
         key: HOOK_STATE_ANNOTATION,
         value: Some(serde_json::to_string(&hooks).expect("plain data serialises")),
     });
@@ -314,7 +314,7 @@ pub struct HookAnswer {
 pub fn key(call: &HookCall) -> String {
     format!(
         "{}/{:?}/{}/{}",
-        call.zone, call.phase, call.to_revision, call.url
+        call.statefulset, call.phase, call.to_revision, call.url
     )
 }
 
@@ -323,7 +323,7 @@ pub fn body(call: &HookCall, group: &str, namespace: &str) -> serde_json::Value 
     serde_json::json!({
         "group": group,
         "namespace": namespace,
-        "zone": call.zone,
+        "zone": call.statefulset,
         "phase": call.phase,
         "fromRevision": call.from_revision,
         "toRevision": call.to_revision,

@@ -45,7 +45,7 @@ fn outline(pass: &Pass) -> Vec<String> {
             Effect::StartRollback { carrier, .. } => format!("start rollback on {carrier}"),
             Effect::RestoreTemplates(records) => format!("restore {} templates", records.len()),
             Effect::RecordHookAnswer { key, .. } => format!("record hook answer {key}"),
-            Effect::CallHook(call) => format!("call hook {:?} of {}", call.phase, call.zone),
+            Effect::CallHook(call) => format!("call hook {:?} of {}", call.phase, call.statefulset),
             Effect::StartCheck(start) => format!("start check {}", start.name),
             Effect::Tell { explanation, .. } => format!("tell {}", explanation.reason),
             Effect::Store(writes) => format!("store {} writes", writes.len()),
@@ -197,7 +197,7 @@ fn a_hook_due_is_called_once_and_its_answer_recorded() {
     assert_eq!(calls.len(), 1, "{:?}", outline(&pass));
     let call = calls[0].clone();
     assert_eq!(
-        (call.zone.as_str(), call.phase),
+        (call.statefulset.as_str(), call.phase),
         ("a", HookPhase::BeforeZone)
     );
     // And nothing goes before the hook answers

@@ -89,13 +89,13 @@ pub fn compute(snapshot: &GroupSnapshot, history: Option<&History>, now: Timesta
 
 /// Every group among `statefulsets` (by their `rollout-group` label), by name, each computed
 /// with [`compute`]; `pods` may be every pod of the namespace. The members in a cluster of
-/// `outages` are marked as the planner sees them ([`crate::members::mark_outages`]).
+/// `outages` are marked as the planner sees them ([`crate::clusters::mark_outages`]).
 /// `history` gives a group's recorded history, if any; `reader`, how the person reading
 /// reached the cluster, for the commands the messages print ([`crate::commands`]).
 pub fn groups<'a>(
     statefulsets: &[&'a StatefulSet],
     pods: &[&'a CachedPod],
-    outages: &[crate::members::Outage],
+    outages: &[crate::clusters::Outage],
     history: impl Fn(&str) -> Option<History>,
     reader: &Reader,
     now: Timestamp,
@@ -115,7 +115,7 @@ pub fn groups<'a>(
                 .filter(|statefulset| crate::statefulset::group_of(statefulset) == Some(name));
             let mut snapshot = GroupSnapshot::from_kubernetes(name, members, pods.iter().copied());
             snapshot.reach.reader = reader.clone();
-            crate::members::mark_outages(&mut snapshot, outages);
+            crate::clusters::mark_outages(&mut snapshot, outages);
             compute(&snapshot, history(name).as_ref(), now)
         })
         .collect()

@@ -150,15 +150,15 @@ mod tests {
         }
     }
 
-    /// The state writer deploy/members sets on a member cluster's webhook
-    /// (`BATON_WEBHOOK__STATE_WRITERS` in deploy/members/system/kustomization.yaml).
+    /// The state writer deploy/member-cluster sets on a member cluster's webhook
+    /// (`BATON_WEBHOOK__STATE_WRITERS` in deploy/member-cluster/system/kustomization.yaml).
     fn members_state_writer() -> String {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../deploy/members/system/kustomization.yaml");
-        let shipped = std::fs::read_to_string(&path).expect("deploy/members' system part");
+            .join("../deploy/member-cluster/system/kustomization.yaml");
+        let shipped = std::fs::read_to_string(&path).expect("deploy/member-cluster' system part");
         let after = shipped
             .split_once("name: BATON_WEBHOOK__STATE_WRITERS")
-            .expect("deploy/members sets the state writers")
+            .expect("deploy/member-cluster sets the state writers")
             .1;
         let line = after
             .lines()
@@ -170,7 +170,7 @@ mod tests {
 
     #[test]
     fn in_a_member_cluster_the_hubs_identity_writes_batons_memory_and_nothing_of_its_records() {
-        // A member's webhook as deploy/members configures it: its state writer set, its
+        // A member's webhook as deploy/member-cluster configures it: its state writer set, its
         // records left to the default (baton's own accounts in baton-system)
         let member = members_state_writer();
         assert_eq!(member, "system:serviceaccount:baton-system:baton-member");

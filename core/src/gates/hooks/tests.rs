@@ -48,7 +48,7 @@ fn the_first_zone_starts_only_after_its_before_hook_answered() {
     );
     let call = call.expect("the before hook is due");
     assert_eq!(
-        (call.zone.as_str(), call.phase),
+        (call.statefulset.as_str(), call.phase),
         ("a", HookPhase::BeforeZone)
     );
     assert_eq!(
@@ -89,7 +89,7 @@ fn a_completed_zone_calls_its_after_hook_before_anything_else() {
     );
     let call = call.expect("due");
     assert_eq!(
-        (call.zone.as_str(), call.phase),
+        (call.statefulset.as_str(), call.phase),
         ("a", HookPhase::AfterZone)
     );
     // The zone gate alone would clear b now; b must wait for its own before-hook.
@@ -158,7 +158,7 @@ fn the_rollout_state_is_kept_until_the_last_after_hook_answered() {
         member.current_revision = member.update_revision.clone();
     }
     let (_, decision, call) = gate(&complete);
-    assert_eq!(call.map(|call| call.zone), Some("b".to_owned()));
+    assert_eq!(call.map(|call| call.statefulset), Some("b".to_owned()));
     assert!(
         decision.writes.is_empty(),
         "nothing forgotten yet: {decision:?}"

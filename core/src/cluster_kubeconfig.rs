@@ -6,7 +6,7 @@
 //! the pod (`exec`, an auth provider's `cmd-path`), the traffic sent through a proxy, the
 //! server's certificate left unchecked. So a member's kubeconfig is read against an allow-list
 //! ([`accept`]): only what a member needs, inline, is taken, every other field is refused by
-//! name, and the client is built from what was taken alone ([`MemberAccess::kubeconfig`]), so
+//! name, and the client is built from what was taken alone ([`ClusterCredentials::kubeconfig`]), so
 //! a field kube learns to honour later never reaches it.
 //!
 //! Only the current context, its cluster and its user matter (and are read); the other
@@ -20,7 +20,7 @@ use serde_json::{Map, Value};
 /// What a member's kubeconfig may say, all of it inline: where the member's API server is, how
 /// to check its certificate, and who the controller is there.
 #[derive(Clone, PartialEq, Eq)]
-pub struct MemberAccess {
+pub struct ClusterCredentials {
     /// `https://…`.
     pub server: String,
     /// PEM, base64-encoded (as the kubeconfig has it); none: the system's roots.
@@ -35,11 +35,11 @@ pub struct MemberAccess {
     pub client_key_data: Option<String>,
 }
 
-impl fmt::Debug for MemberAccess {
+impl fmt::Debug for ClusterCredentials {
     /// Without the credentials.
     fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
         formatter
-            .debug_struct("MemberAccess")
+            .debug_struct("ClusterCredentials")
             .field("server", &self.server)
             .field(
                 "certificate_authority_data",
@@ -56,10 +56,10 @@ impl fmt::Debug for MemberAccess {
     }
 }
 
-/// The name of the one context, cluster and user of [`MemberAccess::kubeconfig`].
+/// The name of the one context, cluster and user of [`ClusterCredentials::kubeconfig`].
 const MEMBER: &str = "member";
 
-impl MemberAccess {
+impl ClusterCredentials {
     /// A kubeconfig (as JSON) of this alone: one cluster, one user, one context, current.
     pub fn kubeconfig(&self) -> Value {
         let mut cluster = Map::new();
@@ -171,7 +171,7 @@ fn refused_user_field(key: &str) -> Option<String> {
         "username" | "password" => {
             format!("is basic authentication, which Kubernetes no longer has: {INLINE_CREDENTIALS}")
         }
-        "as" | "as-uid" | "as-groups" | "as-user-extra" => "impersonates another identity: the kubeconfig's own identity must hold the member Role (deploy/members)".into(),
+        "as" | "as-uid" | "as-groups" | "as-user-extra" => "impersonates another identity: the kubeconfig's own identity must hold the member Role (deploy/member-cluster)".into(),
         _ => return None,
     })
 }
@@ -206,7 +206,7 @@ const USER_FIELDS: &[&str] = &[
 
 /// `text`, a member's kubeconfig, as baton uses it; or every field it refuses, each named with
 /// why (all of them at once: the person fixing the Secret fixes them in one go).
-pub fn accept(text: &str) -> Result<MemberAccess, Unusable> {
+pub fn accept(text: &str) -> Result<ClusterCredentials, Unusable> {
     let documents: Vec<Value> = serde_saphyr::from_multiple(text).map_err(|error| {
         Unusable::Unreadable(format!(
             "not YAML: {}",
@@ -240,7 +240,7 @@ pub fn accept(text: &str) -> Result<MemberAccess, Unusable> {
     let cluster_name = refusals.string(&format!("{context_field}.cluster"), context.get("cluster"));
     let user_name = refusals.string(&format!("{context_field}.user"), context.get("user"));
 
-    let mut access = MemberAccess {
+    let mut access = ClusterCredentials {
         server: String::new(),
         certificate_authority_data: None,
         tls_server_name: None,
@@ -396,7 +396,7 @@ impl Refusals {
         }
     }
 
-    fn cluster(&mut self, at: &str, cluster: &Map<String, Value>, access: &mut MemberAccess) {
+    fn cluster(&mut self, at: &str, cluster: &Map<String, Value>, access: &mut ClusterCredentials) {
         self.fields(at, cluster, CLUSTER_FIELDS, refused_cluster_field);
         let field = |key: &str| join(at, key);
         match self.string(&field("server"), cluster.get("server")) {
@@ -422,7 +422,7 @@ impl Refusals {
         };
     }
 
-    fn user(&mut self, at: &str, user: &Map<String, Value>, access: &mut MemberAccess) {
+    fn user(&mut self, at: &str, user: &Map<String, Value>, access: &mut ClusterCredentials) {
         self.fields(at, user, USER_FIELDS, |key, _| refused_user_field(key));
         let field = |key: &str| join(at, key);
         access.token = self.string(&field("token"), user.get("token"));

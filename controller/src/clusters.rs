@@ -1,4 +1,4 @@
-//! Member clusters (`controller.members`): the controller, leader-elected in its own cluster
+//! Member clusters (`controller.clusters`): the controller, leader-elected in its own cluster
 //! (the hub), watches the groups' StatefulSets and pods in each member cluster, and sends each
 //! write to the cluster its object lives in.
 //!
@@ -6,12 +6,12 @@
 //!   the member and the Secret: reading the Secret (in the system namespace), finding its key,
 //!   parsing the kubeconfig, accepting it (inline credentials only: no field that reads a file
 //!   of this pod, runs a program, goes through a proxy or weakens TLS,
-//!   [`baton_core::member_kubeconfig`]), building a client from what was accepted alone. A member whose chain fails is retried with the
-//!   watches' backoff, and until then it is *out* ([`MemberCache::outage`]).
+//!   [`baton_core::cluster_kubeconfig`]), building a client from what was accepted alone. A member whose chain fails is retried with the
+//!   watches' backoff, and until then it is *out* ([`ClusterCache::outage`]).
 //! - **A member's watches start over after every failure** (`relisting_watcher`): a member is
 //!   out from a watch's first error until both its watches have listed again. So a member that
 //!   comes back is re-listed before anything is decided on it, and the core's rule
-//!   (`StatefulSetSnapshot::unreachable`, applied by [`baton_core::members::mark_outages`])
+//!   (`StatefulSetSnapshot::unreachable`, applied by [`baton_core::clusters::mark_outages`])
 //!   holds every group with a member there meanwhile.
 //! - **Writes are routed by name** ([`Clusters::api`]): the caches name a member's objects
 //!   `cluster/name`, so every decision reads qualified names, and only the call splits them.
@@ -22,9 +22,9 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
 
-use baton_config::MemberCluster;
-use baton_core::member_kubeconfig::Unusable;
-use baton_core::members::Outage;
+use baton_config::ClusterConfig;
+use baton_core::cluster_kubeconfig::Unusable;
+use baton_core::clusters::Outage;
 use baton_core::pods::CachedPod;
 use baton_shared::kube_client::{ClientLayers, bounded};
 use baton_shared::pod_cache::PodCache;
@@ -45,13 +45,13 @@ use tokio::sync::mpsc::UnboundedSender;
 pub struct Clusters {
     hub: kube::Client,
     /// Member name → its client, once connected. `None`: no member clusters.
-    members: Option<Arc<RwLock<HashMap<String, kube::Client>>>>,
+    clients: Option<Arc<RwLock<HashMap<String, kube::Client>>>>,
 }
 
 impl std::fmt::Debug for Clusters {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Clusters")
-            .field("members", &self.members.is_some())
+            .field("clients", &self.clients.is_some())
             .finish()
     }
 }
@@ -69,7 +69,7 @@ impl Clusters {
     pub fn single(client: kube::Client) -> Self {
         Self {
             hub: client,
-            members: None,
+            clients: None,
         }
     }
 
@@ -90,12 +90,12 @@ impl Clusters {
     /// object of the controller's own cluster (its certificates, its Lease), with member
     /// clusters or without.
     pub fn client_for<'n>(&self, name: &'n str) -> Result<(kube::Client, &'n str), NotConnected> {
-        let (Some(members), (Some(cluster), local)) =
-            (&self.members, baton_core::members::split(name))
+        let (Some(clients), (Some(cluster), local)) =
+            (&self.clients, baton_core::clusters::split(name))
         else {
             return Ok((self.hub.clone(), name));
         };
-        let client = members
+        let client = clients
             .read()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
             .get(cluster)
@@ -110,8 +110,8 @@ impl Clusters {
     }
 
     fn connected(&self, cluster: &str, client: kube::Client) {
-        if let Some(members) = &self.members {
-            members
+        if let Some(clients) = &self.clients {
+            clients
                 .write()
                 .unwrap_or_else(|poisoned| poisoned.into_inner())
                 .insert(cluster.to_owned(), client);
@@ -121,14 +121,14 @@ impl Clusters {
 
 /// What the watches of one member cluster have seen, and whether they can be trusted now.
 #[derive(Clone)]
-pub struct MemberCache {
+pub struct ClusterCache {
     pub cluster: String,
     pub statefulsets: Store<StatefulSet>,
     pub pods: PodCache,
     health: Arc<Mutex<Health>>,
 }
 
-impl MemberCache {
+impl ClusterCache {
     /// Why the member cannot be trusted now, if it cannot.
     pub fn outage(&self) -> Option<Outage> {
         let health = self
@@ -148,7 +148,7 @@ impl MemberCache {
             .state_filter(keep)
             .into_iter()
             .map(|statefulset| {
-                Arc::new(baton_core::members::qualify_statefulset(
+                Arc::new(baton_core::clusters::qualify_statefulset(
                     &self.cluster,
                     &statefulset,
                 ))
@@ -162,7 +162,7 @@ impl MemberCache {
             .state()
             .into_iter()
             .filter(|pod| keep(pod))
-            .map(|pod| Arc::new(baton_core::members::qualify_pod(&self.cluster, &pod)))
+            .map(|pod| Arc::new(baton_core::clusters::qualify_pod(&self.cluster, &pod)))
             .collect()
     }
 }
@@ -243,54 +243,54 @@ impl Health {
 /// the Secret and what is wrong.
 #[derive(Debug, thiserror::Error)]
 pub enum ConnectError {
-    #[error("reading Secret {namespace}/{secret} of member cluster {member}: {source}")]
+    #[error("reading Secret {namespace}/{secret} of member cluster {cluster}: {source}")]
     ReadSecret {
-        member: String,
+        cluster: String,
         namespace: String,
         secret: String,
         source: kube::Error,
     },
-    #[error("reading Secret {namespace}/{secret} of member cluster {member}: {source}")]
+    #[error("reading Secret {namespace}/{secret} of member cluster {cluster}: {source}")]
     TimedOut {
-        member: String,
+        cluster: String,
         namespace: String,
         secret: String,
         source: baton_shared::kube_client::TimedOut,
     },
-    #[error("Secret {namespace}/{secret} of member cluster {member} has no key {key}")]
+    #[error("Secret {namespace}/{secret} of member cluster {cluster} has no key {key}")]
     NoKey {
-        member: String,
+        cluster: String,
         namespace: String,
         secret: String,
         key: String,
     },
     #[error(
-        "key {key} of Secret {namespace}/{secret} (member cluster {member}) is not a kubeconfig: {why}"
+        "key {key} of Secret {namespace}/{secret} (member cluster {cluster}) is not a kubeconfig: {why}"
     )]
     NotKubeconfig {
-        member: String,
+        cluster: String,
         namespace: String,
         secret: String,
         key: String,
         why: String,
     },
     /// Fields the hub does not accept in a member's kubeconfig
-    /// ([`baton_core::member_kubeconfig`]): the member stays out until the Secret is fixed.
+    /// ([`baton_core::cluster_kubeconfig`]): the member stays out until the Secret is fixed.
     #[error(
-        "key {key} of Secret {namespace}/{secret} (member cluster {member}) is refused: {refusals}"
+        "key {key} of Secret {namespace}/{secret} (member cluster {cluster}) is refused: {refusals}"
     )]
     Refused {
-        member: String,
+        cluster: String,
         namespace: String,
         secret: String,
         key: String,
         refusals: String,
     },
     #[error(
-        "the kubeconfig of member cluster {member} (Secret {namespace}/{secret}) cannot be used: {why}"
+        "the kubeconfig of member cluster {cluster} (Secret {namespace}/{secret}) cannot be used: {why}"
     )]
     Client {
-        member: String,
+        cluster: String,
         namespace: String,
         secret: String,
         why: String,
@@ -307,7 +307,7 @@ pub fn register_out_gauge(
             "baton_member_cluster_out",
             "1 while a member cluster cannot be read (not connected, a watch failed, or not listed again since): it holds its groups.",
         ),
-        &["member"],
+        &["cluster"],
     )?;
     registry.register(Box::new(gauge.clone()))?;
     Ok(gauge)
@@ -331,21 +331,21 @@ pub struct Settings<'a> {
 /// including every group of a member that goes out or comes back.
 pub fn start(
     settings: Settings<'_>,
-    members: &[MemberCluster],
+    configs: &[ClusterConfig],
     touched: UnboundedSender<String>,
 ) -> (
-    Vec<MemberCache>,
+    Vec<ClusterCache>,
     Clusters,
     impl std::future::Future<Output = ()> + Send + 'static,
 ) {
     let clusters = Clusters {
         hub: settings.hub.clone(),
-        members: Some(Arc::default()),
+        clients: Some(Arc::default()),
     };
     let mut caches = Vec::new();
     let mut drivers = Vec::new();
-    for member in members {
-        let (cache, driver) = watch_member(&settings, member, clusters.clone(), touched.clone());
+    for config in configs {
+        let (cache, driver) = watch_cluster(&settings, config, clusters.clone(), touched.clone());
         caches.push(cache);
         drivers.push(driver.boxed());
     }
@@ -355,24 +355,24 @@ pub fn start(
     (caches, clusters, drive)
 }
 
-fn watch_member(
+fn watch_cluster(
     settings: &Settings<'_>,
-    member: &MemberCluster,
+    cluster: &ClusterConfig,
     clusters: Clusters,
     touched: UnboundedSender<String>,
 ) -> (
-    MemberCache,
+    ClusterCache,
     impl std::future::Future<Output = ()> + Send + 'static,
 ) {
     let health = Arc::new(Mutex::new(Health::default()));
     let (out_changed, mut out_changes) = tokio::sync::mpsc::unbounded_channel::<()>();
-    let out = settings.out.with_label_values(&[member.name.as_str()]);
+    let out = settings.out.with_label_values(&[cluster.name.as_str()]);
     out.set(1);
     let connect = connect(
         settings.hub.clone(),
         settings.layers.clone(),
         settings.system_namespace.to_owned(),
-        member.clone(),
+        cluster.clone(),
         settings.request_timeout,
         health.clone(),
         out_changed.clone(),
@@ -380,7 +380,7 @@ fn watch_member(
     .boxed()
     .shared();
     let namespace = settings.namespace.to_owned();
-    let statefulset_events = member_events(
+    let statefulset_events = cluster_events(
         connect.clone(),
         namespace.clone(),
         watcher::Config::default().labels(baton_core::annotations::ROLLOUT_GROUP_LABEL),
@@ -388,7 +388,7 @@ fn watch_member(
         health.clone(),
         out_changed.clone(),
     );
-    let pod_events = member_events(
+    let pod_events = cluster_events(
         connect.clone(),
         namespace.clone(),
         watcher::Config::default(),
@@ -398,13 +398,13 @@ fn watch_member(
     );
     let (statefulsets, pods, watches) =
         crate::cache::watch_workloads(statefulset_events, pod_events, namespace, touched.clone());
-    let cache = MemberCache {
-        cluster: member.name.clone(),
+    let cache = ClusterCache {
+        cluster: cluster.name.clone(),
         statefulsets: statefulsets.clone(),
         pods,
         health,
     };
-    let name = member.name.clone();
+    let name = cluster.name.clone();
     let watched = cache.clone();
     let drive = async move {
         let cluster = name.clone();
@@ -416,10 +416,10 @@ fn watch_member(
                 out.set(i64::from(is_out.is_some()));
                 match is_out {
                     Some(outage) => {
-                        tracing::warn!(member = %name, error = %outage.error, "member cluster out: its groups are held")
+                        tracing::warn!(cluster = %name, error = %outage.error, "member cluster out: its groups are held")
                     }
                     None => {
-                        tracing::info!(member = %name, "member cluster listed: its groups go on")
+                        tracing::info!(cluster = %name, "member cluster listed: its groups go on")
                     }
                 }
                 for group in crate::cache::groups_of(&statefulsets) {
@@ -438,7 +438,7 @@ type Connected = futures::future::Shared<futures::future::BoxFuture<'static, kub
 /// The events of one of a member's watches, started once it is connected and started over
 /// after each failure, each noted in its health (telling `out_changed` when the member goes out
 /// or comes back).
-fn member_events<K>(
+fn cluster_events<K>(
     connect: Connected,
     namespace: String,
     config: watcher::Config,
@@ -477,30 +477,30 @@ async fn connect(
     hub: kube::Client,
     layers: ClientLayers,
     system_namespace: String,
-    member: MemberCluster,
+    cluster: ClusterConfig,
     request_timeout: std::time::Duration,
     health: Arc<Mutex<Health>>,
     out_changed: UnboundedSender<()>,
 ) -> kube::Client {
-    if member.kubeconfig_secret.is_empty() {
+    if cluster.kubeconfig_secret.is_empty() {
         return hub;
     }
     let mut backoff = baton_shared::kube_client::watch_backoff();
     let mut last_error = None;
     loop {
-        match client_of(&hub, &layers, &system_namespace, &member, request_timeout).await {
+        match client_of(&hub, &layers, &system_namespace, &cluster, request_timeout).await {
             Ok(client) => {
                 health
                     .lock()
                     .unwrap_or_else(|poisoned| poisoned.into_inner())
                     .connect_error = None;
-                tracing::info!(member = %member.name, "connected to member cluster");
+                tracing::info!(cluster = %cluster.name, "connected to member cluster");
                 return client;
             }
             Err(error) => {
                 let error = error.to_string();
                 if last_error.as_ref() != Some(&error) {
-                    tracing::warn!(member = %member.name, %error, "cannot connect to member cluster; retrying");
+                    tracing::warn!(cluster = %cluster.name, %error, "cannot connect to member cluster; retrying");
                     health
                         .lock()
                         .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -519,41 +519,41 @@ async fn client_of(
     hub: &kube::Client,
     layers: &ClientLayers,
     system_namespace: &str,
-    member: &MemberCluster,
+    cluster: &ClusterConfig,
     request_timeout: std::time::Duration,
 ) -> Result<kube::Client, ConnectError> {
     let (namespace, secret, key) = (
         system_namespace.to_owned(),
-        member.kubeconfig_secret.clone(),
-        member.kubeconfig_key.clone(),
+        cluster.kubeconfig_secret.clone(),
+        cluster.kubeconfig_key.clone(),
     );
-    let name = member.name.clone();
+    let name = cluster.name.clone();
     let secrets: Api<Secret> = Api::namespaced(hub.clone(), system_namespace);
     let reading = format!("reading Secret {secret}");
     let read = bounded(request_timeout, reading, secrets.get(&secret))
         .await
         .map_err(|source| ConnectError::TimedOut {
-            member: name.clone(),
+            cluster: name.clone(),
             namespace: namespace.clone(),
             secret: secret.clone(),
             source,
         })?
         .map_err(|source| ConnectError::ReadSecret {
-            member: name.clone(),
+            cluster: name.clone(),
             namespace: namespace.clone(),
             secret: secret.clone(),
             source,
         })?;
     let Some(bytes) = read.data.as_ref().and_then(|data| data.get(&key)) else {
         return Err(ConnectError::NoKey {
-            member: name,
+            cluster: name,
             namespace,
             secret,
             key,
         });
     };
     let not_kubeconfig = |why: String| ConnectError::NotKubeconfig {
-        member: name.clone(),
+        cluster: name.clone(),
         namespace: namespace.clone(),
         secret: secret.clone(),
         key: key.clone(),
@@ -562,10 +562,10 @@ async fn client_of(
     let text = std::str::from_utf8(&bytes.0).map_err(|error| not_kubeconfig(error.to_string()))?;
     // Only what the allow-list takes reaches kube: a kubeconfig can ask for files of this pod,
     // programs run in it, a proxy, unchecked certificates.
-    let access = baton_core::member_kubeconfig::accept(text).map_err(|error| match error {
+    let access = baton_core::cluster_kubeconfig::accept(text).map_err(|error| match error {
         Unusable::Unreadable(why) => not_kubeconfig(why),
         Unusable::Refused(refusals) => ConnectError::Refused {
-            member: name.clone(),
+            cluster: name.clone(),
             namespace: namespace.clone(),
             secret: secret.clone(),
             key: key.clone(),
@@ -575,7 +575,7 @@ async fn client_of(
     let kubeconfig: Kubeconfig = serde_json::from_value(access.kubeconfig())
         .map_err(|error| not_kubeconfig(error.to_string()))?;
     let unusable = |why: String| ConnectError::Client {
-        member: name.clone(),
+        cluster: name.clone(),
         namespace: namespace.clone(),
         secret: secret.clone(),
         why,
@@ -607,7 +607,7 @@ mod tests {
     }
 
     #[test]
-    fn a_member_is_out_until_both_watches_listed_and_again_from_a_failure_to_the_next_list() {
+    fn a_cluster_is_out_until_both_watches_listed_and_again_from_a_failure_to_the_next_list() {
         let mut health = Health::default();
         assert!(
             health
@@ -639,7 +639,7 @@ mod tests {
     }
 
     #[test]
-    fn a_member_that_cannot_connect_is_out_with_the_reason() {
+    fn a_cluster_that_cannot_connect_is_out_with_the_reason() {
         let health = Health {
             connect_error: Some(
                 "Secret baton/member-b of member cluster cluster-b has no key kubeconfig".into(),

@@ -27,7 +27,7 @@ fn token() -> Value {
     json!({"token": "s3cr3t"})
 }
 
-fn accept_json(kubeconfig: &Value) -> Result<MemberAccess, Unusable> {
+fn accept_json(kubeconfig: &Value) -> Result<ClusterCredentials, Unusable> {
     accept(&serde_json::to_string(kubeconfig).expect("JSON"))
 }
 
@@ -181,7 +181,7 @@ fn inline_shapes_are_accepted_and_only_they_reach_the_client() {
     let access = accept_json(&kubeconfig(server(), token())).expect("a token");
     assert_eq!(
         access,
-        MemberAccess {
+        ClusterCredentials {
             server: "https://cluster-b.example:6443".into(),
             certificate_authority_data: Some(CA.into()),
             tls_server_name: None,

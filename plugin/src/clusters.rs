@@ -1,5 +1,5 @@
-//! Cross-cluster rollout groups, the pure parts: `--member NAME[=CONTEXT]` (a member cluster as
-//! the controller names it, `controller.members[].name`, and the kubeconfig context that reaches
+//! Cross-cluster rollout groups, the pure parts: `--cluster NAME[=CONTEXT]` (a member cluster as
+//! the controller names it, `controller.clusters[].name`, and the kubeconfig context that reaches
 //! it), and how the objects read from each member make one group's view.
 //!
 //! Every StatefulSet and pod read from member `a` is named `a/<name>` (`a/<pod>`) with the core's
@@ -7,7 +7,7 @@
 //! each pod still finds its own StatefulSet), then the merged objects go through the same code
 //! as one cluster's: the members show as `cluster-a/ingester`, in the controller's order.
 //!
-//! While `wait` follows the members, each one's watches fill a [`MemberCache`]. A member whose
+//! While `wait` follows the members, each one's watches fill a [`ClusterCache`]. A member whose
 //! watch failed is [`Reading::Unreadable`] until both its watches listed afresh: its last known
 //! StatefulSets are then marked unreachable in the snapshot (the core's [`mark_outages`], as the
 //! controller marks a member cluster that is out), so the planner holds the group with
@@ -15,55 +15,55 @@
 
 use std::collections::BTreeMap;
 
-use baton_core::commands::Reader;
-use baton_core::explained::Explained;
-use baton_core::members::{
+use baton_core::clusters::{
     Outage, mark_outages, qualify_pod, qualify_statefulset, split, valid_cluster_name,
 };
+use baton_core::commands::Reader;
+use baton_core::explained::Explained;
 use baton_core::pods::CachedPod;
 use baton_core::rollout::{GroupSnapshot, WaitReason};
 use baton_core::status::{self, GroupStatus, RolloutPhase, Waiting};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use kube::ResourceExt;
 
-/// `--member NAME[=CONTEXT]`: a member cluster and the kubeconfig context that reaches it.
+/// `--cluster NAME[=CONTEXT]`: a member cluster and the kubeconfig context that reaches it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Member {
-    /// As the controller names it (`controller.members[].name`): what qualifies its objects.
+pub struct Cluster {
+    /// As the controller names it (`controller.clusters[].name`): what qualifies its objects.
     pub name: String,
     /// The kubeconfig context (NAME unless given).
     pub context: String,
 }
 
-/// Parses `NAME[=CONTEXT]` (clap's value parser for `--member`).
-pub fn parse(text: &str) -> Result<Member, String> {
+/// Parses `NAME[=CONTEXT]` (clap's value parser for `--cluster`).
+pub fn parse(text: &str) -> Result<Cluster, String> {
     let (name, context) = match text.split_once('=') {
         Some((name, context)) => (name, context),
         None => (text, text),
     };
     valid_cluster_name(name).map_err(|why| {
-        format!("{why}: --member takes NAME[=CONTEXT], NAME as the controller names the cluster")
+        format!("{why}: --cluster takes NAME[=CONTEXT], NAME as the controller names the cluster")
     })?;
     if context.is_empty() {
         return Err(format!(
-            "member {name} names an empty context: write --member {name}=CONTEXT, or --member {name} for context {name}"
+            "member {name} names an empty context: write --cluster {name}=CONTEXT, or --cluster {name} for context {name}"
         ));
     }
-    Ok(Member {
+    Ok(Cluster {
         name: name.to_owned(),
         context: context.to_owned(),
     })
 }
 
 /// Each member once: a cluster given twice is a mistake (its zones would be counted twice).
-pub fn distinct(members: &[Member]) -> Result<(), String> {
+pub fn distinct(members: &[Cluster]) -> Result<(), String> {
     for (index, member) in members.iter().enumerate() {
         if members[..index]
             .iter()
             .any(|earlier| earlier.name == member.name)
         {
             return Err(format!(
-                "member {} is given twice: each --member names one cluster",
+                "member {} is given twice: each --cluster names one cluster",
                 member.name
             ));
         }
@@ -76,13 +76,13 @@ pub fn distinct(members: &[Member]) -> Result<(), String> {
 /// cluster knows it by (`querier`), split with the core's [`split`]. A plain name, or a cluster
 /// that is not among `members`, is an error saying what to write instead.
 pub fn route<'m, 'n>(
-    members: &'m [Member],
+    members: &'m [Cluster],
     name: &'n str,
-) -> Result<(&'m Member, &'n str), String> {
+) -> Result<(&'m Cluster, &'n str), String> {
     let example = members.first().map_or("cluster-a", |member| &member.name);
     match split(name) {
         (None, _) => Err(format!(
-            "with --member, name the StatefulSet with its member cluster, as status shows it: \
+            "with --cluster, name the StatefulSet with its member cluster, as status shows it: \
              CLUSTER/{name} (e.g. {example}/{name})"
         )),
         (Some(cluster), local) => members
@@ -93,7 +93,7 @@ pub fn route<'m, 'n>(
                 let given: Vec<&str> = members.iter().map(|member| member.name.as_str()).collect();
                 format!(
                     "{name} is in member cluster {cluster}, which is not among the members given \
-                     ({}): add --member {cluster}[=CONTEXT]",
+                     ({}): add --cluster {cluster}[=CONTEXT]",
                     given.join(", ")
                 )
             }),
@@ -182,7 +182,7 @@ pub enum Reading {
 /// What `wait` knows of one member: its group's StatefulSets and its namespace's pods (by
 /// name, unqualified), and whether its watches can be trusted.
 #[derive(Debug, Clone)]
-pub struct MemberCache {
+pub struct ClusterCache {
     pub name: String,
     statefulsets: BTreeMap<String, StatefulSet>,
     pods: BTreeMap<String, CachedPod>,
@@ -190,8 +190,8 @@ pub struct MemberCache {
     pods_watch: WatchState,
 }
 
-impl MemberCache {
-    /// Member `name` as first read (before its watches list).
+impl ClusterCache {
+    /// Cluster `name` as first read (before its watches list).
     pub fn new(
         name: &str,
         statefulsets: impl IntoIterator<Item = StatefulSet>,
@@ -288,7 +288,7 @@ impl MemberCache {
 /// that cannot be read an outage (the core's [`mark_outages`], as the controller marks its
 /// own): its StatefulSets are unreachable, so the planner holds the group, naming them. Every
 /// member here was listed once (`wait` reads each before it follows it).
-pub fn snapshot(group: &str, members: &[&MemberCache], reader: &Reader) -> GroupSnapshot {
+pub fn snapshot(group: &str, members: &[&ClusterCache], reader: &Reader) -> GroupSnapshot {
     let (statefulsets, pods) = merge(
         members
             .iter()
@@ -315,7 +315,7 @@ pub fn snapshot(group: &str, members: &[&MemberCache], reader: &Reader) -> Group
 /// group, are `waiting` instead, for that member.
 pub fn view(
     group: &str,
-    members: &[&MemberCache],
+    members: &[&ClusterCache],
     reader: &Reader,
     now: jiff::Timestamp,
 ) -> GroupStatus {
@@ -362,7 +362,7 @@ pub fn view(
 
 /// The members that cannot be read now, with why: while any is, `wait` draws no conclusion
 /// (even a member none of whose StatefulSets is known may have gained one).
-pub fn unreadable(members: &[&MemberCache]) -> Vec<(String, String)> {
+pub fn unreadable(members: &[&ClusterCache]) -> Vec<(String, String)> {
     members
         .iter()
         .filter_map(|member| match member.reading() {
@@ -444,9 +444,9 @@ mod tests {
         CachedPod::of(&pod)
     }
 
-    /// Member `cluster` with StatefulSet `ingester` of 2 pods, `updated` of them updated, its
+    /// Cluster `cluster` with StatefulSet `ingester` of 2 pods, `updated` of them updated, its
     /// watches listed.
-    fn member(cluster: &str, updated: u32) -> MemberCache {
+    fn member(cluster: &str, updated: u32) -> ClusterCache {
         let pods: Vec<CachedPod> = (0..2)
             .map(|ordinal| {
                 let revision = if ordinal < updated { "new" } else { "old" };
@@ -454,13 +454,13 @@ mod tests {
             })
             .collect();
         let updated = i32::try_from(updated).expect("small");
-        let mut cache = MemberCache::new(cluster, [], []);
+        let mut cache = ClusterCache::new(cluster, [], []);
         cache.listed_statefulsets([statefulset(cluster, "ingester", 2, updated)]);
         cache.listed_pods(pods);
         cache
     }
 
-    fn view_of(members: &[&MemberCache]) -> GroupStatus {
+    fn view_of(members: &[&ClusterCache]) -> GroupStatus {
         view(
             "ingester",
             members,
@@ -473,14 +473,14 @@ mod tests {
     fn a_member_is_name_then_context_which_defaults_to_the_name() {
         assert_eq!(
             parse("cluster-a").unwrap(),
-            Member {
+            Cluster {
                 name: "cluster-a".to_owned(),
                 context: "cluster-a".to_owned()
             }
         );
         assert_eq!(
             parse("cluster-a=kind-a@prod").unwrap(),
-            Member {
+            Cluster {
                 name: "cluster-a".to_owned(),
                 context: "kind-a@prod".to_owned()
             }
@@ -491,7 +491,7 @@ mod tests {
             assert!(error.contains("NAME[=CONTEXT]"), "{error}");
         }
         let error = parse("a=").unwrap_err();
-        assert!(error.contains("--member a=CONTEXT"), "{error}");
+        assert!(error.contains("--cluster a=CONTEXT"), "{error}");
     }
 
     #[test]
@@ -503,7 +503,7 @@ mod tests {
         ];
         assert_eq!(
             distinct(&members).unwrap_err(),
-            "member a is given twice: each --member names one cluster"
+            "member a is given twice: each --cluster names one cluster"
         );
         assert!(distinct(&members[..2]).is_ok());
     }
@@ -535,7 +535,7 @@ mod tests {
         assert_eq!(
             error,
             "cluster-d/querier is in member cluster cluster-d, which is not among the members \
-             given (cluster-a, cluster-b, cluster-c): add --member cluster-d[=CONTEXT]"
+             given (cluster-a, cluster-b, cluster-c): add --cluster cluster-d[=CONTEXT]"
         );
     }
 
@@ -678,7 +678,7 @@ mod tests {
         // Given a complete member, and a member cluster with none of the group's StatefulSets
         // as last read, its watch failing since
         let a = member("cluster-a", 2);
-        let mut c = MemberCache::new("cluster-c", [], []);
+        let mut c = ClusterCache::new("cluster-c", [], []);
         c.listed_pods([]);
         c.failed(Watch::StatefulSets, "503 Service Unavailable".to_owned());
         // Then the group is not complete: c may hold a member by now
@@ -700,7 +700,7 @@ mod tests {
 
     #[test]
     fn a_failed_watch_outweighs_the_other_still_listing() {
-        let mut cache = MemberCache::new("a", [], []);
+        let mut cache = ClusterCache::new("a", [], []);
         assert_eq!(cache.reading(), Reading::Listing);
         cache.listed_pods([]);
         assert_eq!(cache.reading(), Reading::Listing);

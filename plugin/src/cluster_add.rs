@@ -1,17 +1,17 @@
 //! `kubectl baton cluster add NAME --from-context CONTEXT`: hands the hub's controller a member
-//! cluster, as the kubeconfig Secret it reads (`controller.members[].kubeconfig_secret`).
+//! cluster, as the kubeconfig Secret it reads (`controller.clusters[].kubeconfig_secret`).
 //!
 //! Written by hand, that Secret is the step of a multi-cluster setup most likely to go wrong:
 //! the kubeconfig must be self-contained (the hub's controller accepts inline server, CA and
-//! token alone, [`baton_core::member_kubeconfig`], and a person's kubeconfig usually names files
-//! or runs a program), its identity must be deploy/members' `baton-member` (the one the member's
+//! token alone, [`baton_core::cluster_kubeconfig`], and a person's kubeconfig usually names files
+//! or runs a program), its identity must be deploy/member-cluster' `baton-member` (the one the member's
 //! state guard lets write baton's memory), and that identity must reach the groups' namespace.
 //! So this command, from the person's own context for the member:
 //! 1. asks the member for a token of that ServiceAccount (a TokenRequest: a bound token with the
 //!    lifetime `--duration` asks for, which dies with the ServiceAccount);
 //! 2. builds the kubeconfig from the context's cluster (its server, or `--server`, and its CA,
 //!    read from a file if the context names one) and the token, and reads it with the
-//!    controller's own allow-list ([`baton_core::member_kubeconfig::accept`]) before anything
+//!    controller's own allow-list ([`baton_core::cluster_kubeconfig::accept`]) before anything
 //!    is written;
 //! 3. checks it as the controller will use it: it lists the StatefulSets of the groups'
 //!    namespace with it (the member's Role);
@@ -26,7 +26,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use base64::Engine;
-use baton_core::member_kubeconfig::{self, MemberAccess};
+use baton_core::cluster_kubeconfig::{self, ClusterCredentials};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
@@ -36,17 +36,17 @@ use kube::{Client, Config};
 use serde_json::{Value, json};
 
 use crate::access::{Access, Target};
-use crate::members::error_chain;
+use crate::clusters::error_chain;
 
 /// Where deploy/ installs baton, and so where the hub's controller reads the Secret and where
-/// deploy/members puts the member's ServiceAccount.
+/// deploy/member-cluster puts the member's ServiceAccount.
 pub const SYSTEM_NAMESPACE: &str = "baton-system";
 
-/// deploy/members' ServiceAccount (deploy/members/system/member-account.yaml), as
+/// deploy/member-cluster' ServiceAccount (deploy/member-cluster/system/member-account.yaml), as
 /// `NAMESPACE/NAME`.
 pub const MEMBER_ACCOUNT: &str = "baton-system/baton-member";
 
-/// The key the controller reads by default (`controller.members[].kubeconfig_key`).
+/// The key the controller reads by default (`controller.clusters[].kubeconfig_key`).
 pub const DEFAULT_KEY: &str = "kubeconfig";
 
 /// Who wrote the Secret, as server-side apply records it: a second run takes its fields over.
@@ -63,7 +63,7 @@ const SHORTEST_TOKEN: Duration = Duration::from_secs(600);
 /// `kubectl baton cluster add`'s arguments.
 #[derive(Debug, Clone, clap::Args)]
 pub struct Add {
-    /// The member cluster's name, as the controller names it (controller.members[].name): its
+    /// The member cluster's name, as the controller names it (controller.clusters[].name): its
     /// StatefulSets read NAME/STATEFULSET.
     #[arg(value_parser = parse_name)]
     pub name: String,
@@ -80,13 +80,13 @@ pub struct Add {
     /// and annotated on the Secret. Run the command again before then to rotate it.
     #[arg(long, default_value = "8760h", value_parser = parse_duration)]
     pub duration: Duration,
-    /// The ServiceAccount in the member whose token the hub is given: deploy/members'.
+    /// The ServiceAccount in the member whose token the hub is given: deploy/member-cluster'.
     #[arg(long, value_name = "NAMESPACE/NAME", default_value = MEMBER_ACCOUNT, value_parser = parse_account)]
     pub service_account: Account,
     /// The Secret written in the hub (default: member-NAME).
     #[arg(long, value_name = "NAME")]
     pub secret: Option<String>,
-    /// The Secret's key holding the kubeconfig (controller.members[].kubeconfig_key).
+    /// The Secret's key holding the kubeconfig (controller.clusters[].kubeconfig_key).
     #[arg(long, default_value = DEFAULT_KEY)]
     pub key: String,
     /// baton's namespace in the hub, where the controller reads the Secret (its
@@ -113,7 +113,7 @@ impl std::fmt::Display for Account {
 }
 
 fn parse_name(text: &str) -> Result<String, String> {
-    baton_core::members::valid_cluster_name(text)?;
+    baton_core::clusters::valid_cluster_name(text)?;
     Ok(text.to_owned())
 }
 
@@ -166,7 +166,7 @@ pub enum ClusterError {
         known: Vec<String>,
     },
     #[error(
-        "context {context} is the hub's (--context, else the current context): the hub needs no Secret, list it in controller.members without kubeconfig_secret"
+        "context {context} is the hub's (--context, else the current context): the hub needs no Secret, list it in controller.clusters without kubeconfig_secret"
     )]
     HubContext { context: String },
     #[error("context {context}: {why}")]
@@ -181,7 +181,7 @@ pub enum ClusterError {
         error: String,
     },
     #[error(
-        "no ServiceAccount {account} in cluster {name} (context {context}): apply deploy/members there first (docs/multi-cluster.md, \"Setting it up\")"
+        "no ServiceAccount {account} in cluster {name} (context {context}): apply deploy/member-cluster there first (docs/multi-cluster.md, \"Setting it up\")"
     )]
     NoServiceAccount {
         name: String,
@@ -189,7 +189,7 @@ pub enum ClusterError {
         account: Account,
     },
     #[error("{doing} in cluster {name} (context {context}): {why}")]
-    Member {
+    Cluster {
         name: String,
         context: String,
         doing: String,
@@ -308,7 +308,7 @@ pub fn kubeconfig_for(
     endpoint: &Endpoint,
     token: &str,
 ) -> Result<String, ClusterError> {
-    let access = MemberAccess {
+    let access = ClusterCredentials {
         server: endpoint.server.clone(),
         certificate_authority_data: endpoint.certificate_authority_data.clone(),
         tls_server_name: endpoint.tls_server_name.clone(),
@@ -323,7 +323,7 @@ pub fn kubeconfig_for(
     };
     let text = serde_saphyr::to_string(&access.kubeconfig())
         .map_err(|error| refused(format!("it cannot be written as YAML: {error}")))?;
-    let accepted = member_kubeconfig::accept(&text).map_err(|error| refused(error.to_string()))?;
+    let accepted = cluster_kubeconfig::accept(&text).map_err(|error| refused(error.to_string()))?;
     // What was built is what the controller reads: nothing lost, nothing added.
     if accepted != access {
         return Err(refused(format!(
@@ -394,14 +394,15 @@ pub async fn add(target: &Target, add: &Add) -> Result<Vec<String>, ClusterError
             why: error.to_string(),
         })?;
 
-    let member = member_client(&kubeconfig, context)
-        .await
-        .map_err(|why| ClusterError::Member {
-            name: add.name.clone(),
-            context: context.to_owned(),
-            doing: "connecting".into(),
-            why,
-        })?;
+    let member =
+        member_client(&kubeconfig, context)
+            .await
+            .map_err(|why| ClusterError::Cluster {
+                name: add.name.clone(),
+                context: context.to_owned(),
+                doing: "connecting".into(),
+                why,
+            })?;
     let (token, expires) = issue_token(&member, add, &endpoint).await?;
     let text = kubeconfig_for(&add.name, &endpoint, &token)?;
 
@@ -467,7 +468,7 @@ pub async fn add(target: &Target, add: &Add) -> Result<Vec<String>, ClusterError
         format!(
             "  the token expires at {expires}: run this command again before then to rotate it, then restart baton-controller"
         ),
-        "controller.members names it so:".to_owned(),
+        "controller.clusters names it so:".to_owned(),
         format!("  - name: {}", add.name),
         format!("    kubeconfig_secret: {secret_name}"),
     ]);
@@ -498,13 +499,13 @@ async fn issue_token(
     let account = &add.service_account;
     let accounts = Api::<ServiceAccount>::namespaced(member.clone(), &account.namespace);
     let failed = |doing: &str, error: kube::Error| match error {
-        kube::Error::Api(status) if status.is_forbidden() => ClusterError::Member {
+        kube::Error::Api(status) if status.is_forbidden() => ClusterError::Cluster {
             name: add.name.clone(),
             context: add.from_context.clone(),
             doing: doing.to_owned(),
             why: format!("no permission: {}", status.message),
         },
-        kube::Error::Api(status) => ClusterError::Member {
+        kube::Error::Api(status) => ClusterError::Cluster {
             name: add.name.clone(),
             context: add.from_context.clone(),
             doing: doing.to_owned(),
@@ -543,7 +544,7 @@ async fn issue_token(
         Some(status) if !status.token.is_empty() => {
             Ok((status.token, status.expiration_timestamp.0.to_string()))
         }
-        _ => Err(ClusterError::Member {
+        _ => Err(ClusterError::Cluster {
             name: add.name.clone(),
             context: add.from_context.clone(),
             doing: format!("asking a token of {account}"),
@@ -582,7 +583,7 @@ async fn check(
     listed.map(|_| ()).map_err(|error| {
         failed(match error {
             kube::Error::Api(status) if status.is_forbidden() || status.code == 401 => format!(
-                "{}; apply deploy/members there with the groups' namespace {namespace} (its Role baton-member-groups), or give -n the groups' namespace",
+                "{}; apply deploy/member-cluster there with the groups' namespace {namespace} (its Role baton-member-groups), or give -n the groups' namespace",
                 status.message
             ),
             error => format!(
@@ -653,10 +654,10 @@ current-context: kind-b
 
     /// The kubeconfig built for `context` and `token`, read back by the controller's own
     /// allow-list.
-    fn built(context: &str, server: Option<&str>, token: &str) -> (String, MemberAccess) {
+    fn built(context: &str, server: Option<&str>, token: &str) -> (String, ClusterCredentials) {
         let endpoint = endpoint(&persons_kubeconfig(), context, server, ca_file).unwrap();
         let text = kubeconfig_for("cluster-b", &endpoint, token).unwrap();
-        let accepted = member_kubeconfig::accept(&text).expect("the controller accepts it");
+        let accepted = cluster_kubeconfig::accept(&text).expect("the controller accepts it");
         (text, accepted)
     }
 
@@ -790,7 +791,7 @@ current-context: kind-b
         );
         let data = written.string_data.unwrap_or_default();
         assert_eq!(data.keys().collect::<Vec<_>>(), ["kubeconfig"]);
-        member_kubeconfig::accept(&data["kubeconfig"]).expect("the controller accepts it");
+        cluster_kubeconfig::accept(&data["kubeconfig"]).expect("the controller accepts it");
     }
 
     #[test]

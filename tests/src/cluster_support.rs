@@ -2,29 +2,29 @@
 //! baton's controller runs), `cluster-b` and `cluster-c`, each a [`ControlPlane::dedicated`]
 //! of its own (own etcd, API server and controller-manager, so one can be stopped) with the
 //! same namespace and a [`PodSimulator`] in it. cluster-b and cluster-c are set up as
-//! docs/multi-cluster.md sets up a member ([`crate::member_setup`]): its member overlay
+//! docs/multi-cluster.md sets up a member ([`crate::cluster_setup`]): its member overlay
 //! applied there, and `kubectl baton cluster add` writing their kubeconfig Secrets in the hub's
 //! namespace. The controller is told its members in a YAML file (`BATON_CONFIG`,
-//! `controller.members`), the same list as the page's.
+//! `controller.clusters`), the same list as the page's.
 //!
-//! A group is one StatefulSet of the same name in every cluster ([`MemberClusters::create_group`]);
-//! its members are named `cluster/statefulset` ([`baton_core::members::qualified`]), and so are
-//! the pods and StatefulSets of the [merged timeline](MemberClusters::merged_timeline), so the
+//! A group is one StatefulSet of the same name in every cluster ([`ClusterTrio::create_group`]);
+//! its members are named `cluster/statefulset` ([`baton_core::clusters::qualified`]), and so are
+//! the pods and StatefulSets of the [merged timeline](ClusterTrio::merged_timeline), so the
 //! timeline checks of [`crate::timeline`] judge the zone rule across clusters at every step.
 //!
-//! One trio serves a whole test binary ([`MemberClusters::scenario`]): starting three control
+//! One trio serves a whole test binary ([`ClusterTrio::scenario`]): starting three control
 //! planes costs more than most scenarios. It lives on a runtime of its own kept in a static,
 //! and so do the scenarios (plain `#[test]`s running on it): a `#[tokio::test]`'s runtime ends
 //! with its test, and with it the connections its calls opened in the trio's clients. A
 //! scenario that stops an API server takes the trio alone
-//! ([`MemberClusters::scenario_alone`]): every group in that cluster would feel it.
+//! ([`ClusterTrio::scenario_alone`]): every group in that cluster would feel it.
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use baton_core::members::qualified;
+use baton_core::clusters::qualified;
 use baton_core::status::{GroupStatus, RolloutStatus};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, PostParams};
@@ -47,8 +47,8 @@ pub const HUB: &str = CLUSTERS[0];
 /// The key of the kubeconfig Secrets (the configuration's default, written out anyway).
 pub const KUBECONFIG_KEY: &str = "kubeconfig";
 
-/// The file of the trio's kubeconfig with a context per member ([`MemberClusters::members_kubeconfig`]).
-const MEMBERS_KUBECONFIG: &str = "members.kubeconfig";
+/// The file of the trio's kubeconfig with a context per member ([`ClusterTrio::clusters_kubeconfig`]).
+const CLUSTERS_KUBECONFIG: &str = "clusters.kubeconfig";
 
 /// The Secret holding `cluster`'s kubeconfig, in the hub's namespace.
 pub fn kubeconfig_secret(cluster: &str) -> String {
@@ -57,7 +57,7 @@ pub fn kubeconfig_secret(cluster: &str) -> String {
 
 /// One member cluster: its control plane, the namespace, and the simulator playing its
 /// kubelets.
-pub struct MemberCluster {
+pub struct TestCluster {
     pub name: &'static str,
     pub simulator: PodSimulator,
     /// Dropped before the control plane (fields drop in order): its deletion needs it.
@@ -65,7 +65,7 @@ pub struct MemberCluster {
     pub control_plane: ControlPlane,
 }
 
-impl MemberCluster {
+impl TestCluster {
     /// An admin client of this cluster, made with the trio: use it on the trio's runtime (a
     /// scenario runs there).
     pub fn client(&self) -> kube::Client {
@@ -79,11 +79,11 @@ impl MemberCluster {
 }
 
 /// The three clusters, the namespace they share, and the controller running against the hub.
-pub struct MemberClusters {
+pub struct ClusterTrio {
     /// In [`CLUSTERS`] order.
-    pub clusters: Vec<MemberCluster>,
+    pub clusters: Vec<TestCluster>,
     /// The controller; its output (`controller.process.output()`) is shown when a scenario
-    /// fails ([`MemberClusters::witness`]).
+    /// fails ([`ClusterTrio::witness`]).
     pub controller: Controller,
     namespace: String,
     /// Where a scenario's Prometheus listens: the controller allows health checks to query it
@@ -115,22 +115,22 @@ enum Access {
     Alone(#[allow(dead_code)] tokio::sync::RwLockWriteGuard<'static, ()>),
 }
 
-impl MemberClusters {
+impl ClusterTrio {
     /// Runs `scenario` on the trio of this test binary (started by the first scenario), with
     /// the binary's other scenarios that share it; if it fails, the controller's output
     /// meanwhile is shown. Called from a plain `#[test]`: the scenario runs on the trio's
     /// runtime, which outlives every test (a connection a client opens is a task of the
     /// runtime it was opened on, and the trio's clients are used by every scenario).
-    pub fn scenario<F>(scenario: impl FnOnce(&'static MemberClusters) -> F)
+    pub fn scenario<F>(scenario: impl FnOnce(&'static ClusterTrio) -> F)
     where
         F: Future<Output = ()>,
     {
         Self::run(false, scenario);
     }
 
-    /// As [`MemberClusters::scenario`], with the trio alone: for a scenario that stops an API
+    /// As [`ClusterTrio::scenario`], with the trio alone: for a scenario that stops an API
     /// server, which every group in that cluster would feel.
-    pub fn scenario_alone<F>(scenario: impl FnOnce(&'static MemberClusters) -> F)
+    pub fn scenario_alone<F>(scenario: impl FnOnce(&'static ClusterTrio) -> F)
     where
         F: Future<Output = ()>,
     {
@@ -138,13 +138,11 @@ impl MemberClusters {
     }
 
     /// Runs `scenario` on a trio of its own, made by `setup` (such as
-    /// [`MemberClusters::start_without_secret`]) and stopped when the scenario ends, while the
+    /// [`ClusterTrio::start_without_secret`]) and stopped when the scenario ends, while the
     /// binary's shared trio waits: six control planes at once would load a small machine.
-    pub fn scenario_apart<S, F>(
-        setup: impl FnOnce() -> S,
-        scenario: impl FnOnce(MemberClusters) -> F,
-    ) where
-        S: Future<Output = MemberClusters>,
+    pub fn scenario_apart<S, F>(setup: impl FnOnce() -> S, scenario: impl FnOnce(ClusterTrio) -> F)
+    where
+        S: Future<Output = ClusterTrio>,
         F: Future<Output = ()>,
     {
         runtime().block_on(async {
@@ -156,7 +154,7 @@ impl MemberClusters {
         });
     }
 
-    fn run<F>(alone: bool, scenario: impl FnOnce(&'static MemberClusters) -> F)
+    fn run<F>(alone: bool, scenario: impl FnOnce(&'static ClusterTrio) -> F)
     where
         F: Future<Output = ()>,
     {
@@ -174,8 +172,8 @@ impl MemberClusters {
 
     /// The trio of this test binary, started on first use; a start that failed fails every
     /// later caller with the same message rather than starting three more control planes.
-    async fn shared() -> &'static MemberClusters {
-        static SHARED: tokio::sync::OnceCell<Result<MemberClusters, String>> =
+    async fn shared() -> &'static ClusterTrio {
+        static SHARED: tokio::sync::OnceCell<Result<ClusterTrio, String>> =
             tokio::sync::OnceCell::const_new();
         let started = SHARED
             .get_or_init(|| async {
@@ -202,8 +200,8 @@ impl MemberClusters {
         Self::start_with(prefix, extra, None).await
     }
 
-    /// As [`MemberClusters::start`], the Secret of `cluster` left out: the controller starts
-    /// unable to reach that member ([`MemberClusters::write_secret`] writes it).
+    /// As [`ClusterTrio::start`], the Secret of `cluster` left out: the controller starts
+    /// unable to reach that member ([`ClusterTrio::write_secret`] writes it).
     pub async fn start_without_secret(prefix: &str, cluster: &str) -> Self {
         Self::start_with(prefix, &[], Some(cluster)).await
     }
@@ -237,15 +235,15 @@ impl MemberClusters {
                 SimulatorOptions::default(),
             )
             .await;
-            clusters.push(MemberCluster {
+            clusters.push(TestCluster {
                 name,
                 simulator,
                 namespace,
                 control_plane,
             });
         }
-        let kubeconfig = files.path().join(MEMBERS_KUBECONFIG);
-        crate::plugin_support::write_members_kubeconfig(
+        let kubeconfig = files.path().join(CLUSTERS_KUBECONFIG);
+        crate::plugin_support::write_clusters_kubeconfig(
             &clusters
                 .iter()
                 .map(|cluster| (cluster.name, cluster.kubeconfig_path()))
@@ -319,13 +317,13 @@ impl MemberClusters {
     /// page's `kubectl baton cluster add` run again (replacing the Secret if there is one, with
     /// a new token).
     pub async fn write_secret(&self, cluster: &str) {
-        add_cluster(&self.members_kubeconfig(), &self.namespace, cluster).await;
+        add_cluster(&self.clusters_kubeconfig(), &self.namespace, cluster).await;
     }
 
     /// The kubeconfig with a context per member cluster, named after it (the hub's current),
     /// as the page's commands take it.
-    pub fn members_kubeconfig(&self) -> PathBuf {
-        self.files.path().join(MEMBERS_KUBECONFIG)
+    pub fn clusters_kubeconfig(&self) -> PathBuf {
+        self.files.path().join(CLUSTERS_KUBECONFIG)
     }
 
     /// Returns once `cluster`'s simulator watches its pods again (after an outage its watch
@@ -369,7 +367,7 @@ impl MemberClusters {
     }
 
     /// The member cluster called `name`.
-    pub fn cluster(&self, name: &str) -> &MemberCluster {
+    pub fn cluster(&self, name: &str) -> &TestCluster {
         self.clusters
             .iter()
             .find(|cluster| cluster.name == name)
@@ -389,7 +387,7 @@ impl MemberClusters {
     }
 
     /// Each cluster's name and admin kubeconfig, in [`CLUSTERS`] order: what
-    /// `kubectl baton --member NAME` is run with across the trio (one kubeconfig with a
+    /// `kubectl baton --cluster NAME` is run with across the trio (one kubeconfig with a
     /// context per member, named after it).
     pub fn kubeconfigs(&self) -> Vec<(&'static str, &Path)> {
         self.clusters
@@ -598,7 +596,7 @@ impl Group {
 
 /// A member cluster whose API server is stopped.
 pub struct Outage<'a> {
-    cluster: &'a MemberCluster,
+    cluster: &'a TestCluster,
     /// When the API server was gone.
     pub stopped: Instant,
     ended: bool,
@@ -690,7 +688,7 @@ pub fn merge_timelines(
 /// credentials), the others by their kubeconfig Secrets; health checks may query `prometheus`.
 pub fn controller_config(namespace: &str, prometheus: &str) -> String {
     let mut yaml = format!(
-        "namespace: {namespace}\ngates:\n  prometheus_addresses:\n    - {prometheus}\ncontroller:\n  members:\n"
+        "namespace: {namespace}\ngates:\n  prometheus_addresses:\n    - {prometheus}\ncontroller:\n  clusters:\n"
     );
     for cluster in CLUSTERS {
         yaml.push_str(&format!("    - name: {cluster}\n"));
@@ -705,14 +703,14 @@ pub fn controller_config(namespace: &str, prometheus: &str) -> String {
 }
 
 /// Installs the page's member overlay in `control_plane` for the groups' `namespace`
-/// ([`crate::member_setup::install_member`]).
+/// ([`crate::cluster_setup::install_member`]).
 async fn install_member(control_plane: &ControlPlane, namespace: &str) {
     let server = control_plane.handshake().server.clone();
     let kubeconfig = control_plane.kubeconfig_path().to_owned();
     let namespace = namespace.to_owned();
     // kubectl runs to its end: off the runtime's workers.
     tokio::task::spawn_blocking(move || {
-        crate::member_setup::install_member(&kubeconfig, &namespace)
+        crate::cluster_setup::install_member(&kubeconfig, &namespace)
     })
     .await
     .expect("the install task")
@@ -724,8 +722,8 @@ async fn install_member(control_plane: &ControlPlane, namespace: &str) {
 /// as the Secret [`kubeconfig_secret`] in the hub's `namespace` (the trio's controller keeps
 /// everything there).
 async fn add_cluster(kubeconfig: &Path, namespace: &str, cluster: &str) {
-    let page = crate::member_setup::read_docs();
-    let args = crate::member_setup::cluster_add_args(&page, cluster, namespace, namespace)
+    let page = crate::cluster_setup::read_docs();
+    let args = crate::cluster_setup::cluster_add_args(&page, cluster, namespace, namespace)
         .unwrap_or_else(|error| panic!("{error:#}"));
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let run = crate::plugin_support::kubectl_baton(kubeconfig, &args).await;
@@ -835,18 +833,18 @@ mod tests {
     fn the_configuration_lists_the_hub_without_a_secret_and_the_others_with_theirs() {
         assert_eq!(
             controller_config("clusters-1", "http://127.0.0.1:9090"),
-            "namespace: clusters-1\ngates:\n  prometheus_addresses:\n    - http://127.0.0.1:9090\ncontroller:\n  members:\n    - name: cluster-a\n    - name: cluster-b\n      kubeconfig_secret: member-cluster-b\n      kubeconfig_key: kubeconfig\n    - name: cluster-c\n      kubeconfig_secret: member-cluster-c\n      kubeconfig_key: kubeconfig\n"
+            "namespace: clusters-1\ngates:\n  prometheus_addresses:\n    - http://127.0.0.1:9090\ncontroller:\n  clusters:\n    - name: cluster-a\n    - name: cluster-b\n      kubeconfig_secret: member-cluster-b\n      kubeconfig_key: kubeconfig\n    - name: cluster-c\n      kubeconfig_secret: member-cluster-c\n      kubeconfig_key: kubeconfig\n"
         );
     }
 
     #[test]
     fn the_trio_lists_the_members_the_docs_list() {
-        let page = crate::member_setup::read_docs();
-        let docs = crate::member_setup::members_of(
-            &crate::member_setup::docs_hub_config(&page).expect("the docs' configuration"),
+        let page = crate::cluster_setup::read_docs();
+        let docs = crate::cluster_setup::clusters_of(
+            &crate::cluster_setup::docs_hub_config(&page).expect("the docs' configuration"),
         )
         .expect("the docs' members");
-        let trio = crate::member_setup::members_of(&controller_config(
+        let trio = crate::cluster_setup::clusters_of(&controller_config(
             "clusters-1",
             "http://127.0.0.1:9090",
         ))
@@ -866,20 +864,20 @@ mod tests {
         let config = baton_config::Config::load(Some(&file)).expect("a valid configuration");
         assert_eq!(config.namespace, "clusters-1");
         assert_eq!(config.gates.prometheus_addresses.len(), 1);
-        let members: Vec<(&str, &str, &str)> = config
+        let clusters: Vec<(&str, &str, &str)> = config
             .controller
-            .members
+            .clusters
             .iter()
-            .map(|member| {
+            .map(|cluster| {
                 (
-                    member.name.as_str(),
-                    member.kubeconfig_secret.as_str(),
-                    member.kubeconfig_key.as_str(),
+                    cluster.name.as_str(),
+                    cluster.kubeconfig_secret.as_str(),
+                    cluster.kubeconfig_key.as_str(),
                 )
             })
             .collect();
         assert_eq!(
-            members,
+            clusters,
             [
                 ("cluster-a", "", "kubeconfig"),
                 ("cluster-b", "member-cluster-b", "kubeconfig"),

@@ -1,7 +1,7 @@
 //! The multi-cluster setup of docs/multi-cluster.md ("Setting it up"), read from that page and
 //! run: the member overlay applied in each member, `kubectl baton cluster add` writing each
-//! member's Secret in the hub, the hub's Role for those Secrets and its `controller.members`.
-//! The three-cluster tests set their members up with these ([`crate::member_clusters`]), so the
+//! member's Secret in the hub, the hub's Role for those Secrets and its `controller.clusters`.
+//! The three-cluster tests set their members up with these ([`crate::cluster_support`]), so the
 //! page cannot drift from what is tested: a block renamed, a patch that no longer applies, a
 //! flag that changed, and the trio does not start.
 //!
@@ -207,22 +207,22 @@ pub fn cluster_add_args(
     Ok(args)
 }
 
-/// The hub's configuration file as the page's `my-hub-overlay/members-config.yaml` gives it.
+/// The hub's configuration file as the page's `my-hub-overlay/clusters-config.yaml` gives it.
 pub fn docs_hub_config(page: &str) -> anyhow::Result<String> {
-    let block = docs_block(page, "my-hub-overlay/members-config.yaml")?;
+    let block = docs_block(page, "my-hub-overlay/clusters-config.yaml")?;
     let configmap: Value = serde_saphyr::from_str(&block)?;
     configmap["data"]["config.yaml"]
         .as_str()
         .map(str::to_owned)
-        .context("members-config.yaml has no data.config.yaml")
+        .context("clusters-config.yaml has no data.config.yaml")
 }
 
-/// `controller.members` of `config` (a configuration file), as (name, kubeconfig_secret).
-pub fn members_of(config: &str) -> anyhow::Result<Vec<(String, String)>> {
+/// `controller.clusters` of `config` (a configuration file), as (name, kubeconfig_secret).
+pub fn clusters_of(config: &str) -> anyhow::Result<Vec<(String, String)>> {
     let config: Value = serde_saphyr::from_str(config)?;
-    Ok(config["controller"]["members"]
+    Ok(config["controller"]["clusters"]
         .as_array()
-        .context("no controller.members")?
+        .context("no controller.clusters")?
         .iter()
         .map(|member| {
             (
@@ -340,17 +340,17 @@ mod tests {
         docs_value["controller"]
             .as_object_mut()
             .unwrap()
-            .remove("members")
-            .expect("the docs add controller.members");
+            .remove("clusters")
+            .expect("the docs add controller.clusters");
         assert_eq!(
             docs_value, base,
-            "docs/multi-cluster.md's members-config.yaml is deploy/base/config.yaml's file with controller.members added: copy the change"
+            "docs/multi-cluster.md's clusters-config.yaml is deploy/base/config.yaml's file with controller.clusters added: copy the change"
         );
         let directory = tempfile::tempdir().unwrap();
         let file = directory.path().join("config.yaml");
         std::fs::write(&file, &docs).unwrap();
         let loaded = baton_config::Config::load(Some(&file)).expect("the docs' configuration");
-        assert_eq!(loaded.controller.members.len(), 3);
+        assert_eq!(loaded.controller.clusters.len(), 3);
     }
 
     #[test]
@@ -372,7 +372,7 @@ mod tests {
             &[
                 "kustomization.yaml",
                 "member-secrets.yaml",
-                "members-config.yaml",
+                "clusters-config.yaml",
             ],
             "default",
         )
@@ -380,7 +380,7 @@ mod tests {
         let objects = kustomize(&hub).unwrap();
         let config = find(&objects, "ConfigMap", "baton-config");
         assert_eq!(config["metadata"]["namespace"], "baton-system");
-        let members = members_of(config["data"]["config.yaml"].as_str().unwrap()).unwrap();
+        let members = clusters_of(config["data"]["config.yaml"].as_str().unwrap()).unwrap();
         let secrets: Vec<&str> = members
             .iter()
             .map(|(_, secret)| secret.as_str())
