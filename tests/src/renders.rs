@@ -52,7 +52,7 @@ pub fn kustomized_deploy() -> Vec<Value> {
 }
 
 /// What `kubectl apply -k deploy/member-cluster` applies in a member cluster.
-pub fn kustomized_members() -> Vec<Value> {
+pub fn kustomized_member_cluster() -> Vec<Value> {
     let members = deploy_dir().join("member-cluster");
     let (ok, kustomized) = run("kubectl", &["kustomize", members.to_str().unwrap()], None);
     assert!(

@@ -1608,7 +1608,7 @@ fn a_member_clusters_user_cannot_forge_batons_memory_there_and_each_cluster_wait
     };
     use baton_e2e::manifests::deploy_dir;
     use baton_e2e::rbac_support::{MEMBER_IDENTITY, impersonating};
-    use baton_e2e::renders::{find, kustomized_members, run};
+    use baton_e2e::renders::{find, kustomized_member_cluster, run};
     use baton_e2e::webhook_support::{
         MatchConditions, ShippedConfigurations, TestTls, WebhookReplica,
     };
@@ -1622,7 +1622,7 @@ fn a_member_clusters_user_cannot_forge_batons_memory_there_and_each_cluster_wait
 
         // Given cluster-b installed as deploy/member-cluster installs a member: its webhook lets
         // the hub's identity there (baton-member) set baton's memory, and nobody else, ...
-        let members = kustomized_members();
+        let members = kustomized_member_cluster();
         let webhook = find(&members, "Deployment", "baton-webhook");
         let writers = webhook["spec"]["template"]["spec"]["containers"][0]["env"]
             .as_array()
