@@ -218,7 +218,8 @@ impl Effect {
 
     /// What `outcome` means for the rest of the pass. A replica change that is stale comes
     /// back soon (the cache is behind), one refused comes back at the next poll; a tracker
-    /// entry not repaired is tried again soon while the pass goes on; a claim not followed up
+    /// entry that could not be repaired is tried again soon while the pass goes on (one written
+    /// meanwhile brings the group back by its watch event); a claim not followed up
     /// ends the pass and comes back soon. Whatever else fails was told or logged, and the next
     /// pass does it again.
     pub fn next(&self, outcome: Outcome) -> Next {
@@ -227,8 +228,12 @@ impl Effect {
             (Self::SetReplicas { .. }, Outcome::Stale) => {
                 (Some(Again::After(STALE_RETRY)), Then::SkipToFollowUp)
             }
-            (Self::SetReplicas { .. }, Outcome::Failed) => (Some(Again::Poll), Then::SkipToFollowUp),
-            (Self::RepairTrackerEntry { .. }, _) => {
+            (Self::SetReplicas { .. }, Outcome::Failed) => {
+                (Some(Again::Poll), Then::SkipToFollowUp)
+            }
+            // Someone wrote the tracker meanwhile: its watch event brings the group back.
+            (Self::RepairTrackerEntry { .. }, Outcome::Stale) => (None, Then::Continue),
+            (Self::RepairTrackerEntry { .. }, Outcome::Failed) => {
                 (Some(Again::After(FAILED_RECORD_RETRY)), Then::Continue)
             }
             (Self::FollowUp(_), _) => (Some(Again::After(FAILED_RECORD_RETRY)), Then::End),
@@ -282,7 +287,11 @@ pub fn decide_with(read: &Read<'_>, planner: &Planner<'_>) -> ScalingPass {
     if let Some(at) = plan.recheck_at {
         pass.again.push(Again::At(at));
     }
-    for finding in plan.findings.iter().filter(|f| f.kind != FindingKind::Scale) {
+    for finding in plan
+        .findings
+        .iter()
+        .filter(|f| f.kind != FindingKind::Scale)
+    {
         pass.effects.push(tell_finding(finding));
     }
     // A malformed entry of a member is told on it: it counts as a downscale now, holding the
@@ -416,8 +425,7 @@ fn acting(read: &Read<'_>, snapshot: &ScalingSnapshot, plan: &ScalingPlan) -> Ve
                     from: *from,
                     to: *to,
                     delay: settings.delay,
-                    ordinals_start: crate::statefulset::StatefulSetState::of(object)
-                        .ordinals_start,
+                    ordinals_start: crate::statefulset::StatefulSetState::of(object).ordinals_start,
                     going,
                     write_back: member(statefulset).and_then(mirrored),
                 }));
@@ -601,11 +609,7 @@ pub fn scale_failed(statefulset: &str, from: i32, to: i32, error: &str) -> Expla
 }
 
 /// How a reference whose status could not be written is told.
-pub fn write_back_failed(
-    reference: &MirrorReference,
-    replicas: i32,
-    error: &str,
-) -> Explanation {
+pub fn write_back_failed(reference: &MirrorReference, replicas: i32, error: &str) -> Explanation {
     explained(
         Severity::Warning,
         reasons::REFERENCE_UNAVAILABLE,
@@ -670,10 +674,11 @@ fn confirm(read: &Read<'_>, name: &str, entry: &Entry, pass: &mut ScalingPass) {
     // Both copies hold whole seconds, as the Go operator writes them.
     let at = Timestamp::from_second(at.as_second()).unwrap_or(at);
     if !matches!(read.records.tracker.last_downscaled(name), Ok(Some(tracked)) if tracked >= at) {
-        pass.effects.push(Effect::FollowUp(FollowUp::RecordInTracker {
-            statefulset: name.to_owned(),
-            at,
-        }));
+        pass.effects
+            .push(Effect::FollowUp(FollowUp::RecordInTracker {
+                statefulset: name.to_owned(),
+                at,
+            }));
     }
     let annotated = object
         .metadata
@@ -691,12 +696,11 @@ fn confirm(read: &Read<'_>, name: &str, entry: &Entry, pass: &mut ScalingPass) {
     // Pods the downscale no longer removes (scaled up again since, or another change moved the
     // generation while this update failed) must not stay prepared.
     let cancelled = cancel_preparation(read, object, entry, pass);
-    pass.effects
-        .push(Effect::FollowUp(FollowUp::StoreInLedger {
-            statefulset: name.to_owned(),
-            followed: entry.clone(),
-            entry: Some(entry.confirmed()),
-        }));
+    pass.effects.push(Effect::FollowUp(FollowUp::StoreInLedger {
+        statefulset: name.to_owned(),
+        followed: entry.clone(),
+        entry: Some(entry.confirmed()),
+    }));
     let (from, to) = (
         entry.from_replicas.unwrap_or(0),
         entry.to_replicas.unwrap_or(0),
@@ -729,12 +733,11 @@ fn void(read: &Read<'_>, name: &str, entry: &Entry, pass: &mut ScalingPass) {
         .as_deref()
         .and_then(|text| text.parse::<Timestamp>().ok())
         .map(|at| Entry::new(at, &entry.request));
-    pass.effects
-        .push(Effect::FollowUp(FollowUp::StoreInLedger {
-            statefulset: name.to_owned(),
-            followed: entry.clone(),
-            entry: previous,
-        }));
+    pass.effects.push(Effect::FollowUp(FollowUp::StoreInLedger {
+        statefulset: name.to_owned(),
+        followed: entry.clone(),
+        entry: previous,
+    }));
     let (from, to) = (
         entry.from_replicas.unwrap_or(0),
         entry.to_replicas.unwrap_or(0),

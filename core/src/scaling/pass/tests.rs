@@ -63,7 +63,9 @@ fn kinds(pass: &ScalingPass) -> Vec<String> {
         .map(|effect| match effect {
             Effect::Tell { explanation, .. } => format!("Tell {}", explanation.reason),
             Effect::RepairTrackerEntry { statefulset, .. } => format!("Repair {statefulset}"),
-            Effect::SetReplicas { statefulset, to, .. } => format!("Set {statefulset} {to}"),
+            Effect::SetReplicas {
+                statefulset, to, ..
+            } => format!("Set {statefulset} {to}"),
             other => format!("{other:?}"),
         })
         .collect()
@@ -169,6 +171,7 @@ fn what_an_outcome_means_for_the_rest_of_the_pass() {
         repair.next(Outcome::Failed),
         next(Some(Again::After(FAILED_RECORD_RETRY)), Then::Continue)
     );
+    assert_eq!(repair.next(Outcome::Stale), next(None, Then::Continue));
     assert_eq!(
         store.next(Outcome::Stale),
         next(Some(Again::After(FAILED_RECORD_RETRY)), Then::End)
