@@ -11,8 +11,8 @@
 //! fails; the reference is sometimes unreadable; someone sometimes writes a malformed zone
 //! tracker entry or a force-replicas; a `/scale` write is sometimes stale. Every downscale that
 //! happens is recorded in the zone tracker, as prepare-downscale and the claims' follow-up do.
-//! The pass's effects are carried out as the controller does, each outcome read through
-//! [`Effect::next`], and a delayed downscale concluded from the pods' answers with
+//! The pass's effects are carried out in the [`Sequence`] the controller runs them in, each
+//! answered with its outcome, and a delayed downscale concluded from the pods' answers with
 //! [`pass::conclude`].
 //!
 //! Checked at every replica change baton makes:
@@ -27,7 +27,7 @@
 //! - `SIM_SCENARIOS=N` runs N scenarios; `SIM_FIRST_SEED=S` starts at seed S;
 //! - `SIM_SEED=S` replays exactly scenario S and prints its trace (add `-- --nocapture`).
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::fmt;
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -52,7 +52,7 @@ use baton_core::pod_address::PodAddressing;
 use baton_core::pods::CachedPod;
 use baton_core::scaling::delayed_downscale::{self, DelayedDownscaleDecision};
 use baton_core::scaling::pass::{
-    self, DelayedDecider, Effect, Outcome, Planner, PodCalls, Read, Then,
+    self, DelayedDecider, Effect, Outcome, Planner, PodCalls, Read, Sequence,
 };
 use baton_core::scaling::plan::{ReferenceScale, ScalingPlan, ScalingSnapshot, plan};
 use baton_core::scaling::snapshot::ReferenceScales;
@@ -648,13 +648,8 @@ impl<'a> Simulation<'a> {
         };
         let planner: &Planner<'_> = self.scaling.planner;
         let decided = pass::decide_with(&read, planner);
-        let mut effects: VecDeque<Effect> = decided.effects.into_iter().collect();
-        let mut skipping = false;
-        while let Some(effect) = effects.pop_front() {
-            if skipping && !effect.is_follow_up() {
-                continue;
-            }
-            skipping = false;
+        let mut sequence = Sequence::new(decided);
+        while let Some(effect) = sequence.next_effect() {
             let outcome = match &effect {
                 Effect::Tell { explanation, .. } => {
                     *self
@@ -714,18 +709,12 @@ impl<'a> Simulation<'a> {
                             self.stats.partial_delayed_downscales += 1;
                         }
                     }
-                    for next in concluded.effects.into_iter().rev() {
-                        effects.push_front(next);
-                    }
+                    sequence.concluded(concluded);
                     Outcome::Done
                 }
                 Effect::FollowUp(_) => Outcome::Done,
             };
-            match effect.next(outcome).then {
-                Then::Continue => {}
-                Then::SkipToFollowUp => skipping = true,
-                Then::End => break,
-            }
+            sequence.answer(&effect, outcome);
         }
         Ok(())
     }

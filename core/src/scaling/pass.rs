@@ -6,9 +6,10 @@
 //! the follow-up of downscales prepare-downscale approved each decide a part of a pass, and a
 //! pass is only as safe as the order they run in (one replica change, after it was told why;
 //! a pod asked to prepare before it may go; a claim stored only after its records were copied).
-//! Composed here once, the controller reads, runs [`ScalingPass::effects`] in order and answers
-//! each with its [`Outcome`]; [`Effect::next`] says what that outcome means for the rest of the
-//! pass, and the simulation drives the very functions the leader runs.
+//! Composed here once, the controller reads, runs [`ScalingPass::effects`] in order through a
+//! [`Sequence`], answering each with its [`Outcome`] ([`Effect::next`] says what that outcome
+//! means for the rest of the pass), and the simulation drives the very functions the leader
+//! runs.
 //!
 //! The order of the effects is the pass's:
 //! 1. what people should hear: every bad setting and every hold the planner found, and each
@@ -28,7 +29,7 @@
 //! prepared is the one that prepares it, and only the plan knows which pods go. So the pass
 //! names the step, the controller reads the answers, and [`conclude`] decides on them.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -257,6 +258,63 @@ pub struct ScalingPass {
     /// When to look again whatever the effects do (a held downscale becomes possible, a
     /// claim's fate becomes known, a reference is polled).
     pub again: Vec<Again>,
+}
+
+/// A pass being carried out: which effect comes next, and what each outcome leaves of the
+/// pass ([`Effect::next`]). The controller and the simulation both run a pass through it, so
+/// the sequence simulated is the one the leader runs.
+#[derive(Debug, Clone)]
+pub struct Sequence {
+    effects: VecDeque<Effect>,
+    skipping: bool,
+    again: Vec<Again>,
+}
+
+impl Sequence {
+    pub fn new(pass: ScalingPass) -> Self {
+        Self {
+            effects: pass.effects.into(),
+            skipping: false,
+            again: pass.again,
+        }
+    }
+
+    /// The next effect to carry out, if any is left.
+    pub fn next_effect(&mut self) -> Option<Effect> {
+        while let Some(effect) = self.effects.pop_front() {
+            if self.skipping && !effect.is_follow_up() {
+                continue;
+            }
+            self.skipping = false;
+            return Some(effect);
+        }
+        None
+    }
+
+    /// `effect` went `outcome`.
+    pub fn answer(&mut self, effect: &Effect, outcome: Outcome) {
+        let next = effect.next(outcome);
+        self.again.extend(next.again);
+        match next.then {
+            Then::Continue => {}
+            Then::SkipToFollowUp => self.skipping = true,
+            Then::End => self.effects.clear(),
+        }
+    }
+
+    /// What the pods' answers to a [`Effect::PrepareDelayedDownscale`] decided: its effects
+    /// come next.
+    pub fn concluded(&mut self, concluded: Concluded) {
+        self.again.extend(concluded.again);
+        for effect in concluded.effects.into_iter().rev() {
+            self.effects.push_front(effect);
+        }
+    }
+
+    /// When to look at the group again: every reason the pass and its outcomes gave.
+    pub fn again(&self) -> &[Again] {
+        &self.again
+    }
 }
 
 /// The planner a pass runs ([`plan()`]); a seam for the simulation's broken planners.

@@ -19,7 +19,6 @@ mod delayed;
 mod explain;
 mod references;
 
-use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -29,7 +28,7 @@ use baton_core::ledger::Ledger;
 use baton_core::pod_address::PodAddressing;
 use baton_core::pods::CachedPod;
 use baton_core::scaling::pass::{
-    self, Again, Effect, Outcome, PodCalls, Read, Then, conclude, scale_failed,
+    self, Again, Effect, Outcome, PodCalls, Read, ScalingPass, Sequence, conclude, scale_failed,
 };
 use baton_shared::downscale_history::record_in_tracker;
 use baton_shared::kube_client::bounded;
@@ -151,10 +150,7 @@ impl Scaler {
             explainer,
             failures: Mutex::default(),
         };
-        let requeue = decided.again.iter().fold(Requeue::Never, |requeue, again| {
-            requeue.sooner(self.requeue(*again))
-        });
-        let requeue = requeue.sooner(pass.run(&decided.effects, may_act).await);
+        let requeue = pass.run(decided, may_act).await;
         (requeue, pass.into_failures())
     }
 
@@ -199,18 +195,12 @@ impl Pass<'_> {
             .find(|statefulset| statefulset.metadata.name.as_deref() == Some(name))
     }
 
-    /// Runs `effects` in order, each answered with its outcome, which says what is left of the
-    /// pass ([`Effect::next`]). Every effect that writes or calls pods runs within the term
+    /// Runs the pass's effects in order, each answered with its outcome, which says what is
+    /// left of the pass ([`Sequence`]). Every effect that writes or calls pods runs within the term
     /// the pass started in, checked here and only here, and is bounded by what is left of it.
-    async fn run(&self, effects: &[Effect], may_act: &MayAct) -> Requeue {
-        let mut requeue = Requeue::Never;
-        let mut effects: VecDeque<Effect> = effects.iter().cloned().collect();
-        let mut skipping = false;
-        while let Some(effect) = effects.pop_front() {
-            if skipping && !effect.is_follow_up() {
-                continue;
-            }
-            skipping = false;
+    async fn run(&self, decided: ScalingPass, may_act: &MayAct) -> Requeue {
+        let mut sequence = Sequence::new(decided);
+        while let Some(effect) = sequence.next_effect() {
             let timeout = if effect.needs_term() {
                 let Some(left) = may_act() else {
                     break;
@@ -264,28 +254,19 @@ impl Pass<'_> {
                 Effect::PrepareDelayedDownscale(step) => {
                     let answers = self.prepare_delayed_downscale(step).await;
                     // The pods' answers took time: decided at the time they came.
-                    let concluded = conclude(step, &answers, Timestamp::now());
-                    if let Some(again) = concluded.again {
-                        requeue = requeue.sooner(self.scaler.requeue(again));
-                    }
-                    for next in concluded.effects.into_iter().rev() {
-                        effects.push_front(next);
-                    }
+                    sequence.concluded(conclude(step, &answers, Timestamp::now()));
                     Outcome::Done
                 }
                 Effect::FollowUp(step) => self.follow_up(step, timeout).await,
             };
-            let next = effect.next(outcome);
-            if let Some(again) = next.again {
-                requeue = requeue.sooner(self.scaler.requeue(again));
-            }
-            match next.then {
-                Then::Continue => {}
-                Then::SkipToFollowUp => skipping = true,
-                Then::End => break,
-            }
+            sequence.answer(&effect, outcome);
         }
-        requeue
+        sequence
+            .again()
+            .iter()
+            .fold(Requeue::Never, |requeue, again| {
+                requeue.sooner(self.scaler.requeue(*again))
+            })
     }
 
     /// Writes a malformed zone tracker entry back as a downscale at `at`.

@@ -236,3 +236,77 @@ fn the_pods_answers_conclude_a_delayed_downscale() {
         "zone-a stays at 4 (wanted 2): pods could not be prepared for delayed downscale: zone-a-3: HTTP 500"
     );
 }
+
+#[test]
+fn a_sequence_skips_to_the_follow_up_after_a_refused_scale_and_ends_on_a_failed_follow_up() {
+    let tell = |statefulset: &str| Effect::Tell {
+        statefulset: statefulset.into(),
+        explanation: scale_failed("x", 1, 2, "y"),
+    };
+    let set = Effect::SetReplicas {
+        statefulset: "a".into(),
+        from: 3,
+        to: 4,
+        told: scale_failed("a", 3, 4, "y"),
+    };
+    let write_back = Effect::WriteBack {
+        statefulset: "a".into(),
+        reference: step(true).write_back.unwrap(),
+        replicas: 4,
+    };
+    let unreadable = |statefulset: &str| {
+        Effect::FollowUp(FollowUp::Unreadable {
+            statefulset: statefulset.into(),
+            why: "z".into(),
+        })
+    };
+    let mut sequence = Sequence::new(ScalingPass {
+        effects: vec![
+            tell("t"),
+            set.clone(),
+            write_back,
+            unreadable("b"),
+            unreadable("c"),
+        ],
+        again: vec![Again::Poll],
+    });
+    let mut ran = Vec::new();
+    while let Some(effect) = sequence.next_effect() {
+        let outcome = match &effect {
+            Effect::SetReplicas { .. } => Outcome::Failed,
+            Effect::FollowUp(_) => Outcome::Stale,
+            _ => Outcome::Done,
+        };
+        sequence.answer(&effect, outcome);
+        ran.push(effect);
+    }
+    assert_eq!(ran, [tell("t"), set, unreadable("b")]);
+    assert_eq!(
+        sequence.again(),
+        [Again::Poll, Again::Poll, Again::After(FAILED_RECORD_RETRY)]
+    );
+}
+
+#[test]
+fn a_delayed_downscale_concluded_comes_next() {
+    let prepare = Effect::PrepareDelayedDownscale(step(false));
+    let later = Effect::RepairTrackerEntry {
+        statefulset: "b".into(),
+        at: now(),
+    };
+    let mut sequence = Sequence::new(ScalingPass {
+        effects: vec![prepare.clone(), later.clone()],
+        again: Vec::new(),
+    });
+    assert_eq!(sequence.next_effect(), Some(prepare));
+    let answers = BTreeMap::from([(2, Ok(now())), (3, Ok(now()))]);
+    let concluded = conclude(&step(false), &answers, now());
+    let waiting = concluded.effects.clone();
+    sequence.concluded(concluded);
+    assert_eq!(sequence.next_effect().as_ref(), waiting.first());
+    assert_eq!(sequence.next_effect(), Some(later));
+    assert_eq!(
+        sequence.again(),
+        [Again::At(now() + jiff::SignedDuration::from_hours(1))]
+    );
+}
