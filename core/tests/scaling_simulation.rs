@@ -178,11 +178,10 @@ struct Zone {
     resource_version: u64,
 }
 
-/// Whose pass the simulation runs: the real one, or a broken one the checker must catch.
-struct Scaling<'a> {
-    planner: &'a (dyn Fn(&ScalingSnapshot, Timestamp) -> ScalingPlan + Sync),
-    decider: &'a (
-            dyn Fn(
+/// The planner a simulated pass runs.
+type SimPlanner = dyn Fn(&ScalingSnapshot, Timestamp) -> ScalingPlan + Sync;
+/// The delayed-downscale decision a simulated pass concludes with.
+type SimDecider = dyn Fn(
         PodNames<'_>,
         i32,
         i32,
@@ -190,8 +189,12 @@ struct Scaling<'a> {
         &BTreeMap<i32, Result<Timestamp, String>>,
         Timestamp,
     ) -> DelayedDownscaleDecision
-                + Sync
-        ),
+    + Sync;
+
+/// Whose pass the simulation runs: the real one, or a broken one the checker must catch.
+struct Scaling<'a> {
+    planner: &'a SimPlanner,
+    decider: &'a SimDecider,
 }
 
 const REAL: Scaling<'static> = Scaling {
