@@ -58,11 +58,11 @@ use baton_core::scaling::plan::{ReferenceScale, ScalingPlan, ScalingSnapshot, pl
 use baton_core::scaling::snapshot::ReferenceScales;
 use baton_core::statefulset::PodNames;
 use jiff::{SignedDuration, Timestamp};
-use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec, StatefulSetStatus};
+use k8s_openapi::api::core::v1::{Pod, PodStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use rand::rngs::ChaCha8Rng;
 use rand::{RngExt, SeedableRng};
-use serde_json::json;
 
 const DEFAULT_SCENARIOS: u64 = 1_000;
 /// How far a broken pass may get before the checker must have caught it.
@@ -456,30 +456,66 @@ impl<'a> Simulation<'a> {
             );
         }
         let ready = zone.pods.iter().filter(|pod| pod.ready).count();
-        serde_json::from_value(json!({
-            "metadata": {"name": zone.name, "namespace": NAMESPACE, "uid": format!("uid-{}", zone.name),
-                         "generation": 1, "resourceVersion": zone.resource_version.to_string(),
-                         "labels": labels, "annotations": annotations},
-            "spec": {"replicas": zone.replicas, "serviceName": zone.name,
-                     "selector": {"matchLabels": {"zone": zone.name}},
-                     "template": {"metadata": {"labels": {"zone": zone.name}}, "spec": {"containers": []}}},
-            "status": {"replicas": zone.pods.len(), "readyReplicas": ready},
-        }))
-        .expect("a StatefulSet")
+        let count = |count: usize| i32::try_from(count).expect("few pods");
+        StatefulSet {
+            metadata: ObjectMeta {
+                name: Some(zone.name.clone()),
+                namespace: Some(NAMESPACE.to_owned()),
+                uid: Some(format!("uid-{}", zone.name)),
+                generation: Some(1),
+                resource_version: Some(zone.resource_version.to_string()),
+                labels: Some(labels),
+                annotations: Some(
+                    annotations
+                        .into_iter()
+                        .map(|(key, value)| (key.to_owned(), value))
+                        .collect(),
+                ),
+                ..ObjectMeta::default()
+            },
+            spec: Some(StatefulSetSpec {
+                replicas: Some(zone.replicas),
+                service_name: Some(zone.name.clone()),
+                selector: LabelSelector {
+                    match_labels: Some(BTreeMap::from([("zone".to_owned(), zone.name.clone())])),
+                    match_expressions: None,
+                },
+                ..StatefulSetSpec::default()
+            }),
+            status: Some(StatefulSetStatus {
+                replicas: count(zone.pods.len()),
+                ready_replicas: Some(count(ready)),
+                ..StatefulSetStatus::default()
+            }),
+        }
     }
 
     fn pods(&self) -> Vec<Arc<CachedPod>> {
         let mut pods = Vec::new();
         for zone in &self.zones {
             for (index, pod) in zone.pods.iter().enumerate() {
-                let pod: Pod = serde_json::from_value(json!({
-                    "metadata": {"name": format!("{}-{index}", zone.name), "namespace": NAMESPACE,
-                                 "uid": format!("pod-{}", pod.uid), "labels": {"zone": zone.name},
-                                 "ownerReferences": [{"apiVersion": "apps/v1", "kind": "StatefulSet",
-                                     "name": zone.name, "uid": format!("uid-{}", zone.name), "controller": true}]},
-                    "status": {"podIP": format!("10.0.0.{}", pod.uid % 250)},
-                }))
-                .expect("a pod");
+                let pod = Pod {
+                    metadata: ObjectMeta {
+                        name: Some(format!("{}-{index}", zone.name)),
+                        namespace: Some(NAMESPACE.to_owned()),
+                        uid: Some(format!("pod-{}", pod.uid)),
+                        labels: Some(BTreeMap::from([("zone".to_owned(), zone.name.clone())])),
+                        owner_references: Some(vec![OwnerReference {
+                            api_version: "apps/v1".into(),
+                            kind: "StatefulSet".into(),
+                            name: zone.name.clone(),
+                            uid: format!("uid-{}", zone.name),
+                            controller: Some(true),
+                            ..OwnerReference::default()
+                        }]),
+                        ..ObjectMeta::default()
+                    },
+                    spec: None,
+                    status: Some(PodStatus {
+                        pod_ip: Some(format!("10.0.0.{}", pod.uid % 250)),
+                        ..PodStatus::default()
+                    }),
+                };
                 pods.push(Arc::new(CachedPod::of(&pod)));
             }
         }

@@ -167,6 +167,8 @@ pub enum FollowUp {
     CancelPreparation {
         request: String,
         pods: Vec<PodEndpoint>,
+        /// Why each pod that cannot be called cannot (logged).
+        unreachable: Vec<String>,
     },
     /// Store the follow-up of claim `followed`: `entry` replaces it (none: removed),
     /// conditioned on the ledger's version.
@@ -835,26 +837,25 @@ fn cancel_preparation(
         return Vec::new();
     };
     let calls = read.calls;
-    let pods: Vec<PodEndpoint> =
-        pods_to_cancel(entry, statefulset, read.pods.iter().map(AsRef::as_ref))
-            .into_iter()
-            .filter_map(|pod| {
-                prepare
-                    .of_pod(
-                        calls.addressing,
-                        calls.cluster_domain,
-                        &pod.name,
-                        &pod.namespace,
-                        pod.ip.as_deref(),
-                    )
-                    .ok()
-            })
-            .collect();
+    let (mut pods, mut unreachable) = (Vec::new(), Vec::new());
+    for pod in pods_to_cancel(entry, statefulset, read.pods.iter().map(AsRef::as_ref)) {
+        match prepare.of_pod(
+            calls.addressing,
+            calls.cluster_domain,
+            &pod.name,
+            &pod.namespace,
+            pod.ip.as_deref(),
+        ) {
+            Ok(endpoint) => pods.push(endpoint),
+            Err(error) => unreachable.push(error),
+        }
+    }
     let names = pods.iter().map(|endpoint| endpoint.pod.clone()).collect();
     pass.effects
         .push(Effect::FollowUp(FollowUp::CancelPreparation {
             request: entry.request.clone(),
             pods,
+            unreachable,
         }));
     names
 }

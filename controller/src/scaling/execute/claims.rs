@@ -42,7 +42,14 @@ impl Pass<'_> {
             FollowUp::AnnotateLastDownscale { statefulset, at } => {
                 self.annotate(statefulset, *at, timeout).await
             }
-            FollowUp::CancelPreparation { request, pods } => {
+            FollowUp::CancelPreparation {
+                request,
+                pods,
+                unreachable,
+            } => {
+                for error in unreachable {
+                    tracing::warn!(%error, "cannot tell a pod to cancel its preparation");
+                }
                 self.cancel_preparation(request, pods).await;
                 Ok(())
             }
