@@ -1,7 +1,8 @@
 //! Group scaling carried out: the executor ([`execute::Scaler`]) that the group reconcile runs
-//! beside the rollout. It reads the mirrored references, plans with `baton_core::scaling`
-//! (leader/follower zones, mirroring, delayed downscale), writes `/scale`, calls pods and
-//! tells people.
+//! beside the rollout. It reads the mirrored references, lets `baton_core::scaling::pass`
+//! decide the pass (leader/follower zones, mirroring, delayed downscale, the zone tracker's
+//! repair, the follow-up of approved downscales), and carries its effects out: `/scale`, the
+//! pods' endpoints, the records, the Events.
 
 pub mod execute;
 

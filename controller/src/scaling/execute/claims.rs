@@ -1,22 +1,14 @@
-//! Downscales approved by prepare-downscale, followed up once the StatefulSet shows whether they
-//! happened ([`follow_up_claims`], pure, decides):
-//! - one that happened is copied into the Go operator's zone tracker and the
-//!   `grafana.com/last-downscale` annotation, then confirmed in the ledger. These writes wait
-//!   until now because the webhook must not write the object it is admitting (the update would
-//!   fail on its own resourceVersion);
-//! - one that never landed (the update failed after admission) has its pods told to cancel
-//!   (DELETE, as the webhook's undo does) and the last downscale before it put back, so it no
-//!   longer holds the other zones.
-//!
-//! Each write is conditioned on the version the decision was made on; one ledger write per pass,
-//! as the next needs the version the first produced (its watch event brings the group back).
+//! The writes that follow up a downscale prepare-downscale approved, as the pass decided them
+//! ([`baton_core::scaling::pass::FollowUp`]): the zone tracker and the
+//! `grafana.com/last-downscale` annotation, the pods told to cancel, the ledger. Each write is
+//! conditioned on the version the decision was made on; any failure ends the pass, counted.
 
 use std::time::Duration;
 
 use baton_core::annotations::LAST_DOWNSCALE_ANNOTATION;
-use baton_core::downscale_history::{ClaimFollowUp, ZoneTracker, follow_up_claims, pods_to_cancel};
-use baton_core::ledger::{Entry, Ledger, ledger_name};
-use baton_core::pod_address::{PodEndpoint, PodMethod, PrepareEndpoint};
+use baton_core::ledger::{Entry, ledger_name};
+use baton_core::pod_address::{PodEndpoint, PodMethod};
+use baton_core::scaling::pass::{FollowUp, Outcome};
 use baton_shared::downscale_history::record_in_tracker;
 use baton_shared::kube_client::bounded;
 use baton_shared::ledger::{self, Written};
@@ -26,13 +18,6 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, Patch, PatchParams};
 
 use super::Pass;
-use crate::explain::Severity;
-use crate::leader::MayAct;
-use crate::queue::Requeue;
-
-/// Event reasons.
-const RECORDED: &str = "DownscaleRecorded";
-const NOT_APPLIED: &str = "DownscaleNotApplied";
 
 /// Why following up a claim failed; the group comes back soon and decides again.
 #[derive(Debug, thiserror::Error)]
@@ -43,207 +28,108 @@ enum FollowUpError {
     TimedOut(#[from] baton_shared::kube_client::TimedOut),
     #[error("{0} changed meanwhile")]
     Changed(String),
+    #[error("{0}")]
+    Unreadable(String),
 }
 
 impl Pass<'_> {
-    /// Follows up the pending claims of the group's ledger; returns when to look again.
-    pub(super) async fn follow_up_claims(
-        &self,
-        group: &str,
-        (ledger, tracker): (&Ledger, &ZoneTracker),
-        now: Timestamp,
-        may_act: &MayAct,
-    ) -> Requeue {
-        let grace = self.scaler.claim_grace;
-        let mut requeue = Requeue::Never;
-        for follow_up in
-            follow_up_claims(ledger, self.members.iter().map(AsRef::as_ref), now, grace)
-        {
-            if may_act().is_none() {
-                break;
+    /// Carries out one step of a claim's follow-up.
+    pub(super) async fn follow_up(&self, step: &FollowUp, timeout: Duration) -> Outcome {
+        let result = match step {
+            FollowUp::RecordInTracker { statefulset, at } => {
+                self.record_in_tracker(statefulset, *at, timeout).await
             }
-            let result = match &follow_up {
-                ClaimFollowUp::Recheck { at } => {
-                    requeue = requeue.sooner(Requeue::at(*at));
-                    continue;
+            FollowUp::AnnotateLastDownscale { statefulset, at } => {
+                self.annotate(statefulset, *at, timeout).await
+            }
+            FollowUp::CancelPreparation {
+                request,
+                pods,
+                unreachable,
+            } => {
+                for error in unreachable {
+                    tracing::warn!(%error, "cannot tell a pod to cancel its preparation");
                 }
-                ClaimFollowUp::Confirm { statefulset, entry } => {
-                    self.confirm(group, ledger, tracker, statefulset, entry)
-                        .await
-                }
-                ClaimFollowUp::Void { statefulset, entry } => {
-                    self.void(group, ledger, statefulset, entry).await
-                }
-            };
-            if let Err(error) = result {
+                self.cancel_preparation(request, pods).await;
+                Ok(())
+            }
+            FollowUp::StoreInLedger {
+                statefulset,
+                followed,
+                entry,
+            } => {
+                self.write_ledger(statefulset, followed, entry.as_ref(), timeout)
+                    .await
+            }
+            FollowUp::Unreadable { why, .. } => Err(FollowUpError::Unreadable(why.clone())),
+        };
+        match result {
+            Ok(()) => Outcome::Done,
+            Err(error) => {
                 self.failed(super::super::DOWNSCALE_FOLLOW_UP);
-                tracing::warn!(%error, ?follow_up, "following up an approved downscale failed; retrying");
-                return requeue.sooner(Requeue::After(Duration::from_secs(1)));
+                tracing::warn!(%error, ?step, "following up an approved downscale failed; retrying");
+                match error {
+                    FollowUpError::Changed(_) => Outcome::Stale,
+                    _ => Outcome::Failed,
+                }
             }
-            // The ledger's version moved: the next claim waits for its watch event.
-            return requeue;
         }
-        requeue
     }
 
-    /// A downscale that happened: into the tracker and the annotation, then confirmed.
-    async fn confirm(
+    async fn record_in_tracker(
         &self,
-        group: &str,
-        ledger: &Ledger,
-        tracker: &ZoneTracker,
         name: &str,
-        entry: &Entry,
+        at: Timestamp,
+        timeout: Duration,
     ) -> Result<(), FollowUpError> {
-        let Some(statefulset) = self.statefulset(name) else {
-            return Ok(());
-        };
-        let at = entry
-            .at()
-            .map_err(|_| FollowUpError::Changed("the entry".into()))?;
-        // Both copies hold whole seconds, as the Go operator writes them.
-        let at = Timestamp::from_second(at.as_second()).unwrap_or(at);
         let scaler = self.scaler;
         let config_maps: Api<ConfigMap> = Api::namespaced(scaler.client.clone(), &scaler.namespace);
-        if !matches!(tracker.last_downscaled(name), Ok(Some(tracked)) if tracked >= at) {
-            let written = bounded(
-                scaler.request_timeout,
-                format!("recording {name}'s downscale in the zone tracker"),
-                record_in_tracker(&config_maps, &scaler.zone_tracker, tracker, name, at),
-            )
-            .await??;
-            if !written {
-                return Err(FollowUpError::Changed(format!(
-                    "the zone tracker {}",
-                    scaler.zone_tracker
-                )));
-            }
-        }
-        let annotated = statefulset
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|annotations| annotations.get(LAST_DOWNSCALE_ANNOTATION))
-            .and_then(|text| text.parse::<Timestamp>().ok());
-        if annotated.is_none_or(|annotated| annotated < at) {
-            // Metadata only: no new generation, nothing for the StatefulSet controller to do.
-            let patch = serde_json::json!({"metadata": {"annotations": {
-                LAST_DOWNSCALE_ANNOTATION: at.strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
-            }}});
-            let statefulsets: Api<StatefulSet> =
-                Api::namespaced(scaler.client.clone(), &scaler.namespace);
-            bounded(
-                scaler.request_timeout,
-                format!("annotating {name} with its last downscale"),
-                statefulsets.patch(name, &PatchParams::default(), &Patch::Merge(&patch)),
-            )
-            .await??;
-        }
-        // Pods the downscale no longer removes (scaled up again since, or another change
-        // moved the generation while this update failed) must not stay prepared.
-        let cancelled = self.cancel_preparation(statefulset, entry).await;
-        self.write_ledger(group, ledger, name, entry, Some(&entry.confirmed()))
-            .await?;
-        let (from, to) = (
-            entry.from_replicas.unwrap_or(0),
-            entry.to_replicas.unwrap_or(0),
-        );
-        let mut note = format!(
-            "{name} was downscaled from {from} to {to} at {at}; recorded in the zone tracker {} and the {LAST_DOWNSCALE_ANNOTATION} annotation",
-            scaler.zone_tracker
-        );
-        if !cancelled.is_empty() {
-            note.push_str(&format!(
-                "; {} stay and were told to cancel their preparation",
-                cancelled.join(", ")
-            ));
-        }
-        self.say(name, Severity::Normal, RECORDED, "Record", note)
-            .await;
-        Ok(())
-    }
-
-    /// A downscale that never landed: its pods told to cancel, the downscale before it back.
-    async fn void(
-        &self,
-        group: &str,
-        ledger: &Ledger,
-        name: &str,
-        entry: &Entry,
-    ) -> Result<(), FollowUpError> {
-        let Some(statefulset) = self.statefulset(name) else {
-            return Ok(());
-        };
-        let cancelled = self.cancel_preparation(statefulset, entry).await;
-        let previous = entry
-            .previous
-            .as_deref()
-            .and_then(|text| text.parse::<Timestamp>().ok())
-            .map(|at| Entry::new(at, &entry.request));
-        self.write_ledger(group, ledger, name, entry, previous.as_ref())
-            .await?;
-        let (from, to) = (
-            entry.from_replicas.unwrap_or(0),
-            entry.to_replicas.unwrap_or(0),
-        );
-        let told = if cancelled.is_empty() {
-            String::new()
-        } else {
-            format!(
-                "; {} were told to cancel their preparation",
-                cancelled.join(", ")
-            )
-        };
-        self.say(
-            name,
-            Severity::Warning,
-            NOT_APPLIED,
-            "Release",
-            format!(
-                "the downscale of {name} from {from} to {to} approved at {} never happened (its spec is unchanged {} later): it no longer holds other zones' downscales{told}",
-                entry.last_downscale,
-                baton_core::duration::prometheus::format(self.scaler.claim_grace),
-            ),
+        let written = bounded(
+            timeout,
+            format!("recording {name}'s downscale in the zone tracker"),
+            record_in_tracker(&config_maps, &scaler.zone_tracker, self.records.1, name, at),
         )
-        .await;
+        .await??;
+        if !written {
+            return Err(FollowUpError::Changed(format!(
+                "the zone tracker {}",
+                scaler.zone_tracker
+            )));
+        }
         Ok(())
     }
 
-    /// Tells the pods [`pods_to_cancel`] names to undo their preparation; returns their names.
-    /// A pod that cannot be told is logged: the claim is followed up all the same, as the
-    /// webhook's undo does.
-    async fn cancel_preparation(&self, statefulset: &StatefulSet, entry: &Entry) -> Vec<String> {
-        let Ok(prepare) = PrepareEndpoint::of(statefulset) else {
-            return Vec::new();
-        };
+    async fn annotate(
+        &self,
+        name: &str,
+        at: Timestamp,
+        timeout: Duration,
+    ) -> Result<(), FollowUpError> {
         let scaler = self.scaler;
-        let endpoints: Vec<PodEndpoint> =
-            pods_to_cancel(entry, statefulset, self.pods.iter().map(AsRef::as_ref))
-                .into_iter()
-                .filter_map(|pod| {
-                    let endpoint = prepare.of_pod(
-                        scaler.addressing,
-                        &scaler.cluster_domain,
-                        &pod.name,
-                        &pod.namespace,
-                        pod.ip.as_deref(),
-                    );
-                    match endpoint {
-                        Ok(endpoint) => Some(endpoint),
-                        Err(error) => {
-                            tracing::warn!(%error, "cannot tell a pod to cancel its preparation");
-                            None
-                        }
-                    }
-                })
-                .collect();
-        let told_before = !self.cancellations().insert(entry.request.clone());
+        let patch = serde_json::json!({"metadata": {"annotations": {
+            LAST_DOWNSCALE_ANNOTATION: at.strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
+        }}});
+        let statefulsets: Api<StatefulSet> =
+            Api::namespaced(scaler.client.clone(), &scaler.namespace);
+        bounded(
+            timeout,
+            format!("annotating {name} with its last downscale"),
+            statefulsets.patch(name, &PatchParams::default(), &Patch::Merge(&patch)),
+        )
+        .await??;
+        Ok(())
+    }
+
+    /// Tells `pods` to undo their preparation, unless told for `request` already (a retry
+    /// after a conflicting write tells them no second time). A pod that cannot be told is
+    /// logged: the claim is followed up all the same, as the webhook's undo does.
+    async fn cancel_preparation(&self, request: &str, pods: &[PodEndpoint]) {
+        let told_before = !self.cancellations().insert(request.to_owned());
         if !told_before {
-            for error in scaler.pods.call_each(PodMethod::Delete, &endpoints).await {
+            for error in self.scaler.pods.call_each(PodMethod::Delete, pods).await {
                 tracing::warn!(%error, "telling a pod to cancel its preparation failed");
             }
         }
-        endpoints.into_iter().map(|endpoint| endpoint.pod).collect()
     }
 
     /// The downscales whose pods were told to cancel, follow-up not yet stored.
@@ -258,23 +144,22 @@ impl Pass<'_> {
     /// Stores the follow-up of the claim `followed` (`entry`: what replaces it, if anything).
     async fn write_ledger(
         &self,
-        group: &str,
-        ledger: &Ledger,
         name: &str,
         followed: &Entry,
         entry: Option<&Entry>,
+        timeout: Duration,
     ) -> Result<(), FollowUpError> {
         let scaler = self.scaler;
         let config_maps: Api<ConfigMap> = Api::namespaced(scaler.client.clone(), &scaler.namespace);
-        let ledger_name = ledger_name(group);
+        let ledger_name = ledger_name(self.group);
         let written = bounded(
-            scaler.request_timeout,
+            timeout,
             format!("following up {name}'s downscale in {ledger_name}"),
             ledger::write(
                 &config_maps,
                 &ledger_name,
-                group,
-                &ledger.with_entry(name, entry),
+                self.group,
+                &self.records.0.with_entry(name, entry),
             ),
         )
         .await??;

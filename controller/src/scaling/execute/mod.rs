@@ -1,23 +1,24 @@
-//! The thin I/O around the scaling planner, split by responsibility:
-//! - here: one scaling pass of a group (read the references, build the snapshot whole, plan,
-//!   explain, act) and the StatefulSet's `/scale` call;
+//! The thin I/O around the scaling pass ([`baton_core::scaling::pass`], which decides): one
+//! pass over a group reads what the pass needs (the references' scales), lets the core decide,
+//! and runs its effects in order, answering each with its outcome. Split by what is called:
+//! - here: the pass run, and the StatefulSet's `/scale` call;
 //! - `references`: the reference resources (kind discovery, reading their scale, writing
 //!   `status.replicas` back);
-//! - `delayed`: delayed downscale carried out (the pods' prepare/cancel endpoints, then the
-//!   scale as far down as their answers allow);
-//! - `claims`: downscales prepare-downscale approved, confirmed into the Go operator's records
-//!   once they happened, voided (pods told to cancel) when they never did;
-//! - `explain`: how every outcome is told (Events and log lines).
+//! - `delayed`: the pods' delayed-downscale endpoints (cancel, and prepare, answering since
+//!   when);
+//! - `claims`: the writes that follow up a downscale prepare-downscale approved (the zone
+//!   tracker, the annotation, the ledger) and the pods told to cancel;
+//! - `explain`: Events on the StatefulSets.
 //!
 //! A pass runs beside the group's rollout, never before it: neither waits on the other's I/O
-//! (an unreachable reference holds scaling only).
+//! (an unreachable reference holds scaling only). Whether this replica may still act is asked
+//! in one place, [`Pass::run`], before every effect that writes or calls pods.
 
 mod claims;
 mod delayed;
 mod explain;
 mod references;
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -26,6 +27,9 @@ use baton_core::downscale_history::{Records, ZoneTracker};
 use baton_core::ledger::Ledger;
 use baton_core::pod_address::PodAddressing;
 use baton_core::pods::CachedPod;
+use baton_core::scaling::pass::{
+    self, Again, Effect, Outcome, PodCalls, Read, ScalingPass, Sequence, conclude, scale_failed,
+};
 use baton_shared::downscale_history::record_in_tracker;
 use baton_shared::kube_client::bounded;
 use baton_shared::pod_client::{PodClientError, PodHttpClient};
@@ -36,16 +40,11 @@ use kube::ResourceExt;
 use kube::api::{Api, ApiResource, Patch, PatchParams};
 use prometheus::Registry;
 use serde_json::json;
+use std::collections::HashMap;
 
 use crate::explain::Explainer;
 use crate::leader::MayAct;
 use crate::queue::Requeue;
-use baton_core::scaling::plan::{
-    FindingKind, Member, ScalingAction, ScalingPlan, ScalingSnapshot, plan,
-};
-
-/// Event reason for a malformed entry of the Go operator's zone tracker.
-const ZONE_TRACKER_INVALID: &str = "ZoneTrackerEntryInvalid";
 
 /// Why a Kubernetes call of the executor failed.
 #[derive(Debug, thiserror::Error)]
@@ -111,9 +110,9 @@ impl Scaler {
         })
     }
 
-    /// One scaling pass over a group: read the references, build the snapshot whole, plan,
-    /// explain, act, and follow up the downscales prepare-downscale approved (`records`: the
-    /// group's ledger and the zone tracker). Returns when the group wants to come back.
+    /// One scaling pass over a group: read the references, decide the pass, run its effects
+    /// (`records`: the group's ledger and the zone tracker). Returns when the group wants to
+    /// come back, and what failed ([`super::SCALING_ERRORS`]) for the reconcile's metrics.
     pub async fn reconcile(
         &self,
         group: &str,
@@ -124,96 +123,53 @@ impl Scaler {
         may_act: &MayAct,
     ) -> (Requeue, Vec<&'static str>) {
         let scales = self.read_references(members).await;
-        let now = Timestamp::now();
-        let history = Records {
-            ledger: records.0,
-            tracker: records.1,
-            claim_grace: self.claim_grace,
-        };
-        let snapshot = ScalingSnapshot::from_kubernetes(
+        let read = Read {
             group,
-            members.iter().map(Arc::as_ref),
-            &scales,
-            history,
-            now,
-        );
-        let plan = plan(&snapshot, now);
+            statefulsets: members,
+            scales: &scales,
+            pods,
+            records: Records {
+                ledger: records.0,
+                tracker: records.1,
+                claim_grace: self.claim_grace,
+            },
+            tracker: &self.zone_tracker,
+            calls: PodCalls {
+                addressing: self.addressing,
+                cluster_domain: &self.cluster_domain,
+                namespace: &self.namespace,
+            },
+            now: Timestamp::now(),
+        };
+        let decided = pass::decide(&read);
         let pass = Pass {
             scaler: self,
+            group,
             members,
-            pods,
+            records,
             explainer,
-            snapshot: &snapshot,
             failures: Mutex::default(),
         };
-        let mut requeue = if plan.poll {
-            Requeue::After(self.poll_interval)
-        } else {
-            Requeue::Never
-        };
-        if let Some(at) = plan.recheck_at {
-            requeue = requeue.sooner(Requeue::at(at));
-        }
-        for finding in plan
-            .findings
-            .iter()
-            .filter(|f| f.kind != FindingKind::Scale)
-        {
-            pass.tell(finding).await;
-        }
-        // A malformed entry of a member is told on it: it counts as a downscale now, holding
-        // the group's downscales. Left alone it would hold them for as long as it stays, so the
-        // leader writes it back as the downscale it is taken for: the hold ends one min-time
-        // later whoever wrote it.
-        let names = members
-            .iter()
-            .filter_map(|member| member.metadata.name.as_deref());
-        let malformed = records.1.malformed(names);
-        for entry in &malformed {
-            pass.say(
-                &entry.key,
-                crate::explain::Severity::Warning,
-                ZONE_TRACKER_INVALID,
-                "Validate",
-                format!(
-                    "{entry} in ConfigMap {}: it counts as a downscale now, and is written back as \
-                     one, so other zones' downscales wait their min-time from now",
-                    self.zone_tracker
-                ),
-            )
-            .await;
-        }
-        if may_act().is_none() {
-            return (requeue, pass.into_failures());
-        }
-        // One entry per pass: the write is conditional on the tracker's version, and its watch
-        // event brings the next pass.
-        if let Some(entry) = malformed.first() {
-            let config_maps: Api<ConfigMap> = Api::namespaced(self.client.clone(), &self.namespace);
-            let written = bounded(
-                self.request_timeout,
-                format!("writing back {}'s malformed zone tracker entry", entry.key),
-                record_in_tracker(&config_maps, &self.zone_tracker, records.1, &entry.key, now),
-            )
-            .await;
-            if !matches!(written, Ok(Ok(_))) {
-                tracing::warn!(key = %entry.key, ?written, "writing back a malformed zone tracker entry failed; the next pass tries again");
-                requeue = requeue.sooner(Requeue::After(Duration::from_secs(1)));
-            }
-        }
-        let requeue = requeue.sooner(pass.act(&plan, may_act).await);
-        let requeue = requeue.sooner(pass.follow_up_claims(group, records, now, may_act).await);
+        let requeue = pass.run(decided, may_act).await;
         (requeue, pass.into_failures())
+    }
+
+    fn requeue(&self, again: Again) -> Requeue {
+        match again {
+            Again::Poll => Requeue::After(self.poll_interval),
+            Again::After(after) => Requeue::After(after),
+            Again::At(at) => Requeue::at(at),
+        }
     }
 }
 
 /// Everything one pass over one group needs.
 struct Pass<'a> {
     scaler: &'a Scaler,
+    group: &'a str,
     members: &'a [Arc<StatefulSet>],
-    pods: &'a [Arc<CachedPod>],
+    records: (&'a Ledger, &'a ZoneTracker),
     explainer: &'a Explainer,
-    snapshot: &'a ScalingSnapshot,
     /// What failed in this pass ([`super::SCALING_ERRORS`]), for the reconcile's metrics.
     failures: Mutex<Vec<&'static str>>,
 }
@@ -239,109 +195,134 @@ impl Pass<'_> {
             .find(|statefulset| statefulset.metadata.name.as_deref() == Some(name))
     }
 
-    fn member(&self, name: &str) -> Option<&Member> {
-        self.snapshot
-            .members
+    /// Runs the pass's effects in order, each answered with its outcome, which says what is
+    /// left of the pass ([`Sequence`]). Every effect that writes or calls pods runs within the term
+    /// the pass started in, checked here and only here, and is bounded by what is left of it.
+    async fn run(&self, decided: ScalingPass, may_act: &MayAct) -> Requeue {
+        let mut sequence = Sequence::new(decided);
+        while let Some(effect) = sequence.next_effect() {
+            let timeout = if effect.needs_term() {
+                let Some(left) = may_act() else {
+                    break;
+                };
+                self.scaler.request_timeout.min(left)
+            } else {
+                self.scaler.request_timeout
+            };
+            let outcome = match &effect {
+                Effect::Tell {
+                    statefulset,
+                    explanation,
+                } => {
+                    self.say(statefulset, explanation.clone()).await;
+                    Outcome::Done
+                }
+                Effect::RepairTrackerEntry { statefulset, at } => {
+                    self.repair_tracker_entry(statefulset, *at, timeout).await
+                }
+                Effect::SetReplicas {
+                    statefulset,
+                    from,
+                    to,
+                    told,
+                } => match self.set_replicas(statefulset, *to, timeout).await {
+                    Ok(outcome) => {
+                        if outcome == Outcome::Done {
+                            self.say(statefulset, told.clone()).await;
+                        }
+                        outcome
+                    }
+                    Err(error) => {
+                        self.failed(super::SCALE_WRITE);
+                        self.say(statefulset, scale_failed(statefulset, *from, *to, &error))
+                            .await;
+                        Outcome::Failed
+                    }
+                },
+                Effect::WriteBack {
+                    statefulset,
+                    reference,
+                    replicas,
+                } => {
+                    self.write_back(statefulset, reference, *replicas, timeout)
+                        .await
+                }
+                Effect::CancelDelayedDownscale { statefulset, pods } => {
+                    self.cancel_delayed_downscale(statefulset, pods).await;
+                    Outcome::Done
+                }
+                Effect::PrepareDelayedDownscale(step) => {
+                    let answers = self.prepare_delayed_downscale(step).await;
+                    // The pods' answers took time: decided at the time they came.
+                    sequence.concluded(conclude(step, &answers, Timestamp::now()));
+                    Outcome::Done
+                }
+                Effect::FollowUp(step) => self.follow_up(step, timeout).await,
+            };
+            sequence.answer(&effect, outcome);
+        }
+        sequence
+            .again()
             .iter()
-            .find(|member| member.name == name)
+            .fold(Requeue::Never, |requeue, again| {
+                requeue.sooner(self.scaler.requeue(*again))
+            })
     }
 
-    /// Carries out the plan; returns a requeue hint. A replica change needs none: its watch
-    /// event brings the group back.
-    async fn act(&self, plan: &ScalingPlan, may_act: &MayAct) -> Requeue {
-        let mut requeue = Requeue::Never;
-        for action in &plan.actions {
-            // The lease may have been lost meanwhile: check right before every call, and let
-            // a scale write take no longer than the term has left.
-            let Some(left) = may_act() else {
-                break;
-            };
-            match action {
-                ScalingAction::SetReplicas {
-                    statefulset,
-                    from,
-                    to,
-                } => {
-                    let finding = plan
-                        .findings
-                        .iter()
-                        .find(|f| f.kind == FindingKind::Scale && &f.statefulset == statefulset);
-                    match self.set_replicas(statefulset, *to, left).await {
-                        SetOutcome::Done => {
-                            if let Some(finding) = finding {
-                                self.tell(finding).await;
-                            }
-                        }
-                        SetOutcome::Stale => {
-                            requeue = requeue.sooner(Requeue::After(Duration::from_millis(200)));
-                            break;
-                        }
-                        SetOutcome::Failed(error) => {
-                            self.tell_scale_failed(statefulset, *from, *to, &error)
-                                .await;
-                            requeue = requeue.sooner(Requeue::After(self.scaler.poll_interval));
-                            break;
-                        }
-                    }
-                }
-                ScalingAction::WriteBack {
-                    statefulset,
-                    replicas,
-                } => self.write_back(statefulset, *replicas).await,
-                ScalingAction::CancelDelayedDownscale { statefulset, keep } => {
-                    self.cancel_delayed_downscale(statefulset, *keep).await;
-                }
-                ScalingAction::DelayedDownscale {
-                    statefulset,
-                    from,
-                    to,
-                } => {
-                    let hint = self
-                        .delayed_downscale(statefulset, *from, *to, may_act)
-                        .await;
-                    requeue = requeue.sooner(hint);
-                }
+    /// Writes a malformed zone tracker entry back as a downscale at `at`.
+    async fn repair_tracker_entry(&self, key: &str, at: Timestamp, timeout: Duration) -> Outcome {
+        let scaler = self.scaler;
+        let config_maps: Api<ConfigMap> = Api::namespaced(scaler.client.clone(), &scaler.namespace);
+        let written = bounded(
+            timeout,
+            format!("writing back {key}'s malformed zone tracker entry"),
+            record_in_tracker(&config_maps, &scaler.zone_tracker, self.records.1, key, at),
+        )
+        .await;
+        match written {
+            Ok(Ok(true)) => Outcome::Done,
+            Ok(Ok(false)) => Outcome::Stale,
+            _ => {
+                tracing::warn!(%key, ?written, "writing back a malformed zone tracker entry failed; the next pass tries again");
+                Outcome::Failed
             }
         }
-        requeue
     }
 
-    async fn set_replicas(&self, name: &str, replicas: i32, left: Duration) -> SetOutcome {
+    /// Patches `/scale`, conditioned on the cached version: a decision is never applied to a
+    /// newer object. `Err`: refused or failed, and why.
+    async fn set_replicas(
+        &self,
+        name: &str,
+        replicas: i32,
+        timeout: Duration,
+    ) -> Result<Outcome, String> {
         let Some(cached) = self.statefulset(name) else {
-            return SetOutcome::Stale;
+            return Ok(Outcome::Stale);
         };
         let api: Api<StatefulSet> =
             Api::namespaced(self.scaler.client.clone(), &self.scaler.namespace);
-        // Conditioned on the cached version: a decision is never applied to a newer object.
         let patch = json!({
             "metadata": {"resourceVersion": cached.resource_version()},
             "spec": {"replicas": replicas},
         });
         let result = bounded(
-            self.scaler.request_timeout.min(left),
+            timeout,
             format!("scaling {name}"),
             api.patch_scale(name, &PatchParams::default(), &Patch::Merge(&patch)),
         )
         .await;
         match result {
-            Ok(Ok(_)) => SetOutcome::Done,
+            Ok(Ok(_)) => Ok(Outcome::Done),
             Ok(Err(kube::Error::Api(status))) if status.code == 409 => {
                 tracing::debug!(statefulset = name, "scale conflict: the cache is behind");
-                SetOutcome::Stale
+                Ok(Outcome::Stale)
             }
-            Ok(Err(kube::Error::Api(status))) => SetOutcome::Failed(status.message),
-            Ok(Err(error)) => SetOutcome::Failed(error.to_string()),
-            Err(timed_out) => SetOutcome::Failed(timed_out.to_string()),
+            Ok(Err(kube::Error::Api(status))) => Err(status.message),
+            Ok(Err(error)) => Err(error.to_string()),
+            Err(timed_out) => Err(timed_out.to_string()),
         }
     }
-}
-
-enum SetOutcome {
-    Done,
-    /// The cached StatefulSet is outdated (or gone): the next pass decides again.
-    Stale,
-    /// Denied (e.g. by an admission webhook) or failed: why.
-    Failed(String),
 }
 
 #[cfg(test)]

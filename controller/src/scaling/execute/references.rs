@@ -4,6 +4,7 @@
 //! written back when the reference asks for it.
 
 use std::collections::HashMap;
+use std::time::Duration;
 
 use baton_core::annotations::scaling::{MirrorReference, mirror_reference};
 use baton_shared::kube_client::bounded;
@@ -14,8 +15,8 @@ use serde_json::json;
 use std::sync::Arc;
 
 use super::{CallError, Pass, Scaler};
-use crate::explain::Severity;
-use baton_core::scaling::plan::{ReferenceScale, reasons};
+use baton_core::scaling::pass::{Outcome, write_back_failed};
+use baton_core::scaling::plan::ReferenceScale;
 use baton_core::scaling::snapshot::ReferenceScales;
 
 impl Scaler {
@@ -119,15 +120,18 @@ impl Scaler {
 }
 
 impl Pass<'_> {
-    pub(super) async fn write_back(&self, name: &str, replicas: i32) {
-        let Some(Ok(Some(mirror))) = self.member(name).map(|member| &member.mirror) else {
-            return;
-        };
-        let reference = &mirror.reference;
+    /// Sets the reference's `status.replicas`; a failure is told (the next pass repeats it).
+    pub(super) async fn write_back(
+        &self,
+        name: &str,
+        reference: &MirrorReference,
+        replicas: i32,
+        timeout: Duration,
+    ) -> Outcome {
         let result = async {
             let api = self.scaler.reference_api(reference).await?;
             bounded(
-                self.scaler.request_timeout,
+                timeout,
                 format!(
                     "writing back the status of {} {}",
                     reference.kind, reference.name
@@ -143,25 +147,20 @@ impl Pass<'_> {
         }
         .await;
         match result {
-            Ok(()) => tracing::info!(
-                statefulset = name,
-                reference = %reference.name,
-                kind = %reference.kind,
-                replicas,
-                "wrote status.replicas back to the reference"
-            ),
+            Ok(()) => {
+                tracing::info!(
+                    statefulset = name,
+                    reference = %reference.name,
+                    kind = %reference.kind,
+                    replicas,
+                    "wrote status.replicas back to the reference"
+                );
+                Outcome::Done
+            }
             Err(error) => {
-                self.say(
-                    name,
-                    Severity::Warning,
-                    reasons::REFERENCE_UNAVAILABLE,
-                    "WriteBack",
-                    format!(
-                        "could not write status.replicas={replicas} back to {} {}: {error}",
-                        reference.kind, reference.name
-                    ),
-                )
-                .await;
+                let told = write_back_failed(reference, replicas, &error.to_string());
+                self.say(name, told).await;
+                Outcome::Failed
             }
         }
     }
