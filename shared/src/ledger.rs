@@ -10,8 +10,8 @@
 use std::collections::BTreeMap;
 
 use baton_core::annotations::ROLLOUT_GROUP_LABEL;
-use baton_core::ledger::{Judged, Ledger, MANAGED_BY_LABEL};
 pub use baton_core::ledger::{CLAIM_ATTEMPTS, Written};
+use baton_core::ledger::{Judged, Ledger, MANAGED_BY_LABEL};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{ObjectMeta, PostParams};
 use kube::{Api, Error};

@@ -62,9 +62,25 @@ pub struct Settings {
     pub cluster_domain: String,
 }
 
-/// The next thing to do. Every read and list is in the request's namespace (the one served).
+/// The next thing to do.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Step {
+    /// Do this, and give its answer to [`Flow::advance`].
+    Do(Io),
+    /// Undo within what is left of the request's time, both at once: DELETE to each of `pods`
+    /// (every one, whatever the others answer) and drive `release` to its end; then give
+    /// [`Reply::Undone`].
+    Undo {
+        pods: Vec<PodEndpoint>,
+        release: Option<Release>,
+    },
+    /// The end: answer the review with this.
+    Answer(Verdict),
+}
+
+/// A read, a write or pod calls. Every read and list is in the namespace served.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Io {
     /// Read the StatefulSet `name`; answer [`Reply::StatefulSet`].
     ReadStatefulSet { name: String },
     /// List the StatefulSets matching `selector` (the group); answer [`Reply::Group`].
@@ -86,15 +102,6 @@ pub enum Step {
     ReadLedger { name: String },
     /// POST to every pod going away, stopping at the first failure; answer [`Reply::Prepared`].
     Prepare { pods: Vec<PodEndpoint> },
-    /// Undo within what is left of the request's time, both at once: DELETE to each of `pods`
-    /// (every one, whatever the others answer) and drive `release` to its end; answer
-    /// [`Reply::Undone`].
-    Undo {
-        pods: Vec<PodEndpoint>,
-        release: Option<Release>,
-    },
-    /// The end: answer the review with this.
-    Answer(Verdict),
 }
 
 /// What a step gave; an error is its text, named in the denial.
@@ -159,8 +166,9 @@ pub struct Flow {
 #[derive(Debug)]
 enum Stage {
     ReadingStatefulSet,
-    ListingGroup(Admitted),
-    ReadingRecords(Admitted, Vec<StatefulSet>),
+    /// In group `.1`.
+    ListingGroup(Admitted, String),
+    ReadingRecords(Admitted, String, Vec<StatefulSet>),
     CheckingReadiness(Box<Grouped>, Ledger, Vec<MemberReadiness>),
     /// A claim write is out; `writes` counts those made, this one included.
     Claiming(Box<Grouped>, Claim, usize),
@@ -177,7 +185,6 @@ enum Stage {
 struct Admitted {
     statefulset: StatefulSet,
     target: Target,
-    group: Option<String>,
 }
 
 /// What a group's judgement is made on besides the ledger.
@@ -211,9 +218,9 @@ impl Flow {
         };
         let downscale = &flow.request.downscale;
         let step = if downscale.namespace == flow.settings.namespace {
-            Step::ReadStatefulSet {
+            Step::Do(Io::ReadStatefulSet {
                 name: downscale.name.clone(),
-            }
+            })
         } else {
             // The answer does not tell a sender which namespace to forge reviews for; the
             // note tells whoever fixes the configuration.
@@ -226,11 +233,6 @@ impl Flow {
         (flow, step)
     }
 
-    /// The request the flow runs for.
-    pub fn request(&self) -> &PrepareRequest {
-        &self.request
-    }
-
     /// What happened since the last call, for the log.
     pub fn take_notes(&mut self) -> Vec<Note> {
         std::mem::take(&mut self.notes)
@@ -240,11 +242,15 @@ impl Flow {
     pub fn advance(&mut self, reply: Reply, now: Timestamp) -> Step {
         match (std::mem::replace(&mut self.stage, Stage::Done), reply) {
             (Stage::ReadingStatefulSet, Reply::StatefulSet(read)) => self.judge_stored(read),
-            (Stage::ListingGroup(admitted), Reply::Group(listed)) => match listed {
-                Ok(members) => self.read_records(admitted, members),
+            (Stage::ListingGroup(admitted, group), Reply::Group(listed)) => match listed {
+                Ok(members) => self.read_records(admitted, group, members),
                 Err(error) => self.fail("finding other statefulsets", &error, None),
             },
-            (Stage::ReadingRecords(admitted, members), Reply::Records { ledger, tracker }) => {
+            (
+                Stage::ReadingRecords(admitted, group, members),
+                Reply::Records { ledger, tracker },
+            ) => {
+                let members = (group, members);
                 self.judge_records(admitted, members, ledger, tracker, now)
             }
             (Stage::CheckingReadiness(grouped, ledger, readiness), Reply::Pods(listed)) => {
@@ -290,7 +296,8 @@ impl Flow {
             }
         };
         let stored_replicas = StatefulSetState::of(&statefulset).replicas;
-        if stored_replicas != downscale.from || !self.request.stored_as.matches(&statefulset.metadata)
+        if stored_replicas != downscale.from
+            || !self.request.stored_as.matches(&statefulset.metadata)
         {
             // What differs goes to the log (operators read it), not into the answer.
             self.notes.push(Note::NotAsStored {
@@ -309,34 +316,37 @@ impl Flow {
         };
         let admitted = Admitted {
             statefulset,
-            group: target.group.clone(),
             target,
         };
-        match &admitted.group {
+        match admitted.target.group.clone() {
             Some(group) => {
                 let selector = format!("{ROLLOUT_GROUP_LABEL}={group}");
-                self.stage = Stage::ListingGroup(admitted);
-                Step::ListGroup { selector }
+                self.stage = Stage::ListingGroup(admitted, group);
+                Step::Do(Io::ListGroup { selector })
             }
             None => self.list_pods(admitted, None),
         }
     }
 
-    fn read_records(&mut self, admitted: Admitted, members: Vec<StatefulSet>) -> Step {
-        let group = admitted.group.as_deref().unwrap_or_default();
-        let step = Step::ReadRecords {
-            ledger: ledger_name(group),
+    fn read_records(
+        &mut self,
+        admitted: Admitted,
+        group: String,
+        members: Vec<StatefulSet>,
+    ) -> Step {
+        let step = Step::Do(Io::ReadRecords {
+            ledger: ledger_name(&group),
             tracker: self.settings.zone_tracker.clone(),
-        };
-        self.stage = Stage::ReadingRecords(admitted, members);
+        });
+        self.stage = Stage::ReadingRecords(admitted, group, members);
         step
     }
 
-    /// min-time, on the ledger and the tracker as read.
+    /// min-time, on the ledger and the tracker as read; `members` of the group named.
     fn judge_records(
         &mut self,
         admitted: Admitted,
-        members: Vec<StatefulSet>,
+        (group, members): (String, Vec<StatefulSet>),
         ledger: Result<Ledger, String>,
         tracker: Result<ZoneTracker, String>,
         now: Timestamp,
@@ -362,7 +372,6 @@ impl Flow {
                 entries: malformed,
             });
         }
-        let group = admitted.group.clone().unwrap_or_default();
         let grouped = Box::new(Grouped {
             admitted,
             ledger: ledger_name(&group),
@@ -417,7 +426,7 @@ impl Flow {
         };
         let selector = pod_selector(member);
         self.stage = Stage::CheckingReadiness(grouped, ledger, readiness);
-        Step::ListPods { selector }
+        Step::Do(Io::ListPods { selector })
     }
 
     fn count_ready(
@@ -470,11 +479,11 @@ impl Flow {
             generation.unwrap_or_default(),
             replaced,
         );
-        let step = Step::WriteLedger {
+        let step = Step::Do(Io::WriteLedger {
             name: grouped.ledger.clone(),
             group: grouped.group.clone(),
             ledger: ledger.with_entry(&downscale.name, Some(&entry)),
-        };
+        });
         let claim = Claim {
             ledger: grouped.ledger.clone(),
             group: grouped.group.clone(),
@@ -505,9 +514,9 @@ impl Flow {
             }
             Ok(Written::Conflict) if writes < CLAIM_ATTEMPTS => {
                 self.notes.push(Note::LedgerChanged);
-                let step = Step::ReadLedger {
+                let step = Step::Do(Io::ReadLedger {
                     name: grouped.ledger.clone(),
-                };
+                });
                 self.stage = Stage::Rereading(grouped, writes);
                 step
             }
@@ -515,7 +524,11 @@ impl Flow {
             Ok(Written::Conflict) => {
                 self.answer(ledger_contended(&self.request.downscale, &grouped.ledger))
             }
-            Err(error) => self.fail("recording the downscale in the group's ledger", &error, None),
+            Err(error) => self.fail(
+                "recording the downscale in the group's ledger",
+                &error,
+                None,
+            ),
         }
     }
 
@@ -523,7 +536,7 @@ impl Flow {
     fn list_pods(&mut self, admitted: Admitted, claim: Option<Claim>) -> Step {
         let selector = pod_selector(&admitted.statefulset);
         self.stage = Stage::ListingPods(admitted, claim);
-        Step::ListPods { selector }
+        Step::Do(Io::ListPods { selector })
     }
 
     fn call_pods(
@@ -551,7 +564,7 @@ impl Flow {
         ) {
             Ok(pods) => {
                 self.stage = Stage::Preparing(pods.clone(), claim);
-                Step::Prepare { pods }
+                Step::Do(Io::Prepare { pods })
             }
             Err(verdict) => self.undo(verdict, Vec::new(), claim),
         }
@@ -659,14 +672,9 @@ pub struct Release {
 /// The next thing a release does.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ReleaseStep {
-    /// Read the ledger `name`; answer [`Reply::Ledger`].
-    ReadLedger { name: String },
-    /// Write it back conditioned on the version read; answer [`Reply::Written`].
-    WriteLedger {
-        name: String,
-        group: String,
-        ledger: Ledger,
-    },
+    /// Do this ([`Io::ReadLedger`] or [`Io::WriteLedger`]), and give its answer to
+    /// [`Release::advance`].
+    Do(Io),
     Done(Released),
 }
 
@@ -691,9 +699,9 @@ impl Release {
     }
 
     pub fn start(&mut self) -> ReleaseStep {
-        ReleaseStep::ReadLedger {
+        ReleaseStep::Do(Io::ReadLedger {
             name: self.ledger.clone(),
-        }
+        })
     }
 
     /// The step after `reply`, the answer to the last one.
@@ -702,11 +710,11 @@ impl Release {
             Reply::Ledger(Ok(current)) => match current.entry(&self.statefulset) {
                 Ok(Some(entry)) if entry.request == self.uid => {
                     self.writes += 1;
-                    ReleaseStep::WriteLedger {
+                    ReleaseStep::Do(Io::WriteLedger {
                         name: self.ledger.clone(),
                         group: self.group.clone(),
                         ledger: current.with_entry(&self.statefulset, self.previous.as_ref()),
-                    }
+                    })
                 }
                 _ => ReleaseStep::Done(Released::NotOurs),
             },
@@ -734,3 +742,6 @@ fn pod_selector(statefulset: &StatefulSet) -> String {
         .map(|selector| selector.to_string())
         .unwrap_or_default()
 }
+
+#[cfg(test)]
+mod tests;
