@@ -107,7 +107,7 @@ pub enum Io {
 /// What a step gave; an error is its text, named in the denial.
 #[derive(Debug, Clone)]
 pub enum Reply {
-    StatefulSet(Result<StatefulSet, String>),
+    StatefulSet(Result<Box<StatefulSet>, String>),
     Group(Result<Vec<StatefulSet>, String>),
     Records {
         ledger: Result<Ledger, String>,
@@ -283,10 +283,10 @@ impl Flow {
 
     /// Judged on the StatefulSet as stored, whatever the review says of it; it cannot be
     /// judged without it (failurePolicy Fail: refused, never let through unprepared).
-    fn judge_stored(&mut self, read: Result<StatefulSet, String>) -> Step {
+    fn judge_stored(&mut self, read: Result<Box<StatefulSet>, String>) -> Step {
         let downscale = &self.request.downscale;
         let statefulset = match read {
-            Ok(statefulset) => statefulset,
+            Ok(statefulset) => *statefulset,
             Err(error) => {
                 let what = format!(
                     "reading statefulsets/{} in namespace {}",

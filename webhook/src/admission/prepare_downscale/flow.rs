@@ -99,7 +99,7 @@ impl PrepareDownscale {
         let config_maps: Api<ConfigMap> = Api::namespaced(self.client.clone(), namespace);
         match io {
             Io::ReadStatefulSet { name } => {
-                Reply::StatefulSet(deadline.run(statefulsets.get(&name)).await)
+                Reply::StatefulSet(deadline.run(statefulsets.get(&name)).await.map(Box::new))
             }
             Io::ListGroup { selector } => {
                 let listed = deadline.run(statefulsets.list(&labelled(&selector))).await;

@@ -214,7 +214,9 @@ impl World {
                         let found = self.statefulsets.iter().find(|statefulset| {
                             statefulset.metadata.name.as_deref() == Some(&name)
                         });
-                        found.cloned().ok_or_else(|| format!("{name} not found"))
+                        found
+                            .map(|statefulset| Box::new(statefulset.clone()))
+                            .ok_or_else(|| format!("{name} not found"))
                     }),
             ),
             Io::ListGroup { selector } => {
