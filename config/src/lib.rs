@@ -554,7 +554,8 @@ impl Config {
         Ok(config)
     }
 
-    /// Checks what types alone cannot: every problem is reported, not only the first.
+    /// Checks what types alone cannot: every problem is reported, not only the first, each
+    /// naming its key.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let mut problems = Vec::new();
         let mut check = |ok: bool, key: &str, value: String, expected: &str| {
@@ -562,6 +563,19 @@ impl Config {
                 problems.push(InvalidValue::new(key, value, expected));
             }
         };
+        self.validate_names(&mut check);
+        self.validate_client(&mut check);
+        self.validate_timeouts(&mut check);
+        self.validate_clusters(&mut check);
+        self.validate_lease(&mut check);
+        self.validate_limits(&mut check);
+        self.validate_downscale_and_gates(&mut check);
+        self.certificates.validate(&mut check);
+        ConfigError::from_problems(problems)
+    }
+
+    /// The namespaces and the cluster domain.
+    fn validate_names(&self, check: &mut Check<'_>) {
         check(
             is_dns_label(&self.namespace),
             "namespace",
@@ -580,6 +594,10 @@ impl Config {
             self.cluster_domain.clone(),
             "a DNS domain such as cluster.local",
         );
+    }
+
+    /// The Kubernetes client's rate limit, and the log filter.
+    fn validate_client(&self, check: &mut Check<'_>) {
         check(
             self.kubernetes.client_qps.is_finite() && self.kubernetes.client_qps >= 0.0,
             "kubernetes.client_qps",
@@ -598,75 +616,65 @@ impl Config {
             self.log.level.clone(),
             "trace, debug, info, warn, error, or a filter such as info,baton_controller=debug",
         );
-        let positive =
-            |key: &str, value: Duration, check: &mut dyn FnMut(bool, &str, String, &str)| {
-                check(
-                    !value.is_zero(),
-                    key,
-                    value.to_string(),
-                    "a duration above zero, e.g. 30s",
-                );
-            };
+    }
+
+    /// The intervals and timeouts: each above zero, the webhook's read within its request.
+    fn validate_timeouts(&self, check: &mut Check<'_>) {
+        let webhook = &self.webhook;
         positive(
+            check,
             "webhook.cert_reload_interval",
-            self.webhook.cert_reload_interval,
-            &mut check,
+            webhook.cert_reload_interval,
         );
-        positive(
-            "webhook.request_timeout",
-            self.webhook.request_timeout,
-            &mut check,
-        );
+        positive(check, "webhook.request_timeout", webhook.request_timeout);
         check(
-            !self.webhook.read_timeout.is_zero()
-                && self.webhook.read_timeout < self.webhook.request_timeout,
+            !webhook.read_timeout.is_zero() && webhook.read_timeout < webhook.request_timeout,
             "webhook.read_timeout",
-            self.webhook.read_timeout.to_string(),
+            webhook.read_timeout.to_string(),
             &format!(
                 "a duration above zero and below webhook.request_timeout ({})",
-                self.webhook.request_timeout
+                webhook.request_timeout
             ),
         );
+        let controller = &self.controller;
         positive(
+            check,
             "controller.resync_interval",
-            self.controller.resync_interval,
-            &mut check,
+            controller.resync_interval,
         );
         positive(
+            check,
             "controller.scaling_poll_interval",
-            self.controller.scaling_poll_interval,
-            &mut check,
+            controller.scaling_poll_interval,
         );
         positive(
+            check,
             "controller.lease.duration",
-            self.controller.lease.duration,
-            &mut check,
+            controller.lease.duration,
         );
         positive(
+            check,
             "controller.lease.retry_period",
-            self.controller.lease.retry_period,
-            &mut check,
+            controller.lease.retry_period,
         );
+        let kubernetes = &self.kubernetes;
         positive(
+            check,
             "kubernetes.connect_timeout",
-            self.kubernetes.connect_timeout,
-            &mut check,
+            kubernetes.connect_timeout,
         );
         positive(
+            check,
             "kubernetes.request_timeout",
-            self.kubernetes.request_timeout,
-            &mut check,
+            kubernetes.request_timeout,
         );
-        positive(
-            "pods.connect_timeout",
-            self.pods.connect_timeout,
-            &mut check,
-        );
-        positive(
-            "pods.request_timeout",
-            self.pods.request_timeout,
-            &mut check,
-        );
+        positive(check, "pods.connect_timeout", self.pods.connect_timeout);
+        positive(check, "pods.request_timeout", self.pods.request_timeout);
+    }
+
+    /// The clusters: each named once, with where its kubeconfig is; one at most is the
+    /// controller's own.
+    fn validate_clusters(&self, check: &mut Check<'_>) {
         let clusters = &self.controller.clusters;
         for (index, cluster) in clusters.iter().enumerate() {
             let key = format!("controller.clusters[{index}]");
@@ -695,22 +703,20 @@ impl Config {
                 "the key of the Secret holding the kubeconfig, e.g. kubeconfig",
             );
         }
+        let own = clusters
+            .iter()
+            .filter(|cluster| cluster.kubeconfig_secret.is_empty())
+            .count();
         check(
-            clusters
-                .iter()
-                .filter(|cluster| cluster.kubeconfig_secret.is_empty())
-                .count()
-                <= 1,
+            own <= 1,
             "controller.clusters",
-            format!(
-                "{} clusters without a kubeconfig_secret",
-                clusters
-                    .iter()
-                    .filter(|cluster| cluster.kubeconfig_secret.is_empty())
-                    .count()
-            ),
+            format!("{own} clusters without a kubeconfig_secret"),
             "at most one cluster without a kubeconfig_secret (the controller's own cluster)",
         );
+    }
+
+    /// The lease's timings, in their order, and its name.
+    fn validate_lease(&self, check: &mut Check<'_>) {
         let lease = &self.controller.lease;
         check(
             !lease.renew_deadline.is_zero() && lease.renew_deadline < lease.duration,
@@ -736,6 +742,10 @@ impl Config {
             lease.name.clone(),
             "a Kubernetes object name",
         );
+    }
+
+    /// What bounds the webhook's requests and the pod calls.
+    fn validate_limits(&self, check: &mut Check<'_>) {
         check(
             self.webhook.max_request_bytes.0 >= 1024,
             "webhook.max_request_bytes",
@@ -757,11 +767,11 @@ impl Config {
             self.pods.max_concurrent_calls.to_string(),
             "a whole number above zero",
         );
-        positive(
-            "downscale.claim_grace",
-            self.downscale.claim_grace,
-            &mut check,
-        );
+    }
+
+    /// prepare-downscale's claims and tracker, and the gates' health checks.
+    fn validate_downscale_and_gates(&self, check: &mut Check<'_>) {
+        positive(check, "downscale.claim_grace", self.downscale.claim_grace);
         check(
             is_dns_subdomain(&self.downscale.zone_tracker_config_map),
             "downscale.zone_tracker_config_map",
@@ -769,9 +779,9 @@ impl Config {
             "a Kubernetes object name",
         );
         positive(
+            check,
             "gates.max_query_timeout",
             self.gates.max_query_timeout,
-            &mut check,
         );
         check(
             self.gates.max_answer_bytes.0 >= 1024,
@@ -785,8 +795,6 @@ impl Config {
             self.gates.max_concurrent_checks.to_string(),
             "a whole number above zero",
         );
-        self.certificates.validate(&mut check);
-        ConfigError::from_problems(problems)
     }
 
     /// Where baton's own objects live: `system_namespace`, else `namespace`.
@@ -836,7 +844,7 @@ impl Config {
 }
 
 impl CertificatesConfig {
-    fn validate(&self, check: &mut dyn FnMut(bool, &str, String, &str)) {
+    fn validate(&self, check: &mut Check<'_>) {
         check(
             is_dns_subdomain(&self.secret_name),
             "certificates.secret_name",
@@ -913,6 +921,19 @@ fn is_dns_label(value: &str) -> bool {
 
 fn is_dns_subdomain(value: &str) -> bool {
     value.len() <= 253 && value.split('.').all(is_dns_label)
+}
+
+/// Reports a problem unless `ok`: the key, the value found and what it expects.
+type Check<'a> = dyn FnMut(bool, &str, String, &str) + 'a;
+
+/// Checks that the duration at `key` is above zero.
+fn positive(check: &mut Check<'_>, key: &str, value: Duration) {
+    check(
+        !value.is_zero(),
+        key,
+        value.to_string(),
+        "a duration above zero, e.g. 30s",
+    );
 }
 
 #[cfg(test)]

@@ -290,6 +290,18 @@ impl Ledger {
     }
 }
 
+/// The result of a conditional write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Written {
+    /// Written; the ledger now has this resourceVersion.
+    Done(Ledger),
+    /// Someone wrote first (409): re-read and judge again.
+    Conflict,
+}
+
+/// Attempts at a claim before giving up: each race lost to another writer costs one.
+pub const CLAIM_ATTEMPTS: usize = 8;
+
 /// What a judgement of the record read decides.
 #[derive(Debug)]
 pub enum Judged<T> {

@@ -10,19 +10,11 @@
 use std::collections::BTreeMap;
 
 use baton_core::annotations::ROLLOUT_GROUP_LABEL;
+pub use baton_core::ledger::{CLAIM_ATTEMPTS, Written};
 use baton_core::ledger::{Judged, Ledger, MANAGED_BY_LABEL};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{ObjectMeta, PostParams};
 use kube::{Api, Error};
-
-/// The result of a conditional write.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Written {
-    /// Written; the ledger now has this resourceVersion.
-    Done(Ledger),
-    /// Someone wrote first (409): re-read and judge again.
-    Conflict,
-}
 
 /// Why a record could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -102,9 +94,6 @@ pub async fn write_labelled(
         Err(error) => Err(error),
     }
 }
-
-/// Attempts at a claim before giving up: each race lost to another writer costs one.
-pub const CLAIM_ATTEMPTS: usize = 8;
 
 /// Why a claim ended without a decision.
 #[derive(Debug)]

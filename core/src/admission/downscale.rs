@@ -48,6 +48,28 @@ impl ParentKind {
     }
 }
 
+/// The identity and version of a stored object, as a review's copy gives them: what a forged
+/// review must guess and a stale one gets wrong.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StoredAs {
+    pub uid: Option<String>,
+    pub resource_version: Option<String>,
+}
+
+impl StoredAs {
+    /// Whether `metadata` is the same object at the same version. A copy that names neither
+    /// matches nothing: the API server always sends both for an update.
+    pub fn matches(
+        &self,
+        metadata: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    ) -> bool {
+        self.uid.is_some()
+            && self.resource_version.is_some()
+            && self.uid == metadata.uid
+            && self.resource_version == metadata.resource_version
+    }
+}
+
 /// A decrease of replicas, with what the messages name.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Downscale {

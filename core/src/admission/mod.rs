@@ -12,7 +12,7 @@
 //! |---|---|
 //! | [`verdict`] | what a decision concludes: allowed, refused (with a stable [`Reason::kind`]), or not judged |
 //! | [`downscale`] | a downscale, and the no-downscale label |
-//! | [`prepare`] | prepare-downscale: its settings, min-time, the other zones' readiness, the pods to call |
+//! | [`prepare`] | prepare-downscale: its settings, min-time, the other zones' readiness, the pods to call, and their order with the reads and writes between them ([`prepare::flow`]) |
 //! | [`eviction`] | an eviction under zone-aware disruption budgets, and a budget as written |
 //! | [`state`] | a change to baton's memory on StatefulSets and to its records |
 

@@ -1,8 +1,8 @@
 //! prepare-downscale's decisions: before a labelled StatefulSet loses pods, every pod going
 //! away is told to prepare, and in a rollout group only one zone may be downscaled per
 //! min-time ([`crate::min_time`], the rule the scaling plan holds followers to) and only while
-//! the other zones are ready. Pure functions of what was read; the webhook's flow reads the
-//! StatefulSet, its group, the ledger and the pods, claims the downscale and calls the pods.
+//! the other zones are ready. Pure functions of what was read; their order, with the reads,
+//! the claim and the pod calls between them, is [`flow`], which the webhook drives.
 
 use std::collections::BTreeMap;
 
@@ -319,6 +319,8 @@ pub fn allowed(downscale: &Downscale) -> Verdict {
         "{downscale} is allowed -- all pods successfully prepared for shutdown."
     ))
 }
+
+pub mod flow;
 
 #[cfg(test)]
 mod tests;

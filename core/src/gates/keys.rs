@@ -411,159 +411,225 @@ impl Reader {
     }
 }
 /// Reads the group's gate keys, each by the group rule ([`crate::annotations::group`]). Pure.
+///
+/// Every key is parsed first, in this order, then combined: the first invalid key named
+/// ([`GateConfig::invalid`]) is the first met in that order, whatever the combination finds.
 pub fn read(group: &GroupSnapshot) -> (GateConfig, Vec<GateWarning>) {
     let mut reader = Reader {
         config: GateConfig::default(),
         warnings: Vec::new(),
     };
-    let soaks = reader.carried(group, SOAK_ANNOTATION, SOAK_ACCEPTED, true, parse_soak);
-    let checks = reader.carried(
-        group,
-        HEALTH_CHECK_ANNOTATION,
-        HEALTH_CHECK_ACCEPTED,
-        true,
-        |raw| crate::names::is_dns_subdomain(raw).then(|| Some(raw.to_owned())),
-    );
-    let ramps = reader.carried(
-        group,
-        RAMP_ANNOTATION,
-        RAMP_ACCEPTED,
-        true,
-        |raw| match raw {
-            "none" => Some(false),
-            "exponential" => Some(true),
-            _ => None,
-        },
-    );
-    let batches = reader.carried(group, BATCHES_ANNOTATION, BATCHES_ACCEPTED, true, |raw| {
-        Batches::parse(raw).map(Some)
-    });
-    let approvals = reader.carried(group, APPROVAL_ANNOTATION, APPROVAL_ACCEPTED, true, |raw| {
-        Approval::parse(raw).map(Some)
-    });
-    let rolling_back = reader.carried(
-        group,
-        ROLLBACK_ON_FAILURE_ANNOTATION,
-        ROLLBACK_ON_FAILURE_ACCEPTED,
-        true,
-        |raw| match raw.trim() {
-            "true" => Some(true),
-            "false" => Some(false),
-            _ => None,
-        },
-    );
-    let hooks = reader.carried(group, HOOK_ANNOTATION, HOOK_ACCEPTED, true, |raw| {
-        let url = raw.trim();
-        ((url.starts_with("http://") || url.starts_with("https://")) && url.len() > 8)
-            .then(|| Some(url.to_owned()))
-    });
-    // Not a gate of its own: a bypass neither enables the gates nor holds the group when
-    // unreadable (it then bypasses nothing, the safest reading).
-    let bypasses: Vec<Carried<'_, Option<Timestamp>>> = group
-        .statefulsets
-        .iter()
-        .take(if BYPASS.carried_in(group) {
-            usize::MAX
-        } else {
-            0
-        })
-        .map(|member| {
-            let carried = member.annotations.get(BYPASS_ANNOTATION).map(|raw| {
-                let until = raw.trim().parse::<Timestamp>().ok();
-                if until.is_none() {
-                    reader.warnings.push(GateWarning::InvalidAnnotation {
-                        statefulset: member.name.clone(),
-                        problem: InvalidAnnotation {
-                            key: BYPASS_ANNOTATION,
-                            value: raw.to_owned(),
-                            accepted: BYPASS_ACCEPTED,
-                            fallback: "bypassing nothing".to_owned(),
-                        },
-                    });
-                }
-                (raw.as_str(), until)
-            });
-            (member.name.as_str(), carried)
-        })
-        .collect();
-
+    let readings = reader.readings(group);
     // What may only tighten the group: any member's word counts.
-    let carried_soaks: Vec<(String, String)> = soaks
-        .iter()
-        .filter_map(|(name, carried)| Some(((*name).to_owned(), carried.as_ref()?.0.to_owned())))
-        .collect();
-    let soak = SOAK.combine(soaks);
-    if !soak.overruled.is_empty() {
-        reader.warnings.push(GateWarning::ConflictingSoak {
-            values: carried_soaks,
-            used: format_duration(soak.value),
-        });
-    }
-    reader.config.soak = Some(soak.value).filter(|soak| !soak.is_zero());
-    reader.config.ramp = RAMP.combine(ramps).value;
-    reader.config.health_check =
-        reader.agreed(HEALTH_CHECK_ANNOTATION, HEALTH_CHECK.combine(checks));
-    reader.config.batches = reader.agreed(BATCHES_ANNOTATION, BATCHES.combine(batches));
-    reader.config.approval = reader
-        .agreed(APPROVAL_ANNOTATION, APPROVAL.combine(approvals))
-        .unwrap_or_default();
-    reader.config.hook = reader.agreed(HOOK_ANNOTATION, HOOK.combine(hooks));
-    if reader.config.ramp
-        && reader.config.batches.is_some()
-        && let Some(member) = group
-            .statefulsets
-            .iter()
-            .find(|member| member.annotations.contains_key(BATCHES_ANNOTATION))
-    {
-        let raw = member.annotations[BATCHES_ANNOTATION].clone();
-        reader.reject(&member.name, BATCHES_ANNOTATION, &raw, BATCHES_OR_RAMP);
-    }
-
-    // What relaxes or overrides the gates: only every member's word counts.
-    let rolling_back = ROLLBACK_ON_FAILURE.combine(rolling_back);
-    reader.alone(
-        ROLLBACK_ON_FAILURE_ANNOTATION,
-        &rolling_back,
-        "a failure halts the group instead",
+    reader.soak(readings.soaks);
+    reader.config.ramp = RAMP.combine(readings.ramps).value;
+    reader.named(
+        group,
+        readings.checks,
+        readings.batches,
+        readings.approvals,
+        readings.hooks,
     );
-    reader.config.rollback_on_failure = rolling_back.value;
-    // A rollback asked by some members only (none rolling back yet: baton removes a request
-    // member by member once it started one) asks for nothing.
-    let started = group.statefulsets.iter().any(|member| {
-        member
-            .annotations
-            .contains_key(crate::annotations::ROLLBACK_STATE_ANNOTATION)
-    });
-    if !started {
-        let request = ROLLBACK_REQUEST.of_group(group, |_| true);
-        reader.alone(
-            ROLLBACK_ANNOTATION,
-            &request,
-            "nothing rolls back (kubectl baton rollback writes it on every member)",
-        );
-    }
-    // An approval some members carry and others not (a newcomer's, or one still being written)
-    // approves nothing it alone names.
-    let agreed = approved(group);
-    if let Some(member) = group
-        .statefulsets
-        .iter()
-        .find(|member| steps_of(member).iter().any(|step| !agreed.contains(step)))
-    {
-        reader.warnings.push(GateWarning::InvalidAnnotation {
-            statefulset: member.name.clone(),
-            problem: InvalidAnnotation {
-                key: APPROVED_ANNOTATION,
-                value: member.annotations[APPROVED_ANNOTATION].clone(),
-                accepted: EVERY_MEMBER_ACCEPTED,
-                fallback: "approving nothing that not every member carries".to_owned(),
-            },
-        });
-    }
-    let bypass = BYPASS.combine(bypasses);
+    // What relaxes or overrides the gates: only every member's word counts.
+    reader.rollback(group, readings.rolling_back);
+    reader.approvals_agreed(group);
+    let bypass = BYPASS.combine(readings.bypasses);
     reader.alone(BYPASS_ANNOTATION, &bypass, "bypassing nothing");
     reader.config.bypass_until = bypass.value;
     (reader.config, reader.warnings)
+}
+
+/// Every member's reading of each gate key, before they are combined.
+struct Readings<'a> {
+    soaks: Vec<Carried<'a, SignedDuration>>,
+    checks: Vec<Carried<'a, Option<String>>>,
+    ramps: Vec<Carried<'a, bool>>,
+    batches: Vec<Carried<'a, Option<Batches>>>,
+    approvals: Vec<Carried<'a, Option<Approval>>>,
+    rolling_back: Vec<Carried<'a, bool>>,
+    hooks: Vec<Carried<'a, Option<String>>>,
+    bypasses: Vec<Carried<'a, Option<Timestamp>>>,
+}
+
+impl Reader {
+    fn readings<'a>(&mut self, group: &'a GroupSnapshot) -> Readings<'a> {
+        Readings {
+            soaks: self.carried(group, SOAK_ANNOTATION, SOAK_ACCEPTED, true, parse_soak),
+            checks: self.carried(
+                group,
+                HEALTH_CHECK_ANNOTATION,
+                HEALTH_CHECK_ACCEPTED,
+                true,
+                parse_health_check,
+            ),
+            ramps: self.carried(group, RAMP_ANNOTATION, RAMP_ACCEPTED, true, parse_ramp),
+            batches: self.carried(group, BATCHES_ANNOTATION, BATCHES_ACCEPTED, true, |raw| {
+                Batches::parse(raw).map(Some)
+            }),
+            approvals: self.carried(group, APPROVAL_ANNOTATION, APPROVAL_ACCEPTED, true, |raw| {
+                Approval::parse(raw).map(Some)
+            }),
+            rolling_back: self.carried(
+                group,
+                ROLLBACK_ON_FAILURE_ANNOTATION,
+                ROLLBACK_ON_FAILURE_ACCEPTED,
+                true,
+                parse_rollback_on_failure,
+            ),
+            hooks: self.carried(group, HOOK_ANNOTATION, HOOK_ACCEPTED, true, parse_hook),
+            bypasses: self.bypasses(group),
+        }
+    }
+
+    /// Every member's bypass. Not a gate of its own: a bypass neither enables the gates nor
+    /// holds the group when unreadable (it then bypasses nothing, the safest reading).
+    fn bypasses<'a>(&mut self, group: &'a GroupSnapshot) -> Vec<Carried<'a, Option<Timestamp>>> {
+        if !BYPASS.carried_in(group) {
+            return Vec::new();
+        }
+        group
+            .statefulsets
+            .iter()
+            .map(|member| {
+                let carried = member.annotations.get(BYPASS_ANNOTATION).map(|raw| {
+                    let until = raw.trim().parse::<Timestamp>().ok();
+                    if until.is_none() {
+                        self.warnings.push(GateWarning::InvalidAnnotation {
+                            statefulset: member.name.clone(),
+                            problem: InvalidAnnotation {
+                                key: BYPASS_ANNOTATION,
+                                value: raw.to_owned(),
+                                accepted: BYPASS_ACCEPTED,
+                                fallback: "bypassing nothing".to_owned(),
+                            },
+                        });
+                    }
+                    (raw.as_str(), until)
+                });
+                (member.name.as_str(), carried)
+            })
+            .collect()
+    }
+
+    /// The longest soak any member names; members naming different ones are told which.
+    fn soak(&mut self, soaks: Vec<Carried<'_, SignedDuration>>) {
+        let carried_soaks: Vec<(String, String)> = soaks
+            .iter()
+            .filter_map(|(name, carried)| {
+                Some(((*name).to_owned(), carried.as_ref()?.0.to_owned()))
+            })
+            .collect();
+        let soak = SOAK.combine(soaks);
+        if !soak.overruled.is_empty() {
+            self.warnings.push(GateWarning::ConflictingSoak {
+                values: carried_soaks,
+                used: format_duration(soak.value),
+            });
+        }
+        self.config.soak = Some(soak.value).filter(|soak| !soak.is_zero());
+    }
+
+    /// What members name (a check, batches, approvals, a hook): they must agree. Batches
+    /// exclude a ramp.
+    fn named(
+        &mut self,
+        group: &GroupSnapshot,
+        checks: Vec<Carried<'_, Option<String>>>,
+        batches: Vec<Carried<'_, Option<Batches>>>,
+        approvals: Vec<Carried<'_, Option<Approval>>>,
+        hooks: Vec<Carried<'_, Option<String>>>,
+    ) {
+        self.config.health_check =
+            self.agreed(HEALTH_CHECK_ANNOTATION, HEALTH_CHECK.combine(checks));
+        self.config.batches = self.agreed(BATCHES_ANNOTATION, BATCHES.combine(batches));
+        self.config.approval = self
+            .agreed(APPROVAL_ANNOTATION, APPROVAL.combine(approvals))
+            .unwrap_or_default();
+        self.config.hook = self.agreed(HOOK_ANNOTATION, HOOK.combine(hooks));
+        if self.config.ramp
+            && self.config.batches.is_some()
+            && let Some(member) = group
+                .statefulsets
+                .iter()
+                .find(|member| member.annotations.contains_key(BATCHES_ANNOTATION))
+        {
+            let raw = member.annotations[BATCHES_ANNOTATION].clone();
+            self.reject(&member.name, BATCHES_ANNOTATION, &raw, BATCHES_OR_RAMP);
+        }
+    }
+
+    /// Rolling back on failure, and a rollback request: each only on every member's word.
+    fn rollback(&mut self, group: &GroupSnapshot, rolling_back: Vec<Carried<'_, bool>>) {
+        let rolling_back = ROLLBACK_ON_FAILURE.combine(rolling_back);
+        self.alone(
+            ROLLBACK_ON_FAILURE_ANNOTATION,
+            &rolling_back,
+            "a failure halts the group instead",
+        );
+        self.config.rollback_on_failure = rolling_back.value;
+        // A rollback asked by some members only (none rolling back yet: baton removes a
+        // request member by member once it started one) asks for nothing.
+        let started = group.statefulsets.iter().any(|member| {
+            member
+                .annotations
+                .contains_key(crate::annotations::ROLLBACK_STATE_ANNOTATION)
+        });
+        if !started {
+            let request = ROLLBACK_REQUEST.of_group(group, |_| true);
+            self.alone(
+                ROLLBACK_ANNOTATION,
+                &request,
+                "nothing rolls back (kubectl baton rollback writes it on every member)",
+            );
+        }
+    }
+
+    /// An approval some members carry and others not (a newcomer's, or one still being
+    /// written) approves nothing it alone names: the first such member is told.
+    fn approvals_agreed(&mut self, group: &GroupSnapshot) {
+        let agreed = approved(group);
+        if let Some(member) = group
+            .statefulsets
+            .iter()
+            .find(|member| steps_of(member).iter().any(|step| !agreed.contains(step)))
+        {
+            self.warnings.push(GateWarning::InvalidAnnotation {
+                statefulset: member.name.clone(),
+                problem: InvalidAnnotation {
+                    key: APPROVED_ANNOTATION,
+                    value: member.annotations[APPROVED_ANNOTATION].clone(),
+                    accepted: EVERY_MEMBER_ACCEPTED,
+                    fallback: "approving nothing that not every member carries".to_owned(),
+                },
+            });
+        }
+    }
+}
+
+fn parse_health_check(raw: &str) -> Option<Option<String>> {
+    crate::names::is_dns_subdomain(raw).then(|| Some(raw.to_owned()))
+}
+
+fn parse_ramp(raw: &str) -> Option<bool> {
+    match raw {
+        "none" => Some(false),
+        "exponential" => Some(true),
+        _ => None,
+    }
+}
+
+fn parse_rollback_on_failure(raw: &str) -> Option<bool> {
+    match raw.trim() {
+        "true" => Some(true),
+        "false" => Some(false),
+        _ => None,
+    }
+}
+
+fn parse_hook(raw: &str) -> Option<Option<String>> {
+    let url = raw.trim();
+    ((url.starts_with("http://") || url.starts_with("https://")) && url.len() > 8)
+        .then(|| Some(url.to_owned()))
 }
 
 /// A key's value as messages may show it: a hook's URL without its token.

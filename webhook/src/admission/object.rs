@@ -6,7 +6,7 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 
 use baton_core::admission::Verdict;
-pub use baton_core::admission::downscale::{Downscale, ParentKind, WorkloadKind};
+pub use baton_core::admission::downscale::{Downscale, ParentKind, StoredAs, WorkloadKind};
 use baton_core::admission::downscale::{replicas_change, undecodable};
 use serde::Deserialize;
 
@@ -21,28 +21,6 @@ pub struct Workload<'a> {
     pub labels: HashMap<Cow<'a, str>, Cow<'a, str>>,
     /// Which stored object this copy says it is (a Scale carries its parent's).
     pub stored_as: StoredAs,
-}
-
-/// The identity and version of a stored object, as a review's copy gives them: what a forged
-/// review must guess and a stale one gets wrong.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct StoredAs {
-    pub uid: Option<String>,
-    pub resource_version: Option<String>,
-}
-
-impl StoredAs {
-    /// Whether `metadata` is the same object at the same version. A copy that names neither
-    /// matches nothing: the API server always sends both for an update.
-    pub fn matches(
-        &self,
-        metadata: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
-    ) -> bool {
-        self.uid.is_some()
-            && self.resource_version.is_some()
-            && self.uid == metadata.uid
-            && self.resource_version == metadata.resource_version
-    }
 }
 
 impl Workload<'_> {

@@ -2,33 +2,20 @@
 //! pod going away is told to prepare (POST), and in a rollout group only one zone may be
 //! downscaled per min-time.
 //!
-//! The decisions are `baton_core::admission::prepare`'s; here the review is decoded into a
-//! [`PrepareRequest`], and `flow.rs` does the reading, the claiming (see `ledger.rs`) and the
-//! pod calls.
+//! The decisions and their order are `baton_core::admission::prepare`'s; here the review is
+//! decoded into a [`PrepareRequest`] (owned, so it can outlive the request body: the flow
+//! finishes its undo even if the caller goes away), and `flow.rs` does the reads, the writes
+//! and the pod calls the core's sequence asks for.
 
 use baton_core::admission::Verdict;
 use baton_core::admission::downscale::undecodable;
-pub use baton_core::admission::prepare::{
-    MemberReadiness, PREPARE_DOWNSCALE_VALUE, Target, allowed, check_statefulset, endpoints,
-    failed, foreign_namespace, judge_min_time, judge_readiness, judged_kind, ledger_contended,
-    not_as_stored, pods_failed,
-};
+pub use baton_core::admission::prepare::PREPARE_DOWNSCALE_VALUE;
+pub use baton_core::admission::prepare::flow::PrepareRequest;
+use baton_core::admission::prepare::{check_statefulset, judged_kind};
 use k8s_openapi::api::apps::v1::StatefulSet;
 
-use super::object::{Downscale, StoredAs, WorkloadKind, downscale_of};
+use super::object::{WorkloadKind, downscale_of};
 use super::review::AdmissionRequest;
-
-/// A downscale that needs the StatefulSet's preparation, owned so it can outlive the request
-/// body (the flow finishes its undo even if the caller goes away). The StatefulSet itself is
-/// read from the API by the flow: a review's copy is only what its sender says.
-#[derive(Debug, Clone)]
-pub struct PrepareRequest {
-    pub uid: String,
-    pub downscale: Downscale,
-    /// Which stored StatefulSet, at which version, the review says it updates: acted on only
-    /// if the live read is that one (a forged review must guess both).
-    pub stored_as: StoredAs,
-}
 
 /// Judges what the review alone tells: dry runs, non-downscales and unsupported kinds end here.
 pub fn prepare_request_of(request: &AdmissionRequest<'_>) -> Result<PrepareRequest, Verdict> {
