@@ -1,13 +1,14 @@
 //! Scenarios on real nodes (`baton_e2e::real_nodes`): a kubelet per zone runs the test
 //! application in containerd, kube-scheduler places the pods, readiness comes from real probes,
 //! a terminating pod stays Terminating until its process exits, a container that exits 1 goes
-//! into the kubelet's own CrashLoopBackOff, and baton talks to the pods over their real IPs.
+//! into the kubelet's own CrashLoopBackOff (and a version it cannot start waits with the
+//! kubelet's own reason), and baton talks to the pods over their real IPs.
 //! What the pod simulator stands in for everywhere else is checked here against the real thing.
 
 use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
-use baton_e2e::controller_support::wait_group_ready;
+use baton_e2e::controller_support::{events_about, wait_group_ready};
 use baton_e2e::crds;
 use baton_e2e::fixtures::StatefulSetFixture;
 use baton_e2e::keys::{
@@ -30,7 +31,7 @@ use baton_e2e::webhook_support::{
 use baton_e2e::zpdb_support::{answer_of, budget, eviction_review, zpdb_resource};
 use baton_e2e::{PodEvent, PodTransition, Scene, wait_until};
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{ContainerStateWaiting, Pod};
 use kube::api::{Api, DynamicObject, PostParams};
 use serde_json::json;
 
@@ -38,25 +39,6 @@ const TIMEOUT: Duration = Duration::from_secs(120);
 /// Where the Go operator's users have their pods prepare for a downscale (the test application
 /// answers any path containing `prepare-shutdown`).
 const SHUTDOWN_PATH: &str = "ingester/prepare-shutdown";
-
-/// The kubelet's own report that a container crash-loops: waiting in `CrashLoopBackOff` after
-/// at least one restart.
-fn kubelet_reports_crash_loop(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|status| status.container_statuses.as_ref())
-        .is_some_and(|containers| {
-            containers.iter().any(|container| {
-                container.restart_count >= 1
-                    && container
-                        .state
-                        .as_ref()
-                        .and_then(|state| state.waiting.as_ref())
-                        .and_then(|waiting| waiting.reason.as_deref())
-                        == Some("CrashLoopBackOff")
-            })
-        })
-}
 
 /// How long each pod that left from `from` on stayed Terminating (deletion requested → gone).
 fn terminating_times(timeline: &[PodTransition], from: Instant) -> Vec<(String, Duration)> {
@@ -147,53 +129,93 @@ async fn a_three_zone_rollout_on_real_pods_keeps_the_guarantees_while_pods_termi
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_version_that_exits_1_crash_loops_for_real_halts_the_group_and_its_fix_rolls_out() {
-    let _shared = NODES.read().await;
-    // Given a ready group of 3 zones × 2 real pods
-    let scene = Scene::on_real_nodes("crashloop", &[]).await;
+/// What the kubelet says of the app container of `pod` waiting, if it waits.
+fn app_waiting(pod: &Pod) -> Option<&ContainerStateWaiting> {
+    pod.status
+        .as_ref()?
+        .container_statuses
+        .as_ref()?
+        .iter()
+        .find(|container| container.name == "app")?
+        .state
+        .as_ref()?
+        .waiting
+        .as_ref()
+}
+
+/// Why the kubelet says the app container of `pod` waits, if it does.
+fn app_waiting_reason(pod: &Pod) -> Option<&str> {
+    app_waiting(pod)?.reason.as_deref()
+}
+
+/// The scenario of a version whose pods never become ready, each stuck as the kubelet says.
+/// Given a ready group of 3 zones × 2 real pods (the fewest where a stuck pod leaves its zone
+/// at max-unavailable with an old pod still to roll), when v2 (`stuck`) is rolled out, then its
+/// first pod waits for each of `reasons` in turn, as the kubelet reports it, and the group
+/// halts at max-unavailable naming that pod and each reason; when the fix v3 is rolled out,
+/// the stuck pod is replaced at no cost (its Event naming one of `reasons`) although its zone
+/// is at max-unavailable, and every zone completes with never more than one zone and one pod
+/// per zone down.
+async fn a_stuck_version_halts_the_group_and_its_fix_replaces_it_for_free(
+    prefix: &str,
+    stuck: Behaviour,
+    reasons: &[&str],
+) {
+    let scene = Scene::on_real_nodes(prefix, &[]).await;
     let names = scene.create(&real_rollout_group("ingester", 2)).await;
 
-    // When v2, whose container exits 1 at start, is rolled out
+    // When v2, whose pods never become ready, is rolled out
     let from = Instant::now();
-    roll_out(
-        &scene.client(),
-        scene.name(),
-        &names,
-        "v2",
-        Behaviour::CrashLoops,
-    )
-    .await;
+    roll_out(&scene.client(), scene.name(), &names, "v2", stuck).await;
 
-    // Then the first new pod crash-loops as the kubelet reports it, and the group halts,
-    // naming the pod and its state
-    wait_until(TIMEOUT, "a v2 pod is in CrashLoopBackOff", || async {
-        scene.pods().await.iter().any(kubelet_reports_crash_loop)
+    // Then its first pod waits for each reason as the kubelet reports it, and the group halts,
+    // naming the pod and that reason
+    let is_stuck = |pod: &Pod| app_waiting_reason(pod).is_some_and(|why| reasons.contains(&why));
+    wait_until(TIMEOUT, &format!("a v2 pod waits: {reasons:?}"), || async {
+        scene.pods().await.iter().any(is_stuck)
     })
     .await;
-    let crash_looping = scene
+    let pod = scene
         .pods()
         .await
         .into_iter()
-        .find(kubelet_reports_crash_loop)
+        .find(is_stuck)
         .and_then(|pod| pod.metadata.name)
         .expect("waited for");
-    let zone = crash_looping
+    let zone = pod
         .rsplit_once('-')
-        .map_or(crash_looping.as_str(), |(statefulset, _)| statefulset)
+        .map_or(pod.as_str(), |(statefulset, _)| statefulset)
         .to_owned();
-    scene
-        .wait_event(
-            &zone,
-            "MaxUnavailable",
-            &[
-                &format!("max-unavailable reached in {zone} (1/1)"),
-                &format!(
-                    "waiting for {crash_looping} (new revision) to become ready: CrashLoopBackOff"
-                ),
-            ],
+    for reason in reasons {
+        wait_until(
+            TIMEOUT,
+            &format!("the kubelet says {pod} waits: {reason}"),
+            || async {
+                scene.pods().await.iter().any(|candidate| {
+                    candidate.metadata.name.as_deref() == Some(pod.as_str())
+                        && app_waiting_reason(candidate) == Some(reason)
+                })
+            },
         )
         .await;
+        let said = scene
+            .pods()
+            .await
+            .iter()
+            .filter(|candidate| candidate.metadata.name.as_deref() == Some(pod.as_str()))
+            .find_map(|candidate| app_waiting(candidate).cloned());
+        eprintln!("the kubelet says {pod} waits: {said:?}");
+        scene
+            .wait_event(
+                &zone,
+                "MaxUnavailable",
+                &[
+                    &format!("max-unavailable reached in {zone} (1/1)"),
+                    &format!("waiting for {pod} (new revision) to become ready: {reason}"),
+                ],
+            )
+            .await;
+    }
     let mut updated = Vec::new();
     for name in &names {
         updated.push(scene.updated_pods(name).await);
@@ -201,7 +223,7 @@ async fn a_version_that_exits_1_crash_loops_for_real_halts_the_group_and_its_fix
     assert_eq!(
         updated.iter().sum::<usize>(),
         1,
-        "only the crash-looping pod runs v2: {updated:?}"
+        "only the stuck pod runs v2: {updated:?}"
     );
 
     // When the fix v3 is rolled out
@@ -214,16 +236,29 @@ async fn a_version_that_exits_1_crash_loops_for_real_halts_the_group_and_its_fix
     )
     .await;
 
-    // Then the crash-looping v2 pod is replaced at no cost, and every zone completes with never
-    // more than one zone and one pod per zone down
+    // Then the stuck v2 pod is replaced at no cost, naming the kubelet's reason, and every zone
+    // completes with never more than one zone and one pod per zone down
     scene.wait_complete(&names).await;
-    scene
-        .wait_event(
-            &zone,
-            "UnavailablePodReplaced",
-            &[&format!("replacing {crash_looping}: CrashLoopBackOff")],
-        )
-        .await;
+    let replaced = |note: &str| {
+        reasons.iter().any(|reason| {
+            note.starts_with(&format!(
+                "replacing {pod}: {reason} at the old revision, costs no availability"
+            ))
+        })
+    };
+    wait_until(
+        TIMEOUT,
+        &format!(
+            "an Event UnavailablePodReplaced on {zone} says {pod} was replaced for {reasons:?}"
+        ),
+        || async {
+            events_about(&scene.client(), scene.name(), &zone)
+                .await
+                .iter()
+                .any(|(reason, note)| reason == "UnavailablePodReplaced" && replaced(note))
+        },
+    )
+    .await;
     let zones: Vec<Zone> = names.iter().map(|name| Zone::new(name, 2, 1)).collect();
     check_rollout_guarantees(&scene.timeline(), &zones, from).unwrap();
     assert!(
@@ -231,9 +266,67 @@ async fn a_version_that_exits_1_crash_loops_for_real_halts_the_group_and_its_fix
             .pods()
             .await
             .iter()
-            .all(|pod| !kubelet_reports_crash_loop(pod)),
-        "no pod crash-loops after the fix"
+            .all(|pod| app_waiting_reason(pod).is_none()),
+        "no pod waits after the fix"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_that_exits_1_crash_loops_for_real_halts_the_group_and_its_fix_rolls_out() {
+    let _shared = NODES.read().await;
+    // Its container exits 1 at start: the kubelet restarts it, backing off between restarts
+    a_stuck_version_halts_the_group_and_its_fix_replaces_it_for_free(
+        "crashloop",
+        Behaviour::CrashLoops,
+        &["CrashLoopBackOff"],
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_whose_image_cannot_be_pulled_halts_the_group_and_its_fix_replaces_it_for_free() {
+    let _shared = NODES.read().await;
+    // An image on a registry nothing listens at: the pull fails (ErrImagePull), then the
+    // kubelet backs off before the next one (ImagePullBackOff)
+    a_stuck_version_halts_the_group_and_its_fix_replaces_it_for_free(
+        "image-pull",
+        Behaviour::ImageCannotBePulled,
+        &["ErrImagePull", "ImagePullBackOff"],
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_whose_image_name_is_invalid_halts_the_group_and_its_fix_replaces_it_for_free() {
+    let _shared = NODES.read().await;
+    a_stuck_version_halts_the_group_and_its_fix_replaces_it_for_free(
+        "image-name",
+        Behaviour::InvalidImageName,
+        &["InvalidImageName"],
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_missing_its_config_map_halts_the_group_and_its_fix_replaces_it_for_free() {
+    let _shared = NODES.read().await;
+    a_stuck_version_halts_the_group_and_its_fix_replaces_it_for_free(
+        "config",
+        Behaviour::MissingConfigMap,
+        &["CreateContainerConfigError"],
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_the_runtime_cannot_create_halts_the_group_and_its_fix_replaces_it_for_free() {
+    let _shared = NODES.read().await;
+    a_stuck_version_halts_the_group_and_its_fix_replaces_it_for_free(
+        "create",
+        Behaviour::MissingSeccompProfile,
+        &["CreateContainerError"],
+    )
+    .await;
 }
 
 /// The IP of each pod of `statefulset` (ordinals `0..replicas`), as the kubelet reported it.

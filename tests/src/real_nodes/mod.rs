@@ -1,9 +1,11 @@
 //! Real nodes for the scenarios the pod simulator cannot vouch for: one kubelet per zone with a
 //! containerd and runc running the test application (`tests/testapp`) for real, pods placed by
 //! kube-scheduler, readiness from real probes, termination that takes as long as the process
-//! takes, CrashLoopBackOff from the kubelet's own backoff. Started once per test process next to
-//! the shared control plane (the `baton-real-nodes` binary, stopped when the process exits);
-//! the simulator stays for fast and large scenarios.
+//! takes, CrashLoopBackOff from the kubelet's own backoff, and the kubelet's own reasons for a
+//! version it cannot start (an image it cannot pull or parse, a missing ConfigMap, a container
+//! the runtime cannot create). Started once per test process next to the shared control plane
+//! (the `baton-real-nodes` binary, stopped when the process exits); the simulator stays for
+//! fast and large scenarios.
 //!
 //! Needs root and what `tests/control-plane/install.sh` installs; fails loudly otherwise
 //! (CI runs as root), never skips.
@@ -208,7 +210,9 @@ impl RealNodes {
     }
 }
 
-/// How the test application in a version's pods behaves (`TESTAPP_BEHAVIOUR`).
+/// How a version's pods behave: the test application's own behaviour
+/// (`TESTAPP_BEHAVIOUR`), or a version the kubelet cannot start at all, each stuck waiting
+/// with the reason the kubelet gives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Behaviour {
     Healthy,
@@ -216,15 +220,103 @@ pub enum Behaviour {
     CrashLoops,
     /// Runs, but its readiness endpoint never says ready.
     NeverReady,
+    /// Its image is on a registry nothing listens at ([`UNREACHABLE_REGISTRY`]): each pull is
+    /// refused, and the kubelet backs off between its attempts.
+    ImageCannotBePulled,
+    /// Its image reference is not one (an upper-case repository): the kubelet cannot parse it
+    /// and never tries to pull.
+    InvalidImageName,
+    /// Its environment takes a key of a ConfigMap that does not exist
+    /// ([`MISSING_CONFIG_MAP`]): the kubelet cannot make the container's configuration.
+    MissingConfigMap,
+    /// Its container asks for a seccomp profile file the node does not have
+    /// ([`MISSING_SECCOMP_PROFILE`]): the kubelet passes it on, and containerd cannot create the
+    /// container.
+    MissingSeccompProfile,
 }
+
+/// A registry address nothing listens at: a pull from it is refused at once, with no timeout
+/// to wait out (the nodes reach no registry anyway).
+pub const UNREACHABLE_REGISTRY: &str = "127.0.0.1:1";
+
+/// The ConfigMap a [`Behaviour::MissingConfigMap`] version reads, never created.
+pub const MISSING_CONFIG_MAP: &str = "baton-test-missing";
+
+/// The seccomp profile a [`Behaviour::MissingSeccompProfile`] version asks for, in no node's
+/// profile folder.
+pub const MISSING_SECCOMP_PROFILE: &str = "baton-test-missing.json";
+
+/// The variable a [`Behaviour::MissingConfigMap`] version reads from it.
+const CONFIG_VARIABLE: &str = "TESTAPP_CONFIG";
 
 impl Behaviour {
     fn env(self) -> &'static str {
         match self {
-            Behaviour::Healthy => "healthy",
             Behaviour::CrashLoops => "crash",
             Behaviour::NeverReady => "never-ready",
+            // The others are never started, or start healthy.
+            Behaviour::Healthy
+            | Behaviour::ImageCannotBePulled
+            | Behaviour::InvalidImageName
+            | Behaviour::MissingConfigMap
+            | Behaviour::MissingSeccompProfile => "healthy",
         }
+    }
+
+    /// The image a version's pods run.
+    fn image(self, version: &str) -> String {
+        match self {
+            Behaviour::ImageCannotBePulled => {
+                format!("{UNREACHABLE_REGISTRY}/{APP_IMAGE}:{version}")
+            }
+            Behaviour::InvalidImageName => format!("{}:{version}", APP_IMAGE.to_uppercase()),
+            _ => format!("{APP_IMAGE}:{version}"),
+        }
+    }
+
+    /// `Never` for the images imported into every node's containerd (there is no registry to
+    /// pull from); the unreachable one is pulled, to fail.
+    fn pull_policy(self) -> &'static str {
+        match self {
+            Behaviour::ImageCannotBePulled => "IfNotPresent",
+            _ => "Never",
+        }
+    }
+
+    /// The variable a version reads from the missing ConfigMap, if it reads one.
+    fn config_variable(self) -> Option<serde_json::Value> {
+        (self == Behaviour::MissingConfigMap).then(|| {
+            json!({"name": CONFIG_VARIABLE, "valueFrom": {"configMapKeyRef": {
+                "name": MISSING_CONFIG_MAP,
+                "key": "config",
+            }}})
+        })
+    }
+
+    /// The container's security context, if the version sets one.
+    fn security_context(self) -> Option<serde_json::Value> {
+        (self == Behaviour::MissingSeccompProfile).then(|| {
+            json!({"seccompProfile": {
+                "type": "Localhost",
+                "localhostProfile": MISSING_SECCOMP_PROFILE,
+            }})
+        })
+    }
+
+    /// What a version sets of the app container, as a strategic merge patch: image, pull
+    /// policy, behaviour, and the ConfigMap variable and security context added or removed
+    /// (null removes a field).
+    fn container_patch(self, version: &str) -> serde_json::Value {
+        let config = self
+            .config_variable()
+            .unwrap_or_else(|| json!({"name": CONFIG_VARIABLE, "$patch": "delete"}));
+        json!({
+            "name": "app",
+            "image": self.image(version),
+            "imagePullPolicy": self.pull_policy(),
+            "env": [{"name": "TESTAPP_BEHAVIOUR", "value": self.env()}, config],
+            "securityContext": self.security_context(),
+        })
     }
 }
 
@@ -314,16 +406,17 @@ impl RealPodsFixture {
 }
 
 fn container(version: &str, behaviour: Behaviour, stop_delay: Duration) -> serde_json::Value {
-    json!({
+    let mut env = vec![
+        json!({"name": "TESTAPP_BEHAVIOUR", "value": behaviour.env()}),
+        json!({"name": "TESTAPP_STOP_DELAY_MS", "value": stop_delay.as_millis().to_string()}),
+        json!({"name": "TESTAPP_PORT", "value": APP_PORT.to_string()}),
+    ];
+    env.extend(behaviour.config_variable());
+    let mut container = json!({
         "name": "app",
-        "image": format!("{APP_IMAGE}:{version}"),
-        // Imported into every node's containerd: there is no registry to pull from.
-        "imagePullPolicy": "Never",
-        "env": [
-            {"name": "TESTAPP_BEHAVIOUR", "value": behaviour.env()},
-            {"name": "TESTAPP_STOP_DELAY_MS", "value": stop_delay.as_millis().to_string()},
-            {"name": "TESTAPP_PORT", "value": APP_PORT.to_string()},
-        ],
+        "image": behaviour.image(version),
+        "imagePullPolicy": behaviour.pull_policy(),
+        "env": env,
         "ports": [{"name": "http", "containerPort": APP_PORT}],
         "readinessProbe": {
             "httpGet": {"path": "/ready", "port": APP_PORT},
@@ -332,7 +425,11 @@ fn container(version: &str, behaviour: Behaviour, stop_delay: Duration) -> serde
             "successThreshold": 1,
             "timeoutSeconds": 1,
         },
-    })
+    });
+    if let Some(context) = behaviour.security_context() {
+        container["securityContext"] = context;
+    }
+    container
 }
 
 /// Where a fixture's sidecar listens and is probed.
@@ -385,11 +482,9 @@ pub async fn set_version(
     version: &str,
     behaviour: Behaviour,
 ) {
-    let patch = json!({"spec": {"template": {"spec": {"containers": [{
-        "name": "app",
-        "image": format!("{APP_IMAGE}:{version}"),
-        "env": [{"name": "TESTAPP_BEHAVIOUR", "value": behaviour.env()}],
-    }]}}}});
+    let patch = json!({"spec": {"template": {"spec": {"containers": [
+        behaviour.container_patch(version)
+    ]}}}});
     Api::<StatefulSet>::namespaced(client.clone(), namespace)
         .patch(
             statefulset,
