@@ -16,6 +16,7 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
+use baton_e2e::bench_support::Memory;
 use baton_e2e::controller_support::{Controller, create_ready_group, roll_out, rollout_state};
 use baton_e2e::fixtures::{rollout_group, set_version};
 use baton_e2e::webhook_support::{TestTls, WebhookReplica};
@@ -386,78 +387,13 @@ async fn measure(
     let webhook = WebhookReplica::start_with(control_plane, &tls, namespace, env).await?;
     let webhook_pid = pid(webhook.process.pid())?;
     let ready = Memory::of(webhook_pid)?;
-    let idle = settled(webhook_pid).await?;
+    let idle = Memory::settled(webhook_pid).await?;
     println!("webhook: RSS {ready} when ready (caches synced), RSS {idle} idle");
     Ok(())
 }
 
 fn pid(pid: Option<u32>) -> anyhow::Result<u32> {
     pid.ok_or_else(|| anyhow::anyhow!("the process under measurement exited"))
-}
-
-/// A process's resident memory now (VmRSS: anonymous memory, the heap, and file pages, its
-/// code) and at its peak (VmHWM), from /proc.
-struct Memory {
-    rss_kib: u64,
-    anon_kib: u64,
-    file_kib: u64,
-    peak_kib: u64,
-}
-
-impl Memory {
-    fn of(pid: u32) -> anyhow::Result<Self> {
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-        let field = |name: &str| {
-            status
-                .lines()
-                .find_map(|line| line.strip_prefix(name))
-                .and_then(|value| value.split_whitespace().next()?.parse().ok())
-                .ok_or_else(|| anyhow::anyhow!("no {name} in /proc/{pid}/status"))
-        };
-        Ok(Self {
-            rss_kib: field("VmRSS:")?,
-            anon_kib: field("RssAnon:")?,
-            file_kib: field("RssFile:")?,
-            peak_kib: field("VmHWM:")?,
-        })
-    }
-}
-
-impl std::fmt::Display for Memory {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let mib = |kib: u64| kib as f64 / 1024.0;
-        write!(
-            f,
-            "{:.1} MiB (anon {:.1}, file {:.1}; peak {:.1})",
-            mib(self.rss_kib),
-            mib(self.anon_kib),
-            mib(self.file_kib),
-            mib(self.peak_kib)
-        )
-    }
-}
-
-/// The memory of `pid` once its RSS has not changed for 2 s (sampled every 100 ms; at most
-/// 60 s).
-async fn settled(pid: u32) -> anyhow::Result<Memory> {
-    const STILL: Duration = Duration::from_secs(2);
-    let mut last = Memory::of(pid)?;
-    let mut since = Instant::now();
-    wait(Duration::from_secs(60), || {
-        let now = Memory::of(pid);
-        let still = match now {
-            Ok(now) if now.rss_kib == last.rss_kib => since.elapsed() >= STILL,
-            Ok(now) => {
-                last = now;
-                since = Instant::now();
-                false
-            }
-            Err(_) => true,
-        };
-        async move { still }
-    })
-    .await?;
-    Memory::of(pid)
 }
 
 async fn wait<F, Fut>(timeout: Duration, mut condition: F) -> anyhow::Result<()>
