@@ -213,3 +213,45 @@ pub fn machine() -> String {
         .unwrap_or_else(|| "unknown CPU".to_owned());
     format!("{cores} cores, {model}")
 }
+
+/// The sum of the samples of `metric` whose labels contain `label` (every sample when empty),
+/// in a Prometheus text exposition.
+pub fn sum_of(exposition: &str, metric: &str, label: &str) -> f64 {
+    exposition
+        .lines()
+        .filter(|line| {
+            line.strip_prefix(metric)
+                .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
+                && line.contains(label)
+        })
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// A baton binary's API requests between two readings of its metrics, by method and route
+/// (the metric's own labels, whatever the status); routes with none left out.
+pub fn api_requests(before: &str, after: &str) -> BTreeMap<(String, String), f64> {
+    const REQUESTS: &str = "rollout_operator_kubernetes_api_client_request_duration_seconds_count";
+    let label = |line: &str, name: &str| -> Option<String> {
+        Some(
+            line.split(&format!("{name}=\""))
+                .nth(1)?
+                .split('"')
+                .next()?
+                .to_owned(),
+        )
+    };
+    let routes: std::collections::BTreeSet<(String, String)> = after
+        .lines()
+        .filter(|line| line.starts_with(REQUESTS))
+        .filter_map(|line| Some((label(line, "method")?, label(line, "path")?)))
+        .collect();
+    routes
+        .into_iter()
+        .filter_map(|(method, path)| {
+            let selector = format!("method=\"{method}\",path=\"{path}\"");
+            let count = sum_of(after, REQUESTS, &selector) - sum_of(before, REQUESTS, &selector);
+            (count > 0.0).then_some(((method, path), count))
+        })
+        .collect()
+}

@@ -16,7 +16,7 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use baton_e2e::bench_support::Memory;
+use baton_e2e::bench_support::{Memory, api_requests, sum_of};
 use baton_e2e::controller_support::{Controller, create_ready_group, roll_out, rollout_state};
 use baton_e2e::fixtures::{rollout_group, set_version};
 use baton_e2e::webhook_support::{TestTls, WebhookReplica};
@@ -167,31 +167,11 @@ async fn rollout(control_plane: &ControlPlane) -> anyhow::Result<()> {
         passes / f64::from(replaced),
         pass_seconds / passes * 1000.0
     );
-    const REQUESTS: &str = "rollout_operator_kubernetes_api_client_request_duration_seconds_count";
-    // By method and route (the metric's own labels), whatever the status.
-    let label = |line: &str, name: &str| -> Option<String> {
-        Some(
-            line.split(&format!("{name}=\""))
-                .nth(1)?
-                .split('"')
-                .next()?
-                .to_owned(),
-        )
-    };
-    let routes: std::collections::BTreeSet<(String, String)> = after
-        .lines()
-        .filter(|line| line.starts_with(REQUESTS))
-        .filter_map(|line| Some((label(line, "method")?, label(line, "path")?)))
-        .collect();
-    for (method, path) in routes {
-        let selector = format!("method=\"{method}\",path=\"{path}\"");
-        let count = sum_of(&after, REQUESTS, &selector) - sum_of(&before, REQUESTS, &selector);
-        if count > 0.0 {
-            println!(
-                "API requests {method} {path}: {count} ({:.2} per pod replaced)",
-                count / f64::from(replaced)
-            );
-        }
+    for ((method, path), count) in api_requests(&before, &after) {
+        println!(
+            "API requests {method} {path}: {count} ({:.2} per pod replaced)",
+            count / f64::from(replaced)
+        );
     }
     println!(
         "wall time: {:.2} s = {:.2} x the ideal {:.1} s",
@@ -258,20 +238,6 @@ async fn start(control_plane: &ControlPlane) -> anyhow::Result<()> {
         percentile(&readies, 0.5),
     );
     Ok(())
-}
-
-/// The sum of the samples of `metric` whose labels contain `label` (every sample when empty),
-/// in a Prometheus text exposition.
-fn sum_of(exposition: &str, metric: &str, label: &str) -> f64 {
-    exposition
-        .lines()
-        .filter(|line| {
-            line.strip_prefix(metric)
-                .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
-                && line.contains(label)
-        })
-        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
 }
 
 /// For every `event` of the timeline, the time since the last pod became Ready before it (the
