@@ -471,7 +471,7 @@ struct Resident {
     idle_cpu: f64,
 }
 
-struct AtNinethousand {
+struct AtNineThousandPods {
     controller: Resident,
     webhook: Resident,
     go: Resident,
@@ -489,7 +489,7 @@ struct IdleWork {
 async fn at_9000_pods(
     control_plane: &ControlPlane,
     settings: &Settings,
-) -> anyhow::Result<AtNinethousand> {
+) -> anyhow::Result<AtNineThousandPods> {
     let namespace = TestNamespace::create(control_plane, "bench-sbs-9k").await;
     let ns = namespace.name().to_owned();
     let client = namespace.client();
@@ -601,7 +601,7 @@ async fn at_9000_pods(
     )
     .await?;
     drop(operator);
-    Ok(AtNinethousand {
+    Ok(AtNineThousandPods {
         controller: controller_resident,
         webhook: webhook_resident,
         go: go_resident,
@@ -647,7 +647,7 @@ fn write_table(
     out: &mut String,
     header: &Header<'_>,
     admissions: &Admissions,
-    resident: &AtNinethousand,
+    resident: &AtNineThousandPods,
 ) -> anyhow::Result<()> {
     let settings = header.settings;
     writeln!(
