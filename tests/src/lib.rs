@@ -5,6 +5,7 @@
 
 pub mod admission_load;
 pub mod baton_image;
+pub mod bench_support;
 pub mod browser;
 pub mod certificate_support;
 pub mod cluster_setup;
@@ -28,6 +29,7 @@ pub mod rbac_support;
 pub mod real_nodes;
 pub mod recording_tls;
 pub mod renders;
+pub mod reviews;
 pub mod scaling_support;
 pub mod scene;
 pub mod slow_clients;

@@ -13,6 +13,35 @@ use tokio::process::{Child, Command};
 /// binaries built one by one.
 static BUILT: Mutex<Vec<String>> = Mutex::new(Vec::new());
 
+/// Binaries started from their release build whatever this process's profile
+/// ([`use_release_build_of`]).
+static RELEASE_BUILDS: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+/// From now on `binary` is started from its release build (`target/release`, built as the
+/// release benchmarks build it: its package alone), even from a debug build of this process:
+/// a benchmark that only drives what it measures need not be built with the release profile
+/// itself (fat LTO of its own, its control plane's and every bench's dependencies).
+pub fn use_release_build_of(binary: &str) {
+    let mut release = RELEASE_BUILDS
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    if !release.iter().any(|name| name == binary) {
+        release.push(binary.to_owned());
+    }
+}
+
+/// Whether `binary` is started from its release build: this process is one, or it was asked.
+fn release_build_of(binary: &str) -> anyhow::Result<bool> {
+    Ok(profile_dir()?
+        .file_name()
+        .is_some_and(|name| name == "release")
+        || RELEASE_BUILDS
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .iter()
+            .any(|name| name == binary))
+}
+
 /// How tests and the demo (scripts/demo.sh runs the same command) build the workspace's
 /// binaries: every one of them in one `cargo build`, the whole workspace selected. Cargo unifies
 /// features over the packages a build selects, so a build of one package (`-p kubectl-baton`)
@@ -28,9 +57,7 @@ pub const BUILD_ARGS: [&str; 3] = ["build", "--workspace", "--bins"];
 /// as scripts/image.sh builds what ships: measured as shipped, and the fat LTO of every binary
 /// would take half an hour.
 fn build_workspace_binaries(binary: &str) -> anyhow::Result<()> {
-    let release = profile_dir()?
-        .file_name()
-        .is_some_and(|name| name == "release");
+    let release = release_build_of(binary)?;
     let done = if release { binary } else { "all" };
     let mut built = BUILT
         .lock()
@@ -85,7 +112,16 @@ fn package_of(binary: &str) -> &str {
 /// this process ([`BUILD_ARGS`], quietly), so a test never runs a stale one.
 pub fn workspace_binary(name: &str) -> anyhow::Result<PathBuf> {
     build_workspace_binaries(name)?;
-    let binary = profile_dir()?.join(name);
+    let profile = profile_dir()?;
+    let binary = if release_build_of(name)? {
+        profile
+            .parent()
+            .context("target/<profile> has a parent")?
+            .join("release")
+            .join(name)
+    } else {
+        profile.join(name)
+    };
     if !binary.is_file() {
         bail!(
             "{} does not exist after building the workspace's binaries (no binary of that name?)",

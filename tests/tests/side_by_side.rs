@@ -29,6 +29,7 @@ use baton_e2e::keys::{
     MIN_TIME_BETWEEN_ZONES_DOWNSCALE, MIRROR_API_VERSION, MIRROR_KIND, MIRROR_NAME, NO_DOWNSCALE,
     PREPARE_DOWNSCALE, PREPARE_DOWNSCALE_PATH, PREPARE_DOWNSCALE_PORT,
 };
+use baton_e2e::reviews::{scale_review, update_review};
 use baton_e2e::scaling_support::{
     REPLICA_TEMPLATE_API_VERSION, REPLICA_TEMPLATE_KIND, ReplicaTemplates,
     install_replica_template_crd,
@@ -357,63 +358,6 @@ fn summary(answer: &Answer) -> String {
         None => format!("HTTP {} {:?}", answer.http, answer.message),
     };
     text.replace('|', "\\|")
-}
-
-/// An UPDATE review of StatefulSet `stored` whose replicas go to `to` (None: the field
-/// removed), as the API server sends it.
-fn update_review(api_version: &str, stored: &Value, to: Option<i64>, dry_run: bool) -> Value {
-    let mut object = stored.clone();
-    match to {
-        Some(replicas) => object["spec"]["replicas"] = json!(replicas),
-        None => {
-            object["spec"]
-                .as_object_mut()
-                .expect("a StatefulSet has a spec")
-                .remove("replicas");
-        }
-    }
-    json!({
-        "apiVersion": api_version,
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": "side-by-side",
-            "kind": {"group": "apps", "version": "v1", "kind": "StatefulSet"},
-            "resource": {"group": "apps", "version": "v1", "resource": "statefulsets"},
-            "name": stored["metadata"]["name"],
-            "namespace": stored["metadata"]["namespace"],
-            "operation": "UPDATE",
-            "userInfo": {"username": "e2e"},
-            "object": object,
-            "oldObject": stored,
-            "dryRun": dry_run,
-        }
-    })
-}
-
-/// A review of a /scale update of StatefulSet `name` in `namespace` from `from` to `to`.
-fn scale_review(namespace: &str, name: &str, from: i64, to: i64) -> Value {
-    let scale = |replicas: i64| {
-        json!({"apiVersion": "autoscaling/v1", "kind": "Scale",
-               "metadata": {"name": name, "namespace": namespace},
-               "spec": {"replicas": replicas}})
-    };
-    json!({
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": "side-by-side",
-            "kind": {"group": "autoscaling", "version": "v1", "kind": "Scale"},
-            "resource": {"group": "apps", "version": "v1", "resource": "statefulsets"},
-            "subResource": "scale",
-            "name": name,
-            "namespace": namespace,
-            "operation": "UPDATE",
-            "userInfo": {"username": "e2e"},
-            "object": scale(to),
-            "oldObject": scale(from),
-            "dryRun": false,
-        }
-    })
 }
 
 const NO_DOWNSCALE_PATH: &str = "/admission/no-downscale";

@@ -119,13 +119,6 @@ for body in statefulset scale; do
   fi
 done
 
-cat >"$WORK/post.lua" <<'LUA'
-local file = assert(io.open(os.getenv("BODY"), "rb"))
-wrk.method = "POST"
-wrk.body = file:read("*a")
-file:close()
-wrk.headers["Content-Type"] = "application/json"
-LUA
 
 rss_kib() { awk -v key="$1:" '$1 == key {print $2}' "/proc/$WEBHOOK_PID/status"; }
 lookups() { curl -fsS "http://127.0.0.1:$OPS_PORT/metrics" | awk -v source="$1" '$1 ~ "baton_webhook_parent_lookups_total\\{source=\""source"\"\\}" {print $2}'; }
@@ -133,7 +126,7 @@ RSS_IDLE=$(rss_kib VmRSS)
 
 run_wrk() { # run_wrk NAME PATH
   log "wrk -t$THREADS -c$CONNECTIONS -d$DURATION: $1"
-  BODY="$WORK/$1.json" wrk -t"$THREADS" -c"$CONNECTIONS" -d"$DURATION" --latency -s "$WORK/post.lua" \
+  BODY="$WORK/$1.json" wrk -t"$THREADS" -c"$CONNECTIONS" -d"$DURATION" --latency -s webhook/bench/post.lua \
     "https://127.0.0.1:$PORT$2" >"$WORK/$1.wrk"
   cat "$WORK/$1.wrk" >&2
   local rps p50 p99 errors

@@ -571,14 +571,35 @@ pub fn bind(
     draining: Draining,
     drain: Duration,
 ) -> std::io::Result<BoundServer> {
+    let read_timeout = state.read_timeout;
+    bind_routes(
+        address,
+        tls,
+        move |config| routes(state.clone())(config),
+        draining,
+        drain,
+        read_timeout,
+    )
+}
+
+/// The server [`bind`] builds, serving the routes `configure` registers: also the benchmark's
+/// floor (webhook/bench/floor), which must run on exactly this server to say what the
+/// webhooks' own work costs on top of it.
+pub fn bind_routes(
+    address: SocketAddr,
+    tls: rustls::ServerConfig,
+    configure: impl Fn(&mut web::ServiceConfig) + Clone + Send + 'static,
+    draining: Draining,
+    drain: Duration,
+    read_timeout: Duration,
+) -> std::io::Result<BoundServer> {
     let listener = std::net::TcpListener::bind(address)?;
     let local_addr = listener.local_addr()?;
-    let read_timeout = state.read_timeout;
     let server = HttpServer::new(move || {
         actix_web::App::new()
             .app_data(draining.clone())
             .wrap(from_fn(close_connections_when_draining))
-            .configure(routes(state.clone()))
+            .configure(configure.clone())
     })
     .disable_signals()
     // Idle connections are closed by the client, not by us: the API server keeps them for up

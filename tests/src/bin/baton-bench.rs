@@ -16,6 +16,7 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
+use baton_e2e::bench_support::{Memory, api_requests, sum_of};
 use baton_e2e::controller_support::{Controller, create_ready_group, roll_out, rollout_state};
 use baton_e2e::fixtures::{rollout_group, set_version};
 use baton_e2e::webhook_support::{TestTls, WebhookReplica};
@@ -166,31 +167,11 @@ async fn rollout(control_plane: &ControlPlane) -> anyhow::Result<()> {
         passes / f64::from(replaced),
         pass_seconds / passes * 1000.0
     );
-    const REQUESTS: &str = "rollout_operator_kubernetes_api_client_request_duration_seconds_count";
-    // By method and route (the metric's own labels), whatever the status.
-    let label = |line: &str, name: &str| -> Option<String> {
-        Some(
-            line.split(&format!("{name}=\""))
-                .nth(1)?
-                .split('"')
-                .next()?
-                .to_owned(),
-        )
-    };
-    let routes: std::collections::BTreeSet<(String, String)> = after
-        .lines()
-        .filter(|line| line.starts_with(REQUESTS))
-        .filter_map(|line| Some((label(line, "method")?, label(line, "path")?)))
-        .collect();
-    for (method, path) in routes {
-        let selector = format!("method=\"{method}\",path=\"{path}\"");
-        let count = sum_of(&after, REQUESTS, &selector) - sum_of(&before, REQUESTS, &selector);
-        if count > 0.0 {
-            println!(
-                "API requests {method} {path}: {count} ({:.2} per pod replaced)",
-                count / f64::from(replaced)
-            );
-        }
+    for ((method, path), count) in api_requests(&before, &after) {
+        println!(
+            "API requests {method} {path}: {count} ({:.2} per pod replaced)",
+            count / f64::from(replaced)
+        );
     }
     println!(
         "wall time: {:.2} s = {:.2} x the ideal {:.1} s",
@@ -257,20 +238,6 @@ async fn start(control_plane: &ControlPlane) -> anyhow::Result<()> {
         percentile(&readies, 0.5),
     );
     Ok(())
-}
-
-/// The sum of the samples of `metric` whose labels contain `label` (every sample when empty),
-/// in a Prometheus text exposition.
-fn sum_of(exposition: &str, metric: &str, label: &str) -> f64 {
-    exposition
-        .lines()
-        .filter(|line| {
-            line.strip_prefix(metric)
-                .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
-                && line.contains(label)
-        })
-        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
 }
 
 /// For every `event` of the timeline, the time since the last pod became Ready before it (the
@@ -386,78 +353,13 @@ async fn measure(
     let webhook = WebhookReplica::start_with(control_plane, &tls, namespace, env).await?;
     let webhook_pid = pid(webhook.process.pid())?;
     let ready = Memory::of(webhook_pid)?;
-    let idle = settled(webhook_pid).await?;
+    let idle = Memory::settled(webhook_pid).await?;
     println!("webhook: RSS {ready} when ready (caches synced), RSS {idle} idle");
     Ok(())
 }
 
 fn pid(pid: Option<u32>) -> anyhow::Result<u32> {
     pid.ok_or_else(|| anyhow::anyhow!("the process under measurement exited"))
-}
-
-/// A process's resident memory now (VmRSS: anonymous memory, the heap, and file pages, its
-/// code) and at its peak (VmHWM), from /proc.
-struct Memory {
-    rss_kib: u64,
-    anon_kib: u64,
-    file_kib: u64,
-    peak_kib: u64,
-}
-
-impl Memory {
-    fn of(pid: u32) -> anyhow::Result<Self> {
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-        let field = |name: &str| {
-            status
-                .lines()
-                .find_map(|line| line.strip_prefix(name))
-                .and_then(|value| value.split_whitespace().next()?.parse().ok())
-                .ok_or_else(|| anyhow::anyhow!("no {name} in /proc/{pid}/status"))
-        };
-        Ok(Self {
-            rss_kib: field("VmRSS:")?,
-            anon_kib: field("RssAnon:")?,
-            file_kib: field("RssFile:")?,
-            peak_kib: field("VmHWM:")?,
-        })
-    }
-}
-
-impl std::fmt::Display for Memory {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let mib = |kib: u64| kib as f64 / 1024.0;
-        write!(
-            f,
-            "{:.1} MiB (anon {:.1}, file {:.1}; peak {:.1})",
-            mib(self.rss_kib),
-            mib(self.anon_kib),
-            mib(self.file_kib),
-            mib(self.peak_kib)
-        )
-    }
-}
-
-/// The memory of `pid` once its RSS has not changed for 2 s (sampled every 100 ms; at most
-/// 60 s).
-async fn settled(pid: u32) -> anyhow::Result<Memory> {
-    const STILL: Duration = Duration::from_secs(2);
-    let mut last = Memory::of(pid)?;
-    let mut since = Instant::now();
-    wait(Duration::from_secs(60), || {
-        let now = Memory::of(pid);
-        let still = match now {
-            Ok(now) if now.rss_kib == last.rss_kib => since.elapsed() >= STILL,
-            Ok(now) => {
-                last = now;
-                since = Instant::now();
-                false
-            }
-            Err(_) => true,
-        };
-        async move { still }
-    })
-    .await?;
-    Memory::of(pid)
 }
 
 async fn wait<F, Fut>(timeout: Duration, mut condition: F) -> anyhow::Result<()>

@@ -18,11 +18,11 @@
 //! `cargo run --release -p baton-e2e --bin baton-zpdb-bench` (builds the release webhook).
 //! Environment: `BENCH_DURATION` (wrk's `-d`, default `10s`).
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
+use baton_e2e::bench_support::{WrkReport, cpu_seconds, run_wrk};
 use baton_e2e::controller_support::wait_group_ready;
 use baton_e2e::crds;
 use baton_e2e::fixtures::StatefulSetFixture;
@@ -53,7 +53,6 @@ async fn main() -> anyhow::Result<()> {
     let scene = Scene::new(control_plane).await?;
     let work = tempfile::tempdir()?;
     let script = work.path().join("post.lua");
-    std::fs::write(&script, LUA)?;
 
     let mut rows = Vec::new();
     let zone_pod = |zone: &str, ordinal: u32| format!("{GROUP}-zone-{zone}-{ordinal}");
@@ -129,14 +128,6 @@ async fn main() -> anyhow::Result<()> {
     );
     Ok(())
 }
-
-/// Posts the file named by the `BODY` environment variable to the URL, as JSON.
-const LUA: &str = r#"local file = assert(io.open(os.getenv("BODY"), "rb"))
-wrk.method = "POST"
-wrk.body = file:read("*a")
-file:close()
-wrk.headers["Content-Type"] = "application/json"
-"#;
 
 /// One eviction review sent over and over, and what the webhook must answer it.
 struct Case {
@@ -286,31 +277,16 @@ impl Scene {
             case.name, case.pod
         );
         let before = self.counters().await?;
-        let output = tokio::process::Command::new(wrk)
-            .args([
-                format!("-t{threads}"),
-                format!("-c{connections}"),
-                format!("-d{duration}"),
-                "--latency".to_owned(),
-                "-s".to_owned(),
-            ])
-            .arg(script)
-            .arg(self.webhook.url("/admission/pod-eviction"))
-            .env("BODY", &body)
-            .output()
-            .await
-            .context("running wrk")?;
+        let wrk = run_wrk(
+            wrk,
+            script,
+            &body,
+            &self.webhook.url("/admission/pod-eviction"),
+            (threads, connections),
+            duration,
+        )
+        .await?;
         let after = self.counters().await?;
-        let report = String::from_utf8_lossy(&output.stdout).into_owned();
-        eprint!("{report}");
-        if !output.status.success() {
-            bail!(
-                "wrk failed ({}): {}",
-                output.status,
-                String::from_utf8_lossy(&output.stderr)
-            );
-        }
-        let wrk = WrkReport::parse(&report)?;
         let decisions = after.decisions - before.decisions;
         if wrk.errors.is_empty() && decisions < wrk.requests {
             bail!(
@@ -376,85 +352,6 @@ struct Counters {
     reads: u64,
     writes: u64,
     cpu_seconds: f64,
-}
-
-/// User + system CPU seconds of process `pid` (`/proc/<pid>/stat`, in clock ticks of 1/100 s).
-fn cpu_seconds(pid: u32) -> anyhow::Result<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    // Fields after the command (which may hold spaces), from field 3 (state) on.
-    let fields: Vec<&str> = stat
-        .rsplit_once(") ")
-        .context("a /proc stat line")?
-        .1
-        .split_whitespace()
-        .collect();
-    let ticks = |index: usize| -> anyhow::Result<f64> {
-        Ok(fields
-            .get(index - 3)
-            .context("utime and stime in /proc stat")?
-            .parse::<f64>()?)
-    };
-    Ok((ticks(14)? + ticks(15)?) / 100.0)
-}
-
-/// What `wrk --latency` reported.
-struct WrkReport {
-    requests: u64,
-    seconds: f64,
-    latency: BTreeMap<&'static str, String>,
-    /// Non-2xx answers and socket errors, as wrk words them.
-    errors: Vec<String>,
-}
-
-impl WrkReport {
-    fn parse(report: &str) -> anyhow::Result<Self> {
-        let (requests, seconds) = report
-            .lines()
-            .find_map(|line| {
-                let (requests, rest) = line.trim().split_once(" requests in ")?;
-                let seconds = rest.split_once(',')?.0;
-                Some((requests.parse().ok()?, parse_duration(seconds)?))
-            })
-            .context("no \"N requests in T\" line in wrk's report")?;
-        let mut latency = BTreeMap::new();
-        for percentile in ["50%", "90%", "99%"] {
-            let value = report
-                .lines()
-                .find_map(|line| {
-                    let mut words = line.split_whitespace();
-                    (words.next() == Some(percentile)).then(|| words.next())?
-                })
-                .with_context(|| format!("no {percentile} latency in wrk's report"))?;
-            latency.insert(percentile, value.to_owned());
-        }
-        let errors = report
-            .lines()
-            .map(str::trim)
-            .filter(|line| line.starts_with("Non-2xx") || line.starts_with("Socket errors"))
-            .map(str::to_owned)
-            .collect();
-        Ok(Self {
-            requests,
-            seconds,
-            latency,
-            errors,
-        })
-    }
-}
-
-/// wrk's durations: `10.00s`, `1.50m`, `812.00ms`.
-fn parse_duration(text: &str) -> Option<f64> {
-    let text = text.trim();
-    let (number, scale) = if let Some(ms) = text.strip_suffix("ms") {
-        (ms, 1e-3)
-    } else if let Some(us) = text.strip_suffix("us") {
-        (us, 1e-6)
-    } else if let Some(m) = text.strip_suffix('m') {
-        (m, 60.0)
-    } else {
-        (text.strip_suffix('s')?, 1.0)
-    };
-    Some(number.parse::<f64>().ok()? * scale)
 }
 
 struct Row {
