@@ -74,6 +74,9 @@ struct Shared {
     /// Image tags whose pods crash-loop: a broken version.
     broken_versions: Mutex<HashSet<String>>,
     timeline: Mutex<Vec<PodTransition>>,
+    /// Each pod's readiness as last recorded, by uid: whichever sees a change first, the
+    /// simulator's own write or its watch, records it, once.
+    readiness: Mutex<HashMap<String, bool>>,
     ips: Mutex<HashMap<String, Ipv4Addr>>,
 }
 
@@ -121,6 +124,7 @@ impl PodSimulator {
             crash_looping: Mutex::default(),
             broken_versions: Mutex::default(),
             timeline: Mutex::default(),
+            readiness: Mutex::default(),
             ips: Mutex::default(),
         });
         let task = tokio::spawn(run(shared.clone()));
@@ -254,6 +258,7 @@ async fn run(shared: Arc<Shared>) {
                 Some(Ok(watcher::Event::Delete(pod))) => {
                     if let Some(uid) = pod.metadata.uid.clone() {
                         seen.remove(&uid);
+                        shared.readiness.lock().unwrap().remove(&uid);
                         shared.record(&pod, PodEvent::Deleted);
                     }
                 }
@@ -290,14 +295,7 @@ fn observe(shared: &Arc<Shared>, seen: &mut HashMap<String, Seen>, pod: Pod) -> 
     let ready = PodReadiness::of(&pod).ready;
     if ready != state.ready {
         state.ready = ready;
-        shared.record(
-            &pod,
-            if ready {
-                PodEvent::Ready
-            } else {
-                PodEvent::NotReady
-            },
-        );
+        shared.record_readiness(&pod, ready);
     }
     if pod.metadata.deletion_timestamp.is_some() && !state.terminating {
         state.terminating = true;
@@ -401,6 +399,28 @@ impl Shared {
                 let process = (std::process::id() % 240) as u8 + 10;
                 Ipv4Addr::new(127, process, (n / 250) as u8, (n % 250) as u8 + 1)
             })
+    }
+
+    /// Records `pod` turning ready or not, unless that is what was last recorded of it (a new
+    /// pod is not ready). The simulator records its own readiness writes as soon as the API
+    /// server accepted them, not when its watch brings them back: a controller may see them
+    /// first, and act on them in another cluster, whose pods another simulator's watch reports;
+    /// a timeline merged across clusters must not show the act before its cause.
+    fn record_readiness(&self, pod: &Pod, ready: bool) {
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        let mut readiness = self.readiness.lock().unwrap();
+        if readiness.get(&uid).copied().unwrap_or(false) != ready {
+            readiness.insert(uid, ready);
+            // (under the lock: the other path cannot record the same change meanwhile)
+            self.record(
+                pod,
+                if ready {
+                    PodEvent::Ready
+                } else {
+                    PodEvent::NotReady
+                },
+            );
+        }
     }
 
     fn record(&self, pod: &Pod, event: PodEvent) {
@@ -545,24 +565,29 @@ impl Shared {
         });
         let params = PatchParams::default();
         let merge = Patch::Merge(&patch);
-        self.until_through(&name, "status update", || {
-            self.api.patch_status(&name, &params, &merge)
-        })
-        .await;
+        let written = self
+            .until_through(&name, "status update", || {
+                self.api.patch_status(&name, &params, &merge)
+            })
+            .await;
+        if written && self.plays_kubelet {
+            self.record_readiness(pod, ready);
+        }
     }
 
     /// Repeats `call` until it gets through, as a kubelet keeps reporting; only a pod that is
-    /// gone (404) or was replaced (409: the uid precondition) ends the attempts early.
-    async fn until_through<T, F, Fut>(&self, pod: &str, what: &str, call: F)
+    /// gone (404) or was replaced (409: the uid precondition) ends the attempts early. Whether
+    /// it got through.
+    async fn until_through<T, F, Fut>(&self, pod: &str, what: &str, call: F) -> bool
     where
         F: Fn() -> Fut,
         Fut: std::future::Future<Output = Result<T, kube::Error>>,
     {
         for attempt in 0..20u64 {
             match tokio::time::timeout(Duration::from_secs(5), call()).await {
-                Ok(Ok(_)) => return,
+                Ok(Ok(_)) => return true,
                 Ok(Err(kube::Error::Api(status))) if status.code == 404 || status.code == 409 => {
-                    return;
+                    return false;
                 }
                 Ok(Err(error)) => {
                     tracing::debug!(pod, %error, attempt, "pod simulator {what} failed; retrying")
@@ -571,5 +596,6 @@ impl Shared {
             }
             tokio::time::sleep(Duration::from_millis(100 * (attempt + 1))).await;
         }
+        false
     }
 }
