@@ -21,6 +21,7 @@ use std::time::Duration;
 
 use anyhow::{Context, anyhow};
 use baton_config::Config;
+use baton_shared::http_server::BoundServer;
 use baton_shared::ops_server::{self, Readiness};
 use baton_shared::supervisor::Supervisor;
 use prometheus::Registry;
@@ -32,8 +33,9 @@ use crate::cache::{self, Caches};
 use crate::clusters::Clusters;
 use crate::explain::Explainer;
 use crate::group::GroupReconciler;
-use crate::leader::MayAct;
-use crate::leader::{LeaderElector, LeaderMetrics, Leadership, Term, unique_identity};
+use crate::leader::{
+    LeaderElector, LeaderMetrics, Leadership, MayAct, MayStart, Term, unique_identity,
+};
 use crate::metrics::ControllerMetrics;
 use crate::queue;
 use crate::rollout::pending::PendingDeletions;
@@ -46,280 +48,441 @@ const MAX_CONCURRENT_GROUPS: usize = 8;
 /// An unchanged explanation is published again as an Event after this long.
 const EVENT_REPEAT_AFTER: Duration = Duration::from_secs(600);
 
-/// Runs the controller until `shutdown` is cancelled or a task fails.
+/// Runs the controller until `shutdown` is cancelled or a task fails. Start-up is a sequence of
+/// named parts, each built from the ones before it: what every part stands on, the lease, the
+/// watches, what people are told (Events, the ops server and its status page), the group
+/// reconciler; then every part's task is started under one supervisor.
 pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<()> {
-    let registry = Registry::new();
-    let (client, layers) =
-        baton_shared::kube_client::client_and_layers(&config.kubernetes, &registry).await?;
-    let metrics = ControllerMetrics::register(&registry)?;
-    let readiness = Readiness::default();
-
-    let identity = unique_identity();
+    let base = Base::connect(&config).await?;
     let elector = LeaderElector::new(
-        client.clone(),
+        base.client.clone(),
         config.system_namespace(),
         &config.controller.lease,
-        identity.clone(),
+        base.identity.clone(),
         config.kubernetes.request_timeout.get(),
     )
-    .with_metrics(LeaderMetrics::register(&registry)?);
+    .with_metrics(LeaderMetrics::register(&base.registry)?);
     let leadership = elector.leadership();
-    tracing::info!(identity = %identity, lease = %config.controller.lease.name, "campaigning for the lease");
-
+    tracing::info!(identity = %base.identity, lease = %config.controller.lease.name, "campaigning for the lease");
     let (touched, touched_groups) = tokio::sync::mpsc::unbounded_channel();
-    // With member clusters, the groups' StatefulSets and pods are watched in each of them.
-    let (cluster_caches, clusters, cluster_watches) = if config.controller.clusters.is_empty() {
-        let idle = futures::future::Either::Left(futures::future::ready(()));
-        (None, Clusters::single(client.clone()), idle)
-    } else {
-        let settings = crate::clusters::Settings {
-            hub: client.clone(),
-            layers,
-            system_namespace: config.system_namespace(),
-            namespace: &config.namespace,
-            request_timeout: config.kubernetes.request_timeout.get(),
-            out: crate::clusters::register_out_gauge(&registry)?,
-        };
-        let (caches, clusters, watches) =
-            crate::clusters::start(settings, &config.controller.clusters, touched.clone());
-        let names: Vec<&str> = config
-            .controller
-            .clusters
-            .iter()
-            .map(|cluster| cluster.name.as_str())
-            .collect();
-        tracing::info!(clusters = ?names, "rollout groups span clusters");
-        (
-            Some(caches),
-            clusters,
-            futures::future::Either::Right(watches),
-        )
-    };
-    let (caches, watches) = cache::start(
-        client.clone(),
-        &config.namespace,
-        &config.downscale.zone_tracker_config_map,
-        cluster_caches,
-        touched.clone(),
-    );
-    let watches = async move {
-        futures::join!(watches, cluster_watches);
-    };
-    // The zone-aware disruption budgets rollout deletions consult (none without the CRD).
-    let (budgets, budget_watch) = crate::zpdb_check::ZoneBudgets::start(
-        client.clone(),
-        &config.namespace,
-        caches.clone(),
-        touched.clone(),
-        config.kubernetes.request_timeout.get(),
-    );
-    // Exactly one task awaits the caches' sync and broadcasts it: kube's store readiness wakes
-    // only one of several concurrent waiters.
-    let (synced_sender, synced) = watch::channel(false);
+    let watched = Watched::start(&config, &base, &touched)?;
     // One explainer for every feature; its publisher is the one task that writes Events.
     let (explainer, event_publisher) = Explainer::new(
-        clusters.clone(),
-        identity.clone(),
+        watched.clusters.clone(),
+        base.identity.clone(),
         EVENT_REPEAT_AFTER,
         config.kubernetes.request_timeout.get(),
     );
     // What the leader's reconciles remember for the status page (the ops server reads it).
-    let status_board = crate::status::StatusBoard::default();
-    // The ops server, with the status page: every replica serves it from its own caches.
+    let board = crate::status::StatusBoard::default();
+    let ops = bind_ops_server(&config, &base, &watched.caches, &leadership, &board)?;
+    // Exactly one task awaits the caches' sync and broadcasts it: kube's store readiness wakes
+    // only one of several concurrent waiters.
+    let (synced_sender, synced) = watch::channel(false);
+    let parts = Parts {
+        reconciler: group_reconciler(
+            &config,
+            &base,
+            &watched,
+            &explainer,
+            &board,
+            may_start(leadership.clone(), synced.clone()),
+            &touched,
+        )?,
+        base,
+        elector,
+        leadership,
+        watched,
+        explainer,
+        event_publisher,
+        board,
+        ops,
+        synced_sender,
+        synced,
+        touched,
+        touched_groups,
+    };
+    let readiness = parts.base.readiness.clone();
+    let tasks = parts.spawn(&config, &shutdown);
+    supervise(tasks, &readiness, &shutdown).await
+}
+
+/// What every part stands on: the metrics registry, the API client, this replica's identity
+/// and readiness.
+struct Base {
+    registry: Registry,
+    client: kube::Client,
+    layers: baton_shared::kube_client::ClientLayers,
+    metrics: ControllerMetrics,
+    readiness: Readiness,
+    identity: String,
+}
+
+impl Base {
+    async fn connect(config: &Config) -> anyhow::Result<Self> {
+        let registry = Registry::new();
+        let (client, layers) =
+            baton_shared::kube_client::client_and_layers(&config.kubernetes, &registry).await?;
+        let metrics = ControllerMetrics::register(&registry)?;
+        Ok(Self {
+            registry,
+            client,
+            layers,
+            metrics,
+            readiness: Readiness::default(),
+            identity: unique_identity(),
+        })
+    }
+}
+
+/// The caches the watches fill (of each cluster, with several), where writes go, and the
+/// zone-aware budgets; and the futures that drive their watches.
+struct Watched {
+    caches: Caches,
+    clusters: Clusters,
+    budgets: crate::zpdb_check::ZoneBudgets,
+    watches: futures::future::BoxFuture<'static, ()>,
+    budget_watch: futures::future::BoxFuture<'static, ()>,
+}
+
+impl Watched {
+    fn start(
+        config: &Config,
+        base: &Base,
+        touched: &UnboundedSender<String>,
+    ) -> anyhow::Result<Self> {
+        use futures::FutureExt;
+        // With several clusters, the groups' StatefulSets and pods are watched in each of them.
+        let (cluster_caches, clusters, cluster_watches) = if config.controller.clusters.is_empty() {
+            let idle = futures::future::ready(()).boxed();
+            (None, Clusters::single(base.client.clone()), idle)
+        } else {
+            let settings = crate::clusters::Settings {
+                hub: base.client.clone(),
+                layers: base.layers.clone(),
+                system_namespace: config.system_namespace(),
+                namespace: &config.namespace,
+                request_timeout: config.kubernetes.request_timeout.get(),
+                out: crate::clusters::register_out_gauge(&base.registry)?,
+            };
+            let (caches, clusters, watches) =
+                crate::clusters::start(settings, &config.controller.clusters, touched.clone());
+            let names: Vec<&str> = config
+                .controller
+                .clusters
+                .iter()
+                .map(|cluster| cluster.name.as_str())
+                .collect();
+            tracing::info!(clusters = ?names, "rollout groups span clusters");
+            (Some(caches), clusters, watches.boxed())
+        };
+        let (caches, watches) = cache::start(
+            base.client.clone(),
+            &config.namespace,
+            &config.downscale.zone_tracker_config_map,
+            cluster_caches,
+            touched.clone(),
+        );
+        // The zone-aware disruption budgets rollout deletions consult (none without the CRD).
+        let (budgets, budget_watch) = crate::zpdb_check::ZoneBudgets::start(
+            base.client.clone(),
+            &config.namespace,
+            caches.clone(),
+            touched.clone(),
+            config.kubernetes.request_timeout.get(),
+        );
+        Ok(Self {
+            caches,
+            clusters,
+            budgets,
+            watches: async move {
+                futures::join!(watches, cluster_watches);
+            }
+            .boxed(),
+            budget_watch: budget_watch.boxed(),
+        })
+    }
+}
+
+/// The ops server with the status page: every replica serves it from its own caches.
+fn bind_ops_server(
+    config: &Config,
+    base: &Base,
+    caches: &Caches,
+    leadership: &Leadership,
+    board: &crate::status::StatusBoard,
+) -> anyhow::Result<BoundServer> {
     let status_routes = crate::status::StatusRoutes {
         namespace: config.namespace.clone(),
-        identity,
+        identity: base.identity.clone(),
         caches: caches.clone(),
-        readiness: readiness.clone(),
-        board: status_board.clone(),
+        readiness: base.readiness.clone(),
+        board: board.clone(),
         leadership: leadership.clone(),
     };
     let ops = ops_server::bind_with_routes(
         config.ops.address.0,
-        registry.clone(),
-        readiness.clone(),
+        base.registry.clone(),
+        base.readiness.clone(),
         status_routes.mount(),
     )
     .with_context(|| format!("binding the ops server to {}", config.ops.address))?;
     tracing::info!(address = %ops.local_addr(), namespace = %config.namespace, "ops server listening");
-    let reconciler = Arc::new(GroupReconciler {
-        caches: caches.clone(),
-        metrics: metrics.clone(),
+    Ok(ops)
+}
+
+/// Whether a reconcile may start now, and then for how long it may act. Acting on half-filled
+/// caches could miss a not-ready zone: lead AND be synced. A reconcile acts only within the
+/// term it started in.
+fn may_start(leadership: Leadership, synced: watch::Receiver<bool>) -> MayStart {
+    Arc::new(move || {
+        if !*synced.borrow() {
+            return None;
+        }
+        let term = leadership.term()?;
+        let leadership = leadership.clone();
+        let may_act: MayAct = Arc::new(move || leadership.time_left_in(term));
+        Some(may_act)
+    })
+}
+
+/// What reconciles a group: its rollout (with its gates' calls) and its scaling.
+fn group_reconciler(
+    config: &Config,
+    base: &Base,
+    watched: &Watched,
+    explainer: &Explainer,
+    board: &crate::status::StatusBoard,
+    may_start: MayStart,
+    touched: &UnboundedSender<String>,
+) -> anyhow::Result<Arc<GroupReconciler>> {
+    let request_timeout = config.kubernetes.request_timeout.get();
+    let gate_calls = crate::gates::calls::GateCalls::new(
+        base.client.clone(),
+        config.namespace.clone(),
+        request_timeout,
+        &config.gates,
+        // Checks read Secrets of the groups' namespace: baton's own is there only when baton
+        // runs beside the groups.
+        (config.system_namespace() == config.namespace)
+            .then(|| config.certificates.secret_name.clone()),
+        touched.clone(),
+    )
+    .context("building the gates' HTTP client")?;
+    Ok(Arc::new(GroupReconciler {
+        caches: watched.caches.clone(),
+        metrics: base.metrics.clone(),
         explainer: explainer.clone(),
-        // Acting on half-filled caches could miss a not-ready zone: lead AND be synced. A
-        // reconcile acts only within the term it started in.
-        may_start: {
-            let leadership = leadership.clone();
-            let synced = synced.clone();
-            Arc::new(move || {
-                if !*synced.borrow() {
-                    return None;
-                }
-                let term = leadership.term()?;
-                let leadership = leadership.clone();
-                let may_act: MayAct = Arc::new(move || leadership.time_left_in(term));
-                Some(may_act)
-            })
-        },
+        may_start,
         rollouts: Rollouts {
             namespace: config.namespace.clone(),
-            clusters,
-            metrics,
+            clusters: watched.clusters.clone(),
+            metrics: base.metrics.clone(),
             explainer: explainer.clone(),
-            request_timeout: config.kubernetes.request_timeout.get(),
+            request_timeout,
             pending: PendingDeletions::default(),
-            budgets,
-            status: status_board.clone(),
-            gate_calls: crate::gates::calls::GateCalls::new(
-                client.clone(),
-                config.namespace.clone(),
-                config.kubernetes.request_timeout.get(),
-                &config.gates,
-                // Checks read Secrets of the groups' namespace: baton's own is there only when
-                // baton runs beside the groups.
-                (config.system_namespace() == config.namespace)
-                    .then(|| config.certificates.secret_name.clone()),
-                touched.clone(),
-            )
-            .context("building the gates' HTTP client")?,
+            budgets: watched.budgets.clone(),
+            status: board.clone(),
+            gate_calls,
             completions: Default::default(),
         },
-        scaler: crate::scaling::Scaler::new(client.clone(), &config, &registry)
+        scaler: crate::scaling::Scaler::new(base.client.clone(), config, &base.registry)
             .context("building the scaler")?,
-    });
+    }))
+}
 
-    let mut tasks: Supervisor<Task> = Supervisor::default();
-    tasks.spawn(Task::EventPublisher, {
-        let shutdown = shutdown.clone();
-        async move {
-            event_publisher.run(shutdown).await;
-            Ok(())
-        }
-    });
-    tasks.spawn(Task::OpsServer, {
-        let shutdown = shutdown.clone();
-        async move { ops.run(shutdown).await.map_err(anyhow::Error::from) }
-    });
-    tasks.spawn(Task::Watches, {
-        let shutdown = shutdown.clone();
-        async move {
-            tokio::select! {
-                () = watches => {}
-                () = shutdown.cancelled() => {}
-            }
-            Ok(())
-        }
-    });
-    tasks.spawn(Task::BudgetWatch, {
-        let shutdown = shutdown.clone();
-        async move {
-            tokio::select! {
-                () = budget_watch => {}
-                () = shutdown.cancelled() => {}
-            }
-            Ok(())
-        }
-    });
-    tasks.spawn(
-        Task::Readiness,
-        mark_ready_when_synced(
-            caches.clone(),
+/// Every part, built: what [`Parts::spawn`] starts.
+struct Parts {
+    base: Base,
+    elector: LeaderElector,
+    leadership: Leadership,
+    watched: Watched,
+    explainer: Explainer,
+    event_publisher: crate::explain::EventPublisher,
+    board: crate::status::StatusBoard,
+    ops: BoundServer,
+    synced_sender: watch::Sender<bool>,
+    synced: watch::Receiver<bool>,
+    touched: UnboundedSender<String>,
+    touched_groups: tokio::sync::mpsc::UnboundedReceiver<String>,
+    reconciler: Arc<GroupReconciler>,
+}
+
+impl Parts {
+    /// Starts every part's task: what keeps the caches and people informed, then what acts.
+    fn spawn(self, config: &Config, shutdown: &CancellationToken) -> Supervisor<Task> {
+        let mut tasks: Supervisor<Task> = Supervisor::default();
+        let Self {
+            base,
+            elector,
+            leadership,
+            watched,
+            explainer,
+            event_publisher,
+            board,
+            ops,
             synced_sender,
-            readiness.clone(),
-            shutdown.clone(),
-        ),
-    );
-    tasks.spawn(
-        Task::Resync,
-        resync(
-            caches.clone(),
-            touched.clone(),
-            config.controller.resync_interval.get(),
-            shutdown.clone(),
-        ),
-    );
-    tasks.spawn(
-        Task::LeadershipWatch,
-        reconcile_all_on_leadership(
-            caches.clone(),
             synced,
-            leadership.clone(),
             touched,
-            shutdown.clone(),
-        ),
-    );
-    tasks.spawn(Task::Certificates, {
-        let certificates = crate::certificates::Settings {
-            config: config.certificates.clone(),
-            namespace: config.namespace.clone(),
-            system_namespace: config.system_namespace().to_owned(),
-            cluster_domain: config.cluster_domain.clone(),
-            request_timeout: config.kubernetes.request_timeout.get(),
-        };
-        let explainer = explainer.clone();
-        let (client, leadership, registry) = (client.clone(), leadership.clone(), registry.clone());
-        let shutdown = shutdown.clone();
-        async move {
-            let certificates = crate::certificates::run(
-                client,
-                certificates,
-                leadership,
-                explainer,
-                &registry,
-                shutdown,
-            );
-            certificates.await
-        }
-    });
-    tasks.spawn(Task::PhasedRollouts, {
-        // A PhasedRollout names a StatefulSet of its own cluster: served without member
-        // clusters only (docs/multi-cluster.md).
-        let spans_clusters = caches.spans_clusters();
-        let phased = crate::phased::PhasedRollouts {
-            client: client.clone(),
-            namespace: config.namespace.clone(),
-            request_timeout: config.kubernetes.request_timeout.get(),
-            caches: caches.clone(),
-            leadership: leadership.clone(),
-            board: status_board.clone(),
-            explainer: explainer.clone(),
-        };
-        let shutdown = shutdown.clone();
-        async move {
-            if spans_clusters {
-                shutdown.cancelled().await;
-                return Ok(());
+            touched_groups,
+            reconciler,
+        } = self;
+        let until_shutdown = |work: futures::future::BoxFuture<'static, ()>| {
+            let shutdown = shutdown.clone();
+            async move {
+                tokio::select! {
+                    () = work => {}
+                    () = shutdown.cancelled() => {}
+                }
+                Ok(())
             }
-            phased.run(shutdown).await
-        }
-    });
-    tasks.spawn(Task::LeaderElection, {
-        let shutdown = shutdown.clone();
-        async move {
-            elector.run(shutdown).await;
+        };
+        let shutdown_ = shutdown.clone();
+        tasks.spawn(Task::EventPublisher, async move {
+            event_publisher.run(shutdown_).await;
             Ok(())
-        }
-    });
-    tasks.spawn(Task::GroupQueue, {
-        let shutdown = shutdown.clone();
-        async move {
-            queue::run(
-                touched_groups,
-                MAX_CONCURRENT_GROUPS,
-                move |group| {
-                    let reconciler = reconciler.clone();
-                    async move { reconciler.reconcile(&group).await }
-                },
+        });
+        let shutdown_ = shutdown.clone();
+        tasks.spawn(Task::OpsServer, async move {
+            ops.run(shutdown_).await.map_err(anyhow::Error::from)
+        });
+        tasks.spawn(Task::Watches, until_shutdown(watched.watches));
+        tasks.spawn(Task::BudgetWatch, until_shutdown(watched.budget_watch));
+        let caches = watched.caches;
+        let readiness = base.readiness.clone();
+        let ready =
+            mark_ready_when_synced(caches.clone(), synced_sender, readiness, shutdown.clone());
+        tasks.spawn(Task::Readiness, ready);
+        let every = config.controller.resync_interval.get();
+        let resync = resync(caches.clone(), touched.clone(), every, shutdown.clone());
+        tasks.spawn(Task::Resync, resync);
+        tasks.spawn(
+            Task::LeadershipWatch,
+            reconcile_all_on_leadership(
+                caches.clone(),
+                synced,
+                leadership.clone(),
+                touched,
+                shutdown.clone(),
+            ),
+        );
+        tasks.spawn(
+            Task::Certificates,
+            certificates(config, &base, &leadership, &explainer, shutdown),
+        );
+        tasks.spawn(
+            Task::PhasedRollouts,
+            phased_rollouts(
+                config,
+                &base,
+                caches,
+                &leadership,
+                board,
+                explainer,
                 shutdown,
-            )
-            .await;
-            Ok(())
-        }
-    });
+            ),
+        );
+        tasks.spawn(Task::LeaderElection, {
+            let shutdown = shutdown.clone();
+            async move {
+                elector.run(shutdown).await;
+                Ok(())
+            }
+        });
+        tasks.spawn(
+            Task::GroupQueue,
+            group_queue(touched_groups, reconciler, shutdown.clone()),
+        );
+        tasks
+    }
+}
 
-    // The first task to end before shutdown is a failure: everything stops, the process exits
-    // non-zero. Otherwise the tasks get SHUTDOWN_GRACE (the Lease release is one of them).
-    let failure = tasks.until_failure(&shutdown).await;
+/// Reconciles each group a change concerns, at most [`MAX_CONCURRENT_GROUPS`] at once, one
+/// group never twice at once.
+async fn group_queue(
+    touched_groups: tokio::sync::mpsc::UnboundedReceiver<String>,
+    reconciler: Arc<GroupReconciler>,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    queue::run(
+        touched_groups,
+        MAX_CONCURRENT_GROUPS,
+        move |group| {
+            let reconciler = reconciler.clone();
+            async move { reconciler.reconcile(&group).await }
+        },
+        shutdown,
+    )
+    .await;
+    Ok(())
+}
+
+/// The webhook's certificate, kept by the leader.
+fn certificates(
+    config: &Config,
+    base: &Base,
+    leadership: &Leadership,
+    explainer: &Explainer,
+    shutdown: &CancellationToken,
+) -> impl std::future::Future<Output = anyhow::Result<()>> + Send + 'static {
+    let settings = crate::certificates::Settings {
+        config: config.certificates.clone(),
+        namespace: config.namespace.clone(),
+        system_namespace: config.system_namespace().to_owned(),
+        cluster_domain: config.cluster_domain.clone(),
+        request_timeout: config.kubernetes.request_timeout.get(),
+    };
+    let (client, leadership, registry) = (
+        base.client.clone(),
+        leadership.clone(),
+        base.registry.clone(),
+    );
+    let (explainer, shutdown) = (explainer.clone(), shutdown.clone());
+    async move {
+        crate::certificates::run(client, settings, leadership, explainer, &registry, shutdown).await
+    }
+}
+
+/// The PhasedRollouts of the namespace. A PhasedRollout names a StatefulSet of its own
+/// cluster: served without other clusters only (docs/multi-cluster.md).
+fn phased_rollouts(
+    config: &Config,
+    base: &Base,
+    caches: Caches,
+    leadership: &Leadership,
+    board: crate::status::StatusBoard,
+    explainer: Explainer,
+    shutdown: &CancellationToken,
+) -> impl std::future::Future<Output = anyhow::Result<()>> + Send + 'static {
+    let spans_clusters = caches.spans_clusters();
+    let phased = crate::phased::PhasedRollouts {
+        client: base.client.clone(),
+        namespace: config.namespace.clone(),
+        request_timeout: config.kubernetes.request_timeout.get(),
+        caches,
+        leadership: leadership.clone(),
+        board,
+        explainer,
+    };
+    let shutdown = shutdown.clone();
+    async move {
+        if spans_clusters {
+            shutdown.cancelled().await;
+            return Ok(());
+        }
+        phased.run(shutdown).await
+    }
+}
+
+/// Waits until the first task ends before shutdown (a failure: everything stops, the process
+/// exits non-zero), or until shutdown; then gives the tasks SHUTDOWN_GRACE (the Lease release
+/// is one of them).
+async fn supervise(
+    mut tasks: Supervisor<Task>,
+    readiness: &Readiness,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<()> {
+    let failure = tasks.until_failure(shutdown).await;
     if let Some(failure) = &failure {
         tracing::error!(error = format!("{failure:#}"), "stopping");
         shutdown.cancel();
