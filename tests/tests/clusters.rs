@@ -13,6 +13,7 @@
 //! NAME` for each cluster, and a person approves, pauses and resumes with `kubectl baton
 //! approve`, `pause` and `resume --member NAME`, each write landing in its member's cluster.
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use base64::Engine;
@@ -23,7 +24,7 @@ use baton_core::gates::{
     SOAK_ANNOTATION,
 };
 use baton_core::status::{GroupStatus, RolloutPhase, RolloutStatus};
-use baton_e2e::controller_support::{Controller, rollout_state, wait_event};
+use baton_e2e::controller_support::{Controller, RolloutState, rollout_state, wait_event};
 use baton_e2e::fixtures::StatefulSetFixture;
 use baton_e2e::member_clusters::{
     CLUSTERS, Group, KUBECONFIG_KEY, MemberClusters, kubeconfig_secret,
@@ -1473,6 +1474,7 @@ fn a_rollback_across_clusters_writes_each_template_back_in_its_cluster_and_goes_
         let b = clusters.cluster("cluster-b");
         let held = format!("{}-0", group.statefulset);
         b.simulator.hold_replacement(&held).await;
+        let before = templates_and_revisions(&clusters, &group).await;
         let from = clusters.roll_out(&group, "v2").await;
         wait_until(TIMEOUT, "cluster-a done and cluster-b half-way", || async {
             clusters.updated_pods(&group, "cluster-a").await == 3
@@ -1552,16 +1554,23 @@ fn a_rollback_across_clusters_writes_each_template_back_in_its_cluster_and_goes_
                 .is_some_and(|why| why.contains("latency doubled")),
             "{status:#?}"
         );
+        let after = templates_and_revisions(&clusters, &group).await;
         for cluster in CLUSTERS {
-            let state = rollout_state(
-                &clusters.cluster(cluster).client(),
-                clusters.namespace(),
-                &group.statefulset,
-            )
-            .await;
+            let (template, revision) = (&before[cluster].0, &before[cluster].1.update_revision);
+            let state = &after[cluster].1;
+            assert_eq!(
+                &after[cluster].0, template,
+                "{cluster}: the template from before the rollout, written back"
+            );
+            assert_eq!(
+                &state.update_revision, revision,
+                "{cluster}: the update revision from before: {state:?}"
+            );
             assert!(
-                state.is_complete(),
-                "{cluster} back at one revision: {state:?}"
+                state.is_complete()
+                    && state.pod_revisions.len() == 3
+                    && state.pod_revisions.values().all(|pod| pod == revision),
+                "{cluster}: every pod back at {revision}: {state:?}"
             );
         }
         // zone by zone, cluster-b (the one the rollout reached last) first, cluster-c never
@@ -1595,6 +1604,27 @@ fn a_rollback_across_clusters_writes_each_template_back_in_its_cluster_and_goes_
         )
         .await;
     });
+}
+
+/// Per cluster, the pod template of `group`'s StatefulSet and its rollout state.
+async fn templates_and_revisions(
+    clusters: &MemberClusters,
+    group: &Group,
+) -> BTreeMap<&'static str, (serde_json::Value, RolloutState)> {
+    let mut seen = BTreeMap::new();
+    for cluster in CLUSTERS {
+        let client = clusters.cluster(cluster).client();
+        let template = Api::<StatefulSet>::namespaced(client.clone(), clusters.namespace())
+            .get(&group.statefulset)
+            .await
+            .unwrap_or_else(|error| panic!("reading {cluster}'s {}: {error}", group.statefulset))
+            .spec
+            .map(|spec| spec.template);
+        let template = serde_json::to_value(template).expect("a template serializes");
+        let state = rollout_state(&client, clusters.namespace(), &group.statefulset).await;
+        seen.insert(cluster, (template, state));
+    }
+    seen
 }
 
 /// deploy/members' guards in a member cluster: its users may write StatefulSet annotations
