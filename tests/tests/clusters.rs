@@ -1474,7 +1474,7 @@ fn a_rollback_across_clusters_writes_each_template_back_in_its_cluster_and_goes_
         let b = clusters.cluster("cluster-b");
         let held = format!("{}-0", group.statefulset);
         b.simulator.hold_replacement(&held).await;
-        let before = templates_and_revisions(&clusters, &group).await;
+        let before = templates_and_revisions(clusters, &group).await;
         let from = clusters.roll_out(&group, "v2").await;
         wait_until(TIMEOUT, "cluster-a done and cluster-b half-way", || async {
             clusters.updated_pods(&group, "cluster-a").await == 3
@@ -1554,7 +1554,7 @@ fn a_rollback_across_clusters_writes_each_template_back_in_its_cluster_and_goes_
                 .is_some_and(|why| why.contains("latency doubled")),
             "{status:#?}"
         );
-        let after = templates_and_revisions(&clusters, &group).await;
+        let after = templates_and_revisions(clusters, &group).await;
         for cluster in CLUSTERS {
             let (template, revision) = (&before[cluster].0, &before[cluster].1.update_revision);
             let state = &after[cluster].1;
