@@ -293,48 +293,130 @@ mod tests {
         assert!(state.startable().is_empty(), "b ran once for two requests");
     }
 
+    /// What the reconciles of [`groups_run_concurrently_but_one_group_never_overlaps_itself`]
+    /// saw, per group.
+    #[derive(Debug, Default)]
+    struct Runs {
+        /// Runs started (the queue called the reconcile) and not finished.
+        in_flight: HashMap<String, usize>,
+        /// The most runs of the group in flight at once.
+        most_at_once: HashMap<String, usize>,
+        finished: HashMap<String, usize>,
+    }
+
+    impl Runs {
+        fn start(&mut self, group: &str) {
+            let in_flight = self.in_flight.entry(group.to_owned()).or_default();
+            *in_flight += 1;
+            let most = self.most_at_once.entry(group.to_owned()).or_default();
+            *most = (*most).max(*in_flight);
+        }
+
+        fn finish(&mut self, group: &str) {
+            *self.in_flight.entry(group.to_owned()).or_default() -= 1;
+            *self.finished.entry(group.to_owned()).or_default() += 1;
+        }
+
+        fn count(counts: &HashMap<String, usize>, group: &str) -> usize {
+            counts.get(group).copied().unwrap_or(0)
+        }
+    }
+
+    /// Waits until `condition` holds of the runs; panics, naming `what`, if it does not soon.
+    async fn wait_for_runs(
+        watched: &mut tokio::sync::watch::Receiver<Runs>,
+        what: &str,
+        condition: impl FnMut(&Runs) -> bool,
+    ) {
+        let waited = tokio::time::timeout(Duration::from_secs(10), watched.wait_for(condition))
+            .await
+            .map(|seen| seen.map(|_| ()));
+        if !matches!(waited, Ok(Ok(()))) {
+            panic!("never {what}: {:?}", *watched.borrow());
+        }
+    }
+
     #[tokio::test]
     async fn groups_run_concurrently_but_one_group_never_overlaps_itself() {
         let (sender, receiver) = tokio::sync::mpsc::unbounded_channel();
-        let in_flight = Arc::new(AtomicUsize::new(0));
-        let overlaps = Arc::new(AtomicUsize::new(0));
-        let runs = Arc::new(AtomicUsize::new(0));
+        let (runs, mut watched) = tokio::sync::watch::channel(Runs::default());
+        let runs = Arc::new(runs);
+        // Runs of "a" and "b" hold until released; the marker's never do.
+        let (release, released) = tokio::sync::watch::channel(false);
         let shutdown = CancellationToken::new();
         let queue = tokio::spawn(run(
             receiver,
             8,
             {
-                let (in_flight, overlaps, runs) =
-                    (in_flight.clone(), overlaps.clone(), runs.clone());
+                let runs = runs.clone();
                 move |group: String| {
-                    let (in_flight, overlaps, runs) =
-                        (in_flight.clone(), overlaps.clone(), runs.clone());
+                    // Counted when the queue starts the run, before the task is first polled:
+                    // a second run of a group started by mistake counts at once.
+                    runs.send_modify(|runs| runs.start(&group));
+                    let (runs, mut released) = (runs.clone(), released.clone());
                     async move {
-                        assert_eq!(group, "only");
-                        if in_flight.fetch_add(1, Ordering::SeqCst) > 0 {
-                            overlaps.fetch_add(1, Ordering::SeqCst);
+                        if group != "marker" {
+                            released
+                                .wait_for(|released| *released)
+                                .await
+                                .expect("the test keeps the release until the end");
                         }
-                        tokio::time::sleep(Duration::from_millis(20)).await;
-                        in_flight.fetch_sub(1, Ordering::SeqCst);
-                        runs.fetch_add(1, Ordering::SeqCst);
+                        runs.send_modify(|runs| runs.finish(&group));
                         Requeue::Never
                     }
                 }
             },
             shutdown.clone(),
         ));
+
+        // Given two groups requested: both run, at the same time (neither finishes before the
+        // other has started: a queue running one group at a time never gets here)
+        sender.send("a".to_owned()).unwrap();
+        sender.send("b".to_owned()).unwrap();
+        wait_for_runs(&mut watched, "a and b in flight at once", |runs| {
+            Runs::count(&runs.in_flight, "a") > 0 && Runs::count(&runs.in_flight, "b") > 0
+        })
+        .await;
+
+        // When each is requested 50 times more while it runs, then a marker group: the queue
+        // takes requests in order, so once the marker ran it has seen all 100
         for _ in 0..50 {
-            sender.send("only".to_owned()).unwrap();
+            sender.send("a".to_owned()).unwrap();
+            sender.send("b".to_owned()).unwrap();
         }
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        sender.send("marker".to_owned()).unwrap();
+        wait_for_runs(&mut watched, "the marker finished", |runs| {
+            Runs::count(&runs.finished, "marker") == 1
+        })
+        .await;
+
+        // Then neither group was started a second time while it ran
+        {
+            let seen = watched.borrow();
+            for group in ["a", "b"] {
+                assert_eq!(
+                    Runs::count(&seen.most_at_once, group),
+                    1,
+                    "{group} overlapped itself: {:?}",
+                    *seen
+                );
+            }
+        }
+
+        // And once released, the 50 requests of each became exactly one more run, never
+        // overlapping the first
+        release.send(true).unwrap();
+        wait_for_runs(&mut watched, "a and b ran twice each", |runs| {
+            Runs::count(&runs.finished, "a") == 2 && Runs::count(&runs.finished, "b") == 2
+        })
+        .await;
         shutdown.cancel();
         queue.await.unwrap();
-        assert_eq!(overlaps.load(Ordering::SeqCst), 0);
-        let runs = runs.load(Ordering::SeqCst);
-        assert!(
-            (1..=2).contains(&runs),
-            "50 requests coalesced into {runs} runs"
-        );
+        let seen = watched.borrow();
+        for group in ["a", "b"] {
+            assert_eq!(Runs::count(&seen.finished, group), 2, "{:?}", *seen);
+            assert_eq!(Runs::count(&seen.most_at_once, group), 1, "{:?}", *seen);
+        }
     }
 
     #[tokio::test]

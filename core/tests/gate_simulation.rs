@@ -11,25 +11,27 @@
 //! resourceVersion conflict (the controller then acts on nothing), and the leader fails over
 //! (the gate keeps nothing in memory: the new leader reads what the old one stored).
 //!
-//! Checked at every step, by the checker's own bookkeeping (never the gate's state):
-//! - (a) a zone's first deletion comes only once every zone that started before it has been
+//! Checked at every step, by the checker's own bookkeeping (never the gate's state), under
+//! letters of their own, (G-a) to (G-k), apart from the rollout simulation's (a) to (k) (both are
+//! cited in docs/rollout-guarantees.md):
+//! - (G-a) a zone's first deletion comes only once every zone that started before it has been
 //!   completely updated and available, and at least the soak after it completed;
-//! - (b) a halted group deletes nothing;
-//! - (e) with a ramp (30% of scenarios), a zone's step comes only once it is fully available
+//! - (G-b) a halted group deletes nothing;
+//! - (G-e) with a ramp (30% of scenarios), a zone's step comes only once it is fully available
 //!   and takes at most 1, 2, 4, … pods;
-//! - (d) with a health check (half the scenarios; random passes, failures and inconclusive
+//! - (G-d) with a health check (half the scenarios; random passes, failures and inconclusive
 //!   runs during chaos, failures halting the group), no step is taken before the check passed
 //!   `successThreshold` times in a row, counting only runs `initialDelay` after the last step;
-//! - (c) once chaos stops (and halts are lifted), the rollout completes within a bounded
+//! - (G-c) once chaos stops (and halts are lifted), the rollout completes within a bounded
 //!   number of steps;
-//! - (f) with a health check, in half those scenarios the template changes again mid-rollout:
+//! - (G-f) with a health check, in half those scenarios the template changes again mid-rollout:
 //!   passes seen for the earlier revision count for nothing after it (the checker starts its
 //!   count, its zone order and the initial delay afresh for the new revision).
 //!
-//! - (g) with batches (30% of the scenarios without a ramp: random cumulative percentages), a
+//! - (G-g) with batches (30% of the scenarios without a ramp: random cumulative percentages), a
 //!   zone's step comes only once it is fully available and ends at most at the next
 //!   cumulative size, by the checker's own arithmetic;
-//! - (h) with approvals (`canary`, `zone` or `batch`, 30% of scenarios), no step is taken
+//! - (G-h) with approvals (`canary`, `zone` or `batch`, 30% of scenarios), no step is taken
 //!   before the approval it needs is written, by the checker's own reading of the step names
 //!   (zone, revision, pods updated; the canary's names the group's revisions); a simulated
 //!   person approves what the gate awaits after a random delay (always, once chaos stops) on
@@ -38,26 +40,26 @@
 //!   newcomer's word), which must let nothing go: a step counts as approved by the checker only
 //!   when every member carries it;
 //! - a bypass (`baton.dev/bypass-gates-until`, 25% of scenarios) that ends at a random step:
-//!   while it is in force (a) drops the soak's time and (d) the passes; from the step it ends,
+//!   while it is in force (G-a) drops the soak's time and (G-d) the passes; from the step it ends,
 //!   both hold again (an expired bypass bypasses nothing). A bypass on one member only (30% of
 //!   them) is never in force by the checker's clock.
 //!
 //! - the pass's effects run in their order, as the leader runs them: a gate state write that
 //!   conflicts ends the pass with what came before it done, so a pass acting before it stores
 //!   its state is caught (its mutation test);
-//! - (i) at every deletion of an available pod, no other zone has a pod that baton deleted and
+//! - (G-i) at every deletion of an available pod, no other zone has a pod that baton deleted and
 //!   that is not ready again: baton's disruption stays in one zone at a time, rollbacks
 //!   included (replacing a pod that is down already takes nothing away);
-//! - (j) rollbacks (25% of the scenarios without a second template change, asked for by a
+//! - (G-j) rollbacks (25% of the scenarios without a second template change, asked for by a
 //!   person at a random step or, in a fifth of the checks, by the check's `onFailure:
 //!   Rollback`; a person sometimes asks again while one runs): the simulated controller starts
 //!   it and writes the templates back as the real one does, and the checker, by its own
 //!   bookkeeping, requires each deletion to be in the first zone of its turn order (the zones
 //!   the rollout started last first) not yet back at the old revision, and of an available pod,
 //!   the highest ordinal not yet back; soaks, checks, ramps, batches and approvals hold
-//!   nothing; (c) then requires the rollback to complete.
+//!   nothing; (G-c) then requires the rollback to complete.
 //!
-//! - (k) in half the scenarios, during chaos, the group's membership changes under it, as
+//! - (G-k) in half the scenarios, during chaos, the group's membership changes under it, as
 //!   whoever may create a StatefulSet with the group's label can make it: a member with no
 //!   pods (no zone) joins with a name sorting before the zones, between them or after them,
 //!   holding no state; one leaves; one that left comes back, under its name or another, with
@@ -173,9 +175,9 @@ struct Stats {
     bypassed_deletions: u64,
     rollbacks: u64,
     rollback_deletions: u64,
-    /// Members that joined, left or came back (k).
+    /// Members that joined, left or came back (G-k).
     membership_changes: u64,
-    /// Failure counts that reached the threshold, each checked to halt the group (k).
+    /// Failure counts that reached the threshold, each checked to halt the group (G-k).
     failure_halts_checked: u64,
 }
 
@@ -218,17 +220,17 @@ struct Simulation<'g> {
     last_step: Option<u64>,
     /// The step at which the template changes again, if it does.
     retarget_at: Option<u64>,
-    /// (k) Members that joined the group and are no zone (no pods), in no order.
+    /// (G-k) Members that joined the group and are no zone (no pods), in no order.
     newcomers: Vec<StatefulSetSnapshot>,
-    /// (k) Members that left, as they were (with the state they held), to come back.
+    /// (G-k) Members that left, as they were (with the state they held), to come back.
     departed: Vec<StatefulSetSnapshot>,
-    /// (k) The membership changes in this scenario; by its own random stream, so that the
+    /// (G-k) The membership changes in this scenario; by its own random stream, so that the
     /// other scenarios' draws are as they were without it.
     membership: Option<ChaCha8Rng>,
     /// The group as the leader reads it: itself, but for the mutation tests of where the
     /// check's state is read from.
     reads: fn(GroupSnapshot) -> GroupSnapshot,
-    /// Checker (k): failures in a row the gate surely stored, and the step of the last run it
+    /// Checker (G-k): failures in a row the gate surely stored, and the step of the last run it
     /// stored.
     failures_in_row: u32,
     last_run_stored: Option<u64>,
@@ -464,7 +466,7 @@ impl<'g> Simulation<'g> {
             })
     }
 
-    /// (k) The membership changes, sometimes, during chaos: a member with no pods joins (named
+    /// (G-k) The membership changes, sometimes, during chaos: a member with no pods joins (named
     /// to sort first, between the zones or last, holding nothing), a newcomer leaves, or one
     /// that left comes back under its name or another with the state it held then.
     fn membership_changes(&mut self) {
@@ -581,7 +583,7 @@ impl<'g> Simulation<'g> {
             for member in &mut self.group.statefulsets {
                 member.update_revision = Some(format!("{}-v3", member.name));
             }
-            // Property (f): a new rollout, counted afresh by the checker, its initial delay
+            // Property (G-f): a new rollout, counted afresh by the checker, its initial delay
             // from its own steps (a completed rollout's state is forgotten by the gate).
             self.settled_passes = 0;
             self.failures_in_row = 0;
@@ -691,7 +693,7 @@ impl<'g> Simulation<'g> {
         let now = instant(self.step);
         let run = self.check_run(now)?;
         let seen = (self.reads)(self.view());
-        // Checker (k): runs while halted or rolling back count for nothing.
+        // Checker (G-k): runs while halted or rolling back count for nothing.
         let uncounted = self.rollback_in_play()
             || seen
                 .statefulsets
@@ -725,7 +727,7 @@ impl<'g> Simulation<'g> {
         // what came before it happened.
         let mut counted = false;
         let mut checked = false;
-        // What the pass stored, for the checker's (k): whether it stored the run, a halt.
+        // What the pass stored, for the checker's (G-k): whether it stored the run, a halt.
         let mut stored: Vec<AnnotationWrite> = Vec::new();
         for effect in &pass.effects {
             match effect {
@@ -796,7 +798,7 @@ impl<'g> Simulation<'g> {
 
     /// The writes of a store that conflicts which went through before it: the leader patches
     /// the members one by one in name order, and the conflict may come at any of them. Only in
-    /// the scenarios whose membership changes (k); in the others nothing is written.
+    /// the scenarios whose membership changes (G-k); in the others nothing is written.
     fn written_before_the_conflict(&mut self, writes: &[AnnotationWrite]) -> Vec<AnnotationWrite> {
         let Some(rng) = self.membership.as_mut() else {
             return Vec::new();
@@ -816,7 +818,7 @@ impl<'g> Simulation<'g> {
             .collect()
     }
 
-    /// Checker (k), for a pass whose store conflicted after `stored` went through: the gate may
+    /// Checker (G-k), for a pass whose store conflicted after `stored` went through: the gate may
     /// have stored the run on some members, and read it back from them or not. The checker
     /// takes whatever lets the gate most: a pass counted, no failure counted, and no run
     /// remembered but an older one.
@@ -842,7 +844,7 @@ impl<'g> Simulation<'g> {
         }
     }
 
-    /// Property `CheckStateForgotten` (k), after a pass that stored `stored` in full: once
+    /// Property `CheckStateForgotten` (G-k), after a pass that stored `stored` in full: once
     /// `failureThreshold` failures in a row were stored, the pass halts the group (or asks for
     /// its rollback), unless a bypass is in force. Runs the gate does not count (`uncounted`:
     /// halted or rolling back; or the run not stored) start the checker's count again.
@@ -900,7 +902,7 @@ impl<'g> Simulation<'g> {
 
     /// A run of the health check when one is due, with a random outcome during chaos (a
     /// failing or unreachable Prometheus) and passing after.
-    /// Property `CheckStateForgotten` (k): no run sooner than `interval` after the last one the
+    /// Property `CheckStateForgotten` (G-k): no run sooner than `interval` after the last one the
     /// gate stored, by the checker's own clock.
     fn check_run(&mut self, now: Timestamp) -> Result<Option<CheckRun>, Violation> {
         let Some(policy) = self.policy.as_ref() else {
@@ -952,7 +954,7 @@ impl<'g> Simulation<'g> {
         }
     }
 
-    /// Property (e): with a ramp, a zone's step comes only once the zone is fully available,
+    /// Property (G-e): with a ramp, a zone's step comes only once the zone is fully available,
     /// and takes at most the ramp's next size (1, 2, 4, …), by the checker's own count.
     fn check_ramp(&self, gated: &Plan) -> Result<(), Violation> {
         if !self.ramp {
@@ -1143,7 +1145,7 @@ impl<'g> Simulation<'g> {
         }
     }
 
-    /// Property (i), on a deletion in `zone`.
+    /// Property (G-i), on a deletion in `zone`.
     fn check_one_zone(&self, zone: usize, pod: &str) -> Result<(), Violation> {
         for (other, disrupted) in self.disrupted.iter().enumerate() {
             if other != zone && !disrupted.is_empty() {
@@ -1168,7 +1170,7 @@ impl<'g> Simulation<'g> {
         })
     }
 
-    /// Property (j), on a deletion of `zone`'s pod `ordinal` during a rollback.
+    /// Property (G-j), on a deletion of `zone`'s pod `ordinal` during a rollback.
     fn check_rollback(&self, zone: usize, ordinal: usize, pod: &str) -> Result<(), Violation> {
         let order = self.rolling_back.as_ref().expect("rolling back");
         let turn = order.iter().copied().find(|&zone| !self.rolled_back(zone));
@@ -1275,7 +1277,7 @@ impl<'g> Simulation<'g> {
         }
     }
 
-    /// Property (g): with batches, a zone's step comes only once the zone is fully available,
+    /// Property (G-g): with batches, a zone's step comes only once the zone is fully available,
     /// and ends at most at the next cumulative size, by the checker's own arithmetic.
     fn check_batches(&self, gated: &Plan) -> Result<(), Violation> {
         let Some(percents) = &self.batches else {
@@ -1319,7 +1321,7 @@ impl<'g> Simulation<'g> {
         Ok(())
     }
 
-    /// Property (h): a step goes only with the approvals it needs written on every member, by
+    /// Property (G-h): a step goes only with the approvals it needs written on every member, by
     /// the checker's own naming of the step.
     fn check_approval(&self, gated: &Plan) -> Result<(), Violation> {
         let Some(approval) = self.approval else {
@@ -1336,7 +1338,7 @@ impl<'g> Simulation<'g> {
                 .map(|value| value.split(',').collect())
                 .unwrap_or_default()
         }
-        // Every member, newcomers (k) included: they are the group's members as much.
+        // Every member, newcomers (G-k) included: they are the group's members as much.
         let group = self.view();
         let mut members = group.statefulsets.iter();
         let first = members.next().map(of).unwrap_or_default();
@@ -1385,7 +1387,7 @@ impl<'g> Simulation<'g> {
         }
     }
 
-    /// Property `CheckStateForgotten` (k), on a deletion: no step sooner than `initialDelay`
+    /// Property `CheckStateForgotten` (G-k), on a deletion: no step sooner than `initialDelay`
     /// after the last step, by the checker's own clock.
     fn check_initial_delay(&self, pod: &str) -> Result<(), Violation> {
         let Some(policy) = &self.policy else {
@@ -1404,7 +1406,7 @@ impl<'g> Simulation<'g> {
         }
     }
 
-    /// Property (d), on a deletion.
+    /// Property (G-d), on a deletion.
     fn check_health(&self, pod: &str) -> Result<(), Violation> {
         let Some(policy) = &self.policy else {
             return Ok(());
@@ -1424,7 +1426,7 @@ impl<'g> Simulation<'g> {
         Ok(())
     }
 
-    /// Property (a), on a deletion in `zone`.
+    /// Property (G-a), on a deletion in `zone`.
     fn check_zone_start(&mut self, zone: usize, pod: &str) -> Result<(), Violation> {
         if self.started.contains(&zone) {
             return Ok(());
@@ -1828,7 +1830,9 @@ fn checker_catches_a_gate_that_disrupts_a_second_zone() {
 #[test]
 fn checker_catches_a_pass_that_acts_before_it_stores_the_gates_state() {
     // The store moved after the actions: a write that then conflicts leaves steps taken that
-    // the gate's state does not know of.
+    // the gate's state does not know of. What is lost first is that a zone was cleared to
+    // roll: when the next zone's turn comes, the gate knows of no zone before it to soak after,
+    // and lets it go the moment the first one completed.
     let mangle: fn(&mut Pass) = |pass| {
         if let Some(at) = pass
             .effects
@@ -1841,7 +1845,7 @@ fn checker_catches_a_pass_that_acts_before_it_stores_the_gates_state() {
     };
     match run_mangled_scenarios(&real_gate, mangle, BROKEN_GATE_SCENARIOS) {
         Ok(stats) => panic!("the checker missed a pass acting before its store: {stats:?}"),
-        Err(violation) => println!("caught: {violation}"),
+        Err(violation) => assert_eq!(violation.property, Property::ZoneBeforeSoak, "{violation}"),
     }
 }
 

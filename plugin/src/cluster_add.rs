@@ -4,7 +4,7 @@
 //! Written by hand, that Secret is the step of a multi-cluster setup most likely to go wrong:
 //! the kubeconfig must be self-contained (the hub's controller accepts inline server, CA and
 //! token alone, [`baton_core::cluster_kubeconfig`], and a person's kubeconfig usually names files
-//! or runs a program), its identity must be deploy/member-cluster' `baton-member` (the one the member's
+//! or runs a program), its identity must be deploy/member-cluster's `baton-member` (the one the member's
 //! state guard lets write baton's memory), and that identity must reach the groups' namespace.
 //! So this command, from the person's own context for the member:
 //! 1. asks the member for a token of that ServiceAccount (a TokenRequest: a bound token with the
@@ -42,7 +42,7 @@ use crate::clusters::error_chain;
 /// deploy/member-cluster puts the member's ServiceAccount.
 pub const SYSTEM_NAMESPACE: &str = "baton-system";
 
-/// deploy/member-cluster' ServiceAccount (deploy/member-cluster/system/member-account.yaml), as
+/// deploy/member-cluster's ServiceAccount (deploy/member-cluster/system/member-account.yaml), as
 /// `NAMESPACE/NAME`.
 pub const MEMBER_ACCOUNT: &str = "baton-system/baton-member";
 
@@ -80,7 +80,7 @@ pub struct Add {
     /// and annotated on the Secret. Run the command again before then to rotate it.
     #[arg(long, default_value = "8760h", value_parser = parse_duration)]
     pub duration: Duration,
-    /// The ServiceAccount in the member whose token the hub is given: deploy/member-cluster'.
+    /// The ServiceAccount in the member whose token the hub is given: deploy/member-cluster's.
     #[arg(long, value_name = "NAMESPACE/NAME", default_value = MEMBER_ACCOUNT, value_parser = parse_account)]
     pub service_account: Account,
     /// The Secret written in the hub (default: member-NAME).

@@ -170,7 +170,7 @@ enum Command {
 
 #[derive(Debug, Subcommand)]
 enum ClusterCommand {
-    /// Give the hub's controller member cluster NAME: a token of deploy/member-cluster' ServiceAccount
+    /// Give the hub's controller member cluster NAME: a token of deploy/member-cluster's ServiceAccount
     /// there (from --from-context), in a kubeconfig the controller accepts, written as the
     /// Secret it reads in the hub (--context). Run it again to rotate the token.
     Add(cluster_add::Add),

@@ -378,9 +378,9 @@ pub async fn the_controller_changes_only_ca_bundles(control_plane: &ControlPlane
     let _ = admin_mutating.delete(&name, &DeleteParams::default()).await;
 }
 
-/// The identity a hub's controller reaches a member cluster with: deploy/member-cluster'
+/// The identity a hub's controller reaches a member cluster with: deploy/member-cluster's
 /// ServiceAccount `baton-system/baton-member` (system/member-account.yaml), whose token
-/// `kubectl baton cluster add` writes into the hub's Secret, which deploy/member-cluster' RoleBinding
+/// `kubectl baton cluster add` writes into the hub's Secret, which deploy/member-cluster's RoleBinding
 /// binds and its state guard lets set baton's memory.
 pub const MEMBER_IDENTITY: (&str, &str) = (SERVICE_ACCOUNT_NAMESPACE, "baton-member");
 

@@ -262,6 +262,38 @@ pub fn deletion_batches(timeline: &[PodTransition], zone: &Zone, from: Instant) 
     batches
 }
 
+/// The most pods of `zone` unavailable (missing, not ready or terminating) at once from `from`
+/// on: with [`deletion_batches`], a lower bound on how much of its max-unavailable a rollout used.
+pub fn most_unavailable(timeline: &[PodTransition], zone: &Zone, from: Instant) -> u32 {
+    let mut pods: HashMap<&str, PodState> = HashMap::new();
+    let mut most = 0;
+    for transition in timeline {
+        if transition.statefulset.as_deref() != Some(zone.statefulset.as_str()) {
+            continue;
+        }
+        let uid = transition.uid.as_str();
+        match transition.event {
+            PodEvent::Created => {
+                pods.insert(uid, PodState::default());
+            }
+            PodEvent::Ready => pods.entry(uid).or_default().ready = true,
+            PodEvent::NotReady => pods.entry(uid).or_default().ready = false,
+            PodEvent::Terminating => pods.entry(uid).or_default().terminating = true,
+            PodEvent::Deleted => {
+                pods.remove(uid);
+            }
+        }
+        if transition.at >= from {
+            let available = pods
+                .values()
+                .filter(|state| state.ready && !state.terminating)
+                .count() as u32;
+            most = most.max(zone.replicas.saturating_sub(available));
+        }
+    }
+    most
+}
+
 fn set(
     pods: &mut HashMap<String, (String, bool, PodState)>,
     uid: &str,
@@ -443,5 +475,27 @@ mod tests {
             deletion_batches(&r.timeline, &other, from),
             Vec::<usize>::new()
         );
+    }
+
+    #[test]
+    fn most_unavailable_counts_missing_not_ready_and_terminating_pods_from_the_start_on() {
+        let mut r = Recorder::new();
+        for ordinal in 0..3 {
+            r.ready_pod("z-a", ordinal, &format!("a{ordinal}"));
+        }
+        // a pod down before the check starts counts only while still down after it
+        r.push("z-a", "z-a-0", "a0", PodEvent::NotReady);
+        r.push("z-a", "z-a-0", "a0", PodEvent::Ready);
+        let from = r.timeline.last().unwrap().at + Duration::from_micros(1);
+        let zone = Zone::new("z-a", 3, 2);
+        assert_eq!(most_unavailable(&r.timeline, &zone, from), 0);
+        r.push("z-a", "z-a-1", "a1", PodEvent::Terminating);
+        r.push("z-a", "z-a-2", "a2", PodEvent::NotReady);
+        r.push("z-a", "z-a-1", "a1", PodEvent::Deleted);
+        r.ready_pod("z-a", 1, "a1-new");
+        r.push("z-a", "z-a-2", "a2", PodEvent::Ready);
+        assert_eq!(most_unavailable(&r.timeline, &zone, from), 2);
+        let other = Zone::new("z-b", 3, 2);
+        assert_eq!(most_unavailable(&r.timeline, &other, from), 0);
     }
 }

@@ -13,6 +13,7 @@
 //! NAME` for each cluster, and a person approves, pauses and resumes with `kubectl baton
 //! approve`, `pause` and `resume --cluster NAME`, each write landing in its member's cluster.
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use base64::Engine;
@@ -24,7 +25,7 @@ use baton_core::gates::{
 };
 use baton_core::status::{GroupStatus, RolloutPhase, RolloutStatus};
 use baton_e2e::cluster_support::{CLUSTERS, ClusterTrio, Group, KUBECONFIG_KEY, kubeconfig_secret};
-use baton_e2e::controller_support::{Controller, rollout_state, wait_event};
+use baton_e2e::controller_support::{Controller, RolloutState, rollout_state, wait_event};
 use baton_e2e::fixtures::StatefulSetFixture;
 use baton_e2e::plugin_support::{
     kubectl_baton, kubectl_baton_across, wait_across, write_clusters_kubeconfig,
@@ -186,7 +187,7 @@ fn each_member_cluster_is_reached_through_its_kubeconfig_secret_in_the_hub_as_ba
                     .expect("a client configuration");
             let client = kube::Client::try_from(config).expect("a client");
 
-            // Then the member's API server takes it for deploy/member-cluster' baton-member
+            // Then the member's API server takes it for deploy/member-cluster'ss baton-member
             let review = Api::<SelfSubjectReview>::all(client.clone())
                 .create(&PostParams::default(), &SelfSubjectReview::default())
                 .await
@@ -1471,6 +1472,7 @@ fn a_rollback_across_clusters_writes_each_template_back_in_its_cluster_and_goes_
         let b = clusters.cluster("cluster-b");
         let held = format!("{}-0", group.statefulset);
         b.simulator.hold_replacement(&held).await;
+        let before = templates_and_revisions(clusters, &group).await;
         let from = clusters.roll_out(&group, "v2").await;
         wait_until(TIMEOUT, "cluster-a done and cluster-b half-way", || async {
             clusters.updated_pods(&group, "cluster-a").await == 3
@@ -1550,16 +1552,23 @@ fn a_rollback_across_clusters_writes_each_template_back_in_its_cluster_and_goes_
                 .is_some_and(|why| why.contains("latency doubled")),
             "{status:#?}"
         );
+        let after = templates_and_revisions(clusters, &group).await;
         for cluster in CLUSTERS {
-            let state = rollout_state(
-                &clusters.cluster(cluster).client(),
-                clusters.namespace(),
-                &group.statefulset,
-            )
-            .await;
+            let (template, revision) = (&before[cluster].0, &before[cluster].1.update_revision);
+            let state = &after[cluster].1;
+            assert_eq!(
+                &after[cluster].0, template,
+                "{cluster}: the template from before the rollout, written back"
+            );
+            assert_eq!(
+                &state.update_revision, revision,
+                "{cluster}: the update revision from before: {state:?}"
+            );
             assert!(
-                state.is_complete(),
-                "{cluster} back at one revision: {state:?}"
+                state.is_complete()
+                    && state.pod_revisions.len() == 3
+                    && state.pod_revisions.values().all(|pod| pod == revision),
+                "{cluster}: every pod back at {revision}: {state:?}"
             );
         }
         // zone by zone, cluster-b (the one the rollout reached last) first, cluster-c never
@@ -1595,11 +1604,32 @@ fn a_rollback_across_clusters_writes_each_template_back_in_its_cluster_and_goes_
     });
 }
 
-/// deploy/member-cluster' guards in a member cluster: its users may write StatefulSet annotations
+/// Per cluster, the pod template of `group`'s StatefulSet and its rollout state.
+async fn templates_and_revisions(
+    clusters: &ClusterTrio,
+    group: &Group,
+) -> BTreeMap<&'static str, (serde_json::Value, RolloutState)> {
+    let mut seen = BTreeMap::new();
+    for cluster in CLUSTERS {
+        let client = clusters.cluster(cluster).client();
+        let template = Api::<StatefulSet>::namespaced(client.clone(), clusters.namespace())
+            .get(&group.statefulset)
+            .await
+            .unwrap_or_else(|error| panic!("reading {cluster}'s {}: {error}", group.statefulset))
+            .spec
+            .map(|spec| spec.template);
+        let template = serde_json::to_value(template).expect("a template serializes");
+        let state = rollout_state(&client, clusters.namespace(), &group.statefulset).await;
+        seen.insert(cluster, (template, state));
+    }
+    seen
+}
+
+/// deploy/member-cluster'ss guards in a member cluster: its users may write StatefulSet annotations
 /// beside the groups, and the hub reads baton's memory there as its own. Without the guards a
 /// past `clearedAt` written in cluster-b would skip the soak before cluster-b; with them it is
 /// refused, and so is every other forgery of that memory, while the hub's own writes (as
-/// deploy/member-cluster' `baton-member`) go through. The guard judges every group of cluster-b's
+/// deploy/member-cluster'ss `baton-member`) go through. The guard judges every group of cluster-b's
 /// namespace and fails closed, so the scenario takes the trio alone.
 #[test]
 fn a_member_clusters_user_cannot_forge_batons_memory_there_and_each_cluster_waits_its_soak() {
@@ -1699,7 +1729,7 @@ fn a_member_clusters_user_cannot_forge_batons_memory_there_and_each_cluster_wait
             MatchConditions::AsShipped,
         )
         .await
-        .expect("registering deploy/member-cluster' guards in cluster-b");
+        .expect("registering deploy/member-cluster'ss guards in cluster-b");
         let statefulsets = Api::<StatefulSet>::namespaced(b.client(), ns);
         wait_until(
             TIMEOUT,

@@ -8,7 +8,10 @@ use std::time::{Duration, Instant};
 
 use baton_e2e::controller_support::{rollout_state, wait_group_ready, wait_new_update_revision};
 use baton_e2e::fixtures::{StatefulSetFixture, gitops_apply, rollout_group};
-use baton_e2e::timeline::{Zone, check_rolling_at_most, check_rollout_guarantees, zone_windows};
+use baton_e2e::timeline::{
+    Zone, check_rolling_at_most, check_rollout_guarantees, deletion_batches, most_unavailable,
+    zone_windows,
+};
 use baton_e2e::{PodEvent, Scene, wait_until};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
@@ -38,7 +41,35 @@ async fn three_zones_roll_one_at_a_time(max_unavailable: &str, expected_max: u32
         .iter()
         .map(|name| Zone::new(name, 5, expected_max))
         .collect();
-    check_rollout_guarantees(&scene.simulator.timeline(), &zones, from).unwrap();
+    let timeline = scene.simulator.timeline();
+    check_rollout_guarantees(&timeline, &zones, from).unwrap();
+    // And each zone used its allowance (a lower bound, where the guarantees are the upper
+    // one): `expected_max` pods down at once, and every batch of deletions started on a fully
+    // ready zone took that many pods but the last, which takes what is left. (baton deletes
+    // more as replacements turn Ready, so two batches may read as one; never as smaller ones.)
+    for zone in &zones {
+        assert_eq!(
+            most_unavailable(&timeline, zone, from),
+            expected_max,
+            "the most pods of {} unavailable at once",
+            zone.statefulset
+        );
+        let batches = deletion_batches(&timeline, zone, from);
+        assert_eq!(
+            batches.iter().sum::<usize>(),
+            5,
+            "every pod of {} replaced once: {batches:?}",
+            zone.statefulset
+        );
+        let (_, all_but_the_last) = batches.split_last().expect("the zone rolled");
+        assert!(
+            all_but_the_last
+                .iter()
+                .all(|&size| size >= expected_max as usize),
+            "{} rolled in batches {batches:?}, max-unavailable {max_unavailable}",
+            zone.statefulset
+        );
+    }
     scene
         .wait_event(
             "ingester-zone-c",

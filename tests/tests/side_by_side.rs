@@ -34,7 +34,7 @@ use baton_e2e::scaling_support::{
     REPLICA_TEMPLATE_API_VERSION, REPLICA_TEMPLATE_KIND, ReplicaTemplates,
     install_replica_template_crd,
 };
-use baton_e2e::timeline::{Zone, check_rollout_guarantees, zone_windows};
+use baton_e2e::timeline::{Zone, check_rollout_guarantees, most_unavailable, zone_windows};
 use baton_e2e::webhook_support::{
     TestTls, WebhookConfigurations, WebhookReplica, free_port, scale, wait_for_webhooks,
 };
@@ -897,39 +897,6 @@ fn rolled(who: &str, timeline: &[PodTransition], zones: &[Zone], from: Instant) 
             })
             .collect(),
     }
-}
-
-/// The most pods of `zone` unavailable (missing, not ready or terminating) at once since
-/// `from`.
-fn most_unavailable(timeline: &[PodTransition], zone: &Zone, from: Instant) -> u32 {
-    // uid → (ready, terminating)
-    let mut pods: BTreeMap<&str, (bool, bool)> = BTreeMap::new();
-    let mut most = 0;
-    for transition in timeline {
-        if transition.statefulset.as_deref() != Some(zone.statefulset.as_str()) {
-            continue;
-        }
-        let uid = transition.uid.as_str();
-        match transition.event {
-            PodEvent::Created => {
-                pods.insert(uid, (false, false));
-            }
-            PodEvent::Ready => pods.entry(uid).or_default().0 = true,
-            PodEvent::NotReady => pods.entry(uid).or_default().0 = false,
-            PodEvent::Terminating => pods.entry(uid).or_default().1 = true,
-            PodEvent::Deleted => {
-                pods.remove(uid);
-            }
-        }
-        if transition.at >= from {
-            let available = pods
-                .values()
-                .filter(|(ready, terminating)| *ready && !terminating)
-                .count() as u32;
-            most = most.max(zone.replicas.saturating_sub(available));
-        }
-    }
-    most
 }
 
 /// The time from each pod turning Ready to the next pod of the group leaving, over the

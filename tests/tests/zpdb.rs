@@ -19,7 +19,7 @@ use baton_e2e::zpdb_support::{
     answer_of, budget, client_without_retries, evict, eviction_review, zpdb_resource,
 };
 use baton_e2e::{
-    ControlPlane, PodEvent, PodSimulator, PodTransition, SimulatorOptions, TestNamespace,
+    ControlPlane, PodEvent, PodSimulator, PodTransition, SimulatorOptions, TestNamespace, wait_for,
     wait_until,
 };
 use k8s_openapi::api::apps::v1::StatefulSet;
@@ -396,11 +396,30 @@ async fn the_cross_zone_eviction_delay_holds_a_freshly_ready_zone() {
     // When partition 0 goes in zone a and comes back ready
     zones.evict_and_hold(&pod("a", 0)).await;
     zones.release(&[pod("a", 0)]).await;
+    // (ready by now: no later than this, whatever the watch's lag)
+    let ready = Instant::now();
 
     // Then partition 0 may not go in zone b yet: the replacement is ready too recently
     zones
         .refused(&pod("b", 0), &["ingester-zone-a-0 ready too recently"])
         .await;
+    // and still not more than 2 s after: the delay is a guarantee, so what the test checks is
+    // its lower bound (a delay of 1 s, or none after the first answer, would allow it here)
+    let (late, message) = wait_for(TIMEOUT, "a refusal more than 2 s after", || async {
+        let asked = ready.elapsed();
+        let (allowed, message) = zones.review(&zones.replicas[0], &pod("b", 0), true).await;
+        assert!(
+            !allowed,
+            "partition 0 may go in zone b {asked:?} after zone a's came back ready, \
+             with a 10 s delay: {message}"
+        );
+        (asked > Duration::from_secs(2)).then_some((asked, message))
+    })
+    .await;
+    assert!(
+        message.contains("ingester-zone-a-0 ready too recently"),
+        "refused {late:?} after: {message}"
+    );
 
     // And once the delay has passed it may
     wait_until(

@@ -30,7 +30,7 @@ pub const OLDEST_ASSETS_ENV: &str = "E2E_OLDEST_KUBERNETES_ASSETS";
 /// `BUILD_REVISION`), used when [`ASSETS_ENV`] is not set.
 pub const DEFAULT_ASSETS_FOLDER: &str = "kubernetes-1.37.2-r1/bin";
 
-/// The service accounts baton's manifests define (deploy/base's two, and deploy/member-cluster'
+/// The service accounts baton's manifests define (deploy/base's two, and deploy/member-cluster's
 /// identity of the hub's controller in a member cluster); the token file maps a token to each
 /// so RBAC tests can act as them.
 pub const SERVICE_ACCOUNTS: [(&str, &str); 3] = [

@@ -155,7 +155,7 @@ mod tests {
     fn members_state_writer() -> String {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("../deploy/member-cluster/system/kustomization.yaml");
-        let shipped = std::fs::read_to_string(&path).expect("deploy/member-cluster' system part");
+        let shipped = std::fs::read_to_string(&path).expect("deploy/member-cluster's system part");
         let after = shipped
             .split_once("name: BATON_WEBHOOK__STATE_WRITERS")
             .expect("deploy/member-cluster sets the state writers")
