@@ -33,9 +33,7 @@ use crate::cache::{self, Caches};
 use crate::clusters::Clusters;
 use crate::explain::Explainer;
 use crate::group::GroupReconciler;
-use crate::leader::{
-    LeaderElector, LeaderMetrics, Leadership, MayAct, MayStart, Term, unique_identity,
-};
+use crate::leader::{LeaderElector, LeaderMetrics, Leadership, MayStart, Term, unique_identity};
 use crate::metrics::ControllerMetrics;
 use crate::queue;
 use crate::rollout::pending::PendingDeletions;
@@ -86,7 +84,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
             &watched,
             &explainer,
             &board,
-            may_start(leadership.clone(), synced.clone()),
+            crate::runner::may_start(leadership.clone(), synced.clone()),
             &touched,
         )?,
         base,
@@ -229,21 +227,6 @@ fn bind_ops_server(
     .with_context(|| format!("binding the ops server to {}", config.ops.address))?;
     tracing::info!(address = %ops.local_addr(), namespace = %config.namespace, "ops server listening");
     Ok(ops)
-}
-
-/// Whether a reconcile may start now, and then for how long it may act. Acting on half-filled
-/// caches could miss a not-ready zone: lead AND be synced. A reconcile acts only within the
-/// term it started in.
-fn may_start(leadership: Leadership, synced: watch::Receiver<bool>) -> MayStart {
-    Arc::new(move || {
-        if !*synced.borrow() {
-            return None;
-        }
-        let term = leadership.term()?;
-        let leadership = leadership.clone();
-        let may_act: MayAct = Arc::new(move || leadership.time_left_in(term));
-        Some(may_act)
-    })
 }
 
 /// What reconciles a group: its rollout (with its gates' calls) and its scaling.

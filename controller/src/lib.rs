@@ -49,6 +49,7 @@ pub mod metrics;
 pub mod phased;
 pub mod queue;
 pub mod rollout;
+pub mod runner;
 pub mod scaling;
 pub mod status;
 pub mod zpdb_check;

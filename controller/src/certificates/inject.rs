@@ -5,7 +5,6 @@
 
 use std::time::Duration;
 
-use baton_shared::kube_client::bounded;
 use baton_shared::reflect::reflect;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::admissionregistration::v1::{
@@ -23,6 +22,7 @@ use tokio::sync::{Notify, watch};
 use super::CertificateMetrics;
 use super::pki::CA_CRT;
 use crate::leader::{Leadership, Term};
+use crate::runner::Runner;
 
 pub const INJECT_LABEL: &str = "grafana.com/inject-rollout-operator-ca";
 pub const NAMESPACE_LABEL: &str = "grafana.com/namespace";
@@ -167,14 +167,12 @@ pub(super) async fn run(
             let Some(bundle) = bundle_of(secret.borrow_and_update().as_ref()) else {
                 continue;
             };
-            let Some(term) = leadership.term() else {
+            let Some(runner) = Runner::in_current_term(leadership, request_timeout) else {
                 continue;
             };
             let writer = Writer {
                 client: &client,
-                request_timeout,
-                leadership,
-                term,
+                runner,
                 metrics,
             };
             writer.inject(&validating, &bundle).await;
@@ -191,10 +189,8 @@ pub(super) async fn run(
 /// What writing caBundles needs.
 struct Writer<'a> {
     client: &'a kube::Client,
-    request_timeout: Duration,
-    leadership: &'a Leadership,
     /// The term the writes belong to: they stop when it ends.
-    term: Term,
+    runner: Runner,
     metrics: &'a CertificateMetrics,
 }
 
@@ -206,9 +202,6 @@ impl Writer<'_> {
             if !differs(config.as_ref(), bundle) {
                 continue;
             }
-            if !self.leadership.is_leader_in(self.term) {
-                return;
-            }
             let name = config.name_any();
             // `replace` sends the resourceVersion seen: a concurrent change wins, and its watch
             // event brings this loop back with the new state.
@@ -216,13 +209,14 @@ impl Writer<'_> {
             set_bundle(&mut updated, bundle);
             let params = PostParams::default();
             let replace = api.replace(&name, &params, &updated);
-            match bounded(
-                self.request_timeout,
-                "replacing a webhook configuration",
-                replace,
-            )
-            .await
-            {
+            let Ok(replaced) = self
+                .runner
+                .step("replacing a webhook configuration", replace)
+                .await
+            else {
+                return;
+            };
+            match replaced {
                 Ok(Ok(_)) => {
                     self.metrics.injections.with_label_values(&[K::KIND]).inc();
                     tracing::info!(kind = K::KIND, name, "caBundle injected");

@@ -21,6 +21,7 @@ use baton_shared::kube_client::{TimedOut, bounded};
 
 use crate::explain::{Explainer, Explanation, Severity};
 use crate::leader::{Leadership, Term};
+use crate::runner::Runner;
 
 const SECRET_TYPE: &str = "kubernetes.io/tls";
 /// Longest sleep between looks, whatever the planner says.
@@ -128,7 +129,7 @@ async fn round(
     explainer: &Explainer,
     metrics: &CertificateMetrics,
 ) -> Result<Round, RoundError> {
-    let Some(term) = leadership.term() else {
+    let Some(runner) = Runner::in_current_term(leadership, request_timeout) else {
         return Ok(Round::NotLeader);
     };
     // Read from the API server, not the watch: the write must be conditioned on the latest.
@@ -230,17 +231,18 @@ async fn round(
         // A usable parse always comes with its material.
         _ => fresh(now).map_err(issue_error)?,
     };
-    // Last check before writing: the term may have ended while issuing (a later term of this
-    // replica does not count: it reads again).
-    if !leadership.is_leader_in(term) {
+    // The term may have ended while issuing (a later term of this replica does not count: it
+    // reads again).
+    let written = runner
+        .step(
+            "writing the certificate Secret",
+            write(secrets, name, existing.as_ref(), next.to_data()),
+        )
+        .await;
+    let Ok(written) = written else {
         return Ok(Round::NotLeader);
-    }
-    let written = bounded(
-        request_timeout,
-        "writing the certificate Secret",
-        write(secrets, name, existing.as_ref(), next.to_data()),
-    )
-    .await?;
+    };
+    let written = written?;
     let written = match written {
         Ok(secret) => secret,
         Err(kube::Error::Api(status)) if status.code == 409 => {

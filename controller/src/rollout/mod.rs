@@ -9,3 +9,6 @@ pub mod execute;
 pub mod pending;
 pub mod reconcile;
 pub mod rollback;
+
+#[cfg(test)]
+mod tests;

@@ -1,7 +1,7 @@
 //! The rollout side of a group's reconcile: read what the pass decides on, decide it in one
 //! call (`baton_core::pass::decide`), and run the effects in order. Every decision is the
 //! core's; this layer reads the caches (and the health check, and the hook's answer), calls the
-//! API (and Prometheus, and hooks), and checks in one place that the leadership term lasts.
+//! API (and Prometheus, and hooks), each write within the pass's leadership term ([`Runner`]).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -22,6 +22,7 @@ use crate::leader::MayAct;
 use crate::metrics::{ControllerMetrics, PodCounts};
 use crate::queue::Requeue;
 use crate::rollout::pending::PendingDeletions;
+use crate::runner::Runner;
 use crate::status::StatusBoard;
 use baton_core::rollout::{Action, GroupSnapshot};
 use baton_core::status::model::ActionRecord;
@@ -146,8 +147,8 @@ impl Rollouts {
     }
 
     /// Runs the pass's effects in order. Every effect that writes or claims runs within the
-    /// term the pass started in, checked here and only here, and is bounded by what is left
-    /// of it: a deposed leader stops when its term ends, not a request timeout later.
+    /// term the pass started in and is bounded by what is left of it ([`Runner`]): a deposed
+    /// leader stops when its term ends, not a request timeout later.
     async fn run(
         &self,
         group: &str,
@@ -157,14 +158,10 @@ impl Rollouts {
         may_act: &MayAct,
     ) -> Result<Ran, ExecuteError> {
         let at = self.at();
+        let runner = Runner::new(may_act.clone(), self.request_timeout);
         for effect in &pass.effects {
-            let timeout = if effect.needs_term() {
-                let Some(left) = may_act() else {
-                    return Ok(Ran::Ended);
-                };
-                self.request_timeout.min(left)
-            } else {
-                self.request_timeout
+            let Ok(timeout) = runner.bound(effect.needs_term()) else {
+                return Ok(Ran::Ended);
             };
             match effect {
                 Effect::StartRollback {

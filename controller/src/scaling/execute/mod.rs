@@ -12,7 +12,7 @@
 //!
 //! A pass runs beside the group's rollout, never before it: neither waits on the other's I/O
 //! (an unreachable reference holds scaling only). Whether this replica may still act is asked
-//! in one place, [`Pass::run`], before every effect that writes or calls pods.
+//! by the [`Runner`](crate::runner::Runner) before every effect that writes or calls pods.
 
 mod claims;
 mod delayed;
@@ -45,6 +45,7 @@ use std::collections::HashMap;
 use crate::explain::Explainer;
 use crate::leader::MayAct;
 use crate::queue::Requeue;
+use crate::runner::Runner;
 
 /// Why a Kubernetes call of the executor failed.
 #[derive(Debug, thiserror::Error)]
@@ -197,17 +198,13 @@ impl Pass<'_> {
 
     /// Runs the pass's effects in order, each answered with its outcome, which says what is
     /// left of the pass ([`Sequence`]). Every effect that writes or calls pods runs within the term
-    /// the pass started in, checked here and only here, and is bounded by what is left of it.
+    /// the pass started in and is bounded by what is left of it ([`Runner`]).
     async fn run(&self, decided: ScalingPass, may_act: &MayAct) -> Requeue {
+        let runner = Runner::new(may_act.clone(), self.scaler.request_timeout);
         let mut sequence = Sequence::new(decided);
         while let Some(effect) = sequence.next_effect() {
-            let timeout = if effect.needs_term() {
-                let Some(left) = may_act() else {
-                    break;
-                };
-                self.scaler.request_timeout.min(left)
-            } else {
-                self.scaler.request_timeout
+            let Ok(timeout) = runner.bound(effect.needs_term()) else {
+                break;
             };
             let outcome = match &effect {
                 Effect::Tell {
