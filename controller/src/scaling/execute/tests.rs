@@ -1,8 +1,10 @@
 //! The scaling executor against a mocked API server: what each answer to a `/scale` call does
-//! to the pass (done, stale, refused) and what a person is told.
+//! to the pass (done, stale, refused) and what a person is told; and whole passes against a
+//! recorded API server: every request in order, a refused one, the term ending between two.
 
 use std::pin::pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use baton_config::Config;
@@ -17,6 +19,7 @@ use super::Scaler;
 use crate::explain::Explainer;
 use crate::leader::MayAct;
 use crate::queue::Requeue;
+use crate::runner::recorded::{self, Reply};
 use baton_core::scaling::plan::reasons;
 
 const NAMESPACE: &str = "mimir";
@@ -166,4 +169,141 @@ async fn a_refused_scale_is_told_with_the_api_servers_words_and_polled_again() {
             "ingester-zone-b stays at 2: scaling it to 3 failed: admission webhook denied the request (403)"
         ]
     );
+}
+
+/// Zone a mirrors the Widget `ingesters`, found by discovery under these paths.
+const DISCOVER: &str = "GET /apis/example.com/v1";
+const WIDGETS: &str = "/apis/example.com/v1/namespaces/mimir/widgets/ingesters";
+const SCALE_A: &str = "PATCH /apis/apps/v1/namespaces/mimir/statefulsets/ingester-zone-a/scale";
+
+/// What the recorded API server answers in [`scaled_up_to_its_widget`]: discovery finds
+/// `Widget` with a scale subresource; the Widget wants 3 replicas and says 2 run; every write
+/// is accepted.
+fn widget_world(method: &Method, path: &str) -> Reply {
+    match (method.as_str(), path) {
+        ("GET", "/apis/example.com/v1") => Reply::Object(json!({
+            "kind": "APIResourceList", "apiVersion": "v1", "groupVersion": "example.com/v1",
+            "resources": [
+                {"name": "widgets", "singularName": "widget", "namespaced": true, "kind": "Widget",
+                 "verbs": ["get", "list", "watch", "patch"]},
+                {"name": "widgets/scale", "singularName": "", "namespaced": true, "kind": "Scale",
+                 "group": "autoscaling", "version": "v1", "verbs": ["get", "patch"]},
+                {"name": "widgets/status", "singularName": "", "namespaced": true, "kind": "Widget",
+                 "verbs": ["get", "patch"]},
+            ],
+        })),
+        ("GET", _) if path == format!("{WIDGETS}/scale") => Reply::Object(json!({
+            "apiVersion": "autoscaling/v1", "kind": "Scale",
+            "metadata": {"name": "ingesters", "namespace": NAMESPACE},
+            "spec": {"replicas": 3}, "status": {"replicas": 2},
+        })),
+        ("PATCH", _) if path.ends_with("/scale") => Reply::Object(json!({
+            "apiVersion": "autoscaling/v1", "kind": "Scale",
+            "metadata": {"name": "ingester-zone-a"}, "spec": {"replicas": 3},
+        })),
+        ("PATCH", _) if path == format!("{WIDGETS}/status") => Reply::Object(json!({
+            "apiVersion": "example.com/v1", "kind": "Widget",
+            "metadata": {"name": "ingesters", "namespace": NAMESPACE}, "status": {"replicas": 3},
+        })),
+        _ => Reply::Status(404),
+    }
+}
+
+/// One pass with two writes to make: zone a (2 replicas) mirrors a Widget that wants 3, so it
+/// is scaled to 3 and then 3 is written back to the Widget's status. The API server answers
+/// by `script`, the pass acts within `may_act`. Returns the requests recorded and what the pass
+/// reports failed.
+async fn scaled_up_to_its_widget(
+    script: impl Fn(&Method, &str) -> Reply + Send + 'static,
+    may_act: MayAct,
+) -> (Vec<String>, Vec<&'static str>) {
+    baton_shared::crypto::install_default_provider();
+    let (client, recorded) = recorded::api(NAMESPACE, script);
+    let config = Config {
+        namespace: NAMESPACE.to_owned(),
+        ..Config::default()
+    };
+    let scaler = Scaler::new(client, &config, &Registry::new()).expect("a scaler");
+    let (explainer, _told) = Explainer::with_queue(Duration::from_secs(600), 16);
+    let mut mirrored = statefulset("ingester-zone-a", 2, None);
+    Arc::make_mut(&mut mirrored).metadata.annotations = Some(
+        [
+            (
+                "grafana.com/rollout-mirror-replicas-from-resource-name",
+                "ingesters",
+            ),
+            (
+                "grafana.com/rollout-mirror-replicas-from-resource-kind",
+                "Widget",
+            ),
+            (
+                "grafana.com/rollout-mirror-replicas-from-resource-api-version",
+                "example.com/v1",
+            ),
+        ]
+        .map(|(key, value)| (key.to_owned(), value.to_owned()))
+        .into(),
+    );
+    let (ledger, tracker) = Default::default();
+    let (_, failures) = scaler
+        .reconcile(
+            "ingester",
+            &[mirrored],
+            &[],
+            (&ledger, &tracker),
+            &explainer,
+            &may_act,
+        )
+        .await;
+    (recorded.requests(), failures)
+}
+
+fn lasting() -> MayAct {
+    Arc::new(|| Some(Duration::MAX))
+}
+
+#[tokio::test]
+async fn a_pass_reads_its_reference_then_scales_then_writes_back_and_nothing_else() {
+    let (requests, failures) = scaled_up_to_its_widget(widget_world, lasting()).await;
+    let (read, write_back) = (
+        format!("GET {WIDGETS}/scale"),
+        format!("PATCH {WIDGETS}/status"),
+    );
+    assert_eq!(requests, [DISCOVER, &read, SCALE_A, &write_back]);
+    assert_eq!(failures, Vec::<&str>::new());
+}
+
+#[tokio::test]
+async fn a_refused_scale_ends_the_replica_change_before_its_write_back() {
+    let (requests, failures) = scaled_up_to_its_widget(
+        |method, path| match (method.as_str(), path.ends_with("/scale")) {
+            ("PATCH", true) => Reply::Status(403),
+            _ => widget_world(method, path),
+        },
+        lasting(),
+    )
+    .await;
+    let read = format!("GET {WIDGETS}/scale");
+    assert_eq!(requests, [DISCOVER, &read, SCALE_A]);
+    assert_eq!(failures, [crate::scaling::SCALE_WRITE]);
+}
+
+#[tokio::test]
+async fn a_term_ending_between_the_scale_and_its_write_back_ends_the_pass() {
+    // The term ends while the API server answers the scale.
+    let ended = Arc::new(AtomicBool::new(false));
+    let ending = ended.clone();
+    let (requests, failures) = scaled_up_to_its_widget(
+        move |method, path| {
+            if method == Method::PATCH {
+                ending.store(true, Ordering::SeqCst);
+            }
+            widget_world(method, path)
+        },
+        Arc::new(move || (!ended.load(Ordering::SeqCst)).then_some(Duration::MAX)),
+    )
+    .await;
+    let read = format!("GET {WIDGETS}/scale");
+    assert_eq!(requests, [DISCOVER, &read, SCALE_A]);
+    assert_eq!(failures, Vec::<&str>::new(), "a lost term is no failure");
 }
