@@ -8,8 +8,12 @@
 //!   and bounds the step by the sooner of the request timeout and what is left of the term, so a
 //!   deposed leader stops when its term ends, not a request timeout later ([`Runner::bound`],
 //!   [`Runner::step`]);
-//! - a lost term and a stale write are typed ([`Ended`]): either ends the pass, and nothing is
-//!   written after it.
+//! - a lost term is typed ([`TermLost`]): it ends the pass, and nothing is written after it.
+//!
+//! A stale write (the object changed since the pass read it) ends a pass too, but what tells it
+//! and what follows differ by call, so each feature maps its own: a 409 on a conditional write,
+//! a failed JSON-patch test (422), a 404; the rollout's next pass plans on the new version at
+//! its watch event, scaling looks again soon, a certificate round reads again at once.
 //!
 //! Reads that decide nothing on their own (the caches, a fresh read before a write) take the
 //! request timeout only: a read cannot act on a later leader's objects.
@@ -38,15 +42,10 @@ impl std::fmt::Debug for Runner {
     }
 }
 
-/// Why a pass ended before its last effect. Either way nothing more is written in it.
+/// The term the pass started in ended: nothing more is written in it, and a later term reads
+/// again from a fresh snapshot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Ended {
-    /// The term the pass started in ended: a later term reads again from a fresh snapshot.
-    TermLost,
-    /// A write found its object changed since the pass read it (a 409, a failed test
-    /// operation): the next pass plans on the new version.
-    Stale,
-}
+pub struct TermLost;
 
 impl Runner {
     /// A runner for a pass allowed to act while `may_act` answers, each call bounded by at most
@@ -70,11 +69,11 @@ impl Runner {
     /// How long the next step may take. A step that acts (`needs_term`) asks once whether the
     /// pass's term lasts and is bounded by what is left of it; one that does not (an Event, a
     /// read) by the request timeout alone.
-    pub fn bound(&self, needs_term: bool) -> Result<Duration, Ended> {
+    pub fn bound(&self, needs_term: bool) -> Result<Duration, TermLost> {
         if !needs_term {
             return Ok(self.request_timeout);
         }
-        let left = (self.may_act)().ok_or(Ended::TermLost)?;
+        let left = (self.may_act)().ok_or(TermLost)?;
         Ok(self.request_timeout.min(left))
     }
 
@@ -83,7 +82,7 @@ impl Runner {
         &self,
         what: impl Into<String>,
         call: impl Future<Output = T>,
-    ) -> Result<Result<T, TimedOut>, Ended> {
+    ) -> Result<Result<T, TimedOut>, TermLost> {
         let timeout = self.bound(true)?;
         Ok(bounded(timeout, what, call).await)
     }
@@ -160,10 +159,7 @@ mod tests {
         let calls = AtomicU32::new(0);
         let call = || async { calls.fetch_add(1, Ordering::SeqCst) };
         assert!(matches!(runner.step("first", call()).await, Ok(Ok(0))));
-        assert!(matches!(
-            runner.step("second", call()).await,
-            Err(Ended::TermLost)
-        ));
+        assert!(matches!(runner.step("second", call()).await, Err(TermLost)));
         assert_eq!(
             calls.load(Ordering::SeqCst),
             1,
