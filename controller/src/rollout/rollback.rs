@@ -10,10 +10,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use baton_core::gates::AnnotationWrite;
-use baton_core::gates::rollback::{
-    self, ROLLBACK_ANNOTATION, ROLLBACK_STATE_ANNOTATION, Record, Revision,
-};
+use baton_core::gates::rollback::{self, ROLLBACK_STATE_ANNOTATION, Record, Revision};
 use baton_core::rollout::GroupSnapshot;
 use baton_shared::kube_client::bounded;
 use k8s_openapi::api::apps::v1::{ControllerRevision, StatefulSet};
@@ -43,9 +40,10 @@ impl Rollbacks<'_> {
     }
 
     /// Starts the rollback every member asks for (`why`, told on `carrier` when refused), or
-    /// when `refused` says why not, removes the request and says so. Returns the zone the
-    /// rollback starts with once its records are stored (`None`: refused, or a member changed
-    /// meanwhile and the next pass starts it).
+    /// when `refused` says why not, removes the request and says so: reads the members'
+    /// history, and writes and tells what the core decides on it ([`rollback::starting`]).
+    /// Returns the zone the rollback starts with once its records are stored (`None`: refused,
+    /// or a member changed meanwhile and the next pass starts it).
     pub async fn start(
         &self,
         group: &str,
@@ -55,85 +53,37 @@ impl Rollbacks<'_> {
         why: &str,
         refused: Option<&str>,
     ) -> Result<Option<String>, ExecuteError> {
+        let history = match refused {
+            Some(_) => BTreeMap::new(),
+            None => self.history(members).await?,
+        };
+        let history = refused.map_or(Ok(&history), Err);
+        let starting = rollback::starting(
+            group,
+            snapshot,
+            history,
+            carrier,
+            why,
+            jiff::Timestamp::now(),
+        );
         let read: Vec<&StatefulSet> = members.iter().map(Arc::as_ref).collect();
-        let remove_request: Vec<AnnotationWrite> = rollback::requesters(snapshot)
-            .into_iter()
-            .map(|statefulset| AnnotationWrite {
-                statefulset: statefulset.to_owned(),
-                key: ROLLBACK_ANNOTATION,
-                value: None,
-            })
-            .collect();
-        let decided = match refused {
-            Some(refused) => Err(format!("{refused}; the request is removed")),
-            None => {
-                let history = self.history(members).await?;
-                rollback::start(snapshot, &history, why, jiff::Timestamp::now())
-                    .map_err(|refused| format!("{refused}; the request is removed"))
-            }
-        };
-        // Told on the zone the rollback starts with (the one the rollout reached last), or, when
-        // refused, on the first member asking.
-        let started = decided.is_ok();
-        let (writes, explanation, told_on) = match decided {
-            Err(refused) => (
-                remove_request,
-                Explanation {
-                    severity: Severity::Warning,
-                    reason: "RollbackRefused".to_owned(),
-                    action: "Rollback".to_owned(),
-                    note: refused,
-                },
-                carrier.to_owned(),
-            ),
-            Ok(records) => {
-                let order = rollback::describe(&records);
-                let first = records
-                    .first()
-                    .map_or_else(|| carrier.to_owned(), |(name, _)| name.clone());
-                let records: Vec<AnnotationWrite> = records
-                    .into_iter()
-                    .map(|(statefulset, record)| AnnotationWrite {
-                        statefulset,
-                        key: ROLLBACK_STATE_ANNOTATION,
-                        value: Some(record.to_annotation()),
-                    })
-                    .collect();
-                // Every record first, the request last (a write per member): until the request
-                // is gone, a reader seeing some records only knows the rollback is starting, and
-                // a failed write loses nothing (the next pass starts it again).
-                if store::store(self.at(), &read, &records, self.timeout).await?
-                    != store::Stored::Done
-                {
-                    return Ok(None);
-                }
-                (
-                    remove_request,
-                    Explanation {
-                        severity: Severity::Normal,
-                        reason: "RollbackStarted".to_owned(),
-                        action: "Rollback".to_owned(),
-                        note: format!(
-                            "rolling back rollout group {group}, in this order: {order} — asked: \
-                             {why}"
-                        ),
-                    },
-                    first,
-                )
-            }
-        };
-        // The request's removal from every member, whatever their resourceVersions now (the
-        // records' write just moved them): a request written meanwhile would be refused as a
-        // second one anyway.
-        if store::store_unconditionally(self.at(), &writes, self.timeout).await?
+        if starting.first.is_some()
+            && store::store(self.at(), &read, &starting.records, self.timeout).await?
+                != store::Stored::Done
+        {
+            return Ok(None);
+        }
+        if store::store_unconditionally(self.at(), &starting.remove_request, self.timeout).await?
             == store::Stored::Done
-            && let Some(member) = members.iter().find(|member| member.name_any() == told_on)
+            && let Some(member) = members
+                .iter()
+                .find(|member| member.name_any() == starting.told_on)
         {
             self.explainer
-                .tell(&member.object_ref(&()), explanation)
+                .tell(&member.object_ref(&()), starting.explanation)
                 .await;
         }
-        Ok(started.then_some(told_on))
+        Ok(starting.first)
     }
 
     /// Every member's ControllerRevisions (the ones it controls), by member name: listed by each

@@ -12,7 +12,8 @@
 //!    the revision numbered before its update revision), in a **turn order**: the zones the
 //!    rollout reached last go first (by their newest pod at the bad revision), zones it never
 //!    reached last. It stores one [`Record`] per member ([`ROLLBACK_STATE_ANNOTATION`], baton's own,
-//!    guarded like its other state) and removes the request;
+//!    guarded like its other state) and removes the request ([`starting`]: the writes and the
+//!    Event, in order; the controller only reads the history first);
 //! 3. the controller writes each member's pod template back from the `to` ControllerRevision
 //!    (once: [`Record::restored`]); the StatefulSet's update revision becomes `to`, so its pods
 //!    at `from` are the ones to replace;
@@ -40,6 +41,7 @@ use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
 use crate::annotations::rollout::{UpdateBy, update_by};
+use crate::explained::{Explanation, Severity};
 use crate::rollout::GroupSnapshot;
 
 pub use super::keys::ROLLBACK_ANNOTATION;
@@ -285,6 +287,95 @@ pub fn start(
             (name.clone(), record)
         })
         .collect())
+}
+
+/// What starting a rollback writes and tells ([`starting`]), in order: the records first,
+/// conditioned on the versions the pass read (a member changed meanwhile ends the pass and the
+/// next one starts it again), then the request's removal from every member carrying it, then
+/// the Event. Until the request is gone, a reader seeing some records only knows the rollback
+/// is starting, and a failed write loses nothing.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Starting {
+    /// Each member's [`Record`] ([`ROLLBACK_STATE_ANNOTATION`]); empty when refused.
+    pub records: Vec<super::decision::AnnotationWrite>,
+    /// The request removed from every member carrying it, whatever their versions now (the
+    /// records' write just moved them): a request written meanwhile would be refused as a
+    /// second one anyway.
+    pub remove_request: Vec<super::decision::AnnotationWrite>,
+    /// Told once the request is removed: on the zone the rollback starts with, or when
+    /// refused, on the first member asking.
+    pub told_on: String,
+    pub explanation: Explanation,
+    /// The zone the rollback starts with; `None` when refused.
+    pub first: Option<String>,
+}
+
+/// Decides what starting the rollback of `group_name` asked for with `why` writes and tells
+/// ([`Starting`]), from the members' ControllerRevisions (`history`), or when the pass refused
+/// before reading them, why. `carrier` is the first member asking. Pure.
+pub fn starting(
+    group_name: &str,
+    group: &GroupSnapshot,
+    history: Result<&BTreeMap<String, Vec<Revision>>, &str>,
+    carrier: &str,
+    why: &str,
+    now: Timestamp,
+) -> Starting {
+    let remove_request = requesters(group)
+        .into_iter()
+        .map(|statefulset| super::decision::AnnotationWrite {
+            statefulset: statefulset.to_owned(),
+            key: ROLLBACK_ANNOTATION,
+            value: None,
+        })
+        .collect();
+    let decided = match history {
+        Err(refused) => Err(refused.to_owned()),
+        Ok(history) => start(group, history, why, now).map_err(|refused| refused.to_string()),
+    };
+    match decided {
+        Err(refused) => Starting {
+            records: Vec::new(),
+            remove_request,
+            told_on: carrier.to_owned(),
+            explanation: Explanation {
+                severity: Severity::Warning,
+                reason: "RollbackRefused".to_owned(),
+                action: "Rollback".to_owned(),
+                note: format!("{refused}; the request is removed"),
+            },
+            first: None,
+        },
+        Ok(records) => {
+            let order = describe(&records);
+            let first = records
+                .first()
+                .map_or_else(|| carrier.to_owned(), |(name, _)| name.clone());
+            let records = records
+                .into_iter()
+                .map(|(statefulset, record)| super::decision::AnnotationWrite {
+                    statefulset,
+                    key: ROLLBACK_STATE_ANNOTATION,
+                    value: Some(record.to_annotation()),
+                })
+                .collect();
+            Starting {
+                records,
+                remove_request,
+                told_on: first.clone(),
+                explanation: Explanation {
+                    severity: Severity::Normal,
+                    reason: "RollbackStarted".to_owned(),
+                    action: "Rollback".to_owned(),
+                    note: format!(
+                        "rolling back rollout group {group_name}, in this order: {order} — asked: \
+                         {why}"
+                    ),
+                },
+                first: Some(first),
+            }
+        }
+    }
 }
 
 /// The most of a request's reason kept in the records, in characters.

@@ -507,3 +507,95 @@ fn a_rollback_tells_nothing_of_the_health_check_it_does_not_consult() {
         .collect();
     assert!(!told.contains(&"UnreadableGateState"), "{told:?}");
 }
+
+#[test]
+fn starting_a_rollback_stores_every_record_before_removing_the_request_and_tells_the_first_zone() {
+    // Given every member asking, b reached last, a never reached
+    let asked = |statefulset| annotated(statefulset, ROLLBACK_ANNOTATION, "me: errors up");
+    let group = group(vec![
+        asked(rolling("a", 2, 0)),
+        asked(created_ago(rolling("b", 2, 1), 60)),
+    ]);
+    let history = history(&["a", "b"]);
+    let starting = starting(
+        "ingester",
+        &group,
+        Ok(&history),
+        "a",
+        "me: errors up",
+        now(),
+    );
+    // Then the records go to both, in turn order; the request is removed from both; and the
+    // zone the rollback starts with is told the order
+    let records: Vec<(&str, Record)> = starting
+        .records
+        .iter()
+        .map(|write| {
+            assert_eq!(write.key, ROLLBACK_STATE_ANNOTATION);
+            let value = write.value.as_deref().expect("a record");
+            let record: Record = serde_json::from_str(value).expect("a record");
+            (write.statefulset.as_str(), record)
+        })
+        .collect();
+    let turns: Vec<(&str, u32)> = records.iter().map(|(name, r)| (*name, r.turn)).collect();
+    assert_eq!(turns, [("b", 0), ("a", 1)]);
+    let removed: Vec<(&str, &str, Option<&str>)> = starting
+        .remove_request
+        .iter()
+        .map(|write| {
+            (
+                write.statefulset.as_str(),
+                write.key,
+                write.value.as_deref(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        removed,
+        [
+            ("a", ROLLBACK_ANNOTATION, None),
+            ("b", ROLLBACK_ANNOTATION, None)
+        ]
+    );
+    assert_eq!(starting.first.as_deref(), Some("b"));
+    assert_eq!(starting.told_on, "b");
+    assert_eq!(
+        starting.explanation.severity,
+        crate::explained::Severity::Normal
+    );
+    assert_eq!(starting.explanation.reason, "RollbackStarted");
+    assert_eq!(
+        starting.explanation.note,
+        "rolling back rollout group ingester, in this order: b from b-v2 to b-v1, then a from \
+         a-v2 to a-v1 — asked: me: errors up"
+    );
+}
+
+#[test]
+fn a_refused_rollback_stores_no_record_removes_the_request_and_warns_the_first_asking() {
+    let asked = |statefulset| annotated(statefulset, ROLLBACK_ANNOTATION, "me: errors up");
+    // a finished rolling, so only its history says what it ran before
+    let group = group(vec![asked(finished("a", 2)), asked(rolling("b", 2, 1))]);
+    // Refused by the pass before reading any history, and refused by the history itself
+    let empty = BTreeMap::new();
+    for (history, says) in [
+        (Err("a rollback already ran"), "a rollback already ran"),
+        (Ok(&empty), "cannot roll back StatefulSet a"),
+    ] {
+        let starting = starting("ingester", &group, history, "a", "me: errors up", now());
+        assert_eq!(starting.records, [], "{says}");
+        assert_eq!(starting.remove_request.len(), 2, "{says}");
+        assert_eq!(starting.first, None, "{says}");
+        assert_eq!(starting.told_on, "a", "{says}");
+        assert_eq!(
+            starting.explanation.severity,
+            crate::explained::Severity::Warning
+        );
+        assert_eq!(starting.explanation.reason, "RollbackRefused");
+        let note = &starting.explanation.note;
+        assert!(
+            note.starts_with(says) && note.ends_with("; the request is removed"),
+            "{note}"
+        );
+    }
+}
