@@ -187,7 +187,6 @@ impl Watched {
             &config.namespace,
             caches.clone(),
             touched.clone(),
-            config.kubernetes.request_timeout.get(),
         );
         Ok(Self {
             caches,

@@ -75,7 +75,6 @@ pub struct ZoneBudgets {
     client: kube::Client,
     caches: Caches,
     budgets: Budgets,
-    request_timeout: Duration,
 }
 
 impl std::fmt::Debug for ZoneBudgets {
@@ -95,7 +94,6 @@ impl ZoneBudgets {
         namespace: &str,
         caches: Caches,
         touched: UnboundedSender<String>,
-        request_timeout: Duration,
     ) -> (Self, impl Future<Output = ()> + Send + 'static) {
         let routes = RouteToGroups {
             caches: caches.clone(),
@@ -107,26 +105,18 @@ impl ZoneBudgets {
             client,
             caches,
             budgets: watched,
-            request_timeout,
         };
         (budgets, watch)
     }
 
     /// Budgets that stay as `known`, with no watch: for tests of the reconcile that are not
     /// about budgets (`Known::NotInstalled`: every deletion goes unconsulted).
-    pub fn fixed(
-        client: kube::Client,
-        namespace: &str,
-        caches: Caches,
-        known: Known,
-        request_timeout: Duration,
-    ) -> Self {
+    pub fn fixed(client: kube::Client, namespace: &str, caches: Caches, known: Known) -> Self {
         Self {
             namespace: namespace.to_owned(),
             client,
             caches,
             budgets: Budgets::fixed(known),
-            request_timeout,
         }
     }
 
@@ -137,7 +127,14 @@ impl ZoneBudgets {
 
     /// Judges `deletion` by `group`'s rollout and, when a budget allows it, claims it in the
     /// budget's record. Never fails: what went wrong is the reason to wait.
-    pub async fn before_deletion(&self, group: &str, deletion: &Deletion<'_>) -> Permit {
+    /// Each call on the record is bounded by `timeout`: the claim is a write of the pass's
+    /// term, bounded by what is left of it (the rollout's [`Runner`](crate::runner::Runner)).
+    pub async fn before_deletion(
+        &self,
+        group: &str,
+        deletion: &Deletion<'_>,
+        timeout: Duration,
+    ) -> Permit {
         let first = self.judge(deletion, &RecentlyAllowed::default());
         let budget = match first {
             Judgement::Go => return Permit::Go,
@@ -153,7 +150,6 @@ impl ZoneBudgets {
             ))
         };
         let (api, name, budget) = (&api, &name, &budget);
-        let timeout = self.request_timeout;
         let read = move || async move {
             let reading = format!("reading ConfigMap {name}");
             match bounded(timeout, reading, ledger::read(api, name)).await {

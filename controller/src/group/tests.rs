@@ -117,7 +117,6 @@ async fn an_unreachable_reference_holds_scaling_but_not_the_rollout() {
         NAMESPACE,
         caches.clone(),
         Known::NotInstalled,
-        Duration::from_secs(600),
     );
     let reconciler = GroupReconciler {
         caches,

@@ -242,7 +242,8 @@ impl Rollouts {
                         pod,
                         free_replacement: *free_replacement,
                     };
-                    if let Some(note) = self.budget_holds(group, members, &deletion).await {
+                    if let Some(note) = self.budget_holds(group, members, &deletion, timeout).await
+                    {
                         return Ok(Ran::HeldByBudget(note));
                     }
                 }
@@ -354,8 +355,9 @@ impl Rollouts {
         group: &str,
         members: &[Arc<StatefulSet>],
         deletion: &crate::zpdb_check::Deletion<'_>,
+        timeout: Duration,
     ) -> Option<String> {
-        let permit = self.budgets.before_deletion(group, deletion).await;
+        let permit = self.budgets.before_deletion(group, deletion, timeout).await;
         let crate::zpdb_check::Permit::Wait(note) = permit else {
             return None;
         };

@@ -132,13 +132,7 @@ async fn pass(
         explainer,
         request_timeout: timeout,
         pending: PendingDeletions::default(),
-        budgets: ZoneBudgets::fixed(
-            client.clone(),
-            NAMESPACE,
-            caches,
-            Known::NotInstalled,
-            timeout,
-        ),
+        budgets: ZoneBudgets::fixed(client.clone(), NAMESPACE, caches, Known::NotInstalled),
         status: StatusBoard::default(),
         gate_calls: crate::gates::calls::GateCalls::new(
             client,
