@@ -33,11 +33,12 @@ use crate::cache::{self, Caches};
 use crate::clusters::Clusters;
 use crate::explain::Explainer;
 use crate::group::GroupReconciler;
-use crate::leader::{LeaderElector, LeaderMetrics, Leadership, MayStart, Term, unique_identity};
+use crate::leader::{LeaderElector, LeaderMetrics, Leadership, Term, unique_identity};
 use crate::metrics::ControllerMetrics;
 use crate::queue;
 use crate::rollout::pending::PendingDeletions;
 use crate::rollout::reconcile::Rollouts;
+use crate::runner::MayStart;
 
 /// How long tasks get to finish after shutdown starts (the Lease release is one of them).
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);

@@ -18,17 +18,17 @@
 //! `spec.replicas` get no free replacement). A replica change's watch event brings the group
 //! back at once.
 //!
-//! Only the leader acts, and only within the term the pass started in ([`MayAct`](crate::leader::MayAct)); a standby's
+//! Only the leader acts, and only within the term the pass started in ([`Runner`](crate::runner::Runner)); a standby's
 //! pass returns at once.
 
 use std::time::Instant;
 
 use crate::cache::Caches;
 use crate::explain::Explainer;
-use crate::leader::MayStart;
 use crate::metrics::ControllerMetrics;
 use crate::queue::Requeue;
 use crate::rollout::reconcile::Rollouts;
+use crate::runner::MayStart;
 use crate::scaling::Scaler;
 
 /// Reconciles rollout groups: one per controller, shared by every group.

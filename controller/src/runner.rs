@@ -25,7 +25,17 @@ use std::time::Duration;
 use baton_shared::kube_client::{TimedOut, bounded};
 use tokio::sync::watch;
 
-use crate::leader::{Leadership, MayAct, MayStart, Term};
+use crate::leader::{Leadership, Term};
+
+/// Whether a reconcile may still act right now, and for how long: `Some(time left)` only while
+/// the leadership term it started in lasts. A call made to act is bounded by that time, so a
+/// replica whose term ends mid-call stops acting when it ends, not a request timeout later.
+pub type MayAct = Arc<dyn Fn() -> Option<Duration> + Send + Sync>;
+
+/// Opens one reconcile's right to act: `None` when this replica may not act now, else a
+/// [`MayAct`] bound to the current leadership term, so a reconcile planned before a lost term
+/// can never act in a later one; the next term starts from a fresh snapshot.
+pub type MayStart = Arc<dyn Fn() -> Option<MayAct> + Send + Sync>;
 
 /// One pass's hold on its leadership term, and the bound on each of its calls.
 #[derive(Clone)]

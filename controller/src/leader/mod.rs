@@ -53,16 +53,6 @@ pub use leadership::{
 };
 pub use store::{KubeLeaseStore, LeaseStore, StoreError};
 
-/// Whether a reconcile may still act right now, and for how long: `Some(time left)` only while
-/// the leadership term it started in lasts. A call made to act is bounded by that time, so a
-/// replica whose term ends mid-call stops acting when it ends, not a request timeout later.
-pub type MayAct = std::sync::Arc<dyn Fn() -> Option<std::time::Duration> + Send + Sync>;
-
-/// Opens one reconcile's right to act: `None` when this replica may not act now, else a
-/// [`MayAct`] bound to the current leadership term, so a reconcile planned before a lost term
-/// can never act in a later one; the next term starts from a fresh snapshot.
-pub type MayStart = std::sync::Arc<dyn Fn() -> Option<MayAct> + Send + Sync>;
-
 /// A unique identity for this process: the pod name (`HOSTNAME`) and a random suffix, so a
 /// restarted container never mistakes its predecessor's Lease for its own.
 pub fn unique_identity() -> String {

@@ -43,9 +43,8 @@ use serde_json::json;
 use std::collections::HashMap;
 
 use crate::explain::Explainer;
-use crate::leader::MayAct;
 use crate::queue::Requeue;
-use crate::runner::Runner;
+use crate::runner::{MayAct, Runner};
 
 /// Why a Kubernetes call of the executor failed.
 #[derive(Debug, thiserror::Error)]

@@ -17,8 +17,8 @@ use tower_test::mock;
 
 use super::Scaler;
 use crate::explain::Explainer;
-use crate::leader::MayAct;
 use crate::queue::Requeue;
+use crate::runner::MayAct;
 use crate::runner::recorded::{self, Reply};
 use baton_core::scaling::plan::reasons;
 
