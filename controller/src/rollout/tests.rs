@@ -1,5 +1,7 @@
 //! One rollout pass ([`Rollouts::reconcile`]) against a recorded API server: every request the
-//! pass makes, in order; what a failed one does to the rest; and a term ending between two.
+//! pass makes, in order; what a failed one does to the rest; a term ending between two; and a
+//! rollback's start (the history read, then the records, then the request's removal) with a
+//! stale write ending it.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -34,17 +36,19 @@ const GROUP: &str = "ingester";
 const DELETE_0: &str = "DELETE /api/v1/namespaces/mimir/pods/ingester-zone-a-0";
 const DELETE_1: &str = "DELETE /api/v1/namespaces/mimir/pods/ingester-zone-a-1";
 
-/// A ready OnDelete zone of two pods, two at a time unavailable; zone a has an update revision
-/// its pods do not run yet.
-fn zone(zone: &str) -> (StatefulSet, Vec<Pod>) {
+/// A ready OnDelete zone of two pods, two at a time unavailable; an `outdated` one has an update
+/// revision its pods do not run yet; `annotations` are added to its own.
+fn zone(zone: &str, outdated: bool, annotations: &[(&str, &str)]) -> (StatefulSet, Vec<Pod>) {
     let name = format!("ingester-zone-{zone}");
     let uid = format!("uid-{zone}");
-    let outdated = zone == "a";
+    let mut annotated = json!({"rollout-max-unavailable": "2"});
+    for (key, value) in annotations {
+        annotated[*key] = json!(value);
+    }
     let statefulset = json!({
         "apiVersion": "apps/v1", "kind": "StatefulSet",
         "metadata": {"name": name, "namespace": NAMESPACE, "uid": uid, "resourceVersion": "1",
-                     "labels": {"rollout-group": GROUP},
-                     "annotations": {"rollout-max-unavailable": "2"}},
+                     "labels": {"rollout-group": GROUP}, "annotations": annotated},
         "spec": {"replicas": 2, "serviceName": name,
                  "selector": {"matchLabels": {"zone": zone}},
                  "updateStrategy": {"type": "OnDelete"},
@@ -101,6 +105,16 @@ async fn pass(
     script: impl Fn(&Method, &str) -> Reply + Send + 'static,
     may_act: MayAct,
 ) -> (Result<Requeue, ExecuteError>, Recorded, [bool; 2]) {
+    let zones = ["a", "b", "c"].map(|name| zone(name, name == "a", &[]));
+    pass_over(zones, script, may_act).await
+}
+
+/// One rollout pass over the group of `zones`, as [`pass`].
+async fn pass_over(
+    zones: [(StatefulSet, Vec<Pod>); 3],
+    script: impl Fn(&Method, &str) -> Reply + Send + 'static,
+    may_act: MayAct,
+) -> (Result<Requeue, ExecuteError>, Recorded, [bool; 2]) {
     baton_shared::crypto::install_default_provider();
     let (client, recorded) = recorded::api(NAMESPACE, script);
     let config = Config {
@@ -109,8 +123,7 @@ async fn pass(
     };
     let (statefulsets, mut writer) = reflector::store();
     let (mut members, mut pods) = (Vec::new(), Vec::new());
-    for name in ["a", "b", "c"] {
-        let (statefulset, zone_pods) = zone(name);
+    for (statefulset, zone_pods) in zones {
         writer.apply_watcher_event(&Event::Apply(statefulset.clone()));
         members.push(Arc::new(statefulset));
         pods.extend(zone_pods.iter().map(CachedPod::of));
@@ -218,4 +231,67 @@ async fn a_term_ending_between_two_deletions_ends_the_pass_before_the_second() {
     assert_eq!(result.expect("a lost term is no failure"), Requeue::Never);
     assert_eq!(recorded.requests(), [DELETE_0]);
     assert_eq!(pending, [true, false]);
+}
+
+const REVISIONS: &str = "GET /apis/apps/v1/namespaces/mimir/controllerrevisions";
+const PATCH_A: &str = "PATCH /apis/apps/v1/namespaces/mimir/statefulsets/ingester-zone-a";
+const PATCH_B: &str = "PATCH /apis/apps/v1/namespaces/mimir/statefulsets/ingester-zone-b";
+const PATCH_C: &str = "PATCH /apis/apps/v1/namespaces/mimir/statefulsets/ingester-zone-c";
+
+/// Every zone rolling (none reached yet) and every member asking for a rollback.
+fn asking_for_a_rollback() -> [(StatefulSet, Vec<Pod>); 3] {
+    ["a", "b", "c"].map(|name| zone(name, true, &[("baton.dev/rollback", "me: errors up")]))
+}
+
+/// Answers the members' ControllerRevisions (none: each zone's current revision is where it
+/// goes back to) and accepts every StatefulSet patch.
+fn rollback_world(method: &Method, path: &str) -> Reply {
+    match *method {
+        Method::GET => Reply::Object(json!({"apiVersion": "apps/v1",
+            "kind": "ControllerRevisionList", "metadata": {}, "items": []})),
+        Method::PATCH => {
+            let name = path.rsplit('/').next().unwrap_or_default();
+            Reply::Object(json!({"apiVersion": "apps/v1", "kind": "StatefulSet",
+                                 "metadata": {"name": name, "namespace": NAMESPACE}}))
+        }
+        _ => Reply::Status(500),
+    }
+}
+
+#[tokio::test]
+async fn a_rollback_starts_by_reading_history_then_storing_every_record_then_removing_the_request()
+{
+    // Given every member asking for a rollback, when a pass runs,
+    let (result, recorded, pending) =
+        pass_over(asking_for_a_rollback(), rollback_world, lasting()).await;
+    // then it reads each member's history, stores the records on every member, then removes
+    // the request from every member, and ends there: nothing is deleted in the same pass.
+    assert_eq!(result.expect("the rollback starts"), Requeue::Never);
+    assert_eq!(
+        recorded.requests(),
+        [
+            REVISIONS, REVISIONS, REVISIONS, PATCH_A, PATCH_B, PATCH_C, PATCH_A, PATCH_B, PATCH_C
+        ]
+    );
+    assert_eq!(pending, [false, false]);
+}
+
+#[tokio::test]
+async fn a_record_found_stale_ends_the_rollbacks_start_and_leaves_the_request() {
+    // Given member b changed since the pass read it (its record's write answers 409),
+    let (result, recorded, _) = pass_over(
+        asking_for_a_rollback(),
+        |method, path| match *method {
+            Method::PATCH if path.ends_with("ingester-zone-b") => Reply::Status(409),
+            _ => rollback_world(method, path),
+        },
+        lasting(),
+    )
+    .await;
+    // then nothing is written after it: the request stays for the next pass to start again.
+    assert_eq!(result.expect("a stale write is no failure"), Requeue::Never);
+    assert_eq!(
+        recorded.requests(),
+        [REVISIONS, REVISIONS, REVISIONS, PATCH_A, PATCH_B]
+    );
 }
