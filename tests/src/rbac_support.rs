@@ -263,8 +263,9 @@ pub async fn the_controller_changes_only_ca_bundles(control_plane: &ControlPlane
         .await
         .unwrap();
     let as_controller = Api::<ValidatingWebhookConfiguration>::all(controller.clone());
-    // The controller's write: the configuration as read now, changed by `change`.
-    let write = |change: Change| {
+    // The controller's write: the configuration as read now, changed by `change` (a dry run
+    // when `dry_run`: judged by the same admission, stored nowhere).
+    let write_as_controller = |change: Change, dry_run: bool| {
         let (admin_validating, as_controller, name) = (
             admin_validating.clone(),
             as_controller.clone(),
@@ -275,29 +276,42 @@ pub async fn the_controller_changes_only_ca_bundles(control_plane: &ControlPlane
             let mut value = serde_json::to_value(&current).unwrap();
             change(&mut value);
             let changed: ValidatingWebhookConfiguration = serde_json::from_value(value).unwrap();
+            let params = PostParams {
+                dry_run,
+                ..PostParams::default()
+            };
             as_controller
-                .replace(&name, &PostParams::default(), &changed)
+                .replace(&name, &params, &changed)
                 .await
                 .map(|_| ())
         }
     };
+    let write = |change: Change| write_as_controller(change, false);
     let refused_by_the_policy = |result: &Result<(), kube::Error>| {
         matches!(result, Err(kube::Error::Api(status))
             if status.code == 403 && status.message.contains("may change only the caBundle"))
     };
 
     // When the controller's identity widens a rule to every resource
-    // Then the API server refuses it (once it has loaded the policy)
+    // Then the API server refuses it (once it has loaded the policy: a dry run until then, so
+    // that a write let through before would not leave the rule wide, every later attempt then
+    // changing nothing and rightly allowed)
     wait_until(
         Duration::from_secs(90),
         "the policy refuses a wider rule",
         || async {
-            refused_by_the_policy(
-                &write(|value| value["webhooks"][0]["rules"][0]["resources"] = json!(["*"])).await,
-            )
+            let widen: Change =
+                |value| value["webhooks"][0]["rules"][0]["resources"] = json!(["*"]);
+            refused_by_the_policy(&write_as_controller(widen, true).await)
         },
     )
     .await;
+    assert!(
+        refused_by_the_policy(
+            &write(|value| value["webhooks"][0]["rules"][0]["resources"] = json!(["*"])).await
+        ),
+        "the policy refuses the wider rule itself, not only its dry run"
+    );
     // and every other change an attacker holding its token would make
     let attacks: [(&str, Change); 8] = [
         ("another backend Service", |value| {
