@@ -37,6 +37,21 @@ struct PodState {
     terminating: bool,
 }
 
+/// What `event` makes of pod `uid` among one zone's `pods`, by uid.
+fn replay<'a>(pods: &mut HashMap<&'a str, PodState>, uid: &'a str, event: PodEvent) {
+    match event {
+        PodEvent::Created => {
+            pods.insert(uid, PodState::default());
+        }
+        PodEvent::Ready => pods.entry(uid).or_default().ready = true,
+        PodEvent::NotReady => pods.entry(uid).or_default().ready = false,
+        PodEvent::Terminating => pods.entry(uid).or_default().terminating = true,
+        PodEvent::Deleted => {
+            pods.remove(uid);
+        }
+    }
+}
+
 /// Replays `timeline` and checks, at every transition at or after `from` (when every zone was
 /// Ready and baton alone could make pods unavailable):
 /// - at most one zone has unavailable pods at a time;
@@ -247,17 +262,7 @@ pub fn deletion_batches(timeline: &[PodTransition], zone: &Zone, from: Instant) 
             }
             *batches.last_mut().expect("a batch is open") += 1;
         }
-        match transition.event {
-            PodEvent::Created => {
-                pods.insert(uid, PodState::default());
-            }
-            PodEvent::Ready => pods.entry(uid).or_default().ready = true,
-            PodEvent::NotReady => pods.entry(uid).or_default().ready = false,
-            PodEvent::Terminating => pods.entry(uid).or_default().terminating = true,
-            PodEvent::Deleted => {
-                pods.remove(uid);
-            }
-        }
+        replay(&mut pods, uid, transition.event);
     }
     batches
 }
@@ -272,17 +277,7 @@ pub fn most_unavailable(timeline: &[PodTransition], zone: &Zone, from: Instant) 
             continue;
         }
         let uid = transition.uid.as_str();
-        match transition.event {
-            PodEvent::Created => {
-                pods.insert(uid, PodState::default());
-            }
-            PodEvent::Ready => pods.entry(uid).or_default().ready = true,
-            PodEvent::NotReady => pods.entry(uid).or_default().ready = false,
-            PodEvent::Terminating => pods.entry(uid).or_default().terminating = true,
-            PodEvent::Deleted => {
-                pods.remove(uid);
-            }
-        }
+        replay(&mut pods, uid, transition.event);
         if transition.at >= from {
             let available = pods
                 .values()

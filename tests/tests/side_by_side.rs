@@ -314,21 +314,26 @@ impl Verdicts {
 
     /// Prints the table and fails with every difference found.
     fn report(self, what: &str, cases: usize) {
-        println!("| {what} | verdict | Go operator v0.38.1 | baton |");
-        println!("|---|---|---|---|");
-        for line in &self.table {
-            println!("{line}");
-        }
-        assert!(
-            self.differences.is_empty(),
-            "{} of {} cases differ:\n{}",
-            self.differences.len(),
-            self.table.len(),
-            self.differences.join("\n")
-        );
-        // (every case was judged: the lower bound of what the test promises)
-        assert_eq!(self.table.len(), cases, "cases judged");
+        report(what, "cases", &self.table, &self.differences, cases);
     }
+}
+
+/// Prints a side-by-side table (one row per `what`) and fails with every difference found,
+/// and unless exactly `expected` rows were judged (the lower bound of what a test promises).
+fn report(what: &str, rows: &str, table: &[String], differences: &[String], expected: usize) {
+    println!("| {what} | verdict | Go operator v0.38.1 | baton |");
+    println!("|---|---|---|---|");
+    for line in table {
+        println!("{line}");
+    }
+    assert!(
+        differences.is_empty(),
+        "{} of {} {rows} differ:\n{}",
+        differences.len(),
+        table.len(),
+        differences.join("\n")
+    );
+    assert_eq!(table.len(), expected, "{rows} judged");
 }
 
 impl Answer {
@@ -1740,19 +1745,7 @@ impl DownscaleVerdicts {
     }
 
     fn report(self, steps: usize) {
-        println!("| step | verdict | Go operator v0.38.1 | baton |");
-        println!("|---|---|---|---|");
-        for line in &self.table {
-            println!("{line}");
-        }
-        assert!(
-            self.differences.is_empty(),
-            "{} of {} steps differ:\n{}",
-            self.differences.len(),
-            self.table.len(),
-            self.differences.join("\n")
-        );
-        assert_eq!(self.table.len(), steps, "steps judged");
+        report("step", "steps", &self.table, &self.differences, steps);
     }
 }
 
