@@ -239,7 +239,9 @@ pub enum Effect {
     /// Store the gates' state before acting: read at the snapshot's resourceVersions, so a
     /// stale one ends the pass (the write that made it stale brings the next).
     Store(Vec<AnnotationWrite>),
-    /// Count what the gates let go (metrics), once the state that says so is stored.
+    /// Count what the gates let go (metrics), next to the Events that tell it: a stale
+    /// [`Effect::Store`] after them ends the pass, and the run it was about is spent, so
+    /// counting after the store would lose what the Events said.
     Noticed(Vec<GateNotice>),
     /// Judge the deletion of `pod` (by baton, or by the StatefulSet controller past a lowered
     /// partition) against the zone-aware budgets and claim it in the budget's record; a budget
@@ -417,11 +419,13 @@ pub fn decide_with(read: &Read<'_>, gate: &Gate<'_>) -> Pass {
     }
     effects.extend(plan_told(&group.name, &plan));
     effects.extend(gate_told(&group.name, &decision));
-    if !decision.writes.is_empty() {
-        effects.push(Effect::Store(decision.writes.clone()));
-    }
+    // Counted where they are told: a stale store below ends the pass, and the count must
+    // still agree with the Events already written.
     if !decision.notices.is_empty() {
         effects.push(Effect::Noticed(decision.notices.clone()));
+    }
+    if !decision.writes.is_empty() {
+        effects.push(Effect::Store(decision.writes.clone()));
     }
     effects.extend(acting(&plan));
     Pass {

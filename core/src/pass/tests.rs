@@ -370,6 +370,48 @@ fn a_check_that_cannot_be_used_holds_and_warns_on_the_member_naming_it() {
 }
 
 #[test]
+fn a_warn_checks_failure_is_told_and_counted_before_the_store_that_may_end_the_pass() {
+    // Given a group whose check only warns, and a run of it that failed
+    let checked = checked_group();
+    let mut spec = serde_json::to_value(spec()).expect("a spec");
+    spec["onFailure"] = "Warn".into();
+    let read = CheckRead::Read(Box::new(ReadCheck {
+        spec: serde_json::from_value(spec).expect("a valid spec"),
+        generation: 3,
+        author: Author::Check,
+        ended: Some(EndedRun {
+            run: CheckRun {
+                at: now(),
+                outcome: CheckOutcome::Fail {
+                    query: "errors".to_owned(),
+                    value: "0.5 (must be < 0.1)".to_owned(),
+                },
+            },
+            problem: None,
+        }),
+        running: false,
+    }));
+    let pass = pass_reading(&checked, &read, &HookRead::default(), &Rolling::new());
+    // Then the failure is told, counted, and its state stored, in that order: a stale store
+    // ends the pass and spends the run, so the count cannot wait for it
+    let outline = outline(&pass);
+    let at = |prefix: &str| {
+        outline
+            .iter()
+            .position(|line| line.starts_with(prefix))
+            .unwrap_or_else(|| panic!("no {prefix:?} in {outline:?}"))
+    };
+    let (told, counted, stored) = (
+        at("tell HealthCheckWarning"),
+        at("count 1 notices"),
+        at("store "),
+    );
+    assert!(told < counted && counted < stored, "{outline:?}");
+    // and it holds no step: the zone still rolls
+    assert!(pass.actions().count() >= 1, "{outline:?}");
+}
+
+#[test]
 fn a_zone_seen_rolling_is_told_complete_with_its_history() {
     // Given zone a seen rolling to rev-2, now done
     let done = group(vec![
