@@ -4,7 +4,7 @@
 //! what `baton_core` decides (the planner, the gates, scaling, the zone-aware budgets, the
 //! Lease, the certificates): deletions, partitions, gate state, `/scale`, calls to pods and
 //! hooks, Events and metrics. The decisions are the core's; the one pure function here,
-//! [`zpdb_check::judge`], applies the core's budget decision to what the caches hold. The
+//! `baton_core::zpdb::judge`, applies the core's budget decision to what the caches hold. The
 //! binary in `main.rs` only calls [`app::run`].
 //!
 //! # Module map
@@ -24,7 +24,7 @@
 //! | [`metrics`] | the Go operator's metric names and baton's own |
 //! | [`status`] | the status page and its JSON, served from the caches with `baton_core::status` (each group's view), and the leader's history of each group (its board) |
 //! | [`phased`] | PhasedRollouts (`sts.plus`) served as groups of their own, rolled by partition through a check; their status |
-//! | [`zpdb_check`] | a rollout deletion checked against the zone-aware disruption budgets: their cache (`baton_shared::zpdb_cache`, the webhook's too), the decision on the caches ([`zpdb_check::judge`], pure), the claim in the budget's record |
+//! | [`zpdb_check`] | a rollout deletion checked against the zone-aware disruption budgets: their cache (`baton_shared::zpdb_cache`, the webhook's too), each step's decision in the core (`baton_core::zpdb::rollout_deletion`, pure), the claim in the budget's record |
 //!
 //! # From a watch event to an action
 //!

@@ -6,6 +6,8 @@
 //!
 //! The PhasedRollouts are watched (a missing CRD means none, logged once); each change, and
 //! every [`REFRESH`] for the statuses, brings every one up to date while this replica leads.
+//! Each round runs its writes through a [`Runner`] bound to the term it started in, as every
+//! other pass does: a term that ends mid-round ends the round, with nothing written after it.
 //! A finalizer hands the target back (group label and annotations removed) before a
 //! PhasedRollout goes.
 
@@ -33,6 +35,7 @@ use crate::cache::Caches;
 use crate::explain::{Explainer, Explanation, Severity};
 use crate::gates::health::{self, SECRET_OPT_IN_LABEL};
 use crate::leader::Leadership;
+use crate::runner::{Runner, TermLost};
 
 /// How often statuses are brought up to date when no PhasedRollout changed.
 pub const REFRESH: Duration = Duration::from_secs(2);
@@ -69,9 +72,10 @@ impl PhasedRollouts {
                     () = changed.notified() => {}
                     () = tokio::time::sleep(REFRESH) => {}
                 }
-                if self.leadership.term().is_none() {
+                let Some(runner) = Runner::in_current_term(&self.leadership, self.request_timeout)
+                else {
                     continue;
-                }
+                };
                 let rollouts: Vec<PhasedRollout> = known
                     .lock()
                     .expect("phased lock")
@@ -79,8 +83,12 @@ impl PhasedRollouts {
                     .cloned()
                     .collect();
                 for rollout in rollouts {
-                    if let Err(error) = self.serve(&rollout).await {
-                        tracing::warn!(phased_rollout = %rollout.name_any(), %error, "serving a PhasedRollout failed; retrying");
+                    match self.serve(&runner, &rollout).await {
+                        Ok(()) => {}
+                        Err(ServeError::TermLost) => break,
+                        Err(ServeError::Failed(error)) => {
+                            tracing::warn!(phased_rollout = %rollout.name_any(), %error, "serving a PhasedRollout failed; retrying");
+                        }
                     }
                 }
             }
@@ -94,39 +102,53 @@ impl PhasedRollouts {
     }
 
     /// Brings one PhasedRollout up to date: its finalizer, its check, its target, its status.
-    async fn serve(&self, rollout: &PhasedRollout) -> Result<(), String> {
+    async fn serve(&self, runner: &Runner, rollout: &PhasedRollout) -> Result<(), ServeError> {
         let name = rollout.name_any();
-        let generation = rollout.metadata.generation.unwrap_or_default();
         let holds_finalizer = rollout.finalizers().iter().any(|held| held == FINALIZER);
         if rollout.metadata.deletion_timestamp.is_some() {
             if holds_finalizer {
                 if let Ok(spec) = rollout.parsed_spec() {
-                    self.hand_back(&name, &spec.target_ref, false).await?;
+                    self.hand_back(runner, &name, &spec.target_ref, false)
+                        .await?;
                 }
-                self.set_finalizers(rollout, false).await?;
+                self.set_finalizers(runner, rollout, false).await?;
             }
             return Ok(());
         }
         if !holds_finalizer {
             // The next change (this write) serves it.
-            return self.set_finalizers(rollout, true).await;
+            return self.set_finalizers(runner, rollout, true).await;
         }
         let spec = match rollout.parsed_spec() {
             Ok(spec) => spec,
-            Err(why) => return self.invalid(rollout, why).await,
+            Err(why) => return self.invalid(runner, rollout, why).await,
         };
         let problems = phased::problems(&spec);
         if !problems.is_empty() {
-            return self.invalid(rollout, problems.join("; ")).await;
+            return self.invalid(runner, rollout, problems.join("; ")).await;
         }
+        self.roll(runner, rollout, &spec).await
+    }
+
+    /// Serves a valid PhasedRollout holding its finalizer: its target checked, its check made,
+    /// its target in its group, its status written.
+    async fn roll(
+        &self,
+        runner: &Runner,
+        rollout: &PhasedRollout,
+        spec: &PhasedRolloutSpec,
+    ) -> Result<(), ServeError> {
+        let name = rollout.name_any();
+        let generation = rollout.metadata.generation.unwrap_or_default();
         let statefulsets: Api<StatefulSet> = Api::namespaced(self.client.clone(), &self.namespace);
         let Some(target) = self
-            .call("reading the target", statefulsets.get_opt(&spec.target_ref))
+            .read("reading the target", statefulsets.get_opt(&spec.target_ref))
             .await?
         else {
             let message = format!("StatefulSet {} does not exist", spec.target_ref);
             return self
                 .set_status(
+                    runner,
                     rollout,
                     PhasedRolloutStatus::says("TargetNotFound", message, generation),
                 )
@@ -140,32 +162,34 @@ impl PhasedRollouts {
         if let Some(why) =
             phased::target_problem(&name, &spec.target_ref, target.labels(), strategy)
         {
-            return self.invalid(rollout, why).await;
+            return self.invalid(runner, rollout, why).await;
         }
         if spec.standard_rolling_update {
-            self.hand_back(&name, &spec.target_ref, true).await?;
+            self.hand_back(runner, &name, &spec.target_ref, true)
+                .await?;
             let message =
                 "standardRollingUpdate: the StatefulSet controller rolls every pod (partition 0)";
             let mut status =
                 PhasedRolloutStatus::says("StandardRollingUpdate", message, generation);
             status.partition = Some(0);
-            return self.set_status(rollout, status).await;
+            return self.set_status(runner, rollout, status).await;
         }
         let credentials = match &spec.check.query.secret_ref {
             None => Credentials::None,
             Some(secret) => match self.credentials(secret).await? {
                 Ok(credentials) => credentials,
-                Err(why) => return self.invalid(rollout, why).await,
+                Err(why) => return self.invalid(runner, rollout, why).await,
             },
         };
-        let check = phased::health_check_spec(&spec, credentials)?;
-        if let Err(why) = self.ensure_check(rollout, &group, check).await? {
-            return self.invalid(rollout, why).await;
+        let check = phased::health_check_spec(spec, credentials)?;
+        if let Err(why) = self.ensure_check(runner, rollout, &group, check).await? {
+            return self.invalid(runner, rollout, why).await;
         }
         if !phased::target_served(&name, target.labels(), target.annotations()) {
             tracing::info!(phased_rollout = %name, target = %spec.target_ref, "adding the target to its group");
             let patch = phased::target_patch(&name, true, false);
-            self.call(
+            write(
+                runner,
                 "adding the target to its group",
                 statefulsets.patch(
                     &spec.target_ref,
@@ -176,9 +200,9 @@ impl PhasedRollouts {
             .await?;
         }
         let status = self
-            .status_of(&target, &spec, &group, generation)
+            .status_of(&target, spec, &group, generation)
             .keeping_last_check(rollout.status.as_ref());
-        self.set_status(rollout, status).await
+        self.set_status(runner, rollout, status).await
     }
 
     /// The status, from the target and its pods as cached and the leader's last wait.
@@ -212,11 +236,11 @@ impl PhasedRollouts {
     }
 
     /// Which credentials the Secret gives, if its owner lets health checks use it.
-    async fn credentials(&self, name: &str) -> Result<Result<Credentials, String>, String> {
+    async fn credentials(&self, name: &str) -> Result<Result<Credentials, String>, ServeError> {
         let secrets: Api<Secret> = Api::namespaced(self.client.clone(), &self.namespace);
         // Its labels first: the contents of a Secret its owner did not opt in are never read.
         let Some(labelled) = self
-            .call(
+            .read(
                 "reading the Secret's labels",
                 secrets.get_metadata_opt(name),
             )
@@ -240,7 +264,7 @@ impl PhasedRollouts {
             return Ok(Err(not_opted_in()));
         }
         let Some(secret) = self
-            .call("reading the Secret", secrets.get_opt(name))
+            .read("reading the Secret", secrets.get_opt(name))
             .await?
         else {
             return Ok(Err(format!(
@@ -263,21 +287,22 @@ impl PhasedRollouts {
     /// Creates or updates the `RolloutHealthCheck` `name`, owned by `rollout` (so it goes with it).
     async fn ensure_check(
         &self,
+        runner: &Runner,
         rollout: &PhasedRollout,
         name: &str,
         spec: serde_json::Value,
-    ) -> Result<Result<(), String>, String> {
+    ) -> Result<Result<(), String>, ServeError> {
         let api: Api<DynamicObject> = Api::namespaced_with(
             self.client.clone(),
             &self.namespace,
             &health::api_resource(),
         );
         let existing = self
-            .call("reading the health check", api.get_opt(name))
+            .read("reading the health check", api.get_opt(name))
             .await?;
         let owner = rollout
             .controller_owner_ref(&())
-            .ok_or("the PhasedRollout has no uid yet")?;
+            .ok_or_else(|| ServeError::Failed("the PhasedRollout has no uid yet".to_owned()))?;
         // Only a check this PhasedRollout made is its to change: one of that name made by
         // someone else is theirs (and not what this PhasedRollout's steps should be judged by).
         if let Some(existing) = &existing {
@@ -307,11 +332,12 @@ impl PhasedRollouts {
             "metadata": {"name": name},
             "spec": spec,
         }))
-        .map_err(|error| error.to_string())?;
+        .map_err(|error| ServeError::Failed(error.to_string()))?;
         object.metadata.owner_references = Some(vec![owner]);
         match existing {
             None => {
-                self.call(
+                write(
+                    runner,
                     "creating the health check",
                     api.create(&PostParams::default(), &object),
                 )
@@ -320,7 +346,8 @@ impl PhasedRollouts {
             Some(existing) => {
                 tracing::info!(check = %name, was = %existing.data["spec"], now = %object.data["spec"], "updating the health check of a PhasedRollout");
                 object.metadata.resource_version = existing.metadata.resource_version;
-                self.call(
+                write(
+                    runner,
                     "updating the health check",
                     api.replace(name, &PostParams::default(), &object),
                 )
@@ -331,10 +358,16 @@ impl PhasedRollouts {
     }
 
     /// Takes the target out of the PhasedRollout's group; with `standard`, partition 0 too.
-    async fn hand_back(&self, name: &str, target: &str, standard: bool) -> Result<(), String> {
+    async fn hand_back(
+        &self,
+        runner: &Runner,
+        name: &str,
+        target: &str,
+        standard: bool,
+    ) -> Result<(), ServeError> {
         let statefulsets: Api<StatefulSet> = Api::namespaced(self.client.clone(), &self.namespace);
         let Some(current) = self
-            .call("reading the target", statefulsets.get_opt(target))
+            .read("reading the target", statefulsets.get_opt(target))
             .await?
         else {
             return Ok(());
@@ -346,7 +379,8 @@ impl PhasedRollouts {
             return Ok(());
         }
         let patch = phased::target_patch(name, false, standard);
-        self.call(
+        write(
+            runner,
             "handing the target back",
             statefulsets.patch(target, &PatchParams::default(), &Patch::Merge(&patch)),
         )
@@ -354,7 +388,12 @@ impl PhasedRollouts {
         Ok(())
     }
 
-    async fn set_finalizers(&self, rollout: &PhasedRollout, hold: bool) -> Result<(), String> {
+    async fn set_finalizers(
+        &self,
+        runner: &Runner,
+        rollout: &PhasedRollout,
+        hold: bool,
+    ) -> Result<(), ServeError> {
         let mut finalizers: Vec<String> = rollout
             .finalizers()
             .iter()
@@ -374,22 +413,29 @@ impl PhasedRollouts {
             PatchParams::default(),
             Patch::Merge(&patch),
         );
-        let write = api.patch(&name, &params, &patch);
-        match bounded(self.request_timeout, "writing the finalizer", write).await {
+        let finalizer = api.patch(&name, &params, &patch);
+        match runner.step("writing the finalizer", finalizer).await? {
             Ok(Ok(_)) => Ok(()),
             // Changed meanwhile: the watch brings the new version.
             Ok(Err(kube::Error::Api(status))) if status.code == 409 || status.code == 404 => Ok(()),
-            Ok(Err(error)) => Err(format!("writing the finalizer: {error}")),
-            Err(timed_out) => Err(timed_out.to_string()),
+            Ok(Err(error)) => Err(ServeError::Failed(format!(
+                "writing the finalizer: {error}"
+            ))),
+            Err(timed_out) => Err(ServeError::Failed(timed_out.to_string())),
         }
     }
 
     /// Says on the status and in a Warning Event what is wrong, and serves nothing else.
-    async fn invalid(&self, rollout: &PhasedRollout, why: String) -> Result<(), String> {
+    async fn invalid(
+        &self,
+        runner: &Runner,
+        rollout: &PhasedRollout,
+        why: String,
+    ) -> Result<(), ServeError> {
         let generation = rollout.metadata.generation.unwrap_or_default();
         let status = PhasedRolloutStatus::says("Invalid", why.clone(), generation);
         let changed = self.status_differs(rollout, &status);
-        self.set_status(rollout, status).await?;
+        self.set_status(runner, rollout, status).await?;
         if changed {
             let object = ObjectReference {
                 api_version: Some(PhasedRollout::api_version(&()).into_owned()),
@@ -421,9 +467,10 @@ impl PhasedRollouts {
     /// Writes `status` when it says something new.
     async fn set_status(
         &self,
+        runner: &Runner,
         rollout: &PhasedRollout,
         status: PhasedRolloutStatus,
-    ) -> Result<(), String> {
+    ) -> Result<(), ServeError> {
         if !self.status_differs(rollout, &status) {
             return Ok(());
         }
@@ -440,21 +487,64 @@ impl PhasedRollouts {
             PatchParams::apply("baton-controller").force(),
             Patch::Apply(&patch),
         );
-        let write = api.patch_status(&name, &params, &patch);
-        self.call("writing the status", write).await.map(drop)
+        let status_write = api.patch_status(&name, &params, &patch);
+        write(runner, "writing the status", status_write)
+            .await
+            .map(drop)
     }
 
-    /// A call bounded by the request timeout; a 404 is `Ok(None)` for `get_opt`-like calls.
-    async fn call<T>(
+    /// A read, bounded by the request timeout (it decides nothing on its own); a 404 is
+    /// `Ok(None)` for `get_opt`-like calls.
+    async fn read<T>(
         &self,
         step: &str,
         call: impl Future<Output = Result<T, kube::Error>>,
-    ) -> Result<T, String> {
-        match bounded(self.request_timeout, step.to_owned(), call).await {
-            Ok(Ok(value)) => Ok(value),
-            Ok(Err(error)) => Err(format!("{step}: {error}")),
-            Err(timed_out) => Err(timed_out.to_string()),
-        }
+    ) -> Result<T, ServeError> {
+        called(
+            step,
+            bounded(self.request_timeout, step.to_owned(), call).await,
+        )
+    }
+}
+
+/// Why serving one PhasedRollout stopped.
+#[derive(Debug)]
+enum ServeError {
+    /// A call failed (the message names the step): the next round tries again.
+    Failed(String),
+    /// The round's term ended: nothing more is written in it.
+    TermLost,
+}
+
+impl From<String> for ServeError {
+    fn from(why: String) -> Self {
+        Self::Failed(why)
+    }
+}
+
+impl From<TermLost> for ServeError {
+    fn from(TermLost: TermLost) -> Self {
+        Self::TermLost
+    }
+}
+
+/// A write of the round: only while its term lasts, bounded by what is left of it.
+async fn write<T>(
+    runner: &Runner,
+    step: &str,
+    call: impl Future<Output = Result<T, kube::Error>>,
+) -> Result<T, ServeError> {
+    called(step, runner.step(step.to_owned(), call).await?)
+}
+
+fn called<T>(
+    step: &str,
+    answer: Result<Result<T, kube::Error>, baton_shared::kube_client::TimedOut>,
+) -> Result<T, ServeError> {
+    match answer {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(error)) => Err(ServeError::Failed(format!("{step}: {error}"))),
+        Err(timed_out) => Err(ServeError::Failed(timed_out.to_string())),
     }
 }
 
@@ -509,3 +599,6 @@ impl Index<PhasedRollout> for Known {
         tracing::warn!(%error, "PhasedRollout watch error; retrying");
     }
 }
+
+#[cfg(test)]
+mod tests;

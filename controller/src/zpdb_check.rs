@@ -4,9 +4,10 @@
 //! - **The decision** is the webhook's own, [`decide_rollout_deletion`]: the other zones must
 //!   be available as for an eviction, and within the pod's zone the rollout's max-unavailable
 //!   applies instead of the budget's, so a budget of `maxUnavailable: 0` (which refuses every
-//!   eviction) never blocks a rollout, as it does the Go operator's. [`judge`] is that
-//!   decision on the caches, in the core (`baton_core::zpdb::rollout_deletion`); this module
-//!   reads the caches and the record, claims and answers.
+//!   eviction) never blocks a rollout, as it does the Go operator's. `judge` is that
+//!   decision on the caches, in the core (`baton_core::zpdb::rollout_deletion`), and so is
+//!   what each step of a consult comes to (the first look, each read of the record, a claim
+//!   that could not be made); this module reads the caches and the record and writes the claim.
 //! - **Race-free with the webhook.** An allowed deletion is claimed in the budget's record
 //!   (`baton-zpdb-<budget>`, [`baton_core::zpdb::record`]) by the same resourceVersion-checked
 //!   write the webhook replicas claim evictions with, after judging on a fresh read of it (its
@@ -37,12 +38,17 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use baton_core::ledger::{Judged, Ledger};
-use baton_core::zpdb::record::{RECORD_LABEL, recently_allowed, record_name, with_eviction};
-pub use baton_core::zpdb::{Deletion, Judgement, View, judge};
-use baton_core::zpdb::{Observed, RecentlyAllowed};
+use baton_core::ledger::Ledger;
+pub use baton_core::zpdb::Deletion;
+use baton_core::zpdb::Observed;
+use baton_core::zpdb::View;
+use baton_core::zpdb::record::{RECORD_LABEL, record_name};
+pub use baton_core::zpdb::rollout_deletion::Permit;
+use baton_core::zpdb::rollout_deletion::{
+    ClaimFailure, Claimant, could_not_claim, first_look, on_record,
+};
 use baton_shared::kube_client::bounded;
-use baton_shared::ledger::{self, CLAIM_ATTEMPTS, ClaimError};
+use baton_shared::ledger::{self, ClaimError};
 use baton_shared::pod_client::error_chain;
 use baton_shared::zpdb_cache::{BudgetEvents, Budgets, Known};
 use jiff::Timestamp;
@@ -59,14 +65,6 @@ use baton_core::statefulset::group_of;
 pub const RECHECK_AFTER: Duration = Duration::from_secs(2);
 /// The Event reason of a rollout deletion a budget holds.
 pub const WAIT_REASON: &str = "ZoneAwareBudgetWaits";
-
-/// What the rollout may do with one deletion.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Permit {
-    Go,
-    /// Skip this pass's remaining deletions; the message says why.
-    Wait(String),
-}
 
 /// The budgets' cache and the consult the rollout calls before each deletion.
 #[derive(Clone)]
@@ -125,56 +123,41 @@ impl ZoneBudgets {
         self.budgets.known()
     }
 
-    /// Judges `deletion` by `group`'s rollout and, when a budget allows it, claims it in the
-    /// budget's record. Never fails: what went wrong is the reason to wait.
-    /// Each call on the record is bounded by `timeout`: the claim is a write of the pass's
-    /// term, bounded by what is left of it (the rollout's [`Runner`](crate::runner::Runner)).
+    /// Consults the budgets on `deletion` by `group`'s rollout: what it comes to at each step
+    /// is the core's ([`first_look`], then [`on_record`] on each read of the budget's record);
+    /// this reads the record and writes the claim. Never fails: what went wrong is the reason
+    /// to wait ([`could_not_claim`]). Each call on the record is bounded by `timeout`: the
+    /// claim is a write of the pass's term, bounded by what is left of it (the rollout's
+    /// [`Runner`](crate::runner::Runner)).
     pub async fn before_deletion(
         &self,
         group: &str,
         deletion: &Deletion<'_>,
         timeout: Duration,
     ) -> Permit {
-        let first = self.judge(deletion, &RecentlyAllowed::default());
-        let budget = match first {
-            Judgement::Go => return Permit::Go,
-            Judgement::Wait(why) => return Permit::Wait(why),
-            Judgement::Claim { budget } => budget,
+        let budget = match self.with_view(|view| first_look(view, deletion)) {
+            Ok(settled) => return settled,
+            Err(budget) => budget,
         };
         let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), &self.namespace);
         let name = record_name(&budget);
-        let failed = |step: &str, error: String| {
-            Permit::Wait(format!(
-                "the rollout waits to delete pod {}: {step} ConfigMap {name} (the record of ZoneAwarePodDisruptionBudget {budget}) failed: {error}",
-                deletion.pod
-            ))
-        };
         let (api, name, budget) = (&api, &name, &budget);
+        let failed = |step, error| ClaimFailure::Call { step, error };
         let read = move || async move {
             let reading = format!("reading ConfigMap {name}");
             match bounded(timeout, reading, ledger::read(api, name)).await {
                 Ok(Ok(record)) => Ok((record, true)),
-                Ok(Err(error)) => Err(("reading", error_chain(&error))),
-                Err(timed_out) => Err(("reading", timed_out.to_string())),
+                Ok(Err(error)) => Err(failed("reading", error_chain(&error))),
+                Err(timed_out) => Err(failed("reading", timed_out.to_string())),
             }
         };
-        // Judged again on the caches as they are now, with the record's claims.
-        let judge = |record: &Ledger, _fresh| match self.judge(deletion, &recently_allowed(record))
-        {
-            Judgement::Go => Judged::Settled(Permit::Go),
-            Judgement::Wait(why) => Judged::Settled(Permit::Wait(why)),
-            Judgement::Claim { .. } => {
-                let uid = self.pod_uid(deletion.pod);
-                let request = format!("baton-controller rollout of group {group}");
-                let claimed = with_eviction(
-                    record,
-                    deletion.pod,
-                    uid.as_deref(),
-                    &request,
-                    Timestamp::now(),
-                );
-                Judged::Claim(claimed, Permit::Go)
-            }
+        let uid = self.pod_uid(deletion.pod);
+        let claimant = Claimant {
+            group,
+            pod_uid: uid.as_deref(),
+        };
+        let judge = |record: &Ledger, _fresh| {
+            self.with_view(|view| on_record(view, deletion, record, claimant))
         };
         // A webhook replica (or another claim) writing first makes `claim` judge again.
         let store = move |claimed: Ledger| async move {
@@ -182,21 +165,21 @@ impl ZoneBudgets {
             let write = ledger::write_labelled(api, name, (RECORD_LABEL, budget), &claimed);
             match bounded(timeout, writing, write).await {
                 Ok(Ok(written)) => Ok(written),
-                Ok(Err(error)) => Err(("writing", error_chain(&error))),
-                Err(timed_out) => Err(("writing", timed_out.to_string())),
+                Ok(Err(error)) => Err(failed("writing", error_chain(&error))),
+                Err(timed_out) => Err(failed("writing", timed_out.to_string())),
             }
         };
         match ledger::claim(read, judge, store).await {
             Ok(permit) => permit,
-            Err(ClaimError::Failed((step, error))) => failed(step, error),
-            Err(ClaimError::Contended) => Permit::Wait(format!(
-                "the rollout waits to delete pod {}: ConfigMap {name} changed under {CLAIM_ATTEMPTS} attempts to claim the deletion",
-                deletion.pod
-            )),
+            Err(ClaimError::Failed(failure)) => could_not_claim(deletion, budget, &failure),
+            Err(ClaimError::Contended) => {
+                could_not_claim(deletion, budget, &ClaimFailure::Contended)
+            }
         }
     }
 
-    fn judge(&self, deletion: &Deletion<'_>, claims: &RecentlyAllowed) -> Judgement {
+    /// The caches as they are now, for the core to judge on.
+    fn with_view<T>(&self, judge: impl FnOnce(&View<'_>) -> T) -> T {
         let known = self.known();
         let statefulsets = self.caches.statefulsets();
         let pods = self.caches.pods();
@@ -208,7 +191,7 @@ impl ZoneBudgets {
             pods: &pods,
             now: Timestamp::now(),
         };
-        judge(&view, deletion, claims)
+        judge(&view)
     }
 
     fn pod_uid(&self, pod: &str) -> Option<String> {

@@ -355,14 +355,7 @@ pub fn secret(name: &str, secret: &str, key: &str, kubeconfig: &str, expires: &s
 /// Runs `kubectl baton cluster add`: `target` names the hub (its context and kubeconfig) and
 /// the groups' namespace (`-n`, else the hub context's). Returns the lines to print.
 pub async fn add(target: &Target, add: &Add) -> Result<Vec<String>, ClusterError> {
-    let kubeconfig = match &target.kubeconfig {
-        Some(path) => Kubeconfig::read_from(path),
-        None => Kubeconfig::read(),
-    }
-    .map_err(|error| ClusterError::Kubeconfig {
-        path: target.kubeconfig.clone(),
-        why: error_chain(&error),
-    })?;
+    let kubeconfig = read_kubeconfig(target)?;
     let context = add.from_context.as_str();
     let hub_context = target
         .context
@@ -406,53 +399,93 @@ pub async fn add(target: &Target, add: &Add) -> Result<Vec<String>, ClusterError
     let (token, expires) = issue_token(&member, add, &endpoint).await?;
     let text = kubeconfig_for(&add.name, &endpoint, &token)?;
 
-    let mut lines = Vec::new();
-    if add.no_check {
-        lines.push("  not checked from here (--no-check)".to_owned());
+    let checked = if add.no_check {
+        "  not checked from here (--no-check)".to_owned()
     } else {
         check(&text, add, &endpoint, &hub.namespace).await?;
-        lines.push(format!(
+        format!(
             "  checked: it lists the StatefulSets of namespace {} there",
             hub.namespace
-        ));
-    }
-
+        )
+    };
     let secret_name = add
         .secret
         .clone()
         .unwrap_or_else(|| format!("member-{}", add.name));
     let written = secret(&add.name, &secret_name, &add.key, &text, &expires);
-    let hub_failed = |why: String| ClusterError::Hub {
-        context: hub_context.clone(),
-        why,
-    };
+    write_secret(&hub.client, add, &secret_name, written)
+        .await
+        .map_err(|why| ClusterError::Hub {
+            context: hub_context.clone(),
+            why,
+        })?;
+    Ok(what_was_done(
+        add,
+        &secret_name,
+        &hub_context,
+        &endpoint,
+        checked,
+        &expires,
+    ))
+}
+
+/// The kubeconfig the person named (`--kubeconfig`), else their default one.
+fn read_kubeconfig(target: &Target) -> Result<Kubeconfig, ClusterError> {
+    match &target.kubeconfig {
+        Some(path) => Kubeconfig::read_from(path),
+        None => Kubeconfig::read(),
+    }
+    .map_err(|error| ClusterError::Kubeconfig {
+        path: target.kubeconfig.clone(),
+        why: error_chain(&error),
+    })
+}
+
+/// Applies the member's kubeconfig Secret in the hub's `--system-namespace`; what went wrong
+/// says what to do about it.
+async fn write_secret(
+    hub: &Client,
+    add: &Add,
+    secret_name: &str,
+    written: serde_json::Value,
+) -> Result<(), String> {
     let written: Secret = serde_json::from_value(written)
-        .map_err(|error| hub_failed(format!("the Secret cannot be built: {error}")))?;
-    Api::<Secret>::namespaced(hub.client.clone(), &add.system_namespace)
+        .map_err(|error| format!("the Secret cannot be built: {error}"))?;
+    Api::<Secret>::namespaced(hub.clone(), &add.system_namespace)
         .patch(
-            &secret_name,
+            secret_name,
             &PatchParams::apply(FIELD_MANAGER).force(),
             &Patch::Apply(&written),
         )
         .await
-        .map_err(|error| {
-            hub_failed(match error {
-                kube::Error::Api(status) if status.is_not_found() => format!(
-                    "no namespace {} there: install baton in the hub first, or name its namespace with --system-namespace ({})",
-                    add.system_namespace, status.message
-                ),
-                kube::Error::Api(status) if status.is_forbidden() => format!(
-                    "no permission to write Secret {secret_name} in namespace {}: {}",
-                    add.system_namespace, status.message
-                ),
-                error => format!(
-                    "writing Secret {}/{secret_name}: {}",
-                    add.system_namespace,
-                    error_chain(&error)
-                ),
-            })
-        })?;
+        .map(drop)
+        .map_err(|error| match error {
+            kube::Error::Api(status) if status.is_not_found() => format!(
+                "no namespace {} there: install baton in the hub first, or name its namespace with --system-namespace ({})",
+                add.system_namespace, status.message
+            ),
+            kube::Error::Api(status) if status.is_forbidden() => format!(
+                "no permission to write Secret {secret_name} in namespace {}: {}",
+                add.system_namespace, status.message
+            ),
+            error => format!(
+                "writing Secret {}/{secret_name}: {}",
+                add.system_namespace,
+                error_chain(&error)
+            ),
+        })
+}
 
+/// The lines printed once the Secret is written: where, as whom, until when, and the
+/// configuration that names the cluster.
+fn what_was_done(
+    add: &Add,
+    secret_name: &str,
+    hub_context: &str,
+    endpoint: &Endpoint,
+    checked: String,
+    expires: &str,
+) -> Vec<String> {
     let mut said = vec![
         format!(
             "cluster {}: Secret {}/{secret_name} (key {}) written in the hub (context {hub_context})",
@@ -462,20 +495,18 @@ pub async fn add(target: &Target, add: &Add) -> Result<Vec<String>, ClusterError
             "  the hub's controller reaches {} as system:serviceaccount:{}:{}",
             endpoint.server, add.service_account.namespace, add.service_account.name
         ),
-    ];
-    said.append(&mut lines);
-    said.extend([
+        checked,
         format!(
             "  the token expires at {expires}: run this command again before then to rotate it, then restart baton-controller"
         ),
         "controller.clusters names it so:".to_owned(),
         format!("  - name: {}", add.name),
         format!("    kubeconfig_secret: {secret_name}"),
-    ]);
+    ];
     if add.key != DEFAULT_KEY {
         said.push(format!("    kubeconfig_key: {}", add.key));
     }
-    Ok(said)
+    said
 }
 
 /// A client of the member as the person reaches it.

@@ -255,21 +255,8 @@ pub async fn run_across(
             ))
         })
         .collect();
-    // Locked only to read (never across an await): the watches run when polled below.
-    fn lock(cache: &Mutex<ClusterCache>) -> std::sync::MutexGuard<'_, ClusterCache> {
-        cache
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
     let mut display = Display::new();
-    let mut current = {
-        let guards: Vec<_> = caches.iter().map(lock).collect();
-        compute_across(
-            group,
-            &guards.iter().map(|cache| &**cache).collect::<Vec<_>>(),
-            reader,
-        )
-    };
+    let mut current = reading(&caches, |now| compute_across(group, now, reader));
     display.show(&current);
     if let Some(outcome) = outcome(&current) {
         display.finish();
@@ -290,56 +277,83 @@ pub async fn run_across(
         tokio::select! {
             () = tokio::time::sleep_until(deadline) => {
                 display.finish();
-                let guards: Vec<_> = caches.iter().map(lock).collect();
-                let now: Vec<&ClusterCache> = guards.iter().map(|cache| &**cache).collect();
-                return Ok(timed_out_across(&current, &now, timeout_text));
+                return Ok(reading(&caches, |now| timed_out_across(&current, now, timeout_text)));
             }
             _ = &mut watches => {}
             () = changed.notified() => {}
             _ = tick.tick() => {}
         }
-        let guards: Vec<_> = caches.iter().map(lock).collect();
-        let now: Vec<&ClusterCache> = guards.iter().map(|cache| &**cache).collect();
-        for (cache, told) in now.iter().zip(&mut told) {
-            let unreadable = match cache.reading() {
-                Reading::Unreadable(error) => Some(error),
-                Reading::Read | Reading::Listing => None,
-            };
-            if unreadable == *told {
-                continue;
+        let looked = reading(&caches, |now| {
+            note_unreadable(&mut display, now, &mut told);
+            // Until every member's watches listed (or failed), keep the last view, as `run` does.
+            if now.iter().any(|cache| cache.reading() == Reading::Listing) {
+                return None;
             }
-            display.note(&match &unreadable {
-                Some(error) => format!(
-                    "member cluster {} cannot be read: {}; it counts as not ready until it is listed again",
-                    cache.name, error
-                ),
-                None => format!("member cluster {} is read again", cache.name),
-            });
-            *told = unreadable;
-        }
-        // Until every member's watches listed (or failed), keep the last view, as `run` does.
-        if now.iter().any(|cache| cache.reading() == Reading::Listing) {
-            continue;
-        }
-        let unreadable = clusters::unreadable(&now);
-        if unreadable.is_empty()
-            && now
-                .iter()
-                .all(|cache| cache.statefulsets().next().is_none())
-        {
-            display.finish();
-            return Err(access::no_group_in(members, group));
-        }
-        current = compute_across(group, &now, reader);
+            let unreadable = clusters::unreadable(now);
+            if unreadable.is_empty()
+                && now
+                    .iter()
+                    .all(|cache| cache.statefulsets().next().is_none())
+            {
+                return Some(Err(()));
+            }
+            Some(Ok((
+                compute_across(group, now, reader),
+                unreadable.is_empty(),
+            )))
+        });
+        let (computed, all_read) = match looked {
+            None => continue,
+            Some(Err(())) => {
+                display.finish();
+                return Err(access::no_group_in(members, group));
+            }
+            Some(Ok(looked)) => looked,
+        };
+        current = computed;
         display.show(&current);
         // A member that cannot be read may be anything now: nothing is concluded until it is
         // read again (the timeout still applies).
-        if unreadable.is_empty()
-            && let Some(outcome) = outcome(&current)
-        {
+        if all_read && let Some(outcome) = outcome(&current) {
             display.finish();
             return Ok(outcome);
         }
+    }
+}
+
+/// `look` at every member's cache at one instant. Locked only to read (never across an await):
+/// the watches run when polled.
+fn reading<T>(caches: &[Mutex<ClusterCache>], look: impl FnOnce(&[&ClusterCache]) -> T) -> T {
+    let guards: Vec<_> = caches
+        .iter()
+        .map(|cache| {
+            cache
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+        })
+        .collect();
+    let now: Vec<&ClusterCache> = guards.iter().map(|cache| &**cache).collect();
+    look(&now)
+}
+
+/// Says once, on each change, that a member cannot be read (and why), or is read again.
+fn note_unreadable(display: &mut Display, now: &[&ClusterCache], told: &mut [Option<String>]) {
+    for (cache, told) in now.iter().zip(told) {
+        let unreadable = match cache.reading() {
+            Reading::Unreadable(error) => Some(error),
+            Reading::Read | Reading::Listing => None,
+        };
+        if unreadable == *told {
+            continue;
+        }
+        display.note(&match &unreadable {
+            Some(error) => format!(
+                "member cluster {} cannot be read: {}; it counts as not ready until it is listed again",
+                cache.name, error
+            ),
+            None => format!("member cluster {} is read again", cache.name),
+        });
+        *told = unreadable;
     }
 }
 

@@ -1,7 +1,9 @@
 //! One rollout deletion judged against the namespace's zone-aware budgets, as the rollout
 //! controller consults them before it deletes a pod: the webhook's own decision
 //! ([`decide_rollout_deletion`]) on what the caches hold at one instant and the budget records'
-//! recent claims. Pure: the controller reads, claims and deletes.
+//! recent claims, and what a consult comes to at each of its steps ([`first_look`], then
+//! [`on_record`] for each read of the budget's record, or [`could_not_claim`]). Pure: the
+//! controller only reads the record, writes what [`on_record`] claims, and deletes.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -9,9 +11,10 @@ use std::sync::Arc;
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::StatefulSet;
 
-use super::record::RECORD_EXPIRY;
+use super::record::{RECORD_EXPIRY, recently_allowed, record_name, with_eviction};
 use super::{EvictionSnapshot, Observed, RecentlyAllowed, Verdict, decide_rollout_deletion};
 use crate::annotations::max_unavailable;
+use crate::ledger::{CLAIM_ATTEMPTS, Judged, Ledger};
 use crate::pods::{CachedPod, PodsByStatefulSet};
 
 /// What is known of the namespace's budgets.
@@ -125,6 +128,77 @@ pub fn judge(view: &View<'_>, deletion: &Deletion<'_>, claims: &RecentlyAllowed)
         } => Judgement::Claim { budget },
         Verdict::Allowed { budget: None, .. } => Judgement::Go,
     }
+}
+
+/// What the rollout may do with one deletion, once consulted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Permit {
+    Go,
+    /// Skip this pass's remaining deletions; the message says why.
+    Wait(String),
+}
+
+/// Who claims a deletion in a budget's record, and its pod's uid (so a recreated pod of the
+/// same name is not taken for the claimed one).
+#[derive(Debug, Clone, Copy)]
+pub struct Claimant<'a> {
+    pub group: &'a str,
+    pub pod_uid: Option<&'a str>,
+}
+
+/// The consult's first step, on the caches alone: settled (no budget holds the deletion, or
+/// one refuses it), or `Err(budget)`: a budget allows it, and the claim in that budget's record
+/// decides.
+pub fn first_look(view: &View<'_>, deletion: &Deletion<'_>) -> Result<Permit, String> {
+    match judge(view, deletion, &RecentlyAllowed::default()) {
+        Judgement::Go => Ok(Permit::Go),
+        Judgement::Wait(why) => Ok(Permit::Wait(why)),
+        Judgement::Claim { budget } => Err(budget),
+    }
+}
+
+/// The consult judged again on the caches as they are now and the budget's record as just read
+/// (its recent claims count as unavailable pods): settled, or the record with this deletion
+/// claimed, to store conditioned on the version read (a writer before it makes the controller
+/// read and judge again).
+pub fn on_record(
+    view: &View<'_>,
+    deletion: &Deletion<'_>,
+    record: &Ledger,
+    claimant: Claimant<'_>,
+) -> Judged<Permit> {
+    match judge(view, deletion, &recently_allowed(record)) {
+        Judgement::Go => Judged::Settled(Permit::Go),
+        Judgement::Wait(why) => Judged::Settled(Permit::Wait(why)),
+        Judgement::Claim { .. } => {
+            let request = format!("baton-controller rollout of group {}", claimant.group);
+            let claimed = with_eviction(record, deletion.pod, claimant.pod_uid, &request, view.now);
+            Judged::Claim(claimed, Permit::Go)
+        }
+    }
+}
+
+/// Why the consult could not claim the deletion in `budget`'s record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClaimFailure {
+    /// Reading or writing the record failed (`step` is "reading" or "writing").
+    Call { step: &'static str, error: String },
+    /// Others wrote the record first at every attempt.
+    Contended,
+}
+
+/// A consult that could not claim waits, never deletes: the message names the record and why.
+pub fn could_not_claim(deletion: &Deletion<'_>, budget: &str, failure: &ClaimFailure) -> Permit {
+    let name = record_name(budget);
+    let pod = deletion.pod;
+    Permit::Wait(match failure {
+        ClaimFailure::Call { step, error } => format!(
+            "the rollout waits to delete pod {pod}: {step} ConfigMap {name} (the record of ZoneAwarePodDisruptionBudget {budget}) failed: {error}"
+        ),
+        ClaimFailure::Contended => format!(
+            "the rollout waits to delete pod {pod}: ConfigMap {name} changed under {CLAIM_ATTEMPTS} attempts to claim the deletion"
+        ),
+    })
 }
 
 #[cfg(test)]

@@ -81,6 +81,17 @@ impl Cluster {
     }
 
     fn judge(&self, statefulset: &str, pod: &str, claims: &RecentlyAllowed) -> Judgement {
+        self.with_view(|view| {
+            let deletion = Deletion {
+                statefulset,
+                pod,
+                free_replacement: false,
+            };
+            judge(view, &deletion, claims)
+        })
+    }
+
+    fn with_view<T>(&self, then: impl FnOnce(&View<'_>) -> T) -> T {
         let statefulsets: Vec<&StatefulSet> = self.statefulsets.iter().collect();
         let pods: Vec<Arc<CachedPod>> = self
             .pods
@@ -94,12 +105,7 @@ impl Cluster {
             pods: &pods,
             now: now(),
         };
-        let deletion = Deletion {
-            statefulset,
-            pod,
-            free_replacement: false,
-        };
-        judge(&view, &deletion, claims)
+        then(&view)
     }
 }
 
@@ -301,4 +307,107 @@ fn an_invalid_budget_holds_the_pods_it_selects_naming_it() {
 fn a_pod_gone_from_the_cache_is_not_held() {
     let cluster = Cluster::new(listed(&[budget("ingester", None)]), &[]);
     assert_eq!(cluster.judge(A, "ingester-zone-a-9", NONE), Judgement::Go);
+}
+
+const DELETE_A0: Deletion<'static> = Deletion {
+    statefulset: A,
+    pod: A0,
+    free_replacement: false,
+};
+
+#[test]
+fn a_consult_claims_in_the_record_it_read_and_goes_only_once_that_is_stored() {
+    // Given a budget that allows zone a's pod to go
+    let cluster = Cluster::new(listed(&[budget("ingester", None)]), &[]);
+    // When the consult looks first, on the caches alone, then on the record as read
+    assert_eq!(
+        cluster.with_view(|view| first_look(view, &DELETE_A0)),
+        Err("ingester".to_owned())
+    );
+    let record = Ledger {
+        resource_version: Some("5".to_owned()),
+        data: BTreeMap::new(),
+    };
+    let claimant = Claimant {
+        group: "ingester",
+        pod_uid: Some("uid-a0"),
+    };
+    let judged = cluster.with_view(|view| on_record(view, &DELETE_A0, &record, claimant));
+    // Then the record to store holds this deletion, claimed by the group's rollout with its
+    // pod's uid, on the version read, and the deletion goes once it is stored
+    let Judged::Claim(claimed, Permit::Go) = judged else {
+        panic!("expected a claim, got {judged:?}");
+    };
+    assert_eq!(claimed.resource_version.as_deref(), Some("5"));
+    let entry = claimed.data.get(A0).expect("the pod claimed");
+    assert!(
+        entry.contains("baton-controller rollout of group ingester"),
+        "{entry}"
+    );
+    let allowed = recently_allowed(&claimed);
+    assert_eq!(allowed.pods[A0].uid.as_deref(), Some("uid-a0"));
+    assert_eq!(allowed.pods[A0].at, now());
+}
+
+#[test]
+fn a_consult_settles_without_writing_when_the_record_read_holds_another_zones_claim() {
+    let cluster = Cluster::new(listed(&[budget("ingester", None)]), &[]);
+    let mut record = Ledger {
+        resource_version: Some("5".to_owned()),
+        data: BTreeMap::new(),
+    };
+    // A drain's eviction in zone c, claimed a second ago by a webhook replica
+    let drained = with_eviction(
+        &record,
+        "ingester-zone-c-2",
+        Some("uid-ingester-zone-c-2"),
+        "kubectl drain",
+        now() - jiff::SignedDuration::from_secs(1),
+    );
+    record.data = drained.data;
+    let claimant = Claimant {
+        group: "ingester",
+        pod_uid: None,
+    };
+    let judged = cluster.with_view(|view| on_record(view, &DELETE_A0, &record, claimant));
+    let Judged::Settled(Permit::Wait(why)) = judged else {
+        panic!("expected a wait, got {judged:?}");
+    };
+    assert!(
+        why.contains("ingester-zone-c-2 eviction allowed at"),
+        "{why}"
+    );
+    // And with no budget at all, the first look settles it: go, unconsulted
+    let unbudgeted = Cluster::new(Known::NotInstalled, &[]);
+    assert_eq!(
+        unbudgeted.with_view(|view| first_look(view, &DELETE_A0)),
+        Ok(Permit::Go)
+    );
+}
+
+#[test]
+fn a_consult_that_cannot_claim_waits_naming_the_record_and_why() {
+    let failed = ClaimFailure::Call {
+        step: "writing",
+        error: "403 forbidden".to_owned(),
+    };
+    let Permit::Wait(why) = could_not_claim(&DELETE_A0, "ingester", &failed) else {
+        panic!("a failed claim must wait");
+    };
+    for word in [
+        A0,
+        "writing ConfigMap baton-zpdb-ingester",
+        "ZoneAwarePodDisruptionBudget ingester",
+        "403 forbidden",
+    ] {
+        assert!(why.contains(word), "{word:?} not in {why:?}");
+    }
+    let Permit::Wait(why) = could_not_claim(&DELETE_A0, "ingester", &ClaimFailure::Contended)
+    else {
+        panic!("a contended claim must wait");
+    };
+    assert!(
+        why.contains(&format!("changed under {CLAIM_ATTEMPTS} attempts")),
+        "{why}"
+    );
 }

@@ -1,0 +1,142 @@
+//! A PhasedRollout round's requests, in order, on a recorded API server: what it writes while
+//! its term lasts, and that nothing is written once the term has ended.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use baton_core::phased::{FINALIZER, PhasedRollout};
+use baton_shared::pod_cache::PodCache;
+use http::Method;
+use kube::runtime::reflector;
+use serde_json::json;
+
+use super::{PhasedRollouts, ServeError};
+use crate::cache::Caches;
+use crate::explain::Explainer;
+use crate::runner::recorded::{self, Recorded, Reply};
+use crate::runner::{MayAct, Runner};
+use crate::status::StatusBoard;
+
+const NAMESPACE: &str = "phased";
+const TARGET: &str = "/apis/apps/v1/namespaces/phased/statefulsets/web";
+const ROLLOUT: &str = "/apis/sts.plus/v1alpha1/namespaces/phased/phasedrollouts/web-rollout";
+
+/// A PhasedRollout of the StatefulSet `web`: being deleted (holding its finalizer), or new.
+fn rollout(deleting: bool) -> PhasedRollout {
+    let mut metadata = json!({"name": "web-rollout", "namespace": NAMESPACE, "uid": "uid-1",
+        "resourceVersion": "7", "generation": 1});
+    if deleting {
+        metadata["finalizers"] = json!([FINALIZER]);
+        metadata["deletionTimestamp"] = json!("2026-11-28T00:00:00Z");
+    }
+    serde_json::from_value(json!({
+        "metadata": metadata,
+        "spec": {"targetRef": "web", "check": {"periodSeconds": 5, "successThreshold": 1,
+            "query": {"expr": "up", "url": "http://prometheus:9090"}}},
+    }))
+    .expect("a PhasedRollout")
+}
+
+/// The target, served by `web-rollout` (in its group).
+fn served_target() -> serde_json::Value {
+    json!({"apiVersion": "apps/v1", "kind": "StatefulSet",
+        "metadata": {"name": "web", "namespace": NAMESPACE, "resourceVersion": "3",
+            "labels": {"rollout-group": baton_core::phased::group_name("web-rollout")}}})
+}
+
+/// A term that answers `calls` times, then has ended.
+fn term_for(calls: usize) -> MayAct {
+    let asked = Arc::new(AtomicUsize::new(0));
+    Arc::new(move || (asked.fetch_add(1, Ordering::SeqCst) < calls).then_some(Duration::MAX))
+}
+
+/// One round over `rollout` within `may_act`, on an API server answering by `script`.
+async fn serve(
+    rollout: &PhasedRollout,
+    may_act: MayAct,
+    script: impl Fn(&Method, &str) -> Reply + Send + 'static,
+) -> (Result<(), ServeError>, Recorded) {
+    baton_shared::crypto::install_default_provider();
+    let (client, recorded) = recorded::api(NAMESPACE, script);
+    let (statefulsets, _) = reflector::store();
+    let (ledgers, _) = reflector::store();
+    let (zone_tracker, _) = reflector::store();
+    let caches = Caches::local(
+        statefulsets,
+        PodCache::of_pods(Vec::new()),
+        ledgers,
+        zone_tracker,
+    );
+    let (explainer, _told) = Explainer::with_queue(Duration::from_secs(600), 16);
+    let timeout = Duration::from_secs(600);
+    let elector = crate::leader::LeaderElector::new(
+        client.clone(),
+        NAMESPACE,
+        &baton_config::LeaseConfig::default(),
+        "test",
+        timeout,
+    );
+    let phased = PhasedRollouts {
+        client,
+        namespace: NAMESPACE.to_owned(),
+        request_timeout: timeout,
+        caches,
+        leadership: elector.leadership(),
+        board: StatusBoard::default(),
+        explainer,
+    };
+    let runner = Runner::new(may_act, timeout);
+    (phased.serve(&runner, rollout).await, recorded)
+}
+
+fn answer(method: &Method, path: &str) -> Reply {
+    match (method, path) {
+        (&Method::GET | &Method::PATCH, TARGET) => Reply::Object(served_target()),
+        (&Method::PATCH, ROLLOUT) => {
+            Reply::Object(serde_json::to_value(rollout(false)).expect("JSON"))
+        }
+        _ => Reply::Status(500),
+    }
+}
+
+#[tokio::test]
+async fn a_deleted_phased_rollout_hands_its_target_back_then_lets_go_of_its_finalizer() {
+    // Given a PhasedRollout being deleted, whose target it serves, within a lasting term
+    let (result, recorded) = serve(&rollout(true), term_for(usize::MAX), answer).await;
+    // Then it reads the target, hands it back, and only then removes its finalizer
+    result.expect("the round succeeds");
+    assert_eq!(
+        recorded.requests(),
+        [
+            format!("GET {TARGET}"),
+            format!("PATCH {TARGET}"),
+            format!("PATCH {ROLLOUT}")
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_term_ending_between_two_writes_writes_nothing_after_it() {
+    // Given the same, when the term ends once the target is handed back
+    let (result, recorded) = serve(&rollout(true), term_for(1), answer).await;
+    // Then the round ends there, the finalizer kept for the next term
+    assert!(matches!(result, Err(ServeError::TermLost)), "{result:?}");
+    assert_eq!(
+        recorded.requests(),
+        [format!("GET {TARGET}"), format!("PATCH {TARGET}")]
+    );
+}
+
+#[tokio::test]
+async fn a_round_whose_term_has_ended_writes_nothing() {
+    // Given a new PhasedRollout (its first write is its finalizer), when the term has ended
+    let (result, recorded) = serve(&rollout(false), term_for(0), answer).await;
+    // Then nothing is sent at all
+    assert!(matches!(result, Err(ServeError::TermLost)), "{result:?}");
+    assert_eq!(recorded.requests(), Vec::<String>::new());
+    // And within a term, that first write is the finalizer
+    let (result, recorded) = serve(&rollout(false), term_for(usize::MAX), answer).await;
+    result.expect("the round succeeds");
+    assert_eq!(recorded.requests(), [format!("PATCH {ROLLOUT}")]);
+}
