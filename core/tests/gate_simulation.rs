@@ -81,6 +81,10 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 #[path = "support/sim.rs"]
+#[allow(
+    dead_code,
+    reason = "its parallel seed search is for simulations whose planner is Sync"
+)]
 mod sim;
 use sim::{env_u64, leader_pass};
 

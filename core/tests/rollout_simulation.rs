@@ -62,8 +62,6 @@ use baton_core::explained::Explained;
 use std::collections::BTreeMap;
 use std::fmt::{self, Write as _};
 use std::ops::Range;
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 #[path = "support/sim.rs"]
@@ -355,7 +353,11 @@ struct Stats {
     waits: BTreeMap<&'static str, u64>,
 }
 
-impl Stats {
+impl sim::Tally for Stats {
+    fn count_ended_scenario(&mut self) {
+        self.scenarios += 1;
+    }
+
     fn merge(&mut self, other: &Self) {
         self.scenarios += other.scenarios;
         self.steps += other.steps;
@@ -1960,53 +1962,12 @@ fn run_scenarios(
     seeds: Range<u64>,
     wanted: &(dyn Fn(Property) -> bool + Sync),
 ) -> Result<Stats, Violation> {
-    let threads = std::thread::available_parallelism()
-        .map_or(2, |count| count.get())
-        .min(8);
-    let threads = u64::try_from(threads).expect("few threads");
-    let stop = AtomicBool::new(false);
-    let outcome: Mutex<(Stats, Option<Violation>)> = Mutex::new((Stats::default(), None));
-    std::thread::scope(|scope| {
-        for thread in 0..threads {
-            let (seeds, stop, outcome) = (seeds.clone(), &stop, &outcome);
-            scope.spawn(move || {
-                let mut stats = Stats::default();
-                let mut found = None;
-                for seed in seeds
-                    .skip(usize::try_from(thread).expect("few threads"))
-                    .step_by(usize::try_from(threads).expect("few threads"))
-                {
-                    if stop.load(Ordering::Relaxed) {
-                        break;
-                    }
-                    match Simulation::new(seed, planner, false).run() {
-                        Ok(scenario) => stats.merge(&scenario),
-                        Err(violation) if !wanted(violation.property) => stats.scenarios += 1,
-                        Err(violation) => {
-                            stop.store(true, Ordering::Relaxed);
-                            found = Some(violation);
-                            break;
-                        }
-                    }
-                }
-                let mut outcome = outcome.lock().expect("no thread panics while holding it");
-                outcome.0.merge(&stats);
-                if let Some(violation) = found
-                    && outcome
-                        .1
-                        .as_ref()
-                        .is_none_or(|best| violation.seed < best.seed)
-                {
-                    outcome.1 = Some(violation);
-                }
-            });
-        }
-    });
-    let (stats, violation) = outcome.into_inner().expect("no thread panicked");
-    match violation {
-        Some(violation) => Err(violation),
-        None => Ok(stats),
-    }
+    sim::search(
+        seeds,
+        &|seed| Simulation::new(seed, planner, false).run(),
+        &|violation: &Violation| wanted(violation.property),
+        |violation| violation.seed,
+    )
 }
 
 fn real_planner(group: &GroupSnapshot, now: Timestamp) -> Plan {
