@@ -275,21 +275,11 @@ pub fn judge(name: &str, query: &WebQuery, answer: Result<WebAnswer, String>) ->
         Err(why) => return inconclusive(why),
     };
     let success = (200..300).contains(&answer.status);
-    let (path, holds): (&str, Box<dyn Fn(&Value) -> Result<bool, String>>) = match condition {
+    let path = match condition {
         Condition::Status2xx if success => return CheckOutcome::Pass,
         Condition::Status2xx => return fail(format!("HTTP {} (must be 2xx)", answer.status)),
         _ if !success => return inconclusive(format!("the answer is HTTP {}", answer.status)),
-        Condition::Threshold { path, threshold } => (
-            path,
-            Box::new(move |value| {
-                number(value)
-                    .map(|number| threshold.holds(number) == Some(true))
-                    .ok_or_else(|| format!("the value at {path} is not a number"))
-            }),
-        ),
-        Condition::Match { path, expected } => {
-            (path, Box::new(move |value| Ok(text(value) == expected)))
-        }
+        Condition::Threshold { path, .. } | Condition::Match { path, .. } => path,
     };
     let document: Value = match serde_json::from_slice(&answer.body) {
         Ok(document) => document,
@@ -313,7 +303,7 @@ pub fn judge(name: &str, query: &WebQuery, answer: Result<WebAnswer, String>) ->
     }
     let mut failing = false;
     for value in &values {
-        match holds(value) {
+        match holds(&condition, value) {
             Ok(true) => {}
             Ok(false) => failing = true,
             Err(why) => return inconclusive(why),
@@ -327,6 +317,17 @@ pub fn judge(name: &str, query: &WebQuery, answer: Result<WebAnswer, String>) ->
         Some(must) => format!("{seen} (must be {must})"),
         None => seen,
     })
+}
+
+/// Whether `value` satisfies `condition` (one on a value), or why it cannot be judged.
+fn holds(condition: &Condition<'_>, value: &Value) -> Result<bool, String> {
+    match condition {
+        Condition::Threshold { path, threshold } => number(value)
+            .map(|number| threshold.holds(number) == Some(true))
+            .ok_or_else(|| format!("the value at {path} is not a number")),
+        Condition::Match { expected, .. } => Ok(text(value) == *expected),
+        Condition::Status2xx => Ok(true),
+    }
 }
 
 /// What the condition asks, as a failure's value shows it.
