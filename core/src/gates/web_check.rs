@@ -136,7 +136,8 @@ impl WebQuery {
         if let Err(error) = jsonpath_rust::parser::parse_json_path(path) {
             let error = shorten(&error.to_string());
             return Err(format!(
-                "jsonPath {path:?} is not a JSONPath (RFC 9535): {error}"
+                "jsonPath {:?} is not a JSONPath (RFC 9535): {error}",
+                shorten(path)
             ));
         }
         match (&self.threshold, &self.matches) {
@@ -295,11 +296,18 @@ pub fn judge(name: &str, query: &WebQuery, answer: Result<WebAnswer, String>) ->
     let values = match document.query(path) {
         Ok(values) => values,
         Err(error) => {
-            return inconclusive(format!("jsonPath {path}: {}", shorten(&error.to_string())));
+            return inconclusive(format!(
+                "jsonPath {}: {}",
+                shorten(path),
+                shorten(&error.to_string())
+            ));
         }
     };
     if values.is_empty() {
-        return inconclusive(format!("jsonPath {path} matches nothing in the answer"));
+        return inconclusive(format!(
+            "jsonPath {} matches nothing in the answer",
+            shorten(path)
+        ));
     }
     let mut failing = false;
     for value in &values {
@@ -324,7 +332,7 @@ fn holds(condition: &Condition<'_>, value: &Value) -> Result<bool, String> {
     match condition {
         Condition::Threshold { path, threshold } => number(value)
             .map(|number| threshold.holds(number) == Some(true))
-            .ok_or_else(|| format!("the value at {path} is not a number")),
+            .ok_or_else(|| format!("the value at {} is not a number", shorten(path))),
         Condition::Match { expected, .. } => Ok(text(value) == *expected),
         Condition::Status2xx => Ok(true),
     }
@@ -578,6 +586,12 @@ mod tests {
         assert!(
             problem(serde_json::json!({"url": url, "match": "ok", "jsonPath": "status"}))
                 .is_some_and(|why| why.contains("is not a JSONPath"))
+        );
+        // A path nested beyond reason is refused, never a stack overflow
+        let deep = format!("$.a{}", "[?(@.b".repeat(5_000));
+        assert!(
+            problem(serde_json::json!({"url": url, "match": "ok", "jsonPath": deep}))
+                .is_some_and(|why| why.contains("is not a JSONPath") && why.chars().count() < 400)
         );
         assert_eq!(
             problem(serde_json::json!({"url": url, "jsonPath": "$.a",
