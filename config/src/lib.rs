@@ -88,7 +88,8 @@ impl Default for Config {
 }
 
 /// The leader's own calls for rollout gates. Their addresses are written by namespace users (a
-/// `RolloutHealthCheck`'s `spec.prometheus.address`, the `baton.dev/hook` annotation), and the
+/// `RolloutHealthCheck`'s `spec.prometheus.address` or web query URLs, the `baton.dev/hook`
+/// annotation), and the
 /// calls leave from the leader's network position, some with Secrets it read: these keys bound
 /// where they go and what they cost. Loopback, link-local and unspecified addresses (the
 /// leader's own ports, a cloud's metadata service) are refused unless an entry names them.
@@ -106,9 +107,17 @@ pub struct GatesConfig {
     /// name).
     #[serde(deserialize_with = "values::list")]
     pub hook_addresses: Vec<Destination>,
-    /// Longest `spec.prometheus.timeout` honoured; a longer one is cut to this.
+    /// Addresses web health checks (`spec.web` of a `RolloutHealthCheck`) may call, as URL
+    /// prefixes (`https://app.example.com/health`). Empty: any address but loopback,
+    /// link-local and unspecified ones, without Secrets: a header read from a Secret is only
+    /// ever sent to an address listed here. Apart from `prometheus_addresses`: an endpoint a
+    /// check may call is not one Prometheus credentials may go to.
+    #[serde(deserialize_with = "values::list")]
+    pub web_check_addresses: Vec<Destination>,
+    /// Longest `spec.prometheus.timeout` (or `spec.web.timeout`) honoured; a longer one is cut
+    /// to this.
     pub max_query_timeout: Duration,
-    /// Largest Prometheus answer read; a larger one makes the run inconclusive.
+    /// Largest Prometheus or web check answer read; a larger one makes the run inconclusive.
     pub max_answer_bytes: ByteSize,
     /// Health check runs in flight at once, over all groups, and as many hook calls. Both
     /// happen beside the groups' reconciles, so a slow or dead Prometheus or hook receiver
@@ -121,6 +130,7 @@ impl Default for GatesConfig {
         Self {
             prometheus_addresses: Vec::new(),
             hook_addresses: Vec::new(),
+            web_check_addresses: Vec::new(),
             max_query_timeout: Duration::from_secs(30),
             max_answer_bytes: ByteSize(4 * 1024 * 1024),
             max_concurrent_checks: 16,

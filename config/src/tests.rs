@@ -351,6 +351,22 @@ fn gate_destinations_come_from_the_environment_as_a_list_and_bad_ones_are_named(
             ]
         );
         jail.set_env(
+            "BATON_GATES__WEB_CHECK_ADDRESSES",
+            "https://app.example.com/health",
+        );
+        let config = Config::load(None).expect("loads");
+        assert_eq!(
+            config.gates.web_check_addresses[0].to_string(),
+            "https://app.example.com/health"
+        );
+        jail.set_env(
+            "BATON_GATES__WEB_CHECK_ADDRESSES",
+            "file:///var/run/secrets/token",
+        );
+        let message = Config::load(None).unwrap_err().to_string();
+        assert!(message.contains("gates.web_check_addresses"), "{message}");
+        jail.set_env("BATON_GATES__WEB_CHECK_ADDRESSES", "");
+        jail.set_env(
             "BATON_GATES__PROMETHEUS_ADDRESSES",
             r#"["https://user:secret@prometheus:9090"]"#,
         );

@@ -30,7 +30,7 @@ use jiff::Timestamp;
 
 use crate::explained::{Explained, Explanation, Severity};
 use crate::gates::checks::{self, CheckOutcome, CheckPolicy, CheckRun, CheckState};
-use crate::gates::health_check::{self, Author, QuerySpec, Spec, holding_policy, render};
+use crate::gates::health_check::{self, Author, QuerySpec, Spec, holding_policy, render_query};
 use crate::gates::hooks::{self, HookAnswer, HookCall};
 use crate::gates::keys::{self, GateConfig, GateWarning, HEALTH_CHECK_ANNOTATION};
 use crate::gates::rollback::{self, Record, Status};
@@ -263,8 +263,9 @@ impl Effect {
     }
 }
 
-/// A health check run to start: the check, its queries as rendered for the zone now, and the
-/// bound on the run (the operator's cap applies on top).
+/// A health check run to start: the check, its queries as rendered for the zone now (each with
+/// the query as sent, for messages), and the bound on the run (the operator's cap applies on
+/// top).
 #[derive(Debug, Clone, PartialEq)]
 pub struct CheckStart {
     /// The run's key ([`run_key`]).
@@ -378,7 +379,7 @@ pub fn decide_with(read: &Read<'_>, gate: &Gate<'_>) -> Pass {
                     .spec
                     .queries
                     .iter()
-                    .map(|query| (query.clone(), render(&query.query, &variables)))
+                    .map(|query| render_query(query, &variables))
                     .collect();
                 effects.push(Effect::StartCheck(Box::new(CheckStart {
                     name: name.to_owned(),

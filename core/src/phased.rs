@@ -540,10 +540,12 @@ mod tests {
         let check = health_check_spec(&allowed, Credentials::Basic).unwrap();
         assert_eq!(check["prometheus"]["allowInsecureCredentials"], true);
         let read: crate::gates::health_check::Spec = serde_json::from_value(check).unwrap();
-        let address = url::Url::parse(&read.prometheus.address).unwrap();
+        let address = url::Url::parse(&read.prometheus.as_ref().unwrap().address).unwrap();
         let author = crate::gates::health_check::Author::PhasedRollout("sample".into());
         assert_eq!(
             read.prometheus
+                .as_ref()
+                .unwrap()
                 .refuse_credentials(&address, true, None, &author),
             None
         );
@@ -552,6 +554,8 @@ mod tests {
         let read: crate::gates::health_check::Spec = serde_json::from_value(check).unwrap();
         let refused = read
             .prometheus
+            .as_ref()
+            .unwrap()
             .refuse_credentials(&address, true, None, &author)
             .unwrap();
         assert!(
@@ -561,6 +565,8 @@ mod tests {
         // And it is still sent only to an address the operator listed
         assert!(
             read.prometheus
+                .as_ref()
+                .unwrap()
                 .refuse_credentials(&address, false, None, &author)
                 .is_some_and(|why| why.contains("gates.prometheus_addresses"))
         );

@@ -1,7 +1,8 @@
 //! The controller's parsers of what namespace users and remote endpoints write, fed generated
 //! input: every gate annotation (`baton.dev/soak`, `ramp`, `batches`, `approval`, `approved`,
 //! `bypass-gates-until`, `rollback`, `hook`, `health-check`, `halted` and the stored
-//! `gate-state`, `check-state`, `hook-state`) and Prometheus' answers. Inputs
+//! `gate-state`, `check-state`, `hook-state`), Prometheus' answers, and a web check's JSONPaths
+//! and answers. Inputs
 //! are arbitrary strings and mutations of the corpus in `tests/corpus/`. Nothing may panic, and
 //! a gate, whatever it reads, only ever takes deletions away from the planner's plan.
 //!
@@ -11,8 +12,10 @@
 use std::collections::BTreeMap;
 
 use baton_core::gates::answers::samples;
+use baton_core::gates::checks::CheckOutcome;
 use baton_core::gates::health_check::evaluate_without_queries;
 use baton_core::gates::rollback::ROLLBACK_ANNOTATION;
+use baton_core::gates::web_check::{WebAnswer, WebQuery, judge};
 use baton_core::gates::{
     APPROVAL_ANNOTATION, APPROVED_ANNOTATION, BATCHES_ANNOTATION, BYPASS_ANNOTATION,
     CHECK_STATE_ANNOTATION, HALTED_ANNOTATION, HEALTH_CHECK_ANNOTATION, HOOK_ANNOTATION,
@@ -30,6 +33,8 @@ use fuzz::{corpus, runner, value_from};
 
 const GATE_VALUES: &str = include_str!("corpus/gate-values.txt");
 const PROMETHEUS_ANSWERS: &str = include_str!("corpus/prometheus-answers.txt");
+const WEB_ANSWERS: &str = include_str!("corpus/web-answers.txt");
+const JSON_PATHS: &str = include_str!("corpus/json-paths.txt");
 
 const KEYS: [&str; 13] = [
     SOAK_ANNOTATION,
@@ -148,4 +153,46 @@ fn prometheus_answers_never_panic_and_never_invent_samples() {
             Ok(())
         })
         .expect("no Prometheus answer panics");
+}
+
+#[test]
+fn web_answers_and_json_paths_never_panic_and_pass_only_2xx_json() {
+    let body = prop_oneof![
+        4 => value_from(corpus(WEB_ANSWERS)).prop_map(String::into_bytes),
+        1 => prop::collection::vec(any::<u8>(), 0..256),
+    ];
+    let strategy = (
+        prop::sample::select(vec![200u16, 204, 302, 404, 500]),
+        body,
+        value_from(corpus(JSON_PATHS)),
+    );
+    runner(5_000)
+        .run(&strategy, |(status, body, path)| {
+            let query: WebQuery = serde_json::from_value(serde_json::json!({
+                "url": "https://app.example/stats",
+                "jsonPath": path,
+                "threshold": {"operator": "<", "value": 0.1},
+            }))
+            .expect("a web query");
+            // A path that does not parse is the check's problem, never a panic.
+            let problem = query.problem();
+            let outcome = judge(
+                "fuzzed",
+                &query,
+                Ok(WebAnswer {
+                    status,
+                    body: body.clone(),
+                }),
+            );
+            if outcome == CheckOutcome::Pass {
+                prop_assert!(problem.is_none(), "{problem:?}");
+                prop_assert!((200..300).contains(&status), "passed HTTP {status}");
+                prop_assert!(
+                    serde_json::from_slice::<serde_json::Value>(&body).is_ok(),
+                    "passed an answer that is not JSON"
+                );
+            }
+            Ok(())
+        })
+        .expect("no web answer or JSONPath panics");
 }

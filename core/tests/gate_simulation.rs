@@ -72,6 +72,13 @@
 //!   rollback. A gate that reads the check's state from the first member only, or keeps it
 //!   there only, is caught by it (mutation tests).
 //!
+//! - (G-l) the check's results come from two sources alike: in half the scenarios with a check,
+//!   its runs are a web check's (`spec.web`), the real judge (`web_check::judge`) reading what
+//!   the simulated endpoint answered (an error rate under or over the threshold, a JSON answer
+//!   without the path, one too large to read, one not JSON). The checker counts passes and
+//!   failures by its own reading of the answer, never the judge's: a judge that trusts an
+//!   answer past its threshold is caught by (G-d) and (G-k) (its mutation test).
+//!
 //! This is not `rollout_simulation.rs`: that one proves the planner under much richer chaos;
 //! this one keeps the cluster simple and varies what the gate sees. Environment: plain
 //! `cargo test` runs 2,000 scenarios; `SIM_SCENARIOS=N`, `SIM_SEED=S` (replay and print one).
@@ -91,6 +98,7 @@ use sim::{env_u64, leader_pass};
 use baton_core::annotations::MAX_UNAVAILABLE_ANNOTATION;
 use baton_core::gates::checks::{self, CheckOutcome, CheckPolicy, CheckRun, CheckState};
 use baton_core::gates::rollback::{self, ROLLBACK_ANNOTATION, ROLLBACK_STATE_ANNOTATION};
+use baton_core::gates::web_check::{self, WebAnswer, WebQuery};
 use baton_core::gates::{self};
 use baton_core::gates::{
     APPROVAL_ANNOTATION, APPROVED_ANNOTATION, AnnotationWrite, BATCHES_ANNOTATION,
@@ -183,7 +191,12 @@ struct Stats {
     membership_changes: u64,
     /// Failure counts that reached the threshold, each checked to halt the group (G-k).
     failure_halts_checked: u64,
+    /// Runs judged from a web endpoint's answer (G-l).
+    web_runs: u64,
 }
+
+/// How a web check's answer is judged: the real `web_check::judge`, but for its mutation test.
+type WebJudge = fn(&str, &WebQuery, Result<WebAnswer, String>) -> CheckOutcome;
 
 struct Simulation<'g> {
     seed: u64,
@@ -238,6 +251,10 @@ struct Simulation<'g> {
     /// stored.
     failures_in_row: u32,
     last_run_stored: Option<u64>,
+    /// (G-l) The check's runs are a web check's, their answers drawn from this stream (its
+    /// own, so that the other scenarios' draws are as they were without it).
+    web: Option<ChaCha8Rng>,
+    judge_web: WebJudge,
     trace: Option<Vec<String>>,
     stats: Stats,
 }
@@ -389,6 +406,8 @@ impl<'g> Simulation<'g> {
         let bypass_until = bypass_until.filter(|_| !lone_bypass);
         let mut membership = ChaCha8Rng::seed_from_u64(seed ^ 0x6d65_6d62_6572_7321);
         let membership = membership.random_bool(0.5).then_some(membership);
+        let mut web = ChaCha8Rng::seed_from_u64(seed ^ 0x7765_6263_6865_636b);
+        let web = (policy.is_some() && web.random_bool(0.5)).then_some(web);
         Self {
             seed,
             rng,
@@ -419,6 +438,8 @@ impl<'g> Simulation<'g> {
             newcomers: Vec::new(),
             departed: Vec::new(),
             membership,
+            web,
+            judge_web: web_check::judge,
             reads: |group| group,
             failures_in_row: 0,
             last_run_stored: None,
@@ -695,7 +716,9 @@ impl<'g> Simulation<'g> {
     /// when due, its outcome random), handed to the gate with its policy.
     fn controller(&mut self) -> Result<(), Violation> {
         let now = instant(self.step);
-        let run = self.check_run(now)?;
+        // What the gate is given, and what the checker counts (the same, but for a web
+        // check's judge: G-l).
+        let (run, truth) = self.check_run(now)?.unzip();
         let seen = (self.reads)(self.view());
         // Checker (G-k): runs while halted or rolling back count for nothing.
         let uncounted = self.rollback_in_play()
@@ -754,14 +777,14 @@ impl<'g> Simulation<'g> {
                         });
                         self.store(&written);
                         stored.extend(written);
-                        self.cut_short(run.as_ref(), &stored);
+                        self.cut_short(truth.as_ref(), &stored);
                         self.person_approves(wait.as_ref());
                         return Ok(());
                     }
                     if !counted {
                         counted = true;
-                        if let Some(run) = &run {
-                            self.count(run);
+                        if let Some(truth) = &truth {
+                            self.count(truth);
                         }
                     }
                     self.store(writes);
@@ -772,8 +795,8 @@ impl<'g> Simulation<'g> {
                         checked = true;
                         if !counted {
                             counted = true;
-                            if let Some(run) = &run {
-                                self.count(run);
+                            if let Some(truth) = &truth {
+                                self.count(truth);
                             }
                         }
                         if self.rolling_back.is_none() {
@@ -787,14 +810,14 @@ impl<'g> Simulation<'g> {
                 _ => {}
             }
         }
-        if !counted && let Some(run) = &run {
-            self.count(run);
+        if !counted && let Some(truth) = &truth {
+            self.count(truth);
         }
         if gated.deletions().next().is_some() {
             self.last_step = Some(self.step);
             self.settled_passes = 0;
         }
-        self.check_failures(run.as_ref(), &stored, uncounted)?;
+        self.check_failures(truth.as_ref(), &stored, uncounted)?;
         // After the pass, like a person reading the status the pass left.
         self.person_approves(wait.as_ref());
         Ok(())
@@ -905,10 +928,12 @@ impl<'g> Simulation<'g> {
     }
 
     /// A run of the health check when one is due, with a random outcome during chaos (a
-    /// failing or unreachable Prometheus) and passing after.
+    /// failing or unreachable Prometheus, or web endpoint) and passing after: the run the gate
+    /// is given, and the checker's own verdict on it. For a web check (G-l) the run is the
+    /// judge's verdict on the endpoint's answer, the checker's the answer it drew.
     /// Property `CheckStateForgotten` (G-k): no run sooner than `interval` after the last one the
     /// gate stored, by the checker's own clock.
-    fn check_run(&mut self, now: Timestamp) -> Result<Option<CheckRun>, Violation> {
+    fn check_run(&mut self, now: Timestamp) -> Result<Option<(CheckRun, CheckRun)>, Violation> {
         let Some(policy) = self.policy.as_ref() else {
             return Ok(None);
         };
@@ -939,8 +964,18 @@ impl<'g> Simulation<'g> {
             },
             _ => CheckOutcome::Pass,
         };
-        self.note(|| format!("check run: {outcome}"));
-        Ok(Some(CheckRun { at: now, outcome }))
+        let judged = match self.web.as_mut() {
+            Some(web) => {
+                let answer = web_answer(&outcome, web.random_range(0..3));
+                self.stats.web_runs += 1;
+                self.note(|| format!("web endpoint answers {answer:?}"));
+                (self.judge_web)("error-rate", &error_rate_query(), answer)
+            }
+            None => outcome.clone(),
+        };
+        self.note(|| format!("check run: {judged}"));
+        let run = |outcome| CheckRun { at: now, outcome };
+        Ok(Some((run(judged), run(outcome))))
     }
 
     /// The checker's own count of passes in a row since the last step.
@@ -1486,6 +1521,41 @@ impl<'g> Simulation<'g> {
     }
 }
 
+/// (G-l) The web check of the scenarios: the endpoint's error rate stays below 0.1.
+fn error_rate_query() -> WebQuery {
+    serde_json::from_value(serde_json::json!({
+        "url": "https://app.example/zones/ingester-zone-a/stats",
+        "jsonPath": "$.errorRate",
+        "threshold": {"operator": "<", "value": 0.1},
+    }))
+    .expect("a web query")
+}
+
+/// (G-l) What the endpoint answers for a run the checker decided is `outcome`: an error rate
+/// under the threshold, or over it, or (`variant`) no answer to judge: no such path, too large
+/// to read, not JSON.
+fn web_answer(outcome: &CheckOutcome, variant: u32) -> Result<WebAnswer, String> {
+    let answer = |body: &str| {
+        Ok(WebAnswer {
+            status: 200,
+            body: body.as_bytes().to_vec(),
+        })
+    };
+    match (outcome, variant) {
+        (CheckOutcome::Pass, 0) => answer(r#"{"errorRate": 0.01}"#),
+        (CheckOutcome::Pass, 1) => answer(r#"{"errorRate": "0.05", "other": 7}"#),
+        (CheckOutcome::Pass, _) => answer(r#"{"errorRate": 0}"#),
+        (CheckOutcome::Fail { .. }, 0) => answer(r#"{"errorRate": 0.3}"#),
+        (CheckOutcome::Fail { .. }, 1) => answer(r#"{"errorRate": 0.1}"#),
+        (CheckOutcome::Fail { .. }, _) => answer(r#"{"errorRate": "12"}"#),
+        (CheckOutcome::Inconclusive { .. }, 0) => answer(r#"{"rate": 0.01}"#),
+        (CheckOutcome::Inconclusive { .. }, 1) => {
+            Err("the answer is larger than 4194304 bytes".to_owned())
+        }
+        (CheckOutcome::Inconclusive { .. }, _) => answer("<html>a proxy's error page</html>"),
+    }
+}
+
 /// Whether a write halts the group or asks for its rollback.
 fn halts(write: &AnnotationWrite) -> bool {
     (write.key == HALTED_ANNOTATION || write.key == ROLLBACK_ANNOTATION) && write.value.is_some()
@@ -1539,6 +1609,7 @@ fn run_scenarios_with(
         total.rollback_deletions += stats.rollback_deletions;
         total.membership_changes += stats.membership_changes;
         total.failure_halts_checked += stats.failure_halts_checked;
+        total.web_runs += stats.web_runs;
         for (kind, count) in stats.held {
             *total.held.entry(kind).or_default() += count;
         }
@@ -1572,6 +1643,7 @@ fn gates_hold_zones_for_the_soak_and_halted_groups_in_random_scenarios() {
         assert!(stats.rollback_deletions > count / 10, "{stats:?}");
         assert!(stats.membership_changes > count, "{stats:?}");
         assert!(stats.failure_halts_checked > count / 20, "{stats:?}");
+        assert!(stats.web_runs > count, "{stats:?}");
         for kind in [
             "Soak",
             "Halted",
@@ -1659,6 +1731,34 @@ fn checker_catches_a_gate_that_counts_passes_across_template_changes() {
         &|group, policy, run, now| real_gate(&without_check_target(group), policy, run, now),
         Property::StepBeforeCheck,
     );
+}
+
+#[test]
+fn checker_catches_a_web_judge_that_trusts_an_answer_past_its_threshold() {
+    // Like a judge that read the answer's status and never the value at the path: any 2xx
+    // answer passes, an error rate of 0.3 included.
+    fn trusting(name: &str, query: &WebQuery, answer: Result<WebAnswer, String>) -> CheckOutcome {
+        let trusted = WebQuery {
+            json_path: None,
+            threshold: None,
+            matches: None,
+            status: Some("2xx".to_owned()),
+            ..query.clone()
+        };
+        web_check::judge(name, &trusted, answer)
+    }
+    match run_scenarios_with(
+        &real_gate,
+        |simulation| simulation.judge_web = trusting,
+        BROKEN_GATE_SCENARIOS,
+    ) {
+        Ok(stats) => panic!("the checker missed a judge trusting a web answer: {stats:?}"),
+        Err(violation) => assert!(
+            [Property::StepBeforeCheck, Property::CheckStateForgotten]
+                .contains(&violation.property),
+            "{violation}"
+        ),
+    }
 }
 
 /// A copy of the group whose stored check state does not say which revisions it counted for.

@@ -1,8 +1,8 @@
 //! The gates' calls out of the leader: health check runs and rollout hooks, with the bounds the
 //! operator set (`gates` in the configuration, see [`super::egress`]).
 //!
-//! A health check's queries run beside the groups' reconciles, never inside them: a group whose
-//! Prometheus is slow or dead would otherwise hold one of the few reconcile slots for as long as
+//! A health check's queries (Prometheus', or a web check's calls) run beside the groups'
+//! reconciles, never inside them: a group whose Prometheus is slow or dead would otherwise hold one of the few reconcile slots for as long as
 //! its queries wait, and every other group's rollout behind it. A due run is started here and
 //! the reconcile goes on with the check's stored state (which passes nothing new); when the run
 //! ends, its group is queued again and the next reconcile takes the outcome. At most
@@ -36,6 +36,8 @@ pub struct GateCalls {
     /// Bound on each Kubernetes read (a check, its Secrets) and each hook call.
     pub request_timeout: Duration,
     pub prometheus: Allowlist,
+    /// Where web checks may call (`gates.web_check_addresses`).
+    pub web: Allowlist,
     pub max_query_timeout: Duration,
     pub max_answer_bytes: u64,
     /// baton's own TLS Secret, when it lives in this namespace: never a check's credential.
@@ -54,6 +56,7 @@ pub struct CheckConnector {
     pub namespace: String,
     pub request_timeout: Duration,
     pub prometheus: Allowlist,
+    pub web: Allowlist,
     pub max_answer_bytes: u64,
     pub own_secret: Option<String>,
 }
@@ -91,6 +94,7 @@ impl std::fmt::Debug for CheckConnector {
         f.debug_struct("CheckConnector")
             .field("namespace", &self.namespace)
             .field("prometheus", &self.prometheus)
+            .field("web", &self.web)
             .finish_non_exhaustive()
     }
 }
@@ -100,6 +104,7 @@ impl std::fmt::Debug for GateCalls {
         f.debug_struct("GateCalls")
             .field("namespace", &self.namespace)
             .field("prometheus", &self.prometheus)
+            .field("web", &self.web)
             .field("hooks", &self.hooks)
             .finish_non_exhaustive()
     }
@@ -130,6 +135,10 @@ impl GateCalls {
                 "gates.prometheus_addresses",
                 config.prometheus_addresses.clone(),
             ),
+            web: Allowlist::new(
+                "gates.web_check_addresses",
+                config.web_check_addresses.clone(),
+            ),
             max_query_timeout: config.max_query_timeout.get(),
             max_answer_bytes: config.max_answer_bytes.0,
             own_secret,
@@ -146,6 +155,7 @@ impl GateCalls {
             namespace: self.namespace.clone(),
             request_timeout: self.request_timeout,
             prometheus: self.prometheus.clone(),
+            web: self.web.clone(),
             max_answer_bytes: self.max_answer_bytes,
             own_secret: self.own_secret.clone(),
         }
@@ -338,7 +348,7 @@ where
     tokio::time::timeout(timeout, queries)
         .await
         .unwrap_or_else(|_| CheckOutcome::Inconclusive {
-            why: format!("Prometheus gave no answer within {timeout:?}"),
+            why: format!("no answer within {timeout:?}"),
         })
 }
 

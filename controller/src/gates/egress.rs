@@ -4,8 +4,11 @@
 //! a StatefulSet makes the leader POST to its own ports or a cloud's metadata service, and
 //! anyone who may create a `RolloutHealthCheck` has a Secret sent where they like.
 //!
+//! A web check's URLs (`spec.web` of a `RolloutHealthCheck`) are the same kind of destination,
+//! under the same rules.
+//!
 //! The rules, one [`Allowlist`] per kind of call (`gates.prometheus_addresses`,
-//! `gates.hook_addresses`):
+//! `gates.web_check_addresses`, `gates.hook_addresses`):
 //! - `http` and `https` only;
 //! - with entries, only URLs under one of them;
 //! - loopback, link-local, unspecified, this-network and cloud metadata addresses ([`is_internal`],

@@ -1,10 +1,11 @@
 //! Health checks at run time, the part that needs the cluster and the network: [`read`] reads a
 //! group's `RolloutHealthCheck` (baton.dev/v1alpha1) for its pass, and [`start`] runs what the
 //! pass started beside the reconcile ([`super::calls`]): it reads the check's Secrets under the
-//! operator's bounds ([`super::egress`]), connects to its Prometheus and makes the queries. What
-//! a check is (its spec as read, the policy it gives, its queries rendered for a zone, the
-//! verdict on Prometheus' answers) and when it runs are pure, and the core's:
-//! `baton_core::gates::health_check`, `baton_core::gates::checks` and `baton_core::pass`.
+//! operator's bounds ([`super::egress`]), connects to its Prometheus and makes the queries, or,
+//! for a web check, makes its HTTP calls ([`super::web`]). What a check is (its spec as read,
+//! the policy it gives, its queries rendered for a zone, the verdict on the answers) and when it
+//! runs are pure, and the core's: `baton_core::gates::health_check`,
+//! `baton_core::gates::web_check`, `baton_core::gates::checks` and `baton_core::pass`.
 
 use std::time::Duration;
 
@@ -16,7 +17,10 @@ use kube::api::{Api, DynamicObject};
 use super::calls::{CheckConnector, GateCalls};
 use super::prometheus::{Auth, PrometheusClient, Tls};
 use baton_core::gates::checks::{CheckOutcome, CheckRun};
-use baton_core::gates::health_check::{Author, PrometheusField, Spec, combine, judge};
+use baton_core::gates::health_check::{
+    Author, PrometheusField, PrometheusSpec, QuerySpec, Source, Spec, combine, judge,
+};
+use baton_core::gates::web_check::{self, WebSpec};
 use baton_core::pass::{CheckRead, CheckStart, EndedRun, ReadCheck, run_key};
 use baton_core::rollout::GroupSnapshot;
 
@@ -49,10 +53,11 @@ pub async fn read(calls: &GateCalls, group: &GroupSnapshot, name: &str) -> Check
 
 /// Starts the run `start` of `group` beside the reconciles: connecting to its Prometheus (an
 /// address the operator permits, credentials only as [`connect`] allows) and every query at
-/// once, the whole run bounded by the check's timeout (at most the operator's) and a second
-/// for the answers to be read and judged. When it ends, the group is queued again and its pass
-/// applies the outcome; a check that cannot connect ends at once, inconclusive (with the
-/// reason for a Warning when what it asks is refused).
+/// once, or, for a web check, every call at once ([`super::web`]); the whole run bounded by the
+/// check's timeout (at most the operator's) and a second for the answers to be read and
+/// judged. When it ends, the group is queued again and its pass applies the outcome; a check
+/// that cannot connect ends at once, inconclusive (with the reason for a Warning when what it
+/// asks is refused).
 pub fn start(calls: &GateCalls, group: &str, start: CheckStart) {
     let CheckStart {
         key,
@@ -66,44 +71,91 @@ pub fn start(calls: &GateCalls, group: &str, start: CheckStart) {
     let connecting = calls.connector();
     let at = Timestamp::now();
     let run = async move {
-        let inconclusive = |why: String, problem: Option<String>| EndedRun {
-            run: CheckRun {
-                at,
-                outcome: CheckOutcome::Inconclusive { why },
-            },
+        let ended = |outcome: CheckOutcome, problem: Option<String>| EndedRun {
+            run: CheckRun { at, outcome },
             problem,
         };
-        let prometheus = match connect(&connecting, &spec, &author, timeout).await {
-            Ok(prometheus) => prometheus,
+        let outcome = match spec.source() {
+            Ok(Source::Prometheus(prometheus)) => {
+                ask_prometheus(&connecting, prometheus, &author, timeout, &queries).await
+            }
+            Ok(Source::Web(web)) => call_web(&connecting, web, timeout, &queries).await,
+            Err(why) => Err(Unusable::Refused(why)),
+        };
+        match outcome {
+            Ok(outcome) => ended(outcome, None),
             Err(Unusable::Refused(why)) => {
                 let why = format!("{KIND} {name}: {why}");
-                return inconclusive(why.clone(), Some(why));
+                ended(CheckOutcome::Inconclusive { why: why.clone() }, Some(why))
             }
-            Err(Unusable::Unavailable(why)) => {
-                return inconclusive(format!("{KIND} {name}: {why}"), None);
-            }
-        };
-        let answers = queries.iter().map(|(query, rendered)| {
-            let prometheus = &prometheus;
-            async move {
-                let answer = prometheus
-                    .query(rendered)
-                    .await
-                    .map_err(|error| error.to_string());
-                judge(query, rendered, answer)
-            }
-        });
-        let bound = timeout + Duration::from_secs(1);
-        let outcome = super::calls::bounded_run(bound, async move {
-            combine(futures::future::join_all(answers).await)
-        })
-        .await;
-        EndedRun {
-            run: CheckRun { at, outcome },
-            problem: None,
+            Err(Unusable::Unavailable(why)) => ended(
+                CheckOutcome::Inconclusive {
+                    why: format!("{KIND} {name}: {why}"),
+                },
+                None,
+            ),
         }
     };
     calls.runs.start(group, &key, run);
+}
+
+/// The run's outcome from Prometheus' answers to every query, asked at once.
+async fn ask_prometheus(
+    connecting: &CheckConnector,
+    spec: &PrometheusSpec,
+    author: &Author,
+    timeout: Duration,
+    queries: &[(QuerySpec, String)],
+) -> Result<CheckOutcome, Unusable> {
+    let prometheus = connect(connecting, spec, author, timeout).await?;
+    let answers = queries.iter().map(|(query, rendered)| {
+        let prometheus = &prometheus;
+        async move {
+            let answer = prometheus
+                .query(rendered)
+                .await
+                .map_err(|error| error.to_string());
+            judge(query, rendered, answer)
+        }
+    });
+    let bound = timeout + Duration::from_secs(1);
+    Ok(super::calls::bounded_run(bound, async move {
+        combine(futures::future::join_all(answers).await)
+    })
+    .await)
+}
+
+/// The run's outcome from a web check's calls, made at once.
+async fn call_web(
+    connecting: &CheckConnector,
+    spec: &WebSpec,
+    timeout: Duration,
+    queries: &[(QuerySpec, String)],
+) -> Result<CheckOutcome, Unusable> {
+    let prepared = super::web::prepare(connecting, spec, queries).await?;
+    let http = connecting
+        .web
+        .client_builder(timeout)
+        .build()
+        .map_err(|error| Unusable::Refused(format!("building the HTTP client: {error}")))?;
+    let max = connecting.max_answer_bytes;
+    let answers = prepared.iter().zip(queries).map(|(call, (query, _))| {
+        let http = &http;
+        async move {
+            let answer = call.answer(http, max).await;
+            match &query.web {
+                Some(web) => web_check::judge(&query.name, web, answer),
+                None => CheckOutcome::Inconclusive {
+                    why: format!("query {} has no web", query.name),
+                },
+            }
+        }
+    });
+    let bound = timeout + Duration::from_secs(1);
+    Ok(super::calls::bounded_run(bound, async move {
+        combine(futures::future::join_all(answers).await)
+    })
+    .await)
 }
 
 /// The check's spec and generation, and who writes it (so a refusal names their field).
@@ -130,7 +182,7 @@ async fn read_spec(calls: &GateCalls, name: &str) -> Result<(Spec, i64, Author),
 
 /// Why a check cannot be run now.
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum Unusable {
+pub enum Unusable {
     /// What the check asks is not allowed, or names something missing: a Warning, until fixed.
     Refused(String),
     /// A read failed: this run is inconclusive, the next may do better.
@@ -144,11 +196,10 @@ enum Unusable {
 /// `author` sets what was refused.
 async fn connect(
     calls: &CheckConnector,
-    spec: &Spec,
+    prometheus: &PrometheusSpec,
     author: &Author,
     timeout: Duration,
 ) -> Result<PrometheusClient, Unusable> {
-    let prometheus = &spec.prometheus;
     let address = calls
         .prometheus
         .permit(&prometheus.address)
@@ -190,7 +241,11 @@ async fn connect(
 
 /// The text under `key` of the Secret `name`, if the Secret opted in: its labels are read
 /// first, its data only then.
-async fn read_secret(calls: &CheckConnector, name: &str, key: &str) -> Result<String, Unusable> {
+pub async fn read_secret(
+    calls: &CheckConnector,
+    name: &str,
+    key: &str,
+) -> Result<String, Unusable> {
     let secrets: Api<Secret> = Api::namespaced(calls.client.clone(), &calls.namespace);
     let reading = format!("reading Secret {name}");
     let failed = |error: kube::Error| match error {

@@ -1,7 +1,8 @@
 //! The rollout gates' I/O (the decisions are `baton_core::gates`, composed into a pass by
 //! `baton_core::pass`): [`calls`] runs health check queries beside the reconciles and makes hook
 //! calls, within the operator's bounds ([`egress`]); [`health`] reads a `RolloutHealthCheck` for
-//! a pass and runs the checks a pass starts; [`prometheus`] is the client; [`store`] writes the
+//! a pass and runs the checks a pass starts; [`prometheus`] is the Prometheus client and [`web`]
+//! a web check's calls; [`store`] writes the
 //! gate's state; [`metrics`] counts what gates hold groups for.
 
 pub mod calls;
@@ -10,3 +11,4 @@ pub mod health;
 pub mod metrics;
 pub mod prometheus;
 pub mod store;
+pub mod web;

@@ -4,7 +4,8 @@
 //!
 //! The rules (the phased rollout operator's, adapted to zones):
 //! - a run's outcome is `Pass`, `Fail` (the query and the value that failed it) or
-//!   `Inconclusive` (Prometheus unreachable, a query error): an inconclusive run never passes
+//!   `Inconclusive` (Prometheus or a web endpoint unreachable, a query error, a web answer with
+//!   nothing to judge): an inconclusive run never passes
 //!   a gate — it resets the consecutive passes — and never counts towards a halt;
 //! - every step (a batch of pod deletions) needs `successThreshold` consecutive passes, counted
 //!   only from runs at least `initialDelay` after the previous step; a step resets the count;
@@ -90,7 +91,8 @@ pub enum CheckOutcome {
         query: String,
         value: String,
     },
-    /// No verdict: Prometheus could not be asked or answered with an error.
+    /// No verdict: Prometheus or the web endpoint could not be asked, answered with an error,
+    /// or (a web check) answered nothing to judge: no value at the path, too large, not JSON.
     Inconclusive {
         why: String,
     },

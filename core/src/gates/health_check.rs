@@ -1,6 +1,8 @@
 //! A `RolloutHealthCheck`'s spec as read, the check policy it gives, its queries rendered for a
-//! zone, and the verdict on Prometheus' answers. Pure: the controller reads the check and its
-//! Secrets and makes the queries (its `gates::health`, `gates::calls`).
+//! zone, and the verdict on Prometheus' answers. A check asks one source: Prometheus
+//! (`spec.prometheus`, PromQL queries) or HTTP endpoints (`spec.web`, [`super::web_check`]).
+//! Pure: the controller reads the check and its Secrets and makes the queries (its
+//! `gates::health`, `gates::calls`).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -11,6 +13,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use serde::Deserialize;
 
 use super::checks::{CheckOutcome, CheckPolicy, OnFailure};
+use super::web_check::{WebQuery, WebSpec};
 use super::{GateDecision, decide, hooks, keys};
 use crate::rollout::{GroupSnapshot, Plan};
 
@@ -30,7 +33,11 @@ pub fn api_resource() -> kube_core::discovery::ApiResource {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Spec {
-    pub prometheus: PrometheusSpec,
+    /// The source, exactly one of these: Prometheus, or HTTP endpoints ([`Spec::source`]).
+    #[serde(default)]
+    pub prometheus: Option<PrometheusSpec>,
+    #[serde(default)]
+    pub web: Option<WebSpec>,
     pub queries: Vec<QuerySpec>,
     #[serde(default)]
     pub initial_delay: Option<String>,
@@ -79,11 +86,23 @@ pub struct SecretName {
 #[serde(rename_all = "camelCase")]
 pub struct QuerySpec {
     pub name: String,
+    /// PromQL, with `spec.prometheus`.
+    #[serde(default)]
     pub query: String,
     #[serde(default)]
     pub pass_when: PassWhen,
     #[serde(default)]
     pub threshold: Option<Threshold>,
+    /// The call and its condition, with `spec.web`.
+    #[serde(default)]
+    pub web: Option<WebQuery>,
+}
+
+/// Where a check's answers come from.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Source<'a> {
+    Prometheus(&'a PrometheusSpec),
+    Web(&'a WebSpec),
 }
 
 /// When a query passes: it returns samples (the phased rollout operator's rule, the default) or none (for
@@ -103,7 +122,7 @@ pub struct Threshold {
 
 impl Threshold {
     /// Whether `sample` satisfies it; `None` for an unknown operator.
-    fn holds(&self, sample: f64) -> Option<bool> {
+    pub(crate) fn holds(&self, sample: f64) -> Option<bool> {
         let value = self.value;
         Some(match self.operator.as_str() {
             "<" => sample < value,
@@ -245,15 +264,10 @@ impl Spec {
         if self.queries.is_empty() {
             return Err("spec.queries is empty".to_owned());
         }
+        let source = self.source()?;
         for (index, query) in self.queries.iter().enumerate() {
-            if let Some(threshold) = &query.threshold
-                && threshold.holds(0.0).is_none()
-            {
-                return Err(format!(
-                    "spec.queries[{index}].threshold.operator {:?} is not one of <, <=, >, >=, ==, !=",
-                    threshold.operator
-                ));
-            }
+            query_problem(source, query)
+                .map_or(Ok(()), |why| Err(format!("spec.queries[{index}].{why}")))?;
         }
         let threshold = |field: &str, value: Option<u32>, default: u32| match value {
             None => Ok(default),
@@ -281,15 +295,86 @@ impl Spec {
 
     /// The bound on each query.
     pub fn timeout(&self) -> Result<Duration, String> {
-        match &self.prometheus.timeout {
+        let (field, timeout) = match self.source()? {
+            Source::Prometheus(prometheus) => ("prometheus", &prometheus.timeout),
+            Source::Web(web) => ("web", &web.timeout),
+        };
+        match timeout {
             None => Ok(DEFAULT_TIMEOUT),
             Some(raw) => match go_duration::parse(raw) {
                 Ok(nanos) if nanos > 0 => Ok(Duration::from_nanos(nanos.unsigned_abs())),
                 _ => Err(format!(
-                    "spec.prometheus.timeout {raw:?} is not a duration such as 10s"
+                    "spec.{field}.timeout {raw:?} is not a duration such as 10s"
                 )),
             },
         }
+    }
+
+    /// The check's one source, or why it has not exactly one.
+    pub fn source(&self) -> Result<Source<'_>, String> {
+        match (&self.prometheus, &self.web) {
+            (Some(prometheus), None) => Ok(Source::Prometheus(prometheus)),
+            (None, Some(web)) => Ok(Source::Web(web)),
+            (Some(_), Some(_)) => Err(
+                "spec.prometheus and spec.web are both set; a check asks one source: keep one"
+                    .to_owned(),
+            ),
+            (None, None) => Err(
+                "spec sets neither prometheus nor web; a check needs one source for its queries"
+                    .to_owned(),
+            ),
+        }
+    }
+}
+
+/// What is wrong with a query for the check's `source`, relative to `spec.queries[i].`.
+fn query_problem(source: Source<'_>, query: &QuerySpec) -> Option<String> {
+    match (source, &query.web) {
+        (Source::Prometheus(_), Some(_)) => {
+            Some("web is for checks with spec.web; this check asks spec.prometheus".to_owned())
+        }
+        (Source::Prometheus(_), None) if query.query.trim().is_empty() => {
+            Some("query is empty (PromQL, for spec.prometheus)".to_owned())
+        }
+        (Source::Prometheus(_), None) => query
+            .threshold
+            .as_ref()
+            .filter(|threshold| threshold.holds(0.0).is_none())
+            .map(|threshold| {
+                format!(
+                    "threshold.operator {:?} is not one of <, <=, >, >=, ==, !=",
+                    threshold.operator
+                )
+            }),
+        (Source::Web(_), None) => Some("web is needed: this check asks spec.web".to_owned()),
+        (Source::Web(_), Some(_)) if !query.query.is_empty() => Some(
+            "query is PromQL, for checks with spec.prometheus; a web query's condition is in web"
+                .to_owned(),
+        ),
+        (Source::Web(_), Some(_)) if query.threshold.is_some() => Some(
+            "threshold is for spec.prometheus; a web query's threshold is web.threshold".to_owned(),
+        ),
+        (Source::Web(_), Some(_)) if query.pass_when != PassWhen::Samples => {
+            Some("passWhen is for spec.prometheus".to_owned())
+        }
+        (Source::Web(_), Some(web)) => web.problem().map(|why| format!("web.{why}")),
+    }
+}
+
+/// `query` as run for the zone now ([`variables`]): a PromQL query rendered, or a web query's
+/// URL and body; and the query as sent, for messages (a web query's URL redacted).
+pub fn render_query(query: &QuerySpec, variables: &BTreeMap<&str, &str>) -> (QuerySpec, String) {
+    match &query.web {
+        Some(web) => {
+            let rendered = web.rendered(variables);
+            let shown = rendered.shown();
+            let query = QuerySpec {
+                web: Some(rendered),
+                ..query.clone()
+            };
+            (query, shown)
+        }
+        None => (query.clone(), render(&query.query, variables)),
     }
 }
 
@@ -443,6 +528,7 @@ mod tests {
                 operator: operator.to_owned(),
                 value,
             }),
+            web: None,
         }
     }
 
@@ -502,6 +588,96 @@ mod tests {
             bad.timeout(),
             Err("spec.prometheus.timeout \"soon\" is not a duration such as 10s".to_owned())
         );
+    }
+
+    #[test]
+    fn a_check_asks_exactly_one_source_and_its_queries_fit_it() {
+        let web_query = serde_json::json!({"name": "up",
+            "web": {"url": "https://app.example/ready", "status": "2xx"}});
+        let with = |json: serde_json::Value| spec(json).policy("c").map(|_| ());
+        // A web check, its timeout read from spec.web
+        let web = spec(serde_json::json!({"web": {"timeout": "2s"}, "queries": [web_query]}));
+        assert_eq!(web.policy("c").map(|_| ()), Ok(()));
+        assert_eq!(web.timeout(), Ok(Duration::from_secs(2)));
+        // Both sources, or neither
+        assert_eq!(
+            with(
+                serde_json::json!({"prometheus": {"address": "http://p"}, "web": {},
+                "queries": [web_query]})
+            ),
+            Err(
+                "spec.prometheus and spec.web are both set; a check asks one source: keep one"
+                    .to_owned()
+            )
+        );
+        assert_eq!(
+            with(serde_json::json!({"queries": [web_query]})),
+            Err(
+                "spec sets neither prometheus nor web; a check needs one source for its queries"
+                    .to_owned()
+            )
+        );
+        // A query of the other source's kind, or of neither
+        assert_eq!(
+            with(
+                serde_json::json!({"prometheus": {"address": "http://p"}, "queries": [web_query]})
+            ),
+            Err(
+                "spec.queries[0].web is for checks with spec.web; this check asks spec.prometheus"
+                    .to_owned()
+            )
+        );
+        assert_eq!(
+            with(serde_json::json!({"prometheus": {"address": "http://p"},
+                "queries": [{"name": "up"}]})),
+            Err("spec.queries[0].query is empty (PromQL, for spec.prometheus)".to_owned())
+        );
+        assert_eq!(
+            with(serde_json::json!({"web": {}, "queries": [{"name": "up", "query": "up"}]})),
+            Err("spec.queries[0].web is needed: this check asks spec.web".to_owned())
+        );
+        assert_eq!(
+            with(
+                serde_json::json!({"web": {}, "queries": [web_query, {"name": "both",
+                "query": "up", "web": {"url": "https://a", "status": "2xx"}}]})
+            ),
+            Err(
+                "spec.queries[1].query is PromQL, for checks with spec.prometheus; a web \
+                 query's condition is in web"
+                    .to_owned()
+            )
+        );
+        // A web query's own problem, named under its field
+        assert_eq!(
+            with(serde_json::json!({"web": {}, "queries": [{"name": "up",
+                "web": {"url": "https://a", "jsonPath": "$.x"}}]})),
+            Err(
+                "spec.queries[0].web.needs exactly one of threshold, match and status (the \
+                 condition on the answer)"
+                    .to_owned()
+            )
+        );
+        let bad_timeout =
+            spec(serde_json::json!({"web": {"timeout": "0s"}, "queries": [web_query]}));
+        assert_eq!(
+            bad_timeout.timeout(),
+            Err("spec.web.timeout \"0s\" is not a duration such as 10s".to_owned())
+        );
+    }
+
+    #[test]
+    fn a_web_query_is_rendered_for_the_zone_and_shown_redacted() {
+        let query: QuerySpec = serde_json::from_value(serde_json::json!({"name": "errors",
+            "web": {"url": "https://app.example/{{zone}}/stats?token=t", "jsonPath": "$.e",
+                "threshold": {"operator": "<", "value": 1}}}))
+        .unwrap();
+        let variables = BTreeMap::from([("zone", "zone-b")]);
+        let (rendered, shown) = render_query(&query, &variables);
+        assert_eq!(
+            rendered.web.as_ref().map(|web| web.url.as_str()),
+            Some("https://app.example/zone-b/stats?token=t")
+        );
+        assert_eq!(shown, "GET https://app.example/zone-b/stats?… → $.e");
     }
 
     #[test]

@@ -21,7 +21,8 @@
 //! - [`rollback`]: taking a bad version back out, zone by zone, newest pods first; while one is
 //!   under way it alone decides (with the planner's guarantees, pods in reverse order);
 //! - [`checks`]: a health check's passes and failures as a gate; [`health_check`]: a
-//!   `RolloutHealthCheck`'s spec and the verdict on Prometheus' answers ([`answers`]);
+//!   `RolloutHealthCheck`'s spec and the verdict on Prometheus' answers ([`answers`]) or, for a
+//!   web check, on an HTTP endpoint's ([`web_check`]);
 //! - [`hooks`]: the calls due before and after each zone, and what their answers store.
 //!
 //! [`crate::pass`] composes them all into a group's pass, with what to tell people; the
@@ -50,6 +51,7 @@ pub mod redact;
 pub mod rollback;
 pub mod state;
 pub mod steps;
+pub mod web_check;
 
 pub use decide::{decide, decide_planned, decide_with};
 pub use decision::{AnnotationWrite, GateDecision, GateNotice, GateVerdict, GateWait};

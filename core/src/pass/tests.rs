@@ -373,14 +373,10 @@ fn a_check_that_cannot_be_used_holds_and_warns_on_the_member_naming_it() {
 fn a_warn_checks_failure_is_told_and_counted_before_the_store_that_may_end_the_pass() {
     // Given a group whose check only warns, and a run of it that failed
     let checked = checked_group();
-    let warning: Spec = serde_json::from_value(serde_json::json!({
-        "prometheus": {"address": "http://prometheus:9090"},
-        "queries": [{"name": "errors", "query": "sum(rate(errors{statefulset=\"{{zone}}\"}[1m]))"}],
-        "onFailure": "Warn",
-    }))
-    .expect("a valid spec");
+    let mut spec = spec();
+    spec.on_failure = Some("Warn".to_owned());
     let read = CheckRead::Read(Box::new(ReadCheck {
-        spec: warning,
+        spec,
         generation: 3,
         author: Author::Check,
         ended: Some(EndedRun {
