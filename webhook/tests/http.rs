@@ -474,10 +474,11 @@ async fn the_tls_server_picks_up_a_renewed_certificate_without_a_restart() {
     let address = server.local_addr();
     let shutdown = tokio_util::sync::CancellationToken::new();
     let serving = tokio::spawn(server.run(shutdown.clone()));
-    let reloading = tokio::spawn(
-        cert.clone()
-            .watch(Duration::from_millis(50), shutdown.clone()),
-    );
+    let reloading = tokio::spawn(cert.clone().watch(
+        Duration::from_millis(50),
+        None,
+        shutdown.clone(),
+    ));
 
     let url = format!("https://webhook.test:{}{NO_DOWNSCALE_PATH}", address.port());
     let body = serde_json::to_vec(&labelled_downscale("admission.k8s.io/v1")).unwrap();
@@ -696,7 +697,7 @@ async fn a_new_client_ca_written_to_its_file_is_required_after_the_reload() {
     let address = server.local_addr();
     let shutdown = tokio_util::sync::CancellationToken::new();
     let serving = tokio::spawn(server.run(shutdown.clone()));
-    let reloading = tokio::spawn(clients.watch(Duration::from_millis(50), shutdown.clone()));
+    let reloading = tokio::spawn(clients.watch(Duration::from_millis(50), None, shutdown.clone()));
     let url = format!("https://webhook.test:{}{NO_DOWNSCALE_PATH}", address.port());
     let body = serde_json::to_vec(&labelled_downscale("admission.k8s.io/v1")).unwrap();
     // (a new client, so a new connection and handshake, each time)
