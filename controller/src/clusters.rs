@@ -490,7 +490,7 @@ async fn client_of(connector: &Connector, cluster: &ClusterConfig) -> Result<kub
             cluster: name.clone(),
             namespace: namespace.clone(),
             secret: secret.clone(),
-            source,
+            source: Box::new(source),
         })?;
     let Some(bytes) = read.data.as_ref().and_then(|data| data.get(&key)) else {
         return Err(Error::MemberSecretKeyMissing {

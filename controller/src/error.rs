@@ -111,8 +111,9 @@ pub enum Error {
         namespace: String,
         name: String,
         action: &'static str,
+        /// Boxed, as in [`Error::ReadMemberSecret`].
         #[source]
-        source: kube::Error,
+        source: Box<kube::Error>,
     },
 
     // A member cluster's kubeconfig Secret: each names the member, the Secret and what is wrong.
@@ -121,7 +122,8 @@ pub enum Error {
         cluster: String,
         namespace: String,
         secret: String,
-        source: kube::Error,
+        /// Boxed: with the names beside it, it would make every `Error` large.
+        source: Box<kube::Error>,
     },
     #[error("reading Secret {namespace}/{secret} of member cluster {cluster}: {source}")]
     ReadMemberSecretTimedOut {
@@ -439,7 +441,7 @@ mod tests {
                     namespace: lease().0,
                     name: lease().1,
                     action: "reading",
-                    source: refused(),
+                    source: Box::new(refused()),
                 },
                 "lease_call",
             ),
@@ -448,7 +450,7 @@ mod tests {
                     cluster: cluster.clone(),
                     namespace: namespace.clone(),
                     secret: secret.clone(),
-                    source: refused(),
+                    source: Box::new(refused()),
                 },
                 "read_member_secret",
             ),

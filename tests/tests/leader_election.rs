@@ -961,7 +961,7 @@ impl TestStore {
                 namespace: self.kube.namespace().to_owned(),
                 name: LEASE.to_owned(),
                 action: "merge-patching",
-                source,
+                source: Box::new(source),
             })
     }
 }

@@ -78,13 +78,14 @@ pub enum Error {
         namespace: String,
         name: String,
     },
-    #[error("reading {resource}/{name} in namespace {namespace}: {}", error_chain(.error))]
+    #[error("reading {resource}/{name} in namespace {namespace}: {}", error_chain(.error.as_ref()))]
     ReadParent {
         resource: &'static str,
         namespace: String,
         name: String,
         /// In the message already, so not also a `source` (chains would print it twice).
-        error: kube::Error,
+        /// Boxed: the names beside it would make every `Error` large.
+        error: Box<kube::Error>,
     },
 
     /// The change could not be judged (the policy, `webhook.allow_on_error`, answers it).
@@ -286,7 +287,7 @@ mod tests {
                     resource: "statefulsets",
                     namespace: s("ns"),
                     name: s("web"),
-                    error: refused(),
+                    error: Box::new(refused()),
                 },
                 "read_parent",
             ),

@@ -131,7 +131,7 @@ impl ParentCache {
             resource: kind.resource(),
             namespace: namespace.to_owned(),
             name: name.to_owned(),
-            error,
+            error: Box::new(error),
         };
         match fetched.map_err(api_error)? {
             Some(labels) => Ok(labels.and_then(|mut labels| labels.remove(key))),

@@ -61,7 +61,7 @@ impl KubeLeaseStore {
                 namespace,
                 name,
                 action,
-                source: error,
+                source: Box::new(error),
             },
         }
     }
