@@ -288,7 +288,6 @@ pub fn register_failures(registry: &Registry) -> prometheus::Result<Failures> {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeSet;
     use std::time::Duration;
 
     use super::*;
@@ -514,21 +513,7 @@ mod tests {
 
     #[test]
     fn every_variant_has_its_own_stable_snake_case_label() {
-        let cases = every_variant();
-        for (error, label) in &cases {
-            assert_eq!(error.metric_label(), *label, "{error:?}");
-            assert!(
-                label.chars().all(|c| c.is_ascii_lowercase() || c == '_'),
-                "{label} is not snake_case"
-            );
-        }
-        let labels: Vec<&str> = cases.iter().map(|(_, label)| *label).collect();
-        assert_eq!(
-            labels, METRIC_LABELS,
-            "METRIC_LABELS lists every variant's, in order"
-        );
-        let distinct: BTreeSet<&str> = labels.iter().copied().collect();
-        assert_eq!(distinct.len(), labels.len(), "two variants share a label");
+        baton_shared::failures::check_labels(&every_variant(), &METRIC_LABELS);
     }
 
     #[test]
@@ -560,18 +545,5 @@ mod tests {
             not_connected().to_string(),
             "b/zone-a is in member cluster b, which is not connected"
         );
-    }
-
-    #[test]
-    fn a_failure_is_counted_under_its_label() {
-        let registry = Registry::new();
-        let failures = register_failures(&registry).expect("registers");
-        failures.count(&Error::TimedOut(timed_out()));
-        failures.count(&Error::TimedOut(timed_out()));
-        failures.count(&Error::StatusNotSynced);
-        let counted = |label: &str| failures.counter().with_label_values(&[label]).get();
-        assert_eq!(counted("timeout"), 2);
-        assert_eq!(counted("status_not_synced"), 1);
-        assert_eq!(counted("delete_pod"), 0);
     }
 }

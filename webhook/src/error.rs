@@ -187,7 +187,6 @@ pub fn register_failures(registry: &Registry) -> prometheus::Result<Failures> {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeSet;
 
     use super::*;
 
@@ -315,33 +314,6 @@ mod tests {
 
     #[test]
     fn every_variant_has_its_own_stable_snake_case_label() {
-        let cases = every_variant();
-        for (error, label) in &cases {
-            assert_eq!(error.metric_label(), *label, "{error:?}");
-            assert!(
-                label.chars().all(|c| c.is_ascii_lowercase() || c == '_'),
-                "{label} is not snake_case"
-            );
-        }
-        let labels: Vec<&str> = cases.iter().map(|(_, label)| *label).collect();
-        assert_eq!(
-            labels, METRIC_LABELS,
-            "METRIC_LABELS lists every variant's, in order"
-        );
-        let distinct: BTreeSet<&str> = labels.iter().copied().collect();
-        assert_eq!(distinct.len(), labels.len(), "two variants share a label");
-    }
-
-    #[test]
-    fn a_failure_is_counted_under_its_label() {
-        let registry = Registry::new();
-        let failures = register_failures(&registry).expect("registers");
-        failures.count(&Error::DeadlinePassed);
-        failures.count(&Error::NotJson(s("eof")));
-        failures.count(&Error::NotJson(s("eof")));
-        let counted = |label: &str| failures.counter().with_label_values(&[label]).get();
-        assert_eq!(counted("not_json"), 2);
-        assert_eq!(counted("deadline_passed"), 1);
-        assert_eq!(counted("unjudged"), 0);
+        baton_shared::failures::check_labels(&every_variant(), &METRIC_LABELS);
     }
 }

@@ -139,11 +139,9 @@ async fn answers_in_the_version_it_was_asked_in() {
     }
 }
 
-/// A change that cannot be judged is refused, as `failurePolicy: Fail` asks, saying why; the
-/// Go operator's allow-with-a-warning is a setting.
-#[actix_web::test]
-async fn a_scale_whose_parent_cannot_be_read_is_refused_unless_allowed_on_error() {
-    let body = serde_json::to_vec(&review(
+/// A review of a StatefulSet's `/scale` from 5 replicas to 3.
+fn scale_down_review() -> Vec<u8> {
+    serde_json::to_vec(&review(
         "admission.k8s.io/v1",
         "statefulsets",
         Some("scale"),
@@ -151,7 +149,14 @@ async fn a_scale_whose_parent_cannot_be_read_is_refused_unless_allowed_on_error(
         scale(3),
         false,
     ))
-    .unwrap();
+    .unwrap()
+}
+
+/// A change that cannot be judged is refused, as `failurePolicy: Fail` asks, saying why; the
+/// Go operator's allow-with-a-warning is a setting.
+#[actix_web::test]
+async fn a_scale_whose_parent_cannot_be_read_is_refused_unless_allowed_on_error() {
+    let body = scale_down_review();
     let (status, text) = post(NO_DOWNSCALE_PATH, Some("application/json"), body.clone()).await;
     assert_eq!(status, StatusCode::OK);
     let answer: Value = serde_json::from_str(&text).unwrap();
@@ -779,15 +784,7 @@ async fn each_request_that_fails_is_counted_once_under_what_failed() {
             .set_payload(body)
             .to_request()
     };
-    let scale_down = serde_json::to_vec(&review(
-        "admission.k8s.io/v1",
-        "statefulsets",
-        Some("scale"),
-        scale(5),
-        scale(3),
-        false,
-    ))
-    .unwrap();
+    let scale_down = scale_down_review();
     let good = serde_json::to_vec(&labelled_downscale("admission.k8s.io/v1")).unwrap();
 
     // when it is sent a body that is not JSON, a review as text, a `/scale` whose parent it
