@@ -187,7 +187,6 @@ pub fn register_failures(registry: &Registry) -> prometheus::Result<Failures> {
 
 #[cfg(test)]
 mod tests {
-
     use super::*;
 
     fn refused() -> kube::Error {
