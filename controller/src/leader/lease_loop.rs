@@ -388,3 +388,63 @@ impl<S: LeaseStore> Campaign<S> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use baton_config::LeaseConfig;
+    use prometheus::Registry;
+
+    use super::*;
+    use crate::leader::LeaderMetrics;
+    use crate::runner::recorded::{self, Reply};
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_lease_read_is_counted_under_lease_call_and_nothing_else() {
+        // Given an API server that fails every Lease call, and a candidate counting its
+        // failures,
+        baton_shared::crypto::install_default_provider();
+        let (asked, mut asks) = tokio::sync::mpsc::unbounded_channel();
+        let (client, recorded) = recorded::api("baton", move |_, _| {
+            let _ = asked.send(());
+            Reply::Status(500)
+        });
+        let registry = Registry::new();
+        let failures = crate::error::register_failures(&registry).expect("registers");
+        let metrics = LeaderMetrics::register(&registry).expect("registers");
+        let elector = LeaderElector::new(
+            client,
+            "baton",
+            &LeaseConfig::default(),
+            "me",
+            Duration::from_secs(1),
+        )
+        .with_metrics(metrics.counting_failures_in(failures.clone()));
+        let shutdown = CancellationToken::new();
+        let campaign = tokio::spawn(elector.run(shutdown.clone()));
+
+        // when its first read has failed and it reads again (after counting the failure),
+        asks.recv().await.expect("a first read");
+        asks.recv().await.expect("a read again");
+        shutdown.cancel();
+        campaign.await.expect("the campaign ends at shutdown");
+
+        // then each failed read was counted under lease_call (but the last one, which shutdown
+        // may have cut short), and under no other label.
+        let reads = recorded
+            .requests()
+            .iter()
+            .filter(|request| request.starts_with("GET "))
+            .count() as u64;
+        let counted = |label: &str| failures.counter().with_label_values(&[label]).get();
+        assert!(counted("lease_call") >= 1, "the first read's failure");
+        assert!(
+            (reads - 1..=reads).contains(&counted("lease_call")),
+            "one count per failed read: {} for {reads}",
+            counted("lease_call")
+        );
+        let total: u64 = crate::error::METRIC_LABELS.iter().map(|l| counted(l)).sum();
+        assert_eq!(total, counted("lease_call"));
+    }
+}
