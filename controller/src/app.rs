@@ -60,7 +60,10 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
         base.identity.clone(),
         config.kubernetes.request_timeout.get(),
     )
-    .with_metrics(LeaderMetrics::register(&base.registry)?);
+    .with_metrics(
+        LeaderMetrics::register(&base.registry)?
+            .counting_failures_in(base.metrics.failures.clone()),
+    );
     let leadership = elector.leadership();
     tracing::info!(identity = %base.identity, lease = %config.controller.lease.name, "campaigning for the lease");
     let (touched, touched_groups) = tokio::sync::mpsc::unbounded_channel();
@@ -163,6 +166,7 @@ impl Watched {
                 namespace: &config.namespace,
                 request_timeout: config.kubernetes.request_timeout.get(),
                 out: crate::clusters::register_out_gauge(&base.registry)?,
+                failures: base.metrics.failures.clone(),
             };
             let (caches, clusters, watches) =
                 crate::clusters::start(settings, &config.controller.clusters, touched.clone());
@@ -420,9 +424,16 @@ fn certificates(
         leadership.clone(),
         base.registry.clone(),
     );
-    let (explainer, shutdown) = (explainer.clone(), shutdown.clone());
+    let (explainer, failures, shutdown) = (
+        explainer.clone(),
+        base.metrics.failures.clone(),
+        shutdown.clone(),
+    );
     async move {
-        crate::certificates::run(client, settings, leadership, explainer, &registry, shutdown).await
+        crate::certificates::run(
+            client, settings, leadership, explainer, &registry, failures, shutdown,
+        )
+        .await
     }
 }
 

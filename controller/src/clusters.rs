@@ -39,6 +39,8 @@ use kube::runtime::reflector::Store;
 use kube::runtime::watcher;
 use tokio::sync::mpsc::UnboundedSender;
 
+use crate::error::Error;
+
 /// Where the groups' objects live, to send each write there: the controller's own cluster, or,
 /// with member clusters, the member a qualified name (`cluster/name`) names.
 #[derive(Clone)]
@@ -56,14 +58,6 @@ impl std::fmt::Debug for Clusters {
     }
 }
 
-/// A write for a member cluster that is not connected (its kubeconfig could not be read yet).
-#[derive(Debug, Clone, thiserror::Error)]
-#[error("{name} is in member cluster {cluster}, which is not connected")]
-pub struct NotConnected {
-    pub name: String,
-    pub cluster: String,
-}
-
 impl Clusters {
     /// The controller's own cluster alone: names are not qualified.
     pub fn single(client: kube::Client) -> Self {
@@ -74,11 +68,7 @@ impl Clusters {
     }
 
     /// The API of `K` in `namespace` of the cluster `name` lives in, and `name` there.
-    pub fn api<'n, K>(
-        &self,
-        namespace: &str,
-        name: &'n str,
-    ) -> Result<(Api<K>, &'n str), NotConnected>
+    pub fn api<'n, K>(&self, namespace: &str, name: &'n str) -> Result<(Api<K>, &'n str), Error>
     where
         K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>,
     {
@@ -88,8 +78,9 @@ impl Clusters {
 
     /// The client of the cluster `name` lives in, and `name` there. An unqualified name is an
     /// object of the controller's own cluster (its certificates, its Lease), with member
-    /// clusters or without.
-    pub fn client_for<'n>(&self, name: &'n str) -> Result<(kube::Client, &'n str), NotConnected> {
+    /// clusters or without. [`Error::NotConnected`] while its cluster is not connected (its
+    /// kubeconfig could not be read yet).
+    pub fn client_for<'n>(&self, name: &'n str) -> Result<(kube::Client, &'n str), Error> {
         let (Some(clients), (Some(cluster), local)) =
             (&self.clients, baton_core::clusters::split(name))
         else {
@@ -102,7 +93,7 @@ impl Clusters {
             .cloned();
         match client {
             Some(client) => Ok((client, local)),
-            None => Err(NotConnected {
+            None => Err(Error::NotConnected {
                 name: name.to_owned(),
                 cluster: cluster.to_owned(),
             }),
@@ -239,64 +230,6 @@ impl Health {
     }
 }
 
-/// Why a member's kubeconfig could not be turned into a client: each step names the member,
-/// the Secret and what is wrong.
-#[derive(Debug, thiserror::Error)]
-pub enum ConnectError {
-    #[error("reading Secret {namespace}/{secret} of member cluster {cluster}: {source}")]
-    ReadSecret {
-        cluster: String,
-        namespace: String,
-        secret: String,
-        source: kube::Error,
-    },
-    #[error("reading Secret {namespace}/{secret} of member cluster {cluster}: {source}")]
-    TimedOut {
-        cluster: String,
-        namespace: String,
-        secret: String,
-        source: baton_shared::kube_client::TimedOut,
-    },
-    #[error("Secret {namespace}/{secret} of member cluster {cluster} has no key {key}")]
-    NoKey {
-        cluster: String,
-        namespace: String,
-        secret: String,
-        key: String,
-    },
-    #[error(
-        "key {key} of Secret {namespace}/{secret} (member cluster {cluster}) is not a kubeconfig: {why}"
-    )]
-    NotKubeconfig {
-        cluster: String,
-        namespace: String,
-        secret: String,
-        key: String,
-        why: String,
-    },
-    /// Fields the hub does not accept in a member's kubeconfig
-    /// ([`baton_core::cluster_kubeconfig`]): the member stays out until the Secret is fixed.
-    #[error(
-        "key {key} of Secret {namespace}/{secret} (member cluster {cluster}) is refused: {refusals}"
-    )]
-    Refused {
-        cluster: String,
-        namespace: String,
-        secret: String,
-        key: String,
-        refusals: String,
-    },
-    #[error(
-        "the kubeconfig of member cluster {cluster} (Secret {namespace}/{secret}) cannot be used: {why}"
-    )]
-    Client {
-        cluster: String,
-        namespace: String,
-        secret: String,
-        why: String,
-    },
-}
-
 /// `baton_member_cluster_out{member}`: 1 while a member cluster cannot be trusted (it holds
 /// every group it has a member in), 0 once it is listed.
 pub fn register_out_gauge(
@@ -324,6 +257,18 @@ pub struct Settings<'a> {
     pub request_timeout: std::time::Duration,
     /// [`register_out_gauge`]'s gauge.
     pub out: prometheus::IntGaugeVec,
+    /// Counts each failed attempt to connect to a member.
+    pub failures: crate::error::Failures,
+}
+
+/// What connecting to a member needs, owned by the member's driver.
+#[derive(Clone)]
+struct Connector {
+    hub: kube::Client,
+    layers: ClientLayers,
+    system_namespace: String,
+    request_timeout: std::time::Duration,
+    failures: crate::error::Failures,
 }
 
 /// Starts watching every member: the caches, the routing of writes, and the future that drives
@@ -368,12 +313,16 @@ fn watch_cluster(
     let (out_changed, mut out_changes) = tokio::sync::mpsc::unbounded_channel::<()>();
     let out = settings.out.with_label_values(&[cluster.name.as_str()]);
     out.set(1);
+    let connector = Connector {
+        hub: settings.hub.clone(),
+        layers: settings.layers.clone(),
+        system_namespace: settings.system_namespace.to_owned(),
+        request_timeout: settings.request_timeout,
+        failures: settings.failures.clone(),
+    };
     let connect = connect(
-        settings.hub.clone(),
-        settings.layers.clone(),
-        settings.system_namespace.to_owned(),
+        connector,
         cluster.clone(),
-        settings.request_timeout,
         health.clone(),
         out_changed.clone(),
     )
@@ -472,23 +421,20 @@ where
 
 /// The member's client: the controller's own for a member without a Secret, else built from
 /// its kubeconfig Secret, retried with the watches' backoff until it can be (each new failure
-/// logged once, and kept as the member's outage).
+/// logged once, and kept as the member's outage; each counted, in this one place).
 async fn connect(
-    hub: kube::Client,
-    layers: ClientLayers,
-    system_namespace: String,
+    connector: Connector,
     cluster: ClusterConfig,
-    request_timeout: std::time::Duration,
     health: Arc<Mutex<Health>>,
     out_changed: UnboundedSender<()>,
 ) -> kube::Client {
     if cluster.kubeconfig_secret.is_empty() {
-        return hub;
+        return connector.hub;
     }
     let mut backoff = baton_shared::kube_client::watch_backoff();
     let mut last_error = None;
     loop {
-        match client_of(&hub, &layers, &system_namespace, &cluster, request_timeout).await {
+        match client_of(&connector, &cluster).await {
             Ok(client) => {
                 health
                     .lock()
@@ -498,6 +444,7 @@ async fn connect(
                 return client;
             }
             Err(error) => {
+                connector.failures.count(&error);
                 let error = error.to_string();
                 if last_error.as_ref() != Some(&error) {
                     tracing::warn!(cluster = %cluster.name, %error, "cannot connect to member cluster; retrying");
@@ -515,13 +462,14 @@ async fn connect(
     }
 }
 
-async fn client_of(
-    hub: &kube::Client,
-    layers: &ClientLayers,
-    system_namespace: &str,
-    cluster: &ClusterConfig,
-    request_timeout: std::time::Duration,
-) -> Result<kube::Client, ConnectError> {
+async fn client_of(connector: &Connector, cluster: &ClusterConfig) -> Result<kube::Client, Error> {
+    let Connector {
+        hub,
+        layers,
+        system_namespace,
+        request_timeout,
+        ..
+    } = connector;
     let (namespace, secret, key) = (
         system_namespace.to_owned(),
         cluster.kubeconfig_secret.clone(),
@@ -530,29 +478,29 @@ async fn client_of(
     let name = cluster.name.clone();
     let secrets: Api<Secret> = Api::namespaced(hub.clone(), system_namespace);
     let reading = format!("reading Secret {secret}");
-    let read = bounded(request_timeout, reading, secrets.get(&secret))
+    let read = bounded(*request_timeout, reading, secrets.get(&secret))
         .await
-        .map_err(|source| ConnectError::TimedOut {
+        .map_err(|source| Error::ReadMemberSecretTimedOut {
             cluster: name.clone(),
             namespace: namespace.clone(),
             secret: secret.clone(),
             source,
         })?
-        .map_err(|source| ConnectError::ReadSecret {
+        .map_err(|source| Error::ReadMemberSecret {
             cluster: name.clone(),
             namespace: namespace.clone(),
             secret: secret.clone(),
-            source,
+            source: Box::new(source),
         })?;
     let Some(bytes) = read.data.as_ref().and_then(|data| data.get(&key)) else {
-        return Err(ConnectError::NoKey {
+        return Err(Error::MemberSecretKeyMissing {
             cluster: name,
             namespace,
             secret,
             key,
         });
     };
-    let not_kubeconfig = |why: String| ConnectError::NotKubeconfig {
+    let not_kubeconfig = |why: String| Error::MemberNotKubeconfig {
         cluster: name.clone(),
         namespace: namespace.clone(),
         secret: secret.clone(),
@@ -564,7 +512,7 @@ async fn client_of(
     // programs run in it, a proxy, unchecked certificates.
     let access = baton_core::cluster_kubeconfig::accept(text).map_err(|error| match error {
         Unusable::Unreadable(why) => not_kubeconfig(why),
-        Unusable::Refused(refusals) => ConnectError::Refused {
+        Unusable::Refused(refusals) => Error::MemberKubeconfigRefused {
             cluster: name.clone(),
             namespace: namespace.clone(),
             secret: secret.clone(),
@@ -574,7 +522,7 @@ async fn client_of(
     })?;
     let kubeconfig: Kubeconfig = serde_json::from_value(access.kubeconfig())
         .map_err(|error| not_kubeconfig(error.to_string()))?;
-    let unusable = |why: String| ConnectError::Client {
+    let unusable = |why: String| Error::MemberClient {
         cluster: name.clone(),
         namespace: namespace.clone(),
         secret: secret.clone(),

@@ -99,13 +99,16 @@ impl GroupReconciler {
             .reconcile_duration
             .with_label_values(&labels)
             .observe(started.elapsed().as_secs_f64());
-        let count = |error: &str| {
+        // The one place a group's failures are counted, the scaling's (told already) and the
+        // rollout's alike.
+        let count = |error: &crate::error::Error| {
             self.metrics
                 .reconcile_errors
-                .with_label_values(&[group, error])
+                .with_label_values(&[group, error.metric_label()])
                 .inc();
+            self.metrics.failures.count(error);
         };
-        for failure in scaling_failures {
+        for failure in &scaling_failures {
             count(failure);
         }
         match rollout {
@@ -122,8 +125,8 @@ impl GroupReconciler {
                     .reconciles_failed
                     .with_label_values(&labels)
                     .inc();
-                count(error.kind());
-                tracing::warn!(error = %error, kind = error.kind(), "reconcile failed");
+                count(&error);
+                tracing::warn!(error = %error, kind = error.metric_label(), "reconcile failed");
                 Requeue::Failed
             }
         }

@@ -22,6 +22,7 @@
 //! | [`certificates`] | the webhook's certificate and CA bundle injection (decided by `baton_core::certificates`) |
 //! | [`explain`] | Events and log lines saying what baton does and why it waits, off the critical path |
 //! | [`metrics`] | the Go operator's metric names and baton's own |
+//! | [`error`] | the controller's one error type ([`error::Error`], each variant named after the failing step, with its `metric_label()`) and `baton_controller_failures_total`, counted by it |
 //! | [`status`] | the status page and its JSON, served from the caches with `baton_core::status` (each group's view), and the leader's history of each group (its board) |
 //! | [`phased`] | PhasedRollouts (`sts.plus`) served as groups of their own, rolled by partition through a check; their status |
 //! | [`zpdb_check`] | a rollout deletion checked against the zone-aware disruption budgets: their cache (`baton_shared::zpdb_cache`, the webhook's too), each step's decision in the core (`baton_core::zpdb::rollout_deletion`, pure), the claim in the budget's record |
@@ -41,6 +42,7 @@ pub mod app;
 pub mod cache;
 pub mod certificates;
 pub mod clusters;
+pub mod error;
 pub mod explain;
 pub mod gates;
 pub mod group;

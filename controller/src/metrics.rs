@@ -17,9 +17,13 @@ use prometheus::{
 pub struct ControllerMetrics {
     pub reconciles: IntCounterVec,
     pub reconciles_failed: IntCounterVec,
-    /// `{rollout_group, error}`: what failed in a group's reconcile, by a stable label
-    /// ([`RECONCILE_ERRORS`]), the rollout's and the scaling's alike.
+    /// `{rollout_group, error}`: what failed in a group's reconcile, by
+    /// [`Error::metric_label`](crate::error::Error::metric_label), the rollout's and the
+    /// scaling's alike.
     pub reconcile_errors: IntCounterVec,
+    /// `baton_controller_failures_total{error}`: every loop's failures, this one's and the
+    /// certificate round's, the election's and the member clusters' (each is given a clone).
+    pub failures: crate::error::Failures,
     pub reconcile_duration: HistogramVec,
     pub last_successful_reconcile: GaugeVec,
     pub pods_total: IntGaugeVec,
@@ -41,17 +45,9 @@ pub struct ControllerMetrics {
     reasons: Arc<Mutex<HashMap<String, &'static str>>>,
 }
 
-/// Every `error` label of `baton_reconcile_errors_total`: the rollout's
-/// ([`crate::rollout::execute::ExecuteError::kind`]) and the scaling's
-/// ([`crate::scaling::SCALING_ERRORS`]).
-pub const RECONCILE_ERRORS: [&str; 6] = [
-    "delete_pod",
-    "update_status",
-    "timeout",
-    "gate_state",
-    "scale_write",
-    "downscale_follow_up",
-];
+/// Every `error` label `baton_reconcile_errors_total` may carry: those of the controller's
+/// [`Error`](crate::error::Error), the rollout's and the scaling's among them.
+pub const RECONCILE_ERRORS: [&str; crate::error::METRIC_LABELS.len()] = crate::error::METRIC_LABELS;
 
 /// One StatefulSet's pod counts, as the planner reports them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,6 +83,7 @@ impl ControllerMetrics {
                 ),
                 &["rollout_group", "error"],
             )?,
+            failures: crate::error::register_failures(registry)?,
             reconcile_duration: HistogramVec::new(
                 HistogramOpts::new(
                     "rollout_operator_group_reconcile_duration_seconds",
@@ -174,6 +171,7 @@ impl ControllerMetrics {
             reconciles,
             reconciles_failed,
             reconcile_errors,
+            failures,
             reconcile_duration,
             last_successful_reconcile,
             pods_total,
@@ -195,6 +193,7 @@ impl ControllerMetrics {
             reconciles,
             reconciles_failed,
             reconcile_errors,
+            failures.counter(),
             reconcile_duration,
             last_successful_reconcile,
             pods_total,
@@ -307,7 +306,18 @@ mod tests {
 
     #[test]
     fn every_scaling_error_label_is_a_reconcile_error_label() {
-        for error in crate::scaling::SCALING_ERRORS {
+        use crate::error::Error;
+        let scaling = [
+            Error::ScaleWrite {
+                statefulset: "a".to_owned(),
+                why: "denied".to_owned(),
+            },
+            Error::DownscaleFollowUp {
+                source: Box::new(Error::Changed("the ledger".to_owned())),
+            },
+        ];
+        for error in scaling {
+            let error = error.metric_label();
             assert!(RECONCILE_ERRORS.contains(&error), "{error}");
         }
     }

@@ -15,6 +15,7 @@
 //! | [`downscale_history`] | reading the Go operator's zone tracker and writing one entry of it |
 //! | [`pod_client`] | the bounded, measured HTTP client for calls to pods |
 //! | [`kube_client`] | the instrumented Kubernetes client, bounded calls, the watch backoff |
+//! | [`failures`] | a binary's one failures counter, labelled by its error type's `metric_label()` |
 //! | [`initial_list`] | how every watch fills its cache at start: streaming, or listing when the API server refuses it |
 //! | `http_server`, `ops_server` | the actix servers (`server` feature): draining in order, `/metrics`, `/ready`, `/live` |
 //! | [`supervisor`], [`shutdown`] | every task critical, named; the shutdown signal |
@@ -30,6 +31,7 @@
 pub mod cli;
 pub mod crypto;
 pub mod downscale_history;
+pub mod failures;
 #[cfg(feature = "server")]
 pub mod http_server;
 pub mod index;

@@ -11,9 +11,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use baton_controller::error::Error;
 use baton_controller::leader::{
     EndReason, KubeLeaseStore, LeaderElector, Leadership, LeadershipPhase, LeaseStore, Span,
-    Status, StoreError, Term,
+    Status, Term,
 };
 use baton_core::lease::decide::{LeaseTiming, LostReason};
 use baton_e2e::{ControlPlane, TestNamespace, wait_until};
@@ -915,21 +916,21 @@ impl LeaseStore for TestStore {
         self.kube.name()
     }
 
-    async fn get(&self) -> Result<Option<Lease>, StoreError> {
+    async fn get(&self) -> Result<Option<Lease>, Error> {
         self.faults.before(false).await;
         let result = self.kube.get().await;
         self.faults.after().await;
         result
     }
 
-    async fn create(&self, lease: &Lease) -> Result<Lease, StoreError> {
+    async fn create(&self, lease: &Lease) -> Result<Lease, Error> {
         self.faults.before(true).await;
         let result = self.kube.create(lease).await;
         self.faults.after().await;
         result
     }
 
-    async fn replace(&self, lease: &Lease) -> Result<Lease, StoreError> {
+    async fn replace(&self, lease: &Lease) -> Result<Lease, Error> {
         self.faults.before(true).await;
         let result = match self.writes {
             Writes::Conditional => self.kube.replace(lease).await,
@@ -942,7 +943,7 @@ impl LeaseStore for TestStore {
 
 impl TestStore {
     /// What `kube-leader-election` 0.44 does: a merge patch of the spec, no resourceVersion.
-    async fn merge_patch(&self, lease: &Lease) -> Result<Lease, StoreError> {
+    async fn merge_patch(&self, lease: &Lease) -> Result<Lease, Error> {
         let spec = lease.spec.clone().unwrap_or_default();
         let patch = serde_json::json!({
             "spec": {
@@ -956,11 +957,11 @@ impl TestStore {
         self.api
             .patch(LEASE, &PatchParams::default(), &Patch::Merge(&patch))
             .await
-            .map_err(|source| StoreError::Api {
+            .map_err(|source| Error::LeaseCall {
                 namespace: self.kube.namespace().to_owned(),
                 name: LEASE.to_owned(),
                 action: "merge-patching",
-                source,
+                source: Box::new(source),
             })
     }
 }

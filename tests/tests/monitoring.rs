@@ -169,6 +169,7 @@ fn exported_families() -> Families {
         response_bytes,
         decisions,
         parent_lookups,
+        failures,
     } = &admission;
     let ZpdbMetrics {
         eviction_requests,
@@ -190,6 +191,7 @@ fn exported_families() -> Families {
             response_bytes,
             decisions,
             parent_lookups,
+            failures.counter(),
             eviction_requests,
             inflight,
             configurations,

@@ -14,6 +14,7 @@
 //! | [`evictions`] | the watch caches of budgets and (from the first budget on) pods behind `/admission/pod-eviction`, the pods by StatefulSet the decision counts, and claiming an eviction in the budget's record |
 //! | [`tls_reload`] | the serving certificate, reloaded when its files change |
 //! | [`metrics`] | the webhook's metrics |
+//! | [`error`] | the webhook's one error type ([`error::Error`], each variant named after the failing step, with its `metric_label()`) and `baton_webhook_failures_total`, counted by it |
 //!
 //! # From a request to an answer
 //!
@@ -30,6 +31,7 @@
 
 pub mod admission;
 pub mod budget;
+pub mod error;
 pub mod evictions;
 pub mod metrics;
 pub mod parents;

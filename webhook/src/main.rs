@@ -183,9 +183,10 @@ impl Tasks {
         critical.spawn(Task::StatefulSetCache, watch(judges.fill_statefulsets));
         critical.spawn(Task::ParentCaches, watch(judges.fill_parents));
         critical.spawn(Task::EvictionCaches, watch(judges.fill_evictions));
+        let failures = judges.state.failures().clone();
         critical.spawn(
             Task::CertificateReloader,
-            reload(tls, reload_interval, self.background.clone()),
+            reload(tls, reload_interval, failures, self.background.clone()),
         );
         critical.spawn(
             Task::Readiness,
@@ -241,14 +242,26 @@ impl Tasks {
     }
 }
 
-/// Reloads the certificate (and the client CA) from their files every `interval`.
-async fn reload(tls: Tls, interval: Duration, background: CancellationToken) -> anyhow::Result<()> {
+/// Reloads the certificate (and the client CA) from their files every `interval`, counting
+/// each reload that fails in `failures`.
+async fn reload(
+    tls: Tls,
+    interval: Duration,
+    failures: baton_webhook::error::Failures,
+    background: CancellationToken,
+) -> anyhow::Result<()> {
     let client_ca = async {
         if let Some(client_ca) = tls.client_ca {
-            client_ca.watch(interval, background.clone()).await;
+            let failures = Some(failures.clone());
+            client_ca
+                .watch(interval, failures, background.clone())
+                .await;
         }
     };
-    futures::join!(tls.cert.watch(interval, background.clone()), client_ca);
+    let cert = tls
+        .cert
+        .watch(interval, Some(failures.clone()), background.clone());
+    futures::join!(cert, client_ca);
     Ok(())
 }
 

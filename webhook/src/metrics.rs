@@ -41,6 +41,9 @@ pub struct WebhookMetrics {
     pub decisions: IntCounterVec,
     /// `{source}`: `cache` or `api`.
     pub parent_lookups: IntCounterVec,
+    /// `baton_webhook_failures_total{error}`, by
+    /// [`Error::metric_label`](crate::error::Error::metric_label).
+    pub failures: crate::error::Failures,
 }
 
 impl WebhookMetrics {
@@ -90,6 +93,7 @@ impl WebhookMetrics {
         registry.register(Box::new(response_bytes.clone()))?;
         registry.register(Box::new(decisions.clone()))?;
         registry.register(Box::new(parent_lookups.clone()))?;
+        let failures = crate::error::register_failures(registry)?;
         Ok(Self {
             request_duration,
             inflight,
@@ -97,6 +101,7 @@ impl WebhookMetrics {
             response_bytes,
             decisions,
             parent_lookups,
+            failures,
         })
     }
 }

@@ -19,6 +19,7 @@ use prometheus::IntCounterVec;
 use serde::de::DeserializeOwned;
 
 use crate::admission::object::ParentKind;
+use crate::error::Error;
 use crate::statefulsets::StatefulSetCache;
 
 /// Where a parent's labels were found, for `baton_webhook_parent_lookups_total{source}`.
@@ -26,24 +27,6 @@ use crate::statefulsets::StatefulSetCache;
 pub enum Source {
     Cache,
     Api,
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum LookupError {
-    #[error("{resource}/{name} in namespace {namespace} does not exist")]
-    NotFound {
-        resource: &'static str,
-        namespace: String,
-        name: String,
-    },
-    #[error("reading {resource}/{name} in namespace {namespace}: {}", baton_shared::pod_client::error_chain(.error))]
-    Api {
-        resource: &'static str,
-        namespace: String,
-        name: String,
-        /// In the message already, so not also a `source` (chains would print it twice).
-        error: kube::Error,
-    },
 }
 
 type Meta<K> = PartialObjectMeta<K>;
@@ -115,14 +98,15 @@ impl ParentCache {
         let _ = self.replicasets.wait_until_ready().await;
     }
 
-    /// The value of label `key` on the parent, `None` when it has no such label.
+    /// The value of label `key` on the parent, `None` when it has no such label; else
+    /// [`Error::ParentNotFound`] or [`Error::ReadParent`].
     pub async fn label(
         &self,
         kind: ParentKind,
         namespace: &str,
         name: &str,
         key: &str,
-    ) -> Result<Option<String>, LookupError> {
+    ) -> Result<Option<String>, Error> {
         if namespace == self.namespace {
             let cached = match kind {
                 ParentKind::StatefulSet => self
@@ -143,15 +127,15 @@ impl ParentCache {
             ParentKind::Deployment => self.fetch::<Deployment>(namespace, name).await,
             ParentKind::ReplicaSet => self.fetch::<ReplicaSet>(namespace, name).await,
         };
-        let api_error = |error| LookupError::Api {
+        let api_error = |error| Error::ReadParent {
             resource: kind.resource(),
             namespace: namespace.to_owned(),
             name: name.to_owned(),
-            error,
+            error: Box::new(error),
         };
         match fetched.map_err(api_error)? {
             Some(labels) => Ok(labels.and_then(|mut labels| labels.remove(key))),
-            None => Err(LookupError::NotFound {
+            None => Err(Error::ParentNotFound {
                 resource: kind.resource(),
                 namespace: namespace.to_owned(),
                 name: name.to_owned(),

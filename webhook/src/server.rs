@@ -30,6 +30,7 @@ use crate::admission::review::{self, AdmissionRequest, Review};
 use crate::admission::{Decision, Outcome};
 use crate::admission::{state_guard, zpdb_reviews};
 use crate::budget::{BodyBudget, BodyPermit};
+use crate::error::Error;
 use crate::evictions::Evictions;
 use crate::metrics::{WebhookMetrics, route_label};
 use crate::parents::ParentCache;
@@ -113,7 +114,7 @@ impl WebhookState {
     ) -> Self {
         Self {
             parents,
-            prepare,
+            prepare: prepare.counting_failures_in(metrics.failures.clone()),
             metrics,
             max_request_bytes: usize::try_from(config.max_request_bytes.0).unwrap_or(usize::MAX),
             allow_on_error: config.allow_on_error,
@@ -155,6 +156,17 @@ impl WebhookState {
         tokio::time::timeout(timeout, self.tasks.wait())
             .await
             .is_ok()
+    }
+
+    /// The failures counter, for the tasks beside the handlers (the TLS files' reload).
+    pub fn failures(&self) -> &crate::error::Failures {
+        &self.metrics.failures
+    }
+
+    /// The one place a request's failure is counted (what it was answered is counted in
+    /// `count`).
+    fn failed(&self, error: &Error) {
+        self.metrics.failures.count(error);
     }
 
     fn count(&self, webhook: Webhook, result: &str) {
@@ -281,8 +293,8 @@ async fn admit(
     // The body's share of the budget is held until the answer is built.
     let permit = match body_permit(&request, &state, deadline).await {
         Ok(permit) => permit,
-        Err(response) => {
-            state.count(webhook, "throttled");
+        Err(error) => {
+            let response = unanswerable(&state, webhook, &request, error);
             state.observe(webhook.path(), "POST", started, 0, &response);
             return response;
         }
@@ -296,16 +308,18 @@ async fn admit(
         Ok(body) => body,
         Err(_) => {
             drop(permit);
-            let response = body_too_slow(&state, webhook, &request);
+            let read_timeout = state.read_timeout;
+            let error = Error::BodyTimedOut { read_timeout };
+            let response = unanswerable(&state, webhook, &request, error);
             state.observe(webhook.path(), "POST", started, 0, &response);
             return response;
         }
     };
     let received = body.as_ref().map_or(0, |body| body.len());
     let response = match body {
-        Err(problem) => bad_request(&state, webhook, problem),
+        Err(error) => unanswerable(&state, webhook, &request, error),
         Ok(body) => match review::decode(&body) {
-            Err(error) => bad_request(&state, webhook, error.to_string()),
+            Err(error) => unanswerable(&state, webhook, &request, error),
             Ok(review) => {
                 let verdict = match webhook {
                     Webhook::NoDownscale => judge_no_downscale(&state, &review.request).await,
@@ -316,6 +330,9 @@ async fn admit(
                     Webhook::ZpdbValidation => judge_zpdb(&state, &review.request),
                     Webhook::StateGuard => state_guard::validate(&review.request, &state.writers),
                 };
+                if let Verdict::Unjudged(failed) = &verdict {
+                    state.failed(&Error::Unjudged(failed.clone()));
+                }
                 // What could not be judged is allowed or refused by the policy, here only.
                 let decision = Decision::of(verdict, state.allow_on_error);
                 answer(&state, webhook, &review, &decision)
@@ -329,13 +346,14 @@ async fn admit(
 
 /// A share of the body budget for `request`: its declared length, or the largest body allowed
 /// when it declares none (it may send up to that), taken from its client's share too (see
-/// [`crate::budget`]). Waits until `deadline` for others to finish; then answers 429, which
-/// the API server treats as a failed call (the configuration's failurePolicy decides).
+/// [`crate::budget`]). Waits until `deadline` for others to finish; then
+/// [`Error::BodyBudgetExhausted`] (answered 429, which the API server treats as a failed call:
+/// the configuration's failurePolicy decides).
 async fn body_permit(
     request: &HttpRequest,
     state: &WebhookState,
     deadline: tokio::time::Instant,
-) -> Result<BodyPermit, HttpResponse> {
+) -> Result<BodyPermit, Error> {
     let declared = request
         .headers()
         .get(CONTENT_LENGTH)
@@ -349,33 +367,43 @@ async fn body_permit(
         state.body_budget.acquire(client, kib(declared).max(1)),
     )
     .await
-    .map_err(|_| {
-        HttpResponse::TooManyRequests().body(format!(
-            "too many request bodies in flight (webhook.max_inflight_request_bytes, a quarter of it per client address unless webhook.client_ca_file is set): none freed within webhook.read_timeout ({:?}); retry\n",
-            state.read_timeout
-        ))
+    .map_err(|_| Error::BodyBudgetExhausted {
+        read_timeout: state.read_timeout,
     })
 }
 
-/// A body not received within `webhook.read_timeout`: 408, and the connection is closed (what
-/// is left of the body is never read).
-fn body_too_slow(state: &WebhookState, webhook: Webhook, request: &HttpRequest) -> HttpResponse {
-    state.count(webhook, "timed_out");
-    tracing::warn!(
-        webhook = webhook.name(),
-        client = ?request.peer_addr(),
-        "the request body did not arrive within webhook.read_timeout; closing the connection"
-    );
-    let mut response = HttpResponse::RequestTimeout()
-        .content_type("text/plain; charset=utf-8")
-        .body(format!(
-            "the request body did not arrive within webhook.read_timeout ({:?})\n",
-            state.read_timeout
-        ));
-    response
-        .head_mut()
-        .set_connection_type(ConnectionType::Close);
-    response
+/// The answer to a request that gets no verdict, saying why: 429 when the body budget had no
+/// room in time; 408 when the body did not arrive within `webhook.read_timeout`, and the
+/// connection is closed (what is left of the body is never read); else 400. Counted here.
+fn unanswerable(
+    state: &WebhookState,
+    webhook: Webhook,
+    request: &HttpRequest,
+    error: Error,
+) -> HttpResponse {
+    state.failed(&error);
+    match error {
+        Error::BodyBudgetExhausted { .. } => {
+            state.count(webhook, "throttled");
+            HttpResponse::TooManyRequests().body(format!("{error}\n"))
+        }
+        Error::BodyTimedOut { .. } => {
+            state.count(webhook, "timed_out");
+            tracing::warn!(
+                webhook = webhook.name(),
+                client = ?request.peer_addr(),
+                "the request body did not arrive within webhook.read_timeout; closing the connection"
+            );
+            let mut response = HttpResponse::RequestTimeout()
+                .content_type("text/plain; charset=utf-8")
+                .body(format!("{error}\n"));
+            response
+                .head_mut()
+                .set_connection_type(ConnectionType::Close);
+            response
+        }
+        problem => bad_request(state, webhook, problem.to_string()),
+    }
 }
 
 /// pod-eviction, under the request deadline; running out of time refuses for now (429), as
@@ -514,7 +542,7 @@ async fn read_body(
     request: &HttpRequest,
     mut payload: web::Payload,
     limit: usize,
-) -> Result<BytesMut, String> {
+) -> Result<BytesMut, Error> {
     let content_type = request
         .headers()
         .get(CONTENT_TYPE)
@@ -527,14 +555,11 @@ async fn read_body(
         .trim();
     if !essence.eq_ignore_ascii_case("application/json") {
         return Err(match content_type {
-            Some(content_type) => format!(
-                "wrong content type {content_type:?}: AdmissionReviews are application/json"
-            ),
-            None => "no content type: AdmissionReviews are application/json".to_owned(),
+            Some(content_type) => Error::WrongContentType(content_type.to_owned()),
+            None => Error::NoContentType,
         });
     }
-    let too_large =
-        || format!("the request body is larger than webhook.max_request_bytes ({limit} bytes)");
+    let too_large = || Error::BodyTooLarge { limit };
     let declared = request
         .headers()
         .get(CONTENT_LENGTH)
@@ -545,7 +570,7 @@ async fn read_body(
     }
     let mut body = BytesMut::with_capacity(declared.unwrap_or(0));
     while let Some(chunk) = payload.next().await {
-        let chunk = chunk.map_err(|error| format!("reading the request body: {error}"))?;
+        let chunk = chunk.map_err(|error| Error::ReadBody(error.to_string()))?;
         if body.len() + chunk.len() > limit {
             return Err(too_large());
         }

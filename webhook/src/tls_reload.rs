@@ -20,30 +20,7 @@ use rustls::sign::CertifiedKey;
 use rustls::{DigitallySignedStruct, DistinguishedName, SignatureScheme};
 use tokio_util::sync::CancellationToken;
 
-/// Why files could not be loaded; names the file at fault.
-#[derive(Debug, thiserror::Error)]
-pub enum CertError {
-    #[error("reading {path}: {error}")]
-    Read {
-        path: PathBuf,
-        /// In the message already, so not also a `source` (chains would print it twice).
-        error: std::io::Error,
-    },
-    #[error("{path} holds no PEM certificate")]
-    NoCertificate { path: PathBuf },
-    #[error("{path} is not a PEM certificate chain: {reason}")]
-    BadCertificate { path: PathBuf, reason: String },
-    #[error("{path} is not a PEM private key: {reason}")]
-    BadKey { path: PathBuf, reason: String },
-    #[error("{path} holds no CA certificate the client verifier can use: {reason}")]
-    BadClientCa { path: PathBuf, reason: String },
-    #[error("the private key {key} does not match the certificate {cert}: {reason}")]
-    Mismatch {
-        cert: PathBuf,
-        key: PathBuf,
-        reason: String,
-    },
-}
+use crate::error::{Error, Failures};
 
 /// Files that load into what TLS is served with.
 pub trait Files: Send + Sync + 'static {
@@ -58,7 +35,7 @@ pub trait Files: Send + Sync + 'static {
         &self,
         bytes: &[Vec<u8>],
         provider: &Arc<CryptoProvider>,
-    ) -> Result<Self::Loaded, CertError>;
+    ) -> Result<Self::Loaded, Error>;
 }
 
 /// The serving certificate's files.
@@ -80,26 +57,26 @@ impl Files for CertFiles {
         &self,
         bytes: &[Vec<u8>],
         provider: &Arc<CryptoProvider>,
-    ) -> Result<CertifiedKey, CertError> {
+    ) -> Result<CertifiedKey, Error> {
         let [cert, key] = bytes else {
             unreachable!("paths() names two files")
         };
         let chain = CertificateDer::pem_slice_iter(cert)
             .collect::<Result<Vec<_>, _>>()
-            .map_err(|error| CertError::BadCertificate {
+            .map_err(|error| Error::BadCertificate {
                 path: self.cert.clone(),
                 reason: error.to_string(),
             })?;
         if chain.is_empty() {
-            return Err(CertError::NoCertificate {
+            return Err(Error::NoCertificate {
                 path: self.cert.clone(),
             });
         }
-        let key = PrivateKeyDer::from_pem_slice(key).map_err(|error| CertError::BadKey {
+        let key = PrivateKeyDer::from_pem_slice(key).map_err(|error| Error::BadKey {
             path: self.key.clone(),
             reason: error.to_string(),
         })?;
-        CertifiedKey::from_der(chain, key, provider).map_err(|error| CertError::Mismatch {
+        CertifiedKey::from_der(chain, key, provider).map_err(|error| Error::KeyMismatch {
             cert: self.cert.clone(),
             key: self.key.clone(),
             reason: error.to_string(),
@@ -124,11 +101,11 @@ impl Files for ClientCaFile {
         &self,
         bytes: &[Vec<u8>],
         provider: &Arc<CryptoProvider>,
-    ) -> Result<Arc<dyn ClientCertVerifier>, CertError> {
+    ) -> Result<Arc<dyn ClientCertVerifier>, Error> {
         let [bytes] = bytes else {
             unreachable!("paths() names one file")
         };
-        let bad = |reason: String| CertError::BadClientCa {
+        let bad = |reason: String| Error::BadClientCa {
             path: self.0.clone(),
             reason,
         };
@@ -138,7 +115,7 @@ impl Files for ClientCaFile {
             roots.add(cert).map_err(|error| bad(error.to_string()))?;
         }
         if roots.is_empty() {
-            return Err(CertError::NoCertificate {
+            return Err(Error::NoCertificate {
                 path: self.0.clone(),
             });
         }
@@ -187,7 +164,7 @@ pub enum Reload {
 
 impl<F: Files> Reloading<F> {
     /// Loads the files; an error names the file at fault (startup must fail on it).
-    pub fn load(files: F) -> Result<Self, CertError> {
+    pub fn load(files: F) -> Result<Self, Error> {
         let provider = CryptoProvider::get_default()
             .cloned()
             .unwrap_or_else(|| Arc::new(rustls::crypto::ring::default_provider()));
@@ -210,7 +187,7 @@ impl<F: Files> Reloading<F> {
     }
 
     /// Reads the files and swaps what is served when they changed and load.
-    pub fn reload(&self) -> Result<Reload, CertError> {
+    pub fn reload(&self) -> Result<Reload, Error> {
         let bytes = read(&self.files)?;
         if *self.seen.read().unwrap_or_else(PoisonError::into_inner) == bytes {
             return Ok(Reload::Unchanged);
@@ -222,8 +199,14 @@ impl<F: Files> Reloading<F> {
         Ok(Reload::Replaced)
     }
 
-    /// Polls the files every `interval` until `shutdown`.
-    pub async fn watch(self: Arc<Self>, interval: Duration, shutdown: CancellationToken) {
+    /// Polls the files every `interval` until `shutdown`; each reload that fails is counted in
+    /// `failures` (this loop's one place).
+    pub async fn watch(
+        self: Arc<Self>,
+        interval: Duration,
+        failures: Option<Failures>,
+        shutdown: CancellationToken,
+    ) {
         let mut ticks = tokio::time::interval(interval);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         ticks.tick().await;
@@ -239,6 +222,9 @@ impl<F: Files> Reloading<F> {
                     tracing::info!(%file, what = F::WHAT, "reloaded")
                 }
                 Err(error) => {
+                    if let Some(failures) = &failures {
+                        failures.count(&error);
+                    }
                     tracing::error!(%error, what = F::WHAT, "the files changed but cannot be used; still serving the previous ones")
                 }
             }
@@ -246,12 +232,12 @@ impl<F: Files> Reloading<F> {
     }
 }
 
-fn read<F: Files>(files: &F) -> Result<Vec<Vec<u8>>, CertError> {
+fn read<F: Files>(files: &F) -> Result<Vec<Vec<u8>>, Error> {
     files
         .paths()
         .into_iter()
         .map(|path| {
-            std::fs::read(path).map_err(|error| CertError::Read {
+            std::fs::read(path).map_err(|error| Error::ReadTlsFile {
                 path: path.to_owned(),
                 error,
             })

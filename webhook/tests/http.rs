@@ -1,9 +1,11 @@
 //! The HTTP layer in process: what is not an answerable review gets HTTP 400 saying why,
-//! answers come back in the request's version, the TLS server reloads its certificate, speaks
-//! HTTP/1.1 and, once draining, closes each connection after its answer.
+//! answers come back in the request's version, each failure is counted under what failed, the
+//! TLS server reloads its certificate, speaks HTTP/1.1 and, once draining, closes each
+//! connection after its answer.
 
 mod common;
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use actix_web::http::StatusCode;
@@ -137,11 +139,9 @@ async fn answers_in_the_version_it_was_asked_in() {
     }
 }
 
-/// A change that cannot be judged is refused, as `failurePolicy: Fail` asks, saying why; the
-/// Go operator's allow-with-a-warning is a setting.
-#[actix_web::test]
-async fn a_scale_whose_parent_cannot_be_read_is_refused_unless_allowed_on_error() {
-    let body = serde_json::to_vec(&review(
+/// A review of a StatefulSet's `/scale` from 5 replicas to 3.
+fn scale_down_review() -> Vec<u8> {
+    serde_json::to_vec(&review(
         "admission.k8s.io/v1",
         "statefulsets",
         Some("scale"),
@@ -149,7 +149,14 @@ async fn a_scale_whose_parent_cannot_be_read_is_refused_unless_allowed_on_error(
         scale(3),
         false,
     ))
-    .unwrap();
+    .unwrap()
+}
+
+/// A change that cannot be judged is refused, as `failurePolicy: Fail` asks, saying why; the
+/// Go operator's allow-with-a-warning is a setting.
+#[actix_web::test]
+async fn a_scale_whose_parent_cannot_be_read_is_refused_unless_allowed_on_error() {
+    let body = scale_down_review();
     let (status, text) = post(NO_DOWNSCALE_PATH, Some("application/json"), body.clone()).await;
     assert_eq!(status, StatusCode::OK);
     let answer: Value = serde_json::from_str(&text).unwrap();
@@ -474,10 +481,11 @@ async fn the_tls_server_picks_up_a_renewed_certificate_without_a_restart() {
     let address = server.local_addr();
     let shutdown = tokio_util::sync::CancellationToken::new();
     let serving = tokio::spawn(server.run(shutdown.clone()));
-    let reloading = tokio::spawn(
-        cert.clone()
-            .watch(Duration::from_millis(50), shutdown.clone()),
-    );
+    let reloading = tokio::spawn(cert.clone().watch(
+        Duration::from_millis(50),
+        None,
+        shutdown.clone(),
+    ));
 
     let url = format!("https://webhook.test:{}{NO_DOWNSCALE_PATH}", address.port());
     let body = serde_json::to_vec(&labelled_downscale("admission.k8s.io/v1")).unwrap();
@@ -696,7 +704,7 @@ async fn a_new_client_ca_written_to_its_file_is_required_after_the_reload() {
     let address = server.local_addr();
     let shutdown = tokio_util::sync::CancellationToken::new();
     let serving = tokio::spawn(server.run(shutdown.clone()));
-    let reloading = tokio::spawn(clients.watch(Duration::from_millis(50), shutdown.clone()));
+    let reloading = tokio::spawn(clients.watch(Duration::from_millis(50), None, shutdown.clone()));
     let url = format!("https://webhook.test:{}{NO_DOWNSCALE_PATH}", address.port());
     let body = serde_json::to_vec(&labelled_downscale("admission.k8s.io/v1")).unwrap();
     // (a new client, so a new connection and handshake, each time)
@@ -762,4 +770,56 @@ async fn a_new_client_ca_written_to_its_file_is_required_after_the_reload() {
     shutdown.cancel();
     serving.await.unwrap().unwrap();
     reloading.await.unwrap();
+}
+
+#[actix_web::test]
+async fn each_request_that_fails_is_counted_once_under_what_failed() {
+    // Given a webhook whose API server cannot be reached,
+    let (state, registry) = state(&config());
+    let app = test::init_service(App::new().configure(routes(state))).await;
+    let post = |path: &str, content_type: &str, body: Vec<u8>| {
+        test::TestRequest::post()
+            .uri(path)
+            .insert_header(("content-type", content_type))
+            .set_payload(body)
+            .to_request()
+    };
+    let scale_down = scale_down_review();
+    let good = serde_json::to_vec(&labelled_downscale("admission.k8s.io/v1")).unwrap();
+
+    // when it is sent a body that is not JSON, a review as text, a `/scale` whose parent it
+    // cannot read, a `/scale` prepare-downscale must read the StatefulSet for, and a review
+    // it can judge,
+    let requests = [
+        post(NO_DOWNSCALE_PATH, "application/json", b"nope".to_vec()),
+        post(NO_DOWNSCALE_PATH, "text/plain", good.clone()),
+        post(NO_DOWNSCALE_PATH, "application/json", scale_down.clone()),
+        post(PREPARE_DOWNSCALE_PATH, "application/json", scale_down),
+        post(NO_DOWNSCALE_PATH, "application/json", good),
+    ];
+    for request in requests {
+        test::call_service(&app, request).await;
+    }
+
+    // then each failure is counted once, under the step that failed, and nothing else is.
+    let mut counted = BTreeMap::new();
+    for family in registry.gather() {
+        if family.name() != baton_webhook::error::FAILURES_METRIC {
+            continue;
+        }
+        for metric in family.get_metric() {
+            let label = metric.get_label()[0].value().to_owned();
+            counted.insert(label, metric.get_counter().get_value() as u64);
+        }
+    }
+    let expected: BTreeMap<String, u64> = [
+        ("not_json", 1),
+        ("wrong_content_type", 1),
+        ("unjudged", 1),
+        ("kube_api", 1),
+    ]
+    .into_iter()
+    .map(|(label, count)| (label.to_owned(), count))
+    .collect();
+    assert_eq!(counted, expected);
 }

@@ -17,8 +17,9 @@ use super::{CertificateMetrics, Settings, until};
 use baton_core::certificates::{
     CertificatePlan, IssueReason, Names, ParsedSecret, SecretAction, Wanted, plan_certificates,
 };
-use baton_shared::kube_client::{TimedOut, bounded};
+use baton_shared::kube_client::bounded;
 
+use crate::error::{Error, Failures};
 use crate::explain::{Explainer, Explanation, Severity};
 use crate::leader::{Leadership, Term};
 use crate::runner::Runner;
@@ -28,22 +29,6 @@ const SECRET_TYPE: &str = "kubernetes.io/tls";
 const MAX_SLEEP: Duration = Duration::from_secs(600);
 /// Wait after a failed API call before trying again.
 const RETRY_AFTER: Duration = Duration::from_secs(2);
-
-/// Why one round could not finish.
-#[derive(Debug, thiserror::Error)]
-enum RoundError {
-    #[error("reading Secret {name}: {source}")]
-    Read { name: String, source: kube::Error },
-    #[error("writing Secret {name}: {source}")]
-    Write { name: String, source: kube::Error },
-    #[error("issuing for Secret {name}: {source}")]
-    Issue {
-        name: String,
-        source: pki::IssueError,
-    },
-    #[error(transparent)]
-    TimedOut(#[from] TimedOut),
-}
 
 /// What one round did.
 enum Round {
@@ -61,6 +46,7 @@ pub(super) async fn run(
     leadership: &Leadership,
     explainer: &Explainer,
     metrics: &CertificateMetrics,
+    failures: &Failures,
 ) {
     let config = &settings.config;
     let service_namespace = if config.service_namespace.is_empty() {
@@ -112,7 +98,9 @@ pub(super) async fn run(
             Ok(Round::Kept(next)) => until(next, MAX_SLEEP),
             Ok(Round::Again) => Duration::ZERO,
             Ok(Round::NotLeader) => MAX_SLEEP,
+            // The one place a round's failure is counted.
             Err(error) => {
+                failures.count(&error);
                 tracing::warn!(error = %error, "certificate round failed; retrying");
                 RETRY_AFTER
             }
@@ -128,7 +116,7 @@ async fn round(
     leadership: &Leadership,
     explainer: &Explainer,
     metrics: &CertificateMetrics,
-) -> Result<Round, RoundError> {
+) -> Result<Round, Error> {
     let Some(runner) = Runner::in_current_term(leadership, request_timeout) else {
         return Ok(Round::NotLeader);
     };
@@ -139,7 +127,7 @@ async fn round(
         secrets.get_opt(name),
     )
     .await?
-    .map_err(|source| RoundError::Read {
+    .map_err(|source| Error::ReadCertificateSecret {
         name: name.to_owned(),
         source,
     })?;
@@ -176,11 +164,12 @@ async fn round(
         tracing::debug!(secret = name, ?next_look, "certificate current");
         return Ok(Round::Kept(next_look));
     }
-    let issue_error = |source| RoundError::Issue {
+    // The pki functions do not know the Secret they issue for: it is named here.
+    let issue_error = |source| Error::IssueCertificate {
         name: name.to_owned(),
-        source,
+        source: Box::new(source),
     };
-    let fresh = |now| -> Result<Material, pki::IssueError> {
+    let fresh = |now| -> Result<Material, Error> {
         let ca = pki::new_ca(now, wanted.ca_lifetime)?;
         let serving = pki::new_serving(
             &ca,
@@ -253,7 +242,7 @@ async fn round(
             return Ok(Round::Again);
         }
         Err(source) => {
-            return Err(RoundError::Write {
+            return Err(Error::WriteCertificateSecret {
                 name: name.to_owned(),
                 source,
             });
@@ -317,7 +306,7 @@ fn serving_from(
     names: &Names,
     now: OffsetDateTime,
     lifetime: time::Duration,
-) -> Result<Pair, pki::IssueError> {
+) -> Result<Pair, Error> {
     pki::new_serving(ca, ca_not_after, names, now, lifetime)
 }
 

@@ -103,6 +103,7 @@ pub async fn run(
     leadership: Leadership,
     explainer: Explainer,
     registry: &Registry,
+    failures: crate::error::Failures,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let metrics = CertificateMetrics::register(registry)?;
@@ -130,6 +131,7 @@ pub async fn run(
                 &leadership,
                 &explainer,
                 &metrics,
+                &failures,
             )
             .await;
         } else {

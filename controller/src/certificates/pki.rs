@@ -15,22 +15,14 @@ use x509_parser::pem::Pem;
 
 use baton_core::certificates::{CaInfo, Certificates, Names, ParsedSecret, ServingInfo};
 
+use crate::error::Error;
+
 /// Keys of the Secret. `tls.crt`, `tls.key` and `ca.crt` are what `kubernetes.io/tls` and
 /// cert-manager use; `ca.key` holds the CA keys, in the order of the certificates in `ca.crt`.
 pub const TLS_CRT: &str = "tls.crt";
 pub const TLS_KEY: &str = "tls.key";
 pub const CA_CRT: &str = "ca.crt";
 pub const CA_KEY: &str = "ca.key";
-
-/// Why a certificate could not be issued.
-#[derive(Debug, thiserror::Error)]
-pub enum IssueError {
-    #[error("generating a {what}: {source}")]
-    Rcgen {
-        what: &'static str,
-        source: rcgen::Error,
-    },
-}
 
 /// The PEM texts of one certificate and its key.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -223,8 +215,8 @@ fn to_pem(label: &str, der: &[u8]) -> String {
 }
 
 /// A new self-signed CA valid from `now` for `lifetime`.
-pub fn new_ca(now: OffsetDateTime, lifetime: time::Duration) -> Result<Pair, IssueError> {
-    let rcgen = |source| IssueError::Rcgen { what: "CA", source };
+pub fn new_ca(now: OffsetDateTime, lifetime: time::Duration) -> Result<Pair, Error> {
+    let rcgen = |source| Error::GenerateCertificate { what: "CA", source };
     let key = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256).map_err(rcgen)?;
     let mut params = CertificateParams::new(Vec::<String>::new()).map_err(rcgen)?;
     // A distinct name per CA, so the old and the new one are told apart during a rotation.
@@ -255,8 +247,8 @@ pub fn new_serving(
     names: &Names,
     now: OffsetDateTime,
     lifetime: time::Duration,
-) -> Result<Pair, IssueError> {
-    let rcgen = |source| IssueError::Rcgen {
+) -> Result<Pair, Error> {
+    let rcgen = |source| Error::GenerateCertificate {
         what: "serving certificate",
         source,
     };

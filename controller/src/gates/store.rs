@@ -6,11 +6,12 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use baton_shared::kube_client::{TimedOut, bounded};
+use baton_shared::kube_client::bounded;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use kube::api::{Patch, PatchParams};
 
-use crate::clusters::{Clusters, NotConnected};
+use crate::clusters::Clusters;
+use crate::error::Error;
 use serde_json::{Map, Value, json};
 
 use baton_core::gates::AnnotationWrite;
@@ -23,20 +24,6 @@ pub enum Stored {
     /// A StatefulSet changed (or went away) since it was read: act on nothing; its watch event
     /// brings the group back with the fresh object.
     Stale,
-}
-
-/// Why storing the gate state failed.
-#[derive(Debug, thiserror::Error)]
-pub enum StoreError {
-    #[error("storing the gate state on StatefulSet {statefulset}: {source}")]
-    Patch {
-        statefulset: String,
-        source: kube::Error,
-    },
-    #[error(transparent)]
-    TimedOut(#[from] TimedOut),
-    #[error("storing the gate state: {0}")]
-    NotConnected(#[from] NotConnected),
 }
 
 /// The merge patch for the writes on one StatefulSet read at `resource_version`: `null`
@@ -76,7 +63,7 @@ pub async fn store(
     members: &[&StatefulSet],
     writes: &[AnnotationWrite],
     timeout: Duration,
-) -> Result<Stored, StoreError> {
+) -> Result<Stored, Error> {
     store_at(at, Some(members), writes, timeout).await
 }
 
@@ -86,7 +73,7 @@ pub async fn store_unconditionally(
     at: At<'_>,
     writes: &[AnnotationWrite],
     timeout: Duration,
-) -> Result<Stored, StoreError> {
+) -> Result<Stored, Error> {
     store_at(at, None, writes, timeout).await
 }
 
@@ -95,7 +82,7 @@ async fn store_at(
     members: Option<&[&StatefulSet]>,
     writes: &[AnnotationWrite],
     timeout: Duration,
-) -> Result<Stored, StoreError> {
+) -> Result<Stored, Error> {
     let mut by_statefulset: BTreeMap<&str, Vec<&AnnotationWrite>> = BTreeMap::new();
     for write in writes {
         by_statefulset
@@ -119,19 +106,24 @@ async fn store_at(
         };
         let body = patch_body(resource_version, writes);
         let patch = Patch::Merge(&body);
-        let (api, local) = at.clusters.api::<StatefulSet>(at.namespace, name)?;
+        let failed = |source: Error| Error::GateState {
+            statefulset: name.to_owned(),
+            source: Box::new(source),
+        };
+        let (api, local) = at
+            .clusters
+            .api::<StatefulSet>(at.namespace, name)
+            .map_err(failed)?;
         let call = api.patch(local, &params, &patch);
-        match bounded(timeout, format!("storing the gate state on {name}"), call).await? {
+        let patched = bounded(timeout, format!("storing the gate state on {name}"), call)
+            .await
+            .map_err(|timed_out| failed(timed_out.into()))?;
+        match patched {
             Ok(_) => {}
             Err(kube::Error::Api(status)) if status.code == 409 || status.code == 404 => {
                 return Ok(Stored::Stale);
             }
-            Err(source) => {
-                return Err(StoreError::Patch {
-                    statefulset: name.to_owned(),
-                    source,
-                });
-            }
+            Err(source) => return Err(failed(source.into())),
         }
     }
     Ok(Stored::Done)

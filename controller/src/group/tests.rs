@@ -22,11 +22,13 @@ use tower_test::mock;
 
 use super::GroupReconciler;
 use crate::cache::Caches;
-use crate::explain::Explainer;
+use crate::explain::{EventPublisher, Explainer};
 use crate::metrics::ControllerMetrics;
+use crate::queue::Requeue;
 use crate::rollout::pending::PendingDeletions;
 use crate::rollout::reconcile::Rollouts;
 use crate::runner::MayAct;
+use crate::runner::recorded::{self, Reply};
 use crate::scaling::Scaler;
 use crate::status::StatusBoard;
 use crate::zpdb_check::ZoneBudgets;
@@ -91,21 +93,20 @@ fn group_caches() -> Caches {
     Caches::local(statefulsets, PodCache::of_pods(pods), ledgers, zone_tracker)
 }
 
-#[tokio::test]
-async fn an_unreachable_reference_holds_scaling_but_not_the_rollout() {
-    // Given a group whose zone a rolls and mirrors a reference the API server never answers
-    // about, with calls bounded by a timeout far longer than this test waits.
-    baton_shared::crypto::install_default_provider();
-    let (service, handle) = mock::pair::<Request<Body>, Response<Body>>();
-    let client = kube::Client::new(service, NAMESPACE);
+/// The reconciler of [`GROUP`] (zones a, b and c of [`group_caches`]) over `client`, with
+/// calls bounded by a timeout far longer than any test waits, and its metrics in `registry`;
+/// and its Events' publisher (kept, not run: the Events stay queued).
+fn reconciler(
+    client: kube::Client,
+    registry: &Registry,
+) -> (GroupReconciler, ControllerMetrics, EventPublisher) {
     let mut config = Config {
         namespace: NAMESPACE.to_owned(),
         ..Config::default()
     };
     config.kubernetes.request_timeout = baton_config::Duration(Duration::from_secs(600));
-    let registry = Registry::new();
-    let metrics = ControllerMetrics::register(&registry).expect("metrics");
-    let (explainer, _publisher) = Explainer::new(
+    let metrics = ControllerMetrics::register(registry).expect("metrics");
+    let (explainer, publisher) = Explainer::new(
         crate::clusters::Clusters::single(client.clone()),
         "test".to_owned(),
         Duration::from_secs(60),
@@ -126,7 +127,7 @@ async fn an_unreachable_reference_holds_scaling_but_not_the_rollout() {
         rollouts: Rollouts {
             namespace: NAMESPACE.to_owned(),
             clusters: crate::clusters::Clusters::single(client.clone()),
-            metrics,
+            metrics: metrics.clone(),
             explainer,
             request_timeout: Duration::from_secs(600),
             pending: PendingDeletions::default(),
@@ -143,8 +144,20 @@ async fn an_unreachable_reference_holds_scaling_but_not_the_rollout() {
             .expect("the gates' client"),
             completions: Default::default(),
         },
-        scaler: Scaler::new(client, &config, &registry).expect("a scaler"),
+        scaler: Scaler::new(client, &config, registry).expect("a scaler"),
     };
+    (reconciler, metrics, publisher)
+}
+
+#[tokio::test]
+async fn an_unreachable_reference_holds_scaling_but_not_the_rollout() {
+    // Given a group whose zone a rolls and mirrors a reference the API server never answers
+    // about, with calls bounded by a timeout far longer than this test waits.
+    baton_shared::crypto::install_default_provider();
+    let (service, handle) = mock::pair::<Request<Body>, Response<Body>>();
+    let client = kube::Client::new(service, NAMESPACE);
+    let registry = Registry::new();
+    let (reconciler, _, _publisher) = reconciler(client, &registry);
 
     // When the group is reconciled, the API server holds every call but the pod deletion.
     let api_server = async {
@@ -187,5 +200,52 @@ async fn an_unreachable_reference_holds_scaling_but_not_the_rollout() {
         held.iter()
             .any(|path| path.starts_with("/apis/example.com/v1")),
         "scaling had asked about the reference and still waited: {held:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_refused_deletion_fails_the_reconcile_and_is_counted_once_under_delete_pod() {
+    // Given a group whose zone a rolls, and an API server that forbids deleting its pod (and
+    // knows nothing of the reference zone a mirrors),
+    baton_shared::crypto::install_default_provider();
+    let (client, recorded) = recorded::api(NAMESPACE, |method, _| match *method {
+        Method::DELETE => Reply::Status(403),
+        _ => Reply::Status(404),
+    });
+    let registry = Registry::new();
+    let (reconciler, metrics, _publisher) = reconciler(client, &registry);
+
+    // When the group is reconciled,
+    let requeue = reconciler.reconcile(GROUP).await;
+
+    // then the reconcile fails, having asked for the deletion,
+    assert_eq!(requeue, Requeue::Failed);
+    assert!(
+        recorded
+            .requests()
+            .contains(&"DELETE /api/v1/namespaces/mimir/pods/ingester-zone-a-0".to_owned()),
+        "{:?}",
+        recorded.requests()
+    );
+    // and the failure is counted once, under the step that failed, and under no other label,
+    let failures = metrics.failures.counter();
+    let counted = |label: &str| failures.with_label_values(&[label]).get();
+    assert_eq!(counted("delete_pod"), 1);
+    let total: u64 = crate::error::METRIC_LABELS
+        .iter()
+        .map(|label| counted(label))
+        .sum();
+    assert_eq!(total, 1, "one failure, one count");
+    // as the group's reconcile errors and failed reconciles count it.
+    let group_errors = |label: &str| {
+        metrics
+            .reconcile_errors
+            .with_label_values(&[GROUP, label])
+            .get()
+    };
+    assert_eq!(group_errors("delete_pod"), 1);
+    assert_eq!(
+        metrics.reconciles_failed.with_label_values(&[GROUP]).get(),
+        1
     );
 }

@@ -3,7 +3,7 @@
 
 use std::time::Instant;
 
-use baton_shared::kube_client::{TimedOut, bounded};
+use baton_shared::kube_client::bounded;
 use jiff::Timestamp;
 use k8s_openapi::api::coordination::v1::Lease;
 use tokio_util::sync::CancellationToken;
@@ -11,7 +11,8 @@ use tracing::{debug, error, info, warn};
 
 use super::LeaderElector;
 use super::leadership::{EndReason, LeadershipPhase, Span, Term};
-use super::store::{LeaseStore, StoreError};
+use super::store::LeaseStore;
+use crate::error::Error;
 use baton_core::lease::decide::{
     LeaseDecision, LostReason, Observation, decide, leader_outcome, next_look, observe,
 };
@@ -52,17 +53,6 @@ struct Leading {
     until: Instant,
 }
 
-/// A lease call that did not succeed.
-#[derive(Debug, thiserror::Error)]
-enum CallError {
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    #[error(transparent)]
-    TimedOut(#[from] TimedOut),
-    #[error("interrupted by shutdown")]
-    Shutdown,
-}
-
 struct Campaign<S: LeaseStore> {
     elector: LeaderElector<S>,
     shutdown: CancellationToken,
@@ -97,13 +87,13 @@ impl<S: LeaseStore> Campaign<S> {
             }
             if !self.own_write_is_latest {
                 match self.call("reading", self.elector.store.get()).await {
-                    Ok(lease) => {
+                    Some(Ok(lease)) => {
                         let record = lease.as_ref().map(record_of);
                         self.observation = observe(&self.observation, record, Instant::now());
                         self.lease = lease;
                     }
-                    Err(CallError::Shutdown) => continue,
-                    Err(error) => {
+                    None => continue,
+                    Some(Err(error)) => {
                         self.call_failed(&error);
                         self.pause().await;
                         continue;
@@ -171,7 +161,7 @@ impl<S: LeaseStore> Campaign<S> {
             _ => self.call("replacing", store.replace(&desired)).await,
         };
         match result {
-            Ok(written) => {
+            Some(Ok(written)) => {
                 let now = Instant::now();
                 if self.leading.is_some_and(|leading| now >= leading.until) {
                     // Too late for this term; the next round may start a new one.
@@ -197,13 +187,11 @@ impl<S: LeaseStore> Campaign<S> {
                 self.sleep_until(sent + self.elector.timing.retry_period)
                     .await;
             }
-            Err(CallError::Store(
-                error @ (StoreError::Conflict { .. } | StoreError::NotFound { .. }),
-            )) => {
+            Some(Err(error @ (Error::LeaseConflict { .. } | Error::LeaseNotFound { .. }))) => {
                 debug!(identity = %self.elector.identity, %error, "lease changed under us; reading it again");
             }
-            Err(CallError::Shutdown) => self.write_uncertain = true,
-            Err(error) => {
+            None => self.write_uncertain = true,
+            Some(Err(error)) => {
                 self.write_uncertain = true;
                 self.call_failed(&error);
                 self.pause().await;
@@ -319,7 +307,7 @@ impl<S: LeaseStore> Campaign<S> {
 
     /// Clears the holder with a conditional write, re-reading on conflicts. `Ok(false)` when the
     /// Lease is not (or no longer) ours.
-    async fn release(&self) -> Result<bool, StoreError> {
+    async fn release(&self) -> Result<bool, Error> {
         let me = self.elector.identity.as_str();
         let store = &self.elector.store;
         let mut known = self
@@ -336,7 +324,7 @@ impl<S: LeaseStore> Campaign<S> {
             };
             match store.replace(&released(&lease, Timestamp::now())).await {
                 Ok(_) => return Ok(true),
-                Err(StoreError::Conflict { .. }) => {}
+                Err(Error::LeaseConflict { .. }) => {}
                 Err(error) => return Err(error),
             }
         }
@@ -344,12 +332,12 @@ impl<S: LeaseStore> Campaign<S> {
     }
 
     /// One lease call, bounded by the request timeout and, while leading, by the renew deadline;
-    /// shutdown interrupts it.
+    /// shutdown interrupts it (`None`: nothing is known of it).
     async fn call<T>(
         &self,
         action: &'static str,
-        call: impl Future<Output = Result<T, StoreError>>,
-    ) -> Result<T, CallError> {
+        call: impl Future<Output = Result<T, Error>>,
+    ) -> Option<Result<T, Error>> {
         let mut timeout = self.elector.request_timeout;
         if let Some(leading) = &self.leading {
             timeout = timeout.min(leading.until.saturating_duration_since(Instant::now()));
@@ -361,14 +349,18 @@ impl<S: LeaseStore> Campaign<S> {
         );
         tokio::select! {
             biased;
-            () = self.shutdown.cancelled() => Err(CallError::Shutdown),
-            result = bounded(timeout, what, call) => Ok(result??),
+            () = self.shutdown.cancelled() => None,
+            result = bounded(timeout, what, call) => Some(result.map_err(Error::from).and_then(|answer| answer)),
         }
     }
 
-    fn call_failed(&self, error: &CallError) {
+    /// The one place a failed Lease call is counted.
+    fn call_failed(&self, error: &Error) {
         if let Some(metrics) = &self.elector.metrics {
             metrics.call_errors.inc();
+            if let Some(failures) = &metrics.failures {
+                failures.count(error);
+            }
         }
         warn!(
             identity = %self.elector.identity,
@@ -394,5 +386,65 @@ impl<S: LeaseStore> Campaign<S> {
             () = self.shutdown.cancelled() => {}
             () = tokio::time::sleep_until(tokio::time::Instant::from_std(at)) => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use baton_config::LeaseConfig;
+    use prometheus::Registry;
+
+    use super::*;
+    use crate::leader::LeaderMetrics;
+    use crate::runner::recorded::{self, Reply};
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_lease_read_is_counted_under_lease_call_and_nothing_else() {
+        // Given an API server that fails every Lease call, and a candidate counting its
+        // failures,
+        baton_shared::crypto::install_default_provider();
+        let (asked, mut asks) = tokio::sync::mpsc::unbounded_channel();
+        let (client, recorded) = recorded::api("baton", move |_, _| {
+            let _ = asked.send(());
+            Reply::Status(500)
+        });
+        let registry = Registry::new();
+        let failures = crate::error::register_failures(&registry).expect("registers");
+        let metrics = LeaderMetrics::register(&registry).expect("registers");
+        let elector = LeaderElector::new(
+            client,
+            "baton",
+            &LeaseConfig::default(),
+            "me",
+            Duration::from_secs(1),
+        )
+        .with_metrics(metrics.counting_failures_in(failures.clone()));
+        let shutdown = CancellationToken::new();
+        let campaign = tokio::spawn(elector.run(shutdown.clone()));
+
+        // when its first read has failed and it reads again (after counting the failure),
+        asks.recv().await.expect("a first read");
+        asks.recv().await.expect("a read again");
+        shutdown.cancel();
+        campaign.await.expect("the campaign ends at shutdown");
+
+        // then each failed read was counted under lease_call (but the last one, which shutdown
+        // may have cut short), and under no other label.
+        let reads = recorded
+            .requests()
+            .iter()
+            .filter(|request| request.starts_with("GET "))
+            .count() as u64;
+        let counted = |label: &str| failures.counter().with_label_values(&[label]).get();
+        assert!(counted("lease_call") >= 1, "the first read's failure");
+        assert!(
+            (reads - 1..=reads).contains(&counted("lease_call")),
+            "one count per failed read: {} for {reads}",
+            counted("lease_call")
+        );
+        let total: u64 = crate::error::METRIC_LABELS.iter().map(|l| counted(l)).sum();
+        assert_eq!(total, counted("lease_call"));
     }
 }

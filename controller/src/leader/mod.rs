@@ -51,7 +51,7 @@ use tokio_util::sync::CancellationToken;
 pub use leadership::{
     EndReason, Leadership, LeadershipPhase, PAST_TERMS_KEPT, PastTerm, Span, Status, Term,
 };
-pub use store::{KubeLeaseStore, LeaseStore, StoreError};
+pub use store::{KubeLeaseStore, LeaseStore};
 
 /// A unique identity for this process: the pod name (`HOSTNAME`) and a random suffix, so a
 /// restarted container never mistakes its predecessor's Lease for its own.
@@ -80,6 +80,8 @@ pub struct LeaderMetrics {
     leader: IntGauge,
     terms: IntCounter,
     call_errors: IntCounter,
+    /// The controller's failures counter, given by [`LeaderMetrics::counting_failures_in`].
+    failures: Option<crate::error::Failures>,
 }
 
 impl LeaderMetrics {
@@ -105,7 +107,16 @@ impl LeaderMetrics {
             leader,
             terms,
             call_errors,
+            failures: None,
         })
+    }
+
+    /// Counts each failed Lease call in `failures` too (`baton_controller_failures_total`).
+    pub fn counting_failures_in(self, failures: crate::error::Failures) -> Self {
+        Self {
+            failures: Some(failures),
+            ..self
+        }
     }
 }
 

@@ -1,10 +1,13 @@
 //! The three calls leader election makes, behind a trait so tests can delay them or break them
-//! on purpose (the fencing test checks it catches unconditional writes).
+//! on purpose (the fencing test checks it catches unconditional writes). Their failures are the
+//! controller's [`Error`]'s `Lease*` variants.
 
 use std::future::Future;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Api, PostParams};
+
+use crate::error::Error;
 
 /// Reads and conditionally writes one Lease. Implementations do not bound their calls: the
 /// elector puts its own deadline around each.
@@ -14,43 +17,12 @@ pub trait LeaseStore: Send + Sync + 'static {
     /// Name of the Lease.
     fn name(&self) -> &str;
     /// The Lease, `None` when it does not exist. Must be a consistent (quorum) read.
-    fn get(&self) -> impl Future<Output = Result<Option<Lease>, StoreError>> + Send;
-    /// Creates the Lease; [`StoreError::Conflict`] when it already exists.
-    fn create(&self, lease: &Lease) -> impl Future<Output = Result<Lease, StoreError>> + Send;
+    fn get(&self) -> impl Future<Output = Result<Option<Lease>, Error>> + Send;
+    /// Creates the Lease; [`Error::LeaseConflict`] when it already exists.
+    fn create(&self, lease: &Lease) -> impl Future<Output = Result<Lease, Error>> + Send;
     /// Replaces the Lease only if it is still at `lease.metadata.resourceVersion`:
-    /// [`StoreError::Conflict`] when it changed, [`StoreError::NotFound`] when it is gone.
-    fn replace(&self, lease: &Lease) -> impl Future<Output = Result<Lease, StoreError>> + Send;
-}
-
-/// A Lease call that failed.
-#[derive(Debug, thiserror::Error)]
-pub enum StoreError {
-    /// Someone wrote the Lease since we read it (409), or created it before us.
-    #[error("lease {namespace}/{name} changed since it was read ({action} got 409 Conflict)")]
-    Conflict {
-        namespace: String,
-        name: String,
-        action: &'static str,
-    },
-    /// The Lease does not exist (any more).
-    #[error("lease {namespace}/{name} does not exist ({action} got 404)")]
-    NotFound {
-        namespace: String,
-        name: String,
-        action: &'static str,
-    },
-    /// A replace without a resourceVersion would overwrite whatever is there: never sent.
-    #[error("refusing to replace lease {namespace}/{name} without a resourceVersion precondition")]
-    Unconditional { namespace: String, name: String },
-    /// Anything else the API server or the connection said.
-    #[error("{action} lease {namespace}/{name}: {source}")]
-    Api {
-        namespace: String,
-        name: String,
-        action: &'static str,
-        #[source]
-        source: kube::Error,
-    },
+    /// [`Error::LeaseConflict`] when it changed, [`Error::LeaseNotFound`] when it is gone.
+    fn replace(&self, lease: &Lease) -> impl Future<Output = Result<Lease, Error>> + Send;
 }
 
 /// The Lease on the Kubernetes API.
@@ -70,26 +42,26 @@ impl KubeLeaseStore {
         }
     }
 
-    fn error(&self, action: &'static str, error: kube::Error) -> StoreError {
+    fn error(&self, action: &'static str, error: kube::Error) -> Error {
         let (namespace, name) = (self.namespace.clone(), self.name.clone());
         match &error {
             kube::Error::Api(status) if status.is_conflict() || status.is_already_exists() => {
-                StoreError::Conflict {
+                Error::LeaseConflict {
                     namespace,
                     name,
                     action,
                 }
             }
-            kube::Error::Api(status) if status.is_not_found() => StoreError::NotFound {
+            kube::Error::Api(status) if status.is_not_found() => Error::LeaseNotFound {
                 namespace,
                 name,
                 action,
             },
-            _ => StoreError::Api {
+            _ => Error::LeaseCall {
                 namespace,
                 name,
                 action,
-                source: error,
+                source: Box::new(error),
             },
         }
     }
@@ -104,7 +76,7 @@ impl LeaseStore for KubeLeaseStore {
         &self.name
     }
 
-    async fn get(&self) -> Result<Option<Lease>, StoreError> {
+    async fn get(&self) -> Result<Option<Lease>, Error> {
         // No resourceVersion parameter: served from etcd with a quorum read, never from the
         // watch cache, so a standby cannot see a version older than a renewal already acked.
         self.api
@@ -113,21 +85,21 @@ impl LeaseStore for KubeLeaseStore {
             .map_err(|error| self.error("reading", error))
     }
 
-    async fn create(&self, lease: &Lease) -> Result<Lease, StoreError> {
+    async fn create(&self, lease: &Lease) -> Result<Lease, Error> {
         self.api
             .create(&PostParams::default(), lease)
             .await
             .map_err(|error| self.error("creating", error))
     }
 
-    async fn replace(&self, lease: &Lease) -> Result<Lease, StoreError> {
+    async fn replace(&self, lease: &Lease) -> Result<Lease, Error> {
         if lease
             .metadata
             .resource_version
             .as_deref()
             .is_none_or(str::is_empty)
         {
-            return Err(StoreError::Unconditional {
+            return Err(Error::LeaseUnconditional {
                 namespace: self.namespace.clone(),
                 name: self.name.clone(),
             });

@@ -15,6 +15,7 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 
+use crate::error::Error;
 use crate::rollout::pending::PendingDeletions;
 use baton_core::annotations::PARTITION_ANNOTATION;
 
@@ -69,52 +70,6 @@ impl DeleteAnswer {
     }
 }
 
-/// Why an action failed.
-#[derive(Debug, thiserror::Error)]
-pub enum ExecuteError {
-    #[error("deleting pod {pod}: {source}")]
-    DeletePod { pod: String, source: kube::Error },
-    #[error("setting the current revision of {statefulset}: {source}")]
-    UpdateStatus {
-        statefulset: String,
-        source: kube::Error,
-    },
-    #[error("setting the partition of {statefulset}: {source}")]
-    SetPartition {
-        statefulset: String,
-        source: kube::Error,
-    },
-    #[error("rolling back {statefulset}: {step}: {source}")]
-    Rollback {
-        statefulset: String,
-        step: &'static str,
-        source: kube::Error,
-    },
-    #[error(transparent)]
-    TimedOut(#[from] TimedOut),
-    /// The object is in a member cluster that is not connected.
-    #[error(transparent)]
-    NotConnected(#[from] crate::clusters::NotConnected),
-    /// The rollout gate's state could not be stored: nothing was acted on.
-    #[error(transparent)]
-    GateState(#[from] crate::gates::store::StoreError),
-}
-
-impl ExecuteError {
-    /// A short label for logs and metrics.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            Self::DeletePod { .. } => "delete_pod",
-            Self::UpdateStatus { .. } => "update_status",
-            Self::SetPartition { .. } => "set_partition",
-            Self::Rollback { .. } => "rollback",
-            Self::TimedOut(_) => "timeout",
-            Self::NotConnected(_) => "member_not_connected",
-            Self::GateState(_) => "gate_state",
-        }
-    }
-}
-
 /// Deletes `pod` of rollout group `group` only if it is still the pod with `uid` (a pod
 /// recreated under the same name is never deleted by mistake), and records the deletion in
 /// `pending` unless the API server definitely refused it.
@@ -125,7 +80,7 @@ pub async fn delete_pod(
     pod: &str,
     uid: &str,
     timeout: Duration,
-) -> Result<DeletionOutcome, ExecuteError> {
+) -> Result<DeletionOutcome, Error> {
     let params = DeleteParams {
         preconditions: Some(Preconditions {
             uid: Some(uid.to_owned()),
@@ -148,11 +103,11 @@ pub async fn delete_pod(
         Ok(Err(_)) if matches!(answer, DeleteAnswer::Rejected { code: 404 | 409 }) => {
             Ok(DeletionOutcome::AlreadyGone)
         }
-        Ok(Err(source)) => Err(ExecuteError::DeletePod {
+        Ok(Err(source)) => Err(Error::DeletePod {
             pod: pod.to_owned(),
             source,
         }),
-        Err(timed_out) => Err(ExecuteError::TimedOut(timed_out)),
+        Err(timed_out) => Err(Error::TimedOut(timed_out)),
     }
 }
 
@@ -163,7 +118,7 @@ pub async fn set_current_revision(
     cached: &StatefulSet,
     revision: &str,
     timeout: Duration,
-) -> Result<DeletionOutcome, ExecuteError> {
+) -> Result<DeletionOutcome, Error> {
     let name = cached.metadata.name.clone().unwrap_or_default();
     let mut updated = cached.clone();
     updated
@@ -177,7 +132,7 @@ pub async fn set_current_revision(
         Err(kube::Error::Api(status)) if status.code == 409 || status.code == 404 => {
             Ok(DeletionOutcome::Stale)
         }
-        Err(source) => Err(ExecuteError::UpdateStatus {
+        Err(source) => Err(Error::UpdateStatus {
             statefulset: name,
             source,
         }),
@@ -194,7 +149,7 @@ pub async fn set_partition(
     cached: &StatefulSet,
     partition: u32,
     timeout: Duration,
-) -> Result<DeletionOutcome, ExecuteError> {
+) -> Result<DeletionOutcome, Error> {
     let name = cached.metadata.name.clone().unwrap_or_default();
     let planned_on = cached.spec.as_ref().and_then(|spec| {
         spec.update_strategy
@@ -236,7 +191,7 @@ pub async fn set_partition(
         Err(kube::Error::Api(status)) if status.code == 422 || status.code == 404 => {
             Ok(DeletionOutcome::Stale)
         }
-        Err(source) => Err(ExecuteError::SetPartition {
+        Err(source) => Err(Error::SetPartition {
             statefulset: name,
             source,
         }),
@@ -298,7 +253,7 @@ mod tests {
 
     /// Deletes [`POD`] through a kube client whose API server is `answer`, and returns the
     /// executor's outcome and whether the deletion is now pending.
-    async fn delete_answered(answer: Answer) -> (Result<DeletionOutcome, ExecuteError>, bool) {
+    async fn delete_answered(answer: Answer) -> (Result<DeletionOutcome, Error>, bool) {
         let (service, handle) = mock::pair::<Request<Body>, Response<Body>>();
         let server = tokio::spawn(async move {
             let mut handle = pin!(handle);
@@ -365,15 +320,12 @@ mod tests {
     #[tokio::test]
     async fn a_delete_without_an_answer_is_pending() {
         let (outcome, pending) = delete_answered(Answer::Never).await;
-        assert!(
-            matches!(outcome, Err(ExecuteError::TimedOut(_))),
-            "{outcome:?}"
-        );
+        assert!(matches!(outcome, Err(Error::TimedOut(_))), "{outcome:?}");
         assert!(pending, "a timed-out delete may have been applied");
 
         let (outcome, pending) = delete_answered(Answer::TransportError).await;
         let error = outcome.expect_err("the transport failed");
-        assert_eq!(error.kind(), "delete_pod");
+        assert_eq!(error.metric_label(), "delete_pod");
         assert!(error.to_string().contains(POD), "{error}");
         assert!(pending, "a delete lost in transport may have been applied");
 

@@ -14,8 +14,9 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Resource;
 
-use super::execute::{self, DeletionOutcome, ExecuteError};
+use super::execute::{self, DeletionOutcome};
 use super::rollback::Rollbacks;
+use crate::error::Error;
 use crate::explain::{Explainer, Explanation, Severity};
 use crate::gates::{self, store};
 use crate::metrics::{ControllerMetrics, PodCounts};
@@ -64,7 +65,7 @@ impl Rollouts {
         pods: &[Arc<CachedPod>],
         outages: &[Outage],
         may_act: &MayAct,
-    ) -> Result<Requeue, ExecuteError> {
+    ) -> Result<Requeue, Error> {
         let mut snapshot = GroupSnapshot::from_kubernetes(
             group,
             members.iter().map(Arc::as_ref),
@@ -155,7 +156,7 @@ impl Rollouts {
         snapshot: &GroupSnapshot,
         pass: &Pass,
         may_act: &MayAct,
-    ) -> Result<Ran, ExecuteError> {
+    ) -> Result<Ran, Error> {
         let at = self.at();
         let runner = Runner::new(may_act.clone(), self.request_timeout);
         for effect in &pass.effects {
@@ -287,7 +288,7 @@ impl Rollouts {
         members: &[Arc<StatefulSet>],
         action: &Action,
         timeout: Duration,
-    ) -> Result<Acted, ExecuteError> {
+    ) -> Result<Acted, Error> {
         match action {
             Action::DeletePod {
                 statefulset,

@@ -18,7 +18,7 @@ use kube::api::{ListParams, Patch, PatchParams};
 use kube::core::Selector;
 use kube::{Resource, ResourceExt};
 
-use super::execute::ExecuteError;
+use crate::error::Error;
 use crate::explain::{Explainer, Explanation, Severity};
 use crate::gates::store;
 
@@ -52,7 +52,7 @@ impl Rollbacks<'_> {
         carrier: &str,
         why: &str,
         refused: Option<&str>,
-    ) -> Result<Option<String>, ExecuteError> {
+    ) -> Result<Option<String>, Error> {
         let history = match refused {
             Some(_) => BTreeMap::new(),
             None => self.history(members).await?,
@@ -92,7 +92,7 @@ impl Rollbacks<'_> {
     async fn history(
         &self,
         members: &[Arc<StatefulSet>],
-    ) -> Result<BTreeMap<String, Vec<Revision>>, ExecuteError> {
+    ) -> Result<BTreeMap<String, Vec<Revision>>, Error> {
         let mut revisions = Vec::new();
         for member in members {
             let name = member.name_any();
@@ -117,7 +117,7 @@ impl Rollbacks<'_> {
                 api.list(&ListParams::default().labels(&selector)),
             )
             .await?
-            .map_err(|source| ExecuteError::Rollback {
+            .map_err(|source| Error::Rollback {
                 statefulset: name.clone(),
                 step: "listing ControllerRevisions",
                 source,
@@ -136,8 +136,8 @@ impl Rollbacks<'_> {
         members: &[Arc<StatefulSet>],
         name: &str,
         record: &Record,
-    ) -> Result<(), ExecuteError> {
-        let failed = |step, source| ExecuteError::Rollback {
+    ) -> Result<(), Error> {
+        let failed = |step, source| Error::Rollback {
             statefulset: name.to_owned(),
             step,
             source,

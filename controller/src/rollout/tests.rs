@@ -19,10 +19,10 @@ use kube::runtime::watcher::Event;
 use prometheus::Registry;
 use serde_json::json;
 
-use super::execute::ExecuteError;
 use super::pending::PendingDeletions;
 use super::reconcile::Rollouts;
 use crate::cache::Caches;
+use crate::error::Error;
 use crate::explain::Explainer;
 use crate::metrics::ControllerMetrics;
 use crate::queue::Requeue;
@@ -104,7 +104,7 @@ fn until(ended: &Arc<AtomicBool>) -> MayAct {
 async fn pass(
     script: impl Fn(&Method, &str) -> Reply + Send + 'static,
     may_act: MayAct,
-) -> (Result<Requeue, ExecuteError>, Recorded, [bool; 2]) {
+) -> (Result<Requeue, Error>, Recorded, [bool; 2]) {
     let zones = ["a", "b", "c"].map(|name| zone(name, name == "a", &[]));
     pass_over(zones, script, may_act).await
 }
@@ -114,7 +114,7 @@ async fn pass_over(
     zones: [(StatefulSet, Vec<Pod>); 3],
     script: impl Fn(&Method, &str) -> Reply + Send + 'static,
     may_act: MayAct,
-) -> (Result<Requeue, ExecuteError>, Recorded, [bool; 2]) {
+) -> (Result<Requeue, Error>, Recorded, [bool; 2]) {
     baton_shared::crypto::install_default_provider();
     let (client, recorded) = recorded::api(NAMESPACE, script);
     let config = Config {
@@ -201,7 +201,7 @@ async fn a_refused_deletion_fails_the_pass_and_nothing_follows_it() {
     .await;
     // then the pass fails on it, naming the step, and never asks for the second.
     let error = result.expect_err("a forbidden deletion fails the pass");
-    assert_eq!(error.kind(), "delete_pod");
+    assert_eq!(error.metric_label(), "delete_pod");
     assert_eq!(recorded.requests(), [DELETE_0]);
     assert_eq!(
         pending,

@@ -3,14 +3,10 @@
 //! decide the pass (leader/follower zones, mirroring, delayed downscale, the zone tracker's
 //! repair, the follow-up of approved downscales), and carries its effects out: `/scale`, the
 //! pods' endpoints, the records, the Events.
+//!
+//! What fails in a pass (a `/scale` write, a downscale's follow-up) is told, and handed back
+//! to the reconcile as [`Error`](crate::error::Error)s, which counts them.
 
 pub mod execute;
 
 pub use execute::Scaler;
-
-/// A `/scale` write failed (refused by an admission webhook, or the API's error).
-pub const SCALE_WRITE: &str = "scale_write";
-/// Following up a downscale prepare-downscale approved failed (a conflict, a timeout).
-pub const DOWNSCALE_FOLLOW_UP: &str = "downscale_follow_up";
-/// Every `error` label a scaling pass reports.
-pub const SCALING_ERRORS: [&str; 2] = [SCALE_WRITE, DOWNSCALE_FOLLOW_UP];

@@ -15,6 +15,7 @@ use serde::Deserialize;
 use super::board::StatusBoard;
 use super::html;
 use crate::cache::Caches;
+use crate::error::Error;
 use crate::leader::Leadership;
 use baton_core::statefulset::group_of;
 use baton_core::status::model::{Replica, Role, RolloutStatus};
@@ -42,17 +43,6 @@ impl std::fmt::Debug for StatusRoutes {
     }
 }
 
-/// Why a request has no status to show.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum StatusError {
-    #[error("the caches have not synced yet: try again in a few seconds")]
-    NotSynced,
-    #[error(
-        "no rollout group {group:?} in namespace {namespace} (no StatefulSet labelled rollout-group={group})"
-    )]
-    NoSuchGroup { group: String, namespace: String },
-}
-
 #[derive(Debug, Deserialize)]
 struct Query {
     group: Option<String>,
@@ -70,10 +60,11 @@ impl StatusRoutes {
         }
     }
 
-    /// The document for every group, or for `group` only.
-    pub async fn document(&self, group: Option<&str>) -> Result<RolloutStatus, StatusError> {
+    /// The document for every group, or for `group` only; else why a request has no status
+    /// to show ([`Error::StatusNotSynced`], [`Error::NoSuchGroup`]).
+    pub async fn document(&self, group: Option<&str>) -> Result<RolloutStatus, Error> {
         if !self.readiness.is_ready() {
-            return Err(StatusError::NotSynced);
+            return Err(Error::StatusNotSynced);
         }
         let now = Timestamp::now();
         // Only the term's leader has a history worth showing: a former leader's is stale.
@@ -85,7 +76,7 @@ impl StatusRoutes {
             .filter(|statefulset| group.is_none() || group_of(statefulset) == group)
             .collect();
         if let (Some(group), true) = (group, members.is_empty()) {
-            return Err(StatusError::NoSuchGroup {
+            return Err(Error::NoSuchGroup {
                 group: group.to_owned(),
                 namespace: self.namespace.clone(),
             });
@@ -135,10 +126,11 @@ async fn json(routes: web::Data<Arc<StatusRoutes>>, query: web::Query<Query>) ->
     }
 }
 
-fn failure(error: &StatusError) -> HttpResponse {
+fn failure(error: &Error) -> HttpResponse {
     let mut response = match error {
-        StatusError::NotSynced => HttpResponse::ServiceUnavailable(),
-        StatusError::NoSuchGroup { .. } => HttpResponse::NotFound(),
+        Error::NoSuchGroup { .. } => HttpResponse::NotFound(),
+        // Only the two above come from `document`; the caches are what it waits on.
+        _ => HttpResponse::ServiceUnavailable(),
     };
     response
         .content_type("text/plain; charset=utf-8")

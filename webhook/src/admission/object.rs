@@ -11,6 +11,7 @@ use baton_core::admission::downscale::{replicas_change, undecodable};
 use serde::Deserialize;
 
 use super::review::AdmissionRequest;
+use crate::error::Error;
 
 /// A workload object as far as the webhooks care.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -59,20 +60,11 @@ struct RawSpec {
     replicas: Option<i32>,
 }
 
-/// Why an object could not be read.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ObjectError {
-    #[error("{0}")]
-    Malformed(String),
-    #[error("unsupported type {api_version}/{kind}")]
-    Unsupported { api_version: String, kind: String },
-}
-
 /// Decodes the fields of a StatefulSet, Deployment, ReplicaSet or Scale, in any of the API
 /// groups the API server may send them in (`apps`, `extensions`, `autoscaling`).
-pub fn decode_workload(json: &str) -> Result<Workload<'_>, ObjectError> {
+pub fn decode_workload(json: &str) -> Result<Workload<'_>, Error> {
     let raw: RawWorkload<'_> =
-        serde_json::from_str(json).map_err(|error| ObjectError::Malformed(error.to_string()))?;
+        serde_json::from_str(json).map_err(|error| Error::MalformedObject(error.to_string()))?;
     let api_version = raw.api_version.as_deref().unwrap_or("");
     let kind_name = raw.kind.as_deref().unwrap_or("");
     let group = api_version.split_once('/').map_or("", |(group, _)| group);
@@ -82,7 +74,7 @@ pub fn decode_workload(json: &str) -> Result<Workload<'_>, ObjectError> {
         ("apps" | "extensions", "ReplicaSet") => WorkloadKind::ReplicaSet,
         ("autoscaling" | "apps" | "extensions", "Scale") => WorkloadKind::Scale,
         _ => {
-            return Err(ObjectError::Unsupported {
+            return Err(Error::UnsupportedObject {
                 api_version: api_version.to_owned(),
                 kind: kind_name.to_owned(),
             });

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
 use super::decision::Decision;
+use crate::error::Error;
 
 /// `apiVersion` of v1 reviews.
 pub const API_VERSION_V1: &str = "admission.k8s.io/v1";
@@ -32,15 +33,6 @@ impl ReviewVersion {
             ReviewVersion::V1Beta1 => API_VERSION_V1BETA1,
         }
     }
-}
-
-/// Why a body is not a review baton can answer; every variant becomes HTTP 400 with this text.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ReviewError {
-    #[error("the request body is not JSON: {0}")]
-    NotJson(String),
-    #[error("the request body is not an AdmissionReview: {0}")]
-    NotAReview(String),
 }
 
 /// Group, version and resource of the request (`resource.resource` is e.g. `statefulsets`).
@@ -130,12 +122,13 @@ struct Envelope<'a> {
     request: Option<AdmissionRequest<'a>>,
 }
 
-/// Decodes a review from a request body, in one pass (the objects stay raw).
-pub fn decode(body: &[u8]) -> Result<Review<'_>, ReviewError> {
+/// Decodes a review from a request body, in one pass (the objects stay raw); else why the body
+/// is not a review baton can answer ([`Error::NotJson`], [`Error::NotAReview`]): HTTP 400.
+pub fn decode(body: &[u8]) -> Result<Review<'_>, Error> {
     let envelope: Envelope<'_> =
         serde_json::from_slice(body).map_err(|error| match error.classify() {
-            serde_json::error::Category::Data => ReviewError::NotAReview(error.to_string()),
-            _ => ReviewError::NotJson(error.to_string()),
+            serde_json::error::Category::Data => Error::NotAReview(error.to_string()),
+            _ => Error::NotJson(error.to_string()),
         })?;
     let api_version = envelope.api_version.as_deref().unwrap_or("");
     let kind = envelope.kind.as_deref().unwrap_or("");
@@ -143,7 +136,7 @@ pub fn decode(body: &[u8]) -> Result<Review<'_>, ReviewError> {
         (API_VERSION_V1, KIND) => ReviewVersion::V1,
         (API_VERSION_V1BETA1, KIND) => ReviewVersion::V1Beta1,
         _ => {
-            return Err(ReviewError::NotAReview(format!(
+            return Err(Error::NotAReview(format!(
                 "apiVersion {api_version:?} and kind {kind:?}; expected kind {KIND:?} with apiVersion \
                  {API_VERSION_V1:?} or {API_VERSION_V1BETA1:?}"
             )));
@@ -151,9 +144,9 @@ pub fn decode(body: &[u8]) -> Result<Review<'_>, ReviewError> {
     };
     let request = envelope
         .request
-        .ok_or_else(|| ReviewError::NotAReview("it has no request".to_owned()))?;
+        .ok_or_else(|| Error::NotAReview("it has no request".to_owned()))?;
     if request.uid.is_empty() {
-        return Err(ReviewError::NotAReview("its request has no uid".to_owned()));
+        return Err(Error::NotAReview("its request has no uid".to_owned()));
     }
     Ok(Review { version, request })
 }

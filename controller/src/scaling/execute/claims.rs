@@ -18,19 +18,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, Patch, PatchParams};
 
 use super::Pass;
-
-/// Why following up a claim failed; the group comes back soon and decides again.
-#[derive(Debug, thiserror::Error)]
-enum FollowUpError {
-    #[error("{0}")]
-    Kube(#[from] kube::Error),
-    #[error(transparent)]
-    TimedOut(#[from] baton_shared::kube_client::TimedOut),
-    #[error("{0} changed meanwhile")]
-    Changed(String),
-    #[error("{0}")]
-    Unreadable(String),
-}
+use crate::error::Error;
 
 impl Pass<'_> {
     /// Carries out one step of a claim's follow-up.
@@ -61,17 +49,20 @@ impl Pass<'_> {
                 self.write_ledger(statefulset, followed, entry.as_ref(), timeout)
                     .await
             }
-            FollowUp::Unreadable { why, .. } => Err(FollowUpError::Unreadable(why.clone())),
+            FollowUp::Unreadable { why, .. } => Err(Error::UnreadableRecord(why.clone())),
         };
         match result {
             Ok(()) => Outcome::Done,
             Err(error) => {
-                self.failed(super::super::DOWNSCALE_FOLLOW_UP);
                 tracing::warn!(%error, ?step, "following up an approved downscale failed; retrying");
-                match error {
-                    FollowUpError::Changed(_) => Outcome::Stale,
+                let outcome = match error {
+                    Error::Changed(_) => Outcome::Stale,
                     _ => Outcome::Failed,
-                }
+                };
+                self.failed(Error::DownscaleFollowUp {
+                    source: Box::new(error),
+                });
+                outcome
             }
         }
     }
@@ -81,7 +72,7 @@ impl Pass<'_> {
         name: &str,
         at: Timestamp,
         timeout: Duration,
-    ) -> Result<(), FollowUpError> {
+    ) -> Result<(), Error> {
         let scaler = self.scaler;
         let config_maps: Api<ConfigMap> = Api::namespaced(scaler.client.clone(), &scaler.namespace);
         let written = bounded(
@@ -91,7 +82,7 @@ impl Pass<'_> {
         )
         .await??;
         if !written {
-            return Err(FollowUpError::Changed(format!(
+            return Err(Error::Changed(format!(
                 "the zone tracker {}",
                 scaler.zone_tracker
             )));
@@ -99,12 +90,7 @@ impl Pass<'_> {
         Ok(())
     }
 
-    async fn annotate(
-        &self,
-        name: &str,
-        at: Timestamp,
-        timeout: Duration,
-    ) -> Result<(), FollowUpError> {
+    async fn annotate(&self, name: &str, at: Timestamp, timeout: Duration) -> Result<(), Error> {
         let scaler = self.scaler;
         let patch = serde_json::json!({"metadata": {"annotations": {
             LAST_DOWNSCALE_ANNOTATION: at.strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
@@ -148,7 +134,7 @@ impl Pass<'_> {
         followed: &Entry,
         entry: Option<&Entry>,
         timeout: Duration,
-    ) -> Result<(), FollowUpError> {
+    ) -> Result<(), Error> {
         let scaler = self.scaler;
         let config_maps: Api<ConfigMap> = Api::namespaced(scaler.client.clone(), &scaler.namespace);
         let ledger_name = ledger_name(self.group);
@@ -168,7 +154,7 @@ impl Pass<'_> {
                 self.cancellations().remove(&followed.request);
                 Ok(())
             }
-            Written::Conflict => Err(FollowUpError::Changed(ledger_name)),
+            Written::Conflict => Err(Error::Changed(ledger_name)),
         }
     }
 }

@@ -42,20 +42,10 @@ use prometheus::Registry;
 use serde_json::json;
 use std::collections::HashMap;
 
+use crate::error::Error;
 use crate::explain::Explainer;
 use crate::queue::Requeue;
 use crate::runner::{MayAct, Runner};
-
-/// Why a Kubernetes call of the executor failed.
-#[derive(Debug, thiserror::Error)]
-enum CallError {
-    #[error("{0}")]
-    Kube(#[from] kube::Error),
-    #[error(transparent)]
-    TimedOut(#[from] baton_shared::kube_client::TimedOut),
-    #[error("{0}")]
-    Unsupported(String),
-}
 
 /// Scales the StatefulSets of groups; shared by all groups.
 pub struct Scaler {
@@ -112,7 +102,7 @@ impl Scaler {
 
     /// One scaling pass over a group: read the references, decide the pass, run its effects
     /// (`records`: the group's ledger and the zone tracker). Returns when the group wants to
-    /// come back, and what failed ([`super::SCALING_ERRORS`]) for the reconcile's metrics.
+    /// come back, and what failed (told already), for the reconcile to count.
     pub async fn reconcile(
         &self,
         group: &str,
@@ -121,7 +111,7 @@ impl Scaler {
         records: (&Ledger, &ZoneTracker),
         explainer: &Explainer,
         may_act: &MayAct,
-    ) -> (Requeue, Vec<&'static str>) {
+    ) -> (Requeue, Vec<Error>) {
         let scales = self.read_references(members).await;
         let read = Read {
             group,
@@ -170,19 +160,19 @@ struct Pass<'a> {
     members: &'a [Arc<StatefulSet>],
     records: (&'a Ledger, &'a ZoneTracker),
     explainer: &'a Explainer,
-    /// What failed in this pass ([`super::SCALING_ERRORS`]), for the reconcile's metrics.
-    failures: Mutex<Vec<&'static str>>,
+    /// What failed in this pass, for the reconcile to count.
+    failures: Mutex<Vec<Error>>,
 }
 
 impl Pass<'_> {
-    fn failed(&self, error: &'static str) {
+    fn failed(&self, error: Error) {
         self.failures
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .push(error);
     }
 
-    fn into_failures(self) -> Vec<&'static str> {
+    fn into_failures(self) -> Vec<Error> {
         self.failures
             .into_inner()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -228,10 +218,13 @@ impl Pass<'_> {
                         }
                         outcome
                     }
-                    Err(error) => {
-                        self.failed(super::SCALE_WRITE);
-                        self.say(statefulset, scale_failed(statefulset, *from, *to, &error))
+                    Err(why) => {
+                        self.say(statefulset, scale_failed(statefulset, *from, *to, &why))
                             .await;
+                        self.failed(Error::ScaleWrite {
+                            statefulset: statefulset.clone(),
+                            why,
+                        });
                         Outcome::Failed
                     }
                 },

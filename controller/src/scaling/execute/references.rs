@@ -14,7 +14,8 @@ use kube::discovery::Scope;
 use serde_json::json;
 use std::sync::Arc;
 
-use super::{CallError, Pass, Scaler};
+use super::{Pass, Scaler};
+use crate::error::Error;
 use baton_core::scaling::pass::{Outcome, write_back_failed};
 use baton_core::scaling::plan::ReferenceScale;
 use baton_core::scaling::snapshot::ReferenceScales;
@@ -47,7 +48,7 @@ impl Scaler {
     /// The resource of a reference's kind, through discovery; only kinds with a scale
     /// subresource in a namespace qualify. Found kinds are cached (a missing kind is looked up
     /// again next time: its CRD may be installed meanwhile).
-    async fn resolve(&self, reference: &MirrorReference) -> Result<ApiResource, CallError> {
+    async fn resolve(&self, reference: &MirrorReference) -> Result<ApiResource, Error> {
         let key = (reference.api_version.clone(), reference.kind.clone());
         if let Some(found) = self.lock_discovered().get(&key) {
             return Ok(found.clone());
@@ -64,7 +65,7 @@ impl Scaler {
         )
         .await??;
         if capabilities.scope != Scope::Namespaced {
-            return Err(CallError::Unsupported(format!(
+            return Err(Error::UnsupportedReference(format!(
                 "{} is not a namespaced kind",
                 reference.kind
             )));
@@ -74,7 +75,7 @@ impl Scaler {
             .iter()
             .any(|(subresource, _)| subresource.plural == "scale")
         {
-            return Err(CallError::Unsupported(format!(
+            return Err(Error::UnsupportedReference(format!(
                 "{} ({}) has no scale subresource",
                 reference.kind, resource.plural
             )));
@@ -92,7 +93,7 @@ impl Scaler {
     async fn reference_api(
         &self,
         reference: &MirrorReference,
-    ) -> Result<Api<DynamicObject>, CallError> {
+    ) -> Result<Api<DynamicObject>, Error> {
         let resource = self.resolve(reference).await?;
         Ok(Api::namespaced_with(
             self.client.clone(),
@@ -101,10 +102,7 @@ impl Scaler {
         ))
     }
 
-    async fn read_reference(
-        &self,
-        reference: &MirrorReference,
-    ) -> Result<ReferenceScale, CallError> {
+    async fn read_reference(&self, reference: &MirrorReference) -> Result<ReferenceScale, Error> {
         let api = self.reference_api(reference).await?;
         let scale = bounded(
             self.request_timeout,
@@ -143,7 +141,7 @@ impl Pass<'_> {
                 ),
             )
             .await??;
-            Ok::<_, CallError>(())
+            Ok::<_, Error>(())
         }
         .await;
         match result {

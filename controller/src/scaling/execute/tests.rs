@@ -114,7 +114,7 @@ async fn follower_scaled_up_answered(
         let (reason, note) = event.reason_and_note();
         told.push((reason.to_owned(), note.to_owned()));
     }
-    (requeue, patch, told, failures)
+    (requeue, patch, told, labels(&failures))
 }
 
 #[tokio::test]
@@ -153,11 +153,7 @@ async fn a_conflict_means_the_cache_is_behind_and_the_group_comes_back_soon() {
 async fn a_refused_scale_is_told_with_the_api_servers_words_and_polled_again() {
     let (requeue, _, told, failures) = follower_scaled_up_answered(403).await;
     assert_eq!(requeue, Requeue::After(POLL));
-    assert_eq!(
-        failures,
-        [crate::scaling::SCALE_WRITE],
-        "counted by what failed"
-    );
+    assert_eq!(failures, ["scale_write"], "counted by what failed");
     let denied: Vec<&str> = told
         .iter()
         .filter(|(reason, _)| reason == reasons::DENIED)
@@ -255,7 +251,15 @@ async fn scaled_up_to_its_widget(
             &may_act,
         )
         .await;
-    (recorded.requests(), failures)
+    (recorded.requests(), labels(&failures))
+}
+
+/// What failed in a pass, by the labels they are counted under.
+fn labels(failures: &[crate::error::Error]) -> Vec<&'static str> {
+    failures
+        .iter()
+        .map(crate::error::Error::metric_label)
+        .collect()
 }
 
 fn lasting() -> MayAct {
@@ -285,7 +289,7 @@ async fn a_refused_scale_ends_the_replica_change_before_its_write_back() {
     .await;
     let read = format!("GET {WIDGETS}/scale");
     assert_eq!(requests, [DISCOVER, &read, SCALE_A]);
-    assert_eq!(failures, [crate::scaling::SCALE_WRITE]);
+    assert_eq!(failures, ["scale_write"]);
 }
 
 #[tokio::test]

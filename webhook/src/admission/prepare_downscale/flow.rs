@@ -25,6 +25,8 @@ use kube::api::ListParams;
 use kube::{Api, Client};
 use tokio::time::Instant;
 
+use crate::error::{Error, Failures};
+
 /// What prepare-downscale needs to act; cheap to clone.
 #[derive(Clone)]
 pub struct PrepareDownscale {
@@ -36,6 +38,8 @@ pub struct PrepareDownscale {
     /// The zone tracker's version whose malformed entries were last logged: each change is
     /// logged once, not at every admission.
     tracker_logged: Arc<Mutex<Option<String>>>,
+    /// Where a failed step is counted ([`Deadline::run`]).
+    failures: Option<Failures>,
 }
 
 impl std::fmt::Debug for PrepareDownscale {
@@ -63,6 +67,15 @@ impl PrepareDownscale {
             request_timeout,
             undo_reserve: config.pods.request_timeout.get().min(request_timeout / 3),
             tracker_logged: Arc::default(),
+            failures: None,
+        }
+    }
+
+    /// Counts each failed step in `failures` (`baton_webhook_failures_total`).
+    pub fn counting_failures_in(self, failures: Failures) -> Self {
+        Self {
+            failures: Some(failures),
+            ..self
         }
     }
 
@@ -75,8 +88,15 @@ impl PrepareDownscale {
     ))]
     pub async fn run(&self, request: PrepareRequest) -> Verdict {
         let deadline = Instant::now() + self.request_timeout;
-        let forward = Deadline(deadline - self.undo_reserve);
-        let undo = Deadline(deadline);
+        let failures = self.failures.as_ref();
+        let forward = Deadline {
+            at: deadline - self.undo_reserve,
+            failures,
+        };
+        let undo = Deadline {
+            at: deadline,
+            failures,
+        };
         let (mut flow, mut step) = Flow::start(self.settings.clone(), request);
         loop {
             self.log(&mut flow);
@@ -93,7 +113,7 @@ impl PrepareDownscale {
     }
 
     /// Does one read, write or pod call by `deadline`, and gives its answer.
-    async fn perform(&self, io: Io, deadline: Deadline) -> Reply {
+    async fn perform(&self, io: Io, deadline: Deadline<'_>) -> Reply {
         let namespace = &self.settings.namespace;
         let statefulsets: Api<StatefulSet> = Api::namespaced(self.client.clone(), namespace);
         let config_maps: Api<ConfigMap> = Api::namespaced(self.client.clone(), namespace);
@@ -133,7 +153,7 @@ impl PrepareDownscale {
                 let called = self.pods.call_all(PodMethod::Post, &pods);
                 Reply::Prepared(
                     deadline
-                        .run(async { called.await.map_err(FlowError::Pod) })
+                        .run(async { called.await.map_err(Error::PodCall) })
                         .await,
                 )
             }
@@ -142,7 +162,7 @@ impl PrepareDownscale {
 
     /// Undoes by `deadline`: the pods and the claim at the same time, so a hanging pod cannot
     /// keep the claim held. Failures are logged; the answer is the flow's already.
-    async fn undo(&self, pods: &[PodEndpoint], release: Option<Release>, deadline: Deadline) {
+    async fn undo(&self, pods: &[PodEndpoint], release: Option<Release>, deadline: Deadline<'_>) {
         let undo_pods = async {
             if pods.is_empty() {
                 return;
@@ -168,7 +188,7 @@ impl PrepareDownscale {
     }
 
     /// Drives a claim's release to its end.
-    async fn release(&self, mut release: Release, deadline: Deadline) {
+    async fn release(&self, mut release: Release, deadline: Deadline<'_>) {
         let mut step = release.start();
         let released = loop {
             match step {
@@ -251,32 +271,29 @@ fn labelled(selector: &str) -> ListParams {
     ListParams::default().labels(selector)
 }
 
-/// The point in time by which a group of steps must be done.
+/// The point in time by which a group of steps must be done, and where a failed step is
+/// counted.
 #[derive(Debug, Clone, Copy)]
-struct Deadline(Instant);
-
-#[derive(Debug, thiserror::Error)]
-enum FlowError {
-    #[error("{}", baton_shared::pod_client::error_chain(.0))]
-    Api(#[from] kube::Error),
-    #[error("{0}")]
-    Record(#[from] ledger::ReadError),
-    #[error("{0}")]
-    Pod(baton_shared::pod_client::PodCallError),
-    #[error("the request deadline passed")]
-    TimedOut,
+struct Deadline<'a> {
+    at: Instant,
+    failures: Option<&'a Failures>,
 }
 
-impl Deadline {
+impl Deadline<'_> {
     /// `step`, or an error once the deadline passed; an error is given as its text (the
-    /// flow names it in the denial).
-    async fn run<T, E: Into<FlowError>>(
+    /// flow names it in the denial). The one place a failed step of the flow is counted.
+    async fn run<T, E: Into<Error>>(
         self,
         step: impl Future<Output = Result<T, E>>,
     ) -> Result<T, String> {
-        match tokio::time::timeout_at(self.0, step).await {
-            Ok(result) => result.map_err(|error| error.into().to_string()),
-            Err(_) => Err(FlowError::TimedOut.to_string()),
+        let error = match tokio::time::timeout_at(self.at, step).await {
+            Ok(Ok(done)) => return Ok(done),
+            Ok(Err(error)) => error.into(),
+            Err(_) => Error::DeadlinePassed,
+        };
+        if let Some(failures) = self.failures {
+            failures.count(&error);
         }
+        Err(error.to_string())
     }
 }
