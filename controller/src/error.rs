@@ -47,6 +47,11 @@ pub enum Error {
     /// A call did not answer in time (it says which).
     #[error(transparent)]
     TimedOut(#[from] TimedOut),
+    /// The leadership term the pass started in ended between two of its writes: nothing more
+    /// is written in it. Not a failure: the pass ends ([`crate::runner::TermLost`]), and the
+    /// next term reads again.
+    #[error("the leadership term this pass started in ended")]
+    TermLost,
     /// A write for a member cluster that is not connected (its kubeconfig could not be read
     /// yet).
     #[error("{name} is in member cluster {cluster}, which is not connected")]
@@ -192,13 +197,14 @@ fn storing_gate_state(statefulset: &str, source: &Error) -> String {
 
 /// Every label [`Error::metric_label`] gives, one per variant, in the order of the variants.
 /// Stable: dashboards and alerts select on them.
-pub const METRIC_LABELS: [&str; 29] = [
+pub const METRIC_LABELS: [&str; 30] = [
     "delete_pod",
     "update_status",
     "set_partition",
     "rollback",
     "gate_state",
     "timeout",
+    "term_lost",
     "member_not_connected",
     "kube_api",
     "scale_write",
@@ -224,6 +230,12 @@ pub const METRIC_LABELS: [&str; 29] = [
     "no_such_group",
 ];
 
+impl From<crate::runner::TermLost> for Error {
+    fn from(crate::runner::TermLost: crate::runner::TermLost) -> Self {
+        Self::TermLost
+    }
+}
+
 impl Error {
     /// The failure's stable snake_case label, the `error` label of
     /// `baton_controller_failures_total` and `baton_reconcile_errors_total`: one per variant
@@ -237,6 +249,7 @@ impl Error {
             Self::Rollback { .. } => "rollback",
             Self::GateState { .. } => "gate_state",
             Self::TimedOut(_) => "timeout",
+            Self::TermLost => "term_lost",
             Self::NotConnected { .. } => "member_not_connected",
             Self::Kube(_) => "kube_api",
             Self::ScaleWrite { .. } => "scale_write",
@@ -354,6 +367,7 @@ mod tests {
                 "gate_state",
             ),
             (Error::TimedOut(timed_out()), "timeout"),
+            (Error::TermLost, "term_lost"),
             (
                 Error::NotConnected {
                     name: s("b/a"),

@@ -58,6 +58,7 @@ use kube::api::Api;
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::cache::Caches;
+use crate::runner::{Runner, TermLost};
 use baton_core::statefulset::group_of;
 
 /// A rollout held by a budget comes back after this long even if nothing it watches changes
@@ -126,26 +127,26 @@ impl ZoneBudgets {
     /// Consults the budgets on `deletion` by `group`'s rollout: what it comes to at each step
     /// is the core's ([`first_look`], then [`on_record`] on each read of the budget's record);
     /// this reads the record and writes the claim. Never fails: what went wrong is the reason
-    /// to wait ([`could_not_claim`]). Each call on the record is bounded by `timeout`: the
-    /// claim is a write of the pass's term, bounded by what is left of it (the rollout's
-    /// [`Runner`](crate::runner::Runner)).
+    /// to wait ([`could_not_claim`]), but a term that ends: each read of the record is bounded
+    /// by the request timeout, each claim (a write of the pass's term) by what is left of the
+    /// term, asked afresh at each attempt ([`Runner`]).
     pub async fn before_deletion(
         &self,
         group: &str,
         deletion: &Deletion<'_>,
-        timeout: Duration,
-    ) -> Permit {
+        runner: &Runner,
+    ) -> Result<Permit, TermLost> {
         let budget = match self.with_view(|view| first_look(view, deletion)) {
-            Ok(settled) => return settled,
+            Ok(settled) => return Ok(settled),
             Err(budget) => budget,
         };
         let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), &self.namespace);
         let name = record_name(&budget);
         let (api, name, budget) = (&api, &name, &budget);
-        let failed = |step, error| ClaimFailure::Call { step, error };
+        let failed = |step, error| Stopped::Failed(ClaimFailure::Call { step, error });
         let read = move || async move {
             let reading = format!("reading ConfigMap {name}");
-            match bounded(timeout, reading, ledger::read(api, name)).await {
+            match bounded(runner.bound(false)?, reading, ledger::read(api, name)).await {
                 Ok(Ok(record)) => Ok((record, true)),
                 Ok(Err(error)) => Err(failed("reading", error_chain(&error))),
                 Err(timed_out) => Err(failed("reading", timed_out.to_string())),
@@ -163,19 +164,22 @@ impl ZoneBudgets {
         let store = move |claimed: Ledger| async move {
             let writing = format!("writing ConfigMap {name}");
             let write = ledger::write_labelled(api, name, (RECORD_LABEL, budget), &claimed);
-            match bounded(timeout, writing, write).await {
+            match runner.step(writing, write).await? {
                 Ok(Ok(written)) => Ok(written),
                 Ok(Err(error)) => Err(failed("writing", error_chain(&error))),
                 Err(timed_out) => Err(failed("writing", timed_out.to_string())),
             }
         };
-        match ledger::claim(read, judge, store).await {
+        Ok(match ledger::claim(read, judge, store).await {
             Ok(permit) => permit,
-            Err(ClaimError::Failed(failure)) => could_not_claim(deletion, budget, &failure),
+            Err(ClaimError::Failed(Stopped::TermLost)) => return Err(TermLost),
+            Err(ClaimError::Failed(Stopped::Failed(failure))) => {
+                could_not_claim(deletion, budget, &failure)
+            }
             Err(ClaimError::Contended) => {
                 could_not_claim(deletion, budget, &ClaimFailure::Contended)
             }
-        }
+        })
     }
 
     /// The caches as they are now, for the core to judge on.
@@ -199,6 +203,19 @@ impl ZoneBudgets {
             .pod(pod)
             .map(|pod| pod.uid.clone())
             .filter(|uid| !uid.is_empty())
+    }
+}
+
+/// Why a consult's claim stopped before it was settled.
+enum Stopped {
+    Failed(ClaimFailure),
+    /// The pass's term ended: nothing more is claimed in it.
+    TermLost,
+}
+
+impl From<TermLost> for Stopped {
+    fn from(TermLost: TermLost) -> Self {
+        Self::TermLost
     }
 }
 

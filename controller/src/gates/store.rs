@@ -4,14 +4,13 @@
 //! instead of overwriting. Thin: [`patch_body`] is the pure part.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
-use baton_shared::kube_client::bounded;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use kube::api::{Patch, PatchParams};
 
 use crate::clusters::Clusters;
 use crate::error::Error;
+use crate::runner::Runner;
 use serde_json::{Map, Value, json};
 
 use baton_core::gates::AnnotationWrite;
@@ -62,9 +61,9 @@ pub async fn store(
     at: At<'_>,
     members: &[&StatefulSet],
     writes: &[AnnotationWrite],
-    timeout: Duration,
+    runner: &Runner,
 ) -> Result<Stored, Error> {
-    store_at(at, Some(members), writes, timeout).await
+    store_at(at, Some(members), writes, runner).await
 }
 
 /// Writes facts that must not be lost to a concurrent change, whatever was read: what a hook
@@ -72,16 +71,16 @@ pub async fn store(
 pub async fn store_unconditionally(
     at: At<'_>,
     writes: &[AnnotationWrite],
-    timeout: Duration,
+    runner: &Runner,
 ) -> Result<Stored, Error> {
-    store_at(at, None, writes, timeout).await
+    store_at(at, None, writes, runner).await
 }
 
 async fn store_at(
     at: At<'_>,
     members: Option<&[&StatefulSet]>,
     writes: &[AnnotationWrite],
-    timeout: Duration,
+    runner: &Runner,
 ) -> Result<Stored, Error> {
     let mut by_statefulset: BTreeMap<&str, Vec<&AnnotationWrite>> = BTreeMap::new();
     for write in writes {
@@ -115,8 +114,11 @@ async fn store_at(
             .api::<StatefulSet>(at.namespace, name)
             .map_err(failed)?;
         let call = api.patch(local, &params, &patch);
-        let patched = bounded(timeout, format!("storing the gate state on {name}"), call)
-            .await
+        // Each StatefulSet's patch asks the term afresh: one ending between two patches
+        // stops the second.
+        let patched = runner
+            .step(format!("storing the gate state on {name}"), call)
+            .await?
             .map_err(|timed_out| failed(timed_out.into()))?;
         match patched {
             Ok(_) => {}
@@ -164,5 +166,65 @@ mod tests {
             patch_body(None, &writes[1..]),
             json!({ "metadata": { "annotations": { "baton.dev/halted": null } } })
         );
+    }
+
+    /// Two StatefulSets' gate state written within a term that answers `calls` times, on an
+    /// API server that accepts every patch: what was sent, and what the store came to.
+    async fn store_two(calls: usize) -> (Result<Stored, Error>, Vec<String>) {
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use std::time::Duration;
+
+        use crate::runner::recorded::{self, Reply};
+
+        baton_shared::crypto::install_default_provider();
+        let (client, recorded) = recorded::api("ns", |_, path| {
+            let name = path.rsplit('/').next().unwrap_or_default();
+            Reply::Object(json!({"apiVersion": "apps/v1", "kind": "StatefulSet",
+                "metadata": {"name": name, "namespace": "ns", "resourceVersion": "9"}}))
+        });
+        let clusters = Clusters::single(client);
+        let members: Vec<StatefulSet> = ["a", "b"]
+            .map(|name| {
+                serde_json::from_value(json!({"metadata": {"name": name, "resourceVersion": "1"}}))
+                    .expect("a StatefulSet")
+            })
+            .into();
+        let read: Vec<&StatefulSet> = members.iter().collect();
+        let writes = ["a", "b"].map(|statefulset| AnnotationWrite {
+            statefulset: statefulset.to_owned(),
+            key: STATE_ANNOTATION,
+            value: Some("{}".to_owned()),
+        });
+        let asked = Arc::new(AtomicUsize::new(0));
+        let may_act: crate::runner::MayAct = Arc::new(move || {
+            (asked.fetch_add(1, Ordering::SeqCst) < calls).then_some(Duration::MAX)
+        });
+        let runner = Runner::new(may_act, Duration::from_secs(600));
+        let at = At {
+            clusters: &clusters,
+            namespace: "ns",
+        };
+        let stored = store(at, &read, &writes, &runner).await;
+        (stored, recorded.requests())
+    }
+
+    const PATCH_A: &str = "PATCH /apis/apps/v1/namespaces/ns/statefulsets/a";
+    const PATCH_B: &str = "PATCH /apis/apps/v1/namespaces/ns/statefulsets/b";
+
+    #[tokio::test]
+    async fn each_statefulsets_patch_asks_the_term_afresh_and_one_ending_between_stops_the_next() {
+        // Given a term that lasts: both patches, in order
+        let (stored, requests) = store_two(usize::MAX).await;
+        assert_eq!(stored.expect("stored"), Stored::Done);
+        assert_eq!(requests, [PATCH_A, PATCH_B]);
+        // When it ends after the first patch: the second is never sent, and the pass is told
+        let (stored, requests) = store_two(1).await;
+        assert!(matches!(stored, Err(Error::TermLost)), "{stored:?}");
+        assert_eq!(requests, [PATCH_A]);
+        // And a term already over sends nothing
+        let (stored, requests) = store_two(0).await;
+        assert!(matches!(stored, Err(Error::TermLost)), "{stored:?}");
+        assert_eq!(requests, Vec::<String>::new());
     }
 }

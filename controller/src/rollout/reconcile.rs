@@ -99,7 +99,12 @@ impl Rollouts {
             self.record_progress(group, &pass);
             self.metrics.gates.record(group, pass.gate_wait.as_ref());
         }
-        let held = match self.run(group, members, &snapshot, &pass, may_act).await? {
+        let ran = match self.run(group, members, &snapshot, &pass, may_act).await {
+            // Ended between two writes of one effect: as when it ends between two effects.
+            Err(Error::TermLost) => Ran::Ended,
+            ran => ran?,
+        };
+        let held = match ran {
             Ran::Ended => return Ok(Requeue::Never),
             Ran::Done => None,
             Ran::HeldByBudget(note) => Some(note),
@@ -170,7 +175,7 @@ impl Rollouts {
                     refused,
                 } => {
                     let started = self
-                        .rollbacks(timeout)
+                        .rollbacks(&runner)
                         .start(group, snapshot, members, carrier, why, refused.as_deref())
                         .await?;
                     if let Some(first) = started {
@@ -180,7 +185,7 @@ impl Rollouts {
                     return Ok(Ran::Ended);
                 }
                 Effect::RestoreTemplates(records) => {
-                    let rollbacks = self.rollbacks(timeout);
+                    let rollbacks = self.rollbacks(&runner);
                     for (name, record) in records {
                         rollbacks.restore(members, name, record).await?;
                     }
@@ -188,7 +193,7 @@ impl Rollouts {
                 }
                 Effect::RecordHookAnswer { key, writes } => {
                     if self.gate_calls.hook_calls.take_ended(group, key).is_some() {
-                        store::store_unconditionally(at, writes, timeout).await?;
+                        store::store_unconditionally(at, writes, &runner).await?;
                     }
                 }
                 Effect::CallHook(call) => {
@@ -225,7 +230,7 @@ impl Rollouts {
                 }
                 Effect::Store(writes) => {
                     let read: Vec<&StatefulSet> = members.iter().map(Arc::as_ref).collect();
-                    let stored = store::store(at, &read, writes, timeout).await?;
+                    let stored = store::store(at, &read, writes, &runner).await?;
                     if stored == store::Stored::Stale {
                         // The stored objects' watch events bring the group back.
                         return Ok(Ran::Ended);
@@ -242,7 +247,9 @@ impl Rollouts {
                         pod,
                         free_replacement: *free_replacement,
                     };
-                    if let Some(note) = self.budget_holds(group, members, &deletion, timeout).await
+                    if let Some(note) = self
+                        .budget_holds(group, members, &deletion, &runner)
+                        .await?
                     {
                         return Ok(Ran::HeldByBudget(note));
                     }
@@ -272,11 +279,11 @@ impl Rollouts {
         }
     }
 
-    fn rollbacks(&self, timeout: Duration) -> Rollbacks<'_> {
+    fn rollbacks<'a>(&'a self, runner: &'a Runner) -> Rollbacks<'a> {
         Rollbacks {
             clusters: &self.clusters,
             namespace: &self.namespace,
-            timeout,
+            runner,
             explainer: &self.explainer,
         }
     }
@@ -355,11 +362,14 @@ impl Rollouts {
         group: &str,
         members: &[Arc<StatefulSet>],
         deletion: &crate::zpdb_check::Deletion<'_>,
-        timeout: Duration,
-    ) -> Option<String> {
-        let permit = self.budgets.before_deletion(group, deletion, timeout).await;
+        runner: &Runner,
+    ) -> Result<Option<String>, Error> {
+        let permit = self
+            .budgets
+            .before_deletion(group, deletion, runner)
+            .await?;
         let crate::zpdb_check::Permit::Wait(note) = permit else {
-            return None;
+            return Ok(None);
         };
         let explanation = Explanation {
             severity: Severity::Normal,
@@ -376,7 +386,7 @@ impl Rollouts {
             false,
         )
         .await;
-        Some(note)
+        Ok(Some(note))
     }
 
     /// Tells `explanation` as an Event on `statefulset`, and with `history`, adds it to the

@@ -8,7 +8,6 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 use baton_core::gates::rollback::{self, ROLLBACK_STATE_ANNOTATION, Record, Revision};
 use baton_core::rollout::GroupSnapshot;
@@ -21,13 +20,16 @@ use kube::{Resource, ResourceExt};
 use crate::error::Error;
 use crate::explain::{Explainer, Explanation, Severity};
 use crate::gates::store;
+use crate::runner::Runner;
 
 /// The rollback side of a group's pass, run by the leader before the gate.
 pub struct Rollbacks<'a> {
     /// Where each member is: a rollback writes a member in its own cluster.
     pub clusters: &'a crate::clusters::Clusters,
     pub namespace: &'a str,
-    pub timeout: Duration,
+    /// The pass's hold on its term: each read is bounded by the request timeout, each write
+    /// by what is left of the term, asked afresh.
+    pub runner: &'a Runner,
     pub explainer: &'a Explainer,
 }
 
@@ -68,12 +70,12 @@ impl Rollbacks<'_> {
         );
         let read: Vec<&StatefulSet> = members.iter().map(Arc::as_ref).collect();
         if starting.first.is_some()
-            && store::store(self.at(), &read, &starting.records, self.timeout).await?
+            && store::store(self.at(), &read, &starting.records, self.runner).await?
                 != store::Stored::Done
         {
             return Ok(None);
         }
-        if store::store_unconditionally(self.at(), &starting.remove_request, self.timeout).await?
+        if store::store_unconditionally(self.at(), &starting.remove_request, self.runner).await?
             == store::Stored::Done
             && let Some(member) = members
                 .iter()
@@ -112,7 +114,7 @@ impl Rollbacks<'_> {
             };
             let listing = format!("listing the ControllerRevisions of {name}");
             let listed = bounded(
-                self.timeout,
+                self.runner.bound(false)?,
                 listing,
                 api.list(&ListParams::default().labels(&selector)),
             )
@@ -149,9 +151,13 @@ impl Rollbacks<'_> {
             .clusters
             .api::<ControllerRevision>(self.namespace, name)?;
         let reading = format!("reading ControllerRevision {}", record.to);
-        let revision = bounded(self.timeout, reading, revisions.get(&record.to))
-            .await?
-            .map_err(|source| failed("reading the revision to go back to", source))?;
+        let revision = bounded(
+            self.runner.bound(false)?,
+            reading,
+            revisions.get(&record.to),
+        )
+        .await?
+        .map_err(|source| failed("reading the revision to go back to", source))?;
         // The record names the revision; only one of this member's own is copied into it.
         if !rollback::is_revision_of(&revision, member) {
             let explanation = Explanation {
@@ -181,12 +187,10 @@ impl Rollbacks<'_> {
         let (api, _) = self.clusters.api::<StatefulSet>(self.namespace, name)?;
         let writing = format!("writing the template of {name} back to {}", record.to);
         let patch = Patch::Strategic(&body);
-        match bounded(
-            self.timeout,
-            writing,
-            api.patch(local, &PatchParams::default(), &patch),
-        )
-        .await?
+        match self
+            .runner
+            .step(writing, api.patch(local, &PatchParams::default(), &patch))
+            .await??
         {
             Ok(_) => {}
             // Someone wrote meanwhile: the watch event brings the group back.
