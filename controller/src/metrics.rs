@@ -61,105 +61,119 @@ impl ControllerMetrics {
     pub fn register(registry: &Registry) -> prometheus::Result<Self> {
         let group = &["rollout_group"];
         let statefulset = &["rollout_group", "statefulset"];
-        let metrics = Self {
-            reconciles: IntCounterVec::new(
-                Opts::new(
-                    "rollout_operator_group_reconciles_total",
-                    "Total number of reconciles started for a specific rollout group.",
-                ),
+        Ok(Self {
+            reconciles: counters(
+                registry,
+                "rollout_operator_group_reconciles_total",
+                "Total number of reconciles started for a specific rollout group.",
                 group,
             )?,
-            reconciles_failed: IntCounterVec::new(
-                Opts::new(
-                    "rollout_operator_group_reconciles_failed_total",
-                    "Total number of reconciles failed for a specific rollout group.",
-                ),
+            reconciles_failed: counters(
+                registry,
+                "rollout_operator_group_reconciles_failed_total",
+                "Total number of reconciles failed for a specific rollout group.",
                 group,
             )?,
-            reconcile_errors: IntCounterVec::new(
-                Opts::new(
-                    "baton_reconcile_errors_total",
-                    "Failures in a rollout group's reconcile, by what failed.",
-                ),
+            reconcile_errors: counters(
+                registry,
+                "baton_reconcile_errors_total",
+                "Failures in a rollout group's reconcile, by what failed.",
                 &["rollout_group", "error"],
             )?,
             failures: crate::error::register_failures(registry)?,
-            reconcile_duration: HistogramVec::new(
-                HistogramOpts::new(
-                    "rollout_operator_group_reconcile_duration_seconds",
-                    "Total time spent running a reconcile for a specific rollout group.",
-                )
-                .buckets(vec![
-                    0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
-                ]),
-                group,
+            reconcile_duration: registered(
+                registry,
+                HistogramVec::new(
+                    HistogramOpts::new(
+                        "rollout_operator_group_reconcile_duration_seconds",
+                        "Total time spent running a reconcile for a specific rollout group.",
+                    )
+                    .buckets(vec![
+                        0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+                    ]),
+                    group,
+                )?,
             )?,
-            last_successful_reconcile: GaugeVec::new(
-                Opts::new(
-                    "rollout_operator_last_successful_group_reconcile_timestamp_seconds",
-                    "Timestamp of the last successful reconcile for a specific rollout group.",
-                ),
-                group,
+            last_successful_reconcile: registered(
+                registry,
+                GaugeVec::new(
+                    Opts::new(
+                        "rollout_operator_last_successful_group_reconcile_timestamp_seconds",
+                        "Timestamp of the last successful reconcile for a specific rollout group.",
+                    ),
+                    group,
+                )?,
             )?,
-            pods_total: IntGaugeVec::new(
-                Opts::new(
-                    "baton_rollout_pods",
-                    "Pods a StatefulSet of a rollout group should have (spec.replicas).",
-                ),
+            pods_total: gauges(
+                registry,
+                "baton_rollout_pods",
+                "Pods a StatefulSet of a rollout group should have (spec.replicas).",
                 statefulset,
             )?,
-            pods_updated: IntGaugeVec::new(
-                Opts::new(
-                    "baton_rollout_pods_updated",
-                    "Pods of a StatefulSet at its update revision.",
-                ),
+            pods_updated: gauges(
+                registry,
+                "baton_rollout_pods_updated",
+                "Pods of a StatefulSet at its update revision.",
                 statefulset,
             )?,
-            pods_ready: IntGaugeVec::new(
-                Opts::new(
-                    "baton_rollout_pods_ready",
-                    "Pods of a StatefulSet that are available.",
-                ),
+            pods_ready: gauges(
+                registry,
+                "baton_rollout_pods_ready",
+                "Pods of a StatefulSet that are available.",
                 statefulset,
             )?,
-            group_waiting: IntGaugeVec::new(
-                Opts::new(
-                    "baton_rollout_group_waiting",
-                    "1 while a rollout group cannot make progress (the Event on its StatefulSets says why).",
-                ),
+            group_waiting: gauges(
+                registry,
+                "baton_rollout_group_waiting",
+                "1 while a rollout group cannot make progress (the Event on its StatefulSets says why).",
                 group,
             )?,
-            waiting_reason: IntGaugeVec::new(
-                Opts::new(
-                    "baton_rollout_group_waiting_reason",
-                    "1 for the reason a rollout group cannot make progress now (NotReady, MaxUnavailable, Paused, ...); no series while it can.",
-                ),
+            waiting_reason: gauges(
+                registry,
+                "baton_rollout_group_waiting_reason",
+                "1 for the reason a rollout group cannot make progress now (NotReady, MaxUnavailable, Paused, ...); no series while it can.",
                 &["rollout_group", "reason"],
             )?,
-            pod_deletions: IntCounterVec::new(
-                Opts::new(
-                    "baton_rollout_pod_deletions_total",
-                    "Pods deleted by baton to roll them to the update revision.",
-                ),
+            pod_deletions: counters(
+                registry,
+                "baton_rollout_pod_deletions_total",
+                "Pods deleted by baton to roll them to the update revision.",
                 statefulset,
             )?,
             gates: crate::gates::metrics::GateMetrics::register(registry)?,
             members: Arc::default(),
             reasons: Arc::default(),
-        };
-        registry.register(Box::new(metrics.reconciles.clone()))?;
-        registry.register(Box::new(metrics.reconciles_failed.clone()))?;
-        registry.register(Box::new(metrics.reconcile_errors.clone()))?;
-        registry.register(Box::new(metrics.reconcile_duration.clone()))?;
-        registry.register(Box::new(metrics.last_successful_reconcile.clone()))?;
-        registry.register(Box::new(metrics.pods_total.clone()))?;
-        registry.register(Box::new(metrics.pods_updated.clone()))?;
-        registry.register(Box::new(metrics.pods_ready.clone()))?;
-        registry.register(Box::new(metrics.group_waiting.clone()))?;
-        registry.register(Box::new(metrics.waiting_reason.clone()))?;
-        registry.register(Box::new(metrics.pod_deletions.clone()))?;
-        Ok(metrics)
+        })
     }
+}
+
+/// `collector`, registered in `registry`.
+fn registered<C: prometheus::core::Collector + Clone + 'static>(
+    registry: &Registry,
+    collector: C,
+) -> prometheus::Result<C> {
+    registry.register(Box::new(collector.clone()))?;
+    Ok(collector)
+}
+
+/// A registered counter `name` by `labels`.
+fn counters(
+    registry: &Registry,
+    name: &str,
+    help: &str,
+    labels: &[&str],
+) -> prometheus::Result<IntCounterVec> {
+    registered(registry, IntCounterVec::new(Opts::new(name, help), labels)?)
+}
+
+/// A registered gauge `name` by `labels`.
+fn gauges(
+    registry: &Registry,
+    name: &str,
+    help: &str,
+    labels: &[&str],
+) -> prometheus::Result<IntGaugeVec> {
+    registered(registry, IntGaugeVec::new(Opts::new(name, help), labels)?)
 }
 
 impl ControllerMetrics {

@@ -108,6 +108,8 @@ pub(super) async fn run(
     }
 }
 
+/// One look at the Secret: read it, record its expiry, ask the planner, and make the one write
+/// it says, within the term this round started in.
 async fn round(
     secrets: &Api<Secret>,
     name: &str,
@@ -131,33 +133,14 @@ async fn round(
         name: name.to_owned(),
         source,
     })?;
-    let data: BTreeMap<String, Vec<u8>> = existing
-        .as_ref()
-        .and_then(|secret| secret.data.clone())
-        .unwrap_or_default()
-        .into_iter()
-        .map(|(key, value)| (key, value.0))
-        .collect();
     let (parsed, material) = match &existing {
-        Some(_) => {
-            let (parsed, material) = pki::parse(&data);
+        Some(secret) => {
+            let (parsed, material) = pki::parse(&secret_data(secret));
             (Some(parsed), material)
         }
         None => (None, None),
     };
-    if let Some(ParsedSecret::Usable(certificates)) = &parsed {
-        let newest = certificates.cas.iter().map(|ca| ca.not_after).max();
-        metrics
-            .expiry
-            .with_label_values(&["serving"])
-            .set(certificates.serving.not_after.unix_timestamp() as f64);
-        if let Some(newest) = newest {
-            metrics
-                .expiry
-                .with_label_values(&["ca"])
-                .set(newest.unix_timestamp() as f64);
-        }
-    }
+    record_expiry(metrics, parsed.as_ref());
     let now = OffsetDateTime::now_utc();
     let CertificatePlan { action, next_look } = plan_certificates(parsed.as_ref(), wanted, now);
     if action == SecretAction::Keep {
@@ -165,61 +148,12 @@ async fn round(
         return Ok(Round::Kept(next_look));
     }
     // The pki functions do not know the Secret they issue for: it is named here.
-    let issue_error = |source| Error::IssueCertificate {
-        name: name.to_owned(),
-        source: Box::new(source),
-    };
-    let fresh = |now| -> Result<Material, Error> {
-        let ca = pki::new_ca(now, wanted.ca_lifetime)?;
-        let serving = pki::new_serving(
-            &ca,
-            now + wanted.ca_lifetime,
-            &wanted.names,
-            now,
-            wanted.serving_lifetime,
-        )?;
-        Ok(Material {
-            cas: vec![ca],
-            serving,
-        })
-    };
-    let next = match (&action, material, &parsed) {
-        (SecretAction::Create | SecretAction::Regenerate { .. }, _, _) => {
-            fresh(now).map_err(issue_error)?
+    let next = issue(&action, material, parsed.as_ref(), wanted, now).map_err(|source| {
+        Error::IssueCertificate {
+            name: name.to_owned(),
+            source: Box::new(source),
         }
-        (
-            SecretAction::IssueServing { signer, .. },
-            Some(mut material),
-            Some(ParsedSecret::Usable(certificates)),
-        ) => {
-            material.serving = serving_from(
-                &material.cas[*signer],
-                certificates.cas[*signer].not_after,
-                &wanted.names,
-                now,
-                wanted.serving_lifetime,
-            )
-            .map_err(issue_error)?;
-            material
-        }
-        (SecretAction::StartCaRotation, Some(mut material), _) => {
-            material
-                .cas
-                .push(pki::new_ca(now, wanted.ca_lifetime).map_err(issue_error)?);
-            material
-        }
-        (
-            SecretAction::FinishCaRotation,
-            Some(mut material),
-            Some(ParsedSecret::Usable(certificates)),
-        ) => {
-            let newest = certificates.serving.signed_by;
-            material.cas = vec![material.cas.swap_remove(newest)];
-            material
-        }
-        // A usable parse always comes with its material.
-        _ => fresh(now).map_err(issue_error)?,
-    };
+    })?;
     // The term may have ended while issuing (a later term of this replica does not count: it
     // reads again).
     let written = runner
@@ -231,8 +165,7 @@ async fn round(
     let Ok(written) = written else {
         return Ok(Round::NotLeader);
     };
-    let written = written?;
-    let written = match written {
+    let written = match written? {
         Ok(secret) => secret,
         Err(kube::Error::Api(status)) if status.code == 409 => {
             tracing::info!(
@@ -261,6 +194,91 @@ async fn round(
         explainer.tell(&object, explanation).await;
     }
     Ok(Round::Again)
+}
+
+/// The Secret's data, key by key.
+fn secret_data(secret: &Secret) -> BTreeMap<String, Vec<u8>> {
+    secret
+        .data
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(key, value)| (key, value.0))
+        .collect()
+}
+
+/// The expiry gauges, from a usable Secret (the serving certificate's, and the newest CA's).
+fn record_expiry(metrics: &CertificateMetrics, parsed: Option<&ParsedSecret>) {
+    let Some(ParsedSecret::Usable(certificates)) = parsed else {
+        return;
+    };
+    metrics
+        .expiry
+        .with_label_values(&["serving"])
+        .set(certificates.serving.not_after.unix_timestamp() as f64);
+    if let Some(newest) = certificates.cas.iter().map(|ca| ca.not_after).max() {
+        metrics
+            .expiry
+            .with_label_values(&["ca"])
+            .set(newest.unix_timestamp() as f64);
+    }
+}
+
+/// The material `action` asks for, from what the Secret holds: all of it new, a serving
+/// certificate reissued by one of the CAs kept, a CA added or the old ones dropped.
+fn issue(
+    action: &SecretAction,
+    material: Option<Material>,
+    parsed: Option<&ParsedSecret>,
+    wanted: &Wanted,
+    now: OffsetDateTime,
+) -> Result<Material, Error> {
+    let fresh = || -> Result<Material, Error> {
+        let ca = pki::new_ca(now, wanted.ca_lifetime)?;
+        let serving = pki::new_serving(
+            &ca,
+            now + wanted.ca_lifetime,
+            &wanted.names,
+            now,
+            wanted.serving_lifetime,
+        )?;
+        Ok(Material {
+            cas: vec![ca],
+            serving,
+        })
+    };
+    match (action, material, parsed) {
+        (SecretAction::Create | SecretAction::Regenerate { .. }, _, _) => fresh(),
+        (
+            SecretAction::IssueServing { signer, .. },
+            Some(mut material),
+            Some(ParsedSecret::Usable(certificates)),
+        ) => {
+            material.serving = serving_from(
+                &material.cas[*signer],
+                certificates.cas[*signer].not_after,
+                &wanted.names,
+                now,
+                wanted.serving_lifetime,
+            )?;
+            Ok(material)
+        }
+        (SecretAction::StartCaRotation, Some(mut material), _) => {
+            material.cas.push(pki::new_ca(now, wanted.ca_lifetime)?);
+            Ok(material)
+        }
+        (
+            SecretAction::FinishCaRotation,
+            Some(mut material),
+            Some(ParsedSecret::Usable(certificates)),
+        ) => {
+            let newest = certificates.serving.signed_by;
+            material.cas = vec![material.cas.swap_remove(newest)];
+            Ok(material)
+        }
+        // A usable parse always comes with its material.
+        _ => fresh(),
+    }
 }
 
 /// The Event a write deserves: starting over (a warning: someone's Secret was unusable) and a

@@ -162,114 +162,140 @@ impl Rollouts {
         pass: &Pass,
         may_act: &MayAct,
     ) -> Result<Ran, Error> {
-        let at = self.at();
         let runner = Runner::new(may_act.clone(), self.request_timeout);
         for effect in &pass.effects {
             let Ok(timeout) = runner.bound(effect.needs_term()) else {
                 return Ok(Ran::Ended);
             };
-            match effect {
-                Effect::StartRollback {
-                    carrier,
-                    why,
-                    refused,
-                } => {
-                    let started = self
-                        .rollbacks(&runner)
-                        .start(group, snapshot, members, carrier, why, refused.as_deref())
-                        .await?;
-                    if let Some(first) = started {
-                        self.status
-                            .rollback_started(group, &first, why, jiff::Timestamp::now());
-                    }
-                    return Ok(Ran::Ended);
-                }
-                Effect::RestoreTemplates(records) => {
-                    let rollbacks = self.rollbacks(&runner);
-                    for (name, record) in records {
-                        rollbacks.restore(members, name, record).await?;
-                    }
-                    return Ok(Ran::Ended);
-                }
-                Effect::RecordHookAnswer { key, writes } => {
-                    if self.gate_calls.hook_calls.take_ended(group, key).is_some() {
-                        store::store_unconditionally(at, writes, &runner).await?;
-                    }
-                }
-                Effect::CallHook(call) => {
-                    // Called only if still due on a fresh read (the cache may lag a call just
-                    // made), beside the reconciles: its answer queues the group again.
-                    let reading = format!("reading {} before its hook", call.statefulset);
-                    let (statefulsets, local) = self
-                        .clusters
-                        .api::<StatefulSet>(&self.namespace, &call.statefulset)?;
-                    let fresh = bounded(timeout, reading, statefulsets.get(local))
-                        .await
-                        .map(|read| {
-                            read.map(|fresh| {
-                                baton_core::clusters::requalify(&call.statefulset, fresh)
-                            })
-                        });
-                    if let Ok(Ok(fresh)) = fresh
-                        && baton_core::gates::hooks::still_due(&fresh, call, jiff::Timestamp::now())
-                    {
-                        self.gate_calls.start_hook(group, call.clone());
-                    }
-                }
-                Effect::StartCheck(start) => {
-                    gates::health::start(&self.gate_calls, group, start.as_ref().clone());
-                }
-                Effect::Tell {
-                    statefulset,
-                    explanation,
-                    history,
-                } => {
-                    let explanation = explanation.clone();
-                    self.tell(group, members, statefulset, None, explanation, *history)
-                        .await;
-                }
-                Effect::Store(writes) => {
-                    let read: Vec<&StatefulSet> = members.iter().map(Arc::as_ref).collect();
-                    let stored = store::store(at, &read, writes, &runner).await?;
-                    if stored == store::Stored::Stale {
-                        // The stored objects' watch events bring the group back.
-                        return Ok(Ran::Ended);
-                    }
-                }
-                Effect::Noticed(notices) => self.metrics.gates.count_notices(group, notices),
-                Effect::ConsultBudget {
-                    statefulset,
-                    pod,
-                    free_replacement,
-                } => {
-                    let deletion = crate::zpdb_check::Deletion {
-                        statefulset,
-                        pod,
-                        free_replacement: *free_replacement,
-                    };
-                    if let Some(note) = self
-                        .budget_holds(group, members, &deletion, &runner)
-                        .await?
-                    {
-                        return Ok(Ran::HeldByBudget(note));
-                    }
-                }
-                Effect::Act { action, told } => {
-                    let done = self.act(group, members, action, timeout).await?;
-                    match (done, told) {
-                        (Acted::Done, Some(told)) => {
-                            let (statefulset, pod) = (action.statefulset(), action.pod());
-                            self.tell(group, members, statefulset, pod, told.explanation(), true)
-                                .await;
-                        }
-                        (Acted::Done | Acted::Skipped, _) => {}
-                        // Written meanwhile: the next pass plans on the new version.
-                        (Acted::Stale, _) => return Ok(Ran::Done),
-                    }
-                }
+            let step = Step {
+                group,
+                members,
+                runner: &runner,
+                timeout,
+            };
+            if let Some(ended) = self.run_effect(&step, snapshot, effect).await? {
+                return Ok(ended);
             }
         }
         Ok(Ran::Done)
+    }
+
+    /// Runs one effect; `Some(how)` when the pass ends with it.
+    async fn run_effect(
+        &self,
+        step: &Step<'_>,
+        snapshot: &GroupSnapshot,
+        effect: &Effect,
+    ) -> Result<Option<Ran>, Error> {
+        let Step {
+            group,
+            members,
+            runner,
+            timeout,
+        } = *step;
+        match effect {
+            Effect::StartRollback {
+                carrier,
+                why,
+                refused,
+            } => {
+                let started = self
+                    .rollbacks(runner)
+                    .start(group, snapshot, members, carrier, why, refused.as_deref())
+                    .await?;
+                if let Some(first) = started {
+                    self.status
+                        .rollback_started(group, &first, why, jiff::Timestamp::now());
+                }
+                return Ok(Some(Ran::Ended));
+            }
+            Effect::RestoreTemplates(records) => {
+                let rollbacks = self.rollbacks(runner);
+                for (name, record) in records {
+                    rollbacks.restore(members, name, record).await?;
+                }
+                return Ok(Some(Ran::Ended));
+            }
+            Effect::RecordHookAnswer { key, writes } => {
+                if self.gate_calls.hook_calls.take_ended(group, key).is_some() {
+                    store::store_unconditionally(self.at(), writes, runner).await?;
+                }
+            }
+            Effect::CallHook(call) => self.call_hook_if_due(group, call, timeout).await?,
+            Effect::StartCheck(start) => {
+                gates::health::start(&self.gate_calls, group, start.as_ref().clone());
+            }
+            Effect::Tell {
+                statefulset,
+                explanation,
+                history,
+            } => {
+                let explanation = explanation.clone();
+                self.tell(group, members, statefulset, None, explanation, *history)
+                    .await;
+            }
+            Effect::Store(writes) => {
+                let read: Vec<&StatefulSet> = members.iter().map(Arc::as_ref).collect();
+                if store::store(self.at(), &read, writes, runner).await? == store::Stored::Stale {
+                    // The stored objects' watch events bring the group back.
+                    return Ok(Some(Ran::Ended));
+                }
+            }
+            Effect::Noticed(notices) => self.metrics.gates.count_notices(group, notices),
+            Effect::ConsultBudget {
+                statefulset,
+                pod,
+                free_replacement,
+            } => {
+                let deletion = crate::zpdb_check::Deletion {
+                    statefulset,
+                    pod,
+                    free_replacement: *free_replacement,
+                };
+                if let Some(note) = self.budget_holds(group, members, &deletion, runner).await? {
+                    return Ok(Some(Ran::HeldByBudget(note)));
+                }
+            }
+            Effect::Act { action, told } => {
+                let done = self.act(group, members, action, timeout).await?;
+                match (done, told) {
+                    (Acted::Done, Some(told)) => {
+                        let (statefulset, pod) = (action.statefulset(), action.pod());
+                        self.tell(group, members, statefulset, pod, told.explanation(), true)
+                            .await;
+                    }
+                    (Acted::Done | Acted::Skipped, _) => {}
+                    // Written meanwhile: the next pass plans on the new version.
+                    (Acted::Stale, _) => return Ok(Some(Ran::Done)),
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// Starts `call` beside the reconciles (its answer queues the group again), only if it is
+    /// still due on a fresh read: the cache may lag a call just made.
+    async fn call_hook_if_due(
+        &self,
+        group: &str,
+        call: &baton_core::gates::hooks::HookCall,
+        timeout: Duration,
+    ) -> Result<(), Error> {
+        let reading = format!("reading {} before its hook", call.statefulset);
+        let (statefulsets, local) = self
+            .clusters
+            .api::<StatefulSet>(&self.namespace, &call.statefulset)?;
+        let fresh = bounded(timeout, reading, statefulsets.get(local))
+            .await
+            .map(|read| {
+                read.map(|fresh| baton_core::clusters::requalify(&call.statefulset, fresh))
+            });
+        if let Ok(Ok(fresh)) = fresh
+            && baton_core::gates::hooks::still_due(&fresh, call, jiff::Timestamp::now())
+        {
+            self.gate_calls.start_hook(group, call.clone());
+        }
+        Ok(())
     }
 
     fn at(&self) -> store::At<'_> {
@@ -418,6 +444,17 @@ impl Rollouts {
                 .await;
         }
     }
+}
+
+/// What one effect of a pass runs with.
+#[derive(Clone, Copy)]
+struct Step<'a> {
+    group: &'a str,
+    members: &'a [Arc<StatefulSet>],
+    runner: &'a Runner,
+    /// The bound of this effect's call: what is left of the term for one that acts, else the
+    /// request timeout.
+    timeout: Duration,
 }
 
 /// How running a pass's effects ended.
