@@ -194,26 +194,9 @@ impl Rollouts {
             timeout,
         } = *step;
         match effect {
-            Effect::StartRollback {
-                carrier,
-                why,
-                refused,
-            } => {
-                let started = self
-                    .rollbacks(runner)
-                    .start(group, snapshot, members, carrier, why, refused.as_deref())
-                    .await?;
-                if let Some(first) = started {
-                    self.status
-                        .rollback_started(group, &first, why, jiff::Timestamp::now());
-                }
-                return Ok(Some(Ran::Ended));
-            }
-            Effect::RestoreTemplates(records) => {
-                let rollbacks = self.rollbacks(runner);
-                for (name, record) in records {
-                    rollbacks.restore(members, name, record).await?;
-                }
+            // A rollback's step is the whole pass.
+            Effect::StartRollback { .. } | Effect::RestoreTemplates(_) => {
+                self.roll_back(step, snapshot, effect).await?;
                 return Ok(Some(Ran::Ended));
             }
             Effect::RecordHookAnswer { key, writes } => {
@@ -260,8 +243,9 @@ impl Rollouts {
                 let done = self.act(group, members, action, timeout).await?;
                 match (done, told) {
                     (Acted::Done, Some(told)) => {
+                        let explanation = told.explanation();
                         let (statefulset, pod) = (action.statefulset(), action.pod());
-                        self.tell(group, members, statefulset, pod, told.explanation(), true)
+                        self.tell(group, members, statefulset, pod, explanation, true)
                             .await;
                     }
                     (Acted::Done | Acted::Skipped, _) => {}
@@ -271,6 +255,40 @@ impl Rollouts {
             }
         }
         Ok(None)
+    }
+
+    /// A rollback's step: starting it (or refusing the request), or writing templates back.
+    async fn roll_back(
+        &self,
+        step: &Step<'_>,
+        snapshot: &GroupSnapshot,
+        effect: &Effect,
+    ) -> Result<(), Error> {
+        let rollbacks = self.rollbacks(step.runner);
+        match effect {
+            Effect::StartRollback {
+                carrier,
+                why,
+                refused,
+            } => {
+                let (group, members) = (step.group, step.members);
+                let refused = refused.as_deref();
+                let started = rollbacks
+                    .start(group, snapshot, members, carrier, why, refused)
+                    .await?;
+                if let Some(first) = started {
+                    self.status
+                        .rollback_started(group, &first, why, jiff::Timestamp::now());
+                }
+            }
+            Effect::RestoreTemplates(records) => {
+                for (name, record) in records {
+                    rollbacks.restore(step.members, name, record).await?;
+                }
+            }
+            _ => {}
+        }
+        Ok(())
     }
 
     /// Starts `call` beside the reconciles (its answer queues the group again), only if it is
