@@ -33,7 +33,7 @@ use crate::gates::checks::{self, CheckOutcome, CheckPolicy, CheckRun, CheckState
 use crate::gates::health_check::{self, Author, QuerySpec, Spec, holding_policy, render_query};
 use crate::gates::hooks::{self, HookAnswer, HookCall};
 use crate::gates::keys::{self, GateConfig, GateWarning, HEALTH_CHECK_ANNOTATION};
-use crate::gates::rollback::{self, Record, Status};
+use crate::gates::rollback::{self, RollbackRecord, Status};
 use crate::gates::{AnnotationWrite, GateDecision, GateNotice, GateState, GateWait};
 use crate::rollout::completion::{self, Rolling};
 use crate::rollout::{Action, GroupSnapshot, Plan, Told, WaitReason, plan};
@@ -218,7 +218,7 @@ pub enum Effect {
     },
     /// Write each member's pod template back from the revision its record returns to. The pass
     /// ends with it.
-    RestoreTemplates(Vec<(String, Record)>),
+    RestoreTemplates(Vec<(String, RollbackRecord)>),
     /// Take the hook answer kept under `key` and store what it leaves, whatever changed
     /// meanwhile (a record lost to a resourceVersion race would call the hook again).
     RecordHookAnswer {
@@ -336,11 +336,11 @@ impl Pass {
 
 /// The whole pass over `read`, with the real planner and gates.
 pub fn decide(read: &Read<'_>) -> Pass {
-    decide_with(read, &gate)
+    decide_gated_by(read, &gate)
 }
 
 /// [`decide`] with `gate` composing the planner and the gates.
-pub fn decide_with(read: &Read<'_>, gate: &Gate<'_>) -> Pass {
+pub fn decide_gated_by(read: &Read<'_>, gate: &Gate<'_>) -> Pass {
     let group = read.snapshot;
     if let Some(effect) = rollback_step(group) {
         return Pass {
@@ -452,7 +452,7 @@ fn rollback_step(group: &GroupSnapshot) -> Option<Effect> {
     let Status::Restoring(restoring) = status else {
         return None;
     };
-    let unwritten: Vec<(String, Record)> = restoring
+    let unwritten: Vec<(String, RollbackRecord)> = restoring
         .into_iter()
         .filter(|(_, record)| !record.restored)
         .collect();

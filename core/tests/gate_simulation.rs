@@ -3,7 +3,7 @@
 //!
 //! The simulator plays Kubernetes (deleted pods terminate and come back at the update
 //! revision, then become Ready after random delays) and the controller (the core's whole pass,
-//! `baton_core::pass::decide_with`, with its effects carried out in order: a rollback's step,
+//! `baton_core::pass::decide_gated_by`, with its effects carried out in order: a rollback's step,
 //! the gate's writes stored on the StatefulSets, the actions) around a group with a random soak (sometimes
 //! conflicting values on two members) and, in half the scenarios, a health check. Meanwhile chaos strikes: pods fail readiness for a
 //! while (old pods too, so the planner wants free replacements in later zones), a person (or
@@ -711,7 +711,7 @@ impl<'g> Simulation<'g> {
     }
 
     /// The controller's side of one step, checked.
-    /// The leader's pass, as the real one runs: the core's one call ([`pass::decide_with`]),
+    /// The leader's pass, as the real one runs: the core's one call ([`pass::decide_gated_by`]),
     /// its effects carried out in order. The health check is the simulation's own (a run made
     /// when due, its outcome random), handed to the gate with its policy.
     fn controller(&mut self) -> Result<(), Violation> {
@@ -1168,11 +1168,11 @@ impl<'g> Simulation<'g> {
     }
 
     /// Templates written back, as the real controller writes them.
-    fn restore_templates(&mut self, records: &[(String, rollback::Record)]) {
+    fn restore_templates(&mut self, records: &[(String, rollback::RollbackRecord)]) {
         for (name, record) in records {
             let member = self.member_mut(name);
             member.update_revision = Some(record.to.clone());
-            let restored = rollback::Record {
+            let restored = rollback::RollbackRecord {
                 restored: true,
                 ..record.clone()
             };

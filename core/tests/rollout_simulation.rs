@@ -1348,7 +1348,7 @@ impl<'p> Simulation<'p> {
     }
 
     /// Runs the leader's pass as the real one does (the core's one call,
-    /// [`pass::decide_with`], on the planner under test), checks what its effects do against
+    /// [`pass::decide_gated_by`], on the planner under test), checks what its effects do against
     /// the world as it is, carries them out, checks again.
     fn baton(&mut self) -> Result<(), Violation> {
         let now = instant(self.step);

@@ -689,7 +689,7 @@ impl<'a> Simulation<'a> {
             now,
         };
         let planner: &Planner<'_> = self.scaling.planner;
-        let decided = pass::decide_with(&read, planner);
+        let decided = pass::decide_planned_by(&read, planner);
         let mut sequence = Sequence::new(decided);
         while let Some(effect) = sequence.next_effect() {
             let outcome = match &effect {

@@ -12,7 +12,7 @@
 
 use std::collections::BTreeMap;
 
-use baton_core::gates::rollback::{self, ROLLBACK_ANNOTATION, Record, Revision};
+use baton_core::gates::rollback::{self, ROLLBACK_ANNOTATION, Revision, RollbackRecord};
 use baton_core::rollout::GroupSnapshot;
 use k8s_openapi::api::apps::v1::StatefulSet;
 
@@ -31,7 +31,7 @@ pub fn decide(
     history: &BTreeMap<String, Vec<Revision>>,
     why: &str,
     now: jiff::Timestamp,
-) -> Result<Vec<(String, Record)>, String> {
+) -> Result<Vec<(String, RollbackRecord)>, String> {
     let plan = baton_core::rollout::plan(snapshot, now);
     let status = rollback::status(snapshot, |name| {
         plan.progress

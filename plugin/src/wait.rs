@@ -743,7 +743,7 @@ mod tests {
         );
 
         // Rolled back: every pod back at `old`, the records say from what and why.
-        let record = baton_core::gates::rollback::Record {
+        let record = baton_core::gates::rollback::RollbackRecord {
             from: "new".to_owned(),
             to: "old".to_owned(),
             why: "latency doubled".to_owned(),

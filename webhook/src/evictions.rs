@@ -17,7 +17,9 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, RwLock};
 
 use baton_core::pods::{CachedPod, PodsByStatefulSet};
-use baton_core::zpdb::{AllowReason, EvictionSnapshot, Observed, RecentlyAllowed, Verdict, decide};
+use baton_core::zpdb::{
+    AllowReason, EvictionSnapshot, EvictionVerdict, Observed, RecentlyAllowed, decide,
+};
 use baton_shared::pod_cache::{self, PodCache};
 use baton_shared::zpdb_cache::{BudgetEvents, Budgets};
 use jiff::Timestamp;
@@ -29,7 +31,7 @@ use prometheus::{IntCounter, IntCounterVec, IntGauge, Opts, Registry};
 
 use crate::admission::zpdb_reviews::{self as admission, Eviction};
 use crate::statefulsets::{CachedStatefulSet, StatefulSetCache};
-use baton_core::admission::{Reason, Verdict as AdmissionVerdict};
+use baton_core::admission::{Reason, Verdict};
 use baton_core::ledger::{Judged, Ledger};
 use baton_core::zpdb::record::{
     RECORD_EXPIRY, RECORD_LABEL, recently_allowed, record_name, with_eviction,
@@ -226,7 +228,7 @@ impl Evictions {
 
     /// Judges one eviction: the decision on the caches, then, when a budget allowed it, the
     /// claim in the budget's record. Counted in the eviction metrics.
-    pub async fn judge(&self, request: &Eviction) -> AdmissionVerdict {
+    pub async fn judge(&self, request: &Eviction) -> Verdict {
         self.metrics.inflight.inc();
         let (verdict, reason) = self.judge_uncounted(request).await;
         self.metrics.inflight.dec();
@@ -242,10 +244,10 @@ impl Evictions {
         verdict
     }
 
-    async fn judge_uncounted(&self, request: &Eviction) -> (AdmissionVerdict, &'static str) {
+    async fn judge_uncounted(&self, request: &Eviction) -> (Verdict, &'static str) {
         if request.namespace != self.namespace {
             return (
-                AdmissionVerdict::allow_with_message(format!(
+                Verdict::allow_with_message(format!(
                     "baton-webhook does not watch namespace {}; no ZoneAwarePodDisruptionBudget applies",
                     request.namespace
                 )),
@@ -260,7 +262,7 @@ impl Evictions {
         let budgets = budgets.unwrap_or_default();
         if !synced {
             return (
-                AdmissionVerdict::refuse_for_now(
+                Verdict::refuse_for_now(
                     Reason::ReadFailed,
                     format!(
                         "pod {} cannot be evicted yet: this baton-webhook replica has not listed the pods, StatefulSets and ZoneAwarePodDisruptionBudgets of namespace {} yet (is the CRD zoneawarepoddisruptionbudgets.rollout-operator.grafana.com installed?); retry",
@@ -274,7 +276,7 @@ impl Evictions {
         if budgets.is_empty() {
             // No pod is read: with no budget, whatever its state, it may go.
             return (
-                AdmissionVerdict::allow_with_message(format!(
+                Verdict::allow_with_message(format!(
                     "no ZoneAwarePodDisruptionBudget in namespace {} selects pod {}",
                     self.namespace, request.pod
                 )),
@@ -285,16 +287,13 @@ impl Evictions {
             Ok(Some(pod)) => pod,
             Ok(None) => {
                 return (
-                    AdmissionVerdict::allow_with_message(format!(
-                        "pod {} does not exist",
-                        request.pod
-                    )),
+                    Verdict::allow_with_message(format!("pod {} does not exist", request.pod)),
                     "pod_not_found",
                 );
             }
             Err(error) => {
                 return (
-                    AdmissionVerdict::refuse_for_now(
+                    Verdict::refuse_for_now(
                         Reason::ReadFailed,
                         format!(
                             "pod {} cannot be evicted now: reading it failed: {}",
@@ -323,7 +322,7 @@ impl Evictions {
         pod: &CachedPod,
         budget: &str,
         budgets: &[&Observed],
-    ) -> (AdmissionVerdict, &'static str) {
+    ) -> (Verdict, &'static str) {
         let lock = self.lock(budget);
         let _judging = lock.lock().await;
         let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), &self.namespace);
@@ -384,7 +383,7 @@ impl Evictions {
             Ok(answer) => answer,
             Err(ClaimError::Failed(error)) => self.record_failed(request, budget, name, &error),
             Err(ClaimError::Contended) => (
-                AdmissionVerdict::refuse_for_now(
+                Verdict::refuse_for_now(
                     Reason::LedgerContended,
                     format!(
                         "pod {} cannot be evicted now: record {name} changed under {CLAIM_ATTEMPTS} attempts to claim the eviction; retry",
@@ -402,10 +401,10 @@ impl Evictions {
         budget: &str,
         name: &str,
         error: &ledger::ReadError,
-    ) -> (AdmissionVerdict, &'static str) {
+    ) -> (Verdict, &'static str) {
         self.records.lock().expect("records lock").remove(budget);
         (
-            AdmissionVerdict::refuse_for_now(
+            Verdict::refuse_for_now(
                 Reason::ReadFailed,
                 format!(
                     "pod {} cannot be evicted now: the eviction could not be recorded in ConfigMap {name}: {error}",
@@ -433,7 +432,12 @@ impl Evictions {
     }
 
     /// The decision on the caches, with the pods from the index, not a copy of the cache.
-    fn decide(&self, pod: &CachedPod, budgets: &[&Observed], record: &RecentlyAllowed) -> Verdict {
+    fn decide(
+        &self,
+        pod: &CachedPod,
+        budgets: &[&Observed],
+        record: &RecentlyAllowed,
+    ) -> EvictionVerdict {
         let index = self.pod_index();
         let statefulsets: Vec<&StatefulSet> = index.statefulsets.iter().map(|s| &s.0).collect();
         decide(&EvictionSnapshot {

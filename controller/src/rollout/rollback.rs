@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use baton_core::gates::rollback::{self, ROLLBACK_STATE_ANNOTATION, Record, Revision};
+use baton_core::gates::rollback::{self, ROLLBACK_STATE_ANNOTATION, Revision, RollbackRecord};
 use baton_core::rollout::GroupSnapshot;
 use baton_shared::kube_client::bounded;
 use k8s_openapi::api::apps::v1::{ControllerRevision, StatefulSet};
@@ -137,7 +137,7 @@ impl Rollbacks<'_> {
         &self,
         members: &[Arc<StatefulSet>],
         name: &str,
-        record: &Record,
+        record: &RollbackRecord,
     ) -> Result<(), Error> {
         let failed = |step, source| Error::Rollback {
             statefulset: name.to_owned(),
@@ -175,7 +175,7 @@ impl Rollbacks<'_> {
                 .await;
             return Ok(());
         }
-        let restored = Record {
+        let restored = RollbackRecord {
             restored: true,
             ..record.clone()
         };
@@ -222,7 +222,7 @@ impl Rollbacks<'_> {
 pub fn restore_patch(
     data: Option<serde_json::Value>,
     resource_version: Option<&str>,
-    restored: &Record,
+    restored: &RollbackRecord,
 ) -> serde_json::Value {
     let mut body = match data {
         Some(serde_json::Value::Object(data)) => serde_json::Value::Object(data),
@@ -245,7 +245,7 @@ mod tests {
             "$patch": "replace",
             "spec": {"containers": [{"name": "app", "image": "app:v1"}]},
         }}});
-        let record = Record {
+        let record = RollbackRecord {
             from: "zone-a-new".to_owned(),
             to: "zone-a-old".to_owned(),
             why: "errors".to_owned(),
@@ -257,7 +257,7 @@ mod tests {
         let body = restore_patch(Some(data.clone()), Some("42"), &record);
         assert_eq!(body["spec"], data["spec"]);
         assert_eq!(body["metadata"]["resourceVersion"], "42");
-        let stored: Record = serde_json::from_str(
+        let stored: RollbackRecord = serde_json::from_str(
             body["metadata"]["annotations"][ROLLBACK_STATE_ANNOTATION]
                 .as_str()
                 .expect("a string"),

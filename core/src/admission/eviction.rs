@@ -34,10 +34,12 @@ pub fn is_judged(resource: &str, sub_resource: &str, operation: &str) -> Result<
 }
 
 /// The admission verdict of the budgets' verdict: denials are for now, so a drain retries them.
-pub fn answer(verdict: &zpdb::Verdict) -> Verdict {
+pub fn answer(verdict: &zpdb::EvictionVerdict) -> Verdict {
     match verdict {
-        zpdb::Verdict::Allowed { message, .. } => Verdict::allow_with_message(message.clone()),
-        zpdb::Verdict::Denied { message, .. } => {
+        zpdb::EvictionVerdict::Allowed { message, .. } => {
+            Verdict::allow_with_message(message.clone())
+        }
+        zpdb::EvictionVerdict::Denied { message, .. } => {
             Verdict::refuse_for_now(Reason::Budget, message.clone())
         }
     }
@@ -118,7 +120,7 @@ mod tests {
 
     #[test]
     fn budget_denials_are_for_now() {
-        let denied = zpdb::Verdict::Denied {
+        let denied = zpdb::EvictionVerdict::Denied {
             reason: zpdb::DenyReason::OtherZoneUnavailable,
             message: "wait".into(),
         };

@@ -57,7 +57,7 @@ pub struct Annotated {
 /// baton can keep writing it (`immutable: true` would fail every later write, so every downscale
 /// and drain).
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-pub struct Record {
+pub struct RecordConfigMap {
     #[serde(default)]
     pub metadata: Metadata,
     #[serde(default)]
@@ -76,8 +76,8 @@ pub enum StateChange {
     /// A ConfigMap, before (`None` on CREATE) and after; `name` is the review's.
     ConfigMap {
         name: String,
-        old: Option<Record>,
-        new: Option<Record>,
+        old: Option<RecordConfigMap>,
+        new: Option<RecordConfigMap>,
     },
 }
 
@@ -139,7 +139,7 @@ fn named(requester: &str) -> &str {
     }
 }
 
-impl Record {
+impl RecordConfigMap {
     /// Whether `other` means the same: equal in everything but its annotations.
     fn means_the_same_as(&self, other: &Self) -> bool {
         self.data == other.data
@@ -189,8 +189,14 @@ impl Annotated {
 }
 
 /// Refuses creating or changing a record's data or labels.
-fn records(requester: &str, name: &str, old: Option<&Record>, new: Option<&Record>) -> Verdict {
-    let batons = new.is_some_and(Record::is_batons) || old.is_some_and(Record::is_batons);
+fn records(
+    requester: &str,
+    name: &str,
+    old: Option<&RecordConfigMap>,
+    new: Option<&RecordConfigMap>,
+) -> Verdict {
+    let batons =
+        new.is_some_and(RecordConfigMap::is_batons) || old.is_some_and(RecordConfigMap::is_batons);
     let changed = match (old, new) {
         (Some(old), Some(new)) => !old.means_the_same_as(new),
         _ => true,

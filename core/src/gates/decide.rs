@@ -43,13 +43,13 @@ pub fn decide(group: &GroupSnapshot, now: Timestamp) -> (Plan, GateDecision) {
     let (config, mut warnings) = keys::read(group);
     let (state, state_warnings) = GateState::read(group);
     warnings.extend(state_warnings);
-    let (plan, mut decision) = decide_with(group, &config, &state, now);
+    let (plan, mut decision) = decide_read(group, &config, &state, now);
     decision.warnings = warnings;
     (plan, decision)
 }
 
 /// [`decide`] from an already read configuration and state (warnings left to the caller).
-pub fn decide_with(
+pub fn decide_read(
     group: &GroupSnapshot,
     config: &GateConfig,
     state: &GateState,
@@ -58,7 +58,7 @@ pub fn decide_with(
     decide_planned(group, config, state, plan(group, now), now)
 }
 
-/// [`decide_with`] on the planner's plan `full` of `group` at `now`: the gates narrow what the
+/// [`decide_read`] on the planner's plan `full` of `group` at `now`: the gates narrow what the
 /// planner decided (a simulation hands a broken planner's plan here to prove it is caught).
 pub fn decide_planned(
     group: &GroupSnapshot,

@@ -53,7 +53,7 @@ pub mod state;
 pub mod steps;
 pub mod web_check;
 
-pub use decide::{decide, decide_planned, decide_with};
+pub use decide::{decide, decide_planned, decide_read};
 pub use decision::{AnnotationWrite, GateDecision, GateNotice, GateVerdict, GateWait};
 pub use keys::{
     APPROVAL_ANNOTATION, APPROVED_ANNOTATION, APPROVED_BY_ANNOTATION, BATCHES_ANNOTATION,

@@ -11,11 +11,11 @@
 //!    ran before this rollout (its current revision while the zone rolls; once the zone finished,
 //!    the revision numbered before its update revision), in a **turn order**: the zones the
 //!    rollout reached last go first (by their newest pod at the bad revision), zones it never
-//!    reached last. It stores one [`Record`] per member ([`ROLLBACK_STATE_ANNOTATION`], baton's own,
+//!    reached last. It stores one [`RollbackRecord`] per member ([`ROLLBACK_STATE_ANNOTATION`], baton's own,
 //!    guarded like its other state) and removes the request ([`starting`]: the writes and the
 //!    Event, in order; the controller only reads the history first);
 //! 3. the controller writes each member's pod template back from the `to` ControllerRevision
-//!    (once: [`Record::restored`]); the StatefulSet's update revision becomes `to`, so its pods
+//!    (once: [`RollbackRecord::restored`]); the StatefulSet's update revision becomes `to`, so its pods
 //!    at `from` are the ones to replace;
 //! 4. the gate (`decide`) rolls them back: one zone at a time in turn order, each zone's pods
 //!    newest first (the pods the rollout replaced last go first), with the planner's
@@ -26,7 +26,7 @@
 //!    that change rolls out as any other.
 //!
 //! A GitOps tool re-applying the bad template must not make baton and it fight: a member whose
-//! template was restored, whose update revision was then seen at `to` ([`Record::settled`], a
+//! template was restored, whose update revision was then seen at `to` ([`RollbackRecord::settled`], a
 //! write of the gate) and is `from` again is **reverted**: the group holds, saying so, and
 //! baton never writes the template twice. Putting the previous version in
 //! Git (the template at `to`) lets the rollback go on; a new version rolls forward.
@@ -45,13 +45,13 @@ use crate::explained::{Explanation, Severity};
 use crate::rollout::GroupSnapshot;
 
 pub use super::keys::ROLLBACK_ANNOTATION;
-/// Annotation written by baton only: one member's rollback ([`Record`], JSON).
+/// Annotation written by baton only: one member's rollback ([`RollbackRecord`], JSON).
 pub use crate::annotations::ROLLBACK_STATE_ANNOTATION;
 
 /// One member's rollback, as stored.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Record {
+pub struct RollbackRecord {
     /// The update revision rolled back from (the bad one).
     pub from: String,
     /// The revision rolled back to (what the member ran before the rollout).
@@ -72,7 +72,7 @@ pub struct Record {
     pub settled: bool,
 }
 
-impl Record {
+impl RollbackRecord {
     pub fn to_annotation(&self) -> String {
         serde_json::to_string(self).expect("a struct of strings and numbers always serialises")
     }
@@ -127,7 +127,7 @@ pub fn is_revision_of(
 }
 
 /// What [`start`] decided, as people read it: each member from what to what, in turn order.
-pub fn describe(records: &[(String, Record)]) -> String {
+pub fn describe(records: &[(String, RollbackRecord)]) -> String {
     let steps: Vec<String> = records
         .iter()
         .map(|(name, record)| format!("{name} from {} to {}", record.from, record.to))
@@ -201,7 +201,7 @@ pub fn start(
     history: &BTreeMap<String, Vec<Revision>>,
     why: &str,
     now: Timestamp,
-) -> Result<Vec<(String, Record)>, Refused> {
+) -> Result<Vec<(String, RollbackRecord)>, Refused> {
     let refuse = |statefulset: &str, why: String| Refused {
         statefulset: statefulset.to_owned(),
         why,
@@ -275,7 +275,7 @@ pub fn start(
         .enumerate()
         .map(|(turn, index)| {
             let (name, from, to, _, _) = &members[index];
-            let record = Record {
+            let record = RollbackRecord {
                 from: from.clone(),
                 to: to.clone(),
                 why: why.clone(),
@@ -296,7 +296,7 @@ pub fn start(
 /// is starting, and a failed write loses nothing.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Starting {
-    /// Each member's [`Record`] ([`ROLLBACK_STATE_ANNOTATION`]); empty when refused.
+    /// Each member's [`RollbackRecord`] ([`ROLLBACK_STATE_ANNOTATION`]); empty when refused.
     pub records: Vec<super::decision::AnnotationWrite>,
     /// The request removed from every member carrying it, whatever their versions now (the
     /// records' write just moved them): a request written meanwhile would be refused as a
@@ -395,25 +395,28 @@ pub enum Status {
     None,
     /// Templates to write back (the controller's part: those not `restored`), or written back
     /// and not yet taken by the StatefulSet controller.
-    Restoring(Vec<(String, Record)>),
+    Restoring(Vec<(String, RollbackRecord)>),
     /// Pods to roll back, zones in this turn order.
     RollingBack(Vec<String>),
     /// `zone`'s template went back to `from` after baton restored it.
-    Reverted { zone: String, record: Record },
+    Reverted {
+        zone: String,
+        record: RollbackRecord,
+    },
     /// Every member runs `to`: rolled back. The records say from what and why.
-    RolledBack(Record),
+    RolledBack(RollbackRecord),
     /// The template moved on: forget the records on these members.
     Stale(Vec<String>),
 }
 
 /// The group's rollback records, by member, in member order (unreadable ones left out).
-pub fn records(group: &GroupSnapshot) -> Vec<(String, Record)> {
+pub fn records(group: &GroupSnapshot) -> Vec<(String, RollbackRecord)> {
     group
         .statefulsets
         .iter()
         .filter_map(|member| {
             let raw = member.annotations.get(ROLLBACK_STATE_ANNOTATION)?;
-            let record = serde_json::from_str::<Record>(raw).ok()?;
+            let record = serde_json::from_str::<RollbackRecord>(raw).ok()?;
             Some((member.name.clone(), record))
         })
         .collect()
@@ -465,7 +468,7 @@ pub fn status(group: &GroupSnapshot, done: impl Fn(&str) -> bool) -> Status {
             record: record.clone(),
         };
     }
-    let restoring: Vec<(String, Record)> = records
+    let restoring: Vec<(String, RollbackRecord)> = records
         .iter()
         .filter(|(name, _)| update(name) == Some(record_from(&records, name)))
         .cloned()
@@ -473,7 +476,7 @@ pub fn status(group: &GroupSnapshot, done: impl Fn(&str) -> bool) -> Status {
     if !restoring.is_empty() {
         return Status::Restoring(restoring);
     }
-    let mut order: Vec<&(String, Record)> = records.iter().collect();
+    let mut order: Vec<&(String, RollbackRecord)> = records.iter().collect();
     order.sort_by_key(|(_, record)| record.turn);
     let left: Vec<String> = order
         .iter()
@@ -502,7 +505,7 @@ pub fn refuse_request(group: &str, status: &Status) -> Option<String> {
     }
 }
 
-fn record_from<'r>(records: &'r [(String, Record)], name: &str) -> &'r str {
+fn record_from<'r>(records: &'r [(String, RollbackRecord)], name: &str) -> &'r str {
     records
         .iter()
         .find(|(member, _)| member == name)
@@ -524,7 +527,7 @@ pub fn settle(group: &GroupSnapshot) -> Vec<super::decision::AnnotationWrite> {
             statefulset,
             key: ROLLBACK_STATE_ANNOTATION,
             value: Some(
-                Record {
+                RollbackRecord {
                     settled: true,
                     ..record
                 }

@@ -324,11 +324,11 @@ pub type Planner<'a> = dyn Fn(&ScalingSnapshot, Timestamp) -> ScalingPlan + 'a;
 
 /// The whole pass over `read`, with the real planner.
 pub fn decide(read: &Read<'_>) -> ScalingPass {
-    decide_with(read, &plan)
+    decide_planned_by(read, &plan)
 }
 
 /// [`decide`] with `planner`.
-pub fn decide_with(read: &Read<'_>, planner: &Planner<'_>) -> ScalingPass {
+pub fn decide_planned_by(read: &Read<'_>, planner: &Planner<'_>) -> ScalingPass {
     let snapshot = ScalingSnapshot::from_kubernetes(
         read.group,
         read.statefulsets.iter().map(Arc::as_ref),

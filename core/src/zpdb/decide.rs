@@ -129,7 +129,7 @@ impl fmt::Display for Unavailable {
 
 /// What the decision found.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Verdict {
+pub enum EvictionVerdict {
     Allowed {
         reason: AllowReason,
         message: String,
@@ -190,33 +190,35 @@ impl DenyReason {
     }
 }
 
-impl Verdict {
+impl EvictionVerdict {
     pub fn is_allowed(&self) -> bool {
-        matches!(self, Verdict::Allowed { .. })
+        matches!(self, EvictionVerdict::Allowed { .. })
     }
     pub fn message(&self) -> &str {
         match self {
-            Verdict::Allowed { message, .. } | Verdict::Denied { message, .. } => message,
+            EvictionVerdict::Allowed { message, .. } | EvictionVerdict::Denied { message, .. } => {
+                message
+            }
         }
     }
     /// The `reason` label of `rollout_operator_zpdb_eviction_requests_total`.
     pub fn reason_label(&self) -> &'static str {
         match self {
-            Verdict::Allowed { reason, .. } => reason.label(),
-            Verdict::Denied { reason, .. } => reason.label(),
+            EvictionVerdict::Allowed { reason, .. } => reason.label(),
+            EvictionVerdict::Denied { reason, .. } => reason.label(),
         }
     }
     /// The budget that judged, when one did and allowed: its record must take the pod.
     pub fn judging_budget(&self) -> Option<&str> {
         match self {
-            Verdict::Allowed { budget, .. } => budget.as_deref(),
-            Verdict::Denied { .. } => None,
+            EvictionVerdict::Allowed { budget, .. } => budget.as_deref(),
+            EvictionVerdict::Denied { .. } => None,
         }
     }
 }
 
-fn allowed(reason: AllowReason, message: String) -> Verdict {
-    Verdict::Allowed {
+fn allowed(reason: AllowReason, message: String) -> EvictionVerdict {
+    EvictionVerdict::Allowed {
         reason,
         message,
         budget: None,
@@ -224,22 +226,22 @@ fn allowed(reason: AllowReason, message: String) -> Verdict {
 }
 
 /// Allowed by `budget`, which its record must now show.
-fn met(budget: &str, message: String) -> Verdict {
-    Verdict::Allowed {
+fn met(budget: &str, message: String) -> EvictionVerdict {
+    EvictionVerdict::Allowed {
         reason: AllowReason::BudgetMet,
         message,
         budget: Some(budget.to_owned()),
     }
 }
-fn denied(reason: DenyReason, message: String) -> Verdict {
-    Verdict::Denied { reason, message }
+fn denied(reason: DenyReason, message: String) -> EvictionVerdict {
+    EvictionVerdict::Denied { reason, message }
 }
 
 /// The budget that selects `pod`, if exactly one does (None: no budget; Err: the denial).
 pub fn selecting_budget<'b>(
     pod: &CachedPod,
     budgets: &[&'b Observed],
-) -> Result<Option<&'b Budget>, Verdict> {
+) -> Result<Option<&'b Budget>, EvictionVerdict> {
     let name = pod.name.as_str();
     let labels = Some(&pod.labels);
     let selecting: Vec<&Observed> = budgets
@@ -302,8 +304,8 @@ fn zones<'s>(
 }
 
 /// Decides whether the snapshot's pod may be evicted now.
-pub fn decide(snapshot: &EvictionSnapshot<'_>) -> Verdict {
-    decide_with(snapshot, None)
+pub fn decide(snapshot: &EvictionSnapshot<'_>) -> EvictionVerdict {
+    judge_disruption(snapshot, None)
 }
 
 /// The same decision for a rollout that is about to delete the pod: the other zones must be
@@ -314,11 +316,14 @@ pub fn decide(snapshot: &EvictionSnapshot<'_>) -> Verdict {
 pub fn decide_rollout_deletion(
     snapshot: &EvictionSnapshot<'_>,
     rollout_max_unavailable: u32,
-) -> Verdict {
-    decide_with(snapshot, Some(rollout_max_unavailable))
+) -> EvictionVerdict {
+    judge_disruption(snapshot, Some(rollout_max_unavailable))
 }
 
-fn decide_with(snapshot: &EvictionSnapshot<'_>, rollout_max_unavailable: Option<u32>) -> Verdict {
+fn judge_disruption(
+    snapshot: &EvictionSnapshot<'_>,
+    rollout_max_unavailable: Option<u32>,
+) -> EvictionVerdict {
     let pod = snapshot.pod;
     let name = pod.name.as_str();
     let readiness = pod.readiness;
@@ -506,7 +511,7 @@ impl Judge<'_, '_> {
     }
 
     /// `own`: the evicted pod's zone, an index of `zones`.
-    fn zone_mode(&self, own: usize, zones: &[&StatefulSet]) -> Verdict {
+    fn zone_mode(&self, own: usize, zones: &[&StatefulSet]) -> EvictionVerdict {
         let budget = &self.budget.name;
         let evicted = self.evicted;
         for (index, zone) in zones
@@ -567,7 +572,7 @@ impl Judge<'_, '_> {
         )
     }
 
-    fn partition_mode(&self, partition_name: &str, zones: &[&StatefulSet]) -> Verdict {
+    fn partition_mode(&self, partition_name: &str, zones: &[&StatefulSet]) -> EvictionVerdict {
         let Some(partition) = &self.budget.partition else {
             unreachable!("partition_mode is only called for a budget with a partition")
         };

@@ -12,8 +12,8 @@ pub mod rollout_deletion;
 pub mod spec;
 
 pub use decide::{
-    AllowReason, AllowedEviction, DenyReason, EvictionSnapshot, RecentlyAllowed, Unavailable,
-    Verdict, decide, decide_rollout_deletion,
+    AllowReason, AllowedEviction, DenyReason, EvictionSnapshot, EvictionVerdict, RecentlyAllowed,
+    Unavailable, decide, decide_rollout_deletion,
 };
 pub use rollout_deletion::{Deletion, Judgement, Known, View, judge};
 pub use spec::{

@@ -12,7 +12,9 @@ use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::StatefulSet;
 
 use super::record::{RECORD_EXPIRY, recently_allowed, record_name, with_eviction};
-use super::{EvictionSnapshot, Observed, RecentlyAllowed, Verdict, decide_rollout_deletion};
+use super::{
+    EvictionSnapshot, EvictionVerdict, Observed, RecentlyAllowed, decide_rollout_deletion,
+};
 use crate::annotations::max_unavailable;
 use crate::ledger::{CLAIM_ATTEMPTS, Judged, Ledger};
 use crate::pods::{CachedPod, PodsByStatefulSet};
@@ -118,15 +120,15 @@ pub fn judge(view: &View<'_>, deletion: &Deletion<'_>, claims: &RecentlyAllowed)
     };
     let verdict = decide_rollout_deletion(&snapshot, rollout_max_unavailable);
     match verdict {
-        Verdict::Denied { message, .. } => Judgement::Wait(format!(
+        EvictionVerdict::Denied { message, .. } => Judgement::Wait(format!(
             "the rollout waits to delete pod {}: {message}",
             deletion.pod
         )),
-        Verdict::Allowed {
+        EvictionVerdict::Allowed {
             budget: Some(budget),
             ..
         } => Judgement::Claim { budget },
-        Verdict::Allowed { budget: None, .. } => Judgement::Go,
+        EvictionVerdict::Allowed { budget: None, .. } => Judgement::Go,
     }
 }
 

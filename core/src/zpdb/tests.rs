@@ -130,16 +130,16 @@ impl World {
             .unwrap_or_else(|| panic!("no pod {name}"))
     }
 
-    fn decide(&self, name: &str) -> Verdict {
+    fn decide(&self, name: &str) -> EvictionVerdict {
         self.decide_as(name, None)
     }
 
     /// As a rollout about to delete the pod, with its own max-unavailable.
-    fn decide_rollout(&self, name: &str, max_unavailable: u32) -> Verdict {
+    fn decide_rollout(&self, name: &str, max_unavailable: u32) -> EvictionVerdict {
         self.decide_as(name, Some(max_unavailable))
     }
 
-    fn decide_as(&self, name: &str, rollout_max_unavailable: Option<u32>) -> Verdict {
+    fn decide_as(&self, name: &str, rollout_max_unavailable: Option<u32>) -> EvictionVerdict {
         let parsed: Vec<Observed> = self.budgets.iter().map(Budget::parse).collect();
         let budgets: Vec<&Observed> = parsed.iter().collect();
         let statefulsets: Vec<&StatefulSet> = self.statefulsets.iter().collect();

@@ -32,7 +32,7 @@ pub fn leader_pass(
         namespace: "simulation",
         now,
     };
-    pass::decide_with(&read, gate)
+    pass::decide_gated_by(&read, gate)
 }
 
 /// What a simulation's statistics offer [`search`]: they add up across scenarios, and a

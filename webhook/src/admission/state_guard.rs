@@ -5,7 +5,7 @@
 use baton_core::admission::Verdict;
 pub use baton_core::admission::state::Writers;
 use baton_core::admission::state::{
-    Annotated, Record, StateChange, judge, not_a_record, not_an_object,
+    Annotated, RecordConfigMap, StateChange, judge, not_a_record, not_an_object,
 };
 
 use super::review::AdmissionRequest;
@@ -32,7 +32,8 @@ pub fn validate(request: &AdmissionRequest<'_>, writers: &Writers) -> Verdict {
         "configmaps" => judge(requester, writers, false, || {
             let read = |json: Option<&str>, which: &str| {
                 json.map(|json| {
-                    serde_json::from_str::<Record>(json).map_err(|error| not_a_record(which, error))
+                    serde_json::from_str::<RecordConfigMap>(json)
+                        .map_err(|error| not_a_record(which, error))
                 })
                 .transpose()
             };

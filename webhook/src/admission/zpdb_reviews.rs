@@ -92,7 +92,7 @@ mod tests {
 
     #[test]
     fn denials_are_429() {
-        let verdict = baton_core::zpdb::Verdict::Denied {
+        let verdict = baton_core::zpdb::EvictionVerdict::Denied {
             reason: baton_core::zpdb::DenyReason::OtherZoneUnavailable,
             message: "wait".into(),
         };

@@ -34,7 +34,7 @@ fn decide(operation: &str, user: &str, statefulset: bool, object: &str, old: &st
                 new: read(object),
             }
         } else {
-            let read = |json: &str| serde_json::from_str::<Option<Record>>(json).unwrap();
+            let read = |json: &str| serde_json::from_str::<Option<RecordConfigMap>>(json).unwrap();
             StateChange::ConfigMap {
                 name: "ingester-zone-a".into(),
                 old: read(old),

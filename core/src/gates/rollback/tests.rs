@@ -139,14 +139,14 @@ fn a_rollback_that_cannot_be_done_says_which_member_and_why() {
 /// The members after the controller stored `records` and wrote every template back.
 fn restored(
     mut group: crate::rollout::GroupSnapshot,
-    records: &[(String, Record)],
+    records: &[(String, RollbackRecord)],
 ) -> crate::rollout::GroupSnapshot {
     for member in &mut group.statefulsets {
         let (_, record) = records
             .iter()
             .find(|(name, _)| *name == member.name)
             .expect("a record per member");
-        let record = Record {
+        let record = RollbackRecord {
             restored: true,
             settled: true,
             ..record.clone()
@@ -274,8 +274,8 @@ fn a_template_written_back_but_not_yet_taken_is_waited_for_then_marked_settled()
     let mut lagging = restored(before, &records);
     for member in &mut lagging.statefulsets {
         let raw = member.annotations[ROLLBACK_STATE_ANNOTATION].clone();
-        let record: Record = serde_json::from_str(&raw).expect("a record");
-        let unsettled = Record {
+        let record: RollbackRecord = serde_json::from_str(&raw).expect("a record");
+        let unsettled = RollbackRecord {
             settled: false,
             ..record
         };
@@ -527,13 +527,13 @@ fn starting_a_rollback_stores_every_record_before_removing_the_request_and_tells
     );
     // Then the records go to both, in turn order; the request is removed from both; and the
     // zone the rollback starts with is told the order
-    let records: Vec<(&str, Record)> = starting
+    let records: Vec<(&str, RollbackRecord)> = starting
         .records
         .iter()
         .map(|write| {
             assert_eq!(write.key, ROLLBACK_STATE_ANNOTATION);
             let value = write.value.as_deref().expect("a record");
-            let record: Record = serde_json::from_str(value).expect("a record");
+            let record: RollbackRecord = serde_json::from_str(value).expect("a record");
             (write.statefulset.as_str(), record)
         })
         .collect();
