@@ -173,7 +173,7 @@ pub struct MirrorReference {
 }
 
 /// The `grafana.com/rollout-mirror-replicas-from-resource-*` annotations. `Ok(None)` when none
-/// is set. An invalid `-write-back` value warns and keeps writing back (the Go default).
+/// is set. `-write-back` reads as the Go operator reads it ([`write_back`]).
 pub fn mirror_reference(
     annotations: &BTreeMap<String, String>,
 ) -> Result<Option<Parsed<MirrorReference>>, InvalidAnnotation> {
@@ -205,7 +205,7 @@ pub fn mirror_reference(
             });
         }
     };
-    let write_back = switch(annotations, MIRROR_REPLICAS_WRITE_BACK_ANNOTATION, true);
+    let write_back = write_back(annotations);
     Ok(Some(Parsed {
         value: MirrorReference {
             name: name.to_owned(),
@@ -274,6 +274,42 @@ pub fn delayed_downscale(
 }
 
 /// A `"true"`/`"false"` annotation with a default for absent or empty values.
+/// What `-write-back` accepts: what Go's `strconv.ParseBool` does.
+pub const GO_BOOLEAN_ACCEPTED: &str =
+    "true or false as Go reads them (1, t, T, TRUE, true, True; 0, f, F, FALSE, false, False)";
+
+/// `grafana.com/rollout-mirror-replicas-from-resource-write-back`, as the Go operator reads it
+/// (`strconv.ParseBool`): absent, write back; a value it parses, as it says; any other value
+/// (an empty one included) warns and does not write back, as the Go operator does not. So a
+/// user switching between the two never finds the reference written when it was not before.
+pub fn write_back(annotations: &BTreeMap<String, String>) -> Parsed<bool> {
+    let Some(raw) = annotations.get(MIRROR_REPLICAS_WRITE_BACK_ANNOTATION) else {
+        return Parsed {
+            value: true,
+            warning: None,
+        };
+    };
+    match raw.as_str() {
+        "1" | "t" | "T" | "TRUE" | "true" | "True" => Parsed {
+            value: true,
+            warning: None,
+        },
+        "0" | "f" | "F" | "FALSE" | "false" | "False" => Parsed {
+            value: false,
+            warning: None,
+        },
+        other => Parsed {
+            value: false,
+            warning: Some(InvalidAnnotation {
+                key: MIRROR_REPLICAS_WRITE_BACK_ANNOTATION,
+                value: other.to_owned(),
+                accepted: GO_BOOLEAN_ACCEPTED,
+                fallback: "not writing status.replicas back (as the Go operator)".to_owned(),
+            }),
+        },
+    }
+}
+
 fn switch(
     annotations: &BTreeMap<String, String>,
     key: &'static str,
@@ -476,19 +512,32 @@ mod tests {
     }
 
     #[test]
-    fn mirror_write_back_bad_value_warns_and_writes_back() {
-        let parsed = mirror_reference(&annotated(&[
-            (MIRROR_REPLICAS_NAME_ANNOTATION, "x"),
-            (MIRROR_REPLICAS_KIND_ANNOTATION, "ReplicaTemplate"),
-            (MIRROR_REPLICAS_WRITE_BACK_ANNOTATION, "no"),
-        ]))
-        .unwrap()
-        .unwrap();
-        assert!(parsed.value.write_back);
-        assert_eq!(
-            parsed.warning.unwrap().key,
-            MIRROR_REPLICAS_WRITE_BACK_ANNOTATION
-        );
+    fn mirror_write_back_reads_as_go_and_a_value_go_cannot_parse_warns_and_writes_nothing() {
+        let reference = |value: Option<&str>| {
+            let mut annotations = vec![
+                (MIRROR_REPLICAS_NAME_ANNOTATION, "x"),
+                (MIRROR_REPLICAS_KIND_ANNOTATION, "ReplicaTemplate"),
+            ];
+            annotations.extend(value.map(|value| (MIRROR_REPLICAS_WRITE_BACK_ANNOTATION, value)));
+            mirror_reference(&annotated(&annotations)).unwrap().unwrap()
+        };
+        let absent = reference(None);
+        assert!(absent.value.write_back && absent.warning.is_none());
+        for yes in ["1", "t", "T", "TRUE", "true", "True"] {
+            let parsed = reference(Some(yes));
+            assert!(parsed.value.write_back && parsed.warning.is_none(), "{yes}");
+        }
+        for no in ["0", "f", "F", "FALSE", "false", "False"] {
+            let parsed = reference(Some(no));
+            assert!(!parsed.value.write_back && parsed.warning.is_none(), "{no}");
+        }
+        for unparsable in ["no", "", "yes", " true", "tRUE"] {
+            let parsed = reference(Some(unparsable));
+            assert!(!parsed.value.write_back, "{unparsable:?}");
+            let warning = parsed.warning.expect("a warning");
+            assert_eq!(warning.key, MIRROR_REPLICAS_WRITE_BACK_ANNOTATION);
+            assert!(warning.fallback.contains("not writing"), "{warning:?}");
+        }
     }
 
     #[test]

@@ -150,7 +150,8 @@ pub struct DelayedStep {
     pub ordinals_start: i32,
     /// The endpoint of each going pod that exists, by index, or why it cannot be called.
     pub going: Vec<(i32, Result<PodEndpoint, String>)>,
-    /// The reference to write the new count back to, after a downscale.
+    /// The reference to write the new count back to, after a downscale (`None`: it mirrors
+    /// none, or its `-write-back` switch is off).
     pub write_back: Option<MirrorReference>,
 }
 
@@ -495,10 +496,11 @@ fn acting(read: &Read<'_>, snapshot: &ScalingSnapshot, plan: &ScalingPlan) -> Ve
     effects
 }
 
-/// The reference a member mirrors, when it does.
+/// The reference a member mirrors, when it does and its `-write-back` switch lets it be written.
 fn mirrored(member: &Member) -> Option<MirrorReference> {
     match &member.mirror {
-        Ok(Some(mirror)) => Some(mirror.reference.clone()),
+        // Only where its `-write-back` switch lets it be written, as every other write-back.
+        Ok(Some(mirror)) if mirror.reference.write_back => Some(mirror.reference.clone()),
         _ => None,
     }
 }
@@ -604,7 +606,7 @@ pub fn conclude_with(
                 to: replicas,
                 told,
             }];
-            // Written back whatever the reference's write-back switch says, as before.
+            // `write_back` is there only when the reference's switch lets it be written.
             if let Some(reference) = &step.write_back {
                 effects.push(Effect::WriteBack {
                     statefulset: name.clone(),

@@ -12,6 +12,7 @@ use serde_json::json;
 use super::*;
 use crate::downscale_history::{Records, ZoneTracker};
 use crate::ledger::Ledger;
+use crate::scaling::plan::ReferenceScale;
 
 const NOW: i64 = 1_700_000_000;
 
@@ -309,4 +310,81 @@ fn a_delayed_downscale_concluded_comes_next() {
         sequence.again(),
         [Again::At(now() + jiff::SignedDuration::from_hours(1))]
     );
+}
+
+/// The delayed downscale a mirroring StatefulSet of 3 prepares when its reference asks for 1,
+/// with `write_back` as its `-write-back` annotation.
+fn prepared_with_write_back(write_back: Option<&str>) -> DelayedStep {
+    let mut annotations = json!({
+        "grafana.com/rollout-mirror-replicas-from-resource-name": "ingester",
+        "grafana.com/rollout-mirror-replicas-from-resource-kind": "ReplicaTemplate",
+        "grafana.com/rollout-mirror-replicas-from-resource-api-version": "rollout-operator.grafana.com/v1",
+        "grafana.com/rollout-delayed-downscale": "1h",
+        "grafana.com/rollout-prepare-delayed-downscale-url": "http://pod/prepare",
+    });
+    if let Some(value) = write_back {
+        annotations["grafana.com/rollout-mirror-replicas-from-resource-write-back"] = value.into();
+    }
+    let statefulsets = [statefulset("ingester-zone-a", 3, annotations)];
+    let reference = crate::annotations::scaling::mirror_reference(
+        statefulsets[0]
+            .metadata
+            .annotations
+            .as_ref()
+            .expect("annotated"),
+    )
+    .expect("valid")
+    .expect("a reference")
+    .value;
+    let scales: ReferenceScales = vec![(
+        reference,
+        Ok(ReferenceScale {
+            spec_replicas: 1,
+            status_replicas: Some(3),
+        }),
+    )];
+    let (ledger, tracker) = (Ledger::default(), ZoneTracker::default());
+    let read = Read {
+        group: "ingester",
+        statefulsets: &statefulsets,
+        scales: &scales,
+        pods: &[],
+        records: Records {
+            ledger: &ledger,
+            tracker: &tracker,
+            claim_grace: Duration::from_secs(300),
+        },
+        tracker: "rollout-operator-zone-tracker",
+        calls: PodCalls {
+            addressing: PodAddressing::Dns,
+            cluster_domain: "cluster.local",
+            namespace: "mimir",
+        },
+        now: now(),
+    };
+    let pass = decide(&read);
+    pass.effects
+        .into_iter()
+        .find_map(|effect| match effect {
+            Effect::PrepareDelayedDownscale(step) => Some(step),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("no delayed downscale prepared for {write_back:?}"))
+}
+
+#[test]
+fn a_delayed_downscale_writes_the_reference_back_only_where_its_switch_lets_it() {
+    // Given a StatefulSet mirroring a reference that asks for fewer replicas, with a delay
+    for (switch, written) in [
+        (None, true),
+        (Some("true"), true),
+        (Some("false"), false),
+        (Some("0"), false),
+        (Some("not a boolean"), false),
+    ] {
+        // Then the downscale it prepares writes the new count back only if the switch allows
+        let step = prepared_with_write_back(switch);
+        assert_eq!((step.from, step.to), (3, 1), "{switch:?}");
+        assert_eq!(step.write_back.is_some(), written, "{switch:?}");
+    }
 }
