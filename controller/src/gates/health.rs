@@ -2,7 +2,8 @@
 //! group's `RolloutHealthCheck` (baton.dev/v1alpha1) for its pass, and [`start`] runs what the
 //! pass started beside the reconcile ([`super::calls`]): it reads the check's Secrets under the
 //! operator's bounds ([`super::egress`]), connects to its Prometheus and makes the queries, or,
-//! for a web check, makes its HTTP calls ([`super::web`]). What a check is (its spec as read,
+//! for a web check, makes its HTTP calls ([`super::web`]), or, for a Job check, reads (or
+//! creates) the Job of the step ([`super::job`]). What a check is (its spec as read,
 //! the policy it gives, its queries rendered for a zone, the verdict on the answers) and when it
 //! runs are pure, and the core's: `baton_core::gates::health_check`,
 //! `baton_core::gates::web_check`, `baton_core::gates::checks` and `baton_core::pass`.
@@ -16,6 +17,7 @@ use kube::api::{Api, DynamicObject};
 
 use super::calls::{CheckConnector, GateCalls};
 use super::prometheus::{Auth, PrometheusClient, Tls};
+use crate::runner::Runner;
 use baton_core::gates::checks::{CheckOutcome, CheckRun};
 use baton_core::gates::health_check::{
     Author, PrometheusField, PrometheusSpec, QuerySpec, Source, Spec, combine, judge,
@@ -35,7 +37,7 @@ pub const SECRET_OPT_IN_LABEL: &str = "baton.dev/health-check-secret";
 /// flight. The pass reads it whenever the group names a check and is not halted: a complete
 /// group's pass reads it too, and decides nothing on it.
 pub async fn read(calls: &GateCalls, group: &GroupSnapshot, name: &str) -> CheckRead {
-    let (spec, generation, author) = match read_spec(calls, name).await {
+    let (spec, generation, uid, author) = match read_spec(calls, name).await {
         Ok(read) => read,
         Err(why) => return CheckRead::Unreadable(why),
     };
@@ -45,6 +47,7 @@ pub async fn read(calls: &GateCalls, group: &GroupSnapshot, name: &str) -> Check
     CheckRead::Read(Box::new(ReadCheck {
         spec,
         generation,
+        uid,
         author,
         ended,
         running,
@@ -57,8 +60,9 @@ pub async fn read(calls: &GateCalls, group: &GroupSnapshot, name: &str) -> Check
 /// check's timeout (at most the operator's) and a second for the answers to be read and
 /// judged. When it ends, the group is queued again and its pass applies the outcome; a check
 /// that cannot connect ends at once, inconclusive (with the reason for a Warning when what it
-/// asks is refused).
-pub fn start(calls: &GateCalls, group: &str, start: CheckStart) {
+/// asks is refused). A Job check's run creates its Job only within `runner`'s term (the pass's:
+/// [`super::job`]).
+pub fn start(calls: &GateCalls, runner: &Runner, group: &str, start: CheckStart) {
     let CheckStart {
         key,
         name,
@@ -66,7 +70,9 @@ pub fn start(calls: &GateCalls, group: &str, start: CheckStart) {
         author,
         timeout,
         queries,
+        job,
     } = start;
+    let runner = runner.clone();
     let timeout = timeout.min(calls.max_query_timeout);
     let connecting = calls.connector();
     let at = Timestamp::now();
@@ -80,6 +86,24 @@ pub fn start(calls: &GateCalls, group: &str, start: CheckStart) {
                 ask_prometheus(&connecting, prometheus, &author, timeout, &queries).await
             }
             Ok(Source::Web(web)) => call_web(&connecting, web, timeout, &queries).await,
+            Ok(Source::Job(_)) => match &job {
+                Some((job_run, uid)) => {
+                    let bound = timeout + Duration::from_secs(1);
+                    let running = super::job::run(&connecting, &runner, job_run, uid);
+                    return match tokio::time::timeout(bound, running).await {
+                        Ok((outcome, problem)) => ended(outcome, problem),
+                        Err(_) => ended(
+                            CheckOutcome::Inconclusive {
+                                why: format!("{KIND} {name}: no answer within {bound:?}"),
+                            },
+                            None,
+                        ),
+                    };
+                }
+                None => Err(Unusable::Refused(
+                    "spec.job: no Job for this run".to_owned(),
+                )),
+            },
             Err(why) => Err(Unusable::Refused(why)),
         };
         match outcome {
@@ -158,8 +182,8 @@ async fn call_web(
     .await)
 }
 
-/// The check's spec and generation, and who writes it (so a refusal names their field).
-async fn read_spec(calls: &GateCalls, name: &str) -> Result<(Spec, i64, Author), String> {
+/// The check's spec, generation and uid, and who writes it (so a refusal names their field).
+async fn read_spec(calls: &GateCalls, name: &str) -> Result<(Spec, i64, String, Author), String> {
     let api: Api<DynamicObject> =
         Api::namespaced_with(calls.client.clone(), &calls.namespace, &api_resource());
     let reading = format!("reading {KIND} {name}");
@@ -177,7 +201,13 @@ async fn read_spec(calls: &GateCalls, name: &str) -> Result<(Spec, i64, Author),
             .as_deref()
             .unwrap_or_default(),
     );
-    Ok((spec, object.metadata.generation.unwrap_or_default(), author))
+    let uid = object.metadata.uid.clone().unwrap_or_default();
+    Ok((
+        spec,
+        object.metadata.generation.unwrap_or_default(),
+        uid,
+        author,
+    ))
 }
 
 /// Why a check cannot be run now.

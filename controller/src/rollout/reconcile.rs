@@ -211,7 +211,7 @@ impl Rollouts {
                     }
                 }
                 Effect::StartCheck(start) => {
-                    gates::health::start(&self.gate_calls, group, start.as_ref().clone());
+                    gates::health::start(&self.gate_calls, &runner, group, start.as_ref().clone());
                 }
                 Effect::Tell {
                     statefulset,
