@@ -477,6 +477,7 @@ fn job_run(
     let target = job_check::Target {
         check: name,
         check_uid: &read_check.uid,
+        generation: read_check.generation,
         variables,
         step,
     };

@@ -1611,6 +1611,7 @@ fn smoke_job_run() -> JobRun {
     let target = job_check::Target {
         check: "smoke",
         check_uid: CHECK_UID,
+        generation: 1,
         variables: &variables,
         step: None,
     };

@@ -10,7 +10,8 @@
 //! leads) and hands what it read here (`gates::job`).
 //!
 //! Why one Job per step, named after the group, the zone, the revision and the step (the last
-//! step's time, stored in the group's check state on every member): a run every `interval`
+//! step's time, stored in the group's check state on every member), and the check's
+//! generation: a run every `interval`
 //! reads the Job of the step it gates, so a new leader finds the Job its predecessor made
 //! instead of making a second, and a Job made for an earlier step or an earlier revision is
 //! never read for a later one. The Job is created only once `initialDelay` has passed since
@@ -151,6 +152,8 @@ pub struct Target<'a> {
     pub check: &'a str,
     /// The check's uid: the Job's owner.
     pub check_uid: &'a str,
+    /// The check's generation: a Job made for an earlier spec is not read for a later one.
+    pub generation: i64,
     /// The variables of [`super::health_check::variables`]: group, namespace, zone,
     /// revision, baseline_revision.
     pub variables: &'a BTreeMap<&'a str, &'a str>,
@@ -169,14 +172,17 @@ impl Target<'_> {
 
     /// The Job's name: `<group>-<statefulset>-<hash>`, a DNS label of at most 63 characters;
     /// the hash (FNV-1a, stable across builds: replicas of two versions must agree) covers the
-    /// check, group, zone, revision and step, so the name is the same for every replica that
-    /// reads the same state, and differs for every step.
+    /// check and its generation, group, zone, revision and step, so the name is the same for
+    /// every replica that reads the same state, and differs for every step (and every change
+    /// of the check).
     pub fn job_name(&self) -> String {
         let zone = self.variable("zone");
         let (_, statefulset) = crate::clusters::split(zone);
         let readable = dns_label_part(&format!("{}-{statefulset}", self.variable("group")), 52);
+        let generation = self.generation.to_string();
         let hash = fnv1a(&[
             self.check,
+            &generation,
             self.variable("group"),
             zone,
             self.variable("revision"),

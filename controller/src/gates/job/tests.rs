@@ -27,6 +27,7 @@ fn job_run(create_from: Option<Timestamp>) -> JobRun {
     let target = Target {
         check: "smoke",
         check_uid: UID,
+        generation: 1,
         variables: &variables,
         step: None,
     };

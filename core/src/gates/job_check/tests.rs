@@ -31,6 +31,7 @@ fn target<'a>(variables: &'a BTreeMap<&'a str, &'a str>, step: Option<&'a str>) 
     Target {
         check: "smoke",
         check_uid: "uid-1",
+        generation: 1,
         variables,
         step,
     }
@@ -198,6 +199,15 @@ fn the_job_is_named_after_group_zone_and_step_the_same_for_every_replica() {
     let mut other_revision = variables.clone();
     other_revision.insert("revision", "ingester-zone-b-7a1b");
     assert_ne!(target(&other_revision, None).job_name(), first);
+    let changed_check = Target {
+        generation: 2,
+        ..target(&variables, None)
+    };
+    assert_ne!(
+        changed_check.job_name(),
+        first,
+        "a changed check gets a new Job"
+    );
     let mut other_zone = variables.clone();
     other_zone.insert("zone", "ingester-zone-c");
     let zone_c = target(&other_zone, None).job_name();
