@@ -55,6 +55,21 @@ impl Scene {
         statefulset.metadata.annotations.unwrap_or_default()
     }
 
+    /// The StatefulSets of `names` carrying `baton.dev/halted`, in `names`' order.
+    pub async fn halted(&self, names: &[String]) -> Vec<String> {
+        let mut halted = Vec::new();
+        for name in names {
+            if self
+                .annotations(name)
+                .await
+                .contains_key(baton_core::gates::HALTED_ANNOTATION)
+            {
+                halted.push(name.clone());
+            }
+        }
+        halted
+    }
+
     /// Sets (`Some`) or removes (`None`) an annotation of StatefulSet `name`, as a person with
     /// kubectl would (a merge patch).
     pub async fn annotate(&self, name: &str, key: &str, value: Option<&str>) {
