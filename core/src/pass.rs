@@ -536,6 +536,7 @@ impl CheckInput {
         let unusable = |policy: CheckPolicy, why: String| Self {
             run: state.due(&policy, now).then(|| CheckRun {
                 at: now,
+                seen: None,
                 outcome: CheckOutcome::Inconclusive { why: why.clone() },
             }),
             policy: Some(policy),

@@ -1010,7 +1010,11 @@ impl<'g> Simulation<'g> {
             },
         };
         self.note(|| format!("check run: {judged}"));
-        let run = |outcome| CheckRun { at: now, outcome };
+        let run = |outcome| CheckRun {
+            at: now,
+            outcome,
+            seen: None,
+        };
         Ok(Some((run(judged), run(outcome))))
     }
 

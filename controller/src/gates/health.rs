@@ -20,7 +20,7 @@ use super::prometheus::{Auth, PrometheusClient, Tls};
 use crate::runner::Runner;
 use baton_core::gates::checks::{CheckOutcome, CheckRun};
 use baton_core::gates::health_check::{
-    Author, PrometheusField, PrometheusSpec, QuerySpec, Source, Spec, combine, judge,
+    self, Author, PrometheusField, PrometheusSpec, QuerySpec, Source, Spec, combine, judge,
 };
 use baton_core::gates::web_check::{self, WebSpec};
 use baton_core::pass::{CheckRead, CheckStart, EndedRun, ReadCheck, run_key};
@@ -77,10 +77,11 @@ pub fn start(calls: &GateCalls, runner: &Runner, group: &str, start: CheckStart)
     let connecting = calls.connector();
     let at = Timestamp::now();
     let run = async move {
-        let ended = |outcome: CheckOutcome, problem: Option<String>| EndedRun {
-            run: CheckRun { at, outcome },
-            problem,
-        };
+        let ended =
+            |(outcome, seen): (CheckOutcome, Option<String>), problem: Option<String>| EndedRun {
+                run: CheckRun { at, outcome, seen },
+                problem,
+            };
         let outcome = match spec.source() {
             Ok(Source::Prometheus(prometheus)) => {
                 ask_prometheus(&connecting, prometheus, &author, timeout, &queries).await
@@ -91,11 +92,17 @@ pub fn start(calls: &GateCalls, runner: &Runner, group: &str, start: CheckStart)
                     let bound = timeout + Duration::from_secs(1);
                     let running = super::job::run(&connecting, &runner, job_run, uid);
                     return match tokio::time::timeout(bound, running).await {
-                        Ok((outcome, problem)) => ended(outcome, problem),
+                        Ok((outcome, problem)) => {
+                            let seen = (outcome == CheckOutcome::Pass).then(|| job_run.seen());
+                            ended((outcome, seen), problem)
+                        }
                         Err(_) => ended(
-                            CheckOutcome::Inconclusive {
-                                why: format!("{KIND} {name}: no answer within {bound:?}"),
-                            },
+                            (
+                                CheckOutcome::Inconclusive {
+                                    why: format!("{KIND} {name}: no answer within {bound:?}"),
+                                },
+                                None,
+                            ),
                             None,
                         ),
                     };
@@ -107,15 +114,21 @@ pub fn start(calls: &GateCalls, runner: &Runner, group: &str, start: CheckStart)
             Err(why) => Err(Unusable::Refused(why)),
         };
         match outcome {
-            Ok(outcome) => ended(outcome, None),
+            Ok(seen) => ended(seen, None),
             Err(Unusable::Refused(why)) => {
                 let why = format!("{KIND} {name}: {why}");
-                ended(CheckOutcome::Inconclusive { why: why.clone() }, Some(why))
+                ended(
+                    (CheckOutcome::Inconclusive { why: why.clone() }, None),
+                    Some(why),
+                )
             }
             Err(Unusable::Unavailable(why)) => ended(
-                CheckOutcome::Inconclusive {
-                    why: format!("{KIND} {name}: {why}"),
-                },
+                (
+                    CheckOutcome::Inconclusive {
+                        why: format!("{KIND} {name}: {why}"),
+                    },
+                    None,
+                ),
                 None,
             ),
         }
@@ -123,14 +136,15 @@ pub fn start(calls: &GateCalls, runner: &Runner, group: &str, start: CheckStart)
     calls.runs.start(group, &key, run);
 }
 
-/// The run's outcome from Prometheus' answers to every query, asked at once.
+/// The run's outcome from Prometheus' answers to every query, asked at once, and what they
+/// returned.
 async fn ask_prometheus(
     connecting: &CheckConnector,
     spec: &PrometheusSpec,
     author: &Author,
     timeout: Duration,
     queries: &[(QuerySpec, String)],
-) -> Result<CheckOutcome, Unusable> {
+) -> Result<(CheckOutcome, Option<String>), Unusable> {
     let prometheus = connect(connecting, spec, author, timeout).await?;
     let answers = queries.iter().map(|(query, rendered)| {
         let prometheus = &prometheus;
@@ -139,23 +153,34 @@ async fn ask_prometheus(
                 .query(rendered)
                 .await
                 .map_err(|error| error.to_string());
-            judge(query, rendered, answer)
+            let seen = health_check::seen(query, &answer);
+            (judge(query, rendered, answer), seen)
         }
     });
     let bound = timeout + Duration::from_secs(1);
-    Ok(super::calls::bounded_run(bound, async move {
-        combine(futures::future::join_all(answers).await)
+    Ok(super::calls::bounded_seen(bound, async move {
+        combine_seen(futures::future::join_all(answers).await)
     })
     .await)
 }
 
-/// The run's outcome from a web check's calls, made at once.
+/// The run's outcome from its queries' ([`combine`]), and what they returned, joined.
+fn combine_seen(judged: Vec<(CheckOutcome, Option<String>)>) -> (CheckOutcome, Option<String>) {
+    let (outcomes, seen): (Vec<CheckOutcome>, Vec<Option<String>>) = judged.into_iter().unzip();
+    let seen: Vec<String> = seen.into_iter().flatten().collect();
+    (
+        combine(outcomes),
+        (!seen.is_empty()).then(|| seen.join("; ")),
+    )
+}
+
+/// The run's outcome from a web check's calls, made at once, and what they answered.
 async fn call_web(
     connecting: &CheckConnector,
     spec: &WebSpec,
     timeout: Duration,
     queries: &[(QuerySpec, String)],
-) -> Result<CheckOutcome, Unusable> {
+) -> Result<(CheckOutcome, Option<String>), Unusable> {
     let prepared = super::web::prepare(connecting, spec, queries).await?;
     let http = connecting
         .web
@@ -168,16 +193,20 @@ async fn call_web(
         async move {
             let answer = call.answer(http, max).await;
             match &query.web {
-                Some(web) => web_check::judge(&query.name, web, answer),
-                None => CheckOutcome::Inconclusive {
-                    why: format!("query {} has no web", query.name),
-                },
+                Some(web) => {
+                    let seen = web_check::seen(&query.name, web, &answer);
+                    (web_check::judge(&query.name, web, answer), seen)
+                }
+                None => {
+                    let why = format!("query {} has no web", query.name);
+                    (CheckOutcome::Inconclusive { why }, None)
+                }
             }
         }
     });
     let bound = timeout + Duration::from_secs(1);
-    Ok(super::calls::bounded_run(bound, async move {
-        combine(futures::future::join_all(answers).await)
+    Ok(super::calls::bounded_seen(bound, async move {
+        combine_seen(futures::future::join_all(answers).await)
     })
     .await)
 }

@@ -500,6 +500,17 @@ pub fn judge(query: &QuerySpec, rendered: &str, answer: Result<Vec<f64>, String>
     }
 }
 
+/// What a Prometheus query returned, as a pass's message shows it (`errors: 0.01, 0.02`).
+pub fn seen(query: &QuerySpec, answer: &Result<Vec<f64>, String>) -> Option<String> {
+    let samples = answer.as_ref().ok()?;
+    let shown = if samples.is_empty() {
+        "no samples".to_owned()
+    } else {
+        format_samples(samples)
+    };
+    Some(format!("{}: {shown}", query.name))
+}
+
 fn format_samples(samples: &[f64]) -> String {
     let shown: Vec<String> = samples.iter().take(3).map(f64::to_string).collect();
     let more = samples.len().saturating_sub(3);
@@ -850,6 +861,20 @@ mod tests {
                 value: "no samples".to_owned()
             }
         );
+    }
+
+    #[test]
+    fn a_prometheus_pass_shows_the_samples_it_saw() {
+        let samples = query(PassWhen::Samples, None);
+        assert_eq!(
+            seen(&samples, &Ok(vec![0.01, 0.02])).as_deref(),
+            Some("errors: 0.01, 0.02")
+        );
+        assert_eq!(
+            seen(&samples, &Ok(vec![])).as_deref(),
+            Some("errors: no samples")
+        );
+        assert_eq!(seen(&samples, &Err("down".to_owned())), None);
     }
 
     #[test]

@@ -317,6 +317,11 @@ impl JobRun {
         }
     }
 
+    /// What a passing run saw, for the stored last outcome.
+    pub fn seen(&self) -> String {
+        format!("Job {} complete", self.name())
+    }
+
     /// The run's result once the Job was just created: none yet.
     pub fn created(&self) -> CheckOutcome {
         CheckOutcome::Inconclusive {

@@ -351,6 +351,7 @@ fn a_check_that_cannot_be_used_holds_and_warns_on_the_member_naming_it() {
             Some(EndedRun {
                 run: CheckRun {
                     at: now(),
+                    seen: None,
                     outcome: CheckOutcome::Inconclusive {
                         why: "refused".to_owned(),
                     },
@@ -384,6 +385,7 @@ fn a_warn_checks_failure_is_told_and_counted_before_the_store_that_may_end_the_p
         ended: Some(EndedRun {
             run: CheckRun {
                 at: now(),
+                seen: None,
                 outcome: CheckOutcome::Fail {
                     query: "errors".to_owned(),
                     value: "0.5 (must be < 0.1)".to_owned(),
