@@ -14,9 +14,9 @@ use baton_core::gates::job_check::{
     CHECK_LABEL, ENV_BASELINE_REVISION, ENV_UPDATE_REVISION, ENV_ZONE, GROUP_LABEL,
     STEP_ANNOTATION, ZONE_LABEL,
 };
-use baton_core::gates::{CHECK_STATE_ANNOTATION, HALTED_ANNOTATION, HEALTH_CHECK_ANNOTATION};
+use baton_core::gates::{HALTED_ANNOTATION, HEALTH_CHECK_ANNOTATION};
 use baton_e2e::controller_support::events_about;
-use baton_e2e::plugin_support::{Run, kubectl_baton};
+use baton_e2e::plugin_support::Run;
 use baton_e2e::prometheus_support::create_health_check;
 use baton_e2e::real_nodes::{APP_IMAGE, Behaviour, real_rollout_group, roll_out};
 use baton_e2e::{Scene, wait_until};
@@ -120,36 +120,11 @@ impl JobChecked {
             .items
     }
 
-    /// The last outcome of the check stored on the group's first zone.
-    async fn last_outcome(&self) -> String {
-        let annotations = self.scene.annotations(&self.names[0]).await;
-        annotations
-            .get(CHECK_STATE_ANNOTATION)
-            .and_then(|state| serde_json::from_str::<serde_json::Value>(state).ok())
-            .and_then(|state| state["lastOutcome"].as_str().map(str::to_owned))
-            .unwrap_or_default()
-    }
-
-    /// Waits until a stored outcome contains every one of `expected`; each outcome seen on the
-    /// way is printed (shown when the test fails).
+    /// Waits until the stored outcome contains every one of `expected`.
     async fn wait_outcome(&self, expected: &[&str]) {
-        let seen = std::sync::Mutex::new(String::new());
-        wait_until(
-            TIMEOUT,
-            &format!("the check's last outcome says {expected:?}"),
-            || async {
-                let outcome = self.last_outcome().await;
-                let mut last = seen
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
-                if *last != outcome {
-                    eprintln!("the check's last outcome: {outcome}");
-                    last.clone_from(&outcome);
-                }
-                expected.iter().all(|text| outcome.contains(text))
-            },
-        )
-        .await;
+        self.scene
+            .wait_check_outcome(&self.names[0], expected)
+            .await;
     }
 
     async fn halted(&self) -> Vec<String> {
@@ -157,28 +132,15 @@ impl JobChecked {
     }
 
     async fn updated(&self) -> BTreeMap<String, usize> {
-        let mut updated = BTreeMap::new();
-        for name in &self.names {
-            updated.insert(name.clone(), self.scene.updated_pods(name).await);
-        }
-        updated
+        self.scene.updated(&self.names).await
     }
 
     async fn kubectl_baton(&self, args: &[&str]) -> Run {
-        let mut all = args.to_vec();
-        all.extend(["-n", self.scene.name()]);
-        kubectl_baton(self.scene.control_plane.kubeconfig_path(), &all).await
+        self.scene.kubectl_baton(args).await
     }
 
-    /// The leader's status page, as JSON text.
     async fn leader_status(&self) -> String {
-        let (_, status) = self
-            .scene
-            .controller
-            .ops_get("/api/v1/status")
-            .await
-            .expect("the leader answers");
-        status
+        self.scene.leader_status().await
     }
 
     /// Nothing rolled and nothing halted.

@@ -4,16 +4,17 @@
 //! holds each step until the endpoint answers well, halts or rolls the group back when it
 //! answers badly, and treats hostile values (a metadata-service URL, a path that matches
 //! nothing, a 10 MiB answer, a Secret header over plain http or from a Secret that did not opt
-//! in) as no answer: inconclusive, saying why, never a pass.
+//! in) as no answer: inconclusive, saying why, never a pass (and once the Secret opts in, its
+//! value reaches the endpoint).
 
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
 use std::time::Duration;
 
-use baton_core::gates::{CHECK_STATE_ANNOTATION, HALTED_ANNOTATION, HEALTH_CHECK_ANNOTATION};
+use baton_core::gates::{HALTED_ANNOTATION, HEALTH_CHECK_ANNOTATION};
 use baton_e2e::controller_support::events_about;
 use baton_e2e::http_support::PodEndpoint;
-use baton_e2e::plugin_support::{Run, kubectl_baton};
+use baton_e2e::plugin_support::Run;
 use baton_e2e::prometheus_support::create_health_check;
 use baton_e2e::{Scene, wait_until};
 use k8s_openapi::api::core::v1::Secret;
@@ -100,27 +101,11 @@ impl WebChecked {
             .expect("patching the check");
     }
 
-    /// The last outcome of the check stored on the group's first zone.
-    async fn last_outcome(&self) -> String {
-        let annotations = self.scene.annotations(&self.names[0]).await;
-        annotations
-            .get(CHECK_STATE_ANNOTATION)
-            .and_then(|state| serde_json::from_str::<serde_json::Value>(state).ok())
-            .and_then(|state| state["lastOutcome"].as_str().map(str::to_owned))
-            .unwrap_or_default()
-    }
-
-    /// Waits until a stored outcome contains every one of `expected`.
+    /// Waits until the stored outcome contains every one of `expected`.
     async fn wait_outcome(&self, expected: &[&str]) {
-        wait_until(
-            TIMEOUT,
-            &format!("the check's last outcome says {expected:?}"),
-            || async {
-                let outcome = self.last_outcome().await;
-                expected.iter().all(|text| outcome.contains(text))
-            },
-        )
-        .await;
+        self.scene
+            .wait_check_outcome(&self.names[0], expected)
+            .await;
     }
 
     async fn halted(&self) -> Vec<String> {
@@ -128,28 +113,15 @@ impl WebChecked {
     }
 
     async fn updated(&self) -> BTreeMap<String, usize> {
-        let mut updated = BTreeMap::new();
-        for name in &self.names {
-            updated.insert(name.clone(), self.scene.updated_pods(name).await);
-        }
-        updated
+        self.scene.updated(&self.names).await
     }
 
     async fn kubectl_baton(&self, args: &[&str]) -> Run {
-        let mut all = args.to_vec();
-        all.extend(["-n", self.scene.name()]);
-        kubectl_baton(self.scene.control_plane.kubeconfig_path(), &all).await
+        self.scene.kubectl_baton(args).await
     }
 
-    /// The leader's status page, as JSON text.
     async fn leader_status(&self) -> String {
-        let (_, status) = self
-            .scene
-            .controller
-            .ops_get("/api/v1/status")
-            .await
-            .expect("the leader answers");
-        status
+        self.scene.leader_status().await
     }
 }
 

@@ -471,11 +471,7 @@ fn fnv1a(parts: &[&str]) -> u64 {
 }
 
 fn shorten(text: &str) -> String {
-    if text.chars().count() <= MAX_SHOWN_CHARS {
-        return text.to_owned();
-    }
-    let kept: String = text.chars().take(MAX_SHOWN_CHARS).collect();
-    format!("{kept}…")
+    super::redact::shorten(text, MAX_SHOWN_CHARS)
 }
 
 #[cfg(test)]

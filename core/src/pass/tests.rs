@@ -301,6 +301,14 @@ fn read_check(ended: Option<EndedRun>, running: bool) -> CheckRead {
     }))
 }
 
+/// The check run the pass starts, if it starts one.
+fn started(pass: &Pass) -> Option<&CheckStart> {
+    pass.effects.iter().find_map(|effect| match effect {
+        Effect::StartCheck(start) => Some(start.as_ref()),
+        _ => None,
+    })
+}
+
 #[test]
 fn a_due_check_starts_with_its_queries_rendered_for_the_zone() {
     let checked = checked_group();
@@ -310,14 +318,7 @@ fn a_due_check_starts_with_its_queries_rendered_for_the_zone() {
         &HookRead::default(),
         &Rolling::new(),
     );
-    let start = pass
-        .effects
-        .iter()
-        .find_map(|effect| match effect {
-            Effect::StartCheck(start) => Some(start),
-            _ => None,
-        })
-        .expect("a run started");
+    let start = started(&pass).expect("a run started");
     assert_eq!(start.key, run_key(3, &checked));
     assert_eq!(start.name, "errors");
     assert_eq!(start.queries.len(), 1);
@@ -504,14 +505,7 @@ fn a_job_checks_run_carries_the_job_of_the_step_created_after_its_initial_delay(
         &Rolling::new(),
     );
     // When the run due starts
-    let start = pass
-        .effects
-        .iter()
-        .find_map(|effect| match effect {
-            Effect::StartCheck(start) => Some(start),
-            _ => None,
-        })
-        .expect("a run started");
+    let start = started(&pass).expect("a run started");
     // Then it carries the Job of that step, owned by the check, created 5m after the step
     let (run, uid) = start
         .job
