@@ -92,10 +92,7 @@ pub fn start(calls: &GateCalls, runner: &Runner, group: &str, start: CheckStart)
                     let bound = timeout + Duration::from_secs(1);
                     let running = super::job::run(&connecting, &runner, job_run, uid);
                     return match tokio::time::timeout(bound, running).await {
-                        Ok((outcome, problem)) => {
-                            let seen = (outcome == CheckOutcome::Pass).then(|| job_run.seen());
-                            ended((outcome, seen), problem)
-                        }
+                        Ok((seen, problem)) => ended(seen, problem),
                         Err(_) => ended(
                             (
                                 CheckOutcome::Inconclusive {

@@ -27,8 +27,20 @@ use crate::runner::{Runner, TermLost};
 use baton_core::gates::checks::CheckOutcome;
 use baton_core::gates::job_check::JobRun;
 
-/// The run's outcome, and when the Job could not be created, why (for a Warning).
+/// The run's outcome with what it saw (a pass: the Job complete), and when the Job could not
+/// be created, why (for a Warning).
 pub async fn run(
+    connector: &CheckConnector,
+    runner: &Runner,
+    job_run: &JobRun,
+    check_uid: &str,
+) -> ((CheckOutcome, Option<String>), Option<String>) {
+    let (outcome, problem) = judge(connector, runner, job_run, check_uid).await;
+    let seen = (outcome == CheckOutcome::Pass).then(|| job_run.seen());
+    ((outcome, seen), problem)
+}
+
+async fn judge(
     connector: &CheckConnector,
     runner: &Runner,
     job_run: &JobRun,

@@ -71,7 +71,12 @@ async fn run_against(
             (&Method::POST, _) if create == 200 => Reply::Object(created.clone()),
             _ => Reply::Status(create),
         });
-    let (outcome, problem) = run(&connector(client), &runner(leads), job_run, UID).await;
+    let ((outcome, seen), problem) = run(&connector(client), &runner(leads), job_run, UID).await;
+    if outcome == CheckOutcome::Pass {
+        assert_eq!(seen, Some(format!("Job {} complete", job_run.name())));
+    } else {
+        assert_eq!(seen, None, "only a pass says what it saw");
+    }
     (outcome, problem, recorded.requests())
 }
 
