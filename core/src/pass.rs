@@ -30,8 +30,11 @@ use jiff::Timestamp;
 
 use crate::explained::{Explained, Explanation, Severity};
 use crate::gates::checks::{self, CheckOutcome, CheckPolicy, CheckRun, CheckState};
-use crate::gates::health_check::{self, Author, QuerySpec, Spec, holding_policy, render_query};
+use crate::gates::health_check::{
+    self, Author, QuerySpec, Source, Spec, holding_policy, render_query,
+};
 use crate::gates::hooks::{self, HookAnswer, HookCall};
+use crate::gates::job_check::{self, JobRun};
 use crate::gates::keys::{self, GateConfig, GateWarning, HEALTH_CHECK_ANNOTATION};
 use crate::gates::rollback::{self, RollbackRecord, Status};
 use crate::gates::{AnnotationWrite, GateDecision, GateNotice, GateState, GateWait};
@@ -106,6 +109,8 @@ pub enum CheckRead {
 pub struct ReadCheck {
     pub spec: Spec,
     pub generation: i64,
+    /// The check's uid: a Job check's Jobs are owned by it.
+    pub uid: String,
     pub author: Author,
     /// The run that ended since the last pass, taken from the controller's runs.
     pub ended: Option<EndedRun>,
@@ -275,6 +280,8 @@ pub struct CheckStart {
     pub author: Author,
     pub timeout: Duration,
     pub queries: Vec<(QuerySpec, String)>,
+    /// A Job check's Job for the step, and the check's uid (its owner).
+    pub job: Option<(JobRun, String)>,
 }
 
 /// A pass, decided.
@@ -381,11 +388,22 @@ pub fn decide_gated_by(read: &Read<'_>, gate: &Gate<'_>) -> Pass {
                     .iter()
                     .map(|query| render_query(query, &variables))
                     .collect();
-                effects.push(Effect::StartCheck(Box::new(CheckStart {
-                    name: name.to_owned(),
-                    queries,
-                    ..start
-                })));
+                let job = match start.spec.source() {
+                    Ok(Source::Job(spec)) => {
+                        job_run(read, name, spec, &variables, &plan, check.policy.as_ref())
+                    }
+                    _ => Some(None),
+                };
+                // A Job check's run waits for the next pass when this one makes a step: the
+                // Job is about the zone after the step, not during it.
+                if let Some(job) = job {
+                    effects.push(Effect::StartCheck(Box::new(CheckStart {
+                        name: name.to_owned(),
+                        queries,
+                        job,
+                        ..start
+                    })));
+                }
             }
         }
     }
@@ -438,6 +456,43 @@ pub fn decide_gated_by(read: &Read<'_>, gate: &Gate<'_>) -> Pass {
     }
 }
 
+/// A Job check's run for this pass: `Some(None)` for any other check, `None` when the pass makes
+/// a step (the run waits for the next pass, [`job_check`]'s header), else the Job of the step:
+/// named after the last step stored, created from `initialDelay` after it.
+fn job_run(
+    read: &Read<'_>,
+    name: &str,
+    spec: &job_check::JobSpec,
+    variables: &std::collections::BTreeMap<&str, &str>,
+    plan: &Plan,
+    policy: Option<&CheckPolicy>,
+) -> Option<Option<(JobRun, String)>> {
+    if plan.deletions().any(|action| action.rolls().is_some()) {
+        return None;
+    }
+    let CheckRead::Read(read_check) = read.check else {
+        return None;
+    };
+    let step = read.gates.check_state.last_step.as_deref();
+    let target = job_check::Target {
+        check: name,
+        check_uid: &read_check.uid,
+        generation: read_check.generation,
+        variables,
+        step,
+    };
+    let delay = policy.map_or(jiff::SignedDuration::ZERO, |policy| policy.initial_delay);
+    let create_from = step
+        .and_then(|step| step.parse::<Timestamp>().ok())
+        .map(|step| step.saturating_add(delay).unwrap_or(Timestamp::MAX));
+    let run = JobRun {
+        job: target.job(spec),
+        deadline: spec.deadline().ok()?,
+        create_from,
+    };
+    Some(Some((run, read_check.uid.clone())))
+}
+
 /// A rollback's step, which is the whole pass when there is one: a request starts it (or is
 /// refused), then each template goes back.
 fn rollback_step(group: &GroupSnapshot) -> Option<Effect> {
@@ -481,6 +536,7 @@ impl CheckInput {
         let unusable = |policy: CheckPolicy, why: String| Self {
             run: state.due(&policy, now).then(|| CheckRun {
                 at: now,
+                seen: None,
                 outcome: CheckOutcome::Inconclusive { why: why.clone() },
             }),
             policy: Some(policy),
@@ -529,6 +585,7 @@ impl CheckInput {
                 author: read_check.author.clone(),
                 timeout,
                 queries: Vec::new(),
+                job: None,
             }),
             ..Self::default()
         }

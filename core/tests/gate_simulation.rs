@@ -79,6 +79,13 @@
 //!   failures by its own reading of the answer, never the judge's: a judge that trusts an
 //!   answer past its threshold is caught by (G-d) and (G-k) (its mutation test).
 //!
+//! - (G-m) and from a third: in half the scenarios with a check that is not a web check, its
+//!   runs are a Job check's (`spec.job`), the real verdict (`JobRun::verdict`) on the Job as the
+//!   simulated cluster shows it (complete; failed; running, past its deadline, stopped for it,
+//!   or a Job of that name the check does not own; or none, as it could not be created). The
+//!   checker counts by the Job it drew, never the verdict: a judge that takes a failed Job for
+//!   a pass is caught by (G-d) and (G-k) (its mutation test).
+//!
 //! This is not `rollout_simulation.rs`: that one proves the planner under much richer chaos;
 //! this one keeps the cluster simple and varies what the gate sees. Environment: plain
 //! `cargo test` runs 2,000 scenarios; `SIM_SCENARIOS=N`, `SIM_SEED=S` (replay and print one).
@@ -97,6 +104,7 @@ use sim::{env_u64, leader_pass};
 
 use baton_core::annotations::MAX_UNAVAILABLE_ANNOTATION;
 use baton_core::gates::checks::{self, CheckOutcome, CheckPolicy, CheckRun, CheckState};
+use baton_core::gates::job_check::{self, JobRun};
 use baton_core::gates::rollback::{self, ROLLBACK_ANNOTATION, ROLLBACK_STATE_ANNOTATION};
 use baton_core::gates::web_check::{self, WebAnswer, WebQuery};
 use baton_core::gates::{self};
@@ -110,6 +118,8 @@ use baton_core::rollout::{
     Action, GroupSnapshot, Plan, PodPhase, PodSnapshot, StatefulSetSnapshot, UpdateStrategy,
 };
 use jiff::{SignedDuration, Timestamp};
+use k8s_openapi::api::batch::v1::{Job, JobCondition, JobStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use rand::rngs::ChaCha8Rng;
 use rand::{RngExt, SeedableRng};
 
@@ -193,10 +203,15 @@ struct Stats {
     failure_halts_checked: u64,
     /// Runs judged from a web endpoint's answer (G-l).
     web_runs: u64,
+    /// Runs judged from a Job's status (G-m).
+    job_runs: u64,
 }
 
 /// How a web check's answer is judged: the real `web_check::judge`, but for its mutation test.
 type WebJudge = fn(&str, &WebQuery, Result<WebAnswer, String>) -> CheckOutcome;
+
+/// How a Job check's Job is judged: the real `JobRun::verdict`, but for its mutation test.
+type JobJudge = fn(&JobRun, &Job, &str, Timestamp) -> CheckOutcome;
 
 struct Simulation<'g> {
     seed: u64,
@@ -255,6 +270,9 @@ struct Simulation<'g> {
     /// own, so that the other scenarios' draws are as they were without it).
     web: Option<ChaCha8Rng>,
     judge_web: WebJudge,
+    /// (G-m) The check's runs are a Job check's, their Jobs drawn from this stream.
+    job: Option<ChaCha8Rng>,
+    judge_job: JobJudge,
     trace: Option<Vec<String>>,
     stats: Stats,
 }
@@ -408,6 +426,8 @@ impl<'g> Simulation<'g> {
         let membership = membership.random_bool(0.5).then_some(membership);
         let mut web = ChaCha8Rng::seed_from_u64(seed ^ 0x7765_6263_6865_636b);
         let web = (policy.is_some() && web.random_bool(0.5)).then_some(web);
+        let mut job = ChaCha8Rng::seed_from_u64(seed ^ 0x6a6f_6263_6865_636b);
+        let job = (policy.is_some() && web.is_none() && job.random_bool(0.5)).then_some(job);
         Self {
             seed,
             rng,
@@ -440,6 +460,8 @@ impl<'g> Simulation<'g> {
             membership,
             web,
             judge_web: web_check::judge,
+            job,
+            judge_job: JobRun::verdict,
             reads: |group| group,
             failures_in_row: 0,
             last_run_stored: None,
@@ -971,10 +993,28 @@ impl<'g> Simulation<'g> {
                 self.note(|| format!("web endpoint answers {answer:?}"));
                 (self.judge_web)("error-rate", &error_rate_query(), answer)
             }
-            None => outcome.clone(),
+            None => match self.job.as_mut() {
+                Some(job) => {
+                    let variant = job.random_range(0..4);
+                    let run = smoke_job_run();
+                    self.stats.job_runs += 1;
+                    match job_status(&run, &outcome, variant, now) {
+                        Some(read) => {
+                            self.note(|| format!("Job reads {:?}", read.status));
+                            (self.judge_job)(&run, &read, CHECK_UID, now)
+                        }
+                        None => run.not_created("exceeded quota: count/jobs.batch=0"),
+                    }
+                }
+                None => outcome.clone(),
+            },
         };
         self.note(|| format!("check run: {judged}"));
-        let run = |outcome| CheckRun { at: now, outcome };
+        let run = |outcome| CheckRun {
+            at: now,
+            outcome,
+            seen: None,
+        };
         Ok(Some((run(judged), run(outcome))))
     }
 
@@ -1556,6 +1596,73 @@ fn web_answer(outcome: &CheckOutcome, variant: u32) -> Result<WebAnswer, String>
     }
 }
 
+/// (G-m) The uid of the Job check of the scenarios: its Jobs' owner.
+const CHECK_UID: &str = "smoke-uid";
+
+/// (G-m) The Job check of the scenarios' run: a smoke test's Job, with a 5m deadline.
+fn smoke_job_run() -> JobRun {
+    let spec: job_check::JobSpec = serde_json::from_value(serde_json::json!({
+        "template": {"spec": {"template": {"spec": {
+            "containers": [{"name": "smoke", "image": "smoke:1"}]}}}},
+        "deadline": "5m",
+    }))
+    .expect("a job spec");
+    let variables = std::collections::BTreeMap::from([
+        ("group", "ingester"),
+        ("zone", "ingester-zone-a"),
+        ("revision", "ingester-zone-a-2"),
+    ]);
+    let target = job_check::Target {
+        check: "smoke",
+        check_uid: CHECK_UID,
+        generation: 1,
+        variables: &variables,
+        step: None,
+    };
+    JobRun {
+        job: target.job(&spec),
+        deadline: spec.deadline().expect("5m"),
+        create_from: None,
+    }
+}
+
+/// (G-m) The Job as read for a run the checker decided is `outcome`: complete, or failed, or
+/// (`variant`) with no verdict: running, past its deadline, stopped for it, one of that name
+/// the check does not own (complete, for all that); `None` for one that could not be created.
+fn job_status(run: &JobRun, outcome: &CheckOutcome, variant: u32, now: Timestamp) -> Option<Job> {
+    let minutes_ago = |minutes: i64| Time(now - jiff::SignedDuration::from_mins(minutes));
+    let mut job = run.job.clone();
+    let condition = |kind: &str, reason: &str| JobCondition {
+        type_: kind.to_owned(),
+        status: "True".to_owned(),
+        reason: Some(reason.to_owned()),
+        message: Some(format!("{reason} after a while")),
+        ..JobCondition::default()
+    };
+    let (started, conditions) = match (outcome, variant) {
+        (CheckOutcome::Pass, _) => (1, vec![condition("Complete", "Completed")]),
+        (CheckOutcome::Fail { .. }, 0) => (1, vec![condition("Failed", "BackoffLimitExceeded")]),
+        (CheckOutcome::Fail { .. }, _) => (2, vec![condition("Failed", "PodFailurePolicy")]),
+        (CheckOutcome::Inconclusive { .. }, 0) => (1, vec![]),
+        (CheckOutcome::Inconclusive { .. }, 1) => (6, vec![]),
+        (CheckOutcome::Inconclusive { .. }, 2) => {
+            (6, vec![condition("Failed", "DeadlineExceeded")])
+        }
+        (CheckOutcome::Inconclusive { .. }, _) if now.as_second() % 2 == 0 => {
+            let owners = job.metadata.owner_references.as_mut().expect("owned");
+            owners[0].uid = "someone-else".to_owned();
+            (1, vec![condition("Complete", "Completed")])
+        }
+        (CheckOutcome::Inconclusive { .. }, _) => return None,
+    };
+    job.status = Some(JobStatus {
+        start_time: Some(minutes_ago(started)),
+        conditions: Some(conditions),
+        ..JobStatus::default()
+    });
+    Some(job)
+}
+
 /// Whether a write halts the group or asks for its rollback.
 fn halts(write: &AnnotationWrite) -> bool {
     (write.key == HALTED_ANNOTATION || write.key == ROLLBACK_ANNOTATION) && write.value.is_some()
@@ -1610,6 +1717,7 @@ fn run_scenarios_with(
         total.membership_changes += stats.membership_changes;
         total.failure_halts_checked += stats.failure_halts_checked;
         total.web_runs += stats.web_runs;
+        total.job_runs += stats.job_runs;
         for (kind, count) in stats.held {
             *total.held.entry(kind).or_default() += count;
         }
@@ -1644,6 +1752,7 @@ fn gates_hold_zones_for_the_soak_and_halted_groups_in_random_scenarios() {
         assert!(stats.membership_changes > count, "{stats:?}");
         assert!(stats.failure_halts_checked > count / 20, "{stats:?}");
         assert!(stats.web_runs > count, "{stats:?}");
+        assert!(stats.job_runs > count / 2, "{stats:?}");
         for kind in [
             "Soak",
             "Halted",
@@ -1753,6 +1862,58 @@ fn checker_catches_a_web_judge_that_trusts_an_answer_past_its_threshold() {
         BROKEN_GATE_SCENARIOS,
     ) {
         Ok(stats) => panic!("the checker missed a judge trusting a web answer: {stats:?}"),
+        Err(violation) => assert!(
+            [Property::StepBeforeCheck, Property::CheckStateForgotten]
+                .contains(&violation.property),
+            "{violation}"
+        ),
+    }
+}
+
+#[test]
+fn checker_catches_a_job_judge_that_takes_a_failed_job_for_a_pass() {
+    // Like a judge that asked only whether the Job finished: a failed Job passes.
+    fn finished_passes(run: &JobRun, job: &Job, uid: &str, now: Timestamp) -> CheckOutcome {
+        match run.verdict(job, uid, now) {
+            CheckOutcome::Fail { .. } => CheckOutcome::Pass,
+            verdict => verdict,
+        }
+    }
+    match run_scenarios_with(
+        &real_gate,
+        |simulation| simulation.judge_job = finished_passes,
+        BROKEN_GATE_SCENARIOS,
+    ) {
+        Ok(stats) => panic!("the checker missed a judge passing a failed Job: {stats:?}"),
+        Err(violation) => assert!(
+            [Property::StepBeforeCheck, Property::CheckStateForgotten]
+                .contains(&violation.property),
+            "{violation}"
+        ),
+    }
+}
+
+#[test]
+fn checker_catches_a_job_judge_that_takes_a_job_the_check_does_not_own() {
+    // Like a judge that found the Job by its name alone: whoever made a Job of that name
+    // answers for the check.
+    fn any_owner(run: &JobRun, job: &Job, _uid: &str, now: Timestamp) -> CheckOutcome {
+        let owner = job
+            .metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .next()
+            .map(|owner| owner.uid.clone())
+            .unwrap_or_default();
+        run.verdict(job, &owner, now)
+    }
+    match run_scenarios_with(
+        &real_gate,
+        |simulation| simulation.judge_job = any_owner,
+        BROKEN_GATE_SCENARIOS,
+    ) {
+        Ok(stats) => panic!("the checker missed a judge taking another's Job: {stats:?}"),
         Err(violation) => assert!(
             [Property::StepBeforeCheck, Property::CheckStateForgotten]
                 .contains(&violation.property),

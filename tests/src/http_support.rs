@@ -24,6 +24,8 @@ pub const HANG: u16 = 0;
 pub struct PodEndpoint {
     pub address: SocketAddr,
     calls: Arc<Mutex<Vec<Call>>>,
+    /// Each request's header lines (`Name: value`), in the order of `calls`.
+    headers: Arc<Mutex<Vec<Vec<String>>>>,
     answers: Arc<Mutex<HashMap<String, (u16, String)>>>,
     started_at: i64,
     task: tokio::task::JoinHandle<()>,
@@ -39,25 +41,34 @@ impl PodEndpoint {
         let address = listener.local_addr()?;
         let started_at = jiff::Timestamp::now().as_second();
         let calls: Arc<Mutex<Vec<Call>>> = Arc::default();
+        let headers: Arc<Mutex<Vec<Vec<String>>>> = Arc::default();
         let answers: Arc<Mutex<HashMap<String, (u16, String)>>> = Arc::default();
         let stopped = CancellationToken::new();
         let task = tokio::spawn({
             let (calls, answers, stopped) = (calls.clone(), answers.clone(), stopped.clone());
+            let headers = headers.clone();
             async move {
                 while let Ok((mut stream, _)) = listener.accept().await {
                     let (calls, answers, stopped) =
                         (calls.clone(), answers.clone(), stopped.clone());
+                    let headers = headers.clone();
                     tokio::spawn(async move {
-                        let Some((method, path)) = read_request(&mut stream).await else {
+                        let Some(request) = read_request_head(&mut stream).await else {
                             return;
                         };
+                        let (method, path) = (request.method, request.path);
                         let (code, body) = answers
                             .lock()
                             .unwrap()
                             .get(&method)
                             .cloned()
                             .unwrap_or_else(|| (200, timestamp_body(started_at)));
-                        calls.lock().unwrap().push(format!("{method} {path}"));
+                        {
+                            // Together, so a call's headers are at its index
+                            let mut calls = calls.lock().unwrap();
+                            calls.push(format!("{method} {path}"));
+                            headers.lock().unwrap().push(request.headers);
+                        }
                         if code == HANG {
                             stopped.cancelled().await;
                             return;
@@ -75,6 +86,7 @@ impl PodEndpoint {
         Ok(Self {
             address,
             calls,
+            headers,
             answers,
             started_at,
             task,
@@ -117,6 +129,24 @@ impl PodEndpoint {
 
     pub fn clear(&self) {
         self.calls.lock().unwrap().clear();
+        self.headers.lock().unwrap().clear();
+    }
+
+    /// The values of header `name` (any case) in every request received so far, in order.
+    pub fn header_values(&self, name: &str) -> Vec<String> {
+        self.headers
+            .lock()
+            .unwrap()
+            .iter()
+            .flatten()
+            .filter_map(|line| {
+                let (header, value) = line.split_once(':')?;
+                header
+                    .trim()
+                    .eq_ignore_ascii_case(name)
+                    .then(|| value.trim().to_owned())
+            })
+            .collect()
     }
 }
 
@@ -156,10 +186,26 @@ pub async fn read_request(stream: &mut tokio::net::TcpStream) -> Option<(String,
     Some((method, path))
 }
 
+/// A request as read: its method, path, header lines and body.
+#[derive(Debug, Clone)]
+pub struct Request {
+    pub method: String,
+    pub path: String,
+    /// `Name: value`, as sent.
+    pub headers: Vec<String>,
+    pub body: Vec<u8>,
+}
+
 /// As [`read_request`], and returns the body too.
 pub async fn read_request_with_body(
     stream: &mut tokio::net::TcpStream,
 ) -> Option<(String, String, Vec<u8>)> {
+    let request = read_request_head(stream).await?;
+    Some((request.method, request.path, request.body))
+}
+
+/// As [`read_request`], the whole request.
+pub async fn read_request_head(stream: &mut tokio::net::TcpStream) -> Option<Request> {
     let mut buffer = Vec::new();
     let mut chunk = [0u8; 4096];
     let head_end = loop {
@@ -179,6 +225,12 @@ pub async fn read_request_with_body(
     let mut words = head.split_whitespace();
     let method = words.next()?.to_owned();
     let path = words.next()?.to_owned();
+    let headers = head
+        .lines()
+        .skip(1)
+        .filter(|line| !line.is_empty())
+        .map(str::to_owned)
+        .collect();
     let length = head
         .lines()
         .find_map(|line| {
@@ -196,5 +248,10 @@ pub async fn read_request_with_body(
         }
         body.extend_from_slice(&chunk[..read]);
     }
-    Some((method, path, body))
+    Some(Request {
+        method,
+        path,
+        headers,
+        body,
+    })
 }

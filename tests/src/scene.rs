@@ -14,7 +14,8 @@ use kube::api::{Api, ListParams};
 
 use crate::control_plane::ControlPlane;
 use crate::controller_support::{
-    Controller, roll_out, rollout_state, wait_event, wait_group_ready, wait_rollout_complete,
+    Controller, GROUP_TIMEOUT, roll_out, rollout_state, wait_event, wait_group_ready,
+    wait_rollout_complete,
 };
 use crate::fixtures::{StatefulSetFixture, rollout_group};
 use crate::timeline::{Zone, ZoneWindow, check_rollout_guarantees, zone_windows};
@@ -53,6 +54,80 @@ impl Scene {
             .await
             .unwrap_or_else(|error| panic!("reading StatefulSet {name}: {error}"));
         statefulset.metadata.annotations.unwrap_or_default()
+    }
+
+    /// The last outcome of the group's health check, as stored on member `carrier` (empty
+    /// while none is).
+    pub async fn last_check_outcome(&self, carrier: &str) -> String {
+        self.annotations(carrier)
+            .await
+            .get(baton_core::gates::CHECK_STATE_ANNOTATION)
+            .and_then(|state| serde_json::from_str::<serde_json::Value>(state).ok())
+            .and_then(|state| state["lastOutcome"].as_str().map(str::to_owned))
+            .unwrap_or_default()
+    }
+
+    /// Waits until the check outcome stored on `carrier` contains every one of `expected`;
+    /// each outcome seen on the way is printed (shown when the test fails).
+    pub async fn wait_check_outcome(&self, carrier: &str, expected: &[&str]) {
+        let seen = std::sync::Mutex::new(String::new());
+        crate::wait_until(
+            GROUP_TIMEOUT,
+            &format!("the check's last outcome says {expected:?}"),
+            || async {
+                let outcome = self.last_check_outcome(carrier).await;
+                let mut last = seen
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                if *last != outcome {
+                    eprintln!("the check's last outcome: {outcome}");
+                    last.clone_from(&outcome);
+                }
+                expected.iter().all(|text| outcome.contains(text))
+            },
+        )
+        .await;
+    }
+
+    /// How many pods of each of `names` run its update revision.
+    pub async fn updated(&self, names: &[String]) -> BTreeMap<String, usize> {
+        let mut updated = BTreeMap::new();
+        for name in names {
+            updated.insert(name.clone(), self.updated_pods(name).await);
+        }
+        updated
+    }
+
+    /// `kubectl baton <args> -n <namespace>`, as a person runs it.
+    pub async fn kubectl_baton(&self, args: &[&str]) -> crate::plugin_support::Run {
+        let mut all = args.to_vec();
+        all.extend(["-n", self.name()]);
+        crate::plugin_support::kubectl_baton(self.control_plane.kubeconfig_path(), &all).await
+    }
+
+    /// The leader's status page, as JSON text.
+    pub async fn leader_status(&self) -> String {
+        let (_, status) = self
+            .controller
+            .ops_get("/api/v1/status")
+            .await
+            .expect("the leader answers");
+        status
+    }
+
+    /// The StatefulSets of `names` carrying `baton.dev/halted`, in `names`' order.
+    pub async fn halted(&self, names: &[String]) -> Vec<String> {
+        let mut halted = Vec::new();
+        for name in names {
+            if self
+                .annotations(name)
+                .await
+                .contains_key(baton_core::gates::HALTED_ANNOTATION)
+            {
+                halted.push(name.clone());
+            }
+        }
+        halted
     }
 
     /// Sets (`Some`) or removes (`None`) an annotation of StatefulSet `name`, as a person with

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
+use baton_core::gates::HEALTH_CHECK_ANNOTATION;
 use baton_e2e::controller_support::{
     Controller, event_reporters, roll_out, wait_group_ready, wait_rollout_complete,
 };
@@ -14,6 +15,7 @@ use baton_e2e::install_docs::{
     deployment_images, documents_read, documents_with_an_install, shipped_namespace_left,
 };
 use baton_e2e::keys::{MIRROR_API_VERSION, MIRROR_KIND, MIRROR_NAME, NO_DOWNSCALE};
+use baton_e2e::prometheus_support::create_health_check;
 use baton_e2e::rbac_support::{
     Binary, SERVICE_ACCOUNT_NAMESPACE, bind_deploy_roles, bind_deploy_roles_apart, impersonating,
     the_controller_changes_only_ca_bundles,
@@ -27,6 +29,7 @@ use baton_e2e::{ControlPlane, PodSimulator, TestNamespace, wait_until};
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::authentication::v1::TokenRequest;
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::ResourceExt;
@@ -489,6 +492,40 @@ async fn the_controller_rolls_out_with_only_the_permissions_of_its_role() {
             replicas == Some(2) && templates.status_replicas("rbac-reference").await == Some(2)
         },
     )
+    .await;
+
+    // And it makes a Job check's Job for the step (the check read, the Job read, created)
+    create_health_check(
+        &namespace.client(),
+        namespace.name(),
+        "smoke",
+        json!({"job": {"template": {"spec": {"template": {"spec": {
+            "containers": [{"name": "smoke", "image": "smoke:1"}]}}}}}, "interval": "1s"}),
+    )
+    .await;
+    let checked = StatefulSetFixture::new("rbac-job-zone-a")
+        .group("rbac-job")
+        .replicas(1)
+        .annotation(HEALTH_CHECK_ANNOTATION, "smoke")
+        .create(&namespace.client(), namespace.name())
+        .await
+        .metadata
+        .name
+        .unwrap();
+    wait_group_ready(
+        &namespace.client(),
+        namespace.name(),
+        std::slice::from_ref(&checked),
+    )
+    .await;
+    roll_out(&namespace.client(), namespace.name(), &[checked], "v2").await;
+    wait_until(TIMEOUT, "the check's Job is made", || async {
+        namespace
+            .api::<Job>()
+            .list(&ListParams::default().labels("baton.dev/health-check=smoke"))
+            .await
+            .is_ok_and(|jobs| !jobs.items.is_empty())
+    })
     .await;
     let output = controller.process.output();
     assert!(

@@ -339,18 +339,7 @@ impl CheckedScene {
     }
 
     async fn halted(&self) -> Vec<String> {
-        let mut halted = Vec::new();
-        for name in &self.names {
-            if self
-                .scene
-                .annotations(name)
-                .await
-                .contains_key(HALTED_ANNOTATION)
-            {
-                halted.push(name.clone());
-            }
-        }
-        halted
+        self.scene.halted(&self.names).await
     }
 }
 

@@ -87,13 +87,7 @@ impl Group {
 
     /// The members carrying `baton.dev/halted`.
     async fn halted(&self) -> Vec<String> {
-        let mut halted = Vec::new();
-        for name in &self.names {
-            if self.annotations(name).await.contains_key(HALTED_ANNOTATION) {
-                halted.push(name.clone());
-            }
-        }
-        halted
+        self.scene.halted(&self.names).await
     }
 
     /// The pods that started leaving (Terminating or deleted) since `from`, in order, as

@@ -4,15 +4,17 @@
 //! holds each step until the endpoint answers well, halts or rolls the group back when it
 //! answers badly, and treats hostile values (a metadata-service URL, a path that matches
 //! nothing, a 10 MiB answer, a Secret header over plain http or from a Secret that did not opt
-//! in) as no answer: inconclusive, saying why, never a pass.
+//! in) as no answer: inconclusive, saying why, never a pass (and once the Secret opts in, its
+//! value reaches the endpoint).
 
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
 use std::time::Duration;
 
-use baton_core::gates::{CHECK_STATE_ANNOTATION, HALTED_ANNOTATION, HEALTH_CHECK_ANNOTATION};
+use baton_core::gates::{HALTED_ANNOTATION, HEALTH_CHECK_ANNOTATION};
+use baton_e2e::controller_support::events_about;
 use baton_e2e::http_support::PodEndpoint;
-use baton_e2e::plugin_support::{Run, kubectl_baton};
+use baton_e2e::plugin_support::Run;
 use baton_e2e::prometheus_support::create_health_check;
 use baton_e2e::{Scene, wait_until};
 use k8s_openapi::api::core::v1::Secret;
@@ -99,67 +101,27 @@ impl WebChecked {
             .expect("patching the check");
     }
 
-    /// The last outcome of the check stored on the group's first zone.
-    async fn last_outcome(&self) -> String {
-        let annotations = self.scene.annotations(&self.names[0]).await;
-        annotations
-            .get(CHECK_STATE_ANNOTATION)
-            .and_then(|state| serde_json::from_str::<serde_json::Value>(state).ok())
-            .and_then(|state| state["lastOutcome"].as_str().map(str::to_owned))
-            .unwrap_or_default()
-    }
-
-    /// Waits until a stored outcome contains every one of `expected`.
+    /// Waits until the stored outcome contains every one of `expected`.
     async fn wait_outcome(&self, expected: &[&str]) {
-        wait_until(
-            TIMEOUT,
-            &format!("the check's last outcome says {expected:?}"),
-            || async {
-                let outcome = self.last_outcome().await;
-                expected.iter().all(|text| outcome.contains(text))
-            },
-        )
-        .await;
+        self.scene
+            .wait_check_outcome(&self.names[0], expected)
+            .await;
     }
 
     async fn halted(&self) -> Vec<String> {
-        let mut halted = Vec::new();
-        for name in &self.names {
-            if self
-                .scene
-                .annotations(name)
-                .await
-                .contains_key(HALTED_ANNOTATION)
-            {
-                halted.push(name.clone());
-            }
-        }
-        halted
+        self.scene.halted(&self.names).await
     }
 
     async fn updated(&self) -> BTreeMap<String, usize> {
-        let mut updated = BTreeMap::new();
-        for name in &self.names {
-            updated.insert(name.clone(), self.scene.updated_pods(name).await);
-        }
-        updated
+        self.scene.updated(&self.names).await
     }
 
     async fn kubectl_baton(&self, args: &[&str]) -> Run {
-        let mut all = args.to_vec();
-        all.extend(["-n", self.scene.name()]);
-        kubectl_baton(self.scene.control_plane.kubeconfig_path(), &all).await
+        self.scene.kubectl_baton(args).await
     }
 
-    /// The leader's status page, as JSON text.
     async fn leader_status(&self) -> String {
-        let (_, status) = self
-            .scene
-            .controller
-            .ops_get("/api/v1/status")
-            .await
-            .expect("the leader answers");
-        status
+        self.scene.leader_status().await
     }
 }
 
@@ -167,8 +129,11 @@ impl WebChecked {
 async fn a_web_check_holds_every_step_while_its_path_matches_nothing_and_lets_the_rollout_complete_once_the_app_answers_well()
  {
     // Given a group whose check reads $.errorRate from the test app, which answers without it
+    // (two passes a step, so a wait after a pass says what the pass saw)
     let checked = WebChecked::start("web-held", &["a", "b"], r#"{"rate": 0.01}"#).await;
-    checked.create_check(checked.error_rate_check("Halt")).await;
+    let mut spec = checked.error_rate_check("Halt");
+    spec["successThreshold"] = json!(2);
+    checked.create_check(spec).await;
     let zone_a = checked.names[0].clone();
 
     // When the template changes
@@ -212,7 +177,19 @@ async fn a_web_check_holds_every_step_while_its_path_matches_nothing_and_lets_th
         .app
         .answer_with("GET", 200, r#"{"errorRate": 0.01, "zone": "any"}"#);
 
-    // Then the rollout completes (every step after a pass), keeping the availability
+    // Then a step waiting for its second pass says what the first saw
+    wait_until(TIMEOUT, "a wait names the value a pass saw", || async {
+        let mut notes = Vec::new();
+        for name in &checked.names {
+            let client = checked.scene.client();
+            notes.extend(events_about(&client, checked.scene.name(), name).await);
+        }
+        notes.iter().any(|(reason, note)| {
+            reason == "HealthCheck" && note.contains("last run passed (error-rate: 0.01)")
+        })
+    })
+    .await;
+    // and the rollout completes (every step after two passes), keeping the availability
     // guarantees, nothing halted
     checked.scene.wait_complete(&checked.names).await;
     checked.scene.check_guarantees(&checked.names, 2, 1, from);
@@ -419,4 +396,28 @@ async fn hostile_web_checks_pass_nothing_and_say_why_a_metadata_url_a_path_match
         leader.contains(&format!("waits for health check {CHECK}")),
         "{leader}"
     );
+    assert!(
+        checked.app.header_values("Authorization").is_empty(),
+        "no Secret was sent while refused"
+    );
+
+    // When the Secret's owner opts it in (the app's address is listed, the check allows http),
+    // the app answering small again
+    checked.app.answer_with("GET", 200, r#"{"errorRate": 0}"#);
+    let opt_in = json!({"metadata": {"labels": {"baton.dev/health-check-secret": "true"}}});
+    Api::<Secret>::namespaced(checked.scene.namespace.client(), checked.scene.name())
+        .patch("app-token", &PatchParams::default(), &Patch::Merge(&opt_in))
+        .await
+        .expect("labelling the Secret");
+    // Then the endpoint receives the Secret's value as the header, and the check passes on
+    wait_until(TIMEOUT, "the app received the Secret's header", || async {
+        checked
+            .app
+            .header_values("Authorization")
+            .contains(&"Bearer t0ken".to_owned())
+    })
+    .await;
+    checked
+        .wait_outcome(&["passed (error-rate: HTTP 200)"])
+        .await;
 }

@@ -345,10 +345,22 @@ pub async fn bounded_run<F>(timeout: Duration, queries: F) -> CheckOutcome
 where
     F: Future<Output = CheckOutcome>,
 {
+    bounded_seen(timeout, async { (queries.await, None) })
+        .await
+        .0
+}
+
+/// [`bounded_run`] for queries that also say what they saw (a pass's values): past `timeout`,
+/// inconclusive, nothing seen.
+pub async fn bounded_seen<F>(timeout: Duration, queries: F) -> (CheckOutcome, Option<String>)
+where
+    F: Future<Output = (CheckOutcome, Option<String>)>,
+{
     tokio::time::timeout(timeout, queries)
         .await
-        .unwrap_or_else(|_| CheckOutcome::Inconclusive {
-            why: format!("no answer within {timeout:?}"),
+        .unwrap_or_else(|_| {
+            let why = format!("no answer within {timeout:?}");
+            (CheckOutcome::Inconclusive { why }, None)
         })
 }
 

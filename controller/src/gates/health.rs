@@ -2,7 +2,8 @@
 //! group's `RolloutHealthCheck` (baton.dev/v1alpha1) for its pass, and [`start`] runs what the
 //! pass started beside the reconcile ([`super::calls`]): it reads the check's Secrets under the
 //! operator's bounds ([`super::egress`]), connects to its Prometheus and makes the queries, or,
-//! for a web check, makes its HTTP calls ([`super::web`]). What a check is (its spec as read,
+//! for a web check, makes its HTTP calls ([`super::web`]), or, for a Job check, reads (or
+//! creates) the Job of the step ([`super::job`]). What a check is (its spec as read,
 //! the policy it gives, its queries rendered for a zone, the verdict on the answers) and when it
 //! runs are pure, and the core's: `baton_core::gates::health_check`,
 //! `baton_core::gates::web_check`, `baton_core::gates::checks` and `baton_core::pass`.
@@ -16,9 +17,10 @@ use kube::api::{Api, DynamicObject};
 
 use super::calls::{CheckConnector, GateCalls};
 use super::prometheus::{Auth, PrometheusClient, Tls};
+use crate::runner::Runner;
 use baton_core::gates::checks::{CheckOutcome, CheckRun};
 use baton_core::gates::health_check::{
-    Author, PrometheusField, PrometheusSpec, QuerySpec, Source, Spec, combine, judge,
+    self, Author, PrometheusField, PrometheusSpec, QuerySpec, Source, Spec, combine, judge,
 };
 use baton_core::gates::web_check::{self, WebSpec};
 use baton_core::pass::{CheckRead, CheckStart, EndedRun, ReadCheck, run_key};
@@ -35,7 +37,7 @@ pub const SECRET_OPT_IN_LABEL: &str = "baton.dev/health-check-secret";
 /// flight. The pass reads it whenever the group names a check and is not halted: a complete
 /// group's pass reads it too, and decides nothing on it.
 pub async fn read(calls: &GateCalls, group: &GroupSnapshot, name: &str) -> CheckRead {
-    let (spec, generation, author) = match read_spec(calls, name).await {
+    let (spec, generation, uid, author) = match read_spec(calls, name).await {
         Ok(read) => read,
         Err(why) => return CheckRead::Unreadable(why),
     };
@@ -45,6 +47,7 @@ pub async fn read(calls: &GateCalls, group: &GroupSnapshot, name: &str) -> Check
     CheckRead::Read(Box::new(ReadCheck {
         spec,
         generation,
+        uid,
         author,
         ended,
         running,
@@ -57,8 +60,9 @@ pub async fn read(calls: &GateCalls, group: &GroupSnapshot, name: &str) -> Check
 /// check's timeout (at most the operator's) and a second for the answers to be read and
 /// judged. When it ends, the group is queued again and its pass applies the outcome; a check
 /// that cannot connect ends at once, inconclusive (with the reason for a Warning when what it
-/// asks is refused).
-pub fn start(calls: &GateCalls, group: &str, start: CheckStart) {
+/// asks is refused). A Job check's run creates its Job only within `runner`'s term (the pass's:
+/// [`super::job`]).
+pub fn start(calls: &GateCalls, runner: &Runner, group: &str, start: CheckStart) {
     let CheckStart {
         key,
         name,
@@ -66,32 +70,62 @@ pub fn start(calls: &GateCalls, group: &str, start: CheckStart) {
         author,
         timeout,
         queries,
+        job,
     } = start;
+    let runner = runner.clone();
     let timeout = timeout.min(calls.max_query_timeout);
     let connecting = calls.connector();
     let at = Timestamp::now();
     let run = async move {
-        let ended = |outcome: CheckOutcome, problem: Option<String>| EndedRun {
-            run: CheckRun { at, outcome },
-            problem,
-        };
+        let ended =
+            |(outcome, seen): (CheckOutcome, Option<String>), problem: Option<String>| EndedRun {
+                run: CheckRun { at, outcome, seen },
+                problem,
+            };
         let outcome = match spec.source() {
             Ok(Source::Prometheus(prometheus)) => {
                 ask_prometheus(&connecting, prometheus, &author, timeout, &queries).await
             }
             Ok(Source::Web(web)) => call_web(&connecting, web, timeout, &queries).await,
+            Ok(Source::Job(_)) => match &job {
+                Some((job_run, uid)) => {
+                    let bound = timeout + Duration::from_secs(1);
+                    let running = super::job::run(&connecting, &runner, job_run, uid);
+                    return match tokio::time::timeout(bound, running).await {
+                        Ok((seen, problem)) => ended(seen, problem),
+                        Err(_) => ended(
+                            (
+                                CheckOutcome::Inconclusive {
+                                    why: format!("{KIND} {name}: no answer within {bound:?}"),
+                                },
+                                None,
+                            ),
+                            None,
+                        ),
+                    };
+                }
+                None => Err(Unusable::Refused(
+                    "spec.job: no Job for this run".to_owned(),
+                )),
+            },
             Err(why) => Err(Unusable::Refused(why)),
         };
         match outcome {
-            Ok(outcome) => ended(outcome, None),
+            Ok(seen) => ended(seen, None),
             Err(Unusable::Refused(why)) => {
                 let why = format!("{KIND} {name}: {why}");
-                ended(CheckOutcome::Inconclusive { why: why.clone() }, Some(why))
+                ended(
+                    (CheckOutcome::Inconclusive { why: why.clone() }, None),
+                    Some(why),
+                )
             }
             Err(Unusable::Unavailable(why)) => ended(
-                CheckOutcome::Inconclusive {
-                    why: format!("{KIND} {name}: {why}"),
-                },
+                (
+                    CheckOutcome::Inconclusive {
+                        why: format!("{KIND} {name}: {why}"),
+                    },
+                    None,
+                ),
                 None,
             ),
         }
@@ -99,14 +133,15 @@ pub fn start(calls: &GateCalls, group: &str, start: CheckStart) {
     calls.runs.start(group, &key, run);
 }
 
-/// The run's outcome from Prometheus' answers to every query, asked at once.
+/// The run's outcome from Prometheus' answers to every query, asked at once, and what they
+/// returned.
 async fn ask_prometheus(
     connecting: &CheckConnector,
     spec: &PrometheusSpec,
     author: &Author,
     timeout: Duration,
     queries: &[(QuerySpec, String)],
-) -> Result<CheckOutcome, Unusable> {
+) -> Result<(CheckOutcome, Option<String>), Unusable> {
     let prometheus = connect(connecting, spec, author, timeout).await?;
     let answers = queries.iter().map(|(query, rendered)| {
         let prometheus = &prometheus;
@@ -115,23 +150,34 @@ async fn ask_prometheus(
                 .query(rendered)
                 .await
                 .map_err(|error| error.to_string());
-            judge(query, rendered, answer)
+            let seen = health_check::seen(query, &answer);
+            (judge(query, rendered, answer), seen)
         }
     });
     let bound = timeout + Duration::from_secs(1);
-    Ok(super::calls::bounded_run(bound, async move {
-        combine(futures::future::join_all(answers).await)
+    Ok(super::calls::bounded_seen(bound, async move {
+        combine_seen(futures::future::join_all(answers).await)
     })
     .await)
 }
 
-/// The run's outcome from a web check's calls, made at once.
+/// The run's outcome from its queries' ([`combine`]), and what they returned, joined.
+fn combine_seen(judged: Vec<(CheckOutcome, Option<String>)>) -> (CheckOutcome, Option<String>) {
+    let (outcomes, seen): (Vec<CheckOutcome>, Vec<Option<String>>) = judged.into_iter().unzip();
+    let seen: Vec<String> = seen.into_iter().flatten().collect();
+    (
+        combine(outcomes),
+        (!seen.is_empty()).then(|| seen.join("; ")),
+    )
+}
+
+/// The run's outcome from a web check's calls, made at once, and what they answered.
 async fn call_web(
     connecting: &CheckConnector,
     spec: &WebSpec,
     timeout: Duration,
     queries: &[(QuerySpec, String)],
-) -> Result<CheckOutcome, Unusable> {
+) -> Result<(CheckOutcome, Option<String>), Unusable> {
     let prepared = super::web::prepare(connecting, spec, queries).await?;
     let http = connecting
         .web
@@ -144,22 +190,26 @@ async fn call_web(
         async move {
             let answer = call.answer(http, max).await;
             match &query.web {
-                Some(web) => web_check::judge(&query.name, web, answer),
-                None => CheckOutcome::Inconclusive {
-                    why: format!("query {} has no web", query.name),
-                },
+                Some(web) => {
+                    let seen = web_check::seen(&query.name, web, &answer);
+                    (web_check::judge(&query.name, web, answer), seen)
+                }
+                None => {
+                    let why = format!("query {} has no web", query.name);
+                    (CheckOutcome::Inconclusive { why }, None)
+                }
             }
         }
     });
     let bound = timeout + Duration::from_secs(1);
-    Ok(super::calls::bounded_run(bound, async move {
-        combine(futures::future::join_all(answers).await)
+    Ok(super::calls::bounded_seen(bound, async move {
+        combine_seen(futures::future::join_all(answers).await)
     })
     .await)
 }
 
-/// The check's spec and generation, and who writes it (so a refusal names their field).
-async fn read_spec(calls: &GateCalls, name: &str) -> Result<(Spec, i64, Author), String> {
+/// The check's spec, generation and uid, and who writes it (so a refusal names their field).
+async fn read_spec(calls: &GateCalls, name: &str) -> Result<(Spec, i64, String, Author), String> {
     let api: Api<DynamicObject> =
         Api::namespaced_with(calls.client.clone(), &calls.namespace, &api_resource());
     let reading = format!("reading {KIND} {name}");
@@ -177,7 +227,13 @@ async fn read_spec(calls: &GateCalls, name: &str) -> Result<(Spec, i64, Author),
             .as_deref()
             .unwrap_or_default(),
     );
-    Ok((spec, object.metadata.generation.unwrap_or_default(), author))
+    let uid = object.metadata.uid.clone().unwrap_or_default();
+    Ok((
+        spec,
+        object.metadata.generation.unwrap_or_default(),
+        uid,
+        author,
+    ))
 }
 
 /// Why a check cannot be run now.

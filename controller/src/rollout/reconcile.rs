@@ -206,7 +206,7 @@ impl Rollouts {
             }
             Effect::CallHook(call) => self.call_hook_if_due(group, call, timeout).await?,
             Effect::StartCheck(start) => {
-                gates::health::start(&self.gate_calls, group, start.as_ref().clone());
+                gates::health::start(&self.gate_calls, runner, group, start.as_ref().clone());
             }
             Effect::Tell {
                 statefulset,

@@ -113,6 +113,21 @@ impl fmt::Display for CheckOutcome {
 pub struct CheckRun {
     pub at: Timestamp,
     pub outcome: CheckOutcome,
+    /// What the queries returned, when the outcome does not say it (a pass: a failure names
+    /// its own value), for the stored last outcome.
+    pub seen: Option<String>,
+}
+
+impl CheckRun {
+    /// The run as the stored last outcome (the status page, `kubectl baton`, the wait's
+    /// message) tells it: a pass with the values seen (`passed (error-rate: 0.01)`), else the
+    /// outcome.
+    pub fn described(&self) -> String {
+        match (&self.outcome, &self.seen) {
+            (CheckOutcome::Pass, Some(seen)) => format!("passed ({seen})"),
+            (outcome, _) => outcome.to_string(),
+        }
+    }
 }
 
 /// The group's stored check state.
@@ -340,7 +355,7 @@ pub fn apply_with(
         };
         if let Some(run) = run {
             state.last_run = Some(run.at.to_string());
-            state.last_outcome = Some(run.outcome.to_string());
+            state.last_outcome = Some(run.described());
         }
         decision.writes.extend(store(group, &state));
         return (plan, decision);
@@ -372,7 +387,7 @@ pub fn apply_with(
     let mut state = stored.clone().about(&revisions(group));
     if let Some(run) = run {
         state.last_run = Some(run.at.to_string());
-        state.last_outcome = Some(run.outcome.to_string());
+        state.last_outcome = Some(run.described());
         match &run.outcome {
             CheckOutcome::Pass => {
                 let settled = state.last_step().is_none_or(|step| {

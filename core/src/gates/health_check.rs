@@ -1,6 +1,7 @@
 //! A `RolloutHealthCheck`'s spec as read, the check policy it gives, its queries rendered for a
 //! zone, and the verdict on Prometheus' answers. A check asks one source: Prometheus
-//! (`spec.prometheus`, PromQL queries) or HTTP endpoints (`spec.web`, [`super::web_check`]).
+//! (`spec.prometheus`, PromQL queries), HTTP endpoints (`spec.web`, [`super::web_check`]) or a
+//! Job made for every step (`spec.job`, [`super::job_check`]).
 //! Pure: the controller reads the check and its Secrets and makes the queries (its
 //! `gates::health`, `gates::calls`).
 
@@ -13,6 +14,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use serde::Deserialize;
 
 use super::checks::{CheckOutcome, CheckPolicy, OnFailure};
+use super::job_check::JobSpec;
 use super::web_check::{WebQuery, WebSpec};
 use super::{GateDecision, decide, hooks, keys};
 use crate::rollout::{GroupSnapshot, Plan};
@@ -33,11 +35,16 @@ pub fn api_resource() -> kube_core::discovery::ApiResource {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Spec {
-    /// The source, exactly one of these: Prometheus, or HTTP endpoints ([`Spec::source`]).
+    /// The source, exactly one of these: Prometheus, HTTP endpoints, or a Job
+    /// ([`Spec::source`]).
     #[serde(default)]
     pub prometheus: Option<PrometheusSpec>,
     #[serde(default)]
     pub web: Option<WebSpec>,
+    #[serde(default)]
+    pub job: Option<JobSpec>,
+    /// Prometheus' and web checks' queries (a Job check has none: its Job is the query).
+    #[serde(default)]
     pub queries: Vec<QuerySpec>,
     #[serde(default)]
     pub initial_delay: Option<String>,
@@ -103,6 +110,7 @@ pub struct QuerySpec {
 pub enum Source<'a> {
     Prometheus(&'a PrometheusSpec),
     Web(&'a WebSpec),
+    Job(&'a JobSpec),
 }
 
 /// When a query passes: it returns samples (the phased rollout operator's rule, the default) or none (for
@@ -261,10 +269,23 @@ impl Spec {
         if interval.is_zero() {
             return Err("spec.interval must be more than 0s".to_owned());
         }
-        if self.queries.is_empty() {
-            return Err("spec.queries is empty".to_owned());
-        }
         let source = self.source()?;
+        match source {
+            Source::Job(job) => {
+                if !self.queries.is_empty() {
+                    return Err(
+                        "spec.queries is for spec.prometheus and spec.web; a job check's \
+                                result is its Job's: leave it out"
+                            .to_owned(),
+                    );
+                }
+                if let Some(why) = job.problem() {
+                    return Err(format!("spec.job.{why}"));
+                }
+            }
+            _ if self.queries.is_empty() => return Err("spec.queries is empty".to_owned()),
+            _ => {}
+        }
         for (index, query) in self.queries.iter().enumerate() {
             query_problem(source, query)
                 .map_or(Ok(()), |why| Err(format!("spec.queries[{index}].{why}")))?;
@@ -298,6 +319,8 @@ impl Spec {
         let (field, timeout) = match self.source()? {
             Source::Prometheus(prometheus) => ("prometheus", &prometheus.timeout),
             Source::Web(web) => ("web", &web.timeout),
+            // Its calls are a read and a create, each bounded by the operator's request timeout.
+            Source::Job(_) => return Ok(DEFAULT_TIMEOUT),
         };
         match timeout {
             None => Ok(DEFAULT_TIMEOUT),
@@ -312,17 +335,33 @@ impl Spec {
 
     /// The check's one source, or why it has not exactly one.
     pub fn source(&self) -> Result<Source<'_>, String> {
-        match (&self.prometheus, &self.web) {
-            (Some(prometheus), None) => Ok(Source::Prometheus(prometheus)),
-            (None, Some(web)) => Ok(Source::Web(web)),
-            (Some(_), Some(_)) => Err(
-                "spec.prometheus and spec.web are both set; a check asks one source: keep one"
+        let sources = [
+            (
+                "spec.prometheus",
+                self.prometheus.as_ref().map(Source::Prometheus),
+            ),
+            ("spec.web", self.web.as_ref().map(Source::Web)),
+            ("spec.job", self.job.as_ref().map(Source::Job)),
+        ];
+        let set: Vec<(&str, Source<'_>)> = sources
+            .into_iter()
+            .filter_map(|(field, source)| source.map(|source| (field, source)))
+            .collect();
+        match set.as_slice() {
+            [(_, source)] => Ok(*source),
+            [] => Err(
+                "spec sets none of prometheus, web and job; a check needs one source for its \
+                 results"
                     .to_owned(),
             ),
-            (None, None) => Err(
-                "spec sets neither prometheus nor web; a check needs one source for its queries"
-                    .to_owned(),
-            ),
+            many => {
+                let fields: Vec<&str> = many.iter().map(|(field, _)| *field).collect();
+                let both = if fields.len() == 2 { "both" } else { "all" };
+                Err(format!(
+                    "{} are {both} set; a check asks one source: keep one",
+                    fields.join(" and ")
+                ))
+            }
         }
     }
 }
@@ -358,6 +397,7 @@ fn query_problem(source: Source<'_>, query: &QuerySpec) -> Option<String> {
             Some("passWhen is for spec.prometheus".to_owned())
         }
         (Source::Web(_), Some(web)) => web.problem().map(|why| format!("web.{why}")),
+        (Source::Job(_), _) => Some("is for spec.prometheus and spec.web".to_owned()),
     }
 }
 
@@ -458,6 +498,17 @@ pub fn judge(query: &QuerySpec, rendered: &str, answer: Result<Vec<f64>, String>
             _ => CheckOutcome::Pass,
         },
     }
+}
+
+/// What a Prometheus query returned, as a pass's message shows it (`errors: 0.01, 0.02`).
+pub fn seen(query: &QuerySpec, answer: &Result<Vec<f64>, String>) -> Option<String> {
+    let samples = answer.as_ref().ok()?;
+    let shown = if samples.is_empty() {
+        "no samples".to_owned()
+    } else {
+        format_samples(samples)
+    };
+    Some(format!("{}: {shown}", query.name))
 }
 
 fn format_samples(samples: &[f64]) -> String {
@@ -613,7 +664,8 @@ mod tests {
         assert_eq!(
             with(serde_json::json!({"queries": [web_query]})),
             Err(
-                "spec sets neither prometheus nor web; a check needs one source for its queries"
+                "spec sets none of prometheus, web and job; a check needs one source for its \
+                 results"
                     .to_owned()
             )
         );
@@ -809,6 +861,20 @@ mod tests {
                 value: "no samples".to_owned()
             }
         );
+    }
+
+    #[test]
+    fn a_prometheus_pass_shows_the_samples_it_saw() {
+        let samples = query(PassWhen::Samples, None);
+        assert_eq!(
+            seen(&samples, &Ok(vec![0.01, 0.02])).as_deref(),
+            Some("errors: 0.01, 0.02")
+        );
+        assert_eq!(
+            seen(&samples, &Ok(vec![])).as_deref(),
+            Some("errors: no samples")
+        );
+        assert_eq!(seen(&samples, &Err("down".to_owned())), None);
     }
 
     #[test]

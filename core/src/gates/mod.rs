@@ -22,7 +22,8 @@
 //!   under way it alone decides (with the planner's guarantees, pods in reverse order);
 //! - [`checks`]: a health check's passes and failures as a gate; [`health_check`]: a
 //!   `RolloutHealthCheck`'s spec and the verdict on Prometheus' answers ([`answers`]) or, for a
-//!   web check, on an HTTP endpoint's ([`web_check`]);
+//!   web check, on an HTTP endpoint's ([`web_check`]), or, for a Job check, on the Job made
+//!   for the step ([`job_check`]);
 //! - [`hooks`]: the calls due before and after each zone, and what their answers store.
 //!
 //! [`crate::pass`] composes them all into a group's pass, with what to tell people; the
@@ -46,6 +47,7 @@ pub mod decide;
 pub mod decision;
 pub mod health_check;
 pub mod hooks;
+pub mod job_check;
 pub mod keys;
 pub mod redact;
 pub mod rollback;

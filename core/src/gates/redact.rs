@@ -1,8 +1,18 @@
 //! URLs as messages may show them: a hook's or Prometheus' address is written by namespace users
 //! and often carries a token, while messages land in Events, halt annotations and the status
-//! page.
+//! page; and values others wrote, shortened.
 
 use url::Url;
+
+/// `text` cut to its first `max_chars` characters, marked `…` when cut: what a message shows
+/// of a value someone else wrote (a web answer, a Job's message).
+pub fn shorten(text: &str, max_chars: usize) -> String {
+    if text.chars().count() <= max_chars {
+        return text.to_owned();
+    }
+    let kept: String = text.chars().take(max_chars).collect();
+    format!("{kept}…")
+}
 
 /// `raw` with no user, password, query or fragment: what a message may show of a URL (a hook's
 /// token often rides in its query). Not a URL: only its length.

@@ -327,6 +327,25 @@ pub fn judge(name: &str, query: &WebQuery, answer: Result<WebAnswer, String>) ->
     })
 }
 
+/// What a web query's answer held, as a pass's message shows it: the values at its JSONPath
+/// (at most three, shortened, strings quoted), or the status for `status: 2xx`
+/// (`error-rate: 0.01`, `ready: HTTP 200`); `None` without an answer to show.
+pub fn seen(name: &str, query: &WebQuery, answer: &Result<WebAnswer, String>) -> Option<String> {
+    let answer = answer.as_ref().ok()?;
+    let shown = match query.condition().ok()? {
+        Condition::Status2xx => format!("HTTP {}", answer.status),
+        Condition::Threshold { path, .. } | Condition::Match { path, .. } => {
+            let document: Value = serde_json::from_slice(&answer.body).ok()?;
+            let values = document.query(path).ok()?;
+            if values.is_empty() {
+                return None;
+            }
+            format_values(&values)
+        }
+    };
+    Some(format!("{name}: {shown}"))
+}
+
 /// Whether `value` satisfies `condition` (one on a value), or why it cannot be judged.
 fn holds(condition: &Condition<'_>, value: &Value) -> Result<bool, String> {
     match condition {
@@ -386,11 +405,7 @@ fn format_values(values: &[&Value]) -> String {
 }
 
 fn shorten(text: &str) -> String {
-    if text.chars().count() <= MAX_SHOWN_CHARS {
-        return text.to_owned();
-    }
-    let kept: String = text.chars().take(MAX_SHOWN_CHARS).collect();
-    format!("{kept}…")
+    super::redact::shorten(text, MAX_SHOWN_CHARS)
 }
 
 #[cfg(test)]
@@ -406,6 +421,28 @@ mod tests {
             status,
             body: body.as_bytes().to_vec(),
         })
+    }
+
+    #[test]
+    fn a_pass_shows_the_values_it_saw_and_the_status_it_got() {
+        let rate = query(
+            serde_json::json!({"url": "https://a", "jsonPath": "$.zones[*].rate",
+            "threshold": {"operator": "<", "value": 0.1}}),
+        );
+        let body = r#"{"zones": [{"rate": 0.01}, {"rate": "0.02"}, {"rate": 0}, {"rate": 0}]}"#;
+        assert_eq!(
+            seen("rate", &rate, &answer(200, body)).as_deref(),
+            Some(r#"rate: 0.01, "0.02", 0 and 1 more"#)
+        );
+        let ready = query(serde_json::json!({"url": "https://a", "status": "2xx"}));
+        assert_eq!(
+            seen("ready", &ready, &answer(204, "")).as_deref(),
+            Some("ready: HTTP 204")
+        );
+        // Nothing to show: no answer, not JSON, nothing at the path
+        assert_eq!(seen("rate", &rate, &Err("refused".to_owned())), None);
+        assert_eq!(seen("rate", &rate, &answer(200, "<html>")), None);
+        assert_eq!(seen("rate", &rate, &answer(200, "{}")), None);
     }
 
     fn error_rate(operator: &str, value: f64) -> WebQuery {

@@ -294,10 +294,19 @@ fn read_check(ended: Option<EndedRun>, running: bool) -> CheckRead {
     CheckRead::Read(Box::new(ReadCheck {
         spec: spec(),
         generation: 3,
+        uid: "check-uid".to_owned(),
         author: Author::Check,
         ended,
         running,
     }))
+}
+
+/// The check run the pass starts, if it starts one.
+fn started(pass: &Pass) -> Option<&CheckStart> {
+    pass.effects.iter().find_map(|effect| match effect {
+        Effect::StartCheck(start) => Some(start.as_ref()),
+        _ => None,
+    })
 }
 
 #[test]
@@ -309,14 +318,7 @@ fn a_due_check_starts_with_its_queries_rendered_for_the_zone() {
         &HookRead::default(),
         &Rolling::new(),
     );
-    let start = pass
-        .effects
-        .iter()
-        .find_map(|effect| match effect {
-            Effect::StartCheck(start) => Some(start),
-            _ => None,
-        })
-        .expect("a run started");
+    let start = started(&pass).expect("a run started");
     assert_eq!(start.key, run_key(3, &checked));
     assert_eq!(start.name, "errors");
     assert_eq!(start.queries.len(), 1);
@@ -350,6 +352,7 @@ fn a_check_that_cannot_be_used_holds_and_warns_on_the_member_naming_it() {
             Some(EndedRun {
                 run: CheckRun {
                     at: now(),
+                    seen: None,
                     outcome: CheckOutcome::Inconclusive {
                         why: "refused".to_owned(),
                     },
@@ -378,10 +381,12 @@ fn a_warn_checks_failure_is_told_and_counted_before_the_store_that_may_end_the_p
     let read = CheckRead::Read(Box::new(ReadCheck {
         spec,
         generation: 3,
+        uid: "check-uid".to_owned(),
         author: Author::Check,
         ended: Some(EndedRun {
             run: CheckRun {
                 at: now(),
+                seen: None,
                 outcome: CheckOutcome::Fail {
                     query: "errors".to_owned(),
                     value: "0.5 (must be < 0.1)".to_owned(),
@@ -448,5 +453,102 @@ fn only_writes_and_claims_need_the_leaders_term() {
             free_replacement: false,
         }
         .needs_term()
+    );
+}
+
+fn job_check(initial_delay: &str) -> CheckRead {
+    let spec = serde_json::from_value(serde_json::json!({
+        "job": {"template": {"spec": {"template": {"spec": {
+            "containers": [{"name": "smoke", "image": "smoke:1"}]}}}}},
+        "initialDelay": initial_delay,
+    }))
+    .expect("a valid spec");
+    CheckRead::Read(Box::new(ReadCheck {
+        spec,
+        generation: 3,
+        uid: "check-uid".to_owned(),
+        author: Author::Check,
+        ended: None,
+        running: false,
+    }))
+}
+
+/// `group` with its check state: `passes` counted, the last run an hour ago, the last step at
+/// `last_step`.
+fn with_check_state(group: &GroupSnapshot, passes: u32, last_step: Timestamp) -> GroupSnapshot {
+    let state = CheckState {
+        passes,
+        last_run: Some((now() - jiff::SignedDuration::from_hours(1)).to_string()),
+        last_step: Some(last_step.to_string()),
+        revisions: checks::revisions(group),
+        ..CheckState::default()
+    };
+    let value = serde_json::to_string(&state).unwrap();
+    crate::testing::group(
+        group
+            .statefulsets
+            .iter()
+            .cloned()
+            .map(|member| annotated(member, crate::gates::CHECK_STATE_ANNOTATION, &value)),
+    )
+}
+
+#[test]
+fn a_job_checks_run_carries_the_job_of_the_step_created_after_its_initial_delay() {
+    // Given a Job check whose last step was a minute ago, its initialDelay 5m
+    let last_step = now() - jiff::SignedDuration::from_mins(1);
+    let checked = with_check_state(&checked_group(), 0, last_step);
+    let pass = pass_reading(
+        &checked,
+        &job_check("5m"),
+        &HookRead::default(),
+        &Rolling::new(),
+    );
+    // When the run due starts
+    let start = started(&pass).expect("a run started");
+    // Then it carries the Job of that step, owned by the check, created 5m after the step
+    let (run, uid) = start
+        .job
+        .as_ref()
+        .expect("a Job check's run carries its Job");
+    assert_eq!(uid, "check-uid");
+    assert!(start.queries.is_empty());
+    let annotations = run.job.metadata.annotations.as_ref().unwrap();
+    assert_eq!(
+        annotations[job_check::STEP_ANNOTATION],
+        last_step.to_string()
+    );
+    assert_eq!(
+        run.create_from,
+        Some(last_step + jiff::SignedDuration::from_mins(5))
+    );
+    assert_eq!(run.deadline, jiff::SignedDuration::from_mins(10));
+    let owner = &run.job.metadata.owner_references.as_ref().unwrap()[0];
+    assert_eq!(owner.uid, "check-uid");
+}
+
+#[test]
+fn a_pass_that_makes_a_step_starts_no_job_for_it() {
+    // Given a Job check that has passed for the step to come, and a run due
+    let checked = with_check_state(
+        &checked_group(),
+        1,
+        now() - jiff::SignedDuration::from_hours(2),
+    );
+    let pass = pass_reading(
+        &checked,
+        &job_check("0s"),
+        &HookRead::default(),
+        &Rolling::new(),
+    );
+    // When the pass makes the step, no run starts in it: the Job for the step after it is made
+    // by the next pass, about the zone after the deletions
+    assert!(pass.actions().count() > 0, "{:?}", outline(&pass));
+    assert!(
+        !outline(&pass)
+            .iter()
+            .any(|line| line.starts_with("start check")),
+        "{:?}",
+        outline(&pass)
     );
 }

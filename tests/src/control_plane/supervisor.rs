@@ -320,8 +320,11 @@ async fn run_in(
     if host.is_some() {
         // What pods on real nodes need around them: their tokens, the API server's CA, the
         // Service endpoints, and disruption budgets' status (without it the API server
-        // refuses every eviction a PodDisruptionBudget covers).
-        controllers.push_str(",serviceaccount,root-ca-cert-publisher,endpointslice,disruption");
+        // refuses every eviction a PodDisruptionBudget covers); Jobs run to their end (a Job
+        // health check's), and quotas counted, so the API server enforces them.
+        controllers.push_str(
+            ",serviceaccount,root-ca-cert-publisher,endpointslice,disruption,job,resourcequota",
+        );
     }
     let controller_manager = spawn(
         &assets.kube_controller_manager,

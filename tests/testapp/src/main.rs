@@ -19,6 +19,10 @@
 //! line each, so a test sees exactly what the kubelet gives a container (the link variables of
 //! every Service in its namespace among them).
 //!
+//! `exit <code> [NAME=value...]` makes it a Job's one-shot process instead: it prints its
+//! `BATON_` variables and exits with `<code>` if each `NAME` holds `value` in its environment,
+//! else with 2, naming the first that does not (a Job check's Job, told how to end).
+//!
 //! `pause` as the first argument makes it the pods' sandbox (pause) process instead: it waits
 //! for SIGTERM or SIGINT and exits. It reaps nothing: pods here do not share their PID
 //! namespace, so the sandbox process has no children.
@@ -43,6 +47,10 @@ struct State {
 }
 
 fn main() -> std::process::ExitCode {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("exit") {
+        return exit(&args[2..]);
+    }
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -57,6 +65,24 @@ fn main() -> std::process::ExitCode {
         return runtime.block_on(pause());
     }
     runtime.block_on(serve())
+}
+
+/// `exit <code> [NAME=value...]` (module header).
+fn exit(args: &[String]) -> std::process::ExitCode {
+    for (name, value) in std::env::vars().filter(|(name, _)| name.starts_with("BATON_")) {
+        println!("{name}={value}");
+    }
+    let code: u8 = args.first().and_then(|code| code.parse().ok()).unwrap_or(0);
+    for expected in &args[args.len().min(1)..] {
+        let (name, value) = expected.split_once('=').unwrap_or((expected, ""));
+        let seen = std::env::var(name).unwrap_or_default();
+        if seen != value {
+            eprintln!("testapp: {name} is {seen:?}, not {value:?}: exiting 2");
+            return std::process::ExitCode::from(2);
+        }
+    }
+    println!("testapp: exiting {code}");
+    std::process::ExitCode::from(code)
 }
 
 async fn pause() -> std::process::ExitCode {

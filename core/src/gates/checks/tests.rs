@@ -34,7 +34,11 @@ fn with_checks(
 }
 
 fn run(outcome: CheckOutcome) -> CheckRun {
-    CheckRun { at: now(), outcome }
+    CheckRun {
+        at: now(),
+        outcome,
+        seen: None,
+    }
 }
 
 fn fail() -> CheckOutcome {
@@ -94,6 +98,41 @@ fn a_step_waits_for_consecutive_passes_then_goes_and_resets_the_count() {
     let after = stored(&decision);
     assert_eq!(after.passes, 0, "the step resets the count");
     assert_eq!(after.last_step, Some(now().to_string()));
+}
+
+#[test]
+fn a_passing_run_stores_the_values_it_saw_as_a_failing_one_does() {
+    // Given a group waiting for its second pass
+    let one = group(vec![
+        with_checks(zone("a", 3, 0), &state(0, 0)),
+        zone("b", 3, 0),
+    ]);
+    // When a run passes, having seen an error rate of 0.01
+    let passing = CheckRun {
+        seen: Some("error-rate: 0.01".to_owned()),
+        ..run(CheckOutcome::Pass)
+    };
+    let (_, decision) = gate(&one, Some(&passing));
+    // Then the stored outcome and the wait say what it saw
+    assert_eq!(
+        stored(&decision).last_outcome.as_deref(),
+        Some("passed (error-rate: 0.01)")
+    );
+    assert!(
+        decision
+            .wait()
+            .expect("held")
+            .to_string()
+            .ends_with("last run passed (error-rate: 0.01)"),
+        "{:?}",
+        decision.wait()
+    );
+    // and a failure's own words are kept whatever was seen
+    let failing = CheckRun {
+        seen: Some("ignored".to_owned()),
+        ..run(fail())
+    };
+    assert_eq!(failing.described(), fail().to_string());
 }
 
 #[test]
