@@ -395,6 +395,7 @@ fn watch_cluster(
         current,
         clusters,
         in_use: None,
+        connected_once: false,
         last_error: None,
     };
     let follow = follow_kubeconfig(connector, cluster.clone(), member);
@@ -490,6 +491,8 @@ struct Member {
     clusters: Clusters,
     /// The kubeconfig the current client was built from.
     in_use: Option<String>,
+    /// Whether it was ever connected: a later connection is a reconnection.
+    connected_once: bool,
     /// The last problem told, so that each is told once.
     last_error: Option<String>,
 }
@@ -512,9 +515,12 @@ impl Member {
         self.current.send_replace(Some((generation, client)));
         if self.in_use.is_some() {
             tracing::info!(cluster = %self.cluster, "the member cluster's kubeconfig Secret changed: reconnected with it; its groups are held until its watches have listed again");
+        } else if self.connected_once {
+            tracing::info!(cluster = %self.cluster, "the member cluster's kubeconfig Secret can be used again: reconnected with it; its groups are held until its watches have listed again");
         } else {
             tracing::info!(cluster = %self.cluster, "connected to member cluster");
         }
+        self.connected_once = true;
         self.in_use = Some(kubeconfig);
         self.last_error = None;
     }

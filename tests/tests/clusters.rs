@@ -260,7 +260,7 @@ async fn cluster_add_refuses(
 }
 
 #[test]
-fn kubectl_baton_cluster_add_writes_nothing_for_a_context_a_server_an_account_or_a_namespace_that_is_not_there_and_rotates_when_run_again()
+fn kubectl_baton_cluster_add_writes_nothing_for_a_context_a_server_an_account_or_a_namespace_that_is_not_there_and_rotates_when_run_again_the_running_controller_reconnecting()
  {
     ClusterTrio::scenario(|clusters| async move {
         let namespace = clusters.namespace();
@@ -398,6 +398,23 @@ fn kubectl_baton_cluster_add_writes_nothing_for_a_context_a_server_an_account_or
         );
         assert!(ok, "{output}");
         assert_eq!(output.trim(), member_user());
+
+        // And the running controller reconnects to cluster-b with it, and lists it again
+        wait_until(
+            TIMEOUT,
+            "the controller reconnects to cluster-b with the new token",
+            || async {
+                clusters.controller.process.output().lines().any(|line| {
+                    line.contains("kubeconfig Secret changed: reconnected with it")
+                        && line.contains("cluster=cluster-b")
+                })
+            },
+        )
+        .await;
+        wait_until(TIMEOUT, "cluster-b is listed again", || async {
+            cluster_out(&clusters.controller.metrics().await, "cluster-b") == Some(0.0)
+        })
+        .await;
     });
 }
 
@@ -1011,10 +1028,22 @@ fn a_token_rotated_and_the_old_one_revoked_mid_rollout_is_used_by_the_running_co
             controller_pid,
             "the controller was never restarted"
         );
+        // (its log: cluster-b disconnected when its Secret became unusable, then reconnected
+        // with the rotated one)
         let output = clusters.controller.process.output();
+        let dropped = output
+            .lines()
+            .position(|line| {
+                line.contains("kubeconfig Secret changed and cannot be used")
+                    && line.contains("cluster=cluster-b")
+            })
+            .unwrap_or_else(|| panic!("the controller says it dropped cluster-b: {output}"));
         assert!(
-            output.contains("kubeconfig Secret changed: reconnected with it"),
-            "the controller says it reconnected: {output}"
+            output.lines().skip(dropped).any(|line| {
+                line.contains("kubeconfig Secret can be used again: reconnected with it")
+                    && line.contains("cluster=cluster-b")
+            }),
+            "the controller says it reconnected to cluster-b: {output}"
         );
         // And nothing was deleted in any cluster between the hold and the rotation
         let deleted_meanwhile: Vec<String> = timeline
