@@ -87,7 +87,7 @@ impl Clusters {
     /// The client of the cluster `name` lives in, and `name` there. An unqualified name is an
     /// object of the controller's own cluster (its certificates, its Lease), with member
     /// clusters or without. [`Error::NotConnected`] while its cluster is not connected (its
-    /// kubeconfig could not be read yet).
+    /// kubeconfig could not be read yet, or its Secret changed to one that cannot be used).
     pub fn client_for<'n>(&self, name: &'n str) -> Result<(kube::Client, &'n str), Error> {
         let (Some(clients), (Some(cluster), local)) =
             (&self.clients, baton_core::clusters::split(name))
