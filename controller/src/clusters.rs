@@ -6,8 +6,16 @@
 //!   the member and the Secret: reading the Secret (in the system namespace), finding its key,
 //!   parsing the kubeconfig, accepting it (inline credentials only: no field that reads a file
 //!   of this pod, runs a program, goes through a proxy or weakens TLS,
-//!   [`baton_core::cluster_kubeconfig`]), building a client from what was accepted alone. A member whose chain fails is retried with the
-//!   watches' backoff, and until then it is *out* ([`ClusterCache::outage`]).
+//!   [`baton_core::cluster_kubeconfig`]), building a client from what was accepted alone. A
+//!   member whose chain fails is out ([`ClusterCache::outage`]) until its Secret changes (a
+//!   read that failed is retried with the watches' backoff).
+//! - **A member follows its Secret while running**: one watch of that Secret alone (by name,
+//!   which RBAC can grant on that Secret alone) tells when it changes, and the Secret is read
+//!   again; [`baton_core::clusters::reconnect`] decides. A rotated kubeconfig replaces the
+//!   member's client at once: the member is out, its watches through the old client stopped
+//!   and started through the new one, which lists everything again, before anything is
+//!   decided on it (so its caches are rebuilt from the new client). A Secret changed to one
+//!   that cannot be used disconnects it (the old credentials are not kept).
 //! - **A member's watches start over after every failure** (`relisting_watcher`): a member is
 //!   out from a watch's first error until both its watches have listed again. So a member that
 //!   comes back is re-listed before anything is decided on it, and the core's rule
@@ -24,7 +32,7 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use baton_config::ClusterConfig;
 use baton_core::cluster_kubeconfig::Unusable;
-use baton_core::clusters::Outage;
+use baton_core::clusters::{Outage, Reconnect, SecretRead, reconnect};
 use baton_core::pods::CachedPod;
 use baton_shared::kube_client::{ClientLayers, bounded};
 use baton_shared::pod_cache::PodCache;
@@ -79,7 +87,7 @@ impl Clusters {
     /// The client of the cluster `name` lives in, and `name` there. An unqualified name is an
     /// object of the controller's own cluster (its certificates, its Lease), with member
     /// clusters or without. [`Error::NotConnected`] while its cluster is not connected (its
-    /// kubeconfig could not be read yet).
+    /// kubeconfig could not be read yet, or its Secret changed to one that cannot be used).
     pub fn client_for<'n>(&self, name: &'n str) -> Result<(kube::Client, &'n str), Error> {
         let (Some(clients), (Some(cluster), local)) =
             (&self.clients, baton_core::clusters::split(name))
@@ -106,6 +114,17 @@ impl Clusters {
                 .write()
                 .unwrap_or_else(|poisoned| poisoned.into_inner())
                 .insert(cluster.to_owned(), client);
+        }
+    }
+
+    /// `cluster` has no client any more: its writes fail with [`Error::NotConnected`] until it
+    /// is connected again.
+    fn disconnected(&self, cluster: &str) {
+        if let Some(clients) = &self.clients {
+            clients
+                .write()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .remove(cluster);
         }
     }
 }
@@ -177,6 +196,10 @@ enum WatchHealth {
 struct Health {
     /// Why the member's client could not be built, until it is.
     connect_error: Option<String>,
+    /// Which of the member's clients the watches' health is of: counted up each time the
+    /// member is connected anew or disconnected, so that a late event of a stopped watch (of
+    /// the client before) is not taken for the new client's.
+    generation: u64,
     watches: [WatchHealth; 2],
     /// Both watches have listed at least once.
     listed_once: bool,
@@ -209,12 +232,27 @@ impl Health {
         None
     }
 
-    /// Notes a watch's event; true when whether the member is out changed.
+    /// The member's client changes (`generation`, a new one; or none, with `error`): nothing
+    /// the watches saw through the client before counts any more, so the member is out until
+    /// both have listed through the new one. What they last showed stays known
+    /// (`listed_once`): the caches keep it until the new lists replace it.
+    fn switch(&mut self, generation: u64, error: Option<String>) {
+        self.generation = generation;
+        self.connect_error = error;
+        self.watches = Default::default();
+    }
+
+    /// Notes a watch's event, seen through the client of `generation`; true when whether the
+    /// member is out changed.
     fn observe<K>(
         &mut self,
+        generation: u64,
         watch: Watch,
         event: &Result<watcher::Event<K>, watcher::Error>,
     ) -> bool {
+        if generation != self.generation {
+            return false;
+        }
         let was_out = self.is_out();
         let slot = &mut self.watches[watch as usize];
         match event {
@@ -300,6 +338,10 @@ pub fn start(
     (caches, clusters, drive)
 }
 
+/// The member's client as it is now, with the [`Health::generation`] it is of; `None` while
+/// the member has none (not connected yet, or its Secret changed to one that cannot be used).
+type CurrentClient = Option<(u64, kube::Client)>;
+
 fn watch_cluster(
     settings: &Settings<'_>,
     cluster: &ClusterConfig,
@@ -320,17 +362,10 @@ fn watch_cluster(
         request_timeout: settings.request_timeout,
         failures: settings.failures.clone(),
     };
-    let connect = connect(
-        connector,
-        cluster.clone(),
-        health.clone(),
-        out_changed.clone(),
-    )
-    .boxed()
-    .shared();
+    let (current, client) = tokio::sync::watch::channel::<CurrentClient>(None);
     let namespace = settings.namespace.to_owned();
     let statefulset_events = cluster_events(
-        connect.clone(),
+        client.clone(),
         namespace.clone(),
         watcher::Config::default().labels(baton_core::annotations::ROLLOUT_GROUP_LABEL),
         Watch::StatefulSets,
@@ -338,12 +373,12 @@ fn watch_cluster(
         out_changed.clone(),
     );
     let pod_events = cluster_events(
-        connect.clone(),
+        client,
         namespace.clone(),
         watcher::Config::default(),
         Watch::Pods,
         health.clone(),
-        out_changed,
+        out_changed.clone(),
     );
     let (statefulsets, pods, watches) =
         crate::cache::watch_workloads(statefulset_events, pod_events, namespace, touched.clone());
@@ -351,13 +386,22 @@ fn watch_cluster(
         cluster: cluster.name.clone(),
         statefulsets: statefulsets.clone(),
         pods,
-        health,
+        health: health.clone(),
     };
+    let member = Member {
+        cluster: cluster.name.clone(),
+        health,
+        out_changed,
+        current,
+        clusters,
+        in_use: None,
+        connected_once: false,
+        last_error: None,
+    };
+    let follow = follow_kubeconfig(connector, cluster.clone(), member);
     let name = cluster.name.clone();
     let watched = cache.clone();
     let drive = async move {
-        let cluster = name.clone();
-        let register = connect.map(move |client| clusters.connected(&cluster, client));
         // A member going out or coming back concerns every group it has a member in.
         let retell = async move {
             while out_changes.recv().await.is_some() {
@@ -376,19 +420,18 @@ fn watch_cluster(
                 }
             }
         };
-        futures::join!(register, watches, retell);
+        futures::join!(follow, watches, retell);
     };
     (cache, drive)
 }
 
-/// The member's client, once built; every watch of the member waits for it.
-type Connected = futures::future::Shared<futures::future::BoxFuture<'static, kube::Client>>;
-
-/// The events of one of a member's watches, started once it is connected and started over
-/// after each failure, each noted in its health (telling `out_changed` when the member goes out
-/// or comes back).
+/// The events of one of a member's watches through its current client: started when it has
+/// one, started over after each failure, and stopped when the client changes (the watch of the
+/// new one then lists everything again, which replaces the cache's content). Each event is
+/// noted in its health, as of the client it came through (telling `out_changed` when the member
+/// goes out or comes back).
 fn cluster_events<K>(
-    connect: Connected,
+    clients: tokio::sync::watch::Receiver<CurrentClient>,
     namespace: String,
     config: watcher::Config,
     watch: Watch,
@@ -403,69 +446,221 @@ where
         + Send
         + 'static,
 {
-    futures::stream::once(connect)
-        .flat_map(move |client| {
-            let api = Api::namespaced(client, &namespace);
-            baton_shared::initial_list::relisting_watcher(api, config.clone())
-        })
-        .inspect(move |event| {
-            let changed = health
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner())
-                .observe(watch, event);
-            if changed {
-                let _ = out_changed.send(());
+    let each_client = futures::stream::unfold(clients, |mut clients| async move {
+        loop {
+            let now = clients.borrow_and_update().clone();
+            if let Some((generation, client)) = now {
+                // Seen up to this client: the next change ends its watch.
+                let mut next = clients.clone();
+                let switched = async move {
+                    if next.changed().await.is_err() {
+                        // No more changes: the member keeps this client.
+                        std::future::pending::<()>().await;
+                    }
+                }
+                .boxed();
+                return Some(((generation, client, switched), clients));
             }
-        })
-}
-
-/// The member's client: the controller's own for a member without a Secret, else built from
-/// its kubeconfig Secret, retried with the watches' backoff until it can be (each new failure
-/// logged once, and kept as the member's outage; each counted, in this one place).
-async fn connect(
-    connector: Connector,
-    cluster: ClusterConfig,
-    health: Arc<Mutex<Health>>,
-    out_changed: UnboundedSender<()>,
-) -> kube::Client {
-    if cluster.kubeconfig_secret.is_empty() {
-        return connector.hub;
-    }
-    let mut backoff = baton_shared::kube_client::watch_backoff();
-    let mut last_error = None;
-    loop {
-        match client_of(&connector, &cluster).await {
-            Ok(client) => {
-                health
+            clients.changed().await.ok()?;
+        }
+    });
+    each_client.flat_map(move |(generation, client, switched)| {
+        let api = Api::namespaced(client, &namespace);
+        let (health, out_changed) = (health.clone(), out_changed.clone());
+        baton_shared::initial_list::relisting_watcher(api, config.clone())
+            .take_until(switched)
+            .inspect(move |event| {
+                let changed = health
                     .lock()
                     .unwrap_or_else(|poisoned| poisoned.into_inner())
-                    .connect_error = None;
-                tracing::info!(cluster = %cluster.name, "connected to member cluster");
-                return client;
-            }
-            Err(error) => {
-                connector.failures.count(&error);
-                let error = error.to_string();
-                if last_error.as_ref() != Some(&error) {
-                    tracing::warn!(cluster = %cluster.name, %error, "cannot connect to member cluster; retrying");
-                    health
-                        .lock()
-                        .unwrap_or_else(|poisoned| poisoned.into_inner())
-                        .connect_error = Some(error.clone());
+                    .observe(generation, watch, event);
+                if changed {
                     let _ = out_changed.send(());
-                    last_error = Some(error);
                 }
-            }
+            })
+    })
+}
+
+/// A member's connection as its kubeconfig Secret gives it, told to its watches, its health
+/// and the routing of writes.
+struct Member {
+    cluster: String,
+    health: Arc<Mutex<Health>>,
+    out_changed: UnboundedSender<()>,
+    current: tokio::sync::watch::Sender<CurrentClient>,
+    clusters: Clusters,
+    /// The kubeconfig the current client was built from.
+    in_use: Option<String>,
+    /// Whether it was ever connected: a later connection is a reconnection.
+    connected_once: bool,
+    /// The last problem told, so that each is told once.
+    last_error: Option<String>,
+}
+
+impl Member {
+    fn health(&self) -> std::sync::MutexGuard<'_, Health> {
+        self.health
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Connects with `client`, built from `kubeconfig`: the member is out (its health starts
+    /// over) before the client is handed to the writes and the watches, and until both watches
+    /// have listed through it.
+    fn connect(&mut self, kubeconfig: String, client: kube::Client) {
+        let generation = self.health().generation + 1;
+        self.health().switch(generation, None);
+        let _ = self.out_changed.send(());
+        self.clusters.connected(&self.cluster, client.clone());
+        self.current.send_replace(Some((generation, client)));
+        if self.in_use.is_some() {
+            tracing::info!(cluster = %self.cluster, "the member cluster's kubeconfig Secret changed: reconnected with it; its groups are held until its watches have listed again");
+        } else if self.connected_once {
+            tracing::info!(cluster = %self.cluster, "the member cluster's kubeconfig Secret can be used again: reconnected with it; its groups are held until its watches have listed again");
+        } else {
+            tracing::info!(cluster = %self.cluster, "connected to member cluster");
         }
-        let delay = backoff.next().unwrap_or(std::time::Duration::from_secs(2));
-        tokio::time::sleep(delay).await;
+        self.connected_once = true;
+        self.in_use = Some(kubeconfig);
+        self.last_error = None;
+    }
+
+    /// The Secret as it is now cannot be used (gone, no key, not a kubeconfig, refused): the
+    /// member is out with `error`, and a client built from what the Secret held before is
+    /// dropped, not kept. Whoever changed the Secret meant the old credentials to go: they may
+    /// be revoked (a token rotated after a leak) or name a cluster no longer meant, and a
+    /// member read with them could be trusted on a snapshot nobody vouches for. Out is the
+    /// planner's safe side: its groups are held, nothing is deleted, until the Secret is fixed.
+    fn refuse(&mut self, error: &Error) {
+        let error = error.to_string();
+        if self.in_use.is_none() && self.last_error.as_ref() == Some(&error) {
+            return;
+        }
+        let generation = self.health().generation + 1;
+        self.health().switch(generation, Some(error.clone()));
+        let _ = self.out_changed.send(());
+        if self.in_use.take().is_some() {
+            self.clusters.disconnected(&self.cluster);
+            self.current.send_replace(None);
+            tracing::warn!(cluster = %self.cluster, %error, "the member cluster's kubeconfig Secret changed and cannot be used: disconnected, its groups held until it is fixed");
+        } else {
+            tracing::warn!(cluster = %self.cluster, %error, "cannot connect to member cluster; retrying");
+        }
+        self.last_error = Some(error);
+    }
+
+    /// The Secret could not be read (the hub's API server did not answer, or refused): that
+    /// says nothing of the Secret, so a connected member keeps its client, and one that is
+    /// not connected yet stays out with `error`.
+    fn unread(&mut self, error: &Error) {
+        let error = error.to_string();
+        if self.last_error.as_ref() == Some(&error) {
+            return;
+        }
+        if self.in_use.is_none() {
+            let generation = self.health().generation;
+            self.health().switch(generation, Some(error.clone()));
+            let _ = self.out_changed.send(());
+            tracing::warn!(cluster = %self.cluster, %error, "cannot connect to member cluster; retrying");
+        } else {
+            tracing::warn!(cluster = %self.cluster, %error, "cannot read the member cluster's kubeconfig Secret; its connection stays as it is, and the Secret is read again");
+        }
+        self.last_error = Some(error);
     }
 }
 
-async fn client_of(connector: &Connector, cluster: &ClusterConfig) -> Result<kube::Client, Error> {
+/// Keeps the member's client that of its kubeconfig Secret as it is now: the controller's own
+/// for a member without a Secret; else the Secret is read when the member starts and again each
+/// time a watch of that one Secret (by name: `get`, `list` and `watch` on it alone) says it
+/// changed, or fails. A kubeconfig that differs from the one in use (a token rotated by
+/// `kubectl baton cluster add` run again) replaces the member's client at once
+/// ([`Member::connect`]); one that cannot be used disconnects it ([`Member::refuse`]). A read
+/// that fails is retried with the watches' backoff, each counted in this one place.
+async fn follow_kubeconfig(connector: Connector, cluster: ClusterConfig, mut member: Member) {
+    if cluster.kubeconfig_secret.is_empty() {
+        member.connect(String::new(), connector.hub.clone());
+        // The member keeps this client: the sender stays, so its watches never stop.
+        return std::future::pending().await;
+    }
+    let secrets: Api<Secret> = Api::namespaced(connector.hub.clone(), &connector.system_namespace);
+    let by_name =
+        watcher::Config::default().fields(&format!("metadata.name={}", cluster.kubeconfig_secret));
+    let mut changes = std::pin::pin!(baton_shared::initial_list::relisting_watcher(
+        secrets, by_name
+    ));
+    let mut watch_error = None;
+    loop {
+        let mut backoff = baton_shared::kube_client::watch_backoff();
+        loop {
+            let read = read_kubeconfig(&connector, &cluster).await;
+            let seen = match &read {
+                Ok(kubeconfig) => SecretRead::Kubeconfig(kubeconfig),
+                Err(error) if read_failed(error) => SecretRead::Unread,
+                Err(_) => SecretRead::Unusable,
+            };
+            match (reconnect(member.in_use.as_deref(), seen), read) {
+                (Reconnect::Keep, Ok(_)) => break,
+                (Reconnect::Keep, Err(error)) => {
+                    connector.failures.count(&error);
+                    member.unread(&error);
+                }
+                (_, Ok(kubeconfig)) => match client_from(&connector, &cluster, &kubeconfig).await {
+                    Ok(client) => break member.connect(kubeconfig, client),
+                    // A kubeconfig no client can be built from is as unusable as none.
+                    Err(error) => {
+                        connector.failures.count(&error);
+                        break member.refuse(&error);
+                    }
+                },
+                (_, Err(error)) => {
+                    connector.failures.count(&error);
+                    break member.refuse(&error);
+                }
+            }
+            let delay = backoff.next().unwrap_or(std::time::Duration::from_secs(2));
+            tokio::time::sleep(delay).await;
+        }
+        // Until the Secret changes, or its watch fails (the read that follows then catches
+        // what the watch may have missed, at the pace of the watch's backoff).
+        loop {
+            match changes.next().await {
+                Some(Ok(watcher::Event::Init | watcher::Event::InitApply(_))) => {}
+                Some(Ok(_)) => {
+                    if watch_error.take().is_some() {
+                        tracing::info!(cluster = %cluster.name, "watching the member cluster's kubeconfig Secret again");
+                    }
+                    break;
+                }
+                Some(Err(error)) => {
+                    let error = error.to_string();
+                    if watch_error.as_ref() != Some(&error) {
+                        tracing::warn!(cluster = %cluster.name, secret = %cluster.kubeconfig_secret, %error, "cannot watch the member cluster's kubeconfig Secret (does baton-controller's Role give list and watch on it?); it is read again at each retry");
+                        watch_error = Some(error);
+                    }
+                    break;
+                }
+                None => return,
+            }
+        }
+    }
+}
+
+/// Whether the Secret could not be read at all, which says nothing about what it holds; a
+/// Secret that is not there (404) is read, and found unusable, as one without the key is.
+fn read_failed(error: &Error) -> bool {
+    match error {
+        Error::ReadMemberSecretTimedOut { .. } => true,
+        Error::ReadMemberSecret { source, .. } => {
+            !matches!(source.as_ref(), kube::Error::Api(status) if status.code == 404)
+        }
+        _ => false,
+    }
+}
+
+/// The member's kubeconfig as its Secret holds it now (one bounded read).
+async fn read_kubeconfig(connector: &Connector, cluster: &ClusterConfig) -> Result<String, Error> {
     let Connector {
         hub,
-        layers,
         system_namespace,
         request_timeout,
         ..
@@ -500,6 +695,27 @@ async fn client_of(connector: &Connector, cluster: &ClusterConfig) -> Result<kub
             key,
         });
     };
+    String::from_utf8(bytes.0.clone()).map_err(|error| Error::MemberNotKubeconfig {
+        cluster: name,
+        namespace,
+        secret,
+        key,
+        why: error.to_string(),
+    })
+}
+
+/// A client of the member from `text`, its kubeconfig, if the hub accepts it.
+async fn client_from(
+    connector: &Connector,
+    cluster: &ClusterConfig,
+    text: &str,
+) -> Result<kube::Client, Error> {
+    let (namespace, secret, key) = (
+        connector.system_namespace.clone(),
+        cluster.kubeconfig_secret.clone(),
+        cluster.kubeconfig_key.clone(),
+    );
+    let name = cluster.name.clone();
     let not_kubeconfig = |why: String| Error::MemberNotKubeconfig {
         cluster: name.clone(),
         namespace: namespace.clone(),
@@ -507,7 +723,6 @@ async fn client_of(connector: &Connector, cluster: &ClusterConfig) -> Result<kub
         key: key.clone(),
         why,
     };
-    let text = std::str::from_utf8(&bytes.0).map_err(|error| not_kubeconfig(error.to_string()))?;
     // Only what the allow-list takes reaches kube: a kubeconfig can ask for files of this pod,
     // programs run in it, a proxy, unchecked certificates.
     let access = baton_core::cluster_kubeconfig::accept(text).map_err(|error| match error {
@@ -531,7 +746,8 @@ async fn client_of(connector: &Connector, cluster: &ClusterConfig) -> Result<kub
     let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
         .await
         .map_err(|error| unusable(error.to_string()))?;
-    layers
+    connector
+        .layers
         .client(config)
         .map_err(|error| unusable(error.to_string()))
 }
@@ -564,7 +780,7 @@ mod tests {
                 .contains("not listed yet")
         );
         // The StatefulSets listed: the pods are still to come.
-        assert!(!health.observe(Watch::StatefulSets, &listed()));
+        assert!(!health.observe(0, Watch::StatefulSets, &listed()));
         assert!(
             health
                 .outage()
@@ -572,18 +788,81 @@ mod tests {
                 .contains("pods are not listed yet")
         );
         // Both listed: in, and that is a change.
-        assert!(health.observe(Watch::Pods, &listed()));
+        assert!(health.observe(0, Watch::Pods, &listed()));
         assert_eq!(health.outage(), None);
         assert!(health.listed_once);
         // A failure takes it out at once, naming the watch.
-        assert!(health.observe(Watch::Pods, &failure()));
+        assert!(health.observe(0, Watch::Pods, &failure()));
         let outage = health.outage().expect("out");
         assert!(outage.contains("watching its pods failed"), "{outage}");
         // A watch that starts listing again is not enough: only the end of its list is.
-        assert!(!health.observe(Watch::Pods, &listing()));
+        assert!(!health.observe(0, Watch::Pods, &listing()));
         assert!(health.outage().is_some());
-        assert!(health.observe(Watch::Pods, &listed()));
+        assert!(health.observe(0, Watch::Pods, &listed()));
         assert_eq!(health.outage(), None);
+    }
+
+    #[test]
+    fn a_new_client_takes_the_cluster_out_until_both_watches_listed_through_it() {
+        let mut health = Health::default();
+        health.observe(0, Watch::StatefulSets, &listed());
+        health.observe(0, Watch::Pods, &listed());
+        assert_eq!(health.outage(), None);
+        // The Secret changed: a new client, and nothing seen through the old one counts.
+        health.switch(1, None);
+        assert!(health.outage().expect("out").contains("not listed yet"));
+        assert!(health.listed_once, "what it last showed is still known");
+        // A late event of the old client's watches changes nothing.
+        assert!(!health.observe(0, Watch::StatefulSets, &listed()));
+        assert!(!health.observe(0, Watch::Pods, &listed()));
+        assert!(health.outage().is_some());
+        // Both watches listed through the new one: in again.
+        assert!(!health.observe(1, Watch::StatefulSets, &listed()));
+        assert!(health.observe(1, Watch::Pods, &listed()));
+        assert_eq!(health.outage(), None);
+        // A Secret changed to one that cannot be used: out with its problem, whatever the
+        // watches of the dropped client said last.
+        health.switch(
+            2,
+            Some("key kubeconfig of Secret baton-system/member-b is refused".into()),
+        );
+        assert!(health.outage().expect("out").contains("is refused"));
+        assert!(!health.observe(1, Watch::Pods, &listed()));
+        assert!(health.outage().expect("out").contains("is refused"));
+    }
+
+    #[test]
+    fn a_secret_that_is_not_there_is_unusable_and_one_not_read_is_unknown() {
+        let reading = |code: u16| Error::ReadMemberSecret {
+            cluster: "cluster-b".into(),
+            namespace: "baton-system".into(),
+            secret: "member-cluster-b".into(),
+            source: Box::new(kube::Error::Api(
+                kube::core::Status::failure("no", "No")
+                    .with_code(code)
+                    .boxed(),
+            )),
+        };
+        // Gone: a fact about the Secret, which disconnects.
+        assert!(!read_failed(&reading(404)));
+        assert!(!read_failed(&Error::MemberSecretKeyMissing {
+            cluster: "cluster-b".into(),
+            namespace: "baton-system".into(),
+            secret: "member-cluster-b".into(),
+            key: "kubeconfig".into(),
+        }));
+        // Not read (refused, the hub's API server failing, no answer): nothing is known.
+        assert!(read_failed(&reading(403)));
+        assert!(read_failed(&reading(500)));
+        assert!(read_failed(&Error::ReadMemberSecretTimedOut {
+            cluster: "cluster-b".into(),
+            namespace: "baton-system".into(),
+            secret: "member-cluster-b".into(),
+            source: baton_shared::kube_client::TimedOut {
+                what: "reading Secret member-cluster-b".into(),
+                timeout: std::time::Duration::from_secs(10),
+            },
+        }));
     }
 
     #[test]

@@ -134,10 +134,87 @@ pub fn valid_cluster_name(name: &str) -> Result<(), String> {
     }
 }
 
+/// A member's kubeconfig Secret, read again (when it starts, when its watch says it changed):
+/// what it holds for the member.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SecretRead<'a> {
+    /// The kubeconfig under the configured key, as text.
+    Kubeconfig(&'a str),
+    /// The Secret says the member cannot be reached with it: gone, without the key, not a
+    /// kubeconfig, refused by the allow-list, or no client can be built from it.
+    Unusable,
+    /// The Secret could not be read (the hub's API server did not answer, or refused): that
+    /// says nothing about what it holds.
+    Unread,
+}
+
+/// What becomes of a member's connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reconnect {
+    /// As it is: connected with the same kubeconfig, or out as it was.
+    Keep,
+    /// A client from the kubeconfig read, in place of any before: the member is out until its
+    /// watches have listed through it.
+    Connect,
+    /// No client: the member is out, with the Secret's problem, until the Secret is fixed.
+    Disconnect,
+}
+
+/// What a member's connection, made from the kubeconfig `in_use` (none: not connected), becomes
+/// once its Secret is read as `read`.
+///
+/// - A kubeconfig that differs from the one in use (a token rotated by `kubectl baton cluster
+///   add` run again) replaces it at once: the old token may be revoked, or about to expire.
+/// - A Secret changed to something unusable disconnects the member rather than keeping the
+///   old connection: whoever changed it meant the old credentials to go (revoked after a leak,
+///   a cluster no longer meant), and a member read with credentials nobody vouches for any
+///   more is not one to act on. Out is the planner's safe side (its groups are held, nothing
+///   deleted), and it is told: the group's wait names the Secret's problem, and
+///   `baton_member_cluster_out` is 1.
+/// - A read that failed keeps what is: a hub API server that does not answer says nothing of
+///   the member, and the member's own watches say whether its credentials still work.
+pub fn reconnect(in_use: Option<&str>, read: SecretRead<'_>) -> Reconnect {
+    match (in_use, read) {
+        (Some(in_use), SecretRead::Kubeconfig(read)) if in_use == read => Reconnect::Keep,
+        (_, SecretRead::Kubeconfig(_)) => Reconnect::Connect,
+        (_, SecretRead::Unusable) => Reconnect::Disconnect,
+        (_, SecretRead::Unread) => Reconnect::Keep,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::explained::Explained;
+
+    #[test]
+    fn a_changed_kubeconfig_reconnects_an_unusable_one_disconnects_and_an_unread_one_keeps() {
+        let (old, new) = ("token: old", "token: new");
+        // Read again unchanged (a relist, a label added): nothing happens.
+        assert_eq!(
+            reconnect(Some(old), SecretRead::Kubeconfig(old)),
+            Reconnect::Keep
+        );
+        // Rotated: the new one, at once.
+        assert_eq!(
+            reconnect(Some(old), SecretRead::Kubeconfig(new)),
+            Reconnect::Connect
+        );
+        // Not connected yet: the first usable one connects.
+        assert_eq!(
+            reconnect(None, SecretRead::Kubeconfig(new)),
+            Reconnect::Connect
+        );
+        // Changed to something unusable: the old connection goes too.
+        assert_eq!(
+            reconnect(Some(old), SecretRead::Unusable),
+            Reconnect::Disconnect
+        );
+        assert_eq!(reconnect(None, SecretRead::Unusable), Reconnect::Disconnect);
+        // Not read at all: nothing is known of the Secret, so nothing changes.
+        assert_eq!(reconnect(Some(old), SecretRead::Unread), Reconnect::Keep);
+        assert_eq!(reconnect(None, SecretRead::Unread), Reconnect::Keep);
+    }
 
     #[test]
     fn a_qualified_name_splits_back_into_its_cluster_and_name() {

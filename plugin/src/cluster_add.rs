@@ -497,7 +497,7 @@ fn what_was_done(
         ),
         checked,
         format!(
-            "  the token expires at {expires}: run this command again before then to rotate it, then restart baton-controller"
+            "  the token expires at {expires}: run this command again before then to rotate it (the running controller reconnects with the new token)"
         ),
         "controller.clusters names it so:".to_owned(),
         format!("  - name: {}", add.name),

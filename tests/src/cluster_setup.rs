@@ -392,7 +392,7 @@ mod tests {
         assert_eq!(
             role["rules"],
             serde_json::json!([{"apiGroups": [""], "resources": ["secrets"],
-                                "resourceNames": secrets, "verbs": ["get"]}])
+                                "resourceNames": secrets, "verbs": ["get", "list", "watch"]}])
         );
         let binding = find(&objects, "RoleBinding", "baton-controller-members");
         assert_eq!(

@@ -260,7 +260,7 @@ async fn cluster_add_refuses(
 }
 
 #[test]
-fn kubectl_baton_cluster_add_writes_nothing_for_a_context_a_server_an_account_or_a_namespace_that_is_not_there_and_rotates_when_run_again()
+fn kubectl_baton_cluster_add_writes_nothing_for_a_context_a_server_an_account_or_a_namespace_that_is_not_there_and_rotates_when_run_again_the_running_controller_reconnecting()
  {
     ClusterTrio::scenario(|clusters| async move {
         let namespace = clusters.namespace();
@@ -398,6 +398,23 @@ fn kubectl_baton_cluster_add_writes_nothing_for_a_context_a_server_an_account_or
         );
         assert!(ok, "{output}");
         assert_eq!(output.trim(), member_user());
+
+        // And the running controller reconnects to cluster-b with it, and lists it again
+        wait_until(
+            TIMEOUT,
+            "the controller reconnects to cluster-b with the new token",
+            || async {
+                clusters.controller.process.output().lines().any(|line| {
+                    line.contains("kubeconfig Secret changed: reconnected with it")
+                        && line.contains("cluster=cluster-b")
+                })
+            },
+        )
+        .await;
+        wait_until(TIMEOUT, "cluster-b is listed again", || async {
+            cluster_out(&clusters.controller.metrics().await, "cluster-b") == Some(0.0)
+        })
+        .await;
     });
 }
 
@@ -405,7 +422,7 @@ fn kubectl_baton_cluster_add_writes_nothing_for_a_context_a_server_an_account_or
 /// alone. The trio's controller runs as an admin, so the Role is checked here, as its
 /// ServiceAccount.
 #[test]
-fn the_docs_hub_role_lets_baton_controller_get_each_member_secret_and_nothing_else() {
+fn the_docs_hub_role_lets_baton_controller_get_and_watch_each_member_secret_and_nothing_else() {
     use baton_e2e::cluster_setup::{docs_block, read_docs};
     use baton_e2e::rbac_support::impersonating;
     use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
@@ -459,13 +476,33 @@ fn the_docs_hub_role_lets_baton_controller_get_each_member_secret_and_nothing_el
         .expect("a client as baton-controller");
         let as_controller = Api::<Secret>::namespaced(controller, namespace);
 
-        // Then it gets each member's, and no other, nor a list, nor a write
+        // Then it gets each member's, and watches it by name (a list, then a watch, selecting
+        // that one Secret, as its watch of the Secret does), and no other, nor a list of
+        // them all, nor a write
         for cluster in ["cluster-b", "cluster-c"] {
-            as_controller
-                .get(&kubeconfig_secret(cluster))
+            let name = kubeconfig_secret(cluster);
+            as_controller.get(&name).await.unwrap_or_else(|error| {
+                panic!("baton-controller gets {cluster}'s Secret: {error}")
+            });
+            let by_name = format!("metadata.name={name}");
+            let listed = as_controller
+                .list(&ListParams::default().fields(&by_name))
                 .await
                 .unwrap_or_else(|error| {
-                    panic!("baton-controller gets {cluster}'s Secret: {error}")
+                    panic!("baton-controller lists {cluster}'s Secret by name: {error}")
+                });
+            assert_eq!(listed.items.len(), 1, "{cluster}'s Secret, listed by name");
+            let version = listed.metadata.resource_version.clone().unwrap_or_default();
+            let _events = as_controller
+                .watch(
+                    &kube::api::WatchParams::default()
+                        .fields(&by_name)
+                        .timeout(1),
+                    &version,
+                )
+                .await
+                .unwrap_or_else(|error| {
+                    panic!("baton-controller watches {cluster}'s Secret by name: {error}")
                 });
         }
         let forbidden = |result: Result<_, kube::Error>, what: &str| match result {
@@ -479,6 +516,13 @@ fn the_docs_hub_role_lets_baton_controller_get_each_member_secret_and_nothing_el
         forbidden(
             as_controller.list(&ListParams::default()).await.map(|_| ()),
             "list Secrets",
+        );
+        forbidden(
+            as_controller
+                .list(&ListParams::default().fields("metadata.name=not-a-member"))
+                .await
+                .map(|_| ()),
+            "list another Secret by name",
         );
         forbidden(
             as_controller
@@ -862,6 +906,159 @@ fn a_member_cluster_whose_api_server_stops_mid_rollout_holds_the_group_until_it_
         assert_every_status_waits_on(
             &statuses,
             &format!("{member} cannot be read: cluster cluster-b is unreachable"),
+        );
+    });
+}
+
+#[test]
+fn a_token_rotated_and_the_old_one_revoked_mid_rollout_is_used_by_the_running_controller() {
+    // (alone: revoking cluster-b's token holds every group of the trio with a member there)
+    ClusterTrio::scenario_alone(|clusters| async move {
+        use baton_e2e::rbac_support::MEMBER_IDENTITY;
+        use k8s_openapi::api::core::v1::ServiceAccount;
+
+        let hub = clusters.cluster("cluster-a");
+        let member_b = clusters.cluster("cluster-b");
+        let namespace = clusters.namespace().to_owned();
+        let secret = kubeconfig_secret("cluster-b");
+        let controller_pid = clusters.controller.process.pid();
+
+        // Given a ready group `query-scheduler` of one StatefulSet per cluster, 3 pods each, at
+        // most 1 not ready, rolling: cluster-a's first pod replaced, its replacement held not
+        // ready (so that the token goes while cluster-a rolls, not while a deletion is in
+        // flight)
+        let group = Group::new("query-scheduler", 3, 1);
+        clusters.create_group(&group, |_, fixture| fixture).await;
+        hub.simulator
+            .hold_not_ready(&format!("{}-0", group.statefulset))
+            .await;
+        let from = clusters.roll_out(&group, "v2").await;
+        wait_until(TIMEOUT, "cluster-a's first pod is replaced", || async {
+            clusters.updated_pods(&group, "cluster-a").await == 1
+        })
+        .await;
+
+        // When cluster-b's ServiceAccount baton-member is deleted and installed again (every
+        // token it was issued, the one in the hub's Secret among them, revoked), as the docs
+        // end a leaked token
+        let accounts = Api::<ServiceAccount>::namespaced(member_b.client(), MEMBER_IDENTITY.0);
+        accounts
+            .delete(MEMBER_IDENTITY.1, &Default::default())
+            .await
+            .expect("deleting baton-member in cluster-b");
+        wait_until(TIMEOUT, "baton-member is gone from cluster-b", || async {
+            matches!(accounts.get_opt(MEMBER_IDENTITY.1).await, Ok(None))
+        })
+        .await;
+        let (kubeconfig, groups) = (member_b.kubeconfig_path().to_owned(), namespace.clone());
+        tokio::task::spawn_blocking(move || {
+            baton_e2e::cluster_setup::install_member(&kubeconfig, &groups)
+        })
+        .await
+        .expect("the install task")
+        .expect("installing cluster-b's member overlay again");
+        // and cluster-b's Secret in the hub is first overwritten with what is not a kubeconfig
+        let secrets = Api::<Secret>::namespaced(hub.client(), &namespace);
+        secrets
+            .patch(
+                &secret,
+                &PatchParams::default(),
+                &Patch::Merge(&json!({"stringData": {KUBECONFIG_KEY: "not: [a kubeconfig"}})),
+            )
+            .await
+            .expect("overwriting cluster-b's Secret");
+
+        // Then the running controller drops cluster-b's connection: the group is held, naming
+        // the member and the Secret's problem, cluster-b alone out
+        let problem = format!(
+            "key {KUBECONFIG_KEY} of Secret {namespace}/{secret} (member cluster cluster-b) is not a kubeconfig"
+        );
+        clusters
+            .wait_status(&group, "the group held for cluster-b's Secret", |status| {
+                status.waiting.as_ref().is_some_and(|waiting| {
+                    waiting.kind == "MemberUnreachable"
+                        && waiting.message.contains(&group.member("cluster-b"))
+                        && waiting.message.contains(&problem)
+                })
+            })
+            .await;
+        let metrics = clusters.controller.metrics().await;
+        let out: Vec<Option<f64>> = CLUSTERS
+            .iter()
+            .map(|cluster| cluster_out(&metrics, cluster))
+            .collect();
+        assert_eq!(
+            out,
+            [Some(0.0), Some(1.0), Some(0.0)],
+            "cluster-b alone is out"
+        );
+        let held = Instant::now();
+        // and when cluster-a's new pod becomes ready meanwhile, cluster-a goes no further: for
+        // 5 s (the scenario's input, not a wait for a condition) the status says the group
+        // waits on cluster-b's Secret
+        hub.simulator
+            .release(&format!("{}-0", group.statefulset))
+            .await;
+        let ready = wait_until_ready(clusters, &group.member("cluster-a"), held).await;
+        let mut statuses = Vec::new();
+        while Instant::now() < ready + Duration::from_secs(5) {
+            statuses.extend(clusters.status(&group).await);
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        assert_every_status_waits_on(&statuses, &problem);
+
+        // When `kubectl baton cluster add` is run again for cluster-b, as the docs rotate a
+        // token (a token of the new baton-member in the Secret)
+        let rotated = Instant::now();
+        clusters.write_secret("cluster-b").await;
+
+        // Then the same controller process reconnects to cluster-b with it, and the rollout
+        // completes in every cluster, one at a time, the zone rule held at every step
+        clusters.wait_complete(&group).await;
+        let timeline = clusters.merged_timeline();
+        check_rollout_guarantees(&timeline, &group.zones(), from).unwrap();
+        assert_one_at_a_time(&windows(&timeline, &group, from), &group, Duration::ZERO);
+        assert_eq!(
+            cluster_out(&clusters.controller.metrics().await, "cluster-b"),
+            Some(0.0),
+            "cluster-b listed again"
+        );
+        assert_eq!(
+            clusters.controller.process.pid(),
+            controller_pid,
+            "the controller was never restarted"
+        );
+        // (its log: cluster-b disconnected when its Secret became unusable, then reconnected
+        // with the rotated one)
+        let output = clusters.controller.process.output();
+        let dropped = output
+            .lines()
+            .position(|line| {
+                line.contains("kubeconfig Secret changed and cannot be used")
+                    && line.contains("cluster=cluster-b")
+            })
+            .unwrap_or_else(|| panic!("the controller says it dropped cluster-b: {output}"));
+        assert!(
+            output.lines().skip(dropped).any(|line| {
+                line.contains("kubeconfig Secret can be used again: reconnected with it")
+                    && line.contains("cluster=cluster-b")
+            }),
+            "the controller says it reconnected to cluster-b: {output}"
+        );
+        // And nothing was deleted in any cluster between the hold and the rotation
+        let deleted_meanwhile: Vec<String> = timeline
+            .into_iter()
+            .filter(|transition| {
+                matches!(transition.event, PodEvent::Terminating | PodEvent::Deleted)
+                    && transition.at >= held
+                    && transition.at < rotated
+            })
+            .map(|transition| transition.pod)
+            .collect();
+        assert_eq!(
+            deleted_meanwhile,
+            Vec::<String>::new(),
+            "no pod deleted while cluster-b's Secret could not be used"
         );
     });
 }

@@ -349,7 +349,7 @@ fn values_named_like_the_go_charts_reach_the_objects() {
 }
 
 #[test]
-fn with_member_clusters_the_chart_lets_the_controller_get_their_secrets_as_the_docs_hub_overlay_does()
+fn with_member_clusters_the_chart_lets_the_controller_get_and_watch_their_secrets_as_the_docs_hub_overlay_does()
  {
     use baton_e2e::cluster_setup::{docs_block, read_docs};
 

@@ -419,11 +419,18 @@ pub fn render_query(query: &QuerySpec, variables: &BTreeMap<&str, &str>) -> (Que
 }
 
 /// What a query's variables stand for while `plan` is the group's gated plan: `group`,
-/// `namespace`, `zone` (the zone rolling, else the next to roll), `revision` (the zone's update
-/// revision: its new pods' `controller-revision-hash`) and `baseline_revision` (the revision the
-/// zone ran before this rollout: its current revision, which baton moves only once the zone is
-/// done; empty once nothing in the zone differs). With both, one query can compare the new
-/// pods with the old ones.
+/// `namespace`, `zone` (the zone rolling, else the next to roll, as the group names it:
+/// `cluster/statefulset` for a member of another cluster), `statefulset` and `cluster` (that
+/// zone's StatefulSet under the name its own cluster knows it by, and that cluster's name:
+/// empty in a group of the controller's own cluster, where `statefulset` is `zone`), `revision`
+/// (the zone's update revision: its new pods' `controller-revision-hash`) and
+/// `baseline_revision` (the revision the zone ran before this rollout: its current revision,
+/// which baton moves only once the zone is done; empty once nothing in the zone differs). With
+/// both, one query can compare the new pods with the old ones.
+///
+/// `statefulset` and `cluster` are apart because metrics carry them apart: a StatefulSet's
+/// series are labelled with its own name (kube-state-metrics' `statefulset`), and the cluster,
+/// if at all, by a label of the scrape (`cluster`); `cluster/ingester` matches no series.
 pub fn variables<'a>(
     group: &'a GroupSnapshot,
     plan: &Plan,
@@ -442,20 +449,21 @@ pub fn variables<'a>(
         .and_then(|member| member.current_revision.as_deref())
         .filter(|current| *current != revision)
         .unwrap_or_default();
+    let zone_name = zone.map(|member| member.name.as_str()).unwrap_or_default();
+    let (cluster, statefulset) = crate::clusters::split(zone_name);
     BTreeMap::from([
         ("group", group.name.as_str()),
-        (
-            "zone",
-            zone.map(|member| member.name.as_str()).unwrap_or_default(),
-        ),
+        ("zone", zone_name),
+        ("statefulset", statefulset),
+        ("cluster", cluster.unwrap_or_default()),
         ("namespace", namespace),
         ("revision", revision),
         ("baseline_revision", baseline),
     ])
 }
 
-/// Replaces `{{group}}`, `{{zone}}`, `{{namespace}}`, `{{revision}}` and
-/// `{{baseline_revision}}` in `query` (see [`variables`]).
+/// Replaces `{{group}}`, `{{zone}}`, `{{statefulset}}`, `{{cluster}}`, `{{namespace}}`,
+/// `{{revision}}` and `{{baseline_revision}}` in `query` (see [`variables`]).
 pub fn render(query: &str, variables: &BTreeMap<&str, &str>) -> String {
     variables
         .iter()
@@ -956,6 +964,59 @@ mod tests {
         let done = crate::testing::group(vec![zone("a", 3).at_revision("a-new").build()]);
         let finished = variables(&done, &plan(&done, now()), "mimir");
         assert_eq!(finished["baseline_revision"], "");
+    }
+
+    #[test]
+    fn a_member_of_another_cluster_is_named_apart_for_queries_and_one_cluster_is_unchanged() {
+        use crate::rollout::plan;
+        use crate::testing::{group, now, zone};
+        let query =
+            r#"errors{cluster="{{cluster}}",statefulset="{{statefulset}}",zone="{{zone}}"}"#;
+        let rolling = |name: &str| {
+            zone(name, 3)
+                .at_revision("old")
+                .template_changed_to("new")
+                .updated_first(1)
+                .build()
+        };
+        // Across clusters: the member is `cluster-b/ingester`; a query gets both halves.
+        let across = group(vec![
+            zone("cluster-a/ingester", 3).at_revision("new").build(),
+            rolling("cluster-b/ingester"),
+            zone("cluster-c/ingester", 3).at_revision("old").build(),
+        ]);
+        let rolling_b = variables(&across, &plan(&across, now()), "mimir");
+        assert_eq!(rolling_b["zone"], "cluster-b/ingester");
+        assert_eq!(rolling_b["statefulset"], "ingester");
+        assert_eq!(rolling_b["cluster"], "cluster-b");
+        assert_eq!(
+            render(query, &rolling_b),
+            r#"errors{cluster="cluster-b",statefulset="ingester",zone="cluster-b/ingester"}"#
+        );
+        let web: super::super::web_check::WebQuery = serde_json::from_value(serde_json::json!({
+            "url": "https://stats.example/{{cluster}}/{{statefulset}}",
+            "jsonPath": "$.a",
+            "match": "1",
+        }))
+        .expect("a web query");
+        assert_eq!(
+            web.rendered(&rolling_b).url,
+            "https://stats.example/cluster-b/ingester"
+        );
+        // In one cluster: `zone` is the StatefulSet's name as ever, `statefulset` the same, and
+        // no cluster.
+        let one = group(vec![
+            zone("ingester-zone-a", 3).at_revision("new").build(),
+            rolling("ingester-zone-b"),
+        ]);
+        let rolling_zone_b = variables(&one, &plan(&one, now()), "mimir");
+        assert_eq!(rolling_zone_b["zone"], "ingester-zone-b");
+        assert_eq!(rolling_zone_b["statefulset"], "ingester-zone-b");
+        assert_eq!(rolling_zone_b["cluster"], "");
+        assert_eq!(
+            render(query, &rolling_zone_b),
+            r#"errors{cluster="",statefulset="ingester-zone-b",zone="ingester-zone-b"}"#
+        );
     }
 
     #[test]
