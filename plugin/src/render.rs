@@ -74,9 +74,16 @@ pub fn status_table(groups: &[GroupStatus]) -> Vec<String> {
     }
     for group in groups {
         lines.push(group_line(group));
+        lines.extend(check_line(group));
         lines.extend(warning_lines(group));
     }
     lines
+}
+
+/// `ingester: health check error-rate: passed (…) at … (…)`, when the group names a check.
+pub fn check_line(group: &GroupStatus) -> Option<String> {
+    let check = group.check.as_ref()?;
+    Some(format!("{}: health check {}", group.name, check.line()))
 }
 
 /// A line per warning of `group`: `ingester: warning (InvalidAnnotation): …`.
@@ -205,8 +212,9 @@ pub fn plan(namespace: &str, group: &str, plan: &Plan, gate: &GateDecision) -> V
 
 #[cfg(test)]
 mod tests {
-    use baton_core::annotations::ROLLOUT_PAUSED_ANNOTATION;
+    use baton_core::annotations::{CHECK_STATE_ANNOTATION, ROLLOUT_PAUSED_ANNOTATION};
     use baton_core::gates;
+    use baton_core::gates::HEALTH_CHECK_ANNOTATION;
     use baton_core::status::{Replica, Role, RolloutPhase};
 
     use super::*;
@@ -283,6 +291,33 @@ mod tests {
         assert_eq!(yaml, json, "the same document either way");
         let back: RolloutStatus = serde_json::from_value(json).unwrap();
         assert_eq!(back, document, "it reads back as the controller's model");
+    }
+
+    #[test]
+    fn a_group_naming_a_check_shows_its_last_result_and_the_value_seen() {
+        let state = r#"{"passes":2,"failures":0,"lastRun":"2026-11-28T10:00:00Z","lastOutcome":"passed (error-rate: 0.01)"}"#;
+        let named = |member| {
+            let member = annotated(member, HEALTH_CHECK_ANNOTATION, "error-rate");
+            annotated(member, CHECK_STATE_ANNOTATION, state)
+        };
+        let view = status_of(&group(vec![named(zone("a", 2, 2)), named(zone("b", 2, 0))]));
+        let text = status_table(std::slice::from_ref(&view)).join("\n");
+        assert!(
+            text.contains("ingester: health check error-rate: passed (error-rate: 0.01) at 2026-11-28T10:00:00Z (2 in a row passed, 0 failed)"),
+            "{text}"
+        );
+        let document = document(vec![view]);
+        let json: serde_json::Value =
+            serde_json::from_str(&status(&document, Format::Json).join("\n")).unwrap();
+        let check = &json["groups"][0]["check"];
+        assert_eq!(check["name"], "error-rate");
+        assert_eq!(check["lastResult"], "passed (error-rate: 0.01)");
+        assert_eq!(check["passes"], 2);
+        // A group naming none has no such line and no such field
+        let plain = status_of(&group(vec![zone("a", 1, 1)]));
+        assert!(check_line(&plain).is_none());
+        let json = serde_json::to_value(&plain).unwrap();
+        assert!(json.get("check").is_none(), "{json}");
     }
 
     #[test]

@@ -839,6 +839,7 @@ mod tests {
             rollback: None,
             warnings: Vec::new(),
             timeline: None,
+            check: None,
         };
         outcome(&view).map_or_else(|| "waits".to_owned(), |done| format!("exits {}", done.code))
     }

@@ -233,6 +233,30 @@ async fn a_web_check_whose_app_answers_badly_halts_the_group_naming_the_value_se
         .kubectl_baton(&["wait", "ingester", "--timeout", "1m"])
         .await
         .complains(&["returned 0.5 (must be < 0.1)"]);
+    // and `kubectl baton status` and the leader's status page show the check's last result,
+    // the value seen
+    checked.kubectl_baton(&["status"]).await.says(&[
+        &format!("ingester: health check {CHECK}: query `GET http://"),
+        "returned 0.5 (must be < 0.1) at ",
+        " in a row passed, ",
+    ]);
+    let document: serde_json::Value =
+        serde_json::from_str(&checked.leader_status().await).expect("the status document");
+    let check = &document["groups"][0]["check"];
+    assert_eq!(check["name"], CHECK, "{document}");
+    let seen = check["lastResult"].as_str().unwrap_or_default();
+    assert!(seen.contains("returned 0.5 (must be < 0.1)"), "{document}");
+    let (_, page) = checked
+        .scene
+        .controller
+        .ops_get("/ui/status")
+        .await
+        .expect("the leader's page");
+    assert!(
+        page.contains(&format!("Health check {CHECK}: query `GET http://"))
+            && page.contains("returned 0.5 (must be &lt; 0.1)"),
+        "{page}"
+    );
     // and the rollout stopped: no zone is complete
     let complete = checked
         .updated()

@@ -123,6 +123,9 @@ fn group_section(group: &GroupStatus, now: Timestamp) -> Markup {
             @if let Some(rollback) = &group.rollback {
                 p.wait { "Rollback: " (rollback) }
             }
+            @if let Some(check) = &group.check {
+                p.check { "Health check " (check.line()) }
+            }
             @if let Some(waiting) = &group.waiting {
                 div.wait {
                     "Waiting: " (waiting.message) " " code { "(" (waiting.kind) ")" }
@@ -421,8 +424,21 @@ mod tests {
             rollback: Some(format!("rolling back: asked by <i>{hostile}</i>")),
             warnings: Vec::new(),
             timeline: Some(timeline_of(hostile)),
+            // What the endpoint answered is the endpoint's to write
+            check: Some(baton_core::status::model::CheckStatus {
+                name: "error-rate".to_owned(),
+                last_run: Some("2026-11-28T10:00:00Z".to_owned()),
+                last_result: Some("query `q` returned \"<svg onload=x>\"".to_owned()),
+                passes: 0,
+                failures: 1,
+            }),
         };
         let page = page(&document(Role::Leader, vec![group]));
+        assert!(!page.contains("<svg"), "{page}");
+        assert!(
+            page.contains("Health check error-rate: query `q` returned &quot;&lt;svg onload=x&gt;&quot; at 2026-11-28T10:00:00Z (0 in a row passed, 1 failed)"),
+            "{page}"
+        );
         assert!(!page.contains("<script>"), "{page}");
         assert!(!page.contains("<b>ingester"), "{page}");
         assert!(!page.contains("\" onload=\""), "{page}");
@@ -503,6 +519,7 @@ mod tests {
             rollback: None,
             warnings: Vec::new(),
             timeline: Some(timeline_of("ingester-b")),
+            check: None,
         };
         let page = page(&document(Role::Leader, vec![group]));
 
@@ -566,6 +583,7 @@ mod tests {
             rollback: None,
             warnings: Vec::new(),
             timeline: None,
+            check: None,
         };
         let page = page(&document(Role::Standby, vec![group]));
         assert!(!page.contains("data-timeline"), "{page}");
@@ -590,6 +608,7 @@ mod tests {
             rollback: None,
             warnings: Vec::new(),
             timeline: None,
+            check: None,
         };
         let page = page(&document(Role::Leader, vec![group]));
         for (zone, phase) in [

@@ -38,6 +38,7 @@ mod tests {
             rollback: None,
             warnings: Vec::new(),
             timeline: None,
+            check: None,
         };
         assert_eq!(section(&group).into_string(), "");
         group.warnings.push(GroupWarning {

@@ -158,6 +158,41 @@ pub struct GroupStatus {
     /// before the leader recorded anything of the group).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeline: Option<super::timeline::Timeline>,
+    /// The health check the group names (`baton.dev/health-check`) and what its last run saw,
+    /// as stored on the members: the same on the leader's page and for any reader.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub check: Option<CheckStatus>,
+}
+
+/// A group's health check as stored: its last run, what it saw, and the counts that decide.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CheckStatus {
+    /// The `RolloutHealthCheck`'s name.
+    pub name: String,
+    /// When it last ran (RFC 3339); absent before its first run of this rollout.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_run: Option<String>,
+    /// What the last run came to and the value it saw (`passed (error-rate: 0.01)`, a failed
+    /// query and its value, `inconclusive: …`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_result: Option<String>,
+    /// Passes in a row (of the current revisions) and failures in a row.
+    pub passes: u32,
+    pub failures: u32,
+}
+
+impl CheckStatus {
+    /// One line for people: `error-rate: passed (…) at … (2 passes, 0 failures)`.
+    pub fn line(&self) -> String {
+        match (&self.last_result, &self.last_run) {
+            (Some(result), Some(at)) => format!(
+                "{}: {result} at {at} ({} in a row passed, {} failed)",
+                self.name, self.passes, self.failures
+            ),
+            _ => format!("{}: not run yet", self.name),
+        }
+    }
 }
 
 /// Something a person should fix about a group: the planner's or a gate's warning.

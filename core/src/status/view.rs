@@ -28,7 +28,9 @@ use crate::pods::CachedPod;
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::StatefulSet;
 
-use super::model::{ActionRecord, GroupStatus, GroupWarning, RolloutPhase, Waiting, ZoneStatus};
+use super::model::{
+    ActionRecord, CheckStatus, GroupStatus, GroupWarning, RolloutPhase, Waiting, ZoneStatus,
+};
 use crate::gates::{self, GateDecision, GateWait};
 use crate::rollout::{GroupSnapshot, Plan, WaitReason};
 
@@ -85,6 +87,21 @@ impl ObservedWait {
 pub fn compute(snapshot: &GroupSnapshot, history: Option<&History>, now: Timestamp) -> GroupStatus {
     let (plan, decision) = gates::health_check::evaluate_without_queries(snapshot, now);
     group_status(snapshot, &plan, &decision, history)
+}
+
+/// The check the group names and its stored state; `None` when it names none (or its keys are
+/// invalid: the group's warnings say so).
+fn check_status(snapshot: &GroupSnapshot) -> Option<CheckStatus> {
+    let gates = crate::pass::Gates::read(snapshot);
+    let name = gates.config.health_check.as_deref()?;
+    let state = &gates.check_state;
+    Some(CheckStatus {
+        name: name.to_owned(),
+        last_run: state.last_run.clone(),
+        last_result: state.last_outcome.clone(),
+        passes: state.passes,
+        failures: state.failures,
+    })
 }
 
 /// Every group among `statefulsets` (by their `rollout-group` label), by name, each computed
@@ -258,6 +275,7 @@ pub fn group_status(
     };
     GroupStatus {
         name: snapshot.name.clone(),
+        check: check_status(snapshot),
         phase,
         zones,
         rollback: match &rollback {
