@@ -457,6 +457,7 @@ fn phased_rollouts(
         leadership: leadership.clone(),
         board,
         explainer,
+        failures: base.metrics.failures.clone(),
     };
     let shutdown = shutdown.clone();
     async move {

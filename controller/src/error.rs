@@ -57,6 +57,11 @@ pub enum Error {
     #[error("{name} is in member cluster {cluster}, which is not connected")]
     NotConnected { name: String, cluster: String },
 
+    /// A PhasedRollout could not be served (the message names the step and the PhasedRollout);
+    /// the next round tries again.
+    #[error("{0}")]
+    PhasedRollout(String),
+
     // A group's scaling.
     /// The API server refused or failed a call (the step around it says which).
     #[error("{0}")]
@@ -197,7 +202,7 @@ fn storing_gate_state(statefulset: &str, source: &Error) -> String {
 
 /// Every label [`Error::metric_label`] gives, one per variant, in the order of the variants.
 /// Stable: dashboards and alerts select on them.
-pub const METRIC_LABELS: [&str; 30] = [
+pub const METRIC_LABELS: [&str; 31] = [
     "delete_pod",
     "update_status",
     "set_partition",
@@ -206,6 +211,7 @@ pub const METRIC_LABELS: [&str; 30] = [
     "timeout",
     "term_lost",
     "member_not_connected",
+    "phased_rollout",
     "kube_api",
     "scale_write",
     "unsupported_reference",
@@ -251,6 +257,7 @@ impl Error {
             Self::TimedOut(_) => "timeout",
             Self::TermLost => "term_lost",
             Self::NotConnected { .. } => "member_not_connected",
+            Self::PhasedRollout(_) => "phased_rollout",
             Self::Kube(_) => "kube_api",
             Self::ScaleWrite { .. } => "scale_write",
             Self::UnsupportedReference(_) => "unsupported_reference",
@@ -374,6 +381,10 @@ mod tests {
                     cluster: s("b"),
                 },
                 "member_not_connected",
+            ),
+            (
+                Error::PhasedRollout(s("serving web-rollout")),
+                "phased_rollout",
             ),
             (Error::Kube(refused()), "kube_api"),
             (

@@ -32,10 +32,11 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::cache::Caches;
+use crate::error::{Error, Failures};
 use crate::explain::{Explainer, Explanation, Severity};
 use crate::gates::health::{self, SECRET_OPT_IN_LABEL};
 use crate::leader::Leadership;
-use crate::runner::{Runner, TermLost};
+use crate::runner::Runner;
 
 /// How often statuses are brought up to date when no PhasedRollout changed.
 pub const REFRESH: Duration = Duration::from_secs(2);
@@ -50,6 +51,8 @@ pub struct PhasedRollouts {
     pub leadership: Leadership,
     pub board: crate::status::StatusBoard,
     pub explainer: Explainer,
+    /// Where a round's failures are counted (one place: where a PhasedRollout's serving ends).
+    pub failures: Failures,
 }
 
 impl PhasedRollouts {
@@ -85,8 +88,9 @@ impl PhasedRollouts {
                 for rollout in rollouts {
                     match self.serve(&runner, &rollout).await {
                         Ok(()) => {}
-                        Err(ServeError::TermLost) => break,
-                        Err(ServeError::Failed(error)) => {
+                        Err(Error::TermLost) => break,
+                        Err(error) => {
+                            self.failures.count(&error);
                             tracing::warn!(phased_rollout = %rollout.name_any(), %error, "serving a PhasedRollout failed; retrying");
                         }
                     }
@@ -102,7 +106,7 @@ impl PhasedRollouts {
     }
 
     /// Brings one PhasedRollout up to date: its finalizer, its check, its target, its status.
-    async fn serve(&self, runner: &Runner, rollout: &PhasedRollout) -> Result<(), ServeError> {
+    async fn serve(&self, runner: &Runner, rollout: &PhasedRollout) -> Result<(), Error> {
         let name = rollout.name_any();
         let holds_finalizer = rollout.finalizers().iter().any(|held| held == FINALIZER);
         if rollout.metadata.deletion_timestamp.is_some() {
@@ -137,7 +141,7 @@ impl PhasedRollouts {
         runner: &Runner,
         rollout: &PhasedRollout,
         spec: &PhasedRolloutSpec,
-    ) -> Result<(), ServeError> {
+    ) -> Result<(), Error> {
         let name = rollout.name_any();
         let generation = rollout.metadata.generation.unwrap_or_default();
         let statefulsets: Api<StatefulSet> = Api::namespaced(self.client.clone(), &self.namespace);
@@ -181,7 +185,7 @@ impl PhasedRollouts {
                 Err(why) => return self.invalid(runner, rollout, why).await,
             },
         };
-        let check = phased::health_check_spec(spec, credentials)?;
+        let check = phased::health_check_spec(spec, credentials).map_err(Error::PhasedRollout)?;
         if let Err(why) = self.ensure_check(runner, rollout, &group, check).await? {
             return self.invalid(runner, rollout, why).await;
         }
@@ -236,7 +240,7 @@ impl PhasedRollouts {
     }
 
     /// Which credentials the Secret gives, if its owner lets health checks use it.
-    async fn credentials(&self, name: &str) -> Result<Result<Credentials, String>, ServeError> {
+    async fn credentials(&self, name: &str) -> Result<Result<Credentials, String>, Error> {
         let secrets: Api<Secret> = Api::namespaced(self.client.clone(), &self.namespace);
         // Its labels first: the contents of a Secret its owner did not opt in are never read.
         let Some(labelled) = self
@@ -291,7 +295,7 @@ impl PhasedRollouts {
         rollout: &PhasedRollout,
         name: &str,
         spec: serde_json::Value,
-    ) -> Result<Result<(), String>, ServeError> {
+    ) -> Result<Result<(), String>, Error> {
         let api: Api<DynamicObject> = Api::namespaced_with(
             self.client.clone(),
             &self.namespace,
@@ -302,7 +306,7 @@ impl PhasedRollouts {
             .await?;
         let owner = rollout
             .controller_owner_ref(&())
-            .ok_or_else(|| ServeError::Failed("the PhasedRollout has no uid yet".to_owned()))?;
+            .ok_or_else(|| Error::PhasedRollout("the PhasedRollout has no uid yet".to_owned()))?;
         // Only a check this PhasedRollout made is its to change: one of that name made by
         // someone else is theirs (and not what this PhasedRollout's steps should be judged by).
         if let Some(existing) = &existing {
@@ -332,7 +336,7 @@ impl PhasedRollouts {
             "metadata": {"name": name},
             "spec": spec,
         }))
-        .map_err(|error| ServeError::Failed(error.to_string()))?;
+        .map_err(|error| Error::PhasedRollout(error.to_string()))?;
         object.metadata.owner_references = Some(vec![owner]);
         match existing {
             None => {
@@ -364,7 +368,7 @@ impl PhasedRollouts {
         name: &str,
         target: &str,
         standard: bool,
-    ) -> Result<(), ServeError> {
+    ) -> Result<(), Error> {
         let statefulsets: Api<StatefulSet> = Api::namespaced(self.client.clone(), &self.namespace);
         let Some(current) = self
             .read("reading the target", statefulsets.get_opt(target))
@@ -393,7 +397,7 @@ impl PhasedRollouts {
         runner: &Runner,
         rollout: &PhasedRollout,
         hold: bool,
-    ) -> Result<(), ServeError> {
+    ) -> Result<(), Error> {
         let mut finalizers: Vec<String> = rollout
             .finalizers()
             .iter()
@@ -418,10 +422,10 @@ impl PhasedRollouts {
             Ok(Ok(_)) => Ok(()),
             // Changed meanwhile: the watch brings the new version.
             Ok(Err(kube::Error::Api(status))) if status.code == 409 || status.code == 404 => Ok(()),
-            Ok(Err(error)) => Err(ServeError::Failed(format!(
+            Ok(Err(error)) => Err(Error::PhasedRollout(format!(
                 "writing the finalizer: {error}"
             ))),
-            Err(timed_out) => Err(ServeError::Failed(timed_out.to_string())),
+            Err(timed_out) => Err(Error::PhasedRollout(timed_out.to_string())),
         }
     }
 
@@ -431,7 +435,7 @@ impl PhasedRollouts {
         runner: &Runner,
         rollout: &PhasedRollout,
         why: String,
-    ) -> Result<(), ServeError> {
+    ) -> Result<(), Error> {
         let generation = rollout.metadata.generation.unwrap_or_default();
         let status = PhasedRolloutStatus::says("Invalid", why.clone(), generation);
         let changed = self.status_differs(rollout, &status);
@@ -470,7 +474,7 @@ impl PhasedRollouts {
         runner: &Runner,
         rollout: &PhasedRollout,
         status: PhasedRolloutStatus,
-    ) -> Result<(), ServeError> {
+    ) -> Result<(), Error> {
         if !self.status_differs(rollout, &status) {
             return Ok(());
         }
@@ -499,32 +503,11 @@ impl PhasedRollouts {
         &self,
         step: &str,
         call: impl Future<Output = Result<T, kube::Error>>,
-    ) -> Result<T, ServeError> {
+    ) -> Result<T, Error> {
         called(
             step,
             bounded(self.request_timeout, step.to_owned(), call).await,
         )
-    }
-}
-
-/// Why serving one PhasedRollout stopped.
-#[derive(Debug)]
-enum ServeError {
-    /// A call failed (the message names the step): the next round tries again.
-    Failed(String),
-    /// The round's term ended: nothing more is written in it.
-    TermLost,
-}
-
-impl From<String> for ServeError {
-    fn from(why: String) -> Self {
-        Self::Failed(why)
-    }
-}
-
-impl From<TermLost> for ServeError {
-    fn from(TermLost: TermLost) -> Self {
-        Self::TermLost
     }
 }
 
@@ -533,18 +516,18 @@ async fn write<T>(
     runner: &Runner,
     step: &str,
     call: impl Future<Output = Result<T, kube::Error>>,
-) -> Result<T, ServeError> {
+) -> Result<T, Error> {
     called(step, runner.step(step.to_owned(), call).await?)
 }
 
 fn called<T>(
     step: &str,
     answer: Result<Result<T, kube::Error>, baton_shared::kube_client::TimedOut>,
-) -> Result<T, ServeError> {
+) -> Result<T, Error> {
     match answer {
         Ok(Ok(value)) => Ok(value),
-        Ok(Err(error)) => Err(ServeError::Failed(format!("{step}: {error}"))),
-        Err(timed_out) => Err(ServeError::Failed(timed_out.to_string())),
+        Ok(Err(error)) => Err(Error::PhasedRollout(format!("{step}: {error}"))),
+        Err(timed_out) => Err(Error::PhasedRollout(timed_out.to_string())),
     }
 }
 

@@ -11,8 +11,9 @@ use http::Method;
 use kube::runtime::reflector;
 use serde_json::json;
 
-use super::{PhasedRollouts, ServeError};
+use super::PhasedRollouts;
 use crate::cache::Caches;
+use crate::error::Error;
 use crate::explain::Explainer;
 use crate::runner::recorded::{self, Recorded, Reply};
 use crate::runner::{MayAct, Runner};
@@ -56,7 +57,7 @@ async fn serve(
     rollout: &PhasedRollout,
     may_act: MayAct,
     script: impl Fn(&Method, &str) -> Reply + Send + 'static,
-) -> (Result<(), ServeError>, Recorded) {
+) -> (Result<(), Error>, Recorded) {
     baton_shared::crypto::install_default_provider();
     let (client, recorded) = recorded::api(NAMESPACE, script);
     let (statefulsets, _) = reflector::store();
@@ -85,6 +86,7 @@ async fn serve(
         leadership: elector.leadership(),
         board: StatusBoard::default(),
         explainer,
+        failures: crate::error::register_failures(&prometheus::Registry::new()).expect("metrics"),
     };
     let runner = Runner::new(may_act, timeout);
     (phased.serve(&runner, rollout).await, recorded)
@@ -121,7 +123,7 @@ async fn a_term_ending_between_two_writes_writes_nothing_after_it() {
     // Given the same, when the term ends once the target is handed back
     let (result, recorded) = serve(&rollout(true), term_for(1), answer).await;
     // Then the round ends there, the finalizer kept for the next term
-    assert!(matches!(result, Err(ServeError::TermLost)), "{result:?}");
+    assert!(matches!(result, Err(Error::TermLost)), "{result:?}");
     assert_eq!(
         recorded.requests(),
         [format!("GET {TARGET}"), format!("PATCH {TARGET}")]
@@ -133,10 +135,27 @@ async fn a_round_whose_term_has_ended_writes_nothing() {
     // Given a new PhasedRollout (its first write is its finalizer), when the term has ended
     let (result, recorded) = serve(&rollout(false), term_for(0), answer).await;
     // Then nothing is sent at all
-    assert!(matches!(result, Err(ServeError::TermLost)), "{result:?}");
+    assert!(matches!(result, Err(Error::TermLost)), "{result:?}");
     assert_eq!(recorded.requests(), Vec::<String>::new());
     // And within a term, that first write is the finalizer
     let (result, recorded) = serve(&rollout(false), term_for(usize::MAX), answer).await;
     result.expect("the round succeeds");
     assert_eq!(recorded.requests(), [format!("PATCH {ROLLOUT}")]);
+}
+
+#[tokio::test]
+async fn a_failed_call_ends_the_round_for_that_phased_rollout_counted_as_phased_rollout() {
+    // Given an API server that fails every call, when a deleted PhasedRollout is served
+    let (result, recorded) = serve(&rollout(true), term_for(usize::MAX), |_, _| {
+        Reply::Status(500)
+    })
+    .await;
+    // Then its round ends at the first call, naming it, under the failures' label for it
+    let error = result.expect_err("the read fails");
+    assert_eq!(error.metric_label(), "phased_rollout");
+    assert!(
+        error.to_string().starts_with("reading the target: "),
+        "{error}"
+    );
+    assert_eq!(recorded.requests(), [format!("GET {TARGET}")]);
 }
