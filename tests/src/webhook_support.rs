@@ -159,17 +159,47 @@ impl WebhookReplica {
                 .map(|(key, value)| ((*key).to_owned(), (*value).to_owned()))
                 .collect(),
         };
-        let (port, ops_port) = (free_port()?, free_port()?);
-        let process = launch.spawn(port, ops_port).await?;
-        let replica = Self {
-            process,
-            port,
-            ops_port,
-            launch,
-            _files: None,
-        };
-        replica.wait_ready().await;
-        Ok(replica)
+        // A free port is free when picked, not when bound: a replica started beside another
+        // can lose a port to it (the other's ops port, say). Such a replica exits at once,
+        // saying so, and starts again on other ports.
+        for _ in 0..5 {
+            let (port, ops_port) = (free_port()?, free_port()?);
+            let process = launch.spawn(port, ops_port).await?;
+            let mut replica = Self {
+                process,
+                port,
+                ops_port,
+                launch: launch.clone(),
+                _files: None,
+            };
+            if replica.ready_unless_exited().await {
+                return Ok(replica);
+            }
+            let output = replica.process.output();
+            anyhow::ensure!(
+                output.contains("Address already in use"),
+                "baton-webhook exited before it was ready: {output}"
+            );
+        }
+        anyhow::bail!("baton-webhook lost its ports to other processes 5 times in a row")
+    }
+
+    /// Waits until `/ready` answers 200 (true), or the process has exited (false).
+    async fn ready_unless_exited(&mut self) -> bool {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            if self.ready_status().await == Some(200) {
+                return true;
+            }
+            if self.process.has_exited() {
+                return false;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "timed out after 60s waiting until baton-webhook answers /ready"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 
     /// Stops the replica as Kubernetes does, with SIGTERM, waits (at most `timeout`) until it
