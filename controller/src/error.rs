@@ -302,7 +302,7 @@ pub fn register_failures(registry: &Registry) -> prometheus::Result<Failures> {
     Failures::register(
         registry,
         FAILURES_METRIC,
-        "Failures of the controller's passes (a group's reconcile, a certificate round, a Lease call, a member cluster's connection), by what failed.",
+        "Failures of the controller's passes (a group's reconcile, a certificate round, a Lease call, a member cluster's connection, a PhasedRollout's round), by what failed.",
     )
 }
 

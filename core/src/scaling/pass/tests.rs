@@ -36,11 +36,20 @@ fn statefulset(name: &str, replicas: i32, annotations: serde_json::Value) -> Arc
 }
 
 fn pass_over(statefulsets: &[Arc<StatefulSet>], tracker: &ZoneTracker) -> ScalingPass {
+    pass_with_scales(statefulsets, &Vec::new(), tracker)
+}
+
+/// [`pass_over`], with the mirrored references' scales as read.
+fn pass_with_scales(
+    statefulsets: &[Arc<StatefulSet>],
+    scales: &ReferenceScales,
+    tracker: &ZoneTracker,
+) -> ScalingPass {
     let ledger = Ledger::default();
     let read = Read {
         group: "ingester",
         statefulsets,
-        scales: &Vec::new(),
+        scales,
         pods: &[],
         records: Records {
             ledger: &ledger,
@@ -343,26 +352,7 @@ fn prepared_with_write_back(write_back: Option<&str>) -> DelayedStep {
             status_replicas: Some(3),
         }),
     )];
-    let (ledger, tracker) = (Ledger::default(), ZoneTracker::default());
-    let read = Read {
-        group: "ingester",
-        statefulsets: &statefulsets,
-        scales: &scales,
-        pods: &[],
-        records: Records {
-            ledger: &ledger,
-            tracker: &tracker,
-            claim_grace: Duration::from_secs(300),
-        },
-        tracker: "rollout-operator-zone-tracker",
-        calls: PodCalls {
-            addressing: PodAddressing::Dns,
-            cluster_domain: "cluster.local",
-            namespace: "mimir",
-        },
-        now: now(),
-    };
-    let pass = decide(&read);
+    let pass = pass_with_scales(&statefulsets, &scales, &ZoneTracker::default());
     pass.effects
         .into_iter()
         .find_map(|effect| match effect {
