@@ -130,6 +130,25 @@ impl Scene {
         halted
     }
 
+    /// Waits until one of `names` is halted, then checks the halt says each of `says`, the
+    /// `Halted` Event and `kubectl baton wait` say `told`; returns the halted StatefulSet.
+    pub async fn wait_halted_saying(&self, names: &[String], says: &[&str], told: &str) -> String {
+        crate::wait_until(GROUP_TIMEOUT, "the group is halted", || async {
+            !self.halted(names).await.is_empty()
+        })
+        .await;
+        let zone = self.halted(names).await[0].clone();
+        let halt = self.annotations(&zone).await[baton_core::gates::HALTED_ANNOTATION].clone();
+        for expected in says {
+            assert!(halt.contains(expected), "{expected:?} not in {halt:?}");
+        }
+        self.wait_event(&zone, "Halted", &[told]).await;
+        self.kubectl_baton(&["wait", "ingester", "--timeout", "1m"])
+            .await
+            .complains(&[told]);
+        zone
+    }
+
     /// Sets (`Some`) or removes (`None`) an annotation of StatefulSet `name`, as a person with
     /// kubectl would (a merge patch).
     pub async fn annotate(&self, name: &str, key: &str, value: Option<&str>) {

@@ -82,6 +82,17 @@ fn assert_one_at_a_time(windows: &[(String, ZoneWindow)], group: &Group, soak: D
 /// The members of the group's status and their phases, in the order it lists them.
 /// Every status read while a member was out said the group waits for it
 /// (`MemberUnreachable`, its message containing `saying`), and there was at least one.
+/// The group's status read over and over until `until`: what a person watching it would see
+/// while the scenario holds something (a member out) for that long.
+async fn statuses_until(clusters: &ClusterTrio, group: &Group, until: Instant) -> Vec<GroupStatus> {
+    let mut statuses = Vec::new();
+    while Instant::now() < until {
+        statuses.extend(clusters.status(group).await);
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    statuses
+}
+
 fn assert_every_status_waits_on(statuses: &[GroupStatus], saying: &str) {
     assert!(
         !statuses.is_empty(),
@@ -836,11 +847,7 @@ fn a_member_cluster_whose_api_server_stops_mid_rollout_holds_the_group_until_it_
         // while the status says the group waits on cluster-b, naming the member and its cluster
         hub.simulator.release("store-gateway-0").await;
         let ready = wait_until_ready(clusters, &group.member("cluster-a"), stopped).await;
-        let mut statuses = Vec::new();
-        while Instant::now() < ready + Duration::from_secs(5) {
-            statuses.extend(clusters.status(&group).await);
-            tokio::time::sleep(Duration::from_millis(250)).await;
-        }
+        let statuses = statuses_until(clusters, &group, ready + Duration::from_secs(5)).await;
         for member in group.members() {
             assert_eq!(
                 clusters.deleted_pods(&member, stopped),
@@ -1000,11 +1007,7 @@ fn a_token_rotated_and_the_old_one_revoked_mid_rollout_is_used_by_the_running_co
             .release(&format!("{}-0", group.statefulset))
             .await;
         let ready = wait_until_ready(clusters, &group.member("cluster-a"), held).await;
-        let mut statuses = Vec::new();
-        while Instant::now() < ready + Duration::from_secs(5) {
-            statuses.extend(clusters.status(&group).await);
-            tokio::time::sleep(Duration::from_millis(250)).await;
-        }
+        let statuses = statuses_until(clusters, &group, ready + Duration::from_secs(5)).await;
         assert_every_status_waits_on(&statuses, &problem);
 
         // When `kubectl baton cluster add` is run again for cluster-b, as the docs rotate a

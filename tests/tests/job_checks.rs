@@ -10,11 +10,11 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use baton_core::gates::HEALTH_CHECK_ANNOTATION;
 use baton_core::gates::job_check::{
     CHECK_LABEL, ENV_BASELINE_REVISION, ENV_UPDATE_REVISION, ENV_ZONE, GROUP_LABEL,
     STEP_ANNOTATION, ZONE_LABEL,
 };
-use baton_core::gates::{HALTED_ANNOTATION, HEALTH_CHECK_ANNOTATION};
 use baton_e2e::controller_support::events_about;
 use baton_e2e::plugin_support::Run;
 use baton_e2e::prometheus_support::create_health_check;
@@ -268,29 +268,22 @@ async fn a_job_check_whose_job_fails_halts_the_group_naming_the_job() {
     // When the template changes
     checked.roll_out().await;
 
-    // Then the group is halted before any step, the halt naming the Job and why it failed
-    wait_until(TIMEOUT, "the group is halted", || async {
-        !checked.halted().await.is_empty()
-    })
-    .await;
-    let zone = checked.halted().await[0].clone();
-    let halt = checked.scene.annotations(&zone).await[HALTED_ANNOTATION].clone();
-    for expected in [
-        &format!("health check {CHECK} failed"),
+    // Then the group is halted before any step, the halt naming the Job and why it failed,
+    // and the Event and `kubectl baton wait` report it
+    let failed = format!("health check {CHECK} failed");
+    let says = [
+        failed.as_str(),
         "query `Job ingester-ingester-zone-a-",
         "returned failed (BackoffLimitExceeded)",
-    ] {
-        assert!(halt.contains(expected), "{expected:?} not in {halt:?}");
-    }
+    ];
     checked
         .scene
-        .wait_event(&zone, "Halted", &["returned failed (BackoffLimitExceeded)"])
+        .wait_halted_saying(
+            &checked.names,
+            &says,
+            "returned failed (BackoffLimitExceeded)",
+        )
         .await;
-    // and `kubectl baton wait` reports the halt with it
-    checked
-        .kubectl_baton(&["wait", "ingester", "--timeout", "1m"])
-        .await
-        .complains(&["returned failed (BackoffLimitExceeded)"]);
     // and no pod was updated
     let updated = checked.updated().await;
     assert!(updated.values().all(|count| *count == 0), "{updated:?}");
