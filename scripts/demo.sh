@@ -10,4 +10,4 @@ export KUBEBUILDER_ASSETS
 # BUILD_ARGS): one set of compiled dependencies in target/, shared with `cargo test --workspace`.
 echo "building (the first run takes a few minutes)…"
 cargo build --workspace --bins
-exec target/debug/baton-demo "$@"
+exec "${CARGO_TARGET_DIR:-target}/debug/baton-demo" "$@"

@@ -321,6 +321,13 @@ impl BatonProcess {
         })
     }
 
+    /// Keeps its log file once the process is dropped (as [`ProcessLog::keep`]) and says where
+    /// it is: for the demo, whose reader may read the controller's log after it stopped.
+    pub fn keep_log(&mut self) -> &Path {
+        self.log.keep();
+        self.log.path()
+    }
+
     /// Everything the process wrote so far.
     pub fn output(&self) -> String {
         std::fs::read_to_string(self.log.path()).unwrap_or_default()
