@@ -12,11 +12,18 @@
 //! writes (each write conditioned on the resourceVersion judged), its own cluster's ledger
 //! first, then the others' in name order ([`order`]).
 //!
-//! - **A claim** is `{at, minTime, request}` under the key `member_<cluster>_<statefulset>`
-//!   in the group's ledger (`_` is in no cluster or StatefulSet name, so the key cannot be a
-//!   StatefulSet's entry, and splits one way). Its min-time is the downscaled StatefulSet's
-//!   own `grafana.com/min-time-between-zones-downscale` (none: zero), as inside one cluster
-//!   each downscaled zone holds the others for its own min-time.
+//! - **A claim** is `{at, minTime, request}` under the key
+//!   `member_<cluster>_<statefulset>_<request>` in the group's ledger (`_` is in no cluster
+//!   or StatefulSet name, so the key cannot be a StatefulSet's entry, and splits one way).
+//!   Its min-time is the downscaled StatefulSet's own
+//!   `grafana.com/min-time-between-zones-downscale` (none: zero), as inside one cluster each
+//!   downscaled zone holds the others for its own min-time. One key per request: a claim
+//!   never replaces another, not even one of the same member (an approved claim replaced by a
+//!   later one would let a slow claim of another member slip into the window it held).
+//! - **A claim lives for its request's deadline** (`lifetime`): a ledger judged later than
+//!   that after the claim's time refuses it (stale). So every claim still being judged is
+//!   recent, and a claim whose window ended more than [`KEEP`] ago can hold none of them
+//!   back: it is dropped when a new claim is written, which keeps a ledger small.
 //! - **Two claims conflict** when either falls within the other's min-time: judged both ways,
 //!   so clocks that disagree between clusters cannot let a claim that is "earlier" by one
 //!   clock slip under another's window.
@@ -37,6 +44,10 @@ use crate::ledger::Ledger;
 
 /// Where a member claim's key starts.
 pub const CLAIM_PREFIX: &str = "member_";
+
+/// How long after its window ended a claim is kept: far longer than any claim's lifetime, so
+/// that clocks that disagree by less than this cannot drop a claim a live one is judged by.
+pub const KEEP: Duration = Duration::from_secs(3600);
 
 /// A downscale's claim, as it is written in each member's ledger.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -86,16 +97,33 @@ pub fn conflict(a: (Timestamp, Duration), b: (Timestamp, Duration)) -> bool {
     (b.0 <= a.0 && a.0 < end(b)) || (a.0 <= b.0 && b.0 < end(a))
 }
 
-/// The key of `cluster`'s `statefulset`'s claim.
-pub fn key(cluster: &str, statefulset: &str) -> String {
-    format!("{CLAIM_PREFIX}{cluster}_{statefulset}")
+/// The key of the claim of `cluster`'s `statefulset` by `request` (of the request's UID, only
+/// what a key may hold, so an odd UID cannot make an invalid key).
+pub fn key(cluster: &str, statefulset: &str, request: &str) -> String {
+    let request: String = request
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || *c == '-')
+        .take(64)
+        .collect();
+    format!("{}{request}", member_prefix(cluster, statefulset))
+}
+
+/// Where the keys of every claim of `cluster`'s `statefulset` start.
+fn member_prefix(cluster: &str, statefulset: &str) -> String {
+    format!("{CLAIM_PREFIX}{cluster}_{statefulset}_")
 }
 
 /// The member a claim's key names, as people read it (`cluster/statefulset`); `None` for a key
 /// that is not a claim's.
 pub fn member_of(key: &str) -> Option<String> {
-    let (cluster, statefulset) = key.strip_prefix(CLAIM_PREFIX)?.split_once('_')?;
+    let mut parts = key.strip_prefix(CLAIM_PREFIX)?.split('_');
+    let (cluster, statefulset) = (parts.next()?, parts.next()?);
     Some(format!("{cluster}/{statefulset}"))
+}
+
+/// The prefix of a claim key up to its request: claims sharing it are the same member's.
+fn same_member(key: &str) -> &str {
+    key.rfind('_').map_or(key, |end| &key[..=end])
 }
 
 /// What one ledger, as read, says of a claim.
@@ -108,29 +136,46 @@ pub enum Judged {
     Held { member: String, until: Timestamp },
     /// Another member's claim cannot be read: held (fail closed) until it is removed.
     Unreadable { key: String, error: String },
+    /// The claim is older than its lifetime: it is not written any more.
+    Stale,
 }
 
-/// Judges the claim of `key` in `ledger`. An own claim already there is replaced.
-pub fn judge(ledger: &Ledger, key: &str, claim: &MemberClaim) -> Judged {
+/// Judges the claim of `key` in `ledger` at `now`, the claim living for `lifetime`. Claims of
+/// the same member do not hold it back; claims whose window ended more than [`KEEP`] before
+/// `now` are dropped from what is written.
+pub fn judge(
+    ledger: &Ledger,
+    key: &str,
+    claim: &MemberClaim,
+    now: Timestamp,
+    lifetime: Duration,
+) -> Judged {
     let Ok(ours) = claim.window() else {
         return Judged::Unreadable {
             key: key.to_owned(),
             error: "the claim itself is unreadable".to_owned(),
         };
     };
+    if now > end((ours.0, lifetime)) {
+        return Judged::Stale;
+    }
+    let keep_after = now
+        .checked_sub(SignedDuration::try_from(KEEP).unwrap_or(SignedDuration::MAX))
+        .unwrap_or(Timestamp::MIN);
+    let member = same_member(key);
     let mut held: Option<(String, Timestamp)> = None;
+    let mut expired = Vec::new();
     for (other, raw) in ledger.data.range(CLAIM_PREFIX.to_owned()..) {
         if !other.starts_with(CLAIM_PREFIX) {
             break;
-        }
-        if other == key {
-            continue;
         }
         let window = serde_json::from_str::<MemberClaim>(raw)
             .map_err(|error| error.to_string())
             .and_then(|theirs| theirs.window());
         let theirs = match window {
             Ok(theirs) => theirs,
+            // The member's own does not hold it back; it stays, holding the others.
+            Err(_) if same_member(other) == member => continue,
             Err(error) => {
                 return Judged::Unreadable {
                     key: other.clone(),
@@ -138,6 +183,13 @@ pub fn judge(ledger: &Ledger, key: &str, claim: &MemberClaim) -> Judged {
                 };
             }
         };
+        if end(theirs) < keep_after {
+            expired.push(other.clone());
+            continue;
+        }
+        if same_member(other) == member {
+            continue;
+        }
         if conflict(ours, theirs) {
             let until = end(theirs).max(end(ours));
             if held.as_ref().is_none_or(|(_, longest)| until > *longest) {
@@ -150,6 +202,9 @@ pub fn judge(ledger: &Ledger, key: &str, claim: &MemberClaim) -> Judged {
         Some((member, until)) => Judged::Held { member, until },
         None => {
             let mut accepted = ledger.clone();
+            for key in expired {
+                accepted.data.remove(&key);
+            }
             accepted.data.insert(
                 key.to_owned(),
                 serde_json::to_string(claim).unwrap_or_default(),
@@ -210,6 +265,10 @@ impl Reached {
             Judged::Unreadable { key, error } => Reached::Refused(format!(
                 "holds an unreadable claim {key:?} ({error}); delete it to go on"
             )),
+            Judged::Stale => Reached::Refused(
+                "was reached only after the claim's deadline (the request took too long)"
+                    .to_owned(),
+            ),
         }
     }
 }

@@ -5,15 +5,24 @@ fn at(seconds: i64) -> Timestamp {
 }
 
 const MINUTE: Duration = Duration::from_secs(60);
+const LIFETIME: Duration = Duration::from_secs(10);
 
 fn members() -> Vec<String> {
-    ["cluster-c", "cluster-a", "cluster-b"]
-        .map(str::to_owned)
-        .to_vec()
+    order_of(&["cluster-c", "cluster-a", "cluster-b"])
+}
+
+fn order_of(names: &[&str]) -> Vec<String> {
+    names.iter().map(|name| (*name).to_owned()).collect()
+}
+
+/// Judged at the claim's own time.
+fn judged(ledger: &Ledger, key: &str, claim: &MemberClaim) -> Judged {
+    let now = claim.window().expect("readable").0;
+    judge(ledger, key, claim, now, LIFETIME)
 }
 
 fn with(ledger: &Ledger, key: &str, claim: &MemberClaim) -> Ledger {
-    match judge(ledger, key, claim) {
+    match judged(ledger, key, claim) {
         Judged::Accepts(ledger) => ledger,
         other => panic!("expected the claim accepted, got {other:?}"),
     }
@@ -21,14 +30,13 @@ fn with(ledger: &Ledger, key: &str, claim: &MemberClaim) -> Ledger {
 
 #[test]
 fn keys_name_the_member_and_cannot_be_a_statefulsets_entry() {
-    let key = key("cluster-a", "ingester-zone-a.v2");
-    assert_eq!(key, "member_cluster-a_ingester-zone-a.v2");
+    let key = key("cluster-a", "ingester-zone-a.v2", "7c1a_x/y-2");
+    assert_eq!(key, "member_cluster-a_ingester-zone-a.v2_7c1axy-2");
     assert_eq!(
         member_of(&key).as_deref(),
         Some("cluster-a/ingester-zone-a.v2")
     );
     assert_eq!(member_of("ingester-zone-a"), None);
-    assert!(key.contains('_'), "no StatefulSet name holds '_'");
 }
 
 #[test]
@@ -47,16 +55,13 @@ fn claims_conflict_when_either_starts_within_the_others_min_time() {
 
 #[test]
 fn a_ledger_accepts_a_claim_only_without_another_members_claim_within_the_min_time() {
-    let a = key("cluster-a", "ingester");
-    let b = key("cluster-b", "ingester");
-    let ledger = with(
-        &Ledger::default(),
-        &a,
-        &MemberClaim::new(at(0), MINUTE, "u1"),
-    );
+    let a = key("cluster-a", "ingester", "u1");
+    let b = key("cluster-b", "ingester", "u2");
+    let first = MemberClaim::new(at(0), MINUTE, "u1");
+    let ledger = with(&Ledger::default(), &a, &first);
     // cluster-b within cluster-a's minute: held, naming cluster-a and until when.
     assert_eq!(
-        judge(&ledger, &b, &MemberClaim::new(at(30), MINUTE, "u2")),
+        judged(&ledger, &b, &MemberClaim::new(at(30), MINUTE, "u2")),
         Judged::Held {
             member: "cluster-a/ingester".into(),
             until: at(90),
@@ -65,41 +70,45 @@ fn a_ledger_accepts_a_claim_only_without_another_members_claim_within_the_min_ti
     // After it: accepted, and the other claim kept.
     let both = with(&ledger, &b, &MemberClaim::new(at(60), MINUTE, "u2"));
     assert_eq!(both.data.len(), 2);
-    // The same member again, within its own minute: its claim is replaced.
-    let again = with(&ledger, &a, &MemberClaim::new(at(10), MINUTE, "u3"));
-    assert_eq!(again.data.len(), 1);
-    assert!(again.data[&a].contains("u3"));
+    // The same member again, within its own minute: not held back, and its first claim
+    // stays beside the new one (it still holds the others).
+    let a3 = key("cluster-a", "ingester", "u3");
+    let again = with(&ledger, &a3, &MemberClaim::new(at(10), MINUTE, "u3"));
+    assert_eq!(again.data.len(), 2);
+    // A claim judged after its lifetime is stale; an hour past its window a claim is dropped.
+    let late = MemberClaim::new(at(60), MINUTE, "u2");
+    assert_eq!(judge(&ledger, &b, &late, at(71), LIFETIME), Judged::Stale);
+    let much_later = with(&ledger, &b, &MemberClaim::new(at(3_661), MINUTE, "u2"));
+    assert_eq!(much_later.data.keys().collect::<Vec<_>>(), [&b]);
     // Other entries (the StatefulSets' own) are not claims and hold nobody back.
     let mut mixed = Ledger::default();
     mixed.data.insert("ingester".into(), "{}".into());
     mixed.data.insert("zzz".into(), "yesterday".into());
-    assert!(matches!(
-        judge(&mixed, &b, &MemberClaim::new(at(0), MINUTE, "u")),
-        Judged::Accepts(_)
-    ));
+    let claim = MemberClaim::new(at(0), MINUTE, "u2");
+    assert!(matches!(judged(&mixed, &b, &claim), Judged::Accepts(_)));
 }
 
 #[test]
 fn an_unreadable_claim_of_another_member_holds_every_claim_back_naming_it() {
     let mut ledger = Ledger::default();
-    ledger
-        .data
-        .insert(key("cluster-a", "ingester"), "yesterday".into());
-    let judged = judge(
-        &ledger,
-        &key("cluster-b", "ingester"),
-        &MemberClaim::new(at(0), MINUTE, "u"),
-    );
-    let Judged::Unreadable { key: named, .. } = &judged else {
-        panic!("{judged:?}");
+    let theirs = key("cluster-a", "ingester", "u1");
+    ledger.data.insert(theirs.clone(), "yesterday".into());
+    let ours = key("cluster-b", "ingester", "u2");
+    let verdict = judged(&ledger, &ours, &MemberClaim::new(at(0), MINUTE, "u2"));
+    let Judged::Unreadable { key: named, .. } = &verdict else {
+        panic!("{verdict:?}");
     };
-    assert_eq!(named, "member_cluster-a_ingester");
-    assert!(matches!(Reached::of(&judged), Reached::Refused(why) if why.contains("delete it")));
+    assert_eq!(named, &theirs);
+    assert!(matches!(Reached::of(&verdict), Reached::Refused(why) if why.contains("delete it")));
+    // cluster-a's own claim does not hold cluster-a back, and stays.
+    let again = key("cluster-a", "ingester", "u3");
+    let kept = with(&ledger, &again, &MemberClaim::new(at(0), MINUTE, "u3"));
+    assert!(kept.data.contains_key(&theirs));
 }
 
 #[test]
 fn a_withdrawal_removes_only_the_requests_own_claim() {
-    let a = key("cluster-a", "ingester");
+    let a = key("cluster-a", "ingester", "u1");
     let ledger = with(
         &Ledger::default(),
         &a,
@@ -107,11 +116,8 @@ fn a_withdrawal_removes_only_the_requests_own_claim() {
     );
     assert_eq!(withdrawn(&ledger, &a, "u1").map(|l| l.data.len()), Some(0));
     assert_eq!(withdrawn(&ledger, &a, "u2"), None, "another request's");
-    assert_eq!(
-        withdrawn(&ledger, &key("cluster-b", "x"), "u1"),
-        None,
-        "absent"
-    );
+    let absent = key("cluster-b", "x", "u1");
+    assert_eq!(withdrawn(&ledger, &absent, "u1"), None, "absent");
 }
 
 #[test]
@@ -120,10 +126,8 @@ fn claims_go_to_the_own_ledger_first_then_the_others_by_name() {
         order("cluster-b", &members()),
         ["cluster-b", "cluster-a", "cluster-c"]
     );
-    assert_eq!(
-        (majority(1), majority(2), majority(3), majority(4)),
-        (1, 2, 2, 3)
-    );
+    let majorities = (majority(1), majority(2), majority(3), majority(4));
+    assert_eq!(majorities, (1, 2, 2, 3));
 }
 
 #[test]
@@ -188,8 +192,4 @@ fn no_majority_refuses_naming_each_member_and_withdraws_from_those_that_accepted
         panic!("expected a refusal");
     };
     assert_eq!(withdraw, ["a"]);
-}
-
-fn order_of(names: &[&str]) -> Vec<String> {
-    names.iter().map(|name| (*name).to_owned()).collect()
 }
