@@ -244,8 +244,8 @@ struct Claim {
     previous: Option<Entry>,
     /// It replaced a claim of the same downscale whose pods were told moments ago.
     prepared: bool,
-    /// Its claim across member clusters, under this key.
-    member: Option<(String, MemberClaim)>,
+    /// Its claim across member clusters, under this key (boxed: most claims have none).
+    member: Option<Box<(String, MemberClaim)>>,
 }
 
 impl Flow {
@@ -532,7 +532,7 @@ impl Flow {
             Ok(None) => None,
             Ok(Some((key, claim, accepted))) => {
                 written = accepted;
-                Some((key, claim))
+                Some(Box::new((key, claim)))
             }
             Err(denied) => return self.answer(denied),
         };
@@ -616,7 +616,7 @@ impl Flow {
                 self.notes.push(Note::Claimed {
                     ledger: claim.ledger.clone(),
                 });
-                match (&self.settings.members, &claim.member) {
+                match (&self.settings.members, claim.member.as_deref()) {
                     (Some(members), Some((key, member))) => {
                         let step = Step::Do(Io::ClaimMembers {
                             cluster: members.cluster.clone(),
@@ -727,7 +727,7 @@ impl Flow {
             ledger: claim.ledger,
             group: claim.group,
             previous: claim.previous,
-            member: claim.member.map(|(key, _)| key),
+            member: claim.member.map(|member| member.0),
             writes: 0,
         });
         self.stage = Stage::Undoing(verdict);
