@@ -11,10 +11,10 @@
 //! claim stays), the same zone asked again.
 //!
 //! Checked over every scenario:
-//! - (m) `NoTwoWithinMinTime`: no two downscales of different members are approved where
+//! - (D-a) `NoTwoWithinMinTime`: no two downscales of different members are approved where
 //!   either falls within the other's min-time.
 //!
-//! Mutation tests, each caught by (m): a rule that counts an unreachable member for the
+//! Mutation tests, each caught by (D-a): a rule that counts an unreachable member for the
 //! claim; one whose majority is half the members; a ledger that judges the min-time one way
 //! only (a claim "earlier" by its clock slips under a later one's window); a ledger that keeps
 //! one claim per member (a member's new claim replaces its approved one, and a slow claim of
@@ -324,7 +324,7 @@ impl World {
         Ok(())
     }
 
-    /// (m): no two approved downscales of different members within either's min-time.
+    /// (D-a): no two approved downscales of different members within either's min-time.
     fn check(&self, seed: u64) -> Result<(), Violation> {
         for (i, (a, window_a)) in self.approved.iter().enumerate() {
             for (b, window_b) in &self.approved[i + 1..] {
@@ -384,7 +384,7 @@ fn no_two_members_are_approved_within_a_min_time_in_random_scenarios() {
             violation.trace.join("\n")
         );
     }
-    // The scenarios approve downscales (a rule refusing everything would pass (m) vacuously).
+    // The scenarios approve downscales (a rule refusing everything would pass (D-a) vacuously).
     assert!(approved > 1_000, "only {approved} downscales approved");
 }
 
