@@ -243,8 +243,8 @@ impl PrepareDownscale {
         }
     }
 
-    /// The claim in `member`'s ledger: read, judged, written conditioned on the version
-    /// judged, again after a lost race.
+    /// The claim in `member`'s ledger, judged by the core: accepted, refused, or the member
+    /// unreachable.
     async fn claim_in(
         &self,
         members: &Members,
@@ -252,44 +252,19 @@ impl PrepareDownscale {
         across: &Across<'_>,
         deadline: Deadline<'_>,
     ) -> Reached {
-        let client = match members.client(member) {
-            Ok(client) => client,
-            Err(why) => return Reached::Unreachable(why),
-        };
-        let config_maps: Api<ConfigMap> = Api::namespaced(client, &self.settings.namespace);
         let lifetime = self.request_timeout;
-        let claimed = ledger::claim(
-            || async {
-                let read = deadline
-                    .run(ledger::read(&config_maps, across.ledger))
-                    .await;
-                read.map(|read| (read, true))
-            },
-            |read, _| {
-                let now = Timestamp::now();
-                match member_claims::judge(read, across.key, across.claim, now, lifetime) {
-                    member_claims::Judged::Accepts(accepted) => {
-                        baton_core::ledger::Judged::Claim(accepted, Reached::Accepted)
-                    }
-                    refused => baton_core::ledger::Judged::Settled(Reached::of(&refused)),
+        let judge = |read: &baton_core::ledger::Ledger| {
+            let now = Timestamp::now();
+            match member_claims::judge(read, across.key, across.claim, now, lifetime) {
+                member_claims::Judged::Accepts(accepted) => {
+                    baton_core::ledger::Judged::Claim(accepted, Reached::Accepted)
                 }
-            },
-            |claimed| {
-                let config_maps = &config_maps;
-                async move {
-                    let write = ledger::write(config_maps, across.ledger, across.group, &claimed);
-                    deadline.run(write).await
-                }
-            },
-        )
-        .await;
-        match claimed {
-            Ok(reached) => reached,
-            Err(ledger::ClaimError::Failed(error)) => Reached::Unreachable(error),
-            Err(ledger::ClaimError::Contended) => {
-                Reached::Unreachable("its ledger kept changing".to_owned())
+                refused => baton_core::ledger::Judged::Settled(Reached::of(&refused)),
             }
-        }
+        };
+        self.in_ledger_of(members, member, across, deadline, judge)
+            .await
+            .unwrap_or_else(Reached::Unreachable)
     }
 
     /// Withdraws the claim from `member`'s ledger, if it is still there as this request's.
@@ -301,41 +276,52 @@ impl PrepareDownscale {
         across: &Across<'_>,
         deadline: Deadline<'_>,
     ) {
-        let client = match members.client(member) {
-            Ok(client) => client,
-            Err(error) => {
-                tracing::warn!(%member, %error, "withdrawing the downscale claim failed; it holds the others back for its min-time");
-                return;
-            }
+        let judge = |read: &baton_core::ledger::Ledger| match member_claims::withdrawn(
+            read,
+            across.key,
+            &across.claim.request,
+        ) {
+            Some(without) => baton_core::ledger::Judged::Claim(without, ()),
+            None => baton_core::ledger::Judged::Settled(()),
         };
-        let config_maps: Api<ConfigMap> = Api::namespaced(client, &self.settings.namespace);
-        let withdrawn = ledger::claim(
-            || async {
-                let read = deadline
-                    .run(ledger::read(&config_maps, across.ledger))
-                    .await;
-                read.map(|read| (read, true))
-            },
-            |read, _| match member_claims::withdrawn(read, across.key, &across.claim.request) {
-                Some(without) => baton_core::ledger::Judged::Claim(without, ()),
-                None => baton_core::ledger::Judged::Settled(()),
-            },
-            |without| {
-                let config_maps = &config_maps;
-                async move {
-                    let write = ledger::write(config_maps, across.ledger, across.group, &without);
-                    deadline.run(write).await
-                }
-            },
-        )
-        .await;
-        if let Err(error) = withdrawn {
-            let error = match error {
-                ledger::ClaimError::Failed(error) => error,
-                ledger::ClaimError::Contended => "its ledger kept changing".to_owned(),
-            };
+        if let Err(error) = self
+            .in_ledger_of(members, member, across, deadline, judge)
+            .await
+        {
             tracing::warn!(%member, %error, "withdrawing the downscale claim failed; it holds the others back for its min-time");
         }
+    }
+
+    /// `judge`d on `member`'s ledger of the group, through the member's client: read, judged,
+    /// written conditioned on the version judged, again after a lost race; why not, when the
+    /// member has no client, a call failed or passed `deadline`, or the ledger kept changing.
+    async fn in_ledger_of<T>(
+        &self,
+        members: &Members,
+        member: &str,
+        across: &Across<'_>,
+        deadline: Deadline<'_>,
+        mut judge: impl FnMut(&baton_core::ledger::Ledger) -> baton_core::ledger::Judged<T>,
+    ) -> Result<T, String> {
+        let client = members.client(member)?;
+        let config_maps: Api<ConfigMap> = Api::namespaced(client, &self.settings.namespace);
+        let config_maps = &config_maps;
+        ledger::claim(
+            || async move {
+                let read = deadline.run(ledger::read(config_maps, across.ledger)).await;
+                read.map(|read| (read, true))
+            },
+            |read, _| judge(read),
+            |written| async move {
+                let write = ledger::write(config_maps, across.ledger, across.group, &written);
+                deadline.run(write).await
+            },
+        )
+        .await
+        .map_err(|error| match error {
+            ledger::ClaimError::Failed(error) => error,
+            ledger::ClaimError::Contended => "its ledger kept changing".to_owned(),
+        })
     }
 
     /// Undoes by `deadline`: the pods and the claim at the same time, so a hanging pod cannot
