@@ -137,3 +137,104 @@ impl Connection for Link {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn link(clients: &MemberClients) -> Link {
+        Link {
+            cluster: "cluster-b".into(),
+            clients: clients.clone(),
+            in_use: None,
+            last_error: None,
+            failures: None,
+        }
+    }
+
+    fn client() -> kube::Client {
+        let config = kube::Config::new("http://127.0.0.1:1".parse().expect("a URL"));
+        kube::Client::try_from(config).expect("a client")
+    }
+
+    fn missing() -> MemberError {
+        MemberError::SecretKeyMissing {
+            cluster: "cluster-b".into(),
+            namespace: "baton-system".into(),
+            secret: "member-cluster-b".into(),
+            key: "kubeconfig".into(),
+        }
+    }
+
+    fn unanswered() -> MemberError {
+        MemberError::ReadSecretTimedOut {
+            cluster: "cluster-b".into(),
+            namespace: "baton-system".into(),
+            secret: "member-cluster-b".into(),
+            source: baton_shared::kube_client::TimedOut {
+                what: "reading Secret member-cluster-b".into(),
+                timeout: std::time::Duration::from_secs(1),
+            },
+        }
+    }
+
+    fn why(clients: &MemberClients) -> Option<String> {
+        clients.get("cluster-b").err()
+    }
+
+    #[tokio::test]
+    async fn a_member_is_reachable_once_connected_until_its_secret_is_unusable() {
+        let clients = MemberClients::default();
+        let mut link = link(&clients);
+        // Not read yet: unreachable, saying why.
+        link.unread(unanswered());
+        assert!(
+            why(&clients)
+                .expect("unreachable")
+                .contains("reading Secret")
+        );
+        link.connect("kubeconfig-1".into(), client());
+        assert_eq!(why(&clients), None);
+        assert_eq!(link.in_use(), Some("kubeconfig-1"));
+        // A read that fails says nothing of the Secret: the client stays.
+        link.unread(unanswered());
+        assert_eq!(why(&clients), None);
+        // A Secret that cannot be used drops the client.
+        link.refuse(missing());
+        assert!(why(&clients).expect("unreachable").contains("has no key"));
+        assert_eq!(link.in_use(), None);
+    }
+
+    #[tokio::test]
+    async fn the_members_name_the_webhooks_own_cluster_and_are_none_without_clusters() {
+        let connector = Connector {
+            hub: client(),
+            layers: baton_shared::kube_client::ClientLayers::register(
+                &baton_config::KubernetesConfig::default(),
+                &prometheus::Registry::new(),
+            )
+            .expect("the client layers"),
+            system_namespace: "baton-system".into(),
+            request_timeout: std::time::Duration::from_secs(1),
+        };
+        assert!(Members::start(connector.clone(), &[], None).is_none());
+        let member = |name: &str, secret: &str| ClusterConfig {
+            name: name.into(),
+            kubeconfig_secret: secret.into(),
+            kubeconfig_key: "kubeconfig".into(),
+        };
+        let configs = [
+            member("cluster-c", "member-cluster-c"),
+            member("cluster-b", ""),
+            member("cluster-a", "member-cluster-a"),
+        ];
+        let (members, _follow) = Members::start(connector, &configs, None).expect("members");
+        assert_eq!(members.own(), "cluster-b");
+        assert_eq!(members.names(), ["cluster-a", "cluster-b", "cluster-c"]);
+        // Nothing followed yet: every member unreachable, saying so.
+        assert_eq!(
+            members.client("cluster-a").err().as_deref(),
+            Some("not connected yet")
+        );
+    }
+}
