@@ -34,6 +34,7 @@
 //! | [`ledger`] | records replicas claim things in (the downscale ledger, the budgets' eviction records) as decisions read and change them |
 //! | [`downscale_history`] | when each StatefulSet was last downscaled, from the ledger, the Go operator's zone tracker and the annotation |
 //! | [`min_time`] | the min-time between zones' downscales: the one rule prepare-downscale and the scaling plan judge by |
+//! | [`member_claims`] | the min-time across member clusters: a downscale's claim in a majority of the members' ledgers, what each ledger accepts, when a majority is reached, what to withdraw |
 //! | [`zpdb`] | zone-aware pod disruption budgets: the CRD, its validation, the eviction decision, the record of allowed evictions |
 //! | [`lease`] | leader election: what a candidate does next from what it has seen of the Lease, on its own clock |
 //! | [`phased`] | the phased rollout operator's `PhasedRollout`, turned into a group baton rolls by partition, and its status |
@@ -103,6 +104,7 @@ pub mod explained;
 pub mod gates;
 pub mod lease;
 pub mod ledger;
+pub mod member_claims;
 pub mod min_time;
 pub mod names;
 pub mod pass;

@@ -13,6 +13,7 @@ pub mod cluster_support;
 pub mod control_plane;
 pub mod controller_support;
 pub mod crds;
+pub mod downscale_support;
 pub mod fixtures;
 pub mod go_operator;
 pub mod http_support;

@@ -2499,3 +2499,236 @@ fn a_pod_in_cluster_b_naming_cluster_a_statefulset_as_its_owner_is_never_counted
         let _ = pods.delete(&forged, &Default::default()).await;
     });
 }
+
+mod downscales {
+    //! prepare-downscale across member clusters: a webhook per cluster, each claiming a
+    //! downscale in a majority of the members' downscale ledgers (docs/multi-cluster.md,
+    //! "Downscales").
+
+    use std::collections::BTreeMap;
+    use std::sync::Mutex;
+
+    use baton_e2e::downscale_support::{Answer, DownscaleWebhooks};
+    use baton_e2e::http_support::{PodEndpoint, endpoints_on_pods};
+    use baton_e2e::keys::{
+        MIN_TIME_BETWEEN_ZONES_DOWNSCALE, PREPARE_DOWNSCALE, PREPARE_DOWNSCALE_PATH,
+        PREPARE_DOWNSCALE_PORT,
+    };
+    use baton_e2e::webhook_support::free_port;
+    use k8s_openapi::api::core::v1::ConfigMap;
+
+    use super::*;
+
+    /// A group of 2 pods per cluster opted in to prepare-downscale with `min_time` between
+    /// zones, and a prepare-shutdown endpoint on the pod of each cluster a downscale to 1
+    /// removes (each cluster on its own port: the simulators give same-named pods the same
+    /// loopback IP).
+    async fn prepared_group(
+        clusters: &ClusterTrio,
+        name: &str,
+        min_time: &str,
+    ) -> (Group, BTreeMap<&'static str, PodEndpoint>) {
+        let group = Group::new(name, 2, 1);
+        let ports: BTreeMap<&str, u16> = CLUSTERS
+            .iter()
+            .map(|cluster| (*cluster, free_port().expect("a free port")))
+            .collect();
+        clusters
+            .create_group(&group, |cluster, fixture| {
+                fixture
+                    .label(PREPARE_DOWNSCALE, "true")
+                    .label(MIN_TIME_BETWEEN_ZONES_DOWNSCALE, min_time)
+                    .annotation(PREPARE_DOWNSCALE_PATH, "prepare-shutdown")
+                    .annotation(PREPARE_DOWNSCALE_PORT, &ports[cluster].to_string())
+            })
+            .await;
+        let going = [format!("{}-1", group.statefulset)];
+        let mut endpoints = BTreeMap::new();
+        for cluster in CLUSTERS {
+            let simulator = &clusters.cluster(cluster).simulator;
+            let mut on = endpoints_on_pods(simulator, &going, ports[cluster]).await;
+            endpoints.insert(cluster, on.remove(&going[0]).expect("its endpoint"));
+        }
+        (group, endpoints)
+    }
+
+    fn assert_waits(answer: &Answer, naming: &[&str], outputs: impl Fn() -> String) {
+        assert!(!answer.allowed, "{answer:?}\n{}", outputs());
+        assert_eq!(answer.code, Some(429), "retryable: {answer:?}");
+        assert!(answer.message.contains("is not allowed yet"), "{answer:?}");
+        for named in naming {
+            assert!(answer.message.contains(named), "{named}: {answer:?}");
+        }
+    }
+
+    /// The member claims (their keys) in `cluster`'s ledger of `group`.
+    async fn member_claims(clusters: &ClusterTrio, cluster: &str, group: &Group) -> Vec<String> {
+        Api::<ConfigMap>::namespaced(clusters.cluster(cluster).client(), clusters.namespace())
+            .get_opt(&format!("baton-downscale-{}", group.name))
+            .await
+            .expect("reading the ledger")
+            .and_then(|ledger| ledger.data)
+            .unwrap_or_default()
+            .into_keys()
+            .filter(|key| key.starts_with("member_"))
+            .collect()
+    }
+
+    #[test]
+    fn a_downscale_in_cluster_b_is_refused_within_the_min_time_of_one_in_cluster_a_and_allowed_once_it_passed()
+     {
+        ClusterTrio::scenario(|clusters| async move {
+            // Given a group with 20 s between zones' downscales, a member in each cluster,
+            // and each cluster's webhook claiming across the three
+            let min_time = Duration::from_secs(20);
+            let (group, endpoints) = prepared_group(clusters, "down-order", "20s").await;
+            let webhooks = DownscaleWebhooks::start(clusters).await;
+            let name = group.statefulset.as_str();
+
+            // When cluster-a's member is downscaled, Then that is allowed and its pod told
+            let asked_a = Instant::now();
+            let answer = webhooks.ask("cluster-a", name, 1, "order-a").await;
+            assert!(answer.allowed, "{answer:?}\n{}", webhooks.outputs());
+            assert_eq!(
+                endpoints["cluster-a"].calls().len(),
+                1,
+                "cluster-a's pod told"
+            );
+
+            // When cluster-b's member is downscaled right after, Then it is refused for now,
+            // naming cluster-a's member, and its pod is not told
+            let answer = webhooks.ask("cluster-b", name, 1, "order-b-0").await;
+            assert_waits(&answer, &["cluster-a/down-order"], || webhooks.outputs());
+            assert!(endpoints["cluster-b"].calls().is_empty());
+
+            // and so it stays until the min-time has passed, when it is allowed
+            let refused = Mutex::new(0_u32);
+            let attempt = Mutex::new(0_u32);
+            wait_until(
+                TIMEOUT,
+                "cluster-b's downscale allowed once cluster-a's min-time passed",
+                || async {
+                    let uid = {
+                        let mut attempt = attempt.lock().unwrap();
+                        *attempt += 1;
+                        format!("order-b-{attempt}")
+                    };
+                    let answer = webhooks.ask("cluster-b", name, 1, &uid).await;
+                    if !answer.allowed {
+                        assert_waits(&answer, &["cluster-a/down-order"], || webhooks.outputs());
+                        *refused.lock().unwrap() += 1;
+                    }
+                    answer.allowed
+                },
+            )
+            .await;
+            let allowed_after = asked_a.elapsed();
+            assert!(
+                allowed_after >= min_time,
+                "allowed {allowed_after:?} after cluster-a's, within its min-time"
+            );
+            assert!(*refused.lock().unwrap() > 0, "refused while it held");
+            assert_eq!(
+                endpoints["cluster-b"].calls().len(),
+                1,
+                "cluster-b's pod told"
+            );
+        });
+    }
+
+    #[test]
+    fn two_clusters_webhooks_asked_at_one_instant_allow_exactly_one_downscale() {
+        ClusterTrio::scenario(|clusters| async move {
+            // Given a group with an hour between zones' downscales and the three webhooks
+            let (group, endpoints) = prepared_group(clusters, "down-race", "1h").await;
+            let webhooks = DownscaleWebhooks::start(clusters).await;
+            let name = group.statefulset.as_str();
+
+            // When cluster-a's and cluster-b's webhooks are asked at the same instant
+            let (a, b) = tokio::join!(
+                webhooks.ask("cluster-a", name, 1, "race-a"),
+                webhooks.ask("cluster-b", name, 1, "race-b"),
+            );
+
+            // Then exactly one is allowed, and only its pod is told
+            assert!(
+                a.allowed != b.allowed,
+                "a: {a:?}\nb: {b:?}\n{}",
+                webhooks.outputs()
+            );
+            let (winner, loser, refused) = if a.allowed {
+                ("cluster-a", "cluster-b", b)
+            } else {
+                ("cluster-b", "cluster-a", a)
+            };
+            assert_waits(&refused, &[&group.member(winner)], || webhooks.outputs());
+            assert_eq!(endpoints[winner].calls().len(), 1);
+            assert!(endpoints[loser].calls().is_empty());
+            // and the loser's claim is withdrawn from every ledger it reached, the winner's
+            // is in a majority of them
+            let mut winners = 0;
+            for cluster in CLUSTERS {
+                let claims = member_claims(clusters, cluster, &group).await;
+                let prefix = format!("member_{loser}_");
+                assert!(
+                    !claims.iter().any(|key| key.starts_with(&prefix)),
+                    "{cluster}: {claims:?}"
+                );
+                let prefix = format!("member_{winner}_");
+                winners += usize::from(claims.iter().any(|key| key.starts_with(&prefix)));
+            }
+            assert!(winners >= 2, "the winner's claim in {winners} ledgers");
+            // and cluster-c, asked next, is refused too: the winner holds the hour
+            let c = webhooks.ask("cluster-c", name, 1, "race-c").await;
+            assert_waits(&c, &[&group.member(winner)], || webhooks.outputs());
+        });
+    }
+
+    #[test]
+    fn a_member_stopped_leaves_a_majority_and_two_stopped_make_downscales_wait_naming_them_never_passing()
+     {
+        ClusterTrio::scenario_alone(|clusters| async move {
+            // Given a group with an hour between zones' downscales and the three webhooks
+            let (group, _endpoints) = prepared_group(clusters, "down-outage", "1h").await;
+            let webhooks = DownscaleWebhooks::start(clusters).await;
+            let name = group.statefulset.as_str();
+
+            // When cluster-b's API server is stopped, Then a downscale in cluster-a is still
+            // allowed: cluster-a and cluster-c are a majority of three
+            let b = clusters.stop_apiserver("cluster-b").await;
+            let answer = webhooks.ask("cluster-a", name, 1, "outage-1").await;
+            assert!(answer.allowed, "{answer:?}\n{}", webhooks.outputs());
+
+            // When cluster-c's is stopped too, Then every downscale in cluster-a waits, naming
+            // both members it could not reach, and none passes
+            let c = clusters.stop_apiserver("cluster-c").await;
+            for attempt in 2..5 {
+                let uid = format!("outage-{attempt}");
+                let answer = webhooks.ask("cluster-a", name, 1, &uid).await;
+                assert_waits(
+                    &answer,
+                    &[
+                        "1 of 3 member clusters, and 2 are needed",
+                        "member cluster cluster-b could not be reached",
+                        "member cluster cluster-c could not be reached",
+                    ],
+                    || webhooks.outputs(),
+                );
+            }
+
+            // When both are back, Then cluster-a's downscale is allowed again
+            b.end().await;
+            c.end().await;
+            let attempt = Mutex::new(4_u32);
+            wait_until(TIMEOUT, "cluster-a's downscale allowed again", || async {
+                let uid = {
+                    let mut attempt = attempt.lock().unwrap();
+                    *attempt += 1;
+                    format!("outage-{attempt}")
+                };
+                webhooks.ask("cluster-a", name, 1, &uid).await.allowed
+            })
+            .await;
+        });
+    }
+}

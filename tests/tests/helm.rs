@@ -405,6 +405,54 @@ fn with_member_clusters_the_chart_lets_the_controller_get_and_watch_their_secret
 }
 
 #[test]
+fn with_the_webhooks_member_clusters_the_chart_lets_baton_webhook_get_and_watch_their_secrets_alone()
+ {
+    // Given the webhook's members in the values (docs/multi-cluster.md, "Downscales across
+    // clusters"): its own cluster without a Secret, two members with one
+    let values = [
+        "config.webhook.clusters[0].name=cluster-a",
+        "config.webhook.clusters[0].kubeconfig_secret=member-cluster-a",
+        "config.webhook.clusters[1].name=cluster-b",
+        "config.webhook.clusters[2].name=cluster-c",
+        "config.webhook.clusters[2].kubeconfig_secret=member-cluster-c",
+    ];
+    let rendered = helm_template("baton-system", &values);
+
+    // Then baton-webhook, and nobody else, gets, lists and watches those two Secrets by name
+    let role = find(&rendered, "Role", "baton-webhook-members");
+    assert_eq!(role["metadata"]["namespace"], "baton-system");
+    assert_eq!(
+        role["rules"],
+        json!([{"apiGroups": [""], "resources": ["secrets"],
+                "resourceNames": ["member-cluster-a", "member-cluster-c"],
+                "verbs": ["get", "list", "watch"]}])
+    );
+    let binding = find(&rendered, "RoleBinding", "baton-webhook-members");
+    assert_eq!(binding["roleRef"]["name"], "baton-webhook-members");
+    assert_eq!(
+        binding["subjects"],
+        json!([{"kind": "ServiceAccount", "name": "baton-webhook", "namespace": "baton-system"}])
+    );
+    // and the controller, without members of its own, gets none
+    let names = kinds_and_names(&rendered);
+    assert!(
+        !names
+            .iter()
+            .any(|name| name.contains("baton-controller-members")),
+        "{names:#?}"
+    );
+
+    // And without the webhook's members there is no such Role
+    let names = kinds_and_names(&helm_template("baton-system", &[]));
+    assert!(
+        !names
+            .iter()
+            .any(|name| name.contains("baton-webhook-members")),
+        "{names:#?}"
+    );
+}
+
+#[test]
 fn without_webhooks_the_chart_registers_none() {
     // Given the webhooks turned off, as the Go chart's webhooks.enabled does
     let rendered = helm_template("baton-system", &["webhooks.enabled=false"]);

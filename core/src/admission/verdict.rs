@@ -62,6 +62,9 @@ pub enum Reason {
     ReadFailed,
     /// The group's downscale ledger kept changing under the claim.
     LedgerContended,
+    /// A downscale's claim did not reach a majority of the member clusters' ledgers (others
+    /// held it back, or could not be reached).
+    NoMajority,
     /// No decision within the request deadline, where letting the change through could break
     /// what the decision guards (an eviction): refused for now.
     TimedOut,
@@ -95,6 +98,7 @@ impl Reason {
             Reason::NotAsStored => "not-as-stored",
             Reason::ReadFailed => "read-failed",
             Reason::LedgerContended => "ledger-contended",
+            Reason::NoMajority => "no-majority",
             Reason::TimedOut => "timed-out",
             Reason::Internal => "internal",
             Reason::StateSet => "state-set",
@@ -334,6 +338,7 @@ mod tests {
             Reason::NotAsStored,
             Reason::ReadFailed,
             Reason::LedgerContended,
+            Reason::NoMajority,
             Reason::TimedOut,
             Reason::Internal,
             Reason::StateSet,

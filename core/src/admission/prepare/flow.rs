@@ -18,6 +18,13 @@
 //! still admitting an update of the one judged, which any write would fail with a conflict.
 //! The claim is the record; the controller copies it into the `last-downscale` annotation and
 //! the zone tracker once it sees the update land, and voids it when the update never lands.
+//!
+//! With member clusters ([`Settings::members`]), the claim in a group is also a claim across
+//! them ([`crate::member_claims`]): the write to the own ledger carries it too (judged there
+//! first: a claim the own ledger holds back is refused without a write), and once that write
+//! is in, [`Io::ClaimMembers`] has the driver claim in the other members' ledgers in name
+//! order until a majority accepted or cannot; without one the downscale is refused, retryably,
+//! and the own ledger's claim released with the rest. Without members, nothing of this runs.
 
 use std::time::Duration;
 
@@ -26,8 +33,10 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use kube_core::Selector;
 
 use crate::annotations::ROLLOUT_GROUP_LABEL;
+use crate::annotations::scaling::min_time_between_zones_downscale;
 use crate::downscale_history::{MalformedTrackerEntry, Records, ZoneTracker};
 use crate::ledger::{CLAIM_ATTEMPTS, Entry, Ledger, Written, ledger_name};
+use crate::member_claims::{self, MemberClaim};
 use crate::pod_address::{PodAddressing, PodEndpoint};
 use crate::pods::{CachedPod, is_controlled_by};
 use crate::statefulset::StatefulSetState;
@@ -60,6 +69,18 @@ pub struct Settings {
     pub claim_grace: Duration,
     pub addressing: PodAddressing,
     pub cluster_domain: String,
+    /// With member clusters (`webhook.clusters`): a group's downscale is claimed across them.
+    /// `None`: this cluster alone.
+    pub members: Option<MemberSettings>,
+}
+
+/// How a downscale is claimed across member clusters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemberSettings {
+    /// This webhook's own cluster: its ledger is the one the flow writes.
+    pub cluster: String,
+    /// A claim's lifetime: the request's deadline ([`member_claims::judge`]).
+    pub lifetime: Duration,
 }
 
 /// The next thing to do.
@@ -102,6 +123,20 @@ pub enum Io {
     ReadLedger { name: String },
     /// POST to every pod going away, stopping at the first failure; answer [`Reply::Prepared`].
     Prepare { pods: Vec<PodEndpoint> },
+    /// Claim `claim` under `key` in the ledger `ledger` (labelled with `group`) of the other
+    /// member clusters, as [`member_claims::next`] orders from `cluster`'s (already
+    /// accepted), each claim judged by [`member_claims::judge`] and written conditioned on
+    /// the version judged; withdraw it from those that accepted when no majority can be
+    /// reached; answer [`Reply::Members`].
+    ClaimMembers {
+        cluster: String,
+        ledger: String,
+        group: String,
+        key: String,
+        claim: MemberClaim,
+        /// Names the change in the refusal.
+        downscale: String,
+    },
 }
 
 /// What a step gave; an error is its text, named in the denial.
@@ -117,6 +152,8 @@ pub enum Reply {
     Ledger(Result<Ledger, String>),
     Written(Result<Written, String>),
     Prepared(Result<(), String>),
+    /// Approved across the members, or the refusal's message.
+    Members(Result<(), String>),
     Undone,
 }
 
@@ -172,6 +209,8 @@ enum Stage {
     CheckingReadiness(Box<Grouped>, Ledger, Vec<MemberReadiness>),
     /// A claim write is out; `writes` counts those made, this one included.
     Claiming(Box<Grouped>, Claim, usize),
+    /// The claim is in the own ledger, and out to the other members'.
+    ClaimingMembers(Box<Grouped>, Claim),
     /// The ledger is being read again after `writes` lost races.
     Rereading(Box<Grouped>, usize),
     ListingPods(Admitted, Option<Claim>),
@@ -205,6 +244,8 @@ struct Claim {
     previous: Option<Entry>,
     /// It replaced a claim of the same downscale whose pods were told moments ago.
     prepared: bool,
+    /// Its claim across member clusters, under this key (boxed: most claims have none).
+    member: Option<Box<(String, MemberClaim)>>,
 }
 
 impl Flow {
@@ -259,6 +300,13 @@ impl Flow {
             (Stage::Claiming(grouped, claim, writes), Reply::Written(written)) => {
                 self.claim_written(grouped, claim, writes, written)
             }
+            (Stage::ClaimingMembers(grouped, claim), Reply::Members(claimed)) => match claimed {
+                Ok(()) => self.claimed(grouped, claim),
+                Err(message) => {
+                    let verdict = Verdict::refuse_for_now(Reason::NoMajority, message);
+                    self.undo(verdict, Vec::new(), Some(claim))
+                }
+            },
             (Stage::Rereading(grouped, writes), Reply::Ledger(read)) => match read {
                 Ok(ledger) => self.claim(*grouped, &ledger, writes, now),
                 Err(error) => self.fail("reading the group's downscale ledger", &error, None),
@@ -479,19 +527,81 @@ impl Flow {
             generation.unwrap_or_default(),
             replaced,
         );
+        let mut written = ledger.with_entry(&downscale.name, Some(&entry));
+        let member = match self.member_claim(&grouped, &written, now) {
+            Ok(None) => None,
+            Ok(Some((key, claim, accepted))) => {
+                written = accepted;
+                Some(Box::new((key, claim)))
+            }
+            Err(denied) => return self.answer(denied),
+        };
         let step = Step::Do(Io::WriteLedger {
             name: grouped.ledger.clone(),
             group: grouped.group.clone(),
-            ledger: ledger.with_entry(&downscale.name, Some(&entry)),
+            ledger: written,
         });
         let claim = Claim {
             ledger: grouped.ledger.clone(),
             group: grouped.group.clone(),
             previous,
             prepared,
+            member,
         };
         self.stage = Stage::Claiming(Box::new(grouped), claim, writes + 1);
         step
+    }
+
+    /// With members, the claim across them as the own ledger (`ledger`, with the entry
+    /// written) judges it: its key, the claim, and the ledger that carries it; a refusal when
+    /// the own ledger holds it back, or the StatefulSet's min-time cannot be read.
+    fn member_claim(
+        &self,
+        grouped: &Grouped,
+        ledger: &Ledger,
+        now: Timestamp,
+    ) -> Result<Option<(String, MemberClaim, Ledger)>, Verdict> {
+        let Some(members) = &self.settings.members else {
+            return Ok(None);
+        };
+        let downscale = &self.request.downscale;
+        let metadata = &grouped.admitted.statefulset.metadata;
+        let empty = std::collections::BTreeMap::new();
+        let min_time = min_time_between_zones_downscale(
+            metadata.labels.as_ref().unwrap_or(&empty),
+            metadata.annotations.as_ref().unwrap_or(&empty),
+        )
+        .map_err(|invalid| {
+            Verdict::refuse(
+                Reason::DownscaleHistoryUnreadable,
+                format!(
+                    "{downscale} is not allowed because parsing downscale annotations failed: can't parse {} of {}: {:?} is not {}",
+                    invalid.key, downscale.name, invalid.value, invalid.accepted
+                ),
+            )
+        })?
+        .value
+        .unwrap_or_default();
+        let uid = &self.request.uid;
+        let key = member_claims::key(&members.cluster, &downscale.name, uid);
+        let claim = MemberClaim::new(now, min_time, uid);
+        let judged = member_claims::judge(ledger, &key, &claim, now, members.lifetime);
+        match (&judged, member_claims::Reached::of(&judged)) {
+            (member_claims::Judged::Accepts(accepted), _) => {
+                Ok(Some((key, claim, accepted.clone())))
+            }
+            (
+                _,
+                member_claims::Reached::Refused(why) | member_claims::Reached::Unreachable(why),
+            ) => Err(Verdict::refuse_for_now(
+                Reason::NoMajority,
+                format!(
+                    "{downscale} is not allowed yet: member cluster {} (this one) {why}; retry later",
+                    members.cluster
+                ),
+            )),
+            (_, member_claims::Reached::Accepted) => Ok(None),
+        }
     }
 
     fn claim_written(
@@ -506,11 +616,21 @@ impl Flow {
                 self.notes.push(Note::Claimed {
                     ledger: claim.ledger.clone(),
                 });
-                if claim.prepared {
-                    self.notes.push(Note::PreparedAlready);
-                    return self.answer(allowed(&self.request.downscale));
+                match (&self.settings.members, claim.member.as_deref()) {
+                    (Some(members), Some((key, member))) => {
+                        let step = Step::Do(Io::ClaimMembers {
+                            cluster: members.cluster.clone(),
+                            ledger: claim.ledger.clone(),
+                            group: claim.group.clone(),
+                            key: key.clone(),
+                            claim: member.clone(),
+                            downscale: self.request.downscale.to_string(),
+                        });
+                        self.stage = Stage::ClaimingMembers(grouped, claim);
+                        step
+                    }
+                    _ => self.claimed(grouped, claim),
                 }
-                self.list_pods(grouped.admitted, Some(claim))
             }
             Ok(Written::Conflict) if writes < CLAIM_ATTEMPTS => {
                 self.notes.push(Note::LedgerChanged);
@@ -530,6 +650,16 @@ impl Flow {
                 None,
             ),
         }
+    }
+
+    /// The claim is in (in a majority of the members' ledgers, with members): the pods are
+    /// told, unless they were moments ago.
+    fn claimed(&mut self, grouped: Box<Grouped>, claim: Claim) -> Step {
+        if claim.prepared {
+            self.notes.push(Note::PreparedAlready);
+            return self.answer(allowed(&self.request.downscale));
+        }
+        self.list_pods(grouped.admitted, Some(claim))
     }
 
     /// Lists the pods of the StatefulSet: only those that exist are told (see [`endpoints`]).
@@ -597,6 +727,7 @@ impl Flow {
             ledger: claim.ledger,
             group: claim.group,
             previous: claim.previous,
+            member: claim.member.map(|member| member.0),
             writes: 0,
         });
         self.stage = Stage::Undoing(verdict);
@@ -630,6 +761,7 @@ impl Reply {
             Reply::Ledger(_) => "a ledger read",
             Reply::Written(_) => "a ledger write",
             Reply::Prepared(_) => "the pod calls",
+            Reply::Members(_) => "the claim across members",
             Reply::Undone => "the undo",
         }
     }
@@ -643,6 +775,7 @@ impl Stage {
             Stage::ReadingRecords(..) => "reading the records",
             Stage::CheckingReadiness(..) => "checking the other members' readiness",
             Stage::Claiming(..) => "writing the claim",
+            Stage::ClaimingMembers(..) => "claiming across the members",
             Stage::Rereading(..) => "reading the ledger again",
             Stage::ListingPods(..) => "listing the pods",
             Stage::Preparing(..) => "calling the pods",
@@ -665,6 +798,8 @@ pub struct Release {
     ledger: String,
     group: String,
     previous: Option<Entry>,
+    /// The key of its claim across member clusters in this ledger, withdrawn with it.
+    member: Option<String>,
     /// Writes made so far.
     writes: usize,
 }
@@ -710,10 +845,16 @@ impl Release {
             Reply::Ledger(Ok(current)) => match current.entry(&self.statefulset) {
                 Ok(Some(entry)) if entry.request == self.uid => {
                     self.writes += 1;
+                    let mut ledger = current.with_entry(&self.statefulset, self.previous.as_ref());
+                    if let Some(key) = &self.member
+                        && let Some(without) = member_claims::withdrawn(&ledger, key, &self.uid)
+                    {
+                        ledger = without;
+                    }
                     ReleaseStep::Do(Io::WriteLedger {
                         name: self.ledger.clone(),
                         group: self.group.clone(),
-                        ledger: current.with_entry(&self.statefulset, self.previous.as_ref()),
+                        ledger,
                     })
                 }
                 _ => ReleaseStep::Done(Released::NotOurs),

@@ -4,6 +4,12 @@
 //!
 //! Everything runs under the request's deadline; part of it is kept back for the undo so a
 //! slow pod cannot leave other pods prepared and the claim held.
+//!
+//! With member clusters, the claim across them ([`Io::ClaimMembers`]) is driven here as
+//! `baton_core::member_claims` orders it: each other member's ledger read, judged and written
+//! conditioned on the version judged (the claim loop of `baton_shared::ledger`), through that
+//! member's client; a member without a client, or whose call fails or passes the deadline, is
+//! unreachable, which never counts for the claim.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -11,8 +17,10 @@ use std::time::Duration;
 use baton_config::Config;
 use baton_core::admission::Verdict;
 use baton_core::admission::prepare::flow::{
-    Flow, Io, Note, PrepareRequest, Release, ReleaseStep, Released, Reply, Settings, Step,
+    Flow, Io, MemberSettings, Note, PrepareRequest, Release, ReleaseStep, Released, Reply,
+    Settings, Step,
 };
+use baton_core::member_claims::{self, MemberClaim, Next, Reached};
 use baton_core::pod_address::{PodEndpoint, PodMethod};
 use baton_core::pods::CachedPod;
 use baton_shared::downscale_history;
@@ -26,6 +34,7 @@ use kube::{Api, Client};
 use tokio::time::Instant;
 
 use crate::error::{Error, Failures};
+use crate::members::Members;
 
 /// What prepare-downscale needs to act; cheap to clone.
 #[derive(Clone)]
@@ -40,6 +49,8 @@ pub struct PrepareDownscale {
     tracker_logged: Arc<Mutex<Option<String>>>,
     /// Where a failed step is counted ([`Deadline::run`]).
     failures: Option<Failures>,
+    /// The member clusters (`webhook.clusters`); `None`: this cluster alone.
+    members: Option<Members>,
 }
 
 impl std::fmt::Debug for PrepareDownscale {
@@ -47,6 +58,7 @@ impl std::fmt::Debug for PrepareDownscale {
         f.debug_struct("PrepareDownscale")
             .field("settings", &self.settings)
             .field("request_timeout", &self.request_timeout)
+            .field("members", &self.members)
             .finish_non_exhaustive()
     }
 }
@@ -63,12 +75,23 @@ impl PrepareDownscale {
                 claim_grace: config.downscale.claim_grace.get(),
                 addressing: config.pods.address_by.into(),
                 cluster_domain: config.cluster_domain.clone(),
+                members: None,
             },
             request_timeout,
             undo_reserve: config.pods.request_timeout.get().min(request_timeout / 3),
             tracker_logged: Arc::default(),
             failures: None,
+            members: None,
         }
+    }
+
+    /// Claims downscales across `members` (`webhook.clusters`); `None`: this cluster alone.
+    pub fn with_members(mut self, members: Option<Members>) -> Self {
+        self.settings.members = members.as_ref().map(|members| MemberSettings {
+            cluster: members.own().to_owned(),
+            lifetime: self.request_timeout,
+        });
+        Self { members, ..self }
     }
 
     /// Counts each failed step in `failures` (`baton_webhook_failures_total`).
@@ -149,6 +172,23 @@ impl PrepareDownscale {
             Io::ReadLedger { name } => {
                 Reply::Ledger(deadline.run(ledger::read(&config_maps, &name)).await)
             }
+            Io::ClaimMembers {
+                cluster,
+                ledger,
+                group,
+                key,
+                claim,
+                downscale,
+            } => {
+                let claim = Across {
+                    own: &cluster,
+                    ledger: &ledger,
+                    group: &group,
+                    key: &key,
+                    claim: &claim,
+                };
+                Reply::Members(self.claim_members(claim, &downscale, deadline).await)
+            }
             Io::Prepare { pods } => {
                 let called = self.pods.call_all(PodMethod::Post, &pods);
                 Reply::Prepared(
@@ -158,6 +198,130 @@ impl PrepareDownscale {
                 )
             }
         }
+    }
+
+    /// Claims across the member clusters, the own one's ledger holding the claim already:
+    /// the others' in the order the core gives, until a majority accepted (`Ok`) or cannot;
+    /// then the claim is withdrawn from the others that accepted it (the own ledger's is the
+    /// flow's release) and the refusal's message given.
+    async fn claim_members(
+        &self,
+        across: Across<'_>,
+        downscale: &str,
+        deadline: Deadline<'_>,
+    ) -> Result<(), String> {
+        let Some(members) = &self.members else {
+            return Err(format!(
+                "{downscale} could not be claimed across member clusters: internal error: no member clusters"
+            ));
+        };
+        let order = member_claims::order(across.own, members.names());
+        let mut answers = vec![Reached::Accepted];
+        loop {
+            match member_claims::next(&order, &answers, downscale) {
+                Next::Claim(member) => {
+                    let reached = self.claim_in(members, &member, &across, deadline).await;
+                    if let Reached::Refused(why) | Reached::Unreachable(why) = &reached {
+                        tracing::info!(%member, %why, "member cluster did not take the downscale claim");
+                    }
+                    answers.push(reached);
+                }
+                Next::Approved => return Ok(()),
+                Next::Refused { withdraw, message } => {
+                    // The withdrawals get the time kept back for undoing.
+                    let undo = Deadline {
+                        at: deadline.at + self.undo_reserve,
+                        failures: deadline.failures,
+                    };
+                    let others = withdraw.iter().filter(|member| *member != across.own);
+                    for member in others {
+                        self.withdraw_in(members, member, &across, undo).await;
+                    }
+                    return Err(message);
+                }
+            }
+        }
+    }
+
+    /// The claim in `member`'s ledger, judged by the core: accepted, refused, or the member
+    /// unreachable.
+    async fn claim_in(
+        &self,
+        members: &Members,
+        member: &str,
+        across: &Across<'_>,
+        deadline: Deadline<'_>,
+    ) -> Reached {
+        let lifetime = self.request_timeout;
+        let judge = |read: &baton_core::ledger::Ledger| {
+            let now = Timestamp::now();
+            match member_claims::judge(read, across.key, across.claim, now, lifetime) {
+                member_claims::Judged::Accepts(accepted) => {
+                    baton_core::ledger::Judged::Claim(accepted, Reached::Accepted)
+                }
+                refused => baton_core::ledger::Judged::Settled(Reached::of(&refused)),
+            }
+        };
+        self.in_ledger_of(members, member, across, deadline, judge)
+            .await
+            .unwrap_or_else(Reached::Unreachable)
+    }
+
+    /// Withdraws the claim from `member`'s ledger, if it is still there as this request's.
+    /// A failure leaves it: it holds the others back for its min-time, as a downscale would.
+    async fn withdraw_in(
+        &self,
+        members: &Members,
+        member: &str,
+        across: &Across<'_>,
+        deadline: Deadline<'_>,
+    ) {
+        let judge = |read: &baton_core::ledger::Ledger| match member_claims::withdrawn(
+            read,
+            across.key,
+            &across.claim.request,
+        ) {
+            Some(without) => baton_core::ledger::Judged::Claim(without, ()),
+            None => baton_core::ledger::Judged::Settled(()),
+        };
+        if let Err(error) = self
+            .in_ledger_of(members, member, across, deadline, judge)
+            .await
+        {
+            tracing::warn!(%member, %error, "withdrawing the downscale claim failed; it holds the others back for its min-time");
+        }
+    }
+
+    /// `judge`d on `member`'s ledger of the group, through the member's client: read, judged,
+    /// written conditioned on the version judged, again after a lost race; why not, when the
+    /// member has no client, a call failed or passed `deadline`, or the ledger kept changing.
+    async fn in_ledger_of<T>(
+        &self,
+        members: &Members,
+        member: &str,
+        across: &Across<'_>,
+        deadline: Deadline<'_>,
+        mut judge: impl FnMut(&baton_core::ledger::Ledger) -> baton_core::ledger::Judged<T>,
+    ) -> Result<T, String> {
+        let client = members.client(member)?;
+        let config_maps: Api<ConfigMap> = Api::namespaced(client, &self.settings.namespace);
+        let config_maps = &config_maps;
+        ledger::claim(
+            || async move {
+                let read = deadline.run(ledger::read(config_maps, across.ledger)).await;
+                read.map(|read| (read, true))
+            },
+            |read, _| judge(read),
+            |written| async move {
+                let write = ledger::write(config_maps, across.ledger, across.group, &written);
+                deadline.run(write).await
+            },
+        )
+        .await
+        .map_err(|error| match error {
+            ledger::ClaimError::Failed(error) => error,
+            ledger::ClaimError::Contended => "its ledger kept changing".to_owned(),
+        })
     }
 
     /// Undoes by `deadline`: the pods and the claim at the same time, so a hanging pod cannot
@@ -265,6 +429,15 @@ impl PrepareDownscale {
         *logged = version.map(str::to_owned);
         true
     }
+}
+
+/// A claim across member clusters: the own one's name, the group's ledger, and the claim.
+struct Across<'a> {
+    own: &'a str,
+    ledger: &'a str,
+    group: &'a str,
+    key: &'a str,
+    claim: &'a MemberClaim,
 }
 
 fn labelled(selector: &str) -> ListParams {

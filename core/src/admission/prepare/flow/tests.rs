@@ -32,6 +32,7 @@ fn settings() -> Settings {
         claim_grace: Duration::from_secs(60),
         addressing: PodAddressing::Dns,
         cluster_domain: "cluster.local".to_owned(),
+        members: None,
     }
 }
 
@@ -126,6 +127,8 @@ struct World {
     said: Vec<String>,
     /// How each release ended.
     released: Vec<Released>,
+    /// With member clusters: this cluster's name, and what the claim across them answers.
+    members: Option<(String, Result<(), String>)>,
 }
 
 impl World {
@@ -146,7 +149,14 @@ impl World {
             rival_entry: None,
             said: Vec::new(),
             released: Vec::new(),
+            members: None,
         }
+    }
+
+    /// With member clusters, this one `cluster`, the claim across them answering `answer`.
+    fn with_members(mut self, cluster: &str, answer: Result<(), String>) -> Self {
+        self.members = Some((cluster.to_owned(), answer));
+        self
     }
 
     /// The three zones of the group, all settled.
@@ -173,7 +183,17 @@ impl World {
 
     /// Runs the flow for `request` to its answer; the notes taken on the way.
     fn run(&mut self, request: PrepareRequest) -> (Verdict, Vec<Note>) {
-        let (mut flow, mut step) = Flow::start(settings(), request);
+        let members = self.members.as_ref().map(|(cluster, _)| MemberSettings {
+            cluster: cluster.clone(),
+            lifetime: Duration::from_secs(9),
+        });
+        let (mut flow, mut step) = Flow::start(
+            Settings {
+                members,
+                ..settings()
+            },
+            request,
+        );
         let mut notes = Vec::new();
         for _ in 0..100 {
             notes.extend(flow.take_notes());
@@ -261,6 +281,20 @@ impl World {
                 let names: Vec<&str> = pods.iter().map(|pod| pod.pod.as_str()).collect();
                 let called = self.say(format!("{prefix}POST {}", names.join(", ")));
                 Reply::Prepared(called)
+            }
+            Io::ClaimMembers {
+                cluster,
+                ledger,
+                key,
+                claim,
+                ..
+            } => {
+                self.said.push(format!(
+                    "{prefix}claim {key} in the other members' {ledger}, after {cluster}'s"
+                ));
+                assert_eq!(claim.request, UID);
+                let answer = self.members.as_ref().expect("members").1.clone();
+                Reply::Members(answer)
             }
         }
     }
@@ -861,6 +895,7 @@ mod releasing {
             ledger: LEDGER.to_owned(),
             group: "ingester".to_owned(),
             previous,
+            member: None,
             writes: 0,
         }
     }
@@ -924,5 +959,75 @@ mod releasing {
             );
             assert_eq!(world.said.last().unwrap(), failing);
         }
+    }
+}
+
+mod across_members {
+    use super::*;
+
+    const OWN_CLAIM: &str = "member_cluster-a_ingester-zone-a_review-1";
+
+    #[test]
+    fn the_claim_goes_into_the_own_ledger_with_the_entry_then_to_the_others_before_any_pod_is_told()
+    {
+        let mut world = World::group().with_members("cluster-a", Ok(()));
+
+        let (verdict, _) = world.run(request());
+
+        assert_eq!(verdict.message(), prepared_message());
+        let mut expected = said(&JUDGED);
+        expected.extend(said(&[
+            "write configmaps/baton-downscale-ingester",
+            "claim member_cluster-a_ingester-zone-a_review-1 in the other members' baton-downscale-ingester, after cluster-a's",
+            "list pods zone=ingester-zone-a",
+            "POST ingester-zone-a-4, ingester-zone-a-3",
+        ]));
+        assert_eq!(world.said, expected);
+        assert!(world.entry(A).is_some(), "the entry, as in one cluster");
+        let claim: MemberClaim =
+            serde_json::from_str(&world.ledger.data[OWN_CLAIM]).expect("the member claim");
+        assert_eq!(claim.window(), Ok((now(), Duration::from_secs(3600))));
+    }
+
+    #[test]
+    fn no_majority_refuses_for_now_and_releases_the_own_ledgers_entry_and_claim() {
+        let message =
+            "downscale ... is not allowed yet: member cluster cluster-b could not be reached";
+        let mut world = World::group().with_members("cluster-a", Err(message.to_owned()));
+
+        let (verdict, _) = world.run(request());
+
+        let refused = refusal(&verdict);
+        assert_eq!(refused.reason, Reason::NoMajority);
+        assert!(refused.retry_later, "a 429: retried later");
+        assert_eq!(refused.message, message);
+        assert!(!world.said.iter().any(|line| line.starts_with("POST")));
+        assert_eq!(world.released, vec![Released::Restored]);
+        assert_eq!(world.entry(A), None);
+        assert!(!world.ledger.data.contains_key(OWN_CLAIM), "withdrawn");
+    }
+
+    #[test]
+    fn another_members_claim_in_the_own_ledger_refuses_for_now_without_a_write() {
+        let theirs = member_claims::key("cluster-b", "ingester-zone-b", "other");
+        let claim = MemberClaim::new(at(-60), Duration::from_secs(600), "other");
+        let entry = serde_json::to_string(&claim).unwrap();
+        let mut world = World::group()
+            .with_entry(&theirs, entry)
+            .with_members("cluster-a", Ok(()));
+
+        let (verdict, _) = world.run(request());
+
+        let refused = refusal(&verdict);
+        assert_eq!(refused.reason, Reason::NoMajority);
+        assert!(refused.retry_later);
+        assert!(
+            refused.message.contains(
+                "member cluster cluster-a (this one) holds a claim of cluster-b/ingester-zone-b"
+            ),
+            "{}",
+            refused.message
+        );
+        assert_eq!(world.said, said(&JUDGED), "nothing written");
     }
 }
