@@ -273,7 +273,7 @@ fn group_reconciler(
             gate_calls,
             completions: Default::default(),
         },
-        scaler: crate::scaling::Scaler::new(base.client.clone(), config, &base.registry)
+        scaler: crate::scaling::Scaler::new(watched.clusters.clone(), config, &base.registry)
             .context("building the scaler")?,
     }))
 }

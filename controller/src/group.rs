@@ -72,24 +72,18 @@ impl GroupReconciler {
         let started = Instant::now();
         let labels = [group];
         self.metrics.reconciles.with_label_values(&labels).inc();
-        // Scaling writes `/scale` and calls pods in the controller's own cluster, and its
-        // records (the downscale ledger) are one cluster's: a group across member clusters is
-        // not scaled by baton (docs/multi-cluster.md says what holds instead).
-        let scaling = async {
-            if self.caches.spans_clusters() {
-                return (Requeue::Never, Vec::new());
-            }
-            self.scaler
-                .reconcile(
-                    group,
-                    &members,
-                    &pods,
-                    (&ledger, &tracker),
-                    &self.explainer,
-                    &may_act,
-                )
-                .await
-        };
+        // Across member clusters, scaling reads each member's records in its own cluster and
+        // waits while one is out (`outages`); `ledger` and `tracker` are the hub's, read only
+        // without members.
+        let scaling = self.scaler.reconcile(
+            group,
+            &members,
+            &pods,
+            (&ledger, &tracker),
+            &outages,
+            &self.explainer,
+            &may_act,
+        );
         let ((scaling, scaling_failures), rollout) = tokio::join!(
             scaling,
             self.rollouts
