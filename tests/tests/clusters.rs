@@ -17,7 +17,12 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use base64::Engine;
-use baton_core::annotations::{MAX_ROLLING_MEMBERS_ANNOTATION, ROLLOUT_PAUSED_ANNOTATION};
+use baton_core::annotations::{
+    DELAYED_DOWNSCALE_ANNOTATION, DOWNSCALE_LEADER_ANNOTATION, MAX_ROLLING_MEMBERS_ANNOTATION,
+    MIRROR_REPLICAS_API_VERSION_ANNOTATION, MIRROR_REPLICAS_KIND_ANNOTATION,
+    MIRROR_REPLICAS_NAME_ANNOTATION, PREPARE_DELAYED_DOWNSCALE_URL_ANNOTATION,
+    ROLLOUT_PAUSED_ANNOTATION,
+};
 use baton_core::gates::keys::ROLLBACK_ANNOTATION;
 use baton_core::gates::{
     APPROVAL_ANNOTATION, APPROVED_ANNOTATION, HALTED_ANNOTATION, HEALTH_CHECK_ANNOTATION,
@@ -2497,5 +2502,212 @@ fn a_pod_in_cluster_b_naming_cluster_a_statefulset_as_its_owner_is_never_counted
             .collect();
         assert!(left.is_empty(), "the forged pod left: {left:?}");
         let _ = pods.delete(&forged, &Default::default()).await;
+    });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Scaling across clusters (leader/follower zones, mirroring with delayed downscale) and
+// PhasedRollouts naming a member
+// ---------------------------------------------------------------------------------------------
+
+/// `spec.replicas` of the StatefulSet `name` in `cluster`.
+async fn replicas_in(clusters: &ClusterTrio, cluster: &str, name: &str) -> i32 {
+    let statefulsets: Api<StatefulSet> =
+        Api::namespaced(clusters.cluster(cluster).client(), clusters.namespace());
+    statefulsets
+        .get(name)
+        .await
+        .ok()
+        .and_then(|statefulset| statefulset.spec?.replicas)
+        .unwrap_or(-1)
+}
+
+async fn wait_replicas_in(clusters: &ClusterTrio, cluster: &str, name: &str, replicas: i32) {
+    wait_until(
+        TIMEOUT,
+        &format!("{cluster}/{name} has spec.replicas {replicas}"),
+        || async { replicas_in(clusters, cluster, name).await == replicas },
+    )
+    .await;
+}
+
+/// Sets `spec.replicas` of the StatefulSet `name` in `cluster`, as a person or an autoscaler.
+async fn scale_in(clusters: &ClusterTrio, cluster: &str, name: &str, replicas: i32) {
+    let statefulsets: Api<StatefulSet> =
+        Api::namespaced(clusters.cluster(cluster).client(), clusters.namespace());
+    statefulsets
+        .patch_scale(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": replicas}})),
+        )
+        .await
+        .unwrap_or_else(|error| panic!("scaling {cluster}/{name}: {error}"));
+}
+
+#[test]
+fn a_leader_zone_in_cluster_a_scaled_is_followed_by_its_followers_in_cluster_b_and_cluster_c_each_in_its_own_cluster()
+ {
+    ClusterTrio::scenario(|clusters| async move {
+        // Given a ready group `follow` of 2 pods per cluster whose members in cluster-b and
+        // cluster-c follow cluster-a's, named as baton names it (`cluster-a/follow`)
+        let group = Group::new("follow", 2, 1);
+        let leader = group.member("cluster-a");
+        clusters
+            .create_group(&group, |cluster, fixture| {
+                if cluster == "cluster-a" {
+                    fixture
+                } else {
+                    fixture.annotation(DOWNSCALE_LEADER_ANNOTATION, &leader)
+                }
+            })
+            .await;
+
+        // When cluster-a's member is scaled up to 4
+        scale_in(clusters, "cluster-a", &group.statefulset, 4).await;
+
+        // Then each follower goes to 4 in its own cluster, and is told so there, named as
+        // baton names it
+        for cluster in ["cluster-b", "cluster-c"] {
+            wait_replicas_in(clusters, cluster, &group.statefulset, 4).await;
+            wait_event(
+                &clusters.cluster(cluster).client(),
+                clusters.namespace(),
+                &group.statefulset,
+                "ScalingUp",
+                &[&format!(
+                    "{} scales up from 2 to 4: its leader {leader} has 4 replicas",
+                    group.member(cluster)
+                )],
+            )
+            .await;
+        }
+        // and the leader stays as it was set
+        assert_eq!(
+            replicas_in(clusters, "cluster-a", &group.statefulset).await,
+            4
+        );
+
+        // When cluster-a's member is scaled down to 1
+        scale_in(clusters, "cluster-a", &group.statefulset, 1).await;
+
+        // Then both followers follow it down, each in its own cluster (no downscale is recorded
+        // in any member's ledger: no min-time to wait)
+        for cluster in ["cluster-b", "cluster-c"] {
+            wait_replicas_in(clusters, cluster, &group.statefulset, 1).await;
+            wait_event(
+                &clusters.cluster(cluster).client(),
+                clusters.namespace(),
+                &group.statefulset,
+                "ScalingDown",
+                &[&format!(
+                    "{} scales down from 4 to 1: its leader {leader} has 1 replicas",
+                    group.member(cluster)
+                )],
+            )
+            .await;
+        }
+    });
+}
+
+#[test]
+fn a_delayed_downscale_in_cluster_b_waits_for_its_pods_there_and_scales_down_only_cluster_b() {
+    ClusterTrio::scenario(|clusters| async move {
+        // Given cluster-b's member of the group `delayed` mirroring a ReplicaTemplate of its own
+        // cluster with a 1h delayed downscale, and a prepare endpoint on each of its pods' IPs
+        let cluster_b = clusters.cluster("cluster-b");
+        baton_e2e::scaling_support::apply_replica_template_crd(&cluster_b.control_plane)
+            .await
+            .unwrap();
+        let templates = baton_e2e::scaling_support::ReplicaTemplates::new(
+            cluster_b.client(),
+            clusters.namespace(),
+        );
+        templates.create("delayed", 3).await;
+        let group = Group::new("delayed", 3, 1);
+        let port = baton_e2e::webhook_support::free_port().unwrap();
+        let mut endpoints = BTreeMap::new();
+        for ordinal in 0..3 {
+            let pod = format!("{}-{ordinal}", group.statefulset);
+            let endpoint =
+                baton_e2e::http_support::PodEndpoint::start(cluster_b.simulator.pod_ip(&pod), port)
+                    .await
+                    .unwrap();
+            endpoints.insert(ordinal, endpoint);
+        }
+        clusters
+            .create_group(&group, |cluster, fixture| {
+                if cluster != "cluster-b" {
+                    return fixture;
+                }
+                fixture
+                    .annotation(MIRROR_REPLICAS_NAME_ANNOTATION, "delayed")
+                    .annotation(MIRROR_REPLICAS_KIND_ANNOTATION, "ReplicaTemplate")
+                    .annotation(
+                        MIRROR_REPLICAS_API_VERSION_ANNOTATION,
+                        "rollout-operator.grafana.com/v1",
+                    )
+                    .annotation(DELAYED_DOWNSCALE_ANNOTATION, "1h")
+                    .annotation(
+                        PREPARE_DELAYED_DOWNSCALE_URL_ANNOTATION,
+                        &format!("http://pod:{port}/prepare-delayed-downscale"),
+                    )
+            })
+            .await;
+        let now = jiff::Timestamp::now().as_second();
+
+        // When the template wants 1 while every pod has only just prepared
+        templates.scale("delayed", 1).await;
+
+        // Then pods 1 and 2 are asked to prepare, pod 0 is told to cancel, nothing goes yet, and
+        // cluster-b's Event says why, naming the member
+        wait_event(
+            &cluster_b.client(),
+            clusters.namespace(),
+            &group.statefulset,
+            "DelayedDownscaleWaiting",
+            &[&format!(
+                "{} stays at 3 (wanted 1): delayed downscale of 1h",
+                group.member("cluster-b")
+            )],
+        )
+        .await;
+        assert!(endpoints[&1].count("POST") > 0 && endpoints[&2].count("POST") > 0);
+        assert!(endpoints[&0].count("DELETE") > 0);
+        assert_eq!(
+            endpoints[&0].count("POST"),
+            0,
+            "pod 0 stays: never prepared"
+        );
+        assert_eq!(
+            replicas_in(clusters, "cluster-b", &group.statefulset).await,
+            3
+        );
+
+        // When the highest pod prepared more than the delay ago
+        endpoints[&2].prepared_at(now - 2 * 3600);
+
+        // Then cluster-b's member goes down to 2 alone, in cluster-b, the count written back to
+        // its template there
+        wait_replicas_in(clusters, "cluster-b", &group.statefulset, 2).await;
+        wait_until(TIMEOUT, "the template's status.replicas is 2", || async {
+            templates.status_replicas("delayed").await == Some(2)
+        })
+        .await;
+        wait_event(
+            &cluster_b.client(),
+            clusters.namespace(),
+            &group.statefulset,
+            "ScalingDown",
+            &[&format!(
+                "{} scales down from 3 to 2 (of the wanted 1",
+                group.member("cluster-b")
+            )],
+        )
+        .await;
+        // and the other clusters' members are untouched
+        for cluster in ["cluster-a", "cluster-c"] {
+            assert_eq!(replicas_in(clusters, cluster, &group.statefulset).await, 3);
+        }
     });
 }

@@ -181,12 +181,11 @@ impl Scaler {
             return (records, Vec::new());
         }
         let mut unread = records::unread_outages(members, outages);
-        let (by_cluster, not_read) = self.read_cluster_records(group, members).await;
-        for cluster in not_read {
-            if !unread.iter().any(|known| known.cluster == cluster.cluster) {
-                unread.push(cluster);
-            }
-        }
+        // A cluster out is not read: it holds the pass already, and its reads would wait out
+        // their timeouts.
+        let out: Vec<&str> = unread.iter().map(|out| out.cluster.as_str()).collect();
+        let (by_cluster, not_read) = self.read_cluster_records(group, members, &out).await;
+        unread.extend(not_read);
         let (ledger, tracker) = records::merge(&by_cluster);
         let records = GroupRecords::Clusters {
             by_cluster,

@@ -156,16 +156,18 @@ pub(super) fn unread_outages(members: &[Arc<StatefulSet>], outages: &[Outage]) -
 }
 
 impl Scaler {
-    /// Each member cluster's records of `group`, read now (bounded), or which clusters could
-    /// not be read and why.
+    /// Each member cluster's records of `group` but those of the clusters `out`, read now
+    /// (bounded), or which clusters could not be read and why.
     pub(super) async fn read_cluster_records(
         &self,
         group: &str,
         members: &[Arc<StatefulSet>],
+        out: &[&str],
     ) -> (BTreeMap<String, ClusterRecords>, Vec<Unread>) {
         let mut clusters: Vec<&str> = members
             .iter()
             .filter_map(|member| split(member.metadata.name.as_deref()?).0)
+            .filter(|cluster| !out.contains(cluster))
             .collect();
         clusters.sort_unstable();
         clusters.dedup();
