@@ -2711,3 +2711,203 @@ fn a_delayed_downscale_in_cluster_b_waits_for_its_pods_there_and_scales_down_onl
         }
     });
 }
+
+/// The PhasedRollouts of the hub's namespace.
+fn phased_rollouts(clusters: &ClusterTrio) -> Api<kube::api::DynamicObject> {
+    let resource = kube::api::ApiResource::from_gvk_with_plural(
+        &kube::api::GroupVersionKind::gvk("sts.plus", "v1alpha1", "PhasedRollout"),
+        "phasedrollouts",
+    );
+    Api::namespaced_with(
+        clusters.cluster("cluster-a").client(),
+        clusters.namespace(),
+        &resource,
+    )
+}
+
+/// Creates the PhasedRollout `name` in the hub naming `target`, checking `expr` at `url`
+/// every second, one success a step.
+async fn create_phased_rollout(clusters: &ClusterTrio, name: &str, target: &str, url: &str) {
+    let rollout = json!({
+        "apiVersion": "sts.plus/v1alpha1",
+        "kind": "PhasedRollout",
+        "metadata": {"name": name},
+        "spec": {"targetRef": target, "check": {
+            "periodSeconds": 1, "successThreshold": 1,
+            "query": {"expr": "app_healthy == 1", "url": url},
+        }},
+    });
+    phased_rollouts(clusters)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(rollout).expect("a PhasedRollout"),
+        )
+        .await
+        .unwrap_or_else(|error| panic!("creating PhasedRollout {name}: {error}"));
+}
+
+/// Waits until the PhasedRollout `name`'s status `holds`, showing the last one on timeout.
+async fn wait_phased_status(
+    clusters: &ClusterTrio,
+    name: &str,
+    what: &str,
+    holds: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    let api = phased_rollouts(clusters);
+    let last = std::sync::Mutex::new(serde_json::Value::Null);
+    let found = tokio::time::timeout(TIMEOUT, async {
+        loop {
+            let status = api
+                .get(name)
+                .await
+                .map(|object| object.data["status"].clone())
+                .unwrap_or_default();
+            if holds(&status) {
+                return status;
+            }
+            *last.lock().expect("the last status") = status;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    found.unwrap_or_else(|_| {
+        panic!(
+            "PhasedRollout {name}'s status {what}: last {}",
+            last.lock().expect("the last status")
+        )
+    })
+}
+
+/// The partition of `name` in `cluster`, and the one baton recorded there.
+async fn partition_in(
+    clusters: &ClusterTrio,
+    cluster: &str,
+    name: &str,
+) -> (Option<i32>, Option<String>) {
+    let statefulsets: Api<StatefulSet> =
+        Api::namespaced(clusters.cluster(cluster).client(), clusters.namespace());
+    let Ok(statefulset) = statefulsets.get(name).await else {
+        return (None, None);
+    };
+    let partition = statefulset
+        .spec
+        .and_then(|spec| spec.update_strategy?.rolling_update?.partition);
+    let recorded = statefulset
+        .metadata
+        .annotations
+        .and_then(|annotations| annotations.get("baton.dev/partition").cloned());
+    (partition, recorded)
+}
+
+#[test]
+fn a_phased_rollout_in_the_hub_naming_a_member_in_cluster_b_rolls_it_there_by_partition() {
+    // Alone: the trio's one Prometheus address is this scenario's.
+    ClusterTrio::scenario_alone(|clusters| async move {
+        let hub = clusters.cluster("cluster-a").client();
+        let cluster_b = clusters.cluster("cluster-b").client();
+        let namespace = clusters.namespace();
+        // Given a healthy metric in Prometheus at the address checks may query, the CRDs in the
+        // hub, and a ready 3-replica RollingUpdate StatefulSet `phased-web` in cluster-b alone
+        let metrics = Metrics::start().await;
+        metrics.set("app_healthy", 1.0);
+        let prometheus =
+            Prometheus::start_at(metrics.address(), clusters.prometheus_address()).await;
+        prometheus.wait_value("app_healthy", 1.0).await;
+        baton_e2e::crds::install(&hub, baton_e2e::crds::ROLLOUT_HEALTH_CHECK).await;
+        baton_e2e::crds::install(&hub, baton_e2e::crds::PHASED_ROLLOUT).await;
+        let web = "phased-web".to_owned();
+        StatefulSetFixture::new(&web)
+            .replicas(3)
+            .rolling_update()
+            .create(&cluster_b, namespace)
+            .await;
+        baton_e2e::controller_support::wait_group_ready(&cluster_b, namespace, &[&web]).await;
+
+        // When a PhasedRollout in the hub names it as baton names members, `cluster-b/phased-web`
+        let url = prometheus.url();
+        create_phased_rollout(clusters, "web-b", "cluster-b/phased-web", &url).await;
+
+        // Then baton holds it in cluster-b at partition 3, and the status, read from cluster-b's
+        // pods, says it is updated
+        wait_until(
+            TIMEOUT,
+            "cluster-b/phased-web held at partition 3",
+            || async {
+                partition_in(clusters, "cluster-b", &web).await == (Some(3), Some("3".to_owned()))
+            },
+        )
+        .await;
+        wait_phased_status(clusters, "web-b", "is Updated", |status| {
+            status["phase"] == "Updated"
+        })
+        .await;
+
+        // When its template changes in cluster-b
+        let from = Instant::now();
+        baton_e2e::controller_support::roll_out(
+            &cluster_b,
+            namespace,
+            std::slice::from_ref(&web),
+            "v2",
+        )
+        .await;
+
+        // Then every pod is replaced, highest first, in cluster-b, keeping one at a time, and
+        // the status says it is updated again, held at partition 3
+        baton_e2e::controller_support::wait_rollout_complete(
+            &cluster_b,
+            namespace,
+            std::slice::from_ref(&web),
+        )
+        .await;
+        let timeline = clusters.merged_timeline();
+        let member = baton_core::clusters::qualified("cluster-b", &web);
+        check_rollout_guarantees(
+            &timeline,
+            &[baton_e2e::timeline::Zone::new(&member, 3, 1)],
+            from,
+        )
+        .unwrap();
+        wait_phased_status(clusters, "web-b", "is Updated at partition 3", |status| {
+            status["phase"] == "Updated" && status["partition"] == 3
+        })
+        .await;
+
+        // And PhasedRollouts naming an unknown cluster, or no cluster, are Invalid, saying so,
+        // and touch nothing
+        create_phased_rollout(clusters, "web-x", "cluster-x/phased-web", &url).await;
+        create_phased_rollout(clusters, "web-bare", "phased-web", &url).await;
+        let invalid = wait_phased_status(clusters, "web-x", "is Invalid", |status| {
+            status["phase"] == "Invalid"
+        })
+        .await;
+        assert!(
+            invalid["message"]
+                .as_str()
+                .is_some_and(|message| {
+                    message.contains(
+                "names the cluster \"cluster-x\", which is not a member cluster of this controller"
+            )
+                }),
+            "{invalid}"
+        );
+        let bare = wait_phased_status(clusters, "web-bare", "is Invalid", |status| {
+            status["phase"] == "Invalid"
+        })
+        .await;
+        assert!(
+            bare["message"]
+                .as_str()
+                .is_some_and(|message| message.contains("names no member cluster")),
+            "{bare}"
+        );
+        wait_event(
+            &hub,
+            namespace,
+            "web-x",
+            "InvalidPhasedRollout",
+            &["cluster-x"],
+        )
+        .await;
+    });
+}
