@@ -2882,13 +2882,11 @@ fn a_phased_rollout_in_the_hub_naming_a_member_in_cluster_b_rolls_it_there_by_pa
         })
         .await;
         assert!(
-            invalid["message"]
-                .as_str()
-                .is_some_and(|message| {
-                    message.contains(
+            invalid["message"].as_str().is_some_and(|message| {
+                message.contains(
                 "names the cluster \"cluster-x\", which is not a member cluster of this controller"
             )
-                }),
+            }),
             "{invalid}"
         );
         let bare = wait_phased_status(clusters, "web-bare", "is Invalid", |status| {
