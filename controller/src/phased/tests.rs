@@ -188,9 +188,13 @@ async fn a_failed_call_ends_the_round_for_that_phased_rollout_counted_as_phased_
     assert_eq!(recorded.requests(), [format!("GET {TARGET}")]);
 }
 
-/// The hub and cluster-b, recorded: the hub answers the PhasedRollout's writes, cluster-b the
-/// target's (`web`, served).
-fn hub_and_cluster_b() -> (kube::Client, Clusters, Recorded, Recorded) {
+/// One round over `rollout` by a controller whose members are cluster-a and cluster-b, the hub
+/// and cluster-b recorded: the hub answers the PhasedRollout's writes, cluster-b the target's
+/// (`web`, served). Returns the round's result, what it told, and the hub's and cluster-b's
+/// requests.
+async fn serve_across(
+    served: &PhasedRollout,
+) -> (Result<(), Error>, Vec<(String, String)>, Recorded, Recorded) {
     baton_shared::crypto::install_default_provider();
     let (hub, hub_recorded) = recorded::api(NAMESPACE, |method, path| {
         let status = format!("{ROLLOUT}/status");
@@ -203,23 +207,17 @@ fn hub_and_cluster_b() -> (kube::Client, Clusters, Recorded, Recorded) {
     });
     let (cluster_b, b_recorded) = recorded::api(NAMESPACE, answer);
     let clusters = Clusters::connected_to(hub.clone(), [("cluster-b", cluster_b)]);
-    (hub, clusters, hub_recorded, b_recorded)
+    let members = ["cluster-a", "cluster-b"];
+    let (result, told) = serve_with(served, term_for(usize::MAX), hub, clusters, &members).await;
+    (result, told, hub_recorded, b_recorded)
 }
 
 #[tokio::test]
 async fn a_phased_rollout_naming_a_member_writes_its_target_in_the_members_cluster_alone() {
     // Given a PhasedRollout in the hub naming `cluster-b/web`, being deleted
-    let (hub, clusters, hub_recorded, b_recorded) = hub_and_cluster_b();
     let rollout = rollout_of("cluster-b/web", true);
     // When it is served
-    let (result, _) = serve_with(
-        &rollout,
-        term_for(usize::MAX),
-        hub,
-        clusters,
-        &["cluster-a", "cluster-b"],
-    )
-    .await;
+    let (result, _, hub_recorded, b_recorded) = serve_across(&rollout).await;
     // Then the target is read and handed back in cluster-b, under its name there, and the
     // finalizer let go of in the hub
     result.expect("the round succeeds");
@@ -241,18 +239,10 @@ async fn a_phased_rollout_naming_no_member_or_an_unknown_cluster_is_invalid_sayi
         ("cluster-b/a/web", "\"a/web\" is not a StatefulSet name"),
     ] {
         // Given a PhasedRollout holding its finalizer whose target is badly named
-        let (hub, clusters, hub_recorded, b_recorded) = hub_and_cluster_b();
         let mut rollout = rollout_of(target, false);
         rollout.metadata.finalizers = Some(vec![FINALIZER.to_owned()]);
         // When it is served
-        let (result, told) = serve_with(
-            &rollout,
-            term_for(usize::MAX),
-            hub,
-            clusters,
-            &["cluster-a", "cluster-b"],
-        )
-        .await;
+        let (result, told, hub_recorded, b_recorded) = serve_across(&rollout).await;
         // Then no target is read or written anywhere: its status says what is wrong, and a
         // Warning Event on it says so too
         result.expect("the round succeeds");
