@@ -2712,6 +2712,57 @@ fn a_delayed_downscale_in_cluster_b_waits_for_its_pods_there_and_scales_down_onl
     });
 }
 
+#[test]
+fn a_member_cluster_whose_api_server_stops_holds_the_groups_scaling_until_it_is_back() {
+    // (alone: every group with a member in cluster-c would be held while it is away)
+    ClusterTrio::scenario_alone(|clusters| async move {
+        // Given a ready group `held` of 2 pods per cluster whose members in cluster-b and
+        // cluster-c follow cluster-a's
+        let group = Group::new("held", 2, 1);
+        let leader = group.member("cluster-a");
+        clusters
+            .create_group(&group, |cluster, fixture| {
+                if cluster == "cluster-a" {
+                    fixture
+                } else {
+                    fixture.annotation(DOWNSCALE_LEADER_ANNOTATION, &leader)
+                }
+            })
+            .await;
+
+        // When cluster-c's API server stops, and cluster-a's member is scaled up to 3
+        let outage = clusters.stop_apiserver("cluster-c").await;
+        scale_in(clusters, "cluster-a", &group.statefulset, 3).await;
+
+        // Then cluster-b's member is held, told in cluster-b why, naming cluster-c, and is not
+        // scaled: the group is scaled only on a whole view of its members
+        wait_event(
+            &clusters.cluster("cluster-b").client(),
+            clusters.namespace(),
+            &group.statefulset,
+            "ScalingHeld",
+            &[&format!(
+                "{} stays at 2: rollout group {} is scaled only on a whole view of its members, and cluster cluster-c cannot be read",
+                group.member("cluster-b"),
+                group.name
+            )],
+        )
+        .await;
+        assert_eq!(
+            replicas_in(clusters, "cluster-b", &group.statefulset).await,
+            2
+        );
+
+        // When cluster-c's API server is back
+        outage.end().await;
+
+        // Then both followers follow cluster-a's member up to 3, each in its own cluster
+        for cluster in ["cluster-b", "cluster-c"] {
+            wait_replicas_in(clusters, cluster, &group.statefulset, 3).await;
+        }
+    });
+}
+
 /// The PhasedRollouts of the hub's namespace.
 fn phased_rollouts(clusters: &ClusterTrio) -> Api<kube::api::DynamicObject> {
     let resource = kube::api::ApiResource::from_gvk_with_plural(
