@@ -1859,15 +1859,28 @@ fn a_member_clusters_user_cannot_forge_batons_memory_there_and_each_cluster_wait
         // the hub's identity there (baton-member) set baton's memory, and nobody else, ...
         let members = kustomized_member_cluster();
         let webhook = find(&members, "Deployment", "baton-webhook");
-        let writers = webhook["spec"]["template"]["spec"]["containers"][0]["env"]
-            .as_array()
-            .expect("the webhook's environment")
-            .iter()
-            .find(|variable| variable["name"] == "BATON_WEBHOOK__STATE_WRITERS")
-            .and_then(|variable| variable["value"].as_str())
-            .expect("deploy/member-cluster names the state writers")
-            .to_owned();
+        let variable = |name: &str| {
+            webhook["spec"]["template"]["spec"]["containers"][0]["env"]
+                .as_array()
+                .expect("the webhook's environment")
+                .iter()
+                .find(|variable| variable["name"] == name)
+                .and_then(|variable| variable["value"].as_str())
+                .unwrap_or_else(|| panic!("deploy/member-cluster sets {name}"))
+                .to_owned()
+        };
+        let writers = variable("BATON_WEBHOOK__STATE_WRITERS");
         assert_eq!(writers, member_user(), "the hub's identity, alone");
+        // ... and its records (the hub follows a downscale up in cluster-b's ledger) to the
+        // hub's identity and the webhook itself, ...
+        let record_writers = variable("BATON_WEBHOOK__RECORD_WRITERS");
+        assert_eq!(
+            record_writers,
+            format!(
+                "{},system:serviceaccount:baton-system:baton-webhook",
+                member_user()
+            )
+        );
         let deployments: Vec<&str> = members
             .iter()
             .filter(|object| object["kind"] == "Deployment")
@@ -1914,6 +1927,7 @@ fn a_member_clusters_user_cannot_forge_batons_memory_there_and_each_cluster_wait
             ns,
             &[
                 ("BATON_WEBHOOK__STATE_WRITERS", &writers),
+                ("BATON_WEBHOOK__RECORD_WRITERS", &record_writers),
                 (
                     "BATON_WEBHOOK__CLIENT_CA_FILE",
                     client_ca.to_str().expect("a UTF-8 path"),
@@ -1957,11 +1971,14 @@ fn a_member_clusters_user_cannot_forge_batons_memory_there_and_each_cluster_wait
         )
         .await;
 
-        // and a user of the groups' namespace in cluster-b who may edit its StatefulSets
+        // and a user of the groups' namespace in cluster-b who may edit its StatefulSets and
+        // ConfigMaps
         let role: Role = serde_json::from_value(json!({
             "metadata": {"name": "statefulset-editor"},
             "rules": [{"apiGroups": ["apps"], "resources": ["statefulsets", "statefulsets/status"],
-                       "verbs": ["get", "list", "watch", "update", "patch"]}],
+                       "verbs": ["get", "list", "watch", "update", "patch"]},
+                      {"apiGroups": [""], "resources": ["configmaps"],
+                       "verbs": ["get", "create", "update", "patch"]}],
         }))
         .expect("a Role");
         Api::<Role>::namespaced(b.client(), ns)
@@ -2122,7 +2139,28 @@ fn a_member_clusters_user_cannot_forge_batons_memory_there_and_each_cluster_wait
             answered.is_err(),
             "a forged review was answered: {answered:?}"
         );
-        // and the hub's identity itself may write baton's memory, nothing of its records
+        // and the lookalike of the hub's identity, with the rights on ConfigMaps, writes no record
+        // of baton's in cluster-b, where the hub's identity itself does (a downscale's follow-up)
+        let record: ConfigMap = serde_json::from_value(json!({
+            "metadata": {"name": "baton-downscale-memory",
+                         "labels": {"app.kubernetes.io/managed-by": "baton"}},
+            "data": {"memory": r#"{"at":"2020-01-01T00:00:00Z"}"#},
+        }))
+        .expect("a ConfigMap");
+        let lookalike_config_maps = Api::<ConfigMap>::namespaced(
+            impersonating(&b.control_plane, &lookalike)
+                .await
+                .expect("a client as the lookalike"),
+            ns,
+        );
+        let refused = lookalike_config_maps
+            .create(&PostParams::default(), &record)
+            .await
+            .expect_err("the lookalike writes no records in cluster-b");
+        assert!(
+            refused.to_string().contains("is one of baton's records"),
+            "refused by the record guard, not for want of rights: {refused}"
+        );
         let as_member = baton_e2e::control_plane::supervisor::client_from(
             b.control_plane
                 .service_account_kubeconfig(MEMBER_IDENTITY.0, MEMBER_IDENTITY.1)
@@ -2130,16 +2168,16 @@ fn a_member_clusters_user_cannot_forge_batons_memory_there_and_each_cluster_wait
         )
         .await
         .expect("a client as the member identity");
-        let record: ConfigMap = serde_json::from_value(json!({
-            "metadata": {"name": "baton-downscale-memory",
-                         "labels": {"app.kubernetes.io/managed-by": "baton"}},
-            "data": {"memory": r#"{"at":"2020-01-01T00:00:00Z"}"#},
-        }))
-        .expect("a ConfigMap");
-        Api::<ConfigMap>::namespaced(as_member, ns)
+        let member_config_maps = Api::<ConfigMap>::namespaced(as_member, ns);
+        member_config_maps
             .create(&PostParams::default(), &record)
             .await
-            .expect_err("the member identity writes no records in cluster-b");
+            .expect("the hub's identity writes baton's records in cluster-b");
+        // (the hub's identity deletes no ConfigMap: the test's own client removes it)
+        Api::<ConfigMap>::namespaced(b.client(), ns)
+            .delete("baton-downscale-memory", &Default::default())
+            .await
+            .expect("removing the record");
         // and cluster-b is still soaking: not a pod of it updated, the forged state not stored
         assert_eq!(clusters.updated_pods(&group, "cluster-b").await, 0);
         let stored = annotation(clusters, "cluster-b", &group, GATE_STATE_ANNOTATION).await;
