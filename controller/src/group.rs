@@ -2,7 +2,8 @@
 //! StatefulSets and the namespace's pods) and runs the group's two features over it as siblings
 //! that never wait on each other:
 //! - [`scaling`](crate::scaling): replicas (leader zones, mirroring a reference, delayed
-//!   downscale), with its own I/O (the references' scales, the pods' prepare endpoints);
+//!   downscale), with its own I/O (the references' scales, the pods' prepare endpoints and,
+//!   across member clusters, each cluster's downscale records);
 //! - [`rollout`](crate::rollout): the planner, the gates composed after it, the deletions, with
 //!   its own I/O (health checks, hooks, pod deletions).
 //!
