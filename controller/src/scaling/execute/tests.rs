@@ -2,6 +2,7 @@
 //! to the pass (done, stale, refused) and what a person is told; and whole passes against a
 //! recorded API server: every request in order, a refused one, the term ending between two.
 
+use std::collections::BTreeMap;
 use std::pin::pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -323,21 +324,47 @@ async fn a_term_ending_between_the_scale_and_its_write_back_ends_the_pass() {
 fn member_apis(
     failing: Option<&'static str>,
 ) -> (Clusters, Vec<(&'static str, recorded::Recorded)>) {
+    member_apis_with(failing, serde_json::Value::Null)
+}
+
+/// [`member_apis`], cluster-b's ledger holding `ledger_b` (its `data`); every ConfigMap and
+/// StatefulSet write is accepted.
+fn member_apis_with(
+    failing: Option<&'static str>,
+    ledger_b: serde_json::Value,
+) -> (Clusters, Vec<(&'static str, recorded::Recorded)>) {
     let (hub, hub_recorded) = recorded::api(NAMESPACE, |_, _| Reply::Status(404));
     let mut members = Vec::new();
     let mut recordings = vec![("hub", hub_recorded)];
     for cluster in ["cluster-a", "cluster-b", "cluster-c"] {
         let fails = failing == Some(cluster);
+        let data = if cluster == "cluster-b" {
+            ledger_b.clone()
+        } else {
+            serde_json::Value::Null
+        };
         let (client, recorded) = recorded::api(NAMESPACE, move |method, path| {
             match (method.as_str(), path) {
                 ("GET", _) if fails && path.ends_with("/configmaps/baton-downscale-ingester") => {
                     Reply::Status(500)
                 }
-                ("GET", _) if path.contains("/configmaps/") => Reply::Object(json!({
-                    "apiVersion": "v1", "kind": "ConfigMap",
-                    "metadata": {"name": path.rsplit('/').next(), "namespace": NAMESPACE,
-                                 "resourceVersion": "5",
-                                 "labels": {"app.kubernetes.io/managed-by": "baton"}},
+                ("GET" | "PUT" | "PATCH", _) if path.contains("/configmaps/") => {
+                    let data = if path.ends_with("/baton-downscale-ingester") {
+                        data.clone()
+                    } else {
+                        serde_json::Value::Null
+                    };
+                    Reply::Object(json!({
+                        "apiVersion": "v1", "kind": "ConfigMap",
+                        "metadata": {"name": path.rsplit('/').next(), "namespace": NAMESPACE,
+                                     "resourceVersion": "5",
+                                     "labels": {"app.kubernetes.io/managed-by": "baton"}},
+                        "data": data,
+                    }))
+                }
+                ("PATCH", _) if path.ends_with("/statefulsets/ingester") => Reply::Object(json!({
+                    "apiVersion": "apps/v1", "kind": "StatefulSet",
+                    "metadata": {"name": "ingester", "namespace": NAMESPACE},
                 })),
                 ("PATCH", _) if path.ends_with("/scale") => Reply::Object(json!({
                     "apiVersion": "autoscaling/v1", "kind": "Scale",
@@ -477,4 +504,70 @@ async fn a_cluster_out_holds_the_groups_scaling_naming_it() {
             )),
         "{told:?}"
     );
+}
+
+#[tokio::test]
+async fn a_downscale_claimed_in_cluster_b_is_followed_up_in_cluster_b_alone() {
+    // Given a downscale of cluster-b's member claimed in cluster-b's ledger (under its name
+    // there) on generation 1, and the member now at generation 2: it happened
+    baton_shared::crypto::install_default_provider();
+    let at = jiff::Timestamp::from_second(1_700_000_000).expect("a time");
+    let claim = baton_core::ledger::Entry::claim(at, "request-1", (3, 2), 1, None);
+    let (clusters, recordings) = member_apis_with(
+        None,
+        json!({"ingester": serde_json::to_string(&claim).expect("JSON")}),
+    );
+    let config = Config {
+        namespace: NAMESPACE.to_owned(),
+        ..Config::default()
+    };
+    let scaler = Scaler::new(clusters, &config, &Registry::new()).expect("a scaler");
+    let (explainer, _told) = Explainer::with_queue(Duration::from_secs(600), 16);
+    let mut downscaled = statefulset("cluster-b/ingester", 2, None);
+    Arc::make_mut(&mut downscaled).metadata.generation = Some(2);
+    let members = [
+        statefulset("cluster-a/ingester", 2, None),
+        downscaled,
+        statefulset("cluster-c/ingester", 2, None),
+    ];
+    let may_act: MayAct = Arc::new(|| Some(std::time::Duration::MAX));
+    let (ledger, tracker) = Default::default();
+    // When a pass runs
+    let (_, failures) = scaler
+        .reconcile(
+            "ingester",
+            &members,
+            &[],
+            (&ledger, &tracker),
+            &[],
+            &explainer,
+            &may_act,
+        )
+        .await;
+    // Then it is recorded in cluster-b's tracker, annotated on cluster-b's StatefulSet and
+    // confirmed in cluster-b's ledger, each under its name there; the other clusters are only
+    // read
+    assert_eq!(labels(&failures), Vec::<&str>::new());
+    let requests: BTreeMap<&str, Vec<String>> = recordings
+        .into_iter()
+        .map(|(cluster, recorded)| (cluster, recorded.requests()))
+        .collect();
+    let writes = |cluster: &str| -> Vec<String> {
+        requests[cluster]
+            .iter()
+            .filter(|request| !request.starts_with("GET "))
+            .cloned()
+            .collect()
+    };
+    assert_eq!(
+        writes("cluster-b"),
+        [
+            "PATCH /api/v1/namespaces/mimir/configmaps/rollout-operator-zone-tracker",
+            "PATCH /apis/apps/v1/namespaces/mimir/statefulsets/ingester",
+            "PUT /api/v1/namespaces/mimir/configmaps/baton-downscale-ingester",
+        ]
+    );
+    for cluster in ["hub", "cluster-a", "cluster-c"] {
+        assert_eq!(writes(cluster), Vec::<String>::new(), "{cluster}");
+    }
 }
