@@ -273,7 +273,7 @@ fn group_reconciler(
             gate_calls,
             completions: Default::default(),
         },
-        scaler: crate::scaling::Scaler::new(base.client.clone(), config, &base.registry)
+        scaler: crate::scaling::Scaler::new(watched.clusters.clone(), config, &base.registry)
             .context("building the scaler")?,
     }))
 }
@@ -336,6 +336,7 @@ impl Parts {
         tasks.spawn(Task::Watches, until_shutdown(watched.watches));
         tasks.spawn(Task::BudgetWatch, until_shutdown(watched.budget_watch));
         let caches = watched.caches;
+        let clusters = watched.clusters;
         let readiness = base.readiness.clone();
         let ready =
             mark_ready_when_synced(caches.clone(), synced_sender, readiness, shutdown.clone());
@@ -363,6 +364,7 @@ impl Parts {
                 config,
                 &base,
                 caches,
+                clusters,
                 &leadership,
                 board,
                 explainer,
@@ -437,20 +439,31 @@ fn certificates(
     }
 }
 
-/// The PhasedRollouts of the namespace. A PhasedRollout names a StatefulSet of its own
-/// cluster: served without other clusters only (docs/multi-cluster.md).
+/// The PhasedRollouts of the namespace, each naming a StatefulSet of the namespace or, with
+/// member clusters, a member (`cluster/statefulset`).
+#[allow(
+    clippy::too_many_arguments,
+    reason = "what serving them needs, each named"
+)]
 fn phased_rollouts(
     config: &Config,
     base: &Base,
     caches: Caches,
+    clusters: Clusters,
     leadership: &Leadership,
     board: crate::status::StatusBoard,
     explainer: Explainer,
     shutdown: &CancellationToken,
 ) -> impl std::future::Future<Output = anyhow::Result<()>> + Send + 'static {
-    let spans_clusters = caches.spans_clusters();
     let phased = crate::phased::PhasedRollouts {
         client: base.client.clone(),
+        clusters,
+        members: config
+            .controller
+            .clusters
+            .iter()
+            .map(|cluster| cluster.name.clone())
+            .collect(),
         namespace: config.namespace.clone(),
         request_timeout: config.kubernetes.request_timeout.get(),
         caches,
@@ -460,13 +473,7 @@ fn phased_rollouts(
         failures: base.metrics.failures.clone(),
     };
     let shutdown = shutdown.clone();
-    async move {
-        if spans_clusters {
-            shutdown.cancelled().await;
-            return Ok(());
-        }
-        phased.run(shutdown).await
-    }
+    async move { phased.run(shutdown).await }
 }
 
 /// Waits until the first task ends before shutdown (a failure: everything stops, the process

@@ -92,11 +92,6 @@ impl Caches {
         Ok(())
     }
 
-    /// Whether groups span member clusters.
-    pub fn spans_clusters(&self) -> bool {
-        matches!(self.workloads, Workloads::Clusters(_))
-    }
-
     /// Every rollout-group StatefulSet (members named `cluster/name`).
     pub fn statefulsets(&self) -> Vec<Arc<StatefulSet>> {
         match &self.workloads {

@@ -65,6 +65,11 @@ impl Clusters {
         }
     }
 
+    /// Whether names are qualified: the groups span member clusters.
+    pub fn spans_clusters(&self) -> bool {
+        self.clients.is_some()
+    }
+
     /// The API of `K` in `namespace` of the cluster `name` lives in, and `name` there.
     pub fn api<'n, K>(&self, namespace: &str, name: &'n str) -> Result<(Api<K>, &'n str), Error>
     where
@@ -91,6 +96,22 @@ impl Clusters {
                 cluster: cluster.to_owned(),
             }),
         }
+    }
+
+    /// Member clusters already connected, each by its client: for tests of what routes writes.
+    #[cfg(test)]
+    pub fn connected_to<'a>(
+        hub: kube::Client,
+        members: impl IntoIterator<Item = (&'a str, kube::Client)>,
+    ) -> Self {
+        let clusters = Self {
+            hub,
+            clients: Some(MemberClients::default()),
+        };
+        for (cluster, client) in members {
+            clusters.connected(cluster, client);
+        }
+        clusters
     }
 
     fn connected(&self, cluster: &str, client: kube::Client) {

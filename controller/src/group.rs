@@ -2,7 +2,8 @@
 //! StatefulSets and the namespace's pods) and runs the group's two features over it as siblings
 //! that never wait on each other:
 //! - [`scaling`](crate::scaling): replicas (leader zones, mirroring a reference, delayed
-//!   downscale), with its own I/O (the references' scales, the pods' prepare endpoints);
+//!   downscale), with its own I/O (the references' scales, the pods' prepare endpoints and,
+//!   across member clusters, each cluster's downscale records);
 //! - [`rollout`](crate::rollout): the planner, the gates composed after it, the deletions, with
 //!   its own I/O (health checks, hooks, pod deletions).
 //!
@@ -72,24 +73,18 @@ impl GroupReconciler {
         let started = Instant::now();
         let labels = [group];
         self.metrics.reconciles.with_label_values(&labels).inc();
-        // Scaling writes `/scale` and calls pods in the controller's own cluster, and its
-        // records (the downscale ledger) are one cluster's: a group across member clusters is
-        // not scaled by baton (docs/multi-cluster.md says what holds instead).
-        let scaling = async {
-            if self.caches.spans_clusters() {
-                return (Requeue::Never, Vec::new());
-            }
-            self.scaler
-                .reconcile(
-                    group,
-                    &members,
-                    &pods,
-                    (&ledger, &tracker),
-                    &self.explainer,
-                    &may_act,
-                )
-                .await
-        };
+        // Across member clusters, scaling reads each member's records in its own cluster and
+        // waits while one is out (`outages`); `ledger` and `tracker` are the hub's, read only
+        // without members.
+        let scaling = self.scaler.reconcile(
+            group,
+            &members,
+            &pods,
+            (&ledger, &tracker),
+            &outages,
+            &self.explainer,
+            &may_act,
+        );
         let ((scaling, scaling_failures), rollout) = tokio::join!(
             scaling,
             self.rollouts

@@ -10,6 +10,11 @@
 //! other pass does: a term that ends mid-round ends the round, with nothing written after it.
 //! A finalizer hands the target back (group label and annotations removed) before a
 //! PhasedRollout goes.
+//!
+//! With member clusters, a PhasedRollout (in the hub, as its health check) names its target
+//! as baton names members, `cluster-b/web` ([`baton_core::phased::target_name_problem`] refuses
+//! any other form, naming what is wrong): the target is read and written in its own cluster
+//! ([`Clusters`]), and its status is read from that cluster's pods alone.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -32,6 +37,7 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::cache::Caches;
+use crate::clusters::Clusters;
 use crate::error::{Error, Failures};
 use crate::explain::{Explainer, Explanation, Severity};
 use crate::gates::health::{self, SECRET_OPT_IN_LABEL};
@@ -44,7 +50,12 @@ pub const REFRESH: Duration = Duration::from_secs(2);
 /// What the PhasedRollouts of the namespace need from the controller.
 #[derive(Clone)]
 pub struct PhasedRollouts {
+    /// The hub's client: the PhasedRollouts, their health checks and Secrets are there.
     pub client: kube::Client,
+    /// Where each target lives: the hub, or the member cluster its name names.
+    pub clusters: Clusters,
+    /// The member clusters' names (`controller.clusters`), none without.
+    pub members: Vec<String>,
     pub namespace: String,
     pub request_timeout: Duration,
     pub caches: Caches,
@@ -127,7 +138,7 @@ impl PhasedRollouts {
             Ok(spec) => spec,
             Err(why) => return self.invalid(runner, rollout, why).await,
         };
-        let problems = phased::problems(&spec);
+        let problems = phased::problems(&spec, &self.members);
         if !problems.is_empty() {
             return self.invalid(runner, rollout, problems.join("; ")).await;
         }
@@ -144,9 +155,15 @@ impl PhasedRollouts {
     ) -> Result<(), Error> {
         let name = rollout.name_any();
         let generation = rollout.metadata.generation.unwrap_or_default();
-        let statefulsets: Api<StatefulSet> = Api::namespaced(self.client.clone(), &self.namespace);
+        let (statefulsets, local) = match self.target_api(&spec.target_ref) {
+            Ok(found) => found,
+            Err(why) => {
+                let status = PhasedRolloutStatus::says("MemberUnreachable", why, generation);
+                return self.set_status(runner, rollout, status).await;
+            }
+        };
         let Some(target) = self
-            .read("reading the target", statefulsets.get_opt(&spec.target_ref))
+            .read("reading the target", statefulsets.get_opt(local))
             .await?
         else {
             let message = format!("StatefulSet {} does not exist", spec.target_ref);
@@ -195,11 +212,7 @@ impl PhasedRollouts {
             write(
                 runner,
                 "adding the target to its group",
-                statefulsets.patch(
-                    &spec.target_ref,
-                    &PatchParams::default(),
-                    &Patch::Merge(&patch),
-                ),
+                statefulsets.patch(local, &PatchParams::default(), &Patch::Merge(&patch)),
             )
             .await?;
         }
@@ -209,7 +222,32 @@ impl PhasedRollouts {
         self.set_status(runner, rollout, status).await
     }
 
-    /// The status, from the target and its pods as cached and the leader's last wait.
+    /// The StatefulSets' API of the cluster `target` (as the PhasedRollout names it) lives in,
+    /// and its name there; or why it cannot be reached now, for its status.
+    fn target_api<'t>(&self, target: &'t str) -> Result<(Api<StatefulSet>, &'t str), String> {
+        let (cluster, _) = baton_core::clusters::split(target);
+        if let Some(cluster) = cluster
+            && let Some(outage) = self
+                .caches
+                .outages()
+                .into_iter()
+                .find(|outage| outage.cluster == cluster)
+        {
+            return Err(format!(
+                "{target} in cluster {cluster} cannot be read: {}",
+                baton_core::explained::quoted(
+                    &outage.error,
+                    baton_core::clusters::MOST_OUTAGE_CHARS
+                )
+            ));
+        }
+        self.clusters
+            .api(&self.namespace, target)
+            .map_err(|error| error.to_string())
+    }
+
+    /// The status, from the target and its pods as cached and the leader's last wait. A
+    /// member's pods are its own cluster's alone, named as the target is (`cluster/name`).
     fn status_of(
         &self,
         target: &StatefulSet,
@@ -217,8 +255,10 @@ impl PhasedRollouts {
         group: &str,
         generation: i64,
     ) -> PhasedRolloutStatus {
-        let pods = self.caches.pods();
-        let snapshot = StatefulSetSnapshot::from_kubernetes(target, pods.iter().map(AsRef::as_ref));
+        let target = baton_core::clusters::requalify(&spec.target_ref, target.clone());
+        let pods = self.caches.pods_of(&[Arc::new(target.clone())]);
+        let snapshot =
+            StatefulSetSnapshot::from_kubernetes(&target, pods.iter().map(AsRef::as_ref));
         let check: CheckState = target
             .annotations()
             .get(CHECK_STATE_ANNOTATION)
@@ -369,9 +409,10 @@ impl PhasedRollouts {
         target: &str,
         standard: bool,
     ) -> Result<(), Error> {
-        let statefulsets: Api<StatefulSet> = Api::namespaced(self.client.clone(), &self.namespace);
+        let (statefulsets, local): (Api<StatefulSet>, _) =
+            self.clusters.api(&self.namespace, target)?;
         let Some(current) = self
-            .read("reading the target", statefulsets.get_opt(target))
+            .read("reading the target", statefulsets.get_opt(local))
             .await?
         else {
             return Ok(());
@@ -386,7 +427,7 @@ impl PhasedRollouts {
         write(
             runner,
             "handing the target back",
-            statefulsets.patch(target, &PatchParams::default(), &Patch::Merge(&patch)),
+            statefulsets.patch(local, &PatchParams::default(), &Patch::Merge(&patch)),
         )
         .await?;
         Ok(())

@@ -131,17 +131,10 @@ pub fn group_name(name: &str) -> String {
 }
 
 /// Every problem of `spec`, each naming its field; empty when baton can serve it.
-pub fn problems(spec: &PhasedRolloutSpec) -> Vec<String> {
+/// `clusters`: the controller's member clusters (`controller.clusters`), none without.
+pub fn problems(spec: &PhasedRolloutSpec, clusters: &[String]) -> Vec<String> {
     let mut problems = Vec::new();
-    if spec.target_ref.is_empty() {
-        problems.push("spec.targetRef is empty".to_owned());
-    } else if !crate::names::is_dns_subdomain(&spec.target_ref) {
-        problems.push(format!(
-            "spec.targetRef {:?} is not a StatefulSet name (lowercase letters, digits, '-' and \
-             '.')",
-            spec.target_ref
-        ));
-    }
+    problems.extend(target_name_problem(&spec.target_ref, clusters));
     let check = &spec.check;
     if check.initial_delay_seconds < 0 {
         problems.push(format!(
@@ -168,6 +161,53 @@ pub fn problems(spec: &PhasedRolloutSpec) -> Vec<String> {
         problems.push(format!("{URL_FIELD} {why}"));
     }
     problems
+}
+
+/// What is wrong with `target_ref` as a target's name, if anything. Without member clusters it
+/// is a StatefulSet of the PhasedRollout's namespace (`web`); with them (`clusters`, the
+/// controller's `controller.clusters`), a member, named as baton names members
+/// (`cluster-b/web`): the cluster is one of `clusters` and the StatefulSet is in the groups'
+/// namespace there. Every other form is refused, naming what is wrong: a name is the user's
+/// to write, and routes the target's writes to a cluster.
+pub fn target_name_problem(target_ref: &str, clusters: &[String]) -> Option<String> {
+    const FIELD: &str = "spec.targetRef";
+    let statefulset_name = |name: &str| -> Option<String> {
+        (!crate::names::is_dns_subdomain(name)).then(|| {
+            format!(
+                "{FIELD} {target_ref:?}: {name:?} is not a StatefulSet name (lowercase letters, \
+                 digits, '-' and '.')"
+            )
+        })
+    };
+    if target_ref.is_empty() {
+        return Some(format!("{FIELD} is empty"));
+    }
+    let known = || clusters.join(", ");
+    match (
+        clusters.is_empty(),
+        target_ref.split_once(crate::clusters::SEPARATOR),
+    ) {
+        (true, None) => statefulset_name(target_ref),
+        (true, Some((cluster, _))) => Some(format!(
+            "{FIELD} {target_ref:?} names the member cluster {cluster:?}, but this controller has \
+             no member clusters (controller.clusters): name a StatefulSet of this namespace"
+        )),
+        (false, None) => Some(format!(
+            "{FIELD} {target_ref:?} names no member cluster: with member clusters \
+             (controller.clusters) a target is named cluster/statefulset, its cluster one of {}",
+            known()
+        )),
+        (false, Some((cluster, name))) => {
+            if !clusters.iter().any(|known| known == cluster) {
+                return Some(format!(
+                    "{FIELD} {target_ref:?} names the cluster {cluster:?}, which is not a member \
+                     cluster of this controller (controller.clusters: {})",
+                    known()
+                ));
+            }
+            statefulset_name(name)
+        }
+    }
 }
 
 /// The Prometheus base URL of `url` as the phased rollout operator's users write it (`prom:9090`
@@ -580,7 +620,7 @@ mod tests {
         bad.check.success_threshold = -1;
         bad.check.initial_delay_seconds = -5;
         bad.check.query.expr = " ".into();
-        let found = problems(&bad);
+        let found = problems(&bad, &[]);
         for field in [
             "spec.targetRef",
             "spec.check.periodSeconds",
@@ -594,7 +634,46 @@ mod tests {
                 "{field} not named in {found:?}"
             );
         }
-        assert!(problems(&spec("prom:9090")).is_empty());
+        assert!(problems(&spec("prom:9090"), &[]).is_empty());
+    }
+
+    #[test]
+    fn a_target_is_a_statefulset_here_or_a_member_of_a_known_cluster_and_anything_else_is_named() {
+        let members = ["cluster-a".to_owned(), "cluster-b".to_owned()];
+        // Without member clusters: a StatefulSet of the namespace.
+        assert_eq!(target_name_problem("web", &[]), None);
+        // With them: a member of one of them.
+        assert_eq!(target_name_problem("cluster-b/web", &members), None);
+        for (target, clusters, says) in [
+            ("", &members[..], "spec.targetRef is empty"),
+            ("Web", &[][..], "\"Web\" is not a StatefulSet name"),
+            (
+                "cluster-b/web",
+                &[][..],
+                "names the member cluster \"cluster-b\", but this controller has no member clusters",
+            ),
+            (
+                "web",
+                &members[..],
+                "names no member cluster: with member clusters (controller.clusters) a target is named cluster/statefulset, its cluster one of cluster-a, cluster-b",
+            ),
+            (
+                "cluster-x/web",
+                &members[..],
+                "names the cluster \"cluster-x\", which is not a member cluster of this controller (controller.clusters: cluster-a, cluster-b)",
+            ),
+            (
+                "cluster-b/a/web",
+                &members[..],
+                "\"a/web\" is not a StatefulSet name",
+            ),
+            ("cluster-b/", &members[..], "\"\" is not a StatefulSet name"),
+        ] {
+            let problem = target_name_problem(target, clusters)
+                .unwrap_or_else(|| panic!("{target:?} with {clusters:?} is refused"));
+            assert!(problem.starts_with("spec.targetRef"), "{problem}");
+            assert!(problem.contains(says), "{target:?}: {problem}");
+        }
     }
 
     #[test]

@@ -38,6 +38,10 @@ pub enum PodAddressError {
         "pod {pod} cannot be addressed by DNS name: its StatefulSet's spec.serviceName {service:?} is not a Service name (a DNS label: lowercase letters, digits and '-')"
     )]
     InvalidServiceName { pod: String, service: String },
+    #[error(
+        "pod {pod} of a member cluster cannot be addressed by DNS name: the controller resolves names in its own cluster, where the name may be another pod's; address pods by IP (pods.address_by: ip) across clusters"
+    )]
+    OtherCluster { pod: String },
     #[error("pod {pod} cannot be addressed by IP: it has no status.podIP yet")]
     NoPodIp { pod: String },
     #[error("pod {pod} has an invalid status.podIP {ip:?}")]
@@ -53,6 +57,12 @@ pub fn pod_host(
 ) -> Result<String, PodAddressError> {
     match addressing {
         PodAddressing::Dns => {
+            // A member's pod (`cluster/pod`): its DNS name resolves in its own cluster only.
+            if crate::clusters::split(pod.name).0.is_some() {
+                return Err(PodAddressError::OtherCluster {
+                    pod: pod.name.to_owned(),
+                });
+            }
             if pod.service_name.is_empty() {
                 return Err(PodAddressError::NoServiceName {
                     pod: pod.name.to_owned(),
@@ -235,7 +245,20 @@ mod tests {
 
     #[test]
     fn addresses_pods_by_dns_name_or_ip() {
+        let member_pod = PodRef {
+            name: "cluster-b/ingester-zone-a-4",
+            ..pod("ingester-zone-a", Some("10.0.0.9"))
+        };
         let cases: &[(PodAddressing, PodRef<'_>, Result<&str, PodAddressError>)] = &[
+            // A member cluster's pod: by IP only (its DNS name may be another pod's here).
+            (
+                PodAddressing::Dns,
+                member_pod.clone(),
+                Err(PodAddressError::OtherCluster {
+                    pod: "cluster-b/ingester-zone-a-4".into(),
+                }),
+            ),
+            (PodAddressing::Ip, member_pod.clone(), Ok("10.0.0.9")),
             (
                 PodAddressing::Dns,
                 pod("ingester-zone-a", None),

@@ -21,7 +21,10 @@
 //! - (b) never a follower's downscale inside its min-time after another zone's downscale (by the
 //!   simulator's own record of when each zone went down);
 //! - (c) a delayed downscale removes only pods that said, in answer to the prepare call, that
-//!   they prepared at least the delay ago (by the simulator's own record of each pod).
+//!   they prepared at least the delay ago (by the simulator's own record of each pod);
+//! - (d) nothing is written and no pod is called while a member cluster of the group cannot be
+//!   read (the zones are then spread over clusters, and one of them is sometimes out for a few
+//!   steps): a pass on a partial view only tells.
 //!
 //! Environment (plain `cargo test` runs 1,000 scenarios, seeds 0..1000):
 //! - `SIM_SCENARIOS=N` runs N scenarios; `SIM_FIRST_SEED=S` starts at seed S;
@@ -53,7 +56,7 @@ use baton_core::scaling::delayed_downscale::{self, DelayedDownscaleDecision};
 use baton_core::scaling::pass::{
     self, DelayedDecider, Effect, Outcome, Planner, PodCalls, Read, Sequence,
 };
-use baton_core::scaling::plan::{ReferenceScale, ScalingPlan, ScalingSnapshot, plan};
+use baton_core::scaling::plan::{ReferenceScale, ScalingPlan, ScalingSnapshot, Unread, plan};
 use baton_core::scaling::snapshot::ReferenceScales;
 use baton_core::statefulset::PodNames;
 use jiff::{SignedDuration, Timestamp};
@@ -79,6 +82,7 @@ enum Property {
     NeverBelowWanted,
     NoDownscaleInsideMinTime,
     DelayedOnlyWhenPrepared,
+    NothingOnAPartialView,
 }
 
 impl fmt::Display for Property {
@@ -88,6 +92,9 @@ impl fmt::Display for Property {
             Self::NoDownscaleInsideMinTime => "(b) never a downscale inside min-time",
             Self::DelayedOnlyWhenPrepared => {
                 "(c) a delayed downscale only after its pods said ready to go"
+            }
+            Self::NothingOnAPartialView => {
+                "(d) nothing written while a member cluster cannot be read"
             }
         };
         formatter.write_str(text)
@@ -125,6 +132,8 @@ struct Stats {
     partial_delayed_downscales: u64,
     repaired_tracker_entries: u64,
     stale_writes: u64,
+    /// Passes over a group with a member cluster that could not be read.
+    unread_passes: u64,
     /// Event reasons told, by reason.
     told: BTreeMap<String, u64>,
 }
@@ -143,6 +152,7 @@ impl sim::Tally for Stats {
         self.partial_delayed_downscales += other.partial_delayed_downscales;
         self.repaired_tracker_entries += other.repaired_tracker_entries;
         self.stale_writes += other.stale_writes;
+        self.unread_passes += other.unread_passes;
         for (reason, count) in &other.told {
             *self.told.entry(reason.clone()).or_default() += count;
         }
@@ -214,6 +224,8 @@ struct Simulation<'a> {
     /// The reference's `spec.replicas` and `status.replicas`.
     reference: (i32, Option<i32>),
     reference_unreadable: u32,
+    /// A member cluster cannot be read for this many more steps.
+    cluster_unread: u32,
     tracker: ZoneTracker,
     /// When each zone last went down, by the simulator's own record.
     downscaled_at: BTreeMap<String, Timestamp>,
@@ -278,6 +290,7 @@ impl<'a> Simulation<'a> {
             zones,
             reference: (start, None),
             reference_unreadable: 0,
+            cluster_unread: 0,
             tracker: ZoneTracker {
                 resource_version: Some("1".into()),
                 data: BTreeMap::new(),
@@ -359,6 +372,12 @@ impl<'a> Simulation<'a> {
         } else if self.rng.random_bool(0.02) {
             self.reference_unreadable = self.rng.random_range(1..=4);
             self.note(|| "the reference cannot be read".into());
+        }
+        if self.cluster_unread > 0 {
+            self.cluster_unread -= 1;
+        } else if self.rng.random_bool(0.03) {
+            self.cluster_unread = self.rng.random_range(1..=4);
+            self.note(|| "cluster-b cannot be read".into());
         }
         if self.rng.random_bool(0.01) {
             let zone = self.rng.random_range(0..self.zones.len());
@@ -670,6 +689,16 @@ impl<'a> Simulation<'a> {
         let ledger = Ledger::default();
         let tracker = self.tracker.clone();
         let now = self.now();
+        let unread: Vec<Unread> = (self.cluster_unread > 0)
+            .then(|| Unread {
+                cluster: "cluster-b".into(),
+                why: "watching its pods failed".into(),
+            })
+            .into_iter()
+            .collect();
+        if !unread.is_empty() {
+            self.stats.unread_passes += 1;
+        }
         let read = Read {
             group: "ingester",
             statefulsets: &statefulsets,
@@ -686,12 +715,19 @@ impl<'a> Simulation<'a> {
                 cluster_domain: "cluster.local",
                 namespace: NAMESPACE,
             },
+            unread: &unread,
             now,
         };
         let planner: &Planner<'_> = self.scaling.planner;
         let decided = pass::decide_planned_by(&read, planner);
         let mut sequence = Sequence::new(decided);
         while let Some(effect) = sequence.next_effect() {
+            if !unread.is_empty() && effect.needs_term() {
+                return Err(self.violation(
+                    Property::NothingOnAPartialView,
+                    format!("{effect:?} while cluster-b cannot be read"),
+                ));
+            }
             let outcome = match &effect {
                 Effect::Tell { explanation, .. } => {
                     *self
@@ -845,6 +881,7 @@ fn scaling_keeps_its_guarantees_in_random_scenarios() {
             ),
             ("repaired tracker entries", stats.repaired_tracker_entries),
             ("stale writes", stats.stale_writes),
+            ("passes with a cluster unread", stats.unread_passes),
         ] {
             assert!(done > count / 10, "{what}: {done} in {stats:?}");
         }
@@ -952,5 +989,20 @@ fn checker_catches_a_pass_that_downscales_before_its_pods_are_ready_to_go() {
             ..REAL
         },
         Property::DelayedOnlyWhenPrepared,
+    );
+}
+
+#[test]
+fn checker_catches_a_pass_that_scales_on_a_partial_view() {
+    assert_caught(
+        &Scaling {
+            planner: &|snapshot: &ScalingSnapshot, now| {
+                let mut partial = snapshot.clone();
+                partial.unread.clear();
+                plan(&partial, now)
+            },
+            ..REAL
+        },
+        Property::NothingOnAPartialView,
     );
 }

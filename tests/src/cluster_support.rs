@@ -179,8 +179,17 @@ impl ClusterTrio {
             .get_or_init(|| async {
                 // On a worker of the trio's runtime, which lives as long as the process: the
                 // controller is started from it and dies with it (pdeathsig).
+                // Pods are called by IP, as docs/multi-cluster.md asks of scaling across
+                // clusters (a member's pod's DNS name resolves in its own cluster only), and
+                // mirrored references are polled often.
                 runtime()
-                    .spawn(Self::start("clusters", &[]))
+                    .spawn(Self::start(
+                        "clusters",
+                        &[
+                            ("BATON_PODS__ADDRESS_BY", "ip"),
+                            ("BATON_CONTROLLER__SCALING_POLL_INTERVAL", "300ms"),
+                        ],
+                    ))
                     .await
                     .map_err(|panic| format!("starting the member clusters panicked: {panic}"))
             })

@@ -29,7 +29,10 @@ pub async fn install_replica_template_crd(control_plane: &ControlPlane) -> anyho
         .map(|_| ())
 }
 
-async fn apply_replica_template_crd(control_plane: &ControlPlane) -> anyhow::Result<()> {
+/// Applies the CRD in `control_plane` and waits until it serves ReplicaTemplates, each time
+/// it is called: for a control plane of its own (one member of a trio) that a single scenario
+/// uses, where [`install_replica_template_crd`]'s once per process would be the wrong plane's.
+pub async fn apply_replica_template_crd(control_plane: &ControlPlane) -> anyhow::Result<()> {
     let manifest =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/crds/replica-template.yaml");
     // Server-side apply: idempotent even against another process applying the same manifest.

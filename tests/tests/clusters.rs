@@ -17,7 +17,12 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use base64::Engine;
-use baton_core::annotations::{MAX_ROLLING_MEMBERS_ANNOTATION, ROLLOUT_PAUSED_ANNOTATION};
+use baton_core::annotations::{
+    DELAYED_DOWNSCALE_ANNOTATION, DOWNSCALE_LEADER_ANNOTATION, MAX_ROLLING_MEMBERS_ANNOTATION,
+    MIRROR_REPLICAS_API_VERSION_ANNOTATION, MIRROR_REPLICAS_KIND_ANNOTATION,
+    MIRROR_REPLICAS_NAME_ANNOTATION, PREPARE_DELAYED_DOWNSCALE_URL_ANNOTATION,
+    ROLLOUT_PAUSED_ANNOTATION,
+};
 use baton_core::gates::keys::ROLLBACK_ANNOTATION;
 use baton_core::gates::{
     APPROVAL_ANNOTATION, APPROVED_ANNOTATION, HALTED_ANNOTATION, HEALTH_CHECK_ANNOTATION,
@@ -1854,15 +1859,28 @@ fn a_member_clusters_user_cannot_forge_batons_memory_there_and_each_cluster_wait
         // the hub's identity there (baton-member) set baton's memory, and nobody else, ...
         let members = kustomized_member_cluster();
         let webhook = find(&members, "Deployment", "baton-webhook");
-        let writers = webhook["spec"]["template"]["spec"]["containers"][0]["env"]
-            .as_array()
-            .expect("the webhook's environment")
-            .iter()
-            .find(|variable| variable["name"] == "BATON_WEBHOOK__STATE_WRITERS")
-            .and_then(|variable| variable["value"].as_str())
-            .expect("deploy/member-cluster names the state writers")
-            .to_owned();
+        let variable = |name: &str| {
+            webhook["spec"]["template"]["spec"]["containers"][0]["env"]
+                .as_array()
+                .expect("the webhook's environment")
+                .iter()
+                .find(|variable| variable["name"] == name)
+                .and_then(|variable| variable["value"].as_str())
+                .unwrap_or_else(|| panic!("deploy/member-cluster sets {name}"))
+                .to_owned()
+        };
+        let writers = variable("BATON_WEBHOOK__STATE_WRITERS");
         assert_eq!(writers, member_user(), "the hub's identity, alone");
+        // ... and its records (the hub follows a downscale up in cluster-b's ledger) to the
+        // hub's identity and the webhook itself, ...
+        let record_writers = variable("BATON_WEBHOOK__RECORD_WRITERS");
+        assert_eq!(
+            record_writers,
+            format!(
+                "{},system:serviceaccount:baton-system:baton-webhook",
+                member_user()
+            )
+        );
         let deployments: Vec<&str> = members
             .iter()
             .filter(|object| object["kind"] == "Deployment")
@@ -1909,6 +1927,7 @@ fn a_member_clusters_user_cannot_forge_batons_memory_there_and_each_cluster_wait
             ns,
             &[
                 ("BATON_WEBHOOK__STATE_WRITERS", &writers),
+                ("BATON_WEBHOOK__RECORD_WRITERS", &record_writers),
                 (
                     "BATON_WEBHOOK__CLIENT_CA_FILE",
                     client_ca.to_str().expect("a UTF-8 path"),
@@ -1952,11 +1971,14 @@ fn a_member_clusters_user_cannot_forge_batons_memory_there_and_each_cluster_wait
         )
         .await;
 
-        // and a user of the groups' namespace in cluster-b who may edit its StatefulSets
+        // and a user of the groups' namespace in cluster-b who may edit its StatefulSets and
+        // ConfigMaps
         let role: Role = serde_json::from_value(json!({
             "metadata": {"name": "statefulset-editor"},
             "rules": [{"apiGroups": ["apps"], "resources": ["statefulsets", "statefulsets/status"],
-                       "verbs": ["get", "list", "watch", "update", "patch"]}],
+                       "verbs": ["get", "list", "watch", "update", "patch"]},
+                      {"apiGroups": [""], "resources": ["configmaps"],
+                       "verbs": ["get", "create", "update", "patch"]}],
         }))
         .expect("a Role");
         Api::<Role>::namespaced(b.client(), ns)
@@ -2117,7 +2139,28 @@ fn a_member_clusters_user_cannot_forge_batons_memory_there_and_each_cluster_wait
             answered.is_err(),
             "a forged review was answered: {answered:?}"
         );
-        // and the hub's identity itself may write baton's memory, nothing of its records
+        // and the lookalike of the hub's identity, with the rights on ConfigMaps, writes no record
+        // of baton's in cluster-b, where the hub's identity itself does (a downscale's follow-up)
+        let record: ConfigMap = serde_json::from_value(json!({
+            "metadata": {"name": "baton-downscale-memory",
+                         "labels": {"app.kubernetes.io/managed-by": "baton"}},
+            "data": {"memory": r#"{"at":"2020-01-01T00:00:00Z"}"#},
+        }))
+        .expect("a ConfigMap");
+        let lookalike_config_maps = Api::<ConfigMap>::namespaced(
+            impersonating(&b.control_plane, &lookalike)
+                .await
+                .expect("a client as the lookalike"),
+            ns,
+        );
+        let refused = lookalike_config_maps
+            .create(&PostParams::default(), &record)
+            .await
+            .expect_err("the lookalike writes no records in cluster-b");
+        assert!(
+            refused.to_string().contains("is one of baton's records"),
+            "refused by the record guard, not for want of rights: {refused}"
+        );
         let as_member = baton_e2e::control_plane::supervisor::client_from(
             b.control_plane
                 .service_account_kubeconfig(MEMBER_IDENTITY.0, MEMBER_IDENTITY.1)
@@ -2125,16 +2168,16 @@ fn a_member_clusters_user_cannot_forge_batons_memory_there_and_each_cluster_wait
         )
         .await
         .expect("a client as the member identity");
-        let record: ConfigMap = serde_json::from_value(json!({
-            "metadata": {"name": "baton-downscale-memory",
-                         "labels": {"app.kubernetes.io/managed-by": "baton"}},
-            "data": {"memory": r#"{"at":"2020-01-01T00:00:00Z"}"#},
-        }))
-        .expect("a ConfigMap");
-        Api::<ConfigMap>::namespaced(as_member, ns)
+        let member_config_maps = Api::<ConfigMap>::namespaced(as_member, ns);
+        member_config_maps
             .create(&PostParams::default(), &record)
             .await
-            .expect_err("the member identity writes no records in cluster-b");
+            .expect("the hub's identity writes baton's records in cluster-b");
+        // (the hub's identity deletes no ConfigMap: the test's own client removes it)
+        Api::<ConfigMap>::namespaced(b.client(), ns)
+            .delete("baton-downscale-memory", &Default::default())
+            .await
+            .expect("removing the record");
         // and cluster-b is still soaking: not a pod of it updated, the forged state not stored
         assert_eq!(clusters.updated_pods(&group, "cluster-b").await, 0);
         let stored = annotation(clusters, "cluster-b", &group, GATE_STATE_ANNOTATION).await;
@@ -2731,4 +2774,460 @@ mod downscales {
             .await;
         });
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Scaling across clusters (leader/follower zones, mirroring with delayed downscale) and
+// PhasedRollouts naming a member
+// ---------------------------------------------------------------------------------------------
+
+/// `spec.replicas` of the StatefulSet `name` in `cluster`.
+async fn replicas_in(clusters: &ClusterTrio, cluster: &str, name: &str) -> i32 {
+    let statefulsets: Api<StatefulSet> =
+        Api::namespaced(clusters.cluster(cluster).client(), clusters.namespace());
+    statefulsets
+        .get(name)
+        .await
+        .ok()
+        .and_then(|statefulset| statefulset.spec?.replicas)
+        .unwrap_or(-1)
+}
+
+async fn wait_replicas_in(clusters: &ClusterTrio, cluster: &str, name: &str, replicas: i32) {
+    wait_until(
+        TIMEOUT,
+        &format!("{cluster}/{name} has spec.replicas {replicas}"),
+        || async { replicas_in(clusters, cluster, name).await == replicas },
+    )
+    .await;
+}
+
+/// Sets `spec.replicas` of the StatefulSet `name` in `cluster`, as a person or an autoscaler.
+async fn scale_in(clusters: &ClusterTrio, cluster: &str, name: &str, replicas: i32) {
+    let statefulsets: Api<StatefulSet> =
+        Api::namespaced(clusters.cluster(cluster).client(), clusters.namespace());
+    statefulsets
+        .patch_scale(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": replicas}})),
+        )
+        .await
+        .unwrap_or_else(|error| panic!("scaling {cluster}/{name}: {error}"));
+}
+
+#[test]
+fn a_leader_zone_in_cluster_a_scaled_is_followed_by_its_followers_in_cluster_b_and_cluster_c_each_in_its_own_cluster()
+ {
+    ClusterTrio::scenario(|clusters| async move {
+        // Given a ready group `follow` of 2 pods per cluster whose members in cluster-b and
+        // cluster-c follow cluster-a's, named as baton names it (`cluster-a/follow`)
+        let group = Group::new("follow", 2, 1);
+        let leader = group.member("cluster-a");
+        clusters
+            .create_group(&group, |cluster, fixture| {
+                if cluster == "cluster-a" {
+                    fixture
+                } else {
+                    fixture.annotation(DOWNSCALE_LEADER_ANNOTATION, &leader)
+                }
+            })
+            .await;
+
+        // When cluster-a's member is scaled up to 4
+        scale_in(clusters, "cluster-a", &group.statefulset, 4).await;
+
+        // Then each follower goes to 4 in its own cluster, and is told so there, named as
+        // baton names it
+        for cluster in ["cluster-b", "cluster-c"] {
+            wait_replicas_in(clusters, cluster, &group.statefulset, 4).await;
+            wait_event(
+                &clusters.cluster(cluster).client(),
+                clusters.namespace(),
+                &group.statefulset,
+                "ScalingUp",
+                &[&format!(
+                    "{} scales up from 2 to 4: its leader {leader} has 4 replicas",
+                    group.member(cluster)
+                )],
+            )
+            .await;
+        }
+        // and the leader stays as it was set
+        assert_eq!(
+            replicas_in(clusters, "cluster-a", &group.statefulset).await,
+            4
+        );
+
+        // When cluster-a's member is scaled down to 1
+        scale_in(clusters, "cluster-a", &group.statefulset, 1).await;
+
+        // Then both followers follow it down, each in its own cluster (no downscale is recorded
+        // in any member's ledger: no min-time to wait)
+        for cluster in ["cluster-b", "cluster-c"] {
+            wait_replicas_in(clusters, cluster, &group.statefulset, 1).await;
+            wait_event(
+                &clusters.cluster(cluster).client(),
+                clusters.namespace(),
+                &group.statefulset,
+                "ScalingDown",
+                &[&format!(
+                    "{} scales down from 4 to 1: its leader {leader} has 1 replicas",
+                    group.member(cluster)
+                )],
+            )
+            .await;
+        }
+    });
+}
+
+#[test]
+fn a_delayed_downscale_in_cluster_b_waits_for_its_pods_there_and_scales_down_only_cluster_b() {
+    ClusterTrio::scenario(|clusters| async move {
+        // Given cluster-b's member of the group `delayed` mirroring a ReplicaTemplate of its own
+        // cluster with a 1h delayed downscale, and a prepare endpoint on each of its pods' IPs
+        let cluster_b = clusters.cluster("cluster-b");
+        baton_e2e::scaling_support::apply_replica_template_crd(&cluster_b.control_plane)
+            .await
+            .unwrap();
+        let templates = baton_e2e::scaling_support::ReplicaTemplates::new(
+            cluster_b.client(),
+            clusters.namespace(),
+        );
+        templates.create("delayed", 3).await;
+        let group = Group::new("delayed", 3, 1);
+        let port = baton_e2e::webhook_support::free_port().unwrap();
+        let mut endpoints = BTreeMap::new();
+        for ordinal in 0..3 {
+            let pod = format!("{}-{ordinal}", group.statefulset);
+            let endpoint =
+                baton_e2e::http_support::PodEndpoint::start(cluster_b.simulator.pod_ip(&pod), port)
+                    .await
+                    .unwrap();
+            endpoints.insert(ordinal, endpoint);
+        }
+        clusters
+            .create_group(&group, |cluster, fixture| {
+                if cluster != "cluster-b" {
+                    return fixture;
+                }
+                fixture
+                    .annotation(MIRROR_REPLICAS_NAME_ANNOTATION, "delayed")
+                    .annotation(MIRROR_REPLICAS_KIND_ANNOTATION, "ReplicaTemplate")
+                    .annotation(
+                        MIRROR_REPLICAS_API_VERSION_ANNOTATION,
+                        "rollout-operator.grafana.com/v1",
+                    )
+                    .annotation(DELAYED_DOWNSCALE_ANNOTATION, "1h")
+                    .annotation(
+                        PREPARE_DELAYED_DOWNSCALE_URL_ANNOTATION,
+                        &format!("http://pod:{port}/prepare-delayed-downscale"),
+                    )
+            })
+            .await;
+        let now = jiff::Timestamp::now().as_second();
+
+        // When the template wants 1 while every pod has only just prepared
+        templates.scale("delayed", 1).await;
+
+        // Then pods 1 and 2 are asked to prepare, pod 0 is told to cancel, nothing goes yet, and
+        // cluster-b's Event says why, naming the member
+        wait_event(
+            &cluster_b.client(),
+            clusters.namespace(),
+            &group.statefulset,
+            "DelayedDownscaleWaiting",
+            &[&format!(
+                "{} stays at 3 (wanted 1): delayed downscale of 1h",
+                group.member("cluster-b")
+            )],
+        )
+        .await;
+        assert!(endpoints[&1].count("POST") > 0 && endpoints[&2].count("POST") > 0);
+        assert!(endpoints[&0].count("DELETE") > 0);
+        assert_eq!(
+            endpoints[&0].count("POST"),
+            0,
+            "pod 0 stays: never prepared"
+        );
+        assert_eq!(
+            replicas_in(clusters, "cluster-b", &group.statefulset).await,
+            3
+        );
+
+        // When the highest pod prepared more than the delay ago
+        endpoints[&2].prepared_at(now - 2 * 3600);
+
+        // Then cluster-b's member goes down to 2 alone, in cluster-b, the count written back to
+        // its template there
+        wait_replicas_in(clusters, "cluster-b", &group.statefulset, 2).await;
+        wait_until(TIMEOUT, "the template's status.replicas is 2", || async {
+            templates.status_replicas("delayed").await == Some(2)
+        })
+        .await;
+        wait_event(
+            &cluster_b.client(),
+            clusters.namespace(),
+            &group.statefulset,
+            "ScalingDown",
+            &[&format!(
+                "{} scales down from 3 to 2 (of the wanted 1",
+                group.member("cluster-b")
+            )],
+        )
+        .await;
+        // and the other clusters' members are untouched
+        for cluster in ["cluster-a", "cluster-c"] {
+            assert_eq!(replicas_in(clusters, cluster, &group.statefulset).await, 3);
+        }
+    });
+}
+
+#[test]
+fn a_member_cluster_whose_api_server_stops_holds_the_groups_scaling_until_it_is_back() {
+    // (alone: every group with a member in cluster-c would be held while it is away)
+    ClusterTrio::scenario_alone(|clusters| async move {
+        // Given a ready group `held` of 2 pods per cluster whose members in cluster-b and
+        // cluster-c follow cluster-a's
+        let group = Group::new("held", 2, 1);
+        let leader = group.member("cluster-a");
+        clusters
+            .create_group(&group, |cluster, fixture| {
+                if cluster == "cluster-a" {
+                    fixture
+                } else {
+                    fixture.annotation(DOWNSCALE_LEADER_ANNOTATION, &leader)
+                }
+            })
+            .await;
+
+        // When cluster-c's API server stops, and cluster-a's member is scaled up to 3
+        let outage = clusters.stop_apiserver("cluster-c").await;
+        scale_in(clusters, "cluster-a", &group.statefulset, 3).await;
+
+        // Then cluster-b's member is held, told in cluster-b why, naming cluster-c, and is not
+        // scaled: the group is scaled only on a whole view of its members
+        wait_event(
+            &clusters.cluster("cluster-b").client(),
+            clusters.namespace(),
+            &group.statefulset,
+            "ScalingHeld",
+            &[&format!(
+                "{} stays at 2: rollout group {} is scaled only on a whole view of its members, and cluster cluster-c cannot be read",
+                group.member("cluster-b"),
+                group.name
+            )],
+        )
+        .await;
+        assert_eq!(
+            replicas_in(clusters, "cluster-b", &group.statefulset).await,
+            2
+        );
+
+        // When cluster-c's API server is back
+        outage.end().await;
+
+        // Then both followers follow cluster-a's member up to 3, each in its own cluster
+        for cluster in ["cluster-b", "cluster-c"] {
+            wait_replicas_in(clusters, cluster, &group.statefulset, 3).await;
+        }
+    });
+}
+
+/// The PhasedRollouts of the hub's namespace.
+fn phased_rollouts(clusters: &ClusterTrio) -> Api<kube::api::DynamicObject> {
+    let resource = kube::api::ApiResource::from_gvk_with_plural(
+        &kube::api::GroupVersionKind::gvk("sts.plus", "v1alpha1", "PhasedRollout"),
+        "phasedrollouts",
+    );
+    Api::namespaced_with(
+        clusters.cluster("cluster-a").client(),
+        clusters.namespace(),
+        &resource,
+    )
+}
+
+/// Creates the PhasedRollout `name` in the hub naming `target`, checking `expr` at `url`
+/// every second, one success a step.
+async fn create_phased_rollout(clusters: &ClusterTrio, name: &str, target: &str, url: &str) {
+    let rollout = json!({
+        "apiVersion": "sts.plus/v1alpha1",
+        "kind": "PhasedRollout",
+        "metadata": {"name": name},
+        "spec": {"targetRef": target, "check": {
+            "periodSeconds": 1, "successThreshold": 1,
+            "query": {"expr": "app_healthy == 1", "url": url},
+        }},
+    });
+    phased_rollouts(clusters)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(rollout).expect("a PhasedRollout"),
+        )
+        .await
+        .unwrap_or_else(|error| panic!("creating PhasedRollout {name}: {error}"));
+}
+
+/// Waits until the PhasedRollout `name`'s status `holds`, showing the last one on timeout.
+async fn wait_phased_status(
+    clusters: &ClusterTrio,
+    name: &str,
+    what: &str,
+    holds: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    let api = phased_rollouts(clusters);
+    let last = std::sync::Mutex::new(serde_json::Value::Null);
+    let found = tokio::time::timeout(TIMEOUT, async {
+        loop {
+            let status = api
+                .get(name)
+                .await
+                .map(|object| object.data["status"].clone())
+                .unwrap_or_default();
+            if holds(&status) {
+                return status;
+            }
+            *last.lock().expect("the last status") = status;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    found.unwrap_or_else(|_| {
+        panic!(
+            "PhasedRollout {name}'s status {what}: last {}",
+            last.lock().expect("the last status")
+        )
+    })
+}
+
+/// The partition of `name` in `cluster`, and the one baton recorded there.
+async fn partition_in(
+    clusters: &ClusterTrio,
+    cluster: &str,
+    name: &str,
+) -> (Option<i32>, Option<String>) {
+    let statefulsets: Api<StatefulSet> =
+        Api::namespaced(clusters.cluster(cluster).client(), clusters.namespace());
+    let Ok(statefulset) = statefulsets.get(name).await else {
+        return (None, None);
+    };
+    let partition = statefulset
+        .spec
+        .and_then(|spec| spec.update_strategy?.rolling_update?.partition);
+    let recorded = statefulset
+        .metadata
+        .annotations
+        .and_then(|annotations| annotations.get("baton.dev/partition").cloned());
+    (partition, recorded)
+}
+
+#[test]
+fn a_phased_rollout_in_the_hub_naming_a_member_in_cluster_b_rolls_it_there_by_partition() {
+    // Alone: the trio's one Prometheus address is this scenario's.
+    ClusterTrio::scenario_alone(|clusters| async move {
+        let hub = clusters.cluster("cluster-a").client();
+        let cluster_b = clusters.cluster("cluster-b").client();
+        let namespace = clusters.namespace();
+        // Given a healthy metric in Prometheus at the address checks may query, the CRDs in the
+        // hub, and a ready 3-replica RollingUpdate StatefulSet `phased-web` in cluster-b alone
+        let metrics = Metrics::start().await;
+        metrics.set("app_healthy", 1.0);
+        let prometheus =
+            Prometheus::start_at(metrics.address(), clusters.prometheus_address()).await;
+        prometheus.wait_value("app_healthy", 1.0).await;
+        baton_e2e::crds::install(&hub, baton_e2e::crds::ROLLOUT_HEALTH_CHECK).await;
+        baton_e2e::crds::install(&hub, baton_e2e::crds::PHASED_ROLLOUT).await;
+        let web = "phased-web".to_owned();
+        StatefulSetFixture::new(&web)
+            .replicas(3)
+            .rolling_update()
+            .create(&cluster_b, namespace)
+            .await;
+        baton_e2e::controller_support::wait_group_ready(&cluster_b, namespace, &[&web]).await;
+
+        // When a PhasedRollout in the hub names it as baton names members, `cluster-b/phased-web`
+        let url = prometheus.url();
+        create_phased_rollout(clusters, "web-b", "cluster-b/phased-web", &url).await;
+
+        // Then baton holds it in cluster-b at partition 3, and the status, read from cluster-b's
+        // pods, says it is updated
+        wait_until(
+            TIMEOUT,
+            "cluster-b/phased-web held at partition 3",
+            || async {
+                partition_in(clusters, "cluster-b", &web).await == (Some(3), Some("3".to_owned()))
+            },
+        )
+        .await;
+        wait_phased_status(clusters, "web-b", "is Updated", |status| {
+            status["phase"] == "Updated"
+        })
+        .await;
+
+        // When its template changes in cluster-b
+        let from = Instant::now();
+        baton_e2e::controller_support::roll_out(
+            &cluster_b,
+            namespace,
+            std::slice::from_ref(&web),
+            "v2",
+        )
+        .await;
+
+        // Then every pod is replaced, highest first, in cluster-b, keeping one at a time, and
+        // the status says it is updated again, held at partition 3
+        baton_e2e::controller_support::wait_rollout_complete(
+            &cluster_b,
+            namespace,
+            std::slice::from_ref(&web),
+        )
+        .await;
+        let timeline = clusters.merged_timeline();
+        let member = baton_core::clusters::qualified("cluster-b", &web);
+        check_rollout_guarantees(
+            &timeline,
+            &[baton_e2e::timeline::Zone::new(&member, 3, 1)],
+            from,
+        )
+        .unwrap();
+        wait_phased_status(clusters, "web-b", "is Updated at partition 3", |status| {
+            status["phase"] == "Updated" && status["partition"] == 3
+        })
+        .await;
+
+        // And PhasedRollouts naming an unknown cluster, or no cluster, are Invalid, saying so,
+        // and touch nothing
+        create_phased_rollout(clusters, "web-x", "cluster-x/phased-web", &url).await;
+        create_phased_rollout(clusters, "web-bare", "phased-web", &url).await;
+        let invalid = wait_phased_status(clusters, "web-x", "is Invalid", |status| {
+            status["phase"] == "Invalid"
+        })
+        .await;
+        assert!(
+            invalid["message"].as_str().is_some_and(|message| {
+                message.contains(
+                "names the cluster \"cluster-x\", which is not a member cluster of this controller"
+            )
+            }),
+            "{invalid}"
+        );
+        let bare = wait_phased_status(clusters, "web-bare", "is Invalid", |status| {
+            status["phase"] == "Invalid"
+        })
+        .await;
+        assert!(
+            bare["message"]
+                .as_str()
+                .is_some_and(|message| message.contains("names no member cluster")),
+            "{bare}"
+        );
+        wait_event(
+            &hub,
+            namespace,
+            "web-x",
+            "InvalidPhasedRollout",
+            &["cluster-x"],
+        )
+        .await;
+    });
 }

@@ -144,7 +144,8 @@ fn reconciler(
             .expect("the gates' client"),
             completions: Default::default(),
         },
-        scaler: Scaler::new(client, &config, registry).expect("a scaler"),
+        scaler: Scaler::new(crate::clusters::Clusters::single(client), &config, registry)
+            .expect("a scaler"),
     };
     (reconciler, metrics, publisher)
 }

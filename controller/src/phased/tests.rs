@@ -13,6 +13,7 @@ use serde_json::json;
 
 use super::PhasedRollouts;
 use crate::cache::Caches;
+use crate::clusters::Clusters;
 use crate::error::Error;
 use crate::explain::Explainer;
 use crate::runner::recorded::{self, Recorded, Reply};
@@ -25,6 +26,11 @@ const ROLLOUT: &str = "/apis/sts.plus/v1alpha1/namespaces/phased/phasedrollouts/
 
 /// A PhasedRollout of the StatefulSet `web`: being deleted (holding its finalizer), or new.
 fn rollout(deleting: bool) -> PhasedRollout {
+    rollout_of("web", deleting)
+}
+
+/// A PhasedRollout of the target `target`, as [`rollout`].
+fn rollout_of(target: &str, deleting: bool) -> PhasedRollout {
     let mut metadata = json!({"name": "web-rollout", "namespace": NAMESPACE, "uid": "uid-1",
         "resourceVersion": "7", "generation": 1});
     if deleting {
@@ -33,7 +39,7 @@ fn rollout(deleting: bool) -> PhasedRollout {
     }
     serde_json::from_value(json!({
         "metadata": metadata,
-        "spec": {"targetRef": "web", "check": {"periodSeconds": 5, "successThreshold": 1,
+        "spec": {"targetRef": target, "check": {"periodSeconds": 5, "successThreshold": 1,
             "query": {"expr": "up", "url": "http://prometheus:9090"}}},
     }))
     .expect("a PhasedRollout")
@@ -60,6 +66,20 @@ async fn serve(
 ) -> (Result<(), Error>, Recorded) {
     baton_shared::crypto::install_default_provider();
     let (client, recorded) = recorded::api(NAMESPACE, script);
+    let clusters = Clusters::single(client.clone());
+    let (result, _) = serve_with(rollout, may_act, client, clusters, &[]).await;
+    (result, recorded)
+}
+
+/// One round over `rollout` within `may_act`, the hub reached through `client`, targets
+/// through `clusters`, whose members are `members`; returns what it told too.
+async fn serve_with(
+    rollout: &PhasedRollout,
+    may_act: MayAct,
+    client: kube::Client,
+    clusters: Clusters,
+    members: &[&str],
+) -> (Result<(), Error>, Vec<(String, String)>) {
     let (statefulsets, _) = reflector::store();
     let (ledgers, _) = reflector::store();
     let (zone_tracker, _) = reflector::store();
@@ -69,7 +89,7 @@ async fn serve(
         ledgers,
         zone_tracker,
     );
-    let (explainer, _told) = Explainer::with_queue(Duration::from_secs(600), 16);
+    let (explainer, mut told) = Explainer::with_queue(Duration::from_secs(600), 16);
     let timeout = Duration::from_secs(600);
     let elector = crate::leader::LeaderElector::new(
         client.clone(),
@@ -79,6 +99,8 @@ async fn serve(
         timeout,
     );
     let phased = PhasedRollouts {
+        clusters,
+        members: members.iter().map(|member| (*member).to_owned()).collect(),
         client,
         namespace: NAMESPACE.to_owned(),
         request_timeout: timeout,
@@ -89,7 +111,13 @@ async fn serve(
         failures: crate::error::register_failures(&prometheus::Registry::new()).expect("metrics"),
     };
     let runner = Runner::new(may_act, timeout);
-    (phased.serve(&runner, rollout).await, recorded)
+    let result = phased.serve(&runner, rollout).await;
+    let mut events = Vec::new();
+    while let Ok(event) = told.try_recv() {
+        let (reason, note) = event.reason_and_note();
+        events.push((reason.to_owned(), note.to_owned()));
+    }
+    (result, events)
 }
 
 fn answer(method: &Method, path: &str) -> Reply {
@@ -158,4 +186,76 @@ async fn a_failed_call_ends_the_round_for_that_phased_rollout_counted_as_phased_
         "{error}"
     );
     assert_eq!(recorded.requests(), [format!("GET {TARGET}")]);
+}
+
+/// One round over `rollout` by a controller whose members are cluster-a and cluster-b, the hub
+/// and cluster-b recorded: the hub answers the PhasedRollout's writes, cluster-b the target's
+/// (`web`, served). Returns the round's result, what it told, and the hub's and cluster-b's
+/// requests.
+async fn serve_across(
+    served: &PhasedRollout,
+) -> (Result<(), Error>, Vec<(String, String)>, Recorded, Recorded) {
+    baton_shared::crypto::install_default_provider();
+    let (hub, hub_recorded) = recorded::api(NAMESPACE, |method, path| {
+        let status = format!("{ROLLOUT}/status");
+        match (method, path) {
+            (&Method::PATCH, _) if path == ROLLOUT || path == status => {
+                Reply::Object(serde_json::to_value(rollout(false)).expect("JSON"))
+            }
+            _ => Reply::Status(500),
+        }
+    });
+    let (cluster_b, b_recorded) = recorded::api(NAMESPACE, answer);
+    let clusters = Clusters::connected_to(hub.clone(), [("cluster-b", cluster_b)]);
+    let members = ["cluster-a", "cluster-b"];
+    let (result, told) = serve_with(served, term_for(usize::MAX), hub, clusters, &members).await;
+    (result, told, hub_recorded, b_recorded)
+}
+
+#[tokio::test]
+async fn a_phased_rollout_naming_a_member_writes_its_target_in_the_members_cluster_alone() {
+    // Given a PhasedRollout in the hub naming `cluster-b/web`, being deleted
+    let rollout = rollout_of("cluster-b/web", true);
+    // When it is served
+    let (result, _, hub_recorded, b_recorded) = serve_across(&rollout).await;
+    // Then the target is read and handed back in cluster-b, under its name there, and the
+    // finalizer let go of in the hub
+    result.expect("the round succeeds");
+    assert_eq!(
+        b_recorded.requests(),
+        [format!("GET {TARGET}"), format!("PATCH {TARGET}")]
+    );
+    assert_eq!(hub_recorded.requests(), [format!("PATCH {ROLLOUT}")]);
+}
+
+#[tokio::test]
+async fn a_phased_rollout_naming_no_member_or_an_unknown_cluster_is_invalid_saying_which() {
+    for (target, says) in [
+        (
+            "cluster-x/web",
+            "spec.targetRef \"cluster-x/web\" names the cluster \"cluster-x\", which is not a member cluster of this controller (controller.clusters: cluster-a, cluster-b)",
+        ),
+        ("web", "spec.targetRef \"web\" names no member cluster"),
+        ("cluster-b/a/web", "\"a/web\" is not a StatefulSet name"),
+    ] {
+        // Given a PhasedRollout holding its finalizer whose target is badly named
+        let mut rollout = rollout_of(target, false);
+        rollout.metadata.finalizers = Some(vec![FINALIZER.to_owned()]);
+        // When it is served
+        let (result, told, hub_recorded, b_recorded) = serve_across(&rollout).await;
+        // Then no target is read or written anywhere: its status says what is wrong, and a
+        // Warning Event on it says so too
+        result.expect("the round succeeds");
+        assert_eq!(b_recorded.requests(), Vec::<String>::new(), "{target}");
+        assert_eq!(
+            hub_recorded.requests(),
+            [format!("PATCH {ROLLOUT}/status")],
+            "{target}"
+        );
+        assert!(
+            told.iter()
+                .any(|(reason, note)| reason == "InvalidPhasedRollout" && note.contains(says)),
+            "{target}: {told:?}"
+        );
+    }
 }

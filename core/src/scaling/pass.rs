@@ -49,7 +49,7 @@ use crate::pods::CachedPod;
 use crate::statefulset::PodNames;
 
 use super::delayed_downscale::{self, DelayedDownscaleDecision};
-use super::plan::{Finding, FindingKind, Member, ScalingAction, ScalingPlan, reasons};
+use super::plan::{Finding, FindingKind, Member, ScalingAction, ScalingPlan, Unread, reasons};
 use super::snapshot::ReferenceScales;
 use super::{ScalingSnapshot, plan};
 
@@ -88,6 +88,9 @@ pub struct Read<'a> {
     /// The zone tracker ConfigMap's name, as people are told it.
     pub tracker: &'a str,
     pub calls: PodCalls<'a>,
+    /// The member clusters whose part of the group could not be read: nothing is decided
+    /// ([`super::plan::plan`]) and no record is written.
+    pub unread: &'a [Unread],
     pub now: Timestamp,
 }
 
@@ -335,6 +338,7 @@ pub fn decide_planned_by(read: &Read<'_>, planner: &Planner<'_>) -> ScalingPass 
         read.statefulsets.iter().map(Arc::as_ref),
         read.scales,
         read.records,
+        read.unread,
         read.now,
     );
     let plan = planner(&snapshot, read.now);
@@ -366,6 +370,12 @@ pub fn decide_planned_by(read: &Read<'_>, planner: &Planner<'_>) -> ScalingPass 
     let malformed = read.records.tracker.malformed(names);
     for entry in &malformed {
         pass.effects.push(malformed_told(entry, read.tracker));
+    }
+    // A part of the group unread: no record is written either (a claim is judged on its
+    // StatefulSet, which may be in the part unread, as may the tracker's other entries).
+    if !read.unread.is_empty() {
+        pass.effects.extend(acting(read, &snapshot, &plan));
+        return pass;
     }
     if let Some(entry) = malformed.first() {
         pass.effects.push(Effect::RepairTrackerEntry {

@@ -19,6 +19,18 @@ use jiff::Timestamp;
 pub struct ScalingSnapshot {
     pub group: String,
     pub members: Vec<Member>,
+    /// The member clusters of the group that could not be read for this pass (their watches
+    /// out, or their downscale records unread): the members there are known only as they last
+    /// were, and their downscales may be unknown, so nothing is decided ([`plan`]).
+    pub unread: Vec<Unread>,
+}
+
+/// A member cluster whose part of the group could not be read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unread {
+    pub cluster: String,
+    /// What failed, for the person reading the hold.
+    pub why: String,
 }
 
 /// One StatefulSet of the group.
@@ -191,9 +203,37 @@ pub mod reasons {
     pub const DELAYED_DOWNSCALE_FAILED: &str = "DelayedDownscaleFailed";
 }
 
-/// Plans the group's scaling at `now`.
+/// Plans the group's scaling at `now`. A group of which a part could not be read
+/// ([`ScalingSnapshot::unread`]) is not scaled at all: a follower's min-time reads every other
+/// zone's downscales and a leader's replicas may be in the part unread, so any change decided
+/// on a partial view could break what the whole would hold; each member is told why it waits.
 pub fn plan(snapshot: &ScalingSnapshot, now: Timestamp) -> ScalingPlan {
     let mut plan = ScalingPlan::default();
+    if !snapshot.unread.is_empty() {
+        let unread: Vec<String> = snapshot
+            .unread
+            .iter()
+            .map(|unread| format!("cluster {} cannot be read: {}", unread.cluster, unread.why))
+            .collect();
+        for member in &snapshot.members {
+            let name = member.name.as_str();
+            plan.find(
+                name,
+                FindingKind::Hold,
+                reasons::HELD,
+                format!(
+                    "{name} stays at {}: rollout group {} is scaled only on a whole view of its members, and {}",
+                    member.replicas,
+                    snapshot.group,
+                    unread.join("; ")
+                ),
+            );
+        }
+        // Come back: a cluster that is listed again brings the group back by its watch
+        // events, a ledger that could not be read does not.
+        plan.poll = true;
+        return plan;
+    }
     for member in &snapshot.members {
         for warning in &member.warnings {
             plan.invalid(&member.name, warning);

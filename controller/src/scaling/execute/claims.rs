@@ -14,7 +14,6 @@ use baton_shared::kube_client::bounded;
 use baton_shared::ledger::{self, Written};
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, Patch, PatchParams};
 
 use super::Pass;
@@ -74,11 +73,15 @@ impl Pass<'_> {
         timeout: Duration,
     ) -> Result<(), Error> {
         let scaler = self.scaler;
-        let config_maps: Api<ConfigMap> = Api::namespaced(scaler.client.clone(), &scaler.namespace);
+        let (tracker, key) = self
+            .records
+            .tracker_of(name)
+            .ok_or_else(|| Error::Changed(format!("the zone tracker of {name}")))?;
+        let config_maps = self.config_maps_of(name)?;
         let written = bounded(
             timeout,
             format!("recording {name}'s downscale in the zone tracker"),
-            record_in_tracker(&config_maps, &scaler.zone_tracker, self.records.1, name, at),
+            record_in_tracker(&config_maps, &scaler.zone_tracker, tracker, &key, at),
         )
         .await??;
         if !written {
@@ -95,12 +98,12 @@ impl Pass<'_> {
         let patch = serde_json::json!({"metadata": {"annotations": {
             LAST_DOWNSCALE_ANNOTATION: at.strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
         }}});
-        let statefulsets: Api<StatefulSet> =
-            Api::namespaced(scaler.client.clone(), &scaler.namespace);
+        let (statefulsets, local): (Api<StatefulSet>, _) =
+            scaler.clusters.api(&scaler.namespace, name)?;
         bounded(
             timeout,
             format!("annotating {name} with its last downscale"),
-            statefulsets.patch(name, &PatchParams::default(), &Patch::Merge(&patch)),
+            statefulsets.patch(local, &PatchParams::default(), &Patch::Merge(&patch)),
         )
         .await??;
         Ok(())
@@ -135,9 +138,12 @@ impl Pass<'_> {
         entry: Option<&Entry>,
         timeout: Duration,
     ) -> Result<(), Error> {
-        let scaler = self.scaler;
-        let config_maps: Api<ConfigMap> = Api::namespaced(scaler.client.clone(), &scaler.namespace);
         let ledger_name = ledger_name(self.group);
+        let (ledger, key) = self
+            .records
+            .ledger_of(name)
+            .ok_or_else(|| Error::Changed(format!("the ledger {ledger_name} of {name}")))?;
+        let config_maps = self.config_maps_of(name)?;
         let written = bounded(
             timeout,
             format!("following up {name}'s downscale in {ledger_name}"),
@@ -145,7 +151,7 @@ impl Pass<'_> {
                 &config_maps,
                 &ledger_name,
                 self.group,
-                &self.records.0.with_entry(name, entry),
+                &ledger.with_entry(&key, entry),
             ),
         )
         .await??;

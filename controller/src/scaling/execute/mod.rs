@@ -8,7 +8,13 @@
 //!   when);
 //! - `claims`: the writes that follow up a downscale prepare-downscale approved (the zone
 //!   tracker, the annotation, the ledger) and the pods told to cancel;
+//! - `records`: the downscale records read, the hub's cached ones or each member cluster's;
 //! - `explain`: Events on the StatefulSets.
+//!
+//! Across member clusters every write goes to the cluster of the object it names (members,
+//! their references and records are named `cluster/name`, [`Clusters`]), and a pass with a
+//! member cluster out, or whose records could not be read, decides nothing
+//! ([`baton_core::scaling::plan::plan`]).
 //!
 //! A pass runs beside the group's rollout, never before it: neither waits on the other's I/O
 //! (an unreachable reference holds scaling only). Whether this replica may still act is asked
@@ -17,12 +23,14 @@
 mod claims;
 mod delayed;
 mod explain;
+mod records;
 mod references;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use baton_config::Config;
+use baton_core::clusters::Outage;
 use baton_core::downscale_history::{Records, ZoneTracker};
 use baton_core::ledger::Ledger;
 use baton_core::pod_address::PodAddressing;
@@ -42,14 +50,17 @@ use prometheus::Registry;
 use serde_json::json;
 use std::collections::HashMap;
 
+use crate::clusters::Clusters;
 use crate::error::Error;
 use crate::explain::Explainer;
 use crate::queue::Requeue;
 use crate::runner::{MayAct, Runner};
+use records::GroupRecords;
 
 /// Scales the StatefulSets of groups; shared by all groups.
 pub struct Scaler {
-    client: kube::Client,
+    /// Where each write goes: the hub, or the member cluster a name names.
+    clusters: Clusters,
     namespace: String,
     pods: PodHttpClient,
     addressing: PodAddressing,
@@ -61,8 +72,9 @@ pub struct Scaler {
     zone_tracker: String,
     /// How long an approved downscale may take to land.
     claim_grace: Duration,
-    /// `(apiVersion, kind)` → resource, for kinds found with a scale subresource.
-    discovered: Mutex<HashMap<(String, String), ApiResource>>,
+    /// `(cluster, apiVersion, kind)` → resource, for kinds found with a scale subresource (in
+    /// that cluster: members' clusters may serve other versions).
+    discovered: Mutex<HashMap<(String, String, String), ApiResource>>,
     /// Approved downscales (by admission request) whose pods were told to cancel, while the
     /// follow-up is not stored yet: a retry after a conflicting write tells them no second time.
     cancelled: Mutex<std::collections::HashSet<String>>,
@@ -80,12 +92,12 @@ impl std::fmt::Debug for Scaler {
 impl Scaler {
     /// Builds the scaler; registers the pod HTTP client's histogram in `registry`.
     pub fn new(
-        client: kube::Client,
+        clusters: Clusters,
         config: &Config,
         registry: &Registry,
     ) -> Result<Self, PodClientError> {
         Ok(Self {
-            client,
+            clusters,
             namespace: config.namespace.clone(),
             pods: PodHttpClient::new(&config.pods, registry)?,
             addressing: config.pods.address_by.into(),
@@ -101,26 +113,34 @@ impl Scaler {
     }
 
     /// One scaling pass over a group: read the references, decide the pass, run its effects
-    /// (`records`: the group's ledger and the zone tracker). Returns when the group wants to
-    /// come back, and what failed (told already), for the reconcile to count.
+    /// (`records`: the group's ledger and the zone tracker as the hub caches them, read only
+    /// without member clusters; `outages`: the member clusters that cannot be trusted now).
+    /// Returns when the group wants to come back, and what failed (told already), for the
+    /// reconcile to count.
+    #[allow(clippy::too_many_arguments, reason = "what a pass reads, each named")]
     pub async fn reconcile(
         &self,
         group: &str,
         members: &[Arc<StatefulSet>],
         pods: &[Arc<CachedPod>],
         records: (&Ledger, &ZoneTracker),
+        outages: &[Outage],
         explainer: &Explainer,
         may_act: &MayAct,
     ) -> (Requeue, Vec<Error>) {
-        let scales = self.read_references(members).await;
+        let (scales, (records, unread)) = futures::join!(
+            self.read_references(members),
+            self.group_records(group, members, records, outages)
+        );
+        let (ledger, tracker) = records.view();
         let read = Read {
             group,
             statefulsets: members,
             scales: &scales,
             pods,
             records: Records {
-                ledger: records.0,
-                tracker: records.1,
+                ledger,
+                tracker,
                 claim_grace: self.claim_grace,
             },
             tracker: &self.zone_tracker,
@@ -129,6 +149,7 @@ impl Scaler {
                 cluster_domain: &self.cluster_domain,
                 namespace: &self.namespace,
             },
+            unread: &unread,
             now: Timestamp::now(),
         };
         let decided = pass::decide(&read);
@@ -136,12 +157,42 @@ impl Scaler {
             scaler: self,
             group,
             members,
-            records,
+            records: &records,
             explainer,
             failures: Mutex::default(),
         };
         let requeue = pass.run(decided, may_act).await;
         (requeue, pass.into_failures())
+    }
+
+    /// The records the pass reads, and the member clusters whose part could not be read.
+    async fn group_records(
+        &self,
+        group: &str,
+        members: &[Arc<StatefulSet>],
+        cached: (&Ledger, &ZoneTracker),
+        outages: &[Outage],
+    ) -> (GroupRecords, Vec<baton_core::scaling::plan::Unread>) {
+        if !self.clusters.spans_clusters() {
+            let records = GroupRecords::Local {
+                ledger: cached.0.clone(),
+                tracker: cached.1.clone(),
+            };
+            return (records, Vec::new());
+        }
+        let mut unread = records::unread_outages(members, outages);
+        // A cluster out is not read: it holds the pass already, and its reads would wait out
+        // their timeouts.
+        let out: Vec<&str> = unread.iter().map(|out| out.cluster.as_str()).collect();
+        let (by_cluster, not_read) = self.read_cluster_records(group, members, &out).await;
+        unread.extend(not_read);
+        let (ledger, tracker) = records::merge(&by_cluster);
+        let records = GroupRecords::Clusters {
+            by_cluster,
+            ledger,
+            tracker,
+        };
+        (records, unread)
     }
 
     fn requeue(&self, again: Again) -> Requeue {
@@ -158,7 +209,7 @@ struct Pass<'a> {
     scaler: &'a Scaler,
     group: &'a str,
     members: &'a [Arc<StatefulSet>],
-    records: (&'a Ledger, &'a ZoneTracker),
+    records: &'a GroupRecords,
     explainer: &'a Explainer,
     /// What failed in this pass, for the reconcile to count.
     failures: Mutex<Vec<Error>>,
@@ -259,20 +310,29 @@ impl Pass<'_> {
     }
 
     /// Writes a malformed zone tracker entry back as a downscale at `at`.
-    async fn repair_tracker_entry(&self, key: &str, at: Timestamp, timeout: Duration) -> Outcome {
+    async fn repair_tracker_entry(&self, name: &str, at: Timestamp, timeout: Duration) -> Outcome {
         let scaler = self.scaler;
-        let config_maps: Api<ConfigMap> = Api::namespaced(scaler.client.clone(), &scaler.namespace);
+        let Some((tracker, key)) = self.records.tracker_of(name) else {
+            return Outcome::Stale;
+        };
+        let config_maps = match self.config_maps_of(name) {
+            Ok(config_maps) => config_maps,
+            Err(error) => {
+                tracing::warn!(%name, %error, "writing back a malformed zone tracker entry failed; the next pass tries again");
+                return Outcome::Failed;
+            }
+        };
         let written = bounded(
             timeout,
-            format!("writing back {key}'s malformed zone tracker entry"),
-            record_in_tracker(&config_maps, &scaler.zone_tracker, self.records.1, key, at),
+            format!("writing back {name}'s malformed zone tracker entry"),
+            record_in_tracker(&config_maps, &scaler.zone_tracker, tracker, &key, at),
         )
         .await;
         match written {
             Ok(Ok(true)) => Outcome::Done,
             Ok(Ok(false)) => Outcome::Stale,
             _ => {
-                tracing::warn!(%key, ?written, "writing back a malformed zone tracker entry failed; the next pass tries again");
+                tracing::warn!(%name, ?written, "writing back a malformed zone tracker entry failed; the next pass tries again");
                 Outcome::Failed
             }
         }
@@ -289,8 +349,11 @@ impl Pass<'_> {
         let Some(cached) = self.statefulset(name) else {
             return Ok(Outcome::Stale);
         };
-        let api: Api<StatefulSet> =
-            Api::namespaced(self.scaler.client.clone(), &self.scaler.namespace);
+        let (api, local): (Api<StatefulSet>, _) = self
+            .scaler
+            .clusters
+            .api(&self.scaler.namespace, name)
+            .map_err(|error| error.to_string())?;
         let patch = json!({
             "metadata": {"resourceVersion": cached.resource_version()},
             "spec": {"replicas": replicas},
@@ -298,7 +361,7 @@ impl Pass<'_> {
         let result = bounded(
             timeout,
             format!("scaling {name}"),
-            api.patch_scale(name, &PatchParams::default(), &Patch::Merge(&patch)),
+            api.patch_scale(local, &PatchParams::default(), &Patch::Merge(&patch)),
         )
         .await;
         match result {
@@ -311,6 +374,16 @@ impl Pass<'_> {
             Ok(Err(error)) => Err(error.to_string()),
             Err(timed_out) => Err(timed_out.to_string()),
         }
+    }
+}
+
+impl Pass<'_> {
+    /// The ConfigMaps of the namespace in the cluster `member` lives in (its records are
+    /// there).
+    fn config_maps_of(&self, member: &str) -> Result<Api<ConfigMap>, Error> {
+        let scaler = self.scaler;
+        let (config_maps, _) = scaler.clusters.api(&scaler.namespace, member)?;
+        Ok(config_maps)
     }
 }
 

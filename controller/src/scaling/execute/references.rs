@@ -6,7 +6,8 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use baton_core::annotations::scaling::{MirrorReference, mirror_reference};
+use baton_core::annotations::scaling::MirrorReference;
+use baton_core::scaling::snapshot::member_reference;
 use baton_shared::kube_client::bounded;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
@@ -26,10 +27,8 @@ impl Scaler {
     pub(super) async fn read_references(&self, members: &[Arc<StatefulSet>]) -> ReferenceScales {
         let mut references: Vec<MirrorReference> = Vec::new();
         for statefulset in members {
-            let Some(annotations) = statefulset.metadata.annotations.as_ref() else {
-                continue;
-            };
-            if let Ok(Some(parsed)) = mirror_reference(annotations)
+            // Named as the snapshot names it: `cluster/name` across clusters.
+            if let Ok(Some(parsed)) = member_reference(statefulset)
                 && !references.contains(&parsed.value)
             {
                 references.push(parsed.value);
@@ -45,11 +44,21 @@ impl Scaler {
         futures::future::join_all(reads).await
     }
 
-    /// The resource of a reference's kind, through discovery; only kinds with a scale
-    /// subresource in a namespace qualify. Found kinds are cached (a missing kind is looked up
-    /// again next time: its CRD may be installed meanwhile).
-    async fn resolve(&self, reference: &MirrorReference) -> Result<ApiResource, Error> {
-        let key = (reference.api_version.clone(), reference.kind.clone());
+    /// The resource of a reference's kind, through discovery in the cluster of `client` (named
+    /// `cluster`, empty for the hub); only kinds with a scale subresource in a namespace
+    /// qualify. Found kinds are cached (a missing kind is looked up again next time: its CRD
+    /// may be installed meanwhile).
+    async fn resolve(
+        &self,
+        client: &kube::Client,
+        cluster: &str,
+        reference: &MirrorReference,
+    ) -> Result<ApiResource, Error> {
+        let key = (
+            cluster.to_owned(),
+            reference.api_version.clone(),
+            reference.kind.clone(),
+        );
         if let Some(found) = self.lock_discovered().get(&key) {
             return Ok(found.clone());
         }
@@ -61,7 +70,7 @@ impl Scaler {
         let (resource, capabilities) = bounded(
             self.request_timeout,
             format!("discovering {} {}", reference.api_version, reference.kind),
-            kube::discovery::pinned_kind(&self.client, &gvk),
+            kube::discovery::pinned_kind(client, &gvk),
         )
         .await??;
         if capabilities.scope != Scope::Namespaced {
@@ -84,30 +93,36 @@ impl Scaler {
         Ok(resource)
     }
 
-    fn lock_discovered(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), ApiResource>> {
+    fn lock_discovered(
+        &self,
+    ) -> std::sync::MutexGuard<'_, HashMap<(String, String, String), ApiResource>> {
         self.discovered
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    async fn reference_api(
+    /// The API of the reference's kind in its cluster, and its name there.
+    async fn reference_api<'r>(
         &self,
-        reference: &MirrorReference,
-    ) -> Result<Api<DynamicObject>, Error> {
-        let resource = self.resolve(reference).await?;
-        Ok(Api::namespaced_with(
-            self.client.clone(),
-            &self.namespace,
-            &resource,
+        reference: &'r MirrorReference,
+    ) -> Result<(Api<DynamicObject>, &'r str), Error> {
+        let (client, local) = self.clusters.client_for(&reference.name)?;
+        let cluster = baton_core::clusters::split(&reference.name)
+            .0
+            .unwrap_or_default();
+        let resource = self.resolve(&client, cluster, reference).await?;
+        Ok((
+            Api::namespaced_with(client, &self.namespace, &resource),
+            local,
         ))
     }
 
     async fn read_reference(&self, reference: &MirrorReference) -> Result<ReferenceScale, Error> {
-        let api = self.reference_api(reference).await?;
+        let (api, local) = self.reference_api(reference).await?;
         let scale = bounded(
             self.request_timeout,
             format!("reading the scale of {} {}", reference.kind, reference.name),
-            api.get_scale(&reference.name),
+            api.get_scale(local),
         )
         .await??;
         Ok(ReferenceScale {
@@ -127,7 +142,7 @@ impl Pass<'_> {
         timeout: Duration,
     ) -> Outcome {
         let result = async {
-            let api = self.scaler.reference_api(reference).await?;
+            let (api, local) = self.scaler.reference_api(reference).await?;
             bounded(
                 timeout,
                 format!(
@@ -135,7 +150,7 @@ impl Pass<'_> {
                     reference.kind, reference.name
                 ),
                 api.patch_status(
-                    &reference.name,
+                    local,
                     &PatchParams::default(),
                     &Patch::Merge(json!({"status": {"replicas": replicas}})),
                 ),

@@ -2,6 +2,7 @@
 //! to the pass (done, stale, refused) and what a person is told; and whole passes against a
 //! recorded API server: every request in order, a refused one, the term ending between two.
 
+use std::collections::BTreeMap;
 use std::pin::pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -16,6 +17,7 @@ use serde_json::json;
 use tower_test::mock;
 
 use super::Scaler;
+use crate::clusters::Clusters;
 use crate::explain::Explainer;
 use crate::queue::Requeue;
 use crate::runner::MayAct;
@@ -78,7 +80,8 @@ async fn follower_scaled_up_answered(
         ..Config::default()
     };
     config.controller.scaling_poll_interval = baton_config::Duration(POLL);
-    let scaler = Scaler::new(client, &config, &Registry::new()).expect("a scaler");
+    let scaler =
+        Scaler::new(Clusters::single(client), &config, &Registry::new()).expect("a scaler");
     let (explainer, mut events) = Explainer::with_queue(Duration::from_secs(600), 16);
     let members = [
         statefulset("ingester-zone-a", 3, None),
@@ -104,6 +107,7 @@ async fn follower_scaled_up_answered(
             &members,
             &[],
             (&ledger, &tracker),
+            &[],
             &explainer,
             &may_act
         ),
@@ -219,7 +223,8 @@ async fn scaled_up_to_its_widget(
         namespace: NAMESPACE.to_owned(),
         ..Config::default()
     };
-    let scaler = Scaler::new(client, &config, &Registry::new()).expect("a scaler");
+    let scaler =
+        Scaler::new(Clusters::single(client), &config, &Registry::new()).expect("a scaler");
     let (explainer, _told) = Explainer::with_queue(Duration::from_secs(600), 16);
     let mut mirrored = statefulset("ingester-zone-a", 2, None);
     Arc::make_mut(&mut mirrored).metadata.annotations = Some(
@@ -247,6 +252,7 @@ async fn scaled_up_to_its_widget(
             &[mirrored],
             &[],
             (&ledger, &tracker),
+            &[],
             &explainer,
             &may_act,
         )
@@ -310,4 +316,258 @@ async fn a_term_ending_between_the_scale_and_its_write_back_ends_the_pass() {
     let read = format!("GET {WIDGETS}/scale");
     assert_eq!(requests, [DISCOVER, &read, SCALE_A]);
     assert_eq!(failures, Vec::<&str>::new(), "a lost term is no failure");
+}
+
+/// The recorded API servers of three member clusters (and the hub, which none of them is):
+/// the ledger and the tracker are there, empty, but in `failing`, whose ledger read answers
+/// 500; every `/scale` patch is accepted.
+fn member_apis(
+    failing: Option<&'static str>,
+) -> (Clusters, Vec<(&'static str, recorded::Recorded)>) {
+    member_apis_with(failing, serde_json::Value::Null)
+}
+
+/// [`member_apis`], cluster-b's ledger holding `ledger_b` (its `data`); every ConfigMap and
+/// StatefulSet write is accepted.
+fn member_apis_with(
+    failing: Option<&'static str>,
+    ledger_b: serde_json::Value,
+) -> (Clusters, Vec<(&'static str, recorded::Recorded)>) {
+    let (hub, hub_recorded) = recorded::api(NAMESPACE, |_, _| Reply::Status(404));
+    let mut members = Vec::new();
+    let mut recordings = vec![("hub", hub_recorded)];
+    for cluster in ["cluster-a", "cluster-b", "cluster-c"] {
+        let fails = failing == Some(cluster);
+        let data = if cluster == "cluster-b" {
+            ledger_b.clone()
+        } else {
+            serde_json::Value::Null
+        };
+        let (client, recorded) = recorded::api(NAMESPACE, move |method, path| {
+            match (method.as_str(), path) {
+                ("GET", _) if fails && path.ends_with("/configmaps/baton-downscale-ingester") => {
+                    Reply::Status(500)
+                }
+                ("GET" | "PUT" | "PATCH", _) if path.contains("/configmaps/") => {
+                    let data = if path.ends_with("/baton-downscale-ingester") {
+                        data.clone()
+                    } else {
+                        serde_json::Value::Null
+                    };
+                    Reply::Object(json!({
+                        "apiVersion": "v1", "kind": "ConfigMap",
+                        "metadata": {"name": path.rsplit('/').next(), "namespace": NAMESPACE,
+                                     "resourceVersion": "5",
+                                     "labels": {"app.kubernetes.io/managed-by": "baton"}},
+                        "data": data,
+                    }))
+                }
+                ("PATCH", _) if path.ends_with("/statefulsets/ingester") => Reply::Object(json!({
+                    "apiVersion": "apps/v1", "kind": "StatefulSet",
+                    "metadata": {"name": "ingester", "namespace": NAMESPACE},
+                })),
+                ("PATCH", _) if path.ends_with("/scale") => Reply::Object(json!({
+                    "apiVersion": "autoscaling/v1", "kind": "Scale",
+                    "metadata": {"name": "ingester"}, "spec": {"replicas": 3},
+                })),
+                _ => Reply::Status(404),
+            }
+        });
+        members.push((cluster, client));
+        recordings.push((cluster, recorded));
+    }
+    (Clusters::connected_to(hub, members), recordings)
+}
+
+/// A pass over a group across three clusters: a leader in cluster-a (3 replicas), its
+/// follower in cluster-b (2) naming it `cluster-a/ingester`, and cluster-c's member (3).
+/// Returns each cluster's requests (sorted: the reads are concurrent), the reasons told and
+/// what failed.
+async fn pass_across_clusters(
+    failing: Option<&'static str>,
+    outages: &[baton_core::clusters::Outage],
+) -> (
+    Vec<(&'static str, Vec<String>)>,
+    Vec<(String, String)>,
+    Vec<&'static str>,
+) {
+    baton_shared::crypto::install_default_provider();
+    let (clusters, recordings) = member_apis(failing);
+    let config = Config {
+        namespace: NAMESPACE.to_owned(),
+        ..Config::default()
+    };
+    let scaler = Scaler::new(clusters, &config, &Registry::new()).expect("a scaler");
+    let (explainer, mut events) = Explainer::with_queue(Duration::from_secs(600), 16);
+    let members = [
+        statefulset("cluster-a/ingester", 3, None),
+        statefulset("cluster-b/ingester", 2, Some("cluster-a/ingester")),
+        statefulset("cluster-c/ingester", 3, None),
+    ];
+    let may_act: MayAct = Arc::new(|| Some(std::time::Duration::MAX));
+    let (ledger, tracker) = Default::default();
+    let (_, failures) = scaler
+        .reconcile(
+            "ingester",
+            &members,
+            &[],
+            (&ledger, &tracker),
+            outages,
+            &explainer,
+            &may_act,
+        )
+        .await;
+    let requests = recordings
+        .into_iter()
+        .map(|(cluster, recorded)| {
+            let mut requests = recorded.requests();
+            requests.sort();
+            (cluster, requests)
+        })
+        .collect();
+    let mut told = Vec::new();
+    while let Ok(event) = events.try_recv() {
+        let (reason, note) = event.reason_and_note();
+        told.push((reason.to_owned(), note.to_owned()));
+    }
+    (requests, told, labels(&failures))
+}
+
+const LEDGER: &str = "GET /api/v1/namespaces/mimir/configmaps/baton-downscale-ingester";
+const TRACKER: &str = "GET /api/v1/namespaces/mimir/configmaps/rollout-operator-zone-tracker";
+
+#[tokio::test]
+async fn a_follower_in_another_cluster_is_scaled_there_after_every_clusters_records_are_read() {
+    let (requests, told, failures) = pass_across_clusters(None, &[]).await;
+    assert_eq!(failures, Vec::<&str>::new());
+    let reads = vec![LEDGER.to_owned(), TRACKER.to_owned()];
+    let mut scaled = reads.clone();
+    scaled.push("PATCH /apis/apps/v1/namespaces/mimir/statefulsets/ingester/scale".to_owned());
+    assert_eq!(
+        requests,
+        [
+            ("hub", vec![]),
+            ("cluster-a", reads.clone()),
+            ("cluster-b", scaled),
+            ("cluster-c", reads),
+        ],
+        "each cluster's records read there, the follower scaled in its own cluster alone: {told:?}"
+    );
+    assert!(
+        told.iter().any(|(reason, note)| reason == reasons::SCALE_UP
+            && note.contains("cluster-b/ingester scales up from 2 to 3")),
+        "{told:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_cluster_whose_ledger_cannot_be_read_holds_the_groups_scaling_naming_it() {
+    let (requests, told, failures) = pass_across_clusters(Some("cluster-c"), &[]).await;
+    assert_eq!(failures, Vec::<&str>::new(), "a hold is not a failure");
+    for (cluster, requests) in &requests {
+        assert!(
+            requests.iter().all(|request| request.starts_with("GET ")),
+            "nothing written in {cluster}: {requests:?}"
+        );
+    }
+    let held: Vec<&str> = told
+        .iter()
+        .filter(|(reason, _)| reason == reasons::HELD)
+        .map(|(_, note)| note.as_str())
+        .collect();
+    assert_eq!(held.len(), 3, "every member told: {told:?}");
+    assert!(
+        held.iter().all(|note| note.contains("cluster cluster-c cannot be read: reading the downscale ledger baton-downscale-ingester")),
+        "{held:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_cluster_out_holds_the_groups_scaling_naming_it() {
+    let outage = baton_core::clusters::Outage {
+        cluster: "cluster-b".into(),
+        error: "watching its pods failed: connection refused".into(),
+        listed: true,
+    };
+    let (requests, told, failures) = pass_across_clusters(None, &[outage]).await;
+    assert_eq!(failures, Vec::<&str>::new());
+    assert!(
+        requests
+            .iter()
+            .all(|(_, requests)| requests.iter().all(|request| request.starts_with("GET "))),
+        "nothing written: {requests:?}"
+    );
+    assert!(
+        told.iter().any(|(reason, note)| reason == reasons::HELD
+            && note.contains(
+                "cluster cluster-b cannot be read: watching its pods failed: connection refused"
+            )),
+        "{told:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_downscale_claimed_in_cluster_b_is_followed_up_in_cluster_b_alone() {
+    // Given a downscale of cluster-b's member claimed in cluster-b's ledger (under its name
+    // there) on generation 1, and the member now at generation 2: it happened
+    baton_shared::crypto::install_default_provider();
+    let at = jiff::Timestamp::from_second(1_700_000_000).expect("a time");
+    let claim = baton_core::ledger::Entry::claim(at, "request-1", (3, 2), 1, None);
+    let (clusters, recordings) = member_apis_with(
+        None,
+        json!({"ingester": serde_json::to_string(&claim).expect("JSON")}),
+    );
+    let config = Config {
+        namespace: NAMESPACE.to_owned(),
+        ..Config::default()
+    };
+    let scaler = Scaler::new(clusters, &config, &Registry::new()).expect("a scaler");
+    let (explainer, _told) = Explainer::with_queue(Duration::from_secs(600), 16);
+    let mut downscaled = statefulset("cluster-b/ingester", 2, None);
+    Arc::make_mut(&mut downscaled).metadata.generation = Some(2);
+    let members = [
+        statefulset("cluster-a/ingester", 2, None),
+        downscaled,
+        statefulset("cluster-c/ingester", 2, None),
+    ];
+    let may_act: MayAct = Arc::new(|| Some(std::time::Duration::MAX));
+    let (ledger, tracker) = Default::default();
+    // When a pass runs
+    let (_, failures) = scaler
+        .reconcile(
+            "ingester",
+            &members,
+            &[],
+            (&ledger, &tracker),
+            &[],
+            &explainer,
+            &may_act,
+        )
+        .await;
+    // Then it is recorded in cluster-b's tracker, annotated on cluster-b's StatefulSet and
+    // confirmed in cluster-b's ledger, each under its name there; the other clusters are only
+    // read
+    assert_eq!(labels(&failures), Vec::<&str>::new());
+    let requests: BTreeMap<&str, Vec<String>> = recordings
+        .into_iter()
+        .map(|(cluster, recorded)| (cluster, recorded.requests()))
+        .collect();
+    let writes = |cluster: &str| -> Vec<String> {
+        requests[cluster]
+            .iter()
+            .filter(|request| !request.starts_with("GET "))
+            .cloned()
+            .collect()
+    };
+    assert_eq!(
+        writes("cluster-b"),
+        [
+            "PATCH /api/v1/namespaces/mimir/configmaps/rollout-operator-zone-tracker",
+            "PATCH /apis/apps/v1/namespaces/mimir/statefulsets/ingester",
+            "PUT /api/v1/namespaces/mimir/configmaps/baton-downscale-ingester",
+        ]
+    );
+    for cluster in ["hub", "cluster-a", "cluster-c"] {
+        assert_eq!(writes(cluster), Vec::<String>::new(), "{cluster}");
+    }
 }

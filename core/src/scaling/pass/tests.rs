@@ -45,6 +45,16 @@ fn pass_with_scales(
     scales: &ReferenceScales,
     tracker: &ZoneTracker,
 ) -> ScalingPass {
+    pass_with_unread(statefulsets, scales, tracker, &[])
+}
+
+/// [`pass_with_scales`], with member clusters that could not be read.
+fn pass_with_unread(
+    statefulsets: &[Arc<StatefulSet>],
+    scales: &ReferenceScales,
+    tracker: &ZoneTracker,
+    unread: &[Unread],
+) -> ScalingPass {
     let ledger = Ledger::default();
     let read = Read {
         group: "ingester",
@@ -62,6 +72,7 @@ fn pass_with_scales(
             cluster_domain: "cluster.local",
             namespace: "mimir",
         },
+        unread,
         now: now(),
     };
     decide(&read)
@@ -377,4 +388,50 @@ fn a_delayed_downscale_writes_the_reference_back_only_where_its_switch_lets_it()
         assert_eq!((step.from, step.to), (3, 1), "{switch:?}");
         assert_eq!(step.write_back.is_some(), written, "{switch:?}");
     }
+}
+
+#[test]
+fn a_group_across_clusters_follows_a_leader_of_another_cluster_unless_a_cluster_is_unread() {
+    // Given a leader in cluster-a, its follower in cluster-b naming it by its qualified name,
+    // and a malformed tracker entry of the follower;
+    let members = [
+        statefulset("cluster-a/zone-a", 3, json!({})),
+        statefulset(
+            "cluster-b/zone-b",
+            2,
+            json!({"grafana.com/rollout-downscale-leader": "cluster-a/zone-a"}),
+        ),
+    ];
+    let tracker = ZoneTracker {
+        resource_version: Some("7".into()),
+        data: BTreeMap::from([("cluster-b/zone-b".to_owned(), "garbage".to_owned())]),
+    };
+    // when every cluster is read, the follower follows (and the entry is repaired);
+    let whole = pass_with_unread(&members, &Vec::new(), &tracker, &[]);
+    assert_eq!(
+        kinds(&whole),
+        [
+            "Tell ZoneTrackerEntryInvalid",
+            "Repair cluster-b/zone-b",
+            "Set cluster-b/zone-b 3"
+        ],
+        "{whole:#?}"
+    );
+    // when cluster-c could not be read, nothing is written: each member is held, saying why.
+    let unread = [Unread {
+        cluster: "cluster-c".into(),
+        why: "watching its pods failed: connection refused".into(),
+    }];
+    let partial = pass_with_unread(&members, &Vec::new(), &tracker, &unread);
+    assert_eq!(
+        kinds(&partial),
+        [
+            "Tell ScalingHeld",
+            "Tell ScalingHeld",
+            "Tell ZoneTrackerEntryInvalid"
+        ],
+        "{partial:#?}"
+    );
+    assert!(partial.effects.iter().all(|effect| !effect.needs_term()));
+    assert_eq!(partial.again, [Again::Poll]);
 }

@@ -537,6 +537,7 @@ fn every_rule() {
         let snapshot = ScalingSnapshot {
             group: "g".into(),
             members: case.members,
+            unread: Vec::new(),
         };
         let plan = plan(&snapshot, now());
         assert_eq!(plan.actions, case.actions, "{}: actions", case.name);
@@ -566,6 +567,7 @@ fn every_rule() {
 fn a_held_downscale_asks_to_look_again_when_it_becomes_possible() {
     let snapshot = ScalingSnapshot {
         group: "g".into(),
+        unread: Vec::new(),
         members: vec![
             Member {
                 last_downscale: Ok(Some(ago(3 * 3600))),
@@ -586,7 +588,60 @@ fn a_held_downscale_asks_to_look_again_when_it_becomes_possible() {
 fn groups_with_mirroring_members_are_polled() {
     let snapshot = ScalingSnapshot {
         group: "g".into(),
+        unread: Vec::new(),
         members: vec![member("a", 1), mirroring("b", 3, 3, Some(3))],
     };
     assert!(plan(&snapshot, now()).poll);
+}
+
+#[test]
+fn a_group_with_a_cluster_unread_is_not_scaled_and_every_member_says_why() {
+    // Given a follower that would go up and a mirroring member that would go down, in a group
+    // of which cluster-c could not be read;
+    let snapshot = ScalingSnapshot {
+        group: "g".into(),
+        members: vec![
+            member("cluster-a/a", 5),
+            follower("cluster-b/b", 1, "cluster-a/a"),
+            mirroring("cluster-b/m", 5, 3, Some(5)),
+        ],
+        unread: vec![super::Unread {
+            cluster: "cluster-c".into(),
+            why: "its pods are not listed yet".into(),
+        }],
+    };
+    // when the group is planned,
+    let plan = plan(&snapshot, now());
+    // then nothing is done, not even a write-back, and every member is held naming cluster-c;
+    assert!(plan.actions.is_empty(), "{:?}", plan.actions);
+    assert_eq!(plan.findings.len(), 3, "{:#?}", plan.findings);
+    for finding in &plan.findings {
+        assert_eq!(
+            (finding.kind, finding.reason),
+            (FindingKind::Hold, reasons::HELD)
+        );
+        assert!(
+            finding
+                .note
+                .contains("cluster cluster-c cannot be read: its pods are not listed yet"),
+            "{}",
+            finding.note
+        );
+    }
+    // and the group comes back by itself.
+    assert!(plan.poll);
+    // The same group read whole scales the follower.
+    let whole = ScalingSnapshot {
+        unread: Vec::new(),
+        ..snapshot
+    };
+    assert_eq!(
+        plan_of(&whole).actions,
+        vec![set("cluster-b/b", 1, 5)],
+        "the whole view scales"
+    );
+}
+
+fn plan_of(snapshot: &ScalingSnapshot) -> ScalingPlan {
+    plan(snapshot, now())
 }
