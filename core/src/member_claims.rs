@@ -7,10 +7,12 @@
 //!
 //! This module is the rule alone, with no I/O: what a ledger as read accepts ([`judge`]), what
 //! a withdrawal writes ([`withdrawn`]), and, from what each member's ledger answered so far,
-//! whether to go on, approve or refuse, what to withdraw, and the refusal that names the
+//! whether to wait, approve or refuse, what to withdraw, and the refusal that names the
 //! members that held the claim back or could not be reached ([`next`]). The webhook reads and
 //! writes (each write conditioned on the resourceVersion judged), its own cluster's ledger
-//! first, then the others' in name order ([`order`]).
+//! first, then every other member's at once ([`order`]), so that a member that never answers
+//! holds back no other's answer: approved once a majority accepted, refused once every member
+//! answered (or the deadline passed) without one.
 //!
 //! - **A claim** is `{at, minTime, request}` under the key
 //!   `member_<cluster>_<statefulset>_<request>` in the group's ledger (`_` is in no cluster
@@ -29,8 +31,9 @@
 //!   clock slip under another's window.
 //! - **An unreadable claim of another member holds every claim back** (fail closed), naming
 //!   its key; a claim of the same member is replaced (a member does not hold itself back).
-//! - **A member that cannot be reached counts against**: never for. A downscale waits until a
-//!   majority accepted; when too few members are left to make one, it is refused at once.
+//! - **A member that cannot be reached counts against**: never for, and neither does one that
+//!   has not answered. A downscale is approved once a majority accepted; without one it is
+//!   refused once every member answered, a member silent at the deadline being unreachable.
 //! - **A half-written claim that could not be withdrawn** (the webhook died, a member went
 //!   away meanwhile) holds others back only for its own min-time, as a downscale that happened.
 
@@ -232,7 +235,8 @@ pub fn majority(members: usize) -> usize {
     members / 2 + 1
 }
 
-/// The order claims are written in: `own` first, then the others by name.
+/// The members a claim is written to: `own` first (its ledger is claimed before the others
+/// are asked), then the others by name (all asked at once; the name order is the answers').
 pub fn order(own: &str, members: &[String]) -> Vec<String> {
     let mut others: Vec<String> = members
         .iter()
@@ -276,51 +280,64 @@ impl Reached {
 /// What to do next, given the members' answers so far.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Next {
-    /// Claim in this member's ledger.
-    Claim(String),
-    /// A majority accepted: approved.
-    Approved,
-    /// No majority can be reached: withdraw the claim from these members' ledgers (those that
-    /// accepted it), and refuse, retryably, with `message`.
+    /// No majority yet, and members still to answer: wait for the next answer.
+    Wait,
+    /// A majority accepted: approved. `warnings` names each member that did not accept, or
+    /// had not answered yet (its claim, if it lands there, holds as this downscale's).
+    Approved { warnings: Vec<String> },
+    /// Every member answered and no majority accepted: withdraw the claim from these members'
+    /// ledgers (every one that accepted it), and refuse, retryably, with `message`.
     Refused {
         withdraw: Vec<String>,
         message: String,
     },
 }
 
-/// The next step of a claim over `order` (from [`order`]), given `answers` in that order so
-/// far; `downscale` names the change in the refusal.
-pub fn next(order: &[String], answers: &[Reached], downscale: &str) -> Next {
+/// The decision over `order` (from [`order`]), every member asked at once, given `answers`
+/// in that order (`None`: not answered yet; a member left out at the end has not answered
+/// either); `downscale` names the change in the refusal.
+///
+/// Approved as soon as a majority accepted, whoever has not answered yet: a member that takes
+/// connections and never answers cannot hold back the others' majority. Refused only once
+/// every member answered (the driver answers for those still silent at the deadline:
+/// unreachable), so that the withdrawal reaches every member that accepted.
+pub fn next(order: &[String], answers: &[Option<Reached>], downscale: &str) -> Next {
     let needed = majority(order.len());
-    let accepted = answers
-        .iter()
-        .filter(|answer| matches!(answer, Reached::Accepted))
+    let answer = |index: usize| answers.get(index).and_then(Option::as_ref);
+    let accepted = (0..order.len())
+        .filter(|&index| matches!(answer(index), Some(Reached::Accepted)))
         .count();
+    let why = |member: &String, answer: Option<&Reached>| match answer {
+        Some(Reached::Accepted) => None,
+        Some(Reached::Refused(why)) => Some(format!("member cluster {member} {why}")),
+        Some(Reached::Unreachable(why)) => Some(format!(
+            "member cluster {member} could not be reached: {why}"
+        )),
+        None => Some(format!(
+            "member cluster {member} had not answered when a majority accepted"
+        )),
+    };
     if accepted >= needed {
-        return Next::Approved;
+        let warnings = order
+            .iter()
+            .enumerate()
+            .filter_map(|(index, member)| why(member, answer(index)))
+            .collect();
+        return Next::Approved { warnings };
     }
-    let left = order.len().saturating_sub(answers.len());
-    if accepted + left >= needed
-        && let Some(member) = order.get(answers.len())
-    {
-        return Next::Claim(member.clone());
+    if (0..order.len()).any(|index| answer(index).is_none()) {
+        return Next::Wait;
     }
     let withdraw = order
         .iter()
-        .zip(answers)
-        .filter(|(_, answer)| matches!(answer, Reached::Accepted))
-        .map(|(member, _)| member.clone())
+        .enumerate()
+        .filter(|(index, _)| matches!(answer(*index), Some(Reached::Accepted)))
+        .map(|(_, member)| member.clone())
         .collect();
     let why: Vec<String> = order
         .iter()
-        .zip(answers)
-        .filter_map(|(member, answer)| match answer {
-            Reached::Accepted => None,
-            Reached::Refused(why) => Some(format!("member cluster {member} {why}")),
-            Reached::Unreachable(why) => Some(format!(
-                "member cluster {member} could not be reached: {why}"
-            )),
-        })
+        .enumerate()
+        .filter_map(|(index, member)| why(member, answer(index)))
         .collect();
     Next::Refused {
         withdraw,

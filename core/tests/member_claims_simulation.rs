@@ -3,19 +3,24 @@
 //! ledger and its own webhook, claiming downscales of their zones at random moments.
 //!
 //! Every step the simulator picks one thing to happen, at random: a webhook asked to downscale
-//! its cluster's zone (a new claim, timed by the simulated clock), one step of a claim under
-//! way (a ledger read, or a write conditioned on the version read: another webhook's write in
-//! between makes it a conflict, read and judged again), the clock moving on, a member cluster
-//! going away or coming back (a claim meeting it gets "unreachable", a withdrawal there fails
-//! and leaves the claim behind), a webhook dying in the middle of a claim (its half-written
-//! claim stays), the same zone asked again.
+//! its cluster's zone (a new claim, timed by the simulated clock, asked of its own cluster's
+//! ledger first, then of every other member at once), one step of one member's ask of a claim under way (a ledger read, or a write
+//! conditioned on the version read: another webhook's write in between makes it a conflict,
+//! read and judged again), in any order across members and claims, the clock moving on, a
+//! member cluster going away or coming back (a claim meeting it gets "unreachable", a
+//! withdrawal there fails and leaves the claim behind), a claim's deadline passing as the
+//! clock moves (the members that have not answered are unreachable, while their reads and
+//! writes go on and may still land), a webhook dying in the middle of a claim (its half-written claim stays, its
+//! writes in flight may land), the same zone asked again. Asks still in flight once a claim
+//! is decided go on too, their answers unheard.
 //!
 //! Checked over every scenario:
 //! - (D-a) `NoTwoWithinMinTime`: no two downscales of different members are approved where
 //!   either falls within the other's min-time.
 //!
 //! Mutation tests, each caught by (D-a): a rule that counts an unreachable member for the
-//! claim; one whose majority is half the members; a ledger that judges the min-time one way
+//! claim; one that counts a member that has not answered yet for it; one whose majority is
+//! half the members; a ledger that judges the min-time one way
 //! only (a claim "earlier" by its clock slips under a later one's window); a ledger that keeps
 //! one claim per member (a member's new claim replaces its approved one, and a slow claim of
 //! another member slips into the window the approved one held).
@@ -40,7 +45,7 @@ use rand::{RngExt, SeedableRng};
 #[derive(Clone, Copy)]
 struct Rule {
     judge: fn(&Ledger, &str, &MemberClaim, Timestamp, Duration) -> Judged,
-    next: fn(&[String], &[Reached], &str) -> Next,
+    next: fn(&[String], &[Option<Reached>], &str) -> Next,
 }
 
 /// A claim's lifetime (the admission deadline).
@@ -60,23 +65,25 @@ struct Cluster {
     up: bool,
 }
 
-/// Where a claim is.
+/// Where one member's ask of a claim is.
+enum Ask {
+    /// Not asked before the own ledger took the claim.
+    Queued,
+    /// Read the member's ledger (`writes` lost races so far).
+    Reading { writes: usize },
+    /// Write what was judged on `read`.
+    Writing { read: Ledger, writes: usize },
+    /// Answered (or given up).
+    Finished,
+}
+
+/// Where a claim is, once asked.
 enum Stage {
-    /// Ask the rule what comes next.
-    Deciding,
-    /// Read `cluster`'s ledger (`writes` lost races so far).
-    Reading {
-        cluster: usize,
-        writes: usize,
-    },
-    /// Write what was judged on `read` to `cluster`.
-    Writing {
-        cluster: usize,
-        read: Ledger,
-        writes: usize,
-    },
+    /// Waiting for the members' answers.
+    Asking,
     /// Withdraw from each of these (by index), one per step.
     Withdrawing(Vec<usize>),
+    /// Decided (or its webhook died): only asks still in flight go on, unheard.
     Done,
 }
 
@@ -85,8 +92,23 @@ struct Claim {
     key: String,
     claim: MemberClaim,
     order: Vec<String>,
-    answers: Vec<Reached>,
+    /// One per member of `order`; `None` until it answered.
+    answers: Vec<Option<Reached>>,
+    /// One per member of `order`.
+    asks: Vec<Ask>,
     stage: Stage,
+}
+
+impl Claim {
+    fn busy(&self) -> bool {
+        !matches!(self.stage, Stage::Done) || self.asks.iter().any(Ask::in_flight)
+    }
+}
+
+impl Ask {
+    fn in_flight(&self) -> bool {
+        matches!(self, Ask::Reading { .. } | Ask::Writing { .. })
+    }
 }
 
 #[derive(Debug)]
@@ -154,56 +176,63 @@ impl World {
         let request = format!("uid-{}", self.requests);
         let name = self.clusters[member].name.clone();
         self.trace.push(format!("{} asks ({request})", name));
+        let order = member_claims::order(&name, &self.names());
         self.claims.push(Claim {
             member,
             key: member_claims::key(&name, "ingester", &request),
             claim: MemberClaim::new(self.now, self.min_times[member], &request),
-            order: member_claims::order(&name, &self.names()),
-            answers: Vec::new(),
-            stage: Stage::Deciding,
+            answers: vec![None; order.len()],
+            // The own ledger first (`order` starts with it), then every other member at once
+            asks: order
+                .iter()
+                .enumerate()
+                .map(|(index, _)| match index {
+                    0 => Ask::Reading { writes: 0 },
+                    _ => Ask::Queued,
+                })
+                .collect(),
+            order,
+            stage: Stage::Asking,
         });
     }
 
-    /// One step of claim `index`.
+    /// One step of claim `index`: a withdrawal, or one step of one of its asks in flight.
     fn step(&mut self, index: usize) {
-        let stage = std::mem::replace(&mut self.claims[index].stage, Stage::Done);
-        let next = match stage {
-            Stage::Deciding => {
+        if let Stage::Withdrawing(left) = &mut self.claims[index].stage {
+            let Some(cluster) = left.pop() else {
+                self.claims[index].stage = Stage::Done;
+                return;
+            };
+            if self.clusters[cluster].up {
                 let claim = &self.claims[index];
-                match (self.rule.next)(&claim.order, &claim.answers, "downscale") {
-                    Next::Claim(member) => Stage::Reading {
-                        cluster: self.index(&member),
-                        writes: 0,
-                    },
-                    Next::Approved => {
-                        let window = claim.claim.window().expect("its own claim");
-                        self.trace
-                            .push(format!("{} approved at {}", claim.key, window.0));
-                        self.approved.push((claim.member, window));
-                        Stage::Done
-                    }
-                    Next::Refused { withdraw, message } => {
-                        self.trace.push(format!("refused: {message}"));
-                        Stage::Withdrawing(withdraw.iter().map(|m| self.index(m)).collect())
-                    }
+                let read = self.read(cluster);
+                if let Some(without) =
+                    member_claims::withdrawn(&read, &claim.key, &claim.claim.request)
+                {
+                    self.store(cluster, &read, without);
                 }
             }
-            Stage::Reading { cluster, writes } => {
+            return;
+        }
+        let flying: Vec<usize> = (0..self.claims[index].asks.len())
+            .filter(|&ask| self.claims[index].asks[ask].in_flight())
+            .collect();
+        if flying.is_empty() {
+            return;
+        }
+        let ask = flying[self.rng.random_range(0..flying.len())];
+        let cluster = self.index(&self.claims[index].order[ask]);
+        let state = std::mem::replace(&mut self.claims[index].asks[ask], Ask::Finished);
+        let (state, reached) = match state {
+            Ask::Reading { writes } => {
                 if self.clusters[cluster].up {
-                    Stage::Writing {
-                        cluster,
-                        read: self.read(cluster),
-                        writes,
-                    }
+                    let read = self.read(cluster);
+                    (Ask::Writing { read, writes }, None)
                 } else {
-                    self.answer(index, Reached::Unreachable("down".into()))
+                    (Ask::Finished, Some(Reached::Unreachable("down".into())))
                 }
             }
-            Stage::Writing {
-                cluster,
-                read,
-                writes,
-            } => {
+            Ask::Writing { read, writes } => {
                 if !self.clusters[cluster].up {
                     // A write whose answer is lost may have landed: half the time it did.
                     if self.rng.random_bool(0.5)
@@ -211,49 +240,96 @@ impl World {
                     {
                         self.store(cluster, &read, ledger);
                     }
-                    self.answer(index, Reached::Unreachable("write lost".into()))
+                    (
+                        Ask::Finished,
+                        Some(Reached::Unreachable("write lost".into())),
+                    )
                 } else {
                     let judged = self.judged(index, &read);
                     match &judged {
                         Judged::Accepts(ledger) => {
                             if self.store(cluster, &read, ledger.clone()) {
-                                self.answer(index, Reached::Accepted)
+                                (Ask::Finished, Some(Reached::Accepted))
                             } else if writes + 1 < CLAIM_ATTEMPTS {
-                                Stage::Reading {
-                                    cluster,
-                                    writes: writes + 1,
-                                }
+                                (Ask::Reading { writes: writes + 1 }, None)
                             } else {
-                                self.answer(index, Reached::Unreachable("kept changing".into()))
+                                let kept = Reached::Unreachable("kept changing".into());
+                                (Ask::Finished, Some(kept))
                             }
                         }
-                        _ => self.answer(index, Reached::of(&judged)),
+                        _ => (Ask::Finished, Some(Reached::of(&judged))),
                     }
                 }
             }
-            Stage::Withdrawing(mut left) => match left.pop() {
-                None => Stage::Done,
-                Some(cluster) => {
-                    if self.clusters[cluster].up {
-                        let claim = &self.claims[index];
-                        let read = self.read(cluster);
-                        if let Some(without) =
-                            member_claims::withdrawn(&read, &claim.key, &claim.claim.request)
-                        {
-                            self.store(cluster, &read, without);
-                        }
-                    }
-                    Stage::Withdrawing(left)
-                }
-            },
-            Stage::Done => Stage::Done,
+            Ask::Queued | Ask::Finished => (Ask::Finished, None),
         };
-        self.claims[index].stage = next;
+        self.claims[index].asks[ask] = state;
+        if let Some(reached) = reached {
+            self.answer(index, ask, reached);
+        }
     }
 
-    fn answer(&mut self, index: usize, reached: Reached) -> Stage {
-        self.claims[index].answers.push(reached);
-        Stage::Deciding
+    /// `reached` from the member `ask` of claim `index`, heard if the claim still waits for
+    /// it; then what the rule decides.
+    fn answer(&mut self, index: usize, ask: usize, reached: Reached) {
+        let claim = &mut self.claims[index];
+        if !matches!(claim.stage, Stage::Asking) || claim.answers[ask].is_some() {
+            return;
+        }
+        let own_refused = ask == 0 && reached != Reached::Accepted;
+        claim.answers[ask] = Some(reached);
+        if own_refused {
+            // As in the flow: refused by the own ledger, no other member asked.
+            self.trace
+                .push(format!("{} refused by its own ledger", claim.key));
+            claim.stage = Stage::Done;
+            claim.asks.fill_with(|| Ask::Finished);
+            return;
+        }
+        if ask == 0 {
+            for other in &mut claim.asks[1..] {
+                *other = Ask::Reading { writes: 0 };
+            }
+        }
+        self.decide(index);
+    }
+
+    /// The claim's deadline: every member not answered yet is unreachable (its ask goes on).
+    fn deadline(&mut self, index: usize) {
+        let claim = &mut self.claims[index];
+        if !matches!(claim.stage, Stage::Asking) {
+            return;
+        }
+        for answer in &mut claim.answers {
+            answer.get_or_insert_with(|| Reached::Unreachable("deadline passed".into()));
+        }
+        for ask in &mut claim.asks {
+            if matches!(ask, Ask::Queued) {
+                *ask = Ask::Finished;
+            }
+        }
+        self.trace
+            .push(format!("{} passes its deadline", claim.key));
+        self.decide(index);
+    }
+
+    fn decide(&mut self, index: usize) {
+        let claim = &self.claims[index];
+        let stage = match (self.rule.next)(&claim.order, &claim.answers, "downscale") {
+            Next::Wait => Stage::Asking,
+            Next::Approved { .. } => {
+                let window = claim.claim.window().expect("its own claim");
+                self.trace
+                    .push(format!("{} approved at {}", claim.key, window.0));
+                self.approved.push((claim.member, window));
+                Stage::Done
+            }
+            Next::Refused { withdraw, message } => {
+                self.trace.push(format!("refused: {message}"));
+                Stage::Withdrawing(withdraw.iter().map(|m| self.index(m)).collect())
+            }
+        };
+        self.claims[index].stage = stage;
     }
 
     fn judged(&self, index: usize, read: &Ledger) -> Judged {
@@ -287,6 +363,14 @@ impl World {
                 3..=4 => {
                     let seconds = [1, 5, 20, 45, 90][self.rng.random_range(0..5)];
                     self.now += SignedDuration::from_secs(seconds);
+                    // Each claim whose deadline passed stops waiting for its members.
+                    for index in 0..self.claims.len() {
+                        let (at, _) = self.claims[index].claim.window().expect("its own claim");
+                        let lifetime = SignedDuration::try_from(LIFETIME).expect("a lifetime");
+                        if self.now > at + lifetime {
+                            self.deadline(index);
+                        }
+                    }
                 }
                 5 => {
                     let cluster = self.rng.random_range(0..self.clusters.len());
@@ -299,7 +383,8 @@ impl World {
                     ));
                 }
                 6 => {
-                    // A webhook dies mid-claim: what it wrote stays.
+                    // A webhook dies mid-claim: what it wrote stays, what it was writing may
+                    // still land.
                     if let Some(claim) = self
                         .claims
                         .iter_mut()
@@ -311,7 +396,7 @@ impl World {
                 }
                 _ => {
                     let busy: Vec<usize> = (0..self.claims.len())
-                        .filter(|&i| !matches!(self.claims[i].stage, Stage::Done))
+                        .filter(|&i| self.claims[i].busy())
                         .collect();
                     if !busy.is_empty() {
                         let index = busy[self.rng.random_range(0..busy.len())];
@@ -400,11 +485,11 @@ fn assert_caught(rule: Rule) {
 
 #[test]
 fn checker_catches_a_rule_that_counts_an_unreachable_member_for_the_claim() {
-    fn next(order: &[String], answers: &[Reached], downscale: &str) -> Next {
-        let hopeful: Vec<Reached> = answers
+    fn next(order: &[String], answers: &[Option<Reached>], downscale: &str) -> Next {
+        let hopeful: Vec<Option<Reached>> = answers
             .iter()
             .map(|answer| match answer {
-                Reached::Unreachable(_) => Reached::Accepted,
+                Some(Reached::Unreachable(_)) => Some(Reached::Accepted),
                 other => other.clone(),
             })
             .collect();
@@ -414,14 +499,32 @@ fn checker_catches_a_rule_that_counts_an_unreachable_member_for_the_claim() {
 }
 
 #[test]
+fn checker_catches_a_rule_that_counts_a_member_not_answered_yet_for_the_claim() {
+    fn next(order: &[String], answers: &[Option<Reached>], downscale: &str) -> Next {
+        let hopeful: Vec<Option<Reached>> = (0..order.len())
+            .map(|index| match answers.get(index).cloned().flatten() {
+                None => Some(Reached::Accepted),
+                answered => answered,
+            })
+            .collect();
+        // Approved while in flight; otherwise as the real rule.
+        match member_claims::next(order, &hopeful, downscale) {
+            Next::Approved { warnings } => Next::Approved { warnings },
+            _ => member_claims::next(order, answers, downscale),
+        }
+    }
+    assert_caught(Rule { next, ..REAL });
+}
+
+#[test]
 fn checker_catches_a_rule_whose_majority_is_half_the_members() {
-    fn next(order: &[String], answers: &[Reached], downscale: &str) -> Next {
+    fn next(order: &[String], answers: &[Option<Reached>], downscale: &str) -> Next {
         let accepted = answers
             .iter()
-            .filter(|answer| matches!(answer, Reached::Accepted))
+            .filter(|answer| matches!(answer, Some(Reached::Accepted)))
             .count();
         if accepted >= order.len() / 2 {
-            return Next::Approved;
+            return Next::Approved { warnings: vec![] };
         }
         member_claims::next(order, answers, downscale)
     }

@@ -121,7 +121,7 @@ fn a_withdrawal_removes_only_the_requests_own_claim() {
 }
 
 #[test]
-fn claims_go_to_the_own_ledger_first_then_the_others_by_name() {
+fn claims_go_to_the_own_ledger_first_then_to_the_others_named_in_order() {
     assert_eq!(
         order("cluster-b", &members()),
         ["cluster-b", "cluster-a", "cluster-c"]
@@ -131,30 +131,58 @@ fn claims_go_to_the_own_ledger_first_then_the_others_by_name() {
 }
 
 #[test]
-fn a_majority_approves_and_stops_there() {
+fn a_majority_approves_without_waiting_for_a_member_that_has_not_answered() {
     let order = order("cluster-b", &members());
-    let answers = [Reached::Accepted];
-    assert_eq!(next(&order, &answers, "d"), Next::Claim("cluster-a".into()));
-    let answers = [Reached::Accepted, Reached::Accepted];
-    assert_eq!(next(&order, &answers, "d"), Next::Approved);
-    // One member out of three: the third is asked, and it makes the majority.
-    let answers = [Reached::Accepted, Reached::Unreachable("down".into())];
-    assert_eq!(next(&order, &answers, "d"), Next::Claim("cluster-c".into()));
-    let answers = [
-        Reached::Accepted,
-        Reached::Unreachable("down".into()),
-        Reached::Accepted,
-    ];
-    assert_eq!(next(&order, &answers, "d"), Next::Approved);
+    let down = || Some(Reached::Unreachable("down".into()));
+    // The own ledger's claim alone, the others asked: wait
+    assert_eq!(next(&order, &[Some(Reached::Accepted)], "d"), Next::Wait);
+    assert_eq!(
+        next(&order, &[Some(Reached::Accepted), None, None], "d"),
+        Next::Wait
+    );
+    // The last member answering first makes the majority while cluster-a is still silent,
+    // and the approval names it
+    let answers = [Some(Reached::Accepted), None, Some(Reached::Accepted)];
+    assert_eq!(
+        next(&order, &answers, "d"),
+        Next::Approved {
+            warnings: vec![
+                "member cluster cluster-a had not answered when a majority accepted".into()
+            ]
+        }
+    );
+    // One member out of three: the other makes the majority, the approval names the one out
+    let answers = [Some(Reached::Accepted), down(), Some(Reached::Accepted)];
+    let Next::Approved { warnings } = next(&order, &answers, "d") else {
+        panic!("expected an approval");
+    };
+    assert_eq!(
+        warnings,
+        ["member cluster cluster-a could not be reached: down"]
+    );
+    let all = [(); 3].map(|()| Some(Reached::Accepted));
+    assert_eq!(next(&order, &all, "d"), Next::Approved { warnings: vec![] });
 }
 
 #[test]
-fn no_majority_refuses_naming_each_member_and_withdraws_from_those_that_accepted() {
+fn no_majority_refuses_once_all_answered_naming_each_member_and_withdraws_from_those_that_accepted()
+{
     let order = order("cluster-b", &members());
     let answers = [
-        Reached::Accepted,
-        Reached::Refused("holds a claim of cluster-a/ingester".into()),
-        Reached::Unreachable("connection refused".into()),
+        Some(Reached::Accepted),
+        Some(Reached::Refused(
+            "holds a claim of cluster-a/ingester".into(),
+        )),
+        None,
+    ];
+    // A majority is still possible while cluster-c has not answered: wait
+    assert_eq!(next(&order, &answers, "d"), Next::Wait);
+    let answers = [
+        Some(Reached::Accepted),
+        Some(Reached::Refused(
+            "holds a claim of cluster-a/ingester".into(),
+        )),
+        Some(Reached::Unreachable("connection refused".into())),
     ];
     let Next::Refused { withdraw, message } = next(&order, &answers, "downscale of x") else {
         panic!("expected a refusal");
@@ -178,18 +206,25 @@ fn no_majority_refuses_naming_each_member_and_withdraws_from_those_that_accepted
     );
     // Two members, one unreachable: a majority is both, so it waits (fail closed).
     let two = order_of(&["cluster-a", "cluster-b"]);
-    let answers = [Reached::Accepted, Reached::Unreachable("down".into())];
-    assert!(matches!(next(&two, &answers, "d"), Next::Refused { .. }));
-    // Refused as soon as a majority cannot be reached, without asking the rest.
-    let five = order_of(&["a", "b", "c", "d", "e"]);
     let answers = [
-        Reached::Accepted,
-        Reached::Unreachable("x".into()),
-        Reached::Unreachable("y".into()),
-        Reached::Unreachable("z".into()),
+        Some(Reached::Accepted),
+        Some(Reached::Unreachable("down".into())),
     ];
+    assert!(matches!(next(&two, &answers, "d"), Next::Refused { .. }));
+    // With no majority left to make, the refusal still waits for the member in flight, whose
+    // acceptance is then withdrawn too
+    let five = order_of(&["a", "b", "c", "d", "e"]);
+    let mut answers = vec![
+        Some(Reached::Accepted),
+        Some(Reached::Unreachable("x".into())),
+        Some(Reached::Unreachable("y".into())),
+        Some(Reached::Unreachable("z".into())),
+        None,
+    ];
+    assert_eq!(next(&five, &answers, "d"), Next::Wait);
+    answers[4] = Some(Reached::Accepted);
     let Next::Refused { withdraw, .. } = next(&five, &answers, "d") else {
         panic!("expected a refusal");
     };
-    assert_eq!(withdraw, ["a"]);
+    assert_eq!(withdraw, ["a", "e"]);
 }

@@ -22,9 +22,10 @@
 //! With member clusters ([`Settings::members`]), the claim in a group is also a claim across
 //! them ([`crate::member_claims`]): the write to the own ledger carries it too (judged there
 //! first: a claim the own ledger holds back is refused without a write), and once that write
-//! is in, [`Io::ClaimMembers`] has the driver claim in the other members' ledgers in name
-//! order until a majority accepted or cannot; without one the downscale is refused, retryably,
-//! and the own ledger's claim released with the rest. Without members, nothing of this runs.
+//! is in, [`Io::ClaimMembers`] has the driver claim in the other members' ledgers, all at once,
+//! until a majority accepted (the approval warns of the members that did not) or every member
+//! answered without one: then the downscale is refused, retryably, and the own ledger's claim
+//! released with the rest. Without members, nothing of this runs.
 
 use std::time::Duration;
 
@@ -124,10 +125,10 @@ pub enum Io {
     /// POST to every pod going away, stopping at the first failure; answer [`Reply::Prepared`].
     Prepare { pods: Vec<PodEndpoint> },
     /// Claim `claim` under `key` in the ledger `ledger` (labelled with `group`) of the other
-    /// member clusters, as [`member_claims::next`] orders from `cluster`'s (already
-    /// accepted), each claim judged by [`member_claims::judge`] and written conditioned on
-    /// the version judged; withdraw it from those that accepted when no majority can be
-    /// reached; answer [`Reply::Members`].
+    /// member clusters, all asked at once, as [`member_claims::next`] decides from their
+    /// answers (`cluster`'s accepted already), each claim judged by [`member_claims::judge`]
+    /// and written conditioned on the version judged; withdraw it from those that accepted
+    /// when every member answered without a majority; answer [`Reply::Members`].
     ClaimMembers {
         cluster: String,
         ledger: String,
@@ -152,8 +153,9 @@ pub enum Reply {
     Ledger(Result<Ledger, String>),
     Written(Result<Written, String>),
     Prepared(Result<(), String>),
-    /// Approved across the members, or the refusal's message.
-    Members(Result<(), String>),
+    /// Approved across the members (with a warning for each member that did not accept), or
+    /// the refusal's message.
+    Members(Result<Vec<String>, String>),
     Undone,
 }
 
@@ -198,6 +200,8 @@ pub struct Flow {
     request: PrepareRequest,
     stage: Stage,
     notes: Vec<Note>,
+    /// What the allowance warns of (the members that did not take the claim).
+    warnings: Vec<String>,
 }
 
 #[derive(Debug)]
@@ -256,6 +260,7 @@ impl Flow {
             request,
             stage: Stage::ReadingStatefulSet,
             notes: Vec::new(),
+            warnings: Vec::new(),
         };
         let downscale = &flow.request.downscale;
         let step = if downscale.namespace == flow.settings.namespace {
@@ -301,7 +306,10 @@ impl Flow {
                 self.claim_written(grouped, claim, writes, written)
             }
             (Stage::ClaimingMembers(grouped, claim), Reply::Members(claimed)) => match claimed {
-                Ok(()) => self.claimed(grouped, claim),
+                Ok(warnings) => {
+                    self.warnings = warnings;
+                    self.claimed(grouped, claim)
+                }
                 Err(message) => {
                     let verdict = Verdict::refuse_for_now(Reason::NoMajority, message);
                     self.undo(verdict, Vec::new(), Some(claim))
@@ -657,7 +665,7 @@ impl Flow {
     fn claimed(&mut self, grouped: Box<Grouped>, claim: Claim) -> Step {
         if claim.prepared {
             self.notes.push(Note::PreparedAlready);
-            return self.answer(allowed(&self.request.downscale));
+            return self.allow();
         }
         self.list_pods(grouped.admitted, Some(claim))
     }
@@ -702,7 +710,7 @@ impl Flow {
 
     fn prepared(&mut self) -> Step {
         self.notes.push(Note::Prepared);
-        self.answer(allowed(&self.request.downscale))
+        self.allow()
     }
 
     /// Refuses because `what` failed, undoing `claim` if one is held.
@@ -732,6 +740,15 @@ impl Flow {
         });
         self.stage = Stage::Undoing(verdict);
         Step::Undo { pods, release }
+    }
+
+    /// Allowed, warning of what was noted on the way.
+    fn allow(&mut self) -> Step {
+        let mut verdict = allowed(&self.request.downscale);
+        if let Verdict::Allow(allowed) = &mut verdict {
+            allowed.warnings.append(&mut self.warnings);
+        }
+        self.answer(verdict)
     }
 
     fn answer(&mut self, verdict: Verdict) -> Step {

@@ -6,10 +6,11 @@
 //! slow pod cannot leave other pods prepared and the claim held.
 //!
 //! With member clusters, the claim across them ([`Io::ClaimMembers`]) is driven here as
-//! `baton_core::member_claims` orders it: each other member's ledger read, judged and written
-//! conditioned on the version judged (the claim loop of `baton_shared::ledger`), through that
-//! member's client; a member without a client, or whose call fails or passes the deadline, is
-//! unreachable, which never counts for the claim.
+//! `baton_core::member_claims` decides it: every other member's ledger at once, each read,
+//! judged and written conditioned on the version judged (the claim loop of
+//! `baton_shared::ledger`), through that member's client, so that a member that takes
+//! connections and never answers holds back no other's answer; a member without a client, or
+//! whose call fails or passes the deadline, is unreachable, which never counts for the claim.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -201,32 +202,61 @@ impl PrepareDownscale {
     }
 
     /// Claims across the member clusters, the own one's ledger holding the claim already:
-    /// the others' in the order the core gives, until a majority accepted (`Ok`) or cannot;
-    /// then the claim is withdrawn from the others that accepted it (the own ledger's is the
-    /// flow's release) and the refusal's message given.
+    /// every other member asked at once, each answer given to the core as it comes, until a
+    /// majority accepted (`Ok`, with a warning naming each member that did not take it, or
+    /// has not answered yet: its ask is dropped) or every member answered without one (a
+    /// member silent at `deadline` is unreachable). Then the claim is withdrawn from the
+    /// others that accepted it, all at once (the own ledger's is the flow's release), and the
+    /// refusal's message given.
     async fn claim_members(
         &self,
         across: Across<'_>,
         downscale: &str,
         deadline: Deadline<'_>,
-    ) -> Result<(), String> {
+    ) -> Result<Vec<String>, String> {
+        use futures::StreamExt;
+
         let Some(members) = &self.members else {
             return Err(format!(
                 "{downscale} could not be claimed across member clusters: internal error: no member clusters"
             ));
         };
         let order = member_claims::order(across.own, members.names());
-        let mut answers = vec![Reached::Accepted];
+        let mut answers: Vec<Option<Reached>> = vec![None; order.len()];
+        answers[0] = Some(Reached::Accepted);
+        let across = &across;
+        let mut asked: futures::stream::FuturesUnordered<_> = order
+            .iter()
+            .enumerate()
+            .skip(1)
+            .map(|(index, member)| async move {
+                (
+                    index,
+                    self.claim_in(members, member, across, deadline).await,
+                )
+            })
+            .collect();
         loop {
             match member_claims::next(&order, &answers, downscale) {
-                Next::Claim(member) => {
-                    let reached = self.claim_in(members, &member, &across, deadline).await;
+                Next::Wait => {
+                    // Each ask ends by `deadline` (unreachable then): the stream cannot stall.
+                    let Some((index, reached)) = asked.next().await else {
+                        return Err(format!(
+                            "{downscale} could not be claimed across member clusters: internal error: a member's answer is missing"
+                        ));
+                    };
                     if let Reached::Refused(why) | Reached::Unreachable(why) = &reached {
+                        let member = &order[index];
                         tracing::info!(%member, %why, "member cluster did not take the downscale claim");
                     }
-                    answers.push(reached);
+                    answers[index] = Some(reached);
                 }
-                Next::Approved => return Ok(()),
+                Next::Approved { warnings } => {
+                    for warning in &warnings {
+                        tracing::warn!(%warning, "downscale approved without every member cluster");
+                    }
+                    return Ok(warnings);
+                }
                 Next::Refused { withdraw, message } => {
                     // The withdrawals get the time kept back for undoing.
                     let undo = Deadline {
@@ -234,9 +264,10 @@ impl PrepareDownscale {
                         failures: deadline.failures,
                     };
                     let others = withdraw.iter().filter(|member| *member != across.own);
-                    for member in others {
-                        self.withdraw_in(members, member, &across, undo).await;
-                    }
+                    futures::future::join_all(
+                        others.map(|member| self.withdraw_in(members, member, across, undo)),
+                    )
+                    .await;
                     return Err(message);
                 }
             }

@@ -128,7 +128,7 @@ struct World {
     /// How each release ended.
     released: Vec<Released>,
     /// With member clusters: this cluster's name, and what the claim across them answers.
-    members: Option<(String, Result<(), String>)>,
+    members: Option<(String, Result<Vec<String>, String>)>,
 }
 
 impl World {
@@ -154,7 +154,7 @@ impl World {
     }
 
     /// With member clusters, this one `cluster`, the claim across them answering `answer`.
-    fn with_members(mut self, cluster: &str, answer: Result<(), String>) -> Self {
+    fn with_members(mut self, cluster: &str, answer: Result<Vec<String>, String>) -> Self {
         self.members = Some((cluster.to_owned(), answer));
         self
     }
@@ -970,7 +970,7 @@ mod across_members {
     #[test]
     fn the_claim_goes_into_the_own_ledger_with_the_entry_then_to_the_others_before_any_pod_is_told()
     {
-        let mut world = World::group().with_members("cluster-a", Ok(()));
+        let mut world = World::group().with_members("cluster-a", Ok(Vec::new()));
 
         let (verdict, _) = world.run(request());
 
@@ -987,6 +987,21 @@ mod across_members {
         let claim: MemberClaim =
             serde_json::from_str(&world.ledger.data[OWN_CLAIM]).expect("the member claim");
         assert_eq!(claim.window(), Ok((now(), Duration::from_secs(3600))));
+    }
+
+    #[test]
+    fn an_approval_without_every_member_warns_naming_the_members_that_did_not_take_it() {
+        let silent = "member cluster cluster-c had not answered when a majority accepted";
+        let mut world = World::group().with_members("cluster-a", Ok(vec![silent.to_owned()]));
+
+        let (verdict, _) = world.run(request());
+
+        assert_eq!(verdict.message(), prepared_message());
+        let Verdict::Allow(allowed) = &verdict else {
+            panic!("allowed: {verdict:?}");
+        };
+        assert_eq!(allowed.warnings, [silent]);
+        assert!(world.said.iter().any(|line| line.starts_with("POST")));
     }
 
     #[test]
@@ -1014,7 +1029,7 @@ mod across_members {
         let entry = serde_json::to_string(&claim).unwrap();
         let mut world = World::group()
             .with_entry(&theirs, entry)
-            .with_members("cluster-a", Ok(()));
+            .with_members("cluster-a", Ok(Vec::new()));
 
         let (verdict, _) = world.run(request());
 
