@@ -1877,7 +1877,7 @@ fn a_member_clusters_user_cannot_forge_batons_memory_there_and_each_cluster_wait
         assert_eq!(
             record_writers,
             format!(
-                "{},system:serviceaccount:baton-system:baton-webhook",
+                "{},system:serviceaccount:baton-system:baton-webhook,system:serviceaccount:baton-system:baton-peer",
                 member_user()
             )
         );
