@@ -207,6 +207,99 @@ pub fn cluster_add_args(
     Ok(args)
 }
 
+/// The page's `kubectl baton cluster add` handing `own`'s webhook a token of `member`'s
+/// `baton-peer` ("Downscales across clusters": written for cluster-b's webhook and cluster-a),
+/// for the groups' `namespace`, the Secret in `own`'s `namespace` too (the trio keeps
+/// everything there).
+pub fn peer_add_args(
+    page: &str,
+    member: &str,
+    own: &str,
+    namespace: &str,
+) -> anyhow::Result<Vec<String>> {
+    let args = docs_command(
+        page,
+        "cluster add cluster-a --from-context cluster-a --context cluster-b",
+    )?;
+    let mut args: Vec<String> = args
+        .into_iter()
+        .map(|arg| match arg.as_str() {
+            "cluster-a" => member.to_owned(),
+            "cluster-b" => own.to_owned(),
+            "peer-cluster-a" => format!("peer-{member}"),
+            DOCS_NAMESPACE => namespace.to_owned(),
+            _ => arg,
+        })
+        .collect();
+    args.extend(["--system-namespace".to_owned(), namespace.to_owned()]);
+    Ok(args)
+}
+
+/// The page's `kubectl --context cluster-a apply -n NAMESPACE -f FILE` lines (the peer
+/// identity in the hub; its `-k` overlays are not these), as (namespace, file under the
+/// repository).
+pub fn docs_hub_applies(page: &str) -> anyhow::Result<Vec<(String, PathBuf)>> {
+    let prefix = "kubectl --context cluster-a apply ";
+    let applies: Vec<(String, PathBuf)> = page
+        .lines()
+        .map(str::trim)
+        .filter_map(|line| line.strip_prefix(prefix))
+        .filter(|rest| rest.split_whitespace().any(|word| word == "-f"))
+        .map(|rest| {
+            let words: Vec<&str> = rest.split_whitespace().collect();
+            let after = |flag: &str| {
+                words
+                    .iter()
+                    .position(|word| *word == flag)
+                    .and_then(|at| words.get(at + 1))
+                    .map(|word| (*word).to_owned())
+                    .with_context(|| format!("{prefix}{rest} has no {flag}"))
+            };
+            let file = after("-f")?;
+            Ok((after("-n")?, deploy_dir().join("..").join(file)))
+        })
+        .collect::<anyhow::Result<_>>()?;
+    if applies.is_empty() {
+        bail!("{} has no line {prefix:?}…", docs_page().display());
+    }
+    Ok(applies)
+}
+
+/// Gives the hub of `kubeconfig` the peer identity as the page does (its `kubectl apply`
+/// lines), the groups' `namespace` for `mimir`; baton-system is created if missing (the hub's
+/// install has it).
+pub fn install_peer(kubeconfig: &Path, namespace: &str) -> anyhow::Result<()> {
+    let kubectl = |args: &[&str]| {
+        std::process::Command::new(tool("kubectl"))
+            .args(args)
+            .env("KUBECONFIG", kubeconfig)
+            .output()
+            .context("running kubectl")
+    };
+    let created = kubectl(&["create", "namespace", "baton-system"])?;
+    let stderr = String::from_utf8_lossy(&created.stderr);
+    if !created.status.success() && !stderr.contains("AlreadyExists") {
+        bail!("creating baton-system: {stderr}");
+    }
+    for (target, file) in docs_hub_applies(&read_docs())? {
+        let target = if target == DOCS_NAMESPACE {
+            namespace
+        } else {
+            target.as_str()
+        };
+        let file = file.to_str().context("a UTF-8 path")?;
+        let output = kubectl(&["apply", "--server-side", "-n", target, "-f", file])?;
+        if !output.status.success() {
+            bail!(
+                "applying {file} in {target}:\n{}{}",
+                String::from_utf8_lossy(&output.stdout),
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+    }
+    Ok(())
+}
+
 /// The hub's configuration file as the page's `my-hub-overlay/clusters-config.yaml` gives it.
 pub fn docs_hub_config(page: &str) -> anyhow::Result<String> {
     let block = docs_block(page, "my-hub-overlay/clusters-config.yaml")?;
@@ -266,7 +359,11 @@ mod tests {
             find(&objects, "ConfigMap", "baton-config")["data"]["groups-namespace"],
             "team-a"
         );
-        for role in ["baton-member-groups", "baton-webhook-groups"] {
+        for role in [
+            "baton-member-groups",
+            "baton-webhook-groups",
+            "baton-peer-groups",
+        ] {
             for kind in ["Role", "RoleBinding"] {
                 assert_eq!(
                     find(&objects, kind, role)["metadata"]["namespace"],
@@ -324,6 +421,81 @@ mod tests {
             .collect();
         left_out.sort();
         assert_eq!(left_out, NOT_IN_TEST_CLUSTERS);
+    }
+
+    #[test]
+    fn the_docs_peer_identity_may_claim_in_the_ledgers_and_read_statefulsets_alone() {
+        let page = read_docs();
+        let directory = tempfile::tempdir().unwrap();
+        let objects = member_overlay(&page, directory.path(), "team-a").unwrap();
+        // The member overlay has baton-peer in baton-system, bound in the groups' namespace to
+        // ledgers and StatefulSets alone, and a record writer
+        let account = find(&objects, "ServiceAccount", "baton-peer");
+        assert_eq!(account["metadata"]["namespace"], "baton-system");
+        let role = find(&objects, "Role", "baton-peer-groups");
+        assert_eq!(
+            role["rules"],
+            serde_json::json!([
+                {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "create", "update"]},
+                {"apiGroups": ["apps"], "resources": ["statefulsets"], "verbs": ["get", "list"]},
+            ])
+        );
+        assert_eq!(
+            find(&objects, "RoleBinding", "baton-peer-groups")["subjects"],
+            serde_json::json!([{"kind": "ServiceAccount", "name": "baton-peer",
+                                "namespace": "baton-system"}])
+        );
+        let webhook = find(&objects, "Deployment", "baton-webhook");
+        let writers = webhook["spec"]["template"]["spec"]["containers"][0]["env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|variable| variable["name"] == "BATON_WEBHOOK__RECORD_WRITERS")
+            .and_then(|variable| variable["value"].as_str())
+            .unwrap();
+        assert!(
+            writers
+                .split(',')
+                .any(|writer| writer == "system:serviceaccount:baton-system:baton-peer"),
+            "{writers}"
+        );
+        // The page gives the hub the same two files, and each webhook the others' tokens
+        let applies = docs_hub_applies(&page).unwrap();
+        let files: Vec<(&str, String)> = applies
+            .iter()
+            .map(|(namespace, file)| {
+                assert!(file.exists(), "{}", file.display());
+                let name = file.file_name().unwrap().to_string_lossy().into_owned();
+                (namespace.as_str(), name)
+            })
+            .collect();
+        assert_eq!(
+            files,
+            [
+                ("baton-system", "peer-account.yaml".to_owned()),
+                (DOCS_NAMESPACE, "peer-rbac.yaml".to_owned())
+            ]
+        );
+        assert_eq!(
+            peer_add_args(&page, "cluster-c", "cluster-a", "team-a").unwrap(),
+            [
+                "cluster",
+                "add",
+                "cluster-c",
+                "--from-context",
+                "cluster-c",
+                "--context",
+                "cluster-a",
+                "-n",
+                "team-a",
+                "--service-account",
+                "baton-system/baton-peer",
+                "--secret",
+                "peer-cluster-c",
+                "--system-namespace",
+                "team-a"
+            ]
+        );
     }
 
     #[test]

@@ -1,24 +1,72 @@
 //! prepare-downscale across member clusters on the [`ClusterTrio`]: a baton-webhook replica
 //! per cluster, against its own control plane, told the three members (`webhook.clusters`)
 //! in a YAML file (`BATON_CONFIG`), each other member by a kubeconfig Secret in its own
-//! namespace (`downscale-<member>`, holding that member's kubeconfig). Reviews are sent to each
-//! replica as its API server would send them ([`DownscaleWebhooks::ask`]), so that two
-//! clusters' webhooks can be asked at the same instant.
+//! namespace (`peer-<member>`), written as docs/multi-cluster.md writes it: the page's
+//! `kubectl baton cluster add --service-account baton-system/baton-peer`, a token of
+//! deploy/member-cluster's least-privilege `baton-peer` (the hub given it by the page's two
+//! `kubectl apply`). Reviews are sent to each replica as its API server would send them
+//! ([`DownscaleWebhooks::ask`]), so that two clusters' webhooks can be asked at the same
+//! instant. A member may be reached at a [`SilentServer`] instead, which takes connections and
+//! never answers.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, PostParams};
+use kube::api::Api;
 use serde_json::{Value, json};
 
-use crate::cluster_support::{CLUSTERS, ClusterTrio};
+use crate::cluster_support::{CLUSTERS, ClusterTrio, HUB};
 use crate::wait_until;
 use crate::webhook_support::{TestTls, WebhookReplica};
 
 /// The Secret, in each cluster's namespace, holding `member`'s kubeconfig for its webhook.
 pub fn downscale_secret(member: &str) -> String {
-    format!("downscale-{member}")
+    format!("peer-{member}")
+}
+
+/// A listener that accepts TCP connections and never answers (not even a TLS handshake),
+/// holding each open: a member whose API server hangs.
+pub struct SilentServer {
+    pub port: u16,
+    accepted: Arc<AtomicUsize>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl SilentServer {
+    pub async fn start() -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("a listener on loopback");
+        let port = listener.local_addr().expect("its address").port();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let counted = accepted.clone();
+        let task = tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((connection, _)) = listener.accept().await {
+                counted.fetch_add(1, Ordering::SeqCst);
+                held.push(connection);
+            }
+        });
+        Self {
+            port,
+            accepted,
+            task,
+        }
+    }
+
+    /// How many connections it accepted.
+    pub fn accepted(&self) -> usize {
+        self.accepted.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for SilentServer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
 }
 
 /// The webhook's configuration in `own`: every member, the others by their Secret.
@@ -43,6 +91,8 @@ pub struct Answer {
     /// The HTTP code of a refusal (429: retry later).
     pub code: Option<u64>,
     pub message: String,
+    /// The admission warnings (kubectl prints them).
+    pub warnings: Vec<String>,
 }
 
 /// The three webhooks, in [`CLUSTERS`] order.
@@ -58,25 +108,23 @@ impl DownscaleWebhooks {
     /// Writes each cluster's Secrets of the other members, starts a replica per cluster and
     /// returns once each has connected to both other members.
     pub async fn start(trio: &ClusterTrio) -> Self {
+        Self::start_reaching(trio, None).await
+    }
+
+    /// As [`start`](Self::start), but the webhook of `silent.0` reaches the member `silent.1`
+    /// at `https://127.0.0.1:<silent.2>` (its token and CA as the others').
+    pub async fn start_reaching(trio: &ClusterTrio, silent: Option<(&str, &str, u16)>) -> Self {
         let tls = TestTls::generate().expect("a test CA");
         let files = tempfile::tempdir().expect("a folder for the webhooks' configurations");
+        install_peer_in_hub(trio).await;
         let mut replicas = Vec::new();
         for own in CLUSTERS {
             let cluster = trio.cluster(own);
-            let secrets = Api::<Secret>::namespaced(cluster.client(), trio.namespace());
             for member in CLUSTERS.into_iter().filter(|member| *member != own) {
-                let kubeconfig = std::fs::read(trio.cluster(member).kubeconfig_path())
-                    .expect("the member's kubeconfig");
-                let secret: Secret = serde_json::from_value(json!({
-                    "metadata": {"name": downscale_secret(member)},
-                    "data": {"kubeconfig": base64_of(&kubeconfig)},
-                }))
-                .expect("a Secret");
-                match secrets.create(&PostParams::default(), &secret).await {
-                    Ok(_) => {}
-                    Err(kube::Error::Api(status)) if status.code == 409 => {}
-                    Err(error) => panic!("creating the Secret of {member} in {own}: {error}"),
-                }
+                let server = silent
+                    .filter(|(asking, asked, _)| *asking == own && *asked == member)
+                    .map(|(_, _, port)| format!("https://127.0.0.1:{port}"));
+                add_peer(trio, member, own, server.as_deref()).await;
             }
             let config = files.path().join(format!("{own}.yaml"));
             std::fs::write(&config, webhook_config(own)).expect("the webhook's configuration");
@@ -178,11 +226,62 @@ impl DownscaleWebhooks {
                 .as_str()
                 .unwrap_or_default()
                 .to_owned(),
+            warnings: response["warnings"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|warning| warning.as_str().map(str::to_owned))
+                .collect(),
         }
+    }
+
+    /// A client of `member` as `own`'s webhook reaches it: the kubeconfig of its Secret.
+    pub async fn peer_client(trio: &ClusterTrio, own: &str, member: &str) -> kube::Client {
+        let secret = Api::<Secret>::namespaced(trio.cluster(own).client(), trio.namespace())
+            .get(&downscale_secret(member))
+            .await
+            .expect("the peer's Secret");
+        let data = secret.data.expect("its data");
+        let text = String::from_utf8(data["kubeconfig"].0.clone()).expect("UTF-8");
+        let kubeconfig = kube::config::Kubeconfig::from_yaml(&text).expect("a kubeconfig");
+        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+            .await
+            .expect("a client configuration");
+        kube::Client::try_from(config).expect("a client")
     }
 }
 
-fn base64_of(bytes: &[u8]) -> String {
-    use base64::Engine;
-    base64::engine::general_purpose::STANDARD.encode(bytes)
+/// Gives the hub the peer identity with the page's two `kubectl apply` (the members have it
+/// from the member overlay).
+async fn install_peer_in_hub(trio: &ClusterTrio) {
+    let kubeconfig = trio.cluster(HUB).kubeconfig_path().to_owned();
+    let namespace = trio.namespace().to_owned();
+    tokio::task::spawn_blocking(move || {
+        crate::cluster_setup::install_peer(&kubeconfig, &namespace)
+    })
+    .await
+    .expect("the install task")
+    .unwrap_or_else(|error| panic!("the peer identity in the hub: {error:#}"));
+}
+
+/// Runs the page's `kubectl baton cluster add` giving `own`'s webhook a token of `member`'s
+/// `baton-peer` (at `server` instead of the member's own, unchecked, when given).
+async fn add_peer(trio: &ClusterTrio, member: &str, own: &str, server: Option<&str>) {
+    let page = crate::cluster_setup::read_docs();
+    let mut args = crate::cluster_setup::peer_add_args(&page, member, own, trio.namespace())
+        .unwrap_or_else(|error| panic!("{error:#}"));
+    if let Some(server) = server {
+        args.extend([
+            "--server".to_owned(),
+            server.to_owned(),
+            "--no-check".to_owned(),
+        ]);
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let run = crate::plugin_support::kubectl_baton(&trio.clusters_kubeconfig(), &args).await;
+    run.exited(0).says(&[&format!(
+        "cluster {member}: Secret {}/{} (key kubeconfig) written in the hub (context {own})",
+        trio.namespace(),
+        downscale_secret(member)
+    )]);
 }

@@ -2551,7 +2551,7 @@ mod downscales {
     use std::collections::BTreeMap;
     use std::sync::Mutex;
 
-    use baton_e2e::downscale_support::{Answer, DownscaleWebhooks};
+    use baton_e2e::downscale_support::{Answer, DownscaleWebhooks, SilentServer, downscale_secret};
     use baton_e2e::http_support::{PodEndpoint, endpoints_on_pods};
     use baton_e2e::keys::{
         MIN_TIME_BETWEEN_ZONES_DOWNSCALE, PREPARE_DOWNSCALE, PREPARE_DOWNSCALE_PATH,
@@ -2772,6 +2772,151 @@ mod downscales {
                 webhooks.ask("cluster-a", name, 1, &uid).await.allowed
             })
             .await;
+        });
+    }
+
+    #[test]
+    fn a_member_that_takes_connections_and_never_answers_holds_back_no_majority_of_the_others() {
+        ClusterTrio::scenario(|clusters| async move {
+            // Given a group with an hour between zones' downscales, and cluster-a's webhook
+            // reaching cluster-b (first of the others by name) at a listener that accepts TCP
+            // connections and never answers
+            let (group, endpoints) = prepared_group(clusters, "down-silent", "1h").await;
+            let silent = SilentServer::start().await;
+            let webhooks = DownscaleWebhooks::start_reaching(
+                clusters,
+                Some(("cluster-a", "cluster-b", silent.port)),
+            )
+            .await;
+            let name = group.statefulset.as_str();
+
+            // When cluster-a's member is downscaled
+            let answer = webhooks.ask("cluster-a", name, 1, "silent-a").await;
+
+            // Then it is allowed (cluster-a and cluster-c are a majority) without waiting for
+            // cluster-b, which was asked, and the allowance names it; its pod is told
+            assert!(answer.allowed, "{answer:?}\n{}", webhooks.outputs());
+            assert_eq!(
+                answer.warnings,
+                ["member cluster cluster-b had not answered when a majority accepted"],
+                "{answer:?}"
+            );
+            wait_until(TIMEOUT, "cluster-b's silent listener was asked", || async {
+                silent.accepted() >= 1
+            })
+            .await;
+            assert_eq!(endpoints["cluster-a"].calls().len(), 1);
+            let mut holding = Vec::new();
+            for cluster in CLUSTERS {
+                let claims = member_claims(clusters, cluster, &group).await;
+                if claims
+                    .iter()
+                    .any(|key| key.starts_with("member_cluster-a_"))
+                {
+                    holding.push(cluster);
+                }
+            }
+            assert_eq!(holding, ["cluster-a", "cluster-c"], "the claim's majority");
+            // and cluster-b's webhook, asked next, is refused: that majority holds the hour
+            let b = webhooks.ask("cluster-b", name, 1, "silent-b").await;
+            assert_waits(&b, &[&group.member("cluster-a")], || webhooks.outputs());
+            assert!(endpoints["cluster-b"].calls().is_empty());
+        });
+    }
+
+    #[test]
+    fn a_peer_webhooks_identity_may_claim_in_the_ledgers_and_is_refused_anything_else() {
+        use k8s_openapi::api::core::v1::{Pod, Secret};
+        use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+
+        ClusterTrio::scenario(|clusters| async move {
+            // Given the webhooks' Secrets written by the page's `kubectl baton cluster add
+            // --service-account baton-system/baton-peer` (the hub given baton-peer by the
+            // page's `kubectl apply`), and a downscale allowed through them
+            let (group, _endpoints) = prepared_group(clusters, "down-peer", "1h").await;
+            let webhooks = DownscaleWebhooks::start(clusters).await;
+            let answer = webhooks
+                .ask("cluster-c", &group.statefulset, 1, "peer-c")
+                .await;
+            assert!(answer.allowed, "{answer:?}\n{}", webhooks.outputs());
+
+            // When another cluster's webhook identity acts in a member and in the hub
+            for (own, member) in [("cluster-a", "cluster-b"), ("cluster-b", "cluster-a")] {
+                let client = DownscaleWebhooks::peer_client(clusters, own, member).await;
+                let namespace = clusters.namespace();
+                let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
+                let statefulsets: Api<StatefulSet> = Api::namespaced(client.clone(), namespace);
+                let at = format!("{own}'s identity in {member}");
+
+                // Then it reads StatefulSets and creates, reads and updates a ledger
+                statefulsets
+                    .get(&group.statefulset)
+                    .await
+                    .unwrap_or_else(|error| panic!("{at}: reading a StatefulSet: {error}"));
+                statefulsets
+                    .list(&ListParams::default())
+                    .await
+                    .unwrap_or_else(|error| panic!("{at}: listing StatefulSets: {error}"));
+                let ledger: ConfigMap = serde_json::from_value(serde_json::json!({
+                    "metadata": {"name": format!("baton-downscale-probe-{own}")},
+                    "data": {"a": "1"},
+                }))
+                .expect("a ConfigMap");
+                let mut created = config_maps
+                    .create(&PostParams::default(), &ledger)
+                    .await
+                    .unwrap_or_else(|error| panic!("{at}: creating a ledger: {error}"));
+                created.data = Some([("a".to_owned(), "2".to_owned())].into());
+                let name = created.metadata.name.clone().expect("a name");
+                config_maps
+                    .replace(&name, &PostParams::default(), &created)
+                    .await
+                    .unwrap_or_else(|error| panic!("{at}: updating a ledger: {error}"));
+
+                // and is refused anything else
+                let forbidden = |what: &str, result: Result<(), kube::Error>| match result {
+                    Err(kube::Error::Api(status)) if status.code == 403 => {}
+                    other => panic!("{at}: {what} is not refused: {other:?}"),
+                };
+                let patch = Patch::Merge(serde_json::json!({"spec": {"replicas": 1}}));
+                forbidden(
+                    "a StatefulSet patch",
+                    statefulsets
+                        .patch(&group.statefulset, &PatchParams::default(), &patch)
+                        .await
+                        .map(drop),
+                );
+                let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
+                forbidden(
+                    "a Secret read",
+                    secrets.get(&downscale_secret(own)).await.map(drop),
+                );
+                forbidden(
+                    "a Secret list",
+                    secrets.list(&ListParams::default()).await.map(drop),
+                );
+                let labelled =
+                    Patch::Merge(serde_json::json!({"metadata": {"labels": {"x": "y"}}}));
+                forbidden(
+                    "a ConfigMap patch",
+                    config_maps
+                        .patch(&name, &PatchParams::default(), &labelled)
+                        .await
+                        .map(drop),
+                );
+                forbidden(
+                    "a ConfigMap delete",
+                    config_maps
+                        .delete(&name, &DeleteParams::default())
+                        .await
+                        .map(drop),
+                );
+                let pods: Api<Pod> = Api::namespaced(client, namespace);
+                forbidden(
+                    "a pod list",
+                    pods.list(&ListParams::default()).await.map(drop),
+                );
+            }
         });
     }
 }
