@@ -69,16 +69,20 @@ impl Drop for SilentServer {
     }
 }
 
-/// The webhook's configuration in `own`: every member, the others by their Secret.
-pub fn webhook_config(own: &str) -> String {
+/// The Secret of `member` for a webhook that reaches it at a [`SilentServer`]: its own name,
+/// since the scenarios sharing the trio write [`downscale_secret`] meanwhile.
+pub fn silent_secret(member: &str) -> String {
+    format!("silent-peer-{member}")
+}
+
+/// The webhook's configuration in `own`: every member, the others by their Secret
+/// (`secret_of`).
+pub fn webhook_config(own: &str, secret_of: impl Fn(&str) -> String) -> String {
     let mut config = String::from("webhook:\n  clusters:\n");
     for member in CLUSTERS {
         config.push_str(&format!("    - name: {member}\n"));
         if member != own {
-            config.push_str(&format!(
-                "      kubeconfig_secret: {}\n",
-                downscale_secret(member)
-            ));
+            config.push_str(&format!("      kubeconfig_secret: {}\n", secret_of(member)));
         }
     }
     config
@@ -120,14 +124,20 @@ impl DownscaleWebhooks {
         let mut replicas = Vec::new();
         for own in CLUSTERS {
             let cluster = trio.cluster(own);
+            let silent_here = |member: &str| {
+                silent.filter(|(asking, asked, _)| *asking == own && *asked == member)
+            };
             for member in CLUSTERS.into_iter().filter(|member| *member != own) {
-                let server = silent
-                    .filter(|(asking, asked, _)| *asking == own && *asked == member)
-                    .map(|(_, _, port)| format!("https://127.0.0.1:{port}"));
-                add_peer(trio, member, own, server.as_deref()).await;
+                let server = silent_here(member).map(|(_, _, port)| port);
+                add_peer(trio, member, own, server).await;
             }
+            let secret_of = |member: &str| match silent_here(member) {
+                Some(_) => silent_secret(member),
+                None => downscale_secret(member),
+            };
             let config = files.path().join(format!("{own}.yaml"));
-            std::fs::write(&config, webhook_config(own)).expect("the webhook's configuration");
+            std::fs::write(&config, webhook_config(own, secret_of))
+                .expect("the webhook's configuration");
             let config = config.to_string_lossy().into_owned();
             let replica = WebhookReplica::start_with(
                 &cluster.control_plane,
@@ -265,23 +275,27 @@ async fn install_peer_in_hub(trio: &ClusterTrio) {
 }
 
 /// Runs the page's `kubectl baton cluster add` giving `own`'s webhook a token of `member`'s
-/// `baton-peer` (at `server` instead of the member's own, unchecked, when given).
-async fn add_peer(trio: &ClusterTrio, member: &str, own: &str, server: Option<&str>) {
+/// `baton-peer` (reached at a [`SilentServer`]'s `silent` port instead, unchecked, in the
+/// Secret [`silent_secret`], when given).
+async fn add_peer(trio: &ClusterTrio, member: &str, own: &str, silent: Option<u16>) {
     let page = crate::cluster_setup::read_docs();
     let mut args = crate::cluster_setup::peer_add_args(&page, member, own, trio.namespace())
         .unwrap_or_else(|error| panic!("{error:#}"));
-    if let Some(server) = server {
-        args.extend([
-            "--server".to_owned(),
-            server.to_owned(),
-            "--no-check".to_owned(),
-        ]);
+    let mut secret = downscale_secret(member);
+    if let Some(port) = silent {
+        secret = silent_secret(member);
+        let named = args
+            .iter()
+            .position(|arg| arg == "--secret")
+            .expect("the page names the Secret");
+        args[named + 1] = secret.clone();
+        let server = format!("https://127.0.0.1:{port}");
+        args.extend(["--server".to_owned(), server, "--no-check".to_owned()]);
     }
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let run = crate::plugin_support::kubectl_baton(&trio.clusters_kubeconfig(), &args).await;
     run.exited(0).says(&[&format!(
-        "cluster {member}: Secret {}/{} (key kubeconfig) written in the hub (context {own})",
+        "cluster {member}: Secret {}/{secret} (key kubeconfig) written in the hub (context {own})",
         trio.namespace(),
-        downscale_secret(member)
     )]);
 }
