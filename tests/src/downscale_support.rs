@@ -116,7 +116,8 @@ impl DownscaleWebhooks {
     }
 
     /// As [`start`](Self::start), but the webhook of `silent.0` reaches the member `silent.1`
-    /// at `https://127.0.0.1:<silent.2>` (its token and CA as the others').
+    /// at `https://127.0.0.1:<silent.2>` (its token and CA as the others'), with a connect
+    /// timeout beyond its request's deadline.
     pub async fn start_reaching(trio: &ClusterTrio, silent: Option<(&str, &str, u16)>) -> Self {
         let tls = TestTls::generate().expect("a test CA");
         let files = tempfile::tempdir().expect("a folder for the webhooks' configurations");
@@ -136,8 +137,14 @@ impl DownscaleWebhooks {
                 None => downscale_secret(member),
             };
             let config = files.path().join(format!("{own}.yaml"));
-            std::fs::write(&config, webhook_config(own, secret_of))
-                .expect("the webhook's configuration");
+            let mut text = webhook_config(own, secret_of);
+            if silent.is_some_and(|(asking, _, _)| asking == own) {
+                // A connection outliving the request's deadline, as one whose handshake
+                // completed and whose server then hangs: the silent member's ask can only
+                // end at the deadline, not at the connect timeout (5 s, within it).
+                text.push_str("kubernetes:\n  connect_timeout: 60s\n");
+            }
+            std::fs::write(&config, text).expect("the webhook's configuration");
             let config = config.to_string_lossy().into_owned();
             let replica = WebhookReplica::start_with(
                 &cluster.control_plane,
