@@ -5,7 +5,7 @@
 //! and the election's [`baton_core::lease::decide`]); the Lease store applies conditional
 //! writes as the API server does.
 //!
-//! Properties, checked at every tick:
+//! Properties (docs/rollout-guarantees.md: (S-a), (S-b)), checked at every tick:
 //! - (one actor) no namespace is acted on by two replicas at once: a replica acts on a
 //!   namespace while the term of a Lease of its shard lasts, by its own clock;
 //! - (balanced) once nothing has changed for a while, every shard of the map's count is held
