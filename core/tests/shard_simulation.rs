@@ -36,7 +36,7 @@ use rand::{RngExt, SeedableRng};
 mod sim;
 use sim::env_u64;
 
-const DEFAULT_SCENARIOS: u64 = 2_000;
+const DEFAULT_SCENARIOS: u64 = 1_000;
 const BROKEN_SCENARIOS: u64 = 2_000;
 /// One tick of the shared clock.
 const TICK: Duration = Duration::from_millis(100);
