@@ -97,11 +97,14 @@ impl std::fmt::Debug for MemberPods {
     }
 }
 
+/// One member's StatefulSets and pods, as its caches hold them.
+pub type Objects = (Vec<Arc<StatefulSet>>, Vec<Arc<CachedPod>>);
+
 /// What the members' caches hold now: the StatefulSets and pods of each member that can be
 /// trusted, by cluster, and the members that cannot.
 #[derive(Debug, Default)]
 pub struct MembersNow {
-    pub readable: BTreeMap<String, (Vec<Arc<StatefulSet>>, Vec<Arc<CachedPod>>)>,
+    pub readable: BTreeMap<String, Objects>,
     pub away: Vec<Away>,
 }
 
