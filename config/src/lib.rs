@@ -276,6 +276,12 @@ pub struct WebhookConfig {
     /// baton-controller's and baton-webhook's service accounts in the system namespace.
     #[serde(deserialize_with = "values::list")]
     pub record_writers: Vec<String>,
+    /// The member clusters of cross-cluster rollout groups, as the webhook reaches them: the
+    /// same list as `controller.clusters`, with this webhook's own cluster the one without a
+    /// `kubeconfig_secret` (exactly one). Set: a downscale is approved only once its claim is
+    /// in the downscale ledgers of a majority of them (docs/multi-cluster.md, "Downscales").
+    /// Empty: this cluster alone, as the Go operator.
+    pub clusters: Vec<ClusterConfig>,
 }
 
 impl Default for WebhookConfig {
@@ -294,6 +300,7 @@ impl Default for WebhookConfig {
             shutdown_delay: Duration::from_secs(5),
             state_writers: Vec::new(),
             record_writers: Vec::new(),
+            clusters: Vec::new(),
         }
     }
 }
@@ -682,46 +689,21 @@ impl Config {
         positive(check, "pods.request_timeout", self.pods.request_timeout);
     }
 
-    /// The clusters: each named once, with where its kubeconfig is; one at most is the
-    /// controller's own.
+    /// The clusters (the controller's and the webhook's): each named once, with where its
+    /// kubeconfig is; one at most is the controller's own, and exactly one the webhook's.
     fn validate_clusters(&self, check: &mut Check<'_>) {
-        let clusters = &self.controller.clusters;
-        for (index, cluster) in clusters.iter().enumerate() {
-            let key = format!("controller.clusters[{index}]");
-            if let Err(why) = baton_core::clusters::valid_cluster_name(&cluster.name) {
-                check(false, &format!("{key}.name"), cluster.name.clone(), &why);
-            }
-            check(
-                !clusters[..index]
-                    .iter()
-                    .any(|other| other.name == cluster.name),
-                &format!("{key}.name"),
-                cluster.name.clone(),
-                "a name no other cluster has",
-            );
-            check(
-                cluster.kubeconfig_secret.is_empty()
-                    || is_dns_subdomain(&cluster.kubeconfig_secret),
-                &format!("{key}.kubeconfig_secret"),
-                cluster.kubeconfig_secret.clone(),
-                "empty (the controller's own cluster) or a Secret name",
-            );
-            check(
-                !cluster.kubeconfig_key.is_empty(),
-                &format!("{key}.kubeconfig_key"),
-                cluster.kubeconfig_key.clone(),
-                "the key of the Secret holding the kubeconfig, e.g. kubeconfig",
-            );
-        }
+        validate_cluster_list(check, "controller.clusters", &self.controller.clusters);
+        let clusters = &self.webhook.clusters;
+        validate_cluster_list(check, "webhook.clusters", clusters);
         let own = clusters
             .iter()
             .filter(|cluster| cluster.kubeconfig_secret.is_empty())
             .count();
         check(
-            own <= 1,
-            "controller.clusters",
+            clusters.is_empty() || own == 1,
+            "webhook.clusters",
             format!("{own} clusters without a kubeconfig_secret"),
-            "at most one cluster without a kubeconfig_secret (the controller's own cluster)",
+            "exactly one cluster without a kubeconfig_secret (the webhook's own cluster)",
         );
     }
 
@@ -927,6 +909,47 @@ fn is_dns_label(value: &str) -> bool {
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         && !value.starts_with('-')
         && !value.ends_with('-')
+}
+
+/// One list of clusters (`key`): each named once, with where its kubeconfig is; one at most
+/// without a Secret (the cluster the reading binary runs in).
+fn validate_cluster_list(check: &mut Check<'_>, key: &str, clusters: &[ClusterConfig]) {
+    for (index, cluster) in clusters.iter().enumerate() {
+        let key = format!("{key}[{index}]");
+        if let Err(why) = baton_core::clusters::valid_cluster_name(&cluster.name) {
+            check(false, &format!("{key}.name"), cluster.name.clone(), &why);
+        }
+        check(
+            !clusters[..index]
+                .iter()
+                .any(|other| other.name == cluster.name),
+            &format!("{key}.name"),
+            cluster.name.clone(),
+            "a name no other cluster has",
+        );
+        check(
+            cluster.kubeconfig_secret.is_empty() || is_dns_subdomain(&cluster.kubeconfig_secret),
+            &format!("{key}.kubeconfig_secret"),
+            cluster.kubeconfig_secret.clone(),
+            "empty (the cluster this binary runs in) or a Secret name",
+        );
+        check(
+            !cluster.kubeconfig_key.is_empty(),
+            &format!("{key}.kubeconfig_key"),
+            cluster.kubeconfig_key.clone(),
+            "the key of the Secret holding the kubeconfig, e.g. kubeconfig",
+        );
+    }
+    let own = clusters
+        .iter()
+        .filter(|cluster| cluster.kubeconfig_secret.is_empty())
+        .count();
+    check(
+        own <= 1,
+        key,
+        format!("{own} clusters without a kubeconfig_secret"),
+        "at most one cluster without a kubeconfig_secret (the cluster this binary runs in)",
+    );
 }
 
 fn is_dns_subdomain(value: &str) -> bool {

@@ -575,3 +575,44 @@ fn member_clusters_are_read_from_the_file_and_each_bad_one_is_named() {
         Ok(())
     });
 }
+
+#[test]
+fn the_webhooks_member_clusters_name_its_own_cluster_exactly_once() {
+    Jail::expect_with(|jail| {
+        jail.create_file(
+            "baton.yaml",
+            "webhook:\n  clusters:\n    - name: cluster-a\n      kubeconfig_secret: member-a\n    - name: cluster-b\n",
+        )?;
+        let config = Config::load(Some(Path::new("baton.yaml"))).expect("valid members");
+        let members = &config.webhook.clusters;
+        assert_eq!(members.len(), 2);
+        assert_eq!(members[0].kubeconfig_secret, "member-a");
+        assert_eq!(members[0].kubeconfig_key, "kubeconfig", "the default key");
+        assert_eq!(
+            members[1].kubeconfig_secret, "",
+            "its own cluster needs no Secret"
+        );
+        Ok(())
+    });
+    Jail::expect_with(|jail| {
+        // No own cluster: the webhook could not tell which ledger is its own.
+        jail.create_file(
+            "baton.yaml",
+            "webhook:\n  clusters:\n    - name: cluster-a\n      kubeconfig_secret: member-a\n    - name: cluster-a\n      kubeconfig_secret: x/y\n",
+        )?;
+        let error = Config::load(Some(Path::new("baton.yaml"))).unwrap_err();
+        let keys = error.keys();
+        let message = error.to_string();
+        assert!(keys.contains(&"webhook.clusters".to_owned()), "{message}");
+        assert!(
+            keys.contains(&"webhook.clusters[1].name".to_owned()),
+            "{message}"
+        );
+        assert!(
+            keys.contains(&"webhook.clusters[1].kubeconfig_secret".to_owned()),
+            "{message}"
+        );
+        assert!(message.contains("x/y"), "{message}");
+        Ok(())
+    });
+}

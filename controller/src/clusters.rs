@@ -2,20 +2,13 @@
 //! (the hub), watches the groups' StatefulSets and pods in each member cluster, and sends each
 //! write to the cluster its object lives in.
 //!
-//! - **Reaching a member** is a chain of steps that can each fail with its own error, naming
-//!   the member and the Secret: reading the Secret (in the system namespace), finding its key,
-//!   parsing the kubeconfig, accepting it (inline credentials only: no field that reads a file
-//!   of this pod, runs a program, goes through a proxy or weakens TLS,
-//!   [`baton_core::cluster_kubeconfig`]), building a client from what was accepted alone. A
-//!   member whose chain fails is out ([`ClusterCache::outage`]) until its Secret changes (a
-//!   read that failed is retried with the watches' backoff).
-//! - **A member follows its Secret while running**: one watch of that Secret alone (by name,
-//!   which RBAC can grant on that Secret alone) tells when it changes, and the Secret is read
-//!   again; [`baton_core::clusters::reconnect`] decides. A rotated kubeconfig replaces the
-//!   member's client at once: the member is out, its watches through the old client stopped
-//!   and started through the new one, which lists everything again, before anything is
-//!   decided on it (so its caches are rebuilt from the new client). A Secret changed to one
-//!   that cannot be used disconnects it (the old credentials are not kept).
+//! - **Reaching a member, and following its Secret** is [`baton_shared::members`]'s, as the
+//!   webhook's is: a member whose chain fails is out ([`ClusterCache::outage`]) until its
+//!   Secret changes (a read that failed is retried with the watches' backoff). Here, a rotated
+//!   kubeconfig takes the member out: its watches through the old client are stopped and
+//!   started through the new one, which lists everything again, before anything is decided on
+//!   it (so its caches are rebuilt from the new client). A Secret changed to one that cannot
+//!   be used disconnects it (the old credentials are not kept).
 //! - **A member's watches start over after every failure** (`relisting_watcher`): a member is
 //!   out from a watch's first error until both its watches have listed again. So a member that
 //!   comes back is re-listed before anything is decided on it, and the core's rule
@@ -27,22 +20,19 @@
 //!   as in one cluster (`PendingDeletions`, keyed by the qualified pod name), and a repeated
 //!   DELETE carries the pod's uid as a precondition: it can never remove a replacement.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex};
 
 use baton_config::ClusterConfig;
-use baton_core::cluster_kubeconfig::Unusable;
-use baton_core::clusters::{Outage, Reconnect, SecretRead, reconnect};
+use baton_core::clusters::Outage;
 use baton_core::pods::CachedPod;
-use baton_shared::kube_client::{ClientLayers, bounded};
+use baton_shared::kube_client::ClientLayers;
+use baton_shared::members::{Connection, Connector, MemberClients, MemberError};
 use baton_shared::pod_cache::PodCache;
 use futures::{FutureExt, StreamExt};
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::Secret;
 use kube::Resource;
 use kube::api::Api;
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::reflector::Store;
 use kube::runtime::watcher;
 use tokio::sync::mpsc::UnboundedSender;
@@ -54,8 +44,8 @@ use crate::error::Error;
 #[derive(Clone)]
 pub struct Clusters {
     hub: kube::Client,
-    /// Member name → its client, once connected. `None`: no member clusters.
-    clients: Option<Arc<RwLock<HashMap<String, kube::Client>>>>,
+    /// Each member's client, once connected. `None`: no member clusters.
+    clients: Option<MemberClients>,
 }
 
 impl std::fmt::Debug for Clusters {
@@ -94,14 +84,9 @@ impl Clusters {
         else {
             return Ok((self.hub.clone(), name));
         };
-        let client = clients
-            .read()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .get(cluster)
-            .cloned();
-        match client {
-            Some(client) => Ok((client, local)),
-            None => Err(Error::NotConnected {
+        match clients.get(cluster) {
+            Ok(client) => Ok((client, local)),
+            Err(_) => Err(Error::NotConnected {
                 name: name.to_owned(),
                 cluster: cluster.to_owned(),
             }),
@@ -110,21 +95,15 @@ impl Clusters {
 
     fn connected(&self, cluster: &str, client: kube::Client) {
         if let Some(clients) = &self.clients {
-            clients
-                .write()
-                .unwrap_or_else(|poisoned| poisoned.into_inner())
-                .insert(cluster.to_owned(), client);
+            clients.connected(cluster, client);
         }
     }
 
-    /// `cluster` has no client any more: its writes fail with [`Error::NotConnected`] until it
-    /// is connected again.
-    fn disconnected(&self, cluster: &str) {
+    /// `cluster` has no client any more (`why`): its writes fail with [`Error::NotConnected`]
+    /// until it is connected again.
+    fn disconnected(&self, cluster: &str, why: String) {
         if let Some(clients) = &self.clients {
-            clients
-                .write()
-                .unwrap_or_else(|poisoned| poisoned.into_inner())
-                .remove(cluster);
+            clients.disconnected(cluster, why);
         }
     }
 }
@@ -299,16 +278,6 @@ pub struct Settings<'a> {
     pub failures: crate::error::Failures,
 }
 
-/// What connecting to a member needs, owned by the member's driver.
-#[derive(Clone)]
-struct Connector {
-    hub: kube::Client,
-    layers: ClientLayers,
-    system_namespace: String,
-    request_timeout: std::time::Duration,
-    failures: crate::error::Failures,
-}
-
 /// Starts watching every member: the caches, the routing of writes, and the future that drives
 /// them all (run it as a critical task). `touched` is sent each group a change concerns,
 /// including every group of a member that goes out or comes back.
@@ -323,7 +292,7 @@ pub fn start(
 ) {
     let clusters = Clusters {
         hub: settings.hub.clone(),
-        clients: Some(Arc::default()),
+        clients: Some(MemberClients::default()),
     };
     let mut caches = Vec::new();
     let mut drivers = Vec::new();
@@ -360,7 +329,6 @@ fn watch_cluster(
         layers: settings.layers.clone(),
         system_namespace: settings.system_namespace.to_owned(),
         request_timeout: settings.request_timeout,
-        failures: settings.failures.clone(),
     };
     let (current, client) = tokio::sync::watch::channel::<CurrentClient>(None);
     let namespace = settings.namespace.to_owned();
@@ -397,8 +365,9 @@ fn watch_cluster(
         in_use: None,
         connected_once: false,
         last_error: None,
+        failures: settings.failures.clone(),
     };
-    let follow = follow_kubeconfig(connector, cluster.clone(), member);
+    let follow = baton_shared::members::follow_kubeconfig(connector, cluster.clone(), member);
     let name = cluster.name.clone();
     let watched = cache.clone();
     let drive = async move {
@@ -495,6 +464,8 @@ struct Member {
     connected_once: bool,
     /// The last problem told, so that each is told once.
     last_error: Option<String>,
+    /// Counts each failed attempt to connect.
+    failures: crate::error::Failures,
 }
 
 impl Member {
@@ -502,6 +473,19 @@ impl Member {
         self.health
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Counts a failed attempt to connect; its text.
+    fn counted(&self, error: MemberError) -> String {
+        let error = Error::from(error);
+        self.failures.count(&error);
+        error.to_string()
+    }
+}
+
+impl Connection for Member {
+    fn in_use(&self) -> Option<&str> {
+        self.in_use.as_deref()
     }
 
     /// Connects with `client`, built from `kubeconfig`: the member is out (its health starts
@@ -531,8 +515,8 @@ impl Member {
     /// be revoked (a token rotated after a leak) or name a cluster no longer meant, and a
     /// member read with them could be trusted on a snapshot nobody vouches for. Out is the
     /// planner's safe side: its groups are held, nothing is deleted, until the Secret is fixed.
-    fn refuse(&mut self, error: &Error) {
-        let error = error.to_string();
+    fn refuse(&mut self, error: MemberError) {
+        let error = self.counted(error);
         if self.in_use.is_none() && self.last_error.as_ref() == Some(&error) {
             return;
         }
@@ -540,7 +524,7 @@ impl Member {
         self.health().switch(generation, Some(error.clone()));
         let _ = self.out_changed.send(());
         if self.in_use.take().is_some() {
-            self.clusters.disconnected(&self.cluster);
+            self.clusters.disconnected(&self.cluster, error.clone());
             self.current.send_replace(None);
             tracing::warn!(cluster = %self.cluster, %error, "the member cluster's kubeconfig Secret changed and cannot be used: disconnected, its groups held until it is fixed");
         } else {
@@ -552,8 +536,8 @@ impl Member {
     /// The Secret could not be read (the hub's API server did not answer, or refused): that
     /// says nothing of the Secret, so a connected member keeps its client, and one that is
     /// not connected yet stays out with `error`.
-    fn unread(&mut self, error: &Error) {
-        let error = error.to_string();
+    fn unread(&mut self, error: MemberError) {
+        let error = self.counted(error);
         if self.last_error.as_ref() == Some(&error) {
             return;
         }
@@ -567,189 +551,6 @@ impl Member {
         }
         self.last_error = Some(error);
     }
-}
-
-/// Keeps the member's client that of its kubeconfig Secret as it is now: the controller's own
-/// for a member without a Secret; else the Secret is read when the member starts and again each
-/// time a watch of that one Secret (by name: `get`, `list` and `watch` on it alone) says it
-/// changed, or fails. A kubeconfig that differs from the one in use (a token rotated by
-/// `kubectl baton cluster add` run again) replaces the member's client at once
-/// ([`Member::connect`]); one that cannot be used disconnects it ([`Member::refuse`]). A read
-/// that fails is retried with the watches' backoff, each counted in this one place.
-async fn follow_kubeconfig(connector: Connector, cluster: ClusterConfig, mut member: Member) {
-    if cluster.kubeconfig_secret.is_empty() {
-        member.connect(String::new(), connector.hub.clone());
-        // The member keeps this client: the sender stays, so its watches never stop.
-        return std::future::pending().await;
-    }
-    let secrets: Api<Secret> = Api::namespaced(connector.hub.clone(), &connector.system_namespace);
-    let by_name =
-        watcher::Config::default().fields(&format!("metadata.name={}", cluster.kubeconfig_secret));
-    let mut changes = std::pin::pin!(baton_shared::initial_list::relisting_watcher(
-        secrets, by_name
-    ));
-    let mut watch_error = None;
-    loop {
-        let mut backoff = baton_shared::kube_client::watch_backoff();
-        loop {
-            let read = read_kubeconfig(&connector, &cluster).await;
-            let seen = match &read {
-                Ok(kubeconfig) => SecretRead::Kubeconfig(kubeconfig),
-                Err(error) if read_failed(error) => SecretRead::Unread,
-                Err(_) => SecretRead::Unusable,
-            };
-            match (reconnect(member.in_use.as_deref(), seen), read) {
-                (Reconnect::Keep, Ok(_)) => break,
-                (Reconnect::Keep, Err(error)) => {
-                    connector.failures.count(&error);
-                    member.unread(&error);
-                }
-                (_, Ok(kubeconfig)) => match client_from(&connector, &cluster, &kubeconfig).await {
-                    Ok(client) => break member.connect(kubeconfig, client),
-                    // A kubeconfig no client can be built from is as unusable as none.
-                    Err(error) => {
-                        connector.failures.count(&error);
-                        break member.refuse(&error);
-                    }
-                },
-                (_, Err(error)) => {
-                    connector.failures.count(&error);
-                    break member.refuse(&error);
-                }
-            }
-            let delay = backoff.next().unwrap_or(std::time::Duration::from_secs(2));
-            tokio::time::sleep(delay).await;
-        }
-        // Until the Secret changes, or its watch fails (the read that follows then catches
-        // what the watch may have missed, at the pace of the watch's backoff).
-        loop {
-            match changes.next().await {
-                Some(Ok(watcher::Event::Init | watcher::Event::InitApply(_))) => {}
-                Some(Ok(_)) => {
-                    if watch_error.take().is_some() {
-                        tracing::info!(cluster = %cluster.name, "watching the member cluster's kubeconfig Secret again");
-                    }
-                    break;
-                }
-                Some(Err(error)) => {
-                    let error = error.to_string();
-                    if watch_error.as_ref() != Some(&error) {
-                        tracing::warn!(cluster = %cluster.name, secret = %cluster.kubeconfig_secret, %error, "cannot watch the member cluster's kubeconfig Secret (does baton-controller's Role give list and watch on it?); it is read again at each retry");
-                        watch_error = Some(error);
-                    }
-                    break;
-                }
-                None => return,
-            }
-        }
-    }
-}
-
-/// Whether the Secret could not be read at all, which says nothing about what it holds; a
-/// Secret that is not there (404) is read, and found unusable, as one without the key is.
-fn read_failed(error: &Error) -> bool {
-    match error {
-        Error::ReadMemberSecretTimedOut { .. } => true,
-        Error::ReadMemberSecret { source, .. } => {
-            !matches!(source.as_ref(), kube::Error::Api(status) if status.code == 404)
-        }
-        _ => false,
-    }
-}
-
-/// The member's kubeconfig as its Secret holds it now (one bounded read).
-async fn read_kubeconfig(connector: &Connector, cluster: &ClusterConfig) -> Result<String, Error> {
-    let Connector {
-        hub,
-        system_namespace,
-        request_timeout,
-        ..
-    } = connector;
-    let (namespace, secret, key) = (
-        system_namespace.to_owned(),
-        cluster.kubeconfig_secret.clone(),
-        cluster.kubeconfig_key.clone(),
-    );
-    let name = cluster.name.clone();
-    let secrets: Api<Secret> = Api::namespaced(hub.clone(), system_namespace);
-    let reading = format!("reading Secret {secret}");
-    let read = bounded(*request_timeout, reading, secrets.get(&secret))
-        .await
-        .map_err(|source| Error::ReadMemberSecretTimedOut {
-            cluster: name.clone(),
-            namespace: namespace.clone(),
-            secret: secret.clone(),
-            source,
-        })?
-        .map_err(|source| Error::ReadMemberSecret {
-            cluster: name.clone(),
-            namespace: namespace.clone(),
-            secret: secret.clone(),
-            source: Box::new(source),
-        })?;
-    let Some(bytes) = read.data.as_ref().and_then(|data| data.get(&key)) else {
-        return Err(Error::MemberSecretKeyMissing {
-            cluster: name,
-            namespace,
-            secret,
-            key,
-        });
-    };
-    String::from_utf8(bytes.0.clone()).map_err(|error| Error::MemberNotKubeconfig {
-        cluster: name,
-        namespace,
-        secret,
-        key,
-        why: error.to_string(),
-    })
-}
-
-/// A client of the member from `text`, its kubeconfig, if the hub accepts it.
-async fn client_from(
-    connector: &Connector,
-    cluster: &ClusterConfig,
-    text: &str,
-) -> Result<kube::Client, Error> {
-    let (namespace, secret, key) = (
-        connector.system_namespace.clone(),
-        cluster.kubeconfig_secret.clone(),
-        cluster.kubeconfig_key.clone(),
-    );
-    let name = cluster.name.clone();
-    let not_kubeconfig = |why: String| Error::MemberNotKubeconfig {
-        cluster: name.clone(),
-        namespace: namespace.clone(),
-        secret: secret.clone(),
-        key: key.clone(),
-        why,
-    };
-    // Only what the allow-list takes reaches kube: a kubeconfig can ask for files of this pod,
-    // programs run in it, a proxy, unchecked certificates.
-    let access = baton_core::cluster_kubeconfig::accept(text).map_err(|error| match error {
-        Unusable::Unreadable(why) => not_kubeconfig(why),
-        Unusable::Refused(refusals) => Error::MemberKubeconfigRefused {
-            cluster: name.clone(),
-            namespace: namespace.clone(),
-            secret: secret.clone(),
-            key: key.clone(),
-            refusals: Unusable::Refused(refusals).to_string(),
-        },
-    })?;
-    let kubeconfig: Kubeconfig = serde_json::from_value(access.kubeconfig())
-        .map_err(|error| not_kubeconfig(error.to_string()))?;
-    let unusable = |why: String| Error::MemberClient {
-        cluster: name.clone(),
-        namespace: namespace.clone(),
-        secret: secret.clone(),
-        why,
-    };
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-        .await
-        .map_err(|error| unusable(error.to_string()))?;
-    connector
-        .layers
-        .client(config)
-        .map_err(|error| unusable(error.to_string()))
 }
 
 #[cfg(test)]
@@ -829,40 +630,6 @@ mod tests {
         assert!(health.outage().expect("out").contains("is refused"));
         assert!(!health.observe(1, Watch::Pods, &listed()));
         assert!(health.outage().expect("out").contains("is refused"));
-    }
-
-    #[test]
-    fn a_secret_that_is_not_there_is_unusable_and_one_not_read_is_unknown() {
-        let reading = |code: u16| Error::ReadMemberSecret {
-            cluster: "cluster-b".into(),
-            namespace: "baton-system".into(),
-            secret: "member-cluster-b".into(),
-            source: Box::new(kube::Error::Api(
-                kube::core::Status::failure("no", "No")
-                    .with_code(code)
-                    .boxed(),
-            )),
-        };
-        // Gone: a fact about the Secret, which disconnects.
-        assert!(!read_failed(&reading(404)));
-        assert!(!read_failed(&Error::MemberSecretKeyMissing {
-            cluster: "cluster-b".into(),
-            namespace: "baton-system".into(),
-            secret: "member-cluster-b".into(),
-            key: "kubeconfig".into(),
-        }));
-        // Not read (refused, the hub's API server failing, no answer): nothing is known.
-        assert!(read_failed(&reading(403)));
-        assert!(read_failed(&reading(500)));
-        assert!(read_failed(&Error::ReadMemberSecretTimedOut {
-            cluster: "cluster-b".into(),
-            namespace: "baton-system".into(),
-            secret: "member-cluster-b".into(),
-            source: baton_shared::kube_client::TimedOut {
-                what: "reading Secret member-cluster-b".into(),
-                timeout: std::time::Duration::from_secs(10),
-            },
-        }));
     }
 
     #[test]

@@ -121,65 +121,16 @@ pub enum Error {
         namespace: String,
         name: String,
         action: &'static str,
-        /// Boxed, as in [`Error::ReadMemberSecret`].
+        /// Boxed: with the names beside it, it would make every `Error` large.
         #[source]
         source: Box<kube::Error>,
     },
 
-    // A member cluster's kubeconfig Secret: each names the member, the Secret and what is wrong.
-    #[error("reading Secret {namespace}/{secret} of member cluster {cluster}: {source}")]
-    ReadMemberSecret {
-        cluster: String,
-        namespace: String,
-        secret: String,
-        /// Boxed: with the names beside it, it would make every `Error` large.
-        source: Box<kube::Error>,
-    },
-    #[error("reading Secret {namespace}/{secret} of member cluster {cluster}: {source}")]
-    ReadMemberSecretTimedOut {
-        cluster: String,
-        namespace: String,
-        secret: String,
-        source: TimedOut,
-    },
-    #[error("Secret {namespace}/{secret} of member cluster {cluster} has no key {key}")]
-    MemberSecretKeyMissing {
-        cluster: String,
-        namespace: String,
-        secret: String,
-        key: String,
-    },
-    #[error(
-        "key {key} of Secret {namespace}/{secret} (member cluster {cluster}) is not a kubeconfig: {why}"
-    )]
-    MemberNotKubeconfig {
-        cluster: String,
-        namespace: String,
-        secret: String,
-        key: String,
-        why: String,
-    },
-    /// Fields the hub does not accept in a member's kubeconfig
-    /// ([`baton_core::cluster_kubeconfig`]): the member stays out until the Secret is fixed.
-    #[error(
-        "key {key} of Secret {namespace}/{secret} (member cluster {cluster}) is refused: {refusals}"
-    )]
-    MemberKubeconfigRefused {
-        cluster: String,
-        namespace: String,
-        secret: String,
-        key: String,
-        refusals: String,
-    },
-    #[error(
-        "the kubeconfig of member cluster {cluster} (Secret {namespace}/{secret}) cannot be used: {why}"
-    )]
-    MemberClient {
-        cluster: String,
-        namespace: String,
-        secret: String,
-        why: String,
-    },
+    /// A member cluster's kubeconfig Secret: each names the member, the Secret and what is
+    /// wrong, and keeps its own label.
+    /// Boxed: the names it holds would make every `Error` large.
+    #[error(transparent)]
+    Member(Box<baton_shared::members::MemberError>),
 
     // The status page: why a request has no status to show.
     #[error("the caches have not synced yet: try again in a few seconds")]
@@ -197,6 +148,12 @@ fn storing_gate_state(statefulset: &str, source: &Error) -> String {
         Error::TimedOut(timed_out) => timed_out.to_string(),
         Error::NotConnected { .. } => format!("storing the gate state: {source}"),
         other => format!("storing the gate state on StatefulSet {statefulset}: {other}"),
+    }
+}
+
+impl From<baton_shared::members::MemberError> for Error {
+    fn from(error: baton_shared::members::MemberError) -> Self {
+        Self::Member(Box::new(error))
     }
 }
 
@@ -272,12 +229,7 @@ impl Error {
             Self::LeaseNotFound { .. } => "lease_not_found",
             Self::LeaseUnconditional { .. } => "lease_unconditional",
             Self::LeaseCall { .. } => "lease_call",
-            Self::ReadMemberSecret { .. } => "read_member_secret",
-            Self::ReadMemberSecretTimedOut { .. } => "read_member_secret_timeout",
-            Self::MemberSecretKeyMissing { .. } => "member_secret_key_missing",
-            Self::MemberNotKubeconfig { .. } => "member_not_kubeconfig",
-            Self::MemberKubeconfigRefused { .. } => "member_kubeconfig_refused",
-            Self::MemberClient { .. } => "member_client",
+            Self::Member(error) => error.metric_label(),
             Self::StatusNotSynced => "status_not_synced",
             Self::NoSuchGroup { .. } => "no_such_group",
         }
@@ -311,6 +263,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+    use baton_shared::members::MemberError;
 
     fn refused() -> kube::Error {
         kube::Error::Api(
@@ -470,59 +423,59 @@ mod tests {
                 "lease_call",
             ),
             (
-                Error::ReadMemberSecret {
+                Error::from(MemberError::ReadSecret {
                     cluster: cluster.clone(),
                     namespace: namespace.clone(),
                     secret: secret.clone(),
                     source: Box::new(refused()),
-                },
+                }),
                 "read_member_secret",
             ),
             (
-                Error::ReadMemberSecretTimedOut {
+                Error::from(MemberError::ReadSecretTimedOut {
                     cluster: cluster.clone(),
                     namespace: namespace.clone(),
                     secret: secret.clone(),
                     source: timed_out(),
-                },
+                }),
                 "read_member_secret_timeout",
             ),
             (
-                Error::MemberSecretKeyMissing {
+                Error::from(MemberError::SecretKeyMissing {
                     cluster: cluster.clone(),
                     namespace: namespace.clone(),
                     secret: secret.clone(),
                     key: s("kubeconfig"),
-                },
+                }),
                 "member_secret_key_missing",
             ),
             (
-                Error::MemberNotKubeconfig {
+                Error::from(MemberError::NotKubeconfig {
                     cluster: cluster.clone(),
                     namespace: namespace.clone(),
                     secret: secret.clone(),
                     key: s("kubeconfig"),
                     why: s("not YAML"),
-                },
+                }),
                 "member_not_kubeconfig",
             ),
             (
-                Error::MemberKubeconfigRefused {
+                Error::from(MemberError::KubeconfigRefused {
                     cluster: cluster.clone(),
                     namespace: namespace.clone(),
                     secret: secret.clone(),
                     key: s("kubeconfig"),
                     refusals: s("exec"),
-                },
+                }),
                 "member_kubeconfig_refused",
             ),
             (
-                Error::MemberClient {
+                Error::from(MemberError::Client {
                     cluster,
                     namespace,
                     secret,
                     why: s("no server"),
-                },
+                }),
                 "member_client",
             ),
             (Error::StatusNotSynced, "status_not_synced"),

@@ -15,6 +15,7 @@
 //! | [`downscale_history`] | reading the Go operator's zone tracker and writing one entry of it |
 //! | [`pod_client`] | the bounded, measured HTTP client for calls to pods |
 //! | [`kube_client`] | the instrumented Kubernetes client, bounded calls, the watch backoff |
+//! | [`members`] | member clusters reached from kubeconfig Secrets, followed as the Secrets change, and who is reachable |
 //! | [`failures`] | a binary's one failures counter, labelled by its error type's `metric_label()` |
 //! | [`initial_list`] | how every watch fills its cache at start: streaming, or listing when the API server refuses it |
 //! | `http_server`, `ops_server` | the actix servers (`server` feature): draining in order, `/metrics`, `/ready`, `/live` |
@@ -38,6 +39,7 @@ pub mod index;
 pub mod initial_list;
 pub mod kube_client;
 pub mod ledger;
+pub mod members;
 #[cfg(feature = "server")]
 pub mod ops_server;
 pub mod pod_cache;

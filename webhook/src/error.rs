@@ -101,11 +101,23 @@ pub enum Error {
     PodCall(PodCallError),
     #[error("the request deadline passed")]
     DeadlinePassed,
+
+    /// A member cluster's kubeconfig Secret (`webhook.clusters`): each names the member, the
+    /// Secret and what is wrong, and keeps its own label.
+    /// Boxed: the names it holds would make every `Error` large.
+    #[error(transparent)]
+    Member(Box<baton_shared::members::MemberError>),
+}
+
+impl From<baton_shared::members::MemberError> for Error {
+    fn from(error: baton_shared::members::MemberError) -> Self {
+        Self::Member(Box::new(error))
+    }
 }
 
 /// Every label [`Error::metric_label`] gives, one per variant, in the order of the variants.
 /// Stable: dashboards and alerts select on them.
-pub const METRIC_LABELS: [&str; 23] = [
+pub const METRIC_LABELS: [&str; 29] = [
     "read_tls_file",
     "no_certificate",
     "bad_certificate",
@@ -129,6 +141,12 @@ pub const METRIC_LABELS: [&str; 23] = [
     "read_record",
     "pod_call",
     "deadline_passed",
+    "read_member_secret",
+    "read_member_secret_timeout",
+    "member_secret_key_missing",
+    "member_not_kubeconfig",
+    "member_kubeconfig_refused",
+    "member_client",
 ];
 
 impl Error {
@@ -159,6 +177,7 @@ impl Error {
             Self::ReadRecord(_) => "read_record",
             Self::PodCall(_) => "pod_call",
             Self::DeadlinePassed => "deadline_passed",
+            Self::Member(error) => error.metric_label(),
         }
     }
 }
@@ -309,6 +328,62 @@ mod tests {
             ),
             (Error::DeadlinePassed, "deadline_passed"),
         ]
+        .into_iter()
+        .chain(member_variants())
+        .collect()
+    }
+
+    /// A member cluster's Secret, each way it fails.
+    fn member_variants() -> Vec<(Error, &'static str)> {
+        use baton_shared::members::MemberError;
+        let (cluster, namespace, secret, key) = (s("b"), s("baton"), s("member-b"), s("k"));
+        vec![
+            MemberError::ReadSecret {
+                cluster: cluster.clone(),
+                namespace: namespace.clone(),
+                secret: secret.clone(),
+                source: Box::new(refused()),
+            },
+            MemberError::ReadSecretTimedOut {
+                cluster: cluster.clone(),
+                namespace: namespace.clone(),
+                secret: secret.clone(),
+                source: baton_shared::kube_client::TimedOut {
+                    what: s("reading"),
+                    timeout: Duration::from_secs(1),
+                },
+            },
+            MemberError::SecretKeyMissing {
+                cluster: cluster.clone(),
+                namespace: namespace.clone(),
+                secret: secret.clone(),
+                key: key.clone(),
+            },
+            MemberError::NotKubeconfig {
+                cluster: cluster.clone(),
+                namespace: namespace.clone(),
+                secret: secret.clone(),
+                key: key.clone(),
+                why: s("not YAML"),
+            },
+            MemberError::KubeconfigRefused {
+                cluster: cluster.clone(),
+                namespace: namespace.clone(),
+                secret: secret.clone(),
+                key,
+                refusals: s("exec"),
+            },
+            MemberError::Client {
+                cluster,
+                namespace,
+                secret,
+                why: s("no server"),
+            },
+        ]
+        .into_iter()
+        .zip(baton_shared::members::METRIC_LABELS)
+        .map(|(error, label)| (Error::from(error), label))
+        .collect()
     }
 
     #[test]

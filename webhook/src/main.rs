@@ -13,6 +13,7 @@ use baton_shared::pod_client::PodHttpClient;
 use baton_shared::supervisor::Supervisor;
 use baton_webhook::admission::prepare_downscale::flow::PrepareDownscale;
 use baton_webhook::evictions::{Evictions, ZpdbMetrics};
+use baton_webhook::members::Members;
 use baton_webhook::metrics::WebhookMetrics;
 use baton_webhook::parents::ParentCache;
 use baton_webhook::server::{self, WebhookState};
@@ -107,13 +108,30 @@ struct Judges {
     fill_statefulsets: futures::future::BoxFuture<'static, ()>,
     fill_parents: futures::future::BoxFuture<'static, ()>,
     fill_evictions: futures::future::BoxFuture<'static, ()>,
+    /// Keeps the member clusters' clients current (`webhook.clusters`); never ends.
+    follow_members: futures::future::BoxFuture<'static, ()>,
 }
 
 impl Judges {
     async fn build(config: &Config, registry: &prometheus::Registry) -> anyhow::Result<Self> {
         use futures::FutureExt;
-        let client = baton_shared::kube_client::client(&config.kubernetes, registry).await?;
+        let (client, layers) =
+            baton_shared::kube_client::client_and_layers(&config.kubernetes, registry).await?;
         let metrics = WebhookMetrics::register(registry)?;
+        let connector = baton_shared::members::Connector {
+            hub: client.clone(),
+            layers,
+            system_namespace: config.system_namespace().to_owned(),
+            request_timeout: config.webhook.request_timeout.get(),
+        };
+        let (members, follow_members) = match Members::start(
+            connector,
+            &config.webhook.clusters,
+            Some(metrics.failures.clone()),
+        ) {
+            Some((members, follow)) => (Some(members), follow),
+            None => (None, std::future::pending().boxed()),
+        };
         let pods = PodHttpClient::new(&config.pods, registry)?;
         let (statefulsets, fill_statefulsets) =
             statefulsets::watch(client.clone(), &config.namespace);
@@ -130,7 +148,7 @@ impl Judges {
             ZpdbMetrics::register(registry)?,
         );
         let evictions = Arc::new(evictions);
-        let prepare = PrepareDownscale::new(client, pods, config);
+        let prepare = PrepareDownscale::new(client, pods, config).with_members(members);
         let state = actix_web::web::Data::new(
             WebhookState::new(parents.clone(), prepare, metrics, &config.webhook)
                 .with_evictions(evictions.clone())
@@ -146,6 +164,7 @@ impl Judges {
             fill_statefulsets: fill_statefulsets.boxed(),
             fill_parents: fill_parents.boxed(),
             fill_evictions: fill_evictions.boxed(),
+            follow_members,
         })
     }
 }
@@ -183,6 +202,7 @@ impl Tasks {
         critical.spawn(Task::StatefulSetCache, watch(judges.fill_statefulsets));
         critical.spawn(Task::ParentCaches, watch(judges.fill_parents));
         critical.spawn(Task::EvictionCaches, watch(judges.fill_evictions));
+        critical.spawn(Task::MemberClusters, watch(judges.follow_members));
         let failures = judges.state.failures().clone();
         critical.spawn(
             Task::CertificateReloader,
@@ -313,6 +333,7 @@ enum Task {
     StatefulSetCache,
     ParentCaches,
     EvictionCaches,
+    MemberClusters,
     CertificateReloader,
     Readiness,
 }
@@ -325,6 +346,7 @@ impl std::fmt::Display for Task {
             Task::StatefulSetCache => "StatefulSet cache",
             Task::ParentCaches => "parent caches",
             Task::EvictionCaches => "eviction caches",
+            Task::MemberClusters => "member clusters",
             Task::CertificateReloader => "certificate reloader",
             Task::Readiness => "readiness",
         })

@@ -26,6 +26,7 @@ use kube::{Api, Client};
 use tokio::time::Instant;
 
 use crate::error::{Error, Failures};
+use crate::members::Members;
 
 /// What prepare-downscale needs to act; cheap to clone.
 #[derive(Clone)]
@@ -40,6 +41,8 @@ pub struct PrepareDownscale {
     tracker_logged: Arc<Mutex<Option<String>>>,
     /// Where a failed step is counted ([`Deadline::run`]).
     failures: Option<Failures>,
+    /// The member clusters (`webhook.clusters`); `None`: this cluster alone.
+    members: Option<Members>,
 }
 
 impl std::fmt::Debug for PrepareDownscale {
@@ -47,6 +50,7 @@ impl std::fmt::Debug for PrepareDownscale {
         f.debug_struct("PrepareDownscale")
             .field("settings", &self.settings)
             .field("request_timeout", &self.request_timeout)
+            .field("members", &self.members)
             .finish_non_exhaustive()
     }
 }
@@ -68,7 +72,13 @@ impl PrepareDownscale {
             undo_reserve: config.pods.request_timeout.get().min(request_timeout / 3),
             tracker_logged: Arc::default(),
             failures: None,
+            members: None,
         }
+    }
+
+    /// Claims downscales across `members` (`webhook.clusters`); `None`: this cluster alone.
+    pub fn with_members(self, members: Option<Members>) -> Self {
+        Self { members, ..self }
     }
 
     /// Counts each failed step in `failures` (`baton_webhook_failures_total`).
