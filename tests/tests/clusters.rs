@@ -2499,3 +2499,245 @@ fn a_pod_in_cluster_b_naming_cluster_a_statefulset_as_its_owner_is_never_counted
         let _ = pods.delete(&forged, &Default::default()).await;
     });
 }
+
+// ---------------------------------------------------------------------------------------------
+// Evictions across clusters: a zone-aware budget spans the group's members in every cluster
+// (docs/multi-cluster.md, "Evictions"). Each scenario starts an eviction webhook per cluster,
+// each with the three as its `webhook.clusters`, and takes the trio alone: evictions in the
+// namespace are judged by its webhooks only.
+// ---------------------------------------------------------------------------------------------
+
+/// The refusal's message of an eviction a webhook refused (panics if it went through).
+fn refusal(evicted: Result<(), (u16, String)>, what: &str) -> String {
+    match evicted {
+        Ok(()) => panic!("{what} went through"),
+        Err((code, message)) => {
+            assert!(code == 429 || code == 403, "{what}: {code} {message}");
+            message
+        }
+    }
+}
+
+#[test]
+fn a_drain_in_cluster_b_is_refused_while_cluster_a_has_a_pod_not_ready_naming_it_and_goes_once_it_is_ready()
+ {
+    use baton_e2e::cluster_evictions::EvictionWebhooks;
+    use baton_e2e::zpdb_support::{client_without_retries, evict, evict_dry_run};
+
+    ClusterTrio::scenario_alone(|clusters| async move {
+        let _witness = clusters.witness();
+        let ns = clusters.namespace();
+        // Given a group of two pods in each cluster, a budget of one unavailable pod selecting
+        // it in each, and each cluster's eviction webhook judging it over the three clusters
+        let group = Group::new("evict-ready", 2, 1);
+        clusters
+            .create_group(&group, |_, fixture| {
+                fixture.pod_label("rollout-group", &group.name)
+            })
+            .await;
+        let webhooks = EvictionWebhooks::start(clusters, &group.name).await;
+        let drain = client_without_retries(&clusters.cluster("cluster-b").control_plane).await;
+
+        // When cluster-a's pod evict-ready-1 is not ready
+        let a = clusters.cluster("cluster-a");
+        a.simulator.hold_not_ready("evict-ready-1").await;
+        wait_until(
+            TIMEOUT,
+            "cluster-b's webhook sees cluster-a's pod down",
+            || async { evict_dry_run(&drain, ns, "evict-ready-0").await.is_err() },
+        )
+        .await;
+
+        // Then a drain of cluster-b's evict-ready-0 is refused, naming cluster-a's pod
+        let message = refusal(
+            evict(&drain, ns, "evict-ready-0").await,
+            "evicting cluster-b's evict-ready-0 while cluster-a has a pod down",
+        );
+        for words in [
+            "pod cluster-b/evict-ready-0 cannot be evicted",
+            "one zone at a time",
+            "StatefulSet cluster-a/evict-ready",
+            "cluster-a/evict-ready-1 not ready",
+        ] {
+            assert!(
+                message.contains(words),
+                "{words:?} not in {message:?}\n{}",
+                webhooks.output("cluster-b")
+            );
+        }
+        // and the pod is still there, not terminating
+        let pods = Api::<Pod>::namespaced(clusters.cluster("cluster-b").client(), ns);
+        let pod = pods.get("evict-ready-0").await.expect("evict-ready-0");
+        assert_eq!(pod.metadata.deletion_timestamp, None);
+
+        // And once cluster-a's pod is ready again, the drain goes
+        a.simulator.release("evict-ready-1").await;
+        wait_until(
+            TIMEOUT,
+            "cluster-b's webhook sees cluster-a whole",
+            || async { evict_dry_run(&drain, ns, "evict-ready-0").await.is_ok() },
+        )
+        .await;
+        evict(&drain, ns, "evict-ready-0")
+            .await
+            .unwrap_or_else(|refused| panic!("the drain after cluster-a recovered: {refused:?}"));
+        let uid = pod.metadata.uid.expect("a uid");
+        wait_until(TIMEOUT, "evict-ready-0 leaves cluster-b", || async {
+            pods.get_opt("evict-ready-0")
+                .await
+                .ok()
+                .flatten()
+                .is_none_or(|now| {
+                    now.metadata.uid.as_ref() != Some(&uid)
+                        || now.metadata.deletion_timestamp.is_some()
+                })
+        })
+        .await;
+    });
+}
+
+#[test]
+fn two_drains_racing_in_cluster_b_and_cluster_c_let_exactly_one_eviction_through() {
+    use baton_e2e::cluster_evictions::EvictionWebhooks;
+    use baton_e2e::zpdb_support::{client_without_retries, evict};
+
+    ClusterTrio::scenario_alone(|clusters| async move {
+        let _witness = clusters.witness();
+        let ns = clusters.namespace();
+        // Given the group's pods all ready in the three clusters and a budget of one
+        // unavailable pod, judged by each cluster's webhook over the three
+        let group = Group::new("evict-race", 2, 1);
+        clusters
+            .create_group(&group, |_, fixture| {
+                fixture.pod_label("rollout-group", &group.name)
+            })
+            .await;
+        let webhooks = EvictionWebhooks::start(clusters, &group.name).await;
+        let drain_b = client_without_retries(&clusters.cluster("cluster-b").control_plane).await;
+        let drain_c = client_without_retries(&clusters.cluster("cluster-c").control_plane).await;
+
+        // When cluster-b's and cluster-c's drains evict a pod each at the same instant
+        let (in_b, in_c) = tokio::join!(
+            evict(&drain_b, ns, "evict-race-0"),
+            evict(&drain_c, ns, "evict-race-0")
+        );
+
+        // Then exactly one goes, and the other is refused for the zone the first took
+        let outputs = || {
+            format!(
+                "cluster-b's webhook:\n{}\ncluster-c's webhook:\n{}",
+                webhooks.output("cluster-b"),
+                webhooks.output("cluster-c")
+            )
+        };
+        let (message, went, refused_in) = match (in_b, in_c) {
+            (Ok(()), Err(refused)) => (refused, "cluster-b", "cluster-c"),
+            (Err(refused), Ok(())) => (refused, "cluster-c", "cluster-b"),
+            (in_b, in_c) => panic!(
+                "not exactly one of the racing evictions went: cluster-b {in_b:?}, cluster-c {in_c:?}\n{}",
+                outputs()
+            ),
+        };
+        let message = refusal(Err(message), "the racing eviction that lost");
+        for words in [
+            format!("pod {refused_in}/evict-race-0 cannot be evicted"),
+            format!("StatefulSet {went}/evict-race"),
+        ] {
+            assert!(
+                message.contains(&words),
+                "{words:?} not in {message:?}\n{}",
+                outputs()
+            );
+        }
+        // and the pod of the cluster that lost is still there, not terminating
+        let pod = Api::<Pod>::namespaced(clusters.cluster(refused_in).client(), ns)
+            .get("evict-race-0")
+            .await
+            .expect("the losing cluster's pod");
+        assert_eq!(pod.metadata.deletion_timestamp, None, "{refused_in}'s pod");
+        // and the claim is in the records of a majority of the clusters (cluster-a's first)
+        let key = baton_core::zpdb::record::record_key(&format!("{went}/evict-race-0"));
+        let mut holding = Vec::new();
+        for cluster in CLUSTERS {
+            let record = Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(
+                clusters.cluster(cluster).client(),
+                ns,
+            )
+            .get_opt("baton-zpdb-evict-race")
+            .await
+            .expect("reading a record");
+            if record
+                .and_then(|record| record.data)
+                .is_some_and(|data| data.contains_key(&key))
+            {
+                holding.push(cluster);
+            }
+        }
+        assert!(holding.len() >= 2, "{key} claimed in {holding:?}");
+        assert_eq!(holding[0], "cluster-a", "{holding:?}");
+    });
+}
+
+#[test]
+fn an_unreachable_cluster_counts_as_disrupted_an_eviction_elsewhere_refused_naming_it_until_it_is_back()
+ {
+    use baton_e2e::cluster_evictions::EvictionWebhooks;
+    use baton_e2e::zpdb_support::{client_without_retries, evict, evict_dry_run};
+
+    ClusterTrio::scenario_alone(|clusters| async move {
+        let _witness = clusters.witness();
+        let ns = clusters.namespace();
+        // Given the group's pods all ready in the three clusters, judged by each cluster's
+        // webhook over the three
+        let group = Group::new("evict-away", 2, 1);
+        clusters
+            .create_group(&group, |_, fixture| {
+                fixture.pod_label("rollout-group", &group.name)
+            })
+            .await;
+        let webhooks = EvictionWebhooks::start(clusters, &group.name).await;
+        let drain = client_without_retries(&clusters.cluster("cluster-b").control_plane).await;
+
+        // When cluster-c's API server stops
+        let outage = clusters.stop_apiserver("cluster-c").await;
+        wait_until(TIMEOUT, "cluster-b's webhook loses cluster-c", || async {
+            evict_dry_run(&drain, ns, "evict-away-0").await.is_err()
+        })
+        .await;
+
+        // Then a drain in cluster-b is refused, naming cluster-c and what lifts it
+        let message = refusal(
+            evict(&drain, ns, "evict-away-0").await,
+            "evicting cluster-b's evict-away-0 while cluster-c is unreachable",
+        );
+        for words in [
+            "pod cluster-b/evict-away-0 cannot be evicted",
+            "ZoneAwarePodDisruptionBudget evict-away",
+            "the pods of cluster-c",
+            "count as unavailable",
+            "remove it from webhook.clusters",
+        ] {
+            assert!(
+                message.contains(words),
+                "{words:?} not in {message:?}\n{}",
+                webhooks.output("cluster-b")
+            );
+        }
+
+        // And once cluster-c is back (listed again), the drain goes
+        outage.end().await;
+        wait_until(
+            GROUP_TIMEOUT_EVICTIONS,
+            "cluster-b's webhook lists cluster-c again",
+            || async { evict_dry_run(&drain, ns, "evict-away-0").await.is_ok() },
+        )
+        .await;
+        evict(&drain, ns, "evict-away-0")
+            .await
+            .unwrap_or_else(|refused| panic!("the drain after cluster-c came back: {refused:?}"));
+    });
+}
+
+/// How long a member that came back may take to be listed again by the webhooks (its API
+/// server starting, then the watches' backoff).
+const GROUP_TIMEOUT_EVICTIONS: Duration = Duration::from_secs(120);

@@ -736,6 +736,15 @@ impl Evictions {
             recently_allowed: record,
             record_expiry: RECORD_EXPIRY,
         });
+        tracing::debug!(
+            pod = %pod.name,
+            readable = ?now.readable.keys().collect::<Vec<_>>(),
+            away = ?now.away,
+            statefulsets = refs.len(),
+            pods = pods.len(),
+            verdict = verdict.message(),
+            "judged over the members"
+        );
         refuse_while_away(verdict, &pod.name, &now.away)
     }
 

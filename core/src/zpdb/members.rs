@@ -26,7 +26,7 @@
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
 
-use super::record::{RecordEntry, record_name};
+use super::record::{RecordEntry, record_key, record_name};
 use super::{DenyReason, EvictionVerdict};
 use crate::ledger::Ledger;
 
@@ -219,13 +219,14 @@ pub fn short_of_majority(
 /// `record` without the entry `request` wrote for `pod`; `None` when it holds none (another
 /// request's entry for the pod stays: it is that request's claim).
 pub fn withdrawn(record: &Ledger, pod: &str, request: &str) -> Option<Ledger> {
-    let raw = record.data.get(pod)?;
+    let key = record_key(pod);
+    let raw = record.data.get(&key)?;
     let entry: RecordEntry = serde_json::from_str(raw).ok()?;
     if entry.request != request {
         return None;
     }
     let mut data = record.data.clone();
-    data.remove(pod);
+    data.remove(&key);
     Some(Ledger {
         resource_version: record.resource_version.clone(),
         data,
@@ -346,7 +347,7 @@ mod tests {
         let record = with_eviction(&Ledger::default(), "cluster-a/web-0", None, "r1", now);
         let record = with_eviction(&record, "cluster-b/web-0", None, "r2", now);
         let without = withdrawn(&record, "cluster-a/web-0", "r1").expect("r1's entry");
-        assert_eq!(without.data.keys().collect::<Vec<_>>(), ["cluster-b/web-0"]);
+        assert_eq!(without.data.keys().collect::<Vec<_>>(), ["cluster-b_web-0"]);
         assert_eq!(withdrawn(&record, "cluster-b/web-0", "r1"), None);
         assert_eq!(withdrawn(&record, "cluster-c/web-0", "r1"), None);
     }
