@@ -16,7 +16,7 @@
 //! (a PodDisruptionBudget) or carries it out a step or two late. An evicted pod terminates, is
 //! gone for a while, starts again not ready and becomes ready.
 //!
-//! Checked at every step:
+//! Checked at every step (docs/rollout-guarantees.md names them (E-a) and (E-b)):
 //! - (a) `OneZoneAtATime`: at most one zone has unavailable pods (pods are only ever disrupted
 //!   by allowed evictions here, so this is the budget's promise);
 //! - (b) `WithinTheZonesBudget`: that zone has at most its max-unavailable.
