@@ -2741,3 +2741,118 @@ fn an_unreachable_cluster_counts_as_disrupted_an_eviction_elsewhere_refused_nami
 /// How long a member that came back may take to be listed again by the webhooks (its API
 /// server starting, then the watches' backoff).
 const GROUP_TIMEOUT_EVICTIONS: Duration = Duration::from_secs(120);
+
+/// Evicts `pod` of `cluster` as `kubectl drain` does: on 429 again every 100 ms until it is
+/// allowed (true), or the pod of that uid is gone, replaced by the rollout meanwhile (false);
+/// with the refusals counted.
+async fn drain_across(clusters: &ClusterTrio, cluster: &str, pod: &str) -> (bool, u32) {
+    use baton_e2e::zpdb_support::{client_without_retries, evict};
+    let ns = clusters.namespace();
+    let member = clusters.cluster(cluster);
+    let drain = client_without_retries(&member.control_plane).await;
+    let pods = Api::<Pod>::namespaced(member.client(), ns);
+    let uid = pods.get(pod).await.expect("the drained pod").metadata.uid;
+    let mut refusals = 0;
+    let deadline = Instant::now() + GROUP_TIMEOUT_EVICTIONS;
+    loop {
+        match evict(&drain, ns, pod).await {
+            Ok(()) => return (true, refusals),
+            Err((429, _)) => refusals += 1,
+            Err((404, _)) => {}
+            Err((code, message)) => panic!("draining {cluster}/{pod}: {code} {message}"),
+        }
+        let current = pods.get_opt(pod).await.expect("reading the drained pod");
+        if current.is_none_or(|current| current.metadata.uid != uid) {
+            return (false, refusals);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "draining {cluster}/{pod}: still refused after {GROUP_TIMEOUT_EVICTIONS:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[test]
+fn a_rollout_across_the_clusters_and_drains_in_each_never_take_two_zones_the_rollout_claiming_in_the_members_records()
+ {
+    use baton_e2e::cluster_evictions::EvictionWebhooks;
+    use k8s_openapi::api::core::v1::ConfigMap;
+
+    ClusterTrio::scenario_alone(|clusters| async move {
+        let witness = clusters.witness();
+        let ns = clusters.namespace();
+        // Given a group of two pods in each cluster, a budget of one unavailable pod in each,
+        // each cluster's eviction webhook judging over the three, and the controller's
+        // deletions claimed in the members' records
+        let group = Group::new("evict-roll", 2, 1);
+        clusters
+            .create_group(&group, |_, fixture| {
+                fixture.pod_label("rollout-group", &group.name)
+            })
+            .await;
+        let _webhooks = EvictionWebhooks::start(clusters, &group.name).await;
+
+        // When a version rolls out across the three and, at the same moment, a drain evicts
+        // a pod in each cluster
+        let from = Instant::now();
+        let drained = [
+            ("cluster-c", "evict-roll-1"),
+            ("cluster-b", "evict-roll-0"),
+            ("cluster-a", "evict-roll-1"),
+        ];
+        let drains = futures::future::join_all(
+            drained
+                .iter()
+                .map(|(cluster, pod)| drain_across(clusters, cluster, pod)),
+        );
+        // (a rollout deletion's claim is seen in a member's record, not the hub's alone)
+        let controller_claim = wait_until(
+            GROUP_TIMEOUT_EVICTIONS,
+            "a rollout deletion claimed in cluster-b's or cluster-c's record",
+            || async {
+                for cluster in ["cluster-b", "cluster-c"] {
+                    let record =
+                        Api::<ConfigMap>::namespaced(clusters.cluster(cluster).client(), ns)
+                            .get_opt("baton-zpdb-evict-roll")
+                            .await
+                            .ok()
+                            .flatten();
+                    if record.and_then(|record| record.data).is_some_and(|data| {
+                        data.values().any(|entry| {
+                            entry.contains("baton-controller rollout of group evict-roll")
+                        })
+                    }) {
+                        return true;
+                    }
+                }
+                false
+            },
+        );
+        let (_, drains, ()) =
+            futures::join!(clusters.roll_out(&group, "v2"), drains, controller_claim);
+
+        // Then the rollout completes, and the drains end
+        clusters.wait_complete(&group).await;
+        let summary: Vec<String> = drained
+            .iter()
+            .zip(&drains)
+            .map(|((cluster, pod), (evicted, refusals))| {
+                format!(
+                    "{cluster}/{pod}: {refusals} refusals, {}",
+                    if *evicted {
+                        "evicted"
+                    } else {
+                        "replaced by the rollout"
+                    }
+                )
+            })
+            .collect();
+        // And the three clusters' merged timeline never shows two zones unavailable at once,
+        // nor a zone with more unavailable pods than the budget, nor a pod leaving while
+        // another zone was unavailable
+        check_rollout_guarantees(&clusters.merged_timeline(), &group.zones(), from)
+            .unwrap_or_else(|violation| panic!("{violation}\ndrains: {summary:#?}"));
+        drop(witness);
+    });
+}
