@@ -1,4 +1,5 @@
-//! Zone-aware budgets across the trio's clusters (docs/multi-cluster.md, "Evictions"): a
+//! Zone-aware budgets across the trio's clusters (docs/multi-cluster.md, "Evictions across
+//! clusters"): a
 //! baton-webhook replica in each cluster with the three as its `webhook.clusters`, its own
 //! cluster without a Secret and the others by a kubeconfig Secret in its namespace, registered
 //! as its cluster's eviction webhook; a budget selecting the group in each cluster.
