@@ -1,8 +1,8 @@
 //! Zone-aware budgets across the trio's clusters (docs/multi-cluster.md, "Evictions across
-//! clusters"): a
-//! baton-webhook replica in each cluster with the three as its `webhook.clusters`, its own
-//! cluster without a Secret and the others by a kubeconfig Secret in its namespace, registered
-//! as its cluster's eviction webhook; a budget selecting the group in each cluster.
+//! clusters"): a baton-webhook replica in each cluster with the three as its
+//! `webhook.clusters`, its own cluster without a Secret and the others by a kubeconfig Secret
+//! in its namespace, registered as its cluster's eviction webhook; a budget selecting the
+//! group in each cluster.
 //!
 //! The Secrets are those the hub was given for cluster-b and cluster-c (`kubectl baton cluster
 //! add`: deploy/member-cluster's `baton-member`, with exactly its permissions), copied into the
