@@ -2507,6 +2507,23 @@ fn a_pod_in_cluster_b_naming_cluster_a_statefulset_as_its_owner_is_never_counted
 // namespace are judged by its webhooks only.
 // ---------------------------------------------------------------------------------------------
 
+/// Given group `name` of two pods in each cluster, a budget of one unavailable pod selecting
+/// its pods in each, and each cluster's eviction webhook judging it over the three clusters.
+async fn group_judged_across(
+    clusters: &ClusterTrio,
+    name: &str,
+) -> (Group, baton_e2e::cluster_evictions::EvictionWebhooks) {
+    let group = Group::new(name, 2, 1);
+    clusters
+        .create_group(&group, |_, fixture| {
+            fixture.pod_label("rollout-group", &group.name)
+        })
+        .await;
+    let webhooks =
+        baton_e2e::cluster_evictions::EvictionWebhooks::start(clusters, &group.name).await;
+    (group, webhooks)
+}
+
 /// The refusal's message of an eviction a webhook refused (panics if it went through).
 fn refusal(evicted: Result<(), (u16, String)>, what: &str) -> String {
     match evicted {
@@ -2521,7 +2538,6 @@ fn refusal(evicted: Result<(), (u16, String)>, what: &str) -> String {
 #[test]
 fn a_drain_in_cluster_b_is_refused_while_cluster_a_has_a_pod_not_ready_naming_it_and_goes_once_it_is_ready()
  {
-    use baton_e2e::cluster_evictions::EvictionWebhooks;
     use baton_e2e::zpdb_support::{client_without_retries, evict, evict_dry_run};
 
     ClusterTrio::scenario_alone(|clusters| async move {
@@ -2529,13 +2545,7 @@ fn a_drain_in_cluster_b_is_refused_while_cluster_a_has_a_pod_not_ready_naming_it
         let ns = clusters.namespace();
         // Given a group of two pods in each cluster, a budget of one unavailable pod selecting
         // it in each, and each cluster's eviction webhook judging it over the three clusters
-        let group = Group::new("evict-ready", 2, 1);
-        clusters
-            .create_group(&group, |_, fixture| {
-                fixture.pod_label("rollout-group", &group.name)
-            })
-            .await;
-        let webhooks = EvictionWebhooks::start(clusters, &group.name).await;
+        let (_group, webhooks) = group_judged_across(clusters, "evict-ready").await;
         let drain = client_without_retries(&clusters.cluster("cluster-b").control_plane).await;
 
         // When cluster-a's pod evict-ready-1 is not ready
@@ -2598,7 +2608,6 @@ fn a_drain_in_cluster_b_is_refused_while_cluster_a_has_a_pod_not_ready_naming_it
 
 #[test]
 fn two_drains_racing_in_cluster_b_and_cluster_c_let_exactly_one_eviction_through() {
-    use baton_e2e::cluster_evictions::EvictionWebhooks;
     use baton_e2e::zpdb_support::{client_without_retries, evict};
 
     ClusterTrio::scenario_alone(|clusters| async move {
@@ -2606,13 +2615,7 @@ fn two_drains_racing_in_cluster_b_and_cluster_c_let_exactly_one_eviction_through
         let ns = clusters.namespace();
         // Given the group's pods all ready in the three clusters and a budget of one
         // unavailable pod, judged by each cluster's webhook over the three
-        let group = Group::new("evict-race", 2, 1);
-        clusters
-            .create_group(&group, |_, fixture| {
-                fixture.pod_label("rollout-group", &group.name)
-            })
-            .await;
-        let webhooks = EvictionWebhooks::start(clusters, &group.name).await;
+        let (_group, webhooks) = group_judged_across(clusters, "evict-race").await;
         let drain_b = client_without_retries(&clusters.cluster("cluster-b").control_plane).await;
         let drain_c = client_without_retries(&clusters.cluster("cluster-c").control_plane).await;
 
@@ -2681,7 +2684,6 @@ fn two_drains_racing_in_cluster_b_and_cluster_c_let_exactly_one_eviction_through
 #[test]
 fn an_unreachable_cluster_counts_as_disrupted_an_eviction_elsewhere_refused_naming_it_until_it_is_back()
  {
-    use baton_e2e::cluster_evictions::EvictionWebhooks;
     use baton_e2e::zpdb_support::{client_without_retries, evict, evict_dry_run};
 
     ClusterTrio::scenario_alone(|clusters| async move {
@@ -2689,13 +2691,7 @@ fn an_unreachable_cluster_counts_as_disrupted_an_eviction_elsewhere_refused_nami
         let ns = clusters.namespace();
         // Given the group's pods all ready in the three clusters, judged by each cluster's
         // webhook over the three
-        let group = Group::new("evict-away", 2, 1);
-        clusters
-            .create_group(&group, |_, fixture| {
-                fixture.pod_label("rollout-group", &group.name)
-            })
-            .await;
-        let webhooks = EvictionWebhooks::start(clusters, &group.name).await;
+        let (_group, webhooks) = group_judged_across(clusters, "evict-away").await;
         let drain = client_without_retries(&clusters.cluster("cluster-b").control_plane).await;
 
         // When cluster-c's API server stops
@@ -2776,7 +2772,6 @@ async fn drain_across(clusters: &ClusterTrio, cluster: &str, pod: &str) -> (bool
 #[test]
 fn a_rollout_across_the_clusters_and_drains_in_each_never_take_two_zones_the_rollout_claiming_in_the_members_records()
  {
-    use baton_e2e::cluster_evictions::EvictionWebhooks;
     use k8s_openapi::api::core::v1::ConfigMap;
 
     ClusterTrio::scenario_alone(|clusters| async move {
@@ -2785,13 +2780,7 @@ fn a_rollout_across_the_clusters_and_drains_in_each_never_take_two_zones_the_rol
         // Given a group of two pods in each cluster, a budget of one unavailable pod in each,
         // each cluster's eviction webhook judging over the three, and the controller's
         // deletions claimed in the members' records
-        let group = Group::new("evict-roll", 2, 1);
-        clusters
-            .create_group(&group, |_, fixture| {
-                fixture.pod_label("rollout-group", &group.name)
-            })
-            .await;
-        let _webhooks = EvictionWebhooks::start(clusters, &group.name).await;
+        let (group, _webhooks) = group_judged_across(clusters, "evict-roll").await;
 
         // When a version rolls out across the three and, at the same moment, a drain evicts
         // a pod in each cluster

@@ -494,12 +494,7 @@ impl Evictions {
                 }
                 Standing::Next(cluster) => cluster,
             };
-            let client = if cluster == members.own {
-                Ok(self.client.clone())
-            } else {
-                (members.client_of)(&cluster).map_err(|why| format!("not connected: {why}"))
-            };
-            let claimed = match client {
+            let claimed = match self.member_client(members, &cluster) {
                 Ok(client) => {
                     self.claim_in(request, &pod, budget, budgets, members, &cluster, client)
                         .await
@@ -550,18 +545,7 @@ impl Evictions {
             async move {
                 match kept {
                     Some(record) => Ok((record, false)),
-                    None => {
-                        self.metrics.api_read("record").inc();
-                        match tokio::time::timeout(MEMBER_CALL_TIMEOUT, ledger::read(api, name))
-                            .await
-                        {
-                            Ok(Ok(record)) => Ok((record, true)),
-                            Ok(Err(error)) => Err(format!("reading ConfigMap {name}: {error}")),
-                            Err(_) => Err(format!(
-                                "reading ConfigMap {name}: no answer within {MEMBER_CALL_TIMEOUT:?}"
-                            )),
-                        }
-                    }
+                    None => self.read_member_record(api, name).await,
                 }
             }
         };
@@ -588,23 +572,8 @@ impl Evictions {
             Judged::Claim(claimed, Claimed::Took(answer))
         };
         let store = move |claimed: Ledger| async move {
-            self.metrics.api_writes.with_label_values(&["record"]).inc();
-            let write = ledger::write_labelled(api, name, (RECORD_LABEL, budget), &claimed);
-            match tokio::time::timeout(MEMBER_CALL_TIMEOUT, write).await {
-                Ok(Ok(written)) => {
-                    if let Written::Done(stored) = &written {
-                        self.remember(key, stored);
-                    }
-                    Ok(written)
-                }
-                Ok(Err(error)) => Err(format!(
-                    "writing ConfigMap {name}: {}",
-                    baton_shared::pod_client::error_chain(&error)
-                )),
-                Err(_) => Err(format!(
-                    "writing ConfigMap {name}: no answer within {MEMBER_CALL_TIMEOUT:?}"
-                )),
-            }
+            self.write_member_record(api, name, budget, key, &claimed)
+                .await
         };
         match ledger::claim(read, judge, store).await {
             Ok(claimed) => Ok(claimed),
@@ -632,43 +601,22 @@ impl Evictions {
     ) {
         let name = record_name(budget);
         for cluster in clusters {
-            let client = if *cluster == members.own {
-                Ok(self.client.clone())
-            } else {
-                (members.client_of)(cluster)
-            };
-            let Ok(client) = client else {
+            let Ok(client) = self.member_client(members, cluster) else {
                 tracing::warn!(%cluster, record = %name, pod = %pod.name, "cannot withdraw an eviction's claim short of a majority: the member is not connected; it expires by itself");
                 continue;
             };
             let api: Api<ConfigMap> = Api::namespaced(client, &self.namespace);
             let key = qualified(cluster, budget);
             let (api, name_ref, key_ref) = (&api, &name, &key);
-            let read = move || async move {
-                match tokio::time::timeout(MEMBER_CALL_TIMEOUT, ledger::read(api, name_ref)).await {
-                    Ok(Ok(record)) => Ok((record, true)),
-                    Ok(Err(error)) => Err(error.to_string()),
-                    Err(_) => Err(format!("no answer within {MEMBER_CALL_TIMEOUT:?}")),
-                }
-            };
+            let read = move || self.read_member_record(api, name_ref);
             let judge =
                 |record: &Ledger, _fresh: bool| match withdrawn(record, &pod.name, &request.uid) {
                     Some(without) => Judged::Claim(without, ()),
                     None => Judged::Settled(()),
                 };
             let store = move |without: Ledger| async move {
-                self.metrics.api_writes.with_label_values(&["record"]).inc();
-                let write = ledger::write_labelled(api, name_ref, (RECORD_LABEL, budget), &without);
-                match tokio::time::timeout(MEMBER_CALL_TIMEOUT, write).await {
-                    Ok(Ok(written)) => {
-                        if let Written::Done(stored) = &written {
-                            self.remember(key_ref, stored);
-                        }
-                        Ok(written)
-                    }
-                    Ok(Err(error)) => Err(baton_shared::pod_client::error_chain(&error)),
-                    Err(_) => Err(format!("no answer within {MEMBER_CALL_TIMEOUT:?}")),
-                }
+                self.write_member_record(api, name_ref, budget, key_ref, &without)
+                    .await
             };
             match ledger::claim(read, judge, store).await {
                 Ok(()) => {}
@@ -679,6 +627,61 @@ impl Evictions {
                     tracing::warn!(%cluster, record = %name, pod = %pod.name, "cannot withdraw an eviction's claim: the record kept changing; it expires by itself");
                 }
             }
+        }
+    }
+
+    /// The client of member `cluster` (this webhook's own for its own cluster), or why it has
+    /// none now.
+    fn member_client(&self, members: &EvictionMembers, cluster: &str) -> Result<Client, String> {
+        if cluster == members.own {
+            Ok(self.client.clone())
+        } else {
+            (members.client_of)(cluster).map_err(|why| format!("not connected: {why}"))
+        }
+    }
+
+    /// A fresh read of a member's record `name`, bounded.
+    async fn read_member_record(
+        &self,
+        api: &Api<ConfigMap>,
+        name: &str,
+    ) -> Result<(Ledger, bool), String> {
+        self.metrics.api_read("record").inc();
+        match tokio::time::timeout(MEMBER_CALL_TIMEOUT, ledger::read(api, name)).await {
+            Ok(Ok(record)) => Ok((record, true)),
+            Ok(Err(error)) => Err(format!("reading ConfigMap {name}: {error}")),
+            Err(_) => Err(format!(
+                "reading ConfigMap {name}: no answer within {MEMBER_CALL_TIMEOUT:?}"
+            )),
+        }
+    }
+
+    /// A write of a member's record `name` of `budget` conditioned on the version `record` was
+    /// read at, bounded; what is stored is kept as `key` (`cluster/budget`).
+    async fn write_member_record(
+        &self,
+        api: &Api<ConfigMap>,
+        name: &str,
+        budget: &str,
+        key: &str,
+        record: &Ledger,
+    ) -> Result<Written, String> {
+        self.metrics.api_writes.with_label_values(&["record"]).inc();
+        let write = ledger::write_labelled(api, name, (RECORD_LABEL, budget), record);
+        match tokio::time::timeout(MEMBER_CALL_TIMEOUT, write).await {
+            Ok(Ok(written)) => {
+                if let Written::Done(stored) = &written {
+                    self.remember(key, stored);
+                }
+                Ok(written)
+            }
+            Ok(Err(error)) => Err(format!(
+                "writing ConfigMap {name}: {}",
+                baton_shared::pod_client::error_chain(&error)
+            )),
+            Err(_) => Err(format!(
+                "writing ConfigMap {name}: no answer within {MEMBER_CALL_TIMEOUT:?}"
+            )),
         }
     }
 
