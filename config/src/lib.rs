@@ -279,8 +279,10 @@ pub struct WebhookConfig {
     /// The member clusters of cross-cluster rollout groups, as the webhook reaches them: the
     /// same list as `controller.clusters`, with this webhook's own cluster the one without a
     /// `kubeconfig_secret` (exactly one). Set: a downscale is approved only once its claim is
-    /// in the downscale ledgers of a majority of them (docs/multi-cluster.md, "Downscales").
-    /// Empty: this cluster alone, as the Go operator.
+    /// in the downscale ledgers of a majority of them (docs/multi-cluster.md, "Downscales"),
+    /// and a zone-aware budget spans them: an eviction is judged over every member's pods and
+    /// claimed in the budget's records of a majority of them. Empty: this cluster alone, as
+    /// the Go operator.
     pub clusters: Vec<ClusterConfig>,
 }
 

@@ -341,6 +341,29 @@ mod tests {
         );
     }
 
+    /// A budget's partition regex means the same for a member cluster's pod (`cluster/pod`) as
+    /// for a pod of one cluster alone.
+    #[test]
+    fn a_member_clusters_pod_is_in_the_partition_its_own_name_says() {
+        let budget = crate::zpdb::Budget::parse(&crate::zpdb::ZoneAwarePodDisruptionBudget::new(
+            "ingester",
+            "mimir",
+            crate::zpdb::ZpdbSpec {
+                selector: Some(crate::testing::objects::match_labels(&[(
+                    "rollout-group",
+                    "ingester",
+                )])),
+                pod_name_partition_regex: Some("^ingester-zone-[a-z]-([0-9]+)$".into()),
+                ..crate::zpdb::ZpdbSpec::default()
+            },
+        ))
+        .expect("a valid budget");
+        let partition = budget.partition.expect("a partition");
+        assert_eq!(partition.of("ingester-zone-a-3"), Some("3"));
+        assert_eq!(partition.of("cluster-b/ingester-zone-a-3"), Some("3"));
+        assert_eq!(partition.of("cluster-b/other-3"), None);
+    }
+
     #[test]
     fn a_withdrawal_removes_only_its_own_request_entry() {
         let now: Timestamp = "2026-11-28T20:00:00Z".parse().unwrap();
