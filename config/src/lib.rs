@@ -280,7 +280,9 @@ pub struct WebhookConfig {
     /// same list as `controller.clusters`, with this webhook's own cluster the one without a
     /// `kubeconfig_secret` (exactly one). Set: a downscale is approved only once its claim is
     /// in the downscale ledgers of a majority of them (docs/multi-cluster.md, "Downscales across
-    /// clusters"). Empty: this cluster alone, as the Go operator.
+    /// clusters"), and a zone-aware budget spans them: an eviction is judged over every member's
+    /// pods and claimed in the budget's records of a majority of them. Empty: this cluster
+    /// alone, as the Go operator.
     pub clusters: Vec<ClusterConfig>,
 }
 

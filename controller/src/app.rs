@@ -193,6 +193,18 @@ impl Watched {
             caches.clone(),
             touched.clone(),
         );
+        // With member clusters, deletions are claimed in a majority of their budgets' records.
+        let budgets = if config.controller.clusters.is_empty() {
+            budgets
+        } else {
+            let names: Vec<String> = config
+                .controller
+                .clusters
+                .iter()
+                .map(|cluster| cluster.name.clone())
+                .collect();
+            budgets.with_members(clusters.clone(), &names)
+        };
         Ok(Self {
             caches,
             clusters,

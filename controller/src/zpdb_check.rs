@@ -38,14 +38,17 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use baton_core::clusters::qualified;
+use baton_core::ledger::Judged;
 use baton_core::ledger::Ledger;
 pub use baton_core::zpdb::Deletion;
 use baton_core::zpdb::Observed;
 use baton_core::zpdb::View;
+use baton_core::zpdb::members::{Progress, Standing, short_of_majority, withdrawn};
 use baton_core::zpdb::record::{RECORD_LABEL, record_name};
 pub use baton_core::zpdb::rollout_deletion::Permit;
 use baton_core::zpdb::rollout_deletion::{
-    ClaimFailure, Claimant, could_not_claim, first_look, on_record,
+    ClaimFailure, Claimant, claim_request, could_not_claim, first_look, on_record,
 };
 use baton_shared::kube_client::bounded;
 use baton_shared::ledger::{self, ClaimError};
@@ -58,6 +61,7 @@ use kube::api::Api;
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::cache::Caches;
+use crate::clusters::Clusters;
 use crate::runner::{Runner, TermLost};
 use baton_core::statefulset::group_of;
 
@@ -74,6 +78,17 @@ pub struct ZoneBudgets {
     client: kube::Client,
     caches: Caches,
     budgets: Budgets,
+    /// With member clusters, whose records a deletion is claimed in (a majority of them).
+    members: Option<Members>,
+}
+
+/// The member clusters whose budgets' records a deletion is claimed in, as the webhooks claim
+/// evictions: in a majority of them (`baton_core::zpdb::members`).
+#[derive(Clone)]
+struct Members {
+    clusters: Clusters,
+    /// Every member's name.
+    names: Vec<String>,
 }
 
 impl std::fmt::Debug for ZoneBudgets {
@@ -104,8 +119,21 @@ impl ZoneBudgets {
             client,
             caches,
             budgets: watched,
+            members: None,
         };
         (budgets, watch)
+    }
+
+    /// These budgets with member clusters `names`, reached through `clusters`: a deletion a
+    /// budget allows is claimed in the budget's records of a majority of them, as the members'
+    /// webhooks claim evictions, so that a drain in one cluster and a rollout's deletion in
+    /// another never take two zones.
+    pub fn with_members(mut self, clusters: Clusters, names: &[String]) -> Self {
+        self.members = Some(Members {
+            clusters,
+            names: names.to_vec(),
+        });
+        self
     }
 
     /// Budgets that stay as `known`, with no watch: for tests of the reconcile that are not
@@ -116,6 +144,7 @@ impl ZoneBudgets {
             client,
             caches,
             budgets: Budgets::fixed(known),
+            members: None,
         }
     }
 
@@ -140,9 +169,77 @@ impl ZoneBudgets {
             Ok(settled) => return Ok(settled),
             Err(budget) => budget,
         };
-        let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), &self.namespace);
-        let name = record_name(&budget);
-        let (api, name, budget) = (&api, &name, &budget);
+        let Some(members) = &self.members else {
+            let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), &self.namespace);
+            return Ok(
+                match self.claim_in(&api, group, deletion, &budget, runner).await {
+                    Ok(permit) => permit,
+                    Err(Stopped::TermLost) => return Err(TermLost),
+                    Err(Stopped::Failed(failure)) => could_not_claim(deletion, &budget, &failure),
+                },
+            );
+        };
+        let mut progress = Progress::new(members.names.iter().map(String::as_str));
+        loop {
+            let cluster = match progress.standing() {
+                Standing::Reached => return Ok(Permit::Go),
+                Standing::Short {
+                    withdraw,
+                    not_taken,
+                } => {
+                    self.withdraw(members, group, deletion, &budget, &withdraw, runner)
+                        .await?;
+                    let why = short_of_majority(
+                        deletion.pod,
+                        &budget,
+                        members.names.len(),
+                        &withdraw,
+                        &not_taken,
+                    );
+                    return Ok(Permit::Wait(format!("the rollout waits: {why}")));
+                }
+                Standing::Next(cluster) => cluster,
+            };
+            let api = match members.record_api(&cluster, &self.namespace) {
+                Ok(api) => api,
+                Err(error) => {
+                    progress.missed(error);
+                    continue;
+                }
+            };
+            match self.claim_in(&api, group, deletion, &budget, runner).await {
+                Ok(Permit::Go) => progress.took(),
+                Ok(wait) => {
+                    let claimed = progress.claimed().to_vec();
+                    self.withdraw(members, group, deletion, &budget, &claimed, runner)
+                        .await?;
+                    return Ok(wait);
+                }
+                Err(Stopped::TermLost) => return Err(TermLost),
+                Err(Stopped::Failed(ClaimFailure::Call { step, error })) => {
+                    progress.missed(format!("{step} the record failed: {error}"));
+                }
+                Err(Stopped::Failed(ClaimFailure::Contended)) => {
+                    progress.missed("the record kept changing".to_owned());
+                }
+            }
+        }
+    }
+
+    /// The claim of `deletion` in `budget`'s record through `api`: what [`on_record`] makes of
+    /// each read of it, the claim written conditioned on the version read. Each read is
+    /// bounded by the request timeout, each write (a write of the pass's term) by what is left
+    /// of the term.
+    async fn claim_in(
+        &self,
+        api: &Api<ConfigMap>,
+        group: &str,
+        deletion: &Deletion<'_>,
+        budget: &str,
+        runner: &Runner,
+    ) -> Result<Permit, Stopped> {
+        let name = record_name(budget);
+        let name = &name;
         let failed = |step, error| Stopped::Failed(ClaimFailure::Call { step, error });
         let read = move || async move {
             let reading = format!("reading ConfigMap {name}");
@@ -170,16 +267,74 @@ impl ZoneBudgets {
                 Err(timed_out) => Err(failed("writing", timed_out.to_string())),
             }
         };
-        Ok(match ledger::claim(read, judge, store).await {
-            Ok(permit) => permit,
-            Err(ClaimError::Failed(Stopped::TermLost)) => return Err(TermLost),
-            Err(ClaimError::Failed(Stopped::Failed(failure))) => {
-                could_not_claim(deletion, budget, &failure)
+        match ledger::claim(read, judge, store).await {
+            Ok(permit) => Ok(permit),
+            Err(ClaimError::Failed(stopped)) => Err(stopped),
+            Err(ClaimError::Contended) => Err(Stopped::Failed(ClaimFailure::Contended)),
+        }
+    }
+
+    /// Takes this deletion's claim out of the records of `clusters` (a claim that fell short
+    /// of a majority, or that a later record refused), each on a fresh read, conditioned. What
+    /// cannot be taken out holds the budget until it expires, as a deletion that never came.
+    async fn withdraw(
+        &self,
+        members: &Members,
+        group: &str,
+        deletion: &Deletion<'_>,
+        budget: &str,
+        clusters: &[String],
+        runner: &Runner,
+    ) -> Result<(), TermLost> {
+        let name = record_name(budget);
+        let request = claim_request(group);
+        for cluster in clusters {
+            let Ok(api) = members.record_api(cluster, &self.namespace) else {
+                continue;
+            };
+            let (api, name_ref, request) = (&api, &name, &request);
+            let read = move || async move {
+                let reading = format!("reading ConfigMap {name_ref}");
+                match bounded(runner.bound(false)?, reading, ledger::read(api, name_ref)).await {
+                    Ok(Ok(record)) => Ok((record, true)),
+                    Ok(Err(error)) => Err(Stopped::Failed(ClaimFailure::Call {
+                        step: "reading",
+                        error: error_chain(&error),
+                    })),
+                    Err(timed_out) => Err(Stopped::Failed(ClaimFailure::Call {
+                        step: "reading",
+                        error: timed_out.to_string(),
+                    })),
+                }
+            };
+            let judge = |record: &Ledger, _fresh| match withdrawn(record, deletion.pod, request) {
+                Some(without) => Judged::Claim(without, ()),
+                None => Judged::Settled(()),
+            };
+            let store = move |without: Ledger| async move {
+                let writing = format!("writing ConfigMap {name_ref}");
+                let write = ledger::write_labelled(api, name_ref, (RECORD_LABEL, budget), &without);
+                match runner.step(writing, write).await? {
+                    Ok(Ok(written)) => Ok(written),
+                    Ok(Err(error)) => Err(Stopped::Failed(ClaimFailure::Call {
+                        step: "writing",
+                        error: error_chain(&error),
+                    })),
+                    Err(timed_out) => Err(Stopped::Failed(ClaimFailure::Call {
+                        step: "writing",
+                        error: timed_out.to_string(),
+                    })),
+                }
+            };
+            match ledger::claim(read, judge, store).await {
+                Ok(()) => {}
+                Err(ClaimError::Failed(Stopped::TermLost)) => return Err(TermLost),
+                Err(_) => {
+                    tracing::warn!(%cluster, record = %name, pod = %deletion.pod, "cannot withdraw a rollout deletion's claim; it expires by itself");
+                }
             }
-            Err(ClaimError::Contended) => {
-                could_not_claim(deletion, budget, &ClaimFailure::Contended)
-            }
-        })
+        }
+        Ok(())
     }
 
     /// The caches as they are now, for the core to judge on.
@@ -203,6 +358,17 @@ impl ZoneBudgets {
             .pod(pod)
             .map(|pod| pod.uid.clone())
             .filter(|uid| !uid.is_empty())
+    }
+}
+
+impl Members {
+    /// The ConfigMaps of `cluster`'s groups' namespace, or why it cannot be reached now.
+    fn record_api(&self, cluster: &str, namespace: &str) -> Result<Api<ConfigMap>, String> {
+        let member = qualified(cluster, "record");
+        self.clusters
+            .client_for(&member)
+            .map(|(client, _)| Api::namespaced(client, namespace))
+            .map_err(|error| error.to_string())
     }
 }
 

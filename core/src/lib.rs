@@ -37,6 +37,7 @@
 //! | [`member_claims`] | the min-time across member clusters: a downscale's claim in a majority of the members' ledgers, what each ledger accepts, when a majority is reached, what to withdraw |
 //! | [`zpdb`] | zone-aware pod disruption budgets: the CRD, its validation, the eviction decision, the record of allowed evictions |
 //! | [`lease`] | leader election: what a candidate does next from what it has seen of the Lease, on its own clock |
+//! | [`shards`] | a cluster's groups shared among replicas: a namespace's shard, each replica's share, which shard Leases to compete for and release |
 //! | [`phased`] | the phased rollout operator's `PhasedRollout`, turned into a group baton rolls by partition, and its status |
 //! | [`certificates`] | the webhook's serving certificate and CA: what to write next and when, rotation included |
 //! | `testing` | builders of snapshots for every crate's tests (`testing` feature) |
@@ -113,6 +114,7 @@ pub mod pod_address;
 pub mod pods;
 pub mod rollout;
 pub mod scaling;
+pub mod shards;
 pub mod statefulset;
 pub mod status;
 #[cfg(any(test, feature = "testing"))]

@@ -8,6 +8,7 @@ pub mod baton_image;
 pub mod bench_support;
 pub mod browser;
 pub mod certificate_support;
+pub mod cluster_evictions;
 pub mod cluster_setup;
 pub mod cluster_support;
 pub mod control_plane;

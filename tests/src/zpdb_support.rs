@@ -110,8 +110,11 @@ async fn request_eviction(
     if dry_run {
         body["deleteOptions"] = json!({"dryRun": ["All"]});
     }
+    // The API server's admission request is a dry run when the create is (`?dryRun=All`); the
+    // Eviction's own deleteOptions make only the deletion one.
+    let query = if dry_run { "?dryRun=All" } else { "" };
     let request = http::Request::post(format!(
-        "/api/v1/namespaces/{namespace}/pods/{pod}/eviction"
+        "/api/v1/namespaces/{namespace}/pods/{pod}/eviction{query}"
     ))
     .header(http::header::CONTENT_TYPE, "application/json")
     .body(serde_json::to_vec(&body).expect("JSON"))

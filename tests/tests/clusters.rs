@@ -3376,3 +3376,349 @@ fn a_phased_rollout_in_the_hub_naming_a_member_in_cluster_b_rolls_it_there_by_pa
         .await;
     });
 }
+
+// ---------------------------------------------------------------------------------------------
+// Evictions across clusters: a zone-aware budget spans the group's members in every cluster
+// (docs/multi-cluster.md, "Evictions"). Each scenario starts an eviction webhook per cluster,
+// each with the three as its `webhook.clusters`, and takes the trio alone: evictions in the
+// namespace are judged by its webhooks only.
+// ---------------------------------------------------------------------------------------------
+
+/// Given group `name` of two pods in each cluster, a budget of one unavailable pod selecting
+/// its pods in each, and each cluster's eviction webhook judging it over the three clusters.
+async fn group_judged_across(
+    clusters: &ClusterTrio,
+    name: &str,
+) -> (Group, baton_e2e::cluster_evictions::EvictionWebhooks) {
+    let group = Group::new(name, 2, 1);
+    clusters
+        .create_group(&group, |_, fixture| {
+            fixture.pod_label("rollout-group", &group.name)
+        })
+        .await;
+    let webhooks =
+        baton_e2e::cluster_evictions::EvictionWebhooks::start(clusters, &group.name).await;
+    (group, webhooks)
+}
+
+/// The refusal's message of an eviction a webhook refused (panics if it went through).
+fn refusal(evicted: Result<(), (u16, String)>, what: &str) -> String {
+    match evicted {
+        Ok(()) => panic!("{what} went through"),
+        Err((code, message)) => {
+            assert!(code == 429 || code == 403, "{what}: {code} {message}");
+            message
+        }
+    }
+}
+
+#[test]
+fn a_drain_in_cluster_b_is_refused_while_cluster_a_has_a_pod_not_ready_naming_it_and_goes_once_it_is_ready()
+ {
+    use baton_e2e::zpdb_support::{client_without_retries, evict, evict_dry_run};
+
+    ClusterTrio::scenario_alone(|clusters| async move {
+        let _witness = clusters.witness();
+        let ns = clusters.namespace();
+        // Given a group of two pods in each cluster, a budget of one unavailable pod selecting
+        // it in each, and each cluster's eviction webhook judging it over the three clusters
+        let (_group, webhooks) = group_judged_across(clusters, "evict-ready").await;
+        let drain = client_without_retries(&clusters.cluster("cluster-b").control_plane).await;
+
+        // When cluster-a's pod evict-ready-1 is not ready
+        let a = clusters.cluster("cluster-a");
+        a.simulator.hold_not_ready("evict-ready-1").await;
+        wait_until(
+            TIMEOUT,
+            "cluster-b's webhook sees cluster-a's pod down",
+            || async { evict_dry_run(&drain, ns, "evict-ready-0").await.is_err() },
+        )
+        .await;
+
+        // Then a drain of cluster-b's evict-ready-0 is refused, naming cluster-a's pod
+        let message = refusal(
+            evict(&drain, ns, "evict-ready-0").await,
+            "evicting cluster-b's evict-ready-0 while cluster-a has a pod down",
+        );
+        for words in [
+            "pod cluster-b/evict-ready-0 cannot be evicted",
+            "one zone at a time",
+            "StatefulSet cluster-a/evict-ready",
+            "cluster-a/evict-ready-1 not ready",
+        ] {
+            assert!(
+                message.contains(words),
+                "{words:?} not in {message:?}\n{}",
+                webhooks.output("cluster-b")
+            );
+        }
+        // and the pod is still there, not terminating
+        let pods = Api::<Pod>::namespaced(clusters.cluster("cluster-b").client(), ns);
+        let pod = pods.get("evict-ready-0").await.expect("evict-ready-0");
+        assert_eq!(pod.metadata.deletion_timestamp, None);
+
+        // And once cluster-a's pod is ready again, the drain goes
+        a.simulator.release("evict-ready-1").await;
+        wait_until(
+            TIMEOUT,
+            "cluster-b's webhook sees cluster-a whole",
+            || async { evict_dry_run(&drain, ns, "evict-ready-0").await.is_ok() },
+        )
+        .await;
+        evict(&drain, ns, "evict-ready-0")
+            .await
+            .unwrap_or_else(|refused| panic!("the drain after cluster-a recovered: {refused:?}"));
+        let uid = pod.metadata.uid.expect("a uid");
+        wait_until(TIMEOUT, "evict-ready-0 leaves cluster-b", || async {
+            pods.get_opt("evict-ready-0")
+                .await
+                .ok()
+                .flatten()
+                .is_none_or(|now| {
+                    now.metadata.uid.as_ref() != Some(&uid)
+                        || now.metadata.deletion_timestamp.is_some()
+                })
+        })
+        .await;
+    });
+}
+
+#[test]
+fn two_drains_racing_in_cluster_b_and_cluster_c_let_exactly_one_eviction_through() {
+    use baton_e2e::zpdb_support::{client_without_retries, evict};
+
+    ClusterTrio::scenario_alone(|clusters| async move {
+        let _witness = clusters.witness();
+        let ns = clusters.namespace();
+        // Given the group's pods all ready in the three clusters and a budget of one
+        // unavailable pod, judged by each cluster's webhook over the three
+        let (_group, webhooks) = group_judged_across(clusters, "evict-race").await;
+        let drain_b = client_without_retries(&clusters.cluster("cluster-b").control_plane).await;
+        let drain_c = client_without_retries(&clusters.cluster("cluster-c").control_plane).await;
+
+        // When cluster-b's and cluster-c's drains evict a pod each at the same instant
+        let (in_b, in_c) = tokio::join!(
+            evict(&drain_b, ns, "evict-race-0"),
+            evict(&drain_c, ns, "evict-race-0")
+        );
+
+        // Then exactly one goes, and the other is refused for the zone the first took
+        let outputs = || {
+            format!(
+                "cluster-b's webhook:\n{}\ncluster-c's webhook:\n{}",
+                webhooks.output("cluster-b"),
+                webhooks.output("cluster-c")
+            )
+        };
+        let (message, went, refused_in) = match (in_b, in_c) {
+            (Ok(()), Err(refused)) => (refused, "cluster-b", "cluster-c"),
+            (Err(refused), Ok(())) => (refused, "cluster-c", "cluster-b"),
+            (in_b, in_c) => panic!(
+                "not exactly one of the racing evictions went: cluster-b {in_b:?}, cluster-c {in_c:?}\n{}",
+                outputs()
+            ),
+        };
+        let message = refusal(Err(message), "the racing eviction that lost");
+        for words in [
+            format!("pod {refused_in}/evict-race-0 cannot be evicted"),
+            format!("StatefulSet {went}/evict-race"),
+        ] {
+            assert!(
+                message.contains(&words),
+                "{words:?} not in {message:?}\n{}",
+                outputs()
+            );
+        }
+        // and the pod of the cluster that lost is still there, not terminating
+        let pod = Api::<Pod>::namespaced(clusters.cluster(refused_in).client(), ns)
+            .get("evict-race-0")
+            .await
+            .expect("the losing cluster's pod");
+        assert_eq!(pod.metadata.deletion_timestamp, None, "{refused_in}'s pod");
+        // and the claim is in the records of a majority of the clusters (cluster-a's first)
+        let key = baton_core::zpdb::record::record_key(&format!("{went}/evict-race-0"));
+        let mut holding = Vec::new();
+        for cluster in CLUSTERS {
+            let record = Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(
+                clusters.cluster(cluster).client(),
+                ns,
+            )
+            .get_opt("baton-zpdb-evict-race")
+            .await
+            .expect("reading a record");
+            if record
+                .and_then(|record| record.data)
+                .is_some_and(|data| data.contains_key(&key))
+            {
+                holding.push(cluster);
+            }
+        }
+        assert!(holding.len() >= 2, "{key} claimed in {holding:?}");
+        assert_eq!(holding[0], "cluster-a", "{holding:?}");
+    });
+}
+
+#[test]
+fn an_unreachable_cluster_counts_as_disrupted_an_eviction_elsewhere_refused_naming_it_until_it_is_back()
+ {
+    use baton_e2e::zpdb_support::{client_without_retries, evict, evict_dry_run};
+
+    ClusterTrio::scenario_alone(|clusters| async move {
+        let _witness = clusters.witness();
+        let ns = clusters.namespace();
+        // Given the group's pods all ready in the three clusters, judged by each cluster's
+        // webhook over the three
+        let (_group, webhooks) = group_judged_across(clusters, "evict-away").await;
+        let drain = client_without_retries(&clusters.cluster("cluster-b").control_plane).await;
+
+        // When cluster-c's API server stops
+        let outage = clusters.stop_apiserver("cluster-c").await;
+        wait_until(TIMEOUT, "cluster-b's webhook loses cluster-c", || async {
+            evict_dry_run(&drain, ns, "evict-away-0").await.is_err()
+        })
+        .await;
+
+        // Then a drain in cluster-b is refused, naming cluster-c and what lifts it
+        let message = refusal(
+            evict(&drain, ns, "evict-away-0").await,
+            "evicting cluster-b's evict-away-0 while cluster-c is unreachable",
+        );
+        for words in [
+            "pod cluster-b/evict-away-0 cannot be evicted",
+            "ZoneAwarePodDisruptionBudget evict-away",
+            "the pods of cluster-c",
+            "count as unavailable",
+            "remove it from webhook.clusters",
+        ] {
+            assert!(
+                message.contains(words),
+                "{words:?} not in {message:?}\n{}",
+                webhooks.output("cluster-b")
+            );
+        }
+
+        // And once cluster-c is back (listed again), the drain goes
+        outage.end().await;
+        wait_until(
+            GROUP_TIMEOUT_EVICTIONS,
+            "cluster-b's webhook lists cluster-c again",
+            || async { evict_dry_run(&drain, ns, "evict-away-0").await.is_ok() },
+        )
+        .await;
+        evict(&drain, ns, "evict-away-0")
+            .await
+            .unwrap_or_else(|refused| panic!("the drain after cluster-c came back: {refused:?}"));
+    });
+}
+
+/// How long a member that came back may take to be listed again by the webhooks (its API
+/// server starting, then the watches' backoff).
+const GROUP_TIMEOUT_EVICTIONS: Duration = Duration::from_secs(120);
+
+/// Evicts `pod` of `cluster` as `kubectl drain` does: on 429 again every 100 ms until it is
+/// allowed (true), or the pod of that uid is gone, replaced by the rollout meanwhile (false);
+/// with the refusals counted.
+async fn drain_across(clusters: &ClusterTrio, cluster: &str, pod: &str) -> (bool, u32) {
+    use baton_e2e::zpdb_support::{client_without_retries, evict};
+    let ns = clusters.namespace();
+    let member = clusters.cluster(cluster);
+    let drain = client_without_retries(&member.control_plane).await;
+    let pods = Api::<Pod>::namespaced(member.client(), ns);
+    let uid = pods.get(pod).await.expect("the drained pod").metadata.uid;
+    let mut refusals = 0;
+    let deadline = Instant::now() + GROUP_TIMEOUT_EVICTIONS;
+    loop {
+        match evict(&drain, ns, pod).await {
+            Ok(()) => return (true, refusals),
+            Err((429, _)) => refusals += 1,
+            Err((404, _)) => {}
+            Err((code, message)) => panic!("draining {cluster}/{pod}: {code} {message}"),
+        }
+        let current = pods.get_opt(pod).await.expect("reading the drained pod");
+        if current.is_none_or(|current| current.metadata.uid != uid) {
+            return (false, refusals);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "draining {cluster}/{pod}: still refused after {GROUP_TIMEOUT_EVICTIONS:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[test]
+fn a_rollout_across_the_clusters_and_drains_in_each_never_take_two_zones_the_rollout_claiming_in_the_members_records()
+ {
+    use k8s_openapi::api::core::v1::ConfigMap;
+
+    ClusterTrio::scenario_alone(|clusters| async move {
+        let witness = clusters.witness();
+        let ns = clusters.namespace();
+        // Given a group of two pods in each cluster, a budget of one unavailable pod in each,
+        // each cluster's eviction webhook judging over the three, and the controller's
+        // deletions claimed in the members' records
+        let (group, _webhooks) = group_judged_across(clusters, "evict-roll").await;
+
+        // When a version rolls out across the three and, at the same moment, a drain evicts
+        // a pod in each cluster
+        let from = Instant::now();
+        let drained = [
+            ("cluster-c", "evict-roll-1"),
+            ("cluster-b", "evict-roll-0"),
+            ("cluster-a", "evict-roll-1"),
+        ];
+        let drains = futures::future::join_all(
+            drained
+                .iter()
+                .map(|(cluster, pod)| drain_across(clusters, cluster, pod)),
+        );
+        // (a rollout deletion's claim is seen in a member's record, not the hub's alone)
+        let controller_claim = wait_until(
+            GROUP_TIMEOUT_EVICTIONS,
+            "a rollout deletion claimed in cluster-b's or cluster-c's record",
+            || async {
+                for cluster in ["cluster-b", "cluster-c"] {
+                    let record =
+                        Api::<ConfigMap>::namespaced(clusters.cluster(cluster).client(), ns)
+                            .get_opt("baton-zpdb-evict-roll")
+                            .await
+                            .ok()
+                            .flatten();
+                    if record.and_then(|record| record.data).is_some_and(|data| {
+                        data.values().any(|entry| {
+                            entry.contains("baton-controller rollout of group evict-roll")
+                        })
+                    }) {
+                        return true;
+                    }
+                }
+                false
+            },
+        );
+        let (_, drains, ()) =
+            futures::join!(clusters.roll_out(&group, "v2"), drains, controller_claim);
+
+        // Then the rollout completes, and the drains end
+        clusters.wait_complete(&group).await;
+        let summary: Vec<String> = drained
+            .iter()
+            .zip(&drains)
+            .map(|((cluster, pod), (evicted, refusals))| {
+                format!(
+                    "{cluster}/{pod}: {refusals} refusals, {}",
+                    if *evicted {
+                        "evicted"
+                    } else {
+                        "replaced by the rollout"
+                    }
+                )
+            })
+            .collect();
+        // And the three clusters' merged timeline never shows two zones unavailable at once,
+        // nor a zone with more unavailable pods than the budget, nor a pod leaving while
+        // another zone was unavailable
+        check_rollout_guarantees(&clusters.merged_timeline(), &group.zones(), from)
+            .unwrap_or_else(|violation| panic!("{violation}\ndrains: {summary:#?}"));
+        drop(witness);
+    });
+}

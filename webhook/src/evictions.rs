@@ -30,9 +30,14 @@ use kube::{Api, Client};
 use prometheus::{IntCounter, IntCounterVec, IntGauge, Opts, Registry};
 
 use crate::admission::zpdb_reviews::{self as admission, Eviction};
+use crate::member_pods::{ClientOf, MemberPods};
 use crate::statefulsets::{CachedStatefulSet, StatefulSetCache};
 use baton_core::admission::{Reason, Verdict};
+use baton_core::clusters::{qualified, qualify_pod, qualify_statefulset, split};
 use baton_core::ledger::{Judged, Ledger};
+use baton_core::zpdb::members::{
+    Progress, Standing, refuse_while_away, short_of_majority, withdrawn,
+};
 use baton_core::zpdb::record::{
     RECORD_EXPIRY, RECORD_LABEL, recently_allowed, record_name, with_eviction,
 };
@@ -136,7 +141,25 @@ pub struct Evictions {
     /// Budget name → the lock that makes this replica judge its evictions one at a time.
     locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     metrics: ZpdbMetrics,
+    /// The member clusters budgets span (`webhook.clusters`); none: this cluster alone.
+    members: Option<EvictionMembers>,
 }
+
+/// The member clusters as the eviction decision reads them.
+pub struct EvictionMembers {
+    /// This webhook's own cluster.
+    own: String,
+    /// Every member's name, its own among them.
+    names: Vec<String>,
+    client_of: ClientOf,
+    /// The other members' pods and StatefulSets.
+    pods: MemberPods,
+}
+
+/// The most one call to a member's record may take: a member that does not answer must leave
+/// the others, and the withdrawal of a claim short of a majority, time within the request's
+/// deadline (`webhook.request_timeout`, the API server's 10 s at most).
+const MEMBER_CALL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 
 impl std::fmt::Debug for Evictions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -189,11 +212,37 @@ impl Evictions {
             records: Mutex::default(),
             locks: Mutex::default(),
             metrics,
+            members: None,
         };
         let fill = async move {
             futures::join!(fill_pods, fill_budgets);
         };
         (evictions, fill)
+    }
+
+    /// These caches judging budgets over the pods of every member cluster of `names` (`own`
+    /// among them: this webhook's cluster), each reached with `client_of`; and the future that
+    /// fills the other members' caches from the first budget on (run it as a critical task).
+    pub fn with_members(
+        mut self,
+        own: &str,
+        names: &[String],
+        client_of: ClientOf,
+    ) -> (Self, futures::future::BoxFuture<'static, ()>) {
+        let others: Vec<String> = names.iter().filter(|name| *name != own).cloned().collect();
+        let (pods, fill) = MemberPods::start(
+            client_of.clone(),
+            &others,
+            &self.namespace,
+            self.pods_wanted.clone(),
+        );
+        self.members = Some(EvictionMembers {
+            own: own.to_owned(),
+            names: names.to_vec(),
+            client_of,
+            pods,
+        });
+        (self, fill)
     }
 
     /// The namespace whose budgets are judged.
@@ -306,6 +355,11 @@ impl Evictions {
             }
         };
         let budget_refs: Vec<&Observed> = budgets.iter().map(Arc::as_ref).collect();
+        if let Some(members) = &self.members {
+            return self
+                .judge_across(request, &pod, &budget_refs, members)
+                .await;
+        }
         let verdict = self.decide(&pod, &budget_refs, &RecentlyAllowed::default());
         let Some(budget) = verdict.judging_budget() else {
             // Allowed before any budget counted, or denied even without the record (which
@@ -393,6 +447,308 @@ impl Evictions {
                 "record_contended",
             ),
         }
+    }
+
+    /// [`Self::judge_uncounted`] over every member's pods: the decision on the caches with the
+    /// members away counted as unavailable, then the claim in a majority of the members'
+    /// records (`baton_core::zpdb::members`).
+    async fn judge_across(
+        &self,
+        request: &Eviction,
+        pod: &CachedPod,
+        budgets: &[&Observed],
+        members: &EvictionMembers,
+    ) -> (Verdict, &'static str) {
+        let pod = qualify_pod(&members.own, pod);
+        let verdict = self.decide_across(&pod, budgets, &RecentlyAllowed::default(), members);
+        let Some(budget) = verdict.judging_budget() else {
+            return (admission::answer(&verdict), verdict.reason_label());
+        };
+        let lock = self.lock(budget);
+        let _judging = lock.lock().await;
+        let mut progress = Progress::new(members.names.iter().map(String::as_str));
+        let mut allowed = None;
+        loop {
+            let cluster = match progress.standing() {
+                Standing::Reached => {
+                    return allowed
+                        .unwrap_or_else(|| (admission::answer(&verdict), verdict.reason_label()));
+                }
+                Standing::Short {
+                    withdraw,
+                    not_taken,
+                } => {
+                    self.withdraw(request, &pod, budget, &withdraw, members)
+                        .await;
+                    let message = short_of_majority(
+                        &pod.name,
+                        budget,
+                        members.names.len(),
+                        &withdraw,
+                        &not_taken,
+                    );
+                    return (
+                        Verdict::refuse_for_now(Reason::ReadFailed, message),
+                        "member_records_short",
+                    );
+                }
+                Standing::Next(cluster) => cluster,
+            };
+            let claimed = match self.member_client(members, &cluster) {
+                Ok(client) => {
+                    self.claim_in(request, &pod, budget, budgets, members, &cluster, client)
+                        .await
+                }
+                Err(why) => Err(why),
+            };
+            match claimed {
+                Ok(Claimed::Took(answer)) => {
+                    allowed = Some(answer);
+                    progress.took();
+                }
+                Ok(Claimed::DryRun(answer)) => return answer,
+                Ok(Claimed::Refused(answer)) => {
+                    self.withdraw(request, &pod, budget, progress.claimed(), members)
+                        .await;
+                    return answer;
+                }
+                Err(why) => progress.missed(why),
+            }
+        }
+    }
+
+    /// The claim of `pod`'s eviction in `cluster`'s record of `budget`, judged on it: the
+    /// claim in [`Self::claim`], with this cluster's qualified names and each call bounded.
+    #[allow(clippy::too_many_arguments)]
+    async fn claim_in(
+        &self,
+        request: &Eviction,
+        pod: &CachedPod,
+        budget: &str,
+        budgets: &[&Observed],
+        members: &EvictionMembers,
+        cluster: &str,
+        client: Client,
+    ) -> Result<Claimed, String> {
+        let api: Api<ConfigMap> = Api::namespaced(client, &self.namespace);
+        let name = record_name(budget);
+        let key = qualified(cluster, budget);
+        let mut known = self
+            .records
+            .lock()
+            .expect("records lock")
+            .get(&key)
+            .cloned();
+        let (api, name, key) = (&api, &name, &key);
+        let read = move || {
+            let kept = known.take();
+            async move {
+                match kept {
+                    Some(record) => Ok((record, false)),
+                    None => self.read_member_record(api, name).await,
+                }
+            }
+        };
+        let judge = |record: &Ledger, fresh: bool| {
+            self.remember(key, record);
+            let verdict = self.decide_across(pod, budgets, &recently_allowed(record), members);
+            if !verdict.is_allowed() && !fresh {
+                return Judged::ReadAgain;
+            }
+            let answer = (admission::answer(&verdict), verdict.reason_label());
+            if !verdict.is_allowed() {
+                return Judged::Settled(Claimed::Refused(answer));
+            }
+            if request.dry_run {
+                return Judged::Settled(Claimed::DryRun(answer));
+            }
+            let claimed = with_eviction(
+                record,
+                &pod.name,
+                Some(pod.uid.as_str()).filter(|uid| !uid.is_empty()),
+                &request.uid,
+                Timestamp::now(),
+            );
+            Judged::Claim(claimed, Claimed::Took(answer))
+        };
+        let store = move |claimed: Ledger| async move {
+            self.write_member_record(api, name, budget, key, &claimed)
+                .await
+        };
+        match ledger::claim(read, judge, store).await {
+            Ok(claimed) => Ok(claimed),
+            Err(ClaimError::Failed(why)) => {
+                self.records.lock().expect("records lock").remove(key);
+                Err(why)
+            }
+            Err(ClaimError::Contended) => Err(format!(
+                "ConfigMap {name} changed under {CLAIM_ATTEMPTS} attempts to claim the eviction"
+            )),
+        }
+    }
+
+    /// Takes the claim of `request` out of the records of `clusters` (a claim short of a
+    /// majority, or refused by a later record), each on a fresh read, conditioned. What cannot
+    /// be taken out holds the budget until it expires, as an eviction the API server refused
+    /// after the webhook allowed it does.
+    async fn withdraw(
+        &self,
+        request: &Eviction,
+        pod: &CachedPod,
+        budget: &str,
+        clusters: &[String],
+        members: &EvictionMembers,
+    ) {
+        let name = record_name(budget);
+        for cluster in clusters {
+            let Ok(client) = self.member_client(members, cluster) else {
+                tracing::warn!(%cluster, record = %name, pod = %pod.name, "cannot withdraw an eviction's claim short of a majority: the member is not connected; it expires by itself");
+                continue;
+            };
+            let api: Api<ConfigMap> = Api::namespaced(client, &self.namespace);
+            let key = qualified(cluster, budget);
+            let (api, name_ref, key_ref) = (&api, &name, &key);
+            let read = move || self.read_member_record(api, name_ref);
+            let judge =
+                |record: &Ledger, _fresh: bool| match withdrawn(record, &pod.name, &request.uid) {
+                    Some(without) => Judged::Claim(without, ()),
+                    None => Judged::Settled(()),
+                };
+            let store = move |without: Ledger| async move {
+                self.write_member_record(api, name_ref, budget, key_ref, &without)
+                    .await
+            };
+            match ledger::claim(read, judge, store).await {
+                Ok(()) => {}
+                Err(ClaimError::Failed(error)) => {
+                    tracing::warn!(%cluster, record = %name, pod = %pod.name, %error, "cannot withdraw an eviction's claim; it expires by itself");
+                }
+                Err(ClaimError::Contended) => {
+                    tracing::warn!(%cluster, record = %name, pod = %pod.name, "cannot withdraw an eviction's claim: the record kept changing; it expires by itself");
+                }
+            }
+        }
+    }
+
+    /// The client of member `cluster` (this webhook's own for its own cluster), or why it has
+    /// none now.
+    fn member_client(&self, members: &EvictionMembers, cluster: &str) -> Result<Client, String> {
+        if cluster == members.own {
+            Ok(self.client.clone())
+        } else {
+            (members.client_of)(cluster).map_err(|why| format!("not connected: {why}"))
+        }
+    }
+
+    /// A fresh read of a member's record `name`, bounded.
+    async fn read_member_record(
+        &self,
+        api: &Api<ConfigMap>,
+        name: &str,
+    ) -> Result<(Ledger, bool), String> {
+        self.metrics.api_read("record").inc();
+        match tokio::time::timeout(MEMBER_CALL_TIMEOUT, ledger::read(api, name)).await {
+            Ok(Ok(record)) => Ok((record, true)),
+            Ok(Err(error)) => Err(format!("reading ConfigMap {name}: {error}")),
+            Err(_) => Err(format!(
+                "reading ConfigMap {name}: no answer within {MEMBER_CALL_TIMEOUT:?}"
+            )),
+        }
+    }
+
+    /// A write of a member's record `name` of `budget` conditioned on the version `record` was
+    /// read at, bounded; what is stored is kept as `key` (`cluster/budget`).
+    async fn write_member_record(
+        &self,
+        api: &Api<ConfigMap>,
+        name: &str,
+        budget: &str,
+        key: &str,
+        record: &Ledger,
+    ) -> Result<Written, String> {
+        self.metrics.api_writes.with_label_values(&["record"]).inc();
+        let write = ledger::write_labelled(api, name, (RECORD_LABEL, budget), record);
+        match tokio::time::timeout(MEMBER_CALL_TIMEOUT, write).await {
+            Ok(Ok(written)) => {
+                if let Written::Done(stored) = &written {
+                    self.remember(key, stored);
+                }
+                Ok(written)
+            }
+            Ok(Err(error)) => Err(format!(
+                "writing ConfigMap {name}: {}",
+                baton_shared::pod_client::error_chain(&error)
+            )),
+            Err(_) => Err(format!(
+                "writing ConfigMap {name}: no answer within {MEMBER_CALL_TIMEOUT:?}"
+            )),
+        }
+    }
+
+    /// The decision over every member's pods: this cluster's and each readable member's
+    /// StatefulSets and pods named `cluster/name`, the members away counted as unavailable.
+    fn decide_across(
+        &self,
+        pod: &CachedPod,
+        budgets: &[&Observed],
+        record: &RecentlyAllowed,
+        members: &EvictionMembers,
+    ) -> EvictionVerdict {
+        let now = members.pods.now();
+        let own_statefulsets = self.statefulsets.state();
+        let mut statefulsets: Vec<StatefulSet> = own_statefulsets
+            .iter()
+            .map(|statefulset| qualify_statefulset(&members.own, &statefulset.0))
+            .collect();
+        let mut pods: Vec<Arc<CachedPod>> = Vec::new();
+        let owned = |statefulsets: &[StatefulSet], pod: &CachedPod| {
+            pod.controller.as_ref().is_some_and(|controller| {
+                statefulsets
+                    .iter()
+                    .any(|statefulset| statefulset.metadata.uid.as_deref() == Some(&controller.uid))
+            })
+        };
+        let own_pods = self.pods.state();
+        pods.extend(
+            own_pods
+                .iter()
+                .filter(|member_pod| owned(&statefulsets, member_pod))
+                .map(|member_pod| Arc::new(qualify_pod(&members.own, member_pod))),
+        );
+        for (cluster, (member_statefulsets, member_pods)) in &now.readable {
+            let qualified_statefulsets: Vec<StatefulSet> = member_statefulsets
+                .iter()
+                .map(|statefulset| qualify_statefulset(cluster, statefulset))
+                .collect();
+            pods.extend(
+                member_pods
+                    .iter()
+                    .filter(|member_pod| owned(&qualified_statefulsets, member_pod))
+                    .map(|member_pod| Arc::new(qualify_pod(cluster, member_pod))),
+            );
+            statefulsets.extend(qualified_statefulsets);
+        }
+        let refs: Vec<&StatefulSet> = statefulsets.iter().collect();
+        let by_statefulset = PodsByStatefulSet::of(refs.iter().copied(), &pods);
+        let verdict = decide(&EvictionSnapshot {
+            pod,
+            budgets,
+            statefulsets: &refs,
+            pods: &by_statefulset,
+            now: Timestamp::now(),
+            recently_allowed: record,
+            record_expiry: RECORD_EXPIRY,
+        });
+        tracing::debug!(
+            pod = %pod.name,
+            readable = ?now.readable.keys().collect::<Vec<_>>(),
+            away = ?now.away,
+            statefulsets = refs.len(),
+            pods = pods.len(),
+            verdict = verdict.message(),
+            "judged over the members"
+        );
+        refuse_while_away(verdict, &pod.name, &now.away)
     }
 
     fn record_failed(
@@ -498,9 +854,20 @@ impl Evictions {
         if !over(records.len()) && !over(locks.len()) {
             return;
         }
-        records.retain(|name, _| self.budgets.contains(name));
+        // With members, a record is kept as `cluster/budget`.
+        records.retain(|name, _| self.budgets.contains(split(name).1));
         locks.retain(|name, lock| self.budgets.contains(name) || Arc::strong_count(lock) > 1);
     }
+}
+
+/// What one member's record made of a claim.
+enum Claimed {
+    /// It took the claim: this is the answer if a majority does.
+    Took((Verdict, &'static str)),
+    /// A dry run, judged on the first record and written nowhere.
+    DryRun((Verdict, &'static str)),
+    /// Judged with its entries, the eviction is refused: the answer.
+    Refused((Verdict, &'static str)),
 }
 
 /// What the webhook does when budgets change: counts each version parsed, and starts watching

@@ -12,6 +12,7 @@
 //! | [`statefulsets`] | the one watch of the namespace's StatefulSets, decoded slim, that [`parents`] and [`evictions`] both read |
 //! | [`parents`] | watch caches answering a `/scale` request's parent labels without an API call |
 //! | [`evictions`] | the watch caches of budgets and (from the first budget on) pods behind `/admission/pod-eviction`, the pods by StatefulSet the decision counts, and claiming an eviction in the budget's record |
+//! | [`member_pods`] | the pods and StatefulSets of the other member clusters (`webhook.clusters`), watched for the eviction decision across members, with whether each member can be trusted now |
 //! | [`members`] | the member clusters (`webhook.clusters`): a client per member from its kubeconfig Secret, or why it cannot be reached |
 //! | [`tls_reload`] | the serving certificate, reloaded when its files change |
 //! | [`metrics`] | the webhook's metrics |
@@ -34,6 +35,7 @@ pub mod admission;
 pub mod budget;
 pub mod error;
 pub mod evictions;
+pub mod member_pods;
 pub mod members;
 pub mod metrics;
 pub mod parents;

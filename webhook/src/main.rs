@@ -147,6 +147,21 @@ impl Judges {
             statefulsets,
             ZpdbMetrics::register(registry)?,
         );
+        // With members, budgets span them: their pods are watched from the first budget on.
+        let (evictions, fill_evictions) = match &members {
+            Some(members) => {
+                let reach = members.clone();
+                let client_of: baton_webhook::member_pods::ClientOf =
+                    Arc::new(move |cluster: &str| reach.client(cluster));
+                let (evictions, fill_members) =
+                    evictions.with_members(members.own(), members.names(), client_of);
+                let fill = async move {
+                    futures::join!(fill_evictions, fill_members);
+                };
+                (evictions, fill.boxed())
+            }
+            None => (evictions, fill_evictions.boxed()),
+        };
         let evictions = Arc::new(evictions);
         let prepare = PrepareDownscale::new(client, pods, config).with_members(members);
         let state = actix_web::web::Data::new(
@@ -163,7 +178,7 @@ impl Judges {
             evictions,
             fill_statefulsets: fill_statefulsets.boxed(),
             fill_parents: fill_parents.boxed(),
-            fill_evictions: fill_evictions.boxed(),
+            fill_evictions,
             follow_members,
         })
     }

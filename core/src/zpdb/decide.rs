@@ -161,6 +161,8 @@ pub enum DenyReason {
     OtherZoneUnavailable,
     ZoneAtMaxUnavailable,
     PartitionAtMaxUnavailable,
+    /// A member cluster of the budget's zones cannot be read: its pods count as unavailable.
+    MemberUnavailable,
 }
 
 impl AllowReason {
@@ -186,6 +188,7 @@ impl DenyReason {
             DenyReason::OtherZoneUnavailable => "other_zone_unavailable",
             DenyReason::ZoneAtMaxUnavailable => "zone_at_max_unavailable",
             DenyReason::PartitionAtMaxUnavailable => "partition_at_max_unavailable",
+            DenyReason::MemberUnavailable => "member_unavailable",
         }
     }
 }

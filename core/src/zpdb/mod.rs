@@ -7,6 +7,7 @@
 //! Pure: nothing here calls the API.
 
 pub mod decide;
+pub mod members;
 pub mod record;
 pub mod rollout_deletion;
 pub mod spec;

@@ -26,6 +26,19 @@ pub fn record_name(budget: &str) -> String {
     format!("{RECORD_PREFIX}{budget}")
 }
 
+/// The key of `pod`'s entry in a record: its name, a member cluster's pod (`cluster/pod`) with
+/// `_` for the `/`, which a ConfigMap key may not hold. Neither pod nor cluster names hold `_`
+/// (DNS names), so a key reads back as one name ([`pod_of_key`]), and a record of one cluster
+/// alone is keyed as the Go operator's was.
+pub fn record_key(pod: &str) -> String {
+    pod.replacen(crate::clusters::SEPARATOR, "_", 1)
+}
+
+/// The pod a record's key names ([`record_key`]).
+pub fn pod_of_key(key: &str) -> String {
+    key.replacen('_', &crate::clusters::SEPARATOR.to_string(), 1)
+}
+
 /// One entry of a record, as stored.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -44,10 +57,10 @@ pub fn recently_allowed(ledger: &Ledger) -> RecentlyAllowed {
     let pods = ledger
         .data
         .iter()
-        .filter_map(|(pod, raw)| {
+        .filter_map(|(key, raw)| {
             let entry: RecordEntry = serde_json::from_str(raw).ok()?;
             let at = entry.allowed_at.parse::<Timestamp>().ok()?;
-            Some((pod.clone(), AllowedEviction { at, uid: entry.uid }))
+            Some((pod_of_key(key), AllowedEviction { at, uid: entry.uid }))
         })
         .collect();
     RecentlyAllowed { pods }
@@ -66,10 +79,10 @@ pub fn with_eviction(
     let mut data: std::collections::BTreeMap<String, String> = ledger
         .data
         .iter()
-        .filter(|(name, _)| {
+        .filter(|(key, _)| {
             current
                 .pods
-                .get(*name)
+                .get(&pod_of_key(key))
                 .is_some_and(|entry| !RecentlyAllowed::is_expired(entry, now, RECORD_EXPIRY))
         })
         .map(|(name, raw)| (name.clone(), raw.clone()))
@@ -80,7 +93,7 @@ pub fn with_eviction(
         request: request.to_owned(),
     };
     data.insert(
-        pod.to_owned(),
+        record_key(pod),
         serde_json::to_string(&entry).unwrap_or_default(),
     );
     Ledger {
@@ -131,6 +144,26 @@ mod tests {
             ["b-0", "c-0", "d-0"],
             "a-0 expired (30 s), junk dropped"
         );
+    }
+
+    /// A member cluster's pod is kept under a key a ConfigMap takes, and read back as itself.
+    #[test]
+    fn a_member_clusters_pod_is_kept_under_a_valid_key_and_read_back() {
+        let now: Timestamp = "2026-11-23T04:00:00Z".parse().unwrap();
+        let ledger = with_eviction(&Ledger::default(), "cluster-b/web-0", None, "r1", now);
+        let ledger = with_eviction(&ledger, "web-1", None, "r2", now);
+        assert_eq!(
+            ledger.data.keys().collect::<Vec<_>>(),
+            ["cluster-b_web-0", "web-1"]
+        );
+        let read = recently_allowed(&ledger);
+        assert_eq!(
+            read.pods.keys().collect::<Vec<_>>(),
+            ["cluster-b/web-0", "web-1"]
+        );
+        // and it stays through the next write
+        let next = with_eviction(&ledger, "cluster-c/web-0", None, "r3", now);
+        assert_eq!(next.data.len(), 3);
     }
 
     /// An entry dated far ahead (anyone who may edit the ConfigMap can write 2099) makes no

@@ -173,11 +173,16 @@ pub fn on_record(
         Judgement::Go => Judged::Settled(Permit::Go),
         Judgement::Wait(why) => Judged::Settled(Permit::Wait(why)),
         Judgement::Claim { .. } => {
-            let request = format!("baton-controller rollout of group {}", claimant.group);
+            let request = claim_request(claimant.group);
             let claimed = with_eviction(record, deletion.pod, claimant.pod_uid, &request, view.now);
             Judged::Claim(claimed, Permit::Go)
         }
     }
+}
+
+/// What a rollout's claims in a budget's record are signed with: the request that made them.
+pub fn claim_request(group: &str) -> String {
+    format!("baton-controller rollout of group {group}")
 }
 
 /// Why the consult could not claim the deletion in `budget`'s record.

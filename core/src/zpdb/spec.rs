@@ -126,9 +126,11 @@ pub struct Partition {
 
 impl Partition {
     /// The partition of `pod_name`; `None` when the name does not match or the group is empty.
+    /// A member cluster's pod (`cluster/pod`) is matched by its name in its cluster, so the
+    /// budget's regex means the same in every member.
     pub fn of<'n>(&self, pod_name: &'n str) -> Option<&'n str> {
         self.regex
-            .captures(pod_name)?
+            .captures(crate::clusters::split(pod_name).1)?
             .get(self.group)
             .map(|group| group.as_str())
             .filter(|partition| !partition.is_empty())
