@@ -424,12 +424,13 @@ mod tests {
     }
 
     #[test]
-    fn the_docs_peer_identity_may_claim_in_the_ledgers_and_read_statefulsets_alone() {
+    fn the_docs_peer_identity_may_write_records_and_read_pods_and_statefulsets_alone() {
         let page = read_docs();
         let directory = tempfile::tempdir().unwrap();
         let objects = member_overlay(&page, directory.path(), "team-a").unwrap();
         // The member overlay has baton-peer in baton-system, bound in the groups' namespace to
-        // ledgers and StatefulSets alone, and a record writer
+        // records (ConfigMaps, no patch or delete) and reading pods and StatefulSets alone, and
+        // a record writer
         let account = find(&objects, "ServiceAccount", "baton-peer");
         assert_eq!(account["metadata"]["namespace"], "baton-system");
         let role = find(&objects, "Role", "baton-peer-groups");
@@ -437,7 +438,8 @@ mod tests {
             role["rules"],
             serde_json::json!([
                 {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "create", "update"]},
-                {"apiGroups": ["apps"], "resources": ["statefulsets"], "verbs": ["get", "list"]},
+                {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
+                {"apiGroups": ["apps"], "resources": ["statefulsets"], "verbs": ["get", "list", "watch"]},
             ])
         );
         assert_eq!(

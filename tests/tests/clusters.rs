@@ -2825,9 +2825,8 @@ mod downscales {
     }
 
     #[test]
-    fn a_peer_webhooks_identity_may_claim_in_the_ledgers_and_is_refused_anything_else() {
-        use k8s_openapi::api::core::v1::{Pod, Secret};
-        use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+    fn a_peer_webhooks_identity_may_write_records_and_read_pods_and_is_refused_anything_else() {
+        use kube::api::{DeleteParams, EvictParams, ListParams, Patch, PatchParams, PostParams};
 
         ClusterTrio::scenario(|clusters| async move {
             // Given the webhooks' Secrets written by the page's `kubectl baton cluster add
@@ -2848,7 +2847,12 @@ mod downscales {
                 let statefulsets: Api<StatefulSet> = Api::namespaced(client.clone(), namespace);
                 let at = format!("{own}'s identity in {member}");
 
-                // Then it reads StatefulSets and creates, reads and updates a ledger
+                // Then it reads StatefulSets and pods (an eviction across members watches them)
+                // and creates, reads and updates a record
+                let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+                pods.list(&ListParams::default())
+                    .await
+                    .unwrap_or_else(|error| panic!("{at}: listing pods: {error}"));
                 statefulsets
                     .get(&group.statefulset)
                     .await
@@ -2911,10 +2915,14 @@ mod downscales {
                         .await
                         .map(drop),
                 );
-                let pods: Api<Pod> = Api::namespaced(client, namespace);
+                let pod = format!("{}-0", group.statefulset);
                 forbidden(
-                    "a pod list",
-                    pods.list(&ListParams::default()).await.map(drop),
+                    "a pod delete",
+                    pods.delete(&pod, &DeleteParams::default()).await.map(drop),
+                );
+                forbidden(
+                    "a pod eviction",
+                    pods.evict(&pod, &EvictParams::default()).await.map(drop),
                 );
             }
         });
