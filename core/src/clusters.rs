@@ -122,6 +122,13 @@ pub fn mark_outages(snapshot: &mut GroupSnapshot, outages: &[Outage]) {
     snapshot.statefulsets.sort_by(|a, b| a.name.cmp(&b.name));
 }
 
+/// How many of `members` clusters make a majority: the records a claim across clusters must be
+/// in (a downscale's in the ledgers, an eviction's in the budgets' records), so that any two
+/// claims share a cluster whose record takes only one of them.
+pub fn majority(members: usize) -> usize {
+    members / 2 + 1
+}
+
 /// A member cluster's name, as configured: a DNS label (it becomes part of names people read
 /// and of Event messages), so it can never contain the separator.
 pub fn valid_cluster_name(name: &str) -> Result<(), String> {

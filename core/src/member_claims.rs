@@ -42,6 +42,7 @@ use std::time::Duration;
 use jiff::{SignedDuration, Timestamp};
 use serde::{Deserialize, Serialize};
 
+use crate::clusters::majority;
 use crate::duration::go as go_duration;
 use crate::ledger::Ledger;
 
@@ -228,11 +229,6 @@ pub fn withdrawn(ledger: &Ledger, key: &str, request: &str) -> Option<Ledger> {
     let mut without = ledger.clone();
     without.data.remove(key);
     Some(without)
-}
-
-/// How many of `members` make a majority.
-pub fn majority(members: usize) -> usize {
-    members / 2 + 1
 }
 
 /// The members a claim is written to: `own` first (its ledger is claimed before the others

@@ -488,11 +488,11 @@ fn what_was_done(
 ) -> Vec<String> {
     let mut said = vec![
         format!(
-            "cluster {}: Secret {}/{secret_name} (key {}) written in the hub (context {hub_context})",
+            "cluster {}: Secret {}/{secret_name} (key {}) written in the cluster of context {hub_context}",
             add.name, add.system_namespace, add.key
         ),
         format!(
-            "  the hub's controller reaches {} as system:serviceaccount:{}:{}",
+            "  whoever is given it (the hub's controller, or a member's webhook for its peers) reaches {} as system:serviceaccount:{}:{}",
             endpoint.server, add.service_account.namespace, add.service_account.name
         ),
         checked,
@@ -614,8 +614,8 @@ async fn check(
     listed.map(|_| ()).map_err(|error| {
         failed(match error {
             kube::Error::Api(status) if status.is_forbidden() || status.code == 401 => format!(
-                "{}; apply deploy/member-cluster there with the groups' namespace {namespace} (its Role baton-member-groups), or give -n the groups' namespace",
-                status.message
+                "{}; apply deploy/member-cluster there with the groups' namespace {namespace} (its Role {}-groups for {}), or give -n the groups' namespace",
+                status.message, add.service_account.name, add.service_account
             ),
             error => format!(
                 "{}; --server is where the hub's controller reaches the member: if only the hub can, give --no-check",

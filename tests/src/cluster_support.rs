@@ -737,7 +737,7 @@ async fn add_cluster(kubeconfig: &Path, namespace: &str, cluster: &str) {
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let run = crate::plugin_support::kubectl_baton(kubeconfig, &args).await;
     run.exited(0).says(&[&format!(
-        "cluster {cluster}: Secret {namespace}/{} (key {KUBECONFIG_KEY}) written in the hub (context {HUB})",
+        "cluster {cluster}: Secret {namespace}/{} (key {KUBECONFIG_KEY}) written in the cluster of context {HUB}",
         kubeconfig_secret(cluster)
     )]);
 }

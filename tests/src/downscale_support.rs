@@ -302,7 +302,7 @@ async fn add_peer(trio: &ClusterTrio, member: &str, own: &str, silent: Option<u1
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let run = crate::plugin_support::kubectl_baton(&trio.clusters_kubeconfig(), &args).await;
     run.exited(0).says(&[&format!(
-        "cluster {member}: Secret {}/{secret} (key kubeconfig) written in the hub (context {own})",
+        "cluster {member}: Secret {}/{secret} (key kubeconfig) written in the cluster of context {own}",
         trio.namespace(),
     )]);
 }

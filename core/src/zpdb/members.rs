@@ -28,6 +28,7 @@ use std::fmt::Write as _;
 
 use super::record::{RecordEntry, record_key, record_name};
 use super::{DenyReason, EvictionVerdict};
+use crate::clusters::majority;
 use crate::ledger::Ledger;
 
 /// A member cluster whose pods are not known now (its cache not synced: never listed, or its
@@ -78,11 +79,6 @@ pub fn refuse_while_away(verdict: EvictionVerdict, pod: &str, away: &[Away]) -> 
             if away.len() == 1 { "its" } else { "their" },
         ),
     }
-}
-
-/// How many of `members` records make a majority.
-pub fn majority(members: usize) -> usize {
-    members / 2 + 1
 }
 
 /// The order every claimant claims the members' records in: by cluster name.
