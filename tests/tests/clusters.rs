@@ -84,9 +84,6 @@ fn assert_one_at_a_time(windows: &[(String, ZoneWindow)], group: &Group, soak: D
     }
 }
 
-/// The members of the group's status and their phases, in the order it lists them.
-/// Every status read while a member was out said the group waits for it
-/// (`MemberUnreachable`, its message containing `saying`), and there was at least one.
 /// The group's status read over and over until `until`: what a person watching it would see
 /// while the scenario holds something (a member out) for that long.
 async fn statuses_until(clusters: &ClusterTrio, group: &Group, until: Instant) -> Vec<GroupStatus> {
@@ -98,6 +95,8 @@ async fn statuses_until(clusters: &ClusterTrio, group: &Group, until: Instant) -
     statuses
 }
 
+/// Every status read while a member was out said the group waits for it
+/// (`MemberUnreachable`, its message containing `saying`), and there was at least one.
 fn assert_every_status_waits_on(statuses: &[GroupStatus], saying: &str) {
     assert!(
         !statuses.is_empty(),
@@ -120,6 +119,7 @@ fn assert_every_status_waits_on(statuses: &[GroupStatus], saying: &str) {
     );
 }
 
+/// The members of the group's status and their phases, in the order it lists them.
 fn phases(status: &GroupStatus) -> Vec<(String, RolloutPhase)> {
     status
         .zones
