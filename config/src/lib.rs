@@ -37,6 +37,17 @@ pub const ENV_PREFIX: &str = "BATON_";
 pub struct Config {
     /// Namespace of the rollout groups baton coordinates (StatefulSets, pods, budgets, records).
     pub namespace: String,
+    /// The namespaces of the rollout groups, when baton serves more than `namespace`: names, or
+    /// `["*"]` for every namespace of the cluster. Empty: `namespace` alone, as the Go operator
+    /// serves. More than one namespace (or a selector) needs the cluster-wide install
+    /// (deploy/cluster-wide), whose ClusterRoles let baton watch every namespace.
+    #[serde(deserialize_with = "values::list")]
+    pub namespaces: Vec<String>,
+    /// Narrows the namespaces served to those whose labels match, as Kubernetes matches a
+    /// namespaceSelector (`match_labels`, `match_expressions` with `In`, `NotIn`, `Exists`,
+    /// `DoesNotExist`). A namespace whose labels start or stop matching is taken up or let go
+    /// while baton runs. Empty: every namespace named by `namespaces`.
+    pub namespace_selector: NamespaceSelector,
     /// Namespace of baton's own objects: the controller's Lease, the certificate Secret (with
     /// its CA key) and, unless `certificates.service_namespace` says otherwise, the webhook's
     /// Service. Empty: `namespace`, as the Go operator runs. A namespace of its own keeps the
@@ -72,6 +83,8 @@ impl Default for Config {
     fn default() -> Self {
         Self {
             namespace: "default".to_owned(),
+            namespaces: Vec::new(),
+            namespace_selector: NamespaceSelector::default(),
             system_namespace: String::new(),
             cluster_domain: "cluster.local".to_owned(),
             log: LogConfig::default(),
@@ -601,6 +614,7 @@ impl Config {
             self.namespace.clone(),
             "a Kubernetes namespace name (lowercase letters, digits and '-', at most 63)",
         );
+        self.validate_namespaces(check);
         check(
             self.system_namespace.is_empty() || is_dns_label(&self.system_namespace),
             "system_namespace",
@@ -613,6 +627,43 @@ impl Config {
             self.cluster_domain.clone(),
             "a DNS domain such as cluster.local",
         );
+    }
+
+    /// The namespaces served: names (or `*` alone), and a selector Kubernetes would accept.
+    fn validate_namespaces(&self, check: &mut Check<'_>) {
+        let all = self.namespaces.iter().any(|name| name == "*");
+        check(
+            !all || self.namespaces.len() == 1,
+            "namespaces",
+            format!("{:?}", self.namespaces),
+            "namespace names, or [\"*\"] alone for every namespace",
+        );
+        for (index, name) in self.namespaces.iter().enumerate() {
+            check(
+                name == "*" || is_dns_label(name),
+                &format!("namespaces[{index}]"),
+                name.clone(),
+                "a Kubernetes namespace name (lowercase letters, digits and '-', at most 63), or *",
+            );
+        }
+        self.namespace_selector.validate(check);
+    }
+
+    /// The namespaces one baton serves ([`baton_core::namespaces::Scope`]), from `namespaces`,
+    /// `namespace` and `namespace_selector`. Call on a validated config: a selector that
+    /// validation passed is one the core accepts.
+    pub fn scope(
+        &self,
+    ) -> Result<baton_core::namespaces::Scope, baton_core::namespaces::SelectorError> {
+        use baton_core::namespaces::{Names, Scope};
+        let names = if self.namespaces.iter().any(|name| name == "*") {
+            Names::All
+        } else if self.namespaces.is_empty() {
+            Names::Listed([self.namespace.clone()].into())
+        } else {
+            Names::Listed(self.namespaces.iter().cloned().collect())
+        };
+        Scope::new(names, self.namespace_selector.label_selector())
     }
 
     /// The Kubernetes client's rate limit, and the log filter.
@@ -956,6 +1007,94 @@ fn validate_cluster_list(check: &mut Check<'_>, key: &str, clusters: &[ClusterCo
 
 fn is_dns_subdomain(value: &str) -> bool {
     value.len() <= 253 && value.split('.').all(is_dns_label)
+}
+
+/// A label selector over namespaces, as a webhook's namespaceSelector is written.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct NamespaceSelector {
+    /// Labels a namespace must carry, each with its value.
+    pub match_labels: std::collections::BTreeMap<String, String>,
+    /// Requirements on a namespace's labels, all of which must hold.
+    pub match_expressions: Vec<SelectorRequirement>,
+}
+
+/// One requirement of a [`NamespaceSelector`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SelectorRequirement {
+    /// The label's key.
+    pub key: String,
+    /// `In`, `NotIn`, `Exists` or `DoesNotExist`.
+    pub operator: String,
+    /// The values `In` and `NotIn` compare with (at least one); none for the others.
+    #[serde(default)]
+    pub values: Vec<String>,
+}
+
+impl NamespaceSelector {
+    /// The selector as Kubernetes writes it.
+    pub fn label_selector(&self) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
+            LabelSelector, LabelSelectorRequirement,
+        };
+        LabelSelector {
+            match_labels: (!self.match_labels.is_empty()).then(|| self.match_labels.clone()),
+            match_expressions: (!self.match_expressions.is_empty()).then(|| {
+                self.match_expressions
+                    .iter()
+                    .map(|requirement| LabelSelectorRequirement {
+                        key: requirement.key.clone(),
+                        operator: requirement.operator.clone(),
+                        values: (!requirement.values.is_empty())
+                            .then(|| requirement.values.clone()),
+                    })
+                    .collect()
+            }),
+        }
+    }
+
+    fn validate(&self, check: &mut Check<'_>) {
+        for (key, value) in &self.match_labels {
+            check(
+                baton_core::names::is_label_key(key),
+                "namespace_selector.match_labels",
+                key.clone(),
+                "label keys such as team or example.com/team",
+            );
+            check(
+                value.len() <= 63,
+                &format!("namespace_selector.match_labels.{key}"),
+                value.clone(),
+                "a label value (at most 63 characters)",
+            );
+        }
+        for (index, requirement) in self.match_expressions.iter().enumerate() {
+            let at = format!("namespace_selector.match_expressions[{index}]");
+            check(
+                baton_core::names::is_label_key(&requirement.key),
+                &format!("{at}.key"),
+                requirement.key.clone(),
+                "a label key such as team or example.com/team",
+            );
+            let takes_values = matches!(requirement.operator.as_str(), "In" | "NotIn");
+            let known =
+                takes_values || matches!(requirement.operator.as_str(), "Exists" | "DoesNotExist");
+            check(
+                known,
+                &format!("{at}.operator"),
+                requirement.operator.clone(),
+                "In, NotIn, Exists or DoesNotExist",
+            );
+            // (values are judged against a known operator only: one problem per mistake)
+            check(
+                !known || takes_values != requirement.values.is_empty(),
+                &format!("{at}.values"),
+                format!("{:?}", requirement.values),
+                "at least one value for In and NotIn, none for Exists and DoesNotExist",
+            );
+        }
+    }
 }
 
 /// Reports a problem unless `ok`: the key, the value found and what it expects.

@@ -616,3 +616,74 @@ fn the_webhooks_member_clusters_name_its_own_cluster_exactly_once() {
         Ok(())
     });
 }
+
+#[test]
+fn namespaces_are_one_by_default_a_list_or_every_one_narrowed_by_a_selector() {
+    let config = Config::default();
+    assert_eq!(
+        config.scope().unwrap().only(),
+        Some("default"),
+        "the Go operator's way"
+    );
+    Jail::expect_with(|jail| {
+        jail.set_env("BATON_NAMESPACES", "mimir, loki");
+        let config = Config::load(None).expect("a list from the environment");
+        let scope = config.scope().unwrap();
+        assert_eq!(scope.only(), None);
+        assert_eq!(scope.describe(), "namespaces loki, mimir");
+        Ok(())
+    });
+    Jail::expect_with(|jail| {
+        jail.create_file(
+            "baton.yaml",
+            "namespaces: ['*']\nnamespace_selector:\n  match_labels:\n    baton.example.com/served: 'true'\n  match_expressions:\n    - key: tier\n      operator: NotIn\n      values: [test]\n",
+        )?;
+        let config =
+            Config::load(Some(Path::new("baton.yaml"))).expect("every namespace, labelled");
+        let scope = config.scope().unwrap();
+        let labels = |pairs: &[(&str, &str)]| -> std::collections::BTreeMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect()
+        };
+        assert!(scope.serves("any", &labels(&[("baton.example.com/served", "true")])));
+        assert!(!scope.serves(
+            "any",
+            &labels(&[("baton.example.com/served", "true"), ("tier", "test")])
+        ));
+        assert!(!scope.serves("any", &labels(&[])));
+        Ok(())
+    });
+}
+
+#[test]
+fn bad_namespaces_and_selectors_name_the_key_and_the_value() {
+    Jail::expect_with(|jail| {
+        jail.create_file(
+            "baton.yaml",
+            "namespaces: ['*', Mimir]\nnamespace_selector:\n  match_labels:\n    'bad key!': x\n  match_expressions:\n    - key: tier\n      operator: Like\n      values: [a]\n    - key: team\n      operator: In\n",
+        )?;
+        let error = Config::load(Some(Path::new("baton.yaml"))).unwrap_err();
+        let keys = error.keys();
+        let message = error.to_string();
+        for key in [
+            "namespaces",
+            "namespaces[1]",
+            "namespace_selector.match_labels",
+            "namespace_selector.match_expressions[0].operator",
+            "namespace_selector.match_expressions[1].values",
+        ] {
+            assert!(keys.contains(&key.to_owned()), "{key}: {message}");
+        }
+        assert!(
+            message.contains("Mimir") && message.contains("Like"),
+            "{message}"
+        );
+        assert!(
+            !keys.contains(&"namespace_selector.match_expressions[0].values".to_owned()),
+            "In with a value is fine: {message}"
+        );
+        Ok(())
+    });
+}

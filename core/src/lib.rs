@@ -24,6 +24,7 @@
 //! | [`statefulset`] | a StatefulSet's group, replicas and ordinals as decisions read them |
 //! | [`pod_address`] | how baton addresses a pod it calls (DNS name or IP) and builds the URL |
 //! | [`names`] | the shapes of Kubernetes names, for user-written values baton puts where a name belongs |
+//! | [`namespaces`] | which namespaces one baton serves (one, a list, every one, narrowed by a selector over namespaces), the same for the controller and the webhook configurations |
 //! | [`cluster_kubeconfig`] | a member cluster's kubeconfig, read against the allow-list of what the hub's controller accepts |
 //! | [`clusters`] | groups across clusters: a member named `cluster/statefulset`, and a cluster's objects joining a group |
 //! | [`rollout`] | the rollout snapshot, the planner's walk, and its answer and wording (`rollout::model`): which pods may go now |
@@ -108,6 +109,7 @@ pub mod ledger;
 pub mod member_claims;
 pub mod min_time;
 pub mod names;
+pub mod namespaces;
 pub mod pass;
 pub mod phased;
 pub mod pod_address;

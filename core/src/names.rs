@@ -24,6 +24,23 @@ pub fn is_dns_subdomain(raw: &str) -> bool {
         })
 }
 
+/// A label key: an optional DNS-subdomain prefix and `/`, then a name of at most 63 characters
+/// (letters, digits, `-`, `_`, `.`, starting and ending with a letter or digit).
+pub fn is_label_key(raw: &str) -> bool {
+    let (prefix, name) = match raw.rsplit_once('/') {
+        Some((prefix, name)) => (Some(prefix), name),
+        None => (None, raw),
+    };
+    !name.is_empty()
+        && name.len() <= 63
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && name.ends_with(|c: char| c.is_ascii_alphanumeric())
+        && prefix.is_none_or(is_dns_subdomain)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
