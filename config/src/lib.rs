@@ -647,6 +647,19 @@ impl Config {
             );
         }
         self.namespace_selector.validate(check);
+        let several = self.namespaces.len() > 1
+            || all
+            || self
+                .namespaces
+                .first()
+                .is_some_and(|name| name != &self.namespace)
+            || self.namespace_selector != NamespaceSelector::default();
+        check(
+            !several || self.controller.clusters.is_empty(),
+            "namespaces",
+            format!("{:?}", self.namespaces),
+            "one namespace while controller.clusters spans member clusters (serving several namespaces across clusters is not built)",
+        );
     }
 
     /// The namespaces one baton serves ([`baton_core::namespaces::Scope`]), from `namespaces`,

@@ -66,35 +66,60 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
     );
     let leadership = elector.leadership();
     tracing::info!(identity = %base.identity, lease = %config.controller.lease.name, "campaigning for the lease");
+    let scope = config
+        .scope()
+        .context("reading the namespaces served (namespaces, namespace_selector)")?;
+    tracing::info!(serving = %scope.describe(), "serving rollout groups");
     let (touched, touched_groups) = tokio::sync::mpsc::unbounded_channel();
-    let watched = Watched::start(&config, &base, &touched)?;
+    // Built once: its histogram is registered once, whichever namespace calls pods.
+    let pod_client = baton_shared::pod_client::PodHttpClient::new(&config.pods, &base.registry)
+        .context("building the pods' HTTP client")?;
+    let serving = match scope.only() {
+        Some(_) => Serving::One(Box::new(Watched::start(&config, &base, &touched)?)),
+        None => Serving::Many {
+            tenants: crate::tenants::Tenants::default(),
+            scope,
+        },
+    };
+    let clusters = match &serving {
+        Serving::One(watched) => watched.clusters.clone(),
+        Serving::Many { .. } => Clusters::single(base.client.clone()),
+    };
     // One explainer for every feature; its publisher is the one task that writes Events.
     let (explainer, event_publisher) = Explainer::new(
-        watched.clusters.clone(),
+        clusters,
         base.identity.clone(),
         EVENT_REPEAT_AFTER,
         config.kubernetes.request_timeout.get(),
     );
     // What the leader's reconciles remember for the status page (the ops server reads it).
     let board = crate::status::StatusBoard::default();
-    let ops = bind_ops_server(&config, &base, &watched.caches, &leadership, &board)?;
+    let ops = bind_ops_server(&config, &base, serving.status_source(), &leadership, &board)?;
     // Exactly one task awaits the caches' sync and broadcasts it: kube's store readiness wakes
     // only one of several concurrent waiters.
     let (synced_sender, synced) = watch::channel(false);
+    let reconcile = match &serving {
+        Serving::One(watched) => {
+            let reconciler = group_reconciler(
+                &config,
+                &base,
+                watched,
+                &explainer,
+                &board,
+                crate::runner::may_start(leadership.clone(), synced.clone()),
+                (&touched, &pod_client),
+            )?;
+            Reconcile::One(reconciler)
+        }
+        Serving::Many { tenants, .. } => Reconcile::Many(tenants.clone()),
+    };
     let parts = Parts {
-        reconciler: group_reconciler(
-            &config,
-            &base,
-            &watched,
-            &explainer,
-            &board,
-            crate::runner::may_start(leadership.clone(), synced.clone()),
-            &touched,
-        )?,
+        reconcile,
         base,
         elector,
         leadership,
-        watched,
+        serving,
+        pod_client,
         explainer,
         event_publisher,
         board,
@@ -111,6 +136,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
 
 /// What every part stands on: the metrics registry, the API client, this replica's identity
 /// and readiness.
+#[derive(Clone)]
 struct Base {
     registry: Registry,
     client: kube::Client,
@@ -222,14 +248,14 @@ impl Watched {
 fn bind_ops_server(
     config: &Config,
     base: &Base,
-    caches: &Caches,
+    source: crate::status::Source,
     leadership: &Leadership,
     board: &crate::status::StatusBoard,
 ) -> anyhow::Result<BoundServer> {
     let status_routes = crate::status::StatusRoutes {
         namespace: config.namespace.clone(),
         identity: base.identity.clone(),
-        caches: caches.clone(),
+        source,
         readiness: base.readiness.clone(),
         board: board.clone(),
         leadership: leadership.clone(),
@@ -241,11 +267,12 @@ fn bind_ops_server(
         status_routes.mount(),
     )
     .with_context(|| format!("binding the ops server to {}", config.ops.address))?;
-    tracing::info!(address = %ops.local_addr(), namespace = %config.namespace, "ops server listening");
+    tracing::info!(address = %ops.local_addr(), "ops server listening");
     Ok(ops)
 }
 
-/// What reconciles a group: its rollout (with its gates' calls) and its scaling.
+/// What reconciles a group of `config.namespace`: its rollout (with its gates' calls) and its
+/// scaling. `queue` takes the groups a gate's call ended for (keyed as the reconcile was).
 fn group_reconciler(
     config: &Config,
     base: &Base,
@@ -253,7 +280,10 @@ fn group_reconciler(
     explainer: &Explainer,
     board: &crate::status::StatusBoard,
     may_start: MayStart,
-    touched: &UnboundedSender<String>,
+    (queue, pod_client): (
+        &UnboundedSender<String>,
+        &baton_shared::pod_client::PodHttpClient,
+    ),
 ) -> anyhow::Result<Arc<GroupReconciler>> {
     let request_timeout = config.kubernetes.request_timeout.get();
     let gate_calls = crate::gates::calls::GateCalls::new(
@@ -265,7 +295,7 @@ fn group_reconciler(
         // runs beside the groups.
         (config.system_namespace() == config.namespace)
             .then(|| config.certificates.secret_name.clone()),
-        touched.clone(),
+        queue.clone(),
     )
     .context("building the gates' HTTP client")?;
     Ok(Arc::new(GroupReconciler {
@@ -285,9 +315,38 @@ fn group_reconciler(
             gate_calls,
             completions: Default::default(),
         },
-        scaler: crate::scaling::Scaler::new(watched.clusters.clone(), config, &base.registry)
-            .context("building the scaler")?,
+        scaler: crate::scaling::Scaler::with_pod_client(
+            watched.clusters.clone(),
+            config,
+            pod_client.clone(),
+        ),
     }))
+}
+
+/// What the controller serves: one namespace with its watches (the Go operator's way), or
+/// several, each taken up and let go by the watch of Namespaces ([`crate::tenants`]).
+enum Serving {
+    One(Box<Watched>),
+    Many {
+        tenants: crate::tenants::Tenants,
+        scope: baton_core::namespaces::Scope,
+    },
+}
+
+impl Serving {
+    /// Where the status page reads the groups.
+    fn status_source(&self) -> crate::status::Source {
+        match self {
+            Serving::One(watched) => crate::status::Source::One(watched.caches.clone()),
+            Serving::Many { tenants, .. } => crate::status::Source::Many(tenants.clone()),
+        }
+    }
+}
+
+/// What the group queue runs for a key: the one namespace's reconciler, or the tenants'.
+enum Reconcile {
+    One(Arc<GroupReconciler>),
+    Many(crate::tenants::Tenants),
 }
 
 /// Every part, built: what [`Parts::spawn`] starts.
@@ -295,7 +354,8 @@ struct Parts {
     base: Base,
     elector: LeaderElector,
     leadership: Leadership,
-    watched: Watched,
+    serving: Serving,
+    pod_client: baton_shared::pod_client::PodHttpClient,
     explainer: Explainer,
     event_publisher: crate::explain::EventPublisher,
     board: crate::status::StatusBoard,
@@ -304,7 +364,7 @@ struct Parts {
     synced: watch::Receiver<bool>,
     touched: UnboundedSender<String>,
     touched_groups: tokio::sync::mpsc::UnboundedReceiver<String>,
-    reconciler: Arc<GroupReconciler>,
+    reconcile: Reconcile,
 }
 
 impl Parts {
@@ -315,7 +375,8 @@ impl Parts {
             base,
             elector,
             leadership,
-            watched,
+            serving,
+            pod_client,
             explainer,
             event_publisher,
             board,
@@ -324,18 +385,8 @@ impl Parts {
             synced,
             touched,
             touched_groups,
-            reconciler,
+            reconcile,
         } = self;
-        let until_shutdown = |work: futures::future::BoxFuture<'static, ()>| {
-            let shutdown = shutdown.clone();
-            async move {
-                tokio::select! {
-                    () = work => {}
-                    () = shutdown.cancelled() => {}
-                }
-                Ok(())
-            }
-        };
         let shutdown_ = shutdown.clone();
         tasks.spawn(Task::EventPublisher, async move {
             event_publisher.run(shutdown_).await;
@@ -345,43 +396,64 @@ impl Parts {
         tasks.spawn(Task::OpsServer, async move {
             ops.run(shutdown_).await.map_err(anyhow::Error::from)
         });
-        tasks.spawn(Task::Watches, until_shutdown(watched.watches));
-        tasks.spawn(Task::BudgetWatch, until_shutdown(watched.budget_watch));
-        let caches = watched.caches;
-        let clusters = watched.clusters;
-        let readiness = base.readiness.clone();
-        let ready =
-            mark_ready_when_synced(caches.clone(), synced_sender, readiness, shutdown.clone());
-        tasks.spawn(Task::Readiness, ready);
-        let every = config.controller.resync_interval.get();
-        let resync = resync(caches.clone(), touched.clone(), every, shutdown.clone());
-        tasks.spawn(Task::Resync, resync);
-        tasks.spawn(
-            Task::LeadershipWatch,
-            reconcile_all_on_leadership(
-                caches.clone(),
-                synced,
-                leadership.clone(),
-                touched,
-                shutdown.clone(),
-            ),
-        );
+        match serving {
+            Serving::One(watched) => {
+                let namespace = Namespace {
+                    config,
+                    base: &base,
+                    leadership: &leadership,
+                    board: &board,
+                    explainer: &explainer,
+                    touched: &touched,
+                };
+                namespace.spawn(*watched, synced_sender, synced, &mut tasks, shutdown);
+            }
+            Serving::Many { tenants, scope } => {
+                let served = crate::tenants::watch_namespaces(base.client.clone(), scope);
+                let start = tenant_starter(
+                    config,
+                    &base,
+                    &leadership,
+                    &board,
+                    &explainer,
+                    (&touched, &pod_client),
+                );
+                let forget = crate::tenants::Forget {
+                    metrics: base.metrics.clone(),
+                    board: board.clone(),
+                };
+                let (served, watch) = served;
+                let shutdown_ = shutdown.clone();
+                tasks.spawn(Task::Namespaces, async move {
+                    let serve = crate::tenants::serve(
+                        tenants,
+                        served,
+                        start,
+                        forget,
+                        synced_sender,
+                        shutdown_.clone(),
+                    );
+                    tokio::select! {
+                        served = serve => served,
+                        () = watch => Ok(()),
+                    }
+                });
+                let readiness = base.readiness.clone();
+                let shutdown_ = shutdown.clone();
+                tasks.spawn(Task::Readiness, async move {
+                    let mut synced = synced;
+                    tokio::select! {
+                        _ = synced.wait_for(|synced| *synced) => readiness.set(true),
+                        () = shutdown_.cancelled() => {}
+                    }
+                    shutdown_.cancelled().await;
+                    Ok(())
+                });
+            }
+        }
         tasks.spawn(
             Task::Certificates,
             certificates(config, &base, &leadership, &explainer, shutdown),
-        );
-        tasks.spawn(
-            Task::PhasedRollouts,
-            phased_rollouts(
-                config,
-                &base,
-                caches,
-                clusters,
-                &leadership,
-                board,
-                explainer,
-                shutdown,
-            ),
         );
         tasks.spawn(Task::LeaderElection, {
             let shutdown = shutdown.clone();
@@ -392,25 +464,232 @@ impl Parts {
         });
         tasks.spawn(
             Task::GroupQueue,
-            group_queue(touched_groups, reconciler, shutdown.clone()),
+            group_queue(touched_groups, reconcile, shutdown.clone()),
         );
         tasks
     }
+}
+
+/// What one namespace's tasks stand on, whichever way it is served.
+struct Namespace<'a> {
+    config: &'a Config,
+    base: &'a Base,
+    leadership: &'a Leadership,
+    board: &'a crate::status::StatusBoard,
+    explainer: &'a Explainer,
+    /// Where its caches send the groups their changes concern.
+    touched: &'a UnboundedSender<String>,
+}
+
+impl Namespace<'_> {
+    /// The one namespace's tasks, each critical: its watches, readiness once they listed, the
+    /// resync, every group at each term, its PhasedRollouts.
+    fn spawn(
+        &self,
+        watched: Watched,
+        synced_sender: watch::Sender<bool>,
+        synced: watch::Receiver<bool>,
+        tasks: &mut Supervisor<Task>,
+        shutdown: &CancellationToken,
+    ) {
+        let until_shutdown = |work: futures::future::BoxFuture<'static, ()>| {
+            let shutdown = shutdown.clone();
+            async move {
+                tokio::select! {
+                    () = work => {}
+                    () = shutdown.cancelled() => {}
+                }
+                Ok(())
+            }
+        };
+        tasks.spawn(Task::Watches, until_shutdown(watched.watches));
+        tasks.spawn(Task::BudgetWatch, until_shutdown(watched.budget_watch));
+        let caches = watched.caches;
+        let readiness = self.base.readiness.clone();
+        let ready =
+            mark_ready_when_synced(caches.clone(), synced_sender, readiness, shutdown.clone());
+        tasks.spawn(Task::Readiness, ready);
+        let every = self.config.controller.resync_interval.get();
+        let resync = resync(
+            caches.clone(),
+            self.touched.clone(),
+            every,
+            shutdown.clone(),
+        );
+        tasks.spawn(Task::Resync, resync);
+        tasks.spawn(
+            Task::LeadershipWatch,
+            reconcile_all_on_leadership(
+                caches.clone(),
+                synced,
+                self.leadership.clone(),
+                self.touched.clone(),
+                shutdown.clone(),
+            ),
+        );
+        tasks.spawn(
+            Task::PhasedRollouts,
+            phased_rollouts(
+                self.config,
+                self.base,
+                caches,
+                watched.clusters,
+                self.leadership,
+                self.board.clone(),
+                self.explainer.clone(),
+                shutdown,
+            ),
+        );
+    }
+
+    /// The same tasks for a namespace of several: one future, ended by dropping it when the
+    /// namespace is let go; its caches' groups go to the queue keyed `namespace/group`.
+    fn work(
+        &self,
+        watched: Watched,
+        synced_sender: watch::Sender<bool>,
+        synced: watch::Receiver<bool>,
+        bare_groups: tokio::sync::mpsc::UnboundedReceiver<String>,
+        queue: UnboundedSender<String>,
+    ) -> futures::future::BoxFuture<'static, ()> {
+        use futures::FutureExt;
+        // Dropped with the future, never cancelled: the tasks below end with it.
+        let never = CancellationToken::new();
+        let namespace = self.config.namespace.clone();
+        let forward = async move {
+            let mut bare_groups = bare_groups;
+            while let Some(group) = bare_groups.recv().await {
+                let _ = queue.send(baton_core::namespaces::qualify(&namespace, &group));
+            }
+        };
+        let caches = watched.caches;
+        let listed = {
+            let caches = caches.clone();
+            async move {
+                if caches.synced().await.is_ok() {
+                    synced_sender.send_replace(true);
+                }
+            }
+        };
+        let every = self.config.controller.resync_interval.get();
+        let resync = resync(caches.clone(), self.touched.clone(), every, never.clone());
+        let at_each_term = reconcile_all_on_leadership(
+            caches.clone(),
+            synced,
+            self.leadership.clone(),
+            self.touched.clone(),
+            never.clone(),
+        );
+        let phased = phased_rollouts(
+            self.config,
+            self.base,
+            caches,
+            watched.clusters,
+            self.leadership,
+            self.board.clone(),
+            self.explainer.clone(),
+            &never,
+        );
+        let (watches, budget_watch) = (watched.watches, watched.budget_watch);
+        async move {
+            let _ = futures::join!(
+                watches,
+                budget_watch,
+                forward,
+                listed,
+                resync,
+                at_each_term,
+                phased
+            );
+        }
+        .boxed()
+    }
+}
+
+/// Starts a namespace of several: its own config (the namespace served, as one install's),
+/// watches, reconciler and tasks.
+fn tenant_starter(
+    config: &Config,
+    base: &Base,
+    leadership: &Leadership,
+    board: &crate::status::StatusBoard,
+    explainer: &Explainer,
+    (queue, pod_client): (
+        &UnboundedSender<String>,
+        &baton_shared::pod_client::PodHttpClient,
+    ),
+) -> crate::tenants::StartTenant {
+    let (template, base, leadership, board, explainer, queue, pod_client) = (
+        config.clone(),
+        base.clone(),
+        leadership.clone(),
+        board.clone(),
+        explainer.clone(),
+        queue.clone(),
+        pod_client.clone(),
+    );
+    Box::new(move |namespace: &str| {
+        let mut config = template.clone();
+        config.namespace = namespace.to_owned();
+        config.namespaces.clear();
+        config.namespace_selector = baton_config::NamespaceSelector::default();
+        let (bare, bare_groups) = tokio::sync::mpsc::unbounded_channel();
+        let watched = Watched::start(&config, &base, &bare)?;
+        let (synced_sender, synced) = watch::channel(false);
+        let may_start = crate::runner::may_start(leadership.clone(), synced.clone());
+        let reconciler = group_reconciler(
+            &config,
+            &base,
+            &watched,
+            &explainer,
+            &board,
+            may_start,
+            (&queue, &pod_client),
+        )?;
+        let caches = watched.caches.clone();
+        let parts = Namespace {
+            config: &config,
+            base: &base,
+            leadership: &leadership,
+            board: &board,
+            explainer: &explainer,
+            touched: &bare,
+        };
+        let work = parts.work(
+            watched,
+            synced_sender,
+            synced.clone(),
+            bare_groups,
+            queue.clone(),
+        );
+        let tenant = crate::tenants::Tenant {
+            caches,
+            reconciler,
+            synced,
+        };
+        Ok((tenant, work))
+    })
 }
 
 /// Reconciles each group a change concerns, at most [`MAX_CONCURRENT_GROUPS`] at once, one
 /// group never twice at once.
 async fn group_queue(
     touched_groups: tokio::sync::mpsc::UnboundedReceiver<String>,
-    reconciler: Arc<GroupReconciler>,
+    reconcile: Reconcile,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
+    let reconcile = Arc::new(reconcile);
     queue::run(
         touched_groups,
         MAX_CONCURRENT_GROUPS,
         move |group| {
-            let reconciler = reconciler.clone();
-            async move { reconciler.reconcile(&group).await }
+            let reconcile = reconcile.clone();
+            async move {
+                match reconcile.as_ref() {
+                    Reconcile::One(reconciler) => reconciler.reconcile(&group).await,
+                    Reconcile::Many(tenants) => tenants.reconcile(&group).await,
+                }
+            }
         },
         shutdown,
     )
@@ -523,6 +802,7 @@ enum Task {
     PhasedRollouts,
     LeaderElection,
     GroupQueue,
+    Namespaces,
 }
 
 impl std::fmt::Display for Task {
@@ -539,6 +819,7 @@ impl std::fmt::Display for Task {
             Task::PhasedRollouts => "phased rollouts",
             Task::LeaderElection => "leader election",
             Task::GroupQueue => "group queue",
+            Task::Namespaces => "namespaces",
         })
     }
 }

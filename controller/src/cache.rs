@@ -161,8 +161,10 @@ impl Caches {
         }
     }
 
-    /// The StatefulSets of `group`.
+    /// The StatefulSets of `group` (a group's key: `namespace/group` where several namespaces
+    /// are served, each namespace's caches holding its own alone).
     pub fn group_members(&self, group: &str) -> Vec<Arc<StatefulSet>> {
+        let group = baton_core::namespaces::split(group).1;
         match &self.workloads {
             Workloads::Local { statefulsets, .. } => {
                 statefulsets.state_filter(|statefulset| group_of(statefulset) == Some(group))
@@ -178,7 +180,7 @@ impl Caches {
 
     /// What the group's downscale ledger and the zone tracker say now.
     pub fn downscale_records(&self, group: &str) -> (Ledger, ZoneTracker) {
-        let name = ledger::ledger_name(group);
+        let name = ledger::ledger_name(baton_core::namespaces::split(group).1);
         let ledger = self
             .ledgers
             .find(|config_map| config_map.metadata.name.as_deref() == Some(&name))

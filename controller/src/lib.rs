@@ -54,4 +54,5 @@ pub mod rollout;
 pub mod runner;
 pub mod scaling;
 pub mod status;
+pub mod tenants;
 pub mod zpdb_check;

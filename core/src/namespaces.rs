@@ -155,6 +155,21 @@ impl Scope {
     }
 }
 
+/// A group's key where one baton serves several namespaces: `namespace/group`, so that two
+/// namespaces' groups of one name (an `ingester` in each tenant's namespace) are never one.
+/// Neither part can hold a `/` (a namespace name, a label value), so the key splits back.
+pub fn qualify(namespace: &str, group: &str) -> String {
+    format!("{namespace}/{group}")
+}
+
+/// A group key's namespace (`None` for a bare group name, one namespace served) and group name.
+pub fn split(key: &str) -> (Option<&str>, &str) {
+    match key.split_once('/') {
+        Some((namespace, group)) => (Some(namespace), group),
+        None => (None, key),
+    }
+}
+
 /// What a watch of Namespaces found served, and what that says to a person: a selector that
 /// matches nothing is worth a warning (baton runs and does nothing), as is a listed namespace
 /// that does not exist (yet).
@@ -306,6 +321,13 @@ mod tests {
             error.to_string().starts_with("namespace_selector: "),
             "{error}"
         );
+    }
+
+    #[test]
+    fn a_qualified_group_key_splits_back_and_a_bare_one_names_no_namespace() {
+        assert_eq!(qualify("tenant-a", "ingester"), "tenant-a/ingester");
+        assert_eq!(split("tenant-a/ingester"), (Some("tenant-a"), "ingester"));
+        assert_eq!(split("ingester"), (None, "ingester"));
     }
 
     #[test]

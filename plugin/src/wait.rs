@@ -832,6 +832,7 @@ mod tests {
     fn wait_does(phase: RolloutPhase) -> String {
         let view = GroupStatus {
             name: "ingester".to_owned(),
+            namespace: None,
             phase,
             zones: Vec::new(),
             waiting: None,

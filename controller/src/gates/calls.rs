@@ -75,7 +75,12 @@ impl HookPoster {
         let url = self.allowlist.permit(&call.url)?;
         self.client
             .post(url)
-            .json(&hooks::body(call, group, &self.namespace))
+            // (the hook is told the group's name and its namespace apart)
+            .json(&hooks::body(
+                call,
+                baton_core::namespaces::split(group).1,
+                &self.namespace,
+            ))
             .send()
             .await
             .map(|response| response.status().as_u16())

@@ -407,6 +407,7 @@ mod tests {
         let hostile = "zone-<script>alert(1)</script>";
         let group = GroupStatus {
             name: "<b>ingester</b>".to_owned(),
+            namespace: None,
             phase: RolloutPhase::Rolling,
             zones: vec![zone(hostile, RolloutPhase::Rolling, 1)],
             waiting: Some(Waiting {
@@ -512,6 +513,7 @@ mod tests {
         zones[0].current_revision = zones[0].update_revision.clone();
         let group = GroupStatus {
             name: "ingester".to_owned(),
+            namespace: None,
             phase: RolloutPhase::Rolling,
             zones,
             waiting: None,
@@ -576,6 +578,7 @@ mod tests {
     fn a_group_without_a_timeline_draws_none() {
         let group = GroupStatus {
             name: "ingester".to_owned(),
+            namespace: None,
             phase: RolloutPhase::Complete,
             zones: vec![zone("ingester-a", RolloutPhase::Complete, 3)],
             waiting: None,
@@ -593,6 +596,7 @@ mod tests {
     fn shows_each_zone_with_its_phase_progress_and_the_wait_with_its_age() {
         let group = GroupStatus {
             name: "ingester".to_owned(),
+            namespace: None,
             phase: RolloutPhase::Rolling,
             zones: vec![
                 zone("ingester-a", RolloutPhase::Complete, 3),

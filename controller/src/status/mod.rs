@@ -19,4 +19,4 @@ pub mod routes;
 pub mod warnings;
 
 pub use board::StatusBoard;
-pub use routes::StatusRoutes;
+pub use routes::{Source, StatusRoutes};

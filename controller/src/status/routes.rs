@@ -17,8 +17,9 @@ use super::html;
 use crate::cache::Caches;
 use crate::error::Error;
 use crate::leader::Leadership;
+use baton_core::namespaces;
 use baton_core::statefulset::group_of;
-use baton_core::status::model::{Replica, Role, RolloutStatus};
+use baton_core::status::model::{GroupStatus, Replica, Role, RolloutStatus};
 use baton_core::status::view;
 
 /// What the status routes read. Build one per process and mount it with [`StatusRoutes::mount`].
@@ -27,7 +28,8 @@ pub struct StatusRoutes {
     pub namespace: String,
     /// This replica's identity in the Lease.
     pub identity: String,
-    pub caches: Caches,
+    /// Where the groups are read.
+    pub source: Source,
     /// The caches have synced (before that, a view would miss pods and zones).
     pub readiness: Readiness,
     pub board: StatusBoard,
@@ -41,6 +43,14 @@ impl std::fmt::Debug for StatusRoutes {
             .field("identity", &self.identity)
             .finish_non_exhaustive()
     }
+}
+
+/// Where the status page reads the groups: the caches of the one namespace served, or of each
+/// namespace of several (each group then named with its namespace).
+#[derive(Clone, Debug)]
+pub enum Source {
+    One(Caches),
+    Many(crate::tenants::Tenants),
 }
 
 #[derive(Debug, Deserialize)]
@@ -69,25 +79,47 @@ impl StatusRoutes {
         let now = Timestamp::now();
         // Only the term's leader has a history worth showing: a former leader's is stale.
         let leading = self.leadership.is_leader();
-        let statefulsets = self.caches.statefulsets();
-        let members: Vec<&StatefulSet> = statefulsets
-            .iter()
-            .map(Arc::as_ref)
-            .filter(|statefulset| group.is_none() || group_of(statefulset) == group)
-            .collect();
-        if let (Some(group), true) = (group, members.is_empty()) {
-            return Err(Error::NoSuchGroup {
-                group: group.to_owned(),
-                namespace: self.namespace.clone(),
-            });
-        }
-        let pods = self.caches.pods();
-        let pods: Vec<&CachedPod> = pods.iter().map(Arc::as_ref).collect();
-        let history = |name: &str| leading.then(|| self.board.history(name)).flatten();
-        let outages = self.caches.outages();
-        // The page's readers reach the cluster their own way: commands name no context of theirs.
-        let reader = baton_core::commands::Reader::default();
-        let groups = view::groups(&members, &pods, &outages, history, &reader, now);
+        let groups = match &self.source {
+            Source::One(caches) => {
+                let groups = self.groups_of(caches, None, group, leading, now);
+                if let (Some(group), true) = (group, groups.is_empty()) {
+                    return Err(Error::NoSuchGroup {
+                        group: group.to_owned(),
+                        namespace: self.namespace.clone(),
+                    });
+                }
+                groups
+            }
+            Source::Many(tenants) => {
+                // `?group=namespace/group` asks for one group of one namespace.
+                let (wanted_namespace, wanted_group) = match group.map(namespaces::split) {
+                    Some((namespace, group)) => (namespace, Some(group)),
+                    None => (None, None),
+                };
+                let mut groups = Vec::new();
+                for (namespace, caches) in tenants.caches() {
+                    if wanted_namespace.is_some_and(|wanted| wanted != namespace) {
+                        continue;
+                    }
+                    groups.extend(self.groups_of(
+                        &caches,
+                        Some(&namespace),
+                        wanted_group,
+                        leading,
+                        now,
+                    ));
+                }
+                if let (Some(group), true) = (group, groups.is_empty()) {
+                    return Err(Error::NoSuchGroup {
+                        group: wanted_group.unwrap_or(group).to_owned(),
+                        namespace: wanted_namespace
+                            .unwrap_or("any served namespace")
+                            .to_owned(),
+                    });
+                }
+                groups
+            }
+        };
         let (role, leader) = if leading {
             (Role::Leader, Some(self.identity.clone()))
         } else {
@@ -97,13 +129,52 @@ impl StatusRoutes {
             identity: self.identity.clone(),
             role,
         };
-        Ok(RolloutStatus::new(
-            self.namespace.clone(),
-            now,
-            replica,
-            leader,
-            groups,
-        ))
+        // Several namespaces: each group names its own, and the document names none.
+        let namespace = match &self.source {
+            Source::One(_) => self.namespace.clone(),
+            Source::Many(_) => String::new(),
+        };
+        Ok(RolloutStatus::new(namespace, now, replica, leader, groups))
+    }
+}
+
+impl StatusRoutes {
+    /// The status of the groups one namespace's caches hold (or of `group` alone), each named
+    /// with `namespace` where several are served; the history is the board's, by group key.
+    fn groups_of(
+        &self,
+        caches: &Caches,
+        namespace: Option<&str>,
+        group: Option<&str>,
+        leading: bool,
+        now: Timestamp,
+    ) -> Vec<GroupStatus> {
+        let statefulsets = caches.statefulsets();
+        let members: Vec<&StatefulSet> = statefulsets
+            .iter()
+            .map(Arc::as_ref)
+            .filter(|statefulset| group.is_none() || group_of(statefulset) == group)
+            .collect();
+        if members.is_empty() {
+            return Vec::new();
+        }
+        let pods = caches.pods();
+        let pods: Vec<&CachedPod> = pods.iter().map(Arc::as_ref).collect();
+        let history = |name: &str| {
+            let key = match namespace {
+                Some(namespace) => namespaces::qualify(namespace, name),
+                None => name.to_owned(),
+            };
+            leading.then(|| self.board.history(&key)).flatten()
+        };
+        let outages = caches.outages();
+        // The page's readers reach the cluster their own way: commands name no context of theirs.
+        let reader = baton_core::commands::Reader::default();
+        let mut groups = view::groups(&members, &pods, &outages, history, &reader, now);
+        for status in &mut groups {
+            status.namespace = namespace.map(str::to_owned);
+        }
+        groups
     }
 }
 

@@ -31,6 +31,7 @@ mod tests {
     fn each_warning_is_listed_escaped_with_its_kind() {
         let mut group = GroupStatus {
             name: "ingester".to_owned(),
+            namespace: None,
             phase: RolloutPhase::Rolling,
             zones: Vec::new(),
             waiting: None,

@@ -139,6 +139,10 @@ impl std::fmt::Display for RolloutPhase {
 #[serde(rename_all = "camelCase")]
 pub struct GroupStatus {
     pub name: String,
+    /// The group's namespace, where one baton serves several (absent where it serves one: the
+    /// document's `namespace`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
     pub phase: RolloutPhase,
     /// The members in rollout order (the planner's: by name).
     pub zones: Vec<ZoneStatus>,

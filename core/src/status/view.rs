@@ -275,6 +275,7 @@ pub fn group_status(
     };
     GroupStatus {
         name: snapshot.name.clone(),
+        namespace: None,
         check: check_status(snapshot),
         phase,
         zones,

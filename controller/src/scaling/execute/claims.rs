@@ -138,7 +138,7 @@ impl Pass<'_> {
         entry: Option<&Entry>,
         timeout: Duration,
     ) -> Result<(), Error> {
-        let ledger_name = ledger_name(self.group);
+        let ledger_name = ledger_name(baton_core::namespaces::split(self.group).1);
         let (ledger, key) = self
             .records
             .ledger_of(name)

@@ -96,10 +96,20 @@ impl Scaler {
         config: &Config,
         registry: &Registry,
     ) -> Result<Self, PodClientError> {
-        Ok(Self {
+        Ok(Self::with_pod_client(
+            clusters,
+            config,
+            PodHttpClient::new(&config.pods, registry)?,
+        ))
+    }
+
+    /// Builds the scaler of `config.namespace` with a pod HTTP client already built: one for
+    /// every namespace served (its histogram is registered once).
+    pub fn with_pod_client(clusters: Clusters, config: &Config, pods: PodHttpClient) -> Self {
+        Self {
             clusters,
             namespace: config.namespace.clone(),
-            pods: PodHttpClient::new(&config.pods, registry)?,
+            pods,
             addressing: config.pods.address_by.into(),
             cluster_domain: config.cluster_domain.clone(),
             max_concurrent_calls: config.pods.max_concurrent_calls.max(1),
@@ -109,7 +119,7 @@ impl Scaler {
             claim_grace: config.downscale.claim_grace.get(),
             discovered: Mutex::default(),
             cancelled: Mutex::default(),
-        })
+        }
     }
 
     /// One scaling pass over a group: read the references, decide the pass, run its effects

@@ -188,7 +188,7 @@ impl Scaler {
     }
 
     async fn read_records(&self, group: &str, cluster: &str) -> Result<ClusterRecords, String> {
-        let name = ledger_name(group);
+        let name = ledger_name(baton_core::namespaces::split(group).1);
         // Any object of the cluster routes there: the ledger's name, qualified.
         let (config_maps, _): (Api<ConfigMap>, _) = self
             .clusters

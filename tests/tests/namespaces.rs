@@ -1,0 +1,244 @@
+//! One baton-controller serving several namespaces on the real control plane, each a scenario:
+//! given rollout groups in namespaces that a selector over namespaces picks, when their
+//! templates change and namespaces' labels come and go, then baton rolls the groups of the
+//! namespaces served, and only those, taking namespaces up and letting them go while it runs.
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use baton_e2e::control_plane::ControlPlane;
+use baton_e2e::controller_support::{
+    Controller, create_ready_group, roll_out, rollout_state, wait_rollout_complete,
+};
+use baton_e2e::namespace::random_suffix;
+use baton_e2e::timeline::{Zone, check_rollout_guarantees};
+use baton_e2e::{PodEvent, PodSimulator, TestNamespace, wait_until};
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{Api, Patch, PatchParams};
+
+const TIMEOUT: Duration = Duration::from_secs(120);
+const ZONES: [&str; 3] = ["a", "b", "c"];
+const PODS_PER_ZONE: i32 = 2;
+
+/// A namespace with a ready group `ingester` of three zones and the pod simulator under it.
+struct Tenant {
+    namespace: TestNamespace,
+    simulator: PodSimulator,
+    names: Vec<String>,
+}
+
+impl Tenant {
+    async fn create(control_plane: &ControlPlane, prefix: &str) -> Self {
+        let namespace = TestNamespace::create(control_plane, prefix).await;
+        let simulator = PodSimulator::for_namespace(&namespace).await;
+        let names =
+            create_ready_group(&namespace.client(), namespace.name(), &ZONES, PODS_PER_ZONE).await;
+        Self {
+            namespace,
+            simulator,
+            names,
+        }
+    }
+
+    fn name(&self) -> &str {
+        self.namespace.name()
+    }
+
+    async fn roll_out(&self, version: &str) {
+        roll_out(&self.namespace.client(), self.name(), &self.names, version).await;
+    }
+
+    async fn wait_complete(&self) {
+        wait_rollout_complete(&self.namespace.client(), self.name(), &self.names).await;
+    }
+
+    /// Pods of the group running its update revision.
+    async fn updated(&self) -> usize {
+        let mut updated = 0;
+        for name in &self.names {
+            updated += rollout_state(&self.namespace.client(), self.name(), name)
+                .await
+                .updated();
+        }
+        updated
+    }
+
+    /// Sets (or with `None` removes) the namespace's label `key`.
+    async fn label(&self, key: &str, value: Option<&str>) {
+        let patch = serde_json::json!({"metadata": {"labels": {key: value}}});
+        Api::<Namespace>::all(self.namespace.client())
+            .patch(self.name(), &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .unwrap_or_else(|error| panic!("labelling namespace {}: {error}", self.name()));
+    }
+
+    fn zones(&self) -> Vec<Zone> {
+        self.names
+            .iter()
+            .map(|name| Zone::new(name, PODS_PER_ZONE as u32, 1))
+            .collect()
+    }
+}
+
+/// The groups the status page lists, as `namespace/group`.
+async fn listed(controller: &Controller) -> BTreeSet<String> {
+    let Some((200, body)) = controller.ops_get("/api/v1/status").await else {
+        return BTreeSet::new();
+    };
+    let document: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+    document["groups"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|group| {
+            format!(
+                "{}/{}",
+                group["namespace"].as_str().unwrap_or("?"),
+                group["name"].as_str().unwrap_or("?")
+            )
+        })
+        .collect()
+}
+
+async fn wait_listed(controller: &Controller, expected: &[&Tenant]) {
+    let expected: BTreeSet<String> = expected
+        .iter()
+        .map(|tenant| format!("{}/ingester", tenant.name()))
+        .collect();
+    wait_until(
+        TIMEOUT,
+        &format!("the status page lists exactly {expected:?}"),
+        || async { listed(controller).await == expected },
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_selector_over_namespaces_serves_those_labelled_taken_up_and_let_go_while_running() {
+    // Given three namespaces, each with a ready group `ingester` of the same name, two of them
+    // labelled served, and one controller for every namespace the label selects
+    let control_plane = ControlPlane::shared().await;
+    let key = format!("e2e.baton.dev/served-{}", random_suffix());
+    let system = TestNamespace::create(control_plane, "namespaces-system").await;
+    let (a, b, c) = tokio::join!(
+        Tenant::create(control_plane, "tenant-a"),
+        Tenant::create(control_plane, "tenant-b"),
+        Tenant::create(control_plane, "tenant-c"),
+    );
+    a.label(&key, Some("true")).await;
+    b.label(&key, Some("true")).await;
+    let folder = tempfile::tempdir().expect("a folder for the config");
+    let config = folder.path().join("baton.yaml");
+    std::fs::write(
+        &config,
+        format!("namespaces: ['*']\nnamespace_selector:\n  match_labels:\n    {key}: 'true'\n"),
+    )
+    .expect("writing the config");
+    let config = config.to_string_lossy().into_owned();
+    let controller =
+        Controller::start(control_plane, system.name(), &[("BATON_CONFIG", &config)]).await;
+
+    // Then the status page lists the groups of the two labelled namespaces, each named with its
+    // namespace, and not the third's
+    wait_listed(&controller, &[&a, &b]).await;
+
+    // When every group's template changes
+    let from = Instant::now();
+    tokio::join!(a.roll_out("v2"), b.roll_out("v2"), c.roll_out("v2"));
+
+    // Then the two served groups complete zone by zone
+    tokio::join!(a.wait_complete(), b.wait_complete());
+    for tenant in [&a, &b] {
+        check_rollout_guarantees(&tenant.simulator.timeline(), &tenant.zones(), from)
+            .unwrap_or_else(|why| panic!("{}: {why}", tenant.name()));
+    }
+    // And the third namespace's group was never acted on
+    assert_eq!(
+        c.updated().await,
+        0,
+        "no pod of an unlabelled namespace is replaced"
+    );
+    assert!(
+        !c.simulator
+            .timeline()
+            .iter()
+            .any(|transition| matches!(transition.event, PodEvent::Terminating)),
+        "no pod of an unlabelled namespace is deleted"
+    );
+
+    // When the third namespace is labelled while the controller runs
+    c.label(&key, Some("true")).await;
+    // Then it is taken up and its group completes
+    wait_listed(&controller, &[&a, &b, &c]).await;
+    c.wait_complete().await;
+
+    // When the first namespace's label goes while its group rolls (a replacement held Pending)
+    for name in &a.names {
+        for ordinal in 0..PODS_PER_ZONE {
+            a.simulator
+                .hold_replacement(&format!("{name}-{ordinal}"))
+                .await;
+        }
+    }
+    tokio::join!(a.roll_out("v3"), b.roll_out("v3"));
+    wait_until(
+        TIMEOUT,
+        "baton deletes a pod of the first namespace",
+        || async {
+            a.simulator.timeline().iter().any(|transition| {
+                matches!(transition.event, PodEvent::Terminating) && transition.at > from
+            })
+        },
+    )
+    .await;
+    let deleted_before = deletions(&a.simulator);
+    a.label(&key, None).await;
+    wait_listed(&controller, &[&b, &c]).await;
+    for name in &a.names {
+        for ordinal in 0..PODS_PER_ZONE {
+            a.simulator.release(&format!("{name}-{ordinal}")).await;
+        }
+    }
+    // Then it is let go: while the group still served completes its rollout, the first
+    // namespace's group, whose replacement is Ready again, is not acted on any more
+    b.wait_complete().await;
+    wait_group_pods_ready(&a).await;
+    assert_eq!(
+        deletions(&a.simulator),
+        deleted_before,
+        "no pod of a namespace let go is deleted"
+    );
+    assert!(
+        a.updated().await < a.names.len() * PODS_PER_ZONE as usize,
+        "the first namespace's rollout stopped where it was"
+    );
+
+    // When its label comes back: it is taken up again and its rollout completes
+    a.label(&key, Some("true")).await;
+    a.wait_complete().await;
+    wait_listed(&controller, &[&a, &b, &c]).await;
+}
+
+/// Deletions the simulator has seen.
+fn deletions(simulator: &PodSimulator) -> usize {
+    simulator
+        .timeline()
+        .iter()
+        .filter(|transition| matches!(transition.event, PodEvent::Terminating))
+        .count()
+}
+
+/// Waits until every pod of the tenant's group is Ready, whichever revision it runs.
+async fn wait_group_pods_ready(tenant: &Tenant) {
+    for name in &tenant.names {
+        wait_until(
+            TIMEOUT,
+            &format!("every pod of {name} is Ready"),
+            || async {
+                let state = rollout_state(&tenant.namespace.client(), tenant.name(), name).await;
+                state.ready_replicas == state.replicas
+            },
+        )
+        .await;
+    }
+}
