@@ -151,7 +151,9 @@ impl Base {
         let registry = Registry::new();
         let (client, layers) =
             baton_shared::kube_client::client_and_layers(&config.kubernetes, &registry).await?;
-        let metrics = ControllerMetrics::register(&registry)?;
+        // Each group's series name its namespace where several are served.
+        let namespaced = config.scope().is_ok_and(|scope| scope.only().is_none());
+        let metrics = ControllerMetrics::register_serving(&registry, namespaced)?;
         Ok(Self {
             registry,
             client,

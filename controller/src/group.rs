@@ -71,7 +71,7 @@ impl GroupReconciler {
         let outages = self.caches.outages();
         let (ledger, tracker) = self.caches.downscale_records(group);
         let started = Instant::now();
-        let labels = [group];
+        let labels = self.metrics.series(group, &[]);
         self.metrics.reconciles.with_label_values(&labels).inc();
         // Across member clusters, scaling reads each member's records in its own cluster and
         // waits while one is out (`outages`); `ledger` and `tracker` are the hub's, read only
@@ -99,7 +99,7 @@ impl GroupReconciler {
         let count = |error: &crate::error::Error| {
             self.metrics
                 .reconcile_errors
-                .with_label_values(&[group, error.metric_label()])
+                .with_label_values(&self.metrics.series(group, &[error.metric_label()]))
                 .inc();
             self.metrics.failures.count(error);
         };

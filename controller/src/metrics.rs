@@ -43,6 +43,34 @@ pub struct ControllerMetrics {
     members: Arc<Mutex<HashMap<String, BTreeSet<String>>>>,
     /// The reason each waiting group's `waiting_reason` series was last recorded for.
     reasons: Arc<Mutex<HashMap<String, &'static str>>>,
+    /// Whether several namespaces are served: each group's series then carry its `namespace`
+    /// before its `rollout_group` (one namespace keeps the Go operator's label sets).
+    pub namespaced: bool,
+}
+
+/// The label values of a series of the group keyed `group`, followed by `rest`:
+/// `[namespace, group, ...]` where several namespaces are served (the key is
+/// `namespace/group`), `[group, ...]` where one is.
+pub fn series<'a>(namespaced: bool, group: &'a str, rest: &[&'a str]) -> Vec<&'a str> {
+    let mut values = Vec::with_capacity(rest.len() + 2);
+    match baton_core::namespaces::split(group) {
+        (Some(namespace), name) if namespaced => values.extend([namespace, name]),
+        _ if namespaced => values.extend(["", group]),
+        _ => values.push(group),
+    }
+    values.extend_from_slice(rest);
+    values
+}
+
+/// The label names of a group's series: `rest` after the group's (see [`series`]).
+fn label_names(namespaced: bool, rest: &[&'static str]) -> Vec<&'static str> {
+    let mut names = if namespaced {
+        vec!["namespace", "rollout_group"]
+    } else {
+        vec!["rollout_group"]
+    };
+    names.extend_from_slice(rest);
+    names
 }
 
 /// Every `error` label `baton_reconcile_errors_total` may carry: those of the controller's
@@ -58,9 +86,15 @@ pub struct PodCounts {
 }
 
 impl ControllerMetrics {
+    /// The metrics of a controller serving one namespace (the Go operator's label sets).
     pub fn register(registry: &Registry) -> prometheus::Result<Self> {
-        let group = &["rollout_group"];
-        let statefulset = &["rollout_group", "statefulset"];
+        Self::register_serving(registry, false)
+    }
+
+    /// The metrics, each group's series labelled with its namespace if `namespaced`.
+    pub fn register_serving(registry: &Registry, namespaced: bool) -> prometheus::Result<Self> {
+        let group = &label_names(namespaced, &[]);
+        let statefulset = &label_names(namespaced, &["statefulset"]);
         Ok(Self {
             reconciles: counters(
                 registry,
@@ -78,7 +112,7 @@ impl ControllerMetrics {
                 registry,
                 "baton_reconcile_errors_total",
                 "Failures in a rollout group's reconcile, by what failed.",
-                &["rollout_group", "error"],
+                &label_names(namespaced, &["error"]),
             )?,
             failures: crate::error::register_failures(registry)?,
             reconcile_duration: registered(
@@ -132,7 +166,7 @@ impl ControllerMetrics {
                 registry,
                 "baton_rollout_group_waiting_reason",
                 "1 for the reason a rollout group cannot make progress now (NotReady, MaxUnavailable, Paused, ...); no series while it can.",
-                &["rollout_group", "reason"],
+                &label_names(namespaced, &["reason"]),
             )?,
             pod_deletions: counters(
                 registry,
@@ -140,9 +174,10 @@ impl ControllerMetrics {
                 "Pods deleted by baton to roll them to the update revision.",
                 statefulset,
             )?,
-            gates: crate::gates::metrics::GateMetrics::register(registry)?,
+            gates: crate::gates::metrics::GateMetrics::register_serving(registry, namespaced)?,
             members: Arc::default(),
             reasons: Arc::default(),
+            namespaced,
         })
     }
 }
@@ -199,9 +234,11 @@ impl ControllerMetrics {
                     holding,
                     halted,
                     notices,
+                    namespaced: _,
                 },
             members: _,
             reasons: _,
+            namespaced: _,
         } = self;
         vec![
             reconciles,
@@ -232,7 +269,7 @@ impl ControllerMetrics {
     ) {
         let mut now = BTreeSet::new();
         for (statefulset, counts) in members {
-            let labels = [group, statefulset];
+            let labels = self.series(group, &[statefulset]);
             self.pods_total
                 .with_label_values(&labels)
                 .set(counts.total.into());
@@ -245,7 +282,7 @@ impl ControllerMetrics {
             now.insert(statefulset.to_owned());
         }
         self.group_waiting
-            .with_label_values(&[group])
+            .with_label_values(&self.series(group, &[]))
             .set(i64::from(waiting));
         let before = self
             .lock_members()
@@ -270,11 +307,13 @@ impl ControllerMetrics {
             }
         };
         if let Some(before) = before.filter(|before| Some(*before) != reason) {
-            let _ = self.waiting_reason.remove_label_values(&[group, before]);
+            let _ = self
+                .waiting_reason
+                .remove_label_values(&self.series(group, &[before]));
         }
         if let Some(reason) = reason {
             self.waiting_reason
-                .with_label_values(&[group, reason])
+                .with_label_values(&self.series(group, &[reason]))
                 .set(1);
         }
     }
@@ -286,20 +325,27 @@ impl ControllerMetrics {
             self.remove_statefulset(group, gone);
         }
         self.record_wait_reason(group, None);
-        let labels = [group];
+        let labels = self.series(group, &[]);
         let _ = self.group_waiting.remove_label_values(&labels);
         let _ = self.reconciles.remove_label_values(&labels);
         let _ = self.reconciles_failed.remove_label_values(&labels);
         for error in RECONCILE_ERRORS {
-            let _ = self.reconcile_errors.remove_label_values(&[group, error]);
+            let _ = self
+                .reconcile_errors
+                .remove_label_values(&self.series(group, &[error]));
         }
         let _ = self.reconcile_duration.remove_label_values(&labels);
         let _ = self.last_successful_reconcile.remove_label_values(&labels);
         self.gates.forget(group);
     }
 
+    /// The label values of `group`'s series followed by `rest` ([`series`]).
+    pub fn series<'a>(&self, group: &'a str, rest: &[&'a str]) -> Vec<&'a str> {
+        series(self.namespaced, group, rest)
+    }
+
     fn remove_statefulset(&self, group: &str, statefulset: &str) {
-        let labels = [group, statefulset];
+        let labels = self.series(group, &[statefulset]);
         // A series that was never created is not an error worth reporting.
         let _ = self.pods_total.remove_label_values(&labels);
         let _ = self.pods_updated.remove_label_values(&labels);
@@ -444,6 +490,49 @@ mod tests {
         assert!(
             now.iter().any(|s| s.contains("rollout_group=other")),
             "{now:?}"
+        );
+    }
+
+    #[test]
+    fn where_several_namespaces_are_served_each_series_names_the_groups_namespace() {
+        let registry = Registry::new();
+        let metrics = ControllerMetrics::register_serving(&registry, true).unwrap();
+        metrics.record_group("tenant-a/ingester", [("zone-a", COUNTS)], true);
+        metrics.record_group("tenant-b/ingester", [("zone-a", COUNTS)], false);
+        metrics.record_wait_reason("tenant-a/ingester", Some("Paused"));
+        metrics.gates.record("tenant-b/ingester", None);
+        let now = series(&registry);
+        for expected in [
+            "baton_rollout_group_waiting{namespace=tenant-a,rollout_group=ingester}",
+            "baton_rollout_group_waiting{namespace=tenant-b,rollout_group=ingester}",
+            "baton_rollout_pods{namespace=tenant-a,rollout_group=ingester,statefulset=zone-a}",
+            "baton_rollout_group_waiting_reason{namespace=tenant-a,reason=Paused,rollout_group=ingester}",
+            "baton_rollout_group_halted{namespace=tenant-b,rollout_group=ingester}",
+        ] {
+            assert!(
+                now.iter().any(|s| s.starts_with(expected)),
+                "{expected}: {now:?}"
+            );
+        }
+        // Two namespaces' groups of one name are two groups: forgetting one leaves the other.
+        metrics.forget_group("tenant-a/ingester");
+        let now = series(&registry);
+        assert!(
+            !now.iter().any(|s| s.contains("namespace=tenant-a")),
+            "{now:?}"
+        );
+        assert!(
+            now.iter().any(|s| s.contains("namespace=tenant-b")),
+            "{now:?}"
+        );
+        // And one namespace served keeps the Go operator's label set.
+        assert_eq!(
+            super::series(false, "ingester", &["zone-a"]),
+            ["ingester", "zone-a"]
+        );
+        assert_eq!(
+            super::series(true, "tenant-a/ingester", &["zone-a"]),
+            ["tenant-a", "ingester", "zone-a"]
         );
     }
 }

@@ -438,6 +438,41 @@ impl Access {
         Ok(listed.items)
     }
 
+    /// Every StatefulSet in a rollout group (of group `only`), of every namespace, by namespace.
+    pub async fn grouped_statefulsets_everywhere(
+        &self,
+        only: Option<&str>,
+    ) -> Result<std::collections::BTreeMap<String, Vec<StatefulSet>>, AccessError> {
+        let selector = match only {
+            Some(group) => group_selector(group)?,
+            None => ROLLOUT_GROUP_LABEL.to_owned(),
+        };
+        let listed = Api::<StatefulSet>::all(self.client.clone())
+            .list(&ListParams::default().labels(&selector))
+            .await
+            .map_err(|error| self.failed("list", "statefulsets", error))?;
+        let mut by_namespace: std::collections::BTreeMap<String, Vec<StatefulSet>> =
+            std::collections::BTreeMap::new();
+        for statefulset in listed.items {
+            let namespace = statefulset.metadata.namespace.clone().unwrap_or_default();
+            by_namespace.entry(namespace).or_default().push(statefulset);
+        }
+        Ok(by_namespace)
+    }
+
+    /// The StatefulSets' pods of `namespace` (the label their controller sets on each): what a
+    /// group's status reads, and no other pod of a namespace that may hold thousands.
+    pub async fn statefulset_pods_in(
+        &self,
+        namespace: &str,
+    ) -> Result<Vec<CachedPod>, AccessError> {
+        let listed = Api::<Pod>::namespaced(self.client.clone(), namespace)
+            .list(&ListParams::default().labels("statefulset.kubernetes.io/pod-name"))
+            .await
+            .map_err(|error| self.failed("list", "pods", error))?;
+        Ok(listed.items.iter().map(CachedPod::of).collect())
+    }
+
     /// The members of rollout group `group`; an error when it has none.
     pub async fn group_members(&self, group: &str) -> Result<Vec<StatefulSet>, AccessError> {
         let members = self.group_statefulsets(group).await?;

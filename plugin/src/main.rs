@@ -103,6 +103,10 @@ enum Command {
         /// Output format.
         #[arg(short = 'o', long, value_enum, default_value = "table")]
         output: render::Format,
+        /// The rollout groups of every namespace (one baton serving several), each named
+        /// NAMESPACE/GROUP. Not with --cluster.
+        #[arg(short = 'A', long, conflicts_with = "clusters")]
+        all_namespaces: bool,
         #[command(flatten)]
         across: Across,
     },
@@ -277,8 +281,16 @@ async fn run(cli: Cli) -> Result<i32, AccessError> {
     // Across member clusters, each member through its own context, no other.
     let scope = Scope::connect(&target, &cli.command.across().clusters).await?;
     match cli.command {
-        Command::Status { group, output, .. } => {
+        Command::Status {
+            group,
+            output,
+            all_namespaces,
+            ..
+        } => {
             let document = match &scope {
+                Scope::One(access) if all_namespaces => {
+                    status_everywhere(access, group.as_deref()).await?
+                }
                 Scope::One(access) => status(access, group.as_deref()).await?,
                 Scope::Clusters(members) => status_across(members, group.as_deref()).await?,
             };
@@ -348,6 +360,42 @@ async fn status(access: &Access, only: Option<&str>) -> Result<RolloutStatus, Ac
         &statefulsets,
         &pods,
         &access.reader,
+    ))
+}
+
+/// [`status()`] of every namespace holding a rollout group (or a group `only` of that name),
+/// each group named with its namespace; the document names no namespace of its own.
+async fn status_everywhere(
+    access: &Access,
+    only: Option<&str>,
+) -> Result<RolloutStatus, AccessError> {
+    let now = jiff::Timestamp::now();
+    let mut groups = Vec::new();
+    for (namespace, statefulsets) in access.grouped_statefulsets_everywhere(only).await? {
+        let pods = access.statefulset_pods_in(&namespace).await?;
+        let mut document = document(&namespace, &statefulsets, &pods, &access.reader);
+        for group in &mut document.groups {
+            group.namespace = Some(namespace.clone());
+        }
+        groups.extend(document.groups);
+    }
+    if let (Some(group), true) = (only, groups.is_empty()) {
+        return Err(AccessError::NoSuchGroup {
+            group: group.to_owned(),
+            namespace: "any namespace".to_owned(),
+            clusters: Vec::new(),
+        });
+    }
+    let replica = Replica {
+        identity: "kubectl-baton".to_owned(),
+        role: Role::Standby,
+    };
+    Ok(RolloutStatus::new(
+        String::new(),
+        now,
+        replica,
+        None,
+        groups,
     ))
 }
 

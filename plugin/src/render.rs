@@ -59,7 +59,7 @@ pub fn status_table(groups: &[GroupStatus]) -> Vec<String> {
     let rows = groups.iter().flat_map(|group| {
         group.zones.iter().map(|zone| {
             vec![
-                group.name.clone(),
+                named(group),
                 zone.statefulset.clone(),
                 zone.phase.as_str().to_owned(),
                 format!("{}/{}", zone.updated, zone.total),
@@ -83,7 +83,7 @@ pub fn status_table(groups: &[GroupStatus]) -> Vec<String> {
 /// `ingester: health check error-rate: passed (…) at … (…)`, when the group names a check.
 pub fn check_line(group: &GroupStatus) -> Option<String> {
     let check = group.check.as_ref()?;
-    Some(format!("{}: health check {}", group.name, check.line()))
+    Some(format!("{}: health check {}", named(group), check.line()))
 }
 
 /// A line per warning of `group`: `ingester: warning (InvalidAnnotation): …`.
@@ -91,7 +91,9 @@ pub fn warning_lines(group: &GroupStatus) -> impl Iterator<Item = String> + '_ {
     group.warnings.iter().map(|warning| {
         format!(
             "{}: warning ({}): {}",
-            group.name, warning.kind, warning.message
+            named(group),
+            warning.kind,
+            warning.message
         )
     })
 }
@@ -101,12 +103,21 @@ pub fn group_line(group: &GroupStatus) -> String {
     match &group.waiting {
         Some(waiting) => format!(
             "{}: {}; waits ({}): {}",
-            group.name,
+            named(group),
             group.phase.as_str(),
             waiting.kind,
             waiting.message
         ),
-        None => format!("{}: {}", group.name, group.phase.as_str()),
+        None => format!("{}: {}", named(group), group.phase.as_str()),
+    }
+}
+
+/// A group as a person finds it: `namespace/group` when it names its namespace (`status -A`),
+/// else its name.
+fn named(group: &GroupStatus) -> String {
+    match &group.namespace {
+        Some(namespace) => format!("{namespace}/{}", group.name),
+        None => group.name.clone(),
     }
 }
 

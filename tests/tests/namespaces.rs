@@ -141,6 +141,31 @@ async fn a_selector_over_namespaces_serves_those_labelled_taken_up_and_let_go_wh
     // Then the status page lists the groups of the two labelled namespaces, each named with its
     // namespace, and not the third's
     wait_listed(&controller, &[&a, &b]).await;
+    // And each group's series carry its namespace, the third namespace having none
+    let metrics = controller.metrics().await;
+    for tenant in [&a, &b] {
+        let series = format!(
+            "baton_rollout_group_waiting{{namespace=\"{}\",rollout_group=\"ingester\"}}",
+            tenant.name()
+        );
+        assert!(metrics.contains(&series), "{series} in:\n{metrics}");
+    }
+    assert!(
+        !metrics.contains(c.name()),
+        "no series of an unlabelled namespace"
+    );
+    // And `kubectl baton status -A` names each group with its namespace, the third's too (it
+    // reads the cluster, not the controller)
+    let run = baton_e2e::plugin_support::kubectl_baton(
+        control_plane.kubeconfig_path(),
+        &["status", "-A"],
+    )
+    .await;
+    run.exited(0);
+    for tenant in [&a, &b, &c] {
+        let line = format!("{}/ingester: complete", tenant.name());
+        assert!(run.stdout.contains(&line), "{line} in:\n{}", run.stdout);
+    }
 
     // When every group's template changes
     let from = Instant::now();

@@ -29,10 +29,27 @@ pub struct GateMetrics {
     pub halted: IntGaugeVec,
     /// Failures of checks whose onFailure is Warn, and steps a bypass let go.
     pub notices: IntCounterVec,
+    /// Whether each series carries its group's namespace ([`crate::metrics::series`]).
+    pub namespaced: bool,
 }
 
 impl GateMetrics {
+    /// The gates' metrics of a controller serving one namespace.
     pub fn register(registry: &Registry) -> prometheus::Result<Self> {
+        Self::register_serving(registry, false)
+    }
+
+    /// The gates' metrics, each series labelled with its group's namespace if `namespaced`.
+    pub fn register_serving(registry: &Registry, namespaced: bool) -> prometheus::Result<Self> {
+        let names = |rest: &[&'static str]| {
+            let mut names = if namespaced {
+                vec!["namespace", "rollout_group"]
+            } else {
+                vec!["rollout_group"]
+            };
+            names.extend_from_slice(rest);
+            names
+        };
         let metrics = Self {
             holding: IntGaugeVec::new(
                 Opts::new(
@@ -41,7 +58,7 @@ impl GateMetrics {
                      (Soak, ZoneUnfinished, HealthCheck, Ramp, Batch, AwaitingApproval, RollingBack, \
                      TemplateReverted, Hook, Halted, InvalidGate), else 0.",
                 ),
-                &["rollout_group", "reason"],
+                &names(&["reason"]),
             )?,
             halted: IntGaugeVec::new(
                 Opts::new(
@@ -49,7 +66,7 @@ impl GateMetrics {
                     "1 while the rollout group is halted (baton.dev/halted, or a template re-applied \
                      after a rollback), else 0.",
                 ),
-                &["rollout_group"],
+                &names(&[]),
             )?,
             notices: IntCounterVec::new(
                 Opts::new(
@@ -58,8 +75,9 @@ impl GateMetrics {
                      check whose onFailure is Warn), GateBypassed (a step that went without its \
                      soak or check under baton.dev/bypass-gates-until).",
                 ),
-                &["rollout_group", "reason"],
+                &names(&["reason"]),
             )?,
+            namespaced,
         };
         registry.register(Box::new(metrics.holding.clone()))?;
         registry.register(Box::new(metrics.halted.clone()))?;
@@ -72,7 +90,7 @@ impl GateMetrics {
     pub fn count_notices(&self, group: &str, notices: &[GateNotice]) {
         for notice in notices {
             self.notices
-                .with_label_values(&[group, notice.kind()])
+                .with_label_values(&self.series(group, &[notice.kind()]))
                 .inc();
         }
     }
@@ -82,7 +100,7 @@ impl GateMetrics {
         for kind in KINDS {
             let holding = wait.is_some_and(|wait| wait.kind() == kind);
             self.holding
-                .with_label_values(&[group, kind])
+                .with_label_values(&self.series(group, &[kind]))
                 .set(i64::from(holding));
         }
         let halted = matches!(
@@ -90,18 +108,26 @@ impl GateMetrics {
             Some(GateWait::Halted { .. } | GateWait::TemplateReverted { .. })
         );
         self.halted
-            .with_label_values(&[group])
+            .with_label_values(&self.series(group, &[]))
             .set(i64::from(halted));
+    }
+
+    fn series<'a>(&self, group: &'a str, rest: &[&'a str]) -> Vec<&'a str> {
+        crate::metrics::series(self.namespaced, group, rest)
     }
 
     /// Drops a group's series (it has no members left).
     pub fn forget(&self, group: &str) {
         for kind in KINDS {
-            let _ = self.holding.remove_label_values(&[group, kind]);
+            let _ = self
+                .holding
+                .remove_label_values(&self.series(group, &[kind]));
         }
-        let _ = self.halted.remove_label_values(&[group]);
+        let _ = self.halted.remove_label_values(&self.series(group, &[]));
         for kind in ["GateBypassed", "HealthCheckWarning"] {
-            let _ = self.notices.remove_label_values(&[group, kind]);
+            let _ = self
+                .notices
+                .remove_label_values(&self.series(group, &[kind]));
         }
     }
 }

@@ -357,7 +357,7 @@ impl Rollouts {
                     .deleted(group, statefulset, pod, uid, jiff::Timestamp::now());
                 self.metrics
                     .pod_deletions
-                    .with_label_values(&[group, statefulset.as_str()])
+                    .with_label_values(&self.metrics.series(group, &[statefulset.as_str()]))
                     .inc();
                 Ok(Acted::Done)
             }
