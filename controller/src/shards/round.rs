@@ -191,25 +191,32 @@ impl<L: Leases> Replica<L> {
                 "this replica's presence Lease was written by someone else; taking it back"
             );
         }
+        let (_, result) = self.claim(&self.presence, base).await;
+        self.after_write(result, "renewing the presence Lease");
+    }
+
+    /// Writes Lease `name` held by this replica, from `base` as read (a create without one):
+    /// when the write was sent, and its answer.
+    async fn claim(
+        &self,
+        name: &str,
+        base: Option<&Lease>,
+    ) -> (Instant, Option<Result<Lease, Error>>) {
         let desired = claimed(
             base,
             self.sharer.leases.namespace(),
-            &self.presence,
+            name,
             self.me(),
             Timestamp::now(),
             self.sharer.timing.duration_seconds(),
         );
+        let sent = now();
+        let leases = &self.sharer.leases;
         let result = match base {
-            None => {
-                self.call("creating", self.sharer.leases.create(&desired))
-                    .await
-            }
-            Some(_) => {
-                self.call("replacing", self.sharer.leases.replace(&desired))
-                    .await
-            }
+            None => self.call("creating", leases.create(&desired)).await,
+            Some(_) => self.call("replacing", leases.replace(&desired)).await,
         };
-        self.after_write(result, "renewing the presence Lease");
+        (sent, result)
     }
 
     /// Handles the answer to a write that starts no term: the Lease as written is the next
@@ -424,25 +431,7 @@ impl<L: Leases> Replica<L> {
                 return;
             }
         };
-        let desired = claimed(
-            base,
-            self.sharer.leases.namespace(),
-            &name,
-            self.me(),
-            Timestamp::now(),
-            self.sharer.timing.duration_seconds(),
-        );
-        let sent = now();
-        let result = match base {
-            None => {
-                self.call("creating", self.sharer.leases.create(&desired))
-                    .await
-            }
-            Some(_) => {
-                self.call("replacing", self.sharer.leases.replace(&desired))
-                    .await
-            }
-        };
+        let (sent, result) = self.claim(&name, base).await;
         match result {
             Some(Ok(written)) => {
                 self.wrote(written);

@@ -256,6 +256,17 @@ async fn wait_until(replicas: &[&Replica], what: &str, mut done: impl FnMut() ->
     }
 }
 
+/// Replicas `a` and `b` started together, once they hold two of 4 shards each.
+async fn two_sharing_four(server: &Server) -> (Replica, Replica) {
+    let a = Replica::start(server, "a", 4);
+    let b = Replica::start(server, "b", 4);
+    wait_until(&[&a, &b], "each holds two shards", || {
+        a.held().len() == 2 && b.held().len() == 2
+    })
+    .await;
+    (a, b)
+}
+
 fn lease_names(count: u32) -> Vec<String> {
     (0..count)
         .map(|shard| ShardId { count, shard }.lease_name())
@@ -310,15 +321,9 @@ async fn a_replica_alone_holds_every_shard_once_the_map_settled() {
 #[tokio::test(start_paused = true)]
 async fn two_replicas_split_four_shards_two_and_two() {
     // Given two replicas started together
-    let server = Server::default();
-    let a = Replica::start(&server, "a", 4);
-    let b = Replica::start(&server, "b", 4);
-
     // When they have shared for a while
-    wait_until(&[&a, &b], "each holds two shards", || {
-        a.held().len() == 2 && b.held().len() == 2
-    })
-    .await;
+    let server = Server::default();
+    let (a, b) = two_sharing_four(&server).await;
 
     // then they hold disjoint halves, each Lease names its holder, and each sees the other.
     let (held_a, held_b) = (a.held(), b.held());
@@ -340,12 +345,7 @@ async fn two_replicas_split_four_shards_two_and_two() {
 async fn a_stopped_replicas_shards_are_taken_within_about_a_lease_duration() {
     // Given two replicas sharing 4 shards 2/2
     let server = Server::default();
-    let a = Replica::start(&server, "a", 4);
-    let b = Replica::start(&server, "b", 4);
-    wait_until(&[&a, &b], "each holds two shards", || {
-        a.held().len() == 2 && b.held().len() == 2
-    })
-    .await;
+    let (a, b) = two_sharing_four(&server).await;
     let held_by_a = a.held();
 
     // When a stops without a word (no renewal, no release)
