@@ -240,7 +240,7 @@ fn namespace_per_shard(count: u32) -> Vec<String> {
 async fn wait_until(replicas: &[&Replica], what: &str, mut done: impl FnMut() -> bool) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
     loop {
-        for namespace in namespace_per_shard(8) {
+        for namespace in (0..32).map(|i| format!("namespace-{i}")) {
             let actors: Vec<&str> = replicas
                 .iter()
                 .filter(|replica| replica.shards.may_act(&namespace).is_some())
@@ -473,4 +473,55 @@ fn only_shard_lease_names_parse_as_shards() {
     ] {
         assert_eq!(shard_of_lease_name(other), None, "{other}");
     }
+}
+
+/// Sets the shard map's count annotation to `count`, as someone editing it by hand would.
+fn edit_map(server: &Server, count: &str) {
+    let mut stored = server.0.lock().unwrap();
+    let mut map = stored.leases[SHARD_MAP].clone();
+    map.metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(SHARD_COUNT_ANNOTATION.to_owned(), count.to_owned());
+    store(&mut stored, map);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_map_edited_by_hand_is_shared_by_once_settled_and_one_naming_no_count_stops_all() {
+    // Given two replicas sharing 4 shards 2/2, their rounds half a retry period apart (so one
+    // reads a changed map while the other still acts on the one before)
+    let server = Server::default();
+    let a = Replica::start(&server, "a", 4);
+    tokio::time::sleep(TIMING.retry_period / 2).await;
+    let b = Replica::start(&server, "b", 4);
+    wait_until(&[&a, &b], "each holds two shards", || {
+        a.held().len() == 2 && b.held().len() == 2
+    })
+    .await;
+
+    // When someone edits the map to 6 shards
+    edit_map(&server, "6");
+
+    // then they share by 6 (3 each) once it has settled, the Leases of 4 shards released, and
+    // no namespace is acted on under both counts (the wait checks it at every look)
+    wait_until(&[&a, &b], "each holds three of 6 shards", || {
+        a.shards.held().count == 6
+            && b.shards.held().count == 6
+            && a.held().len() == 3
+            && b.held().len() == 3
+    })
+    .await;
+    for name in lease_names(4) {
+        assert_eq!(server.holder(&name), None, "{name} released");
+    }
+
+    // and when the map is edited to name no count, neither acts on any shard (they could not
+    // agree on one) and each says it shares by none.
+    edit_map(&server, "many");
+    wait_until(&[&a, &b], "neither holds a shard", || {
+        a.held().is_empty() && b.held().is_empty()
+    })
+    .await;
+    assert_eq!(a.shards.status().count, None);
+    assert_eq!(b.shards.held(), HeldShards::default());
 }
