@@ -86,7 +86,11 @@ impl<L: Leases> Replica<L> {
         let read_at = now();
         let listed = match self.call("listing", self.sharer.leases.list()).await {
             Some(Ok(listed)) => listed,
-            Some(Err(error)) => return self.call_failed(&error),
+            Some(Err(error)) => {
+                // Nothing is extended: the terms run out by the clock, as published.
+                self.call_failed(&error);
+                return self.publish();
+            }
             None => return,
         };
         self.fold(listed, now());
@@ -123,7 +127,7 @@ impl<L: Leases> Replica<L> {
         }
         self.prune_presences().await;
         self.warn_new(warnings);
-        self.publish(count, others.len());
+        self.publish();
     }
 
     /// Folds a list into the observations: a Lease listed before and missing now is observed
@@ -538,9 +542,13 @@ impl<L: Leases> Replica<L> {
         self.warned = warnings;
     }
 
-    /// Publishes the held shards and the metrics.
-    fn publish(&self, count: Option<u32>, others: usize) {
-        let held = self.sharer.status.borrow().held_at(now());
+    /// Publishes the held shards (by the clock: terms that ran out are not held) and the
+    /// metrics, from the status.
+    fn publish(&self) {
+        let (held, count, others) = {
+            let status = self.sharer.status.borrow();
+            (status.held_at(now()), status.count, status.others.len())
+        };
         if let Some(metrics) = &self.sharer.metrics {
             metrics
                 .held
