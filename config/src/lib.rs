@@ -331,6 +331,12 @@ pub struct ControllerConfig {
     pub scaling_poll_interval: Duration,
     /// Leader election between controller replicas.
     pub lease: LeaseConfig,
+    /// How many shards the namespaces are shared in among controller replicas, each shard led
+    /// through its own Lease (`baton-shard-<i>-of-<n>`) with `lease`'s timings. 1: one leader
+    /// for everything, as without sharding. The cluster shares by the count in its shard map
+    /// (`baton-shard-map`, written by the first replica): a replica configured otherwise warns
+    /// and follows the map.
+    pub shards: u32,
     /// The clusters of cross-cluster rollout groups: when set, a rollout group is the
     /// StatefulSets with the same rollout-group label in `namespace` across all of them, each
     /// named `cluster/statefulset` (docs/multi-cluster.md). Empty: the controller's own cluster
@@ -344,6 +350,7 @@ impl Default for ControllerConfig {
             resync_interval: Duration::from_secs(300),
             scaling_poll_interval: Duration::from_secs(5),
             lease: LeaseConfig::default(),
+            shards: 1,
             clusters: Vec::new(),
         }
     }
@@ -370,6 +377,10 @@ impl ClusterConfig {
         "kubeconfig".to_owned()
     }
 }
+
+/// The most shards `controller.shards` may ask for: every replica reads every shard Lease each
+/// retry period, so the count bounds the API calls of a round.
+pub const MAX_SHARDS: u32 = 1024;
 
 /// Leader election on a `coordination.k8s.io/v1` Lease in `namespace`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -600,6 +611,7 @@ impl Config {
         self.validate_timeouts(&mut check);
         self.validate_clusters(&mut check);
         self.validate_lease(&mut check);
+        self.validate_shards(&mut check);
         self.validate_limits(&mut check);
         self.validate_downscale_and_gates(&mut check);
         self.certificates.validate(&mut check);
@@ -799,6 +811,17 @@ impl Config {
             "controller.lease.name",
             lease.name.clone(),
             "a Kubernetes object name",
+        );
+    }
+
+    /// The shard count: at least the single leader, at most what the replicas can read every
+    /// retry period (one Lease each).
+    fn validate_shards(&self, check: &mut Check<'_>) {
+        check(
+            (1..=MAX_SHARDS).contains(&self.controller.shards),
+            "controller.shards",
+            self.controller.shards.to_string(),
+            &format!("a whole number from 1 to {MAX_SHARDS}"),
         );
     }
 

@@ -177,6 +177,22 @@ fn semantic_checks_report_every_problem_with_its_key() {
 }
 
 #[test]
+fn the_shard_count_is_from_one_to_the_most_a_round_can_read() {
+    for good in [1, 6, MAX_SHARDS] {
+        let mut config = Config::default();
+        config.controller.shards = good;
+        assert!(config.validate().is_ok(), "{good}");
+    }
+    assert_eq!(Config::default().controller.shards, 1, "the single leader");
+    for bad in [0, MAX_SHARDS + 1] {
+        let mut config = Config::default();
+        config.controller.shards = bad;
+        let error = config.validate().unwrap_err();
+        assert_eq!(error.keys(), vec!["controller.shards"], "{bad}: {error}");
+    }
+}
+
+#[test]
 fn log_filters_accept_levels_and_directives() {
     for good in [
         "info",
@@ -228,6 +244,7 @@ fn the_reference_documents_every_key_and_is_current() {
         "webhook.address",
         "controller.resync_interval",
         "controller.lease.duration",
+        "controller.shards",
         "pods.address_by",
         "pods.request_timeout",
     ] {

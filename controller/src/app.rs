@@ -130,7 +130,26 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
         touched_groups,
     };
     let readiness = parts.base.readiness.clone();
-    let tasks = parts.spawn(&config, &shutdown);
+    // With `controller.shards > 1`, this replica's share of the shard Leases (not yet what
+    // fences the groups' writes: they follow the leader until namespaces are served by shard).
+    let shard_loop = crate::shards::ShardLoop::from_config(
+        parts.base.client.clone(),
+        &config,
+        &parts.base.identity,
+    )
+    .map(|sharer| -> anyhow::Result<_> {
+        let metrics = crate::shards::ShardMetrics::register(&parts.base.registry)?;
+        Ok(sharer.with_metrics(metrics.counting_failures_in(parts.base.metrics.failures.clone())))
+    })
+    .transpose()?;
+    let mut tasks = parts.spawn(&config, &shutdown);
+    if let Some(sharer) = shard_loop {
+        let shutdown = shutdown.clone();
+        tasks.spawn(Task::ShardLeases, async move {
+            sharer.run(shutdown).await;
+            Ok(())
+        });
+    }
     supervise(tasks, &readiness, &shutdown).await
 }
 
@@ -803,6 +822,7 @@ enum Task {
     Certificates,
     PhasedRollouts,
     LeaderElection,
+    ShardLeases,
     GroupQueue,
     Namespaces,
 }
@@ -820,6 +840,7 @@ impl std::fmt::Display for Task {
             Task::Certificates => "certificates",
             Task::PhasedRollouts => "phased rollouts",
             Task::LeaderElection => "leader election",
+            Task::ShardLeases => "shard leases",
             Task::GroupQueue => "group queue",
             Task::Namespaces => "namespaces",
         })

@@ -13,6 +13,7 @@
 //! |---|---|
 //! | [`app`] | wiring: the caches, the election, the queue, the Event publisher, the ops server; every task critical |
 //! | [`leader`] | the Lease: terms, fencing, campaigning again after a lost term (decided by `baton_core::lease`) |
+//! | [`shards`] | with `controller.shards > 1`: this replica's share of the shard Leases, each namespace's writes fenced by its shard's term (decided by `baton_core::shards` and the election's rule) |
 //! | [`cache`] | watch-fed caches of group StatefulSets and of pods (as `baton_core::pods::CachedPod`, `baton_shared::pod_cache`); routes each change to its group |
 //! | [`group`] | the reconcile of one group: one snapshot, scaling and the rollout run beside each other over it |
 //! | [`queue`] | the per-group work queue: coalescing, one run per group at a time, one timer per group, backoff |
@@ -53,6 +54,7 @@ pub mod queue;
 pub mod rollout;
 pub mod runner;
 pub mod scaling;
+pub mod shards;
 pub mod status;
 pub mod tenants;
 pub mod zpdb_check;

@@ -51,7 +51,7 @@ use tokio_util::sync::CancellationToken;
 pub use leadership::{
     EndReason, Leadership, LeadershipPhase, PAST_TERMS_KEPT, PastTerm, Span, Status, Term,
 };
-pub use store::{KubeLeaseStore, LeaseStore};
+pub use store::{KubeLeaseStore, KubeLeases, LeaseStore, Leases};
 
 /// A unique identity for this process: the pod name (`HOSTNAME`) and a random suffix, so a
 /// restarted container never mistakes its predecessor's Lease for its own.

@@ -1,11 +1,14 @@
-//! The three calls leader election makes, behind a trait so tests can delay them or break them
-//! on purpose (the fencing test checks it catches unconditional writes). Their failures are the
-//! controller's [`Error`]'s `Lease*` variants.
+//! The calls elections make, behind traits so tests can delay them or break them on purpose
+//! (the fencing test checks it catches unconditional writes): [`LeaseStore`], one Lease (the
+//! leader's), and [`Leases`], every Lease of one namespace (the shard loop's: its presence, the
+//! shard map, the shard Leases). One Kubernetes implementation serves both, so the rules of a
+//! write (conditional on a resourceVersion, 409 and 404 named) live once. Their failures are
+//! the controller's [`Error`]'s `Lease*` variants.
 
 use std::future::Future;
 
 use k8s_openapi::api::coordination::v1::Lease;
-use kube::api::{Api, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, PostParams, Preconditions};
 
 use crate::error::Error;
 
@@ -25,25 +28,43 @@ pub trait LeaseStore: Send + Sync + 'static {
     fn replace(&self, lease: &Lease) -> impl Future<Output = Result<Lease, Error>> + Send;
 }
 
-/// The Lease on the Kubernetes API.
-#[derive(Clone)]
-pub struct KubeLeaseStore {
-    api: Api<Lease>,
-    namespace: String,
-    name: String,
+/// Reads and conditionally writes the Leases of one namespace, each named in the Lease itself.
+/// Implementations do not bound their calls.
+pub trait Leases: Send + Sync + 'static {
+    /// Namespace of the Leases.
+    fn namespace(&self) -> &str;
+    /// Every Lease of the namespace. Must be a consistent (quorum) read.
+    fn list(&self) -> impl Future<Output = Result<Vec<Lease>, Error>> + Send;
+    /// Creates `lease`; [`Error::LeaseConflict`] when it already exists.
+    fn create(&self, lease: &Lease) -> impl Future<Output = Result<Lease, Error>> + Send;
+    /// Replaces `lease` only if it is still at its resourceVersion: [`Error::LeaseConflict`]
+    /// when it changed, [`Error::LeaseNotFound`] when it is gone.
+    fn replace(&self, lease: &Lease) -> impl Future<Output = Result<Lease, Error>> + Send;
+    /// Deletes Lease `name` only if it is still at `resource_version`.
+    fn delete(
+        &self,
+        name: &str,
+        resource_version: &str,
+    ) -> impl Future<Output = Result<(), Error>> + Send;
 }
 
-impl KubeLeaseStore {
-    pub fn new(client: kube::Client, namespace: &str, name: &str) -> Self {
+/// The Leases of one namespace on the Kubernetes API.
+#[derive(Clone)]
+pub struct KubeLeases {
+    api: Api<Lease>,
+    namespace: String,
+}
+
+impl KubeLeases {
+    pub fn new(client: kube::Client, namespace: &str) -> Self {
         Self {
             api: Api::namespaced(client, namespace),
             namespace: namespace.to_owned(),
-            name: name.to_owned(),
         }
     }
 
-    fn error(&self, action: &'static str, error: kube::Error) -> Error {
-        let (namespace, name) = (self.namespace.clone(), self.name.clone());
+    fn error(&self, name: &str, action: &'static str, error: kube::Error) -> Error {
+        let (namespace, name) = (self.namespace.clone(), name.to_owned());
         match &error {
             kube::Error::Api(status) if status.is_conflict() || status.is_already_exists() => {
                 Error::LeaseConflict {
@@ -65,34 +86,45 @@ impl KubeLeaseStore {
             },
         }
     }
+
+    async fn get(&self, name: &str) -> Result<Option<Lease>, Error> {
+        // No resourceVersion parameter: served from etcd with a quorum read, never from the
+        // watch cache, so a standby cannot see a version older than a renewal already acked.
+        self.api
+            .get_opt(name)
+            .await
+            .map_err(|error| self.error(name, "reading", error))
+    }
 }
 
-impl LeaseStore for KubeLeaseStore {
+/// The name a write is for, `""` when the Lease names none.
+fn name_of(lease: &Lease) -> &str {
+    lease.metadata.name.as_deref().unwrap_or_default()
+}
+
+impl Leases for KubeLeases {
     fn namespace(&self) -> &str {
         &self.namespace
     }
 
-    fn name(&self) -> &str {
-        &self.name
-    }
-
-    async fn get(&self) -> Result<Option<Lease>, Error> {
-        // No resourceVersion parameter: served from etcd with a quorum read, never from the
-        // watch cache, so a standby cannot see a version older than a renewal already acked.
+    async fn list(&self) -> Result<Vec<Lease>, Error> {
+        // No resourceVersion parameter either: a consistent list.
         self.api
-            .get_opt(&self.name)
+            .list(&ListParams::default())
             .await
-            .map_err(|error| self.error("reading", error))
+            .map(|list| list.items)
+            .map_err(|error| self.error("*", "listing", error))
     }
 
     async fn create(&self, lease: &Lease) -> Result<Lease, Error> {
         self.api
             .create(&PostParams::default(), lease)
             .await
-            .map_err(|error| self.error("creating", error))
+            .map_err(|error| self.error(name_of(lease), "creating", error))
     }
 
     async fn replace(&self, lease: &Lease) -> Result<Lease, Error> {
+        let name = name_of(lease);
         if lease
             .metadata
             .resource_version
@@ -101,12 +133,72 @@ impl LeaseStore for KubeLeaseStore {
         {
             return Err(Error::LeaseUnconditional {
                 namespace: self.namespace.clone(),
-                name: self.name.clone(),
+                name: name.to_owned(),
             });
         }
         self.api
-            .replace(&self.name, &PostParams::default(), lease)
+            .replace(name, &PostParams::default(), lease)
             .await
-            .map_err(|error| self.error("replacing", error))
+            .map_err(|error| self.error(name, "replacing", error))
+    }
+
+    async fn delete(&self, name: &str, resource_version: &str) -> Result<(), Error> {
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                resource_version: Some(resource_version.to_owned()),
+                uid: None,
+            }),
+            ..DeleteParams::default()
+        };
+        self.api
+            .delete(name, &params)
+            .await
+            .map(|_| ())
+            .map_err(|error| self.error(name, "deleting", error))
+    }
+}
+
+/// The Lease on the Kubernetes API.
+#[derive(Clone)]
+pub struct KubeLeaseStore {
+    leases: KubeLeases,
+    name: String,
+}
+
+impl KubeLeaseStore {
+    pub fn new(client: kube::Client, namespace: &str, name: &str) -> Self {
+        Self {
+            leases: KubeLeases::new(client, namespace),
+            name: name.to_owned(),
+        }
+    }
+
+    /// `lease` named as this store's Lease, whatever its metadata says.
+    fn named(&self, lease: &Lease) -> Lease {
+        let mut lease = lease.clone();
+        lease.metadata.name = Some(self.name.clone());
+        lease
+    }
+}
+
+impl LeaseStore for KubeLeaseStore {
+    fn namespace(&self) -> &str {
+        &self.leases.namespace
+    }
+
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    async fn get(&self) -> Result<Option<Lease>, Error> {
+        self.leases.get(&self.name).await
+    }
+
+    async fn create(&self, lease: &Lease) -> Result<Lease, Error> {
+        self.leases.create(&self.named(lease)).await
+    }
+
+    async fn replace(&self, lease: &Lease) -> Result<Lease, Error> {
+        self.leases.replace(&self.named(lease)).await
     }
 }
