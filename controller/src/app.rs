@@ -66,6 +66,19 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
     );
     let leadership = elector.leadership();
     tracing::info!(identity = %base.identity, lease = %config.controller.lease.name, "campaigning for the lease");
+    // With `controller.shards > 1`, this replica's share of the shard Leases: a namespace's
+    // groups act under its shard's term, not the leader's (which keeps the certificates).
+    let shard_loop =
+        crate::shards::ShardLoop::from_config(base.client.clone(), &config, &base.identity)
+            .map(|sharer| -> anyhow::Result<_> {
+                let metrics = crate::shards::ShardMetrics::register(&base.registry)?;
+                Ok(
+                    sharer
+                        .with_metrics(metrics.counting_failures_in(base.metrics.failures.clone())),
+                )
+            })
+            .transpose()?;
+    let shards = shard_loop.as_ref().map(crate::shards::ShardLoop::shards);
     let scope = config
         .scope()
         .context("reading the namespaces served (namespaces, namespace_selector)")?;
@@ -106,7 +119,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
                 watched,
                 &explainer,
                 &board,
-                crate::runner::may_start(leadership.clone(), synced.clone()),
+                may_start(&leadership, shards.as_ref(), &config.namespace, &synced),
                 (&touched, &pod_client),
             )?;
             Reconcile::One(reconciler)
@@ -115,6 +128,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
     };
     let parts = Parts {
         reconcile,
+        shards,
         base,
         elector,
         leadership,
@@ -130,18 +144,6 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
         touched_groups,
     };
     let readiness = parts.base.readiness.clone();
-    // With `controller.shards > 1`, this replica's share of the shard Leases (not yet what
-    // fences the groups' writes: they follow the leader until namespaces are served by shard).
-    let shard_loop = crate::shards::ShardLoop::from_config(
-        parts.base.client.clone(),
-        &config,
-        &parts.base.identity,
-    )
-    .map(|sharer| -> anyhow::Result<_> {
-        let metrics = crate::shards::ShardMetrics::register(&parts.base.registry)?;
-        Ok(sharer.with_metrics(metrics.counting_failures_in(parts.base.metrics.failures.clone())))
-    })
-    .transpose()?;
     let mut tasks = parts.spawn(&config, &shutdown);
     if let Some(sharer) = shard_loop {
         let shutdown = shutdown.clone();
@@ -386,6 +388,8 @@ struct Parts {
     touched: UnboundedSender<String>,
     touched_groups: tokio::sync::mpsc::UnboundedReceiver<String>,
     reconcile: Reconcile,
+    /// This replica's shards, with `controller.shards > 1`.
+    shards: Option<crate::shards::Shards>,
 }
 
 impl Parts {
@@ -407,6 +411,7 @@ impl Parts {
             touched,
             touched_groups,
             reconcile,
+            shards,
         } = self;
         let shutdown_ = shutdown.clone();
         tasks.spawn(Task::EventPublisher, async move {
@@ -426,15 +431,40 @@ impl Parts {
                     board: &board,
                     explainer: &explainer,
                     touched: &touched,
+                    may_start: may_start(&leadership, shards.as_ref(), &config.namespace, &synced),
                 };
+                if let Some(shards) = &shards {
+                    tasks.spawn(
+                        Task::ShardWatch,
+                        reconcile_all_on_shard(
+                            watched.caches.clone(),
+                            config.namespace.clone(),
+                            shards.held_changes(),
+                            touched.clone(),
+                            shutdown.clone(),
+                        ),
+                    );
+                }
                 namespace.spawn(*watched, synced_sender, synced, &mut tasks, shutdown);
             }
             Serving::Many { tenants, scope } => {
-                let served = crate::tenants::watch_namespaces(base.client.clone(), scope);
+                let (served, watch) = crate::tenants::watch_namespaces(base.client.clone(), scope);
+                // With shards, a replica serves (watches, caches, acts on) its shards' alone.
+                let (served, watch) = match &shards {
+                    Some(shards) => {
+                        let (held, narrow) =
+                            crate::tenants::of_held_shards(served, shards.held_changes());
+                        let both = async move {
+                            futures::join!(watch, narrow);
+                        };
+                        (held, futures::FutureExt::boxed(both))
+                    }
+                    None => (served, futures::FutureExt::boxed(watch)),
+                };
                 let start = tenant_starter(
                     config,
                     &base,
-                    &leadership,
+                    (&leadership, shards.as_ref()),
                     &board,
                     &explainer,
                     (&touched, &pod_client),
@@ -443,7 +473,6 @@ impl Parts {
                     metrics: base.metrics.clone(),
                     board: board.clone(),
                 };
-                let (served, watch) = served;
                 let shutdown_ = shutdown.clone();
                 tasks.spawn(Task::Namespaces, async move {
                     let serve = crate::tenants::serve(
@@ -500,6 +529,8 @@ struct Namespace<'a> {
     explainer: &'a Explainer,
     /// Where its caches send the groups their changes concern.
     touched: &'a UnboundedSender<String>,
+    /// The right to act on it (its PhasedRollouts; its groups' reconciler has its own copy).
+    may_start: MayStart,
 }
 
 impl Namespace<'_> {
@@ -555,7 +586,7 @@ impl Namespace<'_> {
                 self.base,
                 caches,
                 watched.clusters,
-                self.leadership,
+                self.may_start.clone(),
                 self.board.clone(),
                 self.explainer.clone(),
                 shutdown,
@@ -584,11 +615,17 @@ impl Namespace<'_> {
             }
         };
         let caches = watched.caches;
+        // Once listed, every group once: the initial list's changes came while the groups
+        // could not act yet, and a namespace taken up with its shard has no new term of the
+        // leader to bring them back.
         let listed = {
-            let caches = caches.clone();
+            let (caches, touched) = (caches.clone(), self.touched.clone());
             async move {
                 if caches.synced().await.is_ok() {
                     synced_sender.send_replace(true);
+                    for group in caches.groups() {
+                        let _ = touched.send(group);
+                    }
                 }
             }
         };
@@ -606,7 +643,7 @@ impl Namespace<'_> {
             self.base,
             caches,
             watched.clusters,
-            self.leadership,
+            self.may_start.clone(),
             self.board.clone(),
             self.explainer.clone(),
             &never,
@@ -632,7 +669,7 @@ impl Namespace<'_> {
 fn tenant_starter(
     config: &Config,
     base: &Base,
-    leadership: &Leadership,
+    (leadership, shards): (&Leadership, Option<&crate::shards::Shards>),
     board: &crate::status::StatusBoard,
     explainer: &Explainer,
     (queue, pod_client): (
@@ -640,6 +677,7 @@ fn tenant_starter(
         &baton_shared::pod_client::PodHttpClient,
     ),
 ) -> crate::tenants::StartTenant {
+    let shards = shards.cloned();
     let (template, base, leadership, board, explainer, queue, pod_client) = (
         config.clone(),
         base.clone(),
@@ -657,14 +695,14 @@ fn tenant_starter(
         let (bare, bare_groups) = tokio::sync::mpsc::unbounded_channel();
         let watched = Watched::start(&config, &base, &bare)?;
         let (synced_sender, synced) = watch::channel(false);
-        let may_start = crate::runner::may_start(leadership.clone(), synced.clone());
+        let may_start_here = may_start(&leadership, shards.as_ref(), namespace, &synced);
         let reconciler = group_reconciler(
             &config,
             &base,
             &watched,
             &explainer,
             &board,
-            may_start,
+            may_start_here.clone(),
             (&queue, &pod_client),
         )?;
         let caches = watched.caches.clone();
@@ -675,6 +713,7 @@ fn tenant_starter(
             board: &board,
             explainer: &explainer,
             touched: &bare,
+            may_start: may_start_here.clone(),
         };
         let work = parts.work(
             watched,
@@ -762,7 +801,7 @@ fn phased_rollouts(
     base: &Base,
     caches: Caches,
     clusters: Clusters,
-    leadership: &Leadership,
+    may_start: MayStart,
     board: crate::status::StatusBoard,
     explainer: Explainer,
     shutdown: &CancellationToken,
@@ -779,7 +818,7 @@ fn phased_rollouts(
         namespace: config.namespace.clone(),
         request_timeout: config.kubernetes.request_timeout.get(),
         caches,
-        leadership: leadership.clone(),
+        may_start,
         board,
         explainer,
         failures: base.metrics.failures.clone(),
@@ -825,6 +864,7 @@ enum Task {
     ShardLeases,
     GroupQueue,
     Namespaces,
+    ShardWatch,
 }
 
 impl std::fmt::Display for Task {
@@ -843,8 +883,58 @@ impl std::fmt::Display for Task {
             Task::ShardLeases => "shard leases",
             Task::GroupQueue => "group queue",
             Task::Namespaces => "namespaces",
+            Task::ShardWatch => "shard watch",
         })
     }
+}
+
+/// The right to act on `namespace`'s groups: its shard's term with shards, else the leader's;
+/// never before `synced`.
+fn may_start(
+    leadership: &Leadership,
+    shards: Option<&crate::shards::Shards>,
+    namespace: &str,
+    synced: &watch::Receiver<bool>,
+) -> MayStart {
+    match shards {
+        Some(shards) => shards.may_start(namespace, synced.clone()),
+        None => crate::runner::may_start(leadership.clone(), synced.clone()),
+    }
+}
+
+/// With shards and one namespace: every group at once when this replica comes to hold the
+/// namespace's shard, as [`reconcile_all_on_leadership`] does at each term of the leader.
+async fn reconcile_all_on_shard(
+    caches: Caches,
+    namespace: String,
+    mut held: watch::Receiver<crate::shards::HeldShards>,
+    touched: UnboundedSender<String>,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let mut serving = false;
+    loop {
+        let now = held.borrow_and_update().serves(&namespace);
+        if now && !serving {
+            tracing::info!(
+                namespace,
+                "leading the namespace's shard: reconciling every group"
+            );
+            for group in caches.groups() {
+                let _ = touched.send(group);
+            }
+        }
+        serving = now;
+        tokio::select! {
+            changed = held.changed() => {
+                if changed.is_err() {
+                    break;
+                }
+            }
+            () = shutdown.cancelled() => break,
+        }
+    }
+    shutdown.cancelled().await;
+    Ok(())
 }
 
 async fn mark_ready_when_synced(

@@ -41,7 +41,6 @@ use crate::clusters::Clusters;
 use crate::error::{Error, Failures};
 use crate::explain::{Explainer, Explanation, Severity};
 use crate::gates::health::{self, SECRET_OPT_IN_LABEL};
-use crate::leader::Leadership;
 use crate::runner::Runner;
 
 /// How often statuses are brought up to date when no PhasedRollout changed.
@@ -59,7 +58,8 @@ pub struct PhasedRollouts {
     pub namespace: String,
     pub request_timeout: Duration,
     pub caches: Caches,
-    pub leadership: Leadership,
+    /// The right to act on the namespace: the leader's term, or its shard's with shards.
+    pub may_start: crate::runner::MayStart,
     pub board: crate::status::StatusBoard,
     pub explainer: Explainer,
     /// Where a round's failures are counted (one place: where a PhasedRollout's serving ends).
@@ -86,7 +86,8 @@ impl PhasedRollouts {
                     () = changed.notified() => {}
                     () = tokio::time::sleep(REFRESH) => {}
                 }
-                let Some(runner) = Runner::in_current_term(&self.leadership, self.request_timeout)
+                let Some(runner) =
+                    (self.may_start)().map(|may_act| Runner::new(may_act, self.request_timeout))
                 else {
                     continue;
                 };

@@ -163,6 +163,41 @@ pub fn watch_namespaces(
     (served, run)
 }
 
+/// The namespaces of `served` whose shard this replica holds (`held`), kept current from both:
+/// with shards, a replica watches, caches and acts on its share of the namespaces alone.
+pub fn of_held_shards(
+    mut served: watch::Receiver<Option<BTreeSet<String>>>,
+    mut held: watch::Receiver<crate::shards::HeldShards>,
+) -> (
+    watch::Receiver<Option<BTreeSet<String>>>,
+    impl std::future::Future<Output = ()> + Send + 'static,
+) {
+    let (narrowed_sender, narrowed) = watch::channel(None);
+    let run = async move {
+        loop {
+            let wanted = served.borrow_and_update().clone().map(|namespaces| {
+                let held = held.borrow_and_update().clone();
+                namespaces
+                    .into_iter()
+                    .filter(|namespace| held.serves(namespace))
+                    .collect::<BTreeSet<String>>()
+            });
+            narrowed_sender.send_if_modified(|narrowed| {
+                let changed = *narrowed != wanted;
+                if changed {
+                    *narrowed = wanted;
+                }
+                changed
+            });
+            tokio::select! {
+                changed = served.changed() => if changed.is_err() { return },
+                changed = held.changed() => if changed.is_err() { return },
+            }
+        }
+    };
+    (narrowed, run)
+}
+
 /// Takes up each namespace as it starts being served and lets it go as it stops, until
 /// `shutdown`. A namespace let go stops acting at once (its reconciles find no tenant) and is
 /// forgotten by the status board and the metrics. `taken_up` is told once the first served set

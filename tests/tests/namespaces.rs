@@ -1,7 +1,9 @@
-//! One baton-controller serving several namespaces on the real control plane, each a scenario:
+//! baton-controller serving several namespaces on the real control plane, each a scenario:
 //! given rollout groups in namespaces that a selector over namespaces picks, when their
 //! templates change and namespaces' labels come and go, then baton rolls the groups of the
-//! namespaces served, and only those, taking namespaces up and letting them go while it runs.
+//! namespaces served, and only those, taking namespaces up and letting them go while it runs;
+//! and with several replicas sharing the namespaces by shard Leases, each namespace is served by
+//! one replica at a time, also when the one serving it dies mid-rollout.
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -72,6 +74,26 @@ impl Tenant {
             .unwrap_or_else(|error| panic!("labelling namespace {}: {error}", self.name()));
     }
 
+    /// Keeps every pod that replaces one of the group's Pending until released.
+    async fn hold_every_replacement(&self) {
+        for pod in self.pods() {
+            self.simulator.hold_replacement(&pod).await;
+        }
+    }
+
+    async fn release_every_replacement(&self) {
+        for pod in self.pods() {
+            self.simulator.release(&pod).await;
+        }
+    }
+
+    fn pods(&self) -> Vec<String> {
+        self.names
+            .iter()
+            .flat_map(|name| (0..PODS_PER_ZONE).map(move |ordinal| format!("{name}-{ordinal}")))
+            .collect()
+    }
+
     fn zones(&self) -> Vec<Zone> {
         self.names
             .iter()
@@ -113,6 +135,17 @@ async fn wait_listed(controller: &Controller, expected: &[&Tenant]) {
     .await;
 }
 
+/// A config file serving every namespace labelled `key=true`, in `folder`; its path.
+fn config_serving_labelled(folder: &tempfile::TempDir, key: &str) -> String {
+    let config = folder.path().join("baton.yaml");
+    std::fs::write(
+        &config,
+        format!("namespaces: ['*']\nnamespace_selector:\n  match_labels:\n    {key}: 'true'\n"),
+    )
+    .expect("writing the config");
+    config.to_string_lossy().into_owned()
+}
+
 #[tokio::test]
 async fn a_selector_over_namespaces_serves_those_labelled_taken_up_and_let_go_while_running() {
     // Given three namespaces, each with a ready group `ingester` of the same name, two of them
@@ -128,13 +161,7 @@ async fn a_selector_over_namespaces_serves_those_labelled_taken_up_and_let_go_wh
     a.label(&key, Some("true")).await;
     b.label(&key, Some("true")).await;
     let folder = tempfile::tempdir().expect("a folder for the config");
-    let config = folder.path().join("baton.yaml");
-    std::fs::write(
-        &config,
-        format!("namespaces: ['*']\nnamespace_selector:\n  match_labels:\n    {key}: 'true'\n"),
-    )
-    .expect("writing the config");
-    let config = config.to_string_lossy().into_owned();
+    let config = config_serving_labelled(&folder, &key);
     let controller =
         Controller::start(control_plane, system.name(), &[("BATON_CONFIG", &config)]).await;
 
@@ -198,13 +225,7 @@ async fn a_selector_over_namespaces_serves_those_labelled_taken_up_and_let_go_wh
     c.wait_complete().await;
 
     // When the first namespace's label goes while its group rolls (a replacement held Pending)
-    for name in &a.names {
-        for ordinal in 0..PODS_PER_ZONE {
-            a.simulator
-                .hold_replacement(&format!("{name}-{ordinal}"))
-                .await;
-        }
-    }
+    a.hold_every_replacement().await;
     tokio::join!(a.roll_out("v3"), b.roll_out("v3"));
     wait_until(
         TIMEOUT,
@@ -219,11 +240,7 @@ async fn a_selector_over_namespaces_serves_those_labelled_taken_up_and_let_go_wh
     let deleted_before = deletions(&a.simulator);
     a.label(&key, None).await;
     wait_listed(&controller, &[&b, &c]).await;
-    for name in &a.names {
-        for ordinal in 0..PODS_PER_ZONE {
-            a.simulator.release(&format!("{name}-{ordinal}")).await;
-        }
-    }
+    a.release_every_replacement().await;
     // Then it is let go: while the group still served completes its rollout, the first
     // namespace's group, whose replacement is Ready again, is not acted on any more
     b.wait_complete().await;
@@ -242,6 +259,111 @@ async fn a_selector_over_namespaces_serves_those_labelled_taken_up_and_let_go_wh
     a.label(&key, Some("true")).await;
     a.wait_complete().await;
     wait_listed(&controller, &[&a, &b, &c]).await;
+}
+
+/// The replicas whose status page lists `tenant`'s group.
+async fn serving(replicas: &[Controller], tenant: &Tenant) -> Vec<usize> {
+    let key = format!("{}/ingester", tenant.name());
+    let mut serving = Vec::new();
+    for (index, replica) in replicas.iter().enumerate() {
+        if listed(replica).await.contains(&key) {
+            serving.push(index);
+        }
+    }
+    serving
+}
+
+#[tokio::test]
+async fn three_replicas_share_the_namespaces_by_shard_and_a_dead_ones_namespace_completes_under_another()
+ {
+    // Given three labelled namespaces, each with a ready group `ingester`, and three replicas
+    // serving them with six shard Leases
+    let control_plane = ControlPlane::shared().await;
+    let key = format!("e2e.baton.dev/served-{}", random_suffix());
+    let system = TestNamespace::create(control_plane, "shared-system").await;
+    let (a, b, c) = tokio::join!(
+        Tenant::create(control_plane, "shared-a"),
+        Tenant::create(control_plane, "shared-b"),
+        Tenant::create(control_plane, "shared-c"),
+    );
+    let tenants = [&a, &b, &c];
+    for tenant in tenants {
+        tenant.label(&key, Some("true")).await;
+    }
+    let folder = tempfile::tempdir().expect("a folder for the config");
+    let config = config_serving_labelled(&folder, &key);
+    let mut replicas = Vec::new();
+    for index in 0..3 {
+        let host = format!("{}-replica-{index}", system.name());
+        replicas.push(
+            Controller::start(
+                control_plane,
+                system.name(),
+                &[
+                    ("BATON_CONFIG", config.as_str()),
+                    ("BATON_CONTROLLER__SHARDS", "6"),
+                    ("HOSTNAME", host.as_str()),
+                ],
+            )
+            .await,
+        );
+    }
+
+    // Then, once the shards are shared, each namespace's group is served by exactly one replica
+    for tenant in tenants {
+        wait_until(
+            TIMEOUT,
+            &format!("exactly one replica serves {}", tenant.name()),
+            || async { serving(&replicas, tenant).await.len() == 1 },
+        )
+        .await;
+    }
+
+    // When every group's template changes, and the replica serving the first namespace is
+    // killed once its rollout started (a replacement held Pending, so it cannot finish first)
+    a.hold_every_replacement().await;
+    let from = Instant::now();
+    tokio::join!(a.roll_out("v2"), b.roll_out("v2"), c.roll_out("v2"));
+    wait_until(
+        TIMEOUT,
+        "a pod of the first namespace is deleted",
+        || async {
+            a.simulator.timeline().iter().any(|transition| {
+                matches!(transition.event, PodEvent::Terminating) && transition.at > from
+            })
+        },
+    )
+    .await;
+    let serving_a = serving(&replicas, &a).await;
+    assert_eq!(serving_a.len(), 1, "one replica serves the first namespace");
+    let mut killed = replicas.remove(serving_a[0]);
+    killed.process.signal("KILL").expect("killing the replica");
+    let _ = killed.process.wait().await;
+    let died = Instant::now();
+    a.release_every_replacement().await;
+
+    // Then every group completes, zone by zone with at most one pod of a zone down at any
+    // moment: never two replicas acting on one group, across the death and the takeover
+    tokio::join!(a.wait_complete(), b.wait_complete(), c.wait_complete());
+    for tenant in tenants {
+        check_rollout_guarantees(&tenant.simulator.timeline(), &tenant.zones(), from)
+            .unwrap_or_else(|why| panic!("{}: {why}", tenant.name()));
+    }
+    // And its rollout was carried on by another replica after the death: pods were deleted
+    // since (a lower bound: the one deletion before it was not all the rollout)
+    assert!(
+        a.simulator.timeline().iter().any(|transition| {
+            matches!(transition.event, PodEvent::Terminating) && transition.at > died
+        }),
+        "another replica deleted pods of the first namespace after the death"
+    );
+    // And the first namespace is served by one of the two left
+    wait_until(
+        TIMEOUT,
+        "exactly one surviving replica serves the first namespace",
+        || async { serving(&replicas, &a).await.len() == 1 },
+    )
+    .await;
 }
 
 /// Deletions the simulator has seen.

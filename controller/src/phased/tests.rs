@@ -91,13 +91,6 @@ async fn serve_with(
     );
     let (explainer, mut told) = Explainer::with_queue(Duration::from_secs(600), 16);
     let timeout = Duration::from_secs(600);
-    let elector = crate::leader::LeaderElector::new(
-        client.clone(),
-        NAMESPACE,
-        &baton_config::LeaseConfig::default(),
-        "test",
-        timeout,
-    );
     let phased = PhasedRollouts {
         clusters,
         members: members.iter().map(|member| (*member).to_owned()).collect(),
@@ -105,7 +98,8 @@ async fn serve_with(
         namespace: NAMESPACE.to_owned(),
         request_timeout: timeout,
         caches,
-        leadership: elector.leadership(),
+        // (the runner below is what acts: `serve` is called with it)
+        may_start: std::sync::Arc::new(|| None),
         board: StatusBoard::default(),
         explainer,
         failures: crate::error::register_failures(&prometheus::Registry::new()).expect("metrics"),
