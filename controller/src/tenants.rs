@@ -129,14 +129,19 @@ pub fn watch_namespaces(
         loop {
             let listed = store.state();
             let empty = BTreeMap::new();
+            // A namespace being deleted is let go at once: its objects are on their way out,
+            // and a rollout there has nothing left to keep safe.
             let found = namespaces::served(
                 &scope,
-                listed.iter().map(|namespace| {
-                    (
-                        namespace.metadata.name.as_deref().unwrap_or_default(),
-                        namespace.metadata.labels.as_ref().unwrap_or(&empty),
-                    )
-                }),
+                listed
+                    .iter()
+                    .filter(|namespace| namespace.metadata.deletion_timestamp.is_none())
+                    .map(|namespace| {
+                        (
+                            namespace.metadata.name.as_deref().unwrap_or_default(),
+                            namespace.metadata.labels.as_ref().unwrap_or(&empty),
+                        )
+                    }),
             );
             // (a warning is logged when it starts to hold, not at every change of any namespace)
             for warning in &found.warnings {

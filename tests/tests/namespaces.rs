@@ -259,6 +259,29 @@ async fn a_selector_over_namespaces_serves_those_labelled_taken_up_and_let_go_wh
     a.label(&key, Some("true")).await;
     a.wait_complete().await;
     wait_listed(&controller, &[&a, &b, &c]).await;
+
+    // When the third namespace is deleted while its group rolls
+    c.hold_every_replacement().await;
+    let deleting = Instant::now();
+    c.roll_out("v4").await;
+    wait_until(
+        TIMEOUT,
+        "baton deletes a pod of the third namespace",
+        || async {
+            c.simulator.timeline().iter().any(|transition| {
+                matches!(transition.event, PodEvent::Terminating) && transition.at > deleting
+            })
+        },
+    )
+    .await;
+    Api::<Namespace>::all(c.namespace.client())
+        .delete(c.name(), &kube::api::DeleteParams::background())
+        .await
+        .expect("deleting the third namespace");
+    // Then it is let go, and the controller keeps serving the others: a rollout still completes
+    wait_listed(&controller, &[&a, &b]).await;
+    b.roll_out("v4").await;
+    b.wait_complete().await;
 }
 
 /// The replicas whose status page lists `tenant`'s group.

@@ -12,6 +12,11 @@
 //!   3 StatefulSets × 30 pods, then of the webhook idle on the same namespace.
 //! - `start`: a fresh install (no Lease yet) started in a namespace whose group already waits
 //!   for a rollout: process start → first pod deleted, over several runs.
+//! - `namespaces [N]`: the same pods (N groups × 3 StatefulSets × 30, default N = 50) once in one
+//!   namespace and once one group in each of N namespaces, in one run: the controller serving
+//!   the one namespace, then every namespace labelled for the bench (`namespaces: ["*"]` and a
+//!   selector): start → ready, → every group reconciled, its RSS at both, and its API requests
+//!   over an idle minute.
 
 use std::time::{Duration, Instant};
 
@@ -35,7 +40,8 @@ async fn main() -> anyhow::Result<()> {
         "rollout" => rollout(control_plane).await,
         "rss" => rss(control_plane).await,
         "start" => start(control_plane).await,
-        other => bail!("usage: baton-bench rollout|rss|start (got {other:?})"),
+        "namespaces" => namespaces(control_plane).await,
+        other => bail!("usage: baton-bench rollout|rss|start|namespaces (got {other:?})"),
     }
 }
 
@@ -318,6 +324,141 @@ async fn rss(control_plane: &ControlPlane) -> anyhow::Result<()> {
         };
         println!("-- {label}");
         measure(control_plane, namespace.name(), &env, GROUPS).await?;
+    }
+    Ok(())
+}
+
+async fn namespaces(control_plane: &ControlPlane) -> anyhow::Result<()> {
+    const PODS: i32 = 30;
+    let groups: usize = match std::env::args().nth(2) {
+        Some(groups) => groups.parse().context("N is a number")?,
+        None => 50,
+    };
+    let zones = ["a", "b", "c"];
+    let key = format!(
+        "bench.baton.dev/served-{}",
+        baton_e2e::namespace::random_suffix()
+    );
+    // The same groups twice: all in one namespace, and one in each of `groups` namespaces.
+    let one = TestNamespace::create(control_plane, "bench-one").await;
+    let client = one.client();
+    for group in 0..groups {
+        for fixture in rollout_group(&format!("g{group:03}"), &zones, PODS) {
+            fixture.create(&client, one.name()).await;
+        }
+    }
+    let mut many = Vec::new();
+    for _ in 0..groups {
+        let namespace = TestNamespace::create(control_plane, "bench-many").await;
+        let patch = serde_json::json!({"metadata": {"labels": {key.as_str(): "true"}}});
+        Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
+            .patch(
+                namespace.name(),
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(&patch),
+            )
+            .await
+            .context("labelling a namespace")?;
+        for fixture in rollout_group("g000", &zones, PODS) {
+            fixture.create(&client, namespace.name()).await;
+        }
+        many.push(namespace);
+    }
+    let expected = 2 * groups * zones.len() * PODS as usize;
+    let creating = Instant::now();
+    let all_pods: Api<Pod> = Api::all(client.clone());
+    let bench_pods = ListParams::default().labels("statefulset.kubernetes.io/pod-name");
+    wait(Duration::from_secs(1800), || async {
+        let mut count = 0;
+        let mut params = bench_pods.clone().limit(5000);
+        loop {
+            let Ok(page) = all_pods.list_metadata(&params).await else {
+                return false;
+            };
+            count += page
+                .items
+                .iter()
+                .filter(|pod| {
+                    pod.metadata
+                        .namespace
+                        .as_deref()
+                        .is_some_and(|namespace| namespace.starts_with("bench-"))
+                })
+                .count();
+            match page.metadata.continue_ {
+                Some(token) if !token.is_empty() => params = params.continue_token(&token),
+                _ => break,
+            }
+        }
+        count >= expected
+    })
+    .await?;
+    println!(
+        "{expected} pods created in {:.0} s ({groups} groups in one namespace, and one in each of {groups})",
+        creating.elapsed().as_secs_f64()
+    );
+
+    let quiet = [("BATON_LOG__LEVEL", "warn")];
+    println!("-- one namespace, {groups} groups");
+    serve_and_measure(control_plane, one.name(), &quiet, groups).await?;
+    let folder = tempfile::tempdir()?;
+    let config = folder.path().join("baton.yaml");
+    std::fs::write(
+        &config,
+        format!("namespaces: ['*']\nnamespace_selector:\n  match_labels:\n    {key}: 'true'\n"),
+    )?;
+    let config = config.to_string_lossy().into_owned();
+    let system = TestNamespace::create(control_plane, "bench-system").await;
+    println!("-- {groups} namespaces, one group each");
+    serve_and_measure(
+        control_plane,
+        system.name(),
+        &[("BATON_LOG__LEVEL", "warn"), ("BATON_CONFIG", &config)],
+        groups,
+    )
+    .await?;
+    drop(many);
+    Ok(())
+}
+
+/// A controller started with `env` on `namespace` (its own, or its system namespace when the
+/// config serves others): start → ready and → every one of `groups` reconciled, its RSS at
+/// both, then its API requests over an idle minute.
+async fn serve_and_measure(
+    control_plane: &ControlPlane,
+    namespace: &str,
+    env: &[(&str, &str)],
+    groups: usize,
+) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let controller = Controller::start(control_plane, namespace, env).await;
+    let ready = started.elapsed();
+    let controller_pid = pid(controller.process.pid())?;
+    let synced = Memory::of(controller_pid)?;
+    wait(Duration::from_secs(300), || async {
+        let metrics = controller.metrics().await;
+        metrics
+            .lines()
+            .filter(|line| line.starts_with("rollout_operator_group_reconciles_total{"))
+            .count()
+            >= groups
+    })
+    .await?;
+    let reconciled_after = started.elapsed();
+    let reconciled = Memory::of(controller_pid)?;
+    println!(
+        "controller: ready after {:.1} s (RSS {synced}), every group reconciled after {:.1} s (RSS {reconciled})",
+        ready.as_secs_f64(),
+        reconciled_after.as_secs_f64()
+    );
+    let before = controller.metrics().await;
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    let after = controller.metrics().await;
+    let requests = api_requests(&before, &after);
+    let total: f64 = requests.values().sum();
+    println!("API requests over an idle minute: {total:.0}");
+    for ((method, path), count) in &requests {
+        println!("  {count:>5.0} {method} {path}");
     }
     Ok(())
 }
