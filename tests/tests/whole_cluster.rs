@@ -13,6 +13,9 @@ use baton_e2e::keys::{
     PREPARE_DOWNSCALE_PORT,
 };
 use baton_e2e::namespace::random_suffix;
+use baton_e2e::renders::{
+    documents, find, kinds_and_names, kustomized_deploy, run, webhook_configurations,
+};
 use baton_e2e::webhook_support::{
     TestTls, WebhookConfigurations, WebhookReplica, free_port, scale, wait_for_webhooks,
 };
@@ -207,4 +210,238 @@ async fn wait_for_refusal(evictor: &kube::Client, namespace: &str, pod: &str) ->
     evict(evictor, namespace, pod)
         .await
         .expect_err("the eviction is refused")
+}
+
+// The install: deploy/cluster-wide, rendered as an overlay uses it, against deploy/ and the
+// configuration it gives the binaries.
+
+/// What an overlay of deploy/ with the component deploy/cluster-wide applies (written in the
+/// checkout's target/, as kustomize reads directories by relative path only).
+fn kustomized_cluster_wide() -> Vec<serde_json::Value> {
+    let root = baton_e2e::manifests::deploy_dir().join("..");
+    let target = root.join("target");
+    std::fs::create_dir_all(&target).unwrap();
+    let overlay = tempfile::Builder::new()
+        .prefix("cluster-wide-overlay")
+        .tempdir_in(&target)
+        .unwrap();
+    std::fs::write(
+        overlay.path().join("kustomization.yaml"),
+        "resources:\n  - ../../deploy\ncomponents:\n  - ../../deploy/cluster-wide\n",
+    )
+    .unwrap();
+    let (ok, rendered) = run(
+        "kubectl",
+        &["kustomize", overlay.path().to_str().unwrap()],
+        None,
+    );
+    assert!(
+        ok,
+        "kubectl kustomize of deploy/ with deploy/cluster-wide failed:\n{rendered}"
+    );
+    documents(&rendered)
+}
+
+/// The configuration the binaries read from `objects`' baton-config: its config.yaml, with
+/// `namespace` from groups-namespace (as the Deployments set BATON_NAMESPACE).
+fn config_of(objects: &[serde_json::Value]) -> baton_config::Config {
+    let config_map = find(objects, "ConfigMap", "baton-config");
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(
+        file.path(),
+        config_map["data"]["config.yaml"].as_str().unwrap(),
+    )
+    .unwrap();
+    let namespace = config_map["data"]["groups-namespace"].as_str().unwrap();
+    let figment = baton_config::Config::figment(
+        Some(file.path()),
+        figment::providers::Env::prefixed("BATON_WHOLE_CLUSTER_TEST_NOTHING_"),
+    )
+    .merge(("namespace", namespace));
+    baton_config::Config::from_figment(figment).expect("the configuration is valid")
+}
+
+/// Each rule's (API group, resource, verb) triples, resource names aside (none here).
+fn grants(role: &serde_json::Value) -> std::collections::BTreeSet<(String, String, String)> {
+    let strings = |value: &serde_json::Value| -> Vec<String> {
+        value
+            .as_array()
+            .map(|items| {
+                items
+                    .iter()
+                    .map(|item| item.as_str().unwrap().to_owned())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let mut grants = std::collections::BTreeSet::new();
+    for rule in role["rules"].as_array().unwrap() {
+        assert!(rule.get("resourceNames").is_none(), "{rule}");
+        for group in strings(&rule["apiGroups"]) {
+            for resource in strings(&rule["resources"]) {
+                for verb in strings(&rule["verbs"]) {
+                    grants.insert((group.clone(), resource.clone(), verb));
+                }
+            }
+        }
+    }
+    grants
+}
+
+#[test]
+fn the_cluster_wide_install_selects_in_its_webhooks_the_namespaces_its_configuration_serves() {
+    // Given deploy/ with the component deploy/cluster-wide, as an overlay renders it
+    let objects = kustomized_cluster_wide();
+    // When the configuration it gives the binaries is read
+    let config = config_of(&objects);
+    let scope = config.scope().unwrap();
+
+    // Then it serves every namespace labelled baton.grafana.com/served=true, cluster-wide
+    assert_eq!(scope.only(), None);
+    assert_eq!(
+        scope.describe(),
+        "every namespace labelled baton.grafana.com/served=true"
+    );
+    // And each of the six webhook configurations selects exactly those namespaces
+    let selector = serde_json::to_value(scope.webhook_selector()).unwrap();
+    let configurations = webhook_configurations(&objects);
+    assert_eq!(configurations.len(), 6);
+    for configuration in &configurations {
+        let name = &configuration["metadata"]["name"];
+        for webhook in configuration["webhooks"].as_array().unwrap() {
+            assert_eq!(webhook["namespaceSelector"], selector, "{name}");
+        }
+        // And is found by the controller's CA injection, which selects by `namespace`
+        let labels = &configuration["metadata"]["labels"];
+        assert_eq!(
+            labels["grafana.com/inject-rollout-operator-ca"], "true",
+            "{name}"
+        );
+        assert_eq!(
+            labels["grafana.com/namespace"],
+            config.namespace.as_str(),
+            "{name}"
+        );
+    }
+    // And baton's own namespace is not one of them (its webhooks never judge baton's objects)
+    assert_eq!(config.namespace, "baton-system");
+    let system = find(&objects, "Namespace", "baton-system");
+    assert!(
+        system["metadata"]["labels"]
+            .get("baton.grafana.com/served")
+            .is_none()
+    );
+}
+
+#[test]
+fn the_cluster_wide_install_is_deploy_with_cluster_roles_for_the_groups_roles_and_nothing_else() {
+    // Given deploy/ as it ships, and with the component deploy/cluster-wide
+    let deploy = kustomized_deploy();
+    let cluster_wide = kustomized_cluster_wide();
+
+    // Then the groups' Roles and RoleBindings are gone, ClusterRoles and their bindings in
+    // their place, and every other object is there
+    let groups = [
+        "Role/baton-controller-groups",
+        "RoleBinding/baton-controller-groups",
+        "Role/baton-webhook-groups",
+        "RoleBinding/baton-webhook-groups",
+    ];
+    let cluster = [
+        "ClusterRole/baton-controller-cluster",
+        "ClusterRoleBinding/baton-controller-cluster",
+        "ClusterRole/baton-webhook-cluster",
+        "ClusterRoleBinding/baton-webhook-cluster",
+    ];
+    let mut expected: Vec<String> = kinds_and_names(&deploy)
+        .into_iter()
+        .filter(|name| !groups.contains(&name.as_str()))
+        .chain(cluster.iter().map(|name| (*name).to_owned()))
+        .collect();
+    expected.sort();
+    assert_eq!(kinds_and_names(&cluster_wide), expected);
+    // And every object but the configuration, the webhook configurations and the RBAC above is
+    // deploy/'s as it is (the admission policy and the guards' rules among them)
+    for object in &cluster_wide {
+        let kind = object["kind"].as_str().unwrap();
+        let name = object["metadata"]["name"].as_str().unwrap();
+        let changed = kind.ends_with("WebhookConfiguration")
+            || cluster.contains(&format!("{kind}/{name}").as_str())
+            || name == "baton-config";
+        if !changed {
+            assert_eq!(object, find(&deploy, kind, name), "{kind}/{name}");
+        }
+    }
+    // And the webhook configurations differ from deploy/'s in their namespaceSelector and
+    // grafana.com/namespace label alone
+    for configuration in webhook_configurations(&cluster_wide) {
+        let name = configuration["metadata"]["name"].as_str().unwrap();
+        let kind = configuration["kind"].as_str().unwrap();
+        let mut shipped = find(&deploy, kind, name).clone();
+        shipped["metadata"]["labels"]["grafana.com/namespace"] = json!("baton-system");
+        for webhook in shipped["webhooks"].as_array_mut().unwrap() {
+            webhook["namespaceSelector"] =
+                json!({"matchLabels": {"baton.grafana.com/served": "true"}});
+        }
+        assert_eq!(configuration, &shipped, "{name}");
+    }
+    // And the configuration is deploy/'s with the served namespaces appended
+    let shipped = find(&deploy, "ConfigMap", "baton-config")["data"]["config.yaml"]
+        .as_str()
+        .unwrap();
+    let served = find(&cluster_wide, "ConfigMap", "baton-config")["data"]["config.yaml"]
+        .as_str()
+        .unwrap();
+    let appended = served
+        .strip_prefix(shipped)
+        .unwrap_or_else(|| panic!("deploy/'s configuration is not kept:\n{served}"));
+    assert!(appended.starts_with("namespaces:"), "{appended}");
+
+    // And the controller's ClusterRole grants what its Role in deploy/groups grants, and
+    // watching Namespaces
+    let role = grants(find(&deploy, "Role", "baton-controller-groups"));
+    let cluster_role = grants(find(
+        &cluster_wide,
+        "ClusterRole",
+        "baton-controller-cluster",
+    ));
+    let namespaces: std::collections::BTreeSet<_> = ["get", "list", "watch"]
+        .iter()
+        .map(|verb| (String::new(), "namespaces".to_owned(), (*verb).to_owned()))
+        .collect();
+    assert_eq!(
+        cluster_role,
+        role.union(&namespaces).cloned().collect(),
+        "baton-controller-cluster"
+    );
+    // And the webhook's grants no more than its Role does (it caches no pods, no Deployments
+    // and no ReplicaSets when it serves more than one namespace), and still reads each
+    let role = grants(find(&deploy, "Role", "baton-webhook-groups"));
+    let cluster_role = grants(find(&cluster_wide, "ClusterRole", "baton-webhook-cluster"));
+    assert!(
+        cluster_role.is_subset(&role),
+        "{:?}",
+        cluster_role.difference(&role).collect::<Vec<_>>()
+    );
+    for (group, resource) in [
+        ("apps", "deployments"),
+        ("apps", "replicasets"),
+        ("", "pods"),
+    ] {
+        assert!(
+            cluster_role.contains(&(group.to_owned(), resource.to_owned(), "get".to_owned())),
+            "{resource}"
+        );
+    }
+    // And each is bound to its service account in baton-system
+    for (binding, account) in [
+        ("baton-controller-cluster", "baton-controller"),
+        ("baton-webhook-cluster", "baton-webhook"),
+    ] {
+        let bound = find(&cluster_wide, "ClusterRoleBinding", binding);
+        assert_eq!(
+            bound["subjects"],
+            json!([{"kind": "ServiceAccount", "name": account, "namespace": "baton-system"}])
+        );
+    }
 }
