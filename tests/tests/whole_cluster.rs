@@ -14,7 +14,7 @@ use baton_e2e::keys::{
 };
 use baton_e2e::namespace::random_suffix;
 use baton_e2e::renders::{
-    documents, find, kinds_and_names, kustomized_deploy, run, webhook_configurations,
+    differences, documents, find, kinds_and_names, kustomized_deploy, run, webhook_configurations,
 };
 use baton_e2e::webhook_support::{
     TestTls, WebhookConfigurations, WebhookReplica, free_port, scale, wait_for_webhooks,
@@ -443,5 +443,51 @@ fn the_cluster_wide_install_is_deploy_with_cluster_roles_for_the_groups_roles_an
             bound["subjects"],
             json!([{"kind": "ServiceAccount", "name": account, "namespace": "baton-system"}])
         );
+    }
+}
+
+// The Helm chart's `clusterWide` value: the same install as deploy/cluster-wide.
+
+#[test]
+fn the_charts_cluster_wide_value_renders_what_deploy_cluster_wide_installs() {
+    // Given what deploy/ with deploy/cluster-wide applies, but its Namespace (a Helm release is
+    // installed into one)
+    let mut deployed = kustomized_cluster_wide();
+    deployed.retain(|object| object["kind"] != "Namespace");
+
+    // When the chart is rendered into baton-system with clusterWide.enabled, CRDs included
+    let chart = baton_e2e::manifests::deploy_dir().join("../charts/baton");
+    let (ok, rendered) = run(
+        "helm",
+        &[
+            "template",
+            "baton",
+            chart.to_str().unwrap(),
+            "--namespace",
+            "baton-system",
+            "--include-crds",
+            "--set",
+            "clusterWide.enabled=true",
+        ],
+        None,
+    );
+    assert!(ok, "helm template failed:\n{rendered}");
+    let rendered = documents(&rendered);
+
+    // Then it renders the same objects, field for field (the configuration parsed): the
+    // ClusterRoles, the configuration serving the labelled namespaces, the webhooks selecting
+    // them
+    assert_eq!(kinds_and_names(&rendered), kinds_and_names(&deployed));
+    let differing = differences(rendered.clone(), deployed);
+    assert!(
+        differing.is_empty(),
+        "the chart and deploy/cluster-wide differ:\n{}",
+        differing.join("\n")
+    );
+    // And its configuration's scope is what its webhooks select
+    let config = config_of(&rendered);
+    let selector = serde_json::to_value(config.scope().unwrap().webhook_selector()).unwrap();
+    for configuration in webhook_configurations(&rendered) {
+        assert_eq!(configuration["webhooks"][0]["namespaceSelector"], selector);
     }
 }
