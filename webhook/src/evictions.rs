@@ -1113,4 +1113,43 @@ mod tests {
         assert_eq!(locks.keys().collect::<Vec<_>>(), ["gone-0"]);
         drop(held);
     }
+
+    /// Serving a list of namespaces, an eviction elsewhere is not judged, and one in a served
+    /// namespace is judged there (here: refused until that namespace's budgets are listed).
+    #[tokio::test]
+    async fn serving_many_namespaces_each_eviction_is_judged_in_its_own_or_not_at_all() {
+        baton_shared::crypto::install_default_provider();
+        let config = kube::Config::new("http://127.0.0.1:9".parse().expect("a URL"));
+        let client = Client::try_from(config).expect("a client");
+        let metrics = ZpdbMetrics::register(&Registry::new()).expect("metrics");
+        let names = baton_core::namespaces::Names::Listed(["a".to_owned(), "b".to_owned()].into());
+        let scope = Scope::new(names, Default::default()).expect("a scope");
+        let (evictions, _never_filled) =
+            Evictions::new(client, &scope, StatefulSetCache::unfilled(), metrics);
+        let eviction = |namespace: &str| Eviction {
+            uid: "u".to_owned(),
+            namespace: namespace.to_owned(),
+            pod: "ingester-zone-a-0".to_owned(),
+            dry_run: false,
+        };
+        // Given no pod is cached, whichever namespace
+        assert!(evictions.pods.is_empty() && evictions.namespace.is_none());
+        // When a pod of a namespace not served is evicted, Then it is allowed unjudged
+        let (verdict, reason) = evictions.judge_uncounted(&eviction("c")).await;
+        assert!(verdict.is_allowed());
+        assert_eq!(reason, "namespace_not_watched");
+        let message = verdict.message().unwrap_or_default();
+        assert!(message.contains("does not watch namespace c"), "{message}");
+        // When one of a served namespace is, Then it waits for that namespace's budgets
+        for namespace in ["a", "b"] {
+            let (verdict, reason) = evictions.judge_uncounted(&eviction(namespace)).await;
+            assert!(!verdict.is_allowed());
+            assert_eq!(reason, "not_synced");
+            let message = verdict.message().unwrap_or_default();
+            assert!(
+                message.contains(&format!("namespace {namespace} yet")),
+                "{message}"
+            );
+        }
+    }
 }
