@@ -129,6 +129,14 @@ impl Budgets {
         }
     }
 
+    /// How many budgets are listed (none before the first listing).
+    pub fn count(&self) -> usize {
+        match &*self.read() {
+            Known::Listed(budgets) => budgets.len(),
+            _ => 0,
+        }
+    }
+
     /// Whether `name` is a listed budget (with [`Budgets::watch_all`], its [`key`]).
     pub fn contains(&self, name: &str) -> bool {
         matches!(&*self.read(), Known::Listed(budgets) if budgets.contains_key(name))

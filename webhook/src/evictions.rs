@@ -410,7 +410,8 @@ impl Evictions {
                 "not_synced",
             );
         }
-        self.forget_deleted_budgets(budgets.len());
+        // Every namespace's budgets, when more than one namespace is served.
+        self.forget_deleted_budgets(self.budgets.count());
         if budgets.is_empty() {
             // No pod is read: with no budget, whatever its state, it may go.
             return (
@@ -1010,8 +1011,9 @@ impl Evictions {
         if !over(records.len()) && !over(locks.len()) {
             return;
         }
-        // With members, a record is kept as `cluster/budget`.
-        records.retain(|name, _| self.budgets.contains(split(name).1));
+        // Kept as the budget's key ([`Self::budget_key`]), or as `cluster/budget` with members.
+        records
+            .retain(|name, _| self.budgets.contains(name) || self.budgets.contains(split(name).1));
         locks.retain(|name, lock| self.budgets.contains(name) || Arc::strong_count(lock) > 1);
     }
 }
@@ -1151,5 +1153,39 @@ mod tests {
                 "{message}"
             );
         }
+    }
+
+    /// Serving many namespaces, what is kept per budget is keyed `namespace/name`: a budget
+    /// of the same name deleted in another namespace takes only its own along.
+    #[tokio::test]
+    async fn serving_many_namespaces_what_is_kept_per_budget_goes_with_that_namespaces_budget() {
+        baton_shared::crypto::install_default_provider();
+        let config = kube::Config::new("http://127.0.0.1:9".parse().expect("a URL"));
+        let client = Client::try_from(config).expect("a client");
+        let metrics = ZpdbMetrics::register(&Registry::new()).expect("metrics");
+        let scope =
+            Scope::new(baton_core::namespaces::Names::All, Default::default()).expect("a scope");
+        let (mut evictions, _never_filled) =
+            Evictions::new(client, &scope, StatefulSetCache::unfilled(), metrics);
+        // Given budget "ingester" of namespace a, listed, and 40 gone from namespace b (one of
+        // them also named "ingester")
+        let kept: Arc<Observed> = Arc::new(Err(baton_core::zpdb::InvalidBudget {
+            name: "ingester".to_owned(),
+            selector: None,
+            errors: Vec::new(),
+        }));
+        let listed = [(evictions.budget_key("a", "ingester"), kept)].into();
+        evictions.budgets = Budgets::fixed(baton_shared::zpdb_cache::Known::Listed(listed));
+        evictions.remember(&evictions.budget_key("a", "ingester"), &Ledger::default());
+        evictions.remember(&evictions.budget_key("b", "ingester"), &Ledger::default());
+        for index in 0..40 {
+            let key = evictions.budget_key("b", &format!("gone-{index}"));
+            evictions.remember(&key, &Ledger::default());
+        }
+        // When what is kept is weighed against the budgets
+        evictions.forget_deleted_budgets(evictions.budgets.count());
+        // Then namespace a's is kept, and none of namespace b's
+        let records = evictions.records.lock().unwrap();
+        assert_eq!(records.keys().collect::<Vec<_>>(), ["a/ingester"]);
     }
 }
