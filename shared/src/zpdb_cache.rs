@@ -2,6 +2,10 @@
 //! and parsed once per version (`baton_core::zpdb::Budget::parse`), so the webhook answering
 //! a drain and the controller deleting for a rollout read the same budgets the same way.
 //!
+//! Serving many namespaces, one watch of every namespace's budgets ([`Budgets::watch_all`])
+//! keeps them under `namespace/name` ([`key`]), read a namespace at a time
+//! ([`Budgets::listed_in`]): budgets are few, so one cluster-wide watch of them is cheap.
+//!
 //! A missing CRD is a state, not an error: then there are no budgets ([`Known::NotInstalled`],
 //! logged once) and the watch is retried with [`crate::kube_client::watch_backoff`], so
 //! installing the CRD later is picked up. Until the first listing nothing is known
@@ -42,14 +46,40 @@ impl Budgets {
         namespace: &str,
         events: impl BudgetEvents,
     ) -> (Self, impl Future<Output = ()> + Send + 'static) {
+        let api: Api<ZoneAwarePodDisruptionBudget> = Api::namespaced(client, namespace);
+        Self::watch_api(api, ResourceExt::name_any, events)
+    }
+
+    /// The budgets of every namespace, each kept under [`key`] (`namespace/name`), and the
+    /// future that watches them (run it as a critical task), telling `events` of each change.
+    /// Read them with [`Budgets::listed_in`].
+    pub fn watch_all(
+        client: Client,
+        events: impl BudgetEvents,
+    ) -> (Self, impl Future<Output = ()> + Send + 'static) {
+        let api: Api<ZoneAwarePodDisruptionBudget> = Api::all(client);
+        let key_of = |zpdb: &ZoneAwarePodDisruptionBudget| {
+            key(
+                zpdb.metadata.namespace.as_deref().unwrap_or_default(),
+                &zpdb.name_any(),
+            )
+        };
+        Self::watch_api(api, key_of, events)
+    }
+
+    fn watch_api(
+        api: Api<ZoneAwarePodDisruptionBudget>,
+        key_of: fn(&ZoneAwarePodDisruptionBudget) -> String,
+        events: impl BudgetEvents,
+    ) -> (Self, impl Future<Output = ()> + Send + 'static) {
         let budgets = Self::fixed(Known::NotListed { error: None });
         let mut index = BudgetIndex {
             known: budgets.known.clone(),
             versions: BTreeMap::new(),
             events,
             said_not_installed: false,
+            key_of,
         };
-        let api: Api<ZoneAwarePodDisruptionBudget> = Api::namespaced(client, namespace);
         let watch = async move {
             let slim = |zpdb: &mut ZoneAwarePodDisruptionBudget| {
                 zpdb.metadata.managed_fields = None;
@@ -80,7 +110,34 @@ impl Budgets {
         }
     }
 
-    /// Whether `name` is a listed budget.
+    /// The listed budgets of `namespace` when every namespace's are watched
+    /// ([`Budgets::watch_all`]), or `None` before the first listing (and while the CRD is
+    /// missing).
+    pub fn listed_in(&self, namespace: &str) -> Option<Vec<Arc<Observed>>> {
+        match &*self.read() {
+            Known::Listed(budgets) => {
+                let from = key(namespace, "");
+                Some(
+                    budgets
+                        .range(from.clone()..)
+                        .take_while(|(name, _)| name.starts_with(&from))
+                        .map(|(_, budget)| budget.clone())
+                        .collect(),
+                )
+            }
+            _ => None,
+        }
+    }
+
+    /// How many budgets are listed (none before the first listing).
+    pub fn count(&self) -> usize {
+        match &*self.read() {
+            Known::Listed(budgets) => budgets.len(),
+            _ => 0,
+        }
+    }
+
+    /// Whether `name` is a listed budget (with [`Budgets::watch_all`], its [`key`]).
     pub fn contains(&self, name: &str) -> bool {
         matches!(&*self.read(), Known::Listed(budgets) if budgets.contains_key(name))
     }
@@ -90,13 +147,21 @@ impl Budgets {
     }
 }
 
+/// Where [`Budgets::watch_all`] keeps budget `name` of `namespace`: `namespace/name` (a
+/// namespace's name has no `/`, so each namespace's budgets are a range of their own).
+pub fn key(namespace: &str, name: &str) -> String {
+    format!("{namespace}/{name}")
+}
+
 /// The watch's side: parses each new version once and tells the reader what changed.
 struct BudgetIndex<E> {
     known: Arc<RwLock<Known>>,
-    /// Budget name → the resourceVersion parsed, so a relist does not parse again.
+    /// Budget key → the resourceVersion parsed, so a relist does not parse again.
     versions: BTreeMap<String, String>,
     events: E,
     said_not_installed: bool,
+    /// A budget's key: its name (one namespace) or [`key`] (every namespace).
+    key_of: fn(&ZoneAwarePodDisruptionBudget) -> String,
 }
 
 impl<E: BudgetEvents> BudgetIndex<E> {
@@ -107,12 +172,12 @@ impl<E: BudgetEvents> BudgetIndex<E> {
     ) -> Arc<Observed> {
         let version = zpdb.resource_version().unwrap_or_default();
         if let Some(kept) = kept
-            && self.versions.get(&zpdb.name_any()) == Some(&version)
+            && self.versions.get(&(self.key_of)(zpdb)) == Some(&version)
         {
             return kept.clone();
         }
         let parsed = Arc::new(Budget::parse(zpdb));
-        self.versions.insert(zpdb.name_any(), version);
+        self.versions.insert((self.key_of)(zpdb), version);
         self.events.parsed(&parsed);
         parsed
     }
@@ -141,7 +206,7 @@ impl<E: BudgetEvents> Index<ZoneAwarePodDisruptionBudget> for BudgetIndex<E> {
         let listing: BTreeMap<String, Arc<Observed>> = budgets
             .iter()
             .map(|zpdb| {
-                let name = zpdb.name_any();
+                let name = (self.key_of)(zpdb);
                 let parsed = self.parse(zpdb, previous.get(&name));
                 (name, parsed)
             })
@@ -153,7 +218,7 @@ impl<E: BudgetEvents> Index<ZoneAwarePodDisruptionBudget> for BudgetIndex<E> {
     }
 
     fn apply(&mut self, zpdb: ZoneAwarePodDisruptionBudget) {
-        let name = zpdb.name_any();
+        let name = (self.key_of)(&zpdb);
         let kept = match &*self.known.read().expect("budgets lock") {
             Known::Listed(listed) => listed.get(&name).cloned(),
             _ => return,
@@ -168,7 +233,7 @@ impl<E: BudgetEvents> Index<ZoneAwarePodDisruptionBudget> for BudgetIndex<E> {
     }
 
     fn delete(&mut self, zpdb: ZoneAwarePodDisruptionBudget) {
-        let name = zpdb.name_any();
+        let name = (self.key_of)(&zpdb);
         self.versions.remove(&name);
         let removed = match &mut *self.known.write().expect("budgets lock") {
             Known::Listed(listed) => listed.remove(&name),
@@ -253,6 +318,7 @@ mod tests {
             versions: BTreeMap::new(),
             events: recorder.clone(),
             said_not_installed: false,
+            key_of: ResourceExt::name_any,
         };
         (budgets, index)
     }
@@ -304,5 +370,47 @@ mod tests {
         // Changes before the next listing are not applied to a state that is not a listing.
         index.apply(budget("b", "1"));
         assert!(matches!(budgets.known(), Known::NotInstalled));
+    }
+
+    #[test]
+    fn budgets_of_every_namespace_are_read_a_namespace_at_a_time() {
+        let recorder = Recorder::default();
+        let (budgets, mut index) = index(&recorder);
+        index.key_of = |zpdb| {
+            key(
+                zpdb.metadata.namespace.as_deref().unwrap_or_default(),
+                &zpdb.name_any(),
+            )
+        };
+        let in_namespace = |namespace: &str, name: &str| {
+            let mut zpdb = budget(name, "1");
+            zpdb.metadata.namespace = Some(namespace.to_owned());
+            zpdb
+        };
+        assert!(
+            budgets.listed_in("a").is_none(),
+            "nothing before the listing"
+        );
+        // Two namespaces with a budget of the same name, and one whose name prefixes another's.
+        index.reset(vec![
+            in_namespace("a", "ingester"),
+            in_namespace("ab", "ingester"),
+            in_namespace("ab", "store"),
+        ]);
+        let names = |namespace: &str| -> Vec<String> {
+            budgets
+                .listed_in(namespace)
+                .unwrap()
+                .iter()
+                .map(|b| name(b))
+                .collect()
+        };
+        assert_eq!(names("a"), ["ingester"]);
+        assert_eq!(names("ab"), ["ingester", "store"]);
+        assert!(names("b").is_empty());
+        index.delete(in_namespace("ab", "ingester"));
+        assert_eq!(names("ab"), ["store"]);
+        assert_eq!(names("a"), ["ingester"], "the same name elsewhere stays");
+        assert!(budgets.contains(&key("a", "ingester")) && !budgets.contains("ingester"));
     }
 }

@@ -330,9 +330,48 @@ impl WebhookConfigurations {
         base: &str,
         trust: Trust,
     ) -> anyhow::Result<Self> {
+        let selected = Selected {
+            name: format!("baton-e2e-{namespace}"),
+            selector: json!({"matchLabels": {"kubernetes.io/metadata.name": namespace}}),
+            namespace,
+        };
+        let eviction = matches!(trust, Trust::Injected);
+        Self::create_selecting(control_plane, selected, base, trust, eviction).await
+    }
+
+    /// Registers no-downscale, prepare-downscale and pod-eviction as
+    /// [`WebhookConfigurations::register`] does, named `name`, for the namespaces `selector`
+    /// (a namespaceSelector, as JSON) selects: one baton serving many namespaces.
+    pub async fn register_selecting(
+        control_plane: &ControlPlane,
+        name: &str,
+        selector: serde_json::Value,
+        tls: &TestTls,
+        replica: &WebhookReplica,
+    ) -> anyhow::Result<Self> {
+        let selected = Selected {
+            name: name.to_owned(),
+            selector,
+            namespace: "",
+        };
+        let trust = Trust::Ca(tls.ca_bundle());
+        Self::create_selecting(control_plane, selected, &replica.url(""), trust, true).await
+    }
+
+    /// The configurations of `selected`, pod-eviction among them when `eviction`.
+    async fn create_selecting(
+        control_plane: &ControlPlane,
+        selected: Selected<'_>,
+        base: &str,
+        trust: Trust,
+        eviction: bool,
+    ) -> anyhow::Result<Self> {
         let client = control_plane.admin_client().await;
-        let name = format!("baton-e2e-{namespace}");
-        let selector = json!({"matchLabels": {"kubernetes.io/metadata.name": namespace}});
+        let Selected {
+            name,
+            selector,
+            namespace,
+        } = selected;
         let client_config = |path: &str| match &trust {
             Trust::Ca(bundle) => json!({"url": format!("{base}{path}"), "caBundle": bundle}),
             Trust::Injected => json!({"url": format!("{base}{path}")}),
@@ -356,7 +395,7 @@ impl WebhookConfigurations {
             "failurePolicy": "Fail",
             "timeoutSeconds": 10,
         })];
-        if matches!(trust, Trust::Injected) {
+        if eviction {
             validating_webhooks.push(json!({
                 "name": "pod-eviction.baton.test",
                 "clientConfig": client_config("/admission/pod-eviction"),
@@ -452,6 +491,14 @@ impl WebhookConfigurations {
 }
 
 /// How the API server comes to trust the test webhook's certificate.
+/// Which namespaces configurations select: their name, namespaceSelector, and the namespace
+/// named in the CA injection's label.
+struct Selected<'a> {
+    name: String,
+    selector: serde_json::Value,
+    namespace: &'a str,
+}
+
 enum Trust {
     /// The caBundle is set at creation.
     Ca(String),

@@ -11,15 +11,26 @@
 //! replica does not know it yet or lost a write to another replica (409). Within a replica,
 //! evictions under one budget are judged one at a time, so they do not conflict with each
 //! other; across replicas the resourceVersion-conditioned write decides.
+//!
+//! Serving more than one namespace, no pod is cached: a cluster's pods would make the
+//! webhook's memory, and every listing's time, grow with the cluster. The budgets of every
+//! namespace are watched (they are few) and the StatefulSets are shared with the parents;
+//! an eviction reads, in its own namespace and bounded, the pod and, when a budget selects it,
+//! the pods of the StatefulSets that budget selects: what the decision counts, no more. So an
+//! answer costs a few reads whatever the cluster's size, and an eviction no budget selects
+//! costs one. Nothing is read or written outside the request's namespace, whatever a budget or
+//! a StatefulSet of that namespace says.
 
 use std::collections::HashMap;
-use std::future::Future;
 use std::sync::{Arc, Mutex, RwLock};
 
+use baton_core::namespaces::Scope;
 use baton_core::pods::{CachedPod, PodsByStatefulSet};
+use baton_core::zpdb::decide::selecting_budget;
 use baton_core::zpdb::{
     AllowReason, EvictionSnapshot, EvictionVerdict, Observed, RecentlyAllowed, decide,
 };
+use baton_shared::kube_client::bounded;
 use baton_shared::pod_cache::{self, PodCache};
 use baton_shared::zpdb_cache::{BudgetEvents, Budgets};
 use jiff::Timestamp;
@@ -29,6 +40,7 @@ use kube::runtime::watcher;
 use kube::{Api, Client};
 use prometheus::{IntCounter, IntCounterVec, IntGauge, Opts, Registry};
 
+use crate::admission::review::AdmissionRequest;
 use crate::admission::zpdb_reviews::{self as admission, Eviction};
 use crate::member_pods::{ClientOf, MemberPods};
 use crate::statefulsets::{CachedStatefulSet, StatefulSetCache};
@@ -53,6 +65,11 @@ pub const CONFIGURATIONS_METRIC: &str = "rollout_operator_zpdb_configurations_ob
 pub const API_READS_METRIC: &str = "baton_webhook_zpdb_api_reads_total";
 /// API writes made to judge an eviction: the claims of allowed evictions in budgets' records.
 pub const API_WRITES_METRIC: &str = "baton_webhook_zpdb_api_writes_total";
+
+/// The most one read of what an eviction counts may take when more than one namespace is
+/// served (the pod, the pods of its budget's StatefulSets): the claim in the budget's record
+/// must still fit within the request's deadline.
+const LIVE_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// How long an eviction waits for the pods to be listed when the first budget of the namespace
 /// just started their watch (a listing takes well under a second; the API server's call to the
@@ -93,7 +110,7 @@ impl ZpdbMetrics {
         let api_reads = IntCounterVec::new(
             Opts::new(
                 API_READS_METRIC,
-                "API reads made to judge evictions, by what was read (pod, record).",
+                "API reads made to judge evictions, by what was read (pod, record; pods: a StatefulSet's pods, when more than one namespace is served).",
             ),
             &["what"],
         )?;
@@ -125,20 +142,28 @@ impl ZpdbMetrics {
 
 /// The caches, the parsed budgets and the known records. Cheap to share behind an `Arc`.
 pub struct Evictions {
-    namespace: String,
+    /// The namespaces served; an eviction in another is not judged.
+    scope: Scope,
+    /// The one namespace served (`Scope::only`), whose pods are watched; `None`: more are
+    /// served, and what an eviction counts is read for it.
+    namespace: Option<String>,
     client: Client,
-    /// Filled from the first budget on (`pods_wanted`).
+    /// Filled from the first budget on (`pods_wanted`); never, when more than one namespace
+    /// is served.
     pods: PodCache,
     pods_wanted: tokio::sync::watch::Receiver<bool>,
     /// `pods` by StatefulSet, as of a number of changes of both.
     pod_index: RwLock<Arc<PodIndex>>,
-    /// Shared with the `/scale` parents: one watch of the namespace's StatefulSets.
+    /// Shared with the `/scale` parents: one watch of the namespace's StatefulSets (every
+    /// namespace's when more are served).
     statefulsets: StatefulSetCache,
-    /// Parsed once per version, as the controller's are.
+    /// Parsed once per version, as the controller's are; every namespace's, keyed
+    /// `namespace/name`, when more than one is served.
     budgets: Budgets,
-    /// Budget name → its record as this replica last read or wrote it.
+    /// Budget key ([`Evictions::budget_key`]) → its record as this replica last read or wrote
+    /// it.
     records: Mutex<HashMap<String, Ledger>>,
-    /// Budget name → the lock that makes this replica judge its evictions one at a time.
+    /// Budget key → the lock that makes this replica judge its evictions one at a time.
     locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     metrics: ZpdbMetrics,
     /// The member clusters budgets span (`webhook.clusters`); none: this cluster alone.
@@ -164,7 +189,7 @@ const MEMBER_CALL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(
 impl std::fmt::Debug for Evictions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Evictions")
-            .field("namespace", &self.namespace)
+            .field("scope", &self.scope.describe())
             .field("pods", &self.pods.len())
             .field("statefulsets", &self.statefulsets.len())
             .field("budgets", &self.budgets.listed().map(|listed| listed.len()))
@@ -173,17 +198,42 @@ impl std::fmt::Debug for Evictions {
 }
 
 impl Evictions {
-    /// The caches of `namespace` and the future that fills those of budgets and pods (run it
-    /// as a critical task; `statefulsets` is filled by its own watch).
+    /// The caches of the namespaces of `scope` and the future that fills those of budgets and
+    /// pods (run it as a critical task; `statefulsets` is filled by its own watch, of every
+    /// namespace when `scope` serves more than one).
     pub fn new(
         client: Client,
-        namespace: &str,
+        scope: &Scope,
         statefulsets: StatefulSetCache,
         metrics: ZpdbMetrics,
-    ) -> (Self, impl Future<Output = ()> + Send + 'static) {
+    ) -> (Self, futures::future::BoxFuture<'static, ()>) {
+        use futures::FutureExt;
         let (wanted, pods_wanted) = tokio::sync::watch::channel(false);
+        let Some(namespace) = scope.only() else {
+            let events = BudgetsSeen {
+                wanted: None,
+                configurations: metrics.configurations.clone(),
+            };
+            let (budgets, fill_budgets) = Budgets::watch_all(client.clone(), events);
+            let evictions = Self {
+                scope: scope.clone(),
+                namespace: None,
+                client,
+                // Never read: what an eviction counts is read for it.
+                pods: PodCache::of_pods([]),
+                pods_wanted,
+                pod_index: RwLock::default(),
+                statefulsets,
+                budgets,
+                records: Mutex::default(),
+                locks: Mutex::default(),
+                metrics,
+                members: None,
+            };
+            return (evictions, fill_budgets.boxed());
+        };
         let events = BudgetsSeen {
-            wanted,
+            wanted: Some(wanted),
             configurations: metrics.configurations.clone(),
         };
         let (budgets, fill_budgets) = Budgets::watch(client.clone(), namespace, events);
@@ -202,7 +252,8 @@ impl Evictions {
             }
         };
         let evictions = Self {
-            namespace: namespace.to_owned(),
+            scope: scope.clone(),
+            namespace: Some(namespace.to_owned()),
             client,
             pods,
             pods_wanted,
@@ -217,12 +268,13 @@ impl Evictions {
         let fill = async move {
             futures::join!(fill_pods, fill_budgets);
         };
-        (evictions, fill)
+        (evictions, fill.boxed())
     }
 
     /// These caches judging budgets over the pods of every member cluster of `names` (`own`
     /// among them: this webhook's cluster), each reached with `client_of`; and the future that
     /// fills the other members' caches from the first budget on (run it as a critical task).
+    /// Member clusters are served with one namespace ([`Scope::only`]); the caller checks.
     pub fn with_members(
         mut self,
         own: &str,
@@ -230,10 +282,14 @@ impl Evictions {
         client_of: ClientOf,
     ) -> (Self, futures::future::BoxFuture<'static, ()>) {
         let others: Vec<String> = names.iter().filter(|name| *name != own).cloned().collect();
+        let namespace = self
+            .namespace
+            .clone()
+            .expect("member clusters are served with one namespace: checked at start");
         let (pods, fill) = MemberPods::start(
             client_of.clone(),
             &others,
-            &self.namespace,
+            &namespace,
             self.pods_wanted.clone(),
         );
         self.members = Some(EvictionMembers {
@@ -245,9 +301,42 @@ impl Evictions {
         (self, fill)
     }
 
-    /// The namespace whose budgets are judged.
-    pub fn namespace(&self) -> &str {
-        &self.namespace
+    /// `/admission/zpdb-validation`: the budget a review writes, validated against the
+    /// namespaces whose budgets are judged.
+    pub fn validate(&self, request: &AdmissionRequest<'_>) -> Verdict {
+        if let Some(namespace) = &self.namespace {
+            return admission::validate(request, namespace);
+        }
+        let namespace = admission::namespace_of(request);
+        if self.scope.names(&namespace) {
+            admission::validate(request, &namespace)
+        } else {
+            Verdict::refuse(
+                Reason::InvalidBudget,
+                format!(
+                    "ZoneAwarePodDisruptionBudget {} is in namespace {namespace}, but baton-webhook judges evictions in {} only (its `namespaces` setting): it would never be consulted",
+                    request.name,
+                    self.scope.describe()
+                ),
+            )
+        }
+    }
+
+    /// Where what is kept per budget (its record, its lock) is kept: the budget's name when
+    /// one namespace is served, else `namespace/name` (the budgets' key).
+    fn budget_key(&self, namespace: &str, budget: &str) -> String {
+        match &self.namespace {
+            Some(_) => budget.to_owned(),
+            None => baton_shared::zpdb_cache::key(namespace, budget),
+        }
+    }
+
+    /// The listed budgets of `namespace`, `None` before the first listing.
+    fn budgets_of(&self, namespace: &str) -> Option<Vec<Arc<Observed>>> {
+        match &self.namespace {
+            Some(_) => self.budgets.listed(),
+            None => self.budgets.listed_in(namespace),
+        }
     }
 
     /// Resolves once the StatefulSet cache holds its first full listing, and the pod cache too
@@ -294,7 +383,7 @@ impl Evictions {
     }
 
     async fn judge_uncounted(&self, request: &Eviction) -> (Verdict, &'static str) {
-        if request.namespace != self.namespace {
+        if !self.scope.names(&request.namespace) {
             return (
                 Verdict::allow_with_message(format!(
                     "baton-webhook does not watch namespace {}; no ZoneAwarePodDisruptionBudget applies",
@@ -303,7 +392,7 @@ impl Evictions {
                 "namespace_not_watched",
             );
         }
-        let budgets = self.budgets.listed();
+        let budgets = self.budgets_of(&request.namespace);
         let synced = match &budgets {
             Some(budgets) => self.synced(budgets).await,
             None => false,
@@ -315,19 +404,20 @@ impl Evictions {
                     Reason::ReadFailed,
                     format!(
                         "pod {} cannot be evicted yet: this baton-webhook replica has not listed the pods, StatefulSets and ZoneAwarePodDisruptionBudgets of namespace {} yet (is the CRD zoneawarepoddisruptionbudgets.rollout-operator.grafana.com installed?); retry",
-                        request.pod, self.namespace
+                        request.pod, request.namespace
                     ),
                 ),
                 "not_synced",
             );
         }
-        self.forget_deleted_budgets(budgets.len());
+        // Every namespace's budgets, when more than one namespace is served.
+        self.forget_deleted_budgets(self.budgets.count());
         if budgets.is_empty() {
             // No pod is read: with no budget, whatever its state, it may go.
             return (
                 Verdict::allow_with_message(format!(
                     "no ZoneAwarePodDisruptionBudget in namespace {} selects pod {}",
-                    self.namespace, request.pod
+                    request.namespace, request.pod
                 )),
                 AllowReason::NoBudget.label(),
             );
@@ -344,11 +434,7 @@ impl Evictions {
                 return (
                     Verdict::refuse_for_now(
                         Reason::ReadFailed,
-                        format!(
-                            "pod {} cannot be evicted now: reading it failed: {}",
-                            request.pod,
-                            baton_shared::pod_client::error_chain(&error)
-                        ),
+                        format!("pod {} cannot be evicted now: {error}", request.pod),
                     ),
                     "api_error",
                 );
@@ -360,13 +446,26 @@ impl Evictions {
                 .judge_across(request, &pod, &budget_refs, members)
                 .await;
         }
-        let verdict = self.decide(&pod, &budget_refs, &RecentlyAllowed::default());
+        let index = match self.pods_counted(request, &pod, &budget_refs).await {
+            Ok(index) => index,
+            Err(error) => {
+                return (
+                    Verdict::refuse_for_now(
+                        Reason::ReadFailed,
+                        format!("pod {} cannot be evicted now: {error}", request.pod),
+                    ),
+                    "api_error",
+                );
+            }
+        };
+        let verdict = decide_on(&index, &pod, &budget_refs, &RecentlyAllowed::default());
         let Some(budget) = verdict.judging_budget() else {
             // Allowed before any budget counted, or denied even without the record (which
             // only adds unavailable pods): final.
             return (admission::answer(&verdict), verdict.reason_label());
         };
-        self.claim(request, &pod, budget, &budget_refs).await
+        self.claim(request, &pod, budget, &budget_refs, &index)
+            .await
     }
 
     /// Decides against the budget's record and, if allowed, writes the eviction into it.
@@ -376,17 +475,20 @@ impl Evictions {
         pod: &CachedPod,
         budget: &str,
         budgets: &[&Observed],
+        index: &PodIndex,
     ) -> (Verdict, &'static str) {
-        let lock = self.lock(budget);
+        let key = self.budget_key(&request.namespace, budget);
+        let lock = self.lock(&key);
         let _judging = lock.lock().await;
-        let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), &self.namespace);
+        let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), &request.namespace);
         let name = record_name(budget);
         let mut known = self
             .records
             .lock()
             .expect("records lock")
-            .get(budget)
+            .get(&key)
             .cloned();
+        let key = &key;
         let (api, name) = (&api, &name);
         // The copy this replica knows first, then fresh reads.
         let read = move || {
@@ -402,8 +504,8 @@ impl Evictions {
             }
         };
         let judge = |record: &Ledger, fresh: bool| {
-            self.remember(budget, record);
-            let verdict = self.decide(pod, budgets, &recently_allowed(record));
+            self.remember(key, record);
+            let verdict = decide_on(index, pod, budgets, &recently_allowed(record));
             // The copy this replica knows may be stale: good enough to allow (the write is
             // conditioned on it), not to deny (every denial here rests on the record's entries,
             // as the decision without them allowed): a denial is confirmed on a fresh read.
@@ -429,13 +531,13 @@ impl Evictions {
             let written =
                 ledger::write_labelled(api, name, (RECORD_LABEL, budget), &claimed).await?;
             if let Written::Done(stored) = &written {
-                self.remember(budget, stored);
+                self.remember(key, stored);
             }
             Ok(written)
         };
         match ledger::claim(read, judge, store).await {
             Ok(answer) => answer,
-            Err(ClaimError::Failed(error)) => self.record_failed(request, budget, name, &error),
+            Err(ClaimError::Failed(error)) => self.record_failed(request, key, name, &error),
             Err(ClaimError::Contended) => (
                 Verdict::refuse_for_now(
                     Reason::LedgerContended,
@@ -530,7 +632,7 @@ impl Evictions {
         cluster: &str,
         client: Client,
     ) -> Result<Claimed, String> {
-        let api: Api<ConfigMap> = Api::namespaced(client, &self.namespace);
+        let api: Api<ConfigMap> = Api::namespaced(client, &request.namespace);
         let name = record_name(budget);
         let key = qualified(cluster, budget);
         let mut known = self
@@ -605,7 +707,7 @@ impl Evictions {
                 tracing::warn!(%cluster, record = %name, pod = %pod.name, "cannot withdraw an eviction's claim short of a majority: the member is not connected; it expires by itself");
                 continue;
             };
-            let api: Api<ConfigMap> = Api::namespaced(client, &self.namespace);
+            let api: Api<ConfigMap> = Api::namespaced(client, &request.namespace);
             let key = qualified(cluster, budget);
             let (api, name_ref, key_ref) = (&api, &name, &key);
             let read = move || self.read_member_record(api, name_ref);
@@ -787,24 +889,69 @@ impl Evictions {
             .clone()
     }
 
-    /// The decision on the caches, with the pods from the index, not a copy of the cache.
-    fn decide(
+    /// What the decision counts: with one namespace served, the index of the watched pods
+    /// (not a copy of the cache); with more, the StatefulSets of the request's namespace and
+    /// the pods of those the budget selecting `pod` selects, read now (each read bounded), in
+    /// the request's namespace only.
+    async fn pods_counted(
         &self,
+        request: &Eviction,
         pod: &CachedPod,
         budgets: &[&Observed],
-        record: &RecentlyAllowed,
-    ) -> EvictionVerdict {
-        let index = self.pod_index();
-        let statefulsets: Vec<&StatefulSet> = index.statefulsets.iter().map(|s| &s.0).collect();
-        decide(&EvictionSnapshot {
-            pod,
-            budgets,
-            statefulsets: &statefulsets,
-            pods: &index.pods,
-            now: Timestamp::now(),
-            recently_allowed: record,
-            record_expiry: RECORD_EXPIRY,
-        })
+    ) -> Result<Arc<PodIndex>, String> {
+        if self.namespace.is_some() {
+            return Ok(self.pod_index());
+        }
+        let statefulsets = self.statefulsets.in_namespace(&request.namespace);
+        let zones: Vec<&Arc<CachedStatefulSet>> = match selecting_budget(pod, budgets) {
+            Ok(Some(budget)) => statefulsets
+                .iter()
+                .filter(|statefulset| budget.selects(statefulset.0.metadata.labels.as_ref()))
+                .collect(),
+            // No budget, several, or an invalid one: the decision counts no pod.
+            _ => Vec::new(),
+        };
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), &request.namespace);
+        let reads = zones.iter().map(|zone| {
+            let api = &api;
+            async move {
+                let name = zone.0.metadata.name.as_deref().unwrap_or_default();
+                let selector = zone
+                    .0
+                    .spec
+                    .as_ref()
+                    .map(|spec| spec.selector.clone())
+                    .unwrap_or_default();
+                let selector = kube::core::Selector::try_from(selector).map_err(|error| {
+                    format!("StatefulSet {name} has a selector that cannot be read: {error}")
+                })?;
+                self.metrics.api_read("pods").inc();
+                let what = format!("listing the pods of StatefulSet {name}");
+                let params = kube::api::ListParams::default().labels(&selector.to_string());
+                match bounded(LIVE_READ_TIMEOUT, what.clone(), api.list(&params)).await {
+                    Ok(Ok(list)) => Ok(list
+                        .items
+                        .iter()
+                        .map(|pod| Arc::new(CachedPod::of(pod)))
+                        .collect::<Vec<_>>()),
+                    Ok(Err(error)) => Err(format!(
+                        "{what} failed: {}",
+                        baton_shared::pod_client::error_chain(&error)
+                    )),
+                    Err(timed_out) => Err(timed_out.to_string()),
+                }
+            }
+        });
+        let pods: Vec<Arc<CachedPod>> = futures::future::try_join_all(reads)
+            .await?
+            .into_iter()
+            .flatten()
+            .collect();
+        Ok(Arc::new(PodIndex {
+            changes: None,
+            pods: PodsByStatefulSet::of(statefulsets.iter().map(|s| &s.0), &pods),
+            statefulsets,
+        }))
     }
 
     /// The pod index as of the latest changes the pod and StatefulSet watches applied: rebuilt
@@ -830,17 +977,27 @@ impl Evictions {
         fresh
     }
 
-    /// The pod from the cache, or from the API when the cache has not seen it yet.
-    async fn pod(&self, request: &Eviction) -> Result<Option<Arc<CachedPod>>, kube::Error> {
-        if let Some(pod) = self.pods.get(&request.pod) {
+    /// The pod from the cache, or from the API (bounded) when the cache has not seen it yet
+    /// or more than one namespace is served.
+    async fn pod(&self, request: &Eviction) -> Result<Option<Arc<CachedPod>>, String> {
+        if let Some(pod) = self
+            .pods
+            .get(&request.pod)
+            .filter(|_| self.namespace.is_some())
+        {
             return Ok(Some(pod));
         }
         self.metrics.api_read("pod").inc();
         let api: Api<Pod> = Api::namespaced(self.client.clone(), &request.namespace);
-        Ok(api
-            .get_opt(&request.pod)
-            .await?
-            .map(|pod| Arc::new(CachedPod::of(&pod))))
+        let what = format!("reading pod {}", request.pod);
+        match bounded(LIVE_READ_TIMEOUT, what, api.get_opt(&request.pod)).await {
+            Ok(Ok(pod)) => Ok(pod.map(|pod| Arc::new(CachedPod::of(&pod)))),
+            Ok(Err(error)) => Err(format!(
+                "reading it failed: {}",
+                baton_shared::pod_client::error_chain(&error)
+            )),
+            Err(timed_out) => Err(timed_out.to_string()),
+        }
     }
 
     /// Budget names are anyone's to create and delete: what is kept per budget name (its
@@ -854,10 +1011,30 @@ impl Evictions {
         if !over(records.len()) && !over(locks.len()) {
             return;
         }
-        // With members, a record is kept as `cluster/budget`.
-        records.retain(|name, _| self.budgets.contains(split(name).1));
+        // Kept as the budget's key ([`Self::budget_key`]), or as `cluster/budget` with members.
+        records
+            .retain(|name, _| self.budgets.contains(name) || self.budgets.contains(split(name).1));
         locks.retain(|name, lock| self.budgets.contains(name) || Arc::strong_count(lock) > 1);
     }
+}
+
+/// The decision on `index`'s StatefulSets and pods.
+fn decide_on(
+    index: &PodIndex,
+    pod: &CachedPod,
+    budgets: &[&Observed],
+    record: &RecentlyAllowed,
+) -> EvictionVerdict {
+    let statefulsets: Vec<&StatefulSet> = index.statefulsets.iter().map(|s| &s.0).collect();
+    decide(&EvictionSnapshot {
+        pod,
+        budgets,
+        statefulsets: &statefulsets,
+        pods: &index.pods,
+        now: Timestamp::now(),
+        recently_allowed: record,
+        record_expiry: RECORD_EXPIRY,
+    })
 }
 
 /// What one member's record made of a claim.
@@ -871,9 +1048,9 @@ enum Claimed {
 }
 
 /// What the webhook does when budgets change: counts each version parsed, and starts watching
-/// pods when the first budget appears.
+/// pods when the first budget appears (when one namespace is served: `wanted`).
 struct BudgetsSeen {
-    wanted: tokio::sync::watch::Sender<bool>,
+    wanted: Option<tokio::sync::watch::Sender<bool>>,
     configurations: IntCounterVec,
 }
 
@@ -887,9 +1064,12 @@ impl BudgetEvents for BudgetsSeen {
     }
 
     fn changed(&mut self, budgets: &[Arc<Observed>]) {
-        if !budgets.is_empty() && !*self.wanted.borrow() {
+        let Some(wanted) = &self.wanted else {
+            return;
+        };
+        if !budgets.is_empty() && !*wanted.borrow() {
             tracing::info!("a ZoneAwarePodDisruptionBudget exists: watching pods");
-            self.wanted.send_replace(true);
+            wanted.send_replace(true);
         }
     }
 }
@@ -917,8 +1097,9 @@ mod tests {
         let config = kube::Config::new("http://127.0.0.1:9".parse().expect("a URL"));
         let client = Client::try_from(config).expect("a client");
         let metrics = ZpdbMetrics::register(&Registry::new()).expect("metrics");
+        let scope = Scope::single("mimir");
         let (evictions, _never_filled) =
-            Evictions::new(client, "mimir", StatefulSetCache::unfilled(), metrics);
+            Evictions::new(client, &scope, StatefulSetCache::unfilled(), metrics);
         // Given records and locks of 100 budgets created and deleted since
         for index in 0..100 {
             let name = format!("gone-{index}");
@@ -933,5 +1114,78 @@ mod tests {
         let locks = evictions.locks.lock().unwrap();
         assert_eq!(locks.keys().collect::<Vec<_>>(), ["gone-0"]);
         drop(held);
+    }
+
+    /// Serving a list of namespaces, an eviction elsewhere is not judged, and one in a served
+    /// namespace is judged there (here: refused until that namespace's budgets are listed).
+    #[tokio::test]
+    async fn serving_many_namespaces_each_eviction_is_judged_in_its_own_or_not_at_all() {
+        baton_shared::crypto::install_default_provider();
+        let config = kube::Config::new("http://127.0.0.1:9".parse().expect("a URL"));
+        let client = Client::try_from(config).expect("a client");
+        let metrics = ZpdbMetrics::register(&Registry::new()).expect("metrics");
+        let names = baton_core::namespaces::Names::Listed(["a".to_owned(), "b".to_owned()].into());
+        let scope = Scope::new(names, Default::default()).expect("a scope");
+        let (evictions, _never_filled) =
+            Evictions::new(client, &scope, StatefulSetCache::unfilled(), metrics);
+        let eviction = |namespace: &str| Eviction {
+            uid: "u".to_owned(),
+            namespace: namespace.to_owned(),
+            pod: "ingester-zone-a-0".to_owned(),
+            dry_run: false,
+        };
+        // Given no pod is cached, whichever namespace
+        assert!(evictions.pods.is_empty() && evictions.namespace.is_none());
+        // When a pod of a namespace not served is evicted, Then it is allowed unjudged
+        let (verdict, reason) = evictions.judge_uncounted(&eviction("c")).await;
+        assert!(verdict.is_allowed());
+        assert_eq!(reason, "namespace_not_watched");
+        let message = verdict.message().unwrap_or_default();
+        assert!(message.contains("does not watch namespace c"), "{message}");
+        // When one of a served namespace is, Then it waits for that namespace's budgets
+        for namespace in ["a", "b"] {
+            let (verdict, reason) = evictions.judge_uncounted(&eviction(namespace)).await;
+            assert!(!verdict.is_allowed());
+            assert_eq!(reason, "not_synced");
+            let message = verdict.message().unwrap_or_default();
+            assert!(
+                message.contains(&format!("namespace {namespace} yet")),
+                "{message}"
+            );
+        }
+    }
+
+    /// Serving many namespaces, what is kept per budget is keyed `namespace/name`: a budget
+    /// of the same name deleted in another namespace takes only its own along.
+    #[tokio::test]
+    async fn serving_many_namespaces_what_is_kept_per_budget_goes_with_that_namespaces_budget() {
+        baton_shared::crypto::install_default_provider();
+        let config = kube::Config::new("http://127.0.0.1:9".parse().expect("a URL"));
+        let client = Client::try_from(config).expect("a client");
+        let metrics = ZpdbMetrics::register(&Registry::new()).expect("metrics");
+        let scope =
+            Scope::new(baton_core::namespaces::Names::All, Default::default()).expect("a scope");
+        let (mut evictions, _never_filled) =
+            Evictions::new(client, &scope, StatefulSetCache::unfilled(), metrics);
+        // Given budget "ingester" of namespace a, listed, and 40 gone from namespace b (one of
+        // them also named "ingester")
+        let kept: Arc<Observed> = Arc::new(Err(baton_core::zpdb::InvalidBudget {
+            name: "ingester".to_owned(),
+            selector: None,
+            errors: Vec::new(),
+        }));
+        let listed = [(evictions.budget_key("a", "ingester"), kept)].into();
+        evictions.budgets = Budgets::fixed(baton_shared::zpdb_cache::Known::Listed(listed));
+        evictions.remember(&evictions.budget_key("a", "ingester"), &Ledger::default());
+        evictions.remember(&evictions.budget_key("b", "ingester"), &Ledger::default());
+        for index in 0..40 {
+            let key = evictions.budget_key("b", &format!("gone-{index}"));
+            evictions.remember(&key, &Ledger::default());
+        }
+        // When what is kept is weighed against the budgets
+        evictions.forget_deleted_budgets(evictions.budgets.count());
+        // Then namespace a's is kept, and none of namespace b's
+        let records = evictions.records.lock().unwrap();
+        assert_eq!(records.keys().collect::<Vec<_>>(), ["a/ingester"]);
     }
 }

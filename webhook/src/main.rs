@@ -57,6 +57,7 @@ async fn run(config: Config) -> anyhow::Result<()> {
         .with_context(|| format!("binding ops.address {}", config.ops.address))?;
     tracing::info!(
         webhook = %webhook.local_addr(), ops = %ops.local_addr(), namespace = %config.namespace,
+        serving = %judges.scope,
         "baton-webhook listening"
     );
     let state = judges.state.clone();
@@ -102,6 +103,8 @@ impl Tls {
 /// What judges the reviews (the handlers' shared state), the caches it reads, and the futures
 /// that fill them.
 struct Judges {
+    /// The namespaces served, as a log line reads them.
+    scope: String,
     state: actix_web::web::Data<WebhookState>,
     parents: ParentCache,
     evictions: Arc<Evictions>,
@@ -133,17 +136,28 @@ impl Judges {
             None => (None, std::future::pending().boxed()),
         };
         let pods = PodHttpClient::new(&config.pods, registry)?;
-        let (statefulsets, fill_statefulsets) =
-            statefulsets::watch(client.clone(), &config.namespace);
+        let scope = config
+            .scope()
+            .context("reading namespaces and namespace_selector")?;
+        // One namespace: namespaced watches (and a Role) as the Go operator's; more: watches of
+        // every namespace, each review judged in its own namespace.
+        let only = scope.only();
+        if only.is_none() && members.is_some() {
+            anyhow::bail!(
+                "webhook.clusters: member clusters are served with one namespace for now, and this baton serves {}",
+                scope.describe()
+            );
+        }
+        let (statefulsets, fill_statefulsets) = statefulsets::watch(client.clone(), only);
         let (parents, fill_parents) = ParentCache::new(
             client.clone(),
-            &config.namespace,
+            only,
             statefulsets.clone(),
             Some(metrics.parent_lookups.clone()),
         );
         let (evictions, fill_evictions) = Evictions::new(
             client.clone(),
-            &config.namespace,
+            &scope,
             statefulsets,
             ZpdbMetrics::register(registry)?,
         );
@@ -160,10 +174,11 @@ impl Judges {
                 };
                 (evictions, fill.boxed())
             }
-            None => (evictions, fill_evictions.boxed()),
+            None => (evictions, fill_evictions),
         };
         let evictions = Arc::new(evictions);
-        let prepare = PrepareDownscale::new(client, pods, config).with_members(members);
+        let prepare =
+            PrepareDownscale::new(client, pods, config, scope.clone()).with_members(members);
         let state = actix_web::web::Data::new(
             WebhookState::new(parents.clone(), prepare, metrics, &config.webhook)
                 .with_evictions(evictions.clone())
@@ -173,11 +188,12 @@ impl Judges {
                 }),
         );
         Ok(Self {
+            scope: scope.describe(),
             state,
             parents,
             evictions,
             fill_statefulsets: fill_statefulsets.boxed(),
-            fill_parents: fill_parents.boxed(),
+            fill_parents,
             fill_evictions,
             follow_members,
         })

@@ -4,9 +4,13 @@
 //! operator's one rate-limited GET per request collapsed at 6 req/s). A namespace outside the
 //! cache, or an object the cache has not seen yet, is read from the API under the request's
 //! deadline.
+//!
+//! Serving more than one namespace, the StatefulSets' cache holds every namespace's, and
+//! Deployments and ReplicaSets are not watched: a cluster's ReplicaSets grow with every
+//! Deployment's history, and a `/scale` of one is rare next to a StatefulSet's; each is read
+//! from the API under the request's deadline.
 
 use std::fmt::Debug;
-use std::future::Future;
 
 use baton_shared::reflect::reflect;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
@@ -34,36 +38,62 @@ type Meta<K> = PartialObjectMeta<K>;
 /// The caches and the client for misses. Cheap to clone.
 #[derive(Clone)]
 pub struct ParentCache {
-    namespace: String,
     client: Client,
+    /// Every namespace's when more than one is served.
     statefulsets: StatefulSetCache,
+    /// The one namespace served's; `None` when more than one is served.
+    watched: Option<Watched>,
+    lookups: Option<IntCounterVec>,
+}
+
+/// The Deployments and ReplicaSets of the one namespace served.
+#[derive(Clone)]
+struct Watched {
+    namespace: String,
     deployments: Store<Meta<Deployment>>,
     replicasets: Store<Meta<ReplicaSet>>,
-    lookups: Option<IntCounterVec>,
 }
 
 impl std::fmt::Debug for ParentCache {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let watched = self.watched.as_ref();
         f.debug_struct("ParentCache")
-            .field("namespace", &self.namespace)
+            .field("namespace", &watched.map(|watched| &watched.namespace))
             .field("statefulsets", &self.statefulsets.len())
-            .field("deployments", &self.deployments.len())
-            .field("replicasets", &self.replicasets.len())
+            .field(
+                "deployments",
+                &watched.map(|watched| watched.deployments.len()),
+            )
+            .field(
+                "replicasets",
+                &watched.map(|watched| watched.replicasets.len()),
+            )
             .finish()
     }
 }
 
 impl ParentCache {
-    /// The caches of `namespace` and the future that fills those of Deployments and
-    /// ReplicaSets (`statefulsets` is filled by its own watch). The future runs until the
+    /// The caches of `namespace` (`None`: more than one namespace is served, and
+    /// `statefulsets` holds every namespace's) and the future that fills those of Deployments
+    /// and ReplicaSets (`statefulsets` is filled by its own watch). The future runs until the
     /// process stops (watch errors are retried with backoff) and must be polled for the caches
     /// to be filled: the caller runs it as a critical task.
     pub fn new(
         client: Client,
-        namespace: &str,
+        namespace: Option<&str>,
         statefulsets: StatefulSetCache,
         lookups: Option<IntCounterVec>,
-    ) -> (Self, impl Future<Output = ()> + Send + 'static) {
+    ) -> (Self, futures::future::BoxFuture<'static, ()>) {
+        use futures::FutureExt;
+        let Some(namespace) = namespace else {
+            let cache = Self {
+                client,
+                statefulsets,
+                watched: None,
+                lookups,
+            };
+            return (cache, std::future::pending().boxed());
+        };
         let (deployments, fill_deployments) = reflect(
             Api::namespaced(client.clone(), namespace),
             watcher::Config::default(),
@@ -77,25 +107,29 @@ impl ParentCache {
             |_| {},
         );
         let cache = Self {
-            namespace: namespace.to_owned(),
             client,
             statefulsets,
-            deployments,
-            replicasets,
+            watched: Some(Watched {
+                namespace: namespace.to_owned(),
+                deployments,
+                replicasets,
+            }),
             lookups,
         };
         let fill = async move {
             futures::join!(fill_deployments, fill_replicasets);
         };
-        (cache, fill)
+        (cache, fill.boxed())
     }
 
     /// Resolves once every cache holds the namespace's first full listing.
     pub async fn wait_synced(&self) {
         // The writers live in the fill future; if it is gone, the process is stopping anyway.
         self.statefulsets.wait_synced().await;
-        let _ = self.deployments.wait_until_ready().await;
-        let _ = self.replicasets.wait_until_ready().await;
+        if let Some(watched) = &self.watched {
+            let _ = watched.deployments.wait_until_ready().await;
+            let _ = watched.replicasets.wait_until_ready().await;
+        }
     }
 
     /// The value of label `key` on the parent, `None` when it has no such label; else
@@ -107,14 +141,26 @@ impl ParentCache {
         name: &str,
         key: &str,
     ) -> Result<Option<String>, Error> {
-        if namespace == self.namespace {
-            let cached = match kind {
-                ParentKind::StatefulSet => self
+        // One namespace served: its caches. More: the StatefulSets' cache holds every
+        // namespace's, and the rest is read.
+        let watched = match &self.watched {
+            Some(watched) if watched.namespace == namespace => Some(Some(watched)),
+            Some(_) => None,
+            None => Some(None),
+        };
+        if let Some(watched) = watched {
+            let cached = match (kind, watched) {
+                (ParentKind::StatefulSet, _) => self
                     .statefulsets
                     .get(namespace, name)
                     .map(|statefulset| label_of(&statefulset.0.metadata, key)),
-                ParentKind::Deployment => cached_label(&self.deployments, namespace, name, key),
-                ParentKind::ReplicaSet => cached_label(&self.replicasets, namespace, name, key),
+                (ParentKind::Deployment, Some(watched)) => {
+                    cached_label(&watched.deployments, namespace, name, key)
+                }
+                (ParentKind::ReplicaSet, Some(watched)) => {
+                    cached_label(&watched.replicasets, namespace, name, key)
+                }
+                (ParentKind::Deployment | ParentKind::ReplicaSet, None) => None,
             };
             if let Some(value) = cached {
                 self.count(Source::Cache);

@@ -434,7 +434,7 @@ async fn judge_pod_eviction(state: &WebhookState, request: &AdmissionRequest<'_>
 /// zpdb-validation: a pure function of the review.
 fn judge_zpdb(state: &WebhookState, request: &AdmissionRequest<'_>) -> Verdict {
     match &state.evictions {
-        Some(evictions) => zpdb_reviews::validate(request, evictions.namespace()),
+        Some(evictions) => evictions.validate(request),
         None => Verdict::Unjudged(JudgingFailed::BudgetsNotWatched { what: "the change" }),
     }
 }

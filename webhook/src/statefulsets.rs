@@ -1,6 +1,7 @@
-//! The watched namespace's StatefulSets: one watch whose cache answers both a `/scale`
-//! request's parent labels ([`crate::parents`]) and the eviction decisions
-//! ([`crate::evictions`]).
+//! The served namespace's StatefulSets (every namespace's when baton serves more than one):
+//! one watch whose cache answers both a `/scale` request's parent labels ([`crate::parents`])
+//! and the eviction decisions ([`crate::evictions`]). StatefulSets are few next to pods, and
+//! decoded slim, so watching every namespace's costs what the cluster's StatefulSets weigh.
 //!
 //! Objects are decoded slim, straight from the API's JSON: the pod template, the volume claim
 //! templates, the annotations and the managed fields are skipped unparsed, never built and then
@@ -178,6 +179,15 @@ impl StatefulSetCache {
         self.store.state()
     }
 
+    /// The cached StatefulSets of `namespace`.
+    pub fn in_namespace(&self, namespace: &str) -> Vec<Arc<CachedStatefulSet>> {
+        self.store
+            .state()
+            .into_iter()
+            .filter(|statefulset| statefulset.0.metadata.namespace.as_deref() == Some(namespace))
+            .collect()
+    }
+
     pub fn len(&self) -> usize {
         self.store.len()
     }
@@ -204,18 +214,22 @@ impl StatefulSetCache {
     }
 }
 
-/// The cache of `namespace`'s StatefulSets and the future that fills it. The future runs until
-/// the process stops (watch errors are retried with backoff) and must be polled for the cache
-/// to be filled: the caller runs it as a critical task.
+/// The cache of `namespace`'s StatefulSets (`None`: every namespace's) and the future that
+/// fills it. The future runs until the process stops (watch errors are retried with backoff)
+/// and must be polled for the cache to be filled: the caller runs it as a critical task.
 pub fn watch(
     client: Client,
-    namespace: &str,
+    namespace: Option<&str>,
 ) -> (StatefulSetCache, impl Future<Output = ()> + Send + 'static) {
+    let api = match namespace {
+        Some(namespace) => kube::Api::namespaced(client, namespace),
+        None => kube::Api::all(client),
+    };
     let changes = Arc::new(AtomicU64::new(0));
     let counter = changes.clone();
     // Nothing to slim: the decoding already skipped what is not kept.
     let (store, fill) = reflect(
-        kube::Api::namespaced(client, namespace),
+        api,
         kube::runtime::watcher::Config::default(),
         |_: &mut CachedStatefulSet| {},
         move |_| {

@@ -15,11 +15,17 @@ beside the groups could run as baton's service accounts and read its certificate
 (docs/security.md, "Layout").
 */}}
 {{- define "baton.groupsNamespace" -}}
+{{- if .Values.clusterWide.enabled -}}
+{{- /* No one groups' namespace: `namespace` names baton's own, whose webhook configurations the
+controller injects its CA into (deploy/cluster-wide). */ -}}
+{{- .Release.Namespace -}}
+{{- else -}}
 {{- $groups := required "groupsNamespace names the namespace of the rollout groups baton coordinates" .Values.groupsNamespace -}}
 {{- if eq $groups .Release.Namespace -}}
 {{- fail (printf "groupsNamespace %q is the release namespace: install baton into a namespace of its own (docs/security.md, \"Layout\")" $groups) -}}
 {{- end -}}
 {{- $groups -}}
+{{- end -}}
 {{- end }}
 
 {{- define "baton.image" -}}
@@ -35,6 +41,14 @@ beside the groups could run as baton's service accounts and read its certificate
 {{/* The configuration file, with the client CA's path when one is mounted. */}}
 {{- define "baton.config" -}}
 {{- $config := deepCopy .Values.config -}}
+{{- if .Values.clusterWide.enabled -}}
+{{- $selector := .Values.clusterWide.namespaceSelector -}}
+{{- $served := dict -}}
+{{- with $selector.matchLabels }}{{ $_ := set $served "match_labels" . }}{{ end -}}
+{{- with $selector.matchExpressions }}{{ $_ := set $served "match_expressions" . }}{{ end -}}
+{{- $_ := set $config "namespaces" (list "*") -}}
+{{- $_ := set $config "namespace_selector" $served -}}
+{{- end -}}
 {{- if .Values.webhook.clientCAConfigMap -}}
 {{- $_ := set $config "webhook" (merge (dict "client_ca_file" "/var/run/baton/client-ca/ca.crt") ($config.webhook | default dict)) -}}
 {{- end -}}
@@ -144,8 +158,12 @@ failurePolicy: {{ .failurePolicy | default $root.Values.webhooks.failurePolicy }
 matchPolicy: Equivalent
 timeoutSeconds: {{ int $root.Values.webhooks.timeoutSeconds }}
 namespaceSelector:
+{{- if $root.Values.clusterWide.enabled }}
+  {{- toYaml $root.Values.clusterWide.namespaceSelector | nindent 2 }}
+{{- else }}
   matchLabels:
     kubernetes.io/metadata.name: {{ include "baton.groupsNamespace" $root }}
+{{- end }}
 {{- end }}
 
 {{/* A webhook configuration's metadata. */}}

@@ -48,6 +48,16 @@ pub fn validate(request: &AdmissionRequest<'_>, watched_namespace: &str) -> Verd
     }
 }
 
+/// The namespace of the budget a review writes: the object's, else the review's (as
+/// [`validate_budget`] reads it).
+pub fn namespace_of(request: &AdmissionRequest<'_>) -> String {
+    request
+        .object()
+        .and_then(|object| serde_json::from_str::<ZoneAwarePodDisruptionBudget>(object).ok())
+        .and_then(|zpdb| zpdb.metadata.namespace)
+        .unwrap_or_else(|| request.namespace().to_owned())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -32,11 +32,12 @@ pub fn state(config: &Config) -> (web::Data<WebhookState>, Registry) {
     // The caches are never filled: every /scale lookup goes to the (unreachable) API.
     let (parents, _never_filled) = ParentCache::new(
         client.clone(),
-        &config.namespace,
+        Some(&config.namespace),
         StatefulSetCache::unfilled(),
         Some(metrics.parent_lookups.clone()),
     );
-    let prepare = PrepareDownscale::new(client, pods, config);
+    let scope = config.scope().expect("a scope");
+    let prepare = PrepareDownscale::new(client, pods, config, scope);
     (
         web::Data::new(WebhookState::new(
             parents,

@@ -22,6 +22,7 @@ use baton_core::admission::prepare::flow::{
     Settings, Step,
 };
 use baton_core::member_claims::{self, MemberClaim, Next, Reached};
+use baton_core::namespaces::Scope;
 use baton_core::pod_address::{PodEndpoint, PodMethod};
 use baton_core::pods::CachedPod;
 use baton_shared::downscale_history;
@@ -52,6 +53,9 @@ pub struct PrepareDownscale {
     failures: Option<Failures>,
     /// The member clusters (`webhook.clusters`); `None`: this cluster alone.
     members: Option<Members>,
+    /// The namespaces served: a review in one of them is judged there (`settings.namespace`
+    /// is the one served when it is one, and the review's for each flow when more are).
+    scope: Scope,
 }
 
 impl std::fmt::Debug for PrepareDownscale {
@@ -65,7 +69,7 @@ impl std::fmt::Debug for PrepareDownscale {
 }
 
 impl PrepareDownscale {
-    pub fn new(client: Client, pods: PodHttpClient, config: &Config) -> Self {
+    pub fn new(client: Client, pods: PodHttpClient, config: &Config, scope: Scope) -> Self {
         let request_timeout = config.webhook.request_timeout.get();
         Self {
             client,
@@ -83,6 +87,7 @@ impl PrepareDownscale {
             tracker_logged: Arc::default(),
             failures: None,
             members: None,
+            scope,
         }
     }
 
@@ -121,13 +126,24 @@ impl PrepareDownscale {
             at: deadline,
             failures,
         };
-        let (mut flow, mut step) = Flow::start(self.settings.clone(), request);
+        // A review in a namespace served is judged in that namespace, every read and write
+        // there; one in another is refused by the flow as foreign (the one served is named
+        // to whoever reads the log).
+        let mut settings = self.settings.clone();
+        if self.scope.names(&request.downscale.namespace) {
+            settings.namespace.clone_from(&request.downscale.namespace);
+        } else if self.scope.only().is_none() {
+            settings.namespace = self.scope.describe();
+        }
+        let namespace = settings.namespace.clone();
+        let namespace = namespace.as_str();
+        let (mut flow, mut step) = Flow::start(settings, request);
         loop {
             self.log(&mut flow);
             let reply = match step {
-                Step::Do(io) => self.perform(io, forward).await,
+                Step::Do(io) => self.perform(io, namespace, forward).await,
                 Step::Undo { pods, release } => {
-                    self.undo(&pods, release, undo).await;
+                    self.undo(&pods, release, namespace, undo).await;
                     Reply::Undone
                 }
                 Step::Answer(verdict) => return verdict,
@@ -136,9 +152,9 @@ impl PrepareDownscale {
         }
     }
 
-    /// Does one read, write or pod call by `deadline`, and gives its answer.
-    async fn perform(&self, io: Io, deadline: Deadline<'_>) -> Reply {
-        let namespace = &self.settings.namespace;
+    /// Does one read, write or pod call in `namespace` (the review's) by `deadline`, and
+    /// gives its answer.
+    async fn perform(&self, io: Io, namespace: &str, deadline: Deadline<'_>) -> Reply {
         let statefulsets: Api<StatefulSet> = Api::namespaced(self.client.clone(), namespace);
         let config_maps: Api<ConfigMap> = Api::namespaced(self.client.clone(), namespace);
         match io {
@@ -182,6 +198,7 @@ impl PrepareDownscale {
                 downscale,
             } => {
                 let claim = Across {
+                    namespace,
                     own: &cluster,
                     ledger: &ledger,
                     group: &group,
@@ -335,7 +352,7 @@ impl PrepareDownscale {
         mut judge: impl FnMut(&baton_core::ledger::Ledger) -> baton_core::ledger::Judged<T>,
     ) -> Result<T, String> {
         let client = members.client(member)?;
-        let config_maps: Api<ConfigMap> = Api::namespaced(client, &self.settings.namespace);
+        let config_maps: Api<ConfigMap> = Api::namespaced(client, across.namespace);
         let config_maps = &config_maps;
         ledger::claim(
             || async move {
@@ -357,7 +374,13 @@ impl PrepareDownscale {
 
     /// Undoes by `deadline`: the pods and the claim at the same time, so a hanging pod cannot
     /// keep the claim held. Failures are logged; the answer is the flow's already.
-    async fn undo(&self, pods: &[PodEndpoint], release: Option<Release>, deadline: Deadline<'_>) {
+    async fn undo(
+        &self,
+        pods: &[PodEndpoint],
+        release: Option<Release>,
+        namespace: &str,
+        deadline: Deadline<'_>,
+    ) {
         let undo_pods = async {
             if pods.is_empty() {
                 return;
@@ -376,18 +399,20 @@ impl PrepareDownscale {
         };
         let release_claim = async {
             if let Some(release) = release {
-                self.release(release, deadline).await;
+                self.release(release, namespace, deadline).await;
             }
         };
         tokio::join!(undo_pods, release_claim);
     }
 
     /// Drives a claim's release to its end.
-    async fn release(&self, mut release: Release, deadline: Deadline<'_>) {
+    async fn release(&self, mut release: Release, namespace: &str, deadline: Deadline<'_>) {
         let mut step = release.start();
         let released = loop {
             match step {
-                ReleaseStep::Do(io) => step = release.advance(self.perform(io, deadline).await),
+                ReleaseStep::Do(io) => {
+                    step = release.advance(self.perform(io, namespace, deadline).await);
+                }
                 ReleaseStep::Done(released) => break released,
             }
         };
@@ -462,8 +487,10 @@ impl PrepareDownscale {
     }
 }
 
-/// A claim across member clusters: the own one's name, the group's ledger, and the claim.
+/// A claim across member clusters: the group's namespace, the own one's name, the group's
+/// ledger, and the claim.
 struct Across<'a> {
+    namespace: &'a str,
     own: &'a str,
     ledger: &'a str,
     group: &'a str,
