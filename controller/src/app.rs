@@ -53,47 +53,16 @@ const EVENT_REPEAT_AFTER: Duration = Duration::from_secs(600);
 /// reconciler; then every part's task is started under one supervisor.
 pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<()> {
     let base = Base::connect(&config).await?;
-    let elector = LeaderElector::new(
-        base.client.clone(),
-        config.system_namespace(),
-        &config.controller.lease,
-        base.identity.clone(),
-        config.kubernetes.request_timeout.get(),
-    )
-    .with_metrics(
-        LeaderMetrics::register(&base.registry)?
-            .counting_failures_in(base.metrics.failures.clone()),
-    );
+    let elector = elector(&config, &base)?;
     let leadership = elector.leadership();
     tracing::info!(identity = %base.identity, lease = %config.controller.lease.name, "campaigning for the lease");
-    // With `controller.shards > 1`, this replica's share of the shard Leases: a namespace's
-    // groups act under its shard's term, not the leader's (which keeps the certificates).
-    let shard_loop =
-        crate::shards::ShardLoop::from_config(base.client.clone(), &config, &base.identity)
-            .map(|sharer| -> anyhow::Result<_> {
-                let metrics = crate::shards::ShardMetrics::register(&base.registry)?;
-                Ok(
-                    sharer
-                        .with_metrics(metrics.counting_failures_in(base.metrics.failures.clone())),
-                )
-            })
-            .transpose()?;
+    let shard_loop = shard_loop(&config, &base)?;
     let shards = shard_loop.as_ref().map(crate::shards::ShardLoop::shards);
-    let scope = config
-        .scope()
-        .context("reading the namespaces served (namespaces, namespace_selector)")?;
-    tracing::info!(serving = %scope.describe(), "serving rollout groups");
     let (touched, touched_groups) = tokio::sync::mpsc::unbounded_channel();
     // Built once: its histogram is registered once, whichever namespace calls pods.
     let pod_client = baton_shared::pod_client::PodHttpClient::new(&config.pods, &base.registry)
         .context("building the pods' HTTP client")?;
-    let serving = match scope.only() {
-        Some(_) => Serving::One(Box::new(Watched::start(&config, &base, &touched)?)),
-        None => Serving::Many {
-            tenants: crate::tenants::Tenants::default(),
-            scope,
-        },
-    };
+    let serving = Serving::start(&config, &base, &touched)?;
     let clusters = match &serving {
         Serving::One(watched) => watched.clusters.clone(),
         Serving::Many { .. } => Clusters::single(base.client.clone()),
@@ -153,6 +122,33 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
         });
     }
     supervise(tasks, &readiness, &shutdown).await
+}
+
+/// The election of the leader, who keeps what is the cluster's (the webhook's certificate) and,
+/// without shards, acts on every group.
+fn elector(config: &Config, base: &Base) -> anyhow::Result<LeaderElector> {
+    Ok(LeaderElector::new(
+        base.client.clone(),
+        config.system_namespace(),
+        &config.controller.lease,
+        base.identity.clone(),
+        config.kubernetes.request_timeout.get(),
+    )
+    .with_metrics(
+        LeaderMetrics::register(&base.registry)?
+            .counting_failures_in(base.metrics.failures.clone()),
+    ))
+}
+
+/// With `controller.shards > 1`, this replica's share of the shard Leases: a namespace's groups
+/// act under its shard's term, not the leader's.
+fn shard_loop(config: &Config, base: &Base) -> anyhow::Result<Option<crate::shards::ShardLoop>> {
+    crate::shards::ShardLoop::from_config(base.client.clone(), config, &base.identity)
+        .map(|sharer| -> anyhow::Result<_> {
+            let metrics = crate::shards::ShardMetrics::register(&base.registry)?;
+            Ok(sharer.with_metrics(metrics.counting_failures_in(base.metrics.failures.clone())))
+        })
+        .transpose()
 }
 
 /// What every part stands on: the metrics registry, the API client, this replica's identity
@@ -357,6 +353,26 @@ enum Serving {
 }
 
 impl Serving {
+    /// The namespaces `config` serves: one namespace's watches started now, or several taken
+    /// up by the watch of Namespaces once it runs.
+    fn start(
+        config: &Config,
+        base: &Base,
+        touched: &UnboundedSender<String>,
+    ) -> anyhow::Result<Self> {
+        let scope = config
+            .scope()
+            .context("reading the namespaces served (namespaces, namespace_selector)")?;
+        tracing::info!(serving = %scope.describe(), "serving rollout groups");
+        Ok(match scope.only() {
+            Some(_) => Serving::One(Box::new(Watched::start(config, base, touched)?)),
+            None => Serving::Many {
+                tenants: crate::tenants::Tenants::default(),
+                scope,
+            },
+        })
+    }
+
     /// Where the status page reads the groups.
     fn status_source(&self) -> crate::status::Source {
         match self {
@@ -422,83 +438,28 @@ impl Parts {
         tasks.spawn(Task::OpsServer, async move {
             ops.run(shutdown_).await.map_err(anyhow::Error::from)
         });
+        let common = Common {
+            config,
+            base: &base,
+            leadership: &leadership,
+            board: &board,
+            explainer: &explainer,
+            queue: &touched,
+            pod_client: &pod_client,
+            shards: shards.as_ref(),
+        };
         match serving {
             Serving::One(watched) => {
-                let namespace = Namespace {
-                    config,
-                    base: &base,
-                    leadership: &leadership,
-                    board: &board,
-                    explainer: &explainer,
-                    touched: &touched,
-                    may_start: may_start(&leadership, shards.as_ref(), &config.namespace, &synced),
-                };
-                if let Some(shards) = &shards {
-                    tasks.spawn(
-                        Task::ShardWatch,
-                        reconcile_all_on_shard(
-                            watched.caches.clone(),
-                            config.namespace.clone(),
-                            shards.held_changes(),
-                            touched.clone(),
-                            shutdown.clone(),
-                        ),
-                    );
-                }
-                namespace.spawn(*watched, synced_sender, synced, &mut tasks, shutdown);
+                common.spawn_one(*watched, (synced_sender, synced), &mut tasks, shutdown);
             }
             Serving::Many { tenants, scope } => {
-                let (served, watch) = crate::tenants::watch_namespaces(base.client.clone(), scope);
-                // With shards, a replica serves (watches, caches, acts on) its shards' alone.
-                let (served, watch) = match &shards {
-                    Some(shards) => {
-                        let (held, narrow) =
-                            crate::tenants::of_held_shards(served, shards.held_changes());
-                        let both = async move {
-                            futures::join!(watch, narrow);
-                        };
-                        (held, futures::FutureExt::boxed(both))
-                    }
-                    None => (served, futures::FutureExt::boxed(watch)),
-                };
-                let start = tenant_starter(
-                    config,
-                    &base,
-                    (&leadership, shards.as_ref()),
-                    &board,
-                    &explainer,
-                    (&touched, &pod_client),
+                common.spawn_many(
+                    tenants,
+                    scope,
+                    (synced_sender, synced),
+                    &mut tasks,
+                    shutdown,
                 );
-                let forget = crate::tenants::Forget {
-                    metrics: base.metrics.clone(),
-                    board: board.clone(),
-                };
-                let shutdown_ = shutdown.clone();
-                tasks.spawn(Task::Namespaces, async move {
-                    let serve = crate::tenants::serve(
-                        tenants,
-                        served,
-                        start,
-                        forget,
-                        synced_sender,
-                        shutdown_.clone(),
-                    );
-                    tokio::select! {
-                        served = serve => served,
-                        () = watch => Ok(()),
-                    }
-                });
-                let readiness = base.readiness.clone();
-                let shutdown_ = shutdown.clone();
-                tasks.spawn(Task::Readiness, async move {
-                    let mut synced = synced;
-                    tokio::select! {
-                        _ = synced.wait_for(|synced| *synced) => readiness.set(true),
-                        () = shutdown_.cancelled() => {}
-                    }
-                    shutdown_.cancelled().await;
-                    Ok(())
-                });
             }
         }
         tasks.spawn(
@@ -517,6 +478,115 @@ impl Parts {
             group_queue(touched_groups, reconcile, shutdown.clone()),
         );
         tasks
+    }
+}
+
+/// What every namespace served stands on, the one or each of several.
+struct Common<'a> {
+    config: &'a Config,
+    base: &'a Base,
+    leadership: &'a Leadership,
+    board: &'a crate::status::StatusBoard,
+    explainer: &'a Explainer,
+    /// The group queue.
+    queue: &'a UnboundedSender<String>,
+    pod_client: &'a baton_shared::pod_client::PodHttpClient,
+    /// This replica's shards, with `controller.shards > 1`.
+    shards: Option<&'a crate::shards::Shards>,
+}
+
+impl Common<'_> {
+    /// The one namespace's tasks (and, with shards, every group at once when its shard comes).
+    fn spawn_one(
+        &self,
+        watched: Watched,
+        (synced_sender, synced): (watch::Sender<bool>, watch::Receiver<bool>),
+        tasks: &mut Supervisor<Task>,
+        shutdown: &CancellationToken,
+    ) {
+        let namespace = Namespace {
+            config: self.config,
+            base: self.base,
+            leadership: self.leadership,
+            board: self.board,
+            explainer: self.explainer,
+            touched: self.queue,
+            may_start: may_start(
+                self.leadership,
+                self.shards,
+                &self.config.namespace,
+                &synced,
+            ),
+        };
+        if let Some(shards) = self.shards {
+            tasks.spawn(
+                Task::ShardWatch,
+                reconcile_all_on_shard(
+                    watched.caches.clone(),
+                    self.config.namespace.clone(),
+                    shards.held_changes(),
+                    self.queue.clone(),
+                    shutdown.clone(),
+                ),
+            );
+        }
+        namespace.spawn(watched, synced_sender, synced, tasks, shutdown);
+    }
+
+    /// The watch of Namespaces taking each served one up and letting it go (with shards, only
+    /// those whose shard this replica leads: it watches, caches and acts on its share alone),
+    /// and readiness once the first ones listed.
+    fn spawn_many(
+        &self,
+        tenants: crate::tenants::Tenants,
+        scope: baton_core::namespaces::Scope,
+        (synced_sender, synced): (watch::Sender<bool>, watch::Receiver<bool>),
+        tasks: &mut Supervisor<Task>,
+        shutdown: &CancellationToken,
+    ) {
+        use futures::FutureExt;
+        let (served, watch) = crate::tenants::watch_namespaces(self.base.client.clone(), scope);
+        let (served, watch) = match self.shards {
+            Some(shards) => {
+                let (held, narrow) = crate::tenants::of_held_shards(served, shards.held_changes());
+                let both = async move {
+                    futures::join!(watch, narrow);
+                };
+                (held, both.boxed())
+            }
+            None => (served, watch.boxed()),
+        };
+        let start = tenant_starter(self);
+        let forget = crate::tenants::Forget {
+            metrics: self.base.metrics.clone(),
+            board: self.board.clone(),
+        };
+        let shutdown_ = shutdown.clone();
+        tasks.spawn(Task::Namespaces, async move {
+            let serve = crate::tenants::serve(
+                tenants,
+                served,
+                start,
+                forget,
+                synced_sender,
+                shutdown_.clone(),
+            );
+            tokio::select! {
+                served = serve => served,
+                () = watch => Ok(()),
+            }
+        });
+        let readiness = self.base.readiness.clone();
+        let shutdown = shutdown.clone();
+        tasks.spawn(Task::Readiness, async move {
+            let mut synced = synced;
+            tokio::select! {
+                _ = synced.wait_for(|synced| *synced) => readiness.set(true),
+                () = shutdown.cancelled() => {}
+            }
+            shutdown.cancelled().await;
+            Ok(())
+        });
     }
 }
 
@@ -666,26 +736,16 @@ impl Namespace<'_> {
 
 /// Starts a namespace of several: its own config (the namespace served, as one install's),
 /// watches, reconciler and tasks.
-fn tenant_starter(
-    config: &Config,
-    base: &Base,
-    (leadership, shards): (&Leadership, Option<&crate::shards::Shards>),
-    board: &crate::status::StatusBoard,
-    explainer: &Explainer,
-    (queue, pod_client): (
-        &UnboundedSender<String>,
-        &baton_shared::pod_client::PodHttpClient,
-    ),
-) -> crate::tenants::StartTenant {
-    let shards = shards.cloned();
+fn tenant_starter(common: &Common<'_>) -> crate::tenants::StartTenant {
+    let shards = common.shards.cloned();
     let (template, base, leadership, board, explainer, queue, pod_client) = (
-        config.clone(),
-        base.clone(),
-        leadership.clone(),
-        board.clone(),
-        explainer.clone(),
-        queue.clone(),
-        pod_client.clone(),
+        common.config.clone(),
+        common.base.clone(),
+        common.leadership.clone(),
+        common.board.clone(),
+        common.explainer.clone(),
+        common.queue.clone(),
+        common.pod_client.clone(),
     );
     Box::new(move |namespace: &str| {
         let mut config = template.clone();

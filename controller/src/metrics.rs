@@ -63,7 +63,7 @@ pub fn series<'a>(namespaced: bool, group: &'a str, rest: &[&'a str]) -> Vec<&'a
 }
 
 /// The label names of a group's series: `rest` after the group's (see [`series`]).
-fn label_names(namespaced: bool, rest: &[&'static str]) -> Vec<&'static str> {
+pub(crate) fn label_names(namespaced: bool, rest: &[&'static str]) -> Vec<&'static str> {
     let mut names = if namespaced {
         vec!["namespace", "rollout_group"]
     } else {

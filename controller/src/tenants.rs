@@ -215,58 +215,24 @@ pub async fn serve(
     taken_up: watch::Sender<bool>,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
-    let mut running: HashMap<String, CancellationToken> = HashMap::new();
-    let mut tasks: JoinSet<()> = JoinSet::new();
+    let mut running = Running {
+        tenants,
+        start,
+        forget,
+        stops: HashMap::new(),
+        tasks: JoinSet::new(),
+        shutdown: shutdown.clone(),
+    };
     let mut first = true;
     loop {
         let wanted = served.borrow_and_update().clone();
         if let Some(wanted) = wanted {
-            let gone: Vec<String> = running
-                .keys()
-                .filter(|namespace| !wanted.contains(*namespace))
-                .cloned()
-                .collect();
-            for namespace in gone {
-                if let Some(stop) = running.remove(&namespace) {
-                    stop.cancel();
-                }
-                if let Some(tenant) = tenants.write().remove(&namespace) {
-                    forget.namespace(&namespace, &tenant.caches);
-                }
-                tracing::info!(namespace, "namespace let go: no longer served");
-            }
-            let mut started = Vec::new();
-            let new: Vec<&String> = wanted
-                .iter()
-                .filter(|namespace| !running.contains_key(*namespace))
-                .collect();
-            for namespace in new {
-                match start(namespace) {
-                    Ok((tenant, work)) => {
-                        let stop = shutdown.child_token();
-                        let stopped = stop.clone();
-                        tasks.spawn(async move {
-                            tokio::select! {
-                                () = work => {}
-                                () = stopped.cancelled() => {}
-                            }
-                        });
-                        started.push(tenant.synced.clone());
-                        tenants.write().insert(namespace.clone(), Arc::new(tenant));
-                        running.insert(namespace.clone(), stop);
-                        tracing::info!(namespace, "namespace taken up: served");
-                    }
-                    // Building a namespace's parts fails only on a bug (a client that cannot
-                    // be built): the controller stops rather than serve without it.
-                    Err(error) => {
-                        return Err(error.context(format!("taking up namespace {namespace}")));
-                    }
-                }
-            }
+            running.let_go(&wanted);
+            let started = running.take_up(&wanted)?;
             if first {
                 first = false;
                 let taken_up = taken_up.clone();
-                tasks.spawn(async move {
+                running.tasks.spawn(async move {
                     for mut synced in started {
                         let _ = synced.wait_for(|synced| *synced).await;
                     }
@@ -282,15 +248,75 @@ pub async fn serve(
                 }
             }
             // (a namespace's work ends only when stopped: reap what ended)
-            Some(_) = tasks.join_next() => {}
+            Some(_) = running.tasks.join_next() => {}
             () = shutdown.cancelled() => break,
         }
     }
-    for stop in running.values() {
+    for stop in running.stops.values() {
         stop.cancel();
     }
-    while tasks.join_next().await.is_some() {}
+    while running.tasks.join_next().await.is_some() {}
     Ok(())
+}
+
+/// The namespaces taken up, each with what stops its work.
+struct Running {
+    tenants: Tenants,
+    start: StartTenant,
+    forget: Forget,
+    stops: HashMap<String, CancellationToken>,
+    tasks: JoinSet<()>,
+    shutdown: CancellationToken,
+}
+
+impl Running {
+    /// Lets go every namespace taken up that is not `wanted`.
+    fn let_go(&mut self, wanted: &BTreeSet<String>) {
+        let gone: Vec<String> = self
+            .stops
+            .keys()
+            .filter(|namespace| !wanted.contains(*namespace))
+            .cloned()
+            .collect();
+        for namespace in gone {
+            if let Some(stop) = self.stops.remove(&namespace) {
+                stop.cancel();
+            }
+            if let Some(tenant) = self.tenants.write().remove(&namespace) {
+                self.forget.namespace(&namespace, &tenant.caches);
+            }
+            tracing::info!(namespace, "namespace let go: no longer served");
+        }
+    }
+
+    /// Takes up every namespace `wanted` not taken up yet; whether each has listed.
+    fn take_up(&mut self, wanted: &BTreeSet<String>) -> anyhow::Result<Vec<watch::Receiver<bool>>> {
+        let mut started = Vec::new();
+        for namespace in wanted {
+            if self.stops.contains_key(namespace) {
+                continue;
+            }
+            // Building a namespace's parts fails only on a bug (a client that cannot be
+            // built): the controller stops rather than serve without it.
+            let (tenant, work) = (self.start)(namespace)
+                .map_err(|error| error.context(format!("taking up namespace {namespace}")))?;
+            let stop = self.shutdown.child_token();
+            let stopped = stop.clone();
+            self.tasks.spawn(async move {
+                tokio::select! {
+                    () = work => {}
+                    () = stopped.cancelled() => {}
+                }
+            });
+            started.push(tenant.synced.clone());
+            self.tenants
+                .write()
+                .insert(namespace.clone(), Arc::new(tenant));
+            self.stops.insert(namespace.clone(), stop);
+            tracing::info!(namespace, "namespace taken up: served");
+        }
+        Ok(started)
+    }
 }
 
 /// What is forgotten of a namespace let go: its groups' metrics and status board entries.

@@ -51,14 +51,7 @@ impl Scope {
 
     /// `names` narrowed by `selector` (an empty selector narrows nothing).
     pub fn new(names: Names, selector: LabelSelector) -> Result<Self, SelectorError> {
-        let empty = selector
-            .match_labels
-            .as_ref()
-            .is_none_or(BTreeMap::is_empty)
-            && selector
-                .match_expressions
-                .as_ref()
-                .is_none_or(Vec::is_empty);
+        let empty = crate::pods::selector_is_empty(&selector);
         if empty {
             return Ok(Self {
                 names,
@@ -121,14 +114,7 @@ impl Scope {
                     values: Some(names.iter().cloned().collect()),
                 });
         }
-        let empty = selector
-            .match_labels
-            .as_ref()
-            .is_none_or(BTreeMap::is_empty)
-            && selector
-                .match_expressions
-                .as_ref()
-                .is_none_or(Vec::is_empty);
+        let empty = crate::pods::selector_is_empty(&selector);
         (!empty).then_some(selector)
     }
 

@@ -152,7 +152,7 @@ impl<'z> Controls<'z> {
             .spec
             .as_ref()
             .map(|spec| &spec.selector)
-            .filter(|selector| !is_empty(selector))
+            .filter(|selector| !selector_is_empty(selector))
             .and_then(|selector| Selector::try_from(selector.clone()).ok());
         Self {
             cluster: statefulset
@@ -254,7 +254,7 @@ pub fn selector_matches(
     selector: &LabelSelector,
     labels: Option<&BTreeMap<String, String>>,
 ) -> bool {
-    if is_empty(selector) {
+    if selector_is_empty(selector) {
         return false;
     }
     match Selector::try_from(selector.clone()) {
@@ -263,7 +263,9 @@ pub fn selector_matches(
     }
 }
 
-fn is_empty(selector: &LabelSelector) -> bool {
+/// Whether a label selector has no requirement at all (matchLabels and matchExpressions both
+/// absent or empty).
+pub fn selector_is_empty(selector: &LabelSelector) -> bool {
     selector
         .match_labels
         .as_ref()

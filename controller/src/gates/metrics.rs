@@ -41,15 +41,7 @@ impl GateMetrics {
 
     /// The gates' metrics, each series labelled with its group's namespace if `namespaced`.
     pub fn register_serving(registry: &Registry, namespaced: bool) -> prometheus::Result<Self> {
-        let names = |rest: &[&'static str]| {
-            let mut names = if namespaced {
-                vec!["namespace", "rollout_group"]
-            } else {
-                vec!["rollout_group"]
-            };
-            names.extend_from_slice(rest);
-            names
-        };
+        let names = |rest: &[&'static str]| crate::metrics::label_names(namespaced, rest);
         let metrics = Self {
             holding: IntGaugeVec::new(
                 Opts::new(

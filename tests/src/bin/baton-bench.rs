@@ -435,15 +435,7 @@ async fn serve_and_measure(
     let ready = started.elapsed();
     let controller_pid = pid(controller.process.pid())?;
     let synced = Memory::of(controller_pid)?;
-    wait(Duration::from_secs(300), || async {
-        let metrics = controller.metrics().await;
-        metrics
-            .lines()
-            .filter(|line| line.starts_with("rollout_operator_group_reconciles_total{"))
-            .count()
-            >= groups
-    })
-    .await?;
+    every_group_reconciled(&controller, groups, Duration::from_secs(300)).await?;
     let reconciled_after = started.elapsed();
     let reconciled = Memory::of(controller_pid)?;
     println!(
@@ -475,15 +467,7 @@ async fn measure(
     let controller = Controller::start(control_plane, namespace, env).await;
     let controller_pid = pid(controller.process.pid())?;
     let synced = Memory::of(controller_pid)?;
-    wait(Duration::from_secs(120), || async {
-        let metrics = controller.metrics().await;
-        metrics
-            .lines()
-            .filter(|line| line.starts_with("rollout_operator_group_reconciles_total{"))
-            .count()
-            >= groups
-    })
-    .await?;
+    every_group_reconciled(&controller, groups, Duration::from_secs(120)).await?;
     let reconciled = Memory::of(controller_pid)?;
     println!(
         "controller: RSS {synced} after cache sync, RSS {reconciled} after reconciling every group"
@@ -497,6 +481,23 @@ async fn measure(
     let idle = Memory::settled(webhook_pid).await?;
     println!("webhook: RSS {ready} when ready (caches synced), RSS {idle} idle");
     Ok(())
+}
+
+/// Waits until `controller` has reconciled `groups` groups (a series each in its metrics).
+async fn every_group_reconciled(
+    controller: &Controller,
+    groups: usize,
+    timeout: Duration,
+) -> anyhow::Result<()> {
+    wait(timeout, || async {
+        let metrics = controller.metrics().await;
+        metrics
+            .lines()
+            .filter(|line| line.starts_with("rollout_operator_group_reconciles_total{"))
+            .count()
+            >= groups
+    })
+    .await
 }
 
 fn pid(pid: Option<u32>) -> anyhow::Result<u32> {
