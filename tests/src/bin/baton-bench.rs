@@ -339,6 +339,9 @@ async fn namespaces(control_plane: &ControlPlane) -> anyhow::Result<()> {
         "bench.baton.dev/served-{}",
         baton_e2e::namespace::random_suffix()
     );
+    // Built before the clock starts: start times are the controller's, not cargo's.
+    tokio::task::spawn_blocking(|| baton_e2e::process::workspace_binary("baton-controller"))
+        .await??;
     // As installed: the CRDs whose objects each namespace's watches follow (without them, each
     // namespace's watch of them retries, and the idle minute counts those retries).
     let admin = control_plane.admin_client().await;
