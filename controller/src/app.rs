@@ -76,7 +76,13 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
     );
     // What the leader's reconciles remember for the status page (the ops server reads it).
     let board = crate::status::StatusBoard::default();
-    let ops = bind_ops_server(&config, &base, serving.status_source(), &leadership, &board)?;
+    let ops = bind_ops_server(
+        &config,
+        &base,
+        serving.status_source(),
+        (&leadership, shards.as_ref()),
+        &board,
+    )?;
     // Exactly one task awaits the caches' sync and broadcasts it: kube's store readiness wakes
     // only one of several concurrent waiters.
     let (synced_sender, synced) = watch::channel(false);
@@ -268,7 +274,7 @@ fn bind_ops_server(
     config: &Config,
     base: &Base,
     source: crate::status::Source,
-    leadership: &Leadership,
+    (leadership, shards): (&Leadership, Option<&crate::shards::Shards>),
     board: &crate::status::StatusBoard,
 ) -> anyhow::Result<BoundServer> {
     let status_routes = crate::status::StatusRoutes {
@@ -278,6 +284,7 @@ fn bind_ops_server(
         readiness: base.readiness.clone(),
         board: board.clone(),
         leadership: leadership.clone(),
+        shards: shards.cloned(),
     };
     let ops = ops_server::bind_with_routes(
         config.ops.address.0,

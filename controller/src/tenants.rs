@@ -335,3 +335,67 @@ impl Forget {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::shards::HeldShards;
+
+    fn set(names: &[&str]) -> BTreeSet<String> {
+        names.iter().map(|name| (*name).to_owned()).collect()
+    }
+
+    /// Waits until the narrowed set is `expected`.
+    async fn narrowed_to(
+        narrowed: &mut watch::Receiver<Option<BTreeSet<String>>>,
+        expected: Option<BTreeSet<String>>,
+    ) {
+        let waited = tokio::time::timeout(
+            std::time::Duration::from_secs(5),
+            narrowed.wait_for(|now| *now == expected),
+        )
+        .await
+        .is_ok();
+        assert!(
+            waited,
+            "narrowed to {expected:?}, is {:?}",
+            *narrowed.borrow()
+        );
+    }
+
+    #[tokio::test]
+    async fn with_shards_a_replica_serves_the_namespaces_of_the_shards_it_holds_and_follows_both() {
+        // Given three namespaces served and four shards, this replica holding the first's
+        let count = 4;
+        let shard = |namespace: &str| baton_core::shards::shard_of(namespace, count);
+        let (served_sender, served) = watch::channel(None);
+        let (held_sender, held) = watch::channel(HeldShards::default());
+        let (mut narrowed, run) = of_held_shards(served, held);
+        let running = tokio::spawn(run);
+        narrowed_to(&mut narrowed, None).await;
+        served_sender.send_replace(Some(set(&["a", "b", "c"])));
+        held_sender.send_replace(HeldShards {
+            count,
+            shards: BTreeSet::from([shard("a")]),
+        });
+        // Then it serves the first, and those sharing its shard, and no other
+        let of_a: Vec<&str> = ["a", "b", "c"]
+            .into_iter()
+            .filter(|namespace| shard(namespace) == shard("a"))
+            .collect();
+        narrowed_to(&mut narrowed, Some(set(&of_a))).await;
+        // When it comes to hold every shard: every namespace served
+        held_sender.send_replace(HeldShards {
+            count,
+            shards: (0..count).collect(),
+        });
+        narrowed_to(&mut narrowed, Some(set(&["a", "b", "c"]))).await;
+        // When a namespace stops being served: it goes, whatever the shards
+        served_sender.send_replace(Some(set(&["a", "c"])));
+        narrowed_to(&mut narrowed, Some(set(&["a", "c"]))).await;
+        // When it holds no shard (a count of 0: none shared by yet): nothing is served
+        held_sender.send_replace(HeldShards::default());
+        narrowed_to(&mut narrowed, Some(BTreeSet::new())).await;
+        running.abort();
+    }
+}

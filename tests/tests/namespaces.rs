@@ -387,6 +387,31 @@ async fn three_replicas_share_the_namespaces_by_shard_and_a_dead_ones_namespace_
         || async { serving(&replicas, &a).await.len() == 1 },
     )
     .await;
+    // And each surviving replica's status page tells the last actions of the groups it serves
+    // (whether or not it holds the leader's Lease: the history is the shard holder's)
+    for tenant in [&b, &c] {
+        let Some(&index) = serving(&replicas, tenant).await.first() else {
+            continue;
+        };
+        let actions = last_actions(&replicas[index], tenant).await;
+        assert!(
+            actions > 0,
+            "the replica serving {} tells its group's last actions",
+            tenant.name()
+        );
+    }
+}
+
+/// How many last actions `replica`'s status page tells of `tenant`'s group.
+async fn last_actions(replica: &Controller, tenant: &Tenant) -> usize {
+    let path = format!("/api/v1/status?group={}/ingester", tenant.name());
+    let Some((200, body)) = replica.ops_get(&path).await else {
+        return 0;
+    };
+    let document: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+    document["groups"][0]["lastActions"]
+        .as_array()
+        .map_or(0, Vec::len)
 }
 
 /// Deletions the simulator has seen.

@@ -34,6 +34,9 @@ pub struct StatusRoutes {
     pub readiness: Readiness,
     pub board: StatusBoard,
     pub leadership: Leadership,
+    /// This replica's shards, with `controller.shards > 1`: a namespace's history is its
+    /// shard holder's, not the leader's.
+    pub shards: Option<crate::shards::Shards>,
 }
 
 impl std::fmt::Debug for StatusRoutes {
@@ -165,7 +168,15 @@ impl StatusRoutes {
                 Some(namespace) => namespaces::qualify(namespace, name),
                 None => name.to_owned(),
             };
-            leading.then(|| self.board.history(&key)).flatten()
+            // Only who acts on the namespace has a history worth showing: the leader, or with
+            // shards the namespace's shard holder.
+            let acting = match &self.shards {
+                Some(shards) => shards
+                    .held()
+                    .serves(namespace.unwrap_or(self.namespace.as_str())),
+                None => leading,
+            };
+            acting.then(|| self.board.history(&key)).flatten()
         };
         let outages = caches.outages();
         // The page's readers reach the cluster their own way: commands name no context of theirs.
