@@ -59,9 +59,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
     let shard_loop = shard_loop(&config, &base)?;
     let shards = shard_loop.as_ref().map(crate::shards::ShardLoop::shards);
     let (touched, touched_groups) = tokio::sync::mpsc::unbounded_channel();
-    // Built once: its histogram is registered once, whichever namespace calls pods.
-    let pod_client = baton_shared::pod_client::PodHttpClient::new(&config.pods, &base.registry)
-        .context("building the pods' HTTP client")?;
+    let clients = Clients::build(&config, &base)?;
     let serving = Serving::start(&config, &base, &touched)?;
     let clusters = match &serving {
         Serving::One(watched) => watched.clusters.clone(),
@@ -95,7 +93,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
                 &explainer,
                 &board,
                 may_start(&leadership, shards.as_ref(), &config.namespace, &synced),
-                (&touched, &pod_client),
+                (&touched, &clients),
             )?;
             Reconcile::One(reconciler)
         }
@@ -108,7 +106,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
         elector,
         leadership,
         serving,
-        pod_client,
+        clients,
         explainer,
         event_publisher,
         board,
@@ -155,6 +153,28 @@ fn shard_loop(config: &Config, base: &Base) -> anyhow::Result<Option<crate::shar
             Ok(sharer.with_metrics(metrics.counting_failures_in(base.metrics.failures.clone())))
         })
         .transpose()
+}
+
+/// The HTTP clients every namespace served shares: each holds its TLS roots and connection
+/// pool, built once per process (the pods' registers its histogram once).
+#[derive(Clone)]
+struct Clients {
+    pods: baton_shared::pod_client::PodHttpClient,
+    hooks: reqwest::Client,
+}
+
+impl Clients {
+    fn build(config: &Config, base: &Base) -> anyhow::Result<Self> {
+        Ok(Self {
+            pods: baton_shared::pod_client::PodHttpClient::new(&config.pods, &base.registry)
+                .context("building the pods' HTTP client")?,
+            hooks: crate::gates::calls::GateCalls::hook_client(
+                &config.gates,
+                config.kubernetes.request_timeout.get(),
+            )
+            .context("building the hooks' HTTP client")?,
+        })
+    }
 }
 
 /// What every part stands on: the metrics registry, the API client, this replica's identity
@@ -306,24 +326,23 @@ fn group_reconciler(
     explainer: &Explainer,
     board: &crate::status::StatusBoard,
     may_start: MayStart,
-    (queue, pod_client): (
-        &UnboundedSender<String>,
-        &baton_shared::pod_client::PodHttpClient,
-    ),
+    (queue, clients): (&UnboundedSender<String>, &Clients),
 ) -> anyhow::Result<Arc<GroupReconciler>> {
     let request_timeout = config.kubernetes.request_timeout.get();
-    let gate_calls = crate::gates::calls::GateCalls::new(
+    let gate_calls = crate::gates::calls::GateCalls::with_hook_client(
+        clients.hooks.clone(),
         base.client.clone(),
         config.namespace.clone(),
         request_timeout,
         &config.gates,
-        // Checks read Secrets of the groups' namespace: baton's own is there only when baton
-        // runs beside the groups.
-        (config.system_namespace() == config.namespace)
-            .then(|| config.certificates.secret_name.clone()),
-        queue.clone(),
-    )
-    .context("building the gates' HTTP client")?;
+        (
+            // Checks read Secrets of the groups' namespace: baton's own is there only when
+            // baton runs beside the groups.
+            (config.system_namespace() == config.namespace)
+                .then(|| config.certificates.secret_name.clone()),
+            queue.clone(),
+        ),
+    );
     Ok(Arc::new(GroupReconciler {
         caches: watched.caches.clone(),
         metrics: base.metrics.clone(),
@@ -344,7 +363,7 @@ fn group_reconciler(
         scaler: crate::scaling::Scaler::with_pod_client(
             watched.clusters.clone(),
             config,
-            pod_client.clone(),
+            clients.pods.clone(),
         ),
     }))
 }
@@ -401,7 +420,7 @@ struct Parts {
     elector: LeaderElector,
     leadership: Leadership,
     serving: Serving,
-    pod_client: baton_shared::pod_client::PodHttpClient,
+    clients: Clients,
     explainer: Explainer,
     event_publisher: crate::explain::EventPublisher,
     board: crate::status::StatusBoard,
@@ -424,7 +443,7 @@ impl Parts {
             elector,
             leadership,
             serving,
-            pod_client,
+            clients,
             explainer,
             event_publisher,
             board,
@@ -452,7 +471,7 @@ impl Parts {
             board: &board,
             explainer: &explainer,
             queue: &touched,
-            pod_client: &pod_client,
+            clients: &clients,
             shards: shards.as_ref(),
         };
         match serving {
@@ -497,7 +516,7 @@ struct Common<'a> {
     explainer: &'a Explainer,
     /// The group queue.
     queue: &'a UnboundedSender<String>,
-    pod_client: &'a baton_shared::pod_client::PodHttpClient,
+    clients: &'a Clients,
     /// This replica's shards, with `controller.shards > 1`.
     shards: Option<&'a crate::shards::Shards>,
 }
@@ -745,14 +764,14 @@ impl Namespace<'_> {
 /// watches, reconciler and tasks.
 fn tenant_starter(common: &Common<'_>) -> crate::tenants::StartTenant {
     let shards = common.shards.cloned();
-    let (template, base, leadership, board, explainer, queue, pod_client) = (
+    let (template, base, leadership, board, explainer, queue, clients) = (
         common.config.clone(),
         common.base.clone(),
         common.leadership.clone(),
         common.board.clone(),
         common.explainer.clone(),
         common.queue.clone(),
-        common.pod_client.clone(),
+        common.clients.clone(),
     );
     Box::new(move |namespace: &str| {
         let mut config = template.clone();
@@ -770,7 +789,7 @@ fn tenant_starter(common: &Common<'_>) -> crate::tenants::StartTenant {
             &explainer,
             &board,
             may_start_here.clone(),
-            (&queue, &pod_client),
+            (&queue, &clients),
         )?;
         let caches = watched.caches.clone();
         let parts = Namespace {

@@ -126,13 +126,44 @@ impl GateCalls {
         own_secret: Option<String>,
         wake: UnboundedSender<String>,
     ) -> Result<Self, reqwest::Error> {
+        let hooks = Self::hook_client(config, request_timeout)?;
+        Ok(Self::with_hook_client(
+            hooks,
+            client,
+            namespace,
+            request_timeout,
+            config,
+            (own_secret, wake),
+        ))
+    }
+
+    /// The HTTP client hooks are called with: built once per process and shared by every
+    /// namespace served (a client holds its TLS roots and connection pool).
+    pub fn hook_client(
+        config: &GatesConfig,
+        request_timeout: Duration,
+    ) -> Result<reqwest::Client, reqwest::Error> {
+        Allowlist::new("gates.hook_addresses", config.hook_addresses.clone())
+            .client_builder(request_timeout)
+            .build()
+    }
+
+    /// As [`GateCalls::new`], calling hooks with `hooks` ([`GateCalls::hook_client`]).
+    pub fn with_hook_client(
+        hooks: reqwest::Client,
+        client: kube::Client,
+        namespace: String,
+        request_timeout: Duration,
+        config: &GatesConfig,
+        (own_secret, wake): (Option<String>, UnboundedSender<String>),
+    ) -> Self {
         let allowlist = Allowlist::new("gates.hook_addresses", config.hook_addresses.clone());
         let hooks = HookPoster {
-            client: allowlist.client_builder(request_timeout).build()?,
+            client: hooks,
             allowlist,
             namespace: namespace.clone(),
         };
-        Ok(Self {
+        Self {
             client,
             namespace,
             request_timeout,
@@ -150,7 +181,7 @@ impl GateCalls {
             hooks,
             runs: Runs::new(config.max_concurrent_checks, wake.clone()),
             hook_calls: Runs::new(config.max_concurrent_checks, wake),
-        })
+        }
     }
 
     /// What a check run needs, for a run about to start.
