@@ -15,7 +15,7 @@ use baton_e2e::fixtures::StatefulSetFixture;
 use baton_e2e::plugin_support::{Run, kubectl_baton};
 use baton_e2e::prometheus_support::{Metrics, Prometheus, create_health_check};
 use baton_e2e::timeline::{Zone, deletion_batches};
-use baton_e2e::{PodEvent, Scene, wait_until};
+use baton_e2e::{PodEvent, PodTransition, Scene, wait_until};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use serde_json::json;
 
@@ -93,23 +93,7 @@ impl Group {
     /// The pods that started leaving (Terminating or deleted) since `from`, in order, as
     /// (StatefulSet, pod).
     fn departures(&self, from: Instant) -> Vec<(String, String)> {
-        let mut seen = std::collections::BTreeSet::new();
-        self.scene
-            .simulator
-            .timeline()
-            .iter()
-            .filter(|transition| {
-                transition.at >= from
-                    && matches!(transition.event, PodEvent::Terminating | PodEvent::Deleted)
-            })
-            .filter(|transition| seen.insert(transition.uid.clone()))
-            .map(|transition| {
-                (
-                    transition.statefulset.clone().unwrap_or_default(),
-                    transition.pod.clone(),
-                )
-            })
-            .collect()
+        self.departures_where(from, |_| true)
     }
 
     /// As [`Group::departures`], only the pods that ran another revision than `old[member]`: the
@@ -118,6 +102,18 @@ impl Group {
         &self,
         from: Instant,
         old: &BTreeMap<String, String>,
+    ) -> Vec<(String, String)> {
+        self.departures_where(from, |transition| {
+            let member = transition.statefulset.clone().unwrap_or_default();
+            transition.revision.as_ref() != old.get(&member)
+        })
+    }
+
+    /// The departures since `from` of the pods `keep` takes, each pod once, in order.
+    fn departures_where(
+        &self,
+        from: Instant,
+        keep: impl Fn(&PodTransition) -> bool,
     ) -> Vec<(String, String)> {
         let mut seen = std::collections::BTreeSet::new();
         self.scene
@@ -129,10 +125,7 @@ impl Group {
                     && matches!(transition.event, PodEvent::Terminating | PodEvent::Deleted)
             })
             .filter(|transition| seen.insert(transition.uid.clone()))
-            .filter(|transition| {
-                let member = transition.statefulset.clone().unwrap_or_default();
-                transition.revision.as_ref() != old.get(&member)
-            })
+            .filter(|transition| keep(transition))
             .map(|transition| {
                 (
                     transition.statefulset.clone().unwrap_or_default(),
