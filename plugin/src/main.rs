@@ -296,7 +296,12 @@ async fn run(cli: Cli) -> Result<i32, AccessError> {
             };
             if document.groups.is_empty() && output == render::Format::Table {
                 // A header over nothing reads as "all is well here": say what was read.
-                output::out([render::no_groups(&document.namespace, &scope.read_where())]);
+                let said = if all_namespaces {
+                    render::no_groups_anywhere(&scope.read_where())
+                } else {
+                    render::no_groups(&document.namespace, &scope.read_where())
+                };
+                output::out([said]);
             } else {
                 output::out(render::status(&document, output));
             }

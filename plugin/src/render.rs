@@ -53,6 +53,14 @@ pub fn no_groups(namespace: &str, read_where: &str) -> String {
     )
 }
 
+/// What `status -A` says of a cluster without any rollout group, read at `read_where`.
+pub fn no_groups_anywhere(read_where: &str) -> String {
+    format!(
+        "no rollout group in any namespace ({read_where}): no StatefulSet has the label {}",
+        baton_core::annotations::ROLLOUT_GROUP_LABEL
+    )
+}
+
 /// One row per zone, then one line per group saying why it waits.
 pub fn status_table(groups: &[GroupStatus]) -> Vec<String> {
     let header = ["GROUP", "ZONE", "PHASE", "UPDATED", "READY", "REVISION"].map(String::from);
@@ -242,6 +250,26 @@ mod tests {
             None,
             groups,
         )
+    }
+
+    #[test]
+    fn a_group_naming_its_namespace_is_shown_as_namespace_slash_group_on_every_line() {
+        let mut view = status_of(&group(vec![zone("a", 2, 1)]));
+        let bare = view.name.clone();
+        view.namespace = Some("tenant-a".to_owned());
+        let named = format!("tenant-a/{bare}");
+        let lines = status_table(&[view]);
+        assert!(lines[1].starts_with(&named), "{lines:?}");
+        assert!(
+            lines
+                .iter()
+                .any(|line| line.starts_with(&format!("{named}: "))),
+            "{lines:?}"
+        );
+        assert_eq!(
+            no_groups_anywhere("context kind"),
+            "no rollout group in any namespace (context kind): no StatefulSet has the label rollout-group"
+        );
     }
 
     #[test]

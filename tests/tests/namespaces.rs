@@ -168,6 +168,13 @@ async fn a_selector_over_namespaces_serves_those_labelled_taken_up_and_let_go_wh
     // Then the status page lists the groups of the two labelled namespaces, each named with its
     // namespace, and not the third's
     wait_listed(&controller, &[&a, &b]).await;
+    // And the document names no namespace of its own: each group names its own
+    let (_, body) = controller
+        .ops_get("/api/v1/status")
+        .await
+        .expect("the status page answers");
+    let document: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+    assert_eq!(document["namespace"], "", "{document}");
     // And each group's series carry its namespace, the third namespace having none
     let metrics = controller.metrics().await;
     for tenant in [&a, &b] {
