@@ -39,6 +39,7 @@ use crate::queue;
 use crate::rollout::pending::PendingDeletions;
 use crate::rollout::reconcile::Rollouts;
 use crate::runner::MayStart;
+use crate::watch_source::WatchSource;
 
 /// How long tasks get to finish after shutdown starts (the Lease release is one of them).
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
@@ -97,7 +98,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
             )?;
             Reconcile::One(reconciler)
         }
-        Serving::Many { tenants, .. } => Reconcile::Many(tenants.clone()),
+        Serving::Many(many) => Reconcile::Many(many.tenants.clone()),
     };
     let parts = Parts {
         reconcile,
@@ -213,6 +214,8 @@ impl Base {
 struct Watched {
     caches: Caches,
     clusters: Clusters,
+    /// Where its watch events come from (the PhasedRollouts' too).
+    source: WatchSource,
     budgets: crate::zpdb_check::ZoneBudgets,
     watches: futures::future::BoxFuture<'static, ()>,
     budget_watch: futures::future::BoxFuture<'static, ()>,
@@ -222,6 +225,7 @@ impl Watched {
     fn start(
         config: &Config,
         base: &Base,
+        source: &WatchSource,
         touched: &UnboundedSender<String>,
     ) -> anyhow::Result<Self> {
         use futures::FutureExt;
@@ -250,16 +254,12 @@ impl Watched {
             tracing::info!(clusters = ?names, "rollout groups span clusters");
             (Some(caches), clusters, watches.boxed())
         };
-        let (caches, watches) = cache::start(
-            base.client.clone(),
-            &config.namespace,
-            &config.downscale.zone_tracker_config_map,
-            cluster_caches,
-            touched.clone(),
-        );
+        let (caches, watches) =
+            cache::start(source, &config.namespace, cluster_caches, touched.clone());
         // The zone-aware disruption budgets rollout deletions consult (none without the CRD).
         let (budgets, budget_watch) = crate::zpdb_check::ZoneBudgets::start(
             base.client.clone(),
+            source,
             &config.namespace,
             caches.clone(),
             touched.clone(),
@@ -279,6 +279,7 @@ impl Watched {
         Ok(Self {
             caches,
             clusters,
+            source: source.clone(),
             budgets,
             watches: async move {
                 futures::join!(watches, cluster_watches);
@@ -372,10 +373,17 @@ fn group_reconciler(
 /// several, each taken up and let go by the watch of Namespaces ([`crate::tenants`]).
 enum Serving {
     One(Box<Watched>),
-    Many {
-        tenants: crate::tenants::Tenants,
-        scope: baton_core::namespaces::Scope,
-    },
+    Many(Box<Namespaces>),
+}
+
+/// Several namespaces, before their watch runs.
+struct Namespaces {
+    tenants: crate::tenants::Tenants,
+    scope: baton_core::namespaces::Scope,
+    /// One cluster-wide watch per kind, every namespace's caches filled from them.
+    source: WatchSource,
+    /// What drives those watches.
+    shared_watches: futures::future::BoxFuture<'static, ()>,
 }
 
 impl Serving {
@@ -390,12 +398,22 @@ impl Serving {
             .scope()
             .context("reading the namespaces served (namespaces, namespace_selector)")?;
         tracing::info!(serving = %scope.describe(), "serving rollout groups");
+        let zone_tracker = &config.downscale.zone_tracker_config_map;
         Ok(match scope.only() {
-            Some(_) => Serving::One(Box::new(Watched::start(config, base, touched)?)),
-            None => Serving::Many {
-                tenants: crate::tenants::Tenants::default(),
-                scope,
-            },
+            Some(_) => {
+                let source = WatchSource::own(base.client.clone(), zone_tracker);
+                Serving::One(Box::new(Watched::start(config, base, &source, touched)?))
+            }
+            None => {
+                use futures::FutureExt;
+                let (source, shared_watches) = WatchSource::shared(&base.client, zone_tracker);
+                Serving::Many(Box::new(Namespaces {
+                    tenants: crate::tenants::Tenants::default(),
+                    scope,
+                    source,
+                    shared_watches: shared_watches.boxed(),
+                }))
+            }
         })
     }
 
@@ -403,7 +421,7 @@ impl Serving {
     fn status_source(&self) -> crate::status::Source {
         match self {
             Serving::One(watched) => crate::status::Source::One(watched.caches.clone()),
-            Serving::Many { tenants, .. } => crate::status::Source::Many(tenants.clone()),
+            Serving::Many(many) => crate::status::Source::Many(many.tenants.clone()),
         }
     }
 }
@@ -478,10 +496,25 @@ impl Parts {
             Serving::One(watched) => {
                 common.spawn_one(*watched, (synced_sender, synced), &mut tasks, shutdown);
             }
-            Serving::Many { tenants, scope } => {
+            Serving::Many(many) => {
+                let Namespaces {
+                    tenants,
+                    scope,
+                    source,
+                    shared_watches,
+                } = *many;
+                let shutdown_ = shutdown.clone();
+                tasks.spawn(Task::Watches, async move {
+                    tokio::select! {
+                        () = shared_watches => {}
+                        () = shutdown_.cancelled() => {}
+                    }
+                    Ok(())
+                });
                 common.spawn_many(
                     tenants,
                     scope,
+                    source,
                     (synced_sender, synced),
                     &mut tasks,
                     shutdown,
@@ -566,6 +599,7 @@ impl Common<'_> {
         &self,
         tenants: crate::tenants::Tenants,
         scope: baton_core::namespaces::Scope,
+        source: WatchSource,
         (synced_sender, synced): (watch::Sender<bool>, watch::Receiver<bool>),
         tasks: &mut Supervisor<Task>,
         shutdown: &CancellationToken,
@@ -582,7 +616,7 @@ impl Common<'_> {
             }
             None => (served, watch.boxed()),
         };
-        let start = tenant_starter(self);
+        let start = tenant_starter(self, source);
         let forget = crate::tenants::Forget {
             metrics: self.base.metrics.clone(),
             board: self.board.clone(),
@@ -681,7 +715,7 @@ impl Namespace<'_> {
                 self.config,
                 self.base,
                 caches,
-                watched.clusters,
+                (watched.clusters, watched.source),
                 self.may_start.clone(),
                 self.board.clone(),
                 self.explainer.clone(),
@@ -738,7 +772,7 @@ impl Namespace<'_> {
             self.config,
             self.base,
             caches,
-            watched.clusters,
+            (watched.clusters, watched.source),
             self.may_start.clone(),
             self.board.clone(),
             self.explainer.clone(),
@@ -762,7 +796,7 @@ impl Namespace<'_> {
 
 /// Starts a namespace of several: its own config (the namespace served, as one install's),
 /// watches, reconciler and tasks.
-fn tenant_starter(common: &Common<'_>) -> crate::tenants::StartTenant {
+fn tenant_starter(common: &Common<'_>, source: WatchSource) -> crate::tenants::StartTenant {
     let shards = common.shards.cloned();
     let (template, base, leadership, board, explainer, queue, clients) = (
         common.config.clone(),
@@ -779,7 +813,7 @@ fn tenant_starter(common: &Common<'_>) -> crate::tenants::StartTenant {
         config.namespaces.clear();
         config.namespace_selector = baton_config::NamespaceSelector::default();
         let (bare, bare_groups) = tokio::sync::mpsc::unbounded_channel();
-        let watched = Watched::start(&config, &base, &bare)?;
+        let watched = Watched::start(&config, &base, &source, &bare)?;
         let (synced_sender, synced) = watch::channel(false);
         let may_start_here = may_start(&leadership, shards.as_ref(), namespace, &synced);
         let reconciler = group_reconciler(
@@ -886,7 +920,7 @@ fn phased_rollouts(
     config: &Config,
     base: &Base,
     caches: Caches,
-    clusters: Clusters,
+    (clusters, source): (Clusters, WatchSource),
     may_start: MayStart,
     board: crate::status::StatusBoard,
     explainer: Explainer,
@@ -902,6 +936,7 @@ fn phased_rollouts(
             .map(|cluster| cluster.name.clone())
             .collect(),
         namespace: config.namespace.clone(),
+        source,
         request_timeout: config.kubernetes.request_timeout.get(),
         caches,
         may_start,

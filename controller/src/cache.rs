@@ -8,22 +8,21 @@ use std::sync::Arc;
 use baton_core::annotations::ROLLOUT_GROUP_LABEL;
 use baton_core::clusters::Outage;
 use baton_core::downscale_history::ZoneTracker;
-use baton_core::ledger::{self, Ledger, MANAGED_BY_LABEL};
+use baton_core::ledger::{self, Ledger};
 use baton_core::pods::{CachedPod, controlling_statefulset};
 use baton_core::statefulset::group_of;
 use baton_shared::pod_cache::{self, PodCache};
-use baton_shared::reflect::{reflect, reflect_stream};
+use baton_shared::reflect::reflect_stream;
 use futures::Stream;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::ResourceExt;
-use kube::api::Api;
-use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::clusters::ClusterCache;
+use crate::watch_source::WatchSource;
 
 /// Read-only views of what the watches have seen.
 #[derive(Clone)]
@@ -246,14 +245,13 @@ pub fn groups_of(statefulsets: &Store<StatefulSet>) -> Vec<String> {
     groups
 }
 
-/// Starts the watches of `namespace`: its StatefulSets and pods, unless `clusters` watch them
-/// in each member cluster instead, and the records. The returned future drives them (run it as
-/// a critical task), sending the group touched by each change on `touched`. `zone_tracker`
-/// names the Go operator's zone tracker ConfigMap.
+/// Starts the watches of `namespace`, from `source`: its StatefulSets and pods, unless
+/// `clusters` watch them in each member cluster instead, and the records. The returned future
+/// drives them (run it as a critical task), sending the group touched by each change on
+/// `touched`.
 pub fn start(
-    client: kube::Client,
+    source: &WatchSource,
     namespace: &str,
-    zone_tracker: &str,
     clusters: Option<Vec<ClusterCache>>,
     touched: UnboundedSender<String>,
 ) -> (Caches, impl Future<Output = ()> + Send + 'static) {
@@ -263,19 +261,9 @@ pub fn start(
             futures::future::Either::Left(futures::future::ready(())),
         ),
         None => {
-            let statefulset_events = baton_shared::initial_list::watcher(
-                Api::<StatefulSet>::namespaced(client.clone(), namespace),
-                watcher::Config::default().labels(ROLLOUT_GROUP_LABEL),
-            )
-            .backoff(baton_shared::kube_client::watch_backoff());
-            let pod_events = baton_shared::initial_list::watcher(
-                Api::<Pod>::namespaced(client.clone(), namespace),
-                watcher::Config::default(),
-            )
-            .backoff(baton_shared::kube_client::watch_backoff());
             let (statefulsets, pods, watches) = watch_workloads(
-                statefulset_events,
-                pod_events,
+                source.statefulsets(namespace),
+                source.pods(namespace),
                 namespace.to_owned(),
                 touched.clone(),
             );
@@ -288,7 +276,6 @@ pub fn start(
     // The ledgers by their labels, the tracker by its name: each into its own store (one
     // store's relist replaces all it holds). A ledger concerns its group; the tracker every
     // group (it changes once per downscale).
-    let config_maps = Api::<ConfigMap>::namespaced(client, namespace);
     let slim = |config_map: &mut ConfigMap| config_map.managed_fields_mut().clear();
     let record_changed = |workloads: Workloads| {
         let to_group = touched.clone();
@@ -307,16 +294,13 @@ pub fn start(
             }
         }
     };
-    let (ledgers, ledger_watch) = reflect(
-        config_maps.clone(),
-        watcher::Config::default()
-            .labels(&format!("{MANAGED_BY_LABEL}=baton,{ROLLOUT_GROUP_LABEL}")),
+    let (ledgers, ledger_watch) = reflect_stream(
+        source.ledgers(namespace),
         slim,
         record_changed(workloads.clone()),
     );
-    let (zone_tracker, tracker_watch) = reflect(
-        config_maps,
-        watcher::Config::default().fields(&format!("metadata.name={zone_tracker}")),
+    let (zone_tracker, tracker_watch) = reflect_stream(
+        source.zone_tracker(namespace),
         slim,
         record_changed(workloads.clone()),
     );

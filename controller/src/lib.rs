@@ -14,6 +14,7 @@
 //! | [`app`] | wiring: the caches, the election, the queue, the Event publisher, the ops server; every task critical |
 //! | [`leader`] | the Lease: terms, fencing, campaigning again after a lost term (decided by `baton_core::lease`) |
 //! | [`shards`] | with `controller.shards > 1`: this replica's share of the shard Leases, each namespace's writes fenced by its shard's term (decided by `baton_core::shards` and the election's rule) |
+//! | [`watch_source`] | where a namespace's caches get their watch events: watches of its own, or one cluster-wide watch per kind shared by every namespace served |
 //! | [`cache`] | watch-fed caches of group StatefulSets and of pods (as `baton_core::pods::CachedPod`, `baton_shared::pod_cache`); routes each change to its group |
 //! | [`group`] | the reconcile of one group: one snapshot, scaling and the rollout run beside each other over it |
 //! | [`queue`] | the per-group work queue: coalescing, one run per group at a time, one timer per group, backoff |
@@ -57,4 +58,5 @@ pub mod scaling;
 pub mod shards;
 pub mod status;
 pub mod tenants;
+pub mod watch_source;
 pub mod zpdb_check;

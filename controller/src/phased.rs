@@ -5,7 +5,8 @@
 //! rollout every group gets, so a PhasedRollout keeps every guarantee of one.
 //!
 //! The PhasedRollouts are watched (a missing CRD means none, logged once); each change, and
-//! every [`REFRESH`] for the statuses, brings every one up to date while this replica leads.
+//! every [`REFRESH`] for the statuses while there are any, brings every one up to date while
+//! this replica leads.
 //! Each round runs its writes through a [`Runner`] bound to the term it started in, as every
 //! other pass does: a term that ends mid-round ends the round, with nothing written after it.
 //! A finalizer hands the target back (group label and annotations removed) before a
@@ -31,7 +32,7 @@ use baton_shared::kube_client::bounded;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ObjectReference, Secret};
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -42,6 +43,7 @@ use crate::error::{Error, Failures};
 use crate::explain::{Explainer, Explanation, Severity};
 use crate::gates::health::{self, SECRET_OPT_IN_LABEL};
 use crate::runner::Runner;
+use crate::watch_source::WatchSource;
 
 /// How often statuses are brought up to date when no PhasedRollout changed.
 pub const REFRESH: Duration = Duration::from_secs(2);
@@ -56,6 +58,8 @@ pub struct PhasedRollouts {
     /// The member clusters' names (`controller.clusters`), none without.
     pub members: Vec<String>,
     pub namespace: String,
+    /// Where the namespace's PhasedRollouts are watched.
+    pub source: WatchSource,
     pub request_timeout: Duration,
     pub caches: Caches,
     /// The right to act on the namespace: the leader's term, or its shard's with shards.
@@ -77,14 +81,20 @@ impl PhasedRollouts {
             changed: changed.clone(),
             said_not_installed: false,
         };
-        let api: Api<PhasedRollout> = Api::namespaced(self.client.clone(), &self.namespace);
         let slim = |rollout: &mut PhasedRollout| rollout.metadata.managed_fields = None;
-        let watch = index::run(api, watcher::Config::default(), slim, &mut index);
+        let events = self.source.phased_rollouts(&self.namespace).modify(slim);
+        let watch = index::drive(events, &mut index);
         let serve = async {
             loop {
-                tokio::select! {
-                    () = changed.notified() => {}
-                    () = tokio::time::sleep(REFRESH) => {}
+                // With none, nothing to refresh: a namespace without PhasedRollouts costs no
+                // timer (a new one is a change).
+                if known.lock().expect("phased lock").is_empty() {
+                    changed.notified().await;
+                } else {
+                    tokio::select! {
+                        () = changed.notified() => {}
+                        () = tokio::time::sleep(REFRESH) => {}
+                    }
                 }
                 let Some(runner) =
                     (self.may_start)().map(|may_act| Runner::new(may_act, self.request_timeout))

@@ -101,10 +101,11 @@ impl std::fmt::Debug for ZoneBudgets {
 }
 
 impl ZoneBudgets {
-    /// The budgets of `namespace` and the future that watches them (run it as a task), sending
-    /// on `touched` the groups each change concerns.
+    /// The budgets of `namespace`, watched from `source`, and the future that reads them (run
+    /// it as a task), sending on `touched` the groups each change concerns.
     pub fn start(
         client: kube::Client,
+        source: &crate::watch_source::WatchSource,
         namespace: &str,
         caches: Caches,
         touched: UnboundedSender<String>,
@@ -113,7 +114,7 @@ impl ZoneBudgets {
             caches: caches.clone(),
             touched,
         };
-        let (watched, watch) = Budgets::watch(client.clone(), namespace, routes);
+        let (watched, watch) = Budgets::watch_events(source.budgets(namespace), routes);
         let budgets = Self {
             namespace: namespace.to_owned(),
             client,

@@ -9,6 +9,7 @@
 //! |---|---|
 //! | [`reflect`] | a watch into a kube-runtime store of whole objects, with what a change concerns handed to the caller |
 //! | [`index`] | a watch into an index of one's own form (relists given whole, each object converted as it arrives) |
+//! | [`fanout`] | one cluster-wide watch of a kind routed to each namespace served, as if each had its own |
 //! | [`pod_cache`] | the namespace's pods as `baton_core::pods::CachedPod`, an [`index`] |
 //! | [`zpdb_cache`] | the namespace's zone-aware disruption budgets, watched and parsed once per version, an [`index`] both binaries judge with |
 //! | [`ledger`] | reading and conditionally writing a record, and the one claim loop every racing writer uses |
@@ -33,6 +34,7 @@ pub mod cli;
 pub mod crypto;
 pub mod downscale_history;
 pub mod failures;
+pub mod fanout;
 #[cfg(feature = "server")]
 pub mod http_server;
 pub mod index;

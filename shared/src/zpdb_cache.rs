@@ -16,8 +16,9 @@ use std::future::Future;
 use std::sync::{Arc, RwLock};
 
 use baton_core::zpdb::{Budget, Observed, ZoneAwarePodDisruptionBudget};
+use futures::Stream;
 use kube::api::Api;
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 
 use crate::index::{self, Index, crd_missing};
@@ -72,6 +73,31 @@ impl Budgets {
         key_of: fn(&ZoneAwarePodDisruptionBudget) -> String,
         events: impl BudgetEvents,
     ) -> (Self, impl Future<Output = ()> + Send + 'static) {
+        let changes = crate::initial_list::watcher(api, watcher::Config::default())
+            .backoff(crate::kube_client::watch_backoff());
+        Self::watch_changes(changes, key_of, events)
+    }
+
+    /// The budgets of one namespace from watch events of one's own (one cluster-wide watch
+    /// routed by namespace), and the future that reads them (run it as a critical task).
+    pub fn watch_events(
+        changes: impl Stream<
+            Item = Result<watcher::Event<ZoneAwarePodDisruptionBudget>, watcher::Error>,
+        > + Send
+        + 'static,
+        events: impl BudgetEvents,
+    ) -> (Self, impl Future<Output = ()> + Send + 'static) {
+        Self::watch_changes(changes, ResourceExt::name_any, events)
+    }
+
+    fn watch_changes(
+        changes: impl Stream<
+            Item = Result<watcher::Event<ZoneAwarePodDisruptionBudget>, watcher::Error>,
+        > + Send
+        + 'static,
+        key_of: fn(&ZoneAwarePodDisruptionBudget) -> String,
+        events: impl BudgetEvents,
+    ) -> (Self, impl Future<Output = ()> + Send + 'static) {
         let budgets = Self::fixed(Known::NotListed { error: None });
         let mut index = BudgetIndex {
             known: budgets.known.clone(),
@@ -85,7 +111,7 @@ impl Budgets {
                 zpdb.metadata.managed_fields = None;
                 zpdb.metadata.annotations = None;
             };
-            index::run(api, watcher::Config::default(), slim, &mut index).await;
+            index::drive(changes.modify(slim), &mut index).await;
         };
         (budgets, watch)
     }

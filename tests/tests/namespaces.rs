@@ -230,6 +230,26 @@ async fn a_selector_over_namespaces_serves_those_labelled_taken_up_and_let_go_wh
     // Then it is taken up and its group completes
     wait_listed(&controller, &[&a, &b, &c]).await;
     c.wait_complete().await;
+    // And the pods and StatefulSets of all three came from one cluster-wide watch of each kind:
+    // never a list or watch of one namespace's
+    let metrics = controller.metrics().await;
+    for (cluster_wide, namespaced) in [
+        ("/api/v1/pods", "/api/v1/namespaces/{namespace}/pods"),
+        (
+            "/apis/apps/v1/statefulsets",
+            "/apis/apps/v1/namespaces/{namespace}/statefulsets",
+        ),
+    ] {
+        assert!(
+            reads_of(&metrics, cluster_wide) > 0,
+            "{cluster_wide} read in:\n{metrics}"
+        );
+        assert_eq!(
+            reads_of(&metrics, namespaced),
+            0,
+            "{namespaced} never read in:\n{metrics}"
+        );
+    }
 
     // When the first namespace's label goes while its group rolls (a replacement held Pending)
     a.hold_every_replacement().await;
@@ -419,6 +439,22 @@ async fn last_actions(replica: &Controller, tenant: &Tenant) -> usize {
     document["groups"][0]["lastActions"]
         .as_array()
         .map_or(0, Vec::len)
+}
+
+/// How many GET requests (lists and watches, for a collection) the controller made of `path`,
+/// from its API client's request histogram.
+fn reads_of(metrics: &str, path: &str) -> u64 {
+    let path = format!("path=\"{path}\"");
+    metrics
+        .lines()
+        .filter(|line| {
+            line.starts_with(
+                "rollout_operator_kubernetes_api_client_request_duration_seconds_count",
+            ) && line.contains(&path)
+                && line.contains("method=\"GET\"")
+        })
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
 }
 
 /// Deletions the simulator has seen.

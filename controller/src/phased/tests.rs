@@ -94,6 +94,7 @@ async fn serve_with(
     let phased = PhasedRollouts {
         clusters,
         members: members.iter().map(|member| (*member).to_owned()).collect(),
+        source: crate::watch_source::WatchSource::own(client.clone(), "unused"),
         client,
         namespace: NAMESPACE.to_owned(),
         request_timeout: timeout,
