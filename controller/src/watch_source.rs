@@ -50,9 +50,14 @@ fn statefulsets() -> watcher::Config {
     watcher::Config::default().labels(ROLLOUT_GROUP_LABEL)
 }
 
-/// Every pod: a group's pods are found by their owner, which no selector can name.
+/// The label the StatefulSet controller gives each pod it makes (and puts back if removed).
+const STATEFULSET_POD_LABEL: &str = "statefulset.kubernetes.io/pod-name";
+
+/// StatefulSets' pods: a group's pods are found by their owner, which no selector can name, so
+/// this is the narrowest the API server filters (no Deployment's, DaemonSet's or Job's pod is
+/// ever sent).
 fn pods() -> watcher::Config {
-    watcher::Config::default()
+    watcher::Config::default().labels(STATEFULSET_POD_LABEL)
 }
 
 /// The groups' downscale ledgers, by their labels.
