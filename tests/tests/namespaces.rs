@@ -8,8 +8,7 @@
 //! namespace never shows two actors on a group, and a resumed replica acts only under shard
 //! Leases it took anew.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, Mutex};
+use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use baton_core::shards::ShardId;
@@ -18,14 +17,12 @@ use baton_e2e::controller_support::{
     Controller, create_ready_group, roll_out, rollout_state, wait_rollout_complete,
 };
 use baton_e2e::namespace::random_suffix;
+use baton_e2e::shard_support::{Replica, ShardLeaseHistory};
 use baton_e2e::timeline::{Zone, check_rollout_guarantees};
 use baton_e2e::{PodEvent, PodSimulator, TestNamespace, wait_until};
-use futures::StreamExt;
-use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, ListParams, Patch, PatchParams};
-use kube::runtime::{WatchStreamExt, watcher};
 
 const TIMEOUT: Duration = Duration::from_secs(120);
 const ZONES: [&str; 3] = ["a", "b", "c"];
@@ -314,20 +311,6 @@ async fn a_selector_over_namespaces_serves_those_labelled_taken_up_and_let_go_wh
     b.wait_complete().await;
 }
 
-/// A replica sharing the namespaces by shard, and the prefix of its identity (its HOSTNAME, to
-/// which the controller adds a random part): what names it in the shard Leases and its Events.
-struct Replica {
-    controller: Controller,
-    host: String,
-}
-
-impl Replica {
-    /// Whether `identity` (a Lease's holder, an Event's reporting instance) is this replica.
-    fn is(&self, identity: &str) -> bool {
-        identity.starts_with(&format!("{}-", self.host))
-    }
-}
-
 /// Labelled namespaces, each with a ready group `ingester`, and how to start replicas serving
 /// them by [`SHARDS`] shard Leases (in their own system namespace).
 struct Sharing {
@@ -533,7 +516,7 @@ async fn a_replica_paused_past_its_lease_and_one_added_mid_rollout_never_make_tw
         let served = sharing.served_by(replica).await.len();
         assert_eq!(served, 3, "{} serves three namespaces", replica.host);
     }
-    let holdings = ShardHoldings::watch(&sharing.system);
+    let holdings = ShardLeaseHistory::watch(&sharing.system);
 
     // When every group's template changes, every replacement held Pending (so no group can
     // complete before the third replica comes)
@@ -606,6 +589,13 @@ async fn a_replica_paused_past_its_lease_and_one_added_mid_rollout_never_make_tw
     // and a third replica starts, every other group still mid-rollout (held)
     let third = sharing.start_replica(2).await;
     let all = [&paused, survivor, &third];
+    for tenant in &tenants[1..] {
+        assert!(
+            tenant.updated().await < tenant.pods().len(),
+            "{} is mid-rollout as the third replica starts",
+            tenant.name()
+        );
+    }
 
     // Then the three share the shards evenly: each serves two namespaces, the third its share
     sharing.wait_shared_evenly(&all).await;
@@ -658,11 +648,15 @@ async fn a_replica_paused_past_its_lease_and_one_added_mid_rollout_never_make_tw
     // that namespace's shard. A stale replica acting on its pre-pause view (unfenced, or
     // under a renewal written over the survivor's holding, which keeps its old acquireTime)
     // tells a deletion with no such acquisition before it.
-    holdings.wait_caught_up(&sharing.system).await;
+    let shard_leases: Vec<String> = tenants.iter().map(shard_lease).collect();
+    holdings
+        .wait_caught_up(&sharing.system, &shard_leases)
+        .await;
     for tenant in tenants {
         let acquired: Vec<jiff::Timestamp> = holdings
-            .of(tenant)
+            .of(&shard_lease(tenant))
             .into_iter()
+            .flatten()
             .filter(|holding| paused.is(&holding.holder))
             .filter_map(|holding| holding.acquired)
             .filter(|acquired| *acquired >= resumed)
@@ -683,7 +677,7 @@ async fn a_replica_paused_past_its_lease_and_one_added_mid_rollout_never_make_tw
     }
     // And every namespace it serves now, it serves under a shard Lease taken after its resume
     for tenant in sharing.served_by(&paused).await {
-        let holding = holdings.of(tenant).last().cloned();
+        let holding = holdings.of(&shard_lease(tenant)).last().cloned().flatten();
         assert!(
             holding
                 .as_ref()
@@ -693,6 +687,11 @@ async fn a_replica_paused_past_its_lease_and_one_added_mid_rollout_never_make_tw
             tenant.name()
         );
     }
+}
+
+/// The name of `tenant`'s shard Lease.
+fn shard_lease(tenant: &Tenant) -> String {
+    ShardId::of(tenant.name(), SHARDS).lease_name()
 }
 
 /// A deletion baton told in a namespace: an Event `RolloutPodDeleted` or
@@ -705,6 +704,8 @@ struct Told {
     note: String,
 }
 
+/// The deletions told in `tenant`'s namespace so far (Events land a moment after the deletion
+/// they tell: wait for one rather than read once); none when the Events cannot be listed.
 async fn told_deletions(tenant: &Tenant) -> Vec<Told> {
     let events = tenant
         .namespace
@@ -733,98 +734,6 @@ async fn told_deletions(tenant: &Tenant) -> Vec<Told> {
             note: event.note.unwrap_or_default(),
         })
         .collect()
-}
-
-/// One holding of a shard Lease: its holder, and the acquireTime the holder wrote taking it.
-#[derive(Debug, Clone, PartialEq)]
-struct Holding {
-    holder: String,
-    acquired: Option<jiff::Timestamp>,
-}
-
-/// Every holding each shard Lease went through, in order, from a watch of the system namespace
-/// started with it (a renewal keeps the holding; a release is no holding).
-struct ShardHoldings {
-    seen: Arc<Mutex<BTreeMap<String, Vec<Holding>>>>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl ShardHoldings {
-    fn watch(system: &TestNamespace) -> Self {
-        let seen = Arc::new(Mutex::new(BTreeMap::<String, Vec<Holding>>::new()));
-        let into = seen.clone();
-        let api = system.api::<Lease>();
-        let task = tokio::spawn(async move {
-            let mut updates =
-                std::pin::pin!(watcher(api, watcher::Config::default()).applied_objects());
-            while let Some(update) = updates.next().await {
-                let Ok(lease) = update else { continue };
-                let name = lease.metadata.name.clone().unwrap_or_default();
-                let Some(holding) = holding(lease) else {
-                    continue;
-                };
-                let mut seen = into.lock().unwrap();
-                let history = seen.entry(name).or_default();
-                if history.last() != Some(&holding) {
-                    history.push(holding);
-                }
-            }
-        });
-        Self { seen, task }
-    }
-
-    /// The holdings of `tenant`'s shard Lease.
-    fn of(&self, tenant: &Tenant) -> Vec<Holding> {
-        let name = ShardId::of(tenant.name(), SHARDS).lease_name();
-        let seen = self.seen.lock().unwrap();
-        seen.get(&name).cloned().unwrap_or_default()
-    }
-
-    /// Waits until the watch has seen every shard Lease's current holding.
-    async fn wait_caught_up(&self, system: &TestNamespace) {
-        wait_until(
-            TIMEOUT,
-            "the watch saw every shard Lease's holding",
-            || async {
-                for shard in 0..SHARDS {
-                    let name = ShardId {
-                        count: SHARDS,
-                        shard,
-                    }
-                    .lease_name();
-                    let lease = system.api::<Lease>().get_opt(&name).await.ok().flatten();
-                    let now = lease.and_then(holding);
-                    let seen = self
-                        .seen
-                        .lock()
-                        .unwrap()
-                        .get(&name)
-                        .and_then(|h| h.last().cloned());
-                    if now.is_some() && now != seen {
-                        return false;
-                    }
-                }
-                true
-            },
-        )
-        .await;
-    }
-}
-
-/// The holding a Lease tells, `None` when it is held by no one.
-fn holding(lease: Lease) -> Option<Holding> {
-    let spec = lease.spec?;
-    let holder = spec.holder_identity.filter(|holder| !holder.is_empty())?;
-    Some(Holding {
-        holder,
-        acquired: spec.acquire_time.map(|time| time.0),
-    })
-}
-
-impl Drop for ShardHoldings {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
 }
 
 /// How many last actions `replica`'s status page tells of `tenant`'s group.
