@@ -34,6 +34,7 @@ pub mod renders;
 pub mod reviews;
 pub mod scaling_support;
 pub mod scene;
+pub mod shard_support;
 pub mod slow_clients;
 pub mod timeline;
 pub mod wait;

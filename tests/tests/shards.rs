@@ -7,32 +7,18 @@
 //! scenarios read the shard Leases and the replicas' metrics, nothing else.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use baton_e2e::controller_support::Controller;
+use baton_e2e::shard_support::{Holding, Replica, ShardLeaseHistory};
 use baton_e2e::{ControlPlane, TestNamespace, wait_until};
-use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
-use kube::runtime::{WatchStreamExt, watcher};
 
 const TIMEOUT: Duration = Duration::from_secs(120);
 /// The lease timings `Controller::start` configures.
 const LEASE_DURATION: Duration = Duration::from_secs(3);
 const RETRY_PERIOD: Duration = Duration::from_millis(500);
 const SHARDS: u32 = 6;
-
-/// A replica and the prefix of its identity (its HOSTNAME; the controller adds a random part).
-struct Replica {
-    controller: Controller,
-    host: String,
-}
-
-impl Replica {
-    fn is(&self, holder: &str) -> bool {
-        holder.starts_with(&format!("{}-", self.host))
-    }
-}
 
 /// Three replicas sharing `SHARDS` shards in a namespace of their own (it is their system
 /// namespace too, so the Leases are there).
@@ -172,47 +158,6 @@ async fn three_replicas_share_six_shards_and_a_killed_ones_are_taken_once_its_le
     }
 }
 
-/// Every holder each shard Lease had, in order, from a watch started before `from`.
-struct HolderHistory {
-    seen: Arc<Mutex<BTreeMap<String, Vec<Option<String>>>>>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl HolderHistory {
-    fn watch(namespace: &TestNamespace) -> Self {
-        let seen = Arc::new(Mutex::new(BTreeMap::<String, Vec<Option<String>>>::new()));
-        let into = seen.clone();
-        let api = namespace.api::<Lease>();
-        let task = tokio::spawn(async move {
-            let mut updates =
-                std::pin::pin!(watcher(api, watcher::Config::default()).applied_objects());
-            while let Some(update) = updates.next().await {
-                let Ok(lease) = update else { continue };
-                let name = lease.metadata.name.clone().unwrap_or_default();
-                if !name.starts_with("baton-shard-") || name == "baton-shard-map" {
-                    continue;
-                }
-                let holder = lease
-                    .spec
-                    .and_then(|spec| spec.holder_identity)
-                    .filter(|holder| !holder.is_empty());
-                let mut seen = into.lock().unwrap();
-                let history = seen.entry(name).or_default();
-                if history.last() != Some(&holder) {
-                    history.push(holder);
-                }
-            }
-        });
-        Self { seen, task }
-    }
-}
-
-impl Drop for HolderHistory {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
 #[tokio::test]
 async fn a_replica_stopped_past_its_lease_loses_its_shards_and_takes_none_back_by_a_stale_write() {
     // Given three replicas sharing 6 shards, two each
@@ -221,7 +166,7 @@ async fn a_replica_stopped_past_its_lease_loses_its_shards_and_takes_none_back_b
         shared_evenly(&namespace, &replicas.iter().collect::<Vec<_>>(), 2).await
     })
     .await;
-    let history = HolderHistory::watch(&namespace);
+    let history = ShardLeaseHistory::watch(&namespace);
     let stopped = &replicas[0];
     let others: Vec<&Replica> = replicas[1..].iter().collect();
     let its_shards = held_by(&namespace, stopped).await;
@@ -249,7 +194,11 @@ async fn a_replica_stopped_past_its_lease_loses_its_shards_and_takes_none_back_b
         shared_evenly(&namespace, &replicas.iter().collect::<Vec<_>>(), 2).await
     })
     .await;
-    let seen = history.seen.lock().unwrap().clone();
+    let seen: BTreeMap<String, Vec<Option<String>>> = history
+        .seen()
+        .into_iter()
+        .map(|(name, states)| (name, holders(states)))
+        .collect();
     for shard in &its_shards {
         let name = format!("baton-shard-{shard}-of-{SHARDS}");
         let holders = &seen[&name];
@@ -272,4 +221,19 @@ async fn a_replica_stopped_past_its_lease_loses_its_shards_and_takes_none_back_b
             }
         }
     }
+}
+
+/// The holders a shard Lease went through, in order, from its states (a holder taking it again
+/// with no release seen in between counts once).
+fn holders(states: Vec<Option<Holding>>) -> Vec<Option<String>> {
+    let mut holders = Vec::new();
+    for holder in states
+        .into_iter()
+        .map(|state| state.map(|holding| holding.holder))
+    {
+        if holders.last() != Some(&holder) {
+            holders.push(holder);
+        }
+    }
+    holders
 }
