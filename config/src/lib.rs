@@ -337,6 +337,10 @@ pub struct ControllerConfig {
     /// (`baton-shard-map`, written by the first replica): a replica configured otherwise warns
     /// and follows the map.
     pub shards: u32,
+    /// How many groups are reconciled at once, whichever their namespace (one group never twice
+    /// at once). A pass mostly waits on the API server, so more groups rolling at once than this
+    /// wait their turn for each step; each one more is one more request in flight at a time.
+    pub concurrent_groups: u32,
     /// The clusters of cross-cluster rollout groups: when set, a rollout group is the
     /// StatefulSets with the same rollout-group label in `namespace` across all of them, each
     /// named `cluster/statefulset` (docs/multi-cluster.md). Empty: the controller's own cluster
@@ -351,6 +355,7 @@ impl Default for ControllerConfig {
             scaling_poll_interval: Duration::from_secs(5),
             lease: LeaseConfig::default(),
             shards: 1,
+            concurrent_groups: 8,
             clusters: Vec::new(),
         }
     }
@@ -377,6 +382,10 @@ impl ClusterConfig {
         "kubeconfig".to_owned()
     }
 }
+
+/// The most groups `controller.concurrent_groups` may reconcile at once: each is a request in
+/// flight to the API server, under the client's rate limit.
+pub const MAX_CONCURRENT_GROUPS: u32 = 256;
 
 /// The most shards `controller.shards` may ask for: every replica reads every shard Lease each
 /// retry period, so the count bounds the API calls of a round.
@@ -822,6 +831,12 @@ impl Config {
             "controller.shards",
             self.controller.shards.to_string(),
             &format!("a whole number from 1 to {MAX_SHARDS}"),
+        );
+        check(
+            (1..=MAX_CONCURRENT_GROUPS).contains(&self.controller.concurrent_groups),
+            "controller.concurrent_groups",
+            self.controller.concurrent_groups.to_string(),
+            &format!("a whole number from 1 to {MAX_CONCURRENT_GROUPS}"),
         );
     }
 

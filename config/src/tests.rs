@@ -193,6 +193,26 @@ fn the_shard_count_is_from_one_to_the_most_a_round_can_read() {
 }
 
 #[test]
+fn the_groups_reconciled_at_once_are_from_one_to_the_most_the_client_should_carry() {
+    for good in [1, 8, 32, MAX_CONCURRENT_GROUPS] {
+        let mut config = Config::default();
+        config.controller.concurrent_groups = good;
+        assert!(config.validate().is_ok(), "{good}");
+    }
+    assert_eq!(Config::default().controller.concurrent_groups, 8);
+    for bad in [0, MAX_CONCURRENT_GROUPS + 1] {
+        let mut config = Config::default();
+        config.controller.concurrent_groups = bad;
+        let error = config.validate().unwrap_err();
+        assert_eq!(
+            error.keys(),
+            vec!["controller.concurrent_groups"],
+            "{bad}: {error}"
+        );
+    }
+}
+
+#[test]
 fn log_filters_accept_levels_and_directives() {
     for good in [
         "info",
@@ -245,6 +265,7 @@ fn the_reference_documents_every_key_and_is_current() {
         "controller.resync_interval",
         "controller.lease.duration",
         "controller.shards",
+        "controller.concurrent_groups",
         "pods.address_by",
         "pods.request_timeout",
     ] {

@@ -43,8 +43,6 @@ use crate::watch_source::WatchSource;
 
 /// How long tasks get to finish after shutdown starts (the Lease release is one of them).
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
-/// Groups reconciled at the same time.
-const MAX_CONCURRENT_GROUPS: usize = 8;
 /// An unchanged explanation is published again as an Event after this long.
 const EVENT_REPEAT_AFTER: Duration = Duration::from_secs(600);
 
@@ -534,7 +532,12 @@ impl Parts {
         });
         tasks.spawn(
             Task::GroupQueue,
-            group_queue(touched_groups, reconcile, shutdown.clone()),
+            group_queue(
+                touched_groups,
+                reconcile,
+                config.controller.concurrent_groups as usize,
+                shutdown.clone(),
+            ),
         );
         tasks
     }
@@ -851,17 +854,18 @@ fn tenant_starter(common: &Common<'_>, source: WatchSource) -> crate::tenants::S
     })
 }
 
-/// Reconciles each group a change concerns, at most [`MAX_CONCURRENT_GROUPS`] at once, one
-/// group never twice at once.
+/// Reconciles each group a change concerns, at most `controller.concurrent_groups` at once,
+/// one group never twice at once.
 async fn group_queue(
     touched_groups: tokio::sync::mpsc::UnboundedReceiver<String>,
     reconcile: Reconcile,
+    concurrent_groups: usize,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let reconcile = Arc::new(reconcile);
     queue::run(
         touched_groups,
-        MAX_CONCURRENT_GROUPS,
+        concurrent_groups,
         move |group| {
             let reconcile = reconcile.clone();
             async move {

@@ -17,6 +17,12 @@
 //!   the one namespace, then every namespace labelled for the bench (`namespaces: ["*"]` and a
 //!   selector): start → ready, → every group reconciled, its RSS at both, and its API requests
 //!   over an idle minute.
+//! - `cluster [NAMESPACES] [GROUPS] [PODS] [ROLLING]`: one baton for a whole cluster, in one run
+//!   (defaults 500 namespaces × 2 groups × 3 StatefulSets × 50 pods = 150,000 pods, 100 groups
+//!   rolling): RSS idle, at 9,000 pods and at all of them (namespaces labelled while it runs),
+//!   API requests over an idle minute, reaction with one group rolling and with ROLLING at once,
+//!   start to first decision with every pod listed, three replicas sharing six shards (each
+//!   one's RSS, a kill and the takeover) and the webhook's RSS.
 
 use std::time::{Duration, Instant};
 
@@ -41,7 +47,8 @@ async fn main() -> anyhow::Result<()> {
         "rss" => rss(control_plane).await,
         "start" => start(control_plane).await,
         "namespaces" => namespaces(control_plane).await,
-        other => bail!("usage: baton-bench rollout|rss|start|namespaces (got {other:?})"),
+        "cluster" => cluster(control_plane).await,
+        other => bail!("usage: baton-bench rollout|rss|start|namespaces|cluster (got {other:?})"),
     }
 }
 
@@ -379,31 +386,8 @@ async fn namespaces(control_plane: &ControlPlane) -> anyhow::Result<()> {
     }
     let expected = 2 * groups * zones.len() * PODS as usize;
     let creating = Instant::now();
-    let all_pods: Api<Pod> = Api::all(client.clone());
-    let bench_pods = ListParams::default().labels("statefulset.kubernetes.io/pod-name");
     wait(Duration::from_secs(1800), || async {
-        let mut count = 0;
-        let mut params = bench_pods.clone().limit(5000);
-        loop {
-            let Ok(page) = all_pods.list_metadata(&params).await else {
-                return false;
-            };
-            count += page
-                .items
-                .iter()
-                .filter(|pod| {
-                    pod.metadata
-                        .namespace
-                        .as_deref()
-                        .is_some_and(|namespace| namespace.starts_with("bench-"))
-                })
-                .count();
-            match page.metadata.continue_ {
-                Some(token) if !token.is_empty() => params = params.continue_token(&token),
-                _ => break,
-            }
-        }
-        count >= expected
+        bench_pods(&client, "bench-").await >= expected
     })
     .await?;
     println!(
@@ -529,5 +513,629 @@ where
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    Ok(())
+}
+
+/// What `baton-bench cluster` is run with.
+struct ClusterShape {
+    namespaces: usize,
+    groups: usize,
+    pods: i32,
+    rolling: usize,
+}
+
+impl ClusterShape {
+    fn from_args() -> anyhow::Result<Self> {
+        let arg = |index: usize, default: usize| -> anyhow::Result<usize> {
+            match std::env::args().nth(index) {
+                Some(value) => value
+                    .parse()
+                    .with_context(|| format!("argument {index}: {value:?} is not a number")),
+                None => Ok(default),
+            }
+        };
+        Ok(Self {
+            namespaces: arg(2, 500)?,
+            groups: arg(3, 2)?,
+            pods: i32::try_from(arg(4, 50)?)?,
+            rolling: arg(5, 100)?,
+        })
+    }
+
+    fn pods_per_namespace(&self) -> usize {
+        self.groups * 3 * self.pods as usize
+    }
+
+    fn all_groups(&self) -> usize {
+        self.namespaces * self.groups
+    }
+
+    /// The namespaces whose pods a simulated kubelet makes Ready: those of the rolling groups.
+    fn simulated(&self) -> usize {
+        self.rolling.div_ceil(self.groups).clamp(1, self.namespaces)
+    }
+}
+
+/// One baton for a whole cluster (see the module header).
+async fn cluster(control_plane: &ControlPlane) -> anyhow::Result<()> {
+    use futures::StreamExt;
+    let shape = ClusterShape::from_args()?;
+    let zones = ["a", "b", "c"];
+    let key = format!(
+        "bench.baton.dev/served-{}",
+        baton_e2e::namespace::random_suffix()
+    );
+    tokio::task::spawn_blocking(|| baton_e2e::process::workspace_binary("baton-controller"))
+        .await??;
+    tokio::task::spawn_blocking(|| baton_e2e::process::workspace_binary("baton-webhook")).await??;
+    let admin = control_plane.admin_client().await;
+    for crd in [
+        baton_e2e::crds::ZONE_AWARE_POD_DISRUPTION_BUDGET,
+        baton_e2e::crds::PHASED_ROLLOUT,
+        baton_e2e::crds::ROLLOUT_HEALTH_CHECK,
+    ] {
+        baton_e2e::crds::install(&admin, crd).await;
+    }
+    let folder = tempfile::tempdir()?;
+    let config = folder.path().join("baton.yaml");
+    std::fs::write(
+        &config,
+        format!("namespaces: ['*']\nnamespace_selector:\n  match_labels:\n    {key}: 'true'\n"),
+    )?;
+    let config = config.to_string_lossy().into_owned();
+    let system = TestNamespace::create(control_plane, "bench-system").await;
+    let env = [
+        ("BATON_LOG__LEVEL", "warn"),
+        ("BATON_CONFIG", config.as_str()),
+    ];
+
+    // Idle: serving a selector that matches nothing yet.
+    let controller = Controller::start(control_plane, system.name(), &env).await;
+    let idle = Memory::settled(pid(controller.process.pid())?).await?;
+    println!("controller idle (no namespace served): RSS {idle}");
+
+    // The namespaces and their groups, none labelled yet; the rolling groups' pods made Ready by
+    // a simulated kubelet, the others left Pending (no kubelet: idle groups).
+    let creating = Instant::now();
+    let mut namespaces = Vec::new();
+    let mut simulators = Vec::new();
+    for index in 0..shape.namespaces {
+        let namespace = TestNamespace::create(control_plane, &format!("bench-cl{index:03}")).await;
+        if index < shape.simulated() {
+            let options = SimulatorOptions {
+                ready_after: Duration::from_millis(200),
+            };
+            simulators
+                .push(PodSimulator::start(namespace.client(), namespace.name(), options).await);
+        }
+        namespaces.push(namespace);
+    }
+    let fixtures: Vec<(String, baton_e2e::fixtures::StatefulSetFixture)> = namespaces
+        .iter()
+        .flat_map(|namespace| {
+            (0..shape.groups).flat_map(move |group| {
+                let group = format!("g{group:03}");
+                // The group's label on its pods too, as Mimir's are: a budget selects by it.
+                rollout_group(&group, &zones, shape.pods)
+                    .into_iter()
+                    .map(move |fixture| {
+                        let fixture = fixture.pod_label("rollout-group", &group);
+                        (namespace.name().to_owned(), fixture)
+                    })
+            })
+        })
+        .collect();
+    // The simulated namespaces' pods first, made Ready before the rest are created: a simulated
+    // kubelet's status writes amid 150,000 pod creations time out and retry, a storm the API
+    // server of 2 cores does not come out of.
+    let simulated_fixtures = shape.simulated() * shape.groups * zones.len();
+    let mut fixtures = fixtures.into_iter();
+    let create = |fixtures: Vec<(String, baton_e2e::fixtures::StatefulSetFixture)>| {
+        futures::stream::iter(fixtures).for_each_concurrent(16, |(namespace, fixture)| {
+            let client = admin.clone();
+            async move {
+                fixture.create(&client, &namespace).await;
+            }
+        })
+    };
+    create(fixtures.by_ref().take(simulated_fixtures).collect()).await;
+    let simulated_pods = shape.simulated() * shape.pods_per_namespace();
+    wait_every(
+        Duration::from_secs(1800),
+        Duration::from_secs(2),
+        || async {
+            let mut ready = 0;
+            for simulator in &simulators {
+                let mut seen = std::collections::HashSet::new();
+                for transition in simulator.timeline() {
+                    if transition.event == PodEvent::Ready {
+                        seen.insert(transition.uid);
+                    }
+                }
+                ready += seen.len();
+            }
+            ready >= simulated_pods
+        },
+    )
+    .await?;
+    println!(
+        "{simulated_pods} pods of the rolling groups' namespaces Ready in {:.0} s",
+        creating.elapsed().as_secs_f64()
+    );
+    create(fixtures.collect()).await;
+    let expected = shape.namespaces * shape.pods_per_namespace();
+    wait_every(
+        Duration::from_secs(3600),
+        Duration::from_secs(5),
+        || async { bench_pods(&admin, "bench-cl").await >= expected },
+    )
+    .await?;
+    println!(
+        "{expected} pods created in {:.0} s ({} namespaces x {} groups x 3 x {} pods)",
+        creating.elapsed().as_secs_f64(),
+        shape.namespaces,
+        shape.groups,
+        shape.pods
+    );
+
+    // At 9,000 pods: enough namespaces labelled, taken up while running.
+    let first = (9_000 / shape.pods_per_namespace()).clamp(1, shape.namespaces);
+    let taking = Instant::now();
+    label_namespaces(&admin, &namespaces[..first], &key).await?;
+    every_group_reconciled_every(&controller, first * shape.groups, Duration::from_secs(600))
+        .await?;
+    let at_first = Memory::settled(pid(controller.process.pid())?).await?;
+    println!(
+        "{} namespaces ({} pods) taken up in {:.1} s: RSS {at_first}",
+        first,
+        first * shape.pods_per_namespace(),
+        taking.elapsed().as_secs_f64()
+    );
+    measure_webhook(
+        control_plane,
+        system.name(),
+        &env,
+        &namespaces[0],
+        first * shape.pods_per_namespace(),
+    )
+    .await?;
+
+    // At every pod.
+    let taking = Instant::now();
+    label_namespaces(&admin, &namespaces[first..], &key).await?;
+    every_group_reconciled_every(&controller, shape.all_groups(), Duration::from_secs(1800))
+        .await?;
+    let taken = taking.elapsed();
+    let at_all = Memory::settled(pid(controller.process.pid())?).await?;
+    println!(
+        "{} more namespaces ({} pods in all) taken up in {:.1} s: RSS {at_all}",
+        shape.namespaces - first,
+        expected,
+        taken.as_secs_f64()
+    );
+    let per_pod = |memory: &Memory, pods: usize| {
+        (memory.rss_kib.saturating_sub(idle.rss_kib)) as f64 * 1024.0 / pods as f64
+    };
+    println!(
+        "above idle: {:.0} bytes per pod at {} pods, {:.0} bytes per pod at {}",
+        per_pod(&at_first, first * shape.pods_per_namespace()),
+        first * shape.pods_per_namespace(),
+        per_pod(&at_all, expected),
+        expected
+    );
+
+    // An idle minute.
+    let before = controller.metrics().await;
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    let after = controller.metrics().await;
+    let requests = api_requests(&before, &after);
+    println!(
+        "API requests over an idle minute: {:.0}",
+        requests.values().sum::<f64>()
+    );
+    for ((method, path), count) in &requests {
+        println!("  {count:>5.0} {method} {path}");
+    }
+
+    // Reaction: one group rolling while every other idles, then `rolling` groups at once.
+    let one = [(0, 0)];
+    let reactions = roll_and_measure(&admin, &namespaces, &simulators, &one, "v2", &zones).await?;
+    print_reactions("one group rolling", &reactions);
+    let many: Vec<(usize, usize)> = (0..shape.rolling)
+        .map(|index| (index / shape.groups, index % shape.groups))
+        .collect();
+    let reactions = roll_and_measure(&admin, &namespaces, &simulators, &many, "v3", &zones).await?;
+    print_reactions(
+        &format!("{} groups rolling at once", many.len()),
+        &reactions,
+    );
+    wait_rollouts_complete(&admin, &namespaces, &many, &zones).await;
+
+    // Start to first decision, every pod listed: a new process (the old one stopped as a
+    // rollout of baton stops it, releasing its Lease, so the clock is the start's alone).
+    let mut controller = controller;
+    controller.process.signal("TERM")?;
+    let _ = controller.process.wait().await;
+    drop(controller);
+    let started = Instant::now();
+    let controller = start_patiently(control_plane, system.name(), &env).await?;
+    let ready = started.elapsed();
+    every_group_reconciled_every(&controller, 1, Duration::from_secs(600)).await?;
+    let first_decision = started.elapsed();
+    every_group_reconciled_every(&controller, shape.all_groups(), Duration::from_secs(600)).await?;
+    println!(
+        "restart with {expected} pods: ready (caches listed) after {:.1} s, first group reconciled after {:.1} s, every group after {:.1} s; RSS {}",
+        ready.as_secs_f64(),
+        first_decision.as_secs_f64(),
+        started.elapsed().as_secs_f64(),
+        Memory::of(pid(controller.process.pid())?)?
+    );
+    drop(controller);
+
+    // Three replicas sharing six shards.
+    let mut replicas = Vec::new();
+    for index in 0..3 {
+        let host = format!("{}-replica-{index}", system.name());
+        let mut with_shards = env.to_vec();
+        with_shards.push(("BATON_CONTROLLER__SHARDS", "6"));
+        with_shards.push(("HOSTNAME", host.as_str()));
+        replicas.push(start_patiently(control_plane, system.name(), &with_shards).await?);
+    }
+    wait_every(Duration::from_secs(900), Duration::from_secs(2), || async {
+        let mut served = 0;
+        for replica in &replicas {
+            served += groups_reconciled(replica).await;
+        }
+        served >= shape.all_groups()
+    })
+    .await?;
+    for (index, replica) in replicas.iter().enumerate() {
+        println!(
+            "replica {index} of 3: {} groups reconciled, RSS {}",
+            groups_reconciled(replica).await,
+            Memory::settled(pid(replica.process.pid())?).await?
+        );
+    }
+    let mut killed = replicas.remove(0);
+    let had = groups_reconciled(&killed).await;
+    let counts: Vec<usize> = {
+        let mut counts = Vec::new();
+        for replica in &replicas {
+            counts.push(groups_reconciled(replica).await);
+        }
+        counts
+    };
+    killed.process.signal("KILL")?;
+    let _ = killed.process.wait().await;
+    let died = Instant::now();
+    wait_every(
+        Duration::from_secs(900),
+        Duration::from_millis(500),
+        || async {
+            let mut gained = 0;
+            for (replica, before) in replicas.iter().zip(&counts) {
+                gained += groups_reconciled(replica).await.saturating_sub(*before);
+            }
+            gained >= had
+        },
+    )
+    .await?;
+    println!(
+        "a replica serving {had} groups killed: the other two reconciled them within {:.1} s",
+        died.elapsed().as_secs_f64()
+    );
+    for (index, replica) in replicas.iter().enumerate() {
+        println!(
+            "survivor {index}: {} groups reconciled, RSS {}",
+            groups_reconciled(replica).await,
+            Memory::of(pid(replica.process.pid())?)?
+        );
+    }
+    drop(replicas);
+
+    // The webhook serving every namespace of the selector.
+    measure_webhook(control_plane, system.name(), &env, &namespaces[0], expected).await?;
+    drop(simulators);
+    Ok(())
+}
+
+/// How many of the cluster's pods are in namespaces named `prefix…` (paginated metadata lists).
+async fn bench_pods(client: &kube::Client, prefix: &str) -> usize {
+    let all_pods: Api<Pod> = Api::all(client.clone());
+    let mut count = 0;
+    let mut params = ListParams::default()
+        .labels("statefulset.kubernetes.io/pod-name")
+        .limit(5000);
+    loop {
+        let Ok(page) = all_pods.list_metadata(&params).await else {
+            return count;
+        };
+        count += page
+            .items
+            .iter()
+            .filter(|pod| {
+                pod.metadata
+                    .namespace
+                    .as_deref()
+                    .is_some_and(|namespace| namespace.starts_with(prefix))
+            })
+            .count();
+        match page.metadata.continue_ {
+            Some(token) if !token.is_empty() => params = params.continue_token(&token),
+            _ => return count,
+        }
+    }
+}
+
+async fn label_namespaces(
+    client: &kube::Client,
+    namespaces: &[TestNamespace],
+    key: &str,
+) -> anyhow::Result<()> {
+    let patch = serde_json::json!({"metadata": {"labels": {key: "true"}}});
+    let api = Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone());
+    for namespace in namespaces {
+        api.patch(
+            namespace.name(),
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await
+        .context("labelling a namespace")?;
+    }
+    Ok(())
+}
+
+/// How many groups the controller has reconciled (a series each).
+async fn groups_reconciled(controller: &Controller) -> usize {
+    controller
+        .metrics()
+        .await
+        .lines()
+        .filter(|line| line.starts_with("rollout_operator_group_reconciles_total{"))
+        .count()
+}
+
+/// As [`every_group_reconciled`], reading the (large) metrics every second.
+async fn every_group_reconciled_every(
+    controller: &Controller,
+    groups: usize,
+    timeout: Duration,
+) -> anyhow::Result<()> {
+    wait_every(timeout, Duration::from_secs(1), || async {
+        groups_reconciled(controller).await >= groups
+    })
+    .await
+}
+
+/// Changes the template of each `(namespace index, group index)` group to `version` and gives
+/// every group's reactions (pod Ready → the group's next pod deleted) over the minute that
+/// follows.
+async fn roll_and_measure(
+    client: &kube::Client,
+    namespaces: &[TestNamespace],
+    simulators: &[PodSimulator],
+    groups: &[(usize, usize)],
+    version: &str,
+    zones: &[&str],
+) -> anyhow::Result<Vec<(String, Vec<Duration>)>> {
+    let started = Instant::now();
+    for &(namespace, group) in groups {
+        for zone in zones {
+            let name = format!("g{group:03}-zone-{zone}");
+            set_version(client, namespaces[namespace].name(), &name, version).await;
+        }
+    }
+    // An observation window, not a wait for a condition: reading the groups' progress meanwhile
+    // (a GET and a LIST per StatefulSet) would load the API server the reactions go through.
+    let window = Duration::from_secs(60);
+    tokio::time::sleep(window).await;
+    let mut reactions = Vec::new();
+    for &(namespace, group) in groups {
+        let prefix = format!("g{group:03}-zone-");
+        let timeline: Vec<PodTransition> = simulators[namespace]
+            .timeline()
+            .into_iter()
+            .filter(|transition| transition.at >= started)
+            .filter(|transition| {
+                transition
+                    .statefulset
+                    .as_deref()
+                    .is_some_and(|statefulset| statefulset.starts_with(&prefix))
+            })
+            .collect();
+        reactions.push((
+            format!("{}/g{group:03}", namespaces[namespace].name()),
+            reactions_to(&timeline, PodEvent::Deleted),
+        ));
+    }
+    Ok(reactions)
+}
+
+/// Whether every group of `groups` completed (its StatefulSets' status: every replica updated
+/// and ready), read every five seconds until `within`.
+async fn wait_rollouts_complete_within(
+    client: &kube::Client,
+    namespaces: &[TestNamespace],
+    groups: &[(usize, usize)],
+    zones: &[&str],
+    within: Duration,
+) -> bool {
+    use k8s_openapi::api::apps::v1::StatefulSet;
+    wait_every(within, Duration::from_secs(5), || async {
+        for &(namespace, group) in groups {
+            let api: Api<StatefulSet> =
+                Api::namespaced(client.clone(), namespaces[namespace].name());
+            for zone in zones {
+                let name = format!("g{group:03}-zone-{zone}");
+                let Ok(statefulset) = api.get(&name).await else {
+                    return false;
+                };
+                let replicas = statefulset.spec.and_then(|spec| spec.replicas).unwrap_or(1);
+                let status = statefulset.status.unwrap_or_default();
+                let complete = status.update_revision.is_some()
+                    && status.current_revision == status.update_revision
+                    && status.updated_replicas == Some(replicas)
+                    && status.ready_replicas == Some(replicas);
+                if !complete {
+                    return false;
+                }
+            }
+        }
+        true
+    })
+    .await
+    .is_ok()
+}
+
+/// Waits (up to ten minutes) for the rolling groups to complete before what follows is measured,
+/// saying how long it took, or that they did not.
+async fn wait_rollouts_complete(
+    client: &kube::Client,
+    namespaces: &[TestNamespace],
+    groups: &[(usize, usize)],
+    zones: &[&str],
+) {
+    let waiting = Instant::now();
+    let within = Duration::from_secs(600);
+    if wait_rollouts_complete_within(client, namespaces, groups, zones, within).await {
+        println!(
+            "the rolling groups completed {:.0} s after the reactions' window",
+            waiting.elapsed().as_secs_f64()
+        );
+    } else {
+        println!("the rolling groups did not complete within {within:?}; measuring on");
+    }
+}
+
+/// The reactions of each group, pooled (p50/p99/max and how many) and each group's p99 at worst.
+fn print_reactions(what: &str, reactions: &[(String, Vec<Duration>)]) {
+    let mut pooled: Vec<Duration> = reactions.iter().flat_map(|(_, r)| r.clone()).collect();
+    pooled.sort();
+    let worst = reactions
+        .iter()
+        .filter(|(_, group)| !group.is_empty())
+        .map(|(name, group)| (name, percentile(group, 0.99)))
+        .max_by(|a, b| a.1.total_cmp(&b.1));
+    println!(
+        "{what}: reaction (pod Ready -> the group's next pod deleted) n={}: p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms; worst group's p99 {}",
+        pooled.len(),
+        percentile(&pooled, 0.5),
+        percentile(&pooled, 0.99),
+        percentile(&pooled, 1.0),
+        worst.map_or("-".to_owned(), |(name, p99)| format!(
+            "{p99:.1} ms ({name})"
+        ))
+    );
+}
+
+async fn wait_every<F, Fut>(
+    timeout: Duration,
+    every: Duration,
+    mut condition: F,
+) -> anyhow::Result<()>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = Instant::now() + timeout;
+    while !condition().await {
+        if Instant::now() > deadline {
+            bail!("timed out after {timeout:?}");
+        }
+        tokio::time::sleep(every).await;
+    }
+    Ok(())
+}
+
+/// A controller started with `env`, waited for until ready for as long as a listing of the
+/// whole cluster takes (the tests' helper gives up after a minute).
+async fn start_patiently(
+    control_plane: &ControlPlane,
+    namespace: &str,
+    env: &[(&str, &str)],
+) -> anyhow::Result<Controller> {
+    let setup = baton_e2e::controller_support::ControllerSetup::new()?;
+    let controller = Controller::start_unready(control_plane, namespace, env, setup).await;
+    wait_every(
+        Duration::from_secs(900),
+        Duration::from_millis(50),
+        || async { matches!(controller.ops_get("/ready").await, Some((200, _))) },
+    )
+    .await?;
+    Ok(controller)
+}
+
+/// The webhook serving what `env` serves, at `pods` pods: its RSS once ready, and its answer to
+/// 500 dry-run evictions of pods of `namespace`'s group `g001`, which a zone-aware budget
+/// guards for the measure (created, then deleted): each answer reads the pod and its group's
+/// pods live (several namespaces served: no pod cache), p50/p99/max as the client saw it.
+async fn measure_webhook(
+    control_plane: &ControlPlane,
+    system: &str,
+    env: &[(&str, &str)],
+    namespace: &TestNamespace,
+    pods: usize,
+) -> anyhow::Result<()> {
+    use baton_e2e::zpdb_support::{answer_of, budget, eviction_review, zpdb_resource};
+    let budgets = Api::<kube::api::DynamicObject>::namespaced_with(
+        namespace.client(),
+        namespace.name(),
+        &zpdb_resource(),
+    );
+    let spec = serde_json::json!({
+        "maxUnavailable": 1,
+        "selector": {"matchLabels": {"rollout-group": "g001"}},
+    });
+    budgets
+        .create(
+            &kube::api::PostParams::default(),
+            &budget("bench-g001", spec),
+        )
+        .await
+        .context("creating the bench's budget")?;
+    let tls = TestTls::generate()?;
+    let webhook = WebhookReplica::start_with(control_plane, &tls, system, env).await?;
+    let webhook_pid = pid(webhook.process.pid())?;
+    let ready = Memory::of(webhook_pid)?;
+    let client = tls.client()?;
+    let url = webhook.url("/admission/pod-eviction");
+    let mut answers = Vec::new();
+    let mut allowed = 0;
+    let mut denial = None;
+    for index in 0..500 {
+        let pod = format!("g001-zone-{}-{}", ["a", "b", "c"][index % 3], index % 50);
+        let review = eviction_review(namespace.name(), &pod, &format!("bench-{index}"), true);
+        let started = Instant::now();
+        let answer: serde_json::Value = client
+            .post(&url)
+            .json(&review)
+            .send()
+            .await
+            .context("asking the webhook")?
+            .json()
+            .await
+            .context("reading the webhook's answer")?;
+        answers.push(started.elapsed());
+        match answer_of(&answer) {
+            (true, _) => allowed += 1,
+            (false, message) if denial.is_none() => denial = Some(message),
+            (false, _) => {}
+        }
+    }
+    answers.sort();
+    let after = Memory::settled(webhook_pid).await?;
+    println!(
+        "webhook serving the selector at {pods} pods: RSS {ready} ready, {after} after 500 evictions under a budget ({allowed} allowed; a denial: {}); answer p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
+        denial.as_deref().unwrap_or("none"),
+        percentile(&answers, 0.5),
+        percentile(&answers, 0.99),
+        percentile(&answers, 1.0)
+    );
+    drop(webhook);
+    budgets
+        .delete("bench-g001", &kube::api::DeleteParams::default())
+        .await
+        .context("deleting the bench's budget")?;
     Ok(())
 }
