@@ -167,16 +167,28 @@ fn route<K>(
         }
         Ok(event) => event,
     };
-    let namespace = match &object {
+    // Looked up by a borrowed name: no allocation per event (a listing is every object of the
+    // kind in the cluster); a subscriber gone is forgotten by the name its event gives back.
+    let Some(subscriber) = namespace_of(&object).and_then(|namespace| subscribers.get(namespace))
+    else {
+        return;
+    };
+    if let Err(mpsc::error::SendError(Ok(object))) = subscriber.send(Ok(object))
+        && let Some(namespace) = namespace_of(&object)
+    {
+        subscribers.remove(namespace);
+    }
+}
+
+/// The namespace of the object an event carries (the cluster-scoped's is "").
+fn namespace_of<K: Resource>(event: &watcher::Event<K>) -> Option<&str> {
+    match event {
         watcher::Event::InitApply(object)
         | watcher::Event::Apply(object)
-        | watcher::Event::Delete(object) => object.meta().namespace.clone().unwrap_or_default(),
-        watcher::Event::Init | watcher::Event::InitDone => return,
-    };
-    if let Some(subscriber) = subscribers.get(&namespace)
-        && subscriber.send(Ok(object)).is_err()
-    {
-        subscribers.remove(&namespace);
+        | watcher::Event::Delete(object) => {
+            Some(object.meta().namespace.as_deref().unwrap_or_default())
+        }
+        watcher::Event::Init | watcher::Event::InitDone => None,
     }
 }
 

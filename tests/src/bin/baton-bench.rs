@@ -349,16 +349,8 @@ async fn namespaces(control_plane: &ControlPlane) -> anyhow::Result<()> {
     // Built before the clock starts: start times are the controller's, not cargo's.
     tokio::task::spawn_blocking(|| baton_e2e::process::workspace_binary("baton-controller"))
         .await??;
-    // As installed: the CRDs whose objects each namespace's watches follow (without them, each
-    // namespace's watch of them retries, and the idle minute counts those retries).
     let admin = control_plane.admin_client().await;
-    for crd in [
-        baton_e2e::crds::ZONE_AWARE_POD_DISRUPTION_BUDGET,
-        baton_e2e::crds::PHASED_ROLLOUT,
-        baton_e2e::crds::ROLLOUT_HEALTH_CHECK,
-    ] {
-        baton_e2e::crds::install(&admin, crd).await;
-    }
+    install_crds(&admin).await;
     // The same groups twice: all in one namespace, and one in each of `groups` namespaces.
     let one = TestNamespace::create(control_plane, "bench-one").await;
     let client = one.client();
@@ -370,15 +362,7 @@ async fn namespaces(control_plane: &ControlPlane) -> anyhow::Result<()> {
     let mut many = Vec::new();
     for _ in 0..groups {
         let namespace = TestNamespace::create(control_plane, "bench-many").await;
-        let patch = serde_json::json!({"metadata": {"labels": {key.as_str(): "true"}}});
-        Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
-            .patch(
-                namespace.name(),
-                &kube::api::PatchParams::default(),
-                &kube::api::Patch::Merge(&patch),
-            )
-            .await
-            .context("labelling a namespace")?;
+        label_namespaces(&client, std::slice::from_ref(&namespace), &key).await?;
         for fixture in rollout_group("g000", &zones, PODS) {
             fixture.create(&client, namespace.name()).await;
         }
@@ -399,12 +383,7 @@ async fn namespaces(control_plane: &ControlPlane) -> anyhow::Result<()> {
     println!("-- one namespace, {groups} groups");
     serve_and_measure(control_plane, one.name(), &quiet, groups).await?;
     let folder = tempfile::tempdir()?;
-    let config = folder.path().join("baton.yaml");
-    std::fs::write(
-        &config,
-        format!("namespaces: ['*']\nnamespace_selector:\n  match_labels:\n    {key}: 'true'\n"),
-    )?;
-    let config = config.to_string_lossy().into_owned();
+    let config = serving_labelled(&folder, &key)?;
     let system = TestNamespace::create(control_plane, "bench-system").await;
     println!("-- {groups} namespaces, one group each");
     serve_and_measure(
@@ -569,20 +548,9 @@ async fn cluster(control_plane: &ControlPlane) -> anyhow::Result<()> {
         .await??;
     tokio::task::spawn_blocking(|| baton_e2e::process::workspace_binary("baton-webhook")).await??;
     let admin = control_plane.admin_client().await;
-    for crd in [
-        baton_e2e::crds::ZONE_AWARE_POD_DISRUPTION_BUDGET,
-        baton_e2e::crds::PHASED_ROLLOUT,
-        baton_e2e::crds::ROLLOUT_HEALTH_CHECK,
-    ] {
-        baton_e2e::crds::install(&admin, crd).await;
-    }
+    install_crds(&admin).await;
     let folder = tempfile::tempdir()?;
-    let config = folder.path().join("baton.yaml");
-    std::fs::write(
-        &config,
-        format!("namespaces: ['*']\nnamespace_selector:\n  match_labels:\n    {key}: 'true'\n"),
-    )?;
-    let config = config.to_string_lossy().into_owned();
+    let config = serving_labelled(&folder, &key)?;
     let system = TestNamespace::create(control_plane, "bench-system").await;
     let env = [
         ("BATON_LOG__LEVEL", "warn"),
@@ -1138,4 +1106,26 @@ async fn measure_webhook(
         .await
         .context("deleting the bench's budget")?;
     Ok(())
+}
+
+/// As installed: the CRDs whose objects the controller's watches follow (without them, each
+/// watch of them retries, and an idle minute counts those retries).
+async fn install_crds(admin: &kube::Client) {
+    for crd in [
+        baton_e2e::crds::ZONE_AWARE_POD_DISRUPTION_BUDGET,
+        baton_e2e::crds::PHASED_ROLLOUT,
+        baton_e2e::crds::ROLLOUT_HEALTH_CHECK,
+    ] {
+        baton_e2e::crds::install(admin, crd).await;
+    }
+}
+
+/// The path of a config, written in `folder`, serving every namespace labelled `key: true`.
+fn serving_labelled(folder: &tempfile::TempDir, key: &str) -> anyhow::Result<String> {
+    let config = folder.path().join("baton.yaml");
+    std::fs::write(
+        &config,
+        format!("namespaces: ['*']\nnamespace_selector:\n  match_labels:\n    {key}: 'true'\n"),
+    )?;
+    Ok(config.to_string_lossy().into_owned())
 }
