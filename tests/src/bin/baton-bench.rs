@@ -480,19 +480,13 @@ fn pid(pid: Option<u32>) -> anyhow::Result<u32> {
     pid.ok_or_else(|| anyhow::anyhow!("the process under measurement exited"))
 }
 
-async fn wait<F, Fut>(timeout: Duration, mut condition: F) -> anyhow::Result<()>
+/// Until `condition` holds, read every 20 ms ([`wait_every`]).
+async fn wait<F, Fut>(timeout: Duration, condition: F) -> anyhow::Result<()>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = bool>,
 {
-    let deadline = Instant::now() + timeout;
-    while !condition().await {
-        if Instant::now() > deadline {
-            bail!("timed out after {timeout:?}");
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    Ok(())
+    wait_every(timeout, Duration::from_millis(20), condition).await
 }
 
 /// What `baton-bench cluster` is run with.
@@ -997,6 +991,7 @@ fn print_reactions(what: &str, reactions: &[(String, Vec<Duration>)]) {
     );
 }
 
+/// Until `condition` holds, read every `every`, or an error after `timeout`.
 async fn wait_every<F, Fut>(
     timeout: Duration,
     every: Duration,
