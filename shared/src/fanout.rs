@@ -14,8 +14,8 @@
 //! (the namespaces listed at start, a dead replica's shards) are gathered into one listing: the
 //! watch starts over once no other came for [`GATHER`]. So taking a namespace up costs one
 //! listing of the kind, and until it is done the others' changes wait behind it; letting one go
-//! costs nothing (its stream is dropped). With no subscriber left, the watch is dropped (at its next
-//! event, which finds every stream gone).
+//! costs nothing (its stream is dropped). With no subscriber left, the watch is dropped at its
+//! next event, which finds every stream gone.
 //!
 //! A watch error is passed to every subscriber as the API's status (so a missing CRD stays a
 //! state each of them keeps); the watch itself retries, with its backoff.
