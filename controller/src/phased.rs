@@ -108,7 +108,9 @@ impl PhasedRollouts {
                     .cloned()
                     .collect();
                 for rollout in rollouts {
-                    match self.serve(&runner, &rollout).await {
+                    // Boxed: serving one is ~13 KiB of API calls in flight, which the loop
+                    // would otherwise hold for each namespace served, PhasedRollouts or not.
+                    match Box::pin(self.serve(&runner, &rollout)).await {
                         Ok(()) => {}
                         Err(Error::TermLost) => break,
                         Err(error) => {

@@ -37,7 +37,10 @@ pub type Events<K> = BoxStream<'static, Result<watcher::Event<K>, watcher::Error
 /// How long subscriptions are gathered into one listing: the quiet time after the last one.
 pub const GATHER: Duration = Duration::from_millis(50);
 
-type Subscriber<K> = mpsc::UnboundedSender<Result<watcher::Event<K>, watcher::Error>>;
+/// A subscriber's channel carries each event boxed: an unbounded channel keeps at least one
+/// block of 32 slots allocated per subscriber, and a `Pod`'s event is 2 KiB inline, so unboxed
+/// each namespace would hold ~70 KiB per kind whether anything changes or not.
+type Subscriber<K> = mpsc::UnboundedSender<Box<Result<watcher::Event<K>, watcher::Error>>>;
 
 /// Subscriptions to one cluster-wide watch of a kind. Cheap to clone.
 pub struct Fanout<K> {
@@ -72,7 +75,7 @@ where
         let (sender, receiver) = mpsc::unbounded_channel();
         // The driver gone means the process is stopping: the stream then ends at once.
         let _ = self.subscriptions.send((namespace.to_owned(), sender));
-        stream_of(receiver).boxed()
+        stream_of(receiver).map(|event| *event).boxed()
     }
 }
 
@@ -174,7 +177,8 @@ fn route<K>(
     else {
         return;
     };
-    if let Err(mpsc::error::SendError(Ok(object))) = subscriber.send(Ok(object))
+    if let Err(mpsc::error::SendError(event)) = subscriber.send(Box::new(Ok(object)))
+        && let Ok(object) = *event
         && let Some(namespace) = namespace_of(&object)
     {
         subscribers.remove(namespace);
@@ -197,7 +201,7 @@ fn broadcast<K>(
     subscribers: &mut HashMap<String, Subscriber<K>>,
     event: impl Fn() -> Result<watcher::Event<K>, watcher::Error>,
 ) {
-    subscribers.retain(|_, subscriber| subscriber.send(event()).is_ok());
+    subscribers.retain(|_, subscriber| subscriber.send(Box::new(event())).is_ok());
 }
 
 /// The API's status a watch error carries (a made-up one, code 0, for a failure with none), so

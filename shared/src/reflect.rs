@@ -44,21 +44,26 @@ pub fn reflect_stream<'a, K>(
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
-    let (reader, writer) = reflector::store::<K>();
-    let stream = stream.modify(slim);
+    let (reader, mut writer) = reflector::store::<K>();
+    // Each event applied as it comes, not through `reflector::reflector`: its generator keeps
+    // an event (2 KiB for a pod, more for a StatefulSet) in each of its states, ~10 KiB per
+    // store held for the whole run, and a baton serving many namespaces has several per
+    // namespace. Here an event lives only while it is applied. (The stream is boxed: a watcher
+    // inline would be as large.)
+    let mut stream = Box::pin(stream);
     let fill = async move {
-        reflector::reflector(writer, stream)
-            .for_each(|event| {
-                match event {
-                    // The reflector has applied it to the store.
-                    Ok(event) => changed(&event),
-                    Err(error) => {
-                        tracing::warn!(kind = %K::kind(&()), %error, "watch failed; retrying");
-                    }
+        while let Some(event) = stream.next().await {
+            match event {
+                Ok(event) => {
+                    let event = event.modify(slim);
+                    writer.apply_watcher_event(&event);
+                    changed(&event);
                 }
-                futures::future::ready(())
-            })
-            .await;
+                Err(error) => {
+                    tracing::warn!(kind = %K::kind(&()), %error, "watch failed; retrying");
+                }
+            }
+        }
     };
     (reader, fill)
 }
