@@ -62,7 +62,7 @@ fn across_clusters(criterion: &mut Criterion) {
                 .map(|ordinal| {
                     let mut pod = pod("ingester", ordinal);
                     if let Some(owner) = &mut pod.controller {
-                        owner.uid = format!("uid-{cluster}");
+                        owner.uid = format!("uid-{cluster}").into();
                     }
                     pod
                 })

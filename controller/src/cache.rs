@@ -128,7 +128,7 @@ impl Caches {
                         let uids = owners.get(cache.cluster.as_str());
                         cache.pods_where(|pod| {
                             pod.controller.as_ref().is_some_and(|owner| {
-                                uids.is_some_and(|uids| uids.contains(owner.uid.as_str()))
+                                uids.is_some_and(|uids| uids.contains(&*owner.uid))
                             })
                         })
                     })

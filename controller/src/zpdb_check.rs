@@ -415,7 +415,7 @@ fn groups_selected(caches: &Caches, budgets: &[Arc<Observed>]) -> BTreeSet<Strin
         .statefulsets()
         .iter()
         .filter(|statefulset| {
-            let labels = statefulset.metadata.labels.as_ref();
+            let labels = &statefulset.metadata.labels;
             budgets.iter().any(|budget| match budget.as_ref() {
                 Ok(budget) => budget.selects(labels),
                 Err(invalid) => invalid.selects(labels),

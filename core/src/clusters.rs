@@ -62,7 +62,7 @@ pub fn qualify_pod(cluster: &str, pod: &CachedPod) -> CachedPod {
     let mut qualified_pod = pod.clone();
     qualified_pod.name = qualified(cluster, &pod.name);
     if let Some(controller) = &mut qualified_pod.controller {
-        controller.name = qualified(cluster, &controller.name);
+        controller.name = crate::labels::intern(&qualified(cluster, &controller.name));
     }
     qualified_pod
 }
@@ -250,7 +250,7 @@ mod tests {
         assert_eq!(qualified_pod.uid, "pod-uid");
         let controller = qualified_pod.controller.expect("controller kept");
         assert_eq!(
-            (controller.name.as_str(), controller.uid.as_str()),
+            (&*controller.name, &*controller.uid),
             ("cluster-a/ingester", "sts-uid")
         );
     }

@@ -21,6 +21,7 @@
 //! | [`commands`] | the commands baton prints for people to run, each pasteable as printed |
 //! | [`clock`] | how far apart clocks may be before a recorded time is not believed |
 //! | [`pods`] | a pod as decisions read it ([`pods::CachedPod`]), readiness, ownership |
+//! | [`labels`] | a pod's labels as caches keep them (interned, sorted), and label selectors matched against them |
 //! | [`statefulset`] | a StatefulSet's group, replicas and ordinals as decisions read them |
 //! | [`pod_address`] | how baton addresses a pod it calls (DNS name or IP) and builds the URL |
 //! | [`names`] | the shapes of Kubernetes names, for user-written values baton puts where a name belongs |
@@ -104,6 +105,7 @@ pub mod downscale_history;
 pub mod duration;
 pub mod explained;
 pub mod gates;
+pub mod labels;
 pub mod lease;
 pub mod ledger;
 pub mod member_claims;

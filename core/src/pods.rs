@@ -12,7 +12,9 @@ use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
-use kube_core::{Selector, SelectorExt};
+use kube_core::Selector;
+
+use crate::labels::{Interned, LabelSet, Labels, Requirements, intern};
 
 /// status.phase of a pod.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -143,7 +145,7 @@ pub struct Controls<'z> {
     namespace: Option<&'z str>,
     uid: Option<&'z str>,
     /// None: empty or invalid, which matches nothing (see [`selector_matches`]).
-    selector: Option<Selector>,
+    selector: Option<Requirements>,
 }
 
 impl<'z> Controls<'z> {
@@ -153,7 +155,8 @@ impl<'z> Controls<'z> {
             .as_ref()
             .map(|spec| &spec.selector)
             .filter(|selector| !selector_is_empty(selector))
-            .and_then(|selector| Selector::try_from(selector.clone()).ok());
+            .and_then(|selector| Selector::try_from(selector.clone()).ok())
+            .map(Requirements::from);
         Self {
             cluster: statefulset
                 .metadata
@@ -210,11 +213,11 @@ impl PodsByStatefulSet {
                 continue;
             };
             if controls
-                .get(controller.uid.as_str())
+                .get(&*controller.uid)
                 .is_some_and(|controls| controls.pod(pod))
             {
                 by_uid
-                    .entry(controller.uid.clone())
+                    .entry(controller.uid.to_string())
                     .or_default()
                     .push(pod.clone());
             }
@@ -242,7 +245,7 @@ pub fn controlling_statefulset(pod: &CachedPod) -> Option<&str> {
     pod.controller
         .as_ref()
         .filter(|controller| controller.statefulset)
-        .map(|controller| controller.name.as_str())
+        .map(|controller| &*controller.name)
 }
 
 /// Whether a label selector (matchLabels AND matchExpressions) matches a set of labels.
@@ -250,15 +253,12 @@ pub fn controlling_statefulset(pod: &CachedPod) -> Option<&str> {
 /// An empty selector matches nothing: the API forbids it on StatefulSets, and a rollout that
 /// took every pod of the namespace for its own would delete pods it has no business with.
 /// An unknown operator also matches nothing, for the same reason.
-pub fn selector_matches(
-    selector: &LabelSelector,
-    labels: Option<&BTreeMap<String, String>>,
-) -> bool {
+pub fn selector_matches(selector: &LabelSelector, labels: &impl LabelSet) -> bool {
     if selector_is_empty(selector) {
         return false;
     }
     match Selector::try_from(selector.clone()) {
-        Ok(selector) => selector.matches(labels.unwrap_or(&BTreeMap::new())),
+        Ok(selector) => Requirements::from(selector).matches(labels),
         Err(_) => false,
     }
 }
@@ -286,10 +286,12 @@ pub fn selector_is_empty(selector: &LabelSelector) -> bool {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CachedPod {
     pub name: String,
-    pub namespace: String,
+    /// Interned: every pod of a namespace shares it.
+    pub namespace: Interned,
     pub uid: String,
-    /// Every label: a StatefulSet's or a budget's selector may read any of them.
-    pub labels: BTreeMap<String, String>,
+    /// Every label (interned, most being the same in every pod of a StatefulSet): a
+    /// StatefulSet's or a budget's selector may read any of them.
+    pub labels: Labels,
     /// The owner reference marked as the controller.
     pub controller: Option<PodController>,
     pub readiness: PodReadiness,
@@ -297,7 +299,7 @@ pub struct CachedPod {
     pub ip: Option<String>,
     /// Why the first container that is not ready is not (init containers first): its waiting or
     /// terminated reason, for the messages that say why a pod is unavailable.
-    pub container_state: Option<String>,
+    pub container_state: Option<Interned>,
     /// metadata.creationTimestamp, in seconds since the epoch (its precision): which pods are the
     /// newest. Eight bytes (a zero is no time), as the cache holds every pod of the namespace.
     pub created_at: Option<std::num::NonZeroI64>,
@@ -306,8 +308,9 @@ pub struct CachedPod {
 /// The controller owner reference of a pod.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PodController {
-    pub name: String,
-    pub uid: String,
+    /// Interned, as the owner's name and uid: the same in each of its pods.
+    pub name: Interned,
+    pub uid: Interned,
     /// The owner is of kind StatefulSet.
     pub statefulset: bool,
 }
@@ -319,22 +322,22 @@ impl CachedPod {
         let status = pod.status.as_ref();
         Self {
             name: metadata.name.clone().unwrap_or_default(),
-            namespace: metadata.namespace.clone().unwrap_or_default(),
+            namespace: intern(metadata.namespace.as_deref().unwrap_or_default()),
             uid: metadata.uid.clone().unwrap_or_default(),
-            labels: metadata.labels.clone().unwrap_or_default(),
+            labels: metadata.labels.iter().flatten().collect(),
             controller: metadata
                 .owner_references
                 .iter()
                 .flatten()
                 .find(|owner| owner.controller == Some(true))
                 .map(|owner| PodController {
-                    name: owner.name.clone(),
-                    uid: owner.uid.clone(),
+                    name: intern(&owner.name),
+                    uid: intern(&owner.uid),
                     statefulset: owner.kind == "StatefulSet",
                 }),
             readiness: PodReadiness::of(pod),
             ip: status.and_then(|status| status.pod_ip.clone()),
-            container_state: status.and_then(container_state),
+            container_state: status.and_then(container_state).map(intern),
             created_at: metadata
                 .creation_timestamp
                 .as_ref()
@@ -344,7 +347,7 @@ impl CachedPod {
 
     /// The value of label `key`.
     pub fn label(&self, key: &str) -> Option<&str> {
-        self.labels.get(key).map(String::as_str)
+        self.labels.get(key)
     }
 }
 
@@ -355,7 +358,7 @@ impl From<&Pod> for CachedPod {
 }
 
 /// The reason the first container that is not ready gives for it (init containers first).
-fn container_state(status: &PodStatus) -> Option<String> {
+fn container_state(status: &PodStatus) -> Option<&str> {
     let init = status.init_container_statuses.iter().flatten();
     let main = status.container_statuses.iter().flatten();
     init.chain(main)
@@ -371,7 +374,7 @@ fn container_state(status: &PodStatus) -> Option<String> {
                 .or_else(terminated)
                 .filter(|reason| !reason.is_empty())
         })
-        .cloned()
+        .map(String::as_str)
 }
 
 #[cfg(test)]
@@ -460,42 +463,33 @@ mod tests {
     #[test]
     fn selector_match_labels_must_all_match() {
         let by_app = selector(&[("app", "ingester"), ("zone", "a")], vec![]);
-        let matches = |pairs: &[(&str, &str)]| selector_matches(&by_app, Some(&labels(pairs)));
+        let matches = |pairs: &[(&str, &str)]| selector_matches(&by_app, &labels(pairs));
         assert!(matches(&[("app", "ingester"), ("zone", "a"), ("x", "y")]));
         assert!(!matches(&[("app", "ingester"), ("zone", "b")]));
         assert!(!matches(&[("app", "ingester")]));
-        assert!(!selector_matches(&by_app, None));
+        assert!(!selector_matches(&by_app, &Labels::default()));
     }
 
     #[test]
     fn selector_expressions_as_kubernetes_reads_them() {
         let zone_in = selector(&[], vec![requirement("zone", "In", &["a", "b"])]);
-        assert!(selector_matches(&zone_in, Some(&labels(&[("zone", "b")]))));
-        assert!(!selector_matches(&zone_in, Some(&labels(&[("zone", "c")]))));
-        assert!(!selector_matches(&zone_in, None));
+        assert!(selector_matches(&zone_in, &(labels(&[("zone", "b")]))));
+        assert!(!selector_matches(&zone_in, &(labels(&[("zone", "c")]))));
+        assert!(!selector_matches(&zone_in, &Labels::default()));
 
         let zone_not_in = selector(&[], vec![requirement("zone", "NotIn", &["a", "b"])]);
-        assert!(selector_matches(
-            &zone_not_in,
-            Some(&labels(&[("zone", "c")]))
-        ));
-        assert!(!selector_matches(
-            &zone_not_in,
-            Some(&labels(&[("zone", "a")]))
-        ));
+        assert!(selector_matches(&zone_not_in, &(labels(&[("zone", "c")]))));
+        assert!(!selector_matches(&zone_not_in, &(labels(&[("zone", "a")]))));
         // Like Kubernetes: a missing label is "not in" any set.
-        assert!(selector_matches(&zone_not_in, None));
+        assert!(selector_matches(&zone_not_in, &Labels::default()));
 
         let has_zone = selector(&[], vec![requirement("zone", "Exists", &[])]);
-        assert!(selector_matches(&has_zone, Some(&labels(&[("zone", "")]))));
-        assert!(!selector_matches(&has_zone, Some(&labels(&[("app", "x")]))));
+        assert!(selector_matches(&has_zone, &(labels(&[("zone", "")]))));
+        assert!(!selector_matches(&has_zone, &(labels(&[("app", "x")]))));
 
         let no_canary = selector(&[], vec![requirement("canary", "DoesNotExist", &[])]);
-        assert!(selector_matches(&no_canary, None));
-        assert!(!selector_matches(
-            &no_canary,
-            Some(&labels(&[("canary", "1")]))
-        ));
+        assert!(selector_matches(&no_canary, &Labels::default()));
+        assert!(!selector_matches(&no_canary, &(labels(&[("canary", "1")]))));
 
         let both = selector(
             &[("app", "ingester")],
@@ -506,29 +500,25 @@ mod tests {
         );
         assert!(selector_matches(
             &both,
-            Some(&labels(&[("app", "ingester"), ("zone", "a")]))
+            &(labels(&[("app", "ingester"), ("zone", "a")]))
         ));
         assert!(!selector_matches(
             &both,
-            Some(&labels(&[
-                ("app", "ingester"),
-                ("zone", "a"),
-                ("canary", "1")
-            ]))
+            &(labels(&[("app", "ingester"), ("zone", "a"), ("canary", "1")]))
         ));
         assert!(!selector_matches(
             &both,
-            Some(&labels(&[("app", "other"), ("zone", "a")]))
+            &(labels(&[("app", "other"), ("zone", "a")]))
         ));
     }
 
     #[test]
     fn empty_selector_and_unknown_operator_match_nothing() {
         let labels = labels(&[("app", "ingester")]);
-        assert!(!selector_matches(&LabelSelector::default(), Some(&labels)));
-        assert!(!selector_matches(&selector(&[], vec![]), Some(&labels)));
+        assert!(!selector_matches(&LabelSelector::default(), &labels));
+        assert!(!selector_matches(&selector(&[], vec![]), &labels));
         let greater_than = selector(&[], vec![requirement("app", "Gt", &["1"])]);
-        assert!(!selector_matches(&greater_than, Some(&labels)));
+        assert!(!selector_matches(&greater_than, &labels));
     }
 
     #[test]
@@ -760,7 +750,7 @@ mod tests {
         assert_eq!(
             (
                 cached.name.as_str(),
-                cached.namespace.as_str(),
+                &*cached.namespace,
                 cached.uid.as_str()
             ),
             ("ingester-zone-a-0", NAMESPACE, "uid-0")
@@ -769,8 +759,8 @@ mod tests {
         assert_eq!(
             cached.controller,
             Some(PodController {
-                name: "ingester-zone-a".to_owned(),
-                uid: "uid-a".to_owned(),
+                name: intern("ingester-zone-a"),
+                uid: intern("uid-a"),
                 statefulset: true,
             })
         );

@@ -721,9 +721,7 @@ mod tests {
             .map(|pod| {
                 (
                     pod.name.as_str(),
-                    pod.labels
-                        .get("controller-revision-hash")
-                        .map(String::as_str),
+                    pod.labels.get("controller-revision-hash"),
                 )
             })
             .collect();

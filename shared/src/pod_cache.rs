@@ -9,7 +9,9 @@
 //! The cache is filled like the reflector's: a relist is swapped in whole, so readers never see
 //! half a list, and [`PodCache::wait_until_ready`] returns once the first list is in.
 
-use std::collections::HashMap;
+use std::borrow::Borrow;
+use std::collections::HashSet;
+use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
@@ -30,8 +32,8 @@ pub struct PodCache {
 }
 
 struct Shared {
-    /// Pod name → the pod (one namespace).
-    pods: RwLock<HashMap<String, Arc<CachedPod>>>,
+    /// The pods (one namespace), found by name.
+    pods: RwLock<HashSet<ByName>>,
     /// Changes applied so far (0: none yet), for callers that index the pods.
     changes: AtomicU64,
 }
@@ -54,10 +56,7 @@ impl PodCache {
     /// A cache that holds `pods`, listed, and watches nothing: for tests of what reads one.
     pub fn of_pods(pods: impl IntoIterator<Item = CachedPod>) -> Self {
         let (cache, writer) = empty(|_: &CachedPod| {});
-        *writer.write() = pods
-            .into_iter()
-            .map(|pod| (pod.name.clone(), Arc::new(pod)))
-            .collect();
+        *writer.write() = pods.into_iter().map(|pod| ByName(Arc::new(pod))).collect();
         writer.changed();
         writer.ready.send_replace(true);
         cache
@@ -65,12 +64,12 @@ impl PodCache {
 
     /// The pod named `name`, if the cache has it.
     pub fn get(&self, name: &str) -> Option<Arc<CachedPod>> {
-        self.read().get(name).cloned()
+        self.read().get(name).map(|pod| pod.0.clone())
     }
 
     /// Every cached pod, in no particular order.
     pub fn state(&self) -> Vec<Arc<CachedPod>> {
-        self.read().values().cloned().collect()
+        self.read().iter().map(|pod| pod.0.clone()).collect()
     }
 
     pub fn len(&self) -> usize {
@@ -101,9 +100,35 @@ impl PodCache {
             .map_err(|_| WatchStopped)
     }
 
-    fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<String, Arc<CachedPod>>> {
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, HashSet<ByName>> {
         // Writers never panic while holding the lock (inserts and swaps only).
         self.shared.pods.read().expect("pod cache lock")
+    }
+}
+
+/// A cached pod, keyed by its own name: a map from a copy of the name would cost each pod a
+/// second string.
+#[derive(Clone)]
+struct ByName(Arc<CachedPod>);
+
+impl Borrow<str> for ByName {
+    fn borrow(&self) -> &str {
+        &self.0.name
+    }
+}
+
+// Equal and hashed as its name, as `Borrow<str>` requires.
+impl PartialEq for ByName {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.name == other.0.name
+    }
+}
+
+impl Eq for ByName {}
+
+impl Hash for ByName {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.0.name.as_str().hash(state);
     }
 }
 
@@ -135,7 +160,7 @@ struct Writer<T> {
 }
 
 impl<T> Writer<T> {
-    fn write(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<String, Arc<CachedPod>>> {
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, HashSet<ByName>> {
         self.shared.pods.write().expect("pod cache lock")
     }
 
@@ -152,10 +177,7 @@ impl<T: FnMut(&CachedPod)> Index<Pod> for Writer<T> {
     }
 
     fn reset(&mut self, pods: Vec<Arc<CachedPod>>) {
-        let listed: HashMap<String, Arc<CachedPod>> = pods
-            .iter()
-            .map(|pod| (pod.name.clone(), pod.clone()))
-            .collect();
+        let listed: HashSet<ByName> = pods.iter().cloned().map(ByName).collect();
         *self.write() = listed;
         self.changed();
         self.ready.send_replace(true);
@@ -163,13 +185,13 @@ impl<T: FnMut(&CachedPod)> Index<Pod> for Writer<T> {
     }
 
     fn apply(&mut self, pod: Arc<CachedPod>) {
-        self.write().insert(pod.name.clone(), pod.clone());
+        self.write().replace(ByName(pod.clone()));
         self.changed();
         (self.touched)(&pod);
     }
 
     fn delete(&mut self, pod: Arc<CachedPod>) {
-        self.write().remove(&pod.name);
+        self.write().remove(pod.name.as_str());
         self.changed();
         (self.touched)(&pod);
     }

@@ -906,7 +906,7 @@ impl Evictions {
         let zones: Vec<&Arc<CachedStatefulSet>> = match selecting_budget(pod, budgets) {
             Ok(Some(budget)) => statefulsets
                 .iter()
-                .filter(|statefulset| budget.selects(statefulset.0.metadata.labels.as_ref()))
+                .filter(|statefulset| budget.selects(&statefulset.0.metadata.labels))
                 .collect(),
             // No budget, several, or an invalid one: the decision counts no pod.
             _ => Vec::new(),

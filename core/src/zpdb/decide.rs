@@ -246,7 +246,7 @@ pub fn selecting_budget<'b>(
     budgets: &[&'b Observed],
 ) -> Result<Option<&'b Budget>, EvictionVerdict> {
     let name = pod.name.as_str();
-    let labels = Some(&pod.labels);
+    let labels = &pod.labels;
     let selecting: Vec<&Observed> = budgets
         .iter()
         .copied()
@@ -300,7 +300,7 @@ fn zones<'s>(
                 .unwrap_or_default()
                 == pod.namespace
         })
-        .filter(|statefulset| budget.selects(statefulset.metadata.labels.as_ref()))
+        .filter(|statefulset| budget.selects(&statefulset.metadata.labels))
         .collect();
     zones.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
     zones

@@ -9,7 +9,9 @@ use std::fmt;
 
 use jiff::SignedDuration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
-use kube_core::{Selector, SelectorExt};
+use kube_core::Selector;
+
+use crate::labels::{LabelSet, Requirements};
 use regex::Regex;
 use serde::{Deserialize, Serialize};
 
@@ -141,7 +143,7 @@ impl Partition {
 #[derive(Debug, Clone)]
 pub struct Budget {
     pub name: String,
-    pub selector: Selector,
+    pub selector: Requirements,
     pub max_unavailable: MaxUnavailable,
     pub partition: Option<Partition>,
     /// Partition mode: a pod counts as unavailable until this long after it turned Ready.
@@ -167,7 +169,7 @@ impl fmt::Display for FieldError {
 #[derive(Debug, Clone)]
 pub struct InvalidBudget {
     pub name: String,
-    pub selector: Option<Selector>,
+    pub selector: Option<Requirements>,
     pub errors: Vec<FieldError>,
 }
 
@@ -324,22 +326,23 @@ impl Budget {
     }
 
     /// Whether this budget selects an object with `labels`.
-    pub fn selects(&self, labels: Option<&std::collections::BTreeMap<String, String>>) -> bool {
-        self.selector.matches(labels.unwrap_or(&Default::default()))
+    /// Whether it selects what carries `labels` (a pod's, or an object's map).
+    pub fn selects(&self, labels: &impl LabelSet) -> bool {
+        self.selector.matches(labels)
     }
 }
 
 impl InvalidBudget {
-    pub fn selects(&self, labels: Option<&std::collections::BTreeMap<String, String>>) -> bool {
+    pub fn selects(&self, labels: &impl LabelSet) -> bool {
         self.selector
             .as_ref()
-            .is_some_and(|selector| selector.matches(labels.unwrap_or(&Default::default())))
+            .is_some_and(|selector| selector.matches(labels))
     }
 }
 
 /// A label selector that selects something: an empty one would take every pod of the
 /// namespace, so it is refused.
-fn parse_selector(selector: &LabelSelector) -> Result<Selector, String> {
+fn parse_selector(selector: &LabelSelector) -> Result<Requirements, String> {
     let empty = selector.match_labels.as_ref().is_none_or(|m| m.is_empty())
         && selector
             .match_expressions
@@ -349,6 +352,7 @@ fn parse_selector(selector: &LabelSelector) -> Result<Selector, String> {
         return Err("must have matchLabels or matchExpressions: an empty selector would select every pod of the namespace".to_owned());
     }
     Selector::try_from(selector.clone())
+        .map(Requirements::from)
         .map_err(|error| format!("is not a valid label selector: {error}"))
 }
 

@@ -244,7 +244,7 @@ impl World {
                 let members = self
                     .statefulsets
                     .iter()
-                    .filter(|statefulset| matches(&selector, statefulset.metadata.labels.as_ref()))
+                    .filter(|statefulset| matches(&selector, &statefulset.metadata.labels))
                     .cloned()
                     .collect();
                 Reply::Group(listed.map(|()| members))
@@ -264,7 +264,7 @@ impl World {
                 let pods = self
                     .pods
                     .iter()
-                    .filter(|pod| matches(&selector, Some(&pod.labels)))
+                    .filter(|pod| matches(&selector, &pod.labels))
                     .cloned()
                     .collect();
                 Reply::Pods(listed.map(|()| pods))
@@ -355,13 +355,10 @@ impl World {
 }
 
 /// Whether `labels` have every `key=value` of `selector`.
-fn matches(selector: &str, labels: Option<&BTreeMap<String, String>>) -> bool {
+fn matches(selector: &str, labels: &impl crate::labels::LabelSet) -> bool {
     selector.split(',').all(|pair| {
         let (key, value) = pair.split_once('=').unwrap();
-        labels
-            .and_then(|labels| labels.get(key))
-            .map(String::as_str)
-            == Some(value)
+        labels.label(key) == Some(value)
     })
 }
 
