@@ -454,6 +454,7 @@ impl Parts {
     /// Starts every part's task: what keeps the caches and people informed, then what acts.
     fn spawn(self, config: &Config, shutdown: &CancellationToken) -> Supervisor<Task> {
         let mut tasks: Supervisor<Task> = Supervisor::default();
+        let queue_wait = self.base.metrics.group_queue_wait.clone();
         let Self {
             base,
             elector,
@@ -535,7 +536,7 @@ impl Parts {
             group_queue(
                 touched_groups,
                 reconcile,
-                config.controller.concurrent_groups as usize,
+                (config.controller.concurrent_groups as usize, queue_wait),
                 shutdown.clone(),
             ),
         );
@@ -859,13 +860,14 @@ fn tenant_starter(common: &Common<'_>, source: WatchSource) -> crate::tenants::S
 async fn group_queue(
     touched_groups: tokio::sync::mpsc::UnboundedReceiver<String>,
     reconcile: Reconcile,
-    concurrent_groups: usize,
+    (concurrent_groups, waited): (usize, prometheus::Histogram),
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let reconcile = Arc::new(reconcile);
     queue::run(
         touched_groups,
         concurrent_groups,
+        waited,
         move |group| {
             let reconcile = reconcile.clone();
             async move {

@@ -9,7 +9,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 
 use prometheus::{
-    GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry,
+    GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry,
 };
 
 /// Every metric the rollout controller updates.
@@ -25,6 +25,10 @@ pub struct ControllerMetrics {
     /// certificate round's, the election's and the member clusters' (each is given a clone).
     pub failures: crate::error::Failures,
     pub reconcile_duration: HistogramVec,
+    /// `baton_group_queue_wait_seconds`: how long each change waited for its group's reconcile
+    /// to start (behind the groups before it, or the group's own run). Not per group: it tells
+    /// whether `controller.concurrent_groups` keeps up, the same for every group.
+    pub group_queue_wait: Histogram,
     pub last_successful_reconcile: GaugeVec,
     pub pods_total: IntGaugeVec,
     pub pods_updated: IntGaugeVec,
@@ -128,6 +132,18 @@ impl ControllerMetrics {
                     group,
                 )?,
             )?,
+            group_queue_wait: registered(
+                registry,
+                Histogram::with_opts(
+                    HistogramOpts::new(
+                        "baton_group_queue_wait_seconds",
+                        "Time from a change to a rollout group to the start of the reconcile that serves it.",
+                    )
+                    .buckets(vec![
+                        0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+                    ]),
+                )?,
+            )?,
             last_successful_reconcile: registered(
                 registry,
                 GaugeVec::new(
@@ -222,6 +238,7 @@ impl ControllerMetrics {
             reconcile_errors,
             failures,
             reconcile_duration,
+            group_queue_wait,
             last_successful_reconcile,
             pods_total,
             pods_updated,
@@ -246,6 +263,7 @@ impl ControllerMetrics {
             reconcile_errors,
             failures.counter(),
             reconcile_duration,
+            group_queue_wait,
             last_successful_reconcile,
             pods_total,
             pods_updated,

@@ -2,6 +2,11 @@
 //! changes, never twice at the same time, and a burst of changes while it runs becomes one more
 //! run, not one run per change.
 //!
+//! Groups are served in the order they were asked for: a group changed while it ran goes to the
+//! back, behind the groups already waiting, so under load (100 groups rolling at once) a busy
+//! group cannot keep the others out. How long each change waited for its run is
+//! `baton_group_queue_wait_seconds`.
+//!
 //! Timers follow the same rule: each group has at most ONE pending timer (one
 //! [`DelayQueue`] entry per group, as kubert's requeue does), and a new request for a later
 //! time never adds a second one, so a burst of N events that each ask "again in 5 s" schedules
@@ -134,11 +139,13 @@ impl Timers {
 }
 
 /// Runs `reconcile` for every group received on `requests` until `shutdown`. At most
-/// `max_concurrent` groups run at once. A panic in a reconcile is re-raised here, so it ends the
-/// process instead of silently stopping that group.
+/// `max_concurrent` groups run at once; `waited` observes, for each run, how long since the
+/// first request it serves. A panic in a reconcile is re-raised here, so it ends the process
+/// instead of silently stopping that group.
 pub async fn run<F, Fut>(
     requests: UnboundedReceiver<String>,
     max_concurrent: usize,
+    waited: prometheus::Histogram,
     reconcile: F,
     shutdown: CancellationToken,
 ) where
@@ -147,7 +154,7 @@ pub async fn run<F, Fut>(
 {
     run_with_backoff(
         requests,
-        max_concurrent,
+        (max_concurrent, waited),
         Backoff::default(),
         reconcile,
         shutdown,
@@ -158,7 +165,7 @@ pub async fn run<F, Fut>(
 /// [`run`] with its own failure [`Backoff`].
 pub async fn run_with_backoff<F, Fut>(
     mut requests: UnboundedReceiver<String>,
-    max_concurrent: usize,
+    (max_concurrent, waited): (usize, prometheus::Histogram),
     mut backoff: Backoff,
     reconcile: F,
     shutdown: CancellationToken,
@@ -170,14 +177,15 @@ pub async fn run_with_backoff<F, Fut>(
     let mut running: JoinSet<(String, Requeue)> = JoinSet::new();
     let mut timers = Timers::default();
     loop {
-        for group in state.startable() {
+        for (group, since) in state.startable() {
+            waited.observe(since.elapsed().as_secs_f64());
             let work = reconcile(group.clone());
             running.spawn(async move { (group, work.await) });
         }
         tokio::select! {
             _ = shutdown.cancelled() => break,
             request = requests.recv() => match request {
-                Some(group) => state.request(group),
+                Some(group) => state.request(group, Instant::now()),
                 None => break,
             },
             Some(done) = running.join_next(), if !running.is_empty() => {
@@ -199,7 +207,7 @@ pub async fn run_with_backoff<F, Fut>(
                     }
                 }
             }
-            group = timers.next(), if timers.len() > 0 => state.request(group),
+            group = timers.next(), if timers.len() > 0 => state.request(group, Instant::now()),
         }
     }
     running.shutdown().await;
@@ -210,10 +218,12 @@ pub async fn run_with_backoff<F, Fut>(
 struct QueueState {
     max_concurrent: usize,
     running: HashSet<String>,
-    /// Requested while running: run once more when the current run ends.
-    dirty: HashSet<String>,
-    /// Requested while `max_concurrent` groups were running.
+    /// Requested while running, since when: run once more when the current run ends.
+    dirty: HashMap<String, Instant>,
+    /// Groups not running that wait for a turn, in the order they were asked for, and since
+    /// when each waits (a group is in both or in neither).
     waiting: VecDeque<String>,
+    since: HashMap<String, Instant>,
 }
 
 impl QueueState {
@@ -221,38 +231,44 @@ impl QueueState {
         Self {
             max_concurrent,
             running: HashSet::new(),
-            dirty: HashSet::new(),
+            dirty: HashMap::new(),
             waiting: VecDeque::new(),
+            since: HashMap::new(),
         }
     }
 
-    fn request(&mut self, group: String) {
+    /// `group` changed at `now`.
+    fn request(&mut self, group: String, now: Instant) {
         if self.running.contains(&group) {
-            self.dirty.insert(group);
-        } else if !self.waiting.contains(&group) {
+            self.dirty.entry(group).or_insert(now);
+        } else if !self.since.contains_key(&group) {
+            self.since.insert(group.clone(), now);
             self.waiting.push_back(group);
         }
     }
 
     fn finished(&mut self, group: &str) {
         self.running.remove(group);
-        if self.dirty.remove(group) {
-            self.waiting.push_front(group.to_owned());
+        if let Some(since) = self.dirty.remove(group) {
+            // At the back: the groups already waiting came first.
+            self.since.insert(group.to_owned(), since);
+            self.waiting.push_back(group.to_owned());
         }
     }
 
-    /// Groups to start now; they are counted as running from here on.
-    fn startable(&mut self) -> Vec<String> {
+    /// Groups to start now, each with when it was first asked for since its last run; they
+    /// are counted as running from here on.
+    fn startable(&mut self) -> Vec<(String, Instant)> {
         let mut started = Vec::new();
-        let mut index = 0;
-        while self.running.len() < self.max_concurrent && index < self.waiting.len() {
-            if self.running.contains(&self.waiting[index]) {
-                index += 1;
-                continue;
-            }
-            let group = self.waiting.remove(index).expect("index is in range");
+        while self.running.len() < self.max_concurrent
+            && let Some(group) = self.waiting.pop_front()
+        {
+            let since = self
+                .since
+                .remove(&group)
+                .expect("a waiting group has its time");
             self.running.insert(group.clone());
-            started.push(group);
+            started.push((group, since));
         }
         started
     }
@@ -265,32 +281,89 @@ mod tests {
 
     use super::*;
 
+    /// The groups started, by name.
+    fn names(started: Vec<(String, Instant)>) -> Vec<String> {
+        started.into_iter().map(|(group, _)| group).collect()
+    }
+
+    /// A histogram of waits, registered nowhere.
+    fn waits() -> prometheus::Histogram {
+        prometheus::Histogram::with_opts(prometheus::HistogramOpts::new("waits", "waits"))
+            .expect("a valid histogram")
+    }
+
+    #[test]
+    fn a_group_changed_while_it_ran_goes_behind_the_groups_already_waiting() {
+        // Given one slot, with a running and b and c waiting
+        let mut state = QueueState::new(1);
+        let start = Instant::now();
+        for group in ["a", "b", "c"] {
+            state.request(group.into(), start);
+        }
+        assert_eq!(names(state.startable()), ["a"]);
+        // When a changes while it runs, then ends
+        state.request("a".into(), start + Duration::from_secs(1));
+        state.finished("a");
+        // Then b and c run before a again
+        let mut order = Vec::new();
+        while let Some((group, _)) = state.startable().pop() {
+            state.finished(&group);
+            order.push(group);
+        }
+        assert_eq!(order, ["b", "c", "a"]);
+    }
+
+    #[test]
+    fn each_run_is_told_since_when_the_changes_it_serves_waited() {
+        let mut state = QueueState::new(1);
+        let start = Instant::now();
+        let at = |seconds| start + Duration::from_secs(seconds);
+        // a waits from its first request, not its last
+        state.request("a".into(), at(1));
+        state.request("a".into(), at(2));
+        assert_eq!(state.startable(), [("a".to_owned(), at(1))]);
+        // b waits behind a, from its own request
+        state.request("b".into(), at(3));
+        // a changes twice while running: its next run serves both, the first one's time
+        state.request("a".into(), at(4));
+        state.request("a".into(), at(5));
+        state.finished("a");
+        assert_eq!(state.startable(), [("b".to_owned(), at(3))]);
+        state.finished("b");
+        assert_eq!(state.startable(), [("a".to_owned(), at(4))]);
+        state.finished("a");
+        assert!(state.startable().is_empty());
+    }
+
     #[test]
     fn a_burst_while_running_becomes_exactly_one_more_run() {
         let mut state = QueueState::new(4);
-        state.request("ingester".into());
-        assert_eq!(state.startable(), ["ingester"]);
+        state.request("ingester".into(), Instant::now());
+        assert_eq!(names(state.startable()), ["ingester"]);
         for _ in 0..10 {
-            state.request("ingester".into());
+            state.request("ingester".into(), Instant::now());
         }
-        assert!(state.startable().is_empty(), "never twice at once");
+        assert!(names(state.startable()).is_empty(), "never twice at once");
         state.finished("ingester");
-        assert_eq!(state.startable(), ["ingester"]);
+        assert_eq!(names(state.startable()), ["ingester"]);
         state.finished("ingester");
-        assert!(state.startable().is_empty());
+        assert!(names(state.startable()).is_empty());
     }
 
     #[test]
     fn requests_for_a_waiting_group_are_merged_and_groups_are_bounded() {
         let mut state = QueueState::new(1);
-        state.request("a".into());
-        state.request("b".into());
-        state.request("b".into());
-        assert_eq!(state.startable(), ["a"]);
+        state.request("a".into(), Instant::now());
+        state.request("b".into(), Instant::now());
+        state.request("b".into(), Instant::now());
+        assert_eq!(names(state.startable()), ["a"]);
         state.finished("a");
-        assert_eq!(state.startable(), ["b"]);
+        assert_eq!(names(state.startable()), ["b"]);
         state.finished("b");
-        assert!(state.startable().is_empty(), "b ran once for two requests");
+        assert!(
+            names(state.startable()).is_empty(),
+            "b ran once for two requests"
+        );
     }
 
     /// What the reconciles of [`groups_run_concurrently_but_one_group_never_overlaps_itself`]
@@ -347,6 +420,7 @@ mod tests {
         let queue = tokio::spawn(run(
             receiver,
             8,
+            waits(),
             {
                 let runs = runs.clone();
                 move |group: String| {
@@ -428,6 +502,7 @@ mod tests {
         let queue = tokio::spawn(run(
             first,
             1,
+            waits(),
             {
                 let runs = runs.clone();
                 move |_group: String| {
@@ -514,7 +589,7 @@ mod tests {
         let shutdown = CancellationToken::new();
         let queue = tokio::spawn(run_with_backoff(
             receiver,
-            4,
+            (4, waits()),
             Backoff::new(Duration::from_secs(1), Duration::from_secs(60)),
             {
                 let runs = runs.clone();
@@ -563,6 +638,7 @@ mod tests {
         run(
             receiver,
             1,
+            waits(),
             |_group: String| async move { panic!("reconcile bug") },
             CancellationToken::new(),
         )
