@@ -266,7 +266,19 @@ impl BatonProcess {
             move || workspace_binary(&name)
         })
         .await??;
-        let mut command = if dies_with_parent {
+        // An allocation profile of a benchmark's controller: heaptrack runs it, writing
+        // DIR/baton-controller.PID.zst (heaptrack_print reads it). The pid measured is then
+        // heaptrack's, so the run's RSS figures are not the binary's.
+        let profiled =
+            std::env::var_os("BATON_BENCH_HEAPTRACK").filter(|_| name == "baton-controller");
+        let mut command = if let Some(folder) = profiled {
+            let mut command = Command::new("heaptrack");
+            command
+                .arg("-o")
+                .arg(Path::new(&folder).join(format!("{name}.%p")))
+                .arg(&binary);
+            command
+        } else if dies_with_parent {
             // setpriv execs the binary: the process (and its pid) is the binary's.
             let mut command = Command::new("setpriv");
             command
