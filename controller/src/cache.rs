@@ -128,7 +128,7 @@ impl Caches {
                         let uids = owners.get(cache.cluster.as_str());
                         cache.pods_where(|pod| {
                             pod.controller.as_ref().is_some_and(|owner| {
-                                uids.is_some_and(|uids| uids.contains(&*owner.uid))
+                                uids.is_some_and(|uids| uids.contains(owner.uid.as_str()))
                             })
                         })
                     })
@@ -333,17 +333,14 @@ pub fn watch_workloads(
     // A StatefulSet's change concerns its group, and the group it left if it moved.
     let mut moves = GroupMoves::default();
     let to_group = touched.clone();
-    let (statefulsets, statefulset_watch) = reflect_stream(
-        statefulset_events,
-        |statefulset: &mut StatefulSet| statefulset.managed_fields_mut().clear(),
-        move |event| {
+    let (statefulsets, statefulset_watch) =
+        reflect_stream(statefulset_events, slim_statefulset, move |event| {
             if let Some(statefulset) = touched_object(event) {
                 for group in moves.touched(statefulset.name_any(), group_of(statefulset)) {
                     let _ = to_group.send(group);
                 }
             }
-        },
-    );
+        });
 
     // Pods are most of the controller's memory: only what baton reads is kept. A pod's change
     // concerns the group of the StatefulSet controlling it.
@@ -367,6 +364,25 @@ pub fn watch_workloads(
     };
     (statefulsets, pods, watches)
 }
+
+/// What the controller never reads of a StatefulSet, dropped before it is cached: its managed
+/// fields, its pod template's spec (the containers, volumes and the rest: a rollback writes the
+/// template back from the ControllerRevision, never from here) and kubectl's copy of the whole
+/// object in `last-applied-configuration`. Those are most of a real StatefulSet (a Mimir
+/// ingester's is tens of KiB), and a cluster-wide baton caches thousands. The annotation map
+/// stays, emptied or not: a partition patch adds its record into it.
+fn slim_statefulset(statefulset: &mut StatefulSet) {
+    statefulset.managed_fields_mut().clear();
+    if let Some(annotations) = statefulset.metadata.annotations.as_mut() {
+        annotations.remove(LAST_APPLIED_ANNOTATION);
+    }
+    if let Some(spec) = statefulset.spec.as_mut() {
+        spec.template.spec = None;
+    }
+}
+
+/// kubectl's record of the object it last applied (client-side apply).
+const LAST_APPLIED_ANNOTATION: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
 /// The group each StatefulSet was last seen in, to tell which groups a change concerns.
 #[derive(Debug, Default)]
@@ -405,7 +421,51 @@ mod tests {
 
     use k8s_openapi::api::apps::v1::StatefulSet;
 
-    use super::{GroupMoves, owners_by_cluster};
+    use super::{GroupMoves, LAST_APPLIED_ANNOTATION, owners_by_cluster, slim_statefulset};
+
+    #[test]
+    fn a_statefulset_is_cached_without_its_pod_spec_or_kubectls_copy_but_with_all_else() {
+        let mut statefulset: StatefulSet = serde_json::from_value(serde_json::json!({
+            "metadata": {
+                "name": "ingester-zone-a",
+                "labels": {"rollout-group": "ingester"},
+                "annotations": {
+                    LAST_APPLIED_ANNOTATION: "{\"kind\":\"StatefulSet\"}",
+                    "rollout-max-unavailable": "2",
+                },
+                "managedFields": [{"manager": "kubectl", "operation": "Apply"}],
+            },
+            "spec": {
+                "selector": {"matchLabels": {"name": "ingester-zone-a"}},
+                "replicas": 3,
+                "template": {
+                    "metadata": {"labels": {"name": "ingester-zone-a"}},
+                    "spec": {"containers": [{"name": "ingester", "image": "mimir:3"}]},
+                },
+            },
+        }))
+        .expect("a StatefulSet");
+        let mut expected = statefulset.clone();
+        slim_statefulset(&mut statefulset);
+
+        let annotations = expected.metadata.annotations.as_mut().expect("annotations");
+        annotations.remove(LAST_APPLIED_ANNOTATION);
+        expected.metadata.managed_fields = Some(Vec::new());
+        expected.spec.as_mut().expect("a spec").template.spec = None;
+        assert_eq!(statefulset, expected);
+        assert_eq!(
+            statefulset.metadata.annotations.as_ref().map(|a| a.len()),
+            Some(1),
+            "baton's own annotations stay"
+        );
+
+        // Only kubectl's copy: the map stays, empty, for a partition record to be added into.
+        let mut only_copy = StatefulSet::default();
+        only_copy.metadata.annotations =
+            Some([(LAST_APPLIED_ANNOTATION.to_owned(), "{}".to_owned())].into());
+        slim_statefulset(&mut only_copy);
+        assert_eq!(only_copy.metadata.annotations, Some(Default::default()));
+    }
 
     #[test]
     fn a_members_pods_are_looked_for_in_its_own_cluster_only() {

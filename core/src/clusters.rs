@@ -250,7 +250,7 @@ mod tests {
         assert_eq!(qualified_pod.uid, "pod-uid");
         let controller = qualified_pod.controller.expect("controller kept");
         assert_eq!(
-            (&*controller.name, &*controller.uid),
+            (controller.name.as_str(), controller.uid.as_str()),
             ("cluster-a/ingester", "sts-uid")
         );
     }

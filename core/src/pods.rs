@@ -180,8 +180,8 @@ impl<'z> Controls<'z> {
         // The uid first: it tells the StatefulSets apart.
         pod.controller
             .as_ref()
-            .is_some_and(|controller| controller.uid == uid)
-            && self.namespace.unwrap_or_default() == pod.namespace
+            .is_some_and(|controller| controller.uid.as_str() == uid)
+            && self.namespace.unwrap_or_default() == pod.namespace.as_str()
             && crate::clusters::split(&pod.name).0 == self.cluster
             && selector.matches(&pod.labels)
     }
@@ -213,7 +213,7 @@ impl PodsByStatefulSet {
                 continue;
             };
             if controls
-                .get(&*controller.uid)
+                .get(controller.uid.as_str())
                 .is_some_and(|controls| controls.pod(pod))
             {
                 by_uid
@@ -245,7 +245,7 @@ pub fn controlling_statefulset(pod: &CachedPod) -> Option<&str> {
     pod.controller
         .as_ref()
         .filter(|controller| controller.statefulset)
-        .map(|controller| &*controller.name)
+        .map(|controller| controller.name.as_str())
 }
 
 /// Whether a label selector (matchLabels AND matchExpressions) matches a set of labels.
@@ -750,7 +750,7 @@ mod tests {
         assert_eq!(
             (
                 cached.name.as_str(),
-                &*cached.namespace,
+                cached.namespace.as_str(),
                 cached.uid.as_str()
             ),
             ("ingester-zone-a-0", NAMESPACE, "uid-0")
@@ -775,7 +775,10 @@ mod tests {
         let mut pod = full_pod();
         // The init container is done; the app container's reason comes first.
         assert_eq!(
-            CachedPod::of(&pod).container_state.as_deref(),
+            CachedPod::of(&pod)
+                .container_state
+                .as_ref()
+                .map(|state| state.as_str()),
             Some("CrashLoopBackOff")
         );
         if let Some(containers) = pod
@@ -786,7 +789,10 @@ mod tests {
             containers.remove(0);
         }
         assert_eq!(
-            CachedPod::of(&pod).container_state.as_deref(),
+            CachedPod::of(&pod)
+                .container_state
+                .as_ref()
+                .map(|state| state.as_str()),
             Some("OOMKilled")
         );
         let ready = super::tests::pod("uid-a", &[]);

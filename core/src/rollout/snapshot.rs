@@ -248,7 +248,7 @@ impl PodSnapshot {
             ready: readiness.ready,
             ready_since: readiness.ready_since,
             terminating: readiness.terminating,
-            container_state: pod.container_state.as_deref().map(str::to_owned),
+            container_state: pod.container_state.as_ref().map(|state| state.to_string()),
             created_at: pod
                 .created_at
                 .and_then(|seconds| Timestamp::from_second(seconds.get()).ok()),

@@ -298,7 +298,7 @@ fn zones<'s>(
                 .namespace
                 .as_deref()
                 .unwrap_or_default()
-                == pod.namespace
+                == pod.namespace.as_str()
         })
         .filter(|statefulset| budget.selects(&statefulset.metadata.labels))
         .collect();
