@@ -339,7 +339,8 @@ pub struct ControllerConfig {
     pub shards: u32,
     /// How many groups are reconciled at once, whichever their namespace (one group never twice
     /// at once). A pass mostly waits on the API server, so more groups rolling at once than this
-    /// wait their turn for each step; each one more is one more request in flight at a time.
+    /// wait their turn for each step (`baton_group_queue_wait_seconds`); each one more is one
+    /// more request in flight at a time.
     pub concurrent_groups: u32,
     /// The clusters of cross-cluster rollout groups: when set, a rollout group is the
     /// StatefulSets with the same rollout-group label in `namespace` across all of them, each
@@ -355,7 +356,7 @@ impl Default for ControllerConfig {
             scaling_poll_interval: Duration::from_secs(5),
             lease: LeaseConfig::default(),
             shards: 1,
-            concurrent_groups: 8,
+            concurrent_groups: 32,
             clusters: Vec::new(),
         }
     }

@@ -199,7 +199,7 @@ fn the_groups_reconciled_at_once_are_from_one_to_the_most_the_client_should_carr
         config.controller.concurrent_groups = good;
         assert!(config.validate().is_ok(), "{good}");
     }
-    assert_eq!(Config::default().controller.concurrent_groups, 8);
+    assert_eq!(Config::default().controller.concurrent_groups, 32);
     for bad in [0, MAX_CONCURRENT_GROUPS + 1] {
         let mut config = Config::default();
         config.controller.concurrent_groups = bad;
