@@ -20,9 +20,14 @@
 //! - `cluster [NAMESPACES] [GROUPS] [PODS] [ROLLING]`: one baton for a whole cluster, in one run
 //!   (defaults 500 namespaces × 2 groups × 3 StatefulSets × 50 pods = 150,000 pods, 100 groups
 //!   rolling): RSS idle, at 9,000 pods and at all of them (namespaces labelled while it runs),
-//!   API requests over an idle minute, reaction with one group rolling and with ROLLING at once,
-//!   start to first decision with every pod listed, three replicas sharing six shards (each
-//!   one's RSS, a kill and the takeover) and the webhook's RSS.
+//!   API requests over an idle minute, reaction with one group rolling and with ROLLING at once
+//!   (with the group queue's waits over that minute, baton's own share), the one group again
+//!   under a baton of its namespace alone (side by side), start to first decision with every
+//!   pod listed, three replicas sharing six shards (each one's RSS, a kill and the takeover)
+//!   and the webhook's RSS.
+//!
+//! `BATON_BENCH_HEAPTRACK=DIR` runs each controller under heaptrack (an allocation profile in
+//! DIR; the RSS figures are then heaptrack's).
 
 use std::time::{Duration, Instant};
 
@@ -706,10 +711,15 @@ async fn cluster(control_plane: &ControlPlane) -> anyhow::Result<()> {
     let many: Vec<(usize, usize)> = (0..shape.rolling)
         .map(|index| (index / shape.groups, index % shape.groups))
         .collect();
+    let before = controller.metrics().await;
     let reactions = roll_and_measure(&admin, &namespaces, &simulators, &many, "v3", &zones).await?;
     print_reactions(
         &format!("{} groups rolling at once", many.len()),
         &reactions,
+    );
+    println!(
+        "  baton's share, the group queue's waits over that minute: {}",
+        queue_waits(&before, &controller.metrics().await)
     );
     wait_rollouts_complete(&admin, &namespaces, &many, &zones).await;
 
@@ -719,6 +729,24 @@ async fn cluster(control_plane: &ControlPlane) -> anyhow::Result<()> {
     controller.process.signal("TERM")?;
     let _ = controller.process.wait().await;
     drop(controller);
+
+    // Side by side: the same group rolled by a baton of its namespace alone (the Go operator's
+    // way), the other 149,700 pods still in the cluster but not its business.
+    let alone = Controller::start(
+        control_plane,
+        namespaces[0].name(),
+        &[("BATON_LOG__LEVEL", "warn")],
+    )
+    .await;
+    every_group_reconciled_every(&alone, shape.groups, Duration::from_secs(600)).await?;
+    let reactions = roll_and_measure(&admin, &namespaces, &simulators, &one, "v4", &zones).await?;
+    print_reactions(
+        "one group rolling, a baton of its namespace alone",
+        &reactions,
+    );
+    wait_rollouts_complete(&admin, &namespaces, &one, &zones).await;
+    drop(alone);
+
     let started = Instant::now();
     let controller = start_patiently(control_plane, system.name(), &env).await?;
     let ready = started.elapsed();
@@ -971,6 +999,32 @@ async fn wait_rollouts_complete(
 }
 
 /// The reactions of each group, pooled (p50/p99/max and how many) and each group's p99 at worst.
+/// `baton_group_queue_wait_seconds` between two scrapes: how many waits, and the share of them
+/// under each bucket from 10 ms to 1 s.
+fn queue_waits(before: &str, after: &str) -> String {
+    let read = |metrics: &str, name: &str| -> Option<f64> {
+        metrics.lines().find_map(|line| {
+            let value = line.strip_prefix(name)?.trim();
+            value.parse().ok()
+        })
+    };
+    let sample = |name: &str| Some(read(after, name)? - read(before, name).unwrap_or(0.0));
+    let Some(count) = sample("baton_group_queue_wait_seconds_count").filter(|count| *count > 0.0)
+    else {
+        return "no wait recorded".to_owned();
+    };
+    let shares: Vec<String> = ["0.01", "0.05", "0.1", "0.25", "0.5", "1"]
+        .iter()
+        .filter_map(|le| {
+            let under = sample(&format!(
+                "baton_group_queue_wait_seconds_bucket{{le=\"{le}\"}}"
+            ))?;
+            Some(format!("{:.1} % under {le} s", 100.0 * under / count))
+        })
+        .collect();
+    format!("{count:.0} runs; {}", shares.join(", "))
+}
+
 fn print_reactions(what: &str, reactions: &[(String, Vec<Duration>)]) {
     let mut pooled: Vec<Duration> = reactions.iter().flat_map(|(_, r)| r.clone()).collect();
     pooled.sort();
