@@ -712,15 +712,45 @@ async fn cluster(control_plane: &ControlPlane) -> anyhow::Result<()> {
         .map(|index| (index / shape.groups, index % shape.groups))
         .collect();
     let before = controller.metrics().await;
+    let api_before = api_server_metrics(&admin).await?;
     let reactions = roll_and_measure(&admin, &namespaces, &simulators, &many, "v3", &zones).await?;
     print_reactions(
         &format!("{} groups rolling at once", many.len()),
         &reactions,
     );
-    println!(
-        "  baton's share, the group queue's waits over that minute: {}",
-        queue_waits(&before, &controller.metrics().await)
-    );
+    // Where the time went over that minute: baton's queue and passes, the API server's writes.
+    let (after, api_after) = (controller.metrics().await, api_server_metrics(&admin).await?);
+    for (what, name, having, (before, after)) in [
+        (
+            "baton's group queue, waits",
+            "baton_group_queue_wait_seconds",
+            &[][..],
+            (&before, &after),
+        ),
+        (
+            "baton's passes, durations",
+            "rollout_operator_group_reconcile_duration_seconds",
+            &[],
+            (&before, &after),
+        ),
+        (
+            "the API server's pod DELETEs",
+            "apiserver_request_duration_seconds",
+            &["verb=\"DELETE\"", "resource=\"pods\"", "subresource=\"\""],
+            (&api_before, &api_after),
+        ),
+        (
+            "the API server's pod status PATCHes (the simulated kubelets' Ready)",
+            "apiserver_request_duration_seconds",
+            &["verb=\"PATCH\"", "resource=\"pods\"", "subresource=\"status\""],
+            (&api_before, &api_after),
+        ),
+    ] {
+        println!(
+            "  {what} over that minute: {}",
+            histogram_shares(before, after, name, having)
+        );
+    }
     wait_rollouts_complete(&admin, &namespaces, &many, &zones).await;
 
     // Start to first decision, every pod listed: a new process (the old one stopped as a
@@ -998,33 +1028,51 @@ async fn wait_rollouts_complete(
     }
 }
 
-/// The reactions of each group, pooled (p50/p99/max and how many) and each group's p99 at worst.
-/// `baton_group_queue_wait_seconds` between two scrapes: how many waits, and the share of them
-/// under each bucket from 10 ms to 1 s.
-fn queue_waits(before: &str, after: &str) -> String {
-    let read = |metrics: &str, name: &str| -> Option<f64> {
-        metrics.lines().find_map(|line| {
-            let value = line.strip_prefix(name)?.trim();
-            value.parse().ok()
-        })
+/// A histogram between two scrapes, its series with every label of `having` summed: how many
+/// observations, and the share of them under each of its bounds from 10 ms to 1 s (baton's and
+/// the API server's buckets differ; a bound it does not have is left out).
+fn histogram_shares(before: &str, after: &str, name: &str, having: &[&str]) -> String {
+    let total = |metrics: &str, suffix: &str, le: Option<&str>| -> f64 {
+        let series = format!("{name}{suffix}");
+        metrics
+            .lines()
+            .filter(|line| line.starts_with(&series))
+            .filter(|line| having.iter().all(|label| line.contains(label)))
+            .filter(|line| le.is_none_or(|le| line.contains(&format!("le=\"{le}\""))))
+            .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
     };
-    let sample = |name: &str| Some(read(after, name)? - read(before, name).unwrap_or(0.0));
-    let Some(count) = sample("baton_group_queue_wait_seconds_count").filter(|count| *count > 0.0)
-    else {
-        return "no wait recorded".to_owned();
+    let between = |suffix: &str, le: Option<&str>| {
+        total(after, suffix, le) - total(before, suffix, le)
     };
-    let shares: Vec<String> = ["0.01", "0.05", "0.1", "0.25", "0.5", "1"]
+    let count = between("_count", None);
+    if count <= 0.0 {
+        return "none recorded".to_owned();
+    }
+    let has = |le: &str| {
+        let bound = format!("le=\"{le}\"");
+        after
+            .lines()
+            .any(|line| line.starts_with(&format!("{name}_bucket")) && line.contains(&bound))
+    };
+    let shares: Vec<String> = ["0.01", "0.025", "0.05", "0.1", "0.2", "0.25", "0.5", "1"]
         .iter()
-        .filter_map(|le| {
-            let under = sample(&format!(
-                "baton_group_queue_wait_seconds_bucket{{le=\"{le}\"}}"
-            ))?;
-            Some(format!("{:.1} % under {le} s", 100.0 * under / count))
+        .filter(|le| has(le))
+        .map(|le| {
+            let under = between("_bucket", Some(le));
+            format!("{:.1} % under {le} s", 100.0 * under / count)
         })
         .collect();
-    format!("{count:.0} runs; {}", shares.join(", "))
+    format!("{count:.0}; {}", shares.join(", "))
 }
 
+/// The API server's `/metrics`.
+async fn api_server_metrics(client: &kube::Client) -> anyhow::Result<String> {
+    let request = http::Request::get("/metrics").body(Vec::new())?;
+    Ok(client.request_text(request).await?)
+}
+
+/// The reactions of each group, pooled (p50/p99/max and how many) and each group's p99 at worst.
 fn print_reactions(what: &str, reactions: &[(String, Vec<Duration>)]) {
     let mut pooled: Vec<Duration> = reactions.iter().flat_map(|(_, r)| r.clone()).collect();
     pooled.sort();
