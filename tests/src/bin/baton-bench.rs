@@ -719,7 +719,10 @@ async fn cluster(control_plane: &ControlPlane) -> anyhow::Result<()> {
         &reactions,
     );
     // Where the time went over that minute: baton's queue and passes, the API server's writes.
-    let (after, api_after) = (controller.metrics().await, api_server_metrics(&admin).await?);
+    let (after, api_after) = (
+        controller.metrics().await,
+        api_server_metrics(&admin).await?,
+    );
     for (what, name, having, (before, after)) in [
         (
             "baton's group queue, waits",
@@ -742,7 +745,11 @@ async fn cluster(control_plane: &ControlPlane) -> anyhow::Result<()> {
         (
             "the API server's pod status PATCHes (the simulated kubelets' Ready)",
             "apiserver_request_duration_seconds",
-            &["verb=\"PATCH\"", "resource=\"pods\"", "subresource=\"status\""],
+            &[
+                "verb=\"PATCH\"",
+                "resource=\"pods\"",
+                "subresource=\"status\"",
+            ],
             (&api_before, &api_after),
         ),
     ] {
@@ -1042,9 +1049,8 @@ fn histogram_shares(before: &str, after: &str, name: &str, having: &[&str]) -> S
             .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
             .sum()
     };
-    let between = |suffix: &str, le: Option<&str>| {
-        total(after, suffix, le) - total(before, suffix, le)
-    };
+    let between =
+        |suffix: &str, le: Option<&str>| total(after, suffix, le) - total(before, suffix, le);
     let count = between("_count", None);
     if count <= 0.0 {
         return "none recorded".to_owned();
