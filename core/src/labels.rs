@@ -140,16 +140,16 @@ impl<K: AsRef<str>, V: AsRef<str>> FromIterator<(K, V)> for Labels {
             .map(|(key, value)| (intern(key.as_ref()), intern(value.as_ref())))
             .collect();
         // By value (interned strings order as their text). Stable: equal keys keep their order,
-        // so the last one given is last of its run.
+        // and each run of a key keeps its last value in its first slot.
         labels.sort_by(|(a, _), (b, _)| a.cmp(b));
-        let mut unique: Vec<(Interned, Interned)> = Vec::with_capacity(labels.len());
-        for (key, value) in labels {
-            match unique.last_mut() {
-                Some((last, last_value)) if *last == key => *last_value = value,
-                _ => unique.push((key, value)),
+        labels.dedup_by(|(key, value), (kept, kept_value)| {
+            let same = key == kept;
+            if same {
+                std::mem::swap(value, kept_value);
             }
-        }
-        Self(unique.into_boxed_slice())
+            same
+        });
+        Self(labels.into_boxed_slice())
     }
 }
 
