@@ -347,15 +347,7 @@ async fn namespaces(control_plane: &ControlPlane) -> anyhow::Result<()> {
         None => 50,
     };
     let zones = ["a", "b", "c"];
-    let key = format!(
-        "bench.baton.dev/served-{}",
-        baton_e2e::namespace::random_suffix()
-    );
-    // Built before the clock starts: start times are the controller's, not cargo's.
-    tokio::task::spawn_blocking(|| baton_e2e::process::workspace_binary("baton-controller"))
-        .await??;
-    let admin = control_plane.admin_client().await;
-    install_crds(&admin).await;
+    let (key, _) = served_by_label(control_plane, &["baton-controller"]).await?;
     // The same groups twice: all in one namespace, and one in each of `groups` namespaces.
     let one = TestNamespace::create(control_plane, "bench-one").await;
     let client = one.client();
@@ -534,20 +526,32 @@ impl ClusterShape {
     }
 }
 
+/// What the benches of several namespaces start from: `binaries` built (before any clock
+/// starts: start times are baton's, not cargo's), the CRDs installed, and the label key (unique
+/// to the run) that marks a namespace served. Returns the key and an admin client.
+async fn served_by_label(
+    control_plane: &ControlPlane,
+    binaries: &[&'static str],
+) -> anyhow::Result<(String, kube::Client)> {
+    for &binary in binaries {
+        tokio::task::spawn_blocking(move || baton_e2e::process::workspace_binary(binary)).await??;
+    }
+    let admin = control_plane.admin_client().await;
+    install_crds(&admin).await;
+    let key = format!(
+        "bench.baton.dev/served-{}",
+        baton_e2e::namespace::random_suffix()
+    );
+    Ok((key, admin))
+}
+
 /// One baton for a whole cluster (see the module header).
 async fn cluster(control_plane: &ControlPlane) -> anyhow::Result<()> {
     use futures::StreamExt;
     let shape = ClusterShape::from_args()?;
     let zones = ["a", "b", "c"];
-    let key = format!(
-        "bench.baton.dev/served-{}",
-        baton_e2e::namespace::random_suffix()
-    );
-    tokio::task::spawn_blocking(|| baton_e2e::process::workspace_binary("baton-controller"))
-        .await??;
-    tokio::task::spawn_blocking(|| baton_e2e::process::workspace_binary("baton-webhook")).await??;
-    let admin = control_plane.admin_client().await;
-    install_crds(&admin).await;
+    let (key, admin) =
+        served_by_label(control_plane, &["baton-controller", "baton-webhook"]).await?;
     let folder = tempfile::tempdir()?;
     let config = serving_labelled(&folder, &key)?;
     let system = TestNamespace::create(control_plane, "bench-system").await;
